@@ -1,0 +1,35 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+UV     := $(VENV)/bin/uv
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint venv clean check-java
+
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
+
+$(STAMP): $(PY) pyproject.toml
+	VIRTUAL_ENV=$(abspath $(VENV)) $(UV) pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+# Java 17 is needed by the Spark runner only; the engine's local runner does not need it.
+check-java:
+	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required for Spark: run 'apt-get install -y openjdk-17-jre-headless'"; exit 1; }
+
+demo: venv
+	$(PY) -m airflow_checkpoint_provider.demo
+
+test: venv
+	$(PY) -m pytest -q
+
+lint: venv
+	$(VENV)/bin/ruff check airflow_checkpoint_provider tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""airflow-checkpoint-provider."""

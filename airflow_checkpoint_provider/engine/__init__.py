@@ -1,0 +1,53 @@
+"""The embedded barrier/snapshot engine. Never imports Airflow.
+
+Public API::
+
+    from airflow_checkpoint_provider.engine import (
+        Pipeline, CheckpointConfig, RestartStrategy, KeyedProcessFunction,
+        GeneratorSource, FileSource, FileSink, read_committed)
+"""
+
+from __future__ import annotations
+
+from .api import DataStream, JobResult, KeyedStream, Pipeline
+from .config import CheckpointConfig, CheckpointingMode, RestartStrategy
+from .connectors.base import Sink, SinkWriter, Source, SourceContext, SplitReader
+from .connectors.files import FileSink, read_committed
+from .connectors.generator import GeneratorSource
+from .errors import (
+    CheckpointDeclined,
+    ConfigurationError,
+    CorruptCheckpointError,
+    EngineError,
+    JobFailedError,
+    PipelineDefinitionError,
+    RestoreError,
+    StateMigrationError,
+)
+from .functions import KeyedProcessFunction, RuntimeContext
+from .serialization import Serializer
+from .state.descriptors import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+
+
+def __getattr__(name: str):
+    if name == "FileSource":  # optional import: pyarrow.parquet is loaded lazily
+        from .connectors.file_source import FileSource
+
+        return FileSource
+    raise AttributeError(name)
+
+
+__all__ = [
+    "CheckpointConfig", "CheckpointDeclined", "CheckpointingMode", "ConfigurationError",
+    "CorruptCheckpointError", "DataStream", "EngineError", "FileSink", "FileSource",
+    "GeneratorSource", "JobFailedError", "JobResult", "KeyedProcessFunction", "KeyedStream",
+    "ListStateDescriptor", "MapStateDescriptor", "Pipeline", "PipelineDefinitionError",
+    "ReducingStateDescriptor", "RestartStrategy", "RestoreError", "RuntimeContext", "Serializer",
+    "Sink", "SinkWriter", "Source", "SourceContext", "SplitReader", "StateMigrationError",
+    "ValueStateDescriptor", "read_committed",
+]

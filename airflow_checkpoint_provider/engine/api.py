@@ -1,0 +1,234 @@
+"""Pipeline DSL.
+
+    p = Pipeline("orders", checkpoint=CheckpointConfig(interval_ms=1000, directory="/data/ckpt"))
+    (p.source(GeneratorSource(num_records=100_000, seed=7), uid="gen", parallelism=2)
+      .key_by("key")
+      .process(RunningSum(), uid="sum", parallelism=3)
+      .sink(FileSink("/data/out"), uid="out"))
+    result = p.run()
+
+Records are Python dicts. Every stateful operator (source, process, reduce, sink) needs a
+stable ``uid``: state in checkpoints and savepoints is matched by it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from .config import CheckpointConfig, RestartStrategy
+from .connectors.base import Sink, Source
+from .errors import ConfigurationError, PipelineDefinitionError
+from .functions import KeyedProcessFunction
+from .graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
+from .graph import build_execution_graph as _build
+
+DEFAULT_METADATA_ENV = "CKPT_METADATA_URL"
+
+
+def default_metadata_url(checkpoint_directory: str) -> str:
+    """``$CKPT_METADATA_URL`` if set, else a SQLite file beside the checkpoints."""
+    env = os.environ.get(DEFAULT_METADATA_ENV)
+    if env:
+        return env
+    return "sqlite:///" + os.path.abspath(os.path.join(checkpoint_directory, "metadata.db"))
+
+
+@dataclass
+class JobResult:
+    """What :meth:`Pipeline.run` returns."""
+
+    job_id: str
+    job_name: str
+    status: str
+    checkpoints_completed: int
+    checkpoints_failed: int
+    restarts: int
+    latest_checkpoint: str | None
+    restored_from: str | None = None
+    failure_reason: str | None = None
+    metadata_url: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+class Pipeline:
+    """A checkpointed dataflow job.
+
+    :param name: job name; checkpoints go to ``<checkpoint dir>/<name>/<job id>/``.
+    :param max_parallelism: number of key groups; fixed for the life of the job's state.
+    :param checkpoint: checkpointing options.
+    :param restart_strategy: how the job restarts after a failure.
+    :param metadata_url: SQLAlchemy URL of the metadata DB (default: ``$CKPT_METADATA_URL``
+        or ``<checkpoint dir>/metadata.db``).
+    :param state_backend: ``"heap"`` (RocksDB comes with its own issue).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_parallelism: int = 128,
+        checkpoint: CheckpointConfig | None = None,
+        restart_strategy: RestartStrategy | None = None,
+        metadata_url: str | None = None,
+        state_backend: str = "heap",
+        version: str | None = None,
+        batch_size: int = 1024,
+    ) -> None:
+        if not name or "/" in name or name.startswith("."):
+            raise ConfigurationError(f"pipeline name {name!r} must be non-empty, without '/'")
+        if not 1 <= max_parallelism <= 32768:
+            raise ConfigurationError(f"max_parallelism {max_parallelism} must be in 1..32768")
+        if state_backend != "heap":
+            raise ConfigurationError(f"state_backend {state_backend!r} is not available; use 'heap'")
+        self.name = name
+        self.max_parallelism = max_parallelism
+        self.checkpoint = checkpoint or CheckpointConfig()
+        self.restart_strategy = restart_strategy or RestartStrategy.fixed_delay()
+        self.metadata_url = metadata_url or default_metadata_url(self.checkpoint.directory)
+        self.state_backend = state_backend
+        self.version = version
+        self.batch_size = batch_size
+        self._graph = JobGraph(name, max_parallelism)
+
+    # -- building ------------------------------------------------------------------------
+    def _add(self, kind: str, name: str, uid: str | None, parallelism: int | None,
+             payload: object = None, key_selector=None) -> Node:
+        node = Node(len(self._graph.nodes), kind, name, uid, parallelism, payload, key_selector)
+        self._graph.nodes.append(node)
+        return node
+
+    def _connect(self, upstream: Node, node: Node, partitioning: str, key_selector=None) -> None:
+        self._graph.edges.append(Edge(upstream.id, node.id, partitioning, key_selector))
+
+    def source(self, src: Source, *, uid: str, parallelism: int = 1, name: str | None = None) -> DataStream:
+        if not isinstance(src, Source):
+            raise PipelineDefinitionError(f"source {uid!r}: {src!r} is not a Source")
+        node = self._add("source", name or f"Source: {src.describe()}", uid, parallelism, src)
+        return DataStream(self, [node], FORWARD)
+
+    def job_graph(self) -> JobGraph:
+        return self._graph
+
+    def execution_graph(self) -> ExecutionGraph:
+        return _build(self._graph)
+
+    # -- running -------------------------------------------------------------------------
+    def run(self, runner: str = "local", *, restore: str | None = None,
+            allow_non_restored_state: bool = False, job_id: str | None = None,
+            **runner_options) -> JobResult:
+        """Run the job until it finishes, fails or is cancelled.
+
+        :param runner: ``"local"`` (one OS process per slot on this machine).
+        :param restore: ``None`` (fresh state), ``"latest"`` (the latest completed checkpoint
+            of any job with this name, if there is one) or a checkpoint/savepoint path.
+        """
+        if runner == "local":
+            from .runners.local import LocalRunner
+
+            return LocalRunner(**runner_options).run(
+                self, restore=restore, allow_non_restored_state=allow_non_restored_state,
+                job_id=job_id,
+            )
+        raise ConfigurationError(f"runner {runner!r} is unknown; use 'local'")
+
+
+def _selector(field_or_fn: str | Callable[[dict], object]) -> Callable[[dict], object]:
+    if callable(field_or_fn):
+        return field_or_fn
+    if isinstance(field_or_fn, str):
+        from operator import itemgetter
+
+        return itemgetter(field_or_fn)
+    raise PipelineDefinitionError(f"key_by needs a field name or a function, got {field_or_fn!r}")
+
+
+class DataStream:
+    """A stream of dict records; each transformation returns a new stream."""
+
+    def __init__(self, pipeline: Pipeline, heads: list[Node], partitioning: str,
+                 key_selector=None) -> None:
+        self._p = pipeline
+        self._heads = heads
+        self._partitioning = partitioning
+        self._key_selector = key_selector
+
+    def _then(self, kind: str, name: str, uid: str | None, parallelism: int | None,
+              payload=None, key_selector=None) -> Node:
+        node = self._p._add(kind, name, uid, parallelism, payload, key_selector)
+        for head in self._heads:
+            self._p._connect(head, node, self._partitioning, self._key_selector)
+        return node
+
+    def _one(self, kind: str, fn, uid, parallelism, name) -> DataStream:
+        if not callable(fn):
+            raise PipelineDefinitionError(f"{kind} needs a callable, got {fn!r}")
+        label = name or f"{kind}({getattr(fn, '__name__', type(fn).__name__)})"
+        return DataStream(self._p, [self._then(kind, label, uid, parallelism, fn)], FORWARD)
+
+    def map(self, fn: Callable[[dict], dict], *, uid: str | None = None,
+            parallelism: int | None = None, name: str | None = None) -> DataStream:
+        return self._one("map", fn, uid, parallelism, name)
+
+    def flat_map(self, fn: Callable[[dict], Iterable[dict]], *, uid: str | None = None,
+                 parallelism: int | None = None, name: str | None = None) -> DataStream:
+        return self._one("flat_map", fn, uid, parallelism, name)
+
+    def filter(self, fn: Callable[[dict], bool], *, uid: str | None = None,
+               parallelism: int | None = None, name: str | None = None) -> DataStream:
+        return self._one("filter", fn, uid, parallelism, name)
+
+    def map_batches(self, fn, *, uid: str | None = None, parallelism: int | None = None,
+                    name: str | None = None) -> DataStream:
+        """``fn(pyarrow.RecordBatch) -> pyarrow.RecordBatch`` over each batch of records."""
+        return self._one("map_batches", fn, uid, parallelism, name)
+
+    def rebalance(self) -> DataStream:
+        return DataStream(self._p, self._heads, REBALANCE)
+
+    def broadcast(self) -> DataStream:
+        return DataStream(self._p, self._heads, BROADCAST)
+
+    def union(self, *others: DataStream) -> DataStream:
+        heads = list(self._heads)
+        for o in others:
+            if o._p is not self._p:
+                raise PipelineDefinitionError("union: streams belong to different pipelines")
+            heads.extend(o._heads)
+        return DataStream(self._p, heads, REBALANCE)
+
+    def key_by(self, key: str | Callable[[dict], object]) -> KeyedStream:
+        return KeyedStream(self._p, self._heads, _selector(key))
+
+    def sink(self, sink: Sink, *, uid: str, parallelism: int | None = None,
+             name: str | None = None) -> None:
+        if not isinstance(sink, Sink):
+            raise PipelineDefinitionError(f"sink {uid!r}: {sink!r} is not a Sink")
+        self._then("sink", name or f"Sink: {sink.describe()}", uid, parallelism, sink)
+
+
+class KeyedStream(DataStream):
+    """A stream partitioned by key: records with the same key go to the same subtask."""
+
+    def __init__(self, pipeline: Pipeline, heads: list[Node], key_selector) -> None:
+        super().__init__(pipeline, heads, HASH, key_selector)
+
+    def process(self, fn: KeyedProcessFunction, *, uid: str, parallelism: int | None = None,
+                name: str | None = None) -> DataStream:
+        if not isinstance(fn, KeyedProcessFunction):
+            raise PipelineDefinitionError(
+                f"process {uid!r}: {fn!r} must be a KeyedProcessFunction instance"
+            )
+        node = self._then("process", name or f"Process: {type(fn).__name__}", uid, parallelism,
+                          fn, self._key_selector)
+        return DataStream(self._p, [node], FORWARD)
+
+    def reduce(self, fn: Callable[[dict, dict], dict], *, uid: str,
+               parallelism: int | None = None, name: str | None = None) -> DataStream:
+        """Running reduce per key: emits ``fn(previous, record)`` for every record."""
+        if not callable(fn):
+            raise PipelineDefinitionError(f"reduce {uid!r} needs a callable")
+        node = self._then("reduce", name or f"Reduce: {getattr(fn, '__name__', 'fn')}", uid,
+                          parallelism, fn, self._key_selector)
+        return DataStream(self._p, [node], FORWARD)

@@ -1,0 +1,282 @@
+"""The checkpoint coordinator: triggers checkpoints, collects acks, completes, subsumes.
+
+It runs in the driver, inside the job master's event loop (one thread: no locks). Time is
+passed in (``now``, monotonic seconds) so the trigger rules are tested without sleeping.
+
+Lifecycle (Flink's vocabulary): a trigger creates a :class:`PendingCheckpoint`; when every
+task acked it becomes a :class:`CompletedCheckpoint`; a pending checkpoint that is declined
+or expires is aborted and counted by the :class:`CheckpointFailureManager`.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ..config import CheckpointConfig
+from ..errors import CheckpointDeclined
+from .metadata import encode_metadata
+from .storage import METADATA_FILE, checkpoint_directory, filesystem_for, join
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT, SAVEPOINT = "CHECKPOINT", "SAVEPOINT"
+
+
+@dataclass
+class PendingCheckpoint:
+    checkpoint_id: int
+    kind: str
+    trigger_time: float           # monotonic
+    trigger_wall: datetime
+    timestamp_ms: int
+    location: str
+    not_yet_acked: set[tuple[int, int]]
+    acks: dict[tuple[int, int], dict] = field(default_factory=dict)
+    final: bool = False
+
+
+@dataclass
+class CompletedCheckpoint:
+    checkpoint_id: int
+    kind: str
+    location: str
+    state_size: int
+    checkpointed_size: int
+    duration_ms: int
+
+
+class CheckpointFailureManager:
+    """Counts consecutive checkpoint failures; too many fail the job."""
+
+    def __init__(self, tolerable: int | None) -> None:
+        self.tolerable = tolerable
+        self.consecutive = 0
+
+    def on_success(self) -> None:
+        self.consecutive = 0
+
+    def on_failure(self) -> bool:
+        """Return True when the job must fail."""
+        self.consecutive += 1
+        return self.tolerable is not None and self.consecutive > self.tolerable
+
+
+class CheckpointCoordinator:
+    """Decides when to trigger and turns acks into completed checkpoints.
+
+    :param tasks: every (vertex, subtask) that must ack a checkpoint.
+    :param send_trigger: ``(checkpoint_id, timestamp_ms, kind)`` -> inject at the sources.
+    :param send_notify: ``(checkpoint_id)`` -> notify every task of completion.
+    :param send_abort: ``(checkpoint_id)`` -> tell tasks a checkpoint was aborted.
+    :param store: the metadata DB (``MetadataStore``) or ``None``.
+    """
+
+    def __init__(self, *, job_id: str, job_name: str, job_dir: str, config: CheckpointConfig,
+                 tasks: list[tuple[int, int]], operator_info: dict[str, dict],
+                 send_trigger: Callable, send_notify: Callable, send_abort: Callable,
+                 store=None, next_checkpoint_id: int = 1, now: float = 0.0,
+                 rng: random.Random | None = None) -> None:
+        self.job_id = job_id
+        self.job_name = job_name
+        self.job_dir = job_dir
+        self.config = config
+        self.tasks = set(tasks)
+        self.operator_info = operator_info
+        self.send_trigger = send_trigger
+        self.send_notify = send_notify
+        self.send_abort = send_abort
+        self.store = store
+        self.next_id = next_checkpoint_id
+        self.pending: dict[int, PendingCheckpoint] = {}
+        self.completed: collections.deque[CompletedCheckpoint] = collections.deque()
+        self.failure_manager = CheckpointFailureManager(config.tolerable_failures)
+        self.running_tasks: set[tuple[int, int]] = set()
+        self.last_end = float("-inf")   # end of the last checkpoint (completed or aborted)
+        self.num_completed = 0
+        self.num_failed = 0
+        self.job_failure: str | None = None
+        self.final_completed = False
+        rng = rng or random.Random()
+        if config.interval_ms is None:
+            self.next_periodic = None
+        else:
+            delay = (config.initial_delay_ms if config.initial_delay_ms is not None
+                     else rng.uniform(config.min_pause_ms, config.interval_ms))
+            self.next_periodic = now + delay / 1000.0
+
+    # -- triggering -----------------------------------------------------------------------
+    def set_tasks_running(self, running: set[tuple[int, int]]) -> None:
+        self.running_tasks = set(running)
+
+    def maybe_trigger_periodic(self, now: float) -> int | None:
+        if self.next_periodic is None or now < self.next_periodic:
+            return None
+        if len(self.pending) >= self.config.max_concurrent:
+            return None
+        if now - self.last_end < self.config.min_pause_ms / 1000.0:
+            return None
+        self.next_periodic = now + self.config.interval_ms / 1000.0
+        try:
+            return self.trigger(now, CHECKPOINT)
+        except CheckpointDeclined as exc:
+            log.info("Checkpoint trigger for job %s declined: %s", self.job_name, exc)
+            return None
+
+    def trigger(self, now: float, kind: str = CHECKPOINT, *, final: bool = False,
+                location: str | None = None) -> int:
+        """Start a checkpoint now. Raises :class:`CheckpointDeclined` with the reason if the
+        job cannot take one."""
+        missing = self.tasks - self.running_tasks
+        if missing:
+            raise CheckpointDeclined(f"{len(missing)} of {len(self.tasks)} tasks are not running")
+        chk = self.next_id
+        self.next_id += 1
+        wall = datetime.now(UTC)
+        loc = location or checkpoint_directory(self.job_dir, chk)
+        self.pending[chk] = PendingCheckpoint(chk, kind, now, wall, int(wall.timestamp() * 1000),
+                                              loc, set(self.tasks), final=final)
+        if self.store is not None:
+            self.store.add_pending_checkpoint(self.job_id, chk, kind=kind, trigger_time=wall,
+                                              location=loc)
+        log.info("Triggering %s %d for job %s", kind.lower(), chk, self.job_name)
+        self.send_trigger(chk, self.pending[chk].timestamp_ms, kind)
+        return chk
+
+    # -- acks and declines ----------------------------------------------------------------
+    def receive_ack(self, chk: int, task: tuple[int, int], payload: dict,
+                    now: float) -> CompletedCheckpoint | None:
+        p = self.pending.get(chk)
+        if p is None or task not in p.not_yet_acked:
+            return None  # late ack of an aborted checkpoint, or a duplicate
+        p.not_yet_acked.discard(task)
+        p.acks[task] = payload
+        if p.not_yet_acked:
+            return None
+        return self._complete(p, now)
+
+    def receive_decline(self, chk: int, task: tuple[int, int], reason: str, now: float) -> None:
+        if chk in self.pending:
+            self.abort(chk, f"declined by task {task[0]}.{task[1]}: {reason}", now)
+
+    def check_timeouts(self, now: float) -> None:
+        limit = self.config.timeout_ms / 1000.0
+        for chk, p in list(self.pending.items()):
+            if now - p.trigger_time > limit:
+                self.abort(chk, f"expired before completing (timeout {self.config.timeout_ms} ms)", now)
+
+    def abort(self, chk: int, reason: str, now: float, *, count_failure: bool = True) -> None:
+        p = self.pending.pop(chk, None)
+        if p is None:
+            return
+        self.last_end = now
+        self.num_failed += 1
+        log.warning("%s %d of job %s aborted: %s", p.kind.capitalize(), chk, self.job_name, reason)
+        if self.store is not None:
+            self.store.fail_checkpoint(self.job_id, chk, reason=reason)
+        filesystem_for(p.location).remove_tree(p.location)
+        self.send_abort(chk)
+        if count_failure and p.kind == CHECKPOINT and self.failure_manager.on_failure():
+            self.job_failure = (
+                f"exceeded the tolerable number of failed checkpoints "
+                f"({self.config.tolerable_failures}); last: checkpoint {chk} {reason}"
+            )
+
+    def abort_all(self, reason: str, now: float) -> None:
+        """On failover: pending checkpoints cannot complete; they do not count as failures."""
+        for chk in list(self.pending):
+            self.abort(chk, reason, now, count_failure=False)
+
+    # -- completion -----------------------------------------------------------------------
+    def _complete(self, p: PendingCheckpoint, now: float) -> CompletedCheckpoint:
+        """Turn a fully acked pending checkpoint into a completed one.
+
+        1. merge the task acks into the ``_metadata`` document (operators by uid);
+        2. write ``_metadata`` last, atomically: from now on the checkpoint is restorable;
+        3. record it COMPLETED in the metadata DB with its statistics;
+        4. subsume older pending checkpoints and completed ones beyond the retained count
+           (their files are deleted, their rows marked SUBSUMED);
+        5. notify every task, so two-phase-commit sinks commit.
+        """
+        del self.pending[p.checkpoint_id]
+        # 1. merge acks
+        doc, state_size, uploaded, task_stats = self._metadata_document(p)
+        # 2. _metadata written last
+        fs = filesystem_for(p.location)
+        fs.write_bytes(join(p.location, METADATA_FILE), encode_metadata(doc), atomic=True)
+        duration_ms = int((now - p.trigger_time) * 1000)
+        # 3. metadata DB
+        if self.store is not None:
+            self.store.complete_checkpoint(
+                self.job_id, p.checkpoint_id, complete_time=datetime.now(UTC),
+                duration_ms=duration_ms, state_size=state_size, checkpointed_size=uploaded,
+                task_stats=task_stats)
+        completed = CompletedCheckpoint(p.checkpoint_id, p.kind, p.location, state_size, uploaded,
+                                        duration_ms)
+        self.num_completed += 1
+        self.last_end = now
+        self.failure_manager.on_success()
+        log.info("Completed %s %d for job %s (%s in %d ms)", p.kind.lower(), p.checkpoint_id,
+                 self.job_name, _human_bytes(state_size), duration_ms)
+        # 4. subsume
+        for older in [c for c in self.pending if c < p.checkpoint_id
+                      and self.pending[c].kind == CHECKPOINT]:
+            self.abort(older, f"subsumed by checkpoint {p.checkpoint_id}", now, count_failure=False)
+        if p.kind == CHECKPOINT:
+            self.add_completed(completed)
+        if p.final:
+            self.final_completed = True
+        # 5. notify
+        self.send_notify(p.checkpoint_id)
+        return completed
+
+    def add_completed(self, completed: CompletedCheckpoint) -> None:
+        """Add to the retained checkpoints and subsume the oldest beyond ``retained``."""
+        self.completed.append(completed)
+        while len(self.completed) > self.config.retained:
+            old = self.completed.popleft()
+            if old.location.startswith(self.job_dir):  # never delete another job's checkpoint
+                filesystem_for(old.location).remove_tree(old.location)
+            if self.store is not None:
+                self.store.set_checkpoint_status(self.job_id, [old.checkpoint_id], "SUBSUMED")
+            log.debug("Subsumed checkpoint %d of job %s", old.checkpoint_id, self.job_name)
+
+    def _metadata_document(self, p: PendingCheckpoint):
+        operators: dict[str, dict] = {}
+        state_size = uploaded = 0
+        task_stats = []
+        for (vid, sub), ack in sorted(p.acks.items()):
+            m = ack.get("metrics", {})
+            state_size += m.get("state_size", 0)
+            uploaded += m.get("checkpointed_size", 0)
+            task_stats.append({"vertex": vid, "subtask": sub, **m})
+            for uid, entry in ack["operators"].items():
+                info = self.operator_info[uid]
+                op = operators.setdefault(uid, {
+                    "kind": info["kind"], "parallelism": info["parallelism"],
+                    "max_parallelism": info["max_parallelism"], "states": {}, "subtasks": []})
+                op["states"].update(entry.get("states") or {})
+                sub_entry = {"index": sub, "operator_state": entry.get("operator_state") or [],
+                             "keyed": entry.get("keyed")}
+                if "key_group_range" in entry:
+                    sub_entry["key_group_range"] = entry["key_group_range"]
+                op["subtasks"].append(sub_entry)
+        for op in operators.values():
+            op["subtasks"].sort(key=lambda s: s["index"])
+        doc = {"job_id": self.job_id, "job_name": self.job_name,
+               "checkpoint_id": p.checkpoint_id, "kind": p.kind, "timestamp_ms": p.timestamp_ms,
+               "operators": operators}
+        return doc, state_size, uploaded, task_stats
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"

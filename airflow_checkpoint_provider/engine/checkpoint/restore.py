@@ -1,0 +1,69 @@
+"""Map a checkpoint or savepoint onto an ExecutionGraph: which subtask restores what.
+
+* State is matched by operator uid. A snapshot operator with no uid in the pipeline fails
+  the restore, listing the unmatched uids, unless ``allow_non_restored_state``.
+* Keyed state is redistributed by key group: a subtask reads every state file whose key
+  group range intersects its own and keeps only its key groups.
+* Operator state (source split positions, sink transactions) is handed to every subtask
+  as a union; each operator keeps what belongs to it (e.g. split ``j`` -> subtask
+  ``j % parallelism``; sink transactions are recovered by subtask 0).
+"""
+
+from __future__ import annotations
+
+from ..errors import RestoreError
+from ..graph import ExecutionGraph
+from ..state.keygroups import KeyGroupRange, key_group_range_for
+from .metadata import LoadedSnapshot
+
+KEYED_KINDS = ("process", "reduce")
+
+
+def operator_kind(node_kind: str) -> str:
+    return "keyed" if node_kind in KEYED_KINDS else "operator"
+
+
+def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
+                   allow_non_restored_state: bool = False) -> dict[tuple[int, int], dict]:
+    """Return ``{(vertex, subtask): {uid: spec}}`` for every task that restores state."""
+    ops = snapshot.operators
+    unmatched = sorted(uid for uid in ops if graph.node_by_uid(uid) is None)
+    if unmatched and not allow_non_restored_state:
+        raise RestoreError(
+            f"cannot map state of operator(s) {', '.join(repr(u) for u in unmatched)} from "
+            f"{snapshot.directory} to the pipeline (no operator has that uid); pass "
+            "allow_non_restored_state=True to drop it"
+        )
+    result: dict[tuple[int, int], dict] = {}
+    for uid, op in ops.items():
+        found = graph.node_by_uid(uid)
+        if found is None:
+            continue
+        vertex, node = found
+        kind = operator_kind(node.kind)
+        if op["kind"] != kind:
+            raise RestoreError(
+                f"operator {uid!r} was a {op['kind']} operator in the snapshot but is "
+                f"{kind} ({node.kind}) in the pipeline"
+            )
+        if kind == "keyed" and op["max_parallelism"] != graph.max_parallelism:
+            raise RestoreError(
+                f"operator {uid!r}: the snapshot has max_parallelism {op['max_parallelism']} "
+                f"but the pipeline has {graph.max_parallelism}; max parallelism cannot change "
+                "for keyed state"
+            )
+        union = [e for s in op["subtasks"] for e in s.get("operator_state") or []]
+        for sub in range(vertex.parallelism):
+            spec: dict = {"directory": snapshot.directory, "states": op.get("states", {}),
+                          "operator_state": union, "keyed": []}
+            if kind == "keyed":
+                mine = key_group_range_for(sub, vertex.parallelism, graph.max_parallelism)
+                for s in op["subtasks"]:
+                    handle = s.get("keyed")
+                    if handle is None:
+                        continue
+                    theirs = KeyGroupRange(*s["key_group_range"])
+                    if len(mine.intersect(theirs)):
+                        spec["keyed"].append(handle)
+            result.setdefault((vertex.id, sub), {})[uid] = spec
+    return result

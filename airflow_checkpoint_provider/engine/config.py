@@ -1,0 +1,136 @@
+"""Job-level configuration: checkpointing options and restart strategies.
+
+Names and defaults follow Flink's so that a Flink user finds them where they expect.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .errors import ConfigurationError
+
+
+class CheckpointingMode(str, enum.Enum):
+    EXACTLY_ONCE = "exactly_once"
+    AT_LEAST_ONCE = "at_least_once"
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpointing options of a pipeline.
+
+    :param interval_ms: time between periodic checkpoints; ``None`` disables periodic
+        checkpoints (a final checkpoint still commits a bounded job's output).
+    :param timeout_ms: a checkpoint not completed within this time is expired (aborted).
+    :param min_pause_ms: minimum time between the end of one checkpoint and the next trigger.
+    :param max_concurrent: how many checkpoints may be in flight at once.
+    :param tolerable_failures: consecutive failed checkpoints tolerated before the job fails
+        (``None``: unlimited, as in Flink's default).
+    :param retained: completed checkpoints kept; older ones are subsumed and their files deleted.
+    :param mode: ``exactly_once`` (aligned barriers) or ``at_least_once`` (no alignment).
+    :param directory: checkpoint root (a local path); ``<dir>/<job-name>/<job-id>/chk-<N>``.
+    :param initial_delay_ms: delay before the first periodic checkpoint; ``None`` picks a
+        random delay in ``[min_pause_ms, interval_ms]`` so that many jobs do not align.
+    """
+
+    interval_ms: int | None = 1000
+    timeout_ms: int = 60_000
+    min_pause_ms: int = 0
+    max_concurrent: int = 1
+    tolerable_failures: int | None = None
+    retained: int = 3
+    mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE
+    directory: str = "checkpoints"
+    initial_delay_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", CheckpointingMode(self.mode))
+        if self.interval_ms is not None and self.interval_ms < 10:
+            raise ConfigurationError(f"checkpoint interval_ms must be >= 10 (got {self.interval_ms})")
+        if self.timeout_ms <= 0:
+            raise ConfigurationError(f"checkpoint timeout_ms must be > 0 (got {self.timeout_ms})")
+        if self.min_pause_ms < 0:
+            raise ConfigurationError(f"checkpoint min_pause_ms must be >= 0 (got {self.min_pause_ms})")
+        if self.max_concurrent < 1:
+            raise ConfigurationError(f"checkpoint max_concurrent must be >= 1 (got {self.max_concurrent})")
+        if self.retained < 1:
+            raise ConfigurationError(f"checkpoint retained must be >= 1 (got {self.retained})")
+        if self.tolerable_failures is not None and self.tolerable_failures < 0:
+            raise ConfigurationError(
+                f"checkpoint tolerable_failures must be >= 0 or None (got {self.tolerable_failures})"
+            )
+
+
+@dataclass(frozen=True)
+class RestartStrategy:
+    """How the whole job restarts after a failure.
+
+    Use :meth:`fixed_delay`, :meth:`exponential_backoff` or :meth:`none`.
+    """
+
+    kind: str = "fixed_delay"
+    attempts: int = 3
+    delay_ms: int = 1000
+    max_delay_ms: int = 60_000
+    multiplier: float = 2.0
+    _valid: tuple[str, ...] = field(default=("fixed_delay", "exponential_backoff", "none"), repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in self._valid:
+            raise ConfigurationError(
+                f"restart strategy {self.kind!r} is unknown; use one of {', '.join(self._valid)}"
+            )
+        if self.attempts < 0:
+            raise ConfigurationError(f"restart attempts must be >= 0 (got {self.attempts})")
+        if self.delay_ms < 0:
+            raise ConfigurationError(f"restart delay_ms must be >= 0 (got {self.delay_ms})")
+
+    @classmethod
+    def fixed_delay(cls, attempts: int = 3, delay_ms: int = 1000) -> RestartStrategy:
+        return cls(kind="fixed_delay", attempts=attempts, delay_ms=delay_ms)
+
+    @classmethod
+    def exponential_backoff(
+        cls, attempts: int = 10, initial_delay_ms: int = 500, max_delay_ms: int = 60_000,
+        multiplier: float = 2.0,
+    ) -> RestartStrategy:
+        return cls(kind="exponential_backoff", attempts=attempts, delay_ms=initial_delay_ms,
+                   max_delay_ms=max_delay_ms, multiplier=multiplier)
+
+    @classmethod
+    def none(cls) -> RestartStrategy:
+        return cls(kind="none", attempts=0)
+
+    def can_restart(self, restarts_so_far: int) -> bool:
+        return self.kind != "none" and restarts_so_far < self.attempts
+
+    def delay_for(self, restart_number: int) -> float:
+        """Seconds to wait before restart ``restart_number`` (1-based)."""
+        if self.kind == "exponential_backoff":
+            ms = min(self.delay_ms * self.multiplier ** (restart_number - 1), self.max_delay_ms)
+        else:
+            ms = self.delay_ms
+        return ms / 1000.0
+
+    @classmethod
+    def parse(cls, text: str) -> RestartStrategy:
+        """Parse ``none``, ``fixed:ATTEMPTS:DELAY_MS`` or ``exponential:ATTEMPTS:INITIAL_MS:MAX_MS``."""
+        parts = text.split(":")
+        try:
+            if parts[0] == "none":
+                return cls.none()
+            if parts[0] in ("fixed", "fixed_delay"):
+                return cls.fixed_delay(int(parts[1]), int(parts[2]) if len(parts) > 2 else 1000)
+            if parts[0] in ("exponential", "exponential_backoff"):
+                return cls.exponential_backoff(
+                    int(parts[1]),
+                    int(parts[2]) if len(parts) > 2 else 500,
+                    int(parts[3]) if len(parts) > 3 else 60_000,
+                )
+        except (IndexError, ValueError):
+            pass
+        raise ConfigurationError(
+            f"restart strategy {text!r} is not understood; use none, fixed:ATTEMPTS:DELAY_MS "
+            "or exponential:ATTEMPTS:INITIAL_MS:MAX_MS"
+        )

@@ -1,0 +1,94 @@
+"""Connector contracts: replayable sources and two-phase-commit sinks.
+
+Sources are split based (as in Flink's FLIP-27): a source names a fixed list of splits that
+does not depend on the parallelism; split ``j`` of ``n`` runs on subtask ``j % parallelism``.
+Each split's read position is operator state, so a restore (at any parallelism) rewinds
+every split to where the checkpoint saw it.
+
+Sinks are exactly-once through two-phase commit: records of one checkpoint epoch go into a
+transaction; at the barrier the writer pre-commits it (makes it durable but invisible) and
+returns a msgpack-able description that goes into the checkpoint; when the coordinator
+reports the checkpoint complete, the writer commits; after a failure the restored
+descriptions are committed again (commit is idempotent) and every other transaction is
+aborted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What a split reader or sink writer knows about where it runs."""
+
+    job_id: str
+    job_name: str
+    operator_uid: str
+    subtask_index: int
+    parallelism: int
+    attempt: int
+
+
+class SplitReader:
+    """Reads one split from a position."""
+
+    def read_batch(self, max_records: int) -> list[dict] | None:
+        """Return up to ``max_records`` records; ``[]`` if nothing is available right now
+        (unbounded sources); ``None`` once the split is exhausted."""
+        raise NotImplementedError
+
+    def position(self) -> object:
+        """The msgpack-able position after the last record returned."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class Source:
+    """A replayable source."""
+
+    def splits(self) -> Sequence[str]:
+        """Stable split ids; the same list on every run of the job."""
+        raise NotImplementedError
+
+    def open_split(self, split_id: str, position: object | None, ctx: SourceContext) -> SplitReader:
+        """Open a reader for ``split_id`` at ``position`` (``None``: from the start)."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+class SinkWriter:
+    """One subtask's writer of a two-phase-commit sink."""
+
+    def write(self, records: list[dict]) -> None:
+        raise NotImplementedError
+
+    def pre_commit(self, checkpoint_id: int) -> list[object]:
+        """Make the current transaction durable and start a new one. Return msgpack-able
+        descriptions of the transactions to commit once ``checkpoint_id`` completes."""
+        raise NotImplementedError
+
+    def commit(self, transactions: list[object]) -> None:
+        """Make pre-committed transactions visible. Must be idempotent."""
+        raise NotImplementedError
+
+    def recover(self, transactions: list[object]) -> None:
+        """Called on restore before any write: commit ``transactions`` (pre-committed in the
+        restored checkpoint, so they belong to the output) and abort anything else."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class Sink:
+    def create_writer(self, ctx: SourceContext) -> SinkWriter:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return type(self).__name__

@@ -1,0 +1,49 @@
+"""Typed errors of the engine. Each message names the thing that is wrong and what to do."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+
+class PipelineDefinitionError(EngineError):
+    """The pipeline is not well formed (missing or duplicate uid, bad parallelism, ...)."""
+
+
+class ConfigurationError(EngineError):
+    """An option has a value the engine cannot use."""
+
+
+class CheckpointDeclined(EngineError):
+    """A task could not take a checkpoint; the checkpoint is aborted."""
+
+
+class CheckpointStorageError(EngineError):
+    """Reading or writing checkpoint files failed."""
+
+
+class CorruptCheckpointError(EngineError):
+    """A `_metadata` file or a state file does not match its checksum or format."""
+
+
+class RestoreError(EngineError):
+    """A checkpoint or savepoint cannot be restored into this pipeline."""
+
+
+class StateMigrationError(RestoreError):
+    """A state's declared kind or serializer changed between the snapshot and the pipeline."""
+
+
+class JobFailedError(EngineError):
+    """The job failed and the restart strategy gave up."""
+
+
+class TaskFailure(EngineError):
+    """A task reported an exception; carries the remote traceback text."""
+
+    def __init__(self, task: str, message: str, traceback_text: str = "") -> None:
+        super().__init__(f"task {task} failed: {message}")
+        self.task = task
+        self.remote_message = message
+        self.traceback_text = traceback_text

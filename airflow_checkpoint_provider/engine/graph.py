@@ -1,0 +1,206 @@
+"""Logical JobGraph -> parallel ExecutionGraph.
+
+* A :class:`Node` is one operator of the pipeline; an :class:`Edge` says how records move
+  from one node to the next (``forward``, ``hash`` by key group, ``rebalance``,
+  ``broadcast``).
+* Forward edges between nodes of the same parallelism, where the upstream has no other
+  consumer and the downstream no other input, are *chained*: the nodes run in one task and
+  records pass by function call. Each chain becomes a :class:`Vertex`.
+* Subtask ``i`` of every vertex runs in slot ``i``; the job needs
+  ``max(vertex.parallelism)`` slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .errors import PipelineDefinitionError
+
+FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast"
+STATEFUL_KINDS = ("source", "process", "reduce", "sink")
+
+
+@dataclass
+class Node:
+    id: int
+    kind: str  # source | map | flat_map | filter | map_batches | process | reduce | sink
+    name: str
+    uid: str | None
+    parallelism: int | None
+    payload: object = None  # user function / source / sink
+    key_selector: Callable[[dict], object] | None = None  # keyed operators
+
+
+@dataclass
+class Edge:
+    source: int
+    target: int
+    partitioning: str
+    key_selector: Callable[[dict], object] | None = None
+
+
+@dataclass
+class JobGraph:
+    name: str
+    max_parallelism: int
+    nodes: list[Node] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=list)
+
+    def inputs(self, node_id: int) -> list[Edge]:
+        return [e for e in self.edges if e.target == node_id]
+
+    def outputs(self, node_id: int) -> list[Edge]:
+        return [e for e in self.edges if e.source == node_id]
+
+
+@dataclass
+class InputEdge:
+    """An input of a vertex: ``source_vertex`` with ``source_parallelism`` subtasks."""
+
+    source_vertex: int
+    source_parallelism: int
+    partitioning: str
+
+
+@dataclass
+class OutputEdge:
+    target_vertex: int
+    target_parallelism: int
+    partitioning: str
+    key_selector: Callable[[dict], object] | None = None
+
+
+@dataclass
+class Vertex:
+    id: int
+    nodes: list[Node]
+    parallelism: int
+    inputs: list[InputEdge] = field(default_factory=list)
+    outputs: list[OutputEdge] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return " -> ".join(n.name for n in self.nodes)
+
+    @property
+    def is_source(self) -> bool:
+        return self.nodes[0].kind == "source"
+
+    def num_input_channels(self) -> int:
+        return sum(channels_for_input(e, self.parallelism) for e in self.inputs)
+
+
+def channels_for_input(edge: InputEdge, parallelism: int) -> int:
+    """Input channels a subtask has for ``edge`` (forward edges connect subtask i to i)."""
+    return 1 if edge.partitioning == FORWARD else edge.source_parallelism
+
+
+@dataclass
+class ExecutionGraph:
+    job_name: str
+    max_parallelism: int
+    vertices: list[Vertex]
+
+    @property
+    def num_slots(self) -> int:
+        return max(v.parallelism for v in self.vertices)
+
+    def vertex(self, vertex_id: int) -> Vertex:
+        return self.vertices[vertex_id]
+
+    def tasks(self) -> list[tuple[int, int]]:
+        return [(v.id, i) for v in self.vertices for i in range(v.parallelism)]
+
+    def tasks_in_slot(self, slot: int) -> list[tuple[int, int]]:
+        return [(v.id, slot) for v in self.vertices if slot < v.parallelism]
+
+    def stateful_nodes(self) -> list[Node]:
+        return [n for v in self.vertices for n in v.nodes if n.kind in STATEFUL_KINDS]
+
+    def node_by_uid(self, uid: str) -> tuple[Vertex, Node] | None:
+        for v in self.vertices:
+            for n in v.nodes:
+                if n.uid == uid:
+                    return v, n
+        return None
+
+
+def validate(graph: JobGraph) -> None:
+    """Reject pipelines whose state could not be restored reliably."""
+    seen: dict[str, Node] = {}
+    for node in graph.nodes:
+        if node.kind in STATEFUL_KINDS and not node.uid:
+            raise PipelineDefinitionError(
+                f"operator {node.name!r} ({node.kind}) is stateful and needs a stable uid: "
+                f"pass uid='...' so its state can be restored after a change"
+            )
+        if node.uid:
+            if node.uid in seen:
+                raise PipelineDefinitionError(
+                    f"duplicate operator uid {node.uid!r} (used by {seen[node.uid].name!r} and "
+                    f"{node.name!r}); every uid must be unique in a pipeline"
+                )
+            seen[node.uid] = node
+        if node.parallelism is not None and not 1 <= node.parallelism <= graph.max_parallelism:
+            raise PipelineDefinitionError(
+                f"operator {node.uid or node.name!r}: parallelism {node.parallelism} must be "
+                f"between 1 and max_parallelism {graph.max_parallelism}"
+            )
+    if not any(n.kind == "source" for n in graph.nodes):
+        raise PipelineDefinitionError(f"pipeline {graph.name!r} has no source")
+    if not any(n.kind == "sink" for n in graph.nodes):
+        raise PipelineDefinitionError(f"pipeline {graph.name!r} has no sink")
+
+
+def build_execution_graph(graph: JobGraph) -> ExecutionGraph:
+    validate(graph)
+    parallelism = _resolve_parallelism(graph)
+    edges = [_normalise_edge(e, parallelism) for e in graph.edges]
+
+    def chainable(e: Edge) -> bool:
+        return (
+            e.partitioning == FORWARD
+            and parallelism[e.source] == parallelism[e.target]
+            and sum(1 for x in edges if x.source == e.source) == 1
+            and sum(1 for x in edges if x.target == e.target) == 1
+        )
+
+    chain_of: dict[int, int] = {}
+    vertices: list[Vertex] = []
+    for node in graph.nodes:  # nodes are created in topological order by the API
+        inputs = [e for e in edges if e.target == node.id]
+        if len(inputs) == 1 and chainable(inputs[0]):
+            vertex = vertices[chain_of[inputs[0].source]]
+            vertex.nodes.append(node)
+        else:
+            vertex = Vertex(id=len(vertices), nodes=[node], parallelism=parallelism[node.id])
+            vertices.append(vertex)
+        chain_of[node.id] = vertex.id
+    for e in edges:
+        src, dst = chain_of[e.source], chain_of[e.target]
+        if src == dst:
+            continue
+        vertices[src].outputs.append(
+            OutputEdge(dst, vertices[dst].parallelism, e.partitioning, e.key_selector)
+        )
+        vertices[dst].inputs.append(InputEdge(src, vertices[src].parallelism, e.partitioning))
+    return ExecutionGraph(graph.name, graph.max_parallelism, vertices)
+
+
+def _resolve_parallelism(graph: JobGraph) -> dict[int, int]:
+    result: dict[int, int] = {}
+    for node in graph.nodes:
+        if node.parallelism is not None:
+            result[node.id] = node.parallelism
+        else:
+            ups = [result[e.source] for e in graph.inputs(node.id)]
+            result[node.id] = max(ups) if ups else 1
+    return result
+
+
+def _normalise_edge(edge: Edge, parallelism: dict[int, int]) -> Edge:
+    if edge.partitioning == FORWARD and parallelism[edge.source] != parallelism[edge.target]:
+        # As in Flink: a forward edge between different parallelisms becomes rebalance.
+        return Edge(edge.source, edge.target, REBALANCE, edge.key_selector)
+    return edge

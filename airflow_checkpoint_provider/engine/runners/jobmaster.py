@@ -1,0 +1,340 @@
+"""The job master: runs a job's attempts, hosts the checkpoint coordinator, fails over.
+
+Runner-agnostic: a *launcher* starts the slots of one attempt (OS processes for the local
+runner, a Spark barrier stage for the Spark runner) and stops them; everything else — the
+coordinator's TCP server, checkpoint triggers, failover under the restart strategy, the job
+row and heartbeat in the metadata DB — lives here.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Protocol
+
+import cloudpickle
+
+from ..api import JobResult, Pipeline
+from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
+from ..checkpoint.metadata import LoadedSnapshot, load_snapshot
+from ..checkpoint.restore import assign_restore, operator_kind
+from ..checkpoint.storage import job_directory
+from ..checkpoint.store import MetadataStore
+from ..config import CheckpointingMode
+from ..errors import CheckpointDeclined, JobFailedError, RestoreError
+from ..graph import ExecutionGraph
+from ..runtime import protocol as P
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 1.0
+STARTUP_TIMEOUT_SECONDS = 120.0
+
+
+class Launcher(Protocol):
+    def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int) -> None: ...
+    def poll(self) -> str | None: ...
+    def stop(self) -> None: ...
+
+
+class CoordinatorServer:
+    """Accepts slot control connections and turns their messages into events."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.events: queue.Queue = queue.Queue()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.sock.listen(256)
+        self.address = self.sock.getsockname()[:2]
+        self._closed = False
+        threading.Thread(target=self._accept, name="coordinator-accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            cc = P.ControlConnection(conn)
+            threading.Thread(target=self._read, args=(cc,), daemon=True).start()
+
+    def _read(self, cc: P.ControlConnection) -> None:
+        try:
+            while True:
+                self.events.put(("msg", cc, cc.recv()))
+        except (P.ConnectionClosed, OSError):
+            self.events.put(("lost", cc, None))
+
+    def close(self) -> None:
+        self._closed = True
+        self.sock.close()
+
+
+@dataclass
+class AttemptOutcome:
+    status: str            # FINISHED | FAILED
+    failure: str | None = None
+
+
+class JobMaster:
+    def __init__(self, pipeline: Pipeline, launcher: Launcher, *, coordinator_host: str = "127.0.0.1",
+                 coordinator_port: int = 0) -> None:
+        self.pipeline = pipeline
+        self.launcher = launcher
+        self.coordinator_host = coordinator_host
+        self.coordinator_port = coordinator_port
+
+    # -- public ---------------------------------------------------------------------------
+    def run(self, *, restore: str | None = None, allow_non_restored_state: bool = False,
+            job_id: str | None = None) -> JobResult:
+        p = self.pipeline
+        graph = p.execution_graph()
+        self.graph = graph
+        self.allow_non_restored_state = allow_non_restored_state
+        store = MetadataStore(p.metadata_url)
+        try:
+            return self._run(graph, store, restore, job_id)
+        finally:
+            store.close()
+
+    # -- internals ------------------------------------------------------------------------
+    def _resolve_restore(self, store: MetadataStore, restore: str | None) -> LoadedSnapshot | None:
+        if restore is None:
+            return None
+        if restore == "latest":
+            rec = store.latest_completed_checkpoint(job_name=self.pipeline.name)
+            if rec is None:
+                log.info("No completed checkpoint of job %s to restore: starting with empty state",
+                         self.pipeline.name)
+                return None
+            return load_snapshot(rec.location)
+        return load_snapshot(restore)
+
+    def _run(self, graph: ExecutionGraph, store: MetadataStore, restore: str | None,
+             job_id: str | None) -> JobResult:
+        p = self.pipeline
+        initial = self._resolve_restore(store, restore)
+        if initial is not None:  # validate before anything is created
+            assign_restore(initial, graph, allow_non_restored_state=self.allow_non_restored_state)
+        job_id = job_id or uuid.uuid4().hex
+        job_dir = job_directory(p.checkpoint.directory, p.name, job_id)
+        store.create_job(job_id=job_id, job_name=p.name, parallelism=graph.num_slots,
+                         version=p.version,
+                         restored_from=initial.directory if initial is not None else None)
+        self.job_id, self.job_dir, self.store = job_id, job_dir, store
+        operator_info = {}
+        for v in graph.vertices:
+            for n in v.nodes:
+                if n.uid:
+                    operator_info[n.uid] = {"kind": operator_kind(n.kind), "parallelism": v.parallelism,
+                                            "max_parallelism": graph.max_parallelism}
+        server = CoordinatorServer(self.coordinator_host, self.coordinator_port)
+        self.server = server
+        self.conns: dict[int, P.ControlConnection] = {}
+        first_id = max(initial.checkpoint_id if initial else 0, store.max_checkpoint_id(job_id)) + 1
+        self.coordinator = CheckpointCoordinator(
+            job_id=job_id, job_name=p.name, job_dir=job_dir, config=p.checkpoint,
+            tasks=graph.tasks(), operator_info=operator_info,
+            send_trigger=self._send_trigger, send_notify=self._send_notify,
+            send_abort=self._send_abort, store=store, next_checkpoint_id=first_id,
+            now=time.monotonic())
+        log.info("Starting job %s (%s) with %d slots%s", p.name, job_id, graph.num_slots,
+                 f", restoring {initial.directory}" if initial else "")
+        restarts = 0
+        attempt = 0
+        snapshot = initial
+        status, failure = "FAILED", None
+        try:
+            while True:
+                store.start_attempt(job_id, attempt,
+                                    restored_checkpoint_id=snapshot.checkpoint_id if snapshot else None,
+                                    restored_from=snapshot.directory if snapshot else None)
+                outcome = self._run_attempt(attempt, snapshot)
+                store.end_attempt(job_id, attempt, failure_reason=outcome.failure)
+                if outcome.status == "FINISHED":
+                    status, failure = "FINISHED", None
+                    break
+                failure = outcome.failure
+                strategy = p.restart_strategy
+                if not strategy.can_restart(restarts):
+                    log.error("Job %s failed and will not restart (%d restarts, strategy %s): %s",
+                              p.name, restarts, strategy.kind, failure)
+                    status = "FAILED"
+                    break
+                restarts += 1
+                delay = strategy.delay_for(restarts)
+                store.set_job_status(job_id, "RESTARTING", failure_reason=failure)
+                log.warning("Job %s failed (%s); restart %d/%d in %.1f s", p.name, failure,
+                            restarts, strategy.attempts, delay)
+                time.sleep(delay)
+                attempt += 1
+                latest = self.coordinator.completed[-1] if self.coordinator.completed else None
+                snapshot = load_snapshot(latest.location) if latest else initial
+        finally:
+            server.close()
+            self.launcher.stop()
+        store.set_job_status(job_id, status, failure_reason=failure)
+        latest = self.coordinator.completed[-1] if self.coordinator.completed else None
+        result = JobResult(job_id=job_id, job_name=p.name, status=status,
+                           checkpoints_completed=self.coordinator.num_completed,
+                           checkpoints_failed=self.coordinator.num_failed, restarts=restarts,
+                           latest_checkpoint=latest.location if latest else None,
+                           restored_from=initial.directory if initial else None,
+                           failure_reason=failure, metadata_url=store.url)
+        log.info("Job %s (%s) %s after %d restarts, %d checkpoints", p.name, job_id,
+                 status.lower(), restarts, result.checkpoints_completed)
+        if status == "FAILED" and getattr(self.pipeline, "_raise_on_failure", True):
+            err = JobFailedError(f"job {p.name} ({job_id}) failed: {failure}")
+            err.result = result  # type: ignore[attr-defined]
+            raise err
+        return result
+
+    def _payload(self, attempt: int, slot: int, assignments: dict) -> bytes:
+        g = self.graph
+        restore = {t: assignments[t] for t in g.tasks_in_slot(slot) if t in assignments}
+        return cloudpickle.dumps({
+            "job_id": self.job_id, "job_name": self.pipeline.name, "graph": g,
+            "job_dir": self.job_dir, "batch_size": self.pipeline.batch_size,
+            "exactly_once": self.pipeline.checkpoint.mode == CheckpointingMode.EXACTLY_ONCE,
+            "restore": restore})
+
+    # -- messages to slots ----------------------------------------------------------------
+    def _broadcast(self, msg: dict, slots=None) -> None:
+        for slot, conn in list(self.conns.items()):
+            if slots is not None and slot not in slots:
+                continue
+            try:
+                conn.send(msg)
+            except OSError:
+                pass  # the lost connection is reported by its reader
+
+    def _send_trigger(self, chk: int, ts: int, kind: str) -> None:
+        slots = {sub for v in self.graph.vertices if v.is_source for sub in range(v.parallelism)}
+        self._broadcast({"type": "trigger", "checkpoint_id": chk, "timestamp": ts, "kind": kind},
+                        slots)
+
+    def _send_notify(self, chk: int) -> None:
+        self._broadcast({"type": "notify", "checkpoint_id": chk})
+
+    def _send_abort(self, chk: int) -> None:
+        self._broadcast({"type": "abort", "checkpoint_id": chk})
+
+    # -- one attempt ----------------------------------------------------------------------
+    def _run_attempt(self, attempt: int, snapshot: LoadedSnapshot | None) -> AttemptOutcome:
+        g, coord, store = self.graph, self.coordinator, self.store
+        try:
+            assignments = (assign_restore(snapshot, g, allow_non_restored_state=self.allow_non_restored_state)
+                           if snapshot else {})
+        except RestoreError as exc:
+            return AttemptOutcome("FAILED", str(exc))
+        num_slots = g.num_slots
+        all_tasks = set(g.tasks())
+        self.conns = {}
+        addresses: dict[int, list] = {}
+        running: set[int] = set()
+        eoi: set[tuple[int, int]] = set()
+        finished_slots: set[int] = set()
+        final_id: int | None = None
+        finish_sent = False
+        coord.set_tasks_running(set())
+        self.launcher.start(attempt, self.server.address, num_slots)
+        started = time.monotonic()
+        last_heartbeat = 0.0
+        events = self.server.events
+
+        def fail(reason: str) -> AttemptOutcome:
+            coord.abort_all(f"job failover: {reason}", time.monotonic())
+            coord.set_tasks_running(set())
+            self.launcher.stop()
+            for c in self.conns.values():
+                c.close()
+            self.conns = {}
+            _drain(events)
+            return AttemptOutcome("FAILED", reason)
+
+        while True:
+            try:
+                kind, conn, msg = events.get(timeout=0.02)
+            except queue.Empty:
+                kind = None
+            now = time.monotonic()
+            if kind == "lost":
+                slot = next((s for s, c in self.conns.items() if c is conn), None)
+                if slot is not None and slot not in finished_slots:
+                    return fail(f"slot {slot} lost its connection to the coordinator")
+            elif kind == "msg":
+                if msg.get("attempt") != attempt:
+                    pass  # a message from a previous attempt's slot
+                elif msg["type"] == "register":
+                    self.conns[msg["slot"]] = conn
+                    conn.send({"type": "job", "payload": self._payload(attempt, msg["slot"], assignments)})
+                elif msg["type"] == "address":
+                    addresses[msg["slot"]] = msg["address"]
+                    if len(addresses) == num_slots:
+                        self._broadcast({"type": "peers", "peers": {str(k): v for k, v in addresses.items()}})
+                elif msg["type"] == "running":
+                    running.add(msg["slot"])
+                    if len(running) == num_slots:
+                        coord.set_tasks_running(all_tasks)
+                        store.set_job_status(self.job_id, "RUNNING")
+                        log.info("Job %s (%s) attempt %d is running (%.2f s to start)",
+                                 self.pipeline.name, self.job_id, attempt, now - started)
+                elif msg["type"] == "ack":
+                    coord.receive_ack(msg["checkpoint_id"], (msg["vertex"], msg["subtask"]), msg, now)
+                elif msg["type"] == "decline":
+                    coord.receive_decline(msg["checkpoint_id"], (msg["vertex"], msg["subtask"]),
+                                          msg["reason"], now)
+                elif msg["type"] == "end_of_input":
+                    eoi.add((msg["vertex"], msg["subtask"]))
+                elif msg["type"] == "task_failed":
+                    log.debug("Remote traceback:\n%s", msg.get("traceback", ""))
+                    return fail(f"task {msg['vertex']}.{msg['subtask']} failed: {msg['error']}")
+                elif msg["type"] == "slot_finished":
+                    finished_slots.add(msg["slot"])
+                    if len(finished_slots) == num_slots:
+                        return AttemptOutcome("FINISHED")
+            # timers
+            coord.check_timeouts(now)
+            if coord.job_failure:
+                reason, coord.job_failure = coord.job_failure, None
+                return fail(reason)
+            if final_id is None or final_id in coord.pending:
+                if final_id is None:
+                    coord.maybe_trigger_periodic(now)
+            if eoi == all_tasks and not coord.final_completed and (
+                    final_id is None or (final_id not in coord.pending)):
+                if not coord.pending and now - coord.last_end >= coord.config.min_pause_ms / 1000.0:
+                    try:
+                        final_id = coord.trigger(now, final=True)
+                    except CheckpointDeclined as exc:
+                        log.debug("final checkpoint not triggered: %s", exc)
+            if coord.final_completed and not finish_sent:
+                self._broadcast({"type": "finish"})
+                finish_sent = True
+            problem = self.launcher.poll()
+            if problem and len(finished_slots) < num_slots:
+                return fail(problem)
+            if len(running) < num_slots and now - started > STARTUP_TIMEOUT_SECONDS:
+                return fail(f"only {len(running)} of {num_slots} slots started within "
+                            f"{STARTUP_TIMEOUT_SECONDS:.0f} s")
+            if now - last_heartbeat >= HEARTBEAT_SECONDS:
+                store.heartbeat(self.job_id)
+                last_heartbeat = now
+
+
+def _drain(q: queue.Queue) -> None:
+    while True:
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            return
+
+
+__all__ = ["JobMaster", "CompletedCheckpoint"]

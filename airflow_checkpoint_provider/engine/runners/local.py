@@ -1,0 +1,64 @@
+"""The local runner: one OS process per slot on this machine, connected over 127.0.0.1."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+from ..api import JobResult, Pipeline
+from .jobmaster import JobMaster
+
+log = logging.getLogger(__name__)
+
+
+class LocalProcessLauncher:
+    """Starts ``python -m ...runtime.slot`` processes and stops exactly those, by PID."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "airflow_checkpoint_provider.engine.runtime.slot",
+                 "--slot", str(i), "--attempt", str(attempt),
+                 "--coordinator", f"{coordinator[0]}:{coordinator[1]}"],
+                env=env, stdin=subprocess.DEVNULL)
+            for i in range(num_slots)
+        ]
+
+    def poll(self) -> str | None:
+        for i, p in enumerate(self.procs):
+            rc = p.poll()
+            if rc is not None and rc != 0:
+                return f"slot {i} process (pid {p.pid}) exited with code {rc}"
+        return None
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                log.warning("slot process %d did not exit after SIGKILL", p.pid)
+        self.procs = []
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+
+class LocalRunner:
+    def __init__(self, *, coordinator_port: int = 0) -> None:
+        self.coordinator_port = coordinator_port
+
+    def run(self, pipeline: Pipeline, *, restore: str | None, allow_non_restored_state: bool,
+            job_id: str | None) -> JobResult:
+        master = JobMaster(pipeline, LocalProcessLauncher(), coordinator_port=self.coordinator_port)
+        return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
+                          job_id=job_id)

@@ -1,0 +1,87 @@
+"""Barrier alignment (Chandy-Lamport asynchronous barrier snapshots, as in Flink).
+
+:class:`BarrierHandler` is pure decision logic, driven by the task thread, so it is tested
+without sockets. It answers each in-band event with a list of actions:
+
+* ``("block", channel)``: hold the channel back (its reader stops reading after the barrier);
+* ``("release", channels)``: let held-back channels continue;
+* ``("checkpoint", checkpoint_id, alignment_ms)``: every open channel delivered the barrier:
+  snapshot now and forward the barrier;
+* ``("cancel", checkpoint_id, reason)``: the checkpoint is abandoned at this task: forward a
+  cancel marker downstream (and decline it when ``reason`` is not ``None``).
+
+Exactly-once: a channel that delivered barrier N is blocked until barrier N arrived on every
+open channel (closed channels count as arrived). At-least-once: nothing is blocked; the
+snapshot is taken when the last barrier N arrives (records of fast channels may then be
+replayed after a restore, hence "at least once").
+"""
+
+from __future__ import annotations
+
+import time
+
+
+class BarrierHandler:
+    def __init__(self, num_channels: int, exactly_once: bool = True) -> None:
+        self.open_channels: set[int] = set(range(num_channels))
+        self.exactly_once = exactly_once
+        self.current: int = 0          # checkpoint being aligned, 0 = none
+        self.arrived: set[int] = set()
+        self.blocked: set[int] = set()
+        self.last_done: int = 0        # highest checkpoint completed or abandoned here
+        self._align_start = 0.0
+
+    def _reset(self) -> list:
+        actions: list = []
+        if self.blocked:
+            actions.append(("release", sorted(self.blocked)))
+        self.blocked = set()
+        self.arrived = set()
+        self.current = 0
+        return actions
+
+    def _complete_if_aligned(self) -> list:
+        if self.current and self.arrived >= self.open_channels:
+            chk = self.current
+            alignment_ms = (time.monotonic() - self._align_start) * 1000.0
+            self.last_done = chk
+            return [("checkpoint", chk, alignment_ms), *self._reset()]
+        return []
+
+    def on_barrier(self, channel: int, checkpoint_id: int) -> list:
+        if checkpoint_id <= self.last_done:
+            return [("release", [channel])]  # a late barrier of an abandoned checkpoint
+        actions: list = []
+        if self.current and checkpoint_id > self.current:
+            # A newer barrier overtook an alignment that can no longer finish.
+            old = self.current
+            self.last_done = old
+            actions += self._reset()
+            actions.append(("cancel", old, f"checkpoint {old} subsumed by barrier {checkpoint_id}"))
+        if not self.current:
+            self.current = checkpoint_id
+            self._align_start = time.monotonic()
+        self.arrived.add(channel)
+        if self.exactly_once:
+            self.blocked.add(channel)
+            actions.append(("block", channel))
+        else:
+            actions.append(("release", [channel]))
+        return actions + self._complete_if_aligned()
+
+    def on_cancel(self, channel: int, checkpoint_id: int) -> list:
+        if checkpoint_id <= self.last_done:
+            return []
+        actions: list = []
+        if self.current and self.current < checkpoint_id:
+            old = self.current
+            actions.append(("cancel", old, None))
+        actions += self._reset()
+        self.last_done = checkpoint_id
+        actions.append(("cancel", checkpoint_id, None))
+        return actions
+
+    def on_channel_closed(self, channel: int) -> list:
+        self.open_channels.discard(channel)
+        self.blocked.discard(channel)
+        return self._complete_if_aligned()

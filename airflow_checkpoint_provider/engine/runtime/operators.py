@@ -1,0 +1,257 @@
+"""Operators: what a task runs for each node of its chain."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+from ..connectors.base import SourceContext
+from ..functions import RuntimeContext
+from ..graph import Node
+from ..state.heap import HeapKeyedStateBackend
+from ..state.keygroups import KeyGroupRange
+
+
+class OperatorSnapshot:
+    """The synchronous part of one operator's snapshot."""
+
+    __slots__ = ("keyed_bytes", "offsets", "states", "operator_state")
+
+    def __init__(self, keyed_bytes=None, offsets=None, states=None, operator_state=None):
+        self.keyed_bytes: bytes | None = keyed_bytes
+        self.offsets: dict[int, list[int]] = offsets or {}
+        self.states: dict[str, dict] = states or {}
+        self.operator_state: list = operator_state or []
+
+
+class Operator:
+    keyed = False
+
+    def __init__(self, node: Node, ctx: RuntimeContext) -> None:
+        self.node = node
+        self.uid = node.uid
+        self.ctx = ctx
+
+    def open(self, restored_operator_state: list | None) -> None:
+        pass
+
+    def process(self, records: list[dict]) -> list[dict]:
+        return records
+
+    def end_input(self) -> list[dict]:
+        return []
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot | None:
+        return None
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        pass
+
+    def notify_abort(self, checkpoint_id: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class MapOperator(Operator):
+    def process(self, records):
+        fn = self.node.payload
+        return [fn(r) for r in records]
+
+
+class FlatMapOperator(Operator):
+    def process(self, records):
+        fn = self.node.payload
+        out: list = []
+        for r in records:
+            res = fn(r)
+            if res:
+                out.extend(res)
+        return out
+
+
+class FilterOperator(Operator):
+    def process(self, records):
+        fn = self.node.payload
+        return [r for r in records if fn(r)]
+
+
+class MapBatchesOperator(Operator):
+    def process(self, records):
+        if not records:
+            return records
+        batch = records if isinstance(records, pa.RecordBatch) else pa.RecordBatch.from_pylist(records)
+        result = self.node.payload(batch)
+        if isinstance(result, pa.Table):
+            return result.to_pylist()
+        if not isinstance(result, pa.RecordBatch):
+            raise TypeError(
+                f"map_batches function {self.node.name!r} must return a pyarrow.RecordBatch, "
+                f"got {type(result).__name__}"
+            )
+        return result.to_pylist()
+
+
+def _emitted(result: Iterable[dict] | None, out: list) -> None:
+    if result is None:
+        return
+    if isinstance(result, dict):
+        out.append(result)
+    else:
+        out.extend(result)
+
+
+class KeyedOperator(Operator):
+    keyed = True
+
+    def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
+                 max_parallelism: int) -> None:
+        super().__init__(node, ctx)
+        self.backend = HeapKeyedStateBackend(node.uid, key_groups, max_parallelism)
+        ctx._backend = self.backend
+        self.selector = node.key_selector
+
+    def snapshot(self, checkpoint_id):
+        data, offsets, states = self.backend.snapshot()
+        return OperatorSnapshot(data, offsets, states)
+
+
+class ProcessOperator(KeyedOperator):
+    def open(self, restored_operator_state):
+        self.node.payload.open(self.ctx)
+
+    def process(self, records):
+        fn = self.node.payload
+        backend, sel, ctx = self.backend, self.selector, self.ctx
+        out: list = []
+        for r in records:
+            backend.set_current_key(sel(r))
+            _emitted(fn.process_element(r, ctx), out)
+        return out
+
+    def end_input(self):
+        out: list = []
+        _emitted(self.node.payload.end_input(self.ctx), out)
+        return out
+
+    def snapshot(self, checkpoint_id):
+        self.node.payload.snapshot_state(checkpoint_id)
+        return super().snapshot(checkpoint_id)
+
+    def notify_complete(self, checkpoint_id):
+        self.node.payload.notify_checkpoint_complete(checkpoint_id)
+
+    def close(self):
+        self.node.payload.close()
+
+
+class ReduceOperator(KeyedOperator):
+    def open(self, restored_operator_state):
+        self.state = self.ctx.value_state("reduce")
+
+    def process(self, records):
+        fn, backend, sel, state = self.node.payload, self.backend, self.selector, self.state
+        out: list = []
+        for r in records:
+            backend.set_current_key(sel(r))
+            prev = state.value()
+            new = r if prev is None else fn(prev, r)
+            state.update(new)
+            out.append(new)
+        return out
+
+
+class SourceOperator(Operator):
+    """Reads the splits assigned to this subtask (split j runs on subtask j % parallelism)."""
+
+    def open(self, restored_operator_state):
+        src = self.node.payload
+        positions = {e["split"]: e["position"] for e in (restored_operator_state or [])}
+        self.finished_splits: set[str] = {e["split"] for e in (restored_operator_state or [])
+                                          if e.get("finished")}
+        sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
+                             self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt)
+        splits = list(src.splits())
+        self.assigned = [s for j, s in enumerate(splits)
+                         if j % self.ctx.parallelism == self.ctx.subtask_index]
+        self.readers = {}
+        self.positions = {}
+        for s in self.assigned:
+            self.positions[s] = positions.get(s)
+            if s not in self.finished_splits:
+                self.readers[s] = src.open_split(s, positions.get(s), sctx)
+        self._order = [s for s in self.assigned if s in self.readers]
+        self._next = 0
+
+    def read_batch(self, max_records: int) -> list[dict] | None:
+        """Round-robin over the splits; ``None`` when every split is exhausted."""
+        for _ in range(len(self._order)):
+            split = self._order[self._next % len(self._order)]
+            self._next += 1
+            batch = self.readers[split].read_batch(max_records)
+            if batch is None:
+                self.positions[split] = self.readers[split].position()
+                self.readers.pop(split).close()
+                self.finished_splits.add(split)
+                self._order.remove(split)
+                return [] if self._order else None
+            self.positions[split] = self.readers[split].position()
+            if batch:
+                return batch
+        return None if not self._order else []
+
+    def snapshot(self, checkpoint_id):
+        state = [{"split": s, "position": self.positions.get(s), "finished": s in self.finished_splits}
+                 for s in self.assigned]
+        return OperatorSnapshot(operator_state=state)
+
+    def close(self):
+        for r in self.readers.values():
+            r.close()
+
+
+class SinkOperator(Operator):
+    """Two-phase commit: pre-commit at the barrier, commit on notify-complete."""
+
+    def open(self, restored_operator_state):
+        sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
+                             self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt)
+        self.writer = self.node.payload.create_writer(sctx)
+        restored = [t for e in (restored_operator_state or []) for t in e["transactions"]]
+        self.writer.recover(restored)
+        self.pending: list[tuple[int, list]] = []
+
+    def process(self, records):
+        if records:
+            self.writer.write(records)
+        return []
+
+    def snapshot(self, checkpoint_id):
+        txns = self.writer.pre_commit(checkpoint_id)
+        if txns:
+            self.pending.append((checkpoint_id, list(txns)))
+        state = [{"checkpoint_id": c, "transactions": t} for c, t in self.pending]
+        return OperatorSnapshot(operator_state=state)
+
+    def notify_complete(self, checkpoint_id):
+        ready = [t for c, ts in self.pending if c <= checkpoint_id for t in ts]
+        if ready:
+            self.writer.commit(ready)
+        self.pending = [(c, ts) for c, ts in self.pending if c > checkpoint_id]
+
+    def close(self):
+        self.writer.close()
+
+
+_SIMPLE = {"map": MapOperator, "flat_map": FlatMapOperator, "filter": FilterOperator,
+           "map_batches": MapBatchesOperator, "source": SourceOperator, "sink": SinkOperator}
+_KEYED = {"process": ProcessOperator, "reduce": ReduceOperator}
+
+
+def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
+                    max_parallelism: int) -> Operator:
+    if node.kind in _KEYED:
+        return _KEYED[node.kind](node, ctx, key_groups, max_parallelism)
+    return _SIMPLE[node.kind](node, ctx)

@@ -1,0 +1,86 @@
+"""Wire format of data channels and of the control connection.
+
+Every frame is ``<u32 length><u8 type><payload>``. Data channels carry record batches and
+in-band events (barriers, cancel markers, end of input); the control connection between a
+slot and the coordinator carries msgpack maps.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+from ..serialization import packb, unpackb
+
+HEADER = struct.Struct("!IB")
+
+# data channel frame types
+RECORDS = 1        # msgpack list of dicts
+ARROW = 2          # Arrow IPC stream of one RecordBatch
+BARRIER = 3        # msgpack [checkpoint_id, timestamp_ms, kind]
+CANCEL = 4         # msgpack checkpoint_id
+END_OF_INPUT = 5   # empty
+HELLO = 6          # msgpack {"vertex", "subtask", "channel"} sent first on a data connection
+CONTROL = 7        # msgpack map (control connection)
+
+
+class ConnectionClosed(Exception):
+    pass
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        r = sock.recv_into(view[got:], n - got)
+        if r == 0:
+            raise ConnectionClosed()
+        got += r
+    return bytes(buf)
+
+
+def recv_frame(sock: socket.socket) -> tuple[int, bytes]:
+    length, kind = HEADER.unpack(recv_exact(sock, HEADER.size))
+    return kind, recv_exact(sock, length) if length else b""
+
+
+def send_frame(sock: socket.socket, kind: int, payload: bytes = b"") -> None:
+    sock.sendall(HEADER.pack(len(payload), kind) + payload if len(payload) < 65536
+                 else HEADER.pack(len(payload), kind))
+    if len(payload) >= 65536:
+        sock.sendall(payload)
+
+
+class ControlConnection:
+    """A thread-safe msgpack message connection."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._lock = threading.Lock()
+
+    def send(self, msg: dict) -> None:
+        data = packb(msg)
+        with self._lock:
+            send_frame(self.sock, CONTROL, data)
+
+    def recv(self) -> dict:
+        kind, payload = recv_frame(self.sock)
+        if kind != CONTROL:
+            raise ConnectionClosed(f"unexpected frame type {kind} on control connection")
+        return unpackb(payload)
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def connect(host: str, port: int, timeout: float = 30.0) -> socket.socket:
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock

@@ -1,0 +1,131 @@
+"""Pipelines shared by tests (importable by slot processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+
+from airflow_checkpoint_provider.engine import (
+    CheckpointConfig,
+    FileSink,
+    GeneratorSource,
+    KeyedProcessFunction,
+    Pipeline,
+    RestartStrategy,
+    read_committed,
+)
+
+
+class InjectedFailure(RuntimeError):
+    pass
+
+
+class FaultPlan:
+    """Seeded failure points that each fire once across all attempts (marker files).
+
+    Points: ("record", id) raises while processing record ``id``; ("snapshot", n) raises in
+    the synchronous part of checkpoint n; ("notify", n) raises after checkpoint n completed,
+    before the sink of the same task committed it.
+    """
+
+    def __init__(self, directory: str, points: list[tuple[str, int]]) -> None:
+        self.directory = directory
+        self.points = {(k, int(v)) for k, v in points}
+        os.makedirs(directory, exist_ok=True)
+
+    def maybe_fail(self, kind: str, value: int, info: dict) -> None:
+        if (kind, value) not in self.points:
+            return
+        path = os.path.join(self.directory, f"{kind}-{value}")
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
+        raise InjectedFailure(f"injected failure {kind} {value}")
+
+    def fired(self) -> dict[str, dict]:
+        out = {}
+        for name in os.listdir(self.directory):
+            with open(os.path.join(self.directory, name)) as f:
+                out[name] = json.load(f)
+        return out
+
+
+class RunningSum(KeyedProcessFunction):
+    def __init__(self, faults: FaultPlan | None = None) -> None:
+        self.faults = faults
+
+    def open(self, ctx):
+        self.sum = ctx.value_state("sum", 0)
+        self.count = ctx.value_state("count", 0)
+        self.last_notified = 0
+
+    def _info(self, ctx=None) -> dict:
+        return {"last_notified": self.last_notified}
+
+    def process_element(self, record, ctx):
+        if self.faults:
+            self.faults.maybe_fail("record", record["id"], self._info())
+        s = self.sum.value() + record["value"]
+        c = self.count.value() + 1
+        self.sum.update(s)
+        self.count.update(c)
+        return {"key": ctx.current_key, "id": record["id"], "count": c, "sum": s}
+
+    def snapshot_state(self, checkpoint_id):
+        if self.faults:
+            self.faults.maybe_fail("snapshot", checkpoint_id, self._info())
+
+    def notify_checkpoint_complete(self, checkpoint_id):
+        if self.faults:
+            self.faults.maybe_fail("notify", checkpoint_id, self._info())
+        self.last_notified = checkpoint_id
+
+
+def running_sum_pipeline(root: str, *, name: str = "running-sum", num_records: int = 20_000,
+                         num_keys: int = 50, seed: int = 7, rate: float | None = None,
+                         faults: FaultPlan | None = None, interval_ms: int | None = 100,
+                         source_parallelism: int = 2, keyed_parallelism: int = 3,
+                         mode: str = "exactly_once", out: str | None = None,
+                         restart: RestartStrategy | None = None, **checkpoint_options) -> Pipeline:
+    p = Pipeline(name, max_parallelism=128,
+                 checkpoint=CheckpointConfig(interval_ms=interval_ms, directory=os.path.join(root, "ckpt"),
+                                             mode=mode, **checkpoint_options),
+                 restart_strategy=restart or RestartStrategy.fixed_delay(attempts=100, delay_ms=0),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    (p.source(GeneratorSource(num_records, num_keys=num_keys, seed=seed, splits=4,
+                              records_per_second=rate),
+              uid="gen", parallelism=source_parallelism)
+      .key_by("key")
+      .process(RunningSum(faults), uid="sum", parallelism=keyed_parallelism)
+      .sink(FileSink(out or os.path.join(root, "out")), uid="out"))
+    return p
+
+
+def expected_running_sums(num_records: int, num_keys: int, seed: int) -> dict[str, dict]:
+    src = GeneratorSource(num_records, num_keys=num_keys, seed=seed)
+    per_key: dict[str, dict] = defaultdict(lambda: {"ids": set(), "sum": 0})
+    for i in range(num_records):
+        r = src.record(i)
+        per_key[r["key"]]["ids"].add(i)
+        per_key[r["key"]]["sum"] += r["value"]
+    return dict(per_key)
+
+
+def check_exactly_once(out_dir: str, expected: dict[str, dict]) -> None:
+    """Per key: every input id emitted exactly once, counts 1..n, final sum right."""
+    emitted: dict[str, list[dict]] = defaultdict(list)
+    for r in read_committed(out_dir):
+        emitted[r["key"]].append(r)
+    assert set(emitted) == set(expected), "keys differ"
+    for key, rows in emitted.items():
+        ids = [r["id"] for r in rows]
+        assert len(ids) == len(set(ids)), f"key {key}: duplicate emissions"
+        assert set(ids) == expected[key]["ids"], f"key {key}: missing emissions"
+        counts = sorted(r["count"] for r in rows)
+        assert counts == list(range(1, len(rows) + 1)), f"key {key}: state not exactly-once"
+        last = max(rows, key=lambda r: r["count"])
+        assert last["sum"] == expected[key]["sum"], f"key {key}: wrong final sum"
