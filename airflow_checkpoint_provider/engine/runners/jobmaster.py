@@ -129,6 +129,9 @@ class JobMaster:
                          version=p.version,
                          restored_from=initial.directory if initial is not None else None)
         self.job_id, self.job_dir, self.store = job_id, job_dir, store
+        # Split lists are taken once per job: every subtask and attempt sees the same list.
+        self.source_splits = {n.uid: list(n.payload.splits()) for v in graph.vertices
+                              for n in v.nodes if n.kind == "source"}
         operator_info = {}
         for v in graph.vertices:
             for n in v.nodes:
@@ -203,7 +206,7 @@ class JobMaster:
             "job_id": self.job_id, "job_name": self.pipeline.name, "graph": g,
             "job_dir": self.job_dir, "batch_size": self.pipeline.batch_size,
             "exactly_once": self.pipeline.checkpoint.mode == CheckpointingMode.EXACTLY_ONCE,
-            "restore": restore})
+            "restore": restore, "source_splits": self.source_splits})
 
     # -- messages to slots ----------------------------------------------------------------
     def _broadcast(self, msg: dict, slots=None) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from ..connectors.base import SourceContext
+from ..errors import RestoreError
 from ..functions import RuntimeContext
 from ..graph import Node
 from ..state.heap import HeapKeyedStateBackend
@@ -164,7 +165,13 @@ class ReduceOperator(KeyedOperator):
 
 
 class SourceOperator(Operator):
-    """Reads the splits assigned to this subtask (split j runs on subtask j % parallelism)."""
+    """Reads the splits assigned to this subtask (split j runs on subtask j % parallelism).
+
+    ``splits`` is the job's split list, taken once by the job master so every subtask and
+    every attempt sees the same list.
+    """
+
+    splits: list[str] | None = None
 
     def open(self, restored_operator_state):
         src = self.node.payload
@@ -173,7 +180,13 @@ class SourceOperator(Operator):
                                           if e.get("finished")}
         sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
                              self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt)
-        splits = list(src.splits())
+        splits = list(self.splits if self.splits is not None else src.splits())
+        vanished = sorted(set(positions) - set(splits) - self.finished_splits)
+        if vanished:
+            raise RestoreError(
+                f"source {self.uid!r}: split(s) {', '.join(vanished)} recorded in the restored "
+                "snapshot are no longer offered by the source (a file was removed?)"
+            )
         self.assigned = [s for j, s in enumerate(splits)
                          if j % self.ctx.parallelism == self.ctx.subtask_index]
         self.readers = {}

@@ -44,7 +44,8 @@ class TaskEnvironment:
 
     def __init__(self, *, job_id: str, job_name: str, attempt: int, graph: ExecutionGraph,
                  job_dir: str, exactly_once: bool, batch_size: int,
-                 send: callable, upload_pool: ThreadPoolExecutor) -> None:
+                 send: callable, upload_pool: ThreadPoolExecutor,
+                 source_splits: dict[str, list[str]] | None = None) -> None:
         self.job_id = job_id
         self.job_name = job_name
         self.attempt = attempt
@@ -54,6 +55,7 @@ class TaskEnvironment:
         self.batch_size = batch_size
         self.send = send
         self.upload_pool = upload_pool
+        self.source_splits = source_splits or {}
 
 
 class OutputChannel:
@@ -165,6 +167,8 @@ class StreamTask:
                                  operator_uid=node.uid or node.name, subtask_index=self.subtask,
                                  parallelism=v.parallelism, attempt=self.env.attempt)
             op = create_operator(node, ctx, kg_range, g.max_parallelism)
+            if isinstance(op, SourceOperator):
+                op.splits = self.env.source_splits.get(node.uid)
             spec = self.restore.get(node.uid) if node.uid else None
             if spec and isinstance(op, KeyedOperator):
                 for handle in spec.get("keyed", []):

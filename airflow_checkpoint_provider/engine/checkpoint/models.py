@@ -1,0 +1,336 @@
+"""Tables of the metadata DB: the completed-checkpoint store and the control plane.
+
+The metadata DB is a product surface: operators query it with plain SQL, the ``ckpt`` CLI
+prints it, Airflow polls it. Column names say what they hold, every state is a documented
+string (no integer codes), sizes are bytes, durations milliseconds, and every timestamp is
+UTC (``DateTime(timezone=True)``; SQLite stores it as text without an offset, always UTC).
+
+Tables
+======
+
+``jobs``
+    One row per job run (a ``job_id``, uuid hex), several runs may share a ``job_name``.
+    ``status`` is a :class:`JobStatus`; ``attempt`` is the current attempt (0 for the first
+    start, +1 per restart); ``heartbeat_at`` is refreshed by the running coordinator, so a
+    RUNNING job with a stale heartbeat is a dead driver.
+
+``job_attempts``
+    One row per (re)start of a job, primary key ``(job_id, attempt)``: when it started and
+    ended, which checkpoint it restored (``restored_checkpoint_id`` and the location in
+    ``restored_from``) and why it ended (``failure_reason``; NULL when it finished cleanly).
+
+``checkpoints``
+    One row per triggered checkpoint or savepoint (``kind``, a :class:`CheckpointKind`),
+    unique on ``(job_id, checkpoint_id)``. ``status`` follows :class:`CheckpointStatus`:
+    ``PENDING -> COMPLETED -> SUBSUMED`` on the happy path, ``PENDING -> FAILED`` when it is
+    declined or expires. Only a COMPLETED row whose ``_metadata`` exists is restorable.
+    ``state_size`` is the full state the checkpoint references, ``checkpointed_size`` the
+    bytes uploaded for this checkpoint alone (smaller with incremental checkpoints),
+    ``task_stats`` a JSON list with one object per acknowledging task.
+
+``control_requests``
+    The control plane between Airflow (or the CLI) and a running job: a client inserts a
+    request (``action``, a :class:`ControlAction`, with JSON ``params``), the job's
+    coordinator claims it (``PENDING -> IN_PROGRESS``) and finishes it
+    (``SUCCEEDED`` with a JSON ``result`` such as ``{"checkpoint_id", "location"}``, or
+    ``FAILED`` with an ``error``). See :class:`ControlRequestStatus`.
+
+``shared_state``
+    The shared-state registry of incremental checkpoints: one row per file under the job's
+    ``shared/`` directory, with the checkpoint that created it and the newest checkpoint
+    that still references it. A file whose ``last_used_checkpoint`` is older than the oldest
+    retained checkpoint is no longer referenced and can be deleted.
+
+The schema is versioned with Alembic (``migrations/``); a change to these classes needs a
+new revision in ``migrations/versions``. Types are portable (SQLite and PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# -- states ----------------------------------------------------------------------------------
+
+
+class JobStatus(StrEnum):
+    """State of a job run (``jobs.status``).
+
+    - ``CREATED``: the row exists, tasks are being deployed.
+    - ``RUNNING``: every task runs; checkpoints are triggered.
+    - ``RESTARTING``: an attempt failed, the job restarts from the latest completed
+      checkpoint (``failure_reason`` says why).
+    - ``FINISHED``: every source was exhausted and the job ended normally.
+    - ``FAILED``: the restart strategy gave up (``failure_reason`` says why).
+    - ``CANCELED``: stopped on request, without a savepoint.
+    - ``STOPPED``: stopped on request after taking a final savepoint.
+    """
+
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    CANCELED = "CANCELED"
+    STOPPED = "STOPPED"
+
+
+#: Job states a job never leaves.
+TERMINAL_JOB_STATUSES: frozenset[str] = frozenset(
+    {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.STOPPED}
+)
+
+
+class CheckpointKind(StrEnum):
+    """What a ``checkpoints`` row is.
+
+    - ``CHECKPOINT``: periodic, owned by the job, subsumed by newer ones, may reference
+      shared (incremental) files.
+    - ``SAVEPOINT``: on request, owned by the user, self-contained, never subsumed.
+    """
+
+    CHECKPOINT = "CHECKPOINT"
+    SAVEPOINT = "SAVEPOINT"
+
+
+class CheckpointStatus(StrEnum):
+    """State of a checkpoint or savepoint (``checkpoints.status``).
+
+    - ``PENDING``: triggered, not every task acknowledged yet.
+    - ``COMPLETED``: every task acknowledged and ``_metadata`` is written: restorable.
+    - ``FAILED``: declined by a task, expired, or aborted on failover (``failure_reason``).
+    - ``SUBSUMED``: a newer completed checkpoint replaced it beyond the retained count; its
+      files were deleted.
+    - ``DISCARDED``: deleted on request (for example ``ckpt dispose``).
+    """
+
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    SUBSUMED = "SUBSUMED"
+    DISCARDED = "DISCARDED"
+
+
+class ControlAction(StrEnum):
+    """What a control request asks the job to do (``control_requests.action``).
+
+    - ``CHECKPOINT``: trigger a checkpoint now.
+    - ``SAVEPOINT``: take a savepoint (``params.directory`` optional) and keep running.
+    - ``STOP_WITH_SAVEPOINT``: take a final savepoint, then stop (job ends STOPPED).
+    - ``CANCEL``: stop now without a savepoint (job ends CANCELED).
+    """
+
+    CHECKPOINT = "CHECKPOINT"
+    SAVEPOINT = "SAVEPOINT"
+    STOP_WITH_SAVEPOINT = "STOP_WITH_SAVEPOINT"
+    CANCEL = "CANCEL"
+
+
+class ControlRequestStatus(StrEnum):
+    """State of a control request (``control_requests.status``).
+
+    - ``PENDING``: submitted, not yet seen by the job.
+    - ``IN_PROGRESS``: claimed by the job's coordinator (exactly one claimer).
+    - ``SUCCEEDED``: done; ``result`` holds what it produced.
+    - ``FAILED``: could not be done; ``error`` says why.
+    """
+
+    PENDING = "PENDING"
+    IN_PROGRESS = "IN_PROGRESS"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+#: Control request states a request never leaves.
+TERMINAL_CONTROL_REQUEST_STATUSES: frozenset[str] = frozenset(
+    {ControlRequestStatus.SUCCEEDED, ControlRequestStatus.FAILED}
+)
+
+# -- types -----------------------------------------------------------------------------------
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """``DateTime(timezone=True)`` that always stores UTC and always returns aware UTC.
+
+    SQLite keeps no offset and returns naive values: they are UTC by construction, since
+    aware values are converted to UTC before they are written. Naive input is taken as UTC.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return as_utc(value)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return as_utc(value)
+
+
+def as_utc(value: datetime) -> datetime:
+    """Return ``value`` as an aware UTC datetime (a naive value is taken as UTC)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# -- tables ----------------------------------------------------------------------------------
+
+#: Constraint names are explicit and stable so later migrations can alter them (SQLite batch
+#: mode needs names to drop or recreate a constraint).
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JOB_ID_LENGTH = 64
+STATUS_LENGTH = 32
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON(none_as_null=True),
+        list[Any]: JSON(none_as_null=True),
+    }
+
+
+class JobRow(Base):
+    """``jobs``: one row per job run. See the module docstring and :class:`JobStatus`."""
+
+    __tablename__ = "jobs"
+
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
+    job_name: Mapped[str] = mapped_column(String(255), index=True)
+    version: Mapped[str | None] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(STATUS_LENGTH))
+    restored_from: Mapped[str | None] = mapped_column(Text)
+    spark_app_id: Mapped[str | None] = mapped_column(String(255))
+    parallelism: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    heartbeat_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class JobAttemptRow(Base):
+    """``job_attempts``: one row per (re)start of a job, keyed by ``(job_id, attempt)``."""
+
+    __tablename__ = "job_attempts"
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    started_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
+    restored_checkpoint_id: Mapped[int | None] = mapped_column(BigInteger)
+    restored_from: Mapped[str | None] = mapped_column(Text)
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class CheckpointRow(Base):
+    """``checkpoints``: one row per checkpoint or savepoint. See :class:`CheckpointStatus`."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (
+        UniqueConstraint("job_id", "checkpoint_id"),
+        Index(None, "status", "kind"),
+    )
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.job_id", ondelete="CASCADE"))
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(STATUS_LENGTH))
+    status: Mapped[str] = mapped_column(String(STATUS_LENGTH))
+    is_final: Mapped[bool] = mapped_column(Boolean, default=False)
+    trigger_time: Mapped[datetime]
+    complete_time: Mapped[datetime | None]
+    duration_ms: Mapped[int | None] = mapped_column(BigInteger)
+    state_size: Mapped[int | None] = mapped_column(BigInteger)
+    checkpointed_size: Mapped[int | None] = mapped_column(BigInteger)
+    location: Mapped[str] = mapped_column(Text)
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    task_stats: Mapped[list[Any] | None]
+
+
+class ControlRequestRow(Base):
+    """``control_requests``: requests to a running job. See :class:`ControlRequestStatus`."""
+
+    __tablename__ = "control_requests"
+    __table_args__ = (Index(None, "job_id", "status"),)
+
+    request_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.job_id", ondelete="CASCADE"))
+    action: Mapped[str] = mapped_column(String(STATUS_LENGTH))
+    params: Mapped[dict[str, Any] | None]
+    status: Mapped[str] = mapped_column(String(STATUS_LENGTH))
+    result: Mapped[dict[str, Any] | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class SharedStateRow(Base):
+    """``shared_state``: a file shared by incremental checkpoints, keyed by (job, file key)."""
+
+    __tablename__ = "shared_state"
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    file_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    created_by_checkpoint: Mapped[int] = mapped_column(BigInteger)
+    last_used_checkpoint: Mapped[int] = mapped_column(BigInteger)
+
+
+__all__ = [
+    "TERMINAL_CONTROL_REQUEST_STATUSES",
+    "TERMINAL_JOB_STATUSES",
+    "Base",
+    "CheckpointKind",
+    "CheckpointRow",
+    "CheckpointStatus",
+    "ControlAction",
+    "ControlRequestRow",
+    "ControlRequestStatus",
+    "JobAttemptRow",
+    "JobRow",
+    "JobStatus",
+    "SharedStateRow",
+    "UTCDateTime",
+    "as_utc",
+    "utcnow",
+]
