@@ -13,7 +13,7 @@ $(PY):
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
 
 $(STAMP): $(PY) pyproject.toml
-	VIRTUAL_ENV=$(abspath $(VENV)) $(UV) pip install --quiet -e '.[dev]'
+	VIRTUAL_ENV=$(abspath $(VENV)) $(UV) pip install --quiet -e '.[dev,spark]'
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -129,3 +129,18 @@ def check_exactly_once(out_dir: str, expected: dict[str, dict]) -> None:
         assert counts == list(range(1, len(rows) + 1)), f"key {key}: state not exactly-once"
         last = max(rows, key=lambda r: r["count"])
         assert last["sum"] == expected[key]["sum"], f"key {key}: wrong final sum"
+
+
+class AlwaysFails(KeyedProcessFunction):
+    def process_element(self, record, ctx):
+        raise RuntimeError(f"bad record {record['id']}")
+
+
+def failing_pipeline(root: str, restart: RestartStrategy) -> Pipeline:
+    p = Pipeline("always-fails",
+                 checkpoint=CheckpointConfig(interval_ms=100, directory=os.path.join(root, "ckpt")),
+                 restart_strategy=restart,
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    (p.source(GeneratorSource(1000), uid="gen").key_by("key")
+      .process(AlwaysFails(), uid="fail").sink(FileSink(os.path.join(root, "out")), uid="out"))
+    return p

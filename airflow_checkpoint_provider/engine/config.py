@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from .errors import ConfigurationError
 
 
-class CheckpointingMode(str, enum.Enum):
+class CheckpointingMode(enum.StrEnum):
     EXACTLY_ONCE = "exactly_once"
     AT_LEAST_ONCE = "at_least_once"
 

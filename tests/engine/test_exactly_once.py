@@ -3,7 +3,6 @@
 import os
 
 import pytest
-
 from pipelines import FaultPlan, check_exactly_once, expected_running_sums, running_sum_pipeline
 
 NUM_RECORDS, NUM_KEYS, SEED = 20_000, 50, 7

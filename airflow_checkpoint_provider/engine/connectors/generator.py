@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .base import SourceContext, SplitReader, Source
+from .base import Source, SourceContext, SplitReader
 
 _MASK = (1 << 64) - 1
 

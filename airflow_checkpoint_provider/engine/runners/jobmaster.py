@@ -81,6 +81,7 @@ class CoordinatorServer:
 class AttemptOutcome:
     status: str            # FINISHED | FAILED
     failure: str | None = None
+    fatal: bool = False    # no restart can help (e.g. the snapshot to restore is corrupt)
 
 
 class JobMaster:
@@ -166,7 +167,7 @@ class JobMaster:
                     break
                 failure = outcome.failure
                 strategy = p.restart_strategy
-                if not strategy.can_restart(restarts):
+                if outcome.fatal or not strategy.can_restart(restarts):
                     log.error("Job %s failed and will not restart (%d restarts, strategy %s): %s",
                               p.name, restarts, strategy.kind, failure)
                     status = "FAILED"
@@ -184,6 +185,7 @@ class JobMaster:
             server.close()
             self.launcher.stop()
         store.set_job_status(job_id, status, failure_reason=failure)
+        store.abort_control_requests(job_id, f"job ended with status {status}")
         latest = self.coordinator.completed[-1] if self.coordinator.completed else None
         result = JobResult(job_id=job_id, job_name=p.name, status=status,
                            checkpoints_completed=self.coordinator.num_completed,
@@ -236,7 +238,7 @@ class JobMaster:
             assignments = (assign_restore(snapshot, g, allow_non_restored_state=self.allow_non_restored_state)
                            if snapshot else {})
         except RestoreError as exc:
-            return AttemptOutcome("FAILED", str(exc))
+            return AttemptOutcome("FAILED", str(exc), fatal=True)
         num_slots = g.num_slots
         all_tasks = set(g.tasks())
         self.conns = {}
@@ -298,7 +300,9 @@ class JobMaster:
                     eoi.add((msg["vertex"], msg["subtask"]))
                 elif msg["type"] == "task_failed":
                     log.debug("Remote traceback:\n%s", msg.get("traceback", ""))
-                    return fail(f"task {msg['vertex']}.{msg['subtask']} failed: {msg['error']}")
+                    outcome = fail(f"task {msg['vertex']}.{msg['subtask']} failed: {msg['error']}")
+                    outcome.fatal = bool(msg.get("fatal"))
+                    return outcome
                 elif msg["type"] == "slot_finished":
                     finished_slots.add(msg["slot"])
                     if len(finished_slots) == num_slots:

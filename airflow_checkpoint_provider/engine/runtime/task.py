@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..checkpoint.metadata import read_state_file
 from ..checkpoint.storage import checkpoint_directory, filesystem_for, join, sha256
+from ..errors import CorruptCheckpointError, RestoreError
 from ..functions import RuntimeContext
 from ..graph import BROADCAST, FORWARD, HASH, REBALANCE, ExecutionGraph, Vertex
 from ..serialization import packb
@@ -153,9 +154,11 @@ class StreamTask:
         except Exception as exc:  # noqa: BLE001 - every task failure is reported
             log.warning("Task %s failed: %s", self.name, exc)
             try:
+                # A snapshot that cannot be restored fails the job: restarting cannot help.
+                fatal = isinstance(exc, RestoreError | CorruptCheckpointError)
                 self.env.send({"type": "task_failed", "vertex": self.vertex.id,
                                "subtask": self.subtask, "error": f"{type(exc).__name__}: {exc}",
-                               "traceback": traceback.format_exc()})
+                               "traceback": traceback.format_exc(), "fatal": fatal})
             except OSError:
                 pass
 

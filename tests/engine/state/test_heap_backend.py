@@ -43,7 +43,7 @@ def test_snapshot_restores_only_owned_key_groups_at_new_parallelism():
     restored = {}
     for sub in range(3):
         nb = backend(sub, 3)
-        for kg, (off, n) in offsets.items():
+        for _kg, (off, n) in offsets.items():
             nb.restore_key_group_chunk(data[off:off + n], meta)
         nv = nb.get_state(ValueStateDescriptor("v"))
         for key in nb.keys("v"):
