@@ -120,7 +120,9 @@ class Pipeline:
             **runner_options) -> JobResult:
         """Run the job until it finishes, fails or is cancelled.
 
-        :param runner: ``"local"`` (one OS process per slot on this machine).
+        :param runner: ``"local"`` (one OS process per slot on this machine) or ``"spark"``
+            (one Spark barrier stage; options ``spark=SparkSession``, ``master="local[4]"``,
+            ``coordinator_host``, ``coordinator_port``).
         :param restore: ``None`` (fresh state), ``"latest"`` (the latest completed checkpoint
             of any job with this name, if there is one) or a checkpoint/savepoint path.
         """
@@ -131,7 +133,14 @@ class Pipeline:
                 self, restore=restore, allow_non_restored_state=allow_non_restored_state,
                 job_id=job_id,
             )
-        raise ConfigurationError(f"runner {runner!r} is unknown; use 'local'")
+        if runner == "spark":
+            from .runners.spark import SparkRunner
+
+            return SparkRunner(**runner_options).run(
+                self, restore=restore, allow_non_restored_state=allow_non_restored_state,
+                job_id=job_id,
+            )
+        raise ConfigurationError(f"runner {runner!r} is unknown; use 'local' or 'spark'")
 
 
 def _selector(field_or_fn: str | Callable[[dict], object]) -> Callable[[dict], object]:

@@ -70,7 +70,8 @@ class CheckpointCoordinator:
     """Decides when to trigger and turns acks into completed checkpoints.
 
     :param tasks: every (vertex, subtask) that must ack a checkpoint.
-    :param send_trigger: ``(checkpoint_id, timestamp_ms, kind)`` -> inject at the sources.
+    :param send_trigger: ``(checkpoint_id, timestamp_ms, kind, location)`` -> inject at the
+        sources.
     :param send_notify: ``(checkpoint_id)`` -> notify every task of completion.
     :param send_abort: ``(checkpoint_id)`` -> tell tasks a checkpoint was aborted.
     :param store: the metadata DB (``MetadataStore``) or ``None``.
@@ -124,7 +125,7 @@ class CheckpointCoordinator:
         try:
             return self.trigger(now, CHECKPOINT)
         except CheckpointDeclined as exc:
-            log.info("Checkpoint trigger for job %s declined: %s", self.job_name, exc)
+            log.debug("Checkpoint trigger for job %s declined: %s", self.job_name, exc)
             return None
 
     def trigger(self, now: float, kind: str = CHECKPOINT, *, final: bool = False,
@@ -144,7 +145,7 @@ class CheckpointCoordinator:
             self.store.add_pending_checkpoint(self.job_id, chk, kind=kind, trigger_time=wall,
                                               location=loc)
         log.info("Triggering %s %d for job %s", kind.lower(), chk, self.job_name)
-        self.send_trigger(chk, self.pending[chk].timestamp_ms, kind)
+        self.send_trigger(chk, self.pending[chk].timestamp_ms, kind, loc)
         return chk
 
     # -- acks and declines ----------------------------------------------------------------

@@ -128,7 +128,8 @@ class JobMaster:
         job_dir = job_directory(p.checkpoint.directory, p.name, job_id)
         store.create_job(job_id=job_id, job_name=p.name, parallelism=graph.num_slots,
                          version=p.version,
-                         restored_from=initial.directory if initial is not None else None)
+                         restored_from=initial.directory if initial is not None else None,
+                         spark_app_id=getattr(self, "spark_app_id", None))
         self.job_id, self.job_dir, self.store = job_id, job_dir, store
         # Split lists are taken once per job: every subtask and attempt sees the same list.
         self.source_splits = {n.uid: list(n.payload.splits()) for v in graph.vertices
@@ -220,10 +221,10 @@ class JobMaster:
             except OSError:
                 pass  # the lost connection is reported by its reader
 
-    def _send_trigger(self, chk: int, ts: int, kind: str) -> None:
+    def _send_trigger(self, chk: int, ts: int, kind: str, location: str) -> None:
         slots = {sub for v in self.graph.vertices if v.is_source for sub in range(v.parallelism)}
-        self._broadcast({"type": "trigger", "checkpoint_id": chk, "timestamp": ts, "kind": kind},
-                        slots)
+        self._broadcast({"type": "trigger", "checkpoint_id": chk, "timestamp": ts, "kind": kind,
+                         "location": location}, slots)
 
     def _send_notify(self, chk: int) -> None:
         self._broadcast({"type": "notify", "checkpoint_id": chk})

@@ -166,7 +166,7 @@ def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
                 m = ctl.recv()
                 kind = m["type"]
                 if kind == "trigger":
-                    item = ("trigger", m["checkpoint_id"], m["timestamp"], m["kind"])
+                    item = ("trigger", [m["checkpoint_id"], m["timestamp"], m["kind"], m["location"]])
                     for t in sources:
                         t.mailbox.put_control(item)
                 elif kind in ("notify", "abort"):

@@ -26,7 +26,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from ..checkpoint.metadata import read_state_file
-from ..checkpoint.storage import checkpoint_directory, filesystem_for, join, sha256
+from ..checkpoint.storage import filesystem_for, join, sha256
 from ..errors import CorruptCheckpointError, RestoreError
 from ..functions import RuntimeContext
 from ..graph import BROADCAST, FORWARD, HASH, REBALANCE, ExecutionGraph, Vertex
@@ -246,20 +246,20 @@ class StreamTask:
             if kind == "records":
                 self._push(item[2])
             elif kind == "barrier":
-                _, channel, (chk, ts, ckind) = item
-                self._apply(self.handler.on_barrier(channel, chk), ts, ckind)
+                _, channel, barrier = item
+                self._apply(self.handler.on_barrier(channel, barrier[0]), barrier)
             elif kind == "cancel":
-                self._apply(self.handler.on_cancel(item[1], item[2]), 0, "")
+                self._apply(self.handler.on_cancel(item[1], item[2]), None)
             elif kind == "eoi":
                 ended.add(item[1])
                 if len(ended) == channels:
                     self._end_input(0)
             elif kind == "closed":
-                self._apply(self.handler.on_channel_closed(item[1]), 0, "")
+                self._apply(self.handler.on_channel_closed(item[1]), None)
             else:
                 self._control(item)
 
-    def _apply(self, actions: list, ts: int, ckind: str) -> None:
+    def _apply(self, actions: list, barrier: list | None) -> None:
         for action in actions:
             if action[0] == "release":
                 for ch in action[1]:
@@ -267,7 +267,7 @@ class StreamTask:
             elif action[0] == "block":
                 pass  # the reader waits on its gate until released
             elif action[0] == "checkpoint":
-                self._checkpoint(action[1], ts, ckind, action[2])
+                self._checkpoint(barrier, action[2])
             elif action[0] == "cancel":
                 _, chk, reason = action
                 for w in self.writers:
@@ -279,8 +279,7 @@ class StreamTask:
     def _control(self, item) -> None:
         kind = item[0]
         if kind == "trigger":
-            _, chk, ts, ckind = item
-            self._checkpoint(chk, ts, ckind, 0.0)
+            self._checkpoint(item[1], 0.0)
         elif kind == "notify":
             for op in self.operators:
                 op.notify_complete(item[1])
@@ -295,23 +294,26 @@ class StreamTask:
                        "subtask": self.subtask, "reason": reason})
 
     # -- checkpoint -----------------------------------------------------------------------
-    def _checkpoint(self, chk: int, ts: int, ckind: str, alignment_ms: float) -> None:
-        """Steps 2-4 of the module docstring."""
+    def _checkpoint(self, barrier: list, alignment_ms: float) -> None:
+        """Steps 2-4 of the module docstring. ``barrier`` is ``[id, timestamp_ms, kind,
+        location]``: where this checkpoint's files go."""
+        chk, location = barrier[0], barrier[3]
         t0 = time.perf_counter()
         # 2. synchronous part: capture every operator's state
         snapshots = [(op, op.snapshot(chk)) for op in self.operators]
         sync_ms = (time.perf_counter() - t0) * 1000.0
         # 3. forward the barrier (held-back inputs were released by the handler's actions)
-        payload = packb([chk, ts, ckind])
+        payload = packb(list(barrier))
         for w in self.writers:
             w.emit_event(P.BARRIER, payload)
         # 4. asynchronous part: write files, then ack
-        self.env.upload_pool.submit(self._upload_and_ack, chk, snapshots, sync_ms, alignment_ms)
+        self.env.upload_pool.submit(self._upload_and_ack, chk, location, snapshots, sync_ms,
+                                    alignment_ms)
 
-    def _upload_and_ack(self, chk: int, snapshots: list, sync_ms: float, alignment_ms: float) -> None:
+    def _upload_and_ack(self, chk: int, chk_dir: str, snapshots: list, sync_ms: float,
+                        alignment_ms: float) -> None:
         t0 = time.perf_counter()
         try:
-            chk_dir = checkpoint_directory(self.env.job_dir, chk)
             fs = filesystem_for(chk_dir)
             operators = {}
             size = 0

@@ -1,0 +1,171 @@
+"""The Spark runner: a job's slots are the tasks of ONE Spark barrier stage.
+
+    sc.parallelize(range(S), S).barrier().mapPartitions(run_slot)
+
+Slot ``i`` hosts subtask ``i`` of every operator. Slots exchange their data-server
+``host:port`` with ``BarrierTaskContext.allGather`` and reach the coordinator in the driver
+over TCP (the driver host Spark reports; port configurable). Spark does not retry a failed
+barrier ResultStage: the job master catches the failure, applies the restart strategy and
+submits the stage again, restoring from the latest completed checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import uuid
+
+from ..api import JobResult, Pipeline
+from ..errors import ConfigurationError
+from .jobmaster import JobMaster
+
+log = logging.getLogger(__name__)
+
+
+def session_for(master: str, app_name: str, *, extra_conf: dict | None = None):
+    """A SparkSession for ``master`` set up for barrier jobs on this machine's defaults."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        # fail fast instead of retrying 40 times when the cluster has too few slots
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "1",
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+        # executors import the same modules as the driver (user pipelines, tests)
+        "spark.executorEnv.PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "spark.task.maxFailures": "1",
+    }
+    if os.environ.get("SPARK_LOCAL_IP"):
+        conf.setdefault("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
+        conf.setdefault("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
+    conf.update(extra_conf or {})
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("CKPT_SPARK_LOG_LEVEL", "WARN"))
+    return spark
+
+
+def _make_slot_function(attempt: int, coordinator: tuple[str, int]):
+    def run_partition(iterator):
+        from pyspark import BarrierTaskContext
+
+        from airflow_checkpoint_provider.engine.runtime.slot import run_slot
+
+        ctx = BarrierTaskContext.get()
+        slot = ctx.partitionId()
+        executor_host = ctx.getTaskInfos()[slot].address.rsplit(":", 1)[0]
+        bind_host = os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
+        advertise = os.environ.get("SPARK_LOCAL_IP") or executor_host
+
+        def exchange(address):
+            infos = ctx.allGather(json.dumps([slot, address]))
+            return {int(s): a for s, a in (json.loads(i) for i in infos)}
+
+        run_slot(slot, attempt, coordinator, exchange_peers=exchange, bind_host=bind_host,
+                 advertise_host=advertise)
+        yield slot
+
+    return run_partition
+
+
+class SparkBarrierLauncher:
+    """Runs one attempt's slots as a barrier stage in a background thread."""
+
+    def __init__(self, spark) -> None:
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._done = False
+        self._stopping = False
+        self._group: str | None = None
+
+    def check_slots(self, num_slots: int) -> None:
+        available = self.sc.defaultParallelism
+        if num_slots > available:
+            raise ConfigurationError(
+                f"the job needs {num_slots} slots (its highest operator parallelism) but the Spark "
+                f"cluster offers {available} cores ({self.sc.master}); lower the parallelism or "
+                "add executors/cores"
+            )
+
+    def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int) -> None:
+        from pyspark import InheritableThread
+
+        self.check_slots(num_slots)
+        self._error, self._done, self._stopping = None, False, False
+        self._group = f"ckpt-{uuid.uuid4().hex[:12]}-a{attempt}"
+        fn = _make_slot_function(attempt, coordinator)
+
+        def body() -> None:
+            try:
+                self.sc.setJobGroup(self._group, f"checkpointed job attempt {attempt}",
+                                    interruptOnCancel=True)
+                self.sc.parallelize(range(num_slots), num_slots).barrier().mapPartitions(fn).collect()
+            except BaseException as exc:  # noqa: BLE001 - reported through poll()
+                self._error = exc
+            finally:
+                self._done = True
+
+        self._thread = InheritableThread(target=body, name=f"barrier-stage-{attempt}", daemon=True)
+        self._thread.start()
+
+    def poll(self) -> str | None:
+        if self._done and self._error is not None and not self._stopping:
+            first = str(self._error).strip().splitlines()[0] if str(self._error).strip() else ""
+            return f"Spark barrier stage failed: {type(self._error).__name__}: {first[:500]}"
+        return None
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._group is not None and not self._done:
+            self.sc.cancelJobGroup(self._group)
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self._thread = None
+
+
+class SparkRunner:
+    """Run a pipeline on Spark.
+
+    :param spark: a ``SparkSession`` or a master URL (``local[4]``, ``spark://host:7077``);
+        ``None`` uses the active session (e.g. under spark-submit) or ``local[*]``.
+    :param coordinator_host: interface the coordinator binds to (default: the driver host
+        Spark reports, ``spark.driver.host``).
+    :param coordinator_port: TCP port of the coordinator (0 = any free port).
+    """
+
+    def __init__(self, *, spark=None, master: str | None = None, coordinator_host: str | None = None,
+                 coordinator_port: int = 0) -> None:
+        self.spark_arg = spark if spark is not None else master
+        self.coordinator_host = coordinator_host
+        self.coordinator_port = coordinator_port
+
+    def _session(self, pipeline: Pipeline):
+        from pyspark.sql import SparkSession
+
+        if self.spark_arg is None:
+            active = SparkSession.getActiveSession()
+            return active if active is not None else session_for("local[*]", pipeline.name)
+        if isinstance(self.spark_arg, str):
+            return session_for(self.spark_arg, pipeline.name)
+        return self.spark_arg
+
+    def run(self, pipeline: Pipeline, *, restore: str | None, allow_non_restored_state: bool,
+            job_id: str | None) -> JobResult:
+        spark = self._session(pipeline)
+        launcher = SparkBarrierLauncher(spark)
+        launcher.check_slots(pipeline.execution_graph().num_slots)
+        host = self.coordinator_host or spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+        master = JobMaster(pipeline, launcher, coordinator_host=host,
+                           coordinator_port=self.coordinator_port)
+        master.spark_app_id = spark.sparkContext.applicationId
+        return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
+                          job_id=job_id)
