@@ -32,6 +32,7 @@ class CheckpointConfig:
     :param directory: checkpoint root (a local path); ``<dir>/<job-name>/<job-id>/chk-<N>``.
     :param initial_delay_ms: delay before the first periodic checkpoint; ``None`` picks a
         random delay in ``[min_pause_ms, interval_ms]`` so that many jobs do not align.
+    :param savepoint_directory: default target of savepoints (``<directory>/savepoints``).
     """
 
     interval_ms: int | None = 1000
@@ -43,6 +44,7 @@ class CheckpointConfig:
     mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE
     directory: str = "checkpoints"
     initial_delay_ms: int | None = None
+    savepoint_directory: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", CheckpointingMode(self.mode))

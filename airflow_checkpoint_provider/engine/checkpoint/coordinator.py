@@ -25,6 +25,13 @@ from .storage import METADATA_FILE, checkpoint_directory, filesystem_for, join
 log = logging.getLogger(__name__)
 
 CHECKPOINT, SAVEPOINT = "CHECKPOINT", "SAVEPOINT"
+# barrier kinds of savepoints: plain, stop (sources emit nothing after it), drain (end input first)
+SAVEPOINT_KINDS = ("SAVEPOINT", "SAVEPOINT_STOP", "SAVEPOINT_DRAIN")
+
+
+def record_kind(kind: str) -> str:
+    """The ``checkpoints.kind`` column value of a barrier kind."""
+    return SAVEPOINT if kind in SAVEPOINT_KINDS else CHECKPOINT
 
 
 @dataclass
@@ -102,6 +109,8 @@ class CheckpointCoordinator:
         self.num_failed = 0
         self.job_failure: str | None = None
         self.final_completed = False
+        # called as listener(checkpoint_id, completed_or_None, failure_reason_or_None)
+        self.listeners: list[Callable] = []
         rng = rng or random.Random()
         if config.interval_ms is None:
             self.next_periodic = None
@@ -142,9 +151,9 @@ class CheckpointCoordinator:
         self.pending[chk] = PendingCheckpoint(chk, kind, now, wall, int(wall.timestamp() * 1000),
                                               loc, set(self.tasks), final=final)
         if self.store is not None:
-            self.store.add_pending_checkpoint(self.job_id, chk, kind=kind, trigger_time=wall,
-                                              location=loc)
-        log.info("Triggering %s %d for job %s", kind.lower(), chk, self.job_name)
+            self.store.add_pending_checkpoint(self.job_id, chk, kind=record_kind(kind),
+                                              trigger_time=wall, location=loc, is_final=final)
+        log.info("Triggering %s %d for job %s", record_kind(kind).lower(), chk, self.job_name)
         self.send_trigger(chk, self.pending[chk].timestamp_ms, kind, loc)
         return chk
 
@@ -176,11 +185,14 @@ class CheckpointCoordinator:
             return
         self.last_end = now
         self.num_failed += 1
-        log.warning("%s %d of job %s aborted: %s", p.kind.capitalize(), chk, self.job_name, reason)
+        log.warning("%s %d of job %s aborted: %s", record_kind(p.kind).capitalize(), chk,
+                    self.job_name, reason)
         if self.store is not None:
             self.store.fail_checkpoint(self.job_id, chk, reason=reason)
         filesystem_for(p.location).remove_tree(p.location)
         self.send_abort(chk)
+        for listener in self.listeners:
+            listener(chk, None, reason)
         if count_failure and p.kind == CHECKPOINT and self.failure_manager.on_failure():
             self.job_failure = (
                 f"exceeded the tolerable number of failed checkpoints "
@@ -216,12 +228,12 @@ class CheckpointCoordinator:
                 self.job_id, p.checkpoint_id, complete_time=datetime.now(UTC),
                 duration_ms=duration_ms, state_size=state_size, checkpointed_size=uploaded,
                 task_stats=task_stats)
-        completed = CompletedCheckpoint(p.checkpoint_id, p.kind, p.location, state_size, uploaded,
-                                        duration_ms)
+        completed = CompletedCheckpoint(p.checkpoint_id, record_kind(p.kind), p.location,
+                                        state_size, uploaded, duration_ms)
         self.num_completed += 1
         self.last_end = now
         self.failure_manager.on_success()
-        log.info("Completed %s %d for job %s (%s in %d ms)", p.kind.lower(), p.checkpoint_id,
+        log.info("Completed %s %d for job %s (%s in %d ms)", completed.kind.lower(), p.checkpoint_id,
                  self.job_name, _human_bytes(state_size), duration_ms)
         # 4. subsume
         for older in [c for c in self.pending if c < p.checkpoint_id
@@ -233,6 +245,8 @@ class CheckpointCoordinator:
             self.final_completed = True
         # 5. notify
         self.send_notify(p.checkpoint_id)
+        for listener in self.listeners:
+            listener(p.checkpoint_id, completed, None)
         return completed
 
     def add_completed(self, completed: CompletedCheckpoint) -> None:
@@ -269,7 +283,8 @@ class CheckpointCoordinator:
         for op in operators.values():
             op["subtasks"].sort(key=lambda s: s["index"])
         doc = {"job_id": self.job_id, "job_name": self.job_name,
-               "checkpoint_id": p.checkpoint_id, "kind": p.kind, "timestamp_ms": p.timestamp_ms,
+               "checkpoint_id": p.checkpoint_id, "kind": record_kind(p.kind),
+               "timestamp_ms": p.timestamp_ms,
                "operators": operators}
         return doc, state_size, uploaded, task_stats
 

@@ -9,6 +9,7 @@ row and heartbeat in the metadata DB — lives here.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import socket
 import threading
@@ -29,6 +30,7 @@ from ..config import CheckpointingMode
 from ..errors import CheckpointDeclined, JobFailedError, RestoreError
 from ..graph import ExecutionGraph
 from ..runtime import protocol as P
+from .control import ControlPlane
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,7 @@ class CoordinatorServer:
 
 @dataclass
 class AttemptOutcome:
-    status: str            # FINISHED | FAILED
+    status: str            # FINISHED | STOPPED | CANCELED | FAILED
     failure: str | None = None
     fatal: bool = False    # no restart can help (e.g. the snapshot to restore is corrupt)
 
@@ -150,6 +152,10 @@ class JobMaster:
             send_trigger=self._send_trigger, send_notify=self._send_notify,
             send_abort=self._send_abort, store=store, next_checkpoint_id=first_id,
             now=time.monotonic())
+        self.control = ControlPlane(
+            store=store, job_id=job_id, coordinator=self.coordinator,
+            savepoint_root=p.checkpoint.savepoint_directory
+            or os.path.join(os.path.abspath(p.checkpoint.directory), "savepoints"))
         log.info("Starting job %s (%s) with %d slots%s", p.name, job_id, graph.num_slots,
                  f", restoring {initial.directory}" if initial else "")
         restarts = 0
@@ -163,8 +169,8 @@ class JobMaster:
                                     restored_from=snapshot.directory if snapshot else None)
                 outcome = self._run_attempt(attempt, snapshot)
                 store.end_attempt(job_id, attempt, failure_reason=outcome.failure)
-                if outcome.status == "FINISHED":
-                    status, failure = "FINISHED", None
+                if outcome.status in ("FINISHED", "STOPPED", "CANCELED"):
+                    status, failure = outcome.status, None
                     break
                 failure = outcome.failure
                 strategy = p.restart_strategy
@@ -249,6 +255,7 @@ class JobMaster:
         finished_slots: set[int] = set()
         final_id: int | None = None
         finish_sent = False
+        control = self.control
         coord.set_tasks_running(set())
         self.launcher.start(attempt, self.server.address, num_slots)
         started = time.monotonic()
@@ -307,16 +314,23 @@ class JobMaster:
                 elif msg["type"] == "slot_finished":
                     finished_slots.add(msg["slot"])
                     if len(finished_slots) == num_slots:
-                        return AttemptOutcome("FINISHED")
+                        return AttemptOutcome("STOPPED" if control.stop_completed else "FINISHED")
             # timers
             coord.check_timeouts(now)
             if coord.job_failure:
                 reason, coord.job_failure = coord.job_failure, None
                 return fail(reason)
-            if final_id is None or final_id in coord.pending:
-                if final_id is None:
-                    coord.maybe_trigger_periodic(now)
-            if eoi == all_tasks and not coord.final_completed and (
+            control.poll(now, len(running) == num_slots)
+            if final_id is None and not control.has_queued:
+                coord.maybe_trigger_periodic(now)
+            if control.cancel_request:
+                fail("cancelled on request")
+                control.finish_cancel()
+                return AttemptOutcome("CANCELED")
+            if control.stop_completed and not finish_sent:
+                self._broadcast({"type": "finish"})
+                finish_sent = True
+            if control.stop_checkpoint is None and eoi == all_tasks and not coord.final_completed and (
                     final_id is None or (final_id not in coord.pending)):
                 if not coord.pending and now - coord.last_end >= coord.config.min_pause_ms / 1000.0:
                     try:

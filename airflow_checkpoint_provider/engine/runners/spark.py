@@ -25,11 +25,17 @@ from .jobmaster import JobMaster
 log = logging.getLogger(__name__)
 
 
-def session_for(master: str, app_name: str, *, extra_conf: dict | None = None):
-    """A SparkSession for ``master`` set up for barrier jobs on this machine's defaults."""
+def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = None):
+    """A SparkSession for ``master`` set up for barrier jobs. ``None``: the master that
+    spark-submit configured, else ``local[*]``."""
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    elif not SparkConf().contains("spark.master"):
+        builder = builder.master("local[*]")
     conf = {
         "spark.ui.enabled": "false",
         "spark.pyspark.python": sys.executable,
@@ -153,7 +159,7 @@ class SparkRunner:
 
         if self.spark_arg is None:
             active = SparkSession.getActiveSession()
-            return active if active is not None else session_for("local[*]", pipeline.name)
+            return active if active is not None else session_for(None, pipeline.name)
         if isinstance(self.spark_arg, str):
             return session_for(self.spark_arg, pipeline.name)
         return self.spark_arg

@@ -79,8 +79,18 @@ class ControlConnection:
         self.sock.close()
 
 
-def connect(host: str, port: int, timeout: float = 30.0) -> socket.socket:
-    sock = socket.create_connection((host, port), timeout=timeout)
+# Kernel buffers of data channels. Small on purpose: in-flight data delays aligned
+# barriers (a barrier waits behind everything buffered before it), and a slow consumer
+# must stall its producer quickly.
+DATA_SOCKET_BUFFER = 128 * 1024
+
+
+def connect(host: str, port: int, timeout: float = 30.0, *, buffer: int | None = None) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer)
+    sock.settimeout(timeout)
+    sock.connect((host, port))
     sock.settimeout(None)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock

@@ -91,6 +91,7 @@ def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
 
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, P.DATA_SOCKET_BUFFER)  # inherited
     server.bind((bind_host, 0))
     server.listen(128)
     address = [advertise_host or bind_host, server.getsockname()[1]]
@@ -112,7 +113,7 @@ def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
                           batch_size=job["batch_size"], send=send, upload_pool=upload_pool,
                           source_splits=job.get("source_splits"))
     local = graph.tasks_in_slot(slot)
-    mailboxes = {t: Mailbox(job.get("mailbox_capacity", 32)) for t in local}
+    mailboxes = {t: Mailbox(job.get("mailbox_capacity", 8)) for t in local}
     gates = {t: {c: threading.Event() for c in range(graph.vertex(t[0]).num_input_channels())}
              for t in local}
     for g in gates.values():
@@ -144,7 +145,7 @@ def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
             channels = []
             for j in targets:
                 host, port = peers[j]
-                sock = P.connect(host, port)
+                sock = P.connect(host, port, buffer=P.DATA_SOCKET_BUFFER)
                 ch_index = input_channel_index(graph, out.target_vertex, vid, sub)
                 P.send_frame(sock, P.HELLO, P.packb({"vertex": out.target_vertex, "subtask": j,
                                                      "channel": ch_index}))

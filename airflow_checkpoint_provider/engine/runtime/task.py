@@ -39,6 +39,10 @@ from .operators import KeyedOperator, Operator, SourceOperator, create_operator
 
 log = logging.getLogger(__name__)
 
+# barrier kinds (the third field of a barrier)
+CHECKPOINT, SAVEPOINT = "CHECKPOINT", "SAVEPOINT"
+SAVEPOINT_STOP, SAVEPOINT_DRAIN = "SAVEPOINT_STOP", "SAVEPOINT_DRAIN"
+
 
 class TaskEnvironment:
     """What every task of a slot shares."""
@@ -134,6 +138,8 @@ class StreamTask:
         self.handler = BarrierHandler(vertex.num_input_channels(), env.exactly_once)
         self.operators: list[Operator] = []
         self.finished = False
+        self.exhausted = False                  # sources: every split read (or drained)
+        self.suspended_for: int | None = None   # sources: stopped by stop-with-savepoint N
         self.thread = threading.Thread(target=self._run, name=f"task-{vertex.id}-{subtask}",
                                        daemon=True)
 
@@ -212,10 +218,9 @@ class StreamTask:
 
     def _source_loop(self) -> None:
         source: SourceOperator = self.operators[0]  # type: ignore[assignment]
-        exhausted = False
         batch_size = self.env.batch_size
         while not self.finished:
-            if exhausted:
+            if self.exhausted or self.suspended_for is not None:
                 item = self.mailbox.take(0.5, control_only=True)
                 if item is not None:
                     self._control(item)
@@ -226,7 +231,7 @@ class StreamTask:
                 continue
             batch = source.read_batch(batch_size)
             if batch is None:
-                exhausted = True
+                self.exhausted = True
                 self._end_input(1)
             elif batch:
                 self._push(batch, 1)
@@ -279,11 +284,19 @@ class StreamTask:
     def _control(self, item) -> None:
         kind = item[0]
         if kind == "trigger":
-            self._checkpoint(item[1], 0.0)
+            barrier = item[1]
+            if barrier[2] == SAVEPOINT_DRAIN and not self.exhausted:
+                self.exhausted = True       # drain: end the input first, then the savepoint
+                self._end_input(1)
+            self._checkpoint(barrier, 0.0)
+            if barrier[2] == SAVEPOINT_STOP:
+                self.suspended_for = barrier[0]  # emit nothing after the stop savepoint
         elif kind == "notify":
             for op in self.operators:
                 op.notify_complete(item[1])
         elif kind == "abort":
+            if self.suspended_for == item[1]:
+                self.suspended_for = None   # the stop savepoint failed: keep running
             for op in self.operators:
                 op.notify_abort(item[1])
         elif kind == "finish":

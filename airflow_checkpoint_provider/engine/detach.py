@@ -1,0 +1,52 @@
+"""``ckpt run --detach``: start a job in a background process and return once it runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+from .api import Pipeline
+from .errors import EngineError
+
+
+def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
+                   log_file: str | None, timeout: float) -> dict:
+    """Start ``ckpt <argv>`` in a new session (it outlives this process) with ``--job-id``
+    fixed, then wait until the job row is RUNNING (or already ended)."""
+    from .checkpoint.store import MetadataStore
+
+    job_id = job_id or uuid.uuid4().hex
+    if "--job-id" not in argv:
+        argv = [*argv, "--job-id", job_id]
+    log_file = os.path.abspath(log_file or f"ckpt-{pipeline.name}-{job_id[:8]}.log")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "airflow_checkpoint_provider.engine.cli",
+                                 *argv], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    store = MetadataStore(pipeline.metadata_url)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            job = store.get_job(job_id)
+            if job is not None and job.status != "CREATED" and job.status != "RESTARTING":
+                return {"job_id": job_id, "job_name": job.job_name, "status": job.status,
+                        "pid": proc.pid, "log_file": log_file, "metadata_url": store.url}
+            if proc.poll() is not None:
+                raise EngineError(f"detached job {job_id} exited with code {proc.returncode} "
+                                  f"before running; see {log_file}:\n{_tail(log_file)}")
+            if time.monotonic() > deadline:
+                raise EngineError(f"detached job {job_id} is not RUNNING after {timeout:.0f} s "
+                                  f"(pid {proc.pid}); see {log_file}")
+            time.sleep(0.2)
+    finally:
+        store.close()
+
+
+def _tail(path: str, lines: int = 15) -> str:
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])

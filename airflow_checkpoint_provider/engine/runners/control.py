@@ -1,0 +1,116 @@
+"""The control plane: executes requests that Airflow and the CLI put in the metadata DB.
+
+Nobody needs network access to the driver: a client inserts a row in ``control_requests``
+and polls it; the job master claims PENDING rows of its job (exactly once), executes them
+and writes the result:
+
+* ``CHECKPOINT``: trigger a checkpoint now -> ``{"checkpoint_id", "location"}``;
+* ``SAVEPOINT``: a savepoint into ``params["directory"]`` (or the job's default) ->
+  ``{"checkpoint_id", "location"}``;
+* ``STOP_WITH_SAVEPOINT``: a savepoint after which sources emit nothing, sinks commit, and
+  the job ends STOPPED (``params["drain"]``: end the input first); if the savepoint fails the
+  job keeps running and the request reports why;
+* ``CANCEL``: stop the job now, status CANCELED (no savepoint).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
+from ..errors import CheckpointDeclined
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.25
+
+
+class ControlPlane:
+    def __init__(self, *, store, job_id: str, coordinator: CheckpointCoordinator,
+                 savepoint_root: str) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.coordinator = coordinator
+        self.savepoint_root = savepoint_root
+        self.queued: list = []                  # claimed, waiting until they can trigger
+        self.waiting: dict[int, str] = {}       # checkpoint id -> request id
+        self.stop_checkpoint: int | None = None
+        self.stop_completed: CompletedCheckpoint | None = None
+        self.cancel_request: str | None = None
+        self._last_poll = float("-inf")
+        coordinator.listeners.append(self._on_checkpoint_done)
+
+    def poll(self, now: float, running: bool) -> None:
+        """Claim new requests (every ``POLL_SECONDS``) and trigger what can be triggered now.
+        Queued requests go before periodic checkpoints (see :attr:`has_queued`)."""
+        if now - self._last_poll >= POLL_SECONDS:
+            self._last_poll = now
+            self.queued.extend(self.store.claim_control_requests(self.job_id))
+        if not self.queued:
+            return
+        still = []
+        for req in self.queued:
+            if not self._execute(req, now, running):
+                still.append(req)
+        self.queued = still
+
+    @property
+    def has_queued(self) -> bool:
+        return bool(self.queued)
+
+    def _execute(self, req, now: float, running: bool) -> bool:
+        """Return True when the request was handled (or failed), False to retry later."""
+        action, params = req.action, req.params or {}
+        if action == "CANCEL":
+            self.cancel_request = req.request_id
+            log.info("Cancel requested for job %s (request %s)", self.job_id, req.request_id)
+            return True
+        if not running or self.stop_checkpoint is not None:
+            return False
+        coord = self.coordinator
+        if action == "CHECKPOINT" and len(coord.pending) >= coord.config.max_concurrent:
+            return False
+        try:
+            if action == "CHECKPOINT":
+                chk = coord.trigger(now, "CHECKPOINT")
+            else:
+                directory = params.get("directory") or self.savepoint_root
+                kind = "SAVEPOINT"
+                if action == "STOP_WITH_SAVEPOINT":
+                    kind = "SAVEPOINT_DRAIN" if params.get("drain") else "SAVEPOINT_STOP"
+                chk = coord.next_id
+                location = os.path.join(os.path.abspath(directory),
+                                        f"savepoint-{self.job_id[:6]}-{chk}")
+                chk = coord.trigger(now, kind, location=location)
+                if action == "STOP_WITH_SAVEPOINT":
+                    self.stop_checkpoint = chk
+        except CheckpointDeclined as exc:
+            self.store.finish_control_request(req.request_id, status="FAILED",
+                                              error=f"{action} declined: {exc}")
+            return True
+        self.waiting[chk] = req.request_id
+        return True
+
+    def _on_checkpoint_done(self, chk: int, completed: CompletedCheckpoint | None,
+                            reason: str | None) -> None:
+        if chk == self.stop_checkpoint:
+            if completed is not None:
+                self.stop_completed = completed
+            else:
+                self.stop_checkpoint = None  # sources resume on the abort notification
+        request_id = self.waiting.pop(chk, None)
+        if request_id is None:
+            return
+        if completed is not None:
+            self.store.finish_control_request(
+                request_id, status="SUCCEEDED",
+                result={"checkpoint_id": chk, "location": completed.location, "kind": completed.kind})
+        else:
+            self.store.finish_control_request(request_id, status="FAILED",
+                                              error=f"checkpoint {chk} failed: {reason}")
+
+    def finish_cancel(self) -> None:
+        if self.cancel_request:
+            self.store.finish_control_request(self.cancel_request, status="SUCCEEDED",
+                                              result={"status": "CANCELED"})
