@@ -27,7 +27,7 @@ from ..checkpoint.restore import assign_restore, operator_kind
 from ..checkpoint.storage import job_directory
 from ..checkpoint.store import MetadataStore
 from ..config import CheckpointingMode
-from ..errors import CheckpointDeclined, JobFailedError, RestoreError
+from ..errors import CheckpointDeclined, EngineError, JobFailedError, RestoreError
 from ..graph import ExecutionGraph
 from ..runtime import protocol as P
 from .control import ControlPlane
@@ -257,7 +257,11 @@ class JobMaster:
         finish_sent = False
         control = self.control
         coord.set_tasks_running(set())
-        self.launcher.start(attempt, self.server.address, num_slots)
+        try:
+            self.launcher.start(attempt, self.server.address, num_slots)
+        except EngineError as exc:
+            self.launcher.stop()
+            return AttemptOutcome("FAILED", f"cannot start the job's slots: {exc}")
         started = time.monotonic()
         last_heartbeat = 0.0
         events = self.server.events

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import uuid
 
 from ..api import JobResult, Pipeline
@@ -31,6 +32,9 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
+    # Executors run the same interpreter (with this package installed) as the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
@@ -38,11 +42,13 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
         builder = builder.master("local[*]")
     conf = {
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         # fail fast instead of retrying 40 times when the cluster has too few slots
-        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "1",
-        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+        # (a restart after a lost executor waits for its replacement: 10 x 2 s)
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "10",
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "2s",
         # executors import the same modules as the driver (user pipelines, tests)
         "spark.executorEnv.PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         "spark.task.maxFailures": "1",
@@ -81,11 +87,27 @@ def _make_slot_function(attempt: int, coordinator: tuple[str, int]):
     return run_partition
 
 
+def _root_cause(error: BaseException) -> str:
+    """The most telling line of a Py4J/Spark error: a Python exception raised in a slot or
+    Spark's stage failure reason, not the Py4J call that carried it."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    for ln in reversed(lines):  # the last Python exception line of a worker traceback
+        head = ln.split(":", 1)[0]
+        if head.endswith(("Error", "Exception", "Failure", "Aborted")) and not ln.startswith(
+                ("at ", "org.apache", "py4j", "Caused by")) and " " not in head:
+            return ln[:500]
+    for ln in lines:
+        if "Most recent failure reason" in ln or "SparkException" in ln:
+            return ln[:500]
+    return (lines[0] if lines else type(error).__name__)[:500]
+
+
 class SparkBarrierLauncher:
     """Runs one attempt's slots as a barrier stage in a background thread."""
 
-    def __init__(self, spark) -> None:
+    def __init__(self, spark, slot_wait_seconds: float = 0.0) -> None:
         self.spark = spark
+        self.slot_wait_seconds = slot_wait_seconds
         self.sc = spark.sparkContext
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -93,8 +115,14 @@ class SparkBarrierLauncher:
         self._stopping = False
         self._group: str | None = None
 
-    def check_slots(self, num_slots: int) -> None:
+    def check_slots(self, num_slots: int, wait_seconds: float = 0.0) -> None:
+        """Fail fast when the cluster cannot gang-schedule ``num_slots`` tasks. On a cluster
+        manager, executors register after the session starts: wait up to ``wait_seconds``."""
+        deadline = time.monotonic() + wait_seconds
         available = self.sc.defaultParallelism
+        while num_slots > available and time.monotonic() < deadline:
+            time.sleep(0.5)
+            available = self.sc.defaultParallelism
         if num_slots > available:
             raise ConfigurationError(
                 f"the job needs {num_slots} slots (its highest operator parallelism) but the Spark "
@@ -105,7 +133,7 @@ class SparkBarrierLauncher:
     def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int) -> None:
         from pyspark import InheritableThread
 
-        self.check_slots(num_slots)
+        self.check_slots(num_slots, self.slot_wait_seconds)  # e.g. a lost executor's replacement
         self._error, self._done, self._stopping = None, False, False
         self._group = f"ckpt-{uuid.uuid4().hex[:12]}-a{attempt}"
         fn = _make_slot_function(attempt, coordinator)
@@ -125,8 +153,7 @@ class SparkBarrierLauncher:
 
     def poll(self) -> str | None:
         if self._done and self._error is not None and not self._stopping:
-            first = str(self._error).strip().splitlines()[0] if str(self._error).strip() else ""
-            return f"Spark barrier stage failed: {type(self._error).__name__}: {first[:500]}"
+            return f"Spark barrier stage failed: {_root_cause(self._error)}"
         return None
 
     def stop(self) -> None:
@@ -146,10 +173,13 @@ class SparkRunner:
     :param coordinator_host: interface the coordinator binds to (default: the driver host
         Spark reports, ``spark.driver.host``).
     :param coordinator_port: TCP port of the coordinator (0 = any free port).
+    :param slot_wait_seconds: how long to wait for executors offering enough cores before
+        failing (cluster masters only; local masters fail at once).
     """
 
     def __init__(self, *, spark=None, master: str | None = None, coordinator_host: str | None = None,
-                 coordinator_port: int = 0) -> None:
+                 coordinator_port: int = 0, slot_wait_seconds: float = 60.0) -> None:
+        self.slot_wait_seconds = slot_wait_seconds
         self.spark_arg = spark if spark is not None else master
         self.coordinator_host = coordinator_host
         self.coordinator_port = coordinator_port
@@ -167,8 +197,9 @@ class SparkRunner:
     def run(self, pipeline: Pipeline, *, restore: str | None, allow_non_restored_state: bool,
             job_id: str | None) -> JobResult:
         spark = self._session(pipeline)
-        launcher = SparkBarrierLauncher(spark)
-        launcher.check_slots(pipeline.execution_graph().num_slots)
+        local = spark.sparkContext.master.startswith("local")
+        launcher = SparkBarrierLauncher(spark, 0.0 if local else self.slot_wait_seconds)
+        launcher.check_slots(pipeline.execution_graph().num_slots, launcher.slot_wait_seconds)
         host = self.coordinator_host or spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
         master = JobMaster(pipeline, launcher, coordinator_host=host,
                            coordinator_port=self.coordinator_port)

@@ -1,0 +1,98 @@
+"""The Spark runner on real Spark: local mode and a 2-worker standalone cluster."""
+
+import os
+import signal
+import threading
+import time
+
+import pyspark
+import pytest
+
+from airflow_checkpoint_provider.engine import ConfigurationError, RestartStrategy
+from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.runners.spark import session_for
+from pipelines import FaultPlan, check_exactly_once, expected_running_sums, running_sum_pipeline
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
+
+N, KEYS, SEED = 20_000, 50, 7
+
+
+@pytest.fixture
+def local4():
+    spark = session_for("local[4]", "test-local4")
+    yield spark
+    spark.stop()
+
+
+def test_pyspark_python_package_matches_the_jars():
+    jars = os.listdir(os.path.join(os.path.dirname(pyspark.__file__), "jars"))
+    core = next(j for j in jars if j.startswith("spark-core_"))
+    assert core.endswith(f"-{pyspark.__version__}.jar"), (core, pyspark.__version__)
+
+
+@pytest.mark.timeout(300)
+def test_failure_injection_on_local4_commits_exactly_once(workdir, local4):
+    faults = FaultPlan(str(workdir / "faults"),
+                       [("record", 700), ("snapshot", 2), ("notify", 3), ("record", 15000)])
+    p = running_sum_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED, faults=faults,
+                             rate=5000, interval_ms=200, initial_delay_ms=500)
+    result = p.run("spark", spark=local4)
+    assert result.status == "FINISHED"
+    assert result.restarts == 4 and len(faults.fired()) == 4
+    check_exactly_once(str(workdir / "out"), expected_running_sums(N, KEYS, SEED))
+    job = MetadataStore(p.metadata_url).get_job(result.job_id)
+    assert job.spark_app_id == local4.sparkContext.applicationId
+
+
+@pytest.mark.timeout(120)
+def test_more_slots_than_cores_fails_fast_with_a_clear_message(workdir):
+    spark = session_for("local[2]", "test-local2")
+    try:
+        p = running_sum_pipeline(str(workdir), keyed_parallelism=3)
+        t0 = time.monotonic()
+        with pytest.raises(ConfigurationError, match="needs 3 slots .* offers 2 cores"):
+            p.run("spark", spark=spark)
+        assert time.monotonic() - t0 < 10
+    finally:
+        spark.stop()
+
+
+@pytest.mark.timeout(420)
+def test_standalone_cluster_survives_a_killed_executor_exactly_once(workdir, spark_cluster):
+    spark = session_for(spark_cluster.url, "test-standalone",
+                        extra_conf={"spark.executor.memory": "512m", "spark.cores.max": "4"})
+    try:
+        # failure-free run first: the baseline and a check that the cluster works
+        base = running_sum_pipeline(str(workdir / "base"), num_records=N, num_keys=KEYS, seed=SEED)
+        assert base.run("spark", spark=spark).status == "FINISHED"
+        expected = expected_running_sums(N, KEYS, SEED)
+        check_exactly_once(str(workdir / "base" / "out"), expected)
+
+        p = running_sum_pipeline(str(workdir / "kill"), num_records=N, num_keys=KEYS, seed=SEED,
+                                 rate=2500, interval_ms=200,
+                                 restart=RestartStrategy.fixed_delay(attempts=10, delay_ms=1000))
+        outcome = {}
+        t = threading.Thread(target=lambda: outcome.setdefault("result", p.run("spark", spark=spark)))
+        t.start()
+        store = MetadataStore(p.metadata_url)
+        deadline = time.monotonic() + 120
+        killed = None
+        while time.monotonic() < deadline and killed is None:
+            jobs = store.list_jobs()
+            if jobs and any(c.status in ("COMPLETED", "SUBSUMED")
+                            for c in store.list_checkpoints(jobs[0].job_id)):
+                pids = spark_cluster.executor_pids()
+                if pids:
+                    killed = pids[0]
+                    os.kill(killed, signal.SIGKILL)
+            time.sleep(0.2)
+        assert killed, "no executor to kill"
+        t.join(300)
+        result = outcome["result"]
+        assert result.status == "FINISHED" and result.restarts >= 1
+        check_exactly_once(str(workdir / "kill" / "out"), expected)
+        attempts = store.list_attempts(result.job_id)
+        assert len(attempts) == result.restarts + 1 and attempts[0].failure_reason
+    finally:
+        spark.stop()
