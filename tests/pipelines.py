@@ -144,3 +144,120 @@ def failing_pipeline(root: str, restart: RestartStrategy) -> Pipeline:
     (p.source(GeneratorSource(1000), uid="gen").key_by("key")
       .process(AlwaysFails(), uid="fail").sink(FileSink(os.path.join(root, "out")), uid="out"))
     return p
+
+
+# -- savepoint / upgrade helpers ------------------------------------------------------------
+
+class Audit(KeyedProcessFunction):
+    """A second stateful operator (v1 only): counts records per key, passes them on."""
+
+    def open(self, ctx):
+        self.seen = ctx.value_state("seen", 0)
+
+    def process_element(self, record, ctx):
+        self.seen.update(self.seen.value() + 1)
+        return record
+
+
+class Enrich(KeyedProcessFunction):
+    """The operator v2 adds: starts empty after an upgrade."""
+
+    def open(self, ctx):
+        self.first_id = ctx.value_state("first_id")
+
+    def process_element(self, record, ctx):
+        if self.first_id.value() is None:
+            self.first_id.update(record["id"])
+        return record
+
+
+class ListSum(KeyedProcessFunction):
+    """Declares 'sum' as list state: incompatible with RunningSum's value state."""
+
+    def open(self, ctx):
+        self.sum = ctx.list_state("sum")
+
+    def process_element(self, record, ctx):
+        return record
+
+
+def versioned_pipeline(root: str, version: str, *, num_records: int = 20_000, rate: float | None = None,
+                       source_parallelism: int = 2, keyed_parallelism: int = 2,
+                       out: str | None = None, interval_ms: int | None = 200) -> Pipeline:
+    """v1: sum -> audit; v2: sum -> enrich (drops 'audit', adds 'enrich'); v2-bad: 'sum' as list."""
+    p = Pipeline("versioned", version=version,
+                 checkpoint=CheckpointConfig(interval_ms=interval_ms, directory=os.path.join(root, "ckpt"),
+                                             savepoint_directory=os.path.join(root, "savepoints")),
+                 restart_strategy=RestartStrategy.fixed_delay(attempts=3, delay_ms=0),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    stream = (p.source(GeneratorSource(num_records, num_keys=50, seed=7, splits=4, records_per_second=rate),
+                       uid="gen", parallelism=source_parallelism)
+              .key_by("key"))
+    if version == "v2-bad":
+        stream = stream.process(ListSum(), uid="sum", parallelism=keyed_parallelism)
+    else:
+        stream = stream.process(RunningSum(), uid="sum", parallelism=keyed_parallelism)
+    if version == "v1":
+        stream = stream.key_by("key").process(Audit(), uid="audit", parallelism=keyed_parallelism)
+    elif version == "v2":
+        stream = stream.key_by("key").process(Enrich(), uid="enrich", parallelism=keyed_parallelism)
+    stream.sink(FileSink(out or os.path.join(root, "out")), uid="out")
+    return p
+
+
+class Background:
+    """Run ``pipeline.run(**kwargs)`` in a thread; steer it through the metadata DB."""
+
+    def __init__(self, pipeline: Pipeline, **kwargs) -> None:
+        import threading
+
+        from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+
+        self.pipeline = pipeline
+        self.outcome: dict = {}
+        self.store = MetadataStore(pipeline.metadata_url)
+        self.known = {j.job_id for j in self.store.list_jobs(job_name=pipeline.name)}
+
+        def target():
+            try:
+                self.outcome["result"] = pipeline.run(**kwargs)
+            except BaseException as exc:  # noqa: BLE001
+                self.outcome["error"] = exc
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+
+    def wait_running(self, *, min_checkpoints: int = 1, timeout: float = 60.0):
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            jobs = [j for j in self.store.list_jobs(job_name=self.pipeline.name)
+                    if j.job_id not in self.known]
+            if jobs and jobs[0].status == "RUNNING":
+                done = [c for c in self.store.list_checkpoints(jobs[0].job_id)
+                        if c.status in ("COMPLETED", "SUBSUMED")]
+                if len(done) >= min_checkpoints:
+                    return jobs[0]
+            if "error" in self.outcome:
+                raise self.outcome["error"]
+            time.sleep(0.05)
+        raise AssertionError("job did not reach RUNNING with a completed checkpoint")
+
+    def request(self, job_id: str, action: str, params: dict | None = None, timeout: float = 60.0):
+        import time
+
+        rid = self.store.submit_control_request(job_id, action, params or {})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            req = self.store.get_control_request(rid)
+            if req.status in ("SUCCEEDED", "FAILED"):
+                return req
+            time.sleep(0.05)
+        raise AssertionError(f"{action} request not answered")
+
+    def result(self, timeout: float = 120.0):
+        self.thread.join(timeout)
+        if "error" in self.outcome:
+            raise self.outcome["error"]
+        return self.outcome["result"]

@@ -28,10 +28,21 @@ DEFAULT_METADATA_ENV = "CKPT_METADATA_URL"
 
 
 def default_metadata_url(checkpoint_directory: str) -> str:
-    """``$CKPT_METADATA_URL`` if set, else a SQLite file beside the checkpoints."""
+    """``$CKPT_METADATA_URL`` if set, else a SQLite file beside the checkpoints
+    (``<checkpoint dir>/metadata.db``).
+
+    A SQLite file cannot live in object storage: for a remote checkpoint directory
+    (``s3://...``) the default is ``./checkpoints/metadata.db`` in the current working
+    directory (made absolute). Jobs sharing that DB must run from the same directory; in
+    production set ``$CKPT_METADATA_URL`` (or ``metadata_url=``) to a PostgreSQL URL.
+    """
     env = os.environ.get(DEFAULT_METADATA_ENV)
     if env:
         return env
+    if checkpoint_directory.startswith("file://"):
+        checkpoint_directory = checkpoint_directory[len("file://"):]
+    elif "://" in checkpoint_directory:
+        return "sqlite:///" + os.path.abspath(os.path.join("checkpoints", "metadata.db"))
     return "sqlite:///" + os.path.abspath(os.path.join(checkpoint_directory, "metadata.db"))
 
 
@@ -117,7 +128,7 @@ class Pipeline:
     # -- running -------------------------------------------------------------------------
     def run(self, runner: str = "local", *, restore: str | None = None,
             allow_non_restored_state: bool = False, job_id: str | None = None,
-            **runner_options) -> JobResult:
+            claim_mode: str = "NO_CLAIM", **runner_options) -> JobResult:
         """Run the job until it finishes, fails or is cancelled.
 
         :param runner: ``"local"`` (one OS process per slot on this machine) or ``"spark"``
@@ -125,20 +136,24 @@ class Pipeline:
             ``coordinator_host``, ``coordinator_port``).
         :param restore: ``None`` (fresh state), ``"latest"`` (the latest completed checkpoint
             of any job with this name, if there is one) or a checkpoint/savepoint path.
+        :param allow_non_restored_state: drop state of snapshot operators whose uid is not in
+            the pipeline instead of failing the restore.
+        :param claim_mode: ``"NO_CLAIM"`` (default: the restored snapshot is never deleted by
+            this job) or ``"CLAIM"`` (this job owns it; retention deletes it when subsumed).
         """
         if runner == "local":
             from .runners.local import LocalRunner
 
             return LocalRunner(**runner_options).run(
                 self, restore=restore, allow_non_restored_state=allow_non_restored_state,
-                job_id=job_id,
+                job_id=job_id, claim_mode=claim_mode,
             )
         if runner == "spark":
             from .runners.spark import SparkRunner
 
             return SparkRunner(**runner_options).run(
                 self, restore=restore, allow_non_restored_state=allow_non_restored_state,
-                job_id=job_id,
+                job_id=job_id, claim_mode=claim_mode,
             )
         raise ConfigurationError(f"runner {runner!r} is unknown; use 'local' or 'spark'")
 

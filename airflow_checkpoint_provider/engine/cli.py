@@ -358,6 +358,55 @@ def inspect(path: str, as_json: bool) -> None:
                                   "operator state entries")
 
 
+@main.command()
+@click.argument("path")
+@db_option
+def dispose(path: str, db: str | None) -> None:
+    """Delete the savepoint at PATH (refuses checkpoints and savepoints a running job uses)."""
+    from .savepoints import dispose_savepoint
+
+    try:
+        dispose_savepoint(path, _store(db))
+    except EngineError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"disposed savepoint {path}")
+
+
+@main.command()
+@click.argument("job")
+@db_option
+@click.option("--all-jobs", is_flag=True, help="Savepoints of every job with JOB's name.")
+@click.option("--max-age", "max_age", type=float, default=None,
+              help="Dispose savepoints older than this many seconds (newest always kept).")
+@click.option("--max-count", type=int, default=None,
+              help="Keep at most this many savepoints (newest always kept).")
+@click.option("--json", "as_json", is_flag=True)
+def savepoints(job: str, db: str | None, all_jobs: bool, max_age: float | None,
+               max_count: int | None, as_json: bool) -> None:
+    """Savepoint history of JOB; with --max-age/--max-count, apply retention first."""
+    from .savepoints import apply_savepoint_retention, list_savepoints
+
+    store = _store(db)
+    try:
+        rec = store.resolve_job(job)
+    except LookupError as exc:
+        raise click.ClickException(str(exc)) from exc
+    disposed = []
+    if max_age is not None or max_count is not None:
+        disposed = apply_savepoint_retention(store, job_name=rec.job_name,
+                                             max_age_seconds=max_age, max_count=max_count)
+    rows = (list_savepoints(store, job_name=rec.job_name) if all_jobs or disposed
+            else list_savepoints(store, job_id=rec.job_id))
+    if as_json:
+        _echo_json([_record(r) for r in rows])
+        return
+    for loc in disposed:
+        click.echo(f"disposed {loc}")
+    for r in rows:
+        click.echo(f"  savepoint {r.checkpoint_id:>5} of {r.job_id[:8]} {r.complete_time:%Y-%m-%d %H:%M:%S} "
+                   f"{(r.state_size or 0):>10} B  {r.location}")
+
+
 @main.group()
 def db() -> None:
     """Metadata DB administration."""

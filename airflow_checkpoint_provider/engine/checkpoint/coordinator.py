@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..config import CheckpointConfig
-from ..errors import CheckpointDeclined
+from ..errors import CheckpointDeclined, CheckpointStorageError
 from .metadata import encode_metadata
 from .storage import METADATA_FILE, checkpoint_directory, filesystem_for, join
 
@@ -55,6 +55,7 @@ class CompletedCheckpoint:
     state_size: int
     checkpointed_size: int
     duration_ms: int
+    claimed: bool = False   # restored with claim mode CLAIM: this job owns (and deletes) it
 
 
 class CheckpointFailureManager:
@@ -205,7 +206,7 @@ class CheckpointCoordinator:
             self.abort(chk, reason, now, count_failure=False)
 
     # -- completion -----------------------------------------------------------------------
-    def _complete(self, p: PendingCheckpoint, now: float) -> CompletedCheckpoint:
+    def _complete(self, p: PendingCheckpoint, now: float) -> CompletedCheckpoint | None:
         """Turn a fully acked pending checkpoint into a completed one.
 
         1. merge the task acks into the ``_metadata`` document (operators by uid);
@@ -214,13 +215,20 @@ class CheckpointCoordinator:
         4. subsume older pending checkpoints and completed ones beyond the retained count
            (their files are deleted, their rows marked SUBSUMED);
         5. notify every task, so two-phase-commit sinks commit.
+
+        Returns ``None`` (the checkpoint is aborted) when ``_metadata`` cannot be written.
         """
-        del self.pending[p.checkpoint_id]
         # 1. merge acks
         doc, state_size, uploaded, task_stats = self._metadata_document(p)
-        # 2. _metadata written last
+        # 2. _metadata written last; if the storage is unavailable (an S3 outage), the
+        #    checkpoint fails like a declined one and the job keeps running
         fs = filesystem_for(p.location)
-        fs.write_bytes(join(p.location, METADATA_FILE), encode_metadata(doc), atomic=True)
+        try:
+            fs.write_bytes(join(p.location, METADATA_FILE), encode_metadata(doc), atomic=True)
+        except CheckpointStorageError as exc:
+            self.abort(p.checkpoint_id, f"cannot write {METADATA_FILE}: {exc}", now)
+            return None
+        del self.pending[p.checkpoint_id]
         duration_ms = int((now - p.trigger_time) * 1000)
         # 3. metadata DB
         if self.store is not None:
@@ -254,7 +262,8 @@ class CheckpointCoordinator:
         self.completed.append(completed)
         while len(self.completed) > self.config.retained:
             old = self.completed.popleft()
-            if old.location.startswith(self.job_dir):  # never delete another job's checkpoint
+            # never delete another job's checkpoint unless this job claimed it
+            if old.claimed or old.location.startswith(self.job_dir):
                 filesystem_for(old.location).remove_tree(old.location)
             if self.store is not None:
                 self.store.set_checkpoint_status(self.job_id, [old.checkpoint_id], "SUBSUMED")

@@ -20,11 +20,10 @@ moved or copied. A checkpoint is valid only once ``_metadata`` exists and verifi
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 
 from ..errors import CorruptCheckpointError, RestoreError
-from .storage import METADATA_FILE, filesystem_for, join, sha256, strip_scheme
+from .storage import METADATA_FILE, basename, filesystem_for, join, parent, sha256, strip_scheme
 
 FORMAT = "airflow-checkpoint-provider/checkpoint"
 VERSION = 1
@@ -78,8 +77,8 @@ def load_snapshot(path: str) -> LoadedSnapshot:
     """Load and verify ``_metadata`` from a checkpoint/savepoint directory or the file itself."""
     path = strip_scheme(path)
     fs = filesystem_for(path)
-    if os.path.basename(path) == METADATA_FILE:
-        meta_path, directory = path, os.path.dirname(path)
+    if basename(path) == METADATA_FILE:  # local path or s3:// URI
+        meta_path, directory = path, parent(path)
     else:
         meta_path, directory = join(path, METADATA_FILE), path
     if not fs.exists(meta_path):

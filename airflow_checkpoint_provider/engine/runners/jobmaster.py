@@ -27,7 +27,13 @@ from ..checkpoint.restore import assign_restore, operator_kind
 from ..checkpoint.storage import job_directory
 from ..checkpoint.store import MetadataStore
 from ..config import CheckpointingMode
-from ..errors import CheckpointDeclined, EngineError, JobFailedError, RestoreError
+from ..errors import (
+    CheckpointDeclined,
+    ConfigurationError,
+    EngineError,
+    JobFailedError,
+    RestoreError,
+)
 from ..graph import ExecutionGraph
 from ..runtime import protocol as P
 from .control import ControlPlane
@@ -96,11 +102,14 @@ class JobMaster:
 
     # -- public ---------------------------------------------------------------------------
     def run(self, *, restore: str | None = None, allow_non_restored_state: bool = False,
-            job_id: str | None = None) -> JobResult:
+            job_id: str | None = None, claim_mode: str = "NO_CLAIM") -> JobResult:
         p = self.pipeline
         graph = p.execution_graph()
         self.graph = graph
         self.allow_non_restored_state = allow_non_restored_state
+        if claim_mode not in ("NO_CLAIM", "CLAIM"):
+            raise ConfigurationError(f"claim_mode {claim_mode!r} is unknown; use NO_CLAIM or CLAIM")
+        self.claim_mode = claim_mode
         store = MetadataStore(p.metadata_url)
         try:
             return self._run(graph, store, restore, job_id)
@@ -152,6 +161,12 @@ class JobMaster:
             send_trigger=self._send_trigger, send_notify=self._send_notify,
             send_abort=self._send_abort, store=store, next_checkpoint_id=first_id,
             now=time.monotonic())
+        if initial is not None and self.claim_mode == "CLAIM":
+            # The new job owns the restored snapshot: it is retained, then subsumed and
+            # deleted like the job's own checkpoints. (NO_CLAIM never deletes it.)
+            self.coordinator.add_completed(CompletedCheckpoint(
+                initial.checkpoint_id, initial.doc.get("kind", "CHECKPOINT"), initial.directory,
+                0, 0, 0, claimed=True))
         self.control = ControlPlane(
             store=store, job_id=job_id, coordinator=self.coordinator,
             savepoint_root=p.checkpoint.savepoint_directory

@@ -58,7 +58,7 @@ class LocalRunner:
         self.coordinator_port = coordinator_port
 
     def run(self, pipeline: Pipeline, *, restore: str | None, allow_non_restored_state: bool,
-            job_id: str | None) -> JobResult:
+            job_id: str | None, claim_mode: str = "NO_CLAIM") -> JobResult:
         master = JobMaster(pipeline, LocalProcessLauncher(), coordinator_port=self.coordinator_port)
         return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
-                          job_id=job_id)
+                          job_id=job_id, claim_mode=claim_mode)

@@ -195,7 +195,7 @@ class SparkRunner:
         return self.spark_arg
 
     def run(self, pipeline: Pipeline, *, restore: str | None, allow_non_restored_state: bool,
-            job_id: str | None) -> JobResult:
+            job_id: str | None, claim_mode: str = "NO_CLAIM") -> JobResult:
         spark = self._session(pipeline)
         local = spark.sparkContext.master.startswith("local")
         launcher = SparkBarrierLauncher(spark, 0.0 if local else self.slot_wait_seconds)
@@ -205,4 +205,4 @@ class SparkRunner:
                            coordinator_port=self.coordinator_port)
         master.spark_app_id = spark.sparkContext.applicationId
         return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
-                          job_id=job_id)
+                          job_id=job_id, claim_mode=claim_mode)
