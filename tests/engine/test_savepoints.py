@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from pipelines import Background, check_exactly_once, expected_running_sums, versioned_pipeline
 
 from airflow_checkpoint_provider.engine import CorruptCheckpointError, JobFailedError, RestoreError
 from airflow_checkpoint_provider.engine.checkpoint.metadata import load_snapshot
@@ -15,7 +16,6 @@ from airflow_checkpoint_provider.engine.savepoints import (
     dispose_savepoint,
     list_savepoints,
 )
-from pipelines import Background, check_exactly_once, expected_running_sums, versioned_pipeline
 
 N = 20_000
 pytestmark = pytest.mark.slow
