@@ -96,3 +96,22 @@ def test_standalone_cluster_survives_a_killed_executor_exactly_once(workdir, spa
         assert len(attempts) == result.restarts + 1 and attempts[0].failure_reason
     finally:
         spark.stop()
+
+
+@pytest.mark.timeout(300)
+def test_stop_with_savepoint_then_restore_v2_on_spark_loses_and_duplicates_nothing(workdir, local4):
+    from pipelines import Background, versioned_pipeline
+
+    v1 = versioned_pipeline(str(workdir), "v1", num_records=N, rate=3000)
+    bg = Background(v1, runner="spark", spark=local4)
+    job = bg.wait_running(min_checkpoints=1, timeout=120)
+    req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"directory": str(workdir / "sp")})
+    assert req.status == "SUCCEEDED", req.error
+    assert bg.result().status == "STOPPED"
+    v2 = versioned_pipeline(str(workdir), "v2", num_records=N, keyed_parallelism=3)
+    result = v2.run("spark", spark=local4, restore=req.result["location"],
+                    allow_non_restored_state=True)
+    assert result.status == "FINISHED"
+    check_exactly_once(str(workdir / "out"), expected_running_sums(N, KEYS, SEED))
+    new_job = MetadataStore(v2.metadata_url).get_job(result.job_id)
+    assert new_job.restored_from == req.result["location"] and new_job.version == "v2"
