@@ -72,7 +72,9 @@ class Pipeline:
     :param restart_strategy: how the job restarts after a failure.
     :param metadata_url: SQLAlchemy URL of the metadata DB (default: ``$CKPT_METADATA_URL``
         or ``<checkpoint dir>/metadata.db``).
-    :param state_backend: ``"heap"`` (RocksDB comes with its own issue).
+    :param state_backend: ``"heap"`` (Python dicts, full snapshots) or ``"rocksdb"``
+        (RocksDB per subtask, state larger than memory).
+    :param incremental: RocksDB only: upload only new SST files per checkpoint (as Flink).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class Pipeline:
         restart_strategy: RestartStrategy | None = None,
         metadata_url: str | None = None,
         state_backend: str = "heap",
+        incremental: bool = True,
         version: str | None = None,
         batch_size: int = 1024,
     ) -> None:
@@ -91,14 +94,16 @@ class Pipeline:
             raise ConfigurationError(f"pipeline name {name!r} must be non-empty, without '/'")
         if not 1 <= max_parallelism <= 32768:
             raise ConfigurationError(f"max_parallelism {max_parallelism} must be in 1..32768")
-        if state_backend != "heap":
-            raise ConfigurationError(f"state_backend {state_backend!r} is not available; use 'heap'")
+        if state_backend not in ("heap", "rocksdb"):
+            raise ConfigurationError(
+                f"state_backend {state_backend!r} is unknown; use 'heap' or 'rocksdb'")
         self.name = name
         self.max_parallelism = max_parallelism
         self.checkpoint = checkpoint or CheckpointConfig()
         self.restart_strategy = restart_strategy or RestartStrategy.fixed_delay()
         self.metadata_url = metadata_url or default_metadata_url(self.checkpoint.directory)
         self.state_backend = state_backend
+        self.incremental = incremental
         self.version = version
         self.batch_size = batch_size
         self._graph = JobGraph(name, max_parallelism)

@@ -110,6 +110,8 @@ class CheckpointCoordinator:
         self.num_failed = 0
         self.job_failure: str | None = None
         self.final_completed = False
+        # shared files (incremental RocksDB SSTs) registered by completed checkpoints
+        self.registered_shared: set[str] = set()
         # called as listener(checkpoint_id, completed_or_None, failure_reason_or_None)
         self.listeners: list[Callable] = []
         rng = rng or random.Random()
@@ -191,6 +193,9 @@ class CheckpointCoordinator:
         if self.store is not None:
             self.store.fail_checkpoint(self.job_id, chk, reason=reason)
         filesystem_for(p.location).remove_tree(p.location)
+        for key in _shared_keys(p) - self.registered_shared:
+            path = join(self.job_dir, key)          # uploaded for this checkpoint only
+            filesystem_for(path).remove_file(path)
         self.send_abort(chk)
         for listener in self.listeners:
             listener(chk, None, reason)
@@ -230,7 +235,11 @@ class CheckpointCoordinator:
             return None
         del self.pending[p.checkpoint_id]
         duration_ms = int((now - p.trigger_time) * 1000)
-        # 3. metadata DB
+        # 3. metadata DB (and the shared-state registry: created_by / last_used)
+        shared = _shared_keys(p) if p.kind == CHECKPOINT else set()
+        if shared and self.store is not None:
+            self.store.register_shared_state(self.job_id, p.checkpoint_id, sorted(shared))
+        self.registered_shared |= shared
         if self.store is not None:
             self.store.complete_checkpoint(
                 self.job_id, p.checkpoint_id, complete_time=datetime.now(UTC),
@@ -268,6 +277,23 @@ class CheckpointCoordinator:
             if self.store is not None:
                 self.store.set_checkpoint_status(self.job_id, [old.checkpoint_id], "SUBSUMED")
             log.debug("Subsumed checkpoint %d of job %s", old.checkpoint_id, self.job_name)
+        self._discard_unreferenced_shared_state()
+
+    def _discard_unreferenced_shared_state(self) -> None:
+        """Delete shared files that no retained checkpoint references any more."""
+        if self.store is None or not self.registered_shared:
+            return
+        own = [c.checkpoint_id for c in self.completed if not c.claimed]
+        if not own:
+            return
+        doomed = self.store.unreferenced_shared_state(self.job_id, min(own))
+        for key in doomed:
+            path = join(self.job_dir, key)
+            filesystem_for(path).remove_file(path)
+        if doomed:
+            self.store.delete_shared_state(self.job_id, doomed)
+            self.registered_shared -= set(doomed)
+            log.debug("Deleted %d unreferenced shared files of job %s", len(doomed), self.job_name)
 
     def _metadata_document(self, p: PendingCheckpoint):
         operators: dict[str, dict] = {}
@@ -296,6 +322,18 @@ class CheckpointCoordinator:
                "timestamp_ms": p.timestamp_ms,
                "operators": operators}
         return doc, state_size, uploaded, task_stats
+
+
+def _shared_keys(p: PendingCheckpoint) -> set[str]:
+    """Shared file keys (relative to the job directory) referenced by a checkpoint's acks."""
+    keys = set()
+    for ack in p.acks.values():
+        for entry in ack.get("operators", {}).values():
+            handle = entry.get("keyed") or {}
+            for f in handle.get("files", ()):
+                if f.get("shared"):
+                    keys.add(f["shared"])
+    return keys
 
 
 def _human_bytes(n: int) -> str:

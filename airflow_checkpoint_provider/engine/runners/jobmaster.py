@@ -230,7 +230,9 @@ class JobMaster:
             "job_id": self.job_id, "job_name": self.pipeline.name, "graph": g,
             "job_dir": self.job_dir, "batch_size": self.pipeline.batch_size,
             "exactly_once": self.pipeline.checkpoint.mode == CheckpointingMode.EXACTLY_ONCE,
-            "restore": restore, "source_splits": self.source_splits})
+            "restore": restore, "source_splits": self.source_splits,
+            "state_backend": {"kind": self.pipeline.state_backend,
+                              "incremental": self.pipeline.incremental}})
 
     # -- messages to slots ----------------------------------------------------------------
     def _broadcast(self, msg: dict, slots=None) -> None:

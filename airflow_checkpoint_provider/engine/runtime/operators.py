@@ -17,13 +17,15 @@ from ..state.keygroups import KeyGroupRange
 class OperatorSnapshot:
     """The synchronous part of one operator's snapshot."""
 
-    __slots__ = ("keyed_bytes", "offsets", "states", "operator_state")
+    __slots__ = ("keyed_bytes", "offsets", "states", "operator_state", "local_checkpoint")
 
-    def __init__(self, keyed_bytes=None, offsets=None, states=None, operator_state=None):
-        self.keyed_bytes: bytes | None = keyed_bytes
+    def __init__(self, keyed_bytes=None, offsets=None, states=None, operator_state=None,
+                 local_checkpoint=None):
+        self.keyed_bytes: bytes | None = keyed_bytes          # heap: serialized key groups
         self.offsets: dict[int, list[int]] = offsets or {}
         self.states: dict[str, dict] = states or {}
         self.operator_state: list = operator_state or []
+        self.local_checkpoint: str | None = local_checkpoint  # rocksdb: native checkpoint dir
 
 
 class Operator:
@@ -108,15 +110,35 @@ class KeyedOperator(Operator):
     keyed = True
 
     def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
-                 max_parallelism: int) -> None:
+                 max_parallelism: int, state_backend: dict | None = None) -> None:
         super().__init__(node, ctx)
-        self.backend = HeapKeyedStateBackend(node.uid, key_groups, max_parallelism)
+        backend = (state_backend or {}).get("kind", "heap")
+        if backend == "rocksdb":
+            from ..state.rocksdb import RocksDBKeyedStateBackend
+
+            self.backend = RocksDBKeyedStateBackend(
+                node.uid, key_groups, max_parallelism,
+                incremental=(state_backend or {}).get("incremental", True))
+        else:
+            self.backend = HeapKeyedStateBackend(node.uid, key_groups, max_parallelism)
+        self.rocksdb = backend == "rocksdb"
         ctx._backend = self.backend
         self.selector = node.key_selector
 
     def snapshot(self, checkpoint_id):
+        if self.rocksdb:
+            return OperatorSnapshot(states=self.backend.state_meta(),
+                                    local_checkpoint=self.backend.snapshot_sync(checkpoint_id))
         data, offsets, states = self.backend.snapshot()
         return OperatorSnapshot(data, offsets, states)
+
+    def notify_complete(self, checkpoint_id):
+        if self.rocksdb:
+            self.backend.notify_complete(checkpoint_id)
+
+    def close(self):
+        if self.rocksdb:
+            self.backend.close()
 
 
 class ProcessOperator(KeyedOperator):
@@ -143,9 +165,13 @@ class ProcessOperator(KeyedOperator):
 
     def notify_complete(self, checkpoint_id):
         self.node.payload.notify_checkpoint_complete(checkpoint_id)
+        super().notify_complete(checkpoint_id)
 
     def close(self):
-        self.node.payload.close()
+        try:
+            self.node.payload.close()
+        finally:
+            super().close()
 
 
 class ReduceOperator(KeyedOperator):
@@ -264,7 +290,7 @@ _KEYED = {"process": ProcessOperator, "reduce": ReduceOperator}
 
 
 def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
-                    max_parallelism: int) -> Operator:
+                    max_parallelism: int, state_backend: dict | None = None) -> Operator:
     if node.kind in _KEYED:
-        return _KEYED[node.kind](node, ctx, key_groups, max_parallelism)
+        return _KEYED[node.kind](node, ctx, key_groups, max_parallelism, state_backend)
     return _SIMPLE[node.kind](node, ctx)

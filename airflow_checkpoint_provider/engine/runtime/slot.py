@@ -111,7 +111,8 @@ def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
     env = TaskEnvironment(job_id=job["job_id"], job_name=job["job_name"], attempt=attempt,
                           graph=graph, job_dir=job["job_dir"], exactly_once=job["exactly_once"],
                           batch_size=job["batch_size"], send=send, upload_pool=upload_pool,
-                          source_splits=job.get("source_splits"))
+                          source_splits=job.get("source_splits"),
+                          state_backend=job.get("state_backend"))
     local = graph.tasks_in_slot(slot)
     mailboxes = {t: Mailbox(job.get("mailbox_capacity", 8)) for t in local}
     gates = {t: {c: threading.Event() for c in range(graph.vertex(t[0]).num_input_channels())}

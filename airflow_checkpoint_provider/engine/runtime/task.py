@@ -50,7 +50,8 @@ class TaskEnvironment:
     def __init__(self, *, job_id: str, job_name: str, attempt: int, graph: ExecutionGraph,
                  job_dir: str, exactly_once: bool, batch_size: int,
                  send: callable, upload_pool: ThreadPoolExecutor,
-                 source_splits: dict[str, list[str]] | None = None) -> None:
+                 source_splits: dict[str, list[str]] | None = None,
+                 state_backend: dict | None = None) -> None:
         self.job_id = job_id
         self.job_name = job_name
         self.attempt = attempt
@@ -61,6 +62,7 @@ class TaskEnvironment:
         self.send = send
         self.upload_pool = upload_pool
         self.source_splits = source_splits or {}
+        self.state_backend = state_backend or {"kind": "heap"}
 
 
 class OutputChannel:
@@ -175,12 +177,19 @@ class StreamTask:
             ctx = RuntimeContext(job_id=self.env.job_id, job_name=self.env.job_name,
                                  operator_uid=node.uid or node.name, subtask_index=self.subtask,
                                  parallelism=v.parallelism, attempt=self.env.attempt)
-            op = create_operator(node, ctx, kg_range, g.max_parallelism)
+            op = create_operator(node, ctx, kg_range, g.max_parallelism, self.env.state_backend)
             if isinstance(op, SourceOperator):
                 op.splits = self.env.source_splits.get(node.uid)
             spec = self.restore.get(node.uid) if node.uid else None
-            if spec and isinstance(op, KeyedOperator):
+            if spec and isinstance(op, KeyedOperator) and op.rocksdb and any(
+                    h.get("type") == "rocksdb" for h in spec.get("keyed", [])):
+                op.backend.restore(spec["directory"], spec["keyed"], spec["states"])
+            elif spec and isinstance(op, KeyedOperator):
                 for handle in spec.get("keyed", []):
+                    if handle.get("type") == "rocksdb":
+                        raise RestoreError(
+                            f"operator {node.uid!r}: the snapshot holds RocksDB state; restore "
+                            "it with state_backend='rocksdb'")
                     data = read_state_file(spec["directory"], handle)
                     for kg_text, (off, length) in handle["offsets"].items():
                         if int(kg_text) in kg_range:
@@ -321,15 +330,15 @@ class StreamTask:
             w.emit_event(P.BARRIER, payload)
         # 4. asynchronous part: write files, then ack
         self.env.upload_pool.submit(self._upload_and_ack, chk, location, snapshots, sync_ms,
-                                    alignment_ms)
+                                    alignment_ms, barrier[2] != CHECKPOINT)
 
     def _upload_and_ack(self, chk: int, chk_dir: str, snapshots: list, sync_ms: float,
-                        alignment_ms: float) -> None:
+                        alignment_ms: float, full: bool) -> None:
         t0 = time.perf_counter()
         try:
             fs = filesystem_for(chk_dir)
             operators = {}
-            size = 0
+            size = uploaded = 0
             for op, snap in snapshots:
                 if snap is None or not op.uid:
                     continue
@@ -337,20 +346,28 @@ class StreamTask:
                                "keyed": None}
                 if op.keyed:
                     entry["key_group_range"] = op.backend.key_groups.to_list()
-                    if snap.keyed_bytes:
+                    if snap.local_checkpoint is not None:
+                        # RocksDB: incremental upload of the native checkpoint's files
+                        handle, state_size, sent = op.backend.upload(
+                            chk, snap.local_checkpoint, chk_dir, full=full)
+                        entry["keyed"] = handle
+                        size += state_size
+                        uploaded += sent
+                    elif snap.keyed_bytes:
                         name = f"{op.uid}-{self.subtask}-{uuid.uuid4().hex[:8]}.state"
                         fs.write_bytes(join(chk_dir, name), snap.keyed_bytes)
                         entry["keyed"] = {"path": name, "size": len(snap.keyed_bytes),
                                           "sha256": sha256(snap.keyed_bytes),
                                           "offsets": {str(k): v for k, v in snap.offsets.items()}}
                         size += len(snap.keyed_bytes)
+                        uploaded += len(snap.keyed_bytes)
                 operators[op.uid] = entry
             async_ms = (time.perf_counter() - t0) * 1000.0
             self.env.send({"type": "ack", "checkpoint_id": chk, "vertex": self.vertex.id,
                            "subtask": self.subtask, "operators": operators,
                            "metrics": {"sync_ms": round(sync_ms, 3), "async_ms": round(async_ms, 3),
                                        "alignment_ms": round(alignment_ms, 3),
-                                       "state_size": size, "checkpointed_size": size}})
+                                       "state_size": size, "checkpointed_size": uploaded}})
         except Exception as exc:  # noqa: BLE001 - a failed upload declines the checkpoint
             log.warning("Task %s could not write checkpoint %d: %s", self.name, chk, exc)
             try:

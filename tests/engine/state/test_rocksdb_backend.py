@@ -1,0 +1,81 @@
+import os
+
+from airflow_checkpoint_provider.engine import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from airflow_checkpoint_provider.engine.state.keygroups import key_group_range_for
+from airflow_checkpoint_provider.engine.state.rocksdb import RocksDBKeyedStateBackend
+
+
+def backend(tmp_path, i=0, p=1, name="op"):
+    return RocksDBKeyedStateBackend(name, key_group_range_for(i, p, 128), 128,
+                                    workdir=str(tmp_path / f"w-{name}-{i}-{p}"))
+
+
+def fill(b, n, start=0, value=lambda i: i):
+    v = b.get_state(ValueStateDescriptor("v"))
+    for i in range(start, start + n):
+        b.set_current_key(f"k{i}")
+        v.update(value(i))
+
+
+def test_state_primitives_are_scoped_to_the_current_key(tmp_path):
+    b = backend(tmp_path)
+    v = b.get_state(ValueStateDescriptor("v", 0))
+    lst = b.get_state(ListStateDescriptor("l"))
+    m = b.get_state(MapStateDescriptor("m"))
+    b.set_current_key("a")
+    v.update(3)
+    lst.add(1)
+    lst.add(2)
+    m.put("x", {"y": 1})
+    b.set_current_key("b")
+    assert v.value() == 0 and lst.get() == [] and m.get("x") is None
+    b.set_current_key("a")
+    assert v.value() == 3 and lst.get() == [1, 2] and m.items() == [("x", {"y": 1})]
+    b.close()
+
+
+def test_incremental_checkpoint_uploads_only_new_sst_files(tmp_path):
+    b = backend(tmp_path)
+    fill(b, 100_000)
+    chk1 = str(tmp_path / "job" / "chk-1")
+    handle1, size1, sent1 = b.upload(1, b.snapshot_sync(1), chk1, full=False)
+    assert sent1 == size1 > 0
+    b.notify_complete(1)
+    fill(b, 1000, value=lambda i: -i)      # 1% of the keys change
+    chk2 = str(tmp_path / "job" / "chk-2")
+    handle2, size2, sent2 = b.upload(2, b.snapshot_sync(2), chk2, full=False)
+    assert sent2 < 0.2 * size2, (sent2, size2)
+    reused = {f["shared"] for f in handle1["files"] if "shared" in f} & {
+        f["shared"] for f in handle2["files"] if "shared" in f}
+    assert reused, "the second checkpoint references SSTs of the first"
+    # a savepoint is full and self-contained
+    sp = str(tmp_path / "sp")
+    handle3, size3, sent3 = b.upload(3, b.snapshot_sync(3), sp, full=True)
+    assert sent3 == size3 and not any("shared" in f for f in handle3["files"])
+    # restore at parallelism 2 keeps only owned key groups, values intact
+    restored = {}
+    for sub in range(2):
+        nb = backend(tmp_path, sub, 2, name=f"r{sub}")
+        nb.restore(chk2, [handle2], {"v": {"kind": "value", "serializer": "msgpack"}})
+        v = nb.get_state(ValueStateDescriptor("v"))
+        for key in nb.keys("v"):
+            nb.set_current_key(key)
+            assert key not in restored
+            restored[key] = v.value()
+        nb.close()
+    assert len(restored) == 100_000
+    assert restored["k5"] == -5 and restored["k5000"] == 5000
+    b.close()
+
+
+def test_uploads_of_an_unconfirmed_checkpoint_are_never_reused(tmp_path):
+    b = backend(tmp_path)
+    fill(b, 1000)
+    h1, _, _ = b.upload(1, b.snapshot_sync(1), str(tmp_path / "j" / "chk-1"), full=False)
+    # checkpoint 1 never completes (no notify): checkpoint 2 uploads everything again
+    h2, size2, sent2 = b.upload(2, b.snapshot_sync(2), str(tmp_path / "j" / "chk-2"), full=False)
+    assert sent2 == size2
+    shared1 = {f["shared"] for f in h1["files"] if "shared" in f}
+    assert not shared1 & {f["shared"] for f in h2["files"] if "shared" in f}
+    b.close()
+    assert not os.path.exists(b.workdir)
