@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean check-java
+.PHONY: demo test lint venv clean check-java bench
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -13,7 +13,11 @@ $(PY):
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
 
 $(STAMP): $(PY) pyproject.toml
-	VIRTUAL_ENV=$(abspath $(VENV)) $(UV) pip install --quiet -e '.[dev,spark]'
+	VIRTUAL_ENV=$(abspath $(VENV)) $(UV) pip install --quiet -e '.[dev,spark,airflow]'
+	@# The Spark provider pulls pyspark-client, which writes into the same pyspark/ folder:
+	@# put pyspark's own files back (tests/engine/runners/test_spark_runner.py checks it).
+	VIRTUAL_ENV=$(abspath $(VENV)) $(UV) pip install --quiet --reinstall --no-deps \
+		pyspark==$$($(PY) -c 'import importlib.metadata as m; print(m.version("pyspark"))')
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -27,6 +31,13 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q
+
+# Benchmarks (about 15 minutes on 2 cores); rewrites BENCHMARKS.md.
+bench: venv
+	$(PY) bench/running_sum.py --records 500000 --keys 100000 --reps 3 --runner local
+	SPARK_LOCAL_IP=127.0.0.1 $(PY) bench/running_sum.py --records 500000 --keys 100000 --reps 3 --runner spark --master 'local[3]'
+	$(PY) bench/state_backends.py --keys 10000,100000,1000000 --reps 3
+	$(PY) bench/write_benchmarks.py
 
 lint: venv
 	$(VENV)/bin/ruff check airflow_checkpoint_provider tests

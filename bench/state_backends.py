@@ -1,0 +1,105 @@
+"""Checkpoint cost of the keyed state backends, measured on the backends themselves.
+
+    .venv/bin/python bench/state_backends.py [--keys 10000,100000,1000000] [--reps 3]
+
+For each key count: fill N keys, take a first checkpoint, then 5 rounds of "update 1% of
+the keys, checkpoint" (notifying completion each time, as the coordinator does). Records the
+synchronous part (ms), the asynchronous upload (ms), the full state size and the bytes
+uploaded per checkpoint, for heap (always full), RocksDB full and RocksDB incremental.
+Writes bench/results/state_backends.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from airflow_checkpoint_provider.engine import ValueStateDescriptor  # noqa: E402
+from airflow_checkpoint_provider.engine.checkpoint.storage import LocalFileSystem, sha256  # noqa: E402
+from airflow_checkpoint_provider.engine.state.heap import HeapKeyedStateBackend  # noqa: E402
+from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange  # noqa: E402
+from airflow_checkpoint_provider.engine.state.rocksdb import RocksDBKeyedStateBackend  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROUNDS = 5
+
+
+def update(backend, state, keys, start, step):
+    for i in range(start, keys, step):
+        backend.set_current_key(f"key-{i}")
+        state.update({"count": i, "sum": i * 3})
+
+
+def measure(kind: str, keys: int, root: str) -> dict:
+    kg = KeyGroupRange(0, 127)
+    if kind == "heap":
+        b = HeapKeyedStateBackend("op", kg, 128)
+    else:
+        b = RocksDBKeyedStateBackend("op", kg, 128, incremental=(kind == "rocksdb-incremental"),
+                                     workdir=os.path.join(root, "work"))
+    state = b.get_state(ValueStateDescriptor("agg"))
+    update(b, state, keys, 0, 1)
+    fs = LocalFileSystem()
+    out = []
+    for n in range(1, ROUNDS + 2):
+        if n > 1:
+            update(b, state, keys, n, 100)          # 1% of the keys change
+        chk = os.path.join(root, "job", f"chk-{n}")
+        t0 = time.perf_counter()
+        if kind == "heap":
+            data, _offsets, _meta = b.snapshot()
+            t1 = time.perf_counter()
+            fs.write_bytes(os.path.join(chk, "op.state"), data)
+            sha256(data)
+            size = sent = len(data)
+        else:
+            local = b.snapshot_sync(n)
+            t1 = time.perf_counter()
+            _handle, size, sent = b.upload(n, local, chk, full=False)
+            b.notify_complete(n)
+        t2 = time.perf_counter()
+        out.append({"checkpoint": n, "sync_ms": (t1 - t0) * 1000, "async_ms": (t2 - t1) * 1000,
+                    "state_size": size, "uploaded": sent})
+    if kind != "heap":
+        b.close()
+    return {"backend": kind, "keys": keys, "checkpoints": out}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--keys", default="10000,100000,1000000")
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    results = []
+    for keys in [int(k) for k in args.keys.split(",")]:
+        for rep in range(args.reps):
+            for kind in ("heap", "rocksdb-full", "rocksdb-incremental"):
+                root = tempfile.mkdtemp(prefix="bench-state-")
+                try:
+                    r = measure(kind, keys, root)
+                finally:
+                    shutil.rmtree(root, ignore_errors=True)
+                r["rep"] = rep
+                results.append(r)
+                later = r["checkpoints"][1:]
+                print(f"{kind:>20} {keys:>8} keys rep {rep}: sync p50 "
+                      f"{statistics.median(c['sync_ms'] for c in later):7.1f} ms, async p50 "
+                      f"{statistics.median(c['async_ms'] for c in later):7.1f} ms, uploaded "
+                      f"{statistics.median(c['uploaded'] for c in later) / 1e6:7.2f} MB of "
+                      f"{statistics.median(c['state_size'] for c in later) / 1e6:7.2f} MB", flush=True)
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "state_backends.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
