@@ -30,3 +30,38 @@ def spark_cluster(tmp_path_factory):
 @pytest.fixture
 def spark_env(monkeypatch):
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 (a real HTTP endpoint, see tests/s3_server.py), started
+    once per session and stopped by its PID."""
+    from s3_server import MotoServer
+
+    server = MotoServer(str(tmp_path_factory.mktemp("moto") / "moto_server.log")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch):
+    """A fresh bucket on the moto server; the S3 client env (also inherited by the slot
+    processes of the local runner) points at it. Returns the bucket name."""
+    import uuid
+
+    import boto3
+
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+                 "CKPT_S3_MAX_ATTEMPTS", "CKPT_S3_TIMEOUT_S", "CKPT_S3_MULTIPART_THRESHOLD",
+                 "CKPT_S3_MULTIPART_CHUNKSIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("CKPT_S3_ENDPOINT_URL", s3_server.endpoint_url)
+    bucket = f"ckpt-test-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_server.endpoint_url,
+                 region_name="us-east-1").create_bucket(Bucket=bucket)
+    return bucket

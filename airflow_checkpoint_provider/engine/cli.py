@@ -19,6 +19,7 @@ from datetime import datetime
 import click
 
 from .api import DEFAULT_METADATA_ENV, Pipeline, default_metadata_url
+from .checkpoint.storage import absolute_location
 from .errors import EngineError
 
 
@@ -250,7 +251,7 @@ def checkpoint(job: str, db: str | None, timeout: float, as_json: bool) -> None:
 @json_option
 def savepoint(job: str, directory: str | None, db: str | None, timeout: float, as_json: bool) -> None:
     """Trigger a savepoint of running JOB and wait for it."""
-    params = {"directory": os.path.abspath(directory)} if directory else {}
+    params = {"directory": absolute_location(directory)} if directory else {}
     _request(db, job, "SAVEPOINT", params, timeout, as_json)
 
 
@@ -266,7 +267,7 @@ def stop(job: str, savepoint_dir: str | None, drain: bool, db: str | None, timeo
     """Stop JOB with a savepoint: sources stop, sinks commit, the job ends STOPPED."""
     params = {"drain": drain}
     if savepoint_dir:
-        params["directory"] = os.path.abspath(savepoint_dir)
+        params["directory"] = absolute_location(savepoint_dir)
     _request(db, job, "STOP_WITH_SAVEPOINT", params, timeout, as_json)
 
 

@@ -29,7 +29,8 @@ class CheckpointConfig:
         (``None``: unlimited, as in Flink's default).
     :param retained: completed checkpoints kept; older ones are subsumed and their files deleted.
     :param mode: ``exactly_once`` (aligned barriers) or ``at_least_once`` (no alignment).
-    :param directory: checkpoint root (a local path); ``<dir>/<job-name>/<job-id>/chk-<N>``.
+    :param directory: checkpoint root, a local path or ``s3://bucket/prefix``;
+        ``<dir>/<job-name>/<job-id>/chk-<N>``.
     :param initial_delay_ms: delay before the first periodic checkpoint; ``None`` picks a
         random delay in ``[min_pause_ms, interval_ms]`` so that many jobs do not align.
     :param savepoint_directory: default target of savepoints (``<directory>/savepoints``).

@@ -23,7 +23,17 @@ import json
 from dataclasses import dataclass
 
 from ..errors import CorruptCheckpointError, RestoreError
-from .storage import METADATA_FILE, basename, filesystem_for, join, parent, sha256, strip_scheme
+from .storage import (
+    METADATA_FILE,
+    absolute_location,
+    basename,
+    filesystem_for,
+    is_s3,
+    join,
+    parent,
+    sha256,
+    strip_scheme,
+)
 
 FORMAT = "airflow-checkpoint-provider/checkpoint"
 VERSION = 1
@@ -75,7 +85,7 @@ def read_state_file(directory: str, handle: dict) -> bytes:
 
 def load_snapshot(path: str) -> LoadedSnapshot:
     """Load and verify ``_metadata`` from a checkpoint/savepoint directory or the file itself."""
-    path = strip_scheme(path)
+    path = absolute_location(path) if is_s3(path) else strip_scheme(path)
     fs = filesystem_for(path)
     if basename(path) == METADATA_FILE:  # local path or s3:// URI
         meta_path, directory = path, parent(path)

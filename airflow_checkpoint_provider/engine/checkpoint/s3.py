@@ -46,6 +46,7 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MULTIPART_THRESHOLD = 8 * MIB
 MIN_PART_SIZE = 5 * MIB  # S3's minimum size of every part but the last
 DELETE_BATCH = 1000      # the most keys one DeleteObjects request accepts
+LIST_PAGE_SIZE = 1000    # keys per ListObjectsV2 page (S3's maximum)
 
 _clients: dict[tuple, Any] = {}
 _clients_lock = threading.Lock()
@@ -88,6 +89,7 @@ def _client_settings() -> tuple:
     represented by a digest so that a rotated secret gets a new client."""
     secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
     return (
+        os.getpid(),  # a client must not cross a fork (its connection pool would be shared)
         endpoint_url(),
         os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION"),
         os.environ.get("AWS_PROFILE"),
@@ -103,7 +105,8 @@ def s3_client():
     """The process's boto3 S3 client for the current configuration.
 
     boto3 clients are thread-safe, so upload threads share one; it is created under a lock
-    (creating clients concurrently from one session is not safe) and cached per settings.
+    (creating clients concurrently from one session is not safe) and cached per process and
+    settings (a changed endpoint or key gets a new client). Credentials are never logged.
     """
     settings = _client_settings()
     client = _clients.get(settings)
@@ -115,7 +118,7 @@ def s3_client():
             import boto3
             from botocore.config import Config
 
-            endpoint, region, profile, _key, _secret, _token, attempts, timeout = settings
+            _pid, endpoint, region, profile, _key, _secret, _token, attempts, timeout = settings
             options: dict[str, Any] = {}
             if endpoint:  # S3-compatible stores rarely serve virtual-host-style buckets
                 options["s3"] = {"addressing_style": "path"}
@@ -269,7 +272,8 @@ class S3FileSystem:
         try:
             paginator = self.client.get_paginator("list_objects_v2")
             keys = []
-            for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+            for page in paginator.paginate(Bucket=bucket, Prefix=prefix,
+                                           PaginationConfig={"PageSize": LIST_PAGE_SIZE}):
                 keys.extend(obj["Key"] for obj in page.get("Contents") or [])
             return keys
         except Exception as exc:  # noqa: BLE001

@@ -16,9 +16,9 @@ and writes the result:
 from __future__ import annotations
 
 import logging
-import os
 
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
+from ..checkpoint.storage import savepoint_directory
 from ..errors import CheckpointDeclined
 
 log = logging.getLogger(__name__)
@@ -79,9 +79,7 @@ class ControlPlane:
                 kind = "SAVEPOINT"
                 if action == "STOP_WITH_SAVEPOINT":
                     kind = "SAVEPOINT_DRAIN" if params.get("drain") else "SAVEPOINT_STOP"
-                chk = coord.next_id
-                location = os.path.join(os.path.abspath(directory),
-                                        f"savepoint-{self.job_id[:6]}-{chk}")
+                location = savepoint_directory(directory, self.job_id, coord.next_id)
                 chk = coord.trigger(now, kind, location=location)
                 if action == "STOP_WITH_SAVEPOINT":
                     self.stop_checkpoint = chk

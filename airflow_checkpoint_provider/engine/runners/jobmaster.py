@@ -9,7 +9,6 @@ row and heartbeat in the metadata DB — lives here.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import socket
 import threading
@@ -24,7 +23,7 @@ from ..api import JobResult, Pipeline
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.metadata import LoadedSnapshot, load_snapshot
 from ..checkpoint.restore import assign_restore, operator_kind
-from ..checkpoint.storage import job_directory
+from ..checkpoint.storage import default_savepoint_root, job_directory
 from ..checkpoint.store import MetadataStore
 from ..config import CheckpointingMode
 from ..errors import (
@@ -170,7 +169,7 @@ class JobMaster:
         self.control = ControlPlane(
             store=store, job_id=job_id, coordinator=self.coordinator,
             savepoint_root=p.checkpoint.savepoint_directory
-            or os.path.join(os.path.abspath(p.checkpoint.directory), "savepoints"))
+            or default_savepoint_root(p.checkpoint.directory))
         log.info("Starting job %s (%s) with %d slots%s", p.name, job_id, graph.num_slots,
                  f", restoring {initial.directory}" if initial else "")
         restarts = 0

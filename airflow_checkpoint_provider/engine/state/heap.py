@@ -84,7 +84,7 @@ class HeapKeyedStateBackend:
                 if not entries:
                     continue
                 if dump is None:
-                    items = [[k, v] for k, v in entries.items()]
+                    items = list(entries.items())  # (key, value) tuples pack as arrays
                 else:
                     items = [[k, dump(v)] for k, v in entries.items()]
                 per_kg.setdefault(kg, {})[name] = items

@@ -1,0 +1,216 @@
+"""Prometheus metrics of a running job, served by the driver (the job master).
+
+Off by default: nothing listens until :meth:`JobMetrics.start` is called, which the job
+master does only when a port is configured (``metrics_port=`` or ``$CKPT_METRICS_PORT``,
+see :func:`metrics_port_from_env`). Every :class:`JobMetrics` has its own
+``CollectorRegistry`` instead of prometheus-client's process-global one, so several jobs
+in one process (tests, an embedded runner) never share or double-register series, and a
+stopped job leaves nothing behind. Every series carries ``job_name`` and ``job_id``.
+
+Exposed series (names get the ``ckpt_`` namespace, as Flink's get ``flink_``):
+
+=============================================  =======  ====================================
+``ckpt_last_checkpoint_duration_ms``           gauge    end-to-end duration of the newest
+                                                        completed checkpoint
+``ckpt_last_checkpoint_size_bytes``            gauge    its full state size
+``ckpt_last_checkpoint_checkpointed_size_bytes`` gauge  bytes uploaded for it
+``ckpt_last_completed_checkpoint_id``          gauge    its id
+``ckpt_checkpoints_completed_total``           counter  completed checkpoints and savepoints
+``ckpt_checkpoints_failed_total``              counter  failed (declined, expired, aborted)
+``ckpt_restarts_total``                        counter  restarts of the job
+``ckpt_records_in_total{operator}``            counter  records read by an operator
+``ckpt_records_out_total{operator}``           counter  records emitted by an operator
+=============================================  =======  ====================================
+
+The update hooks are cheap, thread-safe and may be called whether or not the endpoint was
+started (they then only update the registry, which :meth:`JobMetrics.exposition` renders).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import start_http_server
+
+from .errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+#: Environment variable holding the metrics port of ``ckpt run`` and the runners.
+METRICS_PORT_ENV = "CKPT_METRICS_PORT"
+#: Prefix of every series.
+NAMESPACE = "ckpt"
+#: Labels of every series.
+JOB_LABELS = ("job_name", "job_id")
+
+
+def metrics_port_from_env(environ: dict[str, str] | None = None) -> int | None:
+    """The metrics port from ``$CKPT_METRICS_PORT``; ``None`` (metrics off) when unset or
+    empty. ``0`` asks for any free port.
+
+    :raises ConfigurationError: the value is not a port number.
+    """
+    raw = (os.environ if environ is None else environ).get(METRICS_PORT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ConfigurationError(f"${METRICS_PORT_ENV}={raw!r} is not a port number (0-65535); "
+                                 f"unset it to turn metrics off")
+    return port
+
+
+class JobMetrics:
+    """The Prometheus series of one job and, once started, the HTTP endpoint serving them.
+
+    :param job_name: the job's name (label ``job_name``).
+    :param job_id: the job's id (label ``job_id``).
+    """
+
+    def __init__(self, *, job_name: str, job_id: str) -> None:
+        self.job_name = job_name
+        self.job_id = job_id
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._lock = threading.Lock()
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.host: str | None = None
+        self.port: int | None = None
+        labels = {"job_name": job_name, "job_id": job_id}
+
+        def gauge(name: str, doc: str) -> Any:
+            return Gauge(name, doc, JOB_LABELS, namespace=NAMESPACE,
+                         registry=self.registry).labels(**labels)
+
+        def counter(name: str, doc: str) -> Any:
+            return Counter(name, doc, JOB_LABELS, namespace=NAMESPACE,
+                           registry=self.registry).labels(**labels)
+
+        self.last_checkpoint_duration_ms = gauge(
+            "last_checkpoint_duration_ms",
+            "End-to-end duration of the newest completed checkpoint, in milliseconds.")
+        self.last_checkpoint_size_bytes = gauge(
+            "last_checkpoint_size_bytes", "Full state size of the newest completed checkpoint.")
+        self.last_checkpoint_checkpointed_size_bytes = gauge(
+            "last_checkpoint_checkpointed_size_bytes",
+            "Bytes uploaded for the newest completed checkpoint (less than its full size "
+            "with incremental checkpoints).")
+        self.last_completed_checkpoint_id = gauge(
+            "last_completed_checkpoint_id", "Id of the newest completed checkpoint.")
+        self.checkpoints_completed = counter(
+            "checkpoints_completed", "Completed checkpoints and savepoints.")
+        self.checkpoints_failed = counter(
+            "checkpoints_failed", "Failed checkpoints (declined, expired or aborted).")
+        self.restarts = counter("restarts", "Restarts of the job.")
+        self._records_in = Counter("records_in", "Records read by an operator.",
+                                   (*JOB_LABELS, "operator"), namespace=NAMESPACE,
+                                   registry=self.registry)
+        self._records_out = Counter("records_out", "Records emitted by an operator.",
+                                    (*JOB_LABELS, "operator"), namespace=NAMESPACE,
+                                    registry=self.registry)
+
+    def __repr__(self) -> str:
+        where = f"http://{self.host}:{self.port}/metrics" if self.running else "not serving"
+        return f"JobMetrics({self.job_name}, {self.job_id}, {where})"
+
+    # -- endpoint --------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def url(self) -> str | None:
+        """``http://host:port/metrics`` while serving, else ``None``."""
+        return f"http://{self.host}:{self.port}/metrics" if self.running else None
+
+    def start(self, port: int, host: str = "127.0.0.1") -> int:
+        """Serve ``/metrics`` on ``host:port`` from a daemon thread. Returns the bound port
+        (the one the OS picked when ``port`` is 0).
+
+        Binds to the loopback address by default; pass ``host="0.0.0.0"`` for a Prometheus
+        server on another machine.
+
+        :raises RuntimeError: already started.
+        :raises OSError: the port cannot be bound (in use, no permission).
+        """
+        with self._lock:
+            if self._server is not None:
+                raise RuntimeError(f"metrics of job {self.job_id} already served on "
+                                   f"{self.host}:{self.port}")
+            server, thread = start_http_server(port, addr=host, registry=self.registry)
+            self._server, self._thread = server, thread
+            self.host, self.port = host, int(server.server_port)
+        log.info("Serving metrics of job %s (%s) on http://%s:%d/metrics", self.job_name,
+                 self.job_id, host, self.port)
+        return self.port
+
+    def stop(self) -> None:
+        """Stop serving (idempotent). The series keep their values."""
+        with self._lock:
+            server, thread = self._server, self._thread
+            self._server = self._thread = None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5.0)
+        log.info("Stopped serving metrics of job %s (%s)", self.job_name, self.job_id)
+
+    def __enter__(self) -> JobMetrics:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def exposition(self) -> bytes:
+        """The series in the Prometheus text format, as the endpoint serves them."""
+        return generate_latest(self.registry)
+
+    # -- update hooks ----------------------------------------------------------------------
+
+    def on_checkpoint_completed(self, checkpoint_id: int, duration_ms: float, state_size: int,
+                                checkpointed_size: int | None = None) -> None:
+        """A checkpoint or savepoint completed (call once per completion)."""
+        self.checkpoints_completed.inc()
+        self.last_checkpoint_duration_ms.set(duration_ms)
+        self.last_checkpoint_size_bytes.set(state_size)
+        self.last_checkpoint_checkpointed_size_bytes.set(
+            state_size if checkpointed_size is None else checkpointed_size)
+        self.last_completed_checkpoint_id.set(checkpoint_id)
+
+    def on_checkpoint_failed(self, checkpoint_id: int) -> None:
+        """A checkpoint failed (declined, expired or aborted on failover)."""
+        self.checkpoints_failed.inc()
+        log.debug("Metrics: checkpoint %d of job %s failed", checkpoint_id, self.job_id)
+
+    def on_restart(self) -> None:
+        """The job restarts after a failure."""
+        self.restarts.inc()
+
+    def on_records(self, operator_uid: str, records_in: int, records_out: int) -> None:
+        """Add records an operator read and emitted since the previous call (increments,
+        not running totals; negative values are refused)."""
+        if records_in < 0 or records_out < 0:
+            raise ValueError(f"record counts are increments and cannot be negative, got "
+                             f"in={records_in} out={records_out} for {operator_uid!r}")
+        labels = {"job_name": self.job_name, "job_id": self.job_id, "operator": operator_uid}
+        if records_in:
+            self._records_in.labels(**labels).inc(records_in)
+        else:  # make the series visible at 0
+            self._records_in.labels(**labels)
+        if records_out:
+            self._records_out.labels(**labels).inc(records_out)
+        else:
+            self._records_out.labels(**labels)
+
+
+__all__ = ["JOB_LABELS", "METRICS_PORT_ENV", "NAMESPACE", "JobMetrics", "metrics_port_from_env"]
