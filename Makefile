@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean check-java bench
+.PHONY: demo test lint venv clean check-java check-postgres bench
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -22,14 +22,19 @@ $(STAMP): $(PY) pyproject.toml
 
 venv: $(STAMP)
 
-# Java 17 is needed by the Spark runner only; the engine's local runner does not need it.
+# System packages the tests need: Java 17 (Spark) and PostgreSQL server binaries (the
+# metadata-DB tests run against a private PostgreSQL). Installed when running as root,
+# otherwise a one-line message says what to install.
 check-java:
-	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required for Spark: run 'apt-get install -y openjdk-17-jre-headless'"; exit 1; }
+	@command -v java >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null; } || { echo "Java 17 is required for Spark: run 'apt-get install -y openjdk-17-jre-headless'"; exit 1; }
+
+check-postgres:
+	@{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; } || { echo "PostgreSQL server binaries are required by the tests: run 'apt-get install -y postgresql'"; exit 1; }
 
 demo: venv
 	$(PY) -m airflow_checkpoint_provider.demo
 
-test: venv
+test: venv check-java check-postgres
 	$(PY) -m pytest -q
 
 # Benchmarks (about 15 minutes on 2 cores); rewrites BENCHMARKS.md.

@@ -65,3 +65,23 @@ def s3_bucket(s3_server, monkeypatch):
     boto3.client("s3", endpoint_url=s3_server.endpoint_url,
                  region_name="us-east-1").create_bucket(Bucket=bucket)
     return bucket
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """A private PostgreSQL server on 127.0.0.1 for the whole test session."""
+    from pg_server import PostgresServer
+
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def metadata_url(request, tmp_path):
+    """The metadata DB URL of a test, once for SQLite and once for PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'meta' / 'ckpt.db'}"
+    return request.getfixturevalue("postgres_server").create_database()
