@@ -50,12 +50,14 @@ class PostgresServer:
         return {"user": pw.pw_uid, "group": pw.pw_gid}
 
     def start(self) -> PostgresServer:
-        if os.geteuid() == 0:
-            shutil.chown(self.workdir, "postgres", "postgres")
+        """Create the cluster (first time) and start the server; again after :meth:`pause`."""
         run_as = self._as_postgres()
-        subprocess.run([os.path.join(self.bin, "initdb"), "-D", self.data, "-U", "postgres",
-                        "--auth=trust", "-E", "UTF8"], check=True, capture_output=True, **run_as)
-        log = open(os.path.join(self.workdir, "postgres.log"), "wb")
+        if not os.path.exists(self.data):
+            if os.geteuid() == 0:
+                shutil.chown(self.workdir, "postgres", "postgres")
+            subprocess.run([os.path.join(self.bin, "initdb"), "-D", self.data, "-U", "postgres",
+                            "--auth=trust", "-E", "UTF8"], check=True, capture_output=True, **run_as)
+        log = open(os.path.join(self.workdir, "postgres.log"), "ab")
         self.proc = subprocess.Popen(
             [os.path.join(self.bin, "postgres"), "-D", self.data, "-p", str(self.port),
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.workdir}",
@@ -73,6 +75,20 @@ class PostgresServer:
                 time.sleep(0.1)
         raise RuntimeError("postgres did not start within 30 s")
 
+    def pause(self) -> None:
+        """Stop the server but keep its data: a DB outage. :meth:`start` ends it."""
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc = None
+
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
 
@@ -88,12 +104,5 @@ class PostgresServer:
         return self.url(name)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # fast shutdown
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        self.proc = None
+        self._shutdown()
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 from ..config import CheckpointConfig
 from ..errors import CheckpointDeclined, CheckpointStorageError
+from .db_writer import MetadataUnavailable, MetadataWriter
 from .metadata import encode_metadata
 from .storage import METADATA_FILE, checkpoint_directory, filesystem_for, join
 
@@ -100,6 +101,7 @@ class CheckpointCoordinator:
         self.send_notify = send_notify
         self.send_abort = send_abort
         self.store = store
+        self.db = MetadataWriter(store)
         self.next_id = next_checkpoint_id
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: collections.deque[CompletedCheckpoint] = collections.deque()
@@ -153,9 +155,12 @@ class CheckpointCoordinator:
         loc = location or checkpoint_directory(self.job_dir, chk)
         self.pending[chk] = PendingCheckpoint(chk, kind, now, wall, int(wall.timestamp() * 1000),
                                               loc, set(self.tasks), final=final)
-        if self.store is not None:
-            self.store.add_pending_checkpoint(self.job_id, chk, kind=record_kind(kind),
-                                              trigger_time=wall, location=loc, is_final=final)
+        try:
+            self.db.must("add_pending_checkpoint", self.job_id, chk, kind=record_kind(kind),
+                         trigger_time=wall, location=loc, is_final=final)
+        except MetadataUnavailable as exc:
+            del self.pending[chk]
+            raise CheckpointDeclined(str(exc)) from exc
         log.info("Triggering %s %d for job %s", record_kind(kind).lower(), chk, self.job_name)
         self.send_trigger(chk, self.pending[chk].timestamp_ms, kind, loc)
         return chk
@@ -190,8 +195,7 @@ class CheckpointCoordinator:
         self.num_failed += 1
         log.warning("%s %d of job %s aborted: %s", record_kind(p.kind).capitalize(), chk,
                     self.job_name, reason)
-        if self.store is not None:
-            self.store.fail_checkpoint(self.job_id, chk, reason=reason)
+        self.db.write("fail_checkpoint", self.job_id, chk, reason=reason)
         filesystem_for(p.location).remove_tree(p.location)
         for key in _shared_keys(p) - self.registered_shared:
             path = join(self.job_dir, key)          # uploaded for this checkpoint only
@@ -233,18 +237,21 @@ class CheckpointCoordinator:
         except CheckpointStorageError as exc:
             self.abort(p.checkpoint_id, f"cannot write {METADATA_FILE}: {exc}", now)
             return None
-        del self.pending[p.checkpoint_id]
         duration_ms = int((now - p.trigger_time) * 1000)
-        # 3. metadata DB (and the shared-state registry: created_by / last_used)
+        # 3. metadata DB (and the shared-state registry: created_by / last_used); a DB
+        #    outage fails this checkpoint only
         shared = _shared_keys(p) if p.kind == CHECKPOINT else set()
-        if shared and self.store is not None:
-            self.store.register_shared_state(self.job_id, p.checkpoint_id, sorted(shared))
-        self.registered_shared |= shared
-        if self.store is not None:
-            self.store.complete_checkpoint(
-                self.job_id, p.checkpoint_id, complete_time=datetime.now(UTC),
-                duration_ms=duration_ms, state_size=state_size, checkpointed_size=uploaded,
-                task_stats=task_stats)
+        try:
+            if shared:
+                self.db.must("register_shared_state", self.job_id, p.checkpoint_id, sorted(shared))
+            self.registered_shared |= shared
+            self.db.must("complete_checkpoint", self.job_id, p.checkpoint_id,
+                         complete_time=datetime.now(UTC), duration_ms=duration_ms,
+                         state_size=state_size, checkpointed_size=uploaded, task_stats=task_stats)
+        except MetadataUnavailable as exc:
+            self.abort(p.checkpoint_id, f"cannot record the checkpoint: {exc}", now)
+            return None
+        del self.pending[p.checkpoint_id]
         completed = CompletedCheckpoint(p.checkpoint_id, record_kind(p.kind), p.location,
                                         state_size, uploaded, duration_ms)
         self.num_completed += 1
@@ -274,8 +281,7 @@ class CheckpointCoordinator:
             # never delete another job's checkpoint unless this job claimed it
             if old.claimed or old.location.startswith(self.job_dir):
                 filesystem_for(old.location).remove_tree(old.location)
-            if self.store is not None:
-                self.store.set_checkpoint_status(self.job_id, [old.checkpoint_id], "SUBSUMED")
+            self.db.write("set_checkpoint_status", self.job_id, [old.checkpoint_id], "SUBSUMED")
             log.debug("Subsumed checkpoint %d of job %s", old.checkpoint_id, self.job_name)
         self._discard_unreferenced_shared_state()
 
@@ -286,12 +292,12 @@ class CheckpointCoordinator:
         own = [c.checkpoint_id for c in self.completed if not c.claimed]
         if not own:
             return
-        doomed = self.store.unreferenced_shared_state(self.job_id, min(own))
+        doomed = self.db.read("unreferenced_shared_state", self.job_id, min(own), default=[])
         for key in doomed:
             path = join(self.job_dir, key)
             filesystem_for(path).remove_file(path)
         if doomed:
-            self.store.delete_shared_state(self.job_id, doomed)
+            self.db.write("delete_shared_state", self.job_id, doomed)
             self.registered_shared -= set(doomed)
             log.debug("Deleted %d unreferenced shared files of job %s", len(doomed), self.job_name)
 

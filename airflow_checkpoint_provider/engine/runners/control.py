@@ -30,6 +30,7 @@ class ControlPlane:
     def __init__(self, *, store, job_id: str, coordinator: CheckpointCoordinator,
                  savepoint_root: str) -> None:
         self.store = store
+        self.db = coordinator.db  # one write backlog, replayed in order
         self.job_id = job_id
         self.coordinator = coordinator
         self.savepoint_root = savepoint_root
@@ -46,7 +47,7 @@ class ControlPlane:
         Queued requests go before periodic checkpoints (see :attr:`has_queued`)."""
         if now - self._last_poll >= POLL_SECONDS:
             self._last_poll = now
-            self.queued.extend(self.store.claim_control_requests(self.job_id))
+            self.queued.extend(self.db.read("claim_control_requests", self.job_id, default=[]))
         if not self.queued:
             return
         still = []
@@ -84,7 +85,7 @@ class ControlPlane:
                 if action == "STOP_WITH_SAVEPOINT":
                     self.stop_checkpoint = chk
         except CheckpointDeclined as exc:
-            self.store.finish_control_request(req.request_id, status="FAILED",
+            self.db.write("finish_control_request", req.request_id, status="FAILED",
                                               error=f"{action} declined: {exc}")
             return True
         self.waiting[chk] = req.request_id
@@ -101,14 +102,14 @@ class ControlPlane:
         if request_id is None:
             return
         if completed is not None:
-            self.store.finish_control_request(
+            self.db.write("finish_control_request",
                 request_id, status="SUCCEEDED",
                 result={"checkpoint_id": chk, "location": completed.location, "kind": completed.kind})
         else:
-            self.store.finish_control_request(request_id, status="FAILED",
+            self.db.write("finish_control_request", request_id, status="FAILED",
                                               error=f"checkpoint {chk} failed: {reason}")
 
     def finish_cancel(self) -> None:
         if self.cancel_request:
-            self.store.finish_control_request(self.cancel_request, status="SUCCEEDED",
+            self.db.write("finish_control_request", self.cancel_request, status="SUCCEEDED",
                                               result={"status": "CANCELED"})

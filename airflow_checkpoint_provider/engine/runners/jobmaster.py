@@ -256,7 +256,7 @@ class JobMaster:
 
     # -- one attempt ----------------------------------------------------------------------
     def _run_attempt(self, attempt: int, snapshot: LoadedSnapshot | None) -> AttemptOutcome:
-        g, coord, store = self.graph, self.coordinator, self.store
+        g, coord = self.graph, self.coordinator
         try:
             assignments = (assign_restore(snapshot, g, allow_non_restored_state=self.allow_non_restored_state)
                            if snapshot else {})
@@ -316,7 +316,7 @@ class JobMaster:
                     running.add(msg["slot"])
                     if len(running) == num_slots:
                         coord.set_tasks_running(all_tasks)
-                        store.set_job_status(self.job_id, "RUNNING")
+                        coord.db.write("set_job_status", self.job_id, "RUNNING")
                         log.info("Job %s (%s) attempt %d is running (%.2f s to start)",
                                  self.pipeline.name, self.job_id, attempt, now - started)
                 elif msg["type"] == "ack":
@@ -367,7 +367,8 @@ class JobMaster:
                 return fail(f"only {len(running)} of {num_slots} slots started within "
                             f"{STARTUP_TIMEOUT_SECONDS:.0f} s")
             if now - last_heartbeat >= HEARTBEAT_SECONDS:
-                store.heartbeat(self.job_id)
+                if coord.db.flush():  # replay queued writes first; heartbeats are not queued
+                    coord.db.read("heartbeat", self.job_id)
                 last_heartbeat = now
 
 
