@@ -4,9 +4,9 @@ import threading
 import time
 
 import pytest
+from pipelines import Background, check_exactly_once, expected_running_sums, versioned_pipeline
 
 from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
-from pipelines import Background, check_exactly_once, expected_running_sums, versioned_pipeline
 
 pytestmark = pytest.mark.slow
 N = 20_000

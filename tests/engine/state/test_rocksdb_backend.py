@@ -1,6 +1,10 @@
 import os
 
-from airflow_checkpoint_provider.engine import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from airflow_checkpoint_provider.engine import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
 from airflow_checkpoint_provider.engine.state.keygroups import key_group_range_for
 from airflow_checkpoint_provider.engine.state.rocksdb import RocksDBKeyedStateBackend
 
