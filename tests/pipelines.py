@@ -187,7 +187,8 @@ def versioned_pipeline(root: str, version: str, *, num_records: int = 20_000, ra
     """v1: sum -> audit; v2: sum -> enrich (drops 'audit', adds 'enrich'); v2-bad: 'sum' as list."""
     p = Pipeline("versioned", version=version,
                  checkpoint=CheckpointConfig(interval_ms=interval_ms, directory=os.path.join(root, "ckpt"),
-                                             savepoint_directory=os.path.join(root, "savepoints")),
+                                             savepoint_directory=os.path.join(root, "savepoints"),
+                                             allowed_savepoint_roots=(root,)),
                  restart_strategy=RestartStrategy.fixed_delay(attempts=3, delay_ms=0),
                  metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
     stream = (p.source(GeneratorSource(num_records, num_keys=50, seed=7, splits=4, records_per_second=rate),

@@ -34,6 +34,10 @@ class CheckpointConfig:
     :param initial_delay_ms: delay before the first periodic checkpoint; ``None`` picks a
         random delay in ``[min_pause_ms, interval_ms]`` so that many jobs do not align.
     :param savepoint_directory: default target of savepoints (``<directory>/savepoints``).
+    :param allowed_savepoint_roots: where savepoints requested through the control plane may
+        be written besides the savepoint and checkpoint directories (also
+        ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``, ``os.pathsep``-separated). A request for a
+        directory outside every root is refused.
     """
 
     interval_ms: int | None = 1000
@@ -46,6 +50,7 @@ class CheckpointConfig:
     directory: str = "checkpoints"
     initial_delay_ms: int | None = None
     savepoint_directory: str | None = None
+    allowed_savepoint_roots: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", CheckpointingMode(self.mode))

@@ -133,6 +133,19 @@ def test_savepoint_on_running_job_then_failed_savepoint_keeps_job_running(tmp_pa
 
 
 @pytest.mark.timeout(300)
+def test_savepoint_request_outside_the_allowed_roots_is_refused(tmp_path, tmp_path_factory):
+    bg = Background(versioned_pipeline(str(tmp_path), "v1", num_records=N, rate=4000))
+    job = bg.wait_running()
+    outside = tmp_path_factory.mktemp("outside")
+    for bad in (str(outside), str(tmp_path / ".." / outside.name)):
+        req = bg.request(job.job_id, "SAVEPOINT", {"directory": bad})
+        assert req.status == "FAILED" and ("outside the allowed roots" in req.error or "'..'" in req.error)
+    assert os.listdir(outside) == []
+    bg.request(job.job_id, "CANCEL")
+    assert bg.result().status == "CANCELED"
+
+
+@pytest.mark.timeout(300)
 def test_dispose_and_retention(tmp_path):
     bg = Background(versioned_pipeline(str(tmp_path), "v1", num_records=N, rate=4000))
     job = bg.wait_running()

@@ -16,9 +16,10 @@ and writes the result:
 from __future__ import annotations
 
 import logging
+import os
 
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
-from ..checkpoint.storage import savepoint_directory
+from ..checkpoint.storage import absolute_location, is_s3, savepoint_directory
 from ..errors import CheckpointDeclined
 
 log = logging.getLogger(__name__)
@@ -28,12 +29,14 @@ POLL_SECONDS = 0.25
 
 class ControlPlane:
     def __init__(self, *, store, job_id: str, coordinator: CheckpointCoordinator,
-                 savepoint_root: str) -> None:
+                 savepoint_root: str, allowed_roots: tuple[str, ...] = ()) -> None:
         self.store = store
         self.db = coordinator.db  # one write backlog, replayed in order
         self.job_id = job_id
         self.coordinator = coordinator
         self.savepoint_root = savepoint_root
+        env = [r for r in os.environ.get("CKPT_ALLOWED_SAVEPOINT_ROOTS", "").split(os.pathsep) if r]
+        self.allowed_roots = [_resolved(r) for r in (savepoint_root, *allowed_roots, *env)]
         self.queued: list = []                  # claimed, waiting until they can trigger
         self.waiting: dict[int, str] = {}       # checkpoint id -> request id
         self.stop_checkpoint: int | None = None
@@ -56,6 +59,22 @@ class ControlPlane:
                 still.append(req)
         self.queued = still
 
+    def checked_directory(self, requested: str | None) -> str:
+        """The savepoint directory of a request, refused unless it lies under an allowed root
+        (a control request must not make the job write anywhere it likes)."""
+        if not requested:
+            return self.savepoint_root
+        if ".." in requested.replace("\\", "/").split("/"):
+            raise CheckpointDeclined(f"savepoint directory {requested!r} must not contain '..'")
+        path = _resolved(requested)
+        for root in self.allowed_roots:
+            if path == root or path.startswith(root.rstrip("/") + "/"):
+                return path
+        raise CheckpointDeclined(
+            f"savepoint directory {requested!r} is outside the allowed roots "
+            f"({', '.join(self.allowed_roots)}); add it to allowed_savepoint_roots or "
+            "$CKPT_ALLOWED_SAVEPOINT_ROOTS")
+
     @property
     def has_queued(self) -> bool:
         return bool(self.queued)
@@ -76,7 +95,7 @@ class ControlPlane:
             if action == "CHECKPOINT":
                 chk = coord.trigger(now, "CHECKPOINT")
             else:
-                directory = params.get("directory") or self.savepoint_root
+                directory = self.checked_directory(params.get("directory"))
                 kind = "SAVEPOINT"
                 if action == "STOP_WITH_SAVEPOINT":
                     kind = "SAVEPOINT_DRAIN" if params.get("drain") else "SAVEPOINT_STOP"
@@ -113,3 +132,9 @@ class ControlPlane:
         if self.cancel_request:
             self.db.write("finish_control_request", self.cancel_request, status="SUCCEEDED",
                                               result={"status": "CANCELED"})
+
+
+def _resolved(location: str) -> str:
+    """Absolute, symlink-free local path or normalized S3 URI, for root checks."""
+    loc = absolute_location(location)
+    return loc if is_s3(loc) else os.path.realpath(loc)

@@ -169,7 +169,8 @@ class JobMaster:
         self.control = ControlPlane(
             store=store, job_id=job_id, coordinator=self.coordinator,
             savepoint_root=p.checkpoint.savepoint_directory
-            or default_savepoint_root(p.checkpoint.directory))
+            or default_savepoint_root(p.checkpoint.directory),
+            allowed_roots=(p.checkpoint.directory, *p.checkpoint.allowed_savepoint_roots))
         log.info("Starting job %s (%s) with %d slots%s", p.name, job_id, graph.num_slots,
                  f", restoring {initial.directory}" if initial else "")
         restarts = 0
