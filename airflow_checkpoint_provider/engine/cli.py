@@ -417,10 +417,12 @@ def db() -> None:
 @db_option
 def db_upgrade(db: str | None) -> None:
     """Create or migrate the metadata DB schema to the newest revision."""
-    from .checkpoint.store import upgrade_database
+    from .checkpoint.store import to_sqlalchemy_url, upgrade_database
 
     upgrade_database(_db_url(db))
-    click.echo(f"metadata DB at {_db_url(db)} is up to date")
+    from .checkpoint.store import _redacted
+
+    click.echo(f"metadata DB at {_redacted(to_sqlalchemy_url(_db_url(db)))} is up to date")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
             job = store.get_job(job_id)
             if job is not None and job.status != "CREATED" and job.status != "RESTARTING":
                 return {"job_id": job_id, "job_name": job.job_name, "status": job.status,
-                        "pid": proc.pid, "log_file": log_file, "metadata_url": store.url}
+                        "pid": proc.pid, "log_file": log_file, "metadata_url": store.safe_url}
             if proc.poll() is not None:
                 raise EngineError(f"detached job {job_id} exited with code {proc.returncode} "
                                   f"before running; see {log_file}:\n{_tail(log_file)}")

@@ -111,3 +111,33 @@ def test_db_outage_fails_only_checkpoints_in_flight(tmp_path):
         check_exactly_once(str(tmp_path / "out"), expected_running_sums(N, 50, 7))
     finally:
         server.stop()
+
+
+@pytest.mark.timeout(120)
+def test_db_password_never_appears_in_results_logs_or_cli_output(tmp_path, postgres_server, caplog):
+    import json
+    import logging
+
+    from click.testing import CliRunner
+    from sqlalchemy import create_engine, text
+
+    from airflow_checkpoint_provider.engine.cli import main as ckpt
+
+    url = postgres_server.create_database()
+    admin = create_engine(postgres_server.url(), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text("DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname='ckpt') "
+                          "THEN CREATE ROLE ckpt LOGIN SUPERUSER PASSWORD 's3cr3t-pw'; END IF; END$$"))
+    admin.dispose()
+    secret_url = url.replace("postgres@", "ckpt:s3cr3t-pw@")
+    caplog.set_level(logging.DEBUG)
+    p = shared_db(versioned_pipeline(str(tmp_path), "v1", num_records=2000), secret_url)
+    result = p.run()
+    assert "s3cr3t-pw" not in json.dumps(result.__dict__, default=str)
+    runner = CliRunner()
+    for args in (["jobs", "--db", secret_url, "--json"], ["db", "upgrade", "--db", secret_url],
+                 ["checkpoints", "versioned", "--db", secret_url, "--json"]):
+        res = runner.invoke(ckpt, args)
+        assert res.exit_code == 0, res.output
+        assert "s3cr3t-pw" not in res.output
+    assert "s3cr3t-pw" not in caplog.text

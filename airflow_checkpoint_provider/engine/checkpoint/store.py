@@ -442,6 +442,8 @@ class MetadataStore:
 
     def __init__(self, url: str, *, migrate: bool = True) -> None:
         self.url = to_sqlalchemy_url(url)
+        #: the URL with its password hidden: the only form that may be logged or printed
+        self.safe_url = _redacted(self.url)
         self._engine = create_metadata_engine(self.url)
         self._read_sessions = sessionmaker(self._engine, expire_on_commit=False)
         self._write_sessions = sessionmaker(_write_engine(self._engine), expire_on_commit=False)

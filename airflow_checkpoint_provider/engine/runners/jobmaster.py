@@ -214,7 +214,7 @@ class JobMaster:
                            checkpoints_failed=self.coordinator.num_failed, restarts=restarts,
                            latest_checkpoint=latest.location if latest else None,
                            restored_from=initial.directory if initial else None,
-                           failure_reason=failure, metadata_url=store.url)
+                           failure_reason=failure, metadata_url=store.safe_url)
         log.info("Job %s (%s) %s after %d restarts, %d checkpoints", p.name, job_id,
                  status.lower(), restarts, result.checkpoints_completed)
         if status == "FAILED" and getattr(self.pipeline, "_raise_on_failure", True):
