@@ -55,6 +55,7 @@ def one_run(records: int, keys: int, interval_ms: int | None, runner: str, runne
         store.close()
         return {"seconds": elapsed, "records_per_s": records / elapsed,
                 "checkpoints": result.checkpoints_completed,
+                "startup_s": (result.extra.get("startup_seconds") or [None])[0],
                 "durations_ms": [c.duration_ms for c in rows],
                 "state_bytes": [c.state_size for c in rows]}
     finally:
@@ -70,6 +71,8 @@ def main() -> int:
     ap.add_argument("--master", default=None)
     args = ap.parse_args()
     opts = {"master": args.master} if args.master else {}
+    if args.runner == "spark":
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     runs = []
     for rep in range(args.reps):
         off = one_run(args.records, args.keys, None, args.runner, opts)
@@ -80,11 +83,14 @@ def main() -> int:
     durations = sorted(d for r in runs for d in r["on"]["durations_ms"])
     summary = {
         "records": args.records, "keys": args.keys, "reps": args.reps, "runner": args.runner,
+        "master": args.master,
         "off_records_per_s": statistics.median(r["off"]["records_per_s"] for r in runs),
         "on_records_per_s": statistics.median(r["on"]["records_per_s"] for r in runs),
         "ratio_median": statistics.median(r["ratio"] for r in runs),
         "checkpoint_ms_p50": statistics.median(durations) if durations else None,
         "checkpoint_ms_max": max(durations) if durations else None,
+        "startup_s_median": statistics.median(
+            r[k]["startup_s"] for r in runs for k in ("off", "on") if r[k]["startup_s"] is not None),
         "python": platform.python_version(), "cores": os.cpu_count(),
     }
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)

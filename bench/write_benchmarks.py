@@ -49,7 +49,8 @@ def running_sum_section(lines: list[str]) -> None:
         if not data:
             continue
         s = data["summary"]
-        lines += [f"### Running sum, {runner} runner ({s['records']:,} records, {s['keys']:,} keys, "
+        where = f", master {s['master']}" if s.get("master") else ""
+        lines += [f"### Running sum, {runner} runner{where} ({s['records']:,} records, {s['keys']:,} keys, "
                   f"{s['reps']} interleaved reps)", "",
                   f"Command: `.venv/bin/python bench/running_sum.py --records {s['records']} "
                   f"--keys {s['keys']} --reps {s['reps']} --runner {runner}`", "",
@@ -62,7 +63,8 @@ def running_sum_section(lines: list[str]) -> None:
         lines += ["", f"Median: {s['off_records_per_s']:,.0f} rec/s without, "
                   f"{s['on_records_per_s']:,.0f} rec/s with checkpoints; pairwise ratio median "
                   f"**{s['ratio_median']:.2f}**; checkpoint duration p50 {s['checkpoint_ms_p50']} ms, "
-                  f"max {s['checkpoint_ms_max']} ms.", ""]
+                  f"max {s['checkpoint_ms_max']} ms; job start-up (launch to all slots running) "
+                  f"median {s.get('startup_s_median')} s.", ""]
 
 
 def state_section(lines: list[str]) -> None:

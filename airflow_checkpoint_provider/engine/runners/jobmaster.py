@@ -141,6 +141,7 @@ class JobMaster:
                          restored_from=initial.directory if initial is not None else None,
                          spark_app_id=getattr(self, "spark_app_id", None))
         self.job_id, self.job_dir, self.store = job_id, job_dir, store
+        self.startup_seconds: list[float] = []   # per attempt: launch -> every slot running
         # Split lists are taken once per job: every subtask and attempt sees the same list.
         self.source_splits = {n.uid: list(n.payload.splits()) for v in graph.vertices
                               for n in v.nodes if n.kind == "source"}
@@ -214,7 +215,8 @@ class JobMaster:
                            checkpoints_failed=self.coordinator.num_failed, restarts=restarts,
                            latest_checkpoint=latest.location if latest else None,
                            restored_from=initial.directory if initial else None,
-                           failure_reason=failure, metadata_url=store.safe_url)
+                           failure_reason=failure, metadata_url=store.safe_url,
+                           extra={"startup_seconds": self.startup_seconds})
         log.info("Job %s (%s) %s after %d restarts, %d checkpoints", p.name, job_id,
                  status.lower(), restarts, result.checkpoints_completed)
         if status == "FAILED" and getattr(self.pipeline, "_raise_on_failure", True):
@@ -320,6 +322,7 @@ class JobMaster:
                         coord.db.write("set_job_status", self.job_id, "RUNNING")
                         log.info("Job %s (%s) attempt %d is running (%.2f s to start)",
                                  self.pipeline.name, self.job_id, attempt, now - started)
+                        self.startup_seconds.append(round(now - started, 3))
                 elif msg["type"] == "ack":
                     coord.receive_ack(msg["checkpoint_id"], (msg["vertex"], msg["subtask"]), msg, now)
                 elif msg["type"] == "decline":
