@@ -40,7 +40,7 @@ test: venv check-java check-postgres
 # Benchmarks (about 15 minutes on 2 cores); rewrites BENCHMARKS.md.
 bench: venv
 	$(PY) bench/running_sum.py --records 500000 --keys 100000 --reps 3 --runner local
-	SPARK_LOCAL_IP=127.0.0.1 $(PY) bench/running_sum.py --records 500000 --keys 100000 --reps 3 --runner spark --master 'local[3]'
+	$(PY) bench/spark_runners.py --records 300000 --keys 10000 --reps 3
 	$(PY) bench/state_backends.py --keys 10000,100000,1000000 --reps 3
 	$(PY) bench/write_benchmarks.py
 

@@ -67,6 +67,21 @@ def running_sum_section(lines: list[str]) -> None:
                   f"median {s.get('startup_s_median')} s.", ""]
 
 
+def runners_section(lines: list[str]) -> None:
+    data = load("spark_runners.json")
+    if not data:
+        return
+    lines += [f"### Runners side by side ({data['records']:,} records, {data['keys']:,} keys, "
+              f"checkpoints every 1 s, {data['reps']} interleaved reps)", "",
+              f"Command: `.venv/bin/python bench/spark_runners.py --records {data['records']} "
+              f"--keys {data['keys']} --reps {data['reps']}`", "",
+              "| runner | records/s (median) | start-up s (median: launch to all slots running) |",
+              "|---|---|---|"]
+    for label, s in data["summary"].items():
+        lines.append(f"| {label} | {s['records_per_s']:,.0f} | {s['startup_s']} |")
+    lines.append("")
+
+
 def state_section(lines: list[str]) -> None:
     data = load("state_backends.json")
     if not data:
@@ -98,6 +113,7 @@ def main() -> int:
              "pair within one run because this machine's speed drifts.", "",
              f"Machine: {machine()}.", ""]
     running_sum_section(lines)
+    runners_section(lines)
     state_section(lines)
     with open(os.path.join(ROOT, "BENCHMARKS.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
