@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean check-java check-postgres bench
+.PHONY: demo test lint venv clean check-java check-postgres check-chromium bench
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -28,13 +28,17 @@ venv: $(STAMP)
 check-java:
 	@command -v java >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null; } || { echo "Java 17 is required for Spark: run 'apt-get install -y openjdk-17-jre-headless'"; exit 1; }
 
+# Headless Chromium renders the checkpoint report in a test (skipped with a reason without it).
+check-chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || echo "chromium not installed: the report screenshot test will be skipped (apt-get install -y chromium)"
+
 check-postgres:
 	@{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; } || { echo "PostgreSQL server binaries are required by the tests: run 'apt-get install -y postgresql'"; exit 1; }
 
 demo: venv
 	$(PY) -m airflow_checkpoint_provider.demo
 
-test: venv check-java check-postgres
+test: venv check-java check-postgres check-chromium
 	$(PY) -m pytest -q
 
 # Benchmarks (about 15 minutes on 2 cores); rewrites BENCHMARKS.md.

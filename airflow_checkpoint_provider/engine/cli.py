@@ -129,6 +129,10 @@ def run_options(fn):
         click.option("--db", "metadata_url", default=None, envvar=DEFAULT_METADATA_ENV,
                      help="Metadata DB URL (default: the pipeline's)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+        click.option("--metrics-port", type=int, default=None, envvar="CKPT_METRICS_PORT",
+                     help="Serve Prometheus metrics on this port (off by default; 0 = any)."),
+        click.option("--progress/--no-progress", default=None,
+                     help="Live progress line (default: on a terminal, unless --json)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -146,7 +150,8 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
         job_id: str | None, job_name: str | None, runner: str, master: str | None,
         coordinator_port: int, checkpoint_dir: str | None, savepoint_dir: str | None,
         interval_ms: int | None, restart: str | None, metadata_url: str | None, as_json: bool,
-        detach: bool, log_file: str | None, wait_timeout: float) -> None:
+        metrics_port: int | None, progress: bool | None, detach: bool, log_file: str | None,
+        wait_timeout: float) -> None:
     """Run PIPELINE (module:function returning a Pipeline) until it ends."""
     logging.getLogger("airflow_checkpoint_provider").setLevel(logging.INFO)
     pipeline = apply_overrides(load_pipeline(pipeline_ref), checkpoint_dir=checkpoint_dir,
@@ -158,7 +163,8 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
         given = {"--restore": restore, "--job-name": job_name, "--runner": runner,
                  "--master": master, "--coordinator-port": coordinator_port or None,
                  "--checkpoint-dir": checkpoint_dir, "--savepoint-dir": savepoint_dir,
-                 "--interval-ms": interval_ms, "--restart": restart, "--db": metadata_url}
+                 "--interval-ms": interval_ms, "--restart": restart, "--db": metadata_url,
+                 "--metrics-port": metrics_port}
         argv = ["run", pipeline_ref]
         for flag, value in given.items():
             if value is not None:
@@ -173,11 +179,10 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
             click.echo(f"job {info['job_name']} ({info['job_id']}) {info['status']}; "
                        f"logs: {info['log_file']}")
         return
-    options = {}
+    options: dict = {"coordinator_port": coordinator_port, "metrics_port": metrics_port,
+                     "show_progress": (not as_json) if progress is None else progress}
     if runner == "spark":
-        options = {"master": master, "coordinator_port": coordinator_port}
-    elif coordinator_port:
-        options = {"coordinator_port": coordinator_port}
+        options["master"] = master
     try:
         result = pipeline.run(runner, restore=restore,
                               allow_non_restored_state=allow_non_restored_state, job_id=job_id,
@@ -357,6 +362,33 @@ def inspect(path: str, as_json: bool) -> None:
             click.echo(f"    subtask {s['index']}: key groups {kg[0]}-{kg[1]}, {s['state_bytes']} B"
                        if kg else f"    subtask {s['index']}: {s['operator_state_entries']} "
                                   "operator state entries")
+
+
+@main.command()
+@click.argument("job")
+@db_option
+@click.option("--out", "out_path", default=None,
+              help="File to write (default: report.html, or report.png with --png).")
+@click.option("--png", "as_png", is_flag=True,
+              help="Write one PNG image with the charts instead of the HTML page.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the checkpoint statistics as JSON instead of writing a report.")
+def report(job: str, db: str | None, out_path: str | None, as_png: bool, as_json: bool) -> None:
+    """Checkpoint report of JOB: a self-contained HTML page (or PNG) with charts of
+    durations, sizes and alignment, savepoints and restarts marked, and the slowest task."""
+    from .report import render_report
+    from .stats import checkpoint_statistics
+
+    store = _store(db)
+    try:
+        if as_json:
+            _echo_json(checkpoint_statistics(store, job))
+            return
+        fmt = "png" if as_png else "html"
+        path = render_report(store, job, out_path or f"report.{fmt}", fmt=fmt)
+    except LookupError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"wrote {path}")
 
 
 @main.command()

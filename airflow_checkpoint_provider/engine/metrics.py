@@ -187,6 +187,17 @@ class JobMetrics:
             state_size if checkpointed_size is None else checkpointed_size)
         self.last_completed_checkpoint_id.set(checkpoint_id)
 
+    def checkpoint_listener(self, checkpoint_id: int, completed: Any,
+                            failure_reason: str | None) -> None:
+        """A listener for ``CheckpointCoordinator.listeners``, called as
+        ``(checkpoint_id, CompletedCheckpoint or None, failure_reason or None)``:
+        ``coordinator.listeners.append(metrics.checkpoint_listener)``."""
+        if completed is None:
+            self.on_checkpoint_failed(checkpoint_id)
+        else:
+            self.on_checkpoint_completed(checkpoint_id, completed.duration_ms,
+                                         completed.state_size, completed.checkpointed_size)
+
     def on_checkpoint_failed(self, checkpoint_id: int) -> None:
         """A checkpoint failed (declined, expired or aborted on failover)."""
         self.checkpoints_failed.inc()

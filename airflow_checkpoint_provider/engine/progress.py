@@ -58,7 +58,7 @@ class ProgressReporter:
                  refresh_per_second: float = 4.0) -> None:
         self.job_name = job_name
         self.log_interval_s = log_interval_s
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # render() runs on rich's refresh thread
         self._fields: dict[str, Any] = {}
         self._rate_samples: deque[tuple[float, int]] = deque()
         self._checkpoint_seen_at: float | None = None

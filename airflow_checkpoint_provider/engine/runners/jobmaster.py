@@ -34,6 +34,8 @@ from ..errors import (
     RestoreError,
 )
 from ..graph import ExecutionGraph
+from ..metrics import JobMetrics, metrics_port_from_env
+from ..progress import ProgressReporter
 from ..runtime import protocol as P
 from .control import ControlPlane
 
@@ -93,7 +95,14 @@ class AttemptOutcome:
 
 class JobMaster:
     def __init__(self, pipeline: Pipeline, launcher: Launcher, *, coordinator_host: str = "127.0.0.1",
-                 coordinator_port: int = 0) -> None:
+                 coordinator_port: int = 0, metrics_port: int | None = None,
+                 metrics_host: str = "127.0.0.1", show_progress: bool = False) -> None:
+        self.metrics_port, self.metrics_host = metrics_port, metrics_host
+        self.show_progress = show_progress
+        self.metrics: JobMetrics | None = None
+        self.progress: ProgressReporter | None = None
+        # cumulative records in/out per (vertex, subtask) -> {operator: [in, out]}, this attempt
+        self.task_counts: dict[tuple[int, int], dict[str, list[int]]] = {}
         self.pipeline = pipeline
         self.launcher = launcher
         self.coordinator_host = coordinator_host
@@ -172,6 +181,16 @@ class JobMaster:
             savepoint_root=p.checkpoint.savepoint_directory
             or default_savepoint_root(p.checkpoint.directory),
             allowed_roots=(p.checkpoint.directory, *p.checkpoint.allowed_savepoint_roots))
+        port = self.metrics_port if self.metrics_port is not None else metrics_port_from_env()
+        if port is not None:
+            self.metrics = JobMetrics(job_name=p.name, job_id=job_id)
+            self.metrics.start(port, host=self.metrics_host)
+            self.coordinator.listeners.append(self.metrics.checkpoint_listener)
+            log.info("Prometheus metrics of job %s on http://%s:%d/metrics", p.name,
+                     self.metrics_host, self.metrics.port)
+        if self.show_progress:
+            self.progress = ProgressReporter(p.name)
+            self.coordinator.listeners.append(self._progress_listener)
         log.info("Starting job %s (%s) with %d slots%s", p.name, job_id, graph.num_slots,
                  f", restoring {initial.directory}" if initial else "")
         restarts = 0
@@ -196,6 +215,10 @@ class JobMaster:
                     status = "FAILED"
                     break
                 restarts += 1
+                if self.metrics:
+                    self.metrics.on_restart()
+                if self.progress:
+                    self.progress.update(status="RESTARTING", restarts=restarts)
                 delay = strategy.delay_for(restarts)
                 store.set_job_status(job_id, "RESTARTING", failure_reason=failure)
                 log.warning("Job %s failed (%s); restart %d/%d in %.1f s", p.name, failure,
@@ -207,6 +230,11 @@ class JobMaster:
         finally:
             server.close()
             self.launcher.stop()
+            if self.metrics:
+                self.metrics.stop()
+            if self.progress:
+                self.progress.update(status=status)
+                self.progress.close()
         store.set_job_status(job_id, status, failure_reason=failure)
         store.abort_control_requests(job_id, f"job ended with status {status}")
         latest = self.coordinator.completed[-1] if self.coordinator.completed else None
@@ -235,6 +263,29 @@ class JobMaster:
             "restore": restore, "source_splits": self.source_splits,
             "state_backend": {"kind": self.pipeline.state_backend,
                               "incremental": self.pipeline.incremental}})
+
+    # -- metrics and progress ---------------------------------------------------------------
+    def _on_task_counts(self, task: tuple[int, int], counts: dict[str, list[int]]) -> None:
+        previous = self.task_counts.get(task, {})
+        self.task_counts[task] = counts
+        if self.metrics:
+            for op, (n_in, n_out) in counts.items():
+                p_in, p_out = previous.get(op, (0, 0))
+                self.metrics.on_records(op, max(0, n_in - p_in), max(0, n_out - p_out))
+        if self.progress:
+            first = {v.nodes[0].uid or v.nodes[0].name for v in self.graph.vertices if v.is_source}
+            last = {v.nodes[-1].uid or v.nodes[-1].name for v in self.graph.vertices if not v.outputs}
+            total_in = sum(c[1] for t in self.task_counts.values() for op, c in t.items() if op in first)
+            total_out = sum(c[0] for t in self.task_counts.values() for op, c in t.items() if op in last)
+            self.progress.update(records_in=total_in, records_out=total_out)
+
+    def _progress_listener(self, chk: int, completed, reason: str | None) -> None:
+        coord = self.coordinator
+        fields = {"checkpoints_completed": coord.num_completed,
+                  "checkpoints_failed": coord.num_failed}
+        if completed is not None:
+            fields.update(last_checkpoint_id=chk, last_checkpoint_duration_ms=completed.duration_ms)
+        self.progress.update(**fields)
 
     # -- messages to slots ----------------------------------------------------------------
     def _broadcast(self, msg: dict, slots=None) -> None:
@@ -276,6 +327,7 @@ class JobMaster:
         finish_sent = False
         control = self.control
         coord.set_tasks_running(set())
+        self.task_counts = {}  # counters restart with the attempt's tasks
         try:
             self.launcher.start(attempt, self.server.address, num_slots)
         except EngineError as exc:
@@ -320,6 +372,8 @@ class JobMaster:
                     if len(running) == num_slots:
                         coord.set_tasks_running(all_tasks)
                         coord.db.write("set_job_status", self.job_id, "RUNNING")
+                        if self.progress:
+                            self.progress.update(status="RUNNING", restarts=attempt)
                         log.info("Job %s (%s) attempt %d is running (%.2f s to start)",
                                  self.pipeline.name, self.job_id, attempt, now - started)
                         self.startup_seconds.append(round(now - started, 3))
@@ -328,6 +382,8 @@ class JobMaster:
                 elif msg["type"] == "decline":
                     coord.receive_decline(msg["checkpoint_id"], (msg["vertex"], msg["subtask"]),
                                           msg["reason"], now)
+                elif msg["type"] == "metrics":
+                    self._on_task_counts((msg["vertex"], msg["subtask"]), msg["counts"])
                 elif msg["type"] == "end_of_input":
                     eoi.add((msg["vertex"], msg["subtask"]))
                 elif msg["type"] == "task_failed":

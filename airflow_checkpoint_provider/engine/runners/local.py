@@ -54,11 +54,16 @@ class LocalProcessLauncher:
 
 
 class LocalRunner:
-    def __init__(self, *, coordinator_port: int = 0) -> None:
+    """:param master_options: ``metrics_port``, ``metrics_host``, ``show_progress`` (see
+    :class:`~.jobmaster.JobMaster`)."""
+
+    def __init__(self, *, coordinator_port: int = 0, **master_options) -> None:
         self.coordinator_port = coordinator_port
+        self.master_options = master_options
 
     def run(self, pipeline: Pipeline, *, restore: str | None, allow_non_restored_state: bool,
             job_id: str | None, claim_mode: str = "NO_CLAIM") -> JobResult:
-        master = JobMaster(pipeline, LocalProcessLauncher(), coordinator_port=self.coordinator_port)
+        master = JobMaster(pipeline, LocalProcessLauncher(), coordinator_port=self.coordinator_port,
+                           **self.master_options)
         return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
                           job_id=job_id, claim_mode=claim_mode)

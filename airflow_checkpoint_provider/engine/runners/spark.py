@@ -178,8 +178,10 @@ class SparkRunner:
     """
 
     def __init__(self, *, spark=None, master: str | None = None, coordinator_host: str | None = None,
-                 coordinator_port: int = 0, slot_wait_seconds: float = 60.0) -> None:
+                 coordinator_port: int = 0, slot_wait_seconds: float = 60.0,
+                 **master_options) -> None:
         self.slot_wait_seconds = slot_wait_seconds
+        self.master_options = master_options
         self.spark_arg = spark if spark is not None else master
         self.coordinator_host = coordinator_host
         self.coordinator_port = coordinator_port
@@ -202,7 +204,7 @@ class SparkRunner:
         launcher.check_slots(pipeline.execution_graph().num_slots, launcher.slot_wait_seconds)
         host = self.coordinator_host or spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
         master = JobMaster(pipeline, launcher, coordinator_host=host,
-                           coordinator_port=self.coordinator_port)
+                           coordinator_port=self.coordinator_port, **self.master_options)
         master.spark_app_id = spark.sparkContext.applicationId
         return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
                           job_id=job_id, claim_mode=claim_mode)

@@ -39,6 +39,8 @@ from .operators import KeyedOperator, Operator, SourceOperator, create_operator
 
 log = logging.getLogger(__name__)
 
+METRICS_REPORT_SECONDS = 1.0
+
 # barrier kinds (the third field of a barrier)
 CHECKPOINT, SAVEPOINT = "CHECKPOINT", "SAVEPOINT"
 SAVEPOINT_STOP, SAVEPOINT_DRAIN = "SAVEPOINT_STOP", "SAVEPOINT_DRAIN"
@@ -139,6 +141,8 @@ class StreamTask:
         self.channel_gates = channel_gates  # channel -> Event the reader waits on after a barrier
         self.handler = BarrierHandler(vertex.num_input_channels(), env.exactly_once)
         self.operators: list[Operator] = []
+        self.counts: list[list[int]] = [[0, 0] for _ in vertex.nodes]  # records in/out per operator
+        self._last_report = time.monotonic()
         self.finished = False
         self.exhausted = False                  # sources: every split read (or drained)
         self.suspended_for: int | None = None   # sources: stopped by stop-with-savepoint N
@@ -207,13 +211,27 @@ class StreamTask:
 
     # -- data path ------------------------------------------------------------------------
     def _push(self, records: list[dict], start: int = 0) -> None:
-        for op in self.operators[start:]:
+        counts = self.counts
+        for i in range(start, len(self.operators)):
             if not records:
-                return
-            records = op.process(records)
+                break
+            c = counts[i]
+            c[0] += len(records)
+            records = self.operators[i].process(records)
+            c[1] += len(records)
         if records:
             for w in self.writers:
                 w.emit(records)
+        now = time.monotonic()
+        if now - self._last_report >= METRICS_REPORT_SECONDS:
+            self.report_counts(now)
+
+    def report_counts(self, now: float) -> None:
+        """Send cumulative records in/out per operator (this attempt) to the job master."""
+        self._last_report = now
+        self.env.send({"type": "metrics", "vertex": self.vertex.id, "subtask": self.subtask,
+                       "counts": {op.uid or op.node.name: list(c)
+                                  for op, c in zip(self.operators, self.counts, strict=True)}})
 
     def _end_input(self, start: int = 0) -> None:
         for i in range(start, len(self.operators)):
@@ -243,6 +261,7 @@ class StreamTask:
                 self.exhausted = True
                 self._end_input(1)
             elif batch:
+                self.counts[0][1] += len(batch)
                 self._push(batch, 1)
             else:
                 item = self.mailbox.take(0.005, control_only=True)
