@@ -33,7 +33,7 @@ def test_metrics_endpoint_of_a_running_job_shows_counters_rising(tmp_path):
     first = scrape(port)
     time.sleep(2.5)
     second = scrape(port)
-    assert re.search(r'job_id="%s"' % job.job_id, second)
+    assert f'job_id="{job.job_id}"' in second
     assert value(second, "ckpt_checkpoints_completed_total") > value(first, "ckpt_checkpoints_completed_total") > 0
     assert value(second, "ckpt_records_out_total", operator="gen") > value(first, "ckpt_records_out_total", operator="gen")
     assert value(second, "ckpt_records_in_total", operator="sum") > 0
