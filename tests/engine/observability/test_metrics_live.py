@@ -1,6 +1,5 @@
 """The Prometheus endpoint of a running job: checkpoint and record counters rise."""
 
-import re
 import time
 import urllib.request
 
