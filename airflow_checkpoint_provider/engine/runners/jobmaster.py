@@ -42,6 +42,7 @@ from .control import ControlPlane
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 1.0
+FINAL_WRITE_SECONDS = 60.0
 STARTUP_TIMEOUT_SECONDS = 120.0
 
 
@@ -199,11 +200,12 @@ class JobMaster:
         status, failure = "FAILED", None
         try:
             while True:
-                store.start_attempt(job_id, attempt,
+                self.coordinator.db.write("start_attempt", job_id, attempt,
                                     restored_checkpoint_id=snapshot.checkpoint_id if snapshot else None,
                                     restored_from=snapshot.directory if snapshot else None)
                 outcome = self._run_attempt(attempt, snapshot)
-                store.end_attempt(job_id, attempt, failure_reason=outcome.failure)
+                self.coordinator.db.write("end_attempt", job_id, attempt,
+                                          failure_reason=outcome.failure)
                 if outcome.status in ("FINISHED", "STOPPED", "CANCELED"):
                     status, failure = outcome.status, None
                     break
@@ -220,7 +222,8 @@ class JobMaster:
                 if self.progress:
                     self.progress.update(status="RESTARTING", restarts=restarts)
                 delay = strategy.delay_for(restarts)
-                store.set_job_status(job_id, "RESTARTING", failure_reason=failure)
+                self.coordinator.db.write("set_job_status", job_id, "RESTARTING",
+                                          failure_reason=failure)
                 log.warning("Job %s failed (%s); restart %d/%d in %.1f s", p.name, failure,
                             restarts, strategy.attempts, delay)
                 time.sleep(delay)
@@ -235,8 +238,15 @@ class JobMaster:
             if self.progress:
                 self.progress.update(status=status)
                 self.progress.close()
-        store.set_job_status(job_id, status, failure_reason=failure)
-        store.abort_control_requests(job_id, f"job ended with status {status}")
+        db = self.coordinator.db
+        db.write("set_job_status", job_id, status, failure_reason=failure)
+        db.write("abort_control_requests", job_id, f"job ended with status {status}")
+        deadline = time.monotonic() + FINAL_WRITE_SECONDS
+        while not db.flush() and time.monotonic() < deadline:
+            time.sleep(1.0)  # the metadata DB is down: the final status must still land
+        if db.backlog:
+            log.error("Could not record the end of job %s (%s) in the metadata DB: %d writes lost",
+                      p.name, job_id, len(db.backlog))
         latest = self.coordinator.completed[-1] if self.coordinator.completed else None
         result = JobResult(job_id=job_id, job_name=p.name, status=status,
                            checkpoints_completed=self.coordinator.num_completed,
