@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean check-java check-postgres check-chromium bench
+.PHONY: demo test lint venv clean check-java check-postgres check-chromium bench stack
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -40,6 +40,11 @@ demo: venv
 
 test: venv check-java check-postgres check-chromium
 	$(PY) -m pytest -q
+
+# The compose stack's services without Docker (PostgreSQL, S3 server, 2-worker Spark
+# cluster), the blue-green DAG run against them with `airflow dags test`, then stopped.
+stack: venv check-java check-postgres
+	$(PY) stack/run_stack.py
 
 # Benchmarks (about 15 minutes on 2 cores); rewrites BENCHMARKS.md.
 bench: venv

@@ -1,1 +1,62 @@
-"""airflow-checkpoint-provider."""
+"""airflow-checkpoint-provider: checkpointed PySpark pipelines and their Airflow provider.
+
+The engine (:mod:`airflow_checkpoint_provider.engine`) never imports Airflow; the Airflow
+side lives in ``hooks/``, ``operators/``, ``sensors/``, ``triggers/`` and ``links/`` and is
+registered through :func:`get_provider_info` (entry point ``apache_airflow_provider``).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_PACKAGE = "airflow_checkpoint_provider"
+
+
+def get_provider_info() -> dict:
+    """Provider metadata read by Airflow's ProvidersManager (``airflow providers list``)."""
+    return {
+        "package-name": "airflow-checkpoint-provider",
+        "name": "Checkpointed PySpark pipelines",
+        "description": "Submit, savepoint, stop, upgrade and blue-green checkpointed PySpark "
+                       "pipelines; sensors and deferrable triggers on their metadata DB.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Checkpointed Pipelines",
+                "tags": ["software"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "Checkpointed Pipelines",
+                "python-modules": [f"{_PACKAGE}.hooks.metadata", f"{_PACKAGE}.hooks.submit"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Checkpointed Pipelines",
+                "python-modules": [f"{_PACKAGE}.operators.submit", f"{_PACKAGE}.operators.control",
+                                   f"{_PACKAGE}.operators.savepoints"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "Checkpointed Pipelines",
+                "python-modules": [f"{_PACKAGE}.sensors.checkpoint"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Checkpointed Pipelines",
+                "python-modules": [f"{_PACKAGE}.triggers.checkpoint"],
+            }
+        ],
+        "connection-types": [
+            {
+                "hook-class-name": f"{_PACKAGE}.hooks.metadata.CheckpointMetadataHook",
+                "hook-name": "Checkpoint metadata DB",
+                "connection-type": "checkpoint_metadata",
+            }
+        ],
+        "extra-links": [f"{_PACKAGE}.links.checkpoint.CheckpointHistoryLink"],
+    }

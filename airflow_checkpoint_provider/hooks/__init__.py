@@ -1,0 +1,1 @@
+"""hooks of the Airflow provider."""

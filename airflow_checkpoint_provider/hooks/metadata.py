@@ -1,0 +1,179 @@
+"""Hook for the engine's metadata DB: jobs, checkpoints, savepoints and control requests.
+
+This is the control plane between Airflow and running jobs (see ARCHITECTURE.md): Airflow
+reads job and checkpoint rows and inserts control requests; the job's coordinator answers
+them. It is never Airflow's own database.
+
+Connection (type ``checkpoint_metadata``, default id ``checkpoint_metadata_default``), any of
+
+* extra ``{"url": "sqlite:////data/ckpt/metadata.db"}`` or
+  ``{"url": "postgresql+psycopg://user:pw@db:5432/ckpt"}`` (wins when given);
+* host holding a full SQLAlchemy URL or an absolute SQLite file path;
+* host/port/schema/login/password of a PostgreSQL server, with an optional extra
+  ``driver`` (default ``postgresql+psycopg``).
+
+As an environment variable::
+
+    AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT='{"conn_type": "checkpoint_metadata",
+        "extra": {"url": "sqlite:////data/ckpt/metadata.db"}}'
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from airflow.sdk import BaseHook
+from sqlalchemy.engine import URL
+
+from airflow_checkpoint_provider.engine.checkpoint.store import (
+    CheckpointRecord,
+    ControlRequestRecord,
+    JobRecord,
+    MetadataStore,
+)
+from airflow_checkpoint_provider.triggers.conditions import resolve_job
+
+T = TypeVar("T")
+
+
+class CheckpointMetadataHook(BaseHook):
+    """
+    Read the metadata DB of checkpointed jobs and submit control requests to running jobs.
+
+    Sync methods return the engine's frozen records (:class:`JobRecord`,
+    :class:`CheckpointRecord`, :class:`ControlRequestRecord`). Async methods (``a...``) are
+    for triggers and never block the event loop.
+
+    Why ``asyncio.to_thread`` around the engine's synchronous :class:`MetadataStore` rather
+    than SQLAlchemy's asyncio engine (aiosqlite / asyncpg): the store is the only code that
+    knows the schema, and it carries what makes concurrent access safe — SQLite WAL, busy
+    timeout, ``BEGIN IMMEDIATE`` for writers, retries on "database is locked" and on
+    PostgreSQL serialization failures. Re-implementing its queries on an async engine would
+    fork that knowledge. Every call is one short transaction, so a worker thread per call is
+    cheap, and the thread pool bounds the concurrency of many triggers polling at once. The
+    store (and its connection pool) is created once per hook, also off the loop.
+
+    :param checkpoint_conn_id: Airflow connection of type ``checkpoint_metadata``.
+    """
+
+    conn_name_attr = "checkpoint_conn_id"
+    default_conn_name = "checkpoint_metadata_default"
+    conn_type = "checkpoint_metadata"
+    hook_name = "Checkpoint metadata DB"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden-fields": [],
+            "relabeling": {"host": "Host, SQLAlchemy URL or SQLite path", "schema": "Database"},
+            "placeholders": {"extra": '{"url": "sqlite:////data/ckpt/metadata.db"}'},
+        }
+
+    def __init__(self, checkpoint_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint_conn_id = checkpoint_conn_id
+        self._store: MetadataStore | None = None
+
+    # -- connection --------------------------------------------------------------------------
+
+    @staticmethod
+    def url_from_connection(conn: Any) -> str:
+        """The SQLAlchemy URL (or SQLite path) a ``checkpoint_metadata`` connection names."""
+        extra = conn.extra_dejson or {}
+        if extra.get("url"):
+            return str(extra["url"])
+        host = conn.host or ""
+        if "://" in host or host.startswith("/") or host == ":memory:":
+            return host
+        if host:
+            return URL.create(
+                extra.get("driver", "postgresql+psycopg"), username=conn.login or None,
+                password=conn.password or None, host=host, port=conn.port or None,
+                database=conn.schema or None,
+            ).render_as_string(hide_password=False)
+        raise ValueError(
+            f"connection {conn.conn_id!r} names no metadata DB: set extra "
+            '{"url": "sqlite:////abs/metadata.db"} or a PostgreSQL host/schema'
+        )
+
+    def get_url(self) -> str:
+        return self.url_from_connection(self.get_connection(self.checkpoint_conn_id))
+
+    def get_conn(self) -> MetadataStore:
+        """The engine's :class:`MetadataStore` for this connection (created once)."""
+        if self._store is None:
+            self._store = MetadataStore(self.get_url())
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # -- sync access -------------------------------------------------------------------------
+
+    def resolve_job(self, job: str) -> JobRecord:
+        """A job by id, id prefix or name (the active job of that name, else the newest).
+        Raises ``LookupError``."""
+        return resolve_job(self.get_conn(), job)
+
+    def find_job(self, job: str) -> JobRecord | None:
+        try:
+            return self.resolve_job(job)
+        except LookupError:
+            return None
+
+    def list_jobs(self, job_name: str | None = None) -> list[JobRecord]:
+        return self.get_conn().list_jobs(job_name=job_name)
+
+    def list_checkpoints(self, job_id: str, *, kind: str | None = None,
+                         status: str | None = None) -> list[CheckpointRecord]:
+        return self.get_conn().list_checkpoints(job_id, kind=kind, status=status)
+
+    def latest_completed_checkpoint(self, *, job_id: str | None = None,
+                                    job_name: str | None = None,
+                                    kind: str | None = "CHECKPOINT") -> CheckpointRecord | None:
+        return self.get_conn().latest_completed_checkpoint(job_id=job_id, job_name=job_name,
+                                                           kind=kind)
+
+    def submit_control_request(self, job_id: str, action: str,
+                               params: dict | None = None) -> str:
+        return self.get_conn().submit_control_request(job_id, action, params or {})
+
+    def get_control_request(self, request_id: str) -> ControlRequestRecord | None:
+        return self.get_conn().get_control_request(request_id)
+
+    # -- async access (triggers) -------------------------------------------------------------
+
+    async def aget_conn(self) -> MetadataStore:
+        if self._store is None:
+            conn = await self.aget_connection(self.checkpoint_conn_id)
+            url = self.url_from_connection(conn)
+            # opening runs the schema check (and Alembic on a fresh DB): off the loop too
+            self._store = await asyncio.to_thread(MetadataStore, url)
+        return self._store
+
+    async def arun(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(store, *args, **kwargs)`` in a worker thread and await its result."""
+        store = await self.aget_conn()
+        return await asyncio.to_thread(fn, store, *args, **kwargs)
+
+    async def aget_job(self, job_id: str) -> JobRecord | None:
+        return await self.arun(MetadataStore.get_job, job_id)
+
+    async def aresolve_job(self, job: str) -> JobRecord:
+        return await self.arun(resolve_job, job)
+
+    async def alist_checkpoints(self, job_id: str, *, kind: str | None = None,
+                                status: str | None = None) -> list[CheckpointRecord]:
+        return await self.arun(MetadataStore.list_checkpoints, job_id, kind=kind, status=status)
+
+    async def aget_control_request(self, request_id: str) -> ControlRequestRecord | None:
+        return await self.arun(MetadataStore.get_control_request, request_id)
+
+    async def aclose(self) -> None:
+        if self._store is not None:
+            store, self._store = self._store, None
+            await asyncio.to_thread(store.close)

@@ -1,0 +1,197 @@
+"""Hook launching a checkpointed job: ``spark-submit`` of the engine's entry point.
+
+Builds on :class:`SparkSubmitHook` (the ``spark`` connection gives master, deploy mode,
+queue, spark binary); the application is ``airflow_checkpoint_provider/engine/launch.py`` and
+its arguments are those of ``ckpt run``. ``runner="local"`` runs the same job with the
+engine's local runner (``python -m airflow_checkpoint_provider.engine.cli run``) instead —
+no Spark, for small jobs and tests.
+
+Two modes:
+
+* :meth:`CheckpointSubmitHook.submit_blocking` — run until the job ends (the spark-submit
+  output goes to the task log); a non-zero exit raises.
+* :meth:`CheckpointSubmitHook.submit_detached` — start the job in its own session (it
+  outlives the Airflow task), its output going to a log file, and return once the job row in
+  the metadata DB is RUNNING (or ended). Long-running jobs are then controlled through the
+  metadata DB only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk.exceptions import AirflowException
+
+import airflow_checkpoint_provider.engine.launch as _launch
+from airflow_checkpoint_provider.engine.api import DEFAULT_METADATA_ENV
+from airflow_checkpoint_provider.engine.checkpoint.store import JobRecord, MetadataStore
+
+#: The engine's spark-submit entry point (a plain Python file).
+LAUNCH_SCRIPT = os.path.abspath(_launch.__file__)
+#: Job statuses after which a detached launch stops waiting.
+STARTED_STATUSES = ("RUNNING", "FINISHED", "STOPPED", "CANCELED", "FAILED")
+
+
+class CheckpointSubmitHook(SparkSubmitHook):
+    """
+    Launch a checkpointed job with ``spark-submit`` (or the engine's local runner).
+
+    :param pipeline: ``module:function`` returning the engine's ``Pipeline``.
+    :param job_id: job id to give the job (the metadata DB key).
+    :param job_name: job name (overrides the pipeline's name).
+    :param metadata_url: SQLAlchemy URL of the metadata DB the job writes to.
+    :param restore: ``"latest"``, a checkpoint/savepoint path, or ``None``.
+    :param allow_non_restored_state: restore even if the snapshot has state for operators the
+        job no longer has.
+    :param checkpoint_dir: checkpoint directory (overrides the pipeline's).
+    :param savepoint_dir: default savepoint directory of the job.
+    :param interval_ms: checkpoint interval (``0``: only the final checkpoint).
+    :param restart: restart strategy, e.g. ``fixed:3:1000``.
+    :param runner: ``"spark"`` (spark-submit) or ``"local"`` (no Spark).
+    :param log_dir: where detached jobs write their log file.
+    :param conn_id: the Spark connection (master, deploy mode).
+    :param kwargs: passed to :class:`SparkSubmitHook` (``conf``, ``env_vars``, ...).
+    """
+
+    def __init__(self, *, pipeline: str, job_id: str, job_name: str, metadata_url: str,
+                 restore: str | None = None, allow_non_restored_state: bool = False,
+                 checkpoint_dir: str | None = None, savepoint_dir: str | None = None,
+                 interval_ms: int | None = None, restart: str | None = None,
+                 runner: str = "spark", log_dir: str | None = None,
+                 conn_id: str = "spark_default", **kwargs: Any) -> None:
+        if runner not in ("spark", "local"):
+            raise ValueError(f"runner must be 'spark' or 'local', not {runner!r}")
+        self.pipeline = pipeline
+        self.job_id = job_id
+        self.job_name = job_name
+        self.metadata_url = metadata_url
+        self.runner = runner
+        self.log_dir = log_dir
+        args = [pipeline, "--job-id", job_id, "--job-name", job_name]
+        for flag, value in (("--restore", restore), ("--checkpoint-dir", checkpoint_dir),
+                            ("--savepoint-dir", savepoint_dir), ("--interval-ms", interval_ms),
+                            ("--restart", restart)):
+            if value is not None and value != "":
+                args += [flag, str(value)]
+        if allow_non_restored_state:
+            args.append("--allow-non-restored-state")
+        self.engine_args = args
+        env = dict(kwargs.pop("env_vars", None) or {})
+        # spark-submit must run this interpreter (the one with the package) and be found on
+        # PATH: the connection's spark-binary is a name, not a path.
+        bin_dir = os.path.dirname(sys.executable)
+        path = env.get("PATH", os.environ.get("PATH", ""))
+        if bin_dir not in path.split(os.pathsep):
+            env["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
+        # The metadata DB URL may hold a password: pass it in the environment (``--db``'s
+        # env var), not on a command line every ``ps`` shows.
+        env[DEFAULT_METADATA_ENV] = metadata_url
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        kwargs.setdefault("name", f"ckpt-{job_name}")
+        super().__init__(conn_id=conn_id, application_args=args, env_vars=env, **kwargs)
+        if self.runner == "spark" and self._connection["deploy_mode"] == "cluster":
+            # spark-submit forwards no environment to a standalone cluster-mode driver
+            args += ["--db", metadata_url]
+
+    # -- commands ----------------------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        """The command that runs the job until it ends."""
+        if self.runner == "local":
+            return [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli", "run",
+                    *self.engine_args, "--runner", "local"]
+        return self._build_spark_submit_command(LAUNCH_SCRIPT)
+
+    def _process_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({k: str(v) for k, v in (self._env_vars or {}).items()})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
+        return env
+
+    # -- blocking ----------------------------------------------------------------------------
+
+    def submit_blocking(self) -> None:
+        """Run the job until it ends; raise :class:`AirflowException` on a non-zero exit."""
+        if self.runner == "spark":
+            self._env_vars = {**(self._env_vars or {}),
+                              "PYTHONPATH": self._process_env()["PYTHONPATH"]}
+            self.submit(LAUNCH_SCRIPT)
+            return
+        cmd = self.command()
+        self.log.info("Running %s", self._mask_cmd(cmd))
+        self._submit_sp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                           text=True, env=self._process_env())
+        assert self._submit_sp.stdout is not None
+        for line in self._submit_sp.stdout:
+            self.log.info("%s", line.rstrip())
+        returncode = self._submit_sp.wait()
+        if returncode:
+            raise AirflowException(f"job {self.job_name} ({self.job_id}) exited with code "
+                                   f"{returncode}")
+
+    # -- detached ----------------------------------------------------------------------------
+
+    def log_file(self) -> str:
+        log_dir = self.log_dir or os.path.join(tempfile.gettempdir(), "checkpoint-jobs")
+        os.makedirs(log_dir, exist_ok=True)
+        return os.path.join(os.path.abspath(log_dir), f"{self.job_name}-{self.job_id}.log")
+
+    def submit_detached(self, *, timeout: float = 300.0, poll_interval: float = 0.5) -> dict:
+        """Start the job in a new session and wait until its row is RUNNING (or ended).
+
+        Returns ``{"job_id", "job_name", "status", "pid", "log_file", "failure_reason"}``.
+        Raises :class:`AirflowException` when the launcher exits with an error before the
+        job runs, or ``timeout`` seconds pass.
+        """
+        cmd = self.command()
+        log_file = self.log_file()
+        # In client mode the driver is this spark-submit process: its own session lets it
+        # outlive the task. In cluster mode spark-submit exits 0 once the driver is submitted;
+        # the metadata DB then says when the job runs.
+        self.log.info("Starting detached: %s (log %s)", self._mask_cmd(cmd), log_file)
+        with open(log_file, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    env=self._process_env())
+        store = MetadataStore(self.metadata_url)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                job = store.get_job(self.job_id)
+                if job is not None and job.status in STARTED_STATUSES:
+                    return self._info(job, proc.pid, log_file)
+                rc = proc.poll()
+                if rc is not None and rc != 0:
+                    raise AirflowException(
+                        f"job {self.job_name} ({self.job_id}) launcher exited with code {rc} "
+                        f"before the job ran"
+                        + (f": {job.failure_reason}" if job and job.failure_reason else "")
+                        + f"; log {log_file}:\n{tail(log_file)}")
+                if time.monotonic() > deadline:
+                    raise AirflowException(
+                        f"job {self.job_name} ({self.job_id}) is not RUNNING after "
+                        f"{timeout:.0f} s (status {job.status if job else 'not created'}); "
+                        f"log {log_file}:\n{tail(log_file)}")
+                time.sleep(poll_interval)
+        finally:
+            store.close()
+
+    @staticmethod
+    def _info(job: JobRecord, pid: int, log_file: str) -> dict:
+        return {"job_id": job.job_id, "job_name": job.job_name, "status": job.status,
+                "pid": pid, "log_file": log_file, "failure_reason": job.failure_reason}
+
+
+def tail(path: str, lines: int = 20) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,1 @@
+"""links of the Airflow provider."""

@@ -1,0 +1,1 @@
+"""operators of the Airflow provider."""

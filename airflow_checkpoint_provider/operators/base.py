@@ -1,0 +1,96 @@
+"""What every operator of this provider shares: the metadata hook and one way to wait.
+
+:meth:`CheckpointBaseOperator.wait_until` waits for a condition of
+:mod:`~airflow_checkpoint_provider.triggers.conditions` either in the triggerer
+(``deferrable=True``: defer to the given trigger) or by polling here; both paths end in the
+same callback with the same event dict, so the success and failure handling is written once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator, conf
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+from airflow_checkpoint_provider.triggers.conditions import ERROR, SUCCESS, TIMEOUT, Outcome
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.triggers.base import BaseTrigger
+
+    from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+
+
+class CheckpointBaseOperator(BaseOperator):
+    """
+    Base of the operators of this provider.
+
+    :param checkpoint_conn_id: Airflow connection of the metadata DB
+        (type ``checkpoint_metadata``).
+    :param deferrable: wait in the triggerer instead of occupying a worker slot.
+    :param poll_interval: seconds between polls of the metadata DB.
+    """
+
+    ui_color = "#F5E6C8"
+
+    def __init__(self, *, checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
+                 deferrable: bool = False, poll_interval: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint_conn_id = checkpoint_conn_id
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+
+    @staticmethod
+    def airflow_log_dir(name: str) -> str:
+        """``<Airflow's base log folder>/<name>``: default home of job logs and reports."""
+        return os.path.join(conf.get("logging", "base_log_folder"), name)
+
+    @cached_property
+    def hook(self) -> CheckpointMetadataHook:
+        return CheckpointMetadataHook(checkpoint_conn_id=self.checkpoint_conn_id)
+
+    def wait_until(self, context: Context, *, check: Callable[[MetadataStore], Outcome | None],
+                   trigger: BaseTrigger, method_name: str, timeout: float | None,
+                   what: str) -> Any:
+        """Defer to ``trigger`` or poll ``check``; then call ``method_name(context, event)``."""
+        if self.deferrable:
+            self.defer(trigger=trigger, method_name=method_name)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        store = self.hook.get_conn()
+        while True:
+            outcome = check(store)
+            if outcome is not None:
+                event = outcome.to_event()
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                event = {"status": TIMEOUT, "message": f"timed out after {timeout:.0f} s "
+                                                       f"waiting for {what}"}
+                break
+            time.sleep(self.poll_interval)
+        return getattr(self, method_name)(context, event)
+
+    @staticmethod
+    def check_event(event: dict[str, Any] | None) -> dict[str, Any]:
+        """Return a ``success`` event; raise for ``error``, ``timeout`` and unknown statuses."""
+        if not event or "status" not in event:
+            raise AirflowException(f"trigger returned no status: {event!r}")
+        if event["status"] == SUCCESS:
+            return event
+        if event["status"] in (ERROR, TIMEOUT):
+            raise AirflowException(event.get("message") or event["status"])
+        raise AirflowException(f"unknown trigger event status {event['status']!r}: "
+                               f"{event.get('message')}")
+
+    def fail_with_job(self, job_ref: str, what: str) -> None:
+        """Raise with the job's own status and failure reason (if the job is known)."""
+        job = self.hook.find_job(job_ref)
+        if job is None:
+            raise AirflowException(f"{what}: no job {job_ref!r} in the metadata DB")
+        reason = f": {job.failure_reason}" if job.failure_reason else ""
+        raise AirflowException(f"{what}: job {job.job_name} ({job.job_id}) is {job.status}{reason}")

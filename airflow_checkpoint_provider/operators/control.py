@@ -1,0 +1,215 @@
+"""Operators that ask a running job to do something: savepoint, stop with savepoint, cancel.
+
+Each inserts a control request in the metadata DB and waits until the job answered it
+(``deferrable=True``: in the triggerer). The job's coordinator executes the request; Airflow
+never talks to the Spark driver.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
+from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
+from airflow_checkpoint_provider.triggers.checkpoint import ControlRequestTrigger, JobStateTrigger
+from airflow_checkpoint_provider.triggers.conditions import (
+    check_control_request,
+    check_job_state,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class _ControlRequestOperator(CheckpointBaseOperator):
+    """Submit one control request for ``job`` and wait for its answer."""
+
+    action: str = ""
+    template_fields: Sequence[str] = ("job",)
+
+    def __init__(self, *, job: str, timeout: float = 300.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.timeout = timeout
+
+    def request_params(self) -> dict[str, Any]:
+        return {}
+
+    def submit(self, context: Context) -> str:
+        """Insert the request; fail with the job's status if it takes no requests."""
+        try:
+            job = self.hook.resolve_job(self.job)
+        except LookupError as exc:
+            raise AirflowException(f"{self.action}: {exc}") from exc
+        try:
+            request_id = self.hook.submit_control_request(job.job_id, self.action,
+                                                          self.request_params())
+        except ValueError:
+            self.fail_with_job(job.job_id, f"cannot {self.action.lower()}")
+        self.log.info("Submitted %s request %s for job %s (%s)", self.action, request_id,
+                      job.job_name, job.job_id)
+        context["ti"].xcom_push(key="job_id", value=job.job_id)
+        context["ti"].xcom_push(key="request_id", value=request_id)
+        self.job_id = job.job_id
+        return request_id
+
+    def execute(self, context: Context) -> Any:
+        request_id = self.submit(context)
+        return self.wait_until(
+            context, check=lambda store: check_control_request(store, request_id),
+            trigger=ControlRequestTrigger(request_id=request_id,
+                                          checkpoint_conn_id=self.checkpoint_conn_id,
+                                          poll_interval=self.poll_interval,
+                                          end_time=time.time() + self.timeout),
+            method_name="execute_complete", timeout=self.timeout,
+            what=f"{self.action} request {request_id}")
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        event = self.check_event(event)
+        self.log.info("%s", event["message"])
+        return self.on_request_succeeded(context, event)
+
+    def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> Any:
+        return event.get("request_id")
+
+    def wait_for_job_end(self, context: Context, job_id: str, states: list[str],
+                         method_name: str) -> Any:
+        return self.wait_until(
+            context,
+            check=lambda store: check_job_state(store, job_id, target_states=states),
+            trigger=JobStateTrigger(job=job_id, target_states=states,
+                                    checkpoint_conn_id=self.checkpoint_conn_id,
+                                    poll_interval=self.poll_interval,
+                                    end_time=time.time() + self.timeout),
+            method_name=method_name, timeout=self.timeout,
+            what=f"job {job_id} to be {' or '.join(states)}")
+
+
+class _SavepointMixin:
+    def _push_savepoint(self, context: Context, event: dict[str, Any]) -> str:
+        location = event["location"]
+        context["ti"].xcom_push(key="checkpoint_id", value=event.get("checkpoint_id"))
+        context["ti"].xcom_push(key="savepoint_path", value=location)
+        report_dir = self.report_dir or self.airflow_log_dir("checkpoint-reports")  # type: ignore[attr-defined]
+        CheckpointHistoryLink.persist(context, self.hook.get_conn(),  # type: ignore[attr-defined]
+                                      event["job_id"], report_dir)
+        return location
+
+
+class TriggerSavepointOperator(_SavepointMixin, _ControlRequestOperator):
+    """
+    Take a savepoint of a running job; the savepoint's path is the task's return value.
+
+    XCom: return value and ``savepoint_path`` = savepoint directory, ``checkpoint_id``,
+    ``job_id``, ``request_id``.
+
+    :param job: job id, id prefix or job name (its newest job). Templated.
+    :param directory: savepoint directory (default: the job's savepoint directory). Templated.
+    :param timeout: seconds to wait for the savepoint.
+    :param report_dir: where the checkpoint-history report of the extra link is written
+        (default ``<base_log_folder>/checkpoint-reports``).
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param deferrable: wait in the triggerer.
+    """
+
+    action = "SAVEPOINT"
+    template_fields: Sequence[str] = ("job", "directory")
+    operator_extra_links = (CheckpointHistoryLink(),)
+
+    def __init__(self, *, job: str, directory: str | None = None, report_dir: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(job=job, **kwargs)
+        self.directory = directory
+        self.report_dir = report_dir
+
+    def request_params(self) -> dict[str, Any]:
+        return {"directory": os.path.abspath(self.directory)} if self.directory else {}
+
+    def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> str:
+        return self._push_savepoint(context, event)
+
+
+class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
+    """
+    Stop a running job with a savepoint: sources stop, sinks commit, the job ends STOPPED.
+
+    The task waits for the savepoint and then for the job to end; its return value (and XCom
+    ``savepoint_path``) is the savepoint's path, to restore the next version from.
+
+    :param job: job id, id prefix or job name (its newest job). Templated.
+    :param directory: savepoint directory (default: the job's savepoint directory). Templated.
+    :param drain: end the input first (flush bounded and timer work) before the savepoint.
+    :param timeout: seconds to wait for the savepoint, and again for the job to end.
+    :param report_dir: where the checkpoint-history report of the extra link is written
+        (default ``<base_log_folder>/checkpoint-reports``).
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param deferrable: wait in the triggerer.
+    """
+
+    action = "STOP_WITH_SAVEPOINT"
+    template_fields: Sequence[str] = ("job", "directory")
+    operator_extra_links = (CheckpointHistoryLink(),)
+
+    def __init__(self, *, job: str, directory: str | None = None, drain: bool = False,
+                 report_dir: str | None = None, **kwargs: Any) -> None:
+        super().__init__(job=job, **kwargs)
+        self.directory = directory
+        self.drain = drain
+        self.report_dir = report_dir
+
+    def request_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"drain": self.drain}
+        if self.directory:
+            params["directory"] = os.path.abspath(self.directory)
+        return params
+
+    def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> Any:
+        self._push_savepoint(context, event)
+        return self.wait_for_job_end(context, event["job_id"], ["STOPPED", "FINISHED"],
+                                     "execute_stopped")
+
+    def execute_stopped(self, context: Context, event: dict[str, Any]) -> str:
+        event = self.check_event(event)
+        self.log.info("%s", event["message"])
+        return context["ti"].xcom_pull(task_ids=self.task_id, key="savepoint_path")
+
+
+class CancelJobOperator(_ControlRequestOperator):
+    """
+    Cancel a running job (no savepoint); the task waits until the job is CANCELED.
+
+    :param job: job id, id prefix or job name (its newest job). Templated.
+    :param missing_ok: succeed (and say so in the log) when the job is unknown or already
+        ended, e.g. in a clean-up path where the job may never have started.
+    :param timeout: seconds to wait for the cancellation.
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param deferrable: wait in the triggerer.
+    """
+
+    action = "CANCEL"
+
+    def __init__(self, *, job: str | None, missing_ok: bool = False, **kwargs: Any) -> None:
+        super().__init__(job=job or "", **kwargs)
+        self.missing_ok = missing_ok
+
+    def execute(self, context: Context) -> Any:
+        if self.missing_ok:
+            job = self.hook.find_job(self.job) if self.job and self.job != "None" else None
+            if job is None or job.is_terminal:
+                self.log.info("Nothing to cancel: %s", f"job {job.job_name} ({job.job_id}) is "
+                              f"already {job.status}" if job else f"no job {self.job!r}")
+                return None
+        return super().execute(context)
+
+    def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> Any:
+        return self.wait_for_job_end(context, event["job_id"], ["CANCELED"], "execute_canceled")
+
+    def execute_canceled(self, context: Context, event: dict[str, Any]) -> str:
+        event = self.check_event(event)
+        self.log.info("%s", event["message"])
+        return event["job_id"]

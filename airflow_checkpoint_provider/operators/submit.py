@@ -1,0 +1,295 @@
+"""Operator submitting a checkpointed job and waiting until it runs, checkpoints or ends."""
+
+from __future__ import annotations
+
+import ast
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_checkpoint_provider.hooks.submit import CheckpointSubmitHook
+from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
+from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
+from airflow_checkpoint_provider.triggers.checkpoint import (
+    CheckpointCompletedTrigger,
+    JobStateTrigger,
+)
+from airflow_checkpoint_provider.triggers.conditions import (
+    ACTIVE_JOB_STATUSES,
+    check_checkpoint_completed,
+    check_job_state,
+    describe_job,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_checkpoint_provider.engine.checkpoint.store import JobRecord
+
+WAIT_FOR = ("running", "first_checkpoint", "finished")
+#: Job statuses a "finished" wait accepts: ended by itself or stopped with a savepoint.
+ENDED_OK = ["FINISHED", "STOPPED"]
+KNOWN_JOB_STATUSES = ("CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELED",
+                      "STOPPED")
+_JOB_ID_NAMESPACE = uuid.UUID("5d1c8f1e-4a57-4c2b-9a43-6c6b7074a1f0")
+
+
+class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
+    """
+    Submit a checkpointed pipeline (spark-submit of the engine's entry point) and wait.
+
+    * ``wait_for="running"``: start the job detached and succeed once it is RUNNING — for
+      long-running jobs, controlled afterwards through the metadata DB (savepoint, stop, ...).
+    * ``wait_for="first_checkpoint"``: also wait for its first completed checkpoint.
+    * ``wait_for="finished"``: wait until the job ended (FINISHED, or STOPPED by a
+      stop-with-savepoint). Blocking spark-submit unless ``detach`` or ``deferrable``.
+
+    Durable: when ``reconnect`` is on and the newest job named ``job_name`` is still active
+    with a heartbeat younger than ``heartbeat_timeout`` seconds, the task attaches to it
+    instead of starting a second copy (e.g. after a worker died while the job kept running).
+
+    Retries resume: the job id is derived from the task instance and its try number; on try
+    N > 1 the job restores from the newest completed checkpoint (or savepoint) of the jobs
+    started by tries 1..N-1 — a bounded job continues instead of recomputing. Without one,
+    ``restore`` applies as on the first try.
+
+    XCom: return value and ``job_id``; ``job_name``, ``log_file`` (detached), and after a
+    checkpoint wait ``checkpoint_id`` / ``checkpoint_location``.
+
+    :param pipeline: ``module:function`` returning the engine's ``Pipeline``. Templated.
+    :param job_name: the job's name in the metadata DB (``--job-name``). Templated.
+    :param restore: ``"latest"`` (newest completed checkpoint of any job of this name), a
+        checkpoint or savepoint path, or ``None``. Templated.
+    :param allow_non_restored_state: restore although the snapshot holds state of operators
+        the pipeline no longer has.
+    :param wait_for: ``"running"``, ``"first_checkpoint"`` or ``"finished"``.
+    :param detach: start the job in its own session even for ``wait_for="finished"`` (the job
+        survives a killed worker). Always on for the other ``wait_for`` values.
+    :param runner: ``"spark"`` (spark-submit through the ``spark_conn_id`` connection) or
+        ``"local"`` (the engine's local runner, no Spark). Templated.
+    :param checkpoint_dir: checkpoint directory (overrides the pipeline's). Templated.
+    :param savepoint_dir: the job's default savepoint directory. Templated.
+    :param interval_ms: checkpoint interval override.
+    :param restart: restart strategy override, e.g. ``"fixed:3:1000"``.
+    :param reconnect: attach to an already running job of this name (see above).
+    :param heartbeat_timeout: seconds after which a job's heartbeat counts as stale.
+    :param start_timeout: seconds a detached job may take to be RUNNING.
+    :param wait_timeout: seconds to wait for the first checkpoint / the end (``None``: no
+        limit; use ``execution_timeout`` for the task as a whole).
+    :param spark_conn_id: the Spark connection (master, deploy mode).
+    :param conf: Spark configuration. Templated.
+    :param env_vars: environment of the job (e.g. options the pipeline reads). Templated.
+    :param spark_kwargs: more :class:`SparkSubmitHook` arguments (``executor_memory``, ...).
+    :param log_dir: log directory of detached jobs (default
+        ``<base_log_folder>/checkpoint-jobs``). Templated.
+    :param report_dir: where the checkpoint-history report of the extra link is written
+        (default ``<base_log_folder>/checkpoint-reports``).
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param deferrable: wait for the checkpoint / the end in the triggerer.
+    :param poll_interval: seconds between polls of the metadata DB.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "job_name", "restore", "runner",
+                                      "checkpoint_dir", "savepoint_dir", "conf", "env_vars",
+                                      "log_dir")
+    template_fields_renderers = {"conf": "json", "env_vars": "json"}
+    operator_extra_links = (CheckpointHistoryLink(),)
+
+    def __init__(self, *, pipeline: str, job_name: str, restore: str | None = None,
+                 allow_non_restored_state: bool = False, wait_for: str = "running",
+                 detach: bool = False, runner: str = "spark", checkpoint_dir: str | None = None,
+                 savepoint_dir: str | None = None, interval_ms: int | None = None,
+                 restart: str | None = None, reconnect: bool = True,
+                 heartbeat_timeout: float = 30.0, start_timeout: float = 300.0,
+                 wait_timeout: float | None = None, spark_conn_id: str = "spark_default",
+                 conf: dict[str, Any] | None = None, env_vars: dict[str, str] | None = None,
+                 spark_kwargs: dict[str, Any] | None = None, log_dir: str | None = None,
+                 report_dir: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if wait_for not in WAIT_FOR:
+            raise ValueError(f"wait_for must be one of {', '.join(WAIT_FOR)}, not {wait_for!r}")
+        self.pipeline = pipeline
+        self.job_name = job_name
+        self.restore = restore
+        self.allow_non_restored_state = allow_non_restored_state
+        self.wait_for = wait_for
+        self.detach = detach
+        self.runner = runner
+        self.checkpoint_dir = checkpoint_dir
+        self.savepoint_dir = savepoint_dir
+        self.interval_ms = interval_ms
+        self.restart = restart
+        self.reconnect = reconnect
+        self.heartbeat_timeout = heartbeat_timeout
+        self.start_timeout = start_timeout
+        self.wait_timeout = wait_timeout
+        self.spark_conn_id = spark_conn_id
+        self.conf = conf
+        self.env_vars = env_vars
+        self.spark_kwargs = spark_kwargs or {}
+        self.log_dir = log_dir
+        self.report_dir = report_dir
+        self._submit_hook: CheckpointSubmitHook | None = None
+
+    # -- job identity ------------------------------------------------------------------------
+
+    @staticmethod
+    def job_id_for(context: Context, try_number: int) -> str:
+        """The job id of this task instance's try ``try_number`` (stable across workers)."""
+        ti = context["ti"]
+        key = f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.map_index}/{try_number}"
+        return uuid.uuid5(_JOB_ID_NAMESPACE, key).hex
+
+    def find_running_job(self) -> JobRecord | None:
+        """The newest job of this name if it is active with a fresh heartbeat."""
+        jobs = self.hook.list_jobs(self.job_name)
+        if not jobs or jobs[0].status not in ACTIVE_JOB_STATUSES:
+            return None
+        job = jobs[0]
+        beat = job.heartbeat_at or job.created_at
+        age = (datetime.now(UTC) - beat).total_seconds()
+        if age > self.heartbeat_timeout:
+            self.log.warning("Job %s (%s) is %s but its heartbeat is %.0f s old: considered "
+                             "dead, starting a new job", job.job_name, job.job_id, job.status, age)
+            return None
+        return job
+
+    def restore_for_retry(self, context: Context) -> str | None:
+        """Newest completed checkpoint/savepoint of the jobs of earlier tries, if any."""
+        for earlier in range(context["ti"].try_number - 1, 0, -1):
+            job_id = self.job_id_for(context, earlier)
+            chk = self.hook.latest_completed_checkpoint(job_id=job_id, kind=None)
+            if chk is not None:
+                self.log.info("Retry %d: resuming from %s %d of job %s (try %d) at %s",
+                              context["ti"].try_number, chk.kind.lower(), chk.checkpoint_id,
+                              job_id, earlier, chk.location)
+                return chk.location
+        return None
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        ti = context["ti"]
+        job = self.find_running_job() if self.reconnect else None
+        if job is not None:
+            self.log.info("Reconnecting to %s instead of starting a second copy",
+                          describe_job(job))
+            job_id = job.job_id
+        else:
+            job_id = self.job_id_for(context, ti.try_number)
+            restore = self.restore_for_retry(context) if ti.try_number > 1 else None
+            job_id = self.launch(context, job_id, restore or _optional(self.restore))
+        ti.xcom_push(key="job_id", value=job_id)
+        ti.xcom_push(key="job_name", value=self.job_name)
+        return self.wait(context, job_id)
+
+    def launch(self, context: Context, job_id: str, restore: str | None) -> str:
+        hook = CheckpointSubmitHook(
+            pipeline=self.pipeline, job_id=job_id, job_name=self.job_name,
+            metadata_url=self.hook.get_url(), restore=restore,
+            allow_non_restored_state=self.allow_non_restored_state,
+            checkpoint_dir=_optional(self.checkpoint_dir),
+            savepoint_dir=_optional(self.savepoint_dir),
+            interval_ms=self.interval_ms, restart=self.restart, runner=self.runner,
+            log_dir=_optional(self.log_dir) or self.airflow_log_dir("checkpoint-jobs"),
+            conn_id=self.spark_conn_id,
+            conf=_mapping(self.conf, "conf"),
+            env_vars=_mapping(self.env_vars, "env_vars"), **self.spark_kwargs)
+        self._submit_hook = hook
+        self.log.info("Submitting job %s (%s) of %s%s", self.job_name, job_id, self.pipeline,
+                      f", restoring {restore}" if restore else "")
+        if self._blocking:
+            try:
+                hook.submit_blocking()
+            except AirflowException as exc:
+                self.log.error("%s", exc)
+                if self.hook.find_job(job_id) is None:
+                    raise AirflowException(f"job {self.job_name} ({job_id}) did not start: "
+                                           f"{exc}") from exc
+                self.fail_with_job(job_id, "job failed")
+            return job_id
+        info = hook.submit_detached(timeout=self.start_timeout)
+        context["ti"].xcom_push(key="log_file", value=info["log_file"])
+        self.log.info("Job %s (%s) is %s (pid %s, log %s)", info["job_name"], job_id,
+                      info["status"], info["pid"], info["log_file"])
+        return job_id
+
+    def wait(self, context: Context, job_id: str) -> Any:
+        job = self.hook.get_conn().get_job(job_id)
+        if job is None or job.status not in KNOWN_JOB_STATUSES:
+            raise AirflowException(f"job {job_id} has unknown status "
+                                   f"{job.status if job else 'missing'}")
+        if job.status in ("FAILED", "CANCELED"):
+            self.fail_with_job(job_id, "job did not run")
+        end_time = None if self.wait_timeout is None else time.time() + self.wait_timeout
+        common = {"checkpoint_conn_id": self.checkpoint_conn_id,
+                  "poll_interval": self.poll_interval, "end_time": end_time}
+        if self.wait_for == "running":
+            return self.finish(context, job_id, None)
+        if self.wait_for == "first_checkpoint":
+            return self.wait_until(
+                context,
+                check=lambda store: check_checkpoint_completed(store, job_id, kind="CHECKPOINT"),
+                trigger=CheckpointCompletedTrigger(job=job_id, kind="CHECKPOINT", **common),
+                method_name="execute_complete", timeout=self.wait_timeout,
+                what=f"the first checkpoint of job {job_id}")
+        return self.wait_until(
+            context, check=lambda store: check_job_state(store, job_id, target_states=ENDED_OK),
+            trigger=JobStateTrigger(job=job_id, target_states=ENDED_OK, **common),
+            method_name="execute_complete", timeout=self.wait_timeout,
+            what=f"job {job_id} to end")
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
+        """Callback of the wait (deferred or not): fail on anything but success."""
+        event = self.check_event(event)
+        self.log.info("%s", event["message"])
+        return self.finish(context, event["job_id"], event)
+
+    def finish(self, context: Context, job_id: str, event: dict[str, Any] | None) -> str:
+        store = self.hook.get_conn()
+        chk = store.latest_completed_checkpoint(job_id=job_id, kind=None)
+        if event and event.get("checkpoint_id") is not None:
+            context["ti"].xcom_push(key="checkpoint_id", value=event["checkpoint_id"])
+            context["ti"].xcom_push(key="checkpoint_location", value=event.get("location"))
+        elif chk is not None:
+            context["ti"].xcom_push(key="checkpoint_id", value=chk.checkpoint_id)
+            context["ti"].xcom_push(key="checkpoint_location", value=chk.location)
+        CheckpointHistoryLink.persist(context, store, job_id,
+                                      self.report_dir or self.airflow_log_dir("checkpoint-reports"))
+        return job_id
+
+    def on_kill(self) -> None:
+        """Kill a blocking spark-submit; detached jobs keep running (stop them explicitly)."""
+        if self._submit_hook is not None and self._blocking:
+            self._submit_hook.on_kill()
+
+    @property
+    def _blocking(self) -> bool:
+        return self.wait_for == "finished" and not (self.detach or self.deferrable)
+
+
+def _optional(value: str | None) -> str | None:
+    """A templated optional string: ``None``, ``""`` and ``"None"`` (a rendered None) are unset."""
+    return None if value in (None, "", "None") else value
+
+
+def _mapping(value: Any, what: str) -> dict | None:
+    """A templated dict; rendered as text (DAG without ``render_template_as_native_obj``) it
+    is parsed as JSON or a Python literal."""
+    if value is None or isinstance(value, dict):
+        return value
+    text = str(value).strip()
+    if text in ("", "None"):
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = ast.literal_eval(text)
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{what} must be a mapping, not {value!r}")
+    return parsed

@@ -1,0 +1,206 @@
+"""Sensors on the metadata DB, each deferrable through a trigger of :mod:`..triggers.checkpoint`.
+
+A sensor succeeds when its condition holds, fails at once (not at the timeout) when the job
+ended or failed in a way that makes the condition impossible — with the job's own failure
+reason — and raises :class:`AirflowSensorTimeout` when ``timeout`` passes. The sensor's
+XCom value is the event payload (``job_id``, ``checkpoint_id``, ``location``, ...).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
+
+from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+from airflow_checkpoint_provider.triggers.checkpoint import (
+    CheckpointCompletedTrigger,
+    ControlRequestTrigger,
+    JobStateTrigger,
+)
+from airflow_checkpoint_provider.triggers.conditions import (
+    ERROR,
+    SUCCESS,
+    TIMEOUT,
+    Outcome,
+    check_checkpoint_completed,
+    check_control_request,
+    check_job_state,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.triggers.base import BaseTrigger
+
+
+class _MetadataSensor(BaseSensorOperator):
+    """Poke a condition; with ``deferrable=True`` wait for it in the triggerer."""
+
+    def __init__(self, *, checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
+                 deferrable: bool = False, **kwargs: Any) -> None:
+        kwargs.setdefault("poke_interval", 2.0)
+        super().__init__(**kwargs)
+        self.checkpoint_conn_id = checkpoint_conn_id
+        self.deferrable = deferrable
+
+    def condition(self, store: Any) -> Outcome | None:
+        raise NotImplementedError
+
+    def trigger(self, end_time: float) -> BaseTrigger:
+        raise NotImplementedError
+
+    def poke(self, context: Context) -> PokeReturnValue | bool:
+        hook = CheckpointMetadataHook(checkpoint_conn_id=self.checkpoint_conn_id)
+        try:
+            outcome = self.condition(hook.get_conn())
+        finally:
+            hook.close()
+        if outcome is None:
+            return False
+        return PokeReturnValue(is_done=True, xcom_value=self._result(outcome.to_event()))
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        self.defer(trigger=self.trigger(time.time() + float(self.timeout)),
+                   method_name="execute_complete")
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        status = (event or {}).get("status")
+        if status == TIMEOUT:
+            raise AirflowSensorTimeout(event["message"])
+        if status in (SUCCESS, ERROR):
+            return self._result(event)
+        raise AirflowException(f"unknown trigger event status {status!r}: {event!r}")
+
+    def _result(self, event: dict[str, Any]) -> dict[str, Any]:
+        if event["status"] != SUCCESS:
+            raise AirflowException(event["message"])
+        self.log.info("%s", event["message"])
+        return event
+
+
+class JobStateSensor(_MetadataSensor):
+    """
+    Wait until a job is in one of ``target_states``.
+
+    :param job: job id, id prefix or job name (its newest job). Templated.
+    :param target_states: statuses to wait for (default ``["RUNNING"]``).
+    :param failure_states: statuses that fail the sensor at once (default ``FAILED``,
+        ``CANCELED``); any other end state not targeted fails it too.
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param deferrable: wait in the triggerer.
+    """
+
+    template_fields: Sequence[str] = ("job",)
+
+    def __init__(self, *, job: str, target_states: Sequence[str] = ("RUNNING",),
+                 failure_states: Sequence[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.target_states = list(target_states)
+        self.failure_states = None if failure_states is None else list(failure_states)
+
+    def condition(self, store: Any) -> Outcome | None:
+        return check_job_state(store, self.job, target_states=self.target_states,
+                               failure_states=self.failure_states)
+
+    def trigger(self, end_time: float) -> BaseTrigger:
+        return JobStateTrigger(job=self.job, target_states=self.target_states,
+                               failure_states=self.failure_states,
+                               checkpoint_conn_id=self.checkpoint_conn_id,
+                               poll_interval=self.poke_interval, end_time=end_time)
+
+
+class CheckpointCompletedSensor(_MetadataSensor):
+    """
+    Wait for completed checkpoints of a job: newer than a checkpoint id or a time, after a
+    restore, and at least ``min_count`` of them (a health gate: "K checkpoints in time").
+
+    :param job: job id, id prefix or job name (its newest job). Templated.
+    :param kind: ``"CHECKPOINT"``, ``"SAVEPOINT"`` or ``None`` (any).
+    :param after_checkpoint_id: only checkpoints with a higher id. Templated.
+    :param after_time: only checkpoints triggered at or after this time (datetime or
+        ISO-8601 string; naive means UTC). Templated.
+    :param after_restore: only checkpoints triggered after the job's latest (re)start, which
+        must have restored a savepoint or checkpoint (fails at once if it restored nothing).
+    :param min_count: how many matching completed checkpoints to wait for. Templated.
+    :param require_running: the job must also be RUNNING when they are there (health gate).
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param deferrable: wait in the triggerer.
+    """
+
+    template_fields: Sequence[str] = ("job", "after_checkpoint_id", "after_time", "min_count")
+
+    def __init__(self, *, job: str, kind: str | None = "CHECKPOINT",
+                 after_checkpoint_id: int | str | None = None,
+                 after_time: datetime | str | None = None, after_restore: bool = False,
+                 min_count: int | str = 1, require_running: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.kind = kind
+        self.after_checkpoint_id = after_checkpoint_id
+        self.after_time = after_time
+        self.after_restore = after_restore
+        self.min_count = min_count
+        self.require_running = require_running
+
+    def _after_id(self) -> int | None:
+        value = self.after_checkpoint_id
+        return None if value in (None, "", "None") else int(value)  # type: ignore[arg-type]
+
+    def _after_time(self) -> str | None:
+        value = self.after_time
+        if value in (None, "", "None"):
+            return None
+        when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return when.isoformat()
+
+    def condition(self, store: Any) -> Outcome | None:
+        after_time = self._after_time()
+        return check_checkpoint_completed(
+            store, self.job, kind=self.kind, after_checkpoint_id=self._after_id(),
+            after_time=datetime.fromisoformat(after_time) if after_time else None,
+            after_restore=self.after_restore, min_count=int(self.min_count),
+            require_running=self.require_running)
+
+    def trigger(self, end_time: float) -> BaseTrigger:
+        return CheckpointCompletedTrigger(
+            job=self.job, kind=self.kind, after_checkpoint_id=self._after_id(),
+            after_time=self._after_time(), after_restore=self.after_restore,
+            min_count=int(self.min_count), require_running=self.require_running,
+            checkpoint_conn_id=self.checkpoint_conn_id,
+            poll_interval=self.poke_interval, end_time=end_time)
+
+
+class ControlRequestSensor(_MetadataSensor):
+    """
+    Wait until a control request (checkpoint, savepoint, stop, cancel) finished; fail when it
+    FAILED. The XCom value holds its result (``checkpoint_id``, ``location``, ...).
+
+    :param request_id: the control request id (e.g. XCom ``request_id`` of a savepoint task
+        run with ``deferrable``). Templated.
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param deferrable: wait in the triggerer.
+    """
+
+    template_fields: Sequence[str] = ("request_id",)
+
+    def __init__(self, *, request_id: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.request_id = request_id
+
+    def condition(self, store: Any) -> Outcome | None:
+        return check_control_request(store, self.request_id)
+
+    def trigger(self, end_time: float) -> BaseTrigger:
+        return ControlRequestTrigger(request_id=self.request_id,
+                                     checkpoint_conn_id=self.checkpoint_conn_id,
+                                     poll_interval=self.poke_interval, end_time=end_time)

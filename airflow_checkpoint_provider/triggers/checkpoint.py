@@ -1,0 +1,184 @@
+"""Triggers polling the metadata DB of checkpointed jobs without blocking the event loop.
+
+Every trigger evaluates one condition of :mod:`.conditions` in a worker thread
+(:meth:`CheckpointMetadataHook.arun`), sleeps ``poll_interval`` between polls with
+``asyncio.sleep``, and yields exactly one event ``{"status", "message", ...}`` —
+``success``, ``error`` (with the job's own failure reason) or ``timeout`` (``end_time``,
+seconds since the epoch, passed) — then returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+from airflow_checkpoint_provider.triggers.conditions import (
+    ERROR,
+    TIMEOUT,
+    Outcome,
+    check_checkpoint_completed,
+    check_control_request,
+    check_job_state,
+)
+
+
+class _MetadataPollTrigger(BaseTrigger):
+    """Poll one condition until it holds, fails or ``end_time`` passes."""
+
+    def __init__(self, *, checkpoint_conn_id: str, poll_interval: float,
+                 end_time: float | None) -> None:
+        super().__init__()
+        self.checkpoint_conn_id = checkpoint_conn_id
+        self.poll_interval = poll_interval
+        self.end_time = end_time
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"checkpoint_conn_id": self.checkpoint_conn_id,
+                "poll_interval": self.poll_interval, "end_time": self.end_time}
+
+    def _check(self, store: Any) -> Outcome | None:  # runs in a worker thread
+        raise NotImplementedError
+
+    def _what(self) -> str:
+        raise NotImplementedError
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = CheckpointMetadataHook(checkpoint_conn_id=self.checkpoint_conn_id)
+        try:
+            while True:
+                outcome = await hook.arun(self._check)
+                if outcome is not None:
+                    yield TriggerEvent(outcome.to_event())
+                    return
+                if self.end_time is not None and time.time() >= self.end_time:
+                    yield TriggerEvent({"status": TIMEOUT,
+                                        "message": f"timed out waiting for {self._what()}"})
+                    return
+                await asyncio.sleep(self.poll_interval)
+        except Exception as exc:  # report, do not crash the triggerer
+            yield TriggerEvent({"status": ERROR, "message": f"while waiting for {self._what()}: "
+                                f"{type(exc).__name__}: {exc}"})
+            return
+        finally:
+            await hook.aclose()
+
+
+class JobStateTrigger(_MetadataPollTrigger):
+    """
+    Fire when a job reaches one of ``target_states``.
+
+    :param job: job id, id prefix or job name (its newest job).
+    :param target_states: job statuses that mean success (e.g. ``["RUNNING"]``).
+    :param failure_states: statuses that mean error (default ``FAILED``, ``CANCELED``); any
+        other terminal status not targeted is an error too.
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param poll_interval: seconds between polls.
+    :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
+    """
+
+    def __init__(self, *, job: str, target_states: list[str],
+                 failure_states: list[str] | None = None,
+                 checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
+                 poll_interval: float = 2.0, end_time: float | None = None) -> None:
+        super().__init__(checkpoint_conn_id=checkpoint_conn_id, poll_interval=poll_interval,
+                         end_time=end_time)
+        self.job = job
+        self.target_states = list(target_states)
+        self.failure_states = None if failure_states is None else list(failure_states)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{__name__}.JobStateTrigger",
+                {"job": self.job, "target_states": self.target_states,
+                 "failure_states": self.failure_states, **self._kwargs()})
+
+    def _what(self) -> str:
+        return f"job {self.job} to be {' or '.join(self.target_states)}"
+
+    def _check(self, store: Any) -> Outcome | None:
+        return check_job_state(store, self.job, target_states=self.target_states,
+                               failure_states=self.failure_states)
+
+
+class CheckpointCompletedTrigger(_MetadataPollTrigger):
+    """
+    Fire when a job has completed ``min_count`` checkpoints matching the criteria.
+
+    :param job: job id, id prefix or job name (its newest job).
+    :param kind: ``CHECKPOINT``, ``SAVEPOINT`` or ``None`` (any).
+    :param after_checkpoint_id: count only checkpoints with a higher id.
+    :param after_time: count only checkpoints triggered at or after this ISO-8601 time.
+    :param after_restore: count only checkpoints triggered after the job's latest (re)start,
+        which must have restored state (a savepoint or checkpoint).
+    :param min_count: how many matching completed checkpoints are needed.
+    :param require_running: the job must also be RUNNING (not restarting or ended).
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param poll_interval: seconds between polls.
+    :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
+    """
+
+    def __init__(self, *, job: str, kind: str | None = "CHECKPOINT",
+                 after_checkpoint_id: int | None = None, after_time: str | None = None,
+                 after_restore: bool = False, min_count: int = 1,
+                 require_running: bool = False,
+                 checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
+                 poll_interval: float = 2.0, end_time: float | None = None) -> None:
+        super().__init__(checkpoint_conn_id=checkpoint_conn_id, poll_interval=poll_interval,
+                         end_time=end_time)
+        self.job = job
+        self.kind = kind
+        self.after_checkpoint_id = after_checkpoint_id
+        self.after_time = after_time
+        self.after_restore = after_restore
+        self.min_count = min_count
+        self.require_running = require_running
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{__name__}.CheckpointCompletedTrigger",
+                {"job": self.job, "kind": self.kind,
+                 "after_checkpoint_id": self.after_checkpoint_id, "after_time": self.after_time,
+                 "after_restore": self.after_restore, "min_count": self.min_count,
+                 "require_running": self.require_running, **self._kwargs()})
+
+    def _what(self) -> str:
+        return f"{self.min_count} completed {(self.kind or 'checkpoint').lower()}(s) of job {self.job}"
+
+    def _check(self, store: Any) -> Outcome | None:
+        after_time = datetime.fromisoformat(self.after_time) if self.after_time else None
+        return check_checkpoint_completed(
+            store, self.job, kind=self.kind, after_checkpoint_id=self.after_checkpoint_id,
+            after_time=after_time, after_restore=self.after_restore, min_count=self.min_count,
+            require_running=self.require_running)
+
+
+class ControlRequestTrigger(_MetadataPollTrigger):
+    """
+    Fire when a control request (checkpoint, savepoint, stop, cancel) finished.
+
+    :param request_id: the id :meth:`MetadataStore.submit_control_request` returned.
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param poll_interval: seconds between polls.
+    :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
+    """
+
+    def __init__(self, *, request_id: str,
+                 checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
+                 poll_interval: float = 1.0, end_time: float | None = None) -> None:
+        super().__init__(checkpoint_conn_id=checkpoint_conn_id, poll_interval=poll_interval,
+                         end_time=end_time)
+        self.request_id = request_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{__name__}.ControlRequestTrigger",
+                {"request_id": self.request_id, **self._kwargs()})
+
+    def _what(self) -> str:
+        return f"control request {self.request_id}"
+
+    def _check(self, store: Any) -> Outcome | None:
+        return check_control_request(store, self.request_id)

@@ -1,0 +1,145 @@
+"""What sensors, triggers and operators wait for, as plain functions of the metadata store.
+
+Each ``check_*`` function reads the metadata DB once and returns ``None`` (not yet: poll
+again) or an :class:`Outcome` — ``success`` or ``error`` with a message that carries the
+job's own failure reason. Sensors call them in ``poke()``, triggers in a worker thread
+(``CheckpointMetadataHook.arun``), operators in their synchronous wait loops: one
+definition of every condition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from airflow_checkpoint_provider.engine.checkpoint.store import JobRecord, MetadataStore
+
+#: Event statuses a trigger may fire; ``execute_complete`` fails on anything else.
+SUCCESS, ERROR, TIMEOUT = "success", "error", "timeout"
+#: Job statuses in which a job still runs (or is about to).
+ACTIVE_JOB_STATUSES = ("CREATED", "RUNNING", "RESTARTING")
+#: Checkpoint statuses of checkpoints that did complete (SUBSUMED = completed, then retired).
+DONE_CHECKPOINT_STATUSES = ("COMPLETED", "SUBSUMED")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    message: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    def to_event(self) -> dict[str, Any]:
+        return {**self.payload, "status": self.status, "message": self.message}
+
+
+def resolve_job(store: MetadataStore, job: str) -> JobRecord:
+    """A job by id, id prefix or name. For a name, the active job of that name if there is
+    one (e.g. v1 restarted after a failed v2 of the same name), else the newest job.
+    Raises ``LookupError``."""
+    rec = store.resolve_job(job)
+    if rec.is_terminal and rec.job_name == job and rec.job_id != job:
+        active = [j for j in store.list_jobs(job_name=job) if j.status in ACTIVE_JOB_STATUSES]
+        if active:
+            return active[0]
+    return rec
+
+
+def _job(store: MetadataStore, job: str) -> JobRecord | None:
+    try:
+        return resolve_job(store, job)
+    except LookupError:
+        return None
+
+
+def describe_job(job: JobRecord) -> str:
+    reason = f": {job.failure_reason}" if job.failure_reason else ""
+    return f"job {job.job_name} ({job.job_id}) is {job.status}{reason}"
+
+
+def check_job_state(store: MetadataStore, job: str, *, target_states: list[str],
+                    failure_states: list[str] | None = None) -> Outcome | None:
+    """Success once ``job`` (id, id prefix or name) is in one of ``target_states``; error when
+    it is in ``failure_states`` (default: FAILED, CANCELED) or ended in a state not targeted."""
+    rec = _job(store, job)
+    if rec is None:
+        return None
+    payload = {"job_id": rec.job_id, "job_name": rec.job_name, "job_status": rec.status,
+               "failure_reason": rec.failure_reason}
+    if rec.status in target_states:
+        return Outcome(SUCCESS, describe_job(rec), payload)
+    failing = ["FAILED", "CANCELED"] if failure_states is None else failure_states
+    if rec.status in failing or rec.is_terminal:
+        return Outcome(ERROR, f"{describe_job(rec)} (waited for {', '.join(target_states)})",
+                       payload)
+    return None
+
+
+def check_checkpoint_completed(store: MetadataStore, job: str, *, kind: str | None = "CHECKPOINT",
+                               after_checkpoint_id: int | None = None,
+                               after_time: datetime | None = None, after_restore: bool = False,
+                               min_count: int = 1, require_running: bool = False) -> Outcome | None:
+    """Success once ``job`` has ``min_count`` completed checkpoints of ``kind`` (``None``: any)
+    newer than ``after_checkpoint_id`` / triggered after ``after_time`` and, with
+    ``after_restore``, triggered after the job's latest (re)start that restored state; with
+    ``require_running`` the job must also be RUNNING at that moment (a health gate).
+    Error when the job ended (or is not active any more) before that."""
+    rec = _job(store, job)
+    if rec is None:
+        return None
+    not_before = after_time
+    if after_restore:
+        attempts = store.list_attempts(rec.job_id)
+        current = attempts[-1] if attempts else None
+        if current is None or (not current.restored_from and rec.status == "RESTARTING"):
+            if rec.status in ACTIVE_JOB_STATUSES:
+                return None  # not started yet, or between attempts
+            return Outcome(ERROR, f"{describe_job(rec)} before any attempt restored state",
+                           {"job_id": rec.job_id, "job_status": rec.status,
+                            "failure_reason": rec.failure_reason})
+        if not current.restored_from:
+            return Outcome(ERROR, f"{describe_job(rec)}; its attempt {current.attempt} did not "
+                           "restore any state, so no checkpoint can follow a restore",
+                           {"job_id": rec.job_id, "job_status": rec.status})
+        if not_before is None or current.started_at > not_before:
+            not_before = current.started_at
+    done = [c for c in store.list_checkpoints(rec.job_id, kind=kind)
+            if c.status in DONE_CHECKPOINT_STATUSES
+            and (after_checkpoint_id is None or c.checkpoint_id > after_checkpoint_id)
+            and (not_before is None or c.trigger_time >= not_before)]
+    if len(done) >= max(1, min_count) and (rec.status == "RUNNING" or not require_running):
+        newest = done[-1]
+        return Outcome(
+            SUCCESS,
+            f"job {rec.job_name} ({rec.job_id}) completed {len(done)} checkpoint(s); newest "
+            f"{newest.checkpoint_id} at {newest.location}",
+            {"job_id": rec.job_id, "checkpoint_id": newest.checkpoint_id,
+             "location": newest.location, "count": len(done), "job_status": rec.status})
+    if rec.status not in ACTIVE_JOB_STATUSES:
+        return Outcome(ERROR, f"{describe_job(rec)} after {len(done)} of {min_count} "
+                       "expected completed checkpoint(s)",
+                       {"job_id": rec.job_id, "job_status": rec.status,
+                        "failure_reason": rec.failure_reason, "count": len(done)})
+    return None
+
+
+def check_control_request(store: MetadataStore, request_id: str) -> Outcome | None:
+    """Success when the request SUCCEEDED (payload: its result), error when it FAILED."""
+    req = store.get_control_request(request_id)
+    if req is None:
+        return Outcome(ERROR, f"no control request with id {request_id!r}",
+                       {"request_id": request_id})
+    if not req.is_done:
+        return None
+    result = dict(req.result or {})
+    payload = {"request_id": request_id, "job_id": req.job_id, "action": req.action, **result}
+    if req.status == "SUCCEEDED":
+        where = f" at {result['location']}" if result.get("location") else ""
+        return Outcome(SUCCESS, f"{req.action} request {request_id} of job {req.job_id} "
+                       f"succeeded{where}", payload)
+    job = store.get_job(req.job_id)
+    why = req.error or "no reason given"
+    if job is not None and job.failure_reason and job.failure_reason not in why:
+        why = f"{why} (job {job.status}: {job.failure_reason})"
+    return Outcome(ERROR, f"{req.action} request {request_id} of job {req.job_id} failed: "
+                   f"{why}", payload)

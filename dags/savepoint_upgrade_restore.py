@@ -1,0 +1,70 @@
+"""Upgrade a running job through a savepoint, with a rollback.
+
+stop v1 with a savepoint -> start v2 restoring from it -> wait for v2's first completed
+checkpoint after the restore. If v2 does not start or does not checkpoint in time, cancel
+v2 (if it runs) and restart v1 from the same savepoint; the run then ends failed (task
+``upgraded`` is upstream_failed) so the failed upgrade is visible, with v1 running again.
+
+Trigger with a conf such as ``{"job_name": "orders", "v2_pipeline": "jobs.orders:build_v2"}``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, Param, TriggerRule
+
+from airflow_checkpoint_provider.operators.control import (
+    CancelJobOperator,
+    StopWithSavepointOperator,
+)
+from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
+from airflow_checkpoint_provider.sensors.checkpoint import CheckpointCompletedSensor
+
+EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
+SAVEPOINT = "{{ ti.xcom_pull(task_ids='stop_v1') }}"
+V2_JOB_ID = "{{ ti.xcom_pull(task_ids='start_v2', key='job_id') }}"
+FIRST_CHECKPOINT_TIMEOUT_S = 300  # v2 must complete a checkpoint within this, else roll back
+
+with DAG(
+    dag_id="savepoint_upgrade_restore",
+    description="stop v1 with a savepoint, start v2 from it, roll back to v1 on failure",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    doc_md=__doc__,
+    tags=["checkpoint", "upgrade"],
+    render_template_as_native_obj=True,
+    params={
+        "job_name": Param("versioned-sum", type="string", description="job to upgrade"),
+        "v1_pipeline": Param(f"{EXAMPLE}:build_v1", type="string"),
+        "v2_pipeline": Param(f"{EXAMPLE}:build_v2", type="string"),
+        "savepoint_dir": Param("", type="string",
+                               description="savepoint directory (empty: the job's own)"),
+        "runner": Param("spark", enum=["spark", "local"]),
+        "job_env": Param({}, type="object", description="environment of the jobs"),
+    },
+) as dag:
+    stop_v1 = StopWithSavepointOperator(
+        task_id="stop_v1", job="{{ params.job_name }}", directory="{{ params.savepoint_dir }}",
+        deferrable=True)
+    start_v2 = SubmitCheckpointedJobOperator(
+        task_id="start_v2", pipeline="{{ params.v2_pipeline }}", job_name="{{ params.job_name }}",
+        restore=SAVEPOINT, wait_for="running", runner="{{ params.runner }}",
+        env_vars="{{ params.job_env }}")
+    wait_v2 = CheckpointCompletedSensor(
+        task_id="wait_v2_checkpoint", job=V2_JOB_ID, after_restore=True, deferrable=True,
+        poke_interval=1, timeout=FIRST_CHECKPOINT_TIMEOUT_S)
+    upgraded = EmptyOperator(task_id="upgraded")
+
+    cancel_v2 = CancelJobOperator(
+        task_id="cancel_v2", job=V2_JOB_ID, missing_ok=True, trigger_rule=TriggerRule.ONE_FAILED)
+    restart_v1 = SubmitCheckpointedJobOperator(
+        task_id="restart_v1", pipeline="{{ params.v1_pipeline }}",
+        job_name="{{ params.job_name }}", restore=SAVEPOINT, wait_for="running",
+        runner="{{ params.runner }}", env_vars="{{ params.job_env }}")
+
+    stop_v1 >> start_v2 >> wait_v2 >> upgraded
+    [start_v2, wait_v2] >> cancel_v2 >> restart_v1
+    stop_v1 >> restart_v1  # no rollback without the savepoint

@@ -1,0 +1,42 @@
+"""Take a savepoint of a running job every hour and keep only the newest ones.
+
+The savepoint task's return value (XCom) is the savepoint's path; retention then disposes
+savepoints older than ``max_age_hours`` or beyond the newest ``max_count`` (the newest one,
+and any a running job was restored from, are always kept).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG, Param
+
+from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
+from airflow_checkpoint_provider.operators.savepoints import DisposeSavepointsOperator
+
+with DAG(
+    dag_id="scheduled_savepoints",
+    description="hourly savepoint of a running job, with retention",
+    schedule="@hourly",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=__doc__,
+    tags=["checkpoint"],
+    render_template_as_native_obj=True,
+    params={
+        "job_name": Param("versioned-sum", type="string"),
+        "savepoint_dir": Param("", type="string",
+                               description="savepoint directory (empty: the job's own)"),
+        "max_count": Param(24, type="integer", minimum=1),
+        "max_age_hours": Param(72, type="number"),
+    },
+) as dag:
+    savepoint = TriggerSavepointOperator(
+        task_id="savepoint", job="{{ params.job_name }}", directory="{{ params.savepoint_dir }}",
+        deferrable=True)
+    retention = DisposeSavepointsOperator(
+        task_id="retention", job_name="{{ params.job_name }}",
+        max_count="{{ params.max_count }}", max_age_seconds="{{ params.max_age_hours * 3600 }}")
+
+    savepoint >> retention

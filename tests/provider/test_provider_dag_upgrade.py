@@ -1,0 +1,99 @@
+"""DAG savepoint_upgrade_restore end to end: dag.test() against real jobs (local runner) and a
+real SQLite metadata DB. The local runner keeps these under ~30 s each; the Spark path of the
+same operators is covered by test_provider_spark.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from provider_helpers import EXAMPLE, completed_checkpoints, run_dag, start_job, wait_for, xcom
+
+from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+
+def _conf(tmp_path, **overrides) -> dict:
+    # every param, every time: dag.test() keeps a run's conf in the shared DAG object's params
+    conf = {"job_name": "versioned-sum", "v1_pipeline": f"{EXAMPLE}:build_v1",
+            "v2_pipeline": f"{EXAMPLE}:build_v2", "savepoint_dir": str(tmp_path / "example" / "savepoints"),
+            "runner": "local", "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example")}}
+    conf.update(overrides)
+    return conf
+
+
+def _running_v1(metadata_url, tmp_path, store) -> str:
+    v1 = start_job(metadata_url, tmp_path)
+    wait_for(lambda: completed_checkpoints(store, v1), 60, "a checkpoint of v1")
+    return v1
+
+
+@pytest.mark.timeout(180)
+def test_upgrade_stops_v1_with_a_savepoint_and_v2_checkpoints_after_restoring_it(
+        airflow_db, metadata_url, tmp_path):
+    store = MetadataStore(metadata_url)
+    v1 = _running_v1(metadata_url, tmp_path, store)
+
+    state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore", _conf(tmp_path))
+
+    assert tis == {"stop_v1": "success", "start_v2": "success", "wait_v2_checkpoint": "success",
+                   "upgraded": "success", "cancel_v2": "skipped", "restart_v1": "skipped"}
+    assert state == "success"
+    savepoint = xcom(dr, "stop_v1")
+    assert savepoint and os.path.isfile(os.path.join(savepoint, "_metadata"))
+    v1_job = store.get_job(v1)
+    assert v1_job.status == "STOPPED"
+    [sp] = store.list_checkpoints(v1, kind="SAVEPOINT")
+    assert sp.status == "COMPLETED" and sp.location == savepoint
+    v2 = xcom(dr, "start_v2")
+    v2_job = store.get_job(v2)
+    assert v2_job.status == "RUNNING" and v2_job.version == "v2"
+    assert v2_job.restored_from == savepoint
+    assert completed_checkpoints(store, v2)
+    assert xcom(dr, "wait_v2_checkpoint")["job_id"] == v2
+    store.close()
+
+
+@pytest.mark.timeout(180)
+def test_failed_upgrade_cancels_v2_and_restarts_v1_from_the_same_savepoint(
+        airflow_db, metadata_url, tmp_path):
+    store = MetadataStore(metadata_url)
+    v1 = _running_v1(metadata_url, tmp_path, store)
+
+    state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
+                             _conf(tmp_path, v2_pipeline=f"{EXAMPLE}:build_v2_broken"))
+
+    assert tis == {"stop_v1": "success", "start_v2": "success", "wait_v2_checkpoint": "failed",
+                   "upgraded": "upstream_failed", "cancel_v2": "success",
+                   "restart_v1": "success"}
+    assert state == "failed"
+    savepoint = xcom(dr, "stop_v1")
+    assert store.get_job(v1).status == "STOPPED"
+    v2_job = store.get_job(xcom(dr, "start_v2"))
+    assert v2_job.status == "FAILED" and "refuses to start" in v2_job.failure_reason
+    v1_again = store.get_job(xcom(dr, "restart_v1"))
+    assert v1_again.job_id != v1 and v1_again.version == "v1"
+    assert v1_again.status == "RUNNING" and v1_again.restored_from == savepoint
+    store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_upgrade_onto_spark_restores_v2_from_the_savepoint_in_a_spark_application(
+        airflow_db, metadata_url, tmp_path):
+    """v1 runs on the local runner; the DAG starts v2 detached with spark-submit (local[2])."""
+    store = MetadataStore(metadata_url)
+    _running_v1(metadata_url, tmp_path, store)
+
+    state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
+                             _conf(tmp_path, runner="spark"))
+
+    assert tis == {"stop_v1": "success", "start_v2": "success", "wait_v2_checkpoint": "success",
+                   "upgraded": "success", "cancel_v2": "skipped", "restart_v1": "skipped"}
+    assert state == "success"
+    v2 = store.get_job(xcom(dr, "start_v2"))
+    assert v2.status == "RUNNING" and v2.spark_app_id and v2.spark_app_id.startswith("local-")
+    assert v2.restored_from == xcom(dr, "stop_v1")
+    assert os.path.isfile(xcom(dr, "start_v2", key="log_file"))
+    store.close()
