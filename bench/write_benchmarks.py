@@ -134,6 +134,9 @@ def main() -> int:
              "results in `bench/results/`. Numbers from one machine; ratios are computed pair by "
              "pair within one run because this machine's speed drifts.", "",
              f"Machine: {machine()}.", ""]
+    notes = os.path.join(HERE, "results", "NOTES.md")
+    if os.path.exists(notes):
+        lines += ["Conditions of the figures below:", "", open(notes).read().strip(), ""]
     sss_section(lines)
     running_sum_section(lines)
     runners_section(lines)
