@@ -7,13 +7,13 @@ never talks to the Spark driver.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_checkpoint_provider.engine.checkpoint.storage import absolute_location
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.triggers.checkpoint import ControlRequestTrigger, JobStateTrigger
@@ -128,7 +128,7 @@ class TriggerSavepointOperator(_SavepointMixin, _ControlRequestOperator):
         self.report_dir = report_dir
 
     def request_params(self) -> dict[str, Any]:
-        return {"directory": os.path.abspath(self.directory)} if self.directory else {}
+        return {"directory": absolute_location(self.directory)} if self.directory else {}
 
     def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> str:
         return self._push_savepoint(context, event)
@@ -165,7 +165,7 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
     def request_params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"drain": self.drain}
         if self.directory:
-            params["directory"] = os.path.abspath(self.directory)
+            params["directory"] = absolute_location(self.directory)
         return params
 
     def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> Any:
