@@ -51,7 +51,7 @@ def test_airflow_services_are_wired_through_environment(compose):
     commands = {s.get("command") for s in airflow.values()}
     assert {"api-server", "scheduler", "dag-processor", "triggerer"} <= commands
     names = set(services(compose))
-    for name, svc in airflow.items():
+    for svc in airflow.values():
         env = svc["environment"]
         assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/airflow/dags"
         assert "@postgres:5432/airflow" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
