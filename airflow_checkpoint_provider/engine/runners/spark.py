@@ -53,6 +53,11 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
         "spark.executorEnv.PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         "spark.task.maxFailures": "1",
     }
+    # Executors need the engine's settings (S3 endpoint and credentials, local dirs...):
+    # on a cluster their Python workers do not inherit the driver's environment.
+    for name, value in os.environ.items():
+        if name.startswith(("CKPT_", "AWS_")):
+            conf.setdefault(f"spark.executorEnv.{name}", value)
     if os.environ.get("SPARK_LOCAL_IP"):
         conf.setdefault("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
         conf.setdefault("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
