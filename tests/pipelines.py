@@ -25,8 +25,8 @@ class FaultPlan:
     """Seeded failure points that each fire once across all attempts (marker files).
 
     Points: ("record", id) raises while processing record ``id``; ("snapshot", n) raises in
-    the synchronous part of checkpoint n; ("notify", n) raises after checkpoint n completed,
-    before the sink of the same task committed it.
+    the synchronous part of the first checkpoint >= n; ("notify", n) raises after the first
+    checkpoint >= n completed, before the sink of the same task committed it.
     """
 
     def __init__(self, directory: str, points: list[tuple[str, int]]) -> None:
@@ -35,9 +35,19 @@ class FaultPlan:
         os.makedirs(directory, exist_ok=True)
 
     def maybe_fail(self, kind: str, value: int, info: dict) -> None:
-        if (kind, value) not in self.points:
-            return
-        path = os.path.join(self.directory, f"{kind}-{value}")
+        if kind == "record":
+            if (kind, value) not in self.points:
+                return
+            point = value
+        else:
+            # ("snapshot"/"notify", n) fires at the first checkpoint with id >= n: checkpoint n
+            # itself may never complete when another injected failure aborted it.
+            due = [v for k, v in self.points if k == kind and v <= value
+                   and not os.path.exists(os.path.join(self.directory, f"{k}-{v}"))]
+            if not due:
+                return
+            point = min(due)
+        path = os.path.join(self.directory, f"{kind}-{point}")
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
