@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..errors import StateMigrationError
 from ..serialization import packb, unpackb
-from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor
+from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
 
 _MISSING = object()
@@ -43,22 +42,9 @@ class HeapKeyedStateBackend:
     # -- registration -------------------------------------------------------------------
     def get_state(self, descriptor: StateDescriptor):
         existing = self.descriptors.get(descriptor.name)
-        if existing is not None:
-            if existing.meta != descriptor.meta:
-                raise StateMigrationError(
-                    f"operator {self.operator_uid!r}: state {descriptor.name!r} is already "
-                    f"registered as {existing.meta}, cannot register it as {descriptor.meta}"
-                )
-        else:
-            restored = self.restored_meta.get(descriptor.name)
-            if restored is not None and restored != descriptor.meta:
-                raise StateMigrationError(
-                    f"operator {self.operator_uid!r}: state {descriptor.name!r} was snapshotted as "
-                    f"{restored['kind']} state with serializer {restored['serializer']!r} but is "
-                    f"declared as {descriptor.kind} state with serializer "
-                    f"{descriptor.serializer.name!r}; restore with the original declaration or "
-                    "drop the state (allow_non_restored_state)"
-                )
+        restored = self.restored_meta.get(descriptor.name)
+        check_compatible(self.operator_uid, descriptor, existing, restored)
+        if existing is None:
             self.descriptors[descriptor.name] = descriptor
             table = self.tables.setdefault(descriptor.name, {})
             if restored is not None and descriptor.serializer.name != "msgpack":

@@ -28,9 +28,9 @@ import uuid
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
 from ..checkpoint.storage import filesystem_for, join, parent, sha256
-from ..errors import CorruptCheckpointError, StateMigrationError
+from ..errors import CorruptCheckpointError
 from ..serialization import packb, unpackb
-from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor
+from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
 
 log = logging.getLogger(__name__)
@@ -91,19 +91,8 @@ class RocksDBKeyedStateBackend:
 
     # -- registration -------------------------------------------------------------------
     def get_state(self, descriptor: StateDescriptor):
-        existing = self.descriptors.get(descriptor.name)
-        if existing is not None and existing.meta != descriptor.meta:
-            raise StateMigrationError(
-                f"operator {self.operator_uid!r}: state {descriptor.name!r} is already "
-                f"registered as {existing.meta}, cannot register it as {descriptor.meta}")
-        restored = self.restored_meta.get(descriptor.name)
-        if existing is None and restored is not None and restored != descriptor.meta:
-            raise StateMigrationError(
-                f"operator {self.operator_uid!r}: state {descriptor.name!r} was snapshotted as "
-                f"{restored['kind']} state with serializer {restored['serializer']!r} but is "
-                f"declared as {descriptor.kind} state with serializer "
-                f"{descriptor.serializer.name!r}; restore with the original declaration or "
-                "drop the state (allow_non_restored_state)")
+        check_compatible(self.operator_uid, descriptor, self.descriptors.get(descriptor.name),
+                         self.restored_meta.get(descriptor.name))
         if "\x00" in descriptor.name:
             raise ValueError(f"state name {descriptor.name!r} must not contain NUL")
         self.descriptors[descriptor.name] = descriptor
