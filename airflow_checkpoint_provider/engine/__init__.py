@@ -4,7 +4,7 @@ Public API::
 
     from airflow_checkpoint_provider.engine import (
         Pipeline, CheckpointConfig, RestartStrategy, KeyedProcessFunction,
-        GeneratorSource, FileSource, FileSink, read_committed)
+        GeneratorSource, FileSource, FileSink, DiscardSink, read_committed)
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from .api import DataStream, JobResult, KeyedStream, Pipeline
 from .config import CheckpointConfig, CheckpointingMode, RestartStrategy
 from .connectors.base import Sink, SinkWriter, Source, SourceContext, SplitReader
+from .connectors.discard import DiscardSink
 from .connectors.files import FileSink, read_committed
 from .connectors.generator import GeneratorSource
 from .errors import (
@@ -44,7 +45,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "CheckpointConfig", "CheckpointDeclined", "CheckpointingMode", "ConfigurationError",
-    "CorruptCheckpointError", "DataStream", "EngineError", "FileSink", "FileSource",
+    "CorruptCheckpointError", "DataStream", "DiscardSink", "EngineError", "FileSink", "FileSource",
     "GeneratorSource", "JobFailedError", "JobResult", "KeyedProcessFunction", "KeyedStream",
     "ListStateDescriptor", "MapStateDescriptor", "Pipeline", "PipelineDefinitionError",
     "ReducingStateDescriptor", "RestartStrategy", "RestoreError", "RuntimeContext", "Serializer",

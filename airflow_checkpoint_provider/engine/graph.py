@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from .errors import PipelineDefinitionError
 
 FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast"
-STATEFUL_KINDS = ("source", "process", "reduce", "sink")
+STATEFUL_KINDS = ("source", "process", "reduce", "aggregate", "sink")
 
 
 @dataclass

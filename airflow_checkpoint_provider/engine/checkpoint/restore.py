@@ -16,7 +16,7 @@ from ..graph import ExecutionGraph
 from ..state.keygroups import KeyGroupRange, key_group_range_for
 from .metadata import LoadedSnapshot
 
-KEYED_KINDS = ("process", "reduce")
+KEYED_KINDS = ("process", "reduce", "aggregate")
 
 
 def operator_kind(node_kind: str) -> str:

@@ -63,7 +63,13 @@ class Source:
 
 
 class SinkWriter:
-    """One subtask's writer of a two-phase-commit sink."""
+    """One subtask's writer of a two-phase-commit sink.
+
+    ``accepts_arrow``: ``write`` takes ``pyarrow.RecordBatch`` batches as they arrive;
+    otherwise the engine converts batches to lists of dicts first (the slow path).
+    """
+
+    accepts_arrow = False
 
     def write(self, records: list[dict]) -> None:
         raise NotImplementedError

@@ -10,26 +10,36 @@ from ..connectors.base import SourceContext
 from ..errors import RestoreError
 from ..functions import RuntimeContext
 from ..graph import Node
+from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
 from ..state.keygroups import KeyGroupRange
+from .batches import to_record_batch
 
 
 class OperatorSnapshot:
     """The synchronous part of one operator's snapshot."""
 
-    __slots__ = ("keyed_bytes", "offsets", "states", "operator_state", "local_checkpoint")
+    __slots__ = ("keyed_bytes", "offsets", "states", "operator_state", "local_checkpoint",
+                 "deferred")
 
     def __init__(self, keyed_bytes=None, offsets=None, states=None, operator_state=None,
-                 local_checkpoint=None):
+                 local_checkpoint=None, deferred=None):
         self.keyed_bytes: bytes | None = keyed_bytes          # heap: serialized key groups
         self.offsets: dict[int, list[int]] = offsets or {}
         self.states: dict[str, dict] = states or {}
         self.operator_state: list = operator_state or []
         self.local_checkpoint: str | None = local_checkpoint  # rocksdb: native checkpoint dir
+        # columnar state: () -> file bytes, run in the asynchronous part
+        self.deferred = deferred
 
 
 class Operator:
+    """One node of a task's chain. ``process`` takes a batch and returns a batch: a list of
+    dicts, or a ``pyarrow.RecordBatch`` when ``vectorized`` (the task converts between them
+    at the entry of each operator, see :meth:`StreamTask._push`)."""
+
     keyed = False
+    vectorized = False
 
     def __init__(self, node: Node, ctx: RuntimeContext) -> None:
         self.node = node
@@ -82,19 +92,11 @@ class FilterOperator(Operator):
 
 
 class MapBatchesOperator(Operator):
-    def process(self, records):
-        if not records:
-            return records
-        batch = records if isinstance(records, pa.RecordBatch) else pa.RecordBatch.from_pylist(records)
-        result = self.node.payload(batch)
-        if isinstance(result, pa.Table):
-            return result.to_pylist()
-        if not isinstance(result, pa.RecordBatch):
-            raise TypeError(
-                f"map_batches function {self.node.name!r} must return a pyarrow.RecordBatch, "
-                f"got {type(result).__name__}"
-            )
-        return result.to_pylist()
+    vectorized = True
+
+    def process(self, records: pa.RecordBatch) -> pa.RecordBatch:
+        return to_record_batch(self.node.payload(records),
+                               f"map_batches function {self.node.name!r}")
 
 
 def _emitted(result: Iterable[dict] | None, out: list) -> None:
@@ -190,6 +192,41 @@ class ReduceOperator(KeyedOperator):
         return out
 
 
+class AggregateOperator(Operator):
+    """Built-in keyed aggregations over Arrow batches (``KeyedStream.aggregate``).
+
+    Each batch is grouped by key in Arrow's C++ hash aggregation, the partial results are
+    folded into columnar per-key accumulators (:mod:`..state.columnar`), and the operator
+    emits one row per key touched by the batch with that key's running results (Structured
+    Streaming's "update" output mode). No Python code runs per record or per key.
+
+    The state is columnar in memory with either state backend; a snapshot copies the
+    columns (synchronous part) and writes one Arrow IPC file per subtask (asynchronous).
+    """
+
+    keyed = True
+    vectorized = True
+
+    def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
+                 max_parallelism: int) -> None:
+        super().__init__(node, ctx)
+        self.spec: AggregateSpec = node.payload
+        self.backend = AggregateTable(self.spec, key_groups, max_parallelism, node.uid)
+
+    def process(self, records: pa.RecordBatch) -> pa.RecordBatch:
+        return self.backend.update(records)
+
+    def restore(self, data: bytes, states: dict) -> None:
+        self.backend.restore(data, (states.get("aggregate") or {}).get("spec"))
+
+    def snapshot(self, checkpoint_id):
+        columns = self.backend.copy()
+        return OperatorSnapshot(
+            states={"aggregate": {"kind": "aggregate", "serializer": "arrow",
+                                  "spec": self.spec.describe()}},
+            deferred=lambda: AggregateTable.serialize(columns)[0])
+
+
 class SourceOperator(Operator):
     """Reads the splits assigned to this subtask (split j runs on subtask j % parallelism).
 
@@ -258,6 +295,7 @@ class SinkOperator(Operator):
         sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
                              self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt)
         self.writer = self.node.payload.create_writer(sctx)
+        self.vectorized = bool(getattr(self.writer, "accepts_arrow", False))
         restored = [t for e in (restored_operator_state or []) for t in e["transactions"]]
         self.writer.recover(restored)
         self.pending: list[tuple[int, list]] = []
@@ -291,6 +329,8 @@ _KEYED = {"process": ProcessOperator, "reduce": ReduceOperator}
 
 def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                     max_parallelism: int, state_backend: dict | None = None) -> Operator:
+    if node.kind == "aggregate":
+        return AggregateOperator(node, ctx, key_groups, max_parallelism)
     if node.kind in _KEYED:
         return _KEYED[node.kind](node, ctx, key_groups, max_parallelism, state_backend)
     return _SIMPLE[node.kind](node, ctx)

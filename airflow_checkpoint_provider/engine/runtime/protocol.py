@@ -17,7 +17,7 @@ HEADER = struct.Struct("!IB")
 
 # data channel frame types
 RECORDS = 1        # msgpack list of dicts
-ARROW = 2          # Arrow IPC stream of one RecordBatch
+ARROW = 2          # Arrow IPC stream (schema + one RecordBatch)
 BARRIER = 3        # msgpack [checkpoint_id, timestamp_ms, kind]
 CANCEL = 4         # msgpack checkpoint_id
 END_OF_INPUT = 5   # empty
@@ -46,10 +46,15 @@ def recv_frame(sock: socket.socket) -> tuple[int, bytes]:
     return kind, recv_exact(sock, length) if length else b""
 
 
-def send_frame(sock: socket.socket, kind: int, payload: bytes = b"") -> None:
-    sock.sendall(HEADER.pack(len(payload), kind) + payload if len(payload) < 65536
-                 else HEADER.pack(len(payload), kind))
-    if len(payload) >= 65536:
+def send_frame(sock: socket.socket, kind: int, payload=b"") -> None:
+    """Send one frame; ``payload`` is ``bytes`` or any buffer (an Arrow buffer is sent
+    without a copy)."""
+    size = len(payload)
+    if size < 65536 and isinstance(payload, bytes):
+        sock.sendall(HEADER.pack(size, kind) + payload)
+        return
+    sock.sendall(HEADER.pack(size, kind))
+    if size:
         sock.sendall(payload)
 
 

@@ -29,6 +29,7 @@ import cloudpickle
 from ..graph import FORWARD, ExecutionGraph, channels_for_input
 from ..serialization import unpackb
 from . import protocol as P
+from .batches import decode_arrow
 from .mailbox import Mailbox
 from .task import OutputChannel, RecordWriter, StreamTask, TaskEnvironment
 
@@ -55,7 +56,9 @@ def _reader(sock: socket.socket, channel: int, mailbox: Mailbox, gate: threading
     try:
         while True:
             kind, payload = P.recv_frame(sock)
-            if kind == P.RECORDS:
+            if kind == P.ARROW:
+                ok = mailbox.put_data(("records", channel, decode_arrow(payload)))
+            elif kind == P.RECORDS:
                 ok = mailbox.put_data(("records", channel, unpackb(payload)))
             elif kind == P.BARRIER:
                 gate.clear()

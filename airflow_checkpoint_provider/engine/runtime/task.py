@@ -25,6 +25,8 @@ import traceback
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import pyarrow as pa
+
 from ..checkpoint.metadata import read_state_file
 from ..checkpoint.storage import filesystem_for, join, sha256
 from ..errors import CorruptCheckpointError, RestoreError
@@ -32,10 +34,18 @@ from ..functions import RuntimeContext
 from ..graph import BROADCAST, FORWARD, HASH, REBALANCE, ExecutionGraph, Vertex
 from ..serialization import packb
 from ..state.keygroups import key_group_for, key_group_range_for
+from ..state.vectorized import channels_for
 from . import protocol as P
 from .alignment import BarrierHandler
+from .batches import Batch, as_arrow, as_rows, encode_arrow, split_by_channel
 from .mailbox import Mailbox
-from .operators import KeyedOperator, Operator, SourceOperator, create_operator
+from .operators import (
+    AggregateOperator,
+    KeyedOperator,
+    Operator,
+    SourceOperator,
+    create_operator,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +105,15 @@ class RecordWriter:
         self.max_parallelism = max_parallelism
         self._rr = subtask  # start round-robin at a different channel in each subtask
 
-    def emit(self, records: list[dict]) -> None:
-        if not records:
+    def emit(self, records: Batch) -> None:
+        if not len(records):
             return
+        if isinstance(records, pa.RecordBatch):
+            field = getattr(self.key_selector, "field", None)
+            if self.partitioning != HASH or field is not None:
+                self._emit_arrow(records, field)
+                return
+            records = records.to_pylist()  # key_by(function): per-record keys
         n = len(self.channels)
         if self.partitioning == FORWARD or n == 1:
             self.channels[0].send(P.RECORDS, packb(records))
@@ -121,6 +137,28 @@ class RecordWriter:
                     ch.send(P.RECORDS, packb(part))
         else:  # pragma: no cover - graph validation prevents it
             raise ValueError(f"unknown partitioning {self.partitioning}")
+
+    def _emit_arrow(self, batch: pa.RecordBatch, field: str | None) -> None:
+        n = len(self.channels)
+        if self.partitioning == FORWARD or n == 1:
+            self.channels[0].send(P.ARROW, encode_arrow(batch))
+        elif self.partitioning == REBALANCE:
+            self.channels[self._rr % n].send(P.ARROW, encode_arrow(batch))
+            self._rr += 1
+        elif self.partitioning == BROADCAST:
+            data = encode_arrow(batch)
+            for ch in self.channels:
+                ch.send(P.ARROW, data)
+        else:  # HASH on a field: hash, key group and channel of every row in numpy
+            try:
+                column = batch.column(field)
+            except KeyError:
+                raise KeyError(f"key_by field {field!r} is not a column of the batch "
+                               f"(columns: {', '.join(batch.schema.names)})") from None
+            target = channels_for(column, n, self.max_parallelism)
+            for ch, part in zip(self.channels, split_by_channel(batch, target, n), strict=True):
+                if part is not None:
+                    ch.send(P.ARROW, encode_arrow(part))
 
     def emit_event(self, kind: int, payload: bytes = b"") -> None:
         for ch in self.channels:
@@ -185,7 +223,18 @@ class StreamTask:
             if isinstance(op, SourceOperator):
                 op.splits = self.env.source_splits.get(node.uid)
             spec = self.restore.get(node.uid) if node.uid else None
-            if spec and isinstance(op, KeyedOperator) and op.rocksdb and any(
+            handles = (spec or {}).get("keyed") or []
+            kinds = {h.get("type", "heap") for h in handles}
+            if spec and ("arrow" in kinds) != isinstance(op, AggregateOperator) and handles:
+                raise RestoreError(
+                    f"operator {node.uid!r}: the snapshot holds "
+                    f"{'aggregate()' if 'arrow' in kinds else 'process()/reduce()'} state, but "
+                    f"the operator with this uid is now a {node.kind}(); give it a new uid "
+                    "and restore with allow_non_restored_state=True")
+            if spec and isinstance(op, AggregateOperator):
+                for handle in handles:
+                    op.restore(read_state_file(spec["directory"], handle), spec["states"])
+            elif spec and isinstance(op, KeyedOperator) and op.rocksdb and any(
                     h.get("type") == "rocksdb" for h in spec.get("keyed", [])):
                 op.backend.restore(spec["directory"], spec["keyed"], spec["states"])
             elif spec and isinstance(op, KeyedOperator):
@@ -210,16 +259,18 @@ class StreamTask:
                 ch.close()
 
     # -- data path ------------------------------------------------------------------------
-    def _push(self, records: list[dict], start: int = 0) -> None:
+    def _push(self, records: Batch, start: int = 0) -> None:
         counts = self.counts
         for i in range(start, len(self.operators)):
-            if not records:
+            if not len(records):
                 break
             c = counts[i]
             c[0] += len(records)
-            records = self.operators[i].process(records)
+            op = self.operators[i]
+            # Arrow stays Arrow into vectorized operators; per-record operators get dicts.
+            records = op.process(as_arrow(records) if op.vectorized else as_rows(records))
             c[1] += len(records)
-        if records:
+        if len(records):
             for w in self.writers:
                 w.emit(records)
         now = time.monotonic()
@@ -372,6 +423,15 @@ class StreamTask:
                         entry["keyed"] = handle
                         size += state_size
                         uploaded += sent
+                    elif snap.deferred is not None:
+                        # columnar state: serialized here, off the task thread
+                        data = snap.deferred()
+                        name = f"{op.uid}-{self.subtask}-{uuid.uuid4().hex[:8]}.arrow"
+                        fs.write_bytes(join(chk_dir, name), data)
+                        entry["keyed"] = {"type": "arrow", "path": name, "size": len(data),
+                                          "sha256": sha256(data)}
+                        size += len(data)
+                        uploaded += len(data)
                     elif snap.keyed_bytes:
                         name = f"{op.uid}-{self.subtask}-{uuid.uuid4().hex[:8]}.state"
                         fs.write_bytes(join(chk_dir, name), snap.keyed_bytes)

@@ -1,0 +1,32 @@
+"""A sink that drops every record (Flink's ``DiscardingSink``): for benchmarks and for jobs
+whose only product is their state."""
+
+from __future__ import annotations
+
+from .base import Sink, SinkWriter, SourceContext
+
+
+class DiscardSink(Sink):
+    """Accepts Arrow batches and dict records alike and keeps nothing."""
+
+    def create_writer(self, ctx: SourceContext) -> SinkWriter:
+        return _DiscardWriter()
+
+    def describe(self) -> str:
+        return "discard"
+
+
+class _DiscardWriter(SinkWriter):
+    accepts_arrow = True
+
+    def write(self, records) -> None:
+        pass
+
+    def pre_commit(self, checkpoint_id: int) -> list[object]:
+        return []
+
+    def commit(self, transactions: list[object]) -> None:
+        pass
+
+    def recover(self, transactions: list[object]) -> None:
+        pass

@@ -1,0 +1,371 @@
+"""Columnar keyed state for the built-in aggregations: one row per key, numpy columns.
+
+A :class:`KeyIndex` maps keys to row numbers with open addressing over numpy arrays, so a
+batch of keys is looked up and inserted with a few vectorized probe rounds instead of a
+Python loop per key. Row ``r`` of every accumulator column belongs to key ``keys[r]``.
+
+Written by hand because no library offers an incremental hash map that numpy can probe
+with a whole array of keys (pandas' hash tables are private API; rebuilding an Arrow or
+pandas index per batch costs O(state) per batch).
+
+Snapshot file (the ``arrow`` keyed-state handle): one Arrow IPC file, zstd-compressed,
+columns ``key_group`` (int32, sorted), ``key`` and one column per accumulator; restore
+reads the rows of the key groups the subtask owns (any parallelism).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import StateMigrationError
+from .keygroups import KeyGroupRange
+from .vectorized import key_hashes
+
+_FIB = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _grow(array: np.ndarray, size: int) -> np.ndarray:
+    if size <= len(array):
+        return array
+    new = np.empty(max(size, 2 * len(array), 16), dtype=array.dtype)
+    new[: len(array)] = array
+    return new
+
+
+def keys_to_numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Integer keys without nulls as int64, anything else as Python objects."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_integer(column.type) and column.null_count == 0 and not (
+            pa.types.is_uint64(column.type) and len(column) and pc.max(column).as_py() >= 2**63):
+        return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return column.to_numpy(zero_copy_only=False).astype(object, copy=False)
+
+
+class KeyIndex:
+    """Key -> row number. Rows are numbered 0..n-1 in insertion order."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.keys: np.ndarray = np.empty(0, dtype=np.int64)
+        self.hashes = np.empty(0, dtype=np.uint32)
+        self._bits = 4
+        self._slots = np.full(1 << self._bits, -1, dtype=np.int64)
+
+    def _home(self, hashes: np.ndarray) -> np.ndarray:
+        # Fibonacci hashing takes the high bits of h * phi: every bit of the murmur hash
+        # counts (the low bits are the key group, nearly constant within one subtask).
+        return ((hashes.astype(np.uint64) * _FIB) >> np.uint64(64 - self._bits)).astype(np.int64)
+
+    def _coerce(self, keys: np.ndarray) -> np.ndarray:
+        if keys.dtype != self.keys.dtype:
+            if self.n == 0:
+                self.keys = self.keys.astype(keys.dtype)
+            elif self.keys.dtype != object:
+                self.keys = self.keys.astype(object)  # e.g. int keys, then a batch with nulls
+            if keys.dtype != self.keys.dtype:
+                keys = keys.astype(object)
+        return keys
+
+    def lookup(self, keys: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+        """Row of each key, -1 where absent."""
+        keys = self._coerce(keys)
+        rows = np.full(len(keys), -1, dtype=np.int64)
+        pos = self._home(hashes)
+        active = np.arange(len(keys))
+        mask = (1 << self._bits) - 1
+        while active.size:
+            slot = self._slots[pos[active]]
+            occupied = slot >= 0
+            active, slot = active[occupied], slot[occupied]
+            if not active.size:
+                break
+            same = self.hashes[slot] == hashes[active]
+            same[same] = self.keys[slot[same]] == keys[active[same]]
+            rows[active[same]] = slot[same]
+            active = active[~same]
+            pos[active] = (pos[active] + 1) & mask
+        return rows
+
+    def insert(self, keys: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+        """Append keys that are absent and distinct; return their new rows."""
+        keys = self._coerce(keys)
+        k = len(keys)
+        rows = np.arange(self.n, self.n + k, dtype=np.int64)
+        self.keys = _grow(self.keys, self.n + k)
+        self.hashes = _grow(self.hashes, self.n + k)
+        self.keys[self.n: self.n + k] = keys
+        self.hashes[self.n: self.n + k] = hashes
+        self.n += k
+        if 2 * self.n > (1 << self._bits):  # keep the load factor <= 1/2
+            while 2 * self.n > (1 << self._bits):
+                self._bits += 1
+            self._slots = np.full(1 << self._bits, -1, dtype=np.int64)
+            self._place(np.arange(self.n, dtype=np.int64))
+        else:
+            self._place(rows)
+        return rows
+
+    def _place(self, rows: np.ndarray) -> None:
+        mask = (1 << self._bits) - 1
+        pos = self._home(self.hashes[rows])
+        pending = np.arange(len(rows))
+        while pending.size:
+            p = pos[pending]
+            free = self._slots[p] < 0
+            cand, cand_pos = pending[free], p[free]
+            # several rows may want the same free slot: the first of each takes it
+            taken_pos, first = np.unique(cand_pos, return_index=True)
+            winners = cand[first]
+            self._slots[taken_pos] = rows[winners]
+            placed = np.zeros(len(rows), dtype=bool)
+            placed[winners] = True
+            pending = pending[~placed[pending]]
+            pos[pending] = (pos[pending] + 1) & mask
+
+    def take_keys(self) -> np.ndarray:
+        return self.keys[: self.n]
+
+
+class AggregateSpec:
+    """The aggregations of one ``aggregate()`` operator: ``[(output, function, column)]``.
+
+    Functions: ``count`` (rows, or non-null values of ``column``), ``sum``, ``min``, ``max``,
+    ``mean`` (of non-null values; null while a key has none).
+    """
+
+    FUNCTIONS = ("count", "sum", "min", "max", "mean")
+
+    def __init__(self, key: str, aggregations: list[tuple[str, str, str | None]]) -> None:
+        self.key = key
+        self.aggregations = aggregations
+        self.columns = sorted({c for _, _, c in aggregations if c is not None})
+
+    def describe(self) -> dict:
+        return {"key": self.key, "aggregations": [list(a) for a in self.aggregations]}
+
+
+class AggregateTable:
+    """Per-key accumulators of an :class:`AggregateSpec` for the key groups of one subtask.
+
+    Accumulators: ``count`` (rows per key), and per input column ``nn:<col>`` (non-null
+    values), ``sum:<col>``, ``min:<col>``, ``max:<col>`` as needed.
+    """
+
+    def __init__(self, spec: AggregateSpec, key_groups: KeyGroupRange, max_parallelism: int,
+                 operator_uid: str) -> None:
+        self.spec = spec
+        self.uid = operator_uid
+        self.key_groups = key_groups
+        self.max_parallelism = max_parallelism
+        self.index = KeyIndex()
+        self.key_group = np.empty(0, dtype=np.int32)
+        self.acc: dict[str, np.ndarray] = {"count": np.empty(0, dtype=np.int64)}
+        self._value_types: dict[str, np.dtype] = {}
+        needs = {(fn, col) for _, fn, col in spec.aggregations if col is not None}
+        self._needed = {col: {fn for fn, c in needs if c == col} for col in spec.columns}
+        for name in self.required_accumulators():  # every snapshot carries all of them
+            self.acc.setdefault(name, np.empty(0, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return self.index.n
+
+    # -- update ---------------------------------------------------------------------------
+    def _column_dtype(self, name: str, arrow_type: pa.DataType) -> np.dtype:
+        if pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type):
+            dtype = np.dtype(np.int64)
+        elif pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type):
+            dtype = np.dtype(np.float64)
+        elif pa.types.is_null(arrow_type):
+            dtype = self._value_types.get(name, np.dtype(np.int64))
+        else:
+            raise TypeError(f"aggregate {self.uid!r}: column {name!r} has type {arrow_type}; "
+                            "sum/min/max/mean need a numeric column")
+        known = self._value_types.get(name)
+        if known is not None and known != dtype:
+            dtype = np.dtype(np.float64)  # int column that later carries floats
+            for prefix in ("sum:", "min:", "max:"):
+                if prefix + name in self.acc:
+                    self.acc[prefix + name] = self.acc[prefix + name].astype(np.float64)
+        self._value_types[name] = dtype
+        return dtype
+
+    def update(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Fold ``batch`` into the accumulators; return the new values of the keys it touched
+        (one row per distinct key, in order of first appearance)."""
+        spec = self.spec
+        table = pa.Table.from_batches([batch])
+        plan: list = [([], "count_all")]
+        dtypes = {}
+        for col in spec.columns:
+            if col not in batch.schema.names:
+                raise KeyError(f"aggregate {self.uid!r}: column {col!r} is not in the input "
+                               f"(columns: {', '.join(batch.schema.names)})")
+            dtypes[col] = self._column_dtype(col, batch.schema.field(col).type)
+            plan.append((col, "count"))
+            needed = self._needed[col]
+            if needed & {"sum", "mean"}:
+                plan.append((col, "sum"))
+            if "min" in needed:
+                plan.append((col, "min"))
+            if "max" in needed:
+                plan.append((col, "max"))
+        grouped = table.group_by(spec.key, use_threads=False).aggregate(plan)
+        key_col = grouped.column(spec.key)
+        hashes = key_hashes(key_col)
+        keys = keys_to_numpy(key_col)
+        rows = self.index.lookup(keys, hashes)
+        new = rows < 0
+        if new.any():
+            rows[new] = self.index.insert(keys[new], hashes[new])
+            n = self.index.n
+            self.key_group = _grow(self.key_group, n)
+            self.key_group[rows[new]] = (hashes[new] % np.uint32(self.max_parallelism)).astype(np.int32)
+            for name, arr in self.acc.items():
+                arr = _grow(arr, n)
+                arr[rows[new]] = 0
+                self.acc[name] = arr
+        acc = self.acc
+        acc["count"][rows] += grouped.column("count_all").to_numpy()
+        for col in spec.columns:
+            dtype = dtypes[col]
+            nn_part = grouped.column(f"{col}_count").to_numpy()
+            nn_key = "nn:" + col
+            nn_before = self._ensure(nn_key, np.int64)[rows]
+            acc[nn_key][rows] = nn_before + nn_part
+            seen = nn_part > 0
+            needed = self._needed[col]
+            if needed & {"sum", "mean"}:
+                part = grouped.column(f"{col}_sum").fill_null(0).to_numpy(zero_copy_only=False)
+                target = self._ensure("sum:" + col, dtype)
+                target[rows] += part.astype(dtype, copy=False)
+            for fn, combine in (("min", np.minimum), ("max", np.maximum)):
+                if fn not in needed:
+                    continue
+                target = self._ensure(f"{fn}:{col}", dtype)
+                part = grouped.column(f"{col}_{fn}").fill_null(0).to_numpy(zero_copy_only=False)
+                part = part.astype(dtype, copy=False)
+                old = target[rows]
+                merged = np.where(nn_before > 0, combine(old, part), part)
+                target[rows] = np.where(seen, merged, old)
+        return self._output(key_col, rows)
+
+    def _ensure(self, name: str, dtype) -> np.ndarray:
+        arr = self.acc.get(name)
+        if arr is None:
+            arr = np.zeros(max(len(self.acc["count"]), self.index.n), dtype=dtype)
+            self.acc[name] = arr
+        elif arr.dtype != dtype:
+            arr = arr.astype(dtype)
+            self.acc[name] = arr
+        return arr
+
+    def _output(self, key_col, rows: np.ndarray) -> pa.RecordBatch:
+        arrays, names = [key_col.combine_chunks() if isinstance(key_col, pa.ChunkedArray)
+                         else key_col], [self.spec.key]
+        acc = self.acc
+        for out, fn, col in self.spec.aggregations:
+            if fn == "count":
+                values = acc["count" if col is None else "nn:" + col][rows]
+                arrays.append(pa.array(values, pa.int64()))
+            else:
+                nn = acc["nn:" + col][rows]
+                if fn == "mean":
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        values = acc["sum:" + col][rows] / nn
+                else:
+                    values = acc[f"{fn}:{col}"][rows]
+                arrays.append(pa.array(values, mask=nn == 0))
+            names.append(out)
+        return pa.RecordBatch.from_arrays(arrays, names=names)
+
+    # -- snapshot / restore ---------------------------------------------------------------
+    def copy(self) -> dict[str, np.ndarray]:
+        """Synchronous part of a snapshot: a private copy of every column (memcpy speed)."""
+        n = self.index.n
+        out = {"key_group": self.key_group[:n].copy(), "key": self.index.take_keys().copy()}
+        for name, arr in self.acc.items():
+            out[name] = arr[:n].copy()
+        return out
+
+    @staticmethod
+    def serialize(columns: dict[str, np.ndarray]) -> tuple[bytes, list[int]]:
+        """Asynchronous part: the Arrow IPC file of a :meth:`copy`, rows sorted by key group.
+
+        Returns ``(file bytes, [min key group, max key group])``."""
+        order = np.argsort(columns["key_group"], kind="stable")
+        names = ["key_group", "key"] + sorted(k for k in columns if k not in ("key_group", "key"))
+        arrays = [pa.array(columns[name][order]) for name in names]
+        table = pa.Table.from_arrays(arrays, names=names)
+        sink = pa.BufferOutputStream()
+        options = pa.ipc.IpcWriteOptions(compression="zstd")
+        with pa.ipc.new_file(sink, table.schema, options=options) as writer:
+            writer.write_table(table)
+        kg = columns["key_group"]
+        return sink.getvalue().to_pybytes(), ([int(kg.min()), int(kg.max())] if len(kg) else [])
+
+    def required_accumulators(self) -> dict[str, str]:
+        """Accumulator column -> the aggregation that needs it."""
+        out = {"count": "count"}
+        for name, fn, col in self.spec.aggregations:
+            if col is None:
+                continue
+            out.setdefault("nn:" + col, name)
+            if fn in ("sum", "mean"):
+                out.setdefault("sum:" + col, name)
+            elif fn in ("min", "max"):
+                out.setdefault(f"{fn}:{col}", name)
+        return out
+
+    def restore(self, data: bytes, restored_spec: dict | None = None) -> int:
+        """Add the rows of ``data`` whose key group this subtask owns; return how many.
+
+        Raises :class:`StateMigrationError` when an aggregation needs an accumulator the
+        snapshot does not have (its values for restored keys would be wrong)."""
+        table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+        missing = {acc: agg for acc, agg in self.required_accumulators().items()
+                   if acc not in table.column_names}
+        if missing:
+            acc, agg = sorted(missing.items())[0]
+            fn, _, col = acc.partition(":")
+            written = ", ".join(f"{o}={f}({c or '*'})" for o, f, c in
+                                (restored_spec or {}).get("aggregations", [])) or "unknown"
+            raise StateMigrationError(
+                f"operator {self.uid!r}: aggregation {agg!r} needs the {fn!r} of column "
+                f"{col!r}, which the restored state does not keep (it was written by "
+                f"aggregations {written}); keep those aggregations, or give the operator a "
+                "new uid and restore with allow_non_restored_state=True")
+        kg = table.column("key_group")
+        mine = pc.and_(pc.greater_equal(kg, self.key_groups.start),
+                       pc.less_equal(kg, self.key_groups.end))
+        table = table.filter(mine)
+        if not table.num_rows:
+            return 0
+        key_col = table.column("key").combine_chunks()
+        hashes = key_hashes(key_col)
+        rows = self.index.insert(keys_to_numpy(key_col), hashes)
+        n = self.index.n
+        self.key_group = _grow(self.key_group, n)
+        self.key_group[rows] = table.column("key_group").to_numpy()
+        for name in table.column_names:
+            if name in ("key_group", "key"):
+                continue
+            values = table.column(name).to_numpy()
+            arr = self.acc.get(name)
+            if arr is None or arr.dtype != values.dtype:
+                arr = (np.zeros(0, dtype=values.dtype) if arr is None
+                       else arr.astype(np.result_type(arr.dtype, values.dtype)))
+            arr = _grow(arr, n)
+            arr[rows] = values
+            self.acc[name] = arr
+            if ":" in name and name.split(":", 1)[0] in ("sum", "min", "max"):
+                col = name.split(":", 1)[1]
+                self._value_types[col] = arr.dtype
+        for name, arr in list(self.acc.items()):
+            if name not in table.column_names:  # an accumulator this snapshot did not have
+                arr = _grow(arr, n)
+                arr[rows] = 0
+                self.acc[name] = arr
+        return table.num_rows

@@ -1,0 +1,81 @@
+"""Where the time goes: sample a keyed job (every slot process) with py-spy.
+
+    .venv/bin/python bench/profile.py [--records N] [--keys K] [--job running_sum|aggregate]
+
+Runs the job on the local runner under ``py-spy record --subprocesses`` and prints the
+functions with the most samples where they were on top of the stack ("self"), across every
+task thread of every slot process (idle waits are left out). Writes
+bench/results/profile_<job>.json; BENCHMARKS.md shows its top rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# Frames where a thread waits rather than works.
+IDLE = re.compile(r"^(Condition\.wait|Event\.wait|Thread\._wait_for_tstate_lock|socket\.accept|"
+                  r"recv_exact|select|sleep|_call_with_frames_removed|.*\.select)$")
+
+
+def profile(job: str, records: int, keys: int) -> dict:
+    tmp = tempfile.mkdtemp(prefix="bench-profile-")
+    raw = os.path.join(tmp, "stacks.txt")
+    code = (
+        "import sys; sys.path.insert(0, %r); from jobs import run_job; "
+        "run_job(%r, %r, %d, %d, None)" % (HERE, job, tmp, records, keys)
+    )
+    py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    try:
+        subprocess.run([py_spy, "record", "--subprocesses", "--format", "raw", "--rate", "200",
+                        "--output", raw, "--", sys.executable, "-c", code],
+                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self_samples: collections.Counter = collections.Counter()
+        total = 0
+        with open(raw) as f:
+            for line in f:
+                stack, _, count = line.rstrip("\n").rpartition(" ")
+                frames = stack.split(";")
+                if "engine/runtime/" not in stack:
+                    continue  # only the slot processes' task and channel threads
+                leaf = frames[-1]
+                name = leaf.split(" (")[0]
+                if IDLE.match(name):
+                    continue
+                n = int(count)
+                total += n
+                self_samples[leaf] += n
+        top = [{"function": k, "share": round(v / total, 4)} for k, v in self_samples.most_common(12)]
+        return {"job": job, "records": records, "keys": keys, "busy_samples": total, "top": top}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=300_000)
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--job", default="aggregate", choices=["running_sum", "aggregate"])
+    ap.add_argument("--label", default=None, help="results file suffix (default: the job name)")
+    args = ap.parse_args()
+    result = profile(args.job, args.records, args.keys)
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", f"profile_{args.label or args.job}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    for row in result["top"]:
+        print(f"{row['share']:6.1%}  {row['function']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

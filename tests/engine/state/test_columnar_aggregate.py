@@ -1,0 +1,167 @@
+"""Columnar aggregate state: the vectorized key index and accumulators against a plain
+Python reference, snapshot/restore by key group, and state-migration errors."""
+
+from collections import defaultdict
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from airflow_checkpoint_provider.engine.errors import StateMigrationError
+from airflow_checkpoint_provider.engine.state.columnar import (
+    AggregateSpec,
+    AggregateTable,
+    KeyIndex,
+)
+from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange, key_group_range_for
+from airflow_checkpoint_provider.engine.state.vectorized import key_hashes
+
+SPEC = AggregateSpec("key", [("n", "count", None), ("total", "sum", "v"), ("lo", "min", "v"),
+                             ("hi", "max", "v"), ("avg", "mean", "v"), ("nv", "count", "v")])
+
+
+def _reference(rows):
+    ref = defaultdict(lambda: {"n": 0, "vals": []})
+    for key, v in rows:
+        ref[key]["n"] += 1
+        if v is not None:
+            ref[key]["vals"].append(v)
+    return ref
+
+
+def _check(latest, ref):
+    assert set(latest) == set(ref)
+    for key, row in latest.items():
+        vals = ref[key]["vals"]
+        assert row["n"] == ref[key]["n"]
+        assert row["nv"] == len(vals)
+        if vals:
+            assert row["total"] == sum(vals) and row["lo"] == min(vals) and row["hi"] == max(vals)
+            assert row["avg"] == pytest.approx(sum(vals) / len(vals))
+        else:
+            assert row["total"] is None and row["lo"] is None and row["avg"] is None
+
+
+def _random_batches(rng, key_kind, batches=30, size=400, keys=900):
+    out, rows = [], []
+    for _ in range(batches):
+        ks = rng.integers(0, keys, size)
+        key_values = [f"k{k}" if key_kind == "str" else int(k) - keys // 2 for k in ks]
+        vals = [None if rng.random() < 0.1 else int(v) for v in rng.integers(-50, 50, size)]
+        out.append(pa.RecordBatch.from_pydict({"key": key_values, "v": vals}))
+        rows.extend(zip(key_values, vals, strict=True))
+    return out, rows
+
+
+@pytest.mark.parametrize("key_kind", ["str", "int"])
+def test_running_aggregates_match_a_python_reference(key_kind):
+    rng = np.random.default_rng(3)
+    batches, rows = _random_batches(rng, key_kind)
+    table = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    latest = {}
+    for b in batches:
+        out = table.update(b)
+        keys = out.column("key").to_pylist()
+        assert len(keys) == len(set(keys)), "one output row per key touched"
+        for r in out.to_pylist():
+            latest[r["key"]] = r
+    _check(latest, _reference(rows))
+    assert len(table) == len(latest)
+
+
+def test_key_index_finds_every_key_after_many_resizes_and_collisions():
+    idx = KeyIndex()
+    keys = np.array([f"key-{i}" for i in range(50_000)], dtype=object)
+    hashes = key_hashes(pa.array(keys))
+    # insert in uneven chunks so the table resizes between inserts
+    start = 0
+    for size in (1, 7, 100, 3000, 20_000, 26_892):
+        idx.insert(keys[start:start + size], hashes[start:start + size])
+        start += size
+    assert idx.n == 50_000
+    rows = idx.lookup(keys[::-1].copy(), hashes[::-1].copy())
+    assert (rows == np.arange(50_000)[::-1]).all()
+    # equal hashes but different keys are told apart
+    forged = np.array(["not-a-key"] * 3, dtype=object)
+    assert (idx.lookup(forged, hashes[:3].copy()) == -1).all()
+
+
+def test_int_keys_then_null_keys_switch_the_index_to_objects():
+    table = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    table.update(pa.RecordBatch.from_pydict({"key": [1, 2, 2], "v": [1, 2, 3]}))
+    out = table.update(pa.RecordBatch.from_pydict({"key": [2, None, None], "v": [10, 1, 1]}))
+    got = {r["key"]: r for r in out.to_pylist()}
+    assert got[2]["n"] == 3 and got[2]["total"] == 15
+    assert got[None]["n"] == 2
+
+
+def test_float_values_after_int_values_widen_the_accumulators():
+    table = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    table.update(pa.RecordBatch.from_pydict({"key": ["a"], "v": [1]}))
+    out = table.update(pa.RecordBatch.from_pydict({"key": ["a"], "v": [0.5]})).to_pylist()[0]
+    assert out["total"] == 1.5 and out["lo"] == 0.5 and out["hi"] == 1.0
+
+
+def test_non_numeric_value_column_is_rejected_naming_operator_and_column():
+    table = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "totals")
+    with pytest.raises(TypeError, match="'totals'.*column 'v' has type string"):
+        table.update(pa.RecordBatch.from_pydict({"key": ["a"], "v": ["x"]}))
+
+
+def test_missing_value_column_is_named():
+    table = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "totals")
+    with pytest.raises(KeyError, match="column 'v' is not in the input"):
+        table.update(pa.RecordBatch.from_pydict({"key": ["a"], "w": [1]}))
+
+
+@pytest.mark.parametrize("new_parallelism", [1, 3])
+def test_snapshot_restores_by_key_group_at_another_parallelism(new_parallelism):
+    rng = np.random.default_rng(5)
+    batches, rows = _random_batches(rng, "str", batches=10)
+    before = [AggregateTable(SPEC, key_group_range_for(i, 2, 128), 128, "agg") for i in range(2)]
+    for b in batches:  # route rows as the network would: by key group
+        kg = key_hashes(b.column("key")) % 128
+        for i, t in enumerate(before):
+            mine = (kg >= t.key_groups.start) & (kg <= t.key_groups.end)
+            if mine.any():
+                t.update(b.filter(pa.array(mine)))
+    files = [AggregateTable.serialize(t.copy())[0] for t in before]
+    after = [AggregateTable(SPEC, key_group_range_for(i, new_parallelism, 128), 128, "agg")
+             for i in range(new_parallelism)]
+    for t in after:
+        for data in files:
+            t.restore(data)
+    assert sum(len(t) for t in after) == sum(len(t) for t in before)
+    # one more batch touching every key reports totals that include the restored state
+    every = sorted({k for k, _ in rows})
+    probe = pa.RecordBatch.from_pydict({"key": every, "v": [0] * len(every)})
+    latest = {}
+    kg = key_hashes(probe.column("key")) % 128
+    for t in after:
+        mine = (kg >= t.key_groups.start) & (kg <= t.key_groups.end)
+        for r in t.update(probe.filter(pa.array(mine))).to_pylist():
+            latest[r["key"]] = r
+    ref = _reference(rows + [(k, 0) for k in every])
+    _check(latest, ref)
+
+
+def test_snapshot_copy_is_not_changed_by_later_updates():
+    table = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    table.update(pa.RecordBatch.from_pydict({"key": ["a", "b"], "v": [1, 2]}))
+    copy = table.copy()
+    table.update(pa.RecordBatch.from_pydict({"key": ["a", "c"], "v": [5, 5]}))
+    restored = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    restored.restore(AggregateTable.serialize(copy)[0])
+    out = restored.update(pa.RecordBatch.from_pydict({"key": ["a"], "v": [0]})).to_pylist()[0]
+    assert out["n"] == 2 and out["total"] == 1
+    assert len(restored) == 2
+
+
+def test_restoring_without_a_needed_accumulator_names_the_aggregation():
+    old = AggregateTable(AggregateSpec("key", [("n", "count", None)]), KeyGroupRange(0, 127),
+                         128, "agg")
+    old.update(pa.RecordBatch.from_pydict({"key": ["a"], "v": [1]}))
+    data = AggregateTable.serialize(old.copy())[0]
+    new = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    with pytest.raises(StateMigrationError, match="operator 'agg': aggregation '(total|lo|hi|avg|nv)'"):
+        new.restore(data, {"aggregations": [["n", "count", None]]})
