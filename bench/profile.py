@@ -31,10 +31,8 @@ IDLE = re.compile(r"^(Condition\.wait|Event\.wait|Thread\._wait_for_tstate_lock|
 def profile(job: str, records: int, keys: int) -> dict:
     tmp = tempfile.mkdtemp(prefix="bench-profile-")
     raw = os.path.join(tmp, "stacks.txt")
-    code = (
-        "import sys; sys.path.insert(0, %r); from jobs import run_job; "
-        "run_job(%r, %r, %d, %d, None)" % (HERE, job, tmp, records, keys)
-    )
+    code = (f"import sys; sys.path.insert(0, {HERE!r}); from jobs import run_job; "
+            f"run_job({job!r}, {tmp!r}, {records}, {keys}, None)")
     py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     try:
         subprocess.run([py_spy, "record", "--subprocesses", "--format", "raw", "--rate", "200",

@@ -337,7 +337,7 @@ def check_aggregate_exactly_once(out_dir: str, expected: dict[str, dict]) -> Non
         assert last["low"] == exp["min"] and last["high"] == exp["max"], f"key {key}: min/max"
         assert abs(last["avg"] - exp["sum"] / len(exp["ids"])) < 1e-9, f"key {key}: mean"
         by_count = sorted(rows, key=lambda r: r["count"])
-        assert all(a["sum"] <= b["sum"] for a, b in zip(by_count, by_count[1:])), key
+        assert all(a["sum"] <= b["sum"] for a, b in zip(by_count, by_count[1:], strict=False)), key
 
 
 def expected_aggregates(num_records: int, num_keys: int, seed: int) -> dict[str, dict]:

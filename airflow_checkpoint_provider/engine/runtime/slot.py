@@ -9,7 +9,8 @@ Start-up protocol with the coordinator (control connection, msgpack maps):
    coordinator (``address`` -> ``peers``) or by the caller's ``exchange_peers`` (Spark's
    ``BarrierTaskContext.allGather``)
 4. output channels connect to their downstream slots and say ``HELLO``
-5. slot -> ``running``; then task threads run and the control loop dispatches
+5. task threads start and open their operators (restoring state); once every one has,
+   slot -> ``running``; the control loop dispatches
    ``trigger``/``notify``/``abort``/``finish`` to task mailboxes
 6. slot -> ``slot_finished`` once every task ended after ``finish``
 """
@@ -140,6 +141,7 @@ def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
 
     threading.Thread(target=accept_loop, name=f"accept-{slot}", daemon=True).start()
 
+    start_gate = threading.Event()
     tasks: list[StreamTask] = []
     for vid, sub in local:
         vertex = graph.vertex(vid)
@@ -157,10 +159,17 @@ def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
             writers.append(RecordWriter(out.partitioning, channels, out.key_selector,
                                         graph.max_parallelism, sub))
         tasks.append(StreamTask(env, vertex, sub, job["restore"].get((vid, sub)),
-                                mailboxes[(vid, sub)], writers, gates[(vid, sub)]))
+                                mailboxes[(vid, sub)], writers, gates[(vid, sub)], start_gate))
     for t in tasks:
         t.start()
-    send({"type": "running"})
+    # RUNNING means every operator restored its state and opened (as a Flink task turns
+    # RUNNING after restore): checkpoints are triggered from then on, and the job master's
+    # start-up time includes the restore.
+    for t in tasks:
+        t.opened.wait()
+    start_gate.set()
+    if not any(t.open_failed for t in tasks):
+        send({"type": "running"})
 
     sources = [t for t in tasks if t.vertex.is_source]
     done = threading.Event()

@@ -168,8 +168,12 @@ class RecordWriter:
 class StreamTask:
     def __init__(self, env: TaskEnvironment, vertex: Vertex, subtask: int, restore: dict | None,
                  mailbox: Mailbox, writers: list[RecordWriter],
-                 channel_gates: dict[int, threading.Event]) -> None:
+                 channel_gates: dict[int, threading.Event],
+                 start_gate: threading.Event | None = None) -> None:
         self.env = env
+        # every task of the slot opened: a source pushing data while a task of the same
+        # process still opens would starve it of the GIL
+        self.start_gate = start_gate
         self.vertex = vertex
         self.subtask = subtask
         self.name = f"{vertex.name} ({subtask + 1}/{vertex.parallelism})"
@@ -184,6 +188,8 @@ class StreamTask:
         self.finished = False
         self.exhausted = False                  # sources: every split read (or drained)
         self.suspended_for: int | None = None   # sources: stopped by stop-with-savepoint N
+        self.opened = threading.Event()         # set once open() returned or failed
+        self.open_failed = False
         self.thread = threading.Thread(target=self._run, name=f"task-{vertex.id}-{subtask}",
                                        daemon=True)
 
@@ -193,7 +199,15 @@ class StreamTask:
 
     def _run(self) -> None:
         try:
-            self._open()
+            try:
+                self._open()
+            except BaseException:
+                self.open_failed = True
+                raise
+            finally:
+                self.opened.set()
+            if self.start_gate is not None:
+                self.start_gate.wait()
             if self.vertex.is_source:
                 self._source_loop()
             else:

@@ -281,6 +281,13 @@ class AggregateTable:
             names.append(out)
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
+    def warm_up(self) -> None:
+        """Run one tiny update (a throw-away table): loads Arrow's compute kernels."""
+        for key_type in (pa.string(), pa.int64()):
+            columns = {self.spec.key: pa.array([None], key_type)}
+            columns.update({c: pa.array([1], pa.int64()) for c in self.spec.columns})
+            self.update(pa.RecordBatch.from_pydict(columns))
+
     # -- snapshot / restore ---------------------------------------------------------------
     def copy(self) -> dict[str, np.ndarray]:
         """Synchronous part of a snapshot: a private copy of every column (memcpy speed)."""

@@ -121,7 +121,7 @@ def test_snapshot_restores_by_key_group_at_another_parallelism(new_parallelism):
     before = [AggregateTable(SPEC, key_group_range_for(i, 2, 128), 128, "agg") for i in range(2)]
     for b in batches:  # route rows as the network would: by key group
         kg = key_hashes(b.column("key")) % 128
-        for i, t in enumerate(before):
+        for t in before:
             mine = (kg >= t.key_groups.start) & (kg <= t.key_groups.end)
             if mine.any():
                 t.update(b.filter(pa.array(mine)))
