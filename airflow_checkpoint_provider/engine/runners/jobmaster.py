@@ -152,6 +152,7 @@ class JobMaster:
                          spark_app_id=getattr(self, "spark_app_id", None))
         self.job_id, self.job_dir, self.store = job_id, job_dir, store
         self.startup_seconds: list[float] = []   # per attempt: launch -> every slot running
+        self.peak_rss_mb: dict[int, float] = {}  # slot -> peak resident memory of its process
         # Split lists are taken once per job: every subtask and attempt sees the same list.
         self.source_splits = {n.uid: list(n.payload.splits()) for v in graph.vertices
                               for n in v.nodes if n.kind == "source"}
@@ -254,7 +255,8 @@ class JobMaster:
                            latest_checkpoint=latest.location if latest else None,
                            restored_from=initial.directory if initial else None,
                            failure_reason=failure, metadata_url=store.safe_url,
-                           extra={"startup_seconds": self.startup_seconds})
+                           extra={"startup_seconds": self.startup_seconds,
+                                  "peak_rss_mb": dict(sorted(self.peak_rss_mb.items()))})
         log.info("Job %s (%s) %s after %d restarts, %d checkpoints", p.name, job_id,
                  status.lower(), restarts, result.checkpoints_completed)
         if status == "FAILED" and getattr(self.pipeline, "_raise_on_failure", True):
@@ -403,6 +405,10 @@ class JobMaster:
                     return outcome
                 elif msg["type"] == "slot_finished":
                     finished_slots.add(msg["slot"])
+                    if msg.get("peak_rss_mb") is not None:
+                        slot_id = msg["slot"]
+                        self.peak_rss_mb[slot_id] = max(self.peak_rss_mb.get(slot_id, 0.0),
+                                                        msg["peak_rss_mb"])
                     if len(finished_slots) == num_slots:
                         return AttemptOutcome("STOPPED" if control.stop_completed else "FINISHED")
             # timers

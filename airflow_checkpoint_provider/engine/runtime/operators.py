@@ -29,7 +29,7 @@ class OperatorSnapshot:
         self.states: dict[str, dict] = states or {}
         self.operator_state: list = operator_state or []
         self.local_checkpoint: str | None = local_checkpoint  # rocksdb: native checkpoint dir
-        # columnar state: () -> file bytes, run in the asynchronous part
+        # () -> (file bytes, handle fields), run in the asynchronous part
         self.deferred = deferred
 
 
@@ -230,7 +230,7 @@ class AggregateOperator(Operator):
         return OperatorSnapshot(
             states={"aggregate": {"kind": "aggregate", "serializer": "arrow",
                                   "spec": self.spec.describe()}},
-            deferred=lambda: AggregateTable.serialize(columns)[0])
+            deferred=lambda: (AggregateTable.serialize(columns)[0], {"type": "arrow"}))
 
 
 class SourceOperator(Operator):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import os
 import socket
 import sys
@@ -207,7 +208,10 @@ def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
     done.set()
     server.close()
     try:
-        send({"type": "slot_finished"})
+        # peak resident memory of this process (Linux reports KiB): one slot per process
+        # on the local runner; on Spark, the Python worker that ran the slot
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        send({"type": "slot_finished", "peak_rss_mb": round(peak, 1)})
     except OSError as exc:
         raise SlotAborted(f"slot {slot}: coordinator connection lost") from exc
     ctl.close()

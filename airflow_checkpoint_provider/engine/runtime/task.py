@@ -438,11 +438,13 @@ class StreamTask:
                         size += state_size
                         uploaded += sent
                     elif snap.deferred is not None:
-                        # columnar state: serialized here, off the task thread
-                        data = snap.deferred()
-                        name = f"{op.uid}-{self.subtask}-{uuid.uuid4().hex[:8]}.arrow"
+                        # state captured in the synchronous part, serialized here (off the
+                        # task thread): deferred() -> (file bytes, handle fields)
+                        data, fields = snap.deferred()
+                        suffix = "arrow" if fields.get("type") == "arrow" else "state"
+                        name = f"{op.uid}-{self.subtask}-{uuid.uuid4().hex[:8]}.{suffix}"
                         fs.write_bytes(join(chk_dir, name), data)
-                        entry["keyed"] = {"type": "arrow", "path": name, "size": len(data),
+                        entry["keyed"] = {**fields, "path": name, "size": len(data),
                                           "sha256": sha256(data)}
                         size += len(data)
                         uploaded += len(data)
