@@ -9,11 +9,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
+
+import cloudpickle
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,12 +32,47 @@ from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore  #
 from airflow_checkpoint_provider.examples.running_sum import RunningSum  # noqa: E402
 
 JOBS = ("running_sum", "aggregate")
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+
+# Slot processes cannot import this directory: ship its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def add_results_dir(parser) -> None:
+    parser.add_argument("--results-dir", default=RESULTS,
+                        help="where the JSON results go (default bench/results)")
+
+
+def write_results(directory: str, name: str, data: object) -> str:
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+    return path
+
+
+def p99(values):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))] if values else None
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def peak_rss(run: dict) -> float | None:
+    """Largest peak resident memory of any slot process of a run (MB)."""
+    return max((run.get("peak_rss_mb") or {}).values(), default=None)
 
 
 def build(job: str, root: str, records: int, keys: int, interval_ms: int | None, *,
-          state_backend: str = "heap", parallelism: int = 2, fault=None) -> Pipeline:
-    """``fault``: an optional map function inserted after the source (failure injection)."""
-    p = Pipeline(f"bench-{job.replace('_', '-')}",
+          state_backend: str = "heap", parallelism: int = 2, fault=None, probe=None,
+          batch_size: int = 4096) -> Pipeline:
+    """``fault``: an optional function inserted after the source (failure injection);
+    ``probe``: an optional ``map_batches`` function after the aggregation."""
+    p = Pipeline(f"bench-{job.replace('_', '-')}", batch_size=batch_size,
                  checkpoint=CheckpointConfig(interval_ms=interval_ms,
                                              directory=os.path.join(root, "ckpt")),
                  metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
@@ -53,9 +92,11 @@ def build(job: str, root: str, records: int, keys: int, interval_ms: int | None,
                           parallelism=parallelism)
         if fault is not None:
             stream = stream.map_batches(fault)
-        (stream.key_by("key").aggregate(count="count", sum=("sum", "value"), uid="agg",
-                                        parallelism=parallelism)
-               .sink(DiscardSink(), uid="out"))
+        stream = stream.key_by("key").aggregate(count="count", sum=("sum", "value"), uid="agg",
+                                                parallelism=parallelism)
+        if probe is not None:
+            stream = stream.map_batches(probe)
+        stream.sink(DiscardSink(), uid="out")
     else:
         raise ValueError(f"unknown job {job!r}; use one of {JOBS}")
     return p
@@ -80,6 +121,9 @@ def run_job(job: str, root: str | None, records: int, keys: int, interval_ms: in
         return {"seconds": elapsed, "records_per_s": records / elapsed,
                 "checkpoints": result.checkpoints_completed, "restarts": result.restarts,
                 "startup_s": (result.extra.get("startup_seconds") or [None])[0],
+                # launch of the restarted slots -> every task restored and running
+                "startup_after_failure_s": (result.extra.get("startup_seconds") or [None, None])[-1]
+                if result.restarts else None,
                 "peak_rss_mb": result.extra.get("peak_rss_mb"),
                 "durations_ms": [c.duration_ms for c in rows],
                 "state_bytes": [c.state_size for c in rows]}

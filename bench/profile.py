@@ -59,16 +59,17 @@ def profile(job: str, records: int, keys: int) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--job", default="aggregate", choices=["running_sum", "aggregate"])
     ap.add_argument("--label", default=None, help="results file suffix (default: the job name)")
-    args = ap.parse_args()
+    ap.add_argument("--results-dir", default=os.path.join(HERE, "results"))
+    args = ap.parse_args(argv)
     result = profile(args.job, args.records, args.keys)
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", f"profile_{args.label or args.job}.json"), "w") as f:
+    os.makedirs(args.results_dir, exist_ok=True)
+    with open(os.path.join(args.results_dir, f"profile_{args.label or args.job}.json"), "w") as f:
         json.dump(result, f, indent=1)
     for row in result["top"]:
         print(f"{row['share']:6.1%}  {row['function']}")

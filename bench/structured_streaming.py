@@ -2,47 +2,48 @@
 
     .venv/bin/python bench/structured_streaming.py [--records N] [--keys K] [--reps R]
 
-* Structured Streaming: Parquet files of the generated records (10 files, read one per
-  micro-batch) -> groupBy(key).agg(count, sum) -> update mode -> `noop` sink; RocksDB state
-  store provider; checkpoint location on local disk; 1 s processing-time trigger; local[2].
-  Time = from query start until every file is processed.
-* Ours: GeneratorSource (same records) -> key_by -> running count/sum (heap state) ->
-  exactly-once file sink; Spark runner on local[2]; checkpoints every 1 s.
+* Structured Streaming: Parquet files of the generated records (10 files, one per
+  micro-batch) -> groupBy(key).agg(count, sum) -> update mode -> ``noop`` sink; RocksDB state
+  store provider; checkpoint location on local disk; 1 s processing-time trigger; local[2],
+  2 shuffle partitions. Time = from query start until every file is processed.
+* Ours, vectorized: the ``aggregate`` job of bench/jobs.py (GeneratorSource in Arrow mode,
+  the same records -> key_by -> built-in aggregate(count, sum) -> discarding sink), Spark
+  runner on local[2] (one barrier stage, parallelism 2), checkpoints every 1 s.
+* Ours, per record: the ``running_sum`` job (a Python KeyedProcessFunction per record,
+  heap state, exactly-once file sink), same runner; shown for reference, not the target.
 
-Repetitions are interleaved; the ratio is computed pair by pair. Writes
-bench/results/structured_streaming.json (BENCHMARKS.md via write_benchmarks.py).
+Both engines share one SparkSession. Repetitions are interleaved; ratios are computed pair
+by pair. Writes structured_streaming.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from running_sum import one_run  # noqa: E402
+from jobs import add_results_dir, median, peak_rss, run_job, write_results  # noqa: E402
 
 from airflow_checkpoint_provider.engine import GeneratorSource  # noqa: E402
 from airflow_checkpoint_provider.engine.runners.spark import session_for  # noqa: E402
 
 
 def write_input(directory: str, records: int, keys: int, files: int = 10) -> None:
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    src = GeneratorSource(records, num_keys=keys, seed=1)
+    src = GeneratorSource(records, num_keys=keys, seed=1, arrow=True)
     per = -(-records // files)
     for f in range(files):
-        rows = [src.record(i) for i in range(f * per, min(records, (f + 1) * per))]
-        pq.write_table(pa.Table.from_pylist(rows), os.path.join(directory, f"part-{f:03d}.parquet"))
+        ids = np.arange(f * per, min(records, (f + 1) * per), dtype=np.int64)
+        table = pa.Table.from_batches([src.record_batch(ids)])
+        pq.write_table(table, os.path.join(directory, f"part-{f:03d}.parquet"))
 
 
 def structured_streaming(spark, input_dir: str, records: int) -> dict:
@@ -65,37 +66,48 @@ def structured_streaming(spark, input_dir: str, records: int) -> dict:
         shutil.rmtree(chk, ignore_errors=True)
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=500_000)
+    ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--reps", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--per-record-records", type=int, default=200_000,
+                    help="records for the per-record reference job (it is ~10x slower)")
+    add_results_dir(ap)
+    args = ap.parse_args(argv)
     input_dir = tempfile.mkdtemp(prefix="sss-in-")
     write_input(input_dir, args.records, args.keys)
     spark = session_for("local[2]", "bench-sss", extra_conf={
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.shuffle.partitions": "2"})
+    opts = {"spark": spark}
     runs = []
     try:
         for rep in range(args.reps):
             sss = structured_streaming(spark, input_dir, args.records)
-            ours = one_run(args.records, args.keys, 1000, "spark", {"spark": spark})
-            runs.append({"sss": sss, "ours": ours, "ratio": ours["records_per_s"] / sss["records_per_s"]})
-            print(f"rep {rep}: structured streaming {sss['records_per_s']:.0f} rec/s, "
-                  f"ours {ours['records_per_s']:.0f} rec/s, ratio {runs[-1]['ratio']:.2f}", flush=True)
+            ours = run_job("aggregate", None, args.records, args.keys, 1000, "spark", opts)
+            per_record = run_job("running_sum", None, args.per_record_records, args.keys, 1000,
+                                 "spark", opts)
+            runs.append({"sss": sss, "ours": ours, "per_record": per_record,
+                         "ratio": ours["records_per_s"] / sss["records_per_s"],
+                         "per_record_ratio": per_record["records_per_s"] / sss["records_per_s"]})
+            print(f"rep {rep}: structured streaming {sss['records_per_s']:,.0f} rec/s, ours "
+                  f"{ours['records_per_s']:,.0f} rec/s (ratio {runs[-1]['ratio']:.2f}), per-record "
+                  f"{per_record['records_per_s']:,.0f} rec/s", flush=True)
     finally:
         spark.stop()
         shutil.rmtree(input_dir, ignore_errors=True)
     summary = {"records": args.records, "keys": args.keys, "reps": args.reps,
-               "sss_records_per_s": statistics.median(r["sss"]["records_per_s"] for r in runs),
-               "ours_records_per_s": statistics.median(r["ours"]["records_per_s"] for r in runs),
-               "ratio_median": statistics.median(r["ratio"] for r in runs)}
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "structured_streaming.json"), "w") as f:
-        json.dump({"summary": summary, "runs": runs}, f, indent=1)
-    print(json.dumps(summary, indent=1))
+               "per_record_records": args.per_record_records,
+               "sss_records_per_s": median(r["sss"]["records_per_s"] for r in runs),
+               "ours_records_per_s": median(r["ours"]["records_per_s"] for r in runs),
+               "per_record_records_per_s": median(r["per_record"]["records_per_s"] for r in runs),
+               "ratio_median": median(r["ratio"] for r in runs),
+               "per_record_ratio_median": median(r["per_record_ratio"] for r in runs),
+               "ours_peak_rss_mb": max((peak_rss(r["ours"]) or 0) for r in runs)}
+    write_results(args.results_dir, "structured_streaming.json", {"summary": summary, "runs": runs})
+    print(summary)
     return 0
 
 

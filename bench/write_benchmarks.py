@@ -1,7 +1,11 @@
-"""Render BENCHMARKS.md from bench/results/*.json (run the bench scripts first; `make bench`)."""
+"""Render BENCHMARKS.md from the JSON results of the bench scripts (`make bench`).
+
+    .venv/bin/python bench/write_benchmarks.py [--results-dir bench/results] [--output BENCHMARKS.md]
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -13,17 +17,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def load(name: str):
-    path = os.path.join(HERE, "results", name)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+class Results:
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def load(self, name: str):
+        path = os.path.join(self.directory, name)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
 
 
 def p99(values):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
+
+
+def fmt(value, spec=",.0f", unit=""):
+    return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
 def machine() -> str:
@@ -33,6 +45,12 @@ def machine() -> str:
         spark = pyspark.__version__
     except ImportError:
         spark = "not installed"
+    try:
+        import pyarrow
+
+        arrow = pyarrow.__version__
+    except ImportError:
+        arrow = "?"
     mem = ""
     try:
         with open("/proc/meminfo") as f:
@@ -40,83 +58,137 @@ def machine() -> str:
     except OSError:
         pass
     return (f"{os.cpu_count()} cores, {mem} memory, Python {platform.python_version()}, "
-            f"PySpark {spark}, {platform.system()} {platform.machine()}")
+            f"PySpark {spark}, pyarrow {arrow}, {platform.system()} {platform.machine()}")
 
 
-def running_sum_section(lines: list[str]) -> None:
-    for runner in ("local", "spark"):
-        data = load(f"running_sum_{runner}.json")
-        if not data:
-            continue
-        s = data["summary"]
-        where = f", master {s['master']}" if s.get("master") else ""
-        lines += [f"### Running sum, {runner} runner{where} ({s['records']:,} records, {s['keys']:,} keys, "
-                  f"{s['reps']} interleaved reps)", "",
-                  f"Command: `.venv/bin/python bench/running_sum.py --records {s['records']} "
-                  f"--keys {s['keys']} --reps {s['reps']} --runner {runner}`", "",
-                  "| rep | no checkpoints (rec/s) | checkpoints every 1 s (rec/s) | ratio | checkpoints | durations (ms) |",
-                  "|---|---|---|---|---|---|"]
-        for i, r in enumerate(data["runs"]):
-            lines.append(f"| {i} | {r['off']['records_per_s']:,.0f} | {r['on']['records_per_s']:,.0f} | "
-                         f"{r['ratio']:.2f} | {r['on']['checkpoints']} | "
-                         f"{', '.join(str(d) for d in r['on']['durations_ms'])} |")
-        lines += ["", f"Median: {s['off_records_per_s']:,.0f} rec/s without, "
-                  f"{s['on_records_per_s']:,.0f} rec/s with checkpoints; pairwise ratio median "
-                  f"**{s['ratio_median']:.2f}**; checkpoint duration p50 {s['checkpoint_ms_p50']} ms, "
-                  f"max {s['checkpoint_ms_max']} ms; job start-up (launch to all slots running) "
-                  f"median {s.get('startup_s_median')} s.", ""]
+def verdict(ok: bool, miss: str) -> str:
+    return "**met**" if ok else f"**missed** ({miss})"
 
 
-def sss_section(lines: list[str]) -> None:
-    data = load("structured_streaming.json")
-    if not data:
+def targets_section(r: Results, lines: list[str]) -> None:
+    rows = []
+    sss = r.load("structured_streaming.json")
+    if sss:
+        x = sss["summary"]["ratio_median"]
+        rows.append(("keyed aggregation throughput vs Structured Streaming", ">= 1.0x",
+                     f"{x:.2f}x", verdict(x >= 1.0, f"by {(1 - x) * 100:.0f}%")))
+    over = r.load("checkpoint_overhead.json")
+    if over and "aggregate" in over["summary"]:
+        x = over["summary"]["aggregate"]["ratio_median"]
+        rows.append(("throughput with 1 s checkpoints vs without (aggregate job)", ">= 0.95x",
+                     f"{x:.2f}x", verdict(x >= 0.95, f"by {(0.95 - x) * 100:.0f} points")))
+    scaling = r.load("checkpoint_scaling.json")
+    if scaling:
+        big = max(scaling["summary"], key=lambda s: s["keys"])
+        x = big["checkpoint_ms_p99"]
+        rows.append((f"p99 checkpoint duration at {big['keys']:,} keys (aggregate job)", "<= 1 s",
+                     f"{x} ms", verdict(x is not None and x <= 1000, f"by {x - 1000} ms")))
+    rec = r.load("recovery.json")
+    if rec:
+        x = rec["summary"]["recovery_s_max"]
+        rows.append((f"recovery at {rec['summary']['keys']:,} keys (worst of "
+                     f"{rec['summary']['reps']})", "<= 5 s", f"{x:.2f} s",
+                     verdict(x <= 5.0, f"by {x - 5:.2f} s")))
+    if not rows:
         return
-    s = data["summary"]
-    lines += [f"### Keyed running count/sum vs Spark Structured Streaming ({s['records']:,} records, "
-              f"{s['keys']:,} keys, local[2], {s['reps']} interleaved reps)", "",
-              f"Command: `.venv/bin/python bench/structured_streaming.py --records {s['records']} "
-              f"--keys {s['keys']} --reps {s['reps']}` (Structured Streaming: Parquet file source, one "
-              "file per micro-batch, groupBy(key).agg(count, sum), RocksDB state store, 1 s trigger, "
-              "noop sink; ours: Spark runner, heap state, checkpoints every 1 s, exactly-once file sink).", "",
-              "| rep | Structured Streaming (rec/s) | ours (rec/s) | ours / SSS |", "|---|---|---|---|"]
-    for i, r in enumerate(data["runs"]):
-        lines.append(f"| {i} | {r['sss']['records_per_s']:,.0f} | {r['ours']['records_per_s']:,.0f} | "
-                     f"{r['ratio']:.2f} |")
-    verdict = ("meets" if s["ratio_median"] >= 1.0 else
-               f"misses by {(1 - s['ratio_median']) * 100:.0f}%")
-    lines += ["", f"Median ratio **{s['ratio_median']:.2f}**: {verdict} the >= 1.0x target. Our data "
-              "path still runs user functions record by record in Python (msgpack batches between "
-              "tasks); the vectorized Arrow path is the open part of the performance issue.", ""]
-
-
-def runners_section(lines: list[str]) -> None:
-    data = load("spark_runners.json")
-    if not data:
-        return
-    lines += [f"### Runners side by side ({data['records']:,} records, {data['keys']:,} keys, "
-              f"checkpoints every 1 s, {data['reps']} interleaved reps)", "",
-              f"Command: `.venv/bin/python bench/spark_runners.py --records {data['records']} "
-              f"--keys {data['keys']} --reps {data['reps']}`", "",
-              "| runner | records/s (median) | start-up s (median: launch to all slots running) |",
-              "|---|---|---|"]
-    for label, s in data["summary"].items():
-        lines.append(f"| {label} | {s['records_per_s']:,.0f} | {s['startup_s']} |")
+    lines += ["## Targets", "", "| target | bar | measured | |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     lines.append("")
 
 
-def state_section(lines: list[str]) -> None:
-    data = load("state_backends.json")
+def sss_section(r: Results, lines: list[str]) -> None:
+    data = r.load("structured_streaming.json")
     if not data:
         return
-    lines += ["### Checkpoint cost per state backend (1% of keys updated between checkpoints)", "",
-              "Command: `.venv/bin/python bench/state_backends.py --keys 10000,100000,1000000 --reps 3` "
-              "(measured on the backend: synchronous part, then the upload to local disk; the first, "
-              "full checkpoint is excluded from the figures).", "",
-              "| keys | backend | sync p50 (ms) | sync p99 (ms) | async p50 (ms) | total p99 (ms) | full state (MB) | uploaded per checkpoint (MB) | uploaded / full |",
+    s = data["summary"]
+    lines += [f"## Keyed running count/sum vs Spark Structured Streaming ({s['records']:,} records, "
+              f"{s['keys']:,} keys, local[2], {s['reps']} interleaved reps)", "",
+              f"Command: `.venv/bin/python bench/structured_streaming.py --records {s['records']} "
+              f"--keys {s['keys']} --reps {s['reps']}`. Structured Streaming: Parquet file source "
+              "(one file per micro-batch), groupBy(key).agg(count, sum), update mode, RocksDB state "
+              "store, 1 s trigger, noop sink. Ours: Spark runner (one barrier stage on the same "
+              "local[2] session), `key_by(\"key\").aggregate(count, sum)`, Arrow batches, "
+              "checkpoints every 1 s, discarding sink. Per-record reference: a Python "
+              f"KeyedProcessFunction per record ({s['per_record_records']:,} records), exactly-once "
+              "file sink.", "",
+              "| rep | Structured Streaming (rec/s) | ours, vectorized (rec/s) | ours / SSS | "
+              "ours, per record (rec/s) | per record / SSS |", "|---|---|---|---|---|---|"]
+    for i, run in enumerate(data["runs"]):
+        lines.append(f"| {i} | {run['sss']['records_per_s']:,.0f} | {run['ours']['records_per_s']:,.0f} | "
+                     f"{run['ratio']:.2f} | {run['per_record']['records_per_s']:,.0f} | "
+                     f"{run['per_record_ratio']:.2f} |")
+    lines += ["", f"Median ratio **{s['ratio_median']:.2f}** (per-record path "
+              f"{s['per_record_ratio_median']:.2f}). Micro-batches per SSS query: "
+              f"{', '.join(str(run['sss']['micro_batches']) for run in data['runs'])}.", ""]
+
+
+def overhead_section(r: Results, lines: list[str]) -> None:
+    data = r.load("checkpoint_overhead.json")
+    if not data:
+        return
+    any_s = next(iter(data["summary"].values()))
+    lines += [f"## Checkpointing overhead (local runner, parallelism 2, {any_s['keys']:,} keys, "
+              f"{any_s['reps']} interleaved reps)", "",
+              f"Command: `.venv/bin/python bench/checkpoint_overhead.py --reps {any_s['reps']} "
+              f"--keys {any_s['keys']} --aggregate-records "
+              f"{data['summary'].get('aggregate', {}).get('records')} --running-sum-records "
+              f"{data['summary'].get('running_sum', {}).get('records')}`", "",
+              "| job | rep | no checkpoints (rec/s) | checkpoints every 1 s (rec/s) | ratio | "
+              "checkpoints | durations (ms) |", "|---|---|---|---|---|---|---|"]
+    for job, runs in data["runs"].items():
+        for i, run in enumerate(runs):
+            lines.append(f"| {job} | {i} | {run['off']['records_per_s']:,.0f} | "
+                         f"{run['on']['records_per_s']:,.0f} | {run['ratio']:.2f} | "
+                         f"{run['on']['checkpoints']} | "
+                         f"{', '.join(str(d) for d in run['on']['durations_ms'])} |")
+    lines.append("")
+    for job, s in data["summary"].items():
+        lines.append(f"- `{job}` ({s['records']:,} records): median {s['off_records_per_s']:,.0f} "
+                     f"rec/s without, {s['on_records_per_s']:,.0f} rec/s with checkpoints; pairwise "
+                     f"ratio median **{s['ratio_median']:.2f}**; checkpoint p50 "
+                     f"{s['checkpoint_ms_p50']} ms, p99 {s['checkpoint_ms_p99']} ms.")
+    lines.append("")
+
+
+def scaling_section(r: Results, lines: list[str]) -> None:
+    data = r.load("checkpoint_scaling.json")
+    if not data:
+        return
+    reps = data["summary"][0]["reps"]
+    keys = ",".join(str(s["keys"]) for s in data["summary"])
+    lines += ["## Checkpoint duration and size by state size (aggregate job)", "",
+              f"Command: `.venv/bin/python bench/checkpoint_scaling.py --keys {keys} --reps {reps}` "
+              "(local runner, parallelism 2, checkpoints every 1 s; duration = trigger to "
+              "completion at the coordinator, including alignment; size = checkpointed bytes, "
+              "zstd-compressed Arrow IPC).", "",
+              "| keys | records | checkpoints | p50 (ms) | p99 (ms) | max (ms) | bytes per checkpoint (median) | "
+              "largest (MB) | rec/s | peak RSS per slot (MB) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in data["summary"]:
+        lines.append(f"| {s['keys']:,} | {s['records']:,} | {s['checkpoints']} | {s['checkpoint_ms_p50']} | "
+                     f"{s['checkpoint_ms_p99']} | {s['checkpoint_ms_max']} | "
+                     f"{fmt(s['bytes_median'] and s['bytes_median'] / 1e6, '.2f', ' MB')} | "
+                     f"{fmt(s['bytes_max'] and s['bytes_max'] / 1e6, '.2f')} | "
+                     f"{fmt(s['records_per_s'])} | {fmt(s['peak_rss_mb'], '.0f')} |")
+    lines.append("")
+
+
+def state_section(r: Results, lines: list[str]) -> None:
+    data = r.load("state_backends.json")
+    if not data:
+        return
+    reps = max(x.get("rep", 0) for x in data) + 1
+    lines += ["## Snapshot cost of the per-record state backends (1% of keys updated between "
+              "checkpoints)", "",
+              f"Command: `.venv/bin/python bench/state_backends.py --keys 10000,100000,1000000 "
+              f"--reps {reps}` (measured on the backend itself: the synchronous part, which blocks "
+              "the task, then the asynchronous write to local disk; the first, full checkpoint is "
+              "excluded).", "",
+              "| keys | backend | sync p50 (ms) | sync p99 (ms) | async p50 (ms) | total p99 (ms) | "
+              "full state (MB) | written per checkpoint (MB) | written / full |",
               "|---|---|---|---|---|---|---|---|---|"]
     groups = defaultdict(list)
-    for r in data:
-        groups[(r["keys"], r["backend"])].extend(r["checkpoints"][1:])
+    for x in data:
+        groups[(x["keys"], x["backend"])].extend(x["checkpoints"][1:])
     for (keys, backend), cps in sorted(groups.items()):
         sync = [c["sync_ms"] for c in cps]
         total = [c["sync_ms"] + c["async_ms"] for c in cps]
@@ -128,22 +200,106 @@ def state_section(lines: list[str]) -> None:
     lines.append("")
 
 
-def main() -> int:
+def recovery_section(r: Results, lines: list[str]) -> None:
+    data = r.load("recovery.json")
+    if not data:
+        return
+    s = data["summary"]
+    lines += [f"## Recovery at {s['keys']:,} keys", "",
+              f"Command: `.venv/bin/python bench/recovery.py --keys {s['keys']} --records "
+              f"{s['records']} --reps {s['reps']}` (aggregate job, local runner, parallelism 2, "
+              f"checkpoints every 1 s, failure injected at record {s['fail_at']:,}; recovery = "
+              "failure to the first aggregated batch of the restarted attempt; restart = job "
+              "master's launch of new slots until every task restored its state and runs).", "",
+              "| rep | recovery (s) | restart to running (s) | restored checkpoint (MB) | "
+              "checkpoint durations (ms) |", "|---|---|---|---|---|"]
+    for i, run in enumerate(data["runs"]):
+        lines.append(f"| {i} | {fmt(run['recovery_s'], '.2f')} | {fmt(run['startup_after_failure_s'], '.2f')} | "
+                     f"{max(run['state_bytes'], default=0) / 1e6:.1f} | "
+                     f"{', '.join(str(d) for d in run['durations_ms'])} |")
+    lines += ["", f"Median recovery **{fmt(s['recovery_s_median'], '.2f')} s**, worst "
+              f"{fmt(s['recovery_s_max'], '.2f')} s.", ""]
+
+
+def memory_section(r: Results, lines: list[str]) -> None:
+    rows = []
+    over = r.load("checkpoint_overhead.json")
+    if over:
+        for job, s in over["summary"].items():
+            rows.append((f"{job}, {s['keys']:,} keys, local runner", s.get("peak_rss_mb")))
+    scaling = r.load("checkpoint_scaling.json")
+    if scaling:
+        for s in scaling["summary"]:
+            rows.append((f"aggregate, {s['keys']:,} keys, local runner", s.get("peak_rss_mb")))
+    rec = r.load("recovery.json")
+    if rec:
+        rows.append((f"aggregate with a restore, {rec['summary']['keys']:,} keys",
+                     rec["summary"].get("peak_rss_mb")))
+    sss = r.load("structured_streaming.json")
+    if sss:
+        rows.append((f"aggregate, {sss['summary']['keys']:,} keys, Spark runner (Python worker)",
+                     sss["summary"].get("ours_peak_rss_mb")))
+    if not rows:
+        return
+    lines += ["## Peak memory per slot", "",
+              "Peak resident set size of a slot's process (`getrusage` maxrss, reported by every "
+              "slot when it finishes; the largest slot of any repetition). On the Spark runner it "
+              "is the Python worker's, which Spark may reuse across tasks.", "",
+              "| scenario | peak RSS per slot (MB) |", "|---|---|"]
+    lines += [f"| {a} | {fmt(b, '.0f')} |" for a, b in rows]
+    lines.append("")
+
+
+def profile_section(r: Results, lines: list[str]) -> None:
+    before = r.load("profile_running_sum_before.json")
+    after = r.load("profile_aggregate.json")
+    now = r.load("profile_running_sum.json")
+    if not (before or after):
+        return
+    lines += ["## Where the time goes (py-spy, every slot process)", "",
+              "Command: `.venv/bin/python bench/profile.py --job aggregate` (and `--job "
+              "running_sum`): samples of the slots' task and channel threads while they work "
+              "(waits excluded), by the function on top of the stack.", ""]
+    for title, data in (("Before: keyed count/sum as a per-record KeyedProcessFunction, msgpack "
+                         "dict batches on the wire (engine before the vectorized path)", before),
+                        ("After: the same count/sum with the built-in vectorized aggregate() "
+                         "and Arrow batches", after),
+                        ("The per-record path today", now)):
+        if not data:
+            continue
+        lines += [f"{title} ({data['records']:,} records, {data['keys']:,} keys):", "",
+                  "| share | function |", "|---|---|"]
+        lines += [f"| {row['share']:.1%} | `{row['function']}` |" for row in data["top"][:8]]
+        lines.append("")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--results-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
+    args = ap.parse_args(argv)
+    r = Results(args.results_dir)
     lines = ["# Benchmarks", "",
-             "Generated by `make bench` (`bench/*.py`, then `bench/write_benchmarks.py`); raw "
-             "results in `bench/results/`. Numbers from one machine; ratios are computed pair by "
-             "pair within one run because this machine's speed drifts.", "",
+             "Generated by `make bench` (the `bench/*.py` scripts, then "
+             "`bench/write_benchmarks.py`); raw results in `bench/results/*.json`. Every figure "
+             "is a median of interleaved repetitions in one run, and ratios are computed pair by "
+             "pair, because this machine's speed drifts.", "",
              f"Machine: {machine()}.", ""]
-    notes = os.path.join(HERE, "results", "NOTES.md")
+    notes = os.path.join(args.results_dir, "NOTES.md")
     if os.path.exists(notes):
-        lines += ["Conditions of the figures below:", "", open(notes).read().strip(), ""]
-    sss_section(lines)
-    running_sum_section(lines)
-    runners_section(lines)
-    state_section(lines)
-    with open(os.path.join(ROOT, "BENCHMARKS.md"), "w") as f:
+        with open(notes) as f:
+            lines += ["Conditions:", "", f.read().strip(), ""]
+    targets_section(r, lines)
+    sss_section(r, lines)
+    overhead_section(r, lines)
+    scaling_section(r, lines)
+    recovery_section(r, lines)
+    state_section(r, lines)
+    memory_section(r, lines)
+    profile_section(r, lines)
+    with open(args.output, "w") as f:
         f.write("\n".join(lines) + "\n")
-    print("wrote BENCHMARKS.md")
+    print(f"wrote {args.output}")
     return 0
 
 

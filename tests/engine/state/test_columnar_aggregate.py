@@ -165,3 +165,10 @@ def test_restoring_without_a_needed_accumulator_names_the_aggregation():
     new = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
     with pytest.raises(StateMigrationError, match="operator 'agg': aggregation '(total|lo|hi|avg|nv)'"):
         new.restore(data, {"aggregations": [["n", "count", None]]})
+
+
+def test_key_column_changing_type_is_rejected_naming_operator_and_column():
+    table = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    table.update(pa.RecordBatch.from_pydict({"key": ["a"], "v": [1]}))
+    with pytest.raises(TypeError, match="'agg': key column 'key' changed type from string to int64"):
+        table.update(pa.RecordBatch.from_pydict({"key": [1], "v": [1]}))

@@ -1,0 +1,103 @@
+"""Every benchmark scenario, tiny, so the bench code cannot rot. No timing is asserted:
+only that each script runs its scenario to the end, writes its JSON and that
+BENCHMARKS.md renders every section from it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def bench(script: str, *args: str, results: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", script), *args,
+                           "--results-dir", results], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def load(results: str, name: str):
+    with open(os.path.join(results, name)) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("bench-results"))
+
+
+@pytest.mark.timeout(300)
+def test_checkpoint_overhead_scenario_runs_both_jobs(results):
+    bench("checkpoint_overhead.py", "--reps", "1", "--keys", "1000", "--aggregate-records",
+          "40000", "--running-sum-records", "8000", results=results)
+    data = load(results, "checkpoint_overhead.json")
+    assert set(data["summary"]) == {"aggregate", "running_sum"}
+    for runs in data["runs"].values():
+        assert runs[0]["off"]["checkpoints"] >= 1  # the final checkpoint at end of input
+        assert runs[0]["on"]["records_per_s"] > 0
+        assert all(v > 0 for v in runs[0]["on"]["peak_rss_mb"].values())
+
+
+@pytest.mark.timeout(300)
+def test_checkpoint_scaling_scenario_reports_durations_and_sizes(results):
+    bench("checkpoint_scaling.py", "--keys", "1000,4000", "--reps", "1", "--min-records",
+          "30000", results=results)
+    summary = load(results, "checkpoint_scaling.json")["summary"]
+    assert [s["keys"] for s in summary] == [1000, 4000]
+    assert all(s["checkpoints"] >= 1 and s["bytes_max"] > 0 for s in summary)
+    assert summary[1]["bytes_max"] > summary[0]["bytes_max"]  # more keys, more state
+
+
+@pytest.mark.timeout(300)
+def test_recovery_scenario_measures_a_restart(results):
+    bench("recovery.py", "--keys", "2000", "--records", "60000", "--reps", "1", results=results)
+    run = load(results, "recovery.json")["runs"][0]
+    assert run["restarts"] == 1
+    assert run["recovery_s"] is not None and run["recovery_s"] > 0
+
+
+@pytest.mark.timeout(300)
+def test_state_backends_scenario_covers_heap_and_rocksdb(results):
+    bench("state_backends.py", "--keys", "2000", "--reps", "1", results=results)
+    kinds = {r["backend"] for r in load(results, "state_backends.json")}
+    assert kinds == {"heap", "rocksdb-full", "rocksdb-incremental"}
+
+
+@pytest.mark.timeout(300)
+def test_profile_scenario_names_the_hot_functions(results):
+    bench("profile.py", "--job", "aggregate", "--records", "60000", "--keys", "2000",
+          results=results)
+    data = load(results, "profile_aggregate.json")
+    assert data["busy_samples"] > 0 and data["top"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_structured_streaming_scenario_runs_both_engines(results):
+    bench("structured_streaming.py", "--records", "20000", "--keys", "1000", "--reps", "1",
+          "--per-record-records", "4000", results=results, timeout=380)
+    run = load(results, "structured_streaming.json")["runs"][0]
+    assert run["sss"]["micro_batches"] >= 1
+    assert run["ours"]["checkpoints"] >= 1 and run["per_record"]["checkpoints"] >= 1
+
+
+def test_benchmarks_md_renders_every_scenario(results, tmp_path):
+    out = tmp_path / "BENCHMARKS.md"
+    bench("write_benchmarks.py", "--output", str(out), results=results)
+    text = out.read_text()
+    present = os.listdir(results)
+    expected = {"checkpoint_overhead.json": "## Checkpointing overhead",
+                "checkpoint_scaling.json": "## Checkpoint duration and size",
+                "recovery.json": "## Recovery at",
+                "state_backends.json": "## Snapshot cost",
+                "profile_aggregate.json": "## Where the time goes",
+                "structured_streaming.json": "## Keyed running count/sum vs Spark"}
+    for name, heading in expected.items():
+        if name in present:
+            assert heading in text, heading
+    assert "## Targets" in text and "## Peak memory per slot" in text
