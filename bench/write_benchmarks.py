@@ -257,7 +257,7 @@ def profile_section(r: Results, lines: list[str]) -> None:
     if not (before or after):
         return
     lines += ["## Where the time goes (py-spy, every slot process)", "",
-              "Command: `.venv/bin/python bench/profile.py --job aggregate` (and `--job "
+              "Command: `.venv/bin/python bench/hotspots.py --job aggregate` (and `--job "
               "running_sum`): samples of the slots' task and channel threads while they work "
               "(waits excluded), by the function on top of the stack.", ""]
     for title, data in (("Before: keyed count/sum as a per-record KeyedProcessFunction, msgpack "

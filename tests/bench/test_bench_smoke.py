@@ -70,7 +70,7 @@ def test_state_backends_scenario_covers_heap_and_rocksdb(results):
 
 @pytest.mark.timeout(300)
 def test_profile_scenario_names_the_hot_functions(results):
-    bench("profile.py", "--job", "aggregate", "--records", "60000", "--keys", "2000",
+    bench("hotspots.py", "--job", "aggregate", "--records", "60000", "--keys", "2000",
           results=results)
     data = load(results, "profile_aggregate.json")
     assert data["busy_samples"] > 0 and data["top"]

@@ -1,6 +1,6 @@
 """Where the time goes: sample a keyed job (every slot process) with py-spy.
 
-    .venv/bin/python bench/profile.py [--records N] [--keys K] [--job running_sum|aggregate]
+    .venv/bin/python bench/hotspots.py [--records N] [--keys K] [--job running_sum|aggregate]
 
 Runs the job on the local runner under ``py-spy record --subprocesses`` and prints the
 functions with the most samples where they were on top of the stack ("self"), across every
