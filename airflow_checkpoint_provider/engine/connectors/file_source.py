@@ -79,7 +79,9 @@ class FileSource(Source):
     Record values: JSON lines give what :func:`json.loads` gives (every line must be a JSON
     object; blank lines are skipped); CSV gives strings (the first row is the header; a
     missing trailing field is ``None``), converted by ``csv_types`` where given; Parquet
-    gives what :meth:`pyarrow.RecordBatch.to_pylist` gives.
+    is read as Arrow batches (vectorized operators such as ``aggregate`` and
+    ``map_batches`` take them as they are; per-record functions get what
+    :meth:`pyarrow.RecordBatch.to_pylist` gives).
 
     :param directory: the directory to read; it must exist.
     :param format: ``"jsonl"``, ``"csv"`` or ``"parquet"`` for every file, or ``None`` to
@@ -414,22 +416,20 @@ class _ParquetReader(SplitReader):
             self._batch, self._offset, self._skip = batch, self._skip, 0
             return True
 
-    def read_batch(self, max_records: int) -> list[dict] | None:
+    def read_batch(self, max_records: int) -> pa.RecordBatch | None:
+        """Up to ``max_records`` rows as an Arrow batch (a zero-copy slice of the decoded
+        batch): Parquet stays columnar into vectorized operators."""
         if self._file is None:
             return None
-        out: list[dict] = []
-        while len(out) < max_records:
-            if self._batch is None or self._offset >= self._batch.num_rows:
-                if not self._next_batch():
-                    if not out:
-                        self.close()
-                        return None
-                    break
-            assert self._batch is not None
-            n = min(max_records - len(out), self._batch.num_rows - self._offset)
-            out.extend(self._batch.slice(self._offset, n).to_pylist())
-            self._offset += n
-            self._row += n
+        if self._batch is None or self._offset >= self._batch.num_rows:
+            if not self._next_batch():
+                self.close()
+                return None
+        assert self._batch is not None
+        n = min(max(max_records, 0), self._batch.num_rows - self._offset)
+        out = self._batch.slice(self._offset, n)
+        self._offset += n
+        self._row += n
         return out
 
     def position(self) -> int:

@@ -15,6 +15,7 @@ from airflow_checkpoint_provider.engine.connectors.file_source import (
     MalformedFileError,
 )
 from airflow_checkpoint_provider.engine.errors import ConfigurationError, RestoreError
+from airflow_checkpoint_provider.engine.runtime.batches import as_rows
 
 CTX = SourceContext(
     job_id="j", job_name="n", operator_uid="src", subtask_index=0, parallelism=1, attempt=0
@@ -65,7 +66,7 @@ def read_all(reader, batch_size: int) -> list[dict]:
     out: list[dict] = []
     while (batch := reader.read_batch(batch_size)) is not None:
         assert len(batch) <= batch_size
-        out.extend(batch)
+        out.extend(as_rows(batch))  # Parquet gives Arrow batches
     return out
 
 
@@ -74,7 +75,7 @@ def read_n(reader, n: int, batch_size: int = 4) -> list[dict]:
     while len(out) < n:
         batch = reader.read_batch(min(batch_size, n - len(out)))
         assert batch is not None
-        out.extend(batch)
+        out.extend(as_rows(batch))  # Parquet gives Arrow batches
     return out
 
 
