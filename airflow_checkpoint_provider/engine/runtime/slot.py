@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import resource
 import os
+import resource
 import socket
 import sys
 import threading
