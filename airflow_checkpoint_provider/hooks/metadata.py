@@ -12,6 +12,11 @@ Connection (type ``checkpoint_metadata``, default id ``checkpoint_metadata_defau
 * host/port/schema/login/password of a PostgreSQL server, with an optional extra
   ``driver`` (default ``postgresql+psycopg``).
 
+Extra ``{"migrate": false}`` makes the hook a read-only schema client: it never runs DDL
+and fails with a message naming ``ckpt db upgrade`` if the schema is not at the revision
+this package needs (recommended for production workers; default ``true`` creates or
+upgrades the schema on first use, convenient with SQLite).
+
 As an environment variable::
 
     AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT='{"conn_type": "checkpoint_metadata",
@@ -104,7 +109,10 @@ class CheckpointMetadataHook(BaseHook):
     def get_conn(self) -> MetadataStore:
         """The engine's :class:`MetadataStore` for this connection (created once)."""
         if self._store is None:
-            self._store = MetadataStore(self.get_url())
+            conn = self.get_connection(self.checkpoint_conn_id)
+            # extra {"migrate": false}: this worker never runs DDL; the schema must exist
+            migrate = bool((conn.extra_dejson or {}).get("migrate", True))
+            self._store = MetadataStore(self.url_from_connection(conn), migrate=migrate)
         return self._store
 
     def close(self) -> None:

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from airflow_checkpoint_provider.engine.checkpoint.store import JobRecord, MetadataStore
+from airflow_checkpoint_provider.engine.checkpoint.store import (
+    ACTIVE_JOB_STATUSES,
+    JobRecord,
+    MetadataStore,
+)
 
 #: Event statuses a trigger may fire; ``execute_complete`` fails on anything else.
 SUCCESS, ERROR, TIMEOUT = "success", "error", "timeout"
-#: Job statuses in which a job still runs (or is about to).
-ACTIVE_JOB_STATUSES = ("CREATED", "RUNNING", "RESTARTING")
 #: Checkpoint statuses of checkpoints that did complete (SUBSUMED = completed, then retired).
 DONE_CHECKPOINT_STATUSES = ("COMPLETED", "SUBSUMED")
 
@@ -37,12 +39,7 @@ def resolve_job(store: MetadataStore, job: str) -> JobRecord:
     """A job by id, id prefix or name. For a name, the active job of that name if there is
     one (e.g. v1 restarted after a failed v2 of the same name), else the newest job.
     Raises ``LookupError``."""
-    rec = store.resolve_job(job)
-    if rec.is_terminal and rec.job_name == job and rec.job_id != job:
-        active = [j for j in store.list_jobs(job_name=job) if j.status in ACTIVE_JOB_STATUSES]
-        if active:
-            return active[0]
-    return rec
+    return store.resolve_job(job)
 
 
 def _job(store: MetadataStore, job: str) -> JobRecord | None:

@@ -89,6 +89,10 @@ _IN_CHUNK = 500  # bound IN (...) lists (SQLite's variable limit)
 _alembic_lock = threading.Lock()  # alembic's `context` / `op` proxies are process globals
 
 
+#: job states in which a job may still run (the rest are terminal)
+ACTIVE_JOB_STATUSES = ("CREATED", "RUNNING", "RESTARTING")
+
+
 class MetadataSchemaError(EngineError):
     """The metadata DB schema cannot be used by this version of the package."""
 
@@ -335,6 +339,21 @@ def _redacted(engine_or_url: Engine | str) -> str:
     return url.render_as_string(hide_password=True)
 
 
+def _check_schema(engine: Engine) -> None:
+    """Raise :class:`MetadataSchemaError` unless the schema is at the newest revision."""
+    head = ScriptDirectory.from_config(
+        alembic_config(engine.url.render_as_string(hide_password=False))).get_current_head()
+    with engine.connect() as conn:
+        current = None
+        if inspect(conn).has_table(_ALEMBIC_VERSION_TABLE):
+            current = conn.execute(text(f"SELECT version_num FROM {_ALEMBIC_VERSION_TABLE}")).scalar()
+    if current != head:
+        raise MetadataSchemaError(
+            f"metadata DB {_redacted(engine)} is at schema revision {current or 'none (empty)'}, "
+            f"this client needs {head!r} and does not migrate (migrate=False); run "
+            f"`ckpt db upgrade --metadata-url <url>` or let a job create the schema")
+
+
 def _upgrade_engine(engine: Engine) -> None:
     """Bring the schema of ``engine``'s DB to the newest revision. Idempotent; concurrent
     callers (threads or processes) serialize on the DB's write lock."""
@@ -435,7 +454,10 @@ class MetadataStore:
 
     :param url: SQLAlchemy URL (``sqlite:////abs/ckpt.db``, ``postgresql+psycopg://...``) or
         a SQLite file path; the SQLite file's parent directory is created.
-    :param migrate: create or upgrade the schema to the newest revision on open.
+    :param migrate: create or upgrade the schema to the newest revision on open. With
+        ``False`` (read-only clients such as Airflow workers: no DDL), the schema must already
+        be at the newest revision, else :class:`MetadataSchemaError` says to run
+        ``ckpt db upgrade``.
     """
 
     url: str
@@ -447,12 +469,14 @@ class MetadataStore:
         self._engine = create_metadata_engine(self.url)
         self._read_sessions = sessionmaker(self._engine, expire_on_commit=False)
         self._write_sessions = sessionmaker(_write_engine(self._engine), expire_on_commit=False)
-        if migrate:
-            try:
+        try:
+            if migrate:
                 _retry(lambda: _upgrade_engine(self._engine), what="schema upgrade")
-            except BaseException:
-                self._engine.dispose()
-                raise
+            else:
+                _retry(lambda: _check_schema(self._engine), what="schema check")
+        except BaseException:
+            self._engine.dispose()
+            raise
 
     def __repr__(self) -> str:
         return f"MetadataStore({_redacted(self._engine)!r})"
@@ -569,7 +593,8 @@ class MetadataStore:
 
     def resolve_job(self, job_ref: str) -> JobRecord:
         """Find a job by exact id, else by a unique id prefix (at least
-        ``MIN_JOB_ID_PREFIX`` characters), else the newest job with that name.
+        ``MIN_JOB_ID_PREFIX`` characters), else by name: the newest *active* job
+        (CREATED/RUNNING/RESTARTING) with that name if there is one, else the newest job.
 
         Raises ``LookupError`` when nothing matches or the prefix is ambiguous.
         """
@@ -587,10 +612,11 @@ class MetadataStore:
                 if len(rows) == 1:
                     return JobRecord.from_row(rows[0])
                 ambiguous = len(rows)
+            named = (select(JobRow).where(JobRow.job_name == job_ref)
+                     .order_by(JobRow.created_at.desc(), JobRow.job_id.desc()).limit(1))
             row = session.scalars(
-                select(JobRow).where(JobRow.job_name == job_ref)
-                .order_by(JobRow.created_at.desc(), JobRow.job_id.desc()).limit(1)
-            ).first()
+                named.where(JobRow.status.in_(ACTIVE_JOB_STATUSES))).first() or session.scalars(
+                named).first()
             if row is not None:
                 return JobRecord.from_row(row)
             if ambiguous:

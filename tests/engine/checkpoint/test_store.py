@@ -356,3 +356,26 @@ def test_each_control_request_is_claimed_exactly_once_under_concurrency(db_url):
     assert set(counts.values()) == {1}
     with MetadataStore(db_url) as s:
         assert {r.status for r in s.list_control_requests(job.job_id)} == {"IN_PROGRESS"}
+
+
+def test_resolve_job_by_name_prefers_the_active_job_over_a_newer_ended_one(store):
+    _job(store, "aaaaaaaa1111", "orders")
+    store.set_job_status("aaaaaaaa1111", "RUNNING")
+    _job(store, "bbbbbbbb2222", "orders")          # e.g. a v2 that failed on start
+    store.set_job_status("bbbbbbbb2222", "FAILED", failure_reason="bad code")
+    assert store.resolve_job("orders").job_id == "aaaaaaaa1111"
+    store.set_job_status("aaaaaaaa1111", "FINISHED")
+    assert store.resolve_job("orders").job_id == "bbbbbbbb2222"  # none active: the newest
+
+
+def test_read_only_store_refuses_an_unmigrated_db_and_names_the_fix(tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    with pytest.raises(Exception, match=r"does not migrate \(migrate=False\); run `ckpt db upgrade"):
+        MetadataStore(url, migrate=False)
+    engine = create_engine(url)
+    assert not inspect(engine).get_table_names(), "a read-only client created tables"
+    engine.dispose()
+    upgrade_database(url)
+    ro = MetadataStore(url, migrate=False)
+    assert ro.list_jobs() == []
+    ro.close()
