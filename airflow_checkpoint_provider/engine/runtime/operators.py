@@ -131,8 +131,17 @@ class KeyedOperator(Operator):
         if self.rocksdb:
             return OperatorSnapshot(states=self.backend.state_meta(),
                                     local_checkpoint=self.backend.snapshot_sync(checkpoint_id))
-        data, offsets, states = self.backend.snapshot()
-        return OperatorSnapshot(data, offsets, states)
+        # heap: capture now (shallow copies, copy-on-write), serialize in the asynchronous part
+        backend = self.backend
+        cap = backend.capture()
+        if cap.empty:  # no state entries: no state file, as before
+            return OperatorSnapshot(states=cap.meta)
+
+        def serialize():
+            data, offsets, _meta = backend.serialize_capture(cap)
+            return data, {"offsets": {str(kg): v for kg, v in offsets.items()}}
+
+        return OperatorSnapshot(states=cap.meta, deferred=serialize)
 
     def notify_complete(self, checkpoint_id):
         if self.rocksdb:

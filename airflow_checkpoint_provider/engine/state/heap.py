@@ -6,10 +6,22 @@ restored key group by key group (rescaling reads only the key groups a subtask o
 Snapshot file format (no pickle): a sequence of msgpack objects, one per non-empty key
 group, each ``[key_group, {state_name: [[key, value], ...]}]``; the handle records the byte
 offset and length of every key group and the file's SHA-256.
+
+A snapshot has two parts, as in Flink's heap backend (``CopyOnWriteStateMap`` in
+miniature): :meth:`HeapKeyedStateBackend.capture` (synchronous, on the task thread) takes a
+shallow copy of every key group's ``{key: value}`` dict, and
+:meth:`HeapKeyedStateBackend.serialize_capture` (asynchronous, on another thread) packs
+that copy while the task keeps processing records. The containers that the backend itself
+mutates in place (a ``ListState``'s list, a ``MapState``'s dict) are copied on write: the
+first in-place change of a key's container after a capture replaces it with a copy, so a
+capture never sees later changes.
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
+import weakref
 from collections.abc import Iterator
 
 from ..serialization import packb, unpackb
@@ -17,10 +29,54 @@ from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_comp
 from .keygroups import KeyGroupRange, key_group_for
 
 _MISSING = object()
+_MUTABLE = (dict, list, set, bytearray)
+
+
+class HeapCapture:
+    """The synchronous part of a heap snapshot: a shallow copy of every non-empty key group
+    table, ``{key_group: {state_name: {key: value}}}``, plus each state's serializer and
+    meta as they were at capture time. Opaque: pass it to
+    :meth:`HeapKeyedStateBackend.serialize_capture` (once)."""
+
+    __slots__ = ("by_kg", "dumps", "meta", "_garbage", "_finalizer", "__weakref__")
+
+    def __init__(
+        self, by_kg: dict[int, dict[str, dict]], dumps: dict, meta: dict[str, dict], garbage: list
+    ) -> None:
+        self.by_kg: dict[int, dict[str, dict]] | None = by_kg
+        self.dumps = dumps
+        self.meta = meta
+        self._garbage = garbage  # copy-on-write bookkeeping, freed off the task thread
+        self._finalizer: weakref.finalize | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to write (no state entries at capture time)."""
+        return not self.by_kg
+
+    def release(self) -> None:
+        """Drop the captured tables and stop copy-on-write on their behalf (idempotent)."""
+        self.by_kg = None
+        self._garbage = None
+        if self._finalizer is not None:
+            self._finalizer()
 
 
 class HeapKeyedStateBackend:
-    """Keyed state of one operator subtask."""
+    """Keyed state of one operator subtask.
+
+    Snapshots are copy-on-write (see the module docstring). The backend copies the
+    containers it mutates in place itself, and while a snapshot is pending it copies a
+    mutable value (dict, list, set) the first time ``ValueState.value()`` or
+    ``ReducingState.get()``/``add()`` reads it, so ``v = state.value(); v["n"] += 1;
+    state.update(v)`` and reduce functions that mutate their accumulator are safe. Not
+    covered (as with Flink's heap backend): keeping a reference to an object across
+    records and mutating it later without reading it back, and mutable elements of list
+    or map state. Call ``update()``/``put()`` with the object you changed.
+
+    ``capture()`` and all state access must happen on one thread (the task thread);
+    ``serialize_capture()`` may run on any thread, concurrently with them.
+    """
 
     def __init__(self, operator_uid: str, key_groups: KeyGroupRange, max_parallelism: int) -> None:
         self.operator_uid = operator_uid
@@ -31,6 +87,13 @@ class HeapKeyedStateBackend:
         self.restored_meta: dict[str, dict] = {}
         self.current_key: object = None
         self.current_key_group: int = -1
+        # copy-on-write: ids of captures not yet serialized (the state classes copy a
+        # container before mutating it in place only while this is non-empty), and per state
+        # and key group the keys whose container was created or copied since the last capture
+        # (so it is shared with no capture and may be mutated in place)
+        self._live_captures: set[int] = set()
+        self._capture_ids = itertools.count(1)
+        self._owned: dict[str, dict[int, set]] = {}
 
     # -- key context --------------------------------------------------------------------
     def set_current_key(self, key: object) -> None:
@@ -57,33 +120,70 @@ class HeapKeyedStateBackend:
 
     # -- snapshot -----------------------------------------------------------------------
     def snapshot(self) -> tuple[bytes, dict[int, list[int]], dict[str, dict]]:
-        """Synchronous part: serialize a consistent copy of all state.
+        """Capture and serialize all state in one go (both parts on the calling thread).
 
         Returns ``(file_bytes, {key_group: [offset, length]}, state_meta)``.
         """
+        return self.serialize_capture(self.capture())
+
+    def capture(self) -> HeapCapture:
+        """Synchronous part of a snapshot: a shallow copy of every non-empty key group table
+        (C-speed ``dict.copy``), the serializers and the state meta. Call it on the thread
+        that accesses the state; serialize the result with :meth:`serialize_capture`."""
         names = sorted(self.tables)
-        dumps = {n: self._dumps_for(n) for n in names}
-        per_kg: dict[int, dict[str, list]] = {}
+        by_kg: dict[int, dict[str, dict]] = {}
         for name in names:
-            dump = dumps[name]
             for kg, entries in self.tables[name].items():
-                if not entries:
-                    continue
-                if dump is None:
-                    items = list(entries.items())  # (key, value) tuples pack as arrays
-                else:
-                    items = [[k, dump(v)] for k, v in entries.items()]
-                per_kg.setdefault(kg, {})[name] = items
-        chunks: list[bytes] = []
-        offsets: dict[int, list[int]] = {}
-        pos = 0
-        for kg in sorted(per_kg):
-            chunk = packb([kg, per_kg[kg]])
-            offsets[kg] = [pos, len(chunk)]
-            chunks.append(chunk)
-            pos += len(chunk)
+                if entries:
+                    by_kg.setdefault(kg, {})[name] = entries.copy()
+        dumps = {n: self._dumps_for(n) for n in names}
         meta = {n: self._meta_for(n) for n in names}
-        return b"".join(chunks), offsets, meta
+        # every container now may be shared with this capture: forget which were owned (the
+        # old sets are dropped with the capture, off the task thread)
+        garbage = []
+        for owned in self._owned.values():
+            if owned:
+                garbage.append(owned.copy())
+                owned.clear()
+        cap = HeapCapture(by_kg, dumps, meta, garbage)
+        if by_kg:
+            cid = next(self._capture_ids)
+            self._live_captures.add(cid)
+            # a capture dropped without being serialized stops copy-on-write when collected
+            cap._finalizer = weakref.finalize(cap, self._live_captures.discard, cid)
+        return cap
+
+    def serialize_capture(
+        self, capture: HeapCapture
+    ) -> tuple[bytes, dict[int, list[int]], dict[str, dict]]:
+        """Asynchronous part of a snapshot: the bytes, offsets and meta :meth:`snapshot`
+        returns, for the state as it was at :meth:`capture`. Reads only the capture, so it
+        may run on another thread while the state keeps changing; then releases the capture
+        (each capture is serialized once).
+        """
+        by_kg = capture.by_kg
+        if by_kg is None:
+            raise RuntimeError("this heap state capture was already serialized or released")
+        try:
+            dumps = capture.dumps
+            chunks: list[bytes] = []
+            offsets: dict[int, list[int]] = {}
+            pos = 0
+            for kg in sorted(by_kg):
+                states = {}
+                for name, entries in by_kg[kg].items():
+                    dump = dumps[name]
+                    if dump is None:
+                        states[name] = list(entries.items())  # (key, value) tuples pack as arrays
+                    else:
+                        states[name] = [[k, dump(v)] for k, v in entries.items()]
+                chunk = packb([kg, states])
+                offsets[kg] = [pos, len(chunk)]
+                chunks.append(chunk)
+                pos += len(chunk)
+            return b"".join(chunks), offsets, capture.meta
+        finally:
+            capture.release()
 
     def _dumps_for(self, name: str):
         d = self.descriptors.get(name)
@@ -115,12 +215,14 @@ class HeapKeyedStateBackend:
 
 
 class _KeyedState:
-    __slots__ = ("backend", "descriptor", "table")
+    __slots__ = ("backend", "descriptor", "table", "owned")
 
     def __init__(self, backend: HeapKeyedStateBackend, descriptor: StateDescriptor, table: dict):
         self.backend = backend
         self.descriptor = descriptor
         self.table = table
+        # {key_group: keys whose container was created or copied since the last capture}
+        self.owned: dict[int, set] = backend._owned.setdefault(descriptor.name, {})
 
     def _kg_table(self, create: bool) -> dict | None:
         kg = self.backend.current_key_group
@@ -134,6 +236,45 @@ class _KeyedState:
         if t is not None:
             t.pop(self.backend.current_key, None)
 
+    # copy-on-write of the containers ListState/MapState mutate in place; called only while
+    # a capture is pending (``backend._live_captures``), with ``t`` the current key group's
+    # table and ``key`` the current key
+    def _own(self, key) -> None:
+        """The container just stored at ``key`` is new: no capture shares it."""
+        kg = self.backend.current_key_group
+        owned = self.owned.get(kg)
+        if owned is None:
+            self.owned[kg] = {key}
+        else:
+            owned.add(key)
+
+    def _writable(self, t: dict, key, container):
+        """``container`` (stored at ``key``), or a copy of it replacing it in ``t`` if a
+        pending capture may share it."""
+        kg = self.backend.current_key_group
+        owned = self.owned.get(kg)
+        if owned is None:
+            owned = self.owned[kg] = set()
+        elif key in owned:
+            return container
+        container = t[key] = container.copy()
+        owned.add(key)
+        return container
+
+
+    def _private(self, t: dict, key, value):
+        """Copy on read: while a capture may share a mutable ``value`` (dict, list, set,
+        bytearray), replace it by a deep copy that only the live table holds, so user code
+        that mutates what ``value()`` returned (or a reduce function that mutates its
+        accumulator) cannot change a pending checkpoint. Flink's heap backend copies on
+        access the same way during a snapshot."""
+        if isinstance(value, _MUTABLE) and self.backend._live_captures:
+            owned = self.owned.get(self.backend.current_key_group)
+            if owned is None or key not in owned:
+                value = t[key] = copy.deepcopy(value)
+                self._own(key)
+        return value
+
 
 class ValueState(_KeyedState):
     __slots__ = ()
@@ -142,13 +283,20 @@ class ValueState(_KeyedState):
         t = self._kg_table(False)
         if t is None:
             return self.descriptor.default
-        return t.get(self.backend.current_key, self.descriptor.default)
+        key = self.backend.current_key
+        v = t.get(key, _MISSING)
+        if v is _MISSING:
+            return self.descriptor.default
+        return self._private(t, key, v)
 
     def update(self, value) -> None:
         if value is None:
             self.clear()
         else:
-            self._kg_table(True)[self.backend.current_key] = value
+            key = self.backend.current_key
+            self._kg_table(True)[key] = value
+            if self.backend._live_captures:
+                self._own(key)  # the caller's object: no capture holds it
 
 
 class ListState(_KeyedState):
@@ -160,16 +308,37 @@ class ListState(_KeyedState):
 
     def add(self, value) -> None:
         t = self._kg_table(True)
-        t.setdefault(self.backend.current_key, []).append(value)
+        key = self.backend.current_key
+        lst = t.get(key)
+        if lst is None:
+            t[key] = [value]
+            if self.backend._live_captures:
+                self._own(key)
+        else:
+            if self.backend._live_captures:
+                lst = self._writable(t, key, lst)
+            lst.append(value)
 
     def add_all(self, values) -> None:
         t = self._kg_table(True)
-        t.setdefault(self.backend.current_key, []).extend(values)
+        key = self.backend.current_key
+        lst = t.get(key)
+        if lst is None:
+            t[key] = list(values)
+            if self.backend._live_captures:
+                self._own(key)
+        else:
+            if self.backend._live_captures:
+                lst = self._writable(t, key, lst)
+            lst.extend(values)
 
     def update(self, values) -> None:
         values = list(values)
         if values:
-            self._kg_table(True)[self.backend.current_key] = values
+            key = self.backend.current_key
+            self._kg_table(True)[key] = values
+            if self.backend._live_captures:
+                self._own(key)
         else:
             self.clear()
 
@@ -177,43 +346,56 @@ class ListState(_KeyedState):
 class MapState(_KeyedState):
     __slots__ = ()
 
-    def _map(self, create: bool) -> dict | None:
-        t = self._kg_table(create)
-        if t is None:
-            return None
-        m = t.get(self.backend.current_key)
-        if m is None and create:
-            m = t[self.backend.current_key] = {}
-        return m
+    def _map(self) -> dict | None:
+        t = self._kg_table(False)
+        return None if t is None else t.get(self.backend.current_key)
 
     def get(self, user_key, default=None):
-        m = self._map(False)
+        m = self._map()
         return default if m is None else m.get(user_key, default)
 
     def put(self, user_key, value) -> None:
-        self._map(True)[user_key] = value
+        t = self._kg_table(True)
+        key = self.backend.current_key
+        m = t.get(key)
+        if m is None:
+            t[key] = {user_key: value}
+            if self.backend._live_captures:
+                self._own(key)
+        else:
+            if self.backend._live_captures:
+                m = self._writable(t, key, m)
+            m[user_key] = value
 
     def remove(self, user_key) -> None:
-        m = self._map(False)
-        if m is not None:
-            m.pop(user_key, None)
-            if not m:
-                self.clear()
+        t = self._kg_table(False)
+        if t is None:
+            return
+        key = self.backend.current_key
+        m = t.get(key)
+        if m is None:
+            return
+        if user_key in m and len(m) > 1:
+            if self.backend._live_captures:
+                m = self._writable(t, key, m)
+            del m[user_key]
+        elif user_key in m or not m:
+            del t[key]  # the map would be empty: clear the key
 
     def contains(self, user_key) -> bool:
-        m = self._map(False)
+        m = self._map()
         return m is not None and user_key in m
 
     def items(self):
-        m = self._map(False)
+        m = self._map()
         return list(m.items()) if m else []
 
     def keys(self):
-        m = self._map(False)
+        m = self._map()
         return list(m) if m else []
 
     def is_empty(self) -> bool:
-        return not self._map(False)
+        return not self._map()
 
 
 class ReducingState(_KeyedState):
@@ -221,13 +403,22 @@ class ReducingState(_KeyedState):
 
     def get(self):
         t = self._kg_table(False)
-        return None if t is None else t.get(self.backend.current_key)
+        if t is None:
+            return None
+        key = self.backend.current_key
+        v = t.get(key)
+        return None if v is None else self._private(t, key, v)
 
     def add(self, value) -> None:
         t = self._kg_table(True)
         key = self.backend.current_key
         current = t.get(key, _MISSING)
-        t[key] = value if current is _MISSING else self.descriptor.reduce_fn(current, value)
+        if current is _MISSING:
+            t[key] = value
+        else:
+            t[key] = self.descriptor.reduce_fn(self._private(t, key, current), value)
+        if self.backend._live_captures:
+            self._own(key)
 
 
 _STATE_CLASSES = {VALUE: ValueState, LIST: ListState, MAP: MapState, REDUCING: ReducingState}
