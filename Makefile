@@ -20,7 +20,7 @@ $(STAMP): $(PY) pyproject.toml
 		pyspark==$$($(PY) -c 'import importlib.metadata as m; print(m.version("pyspark"))')
 	@# Byte-compile everything once: with PYTHONDONTWRITEBYTECODE set, every slot process
 	@# would otherwise recompile pandas/pyarrow/numpy from source (~3 s per process start).
-	$(PY) -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
+	$(PY) -m compileall -q -j 0 $(VENV)/lib airflow_checkpoint_provider >/dev/null || true
 	@touch $(STAMP)
 
 venv: $(STAMP)

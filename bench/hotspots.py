@@ -35,17 +35,20 @@ def profile(job: str, records: int, keys: int) -> dict:
             f"run_job({job!r}, {tmp!r}, {records}, {keys}, None)")
     py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     try:
-        subprocess.run([py_spy, "record", "--subprocesses", "--format", "raw", "--rate", "200",
-                        "--output", raw, "--", sys.executable, "-c", code],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # --nonblocking: never pause the sampled processes (a paused slot process can be
+        # left stopped when its job ends mid-sample)
+        subprocess.run([py_spy, "record", "--subprocesses", "--nonblocking", "--format", "raw",
+                        "--rate", "200", "--output", raw, "--", sys.executable, "-c", code],
+                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       timeout=600)
         self_samples: collections.Counter = collections.Counter()
         total = 0
         with open(raw) as f:
             for line in f:
                 stack, _, count = line.rstrip("\n").rpartition(" ")
                 frames = stack.split(";")
-                if "engine/runtime/" not in stack:
-                    continue  # only the slot processes' task and channel threads
+                if "engine/runtime/" not in stack or "importlib._bootstrap" in stack:
+                    continue  # only the slots' task and channel threads, imports excluded
                 leaf = frames[-1]
                 name = leaf.split(" (")[0]
                 if IDLE.match(name):

@@ -118,7 +118,7 @@ def run_job(job: str, root: str | None, records: int, keys: int, interval_ms: in
         store.close()
         if result.status != "FINISHED":
             raise RuntimeError(f"bench job {job} ended {result.status}: {result.failure_reason}")
-        return {"seconds": elapsed, "records_per_s": records / elapsed,
+        return {"records": records, "seconds": elapsed, "records_per_s": records / elapsed,
                 "checkpoints": result.checkpoints_completed, "restarts": result.restarts,
                 "startup_s": (result.extra.get("startup_seconds") or [None])[0],
                 # launch of the restarted slots -> every task restored and running
