@@ -1,11 +1,11 @@
 """Throughput with checkpoints every second vs checkpointing disabled, same job, same run.
 
     .venv/bin/python bench/checkpoint_overhead.py [--reps 3] [--keys 100000]
-        [--aggregate-records 2000000] [--running-sum-records 300000]
+        [--aggregate-records 5000000] [--running-sum-records 300000]
 
 Jobs (bench/jobs.py): ``aggregate`` (vectorized: Arrow batches, built-in count/sum) and
 ``running_sum`` (a per-record KeyedProcessFunction). Local runner, parallelism 2. Runs are
-interleaved (off, on, off, on, ...) because this machine's speed drifts; the ratio is
+interleaved (off/on pairs, the order alternating per repetition) because this machine's speed drifts; the ratio is
 computed pair by pair and the median reported. Writes checkpoint_overhead.json.
 """
 
@@ -19,9 +19,9 @@ from jobs import add_results_dir, median, p99, peak_rss, run_job, write_results
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--keys", type=int, default=100_000)
-    ap.add_argument("--aggregate-records", type=int, default=2_000_000)
+    ap.add_argument("--aggregate-records", type=int, default=5_000_000)
     ap.add_argument("--running-sum-records", type=int, default=300_000)
     add_results_dir(ap)
     args = ap.parse_args(argv)
@@ -29,8 +29,13 @@ def main(argv=None) -> int:
     runs: dict[str, list] = {job: [] for job in records}
     for rep in range(args.reps):
         for job, n in records.items():
-            off = run_job(job, None, n, args.keys, None)
-            on = run_job(job, None, n, args.keys, 1000)
+            # alternate which of the pair runs first, so a drift within a pair cancels out
+            if rep % 2:
+                on = run_job(job, None, n, args.keys, 1000)
+                off = run_job(job, None, n, args.keys, None)
+            else:
+                off = run_job(job, None, n, args.keys, None)
+                on = run_job(job, None, n, args.keys, 1000)
             runs[job].append({"off": off, "on": on,
                               "ratio": on["records_per_s"] / off["records_per_s"]})
             print(f"rep {rep} {job}: off {off['records_per_s']:,.0f} rec/s, on "

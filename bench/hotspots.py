@@ -28,11 +28,11 @@ IDLE = re.compile(r"^(Condition\.wait|Event\.wait|Thread\._wait_for_tstate_lock|
                   r"recv_exact|select|sleep|_call_with_frames_removed|.*\.select)$")
 
 
-def profile(job: str, records: int, keys: int) -> dict:
+def profile(job: str, records: int, keys: int, interval_ms: int | None = None) -> dict:
     tmp = tempfile.mkdtemp(prefix="bench-profile-")
     raw = os.path.join(tmp, "stacks.txt")
     code = (f"import sys; sys.path.insert(0, {HERE!r}); from jobs import run_job; "
-            f"run_job({job!r}, {tmp!r}, {records}, {keys}, None)")
+            f"run_job({job!r}, {tmp!r}, {records}, {keys}, {interval_ms!r})")
     py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     try:
         # --nonblocking: never pause the sampled processes (a paused slot process can be
@@ -57,7 +57,8 @@ def profile(job: str, records: int, keys: int) -> dict:
                 total += n
                 self_samples[leaf] += n
         top = [{"function": k, "share": round(v / total, 4)} for k, v in self_samples.most_common(12)]
-        return {"job": job, "records": records, "keys": keys, "busy_samples": total, "top": top}
+        return {"job": job, "records": records, "keys": keys, "interval_ms": interval_ms,
+                "busy_samples": total, "top": top}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -69,8 +70,9 @@ def main(argv=None) -> int:
     ap.add_argument("--job", default="aggregate", choices=["running_sum", "aggregate"])
     ap.add_argument("--label", default=None, help="results file suffix (default: the job name)")
     ap.add_argument("--results-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--interval-ms", type=int, default=None, help="checkpoint interval")
     args = ap.parse_args(argv)
-    result = profile(args.job, args.records, args.keys)
+    result = profile(args.job, args.records, args.keys, args.interval_ms)
     os.makedirs(args.results_dir, exist_ok=True)
     with open(os.path.join(args.results_dir, f"profile_{args.label or args.job}.json"), "w") as f:
         json.dump(result, f, indent=1)
