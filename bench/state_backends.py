@@ -6,7 +6,9 @@ For each key count: fill N keys, take a first checkpoint, then 5 rounds of "upda
 the keys, checkpoint" (notifying completion each time, as the coordinator does). Records the
 synchronous part (ms), the asynchronous upload (ms), the full state size and the bytes
 uploaded per checkpoint, for heap (always full), RocksDB full and RocksDB incremental.
-Writes bench/results/state_backends.json.
+Writes state_backends.json (in bench/results unless --results-dir). The heap
+backend's synchronous part is the copy-on-write capture; its asynchronous part the msgpack
+serialization and the write.
 """
 
 from __future__ import annotations
@@ -74,11 +76,12 @@ def measure(kind: str, keys: int, root: str) -> dict:
     return {"backend": kind, "keys": keys, "checkpoints": out}
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--keys", default="10000,100000,1000000")
     ap.add_argument("--reps", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--results-dir", default=os.path.join(HERE, "results"))
+    args = ap.parse_args(argv)
     results = []
     for keys in [int(k) for k in args.keys.split(",")]:
         for rep in range(args.reps):
@@ -96,8 +99,8 @@ def main() -> int:
                       f"{statistics.median(c['async_ms'] for c in later):7.1f} ms, uploaded "
                       f"{statistics.median(c['uploaded'] for c in later) / 1e6:7.2f} MB of "
                       f"{statistics.median(c['state_size'] for c in later) / 1e6:7.2f} MB", flush=True)
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "state_backends.json"), "w") as f:
+    os.makedirs(args.results_dir, exist_ok=True)
+    with open(os.path.join(args.results_dir, "state_backends.json"), "w") as f:
         json.dump(results, f, indent=1)
     return 0
 
