@@ -60,11 +60,13 @@ def test_green_failing_on_start_is_abandoned_and_blue_keeps_running(
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
                              _conf(tmp_path, green_pipeline=f"{EXAMPLE}:build_v2_broken"))
 
-    assert tis == {"savepoint_blue": "success", "start_green": "success",
-                   "health_gate": "failed", "stop_blue": "upstream_failed",
+    # green fails in open(), before it is RUNNING: start_green itself fails (a job is
+    # RUNNING only once every operator opened and restored its state)
+    assert tis == {"savepoint_blue": "success", "start_green": "failed",
+                   "health_gate": "upstream_failed", "stop_blue": "upstream_failed",
                    "cancel_green": "success", "keep_blue": "success"}
     assert state == "failed"
-    green = store.get_job(xcom(dr, "start_green"))
+    green = store.get_job(xcom(dr, "start_green", key="job_id"))
     assert green.status == "FAILED" and "refuses to start" in green.failure_reason
     assert not completed_checkpoints(store, green.job_id)
     blue_job = store.get_job(blue)

@@ -211,7 +211,7 @@ def test_a_job_name_resolves_to_its_active_job_before_a_newer_ended_one(store):
     _job(store, job_id="v2-failed", status="FAILED")  # newer, but ended
     hook = CheckpointMetadataHook()
     try:
-        assert store.resolve_job("orders").job_id == "v2-failed"
+        assert store.resolve_job("orders").job_id == "v1-again"
         assert hook.resolve_job("orders").job_id == "v1-again"
         assert hook.resolve_job("v2-failed").job_id == "v2-failed"
     finally:
