@@ -106,59 +106,50 @@ class RecordWriter:
         self._rr = subtask  # start round-robin at a different channel in each subtask
 
     def emit(self, records: Batch) -> None:
+        """Send a batch: Arrow batches as Arrow IPC frames, lists of dicts as msgpack."""
         if not len(records):
             return
-        if isinstance(records, pa.RecordBatch):
-            field = getattr(self.key_selector, "field", None)
-            if self.partitioning != HASH or field is not None:
-                self._emit_arrow(records, field)
-                return
-            records = records.to_pylist()  # key_by(function): per-record keys
+        arrow = isinstance(records, pa.RecordBatch)
+        field = getattr(self.key_selector, "field", None)
+        if arrow and self.partitioning == HASH and field is None:
+            records, arrow = records.to_pylist(), False  # key_by(function): per-record keys
+        kind, encode = (P.ARROW, encode_arrow) if arrow else (P.RECORDS, packb)
         n = len(self.channels)
         if self.partitioning == FORWARD or n == 1:
-            self.channels[0].send(P.RECORDS, packb(records))
+            self.channels[0].send(kind, encode(records))
         elif self.partitioning == REBALANCE:
-            self.channels[self._rr % n].send(P.RECORDS, packb(records))
+            self.channels[self._rr % n].send(kind, encode(records))
             self._rr += 1
         elif self.partitioning == BROADCAST:
-            data = packb(records)
+            data = encode(records)
             for ch in self.channels:
-                ch.send(P.RECORDS, data)
+                ch.send(kind, data)
         elif self.partitioning == HASH:
-            parts: list[list] = [[] for _ in range(n)]
-            sel, m = self.key_selector, self.max_parallelism
-            for r in records:
-                k = sel(r)
-                if isinstance(k, list):
-                    k = tuple(k)
-                parts[key_group_for(k, m) * n // m].append(r)
+            parts = self._split_arrow(records, field, n) if arrow else self._split_rows(records, n)
             for ch, part in zip(self.channels, parts, strict=True):
                 if part:
-                    ch.send(P.RECORDS, packb(part))
+                    ch.send(kind, encode(part))
         else:  # pragma: no cover - graph validation prevents it
             raise ValueError(f"unknown partitioning {self.partitioning}")
 
-    def _emit_arrow(self, batch: pa.RecordBatch, field: str | None) -> None:
-        n = len(self.channels)
-        if self.partitioning == FORWARD or n == 1:
-            self.channels[0].send(P.ARROW, encode_arrow(batch))
-        elif self.partitioning == REBALANCE:
-            self.channels[self._rr % n].send(P.ARROW, encode_arrow(batch))
-            self._rr += 1
-        elif self.partitioning == BROADCAST:
-            data = encode_arrow(batch)
-            for ch in self.channels:
-                ch.send(P.ARROW, data)
-        else:  # HASH on a field: hash, key group and channel of every row in numpy
-            try:
-                column = batch.column(field)
-            except KeyError:
-                raise KeyError(f"key_by field {field!r} is not a column of the batch "
-                               f"(columns: {', '.join(batch.schema.names)})") from None
-            target = channels_for(column, n, self.max_parallelism)
-            for ch, part in zip(self.channels, split_by_channel(batch, target, n), strict=True):
-                if part is not None:
-                    ch.send(P.ARROW, encode_arrow(part))
+    def _split_rows(self, records: list[dict], n: int) -> list[list]:
+        parts: list[list] = [[] for _ in range(n)]
+        sel, m = self.key_selector, self.max_parallelism
+        for r in records:
+            k = sel(r)
+            if isinstance(k, list):
+                k = tuple(k)
+            parts[key_group_for(k, m) * n // m].append(r)
+        return parts
+
+    def _split_arrow(self, batch: pa.RecordBatch, field: str, n: int) -> list:
+        """Hash, key group and channel of every row in numpy, then one take."""
+        try:
+            column = batch.column(field)
+        except KeyError:
+            raise KeyError(f"key_by field {field!r} is not a column of the batch "
+                           f"(columns: {', '.join(batch.schema.names)})") from None
+        return split_by_channel(batch, channels_for(column, n, self.max_parallelism), n)
 
     def emit_event(self, kind: int, payload: bytes = b"") -> None:
         for ch in self.channels:

@@ -307,17 +307,7 @@ class ListState(_KeyedState):
         return list(t.get(self.backend.current_key, ())) if t is not None else []
 
     def add(self, value) -> None:
-        t = self._kg_table(True)
-        key = self.backend.current_key
-        lst = t.get(key)
-        if lst is None:
-            t[key] = [value]
-            if self.backend._live_captures:
-                self._own(key)
-        else:
-            if self.backend._live_captures:
-                lst = self._writable(t, key, lst)
-            lst.append(value)
+        self.add_all((value,))
 
     def add_all(self, values) -> None:
         t = self._kg_table(True)
