@@ -207,6 +207,9 @@ class AggregateTable:
         """Fold ``batch`` into the accumulators; return the new values of the keys it touched
         (one row per distinct key, in order of first appearance)."""
         spec = self.spec
+        if spec.key not in batch.schema.names:
+            raise KeyError(f"aggregate {self.uid!r}: key field {spec.key!r} is not in the input "
+                           f"(columns: {', '.join(batch.schema.names)})")
         table = pa.Table.from_batches([batch])
         plan: list = [([], "count_all")]
         dtypes = {}
@@ -377,6 +380,7 @@ class AggregateTable:
         if not table.num_rows:
             return 0
         key_col = table.column("key").combine_chunks()
+        self._check_key_type(key_col.type)
         hashes = key_hashes(key_col)
         rows = self.index.insert(keys_to_numpy(key_col), hashes)
         n = self.index.n

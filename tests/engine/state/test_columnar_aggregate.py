@@ -172,3 +172,18 @@ def test_key_column_changing_type_is_rejected_naming_operator_and_column():
     table.update(pa.RecordBatch.from_pydict({"key": ["a"], "v": [1]}))
     with pytest.raises(TypeError, match="'agg': key column 'key' changed type from string to int64"):
         table.update(pa.RecordBatch.from_pydict({"key": [1], "v": [1]}))
+
+
+def test_missing_key_field_is_named():
+    table = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "totals")
+    with pytest.raises(KeyError, match="'totals': key field 'key' is not in the input"):
+        table.update(pa.RecordBatch.from_pydict({"user": ["a"], "v": [1]}))
+
+
+def test_restored_key_type_is_enforced_on_new_input():
+    old = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    old.update(pa.RecordBatch.from_pydict({"key": ["a"], "v": [1]}))
+    new = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    new.restore(AggregateTable.serialize(old.copy())[0])
+    with pytest.raises(TypeError, match="changed type from string to int64"):
+        new.update(pa.RecordBatch.from_pydict({"key": [1], "v": [1]}))
