@@ -55,18 +55,18 @@ def input_channel_index(graph: ExecutionGraph, target_vertex: int, source_vertex
 
 
 def _reader(sock: socket.socket, channel: int, mailbox: Mailbox, gate: threading.Event) -> None:
+    """Read one input channel into the mailbox. ``gate`` is cleared by the task while the
+    channel is blocked for barrier alignment: the reader then waits before its next item."""
     try:
         while True:
             kind, payload = P.recv_frame(sock)
+            gate.wait()
             if kind == P.ARROW:
                 ok = mailbox.put_data(("records", channel, decode_arrow(payload)))
             elif kind == P.RECORDS:
                 ok = mailbox.put_data(("records", channel, unpackb(payload)))
             elif kind == P.BARRIER:
-                gate.clear()
                 ok = mailbox.put_data(("barrier", channel, unpackb(payload)))
-                if ok:
-                    gate.wait()
             elif kind == P.CANCEL:
                 ok = mailbox.put_data(("cancel", channel, unpackb(payload)))
             elif kind == P.END_OF_INPUT:

@@ -18,6 +18,7 @@ Checkpoint at a task (Flink's "checkpoint on barrier"):
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -50,6 +51,9 @@ from .operators import (
 log = logging.getLogger(__name__)
 
 METRICS_REPORT_SECONDS = 1.0
+
+# mailbox items that belong to one input channel (item[1] is the channel)
+_CHANNEL_ITEMS = ("records", "barrier", "cancel", "eoi", "closed")
 
 # barrier kinds (the third field of a barrier)
 CHECKPOINT, SAVEPOINT = "CHECKPOINT", "SAVEPOINT"
@@ -179,6 +183,8 @@ class StreamTask:
         self.finished = False
         self.exhausted = False                  # sources: every split read (or drained)
         self.suspended_for: int | None = None   # sources: stopped by stop-with-savepoint N
+        self._held: dict[int, list] = {}        # blocked channel -> items behind its barrier
+        self._replay: collections.deque = collections.deque()  # released held items
         self.opened = threading.Event()         # set once open() returned or failed
         self.open_failed = False
         self.thread = threading.Thread(target=self._run, name=f"task-{vertex.id}-{subtask}",
@@ -328,10 +334,15 @@ class StreamTask:
         channels = self.vertex.num_input_channels()
         ended: set[int] = set()
         while not self.finished:
-            item = self.mailbox.take(0.5)
+            # items of a channel released after alignment first: they precede anything of
+            # that channel still in the mailbox
+            item = self._replay.popleft() if self._replay else self.mailbox.take(0.5)
             if item is None:
                 continue
             kind = item[0]
+            if kind in _CHANNEL_ITEMS and item[1] in self._held:
+                self._held[item[1]].append(item)  # behind a barrier: wait for alignment
+                continue
             if kind == "records":
                 self._push(item[2])
             elif kind == "barrier":
@@ -352,9 +363,17 @@ class StreamTask:
         for action in actions:
             if action[0] == "release":
                 for ch in action[1]:
+                    self._replay.extend(self._held.pop(ch, ()))
                     self.channel_gates[ch].set()
             elif action[0] == "block":
-                pass  # the reader waits on its gate until released
+                # Hold back what this channel delivers after its barrier: items already in
+                # the mailbox are set aside, and the reader stops before its next item (so
+                # at most a mailbox's worth is held). Until the task reached the barrier,
+                # the reader kept reading: no stall between the barrier's arrival and its
+                # processing.
+                ch = action[1]
+                self._held.setdefault(ch, [])
+                self.channel_gates[ch].clear()
             elif action[0] == "checkpoint":
                 self._checkpoint(barrier, action[2])
             elif action[0] == "cancel":
