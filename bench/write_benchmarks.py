@@ -15,6 +15,9 @@ from collections import defaultdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from jobs import p99  # noqa: E402
 
 
 class Results:
@@ -27,11 +30,6 @@ class Results:
             return None
         with open(path) as f:
             return json.load(f)
-
-
-def p99(values):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
 
 
 def fmt(value, spec=",.0f", unit=""):

@@ -19,17 +19,15 @@ from .batches import to_record_batch
 class OperatorSnapshot:
     """The synchronous part of one operator's snapshot."""
 
-    __slots__ = ("keyed_bytes", "offsets", "states", "operator_state", "local_checkpoint",
-                 "deferred")
+    __slots__ = ("states", "operator_state", "local_checkpoint", "deferred")
 
-    def __init__(self, keyed_bytes=None, offsets=None, states=None, operator_state=None,
-                 local_checkpoint=None, deferred=None):
-        self.keyed_bytes: bytes | None = keyed_bytes          # heap: serialized key groups
-        self.offsets: dict[int, list[int]] = offsets or {}
+    def __init__(self, *, states=None, operator_state=None, local_checkpoint=None,
+                 deferred=None):
         self.states: dict[str, dict] = states or {}
         self.operator_state: list = operator_state or []
         self.local_checkpoint: str | None = local_checkpoint  # rocksdb: native checkpoint dir
-        # () -> (file bytes, handle fields), run in the asynchronous part
+        # heap and aggregate state: () -> (file bytes, handle fields), run in the
+        # asynchronous part
         self.deferred = deferred
 
 

@@ -106,6 +106,8 @@ class RecordWriter:
         self.partitioning = partitioning
         self.channels = channels
         self.key_selector = key_selector
+        # key_by("field"): Arrow batches are partitioned on that column, in numpy
+        self.key_field: str | None = getattr(key_selector, "field", None)
         self.max_parallelism = max_parallelism
         self._rr = subtask  # start round-robin at a different channel in each subtask
 
@@ -114,7 +116,7 @@ class RecordWriter:
         if not len(records):
             return
         arrow = isinstance(records, pa.RecordBatch)
-        field = getattr(self.key_selector, "field", None)
+        field = self.key_field
         if arrow and self.partitioning == HASH and field is None:
             records, arrow = records.to_pylist(), False  # key_by(function): per-record keys
         kind, encode = (P.ARROW, encode_arrow) if arrow else (P.RECORDS, packb)
@@ -458,14 +460,6 @@ class StreamTask:
                                           "sha256": sha256(data)}
                         size += len(data)
                         uploaded += len(data)
-                    elif snap.keyed_bytes:
-                        name = f"{op.uid}-{self.subtask}-{uuid.uuid4().hex[:8]}.state"
-                        fs.write_bytes(join(chk_dir, name), snap.keyed_bytes)
-                        entry["keyed"] = {"path": name, "size": len(snap.keyed_bytes),
-                                          "sha256": sha256(snap.keyed_bytes),
-                                          "offsets": {str(k): v for k, v in snap.offsets.items()}}
-                        size += len(snap.keyed_bytes)
-                        uploaded += len(snap.keyed_bytes)
                 operators[op.uid] = entry
             async_ms = (time.perf_counter() - t0) * 1000.0
             self.env.send({"type": "ack", "checkpoint_id": chk, "vertex": self.vertex.id,
