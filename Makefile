@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean check-java check-postgres check-chromium bench stack
+.PHONY: demo demo-engine test lint venv clean check-java check-postgres check-chromium bench stack
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -38,7 +38,13 @@ check-chromium:
 check-postgres:
 	@{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; } || { echo "PostgreSQL server binaries are required by the tests: run 'apt-get install -y postgresql'"; exit 1; }
 
-demo: venv
+# The provider's main workflow on the embedded defaults (SQLite, Spark local mode, local
+# files): v1 running, then savepoint -> upgrade -> restore as an Airflow DAG run.
+demo: venv check-java
+	$(PY) -m airflow_checkpoint_provider.demo_upgrade
+
+# The engine alone: one bounded job, checkpoints, committed output.
+demo-engine: venv
 	$(PY) -m airflow_checkpoint_provider.demo
 
 test: venv check-java check-postgres check-chromium
@@ -60,8 +66,15 @@ bench: venv
 	$(PY) bench/hotspots.py --job running_sum --records 200000 --keys 100000
 	$(PY) bench/write_benchmarks.py
 
+# ruff (with a complexity bound) on everything; mypy on the engine's public API.
+MYPY_MODULES := airflow_checkpoint_provider/engine/client.py airflow_checkpoint_provider/engine/api.py \
+	airflow_checkpoint_provider/engine/config.py airflow_checkpoint_provider/engine/errors.py \
+	airflow_checkpoint_provider/engine/packaging.py airflow_checkpoint_provider/engine/snapshot \
+	airflow_checkpoint_provider/engine/names.py airflow_checkpoint_provider/engine/lineage.py
+
 lint: venv
-	$(VENV)/bin/ruff check airflow_checkpoint_provider tests
+	$(VENV)/bin/ruff check airflow_checkpoint_provider tests dags bench
+	$(VENV)/bin/mypy $(MYPY_MODULES)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

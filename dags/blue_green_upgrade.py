@@ -11,7 +11,7 @@ Blue and green must have different job names (each name has at most one running 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param, TriggerRule, task
 
@@ -27,6 +27,10 @@ from airflow_checkpoint_provider.sensors.checkpoint import CheckpointCompletedSe
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 GREEN_JOB_ID = "{{ ti.xcom_pull(task_ids='start_green', key='job_id') }}"
 GATE_TIMEOUT_S = 180
+
+# Control tasks are idempotent (a retry waits for its earlier try's request): retry them
+# through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
+CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
 
 with DAG(
     dag_id="blue_green_upgrade",
@@ -49,7 +53,7 @@ with DAG(
     },
 ) as dag:
     savepoint_blue = TriggerSavepointOperator(
-        task_id="savepoint_blue", job="{{ params.blue_job }}",
+        task_id="savepoint_blue", **CONTROL_RETRIES, job="{{ params.blue_job }}",
         directory="{{ params.savepoint_dir }}", deferrable=True)
     start_green = SubmitCheckpointedJobOperator(
         task_id="start_green", pipeline="{{ params.green_pipeline }}",
@@ -60,11 +64,11 @@ with DAG(
         task_id="health_gate", job=GREEN_JOB_ID, min_count="{{ params.min_checkpoints }}",
         after_restore=True, require_running=True, deferrable=True, poke_interval=1, timeout=GATE_TIMEOUT_S)
     stop_blue = StopWithSavepointOperator(
-        task_id="stop_blue", job="{{ params.blue_job }}", directory="{{ params.savepoint_dir }}",
+        task_id="stop_blue", **CONTROL_RETRIES, job="{{ params.blue_job }}", directory="{{ params.savepoint_dir }}",
         deferrable=True)
 
     cancel_green = CancelJobOperator(
-        task_id="cancel_green", job=GREEN_JOB_ID, missing_ok=True,
+        task_id="cancel_green", **CONTROL_RETRIES, job=GREEN_JOB_ID, missing_ok=True,
         trigger_rule=TriggerRule.ONE_FAILED)
 
     @task(task_id="keep_blue")

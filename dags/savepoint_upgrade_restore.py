@@ -10,7 +10,7 @@ Trigger with a conf such as ``{"job_name": "orders", "v2_pipeline": "jobs.orders
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Param, TriggerRule
@@ -26,6 +26,10 @@ EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 SAVEPOINT = "{{ ti.xcom_pull(task_ids='stop_v1') }}"
 V2_JOB_ID = "{{ ti.xcom_pull(task_ids='start_v2', key='job_id') }}"
 FIRST_CHECKPOINT_TIMEOUT_S = 300  # v2 must complete a checkpoint within this, else roll back
+
+# Control tasks are idempotent (a retry waits for its earlier try's request): retry them
+# through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
+CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
 
 with DAG(
     dag_id="savepoint_upgrade_restore",
@@ -47,7 +51,7 @@ with DAG(
     },
 ) as dag:
     stop_v1 = StopWithSavepointOperator(
-        task_id="stop_v1", job="{{ params.job_name }}", directory="{{ params.savepoint_dir }}",
+        task_id="stop_v1", **CONTROL_RETRIES, job="{{ params.job_name }}", directory="{{ params.savepoint_dir }}",
         deferrable=True)
     start_v2 = SubmitCheckpointedJobOperator(
         task_id="start_v2", pipeline="{{ params.v2_pipeline }}", job_name="{{ params.job_name }}",
@@ -59,7 +63,7 @@ with DAG(
     upgraded = EmptyOperator(task_id="upgraded")
 
     cancel_v2 = CancelJobOperator(
-        task_id="cancel_v2", job=V2_JOB_ID, missing_ok=True, trigger_rule=TriggerRule.ONE_FAILED)
+        task_id="cancel_v2", **CONTROL_RETRIES, job=V2_JOB_ID, missing_ok=True, trigger_rule=TriggerRule.ONE_FAILED)
     restart_v1 = SubmitCheckpointedJobOperator(
         task_id="restart_v1", pipeline="{{ params.v1_pipeline }}",
         job_name="{{ params.job_name }}", restore=SAVEPOINT, wait_for="running",

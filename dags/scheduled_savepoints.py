@@ -7,12 +7,16 @@ and any a running job was restored from, are always kept).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
 from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
 from airflow_checkpoint_provider.operators.savepoints import DisposeSavepointsOperator
+
+# Control tasks are idempotent (a retry waits for its earlier try's request): retry them
+# through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
+CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
 
 with DAG(
     dag_id="scheduled_savepoints",
@@ -33,7 +37,7 @@ with DAG(
     },
 ) as dag:
     savepoint = TriggerSavepointOperator(
-        task_id="savepoint", job="{{ params.job_name }}", directory="{{ params.savepoint_dir }}",
+        task_id="savepoint", **CONTROL_RETRIES, job="{{ params.job_name }}", directory="{{ params.savepoint_dir }}",
         deferrable=True)
     retention = DisposeSavepointsOperator(
         task_id="retention", job_name="{{ params.job_name }}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections import defaultdict
 
 from airflow_checkpoint_provider.engine import (
@@ -24,7 +25,8 @@ class InjectedFailure(RuntimeError):
 class FaultPlan:
     """Seeded failure points that each fire once across all attempts (marker files).
 
-    Points: ("record", id) raises while processing record ``id``; ("snapshot", n) raises in
+    Points: ("record", id) raises while processing record ``id``; ("kill", id) SIGKILLs the
+    slot process while processing record ``id`` (no exception, no clean-up); ("snapshot", n) raises in
     the synchronous part of the first checkpoint >= n; ("notify", n) raises after the first
     checkpoint >= n completed, before the sink of the same task committed it.
     """
@@ -35,7 +37,7 @@ class FaultPlan:
         os.makedirs(directory, exist_ok=True)
 
     def maybe_fail(self, kind: str, value: int, info: dict) -> None:
-        if kind == "record":
+        if kind in ("record", "kill"):
             if (kind, value) not in self.points:
                 return
             point = value
@@ -54,6 +56,8 @@ class FaultPlan:
             return
         with os.fdopen(fd, "w") as f:
             json.dump(info, f)
+        if kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedFailure(f"injected failure {kind} {value}")
 
     def fired(self) -> dict[str, dict]:
@@ -79,6 +83,7 @@ class RunningSum(KeyedProcessFunction):
     def process_element(self, record, ctx):
         if self.faults:
             self.faults.maybe_fail("record", record["id"], self._info())
+            self.faults.maybe_fail("kill", record["id"], self._info())
         s = self.sum.value() + record["value"]
         c = self.count.value() + 1
         self.sum.update(s)
@@ -352,3 +357,40 @@ def expected_aggregates(num_records: int, num_keys: int, seed: int) -> dict[str,
         e["min"] = min(e["min"], r["value"])
         e["max"] = max(e["max"], r["value"])
     return per_key
+
+
+class NeverCheckpoints(KeyedProcessFunction):
+    """Counts per key; its checkpoints can never be written (see below)."""
+
+    def open(self, ctx):
+        self.count = ctx.value_state("count", 0)
+
+    def process_element(self, record, ctx):
+        self.count.update(self.count.value() + 1)
+        return record
+
+
+def never_checkpointing_pipeline(root: str, restart: RestartStrategy) -> Pipeline:
+    """A job whose checkpoint directory lies under a regular file: every upload fails (as on
+    a full or read-only disk), so every checkpoint is declined."""
+    blocker = os.path.join(root, "blocker")
+    os.makedirs(root, exist_ok=True)
+    with open(blocker, "w") as f:
+        f.write("not a directory")
+    p = Pipeline("never-checkpoints",
+                 checkpoint=CheckpointConfig(interval_ms=50, directory=os.path.join(blocker, "ckpt")),
+                 restart_strategy=restart,
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    (p.source(GeneratorSource(None, records_per_second=500), uid="gen").key_by("key")
+      .process(NeverCheckpoints(), uid="pass").sink(FileSink(os.path.join(root, "out")), uid="out"))
+    return p
+
+
+class KeylessSource(GeneratorSource):
+    """Generator records without the ``key`` field from record 100 on (bad input)."""
+
+    def record(self, i):
+        r = dict(super().record(i))
+        if i >= 100:
+            r.pop("key")
+        return r

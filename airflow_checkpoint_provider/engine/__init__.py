@@ -16,11 +16,16 @@ from .connectors.discard import DiscardSink
 from .connectors.files import FileSink, read_committed
 from .connectors.generator import GeneratorSource
 from .errors import (
+    BadRecordError,
     CheckpointDeclined,
     ConfigurationError,
     CorruptCheckpointError,
+    DeterministicError,
     EngineError,
+    InvalidNameError,
     JobFailedError,
+    JobIdInUseError,
+    JobNameInUseError,
     PipelineDefinitionError,
     RestoreError,
     StateMigrationError,
@@ -45,6 +50,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "CheckpointConfig", "CheckpointDeclined", "CheckpointingMode", "ConfigurationError",
+    "InvalidNameError", "JobIdInUseError", "JobNameInUseError", "BadRecordError", "DeterministicError",
     "CorruptCheckpointError", "DataStream", "DiscardSink", "EngineError", "FileSink", "FileSource",
     "GeneratorSource", "JobFailedError", "JobResult", "KeyedProcessFunction", "KeyedStream",
     "ListStateDescriptor", "MapStateDescriptor", "Pipeline", "PipelineDefinitionError",

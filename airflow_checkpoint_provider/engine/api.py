@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 
 from .config import CheckpointConfig, RestartStrategy
 from .connectors.base import Sink, Source
-from .errors import ConfigurationError, PipelineDefinitionError
+from .errors import BadRecordError, ConfigurationError, PipelineDefinitionError
 from .functions import KeyedProcessFunction
 from .graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
 from .graph import build_execution_graph as _build
+from .names import validate_job_id, validate_job_name
 
 DEFAULT_METADATA_ENV = "CKPT_METADATA_URL"
 
@@ -90,8 +91,7 @@ class Pipeline:
         version: str | None = None,
         batch_size: int = 1024,
     ) -> None:
-        if not name or "/" in name or name.startswith("."):
-            raise ConfigurationError(f"pipeline name {name!r} must be non-empty, without '/'")
+        validate_job_name(name, "pipeline name")
         if not 1 <= max_parallelism <= 32768:
             raise ConfigurationError(f"max_parallelism {max_parallelism} must be in 1..32768")
         if state_backend not in ("heap", "rocksdb"):
@@ -146,6 +146,10 @@ class Pipeline:
         :param claim_mode: ``"NO_CLAIM"`` (default: the restored snapshot is never deleted by
             this job) or ``"CLAIM"`` (this job owns it; retention deletes it when subsumed).
         """
+        # the name may have been overridden after construction (ckpt run --job-name)
+        validate_job_name(self.name)
+        if job_id is not None:
+            validate_job_id(job_id)
         if runner == "local":
             from .runners.local import LocalRunner
 
@@ -173,7 +177,15 @@ class FieldSelector:
         self.field = field
 
     def __call__(self, record: dict) -> object:
-        return record[self.field]
+        try:
+            return record[self.field]
+        except KeyError:
+            fields = ", ".join(map(str, list(record)[:20])) if isinstance(record, dict) else "-"
+            raise BadRecordError(f"key_by field {self.field!r} is missing from a record "
+                                 f"(its fields: {fields})") from None
+        except TypeError:
+            raise BadRecordError(f"key_by field {self.field!r}: the record is a "
+                                 f"{type(record).__name__}, not a dict") from None
 
     def __reduce__(self):
         return (FieldSelector, (self.field,))

@@ -154,6 +154,15 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
         wait_timeout: float) -> None:
     """Run PIPELINE (module:function returning a Pipeline) until it ends."""
     logging.getLogger("airflow_checkpoint_provider").setLevel(logging.INFO)
+    from .names import validate_job_id, validate_job_name
+
+    try:  # names become paths: refuse bad ones before anything is loaded or written
+        if job_name is not None:
+            validate_job_name(job_name, "--job-name")
+        if job_id is not None:
+            validate_job_id(job_id, "--job-id")
+    except EngineError as exc:
+        raise click.ClickException(str(exc)) from exc
     pipeline = apply_overrides(load_pipeline(pipeline_ref), checkpoint_dir=checkpoint_dir,
                                metadata_url=metadata_url, interval_ms=interval_ms,
                                restart=restart, job_name=job_name, savepoint_dir=savepoint_dir)
@@ -291,8 +300,9 @@ def cancel(job: str, db: str | None, timeout: float, as_json: bool) -> None:
 @click.option("--name", default=None, help="Only jobs with this name.")
 @click.option("--json", "as_json", is_flag=True)
 def jobs(db: str | None, name: str | None, as_json: bool) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first (active jobs without a recent heartbeat are shown LOST)."""
     store = _store(db)
+    store.mark_lost_jobs(name)
     rows = store.list_jobs(job_name=name)
     if as_json:
         _echo_json([_record(r) for r in rows])
@@ -327,18 +337,26 @@ def checkpoints(job: str, db: str | None, as_json: bool) -> None:
 @main.command()
 @click.argument("path")
 @click.option("--json", "as_json", is_flag=True)
-def inspect(path: str, as_json: bool) -> None:
-    """What a checkpoint or savepoint at PATH holds (verifies its checksum)."""
+@click.option("--verify", is_flag=True,
+              help="Also read every state file and check its size and checksum; exits 1 "
+                   "naming the first missing or corrupt file.")
+def inspect(path: str, as_json: bool, verify: bool) -> None:
+    """What a checkpoint or savepoint at PATH holds (verifies the _metadata checksum; with
+    --verify every state file too)."""
     from .checkpoint.metadata import load_snapshot
+    from .snapshot.verify import verify_snapshot
 
     try:
         snap = load_snapshot(path)
+        verified = verify_snapshot(snap) if verify else None
     except EngineError as exc:
         raise click.ClickException(str(exc)) from exc
     doc = snap.doc
     summary = {"path": snap.directory, "job_id": doc["job_id"], "job_name": doc["job_name"],
                "checkpoint_id": doc["checkpoint_id"], "kind": doc["kind"],
                "timestamp_ms": doc["timestamp_ms"], "operators": []}
+    if verified is not None:
+        summary["verified_files"] = verified
     for uid, op in sorted(doc["operators"].items()):
         summary["operators"].append({
             "uid": uid, "kind": op["kind"], "parallelism": op["parallelism"],
@@ -352,6 +370,8 @@ def inspect(path: str, as_json: bool) -> None:
         return
     click.echo(f"{summary['kind'].lower()} {summary['checkpoint_id']} of job {summary['job_name']} "
                f"({summary['job_id']}) at {snap.directory}")
+    if verified is not None:
+        click.echo(f"  verified {verified} state files: sizes and checksums match")
     for op in summary["operators"]:
         size = sum(s["state_bytes"] for s in op["subtasks"])
         states = ", ".join(f"{n} ({m['kind']})" for n, m in sorted(op["states"].items())) or "-"

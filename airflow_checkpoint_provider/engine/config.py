@@ -25,9 +25,15 @@ class CheckpointConfig:
     :param timeout_ms: a checkpoint not completed within this time is expired (aborted).
     :param min_pause_ms: minimum time between the end of one checkpoint and the next trigger.
     :param max_concurrent: how many checkpoints may be in flight at once.
-    :param tolerable_failures: consecutive failed checkpoints tolerated before the job fails
-        (``None``: unlimited, as in Flink's default).
+    :param tolerable_failures: consecutive failed (declined or expired) checkpoints tolerated;
+        one more fails the job over through its restart strategy, and once restarts are used
+        up the job ends FAILED with the checkpoint error. Default 10: a storage hiccup of a
+        few intervals is ridden out, a job that can never checkpoint (full disk, a hung task)
+        does not run forever without committing. ``None``: unlimited.
     :param retained: completed checkpoints kept; older ones are subsumed and their files deleted.
+    :param history: rows of the ``checkpoints`` table kept per job: SUBSUMED and FAILED
+        checkpoint rows older than the newest ``history`` checkpoint ids are deleted (checked
+        every 100 completed checkpoints). Savepoints, retained and CORRUPT rows are kept.
     :param mode: ``exactly_once`` (aligned barriers) or ``at_least_once`` (no alignment).
     :param directory: checkpoint root, a local path or ``s3://bucket/prefix``;
         ``<dir>/<job-name>/<job-id>/chk-<N>``.
@@ -44,8 +50,9 @@ class CheckpointConfig:
     timeout_ms: int = 60_000
     min_pause_ms: int = 0
     max_concurrent: int = 1
-    tolerable_failures: int | None = None
+    tolerable_failures: int | None = 10
     retained: int = 3
+    history: int = 10_000
     mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE
     directory: str = "checkpoints"
     initial_delay_ms: int | None = None
@@ -64,6 +71,9 @@ class CheckpointConfig:
             raise ConfigurationError(f"checkpoint max_concurrent must be >= 1 (got {self.max_concurrent})")
         if self.retained < 1:
             raise ConfigurationError(f"checkpoint retained must be >= 1 (got {self.retained})")
+        if self.history < self.retained:
+            raise ConfigurationError(
+                f"checkpoint history must be >= retained ({self.retained}) (got {self.history})")
         if self.tolerable_failures is not None and self.tolerable_failures < 0:
             raise ConfigurationError(
                 f"checkpoint tolerable_failures must be >= 0 or None (got {self.tolerable_failures})"

@@ -15,6 +15,28 @@ class ConfigurationError(EngineError):
     """An option has a value the engine cannot use."""
 
 
+class DeterministicError(EngineError):
+    """A failure that happens again on every restart (bad input, a record without its key
+    field): the job fails at once instead of using up its restart attempts."""
+
+
+class BadRecordError(DeterministicError):
+    """A record the pipeline cannot process as defined (e.g. its key field is missing)."""
+
+
+class InvalidNameError(ConfigurationError):
+    """A job name, job id or operator uid that cannot safely become part of a path
+    (see :mod:`airflow_checkpoint_provider.engine.names`)."""
+
+
+class JobNameInUseError(ConfigurationError):
+    """A job of this name is live (recent heartbeat): one live job per name."""
+
+
+class JobIdInUseError(ConfigurationError, ValueError):
+    """A new job was given the id of a job that already exists in the metadata DB."""
+
+
 class CheckpointDeclined(EngineError):
     """A task could not take a checkpoint; the checkpoint is aborted."""
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import PipelineDefinitionError
+from .names import validate_uid
 
 FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast"
 STATEFUL_KINDS = ("source", "process", "reduce", "aggregate", "sink")
@@ -136,6 +137,7 @@ def validate(graph: JobGraph) -> None:
                 f"pass uid='...' so its state can be restored after a change"
             )
         if node.uid:
+            validate_uid(node.uid)
             if node.uid in seen:
                 raise PipelineDefinitionError(
                     f"duplicate operator uid {node.uid!r} (used by {seen[node.uid].name!r} and "

@@ -8,10 +8,18 @@ subsumed by checkpoint retention: deleting them is an explicit act.
 from __future__ import annotations
 
 import logging
+import os
 from datetime import UTC, datetime, timedelta
 
 from .checkpoint.metadata import load_snapshot
-from .checkpoint.storage import filesystem_for
+from .checkpoint.storage import (
+    METADATA_FILE,
+    absolute_location,
+    basename,
+    filesystem_for,
+    is_s3,
+    parent,
+)
 from .errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -35,8 +43,10 @@ def dispose_savepoint(path: str, store=None) -> None:
             "checkpoints are deleted by their job's retention"
         )
     if store is not None:
+        mine = canonical_location(snap.directory)
         for job in store.list_jobs():
-            if job.status in ("RUNNING", "RESTARTING", "CREATED") and job.restored_from == snap.directory:
+            if (job.status in ("RUNNING", "RESTARTING", "CREATED") and job.restored_from
+                    and canonical_location(job.restored_from) == mine):
                 raise DisposeRefused(
                     f"savepoint {snap.directory} is still used by running job {job.job_name} "
                     f"({job.job_id}), which was restored from it"
@@ -47,6 +57,17 @@ def dispose_savepoint(path: str, store=None) -> None:
         if row is not None:
             store.set_checkpoint_status(row.job_id, [row.checkpoint_id], "DISCARDED")
     log.info("Disposed savepoint %s", snap.directory)
+
+
+def canonical_location(location: str) -> str:
+    """One spelling per snapshot directory, to compare locations: a local path made absolute
+    with symlinks, ``.``/``..``, duplicate and trailing slashes resolved (``file://`` too),
+    an S3 URI normalized (``s3://bucket/key``), a ``.../_metadata`` file taken as its
+    directory."""
+    loc = absolute_location(location)
+    if basename(loc) == METADATA_FILE:
+        loc = parent(loc)
+    return loc if is_s3(loc) else os.path.realpath(loc)
 
 
 def list_savepoints(store, *, job_name: str | None = None, job_id: str | None = None,

@@ -52,7 +52,8 @@ TASK_METRICS = {
 
 def is_completed(record: CheckpointRecord) -> bool:
     """Whether the checkpoint completed (it may have been subsumed or discarded since)."""
-    if record.status in (CheckpointStatus.COMPLETED, CheckpointStatus.SUBSUMED):
+    if record.status in (CheckpointStatus.COMPLETED, CheckpointStatus.SUBSUMED,
+                         CheckpointStatus.CORRUPT):
         return True
     return record.status == CheckpointStatus.DISCARDED and record.complete_time is not None
 

@@ -12,6 +12,7 @@ Options from the environment (so the same reference works from the CLI, spark-su
 Airflow): ``CKPT_EXAMPLE_DIR`` (checkpoints, savepoints and output; default
 ``./demo-output``), ``CKPT_EXAMPLE_RECORDS`` (``""``/unset: unbounded),
 ``CKPT_EXAMPLE_RATE`` (records per second, default 200), ``CKPT_EXAMPLE_KEYS`` (default 20),
+``CKPT_EXAMPLE_PARALLELISM`` (of the keyed running sum, default 1: a restore may change it),
 ``CKPT_EXAMPLE_INTERVAL_MS`` (checkpoint interval, default 500). Every version writes to
 ``<dir>/output`` (the file sink's transactions are restored from the same directory).
 """
@@ -87,7 +88,8 @@ def _build(version: str, function: KeyedProcessFunction, *,
                               records_per_second=float(os.environ.get("CKPT_EXAMPLE_RATE", "200"))),
               uid="generator", parallelism=1)
       .key_by("key")
-      .process(function, uid="running-sum", parallelism=1)
+      .process(function, uid="running-sum",
+               parallelism=int(os.environ.get("CKPT_EXAMPLE_PARALLELISM", "1")))
       .sink(FileSink(os.path.join(root, "output")), uid="file-sink"))
     return p
 

@@ -12,10 +12,11 @@ Connection (type ``checkpoint_metadata``, default id ``checkpoint_metadata_defau
 * host/port/schema/login/password of a PostgreSQL server, with an optional extra
   ``driver`` (default ``postgresql+psycopg``).
 
-Extra ``{"migrate": false}`` makes the hook a read-only schema client: it never runs DDL
-and fails with a message naming ``ckpt db upgrade`` if the schema is not at the revision
-this package needs (recommended for production workers; default ``true`` creates or
-upgrades the schema on first use, convenient with SQLite).
+The hook never creates or migrates a DB: a SQLite URL whose file does not exist, a DB
+without the schema or at another revision fails at once with a message naming the URL and
+the command that fixes it (``ckpt db upgrade --db URL``). Jobs create and upgrade the schema
+(``ckpt run``), or an administrator does with ``ckpt db upgrade``. (A ``migrate`` extra of
+earlier versions is ignored.)
 
 As an environment variable::
 
@@ -32,7 +33,7 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseHook
 from sqlalchemy.engine import URL
 
-from airflow_checkpoint_provider.engine.checkpoint.store import (
+from airflow_checkpoint_provider.engine.client import (
     CheckpointRecord,
     ControlRequestRecord,
     JobRecord,
@@ -107,12 +108,12 @@ class CheckpointMetadataHook(BaseHook):
         return self.url_from_connection(self.get_connection(self.checkpoint_conn_id))
 
     def get_conn(self) -> MetadataStore:
-        """The engine's :class:`MetadataStore` for this connection (created once)."""
+        """The engine's :class:`MetadataStore` for this connection (created once). Never runs
+        DDL: raises :class:`MetadataSchemaError` (naming the URL and ``ckpt db upgrade``) for
+        a missing SQLite file or a schema not at this package's revision."""
         if self._store is None:
             conn = self.get_connection(self.checkpoint_conn_id)
-            # extra {"migrate": false}: this worker never runs DDL; the schema must exist
-            migrate = bool((conn.extra_dejson or {}).get("migrate", True))
-            self._store = MetadataStore(self.url_from_connection(conn), migrate=migrate)
+            self._store = MetadataStore(self.url_from_connection(conn), migrate=False)
         return self._store
 
     def close(self) -> None:
@@ -146,9 +147,10 @@ class CheckpointMetadataHook(BaseHook):
         return self.get_conn().latest_completed_checkpoint(job_id=job_id, job_name=job_name,
                                                            kind=kind)
 
-    def submit_control_request(self, job_id: str, action: str,
-                               params: dict | None = None) -> str:
-        return self.get_conn().submit_control_request(job_id, action, params or {})
+    def submit_control_request(self, job_id: str, action: str, params: dict | None = None, *,
+                               idempotency_key: str | None = None) -> str:
+        return self.get_conn().submit_control_request(job_id, action, params or {},
+                                                      idempotency_key=idempotency_key)
 
     def get_control_request(self, request_id: str) -> ControlRequestRecord | None:
         return self.get_conn().get_control_request(request_id)
@@ -159,8 +161,8 @@ class CheckpointMetadataHook(BaseHook):
         if self._store is None:
             conn = await self.aget_connection(self.checkpoint_conn_id)
             url = self.url_from_connection(conn)
-            # opening runs the schema check (and Alembic on a fresh DB): off the loop too
-            self._store = await asyncio.to_thread(MetadataStore, url)
+            # opening runs the schema check: off the loop too; never DDL (see get_conn)
+            self._store = await asyncio.to_thread(MetadataStore, url, migrate=False)
         return self._store
 
     async def arun(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

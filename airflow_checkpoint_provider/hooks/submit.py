@@ -28,12 +28,15 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException
 
-import airflow_checkpoint_provider.engine.launch as _launch
-from airflow_checkpoint_provider.engine.api import DEFAULT_METADATA_ENV
-from airflow_checkpoint_provider.engine.checkpoint.store import JobRecord, MetadataStore
+from airflow_checkpoint_provider.engine.client import (
+    LAUNCH_SCRIPT,
+    METADATA_URL_ENV,
+    SHIP_CODE_ENV,
+    JobRecord,
+    MetadataStore,
+    code_archives,
+)
 
-#: The engine's spark-submit entry point (a plain Python file).
-LAUNCH_SCRIPT = os.path.abspath(_launch.__file__)
 #: Job statuses after which a detached launch stops waiting.
 STARTED_STATUSES = ("RUNNING", "FINISHED", "STOPPED", "CANCELED", "FAILED")
 
@@ -55,6 +58,11 @@ class CheckpointSubmitHook(SparkSubmitHook):
     :param restart: restart strategy, e.g. ``fixed:3:1000``.
     :param runner: ``"spark"`` (spark-submit) or ``"local"`` (no Spark).
     :param log_dir: where detached jobs write their log file.
+    :param ship_code: send the engine and the pipeline's package to the executors as
+        ``--py-files`` archives (executors then need only the third-party dependencies, in
+        the Python that ``conf={"spark.pyspark.python": ...}`` names); default: executors
+        run this interpreter with its ``sys.path`` (hosts that share the install).
+    :param code_cache_dir: where the archives are built (default: a temp dir).
     :param conn_id: the Spark connection (master, deploy mode).
     :param kwargs: passed to :class:`SparkSubmitHook` (``conf``, ``env_vars``, ...).
     """
@@ -63,8 +71,9 @@ class CheckpointSubmitHook(SparkSubmitHook):
                  restore: str | None = None, allow_non_restored_state: bool = False,
                  checkpoint_dir: str | None = None, savepoint_dir: str | None = None,
                  interval_ms: int | None = None, restart: str | None = None,
-                 runner: str = "spark", log_dir: str | None = None,
-                 conn_id: str = "spark_default", **kwargs: Any) -> None:
+                 runner: str = "spark", log_dir: str | None = None, ship_code: bool = False,
+                 code_cache_dir: str | None = None, conn_id: str = "spark_default",
+                 **kwargs: Any) -> None:
         if runner not in ("spark", "local"):
             raise ValueError(f"runner must be 'spark' or 'local', not {runner!r}")
         self.pipeline = pipeline
@@ -91,8 +100,15 @@ class CheckpointSubmitHook(SparkSubmitHook):
             env["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
         # The metadata DB URL may hold a password: pass it in the environment (``--db``'s
         # env var), not on a command line every ``ps`` shows.
-        env[DEFAULT_METADATA_ENV] = metadata_url
-        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        env[METADATA_URL_ENV] = metadata_url
+        self.ship_code = ship_code and runner == "spark"
+        if self.ship_code:
+            archives = code_archives(pipeline, code_cache_dir or os.path.join(
+                tempfile.gettempdir(), "checkpoint-code"))
+            kwargs["py_files"] = ",".join([*archives, *filter(None, [kwargs.get("py_files")])])
+            env[SHIP_CODE_ENV] = "1"  # executors: the cluster's Python, not this interpreter
+        else:
+            env.setdefault("PYSPARK_PYTHON", sys.executable)
         env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         kwargs.setdefault("name", f"ckpt-{job_name}")
         super().__init__(conn_id=conn_id, application_args=args, env_vars=env, **kwargs)
@@ -160,7 +176,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     env=self._process_env())
-        store = MetadataStore(self.metadata_url)
+        store = MetadataStore(self.metadata_url, migrate=False)  # the operator checked it exists
         deadline = time.monotonic() + timeout
         try:
             while True:

@@ -1,9 +1,11 @@
-"""Extra link from submit / savepoint tasks to the job's checkpoint history.
+"""Extra link from submit / savepoint tasks to the job's checkpoint history in the Airflow UI.
 
-The task writes a small static HTML report of the job's checkpoints (the same columns as
-``ckpt checkpoints JOB``) next to the job's logs and stores its ``file://`` URL in XCom;
-the link shows that URL. The report is a snapshot taken when the task ran; the live view is
-``ckpt checkpoints JOB_ID --db URL``, which the report prints at the top.
+The link points at the checkpoint-history plugin served by the api-server
+(``/checkpoints/jobs/<job_id>``, see :mod:`airflow_checkpoint_provider.plugins.checkpoint_ui`):
+one page per job, live from the metadata DB, reachable from any browser that reaches the
+api-server (prefixed with ``[api] base_url`` when it is set). The task stores the URL in
+XCom when it knows the job. ``report_dir`` additionally writes a static HTML snapshot of the
+checkpoint table there (for archives); the link does not depend on it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import TYPE_CHECKING
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.execution_time.xcom import XCom
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
-
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
     from airflow.sdk.types import TaskInstanceKey
+
+    from airflow_checkpoint_provider.engine.client import MetadataStore
 
 _COLUMNS = ("checkpoint_id", "kind", "status", "trigger_time", "duration_ms", "state_size",
             "location", "failure_reason")
@@ -34,11 +36,22 @@ class CheckpointHistoryLink(BaseOperatorLink):
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         return XCom.get_value(key=self.xcom_key, ti_key=ti_key) or ""
 
+    @staticmethod
+    def url_for(job_id: str) -> str:
+        """The job's page in the Airflow UI's checkpoint-history plugin."""
+        from airflow.sdk import conf
+
+        base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+        return f"{base}/checkpoints/jobs/{job_id}"
+
     @classmethod
     def persist(cls, context: Context, store: MetadataStore, job_id: str,
                 report_dir: str | None = None) -> str:
-        """Write the report of ``job_id`` and store its URL for the link; return the URL."""
-        url = "file://" + write_history_report(store, job_id, report_dir)
+        """Store the URL of ``job_id``'s page for the link (and, with ``report_dir``, write
+        a static snapshot of its checkpoint table there); return the URL."""
+        if report_dir:
+            write_history_report(store, job_id, report_dir)
+        url = cls.url_for(job_id)
         context["ti"].xcom_push(key=cls().xcom_key, value=url)
         return url
 

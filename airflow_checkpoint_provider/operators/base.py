@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.triggers.base import BaseTrigger
 
-    from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+    from airflow_checkpoint_provider.engine.client import MetadataStore
 
 
 class CheckpointBaseOperator(BaseOperator):

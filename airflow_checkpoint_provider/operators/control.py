@@ -7,29 +7,37 @@ never talks to the Spark driver.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_checkpoint_provider.engine.checkpoint.storage import absolute_location
+from airflow_checkpoint_provider.engine.client import absolute_location
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
-from airflow_checkpoint_provider.triggers.checkpoint import ControlRequestTrigger, JobStateTrigger
-from airflow_checkpoint_provider.triggers.conditions import (
-    check_control_request,
-    check_job_state,
-)
+from airflow_checkpoint_provider.triggers.checkpoint import ControlRequestTrigger
+from airflow_checkpoint_provider.triggers.conditions import check_control_request
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
 class _ControlRequestOperator(CheckpointBaseOperator):
-    """Submit one control request for ``job`` and wait for its answer."""
+    """Submit one control request for ``job`` and wait for its answer, in one deferral.
+
+    Idempotent across Airflow retries and re-runs: the request carries an idempotency key
+    derived from ``(dag_id, run_id, task_id, map_index)``. A later try of the same task
+    instance (after a crash, a deferral race that marked a finished try failed, or a clear)
+    finds the request its earlier try submitted and waits for that one: a stop that already
+    stopped the job succeeds with its savepoint instead of failing on a STOPPED job.
+    """
 
     action: str = ""
+    #: after the request succeeded, also wait for the job to be in one of these statuses
+    then_job_states: list[str] | None = None
     template_fields: Sequence[str] = ("job",)
 
     def __init__(self, *, job: str, timeout: float = 300.0, **kwargs: Any) -> None:
@@ -40,29 +48,48 @@ class _ControlRequestOperator(CheckpointBaseOperator):
     def request_params(self) -> dict[str, Any]:
         return {}
 
+    @staticmethod
+    def idempotency_key(context: Context) -> str:
+        """Stable for every try of one task instance, distinct between task instances."""
+        ti = context["ti"]
+        ident = json.dumps([ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1)])
+        return f"airflow:{hashlib.sha256(ident.encode()).hexdigest()}"
+
     def submit(self, context: Context) -> str:
-        """Insert the request; fail with the job's status if it takes no requests."""
-        try:
-            job = self.hook.resolve_job(self.job)
-        except LookupError as exc:
-            raise AirflowException(f"{self.action}: {exc}") from exc
-        try:
-            request_id = self.hook.submit_control_request(job.job_id, self.action,
-                                                          self.request_params())
-        except ValueError:
-            self.fail_with_job(job.job_id, f"cannot {self.action.lower()}")
-        self.log.info("Submitted %s request %s for job %s (%s)", self.action, request_id,
-                      job.job_name, job.job_id)
-        context["ti"].xcom_push(key="job_id", value=job.job_id)
+        """Insert the request (or find this task instance's earlier one); fail with the
+        job's status if it takes no requests."""
+        key = self.idempotency_key(context)
+        earlier = self.hook.get_conn().find_control_request(key)
+        if earlier is not None:
+            job_id, request_id = earlier.job_id, earlier.request_id
+            self.log.info("Found %s request %s (%s) submitted by an earlier try of this task "
+                          "for job %s: waiting for it instead of submitting another",
+                          earlier.action, request_id, earlier.status, job_id)
+        else:
+            try:
+                job = self.hook.resolve_job(self.job)
+            except LookupError as exc:
+                raise AirflowException(f"{self.action}: {exc}") from exc
+            job_id = job.job_id
+            try:
+                request_id = self.hook.submit_control_request(
+                    job_id, self.action, self.request_params(), idempotency_key=key)
+            except ValueError:
+                self.fail_with_job(job_id, f"cannot {self.action.lower()}")
+            self.log.info("Submitted %s request %s for job %s (%s)", self.action, request_id,
+                          job.job_name, job_id)
+        context["ti"].xcom_push(key="job_id", value=job_id)
         context["ti"].xcom_push(key="request_id", value=request_id)
-        self.job_id = job.job_id
+        self.job_id = job_id
         return request_id
 
     def execute(self, context: Context) -> Any:
         request_id = self.submit(context)
+        states = self.then_job_states
         return self.wait_until(
-            context, check=lambda store: check_control_request(store, request_id),
-            trigger=ControlRequestTrigger(request_id=request_id,
+            context,
+            check=lambda store: check_control_request(store, request_id, then_job_states=states),
+            trigger=ControlRequestTrigger(request_id=request_id, then_job_states=states,
                                           checkpoint_conn_id=self.checkpoint_conn_id,
                                           poll_interval=self.poll_interval,
                                           end_time=time.time() + self.timeout),
@@ -76,18 +103,6 @@ class _ControlRequestOperator(CheckpointBaseOperator):
 
     def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> Any:
         return event.get("request_id")
-
-    def wait_for_job_end(self, context: Context, job_id: str, states: list[str],
-                         method_name: str) -> Any:
-        return self.wait_until(
-            context,
-            check=lambda store: check_job_state(store, job_id, target_states=states),
-            trigger=JobStateTrigger(job=job_id, target_states=states,
-                                    checkpoint_conn_id=self.checkpoint_conn_id,
-                                    poll_interval=self.poll_interval,
-                                    end_time=time.time() + self.timeout),
-            method_name=method_name, timeout=self.timeout,
-            what=f"job {job_id} to be {' or '.join(states)}")
 
 
 class _SavepointMixin:
@@ -138,8 +153,10 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
     """
     Stop a running job with a savepoint: sources stop, sinks commit, the job ends STOPPED.
 
-    The task waits for the savepoint and then for the job to end; its return value (and XCom
-    ``savepoint_path``) is the savepoint's path, to restore the next version from.
+    The task waits (one deferral) for the savepoint and for the job to end; its return value
+    (and XCom ``savepoint_path``) is the savepoint's path, to restore the next version from.
+    A retry of the task finds its own earlier request (see :class:`_ControlRequestOperator`)
+    and succeeds with the same savepoint once the job is STOPPED.
 
     :param job: job id, id prefix or job name (its newest job). Templated.
     :param directory: savepoint directory (default: the job's savepoint directory). Templated.
@@ -152,6 +169,7 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
     """
 
     action = "STOP_WITH_SAVEPOINT"
+    then_job_states = ["STOPPED", "FINISHED"]
     template_fields: Sequence[str] = ("job", "directory")
     operator_extra_links = (CheckpointHistoryLink(),)
 
@@ -168,15 +186,8 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
             params["directory"] = absolute_location(self.directory)
         return params
 
-    def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> Any:
-        self._push_savepoint(context, event)
-        return self.wait_for_job_end(context, event["job_id"], ["STOPPED", "FINISHED"],
-                                     "execute_stopped")
-
-    def execute_stopped(self, context: Context, event: dict[str, Any]) -> str:
-        event = self.check_event(event)
-        self.log.info("%s", event["message"])
-        return context["ti"].xcom_pull(task_ids=self.task_id, key="savepoint_path")
+    def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> str:
+        return self._push_savepoint(context, event)
 
 
 class CancelJobOperator(_ControlRequestOperator):
@@ -192,6 +203,7 @@ class CancelJobOperator(_ControlRequestOperator):
     """
 
     action = "CANCEL"
+    then_job_states = ["CANCELED"]
 
     def __init__(self, *, job: str | None, missing_ok: bool = False, **kwargs: Any) -> None:
         super().__init__(job=job or "", **kwargs)
@@ -206,10 +218,5 @@ class CancelJobOperator(_ControlRequestOperator):
                 return None
         return super().execute(context)
 
-    def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> Any:
-        return self.wait_for_job_end(context, event["job_id"], ["CANCELED"], "execute_canceled")
-
-    def execute_canceled(self, context: Context, event: dict[str, Any]) -> str:
-        event = self.check_event(event)
-        self.log.info("%s", event["message"])
+    def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> str:
         return event["job_id"]

@@ -48,8 +48,8 @@ class DisposeSavepointsOperator(CheckpointBaseOperator):
         self.paths = paths
 
     def execute(self, context: Context) -> list[str]:
-        from airflow_checkpoint_provider.engine.errors import EngineError
-        from airflow_checkpoint_provider.engine.savepoints import (
+        from airflow_checkpoint_provider.engine.client import (
+            EngineError,
             apply_savepoint_retention,
             dispose_savepoint,
         )

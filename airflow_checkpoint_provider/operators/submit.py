@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_checkpoint_provider.engine.client import InvalidNameError, validate_job_name
 from airflow_checkpoint_provider.hooks.submit import CheckpointSubmitHook
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
@@ -29,7 +30,7 @@ from airflow_checkpoint_provider.triggers.conditions import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_checkpoint_provider.engine.checkpoint.store import JobRecord
+    from airflow_checkpoint_provider.engine.client import JobRecord
 
 WAIT_FOR = ("running", "first_checkpoint", "finished")
 #: Job statuses a "finished" wait accepts: ended by itself or stopped with a savepoint.
@@ -85,6 +86,9 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
     :param conf: Spark configuration. Templated.
     :param env_vars: environment of the job (e.g. options the pipeline reads). Templated.
     :param spark_kwargs: more :class:`SparkSubmitHook` arguments (``executor_memory``, ...).
+    :param ship_code: send the engine and the pipeline's package to the executors as
+        ``--py-files`` archives, for clusters whose Python lacks this project (see
+        :class:`~airflow_checkpoint_provider.hooks.submit.CheckpointSubmitHook`).
     :param log_dir: log directory of detached jobs (default
         ``<base_log_folder>/checkpoint-jobs``). Templated.
     :param report_dir: where the checkpoint-history report of the extra link is written
@@ -109,7 +113,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
                  wait_timeout: float | None = None, spark_conn_id: str = "spark_default",
                  conf: dict[str, Any] | None = None, env_vars: dict[str, str] | None = None,
                  spark_kwargs: dict[str, Any] | None = None, log_dir: str | None = None,
-                 report_dir: str | None = None, **kwargs: Any) -> None:
+                 report_dir: str | None = None, ship_code: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if wait_for not in WAIT_FOR:
             raise ValueError(f"wait_for must be one of {', '.join(WAIT_FOR)}, not {wait_for!r}")
@@ -134,6 +138,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         self.spark_kwargs = spark_kwargs or {}
         self.log_dir = log_dir
         self.report_dir = report_dir
+        self.ship_code = ship_code
         self._submit_hook: CheckpointSubmitHook | None = None
 
     # -- job identity ------------------------------------------------------------------------
@@ -154,8 +159,12 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         beat = job.heartbeat_at or job.created_at
         age = (datetime.now(UTC) - beat).total_seconds()
         if age > self.heartbeat_timeout:
-            self.log.warning("Job %s (%s) is %s but its heartbeat is %.0f s old: considered "
-                             "dead, starting a new job", job.job_name, job.job_id, job.status, age)
+            self.log.warning("Job %s (%s) is %s but its heartbeat is %.0f s old: marking it "
+                             "LOST and starting a new job", job.job_name, job.job_id,
+                             job.status, age)
+            # LOST frees the name for the new job (one live job per name) and fails the dead
+            # job's open control requests; the operator never reconnects to a LOST job
+            self.hook.get_conn().mark_lost_jobs(self.job_name, timeout=self.heartbeat_timeout)
             return None
         return job
 
@@ -175,6 +184,10 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
 
     def execute(self, context: Context) -> Any:
         ti = context["ti"]
+        try:  # job_name may come from a DAG run's conf: it becomes a path, check it first
+            validate_job_name(self.job_name, "job_name")
+        except InvalidNameError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from exc
         job = self.find_running_job() if self.reconnect else None
         if job is not None:
             self.log.info("Reconnecting to %s instead of starting a second copy",
@@ -197,7 +210,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             savepoint_dir=_optional(self.savepoint_dir),
             interval_ms=self.interval_ms, restart=self.restart, runner=self.runner,
             log_dir=_optional(self.log_dir) or self.airflow_log_dir("checkpoint-jobs"),
-            conn_id=self.spark_conn_id,
+            conn_id=self.spark_conn_id, ship_code=self.ship_code,
             conf=_mapping(self.conf, "conf"),
             env_vars=_mapping(self.env_vars, "env_vars"), **self.spark_kwargs)
         self._submit_hook = hook

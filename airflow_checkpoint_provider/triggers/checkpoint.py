@@ -158,27 +158,35 @@ class CheckpointCompletedTrigger(_MetadataPollTrigger):
 
 class ControlRequestTrigger(_MetadataPollTrigger):
     """
-    Fire when a control request (checkpoint, savepoint, stop, cancel) finished.
+    Fire when a control request (checkpoint, savepoint, stop, cancel) finished and, with
+    ``then_job_states``, its job reached one of those statuses (one deferral for a stop).
 
     :param request_id: the id :meth:`MetadataStore.submit_control_request` returned.
+    :param then_job_states: after the request succeeded, also wait for the job to be in one
+        of these statuses (e.g. ``["STOPPED", "FINISHED"]``).
     :param checkpoint_conn_id: the metadata DB connection.
     :param poll_interval: seconds between polls.
     :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
     """
 
-    def __init__(self, *, request_id: str,
+    def __init__(self, *, request_id: str, then_job_states: list[str] | None = None,
                  checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
                  poll_interval: float = 1.0, end_time: float | None = None) -> None:
         super().__init__(checkpoint_conn_id=checkpoint_conn_id, poll_interval=poll_interval,
                          end_time=end_time)
         self.request_id = request_id
+        self.then_job_states = None if then_job_states is None else list(then_job_states)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{__name__}.ControlRequestTrigger",
-                {"request_id": self.request_id, **self._kwargs()})
+                {"request_id": self.request_id, "then_job_states": self.then_job_states,
+                 **self._kwargs()})
 
     def _what(self) -> str:
-        return f"control request {self.request_id}"
+        then = (f" and its job to be {' or '.join(self.then_job_states)}"
+                if self.then_job_states else "")
+        return f"control request {self.request_id}{then}"
 
     def _check(self, store: Any) -> Outcome | None:
-        return check_control_request(store, self.request_id)
+        return check_control_request(store, self.request_id,
+                                     then_job_states=self.then_job_states)

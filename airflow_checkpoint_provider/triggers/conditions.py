@@ -10,13 +10,14 @@ definition of every condition.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from airflow_checkpoint_provider.engine.checkpoint.store import (
+from airflow_checkpoint_provider.engine.client import (
     ACTIVE_JOB_STATUSES,
     JobRecord,
     MetadataStore,
+    heartbeat_timeout,
 )
 
 #: Event statuses a trigger may fire; ``execute_complete`` fails on anything else.
@@ -43,10 +44,18 @@ def resolve_job(store: MetadataStore, job: str) -> JobRecord:
 
 
 def _job(store: MetadataStore, job: str) -> JobRecord | None:
+    """The job, after declaring it LOST if it is active without a recent heartbeat (a dead
+    driver must not keep a sensor waiting until its timeout)."""
     try:
-        return resolve_job(store, job)
+        rec = resolve_job(store, job)
     except LookupError:
         return None
+    if rec.status in ACTIVE_JOB_STATUSES:
+        last = rec.heartbeat_at or rec.created_at
+        stale = (datetime.now(UTC) - last).total_seconds() > heartbeat_timeout()
+        if stale and store.mark_lost_jobs(rec.job_name):  # write only when it is stale
+            rec = store.get_job(rec.job_id) or rec
+    return rec
 
 
 def describe_job(job: JobRecord) -> str:
@@ -120,8 +129,11 @@ def check_checkpoint_completed(store: MetadataStore, job: str, *, kind: str | No
     return None
 
 
-def check_control_request(store: MetadataStore, request_id: str) -> Outcome | None:
-    """Success when the request SUCCEEDED (payload: its result), error when it FAILED."""
+def check_control_request(store: MetadataStore, request_id: str, *,
+                          then_job_states: list[str] | None = None) -> Outcome | None:
+    """Success when the request SUCCEEDED (payload: its result) and, with
+    ``then_job_states``, its job has also reached one of those statuses (a stop: STOPPED);
+    error when the request FAILED or the job ended in another status."""
     req = store.get_control_request(request_id)
     if req is None:
         return Outcome(ERROR, f"no control request with id {request_id!r}",
@@ -132,8 +144,18 @@ def check_control_request(store: MetadataStore, request_id: str) -> Outcome | No
     payload = {"request_id": request_id, "job_id": req.job_id, "action": req.action, **result}
     if req.status == "SUCCEEDED":
         where = f" at {result['location']}" if result.get("location") else ""
-        return Outcome(SUCCESS, f"{req.action} request {request_id} of job {req.job_id} "
-                       f"succeeded{where}", payload)
+        message = f"{req.action} request {request_id} of job {req.job_id} succeeded{where}"
+        if then_job_states:
+            job = store.get_job(req.job_id)
+            if job is None or job.status not in then_job_states:
+                if job is not None and job.is_terminal:
+                    return Outcome(ERROR, f"{message}, but then {describe_job(job)} (waited "
+                                   f"for {', '.join(then_job_states)})",
+                                   {**payload, "job_status": job.status})
+                return None
+            payload["job_status"] = job.status
+            message += f"; {describe_job(job)}"
+        return Outcome(SUCCESS, message, payload)
     job = store.get_job(req.job_id)
     why = req.error or "no reason given"
     if job is not None and job.failure_reason and job.failure_reason not in why:

@@ -100,7 +100,8 @@ def test_corrupt_metadata_and_state_files_are_rejected_naming_the_file(workdir):
         data[len(data) // 2] ^= 0xFF
         f.seek(0)
         f.write(bytes(data))
-    with pytest.raises(JobFailedError, match=f"state file .*{state_file} does not match its checksum"):
+    # state files are verified before the job is created: an explicit restore fails loudly
+    with pytest.raises(CorruptCheckpointError, match=f"state file .*{state_file} does not match its checksum"):
         running_sum_pipeline(str(workdir), num_records=3000).run(restore=bad_state)
 
 

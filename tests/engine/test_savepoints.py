@@ -58,7 +58,7 @@ def test_savepoint_is_self_contained_and_recorded(stopped):
     root, savepoint, store = stopped
     snap = load_snapshot(savepoint)
     assert snap.doc["kind"] == "SAVEPOINT"
-    assert os.path.basename(savepoint).startswith(f"savepoint-{snap.doc['job_id'][:6]}-")
+    assert os.path.basename(savepoint) == f"savepoint-{snap.doc['job_id']}-{snap.checkpoint_id}"
     for op in snap.operators.values():
         for sub in op["subtasks"]:
             if sub.get("keyed"):
@@ -109,7 +109,8 @@ def test_moved_savepoint_restores_and_flipped_byte_is_rejected(stopped, tmp_path
         data[3] ^= 0x01
         f.seek(0)
         f.write(bytes(data))
-    with pytest.raises(JobFailedError, match=f"state file .*{name} does not match its checksum"):
+    # verified before the job is created: an explicit restore path fails loudly
+    with pytest.raises(CorruptCheckpointError, match=f"state file .*{name} does not match its checksum"):
         versioned_pipeline(str(tmp_path / "b"), "v1", num_records=N).run(restore=str(broken))
 
 
@@ -170,7 +171,8 @@ def test_dispose_and_retention(tmp_path):
 def test_claim_mode_lets_the_new_job_delete_the_restored_savepoint(tmp_path):
     location, _ = stop_with_savepoint(tmp_path / "a")
     shutil.copytree(tmp_path / "a" / "out", tmp_path / "b" / "out")
-    p = versioned_pipeline(str(tmp_path / "b"), "v1", num_records=N, interval_ms=50)
+    # rate-limited so the rest of the input spans many 50 ms checkpoints even on a busy machine
+    p = versioned_pipeline(str(tmp_path / "b"), "v1", num_records=N, interval_ms=50, rate=16_000)
     result = p.run(restore=location, claim_mode="CLAIM")
     assert result.checkpoints_completed >= 3
     assert not os.path.exists(location), "a claimed snapshot is subsumed like the job's own"

@@ -60,9 +60,13 @@ def airflow_db():
 
 @pytest.fixture
 def metadata_url(tmp_path, monkeypatch):
-    """A fresh metadata DB behind the default ``checkpoint_metadata`` connection; every job
+    """A fresh metadata DB (schema created) behind the default ``checkpoint_metadata``
+    connection; every job
     still active in it at the end of the test is cancelled."""
+    from airflow_checkpoint_provider.engine.checkpoint.store import upgrade_database
+
     url = f"sqlite:///{tmp_path}/metadata.db"
+    upgrade_database(url)  # as `ckpt db upgrade` does in a deployment: the hook never creates it
     monkeypatch.setenv("AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT",
                        json.dumps({"conn_type": "checkpoint_metadata", "extra": {"url": url}}))
     monkeypatch.setenv("CKPT_EXAMPLE_DIR", str(tmp_path / "example"))

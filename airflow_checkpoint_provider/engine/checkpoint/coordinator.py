@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..config import CheckpointConfig
-from ..errors import CheckpointDeclined, CheckpointStorageError
+from ..errors import CheckpointDeclined, CheckpointStorageError, CorruptCheckpointError
+from ..snapshot.handles import safe_shared_key
 from .db_writer import MetadataUnavailable, MetadataWriter
 from .metadata import encode_metadata
 from .storage import METADATA_FILE, checkpoint_directory, filesystem_for, join
 
 log = logging.getLogger(__name__)
+#: every how many checkpoint ids old rows of the ``checkpoints`` table are pruned
+PRUNE_EVERY = 100
 
 CHECKPOINT, SAVEPOINT = "CHECKPOINT", "SAVEPOINT"
 # barrier kinds of savepoints: plain, stop (sources emit nothing after it), drain (end input first)
@@ -284,6 +287,8 @@ class CheckpointCoordinator:
             self.db.write("set_checkpoint_status", self.job_id, [old.checkpoint_id], "SUBSUMED")
             log.debug("Subsumed checkpoint %d of job %s", old.checkpoint_id, self.job_name)
         self._discard_unreferenced_shared_state()
+        if completed.checkpoint_id % PRUNE_EVERY == 0:  # bound the checkpoints table
+            self.db.write("prune_checkpoint_history", self.job_id, self.config.history)
 
     def _discard_unreferenced_shared_state(self) -> None:
         """Delete shared files that no retained checkpoint references any more."""
@@ -338,7 +343,10 @@ def _shared_keys(p: PendingCheckpoint) -> set[str]:
             handle = entry.get("keyed") or {}
             for f in handle.get("files", ()):
                 if f.get("shared"):
-                    keys.add(f["shared"])
+                    try:  # only shared/<name>: the key is joined to the job directory and deleted
+                        keys.add(safe_shared_key(f["shared"], location=p.location))
+                    except CorruptCheckpointError as exc:
+                        log.warning("Ignoring shared file of checkpoint %d: %s", p.checkpoint_id, exc)
     return keys
 
 

@@ -11,18 +11,25 @@ A JSON document (readable with any tool) with a SHA-256 over its canonical form:
                                 "keyed": {"path": "<relative path>", "size": 123,
                                           "sha256": "...", "offsets": {"7": [0, 55], ...}},
                                 "operator_state": [...]}]}},
+     "hmac": "<optional HMAC-SHA256, see snapshot.integrity>",
      "checksum": "<sha256 of the document without this field>"}
 
 State file paths are relative to the directory holding ``_metadata``, so a savepoint can be
 moved or copied. A checkpoint is valid only once ``_metadata`` exists and verifies.
+
+A ``_metadata`` file is untrusted input: :func:`load_snapshot` decodes it into the typed
+handles of :mod:`..snapshot.handles`, which refuse any path that could leave its directory,
+and, with a secret configured, checks its HMAC (:mod:`..snapshot.integrity`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..errors import CorruptCheckpointError, RestoreError
+from ..errors import CheckpointStorageError, CorruptCheckpointError, RestoreError
+from ..snapshot import integrity
+from ..snapshot.handles import SnapshotMetadata, StateFileHandle
 from .storage import (
     METADATA_FILE,
     absolute_location,
@@ -43,10 +50,19 @@ def _canonical(doc: dict) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
-def encode_metadata(doc: dict) -> bytes:
-    body = {k: v for k, v in doc.items() if k != "checksum"}
+def _signed_part(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k not in ("checksum", integrity.FIELD)}
+
+
+def encode_metadata(doc: dict, *, hmac_key: str | bytes | None = None) -> bytes:
+    """The ``_metadata`` bytes of ``doc``: with an HMAC when a secret is configured
+    (``hmac_key`` or ``$CKPT_SNAPSHOT_HMAC_KEY``), then the SHA-256 checksum."""
+    body = _signed_part(doc)
     body["format"] = FORMAT
     body["version"] = VERSION
+    key = integrity.configured_key(hmac_key)
+    if key is not None:
+        body[integrity.FIELD] = integrity.sign(_canonical(body), key)
     body["checksum"] = sha256(_canonical(body))
     return json.dumps(body, sort_keys=True, indent=1).encode("utf-8")
 
@@ -57,6 +73,11 @@ class LoadedSnapshot:
 
     directory: str
     doc: dict
+    metadata: SnapshotMetadata = field(default=None, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.metadata is None:
+            self.metadata = SnapshotMetadata.from_dict(self.doc, location=self.directory)
 
     @property
     def checkpoint_id(self) -> int:
@@ -70,21 +91,45 @@ class LoadedSnapshot:
         return read_state_file(self.directory, handle)
 
 
-def read_state_file(directory: str, handle: dict) -> bytes:
+def read_state_file(directory: str, handle: dict | StateFileHandle) -> bytes:
     """Read a state file named by a handle and verify its size and SHA-256."""
-    path = join(directory, handle["path"])
-    data = filesystem_for(path).read_bytes(path)
-    if len(data) != handle["size"] or sha256(data) != handle["sha256"]:
+    if not isinstance(handle, StateFileHandle):
+        handle = StateFileHandle.from_dict(handle, location=directory)
+    return read_verified(handle.location_in(directory), handle.size, handle.sha256)
+
+
+def read_verified(path: str, size: int, digest: str) -> bytes:
+    """Read the state file at ``path`` and check its size and SHA-256.
+
+    A missing file is a :class:`CorruptCheckpointError` (the snapshot is incomplete and no
+    retry brings it back); other read errors stay :class:`CheckpointStorageError`.
+    """
+    fs = filesystem_for(path)
+    try:
+        data = fs.read_bytes(path)
+    except CheckpointStorageError as exc:
+        if not fs.exists(path):
+            raise CorruptCheckpointError(
+                f"state file {path} listed in {METADATA_FILE} is missing: the snapshot is "
+                "incomplete") from exc
+        raise
+    if len(data) != size or sha256(data) != digest:
         raise CorruptCheckpointError(
             f"state file {path} does not match its checksum in {METADATA_FILE} "
-            f"(expected {handle['size']} bytes sha256 {handle['sha256'][:12]}..., "
+            f"(expected {size} bytes sha256 {digest[:12]}..., "
             f"found {len(data)} bytes sha256 {sha256(data)[:12]}...)"
         )
     return data
 
 
-def load_snapshot(path: str) -> LoadedSnapshot:
-    """Load and verify ``_metadata`` from a checkpoint/savepoint directory or the file itself."""
+def load_snapshot(path: str, *, hmac_key: str | bytes | None = None) -> LoadedSnapshot:
+    """Load and verify ``_metadata`` from a checkpoint/savepoint directory or the file itself.
+
+    Checks, in order: JSON, format and version, the SHA-256 checksum, the HMAC when a secret
+    is configured (``hmac_key`` or ``$CKPT_SNAPSHOT_HMAC_KEY``), then every field of the
+    document (:class:`~..snapshot.handles.SnapshotMetadata`). Any failure is a
+    :class:`CorruptCheckpointError` naming ``_metadata`` (and the field).
+    """
     path = absolute_location(path) if is_s3(path) else strip_scheme(path)
     fs = filesystem_for(path)
     if basename(path) == METADATA_FILE:  # local path or s3:// URI
@@ -113,4 +158,14 @@ def load_snapshot(path: str) -> LoadedSnapshot:
     body = {k: v for k, v in doc.items() if k != "checksum"}
     if expected != sha256(_canonical(body)):
         raise CorruptCheckpointError(f"{meta_path} fails its checksum: the file is corrupt")
-    return LoadedSnapshot(directory=directory, doc=doc)
+    key = integrity.configured_key(hmac_key)
+    if key is not None:
+        if integrity.FIELD not in doc:
+            raise CorruptCheckpointError(
+                f"{meta_path} is not signed, but a snapshot HMAC key is configured "
+                f"(${integrity.ENV_KEY}); refusing an unsigned snapshot")
+        if not integrity.verify(_canonical(_signed_part(doc)), key, doc[integrity.FIELD]):
+            raise CorruptCheckpointError(
+                f"{meta_path} fails its HMAC: it was modified or signed with another key")
+    return LoadedSnapshot(directory=directory, doc=doc,
+                          metadata=SnapshotMetadata.from_dict(doc, location=meta_path))

@@ -23,7 +23,8 @@ Tables
     One row per triggered checkpoint or savepoint (``kind``, a :class:`CheckpointKind`),
     unique on ``(job_id, checkpoint_id)``. ``status`` follows :class:`CheckpointStatus`:
     ``PENDING -> COMPLETED -> SUBSUMED`` on the happy path, ``PENDING -> FAILED`` when it is
-    declined or expires. Only a COMPLETED row whose ``_metadata`` exists is restorable.
+    declined or expires, ``COMPLETED -> CORRUPT`` when a restore finds its files damaged.
+    Only a COMPLETED row whose ``_metadata`` exists is restorable.
     ``state_size`` is the full state the checkpoint references, ``checkpointed_size`` the
     bytes uploaded for this checkpoint alone (smaller with incremental checkpoints),
     ``task_stats`` a JSON list with one object per acknowledging task.
@@ -82,6 +83,10 @@ class JobStatus(StrEnum):
     - ``FAILED``: the restart strategy gave up (``failure_reason`` says why).
     - ``CANCELED``: stopped on request, without a savepoint.
     - ``STOPPED``: stopped on request after taking a final savepoint.
+    - ``LOST``: the job's driver stopped writing its heartbeat for longer than the
+      heartbeat timeout (``$CKPT_HEARTBEAT_TIMEOUT_S``, default 60 s) and is presumed dead;
+      its control requests fail and a new job of the same name may start. A driver that
+      finds its row LOST stops (it may have been superseded).
     """
 
     CREATED = "CREATED"
@@ -91,11 +96,13 @@ class JobStatus(StrEnum):
     FAILED = "FAILED"
     CANCELED = "CANCELED"
     STOPPED = "STOPPED"
+    LOST = "LOST"
 
 
 #: Job states a job never leaves.
 TERMINAL_JOB_STATUSES: frozenset[str] = frozenset(
-    {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.STOPPED}
+    {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.STOPPED,
+     JobStatus.LOST}
 )
 
 
@@ -120,6 +127,9 @@ class CheckpointStatus(StrEnum):
     - ``SUBSUMED``: a newer completed checkpoint replaced it beyond the retained count; its
       files were deleted.
     - ``DISCARDED``: deleted on request (for example ``ckpt dispose``).
+    - ``CORRUPT``: was COMPLETED, but restoring it found ``_metadata`` or a state file
+      missing, truncated or not matching its checksum; never restored again (restore
+      ``latest`` and failover fall back to the next older COMPLETED checkpoint).
     """
 
     PENDING = "PENDING"
@@ -127,6 +137,7 @@ class CheckpointStatus(StrEnum):
     FAILED = "FAILED"
     SUBSUMED = "SUBSUMED"
     DISCARDED = "DISCARDED"
+    CORRUPT = "CORRUPT"
 
 
 class ControlAction(StrEnum):
@@ -257,6 +268,8 @@ class JobAttemptRow(Base):
     restored_checkpoint_id: Mapped[int | None] = mapped_column(BigInteger)
     restored_from: Mapped[str | None] = mapped_column(Text)
     failure_reason: Mapped[str | None] = mapped_column(Text)
+    #: one entry per slot: where Spark (or the local runner) ran it (revision 0002)
+    placement: Mapped[list[Any] | None]
 
 
 class CheckpointRow(Base):
@@ -301,6 +314,8 @@ class ControlRequestRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    #: client-chosen key: a second submission with the same key returns this request
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), index=True, unique=True)
 
 
 class SharedStateRow(Base):

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from ..errors import RestoreError
+from ..errors import CorruptCheckpointError, RestoreError
 from ..graph import ExecutionGraph
 from ..state.keygroups import KeyGroupRange, key_group_range_for
 from .metadata import LoadedSnapshot
@@ -25,8 +25,11 @@ def operator_kind(node_kind: str) -> str:
 
 def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
                    allow_non_restored_state: bool = False) -> dict[tuple[int, int], dict]:
-    """Return ``{(vertex, subtask): {uid: spec}}`` for every task that restores state."""
-    ops = snapshot.operators
+    """Return ``{(vertex, subtask): {uid: spec}}`` for every task that restores state.
+
+    Reads the snapshot's typed, validated handles (:mod:`..snapshot.handles`); a spec's
+    ``keyed`` list holds those handle objects."""
+    ops = snapshot.metadata.operators
     unmatched = sorted(uid for uid in ops if graph.node_by_uid(uid) is None)
     if unmatched and not allow_non_restored_state:
         raise RestoreError(
@@ -41,29 +44,31 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
             continue
         vertex, node = found
         kind = operator_kind(node.kind)
-        if op["kind"] != kind:
+        if op.kind != kind:
             raise RestoreError(
-                f"operator {uid!r} was a {op['kind']} operator in the snapshot but is "
+                f"operator {uid!r} was a {op.kind} operator in the snapshot but is "
                 f"{kind} ({node.kind}) in the pipeline"
             )
-        if kind == "keyed" and op["max_parallelism"] != graph.max_parallelism:
+        if kind == "keyed" and op.max_parallelism != graph.max_parallelism:
             raise RestoreError(
-                f"operator {uid!r}: the snapshot has max_parallelism {op['max_parallelism']} "
+                f"operator {uid!r}: the snapshot has max_parallelism {op.max_parallelism} "
                 f"but the pipeline has {graph.max_parallelism}; max parallelism cannot change "
                 "for keyed state"
             )
-        union = [e for s in op["subtasks"] for e in s.get("operator_state") or []]
+        union = [e for s in op.subtasks for e in s.operator_state]
         for sub in range(vertex.parallelism):
-            spec: dict = {"directory": snapshot.directory, "states": op.get("states", {}),
+            spec: dict = {"directory": snapshot.directory, "states": op.states,
                           "operator_state": union, "keyed": []}
             if kind == "keyed":
                 mine = key_group_range_for(sub, vertex.parallelism, graph.max_parallelism)
-                for s in op["subtasks"]:
-                    handle = s.get("keyed")
-                    if handle is None:
+                for s in op.subtasks:
+                    if s.keyed is None:
                         continue
-                    theirs = KeyGroupRange(*s["key_group_range"])
-                    if len(mine.intersect(theirs)):
-                        spec["keyed"].append(handle)
+                    if s.key_group_range is None:
+                        raise CorruptCheckpointError(
+                            f"operator {uid!r}: subtask {s.index} of {snapshot.directory} has "
+                            "keyed state without a key_group_range; the snapshot is corrupt")
+                    if len(mine.intersect(KeyGroupRange(*s.key_group_range))):
+                        spec["keyed"].append(s.keyed)
             result.setdefault((vertex.id, sub), {})[uid] = spec
     return result

@@ -152,8 +152,9 @@ def checkpoint_directory(job_dir: str, checkpoint_id: int) -> str:
 
 
 def savepoint_directory(savepoint_root: str, job_id: str, checkpoint_id: int) -> str:
-    """``<savepoint-root>/savepoint-<job-id-prefix>-<N>`` (local or S3)."""
-    return join(absolute_location(savepoint_root), f"savepoint-{job_id[:6]}-{checkpoint_id}")
+    """``<savepoint-root>/savepoint-<job-id>-<N>`` (local or S3); the full job id, so two
+    jobs whose ids share a prefix never share a savepoint name."""
+    return join(absolute_location(savepoint_root), f"savepoint-{job_id}-{checkpoint_id}")
 
 
 def default_savepoint_root(checkpoint_root: str) -> str:

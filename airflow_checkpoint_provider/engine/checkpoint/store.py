@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,13 +43,13 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from sqlalchemy import Engine, create_engine, event, func, inspect, select, text, update
+from sqlalchemy import Engine, create_engine, delete, event, func, inspect, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from ..errors import EngineError
+from ..errors import EngineError, JobIdInUseError, JobNameInUseError
 from .models import (
     TERMINAL_CONTROL_REQUEST_STATUSES,
     TERMINAL_JOB_STATUSES,
@@ -91,6 +91,14 @@ _alembic_lock = threading.Lock()  # alembic's `context` / `op` proxies are proce
 
 #: job states in which a job may still run (the rest are terminal)
 ACTIVE_JOB_STATUSES = ("CREATED", "RUNNING", "RESTARTING")
+#: seconds without a heartbeat after which an active job is LOST (env overrides)
+HEARTBEAT_TIMEOUT_ENV = "CKPT_HEARTBEAT_TIMEOUT_S"
+DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
+
+
+def heartbeat_timeout() -> float:
+    """The heartbeat timeout in seconds (``$CKPT_HEARTBEAT_TIMEOUT_S``, default 60)."""
+    return float(os.environ.get(HEARTBEAT_TIMEOUT_ENV, DEFAULT_HEARTBEAT_TIMEOUT_S))
 
 
 class MetadataSchemaError(EngineError):
@@ -169,6 +177,7 @@ class AttemptRecord(_Record):
     restored_checkpoint_id: int | None
     restored_from: str | None
     failure_reason: str | None
+    placement: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_row(cls, row: JobAttemptRow) -> AttemptRecord:
@@ -180,6 +189,7 @@ class AttemptRecord(_Record):
             restored_checkpoint_id=row.restored_checkpoint_id,
             restored_from=row.restored_from,
             failure_reason=row.failure_reason,
+            placement=row.placement,
         )
 
 
@@ -233,6 +243,7 @@ class ControlRequestRecord(_Record):
     error: str | None
     created_at: datetime
     updated_at: datetime
+    idempotency_key: str | None = None
 
     @property
     def is_done(self) -> bool:
@@ -250,6 +261,7 @@ class ControlRequestRecord(_Record):
             error=row.error,
             created_at=as_utc(row.created_at),
             updated_at=as_utc(row.updated_at),
+            idempotency_key=row.idempotency_key,
         )
 
 
@@ -320,15 +332,61 @@ def create_metadata_engine(url: str) -> Engine:
     return engine
 
 
+def _require_existing_sqlite_file(url: str) -> None:
+    """A client that must not create a DB (``migrate=False``) refuses a SQLite URL whose
+    file does not exist: opening it would silently create a new, empty DB (a typo in a
+    path then looks like "no such job")."""
+    sa_url = make_url(url)
+    if sa_url.get_backend_name() != "sqlite" or _is_sqlite_memory(sa_url.database,
+                                                                     dict(sa_url.query)):
+        return
+    database = sa_url.database or ""
+    if database.startswith("file:"):
+        database = database[len("file:"):].split("?", 1)[0]
+    if not Path(database).expanduser().is_file():
+        raise MetadataSchemaError(
+            f"metadata DB {_redacted(url)}: SQLite file {database} does not exist; check the "
+            f"path, or create the DB with `ckpt db upgrade --db {_redacted(url)}`")
+
+
 def _write_engine(engine: Engine) -> Engine:
     """The same engine whose transactions take the write lock up front on SQLite."""
     return engine.execution_options(**{_SQLITE_BEGIN_OPTION: "IMMEDIATE"})
 
 
+_extracted_migrations: Path | None = None
+
+
+def _migrations_dir() -> Path:
+    """The Alembic scripts directory. When this package is imported from a zip archive
+    (``spark-submit --py-files``, see ``engine/packaging.py``) Alembic cannot read scripts
+    inside it: they are extracted once per process to a temporary directory."""
+    global _extracted_migrations
+    if MIGRATIONS_DIR.is_dir():
+        return MIGRATIONS_DIR
+    if _extracted_migrations is None:
+        import tempfile
+        import zipfile
+
+        archive, _, inner = str(MIGRATIONS_DIR).partition(".zip" + os.sep)
+        if not inner:
+            raise MetadataSchemaError(f"metadata DB migrations not found at {MIGRATIONS_DIR}")
+        target = Path(tempfile.mkdtemp(prefix="ckpt-migrations-"))
+        prefix = inner.replace(os.sep, "/") + "/"
+        with zipfile.ZipFile(archive + ".zip") as zf:
+            for name in zf.namelist():
+                if name.startswith(prefix) and not name.endswith("/"):
+                    dest = target / name[len(prefix):]
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    dest.write_bytes(zf.read(name))
+        _extracted_migrations = target
+    return _extracted_migrations
+
+
 def alembic_config(url: str) -> Config:
     """An Alembic configuration for the metadata DB at ``url``, built without ``alembic.ini``."""
     cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("script_location", str(_migrations_dir()))
     # ConfigParser interpolation: a literal % in a password must be doubled.
     cfg.set_main_option("sqlalchemy.url", to_sqlalchemy_url(url).replace("%", "%%"))
     return cfg
@@ -351,7 +409,7 @@ def _check_schema(engine: Engine) -> None:
         raise MetadataSchemaError(
             f"metadata DB {_redacted(engine)} is at schema revision {current or 'none (empty)'}, "
             f"this client needs {head!r} and does not migrate (migrate=False); run "
-            f"`ckpt db upgrade --metadata-url <url>` or let a job create the schema")
+            f"`ckpt db upgrade --db {_redacted(engine)}` or let a job create the schema")
 
 
 def _upgrade_engine(engine: Engine) -> None:
@@ -466,6 +524,8 @@ class MetadataStore:
         self.url = to_sqlalchemy_url(url)
         #: the URL with its password hidden: the only form that may be logged or printed
         self.safe_url = _redacted(self.url)
+        if not migrate:
+            _require_existing_sqlite_file(self.url)
         self._engine = create_metadata_engine(self.url)
         self._read_sessions = sessionmaker(self._engine, expire_on_commit=False)
         self._write_sessions = sessionmaker(_write_engine(self._engine), expire_on_commit=False)
@@ -519,16 +579,69 @@ class MetadataStore:
 
     # -- jobs -------------------------------------------------------------------------------
 
+    def _mark_lost(self, session: Session, job_name: str | None = None,
+                   timeout: float | None = None) -> list[str]:
+        """Mark active jobs whose heartbeat (or creation, if they never heartbeated) is older
+        than ``timeout`` LOST, fail their open control requests; return their ids."""
+        timeout = heartbeat_timeout() if timeout is None else timeout
+        now = utcnow()
+        cutoff = now - timedelta(seconds=timeout)
+        query = select(JobRow).where(JobRow.status.in_(ACTIVE_JOB_STATUSES))
+        if job_name is not None:
+            query = query.where(JobRow.job_name == job_name)
+        lost = []
+        for row in session.scalars(query):
+            last = _aware(row.heartbeat_at) or as_utc(row.created_at)
+            if last >= cutoff:
+                continue
+            row.status = JobStatus.LOST.value
+            row.failure_reason = (f"no heartbeat since {last:%Y-%m-%d %H:%M:%S} UTC (more than "
+                                  f"{timeout:.0f} s): the job's driver is presumed dead")
+            row.updated_at = now
+            session.execute(
+                update(ControlRequestRow)
+                .where(ControlRequestRow.job_id == row.job_id,
+                       ControlRequestRow.status.not_in(list(TERMINAL_CONTROL_REQUEST_STATUSES)))
+                .values(status=ControlRequestStatus.FAILED.value, updated_at=now,
+                        error=f"job {row.job_name} ({row.job_id}) is LOST: {row.failure_reason}")
+                .execution_options(synchronize_session=False))
+            lost.append(row.job_id)
+        return lost
+
+    def mark_lost_jobs(self, job_name: str | None = None, *,
+                       timeout: float | None = None) -> list[str]:
+        """Declare active jobs without a recent heartbeat LOST (see :class:`JobStatus`);
+        returns their ids."""
+        lost = self._write(lambda s: self._mark_lost(s, job_name, timeout), "mark_lost_jobs")
+        for job_id in lost:
+            log.warning("Job %s has no recent heartbeat: marked LOST", job_id)
+        return lost
+
     def create_job(self, *, job_id: str, job_name: str, parallelism: int,
                    version: str | None = None, restored_from: str | None = None,
-                   spark_app_id: str | None = None) -> JobRecord:
-        """Insert a job in status CREATED, attempt 0. Raises ``ValueError`` if the id exists."""
+                   spark_app_id: str | None = None, exclusive_name: bool = False) -> JobRecord:
+        """Insert a job in status CREATED, attempt 0. Raises :class:`JobIdInUseError` (a
+        ``ValueError``) if the id exists. ``exclusive_name``: one live job per name -- jobs
+        of this name without a recent heartbeat are marked LOST first, and a live one makes
+        this raise :class:`JobNameInUseError` naming it (checked in the same transaction)."""
 
         def fn(session: Session) -> JobRecord:
             existing = session.get(JobRow, job_id)
             if existing is not None:
-                raise ValueError(f"job {job_id!r} already exists (job {existing.job_name}, "
-                                 f"{existing.status}); use a new job id")
+                raise JobIdInUseError(
+                    f"job id {job_id!r} already exists (job {existing.job_name}, "
+                    f"{existing.status}); pick another id or omit --job-id")
+            if exclusive_name:
+                self._mark_lost(session, job_name)
+                live = session.scalars(select(JobRow).where(
+                    JobRow.job_name == job_name,
+                    JobRow.status.in_(ACTIVE_JOB_STATUSES))).first()
+                if live is not None:
+                    raise JobNameInUseError(
+                        f"job name {job_name!r} is in use by live job {live.job_id} "
+                        f"({live.status}); stop or cancel it first (ckpt stop/cancel "
+                        f"{live.job_id}), or wait until it has had no heartbeat for "
+                        f"{heartbeat_timeout():.0f} s")
             now = utcnow()
             row = JobRow(job_id=job_id, job_name=job_name, version=version,
                          status=JobStatus.CREATED.value, restored_from=restored_from,
@@ -571,18 +684,25 @@ class MetadataStore:
 
         self._write(fn, "set_spark_app_id")
 
-    def heartbeat(self, job_id: str) -> None:
-        """Refresh ``jobs.heartbeat_at`` (only that column)."""
+    def heartbeat(self, job_id: str) -> str:
+        """Refresh ``jobs.heartbeat_at`` (only that column) unless the job was declared LOST
+        meanwhile; returns the job's status (a driver whose job is LOST must stop)."""
 
-        def fn(session: Session) -> None:
+        def fn(session: Session) -> str:
             result = session.execute(
-                update(JobRow).where(JobRow.job_id == job_id).values(heartbeat_at=utcnow())
+                update(JobRow).where(JobRow.job_id == job_id,
+                                     JobRow.status != JobStatus.LOST.value)
+                .values(heartbeat_at=utcnow())
                 .execution_options(synchronize_session=False)
             )
             if result.rowcount != 1:  # type: ignore[attr-defined]
-                raise LookupError(f"no job with id {job_id!r}")
+                row = session.get(JobRow, job_id)
+                if row is None:
+                    raise LookupError(f"no job with id {job_id!r}")
+                return row.status
+            return JobStatus.RUNNING.value
 
-        self._write(fn, "heartbeat")
+        return self._write(fn, "heartbeat")
 
     def get_job(self, job_id: str) -> JobRecord | None:
         def fn(session: Session) -> JobRecord | None:
@@ -674,6 +794,17 @@ class MetadataStore:
             row.failure_reason = failure_reason
 
         self._write(fn, "end_attempt")
+
+    def set_attempt_placement(self, job_id: str, attempt: int, placement: list[dict]) -> None:
+        """Record where each slot of an attempt runs (host, pid, Spark executor)."""
+
+        def fn(session: Session) -> None:
+            row = session.get(JobAttemptRow, (job_id, attempt))
+            if row is None:
+                raise LookupError(f"job {job_id!r} has no attempt {attempt}")
+            row.placement = [dict(p) for p in placement]
+
+        self._write(fn, "set_attempt_placement")
 
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         """The job's attempts, oldest first."""
@@ -777,6 +908,54 @@ class MetadataStore:
                 )
 
         self._write(fn, "set_checkpoint_status")
+
+    def checkpoint_at(self, location: str) -> CheckpointRecord | None:
+        """The checkpoint or savepoint row whose ``location`` is exactly ``location``."""
+
+        def fn(session: Session) -> CheckpointRecord | None:
+            row = session.scalars(select(CheckpointRow).where(
+                CheckpointRow.location == location).limit(1)).first()
+            return None if row is None else CheckpointRecord.from_row(row)
+
+        return self._read(fn, "checkpoint_at")
+
+    def jobs_restored_from_job(self, job_id: str) -> list[JobRecord]:
+        """Jobs whose ``restored_from`` is one of ``job_id``'s checkpoints or savepoints."""
+
+        def fn(session: Session) -> list[JobRecord]:
+            locations = select(CheckpointRow.location).where(CheckpointRow.job_id == job_id)
+            rows = session.scalars(select(JobRow).where(JobRow.restored_from.in_(locations))
+                                   .order_by(JobRow.created_at, JobRow.job_id))
+            return [JobRecord.from_row(r) for r in rows]
+
+        return self._read(fn, "jobs_restored_from_job")
+
+    def prune_checkpoint_history(self, job_id: str, keep: int) -> int:
+        """Delete the job's SUBSUMED and FAILED checkpoint rows whose id is not among the
+        newest ``keep`` checkpoint ids; savepoints and other statuses stay. Returns how many
+        rows were deleted."""
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1 (got {keep})")
+
+        def fn(session: Session) -> int:
+            newest = session.scalar(select(func.max(CheckpointRow.checkpoint_id))
+                                    .where(CheckpointRow.job_id == job_id))
+            if newest is None or newest <= keep:
+                return 0
+            result = session.execute(
+                delete(CheckpointRow)
+                .where(CheckpointRow.job_id == job_id,
+                       CheckpointRow.kind == CheckpointKind.CHECKPOINT.value,
+                       CheckpointRow.status.in_([CheckpointStatus.SUBSUMED.value,
+                                                 CheckpointStatus.FAILED.value]),
+                       CheckpointRow.checkpoint_id <= newest - keep)
+                .execution_options(synchronize_session=False))
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+        count = self._write(fn, "prune_checkpoint_history")
+        if count:
+            log.info("Pruned %d old checkpoint rows of job %s (history %d)", count, job_id, keep)
+        return count
 
     def get_checkpoint(self, job_id: str, checkpoint_id: int) -> CheckpointRecord | None:
         def fn(session: Session) -> CheckpointRecord | None:
@@ -907,34 +1086,67 @@ class MetadataStore:
     # -- control requests -------------------------------------------------------------------
 
     def submit_control_request(self, job_id: str, action: str,
-                               params: dict | None = None) -> str:
+                               params: dict | None = None, *,
+                               idempotency_key: str | None = None) -> str:
         """Ask job ``job_id`` to do ``action`` (a :class:`~.models.ControlAction`); returns the
         request id to poll with :meth:`get_control_request`.
 
-        Raises ``ValueError`` for an unknown action or a job that already ended, and
-        ``LookupError`` for an unknown job.
+        ``idempotency_key``: a client that may submit the same logical request twice (an
+        Airflow task's retry, a re-run) passes the same key each time; when a request with
+        that key exists, its id is returned and nothing is inserted, whatever the job's
+        status now (a STOP that already stopped the job is found, not refused).
+
+        Raises ``ValueError`` for an unknown action, a job that already ended, or a key
+        already used for another job or action, and ``LookupError`` for an unknown job.
         """
         action = _choice(ControlAction, action, "control action")
         if params is not None and not isinstance(params, dict):
             raise ValueError(f"control request params must be a dict, not {type(params).__name__}")
+        if idempotency_key is not None and not 0 < len(idempotency_key) <= 255:
+            raise ValueError("control request idempotency_key must be 1 to 255 characters")
         request_id = uuid.uuid4().hex
 
-        def fn(session: Session) -> str:
+        def fn(session: Session) -> tuple[str, str, bool]:
+            if idempotency_key is not None:
+                known = session.scalars(select(ControlRequestRow).where(
+                    ControlRequestRow.idempotency_key == idempotency_key)).first()
+                if known is not None:
+                    if known.job_id != job_id or known.action != action:
+                        raise ValueError(
+                            f"idempotency key {idempotency_key!r} already names request "
+                            f"{known.request_id} ({known.action} of job {known.job_id})")
+                    return known.request_id, self._job_row(session, job_id).job_name, False
             job = self._job_row(session, job_id)
+            self._mark_lost(session, job.job_name)  # a request to a dead driver fails at once
             if job.status in TERMINAL_JOB_STATUSES:
-                raise ValueError(f"job {job.job_name} ({job_id}) is {job.status}: it takes no "
-                                 f"more control requests")
+                reason = f" ({job.failure_reason})" if job.status == JobStatus.LOST else ""
+                raise ValueError(f"job {job.job_name} ({job_id}) is {job.status}{reason}: it "
+                                 f"takes no more control requests")
             now = utcnow()
             session.add(ControlRequestRow(
                 request_id=request_id, job_id=job_id, action=action, params=dict(params or {}),
                 status=ControlRequestStatus.PENDING.value, result=None, error=None,
-                created_at=now, updated_at=now))
-            return job.job_name
+                created_at=now, updated_at=now, idempotency_key=idempotency_key))
+            return request_id, job.job_name, True
 
-        name = self._write(fn, "submit_control_request")
-        log.info("Submitted control request %s: %s for job %s (%s)", request_id, action, name,
-                 job_id)
-        return request_id
+        found_id, name, created = self._write(fn, "submit_control_request")
+        if created:
+            log.info("Submitted control request %s: %s for job %s (%s)", found_id, action, name,
+                     job_id)
+        else:
+            log.info("Control request %s (%s for job %s) already exists for idempotency key %s",
+                     found_id, action, name, idempotency_key)
+        return found_id
+
+    def find_control_request(self, idempotency_key: str) -> ControlRequestRecord | None:
+        """The request submitted with ``idempotency_key``, if any."""
+
+        def fn(session: Session) -> ControlRequestRecord | None:
+            row = session.scalars(select(ControlRequestRow).where(
+                ControlRequestRow.idempotency_key == idempotency_key)).first()
+            return None if row is None else ControlRequestRecord.from_row(row)
+
+        return self._read(fn, "find_control_request")
 
     def claim_control_requests(self, job_id: str) -> list[ControlRequestRecord]:
         """Move the job's PENDING requests to IN_PROGRESS and return them, oldest first.

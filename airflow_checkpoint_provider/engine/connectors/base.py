@@ -98,3 +98,14 @@ class Sink:
 
     def describe(self) -> str:
         return type(self).__name__
+
+    def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
+        """Refuse transactions restored from a snapshot (untrusted input) that this sink could
+        not commit safely, with :class:`~..errors.CorruptCheckpointError`. Called by the job
+        master before any task starts; the default accepts everything."""
+
+    def discard_committed_after(self, operator_uid: str, job_id: str, checkpoint_id: int) -> list[str]:
+        """Undo what job ``job_id`` committed for checkpoints after ``checkpoint_id``, when
+        a job falls back to that checkpoint because newer ones are corrupt (their records are
+        replayed). The default keeps everything (a sink that cannot undo may duplicate)."""
+        return []

@@ -29,7 +29,7 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import ConfigurationError, EngineError, RestoreError
+from ..errors import ConfigurationError, DeterministicError, EngineError, RestoreError
 from .base import Source, SourceContext, SplitReader
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ EXTENSIONS: dict[str, str] = {
 DEFAULT_PARQUET_BATCH_SIZE = 4096
 
 
-class MalformedFileError(EngineError):
+class MalformedFileError(DeterministicError):
     """A file of a :class:`FileSource` holds something that is not a record of its format."""
 
 
@@ -158,13 +158,38 @@ class FileSource(Source):
                 if self._selects(rel):
                     found.append(str(rel))
         found.sort()
+        self._check_csv_headers(found)
         log.info("File source %s lists %d files", self.describe(), len(found))
         return found
+
+    def _check_csv_headers(self, files: list[str]) -> None:
+        """Every CSV file of the source has the same header (a file with other columns
+        would be read with missing or misnamed fields without a word)."""
+        first: tuple[str, list[str]] | None = None
+        for rel in files:
+            if self.format_of(rel) != "csv":
+                continue
+            with open(os.path.join(self.directory, rel), newline="", encoding="utf-8-sig") as f:
+                header = next(csv.reader(f), [])
+            if first is None:
+                first = (rel, header)
+            elif header != first[1]:
+                raise MalformedFileError(
+                    f"FileSource {self.describe()}: CSV file {rel} has the header {header}, but "
+                    f"{first[0]} has {first[1]}; every CSV file of a source needs the same "
+                    f"columns")
 
     def _selects(self, rel: PurePosixPath) -> bool:
         known = EXTENSIONS.get(rel.suffix.lower())
         if self.pattern is None:
-            return known is not None and (self.format is None or known == self.format)
+            if self.format == "jsonl" and rel.suffix.lower() == ".json":
+                return True  # JSON Lines files are often named .json
+            selected = known is not None and (self.format is None or known == self.format)
+            if not selected:
+                log.warning("File source %s skips %s: its extension does not match format %s "
+                            "(pass pattern= to select it)", self.describe(), rel,
+                            self.format or "by extension")
+            return selected
         if not rel.match(self.pattern):
             return False
         if self.format is None and known is None:
@@ -251,6 +276,9 @@ class _JsonLinesReader(SplitReader):
                         f"{where}: restored byte offset {offset} is not the start of a line "
                         f"in {path}; the file changed since the checkpoint"
                     )
+            self._file.seek(0)
+            # line numbers for error messages: count the lines before a restored offset once
+            self._line = self._file.read(offset).count(b"\n") if offset else 0
             self._file.seek(offset)
         except BaseException:
             self.close()
@@ -271,17 +299,19 @@ class _JsonLinesReader(SplitReader):
                 break
             start = self._offset
             self._offset += len(line)
+            self._line += 1
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except ValueError as e:
                 raise MalformedFileError(
-                    f"{self.where}: invalid JSON in {self.path} at byte {start}: {e}"
+                    f"{self.where}: invalid JSON in {self.path} line {self._line} (byte {start}): "
+                    f"{getattr(e, 'msg', e)}"
                 ) from e
             if not isinstance(record, dict):
                 raise MalformedFileError(
-                    f"{self.where}: the line at byte {start} of {self.path} is a JSON "
+                    f"{self.where}: line {self._line} (byte {start}) of {self.path} is a JSON "
                     f"{type(record).__name__}, not an object"
                 )
             out.append(record)

@@ -14,9 +14,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import uuid
 from collections.abc import Iterator
 
+from ..snapshot.handles import SinkTransaction
+from ..snapshot.paths import corrupt
 from .base import Sink, SinkWriter, SourceContext
 
 log = logging.getLogger(__name__)
@@ -36,8 +39,76 @@ class FileSink(Sink):
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
         return _FileSinkWriter(self.directory, ctx)
 
+    def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
+        check_transactions(transactions, location=location)
+
+    def discard_committed_after(self, operator_uid: str, job_id: str, checkpoint_id: int) -> list[str]:
+        """Delete the part files that job ``job_id`` committed for checkpoints after
+        ``checkpoint_id`` (the job restores an older checkpoint because a newer one is
+        corrupt: their records are replayed and committed again). Returns the deleted names."""
+        if not os.path.isdir(self.directory):
+            return []
+        doomed = []
+        for name in sorted(os.listdir(self.directory)):
+            m = _PART_SUFFIX.search(name)
+            if (m and int(m[1]) > checkpoint_id
+                    and name == final_name(operator_uid, job_id, int(m[1]), int(m[2]))):
+                os.remove(os.path.join(self.directory, name))
+                doomed.append(name)
+        if doomed:
+            _fsync_dir(self.directory)
+            log.warning("File sink %r: discarded %d part files committed after checkpoint %d of "
+                        "job %s (they are written again from checkpoint %d)", operator_uid,
+                        len(doomed), checkpoint_id, job_id, checkpoint_id)
+        return doomed
+
+    def discard_staged_of_job(self, operator_uid: str, job_id: str) -> list[str]:
+        """Delete the ``.inprogress`` files job ``job_id`` staged for ``operator_uid`` (called
+        for an ended job whose checkpoint a new job restored). Returns the deleted names."""
+        staging = os.path.join(self.directory, STAGING)
+        if not os.path.isdir(staging):
+            return []
+        prefix = f"{operator_uid}-{job_id}-"
+        doomed = [n for n in sorted(os.listdir(staging))
+                  if n.startswith(prefix) and _STAGED_REST.match(n[len(prefix):])]
+        for name in doomed:
+            os.remove(os.path.join(staging, name))
+        if doomed:
+            log.info("File sink %r: removed %d staged files left by ended job %s", operator_uid,
+                     len(doomed), job_id)
+        return doomed
+
     def describe(self) -> str:
         return f"files({self.directory})"
+
+
+def check_transactions(transactions: list[object], *, location: str) -> list[SinkTransaction]:
+    """Decode transactions (restored ones come from a snapshot: untrusted): both names must
+    be bare file names, ``staging`` a staged ``.inprogress`` file and ``final`` a ``part-``
+    file, so a commit only renames inside the sink's directory. Anything else is a
+    :class:`~..errors.CorruptCheckpointError` naming the field and ``location``."""
+    out = []
+    for i, raw in enumerate(transactions):
+        txn = raw if isinstance(raw, SinkTransaction) else SinkTransaction.from_dict(
+            raw, location=location, field=f"transactions[{i}]")
+        if not txn.staging.endswith(".inprogress"):
+            raise corrupt(location, f"transactions[{i}].staging",
+                          f"must name a staged .inprogress file, not {txn.staging!r}")
+        if not txn.final.startswith("part-"):
+            raise corrupt(location, f"transactions[{i}].final",
+                          f"must name a part- file, not {txn.final!r}")
+        out.append(txn)
+    return out
+
+
+_PART_SUFFIX = re.compile(r"-c(\d+)-s(\d+)\.jsonl$")
+#: what follows ``<uid>-<job id>-`` in a staged file's name (see ``_FileSinkWriter._open``)
+_STAGED_REST = re.compile(r"^a\d+-s\d+-[0-9a-f]+\.inprogress$")
+
+
+def final_name(operator_uid: str, job_id: str, checkpoint_id: int, subtask: int) -> str:
+    """The committed name of a subtask's file for a checkpoint."""
+    return f"part-{operator_uid}-{job_id}-c{checkpoint_id:06d}-s{subtask:03d}.jsonl"
 
 
 def _fsync_dir(path: str) -> None:
@@ -54,8 +125,8 @@ class _FileSinkWriter(SinkWriter):
         self.staging_dir = os.path.join(directory, STAGING)
         os.makedirs(self.staging_dir, exist_ok=True)
         self.ctx = ctx
-        self.job8 = ctx.job_id[:8]
-        self.prefix = f"{ctx.operator_uid}-{self.job8}-"
+        # the full job id: two jobs whose ids share a prefix must never share file names
+        self.prefix = f"{ctx.operator_uid}-{ctx.job_id}-"
         self._file = None
         self._name: str | None = None
 
@@ -76,21 +147,25 @@ class _FileSinkWriter(SinkWriter):
         os.fsync(self._file.fileno())
         self._file.close()
         txn = {"staging": self._name,
-               "final": f"part-{self.ctx.operator_uid}-{self.job8}-c{checkpoint_id:06d}-"
-                        f"s{self.ctx.subtask_index:03d}.jsonl"}
+               "final": final_name(self.ctx.operator_uid, self.ctx.job_id, checkpoint_id,
+                                   self.ctx.subtask_index)}
         self._file, self._name = None, None
         return [txn]
 
+    def _transactions(self, transactions: list[object]) -> list[SinkTransaction]:
+        where = f"(file sink {self.ctx.operator_uid!r} transactions for {self.dir})"
+        return check_transactions(transactions, location=where)
+
     def commit(self, transactions: list[object]) -> None:
-        for txn in transactions:
-            src = os.path.join(self.staging_dir, txn["staging"])
-            dst = os.path.join(self.dir, txn["final"])
+        for txn in self._transactions(transactions):
+            src = os.path.join(self.staging_dir, txn.staging)
+            dst = os.path.join(self.dir, txn.final)
             try:
                 os.replace(src, dst)
             except FileNotFoundError:
                 if not os.path.exists(dst):
                     raise RuntimeError(
-                        f"file sink {self.ctx.operator_uid!r}: transaction {txn['staging']} is "
+                        f"file sink {self.ctx.operator_uid!r}: transaction {txn.staging} is "
                         f"neither staged nor committed in {self.dir}; its data is lost"
                     ) from None
         if transactions:
@@ -98,12 +173,15 @@ class _FileSinkWriter(SinkWriter):
 
     def recover(self, transactions: list[object]) -> None:
         # Every subtask receives every restored transaction; subtask 0 commits and aborts.
+        txns = self._transactions(transactions)  # every subtask refuses a crafted snapshot
         if self.ctx.subtask_index != 0:
             return
-        self.commit(transactions)
-        keep = {t["staging"] for t in transactions}
+        self.commit(txns)
+        keep = {t.staging for t in txns}
         for name in os.listdir(self.staging_dir):
-            if not name.startswith(self.prefix) or name in keep:
+            # the prefix alone would also match a job whose id extends this one's ("x" vs "x-2")
+            if (not name.startswith(self.prefix) or name in keep
+                    or not _STAGED_REST.match(name[len(self.prefix):])):
                 continue
             attempt = name[len(self.prefix):].split("-", 1)[0]
             if attempt != f"a{self.ctx.attempt}":

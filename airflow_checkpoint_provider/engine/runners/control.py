@@ -19,7 +19,7 @@ import logging
 import os
 
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
-from ..checkpoint.storage import absolute_location, is_s3, savepoint_directory
+from ..checkpoint.storage import absolute_location, is_s3, parent, savepoint_directory
 from ..errors import CheckpointDeclined
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,17 @@ class ControlPlane:
         if ".." in requested.replace("\\", "/").split("/"):
             raise CheckpointDeclined(f"savepoint directory {requested!r} must not contain '..'")
         path = _resolved(requested)
+        # The checkpoint root holds every job's checkpoint directories, which retention
+        # deletes: a savepoint in there would be deleted with them (its row still COMPLETED).
+        # Only the configured savepoint root may lie inside it.
+        checkpoint_root = _resolved(parent(parent(self.coordinator.job_dir)))
+        if _under(path, checkpoint_root) and not _under(path, _resolved(self.savepoint_root)):
+            raise CheckpointDeclined(
+                f"savepoint directory {requested!r} is inside the checkpoint directory "
+                f"{checkpoint_root}, whose job directories are deleted by checkpoint retention; "
+                f"use {self.savepoint_root} or a directory outside the checkpoint directory")
         for root in self.allowed_roots:
-            if path == root or path.startswith(root.rstrip("/") + "/"):
+            if _under(path, root):
                 return path
         raise CheckpointDeclined(
             f"savepoint directory {requested!r} is outside the allowed roots "
@@ -132,6 +141,10 @@ class ControlPlane:
         if self.cancel_request:
             self.db.write("finish_control_request", self.cancel_request, status="SUCCEEDED",
                                               result={"status": "CANCELED"})
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _resolved(location: str) -> str:

@@ -14,40 +14,42 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Protocol
 
 import cloudpickle
 
 from ..api import JobResult, Pipeline
+from ..checkpoint.cleanup import discard_partial_checkpoints
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.metadata import LoadedSnapshot, load_snapshot
 from ..checkpoint.restore import assign_restore, operator_kind
-from ..checkpoint.storage import default_savepoint_root, job_directory
+from ..checkpoint.storage import absolute_location, default_savepoint_root, job_directory
 from ..checkpoint.store import MetadataStore
 from ..config import CheckpointingMode
 from ..errors import (
-    CheckpointDeclined,
     ConfigurationError,
-    EngineError,
+    CorruptCheckpointError,
     JobFailedError,
     RestoreError,
 )
 from ..graph import ExecutionGraph
 from ..metrics import JobMetrics, metrics_port_from_env
+from ..names import ensure_under, validate_job_id, validate_job_name
 from ..progress import ProgressReporter
 from ..runtime import protocol as P
+from ..runtime.auth import accept_peer, new_secret
+from ..snapshot.verify import verify_snapshot
+from .attempt import AttemptOutcome, AttemptRun
 from .control import ControlPlane
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_SECONDS = 1.0
 FINAL_WRITE_SECONDS = 60.0
-STARTUP_TIMEOUT_SECONDS = 120.0
 
 
 class Launcher(Protocol):
-    def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int) -> None: ...
+    def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int,
+              secret: bytes | None = None) -> None: ...
     def poll(self) -> str | None: ...
     def stop(self) -> None: ...
 
@@ -55,8 +57,10 @@ class Launcher(Protocol):
 class CoordinatorServer:
     """Accepts slot control connections and turns their messages into events."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
+                 secret: bytes | None = None) -> None:
         self.events: queue.Queue = queue.Queue()
+        self.secret = secret  # peers must prove they hold it (runtime/auth.py)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
@@ -76,6 +80,9 @@ class CoordinatorServer:
             threading.Thread(target=self._read, args=(cc,), daemon=True).start()
 
     def _read(self, cc: P.ControlConnection) -> None:
+        if not accept_peer(cc.sock, self.secret, "control"):
+            cc.close()  # never an event: an unknown peer cannot register or cause a failover
+            return
         try:
             while True:
                 self.events.put(("msg", cc, cc.recv()))
@@ -85,13 +92,6 @@ class CoordinatorServer:
     def close(self) -> None:
         self._closed = True
         self.sock.close()
-
-
-@dataclass
-class AttemptOutcome:
-    status: str            # FINISHED | STOPPED | CANCELED | FAILED
-    failure: str | None = None
-    fatal: bool = False    # no restart can help (e.g. the snapshot to restore is corrupt)
 
 
 class JobMaster:
@@ -127,29 +127,124 @@ class JobMaster:
 
     # -- internals ------------------------------------------------------------------------
     def _resolve_restore(self, store: MetadataStore, restore: str | None) -> LoadedSnapshot | None:
+        """The snapshot to start from. An explicit path must verify (else
+        CorruptCheckpointError/RestoreError). ``latest`` falls back: a corrupt or incomplete
+        newest checkpoint is marked CORRUPT and the next older COMPLETED one is tried."""
         if restore is None:
             return None
-        if restore == "latest":
+        if restore != "latest":
+            snapshot = load_snapshot(restore)
+            self._check_snapshot(snapshot)
+            return snapshot
+        skipped: set[str] = set()   # jobs whose newer checkpoints were corrupt
+        seen: set[tuple[str, int]] = set()
+        while True:
             rec = store.latest_completed_checkpoint(job_name=self.pipeline.name)
-            if rec is None:
+            if rec is None or (rec.job_id, rec.checkpoint_id) in seen:
                 log.info("No completed checkpoint of job %s to restore: starting with empty state",
                          self.pipeline.name)
                 return None
-            return load_snapshot(rec.location)
-        return load_snapshot(restore)
+            seen.add((rec.job_id, rec.checkpoint_id))
+            snapshot = _load_restorable(
+                self._check_snapshot, rec.location, f"checkpoint {rec.checkpoint_id} of job {self.pipeline.name} ({rec.job_id})",
+                lambda reason, rec=rec: store.fail_checkpoint(rec.job_id, rec.checkpoint_id,
+                                                              reason=reason, status="CORRUPT"))
+            if snapshot is None:
+                skipped.add(rec.job_id)
+                continue
+            for job in sorted(skipped):
+                self._discard_sink_output_after(job, snapshot.checkpoint_id)
+            for job in sorted({j for j, _ in seen}):
+                try:
+                    discard_partial_checkpoints(store, job)
+                except Exception as exc:  # noqa: BLE001 - housekeeping must not block a restore
+                    log.warning("Could not clean up partial checkpoints of job %s: %s", job, exc)
+            return snapshot
+
+    def _latest_restorable(self) -> LoadedSnapshot | None:
+        """On failover: the newest retained completed checkpoint that verifies; corrupt ones
+        are marked CORRUPT and dropped from the retained list (their files are kept)."""
+        coord = self.coordinator
+        fell_back = False
+        while coord.completed:
+            c = coord.completed[-1]
+            mark = (lambda reason: None) if c.claimed else (
+                lambda reason, c=c: coord.db.write("fail_checkpoint", self.job_id, c.checkpoint_id,
+                                                   reason=reason, status="CORRUPT"))
+            snapshot = _load_restorable(self._check_snapshot, c.location, f"checkpoint {c.checkpoint_id} of job "
+                                        f"{self.pipeline.name} ({self.job_id})", mark)
+            if snapshot is not None:
+                if fell_back:
+                    self._discard_sink_output_after(self.job_id, snapshot.checkpoint_id)
+                return snapshot
+            coord.completed.pop()
+            fell_back = True
+        if fell_back:
+            self._discard_sink_output_after(self.job_id, -1)
+        return None
+
+    def _check_snapshot(self, snapshot: LoadedSnapshot) -> None:
+        """Before restoring: every state file matches its size and checksum, and every sink
+        accepts its restored transactions (CorruptCheckpointError otherwise)."""
+        verify_snapshot(snapshot)
+        ops = snapshot.metadata.operators
+        for v in self.graph.vertices:
+            for n in v.nodes:
+                if n.kind == "sink" and n.uid in ops:
+                    where = f"{snapshot.directory} (operator {n.uid!r})"
+                    txns = []
+                    for sub in ops[n.uid].subtasks:
+                        for entry in sub.operator_state:
+                            if not isinstance(entry, dict) or not isinstance(
+                                    entry.get("transactions"), list):
+                                raise CorruptCheckpointError(
+                                    f"snapshot {where}: field subtasks[{sub.index}].operator_state "
+                                    "must hold {checkpoint_id, transactions} entries; the snapshot "
+                                    "is corrupt or was tampered with")
+                            txns.extend(entry["transactions"])
+                    n.payload.check_restored_transactions(txns, location=where)
+
+    def _discard_sink_output_after(self, job_id: str, checkpoint_id: int) -> None:
+        """Falling back past completed checkpoints: sinks undo what ``job_id`` committed for
+        them (those records are replayed from ``checkpoint_id``), so output stays exactly once."""
+        for v in self.graph.vertices:
+            for n in v.nodes:
+                if n.kind == "sink" and n.uid:
+                    n.payload.discard_committed_after(n.uid, job_id, checkpoint_id)
+
+    def discard_orphaned_staging(self) -> None:
+        """Once the first attempt runs (every sink has recovered the restored transactions),
+        staged files the job we restored from left behind are orphans -- if that job has
+        ended: its uncommitted records are replayed by this job. A predecessor that still
+        runs (blue-green) keeps its staged files."""
+        initial = getattr(self, "initial", None)
+        pred = initial.doc.get("job_id") if initial is not None else None
+        if not pred or pred == self.job_id:
+            return
+        rec = self.store.get_job(pred)
+        if rec is None or not rec.is_terminal:
+            return
+        for v in self.graph.vertices:
+            for n in v.nodes:
+                if n.kind == "sink" and n.uid and hasattr(n.payload, "discard_staged_of_job"):
+                    n.payload.discard_staged_of_job(n.uid, pred)
 
     def _run(self, graph: ExecutionGraph, store: MetadataStore, restore: str | None,
              job_id: str | None) -> JobResult:
         p = self.pipeline
         initial = self._resolve_restore(store, restore)
+        self.initial = initial
         if initial is not None:  # validate before anything is created
             assign_restore(initial, graph, allow_non_restored_state=self.allow_non_restored_state)
-        job_id = job_id or uuid.uuid4().hex
-        job_dir = job_directory(p.checkpoint.directory, p.name, job_id)
+        job_id = validate_job_id(job_id or uuid.uuid4().hex)
+        job_dir = ensure_under(absolute_location(p.checkpoint.directory),
+                               job_directory(p.checkpoint.directory, validate_job_name(p.name),
+                                             job_id), "job checkpoint directory")
         store.create_job(job_id=job_id, job_name=p.name, parallelism=graph.num_slots,
                          version=p.version,
                          restored_from=initial.directory if initial is not None else None,
-                         spark_app_id=getattr(self, "spark_app_id", None))
+                         spark_app_id=getattr(self, "spark_app_id", None),
+                         exclusive_name=True)  # one live job per name
         self.job_id, self.job_dir, self.store = job_id, job_dir, store
         self.startup_seconds: list[float] = []   # per attempt: launch -> every slot running
         self.peak_rss_mb: dict[int, float] = {}  # slot -> peak resident memory of its process
@@ -162,7 +257,9 @@ class JobMaster:
                 if n.uid:
                     operator_info[n.uid] = {"kind": operator_kind(n.kind), "parallelism": v.parallelism,
                                             "max_parallelism": graph.max_parallelism}
-        server = CoordinatorServer(self.coordinator_host, self.coordinator_port)
+        self.secret = new_secret()  # per job; handed to the slots by the launcher only
+        server = CoordinatorServer(self.coordinator_host, self.coordinator_port,
+                                   secret=self.secret)
         self.server = server
         self.conns: dict[int, P.ControlConnection] = {}
         first_id = max(initial.checkpoint_id if initial else 0, store.max_checkpoint_id(job_id)) + 1
@@ -183,54 +280,12 @@ class JobMaster:
             savepoint_root=p.checkpoint.savepoint_directory
             or default_savepoint_root(p.checkpoint.directory),
             allowed_roots=(p.checkpoint.directory, *p.checkpoint.allowed_savepoint_roots))
-        port = self.metrics_port if self.metrics_port is not None else metrics_port_from_env()
-        if port is not None:
-            self.metrics = JobMetrics(job_name=p.name, job_id=job_id)
-            self.metrics.start(port, host=self.metrics_host)
-            self.coordinator.listeners.append(self.metrics.checkpoint_listener)
-            log.info("Prometheus metrics of job %s on http://%s:%d/metrics", p.name,
-                     self.metrics_host, self.metrics.port)
-        if self.show_progress:
-            self.progress = ProgressReporter(p.name)
-            self.coordinator.listeners.append(self._progress_listener)
+        self._start_reporting(job_id)
         log.info("Starting job %s (%s) with %d slots%s", p.name, job_id, graph.num_slots,
                  f", restoring {initial.directory}" if initial else "")
-        restarts = 0
-        attempt = 0
-        snapshot = initial
-        status, failure = "FAILED", None
+        status, failure, restarts = "FAILED", None, 0
         try:
-            while True:
-                self.coordinator.db.write("start_attempt", job_id, attempt,
-                                    restored_checkpoint_id=snapshot.checkpoint_id if snapshot else None,
-                                    restored_from=snapshot.directory if snapshot else None)
-                outcome = self._run_attempt(attempt, snapshot)
-                self.coordinator.db.write("end_attempt", job_id, attempt,
-                                          failure_reason=outcome.failure)
-                if outcome.status in ("FINISHED", "STOPPED", "CANCELED"):
-                    status, failure = outcome.status, None
-                    break
-                failure = outcome.failure
-                strategy = p.restart_strategy
-                if outcome.fatal or not strategy.can_restart(restarts):
-                    log.error("Job %s failed and will not restart (%d restarts, strategy %s): %s",
-                              p.name, restarts, strategy.kind, failure)
-                    status = "FAILED"
-                    break
-                restarts += 1
-                if self.metrics:
-                    self.metrics.on_restart()
-                if self.progress:
-                    self.progress.update(status="RESTARTING", restarts=restarts)
-                delay = strategy.delay_for(restarts)
-                self.coordinator.db.write("set_job_status", job_id, "RESTARTING",
-                                          failure_reason=failure)
-                log.warning("Job %s failed (%s); restart %d/%d in %.1f s", p.name, failure,
-                            restarts, strategy.attempts, delay)
-                time.sleep(delay)
-                attempt += 1
-                latest = self.coordinator.completed[-1] if self.coordinator.completed else None
-                snapshot = load_snapshot(latest.location) if latest else initial
+            status, failure, restarts = self._run_attempts(initial)
         finally:
             server.close()
             self.launcher.stop()
@@ -321,139 +376,79 @@ class JobMaster:
         self._broadcast({"type": "abort", "checkpoint_id": chk})
 
     # -- one attempt ----------------------------------------------------------------------
-    def _run_attempt(self, attempt: int, snapshot: LoadedSnapshot | None) -> AttemptOutcome:
-        g, coord = self.graph, self.coordinator
-        try:
-            assignments = (assign_restore(snapshot, g, allow_non_restored_state=self.allow_non_restored_state)
-                           if snapshot else {})
-        except RestoreError as exc:
-            return AttemptOutcome("FAILED", str(exc), fatal=True)
-        num_slots = g.num_slots
-        all_tasks = set(g.tasks())
-        self.conns = {}
-        addresses: dict[int, list] = {}
-        running: set[int] = set()
-        eoi: set[tuple[int, int]] = set()
-        finished_slots: set[int] = set()
-        final_id: int | None = None
-        finish_sent = False
-        control = self.control
-        coord.set_tasks_running(set())
-        self.task_counts = {}  # counters restart with the attempt's tasks
-        try:
-            self.launcher.start(attempt, self.server.address, num_slots)
-        except EngineError as exc:
-            self.launcher.stop()
-            return AttemptOutcome("FAILED", f"cannot start the job's slots: {exc}")
-        started = time.monotonic()
-        last_heartbeat = 0.0
-        events = self.server.events
+    def _start_reporting(self, job_id: str) -> None:
+        """Prometheus metrics (when a port is configured) and the progress line."""
+        p = self.pipeline
+        port = self.metrics_port if self.metrics_port is not None else metrics_port_from_env()
+        if port is not None:
+            self.metrics = JobMetrics(job_name=p.name, job_id=job_id)
+            self.metrics.start(port, host=self.metrics_host)
+            self.coordinator.listeners.append(self.metrics.checkpoint_listener)
+            log.info("Prometheus metrics of job %s on http://%s:%d/metrics", p.name,
+                     self.metrics_host, self.metrics.port)
+        if self.show_progress:
+            self.progress = ProgressReporter(p.name)
+            self.coordinator.listeners.append(self._progress_listener)
 
-        def fail(reason: str) -> AttemptOutcome:
-            coord.abort_all(f"job failover: {reason}", time.monotonic())
-            coord.set_tasks_running(set())
-            self.launcher.stop()
-            for c in self.conns.values():
-                c.close()
-            self.conns = {}
-            _drain(events)
-            return AttemptOutcome("FAILED", reason)
-
+    def _run_attempts(self, initial: LoadedSnapshot | None) -> tuple[str, str | None, int]:
+        """Run attempts until one ends the job or the restart strategy gives up; returns
+        ``(status, failure reason, restarts)``. Each restart restores the latest completed
+        checkpoint that verifies (else the initial snapshot)."""
+        p, db = self.pipeline, self.coordinator.db
+        strategy = p.restart_strategy
+        restarts, attempt, snapshot = 0, 0, initial
         while True:
-            try:
-                kind, conn, msg = events.get(timeout=0.02)
-            except queue.Empty:
-                kind = None
-            now = time.monotonic()
-            if kind == "lost":
-                slot = next((s for s, c in self.conns.items() if c is conn), None)
-                if slot is not None and slot not in finished_slots:
-                    return fail(f"slot {slot} lost its connection to the coordinator")
-            elif kind == "msg":
-                if msg.get("attempt") != attempt:
-                    pass  # a message from a previous attempt's slot
-                elif msg["type"] == "register":
-                    self.conns[msg["slot"]] = conn
-                    conn.send({"type": "job", "payload": self._payload(attempt, msg["slot"], assignments)})
-                elif msg["type"] == "address":
-                    addresses[msg["slot"]] = msg["address"]
-                    if len(addresses) == num_slots:
-                        self._broadcast({"type": "peers", "peers": {str(k): v for k, v in addresses.items()}})
-                elif msg["type"] == "running":
-                    running.add(msg["slot"])
-                    if len(running) == num_slots:
-                        coord.set_tasks_running(all_tasks)
-                        coord.db.write("set_job_status", self.job_id, "RUNNING")
-                        if self.progress:
-                            self.progress.update(status="RUNNING", restarts=attempt)
-                        log.info("Job %s (%s) attempt %d is running (%.2f s to start)",
-                                 self.pipeline.name, self.job_id, attempt, now - started)
-                        self.startup_seconds.append(round(now - started, 3))
-                elif msg["type"] == "ack":
-                    coord.receive_ack(msg["checkpoint_id"], (msg["vertex"], msg["subtask"]), msg, now)
-                elif msg["type"] == "decline":
-                    coord.receive_decline(msg["checkpoint_id"], (msg["vertex"], msg["subtask"]),
-                                          msg["reason"], now)
-                elif msg["type"] == "metrics":
-                    self._on_task_counts((msg["vertex"], msg["subtask"]), msg["counts"])
-                elif msg["type"] == "end_of_input":
-                    eoi.add((msg["vertex"], msg["subtask"]))
-                elif msg["type"] == "task_failed":
-                    log.debug("Remote traceback:\n%s", msg.get("traceback", ""))
-                    outcome = fail(f"task {msg['vertex']}.{msg['subtask']} failed: {msg['error']}")
-                    outcome.fatal = bool(msg.get("fatal"))
-                    return outcome
-                elif msg["type"] == "slot_finished":
-                    finished_slots.add(msg["slot"])
-                    if msg.get("peak_rss_mb") is not None:
-                        slot_id = msg["slot"]
-                        self.peak_rss_mb[slot_id] = max(self.peak_rss_mb.get(slot_id, 0.0),
-                                                        msg["peak_rss_mb"])
-                    if len(finished_slots) == num_slots:
-                        return AttemptOutcome("STOPPED" if control.stop_completed else "FINISHED")
-            # timers
-            coord.check_timeouts(now)
-            if coord.job_failure:
-                reason, coord.job_failure = coord.job_failure, None
-                return fail(reason)
-            control.poll(now, len(running) == num_slots)
-            if final_id is None and not control.has_queued:
-                coord.maybe_trigger_periodic(now)
-            if control.cancel_request:
-                fail("cancelled on request")
-                control.finish_cancel()
-                return AttemptOutcome("CANCELED")
-            if control.stop_completed and not finish_sent:
-                self._broadcast({"type": "finish"})
-                finish_sent = True
-            if control.stop_checkpoint is None and eoi == all_tasks and not coord.final_completed and (
-                    final_id is None or (final_id not in coord.pending)):
-                if not coord.pending and now - coord.last_end >= coord.config.min_pause_ms / 1000.0:
-                    try:
-                        final_id = coord.trigger(now, final=True)
-                    except CheckpointDeclined as exc:
-                        log.debug("final checkpoint not triggered: %s", exc)
-            if coord.final_completed and not finish_sent:
-                self._broadcast({"type": "finish"})
-                finish_sent = True
-            problem = self.launcher.poll()
-            if problem and len(finished_slots) < num_slots:
-                return fail(problem)
-            if len(running) < num_slots and now - started > STARTUP_TIMEOUT_SECONDS:
-                return fail(f"only {len(running)} of {num_slots} slots started within "
-                            f"{STARTUP_TIMEOUT_SECONDS:.0f} s")
-            if now - last_heartbeat >= HEARTBEAT_SECONDS:
-                if coord.db.flush():  # replay queued writes first; heartbeats are not queued
-                    coord.db.read("heartbeat", self.job_id)
-                last_heartbeat = now
+            db.write("start_attempt", self.job_id, attempt,
+                     restored_checkpoint_id=snapshot.checkpoint_id if snapshot else None,
+                     restored_from=snapshot.directory if snapshot else None)
+            outcome = self._run_attempt(attempt, snapshot)
+            db.write("end_attempt", self.job_id, attempt, failure_reason=outcome.failure)
+            if outcome.status in ("FINISHED", "STOPPED", "CANCELED"):
+                return outcome.status, None, restarts
+            failure = outcome.failure
+            if outcome.fatal or not strategy.can_restart(restarts):
+                log.error("Job %s failed and will not restart (%d restarts, strategy %s): %s",
+                          p.name, restarts, strategy.kind, failure)
+                return "FAILED", failure, restarts
+            restarts += 1
+            if self.metrics:
+                self.metrics.on_restart()
+            if self.progress:
+                self.progress.update(status="RESTARTING", restarts=restarts)
+            delay = strategy.delay_for(restarts)
+            db.write("set_job_status", self.job_id, "RESTARTING", failure_reason=failure)
+            log.warning("Job %s failed (%s); restart %d/%d in %.1f s", p.name, failure,
+                        restarts, strategy.attempts, delay)
+            time.sleep(delay)
+            attempt += 1
+            snapshot = self._latest_restorable() or initial
 
-
-def _drain(q: queue.Queue) -> None:
-    while True:
+    def _run_attempt(self, attempt: int, snapshot: LoadedSnapshot | None) -> AttemptOutcome:
         try:
-            q.get_nowait()
-        except queue.Empty:
-            return
+            assignments = (assign_restore(snapshot, self.graph,
+                                          allow_non_restored_state=self.allow_non_restored_state)
+                           if snapshot else {})
+        except (RestoreError, CorruptCheckpointError) as exc:
+            return AttemptOutcome("FAILED", str(exc), fatal=True)
+        return AttemptRun(self, attempt, assignments).run()
+
+
+def _load_restorable(check, location: str, what: str, mark_corrupt) -> LoadedSnapshot | None:
+    """Load and verify the snapshot at ``location`` for an automatic restore; ``None`` (after
+    ``mark_corrupt(reason)`` and a warning naming the bad file) when it is corrupt or
+    incomplete. Storage outages (CheckpointStorageError) propagate: they may pass."""
+    try:
+        snapshot = load_snapshot(location)
+        check(snapshot)
+        return snapshot
+    except (CorruptCheckpointError, RestoreError) as exc:
+        log.warning("Cannot restore %s, marked CORRUPT; trying the next older checkpoint: %s",
+                    what, exc)
+        try:
+            mark_corrupt(str(exc))
+        except Exception as db_exc:  # noqa: BLE001 - the fallback goes on without the mark
+            log.warning("Could not mark %s CORRUPT in the metadata DB: %s", what, db_exc)
+        return None
 
 
 __all__ = ["JobMaster", "CompletedCheckpoint"]

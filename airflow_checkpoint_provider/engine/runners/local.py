@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 
 from ..api import JobResult, Pipeline
+from ..runtime.auth import SECRET_ENV
 from .jobmaster import JobMaster
+
+
+def describe_exit(returncode: int) -> str:
+    """``exited with code 3`` or ``was killed by signal 9 (SIGKILL)``."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown"
+        return f"was killed by signal {-returncode} ({name})"
+    return f"exited with code {returncode}"
+
 
 log = logging.getLogger(__name__)
 
@@ -19,9 +33,12 @@ class LocalProcessLauncher:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int) -> None:
+    def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int,
+              secret: bytes | None = None) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        if secret is not None:  # in the environment, not on the command line `ps` shows
+            env[SECRET_ENV] = secret.hex()
         self.procs = [
             subprocess.Popen(
                 [sys.executable, "-m", "airflow_checkpoint_provider.engine.runtime.slot",
@@ -35,7 +52,7 @@ class LocalProcessLauncher:
         for i, p in enumerate(self.procs):
             rc = p.poll()
             if rc is not None and rc != 0:
-                return f"slot {i} process (pid {p.pid}) exited with code {rc}"
+                return f"slot {i} process (pid {p.pid}) {describe_exit(rc)}"
         return None
 
     def stop(self) -> None:

@@ -26,33 +26,65 @@ from .jobmaster import JobMaster
 log = logging.getLogger(__name__)
 
 
+def configured_master() -> str | None:
+    """The master Spark itself was configured with, or ``None``.
+
+    Under ``spark-submit`` (``--master``, ``--conf spark.master=...``, ``spark-defaults.conf``)
+    the master is a JVM system property, and a ``SparkConf()`` created before the JVM gateway
+    exists is a plain dict that never sees it. So attach to (under spark-submit) or start
+    the gateway first, then read the JVM's configuration: the same answer SparkContext
+    will get.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    conf = SparkConf()
+    return conf.get("spark.master") if conf.contains("spark.master") else None
+
+
 def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = None):
     """A SparkSession for ``master`` set up for barrier jobs. ``None``: the master that
-    spark-submit configured, else ``local[*]``."""
+    spark-submit (or ``spark-defaults.conf``) configured, else ``local[*]``.
+
+    Executors' Python: by default they run the driver's interpreter with the driver's
+    ``sys.path`` (right for local mode and for workers on hosts that share the install).
+    With ``CKPT_SHIP_CODE=1`` (the submit hook's ``ship_code``) the code reaches them as
+    ``--py-files`` archives instead and their interpreter is whatever the cluster is
+    configured with (``spark.pyspark.python``, e.g. a packed env from ``--archives``).
+    Settings the user configured (``--conf``, ``spark-defaults.conf``) are never overridden.
+    """
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    # Executors run the same interpreter (with this package installed) as the driver.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from ..packaging import SHIP_CODE_ENV
+
+    ship_code = os.environ.get(SHIP_CODE_ENV) == "1"
+    if not ship_code:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
+    submitted_master = configured_master()  # also starts (or attaches to) the JVM gateway
     if master is not None:
         builder = builder.master(master)
-    elif not SparkConf().contains("spark.master"):
+    elif submitted_master is None:
         builder = builder.master("local[*]")
+    configured = SparkConf()  # the JVM's view: what spark-submit / spark-defaults.conf set
     conf = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
         # fail fast instead of retrying 40 times when the cluster has too few slots
         # (a restart after a lost executor waits for its replacement: 10 x 2 s)
         "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "10",
         "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "2s",
-        # executors import the same modules as the driver (user pipelines, tests)
-        "spark.executorEnv.PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         "spark.task.maxFailures": "1",
     }
+    if not ship_code:
+        conf.update({
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            # executors import the same modules as the driver (user pipelines, tests)
+            "spark.executorEnv.PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        })
     # Executors need the engine's settings (S3 endpoint and credentials, local dirs...):
     # on a cluster their Python workers do not inherit the driver's environment.
     for name, value in os.environ.items():
@@ -61,6 +93,7 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
     if os.environ.get("SPARK_LOCAL_IP"):
         conf.setdefault("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
         conf.setdefault("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
+    conf = {k: v for k, v in conf.items() if not configured.contains(k)}
     conf.update(extra_conf or {})
     for k, v in conf.items():
         builder = builder.config(k, v)
@@ -69,7 +102,8 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
     return spark
 
 
-def _make_slot_function(attempt: int, coordinator: tuple[str, int]):
+def _make_slot_function(attempt: int, coordinator: tuple[str, int], local_master: bool = False,
+                        secret: bytes | None = None):
     def run_partition(iterator):
         from pyspark import BarrierTaskContext
 
@@ -77,7 +111,17 @@ def _make_slot_function(attempt: int, coordinator: tuple[str, int]):
 
         ctx = BarrierTaskContext.get()
         slot = ctx.partitionId()
-        executor_host = ctx.getTaskInfos()[slot].address.rsplit(":", 1)[0]
+        executor_address = ctx.getTaskInfos()[slot].address
+        executor_host = executor_address.rsplit(":", 1)[0]
+        # A standalone executor runs in <worker work dir>/<app id>/<executor id>; in local
+        # mode the slot runs beside the driver.
+        work_dir = os.getcwd()
+        in_app_dir = os.path.basename(os.path.dirname(work_dir)).startswith("app-")
+        executor_id = "driver" if local_master else (
+            os.path.basename(work_dir) if in_app_dir else None)
+        placement = {"executor_id": executor_id,
+                     "executor_address": executor_address, "work_dir": work_dir,
+                     "python": sys.executable}
         bind_host = os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
         advertise = os.environ.get("SPARK_LOCAL_IP") or executor_host
 
@@ -86,7 +130,7 @@ def _make_slot_function(attempt: int, coordinator: tuple[str, int]):
             return {int(s): a for s, a in (json.loads(i) for i in infos)}
 
         run_slot(slot, attempt, coordinator, exchange_peers=exchange, bind_host=bind_host,
-                 advertise_host=advertise)
+                 advertise_host=advertise, placement=placement, secret=secret)
         yield slot
 
     return run_partition
@@ -135,13 +179,16 @@ class SparkBarrierLauncher:
                 "add executors/cores"
             )
 
-    def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int) -> None:
+    def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int,
+              secret: bytes | None = None) -> None:
         from pyspark import InheritableThread
 
         self.check_slots(num_slots, self.slot_wait_seconds)  # e.g. a lost executor's replacement
         self._error, self._done, self._stopping = None, False, False
         self._group = f"ckpt-{uuid.uuid4().hex[:12]}-a{attempt}"
-        fn = _make_slot_function(attempt, coordinator)
+        # the job secret travels in the stage's closure (Spark's own RPC; enable
+        # spark.authenticate / spark.network.crypto.enabled on untrusted networks)
+        fn = _make_slot_function(attempt, coordinator, self.sc.master.startswith("local"), secret)
 
         def body() -> None:
             try:

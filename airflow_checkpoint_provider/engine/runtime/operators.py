@@ -13,6 +13,7 @@ from ..graph import Node
 from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
 from ..state.keygroups import KeyGroupRange
+from ..state.keys import KeyContract
 from .batches import to_record_batch
 
 
@@ -124,6 +125,7 @@ class KeyedOperator(Operator):
         self.rocksdb = backend == "rocksdb"
         ctx._backend = self.backend
         self.selector = node.key_selector
+        self.keys = KeyContract(node.uid or node.name)  # one key contract for both backends
 
     def snapshot(self, checkpoint_id):
         if self.rocksdb:
@@ -156,10 +158,10 @@ class ProcessOperator(KeyedOperator):
 
     def process(self, records):
         fn = self.node.payload
-        backend, sel, ctx = self.backend, self.selector, self.ctx
+        backend, sel, ctx, check = self.backend, self.selector, self.ctx, self.keys.check
         out: list = []
         for r in records:
-            backend.set_current_key(sel(r))
+            backend.set_current_key(check(sel(r)))
             _emitted(fn.process_element(r, ctx), out)
         return out
 
@@ -189,9 +191,10 @@ class ReduceOperator(KeyedOperator):
 
     def process(self, records):
         fn, backend, sel, state = self.node.payload, self.backend, self.selector, self.state
+        check = self.keys.check
         out: list = []
         for r in records:
-            backend.set_current_key(sel(r))
+            backend.set_current_key(check(sel(r)))
             prev = state.value()
             new = r if prev is None else fn(prev, r)
             state.update(new)

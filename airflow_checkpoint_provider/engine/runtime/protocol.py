@@ -23,6 +23,8 @@ CANCEL = 4         # msgpack checkpoint_id
 END_OF_INPUT = 5   # empty
 HELLO = 6          # msgpack {"vertex", "subtask", "channel"} sent first on a data connection
 CONTROL = 7        # msgpack map (control connection)
+CHALLENGE = 8      # 16-byte nonce, first frame from the accepting side (runtime/auth.py)
+AUTH = 9           # HMAC-SHA256 of the nonce under the job secret, the answer
 
 
 class ConnectionClosed(Exception):

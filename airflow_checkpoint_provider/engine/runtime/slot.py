@@ -31,6 +31,7 @@ import cloudpickle
 from ..graph import FORWARD, ExecutionGraph, channels_for_input
 from ..serialization import unpackb
 from . import protocol as P
+from .auth import accept_peer, connect_peer, secret_from_env
 from .batches import decode_arrow
 from .mailbox import Mailbox
 from .task import OutputChannel, RecordWriter, StreamTask, TaskEnvironment
@@ -83,138 +84,191 @@ def _reader(sock: socket.socket, channel: int, mailbox: Mailbox, gate: threading
 
 def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
              exchange_peers=None, bind_host: str = "127.0.0.1",
-             advertise_host: str | None = None) -> None:
-    """Run one slot until the job finishes it (``finish``) or the coordinator goes away."""
-    ctl = P.ControlConnection(P.connect(*coordinator))
-    ctl.send({"type": "register", "slot": slot, "attempt": attempt, "pid": os.getpid(),
-              "host": socket.gethostname()})
-    msg = ctl.recv()
-    if msg.get("type") != "job":
-        raise SlotAborted(f"expected the job description, got {msg.get('type')}")
-    job = cloudpickle.loads(msg["payload"])
-    graph: ExecutionGraph = job["graph"]
+             advertise_host: str | None = None, placement: dict | None = None,
+             secret: bytes | None = None) -> None:
+    """Run one slot until the job finishes it (``finish``) or the coordinator goes away.
+    ``placement``: where the runner put this slot (e.g. the Spark executor), recorded by the
+    job master in ``job_attempts.placement``. ``secret``: the job's secret, proven on every
+    connection (``runtime/auth.py``)."""
+    Slot(slot, attempt, secret).run(coordinator, exchange_peers=exchange_peers,
+                                    bind_host=bind_host, advertise_host=advertise_host,
+                                    placement=placement)
 
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, P.DATA_SOCKET_BUFFER)  # inherited
-    server.bind((bind_host, 0))
-    server.listen(128)
-    address = [advertise_host or bind_host, server.getsockname()[1]]
-    if exchange_peers is not None:
-        peers = {int(k): v for k, v in exchange_peers(address).items()}
-    else:
-        ctl.send({"type": "address", "slot": slot, "attempt": attempt, "address": address})
-        reply = ctl.recv()
-        peers = {int(k): v for k, v in reply["peers"].items()}
 
-    def send(m: dict) -> None:
-        m["slot"] = slot
-        m["attempt"] = attempt
-        ctl.send(m)
+class Slot:
+    """One slot: subtask ``slot`` of every operator, in this process.
 
-    upload_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"upload-{slot}")
-    env = TaskEnvironment(job_id=job["job_id"], job_name=job["job_name"], attempt=attempt,
-                          graph=graph, job_dir=job["job_dir"], exactly_once=job["exactly_once"],
-                          batch_size=job["batch_size"], send=send, upload_pool=upload_pool,
-                          source_splits=job.get("source_splits"),
-                          state_backend=job.get("state_backend"))
-    local = graph.tasks_in_slot(slot)
-    mailboxes = {t: Mailbox(job.get("mailbox_capacity", 8)) for t in local}
-    gates = {t: {c: threading.Event() for c in range(graph.vertex(t[0]).num_input_channels())}
-             for t in local}
-    for g in gates.values():
-        for e in g.values():
-            e.set()
+    :meth:`run` does, in order: 1. register with the coordinator and receive the job;
+    2. open the data server and learn the peers' addresses; 3. build the tasks and connect
+    their output channels; 4. start them, report RUNNING once every operator restored and
+    opened; 5. follow the coordinator's commands until every task ended; 6. report the end.
+    """
 
-    def accept_loop() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, slot: int, attempt: int, secret: bytes | None) -> None:
+        self.slot, self.attempt, self.secret = slot, attempt, secret
+        self.tasks: list[StreamTask] = []
+        self.done = threading.Event()
+
+    def send(self, m: dict) -> None:
+        m["slot"] = self.slot
+        m["attempt"] = self.attempt
+        self.ctl.send(m)
+
+    def run(self, coordinator: tuple[str, int], *, exchange_peers, bind_host: str,
+            advertise_host: str | None, placement: dict | None) -> None:
+        # 1. register, receive the job
+        job = self._register(coordinator, placement)
+        graph: ExecutionGraph = job["graph"]
+        # 2. data server, peers
+        server = self._serve_data(bind_host)
+        address = [advertise_host or bind_host, server.getsockname()[1]]
+        if exchange_peers is not None:
+            peers = {int(k): v for k, v in exchange_peers(address).items()}
+        else:
+            self.send({"type": "address", "address": address})
+            peers = {int(k): v for k, v in self.ctl.recv()["peers"].items()}
+        # 3. tasks and their output channels
+        upload_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"upload-{self.slot}")
+        env = TaskEnvironment(job_id=job["job_id"], job_name=job["job_name"],
+                              attempt=self.attempt, graph=graph, job_dir=job["job_dir"],
+                              exactly_once=job["exactly_once"], batch_size=job["batch_size"],
+                              send=self.send, upload_pool=upload_pool,
+                              source_splits=job.get("source_splits"),
+                              state_backend=job.get("state_backend"))
+        start_gate = threading.Event()
+        for vid, sub in self.local:
+            self.tasks.append(StreamTask(env, graph.vertex(vid), sub, job["restore"].get((vid, sub)),
+                                         self.mailboxes[(vid, sub)],
+                                         self._writers(graph, vid, sub, peers),
+                                         self.gates[(vid, sub)], start_gate))
+        # 4. start; RUNNING means every operator restored its state and opened (as a Flink
+        # task turns RUNNING after restore): checkpoints are triggered from then on
+        for t in self.tasks:
+            t.start()
+        for t in self.tasks:
+            t.opened.wait()
+        start_gate.set()
+        if not any(t.open_failed for t in self.tasks):
+            self.send({"type": "running"})
+        # 5. the coordinator's commands, until every task ended
+        threading.Thread(target=self._control_loop, name=f"control-{self.slot}",
+                         daemon=True).start()
+        for t in self.tasks:
+            t.thread.join()
+        upload_pool.shutdown(wait=True)
+        self.done.set()
+        server.close()
+        # 6. the end, with the peak resident memory of this process (Linux reports KiB)
+        try:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+            self.send({"type": "slot_finished", "peak_rss_mb": round(peak, 1)})
+        except OSError as exc:
+            raise SlotAborted(f"slot {self.slot}: coordinator connection lost") from exc
+        self.ctl.close()
+
+    def _register(self, coordinator: tuple[str, int], placement: dict | None) -> dict:
+        sock = P.connect(*coordinator)
+        connect_peer(sock, self.secret, "control")  # prove we belong to this job
+        self.ctl = P.ControlConnection(sock)
+        self.ctl.send({"type": "register", "slot": self.slot, "attempt": self.attempt,
+                       "pid": os.getpid(), "host": socket.gethostname(),
+                       "placement": placement or {}})
+        msg = self.ctl.recv()
+        if msg.get("type") != "job":
+            raise SlotAborted(f"expected the job description, got {msg.get('type')}")
+        job = cloudpickle.loads(msg["payload"])
+        graph: ExecutionGraph = job["graph"]
+        self.local = graph.tasks_in_slot(self.slot)
+        self.mailboxes = {t: Mailbox(job.get("mailbox_capacity", 8)) for t in self.local}
+        self.gates = {t: {c: threading.Event()
+                          for c in range(graph.vertex(t[0]).num_input_channels())}
+                      for t in self.local}
+        for g in self.gates.values():
+            for e in g.values():
+                e.set()
+        return job
+
+    def _serve_data(self, bind_host: str) -> socket.socket:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, P.DATA_SOCKET_BUFFER)  # inherited
+        server.bind((bind_host, 0))
+        server.listen(128)
+
+        def accept_loop() -> None:
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                threading.Thread(target=self._serve_channel, args=(conn,),
+                                 name=f"channel-{self.slot}", daemon=True).start()
+
+        threading.Thread(target=accept_loop, name=f"accept-{self.slot}", daemon=True).start()
+        return server
+
+    def _serve_channel(self, conn: socket.socket) -> None:
+        """An input channel: authenticate the peer, read its HELLO, then its data."""
+        if not accept_peer(conn, self.secret, "data"):
+            conn.close()
+            return
+        try:
             kind, payload = P.recv_frame(conn)
             hello = unpackb(payload)
             key = (hello["vertex"], hello["subtask"])
             ch = hello["channel"]
-            threading.Thread(target=_reader, args=(conn, ch, mailboxes[key], gates[key][ch]),
-                             name=f"reader-{key}-{ch}", daemon=True).start()
+            mailbox, gate = self.mailboxes[key], self.gates[key][ch]
+        except (P.ConnectionClosed, OSError, KeyError, TypeError, ValueError) as exc:
+            log.warning("Slot %d dropped a data connection with a bad HELLO: %s", self.slot, exc)
+            conn.close()
+            return
+        _reader(conn, ch, mailbox, gate)
 
-    threading.Thread(target=accept_loop, name=f"accept-{slot}", daemon=True).start()
-
-    start_gate = threading.Event()
-    tasks: list[StreamTask] = []
-    for vid, sub in local:
-        vertex = graph.vertex(vid)
+    def _writers(self, graph: ExecutionGraph, vid: int, sub: int,
+                 peers: dict[int, list]) -> list[RecordWriter]:
         writers = []
-        for out in vertex.outputs:
+        for out in graph.vertex(vid).outputs:
             targets = [sub] if out.partitioning == FORWARD else list(range(out.target_parallelism))
             channels = []
             for j in targets:
                 host, port = peers[j]
                 sock = P.connect(host, port, buffer=P.DATA_SOCKET_BUFFER)
+                connect_peer(sock, self.secret, "data")
                 ch_index = input_channel_index(graph, out.target_vertex, vid, sub)
                 P.send_frame(sock, P.HELLO, P.packb({"vertex": out.target_vertex, "subtask": j,
                                                      "channel": ch_index}))
                 channels.append(OutputChannel(sock))
             writers.append(RecordWriter(out.partitioning, channels, out.key_selector,
                                         graph.max_parallelism, sub))
-        tasks.append(StreamTask(env, vertex, sub, job["restore"].get((vid, sub)),
-                                mailboxes[(vid, sub)], writers, gates[(vid, sub)], start_gate))
-    for t in tasks:
-        t.start()
-    # RUNNING means every operator restored its state and opened (as a Flink task turns
-    # RUNNING after restore): checkpoints are triggered from then on, and the job master's
-    # start-up time includes the restore.
-    for t in tasks:
-        t.opened.wait()
-    start_gate.set()
-    if not any(t.open_failed for t in tasks):
-        send({"type": "running"})
+        return writers
 
-    sources = [t for t in tasks if t.vertex.is_source]
-    done = threading.Event()
-
-    def control_loop() -> None:
+    def _control_loop(self) -> None:
+        sources = [t for t in self.tasks if t.vertex.is_source]
         try:
-            while not done.is_set():
-                m = ctl.recv()
+            while not self.done.is_set():
+                m = self.ctl.recv()
                 kind = m["type"]
                 if kind == "trigger":
-                    item = ("trigger", [m["checkpoint_id"], m["timestamp"], m["kind"], m["location"]])
+                    item = ("trigger", [m["checkpoint_id"], m["timestamp"], m["kind"],
+                                        m["location"]])
                     for t in sources:
                         t.mailbox.put_control(item)
                 elif kind in ("notify", "abort"):
-                    for t in tasks:
+                    for t in self.tasks:
                         t.mailbox.put_control((kind, m["checkpoint_id"]))
                 elif kind == "finish":
-                    for t in tasks:
+                    for t in self.tasks:
                         t.mailbox.put_control(("finish",))
         except (P.ConnectionClosed, OSError):
-            if not done.is_set():
-                log.warning("Slot %d lost its coordinator; stopping", slot)
-                for t in tasks:
+            if not self.done.is_set():
+                log.warning("Slot %d lost its coordinator; stopping", self.slot)
+                for t in self.tasks:
                     t.finished = True
                     t.mailbox.close()
-                for g in gates.values():
+                for g in self.gates.values():
                     for e in g.values():
                         e.set()
-
-    ctl_thread = threading.Thread(target=control_loop, name=f"control-{slot}", daemon=True)
-    ctl_thread.start()
-    for t in tasks:
-        t.thread.join()
-    upload_pool.shutdown(wait=True)
-    done.set()
-    server.close()
-    try:
-        # peak resident memory of this process (Linux reports KiB): one slot per process
-        # on the local runner; on Spark, the Python worker that ran the slot
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-        send({"type": "slot_finished", "peak_rss_mb": round(peak, 1)})
-    except OSError as exc:
-        raise SlotAborted(f"slot {slot}: coordinator connection lost") from exc
-    ctl.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s slot-" + str(args.slot) + " %(name)s: %(message)s")
     host, port = args.coordinator.rsplit(":", 1)
     try:
-        run_slot(args.slot, args.attempt, (host, int(port)), bind_host=args.bind_host)
+        run_slot(args.slot, args.attempt, (host, int(port)), bind_host=args.bind_host,
+                 secret=secret_from_env())
     except (SlotAborted, P.ConnectionClosed, ConnectionError) as exc:
         log.warning("slot %d ended: %s", args.slot, exc)
         return 1

@@ -30,10 +30,11 @@ import pyarrow as pa
 
 from ..checkpoint.metadata import read_state_file
 from ..checkpoint.storage import filesystem_for, join, sha256
-from ..errors import CorruptCheckpointError, RestoreError
+from ..errors import BadRecordError, CorruptCheckpointError, DeterministicError, RestoreError
 from ..functions import RuntimeContext
 from ..graph import BROADCAST, FORWARD, HASH, REBALANCE, ExecutionGraph, Vertex
 from ..serialization import packb
+from ..snapshot.handles import keyed_handle_from_dict
 from ..state.keygroups import key_group_for, key_group_range_for
 from ..state.vectorized import channels_for
 from . import protocol as P
@@ -153,8 +154,8 @@ class RecordWriter:
         try:
             column = batch.column(field)
         except KeyError:
-            raise KeyError(f"key_by field {field!r} is not a column of the batch "
-                           f"(columns: {', '.join(batch.schema.names)})") from None
+            raise BadRecordError(f"key_by field {field!r} is not a column of the batch "
+                                 f"(columns: {', '.join(batch.schema.names)})") from None
         return split_by_channel(batch, channels_for(column, n, self.max_parallelism), n)
 
     def emit_event(self, kind: int, payload: bytes = b"") -> None:
@@ -217,8 +218,9 @@ class StreamTask:
         except Exception as exc:  # noqa: BLE001 - every task failure is reported
             log.warning("Task %s failed: %s", self.name, exc)
             try:
-                # A snapshot that cannot be restored fails the job: restarting cannot help.
-                fatal = isinstance(exc, RestoreError | CorruptCheckpointError)
+                # A snapshot that cannot be restored, bad input: restarting cannot help.
+                fatal = isinstance(exc, RestoreError | CorruptCheckpointError
+                                   | DeterministicError)
                 self.env.send({"type": "task_failed", "vertex": self.vertex.id,
                                "subtask": self.subtask, "error": f"{type(exc).__name__}: {exc}",
                                "traceback": traceback.format_exc(), "fatal": fatal})
@@ -236,8 +238,10 @@ class StreamTask:
             if isinstance(op, SourceOperator):
                 op.splits = self.env.source_splits.get(node.uid)
             spec = self.restore.get(node.uid) if node.uid else None
-            handles = (spec or {}).get("keyed") or []
-            kinds = {h.get("type", "heap") for h in handles}
+            # decoded (and validated) again here: the spec's handles came from a _metadata file
+            handles = [keyed_handle_from_dict(h, location=spec["directory"])
+                       for h in (spec or {}).get("keyed") or []]
+            kinds = {h.type for h in handles}
             if spec and ("arrow" in kinds) != isinstance(op, AggregateOperator) and handles:
                 raise RestoreError(
                     f"operator {node.uid!r}: the snapshot holds "
@@ -247,21 +251,26 @@ class StreamTask:
             if spec and isinstance(op, AggregateOperator):
                 for handle in handles:
                     op.restore(read_state_file(spec["directory"], handle), spec["states"])
-            elif spec and isinstance(op, KeyedOperator) and op.rocksdb and any(
-                    h.get("type") == "rocksdb" for h in spec.get("keyed", [])):
-                op.backend.restore(spec["directory"], spec["keyed"], spec["states"])
+            elif spec and isinstance(op, KeyedOperator) and op.rocksdb and "rocksdb" in kinds:
+                op.backend.restore(spec["directory"], handles, spec["states"])
             elif spec and isinstance(op, KeyedOperator):
-                for handle in spec.get("keyed", []):
-                    if handle.get("type") == "rocksdb":
+                for handle in handles:
+                    if handle.type == "rocksdb":
                         raise RestoreError(
                             f"operator {node.uid!r}: the snapshot holds RocksDB state; restore "
                             "it with state_backend='rocksdb'")
                     data = read_state_file(spec["directory"], handle)
-                    for kg_text, (off, length) in handle["offsets"].items():
-                        if int(kg_text) in kg_range:
+                    for kg, off, length in handle.offsets:
+                        if kg in kg_range:
                             op.backend.restore_key_group_chunk(data[off:off + length],
                                                                spec["states"])
-            op.open(spec.get("operator_state") if spec else None)
+            try:
+                op.open(spec.get("operator_state") if spec else None)
+            except CorruptCheckpointError as exc:
+                if not spec:
+                    raise
+                raise CorruptCheckpointError(
+                    f"{exc} (operator {node.uid!r}, restored from {spec['directory']})") from exc
             self.operators.append(op)
 
     def _close(self) -> None:

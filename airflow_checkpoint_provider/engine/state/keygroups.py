@@ -5,7 +5,7 @@ CONTRACT (savepoints depend on it; changing it is a breaking change):
 * ``key_hash(key)`` = MurmurHash3 x86 32-bit, seed 0, unsigned, over the key's canonical bytes:
   ``str`` -> UTF-8; ``bool`` -> b"\\x01"/b"\\x00" prefixed by b"b"; ``int`` -> 8-byte signed
   little-endian (ints outside 64 bits: their msgpack encoding); ``bytes`` -> as is;
-  ``float`` -> 8-byte IEEE-754 little-endian; anything else (tuples, lists, None) -> msgpack
+  ``float`` -> 8-byte IEEE-754 little-endian (``-0.0`` as ``0.0``); anything else (tuples, lists, None) -> msgpack
   of the value (tuples encoded as arrays).
 * ``key_group = key_hash(key) % max_parallelism``.
 * Operator subtask ``i`` of ``p`` owns the contiguous range
@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import mmh3
 import msgpack
 
+from ..errors import BadRecordError
+
 _INT64 = struct.Struct("<q")
 _FLOAT64 = struct.Struct("<d")
 
@@ -34,12 +36,20 @@ def key_bytes(key: object) -> bytes:
     if isinstance(key, int):
         if -(2**63) <= key < 2**63:
             return _INT64.pack(key)
-        return msgpack.packb(key)
+        try:
+            return msgpack.packb(key)
+        except OverflowError:
+            raise BadRecordError(f"key {key!r} is an int beyond 64 bits") from None
     if isinstance(key, bytes):
         return key
     if isinstance(key, float):
-        return _FLOAT64.pack(key)
-    return msgpack.packb(key, use_bin_type=True)
+        return _FLOAT64.pack(0.0 if key == 0.0 else key)  # -0.0 is the key 0.0
+    try:
+        return msgpack.packb(key, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise BadRecordError(f"key {key!r} of type {type(key).__name__} cannot be a key "
+                             f"({exc}); keys are str, bytes, bool, int, float, None or a "
+                             "flat tuple of those") from None
 
 
 def key_hash(key: object) -> int:

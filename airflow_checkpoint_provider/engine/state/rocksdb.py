@@ -27,9 +27,10 @@ import uuid
 
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
+from ..checkpoint.metadata import read_verified
 from ..checkpoint.storage import filesystem_for, join, parent, sha256
-from ..errors import CorruptCheckpointError
 from ..serialization import packb, unpackb
+from ..snapshot.handles import RocksDBHandle
 from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
 
@@ -162,11 +163,14 @@ class RocksDBKeyedStateBackend:
             del self.uploaded[old]  # subsumed pending uploads: never reused
 
     # -- restore ------------------------------------------------------------------------
-    def restore(self, directory: str, handles: list[dict], state_meta: dict[str, dict]) -> None:
+    def restore(self, directory: str, handles: list[RocksDBHandle | dict],
+                state_meta: dict[str, dict]) -> None:
         """Download the handles' files and keep exactly this subtask's key groups."""
         self.restored_meta.update(state_meta)
         mine = self.key_groups
-        exact = [h for h in handles if KeyGroupRange(*h["key_group_range"]) == mine]
+        handles = [h if isinstance(h, RocksDBHandle) else RocksDBHandle.from_dict(h, location=directory)
+                   for h in handles]
+        exact = [h for h in handles if KeyGroupRange(*h.key_group_range) == mine]
         if len(handles) == 1 and exact:
             self.db.close()
             shutil.rmtree(self.db_path, ignore_errors=True)
@@ -216,16 +220,13 @@ class RocksDBKeyedStateBackend:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _download(directory: str, handle: dict, target: str) -> None:
+def _download(directory: str, handle: RocksDBHandle, target: str) -> None:
+    # every name and path of the handle was validated by RocksDBHandle.from_dict: bare
+    # names (or shared/<name>), so nothing is read or written outside its directory
     os.makedirs(target, exist_ok=True)
-    for entry in handle["files"]:
-        src = join(parent(directory), entry["shared"]) if entry.get("shared") else join(directory, entry["path"])
-        data = filesystem_for(src).read_bytes(src)
-        if len(data) != entry["size"] or sha256(data) != entry["sha256"]:
-            raise CorruptCheckpointError(
-                f"state file {src} does not match its checksum in _metadata "
-                f"(expected {entry['size']} bytes, found {len(data)})")
-        with open(os.path.join(target, entry["name"]), "wb") as f:
+    for entry in handle.files:
+        data = read_verified(entry.location_in(directory), entry.size, entry.sha256)
+        with open(os.path.join(target, entry.name), "wb") as f:
             f.write(data)
 
 

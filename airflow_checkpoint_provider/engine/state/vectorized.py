@@ -110,7 +110,9 @@ def _hash_int64(values: np.ndarray) -> np.ndarray:
 
 
 def _hash_float64(values: np.ndarray) -> np.ndarray:
-    v = np.ascontiguousarray(values).astype("<f8", copy=False)
+    # + 0.0 turns -0.0 into 0.0 (IEEE-754) and leaves every other value alone: the key
+    # contract hashes -0.0 as 0.0 (state/keygroups.py)
+    v = np.ascontiguousarray(values).astype("<f8", copy=False) + 0.0
     words = v.view("<u4").reshape(len(v), 2).astype(np.uint32, copy=False)
     return murmur3_32_fixed(words)
 

@@ -30,7 +30,7 @@ def test_split_uri_and_location_helpers_use_posix_paths_for_s3():
     assert storage.parent("s3://b/p/chk-1/_metadata") == "s3://b/p/chk-1"
     assert storage.basename("s3://b/p/chk-1/_metadata") == "_metadata"
     assert storage.absolute_location("s3://b//p/") == "s3://b/p"
-    assert storage.savepoint_directory("s3://b/sp", "abcdef123", 7) == "s3://b/sp/savepoint-abcdef-7"
+    assert storage.savepoint_directory("s3://b/sp", "abcdef123", 7) == "s3://b/sp/savepoint-abcdef123-7"
     assert storage.default_savepoint_root("s3://b/ckpt") == "s3://b/ckpt/savepoints"
     assert storage.default_savepoint_root("rel") == os.path.abspath("rel/savepoints")
     assert isinstance(storage.filesystem_for("s3://b/p"), S3FileSystem)

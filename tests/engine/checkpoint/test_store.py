@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from airflow_checkpoint_provider.engine.checkpoint.models import Base
 from airflow_checkpoint_provider.engine.checkpoint.store import (
+    MetadataSchemaError,
     MetadataStore,
     to_sqlalchemy_url,
     upgrade_database,
@@ -55,7 +56,7 @@ def test_migration_from_empty_creates_all_tables_at_head(tmp_path, db_url):
     try:
         assert TABLES <= set(inspect(engine).get_table_names())
         with engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
             if db_url.startswith("sqlite"):
                 assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
             # the migration and the ORM models describe the same schema
@@ -370,12 +371,45 @@ def test_resolve_job_by_name_prefers_the_active_job_over_a_newer_ended_one(store
 
 def test_read_only_store_refuses_an_unmigrated_db_and_names_the_fix(tmp_path):
     url = f"sqlite:///{tmp_path / 'empty.db'}"
-    with pytest.raises(Exception, match=r"does not migrate \(migrate=False\); run `ckpt db upgrade"):
+    with pytest.raises(MetadataSchemaError, match=r"empty\.db does not exist.*`ckpt db upgrade --db"):
         MetadataStore(url, migrate=False)
+    assert not (tmp_path / "empty.db").exists(), "a read-only client created the DB file"
     engine = create_engine(url)
+    engine.connect().close()  # an existing file without the schema
+    with pytest.raises(MetadataSchemaError, match=r"does not migrate \(migrate=False\); run `ckpt db upgrade"):
+        MetadataStore(url, migrate=False)
     assert not inspect(engine).get_table_names(), "a read-only client created tables"
     engine.dispose()
     upgrade_database(url)
     ro = MetadataStore(url, migrate=False)
     assert ro.list_jobs() == []
     ro.close()
+
+
+def test_prune_checkpoint_history_keeps_savepoints_retained_and_recent_rows(db_url):
+    with MetadataStore(db_url) as store:
+        store.create_job(job_id="j1", job_name="orders", parallelism=1)
+        for chk in range(1, 13):
+            kind = "SAVEPOINT" if chk == 2 else "CHECKPOINT"
+            store.add_pending_checkpoint("j1", chk, kind=kind, trigger_time=T0, location=f"/c/{chk}")
+            if chk == 5:
+                store.fail_checkpoint("j1", chk, reason="declined")
+            else:
+                store.complete_checkpoint("j1", chk, complete_time=T0, duration_ms=1,
+                                          state_size=1, checkpointed_size=1, task_stats=[])
+        store.set_checkpoint_status("j1", [c for c in range(1, 10) if c not in (2, 5)], "SUBSUMED")
+        store.set_checkpoint_status("j1", [4], "CORRUPT")
+
+        assert store.prune_checkpoint_history("j1", keep=4) == 6  # 1, 3, 5, 6, 7, 8
+
+        kept = {c.checkpoint_id: c.status for c in store.list_checkpoints("j1", kind=None)}
+        assert kept == {2: "COMPLETED", 4: "CORRUPT", 9: "SUBSUMED", 10: "COMPLETED",
+                        11: "COMPLETED", 12: "COMPLETED"}
+        assert store.prune_checkpoint_history("j1", keep=4) == 0
+
+
+def test_checkpoint_history_must_cover_the_retained_checkpoints():
+    from airflow_checkpoint_provider.engine import CheckpointConfig, ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="history must be >= retained"):
+        CheckpointConfig(retained=5, history=4)

@@ -174,8 +174,29 @@ def test_csv_value_that_does_not_convert_names_file_line_and_column(tmp_path):
 def test_invalid_json_line_names_file_and_offset(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"a": 1}\nnot json\n')
     reader = FileSource(str(tmp_path)).open_split("a.jsonl", None, CTX)
-    with pytest.raises(MalformedFileError, match=r"a\.jsonl at byte 9"):
+    with pytest.raises(MalformedFileError, match=r"a\.jsonl line 2 \(byte 9\): Expecting value"):
         reader.read_batch(10)
+
+
+def test_line_numbers_stay_right_after_a_restored_offset(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"a": 1}\n{"a": 2}\n\n{"a": 3}\n[1]\n')
+    reader = FileSource(str(tmp_path)).open_split("a.jsonl", 9, CTX)  # after line 1
+    with pytest.raises(MalformedFileError, match=r"line 5 \(byte 28\) .* is a JSON list"):
+        reader.read_batch(10)
+
+
+def test_json_files_are_read_as_json_lines_and_unknown_extensions_are_named(tmp_path, caplog):
+    (tmp_path / "a.json").write_text('{"a": 1}\n')
+    (tmp_path / "b.txt").write_text("x\n")
+    assert FileSource(str(tmp_path), format="jsonl").splits() == ["a.json"]
+    assert "skips b.txt" in caplog.text
+
+
+def test_csv_files_with_different_headers_are_refused_naming_the_file(tmp_path):
+    (tmp_path / "a.csv").write_text("id,value\n1,2\n")
+    (tmp_path / "b.csv").write_text("id,amount\n1,2\n")
+    with pytest.raises(MalformedFileError, match=r"b\.csv has the header \['id', 'amount'\]"):
+        FileSource(str(tmp_path)).splits()
 
 
 def test_splits_are_sorted_relative_paths_without_hidden_files(tmp_path):

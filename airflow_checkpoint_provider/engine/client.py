@@ -1,0 +1,86 @@
+"""The engine's public surface for clients that control jobs from outside: the Airflow
+provider, scripts, dashboards.
+
+A client reads and writes the metadata DB (jobs, attempts, checkpoints, control requests)
+and launches jobs; it never talks to a job's driver. Everything a client needs is importable
+from here, so the engine's internal modules can move without breaking the provider: the
+import contract test (``tests/test_import_contract.py``) keeps the provider on this module.
+
+* the metadata store and its records: :class:`MetadataStore`, :class:`JobRecord`,
+  :class:`AttemptRecord`, :class:`CheckpointRecord`, :class:`ControlRequestRecord`, the
+  status groups, :func:`upgrade_database` (``ckpt db upgrade``), :class:`MetadataSchemaError`;
+* launching: :data:`LAUNCH_SCRIPT` (the spark-submit entry point), :data:`METADATA_URL_ENV`,
+  :func:`code_archives` / :data:`SHIP_CODE_ENV` (``--py-files`` for executors without the
+  project);
+* savepoints: :func:`dispose_savepoint`, :func:`apply_savepoint_retention`,
+  :func:`list_savepoints`, :func:`absolute_location` (a directory as jobs will resolve it);
+* names: :func:`validate_job_name`, :func:`validate_job_id` (the one rule for names that
+  become paths, :mod:`.names`);
+* reports and lineage: :class:`ReportData` / :func:`render_report_html` (the ``ckpt report``
+  page; imported on first use, it needs matplotlib), :func:`upgrade_chain`;
+* errors: :class:`EngineError` and its subclasses in :mod:`.errors`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import launch as _launch
+from .api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
+from .checkpoint.storage import absolute_location
+from .checkpoint.store import (
+    ACTIVE_JOB_STATUSES,
+    TERMINAL_JOB_STATUSES,
+    AttemptRecord,
+    CheckpointRecord,
+    ControlRequestRecord,
+    JobRecord,
+    MetadataSchemaError,
+    MetadataStore,
+    heartbeat_timeout,
+    upgrade_database,
+)
+from .errors import EngineError, InvalidNameError
+from .lineage import upgrade_chain
+from .names import validate_job_id, validate_job_name
+from .packaging import SHIP_CODE_ENV, code_archives
+from .savepoints import apply_savepoint_retention, dispose_savepoint, list_savepoints
+
+
+def __getattr__(name: str):
+    """``ReportData`` and ``render_report_html`` load the report module (matplotlib) lazily."""
+    if name in ("ReportData", "render_report_html"):
+        from . import report
+
+        return report.ReportData if name == "ReportData" else report.render_html
+    raise AttributeError(name)
+
+
+#: The engine's spark-submit entry point (a plain Python file; its arguments are ``ckpt run``'s).
+LAUNCH_SCRIPT = os.path.abspath(_launch.__file__)
+
+__all__ = [
+    "ACTIVE_JOB_STATUSES",
+    "LAUNCH_SCRIPT",
+    "METADATA_URL_ENV",
+    "SHIP_CODE_ENV",
+    "TERMINAL_JOB_STATUSES",
+    "AttemptRecord",
+    "CheckpointRecord",
+    "ControlRequestRecord",
+    "EngineError",
+    "InvalidNameError",
+    "JobRecord",
+    "MetadataSchemaError",
+    "MetadataStore",
+    "absolute_location",
+    "apply_savepoint_retention",
+    "code_archives",
+    "dispose_savepoint",
+    "heartbeat_timeout",
+    "list_savepoints",
+    "upgrade_chain",
+    "upgrade_database",
+    "validate_job_id",
+    "validate_job_name",
+]

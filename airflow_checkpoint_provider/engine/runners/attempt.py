@@ -1,0 +1,278 @@
+"""One attempt of a job, driven by the job master: launch the slots, answer their messages,
+run the coordinator's timers, end with an :class:`AttemptOutcome`.
+
+Messages from slots are dispatched through one table (:attr:`AttemptRun.handlers`, message
+type -> handler); each handler returns an outcome when the message ends the attempt, else
+``None``. The per-tick work (timeouts, control requests, periodic and final checkpoints,
+launcher health, heartbeat) is :meth:`AttemptRun.tick`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CheckpointDeclined, EngineError
+
+if TYPE_CHECKING:
+    from .jobmaster import JobMaster
+
+log = logging.getLogger(__name__)
+
+#: how often the job row's heartbeat is written
+HEARTBEAT_SECONDS = 1.0
+#: an attempt whose slots are not all running after this long fails over
+STARTUP_TIMEOUT_SECONDS = 120.0
+
+
+@dataclass
+class AttemptOutcome:
+    status: str  # FINISHED, STOPPED, CANCELED, FAILED
+    failure: str | None = None
+    #: a failure no restart can fix (e.g. the restored state does not fit): skip restarts
+    fatal: bool = False
+
+
+Handler = Callable[[Any, dict, float], "AttemptOutcome | None"]
+
+
+class AttemptRun:
+    """The message loop of attempt ``attempt`` of ``master``'s job."""
+
+    def __init__(self, master: JobMaster, attempt: int, assignments: dict) -> None:
+        self.master, self.attempt, self.assignments = master, attempt, assignments
+        self.coord = master.coordinator
+        self.control = master.control
+        self.num_slots = master.graph.num_slots
+        self.all_tasks = set(master.graph.tasks())
+        self.addresses: dict[int, list] = {}
+        self.placement: dict[int, dict] = {}  # slot -> where it runs (job_attempts.placement)
+        self.running: set[int] = set()
+        self.eoi: set[tuple[int, int]] = set()
+        self.finished_slots: set[int] = set()
+        self.finished_tasks: set[tuple[int, int]] = set()
+        self.final_id: int | None = None
+        self.finish_sent = False
+        self.started = 0.0
+        self.last_heartbeat = 0.0
+        self.handlers: dict[str, Handler] = {
+            "register": self.on_register,
+            "address": self.on_address,
+            "running": self.on_running,
+            "ack": self.on_ack,
+            "decline": self.on_decline,
+            "metrics": self.on_metrics,
+            "end_of_input": self.on_end_of_input,
+            "task_finished": self.on_task_finished,
+            "task_failed": self.on_task_failed,
+            "slot_finished": self.on_slot_finished,
+        }
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> AttemptOutcome:
+        m = self.master
+        m.conns = {}
+        self.coord.set_tasks_running(set())
+        m.task_counts = {}  # counters restart with the attempt's tasks
+        try:
+            m.launcher.start(self.attempt, m.server.address, self.num_slots, secret=m.secret)
+        except EngineError as exc:
+            m.launcher.stop()
+            return AttemptOutcome("FAILED", f"cannot start the job's slots: {exc}")
+        self.started = time.monotonic()
+        events = m.server.events
+        while True:
+            try:
+                kind, conn, msg = events.get(timeout=0.02)
+            except queue.Empty:
+                kind = None
+            now = time.monotonic()
+            outcome = None
+            if kind == "lost":
+                outcome = self.on_lost(conn)
+            elif kind == "msg" and msg.get("attempt") == self.attempt:  # else: an old attempt's
+                handler = self.handlers.get(msg.get("type"))
+                if handler is None:
+                    log.warning("Ignoring unknown message type %r from a slot of job %s",
+                                msg.get("type"), m.job_id)
+                else:
+                    outcome = handler(conn, msg, now)
+            if outcome is None:
+                outcome = self.tick(now)
+            if outcome is not None:
+                return outcome
+
+    def fail(self, reason: str) -> AttemptOutcome:
+        """Abort in-flight checkpoints, stop the slots, drop their connections."""
+        m = self.master
+        self.coord.abort_all(f"job failover: {reason}", time.monotonic())
+        self.coord.set_tasks_running(set())
+        m.launcher.stop()
+        for c in m.conns.values():
+            c.close()
+        m.conns = {}
+        _drain(m.server.events)
+        return AttemptOutcome("FAILED", reason)
+
+    # -- message handlers --------------------------------------------------------------------
+
+    def on_lost(self, conn: Any) -> AttemptOutcome | None:
+        slot = next((s for s, c in self.master.conns.items() if c is conn), None)
+        if slot is not None and slot not in self.finished_slots:
+            # a dead process closes its connection first: give the launcher a moment to see
+            # the exit, so the reason carries the exit code or signal
+            deadline = time.monotonic() + 1.0
+            problem = self.master.launcher.poll()
+            while problem is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+                problem = self.master.launcher.poll()
+            return self.fail(f"slot {slot} lost its connection to the coordinator"
+                             + (f" ({problem})" if problem else ""))
+        return None
+
+    def on_register(self, conn: Any, msg: dict, now: float) -> None:
+        slot = msg["slot"]
+        self.master.conns[slot] = conn
+        self.placement[slot] = {"slot": slot, "host": msg.get("host"), "pid": msg.get("pid"),
+                                **(msg.get("placement") or {})}
+        conn.send({"type": "job", "payload": self.master._payload(self.attempt, slot,
+                                                                  self.assignments)})
+
+    def on_address(self, conn: Any, msg: dict, now: float) -> None:
+        self.addresses[msg["slot"]] = msg["address"]
+        if len(self.addresses) == self.num_slots:
+            self.master._broadcast({"type": "peers",
+                                    "peers": {str(k): v for k, v in self.addresses.items()}})
+
+    def on_running(self, conn: Any, msg: dict, now: float) -> None:
+        m = self.master
+        self.running.add(msg["slot"])
+        if len(self.running) < self.num_slots:
+            return
+        self.coord.set_tasks_running(self.all_tasks)
+        self.coord.db.write("set_attempt_placement", m.job_id, self.attempt,
+                            [self.placement[s] for s in sorted(self.placement)])
+        self.coord.db.write("set_job_status", m.job_id, "RUNNING")
+        if m.progress:
+            m.progress.update(status="RUNNING", restarts=self.attempt)
+        log.info("Job %s (%s) attempt %d is running (%.2f s to start)", m.pipeline.name,
+                 m.job_id, self.attempt, now - self.started)
+        if self.attempt == 0:
+            try:
+                m.discard_orphaned_staging()
+            except Exception as exc:  # noqa: BLE001 - a clean-up must not fail the job
+                log.warning("Could not remove staged files left by the restored job: %s", exc)
+        m.startup_seconds.append(round(now - self.started, 3))
+
+    def on_ack(self, conn: Any, msg: dict, now: float) -> None:
+        self.coord.receive_ack(msg["checkpoint_id"], (msg["vertex"], msg["subtask"]), msg, now)
+
+    def on_decline(self, conn: Any, msg: dict, now: float) -> None:
+        self.coord.receive_decline(msg["checkpoint_id"], (msg["vertex"], msg["subtask"]),
+                                   msg["reason"], now)
+
+    def on_metrics(self, conn: Any, msg: dict, now: float) -> None:
+        self.master._on_task_counts((msg["vertex"], msg["subtask"]), msg["counts"])
+
+    def on_end_of_input(self, conn: Any, msg: dict, now: float) -> None:
+        self.eoi.add((msg["vertex"], msg["subtask"]))
+
+    def on_task_finished(self, conn: Any, msg: dict, now: float) -> None:
+        """A task ended its work (after the final checkpoint was committed)."""
+        self.finished_tasks.add((msg["vertex"], msg["subtask"]))
+        log.debug("Task %s.%s of job %s finished", msg["vertex"], msg["subtask"],
+                  self.master.job_id)
+
+    def on_task_failed(self, conn: Any, msg: dict, now: float) -> AttemptOutcome:
+        log.debug("Remote traceback:\n%s", msg.get("traceback", ""))
+        outcome = self.fail(f"task {msg['vertex']}.{msg['subtask']} failed: {msg['error']}")
+        outcome.fatal = bool(msg.get("fatal"))
+        return outcome
+
+    def on_slot_finished(self, conn: Any, msg: dict, now: float) -> AttemptOutcome | None:
+        self.finished_slots.add(msg["slot"])
+        if msg.get("peak_rss_mb") is not None:
+            peaks = self.master.peak_rss_mb
+            peaks[msg["slot"]] = max(peaks.get(msg["slot"], 0.0), msg["peak_rss_mb"])
+        if len(self.finished_slots) == self.num_slots:
+            return AttemptOutcome("STOPPED" if self.control.stop_completed else "FINISHED")
+        return None
+
+    # -- timers --------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> AttemptOutcome | None:
+        """Everything that happens on time rather than on a message, in this order:
+        1. checkpoint timeouts and the failure manager's verdict;
+        2. control requests (savepoint, stop, cancel) and periodic checkpoints;
+        3. the final checkpoint once every task reached the end of its input, and ``finish``
+           after a stop or the final checkpoint completed;
+        4. slot health (the launcher, the start-up deadline);
+        5. the job row's heartbeat."""
+        coord, control, m = self.coord, self.control, self.master
+        # 1. timeouts, too many failed checkpoints
+        coord.check_timeouts(now)
+        if coord.job_failure:
+            reason, coord.job_failure = coord.job_failure, None
+            return self.fail(reason)
+        # 2. control requests, periodic checkpoints
+        control.poll(now, len(self.running) == self.num_slots)
+        if self.final_id is None and not control.has_queued:
+            coord.maybe_trigger_periodic(now)
+        if control.cancel_request:
+            self.fail("cancelled on request")
+            control.finish_cancel()
+            return AttemptOutcome("CANCELED")
+        # 3. the end: final checkpoint, finish
+        if control.stop_completed and not self.finish_sent:
+            m._broadcast({"type": "finish"})
+            self.finish_sent = True
+        self._maybe_trigger_final(now)
+        if coord.final_completed and not self.finish_sent:
+            m._broadcast({"type": "finish"})
+            self.finish_sent = True
+        # 4. slot health
+        problem = m.launcher.poll()
+        if problem and len(self.finished_slots) < self.num_slots:
+            return self.fail(problem)
+        if len(self.running) < self.num_slots and now - self.started > STARTUP_TIMEOUT_SECONDS:
+            return self.fail(f"only {len(self.running)} of {self.num_slots} slots started "
+                             f"within {STARTUP_TIMEOUT_SECONDS:.0f} s")
+        # 5. heartbeat
+        if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
+            self.last_heartbeat = now
+            if coord.db.flush():  # replay queued writes first; heartbeats are not queued
+                if coord.db.read("heartbeat", m.job_id) == "LOST":
+                    # declared dead while the DB was out of reach: another job of this name
+                    # may run now, so this one must not go on writing output
+                    outcome = self.fail("the job was declared LOST (no heartbeat within the "
+                                        "heartbeat timeout) and may have been superseded")
+                    outcome.fatal = True
+                    return outcome
+        return None
+
+    def _maybe_trigger_final(self, now: float) -> None:
+        """The final checkpoint: once every task reported end of input (not during a stop),
+        with no checkpoint pending, after the minimum pause."""
+        coord = self.coord
+        if (self.control.stop_checkpoint is not None or self.eoi != self.all_tasks
+                or coord.final_completed
+                or (self.final_id is not None and self.final_id in coord.pending)):
+            return
+        if not coord.pending and now - coord.last_end >= coord.config.min_pause_ms / 1000.0:
+            try:
+                self.final_id = coord.trigger(now, final=True)
+            except CheckpointDeclined as exc:
+                log.debug("final checkpoint not triggered: %s", exc)
+
+
+def _drain(q: queue.Queue) -> None:
+    while True:
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            return

@@ -1,0 +1,32 @@
+"""Snapshots as untrusted input: typed, validated state handles and keyed integrity.
+
+* :mod:`.paths` -- checks for every path a snapshot names (bare names, no traversal);
+* :mod:`.handles` -- frozen dataclasses of state handles, ``_metadata`` content and sink
+  transactions, each with a validating ``from_dict``;
+* :mod:`.integrity` -- the optional HMAC of ``_metadata`` (``$CKPT_SNAPSHOT_HMAC_KEY``);
+* :mod:`.verify` -- read every state file of a snapshot and check its size and checksum
+  (``ckpt inspect --verify``, restore fallback).
+
+The ``_metadata`` codec itself is :mod:`..checkpoint.metadata`.
+"""
+
+from __future__ import annotations
+
+from .handles import (
+    KeyedStateHandle,
+    OperatorState,
+    RocksDBFile,
+    RocksDBHandle,
+    SinkTransaction,
+    SnapshotMetadata,
+    StateFileHandle,
+    SubtaskState,
+    keyed_handle_from_dict,
+)
+from .paths import safe_name, safe_relative_path
+
+__all__ = [
+    "KeyedStateHandle", "OperatorState", "RocksDBFile", "RocksDBHandle", "SinkTransaction",
+    "SnapshotMetadata", "StateFileHandle", "SubtaskState", "keyed_handle_from_dict",
+    "safe_name", "safe_relative_path",
+]

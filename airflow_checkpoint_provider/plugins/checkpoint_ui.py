@@ -1,0 +1,210 @@
+"""Checkpoint history inside the Airflow UI: an Airflow 3 plugin served by the api-server.
+
+Mounted at ``/checkpoints`` (``fastapi_apps``) and listed in the UI's navigation
+(``external_views``, "Checkpoints"):
+
+* ``/checkpoints/`` -- the jobs of the metadata DB, newest first, with links;
+* ``/checkpoints/jobs/{job_id}`` -- the job's checkpoint report (the page ``ckpt report``
+  writes: duration, size and alignment charts, savepoints and restarts, per-task tables);
+* ``/checkpoints/chains/{job_id}`` -- the upgrade chain the job belongs to (v1 -> v2 via a
+  savepoint, blue -> green), with a chart of checkpoint durations across the chain;
+* ``/checkpoints/api/jobs``, ``/api/jobs/{job_id}``, ``/api/chains/{job_id}`` -- the same as
+  JSON.
+
+The task extra link (:class:`~airflow_checkpoint_provider.links.checkpoint.CheckpointHistoryLink`)
+points at the job page, so the link works from any browser that reaches the api-server.
+
+Data comes from the ``checkpoint_metadata_default`` connection (``$CKPT_UI_CONN_ID``
+overrides it), read-only: the hook never creates or migrates a DB. Authentication: Airflow
+mounts plugin apps without its own auth; these pages show only checkpoint metadata (job
+names and ids, statuses, sizes, locations -- never DB URLs or credentials) and accept no
+writes. Put the api-server behind your usual auth proxy if job names are sensitive.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from typing import Any
+
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import HTMLResponse
+
+URL_PREFIX = "/checkpoints"
+
+
+def _hook():
+    from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+
+    return CheckpointMetadataHook(
+        checkpoint_conn_id=os.environ.get("CKPT_UI_CONN_ID",
+                                          CheckpointMetadataHook.default_conn_name))
+
+
+_STORE: dict[str, Any] = {}
+
+
+def _store():
+    """One store (one connection pool) per api-server process, not one per request."""
+    hook = _hook()
+    store = _STORE.get(hook.checkpoint_conn_id)
+    if store is None:
+        from airflow_checkpoint_provider.engine.client import MetadataSchemaError
+
+        try:
+            store = hook.get_conn()
+        except MetadataSchemaError as exc:  # missing DB or old schema: say how to fix it
+            raise HTTPException(status_code=503, detail=str(exc)) from exc
+        _STORE[hook.checkpoint_conn_id] = store
+    return store
+
+
+def _job_dict(job: Any) -> dict[str, Any]:
+    return {"job_id": job.job_id, "job_name": job.job_name, "version": job.version,
+            "status": job.status, "parallelism": job.parallelism,
+            "restored_from": job.restored_from, "spark_app_id": job.spark_app_id,
+            "failure_reason": job.failure_reason,
+            "created_at": job.created_at.isoformat() if job.created_at else None,
+            "page": f"{URL_PREFIX}/jobs/{job.job_id}",
+            "chain": f"{URL_PREFIX}/chains/{job.job_id}"}
+
+
+def _checkpoint_dict(c: Any) -> dict[str, Any]:
+    return {"checkpoint_id": c.checkpoint_id, "kind": c.kind, "status": c.status,
+            "trigger_time": c.trigger_time.isoformat() if c.trigger_time else None,
+            "duration_ms": c.duration_ms, "state_size": c.state_size,
+            "checkpointed_size": c.checkpointed_size, "location": c.location,
+            "failure_reason": c.failure_reason}
+
+
+def _get_job(store: Any, job_id: str) -> Any:
+    job = store.get_job(job_id)
+    if job is None:
+        raise HTTPException(status_code=404, detail=f"no job with id {job_id!r}")
+    return job
+
+
+def _chain(store: Any, job_id: str) -> list[Any]:
+    from airflow_checkpoint_provider.engine.client import upgrade_chain
+
+    _get_job(store, job_id)
+    return upgrade_chain(store, job_id)
+
+
+def _page(title: str, body: str) -> HTMLResponse:
+    style = ("body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
+             "font-size:13px;text-align:left}th{background:#f3f3f3}a{color:#1a5fb4}")
+    return HTMLResponse(f"<!doctype html><html><head><meta charset=utf-8><title>"
+                        f"{html.escape(title)}</title><style>{style}</style></head><body>"
+                        f"{body}</body></html>")
+
+
+def _duration_chart(points: list[tuple[int, float, str]]) -> str:
+    """Inline SVG: checkpoint duration (ms) over checkpoint id, one colour per job."""
+    width, height, pad = 720, 220, 40
+    if not points:
+        return '<svg class="chart" width="720" height="40"><text x="10" y="25">no completed ' \
+               'checkpoints yet</text></svg>'
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    y1 = max(ys) or 1.0
+    colours = ["#1a5fb4", "#c01c28", "#26a269", "#e5a50a", "#613583", "#865e3c"]
+    jobs = list(dict.fromkeys(p[2] for p in points))
+    parts = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" '
+             f'height="{height}" role="img" aria-label="checkpoint durations">',
+             f'<line x1="{pad}" y1="{height - pad}" x2="{width - 10}" y2="{height - pad}" '
+             'stroke="#888"/>',
+             f'<line x1="{pad}" y1="10" x2="{pad}" y2="{height - pad}" stroke="#888"/>',
+             f'<text x="{pad}" y="{height - 12}" font-size="11">checkpoint {x0}</text>',
+             f'<text x="{width - 110}" y="{height - 12}" font-size="11">checkpoint {x1}</text>',
+             f'<text x="4" y="20" font-size="11">{y1:.0f} ms</text>']
+    for i, job_id in enumerate(jobs):
+        coords = [(pad + (x - x0) * (width - pad - 20) / (x1 - x0),
+                   height - pad - y * (height - pad - 20) / y1)
+                  for x, y, j in points if j == job_id]
+        colour = colours[i % len(colours)]
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
+        parts.append(f'<polyline class="series" fill="none" stroke="{colour}" '
+                     f'stroke-width="1.5" points="{path}"/>')
+        parts.append(f'<text x="{width - 200}" y="{20 + 14 * i}" font-size="11" '
+                     f'fill="{colour}">{html.escape(job_id[:12])}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+app = FastAPI(title="Checkpoint history", docs_url=None, redoc_url=None)
+
+
+@app.get("/api/jobs")
+def api_jobs(name: str | None = None) -> list[dict[str, Any]]:
+    return [_job_dict(j) for j in _store().list_jobs(job_name=name)]
+
+
+@app.get("/api/jobs/{job_id}")
+def api_job(job_id: str) -> dict[str, Any]:
+    store = _store()
+    job = _get_job(store, job_id)
+    return {"job": _job_dict(job),
+            "checkpoints": [_checkpoint_dict(c) for c in store.list_checkpoints(job_id)]}
+
+
+@app.get("/api/chains/{job_id}")
+def api_chain(job_id: str) -> dict[str, Any]:
+    return {"job_id": job_id, "chain": [_job_dict(j) for j in _chain(_store(), job_id)]}
+
+
+@app.get("/", response_class=HTMLResponse)
+def jobs_page() -> HTMLResponse:
+    rows = "".join(
+        f"<tr><td><a href='{URL_PREFIX}/jobs/{j.job_id}'>{html.escape(j.job_name)}</a></td>"
+        f"<td>{j.job_id}</td><td>{html.escape(j.status)}</td>"
+        f"<td>{html.escape(j.version or '')}</td><td>{j.created_at:%Y-%m-%d %H:%M:%S}</td>"
+        f"<td><a href='{URL_PREFIX}/chains/{j.job_id}'>chain</a></td></tr>"
+        for j in _store().list_jobs())
+    return _page("Checkpointed jobs", "<h1>Checkpointed jobs</h1><table><tr><th>job</th>"
+                 "<th>id</th><th>status</th><th>version</th><th>created</th><th></th></tr>"
+                 f"{rows}</table>")
+
+
+@app.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(job_id: str) -> HTMLResponse:
+    from airflow_checkpoint_provider.engine.client import ReportData, render_report_html
+
+    store = _store()
+    _get_job(store, job_id)
+    page = render_report_html(ReportData.load(store, job_id))
+    nav = (f"<p><a href='{URL_PREFIX}/'>all jobs</a> · "
+           f"<a href='{URL_PREFIX}/chains/{job_id}'>upgrade chain</a></p>")
+    return HTMLResponse(page.replace("<body>", "<body>" + nav, 1))
+
+
+@app.get("/chains/{job_id}", response_class=HTMLResponse)
+def chain_page(job_id: str) -> HTMLResponse:
+    store = _store()
+    chain = _chain(store, job_id)
+    points = [(c.checkpoint_id, float(c.duration_ms or 0), j.job_id) for j in chain
+              for c in store.list_checkpoints(j.job_id)
+              if c.status in ("COMPLETED", "SUBSUMED")]
+    rows = "".join(
+        f"<tr><td>{i + 1}</td><td><a href='{URL_PREFIX}/jobs/{j.job_id}'>"
+        f"{html.escape(j.job_name)}</a></td><td>{j.job_id}</td>"
+        f"<td>{html.escape(j.version or '')}</td><td>{html.escape(j.status)}</td>"
+        f"<td>{j.parallelism}</td><td>{html.escape(j.restored_from or '')}</td></tr>"
+        for i, j in enumerate(chain))
+    body = (f"<p><a href='{URL_PREFIX}/'>all jobs</a></p><h1>Upgrade chain of job {job_id}</h1>"
+            "<table><tr><th>#</th><th>job</th><th>id</th><th>version</th><th>status</th>"
+            f"<th>parallelism</th><th>restored from</th></tr>{rows}</table>"
+            f"<h2>Checkpoint durations</h2>{_duration_chart(points)}")
+    return _page(f"Upgrade chain of {job_id}", body)
+
+
+class CheckpointUIPlugin(AirflowPlugin):
+    """Registers the checkpoint history app with the api-server and the UI's navigation."""
+
+    name = "checkpoint_history"
+    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Checkpoint history"}]
+    external_views = [{"name": "Checkpoints", "href": f"{URL_PREFIX}/", "destination": "nav",
+                       "url_route": "checkpoints"}]

@@ -1,0 +1,211 @@
+"""A real Airflow 3 deployment for tests: api-server, scheduler, dag-processor and triggerer
+as separate processes (LocalExecutor), Airflow's own DB on a given SQLAlchemy URL, the
+repository's ``dags/`` folder, and a REST client with a real token (simple auth manager).
+
+Every process binds 127.0.0.1 and is stopped by its PID (the whole process group, since the
+LocalExecutor's workers and the jobs' spark-submit processes are its children).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+BIN = os.path.dirname(sys.executable)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DAGS = os.path.join(REPO, "dags")
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class AirflowDeployment:
+    """Airflow's four processes on ``db_url`` (``postgresql+psycopg://...`` or SQLite)."""
+
+    def __init__(self, home: str, db_url: str, *, env: dict[str, str] | None = None) -> None:
+        self.home = home
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._token: str | None = None
+        os.makedirs(home, exist_ok=True)
+        self.env = dict(os.environ)
+        self.env.update({
+            "AIRFLOW_HOME": home,
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": DAGS,
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "8",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.base,
+            "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(16).hex(),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "PATH": os.pathsep.join([BIN, os.environ.get("PATH", "")]),
+        })
+        if db_url.startswith("postgresql+psycopg://"):
+            self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = db_url.replace(
+                "postgresql+psycopg://", "postgresql+psycopg_async://", 1)
+        self.env.update(env or {})
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def log_path(self, component: str) -> str:
+        return os.path.join(self.home, f"{component}.log")
+
+    def log(self, component: str) -> str:
+        try:
+            with open(self.log_path(component), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def start(self, timeout: float = 240.0,
+              components: tuple[str, ...] = COMPONENTS) -> AirflowDeployment:
+        subprocess.run([os.path.join(BIN, "airflow"), "db", "migrate"], env=self.env,
+                       check=True, capture_output=True, timeout=300)
+        for component in components:
+            args = [os.path.join(BIN, "airflow"), component]
+            if component == "api-server":
+                args += ["--host", "127.0.0.1", "--port", str(self.port)]
+            out = open(self.log_path(component), "wb")
+            self.procs[component] = subprocess.Popen(
+                args, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                with urllib.request.urlopen(f"{self.base}/api/v2/monitor/health", timeout=2):
+                    return self
+            except OSError:
+                time.sleep(1)
+        raise RuntimeError(f"api-server not healthy after {timeout} s:\n{self.log('api-server')[-3000:]}")
+
+    def check_alive(self) -> None:
+        for component, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"airflow {component} exited with {proc.returncode}:\n"
+                                   f"{self.log(component)[-3000:]}")
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=10)
+        self.procs = {}
+
+    # -- REST API ----------------------------------------------------------------------------
+
+    def token(self) -> str:
+        if self._token is None:
+            with open(os.path.join(self.home, "simple_auth_manager_passwords.json.generated")) as f:
+                password = json.load(f)["admin"]
+            body = self._request("POST", "/auth/token",
+                                 {"username": "admin", "password": password}, auth=False)
+            self._token = body["access_token"]
+        return self._token
+
+    def _request(self, method: str, path: str, body: Any = None, *, auth: bool = True) -> Any:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:2000]!r}") from exc
+        return json.loads(raw) if raw else None
+
+    def get(self, path: str) -> Any:
+        return self._request("GET", path)
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180.0) -> None:
+        """Until the dag-processor has serialized ``dag_id``; then unpause it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            try:
+                self.get(f"/api/v2/dags/{dag_id}/details")
+                break
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
+        self._request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(self, dag_id: str, conf: dict) -> str:
+        run = self._request("POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                            {"logical_date": None, "conf": conf})
+        return run["dag_run_id"]
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            state = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            if state in ("success", "failed"):
+                return state
+            if time.monotonic() > deadline:
+                raise AssertionError(f"DAG run {dag_id}/{run_id} still {state} after {timeout} s: "
+                                     f"{self.task_states(dag_id, run_id)}")
+            time.sleep(2)
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        return {ti["task_id"]: ti["state"] for ti in self.task_instances(dag_id, run_id)}
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+        entry = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+                         f"/xcomEntries/{key}?deserialize=true&stringify=false")
+        return entry["value"]
+
+    def deferrals(self) -> list[str]:
+        """``dag_id/task_id`` of every trigger the triggerer ran to its event: each deferral
+        leaves a ``<task log>.trigger.<id>.log`` with a "Trigger fired event" line."""
+        import glob
+
+        fired = []
+        pattern = os.path.join(self.home, "logs", "dag_id=*", "run_id=*", "task_id=*",
+                               "*.log.trigger.*.log")
+        for path in sorted(glob.glob(pattern)):
+            with open(path, errors="replace") as f:
+                if "Trigger fired event" in f.read():
+                    parts = path.split(os.sep)
+                    fired.append(f"{parts[-4][len('dag_id='):]}/{parts[-2][len('task_id='):]}")
+        return fired

@@ -1,0 +1,175 @@
+"""The path users take, with real processes: Airflow 3 (api-server, scheduler, dag-processor,
+triggerer; LocalExecutor; Airflow's DB on PostgreSQL) submits jobs to a 2-worker Spark
+standalone cluster; the metadata DB of the jobs is a second PostgreSQL database. DAG runs
+are triggered and polled through the REST API.
+
+One module-scoped deployment runs, in order: savepoint_upgrade_restore (happy path), the same
+DAG with a v2 that fails (rollback restarts v1), and blue_green_upgrade. Durations and the
+number of deferrals the triggerer ran are printed (``pytest -s``) for the closing notes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore, upgrade_database
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
+
+EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
+BIN = os.path.dirname(sys.executable)
+ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
+RUN_TIMEOUT_S = 360
+
+
+class Deployment:
+    def __init__(self, airflow, metadata_url: str, jobs_dir: str, env: dict[str, str]) -> None:
+        self.airflow, self.metadata_url, self.jobs_dir, self.env = airflow, metadata_url, jobs_dir, env
+        self.store = MetadataStore(metadata_url, migrate=False)
+        self.durations: dict[str, float] = {}
+
+    def run_dag(self, name: str, dag_id: str, conf: dict) -> tuple[str, str, dict]:
+        started = time.monotonic()
+        run_id = self.airflow.trigger(dag_id, conf)
+        state = self.airflow.wait_for_run(dag_id, run_id, RUN_TIMEOUT_S)
+        self.durations[name] = round(time.monotonic() - started, 1)
+        return state, run_id, self.airflow.task_states(dag_id, run_id)
+
+    def conf(self, **overrides) -> dict:
+        conf = {"job_name": "versioned-sum", "v1_pipeline": f"{EXAMPLE}:build_v1",
+                "v2_pipeline": f"{EXAMPLE}:build_v2",
+                "savepoint_dir": os.path.join(self.jobs_dir, "savepoints"), "runner": "spark",
+                "job_env": {"CKPT_EXAMPLE_DIR": self.jobs_dir}}
+        conf.update(overrides)
+        return conf
+
+    def assert_on_cluster(self, job_id: str) -> None:
+        job = self.store.get_job(job_id)
+        assert job.spark_app_id and job.spark_app_id.startswith("app-"), job
+        placement = self.store.list_attempts(job_id)[-1].placement
+        assert placement and all(str(s["executor_id"]).isdigit() for s in placement), placement
+
+
+def _cancel_active_jobs(store: MetadataStore, timeout: float = 60.0) -> None:
+    jobs = [j for j in store.list_jobs() if j.status in ACTIVE and j.heartbeat_at]
+    for job in jobs:
+        try:
+            store.submit_control_request(job.job_id, "CANCEL", {})
+        except ValueError:
+            pass
+    deadline = time.monotonic() + timeout
+    while jobs and time.monotonic() < deadline:
+        jobs = [j for j in jobs if store.get_job(j.job_id).status in ACTIVE]
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory, postgres_server, spark_cluster):
+    from airflow_deployment import AirflowDeployment
+
+    work = str(tmp_path_factory.mktemp("deployment"))
+    metadata_url = postgres_server.create_database()
+    upgrade_database(metadata_url)  # `ckpt db upgrade`: the hook never creates the schema
+    # Cluster-wide Spark defaults, read by every spark-submit (one core per job, so blue and
+    # green fit on the 2 x 2 cores together).
+    conf_dir = os.path.join(work, "spark-conf")
+    os.makedirs(conf_dir)
+    with open(os.path.join(conf_dir, "spark-defaults.conf"), "w") as f:
+        f.write("spark.cores.max 1\nspark.executor.memory 512m\n")
+    jobs_dir = os.path.join(work, "jobs")
+    host, port = spark_cluster.url.rsplit(":", 1)
+    env = {
+        "SPARK_CONF_DIR": conf_dir, "SPARK_LOCAL_IP": "127.0.0.1",
+        "CKPT_EXAMPLE_DIR": jobs_dir, "CKPT_EXAMPLE_RATE": "50",
+        "AIRFLOW_CONN_SPARK_DEFAULT": f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}',
+        "AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT":
+            f'{{"conn_type": "checkpoint_metadata", "extra": {{"url": "{metadata_url}"}}}}',
+    }
+    airflow = AirflowDeployment(os.path.join(work, "airflow"), postgres_server.create_database(),
+                                env=env)
+    dep = Deployment(airflow, metadata_url, jobs_dir, env)
+    try:
+        airflow.start()
+        for dag_id in ("savepoint_upgrade_restore", "blue_green_upgrade"):
+            airflow.wait_for_dag(dag_id)
+        yield dep
+    finally:
+        try:
+            _cancel_active_jobs(dep.store)
+        finally:
+            airflow.stop()
+            dep.store.close()
+            print(f"\nreal deployment: DAG durations (s) {dep.durations}; "
+                  f"{len(airflow.deferrals())} deferrals ran in the triggerer")
+
+
+def _start_v1(dep: Deployment, spark_url: str) -> str:
+    out = subprocess.run(
+        [os.path.join(BIN, "ckpt"), "run", f"{EXAMPLE}:build_v1", "--runner", "spark",
+         "--master", spark_url, "--db", dep.metadata_url, "--detach", "--json",
+         "--log-file", os.path.join(dep.jobs_dir, "v1.log")],
+        env={**os.environ, **dep.env}, text=True, capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job = dep.store.resolve_job("versioned-sum")
+    assert job.status == "RUNNING"
+    return job.job_id
+
+
+@pytest.mark.timeout(1200)
+def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_cluster(
+        deployment, spark_cluster):
+    dep, store = deployment, deployment.store
+    v1 = _start_v1(dep, spark_cluster.url)
+    dep.assert_on_cluster(v1)
+
+    # 1. savepoint -> upgrade -> restore, happy path
+    state, run, tis = dep.run_dag("upgrade", "savepoint_upgrade_restore", dep.conf())
+    assert tis == {"stop_v1": "success", "start_v2": "success", "wait_v2_checkpoint": "success",
+                   "upgraded": "success", "cancel_v2": "skipped", "restart_v1": "skipped"}, tis
+    assert state == "success"
+    savepoint = dep.airflow.xcom("savepoint_upgrade_restore", run, "stop_v1")
+    assert store.get_job(v1).status == "STOPPED"
+    v2 = store.get_job(dep.airflow.xcom("savepoint_upgrade_restore", run, "start_v2"))
+    assert v2.status == "RUNNING" and v2.version == "v2" and v2.restored_from == savepoint
+    dep.assert_on_cluster(v2.job_id)
+
+    # 2. a v2 that fails to start: rolled back, the previous version runs again
+    state, run, tis = dep.run_dag("rollback", "savepoint_upgrade_restore",
+                                  dep.conf(v1_pipeline=f"{EXAMPLE}:build_v2",
+                                           v2_pipeline=f"{EXAMPLE}:build_v2_broken"))
+    assert tis == {"stop_v1": "success", "start_v2": "failed",
+                   "wait_v2_checkpoint": "upstream_failed", "upgraded": "upstream_failed",
+                   "cancel_v2": "success", "restart_v1": "success"}, tis
+    assert state == "failed"
+    savepoint = dep.airflow.xcom("savepoint_upgrade_restore", run, "stop_v1")
+    assert store.get_job(v2.job_id).status == "STOPPED"
+    restarted = store.get_job(dep.airflow.xcom("savepoint_upgrade_restore", run, "restart_v1"))
+    assert restarted.status == "RUNNING" and restarted.restored_from == savepoint
+    dep.assert_on_cluster(restarted.job_id)
+
+    # 3. blue-green: green runs beside blue, passes the gate, blue stops with a savepoint
+    state, run, tis = dep.run_dag("blue_green", "blue_green_upgrade", {
+        "blue_job": "versioned-sum", "green_job": "versioned-sum-green",
+        "green_pipeline": f"{EXAMPLE}:build_v2",
+        "savepoint_dir": os.path.join(dep.jobs_dir, "savepoints"), "runner": "spark",
+        "job_env": {"CKPT_EXAMPLE_DIR": dep.jobs_dir}, "min_checkpoints": 2})
+    assert tis == {"savepoint_blue": "success", "start_green": "success",
+                   "health_gate": "success", "stop_blue": "success",
+                   "cancel_green": "skipped", "keep_blue": "skipped"}, tis
+    assert state == "success"
+    green = store.resolve_job("versioned-sum-green")
+    assert green.status == "RUNNING"
+    assert green.restored_from == dep.airflow.xcom("blue_green_upgrade", run, "savepoint_blue")
+    assert store.get_job(restarted.job_id).status == "STOPPED"
+    dep.assert_on_cluster(green.job_id)
+
+    # the sensors and control tasks waited in the triggerer process, not in a worker
+    fired = set(dep.airflow.deferrals())
+    assert {"savepoint_upgrade_restore/stop_v1", "savepoint_upgrade_restore/wait_v2_checkpoint",
+            "blue_green_upgrade/savepoint_blue", "blue_green_upgrade/health_gate",
+            "blue_green_upgrade/stop_blue"} <= fired, fired

@@ -1,0 +1,222 @@
+"""Restore fallback: a corrupt or incomplete latest checkpoint is marked CORRUPT and the next
+older retained one is restored (``restore="latest"`` and in-job failover), with output equal
+to a failure-free run's; explicit restore paths fail loudly; in-use snapshots are protected."""
+
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+
+import cloudpickle
+import pytest
+from pipelines import (
+    Background,
+    InjectedFailure,
+    RunningSum,
+    check_exactly_once,
+    expected_running_sums,
+    running_sum_pipeline,
+)
+
+from airflow_checkpoint_provider.engine import (
+    CorruptCheckpointError,
+    JobFailedError,
+    RestartStrategy,
+)
+from airflow_checkpoint_provider.engine.checkpoint.metadata import _canonical, encode_metadata
+from airflow_checkpoint_provider.engine.checkpoint.storage import sha256
+from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.savepoints import DisposeRefused, dispose_savepoint
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # slots need CorruptLatest
+
+N, KEYS, SEED = 8000, 50, 7
+KINDS = ["flip_state_byte", "truncate_metadata", "delete_state_file", "delete_chk_dir"]
+
+
+def completed_chk_dirs(ckpt_root: str) -> list[str]:
+    """Checkpoint directories with a ``_metadata`` file, oldest first."""
+    found = []
+    for dirpath, _dirs, files in os.walk(ckpt_root):
+        name = os.path.basename(dirpath)
+        if name.startswith("chk-") and "_metadata" in files:
+            found.append((int(name[4:]), dirpath))
+    return [d for _, d in sorted(found)]
+
+
+def corrupt(chk_dir: str, kind: str) -> str:
+    """Damage a checkpoint directory; return the name of the damaged file (or the dir)."""
+    state = sorted(n for n in os.listdir(chk_dir) if n.endswith(".state"))[0]
+    if kind == "flip_state_byte":
+        with open(os.path.join(chk_dir, state), "r+b") as f:
+            b = f.read(1)
+            f.seek(0)
+            f.write(bytes([b[0] ^ 0xFF]))
+        return state
+    if kind == "truncate_metadata":
+        meta = os.path.join(chk_dir, "_metadata")
+        os.truncate(meta, os.path.getsize(meta) // 2)
+        return "_metadata"
+    if kind == "delete_state_file":
+        os.remove(os.path.join(chk_dir, state))
+        return state
+    shutil.rmtree(chk_dir)
+    return os.path.basename(chk_dir)
+
+
+class CorruptLatest(RunningSum):
+    """Once, at the first record >= ``at_id`` with two completed checkpoints: damage the
+    newest completed checkpoint and fail the task (the job fails over or fails)."""
+
+    def __init__(self, root: str, kind: str, at_id: int) -> None:
+        super().__init__(None)
+        self.root, self.kind, self.at_id = root, kind, at_id
+
+    def process_element(self, record, ctx):
+        if record["id"] >= self.at_id:
+            marker = os.path.join(self.root, "corrupted")
+            done = completed_chk_dirs(os.path.join(self.root, "ckpt"))
+            if len(done) >= 2 and not os.path.exists(marker):
+                try:  # one subtask of all wins
+                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    return super().process_element(record, ctx)
+                # While this task is blocked here it acks no barrier, so no checkpoint triggered
+                # from now on can complete; one it already acked may still be finalizing. Wait
+                # for that, then damage the newest, so the damaged one is really the latest.
+                time.sleep(1.0)
+                done = completed_chk_dirs(os.path.join(self.root, "ckpt"))
+                bad = corrupt(done[-1], self.kind)
+                with open(marker + ".tmp", "w") as f:
+                    f.write(f"{done[-1]}\n{bad}")
+                os.replace(marker + ".tmp", marker + ".info")
+                raise InjectedFailure(f"corrupted {done[-1]} ({self.kind})")
+        return super().process_element(record, ctx)
+
+
+def corrupting_pipeline(root, kind, restart):
+    p = running_sum_pipeline(str(root), num_records=N, num_keys=KEYS, seed=SEED, rate=4000,
+                             interval_ms=100, restart=restart)
+    keyed = next(n for v in p.execution_graph().vertices for n in v.nodes if n.uid == "sum")
+    keyed.payload = CorruptLatest(str(root), kind, at_id=3000)
+    return p
+
+
+def corrupted(root) -> tuple[str, str]:
+    with open(os.path.join(root, "corrupted.info")) as f:
+        chk_dir, bad = f.read().split("\n")
+    return chk_dir, bad
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return expected_running_sums(N, KEYS, SEED)
+
+
+def _check_marked_corrupt(root, chk_dir, bad, caplog):
+    store = MetadataStore("sqlite:///" + os.path.join(root, "meta.db"))
+    try:
+        rows = [r for j in store.list_jobs() for r in store.list_checkpoints(j.job_id)
+                if r.location == chk_dir]
+        assert [r.status for r in rows] == ["CORRUPT"]
+        assert bad in rows[0].failure_reason or "does not exist" in rows[0].failure_reason
+    finally:
+        store.close()
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelno == logging.WARNING and "marked CORRUPT" in r.getMessage()]
+    assert warnings and bad in warnings[0], warnings
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind", KINDS)
+def test_failover_falls_back_past_a_corrupt_latest_checkpoint(workdir, expected, kind, caplog):
+    caplog.set_level(logging.WARNING)
+    p = corrupting_pipeline(workdir, kind, RestartStrategy.fixed_delay(attempts=3, delay_ms=0))
+    result = p.run()
+    assert result.status == "FINISHED" and result.restarts == 1
+    chk_dir, bad = corrupted(workdir)
+    check_exactly_once(str(workdir / "out"), expected)
+    _check_marked_corrupt(workdir, chk_dir, bad, caplog)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind", KINDS)
+def test_restore_latest_falls_back_past_a_corrupt_latest_checkpoint(workdir, expected, kind, caplog):
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(JobFailedError):
+        corrupting_pipeline(workdir, kind, RestartStrategy.none()).run()
+    chk_dir, bad = corrupted(workdir)
+    if kind == "flip_state_byte":
+        # an explicit restore path is never skipped: it fails loudly naming the file
+        explicit = running_sum_pipeline(str(workdir / "explicit"), num_records=N)
+        with pytest.raises(CorruptCheckpointError, match=f"{bad} does not match its checksum"):
+            explicit.run(restore=chk_dir)
+    p = running_sum_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED)
+    result = p.run(restore="latest")
+    assert result.status == "FINISHED" and result.restored_from != chk_dir
+    check_exactly_once(str(workdir / "out"), expected)
+    _check_marked_corrupt(workdir, chk_dir, bad, caplog)
+
+
+@pytest.mark.timeout(120)
+def test_savepoint_into_a_retained_checkpoint_directory_is_refused(workdir):
+    p = running_sum_pipeline(str(workdir), num_records=200_000, rate=4000)
+    bg = Background(p)
+    job = bg.wait_running(min_checkpoints=1)
+    chk = bg.store.latest_completed_checkpoint(job_id=job.job_id).location
+    for bad in (chk, os.path.join(chk, "sp"), os.path.dirname(chk), str(workdir / "ckpt" / "x")):
+        req = bg.request(job.job_id, "SAVEPOINT", {"directory": bad})
+        assert req.status == "FAILED" and "inside the checkpoint directory" in req.error, req.error
+    ok = bg.request(job.job_id, "SAVEPOINT", {"directory": str(workdir / "ckpt" / "savepoints")})
+    assert ok.status == "SUCCEEDED", ok.error
+    bg.request(job.job_id, "CANCEL")
+    assert bg.result().status == "CANCELED"
+
+
+def _savepoint(directory) -> str:
+    os.makedirs(directory)
+    doc = {"job_id": "a" * 32, "job_name": "j", "checkpoint_id": 3, "kind": "SAVEPOINT",
+           "timestamp_ms": 1, "operators": {}}
+    with open(os.path.join(directory, "_metadata"), "wb") as f:
+        f.write(encode_metadata(doc))
+    return str(directory)
+
+
+def test_dispose_refuses_another_spelling_of_an_in_use_savepoint(tmp_path):
+    sp = _savepoint(tmp_path / "sps" / "savepoint-aaaaaa-3")
+    os.symlink(tmp_path / "sps", tmp_path / "link")
+    store = MetadataStore("sqlite:///" + str(tmp_path / "meta.db"))
+    try:
+        store.create_job(job_id="b" * 32, job_name="j", parallelism=1, restored_from=sp)
+        spellings = [sp + "/", sp + "//", f"file://{sp}", os.path.join(sp, "_metadata"),
+                     str(tmp_path / "link" / "savepoint-aaaaaa-3"),
+                     str(tmp_path / "sps" / "." / ".." / "sps" / "savepoint-aaaaaa-3")]
+        for spelling in spellings:
+            with pytest.raises(DisposeRefused, match="still used by running job"):
+                dispose_savepoint(spelling, store)
+        assert os.path.exists(os.path.join(sp, "_metadata"))
+    finally:
+        store.close()
+
+
+@pytest.mark.timeout(120)
+def test_crafted_sink_transaction_in_a_snapshot_is_refused_before_any_file_moves(workdir):
+    result = running_sum_pipeline(str(workdir / "a"), num_records=2000).run()
+    crafted = workdir / "crafted"
+    shutil.copytree(result.latest_checkpoint, crafted)
+    with open(crafted / "_metadata") as f:
+        doc = json.load(f)
+    doc["operators"]["out"]["subtasks"][0]["operator_state"] = [{"checkpoint_id": 1, "transactions": [
+        {"staging": "../../../payload.inprogress", "final": "../../site-packages/evil.pth"}]}]
+    doc["checksum"] = sha256(_canonical({k: v for k, v in doc.items() if k != "checksum"}))
+    with open(crafted / "_metadata", "w") as f:
+        json.dump(doc, f)
+    (workdir / "site-packages").mkdir()
+    (workdir / "payload.inprogress").write_text("import os; os.system('echo pwned')\n")
+    p = running_sum_pipeline(str(workdir / "b"), num_records=2000)
+    with pytest.raises(CorruptCheckpointError, match=r"'out'.*transactions\[0\]\.staging"):
+        p.run(restore=str(crafted))
+    assert os.listdir(workdir / "site-packages") == []
+    assert (workdir / "payload.inprogress").exists()

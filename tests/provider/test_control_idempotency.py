@@ -1,0 +1,93 @@
+"""Control operators are idempotent across Airflow retries and deferral races: a later try of
+the same task instance finds the request of its earlier try instead of issuing another."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from provider_helpers import EXAMPLE, start_job, wait_for
+
+from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.operators.control import StopWithSavepointOperator
+from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
+
+
+class FakeTI:
+    dag_id, run_id, map_index = "savepoint_upgrade_restore", "manual__race", -1
+
+    def __init__(self, task_id: str, try_number: int) -> None:
+        self.task_id, self.try_number = task_id, try_number
+        self.xcom: dict[str, object] = {}
+
+    def xcom_push(self, key, value):
+        self.xcom[key] = value
+
+
+def _requests(store: MetadataStore, job_id: str):
+    from sqlalchemy import select
+
+    from airflow_checkpoint_provider.engine.checkpoint.models import ControlRequestRow
+
+    with store.engine.connect() as conn:
+        return conn.execute(select(ControlRequestRow.request_id, ControlRequestRow.status)
+                            .where(ControlRequestRow.job_id == job_id)).all()
+
+
+@pytest.mark.timeout(180)
+def test_a_stop_retried_after_its_request_was_answered_succeeds_with_the_same_savepoint(
+        metadata_url, tmp_path):
+    from airflow.sdk.exceptions import TaskDeferred
+
+    v1 = start_job(metadata_url, tmp_path)
+    savepoints = str(tmp_path / "example" / "savepoints")  # an allowed savepoint root
+    stop = dict(task_id="stop_v1", job="versioned-sum", directory=savepoints, poll_interval=0.2,
+                report_dir=str(tmp_path / "reports"))
+    store = MetadataStore(metadata_url)
+
+    # try 1 submits the request and defers; then Airflow loses the task (the deferral race
+    # marks it failed) while the job answers the request and stops
+    first = FakeTI("stop_v1", 1)
+    with pytest.raises(TaskDeferred) as deferred:
+        StopWithSavepointOperator(deferrable=True, **stop).execute({"ti": first})
+    trigger = deferred.value.trigger
+    assert trigger.then_job_states == ["STOPPED", "FINISHED"]  # one deferral per try
+    wait_for(lambda: store.get_job(v1).status != "RUNNING", 60, "v1 to stop")
+    assert store.get_job(v1).status == "STOPPED"
+    [(request_id, status)] = _requests(store, v1)
+    assert status == "SUCCEEDED" and first.xcom["request_id"] == request_id
+
+    # try 2 (the Airflow retry) finds its own request and succeeds with its savepoint
+    second = FakeTI("stop_v1", 2)
+    savepoint = StopWithSavepointOperator(**stop).execute({"ti": second})
+
+    assert second.xcom["request_id"] == request_id and len(_requests(store, v1)) == 1
+    result = store.get_control_request(request_id).result
+    assert savepoint == result["location"] and os.path.isdir(savepoint)
+    assert savepoint.startswith(savepoints)
+
+    # and the rollback path restarts v1 from it
+    restart = SubmitCheckpointedJobOperator(
+        task_id="restart_v1", pipeline=f"{EXAMPLE}:build_v1", job_name="versioned-sum",
+        restore=savepoint, wait_for="running", runner="local", log_dir=str(tmp_path / "logs"),
+        report_dir=str(tmp_path / "reports"))
+    restarted = restart.execute({"ti": FakeTI("restart_v1", 1)})
+    job = store.get_job(restarted)
+    assert restarted != v1 and job.status == "RUNNING" and job.restored_from == savepoint
+    store.close()
+
+
+@pytest.mark.timeout(120)
+def test_another_task_instance_gets_its_own_request(metadata_url, tmp_path):
+    from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
+
+    job_id = start_job(metadata_url, tmp_path)
+    op = dict(job="versioned-sum", directory=str(tmp_path / "example" / "savepoints"), poll_interval=0.2,
+              report_dir=str(tmp_path / "reports"))
+    a = TriggerSavepointOperator(task_id="savepoint_a", **op).execute({"ti": FakeTI("savepoint_a", 1)})
+    again = TriggerSavepointOperator(task_id="savepoint_a", **op).execute({"ti": FakeTI("savepoint_a", 2)})
+    b = TriggerSavepointOperator(task_id="savepoint_b", **op).execute({"ti": FakeTI("savepoint_b", 1)})
+
+    assert again == a and b != a
+    with MetadataStore(metadata_url) as store:
+        assert len(_requests(store, job_id)) == 2
