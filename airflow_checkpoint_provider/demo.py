@@ -9,7 +9,7 @@ import sys
 import time
 
 from airflow_checkpoint_provider.engine import read_committed
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.examples.running_sum import build
 
 

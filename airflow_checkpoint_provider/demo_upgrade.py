@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore, upgrade_database
+from airflow_checkpoint_provider.engine.catalog import MetadataStore, upgrade_database
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 BIN = os.path.dirname(sys.executable)

@@ -22,7 +22,7 @@ from pg_server import PostgresServer  # noqa: E402
 from s3_server import MotoServer  # noqa: E402
 from spark_cluster import StandaloneCluster  # noqa: E402
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore  # noqa: E402
+from airflow_checkpoint_provider.engine.catalog import MetadataStore  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 

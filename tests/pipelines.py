@@ -227,7 +227,7 @@ class Background:
     def __init__(self, pipeline: Pipeline, **kwargs) -> None:
         import threading
 
-        from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+        from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
         self.pipeline = pipeline
         self.outcome: dict = {}

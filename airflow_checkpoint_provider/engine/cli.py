@@ -42,7 +42,7 @@ def _record(rec) -> dict:
 
 
 def _store(db: str | None):
-    from .checkpoint.store import MetadataStore
+    from .catalog import MetadataStore
 
     return MetadataStore(_db_url(db))
 
@@ -469,12 +469,12 @@ def db() -> None:
 @db_option
 def db_upgrade(db: str | None) -> None:
     """Create or migrate the metadata DB schema to the newest revision."""
-    from .checkpoint.store import to_sqlalchemy_url, upgrade_database
+    from .catalog import to_sqlalchemy_url, upgrade_database
 
     upgrade_database(_db_url(db))
-    from .checkpoint.store import _redacted
+    from .catalog import redacted_url
 
-    click.echo(f"metadata DB at {_redacted(to_sqlalchemy_url(_db_url(db)))} is up to date")
+    click.echo(f"metadata DB at {redacted_url(to_sqlalchemy_url(_db_url(db)))} is up to date")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,7 @@ import os
 
 from . import launch as _launch
 from .api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
-from .checkpoint.storage import absolute_location
-from .checkpoint.store import (
+from .catalog import (
     ACTIVE_JOB_STATUSES,
     TERMINAL_JOB_STATUSES,
     AttemptRecord,
@@ -40,6 +39,7 @@ from .checkpoint.store import (
     heartbeat_timeout,
     upgrade_database,
 )
+from .checkpoint.storage import absolute_location
 from .errors import EngineError, InvalidNameError
 from .lineage import upgrade_chain
 from .names import validate_job_id, validate_job_name

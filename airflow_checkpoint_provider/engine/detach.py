@@ -16,7 +16,7 @@ def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
                    log_file: str | None, timeout: float) -> dict:
     """Start ``ckpt <argv>`` in a new session (it outlives this process) with ``--job-id``
     fixed, then wait until the job row is RUNNING (or already ended)."""
-    from .checkpoint.store import MetadataStore
+    from .catalog import MetadataStore
 
     job_id = job_id or uuid.uuid4().hex
     if "--job-id" not in argv:

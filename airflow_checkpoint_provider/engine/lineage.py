@@ -9,7 +9,7 @@ creation order).
 
 from __future__ import annotations
 
-from .checkpoint.store import JobRecord, MetadataStore
+from .catalog import JobRecord, MetadataStore
 
 MAX_CHAIN = 200  # a guard against cycles and runaway histories
 

@@ -40,7 +40,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from .checkpoint.store import AttemptRecord, CheckpointRecord, JobRecord, MetadataStore
+from .catalog import AttemptRecord, CheckpointRecord, JobRecord, MetadataStore
 from .stats import (
     TASK_METRICS,
     is_completed,

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore, upgrade_database
+from airflow_checkpoint_provider.engine.catalog import MetadataStore, upgrade_database
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 

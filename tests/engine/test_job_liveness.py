@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from pipelines import Background, running_sum_pipeline
 
 from airflow_checkpoint_provider.engine import JobNameInUseError
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.cli import main
 
 

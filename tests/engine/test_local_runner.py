@@ -17,7 +17,7 @@ from airflow_checkpoint_provider.engine import (
     RestartStrategy,
     RestoreError,
 )
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
 
 @pytest.mark.timeout(120)

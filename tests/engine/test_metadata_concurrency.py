@@ -6,7 +6,7 @@ import time
 import pytest
 from pipelines import Background, check_exactly_once, expected_running_sums, versioned_pipeline
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
 pytestmark = pytest.mark.slow
 N = 20_000

@@ -25,9 +25,9 @@ from airflow_checkpoint_provider.engine import (
     JobFailedError,
     RestartStrategy,
 )
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.checkpoint.metadata import _canonical, encode_metadata
 from airflow_checkpoint_provider.engine.checkpoint.storage import sha256
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
 from airflow_checkpoint_provider.engine.savepoints import DisposeRefused, dispose_savepoint
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # slots need CorruptLatest

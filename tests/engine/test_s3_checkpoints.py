@@ -13,8 +13,8 @@ import pytest
 from pipelines import FaultPlan, check_exactly_once, expected_running_sums, running_sum_pipeline
 
 from airflow_checkpoint_provider.engine import JobFailedError, RestartStrategy
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.checkpoint.metadata import load_snapshot
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
 
 NUM_KEYS, SEED = 50, 7
 

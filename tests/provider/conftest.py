@@ -63,7 +63,7 @@ def metadata_url(tmp_path, monkeypatch):
     """A fresh metadata DB (schema created) behind the default ``checkpoint_metadata``
     connection; every job
     still active in it at the end of the test is cancelled."""
-    from airflow_checkpoint_provider.engine.checkpoint.store import upgrade_database
+    from airflow_checkpoint_provider.engine.catalog import upgrade_database
 
     url = f"sqlite:///{tmp_path}/metadata.db"
     upgrade_database(url)  # as `ckpt db upgrade` does in a deployment: the hook never creates it

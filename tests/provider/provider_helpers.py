@@ -11,7 +11,7 @@ ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
 
 
 def cancel_active_jobs(url: str, timeout: float = 30.0) -> None:
-    from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
     store = MetadataStore(url)
     try:

@@ -8,7 +8,7 @@ import os
 import pytest
 from provider_helpers import EXAMPLE, start_job, wait_for
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.operators.control import StopWithSavepointOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 
@@ -27,7 +27,7 @@ class FakeTI:
 def _requests(store: MetadataStore, job_id: str):
     from sqlalchemy import select
 
-    from airflow_checkpoint_provider.engine.checkpoint.models import ControlRequestRow
+    from airflow_checkpoint_provider.engine.catalog.models import ControlRequestRow
 
     with store.engine.connect() as conn:
         return conn.execute(select(ControlRequestRow.request_id, ControlRequestRow.status)

@@ -9,7 +9,7 @@ import os
 import pytest
 from sqlalchemy import create_engine, text
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataSchemaError
+from airflow_checkpoint_provider.engine.catalog import MetadataSchemaError
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
 
 
@@ -33,7 +33,7 @@ def test_a_missing_sqlite_file_fails_at_once_and_is_not_created(tmp_path, monkey
 def test_a_db_without_the_schema_or_at_an_older_revision_is_not_migrated(tmp_path, monkeypatch):
     from alembic import command
 
-    from airflow_checkpoint_provider.engine.checkpoint.store import alembic_config
+    from airflow_checkpoint_provider.engine.catalog import alembic_config
 
     empty = tmp_path / "empty.db"
     create_engine(f"sqlite:///{empty}").connect().close()  # an existing file, no tables

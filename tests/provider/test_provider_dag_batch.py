@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from provider_helpers import completed_checkpoints, run_dag, xcom
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 

@@ -9,7 +9,7 @@ import os
 import pytest
 from provider_helpers import EXAMPLE, completed_checkpoints, run_dag, start_job, wait_for, xcom
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 

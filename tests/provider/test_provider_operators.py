@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from provider_helpers import EXAMPLE, events, start_job
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 
 

@@ -12,7 +12,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 from provider_helpers import events
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.sensors.checkpoint import CheckpointCompletedSensor

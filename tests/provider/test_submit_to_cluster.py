@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 

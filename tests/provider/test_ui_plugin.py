@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore, upgrade_database
+from airflow_checkpoint_provider.engine.catalog import MetadataStore, upgrade_database
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

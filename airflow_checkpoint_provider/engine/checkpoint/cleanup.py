@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from .models import TERMINAL_JOB_STATUSES, CheckpointStatus
+from ..catalog.models import TERMINAL_JOB_STATUSES, CheckpointStatus
 from .storage import basename, filesystem_for
 
 log = logging.getLogger(__name__)

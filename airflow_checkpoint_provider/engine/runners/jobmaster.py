@@ -19,12 +19,12 @@ from typing import Protocol
 import cloudpickle
 
 from ..api import JobResult, Pipeline
+from ..catalog import MetadataStore
 from ..checkpoint.cleanup import discard_partial_checkpoints
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.metadata import LoadedSnapshot, load_snapshot
 from ..checkpoint.restore import assign_restore, operator_kind
 from ..checkpoint.storage import absolute_location, default_savepoint_root, job_directory
-from ..checkpoint.store import MetadataStore
 from ..config import CheckpointingMode
 from ..errors import (
     ConfigurationError,

@@ -3,8 +3,8 @@
 import os
 from datetime import UTC, datetime
 
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.checkpoint.cleanup import discard_partial_checkpoints
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
 
 
 def _job_with_checkpoints(store, root, job_id):

@@ -11,13 +11,13 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
-from airflow_checkpoint_provider.engine.checkpoint.models import Base
-from airflow_checkpoint_provider.engine.checkpoint.store import (
+from airflow_checkpoint_provider.engine.catalog import (
     MetadataSchemaError,
     MetadataStore,
     to_sqlalchemy_url,
     upgrade_database,
 )
+from airflow_checkpoint_provider.engine.catalog.models import Base
 
 TABLES = {"jobs", "job_attempts", "checkpoints", "control_requests", "shared_state"}
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

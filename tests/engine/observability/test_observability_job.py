@@ -19,7 +19,7 @@ import pytest
 from PIL import Image, ImageStat
 from pipelines import Background, FaultPlan, running_sum_pipeline
 
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.report import render_report
 from airflow_checkpoint_provider.engine.stats import checkpoint_statistics
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.checkpoint.metadata import load_snapshot
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
 
 CKPT = [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli"]
 

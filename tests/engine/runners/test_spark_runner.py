@@ -10,7 +10,7 @@ import pytest
 from pipelines import FaultPlan, check_exactly_once, expected_running_sums, running_sum_pipeline
 
 from airflow_checkpoint_provider.engine import ConfigurationError, RestartStrategy
-from airflow_checkpoint_provider.engine.checkpoint.store import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.runners.spark import session_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]

@@ -4,7 +4,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2025-01-01
 
-The tables are described in ``airflow_checkpoint_provider/engine/checkpoint/models.py``.
+The tables are described in ``airflow_checkpoint_provider/engine/catalog/models.py``.
 This revision is frozen: it does not import the models, so later model changes cannot
 alter what it creates.
 """

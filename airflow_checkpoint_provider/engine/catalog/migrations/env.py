@@ -1,13 +1,13 @@
 """Alembic environment of the metadata DB.
 
-There is no ``alembic.ini``: :func:`airflow_checkpoint_provider.engine.checkpoint.store.alembic_config`
-builds the configuration in code. :func:`~airflow_checkpoint_provider.engine.checkpoint.store.upgrade_database`
+There is no ``alembic.ini``: :func:`airflow_checkpoint_provider.engine.catalog.alembic_config`
+builds the configuration in code. :func:`~airflow_checkpoint_provider.engine.catalog.upgrade_database`
 passes an open connection (already inside a locked transaction) in
 ``config.attributes["connection"]``; otherwise ``sqlalchemy.url`` is used. To write a new
 revision::
 
     from alembic import command
-    from airflow_checkpoint_provider.engine.checkpoint.store import alembic_config
+    from airflow_checkpoint_provider.engine.catalog import alembic_config
     command.revision(alembic_config("sqlite:////tmp/dev.db"), "add x", autogenerate=True)
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from airflow_checkpoint_provider.engine.checkpoint.models import Base, UTCDateTime
+from airflow_checkpoint_provider.engine.catalog.models import Base, UTCDateTime
 
 config = context.config
 target_metadata = Base.metadata
@@ -35,7 +35,7 @@ def _configure(**kwargs: Any) -> None:
     context.configure(
         target_metadata=target_metadata,
         render_as_batch=True,  # SQLite can only ALTER through table copies
-        render_item=_render_item,
+        render_item=_render_item,  # type: ignore[arg-type]
         compare_type=True,
         **kwargs,
     )

@@ -1,0 +1,88 @@
+"""The store's core: opening the DB (schema check or upgrade) and short read/write
+transactions with retries. The table families add their methods in mixins."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Self
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from .db import (
+    T,
+    _check_schema,
+    _require_existing_sqlite_file,
+    _retry,
+    _upgrade_engine,
+    _write_engine,
+    create_metadata_engine,
+    redacted_url,
+    to_sqlalchemy_url,
+)
+from .models import (
+    JobRow,
+)
+
+
+class StoreBase:
+    """Opening the metadata DB and running short transactions (see :class:`MetadataStore`)."""
+
+    url: str
+
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        self.url = to_sqlalchemy_url(url)
+        #: the URL with its password hidden: the only form that may be logged or printed
+        self.safe_url = redacted_url(self.url)
+        if not migrate:
+            _require_existing_sqlite_file(self.url)
+        self._engine = create_metadata_engine(self.url)
+        self._read_sessions = sessionmaker(self._engine, expire_on_commit=False)
+        self._write_sessions = sessionmaker(_write_engine(self._engine), expire_on_commit=False)
+        try:
+            if migrate:
+                _retry(lambda: _upgrade_engine(self._engine), what="schema upgrade")
+            else:
+                _retry(lambda: _check_schema(self._engine), what="schema check")
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    def __repr__(self) -> str:
+        return f"MetadataStore({redacted_url(self._engine)!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def engine(self) -> Engine:
+        """The underlying engine (for ad-hoc queries; prefer the methods)."""
+        return self._engine
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._engine.dispose()
+
+    def _read(self, fn: Callable[[Session], T], what: str) -> T:
+        def run() -> T:
+            with self._read_sessions.begin() as session:
+                return fn(session)
+
+        return _retry(run, what=what)
+
+    def _write(self, fn: Callable[[Session], T], what: str) -> T:
+        def run() -> T:
+            with self._write_sessions.begin() as session:
+                return fn(session)
+
+        return _retry(run, what=what)
+
+    @staticmethod
+    def _job_row(session: Session, job_id: str) -> JobRow:
+        row = session.get(JobRow, job_id)
+        if row is None:
+            raise LookupError(f"no job with id {job_id!r}")
+        return row

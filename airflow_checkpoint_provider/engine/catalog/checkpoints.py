@@ -1,0 +1,289 @@
+"""Checkpoints and the shared-state registry in the catalog."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from .base import StoreBase
+from .db import _choice, _chunks
+from .models import (
+    CheckpointKind,
+    CheckpointRow,
+    CheckpointStatus,
+    JobRow,
+    SharedStateRow,
+)
+from .records import CheckpointRecord, JobRecord
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointsMixin(StoreBase):
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def add_pending_checkpoint(self, job_id: str, checkpoint_id: int, *, kind: str,
+                               trigger_time: datetime, location: str,
+                               is_final: bool = False) -> None:
+        """Record a triggered checkpoint or savepoint in status PENDING.
+
+        :param is_final: the savepoint of a stop-with-savepoint (the job ends after it).
+        """
+        kind = _choice(CheckpointKind, kind, "checkpoint kind")
+
+        def fn(session: Session) -> None:
+            self._job_row(session, job_id)
+            exists = session.scalar(
+                select(CheckpointRow.id).where(CheckpointRow.job_id == job_id,
+                                               CheckpointRow.checkpoint_id == checkpoint_id)
+            )
+            if exists is not None:
+                raise ValueError(f"checkpoint {checkpoint_id} of job {job_id!r} already exists")
+            session.add(CheckpointRow(
+                job_id=job_id, checkpoint_id=checkpoint_id, kind=kind,
+                status=CheckpointStatus.PENDING.value, is_final=is_final,
+                trigger_time=trigger_time, location=location))
+
+        self._write(fn, "add_pending_checkpoint")
+        log.debug("Recorded pending %s %d of job %s at %s", kind.lower(), checkpoint_id, job_id,
+                  location)
+
+    def _checkpoint_row(self, session: Session, job_id: str, checkpoint_id: int) -> CheckpointRow:
+        row = session.scalars(
+            select(CheckpointRow).where(CheckpointRow.job_id == job_id,
+                                        CheckpointRow.checkpoint_id == checkpoint_id)
+        ).first()
+        if row is None:
+            raise LookupError(f"job {job_id!r} has no checkpoint {checkpoint_id}")
+        return row
+
+    def complete_checkpoint(self, job_id: str, checkpoint_id: int, *, complete_time: datetime,
+                            duration_ms: int, state_size: int, checkpointed_size: int,
+                            task_stats: list[dict]) -> None:
+        """Mark a pending checkpoint COMPLETED with its statistics: it is now restorable."""
+
+        def fn(session: Session) -> None:
+            row = self._checkpoint_row(session, job_id, checkpoint_id)
+            if row.status != CheckpointStatus.PENDING:
+                log.warning("Completing %s %d of job %s, which is %s", row.kind.lower(),
+                            checkpoint_id, job_id, row.status)
+            row.status = CheckpointStatus.COMPLETED.value
+            row.complete_time = complete_time
+            row.duration_ms = duration_ms
+            row.state_size = state_size
+            row.checkpointed_size = checkpointed_size
+            row.task_stats = list(task_stats)
+            row.failure_reason = None
+
+        self._write(fn, "complete_checkpoint")
+        log.debug("Recorded completed checkpoint %d of job %s", checkpoint_id, job_id)
+
+    def fail_checkpoint(self, job_id: str, checkpoint_id: int, *, reason: str,
+                        status: str = "FAILED") -> None:
+        """Mark a checkpoint FAILED (or another end state, e.g. DISCARDED) with the reason."""
+        status = _choice(CheckpointStatus, status, "checkpoint status")
+
+        def fn(session: Session) -> None:
+            row = self._checkpoint_row(session, job_id, checkpoint_id)
+            row.status = status
+            row.failure_reason = reason
+
+        self._write(fn, "fail_checkpoint")
+        log.debug("Recorded checkpoint %d of job %s as %s: %s", checkpoint_id, job_id, status,
+                  reason)
+
+    def set_checkpoint_status(self, job_id: str, checkpoint_ids: list[int], status: str) -> None:
+        """Set the status of several checkpoints of a job (e.g. SUBSUMED, DISCARDED)."""
+        status = _choice(CheckpointStatus, status, "checkpoint status")
+        ids = list(checkpoint_ids)
+        if not ids:
+            return
+
+        def fn(session: Session) -> None:
+            for chunk in _chunks(ids):
+                session.execute(
+                    update(CheckpointRow)
+                    .where(CheckpointRow.job_id == job_id,
+                           CheckpointRow.checkpoint_id.in_(chunk))
+                    .values(status=status)
+                    .execution_options(synchronize_session=False)
+                )
+
+        self._write(fn, "set_checkpoint_status")
+
+    def checkpoint_at(self, location: str) -> CheckpointRecord | None:
+        """The checkpoint or savepoint row whose ``location`` is exactly ``location``."""
+
+        def fn(session: Session) -> CheckpointRecord | None:
+            row = session.scalars(select(CheckpointRow).where(
+                CheckpointRow.location == location).limit(1)).first()
+            return None if row is None else CheckpointRecord.from_row(row)
+
+        return self._read(fn, "checkpoint_at")
+
+    def jobs_restored_from_job(self, job_id: str) -> list[JobRecord]:
+        """Jobs whose ``restored_from`` is one of ``job_id``'s checkpoints or savepoints."""
+
+        def fn(session: Session) -> list[JobRecord]:
+            locations = select(CheckpointRow.location).where(CheckpointRow.job_id == job_id)
+            rows = session.scalars(select(JobRow).where(JobRow.restored_from.in_(locations))
+                                   .order_by(JobRow.created_at, JobRow.job_id))
+            return [JobRecord.from_row(r) for r in rows]
+
+        return self._read(fn, "jobs_restored_from_job")
+
+    def prune_checkpoint_history(self, job_id: str, keep: int) -> int:
+        """Delete the job's SUBSUMED and FAILED checkpoint rows whose id is not among the
+        newest ``keep`` checkpoint ids; savepoints and other statuses stay. Returns how many
+        rows were deleted."""
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1 (got {keep})")
+
+        def fn(session: Session) -> int:
+            newest = session.scalar(select(func.max(CheckpointRow.checkpoint_id))
+                                    .where(CheckpointRow.job_id == job_id))
+            if newest is None or newest <= keep:
+                return 0
+            result = session.execute(
+                delete(CheckpointRow)
+                .where(CheckpointRow.job_id == job_id,
+                       CheckpointRow.kind == CheckpointKind.CHECKPOINT.value,
+                       CheckpointRow.status.in_([CheckpointStatus.SUBSUMED.value,
+                                                 CheckpointStatus.FAILED.value]),
+                       CheckpointRow.checkpoint_id <= newest - keep)
+                .execution_options(synchronize_session=False))
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+        count = self._write(fn, "prune_checkpoint_history")
+        if count:
+            log.info("Pruned %d old checkpoint rows of job %s (history %d)", count, job_id, keep)
+        return count
+
+    def get_checkpoint(self, job_id: str, checkpoint_id: int) -> CheckpointRecord | None:
+        def fn(session: Session) -> CheckpointRecord | None:
+            row = session.scalars(
+                select(CheckpointRow).where(CheckpointRow.job_id == job_id,
+                                            CheckpointRow.checkpoint_id == checkpoint_id)
+            ).first()
+            return None if row is None else CheckpointRecord.from_row(row)
+
+        return self._read(fn, "get_checkpoint")
+
+    def list_checkpoints(self, job_id: str, *, kind: str | None = None,
+                         status: str | None = None) -> list[CheckpointRecord]:
+        """The job's checkpoints by ascending ``checkpoint_id``, optionally filtered."""
+        query = select(CheckpointRow).where(CheckpointRow.job_id == job_id)
+        if kind is not None:
+            query = query.where(CheckpointRow.kind == _choice(CheckpointKind, kind,
+                                                              "checkpoint kind"))
+        if status is not None:
+            query = query.where(CheckpointRow.status == _choice(CheckpointStatus, status,
+                                                                "checkpoint status"))
+        query = query.order_by(CheckpointRow.checkpoint_id)
+
+        def fn(session: Session) -> list[CheckpointRecord]:
+            return [CheckpointRecord.from_row(r) for r in session.scalars(query)]
+
+        return self._read(fn, "list_checkpoints")
+
+    def latest_completed_checkpoint(self, *, job_id: str | None = None,
+                                    job_name: str | None = None,
+                                    kind: str | None = "CHECKPOINT") -> CheckpointRecord | None:
+        """The newest COMPLETED checkpoint (by ``complete_time``, then ``checkpoint_id``) of
+        the job ``job_id`` or of every job named ``job_name``; ``kind=None`` for any kind."""
+        if job_id is None and job_name is None:
+            raise ValueError("latest_completed_checkpoint needs job_id or job_name")
+        query = select(CheckpointRow).where(
+            CheckpointRow.status == CheckpointStatus.COMPLETED.value)
+        if kind is not None:
+            query = query.where(CheckpointRow.kind == _choice(CheckpointKind, kind,
+                                                              "checkpoint kind"))
+        if job_id is not None:
+            query = query.where(CheckpointRow.job_id == job_id)
+        if job_name is not None:
+            query = query.join(JobRow, JobRow.job_id == CheckpointRow.job_id).where(
+                JobRow.job_name == job_name)
+        query = query.order_by(CheckpointRow.complete_time.desc(),
+                               CheckpointRow.checkpoint_id.desc()).limit(1)
+
+        def fn(session: Session) -> CheckpointRecord | None:
+            row = session.scalars(query).first()
+            return None if row is None else CheckpointRecord.from_row(row)
+
+        return self._read(fn, "latest_completed_checkpoint")
+
+    def max_checkpoint_id(self, job_id: str) -> int:
+        """The highest checkpoint id recorded for the job, whatever its state; 0 if none."""
+
+        def fn(session: Session) -> int:
+            value = session.scalar(
+                select(func.max(CheckpointRow.checkpoint_id))
+                .where(CheckpointRow.job_id == job_id)
+            )
+            return int(value or 0)
+
+        return self._read(fn, "max_checkpoint_id")
+
+    # -- shared-state registry --------------------------------------------------------------
+
+    def register_shared_state(self, job_id: str, checkpoint_id: int,
+                              file_keys: list[str]) -> None:
+        """Record that checkpoint ``checkpoint_id`` references the shared files ``file_keys``:
+        new keys are created by it, existing keys are last used by it (never decreases)."""
+        keys = sorted(set(file_keys))
+        if not keys:
+            return
+
+        def fn(session: Session) -> None:
+            existing: set[str] = set()
+            for chunk in _chunks(keys):
+                existing.update(session.scalars(
+                    select(SharedStateRow.file_key).where(SharedStateRow.job_id == job_id,
+                                                          SharedStateRow.file_key.in_(chunk))
+                ))
+                session.execute(
+                    update(SharedStateRow)
+                    .where(SharedStateRow.job_id == job_id, SharedStateRow.file_key.in_(chunk),
+                           SharedStateRow.last_used_checkpoint < checkpoint_id)
+                    .values(last_used_checkpoint=checkpoint_id)
+                    .execution_options(synchronize_session=False)
+                )
+            session.add_all(
+                SharedStateRow(job_id=job_id, file_key=key, created_by_checkpoint=checkpoint_id,
+                               last_used_checkpoint=checkpoint_id)
+                for key in keys if key not in existing
+            )
+
+        self._write(fn, "register_shared_state")
+
+    def unreferenced_shared_state(self, job_id: str, min_retained_checkpoint_id: int) -> list[str]:
+        """Shared file keys no retained checkpoint references: last used before
+        ``min_retained_checkpoint_id`` (the oldest checkpoint still retained). Sorted."""
+
+        def fn(session: Session) -> list[str]:
+            return list(session.scalars(
+                select(SharedStateRow.file_key)
+                .where(SharedStateRow.job_id == job_id,
+                       SharedStateRow.last_used_checkpoint < min_retained_checkpoint_id)
+                .order_by(SharedStateRow.file_key)
+            ))
+
+        return self._read(fn, "unreferenced_shared_state")
+
+    def delete_shared_state(self, job_id: str, file_keys: list[str]) -> None:
+        """Forget shared files (after they were deleted from checkpoint storage)."""
+        keys = list(file_keys)
+        if not keys:
+            return
+
+        def fn(session: Session) -> None:
+            for chunk in _chunks(keys):
+                session.execute(
+                    delete(SharedStateRow).where(
+                        SharedStateRow.job_id == job_id, SharedStateRow.file_key.in_(chunk))
+                    .execution_options(synchronize_session=False))
+
+        self._write(fn, "delete_shared_state")

@@ -1,0 +1,282 @@
+"""Jobs and attempts in the catalog: create, status, heartbeats and liveness, lookups."""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from ..errors import JobIdInUseError, JobNameInUseError
+from .base import StoreBase
+from .db import MIN_JOB_ID_PREFIX, _choice
+from .models import (
+    TERMINAL_CONTROL_REQUEST_STATUSES,
+    ControlRequestRow,
+    ControlRequestStatus,
+    JobAttemptRow,
+    JobRow,
+    JobStatus,
+    as_utc,
+    utcnow,
+)
+from .records import AttemptRecord, JobRecord, _aware
+
+log = logging.getLogger(__name__)
+
+
+#: job states in which a job may still run (the rest are terminal)
+ACTIVE_JOB_STATUSES = ("CREATED", "RUNNING", "RESTARTING")
+#: seconds without a heartbeat after which an active job is LOST (env overrides)
+HEARTBEAT_TIMEOUT_ENV = "CKPT_HEARTBEAT_TIMEOUT_S"
+DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
+
+
+def heartbeat_timeout() -> float:
+    """The heartbeat timeout in seconds (``$CKPT_HEARTBEAT_TIMEOUT_S``, default 60)."""
+    return float(os.environ.get(HEARTBEAT_TIMEOUT_ENV, DEFAULT_HEARTBEAT_TIMEOUT_S))
+
+
+class JobsMixin(StoreBase):
+    # -- jobs -------------------------------------------------------------------------------
+
+    def _mark_lost(self, session: Session, job_name: str | None = None,
+                   timeout: float | None = None) -> list[str]:
+        """Mark active jobs whose heartbeat (or creation, if they never heartbeated) is older
+        than ``timeout`` LOST, fail their open control requests; return their ids."""
+        timeout = heartbeat_timeout() if timeout is None else timeout
+        now = utcnow()
+        cutoff = now - timedelta(seconds=timeout)
+        query = select(JobRow).where(JobRow.status.in_(ACTIVE_JOB_STATUSES))
+        if job_name is not None:
+            query = query.where(JobRow.job_name == job_name)
+        lost = []
+        for row in session.scalars(query):
+            last = _aware(row.heartbeat_at) or as_utc(row.created_at)
+            if last >= cutoff:
+                continue
+            row.status = JobStatus.LOST.value
+            row.failure_reason = (f"no heartbeat since {last:%Y-%m-%d %H:%M:%S} UTC (more than "
+                                  f"{timeout:.0f} s): the job's driver is presumed dead")
+            row.updated_at = now
+            session.execute(
+                update(ControlRequestRow)
+                .where(ControlRequestRow.job_id == row.job_id,
+                       ControlRequestRow.status.not_in(list(TERMINAL_CONTROL_REQUEST_STATUSES)))
+                .values(status=ControlRequestStatus.FAILED.value, updated_at=now,
+                        error=f"job {row.job_name} ({row.job_id}) is LOST: {row.failure_reason}")
+                .execution_options(synchronize_session=False))
+            lost.append(row.job_id)
+        return lost
+
+    def mark_lost_jobs(self, job_name: str | None = None, *,
+                       timeout: float | None = None) -> list[str]:
+        """Declare active jobs without a recent heartbeat LOST (see :class:`JobStatus`);
+        returns their ids."""
+        lost = self._write(lambda s: self._mark_lost(s, job_name, timeout), "mark_lost_jobs")
+        for job_id in lost:
+            log.warning("Job %s has no recent heartbeat: marked LOST", job_id)
+        return lost
+
+    def create_job(self, *, job_id: str, job_name: str, parallelism: int,
+                   version: str | None = None, restored_from: str | None = None,
+                   spark_app_id: str | None = None, exclusive_name: bool = False) -> JobRecord:
+        """Insert a job in status CREATED, attempt 0. Raises :class:`JobIdInUseError` (a
+        ``ValueError``) if the id exists. ``exclusive_name``: one live job per name -- jobs
+        of this name without a recent heartbeat are marked LOST first, and a live one makes
+        this raise :class:`JobNameInUseError` naming it (checked in the same transaction)."""
+
+        def fn(session: Session) -> JobRecord:
+            existing = session.get(JobRow, job_id)
+            if existing is not None:
+                raise JobIdInUseError(
+                    f"job id {job_id!r} already exists (job {existing.job_name}, "
+                    f"{existing.status}); pick another id or omit --job-id")
+            if exclusive_name:
+                self._mark_lost(session, job_name)
+                live = session.scalars(select(JobRow).where(
+                    JobRow.job_name == job_name,
+                    JobRow.status.in_(ACTIVE_JOB_STATUSES))).first()
+                if live is not None:
+                    raise JobNameInUseError(
+                        f"job name {job_name!r} is in use by live job {live.job_id} "
+                        f"({live.status}); stop or cancel it first (ckpt stop/cancel "
+                        f"{live.job_id}), or wait until it has had no heartbeat for "
+                        f"{heartbeat_timeout():.0f} s")
+            now = utcnow()
+            row = JobRow(job_id=job_id, job_name=job_name, version=version,
+                         status=JobStatus.CREATED.value, restored_from=restored_from,
+                         spark_app_id=spark_app_id, parallelism=parallelism, attempt=0,
+                         failure_reason=None, heartbeat_at=None, created_at=now,
+                         updated_at=now)
+            session.add(row)
+            session.flush()
+            return JobRecord.from_row(row)
+
+        record = self._write(fn, "create_job")
+        log.info("Created job %s (%s), parallelism %d%s", job_name, job_id, parallelism,
+                 f", restored from {restored_from}" if restored_from else "")
+        return record
+
+    def set_job_status(self, job_id: str, status: str, *,
+                       failure_reason: str | None = None) -> None:
+        """Set the job's status and ``failure_reason`` (``None`` clears it: the reason always
+        describes the current status; ``job_attempts`` keeps every attempt's reason)."""
+        status = _choice(JobStatus, status, "job status")
+
+        def fn(session: Session) -> str:
+            row = self._job_row(session, job_id)
+            row.status = status
+            row.failure_reason = failure_reason
+            row.updated_at = utcnow()
+            return row.job_name
+
+        name = self._write(fn, "set_job_status")
+        log.info("Job %s (%s) is %s%s", name, job_id, status,
+                 f": {failure_reason}" if failure_reason else "")
+
+    def set_spark_app_id(self, job_id: str, spark_app_id: str) -> None:
+        """Record the Spark application id once the driver knows it."""
+
+        def fn(session: Session) -> None:
+            row = self._job_row(session, job_id)
+            row.spark_app_id = spark_app_id
+            row.updated_at = utcnow()
+
+        self._write(fn, "set_spark_app_id")
+
+    def heartbeat(self, job_id: str) -> str:
+        """Refresh ``jobs.heartbeat_at`` (only that column) unless the job was declared LOST
+        meanwhile; returns the job's status (a driver whose job is LOST must stop)."""
+
+        def fn(session: Session) -> str:
+            result = session.execute(
+                update(JobRow).where(JobRow.job_id == job_id,
+                                     JobRow.status != JobStatus.LOST.value)
+                .values(heartbeat_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                row = session.get(JobRow, job_id)
+                if row is None:
+                    raise LookupError(f"no job with id {job_id!r}")
+                return row.status
+            return JobStatus.RUNNING.value
+
+        return self._write(fn, "heartbeat")
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        def fn(session: Session) -> JobRecord | None:
+            row = session.get(JobRow, job_id)
+            return None if row is None else JobRecord.from_row(row)
+
+        return self._read(fn, "get_job")
+
+    def resolve_job(self, job_ref: str) -> JobRecord:
+        """Find a job by exact id, else by a unique id prefix (at least
+        ``MIN_JOB_ID_PREFIX`` characters), else by name: the newest *active* job
+        (CREATED/RUNNING/RESTARTING) with that name if there is one, else the newest job.
+
+        Raises ``LookupError`` when nothing matches or the prefix is ambiguous.
+        """
+
+        def fn(session: Session) -> JobRecord:
+            row = session.get(JobRow, job_ref)
+            if row is not None:
+                return JobRecord.from_row(row)
+            ambiguous = 0
+            if len(job_ref) >= MIN_JOB_ID_PREFIX:
+                rows = session.scalars(
+                    select(JobRow).where(JobRow.job_id.startswith(job_ref, autoescape=True))
+                    .limit(2)
+                ).all()
+                if len(rows) == 1:
+                    return JobRecord.from_row(rows[0])
+                ambiguous = len(rows)
+            named = (select(JobRow).where(JobRow.job_name == job_ref)
+                     .order_by(JobRow.created_at.desc(), JobRow.job_id.desc()).limit(1))
+            row = session.scalars(
+                named.where(JobRow.status.in_(ACTIVE_JOB_STATUSES))).first() or session.scalars(
+                named).first()
+            if row is not None:
+                return JobRecord.from_row(row)
+            if ambiguous:
+                raise LookupError(f"job id prefix {job_ref!r} matches several jobs; "
+                                  f"give more characters")
+            raise LookupError(f"no job matches {job_ref!r}")
+
+        return self._read(fn, "resolve_job")
+
+    def list_jobs(self, job_name: str | None = None) -> list[JobRecord]:
+        """Jobs, newest first, optionally only those named ``job_name``."""
+
+        def fn(session: Session) -> list[JobRecord]:
+            query = select(JobRow)
+            if job_name is not None:
+                query = query.where(JobRow.job_name == job_name)
+            query = query.order_by(JobRow.created_at.desc(), JobRow.job_id.desc())
+            return [JobRecord.from_row(r) for r in session.scalars(query)]
+
+        return self._read(fn, "list_jobs")
+
+    # -- attempts ---------------------------------------------------------------------------
+
+    def start_attempt(self, job_id: str, attempt: int, *, restored_checkpoint_id: int | None,
+                      restored_from: str | None) -> None:
+        """Record the start of attempt ``attempt`` (0 first) and make it the job's current one."""
+
+        def fn(session: Session) -> None:
+            job = self._job_row(session, job_id)
+            now = utcnow()
+            row = session.get(JobAttemptRow, (job_id, attempt))
+            if row is None:
+                row = JobAttemptRow(job_id=job_id, attempt=attempt)
+                session.add(row)
+            row.started_at = now
+            row.ended_at = None
+            row.restored_checkpoint_id = restored_checkpoint_id
+            row.restored_from = restored_from
+            row.failure_reason = None
+            job.attempt = attempt
+            job.updated_at = now
+
+        self._write(fn, "start_attempt")
+        log.debug("Job %s attempt %d started%s", job_id, attempt,
+                  f" from checkpoint {restored_checkpoint_id}" if restored_checkpoint_id else "")
+
+    def end_attempt(self, job_id: str, attempt: int, *, failure_reason: str | None) -> None:
+        """Record the end of an attempt; ``failure_reason`` is ``None`` when it ended cleanly."""
+
+        def fn(session: Session) -> None:
+            row = session.get(JobAttemptRow, (job_id, attempt))
+            if row is None:
+                raise LookupError(f"job {job_id!r} has no attempt {attempt}")
+            row.ended_at = utcnow()
+            row.failure_reason = failure_reason
+
+        self._write(fn, "end_attempt")
+
+    def set_attempt_placement(self, job_id: str, attempt: int, placement: list[dict]) -> None:
+        """Record where each slot of an attempt runs (host, pid, Spark executor)."""
+
+        def fn(session: Session) -> None:
+            row = session.get(JobAttemptRow, (job_id, attempt))
+            if row is None:
+                raise LookupError(f"job {job_id!r} has no attempt {attempt}")
+            row.placement = [dict(p) for p in placement]
+
+        self._write(fn, "set_attempt_placement")
+
+    def list_attempts(self, job_id: str) -> list[AttemptRecord]:
+        """The job's attempts, oldest first."""
+
+        def fn(session: Session) -> list[AttemptRecord]:
+            rows = session.scalars(
+                select(JobAttemptRow).where(JobAttemptRow.job_id == job_id)
+                .order_by(JobAttemptRow.attempt)
+            )
+            return [AttemptRecord.from_row(r) for r in rows]
+
+        return self._read(fn, "list_attempts")
