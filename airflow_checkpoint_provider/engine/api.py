@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from .config import CheckpointConfig, RestartStrategy
 from .connectors.base import Sink, Source
@@ -23,6 +22,7 @@ from .errors import BadRecordError, ConfigurationError, PipelineDefinitionError
 from .functions import KeyedProcessFunction
 from .graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
 from .graph import build_execution_graph as _build
+from .job import JobConfig, JobResult
 from .names import validate_job_id, validate_job_name
 
 DEFAULT_METADATA_ENV = "CKPT_METADATA_URL"
@@ -45,23 +45,6 @@ def default_metadata_url(checkpoint_directory: str) -> str:
     elif "://" in checkpoint_directory:
         return "sqlite:///" + os.path.abspath(os.path.join("checkpoints", "metadata.db"))
     return "sqlite:///" + os.path.abspath(os.path.join(checkpoint_directory, "metadata.db"))
-
-
-@dataclass
-class JobResult:
-    """What :meth:`Pipeline.run` returns."""
-
-    job_id: str
-    job_name: str
-    status: str
-    checkpoints_completed: int
-    checkpoints_failed: int
-    restarts: int
-    latest_checkpoint: str | None
-    restored_from: str | None = None
-    failure_reason: str | None = None
-    metadata_url: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 class Pipeline:
@@ -130,6 +113,14 @@ class Pipeline:
     def execution_graph(self) -> ExecutionGraph:
         return _build(self._graph)
 
+    def job_config(self) -> JobConfig:
+        """The settings a runner needs (the runners never see the Pipeline)."""
+        return JobConfig(
+            name=self.name, max_parallelism=self.max_parallelism, checkpoint=self.checkpoint,
+            restart_strategy=self.restart_strategy, metadata_url=self.metadata_url,
+            state_backend=self.state_backend, incremental=self.incremental,
+            version=self.version, batch_size=self.batch_size)
+
     # -- running -------------------------------------------------------------------------
     def run(self, runner: str = "local", *, restore: str | None = None,
             allow_non_restored_state: bool = False, job_id: str | None = None,
@@ -154,14 +145,14 @@ class Pipeline:
             from .runners.local import LocalRunner
 
             return LocalRunner(**runner_options).run(
-                self, restore=restore, allow_non_restored_state=allow_non_restored_state,
+                self.execution_graph(), self.job_config(), restore=restore, allow_non_restored_state=allow_non_restored_state,
                 job_id=job_id, claim_mode=claim_mode,
             )
         if runner == "spark":
             from .runners.spark import SparkRunner
 
             return SparkRunner(**runner_options).run(
-                self, restore=restore, allow_non_restored_state=allow_non_restored_state,
+                self.execution_graph(), self.job_config(), restore=restore, allow_non_restored_state=allow_non_restored_state,
                 job_id=job_id, claim_mode=claim_mode,
             )
         raise ConfigurationError(f"runner {runner!r} is unknown; use 'local' or 'spark'")

@@ -160,7 +160,7 @@ class AttemptRun:
         self.coord.db.write("set_job_status", m.job_id, "RUNNING")
         if m.progress:
             m.progress.update(status="RUNNING", restarts=self.attempt)
-        log.info("Job %s (%s) attempt %d is running (%.2f s to start)", m.pipeline.name,
+        log.info("Job %s (%s) attempt %d is running (%.2f s to start)", m.config.name,
                  m.job_id, self.attempt, now - self.started)
         if self.attempt == 0:
             try:

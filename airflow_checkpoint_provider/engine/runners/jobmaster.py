@@ -18,7 +18,6 @@ from typing import Protocol
 
 import cloudpickle
 
-from ..api import JobResult, Pipeline
 from ..catalog import MetadataStore
 from ..checkpoint.cleanup import discard_partial_checkpoints
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
@@ -33,6 +32,7 @@ from ..errors import (
     RestoreError,
 )
 from ..graph import ExecutionGraph
+from ..job import JobConfig, JobResult
 from ..metrics import JobMetrics, metrics_port_from_env
 from ..names import ensure_under, validate_job_id, validate_job_name
 from ..progress import ProgressReporter
@@ -95,7 +95,7 @@ class CoordinatorServer:
 
 
 class JobMaster:
-    def __init__(self, pipeline: Pipeline, launcher: Launcher, *, coordinator_host: str = "127.0.0.1",
+    def __init__(self, graph: ExecutionGraph, config: JobConfig, launcher: Launcher, *, coordinator_host: str = "127.0.0.1",
                  coordinator_port: int = 0, metrics_port: int | None = None,
                  metrics_host: str = "127.0.0.1", show_progress: bool = False) -> None:
         self.metrics_port, self.metrics_host = metrics_port, metrics_host
@@ -104,7 +104,8 @@ class JobMaster:
         self.progress: ProgressReporter | None = None
         # cumulative records in/out per (vertex, subtask) -> {operator: [in, out]}, this attempt
         self.task_counts: dict[tuple[int, int], dict[str, list[int]]] = {}
-        self.pipeline = pipeline
+        self.graph = graph
+        self.config = config
         self.launcher = launcher
         self.coordinator_host = coordinator_host
         self.coordinator_port = coordinator_port
@@ -112,9 +113,7 @@ class JobMaster:
     # -- public ---------------------------------------------------------------------------
     def run(self, *, restore: str | None = None, allow_non_restored_state: bool = False,
             job_id: str | None = None, claim_mode: str = "NO_CLAIM") -> JobResult:
-        p = self.pipeline
-        graph = p.execution_graph()
-        self.graph = graph
+        p, graph = self.config, self.graph
         self.allow_non_restored_state = allow_non_restored_state
         if claim_mode not in ("NO_CLAIM", "CLAIM"):
             raise ConfigurationError(f"claim_mode {claim_mode!r} is unknown; use NO_CLAIM or CLAIM")
@@ -139,14 +138,14 @@ class JobMaster:
         skipped: set[str] = set()   # jobs whose newer checkpoints were corrupt
         seen: set[tuple[str, int]] = set()
         while True:
-            rec = store.latest_completed_checkpoint(job_name=self.pipeline.name)
+            rec = store.latest_completed_checkpoint(job_name=self.config.name)
             if rec is None or (rec.job_id, rec.checkpoint_id) in seen:
                 log.info("No completed checkpoint of job %s to restore: starting with empty state",
-                         self.pipeline.name)
+                         self.config.name)
                 return None
             seen.add((rec.job_id, rec.checkpoint_id))
             snapshot = _load_restorable(
-                self._check_snapshot, rec.location, f"checkpoint {rec.checkpoint_id} of job {self.pipeline.name} ({rec.job_id})",
+                self._check_snapshot, rec.location, f"checkpoint {rec.checkpoint_id} of job {self.config.name} ({rec.job_id})",
                 lambda reason, rec=rec: store.fail_checkpoint(rec.job_id, rec.checkpoint_id,
                                                               reason=reason, status="CORRUPT"))
             if snapshot is None:
@@ -172,7 +171,7 @@ class JobMaster:
                 lambda reason, c=c: coord.db.write("fail_checkpoint", self.job_id, c.checkpoint_id,
                                                    reason=reason, status="CORRUPT"))
             snapshot = _load_restorable(self._check_snapshot, c.location, f"checkpoint {c.checkpoint_id} of job "
-                                        f"{self.pipeline.name} ({self.job_id})", mark)
+                                        f"{self.config.name} ({self.job_id})", mark)
             if snapshot is not None:
                 if fell_back:
                     self._discard_sink_output_after(self.job_id, snapshot.checkpoint_id)
@@ -231,7 +230,7 @@ class JobMaster:
 
     def _run(self, graph: ExecutionGraph, store: MetadataStore, restore: str | None,
              job_id: str | None) -> JobResult:
-        p = self.pipeline
+        p = self.config
         initial = self._resolve_restore(store, restore)
         self.initial = initial
         if initial is not None:  # validate before anything is created
@@ -314,7 +313,7 @@ class JobMaster:
                                   "peak_rss_mb": dict(sorted(self.peak_rss_mb.items()))})
         log.info("Job %s (%s) %s after %d restarts, %d checkpoints", p.name, job_id,
                  status.lower(), restarts, result.checkpoints_completed)
-        if status == "FAILED" and getattr(self.pipeline, "_raise_on_failure", True):
+        if status == "FAILED":
             err = JobFailedError(f"job {p.name} ({job_id}) failed: {failure}")
             err.result = result  # type: ignore[attr-defined]
             raise err
@@ -324,12 +323,12 @@ class JobMaster:
         g = self.graph
         restore = {t: assignments[t] for t in g.tasks_in_slot(slot) if t in assignments}
         return cloudpickle.dumps({
-            "job_id": self.job_id, "job_name": self.pipeline.name, "graph": g,
-            "job_dir": self.job_dir, "batch_size": self.pipeline.batch_size,
-            "exactly_once": self.pipeline.checkpoint.mode == CheckpointingMode.EXACTLY_ONCE,
+            "job_id": self.job_id, "job_name": self.config.name, "graph": g,
+            "job_dir": self.job_dir, "batch_size": self.config.batch_size,
+            "exactly_once": self.config.checkpoint.mode == CheckpointingMode.EXACTLY_ONCE,
             "restore": restore, "source_splits": self.source_splits,
-            "state_backend": {"kind": self.pipeline.state_backend,
-                              "incremental": self.pipeline.incremental}})
+            "state_backend": {"kind": self.config.state_backend,
+                              "incremental": self.config.incremental}})
 
     # -- metrics and progress ---------------------------------------------------------------
     def _on_task_counts(self, task: tuple[int, int], counts: dict[str, list[int]]) -> None:
@@ -378,7 +377,7 @@ class JobMaster:
     # -- one attempt ----------------------------------------------------------------------
     def _start_reporting(self, job_id: str) -> None:
         """Prometheus metrics (when a port is configured) and the progress line."""
-        p = self.pipeline
+        p = self.config
         port = self.metrics_port if self.metrics_port is not None else metrics_port_from_env()
         if port is not None:
             self.metrics = JobMetrics(job_name=p.name, job_id=job_id)
@@ -394,7 +393,7 @@ class JobMaster:
         """Run attempts until one ends the job or the restart strategy gives up; returns
         ``(status, failure reason, restarts)``. Each restart restores the latest completed
         checkpoint that verifies (else the initial snapshot)."""
-        p, db = self.pipeline, self.coordinator.db
+        p, db = self.config, self.coordinator.db
         strategy = p.restart_strategy
         restarts, attempt, snapshot = 0, 0, initial
         while True:

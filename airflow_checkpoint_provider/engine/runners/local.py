@@ -8,7 +8,8 @@ import signal
 import subprocess
 import sys
 
-from ..api import JobResult, Pipeline
+from ..graph import ExecutionGraph
+from ..job import JobConfig, JobResult
 from ..runtime.auth import SECRET_ENV
 from .jobmaster import JobMaster
 
@@ -78,9 +79,9 @@ class LocalRunner:
         self.coordinator_port = coordinator_port
         self.master_options = master_options
 
-    def run(self, pipeline: Pipeline, *, restore: str | None, allow_non_restored_state: bool,
+    def run(self, graph: ExecutionGraph, config: JobConfig, *, restore: str | None, allow_non_restored_state: bool,
             job_id: str | None, claim_mode: str = "NO_CLAIM") -> JobResult:
-        master = JobMaster(pipeline, LocalProcessLauncher(), coordinator_port=self.coordinator_port,
+        master = JobMaster(graph, config, LocalProcessLauncher(), coordinator_port=self.coordinator_port,
                            **self.master_options)
         return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
                           job_id=job_id, claim_mode=claim_mode)

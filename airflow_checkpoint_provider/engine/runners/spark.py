@@ -19,8 +19,9 @@ import threading
 import time
 import uuid
 
-from ..api import JobResult, Pipeline
 from ..errors import ConfigurationError
+from ..graph import ExecutionGraph
+from ..job import JobConfig, JobResult
 from .jobmaster import JobMaster
 
 log = logging.getLogger(__name__)
@@ -238,24 +239,24 @@ class SparkRunner:
         self.coordinator_host = coordinator_host
         self.coordinator_port = coordinator_port
 
-    def _session(self, pipeline: Pipeline):
+    def _session(self, job_name: str):
         from pyspark.sql import SparkSession
 
         if self.spark_arg is None:
             active = SparkSession.getActiveSession()
-            return active if active is not None else session_for(None, pipeline.name)
+            return active if active is not None else session_for(None, job_name)
         if isinstance(self.spark_arg, str):
-            return session_for(self.spark_arg, pipeline.name)
+            return session_for(self.spark_arg, job_name)
         return self.spark_arg
 
-    def run(self, pipeline: Pipeline, *, restore: str | None, allow_non_restored_state: bool,
+    def run(self, graph: ExecutionGraph, config: JobConfig, *, restore: str | None, allow_non_restored_state: bool,
             job_id: str | None, claim_mode: str = "NO_CLAIM") -> JobResult:
-        spark = self._session(pipeline)
+        spark = self._session(config.name)
         local = spark.sparkContext.master.startswith("local")
         launcher = SparkBarrierLauncher(spark, 0.0 if local else self.slot_wait_seconds)
-        launcher.check_slots(pipeline.execution_graph().num_slots, launcher.slot_wait_seconds)
+        launcher.check_slots(graph.num_slots, launcher.slot_wait_seconds)
         host = self.coordinator_host or spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
-        master = JobMaster(pipeline, launcher, coordinator_host=host,
+        master = JobMaster(graph, config, launcher, coordinator_host=host,
                            coordinator_port=self.coordinator_port, **self.master_options)
         master.spark_app_id = spark.sparkContext.applicationId
         return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
