@@ -71,6 +71,7 @@ MYPY_MODULES := airflow_checkpoint_provider/engine/client.py airflow_checkpoint_
 	airflow_checkpoint_provider/engine/config.py airflow_checkpoint_provider/engine/errors.py \
 	airflow_checkpoint_provider/engine/packaging.py airflow_checkpoint_provider/engine/snapshot \
 	airflow_checkpoint_provider/engine/names.py airflow_checkpoint_provider/engine/lineage.py airflow_checkpoint_provider/engine/job.py \
+	airflow_checkpoint_provider/engine/protocol \
 	airflow_checkpoint_provider/engine/catalog
 
 lint: venv

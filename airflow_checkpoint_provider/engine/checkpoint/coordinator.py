@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 from ..config import CheckpointConfig
 from ..errors import CheckpointDeclined, CheckpointStorageError, CorruptCheckpointError
+from ..protocol import BarrierKind
 from ..snapshot.handles import safe_shared_key
 from .db_writer import MetadataUnavailable, MetadataWriter
 from .metadata import encode_metadata
@@ -28,14 +29,13 @@ log = logging.getLogger(__name__)
 #: every how many checkpoint ids old rows of the ``checkpoints`` table are pruned
 PRUNE_EVERY = 100
 
-CHECKPOINT, SAVEPOINT = "CHECKPOINT", "SAVEPOINT"
-# barrier kinds of savepoints: plain, stop (sources emit nothing after it), drain (end input first)
-SAVEPOINT_KINDS = ("SAVEPOINT", "SAVEPOINT_STOP", "SAVEPOINT_DRAIN")
+CHECKPOINT, SAVEPOINT = BarrierKind.CHECKPOINT, BarrierKind.SAVEPOINT
+SAVEPOINT_KINDS = tuple(k for k in BarrierKind if k.is_savepoint)
 
 
 def record_kind(kind: str) -> str:
     """The ``checkpoints.kind`` column value of a barrier kind."""
-    return SAVEPOINT if kind in SAVEPOINT_KINDS else CHECKPOINT
+    return SAVEPOINT.value if BarrierKind(kind).is_savepoint else CHECKPOINT.value
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """One attempt of a job, driven by the job master: launch the slots, answer their messages,
 run the coordinator's timers, end with an :class:`AttemptOutcome`.
 
-Messages from slots are dispatched through one table (:attr:`AttemptRun.handlers`, message
-type -> handler); each handler returns an outcome when the message ends the attempt, else
+Messages from slots (typed, :mod:`..protocol.messages`) are dispatched through one table
+(:attr:`AttemptRun.handlers`, message class -> handler); each handler returns an outcome when the message ends the attempt, else
 ``None``. The per-tick work (timeouts, control requests, periodic and final checkpoints,
 launcher health, heartbeat) is :meth:`AttemptRun.tick`.
 """
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointDeclined, EngineError
+from ..protocol import messages as M
 
 if TYPE_CHECKING:
     from .jobmaster import JobMaster
@@ -37,7 +38,7 @@ class AttemptOutcome:
     fatal: bool = False
 
 
-Handler = Callable[[Any, dict, float], "AttemptOutcome | None"]
+Handler = Callable[[Any, Any, float], "AttemptOutcome | None"]
 
 
 class AttemptRun:
@@ -59,17 +60,17 @@ class AttemptRun:
         self.finish_sent = False
         self.started = 0.0
         self.last_heartbeat = 0.0
-        self.handlers: dict[str, Handler] = {
-            "register": self.on_register,
-            "address": self.on_address,
-            "running": self.on_running,
-            "ack": self.on_ack,
-            "decline": self.on_decline,
-            "metrics": self.on_metrics,
-            "end_of_input": self.on_end_of_input,
-            "task_finished": self.on_task_finished,
-            "task_failed": self.on_task_failed,
-            "slot_finished": self.on_slot_finished,
+        self.handlers: dict[type[M.FromSlot], Handler] = {
+            M.Register: self.on_register,
+            M.Address: self.on_address,
+            M.Running: self.on_running,
+            M.Ack: self.on_ack,
+            M.Decline: self.on_decline,
+            M.TaskMetrics: self.on_metrics,
+            M.EndOfInput: self.on_end_of_input,
+            M.TaskFinished: self.on_task_finished,
+            M.TaskFailed: self.on_task_failed,
+            M.SlotFinished: self.on_slot_finished,
         }
 
     # -- the loop -----------------------------------------------------------------------------
@@ -95,11 +96,13 @@ class AttemptRun:
             outcome = None
             if kind == "lost":
                 outcome = self.on_lost(conn)
-            elif kind == "msg" and msg.get("attempt") == self.attempt:  # else: an old attempt's
-                handler = self.handlers.get(msg.get("type"))
+            elif kind == "invalid":
+                outcome = self.on_invalid(conn, msg)
+            elif kind == "msg" and getattr(msg, "attempt", None) == self.attempt:  # not old
+                handler = self.handlers.get(type(msg))
                 if handler is None:
-                    log.warning("Ignoring unknown message type %r from a slot of job %s",
-                                msg.get("type"), m.job_id)
+                    log.warning("Ignoring a %r message from a slot of job %s", msg.TYPE,
+                                m.job_id)
                 else:
                     outcome = handler(conn, msg, now)
             if outcome is None:
@@ -135,23 +138,37 @@ class AttemptRun:
                              + (f" ({problem})" if problem else ""))
         return None
 
-    def on_register(self, conn: Any, msg: dict, now: float) -> None:
-        slot = msg["slot"]
+    def on_invalid(self, conn: Any, error: str) -> AttemptOutcome | None:
+        """A peer that passed authentication sent a malformed message: a bug or a slot of
+        another version of this package."""
+        slot = next((s for s, c in self.master.conns.items() if c is conn), None)
+        return self.fail(f"slot {slot if slot is not None else '?'} sent an invalid message: "
+                         f"{error}")
+
+    def on_register(self, conn: Any, msg: M.Register, now: float) -> AttemptOutcome | None:
+        slot = msg.slot
         self.master.conns[slot] = conn
-        self.placement[slot] = {"slot": slot, "host": msg.get("host"), "pid": msg.get("pid"),
-                                **(msg.get("placement") or {})}
-        conn.send({"type": "job", "payload": self.master._payload(self.attempt, slot,
-                                                                  self.assignments)})
+        if msg.version != M.PROTOCOL_VERSION:
+            outcome = self.fail(
+                f"slot {slot} on {msg.host} speaks protocol version {msg.version}, this driver "
+                f"{M.PROTOCOL_VERSION}: the executors run another version of "
+                "airflow-checkpoint-provider (ship the code with ship_code=True, or install "
+                "the same version on every worker)")
+            outcome.fatal = True
+            return outcome
+        self.placement[slot] = {"slot": slot, "host": msg.host, "pid": msg.pid, **msg.placement}
+        conn.send(M.JobDescription(payload=self.master._payload(self.attempt, slot,
+                                                                self.assignments)))
+        return None
 
-    def on_address(self, conn: Any, msg: dict, now: float) -> None:
-        self.addresses[msg["slot"]] = msg["address"]
+    def on_address(self, conn: Any, msg: M.Address, now: float) -> None:
+        self.addresses[msg.slot] = msg.address
         if len(self.addresses) == self.num_slots:
-            self.master._broadcast({"type": "peers",
-                                    "peers": {str(k): v for k, v in self.addresses.items()}})
+            self.master._broadcast(M.Peers(peers={str(k): v for k, v in self.addresses.items()}))
 
-    def on_running(self, conn: Any, msg: dict, now: float) -> None:
+    def on_running(self, conn: Any, msg: M.Running, now: float) -> None:
         m = self.master
-        self.running.add(msg["slot"])
+        self.running.add(msg.slot)
         if len(self.running) < self.num_slots:
             return
         self.coord.set_tasks_running(self.all_tasks)
@@ -169,36 +186,35 @@ class AttemptRun:
                 log.warning("Could not remove staged files left by the restored job: %s", exc)
         m.startup_seconds.append(round(now - self.started, 3))
 
-    def on_ack(self, conn: Any, msg: dict, now: float) -> None:
-        self.coord.receive_ack(msg["checkpoint_id"], (msg["vertex"], msg["subtask"]), msg, now)
+    def on_ack(self, conn: Any, msg: M.Ack, now: float) -> None:
+        self.coord.receive_ack(msg.checkpoint_id, msg.task,
+                               {"operators": msg.operators, "metrics": msg.metrics}, now)
 
-    def on_decline(self, conn: Any, msg: dict, now: float) -> None:
-        self.coord.receive_decline(msg["checkpoint_id"], (msg["vertex"], msg["subtask"]),
-                                   msg["reason"], now)
+    def on_decline(self, conn: Any, msg: M.Decline, now: float) -> None:
+        self.coord.receive_decline(msg.checkpoint_id, msg.task, msg.reason, now)
 
-    def on_metrics(self, conn: Any, msg: dict, now: float) -> None:
-        self.master._on_task_counts((msg["vertex"], msg["subtask"]), msg["counts"])
+    def on_metrics(self, conn: Any, msg: M.TaskMetrics, now: float) -> None:
+        self.master._on_task_counts(msg.task, msg.counts)
 
-    def on_end_of_input(self, conn: Any, msg: dict, now: float) -> None:
-        self.eoi.add((msg["vertex"], msg["subtask"]))
+    def on_end_of_input(self, conn: Any, msg: M.EndOfInput, now: float) -> None:
+        self.eoi.add(msg.task)
 
-    def on_task_finished(self, conn: Any, msg: dict, now: float) -> None:
+    def on_task_finished(self, conn: Any, msg: M.TaskFinished, now: float) -> None:
         """A task ended its work (after the final checkpoint was committed)."""
-        self.finished_tasks.add((msg["vertex"], msg["subtask"]))
-        log.debug("Task %s.%s of job %s finished", msg["vertex"], msg["subtask"],
-                  self.master.job_id)
+        self.finished_tasks.add(msg.task)
+        log.debug("Task %s.%s of job %s finished", msg.vertex, msg.subtask, self.master.job_id)
 
-    def on_task_failed(self, conn: Any, msg: dict, now: float) -> AttemptOutcome:
-        log.debug("Remote traceback:\n%s", msg.get("traceback", ""))
-        outcome = self.fail(f"task {msg['vertex']}.{msg['subtask']} failed: {msg['error']}")
-        outcome.fatal = bool(msg.get("fatal"))
+    def on_task_failed(self, conn: Any, msg: M.TaskFailed, now: float) -> AttemptOutcome:
+        log.debug("Remote traceback:\n%s", msg.traceback)
+        outcome = self.fail(f"task {msg.vertex}.{msg.subtask} failed: {msg.error}")
+        outcome.fatal = msg.fatal
         return outcome
 
-    def on_slot_finished(self, conn: Any, msg: dict, now: float) -> AttemptOutcome | None:
-        self.finished_slots.add(msg["slot"])
-        if msg.get("peak_rss_mb") is not None:
+    def on_slot_finished(self, conn: Any, msg: M.SlotFinished, now: float) -> AttemptOutcome | None:
+        self.finished_slots.add(msg.slot)
+        if msg.peak_rss_mb is not None:
             peaks = self.master.peak_rss_mb
-            peaks[msg["slot"]] = max(peaks.get(msg["slot"], 0.0), msg["peak_rss_mb"])
+            peaks[msg.slot] = max(peaks.get(msg.slot, 0.0), msg.peak_rss_mb)
         if len(self.finished_slots) == self.num_slots:
             return AttemptOutcome("STOPPED" if self.control.stop_completed else "FINISHED")
         return None
@@ -229,11 +245,11 @@ class AttemptRun:
             return AttemptOutcome("CANCELED")
         # 3. the end: final checkpoint, finish
         if control.stop_completed and not self.finish_sent:
-            m._broadcast({"type": "finish"})
+            m._broadcast(M.Finish())
             self.finish_sent = True
         self._maybe_trigger_final(now)
         if coord.final_completed and not self.finish_sent:
-            m._broadcast({"type": "finish"})
+            m._broadcast(M.Finish())
             self.finish_sent = True
         # 4. slot health
         problem = m.launcher.poll()

@@ -21,6 +21,7 @@ import os
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.storage import absolute_location, is_s3, parent, savepoint_directory
 from ..errors import CheckpointDeclined
+from ..protocol import BarrierKind
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +103,13 @@ class ControlPlane:
             return False
         try:
             if action == "CHECKPOINT":
-                chk = coord.trigger(now, "CHECKPOINT")
+                chk = coord.trigger(now, BarrierKind.CHECKPOINT)
             else:
                 directory = self.checked_directory(params.get("directory"))
-                kind = "SAVEPOINT"
+                kind = BarrierKind.SAVEPOINT
                 if action == "STOP_WITH_SAVEPOINT":
-                    kind = "SAVEPOINT_DRAIN" if params.get("drain") else "SAVEPOINT_STOP"
+                    kind = (BarrierKind.SAVEPOINT_DRAIN if params.get("drain")
+                            else BarrierKind.SAVEPOINT_STOP)
                 location = savepoint_directory(directory, self.job_id, coord.next_id)
                 chk = coord.trigger(now, kind, location=location)
                 if action == "STOP_WITH_SAVEPOINT":

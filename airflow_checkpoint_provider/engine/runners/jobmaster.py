@@ -36,7 +36,9 @@ from ..job import JobConfig, JobResult
 from ..metrics import JobMetrics, metrics_port_from_env
 from ..names import ensure_under, validate_job_id, validate_job_name
 from ..progress import ProgressReporter
-from ..runtime import protocol as P
+from ..protocol import ProtocolError
+from ..protocol import frames as P
+from ..protocol import messages as M
 from ..runtime.auth import accept_peer, new_secret
 from ..snapshot.verify import verify_snapshot
 from .attempt import AttemptOutcome, AttemptRun
@@ -86,6 +88,9 @@ class CoordinatorServer:
         try:
             while True:
                 self.events.put(("msg", cc, cc.recv()))
+        except ProtocolError as exc:
+            self.events.put(("invalid", cc, str(exc)))
+            cc.close()
         except (P.ConnectionClosed, OSError):
             self.events.put(("lost", cc, None))
 
@@ -354,7 +359,7 @@ class JobMaster:
         self.progress.update(**fields)
 
     # -- messages to slots ----------------------------------------------------------------
-    def _broadcast(self, msg: dict, slots=None) -> None:
+    def _broadcast(self, msg: M.Message, slots=None) -> None:
         for slot, conn in list(self.conns.items()):
             if slots is not None and slot not in slots:
                 continue
@@ -365,14 +370,14 @@ class JobMaster:
 
     def _send_trigger(self, chk: int, ts: int, kind: str, location: str) -> None:
         slots = {sub for v in self.graph.vertices if v.is_source for sub in range(v.parallelism)}
-        self._broadcast({"type": "trigger", "checkpoint_id": chk, "timestamp": ts, "kind": kind,
-                         "location": location}, slots)
+        self._broadcast(M.Trigger(checkpoint_id=chk, timestamp=ts, kind=kind, location=location),
+                        slots)
 
     def _send_notify(self, chk: int) -> None:
-        self._broadcast({"type": "notify", "checkpoint_id": chk})
+        self._broadcast(M.Notify(checkpoint_id=chk))
 
     def _send_abort(self, chk: int) -> None:
-        self._broadcast({"type": "abort", "checkpoint_id": chk})
+        self._broadcast(M.Abort(checkpoint_id=chk))
 
     # -- one attempt ----------------------------------------------------------------------
     def _start_reporting(self, job_id: str) -> None:

@@ -23,7 +23,7 @@ import os
 import secrets
 import socket
 
-from . import protocol as P
+from ..protocol import frames as P
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ Start-up protocol with the coordinator (control connection, msgpack maps):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import resource
@@ -29,8 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 import cloudpickle
 
 from ..graph import FORWARD, ExecutionGraph, channels_for_input
+from ..protocol import CheckpointBarrier, ProtocolError
+from ..protocol import frames as P
+from ..protocol import messages as M
 from ..serialization import unpackb
-from . import protocol as P
 from .auth import accept_peer, connect_peer, secret_from_env
 from .batches import decode_arrow
 from .mailbox import Mailbox
@@ -67,7 +70,7 @@ def _reader(sock: socket.socket, channel: int, mailbox: Mailbox, gate: threading
             elif kind == P.RECORDS:
                 ok = mailbox.put_data(("records", channel, unpackb(payload)))
             elif kind == P.BARRIER:
-                ok = mailbox.put_data(("barrier", channel, unpackb(payload)))
+                ok = mailbox.put_data(("barrier", channel, CheckpointBarrier.decode(payload)))
             elif kind == P.CANCEL:
                 ok = mailbox.put_data(("cancel", channel, unpackb(payload)))
             elif kind == P.END_OF_INPUT:
@@ -76,6 +79,9 @@ def _reader(sock: socket.socket, channel: int, mailbox: Mailbox, gate: threading
                 raise P.ConnectionClosed(f"unexpected frame type {kind}")
             if not ok:
                 return
+    except ProtocolError as exc:
+        log.error("Input channel %d sent an invalid frame: %s", channel, exc)
+        mailbox.put_data(("closed", channel, None))
     except (P.ConnectionClosed, OSError):
         mailbox.put_data(("closed", channel, None))
     finally:
@@ -109,10 +115,8 @@ class Slot:
         self.tasks: list[StreamTask] = []
         self.done = threading.Event()
 
-    def send(self, m: dict) -> None:
-        m["slot"] = self.slot
-        m["attempt"] = self.attempt
-        self.ctl.send(m)
+    def send(self, m: M.FromSlot) -> None:
+        self.ctl.send(dataclasses.replace(m, slot=self.slot, attempt=self.attempt))
 
     def run(self, coordinator: tuple[str, int], *, exchange_peers, bind_host: str,
             advertise_host: str | None, placement: dict | None) -> None:
@@ -125,8 +129,11 @@ class Slot:
         if exchange_peers is not None:
             peers = {int(k): v for k, v in exchange_peers(address).items()}
         else:
-            self.send({"type": "address", "address": address})
-            peers = {int(k): v for k, v in self.ctl.recv()["peers"].items()}
+            self.send(M.Address(address=address))
+            msg = self.ctl.recv()
+            if not isinstance(msg, M.Peers):
+                raise SlotAborted(f"expected the peers' addresses, got {msg.TYPE}")
+            peers = {int(k): v for k, v in msg.peers.items()}
         # 3. tasks and their output channels
         upload_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"upload-{self.slot}")
         env = TaskEnvironment(job_id=job["job_id"], job_name=job["job_name"],
@@ -149,7 +156,7 @@ class Slot:
             t.opened.wait()
         start_gate.set()
         if not any(t.open_failed for t in self.tasks):
-            self.send({"type": "running"})
+            self.send(M.Running())
         # 5. the coordinator's commands, until every task ended
         threading.Thread(target=self._control_loop, name=f"control-{self.slot}",
                          daemon=True).start()
@@ -161,7 +168,7 @@ class Slot:
         # 6. the end, with the peak resident memory of this process (Linux reports KiB)
         try:
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-            self.send({"type": "slot_finished", "peak_rss_mb": round(peak, 1)})
+            self.send(M.SlotFinished(peak_rss_mb=round(peak, 1)))
         except OSError as exc:
             raise SlotAborted(f"slot {self.slot}: coordinator connection lost") from exc
         self.ctl.close()
@@ -170,13 +177,12 @@ class Slot:
         sock = P.connect(*coordinator)
         connect_peer(sock, self.secret, "control")  # prove we belong to this job
         self.ctl = P.ControlConnection(sock)
-        self.ctl.send({"type": "register", "slot": self.slot, "attempt": self.attempt,
-                       "pid": os.getpid(), "host": socket.gethostname(),
-                       "placement": placement or {}})
+        self.send(M.Register(pid=os.getpid(), host=socket.gethostname(),
+                             placement=placement or {}))
         msg = self.ctl.recv()
-        if msg.get("type") != "job":
-            raise SlotAborted(f"expected the job description, got {msg.get('type')}")
-        job = cloudpickle.loads(msg["payload"])
+        if not isinstance(msg, M.JobDescription):
+            raise SlotAborted(f"expected the job description, got {msg.TYPE}")
+        job = cloudpickle.loads(msg.payload)
         graph: ExecutionGraph = job["graph"]
         self.local = graph.tasks_in_slot(self.slot)
         self.mailboxes = {t: Mailbox(job.get("mailbox_capacity", 8)) for t in self.local}
@@ -248,19 +254,20 @@ class Slot:
         try:
             while not self.done.is_set():
                 m = self.ctl.recv()
-                kind = m["type"]
-                if kind == "trigger":
-                    item = ("trigger", [m["checkpoint_id"], m["timestamp"], m["kind"],
-                                        m["location"]])
+                if isinstance(m, M.Trigger):
+                    item = ("trigger", m.barrier())
                     for t in sources:
                         t.mailbox.put_control(item)
-                elif kind in ("notify", "abort"):
+                elif isinstance(m, M.Notify | M.Abort):
                     for t in self.tasks:
-                        t.mailbox.put_control((kind, m["checkpoint_id"]))
-                elif kind == "finish":
+                        t.mailbox.put_control((m.TYPE, m.checkpoint_id))
+                elif isinstance(m, M.Finish):
                     for t in self.tasks:
                         t.mailbox.put_control(("finish",))
-        except (P.ConnectionClosed, OSError):
+        except (P.ConnectionClosed, OSError, ProtocolError) as exc:
+            if isinstance(exc, ProtocolError):
+                log.error("Slot %d got an invalid message from its coordinator: %s",
+                          self.slot, exc)
             if not self.done.is_set():
                 log.warning("Slot %d lost its coordinator; stopping", self.slot)
                 for t in self.tasks:

@@ -33,11 +33,13 @@ from ..checkpoint.storage import filesystem_for, join, sha256
 from ..errors import BadRecordError, CorruptCheckpointError, DeterministicError, RestoreError
 from ..functions import RuntimeContext
 from ..graph import BROADCAST, FORWARD, HASH, REBALANCE, ExecutionGraph, Vertex
+from ..protocol import BarrierKind, CheckpointBarrier
+from ..protocol import frames as P
+from ..protocol import messages as M
 from ..serialization import packb
 from ..snapshot.handles import keyed_handle_from_dict
 from ..state.keygroups import key_group_for, key_group_range_for
 from ..state.vectorized import channels_for
-from . import protocol as P
 from .alignment import BarrierHandler
 from .batches import Batch, as_arrow, as_rows, encode_arrow, split_by_channel
 from .mailbox import Mailbox
@@ -55,10 +57,6 @@ METRICS_REPORT_SECONDS = 1.0
 
 # mailbox items that belong to one input channel (item[1] is the channel)
 _CHANNEL_ITEMS = ("records", "barrier", "cancel", "eoi", "closed")
-
-# barrier kinds (the third field of a barrier)
-CHECKPOINT, SAVEPOINT = "CHECKPOINT", "SAVEPOINT"
-SAVEPOINT_STOP, SAVEPOINT_DRAIN = "SAVEPOINT_STOP", "SAVEPOINT_DRAIN"
 
 
 class TaskEnvironment:
@@ -213,17 +211,16 @@ class StreamTask:
             else:
                 self._input_loop()
             self._close()
-            self.env.send({"type": "task_finished", "vertex": self.vertex.id,
-                           "subtask": self.subtask})
+            self.env.send(M.TaskFinished(vertex=self.vertex.id, subtask=self.subtask))
         except Exception as exc:  # noqa: BLE001 - every task failure is reported
             log.warning("Task %s failed: %s", self.name, exc)
             try:
                 # A snapshot that cannot be restored, bad input: restarting cannot help.
                 fatal = isinstance(exc, RestoreError | CorruptCheckpointError
                                    | DeterministicError)
-                self.env.send({"type": "task_failed", "vertex": self.vertex.id,
-                               "subtask": self.subtask, "error": f"{type(exc).__name__}: {exc}",
-                               "traceback": traceback.format_exc(), "fatal": fatal})
+                self.env.send(M.TaskFailed(vertex=self.vertex.id, subtask=self.subtask,
+                                           error=f"{type(exc).__name__}: {exc}",
+                                           traceback=traceback.format_exc(), fatal=fatal))
             except OSError:
                 pass
 
@@ -302,9 +299,10 @@ class StreamTask:
     def report_counts(self, now: float) -> None:
         """Send cumulative records in/out per operator (this attempt) to the job master."""
         self._last_report = now
-        self.env.send({"type": "metrics", "vertex": self.vertex.id, "subtask": self.subtask,
-                       "counts": {op.uid or op.node.name: list(c)
-                                  for op, c in zip(self.operators, self.counts, strict=True)}})
+        self.env.send(M.TaskMetrics(
+            vertex=self.vertex.id, subtask=self.subtask,
+            counts={op.uid or op.node.name: list(c)
+                    for op, c in zip(self.operators, self.counts, strict=True)}))
 
     def _end_input(self, start: int = 0) -> None:
         for i in range(start, len(self.operators)):
@@ -313,7 +311,7 @@ class StreamTask:
                 self._push(out, i + 1)
         for w in self.writers:
             w.emit_event(P.END_OF_INPUT)
-        self.env.send({"type": "end_of_input", "vertex": self.vertex.id, "subtask": self.subtask})
+        self.env.send(M.EndOfInput(vertex=self.vertex.id, subtask=self.subtask))
         log.debug("Task %s reached end of input", self.name)
 
     def _source_loop(self) -> None:
@@ -358,7 +356,7 @@ class StreamTask:
                 self._push(item[2])
             elif kind == "barrier":
                 _, channel, barrier = item
-                self._apply(self.handler.on_barrier(channel, barrier[0]), barrier)
+                self._apply(self.handler.on_barrier(channel, barrier.checkpoint_id), barrier)
             elif kind == "cancel":
                 self._apply(self.handler.on_cancel(item[1], item[2]), None)
             elif kind == "eoi":
@@ -370,7 +368,7 @@ class StreamTask:
             else:
                 self._control(item)
 
-    def _apply(self, actions: list, barrier: list | None) -> None:
+    def _apply(self, actions: list, barrier: CheckpointBarrier | None) -> None:
         for action in actions:
             if action[0] == "release":
                 for ch in action[1]:
@@ -398,13 +396,13 @@ class StreamTask:
     def _control(self, item) -> None:
         kind = item[0]
         if kind == "trigger":
-            barrier = item[1]
-            if barrier[2] == SAVEPOINT_DRAIN and not self.exhausted:
+            barrier: CheckpointBarrier = item[1]
+            if barrier.kind == BarrierKind.SAVEPOINT_DRAIN and not self.exhausted:
                 self.exhausted = True       # drain: end the input first, then the savepoint
                 self._end_input(1)
             self._checkpoint(barrier, 0.0)
-            if barrier[2] == SAVEPOINT_STOP:
-                self.suspended_for = barrier[0]  # emit nothing after the stop savepoint
+            if barrier.kind == BarrierKind.SAVEPOINT_STOP:
+                self.suspended_for = barrier.checkpoint_id  # emit nothing after it
         elif kind == "notify":
             for op in self.operators:
                 op.notify_complete(item[1])
@@ -417,25 +415,24 @@ class StreamTask:
             self.finished = True
 
     def _decline(self, chk: int, reason: str) -> None:
-        self.env.send({"type": "decline", "checkpoint_id": chk, "vertex": self.vertex.id,
-                       "subtask": self.subtask, "reason": reason})
+        self.env.send(M.Decline(vertex=self.vertex.id, subtask=self.subtask, checkpoint_id=chk,
+                                reason=reason))
 
     # -- checkpoint -----------------------------------------------------------------------
-    def _checkpoint(self, barrier: list, alignment_ms: float) -> None:
-        """Steps 2-4 of the module docstring. ``barrier`` is ``[id, timestamp_ms, kind,
-        location]``: where this checkpoint's files go."""
-        chk, location = barrier[0], barrier[3]
+    def _checkpoint(self, barrier: CheckpointBarrier, alignment_ms: float) -> None:
+        """Steps 2-4 of the module docstring; the files go to ``barrier.location``."""
+        chk, location = barrier.checkpoint_id, barrier.location
         t0 = time.perf_counter()
         # 2. synchronous part: capture every operator's state
         snapshots = [(op, op.snapshot(chk)) for op in self.operators]
         sync_ms = (time.perf_counter() - t0) * 1000.0
         # 3. forward the barrier (held-back inputs were released by the handler's actions)
-        payload = packb(list(barrier))
+        payload = barrier.encode()
         for w in self.writers:
             w.emit_event(P.BARRIER, payload)
         # 4. asynchronous part: write files, then ack
         self.env.upload_pool.submit(self._upload_and_ack, chk, location, snapshots, sync_ms,
-                                    alignment_ms, barrier[2] != CHECKPOINT)
+                                    alignment_ms, barrier.kind.is_savepoint)
 
     def _upload_and_ack(self, chk: int, chk_dir: str, snapshots: list, sync_ms: float,
                         alignment_ms: float, full: bool) -> None:
@@ -471,11 +468,12 @@ class StreamTask:
                         uploaded += len(data)
                 operators[op.uid] = entry
             async_ms = (time.perf_counter() - t0) * 1000.0
-            self.env.send({"type": "ack", "checkpoint_id": chk, "vertex": self.vertex.id,
-                           "subtask": self.subtask, "operators": operators,
-                           "metrics": {"sync_ms": round(sync_ms, 3), "async_ms": round(async_ms, 3),
-                                       "alignment_ms": round(alignment_ms, 3),
-                                       "state_size": size, "checkpointed_size": uploaded}})
+            self.env.send(M.Ack(
+                vertex=self.vertex.id, subtask=self.subtask, checkpoint_id=chk,
+                operators=operators,
+                metrics={"sync_ms": round(sync_ms, 3), "async_ms": round(async_ms, 3),
+                         "alignment_ms": round(alignment_ms, 3), "state_size": size,
+                         "checkpointed_size": uploaded}))
         except Exception as exc:  # noqa: BLE001 - a failed upload declines the checkpoint
             log.warning("Task %s could not write checkpoint %d: %s", self.name, chk, exc)
             try:

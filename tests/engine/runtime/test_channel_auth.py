@@ -10,7 +10,7 @@ import threading
 import pytest
 from pipelines import Background, check_exactly_once, expected_running_sums, running_sum_pipeline
 
-from airflow_checkpoint_provider.engine.runtime import protocol as P
+from airflow_checkpoint_provider.engine.protocol import frames as P
 from airflow_checkpoint_provider.engine.runtime.auth import accept_peer, connect_peer
 from airflow_checkpoint_provider.engine.serialization import packb
 

@@ -14,7 +14,8 @@ from airflow_checkpoint_provider.engine import (
     KeyedProcessFunction,
     Pipeline,
 )
-from airflow_checkpoint_provider.engine.runtime import protocol as P
+from airflow_checkpoint_provider.engine.protocol import encode
+from airflow_checkpoint_provider.engine.protocol import frames as P
 from airflow_checkpoint_provider.engine.runtime.mailbox import Mailbox
 from airflow_checkpoint_provider.engine.runtime.slot import _reader
 from airflow_checkpoint_provider.engine.runtime.task import StreamTask, TaskEnvironment
@@ -42,7 +43,7 @@ def start_task(tmp_path, exactly_once):
     sent = []
     env = TaskEnvironment(job_id="j" * 8, job_name="align", attempt=0, graph=graph,
                           job_dir=str(tmp_path / "ckpt"), exactly_once=exactly_once, batch_size=10,
-                          send=sent.append, upload_pool=ThreadPoolExecutor(1))
+                          send=lambda m: sent.append(encode(m)), upload_pool=ThreadPoolExecutor(1))
     mailbox = Mailbox(8)
     gates = {0: threading.Event(), 1: threading.Event()}
     for g in gates.values():

@@ -12,17 +12,18 @@ import struct
 import threading
 
 from ..serialization import packb, unpackb
+from .messages import Message, decode, encode
 
 HEADER = struct.Struct("!IB")
 
 # data channel frame types
 RECORDS = 1        # msgpack list of dicts
 ARROW = 2          # Arrow IPC stream (schema + one RecordBatch)
-BARRIER = 3        # msgpack [checkpoint_id, timestamp_ms, kind]
+BARRIER = 3        # msgpack [checkpoint_id, timestamp_ms, kind, location] (barrier.py)
 CANCEL = 4         # msgpack checkpoint_id
 END_OF_INPUT = 5   # empty
 HELLO = 6          # msgpack {"vertex", "subtask", "channel"} sent first on a data connection
-CONTROL = 7        # msgpack map (control connection)
+CONTROL = 7        # msgpack map of a control message (messages.py)
 CHALLENGE = 8      # 16-byte nonce, first frame from the accepting side (runtime/auth.py)
 AUTH = 9           # HMAC-SHA256 of the nonce under the job secret, the answer
 
@@ -61,22 +62,23 @@ def send_frame(sock: socket.socket, kind: int, payload=b"") -> None:
 
 
 class ControlConnection:
-    """A thread-safe msgpack message connection."""
+    """A thread-safe connection carrying typed control messages (:mod:`.messages`)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._lock = threading.Lock()
 
-    def send(self, msg: dict) -> None:
-        data = packb(msg)
+    def send(self, msg: Message) -> None:
+        data = packb(encode(msg))
         with self._lock:
             send_frame(self.sock, CONTROL, data)
 
-    def recv(self) -> dict:
+    def recv(self) -> Message:
+        """The next message; :class:`~.errors.ProtocolError` if it is malformed."""
         kind, payload = recv_frame(self.sock)
         if kind != CONTROL:
             raise ConnectionClosed(f"unexpected frame type {kind} on control connection")
-        return unpackb(payload)
+        return decode(unpackb(payload))
 
     def close(self) -> None:
         try:
