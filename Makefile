@@ -66,13 +66,12 @@ bench: venv
 	$(PY) bench/hotspots.py --job running_sum --records 200000 --keys 100000
 	$(PY) bench/write_benchmarks.py
 
-# ruff (with a complexity bound) on everything; mypy on the engine's public API.
-MYPY_MODULES := airflow_checkpoint_provider/engine/client.py airflow_checkpoint_provider/engine/api.py \
-	airflow_checkpoint_provider/engine/config.py airflow_checkpoint_provider/engine/errors.py \
-	airflow_checkpoint_provider/engine/packaging.py airflow_checkpoint_provider/engine/snapshot \
-	airflow_checkpoint_provider/engine/names.py airflow_checkpoint_provider/engine/lineage.py airflow_checkpoint_provider/engine/job.py \
-	airflow_checkpoint_provider/engine/protocol \
-	airflow_checkpoint_provider/engine/catalog
+# ruff (with a complexity bound) on everything; mypy on the engine's public API and seams.
+ENGINE := airflow_checkpoint_provider/engine
+MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/api.py $(ENGINE)/config.py $(ENGINE)/errors.py \
+	$(ENGINE)/packaging.py $(ENGINE)/snapshot $(ENGINE)/names.py $(ENGINE)/lineage.py \
+	$(ENGINE)/job.py $(ENGINE)/protocol $(ENGINE)/catalog $(ENGINE)/checkpoint/coordinator.py \
+	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners/control.py $(ENGINE)/runners/attempt.py
 
 lint: venv
 	$(VENV)/bin/ruff check airflow_checkpoint_provider tests dags bench

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ..catalog import MetadataStore
 from ..config import CheckpointConfig
 from ..errors import CheckpointDeclined, CheckpointStorageError, CorruptCheckpointError
 from ..protocol import BarrierKind
@@ -115,6 +116,8 @@ class CheckpointCoordinator:
         self.num_failed = 0
         self.job_failure: str | None = None
         self.final_completed = False
+        #: the final checkpoint of this attempt, once triggered (periodic ones stop then)
+        self.final_id: int | None = None
         # shared files (incremental RocksDB SSTs) registered by completed checkpoints
         self.registered_shared: set[str] = set()
         # called as listener(checkpoint_id, completed_or_None, failure_reason_or_None)
@@ -132,7 +135,8 @@ class CheckpointCoordinator:
         self.running_tasks = set(running)
 
     def maybe_trigger_periodic(self, now: float) -> int | None:
-        if self.next_periodic is None or now < self.next_periodic:
+        if (self.next_periodic is None or self.config.interval_ms is None
+                or now < self.next_periodic or self.final_id is not None):
             return None
         if len(self.pending) >= self.config.max_concurrent:
             return None
@@ -159,7 +163,7 @@ class CheckpointCoordinator:
         self.pending[chk] = PendingCheckpoint(chk, kind, now, wall, int(wall.timestamp() * 1000),
                                               loc, set(self.tasks), final=final)
         try:
-            self.db.must("add_pending_checkpoint", self.job_id, chk, kind=record_kind(kind),
+            self.db.must(MetadataStore.add_pending_checkpoint, self.job_id, chk, kind=record_kind(kind),
                          trigger_time=wall, location=loc, is_final=final)
         except MetadataUnavailable as exc:
             del self.pending[chk]
@@ -198,7 +202,7 @@ class CheckpointCoordinator:
         self.num_failed += 1
         log.warning("%s %d of job %s aborted: %s", record_kind(p.kind).capitalize(), chk,
                     self.job_name, reason)
-        self.db.write("fail_checkpoint", self.job_id, chk, reason=reason)
+        self.db.write(MetadataStore.fail_checkpoint, self.job_id, chk, reason=reason)
         filesystem_for(p.location).remove_tree(p.location)
         for key in _shared_keys(p) - self.registered_shared:
             path = join(self.job_dir, key)          # uploaded for this checkpoint only
@@ -213,9 +217,28 @@ class CheckpointCoordinator:
             )
 
     def abort_all(self, reason: str, now: float) -> None:
-        """On failover: pending checkpoints cannot complete; they do not count as failures."""
+        """On failover: pending checkpoints cannot complete; they do not count as failures.
+        The next attempt starts without a final checkpoint."""
         for chk in list(self.pending):
             self.abort(chk, reason, now, count_failure=False)
+        self.final_id = None
+
+    def maybe_trigger_final(self, now: float, *, inputs_ended: bool) -> int | None:
+        """The final checkpoint (Flink's checkpoint after end of input, which lets sinks
+        commit their last records): once ``inputs_ended`` (every task reported end of input,
+        and no stop-with-savepoint is under way), with no checkpoint pending, after the
+        minimum pause. Retried if it fails; periodic checkpoints stop once it is triggered."""
+        if (not inputs_ended or self.final_completed
+                or (self.final_id is not None and self.final_id in self.pending)):
+            return None
+        if self.pending or now - self.last_end < self.config.min_pause_ms / 1000.0:
+            return None
+        try:
+            self.final_id = self.trigger(now, final=True)
+        except CheckpointDeclined as exc:
+            log.debug("final checkpoint not triggered: %s", exc)
+            return None
+        return self.final_id
 
     # -- completion -----------------------------------------------------------------------
     def _complete(self, p: PendingCheckpoint, now: float) -> CompletedCheckpoint | None:
@@ -246,9 +269,9 @@ class CheckpointCoordinator:
         shared = _shared_keys(p) if p.kind == CHECKPOINT else set()
         try:
             if shared:
-                self.db.must("register_shared_state", self.job_id, p.checkpoint_id, sorted(shared))
+                self.db.must(MetadataStore.register_shared_state, self.job_id, p.checkpoint_id, sorted(shared))
             self.registered_shared |= shared
-            self.db.must("complete_checkpoint", self.job_id, p.checkpoint_id,
+            self.db.must(MetadataStore.complete_checkpoint, self.job_id, p.checkpoint_id,
                          complete_time=datetime.now(UTC), duration_ms=duration_ms,
                          state_size=state_size, checkpointed_size=uploaded, task_stats=task_stats)
         except MetadataUnavailable as exc:
@@ -284,11 +307,11 @@ class CheckpointCoordinator:
             # never delete another job's checkpoint unless this job claimed it
             if old.claimed or old.location.startswith(self.job_dir):
                 filesystem_for(old.location).remove_tree(old.location)
-            self.db.write("set_checkpoint_status", self.job_id, [old.checkpoint_id], "SUBSUMED")
+            self.db.write(MetadataStore.set_checkpoint_status, self.job_id, [old.checkpoint_id], "SUBSUMED")
             log.debug("Subsumed checkpoint %d of job %s", old.checkpoint_id, self.job_name)
         self._discard_unreferenced_shared_state()
         if completed.checkpoint_id % PRUNE_EVERY == 0:  # bound the checkpoints table
-            self.db.write("prune_checkpoint_history", self.job_id, self.config.history)
+            self.db.write(MetadataStore.prune_checkpoint_history, self.job_id, self.config.history)
 
     def _discard_unreferenced_shared_state(self) -> None:
         """Delete shared files that no retained checkpoint references any more."""
@@ -297,12 +320,13 @@ class CheckpointCoordinator:
         own = [c.checkpoint_id for c in self.completed if not c.claimed]
         if not own:
             return
-        doomed = self.db.read("unreferenced_shared_state", self.job_id, min(own), default=[])
+        doomed = self.db.read(MetadataStore.unreferenced_shared_state, self.job_id,
+                              min(own)) or []
         for key in doomed:
             path = join(self.job_dir, key)
             filesystem_for(path).remove_file(path)
         if doomed:
-            self.db.write("delete_shared_state", self.job_id, doomed)
+            self.db.write(MetadataStore.delete_shared_state, self.job_id, doomed)
             self.registered_shared -= set(doomed)
             log.debug("Deleted %d unreferenced shared files of job %s", len(doomed), self.job_name)
 

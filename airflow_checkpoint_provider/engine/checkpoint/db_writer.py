@@ -2,7 +2,7 @@
 
 The job master must keep running (and its tasks processing) while the metadata DB is
 briefly unreachable: only the checkpoints in flight fail. :class:`MetadataWriter` wraps
-the :class:`~.store.MetadataStore` calls of the job master, the coordinator and the control
+the :class:`~..catalog.MetadataStore` calls of the job master, the coordinator and the control
 plane:
 
 * :meth:`write` for bookkeeping that may be late (status changes, failure reasons,
@@ -11,19 +11,29 @@ plane:
 * :meth:`must` for writes the caller has to act on (a checkpoint is COMPLETED only once its
   row says so): it raises :class:`MetadataUnavailable` when the DB (or the backlog before
   it) cannot be written now.
-* :meth:`read` returns ``default`` when the DB cannot be read.
+* :meth:`read` returns None when the DB cannot be read.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import EngineError
 
+if TYPE_CHECKING:
+    from ..catalog import MetadataStore
+
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+#: a store method, called unbound: ``writer.write(MetadataStore.set_job_status, job_id, ...)``
+StoreCall = Callable[Concatenate["MetadataStore", P], R]
 
 
 class MetadataUnavailable(EngineError):
@@ -31,13 +41,14 @@ class MetadataUnavailable(EngineError):
 
 
 class MetadataWriter:
-    def __init__(self, store) -> None:
-        self.store = store
-        self.backlog: collections.deque = collections.deque()
-        self._down = False
+    """Calls of :class:`~..catalog.MetadataStore` methods (passed unbound, so a typo or a
+    wrong argument is a type error, not a runtime ``getattr`` failure)."""
 
-    def _call(self, method: str, args, kwargs):
-        return getattr(self.store, method)(*args, **kwargs)
+    def __init__(self, store: MetadataStore | None) -> None:
+        self.store = store
+        self.backlog: collections.deque[tuple[Callable[..., Any], tuple, dict]] = \
+            collections.deque()
+        self._down = False
 
     def _mark(self, ok: bool, what: str, exc: Exception | None = None) -> None:
         if not ok and not self._down:
@@ -50,43 +61,43 @@ class MetadataWriter:
     def flush(self) -> bool:
         """Replay queued writes in order; True once the backlog is empty."""
         while self.backlog:
-            method, args, kwargs = self.backlog[0]
+            fn, args, kwargs = self.backlog[0]
             try:
-                self._call(method, args, kwargs)
+                fn(self.store, *args, **kwargs)
             except SQLAlchemyError as exc:
-                self._mark(False, method, exc)
+                self._mark(False, fn.__name__, exc)
                 return False
             except (LookupError, ValueError) as exc:  # e.g. a row that was never written
-                log.debug("dropping queued %s: %s", method, exc)
+                log.debug("dropping queued %s: %s", fn.__name__, exc)
             self.backlog.popleft()
         self._mark(True, "flush")
         return True
 
-    def write(self, method: str, *args, **kwargs) -> bool:
+    def write(self, fn: StoreCall[P, Any], *args: P.args, **kwargs: P.kwargs) -> bool:
         if self.store is None:
             return True
-        self.backlog.append((method, args, kwargs))
+        self.backlog.append((fn, args, kwargs))
         return self.flush()
 
-    def must(self, method: str, *args, **kwargs):
+    def must(self, fn: StoreCall[P, R], *args: P.args, **kwargs: P.kwargs) -> R | None:
         if self.store is None:
             return None
         if not self.flush():
             raise MetadataUnavailable(f"metadata DB unavailable ({len(self.backlog)} writes queued)")
         try:
-            result = self._call(method, args, kwargs)
+            result = fn(self.store, *args, **kwargs)
         except SQLAlchemyError as exc:
-            self._mark(False, method, exc)
+            self._mark(False, fn.__name__, exc)
             raise MetadataUnavailable(f"metadata DB unavailable: {type(exc).__name__}") from exc
-        self._mark(True, method)
+        self._mark(True, fn.__name__)
         return result
 
-    def read(self, method: str, *args, default=None, **kwargs):
+    def read(self, fn: StoreCall[P, R], *args: P.args, **kwargs: P.kwargs) -> R | None:
+        """``fn``'s result, or None when the DB cannot be read."""
         if self.store is None:
-            return default
+            return None
         try:
-            result = self._call(method, args, kwargs)
+            return fn(self.store, *args, **kwargs)
         except SQLAlchemyError as exc:
-            self._mark(False, method, exc)
-            return default
-        return result
+            self._mark(False, fn.__name__, exc)
+            return None

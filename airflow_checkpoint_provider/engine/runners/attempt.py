@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointDeclined, EngineError
+from ..catalog import MetadataStore
+from ..errors import EngineError
 from ..protocol import messages as M
 
 if TYPE_CHECKING:
@@ -56,7 +57,6 @@ class AttemptRun:
         self.eoi: set[tuple[int, int]] = set()
         self.finished_slots: set[int] = set()
         self.finished_tasks: set[tuple[int, int]] = set()
-        self.final_id: int | None = None
         self.finish_sent = False
         self.started = 0.0
         self.last_heartbeat = 0.0
@@ -172,9 +172,9 @@ class AttemptRun:
         if len(self.running) < self.num_slots:
             return
         self.coord.set_tasks_running(self.all_tasks)
-        self.coord.db.write("set_attempt_placement", m.job_id, self.attempt,
+        self.coord.db.write(MetadataStore.set_attempt_placement, m.job_id, self.attempt,
                             [self.placement[s] for s in sorted(self.placement)])
-        self.coord.db.write("set_job_status", m.job_id, "RUNNING")
+        self.coord.db.write(MetadataStore.set_job_status, m.job_id, "RUNNING")
         if m.progress:
             m.progress.update(status="RUNNING", restarts=self.attempt)
         log.info("Job %s (%s) attempt %d is running (%.2f s to start)", m.config.name,
@@ -237,7 +237,7 @@ class AttemptRun:
             return self.fail(reason)
         # 2. control requests, periodic checkpoints
         control.poll(now, len(self.running) == self.num_slots)
-        if self.final_id is None and not control.has_queued:
+        if not control.has_queued:
             coord.maybe_trigger_periodic(now)
         if control.cancel_request:
             self.fail("cancelled on request")
@@ -247,7 +247,8 @@ class AttemptRun:
         if control.stop_completed and not self.finish_sent:
             m._broadcast(M.Finish())
             self.finish_sent = True
-        self._maybe_trigger_final(now)
+        coord.maybe_trigger_final(now, inputs_ended=self.eoi == self.all_tasks
+                                  and control.stop_checkpoint is None)
         if coord.final_completed and not self.finish_sent:
             m._broadcast(M.Finish())
             self.finish_sent = True
@@ -262,7 +263,7 @@ class AttemptRun:
         if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
             self.last_heartbeat = now
             if coord.db.flush():  # replay queued writes first; heartbeats are not queued
-                if coord.db.read("heartbeat", m.job_id) == "LOST":
+                if coord.db.read(MetadataStore.heartbeat, m.job_id) == "LOST":
                     # declared dead while the DB was out of reach: another job of this name
                     # may run now, so this one must not go on writing output
                     outcome = self.fail("the job was declared LOST (no heartbeat within the "
@@ -270,20 +271,6 @@ class AttemptRun:
                     outcome.fatal = True
                     return outcome
         return None
-
-    def _maybe_trigger_final(self, now: float) -> None:
-        """The final checkpoint: once every task reported end of input (not during a stop),
-        with no checkpoint pending, after the minimum pause."""
-        coord = self.coord
-        if (self.control.stop_checkpoint is not None or self.eoi != self.all_tasks
-                or coord.final_completed
-                or (self.final_id is not None and self.final_id in coord.pending)):
-            return
-        if not coord.pending and now - coord.last_end >= coord.config.min_pause_ms / 1000.0:
-            try:
-                self.final_id = coord.trigger(now, final=True)
-            except CheckpointDeclined as exc:
-                log.debug("final checkpoint not triggered: %s", exc)
 
 
 def _drain(q: queue.Queue) -> None:

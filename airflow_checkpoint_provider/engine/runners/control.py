@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 
+from ..catalog import MetadataStore
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.storage import absolute_location, is_s3, parent, savepoint_directory
 from ..errors import CheckpointDeclined
@@ -51,7 +52,7 @@ class ControlPlane:
         Queued requests go before periodic checkpoints (see :attr:`has_queued`)."""
         if now - self._last_poll >= POLL_SECONDS:
             self._last_poll = now
-            self.queued.extend(self.db.read("claim_control_requests", self.job_id, default=[]))
+            self.queued.extend(self.db.read(MetadataStore.claim_control_requests, self.job_id) or [])
         if not self.queued:
             return
         still = []
@@ -115,7 +116,7 @@ class ControlPlane:
                 if action == "STOP_WITH_SAVEPOINT":
                     self.stop_checkpoint = chk
         except CheckpointDeclined as exc:
-            self.db.write("finish_control_request", req.request_id, status="FAILED",
+            self.db.write(MetadataStore.finish_control_request, req.request_id, status="FAILED",
                                               error=f"{action} declined: {exc}")
             return True
         self.waiting[chk] = req.request_id
@@ -132,16 +133,16 @@ class ControlPlane:
         if request_id is None:
             return
         if completed is not None:
-            self.db.write("finish_control_request",
+            self.db.write(MetadataStore.finish_control_request,
                 request_id, status="SUCCEEDED",
                 result={"checkpoint_id": chk, "location": completed.location, "kind": completed.kind})
         else:
-            self.db.write("finish_control_request", request_id, status="FAILED",
+            self.db.write(MetadataStore.finish_control_request, request_id, status="FAILED",
                                               error=f"checkpoint {chk} failed: {reason}")
 
     def finish_cancel(self) -> None:
         if self.cancel_request:
-            self.db.write("finish_control_request", self.cancel_request, status="SUCCEEDED",
+            self.db.write(MetadataStore.finish_control_request, self.cancel_request, status="SUCCEEDED",
                                               result={"status": "CANCELED"})
 
 

@@ -173,7 +173,7 @@ class JobMaster:
         while coord.completed:
             c = coord.completed[-1]
             mark = (lambda reason: None) if c.claimed else (
-                lambda reason, c=c: coord.db.write("fail_checkpoint", self.job_id, c.checkpoint_id,
+                lambda reason, c=c: coord.db.write(MetadataStore.fail_checkpoint, self.job_id, c.checkpoint_id,
                                                    reason=reason, status="CORRUPT"))
             snapshot = _load_restorable(self._check_snapshot, c.location, f"checkpoint {c.checkpoint_id} of job "
                                         f"{self.config.name} ({self.job_id})", mark)
@@ -299,8 +299,8 @@ class JobMaster:
                 self.progress.update(status=status)
                 self.progress.close()
         db = self.coordinator.db
-        db.write("set_job_status", job_id, status, failure_reason=failure)
-        db.write("abort_control_requests", job_id, f"job ended with status {status}")
+        db.write(MetadataStore.set_job_status, job_id, status, failure_reason=failure)
+        db.write(MetadataStore.abort_control_requests, job_id, f"job ended with status {status}")
         deadline = time.monotonic() + FINAL_WRITE_SECONDS
         while not db.flush() and time.monotonic() < deadline:
             time.sleep(1.0)  # the metadata DB is down: the final status must still land
@@ -402,11 +402,11 @@ class JobMaster:
         strategy = p.restart_strategy
         restarts, attempt, snapshot = 0, 0, initial
         while True:
-            db.write("start_attempt", self.job_id, attempt,
+            db.write(MetadataStore.start_attempt, self.job_id, attempt,
                      restored_checkpoint_id=snapshot.checkpoint_id if snapshot else None,
                      restored_from=snapshot.directory if snapshot else None)
             outcome = self._run_attempt(attempt, snapshot)
-            db.write("end_attempt", self.job_id, attempt, failure_reason=outcome.failure)
+            db.write(MetadataStore.end_attempt, self.job_id, attempt, failure_reason=outcome.failure)
             if outcome.status in ("FINISHED", "STOPPED", "CANCELED"):
                 return outcome.status, None, restarts
             failure = outcome.failure
@@ -420,7 +420,7 @@ class JobMaster:
             if self.progress:
                 self.progress.update(status="RESTARTING", restarts=restarts)
             delay = strategy.delay_for(restarts)
-            db.write("set_job_status", self.job_id, "RESTARTING", failure_reason=failure)
+            db.write(MetadataStore.set_job_status, self.job_id, "RESTARTING", failure_reason=failure)
             log.warning("Job %s failed (%s); restart %d/%d in %.1f s", p.name, failure,
                         restarts, strategy.attempts, delay)
             time.sleep(delay)
