@@ -22,6 +22,7 @@ from ..config import CheckpointConfig
 from ..errors import CheckpointDeclined, CheckpointStorageError, CorruptCheckpointError
 from ..protocol import BarrierKind
 from ..snapshot.handles import safe_shared_key
+from .cleaner import CheckpointCleaner
 from .db_writer import MetadataUnavailable, MetadataWriter
 from .metadata import encode_metadata
 from .storage import METADATA_FILE, checkpoint_directory, filesystem_for, join
@@ -106,6 +107,8 @@ class CheckpointCoordinator:
         self.send_abort = send_abort
         self.store = store
         self.db = MetadataWriter(store)
+        #: deletes subsumed/aborted checkpoints in the background; closed at the job's end
+        self.cleaner = CheckpointCleaner(job_name)
         self.next_id = next_checkpoint_id
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: collections.deque[CompletedCheckpoint] = collections.deque()
@@ -203,10 +206,9 @@ class CheckpointCoordinator:
         log.warning("%s %d of job %s aborted: %s", record_kind(p.kind).capitalize(), chk,
                     self.job_name, reason)
         self.db.write(MetadataStore.fail_checkpoint, self.job_id, chk, reason=reason)
-        filesystem_for(p.location).remove_tree(p.location)
+        self.cleaner.remove_tree(p.location)
         for key in _shared_keys(p) - self.registered_shared:
-            path = join(self.job_dir, key)          # uploaded for this checkpoint only
-            filesystem_for(path).remove_file(path)
+            self.cleaner.remove_file(join(self.job_dir, key))  # uploaded for it only
         self.send_abort(chk)
         for listener in self.listeners:
             listener(chk, None, reason)
@@ -306,7 +308,7 @@ class CheckpointCoordinator:
             old = self.completed.popleft()
             # never delete another job's checkpoint unless this job claimed it
             if old.claimed or old.location.startswith(self.job_dir):
-                filesystem_for(old.location).remove_tree(old.location)
+                self.cleaner.remove_tree(old.location)
             self.db.write(MetadataStore.set_checkpoint_status, self.job_id, [old.checkpoint_id], "SUBSUMED")
             log.debug("Subsumed checkpoint %d of job %s", old.checkpoint_id, self.job_name)
         self._discard_unreferenced_shared_state()
@@ -323,8 +325,7 @@ class CheckpointCoordinator:
         doomed = self.db.read(MetadataStore.unreferenced_shared_state, self.job_id,
                               min(own)) or []
         for key in doomed:
-            path = join(self.job_dir, key)
-            filesystem_for(path).remove_file(path)
+            self.cleaner.remove_file(join(self.job_dir, key))
         if doomed:
             self.db.write(MetadataStore.delete_shared_state, self.job_id, doomed)
             self.registered_shared -= set(doomed)

@@ -293,6 +293,7 @@ class JobMaster:
         finally:
             server.close()
             self.launcher.stop()
+            self.coordinator.cleaner.close()
             if self.metrics:
                 self.metrics.stop()
             if self.progress:

@@ -83,6 +83,7 @@ def test_expired_checkpoint_is_aborted_and_its_files_deleted(tmp_path):
     c.check_timeouts(0.5)
     assert chk in c.pending
     c.check_timeouts(1.01)
+    c.cleaner.close()  # deletions run in the background: wait for them
     assert chk not in c.pending and rec.aborts == [chk] and not os.path.exists(loc)
     assert c.num_failed == 1 and c.job_failure is None
     # a late ack of the expired checkpoint is ignored
@@ -115,6 +116,7 @@ def test_retention_keeps_only_the_newest_and_deletes_subsumed_files(tmp_path):
         locations.append(c.pending[chk].location)
         ack_all(c, chk, float(i) + 0.1)
     assert [x.checkpoint_id for x in c.completed] == [4, 5]
+    c.cleaner.close()  # deletions run in the background: wait for them
     assert [os.path.exists(loc) for loc in locations] == [False, False, False, True, True]
     assert sorted(os.listdir(c.job_dir)) == ["chk-4", "chk-5"]
 
