@@ -343,7 +343,7 @@ def checkpoints(job: str, db: str | None, as_json: bool) -> None:
 def inspect(path: str, as_json: bool, verify: bool) -> None:
     """What a checkpoint or savepoint at PATH holds (verifies the _metadata checksum; with
     --verify every state file too)."""
-    from .checkpoint.metadata import load_snapshot
+    from .snapshot.codec import load_snapshot
     from .snapshot.verify import verify_snapshot
 
     try:

@@ -11,7 +11,6 @@ import logging
 import os
 from datetime import UTC, datetime, timedelta
 
-from .checkpoint.metadata import load_snapshot
 from .checkpoint.storage import (
     METADATA_FILE,
     absolute_location,
@@ -21,6 +20,7 @@ from .checkpoint.storage import (
     parent,
 )
 from .errors import EngineError
+from .snapshot.codec import load_snapshot
 
 log = logging.getLogger(__name__)
 

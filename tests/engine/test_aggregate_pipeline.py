@@ -13,7 +13,7 @@ from pipelines import (
 )
 
 from airflow_checkpoint_provider.engine import Pipeline, PipelineDefinitionError
-from airflow_checkpoint_provider.engine.checkpoint.metadata import load_snapshot
+from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
 N, KEYS, SEED = 20_000, 50, 7
 

@@ -6,7 +6,7 @@ import pytest
 from pipelines import FaultPlan, check_exactly_once, expected_running_sums, running_sum_pipeline
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.checkpoint.metadata import load_snapshot
+from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
 N, KEYS, SEED = 20_000, 50, 7
 

@@ -14,7 +14,7 @@ from pipelines import FaultPlan, check_exactly_once, expected_running_sums, runn
 
 from airflow_checkpoint_provider.engine import JobFailedError, RestartStrategy
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.checkpoint.metadata import load_snapshot
+from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
 NUM_KEYS, SEED = 50, 7
 

@@ -8,7 +8,6 @@ from click.testing import CliRunner
 from pipelines import Background, check_exactly_once, expected_running_sums, versioned_pipeline
 
 from airflow_checkpoint_provider.engine import CorruptCheckpointError, JobFailedError, RestoreError
-from airflow_checkpoint_provider.engine.checkpoint.metadata import load_snapshot
 from airflow_checkpoint_provider.engine.cli import main as ckpt
 from airflow_checkpoint_provider.engine.savepoints import (
     DisposeRefused,
@@ -16,6 +15,7 @@ from airflow_checkpoint_provider.engine.savepoints import (
     dispose_savepoint,
     list_savepoints,
 )
+from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
 N = 20_000
 pytestmark = pytest.mark.slow

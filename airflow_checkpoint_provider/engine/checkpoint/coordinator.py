@@ -21,10 +21,10 @@ from ..catalog import MetadataStore
 from ..config import CheckpointConfig
 from ..errors import CheckpointDeclined, CheckpointStorageError, CorruptCheckpointError
 from ..protocol import BarrierKind
+from ..snapshot.codec import encode_metadata
 from ..snapshot.handles import safe_shared_key
 from .cleaner import CheckpointCleaner
 from .db_writer import MetadataUnavailable, MetadataWriter
-from .metadata import encode_metadata
 from .storage import METADATA_FILE, checkpoint_directory, filesystem_for, join
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from ..errors import CorruptCheckpointError, RestoreError
 from ..graph import ExecutionGraph
+from ..snapshot.codec import LoadedSnapshot
 from ..state.keygroups import KeyGroupRange, key_group_range_for
-from .metadata import LoadedSnapshot
 
 KEYED_KINDS = ("process", "reduce", "aggregate")
 

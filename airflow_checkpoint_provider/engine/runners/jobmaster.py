@@ -21,7 +21,6 @@ import cloudpickle
 from ..catalog import MetadataStore
 from ..checkpoint.cleanup import discard_partial_checkpoints
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
-from ..checkpoint.metadata import LoadedSnapshot, load_snapshot
 from ..checkpoint.restore import assign_restore, operator_kind
 from ..checkpoint.storage import absolute_location, default_savepoint_root, job_directory
 from ..config import CheckpointingMode
@@ -40,6 +39,7 @@ from ..protocol import ProtocolError
 from ..protocol import frames as P
 from ..protocol import messages as M
 from ..runtime.auth import accept_peer, new_secret
+from ..snapshot.codec import LoadedSnapshot, load_snapshot
 from ..snapshot.verify import verify_snapshot
 from .attempt import AttemptOutcome, AttemptRun
 from .control import ControlPlane

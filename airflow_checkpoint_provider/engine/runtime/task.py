@@ -28,7 +28,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
-from ..checkpoint.metadata import read_state_file
 from ..checkpoint.storage import filesystem_for, join, sha256
 from ..errors import BadRecordError, CorruptCheckpointError, DeterministicError, RestoreError
 from ..functions import RuntimeContext
@@ -37,6 +36,7 @@ from ..protocol import BarrierKind, CheckpointBarrier
 from ..protocol import frames as P
 from ..protocol import messages as M
 from ..serialization import packb
+from ..snapshot.codec import read_state_file
 from ..snapshot.handles import keyed_handle_from_dict
 from ..state.keygroups import key_group_for, key_group_range_for
 from ..state.vectorized import channels_for

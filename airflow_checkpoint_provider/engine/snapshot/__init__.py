@@ -5,9 +5,11 @@
   transactions, each with a validating ``from_dict``;
 * :mod:`.integrity` -- the optional HMAC of ``_metadata`` (``$CKPT_SNAPSHOT_HMAC_KEY``);
 * :mod:`.verify` -- read every state file of a snapshot and check its size and checksum
-  (``ckpt inspect --verify``, restore fallback).
+  (``ckpt inspect --verify``, restore fallback);
+* :mod:`.codec` -- the ``_metadata`` file itself: encode, load and verify a snapshot.
 
-The ``_metadata`` codec itself is :mod:`..checkpoint.metadata`.
+Not to be confused with the *catalog* (:mod:`..catalog`, the metadata DB of jobs and
+checkpoints) or the Airflow *metadata hook* that reads that DB.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..checkpoint.metadata import LoadedSnapshot, load_snapshot, read_verified
+from ..snapshot.codec import LoadedSnapshot, load_snapshot, read_verified
 
 
 def verify_snapshot(snapshot: LoadedSnapshot) -> int:

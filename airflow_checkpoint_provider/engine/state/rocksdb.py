@@ -27,9 +27,9 @@ import uuid
 
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
-from ..checkpoint.metadata import read_verified
 from ..checkpoint.storage import filesystem_for, join, parent, sha256
 from ..serialization import packb, unpackb
+from ..snapshot.codec import read_verified
 from ..snapshot.handles import RocksDBHandle
 from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for

@@ -6,7 +6,7 @@ import pytest
 
 from airflow_checkpoint_provider.engine import CheckpointConfig, CheckpointDeclined
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
-from airflow_checkpoint_provider.engine.checkpoint.metadata import load_snapshot
+from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
 TASKS = [(0, 0), (0, 1), (1, 0)]
 

@@ -7,13 +7,13 @@ import pytest
 
 from airflow_checkpoint_provider.engine.api import default_metadata_url
 from airflow_checkpoint_provider.engine.checkpoint import storage
-from airflow_checkpoint_provider.engine.checkpoint.metadata import (
+from airflow_checkpoint_provider.engine.checkpoint.s3 import MIB, S3FileSystem, split_uri
+from airflow_checkpoint_provider.engine.errors import CheckpointStorageError, RestoreError
+from airflow_checkpoint_provider.engine.snapshot.codec import (
     encode_metadata,
     load_snapshot,
     read_state_file,
 )
-from airflow_checkpoint_provider.engine.checkpoint.s3 import MIB, S3FileSystem, split_uri
-from airflow_checkpoint_provider.engine.errors import CheckpointStorageError, RestoreError
 
 
 @pytest.fixture

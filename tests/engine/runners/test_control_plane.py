@@ -9,7 +9,7 @@ import time
 import pytest
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.checkpoint.metadata import load_snapshot
+from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
 CKPT = [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli"]
 

@@ -8,12 +8,6 @@ import pytest
 from click.testing import CliRunner
 
 from airflow_checkpoint_provider.engine import CorruptCheckpointError, FileSink, SourceContext
-from airflow_checkpoint_provider.engine.checkpoint.metadata import (
-    _canonical,
-    encode_metadata,
-    load_snapshot,
-    read_state_file,
-)
 from airflow_checkpoint_provider.engine.checkpoint.storage import sha256
 from airflow_checkpoint_provider.engine.cli import main as ckpt
 from airflow_checkpoint_provider.engine.snapshot import (
@@ -22,6 +16,12 @@ from airflow_checkpoint_provider.engine.snapshot import (
     StateFileHandle,
     safe_name,
     safe_relative_path,
+)
+from airflow_checkpoint_provider.engine.snapshot.codec import (
+    _canonical,
+    encode_metadata,
+    load_snapshot,
+    read_state_file,
 )
 from airflow_checkpoint_provider.engine.snapshot.integrity import ENV_KEY
 from airflow_checkpoint_provider.engine.snapshot.verify import verify_snapshot

@@ -18,8 +18,8 @@ State file paths are relative to the directory holding ``_metadata``, so a savep
 moved or copied. A checkpoint is valid only once ``_metadata`` exists and verifies.
 
 A ``_metadata`` file is untrusted input: :func:`load_snapshot` decodes it into the typed
-handles of :mod:`..snapshot.handles`, which refuse any path that could leave its directory,
-and, with a secret configured, checks its HMAC (:mod:`..snapshot.integrity`).
+handles of :mod:`.handles`, which refuse any path that could leave its directory,
+and, with a secret configured, checks its HMAC (:mod:`.integrity`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..errors import CheckpointStorageError, CorruptCheckpointError, RestoreError
-from ..snapshot import integrity
-from ..snapshot.handles import SnapshotMetadata, StateFileHandle
-from .storage import (
+from ..checkpoint.storage import (
     METADATA_FILE,
     absolute_location,
     basename,
@@ -41,6 +38,9 @@ from .storage import (
     sha256,
     strip_scheme,
 )
+from ..errors import CheckpointStorageError, CorruptCheckpointError, RestoreError
+from . import integrity
+from .handles import SnapshotMetadata, StateFileHandle
 
 FORMAT = "airflow-checkpoint-provider/checkpoint"
 VERSION = 1
