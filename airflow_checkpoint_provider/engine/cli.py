@@ -19,6 +19,7 @@ from datetime import datetime
 import click
 
 from .api import DEFAULT_METADATA_ENV, Pipeline, default_metadata_url
+from .catalog.models import ControlRequestStatus, JobStatus
 from .checkpoint.storage import absolute_location
 from .errors import EngineError
 
@@ -204,7 +205,7 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
         click.echo(f"job {result.job_name} ({result.job_id}) {result.status}: "
                    f"{result.checkpoints_completed} checkpoints, {result.restarts} restarts; "
                    f"latest checkpoint {result.latest_checkpoint}")
-    if result.status not in ("FINISHED", "STOPPED", "CANCELED"):
+    if result.status not in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
         sys.exit(1)
 
 
@@ -221,7 +222,7 @@ def _request(db: str | None, job: str, action: str, params: dict, timeout: float
         raise click.ClickException(str(exc)) from exc
     deadline = time.monotonic() + timeout
     req = store.get_control_request(request_id)
-    while req.status not in ("SUCCEEDED", "FAILED"):
+    while req.status not in (ControlRequestStatus.SUCCEEDED, ControlRequestStatus.FAILED):
         if time.monotonic() > deadline:
             raise click.ClickException(
                 f"{action} request {request_id} for job {rec.job_id} not answered within "
@@ -230,13 +231,13 @@ def _request(db: str | None, job: str, action: str, params: dict, timeout: float
         req = store.get_control_request(request_id)
     if as_json:
         _echo_json(_record(req))
-    elif req.status == "SUCCEEDED":
+    elif req.status == ControlRequestStatus.SUCCEEDED:
         result = req.result or {}
         where = f" at {result['location']}" if result.get("location") else ""
         click.echo(f"{action.lower()} of job {rec.job_name} ({rec.job_id}) succeeded"
                    + (f": checkpoint {result['checkpoint_id']}" if "checkpoint_id" in result else "")
                    + where)
-    if req.status == "FAILED":
+    if req.status == ControlRequestStatus.FAILED:
         if as_json:
             sys.exit(1)
         raise click.ClickException(f"{action} request for job {rec.job_id} failed: {req.error}")

@@ -9,6 +9,7 @@ import time
 import uuid
 
 from .api import Pipeline
+from .catalog.models import JobStatus
 from .errors import EngineError
 
 
@@ -34,7 +35,7 @@ def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
     try:
         while True:
             job = store.get_job(job_id)
-            if job is not None and job.status != "CREATED" and job.status != "RESTARTING":
+            if job is not None and job.status != JobStatus.CREATED and job.status != JobStatus.RESTARTING:
                 return {"job_id": job_id, "job_name": job.job_name, "status": job.status,
                         "pid": proc.pid, "log_file": log_file, "metadata_url": store.safe_url}
             if proc.poll() is not None:

@@ -11,6 +11,7 @@ import logging
 import os
 from datetime import UTC, datetime, timedelta
 
+from .catalog.models import CheckpointStatus, JobStatus
 from .checkpoint.storage import (
     METADATA_FILE,
     absolute_location,
@@ -45,7 +46,7 @@ def dispose_savepoint(path: str, store=None) -> None:
     if store is not None:
         mine = canonical_location(snap.directory)
         for job in store.list_jobs():
-            if (job.status in ("RUNNING", "RESTARTING", "CREATED") and job.restored_from
+            if (job.status in (JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.CREATED) and job.restored_from
                     and canonical_location(job.restored_from) == mine):
                 raise DisposeRefused(
                     f"savepoint {snap.directory} is still used by running job {job.job_name} "
@@ -55,7 +56,7 @@ def dispose_savepoint(path: str, store=None) -> None:
     if store is not None:
         row = store.get_checkpoint(snap.doc["job_id"], int(snap.doc["checkpoint_id"]))
         if row is not None:
-            store.set_checkpoint_status(row.job_id, [row.checkpoint_id], "DISCARDED")
+            store.set_checkpoint_status(row.job_id, [row.checkpoint_id], CheckpointStatus.DISCARDED)
     log.info("Disposed savepoint %s", snap.directory)
 
 
@@ -71,7 +72,7 @@ def canonical_location(location: str) -> str:
 
 
 def list_savepoints(store, *, job_name: str | None = None, job_id: str | None = None,
-                    status: str | None = "COMPLETED") -> list:
+                    status: str | None = CheckpointStatus.COMPLETED) -> list:
     """Savepoint rows of one job, or of every job with ``job_name``, oldest first."""
     if job_id is not None:
         jobs = [store.get_job(job_id)]
@@ -109,5 +110,5 @@ def apply_savepoint_retention(store, *, job_name: str, max_age_seconds: float | 
             log.warning("Kept savepoint %s: %s", row.location, exc)
         except EngineError as exc:  # already gone: record it
             log.warning("Savepoint %s could not be read (%s); marking it DISCARDED", row.location, exc)
-            store.set_checkpoint_status(row.job_id, [row.checkpoint_id], "DISCARDED")
+            store.set_checkpoint_status(row.job_id, [row.checkpoint_id], CheckpointStatus.DISCARDED)
     return disposed

@@ -82,7 +82,7 @@ class CheckpointsMixin(StoreBase):
         log.debug("Recorded completed checkpoint %d of job %s", checkpoint_id, job_id)
 
     def fail_checkpoint(self, job_id: str, checkpoint_id: int, *, reason: str,
-                        status: str = "FAILED") -> None:
+                        status: str = CheckpointStatus.FAILED) -> None:
         """Mark a checkpoint FAILED (or another end state, e.g. DISCARDED) with the reason."""
         status = _choice(CheckpointStatus, status, "checkpoint status")
 

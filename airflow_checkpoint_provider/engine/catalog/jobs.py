@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 #: job states in which a job may still run (the rest are terminal)
-ACTIVE_JOB_STATUSES = ("CREATED", "RUNNING", "RESTARTING")
+ACTIVE_JOB_STATUSES = (JobStatus.CREATED, JobStatus.RUNNING, JobStatus.RESTARTING)
 #: seconds without a heartbeat after which an active job is LOST (env overrides)
 HEARTBEAT_TIMEOUT_ENV = "CKPT_HEARTBEAT_TIMEOUT_S"
 DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0

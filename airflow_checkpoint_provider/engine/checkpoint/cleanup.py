@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 
-from ..catalog.models import TERMINAL_JOB_STATUSES, CheckpointStatus
+from ..catalog.models import TERMINAL_JOB_STATUSES, CheckpointStatus, JobStatus
 from .storage import basename, filesystem_for
 
 log = logging.getLogger(__name__)
 
-ENDED_JOB_STATUSES = frozenset({*TERMINAL_JOB_STATUSES, "LOST"})
+ENDED_JOB_STATUSES = frozenset({*TERMINAL_JOB_STATUSES, JobStatus.LOST})
 
 
 def discard_partial_checkpoints(store, job_id: str) -> list[str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..catalog import MetadataStore
+from ..catalog.models import CheckpointStatus
 from ..config import CheckpointConfig
 from ..errors import CheckpointDeclined, CheckpointStorageError, CorruptCheckpointError
 from ..protocol import BarrierKind
@@ -309,7 +310,7 @@ class CheckpointCoordinator:
             # never delete another job's checkpoint unless this job claimed it
             if old.claimed or old.location.startswith(self.job_dir):
                 self.cleaner.remove_tree(old.location)
-            self.db.write(MetadataStore.set_checkpoint_status, self.job_id, [old.checkpoint_id], "SUBSUMED")
+            self.db.write(MetadataStore.set_checkpoint_status, self.job_id, [old.checkpoint_id], CheckpointStatus.SUBSUMED)
             log.debug("Subsumed checkpoint %d of job %s", old.checkpoint_id, self.job_name)
         self._discard_unreferenced_shared_state()
         if completed.checkpoint_id % PRUNE_EVERY == 0:  # bound the checkpoints table

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..catalog import MetadataStore
+from ..catalog.models import JobStatus
 from ..errors import EngineError
 from ..protocol import messages as M
 
@@ -84,7 +85,7 @@ class AttemptRun:
             m.launcher.start(self.attempt, m.server.address, self.num_slots, secret=m.secret)
         except EngineError as exc:
             m.launcher.stop()
-            return AttemptOutcome("FAILED", f"cannot start the job's slots: {exc}")
+            return AttemptOutcome(JobStatus.FAILED, f"cannot start the job's slots: {exc}")
         self.started = time.monotonic()
         events = m.server.events
         while True:
@@ -120,7 +121,7 @@ class AttemptRun:
             c.close()
         m.conns = {}
         _drain(m.server.events)
-        return AttemptOutcome("FAILED", reason)
+        return AttemptOutcome(JobStatus.FAILED, reason)
 
     # -- message handlers --------------------------------------------------------------------
 
@@ -174,9 +175,9 @@ class AttemptRun:
         self.coord.set_tasks_running(self.all_tasks)
         self.coord.db.write(MetadataStore.set_attempt_placement, m.job_id, self.attempt,
                             [self.placement[s] for s in sorted(self.placement)])
-        self.coord.db.write(MetadataStore.set_job_status, m.job_id, "RUNNING")
+        self.coord.db.write(MetadataStore.set_job_status, m.job_id, JobStatus.RUNNING)
         if m.progress:
-            m.progress.update(status="RUNNING", restarts=self.attempt)
+            m.progress.update(status=JobStatus.RUNNING, restarts=self.attempt)
         log.info("Job %s (%s) attempt %d is running (%.2f s to start)", m.config.name,
                  m.job_id, self.attempt, now - self.started)
         if self.attempt == 0:
@@ -216,7 +217,7 @@ class AttemptRun:
             peaks = self.master.peak_rss_mb
             peaks[msg.slot] = max(peaks.get(msg.slot, 0.0), msg.peak_rss_mb)
         if len(self.finished_slots) == self.num_slots:
-            return AttemptOutcome("STOPPED" if self.control.stop_completed else "FINISHED")
+            return AttemptOutcome(JobStatus.STOPPED if self.control.stop_completed else JobStatus.FINISHED)
         return None
 
     # -- timers --------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ class AttemptRun:
         if control.cancel_request:
             self.fail("cancelled on request")
             control.finish_cancel()
-            return AttemptOutcome("CANCELED")
+            return AttemptOutcome(JobStatus.CANCELED)
         # 3. the end: final checkpoint, finish
         if control.stop_completed and not self.finish_sent:
             m._broadcast(M.Finish())
@@ -263,7 +264,7 @@ class AttemptRun:
         if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
             self.last_heartbeat = now
             if coord.db.flush():  # replay queued writes first; heartbeats are not queued
-                if coord.db.read(MetadataStore.heartbeat, m.job_id) == "LOST":
+                if coord.db.read(MetadataStore.heartbeat, m.job_id) == JobStatus.LOST:
                     # declared dead while the DB was out of reach: another job of this name
                     # may run now, so this one must not go on writing output
                     outcome = self.fail("the job was declared LOST (no heartbeat within the "

@@ -19,6 +19,7 @@ import logging
 import os
 
 from ..catalog import MetadataStore
+from ..catalog.models import ControlRequestStatus
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.storage import absolute_location, is_s3, parent, savepoint_directory
 from ..errors import CheckpointDeclined
@@ -116,7 +117,7 @@ class ControlPlane:
                 if action == "STOP_WITH_SAVEPOINT":
                     self.stop_checkpoint = chk
         except CheckpointDeclined as exc:
-            self.db.write(MetadataStore.finish_control_request, req.request_id, status="FAILED",
+            self.db.write(MetadataStore.finish_control_request, req.request_id, status=ControlRequestStatus.FAILED,
                                               error=f"{action} declined: {exc}")
             return True
         self.waiting[chk] = req.request_id
@@ -134,15 +135,15 @@ class ControlPlane:
             return
         if completed is not None:
             self.db.write(MetadataStore.finish_control_request,
-                request_id, status="SUCCEEDED",
+                request_id, status=ControlRequestStatus.SUCCEEDED,
                 result={"checkpoint_id": chk, "location": completed.location, "kind": completed.kind})
         else:
-            self.db.write(MetadataStore.finish_control_request, request_id, status="FAILED",
+            self.db.write(MetadataStore.finish_control_request, request_id, status=ControlRequestStatus.FAILED,
                                               error=f"checkpoint {chk} failed: {reason}")
 
     def finish_cancel(self) -> None:
         if self.cancel_request:
-            self.db.write(MetadataStore.finish_control_request, self.cancel_request, status="SUCCEEDED",
+            self.db.write(MetadataStore.finish_control_request, self.cancel_request, status=ControlRequestStatus.SUCCEEDED,
                                               result={"status": "CANCELED"})
 
 

@@ -19,6 +19,7 @@ from typing import Protocol
 import cloudpickle
 
 from ..catalog import MetadataStore
+from ..catalog.models import CheckpointStatus, JobStatus
 from ..checkpoint.cleanup import discard_partial_checkpoints
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.restore import assign_restore, operator_kind
@@ -152,7 +153,7 @@ class JobMaster:
             snapshot = _load_restorable(
                 self._check_snapshot, rec.location, f"checkpoint {rec.checkpoint_id} of job {self.config.name} ({rec.job_id})",
                 lambda reason, rec=rec: store.fail_checkpoint(rec.job_id, rec.checkpoint_id,
-                                                              reason=reason, status="CORRUPT"))
+                                                              reason=reason, status=CheckpointStatus.CORRUPT))
             if snapshot is None:
                 skipped.add(rec.job_id)
                 continue
@@ -174,7 +175,7 @@ class JobMaster:
             c = coord.completed[-1]
             mark = (lambda reason: None) if c.claimed else (
                 lambda reason, c=c: coord.db.write(MetadataStore.fail_checkpoint, self.job_id, c.checkpoint_id,
-                                                   reason=reason, status="CORRUPT"))
+                                                   reason=reason, status=CheckpointStatus.CORRUPT))
             snapshot = _load_restorable(self._check_snapshot, c.location, f"checkpoint {c.checkpoint_id} of job "
                                         f"{self.config.name} ({self.job_id})", mark)
             if snapshot is not None:
@@ -287,7 +288,7 @@ class JobMaster:
         self._start_reporting(job_id)
         log.info("Starting job %s (%s) with %d slots%s", p.name, job_id, graph.num_slots,
                  f", restoring {initial.directory}" if initial else "")
-        status, failure, restarts = "FAILED", None, 0
+        status, failure, restarts = JobStatus.FAILED, None, 0
         try:
             status, failure, restarts = self._run_attempts(initial)
         finally:
@@ -309,7 +310,7 @@ class JobMaster:
             log.error("Could not record the end of job %s (%s) in the metadata DB: %d writes lost",
                       p.name, job_id, len(db.backlog))
         latest = self.coordinator.completed[-1] if self.coordinator.completed else None
-        result = JobResult(job_id=job_id, job_name=p.name, status=status,
+        result = JobResult(job_id=job_id, job_name=p.name, status=str(status),
                            checkpoints_completed=self.coordinator.num_completed,
                            checkpoints_failed=self.coordinator.num_failed, restarts=restarts,
                            latest_checkpoint=latest.location if latest else None,
@@ -319,7 +320,7 @@ class JobMaster:
                                   "peak_rss_mb": dict(sorted(self.peak_rss_mb.items()))})
         log.info("Job %s (%s) %s after %d restarts, %d checkpoints", p.name, job_id,
                  status.lower(), restarts, result.checkpoints_completed)
-        if status == "FAILED":
+        if status == JobStatus.FAILED:
             err = JobFailedError(f"job {p.name} ({job_id}) failed: {failure}")
             err.result = result  # type: ignore[attr-defined]
             raise err
@@ -408,20 +409,20 @@ class JobMaster:
                      restored_from=snapshot.directory if snapshot else None)
             outcome = self._run_attempt(attempt, snapshot)
             db.write(MetadataStore.end_attempt, self.job_id, attempt, failure_reason=outcome.failure)
-            if outcome.status in ("FINISHED", "STOPPED", "CANCELED"):
+            if outcome.status in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
                 return outcome.status, None, restarts
             failure = outcome.failure
             if outcome.fatal or not strategy.can_restart(restarts):
                 log.error("Job %s failed and will not restart (%d restarts, strategy %s): %s",
                           p.name, restarts, strategy.kind, failure)
-                return "FAILED", failure, restarts
+                return JobStatus.FAILED, failure, restarts
             restarts += 1
             if self.metrics:
                 self.metrics.on_restart()
             if self.progress:
-                self.progress.update(status="RESTARTING", restarts=restarts)
+                self.progress.update(status=JobStatus.RESTARTING, restarts=restarts)
             delay = strategy.delay_for(restarts)
-            db.write(MetadataStore.set_job_status, self.job_id, "RESTARTING", failure_reason=failure)
+            db.write(MetadataStore.set_job_status, self.job_id, JobStatus.RESTARTING, failure_reason=failure)
             log.warning("Job %s failed (%s); restart %d/%d in %.1f s", p.name, failure,
                         restarts, strategy.attempts, delay)
             time.sleep(delay)
@@ -434,7 +435,7 @@ class JobMaster:
                                           allow_non_restored_state=self.allow_non_restored_state)
                            if snapshot else {})
         except (RestoreError, CorruptCheckpointError) as exc:
-            return AttemptOutcome("FAILED", str(exc), fatal=True)
+            return AttemptOutcome(JobStatus.FAILED, str(exc), fatal=True)
         return AttemptRun(self, attempt, assignments).run()
 
 
