@@ -10,7 +10,6 @@ checkpoint table there (for archives); the link does not depend on it.
 
 from __future__ import annotations
 
-import html
 import os
 import tempfile
 from typing import TYPE_CHECKING
@@ -23,10 +22,6 @@ if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
 
     from airflow_checkpoint_provider.engine.client import MetadataStore
-
-_COLUMNS = ("checkpoint_id", "kind", "status", "trigger_time", "duration_ms", "state_size",
-            "location", "failure_reason")
-
 
 class CheckpointHistoryLink(BaseOperatorLink):
     """Link to a report of the checkpoints of the job the task submitted or savepointed."""
@@ -57,32 +52,17 @@ class CheckpointHistoryLink(BaseOperatorLink):
 
 
 def write_history_report(store: MetadataStore, job_id: str, report_dir: str | None = None) -> str:
-    """Write ``<report_dir>/<job_name>-<job_id>-checkpoints.html``; return its absolute path."""
-    job = store.get_job(job_id)
-    if job is None:
-        raise LookupError(f"no job with id {job_id!r}")
+    """Write ``<report_dir>/<job_name>-<job_id>-checkpoints.html`` (the page of ``ckpt
+    report`` and of the UI plugin, as of now); return its absolute path."""
+    from airflow_checkpoint_provider.engine.client import ReportData, render_report_html
+
+    data = ReportData.load(store, job_id)
     report_dir = os.path.abspath(report_dir or os.path.join(tempfile.gettempdir(),
                                                             "checkpoint-reports"))
     os.makedirs(report_dir, exist_ok=True)
-    path = os.path.join(report_dir, f"{job.job_name}-{job.job_id}-checkpoints.html")
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(c.to_dict()[k] or ''))}</td>" for k in _COLUMNS)
-        + "</tr>\n"
-        for c in store.list_checkpoints(job_id))
-    doc = (f"<!doctype html><meta charset=utf-8><title>Checkpoints of {html.escape(job.job_name)}"
-           f"</title>\n<h1>Job {html.escape(job.job_name)} ({job.job_id})</h1>\n"
-           f"<p>Status {job.status}; restored from {html.escape(str(job.restored_from))}. Live: "
-           f"<code>ckpt checkpoints {job.job_id} --db {html.escape(_redacted(store.url))}</code></p>\n"
-           "<table border=1><tr>" + "".join(f"<th>{k}</th>" for k in _COLUMNS) + "</tr>\n"
-           + rows + "</table>\n")
+    path = os.path.join(report_dir, f"{data.job.job_name}-{data.job.job_id}-checkpoints.html")
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        f.write(doc)
+        f.write(render_report_html(data))
     os.replace(tmp, path)
     return path
-
-
-def _redacted(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)

@@ -56,6 +56,9 @@ def test_submit_starts_a_new_job_when_the_running_ones_heartbeat_is_stale(metada
     job = store.get_job(job_id)
     assert job.status == "RUNNING" and job.version == "v2"
     assert ti.xcom["_link_CheckpointHistoryLink"].endswith(f"/checkpoints/jobs/{job_id}")
+    # report_dir: a static copy of the job's report page (the one `ckpt report` renders)
+    page = (tmp_path / "reports" / f"versioned-sum-{job_id}-checkpoints.html").read_text()
+    assert job_id in page and "<table" in page
     store.close()
 
 
