@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from .config import CheckpointConfig, RestartStrategy
 from .connectors.base import Sink, Source
 from .errors import BadRecordError, ConfigurationError, PipelineDefinitionError
+from .extras import require
 from .functions import KeyedProcessFunction
 from .graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
 from .graph import build_execution_graph as _build
@@ -80,6 +81,8 @@ class Pipeline:
         if state_backend not in ("heap", "rocksdb"):
             raise ConfigurationError(
                 f"state_backend {state_backend!r} is unknown; use 'heap' or 'rocksdb'")
+        if state_backend == "rocksdb":
+            require("rocksdb")  # say so now, not when the first task starts
         self.name = name
         self.max_parallelism = max_parallelism
         self.checkpoint = checkpoint or CheckpointConfig()

@@ -397,6 +397,9 @@ def inspect(path: str, as_json: bool, verify: bool) -> None:
 def report(job: str, db: str | None, out_path: str | None, as_png: bool, as_json: bool) -> None:
     """Checkpoint report of JOB: a self-contained HTML page (or PNG) with charts of
     durations, sizes and alignment, savepoints and restarts marked, and the slowest task."""
+    from .extras import require
+
+    require("report")
     from .report import render_report
     from .stats import checkpoint_statistics
 

@@ -50,6 +50,9 @@ from .savepoints import apply_savepoint_retention, dispose_savepoint, list_savep
 def __getattr__(name: str):
     """``ReportData`` and ``render_report_html`` load the report module (matplotlib) lazily."""
     if name in ("ReportData", "render_report_html"):
+        from .extras import require
+
+        require("report")
         from . import report
 
         return report.ReportData if name == "ReportData" else report.render_html

@@ -115,7 +115,9 @@ def s3_client():
     with _clients_lock:
         client = _clients.get(settings)
         if client is None:
-            import boto3
+            from ..extras import require
+
+            boto3 = require("s3")
             from botocore.config import Config
 
             _pid, endpoint, region, profile, _key, _secret, _token, attempts, timeout = settings

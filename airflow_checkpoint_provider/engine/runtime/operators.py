@@ -115,6 +115,9 @@ class KeyedOperator(Operator):
         super().__init__(node, ctx)
         backend = (state_backend or {}).get("kind", "heap")
         if backend == "rocksdb":
+            from ..extras import require
+
+            require("rocksdb")
             from ..state.rocksdb import RocksDBKeyedStateBackend
 
             self.backend = RocksDBKeyedStateBackend(
