@@ -60,6 +60,11 @@ class FaultPlan:
             os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedFailure(f"injected failure {kind} {value}")
 
+    def attempts_hit(self) -> set[int]:
+        """The attempts in which a point fired: each ended in one failover (points that
+        fire in the same attempt, milliseconds apart, end it together)."""
+        return {info["attempt"] for info in self.fired().values()}
+
     def fired(self) -> dict[str, dict]:
         out = {}
         for name in os.listdir(self.directory):
@@ -76,9 +81,10 @@ class RunningSum(KeyedProcessFunction):
         self.sum = ctx.value_state("sum", 0)
         self.count = ctx.value_state("count", 0)
         self.last_notified = 0
+        self.attempt = ctx.attempt
 
     def _info(self, ctx=None) -> dict:
-        return {"last_notified": self.last_notified}
+        return {"last_notified": self.last_notified, "attempt": self.attempt}
 
     def process_element(self, record, ctx):
         if self.faults:
