@@ -69,9 +69,10 @@ def peak_rss(run: dict) -> float | None:
 
 def build(job: str, root: str, records: int, keys: int, interval_ms: int | None, *,
           state_backend: str = "heap", parallelism: int = 2, fault=None, probe=None,
-          batch_size: int = 4096) -> Pipeline:
+          batch_size: int = 4096, int_keys: bool = False) -> Pipeline:
     """``fault``: an optional function inserted after the source (failure injection);
-    ``probe``: an optional ``map_batches`` function after the aggregation."""
+    ``probe``: an optional ``map_batches`` function after the aggregation; ``int_keys``:
+    int64 keys instead of ``"k<n>"`` strings."""
     p = Pipeline(f"bench-{job.replace('_', '-')}", batch_size=batch_size,
                  checkpoint=CheckpointConfig(interval_ms=interval_ms,
                                              directory=os.path.join(root, "ckpt")),
@@ -79,7 +80,8 @@ def build(job: str, root: str, records: int, keys: int, interval_ms: int | None,
                  state_backend=state_backend,
                  restart_strategy=RestartStrategy.fixed_delay(attempts=3, delay_ms=0))
     if job == "running_sum":
-        stream = p.source(GeneratorSource(records, num_keys=keys, seed=1), uid="gen",
+        stream = p.source(GeneratorSource(records, num_keys=keys, seed=1, int_keys=int_keys),
+                          uid="gen",
                           parallelism=parallelism)
         if fault is not None:
             stream = stream.map(fault)
@@ -88,7 +90,8 @@ def build(job: str, root: str, records: int, keys: int, interval_ms: int | None,
     elif job == "aggregate":
         from airflow_checkpoint_provider.engine import DiscardSink
 
-        stream = p.source(GeneratorSource(records, num_keys=keys, seed=1, arrow=True), uid="gen",
+        stream = p.source(GeneratorSource(records, num_keys=keys, seed=1, arrow=True,
+                                          int_keys=int_keys), uid="gen",
                           parallelism=parallelism)
         if fault is not None:
             stream = stream.map_batches(fault)

@@ -78,12 +78,19 @@ def test_profile_scenario_names_the_hot_functions(results):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_structured_streaming_scenario_runs_both_engines(results):
-    bench("structured_streaming.py", "--records", "20000", "--keys", "1000", "--reps", "1",
+def test_structured_streaming_scenario_runs_every_engine_at_saturation(results):
+    bench("structured_streaming.py", "--keys", "1000", "--reps", "1", "--warmup-batches", "1",
+          "--batches", "2", "--str-rows-per-batch", "20000", "--int-rows-per-batch", "20000",
+          "--pandas-rows-per-batch", "2000", "--str-records", "20000", "--int-records", "20000",
           "--per-record-records", "4000", results=results, timeout=380)
-    run = load(results, "structured_streaming.json")["runs"][0]
-    assert run["sss"]["micro_batches"] >= 1
-    assert run["ours"]["checkpoints"] >= 1 and run["per_record"]["checkpoints"] >= 1
+    data = load(results, "structured_streaming.json")
+    run = data["runs"][0]
+    for mode in ("str", "int"):
+        assert run[mode]["ss"]["batches"] == 2 and run[mode]["ss"]["rows"] == 40000
+        assert run[mode]["local"]["checkpoints"] >= 1 and run[mode]["spark"]["checkpoints"] >= 1
+        assert run[mode]["ratio_local"] > 0 and run[mode]["ratio_spark"] > 0
+    assert run["per_record"]["ss"]["rows"] == 2000 and run["per_record"]["ratio_local"] > 0
+    assert set(data["summary"]["scenarios"]) == {"str", "int", "per_record"}
 
 
 def test_benchmarks_md_renders_every_scenario(results, tmp_path):
@@ -96,7 +103,7 @@ def test_benchmarks_md_renders_every_scenario(results, tmp_path):
                 "recovery.json": "## Recovery at",
                 "state_backends.json": "## Snapshot cost",
                 "profile_aggregate.json": "## Where the time goes",
-                "structured_streaming.json": "## Keyed running count/sum vs Spark"}
+                "structured_streaming.json": "## Against Spark Structured Streaming at saturation"}
     for name, heading in expected.items():
         if name in present:
             assert heading in text, heading

@@ -31,7 +31,8 @@ def mix64_array(x: np.ndarray) -> np.ndarray:
 
 
 class GeneratorSource(Source):
-    """Records ``{"id": i, "key": "k<n>", "value": v}`` for ``i`` in ``0..num_records-1``.
+    """Records ``{"id": i, "key": "k<n>", "value": v}`` for ``i`` in ``0..num_records-1``
+    (``"key": n``, an int64, with ``int_keys=True``).
 
     Record ``i`` is a pure function of ``(seed, i)``, so any run, any restore and any
     parallelism produce the same records. Split ``j`` of ``splits`` yields the ids
@@ -42,11 +43,12 @@ class GeneratorSource(Source):
     :param records_per_second: total rate limit across all splits (``None``: as fast as possible).
     :param arrow: emit ``pyarrow.RecordBatch`` batches (columns ``id``, ``key``, ``value``)
         generated with numpy instead of lists of dicts; the same records either way.
+    :param int_keys: integer keys ``n`` instead of strings ``"k<n>"`` (same distribution).
     """
 
     def __init__(self, num_records: int | None = 10_000, *, num_keys: int = 100, seed: int = 0,
                  splits: int = 4, records_per_second: float | None = None,
-                 arrow: bool = False) -> None:
+                 arrow: bool = False, int_keys: bool = False) -> None:
         if num_records is not None and num_records < 0:
             raise ValueError(f"num_records must be >= 0 (got {num_records})")
         if splits < 1:
@@ -57,21 +59,24 @@ class GeneratorSource(Source):
         self.num_splits = splits
         self.records_per_second = records_per_second
         self.arrow = arrow
+        self.int_keys = int_keys
 
     def splits(self) -> list[str]:
         return [f"split-{j}" for j in range(self.num_splits)]
 
     def record(self, i: int) -> dict:
         h = mix64(self.seed * 0x100000001B3 + i)
-        return {"id": i, "key": f"k{h % self.num_keys}", "value": (h >> 32) % 100}
+        n = h % self.num_keys
+        return {"id": i, "key": n if self.int_keys else f"k{n}", "value": (h >> 32) % 100}
 
     def record_batch(self, ids: np.ndarray) -> pa.RecordBatch:
         """The records of ``ids`` (int64) as one Arrow batch, computed without a Python loop."""
         with np.errstate(over="ignore"):
             x = ids.astype(np.uint64) + np.uint64(self.seed * 0x100000001B3 & _MASK)
             h = mix64_array(x)
-        keys = pc.binary_join_element_wise(
-            "k", pc.cast(pa.array(h % np.uint64(self.num_keys)), pa.string()), "")
+        n = pa.array((h % np.uint64(self.num_keys)).astype(np.int64))
+        keys = n if self.int_keys else pc.binary_join_element_wise(
+            "k", pc.cast(n, pa.string()), "")
         values = ((h >> np.uint64(32)) % np.uint64(100)).astype(np.int64)
         return pa.RecordBatch.from_arrays([pa.array(ids, pa.int64()), keys, pa.array(values)],
                                           names=["id", "key", "value"])

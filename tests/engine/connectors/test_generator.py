@@ -1,0 +1,25 @@
+"""The generator source: dict and Arrow modes give the same records, string or int keys."""
+
+import numpy as np
+import pytest
+
+from airflow_checkpoint_provider.engine import GeneratorSource
+
+
+@pytest.mark.parametrize("int_keys", [False, True])
+def test_arrow_batches_equal_the_dict_records(int_keys):
+    src = GeneratorSource(1000, num_keys=37, seed=5, int_keys=int_keys)
+    ids = np.arange(0, 1000, 7, dtype=np.int64)
+    assert src.record_batch(ids).to_pylist() == [src.record(int(i)) for i in ids]
+
+
+def test_int_keys_have_the_distribution_of_the_string_keys():
+    s, i = GeneratorSource(num_keys=100, seed=3), GeneratorSource(num_keys=100, seed=3,
+                                                                  int_keys=True)
+    for n in range(200):
+        a, b = s.record(n), i.record(n)
+        assert a["key"] == f"k{b['key']}" and isinstance(b["key"], int)
+        assert (a["id"], a["value"]) == (b["id"], b["value"])
+    ints = GeneratorSource(num_keys=100, int_keys=True).record_batch(np.arange(5000))
+    assert str(ints.schema.field("key").type) == "int64"
+    assert len(set(ints.column("key").to_pylist())) == 100
