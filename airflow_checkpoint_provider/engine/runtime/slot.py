@@ -37,7 +37,7 @@ from ..serialization import unpackb
 from .auth import accept_peer, connect_peer, secret_from_env
 from .batches import decode_arrow
 from .mailbox import Mailbox
-from .task import OutputChannel, RecordWriter, StreamTask, TaskEnvironment
+from .task import LocalChannel, OutputChannel, RecordWriter, StreamTask, TaskEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -236,12 +236,17 @@ class Slot:
         writers = []
         for out in graph.vertex(vid).outputs:
             targets = [sub] if out.partitioning == FORWARD else list(range(out.target_parallelism))
-            channels = []
+            channels: list[OutputChannel | LocalChannel] = []
             for j in targets:
+                ch_index = input_channel_index(graph, out.target_vertex, vid, sub)
+                if j == self.slot:  # subtask j of every operator runs in slot j: this process
+                    target = (out.target_vertex, j)
+                    channels.append(LocalChannel(self.mailboxes[target],
+                                                 self.gates[target][ch_index], ch_index))
+                    continue
                 host, port = peers[j]
                 sock = P.connect(host, port, buffer=P.DATA_SOCKET_BUFFER)
                 connect_peer(sock, self.secret, "data")
-                ch_index = input_channel_index(graph, out.target_vertex, vid, sub)
                 P.send_frame(sock, P.HELLO, P.packb({"vertex": out.target_vertex, "subtask": j,
                                                      "channel": ch_index}))
                 channels.append(OutputChannel(sock))

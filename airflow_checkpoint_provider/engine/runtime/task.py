@@ -35,7 +35,7 @@ from ..graph import BROADCAST, FORWARD, HASH, REBALANCE, ExecutionGraph, Vertex
 from ..protocol import BarrierKind, CheckpointBarrier
 from ..protocol import frames as P
 from ..protocol import messages as M
-from ..serialization import packb
+from ..serialization import packb, unpackb
 from ..snapshot.codec import read_state_file
 from ..snapshot.handles import keyed_handle_from_dict
 from ..state.keygroups import key_group_for, key_group_range_for
@@ -87,6 +87,9 @@ class OutputChannel:
     def __init__(self, sock) -> None:
         self.sock = sock
 
+    def send_records(self, kind: int, records: Batch, encode) -> None:
+        P.send_frame(self.sock, kind, encode(records))
+
     def send(self, kind: int, payload: bytes = b"") -> None:
         P.send_frame(self.sock, kind, payload)
 
@@ -97,10 +100,45 @@ class OutputChannel:
             pass
 
 
+class LocalChannel:
+    """A downstream subtask in the same slot process: items go straight into its mailbox, in
+    the order a TCP channel would deliver them, with no socket and, for Arrow batches
+    (immutable), no encoding. Flow control as on TCP: the sender waits while the channel is
+    blocked for barrier alignment (``gate``) and while the mailbox is full. Lists of dicts
+    still go through msgpack, which copies them: the receiver may mutate its records."""
+
+    def __init__(self, mailbox: Mailbox, gate: threading.Event, channel: int) -> None:
+        self.mailbox, self.gate, self.channel = mailbox, gate, channel
+
+    def _put(self, item: tuple) -> None:
+        self.gate.wait()
+        if not self.mailbox.put_data(item):
+            raise P.ConnectionClosed("the downstream task of this slot has stopped")
+
+    def send_records(self, kind: int, records: Batch, encode) -> None:
+        if kind != P.ARROW:
+            records = unpackb(encode(records))
+        self._put(("records", self.channel, records))
+
+    def send(self, kind: int, payload: bytes = b"") -> None:
+        if kind == P.BARRIER:
+            self._put(("barrier", self.channel, CheckpointBarrier.decode(payload)))
+        elif kind == P.CANCEL:
+            self._put(("cancel", self.channel, unpackb(payload)))
+        elif kind == P.END_OF_INPUT:
+            self._put(("eoi", self.channel, None))
+        else:  # pragma: no cover - records go through send_records
+            raise ValueError(f"unexpected frame type {kind} on a local channel")
+
+    def close(self) -> None:
+        self.mailbox.put_data(("closed", self.channel, None))
+
+
 class RecordWriter:
     """Partitions an output batch over the channels of one output edge."""
 
-    def __init__(self, partitioning: str, channels: list[OutputChannel], key_selector,
+    def __init__(self, partitioning: str, channels: list[OutputChannel | LocalChannel],
+                 key_selector,
                  max_parallelism: int, subtask: int) -> None:
         self.partitioning = partitioning
         self.channels = channels
@@ -121,19 +159,23 @@ class RecordWriter:
         kind, encode = (P.ARROW, encode_arrow) if arrow else (P.RECORDS, packb)
         n = len(self.channels)
         if self.partitioning == FORWARD or n == 1:
-            self.channels[0].send(kind, encode(records))
+            self.channels[0].send_records(kind, records, encode)
         elif self.partitioning == REBALANCE:
-            self.channels[self._rr % n].send(kind, encode(records))
+            self.channels[self._rr % n].send_records(kind, records, encode)
             self._rr += 1
         elif self.partitioning == BROADCAST:
-            data = encode(records)
+            data = None  # encoded once for every remote channel
             for ch in self.channels:
-                ch.send(kind, data)
+                if isinstance(ch, LocalChannel):
+                    ch.send_records(kind, records, encode)
+                else:
+                    data = encode(records) if data is None else data
+                    ch.send(kind, data)
         elif self.partitioning == HASH:
             parts = self._split_arrow(records, field, n) if arrow else self._split_rows(records, n)
             for ch, part in zip(self.channels, parts, strict=True):
                 if part:
-                    ch.send(kind, encode(part))
+                    ch.send_records(kind, part, encode)
         else:  # pragma: no cover - graph validation prevents it
             raise ValueError(f"unknown partitioning {self.partitioning}")
 
