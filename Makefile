@@ -71,7 +71,8 @@ ENGINE := airflow_checkpoint_provider/engine
 MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/api.py $(ENGINE)/config.py $(ENGINE)/errors.py \
 	$(ENGINE)/packaging.py $(ENGINE)/snapshot $(ENGINE)/names.py $(ENGINE)/lineage.py \
 	$(ENGINE)/job.py $(ENGINE)/protocol $(ENGINE)/catalog $(ENGINE)/checkpoint/coordinator.py \
-	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners/control.py $(ENGINE)/runners/attempt.py
+	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners/control.py $(ENGINE)/runners/attempt.py \
+	$(ENGINE)/state/backend.py
 
 lint: venv
 	$(VENV)/bin/ruff check airflow_checkpoint_provider tests dags bench

@@ -10,6 +10,7 @@ from ..connectors.base import SourceContext
 from ..errors import RestoreError
 from ..functions import RuntimeContext
 from ..graph import Node
+from ..state.backend import StateSnapshot
 from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
 from ..state.keygroups import KeyGroupRange
@@ -20,16 +21,14 @@ from .batches import to_record_batch
 class OperatorSnapshot:
     """The synchronous part of one operator's snapshot."""
 
-    __slots__ = ("states", "operator_state", "local_checkpoint", "deferred")
+    __slots__ = ("states", "operator_state", "keyed")
 
-    def __init__(self, *, states=None, operator_state=None, local_checkpoint=None,
-                 deferred=None):
+    def __init__(self, *, states=None, operator_state=None,
+                 keyed: StateSnapshot | None = None):
         self.states: dict[str, dict] = states or {}
         self.operator_state: list = operator_state or []
-        self.local_checkpoint: str | None = local_checkpoint  # rocksdb: native checkpoint dir
-        # heap and aggregate state: () -> (file bytes, handle fields), run in the
-        # asynchronous part
-        self.deferred = deferred
+        #: the keyed state backend's snapshot; its ``write`` is the asynchronous part
+        self.keyed = keyed
 
 
 class Operator:
@@ -125,34 +124,19 @@ class KeyedOperator(Operator):
                 incremental=(state_backend or {}).get("incremental", True))
         else:
             self.backend = HeapKeyedStateBackend(node.uid, key_groups, max_parallelism)
-        self.rocksdb = backend == "rocksdb"
         ctx._backend = self.backend
         self.selector = node.key_selector
         self.keys = KeyContract(node.uid or node.name)  # one key contract for both backends
 
     def snapshot(self, checkpoint_id):
-        if self.rocksdb:
-            return OperatorSnapshot(states=self.backend.state_meta(),
-                                    local_checkpoint=self.backend.snapshot_sync(checkpoint_id))
-        # heap: capture now (shallow copies, copy-on-write), serialize in the asynchronous part
-        backend = self.backend
-        cap = backend.capture()
-        if cap.empty:  # no state entries: no state file, as before
-            return OperatorSnapshot(states=cap.meta)
-
-        def serialize():
-            data, offsets, _meta = backend.serialize_capture(cap)
-            return data, {"offsets": {str(kg): v for kg, v in offsets.items()}}
-
-        return OperatorSnapshot(states=cap.meta, deferred=serialize)
+        snap = self.backend.snapshot_state(checkpoint_id)
+        return OperatorSnapshot(states=snap.states, keyed=snap)
 
     def notify_complete(self, checkpoint_id):
-        if self.rocksdb:
-            self.backend.notify_complete(checkpoint_id)
+        self.backend.notify_complete(checkpoint_id)
 
     def close(self):
-        if self.rocksdb:
-            self.backend.close()
+        self.backend.close()
 
 
 class ProcessOperator(KeyedOperator):
@@ -235,15 +219,15 @@ class AggregateOperator(Operator):
     def process(self, records: pa.RecordBatch) -> pa.RecordBatch:
         return self.backend.update(records)
 
-    def restore(self, data: bytes, states: dict) -> None:
-        self.backend.restore(data, (states.get("aggregate") or {}).get("spec"))
-
     def snapshot(self, checkpoint_id):
-        columns = self.backend.copy()
-        return OperatorSnapshot(
-            states={"aggregate": {"kind": "aggregate", "serializer": "arrow",
-                                  "spec": self.spec.describe()}},
-            deferred=lambda: (AggregateTable.serialize(columns)[0], {"type": "arrow"}))
+        snap = self.backend.snapshot_state(checkpoint_id)
+        return OperatorSnapshot(states=snap.states, keyed=snap)
+
+    def notify_complete(self, checkpoint_id):
+        self.backend.notify_complete(checkpoint_id)
+
+    def close(self):
+        self.backend.close()
 
 
 class SourceOperator(Operator):

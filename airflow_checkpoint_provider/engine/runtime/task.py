@@ -23,12 +23,10 @@ import logging
 import threading
 import time
 import traceback
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
-from ..checkpoint.storage import filesystem_for, join, sha256
 from ..errors import BadRecordError, CorruptCheckpointError, DeterministicError, RestoreError
 from ..functions import RuntimeContext
 from ..graph import BROADCAST, FORWARD, HASH, REBALANCE, ExecutionGraph, Vertex
@@ -36,7 +34,6 @@ from ..protocol import BarrierKind, CheckpointBarrier
 from ..protocol import frames as P
 from ..protocol import messages as M
 from ..serialization import packb, unpackb
-from ..snapshot.codec import read_state_file
 from ..snapshot.handles import keyed_handle_from_dict
 from ..state.keygroups import key_group_for, key_group_range_for
 from ..state.vectorized import channels_for
@@ -45,7 +42,6 @@ from .batches import Batch, as_arrow, as_rows, encode_arrow, split_by_channel
 from .mailbox import Mailbox
 from .operators import (
     AggregateOperator,
-    KeyedOperator,
     Operator,
     SourceOperator,
     create_operator,
@@ -287,22 +283,8 @@ class StreamTask:
                     f"{'aggregate()' if 'arrow' in kinds else 'process()/reduce()'} state, but "
                     f"the operator with this uid is now a {node.kind}(); give it a new uid "
                     "and restore with allow_non_restored_state=True")
-            if spec and isinstance(op, AggregateOperator):
-                for handle in handles:
-                    op.restore(read_state_file(spec["directory"], handle), spec["states"])
-            elif spec and isinstance(op, KeyedOperator) and op.rocksdb and "rocksdb" in kinds:
-                op.backend.restore(spec["directory"], handles, spec["states"])
-            elif spec and isinstance(op, KeyedOperator):
-                for handle in handles:
-                    if handle.type == "rocksdb":
-                        raise RestoreError(
-                            f"operator {node.uid!r}: the snapshot holds RocksDB state; restore "
-                            "it with state_backend='rocksdb'")
-                    data = read_state_file(spec["directory"], handle)
-                    for kg, off, length in handle.offsets:
-                        if kg in kg_range:
-                            op.backend.restore_key_group_chunk(data[off:off + length],
-                                                               spec["states"])
+            if spec and op.keyed:  # the backend keeps exactly the key groups it owns
+                op.backend.restore_state(spec["directory"], handles, spec["states"])
             try:
                 op.open(spec.get("operator_state") if spec else None)
             except CorruptCheckpointError as exc:
@@ -480,7 +462,6 @@ class StreamTask:
                         alignment_ms: float, full: bool) -> None:
         t0 = time.perf_counter()
         try:
-            fs = filesystem_for(chk_dir)
             operators = {}
             size = uploaded = 0
             for op, snap in snapshots:
@@ -490,24 +471,14 @@ class StreamTask:
                                "keyed": None}
                 if op.keyed:
                     entry["key_group_range"] = op.backend.key_groups.to_list()
-                    if snap.local_checkpoint is not None:
-                        # RocksDB: incremental upload of the native checkpoint's files
-                        handle, state_size, sent = op.backend.upload(
-                            chk, snap.local_checkpoint, chk_dir, full=full)
+                    if snap.keyed is not None and snap.keyed.write is not None:
+                        # state captured in the synchronous part, written here (off the task
+                        # thread): a serialized file, or RocksDB's new SST files
+                        handle, state_size, sent = snap.keyed.write(
+                            chk_dir, f"{op.uid}-{self.subtask}", full)
                         entry["keyed"] = handle
                         size += state_size
                         uploaded += sent
-                    elif snap.deferred is not None:
-                        # state captured in the synchronous part, serialized here (off the
-                        # task thread): deferred() -> (file bytes, handle fields)
-                        data, fields = snap.deferred()
-                        suffix = "arrow" if fields.get("type") == "arrow" else "state"
-                        name = f"{op.uid}-{self.subtask}-{uuid.uuid4().hex[:8]}.{suffix}"
-                        fs.write_bytes(join(chk_dir, name), data)
-                        entry["keyed"] = {**fields, "path": name, "size": len(data),
-                                          "sha256": sha256(data)}
-                        size += len(data)
-                        uploaded += len(data)
                 operators[op.uid] = entry
             async_ms = (time.perf_counter() - t0) * 1000.0
             self.env.send(M.Ack(

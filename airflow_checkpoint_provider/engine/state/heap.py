@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Iterator
 
 from ..serialization import packb, unpackb
+from .backend import StateSnapshot, restore_key_group_chunks, write_state_file
 from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
 
@@ -209,6 +210,29 @@ class HeapKeyedStateBackend:
     def keys(self, state_name: str) -> Iterator[object]:
         for kg_table in self.tables.get(state_name, {}).values():
             yield from kg_table
+
+    # -- the KeyedStateBackend protocol (state/backend.py) ------------------------------------
+    def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
+        """Capture now (shallow copies, copy-on-write); serialize in ``write``."""
+        cap = self.capture()
+        if cap.empty:  # no state entries: no state file
+            return StateSnapshot(cap.meta)
+
+        def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
+            data, offsets, _meta = self.serialize_capture(cap)
+            return write_state_file(chk_dir, stem, "state", data,
+                                    {"offsets": {str(kg): v for kg, v in offsets.items()}})
+
+        return StateSnapshot(cap.meta, write)
+
+    def restore_state(self, directory: str, handles, states: dict[str, dict]) -> None:
+        restore_key_group_chunks(self, directory, handles, states)
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        """Nothing to confirm: every heap snapshot is self-contained."""
+
+    def close(self) -> None:
+        """Nothing to release (the state is garbage-collected with the backend)."""
 
     def state_size_entries(self) -> int:
         return sum(len(t) for tables in self.tables.values() for t in tables.values())

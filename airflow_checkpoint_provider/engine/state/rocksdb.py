@@ -31,6 +31,7 @@ from ..checkpoint.storage import filesystem_for, join, parent, sha256
 from ..serialization import packb, unpackb
 from ..snapshot.codec import read_verified
 from ..snapshot.handles import RocksDBHandle
+from .backend import StateSnapshot, restore_key_group_chunks
 from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
 
@@ -112,6 +113,24 @@ class RocksDBKeyedStateBackend:
         local = os.path.join(self.workdir, f"chk-{checkpoint_id}-{uuid.uuid4().hex[:6]}")
         Checkpoint(self.db).create_checkpoint(local)
         return local
+
+    def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
+        """A native checkpoint now; ``write`` uploads its files (new SSTs only, when
+        incremental and not ``full``)."""
+        local = self.snapshot_sync(checkpoint_id)
+
+        def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
+            return self.upload(checkpoint_id, local, chk_dir, full=full)
+
+        return StateSnapshot(self.state_meta(), write)
+
+    def restore_state(self, directory: str, handles, states: dict[str, dict]) -> None:
+        """RocksDB handles are downloaded (and cut to this subtask's key groups); heap
+        snapshot files are loaded key group by key group (switching a job to RocksDB)."""
+        if any(h.type == "rocksdb" for h in handles):
+            self.restore(directory, list(handles), states)
+        else:
+            restore_key_group_chunks(self, directory, handles, states)
 
     def state_meta(self) -> dict[str, dict]:
         meta = dict(self.restored_meta)

@@ -1,0 +1,94 @@
+"""What every keyed state backend does for checkpoints, so the task never asks which one it has.
+
+Three backends implement :class:`KeyedStateBackend`: the heap backend (Python dicts,
+copy-on-write captures, one msgpack file per snapshot with per-key-group offsets), RocksDB
+(native checkpoints, incremental SST upload) and the columnar tables of ``aggregate()``
+(one Arrow IPC file). A snapshot has Flink's two parts: :meth:`~KeyedStateBackend.
+snapshot_state` runs on the task thread between records and returns a
+:class:`StateSnapshot`, whose :attr:`~StateSnapshot.write` runs later on an upload thread
+and returns the keyed-state handle for ``_metadata``. :meth:`~KeyedStateBackend.
+restore_state` reads the handles of a snapshot and keeps exactly the key groups this
+subtask owns: that is how state is redistributed when the parallelism changes.
+
+The heap and RocksDB backends also serve per-key state to user functions
+(:class:`PerKeyStateBackend`). One contract test suite
+(``tests/engine/state/test_backend_contract.py``) runs against all three.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ..checkpoint.storage import filesystem_for, join, sha256
+from ..errors import RestoreError
+from ..snapshot.codec import read_state_file
+from ..snapshot.handles import KeyedStateHandle, StateFileHandle
+from .keygroups import KeyGroupRange
+
+#: ``write(checkpoint_dir, file_stem, full) -> (handle, state_size, bytes_written)``
+SnapshotWriter = Callable[[str, str, bool], tuple[dict, int, int]]
+
+
+@dataclass
+class StateSnapshot:
+    """The synchronous part of a keyed-state snapshot.
+
+    ``states``: the state descriptors' metadata for ``_metadata``. ``write``: the
+    asynchronous part, or None when there is nothing to write (no state yet). ``full``
+    asks RocksDB for a self-contained upload (savepoints); the other backends always are.
+    """
+
+    states: dict[str, dict]
+    write: SnapshotWriter | None = None
+
+
+@runtime_checkable
+class KeyedStateBackend(Protocol):
+    """Keyed state of one operator subtask, for the key groups in :attr:`key_groups`."""
+
+    key_groups: KeyGroupRange
+
+    def snapshot_state(self, checkpoint_id: int) -> StateSnapshot: ...
+
+    def restore_state(self, directory: str, handles: Sequence[KeyedStateHandle],
+                      states: dict[str, dict]) -> None: ...
+
+    def notify_complete(self, checkpoint_id: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class PerKeyStateBackend(KeyedStateBackend, Protocol):
+    """A backend that scopes value/list/map/reducing state to the current key."""
+
+    def set_current_key(self, key: object) -> None: ...
+
+    def get_state(self, descriptor: Any) -> Any: ...
+
+    def keys(self, state_name: str) -> Iterator[object]: ...
+
+
+def write_state_file(chk_dir: str, stem: str, suffix: str, data: bytes,
+                     fields: dict) -> tuple[dict, int, int]:
+    """Write one state file of a snapshot; its handle carries its size and SHA-256."""
+    name = f"{stem}-{uuid.uuid4().hex[:8]}.{suffix}"
+    filesystem_for(chk_dir).write_bytes(join(chk_dir, name), data)
+    return {**fields, "path": name, "size": len(data), "sha256": sha256(data)}, len(data), len(data)
+
+
+def restore_key_group_chunks(backend: Any, directory: str, handles: Sequence[KeyedStateHandle],
+                             states: dict[str, dict]) -> None:
+    """Restore heap-format snapshot files (msgpack per key group) into ``backend``: only the
+    key groups it owns are read from each file (``restore_key_group_chunk``)."""
+    for handle in handles:
+        if not isinstance(handle, StateFileHandle):
+            raise RestoreError(f"operator {backend.operator_uid!r}: the snapshot holds RocksDB "
+                               "state; restore it with state_backend='rocksdb'")
+        data = read_state_file(directory, handle)
+        for kg, off, length in handle.offsets:
+            if kg in backend.key_groups:
+                backend.restore_key_group_chunk(data[off:off + length], states)
