@@ -1,0 +1,96 @@
+"""SIGKILL of the driver (the job master's process): its slots stop by themselves, the job
+becomes LOST once its heartbeat is stale, and ``restore="latest"`` then commits exactly the
+output of a failure-free run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from pipelines import check_exactly_once, expected_running_sums, running_sum_pipeline
+
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
+
+N, KEYS, SEED = 30_000, 40, 11
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+from pipelines import running_sum_pipeline
+running_sum_pipeline({root!r}, num_records={n}, num_keys={keys}, seed={seed}, rate=3000,
+                     interval_ms=100).run()
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:  # field 4 of stat: the parent's pid
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _completed(store: MetadataStore) -> int:
+    return sum(1 for j in store.list_jobs() for c in store.list_checkpoints(j.job_id)
+               if c.status in ("COMPLETED", "SUBSUMED"))
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_driver_is_lost_and_restore_latest_commits_exactly_once(workdir, monkeypatch):
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER.format(tests=TESTS, root=str(workdir), n=N, keys=KEYS,
+                                             seed=SEED)],
+        env={**os.environ, "PYTHONPATH": TESTS})
+    try:
+        deadline = time.monotonic() + 90
+        while not os.path.exists(workdir / "meta.db") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        store = MetadataStore(f"sqlite:///{workdir}/meta.db", migrate=False)
+        while _completed(store) < 3 and time.monotonic() < deadline:
+            assert driver.poll() is None, "the job ended before the kill"
+            time.sleep(0.1)
+        assert _completed(store) >= 3
+        slots = _children(driver.pid)
+        assert slots, "the driver's slot processes"
+        driver.send_signal(signal.SIGKILL)  # no clean-up of any kind
+        driver.wait(10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    # the slots notice the lost coordinator and exit on their own
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in slots) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in slots), "slots outlived their driver"
+    (dead,) = store.list_jobs()
+    assert dead.status == "RUNNING"  # nobody recorded the end: the row still says RUNNING
+
+    monkeypatch.setenv("CKPT_HEARTBEAT_TIMEOUT_S", "2")
+    time.sleep(2.5)  # the dead driver's heartbeat is now stale
+    result = running_sum_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
+                                  interval_ms=100).run(restore="latest")
+
+    assert result.status == "FINISHED" and result.restored_from
+    assert result.restored_from.startswith(str(workdir / "ckpt" / "running-sum" / dead.job_id))
+    assert store.get_job(dead.job_id).status == "LOST"
+    check_exactly_once(str(workdir / "out"), expected_running_sums(N, KEYS, SEED))
+    store.close()
