@@ -127,7 +127,7 @@ def ours_sustained(job: str, records: int, keys: int, runner: str, opts: dict, *
     return r
 
 
-def one_rep(spark, args) -> dict:
+def one_rep(spark, args, rep_index: int) -> dict:
     rep: dict = {}
     for mode, int_keys in (("str", False), ("int", True)):
         if mode not in args.modes:
@@ -147,10 +147,12 @@ def one_rep(spark, args) -> dict:
         print(f"  {mode} keys: SS {row['ss']['sustained_records_per_s']:,.0f} rows/s; "
               + ", ".join(f"ours {r} {row[r]['sustained_records_per_s']:,.0f} "
                           f"({row[f'ratio_{r}']:.2f}x)" for r in args.runners), flush=True)
-    if "per_record" in args.modes:
+    if "per_record" in args.modes and rep_index < args.per_record_reps:
+        # one Python call per key and batch: a batch of 100,000 keys takes minutes, so
+        # fewer, bigger batches (SS's best rate) and fewer repetitions
         ss = ss_sustained(spark, _pandas_state, keys=args.keys, int_keys=False,
                           rows_per_batch=args.pandas_rows_per_batch, warmup=1,
-                          measure=max(1, args.batches // 2), timeout_s=args.ss_timeout)
+                          measure=args.pandas_batches, timeout_s=args.ss_timeout)
         ours = ours_sustained("running_sum", args.per_record_records, args.keys, "local", {})
         rep["per_record"] = {"ss": ss, "local": ours, "ratio_local":
                              ours["sustained_records_per_s"] / ss["sustained_records_per_s"]}
@@ -179,6 +181,7 @@ def summarize(args, runs: list[dict]) -> dict:
             "str_rows_per_batch": args.str_rows_per_batch,
             "int_rows_per_batch": args.int_rows_per_batch,
             "pandas_rows_per_batch": args.pandas_rows_per_batch,
+            "pandas_batches": args.pandas_batches, "per_record_reps": args.per_record_reps,
             "str_records": args.str_records, "int_records": args.int_records,
             "per_record_records": args.per_record_records, "scenarios": scenarios}
 
@@ -195,11 +198,15 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", type=int, default=5, help="measured SS micro-batches")
     ap.add_argument("--str-rows-per-batch", type=int, default=3_000_000)
     ap.add_argument("--int-rows-per-batch", type=int, default=12_000_000)
-    ap.add_argument("--pandas-rows-per-batch", type=int, default=200_000)
+    ap.add_argument("--pandas-rows-per-batch", type=int, default=1_000_000)
+    ap.add_argument("--pandas-batches", type=int, default=1,
+                    help="measured applyInPandasWithState batches (after one warm-up batch)")
+    ap.add_argument("--per-record-reps", type=int, default=1,
+                    help="repetitions that also run the per-record scenario")
     ap.add_argument("--str-records", type=int, default=10_000_000)
     ap.add_argument("--int-records", type=int, default=16_000_000)
     ap.add_argument("--per-record-records", type=int, default=300_000)
-    ap.add_argument("--ss-timeout", type=float, default=300.0)
+    ap.add_argument("--ss-timeout", type=float, default=900.0)
     add_results_dir(ap)
     args = ap.parse_args(argv)
     args.runners = [r for r in args.runners.split(",") if r]
@@ -209,7 +216,7 @@ def main(argv=None) -> int:
     try:
         for rep in range(args.reps):
             print(f"rep {rep}:", flush=True)
-            runs.append(one_rep(spark, args))
+            runs.append(one_rep(spark, args, rep))
     finally:
         spark.stop()
     summary = summarize(args, runs)

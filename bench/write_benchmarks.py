@@ -121,9 +121,13 @@ def sss_section(r: Results, lines: list[str]) -> None:
               "parallelism 2, checkpoints every 1 s, discarding sink "
               f"({s['str_records']:,} / {s['int_records']:,} records); records / (wall time "
               "minus launch-to-running start-up), the final checkpoint and teardown included. "
-              "Per record: SS `applyInPandasWithState` (count and sum per key in Python state) "
-              f"vs our `KeyedProcessFunction` running sum ({s['per_record_records']:,} records, "
-              "heap state, exactly-once file sink, local runner).", "",
+              "Per record: SS `applyInPandasWithState` (count and sum per key in Python state; "
+              f"{s.get('pandas_rows_per_batch', 0):,} rows per batch, "
+              f"{s.get('pandas_batches', 1)} measured after one warm-up, in "
+              f"{s.get('per_record_reps', s['reps'])} of the repetitions: one Python call per key "
+              "and batch makes a batch take minutes) vs our `KeyedProcessFunction` running sum "
+              f"({s['per_record_records']:,} records, heap state, exactly-once file sink, local "
+              "runner).", "",
               "| scenario | SS sustained (rows/s) | "
               + " | ".join(f"ours, {k} runner (rows/s) | ours / SS ({k})" for k in runners)
               + " | SS batches under 1 s |",
