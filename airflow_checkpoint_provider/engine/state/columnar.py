@@ -1,8 +1,10 @@
 """Columnar keyed state for the built-in aggregations: one row per key, numpy columns.
 
-A :class:`KeyIndex` maps keys to row numbers with open addressing over numpy arrays, so a
-batch of keys is looked up and inserted with a few vectorized probe rounds instead of a
-Python loop per key. Row ``r`` of every accumulator column belongs to key ``keys[r]``.
+A :class:`KeyIndex` maps keys to row numbers: integer keys by binary search in a sorted copy
+(``np.searchsorted``: one C call per batch, no hashes needed), other keys with open
+addressing over numpy arrays, so a batch of keys is looked up and inserted with a few
+vectorized probe rounds instead of a Python loop per key. Row ``r`` of every accumulator
+column belongs to key ``keys[r]``.
 
 Written by hand because no library offers an incremental hash map that numpy can probe
 with a whole array of keys (pandas' hash tables are private API; rebuilding an Arrow or
@@ -36,6 +38,13 @@ def _grow(array: np.ndarray, size: int) -> np.ndarray:
     return new
 
 
+def _numpy_filled(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The column as numpy with nulls as 0 (``fill_null`` only when there are nulls)."""
+    if column.null_count:
+        column = column.fill_null(0)
+    return column.to_numpy(zero_copy_only=False)
+
+
 def keys_to_numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Integer keys without nulls as int64, anything else as Python objects."""
     if isinstance(column, pa.ChunkedArray):
@@ -57,7 +66,11 @@ def _key_kind(arrow_type: pa.DataType) -> str:
 
 
 class KeyIndex:
-    """Key -> row number. Rows are numbered 0..n-1 in insertion order."""
+    """Key -> row number. Rows are numbered 0..n-1 in insertion order.
+
+    While every key is an int64 the index is a sorted copy of the keys with their rows
+    (:attr:`sorted_keys`, :attr:`sorted_rows`); the hash slots are built only when the keys
+    become Python objects (strings, or ints mixed with nulls)."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -65,6 +78,13 @@ class KeyIndex:
         self.hashes = np.empty(0, dtype=np.uint32)
         self._bits = 4
         self._slots = np.full(1 << self._bits, -1, dtype=np.int64)
+        self.sorted_keys = np.empty(0, dtype=np.int64)
+        self.sorted_rows = np.empty(0, dtype=np.int64)
+
+    @property
+    def by_sort(self) -> bool:
+        """Integer keys: looked up by binary search, no hashes needed."""
+        return self.keys.dtype != object
 
     def _home(self, hashes: np.ndarray) -> np.ndarray:
         # Fibonacci hashing takes the high bits of h * phi: every bit of the murmur hash
@@ -76,14 +96,24 @@ class KeyIndex:
             if self.n == 0:
                 self.keys = self.keys.astype(keys.dtype)
             elif self.keys.dtype != object:
-                self.keys = self.keys.astype(object)  # e.g. int keys, then a batch with nulls
+                # e.g. int keys, then a batch with nulls: from now on hash slots
+                self.keys = self.keys.astype(object)
+                while 2 * self.n > (1 << self._bits):
+                    self._bits += 1
+                self._slots = np.full(1 << self._bits, -1, dtype=np.int64)
+                self._place(np.arange(self.n, dtype=np.int64))
             if keys.dtype != self.keys.dtype:
                 keys = keys.astype(object)
         return keys
 
-    def lookup(self, keys: np.ndarray, hashes: np.ndarray) -> np.ndarray:
-        """Row of each key, -1 where absent."""
+    def lookup(self, keys: np.ndarray, hashes: np.ndarray | None = None) -> np.ndarray:
+        """Row of each key, -1 where absent. ``hashes`` (the keys' murmur3 hashes) are
+        needed unless the index holds integer keys (:attr:`by_sort`)."""
         keys = self._coerce(keys)
+        if self.by_sort:
+            return self._lookup_sorted(keys)
+        if hashes is None:
+            raise ValueError("KeyIndex.lookup of non-integer keys needs their hashes")
         rows = np.full(len(keys), -1, dtype=np.int64)
         pos = self._home(hashes)
         active = np.arange(len(keys))
@@ -101,6 +131,14 @@ class KeyIndex:
             pos[active] = (pos[active] + 1) & mask
         return rows
 
+    def _lookup_sorted(self, keys: np.ndarray) -> np.ndarray:
+        found = self.sorted_keys
+        if not len(found):
+            return np.full(len(keys), -1, dtype=np.int64)
+        pos = np.searchsorted(found, keys)
+        np.minimum(pos, len(found) - 1, out=pos)
+        return np.where(found[pos] == keys, self.sorted_rows[pos], -1)
+
     def insert(self, keys: np.ndarray, hashes: np.ndarray) -> np.ndarray:
         """Append keys that are absent and distinct; return their new rows."""
         keys = self._coerce(keys)
@@ -111,6 +149,12 @@ class KeyIndex:
         self.keys[self.n: self.n + k] = keys
         self.hashes[self.n: self.n + k] = hashes
         self.n += k
+        if self.by_sort:  # merge the new keys into the sorted copy: O(n + k)
+            order = np.argsort(keys, kind="stable")
+            at = np.searchsorted(self.sorted_keys, keys[order])
+            self.sorted_keys = np.insert(self.sorted_keys, at, keys[order])
+            self.sorted_rows = np.insert(self.sorted_rows, at, rows[order])
+            return rows
         if 2 * self.n > (1 << self._bits):  # keep the load factor <= 1/2
             while 2 * self.n > (1 << self._bits):
                 self._bits += 1
@@ -231,15 +275,18 @@ class AggregateTable:
         self._check_key_type(batch.schema.field(spec.key).type)
         grouped = table.group_by(spec.key, use_threads=False).aggregate(plan)
         key_col = grouped.column(spec.key)
-        hashes = key_hashes(key_col)
         keys = keys_to_numpy(key_col)
+        # integer keys are found without hashing; hashes are then computed for new keys only
+        hashes = None if self.index.by_sort and keys.dtype != object else key_hashes(key_col)
         rows = self.index.lookup(keys, hashes)
         new = rows < 0
         if new.any():
-            rows[new] = self.index.insert(keys[new], hashes[new])
+            new_hashes = (hashes[new] if hashes is not None
+                          else key_hashes(key_col.filter(pa.array(new))))
+            rows[new] = self.index.insert(keys[new], new_hashes)
             n = self.index.n
             self.key_group = _grow(self.key_group, n)
-            self.key_group[rows[new]] = (hashes[new] % np.uint32(self.max_parallelism)).astype(np.int32)
+            self.key_group[rows[new]] = (new_hashes % np.uint32(self.max_parallelism)).astype(np.int32)
             for name, arr in self.acc.items():
                 arr = _grow(arr, n)
                 arr[rows[new]] = 0
@@ -255,14 +302,14 @@ class AggregateTable:
             seen = nn_part > 0
             needed = self._needed[col]
             if needed & {"sum", "mean"}:
-                part = grouped.column(f"{col}_sum").fill_null(0).to_numpy(zero_copy_only=False)
+                part = _numpy_filled(grouped.column(f"{col}_sum"))
                 target = self._ensure("sum:" + col, dtype)
                 target[rows] += part.astype(dtype, copy=False)
             for fn, combine in (("min", np.minimum), ("max", np.maximum)):
                 if fn not in needed:
                     continue
                 target = self._ensure(f"{fn}:{col}", dtype)
-                part = grouped.column(f"{col}_{fn}").fill_null(0).to_numpy(zero_copy_only=False)
+                part = _numpy_filled(grouped.column(f"{col}_{fn}"))
                 part = part.astype(dtype, copy=False)
                 old = target[rows]
                 merged = np.where(nn_before > 0, combine(old, part), part)

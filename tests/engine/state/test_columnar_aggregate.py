@@ -187,3 +187,22 @@ def test_restored_key_type_is_enforced_on_new_input():
     new.restore(AggregateTable.serialize(old.copy())[0])
     with pytest.raises(TypeError, match="changed type from string to int64"):
         new.update(pa.RecordBatch.from_pydict({"key": [1], "v": [1]}))
+
+
+def test_int_key_index_by_binary_search_then_hash_slots_after_a_switch_to_objects():
+    idx = KeyIndex()
+    rng = np.random.default_rng(3)
+    keys = rng.choice(10**12, size=30_000, replace=False).astype(np.int64)
+    hashes = key_hashes(pa.array(keys))
+    start = 0
+    for size in (1, 9, 990, 9000, 20_000):  # unsorted chunks merged into the sorted copy
+        idx.insert(keys[start:start + size], hashes[start:start + size])
+        start += size
+    assert idx.by_sort and (np.diff(idx.sorted_keys) > 0).all()
+    probe = np.concatenate([keys[::-1], np.array([-1, 10**12 + 5], dtype=np.int64)])
+    rows = idx.lookup(probe)  # integer keys need no hashes
+    assert (rows[:-2] == np.arange(30_000)[::-1]).all() and (rows[-2:] == -1).all()
+    # a key that is not an int64 turns the index into hash slots; every row is still found
+    idx.insert(np.array([None], dtype=object), key_hashes(pa.array([None], pa.int64())))
+    assert not idx.by_sort
+    assert (idx.lookup(keys.astype(object), hashes) == np.arange(30_000)).all()
