@@ -135,7 +135,11 @@ class KeyIndex:
         found = self.sorted_keys
         if not len(found):
             return np.full(len(keys), -1, dtype=np.int64)
-        pos = np.searchsorted(found, keys)
+        # sorted needles: each binary search starts where the previous one ended (numpy),
+        # about twice as fast as searching in arrival order
+        order = np.argsort(keys)
+        pos = np.empty(len(keys), dtype=np.int64)
+        pos[order] = np.searchsorted(found, keys[order])
         np.minimum(pos, len(found) - 1, out=pos)
         return np.where(found[pos] == keys, self.sorted_rows[pos], -1)
 
