@@ -93,6 +93,16 @@ def test_structured_streaming_scenario_runs_every_engine_at_saturation(results):
     assert set(data["summary"]["scenarios"]) == {"str", "int", "per_record"}
 
 
+@pytest.mark.timeout(300)
+def test_latency_scenario_measures_both_jobs(results):
+    bench("latency.py", "--rates", "2000", "--seconds", "2", "--warmup-s", "0.5", "--keys", "100",
+          results=results, timeout=280)
+    runs = load(results, "latency.json")["runs"]
+    assert {r["job"] for r in runs} == {"aggregate", "running_sum"}
+    for r in runs:
+        assert r["rows"] > 0 and 0 < r["p50"] <= r["p99"] <= r["max"]
+
+
 def test_benchmarks_md_renders_every_scenario(results, tmp_path):
     out = tmp_path / "BENCHMARKS.md"
     bench("write_benchmarks.py", "--output", str(out), results=results)
@@ -103,7 +113,8 @@ def test_benchmarks_md_renders_every_scenario(results, tmp_path):
                 "recovery.json": "## Recovery at",
                 "state_backends.json": "## Snapshot cost",
                 "profile_aggregate.json": "## Where the time goes",
-                "structured_streaming.json": "## Against Spark Structured Streaming at saturation"}
+                "structured_streaming.json": "## Against Spark Structured Streaming at saturation",
+                "latency.json": "## End-to-end latency"}
     for name, heading in expected.items():
         if name in present:
             assert heading in text, heading

@@ -52,6 +52,17 @@ class Mailbox:
                 if not self._cond.wait(timeout):
                     return None
 
+    def take_following(self, accept, limit: int) -> list:
+        """Without waiting: the data items at the head of the queue, in order, while
+        ``accept(item)`` holds, at most ``limit`` (a task folds queued batches into one)."""
+        taken: list = []
+        with self._cond:
+            while self._data and len(taken) < limit and not self._control and accept(self._data[0]):
+                taken.append(self._data.popleft())
+            if taken:
+                self._cond.notify_all()
+        return taken
+
     def poll_control(self):
         with self._cond:
             return self._control.popleft() if self._control else None

@@ -10,7 +10,7 @@ from ..connectors.base import SourceContext
 from ..errors import RestoreError
 from ..functions import RuntimeContext
 from ..graph import Node
-from ..state.backend import StateSnapshot
+from ..state.backend import PerKeyStateBackend, StateSnapshot
 from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
 from ..state.keygroups import KeyGroupRange
@@ -113,6 +113,7 @@ class KeyedOperator(Operator):
                  max_parallelism: int, state_backend: dict | None = None) -> None:
         super().__init__(node, ctx)
         backend = (state_backend or {}).get("kind", "heap")
+        self.backend: PerKeyStateBackend
         if backend == "rocksdb":
             from ..extras import require
 

@@ -37,8 +37,9 @@ class StateSnapshot:
     """The synchronous part of a keyed-state snapshot.
 
     ``states``: the state descriptors' metadata for ``_metadata``. ``write``: the
-    asynchronous part, or None when there is nothing to write (no state yet). ``full``
-    asks RocksDB for a self-contained upload (savepoints); the other backends always are.
+    asynchronous part, or None when there is nothing to write (no state yet). Its ``full``
+    argument asks RocksDB for a self-contained upload (savepoints); the other backends'
+    files always are.
     """
 
     states: dict[str, dict]

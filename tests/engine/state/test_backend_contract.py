@@ -12,7 +12,11 @@ import pytest
 from airflow_checkpoint_provider.engine.snapshot.handles import keyed_handle_from_dict
 from airflow_checkpoint_provider.engine.state.backend import KeyedStateBackend, PerKeyStateBackend
 from airflow_checkpoint_provider.engine.state.columnar import AggregateSpec, AggregateTable
-from airflow_checkpoint_provider.engine.state.descriptors import ValueStateDescriptor
+from airflow_checkpoint_provider.engine.state.descriptors import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
 from airflow_checkpoint_provider.engine.state.heap import HeapKeyedStateBackend
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange, key_group_for
 from airflow_checkpoint_provider.engine.state.rocksdb import RocksDBKeyedStateBackend
@@ -23,7 +27,9 @@ HALVES = (KeyGroupRange(0, 7), KeyGroupRange(8, 15))
 
 
 class PerKey:
-    """Heap or RocksDB: a value state ``total`` per key."""
+    """Heap or RocksDB: per key, a value state ``total`` (the running sum), a list state
+    ``history`` (every value added, in order) and a map state ``seen`` (``v<value>`` ->
+    value)."""
 
     def __init__(self, cls, tmp_path):
         self.cls, self.tmp, self.ids = cls, tmp_path, itertools.count()
@@ -36,21 +42,32 @@ class PerKey:
 
     def add(self, backend, key, value):
         backend.set_current_key(key)
-        state = backend.get_state(_descriptor())
-        state.update((state.value() or 0) + value)
+        total, history, seen = _states(backend)
+        total.update((total.value() or 0) + value)
+        history.add(value)
+        seen.put(f"v{value}", value)
 
     def read(self, backend):
+        total, history, seen = _states(backend)
         out = {}
-        keys = list(backend.keys("total"))
-        state = backend.get_state(_descriptor())
-        for k in keys:
+        # the keys of every state: a key restored into one state only shows up as a mismatch
+        for k in {k for name in STATE_NAMES for k in backend.keys(name)}:
             backend.set_current_key(k)
-            out[k] = state.value()
+            out[k] = (total.value(), history.get(), dict(seen.items()))
         return out
 
+    @staticmethod
+    def model(values):
+        return sum(values), list(values), {f"v{v}": v for v in values}
 
-def _descriptor():
-    return ValueStateDescriptor("total", None)
+
+STATE_NAMES = ("total", "history", "seen")
+
+
+def _states(backend):
+    return (backend.get_state(ValueStateDescriptor("total", None)),
+            backend.get_state(ListStateDescriptor("history")),
+            backend.get_state(MapStateDescriptor("seen")))
 
 
 class Columnar:
@@ -69,6 +86,10 @@ class Columnar:
         return {k: int(v) for k, v in zip(cols["key"].tolist(), cols["sum:value"].tolist(),
                                           strict=True)}
 
+    @staticmethod
+    def model(values):
+        return sum(values)
+
 
 @pytest.fixture(params=["heap", "rocksdb", "columnar"])
 def kind(request, tmp_path):
@@ -86,14 +107,19 @@ def kind(request, tmp_path):
         b.close()
 
 
-def _fill(kind, backend, n=200):
-    expected = {}
-    for i in range(n):
-        key = f"k{i}"
-        kind.add(backend, key, i)
-        kind.add(backend, key, 1)
-        expected[key] = i + 1
-    return expected
+def _fill(kind, backend, n=200, key_groups=FULL):
+    """Add ``i`` then ``1`` to key ``k<i>`` for the keys in ``key_groups`` (keys ``k0`` to
+    ``k199`` fall in all 16 key groups); returns the values added per key."""
+    adds = {f"k{i}": [i, 1] for i in range(n) if key_group_for(f"k{i}", MAXP) in key_groups}
+    for key, values in adds.items():
+        for value in values:
+            kind.add(backend, key, value)
+    return adds
+
+
+def _expected(kind, adds, key_groups=FULL):
+    """What ``kind.read`` must return for a backend that owns ``key_groups``."""
+    return {k: kind.model(v) for k, v in adds.items() if key_group_for(k, MAXP) in key_groups}
 
 
 def _snapshot(backend, directory, checkpoint_id=1):
@@ -120,39 +146,47 @@ def test_every_backend_implements_the_protocol(kind):
 
 def test_a_snapshot_restores_to_the_same_state(kind, tmp_path):
     backend = kind.new(FULL)
-    expected = _fill(kind, backend)
+    adds = _fill(kind, backend)
+    assert len({key_group_for(k, MAXP) for k in adds}) == MAXP
     snap, handles = _snapshot(backend, tmp_path / "chk-1")
     assert handles, "a backend with state writes a state file"
-    assert kind.read(_restored(kind, FULL, tmp_path / "chk-1", handles, snap.states)) == expected
+    restored = _restored(kind, FULL, tmp_path / "chk-1", handles, snap.states)
+    assert kind.read(restored) == _expected(kind, adds)
 
 
 def test_a_restore_keeps_exactly_the_key_groups_of_the_subtask(kind, tmp_path):
     backend = kind.new(FULL)
-    expected = _fill(kind, backend)
+    adds = _fill(kind, backend)
     snap, handles = _snapshot(backend, tmp_path / "chk-1")
-    halves = [kind.read(_restored(kind, kg, tmp_path / "chk-1", handles, snap.states))
-              for kg in HALVES]
-    for kg, half in zip(HALVES, halves, strict=True):
-        assert half and all(key_group_for(k, MAXP) in kg for k in half)
-    assert {**halves[0], **halves[1]} == expected and not set(halves[0]) & set(halves[1])
+    for kg in HALVES:
+        expected = _expected(kind, adds, kg)
+        assert expected and len(expected) < len(adds)
+        assert kind.read(_restored(kind, kg, tmp_path / "chk-1", handles, snap.states)) == expected
 
 
 def test_snapshots_of_two_subtasks_merge_when_scaling_in(kind, tmp_path):
-    whole = kind.new(FULL)
-    expected = _fill(kind, whole)
-    handles, states = [], {}
+    adds, handles, states = {}, [], {}
     for i, kg in enumerate(HALVES):  # two subtasks, each with its own key groups
         part = kind.new(kg)
-        for key, total in expected.items():
-            if key_group_for(key, MAXP) in kg:
-                kind.add(part, key, total)
+        adds.update(_fill(kind, part, key_groups=kg))
         snap, h = _snapshot(part, tmp_path / "chk-1" / str(i))
         states.update(snap.states)
         handles += [(tmp_path / "chk-1" / str(i), x) for x in h]
     merged = kind.new(FULL)
     for directory, handle in handles:
         merged.restore_state(str(directory), [handle], states)
-    assert kind.read(merged) == expected
+    assert kind.read(merged) == _expected(kind, adds)
+
+
+@pytest.mark.parametrize("key_groups", [FULL, HALVES[1]], ids=["same-range", "sub-range"])
+def test_restoring_a_snapshot_twice_duplicates_nothing(kind, tmp_path, key_groups):
+    """A restore replaces entries (list entries are not appended again, sums not added)."""
+    backend = kind.new(FULL)
+    adds = _fill(kind, backend)
+    snap, handles = _snapshot(backend, tmp_path / "chk-1")
+    twice = _restored(kind, key_groups, tmp_path / "chk-1", handles, snap.states)
+    twice.restore_state(str(tmp_path / "chk-1"), handles, snap.states)
+    assert kind.read(twice) == _expected(kind, adds, key_groups)
 
 
 def test_an_empty_backend_restores_empty(kind, tmp_path):
@@ -162,12 +196,14 @@ def test_an_empty_backend_restores_empty(kind, tmp_path):
 
 def test_the_synchronous_part_is_a_point_in_time_copy(kind, tmp_path):
     backend = kind.new(FULL)
-    expected = _fill(kind, backend, n=50)
+    adds = _fill(kind, backend, n=50)
     snap = backend.snapshot_state(1)
     kind.add(backend, "k0", 1000)           # after the synchronous part: not in checkpoint 1
     kind.add(backend, "late", 5)
     (tmp_path / "chk-1").mkdir()
     handle, _, _ = snap.write(str(tmp_path / "chk-1"), "op-0", True)
     handles = [keyed_handle_from_dict(handle, location=str(tmp_path / "chk-1"))]
-    assert kind.read(_restored(kind, FULL, tmp_path / "chk-1", handles, snap.states)) == expected
-    assert kind.read(backend)["k0"] == expected["k0"] + 1000  # the live state moved on
+    restored = _restored(kind, FULL, tmp_path / "chk-1", handles, snap.states)
+    assert kind.read(restored) == _expected(kind, adds)
+    live = {**adds, "k0": [*adds["k0"], 1000], "late": [5]}
+    assert kind.read(backend) == _expected(kind, live)  # the live state moved on

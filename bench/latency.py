@@ -1,0 +1,177 @@
+"""End-to-end latency: from a record's creation at the source to its result at the sink.
+
+    .venv/bin/python bench/latency.py [--rates 10000,100000] [--seconds 20] [--reps 1]
+
+The source stamps every record with the wall time it was generated (``ts``, epoch seconds)
+at a fixed offered rate; the sink takes ``now - ts`` for every row it receives. Both run on
+this machine, so the clocks agree. Jobs (parallelism 2, 100,000 keys, checkpoints every 1 s,
+so checkpoints happen during the measurement):
+
+* ``aggregate``: Arrow batches -> ``key_by("key").aggregate(count, sum, ts=max(ts))``: each
+  output row carries the newest ``ts`` folded into it, so its latency is that of the
+  newest record it reflects.
+* ``running_sum``: dict records -> a per-record ``KeyedProcessFunction`` that passes ``ts``
+  through with the running count and sum.
+
+The first ``--warmup-s`` seconds are dropped. Percentiles are over every row received after
+that. Writes latency.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import cloudpickle
+import numpy as np
+import pyarrow as pa
+from jobs import add_results_dir, write_results  # noqa: E402
+
+from airflow_checkpoint_provider.engine import (  # noqa: E402
+    CheckpointConfig,
+    GeneratorSource,
+    KeyedProcessFunction,
+    Pipeline,
+    RestartStrategy,
+)
+from airflow_checkpoint_provider.engine.connectors.base import Sink, SinkWriter  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # slots cannot import bench/
+
+
+class StampedSource(GeneratorSource):
+    """The generator's records plus ``ts``, the wall time each was generated."""
+
+    def record(self, i: int) -> dict:
+        return {**super().record(i), "ts": time.time()}
+
+    def record_batch(self, ids: np.ndarray) -> pa.RecordBatch:
+        batch = super().record_batch(ids)
+        return batch.append_column("ts", pa.array(np.full(len(ids), time.time())))
+
+
+class PassTs(KeyedProcessFunction):
+    def open(self, ctx):
+        self.count = ctx.value_state("count", 0)
+        self.sum = ctx.value_state("sum", 0)
+
+    def process_element(self, record, ctx):
+        c, s = self.count.value() + 1, self.sum.value() + record["value"]
+        self.count.update(c)
+        self.sum.update(s)
+        return {"key": ctx.current_key, "count": c, "sum": s, "ts": record["ts"]}
+
+
+class LatencySink(Sink):
+    """Keeps ``(ts, now - ts)`` of every row it receives, one .npz per subtask."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def create_writer(self, ctx) -> SinkWriter:
+        return _LatencyWriter(os.path.join(self.directory, f"{ctx.subtask_index}.npz"))
+
+    def describe(self) -> str:
+        return "latency"
+
+
+class _LatencyWriter(SinkWriter):
+    accepts_arrow = True
+
+    def __init__(self, path: str) -> None:
+        self.path, self.ts, self.lat = path, [], []
+
+    def write(self, records) -> None:
+        now = time.time()
+        ts = (records.column("ts").to_numpy() if isinstance(records, pa.RecordBatch)
+              else np.array([r["ts"] for r in records]))
+        self.ts.append(ts)
+        self.lat.append((now - ts).astype(np.float32))
+
+    def pre_commit(self, checkpoint_id: int) -> list[object]:
+        return []
+
+    def commit(self, transactions: list[object]) -> None:
+        pass
+
+    def recover(self, transactions: list[object]) -> None:
+        pass
+
+    def close(self) -> None:
+        np.savez(self.path, ts=np.concatenate(self.ts) if self.ts else np.empty(0),
+                 lat=np.concatenate(self.lat) if self.lat else np.empty(0, np.float32))
+
+
+def build(job: str, root: str, rate: int, seconds: float, keys: int) -> Pipeline:
+    p = Pipeline(f"latency-{job.replace('_', '-')}", batch_size=8192,
+                 checkpoint=CheckpointConfig(interval_ms=1000,
+                                             directory=os.path.join(root, "ckpt")),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
+                 restart_strategy=RestartStrategy.fixed_delay(attempts=0, delay_ms=0))
+    records = int(rate * seconds)
+    sink = LatencySink(os.path.join(root, "lat"))
+    source = StampedSource(records, num_keys=keys, seed=1, arrow=job == "aggregate",
+                           records_per_second=rate)
+    stream = p.source(source, uid="gen", parallelism=2).key_by("key")
+    if job == "aggregate":
+        out = stream.aggregate(count="count", sum=("sum", "value"), ts=("max", "ts"), uid="agg",
+                               parallelism=2)
+    else:
+        out = stream.process(PassTs(), uid="sum", parallelism=2)
+    out.sink(sink, uid="out")
+    return p
+
+
+def measure(job: str, rate: int, seconds: float, warmup: float, keys: int) -> dict:
+    root = tempfile.mkdtemp(prefix="bench-latency-")
+    try:
+        os.makedirs(os.path.join(root, "lat"))
+        p = build(job, root, rate, seconds + warmup, keys)
+        t0 = time.monotonic()
+        result = p.run()
+        if result.status != "FINISHED":
+            raise RuntimeError(f"{job} ended {result.status}: {result.failure_reason}")
+        files = [np.load(f) for f in glob.glob(os.path.join(root, "lat", "*.npz"))]
+        ts = np.concatenate([f["ts"] for f in files])
+        lat = np.concatenate([f["lat"] for f in files])
+        # rows of records generated in the first ``warmup`` seconds are dropped
+        ms = np.sort(lat[ts >= ts.min() + warmup]) * 1000.0
+        pct = {f"p{q}": round(float(np.percentile(ms, q)), 2) for q in (50, 90, 99, 99.9)}
+        return {"job": job, "rate": rate, "rows": int(len(ms)), "wall_s": time.monotonic() - t0,
+                "checkpoints": result.checkpoints_completed, **pct,
+                "max": round(float(ms[-1]), 2) if len(ms) else None}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rates", default="10000,100000")
+    ap.add_argument("--jobs", default="aggregate,running_sum")
+    ap.add_argument("--seconds", type=float, default=20.0, help="measured seconds per run")
+    ap.add_argument("--warmup-s", type=float, default=3.0)
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--reps", type=int, default=1)
+    add_results_dir(ap)
+    args = ap.parse_args(argv)
+    runs = []
+    for _rep in range(args.reps):
+        for rate in (int(r) for r in args.rates.split(",")):
+            for job in args.jobs.split(","):
+                r = measure(job, rate, args.seconds, args.warmup_s, args.keys)
+                runs.append(r)
+                print(json.dumps(r), flush=True)
+    write_results(args.results_dir, "latency.json",
+                  {"summary": {"keys": args.keys, "seconds": args.seconds, "reps": args.reps,
+                               "warmup_s": args.warmup_s}, "runs": runs})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
