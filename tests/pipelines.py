@@ -400,3 +400,12 @@ class KeylessSource(GeneratorSource):
         if i >= 100:
             r.pop("key")
         return r
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not count), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -11,7 +11,12 @@ import sys
 import time
 
 import pytest
-from pipelines import check_exactly_once, expected_running_sums, running_sum_pipeline
+from pipelines import (
+    check_exactly_once,
+    expected_running_sums,
+    process_alive,
+    running_sum_pipeline,
+)
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
@@ -39,14 +44,6 @@ def _children(pid: int) -> list[int]:
             if int(fields[1]) == pid:  # field 4 of stat: the parent's pid
                 found.append(int(entry))
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _completed(store: MetadataStore) -> int:
@@ -78,9 +75,9 @@ def test_a_killed_driver_is_lost_and_restore_latest_commits_exactly_once(workdir
             driver.kill()
     # the slots notice the lost coordinator and exit on their own
     deadline = time.monotonic() + 10
-    while any(_alive(p) for p in slots) and time.monotonic() < deadline:
+    while any(process_alive(p) for p in slots) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(p) for p in slots), "slots outlived their driver"
+    assert not any(process_alive(p) for p in slots), "slots outlived their driver"
     (dead,) = store.list_jobs()
     assert dead.status == "RUNNING"  # nobody recorded the end: the row still says RUNNING
 

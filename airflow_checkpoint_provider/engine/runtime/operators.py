@@ -10,7 +10,7 @@ from ..connectors.base import SourceContext
 from ..errors import RestoreError
 from ..functions import RuntimeContext
 from ..graph import Node
-from ..state.backend import PerKeyStateBackend, StateSnapshot
+from ..state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
 from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
 from ..state.keygroups import KeyGroupRange
@@ -106,8 +106,24 @@ def _emitted(result: Iterable[dict] | None, out: list) -> None:
         out.extend(result)
 
 
-class KeyedOperator(Operator):
+class _KeyedStateOperator(Operator):
+    """An operator whose state lives in a keyed state backend (``self.backend``)."""
+
     keyed = True
+    backend: KeyedStateBackend
+
+    def snapshot(self, checkpoint_id):
+        snap = self.backend.snapshot_state(checkpoint_id)
+        return OperatorSnapshot(states=snap.states, keyed=snap)
+
+    def notify_complete(self, checkpoint_id):
+        self.backend.notify_complete(checkpoint_id)
+
+    def close(self):
+        self.backend.close()
+
+
+class KeyedOperator(_KeyedStateOperator):
 
     def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                  max_parallelism: int, state_backend: dict | None = None) -> None:
@@ -129,15 +145,6 @@ class KeyedOperator(Operator):
         self.selector = node.key_selector
         self.keys = KeyContract(node.uid or node.name)  # one key contract for both backends
 
-    def snapshot(self, checkpoint_id):
-        snap = self.backend.snapshot_state(checkpoint_id)
-        return OperatorSnapshot(states=snap.states, keyed=snap)
-
-    def notify_complete(self, checkpoint_id):
-        self.backend.notify_complete(checkpoint_id)
-
-    def close(self):
-        self.backend.close()
 
 
 class ProcessOperator(KeyedOperator):
@@ -190,7 +197,7 @@ class ReduceOperator(KeyedOperator):
         return out
 
 
-class AggregateOperator(Operator):
+class AggregateOperator(_KeyedStateOperator):
     """Built-in keyed aggregations over Arrow batches (``KeyedStream.aggregate``).
 
     Each batch is grouped by key in Arrow's C++ hash aggregation, the partial results are
@@ -202,7 +209,6 @@ class AggregateOperator(Operator):
     columns (synchronous part) and writes one Arrow IPC file per subtask (asynchronous).
     """
 
-    keyed = True
     vectorized = True
 
     def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
@@ -220,15 +226,6 @@ class AggregateOperator(Operator):
     def process(self, records: pa.RecordBatch) -> pa.RecordBatch:
         return self.backend.update(records)
 
-    def snapshot(self, checkpoint_id):
-        snap = self.backend.snapshot_state(checkpoint_id)
-        return OperatorSnapshot(states=snap.states, keyed=snap)
-
-    def notify_complete(self, checkpoint_id):
-        self.backend.notify_complete(checkpoint_id)
-
-    def close(self):
-        self.backend.close()
 
 
 class SourceOperator(Operator):

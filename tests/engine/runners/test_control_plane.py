@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+from pipelines import process_alive
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
@@ -59,18 +60,12 @@ def test_detached_job_is_checkpointed_and_cancelled_through_the_db(workdir, runn
             time.sleep(0.2)
         assert store.get_job(job_id).status == "CANCELED"
         deadline = time.monotonic() + 30
-        while _alive(info["pid"]) and time.monotonic() < deadline:
+        while process_alive(info["pid"]) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not _alive(info["pid"]), "the detached driver exits after cancel"
+        assert not process_alive(info["pid"]), "the detached driver exits after cancel"
     finally:
-        if _alive(info["pid"]):
+        if process_alive(info["pid"]):
             os.kill(info["pid"], 9)
         store.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
