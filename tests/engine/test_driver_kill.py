@@ -18,7 +18,7 @@ from pipelines import (
     running_sum_pipeline,
 )
 
-from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataSchemaError, MetadataStore
 
 N, KEYS, SEED = 30_000, 40, 11
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,6 +46,17 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _open_when_created(url: str, deadline: float) -> MetadataStore:
+    """The driver's DB, once the driver created its file and schema."""
+    while True:
+        try:
+            return MetadataStore(url, migrate=False)
+        except MetadataSchemaError:  # no file yet, or the schema is being created
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _completed(store: MetadataStore) -> int:
     return sum(1 for j in store.list_jobs() for c in store.list_checkpoints(j.job_id)
                if c.status in ("COMPLETED", "SUBSUMED"))
@@ -59,9 +70,7 @@ def test_a_killed_driver_is_lost_and_restore_latest_commits_exactly_once(workdir
         env={**os.environ, "PYTHONPATH": TESTS})
     try:
         deadline = time.monotonic() + 90
-        while not os.path.exists(workdir / "meta.db") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        store = MetadataStore(f"sqlite:///{workdir}/meta.db", migrate=False)
+        store = _open_when_created(f"sqlite:///{workdir}/meta.db", deadline)
         while _completed(store) < 3 and time.monotonic() < deadline:
             assert driver.poll() is None, "the job ended before the kill"
             time.sleep(0.1)
