@@ -30,14 +30,21 @@ from concurrent.futures import ThreadPoolExecutor
 import cloudpickle
 
 from ..graph import FORWARD, ExecutionGraph, channels_for_input
-from ..protocol import CheckpointBarrier, ProtocolError
+from ..protocol import ProtocolError
 from ..protocol import frames as P
 from ..protocol import messages as M
 from ..serialization import unpackb
 from .auth import accept_peer, connect_peer, secret_from_env
 from .batches import decode_arrow
 from .mailbox import Mailbox
-from .task import LocalChannel, OutputChannel, RecordWriter, StreamTask, TaskEnvironment
+from .task import (
+    LocalChannel,
+    OutputChannel,
+    RecordWriter,
+    StreamTask,
+    TaskEnvironment,
+    event_item,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +76,8 @@ def _reader(sock: socket.socket, channel: int, mailbox: Mailbox, gate: threading
                 ok = mailbox.put_data(("records", channel, decode_arrow(payload)))
             elif kind == P.RECORDS:
                 ok = mailbox.put_data(("records", channel, unpackb(payload)))
-            elif kind == P.BARRIER:
-                ok = mailbox.put_data(("barrier", channel, CheckpointBarrier.decode(payload)))
-            elif kind == P.CANCEL:
-                ok = mailbox.put_data(("cancel", channel, unpackb(payload)))
-            elif kind == P.END_OF_INPUT:
-                ok = mailbox.put_data(("eoi", channel, None))
             else:
-                raise P.ConnectionClosed(f"unexpected frame type {kind}")
+                ok = mailbox.put_data(event_item(kind, payload, channel))
             if not ok:
                 return
     except ProtocolError as exc:

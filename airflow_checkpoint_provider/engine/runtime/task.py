@@ -98,6 +98,18 @@ class OutputChannel:
             pass
 
 
+def event_item(kind: int, payload: bytes, channel: int) -> tuple:
+    """The mailbox item of an in-band event frame (barrier, cancel marker, end of input)
+    received on input channel ``channel``, over TCP or in memory."""
+    if kind == P.BARRIER:
+        return ("barrier", channel, CheckpointBarrier.decode(payload))
+    if kind == P.CANCEL:
+        return ("cancel", channel, unpackb(payload))
+    if kind == P.END_OF_INPUT:
+        return ("eoi", channel, None)
+    raise P.ConnectionClosed(f"unexpected frame type {kind}")
+
+
 class LocalChannel:
     """A downstream subtask in the same slot process: items go straight into its mailbox, in
     the order a TCP channel would deliver them, with no socket and, for Arrow batches
@@ -119,14 +131,7 @@ class LocalChannel:
         self._put(("records", self.channel, records))
 
     def send(self, kind: int, payload: bytes = b"") -> None:
-        if kind == P.BARRIER:
-            self._put(("barrier", self.channel, CheckpointBarrier.decode(payload)))
-        elif kind == P.CANCEL:
-            self._put(("cancel", self.channel, unpackb(payload)))
-        elif kind == P.END_OF_INPUT:
-            self._put(("eoi", self.channel, None))
-        else:  # pragma: no cover - records go through send_records
-            raise ValueError(f"unexpected frame type {kind} on a local channel")
+        self._put(event_item(kind, payload, self.channel))
 
     def close(self) -> None:
         self.mailbox.put_data(("closed", self.channel, None))
@@ -136,8 +141,7 @@ class RecordWriter:
     """Partitions an output batch over the channels of one output edge."""
 
     def __init__(self, partitioning: str, channels: list[OutputChannel | LocalChannel],
-                 key_selector,
-                 max_parallelism: int, subtask: int) -> None:
+                 key_selector, max_parallelism: int, subtask: int) -> None:
         self.partitioning = partitioning
         self.channels = channels
         self.key_selector = key_selector
