@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 PRUNE_EVERY = 100
 
 CHECKPOINT, SAVEPOINT = BarrierKind.CHECKPOINT, BarrierKind.SAVEPOINT
-SAVEPOINT_KINDS = tuple(k for k in BarrierKind if k.is_savepoint)
 
 
 def record_kind(kind: str) -> str:
