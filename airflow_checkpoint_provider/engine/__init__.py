@@ -4,12 +4,13 @@ Public API::
 
     from airflow_checkpoint_provider.engine import (
         Pipeline, CheckpointConfig, RestartStrategy, KeyedProcessFunction,
-        GeneratorSource, FileSource, FileSink, DiscardSink, read_committed)
+        GeneratorSource, FileSource, FileSink, DiscardSink, read_committed,
+        WatermarkStrategy, TumblingWindows, SlidingWindows)
 """
 
 from __future__ import annotations
 
-from .api import DataStream, JobResult, KeyedStream, Pipeline
+from .api import DataStream, JobResult, KeyedStream, Pipeline, WindowedStream
 from .config import CheckpointConfig, CheckpointingMode, RestartStrategy
 from .connectors.base import Sink, SinkWriter, Source, SourceContext, SplitReader
 from .connectors.discard import DiscardSink
@@ -30,6 +31,7 @@ from .errors import (
     RestoreError,
     StateMigrationError,
 )
+from .eventtime import SlidingWindows, TumblingWindows, WatermarkStrategy
 from .functions import KeyedProcessFunction, RuntimeContext
 from .serialization import Serializer
 from .state.descriptors import (
@@ -56,5 +58,6 @@ __all__ = [
     "ListStateDescriptor", "MapStateDescriptor", "Pipeline", "PipelineDefinitionError",
     "ReducingStateDescriptor", "RestartStrategy", "RestoreError", "RuntimeContext", "Serializer",
     "Sink", "SinkWriter", "Source", "SourceContext", "SplitReader", "StateMigrationError",
-    "ValueStateDescriptor", "read_committed",
+    "ValueStateDescriptor", "read_committed", "SlidingWindows", "TumblingWindows",
+    "WatermarkStrategy", "WindowedStream",
 ]

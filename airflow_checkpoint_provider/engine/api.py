@@ -20,6 +20,7 @@ from .config import CheckpointConfig, RestartStrategy
 from .connectors.base import Sink, Source
 from .errors import BadRecordError, ConfigurationError, PipelineDefinitionError
 from .extras import require
+from .eventtime import TimestampSpec, WatermarkStrategy, WindowAssigner, duration_ms
 from .functions import KeyedProcessFunction
 from .graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
 from .graph import build_execution_graph as _build
@@ -104,11 +105,19 @@ class Pipeline:
     def _connect(self, upstream: Node, node: Node, partitioning: str, key_selector=None) -> None:
         self._graph.edges.append(Edge(upstream.id, node.id, partitioning, key_selector))
 
-    def source(self, src: Source, *, uid: str, parallelism: int = 1, name: str | None = None) -> DataStream:
+    def source(self, src: Source, *, uid: str, parallelism: int = 1, name: str | None = None,
+               watermarks: WatermarkStrategy | None = None) -> DataStream:
+        """Read ``src``. ``watermarks``: event time for windows and event-time timers
+        downstream (:class:`~.eventtime.WatermarkStrategy`)."""
         if not isinstance(src, Source):
             raise PipelineDefinitionError(f"source {uid!r}: {src!r} is not a Source")
+        if watermarks is not None and not isinstance(watermarks, WatermarkStrategy):
+            raise PipelineDefinitionError(
+                f"source {uid!r}: watermarks={watermarks!r} is not a WatermarkStrategy")
         node = self._add("source", name or f"Source: {src.describe()}", uid, parallelism, src)
-        return DataStream(self, [node], FORWARD)
+        node.watermarks = watermarks
+        return DataStream(self, [node], FORWARD,
+                          timestamp=watermarks.timestamp if watermarks is not None else None)
 
     def job_graph(self) -> JobGraph:
         return self._graph
@@ -200,15 +209,18 @@ class DataStream:
     """A stream of dict records; each transformation returns a new stream."""
 
     def __init__(self, pipeline: Pipeline, heads: list[Node], partitioning: str,
-                 key_selector=None) -> None:
+                 key_selector=None, *, timestamp: TimestampSpec | None = None) -> None:
         self._p = pipeline
         self._heads = heads
         self._partitioning = partitioning
         self._key_selector = key_selector
+        #: where the records' event time is (from the sources' watermark strategy)
+        self._timestamp = timestamp
 
     def _then(self, kind: str, name: str, uid: str | None, parallelism: int | None,
               payload=None, key_selector=None) -> Node:
         node = self._p._add(kind, name, uid, parallelism, payload, key_selector)
+        node.timestamp = self._timestamp
         for head in self._heads:
             self._p._connect(head, node, self._partitioning, self._key_selector)
         return node
@@ -217,7 +229,8 @@ class DataStream:
         if not callable(fn):
             raise PipelineDefinitionError(f"{kind} needs a callable, got {fn!r}")
         label = name or f"{kind}({getattr(fn, '__name__', type(fn).__name__)})"
-        return DataStream(self._p, [self._then(kind, label, uid, parallelism, fn)], FORWARD)
+        return DataStream(self._p, [self._then(kind, label, uid, parallelism, fn)], FORWARD,
+                          timestamp=self._timestamp)
 
     def map(self, fn: Callable[[dict], dict], *, uid: str | None = None,
             parallelism: int | None = None, name: str | None = None) -> DataStream:
@@ -237,10 +250,10 @@ class DataStream:
         return self._one("map_batches", fn, uid, parallelism, name)
 
     def rebalance(self) -> DataStream:
-        return DataStream(self._p, self._heads, REBALANCE)
+        return DataStream(self._p, self._heads, REBALANCE, timestamp=self._timestamp)
 
     def broadcast(self) -> DataStream:
-        return DataStream(self._p, self._heads, BROADCAST)
+        return DataStream(self._p, self._heads, BROADCAST, timestamp=self._timestamp)
 
     def union(self, *others: DataStream) -> DataStream:
         heads = list(self._heads)
@@ -248,10 +261,12 @@ class DataStream:
             if o._p is not self._p:
                 raise PipelineDefinitionError("union: streams belong to different pipelines")
             heads.extend(o._heads)
-        return DataStream(self._p, heads, REBALANCE)
+        # one event time for the union only if every input reads it from the same place
+        same = all(o._timestamp == self._timestamp for o in others)
+        return DataStream(self._p, heads, REBALANCE, timestamp=self._timestamp if same else None)
 
     def key_by(self, key: str | Callable[[dict], object]) -> KeyedStream:
-        return KeyedStream(self._p, self._heads, _selector(key))
+        return KeyedStream(self._p, self._heads, _selector(key), timestamp=self._timestamp)
 
     def sink(self, sink: Sink, *, uid: str, parallelism: int | None = None,
              name: str | None = None) -> None:
@@ -263,18 +278,34 @@ class DataStream:
 class KeyedStream(DataStream):
     """A stream partitioned by key: records with the same key go to the same subtask."""
 
-    def __init__(self, pipeline: Pipeline, heads: list[Node], key_selector) -> None:
-        super().__init__(pipeline, heads, HASH, key_selector)
+    def __init__(self, pipeline: Pipeline, heads: list[Node], key_selector, *,
+                 timestamp: TimestampSpec | None = None) -> None:
+        super().__init__(pipeline, heads, HASH, key_selector, timestamp=timestamp)
 
     def process(self, fn: KeyedProcessFunction, *, uid: str, parallelism: int | None = None,
                 name: str | None = None) -> DataStream:
+        """Run ``fn`` per record with keyed state and timers; ``ctx.timestamp`` is the
+        record's event time when the sources have a watermark strategy."""
         if not isinstance(fn, KeyedProcessFunction):
             raise PipelineDefinitionError(
                 f"process {uid!r}: {fn!r} must be a KeyedProcessFunction instance"
             )
         node = self._then("process", name or f"Process: {type(fn).__name__}", uid, parallelism,
                           fn, self._key_selector)
-        return DataStream(self._p, [node], FORWARD)
+        return DataStream(self._p, [node], FORWARD, timestamp=self._timestamp)
+
+    def window(self, assigner: WindowAssigner, *, allowed_lateness=0) -> WindowedStream:
+        """Event-time windows per key: ``TumblingWindows(size)`` or ``SlidingWindows(size,
+        slide)``. A window's result is emitted when the watermark passes its end; records up
+        to ``allowed_lateness`` after that update it (and re-emit), later ones are dropped
+        and counted. Needs a watermark strategy at the sources."""
+        if not isinstance(assigner, WindowAssigner):
+            raise PipelineDefinitionError(
+                f"window: {assigner!r} is not a window assigner (TumblingWindows, SlidingWindows)")
+        lateness = duration_ms(allowed_lateness, "allowed_lateness")
+        if lateness < 0:
+            raise PipelineDefinitionError(f"allowed_lateness must be >= 0, got {lateness} ms")
+        return WindowedStream(self, assigner, lateness)
 
     def aggregate(self, *, uid: str, parallelism: int | None = None, name: str | None = None,
                   **aggregations: str | tuple[str, str]) -> DataStream:
@@ -290,32 +321,9 @@ class KeyedStream(DataStream):
         column and that key's running results so far (Structured Streaming's update mode).
         Needs ``key_by(field name)``. State is columnar in memory with either state backend.
         """
-        from .state.columnar import AggregateSpec
-
-        field = getattr(self._key_selector, "field", None)
-        if field is None:
-            raise PipelineDefinitionError(
-                f"aggregate {uid!r}: needs key_by(<field name>); a key function cannot be "
-                "evaluated on Arrow columns (use process() or reduce() for computed keys)")
-        if not aggregations:
-            raise PipelineDefinitionError(
-                f"aggregate {uid!r}: name at least one aggregation, e.g. count=\"count\"")
-        spec: list[tuple[str, str, str | None]] = []
-        for out, agg in aggregations.items():
-            if out == field:
-                raise PipelineDefinitionError(
-                    f"aggregate {uid!r}: output {out!r} has the key field's name")
-            if agg == "count":
-                spec.append((out, "count", None))
-                continue
-            if (not isinstance(agg, tuple | list) or len(agg) != 2
-                    or agg[0] not in AggregateSpec.FUNCTIONS or not isinstance(agg[1], str)):
-                raise PipelineDefinitionError(
-                    f"aggregate {uid!r}: aggregation {out}={agg!r} is not \"count\" or "
-                    f"(function, column) with function one of {', '.join(AggregateSpec.FUNCTIONS)}")
-            spec.append((out, agg[0], agg[1]))
+        spec = _aggregate_spec("aggregate", uid, self._key_selector, aggregations)
         node = self._then("aggregate", name or f"Aggregate: {', '.join(aggregations)}", uid,
-                          parallelism, AggregateSpec(field, spec), self._key_selector)
+                          parallelism, spec, self._key_selector)
         return DataStream(self._p, [node], FORWARD)
 
     def reduce(self, fn: Callable[[dict, dict], dict], *, uid: str,
@@ -325,4 +333,68 @@ class KeyedStream(DataStream):
             raise PipelineDefinitionError(f"reduce {uid!r} needs a callable")
         node = self._then("reduce", name or f"Reduce: {getattr(fn, '__name__', 'fn')}", uid,
                           parallelism, fn, self._key_selector)
-        return DataStream(self._p, [node], FORWARD)
+        return DataStream(self._p, [node], FORWARD, timestamp=self._timestamp)
+
+
+class WindowedStream:
+    """``key_by(field).window(assigner)``: aggregate per key and window."""
+
+    def __init__(self, keyed: KeyedStream, assigner: WindowAssigner, allowed_lateness_ms: int) -> None:
+        self._keyed = keyed
+        self.assigner = assigner
+        self.allowed_lateness_ms = allowed_lateness_ms
+
+    def aggregate(self, *, uid: str, parallelism: int | None = None, name: str | None = None,
+                  **aggregations: str | tuple[str, str]) -> DataStream:
+        """The aggregations of :meth:`KeyedStream.aggregate`, per key and window, vectorized.
+        Emits one row per key and window when the watermark passes the window's end: the key,
+        ``window_start``, ``window_end`` (epoch ms, or timestamps if the time column is
+        one) and the aggregations (Structured Streaming's append mode)."""
+        from .state.windows import WindowSpec
+
+        keyed = self._keyed
+        spec = _aggregate_spec("window aggregate", uid, keyed._key_selector, aggregations)
+        for reserved in ("window_start", "window_end"):
+            if reserved in aggregations:
+                raise PipelineDefinitionError(
+                    f"window aggregate {uid!r}: output {reserved!r} is a window column")
+        if keyed._timestamp is None:
+            raise PipelineDefinitionError(
+                f"window aggregate {uid!r}: windows need event time, and no watermark strategy "
+                "reaches this operator: pass watermarks=WatermarkStrategy.for_bounded_out_of_"
+                "orderness(...) to every source feeding it (with the same timestamp field)")
+        window = WindowSpec(spec, self.assigner, self.allowed_lateness_ms, keyed._timestamp)
+        node = keyed._then("window_aggregate",
+                           name or f"Window {self.assigner.describe()['type']}: "
+                                   f"{', '.join(aggregations)}",
+                           uid, parallelism, window, keyed._key_selector)
+        return DataStream(keyed._p, [node], FORWARD)
+
+
+def _aggregate_spec(what: str, uid: str, key_selector, aggregations: dict):
+    """The :class:`~.state.columnar.AggregateSpec` of ``aggregate(**aggregations)``, checked."""
+    from .state.columnar import AggregateSpec
+
+    field = getattr(key_selector, "field", None)
+    if field is None:
+        raise PipelineDefinitionError(
+            f"{what} {uid!r}: needs key_by(<field name>); a key function cannot be "
+            "evaluated on Arrow columns (use process() or reduce() for computed keys)")
+    if not aggregations:
+        raise PipelineDefinitionError(
+            f"{what} {uid!r}: name at least one aggregation, e.g. count=\"count\"")
+    spec: list[tuple[str, str, str | None]] = []
+    for out, agg in aggregations.items():
+        if out == field:
+            raise PipelineDefinitionError(
+                f"{what} {uid!r}: output {out!r} has the key field's name")
+        if agg == "count":
+            spec.append((out, "count", None))
+            continue
+        if (not isinstance(agg, tuple | list) or len(agg) != 2
+                or agg[0] not in AggregateSpec.FUNCTIONS or not isinstance(agg[1], str)):
+            raise PipelineDefinitionError(
+                f"{what} {uid!r}: aggregation {out}={agg!r} is not \"count\" or "
+                f"(function, column) with function one of {', '.join(AggregateSpec.FUNCTIONS)}")
+        spec.append((out, agg[0], agg[1]))
+    return AggregateSpec(field, spec)

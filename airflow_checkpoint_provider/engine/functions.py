@@ -25,6 +25,22 @@ class RuntimeContext:
         self.parallelism = parallelism
         self.attempt = attempt
         self._backend = backend
+        #: event time of the record being processed (ms), or of the timer firing; None
+        #: without a watermark strategy upstream
+        self.timestamp: int | None = None
+        #: in ``on_timer``: ``"event"`` or ``"processing"``
+        self.time_domain: str | None = None
+        self._timers = None
+
+    @property
+    def timer_service(self):
+        """Timers of the current key (keyed ``process()`` only): ``register_event_time_timer``,
+        ``register_processing_time_timer``, ``delete_*``, ``current_watermark()``,
+        ``current_processing_time()``."""
+        if self._timers is None:
+            raise TypeError(f"operator {self.operator_uid!r}: timers exist only in a keyed "
+                            "process() function")
+        return self._timers
 
     @property
     def current_key(self) -> object:
@@ -61,6 +77,11 @@ class KeyedProcessFunction:
 
     def process_element(self, record: dict, ctx: RuntimeContext) -> Iterable[dict] | None:
         raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: RuntimeContext) -> Iterable[dict] | None:
+        """A timer registered through ``ctx.timer_service`` fired; the key's state is in
+        scope (``ctx.current_key``), ``ctx.time_domain`` says which kind. May emit records."""
+        return None
 
     def end_input(self, ctx: RuntimeContext) -> Iterable[dict] | None:
         """Called once when every input reached its end (bounded jobs); may emit records."""

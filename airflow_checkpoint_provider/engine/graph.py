@@ -19,7 +19,7 @@ from .errors import PipelineDefinitionError
 from .names import validate_uid
 
 FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast"
-STATEFUL_KINDS = ("source", "process", "reduce", "aggregate", "sink")
+STATEFUL_KINDS = ("source", "process", "reduce", "aggregate", "window_aggregate", "sink")
 
 
 @dataclass
@@ -31,6 +31,11 @@ class Node:
     parallelism: int | None
     payload: object = None  # user function / source / sink
     key_selector: Callable[[dict], object] | None = None  # keyed operators
+    #: sources: how the source makes watermarks (``eventtime.WatermarkStrategy``)
+    watermarks: object = None
+    #: where a record's event time is (``eventtime.TimestampSpec``), from the sources'
+    #: watermark strategy; None without one
+    timestamp: object = None
 
 
 @dataclass

@@ -44,11 +44,16 @@ class GeneratorSource(Source):
     :param arrow: emit ``pyarrow.RecordBatch`` batches (columns ``id``, ``key``, ``value``)
         generated with numpy instead of lists of dicts; the same records either way.
     :param int_keys: integer keys ``n`` instead of strings ``"k<n>"`` (same distribution).
+    :param event_time_step_ms: add an event time ``"ts"`` (epoch ms): record ``i`` happens
+        at ``start_ms + i * event_time_step_ms``, minus a seeded delay of up to
+        ``max_disorder_ms`` (so records arrive out of order by at most that much).
     """
 
     def __init__(self, num_records: int | None = 10_000, *, num_keys: int = 100, seed: int = 0,
                  splits: int = 4, records_per_second: float | None = None,
-                 arrow: bool = False, int_keys: bool = False) -> None:
+                 arrow: bool = False, int_keys: bool = False,
+                 event_time_step_ms: int | None = None, max_disorder_ms: int = 0,
+                 start_ms: int = 0) -> None:
         if num_records is not None and num_records < 0:
             raise ValueError(f"num_records must be >= 0 (got {num_records})")
         if splits < 1:
@@ -60,6 +65,11 @@ class GeneratorSource(Source):
         self.records_per_second = records_per_second
         self.arrow = arrow
         self.int_keys = int_keys
+        if max_disorder_ms < 0:
+            raise ValueError(f"max_disorder_ms must be >= 0 (got {max_disorder_ms})")
+        self.event_time_step_ms = event_time_step_ms
+        self.max_disorder_ms = max_disorder_ms
+        self.start_ms = start_ms
 
     def splits(self) -> list[str]:
         return [f"split-{j}" for j in range(self.num_splits)]
@@ -67,7 +77,11 @@ class GeneratorSource(Source):
     def record(self, i: int) -> dict:
         h = mix64(self.seed * 0x100000001B3 + i)
         n = h % self.num_keys
-        return {"id": i, "key": n if self.int_keys else f"k{n}", "value": (h >> 32) % 100}
+        record = {"id": i, "key": n if self.int_keys else f"k{n}", "value": (h >> 32) % 100}
+        if self.event_time_step_ms is not None:
+            record["ts"] = (self.start_ms + i * self.event_time_step_ms
+                            - (h >> 12) % (self.max_disorder_ms + 1))
+        return record
 
     def record_batch(self, ids: np.ndarray) -> pa.RecordBatch:
         """The records of ``ids`` (int64) as one Arrow batch, computed without a Python loop."""
@@ -78,8 +92,13 @@ class GeneratorSource(Source):
         keys = n if self.int_keys else pc.binary_join_element_wise(
             "k", pc.cast(n, pa.string()), "")
         values = ((h >> np.uint64(32)) % np.uint64(100)).astype(np.int64)
-        return pa.RecordBatch.from_arrays([pa.array(ids, pa.int64()), keys, pa.array(values)],
-                                          names=["id", "key", "value"])
+        arrays = [pa.array(ids, pa.int64()), keys, pa.array(values)]
+        names = ["id", "key", "value"]
+        if self.event_time_step_ms is not None:
+            delay = ((h >> np.uint64(12)) % np.uint64(self.max_disorder_ms + 1)).astype(np.int64)
+            arrays.append(pa.array(self.start_ms + ids * self.event_time_step_ms - delay))
+            names.append("ts")
+        return pa.RecordBatch.from_arrays(arrays, names=names)
 
     def open_split(self, split_id: str, position: object | None, ctx: SourceContext) -> SplitReader:
         return _GeneratorReader(self, int(split_id.rsplit("-", 1)[1]), int(position or 0))

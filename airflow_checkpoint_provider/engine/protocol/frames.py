@@ -12,6 +12,7 @@ import struct
 import threading
 
 from ..serialization import packb, unpackb
+from .errors import ProtocolError
 from .messages import Message, decode, encode
 
 HEADER = struct.Struct("!IB")
@@ -26,6 +27,20 @@ HELLO = 6          # msgpack {"vertex", "subtask", "channel"} sent first on a da
 CONTROL = 7        # msgpack map of a control message (messages.py)
 CHALLENGE = 8      # 16-byte nonce, first frame from the accepting side (runtime/auth.py)
 AUTH = 9           # HMAC-SHA256 of the nonce under the job secret, the answer
+WATERMARK = 10     # msgpack [watermark_ms, idle] (runtime/watermarks.py)
+
+
+def encode_watermark(watermark: int, idle: bool) -> bytes:
+    return packb([watermark, idle])
+
+
+def decode_watermark(payload: bytes) -> tuple[int, bool]:
+    """The ``(watermark, idle)`` of a WATERMARK frame; :class:`ProtocolError` if malformed."""
+    fields = unpackb(payload)
+    if (not isinstance(fields, list) or len(fields) != 2 or not isinstance(fields[0], int)
+            or isinstance(fields[0], bool) or not isinstance(fields[1], bool)):
+        raise ProtocolError(f"watermark frame: expected [watermark, idle], got {fields!r:.200}")
+    return fields[0], fields[1]
 
 
 class ConnectionClosed(Exception):

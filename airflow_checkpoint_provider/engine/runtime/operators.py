@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 import pyarrow as pa
 
 from ..connectors.base import SourceContext
-from ..errors import RestoreError
+from ..errors import CorruptCheckpointError, RestoreError
 from ..functions import RuntimeContext
 from ..graph import Node
 from ..state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
@@ -15,7 +16,11 @@ from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
 from ..state.keygroups import KeyGroupRange
 from ..state.keys import KeyContract
-from .batches import to_record_batch
+from ..eventtime import MIN_WATERMARK
+from ..state.windows import WindowAggregateTable
+from ..timers import EVENT_TIME, PROCESSING_TIME, TimerService
+from .batches import Batch, to_record_batch
+from .watermarks import SourceWatermarks, Status
 
 
 class OperatorSnapshot:
@@ -38,6 +43,8 @@ class Operator:
 
     keyed = False
     vectorized = False
+    #: the keyed state is columnar (``arrow`` snapshot files): aggregate() and windows
+    columnar = False
 
     def __init__(self, node: Node, ctx: RuntimeContext) -> None:
         self.node = node
@@ -51,6 +58,19 @@ class Operator:
         return records
 
     def end_input(self) -> list[dict]:
+        return []
+
+    def on_watermark(self, watermark: int) -> list[Batch]:
+        """The operator's input watermark advanced to ``watermark``: return what it emits
+        (fired timers and windows) before the watermark goes downstream."""
+        return []
+
+    def next_processing_timer(self) -> int | None:
+        """Epoch ms of the earliest processing-time timer, if any."""
+        return None
+
+    def on_processing_time(self, now_ms: int) -> list[Batch]:
+        """Fire processing-time timers due at ``now_ms``."""
         return []
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot | None:
@@ -149,16 +169,51 @@ class KeyedOperator(_KeyedStateOperator):
 
 class ProcessOperator(KeyedOperator):
     def open(self, restored_operator_state):
+        self.timers = TimerService(self.backend)
+        self.timers.rebuild()
+        self.ctx._timers = self.timers
         self.node.payload.open(self.ctx)
 
     def process(self, records):
         fn = self.node.payload
         backend, sel, ctx, check = self.backend, self.selector, self.ctx, self.keys.check
+        stamp = self.node.timestamp
         out: list = []
-        for r in records:
-            backend.set_current_key(check(sel(r)))
-            _emitted(fn.process_element(r, ctx), out)
+        if stamp is None:
+            for r in records:
+                backend.set_current_key(check(sel(r)))
+                _emitted(fn.process_element(r, ctx), out)
+        else:
+            uid = self.uid or self.node.name
+            for r in records:
+                backend.set_current_key(check(sel(r)))
+                ctx.timestamp = stamp.of_record(r, uid)
+                _emitted(fn.process_element(r, ctx), out)
+            ctx.timestamp = None
         return out
+
+    def _fire(self, domain: str, until: int) -> list[dict]:
+        fn, ctx, out = self.node.payload, self.ctx, []
+        ctx.time_domain = domain
+        try:
+            for ts in self.timers.due(domain, until):
+                ctx.timestamp = ts
+                _emitted(fn.on_timer(ts, ctx), out)
+        finally:
+            ctx.timestamp = ctx.time_domain = None
+        return out
+
+    def on_watermark(self, watermark):
+        self.timers.watermark = watermark
+        out = self._fire(EVENT_TIME, watermark)
+        return [out] if out else []
+
+    def next_processing_timer(self):
+        return self.timers.next_processing_time()
+
+    def on_processing_time(self, now_ms):
+        out = self._fire(PROCESSING_TIME, now_ms)
+        return [out] if out else []
 
     def end_input(self):
         out: list = []
@@ -210,6 +265,7 @@ class AggregateOperator(_KeyedStateOperator):
     """
 
     vectorized = True
+    columnar = True
 
     def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                  max_parallelism: int) -> None:
@@ -226,6 +282,52 @@ class AggregateOperator(_KeyedStateOperator):
     def process(self, records: pa.RecordBatch) -> pa.RecordBatch:
         return self.backend.update(records)
 
+
+
+class WindowAggregateOperator(_KeyedStateOperator):
+    """``key_by(field).window(assigner).aggregate(...)``: built-in aggregations per key and
+    event-time window, vectorized like :class:`AggregateOperator`; a window's rows are
+    emitted when the watermark passes its end (:mod:`..state.windows`)."""
+
+    vectorized = True
+    columnar = True
+
+    def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
+                 max_parallelism: int) -> None:
+        super().__init__(node, ctx)
+        self.backend = WindowAggregateTable(node.payload, key_groups, max_parallelism, node.uid)
+        self.watermark = MIN_WATERMARK
+
+    def open(self, restored_operator_state):
+        AggregateTable(self.backend.spec.aggregate, self.backend.key_groups,
+                       self.backend.max_parallelism, self.uid).warm_up()
+
+    def process(self, records: pa.RecordBatch):
+        late = self.backend.update(records, self.watermark)
+        return _one_batch(late)
+
+    def on_watermark(self, watermark):
+        self.watermark = watermark
+        return self.backend.fire(watermark)
+
+
+def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch | list:
+    if not batches:
+        return []
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(
+        [b.cast(batches[0].schema) for b in batches]).combine_chunks().to_batches()[0]
+
+
+def _restored_timestamp(entry: dict, uid: str | None) -> int | None:
+    """A split's largest timestamp from a snapshot (untrusted input)."""
+    ts = entry.get("max_timestamp")
+    if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool)):
+        raise CorruptCheckpointError(
+            f"source {uid!r}: split {entry.get('split')!r} has max_timestamp {ts!r} in the "
+            "snapshot, not an integer")
+    return ts
 
 
 class SourceOperator(Operator):
@@ -261,6 +363,14 @@ class SourceOperator(Operator):
                 self.readers[s] = src.open_split(s, positions.get(s), sctx)
         self._order = [s for s in self.assigned if s in self.readers]
         self._next = 0
+        strategy = self.node.watermarks
+        self.watermarks: SourceWatermarks | None = None
+        if strategy is not None:
+            self.watermarks = SourceWatermarks(
+                strategy, self._order,
+                {e["split"]: _restored_timestamp(e, self.uid)
+                 for e in (restored_operator_state or [])},
+                time.monotonic())
 
     def read_batch(self, max_records: int) -> list[dict] | None:
         """Round-robin over the splits; ``None`` when every split is exhausted."""
@@ -273,14 +383,33 @@ class SourceOperator(Operator):
                 self.readers.pop(split).close()
                 self.finished_splits.add(split)
                 self._order.remove(split)
+                if self.watermarks is not None:
+                    self.watermarks.on_split_finished(split)
                 return [] if self._order else None
             self.positions[split] = self.readers[split].position()
             if batch:
+                if self.watermarks is not None:
+                    self._observe(split, batch)
                 return batch
         return None if not self._order else []
 
+    def _observe(self, split: str, batch: Batch) -> None:
+        stamp = self.node.watermarks.timestamp
+        uid = self.uid or self.node.name
+        ts = (stamp.of_batch(batch, uid) if isinstance(batch, pa.RecordBatch)
+              else stamp.of_rows(batch, uid))
+        self.watermarks.on_records(split, int(ts.max()), time.monotonic())
+
+    def poll_watermark(self, *, force: bool = False) -> Status | None:
+        """The watermark (or idle status) to send downstream now, if any."""
+        if self.watermarks is None:
+            return None
+        return self.watermarks.poll(time.monotonic(), force=force)
+
     def snapshot(self, checkpoint_id):
-        state = [{"split": s, "position": self.positions.get(s), "finished": s in self.finished_splits}
+        wm = self.watermarks
+        state = [{"split": s, "position": self.positions.get(s), "finished": s in self.finished_splits,
+                  **({"max_timestamp": wm.state(s)} if wm is not None else {})}
                  for s in self.assigned]
         return OperatorSnapshot(operator_state=state)
 
@@ -332,6 +461,8 @@ def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                     max_parallelism: int, state_backend: dict | None = None) -> Operator:
     if node.kind == "aggregate":
         return AggregateOperator(node, ctx, key_groups, max_parallelism)
+    if node.kind == "window_aggregate":
+        return WindowAggregateOperator(node, ctx, key_groups, max_parallelism)
     if node.kind in _KEYED:
         return _KEYED[node.kind](node, ctx, key_groups, max_parallelism, state_backend)
     return _SIMPLE[node.kind](node, ctx)

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 
 from ..errors import BadRecordError, CorruptCheckpointError, DeterministicError, RestoreError
+from ..eventtime import MAX_WATERMARK, MIN_WATERMARK
 from ..functions import RuntimeContext
 from ..graph import BROADCAST, FORWARD, HASH, REBALANCE, ExecutionGraph, Vertex
 from ..protocol import BarrierKind, CheckpointBarrier
@@ -41,11 +42,12 @@ from .alignment import BarrierHandler
 from .batches import Batch, as_arrow, as_rows, encode_arrow, split_by_channel
 from .mailbox import Mailbox
 from .operators import (
-    AggregateOperator,
     Operator,
+    ProcessOperator,
     SourceOperator,
     create_operator,
 )
+from .watermarks import WatermarkValve
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ METRICS_REPORT_SECONDS = 1.0
 COALESCE_BATCHES = 4
 
 # mailbox items that belong to one input channel (item[1] is the channel)
-_CHANNEL_ITEMS = ("records", "barrier", "cancel", "eoi", "closed")
+_CHANNEL_ITEMS = ("records", "barrier", "cancel", "eoi", "closed", "watermark")
 
 
 class TaskEnvironment:
@@ -107,6 +109,8 @@ def event_item(kind: int, payload: bytes, channel: int) -> tuple:
         return ("cancel", channel, unpackb(payload))
     if kind == P.END_OF_INPUT:
         return ("eoi", channel, None)
+    if kind == P.WATERMARK:
+        return ("watermark", channel, P.decode_watermark(payload))
     raise P.ConnectionClosed(f"unexpected frame type {kind}")
 
 
@@ -222,6 +226,8 @@ class StreamTask:
         self.writers = writers
         self.channel_gates = channel_gates  # channel -> Event the reader waits on after a barrier
         self.handler = BarrierHandler(vertex.num_input_channels(), env.exactly_once)
+        self.valve = WatermarkValve(vertex.num_input_channels())
+        self.watermark = MIN_WATERMARK          # the chain's input watermark
         self.operators: list[Operator] = []
         self.counts: list[list[int]] = [[0, 0] for _ in vertex.nodes]  # records in/out per operator
         self._last_report = time.monotonic()
@@ -283,7 +289,7 @@ class StreamTask:
             handles = [keyed_handle_from_dict(h, location=spec["directory"])
                        for h in (spec or {}).get("keyed") or []]
             kinds = {h.type for h in handles}
-            if spec and ("arrow" in kinds) != isinstance(op, AggregateOperator) and handles:
+            if spec and ("arrow" in kinds) != op.columnar and handles:
                 raise RestoreError(
                     f"operator {node.uid!r}: the snapshot holds "
                     f"{'aggregate()' if 'arrow' in kinds else 'process()/reduce()'} state, but "
@@ -299,6 +305,8 @@ class StreamTask:
                 raise CorruptCheckpointError(
                     f"{exc} (operator {node.uid!r}, restored from {spec['directory']})") from exc
             self.operators.append(op)
+        self._timer_ops = [i for i, op in enumerate(self.operators)
+                           if isinstance(op, ProcessOperator)]
 
     def _close(self) -> None:
         for op in self.operators:
@@ -334,7 +342,51 @@ class StreamTask:
             counts={op.uid or op.node.name: list(c)
                     for op, c in zip(self.operators, self.counts, strict=True)}))
 
+    # -- event time -----------------------------------------------------------------------
+    def _on_watermark_status(self, status, start: int) -> None:
+        """Act on what the valve (or the source) says: a new watermark goes through the
+        chain from operator ``start`` (timers and windows fire, their output goes first),
+        then downstream; an idle status only goes downstream."""
+        if status is None:
+            return
+        watermark, idle = status
+        if idle:
+            for w in self.writers:
+                w.emit_event(P.WATERMARK, P.encode_watermark(watermark, True))
+            return
+        self._advance_watermark(watermark, start)
+
+    def _advance_watermark(self, watermark: int, start: int) -> None:
+        if watermark <= self.watermark:
+            return
+        self.watermark = watermark
+        for i in range(start, len(self.operators)):
+            for out in self.operators[i].on_watermark(watermark):
+                self._push(out, i + 1)
+        payload = P.encode_watermark(watermark, False)
+        for w in self.writers:
+            w.emit_event(P.WATERMARK, payload)
+
+    def _fire_processing_timers(self) -> float:
+        """Fire due processing-time timers; return seconds until the next one (or 0.5)."""
+        wait = 0.5
+        if not self._timer_ops:
+            return wait
+        now_ms = int(time.time() * 1000)
+        for i in self._timer_ops:
+            op = self.operators[i]
+            nxt = op.next_processing_timer()
+            if nxt is not None and nxt <= now_ms:
+                for out in op.on_processing_time(now_ms):
+                    self._push(out, i + 1)
+                nxt = op.next_processing_timer()
+            if nxt is not None:
+                wait = min(wait, max(0.0, (nxt - now_ms) / 1000.0))
+        return wait
+
     def _end_input(self, start: int = 0) -> None:
+        # end of input is the largest watermark: every event-time timer and window fires
+        self._advance_watermark(MAX_WATERMARK, start)
         for i in range(start, len(self.operators)):
             out = self.operators[i].end_input()
             if out:
@@ -361,13 +413,15 @@ class StreamTask:
             if batch is None:
                 self.exhausted = True
                 self._end_input(1)
-            elif batch:
+                continue
+            if batch:
                 self.counts[0][1] += len(batch)
                 self._push(batch, 1)
             else:
                 item = self.mailbox.take(0.005, control_only=True)
                 if item is not None:
                     self._control(item)
+            self._on_watermark_status(source.poll_watermark(), 1)
 
     def _input_loop(self) -> None:
         channels = self.vertex.num_input_channels()
@@ -375,7 +429,8 @@ class StreamTask:
         while not self.finished:
             # items of a channel released after alignment first: they precede anything of
             # that channel still in the mailbox
-            item = self._replay.popleft() if self._replay else self.mailbox.take(0.5)
+            wait = self._fire_processing_timers()
+            item = self._replay.popleft() if self._replay else self.mailbox.take(wait)
             if item is None:
                 continue
             kind = item[0]
@@ -389,10 +444,15 @@ class StreamTask:
                 self._apply(self.handler.on_barrier(channel, barrier.checkpoint_id), barrier)
             elif kind == "cancel":
                 self._apply(self.handler.on_cancel(item[1], item[2]), None)
+            elif kind == "watermark":
+                watermark, idle = item[2]
+                self._on_watermark_status(self.valve.on_watermark(item[1], watermark, idle), 0)
             elif kind == "eoi":
                 ended.add(item[1])
                 if len(ended) == channels:
                     self._end_input(0)
+                else:
+                    self._on_watermark_status(self.valve.on_end(item[1]), 0)
             elif kind == "closed":
                 self._apply(self.handler.on_channel_closed(item[1]), None)
             else:

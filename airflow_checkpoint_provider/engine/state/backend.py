@@ -66,6 +66,10 @@ class KeyedStateBackend(Protocol):
 class PerKeyStateBackend(KeyedStateBackend, Protocol):
     """A backend that scopes value/list/map/reducing state to the current key."""
 
+    #: state name -> meta of the states a restore brought (registered or not)
+    restored_meta: dict[str, dict]
+    current_key: object
+
     def set_current_key(self, key: object) -> None: ...
 
     def get_state(self, descriptor: Any) -> Any: ...

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import StateMigrationError
+from ..errors import RestoreError, StateMigrationError
 from ..snapshot.codec import read_state_file
 from .backend import StateSnapshot, write_state_file
 from .keygroups import KeyGroupRange
@@ -256,6 +256,11 @@ class AggregateTable:
     def update(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Fold ``batch`` into the accumulators; return the new values of the keys it touched
         (one row per distinct key, in order of first appearance)."""
+        return self._output(*self.fold(batch))
+
+    def fold(self, batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray]:
+        """Fold ``batch`` into the accumulators; return the distinct keys it touched and
+        their rows."""
         spec = self.spec
         if spec.key not in batch.schema.names:
             raise KeyError(f"aggregate {self.uid!r}: key field {spec.key!r} is not in the input "
@@ -318,7 +323,7 @@ class AggregateTable:
                 old = target[rows]
                 merged = np.where(nn_before > 0, combine(old, part), part)
                 target[rows] = np.where(seen, merged, old)
-        return self._output(key_col, rows)
+        return key_col, rows
 
     def _check_key_type(self, arrow_type: pa.DataType) -> None:
         kind = _key_kind(arrow_type)
@@ -383,6 +388,11 @@ class AggregateTable:
                                             "spec": self.spec.describe()}}, write)
 
     def restore_state(self, directory: str, handles, states: dict[str, dict]) -> None:
+        if "window" in states:
+            raise RestoreError(
+                f"operator {self.uid!r}: the snapshot holds windowed aggregate state; an "
+                "aggregate() without windows needs a new uid (restore with "
+                "allow_non_restored_state=True)")
         spec = (states.get("aggregate") or {}).get("spec")
         for handle in handles:
             self.restore(read_state_file(directory, handle), spec)
@@ -436,7 +446,12 @@ class AggregateTable:
 
         Raises :class:`StateMigrationError` when an aggregation needs an accumulator the
         snapshot does not have (its values for restored keys would be wrong)."""
-        table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+        table = self.owned_rows(pa.ipc.open_file(pa.py_buffer(data)).read_all(), restored_spec)
+        return len(self.restore_rows(table))
+
+    def owned_rows(self, table: pa.Table, restored_spec: dict | None) -> pa.Table:
+        """The rows of a snapshot table in this subtask's key groups, after checking that the
+        table keeps every accumulator the aggregations need."""
         missing = {acc: agg for acc, agg in self.required_accumulators().items()
                    if acc not in table.column_names}
         if missing:
@@ -452,9 +467,12 @@ class AggregateTable:
         kg = table.column("key_group")
         mine = pc.and_(pc.greater_equal(kg, self.key_groups.start),
                        pc.less_equal(kg, self.key_groups.end))
-        table = table.filter(mine)
+        return table.filter(mine)
+
+    def restore_rows(self, table: pa.Table) -> np.ndarray:
+        """Insert the rows of :meth:`owned_rows` (keys new to this table); return their rows."""
         if not table.num_rows:
-            return 0
+            return np.empty(0, dtype=np.int64)
         key_col = table.column("key").combine_chunks()
         self._check_key_type(key_col.type)
         hashes = key_hashes(key_col)
@@ -481,4 +499,4 @@ class AggregateTable:
                 arr = _grow(arr, n)
                 arr[rows] = 0
                 self.acc[name] = arr
-        return table.num_rows
+        return rows
