@@ -19,7 +19,9 @@ from .errors import PipelineDefinitionError
 from .names import validate_uid
 
 FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast"
-STATEFUL_KINDS = ("source", "process", "reduce", "aggregate", "window_aggregate", "sink")
+#: operators whose state is keyed (redistributed by key group on restore)
+KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate")
+STATEFUL_KINDS = ("source", *KEYED_KINDS, "sink")
 
 
 @dataclass

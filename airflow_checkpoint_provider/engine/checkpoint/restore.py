@@ -12,11 +12,9 @@
 from __future__ import annotations
 
 from ..errors import CorruptCheckpointError, RestoreError
-from ..graph import ExecutionGraph
+from ..graph import KEYED_KINDS, ExecutionGraph
 from ..snapshot.codec import LoadedSnapshot
 from ..state.keygroups import KeyGroupRange, key_group_range_for
-
-KEYED_KINDS = ("process", "reduce", "aggregate")
 
 
 def operator_kind(node_kind: str) -> str:

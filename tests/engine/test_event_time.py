@@ -1,0 +1,187 @@
+"""Event time end to end: windows and event-time timers over out-of-order input, exactly-once
+under seeded failures (exceptions and SIGKILLed slot processes), and across a
+stop-with-savepoint restored at another parallelism. Expected outputs are computed from the
+generator's records (tests/event_time_pipelines.py); the failure-free runs are checked
+against the same expectation."""
+
+import shutil
+
+import pytest
+from event_time_pipelines import (
+    N,
+    alert_pipeline,
+    committed_alerts,
+    committed_windows,
+    expected_alerts,
+    expected_windows,
+    windowed_pipeline,
+)
+from pipelines import Background, FaultPlan
+
+from airflow_checkpoint_provider.engine import (
+    CheckpointConfig,
+    DiscardSink,
+    FileSink,
+    GeneratorSource,
+    JobFailedError,
+    KeyedProcessFunction,
+    Pipeline,
+    PipelineDefinitionError,
+    RestartStrategy,
+    TumblingWindows,
+    WatermarkStrategy,
+    read_committed,
+)
+
+FAULTS = [("record", 2_500), ("kill", 9_000), ("record", 15_000)]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sliding", [False, True], ids=["tumbling", "sliding"])
+def test_failure_free_windows_match_the_records(workdir, sliding):
+    result = windowed_pipeline(str(workdir), sliding=sliding).run()
+    assert result.status == "FINISHED"
+    assert committed_windows(str(workdir / "out")) == expected_windows(sliding=sliding)
+
+
+@pytest.mark.timeout(120)
+def test_failure_free_alerts_match_the_records(workdir):
+    result = alert_pipeline(str(workdir)).run()
+    assert result.status == "FINISHED"
+    got = committed_alerts(str(workdir / "out"))
+    assert len(got) == len(set(got)) and set(got) == expected_alerts()
+    # a timer fires only once the watermark reached it
+    assert all(r["watermark"] >= r["alert_at"] for r in read_committed(str(workdir / "out")))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_windows_exactly_once_under_exceptions_and_sigkill(workdir):
+    faults = FaultPlan(str(workdir / "faults"), FAULTS)
+    result = windowed_pipeline(str(workdir), faults=faults, rate=6_000).run()
+    assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
+    assert result.restarts == len(faults.attempts_hit())
+    assert committed_windows(str(workdir / "out")) == expected_windows()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_timers_exactly_once_under_exceptions_and_sigkill(workdir, backend):
+    faults = FaultPlan(str(workdir / "faults"), FAULTS)
+    result = alert_pipeline(str(workdir), faults=faults, rate=6_000, state_backend=backend).run()
+    assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
+    assert result.restarts == len(faults.attempts_hit())
+    got = committed_alerts(str(workdir / "out"))
+    assert len(got) == len(set(got)), "an alert was committed twice"
+    assert set(got) == expected_alerts()
+
+
+def _stop_with_savepoint(bg: Background) -> str:
+    job = bg.wait_running(min_checkpoints=2)
+    req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
+    assert req.status == "SUCCEEDED", req.error
+    assert bg.result().status == "STOPPED"
+    return req.result["location"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_windows_survive_stop_with_savepoint_and_rescale(workdir, tmp_path_factory):
+    location = _stop_with_savepoint(Background(windowed_pipeline(str(workdir), rate=5_000)))
+    partial = committed_windows(str(workdir / "out"))
+    assert 0 < len(partial) < len(expected_windows()), "stopped mid-stream"
+    restored = tmp_path_factory.mktemp("restored")
+    shutil.copytree(workdir / "out", restored / "out")
+    result = windowed_pipeline(str(restored), parallelism=3, window_parallelism=3,
+                               out=str(restored / "out")).run(restore=location)
+    assert result.status == "FINISHED" and result.restored_from == location
+    assert committed_windows(str(restored / "out")) == expected_windows()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_timers_survive_stop_with_savepoint_and_rescale_on_rocksdb(workdir, tmp_path_factory):
+    location = _stop_with_savepoint(Background(alert_pipeline(str(workdir), rate=5_000,
+                                                              state_backend="rocksdb")))
+    restored = tmp_path_factory.mktemp("restored")
+    shutil.copytree(workdir / "out", restored / "out")
+    result = alert_pipeline(str(restored), keyed_parallelism=3, out=str(restored / "out"),
+                            state_backend="rocksdb").run(restore=location)
+    assert result.status == "FINISHED"
+    got = committed_alerts(str(restored / "out"))
+    assert len(got) == len(set(got)) and set(got) == expected_alerts()
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+def _pipeline(workdir, name="errors") -> Pipeline:
+    return Pipeline(name, checkpoint=CheckpointConfig(interval_ms=200, directory=str(workdir / "ckpt")),
+                    restart_strategy=RestartStrategy.fixed_delay(attempts=3, delay_ms=0),
+                    metadata_url="sqlite:///" + str(workdir / "meta.db"))
+
+
+def test_window_without_watermark_strategy_is_refused_naming_the_uid(workdir):
+    p = _pipeline(workdir)
+    keyed = p.source(GeneratorSource(10), uid="gen").key_by("key")
+    with pytest.raises(PipelineDefinitionError, match=r"window aggregate 'w'.*watermark"):
+        keyed.window(TumblingWindows(1000)).aggregate(uid="w", n="count")
+
+
+def test_window_needs_a_field_key(workdir):
+    p = _pipeline(workdir)
+    keyed = p.source(GeneratorSource(10), uid="gen", watermarks=WatermarkStrategy
+                     .for_monotonous_timestamps(timestamp_field="id")).key_by(lambda r: r["key"])
+    with pytest.raises(PipelineDefinitionError, match=r"'w': needs key_by\(<field name>\)"):
+        keyed.window(TumblingWindows(1000)).aggregate(uid="w", n="count")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("field,error", [
+    ("missing", r"operator 'gen': timestamp field 'missing' is (not a column|missing)"),
+    ("key", r"operator 'gen': timestamp field 'key' .*not a time"),
+])
+def test_timestamp_field_missing_or_not_a_time_fails_the_job_naming_uid_and_field(
+        workdir, field, error):
+    p = _pipeline(workdir)
+    (p.source(GeneratorSource(100, arrow=True), uid="gen",
+              watermarks=WatermarkStrategy.for_bounded_out_of_orderness(10, timestamp_field=field))
+      .sink(DiscardSink(), uid="out"))
+    with pytest.raises(JobFailedError, match=error):
+        p.run()
+
+
+class ProcessingTimeEcho(KeyedProcessFunction):
+    """On a key's first record, a processing-time timer 50 ms later emits the key once."""
+
+    def open(self, ctx):
+        self.armed = ctx.value_state("armed", False)
+
+    def process_element(self, record, ctx):
+        if not self.armed.value():
+            self.armed.update(True)
+            ctx.timer_service.register_processing_time_timer(
+                ctx.timer_service.current_processing_time() + 50)
+
+    def on_timer(self, timestamp, ctx):
+        assert ctx.time_domain == "processing"
+        return {"key": ctx.current_key, "fired_at": timestamp}
+
+
+@pytest.mark.timeout(120)
+def test_processing_time_timers_fire_from_the_task_loop(workdir):
+    p = _pipeline(workdir, "proc-timers")
+    # a slow unbounded-looking source: the timers are due long before the input ends
+    (p.source(GeneratorSource(3_000, num_keys=10, records_per_second=3_000), uid="gen")
+      .key_by("key").process(ProcessingTimeEcho(), uid="echo", parallelism=2)
+      .sink(FileSink(str(workdir / "out")), uid="out"))
+    assert p.run().status == "FINISHED"
+    rows = list(read_committed(str(workdir / "out")))
+    assert sorted(r["key"] for r in rows) == sorted(f"k{i}" for i in range(10))
+
+
+def test_expected_outputs_are_not_trivial():
+    """The comparisons above are meaningful: many windows and alerts, of several keys."""
+    assert len(expected_windows()) > 100 and len({k for k, _ in expected_windows()}) == 20
+    assert len(expected_alerts()) > 1_000
+    assert N == 20_000

@@ -1,0 +1,168 @@
+"""Event-time pipelines shared by tests (importable by slot processes): a windowed count/sum
+and an inactivity alert on event-time timers, with their expected output computed from the
+generator's records."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+from pipelines import FaultPlan
+
+from airflow_checkpoint_provider.engine import (
+    CheckpointConfig,
+    FileSink,
+    GeneratorSource,
+    KeyedProcessFunction,
+    Pipeline,
+    RestartStrategy,
+    SlidingWindows,
+    TumblingWindows,
+    WatermarkStrategy,
+    read_committed,
+)
+
+N, KEYS, SEED = 20_000, 20, 3
+STEP_MS, DISORDER_MS, BOUND_MS = 2, 300, 400
+WINDOW_MS, GAP_MS = 1_000, 250
+
+
+def source(num_records: int = N, *, num_keys: int = KEYS, rate: float | None = None,
+           arrow: bool = True) -> GeneratorSource:
+    return GeneratorSource(num_records, num_keys=num_keys, seed=SEED, splits=4,
+                           records_per_second=rate, arrow=arrow, event_time_step_ms=STEP_MS,
+                           max_disorder_ms=DISORDER_MS, start_ms=1_700_000_000_000)
+
+
+def watermarks() -> WatermarkStrategy:
+    return (WatermarkStrategy.for_bounded_out_of_orderness(BOUND_MS, timestamp_field="ts")
+            .with_emit_interval(20))
+
+
+def _pipeline(root: str, name: str, interval_ms: int, state_backend: str) -> Pipeline:
+    return Pipeline(name, max_parallelism=128, state_backend=state_backend,
+                    checkpoint=CheckpointConfig(interval_ms=interval_ms,
+                                                directory=os.path.join(root, "ckpt")),
+                    restart_strategy=RestartStrategy.fixed_delay(attempts=100, delay_ms=0),
+                    metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+
+
+class FaultyPassThrough(KeyedProcessFunction):
+    """Passes records on; raises or SIGKILLs its slot at the seeded records."""
+
+    def __init__(self, faults: FaultPlan) -> None:
+        self.faults = faults
+
+    def open(self, ctx):
+        self.attempt = ctx.attempt
+
+    def process_element(self, record, ctx):
+        info = {"attempt": self.attempt}
+        self.faults.maybe_fail("record", record["id"], info)
+        self.faults.maybe_fail("kill", record["id"], info)
+        return record
+
+
+def windowed_pipeline(root: str, *, num_records: int = N, rate: float | None = None,
+                      faults: FaultPlan | None = None, parallelism: int = 2,
+                      window_parallelism: int = 2, sliding: bool = False,
+                      interval_ms: int = 150, out: str | None = None,
+                      state_backend: str = "heap") -> Pipeline:
+    p = _pipeline(root, "windowed", interval_ms, state_backend)
+    stream = p.source(source(num_records, rate=rate), uid="gen", parallelism=parallelism,
+                      watermarks=watermarks())
+    if faults is not None:
+        stream = stream.key_by("key").process(FaultyPassThrough(faults), uid="faulty")
+    assigner = SlidingWindows(WINDOW_MS, WINDOW_MS // 2) if sliding else TumblingWindows(WINDOW_MS)
+    (stream.key_by("key").window(assigner)
+           .aggregate(uid="win", parallelism=window_parallelism, n="count", total=("sum", "value"))
+           .sink(FileSink(out or os.path.join(root, "out")), uid="out"))
+    return p
+
+
+def expected_windows(num_records: int = N, *, sliding: bool = False) -> dict[tuple, tuple]:
+    """(key, window_start) -> (count, sum) for every record."""
+    src, out = source(num_records, arrow=False), defaultdict(lambda: [0, 0])
+    slide = WINDOW_MS // 2 if sliding else WINDOW_MS
+    for i in range(num_records):
+        r = src.record(i)
+        start = r["ts"] - r["ts"] % slide
+        while start > r["ts"] - WINDOW_MS:
+            acc = out[(r["key"], start)]
+            acc[0] += 1
+            acc[1] += r["value"]
+            start -= slide
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def committed_windows(out_dir: str) -> dict[tuple, tuple]:
+    """The committed window rows; fails on a (key, window) emitted twice."""
+    got: dict[tuple, tuple] = {}
+    for r in read_committed(out_dir):
+        k = (r["key"], r["window_start"])
+        assert k not in got, f"window {k} emitted twice"
+        assert r["window_end"] - r["window_start"] == WINDOW_MS
+        got[k] = (r["n"], r["total"])
+    return got
+
+
+class InactivityAlert(KeyedProcessFunction):
+    """Alerts when a key had no event for ``gap_ms`` of event time: every event sets an
+    event-time timer at ``ts + gap``; when it fires, the alert is raised if no event of the
+    key fell in ``(ts - gap, ts]``. Deterministic for any arrival order within the
+    watermark bound (the events it checks have all arrived when the timer fires)."""
+
+    def __init__(self, gap_ms: int = GAP_MS, faults: FaultPlan | None = None) -> None:
+        self.gap_ms = gap_ms
+        self.faults = faults
+
+    def open(self, ctx):
+        self.recent = ctx.list_state("recent")
+        self.attempt = ctx.attempt
+
+    def process_element(self, record, ctx):
+        if self.faults is not None:
+            info = {"attempt": self.attempt}
+            self.faults.maybe_fail("record", record["id"], info)
+            self.faults.maybe_fail("kill", record["id"], info)
+        self.recent.add(ctx.timestamp)
+        ctx.timer_service.register_event_time_timer(ctx.timestamp + self.gap_ms)
+
+    def on_timer(self, timestamp, ctx):
+        recent = [t for t in self.recent.get() if t > timestamp - self.gap_ms]
+        self.recent.update(recent)
+        if not any(t <= timestamp for t in recent):
+            return {"key": ctx.current_key, "silent_since": timestamp - self.gap_ms,
+                    "alert_at": timestamp, "watermark": ctx.timer_service.current_watermark()}
+        return None
+
+
+def alert_pipeline(root: str, *, num_records: int = N, rate: float | None = None,
+                   faults: FaultPlan | None = None, parallelism: int = 2,
+                   keyed_parallelism: int = 2, interval_ms: int = 150, out: str | None = None,
+                   state_backend: str = "heap") -> Pipeline:
+    p = _pipeline(root, "alerts", interval_ms, state_backend)
+    (p.source(source(num_records, num_keys=200, rate=rate, arrow=False), uid="gen",
+              parallelism=parallelism, watermarks=watermarks())
+      .key_by("key")
+      .process(InactivityAlert(faults=faults), uid="alert", parallelism=keyed_parallelism)
+      .sink(FileSink(out or os.path.join(root, "out")), uid="out"))
+    return p
+
+
+def expected_alerts(num_records: int = N, gap_ms: int = GAP_MS) -> set[tuple]:
+    src, times = source(num_records, num_keys=200, arrow=False), defaultdict(set)
+    for i in range(num_records):
+        r = src.record(i)
+        times[r["key"]].add(r["ts"])
+    out = set()
+    for key, ts in times.items():
+        ordered = sorted(ts)
+        for t, nxt in zip(ordered, [*ordered[1:], None], strict=True):
+            if nxt is None or nxt > t + gap_ms:
+                out.add((key, t, t + gap_ms))
+    return out
+
+
+def committed_alerts(out_dir: str) -> list[tuple]:
+    return [(r["key"], r["silent_since"], r["alert_at"]) for r in read_committed(out_dir)]
