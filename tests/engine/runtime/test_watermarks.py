@@ -1,0 +1,96 @@
+"""Watermark generation at sources and the valve at tasks (pure logic)."""
+
+from airflow_checkpoint_provider.engine.eventtime import (
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    WatermarkStrategy,
+)
+from airflow_checkpoint_provider.engine.protocol import frames as P
+from airflow_checkpoint_provider.engine.protocol.errors import ProtocolError
+from airflow_checkpoint_provider.engine.runtime.watermarks import SourceWatermarks, WatermarkValve
+
+import pytest
+
+
+def strategy(bound=100, idle=None, interval=0):
+    s = WatermarkStrategy.for_bounded_out_of_orderness(bound, timestamp_field="ts")
+    s = s.with_emit_interval(interval)
+    return s.with_idleness(idle) if idle else s
+
+
+def test_source_watermark_is_the_minimum_over_splits_minus_the_bound():
+    wm = SourceWatermarks(strategy(100), ["a", "b"], {}, now=0.0)
+    wm.on_records("a", 5_000, now=0.0)
+    assert wm.poll(0.0) is None, "split b has no records yet: it holds the watermark at MIN"
+    wm.on_records("b", 3_000, now=0.0)
+    assert wm.poll(0.0) == (3_000 - 100 - 1, False)
+    wm.on_records("b", 2_000, now=0.0)  # out of order: the max does not go back
+    assert wm.poll(0.0) is None
+    wm.on_split_finished("b")
+    assert wm.poll(0.0) == (5_000 - 101, False)
+
+
+def test_emit_interval_limits_watermarks_unless_forced():
+    wm = SourceWatermarks(strategy(0, interval=200), ["a"], {}, now=0.0)
+    wm.on_records("a", 1_000, now=0.0)
+    assert wm.poll(0.0) == (999, False)
+    wm.on_records("a", 2_000, now=0.05)
+    assert wm.poll(0.05) is None
+    assert wm.poll(0.05, force=True) == (1_999, False)
+    wm.on_records("a", 3_000, now=0.1)
+    assert wm.poll(0.31) == (2_999, False)
+
+
+def test_idle_split_stops_holding_back_and_all_idle_marks_the_subtask_idle():
+    wm = SourceWatermarks(strategy(0, idle=1_000), ["a", "b"], {}, now=0.0)
+    wm.on_records("a", 10_000, now=0.0)
+    wm.on_records("b", 1_000, now=0.0)
+    assert wm.poll(0.5) == (999, False)
+    wm.on_records("a", 12_000, now=1.2)
+    assert wm.poll(1.2) == (11_999, False), "b idle after 1 s: only a counts"
+    assert wm.poll(2.5) == (11_999, True), "both idle: the subtask is idle"
+    assert wm.poll(2.6) is None
+    wm.on_records("b", 13_000, now=2.7)
+    assert wm.poll(2.7) == (12_999, False), "active again, never below what was emitted"
+
+
+def test_restored_max_timestamps_restart_the_watermark_where_it_was():
+    wm = SourceWatermarks(strategy(10), ["a"], {"a": 7_000}, now=0.0)
+    assert wm.poll(0.0) == (6_989, False)
+    assert wm.state("a") == 7_000
+
+
+def test_valve_takes_the_minimum_of_live_channels_and_never_goes_back():
+    v = WatermarkValve(3)
+    assert v.on_watermark(0, 100, False) is None
+    assert v.on_watermark(1, 50, False) is None
+    assert v.on_watermark(2, 70, False) == (50, False)
+    assert v.on_watermark(1, 200, False) == (70, False)
+    assert v.on_watermark(1, 10, False) is None, "a channel's watermark never goes back"
+    assert v.on_end(2) == (100, False)
+    assert v.on_watermark(1, 300, False) is None
+    assert v.on_watermark(0, 400, False) == (300, False)
+
+
+def test_valve_ignores_idle_channels_and_goes_idle_when_all_are():
+    v = WatermarkValve(2)
+    v.on_watermark(0, 100, False)
+    assert v.on_watermark(1, MIN_WATERMARK, True) == (100, False)
+    assert v.on_watermark(0, MIN_WATERMARK, True) == (100, True)
+    assert v.on_watermark(1, 50, False) == (100, False), "active again: not below the output"
+    assert v.output == 100
+
+
+def test_valve_with_every_channel_ended_emits_nothing_itself():
+    v = WatermarkValve(1)
+    assert v.on_end(0) is None  # the task's end of input advances to MAX_WATERMARK
+    assert v.watermarks == [MAX_WATERMARK]
+
+
+def test_watermark_frames_round_trip_and_malformed_ones_are_refused():
+    assert P.decode_watermark(P.encode_watermark(123, True)) == (123, True)
+    from airflow_checkpoint_provider.engine.serialization import packb
+
+    for bad in ([1], ["1", False], [1, 0], {"w": 1}, [True, False]):
+        with pytest.raises(ProtocolError, match="watermark frame"):
+            P.decode_watermark(packb(bad))
