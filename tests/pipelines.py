@@ -227,6 +227,23 @@ def versioned_pipeline(root: str, version: str, *, num_records: int = 20_000, ra
     return p
 
 
+def scrape_metrics(port: int) -> str:
+    """The Prometheus exposition of a job's metrics endpoint on 127.0.0.1."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def metric_value(text: str, name: str, **labels) -> float:
+    """The sum of the series ``name`` with ``labels`` in an exposition."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 class Background:
     """Run ``pipeline.run(**kwargs)`` in a thread; steer it through the metadata DB."""
 

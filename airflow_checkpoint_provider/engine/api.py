@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from .config import CheckpointConfig, RestartStrategy
 from .connectors.base import Sink, Source
 from .errors import BadRecordError, ConfigurationError, PipelineDefinitionError
-from .extras import require
 from .eventtime import TimestampSpec, WatermarkStrategy, WindowAssigner, duration_ms
+from .extras import require
 from .functions import KeyedProcessFunction
 from .graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
 from .graph import build_execution_graph as _build

@@ -47,6 +47,18 @@ def duration_ms(value: object, what: str) -> int:
         f"{what} must be a datetime.timedelta or integer milliseconds, got {value!r}")
 
 
+def format_watermark(watermark: int) -> str:
+    """A watermark for people: ISO-8601 UTC, or ``end`` / ``none``."""
+    if watermark >= MAX_WATERMARK:
+        return "end"
+    if watermark <= MIN_WATERMARK:
+        return "none"
+    try:
+        return (_EPOCH + _dt.timedelta(milliseconds=watermark)).isoformat(timespec="milliseconds")
+    except OverflowError:
+        return str(watermark)
+
+
 def to_millis(value: object) -> int | None:
     """One timestamp in epoch milliseconds; ``None`` if ``value`` is not a time."""
     if isinstance(value, int) and not isinstance(value, bool):

@@ -20,6 +20,8 @@ Exposed series (names get the ``ckpt_`` namespace, as Flink's get ``flink_``):
 ``ckpt_restarts_total``                        counter  restarts of the job
 ``ckpt_records_in_total{operator}``            counter  records read by an operator
 ``ckpt_records_out_total{operator}``           counter  records emitted by an operator
+``ckpt_watermark_ms{operator}``                gauge    an operator's input watermark (epoch
+                                                        ms, lowest subtask; event-time jobs)
 =============================================  =======  ====================================
 
 The update hooks are cheap, thread-safe and may be called whether or not the endpoint was
@@ -115,6 +117,9 @@ class JobMetrics:
         self._records_out = Counter("records_out", "Records emitted by an operator.",
                                     (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                                     registry=self.registry)
+        self._watermark = Gauge("watermark_ms", "Input watermark of an operator (epoch ms).",
+                                (*JOB_LABELS, "operator"), namespace=NAMESPACE,
+                                registry=self.registry)
 
     def __repr__(self) -> str:
         where = f"http://{self.host}:{self.port}/metrics" if self.running else "not serving"
@@ -222,6 +227,11 @@ class JobMetrics:
             self._records_out.labels(**labels).inc(records_out)
         else:
             self._records_out.labels(**labels)
+
+    def on_watermark(self, operator_uid: str, watermark_ms: int) -> None:
+        """An operator's input watermark (the lowest over its subtasks)."""
+        self._watermark.labels(job_name=self.job_name, job_id=self.job_id,
+                               operator=operator_uid).set(watermark_ms)
 
 
 __all__ = ["JOB_LABELS", "METRICS_PORT_ENV", "NAMESPACE", "JobMetrics", "metrics_port_from_env"]

@@ -113,6 +113,28 @@ def test_timers_survive_stop_with_savepoint_and_rescale_on_rocksdb(workdir, tmp_
     assert len(got) == len(set(got)) and set(got) == expected_alerts()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_operator_watermarks_are_exported_as_metrics(workdir):
+    import time
+
+    from pipelines import metric_value as value
+    from pipelines import scrape_metrics as scrape
+    from spark_cluster import free_port
+
+    port = free_port()
+    bg = Background(windowed_pipeline(str(workdir), num_records=10**8, rate=4_000),
+                    metrics_port=port)
+    job = bg.wait_running(min_checkpoints=1)
+    time.sleep(1.0)
+    first = value(scrape(port), "ckpt_watermark_ms", operator="win")
+    time.sleep(1.5)
+    second = value(scrape(port), "ckpt_watermark_ms", operator="win")
+    assert 1_700_000_000_000 < first < second, "the window operator's watermark advances"
+    bg.request(job.job_id, "CANCEL")
+    assert bg.result().status == "CANCELED"
+
+
 # -- errors --------------------------------------------------------------------------------------
 
 def _pipeline(workdir, name="errors") -> Pipeline:

@@ -22,7 +22,7 @@ from .barrier import BarrierKind, CheckpointBarrier
 from .errors import ProtocolError
 
 #: bumped on any incompatible change of a message or frame
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 M = TypeVar("M", bound="Message")
 _REGISTRY: dict[str, type[Message]] = {}
@@ -115,10 +115,12 @@ class Decline(FromTask):
 @_message
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TaskMetrics(FromTask):
-    """Cumulative records in/out per operator uid (this attempt)."""
+    """Cumulative records in/out per operator uid (this attempt), and the task's input
+    watermark (epoch ms; None before the first one)."""
 
     TYPE: ClassVar[str] = "metrics"
     counts: dict
+    watermark: int | None = None
 
 
 @_message

@@ -81,6 +81,7 @@ class AttemptRun:
         m.conns = {}
         self.coord.set_tasks_running(set())
         m.task_counts = {}  # counters restart with the attempt's tasks
+        m.task_watermarks = {}
         try:
             m.launcher.start(self.attempt, m.server.address, self.num_slots, secret=m.secret)
         except EngineError as exc:
@@ -195,7 +196,7 @@ class AttemptRun:
         self.coord.receive_decline(msg.checkpoint_id, msg.task, msg.reason, now)
 
     def on_metrics(self, conn: Any, msg: M.TaskMetrics, now: float) -> None:
-        self.master._on_task_counts(msg.task, msg.counts)
+        self.master._on_task_counts(msg.task, msg.counts, msg.watermark)
 
     def on_end_of_input(self, conn: Any, msg: M.EndOfInput, now: float) -> None:
         self.eoi.add(msg.task)

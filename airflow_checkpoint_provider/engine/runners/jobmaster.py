@@ -31,6 +31,7 @@ from ..errors import (
     JobFailedError,
     RestoreError,
 )
+from ..eventtime import format_watermark
 from ..graph import ExecutionGraph
 from ..job import JobConfig, JobResult
 from ..metrics import JobMetrics, metrics_port_from_env
@@ -110,6 +111,8 @@ class JobMaster:
         self.progress: ProgressReporter | None = None
         # cumulative records in/out per (vertex, subtask) -> {operator: [in, out]}, this attempt
         self.task_counts: dict[tuple[int, int], dict[str, list[int]]] = {}
+        #: input watermark of every task that reported one (event-time jobs)
+        self.task_watermarks: dict[tuple[int, int], int] = {}
         self.graph = graph
         self.config = config
         self.launcher = launcher
@@ -338,9 +341,26 @@ class JobMaster:
                               "incremental": self.config.incremental}})
 
     # -- metrics and progress ---------------------------------------------------------------
-    def _on_task_counts(self, task: tuple[int, int], counts: dict[str, list[int]]) -> None:
+    def operator_watermarks(self) -> dict[str, int]:
+        """Operator -> its input watermark: the lowest of its subtasks (all must have one)."""
+        out = {}
+        for v in self.graph.vertices:
+            marks = [self.task_watermarks.get((v.id, i)) for i in range(v.parallelism)]
+            if v.is_source or any(m is None for m in marks):
+                continue
+            for n in v.nodes:
+                out[n.uid or n.name] = min(marks)
+        return out
+
+    def _on_task_counts(self, task: tuple[int, int], counts: dict[str, list[int]],
+                        watermark: int | None = None) -> None:
         previous = self.task_counts.get(task, {})
         self.task_counts[task] = counts
+        if watermark is not None:
+            self.task_watermarks[task] = watermark
+            if self.metrics:
+                for op, wm in self.operator_watermarks().items():
+                    self.metrics.on_watermark(op, wm)
         if self.metrics:
             for op, (n_in, n_out) in counts.items():
                 p_in, p_out = previous.get(op, (0, 0))
@@ -351,6 +371,9 @@ class JobMaster:
             total_in = sum(c[1] for t in self.task_counts.values() for op, c in t.items() if op in first)
             total_out = sum(c[0] for t in self.task_counts.values() for op, c in t.items() if op in last)
             self.progress.update(records_in=total_in, records_out=total_out)
+            sinks = [wm for op, wm in self.operator_watermarks().items() if op in last]
+            if sinks:
+                self.progress.update(watermark=format_watermark(min(sinks)))
 
     def _progress_listener(self, chk: int, completed, reason: str | None) -> None:
         coord = self.coordinator

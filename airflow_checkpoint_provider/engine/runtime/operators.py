@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from ..connectors.base import SourceContext
 from ..errors import CorruptCheckpointError, RestoreError
+from ..eventtime import MIN_WATERMARK
 from ..functions import RuntimeContext
 from ..graph import Node
 from ..state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
@@ -16,7 +17,6 @@ from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
 from ..state.keygroups import KeyGroupRange
 from ..state.keys import KeyContract
-from ..eventtime import MIN_WATERMARK
 from ..state.windows import WindowAggregateTable
 from ..timers import EVENT_TIME, PROCESSING_TIME, TimerService
 from .batches import Batch, to_record_batch

@@ -340,7 +340,8 @@ class StreamTask:
         self.env.send(M.TaskMetrics(
             vertex=self.vertex.id, subtask=self.subtask,
             counts={op.uid or op.node.name: list(c)
-                    for op, c in zip(self.operators, self.counts, strict=True)}))
+                    for op, c in zip(self.operators, self.counts, strict=True)},
+            watermark=None if self.watermark == MIN_WATERMARK else self.watermark))
 
     # -- event time -----------------------------------------------------------------------
     def _on_watermark_status(self, status, start: int) -> None:

@@ -1,23 +1,11 @@
 """The Prometheus endpoint of a running job: checkpoint and record counters rise."""
 
 import time
-import urllib.request
 
 import pytest
 from pipelines import Background, versioned_pipeline
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return r.read().decode()
-
-
-def value(text: str, name: str, **labels) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+from pipelines import metric_value as value
+from pipelines import scrape_metrics as scrape
 
 
 @pytest.mark.slow

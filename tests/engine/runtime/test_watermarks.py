@@ -1,5 +1,7 @@
 """Watermark generation at sources and the valve at tasks (pure logic)."""
 
+import pytest
+
 from airflow_checkpoint_provider.engine.eventtime import (
     MAX_WATERMARK,
     MIN_WATERMARK,
@@ -8,8 +10,6 @@ from airflow_checkpoint_provider.engine.eventtime import (
 from airflow_checkpoint_provider.engine.protocol import frames as P
 from airflow_checkpoint_provider.engine.protocol.errors import ProtocolError
 from airflow_checkpoint_provider.engine.runtime.watermarks import SourceWatermarks, WatermarkValve
-
-import pytest
 
 
 def strategy(bound=100, idle=None, interval=0):

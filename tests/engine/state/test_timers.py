@@ -7,7 +7,8 @@ from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 from airflow_checkpoint_provider.engine.timers import EVENT_TIME, PROCESSING_TIME, TimerService
 
 
-def backend(kind, tmp_path, kgr=KeyGroupRange(0, 127), name="src"):
+def backend(kind, tmp_path, kgr=None, name="src"):
+    kgr = kgr or KeyGroupRange(0, 127)
     if kind == "heap":
         return HeapKeyedStateBackend("op", kgr, 128)
     from airflow_checkpoint_provider.engine.state.rocksdb import RocksDBKeyedStateBackend

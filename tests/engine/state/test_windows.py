@@ -29,7 +29,8 @@ from airflow_checkpoint_provider.engine.state.windows import WindowAggregateTabl
 MAXP = 128
 
 
-def table(assigner=None, lateness=0, kgr=KeyGroupRange(0, MAXP - 1)):
+def table(assigner=None, lateness=0, kgr=None):
+    kgr = kgr or KeyGroupRange(0, MAXP - 1)
     spec = WindowSpec(AggregateSpec("key", [("n", "count", None), ("total", "sum", "v")]),
                       assigner or TumblingWindows(1000), lateness, TimestampSpec("ts"))
     return WindowAggregateTable(spec, kgr, MAXP, "w")
