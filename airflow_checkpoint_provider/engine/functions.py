@@ -51,19 +51,29 @@ class RuntimeContext:
             raise TypeError(
                 f"operator {self.operator_uid!r} is not keyed: keyed state needs key_by(...) first"
             )
+        if descriptor.ttl_ms is not None:
+            from .state.ttl import ttl_state
+
+            return ttl_state(self._backend, descriptor)
         return self._backend.get_state(descriptor)
 
-    def value_state(self, name: str, default: object = None):
-        return self.get_state(ValueStateDescriptor(name, default))
+    # ``ttl``: a timedelta or ms of processing time after which a value is gone (never
+    # returned, and dropped from the next checkpoint); ``ttl_update``: "on_create_and_write"
+    # (default) or "on_read_and_write" (reads restart the clock too)
+    def value_state(self, name: str, default: object = None, *, ttl=None,
+                    ttl_update: str = "on_create_and_write"):
+        return self.get_state(ValueStateDescriptor(name, default, ttl=ttl, ttl_update=ttl_update))
 
-    def list_state(self, name: str):
-        return self.get_state(ListStateDescriptor(name))
+    def list_state(self, name: str, *, ttl=None, ttl_update: str = "on_create_and_write"):
+        return self.get_state(ListStateDescriptor(name, ttl=ttl, ttl_update=ttl_update))
 
-    def map_state(self, name: str):
-        return self.get_state(MapStateDescriptor(name))
+    def map_state(self, name: str, *, ttl=None, ttl_update: str = "on_create_and_write"):
+        return self.get_state(MapStateDescriptor(name, ttl=ttl, ttl_update=ttl_update))
 
-    def reducing_state(self, name: str, reduce_fn: Callable[[object, object], object]):
-        return self.get_state(ReducingStateDescriptor(name, reduce_fn))
+    def reducing_state(self, name: str, reduce_fn: Callable[[object, object], object], *,
+                       ttl=None, ttl_update: str = "on_create_and_write"):
+        return self.get_state(ReducingStateDescriptor(name, reduce_fn, ttl=ttl,
+                                                      ttl_update=ttl_update))
 
 
 class KeyedProcessFunction:

@@ -6,9 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import StateMigrationError
+from ..eventtime import duration_ms
 from ..serialization import MSGPACK, Serializer
 
 VALUE, LIST, MAP, REDUCING = "value", "list", "map", "reducing"
+
+
+#: TTL update types (Flink's ``StateTtlConfig.UpdateType``): when a value's clock restarts
+ON_CREATE_AND_WRITE, ON_READ_AND_WRITE = "on_create_and_write", "on_read_and_write"
 
 
 @dataclass(frozen=True)
@@ -18,28 +23,61 @@ class StateDescriptor:
     default: object = None
     reduce_fn: Callable[[object, object], object] | None = None
     serializer: Serializer = field(default=MSGPACK)
+    #: time to live in ms of processing time (``None``: forever); see :mod:`.ttl`
+    ttl_ms: int | None = None
+    ttl_update: str = ON_CREATE_AND_WRITE
+
+    def __post_init__(self) -> None:
+        if self.ttl_ms is not None:
+            if not isinstance(self.ttl_ms, int) or isinstance(self.ttl_ms, bool) or self.ttl_ms <= 0:
+                raise ValueError(f"state {self.name!r}: ttl must be a positive duration, "
+                                 f"got {self.ttl_ms!r} ms")
+            if self.ttl_update not in (ON_CREATE_AND_WRITE, ON_READ_AND_WRITE):
+                raise ValueError(f"state {self.name!r}: ttl_update must be "
+                                 f"{ON_CREATE_AND_WRITE!r} or {ON_READ_AND_WRITE!r}, "
+                                 f"got {self.ttl_update!r}")
+            if self.kind in (LIST, MAP) and self.serializer.name != "msgpack":
+                raise ValueError(f"state {self.name!r}: TTL on {self.kind} state needs the "
+                                 "default msgpack serializer")
 
     @property
     def meta(self) -> dict:
-        return {"kind": self.kind, "serializer": self.serializer.name}
+        """What a snapshot records of the declaration. TTL state stores each value with a
+        timestamp, so whether a state has a TTL is part of its format (its duration is not)."""
+        meta = {"kind": self.kind, "serializer": self.serializer.name}
+        if self.ttl_ms is not None:
+            meta["ttl"] = True
+        return meta
 
 
-def ValueStateDescriptor(name: str, default: object = None, serializer: Serializer = MSGPACK):
-    return StateDescriptor(name, VALUE, default=default, serializer=serializer)
+def _ttl(ttl) -> int | None:
+    return None if ttl is None else duration_ms(ttl, "ttl")
 
 
-def ListStateDescriptor(name: str, serializer: Serializer = MSGPACK):
-    return StateDescriptor(name, LIST, serializer=serializer)
+def ValueStateDescriptor(name: str, default: object = None, serializer: Serializer = MSGPACK,
+                         *, ttl=None, ttl_update: str = ON_CREATE_AND_WRITE):
+    return StateDescriptor(name, VALUE, default=default, serializer=serializer,
+                           ttl_ms=_ttl(ttl), ttl_update=ttl_update)
 
 
-def MapStateDescriptor(name: str, serializer: Serializer = MSGPACK):
-    return StateDescriptor(name, MAP, serializer=serializer)
+def ListStateDescriptor(name: str, serializer: Serializer = MSGPACK, *, ttl=None,
+                        ttl_update: str = ON_CREATE_AND_WRITE):
+    return StateDescriptor(name, LIST, serializer=serializer, ttl_ms=_ttl(ttl),
+                           ttl_update=ttl_update)
+
+
+def MapStateDescriptor(name: str, serializer: Serializer = MSGPACK, *, ttl=None,
+                       ttl_update: str = ON_CREATE_AND_WRITE):
+    return StateDescriptor(name, MAP, serializer=serializer, ttl_ms=_ttl(ttl),
+                           ttl_update=ttl_update)
 
 
 def ReducingStateDescriptor(
-    name: str, reduce_fn: Callable[[object, object], object], serializer: Serializer = MSGPACK
+    name: str, reduce_fn: Callable[[object, object], object], serializer: Serializer = MSGPACK,
+    *, ttl=None, ttl_update: str = ON_CREATE_AND_WRITE,
 ):
-    return StateDescriptor(name, REDUCING, reduce_fn=reduce_fn, serializer=serializer)
+    return StateDescriptor(name, REDUCING, reduce_fn=reduce_fn, serializer=serializer,
+                           ttl_ms=_ttl(ttl), ttl_update=ttl_update)
 
 
 def check_compatible(operator_uid: str, descriptor: StateDescriptor,
@@ -52,6 +90,15 @@ def check_compatible(operator_uid: str, descriptor: StateDescriptor,
                 f"operator {operator_uid!r}: state {descriptor.name!r} is already "
                 f"registered as {existing.meta}, cannot register it as {descriptor.meta}")
         return
+    if restored_meta is not None and bool(restored_meta.get("ttl")) != bool(descriptor.ttl_ms) \
+            and {k: v for k, v in restored_meta.items() if k != "ttl"} == \
+            {k: v for k, v in descriptor.meta.items() if k != "ttl"}:
+        had = "with" if restored_meta.get("ttl") else "without"
+        raise StateMigrationError(
+            f"operator {operator_uid!r}: state {descriptor.name!r} was snapshotted {had} a TTL "
+            f"and is now declared {'with' if descriptor.ttl_ms else 'without'} one; adding or "
+            "removing a TTL changes how values are stored: keep the declaration, or use a new "
+            "state name")
     if restored_meta is not None and restored_meta != descriptor.meta:
         raise StateMigrationError(
             f"operator {operator_uid!r}: state {descriptor.name!r} was snapshotted as "

@@ -28,6 +28,7 @@ from ..serialization import packb, unpackb
 from .backend import StateSnapshot, restore_key_group_chunks, write_state_file
 from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
+from . import ttl
 
 _MISSING = object()
 _MUTABLE = (dict, list, set, bytearray)
@@ -132,6 +133,7 @@ class HeapKeyedStateBackend:
         (C-speed ``dict.copy``), the serializers and the state meta. Call it on the thread
         that accesses the state; serialize the result with :meth:`serialize_capture`."""
         names = sorted(self.tables)
+        self._purge_expired()
         by_kg: dict[int, dict[str, dict]] = {}
         for name in names:
             for kg, entries in self.tables[name].items():
@@ -153,6 +155,21 @@ class HeapKeyedStateBackend:
             # a capture dropped without being serialized stops copy-on-write when collected
             cap._finalizer = weakref.finalize(cap, self._live_captures.discard, cid)
         return cap
+
+    def _purge_expired(self) -> None:
+        """Drop values past their TTL from the live tables (so from this snapshot too).
+        Containers are replaced, never changed in place: a pending capture may share them."""
+        now = ttl.now_ms()
+        for name, d in self.descriptors.items():
+            if d.ttl_ms is None:
+                continue
+            for entries in self.tables.get(name, {}).values():
+                for key, stored in list(entries.items()):
+                    kept = ttl.purge(d.kind, stored, now, d.ttl_ms)
+                    if kept is None:
+                        del entries[key]
+                    elif kept is not stored:
+                        entries[key] = kept
 
     def serialize_capture(
         self, capture: HeapCapture

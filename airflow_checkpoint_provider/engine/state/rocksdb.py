@@ -34,6 +34,7 @@ from ..snapshot.handles import RocksDBHandle
 from .backend import StateSnapshot, restore_key_group_chunks
 from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
+from . import ttl
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ def _options() -> Options:
     opts.create_if_missing(True)
     return opts
 
+
+#: entries the incremental TTL clean-up looks at per checkpoint
+TTL_CLEANUP_ENTRIES = 50_000
 
 class RocksDBKeyedStateBackend:
     """Keyed state of one operator subtask in RocksDB (same interface as the heap backend)."""
@@ -77,6 +81,7 @@ class RocksDBKeyedStateBackend:
         self._prefix = b""
         # shared SST handles confirmed by the last completed checkpoint: name -> file entry
         self.confirmed: dict[str, dict] = {}
+        self._ttl_cursor = b""  # where the next incremental TTL clean-up starts
         self.uploaded: dict[int, dict[str, dict]] = {}
 
     # -- key context --------------------------------------------------------------------
@@ -109,10 +114,38 @@ class RocksDBKeyedStateBackend:
     # -- snapshot -----------------------------------------------------------------------
     def snapshot_sync(self, checkpoint_id: int) -> str:
         """Flush and take a native checkpoint (hard links); returns its local directory."""
+        self._purge_expired()
         self.db.flush()
         local = os.path.join(self.workdir, f"chk-{checkpoint_id}-{uuid.uuid4().hex[:6]}")
         Checkpoint(self.db).create_checkpoint(local)
         return local
+
+    def _purge_expired(self) -> None:
+        """Incremental TTL clean-up: look at up to :data:`TTL_CLEANUP_ENTRIES` entries per
+        checkpoint, from where the previous one stopped (the whole DB every few
+        checkpoints), and drop the values of TTL states that expired."""
+        expiring = {d.name.encode() + b"\x00": d for d in self.descriptors.values() if d.ttl_ms}
+        if not expiring:
+            return
+        now, seen, batch = ttl.now_ms(), 0, WriteBatch(raw_mode=True)
+        last = None
+        for k, v in self.db.items(from_key=self._ttl_cursor):
+            last = k
+            seen += 1
+            for marker, d in expiring.items():
+                if k[2:2 + len(marker)] == marker:
+                    stored = unpackb(v)
+                    kept = ttl.purge(d.kind, stored, now, d.ttl_ms)
+                    if kept is None:
+                        batch.delete(k)
+                    elif kept is not stored:
+                        batch.put(k, packb(kept))
+                    break
+            if seen >= TTL_CLEANUP_ENTRIES:
+                break
+        self.db.write(batch)
+        # wrap around once the end of the DB was reached
+        self._ttl_cursor = last + b"\x00" if seen >= TTL_CLEANUP_ENTRIES and last else b""
 
     def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
         """A native checkpoint now; ``write`` uploads its files (new SSTs only, when
