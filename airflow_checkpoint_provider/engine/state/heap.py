@@ -25,10 +25,10 @@ import weakref
 from collections.abc import Iterator
 
 from ..serialization import packb, unpackb
+from . import ttl
 from .backend import StateSnapshot, restore_key_group_chunks, write_state_file
 from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
-from . import ttl
 
 _MISSING = object()
 _MUTABLE = (dict, list, set, bytearray)

@@ -31,10 +31,10 @@ from ..checkpoint.storage import filesystem_for, join, parent, sha256
 from ..serialization import packb, unpackb
 from ..snapshot.codec import read_verified
 from ..snapshot.handles import RocksDBHandle
+from . import ttl
 from .backend import StateSnapshot, restore_key_group_chunks
 from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
-from . import ttl
 
 log = logging.getLogger(__name__)
 
