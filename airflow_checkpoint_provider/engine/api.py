@@ -308,7 +308,7 @@ class KeyedStream(DataStream):
         return WindowedStream(self, assigner, lateness)
 
     def aggregate(self, *, uid: str, parallelism: int | None = None, name: str | None = None,
-                  **aggregations: str | tuple[str, str]) -> DataStream:
+                  ttl=None, **aggregations: str | tuple[str, str]) -> DataStream:
         """Built-in running aggregations per key, vectorized (no Python code per record).
 
         Each keyword names an output column: ``"count"`` counts rows; ``(function, column)``
@@ -320,8 +320,14 @@ class KeyedStream(DataStream):
         For every input batch the operator emits one row per key the batch touched: the key
         column and that key's running results so far (Structured Streaming's update mode).
         Needs ``key_by(field name)``. State is columnar in memory with either state backend.
+        ``ttl`` (timedelta or ms of processing time): a key not updated for that long starts
+        over from zero and is dropped from the next checkpoint, so state stops growing.
         """
         spec = _aggregate_spec("aggregate", uid, self._key_selector, aggregations)
+        if ttl is not None:
+            spec.ttl_ms = duration_ms(ttl, f"aggregate {uid!r}: ttl")
+            if spec.ttl_ms <= 0:
+                raise PipelineDefinitionError(f"aggregate {uid!r}: ttl must be > 0")
         node = self._then("aggregate", name or f"Aggregate: {', '.join(aggregations)}", uid,
                           parallelism, spec, self._key_selector)
         return DataStream(self._p, [node], FORWARD)

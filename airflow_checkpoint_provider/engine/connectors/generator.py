@@ -45,14 +45,15 @@ class GeneratorSource(Source):
         generated with numpy instead of lists of dicts; the same records either way.
     :param int_keys: integer keys ``n`` instead of strings ``"k<n>"`` (same distribution).
     :param event_time_step_ms: add an event time ``"ts"`` (epoch ms): record ``i`` happens
-        at ``start_ms + i * event_time_step_ms``, minus a seeded delay of up to
+        at ``start_ms + floor(i * event_time_step_ms)`` (a fraction such as ``0.001`` gives
+        1,000 records per millisecond), minus a seeded delay of up to
         ``max_disorder_ms`` (so records arrive out of order by at most that much).
     """
 
     def __init__(self, num_records: int | None = 10_000, *, num_keys: int = 100, seed: int = 0,
                  splits: int = 4, records_per_second: float | None = None,
                  arrow: bool = False, int_keys: bool = False,
-                 event_time_step_ms: int | None = None, max_disorder_ms: int = 0,
+                 event_time_step_ms: float | None = None, max_disorder_ms: int = 0,
                  start_ms: int = 0) -> None:
         if num_records is not None and num_records < 0:
             raise ValueError(f"num_records must be >= 0 (got {num_records})")
@@ -79,7 +80,7 @@ class GeneratorSource(Source):
         n = h % self.num_keys
         record = {"id": i, "key": n if self.int_keys else f"k{n}", "value": (h >> 32) % 100}
         if self.event_time_step_ms is not None:
-            record["ts"] = (self.start_ms + i * self.event_time_step_ms
+            record["ts"] = (self.start_ms + int(i * self.event_time_step_ms)
                             - (h >> 12) % (self.max_disorder_ms + 1))
         return record
 
@@ -96,7 +97,8 @@ class GeneratorSource(Source):
         names = ["id", "key", "value"]
         if self.event_time_step_ms is not None:
             delay = ((h >> np.uint64(12)) % np.uint64(self.max_disorder_ms + 1)).astype(np.int64)
-            arrays.append(pa.array(self.start_ms + ids * self.event_time_step_ms - delay))
+            step = (ids * self.event_time_step_ms).astype(np.int64)  # a fraction: floor
+            arrays.append(pa.array(self.start_ms + step - delay))
             names.append("ts")
         return pa.RecordBatch.from_arrays(arrays, names=names)
 

@@ -24,10 +24,13 @@ import pyarrow.compute as pc
 from ..errors import RestoreError, StateMigrationError
 from ..snapshot.codec import read_state_file
 from .backend import StateSnapshot, write_state_file
+from . import ttl
 from .keygroups import KeyGroupRange
 from .vectorized import key_hashes
 
 _FIB = np.uint64(0x9E3779B97F4A7C15)
+#: accumulator of aggregate(ttl=...): processing time (ms) of each key's last update
+LAST_UPDATE = "_last"
 
 
 def _grow(array: np.ndarray, size: int) -> np.ndarray:
@@ -198,13 +201,20 @@ class AggregateSpec:
 
     FUNCTIONS = ("count", "sum", "min", "max", "mean")
 
-    def __init__(self, key: str, aggregations: list[tuple[str, str, str | None]]) -> None:
+    def __init__(self, key: str, aggregations: list[tuple[str, str, str | None]],
+                 ttl_ms: int | None = None) -> None:
         self.key = key
         self.aggregations = aggregations
         self.columns = sorted({c for _, _, c in aggregations if c is not None})
+        #: a key not updated for this long (processing time) starts over, and leaves the
+        #: next checkpoint
+        self.ttl_ms = ttl_ms
 
     def describe(self) -> dict:
-        return {"key": self.key, "aggregations": [list(a) for a in self.aggregations]}
+        out = {"key": self.key, "aggregations": [list(a) for a in self.aggregations]}
+        if self.ttl_ms is not None:
+            out["ttl_ms"] = self.ttl_ms
+        return out
 
 
 class AggregateTable:
@@ -229,6 +239,8 @@ class AggregateTable:
         self._needed = {col: {fn for fn, c in needs if c == col} for col in spec.columns}
         for name in self.required_accumulators():  # every snapshot carries all of them
             self.acc.setdefault(name, np.empty(0, dtype=np.int64))
+        if spec.ttl_ms is not None:
+            self.acc.setdefault(LAST_UPDATE, np.empty(0, dtype=np.int64))
 
     def __len__(self) -> int:
         return self.index.n
@@ -301,6 +313,8 @@ class AggregateTable:
                 arr[rows[new]] = 0
                 self.acc[name] = arr
         acc = self.acc
+        if spec.ttl_ms is not None:
+            self._expire(rows)
         acc["count"][rows] += grouped.column("count_all").to_numpy()
         for col in spec.columns:
             dtype = dtypes[col]
@@ -324,6 +338,34 @@ class AggregateTable:
                 merged = np.where(nn_before > 0, combine(old, part), part)
                 target[rows] = np.where(seen, merged, old)
         return key_col, rows
+
+    # -- TTL ------------------------------------------------------------------------------------
+    def _expire(self, rows: np.ndarray) -> None:
+        """Rows about to be updated: those whose key expired start from zero; every one's
+        clock restarts now (the ``_last`` accumulator: ms of its last update)."""
+        now = ttl.now_ms()
+        last = self._ensure(LAST_UPDATE, np.int64)
+        expired = rows[(now - last[rows] >= self.spec.ttl_ms) & (last[rows] > 0)]
+        if len(expired):
+            for name, arr in self.acc.items():
+                if name != LAST_UPDATE:
+                    arr[expired] = 0
+        last[rows] = now
+
+    def drop_expired(self) -> int:
+        """Remove keys not updated within the TTL (before a snapshot); returns how many."""
+        n = self.index.n
+        if self.spec.ttl_ms is None or not n:
+            return 0
+        keep = ttl.now_ms() - self._ensure(LAST_UPDATE, np.int64)[:n] < self.spec.ttl_ms
+        if keep.all():
+            return 0
+        index = KeyIndex()
+        index.insert(self.index.take_keys()[keep], self.index.hashes[:n][keep])
+        self.index = index
+        self.key_group = self.key_group[:n][keep]
+        self.acc = {name: arr[:n][keep] for name, arr in self.acc.items()}
+        return int(n - keep.sum())
 
     def _check_key_type(self, arrow_type: pa.DataType) -> None:
         kind = _key_kind(arrow_type)
@@ -378,6 +420,7 @@ class AggregateTable:
     # -- the KeyedStateBackend protocol (state/backend.py) ------------------------------------
     def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
         """Copy every column now (memcpy speed); ``write`` encodes the Arrow IPC file."""
+        self.drop_expired()
         columns = self.copy()
 
         def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
@@ -497,6 +540,7 @@ class AggregateTable:
         for name, arr in list(self.acc.items()):
             if name not in table.column_names:  # an accumulator this snapshot did not have
                 arr = _grow(arr, n)
-                arr[rows] = 0
+                # restored keys without an update time count as updated now
+                arr[rows] = ttl.now_ms() if name == LAST_UPDATE else 0
                 self.acc[name] = arr
         return rows

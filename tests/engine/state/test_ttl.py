@@ -142,3 +142,31 @@ def test_ttl_arguments_are_checked():
 
     with pytest.raises(ValueError, match="needs the default msgpack serializer"):
         ListStateDescriptor("l", json, ttl=10)
+
+
+def test_aggregate_ttl_restarts_expired_keys_and_drops_them_from_snapshots(tmp_path, clock):
+    import pyarrow as pa
+
+    from airflow_checkpoint_provider.engine.state.columnar import AggregateSpec, AggregateTable
+
+    spec = AggregateSpec("key", [("n", "count", None), ("total", "sum", "v")], ttl_ms=1_000)
+    table = AggregateTable(spec, KGR, 128, "agg")
+
+    def update(keys):
+        out = table.update(pa.RecordBatch.from_pydict({"key": keys, "v": [1] * len(keys)}))
+        return dict(zip(out.column("key").to_pylist(), out.column("n").to_pylist(), strict=True))
+
+    assert update(["a", "b", "a"]) == {"a": 2, "b": 1}
+    clock.t += 600
+    assert update(["a"]) == {"a": 3}
+    clock.t += 600  # b: 1.2 s without an update, a: 0.6 s
+    assert update(["b", "a"]) == {"b": 1, "a": 4}, "b expired: it starts over"
+    clock.t += 1_100
+    update(["c"])
+    snap = table.snapshot_state(1)
+    assert sorted(table.index.take_keys().tolist()) == ["c"], "a and b left the state"
+    handle = keyed_handle_from_dict(snap.write(str(tmp_path), "agg-0", True)[0],
+                                    location=str(tmp_path))
+    restored = AggregateTable(spec, KGR, 128, "agg")
+    restored.restore_state(str(tmp_path), [handle], snap.states)
+    assert restored.index.take_keys().tolist() == ["c"]
