@@ -93,6 +93,19 @@ def test_structured_streaming_scenario_runs_every_engine_at_saturation(results):
     assert set(data["summary"]["scenarios"]) == {"str", "int", "per_record"}
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_event_time_scenario_runs_windows_against_ss_and_the_long_runs(results):
+    bench("event_time.py", "--keys", "1000", "--reps", "1", "--rows-per-batch", "20000",
+          "--records", "40000", "--warmup-batches", "1", "--batches", "2", "--flat-rate", "4000",
+          "--flat-seconds", "3", results=results, timeout=380)
+    data = load(results, "event_time.json")
+    run = data["runs"][0]
+    assert run["ss"]["batches"] == 2 and run["ss"]["rows"] == 40000 and run["ratio_local"] > 0
+    assert set(data["flat"]) == {"windows", "aggregate_ttl", "aggregate_no_ttl"}
+    assert all(f["checkpoints"] >= 1 for f in data["flat"].values())
+
+
 @pytest.mark.timeout(300)
 def test_latency_scenario_measures_both_jobs(results):
     bench("latency.py", "--rates", "2000", "--seconds", "2", "--warmup-s", "0.5", "--keys", "100",
@@ -114,7 +127,8 @@ def test_benchmarks_md_renders_every_scenario(results, tmp_path):
                 "state_backends.json": "## Snapshot cost",
                 "profile_aggregate.json": "## Where the time goes",
                 "structured_streaming.json": "## Against Spark Structured Streaming at saturation",
-                "latency.json": "## End-to-end latency"}
+                "latency.json": "## End-to-end latency",
+                "event_time.json": "## Event-time windows against Structured Streaming"}
     for name, heading in expected.items():
         if name in present:
             assert heading in text, heading
