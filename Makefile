@@ -58,6 +58,7 @@ stack: venv check-java check-postgres
 # Benchmarks (about 15 minutes on 2 cores); rewrites BENCHMARKS.md.
 bench: venv
 	$(PY) bench/structured_streaming.py --keys 100000 --reps 3
+	$(PY) bench/event_time.py --keys 100000 --reps 3
 	$(PY) bench/checkpoint_overhead.py --reps 7 --keys 100000
 	$(PY) bench/checkpoint_scaling.py --keys 10000,100000,1000000 --reps 3
 	$(PY) bench/recovery.py --keys 1000000 --records 3000000 --reps 3

@@ -22,6 +22,7 @@ Exposed series (names get the ``ckpt_`` namespace, as Flink's get ``flink_``):
 ``ckpt_records_out_total{operator}``           counter  records emitted by an operator
 ``ckpt_watermark_ms{operator}``                gauge    an operator's input watermark (epoch
                                                         ms, lowest subtask; event-time jobs)
+``ckpt_late_records_dropped_total{operator}``  counter  records a window dropped as too late
 =============================================  =======  ====================================
 
 The update hooks are cheap, thread-safe and may be called whether or not the endpoint was
@@ -117,6 +118,9 @@ class JobMetrics:
         self._records_out = Counter("records_out", "Records emitted by an operator.",
                                     (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                                     registry=self.registry)
+        self._late = Counter("late_records_dropped", "Records a window dropped as too late.",
+                             (*JOB_LABELS, "operator"), namespace=NAMESPACE,
+                             registry=self.registry)
         self._watermark = Gauge("watermark_ms", "Input watermark of an operator (epoch ms).",
                                 (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                                 registry=self.registry)
@@ -227,6 +231,11 @@ class JobMetrics:
             self._records_out.labels(**labels).inc(records_out)
         else:
             self._records_out.labels(**labels)
+
+    def on_late_records(self, operator_uid: str, dropped: int) -> None:
+        """Records a window operator dropped as too late since the previous call."""
+        self._late.labels(job_name=self.job_name, job_id=self.job_id,
+                          operator=operator_uid).inc(dropped)
 
     def on_watermark(self, operator_uid: str, watermark_ms: int) -> None:
         """An operator's input watermark (the lowest over its subtasks)."""

@@ -121,6 +121,8 @@ class TaskMetrics(FromTask):
     TYPE: ClassVar[str] = "metrics"
     counts: dict
     watermark: int | None = None
+    #: late records dropped per window operator uid (cumulative, this attempt)
+    late: dict | None = None
 
 
 @_message

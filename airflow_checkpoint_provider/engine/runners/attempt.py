@@ -82,6 +82,7 @@ class AttemptRun:
         self.coord.set_tasks_running(set())
         m.task_counts = {}  # counters restart with the attempt's tasks
         m.task_watermarks = {}
+        m.task_late = {}
         try:
             m.launcher.start(self.attempt, m.server.address, self.num_slots, secret=m.secret)
         except EngineError as exc:
@@ -196,7 +197,7 @@ class AttemptRun:
         self.coord.receive_decline(msg.checkpoint_id, msg.task, msg.reason, now)
 
     def on_metrics(self, conn: Any, msg: M.TaskMetrics, now: float) -> None:
-        self.master._on_task_counts(msg.task, msg.counts, msg.watermark)
+        self.master._on_task_counts(msg.task, msg.counts, msg.watermark, msg.late)
 
     def on_end_of_input(self, conn: Any, msg: M.EndOfInput, now: float) -> None:
         self.eoi.add(msg.task)

@@ -113,6 +113,8 @@ class JobMaster:
         self.task_counts: dict[tuple[int, int], dict[str, list[int]]] = {}
         #: input watermark of every task that reported one (event-time jobs)
         self.task_watermarks: dict[tuple[int, int], int] = {}
+        #: late records each window task dropped (cumulative, this attempt)
+        self.task_late: dict[tuple[int, int], dict[str, int]] = {}
         self.graph = graph
         self.config = config
         self.launcher = launcher
@@ -353,9 +355,15 @@ class JobMaster:
         return out
 
     def _on_task_counts(self, task: tuple[int, int], counts: dict[str, list[int]],
-                        watermark: int | None = None) -> None:
+                        watermark: int | None = None, late: dict | None = None) -> None:
         previous = self.task_counts.get(task, {})
         self.task_counts[task] = counts
+        if late:
+            before = self.task_late.get(task, {})
+            self.task_late[task] = late
+            if self.metrics:
+                for op, n in late.items():
+                    self.metrics.on_late_records(op, max(0, n - before.get(op, 0)))
         if watermark is not None:
             self.task_watermarks[task] = watermark
             if self.metrics:

@@ -45,6 +45,7 @@ from .operators import (
     Operator,
     ProcessOperator,
     SourceOperator,
+    WindowAggregateOperator,
     create_operator,
 )
 from .watermarks import WatermarkValve
@@ -341,7 +342,9 @@ class StreamTask:
             vertex=self.vertex.id, subtask=self.subtask,
             counts={op.uid or op.node.name: list(c)
                     for op, c in zip(self.operators, self.counts, strict=True)},
-            watermark=None if self.watermark == MIN_WATERMARK else self.watermark))
+            watermark=None if self.watermark == MIN_WATERMARK else self.watermark,
+            late={op.uid: op.backend.dropped_late for op in self.operators
+                  if isinstance(op, WindowAggregateOperator)} or None))
 
     # -- event time -----------------------------------------------------------------------
     def _on_watermark_status(self, status, start: int) -> None:

@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 
 from ..errors import RestoreError, StateMigrationError
 from ..snapshot.codec import read_state_file
-from .backend import StateSnapshot, write_state_file
 from . import ttl
+from .backend import StateSnapshot, write_state_file
 from .keygroups import KeyGroupRange
 from .vectorized import key_hashes
 
