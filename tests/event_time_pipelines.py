@@ -15,6 +15,7 @@ from airflow_checkpoint_provider.engine import (
     GeneratorSource,
     KeyedProcessFunction,
     Pipeline,
+    ProcessWindowFunction,
     RestartStrategy,
     SlidingWindows,
     TumblingWindows,
@@ -77,6 +78,43 @@ def windowed_pipeline(root: str, *, num_records: int = N, rate: float | None = N
     (stream.key_by("key").window(assigner)
            .aggregate(uid="win", parallelism=window_parallelism, n="count", total=("sum", "value"))
            .sink(FileSink(out or os.path.join(root, "out")), uid="out"))
+    return p
+
+
+def _as_partial(record: dict) -> dict:
+    return {"key": record["key"], "ts": record["ts"], "n": 1, "total": record["value"]}
+
+
+def _add(a: dict, b: dict) -> dict:
+    return {"key": a["key"], "ts": max(a["ts"], b["ts"]), "n": a["n"] + b["n"],
+            "total": a["total"] + b["total"]}
+
+
+class CountAndSum(ProcessWindowFunction):
+    """The window's records, counted and summed in Python."""
+
+    def process(self, key, window, elements, ctx):
+        yield {"key": key, "window_start": window.start, "window_end": window.end,
+               "n": len(elements), "total": sum(e["value"] for e in elements)}
+
+
+def window_function_pipeline(root: str, mode: str, *, num_records: int = N,
+                             rate: float | None = None, faults: FaultPlan | None = None,
+                             parallelism: int = 2, window_parallelism: int = 2,
+                             out: str | None = None, state_backend: str = "heap") -> Pipeline:
+    """The windowed count/sum with a Python function: ``reduce`` or ``process``."""
+    p = _pipeline(root, f"window-{mode}", 150, state_backend)
+    stream = p.source(source(num_records, rate=rate, arrow=False), uid="gen",
+                      parallelism=parallelism, watermarks=watermarks())
+    if faults is not None:
+        stream = stream.key_by("key").process(FaultyPassThrough(faults), uid="faulty")
+    if mode == "reduce":
+        result = (stream.map(_as_partial).key_by("key").window(TumblingWindows(WINDOW_MS))
+                  .reduce(_add, uid="win", parallelism=window_parallelism))
+    else:
+        result = (stream.key_by("key").window(TumblingWindows(WINDOW_MS))
+                  .process(CountAndSum(), uid="win", parallelism=window_parallelism))
+    result.sink(FileSink(out or os.path.join(root, "out")), uid="out")
     return p
 
 

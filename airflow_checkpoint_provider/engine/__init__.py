@@ -32,7 +32,7 @@ from .errors import (
     StateMigrationError,
 )
 from .eventtime import SlidingWindows, TumblingWindows, WatermarkStrategy
-from .functions import KeyedProcessFunction, RuntimeContext
+from .functions import KeyedProcessFunction, ProcessWindowFunction, RuntimeContext, Window
 from .serialization import Serializer
 from .state.descriptors import (
     ListStateDescriptor,
@@ -59,5 +59,5 @@ __all__ = [
     "ReducingStateDescriptor", "RestartStrategy", "RestoreError", "RuntimeContext", "Serializer",
     "Sink", "SinkWriter", "Source", "SourceContext", "SplitReader", "StateMigrationError",
     "ValueStateDescriptor", "read_committed", "SlidingWindows", "TumblingWindows",
-    "WatermarkStrategy", "WindowedStream",
+    "WatermarkStrategy", "WindowedStream", "ProcessWindowFunction", "Window",
 ]

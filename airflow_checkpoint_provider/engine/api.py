@@ -21,7 +21,7 @@ from .connectors.base import Sink, Source
 from .errors import BadRecordError, ConfigurationError, PipelineDefinitionError
 from .eventtime import TimestampSpec, WatermarkStrategy, WindowAssigner, duration_ms
 from .extras import require
-from .functions import KeyedProcessFunction
+from .functions import KeyedProcessFunction, ProcessWindowFunction
 from .graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
 from .graph import build_execution_graph as _build
 from .job import JobConfig, JobResult
@@ -294,6 +294,13 @@ class KeyedStream(DataStream):
                           fn, self._key_selector)
         return DataStream(self._p, [node], FORWARD, timestamp=self._timestamp)
 
+    def _needs_event_time(self, what: str, uid: str) -> None:
+        if self._timestamp is None:
+            raise PipelineDefinitionError(
+                f"{what} {uid!r}: windows need event time, and no watermark strategy "
+                "reaches this operator: pass watermarks=WatermarkStrategy.for_bounded_out_of_"
+                "orderness(...) to every source feeding it (with the same timestamp field)")
+
     def window(self, assigner: WindowAssigner, *, allowed_lateness=0) -> WindowedStream:
         """Event-time windows per key: ``TumblingWindows(size)`` or ``SlidingWindows(size,
         slide)``. A window's result is emitted when the watermark passes its end; records up
@@ -364,16 +371,43 @@ class WindowedStream:
             if reserved in aggregations:
                 raise PipelineDefinitionError(
                     f"window aggregate {uid!r}: output {reserved!r} is a window column")
-        if keyed._timestamp is None:
-            raise PipelineDefinitionError(
-                f"window aggregate {uid!r}: windows need event time, and no watermark strategy "
-                "reaches this operator: pass watermarks=WatermarkStrategy.for_bounded_out_of_"
-                "orderness(...) to every source feeding it (with the same timestamp field)")
+        keyed._needs_event_time("window aggregate", uid)
         window = WindowSpec(spec, self.assigner, self.allowed_lateness_ms, keyed._timestamp)
         node = keyed._then("window_aggregate",
                            name or f"Window {self.assigner.describe()['type']}: "
                                    f"{', '.join(aggregations)}",
                            uid, parallelism, window, keyed._key_selector)
+        return DataStream(keyed._p, [node], FORWARD)
+
+
+    def reduce(self, fn: Callable[[dict, dict], dict], *, uid: str,
+               parallelism: int | None = None, name: str | None = None) -> DataStream:
+        """Reduce each key's records per window with ``fn(accumulated, record)``; emits the
+        result with ``window_start`` and ``window_end`` added when the window fires (per
+        record in Python: for counts and sums prefer :meth:`aggregate`)."""
+        if not callable(fn):
+            raise PipelineDefinitionError(f"window reduce {uid!r} needs a callable")
+        return self._function("reduce", fn, uid, parallelism,
+                              name or f"Window reduce: {getattr(fn, '__name__', 'fn')}")
+
+    def process(self, fn: ProcessWindowFunction, *, uid: str, parallelism: int | None = None,
+                name: str | None = None) -> DataStream:
+        """Call ``fn.process(key, window, records, ctx)`` once per key and window when the
+        window fires (the window's records are kept in keyed state until then)."""
+        if not isinstance(fn, ProcessWindowFunction):
+            raise PipelineDefinitionError(
+                f"window process {uid!r}: {fn!r} must be a ProcessWindowFunction instance")
+        return self._function("process", fn, uid, parallelism,
+                              name or f"Window process: {type(fn).__name__}")
+
+    def _function(self, mode: str, fn, uid: str, parallelism: int | None, name: str) -> DataStream:
+        from .state.windows import WindowFunctionSpec
+
+        keyed = self._keyed
+        keyed._needs_event_time(f"window {mode}", uid)
+        spec = WindowFunctionSpec(fn, mode, self.assigner, self.allowed_lateness_ms,
+                                  keyed._timestamp)
+        node = keyed._then("window", name, uid, parallelism, spec, keyed._key_selector)
         return DataStream(keyed._p, [node], FORWARD)
 
 

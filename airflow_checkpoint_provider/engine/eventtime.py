@@ -211,6 +211,10 @@ class WindowAssigner:
     def describe(self) -> dict:
         raise NotImplementedError
 
+    def starts(self, ts: int) -> list[int]:
+        """The starts of the windows that contain ``ts`` (one record at a time)."""
+        raise NotImplementedError
+
 
 def _floor_to(ts: np.ndarray, step: int, offset: int) -> np.ndarray:
     return ts - np.mod(ts - offset, step)
@@ -227,6 +231,9 @@ class TumblingWindows(WindowAssigner):
 
     def assign(self, ts):
         return np.arange(len(ts)), _floor_to(ts, self.size, self.offset)
+
+    def starts(self, ts: int) -> list[int]:
+        return [ts - (ts - self.offset) % self.size]
 
     def describe(self) -> dict:
         return {"type": "tumbling", "size": self.size, "offset": self.offset}
@@ -253,6 +260,10 @@ class SlidingWindows(WindowAssigner):
             rows.append(idx[ok])
             starts.append(s[ok])
         return np.concatenate(rows), np.concatenate(starts)
+
+    def starts(self, ts: int) -> list[int]:
+        last = ts - (ts - self.offset) % self.slide
+        return [s for s in range(last, ts - self.size, -self.slide)]
 
     def describe(self) -> dict:
         return {"type": "sliding", "size": self.size, "slide": self.slide, "offset": self.offset}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from .state.descriptors import (
     ListStateDescriptor,
@@ -102,6 +103,28 @@ class KeyedProcessFunction:
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Called when checkpoint ``checkpoint_id`` completed."""
+
+    def close(self) -> None:
+        """Called once when the subtask ends."""
+
+
+class Window(NamedTuple):
+    """An event-time window ``[start, end)`` in epoch milliseconds."""
+
+    start: int
+    end: int
+
+
+class ProcessWindowFunction:
+    """Called once per key and window when the window fires, with the window's records
+    (``key_by(...).window(...).process(fn)``). Return (or yield) the records to emit."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        """Called once per subtask before any record."""
+
+    def process(self, key: object, window: Window, elements: list[dict],
+                ctx: RuntimeContext) -> Iterable[dict] | None:
+        raise NotImplementedError
 
     def close(self) -> None:
         """Called once when the subtask ends."""

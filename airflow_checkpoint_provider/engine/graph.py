@@ -20,7 +20,7 @@ from .names import validate_uid
 
 FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast"
 #: operators whose state is keyed (redistributed by key group on restore)
-KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate")
+KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate", "window")
 STATEFUL_KINDS = ("source", *KEYED_KINDS, "sink")
 
 

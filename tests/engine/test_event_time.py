@@ -14,6 +14,7 @@ from event_time_pipelines import (
     committed_windows,
     expected_alerts,
     expected_windows,
+    window_function_pipeline,
     windowed_pipeline,
 )
 from pipelines import Background, FaultPlan
@@ -42,6 +43,30 @@ def test_failure_free_windows_match_the_records(workdir, sliding):
     result = windowed_pipeline(str(workdir), sliding=sliding).run()
     assert result.status == "FINISHED"
     assert committed_windows(str(workdir / "out")) == expected_windows(sliding=sliding)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["reduce", "process"])
+def test_failure_free_window_functions_match_the_records(workdir, mode):
+    result = window_function_pipeline(str(workdir), mode).run()
+    assert result.status == "FINISHED"
+    assert committed_windows(str(workdir / "out")) == expected_windows()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_window_function_exactly_once_under_faults_and_rescale_on_rocksdb(workdir, tmp_path_factory):
+    faults = FaultPlan(str(workdir / "faults"), FAULTS)
+    bg = Background(window_function_pipeline(str(workdir), "reduce", faults=faults, rate=5_000,
+                                             state_backend="rocksdb"))
+    location = _stop_with_savepoint(bg, min_checkpoints=4)
+    restored = tmp_path_factory.mktemp("restored")
+    shutil.copytree(workdir / "out", restored / "out")
+    result = window_function_pipeline(str(restored), "reduce", window_parallelism=3,
+                                      out=str(restored / "out"),
+                                      state_backend="rocksdb").run(restore=location)
+    assert result.status == "FINISHED" and len(faults.fired()) >= 1
+    assert committed_windows(str(restored / "out")) == expected_windows()
 
 
 @pytest.mark.timeout(120)
@@ -77,8 +102,8 @@ def test_timers_exactly_once_under_exceptions_and_sigkill(workdir, backend):
     assert set(got) == expected_alerts()
 
 
-def _stop_with_savepoint(bg: Background) -> str:
-    job = bg.wait_running(min_checkpoints=2)
+def _stop_with_savepoint(bg: Background, min_checkpoints: int = 2) -> str:
+    job = bg.wait_running(min_checkpoints=min_checkpoints, timeout=120)
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
     assert req.status == "SUCCEEDED", req.error
     assert bg.result().status == "STOPPED"

@@ -9,7 +9,6 @@ import pyarrow as pa
 
 from ..connectors.base import SourceContext
 from ..errors import CorruptCheckpointError, RestoreError
-from ..eventtime import MIN_WATERMARK
 from ..functions import RuntimeContext
 from ..graph import Node
 from ..state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
@@ -17,7 +16,6 @@ from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
 from ..state.keygroups import KeyGroupRange
 from ..state.keys import KeyContract
-from ..state.windows import WindowAggregateTable
 from ..timers import EVENT_TIME, PROCESSING_TIME, TimerService
 from .batches import Batch, to_record_batch
 from .watermarks import SourceWatermarks, Status
@@ -284,42 +282,6 @@ class AggregateOperator(_KeyedStateOperator):
 
 
 
-class WindowAggregateOperator(_KeyedStateOperator):
-    """``key_by(field).window(assigner).aggregate(...)``: built-in aggregations per key and
-    event-time window, vectorized like :class:`AggregateOperator`; a window's rows are
-    emitted when the watermark passes its end (:mod:`..state.windows`)."""
-
-    vectorized = True
-    columnar = True
-
-    def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
-                 max_parallelism: int) -> None:
-        super().__init__(node, ctx)
-        self.backend = WindowAggregateTable(node.payload, key_groups, max_parallelism, node.uid)
-        self.watermark = MIN_WATERMARK
-
-    def open(self, restored_operator_state):
-        AggregateTable(self.backend.spec.aggregate, self.backend.key_groups,
-                       self.backend.max_parallelism, self.uid).warm_up()
-
-    def process(self, records: pa.RecordBatch):
-        late = self.backend.update(records, self.watermark)
-        return _one_batch(late)
-
-    def on_watermark(self, watermark):
-        self.watermark = watermark
-        return self.backend.fire(watermark)
-
-
-def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch | list:
-    if not batches:
-        return []
-    if len(batches) == 1:
-        return batches[0]
-    return pa.Table.from_batches(
-        [b.cast(batches[0].schema) for b in batches]).combine_chunks().to_batches()[0]
-
-
 def _restored_timestamp(entry: dict, uid: str | None) -> int | None:
     """A split's largest timestamp from a snapshot (untrusted input)."""
     ts = entry.get("max_timestamp")
@@ -461,8 +423,10 @@ def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                     max_parallelism: int, state_backend: dict | None = None) -> Operator:
     if node.kind == "aggregate":
         return AggregateOperator(node, ctx, key_groups, max_parallelism)
-    if node.kind == "window_aggregate":
-        return WindowAggregateOperator(node, ctx, key_groups, max_parallelism)
+    if node.kind in ("window_aggregate", "window"):
+        from .windowing import create_window_operator
+
+        return create_window_operator(node, ctx, key_groups, max_parallelism, state_backend)
     if node.kind in _KEYED:
         return _KEYED[node.kind](node, ctx, key_groups, max_parallelism, state_backend)
     return _SIMPLE[node.kind](node, ctx)

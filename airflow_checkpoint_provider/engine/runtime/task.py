@@ -45,10 +45,10 @@ from .operators import (
     Operator,
     ProcessOperator,
     SourceOperator,
-    WindowAggregateOperator,
     create_operator,
 )
 from .watermarks import WatermarkValve
+from .windowing import WindowAggregateOperator, WindowFunctionOperator
 
 log = logging.getLogger(__name__)
 
@@ -343,8 +343,8 @@ class StreamTask:
             counts={op.uid or op.node.name: list(c)
                     for op, c in zip(self.operators, self.counts, strict=True)},
             watermark=None if self.watermark == MIN_WATERMARK else self.watermark,
-            late={op.uid: op.backend.dropped_late for op in self.operators
-                  if isinstance(op, WindowAggregateOperator)} or None))
+            late={op.uid: op.dropped_late for op in self.operators
+                  if isinstance(op, WindowAggregateOperator | WindowFunctionOperator)} or None))
 
     # -- event time -----------------------------------------------------------------------
     def _on_watermark_status(self, status, start: int) -> None:

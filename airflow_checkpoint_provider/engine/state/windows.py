@@ -42,6 +42,18 @@ class WindowSpec:
                 "allowed_lateness_ms": self.allowed_lateness_ms}
 
 
+class WindowFunctionSpec:
+    """What ``window(...).reduce(fn)`` or ``window(...).process(fn)`` declared."""
+
+    def __init__(self, fn, mode: str, assigner: WindowAssigner, allowed_lateness_ms: int,
+                 timestamp: TimestampSpec) -> None:
+        self.fn = fn
+        self.mode = mode  # "reduce" | "process"
+        self.assigner = assigner
+        self.allowed_lateness_ms = allowed_lateness_ms
+        self.timestamp = timestamp
+
+
 class WindowAggregateTable:
     """Per-(key, window) accumulators of one subtask (the KeyedStateBackend protocol)."""
 

@@ -1,0 +1,143 @@
+"""Window operators: event-time windows per key.
+
+* :class:`WindowAggregateOperator` (``window(...).aggregate(...)``): vectorized, columnar
+  state (:mod:`..state.windows`).
+* :class:`WindowFunctionOperator` (``window(...).reduce(fn)`` / ``.process(fn)``): a Python
+  function per record or per window; each key's open windows are map state
+  (``window-contents``: window start -> reduced record, or the window's records) and each
+  window's end is an event-time timer of the key, so both live in the keyed state backend
+  (heap or RocksDB), in every checkpoint, and move with their key group on rescale.
+
+Both fire a window when the watermark reaches ``end - 1``, keep it ``allowed_lateness``
+longer (a late record updates it and its new result is emitted at once), and drop and count
+records later than that.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ..eventtime import MIN_WATERMARK
+from ..functions import ProcessWindowFunction, RuntimeContext, Window
+from ..graph import Node
+from ..state.columnar import AggregateTable
+from ..state.keygroups import KeyGroupRange
+from ..state.windows import WindowAggregateTable, WindowFunctionSpec
+from ..timers import EVENT_TIME, TimerService
+from .operators import KeyedOperator, _emitted, _KeyedStateOperator
+
+
+class WindowAggregateOperator(_KeyedStateOperator):
+    """``key_by(field).window(assigner).aggregate(...)``: built-in aggregations per key and
+    event-time window, vectorized like :class:`AggregateOperator`; a window's rows are
+    emitted when the watermark passes its end (:mod:`..state.windows`)."""
+
+    vectorized = True
+    columnar = True
+
+    def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
+                 max_parallelism: int) -> None:
+        super().__init__(node, ctx)
+        self.backend = WindowAggregateTable(node.payload, key_groups, max_parallelism, node.uid)
+        self.watermark = MIN_WATERMARK
+
+    def open(self, restored_operator_state):
+        AggregateTable(self.backend.spec.aggregate, self.backend.key_groups,
+                       self.backend.max_parallelism, self.uid).warm_up()
+
+    def process(self, records: pa.RecordBatch):
+        late = self.backend.update(records, self.watermark)
+        return _one_batch(late)
+
+    def on_watermark(self, watermark):
+        self.watermark = watermark
+        return self.backend.fire(watermark)
+
+    @property
+    def dropped_late(self) -> int:
+        return self.backend.dropped_late
+
+
+def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch | list:
+    if not batches:
+        return []
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(
+        [b.cast(batches[0].schema) for b in batches]).combine_chunks().to_batches()[0]
+
+
+class WindowFunctionOperator(KeyedOperator):
+    """``window(...).reduce(fn)`` or ``window(...).process(ProcessWindowFunction)``."""
+
+    def open(self, restored_operator_state):
+        self.spec: WindowFunctionSpec = self.node.payload
+        self.contents = self.ctx.map_state("window-contents")
+        self.timers = TimerService(self.backend)
+        self.timers.rebuild()
+        self.watermark = MIN_WATERMARK
+        self.dropped_late = 0
+        if isinstance(self.spec.fn, ProcessWindowFunction):
+            self.spec.fn.open(self.ctx)
+
+    def process(self, records):
+        spec, backend, sel, check = self.spec, self.backend, self.selector, self.keys.check
+        size, lateness, uid = spec.assigner.size, spec.allowed_lateness_ms, self.uid
+        reduce = spec.mode == "reduce"
+        out: list = []
+        for r in records:
+            backend.set_current_key(check(sel(r)))
+            ts = spec.timestamp.of_record(r, uid)
+            for start in spec.assigner.starts(ts):
+                last = start + size - 1
+                if last + lateness <= self.watermark:
+                    self.dropped_late += 1
+                    continue
+                acc = self.contents.get(start)
+                if reduce:
+                    acc = r if acc is None else spec.fn(acc, r)
+                else:
+                    acc = [*(acc or ()), r]
+                self.contents.put(start, acc)
+                if last <= self.watermark:       # fired already: the new result at once
+                    out.extend(self._result(start, acc))
+                else:
+                    self.timers.register_event_time_timer(last)
+                if lateness:
+                    self.timers.register_event_time_timer(last + lateness)
+        return out
+
+    def _result(self, start: int, acc) -> list[dict]:
+        window = Window(start, start + self.spec.assigner.size)
+        if self.spec.mode == "reduce":
+            return [{**acc, "window_start": window.start, "window_end": window.end}]
+        out: list = []
+        _emitted(self.spec.fn.process(self.backend.current_key, window, acc, self.ctx), out)
+        return out
+
+    def on_watermark(self, watermark):
+        self.watermark = self.timers.watermark = watermark
+        size, lateness = self.spec.assigner.size, self.spec.allowed_lateness_ms
+        out: list = []
+        for ts in self.timers.due(EVENT_TIME, watermark):
+            for start, acc in self.contents.items():
+                last = start + size - 1
+                if last == ts:
+                    out.extend(self._result(start, acc))
+                if last + lateness == ts:
+                    self.contents.remove(start)
+        return [out] if out else []
+
+    def close(self):
+        try:
+            if isinstance(self.spec.fn, ProcessWindowFunction):
+                self.spec.fn.close()
+        finally:
+            super().close()
+
+
+def create_window_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
+                           max_parallelism: int, state_backend: dict | None):
+    if node.kind == "window_aggregate":
+        return WindowAggregateOperator(node, ctx, key_groups, max_parallelism)
+    return WindowFunctionOperator(node, ctx, key_groups, max_parallelism, state_backend)
