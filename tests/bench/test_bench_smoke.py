@@ -98,7 +98,7 @@ def test_structured_streaming_scenario_runs_every_engine_at_saturation(results):
 def test_event_time_scenario_runs_windows_against_ss_and_the_long_runs(results):
     bench("event_time.py", "--keys", "1000", "--reps", "1", "--rows-per-batch", "20000",
           "--records", "40000", "--warmup-batches", "1", "--batches", "2", "--flat-rate", "4000",
-          "--flat-seconds", "3", results=results, timeout=380)
+          "--flat-seconds", "1.5", results=results, timeout=380)
     data = load(results, "event_time.json")
     run = data["runs"][0]
     assert run["ss"]["batches"] == 2 and run["ss"]["rows"] == 40000 and run["ratio_local"] > 0

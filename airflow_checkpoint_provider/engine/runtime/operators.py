@@ -412,21 +412,3 @@ class SinkOperator(Operator):
 
     def close(self):
         self.writer.close()
-
-
-_SIMPLE = {"map": MapOperator, "flat_map": FlatMapOperator, "filter": FilterOperator,
-           "map_batches": MapBatchesOperator, "source": SourceOperator, "sink": SinkOperator}
-_KEYED = {"process": ProcessOperator, "reduce": ReduceOperator}
-
-
-def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
-                    max_parallelism: int, state_backend: dict | None = None) -> Operator:
-    if node.kind == "aggregate":
-        return AggregateOperator(node, ctx, key_groups, max_parallelism)
-    if node.kind in ("window_aggregate", "window"):
-        from .windowing import create_window_operator
-
-        return create_window_operator(node, ctx, key_groups, max_parallelism, state_backend)
-    if node.kind in _KEYED:
-        return _KEYED[node.kind](node, ctx, key_groups, max_parallelism, state_backend)
-    return _SIMPLE[node.kind](node, ctx)

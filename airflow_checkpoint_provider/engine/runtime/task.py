@@ -40,12 +40,12 @@ from ..state.keygroups import key_group_for, key_group_range_for
 from ..state.vectorized import channels_for
 from .alignment import BarrierHandler
 from .batches import Batch, as_arrow, as_rows, encode_arrow, split_by_channel
+from .factory import create_operator
 from .mailbox import Mailbox
 from .operators import (
     Operator,
     ProcessOperator,
     SourceOperator,
-    create_operator,
 )
 from .watermarks import WatermarkValve
 from .windowing import WindowAggregateOperator, WindowFunctionOperator

@@ -134,10 +134,3 @@ class WindowFunctionOperator(KeyedOperator):
                 self.spec.fn.close()
         finally:
             super().close()
-
-
-def create_window_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
-                           max_parallelism: int, state_backend: dict | None):
-    if node.kind == "window_aggregate":
-        return WindowAggregateOperator(node, ctx, key_groups, max_parallelism)
-    return WindowFunctionOperator(node, ctx, key_groups, max_parallelism, state_backend)

@@ -1,0 +1,34 @@
+"""Which operator class runs each kind of node."""
+
+from __future__ import annotations
+
+from ..functions import RuntimeContext
+from ..graph import Node
+from ..state.keygroups import KeyGroupRange
+from .operators import (
+    AggregateOperator,
+    FilterOperator,
+    FlatMapOperator,
+    MapBatchesOperator,
+    MapOperator,
+    Operator,
+    ProcessOperator,
+    ReduceOperator,
+    SinkOperator,
+    SourceOperator,
+)
+from .windowing import WindowAggregateOperator, WindowFunctionOperator
+
+_SIMPLE = {"map": MapOperator, "flat_map": FlatMapOperator, "filter": FilterOperator,
+           "map_batches": MapBatchesOperator, "source": SourceOperator, "sink": SinkOperator}
+_KEYED = {"process": ProcessOperator, "reduce": ReduceOperator, "window": WindowFunctionOperator}
+_COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregateOperator}
+
+
+def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
+                    max_parallelism: int, state_backend: dict | None = None) -> Operator:
+    if node.kind in _COLUMNAR:
+        return _COLUMNAR[node.kind](node, ctx, key_groups, max_parallelism)
+    if node.kind in _KEYED:
+        return _KEYED[node.kind](node, ctx, key_groups, max_parallelism, state_backend)
+    return _SIMPLE[node.kind](node, ctx)
