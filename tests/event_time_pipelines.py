@@ -17,6 +17,7 @@ from airflow_checkpoint_provider.engine import (
     Pipeline,
     ProcessWindowFunction,
     RestartStrategy,
+    SessionWindows,
     SlidingWindows,
     TumblingWindows,
     WatermarkStrategy,
@@ -116,6 +117,55 @@ def window_function_pipeline(root: str, mode: str, *, num_records: int = N,
                   .process(CountAndSum(), uid="win", parallelism=window_parallelism))
     result.sink(FileSink(out or os.path.join(root, "out")), uid="out")
     return p
+
+
+def session_pipeline(root: str, mode: str, *, num_records: int = N, rate: float | None = None,
+                     faults: FaultPlan | None = None, state_backend: str = "heap",
+                     out: str | None = None) -> Pipeline:
+    """Sessions per key (gap ``GAP_MS``) over the sparse 200-key input, counted and summed
+    by ``reduce`` or ``process``."""
+    p = _pipeline(root, f"sessions-{mode}", 150, state_backend)
+    stream = p.source(source(num_records, num_keys=200, rate=rate, arrow=False), uid="gen",
+                      parallelism=2, watermarks=watermarks())
+    if faults is not None:
+        stream = stream.key_by("key").process(FaultyPassThrough(faults), uid="faulty")
+    if mode == "reduce":
+        stream = stream.map(_as_partial)
+    windows = stream.key_by("key").window(SessionWindows(GAP_MS))
+    result = (windows.reduce(_add, uid="win") if mode == "reduce"
+              else windows.process(CountAndSum(), uid="win"))
+    result.sink(FileSink(out or os.path.join(root, "out")), uid="out")
+    return p
+
+
+def expected_sessions(num_records: int = N) -> dict[tuple, tuple]:
+    """(key, session start) -> (session end, count, sum)."""
+    src, per_key = source(num_records, num_keys=200, arrow=False), defaultdict(list)
+    for i in range(num_records):
+        r = src.record(i)
+        per_key[r["key"]].append((r["ts"], r["value"]))
+    out = {}
+    for key, events in per_key.items():
+        events.sort()
+        start, end, n, total = None, None, 0, 0
+        for ts, value in events:
+            if start is not None and ts >= end:
+                out[(key, start)] = (end, n, total)
+                start = None
+            if start is None:
+                start, n, total = ts, 0, 0
+            end, n, total = ts + GAP_MS, n + 1, total + value
+        out[(key, start)] = (end, n, total)
+    return out
+
+
+def committed_sessions(out_dir: str) -> dict[tuple, tuple]:
+    got: dict[tuple, tuple] = {}
+    for r in read_committed(out_dir):
+        k = (r["key"], r["window_start"])
+        assert k not in got, f"session {k} emitted twice"
+        got[k] = (r["window_end"], r["n"], r["total"])
+    return got
 
 
 def expected_windows(num_records: int = N, *, sliding: bool = False) -> dict[tuple, tuple]:

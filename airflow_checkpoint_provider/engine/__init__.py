@@ -31,7 +31,7 @@ from .errors import (
     RestoreError,
     StateMigrationError,
 )
-from .eventtime import SlidingWindows, TumblingWindows, WatermarkStrategy
+from .eventtime import SessionWindows, SlidingWindows, TumblingWindows, WatermarkStrategy
 from .functions import KeyedProcessFunction, ProcessWindowFunction, RuntimeContext, Window
 from .serialization import Serializer
 from .state.descriptors import (
@@ -60,4 +60,5 @@ __all__ = [
     "Sink", "SinkWriter", "Source", "SourceContext", "SplitReader", "StateMigrationError",
     "ValueStateDescriptor", "read_committed", "SlidingWindows", "TumblingWindows",
     "WatermarkStrategy", "WindowedStream", "ProcessWindowFunction", "Window",
+    "SessionWindows",
 ]

@@ -19,7 +19,13 @@ from collections.abc import Callable, Iterable
 from .config import CheckpointConfig, RestartStrategy
 from .connectors.base import Sink, Source
 from .errors import BadRecordError, ConfigurationError, PipelineDefinitionError
-from .eventtime import TimestampSpec, WatermarkStrategy, WindowAssigner, duration_ms
+from .eventtime import (
+    SessionWindows,
+    TimestampSpec,
+    WatermarkStrategy,
+    WindowAssigner,
+    duration_ms,
+)
 from .extras import require
 from .functions import KeyedProcessFunction, ProcessWindowFunction
 from .graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
@@ -308,7 +314,8 @@ class KeyedStream(DataStream):
         and counted. Needs a watermark strategy at the sources."""
         if not isinstance(assigner, WindowAssigner):
             raise PipelineDefinitionError(
-                f"window: {assigner!r} is not a window assigner (TumblingWindows, SlidingWindows)")
+                f"window: {assigner!r} is not a window assigner (TumblingWindows, "
+                "SlidingWindows, SessionWindows)")
         lateness = duration_ms(allowed_lateness, "allowed_lateness")
         if lateness < 0:
             raise PipelineDefinitionError(f"allowed_lateness must be >= 0, got {lateness} ms")
@@ -366,6 +373,10 @@ class WindowedStream:
         from .state.windows import WindowSpec
 
         keyed = self._keyed
+        if isinstance(self.assigner, SessionWindows):
+            raise PipelineDefinitionError(
+                f"window aggregate {uid!r}: session windows merge per key and are not "
+                "vectorized; use window(SessionWindows(...)).reduce(fn) or .process(fn)")
         spec = _aggregate_spec("window aggregate", uid, keyed._key_selector, aggregations)
         for reserved in ("window_start", "window_end"):
             if reserved in aggregations:

@@ -269,6 +269,22 @@ class SlidingWindows(WindowAssigner):
         return {"type": "sliding", "size": self.size, "slide": self.slide, "offset": self.offset}
 
 
+class SessionWindows(WindowAssigner):
+    """Per key, a window per burst of activity: records less than ``gap`` apart share a
+    session, which ends ``gap`` after its last record. Sessions merge as records arrive, so
+    they need a Python window function (``window(...).reduce(fn)`` / ``.process(fn)``); the
+    reduce function then also combines two partial results (``fn(acc_a, acc_b)``)."""
+
+    def __init__(self, gap) -> None:
+        self.gap = duration_ms(gap, "session gap")
+        if self.gap <= 0:
+            raise PipelineDefinitionError(f"session gap must be > 0, got {self.gap} ms")
+        self.size = self.gap
+
+    def describe(self) -> dict:
+        return {"type": "session", "gap": self.gap}
+
+
 __all__ = ["MAX_WATERMARK", "MIN_WATERMARK", "SlidingWindows", "TimestampSpec",
-           "TumblingWindows", "WatermarkStrategy", "WindowAssigner", "column_millis",
+           "SessionWindows", "TumblingWindows", "WatermarkStrategy", "WindowAssigner", "column_millis",
            "duration_ms", "to_millis"]

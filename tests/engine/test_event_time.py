@@ -11,9 +11,12 @@ from event_time_pipelines import (
     N,
     alert_pipeline,
     committed_alerts,
+    committed_sessions,
     committed_windows,
     expected_alerts,
+    expected_sessions,
     expected_windows,
+    session_pipeline,
     window_function_pipeline,
     windowed_pipeline,
 )
@@ -68,6 +71,24 @@ def test_window_function_exactly_once_under_faults_and_rescale_on_rocksdb(workdi
                                       state_backend="rocksdb").run(restore=location)
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert committed_windows(str(restored / "out")) == expected_windows()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["reduce", "process"])
+def test_failure_free_sessions_match_the_records(workdir, mode):
+    result = session_pipeline(str(workdir), mode).run()
+    assert result.status == "FINISHED"
+    assert committed_sessions(str(workdir / "out")) == expected_sessions()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sessions_exactly_once_under_exceptions_and_sigkill_on_rocksdb(workdir):
+    faults = FaultPlan(str(workdir / "faults"), FAULTS)
+    result = session_pipeline(str(workdir), "reduce", faults=faults, rate=6_000,
+                              state_backend="rocksdb").run()
+    assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
+    assert committed_sessions(str(workdir / "out")) == expected_sessions()
 
 
 @pytest.mark.timeout(120)
@@ -228,8 +249,20 @@ def test_processing_time_timers_fire_from_the_task_loop(workdir):
     assert sorted(r["key"] for r in rows) == sorted(f"k{i}" for i in range(10))
 
 
+def test_session_windows_are_refused_by_the_vectorized_aggregate(workdir):
+    from airflow_checkpoint_provider.engine import SessionWindows
+
+    p = _pipeline(workdir)
+    keyed = p.source(GeneratorSource(10), uid="gen", watermarks=WatermarkStrategy
+                     .for_monotonous_timestamps(timestamp_field="id")).key_by("key")
+    with pytest.raises(PipelineDefinitionError, match=r"'w': session windows .*\.reduce"):
+        keyed.window(SessionWindows(100)).aggregate(uid="w", n="count")
+
+
 def test_expected_outputs_are_not_trivial():
     """The comparisons above are meaningful: many windows and alerts, of several keys."""
+    sessions = expected_sessions()
+    assert len(sessions) > 1_000 and max(n for _, n, _ in sessions.values()) > 3
     assert len(expected_windows()) > 100 and len({k for k, _ in expected_windows()}) == 20
     assert len(expected_alerts()) > 1_000
     assert N == 20_000

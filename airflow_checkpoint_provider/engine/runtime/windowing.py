@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ..eventtime import MIN_WATERMARK
+from ..eventtime import MIN_WATERMARK, SessionWindows
 from ..functions import ProcessWindowFunction, RuntimeContext, Window
 from ..graph import Node
 from ..state.columnar import AggregateTable
@@ -73,6 +73,7 @@ class WindowFunctionOperator(KeyedOperator):
     def open(self, restored_operator_state):
         self.spec: WindowFunctionSpec = self.node.payload
         self.contents = self.ctx.map_state("window-contents")
+        self.merging = isinstance(self.spec.assigner, SessionWindows)
         self.timers = TimerService(self.backend)
         self.timers.rebuild()
         self.watermark = MIN_WATERMARK
@@ -88,6 +89,9 @@ class WindowFunctionOperator(KeyedOperator):
         for r in records:
             backend.set_current_key(check(sel(r)))
             ts = spec.timestamp.of_record(r, uid)
+            if self.merging:
+                self._process_session(r, ts, out)
+                continue
             for start in spec.assigner.starts(ts):
                 last = start + size - 1
                 if last + lateness <= self.watermark:
@@ -107,8 +111,45 @@ class WindowFunctionOperator(KeyedOperator):
                     self.timers.register_event_time_timer(last + lateness)
         return out
 
-    def _result(self, start: int, acc) -> list[dict]:
-        window = Window(start, start + self.spec.assigner.size)
+    # -- session windows: contents are start -> [end, accumulated] ---------------------------
+    def _process_session(self, r: dict, ts: int, out: list) -> None:
+        spec, lateness = self.spec, self.spec.allowed_lateness_ms
+        start, end = ts, ts + spec.assigner.gap
+        if end - 1 + lateness <= self.watermark:
+            self.dropped_late += 1
+            return
+        acc = r if spec.mode == "reduce" else [r]
+        merged = []
+        for s, (e, other) in self.contents.items():
+            if s < end and start < e:  # overlapping sessions merge into one
+                self.contents.remove(s)
+                merged.append(e)
+                start, end = min(start, s), max(end, e)
+                acc = spec.fn(other, acc) if spec.mode == "reduce" else [*other, *acc]
+        if merged:
+            self._cancel_timers(merged)
+        self.contents.put(start, [end, acc])
+        if end - 1 <= self.watermark:            # fired already: the new result at once
+            out.extend(self._result(start, acc, end))
+        else:
+            self.timers.register_event_time_timer(end - 1)
+        if lateness:
+            self.timers.register_event_time_timer(end - 1 + lateness)
+
+    def _cancel_timers(self, ends: list[int]) -> None:
+        """Delete the timers of merged-away sessions, except those another session of the
+        key still needs (a fire time may equal another session's clean-up time)."""
+        lateness = self.spec.allowed_lateness_ms
+
+        def times(end: int) -> set[int]:
+            return {end - 1, end - 1 + lateness}
+
+        needed = set().union(*(times(e) for e, _ in (v for _, v in self.contents.items())))
+        for ts in set().union(*(times(e) for e in ends)) - needed:
+            self.timers.delete_event_time_timer(ts)
+
+    def _result(self, start: int, acc, end: int | None = None) -> list[dict]:
+        window = Window(start, end if end is not None else start + self.spec.assigner.size)
         if self.spec.mode == "reduce":
             return [{**acc, "window_start": window.start, "window_end": window.end}]
         out: list = []
@@ -121,9 +162,12 @@ class WindowFunctionOperator(KeyedOperator):
         out: list = []
         for ts in self.timers.due(EVENT_TIME, watermark):
             for start, acc in self.contents.items():
+                if self.merging:
+                    end, acc = acc
+                    size = end - start
                 last = start + size - 1
                 if last == ts:
-                    out.extend(self._result(start, acc))
+                    out.extend(self._result(start, acc, start + size))
                 if last + lateness == ts:
                     self.contents.remove(start)
         return [out] if out else []
