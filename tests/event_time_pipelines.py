@@ -168,6 +168,41 @@ def committed_sessions(out_dir: str) -> dict[tuple, tuple]:
     return got
 
 
+def late_pipeline(root: str, *, per_record: bool = False, rate: float | None = None,
+                  faults: FaultPlan | None = None) -> Pipeline:
+    """Windows behind a watermark that is too tight for the input (bound 20 ms, disorder
+    300 ms): many records are late; they go to a late-data side output (``late/``)."""
+    p = _pipeline(root, "late", 150, "heap")
+    p.batch_size = 32  # 64 ms of event time per batch: the watermark moves in small steps
+    stream = p.source(source(rate=rate, arrow=not per_record), uid="gen", parallelism=2,
+                      watermarks=WatermarkStrategy.for_bounded_out_of_orderness(
+                          20, timestamp_field="ts").with_emit_interval(5))
+    if faults is not None:
+        stream = stream.key_by("key").process(FaultyPassThrough(faults), uid="faulty")
+    windows = stream.key_by("key").window(TumblingWindows(WINDOW_MS))
+    if per_record:
+        result = windows.process(CountAndSum(), uid="win")
+    else:
+        result = windows.aggregate(uid="win", n="count", total=("sum", "value"))
+    result.sink(FileSink(os.path.join(root, "out")), uid="out")
+    result.late_records().sink(FileSink(os.path.join(root, "late")), uid="late-out")
+    return p
+
+
+def windows_plus_late(root: str) -> tuple[dict[tuple, tuple], int]:
+    """Committed window results with the committed late records of each window added back,
+    and how many records were late."""
+    got = {k: list(v) for k, v in committed_windows(os.path.join(root, "out")).items()}
+    late = list(read_committed(os.path.join(root, "late")))
+    ids = [r["id"] for r in late]
+    assert len(ids) == len(set(ids)), "a late record was committed twice"
+    for r in late:
+        acc = got.setdefault((r["key"], r["ts"] - r["ts"] % WINDOW_MS), [0, 0])
+        acc[0] += 1
+        acc[1] += r["value"]
+    return {k: tuple(v) for k, v in got.items()}, len(late)
+
+
 def expected_windows(num_records: int = N, *, sliding: bool = False) -> dict[tuple, tuple]:
     """(key, window_start) -> (count, sum) for every record."""
     src, out = source(num_records, arrow=False), defaultdict(lambda: [0, 0])

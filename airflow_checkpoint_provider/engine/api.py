@@ -108,8 +108,9 @@ class Pipeline:
         self._graph.nodes.append(node)
         return node
 
-    def _connect(self, upstream: Node, node: Node, partitioning: str, key_selector=None) -> None:
-        self._graph.edges.append(Edge(upstream.id, node.id, partitioning, key_selector))
+    def _connect(self, upstream: Node, node: Node, partitioning: str, key_selector=None,
+                 side: str | None = None) -> None:
+        self._graph.edges.append(Edge(upstream.id, node.id, partitioning, key_selector, side))
 
     def source(self, src: Source, *, uid: str, parallelism: int = 1, name: str | None = None,
                watermarks: WatermarkStrategy | None = None) -> DataStream:
@@ -215,11 +216,13 @@ class DataStream:
     """A stream of dict records; each transformation returns a new stream."""
 
     def __init__(self, pipeline: Pipeline, heads: list[Node], partitioning: str,
-                 key_selector=None, *, timestamp: TimestampSpec | None = None) -> None:
+                 key_selector=None, *, timestamp: TimestampSpec | None = None,
+                 side: str | None = None) -> None:
         self._p = pipeline
         self._heads = heads
         self._partitioning = partitioning
         self._key_selector = key_selector
+        self._side = side
         #: where the records' event time is (from the sources' watermark strategy)
         self._timestamp = timestamp
 
@@ -228,7 +231,7 @@ class DataStream:
         node = self._p._add(kind, name, uid, parallelism, payload, key_selector)
         node.timestamp = self._timestamp
         for head in self._heads:
-            self._p._connect(head, node, self._partitioning, self._key_selector)
+            self._p._connect(head, node, self._partitioning, self._key_selector, self._side)
         return node
 
     def _one(self, kind: str, fn, uid, parallelism, name) -> DataStream:
@@ -255,14 +258,33 @@ class DataStream:
         """``fn(pyarrow.RecordBatch) -> pyarrow.RecordBatch`` over each batch of records."""
         return self._one("map_batches", fn, uid, parallelism, name)
 
+    def late_records(self) -> DataStream:
+        """The records the window operator producing this stream found too late (after
+        its allowed lateness), as a stream of their own (Flink's late-data side output),
+        instead of dropping them. Records keep their form: dicts, or Arrow batches after a
+        vectorized window."""
+        kinds = {h.kind for h in self._heads}
+        if self._side is not None or len(self._heads) != 1 or not kinds <= {"window", "window_aggregate"}:
+            raise PipelineDefinitionError(
+                "late_records() is available on the output of window(...).aggregate(), "
+                ".reduce() or .process() only")
+        return DataStream(self._p, self._heads, FORWARD, timestamp=self._heads[0].timestamp,
+                          side="late")
+
     def rebalance(self) -> DataStream:
-        return DataStream(self._p, self._heads, REBALANCE, timestamp=self._timestamp)
+        return DataStream(self._p, self._heads, REBALANCE, timestamp=self._timestamp,
+                          side=self._side)
 
     def broadcast(self) -> DataStream:
-        return DataStream(self._p, self._heads, BROADCAST, timestamp=self._timestamp)
+        return DataStream(self._p, self._heads, BROADCAST, timestamp=self._timestamp,
+                          side=self._side)
 
     def union(self, *others: DataStream) -> DataStream:
         heads = list(self._heads)
+        for o in (self, *others):
+            if o._side is not None:
+                raise PipelineDefinitionError(
+                    "union: a late_records() stream cannot be unioned directly; map() it first")
         for o in others:
             if o._p is not self._p:
                 raise PipelineDefinitionError("union: streams belong to different pipelines")
@@ -272,7 +294,8 @@ class DataStream:
         return DataStream(self._p, heads, REBALANCE, timestamp=self._timestamp if same else None)
 
     def key_by(self, key: str | Callable[[dict], object]) -> KeyedStream:
-        return KeyedStream(self._p, self._heads, _selector(key), timestamp=self._timestamp)
+        return KeyedStream(self._p, self._heads, _selector(key), timestamp=self._timestamp,
+                           side=self._side)
 
     def sink(self, sink: Sink, *, uid: str, parallelism: int | None = None,
              name: str | None = None) -> None:
@@ -285,8 +308,8 @@ class KeyedStream(DataStream):
     """A stream partitioned by key: records with the same key go to the same subtask."""
 
     def __init__(self, pipeline: Pipeline, heads: list[Node], key_selector, *,
-                 timestamp: TimestampSpec | None = None) -> None:
-        super().__init__(pipeline, heads, HASH, key_selector, timestamp=timestamp)
+                 timestamp: TimestampSpec | None = None, side: str | None = None) -> None:
+        super().__init__(pipeline, heads, HASH, key_selector, timestamp=timestamp, side=side)
 
     def process(self, fn: KeyedProcessFunction, *, uid: str, parallelism: int | None = None,
                 name: str | None = None) -> DataStream:

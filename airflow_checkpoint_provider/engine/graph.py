@@ -46,6 +46,8 @@ class Edge:
     target: int
     partitioning: str
     key_selector: Callable[[dict], object] | None = None
+    #: a side output of the source node (``"late"``: records a window found too late)
+    side: str | None = None
 
 
 @dataclass
@@ -77,6 +79,7 @@ class OutputEdge:
     target_parallelism: int
     partitioning: str
     key_selector: Callable[[dict], object] | None = None
+    side: str | None = None
 
 
 @dataclass
@@ -170,6 +173,7 @@ def build_execution_graph(graph: JobGraph) -> ExecutionGraph:
     def chainable(e: Edge) -> bool:
         return (
             e.partitioning == FORWARD
+            and e.side is None
             and parallelism[e.source] == parallelism[e.target]
             and sum(1 for x in edges if x.source == e.source) == 1
             and sum(1 for x in edges if x.target == e.target) == 1
@@ -191,7 +195,7 @@ def build_execution_graph(graph: JobGraph) -> ExecutionGraph:
         if src == dst:
             continue
         vertices[src].outputs.append(
-            OutputEdge(dst, vertices[dst].parallelism, e.partitioning, e.key_selector)
+            OutputEdge(dst, vertices[dst].parallelism, e.partitioning, e.key_selector, e.side)
         )
         vertices[dst].inputs.append(InputEdge(src, vertices[src].parallelism, e.partitioning))
     return ExecutionGraph(graph.name, graph.max_parallelism, vertices)
@@ -211,5 +215,5 @@ def _resolve_parallelism(graph: JobGraph) -> dict[int, int]:
 def _normalise_edge(edge: Edge, parallelism: dict[int, int]) -> Edge:
     if edge.partitioning == FORWARD and parallelism[edge.source] != parallelism[edge.target]:
         # As in Flink: a forward edge between different parallelisms becomes rebalance.
-        return Edge(edge.source, edge.target, REBALANCE, edge.key_selector)
+        return Edge(edge.source, edge.target, REBALANCE, edge.key_selector, edge.side)
     return edge

@@ -16,9 +16,11 @@ from event_time_pipelines import (
     expected_alerts,
     expected_sessions,
     expected_windows,
+    late_pipeline,
     session_pipeline,
     window_function_pipeline,
     windowed_pipeline,
+    windows_plus_late,
 )
 from pipelines import Background, FaultPlan
 
@@ -89,6 +91,33 @@ def test_sessions_exactly_once_under_exceptions_and_sigkill_on_rocksdb(workdir):
                               state_backend="rocksdb").run()
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert committed_sessions(str(workdir / "out")) == expected_sessions()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("per_record", [False, True], ids=["vectorized", "per-record"])
+def test_late_records_go_to_the_side_output_and_every_record_is_counted_once(
+        workdir, per_record):
+    assert late_pipeline(str(workdir), per_record=per_record).run().status == "FINISHED"
+    windows, late = windows_plus_late(str(workdir))
+    assert late > 0, "the tight watermark makes records late"
+    assert windows == expected_windows()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_late_side_output_is_exactly_once_under_exceptions_and_sigkill(workdir):
+    faults = FaultPlan(str(workdir / "faults"), FAULTS)
+    result = late_pipeline(str(workdir), faults=faults, rate=6_000).run()
+    assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
+    windows, late = windows_plus_late(str(workdir))
+    assert late > 0 and windows == expected_windows()
+
+
+def test_late_records_only_after_a_window(workdir):
+    p = _pipeline(workdir)
+    stream = p.source(GeneratorSource(10), uid="gen")
+    with pytest.raises(PipelineDefinitionError, match="late_records"):
+        stream.late_records()
 
 
 @pytest.mark.timeout(120)

@@ -63,6 +63,11 @@ class Operator:
         (fired timers and windows) before the watermark goes downstream."""
         return []
 
+    def take_late(self):
+        """The late records collected since the last call (windows with a late-data side
+        output), or None."""
+        return None
+
     def next_processing_timer(self) -> int | None:
         """Epoch ms of the earliest processing-time timer, if any."""
         return None

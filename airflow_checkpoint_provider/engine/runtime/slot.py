@@ -252,7 +252,7 @@ class Slot:
                                                      "channel": ch_index}))
                 channels.append(OutputChannel(sock))
             writers.append(RecordWriter(out.partitioning, channels, out.key_selector,
-                                        graph.max_parallelism, sub))
+                                        graph.max_parallelism, sub, side=out.side))
         return writers
 
     def _control_loop(self) -> None:

@@ -146,8 +146,11 @@ class RecordWriter:
     """Partitions an output batch over the channels of one output edge."""
 
     def __init__(self, partitioning: str, channels: list[OutputChannel | LocalChannel],
-                 key_selector, max_parallelism: int, subtask: int) -> None:
+                 key_selector, max_parallelism: int, subtask: int, *,
+                 side: str | None = None) -> None:
         self.partitioning = partitioning
+        #: ``None``: the main output; ``"late"``: the late records of the chain's window
+        self.side = side
         self.channels = channels
         self.key_selector = key_selector
         # key_by("field"): Arrow batches are partitioned on that column, in numpy
@@ -225,6 +228,8 @@ class StreamTask:
         self.restore = restore or {}
         self.mailbox = mailbox
         self.writers = writers
+        self.main_writers = [w for w in writers if w.side is None]
+        self.side_writers = [w for w in writers if w.side == "late"]
         self.channel_gates = channel_gates  # channel -> Event the reader waits on after a barrier
         self.handler = BarrierHandler(vertex.num_input_channels(), env.exactly_once)
         self.valve = WatermarkValve(vertex.num_input_channels())
@@ -308,6 +313,8 @@ class StreamTask:
             self.operators.append(op)
         self._timer_ops = [i for i, op in enumerate(self.operators)
                            if isinstance(op, ProcessOperator)]
+        if self.side_writers:  # a side output starts a new chain: its window is the last op
+            self.operators[-1].collect_late = True
 
     def _close(self) -> None:
         for op in self.operators:
@@ -329,8 +336,13 @@ class StreamTask:
             records = op.process(as_arrow(records) if op.vectorized else as_rows(records))
             c[1] += len(records)
         if len(records):
-            for w in self.writers:
+            for w in self.main_writers:
                 w.emit(records)
+        if self.side_writers:
+            late = self.operators[-1].take_late()
+            if late is not None and len(late):
+                for w in self.side_writers:
+                    w.emit(late)
         now = time.monotonic()
         if now - self._last_report >= METRICS_REPORT_SECONDS:
             self.report_counts(now)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from ..errors import CorruptCheckpointError
 from ..eventtime import MIN_WATERMARK, SessionWindows
 from ..functions import ProcessWindowFunction, RuntimeContext, Window
 from ..graph import Node
@@ -25,6 +26,28 @@ from ..state.keygroups import KeyGroupRange
 from ..state.windows import WindowAggregateTable, WindowFunctionSpec
 from ..timers import EVENT_TIME, TimerService
 from .operators import KeyedOperator, _emitted, _KeyedStateOperator
+
+
+def watermark_state(watermark: int, key_groups: KeyGroupRange) -> list[dict]:
+    """A window operator's watermark as operator state. Without it a restored window would
+    start at no watermark, and records replayed after the checkpoint that were late before
+    the failure would open windows that had already fired."""
+    return [{"watermark": watermark, "key_groups": key_groups.to_list()}]
+
+
+def restored_watermark(entries: list | None, key_groups: KeyGroupRange, uid: str | None) -> int:
+    """The lowest watermark of the snapshot's subtasks that held any of ``key_groups``
+    (all of them after a rescale that mixes key groups; its own at the same parallelism)."""
+    marks = []
+    for e in entries or []:
+        wm, kg = e.get("watermark"), e.get("key_groups")
+        if (not isinstance(wm, int) or isinstance(wm, bool) or not isinstance(kg, list)
+                or len(kg) != 2 or not all(isinstance(k, int) for k in kg)):
+            raise CorruptCheckpointError(
+                f"operator {uid!r}: window watermark state {e!r:.200} is malformed")
+        if len(key_groups.intersect(KeyGroupRange(*kg))):
+            marks.append(wm)
+    return min(marks) if marks else MIN_WATERMARK
 
 
 class WindowAggregateOperator(_KeyedStateOperator):
@@ -42,6 +65,8 @@ class WindowAggregateOperator(_KeyedStateOperator):
         self.watermark = MIN_WATERMARK
 
     def open(self, restored_operator_state):
+        self.watermark = restored_watermark(restored_operator_state, self.backend.key_groups,
+                                            self.uid)
         AggregateTable(self.backend.spec.aggregate, self.backend.key_groups,
                        self.backend.max_parallelism, self.uid).warm_up()
 
@@ -50,12 +75,29 @@ class WindowAggregateOperator(_KeyedStateOperator):
         return _one_batch(late)
 
     def on_watermark(self, watermark):
-        self.watermark = watermark
-        return self.backend.fire(watermark)
+        self.watermark = max(self.watermark, watermark)
+        return self.backend.fire(self.watermark)
+
+    def snapshot(self, checkpoint_id):
+        snap = super().snapshot(checkpoint_id)
+        snap.operator_state = watermark_state(self.watermark, self.backend.key_groups)
+        return snap
 
     @property
     def dropped_late(self) -> int:
         return self.backend.dropped_late
+
+    @property
+    def collect_late(self) -> bool:
+        return self.backend.collect_late
+
+    @collect_late.setter
+    def collect_late(self, value: bool) -> None:
+        self.backend.collect_late = value
+
+    def take_late(self):
+        late, self.backend.late = self.backend.late, []
+        return _one_batch(late) if late else None
 
 
 def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch | list:
@@ -70,14 +112,18 @@ def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch | list:
 class WindowFunctionOperator(KeyedOperator):
     """``window(...).reduce(fn)`` or ``window(...).process(ProcessWindowFunction)``."""
 
+    collect_late = False
+
     def open(self, restored_operator_state):
         self.spec: WindowFunctionSpec = self.node.payload
         self.contents = self.ctx.map_state("window-contents")
         self.merging = isinstance(self.spec.assigner, SessionWindows)
         self.timers = TimerService(self.backend)
         self.timers.rebuild()
-        self.watermark = MIN_WATERMARK
+        self.watermark = self.timers.watermark = restored_watermark(
+            restored_operator_state, self.backend.key_groups, self.uid)
         self.dropped_late = 0
+        self.late: list[dict] = []
         if isinstance(self.spec.fn, ProcessWindowFunction):
             self.spec.fn.open(self.ctx)
 
@@ -92,11 +138,11 @@ class WindowFunctionOperator(KeyedOperator):
             if self.merging:
                 self._process_session(r, ts, out)
                 continue
-            for start in spec.assigner.starts(ts):
+            starts = [s for s in spec.assigner.starts(ts) if s + size - 1 + lateness > self.watermark]
+            if not starts:
+                self._late(r)
+            for start in starts:
                 last = start + size - 1
-                if last + lateness <= self.watermark:
-                    self.dropped_late += 1
-                    continue
                 acc = self.contents.get(start)
                 if reduce:
                     acc = r if acc is None else spec.fn(acc, r)
@@ -111,12 +157,22 @@ class WindowFunctionOperator(KeyedOperator):
                     self.timers.register_event_time_timer(last + lateness)
         return out
 
+    def _late(self, record: dict) -> None:
+        if self.collect_late:
+            self.late.append(record)
+        else:
+            self.dropped_late += 1
+
+    def take_late(self):
+        late, self.late = self.late, []
+        return late or None
+
     # -- session windows: contents are start -> [end, accumulated] ---------------------------
     def _process_session(self, r: dict, ts: int, out: list) -> None:
         spec, lateness = self.spec, self.spec.allowed_lateness_ms
         start, end = ts, ts + spec.assigner.gap
         if end - 1 + lateness <= self.watermark:
-            self.dropped_late += 1
+            self._late(r)
             return
         acc = r if spec.mode == "reduce" else [r]
         merged = []
@@ -156,8 +212,13 @@ class WindowFunctionOperator(KeyedOperator):
         _emitted(self.spec.fn.process(self.backend.current_key, window, acc, self.ctx), out)
         return out
 
+    def snapshot(self, checkpoint_id):
+        snap = super().snapshot(checkpoint_id)
+        snap.operator_state = watermark_state(self.watermark, self.backend.key_groups)
+        return snap
+
     def on_watermark(self, watermark):
-        self.watermark = self.timers.watermark = watermark
+        watermark = self.watermark = self.timers.watermark = max(self.watermark, watermark)
         size, lateness = self.spec.assigner.size, self.spec.allowed_lateness_ms
         out: list = []
         for ts in self.timers.due(EVENT_TIME, watermark):

@@ -68,6 +68,9 @@ class WindowAggregateTable:
         self.windows: dict[int, AggregateTable] = {}
         self.pending: dict[int, np.ndarray] = {}
         self.dropped_late = 0
+        #: keep late records for the late-data side output instead of dropping them
+        self.collect_late = False
+        self.late: list[pa.RecordBatch] = []
         self._time_type: pa.DataType = pa.int64()
 
     def _table(self, start: int) -> AggregateTable:
@@ -96,7 +99,13 @@ class WindowAggregateTable:
         last = starts + (spec.assigner.size - 1)
         alive = last + spec.allowed_lateness_ms > watermark
         if not alive.all():
-            self.dropped_late += int((~alive).sum())
+            # a record is late when every window it belongs to is past its lateness
+            late = np.setdiff1d(rows[~alive], rows[alive])
+            if len(late):
+                if self.collect_late:
+                    self.late.append(batch.take(pa.array(late)))
+                else:
+                    self.dropped_late += len(late)
             rows, starts, last = rows[alive], starts[alive], last[alive]
         out = []
         whole = len(rows) == len(batch)
