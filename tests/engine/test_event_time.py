@@ -211,6 +211,26 @@ def test_operator_watermarks_are_exported_as_metrics(workdir):
     assert bg.result().status == "CANCELED"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_stop_with_drain_fires_every_open_window_before_the_savepoint(workdir):
+    from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
+
+    bg = Background(windowed_pipeline(str(workdir), rate=5_000))
+    job = bg.wait_running(min_checkpoints=2, timeout=120)
+    req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": True})
+    assert req.status == "SUCCEEDED", req.error
+    assert bg.result().status == "STOPPED"
+    source_state = load_snapshot(req.result["location"]).operators["gen"]
+    read = sum(e["position"] for sub in source_state["subtasks"]
+               for e in sub["operator_state"])
+    got, expected = committed_windows(str(workdir / "out")), expected_windows()
+    assert 0 < read < N
+    # every record read before the drain is in a committed window (the partial ones too)
+    assert sum(n for n, _ in got.values()) == read
+    assert all(n <= expected[k][0] for k, (n, _) in got.items())
+
+
 # -- errors --------------------------------------------------------------------------------------
 
 def _pipeline(workdir, name="errors") -> Pipeline:
