@@ -258,6 +258,25 @@ class DataStream:
         """``fn(pyarrow.RecordBatch) -> pyarrow.RecordBatch`` over each batch of records."""
         return self._one("map_batches", fn, uid, parallelism, name)
 
+    def assign_timestamps_and_watermarks(self, strategy: WatermarkStrategy) -> DataStream:
+        """Give the source producing this stream a watermark strategy (the same as
+        ``source(..., watermarks=strategy)``). Watermarks are generated per split, so only
+        a source's own output accepts one."""
+        if not isinstance(strategy, WatermarkStrategy):
+            raise PipelineDefinitionError(f"{strategy!r} is not a WatermarkStrategy")
+        bad = [h for h in self._heads if h.kind != "source"]
+        if bad or self._side is not None:
+            node = bad[0] if bad else self._heads[0]
+            raise PipelineDefinitionError(
+                f"a watermark strategy needs a source: operator {node.uid or node.name!r} is a "
+                f"{node.kind}; pass watermarks=... to the source(s) it reads from")
+        for h in self._heads:
+            if h.watermarks is not None:
+                raise PipelineDefinitionError(f"source {h.uid!r} already has a watermark strategy")
+            h.watermarks = strategy
+        return DataStream(self._p, self._heads, self._partitioning, self._key_selector,
+                          timestamp=strategy.timestamp)
+
     def late_records(self) -> DataStream:
         """The records the window operator producing this stream found too late (after
         its allowed lateness), as a stream of their own (Flink's late-data side output),

@@ -113,6 +113,16 @@ def test_late_side_output_is_exactly_once_under_exceptions_and_sigkill(workdir):
     assert late > 0 and windows == expected_windows()
 
 
+def test_watermark_strategy_on_a_non_source_is_refused_naming_the_operator(workdir):
+    p = _pipeline(workdir)
+    strategy = WatermarkStrategy.for_monotonous_timestamps(timestamp_field="id")
+    mapped = p.source(GeneratorSource(10), uid="gen").map(lambda r: r, uid="m")
+    with pytest.raises(PipelineDefinitionError, match=r"needs a source: operator 'm' is a map"):
+        mapped.assign_timestamps_and_watermarks(strategy)
+    stream = p.source(GeneratorSource(10), uid="gen2").assign_timestamps_and_watermarks(strategy)
+    stream.key_by("key").window(TumblingWindows(10)).aggregate(uid="w", n="count")
+
+
 def test_late_records_only_after_a_window(workdir):
     p = _pipeline(workdir)
     stream = p.source(GeneratorSource(10), uid="gen")
