@@ -342,12 +342,13 @@ class KeyedStream(DataStream):
                           fn, self._key_selector)
         return DataStream(self._p, [node], FORWARD, timestamp=self._timestamp)
 
-    def _needs_event_time(self, what: str, uid: str) -> None:
+    def _needs_event_time(self, what: str, uid: str) -> TimestampSpec:
         if self._timestamp is None:
             raise PipelineDefinitionError(
                 f"{what} {uid!r}: windows need event time, and no watermark strategy "
                 "reaches this operator: pass watermarks=WatermarkStrategy.for_bounded_out_of_"
                 "orderness(...) to every source feeding it (with the same timestamp field)")
+        return self._timestamp
 
     def window(self, assigner: WindowAssigner, *, allowed_lateness=0) -> WindowedStream:
         """Event-time windows per key: ``TumblingWindows(size)`` or ``SlidingWindows(size,
@@ -424,8 +425,8 @@ class WindowedStream:
             if reserved in aggregations:
                 raise PipelineDefinitionError(
                     f"window aggregate {uid!r}: output {reserved!r} is a window column")
-        keyed._needs_event_time("window aggregate", uid)
-        window = WindowSpec(spec, self.assigner, self.allowed_lateness_ms, keyed._timestamp)
+        timestamp = keyed._needs_event_time("window aggregate", uid)
+        window = WindowSpec(spec, self.assigner, self.allowed_lateness_ms, timestamp)
         node = keyed._then("window_aggregate",
                            name or f"Window {self.assigner.describe()['type']}: "
                                    f"{', '.join(aggregations)}",
@@ -457,9 +458,8 @@ class WindowedStream:
         from .state.windows import WindowFunctionSpec
 
         keyed = self._keyed
-        keyed._needs_event_time(f"window {mode}", uid)
-        spec = WindowFunctionSpec(fn, mode, self.assigner, self.allowed_lateness_ms,
-                                  keyed._timestamp)
+        timestamp = keyed._needs_event_time(f"window {mode}", uid)
+        spec = WindowFunctionSpec(fn, mode, self.assigner, self.allowed_lateness_ms, timestamp)
         node = keyed._then("window", name, uid, parallelism, spec, keyed._key_selector)
         return DataStream(keyed._p, [node], FORWARD)
 

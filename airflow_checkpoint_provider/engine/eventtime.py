@@ -99,6 +99,7 @@ class TimestampSpec:
                     f"(its fields: {', '.join(map(str, list(record)[:20])) if isinstance(record, dict) else '-'})"
                 ) from None
         else:
+            assert self.fn is not None  # one of field and fn is set (__init__)
             value = self.fn(record)
         ms = to_millis(value)
         if ms is None:

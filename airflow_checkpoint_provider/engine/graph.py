@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import PipelineDefinitionError
+from .eventtime import TimestampSpec, WatermarkStrategy
 from .names import validate_uid
 
 FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast"
@@ -33,11 +34,10 @@ class Node:
     parallelism: int | None
     payload: object = None  # user function / source / sink
     key_selector: Callable[[dict], object] | None = None  # keyed operators
-    #: sources: how the source makes watermarks (``eventtime.WatermarkStrategy``)
-    watermarks: object = None
-    #: where a record's event time is (``eventtime.TimestampSpec``), from the sources'
-    #: watermark strategy; None without one
-    timestamp: object = None
+    #: sources: how the source makes watermarks
+    watermarks: WatermarkStrategy | None = None
+    #: where a record's event time is, from the sources' watermark strategy; None without one
+    timestamp: TimestampSpec | None = None
 
 
 @dataclass

@@ -32,6 +32,7 @@ def purge(kind: str, stored, now: int, ttl: int):
     """``stored`` without its expired values; ``None`` when nothing is left."""
     if kind in (VALUE, REDUCING):
         return stored if _alive(stored, now, ttl) else None
+    kept: list | dict
     if kind == LIST:
         kept = [e for e in stored if _alive(e, now, ttl)]
     else:
@@ -46,8 +47,15 @@ def inner_descriptor(d: StateDescriptor) -> StateDescriptor:
     timestamp (a custom serializer of value/reducing state sees only the value)."""
     ser = d.serializer
     if ser.name != "msgpack" and d.kind in (VALUE, REDUCING):
-        ser = Serializer(ser.name, lambda w, f=ser.dumps: [f(w[0]), w[1]],
-                         lambda w, f=ser.loads: [f(w[0]), w[1]])
+        dumps, loads = ser.dumps, ser.loads
+
+        def wrapped_dumps(w):
+            return [dumps(w[0]), w[1]]
+
+        def wrapped_loads(w):
+            return [loads(w[0]), w[1]]
+
+        ser = Serializer(ser.name, wrapped_dumps, wrapped_loads)
     reduce_fn = None
     if d.kind == REDUCING:
         fn = d.reduce_fn
@@ -61,8 +69,9 @@ class _Ttl:
     __slots__ = ("inner", "ttl", "on_read", "default")
 
     def __init__(self, inner, d: StateDescriptor) -> None:
+        assert d.ttl_ms is not None
         self.inner = inner
-        self.ttl = d.ttl_ms
+        self.ttl: int = d.ttl_ms
         self.on_read = d.ttl_update == ON_READ_AND_WRITE
         self.default = d.default
 
