@@ -32,7 +32,14 @@ from .errors import (
     StateMigrationError,
 )
 from .eventtime import SessionWindows, SlidingWindows, TumblingWindows, WatermarkStrategy
-from .functions import KeyedProcessFunction, ProcessWindowFunction, RuntimeContext, Window
+from .functions import (
+    CheckpointedFunction,
+    FunctionStateContext,
+    KeyedProcessFunction,
+    ProcessWindowFunction,
+    RuntimeContext,
+    Window,
+)
 from .serialization import Serializer
 from .state.descriptors import (
     ListStateDescriptor,
@@ -60,5 +67,5 @@ __all__ = [
     "Sink", "SinkWriter", "Source", "SourceContext", "SplitReader", "StateMigrationError",
     "ValueStateDescriptor", "read_committed", "SlidingWindows", "TumblingWindows",
     "WatermarkStrategy", "WindowedStream", "ProcessWindowFunction", "Window",
-    "SessionWindows",
+    "SessionWindows", "CheckpointedFunction", "FunctionStateContext",
 ]

@@ -128,3 +128,49 @@ class ProcessWindowFunction:
 
     def close(self) -> None:
         """Called once when the subtask ends."""
+
+
+class CheckpointedFunction:
+    """Mix into a ``map`` / ``flat_map`` / ``filter`` / ``map_batches`` function to keep
+    operator (non-keyed) state in checkpoints (Flink's ``CheckpointedFunction``)::
+
+        class Buffering(CheckpointedFunction):
+            def initialize_state(self, ctx):
+                self.buffer = ctx.state.get_list_state("buffer")   # restored, if any
+
+            def snapshot_state(self, checkpoint_id, ctx):
+                pass  # the state objects are captured as they are now
+
+            def __call__(self, record): ...
+
+    ``ctx.state`` is the subtask's :class:`~.state.operator_state.OperatorStateStore`:
+    ``get_list_state`` (split evenly over the new subtasks on rescale),
+    ``get_union_list_state`` (every subtask gets all items) and ``get_broadcast_state`` (a
+    map every subtask holds the same copy of). The operator needs a ``uid``.
+    """
+
+    def initialize_state(self, ctx: FunctionStateContext) -> None:
+        """Called once per subtask before any record, after the state was restored."""
+
+    def snapshot_state(self, checkpoint_id: int, ctx: FunctionStateContext) -> None:
+        """Called in the synchronous part of each checkpoint, before the state is captured."""
+
+
+class FunctionStateContext:
+    """What a :class:`CheckpointedFunction` sees: its operator state and where it runs."""
+
+    def __init__(self, runtime: RuntimeContext, state) -> None:
+        self.runtime = runtime
+        self.state = state
+
+    @property
+    def is_restored(self) -> bool:
+        return self.state.is_restored
+
+    @property
+    def subtask_index(self) -> int:
+        return self.runtime.subtask_index
+
+    @property
+    def parallelism(self) -> int:
+        return self.runtime.parallelism

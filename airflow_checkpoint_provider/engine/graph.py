@@ -141,7 +141,7 @@ def validate(graph: JobGraph) -> None:
     """Reject pipelines whose state could not be restored reliably."""
     seen: dict[str, Node] = {}
     for node in graph.nodes:
-        if node.kind in STATEFUL_KINDS and not node.uid:
+        if (node.kind in STATEFUL_KINDS or _checkpointed(node.payload)) and not node.uid:
             raise PipelineDefinitionError(
                 f"operator {node.name!r} ({node.kind}) is stateful and needs a stable uid: "
                 f"pass uid='...' so its state can be restored after a change"
@@ -163,6 +163,12 @@ def validate(graph: JobGraph) -> None:
         raise PipelineDefinitionError(f"pipeline {graph.name!r} has no source")
     if not any(n.kind == "sink" for n in graph.nodes):
         raise PipelineDefinitionError(f"pipeline {graph.name!r} has no sink")
+
+
+def _checkpointed(payload: object) -> bool:
+    from .functions import CheckpointedFunction
+
+    return isinstance(payload, CheckpointedFunction)
 
 
 def build_execution_graph(graph: JobGraph) -> ExecutionGraph:

@@ -9,13 +9,14 @@ import pyarrow as pa
 
 from ..connectors.base import SourceContext
 from ..errors import CorruptCheckpointError, RestoreError
-from ..functions import RuntimeContext
+from ..functions import CheckpointedFunction, FunctionStateContext, RuntimeContext
 from ..graph import Node
 from ..state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
 from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
 from ..state.keygroups import KeyGroupRange
 from ..state.keys import KeyContract
+from ..state.operator_state import OperatorStateStore
 from ..timers import EVENT_TIME, PROCESSING_TIME, TimerService
 from .batches import Batch, to_record_batch
 from .watermarks import SourceWatermarks, Status
@@ -89,13 +90,33 @@ class Operator:
         pass
 
 
-class MapOperator(Operator):
+class _FunctionOperator(Operator):
+    """An operator running one user function; a :class:`CheckpointedFunction` gets its
+    operator state here."""
+
+    def open(self, restored_operator_state):
+        fn = self.node.payload
+        self.fn_state: FunctionStateContext | None = None
+        if isinstance(fn, CheckpointedFunction):
+            store = OperatorStateStore(self.uid or self.node.name, self.ctx.subtask_index,
+                                       self.ctx.parallelism, restored_operator_state)
+            self.fn_state = FunctionStateContext(self.ctx, store)
+            fn.initialize_state(self.fn_state)
+
+    def snapshot(self, checkpoint_id):
+        if self.fn_state is None:
+            return None
+        self.node.payload.snapshot_state(checkpoint_id, self.fn_state)
+        return OperatorSnapshot(operator_state=self.fn_state.state.snapshot())
+
+
+class MapOperator(_FunctionOperator):
     def process(self, records):
         fn = self.node.payload
         return [fn(r) for r in records]
 
 
-class FlatMapOperator(Operator):
+class FlatMapOperator(_FunctionOperator):
     def process(self, records):
         fn = self.node.payload
         out: list = []
@@ -106,13 +127,13 @@ class FlatMapOperator(Operator):
         return out
 
 
-class FilterOperator(Operator):
+class FilterOperator(_FunctionOperator):
     def process(self, records):
         fn = self.node.payload
         return [r for r in records if fn(r)]
 
 
-class MapBatchesOperator(Operator):
+class MapBatchesOperator(_FunctionOperator):
     vectorized = True
 
     def process(self, records: pa.RecordBatch) -> pa.RecordBatch:

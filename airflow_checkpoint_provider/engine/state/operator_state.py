@@ -1,0 +1,161 @@
+"""Operator (non-keyed) state of user functions (Flink's ``CheckpointedFunction``).
+
+A ``map`` / ``flat_map`` / ``filter`` / ``map_batches`` function that subclasses
+:class:`~..functions.CheckpointedFunction` keeps state per subtask, not per key:
+
+* **list state** (``get_list_state``): a list per subtask; on restore the items of every old
+  subtask are concatenated (in subtask order) and split evenly into contiguous parts, one
+  per new subtask;
+* **union list state** (``get_union_list_state``): every new subtask gets all items;
+* **broadcast state** (``get_broadcast_state``): a map every subtask holds the same copy of
+  (fed identically, e.g. from a ``broadcast()`` stream); restored from the first old
+  subtask's copy.
+
+In a snapshot it is the operator's ``operator_state``: one entry per subtask and state,
+``{"state": name, "mode": "split" | "union" | "broadcast", "subtask": i, "value": ...}``
+(msgpack-able values). Entries come from a ``_metadata`` file: they are checked here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..errors import CorruptCheckpointError, StateMigrationError
+
+SPLIT, UNION, BROADCAST = "split", "union", "broadcast"
+_MODES = (SPLIT, UNION, BROADCAST)
+_WHAT = {SPLIT: "list state", UNION: "union list state", BROADCAST: "broadcast state"}
+
+
+class OperatorListState:
+    """A list of one subtask (``get()`` returns a copy)."""
+
+    def __init__(self, items: list) -> None:
+        self._items = items
+
+    def get(self) -> list:
+        return list(self._items)
+
+    def add(self, value) -> None:
+        self._items.append(value)
+
+    def add_all(self, values) -> None:
+        self._items.extend(values)
+
+    def update(self, values) -> None:
+        self._items[:] = list(values)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
+class BroadcastState:
+    """A map replicated to every subtask."""
+
+    def __init__(self, entries: dict) -> None:
+        self._entries = entries
+
+    def get(self, key, default=None):
+        return self._entries.get(key, default)
+
+    def put(self, key, value) -> None:
+        self._entries[key] = value
+
+    def remove(self, key) -> None:
+        self._entries.pop(key, None)
+
+    def contains(self, key) -> bool:
+        return key in self._entries
+
+    def items(self) -> list:
+        return list(self._entries.items())
+
+    def keys(self) -> Iterator:
+        return iter(list(self._entries))
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+class OperatorStateStore:
+    """The operator state of one subtask of operator ``uid``."""
+
+    def __init__(self, uid: str, subtask: int, parallelism: int,
+                 restored: list | None) -> None:
+        self.uid = uid
+        self.subtask = subtask
+        self.parallelism = parallelism
+        self._restored = self._check(restored or [])
+        self.is_restored = restored is not None
+        self._states: dict[str, tuple[str, object]] = {}
+
+    def _check(self, entries: list) -> dict[str, tuple[str, list[tuple[int, object]]]]:
+        """Restored entries by state name: (mode, [(old subtask, value)])."""
+        by_name: dict[str, tuple[str, list[tuple[int, object]]]] = {}
+        for e in entries:
+            if not isinstance(e, dict) or "state" not in e:
+                continue  # not operator state of a user function (e.g. a source's splits)
+            name, mode, sub, value = e.get("state"), e.get("mode"), e.get("subtask"), e.get("value")
+            ok = (isinstance(name, str) and mode in _MODES and isinstance(sub, int)
+                  and not isinstance(sub, bool)
+                  and isinstance(value, dict if mode == BROADCAST else list))
+            if not ok:
+                raise CorruptCheckpointError(
+                    f"operator {self.uid!r}: operator state entry {e!r:.200} is malformed")
+            known = by_name.setdefault(name, (mode, []))
+            if known[0] != mode:
+                raise CorruptCheckpointError(
+                    f"operator {self.uid!r}: state {name!r} is both {known[0]} and {mode} "
+                    "in the snapshot")
+            known[1].append((sub, value))
+        return by_name
+
+    def _restored_value(self, name: str, mode: str):
+        found = self._restored.get(name)
+        if found is None:
+            return {} if mode == BROADCAST else []
+        old_mode, parts = found
+        if old_mode != mode:
+            raise StateMigrationError(
+                f"operator {self.uid!r}: state {name!r} was snapshotted as {_WHAT[old_mode]} "
+                f"and is now declared as {_WHAT[mode]}; keep the declaration, or use a new "
+                "state name")
+        parts.sort(key=lambda p: p[0])
+        if mode == BROADCAST:
+            return dict(parts[0][1]) if parts else {}
+        items = [item for _, value in parts for item in value]
+        if mode == UNION:
+            return items
+        n, i = self.parallelism, self.subtask
+        return items[i * len(items) // n:(i + 1) * len(items) // n]
+
+    def _get(self, name: str, mode: str):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"operator {self.uid!r}: a state name must be a non-empty string")
+        existing = self._states.get(name)
+        if existing is not None:
+            if existing[0] != mode:
+                raise StateMigrationError(
+                    f"operator {self.uid!r}: state {name!r} is already registered as "
+                    f"{_WHAT[existing[0]]}, cannot register it as {_WHAT[mode]}")
+            return existing[1]
+        value = self._restored_value(name, mode)
+        state = BroadcastState(value) if mode == BROADCAST else OperatorListState(value)
+        self._states[name] = (mode, state)
+        return state
+
+    def get_list_state(self, name: str) -> OperatorListState:
+        return self._get(name, SPLIT)
+
+    def get_union_list_state(self, name: str) -> OperatorListState:
+        return self._get(name, UNION)
+
+    def get_broadcast_state(self, name: str) -> BroadcastState:
+        return self._get(name, BROADCAST)
+
+    def snapshot(self) -> list[dict]:
+        out = []
+        for name, (mode, state) in sorted(self._states.items()):
+            value = dict(state.items()) if mode == BROADCAST else state.get()
+            out.append({"state": name, "mode": mode, "subtask": self.subtask, "value": value})
+        return out
