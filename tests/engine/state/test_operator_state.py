@@ -102,7 +102,7 @@ class Recorder(CheckpointedFunction):
                                                f"{ctx.subtask_index}.json"), "w") as f:
             json.dump({"ids": self.ids.get(), "subtasks": self.subtasks.get(),
                        "counts": dict(self.counts.items()), "restored": ctx.is_restored}, f)
-        self.subtasks.add(ctx.subtask_index)
+        self.subtasks.update([ctx.subtask_index])  # each subtask keeps only its own entry
 
     def __call__(self, record):
         self.ids.add(record["id"])
