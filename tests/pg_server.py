@@ -61,7 +61,8 @@ class PostgresServer:
         self.proc = subprocess.Popen(
             [os.path.join(self.bin, "postgres"), "-D", self.data, "-p", str(self.port),
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.workdir}",
-             "-c", "fsync=off", "-c", "max_connections=200"],
+             "-c", "fsync=off", "-c", "max_connections=200",
+             "-c", "max_prepared_transactions=100"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **run_as)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -18,6 +18,7 @@ EXTRAS = {
     "rocksdb": ("rocksdict", "state_backend='rocksdb'"),
     "s3": ("boto3", "s3:// checkpoint storage"),
     "report": ("matplotlib", "the checkpoint report"),
+    "postgres": ("psycopg", "PostgresSink and a PostgreSQL metadata DB"),
 }
 
 
