@@ -95,13 +95,13 @@ def test_structured_streaming_scenario_runs_every_engine_at_saturation(results):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_event_time_scenario_runs_windows_against_ss_and_the_long_runs(results):
-    bench("event_time.py", "--keys", "1000", "--reps", "1", "--rows-per-batch", "20000",
-          "--records", "40000", "--warmup-batches", "1", "--batches", "2", "--flat-rate", "4000",
+def test_event_time_scenario_runs_the_long_runs(results):
+    # the SS side (another Spark start-up, ~20 s) is left out here: the window query it runs
+    # is checked against ours in tests/engine/test_windows_vs_structured_streaming.py
+    bench("event_time.py", "--skip-ss", "--keys", "1000", "--flat-rate", "4000",
           "--flat-seconds", "1.5", results=results, timeout=380)
     data = load(results, "event_time.json")
-    run = data["runs"][0]
-    assert run["ss"]["batches"] == 2 and run["ss"]["rows"] == 40000 and run["ratio_local"] > 0
+    assert data["runs"] == []
     assert set(data["flat"]) == {"windows", "aggregate_ttl", "aggregate_no_ttl"}
     assert all(f["checkpoints"] >= 1 for f in data["flat"].values())
 
@@ -128,7 +128,7 @@ def test_benchmarks_md_renders_every_scenario(results, tmp_path):
                 "profile_aggregate.json": "## Where the time goes",
                 "structured_streaming.json": "## Against Spark Structured Streaming at saturation",
                 "latency.json": "## End-to-end latency",
-                "event_time.json": "## Event-time windows against Structured Streaming"}
+                "event_time.json": "## State size over a long run"}
     for name, heading in expected.items():
         if name in present:
             assert heading in text, heading

@@ -87,7 +87,7 @@ def test_failure_free_sessions_match_the_records(workdir, mode):
 @pytest.mark.timeout(300)
 def test_sessions_exactly_once_under_exceptions_and_sigkill_on_rocksdb(workdir):
     faults = FaultPlan(str(workdir / "faults"), FAULTS)
-    result = session_pipeline(str(workdir), "reduce", faults=faults, rate=6_000,
+    result = session_pipeline(str(workdir), "reduce", faults=faults, rate=10_000,
                               state_backend="rocksdb").run()
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert committed_sessions(str(workdir / "out")) == expected_sessions()
@@ -107,7 +107,7 @@ def test_late_records_go_to_the_side_output_and_every_record_is_counted_once(
 @pytest.mark.timeout(300)
 def test_late_side_output_is_exactly_once_under_exceptions_and_sigkill(workdir):
     faults = FaultPlan(str(workdir / "faults"), FAULTS)
-    result = late_pipeline(str(workdir), faults=faults, rate=6_000).run()
+    result = late_pipeline(str(workdir), faults=faults, rate=10_000).run()
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     windows, late = windows_plus_late(str(workdir))
     assert late > 0 and windows == expected_windows()
@@ -144,7 +144,7 @@ def test_failure_free_alerts_match_the_records(workdir):
 @pytest.mark.timeout(300)
 def test_windows_exactly_once_under_exceptions_and_sigkill(workdir):
     faults = FaultPlan(str(workdir / "faults"), FAULTS)
-    result = windowed_pipeline(str(workdir), faults=faults, rate=6_000).run()
+    result = windowed_pipeline(str(workdir), faults=faults, rate=10_000).run()
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert result.restarts == len(faults.attempts_hit())
     assert committed_windows(str(workdir / "out")) == expected_windows()
@@ -155,7 +155,7 @@ def test_windows_exactly_once_under_exceptions_and_sigkill(workdir):
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])
 def test_timers_exactly_once_under_exceptions_and_sigkill(workdir, backend):
     faults = FaultPlan(str(workdir / "faults"), FAULTS)
-    result = alert_pipeline(str(workdir), faults=faults, rate=6_000, state_backend=backend).run()
+    result = alert_pipeline(str(workdir), faults=faults, rate=10_000, state_backend=backend).run()
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert result.restarts == len(faults.attempts_hit())
     got = committed_alerts(str(workdir / "out"))
