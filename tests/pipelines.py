@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from collections import defaultdict
 
 from airflow_checkpoint_provider.engine import (
@@ -16,6 +17,8 @@ from airflow_checkpoint_provider.engine import (
     RestartStrategy,
     read_committed,
 )
+
+TMP_PREFIX = ".writing-"
 
 
 class InjectedFailure(RuntimeError):
@@ -50,12 +53,19 @@ class FaultPlan:
                 return
             point = min(due)
         path = os.path.join(self.directory, f"{kind}-{point}")
+        # The marker appears with its content or not at all (written aside, then linked in:
+        # link refuses an existing name). Another task of the same slot process may SIGKILL
+        # it at any moment; an empty marker would claim a point fired with no information.
+        tmp = os.path.join(self.directory, f"{TMP_PREFIX}{kind}-{point}-{os.getpid()}-"
+                                           f"{threading.get_ident()}")
+        with open(tmp, "w") as f:
+            json.dump(info, f)
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.link(tmp, path)
         except FileExistsError:
             return
-        with os.fdopen(fd, "w") as f:
-            json.dump(info, f)
+        finally:
+            os.remove(tmp)
         if kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedFailure(f"injected failure {kind} {value}")
@@ -68,6 +78,8 @@ class FaultPlan:
     def fired(self) -> dict[str, dict]:
         out = {}
         for name in os.listdir(self.directory):
+            if name.startswith(TMP_PREFIX):
+                continue  # a marker being written when its process was killed
             with open(os.path.join(self.directory, name)) as f:
                 out[name] = json.load(f)
         return out
