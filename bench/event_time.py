@@ -33,7 +33,7 @@ import time
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from jobs import add_results_dir, median, write_results  # noqa: E402
-from structured_streaming import SS_CONF, TRIGGER_MS  # noqa: E402
+from structured_streaming import SS_CONF, keyed_rate, ss_measure  # noqa: E402
 
 from airflow_checkpoint_provider.engine import (  # noqa: E402
     CheckpointConfig,
@@ -54,42 +54,14 @@ def ss_windows(spark, *, keys: int, rows_per_batch: int, warmup: int, measure: i
                timeout_s: float) -> dict:
     from pyspark.sql import functions as F
 
-    chk = tempfile.mkdtemp(prefix="ss-chk-")
-    try:
-        rate = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
-                .option("numPartitions", 2).option("advanceMillisPerBatch", 1000).load())
-        # the key and value of bench/structured_streaming.py, the event time of the source
-        h = (F.col("value") * F.lit(2654435761)) % F.lit(1 << 32)
-        df = rate.select(F.col("timestamp").alias("t"),
-                         F.concat(F.lit("k"), (h % F.lit(keys)).cast("long").cast("string")).alias("key"),
-                         ((h / F.lit(keys)).cast("long") % 100).alias("value"))
-        query = (df.withWatermark("t", f"{DELAY_MS} milliseconds")
-                 .groupBy(F.window("t", f"{WINDOW_MS} milliseconds"), "key")
-                 .agg(F.count("*").alias("count"), F.sum("value").alias("sum")))
-        q = (query.writeStream.outputMode("append").format("noop")
-             .option("checkpointLocation", chk)
-             .trigger(processingTime=f"{TRIGGER_MS} milliseconds").start())
-        deadline = time.monotonic() + timeout_s
-        try:
-            while True:
-                done = [p for p in q.recentProgress if p.numInputRows]
-                if len(done) >= warmup + measure or time.monotonic() > deadline:
-                    break
-                if q.exception() is not None:
-                    raise RuntimeError(f"structured streaming query failed: {q.exception()}")
-                time.sleep(0.5)
-        finally:
-            q.stop()
-        batches = [p for p in q.recentProgress if p.numInputRows][warmup:warmup + measure]
-        if not batches:
-            raise RuntimeError("no measured SS micro-batch")
-        rows = sum(p.numInputRows for p in batches)
-        ms = [p.durationMs.get("triggerExecution", 0) for p in batches]
-        return {"rows": rows, "batches": len(batches), "batch_ms": ms,
-                "batches_under_trigger": sum(1 for m in ms if m < TRIGGER_MS),
-                "sustained_records_per_s": rows / (sum(ms) / 1000.0)}
-    finally:
-        shutil.rmtree(chk, ignore_errors=True)
+    rate = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+            .option("numPartitions", 2).option("advanceMillisPerBatch", 1000).load())
+    # the key and value of bench/structured_streaming.py, the event time of the source
+    df = keyed_rate(rate, keys, False, F.col("timestamp").alias("t"))
+    query = (df.withWatermark("t", f"{DELAY_MS} milliseconds")
+             .groupBy(F.window("t", f"{WINDOW_MS} milliseconds"), "key")
+             .agg(F.count("*").alias("count"), F.sum("value").alias("sum")))
+    return ss_measure(query, "append", warmup=warmup, measure=measure, timeout_s=timeout_s)
 
 
 def _pipeline(root: str, name: str) -> Pipeline:

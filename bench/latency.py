@@ -41,6 +41,7 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
     RestartStrategy,
 )
 from airflow_checkpoint_provider.engine.connectors.base import Sink, SinkWriter  # noqa: E402
+from airflow_checkpoint_provider.engine.connectors.discard import DiscardWriter  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # slots cannot import bench/
 
@@ -81,8 +82,8 @@ class LatencySink(Sink):
         return "latency"
 
 
-class _LatencyWriter(SinkWriter):
-    accepts_arrow = True
+class _LatencyWriter(DiscardWriter):
+    """Records when each row arrived; nothing to commit."""
 
     def __init__(self, path: str) -> None:
         self.path, self.ts, self.lat = path, [], []
@@ -93,15 +94,6 @@ class _LatencyWriter(SinkWriter):
               else np.array([r["ts"] for r in records]))
         self.ts.append(ts)
         self.lat.append((now - ts).astype(np.float32))
-
-    def pre_commit(self, checkpoint_id: int) -> list[object]:
-        return []
-
-    def commit(self, transactions: list[object]) -> None:
-        pass
-
-    def recover(self, transactions: list[object]) -> None:
-        pass
 
     def close(self) -> None:
         np.savez(self.path, ts=np.concatenate(self.ts) if self.ts else np.empty(0),

@@ -48,16 +48,18 @@ SS_CONF = {
 TRIGGER_MS = 1000
 
 
-def _keyed(rate_df, keys: int, int_keys: bool):
+def keyed_rate(rate_df, keys: int, int_keys: bool, *extra):
     """``key``/``value`` columns from the rate source's ``value`` (0, 1, 2, ...): a
-    multiplicative hash spreads consecutive ids over the keys, as our generator does."""
+    multiplicative hash spreads consecutive ids over the keys, as our generator does.
+    ``extra``: further columns to keep (e.g. the source's timestamp)."""
     from pyspark.sql import functions as F
 
     h = (F.col("value") * F.lit(2654435761)) % F.lit(1 << 32)
     key = (h % F.lit(keys)).cast("long")
     if not int_keys:
         key = F.concat(F.lit("k"), key.cast("string"))
-    return rate_df.select(key.alias("key"), ((h / F.lit(keys)).cast("long") % 100).alias("value"))
+    return rate_df.select(key.alias("key"), ((h / F.lit(keys)).cast("long") % 100).alias("value"),
+                          *extra)
 
 
 def _running_sum_in_pandas(key, pdfs, state):
@@ -90,11 +92,18 @@ def ss_sustained(spark, query, *, keys: int, int_keys: bool, rows_per_batch: int
                  warmup: int, measure: int, timeout_s: float) -> dict:
     """Run ``query`` over the rate-micro-batch source until ``warmup + measure`` batches
     ended; rows/s over the measured batches."""
+    rate = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+            .option("numPartitions", 2).load())
+    return ss_measure(query(keyed_rate(rate, keys, int_keys)), "update", warmup=warmup,
+                      measure=measure, timeout_s=timeout_s)
+
+
+def ss_measure(df, output_mode: str, *, warmup: int, measure: int, timeout_s: float) -> dict:
+    """Run the streaming ``df`` into a noop sink until ``warmup + measure`` batches ended;
+    rows/s over the measured batches (rows / summed triggerExecution)."""
     chk = tempfile.mkdtemp(prefix="ss-chk-")
     try:
-        rate = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
-                .option("numPartitions", 2).load())
-        q = (query(_keyed(rate, keys, int_keys)).writeStream.outputMode("update").format("noop")
+        q = (df.writeStream.outputMode(output_mode).format("noop")
              .option("checkpointLocation", chk)
              .trigger(processingTime=f"{TRIGGER_MS} milliseconds").start())
         deadline = time.monotonic() + timeout_s

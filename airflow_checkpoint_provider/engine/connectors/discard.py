@@ -10,13 +10,16 @@ class DiscardSink(Sink):
     """Accepts Arrow batches and dict records alike and keeps nothing."""
 
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
-        return _DiscardWriter()
+        return DiscardWriter()
 
     def describe(self) -> str:
         return "discard"
 
 
-class _DiscardWriter(SinkWriter):
+class DiscardWriter(SinkWriter):
+    """Keeps nothing and has no transactions; subclass it for a writer that only observes
+    records (e.g. a benchmark's latency probe)."""
+
     accepts_arrow = True
 
     def write(self, records) -> None:
