@@ -21,18 +21,12 @@ from ..errors import CorruptCheckpointError
 from ..eventtime import MIN_WATERMARK, SessionWindows
 from ..functions import ProcessWindowFunction, RuntimeContext, Window
 from ..graph import Node
+from ..state.backend import PerKeyStateBackend
 from ..state.columnar import AggregateTable
 from ..state.keygroups import KeyGroupRange
 from ..state.windows import WindowAggregateTable, WindowFunctionSpec
 from ..timers import EVENT_TIME, TimerService
 from .operators import KeyedOperator, _emitted, _KeyedStateOperator
-
-
-def watermark_state(watermark: int, key_groups: KeyGroupRange) -> list[dict]:
-    """A window operator's watermark as operator state. Without it a restored window would
-    start at no watermark, and records replayed after the checkpoint that were late before
-    the failure would open windows that had already fired."""
-    return [{"watermark": watermark, "key_groups": key_groups.to_list()}]
 
 
 def restored_watermark(entries: list | None, key_groups: KeyGroupRange, uid: str | None) -> int:
@@ -50,7 +44,31 @@ def restored_watermark(entries: list | None, key_groups: KeyGroupRange, uid: str
     return min(marks) if marks else MIN_WATERMARK
 
 
-class WindowAggregateOperator(_KeyedStateOperator):
+class _CheckpointedWatermark:
+    """The input watermark of a window operator, kept in its operator state. Without it a
+    restored window would start at no watermark, and records replayed after the checkpoint
+    that were late before the failure would open windows that had already fired."""
+
+    watermark = MIN_WATERMARK
+    backend: WindowAggregateTable | PerKeyStateBackend
+    uid: str | None
+
+    def _restore_watermark(self, entries: list | None) -> None:
+        self.watermark = restored_watermark(entries, self.backend.key_groups, self.uid)
+
+    def _advance(self, watermark: int) -> int:
+        """The watermark never goes back (a restored one may be ahead of the first new one)."""
+        self.watermark = max(self.watermark, watermark)
+        return self.watermark
+
+    def snapshot(self, checkpoint_id):
+        snap = super().snapshot(checkpoint_id)  # type: ignore[misc]
+        snap.operator_state = [{"watermark": self.watermark,
+                                "key_groups": self.backend.key_groups.to_list()}]
+        return snap
+
+
+class WindowAggregateOperator(_CheckpointedWatermark, _KeyedStateOperator):
     """``key_by(field).window(assigner).aggregate(...)``: built-in aggregations per key and
     event-time window, vectorized like :class:`AggregateOperator`; a window's rows are
     emitted when the watermark passes its end (:mod:`..state.windows`)."""
@@ -62,11 +80,9 @@ class WindowAggregateOperator(_KeyedStateOperator):
                  max_parallelism: int) -> None:
         super().__init__(node, ctx)
         self.backend = WindowAggregateTable(node.payload, key_groups, max_parallelism, node.uid)
-        self.watermark = MIN_WATERMARK
 
     def open(self, restored_operator_state):
-        self.watermark = restored_watermark(restored_operator_state, self.backend.key_groups,
-                                            self.uid)
+        self._restore_watermark(restored_operator_state)
         AggregateTable(self.backend.spec.aggregate, self.backend.key_groups,
                        self.backend.max_parallelism, self.uid).warm_up()
 
@@ -75,13 +91,7 @@ class WindowAggregateOperator(_KeyedStateOperator):
         return _one_batch(late)
 
     def on_watermark(self, watermark):
-        self.watermark = max(self.watermark, watermark)
-        return self.backend.fire(self.watermark)
-
-    def snapshot(self, checkpoint_id):
-        snap = super().snapshot(checkpoint_id)
-        snap.operator_state = watermark_state(self.watermark, self.backend.key_groups)
-        return snap
+        return self.backend.fire(self._advance(watermark))
 
     @property
     def dropped_late(self) -> int:
@@ -109,7 +119,7 @@ def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch | list:
         [b.cast(batches[0].schema) for b in batches]).combine_chunks().to_batches()[0]
 
 
-class WindowFunctionOperator(KeyedOperator):
+class WindowFunctionOperator(_CheckpointedWatermark, KeyedOperator):
     """``window(...).reduce(fn)`` or ``window(...).process(ProcessWindowFunction)``."""
 
     collect_late = False
@@ -120,8 +130,8 @@ class WindowFunctionOperator(KeyedOperator):
         self.merging = isinstance(self.spec.assigner, SessionWindows)
         self.timers = TimerService(self.backend)
         self.timers.rebuild()
-        self.watermark = self.timers.watermark = restored_watermark(
-            restored_operator_state, self.backend.key_groups, self.uid)
+        self._restore_watermark(restored_operator_state)
+        self.timers.watermark = self.watermark
         self.dropped_late = 0
         self.late: list[dict] = []
         if isinstance(self.spec.fn, ProcessWindowFunction):
@@ -212,13 +222,8 @@ class WindowFunctionOperator(KeyedOperator):
         _emitted(self.spec.fn.process(self.backend.current_key, window, acc, self.ctx), out)
         return out
 
-    def snapshot(self, checkpoint_id):
-        snap = super().snapshot(checkpoint_id)
-        snap.operator_state = watermark_state(self.watermark, self.backend.key_groups)
-        return snap
-
     def on_watermark(self, watermark):
-        watermark = self.watermark = self.timers.watermark = max(self.watermark, watermark)
+        watermark = self.timers.watermark = self._advance(watermark)
         size, lateness = self.spec.assigner.size, self.spec.allowed_lateness_ms
         out: list = []
         for ts in self.timers.due(EVENT_TIME, watermark):
