@@ -315,6 +315,15 @@ class Background:
 
     def result(self, timeout: float = 120.0):
         self.thread.join(timeout)
+        if self.thread.is_alive():
+            # a hung job must not outlive its test (it would load every later test): cancel it
+            for job in self.store.list_jobs(job_name=self.pipeline.name):
+                if job.job_id not in self.known and job.status not in (
+                        "FINISHED", "STOPPED", "CANCELED", "FAILED"):
+                    self.store.submit_control_request(job.job_id, "CANCEL", {})
+            self.thread.join(60)
+            raise AssertionError(f"job {self.pipeline.name} did not end within {timeout:.0f} s "
+                                 "(cancelled)")
         if "error" in self.outcome:
             raise self.outcome["error"]
         return self.outcome["result"]

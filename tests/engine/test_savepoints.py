@@ -5,7 +5,14 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from pipelines import Background, check_exactly_once, expected_running_sums, versioned_pipeline
+from pipelines import (
+    Background,
+    FaultPlan,
+    check_exactly_once,
+    expected_running_sums,
+    running_sum_pipeline,
+    versioned_pipeline,
+)
 
 from airflow_checkpoint_provider.engine import CorruptCheckpointError, JobFailedError, RestoreError
 from airflow_checkpoint_provider.engine.cli import main as ckpt
@@ -190,3 +197,24 @@ def test_corrupt_metadata_of_savepoint(stopped, tmp_path):
         f.write(data)
     with pytest.raises(CorruptCheckpointError, match="fails its checksum"):
         load_snapshot(str(copy))
+
+
+@pytest.mark.timeout(300)
+def test_failure_after_the_stop_savepoint_completed_ends_the_job_stopped(tmp_path):
+    """A task fails while the job winds down after its stop savepoint completed (here: in the
+    savepoint's notification, before the sink committed it). The job must end STOPPED, not
+    restart and go on writing after the savepoint; the savepoint's pending commit is made
+    by the job that restores it."""
+    faults = FaultPlan(str(tmp_path / "faults"), [("notify", 1)])
+    # no periodic checkpoints: the first checkpoint (id >= 1) is the stop savepoint
+    bg = Background(running_sum_pipeline(str(tmp_path / "a"), rate=4000, interval_ms=None,
+                                         faults=faults, out=str(tmp_path / "out")))
+    job = bg.wait_running(min_checkpoints=0)
+    req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
+    assert req.status == "SUCCEEDED", req.error
+    result = bg.result(60)
+    assert result.status == "STOPPED" and result.restarts == 0
+    assert [k for k in faults.fired()] == ["notify-1"], "the failure happened after the savepoint"
+    restored = running_sum_pipeline(str(tmp_path / "b"), out=str(tmp_path / "out"))
+    assert restored.run(restore=req.result["location"]).status == "FINISHED"
+    check_exactly_once(str(tmp_path / "out"), expected_running_sums(20_000, 50, 7))

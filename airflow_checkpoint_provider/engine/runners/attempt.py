@@ -240,7 +240,9 @@ class AttemptRun:
             return self.fail(reason)
         # 2. control requests, periodic checkpoints
         control.poll(now, len(self.running) == self.num_slots)
-        if not control.has_queued:
+        if not control.has_queued and control.stop_checkpoint is None:
+            # after a stop savepoint was triggered nothing more is checkpointed: the job
+            # ends with it (or resumes periodic checkpoints if it fails)
             coord.maybe_trigger_periodic(now)
         if control.cancel_request:
             self.fail("cancelled on request")

@@ -443,6 +443,14 @@ class JobMaster:
             if outcome.status in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
                 return outcome.status, None, restarts
             failure = outcome.failure
+            if self.control.stop_completed is not None:
+                # The stop savepoint completed (and its request succeeded): what failed is
+                # the wind-down. A restart would write output after the savepoint that the
+                # job restoring it writes again; the savepoint's pending commits are made by
+                # that job. So the job ends STOPPED, as requested.
+                log.warning("Job %s failed after its stop savepoint %s completed (%s); it ends "
+                            "STOPPED", p.name, self.control.stop_completed.location, failure)
+                return JobStatus.STOPPED, None, restarts
             if outcome.fatal or not strategy.can_restart(restarts):
                 log.error("Job %s failed and will not restart (%d restarts, strategy %s): %s",
                           p.name, restarts, strategy.kind, failure)
