@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections import defaultdict
 
 from airflow_checkpoint_provider.engine import (
@@ -86,8 +87,11 @@ class FaultPlan:
 
 
 class RunningSum(KeyedProcessFunction):
-    def __init__(self, faults: FaultPlan | None = None) -> None:
+    """``delay_s``: seconds slept per record (a deliberately slow operator: backpressure)."""
+
+    def __init__(self, faults: FaultPlan | None = None, delay_s: float = 0.0) -> None:
         self.faults = faults
+        self.delay_s = delay_s
 
     def open(self, ctx):
         self.sum = ctx.value_state("sum", 0)
@@ -102,6 +106,8 @@ class RunningSum(KeyedProcessFunction):
         if self.faults:
             self.faults.maybe_fail("record", record["id"], self._info())
             self.faults.maybe_fail("kill", record["id"], self._info())
+        if self.delay_s:
+            time.sleep(self.delay_s)
         s = self.sum.value() + record["value"]
         c = self.count.value() + 1
         self.sum.update(s)
@@ -124,7 +130,7 @@ def running_sum_pipeline(root: str, *, name: str = "running-sum", num_records: i
                          source_parallelism: int = 2, keyed_parallelism: int = 3,
                          mode: str = "exactly_once", out: str | None = None,
                          restart: RestartStrategy | None = None, sink=None,
-                         **checkpoint_options) -> Pipeline:
+                         delay_s: float = 0.0, **checkpoint_options) -> Pipeline:
     p = Pipeline(name, max_parallelism=128,
                  checkpoint=CheckpointConfig(interval_ms=interval_ms, directory=os.path.join(root, "ckpt"),
                                              mode=mode, **checkpoint_options),
@@ -134,7 +140,7 @@ def running_sum_pipeline(root: str, *, name: str = "running-sum", num_records: i
                               records_per_second=rate),
               uid="gen", parallelism=source_parallelism)
       .key_by("key")
-      .process(RunningSum(faults), uid="sum", parallelism=keyed_parallelism)
+      .process(RunningSum(faults, delay_s), uid="sum", parallelism=keyed_parallelism)
       .sink(sink or FileSink(out or os.path.join(root, "out")), uid="out"))
     return p
 

@@ -51,6 +51,7 @@ class PendingCheckpoint:
     not_yet_acked: set[tuple[int, int]]
     acks: dict[tuple[int, int], dict] = field(default_factory=dict)
     final: bool = False
+    unaligned: bool = False
 
 
 @dataclass
@@ -84,8 +85,10 @@ class CheckpointCoordinator:
     """Decides when to trigger and turns acks into completed checkpoints.
 
     :param tasks: every (vertex, subtask) that must ack a checkpoint.
-    :param send_trigger: ``(checkpoint_id, timestamp_ms, kind, location)`` -> inject at the
-        sources.
+    :param send_trigger: ``(checkpoint_id, timestamp_ms, kind, location, unaligned)`` ->
+        inject at the sources (an unaligned one also turns every task's inputs unaligned).
+    :param send_unalign: ``(checkpoint_id)`` -> a pending checkpoint turns unaligned (its
+        aligned timeout passed).
     :param send_notify: ``(checkpoint_id)`` -> notify every task of completion.
     :param send_abort: ``(checkpoint_id)`` -> tell tasks a checkpoint was aborted.
     :param store: the metadata DB (``MetadataStore``) or ``None``.
@@ -94,7 +97,7 @@ class CheckpointCoordinator:
     def __init__(self, *, job_id: str, job_name: str, job_dir: str, config: CheckpointConfig,
                  tasks: list[tuple[int, int]], operator_info: dict[str, dict],
                  send_trigger: Callable, send_notify: Callable, send_abort: Callable,
-                 store=None, next_checkpoint_id: int = 1, now: float = 0.0,
+                 send_unalign: Callable = lambda chk: None, store=None, next_checkpoint_id: int = 1, now: float = 0.0,
                  rng: random.Random | None = None) -> None:
         self.job_id = job_id
         self.job_name = job_name
@@ -105,6 +108,7 @@ class CheckpointCoordinator:
         self.send_trigger = send_trigger
         self.send_notify = send_notify
         self.send_abort = send_abort
+        self.send_unalign = send_unalign
         self.store = store
         self.db = MetadataWriter(store)
         #: deletes subsumed/aborted checkpoints in the background; closed at the job's end
@@ -163,8 +167,12 @@ class CheckpointCoordinator:
         self.next_id += 1
         wall = datetime.now(UTC)
         loc = location or checkpoint_directory(self.job_dir, chk)
+        cfg = self.config
+        # savepoints are always aligned; with an aligned timeout a checkpoint starts aligned
+        unaligned = bool(cfg.unaligned and kind == CHECKPOINT and not cfg.aligned_timeout_ms)
         self.pending[chk] = PendingCheckpoint(chk, kind, now, wall, int(wall.timestamp() * 1000),
-                                              loc, set(self.tasks), final=final)
+                                              loc, set(self.tasks), final=final,
+                                              unaligned=unaligned)
         try:
             self.db.must(MetadataStore.add_pending_checkpoint, self.job_id, chk, kind=record_kind(kind),
                          trigger_time=wall, location=loc, is_final=final)
@@ -172,7 +180,7 @@ class CheckpointCoordinator:
             del self.pending[chk]
             raise CheckpointDeclined(str(exc)) from exc
         log.info("Triggering %s %d for job %s", record_kind(kind).lower(), chk, self.job_name)
-        self.send_trigger(chk, self.pending[chk].timestamp_ms, kind, loc)
+        self.send_trigger(chk, self.pending[chk].timestamp_ms, kind, loc, unaligned)
         return chk
 
     # -- acks and declines ----------------------------------------------------------------
@@ -196,6 +204,15 @@ class CheckpointCoordinator:
         for chk, p in list(self.pending.items()):
             if now - p.trigger_time > limit:
                 self.abort(chk, f"expired before completing (timeout {self.config.timeout_ms} ms)", now)
+        align_ms = self.config.aligned_timeout_ms if self.config.unaligned else None
+        if align_ms:
+            for chk, p in self.pending.items():
+                if (not p.unaligned and p.kind == CHECKPOINT
+                        and now - p.trigger_time > align_ms / 1000.0):
+                    p.unaligned = True
+                    log.info("Checkpoint %d of job %s turns unaligned (aligned for over %d ms)",
+                             chk, self.job_name, align_ms)
+                    self.send_unalign(chk)
 
     def abort(self, chk: int, reason: str, now: float, *, count_failure: bool = True) -> None:
         p = self.pending.pop(chk, None)
@@ -350,6 +367,8 @@ class CheckpointCoordinator:
                              "keyed": entry.get("keyed")}
                 if "key_group_range" in entry:
                     sub_entry["key_group_range"] = entry["key_group_range"]
+                if entry.get("channel_state") is not None:
+                    sub_entry["channel_state"] = entry["channel_state"]
                 op["subtasks"].append(sub_entry)
         for op in operators.values():
             op["subtasks"].sort(key=lambda s: s["index"])

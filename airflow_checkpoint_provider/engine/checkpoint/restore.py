@@ -54,9 +54,18 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
                 "for keyed state"
             )
         union = [e for s in op.subtasks for e in s.operator_state]
+        in_flight = {s.index: s.channel_state for s in op.subtasks if s.channel_state is not None}
+        if in_flight and op.parallelism != vertex.parallelism:
+            raise RestoreError(
+                f"operator {uid!r}: {snapshot.directory} is an unaligned checkpoint with "
+                f"in-flight records of {op.parallelism} subtasks, which cannot be restored at "
+                f"parallelism {vertex.parallelism}; restore it at parallelism "
+                f"{op.parallelism}, take a savepoint (savepoints are aligned) and rescale from "
+                "that")
         for sub in range(vertex.parallelism):
             spec: dict = {"directory": snapshot.directory, "states": op.states,
-                          "operator_state": union, "keyed": []}
+                          "operator_state": union, "keyed": [],
+                          "channel_state": in_flight.get(sub)}
             if kind == "keyed":
                 mine = key_group_range_for(sub, vertex.parallelism, graph.max_parallelism)
                 for s in op.subtasks:

@@ -2,8 +2,9 @@
 ``CheckpointBarrier`` with its ``CheckpointOptions``: id, timestamp, kind, target location).
 
 On a data channel a barrier is one ``BARRIER`` frame holding the msgpack list
-``[checkpoint_id, timestamp_ms, kind, location]``; :meth:`CheckpointBarrier.decode` is the only
-reader of that list and checks every field.
+``[checkpoint_id, timestamp_ms, kind, location, unaligned]``; :meth:`CheckpointBarrier.decode`
+is the only reader of that list and checks every field. An *unaligned* barrier overtakes the
+records queued ahead of it at the receiving task (see :mod:`..runtime.mailbox`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class CheckpointBarrier:
     kind: BarrierKind
     #: where the tasks write this checkpoint's files
     location: str
+    #: an unaligned checkpoint: the barrier overtakes in-flight records, which become
+    #: channel state (savepoints are always aligned)
+    unaligned: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.checkpoint_id, int) or isinstance(self.checkpoint_id, bool) \
@@ -60,14 +64,25 @@ class CheckpointBarrier:
         if not isinstance(self.location, str) or not self.location:
             raise ProtocolError(f"barrier {self.checkpoint_id}: location {self.location!r} "
                                 "is not a path")
+        if not isinstance(self.unaligned, bool):
+            raise ProtocolError(f"barrier {self.checkpoint_id}: unaligned flag "
+                                f"{self.unaligned!r} is not a boolean")
+        if self.unaligned and self.kind.is_savepoint:
+            raise ProtocolError(f"barrier {self.checkpoint_id}: a savepoint cannot be unaligned")
 
     def encode(self) -> bytes:
-        return packb([self.checkpoint_id, self.timestamp_ms, self.kind.value, self.location])
+        return packb([self.checkpoint_id, self.timestamp_ms, self.kind.value, self.location,
+                      self.unaligned])
+
+    def as_unaligned(self) -> CheckpointBarrier:
+        return CheckpointBarrier(self.checkpoint_id, self.timestamp_ms, self.kind, self.location,
+                                 True)
 
     @classmethod
     def decode(cls, payload: bytes) -> CheckpointBarrier:
         fields = unpackb(payload)
-        if not isinstance(fields, list) or len(fields) != 4:
-            raise ProtocolError(f"barrier frame: expected [id, timestamp, kind, location], "
+        if not isinstance(fields, list) or len(fields) != 5:
+            raise ProtocolError(f"barrier frame: expected [id, timestamp, kind, location, "
+                                f"unaligned], "
                                 f"got {fields!r:.200}")
         return cls(*fields)

@@ -22,7 +22,7 @@ from .barrier import BarrierKind, CheckpointBarrier
 from .errors import ProtocolError
 
 #: bumped on any incompatible change of a message or frame
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 M = TypeVar("M", bound="Message")
 _REGISTRY: dict[str, type[Message]] = {}
@@ -177,10 +177,24 @@ class Trigger(Message):
     timestamp: int
     kind: str
     location: str
+    #: unaligned from the start: every slot gets the trigger, so that the inputs of its
+    #: non-source tasks read ahead to the barrier (see :class:`Unalign`)
+    unaligned: bool = False
 
     def barrier(self) -> CheckpointBarrier:
         return CheckpointBarrier(self.checkpoint_id, self.timestamp, BarrierKind(self.kind),
-                                 self.location)
+                                 self.location, self.unaligned)
+
+
+@_message
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Unalign(Message):
+    """Checkpoint ``checkpoint_id`` turns unaligned (it started aligned and its alignment
+    exceeded ``aligned_timeout_ms``, or it is unaligned from the start): the non-source
+    tasks' inputs read ahead to its barriers, which overtake queued records."""
+
+    TYPE: ClassVar[str] = "unalign"
+    checkpoint_id: int
 
 
 @_message

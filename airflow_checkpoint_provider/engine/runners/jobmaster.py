@@ -277,7 +277,7 @@ class JobMaster:
             job_id=job_id, job_name=p.name, job_dir=job_dir, config=p.checkpoint,
             tasks=graph.tasks(), operator_info=operator_info,
             send_trigger=self._send_trigger, send_notify=self._send_notify,
-            send_abort=self._send_abort, store=store, next_checkpoint_id=first_id,
+            send_abort=self._send_abort, send_unalign=self._send_unalign, store=store, next_checkpoint_id=first_id,
             now=time.monotonic())
         if initial is not None and self.claim_mode == "CLAIM":
             # The new job owns the restored snapshot: it is retained, then subsumed and
@@ -401,10 +401,16 @@ class JobMaster:
             except OSError:
                 pass  # the lost connection is reported by its reader
 
-    def _send_trigger(self, chk: int, ts: int, kind: str, location: str) -> None:
+    def _send_trigger(self, chk: int, ts: int, kind: str, location: str,
+                      unaligned: bool = False) -> None:
         slots = {sub for v in self.graph.vertices if v.is_source for sub in range(v.parallelism)}
-        self._broadcast(M.Trigger(checkpoint_id=chk, timestamp=ts, kind=kind, location=location),
-                        slots)
+        self._broadcast(M.Trigger(checkpoint_id=chk, timestamp=ts, kind=kind, location=location,
+                                  unaligned=unaligned), slots)
+        if unaligned:
+            self._send_unalign(chk)
+
+    def _send_unalign(self, chk: int) -> None:
+        self._broadcast(M.Unalign(checkpoint_id=chk))
 
     def _send_notify(self, chk: int) -> None:
         self._broadcast(M.Notify(checkpoint_id=chk))

@@ -10,10 +10,21 @@ without sockets. It answers each in-band event with a list of actions:
 * ``("cancel", checkpoint_id, reason)``: the checkpoint is abandoned at this task: forward a
   cancel marker downstream (and decline it when ``reason`` is not ``None``).
 
+* ``("unaligned", checkpoint_id, alignment_ms)``: snapshot now, forward the barrier as
+  unaligned and start capturing the in-flight records (see :mod:`.mailbox`);
+* ``("captured", checkpoint_id)``: every open channel delivered barrier N: the captured
+  records are complete, write them as channel state and ack.
+
 Exactly-once: a channel that delivered barrier N is blocked until barrier N arrived on every
 open channel (closed channels count as arrived). At-least-once: nothing is blocked; the
 snapshot is taken when the last barrier N arrives (records of fast channels may then be
 replayed after a restore, hence "at least once").
+
+Unaligned: the first barrier N (taken ahead of the queued records, :meth:`on_unaligned_barrier`)
+snapshots at once; nothing is blocked; the checkpoint's channel state is complete when
+barrier N arrived on every open channel. A checkpoint that is being aligned turns unaligned
+on :meth:`on_unalign` (its aligned timeout passed): blocked channels are released, the
+snapshot is taken then.
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ class BarrierHandler:
         self.blocked: set[int] = set()
         self.last_done: int = 0        # highest checkpoint completed or abandoned here
         self._align_start = 0.0
+        self.capturing: int = 0        # unaligned checkpoint whose channel state is open
+        self.captured_from: set[int] = set()
 
     def _reset(self) -> list:
         actions: list = []
@@ -51,7 +64,7 @@ class BarrierHandler:
     def on_barrier(self, channel: int, checkpoint_id: int) -> list:
         if checkpoint_id <= self.last_done:
             return [("release", [channel])]  # a late barrier of an abandoned checkpoint
-        actions: list = []
+        actions: list = self._drop_capture(checkpoint_id)
         if self.current and checkpoint_id > self.current:
             # A newer barrier overtook an alignment that can no longer finish.
             old = self.current
@@ -70,6 +83,11 @@ class BarrierHandler:
         return actions + self._complete_if_aligned()
 
     def on_cancel(self, channel: int, checkpoint_id: int) -> list:
+        if self.capturing and checkpoint_id >= self.capturing:
+            # declined upstream: the coordinator aborts it
+            chk, self.capturing, self.captured_from = self.capturing, 0, set()
+            self.last_done = max(self.last_done, checkpoint_id)
+            return [("drop_capture", chk, None)]
         if checkpoint_id <= self.last_done:
             return []
         actions: list = []
@@ -84,4 +102,58 @@ class BarrierHandler:
     def on_channel_closed(self, channel: int) -> list:
         self.open_channels.discard(channel)
         self.blocked.discard(channel)
-        return self._complete_if_aligned()
+        return self._complete_if_aligned() + self._complete_capture()
+
+    # -- unaligned -------------------------------------------------------------------------
+    def on_unaligned_barrier(self, channel: int, checkpoint_id: int) -> list:
+        """Barrier ``checkpoint_id`` overtook the records queued on ``channel``."""
+        if checkpoint_id == self.capturing:
+            self.captured_from.add(channel)
+            return self._complete_capture()
+        if checkpoint_id <= self.last_done:
+            return []  # of a checkpoint abandoned here
+        actions = self._drop_capture(checkpoint_id)
+        if self.current and checkpoint_id > self.current:
+            old = self.current
+            self.last_done = old
+            actions += self._reset()
+            actions.append(("cancel", old, f"checkpoint {old} subsumed by barrier {checkpoint_id}"))
+        if not self.current:
+            self.current = checkpoint_id
+            self._align_start = time.monotonic()
+        self.arrived.add(channel)
+        return actions + self._start_capture()
+
+    def on_unalign(self, checkpoint_id: int) -> list:
+        """Checkpoint ``checkpoint_id`` turned unaligned while this task may be aligning it."""
+        if self.current != checkpoint_id:
+            return []  # not started here yet (its barriers will overtake) or already done
+        return self._start_capture()
+
+    def _start_capture(self) -> list:
+        chk = self.current
+        alignment_ms = (time.monotonic() - self._align_start) * 1000.0
+        self.capturing, self.captured_from = chk, set(self.arrived)
+        self.last_done = chk
+        return [("unaligned", chk, alignment_ms), *self._reset(), *self._complete_capture()]
+
+    def _complete_capture(self) -> list:
+        if self.capturing and self.captured_from >= self.open_channels:
+            chk, self.capturing, self.captured_from = self.capturing, 0, set()
+            return [("captured", chk)]
+        return []
+
+    def _drop_capture(self, newer: int) -> list:
+        """A newer barrier or a cancel marker: the open capture can no longer complete."""
+        if not self.capturing or newer <= self.capturing:
+            return []
+        chk, self.capturing, self.captured_from = self.capturing, 0, set()
+        return [("drop_capture", chk, f"checkpoint {chk} abandoned before its in-flight "
+                                      "records were all captured")]
+
+    def on_abort(self, checkpoint_id: int) -> list:
+        """The coordinator aborted the checkpoint: an open capture for it ends."""
+        if self.capturing != checkpoint_id:
+            return []
+        self.capturing, self.captured_from = 0, set()
+        return [("drop_capture", checkpoint_id, None)]

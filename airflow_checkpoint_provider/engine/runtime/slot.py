@@ -256,20 +256,9 @@ class Slot:
         return writers
 
     def _control_loop(self) -> None:
-        sources = [t for t in self.tasks if t.vertex.is_source]
         try:
             while not self.done.is_set():
-                m = self.ctl.recv()
-                if isinstance(m, M.Trigger):
-                    item = ("trigger", m.barrier())
-                    for t in sources:
-                        t.mailbox.put_control(item)
-                elif isinstance(m, M.Notify | M.Abort):
-                    for t in self.tasks:
-                        t.mailbox.put_control((m.TYPE, m.checkpoint_id))
-                elif isinstance(m, M.Finish):
-                    for t in self.tasks:
-                        t.mailbox.put_control(("finish",))
+                self._dispatch(self.ctl.recv())
         except (P.ConnectionClosed, OSError, ProtocolError) as exc:
             if isinstance(exc, ProtocolError):
                 log.error("Slot %d got an invalid message from its coordinator: %s",
@@ -282,6 +271,27 @@ class Slot:
                 for g in self.gates.values():
                     for e in g.values():
                         e.set()
+
+    def _dispatch(self, m: M.Message) -> None:
+        """One coordinator command, to the mailboxes of the tasks it concerns."""
+        if isinstance(m, M.Trigger):
+            item = ("trigger", m.barrier())
+            for t in self.tasks:
+                if t.vertex.is_source:
+                    t.mailbox.put_control(item)
+        elif isinstance(m, M.Unalign):
+            for t in self.tasks:
+                if not t.vertex.is_source:
+                    t.mailbox.begin_unaligned(m.checkpoint_id)  # read ahead now
+                    t.mailbox.put_control(("unalign", m.checkpoint_id))
+        elif isinstance(m, M.Notify | M.Abort):
+            for t in self.tasks:
+                if isinstance(m, M.Abort):
+                    t.mailbox.end_unaligned(m.checkpoint_id)
+                t.mailbox.put_control((m.TYPE, m.checkpoint_id))
+        elif isinstance(m, M.Finish):
+            for t in self.tasks:
+                t.mailbox.put_control(("finish",))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,11 +35,13 @@ from ..protocol import BarrierKind, CheckpointBarrier
 from ..protocol import frames as P
 from ..protocol import messages as M
 from ..serialization import packb, unpackb
+from ..snapshot.codec import read_verified
 from ..snapshot.handles import keyed_handle_from_dict
+from ..state.backend import write_state_file
 from ..state.keygroups import key_group_for, key_group_range_for
 from ..state.vectorized import channels_for
 from .alignment import BarrierHandler
-from .batches import Batch, as_arrow, as_rows, encode_arrow, split_by_channel
+from .batches import Batch, as_arrow, as_rows, decode_arrow, encode_arrow, split_by_channel
 from .factory import create_operator
 from .mailbox import Mailbox
 from .operators import (
@@ -240,6 +242,10 @@ class StreamTask:
         self.finished = False
         self.exhausted = False                  # sources: every split read (or drained)
         self.suspended_for: int | None = None   # sources: stopped by stop-with-savepoint N
+        self._barriers: dict[int, CheckpointBarrier] = {}  # checkpoint -> its barrier here
+        #: unaligned checkpoint -> its snapshot, waiting for its channel state to be captured
+        self._unaligned: dict[int, tuple] = {}
+        self._channel_state: tuple | None = None  # restored in-flight records to replay
         self._held: dict[int, list] = {}        # blocked channel -> items behind its barrier
         self._replay: collections.deque = collections.deque()  # released held items
         self.opened = threading.Event()         # set once open() returned or failed
@@ -265,6 +271,7 @@ class StreamTask:
             if self.vertex.is_source:
                 self._source_loop()
             else:
+                self._replay_channel_state()
                 self._input_loop()
             self._close()
             self.env.send(M.TaskFinished(vertex=self.vertex.id, subtask=self.subtask))
@@ -291,6 +298,8 @@ class StreamTask:
             if isinstance(op, SourceOperator):
                 op.splits = self.env.source_splits.get(node.uid)
             spec = self.restore.get(node.uid) if node.uid else None
+            if spec and spec.get("channel_state") is not None:
+                self._channel_state = (spec["directory"], spec["channel_state"])
             # decoded (and validated) again here: the spec's handles came from a _metadata file
             handles = [keyed_handle_from_dict(h, location=spec["directory"])
                        for h in (spec or {}).get("keyed") or []]
@@ -315,6 +324,18 @@ class StreamTask:
                            if isinstance(op, ProcessOperator)]
         if self.side_writers:  # a side output starts a new chain: its window is the last op
             self.operators[-1].collect_late = True
+
+    def _replay_channel_state(self) -> None:
+        """Restored from an unaligned checkpoint: the records that were in flight to this
+        task go through its chain before any new input (they precede it)."""
+        if self._channel_state is None:
+            return
+        directory, handle = self._channel_state
+        self._channel_state = None
+        data = read_verified(handle.location_in(directory), handle.size, handle.sha256)
+        for _channel, kind, payload in unpackb(data):
+            self._push(decode_arrow(payload) if kind == "arrow" else unpackb(payload))
+        log.debug("Task %s replayed %d in-flight records", self.name, handle.records)
 
     def _close(self) -> None:
         for op in self.operators:
@@ -457,7 +478,13 @@ class StreamTask:
                 self._push(self._with_queued(item[2]) if not self._replay else item[2])
             elif kind == "barrier":
                 _, channel, barrier = item
+                self._barriers[barrier.checkpoint_id] = barrier
                 self._apply(self.handler.on_barrier(channel, barrier.checkpoint_id), barrier)
+            elif kind == "ubarrier":
+                _, channel, barrier = item
+                self._barriers[barrier.checkpoint_id] = barrier
+                self._apply(self.handler.on_unaligned_barrier(channel, barrier.checkpoint_id),
+                            barrier)
             elif kind == "cancel":
                 self._apply(self.handler.on_cancel(item[1], item[2]), None)
             elif kind == "watermark":
@@ -518,6 +545,22 @@ class StreamTask:
                 self.channel_gates[ch].clear()
             elif action[0] == "checkpoint":
                 self._checkpoint(barrier, action[2])
+            elif action[0] == "unaligned":
+                self._checkpoint(self._barriers[action[1]].as_unaligned(), action[2],
+                                 unaligned=True)
+            elif action[0] == "captured":
+                chk = action[1]
+                pending = self._unaligned.pop(chk, None)
+                captured = self.mailbox.finish_capture(chk)
+                if pending is not None and captured is not None:
+                    self.env.upload_pool.submit(self._upload_and_ack, *pending,
+                                                channel_items=captured)
+            elif action[0] == "drop_capture":
+                _, chk, reason = action
+                self._unaligned.pop(chk, None)
+                self.mailbox.end_unaligned(chk)
+                if reason is not None:
+                    self._decline(chk, reason)
             elif action[0] == "cancel":
                 _, chk, reason = action
                 for w in self.writers:
@@ -539,7 +582,11 @@ class StreamTask:
         elif kind == "notify":
             for op in self.operators:
                 op.notify_complete(item[1])
+        elif kind == "unalign":
+            barrier = self._barriers.get(item[1])
+            self._apply(self.handler.on_unalign(item[1]), barrier)
         elif kind == "abort":
+            self._apply(self.handler.on_abort(item[1]), None)
             if self.suspended_for == item[1]:
                 self.suspended_for = None   # the stop savepoint failed: keep running
             for op in self.operators:
@@ -552,27 +599,59 @@ class StreamTask:
                                 reason=reason))
 
     # -- checkpoint -----------------------------------------------------------------------
-    def _checkpoint(self, barrier: CheckpointBarrier, alignment_ms: float) -> None:
-        """Steps 2-4 of the module docstring; the files go to ``barrier.location``."""
+    def _checkpoint(self, barrier: CheckpointBarrier, alignment_ms: float, *,
+                    unaligned: bool = False) -> None:
+        """Steps 2-4 of the module docstring; the files go to ``barrier.location``. An
+        unaligned checkpoint starts capturing the in-flight records here and acks once they
+        are complete (the handler's ``captured`` action)."""
         chk, location = barrier.checkpoint_id, barrier.location
+        self._barriers = {c: b for c, b in self._barriers.items() if c > chk}
         t0 = time.perf_counter()
         # 2. synchronous part: capture every operator's state
         snapshots = [(op, op.snapshot(chk)) for op in self.operators]
+        if unaligned:
+            self.mailbox.start_capture(chk)
         sync_ms = (time.perf_counter() - t0) * 1000.0
         # 3. forward the barrier (held-back inputs were released by the handler's actions)
         payload = barrier.encode()
         for w in self.writers:
             w.emit_event(P.BARRIER, payload)
         # 4. asynchronous part: write files, then ack
-        self.env.upload_pool.submit(self._upload_and_ack, chk, location, snapshots, sync_ms,
-                                    alignment_ms, barrier.kind.is_savepoint)
+        args = (chk, location, snapshots, sync_ms, alignment_ms, barrier.kind.is_savepoint)
+        if unaligned:
+            self._unaligned[chk] = args
+        else:
+            self.env.upload_pool.submit(self._upload_and_ack, *args)
+
+    def _write_channel_state(self, chk_dir: str, items: list) -> dict:
+        """The captured in-flight records of an unaligned checkpoint, as one state file."""
+        entries, records = [], 0
+        for channel, kind, payload in items:
+            if kind == "arrow":
+                records += payload.num_rows
+                payload = encode_arrow(payload)
+            else:
+                records += len(unpackb(payload))
+            entries.append([channel, kind, payload])
+        handle, _, _ = write_state_file(chk_dir, f"channel-{self.vertex.id}-{self.subtask}",
+                                        "inflight", packb(entries), {"records": records})
+        return handle
 
     def _upload_and_ack(self, chk: int, chk_dir: str, snapshots: list, sync_ms: float,
-                        alignment_ms: float, full: bool) -> None:
+                        alignment_ms: float, full: bool, channel_items: list | None = None) -> None:
         t0 = time.perf_counter()
         try:
             operators = {}
             size = uploaded = 0
+            channel = None
+            if channel_items is not None:
+                holder = next((op.uid for op, snap in snapshots if op.uid and snap is not None),
+                              None)
+                if holder is None:
+                    raise ValueError(
+                        f"an unaligned checkpoint needs a uid on one operator of the chain "
+                        f"{self.vertex.name!r} (its in-flight records are stored with it)")
+                channel = self._write_channel_state(chk_dir, channel_items)
             for op, snap in snapshots:
                 if snap is None or not op.uid:
                     continue
@@ -588,14 +667,21 @@ class StreamTask:
                         entry["keyed"] = handle
                         size += state_size
                         uploaded += sent
+                if channel is not None and op.uid == holder:
+                    entry["channel_state"] = channel
+                    size += channel["size"]
+                    uploaded += channel["size"]
                 operators[op.uid] = entry
             async_ms = (time.perf_counter() - t0) * 1000.0
+            metrics = {"sync_ms": round(sync_ms, 3), "async_ms": round(async_ms, 3),
+                       "alignment_ms": round(alignment_ms, 3), "state_size": size,
+                       "checkpointed_size": uploaded}
+            if channel_items is not None:
+                metrics.update(unaligned=True, inflight_bytes=channel["size"] if channel else 0,
+                               inflight_records=channel["records"] if channel else 0)
             self.env.send(M.Ack(
                 vertex=self.vertex.id, subtask=self.subtask, checkpoint_id=chk,
-                operators=operators,
-                metrics={"sync_ms": round(sync_ms, 3), "async_ms": round(async_ms, 3),
-                         "alignment_ms": round(alignment_ms, 3), "state_size": size,
-                         "checkpointed_size": uploaded}))
+                operators=operators, metrics=metrics))
         except Exception as exc:  # noqa: BLE001 - a failed upload declines the checkpoint
             log.warning("Task %s could not write checkpoint %d: %s", self.name, chk, exc)
             try:

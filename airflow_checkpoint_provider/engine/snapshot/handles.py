@@ -197,11 +197,35 @@ def state_files(handle: KeyedStateHandle, directory: str) -> Iterator[tuple[str,
 
 
 @dataclass(frozen=True)
+class ChannelStateHandle:
+    """The in-flight records of an unaligned checkpoint at one subtask (Flink's
+    ``InputChannelStateHandle``): a file in the snapshot directory, msgpack
+    ``[[channel, "arrow" | "rows", bytes], ...]``, with ``records`` rows."""
+
+    path: str
+    size: int
+    sha256: str
+    records: int
+
+    @classmethod
+    def from_dict(cls, d: object, *, location: str, field: str) -> ChannelStateHandle:
+        d = mapping(d, field=field, location=location)
+        return cls(safe_name(d.get("path"), field=f"{field}.path", location=location),
+                   non_negative_int(d.get("size"), field=f"{field}.size", location=location),
+                   hex_digest(d.get("sha256"), field=f"{field}.sha256", location=location),
+                   non_negative_int(d.get("records"), field=f"{field}.records", location=location))
+
+    def location_in(self, directory: str) -> str:
+        return join(directory, self.path)
+
+
+@dataclass(frozen=True)
 class SubtaskState:
     index: int
     key_group_range: tuple[int, int] | None
     keyed: KeyedStateHandle | None
     operator_state: tuple
+    channel_state: ChannelStateHandle | None = None
 
     @classmethod
     def from_dict(cls, d: object, *, location: str, field: str) -> SubtaskState:
@@ -214,7 +238,10 @@ class SubtaskState:
                  if d.get("keyed") is not None else None)
         ops = tuple(sequence(d.get("operator_state") or [], field=f"{field}.operator_state",
                              location=location))
-        return cls(index, kgr, keyed, ops)
+        channel = (ChannelStateHandle.from_dict(d["channel_state"], location=location,
+                                                field=f"{field}.channel_state")
+                   if d.get("channel_state") is not None else None)
+        return cls(index, kgr, keyed, ops, channel)
 
 
 @dataclass(frozen=True)
@@ -283,6 +310,10 @@ class SnapshotMetadata:
                 if sub.keyed is not None:
                     for loc, size, digest in state_files(sub.keyed, directory):
                         yield f"operators[{uid!r}].subtasks[{sub.index}]", loc, size, digest
+                if sub.channel_state is not None:
+                    c = sub.channel_state
+                    yield (f"operators[{uid!r}].subtasks[{sub.index}].channel_state",
+                           c.location_in(directory), c.size, c.sha256)
 
 
 @dataclass(frozen=True)

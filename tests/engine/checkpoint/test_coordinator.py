@@ -22,7 +22,7 @@ def make(tmp_path, **cfg):
     c = CheckpointCoordinator(
         job_id="job1", job_name="j", job_dir=str(tmp_path / "j" / "job1"), config=config,
         tasks=TASKS, operator_info={"op": {"kind": "operator", "parallelism": 2, "max_parallelism": 128}},
-        send_trigger=lambda chk, ts, kind, loc: rec.triggers.append(chk),
+        send_trigger=lambda chk, ts, kind, loc, unaligned: rec.triggers.append(chk),
         send_notify=rec.notifies.append, send_abort=rec.aborts.append, now=0.0)
     c.set_tasks_running(set(TASKS))
     return c, rec

@@ -37,6 +37,9 @@ SAMPLES = [
     M.JobDescription(payload=b"\x80\x05pickled"),
     M.Peers(peers={"0": ["127.0.0.1", 1], "1": ["127.0.0.1", 2]}),
     M.Trigger(checkpoint_id=3, timestamp=1700000000000, kind="SAVEPOINT_STOP", location="/c"),
+    M.Trigger(checkpoint_id=4, timestamp=1700000000000, kind="CHECKPOINT", location="/c",
+              unaligned=True),
+    M.Unalign(checkpoint_id=4),
     M.Notify(checkpoint_id=3),
     M.Abort(checkpoint_id=3),
     M.Finish(),
@@ -78,11 +81,13 @@ def test_barrier_round_trip_and_kinds():
 
 
 @pytest.mark.parametrize("fields, named", [
-    ([0, 1, "CHECKPOINT", "/c"], "checkpoint id"),
-    ([1, "now", "CHECKPOINT", "/c"], "timestamp"),
-    ([1, 1, "SNAPSHOT", "/c"], "unknown kind"),
-    ([1, 1, "CHECKPOINT", ""], "location"),
-    ([1, 1, "CHECKPOINT"], "expected"),
+    ([0, 1, "CHECKPOINT", "/c", False], "checkpoint id"),
+    ([1, "now", "CHECKPOINT", "/c", False], "timestamp"),
+    ([1, 1, "SNAPSHOT", "/c", False], "unknown kind"),
+    ([1, 1, "CHECKPOINT", "", False], "location"),
+    ([1, 1, "CHECKPOINT", "/c", 1], "unaligned flag"),
+    ([1, 1, "SAVEPOINT", "/c", True], "savepoint cannot be unaligned"),
+    ([1, 1, "CHECKPOINT", "/c"], "expected"),
 ])
 def test_malformed_barriers_are_refused(fields, named):
     with pytest.raises(ProtocolError, match=named):

@@ -3,6 +3,7 @@ the queue, never past an event or a held channel, never when a control item wait
 
 import pyarrow as pa
 
+from airflow_checkpoint_provider.engine.protocol import CheckpointBarrier
 from airflow_checkpoint_provider.engine.runtime.mailbox import Mailbox
 
 
@@ -16,7 +17,7 @@ def _records(item):
 
 def test_take_following_takes_the_accepted_prefix_in_order():
     m = Mailbox(16)
-    items = [("records", 0, _batch(1)), ("records", 1, _batch(2)), ("barrier", 0, object()),
+    items = [("records", 0, _batch(1)), ("records", 1, _batch(2)), ("barrier", 0, CheckpointBarrier(1, 0, "CHECKPOINT", "/c")),
              ("records", 0, _batch(3))]
     for it in items:
         m.put_data(it)

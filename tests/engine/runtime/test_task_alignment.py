@@ -14,7 +14,7 @@ from airflow_checkpoint_provider.engine import (
     KeyedProcessFunction,
     Pipeline,
 )
-from airflow_checkpoint_provider.engine.protocol import encode
+from airflow_checkpoint_provider.engine.protocol import CheckpointBarrier, encode
 from airflow_checkpoint_provider.engine.protocol import frames as P
 from airflow_checkpoint_provider.engine.runtime.mailbox import Mailbox
 from airflow_checkpoint_provider.engine.runtime.slot import _reader
@@ -75,13 +75,13 @@ def wait_for(cond, timeout=5.0):
 def test_records_after_barrier_wait_for_barrier_on_other_channel(tmp_path):
     task, rec, (ch0, ch1), sent = start_task(tmp_path, exactly_once=True)
     send_records(ch0, [1, 2])
-    P.send_frame(ch0, P.BARRIER, packb([1, 0, "CHECKPOINT", str(tmp_path / "chk-1")]))
+    P.send_frame(ch0, P.BARRIER, CheckpointBarrier(1, 0, "CHECKPOINT", str(tmp_path / "chk-1")).encode())
     send_records(ch0, [3, 4])          # behind barrier 1 on channel 0
     send_records(ch1, [10, 11])        # before barrier 1 on channel 1
     wait_for(lambda: 11 in rec.events)
     time.sleep(0.3)                    # give the task every chance to (wrongly) process 3, 4
     assert 3 not in rec.events and 4 not in rec.events
-    P.send_frame(ch1, P.BARRIER, packb([1, 0, "CHECKPOINT", str(tmp_path / "chk-1")]))
+    P.send_frame(ch1, P.BARRIER, CheckpointBarrier(1, 0, "CHECKPOINT", str(tmp_path / "chk-1")).encode())
     send_records(ch1, [12])
     wait_for(lambda: {3, 4, 12} <= set(rec.events))
     snap = rec.events.index("snapshot-1")
@@ -96,11 +96,11 @@ def test_records_after_barrier_wait_for_barrier_on_other_channel(tmp_path):
 @pytest.mark.timeout(30)
 def test_at_least_once_processes_records_behind_a_barrier_without_waiting(tmp_path):
     task, rec, (ch0, ch1), sent = start_task(tmp_path, exactly_once=False)
-    P.send_frame(ch0, P.BARRIER, packb([1, 0, "CHECKPOINT", str(tmp_path / "chk-1")]))
+    P.send_frame(ch0, P.BARRIER, CheckpointBarrier(1, 0, "CHECKPOINT", str(tmp_path / "chk-1")).encode())
     send_records(ch0, [3, 4])
     wait_for(lambda: {3, 4} <= set(rec.events))
     assert "snapshot-1" not in rec.events
-    P.send_frame(ch1, P.BARRIER, packb([1, 0, "CHECKPOINT", str(tmp_path / "chk-1")]))
+    P.send_frame(ch1, P.BARRIER, CheckpointBarrier(1, 0, "CHECKPOINT", str(tmp_path / "chk-1")).encode())
     wait_for(lambda: "snapshot-1" in rec.events)
     task.mailbox.put_control(("finish",))
 
@@ -108,7 +108,7 @@ def test_at_least_once_processes_records_behind_a_barrier_without_waiting(tmp_pa
 @pytest.mark.timeout(30)
 def test_cancel_marker_releases_blocked_channel_and_is_not_snapshotted(tmp_path):
     task, rec, (ch0, ch1), sent = start_task(tmp_path, exactly_once=True)
-    P.send_frame(ch0, P.BARRIER, packb([1, 0, "CHECKPOINT", str(tmp_path / "chk-1")]))
+    P.send_frame(ch0, P.BARRIER, CheckpointBarrier(1, 0, "CHECKPOINT", str(tmp_path / "chk-1")).encode())
     send_records(ch0, [3])
     time.sleep(0.2)
     assert 3 not in rec.events
