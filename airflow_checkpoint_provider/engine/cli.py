@@ -317,8 +317,14 @@ def jobs(db: str | None, name: str | None, as_json: bool) -> None:
 @click.argument("job")
 @db_option
 @click.option("--json", "as_json", is_flag=True)
-def checkpoints(job: str, db: str | None, as_json: bool) -> None:
+@click.option("--tasks", is_flag=True,
+              help="Also one line per task: sync/async/alignment time, state size, whether "
+                   "it was unaligned and the in-flight bytes it persisted.")
+def checkpoints(job: str, db: str | None, as_json: bool, tasks: bool) -> None:
     """Checkpoint history of JOB (job id, id prefix or job name: its newest job)."""
+    from .report import format_bytes, format_ms
+    from .stats import in_flight_bytes, is_unaligned, max_task_metric
+
     store = _store(db)
     try:
         rec = store.resolve_job(job)
@@ -330,9 +336,23 @@ def checkpoints(job: str, db: str | None, as_json: bool) -> None:
         return
     click.echo(f"job {rec.job_name} ({rec.job_id}) {rec.status}")
     for r in rows:
+        align = max_task_metric(r, "alignment_ms")
+        extra = f"align {format_ms(align)}" if align is not None else ""
+        if is_unaligned(r):
+            extra += f", unaligned, {format_bytes(in_flight_bytes(r))} in flight"
         click.echo(f"  {r.kind:<10} {r.checkpoint_id:>5} {r.status:<10} "
                    f"{(r.duration_ms or 0):>6} ms {(r.state_size or 0):>10} B  "
-                   f"{r.failure_reason or r.location}")
+                   f"{extra + '  ' if extra else ''}{r.failure_reason or r.location}")
+        if not tasks:
+            continue
+        for t in sorted(r.task_stats or (), key=lambda t: (t.get("vertex"), t.get("subtask"))):
+            click.echo(f"      task {t.get('vertex')}.{t.get('subtask')}: "
+                       f"sync {format_ms(t.get('sync_ms'))}, async {format_ms(t.get('async_ms'))}, "
+                       f"alignment {format_ms(t.get('alignment_ms'))}, "
+                       f"state {format_bytes(t.get('state_size'))}"
+                       + (f", unaligned, {format_bytes(t.get('inflight_bytes'))} in flight "
+                          f"({t.get('inflight_records', 0)} records)"
+                          if t.get("unaligned") else ""))
 
 
 @main.command()

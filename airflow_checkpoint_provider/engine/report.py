@@ -419,7 +419,9 @@ def _task_table_html(checkpoint: CheckpointRecord | None) -> str:
             name += '<span class="badge">slowest</span>'
         rows.append([name] + [_e(format_ms(task.get(m))) for m in TASK_METRICS]
                     + [_e(format_ms(task_total_ms(task))), _e(format_bytes(task.get("state_size"))),
-                       _e(format_bytes(task.get("checkpointed_size")))])
+                       _e(format_bytes(task.get("checkpointed_size"))),
+                       _e(format_bytes(task.get("inflight_bytes")) if task.get("unaligned")
+                          else "aligned")])
         classes.append("slowest" if is_slowest else "")
     kind = "savepoint" if is_savepoint(checkpoint) else "checkpoint"
     caption = (f"<p>Per-task statistics of {kind} {checkpoint.checkpoint_id} "
@@ -427,7 +429,8 @@ def _task_table_html(checkpoint: CheckpointRecord | None) -> str:
                f"{_e(format_ms(checkpoint.duration_ms))} end to end). The slowest task "
                "(alignment + sync + async) is highlighted.</p>")
     return caption + _table(["Task", "Sync", "Async", "Alignment", "Total", "State size",
-                             "Uploaded"], rows, row_classes=classes, table_id="tasks")
+                             "Uploaded", "In flight (unaligned)"], rows, row_classes=classes,
+                            table_id="tasks")
 
 
 def _history_html(stats: dict[str, Any]) -> str:

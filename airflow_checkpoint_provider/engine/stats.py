@@ -69,6 +69,16 @@ def max_task_metric(record: CheckpointRecord, metric: str) -> float | None:
     return max(values) if values else None
 
 
+def is_unaligned(record: CheckpointRecord) -> bool:
+    """Whether the checkpoint was unaligned (at some task; see ``CheckpointConfig.unaligned``)."""
+    return any(t.get("unaligned") for t in record.task_stats or ())
+
+
+def in_flight_bytes(record: CheckpointRecord) -> int:
+    """Bytes of in-flight records an unaligned checkpoint persisted, over its tasks."""
+    return sum(int(t.get("inflight_bytes") or 0) for t in record.task_stats or ())
+
+
 def slowest_task(record: CheckpointRecord) -> dict[str, Any] | None:
     """The task of ``record`` with the longest sync + async + alignment time."""
     tasks = list(record.task_stats or ())
@@ -136,6 +146,8 @@ def checkpoint_entry(record: CheckpointRecord) -> dict[str, Any]:
         "failure_reason": record.failure_reason,
         "num_acknowledged_tasks": len(record.task_stats or ()),
         "max_alignment_duration_ms": max_task_metric(record, "alignment_ms"),
+        "unaligned": is_unaligned(record),
+        "persisted_in_flight_bytes": in_flight_bytes(record),
         "slowest_task": None if slowest is None else {
             "vertex": slowest.get("vertex"), "subtask": slowest.get("subtask"),
             "total_ms": _tidy(task_total_ms(slowest))},

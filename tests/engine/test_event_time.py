@@ -232,8 +232,8 @@ def test_stop_with_drain_fires_every_open_window_before_the_savepoint(workdir):
     assert req.status == "SUCCEEDED", req.error
     assert bg.result().status == "STOPPED"
     source_state = load_snapshot(req.result["location"]).operators["gen"]
-    read = sum(e["position"] for sub in source_state["subtasks"]
-               for e in sub["operator_state"])
+    read = sum(split["position"] for sub in source_state["subtasks"]
+               for e in sub["operator_state"] for split in e["value"])
     got, expected = committed_windows(str(workdir / "out")), expected_windows()
     assert 0 < read < N
     # every record read before the drain is in a committed window (the partial ones too)

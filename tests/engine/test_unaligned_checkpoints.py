@@ -2,6 +2,7 @@
 backpressure from a deliberately slow operator behind a keyed exchange."""
 
 import pytest
+from click.testing import CliRunner
 from pipelines import (
     Background,
     FaultPlan,
@@ -12,6 +13,7 @@ from pipelines import (
 
 from airflow_checkpoint_provider.engine import RestoreError
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.cli import main as ckpt
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
 N = 6000
@@ -51,6 +53,10 @@ def test_aligned_timeout_turns_a_slow_checkpoint_unaligned(tmp_path):
     assert p.run().status == "FINISHED"
     check_exactly_once(str(tmp_path / "out"), expected_running_sums(N, 50, 7))
     assert _unaligned_stats(tmp_path), "an aligned checkpoint turned unaligned"
+    out = CliRunner().invoke(ckpt, ["checkpoints", "running-sum", "--tasks",
+                                    "--db", "sqlite:///" + str(tmp_path / "meta.db")])
+    assert out.exit_code == 0, out.output
+    assert "unaligned" in out.output and "in flight" in out.output and "alignment" in out.output
 
 
 @pytest.mark.timeout(300)

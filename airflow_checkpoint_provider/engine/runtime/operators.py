@@ -308,6 +308,20 @@ class AggregateOperator(_KeyedStateOperator):
 
 
 
+#: the union list state of a source's split positions
+SPLITS_STATE = "splits"
+
+
+def _split_entries(uid: str | None, entries: list) -> list[dict]:
+    """Restored split entries ``{split, position, finished, max_timestamp?}`` (untrusted
+    input: from a ``_metadata`` file)."""
+    for e in entries:
+        if not isinstance(e, dict) or not isinstance(e.get("split"), str):
+            raise CorruptCheckpointError(
+                f"source {uid!r}: split entry {e!r:.200} in the snapshot is malformed")
+    return entries
+
+
 def _restored_timestamp(entry: dict, uid: str | None) -> int | None:
     """A split's largest timestamp from a snapshot (untrusted input)."""
     ts = entry.get("max_timestamp")
@@ -329,9 +343,18 @@ class SourceOperator(Operator):
 
     def open(self, restored_operator_state):
         src = self.node.payload
-        positions = {e["split"]: e["position"] for e in (restored_operator_state or [])}
-        self.finished_splits: set[str] = {e["split"] for e in (restored_operator_state or [])
-                                          if e.get("finished")}
+        # Split positions are union list state (Flink's legacy sources keep theirs the same
+        # way): every subtask gets every old subtask's splits and picks its own, so a
+        # restore at any parallelism finds each split's position.
+        self.state = OperatorStateStore(self.uid or self.node.name, self.ctx.subtask_index,
+                                        self.ctx.parallelism, restored_operator_state)
+        self.split_state = self.state.get_union_list_state(SPLITS_STATE)
+        restored = _split_entries(self.uid, [
+            *self.split_state.get(),
+            # snapshots before the operator-state API held bare split entries
+            *(e for e in restored_operator_state or [] if isinstance(e, dict) and "split" in e)])
+        positions = {e["split"]: e.get("position") for e in restored}
+        self.finished_splits: set[str] = {e["split"] for e in restored if e.get("finished")}
         sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
                              self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt)
         splits = list(self.splits if self.splits is not None else src.splits())
@@ -356,8 +379,7 @@ class SourceOperator(Operator):
         if strategy is not None:
             self.watermarks = SourceWatermarks(
                 strategy, self._order,
-                {e["split"]: _restored_timestamp(e, self.uid)
-                 for e in (restored_operator_state or [])},
+                {e["split"]: _restored_timestamp(e, self.uid) for e in restored},
                 time.monotonic())
 
     def read_batch(self, max_records: int) -> list[dict] | None:
@@ -399,7 +421,8 @@ class SourceOperator(Operator):
         state = [{"split": s, "position": self.positions.get(s), "finished": s in self.finished_splits,
                   **({"max_timestamp": wm.state(s)} if wm is not None else {})}
                  for s in self.assigned]
-        return OperatorSnapshot(operator_state=state)
+        self.split_state.update(state)
+        return OperatorSnapshot(operator_state=self.state.snapshot())
 
     def close(self):
         for r in self.readers.values():
