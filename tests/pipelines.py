@@ -124,6 +124,25 @@ class RunningSum(KeyedProcessFunction):
         self.last_notified = checkpoint_id
 
 
+class SlowFileSink(FileSink):
+    """A :class:`FileSink` that takes ``delay_s`` per record: a deliberately slow sink."""
+
+    def __init__(self, directory: str, delay_s: float) -> None:
+        super().__init__(directory)
+        self.delay_s = delay_s
+
+    def create_writer(self, ctx):
+        writer = super().create_writer(ctx)
+        write, delay = writer.write, self.delay_s
+
+        def slow_write(records):
+            time.sleep(delay * len(records))
+            write(records)
+
+        writer.write = slow_write
+        return writer
+
+
 def running_sum_pipeline(root: str, *, name: str = "running-sum", num_records: int = 20_000,
                          num_keys: int = 50, seed: int = 7, rate: float | None = None,
                          faults: FaultPlan | None = None, interval_ms: int | None = 100,

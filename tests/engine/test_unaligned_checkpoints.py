@@ -1,17 +1,18 @@
 """Unaligned checkpoints: exactly-once with in-flight records as channel state, under
-backpressure from a deliberately slow operator behind a keyed exchange."""
+backpressure from a deliberately slow sink behind a keyed exchange."""
 
 import pytest
 from click.testing import CliRunner
 from pipelines import (
     Background,
     FaultPlan,
+    SlowFileSink,
     check_exactly_once,
     expected_running_sums,
     running_sum_pipeline,
 )
 
-from airflow_checkpoint_provider.engine import RestoreError
+from airflow_checkpoint_provider.engine import CheckpointConfig, ConfigurationError, RestoreError
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.cli import main as ckpt
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
@@ -32,10 +33,11 @@ def _unaligned_stats(root) -> list[dict]:
 
 @pytest.mark.timeout(300)
 def test_unaligned_checkpoints_are_exactly_once_under_failures_and_backpressure(tmp_path):
-    # the keyed operator takes 0.3 ms a record, the sources offer more: its inputs are full
+    # the sink takes 0.3 ms a record, the sources offer more: the keyed inputs are full
     faults = FaultPlan(str(tmp_path / "faults"), [("record", 1500), ("kill", 3300),
                                                   ("record", 4700)])
-    p = running_sum_pipeline(str(tmp_path), num_records=N, faults=faults, delay_s=0.0003,
+    p = running_sum_pipeline(str(tmp_path), num_records=N, faults=faults,
+                             sink=SlowFileSink(str(tmp_path / "out"), 0.0003),
                              interval_ms=150, unaligned=True, keyed_parallelism=2)
     result = p.run()
     assert result.status == "FINISHED"
@@ -66,6 +68,8 @@ def test_savepoints_stay_aligned_and_unaligned_state_restores_only_at_its_parall
                              keyed_parallelism=2)
     bg = Background(p)
     job = bg.wait_running(min_checkpoints=3)
+    refused = bg.request(job.job_id, "SAVEPOINT", {"unaligned": True})
+    assert refused.status == "FAILED" and "savepoints are always aligned" in refused.error
     sp = bg.request(job.job_id, "SAVEPOINT", {})
     assert sp.status == "SUCCEEDED", sp.error
     chk = bg.request(job.job_id, "CHECKPOINT")
@@ -81,3 +85,13 @@ def test_savepoints_stay_aligned_and_unaligned_state_restores_only_at_its_parall
     rescaled = running_sum_pipeline(str(tmp_path / "b"), keyed_parallelism=3)
     with pytest.raises(RestoreError, match="'sum'.*unaligned checkpoint.*take a savepoint"):
         rescaled.run(restore=chk.result["location"])
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"unaligned": True, "mode": "at_least_once"}, "unaligned=True needs mode exactly_once"),
+    ({"aligned_timeout_ms": 100}, "aligned_timeout_ms needs unaligned=True"),
+    ({"unaligned": True, "aligned_timeout_ms": -1}, "aligned_timeout_ms must be >= 0"),
+])
+def test_invalid_unaligned_options_are_refused(options, message):
+    with pytest.raises(ConfigurationError, match=message):
+        CheckpointConfig(**options)

@@ -107,6 +107,10 @@ class ControlPlane:
             if action == "CHECKPOINT":
                 chk = coord.trigger(now, BarrierKind.CHECKPOINT)
             else:
+                if params.get("unaligned"):
+                    raise CheckpointDeclined(
+                        "a savepoint cannot be unaligned: savepoints are always aligned (they "
+                        "must be self-contained and restorable at any parallelism)")
                 directory = self.checked_directory(params.get("directory"))
                 kind = BarrierKind.SAVEPOINT
                 if action == "STOP_WITH_SAVEPOINT":
