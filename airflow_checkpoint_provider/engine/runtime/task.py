@@ -467,7 +467,13 @@ class StreamTask:
             # items of a channel released after alignment first: they precede anything of
             # that channel still in the mailbox
             wait = self._fire_processing_timers()
-            item = self._replay.popleft() if self._replay else self.mailbox.take(wait)
+            if self.handler.capturing:
+                # An unaligned checkpoint waits for its other inputs' barriers: they come as
+                # control items, and the inputs read ahead to them. Processing records now
+                # could block this thread on a full output and hold those barriers back.
+                item = self.mailbox.take(wait, control_only=True)
+            else:
+                item = self._replay.popleft() if self._replay else self.mailbox.take(wait)
             if item is None:
                 continue
             kind = item[0]
@@ -553,7 +559,10 @@ class StreamTask:
                 pending = self._unaligned.pop(chk, None)
                 captured = self.mailbox.finish_capture(chk)
                 if pending is not None and captured is not None:
-                    self.env.upload_pool.submit(self._upload_and_ack, *pending,
+                    args, timing, started = pending
+                    # capture: from the snapshot to the last input's barrier
+                    timing["capture_ms"] = round((time.perf_counter() - started) * 1000, 3)
+                    self.env.upload_pool.submit(self._upload_and_ack, *args, timing=timing,
                                                 channel_items=captured)
             elif action[0] == "drop_capture":
                 _, chk, reason = action
@@ -616,12 +625,14 @@ class StreamTask:
         payload = barrier.encode()
         for w in self.writers:
             w.emit_event(P.BARRIER, payload)
-        # 4. asynchronous part: write files, then ack
+        # 4. asynchronous part: write files, then ack. Start delay: from the trigger to
+        # this snapshot (Flink's "checkpoint start delay"), on the wall clock
+        timing = {"start_delay_ms": round(max(0.0, time.time() * 1000 - barrier.timestamp_ms), 3)}
         args = (chk, location, snapshots, sync_ms, alignment_ms, barrier.kind.is_savepoint)
         if unaligned:
-            self._unaligned[chk] = args
+            self._unaligned[chk] = (args, timing, time.perf_counter())
         else:
-            self.env.upload_pool.submit(self._upload_and_ack, *args)
+            self.env.upload_pool.submit(self._upload_and_ack, *args, timing=timing)
 
     def _write_channel_state(self, chk_dir: str, items: list) -> dict:
         """The captured in-flight records of an unaligned checkpoint, as one state file."""
@@ -638,7 +649,8 @@ class StreamTask:
         return handle
 
     def _upload_and_ack(self, chk: int, chk_dir: str, snapshots: list, sync_ms: float,
-                        alignment_ms: float, full: bool, channel_items: list | None = None) -> None:
+                        alignment_ms: float, full: bool, *, timing: dict,
+                        channel_items: list | None = None) -> None:
         t0 = time.perf_counter()
         try:
             operators = {}
@@ -675,7 +687,7 @@ class StreamTask:
             async_ms = (time.perf_counter() - t0) * 1000.0
             metrics = {"sync_ms": round(sync_ms, 3), "async_ms": round(async_ms, 3),
                        "alignment_ms": round(alignment_ms, 3), "state_size": size,
-                       "checkpointed_size": uploaded}
+                       "checkpointed_size": uploaded, **timing}
             if channel_items is not None:
                 metrics.update(unaligned=True, inflight_bytes=channel["size"] if channel else 0,
                                inflight_records=channel["records"] if channel else 0)
