@@ -105,6 +105,13 @@ def targets_section(r: Results, lines: list[str]) -> None:
         rows.append((f"recovery at {rec['summary']['keys']:,} keys (worst of "
                      f"{rec['summary']['reps']})", "<= 5 s", f"{x:.2f} s",
                      verdict(x <= 5.0, f"by {x - 5:.2f} s")))
+    un = r.load("unaligned.json")
+    worst = max((run["p99_ms"] for run in (un or {}).get("runs", [])
+                 if run["mode"] == "unaligned" and run["p99_ms"] is not None), default=None)
+    if worst is not None:
+        rows.append(("p99 unaligned checkpoint duration, sink throttled to 10% of the source "
+                     "rate", "<= 1 s", f"{worst:.0f} ms",
+                     verdict(worst <= 1000, f"by {worst - 1000:.0f} ms")))
     if not rows:
         return
     lines += ["## Targets", "", "| target | bar | measured | |", "|---|---|---|---|"]
@@ -336,6 +343,30 @@ def recovery_section(r: Results, lines: list[str]) -> None:
               f"{fmt(s['recovery_s_max'], '.2f')} s.", ""]
 
 
+def unaligned_section(r: Results, lines: list[str]) -> None:
+    data = r.load("unaligned.json")
+    if not data:
+        return
+    lines += ["## Aligned vs unaligned checkpoints under backpressure", "",
+              f"Command: `.venv/bin/python {data['command']}`. Generator ({data['rate']:,.0f} "
+              "rows/s, 2 subtasks) -> key_by -> per-record running sum (2) -> key_by -> a sink "
+              f"throttled to {data['rate'] * 0.1:,.0f} rows/s (2): every mailbox and socket "
+              "buffer in front of the sink is full. Checkpoint every 1 s; "
+              f"{data['seconds']:.0f} s per configuration, the first third not measured. "
+              "Duration = trigger to completion. In flight = bytes of records the unaligned "
+              "checkpoint persisted as channel state (sum over tasks).", "",
+              "| batch size | mode | checkpoints | p50 (ms) | p99 (ms) | expired | in flight p50 | "
+              "in flight max |", "|---|---|---|---|---|---|---|---|"]
+    for run in data["runs"]:
+        lines.append(f"| {run['batch_size']} | {run['mode']} | {run['completed']} | "
+                     f"{fmt(run['p50_ms'])} | {fmt(run['p99_ms'])} | {run['failed']} | "
+                     f"{(run['inflight_p50'] or 0) / 1e3:,.0f} KB | {run['inflight_max'] / 1e3:,.0f} KB |")
+    lines += ["", "Aligned checkpoints take as long as the backlog in front of the sink takes "
+              "to drain (it grows with the batch size: more rows per queued item); unaligned "
+              "ones do not wait for it. What is left of their duration is mostly the sink "
+              "finishing the batch it is writing before it takes the barrier.", ""]
+
+
 def memory_section(r: Results, lines: list[str]) -> None:
     rows = []
     over = r.load("checkpoint_overhead.json")
@@ -412,6 +443,7 @@ def main(argv=None) -> int:
     overhead_section(r, lines)
     scaling_section(r, lines)
     recovery_section(r, lines)
+    unaligned_section(r, lines)
     state_section(r, lines)
     memory_section(r, lines)
     profile_section(r, lines)

@@ -116,6 +116,15 @@ def test_latency_scenario_measures_both_jobs(results):
         assert r["rows"] > 0 and 0 < r["p50"] <= r["p99"] <= r["max"]
 
 
+@pytest.mark.timeout(200)
+def test_unaligned_scenario_compares_both_modes(results):
+    bench("unaligned.py", "--seconds", "4", "--batch-sizes", "256", "--rate", "4000",
+          results=results, timeout=180)
+    runs = load(results, "unaligned.json")["runs"]
+    assert [r["mode"] for r in runs] == ["aligned", "unaligned"]
+    assert all(not r["inflight_p50"] for r in runs if r["mode"] == "aligned")
+
+
 def test_benchmarks_md_renders_every_scenario(results, tmp_path):
     out = tmp_path / "BENCHMARKS.md"
     bench("write_benchmarks.py", "--output", str(out), results=results)
@@ -128,7 +137,8 @@ def test_benchmarks_md_renders_every_scenario(results, tmp_path):
                 "profile_aggregate.json": "## Where the time goes",
                 "structured_streaming.json": "## Against Spark Structured Streaming at saturation",
                 "latency.json": "## End-to-end latency",
-                "event_time.json": "## State size over a long run"}
+                "event_time.json": "## State size over a long run",
+                "unaligned.json": "## Aligned vs unaligned checkpoints under backpressure"}
     for name, heading in expected.items():
         if name in present:
             assert heading in text, heading
