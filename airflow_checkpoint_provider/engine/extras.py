@@ -19,6 +19,7 @@ EXTRAS = {
     "s3": ("boto3", "s3:// checkpoint storage"),
     "report": ("matplotlib", "the checkpoint report"),
     "postgres": ("psycopg", "PostgresSink and a PostgreSQL metadata DB"),
+    "delta": ("deltalake", "DeltaSink"),
 }
 
 
