@@ -20,6 +20,7 @@ EXTRAS = {
     "report": ("matplotlib", "the checkpoint report"),
     "postgres": ("psycopg", "PostgresSink and a PostgreSQL metadata DB"),
     "delta": ("deltalake", "DeltaSink"),
+    "iceberg": ("pyiceberg", "IcebergSink"),
 }
 
 

@@ -1,0 +1,122 @@
+"""Exactly-once appends to an Apache Iceberg table (pyiceberg): the epoch protocol of
+:mod:`.lakehouse`, where each commit is one table snapshot whose summary carries
+``ckpt.app_id`` and ``ckpt.checkpoint_id`` (as Flink's Iceberg sink records its checkpoint id
+in the snapshot summary), and a commit is skipped when a snapshot of the table already has
+that application id at that checkpoint id or later.
+
+The catalog is any pyiceberg catalog, given by its properties (e.g. the SQL catalog on
+SQLite or PostgreSQL: ``{"type": "sql", "uri": "sqlite:///...", "warehouse": "file:///..."}``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+
+from ..errors import ConfigurationError
+from ..extras import require
+from .base import SinkWriter, SourceContext
+from .lakehouse import STAGING, StagedTableSink, StagedTableWriter
+
+
+class IcebergSink(StagedTableSink):
+    """Append records (dicts or Arrow batches) to the Iceberg table ``identifier``
+    (``namespace.table``), exactly once. The namespace and table are created from the first
+    epoch's schema when they do not exist (``create=False`` refuses instead).
+
+    :param catalog: pyiceberg catalog properties (``type``, ``uri``, ``warehouse``, ...).
+    :param staging_dir: where epochs are staged between the barrier and the commit (local
+        path or ``s3://``); default ``<warehouse>/_ckpt_staging/<identifier>`` for a local
+        (``file://``) warehouse.
+    """
+
+    def __init__(self, identifier: str, *, catalog: dict[str, str], staging_dir: str | None = None,
+                 create: bool = True) -> None:
+        if not isinstance(identifier, str) or identifier.count(".") < 1:
+            raise ConfigurationError(f"IcebergSink: identifier {identifier!r} is not "
+                                     "'namespace.table'")
+        self.identifier = identifier
+        self.catalog = dict(catalog)
+        self.create = create
+        if staging_dir is None:
+            warehouse = self.catalog.get("warehouse", "")
+            if not warehouse.startswith("file://") and "://" in warehouse or not warehouse:
+                raise ConfigurationError(
+                    f"IcebergSink {identifier!r}: give staging_dir= (the warehouse "
+                    f"{warehouse!r} is not a local file:// path)")
+            staging_dir = os.path.join(warehouse.removeprefix("file://"), STAGING, identifier)
+        self.staging_dir = staging_dir
+
+    def create_writer(self, ctx: SourceContext) -> SinkWriter:
+        require("iceberg")
+        return _IcebergWriter(self, ctx)
+
+    def describe(self) -> str:
+        return f"iceberg({self.identifier})"
+
+
+class _IcebergWriter(StagedTableWriter):
+    kind = "Iceberg"
+    sink: IcebergSink
+
+    def __init__(self, sink: IcebergSink, ctx: SourceContext) -> None:
+        super().__init__(sink, ctx)
+        pyiceberg = require("iceberg")
+        from pyiceberg.catalog import load_catalog
+        from pyiceberg.exceptions import CommitFailedException
+
+        del pyiceberg
+        self.catalog = load_catalog(sink.identifier.split(".")[0], **sink.catalog)
+        self.conflicts = (CommitFailedException,)
+
+    def _table(self):
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog.load_table(self.sink.identifier)
+        except NoSuchTableError:
+            return None
+
+    def table_schema(self) -> pa.Schema | None:
+        table = self._table()
+        return None if table is None else table.schema().as_arrow()
+
+    def committed(self, app_id: str, version: int) -> bool:
+        table = self._table()
+        if table is None:
+            return False
+        for snap in table.snapshots():
+            summary = snap.summary
+            if summary is not None and summary.get("ckpt.app_id") == app_id:
+                try:
+                    if int(summary.get("ckpt.checkpoint_id", "-1")) >= version:
+                        return True
+                except ValueError:
+                    continue
+        return False
+
+    def _create(self, schema: pa.Schema):
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+
+        if not self.sink.create:
+            raise ConfigurationError(f"Iceberg sink {self.ctx.operator_uid!r}: table "
+                                     f"{self.sink.identifier} does not exist (create=False)")
+        namespace = self.sink.identifier.rsplit(".", 1)[0]
+        try:
+            self.catalog.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+        try:
+            return self.catalog.create_table(self.sink.identifier, schema=schema)
+        except TableAlreadyExistsError:  # another subtask was first
+            return self.catalog.load_table(self.sink.identifier)
+
+    def append(self, data: pa.Table, txn: dict) -> None:
+        table = self._table() or self._create(data.schema)
+        target = table.schema().as_arrow()
+        # the staged file's columns in the table's order and types (checked at the barrier)
+        columns = [data.column(f.name).cast(f.type) if f.name in data.schema.names
+                   else pa.nulls(data.num_rows, f.type) for f in target]
+        table.append(pa.Table.from_arrays(columns, schema=target),
+                     snapshot_properties=self.commit_metadata(txn))
