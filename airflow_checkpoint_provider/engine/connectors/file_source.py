@@ -95,6 +95,16 @@ class FileSource(Source):
         (e.g. ``{"id": int, "price": float}``). The callable receives every value of the
         column, including empty strings.
     :param parquet_batch_size: rows Parquet decodes at a time.
+    :param monitor_interval: seconds between listings of the directory while the job runs
+        (Flink's ``FileSource.monitorContinuously``): the source is then unbounded and reads
+        every new file once, across restarts (discovered files and positions are in its
+        checkpointed state). A file must be complete when it appears under its final name:
+        write it as ``_name`` or ``.name`` (ignored) and rename it. ``None``: read the files
+        listed at the start, then end.
+    :param retain_seconds: with ``monitor_interval``: a finished file modified longer ago
+        than this leaves the state, and files modified at or before the newest such time are
+        taken as read (bounded state; a file moved in with an older modification time is
+        skipped).
     """
 
     def __init__(
@@ -105,7 +115,18 @@ class FileSource(Source):
         pattern: str | None = None,
         csv_types: Mapping[str, Callable[[str], object]] | None = None,
         parquet_batch_size: int = DEFAULT_PARQUET_BATCH_SIZE,
+        monitor_interval: float | None = None,
+        retain_seconds: float = 3600.0,
     ) -> None:
+        if monitor_interval is not None and not monitor_interval > 0:
+            raise ConfigurationError(
+                f"FileSource option monitor_interval must be > 0 seconds or None (got "
+                f"{monitor_interval!r})")
+        if not retain_seconds > 0:
+            raise ConfigurationError(
+                f"FileSource option retain_seconds must be > 0 (got {retain_seconds!r})")
+        self.monitor_interval = monitor_interval
+        self.retain_seconds = retain_seconds
         if format is not None and format not in FORMATS:
             raise ConfigurationError(
                 f"FileSource option format={format!r} is not supported; use one of "
@@ -159,8 +180,18 @@ class FileSource(Source):
                     found.append(str(rel))
         found.sort()
         self._check_csv_headers(found)
-        log.info("File source %s lists %d files", self.describe(), len(found))
+        log.log(logging.DEBUG if self.monitor_interval else logging.INFO,
+                "File source %s lists %d files", self.describe(), len(found))
         return found
+
+    def modified_time(self, split_id: str) -> float:
+        """The file's modification time (seconds since the epoch); ``FileNotFoundError``
+        for a split id that is not a file inside the directory (ids may come from a
+        snapshot)."""
+        rel = PurePosixPath(split_id)
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise FileNotFoundError(split_id)
+        return os.path.getmtime(os.path.join(self.directory, *rel.parts))
 
     def _check_csv_headers(self, files: list[str]) -> None:
         """Every CSV file of the source has the same header (a file with other columns

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Iterable
 
 import pyarrow as pa
@@ -310,6 +311,8 @@ class AggregateOperator(_KeyedStateOperator):
 
 #: the union list state of a source's split positions
 SPLITS_STATE = "splits"
+#: continuous sources: the modification time at or below which every split was read
+FLOOR_STATE = "discovered_floor"
 
 
 def _split_entries(uid: str | None, entries: list) -> list[dict]:
@@ -357,15 +360,25 @@ class SourceOperator(Operator):
         self.finished_splits: set[str] = {e["split"] for e in restored if e.get("finished")}
         sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
                              self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt)
+        self.sctx = sctx
+        # A continuous source (monitor_interval set) discovers splits while it runs: each
+        # subtask lists the source and takes the new splits it owns by hash; finished ones
+        # older than the source's retention are folded into a modification-time floor.
+        self.monitor_interval: float | None = getattr(src, "monitor_interval", None)
+        self.floor_state = self.state.get_union_list_state(FLOOR_STATE)
+        self.floor = max((f for f in self.floor_state.get() if isinstance(f, int | float)),
+                         default=float("-inf"))
+        self._next_discovery = time.monotonic() + (self.monitor_interval or 0.0)
         splits = list(self.splits if self.splits is not None else src.splits())
+        if self.monitor_interval is not None:  # every split ever seen counts as offered
+            splits += sorted(self.finished_splits - set(splits))
         vanished = sorted(set(positions) - set(splits) - self.finished_splits)
         if vanished:
             raise RestoreError(
                 f"source {self.uid!r}: split(s) {', '.join(vanished)} recorded in the restored "
                 "snapshot are no longer offered by the source (a file was removed?)"
             )
-        self.assigned = [s for j, s in enumerate(splits)
-                         if j % self.ctx.parallelism == self.ctx.subtask_index]
+        self.assigned = [s for j, s in enumerate(splits) if self._owns(s, j)]
         self.readers = {}
         self.positions = {}
         for s in self.assigned:
@@ -382,8 +395,38 @@ class SourceOperator(Operator):
                 {e["split"]: _restored_timestamp(e, self.uid) for e in restored},
                 time.monotonic())
 
+    def _owns(self, split: str, index: int) -> bool:
+        """Bounded sources: split j runs on subtask j % parallelism. Continuous ones: by a
+        hash of the split id, so a split discovered later has the same owner everywhere."""
+        n = self.ctx.parallelism
+        if self.monitor_interval is None:
+            return index % n == self.ctx.subtask_index
+        return zlib.crc32(split.encode()) % n == self.ctx.subtask_index
+
+    def _discover(self) -> None:
+        src, known = self.node.payload, set(self.positions)
+        for split in src.splits():
+            if split in known or not self._owns(split, -1):
+                continue
+            if src.modified_time(split) <= self.floor:
+                continue  # older than the retained seen-set: read before
+            self.assigned.append(split)
+            self.positions[split] = None
+            self.readers[split] = src.open_split(split, None, self.sctx)
+            self._order.append(split)
+            if self.watermarks is not None:
+                self.watermarks.add_split(split, time.monotonic())
+
     def read_batch(self, max_records: int) -> list[dict] | None:
-        """Round-robin over the splits; ``None`` when every split is exhausted."""
+        """Round-robin over the splits; ``None`` when every split is exhausted (never for a
+        continuous source, which looks for new splits every ``monitor_interval``)."""
+        if self.monitor_interval is not None:
+            now = time.monotonic()
+            if now >= self._next_discovery:
+                self._next_discovery = now + self.monitor_interval
+                self._discover()
+            if not self._order:
+                return []
         for _ in range(len(self._order)):
             split = self._order[self._next % len(self._order)]
             self._next += 1
@@ -395,13 +438,13 @@ class SourceOperator(Operator):
                 self._order.remove(split)
                 if self.watermarks is not None:
                     self.watermarks.on_split_finished(split)
-                return [] if self._order else None
+                return [] if self._order or self.monitor_interval is not None else None
             self.positions[split] = self.readers[split].position()
             if batch:
                 if self.watermarks is not None:
                     self._observe(split, batch)
                 return batch
-        return None if not self._order else []
+        return None if not self._order and self.monitor_interval is None else []
 
     def _observe(self, split: str, batch: Batch) -> None:
         stamp = self.node.watermarks.timestamp
@@ -422,7 +465,35 @@ class SourceOperator(Operator):
                   **({"max_timestamp": wm.state(s)} if wm is not None else {})}
                  for s in self.assigned]
         self.split_state.update(state)
+        self._compact()
         return OperatorSnapshot(operator_state=self.state.snapshot())
+
+    def _compact(self) -> None:
+        """Continuous sources: finished splits modified longer ago than the source's
+        ``retain_seconds`` leave the state; the floor (their newest modification time)
+        stands for them, so the seen-set stays bounded."""
+        retain = getattr(self.node.payload, "retain_seconds", None)
+        if self.monitor_interval is None or retain is None:
+            return
+        horizon = time.time() - retain
+        src = self.node.payload
+        old = {}
+        for split in self.finished_splits & set(self.assigned):
+            try:
+                mtime = src.modified_time(split)
+            except FileNotFoundError:
+                mtime = float("-inf")  # removed after it was read
+            if mtime < horizon:
+                old[split] = mtime
+        if old:
+            self.floor = max(self.floor, *(m for m in old.values() if m != float("-inf")),
+                             float("-inf"))
+            self.assigned = [s for s in self.assigned if s not in old]
+            self.finished_splits -= set(old)
+            for split in old:
+                self.positions.pop(split, None)
+            self.split_state.update([e for e in self.split_state.get() if e["split"] not in old])
+        self.floor_state.update([] if self.floor == float("-inf") else [self.floor])
 
     def close(self):
         for r in self.readers.values():

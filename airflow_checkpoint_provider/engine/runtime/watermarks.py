@@ -36,6 +36,12 @@ class SourceWatermarks:
             self.max_ts[split] = max_timestamp
         self.last_record[split] = now
 
+    def add_split(self, split: str, now: float) -> None:
+        """A split discovered while running (a continuous source)."""
+        self.max_ts.setdefault(split, None)
+        self.active.add(split)
+        self.last_record[split] = now
+
     def on_split_finished(self, split: str) -> None:
         self.active.discard(split)
 
