@@ -48,7 +48,7 @@ demo-engine: venv
 	$(PY) -m airflow_checkpoint_provider.demo
 
 test: venv check-java check-postgres check-chromium
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 # The compose stack's services without Docker (PostgreSQL, S3 server, 2-worker Spark
 # cluster), the blue-green DAG run against them with `airflow dags test`, then stopped.
