@@ -152,8 +152,14 @@ class BarrierHandler:
                                       "records were all captured")]
 
     def on_abort(self, checkpoint_id: int) -> list:
-        """The coordinator aborted the checkpoint: an open capture for it ends."""
-        if self.capturing != checkpoint_id:
-            return []
-        self.capturing, self.captured_from = 0, set()
-        return [("drop_capture", checkpoint_id, None)]
+        """The coordinator aborted the checkpoint: an open capture or alignment for it ends,
+        and its barriers arriving later are ignored (they would start one that can never
+        complete: some inputs may never deliver them)."""
+        actions: list = []
+        if self.capturing and self.capturing <= checkpoint_id:
+            actions.append(("drop_capture", self.capturing, None))
+            self.capturing, self.captured_from = 0, set()
+        if self.current and self.current <= checkpoint_id:
+            actions += self._reset()
+        self.last_done = max(self.last_done, checkpoint_id)
+        return actions

@@ -39,6 +39,7 @@ class Mailbox:
         self._closed = False
         self._last_barrier: dict[int, int] = {}   # channel -> highest barrier/cancel put
         self._unaligned = 0                       # checkpoint turned unaligned (0: none)
+        self._aborted = 0                         # highest checkpoint aborted: never again
         self._capture_id = 0                      # checkpoint whose channel state is captured
         self._capture: list = []
 
@@ -57,7 +58,8 @@ class Mailbox:
             if kind == "barrier" or kind == "cancel":
                 chk = item[2].checkpoint_id if kind == "barrier" else item[2]
                 self._last_barrier[channel] = max(tag, chk)
-                if kind == "barrier" and (item[2].unaligned or chk == self._unaligned):
+                if (kind == "barrier" and chk > self._aborted
+                        and (item[2].unaligned or chk == self._unaligned)):
                     self._begin(chk)
                     self._control.append(("ubarrier", channel, item[2]))
                     self._cond.notify_all()
@@ -119,7 +121,9 @@ class Mailbox:
             self._cond.notify_all()
 
     def _begin(self, checkpoint_id: int) -> None:
-        if checkpoint_id <= self._unaligned:
+        # a late barrier of an aborted checkpoint must not start reading ahead: some inputs
+        # may never deliver its barrier
+        if checkpoint_id <= self._unaligned or checkpoint_id <= self._aborted:
             return
         self._unaligned = checkpoint_id
         queued = [e for e in self._data
@@ -131,6 +135,7 @@ class Mailbox:
     def end_unaligned(self, checkpoint_id: int) -> None:
         """The checkpoint was aborted: no more read-ahead or capture for it."""
         with self._cond:
+            self._aborted = max(self._aborted, checkpoint_id)
             if self._unaligned == checkpoint_id:
                 self._unaligned = 0
             if self._capture_id == checkpoint_id:

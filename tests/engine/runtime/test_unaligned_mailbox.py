@@ -89,3 +89,23 @@ def test_a_cancel_marker_drops_the_capture_without_declining():
     h = BarrierHandler(2)
     h.on_unaligned_barrier(0, 9)
     assert h.on_cancel(1, 9) == [("drop_capture", 9, None)]
+
+
+def test_late_barriers_of_an_aborted_checkpoint_start_nothing():
+    m = Mailbox(capacity=2)
+    m.end_unaligned(6)                               # Abort(6) came first
+    m.put_data(_rows(0))
+    assert m.put_data(("barrier", 1, _barrier(6, unaligned=True)))
+    assert m.take()[0] == "records", "no overtaking, no read-ahead for an aborted checkpoint"
+    h = BarrierHandler(2)
+    assert h.on_abort(6) == []
+    assert h.on_unaligned_barrier(1, 6) == [] and h.capturing == 0
+    assert h.on_barrier(1, 6) == [("release", [1])]
+
+
+def test_abort_releases_an_alignment_and_drops_a_capture():
+    h = BarrierHandler(2)
+    h.on_barrier(0, 3)
+    assert h.on_abort(3) == [("release", [0])]
+    h.on_unaligned_barrier(0, 4)
+    assert h.on_abort(4) == [("drop_capture", 4, None)]
