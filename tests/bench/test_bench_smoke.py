@@ -125,6 +125,15 @@ def test_unaligned_scenario_compares_both_modes(results):
     assert all(not r["inflight_p50"] for r in runs if r["mode"] == "aligned")
 
 
+@pytest.mark.timeout(200)
+def test_sinks_scenario_measures_every_sink(results):
+    bench("sinks.py", "--records", "3000", "--reps", "1", "--sinks", "file,delta,iceberg",
+          results=results, timeout=180)
+    data = load(results, "sinks.json")
+    assert set(data["summary"]) == {"file", "delta", "iceberg"}
+    assert all(r["rows_per_s"] > 0 and r["commits"] >= 1 for r in data["runs"])
+
+
 def test_benchmarks_md_renders_every_scenario(results, tmp_path):
     out = tmp_path / "BENCHMARKS.md"
     bench("write_benchmarks.py", "--output", str(out), results=results)
@@ -138,7 +147,8 @@ def test_benchmarks_md_renders_every_scenario(results, tmp_path):
                 "structured_streaming.json": "## Against Spark Structured Streaming at saturation",
                 "latency.json": "## End-to-end latency",
                 "event_time.json": "## State size over a long run",
-                "unaligned.json": "## Aligned vs unaligned checkpoints under backpressure"}
+                "unaligned.json": "## Aligned vs unaligned checkpoints under backpressure",
+                "sinks.json": "## Exactly-once sinks: throughput and commit latency"}
     for name, heading in expected.items():
         if name in present:
             assert heading in text, heading

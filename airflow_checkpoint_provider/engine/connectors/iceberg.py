@@ -11,6 +11,7 @@ SQLite or PostgreSQL: ``{"type": "sql", "uri": "sqlite:///...", "warehouse": "fi
 from __future__ import annotations
 
 import os
+import time
 
 import pyarrow as pa
 
@@ -67,7 +68,9 @@ class _IcebergWriter(StagedTableWriter):
         from pyiceberg.exceptions import CommitFailedException
 
         del pyiceberg
-        self.catalog = load_catalog(sink.identifier.split(".")[0], **sink.catalog)
+        # the subtasks open the catalog at once: the SQL catalog creates its own tables on
+        # first use, and one subtask can lose that race
+        self.catalog = _settled(lambda: load_catalog(sink.identifier.split(".")[0], **sink.catalog))
         self.conflicts = (CommitFailedException,)
 
     def _table(self):
@@ -103,14 +106,23 @@ class _IcebergWriter(StagedTableWriter):
             raise ConfigurationError(f"Iceberg sink {self.ctx.operator_uid!r}: table "
                                      f"{self.sink.identifier} does not exist (create=False)")
         namespace = self.sink.identifier.rsplit(".", 1)[0]
+        # another subtask may create them at the same moment: then the catalog reports it
+        # as "already exists" or as a failed insert, and what it created is used
         try:
             self.catalog.create_namespace(namespace)
         except NamespaceAlreadyExistsError:
             pass
+        except Exception:  # noqa: BLE001 - a lost race surfaces as the catalog DB's error
+            if not self.catalog.namespace_exists(namespace):
+                raise
         try:
             return self.catalog.create_table(self.sink.identifier, schema=schema)
-        except TableAlreadyExistsError:  # another subtask was first
+        except TableAlreadyExistsError:
             return self.catalog.load_table(self.sink.identifier)
+        except Exception:  # noqa: BLE001
+            if (table := self._table()) is None:
+                raise
+            return table
 
     def append(self, data: pa.Table, txn: dict) -> None:
         table = self._table() or self._create(data.schema)
@@ -120,3 +132,15 @@ class _IcebergWriter(StagedTableWriter):
                    else pa.nulls(data.num_rows, f.type) for f in target]
         table.append(pa.Table.from_arrays(columns, schema=target),
                      snapshot_properties=self.commit_metadata(txn))
+
+
+def _settled(open_catalog, attempts: int = 5):
+    """``open_catalog()``, again after a short pause if a concurrent first use made it fail."""
+    for attempt in range(attempts):
+        try:
+            return open_catalog()
+        except Exception:  # noqa: BLE001 - the catalog DB's error of a lost race
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+    raise AssertionError("unreachable")
