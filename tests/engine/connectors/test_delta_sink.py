@@ -86,3 +86,20 @@ def test_crafted_restored_transactions_are_refused():
                        ({**good, "version": -1}, "version")):
         with pytest.raises(CorruptCheckpointError, match=named):
             sink.check_restored_transactions([bad], location="chk-7")
+
+
+@pytest.mark.timeout(240)
+def test_exactly_once_into_a_table_on_s3(workdir, s3_server, s3_bucket):
+    """Table and staged epochs on the S3 test server (delta-rs's object store; the staging
+    directory through the engine's S3 storage)."""
+    options = {"AWS_ENDPOINT_URL": s3_server.endpoint_url, "AWS_ALLOW_HTTP": "true",
+               "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_REGION": "us-east-1", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    uri = f"s3://{s3_bucket}/sums"
+    faults = FaultPlan(str(workdir / "faults"), [("kill", 2_500), ("notify", 3)])
+    p = running_sum_pipeline(str(workdir), num_records=6_000, num_keys=KEYS, seed=SEED,
+                             rate=4_000, faults=faults, interval_ms=200,
+                             sink=DeltaSink(uri, storage_options=options))
+    assert p.run().status == "FINISHED" and len(faults.fired()) == 2
+    rows = DeltaTable(uri, storage_options=options).to_pyarrow_table().to_pylist()
+    check_exactly_once_rows(rows, expected_running_sums(6_000, KEYS, SEED))

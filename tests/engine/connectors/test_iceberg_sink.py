@@ -76,3 +76,19 @@ def test_bad_configuration_and_restored_transactions_are_refused(tmp_path):
     with pytest.raises(CorruptCheckpointError, match="staging"):
         sink.check_restored_transactions([{"staging": "../x", "app_id": "ckpt-j-out-0",
                                            "version": 1}], location="chk-1")
+
+
+@pytest.mark.timeout(240)
+def test_sql_catalog_on_postgresql(workdir, postgres_server):
+    cat = {"type": "sql", "uri": postgres_server.create_database(),
+           "warehouse": f"file://{workdir}/wh"}
+    faults = FaultPlan(str(workdir / "faults"), [("kill", 2_500), ("notify", 3)])
+    p = running_sum_pipeline(str(workdir), num_records=6_000, num_keys=KEYS, seed=SEED,
+                             rate=4_000, faults=faults, interval_ms=200,
+                             sink=IcebergSink("db.sums", catalog=cat))
+    assert p.run().status == "FINISHED" and len(faults.fired()) == 2
+    from pyiceberg.catalog import load_catalog
+
+    table = load_catalog("db", **cat).load_table("db.sums")
+    check_exactly_once_rows(table.scan().to_arrow().to_pylist(),
+                            expected_running_sums(6_000, KEYS, SEED))
