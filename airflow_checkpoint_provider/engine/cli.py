@@ -355,6 +355,35 @@ def checkpoints(job: str, db: str | None, as_json: bool, tasks: bool) -> None:
                           if t.get("unaligned") else ""))
 
 
+@main.command("verify-restore")
+@click.argument("pipeline")
+@click.argument("snapshot")
+@click.option("--parallelism", type=int, default=None,
+              help="Check a restore with every operator at this parallelism.")
+@click.option("--allow-non-restored-state", is_flag=True,
+              help="State of snapshot operators the pipeline no longer has may be dropped.")
+@click.option("--sample-key-groups", type=int, default=1, show_default=True,
+              help="Key groups per subtask whose state is restored and opened.")
+@click.option("--json", "as_json", is_flag=True)
+def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
+                       allow_non_restored_state: bool, sample_key_groups: int,
+                       as_json: bool) -> None:
+    """Check, without starting it, that PIPELINE (module:function) restores SNAPSHOT (a
+    checkpoint or savepoint directory); exits 1 naming each incompatibility (operator uid,
+    state, reason)."""
+    from .verify import verify_restore
+
+    report = verify_restore(load_pipeline(pipeline), snapshot, parallelism=parallelism,
+                            allow_non_restored_state=allow_non_restored_state,
+                            sample_key_groups=sample_key_groups)
+    if as_json:
+        _echo_json(report.to_dict())
+    else:
+        click.echo(("OK: " if report.ok else "CANNOT RESTORE: ") + report.describe())
+    if not report.ok:
+        sys.exit(1)
+
+
 @main.command()
 @click.argument("path")
 @click.option("--json", "as_json", is_flag=True)

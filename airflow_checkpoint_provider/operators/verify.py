@@ -1,0 +1,109 @@
+"""Pre-flight restore check as a task: does the new pipeline restore the snapshot?"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class VerifyRestoreOperator(CheckpointBaseOperator):
+    """
+    Check, without starting anything, that ``pipeline`` can restore a snapshot: the
+    snapshot's files verify, its operators map to the pipeline's uids, and every subtask's
+    operators open on a sample of their restored state (``ckpt verify-restore``, run in a
+    child process of this task). Run it on a fresh savepoint (or the latest checkpoint)
+    before stopping the old job or starting the new one; an incompatibility fails the task
+    naming the operator uid, the state and the reason.
+
+    The return value (XCom) is the report: ``{ok, snapshot, checkpoint_id, parallelism,
+    operators_opened, problems: [{uid, state, reason}]}``.
+
+    :param pipeline: ``module:function`` returning the new ``Pipeline``. Templated.
+    :param snapshot: the checkpoint or savepoint directory to check. Templated.
+    :param job_name: without ``snapshot``: the latest completed checkpoint of the newest job
+        of this name. Templated.
+    :param parallelism: check a restore at this parallelism. Templated.
+    :param allow_non_restored_state: state of operators the pipeline no longer has may be
+        dropped.
+    :param env_vars: environment of the check (options the pipeline reads). Templated.
+    :param timeout: seconds the check may take.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "snapshot", "job_name", "parallelism",
+                                      "env_vars")
+
+    def __init__(self, *, pipeline: str, snapshot: str | None = None, job_name: str | None = None,
+                 parallelism: int | str | None = None, allow_non_restored_state: bool = False,
+                 env_vars: dict[str, str] | None = None, timeout: float = 600.0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not snapshot and not job_name:
+            raise ValueError("give snapshot= (a checkpoint or savepoint directory) or job_name=")
+        self.pipeline = pipeline
+        self.snapshot = snapshot
+        self.job_name = job_name
+        self.parallelism = parallelism
+        self.allow_non_restored_state = allow_non_restored_state
+        self.env_vars = env_vars or {}
+        self.timeout = timeout
+
+    def _snapshot(self) -> str:
+        if self.snapshot:
+            return str(self.snapshot)
+        rec = self.hook.get_conn().latest_completed_checkpoint(job_name=self.job_name)
+        if rec is None:
+            raise AirflowException(f"job {self.job_name!r} has no completed checkpoint to check")
+        return rec.location
+
+    def execute(self, context: Context) -> dict:
+        for _ in range(3):
+            snapshot = self._snapshot()
+            report = self._check(snapshot)
+            # the latest checkpoint of a running job may be subsumed (its files deleted)
+            # while it is checked: then check the newest one
+            if report["ok"] or self.snapshot or self._snapshot() == snapshot:
+                break
+            self.log.warning("Checkpoint %s was subsumed while being checked; checking the "
+                             "newest one", snapshot)
+        for p in report["problems"]:
+            self.log.error("operator %r%s: %s", p["uid"],
+                           f", state {p['state']!r}" if p["state"] else "", p["reason"])
+        if not report["ok"]:
+            first = report["problems"][0]
+            raise AirflowException(
+                f"{self.pipeline} cannot restore {snapshot}: operator {first['uid']!r}"
+                + (f", state {first['state']!r}" if first["state"] else "")
+                + f": {first['reason']}")
+        self.log.info("%s restores %s (checkpoint %s): %d operator subtasks opened on their "
+                      "state", self.pipeline, snapshot, report["checkpoint_id"],
+                      len(report["operators_opened"]))
+        return report
+
+    def _check(self, snapshot: str) -> dict:
+        cmd = [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli", "verify-restore",
+               self.pipeline, snapshot, "--json"]
+        if self.parallelism not in (None, "", "None"):
+            cmd += ["--parallelism", str(int(self.parallelism))]
+        if self.allow_non_restored_state:
+            cmd.append("--allow-non-restored-state")
+        env = {**os.environ, **{k: str(v) for k, v in self.env_vars.items()},
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.log.info("Checking that %s restores %s", self.pipeline, snapshot)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=self.timeout)
+        try:
+            report = json.loads(proc.stdout[proc.stdout.index("{"):])
+        except ValueError:
+            raise AirflowException(f"verify-restore of {snapshot} failed to run: "
+                                   f"{(proc.stderr or proc.stdout)[-3000:]}") from None
+        return report
