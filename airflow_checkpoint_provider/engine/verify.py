@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import cloudpickle
 
@@ -151,9 +152,8 @@ def _open_all(job: dict) -> dict:
                                  operator_uid=node.uid, subtask_index=sub,
                                  parallelism=v.parallelism, attempt=0)
             try:
-                op = create_operator(node, ctx, sample, graph.max_parallelism, job["state_backend"])
-                if node.kind == "source":
-                    op.splits = None
+                op: Any = create_operator(node, ctx, sample, graph.max_parallelism,
+                                          job["state_backend"])
                 handles = [keyed_handle_from_dict(h, location=spec["directory"])
                            for h in spec.get("keyed") or []]
                 if op.keyed:
