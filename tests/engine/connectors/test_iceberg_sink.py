@@ -92,3 +92,22 @@ def test_sql_catalog_on_postgresql(workdir, postgres_server):
     table = load_catalog("db", **cat).load_table("db.sums")
     check_exactly_once_rows(table.scan().to_arrow().to_pylist(),
                             expected_running_sums(6_000, KEYS, SEED))
+
+
+@pytest.mark.timeout(240)
+def test_warehouse_on_s3(workdir, s3_server, s3_bucket):
+    cat = {"type": "sql", "uri": f"sqlite:///{workdir}/catalog.db",
+           "warehouse": f"s3://{s3_bucket}/wh", "s3.endpoint": s3_server.endpoint_url,
+           "s3.access-key-id": "testing", "s3.secret-access-key": "testing",
+           "s3.region": "us-east-1"}
+    faults = FaultPlan(str(workdir / "faults"), [("kill", 2_500), ("notify", 3)])
+    sink = IcebergSink("db.sums", catalog=cat, staging_dir=f"s3://{s3_bucket}/staging")
+    p = running_sum_pipeline(str(workdir), num_records=6_000, num_keys=KEYS, seed=SEED,
+                             rate=4_000, faults=faults, interval_ms=200, sink=sink)
+    assert p.run().status == "FINISHED" and len(faults.fired()) == 2
+    from pyiceberg.catalog import load_catalog
+
+    table = load_catalog("db", **cat).load_table("db.sums")
+    assert table.location().startswith(f"s3://{s3_bucket}/wh")
+    check_exactly_once_rows(table.scan().to_arrow().to_pylist(),
+                            expected_running_sums(6_000, KEYS, SEED))
