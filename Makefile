@@ -63,7 +63,7 @@ bench: venv
 	$(PY) bench/checkpoint_scaling.py --keys 10000,100000,1000000 --reps 3
 	$(PY) bench/recovery.py --keys 1000000 --records 3000000 --reps 3
 	$(PY) bench/unaligned.py --seconds 45
-	$(PY) bench/sinks.py --records 1000000 --reps 3
+	$(PY) bench/sinks.py --records 10000000 --reps 3
 	$(PY) bench/state_backends.py --keys 10000,100000,1000000 --reps 3
 	$(PY) bench/hotspots.py --job aggregate --records 1000000 --keys 100000
 	$(PY) bench/hotspots.py --job running_sum --records 200000 --keys 100000
