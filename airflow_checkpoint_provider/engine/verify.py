@@ -24,7 +24,6 @@ import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import cloudpickle
 
@@ -135,8 +134,7 @@ def verify_restore(pipeline, snapshot: str, *, parallelism: int | None = None,
 def _open_all(job: dict) -> dict:
     """In the throwaway process: open every restoring operator on a sample of its key groups."""
     from .functions import RuntimeContext
-    from .runtime.factory import create_operator
-    from .snapshot.handles import keyed_handle_from_dict
+    from .runtime.task import open_operator
     from .state.keygroups import KeyGroupRange, key_group_range_for
 
     graph, opened, problems = job["graph"], [], []
@@ -152,14 +150,8 @@ def _open_all(job: dict) -> dict:
                                  operator_uid=node.uid, subtask_index=sub,
                                  parallelism=v.parallelism, attempt=0)
             try:
-                op: Any = create_operator(node, ctx, sample, graph.max_parallelism,
-                                          job["state_backend"])
-                handles = [keyed_handle_from_dict(h, location=spec["directory"])
-                           for h in spec.get("keyed") or []]
-                if op.keyed:
-                    op.backend.restore_state(spec["directory"], handles, spec["states"])
-                op.open(spec.get("operator_state"))
-                op.close()
+                open_operator(node, ctx, sample, graph.max_parallelism, job["state_backend"],
+                              spec).close()
                 opened.append(f"{node.uid}[{sub}]")
             except Exception as exc:  # noqa: BLE001 - every problem is reported
                 problems.append(asdict(RestoreProblem.of(exc, node.uid)))

@@ -14,34 +14,8 @@ import pyarrow as pa
 from ..checkpoint.storage import join
 from ..errors import ConfigurationError
 from ..extras import require
-from .base import SinkWriter, SourceContext
+from .base import SourceContext
 from .lakehouse import STAGING, StagedTableSink, StagedTableWriter
-
-
-class DeltaSink(StagedTableSink):
-    """Append records (dicts or Arrow batches) to the Delta table at ``table_uri``, exactly
-    once. The table is created by the first commit if it does not exist.
-
-    :param table_uri: a local path (``s3://`` URIs work with ``storage_options``).
-    :param partition_by: partition columns when the sink creates the table.
-    :param storage_options: passed to delta-rs (object store credentials, endpoint).
-    """
-
-    def __init__(self, table_uri: str, *, partition_by: list[str] | None = None,
-                 storage_options: dict[str, str] | None = None) -> None:
-        if not isinstance(table_uri, str) or not table_uri:
-            raise ConfigurationError(f"DeltaSink: table_uri {table_uri!r} is not a path or URI")
-        self.table_uri = table_uri if "://" in table_uri else os.path.abspath(table_uri)
-        self.partition_by = list(partition_by or [])
-        self.storage_options = dict(storage_options or {})
-        self.staging_dir = join(self.table_uri, STAGING)
-
-    def create_writer(self, ctx: SourceContext) -> SinkWriter:
-        require("delta")
-        return _DeltaWriter(self, ctx)
-
-    def describe(self) -> str:
-        return f"delta({self.table_uri})"
 
 
 class _DeltaWriter(StagedTableWriter):
@@ -77,3 +51,28 @@ class _DeltaWriter(StagedTableWriter):
                            mode="append", partition_by=self.sink.partition_by or None,
                            commit_properties=props,
                            storage_options=self.sink.storage_options or None)
+
+
+class DeltaSink(StagedTableSink):
+    """Append records (dicts or Arrow batches) to the Delta table at ``table_uri``, exactly
+    once. The table is created by the first commit if it does not exist.
+
+    :param table_uri: a local path (``s3://`` URIs work with ``storage_options``).
+    :param partition_by: partition columns when the sink creates the table.
+    :param storage_options: passed to delta-rs (object store credentials, endpoint).
+    """
+
+    writer_class = _DeltaWriter
+    extra = "delta"
+
+    def __init__(self, table_uri: str, *, partition_by: list[str] | None = None,
+                 storage_options: dict[str, str] | None = None) -> None:
+        if not isinstance(table_uri, str) or not table_uri:
+            raise ConfigurationError(f"DeltaSink: table_uri {table_uri!r} is not a path or URI")
+        self.table_uri = table_uri if "://" in table_uri else os.path.abspath(table_uri)
+        self.partition_by = list(partition_by or [])
+        self.storage_options = dict(storage_options or {})
+        self.staging_dir = join(self.table_uri, STAGING)
+
+    def describe(self) -> str:
+        return f"delta({self.table_uri})"

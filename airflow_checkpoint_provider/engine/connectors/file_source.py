@@ -188,10 +188,10 @@ class FileSource(Source):
         """The file's modification time (seconds since the epoch); ``FileNotFoundError``
         for a split id that is not a file inside the directory (ids may come from a
         snapshot)."""
-        rel = PurePosixPath(split_id)
-        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        path = path_inside(self.directory, split_id)
+        if path is None:
             raise FileNotFoundError(split_id)
-        return os.path.getmtime(os.path.join(self.directory, *rel.parts))
+        return os.path.getmtime(path)
 
     def _check_csv_headers(self, files: list[str]) -> None:
         """Every CSV file of the source has the same header (a file with other columns
@@ -251,8 +251,8 @@ class FileSource(Source):
             position, or the position is not one this source wrote.
         """
         where = f"file source {ctx.operator_uid!r} ({self.describe()}), split {split_id!r}"
-        rel = PurePosixPath(split_id)
-        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        path = path_inside(self.directory, split_id)
+        if path is None:
             raise _open_error(position, f"{where}: not a path inside the directory")
         if position is not None and (
             not isinstance(position, int) or isinstance(position, bool) or position < 0
@@ -261,7 +261,6 @@ class FileSource(Source):
                 f"{where}: restored position {position!r} is not a non-negative integer; "
                 f"the checkpoint was not written by a FileSource"
             )
-        path = os.path.join(self.directory, *rel.parts)
         if not os.path.isfile(path):
             if position is not None:
                 raise RestoreError(
@@ -280,6 +279,15 @@ class FileSource(Source):
 
     def describe(self) -> str:
         return f"files({self.directory}, {self.format or 'auto'})"
+
+
+def path_inside(directory: str, split_id: str) -> str | None:
+    """``directory/split_id`` when ``split_id`` is a relative path that stays inside
+    ``directory`` (split ids may come from a snapshot), else ``None``."""
+    rel = PurePosixPath(split_id)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        return None
+    return os.path.join(directory, *rel.parts)
 
 
 def _open_error(position: object | None, message: str) -> EngineError:

@@ -16,45 +16,8 @@ import time
 import pyarrow as pa
 
 from ..errors import ConfigurationError
-from ..extras import require
-from .base import SinkWriter, SourceContext
+from .base import SourceContext
 from .lakehouse import STAGING, StagedTableSink, StagedTableWriter
-
-
-class IcebergSink(StagedTableSink):
-    """Append records (dicts or Arrow batches) to the Iceberg table ``identifier``
-    (``namespace.table``), exactly once. The namespace and table are created from the first
-    epoch's schema when they do not exist (``create=False`` refuses instead).
-
-    :param catalog: pyiceberg catalog properties (``type``, ``uri``, ``warehouse``, ...).
-    :param staging_dir: where epochs are staged between the barrier and the commit (local
-        path or ``s3://``); default ``<warehouse>/_ckpt_staging/<identifier>`` for a local
-        (``file://``) warehouse.
-    """
-
-    def __init__(self, identifier: str, *, catalog: dict[str, str], staging_dir: str | None = None,
-                 create: bool = True) -> None:
-        if not isinstance(identifier, str) or identifier.count(".") < 1:
-            raise ConfigurationError(f"IcebergSink: identifier {identifier!r} is not "
-                                     "'namespace.table'")
-        self.identifier = identifier
-        self.catalog = dict(catalog)
-        self.create = create
-        if staging_dir is None:
-            warehouse = self.catalog.get("warehouse", "")
-            if not warehouse.startswith("file://") and "://" in warehouse or not warehouse:
-                raise ConfigurationError(
-                    f"IcebergSink {identifier!r}: give staging_dir= (the warehouse "
-                    f"{warehouse!r} is not a local file:// path)")
-            staging_dir = os.path.join(warehouse.removeprefix("file://"), STAGING, identifier)
-        self.staging_dir = staging_dir
-
-    def create_writer(self, ctx: SourceContext) -> SinkWriter:
-        require("iceberg")
-        return _IcebergWriter(self, ctx)
-
-    def describe(self) -> str:
-        return f"iceberg({self.identifier})"
 
 
 class _IcebergWriter(StagedTableWriter):
@@ -63,11 +26,9 @@ class _IcebergWriter(StagedTableWriter):
 
     def __init__(self, sink: IcebergSink, ctx: SourceContext) -> None:
         super().__init__(sink, ctx)
-        pyiceberg = require("iceberg")
         from pyiceberg.catalog import load_catalog
         from pyiceberg.exceptions import CommitFailedException
 
-        del pyiceberg
         # the subtasks open the catalog at once: the SQL catalog creates its own tables on
         # first use, and one subtask can lose that race
         self.catalog = _settled(lambda: load_catalog(sink.identifier.split(".")[0], **sink.catalog))
@@ -132,6 +93,42 @@ class _IcebergWriter(StagedTableWriter):
                    else pa.nulls(data.num_rows, f.type) for f in target]
         table.append(pa.Table.from_arrays(columns, schema=target),
                      snapshot_properties=self.commit_metadata(txn))
+
+
+class IcebergSink(StagedTableSink):
+    """Append records (dicts or Arrow batches) to the Iceberg table ``identifier``
+    (``namespace.table``), exactly once. The namespace and table are created from the first
+    epoch's schema when they do not exist (``create=False`` refuses instead).
+
+    :param catalog: pyiceberg catalog properties (``type``, ``uri``, ``warehouse``, ...).
+    :param staging_dir: where epochs are staged between the barrier and the commit (local
+        path or ``s3://``); default ``<warehouse>/_ckpt_staging/<identifier>`` for a local
+        (``file://``) warehouse.
+    """
+
+    writer_class = _IcebergWriter
+    extra = "iceberg"
+
+    def __init__(self, identifier: str, *, catalog: dict[str, str], staging_dir: str | None = None,
+                 create: bool = True) -> None:
+        if not isinstance(identifier, str) or identifier.count(".") < 1:
+            raise ConfigurationError(f"IcebergSink: identifier {identifier!r} is not "
+                                     "'namespace.table'")
+        self.identifier = identifier
+        self.catalog = dict(catalog)
+        self.create = create
+        if staging_dir is None:
+            warehouse = self.catalog.get("warehouse", "")
+            if not warehouse.startswith("file://") and "://" in warehouse or not warehouse:
+                raise ConfigurationError(
+                    f"IcebergSink {identifier!r}: give staging_dir= (the warehouse "
+                    f"{warehouse!r} is not a local file:// path)")
+            staging_dir = os.path.join(warehouse.removeprefix("file://"), STAGING, identifier)
+        self.staging_dir = staging_dir
+
+    def describe(self) -> str:
+        return f"iceberg({self.identifier})"
+
 
 
 def _settled(open_catalog, attempts: int = 5):

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from ..checkpoint.storage import filesystem_for, join
 from ..errors import BadRecordError
+from ..extras import require
 from ..snapshot.paths import corrupt, mapping, non_negative_int, safe_name, string
 from .base import Sink, SinkWriter, SourceContext
 
@@ -63,12 +64,15 @@ def _list(fs, directory: str) -> list[str]:
 
 
 class StagedTableSink(Sink):
-    """Base of the table sinks: subclasses set :attr:`staging_dir` and :attr:`writer_class`."""
+    """Base of the table sinks: subclasses set :attr:`staging_dir`, :attr:`writer_class`
+    and :attr:`extra` (the package extra their library comes with)."""
 
     writer_class: type[StagedTableWriter]
+    extra: str
     staging_dir: str
 
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
+        require(self.extra)
         return self.writer_class(self, ctx)
 
     def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:

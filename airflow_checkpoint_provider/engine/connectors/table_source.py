@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlparse
 from ..errors import ConfigurationError, RestoreError
 from ..extras import require
 from .base import Source, SourceContext, SplitReader
-from .file_source import DEFAULT_PARQUET_BATCH_SIZE, _ParquetReader
+from .file_source import DEFAULT_PARQUET_BATCH_SIZE, _ParquetReader, path_inside
 
 
 def _local(uri: str) -> str:
@@ -61,17 +61,17 @@ class _TableFilesSource(Source):
         return sorted(out)
 
     def _path(self, split_id: str) -> str:
-        rel = PurePosixPath(split_id)
-        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        path = path_inside(self.root, split_id)
+        if path is None:
             raise RestoreError(f"{self.describe()}: split {split_id!r} is not a path inside "
                                f"the table directory")
-        return os.path.join(self.root, *rel.parts)
+        return path
 
     def modified_time(self, split_id: str) -> float:
-        try:
-            return os.path.getmtime(self._path(split_id))
-        except RestoreError:
-            raise FileNotFoundError(split_id) from None
+        path = path_inside(self.root, split_id)
+        if path is None:
+            raise FileNotFoundError(split_id)
+        return os.path.getmtime(path)
 
     def open_split(self, split_id: str, position: object | None, ctx: SourceContext) -> SplitReader:
         where = f"table source {ctx.operator_uid!r} ({self.describe()}), split {split_id!r}"

@@ -64,17 +64,7 @@ class BarrierHandler:
     def on_barrier(self, channel: int, checkpoint_id: int) -> list:
         if checkpoint_id <= self.last_done:
             return [("release", [channel])]  # a late barrier of an abandoned checkpoint
-        actions: list = self._drop_capture(checkpoint_id)
-        if self.current and checkpoint_id > self.current:
-            # A newer barrier overtook an alignment that can no longer finish.
-            old = self.current
-            self.last_done = old
-            actions += self._reset()
-            actions.append(("cancel", old, f"checkpoint {old} subsumed by barrier {checkpoint_id}"))
-        if not self.current:
-            self.current = checkpoint_id
-            self._align_start = time.monotonic()
-        self.arrived.add(channel)
+        actions = self._arrive(channel, checkpoint_id)
         if self.exactly_once:
             self.blocked.add(channel)
             actions.append(("block", channel))
@@ -85,9 +75,8 @@ class BarrierHandler:
     def on_cancel(self, channel: int, checkpoint_id: int) -> list:
         if self.capturing and checkpoint_id >= self.capturing:
             # declined upstream: the coordinator aborts it
-            chk, self.capturing, self.captured_from = self.capturing, 0, set()
             self.last_done = max(self.last_done, checkpoint_id)
-            return [("drop_capture", chk, None)]
+            return [("drop_capture", self._end_capture(), None)]
         if checkpoint_id <= self.last_done:
             return []
         actions: list = []
@@ -112,8 +101,15 @@ class BarrierHandler:
             return self._complete_capture()
         if checkpoint_id <= self.last_done:
             return []  # of a checkpoint abandoned here
-        actions = self._drop_capture(checkpoint_id)
+        return self._arrive(channel, checkpoint_id) + self._start_capture()
+
+    def _arrive(self, channel: int, checkpoint_id: int) -> list:
+        """Barrier ``checkpoint_id`` (newer than ``last_done``) arrived on ``channel``: an
+        open capture or alignment of an older checkpoint is abandoned, this one starts if it
+        had not, and the channel counts as arrived."""
+        actions: list = self._drop_capture(checkpoint_id)
         if self.current and checkpoint_id > self.current:
+            # A newer barrier overtook an alignment that can no longer finish.
             old = self.current
             self.last_done = old
             actions += self._reset()
@@ -122,7 +118,7 @@ class BarrierHandler:
             self.current = checkpoint_id
             self._align_start = time.monotonic()
         self.arrived.add(channel)
-        return actions + self._start_capture()
+        return actions
 
     def on_unalign(self, checkpoint_id: int) -> list:
         """Checkpoint ``checkpoint_id`` turned unaligned while this task may be aligning it."""
@@ -139,15 +135,19 @@ class BarrierHandler:
 
     def _complete_capture(self) -> list:
         if self.capturing and self.captured_from >= self.open_channels:
-            chk, self.capturing, self.captured_from = self.capturing, 0, set()
-            return [("captured", chk)]
+            return [("captured", self._end_capture())]
         return []
+
+    def _end_capture(self) -> int:
+        """Close the open capture; its checkpoint id."""
+        chk, self.capturing, self.captured_from = self.capturing, 0, set()
+        return chk
 
     def _drop_capture(self, newer: int) -> list:
         """A newer barrier or a cancel marker: the open capture can no longer complete."""
         if not self.capturing or newer <= self.capturing:
             return []
-        chk, self.capturing, self.captured_from = self.capturing, 0, set()
+        chk = self._end_capture()
         return [("drop_capture", chk, f"checkpoint {chk} abandoned before its in-flight "
                                       "records were all captured")]
 
@@ -157,8 +157,7 @@ class BarrierHandler:
         complete: some inputs may never deliver them)."""
         actions: list = []
         if self.capturing and self.capturing <= checkpoint_id:
-            actions.append(("drop_capture", self.capturing, None))
-            self.capturing, self.captured_from = 0, set()
+            actions.append(("drop_capture", self._end_capture(), None))
         if self.current and self.current <= checkpoint_id:
             actions += self._reset()
         self.last_done = max(self.last_done, checkpoint_id)

@@ -155,8 +155,9 @@ class Mailbox:
 
     def finish_capture(self, checkpoint_id: int) -> list | None:
         """Every channel delivered barrier ``checkpoint_id``: the captured items, in the
-        order they were put: ``(channel, "arrow", RecordBatch)`` or ``(channel, "rows",
-        msgpack bytes)``; ``None`` if the capture was ended (the checkpoint was aborted)."""
+        order they were put: ``(channel, "arrow", RecordBatch, rows)`` or ``(channel, "rows",
+        msgpack bytes, rows)``; ``None`` if the capture was ended (the checkpoint was
+        aborted)."""
         with self._cond:
             if self._capture_id != checkpoint_id:
                 return None
@@ -168,9 +169,10 @@ class Mailbox:
 
 
 def _captured(item: tuple) -> tuple:
-    """A record item as channel state. Arrow batches are immutable; lists of dicts are
-    encoded now, before the task (and user code) can change them."""
+    """A record item as channel state ``(channel, kind, payload, rows)``. Arrow batches are
+    immutable; lists of dicts are encoded now, before the task (and user code) can change
+    them."""
     records = item[2]
     if isinstance(records, list):
-        return (item[1], "rows", packb(records))
-    return (item[1], "arrow", records)
+        return (item[1], "rows", packb(records), len(records))
+    return (item[1], "arrow", records, records.num_rows)

@@ -460,12 +460,12 @@ class SourceOperator(Operator):
         return self.watermarks.poll(time.monotonic(), force=force)
 
     def snapshot(self, checkpoint_id):
-        wm = self.watermarks
-        state = [{"split": s, "position": self.positions.get(s), "finished": s in self.finished_splits,
-                  **({"max_timestamp": wm.state(s)} if wm is not None else {})}
-                 for s in self.assigned]
-        self.split_state.update(state)
         self._compact()
+        wm = self.watermarks
+        self.split_state.update([
+            {"split": s, "position": self.positions.get(s), "finished": s in self.finished_splits,
+             **({"max_timestamp": wm.state(s)} if wm is not None else {})}
+            for s in self.assigned])
         return OperatorSnapshot(operator_state=self.state.snapshot())
 
     def _compact(self) -> None:
@@ -477,22 +477,21 @@ class SourceOperator(Operator):
             return
         horizon = time.time() - retain
         src = self.node.payload
-        old = {}
+        old = set()
         for split in self.finished_splits & set(self.assigned):
             try:
                 mtime = src.modified_time(split)
             except FileNotFoundError:
-                mtime = float("-inf")  # removed after it was read
+                old.add(split)  # removed after it was read
+                continue
             if mtime < horizon:
-                old[split] = mtime
+                old.add(split)
+                self.floor = max(self.floor, mtime)
         if old:
-            self.floor = max(self.floor, *(m for m in old.values() if m != float("-inf")),
-                             float("-inf"))
             self.assigned = [s for s in self.assigned if s not in old]
-            self.finished_splits -= set(old)
+            self.finished_splits -= old
             for split in old:
                 self.positions.pop(split, None)
-            self.split_state.update([e for e in self.split_state.get() if e["split"] not in old])
         self.floor_state.update([] if self.floor == float("-inf") else [self.floor])
 
     def close(self):

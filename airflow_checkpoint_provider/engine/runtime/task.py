@@ -215,6 +215,37 @@ class RecordWriter:
             ch.send(kind, payload)
 
 
+def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
+                  state_backend: dict | None, spec: dict | None, *,
+                  splits: list[str] | None = None) -> Operator:
+    """Create the operator of ``node`` and open it on its restored state ``spec`` (an entry
+    of :func:`~..checkpoint.restore.assign_restore`, or ``None``): keyed state of the key
+    groups in ``key_groups``, then operator state. ``splits``: a source's split list."""
+    op = create_operator(node, ctx, key_groups, max_parallelism, state_backend)
+    if isinstance(op, SourceOperator):
+        op.splits = splits
+    # decoded (and validated) again here: the spec's handles came from a _metadata file
+    handles = [keyed_handle_from_dict(h, location=spec["directory"])
+               for h in (spec or {}).get("keyed") or []]
+    kinds = {h.type for h in handles}
+    if spec and ("arrow" in kinds) != op.columnar and handles:
+        raise RestoreError(
+            f"operator {node.uid!r}: the snapshot holds "
+            f"{'aggregate()' if 'arrow' in kinds else 'process()/reduce()'} state, but "
+            f"the operator with this uid is now a {node.kind}(); give it a new uid "
+            "and restore with allow_non_restored_state=True")
+    if spec and op.keyed:  # the backend keeps exactly the key groups it owns
+        op.backend.restore_state(spec["directory"], handles, spec["states"])
+    try:
+        op.open(spec.get("operator_state") if spec else None)
+    except CorruptCheckpointError as exc:
+        if not spec:
+            raise
+        raise CorruptCheckpointError(
+            f"{exc} (operator {node.uid!r}, restored from {spec['directory']})") from exc
+    return op
+
+
 class StreamTask:
     def __init__(self, env: TaskEnvironment, vertex: Vertex, subtask: int, restore: dict | None,
                  mailbox: Mailbox, writers: list[RecordWriter],
@@ -294,32 +325,12 @@ class StreamTask:
             ctx = RuntimeContext(job_id=self.env.job_id, job_name=self.env.job_name,
                                  operator_uid=node.uid or node.name, subtask_index=self.subtask,
                                  parallelism=v.parallelism, attempt=self.env.attempt)
-            op = create_operator(node, ctx, kg_range, g.max_parallelism, self.env.state_backend)
-            if isinstance(op, SourceOperator):
-                op.splits = self.env.source_splits.get(node.uid)
             spec = self.restore.get(node.uid) if node.uid else None
             if spec and spec.get("channel_state") is not None:
                 self._channel_state = (spec["directory"], spec["channel_state"])
-            # decoded (and validated) again here: the spec's handles came from a _metadata file
-            handles = [keyed_handle_from_dict(h, location=spec["directory"])
-                       for h in (spec or {}).get("keyed") or []]
-            kinds = {h.type for h in handles}
-            if spec and ("arrow" in kinds) != op.columnar and handles:
-                raise RestoreError(
-                    f"operator {node.uid!r}: the snapshot holds "
-                    f"{'aggregate()' if 'arrow' in kinds else 'process()/reduce()'} state, but "
-                    f"the operator with this uid is now a {node.kind}(); give it a new uid "
-                    "and restore with allow_non_restored_state=True")
-            if spec and op.keyed:  # the backend keeps exactly the key groups it owns
-                op.backend.restore_state(spec["directory"], handles, spec["states"])
-            try:
-                op.open(spec.get("operator_state") if spec else None)
-            except CorruptCheckpointError as exc:
-                if not spec:
-                    raise
-                raise CorruptCheckpointError(
-                    f"{exc} (operator {node.uid!r}, restored from {spec['directory']})") from exc
-            self.operators.append(op)
+            self.operators.append(open_operator(node, ctx, kg_range, g.max_parallelism,
+                                                self.env.state_backend, spec,
+                                                splits=self.env.source_splits.get(node.uid)))
         self._timer_ops = [i for i, op in enumerate(self.operators)
                            if isinstance(op, ProcessOperator)]
         if self.side_writers:  # a side output starts a new chain: its window is the last op
@@ -636,16 +647,11 @@ class StreamTask:
 
     def _write_channel_state(self, chk_dir: str, items: list) -> dict:
         """The captured in-flight records of an unaligned checkpoint, as one state file."""
-        entries, records = [], 0
-        for channel, kind, payload in items:
-            if kind == "arrow":
-                records += payload.num_rows
-                payload = encode_arrow(payload)
-            else:
-                records += len(unpackb(payload))
-            entries.append([channel, kind, payload])
+        entries = [[channel, kind, encode_arrow(payload) if kind == "arrow" else payload]
+                   for channel, kind, payload, _ in items]
         handle, _, _ = write_state_file(chk_dir, f"channel-{self.vertex.id}-{self.subtask}",
-                                        "inflight", packb(entries), {"records": records})
+                                        "inflight", packb(entries),
+                                        {"records": sum(item[3] for item in items)})
         return handle
 
     def _upload_and_ack(self, chk: int, chk_dir: str, snapshots: list, sync_ms: float,
@@ -688,9 +694,9 @@ class StreamTask:
             metrics = {"sync_ms": round(sync_ms, 3), "async_ms": round(async_ms, 3),
                        "alignment_ms": round(alignment_ms, 3), "state_size": size,
                        "checkpointed_size": uploaded, **timing}
-            if channel_items is not None:
-                metrics.update(unaligned=True, inflight_bytes=channel["size"] if channel else 0,
-                               inflight_records=channel["records"] if channel else 0)
+            if channel is not None:
+                metrics.update(unaligned=True, inflight_bytes=channel["size"],
+                               inflight_records=channel["records"])
             self.env.send(M.Ack(
                 vertex=self.vertex.id, subtask=self.subtask, checkpoint_id=chk,
                 operators=operators, metrics=metrics))

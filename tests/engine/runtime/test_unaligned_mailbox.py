@@ -36,7 +36,7 @@ def test_an_unaligned_barrier_overtakes_and_the_records_before_it_are_captured()
     m.put_data(("records", 1, [{"id": 7}]))        # channel 1, before its barrier: captured
     m.put_data(("barrier", 1, _barrier(5)))
     captured = m.finish_capture(5)
-    ids = [r["id"] for ch, kind, p in captured
+    ids = [r["id"] for ch, kind, p, _rows in captured
            for r in (p.to_pylist() if kind == "arrow" else unpackb(p))]
     assert ids == [0, 1, 2, 3, 10, 11, 7]
     assert m.take()[0] == "ubarrier"
