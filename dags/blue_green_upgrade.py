@@ -1,9 +1,15 @@
 """Blue-green upgrade: run the new version (green) next to the old one (blue) first.
 
-savepoint blue -> start green from it -> health gate: green RUNNING with at least
-``min_checkpoints`` completed checkpoints after its restore within ``gate_timeout`` seconds
--> stop blue with a savepoint. If the gate fails, green is cancelled and blue keeps
-running untouched (task ``keep_blue`` says so in its log); the run ends failed.
+savepoint blue -> pre-flight: green's pipeline must restore that savepoint (``ckpt
+verify-restore``), else the run fails naming the operator and state -> start green from it
+-> stability gate: over ``gate_window_s`` seconds green stays RUNNING without restarts,
+completes at least ``min_checkpoints`` checkpoints (each within
+``max_checkpoint_duration_ms``), processes at least ``min_throughput_ratio`` of blue's
+records per second in every operator, and neither its watermark lag nor its backlog grows
+beyond a bound; the verdict with its figures is in the task log and XCom ``verdict`` ->
+stop blue with a savepoint. If the pre-flight check or the gate fails, green is cancelled
+(if it runs) and blue keeps running untouched (task ``keep_blue`` says so in its log); the
+run ends failed.
 
 Blue and green must have different job names (each name has at most one running job).
 """
@@ -21,12 +27,12 @@ from airflow_checkpoint_provider.operators.control import (
     StopWithSavepointOperator,
     TriggerSavepointOperator,
 )
+from airflow_checkpoint_provider.operators.stability import StabilityGateOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
-from airflow_checkpoint_provider.sensors.checkpoint import CheckpointCompletedSensor
+from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 GREEN_JOB_ID = "{{ ti.xcom_pull(task_ids='start_green', key='job_id') }}"
-GATE_TIMEOUT_S = 180
 
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
 # through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
@@ -49,20 +55,36 @@ with DAG(
                                description="savepoint directory (empty: the job's own)"),
         "runner": Param("spark", enum=["spark", "local"]),
         "job_env": Param({}, type="object", description="environment of the green job"),
+        "gate_window_s": Param(60, type="number", exclusiveMinimum=0,
+                               description="seconds green is watched"),
         "min_checkpoints": Param(3, type="integer", minimum=1),
+        "max_restarts": Param(0, type="integer", minimum=0),
+        "max_checkpoint_duration_ms": Param(None, type=["null", "number"]),
+        "min_throughput_ratio": Param(0.8, type=["null", "number"],
+                                      description="green's records/s over blue's, per operator"),
+        "max_watermark_lag_growth_ms": Param(None, type=["null", "number"]),
+        "max_backlog_growth_ms": Param(None, type=["null", "number"]),
     },
 ) as dag:
     savepoint_blue = TriggerSavepointOperator(
         task_id="savepoint_blue", **CONTROL_RETRIES, job="{{ params.blue_job }}",
         directory="{{ params.savepoint_dir }}", deferrable=True)
+    preflight = VerifyRestoreOperator(
+        task_id="preflight", pipeline="{{ params.green_pipeline }}",
+        snapshot="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", env_vars="{{ params.job_env }}")
     start_green = SubmitCheckpointedJobOperator(
         task_id="start_green", pipeline="{{ params.green_pipeline }}",
         job_name="{{ params.green_job }}",
         restore="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", wait_for="running",
         runner="{{ params.runner }}", env_vars="{{ params.job_env }}")
-    health_gate = CheckpointCompletedSensor(
-        task_id="health_gate", job=GREEN_JOB_ID, min_count="{{ params.min_checkpoints }}",
-        after_restore=True, require_running=True, deferrable=True, poke_interval=1, timeout=GATE_TIMEOUT_S)
+    health_gate = StabilityGateOperator(
+        task_id="health_gate", job=GREEN_JOB_ID, baseline_job="{{ params.blue_job }}",
+        window="{{ params.gate_window_s }}", min_checkpoints="{{ params.min_checkpoints }}",
+        max_restarts="{{ params.max_restarts }}",
+        max_checkpoint_duration_ms="{{ params.max_checkpoint_duration_ms }}",
+        min_throughput_ratio="{{ params.min_throughput_ratio }}",
+        max_watermark_lag_growth_ms="{{ params.max_watermark_lag_growth_ms }}",
+        max_backlog_growth_ms="{{ params.max_backlog_growth_ms }}", deferrable=True)
     stop_blue = StopWithSavepointOperator(
         task_id="stop_blue", **CONTROL_RETRIES, job="{{ params.blue_job }}", directory="{{ params.savepoint_dir }}",
         deferrable=True)
@@ -79,7 +101,7 @@ with DAG(
         green_id = ti.xcom_pull(task_ids="start_green", key="job_id")
         green = hook.find_job(green_id) if green_id else None
         logging.getLogger(__name__).warning(
-            "Health gate failed: green %s; blue %s (%s) keeps running (status %s)",
+            "Upgrade abandoned: green %s; blue %s (%s) keeps running (status %s)",
             f"{green.job_name} ({green.job_id}) is {green.status}"
             + (f": {green.failure_reason}" if green.failure_reason else "")
             if green else "never started", blue.job_name, blue.job_id, blue.status)
@@ -87,5 +109,5 @@ with DAG(
             raise RuntimeError(f"blue {blue.job_name} ({blue.job_id}) is {blue.status}, not RUNNING")
         return blue.job_id
 
-    savepoint_blue >> start_green >> health_gate >> stop_blue
-    [start_green, health_gate] >> cancel_green >> keep_blue()
+    savepoint_blue >> preflight >> start_green >> health_gate >> stop_blue
+    [preflight, start_green, health_gate] >> cancel_green >> keep_blue()

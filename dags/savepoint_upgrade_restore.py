@@ -1,9 +1,15 @@
-"""Upgrade a running job through a savepoint, with a rollback.
+"""Upgrade a running job, with a pre-flight restore check and a rollback.
 
-stop v1 with a savepoint -> start v2 restoring from it -> wait for v2's first completed
-checkpoint after the restore. If v2 does not start or does not checkpoint in time, cancel
-v2 (if it runs) and restart v1 from the same savepoint; the run then ends failed (task
-``upgraded`` is upstream_failed) so the failed upgrade is visible, with v1 running again.
+pre-flight: v2 must restore v1's latest checkpoint (``ckpt verify-restore``: uids, state
+kinds and serializers, each operator opened on a sample of its state), else the run fails
+naming the operator and state, before v1 is touched -> stop v1 in the chosen upgrade mode
+(``savepoint``: stop with a savepoint; ``last-state``: cancel, hand over the latest
+completed checkpoint unless older than ``max_checkpoint_age_s``;
+``savepoint-or-last-state``: a savepoint, or last-state when v1 is unhealthy or the
+savepoint fails) -> start v2 restoring from it -> wait for v2's first completed checkpoint
+after the restore. If v2 does not start or does not checkpoint in time, cancel v2 (if it
+runs) and restart v1 from the same snapshot; the run then ends failed (task ``upgraded``
+is upstream_failed) so the failed upgrade is visible, with v1 running again.
 
 Trigger with a conf such as ``{"job_name": "orders", "v2_pipeline": "jobs.orders:build_v2"}``.
 """
@@ -15,15 +21,14 @@ from datetime import datetime, timedelta
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Param, TriggerRule
 
-from airflow_checkpoint_provider.operators.control import (
-    CancelJobOperator,
-    StopWithSavepointOperator,
-)
+from airflow_checkpoint_provider.operators.control import CancelJobOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
+from airflow_checkpoint_provider.operators.upgrade import UPGRADE_MODES, StopForUpgradeOperator
+from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
 from airflow_checkpoint_provider.sensors.checkpoint import CheckpointCompletedSensor
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
-SAVEPOINT = "{{ ti.xcom_pull(task_ids='stop_v1') }}"
+SNAPSHOT = "{{ ti.xcom_pull(task_ids='stop_v1') }}"
 V2_JOB_ID = "{{ ti.xcom_pull(task_ids='start_v2', key='job_id') }}"
 FIRST_CHECKPOINT_TIMEOUT_S = 300  # v2 must complete a checkpoint within this, else roll back
 
@@ -48,14 +53,22 @@ with DAG(
                                description="savepoint directory (empty: the job's own)"),
         "runner": Param("spark", enum=["spark", "local"]),
         "job_env": Param({}, type="object", description="environment of the jobs"),
+        "upgrade_mode": Param("savepoint", enum=list(UPGRADE_MODES),
+                              description="how v1 hands its state over"),
+        "max_checkpoint_age_s": Param(None, type=["null", "number"],
+                                      description="last-state: refuse an older checkpoint"),
     },
 ) as dag:
-    stop_v1 = StopWithSavepointOperator(
-        task_id="stop_v1", **CONTROL_RETRIES, job="{{ params.job_name }}", directory="{{ params.savepoint_dir }}",
-        deferrable=True)
+    preflight = VerifyRestoreOperator(
+        task_id="preflight", pipeline="{{ params.v2_pipeline }}", job_name="{{ params.job_name }}",
+        env_vars="{{ params.job_env }}")
+    stop_v1 = StopForUpgradeOperator(
+        task_id="stop_v1", **CONTROL_RETRIES, job="{{ params.job_name }}",
+        directory="{{ params.savepoint_dir }}", upgrade_mode="{{ params.upgrade_mode }}",
+        max_checkpoint_age="{{ params.max_checkpoint_age_s }}", deferrable=True)
     start_v2 = SubmitCheckpointedJobOperator(
         task_id="start_v2", pipeline="{{ params.v2_pipeline }}", job_name="{{ params.job_name }}",
-        restore=SAVEPOINT, wait_for="running", runner="{{ params.runner }}",
+        restore=SNAPSHOT, wait_for="running", runner="{{ params.runner }}",
         env_vars="{{ params.job_env }}")
     wait_v2 = CheckpointCompletedSensor(
         task_id="wait_v2_checkpoint", job=V2_JOB_ID, after_restore=True, deferrable=True,
@@ -66,9 +79,9 @@ with DAG(
         task_id="cancel_v2", **CONTROL_RETRIES, job=V2_JOB_ID, missing_ok=True, trigger_rule=TriggerRule.ONE_FAILED)
     restart_v1 = SubmitCheckpointedJobOperator(
         task_id="restart_v1", pipeline="{{ params.v1_pipeline }}",
-        job_name="{{ params.job_name }}", restore=SAVEPOINT, wait_for="running",
+        job_name="{{ params.job_name }}", restore=SNAPSHOT, wait_for="running",
         runner="{{ params.runner }}", env_vars="{{ params.job_env }}")
 
-    stop_v1 >> start_v2 >> wait_v2 >> upgraded
+    preflight >> stop_v1 >> start_v2 >> wait_v2 >> upgraded
     [start_v2, wait_v2] >> cancel_v2 >> restart_v1
-    stop_v1 >> restart_v1  # no rollback without the savepoint
+    stop_v1 >> restart_v1  # no rollback without the snapshot

@@ -14,6 +14,8 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
   project);
 * savepoints: :func:`dispose_savepoint`, :func:`apply_savepoint_retention`,
   :func:`list_savepoints`, :func:`absolute_location` (a directory as jobs will resolve it);
+* stability: :class:`StabilityCriteria`, :func:`assess_stability`, :func:`early_verdict`
+  (the gate of blue-green deployments and upgrades, :mod:`.stability`);
 * names: :func:`validate_job_name`, :func:`validate_job_id` (the one rule for names that
   become paths, :mod:`.names`);
 * reports and lineage: :class:`ReportData` / :func:`render_report_html` (the ``ckpt report``
@@ -45,6 +47,7 @@ from .lineage import upgrade_chain
 from .names import validate_job_id, validate_job_name
 from .packaging import SHIP_CODE_ENV, code_archives
 from .savepoints import apply_savepoint_retention, dispose_savepoint, list_savepoints
+from .stability import StabilityCriteria, StabilityVerdict, assess_stability, early_verdict
 
 
 def __getattr__(name: str):
@@ -76,10 +79,14 @@ __all__ = [
     "JobRecord",
     "MetadataSchemaError",
     "MetadataStore",
+    "StabilityCriteria",
+    "StabilityVerdict",
     "absolute_location",
+    "assess_stability",
     "apply_savepoint_retention",
     "code_archives",
     "dispose_savepoint",
+    "early_verdict",
     "heartbeat_timeout",
     "list_savepoints",
     "upgrade_chain",

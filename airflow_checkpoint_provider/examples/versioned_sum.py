@@ -5,8 +5,16 @@ operator uids and state names, so each restores from the others' savepoints:
 
 * ``build_v1`` — emits ``{"key", "count", "sum", "version": "v1"}``;
 * ``build_v2`` — same state, also emits the running average (``"version": "v2"``);
-* ``build_v2_broken`` — a v2 that fails on start (its process function refuses to open
-  2 s after the job is RUNNING), with no restarts: for the abort paths of the DAGs.
+* ``build_v2_broken`` — a v2 that restores fine (it passes ``ckpt verify-restore``) and is
+  RUNNING, but hangs on its first record and fails ``CKPT_EXAMPLE_FAIL_AFTER_S`` (default
+  2) seconds after it started, before any checkpoint, with no restarts: for the rollback
+  paths of the DAGs;
+* ``build_v2_incompatible`` — a v2 whose ``sum`` is a list state: it cannot restore the
+  others' savepoints, which the pre-flight check (``ckpt verify-restore``) names;
+* ``build_v2_slow`` — a v2 that takes ``CKPT_EXAMPLE_SLOW_MS`` (default 50) per record, so
+  it lags a faster v1: for the throughput criterion of the stability gate;
+* ``build_v2_flaky`` — a v2 that fails every ``CKPT_EXAMPLE_FAIL_EVERY_S`` seconds (default
+  3) and restarts: for the restart criterion of the stability gate.
 
 Options from the environment (so the same reference works from the CLI, spark-submit and
 Airflow): ``CKPT_EXAMPLE_DIR`` (checkpoints, savepoints and output; default
@@ -61,14 +69,68 @@ class RunningSumV2(RunningSumV1):
 
 
 class BrokenRunningSum(RunningSumV2):
-    """Fails ``CKPT_EXAMPLE_FAIL_AFTER_S`` seconds (default 2) after its task started: the job
-    is RUNNING first (as a real bad deploy would be), then FAILED, before any checkpoint."""
+    """Fails ``CKPT_EXAMPLE_FAIL_AFTER_S`` seconds (default 2) after its task opened: the job
+    is RUNNING first (as a real bad deploy would be), then FAILED, with no checkpoint after
+    its restore. Its state is the same as v1's, so a pre-flight restore check passes: only
+    running it shows the bug."""
 
     version = "v2-broken"
 
     def open(self, ctx):
-        time.sleep(float(os.environ.get("CKPT_EXAMPLE_FAIL_AFTER_S", "2")))
-        raise RuntimeError("v2-broken refuses to start: missing configuration 'avg_window'")
+        super().open(ctx)
+        self.fail_at = time.monotonic() + float(os.environ.get("CKPT_EXAMPLE_FAIL_AFTER_S", "2"))
+
+    def process_element(self, record, ctx):
+        # stuck on its first record (no checkpoint gets past it), then it fails
+        time.sleep(max(0.0, self.fail_at - time.monotonic()))
+        raise RuntimeError("v2-broken: missing configuration 'avg_window'")
+
+
+class IncompatibleRunningSum(RunningSumV2):
+    """Keeps ``sum`` as a list of values instead of one value: a state kind the others'
+    snapshots cannot restore into."""
+
+    version = "v2-incompatible"
+
+    def open(self, ctx):
+        self.sum = ctx.list_state("sum")
+        self.count = ctx.value_state("count", 0)
+
+    def update(self, record):
+        self.sum.add(record["value"])
+        c = self.count.value() + 1
+        self.count.update(c)
+        return c, sum(self.sum.get())
+
+
+class SlowRunningSum(RunningSumV2):
+    """Takes ``CKPT_EXAMPLE_SLOW_MS`` per record: it cannot keep up with a fast source."""
+
+    version = "v2-slow"
+
+    def open(self, ctx):
+        super().open(ctx)
+        self.pause_s = float(os.environ.get("CKPT_EXAMPLE_SLOW_MS", "50")) / 1000.0
+
+    def process_element(self, record, ctx):
+        time.sleep(self.pause_s)
+        return super().process_element(record, ctx)
+
+
+class FlakyRunningSum(RunningSumV2):
+    """Fails ``CKPT_EXAMPLE_FAIL_EVERY_S`` seconds after each (re)start: RUNNING most of the
+    time, restarting again and again."""
+
+    version = "v2-flaky"
+
+    def open(self, ctx):
+        super().open(ctx)
+        self.fail_at = time.monotonic() + float(os.environ.get("CKPT_EXAMPLE_FAIL_EVERY_S", "3"))
+
+    def process_element(self, record, ctx):
+        if time.monotonic() >= self.fail_at:
+            raise RuntimeError("v2-flaky: lost its connection to the feature store")
+        return super().process_element(record, ctx)
 
 
 def _build(version: str, function: KeyedProcessFunction, *,
@@ -104,3 +166,16 @@ def build_v2() -> Pipeline:
 
 def build_v2_broken() -> Pipeline:
     return _build("v2-broken", BrokenRunningSum(), restart=RestartStrategy.none())
+
+
+def build_v2_incompatible() -> Pipeline:
+    return _build("v2-incompatible", IncompatibleRunningSum())
+
+
+def build_v2_slow() -> Pipeline:
+    return _build("v2-slow", SlowRunningSum())
+
+
+def build_v2_flaky() -> Pipeline:
+    return _build("v2-flaky", FlakyRunningSum(),
+                  restart=RestartStrategy.fixed_delay(attempts=1000, delay_ms=500))

@@ -25,6 +25,7 @@ from airflow_checkpoint_provider.triggers.conditions import (
     check_checkpoint_completed,
     check_control_request,
     check_job_state,
+    check_stability,
 )
 
 
@@ -190,3 +191,43 @@ class ControlRequestTrigger(_MetadataPollTrigger):
     def _check(self, store: Any) -> Outcome | None:
         return check_control_request(store, self.request_id,
                                      then_job_states=self.then_job_states)
+
+
+class StabilityTrigger(_MetadataPollTrigger):
+    """
+    Fire with the stability verdict on a job once its window passed (or earlier, when the
+    job ended or restarted more often than allowed): ``success`` if stable, else ``error``;
+    the event's ``verdict`` has every criterion with its figure.
+
+    :param job_id: the job to judge.
+    :param since: start of the window, ISO-8601.
+    :param criteria: :class:`~airflow_checkpoint_provider.engine.client.StabilityCriteria`
+        as a dict.
+    :param baseline_job_id: the job whose throughput is the reference (blue).
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param poll_interval: seconds between polls.
+    :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
+    """
+
+    def __init__(self, *, job_id: str, since: str, criteria: dict[str, Any],
+                 baseline_job_id: str | None = None,
+                 checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
+                 poll_interval: float = 2.0, end_time: float | None = None) -> None:
+        super().__init__(checkpoint_conn_id=checkpoint_conn_id, poll_interval=poll_interval,
+                         end_time=end_time)
+        self.job_id = job_id
+        self.since = since
+        self.criteria = dict(criteria)
+        self.baseline_job_id = baseline_job_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{__name__}.StabilityTrigger",
+                {"job_id": self.job_id, "since": self.since, "criteria": self.criteria,
+                 "baseline_job_id": self.baseline_job_id, **self._kwargs()})
+
+    def _what(self) -> str:
+        return f"the stability verdict on job {self.job_id}"
+
+    def _check(self, store: Any) -> Outcome | None:
+        return check_stability(store, self.job_id, since=datetime.fromisoformat(self.since),
+                               criteria=self.criteria, baseline_job_id=self.baseline_job_id)

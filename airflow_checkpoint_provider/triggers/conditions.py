@@ -17,6 +17,9 @@ from airflow_checkpoint_provider.engine.client import (
     ACTIVE_JOB_STATUSES,
     JobRecord,
     MetadataStore,
+    StabilityCriteria,
+    assess_stability,
+    early_verdict,
     heartbeat_timeout,
 )
 
@@ -162,3 +165,24 @@ def check_control_request(store: MetadataStore, request_id: str, *,
         why = f"{why} (job {job.status}: {job.failure_reason})"
     return Outcome(ERROR, f"{req.action} request {request_id} of job {req.job_id} failed: "
                    f"{why}", payload)
+
+
+def check_stability(store: MetadataStore, job_id: str, *, since: datetime,
+                    criteria: dict[str, Any], baseline_job_id: str | None = None,
+                    now: datetime | None = None) -> Outcome | None:
+    """The stability verdict on ``job_id`` once ``criteria["window_s"]`` passed since
+    ``since`` (success if stable, else error); before that, an error only when waiting cannot
+    help (the job ended or restarted too often), else ``None``. The payload's ``verdict``
+    holds every criterion with its figure and bound."""
+    crit = StabilityCriteria.from_dict(criteria)
+    now = now or datetime.now(UTC)
+    _job(store, job_id)  # declares a silent job LOST
+    if (now - since).total_seconds() < crit.window_s:
+        verdict = early_verdict(store, job_id, since=since, criteria=crit)
+        if verdict is None:
+            return None
+    else:
+        verdict = assess_stability(store, job_id, since=since, until=now, criteria=crit,
+                                   baseline_job_id=baseline_job_id)
+    return Outcome(SUCCESS if verdict.ok else ERROR, verdict.describe(),
+                   {"job_id": job_id, "verdict": verdict.to_dict()})

@@ -7,18 +7,41 @@ from __future__ import annotations
 import os
 
 import pytest
-from provider_helpers import EXAMPLE, completed_checkpoints, run_dag, start_job, wait_for, xcom
+from provider_helpers import (
+    EXAMPLE,
+    completed_checkpoints,
+    run_dag,
+    start_job,
+    wait_for,
+    xcom,
+)
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
+
+ROLLED_BACK = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
+               "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
+               "cancel_v2": "success", "restart_v1": "success"}
+UPGRADED = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
+            "wait_v2_checkpoint": "success", "upgraded": "success", "cancel_v2": "skipped",
+            "restart_v1": "skipped"}
+
+
+@pytest.fixture(autouse=True)
+def _slow_enough_checkpoints(monkeypatch):
+    # The pre-flight check reads v1's latest checkpoint while v1 runs; at the example's
+    # 500 ms interval the 3 retained ones are subsumed before a 2 s check ends.
+    monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "2000")
+    monkeypatch.setenv("CKPT_EXAMPLE_FAIL_AFTER_S", "5")
 
 
 def _conf(tmp_path, **overrides) -> dict:
     # every param, every time: dag.test() keeps a run's conf in the shared DAG object's params
     conf = {"job_name": "versioned-sum", "v1_pipeline": f"{EXAMPLE}:build_v1",
             "v2_pipeline": f"{EXAMPLE}:build_v2", "savepoint_dir": str(tmp_path / "example" / "savepoints"),
-            "runner": "local", "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example")}}
+            "runner": "local", "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example")},
+            "upgrade_mode": "savepoint", "max_checkpoint_age_s": None}
     conf.update(overrides)
     return conf
 
@@ -37,9 +60,10 @@ def test_upgrade_stops_v1_with_a_savepoint_and_v2_checkpoints_after_restoring_it
 
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore", _conf(tmp_path))
 
-    assert tis == {"stop_v1": "success", "start_v2": "success", "wait_v2_checkpoint": "success",
-                   "upgraded": "success", "cancel_v2": "skipped", "restart_v1": "skipped"}
+    assert tis == UPGRADED
     assert state == "success"
+    assert xcom(dr, "preflight")["ok"]
+    assert xcom(dr, "stop_v1", key="upgrade_mode_used") == "savepoint"
     savepoint = xcom(dr, "stop_v1")
     assert savepoint and os.path.isfile(os.path.join(savepoint, "_metadata"))
     v1_job = store.get_job(v1)
@@ -64,19 +88,108 @@ def test_failed_upgrade_cancels_v2_and_restarts_v1_from_the_same_savepoint(
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
                              _conf(tmp_path, v2_pipeline=f"{EXAMPLE}:build_v2_broken"))
 
-    # v2 fails in open(), so it never becomes RUNNING: start_v2 fails
-    assert tis == {"stop_v1": "success", "start_v2": "failed",
-                   "wait_v2_checkpoint": "upstream_failed",
-                   "upgraded": "upstream_failed", "cancel_v2": "success",
-                   "restart_v1": "success"}
+    # v2 restores fine (the pre-flight check passes) and is RUNNING, then fails before
+    # its first checkpoint: the wait for that checkpoint fails and v1 is restarted
+    assert tis == ROLLED_BACK
     assert state == "failed"
     savepoint = xcom(dr, "stop_v1")
     assert store.get_job(v1).status == "STOPPED"
     v2_job = store.get_job(xcom(dr, "start_v2", key="job_id"))
-    assert v2_job.status == "FAILED" and "refuses to start" in v2_job.failure_reason
+    assert v2_job.status == "FAILED" and "missing configuration" in v2_job.failure_reason
     v1_again = store.get_job(xcom(dr, "restart_v1"))
     assert v1_again.job_id != v1 and v1_again.version == "v1"
     assert v1_again.status == "RUNNING" and v1_again.restored_from == savepoint
+    store.close()
+
+
+@pytest.mark.timeout(180)
+def test_incompatible_v2_fails_the_preflight_check_before_v1_is_touched(
+        airflow_db, metadata_url, tmp_path, capsys):
+    store = MetadataStore(metadata_url)
+    v1 = _running_v1(metadata_url, tmp_path, store)
+    before = store.list_checkpoints(v1, kind="SAVEPOINT")
+
+    state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
+                             _conf(tmp_path, v2_pipeline=f"{EXAMPLE}:build_v2_incompatible"))
+
+    assert tis == {"preflight": "failed", "stop_v1": "upstream_failed",
+                   "start_v2": "upstream_failed", "wait_v2_checkpoint": "upstream_failed",
+                   "upgraded": "upstream_failed", "cancel_v2": "success",
+                   "restart_v1": "upstream_failed"}
+    assert state == "failed"
+    assert store.get_job(v1).status == "RUNNING", "v1 was not touched"
+    assert store.list_checkpoints(v1, kind="SAVEPOINT") == before == []
+    assert [j.job_id for j in store.list_jobs()] == [v1], "no v2 was started"
+    log = capsys.readouterr().out  # the task logs of dag.test()
+    assert "operator 'running-sum', state 'sum'" in log and "value state" in log
+    store.close()
+
+
+@pytest.mark.timeout(180)
+def test_last_state_upgrade_cancels_v1_and_restores_v2_from_its_latest_checkpoint(
+        airflow_db, metadata_url, tmp_path):
+    store = MetadataStore(metadata_url)
+    v1 = _running_v1(metadata_url, tmp_path, store)
+
+    state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
+                             _conf(tmp_path, upgrade_mode="last-state", max_checkpoint_age_s=60))
+
+    assert tis == UPGRADED
+    assert state == "success"
+    snapshot = xcom(dr, "stop_v1")
+    assert xcom(dr, "stop_v1", key="upgrade_mode_used") == "last-state"
+    assert xcom(dr, "stop_v1", key="fallback_reason") is None
+    assert store.get_job(v1).status == "CANCELED"
+    assert store.list_checkpoints(v1, kind="SAVEPOINT") == [], "no savepoint was taken"
+    newest = completed_checkpoints(store, v1)[-1]
+    assert snapshot == newest.location and os.path.isfile(os.path.join(snapshot, "_metadata"))
+    v2 = store.get_job(xcom(dr, "start_v2"))
+    assert v2.status == "RUNNING" and v2.version == "v2" and v2.restored_from == snapshot
+    store.close()
+
+
+@pytest.mark.timeout(180)
+def test_last_state_upgrade_refuses_a_checkpoint_older_than_the_limit(
+        airflow_db, metadata_url, tmp_path, capsys):
+    store = MetadataStore(metadata_url)
+    v1 = _running_v1(metadata_url, tmp_path, store)
+
+    state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
+                             _conf(tmp_path, upgrade_mode="last-state",
+                                   max_checkpoint_age_s=0.001))
+
+    assert tis["stop_v1"] == "failed" and tis["start_v2"] == "upstream_failed", tis
+    assert state == "failed"
+    assert store.get_job(v1).status == "RUNNING", "v1 was not touched"
+    assert "max_checkpoint_age 0 s" in capsys.readouterr().out
+    store.close()
+
+
+@pytest.mark.timeout(180)
+def test_savepoint_or_last_state_falls_back_when_the_savepoint_fails(
+        airflow_db, metadata_url, tmp_path, capsys):
+    store = MetadataStore(metadata_url)
+    v1 = _running_v1(metadata_url, tmp_path, store)
+    # inside the allowed savepoint root, but a file: the savepoint's files cannot be written
+    not_a_directory = tmp_path / "example" / "savepoints" / "full-disk"
+    not_a_directory.parent.mkdir(parents=True, exist_ok=True)
+    not_a_directory.write_text("a file where the savepoint directory should be")
+
+    state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
+                             _conf(tmp_path, upgrade_mode="savepoint-or-last-state",
+                                   savepoint_dir=str(not_a_directory)))
+
+    assert tis == UPGRADED
+    assert state == "success"
+    assert xcom(dr, "stop_v1", key="upgrade_mode_used") == "last-state"
+    assert "savepoint failed" in xcom(dr, "stop_v1", key="fallback_reason")
+    [failed] = store.list_checkpoints(v1, kind="SAVEPOINT")
+    assert failed.status == "FAILED"
+    assert store.get_job(v1).status == "CANCELED"
+    v2 = store.get_job(xcom(dr, "start_v2"))
+    assert v2.status == "RUNNING" and v2.restored_from == xcom(dr, "stop_v1")
+    assert v2.restored_from == completed_checkpoints(store, v1)[-1].location
+    assert "falls back to last-state" in capsys.readouterr().out
     store.close()
 
 
@@ -91,8 +204,7 @@ def test_upgrade_onto_spark_restores_v2_from_the_savepoint_in_a_spark_applicatio
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
                              _conf(tmp_path, runner="spark"))
 
-    assert tis == {"stop_v1": "success", "start_v2": "success", "wait_v2_checkpoint": "success",
-                   "upgraded": "success", "cancel_v2": "skipped", "restart_v1": "skipped"}
+    assert tis == UPGRADED
     assert state == "success"
     v2 = store.get_job(xcom(dr, "start_v2"))
     assert v2.status == "RUNNING" and v2.spark_app_id and v2.spark_app_id.startswith("local-")

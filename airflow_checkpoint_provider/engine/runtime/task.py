@@ -638,7 +638,14 @@ class StreamTask:
             w.emit_event(P.BARRIER, payload)
         # 4. asynchronous part: write files, then ack. Start delay: from the trigger to
         # this snapshot (Flink's "checkpoint start delay"), on the wall clock
-        timing = {"start_delay_ms": round(max(0.0, time.time() * 1000 - barrier.timestamp_ms), 3)}
+        timing: dict = {
+            "start_delay_ms": round(max(0.0, time.time() * 1000 - barrier.timestamp_ms), 3),
+            # records in/out per operator up to this barrier, since the attempt started,
+            # and the input watermark: throughput and lag between checkpoints (stability)
+            "records": {op.uid or op.node.name: list(c)
+                        for op, c in zip(self.operators, self.counts, strict=True)}}
+        if self.watermark != MIN_WATERMARK:
+            timing["watermark"] = self.watermark
         args = (chk, location, snapshots, sync_ms, alignment_ms, barrier.kind.is_savepoint)
         if unaligned:
             self._unaligned[chk] = (args, timing, time.perf_counter())

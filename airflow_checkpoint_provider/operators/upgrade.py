@@ -1,0 +1,203 @@
+"""Stop a job for an upgrade, in one of three upgrade modes, and say what to restore from.
+
+The modes follow the Flink Kubernetes Operator's ``upgradeMode``:
+
+``savepoint``
+    Stop the job with a savepoint (:class:`StopWithSavepointOperator`). If the savepoint
+    fails the task fails and the job keeps running.
+``last-state``
+    Cancel the job and restore from its latest completed checkpoint (or savepoint, if that
+    is newer). Refused, before the job is touched, when there is none or it is older than
+    ``max_checkpoint_age``. Works when the job cannot take a savepoint (restarting, failed,
+    lost). Exactly-once still holds: what the job wrote after that checkpoint was never
+    committed, and the new job commits the checkpoint's pending transactions on restore.
+``savepoint-or-last-state``
+    ``savepoint`` when the job is RUNNING; ``last-state`` when it is not, or when the
+    savepoint fails or times out. The fallback is logged as a warning and pushed to XCom
+    (``upgrade_mode_used``, ``fallback_reason``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_checkpoint_provider.engine.client import ACTIVE_JOB_STATUSES
+from airflow_checkpoint_provider.operators.control import StopWithSavepointOperator
+from airflow_checkpoint_provider.triggers.checkpoint import ControlRequestTrigger
+from airflow_checkpoint_provider.triggers.conditions import check_control_request
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_checkpoint_provider.engine.client import CheckpointRecord, JobRecord
+
+SAVEPOINT, LAST_STATE, SAVEPOINT_OR_LAST_STATE = "savepoint", "last-state", "savepoint-or-last-state"
+UPGRADE_MODES = (SAVEPOINT, LAST_STATE, SAVEPOINT_OR_LAST_STATE)
+
+
+class StopForUpgradeOperator(StopWithSavepointOperator):
+    """
+    Stop a job so that its next version can take over its state; the return value is the
+    snapshot (savepoint or checkpoint directory) to restore the next version from.
+
+    XCom: return value = the snapshot; ``upgrade_mode_used`` (``savepoint`` or
+    ``last-state``), ``fallback_reason`` (why ``savepoint-or-last-state`` fell back, else
+    ``None``), ``checkpoint_id``, ``job_id``; ``savepoint_path`` when a savepoint was taken.
+
+    :param job: job id, id prefix or job name (its newest job). Templated.
+    :param upgrade_mode: ``savepoint``, ``last-state`` or ``savepoint-or-last-state`` (see the
+        module documentation). Templated.
+    :param max_checkpoint_age: seconds; ``last-state`` refuses a checkpoint triggered longer
+        ago than this (the work to replay from the sources grows with it). ``None``: any
+        age. Templated.
+    :param directory: savepoint directory (default: the job's savepoint directory). Templated.
+    :param drain: end the input first (flush bounded and timer work) before the savepoint.
+    :param timeout: seconds to wait for the savepoint (then for the job to end), and for
+        a cancellation.
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param deferrable: wait in the triggerer.
+    """
+
+    template_fields: Sequence[str] = (*StopWithSavepointOperator.template_fields,
+                                      "upgrade_mode", "max_checkpoint_age")
+
+    def __init__(self, *, job: str, upgrade_mode: str = SAVEPOINT,
+                 max_checkpoint_age: float | str | None = None, **kwargs: Any) -> None:
+        super().__init__(job=job, **kwargs)
+        self.upgrade_mode = upgrade_mode
+        self.max_checkpoint_age = max_checkpoint_age
+
+    def _mode(self) -> str:
+        if self.upgrade_mode not in UPGRADE_MODES:
+            raise AirflowException(f"upgrade_mode {self.upgrade_mode!r} is not one of "
+                                   f"{', '.join(UPGRADE_MODES)}")
+        return self.upgrade_mode
+
+    def _max_age(self) -> float | None:
+        if self.max_checkpoint_age in (None, "", "None"):
+            return None
+        try:
+            age = float(self.max_checkpoint_age)  # type: ignore[arg-type]
+        except ValueError:
+            raise AirflowException(f"max_checkpoint_age must be seconds, got "
+                                   f"{self.max_checkpoint_age!r}") from None
+        if age <= 0:
+            raise AirflowException(f"max_checkpoint_age must be > 0 seconds, got {age}")
+        return age
+
+    def execute(self, context: Context) -> Any:
+        mode = self._mode()
+        self._max_age()  # validated before anything happens
+        ti = context["ti"]
+        if mode == LAST_STATE:
+            return self._last_state(context, reason=None)
+        if mode == SAVEPOINT_OR_LAST_STATE:
+            earlier = self.hook.get_conn().find_control_request(self.idempotency_key(context))
+            job = self._job() if earlier is None else None
+            if job is not None and job.status != "RUNNING":
+                return self._last_state(context, reason=f"job {job.job_name} ({job.job_id}) is "
+                                        f"{job.status}, it cannot take a savepoint")
+        ti.xcom_push(key="upgrade_mode_used", value=SAVEPOINT)
+        ti.xcom_push(key="fallback_reason", value=None)
+        return super().execute(context)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if (event or {}).get("status") == "success" or self._mode() != SAVEPOINT_OR_LAST_STATE:
+            return super().execute_complete(context, event)
+        return self._last_state(context, reason=f"the savepoint failed: "
+                                f"{(event or {}).get('message') or event}")
+
+    # -- last-state -------------------------------------------------------------------------
+    def _job(self) -> JobRecord:
+        try:
+            return self.hook.resolve_job(self.job)
+        except LookupError as exc:
+            raise AirflowException(f"upgrade: {exc}") from exc
+
+    def _latest(self, job: JobRecord) -> CheckpointRecord | None:
+        return self.hook.get_conn().latest_completed_checkpoint(job_id=job.job_id, kind=None)
+
+    def _last_state(self, context: Context, *, reason: str | None) -> Any:
+        """Check the latest checkpoint's age, then cancel the job (if it is still active)
+        and finish in :meth:`last_state_complete`."""
+        ti = context["ti"]
+        job = self._job()
+        if reason:
+            self.log.warning("Upgrade of %s falls back to last-state: %s", job.job_name, reason)
+        ti.xcom_push(key="upgrade_mode_used", value=LAST_STATE)
+        ti.xcom_push(key="fallback_reason", value=reason)
+        ti.xcom_push(key="job_id", value=job.job_id)
+        self._check_age(job, self._latest(job))
+        if job.status not in ACTIVE_JOB_STATUSES:
+            self.log.info("Job %s (%s) is %s already: nothing to cancel", job.job_name,
+                          job.job_id, job.status)
+            return self.last_state_complete(context, {"status": "success", "job_id": job.job_id,
+                                                      "message": f"job is {job.status}"})
+        key = f"{self.idempotency_key(context)}:last-state"
+        earlier = self.hook.get_conn().find_control_request(key)
+        if earlier is not None:
+            request_id = earlier.request_id
+        else:
+            try:
+                request_id = self.hook.submit_control_request(job.job_id, "CANCEL", {},
+                                                              idempotency_key=key)
+            except ValueError:  # it ended meanwhile
+                return self.last_state_complete(context, {"status": "success",
+                                                          "job_id": job.job_id,
+                                                          "message": "job ended"})
+            self.log.info("Cancelling job %s (%s) for a last-state upgrade (request %s)",
+                          job.job_name, job.job_id, request_id)
+        return self.wait_until(
+            context,
+            check=lambda store: check_control_request(store, request_id,
+                                                      then_job_states=["CANCELED"]),
+            trigger=ControlRequestTrigger(request_id=request_id, then_job_states=["CANCELED"],
+                                          checkpoint_conn_id=self.checkpoint_conn_id,
+                                          poll_interval=self.poll_interval,
+                                          end_time=_end(self.timeout)),
+            method_name="last_state_complete", timeout=self.timeout,
+            what=f"the cancellation of job {job.job_id}")
+
+    def last_state_complete(self, context: Context, event: dict[str, Any]) -> str:
+        """The job is no longer running: hand over its newest completed checkpoint (one
+        may have completed while it was being cancelled)."""
+        job_id = (event or {}).get("job_id")
+        job = self.hook.get_conn().get_job(job_id) if job_id else None
+        if job is None or not job.is_terminal:  # a job that ended otherwise will do as well
+            self.check_event(event)
+        if job is None:
+            raise AirflowException(f"upgrade: job {job_id!r} is not in the metadata DB")
+        latest = self._latest(job)  # the one checked before the cancel, or a newer one
+        if latest is None:
+            raise AirflowException(f"job {job.job_name} ({job.job_id}) has no completed "
+                                   "checkpoint any more")
+        ti = context["ti"]
+        ti.xcom_push(key="checkpoint_id", value=latest.checkpoint_id)
+        ti.xcom_push(key="job_id", value=job.job_id)
+        self.log.info("Last-state upgrade of %s (%s, now %s): restore from %s %d at %s",
+                      job.job_name, job.job_id, job.status, latest.kind.lower(),
+                      latest.checkpoint_id, latest.location)
+        return latest.location
+
+    def _check_age(self, job: JobRecord, latest: CheckpointRecord | None) -> None:
+        if latest is None:
+            raise AirflowException(
+                f"last-state upgrade of job {job.job_name} ({job.job_id}) is impossible: it has "
+                f"no completed checkpoint (job {job.status}); the job was not touched")
+        age = (datetime.now(UTC) - latest.trigger_time).total_seconds()
+        limit = self._max_age()
+        if limit is not None and age > limit:
+            raise AirflowException(
+                f"last-state upgrade of job {job.job_name} ({job.job_id}) refused: its latest "
+                f"completed checkpoint {latest.checkpoint_id} is {age:.0f} s old "
+                f"(max_checkpoint_age {limit:.0f} s)")
+
+
+def _end(timeout: float) -> float:
+    import time
+
+    return time.time() + timeout
