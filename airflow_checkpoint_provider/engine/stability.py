@@ -187,9 +187,13 @@ def assess_stability(store: MetadataStore, job_id: str, *, since: datetime,
     add(Check("running", running, job.status, "RUNNING",
               f"{job.status}" + (f": {job.failure_reason}" if job.failure_reason and not running
                                  else "")))
-    restarts = [a for a in store.list_attempts(job_id) if a.attempt > 0 and since <= a.started_at <= until]
+    attempts = store.list_attempts(job_id)
+    restarts = [a for a in attempts if a.attempt > 0 and since <= a.started_at <= until]
     if c.max_restarts is not None:
-        why = f" (last failure: {restarts[-1].failure_reason or job.failure_reason})" if restarts else ""
+        # a restart's cause is the failure that ended the attempt before it
+        causes = {a.attempt + 1: a.failure_reason for a in attempts}
+        why = (f" (last failure: {causes.get(restarts[-1].attempt) or job.failure_reason})"
+               if restarts else "")
         add(Check("restarts", len(restarts) <= c.max_restarts, len(restarts), c.max_restarts,
                   f"{len(restarts)} restart(s) in the window, at most {c.max_restarts}{why}"))
 
