@@ -1,32 +1,8 @@
 """Snapshots shared by the state-as-tables tests (each made once per module)."""
 
-import shutil
-
 import pytest
-from pipelines import Background, aggregate_pipeline, running_sum_pipeline, versioned_pipeline
-
-from airflow_checkpoint_provider.engine.catalog import MetadataStore
-
-N, KEYS, SEED = 2000, 20, 7
-SAVEPOINT_N = 4000
-
-
-def latest_checkpoint(pipeline) -> str:
-    """The newest completed checkpoint of a finished pipeline: its final checkpoint, taken
-    after end of input, holds the state of every record."""
-    rec = MetadataStore(pipeline.metadata_url).latest_completed_checkpoint(job_name=pipeline.name)
-    assert rec is not None
-    return rec.location
-
-
-def finished(root, backend: str = "heap", *, aggregate: bool = False) -> str:
-    if aggregate:
-        p = aggregate_pipeline(str(root), num_records=N, num_keys=KEYS, seed=SEED)
-    else:
-        p = running_sum_pipeline(str(root), num_records=N, num_keys=KEYS, seed=SEED)
-        p.state_backend = backend
-    assert p.run().status == "FINISHED"
-    return latest_checkpoint(p)
+from pipelines import Background, versioned_pipeline
+from state_snapshots import SAVEPOINT_N, finished
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +21,3 @@ def stopped_savepoint(tmp_path_factory):
     assert req.status == "SUCCEEDED", req.error
     assert bg.result().status == "STOPPED"
     return root, req.result["location"]
-
-
-def copy_output(root, tmp_path):
-    """The stopped job's sink directory (committed files and pre-committed transactions),
-    copied for one restore."""
-    out = tmp_path / "out"
-    shutil.copytree(root / "out", out)
-    return out

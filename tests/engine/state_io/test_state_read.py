@@ -5,8 +5,8 @@ import os
 
 import pyarrow as pa
 import pytest
-from conftest import KEYS, N, SEED, finished
 from pipelines import expected_running_sums
+from state_snapshots import KEYS, SEED, N, finished
 
 from airflow_checkpoint_provider.engine import CorruptCheckpointError
 from airflow_checkpoint_provider.engine.snapshot.codec import encode_metadata
