@@ -36,7 +36,12 @@ from ..snapshot.codec import LoadedSnapshot, load_snapshot, read_state_file
 from ..snapshot.handles import OperatorState, RocksDBHandle, StateFileHandle, SubtaskState
 from ..state.descriptors import MAP
 from ..state.keygroups import KeyGroupRange
-from .exceptions import NotKeyedStateError, StateSchemaError, UnknownOperatorError, UnknownStateError
+from .exceptions import (
+    NotKeyedStateError,
+    StateSchemaError,
+    UnknownOperatorError,
+    UnknownStateError,
+)
 
 #: the state kinds written as Arrow tables (one per operator, its columns are the state)
 COLUMNAR_KINDS = ("aggregate", "window_aggregate")
@@ -161,9 +166,11 @@ def _rocksdb_entries(directory: str, handle: RocksDBHandle
         db = Rdict(db_path, _options())
         try:
             for k, v in db.items():
-                name, _, key = k[2:].partition(b"\x00")
-                yield (int.from_bytes(k[:2], "big"), name.decode(), _untuple(unpackb(key)),
-                       unpackb(v))
+                # raw mode: <key group: 2 bytes><state name>\x00<msgpack key>
+                raw: bytes = k  # type: ignore[assignment]
+                name, _, key = raw[2:].partition(b"\x00")
+                yield (int.from_bytes(raw[:2], "big"), name.decode(), _untuple(unpackb(key)),
+                       unpackb(v))  # type: ignore[arg-type]
         finally:
             db.close()
     finally:

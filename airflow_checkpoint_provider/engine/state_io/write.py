@@ -53,12 +53,12 @@ from .read import (
     KEY,
     KEY_GROUP,
     STATE,
-    VALUE as VALUE_COLUMN,
-    KeyedOperatorState,
-    columnar_state_name,
     iter_entries,
     open_keyed_operator,
     read_arrow_rows,
+)
+from .read import (
+    VALUE as VALUE_COLUMN,
 )
 
 PER_KEY_KINDS = (VALUE, LIST, MAP, REDUCING)

@@ -113,3 +113,24 @@ def test_tampered_paths_and_files_are_refused_naming_the_field(heap_checkpoint, 
 
     with pytest.raises(CorruptCheckpointError, match=r"points outside|does not match its checksum"):
         read_state_table(_tampered(heap_checkpoint, tmp_path / "b", wrong_size), "sum")
+
+
+def test_cli_reads_as_a_table_json_or_parquet_and_names_bad_uids(heap_checkpoint, tmp_path):
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+
+    from airflow_checkpoint_provider.engine.cli import main as ckpt
+
+    runner = CliRunner()
+    res = runner.invoke(ckpt, ["state", "read", heap_checkpoint, "--uid", "sum", "--state", "sum",
+                               "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert {r["key"]: r["value"] for r in json.loads(res.output)} == expected_sums()
+    res = runner.invoke(ckpt, ["state", "read", heap_checkpoint, "--uid", "sum", "--format",
+                               "parquet", "--output", str(tmp_path / "s.parquet")])
+    assert res.exit_code == 0, res.output
+    assert sums_by_key(pq.read_table(tmp_path / "s.parquet")) == expected_sums()
+    res = runner.invoke(ckpt, ["state", "read", heap_checkpoint, "--uid", "sum"])
+    assert res.exit_code == 0 and "key_group" in res.output
+    res = runner.invoke(ckpt, ["state", "read", heap_checkpoint, "--uid", "nope"])
+    assert res.exit_code == 1 and "no operator 'nope'" in res.output
