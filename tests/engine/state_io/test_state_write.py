@@ -149,3 +149,24 @@ def test_bad_tables_and_targets_are_refused_by_name(stopped_savepoint, tmp_path)
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(TargetExistsError, match="is not empty"):
         rewrite_savepoint(savepoint, str(tmp_path / "full"), uid="sum", drop_keys=["k1"])
+
+
+@pytest.mark.timeout(180)
+def test_fixed_copy_of_an_incremental_rocksdb_checkpoint_owns_every_file(tmp_path):
+    import shutil
+
+    from state_snapshots import latest_checkpoint
+
+    p = versioned_pipeline(str(tmp_path), "v1", num_records=N, interval_ms=100)
+    p.state_backend = "rocksdb"
+    assert p.run().status == "FINISHED"
+    location = latest_checkpoint(p)
+    audit = by_key_state(read_state_table(location, "audit"))
+    fixed = rewrite_savepoint(location, str(tmp_path / "fixed"), uid="sum", drop_keys=["k1"])
+    shutil.rmtree(tmp_path / "ckpt")  # the copy holds the shared SSTs it needs
+    assert by_key_state(read_state_table(fixed, "audit")) == audit
+    after = by_key_state(read_state_table(fixed, "sum"))
+    assert ("k1", "sum") not in after and len(after) == 2 * (len(audit) - 1)
+    v1 = versioned_pipeline(str(tmp_path / "v"), "v1")
+    v1.state_backend = "rocksdb"  # 'audit' is still RocksDB state; 'sum' now heap-format files
+    assert verify_restore(v1, fixed, parallelism=3).ok
