@@ -78,7 +78,8 @@ MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/api.py $(ENGINE)/config.py $(ENGIN
 	$(ENGINE)/state/backend.py $(ENGINE)/eventtime.py $(ENGINE)/timers.py $(ENGINE)/state/ttl.py \
 	$(ENGINE)/state/windows.py $(ENGINE)/runtime/watermarks.py $(ENGINE)/runtime/mailbox.py \
 	$(ENGINE)/runtime/alignment.py $(ENGINE)/connectors/delta.py $(ENGINE)/connectors/lakehouse.py \
-	$(ENGINE)/connectors/iceberg.py $(ENGINE)/connectors/table_source.py $(ENGINE)/verify.py
+	$(ENGINE)/connectors/iceberg.py $(ENGINE)/connectors/table_source.py $(ENGINE)/verify.py \
+	$(ENGINE)/state_io
 
 lint: venv
 	$(VENV)/bin/ruff check airflow_checkpoint_provider tests dags bench

@@ -15,6 +15,7 @@ from .models import (
     CheckpointRow,
     CheckpointStatus,
     JobRow,
+    OperatorStateSizeRow,
     SharedStateRow,
 )
 from .records import CheckpointRecord, JobRecord
@@ -62,8 +63,12 @@ class CheckpointsMixin(StoreBase):
 
     def complete_checkpoint(self, job_id: str, checkpoint_id: int, *, complete_time: datetime,
                             duration_ms: int, state_size: int, checkpointed_size: int,
-                            task_stats: list[dict]) -> None:
-        """Mark a pending checkpoint COMPLETED with its statistics: it is now restorable."""
+                            task_stats: list[dict],
+                            operator_sizes: list[dict] | None = None) -> None:
+        """Mark a pending checkpoint COMPLETED with its statistics: it is now restorable.
+
+        ``operator_sizes``: ``{"operator_uid", "states", "state_bytes", "subtasks"}`` per
+        operator with keyed state (table ``operator_state_sizes``)."""
 
         def fn(session: Session) -> None:
             row = self._checkpoint_row(session, job_id, checkpoint_id)
@@ -77,6 +82,9 @@ class CheckpointsMixin(StoreBase):
             row.checkpointed_size = checkpointed_size
             row.task_stats = list(task_stats)
             row.failure_reason = None
+            for size in operator_sizes or ():
+                session.add(OperatorStateSizeRow(job_id=job_id, checkpoint_id=checkpoint_id,
+                                                 **size))
 
         self._write(fn, "complete_checkpoint")
         log.debug("Recorded completed checkpoint %d of job %s", checkpoint_id, job_id)

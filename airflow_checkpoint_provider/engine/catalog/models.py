@@ -299,6 +299,26 @@ class CheckpointRow(Base):
     task_stats: Mapped[list[Any] | None]
 
 
+class OperatorStateSizeRow(Base):
+    """``operator_state_sizes`` (revision 0003): the keyed state of one operator uid in one
+    completed checkpoint or savepoint: ``state_bytes`` (its state files; for RocksDB the full
+    size, shared SSTs included), ``states`` (the state names those files hold, comma
+    separated: per-key states share their files), ``subtasks`` (subtasks with state)."""
+
+    __tablename__ = "operator_state_sizes"
+    __table_args__ = (UniqueConstraint("job_id", "checkpoint_id", "operator_uid"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.job_id", ondelete="CASCADE"))
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger)
+    operator_uid: Mapped[str] = mapped_column(String(255))
+    states: Mapped[str] = mapped_column(Text)
+    state_bytes: Mapped[int] = mapped_column(BigInteger)
+    subtasks: Mapped[int] = mapped_column(Integer)
+
+
 class ControlRequestRow(Base):
     """``control_requests``: requests to a running job. See :class:`ControlRequestStatus`."""
 
@@ -344,6 +364,7 @@ __all__ = [
     "JobAttemptRow",
     "JobRow",
     "JobStatus",
+    "OperatorStateSizeRow",
     "SharedStateRow",
     "UTCDateTime",
     "as_utc",

@@ -292,7 +292,8 @@ class CheckpointCoordinator:
             self.registered_shared |= shared
             self.db.must(MetadataStore.complete_checkpoint, self.job_id, p.checkpoint_id,
                          complete_time=datetime.now(UTC), duration_ms=duration_ms,
-                         state_size=state_size, checkpointed_size=uploaded, task_stats=task_stats)
+                         state_size=state_size, checkpointed_size=uploaded, task_stats=task_stats,
+                         operator_sizes=operator_state_sizes(doc))
         except MetadataUnavailable as exc:
             self.abort(p.checkpoint_id, f"cannot record the checkpoint: {exc}", now)
             return None
@@ -401,3 +402,18 @@ def _human_bytes(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
+
+
+def operator_state_sizes(doc: dict) -> list[dict]:
+    """Keyed state bytes per operator uid of a ``_metadata`` document (its handles' file
+    sizes; a RocksDB handle's files include the shared SSTs it references)."""
+    out = []
+    for uid, op in sorted(doc["operators"].items()):
+        handles = [s["keyed"] for s in op["subtasks"] if s.get("keyed")]
+        if not handles:
+            continue
+        size = sum(sum(f["size"] for f in h["files"]) if h.get("type") == "rocksdb"
+                   else h["size"] for h in handles)
+        out.append({"operator_uid": uid, "states": ",".join(sorted(op["states"])),
+                    "state_bytes": size, "subtasks": len(handles)})
+    return out

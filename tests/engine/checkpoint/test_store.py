@@ -19,7 +19,8 @@ from airflow_checkpoint_provider.engine.catalog import (
 )
 from airflow_checkpoint_provider.engine.catalog.models import Base
 
-TABLES = {"jobs", "job_attempts", "checkpoints", "control_requests", "shared_state"}
+TABLES = {"jobs", "job_attempts", "checkpoints", "control_requests", "shared_state",
+          "operator_state_sizes"}
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
@@ -56,7 +57,7 @@ def test_migration_from_empty_creates_all_tables_at_head(tmp_path, db_url):
     try:
         assert TABLES <= set(inspect(engine).get_table_names())
         with engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
             if db_url.startswith("sqlite"):
                 assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
             # the migration and the ORM models describe the same schema

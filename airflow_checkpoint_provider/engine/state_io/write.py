@@ -1,0 +1,362 @@
+"""Write savepoints from tables: bootstrap state for a new job, or a fixed copy of a snapshot.
+
+A written savepoint is an ordinary self-contained savepoint directory (``_metadata`` with
+relative paths, checksums, the HMAC when a secret is configured) that any job restores by
+its path, at any parallelism:
+
+* per-key state is written in the heap format (one msgpack chunk per key group, with its
+  offset in the handle), which both the heap and the RocksDB backend restore;
+* ``aggregate()`` state is written as Arrow IPC files with a ``key_group`` column;
+* every key's key group comes from the engine's own hash (:mod:`..state.keygroups`, and
+  its vectorized twin for Arrow keys), and the state is split into the key group ranges of
+  the operator's parallelism, so a restore at any parallelism reads the ranges it needs.
+
+:func:`rewrite_savepoint` copies every other operator's state (source positions, sink
+transactions, other keyed state, RocksDB SSTs from ``shared/``) into the new directory, so
+the copy does not depend on the original's files. It keeps the original's job id and
+checkpoint id: restoring it is restoring the original, with the fixed keys.
+
+Written savepoints are not registered in the metadata DB: restore them by path
+(``ckpt run --restore PATH``, ``Pipeline.run(restore=PATH)``).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..checkpoint.storage import METADATA_FILE, filesystem_for, join
+from ..graph import KEYED_KINDS
+from ..serialization import packb
+from ..snapshot.codec import encode_metadata, load_snapshot, read_verified
+from ..snapshot.handles import RocksDBHandle, StateFileHandle
+from ..snapshot.verify import load_verified_snapshot
+from ..state.backend import write_state_file
+from ..state.columnar import LAST_UPDATE, AggregateSpec, AggregateTable
+from ..state.descriptors import LIST, MAP, REDUCING, VALUE
+from ..state.keygroups import KeyGroupRange, key_group_for, key_group_range_for
+from ..state.vectorized import key_groups as arrow_key_groups
+from .exceptions import (
+    NotKeyedStateError,
+    StateSchemaError,
+    TargetExistsError,
+    UnknownOperatorError,
+    UnknownStateError,
+)
+from .read import (
+    KEY,
+    KEY_GROUP,
+    STATE,
+    iter_entries,
+    open_keyed_operator,
+    read_arrow_rows,
+)
+from .read import (
+    VALUE as VALUE_COLUMN,
+)
+
+PER_KEY_KINDS = (VALUE, LIST, MAP, REDUCING)
+#: per key group: state name -> {key: stored value}
+Entries = dict[int, dict[str, dict]]
+
+
+# -- the API ------------------------------------------------------------------------------
+
+def bootstrap_savepoint(target: str, table: pa.Table, *, pipeline, uid: str,
+                        state: str | None = None, kind: str = VALUE,
+                        parallelism: int | None = None) -> str:
+    """Write a savepoint at ``target`` holding operator ``uid``'s state from ``table``, for
+    ``pipeline`` (an :class:`~..api.Pipeline`) to start from; returns its directory.
+
+    Per-key state (``process()``/``reduce()``): ``table`` has ``key`` and ``value`` columns
+    and either a ``state`` column or the ``state`` argument; ``kind`` is the state's kind
+    (value, list, map, reducing) as the function declares it (``reduce()`` keeps its
+    running value in value state ``"reduce"``). ``aggregate()`` state: ``key`` and the
+    accumulator columns of the operator's aggregations (as :func:`read_state_table` shows
+    them: ``count``, ``nn:<col>``, ``sum:<col>``, ...).
+    """
+    graph = pipeline.execution_graph()
+    found = graph.node_by_uid(uid)
+    if found is None:
+        uids = sorted(n.uid for v in graph.vertices for n in v.nodes if n.uid)
+        raise UnknownOperatorError(f"pipeline {pipeline.name!r} has no operator {uid!r}; its "
+                                   f"operators are: {', '.join(uids)}")
+    vertex, node = found
+    if node.kind not in KEYED_KINDS:
+        raise NotKeyedStateError(f"operator {uid!r} of pipeline {pipeline.name!r} is a "
+                                 f"{node.kind}, which has no keyed state to bootstrap")
+    maxp = graph.max_parallelism
+    parallelism = parallelism or vertex.parallelism
+    if node.kind == "aggregate":
+        spec: AggregateSpec = node.payload
+        rows = _aggregate_rows(uid, table, _required_columns(uid, spec, maxp), maxp)
+        states = {"aggregate": {"kind": "aggregate", "serializer": "arrow",
+                                "spec": spec.describe()}}
+        subtasks = _write_arrow(target, uid, rows, parallelism, maxp, prepare=_new_target)
+    elif node.kind in ("process", "reduce"):
+        if kind not in PER_KEY_KINDS:
+            raise StateSchemaError(f"operator {uid!r}: kind {kind!r} is not one of "
+                                   f"{', '.join(PER_KEY_KINDS)}")
+        names = _state_names(uid, table, state)
+        states = {n: {"kind": kind, "serializer": "msgpack"} for n in names}
+        entries: Entries = {}
+        _apply_rows(entries, uid, table, state, states, maxp)
+        subtasks = _write_per_key(target, uid, entries, parallelism, maxp, prepare=_new_target)
+    else:
+        raise NotKeyedStateError(f"operator {uid!r} is a {node.kind}(); bootstrapping window "
+                                 "state is not supported (windows fire from their own state)")
+    doc = {"job_id": f"bootstrap-{uuid.uuid4().hex}", "job_name": pipeline.name,
+           "checkpoint_id": 0, "kind": "SAVEPOINT", "timestamp_ms": int(time.time() * 1000),
+           "operators": {uid: {"kind": "keyed", "parallelism": parallelism,
+                               "max_parallelism": maxp, "states": states,
+                               "subtasks": subtasks}}}
+    return _finish(target, doc)
+
+
+def rewrite_savepoint(source: str, target: str, *, uid: str, table: pa.Table | None = None,
+                      state: str | None = None, drop_keys: Iterable[object] = ()) -> str:
+    """Write a copy of the snapshot ``source`` at ``target`` in which operator ``uid``'s
+    keys in ``drop_keys`` are gone and the rows of ``table`` replace (or add) the state of
+    their keys; returns the new savepoint's directory.
+
+    ``table`` has the shape :func:`read_state_table` returns: ``key`` and ``value`` (and
+    ``state`` unless ``state`` is given) for per-key state, ``key`` and the accumulator
+    columns for ``aggregate()`` state. ``drop_keys`` drops a key's entry of ``state``, or
+    of every state when ``state`` is None.
+    """
+    snap = load_verified_snapshot(source)
+    keyed = open_keyed_operator(snap, uid)
+    keyed.check_state(state)
+    drop = {_normalize_key(k) for k in drop_keys}
+    op = keyed.operator
+    maxp = keyed.max_parallelism
+
+    def prepare(directory: str) -> None:
+        _new_target(directory)
+        _copy_other_operators(snap, uid, directory, doc)
+
+    doc = copy.deepcopy({k: v for k, v in snap.doc.items()
+                         if k in ("job_id", "job_name", "checkpoint_id", "timestamp_ms",
+                                  "operators")})
+    doc["kind"] = "SAVEPOINT"
+    if keyed.columnar:
+        rows = read_arrow_rows(keyed)
+        rows = _drop_arrow_keys(rows, drop | _table_keys(table))
+        if table is not None:
+            wanted = [c for c in rows.column_names if c not in (KEY, KEY_GROUP)]
+            new = _aggregate_rows(uid, table, wanted, maxp)
+            rows = pa.concat_tables([rows, _cast_like(uid, new, rows.schema)])
+        subtasks = _write_arrow(target, uid, rows, op.parallelism, maxp, prepare=prepare)
+    else:
+        entries: Entries = {}
+        for kg, name, key, value in iter_entries(keyed):
+            if key in drop and (state is None or name == state):
+                continue
+            entries.setdefault(kg, {}).setdefault(name, {})[key] = value
+        if table is not None:
+            _apply_rows(entries, uid, table, state, keyed.states, maxp)
+        subtasks = _write_per_key(target, uid, entries, op.parallelism, maxp, prepare=prepare)
+    doc["operators"][uid]["subtasks"] = subtasks
+    return _finish(target, doc)
+
+
+# -- per-key state ------------------------------------------------------------------------
+
+def _normalize_key(key: object) -> object:
+    return tuple(key) if isinstance(key, list) else key
+
+
+def _state_names(uid: str, table: pa.Table, state: str | None) -> list[str]:
+    if state is not None:
+        return [state]
+    if STATE not in table.column_names:
+        raise StateSchemaError(f"operator {uid!r}: the table has no {STATE!r} column; name "
+                               "the state its rows belong to (state=..., --state)")
+    return sorted({s for s in table.column(STATE).to_pylist() if s is not None})
+
+
+def _check_columns(uid: str, table: pa.Table, needed: Iterable[str]) -> None:
+    missing = [c for c in needed if c not in table.column_names]
+    if missing:
+        raise StateSchemaError(
+            f"operator {uid!r}: the table has no column(s) {', '.join(map(repr, missing))} "
+            f"(it has {', '.join(table.column_names)})")
+
+
+def _stored_value(uid: str, state: str, kind: str, value: object) -> object:
+    """The value a backend stores for ``value`` of a ``kind`` state (map state: a dict)."""
+    if kind == MAP:
+        if isinstance(value, list):  # an Arrow map reads as [(user key, value), ...]
+            try:
+                value = {_normalize_key(k): v for k, v in value}
+            except (TypeError, ValueError):
+                pass
+        if not isinstance(value, dict):
+            raise StateSchemaError(f"operator {uid!r}: map state {state!r} needs a map or "
+                                   f"struct value per key, not {type(value).__name__}")
+    elif kind == LIST and not isinstance(value, list):
+        raise StateSchemaError(f"operator {uid!r}: list state {state!r} needs a list value per "
+                               f"key, not {type(value).__name__}")
+    return value
+
+
+def _apply_rows(entries: Entries, uid: str, table: pa.Table, state: str | None,
+                states: dict[str, dict], maxp: int) -> None:
+    """Put every row of ``table`` into ``entries`` (a null value deletes the key)."""
+    _check_columns(uid, table, (KEY, VALUE_COLUMN))
+    names = (table.column(STATE).to_pylist() if state is None and STATE in table.column_names
+             else [state] * table.num_rows)
+    if state is None and STATE not in table.column_names:
+        _state_names(uid, table, state)  # raises: which state?
+    for name in set(names):
+        if name not in states:
+            raise UnknownStateError(
+                f"operator {uid!r} has no state {name!r}; its states are: "
+                f"{', '.join(sorted(states))} (a new state needs bootstrap_savepoint)")
+    for name, key, value in zip(names, table.column(KEY).to_pylist(),
+                                table.column(VALUE_COLUMN).to_pylist(), strict=True):
+        key = _normalize_key(key)
+        per_state = entries.setdefault(key_group_for(key, maxp), {}).setdefault(name, {})
+        if value is None:
+            per_state.pop(key, None)
+        else:
+            per_state[key] = _stored_value(uid, name, states[name]["kind"], value)
+
+
+def _write_per_key(target: str, uid: str, entries: Entries, parallelism: int, maxp: int, *,
+                   prepare) -> list[dict]:
+    """One heap-format state file per subtask of ``parallelism``; its subtask entries."""
+    prepare(target)
+    subtasks = []
+    for index in range(parallelism):
+        kgr = key_group_range_for(index, parallelism, maxp)
+        chunks, offsets, pos = [], {}, 0
+        for kg in sorted(g for g in entries if g in kgr):
+            states = {n: [[k, v] for k, v in items.items()]
+                      for n, items in sorted(entries[kg].items()) if items}
+            if not states:
+                continue
+            chunk = packb([kg, states])
+            offsets[str(kg)] = [pos, len(chunk)]
+            chunks.append(chunk)
+            pos += len(chunk)
+        handle = None
+        if chunks:
+            handle, _, _ = write_state_file(target, f"state-{index}", "state", b"".join(chunks),
+                                            {"offsets": offsets})
+        subtasks.append({"index": index, "key_group_range": kgr.to_list(), "keyed": handle,
+                         "operator_state": []})
+    return subtasks
+
+
+# -- aggregate state ----------------------------------------------------------------------
+
+def _required_columns(uid: str, spec: AggregateSpec, maxp: int) -> list[str]:
+    table = AggregateTable(spec, KeyGroupRange(0, -1), maxp, uid)
+    return sorted(table.required_accumulators())
+
+
+def _aggregate_rows(uid: str, table: pa.Table, accumulators: list[str], maxp: int) -> pa.Table:
+    """``key_group``, ``key`` and ``accumulators`` of ``table``, the key groups computed by
+    the engine's hash (``_last``, the TTL's update time, may be left out)."""
+    _check_columns(uid, table, [KEY, *(a for a in accumulators if a != LAST_UPDATE)])
+    key = table.column(KEY).combine_chunks()
+    kg = pa.array(arrow_key_groups(key, maxp).astype(np.int32))
+    columns = {KEY_GROUP: kg, KEY: key}
+    columns.update({a: table.column(a) for a in accumulators if a in table.column_names})
+    return pa.table(columns)
+
+
+def _table_keys(table: pa.Table | None) -> set:
+    return set() if table is None else {_normalize_key(k) for k in table.column(KEY).to_pylist()}
+
+
+def _drop_arrow_keys(rows: pa.Table, keys: set) -> pa.Table:
+    if not keys or not rows.num_rows:
+        return rows
+    present = [k for k in rows.column(KEY).to_pylist() if k in keys]
+    if not present:
+        return rows
+    return rows.filter(pc.invert(pc.is_in(rows.column(KEY), value_set=pa.array(present))))
+
+
+def _cast_like(uid: str, table: pa.Table, schema: pa.Schema) -> pa.Table:
+    try:
+        return table.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, NotImplementedError) as exc:
+        raise StateSchemaError(f"operator {uid!r}: the table's columns do not fit the "
+                               f"snapshot's aggregate state {schema} ({exc})") from exc
+
+
+def _write_arrow(target: str, uid: str, rows: pa.Table, parallelism: int, maxp: int, *,
+                 prepare) -> list[dict]:
+    """One Arrow IPC state file per subtask of ``parallelism``; its subtask entries."""
+    prepare(target)
+    subtasks = []
+    kg = rows.column(KEY_GROUP)
+    for index in range(parallelism):
+        kgr = key_group_range_for(index, parallelism, maxp)
+        part = rows.filter(pc.and_(pc.greater_equal(kg, kgr.start), pc.less_equal(kg, kgr.end)))
+        handle = None
+        if part.num_rows:
+            sink = pa.BufferOutputStream()
+            options = pa.ipc.IpcWriteOptions(compression="zstd")
+            with pa.ipc.new_file(sink, part.schema, options=options) as writer:
+                writer.write_table(part)
+            handle, _, _ = write_state_file(target, f"state-{index}", "arrow",
+                                            sink.getvalue().to_pybytes(), {"type": "arrow"})
+        subtasks.append({"index": index, "key_group_range": kgr.to_list(), "keyed": handle,
+                         "operator_state": []})
+    return subtasks
+
+
+# -- the savepoint directory --------------------------------------------------------------
+
+def _new_target(target: str) -> None:
+    fs = filesystem_for(target)
+    if fs.exists(join(target, METADATA_FILE)) or (fs.is_dir(target) and fs.list_files(target)):
+        raise TargetExistsError(f"{target} is not empty; write the savepoint to a new "
+                                "directory")
+
+
+def _copy_other_operators(snap, uid: str, target: str, doc: dict) -> None:
+    """Copy the files of every operator but ``uid`` into ``target`` (each verified), and
+    point their handles in ``doc`` at the copies (RocksDB ``shared/`` files become private
+    files of the savepoint)."""
+    fs = filesystem_for(target)
+    for other, op in snap.metadata.operators.items():
+        if other == uid:
+            continue
+        for sub, entry in zip(op.subtasks, doc["operators"][other]["subtasks"], strict=True):
+            if isinstance(sub.keyed, RocksDBHandle):
+                files = []
+                for f in sub.keyed.files:
+                    name = f.path or f"{other}-{sub.index}-{f.shared.rsplit('/', 1)[-1]}"  # type: ignore[union-attr]
+                    fs.write_bytes(join(target, name), read_verified(
+                        f.location_in(snap.directory), f.size, f.sha256))
+                    files.append({"name": f.name, "path": name, "size": f.size,
+                                  "sha256": f.sha256})
+                entry["keyed"] = {**entry["keyed"], "files": files}
+            elif isinstance(sub.keyed, StateFileHandle):
+                _copy_file(fs, snap.directory, target, sub.keyed.path, sub.keyed.size,
+                           sub.keyed.sha256)
+            if sub.channel_state is not None:
+                c = sub.channel_state
+                _copy_file(fs, snap.directory, target, c.path, c.size, c.sha256)
+
+
+def _copy_file(fs, source_dir: str, target: str, name: str, size: int, digest: str) -> None:
+    fs.write_bytes(join(target, name), read_verified(join(source_dir, name), size, digest))
+
+
+def _finish(target: str, doc: dict) -> str:
+    """Write ``_metadata`` last (atomically), then load it back as a restore would."""
+    filesystem_for(target).write_bytes(join(target, METADATA_FILE), encode_metadata(doc),
+                                       atomic=True)
+    return load_snapshot(target).directory
