@@ -67,7 +67,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         return rec.location
 
     def execute(self, context: Context) -> dict:
-        for _ in range(3):
+        for _ in range(5):
             snapshot = self._snapshot()
             report = self._check(snapshot)
             # the latest checkpoint of a running job may be subsumed (its files deleted)

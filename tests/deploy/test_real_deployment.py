@@ -4,7 +4,9 @@ standalone cluster; the metadata DB of the jobs is a second PostgreSQL database.
 are triggered and polled through the REST API.
 
 One module-scoped deployment runs, in order: savepoint_upgrade_restore (happy path), the same
-DAG with a v2 that fails (rollback restarts v1), and blue_green_upgrade. Durations and the
+DAG with a v2 that fails (rollback restarts v1), a last-state upgrade, a savepoint upgrade
+whose savepoint fails and falls back to last-state, and blue_green_upgrade with its
+stability gate. Every upgrade starts with the pre-flight restore check. Durations and the
 number of deferrals the triggerer ran are printed (``pytest -s``) for the closing notes.
 """
 
@@ -25,6 +27,9 @@ EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 BIN = os.path.dirname(sys.executable)
 ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
 RUN_TIMEOUT_S = 360
+UPGRADED = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
+            "wait_v2_checkpoint": "success", "upgraded": "success", "cancel_v2": "skipped",
+            "restart_v1": "skipped"}
 
 
 class Deployment:
@@ -44,7 +49,8 @@ class Deployment:
         conf = {"job_name": "versioned-sum", "v1_pipeline": f"{EXAMPLE}:build_v1",
                 "v2_pipeline": f"{EXAMPLE}:build_v2",
                 "savepoint_dir": os.path.join(self.jobs_dir, "savepoints"), "runner": "spark",
-                "job_env": {"CKPT_EXAMPLE_DIR": self.jobs_dir}}
+                "job_env": {"CKPT_EXAMPLE_DIR": self.jobs_dir}, "upgrade_mode": "savepoint",
+                "max_checkpoint_age_s": None}
         conf.update(overrides)
         return conf
 
@@ -86,6 +92,9 @@ def deployment(tmp_path_factory, postgres_server, spark_cluster):
     env = {
         "SPARK_CONF_DIR": conf_dir, "SPARK_LOCAL_IP": "127.0.0.1",
         "CKPT_EXAMPLE_DIR": jobs_dir, "CKPT_EXAMPLE_RATE": "50",
+        # the pre-flight check reads the latest checkpoint of a running job: it must outlive
+        # the check (3 retained checkpoints)
+        "CKPT_EXAMPLE_INTERVAL_MS": "2000",
         "AIRFLOW_CONN_SPARK_DEFAULT": f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}',
         "AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT":
             f'{{"conn_type": "checkpoint_metadata", "extra": {{"url": "{metadata_url}"}}}}',
@@ -129,21 +138,24 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
 
     # 1. savepoint -> upgrade -> restore, happy path
     state, run, tis = dep.run_dag("upgrade", "savepoint_upgrade_restore", dep.conf())
-    assert tis == {"stop_v1": "success", "start_v2": "success", "wait_v2_checkpoint": "success",
-                   "upgraded": "success", "cancel_v2": "skipped", "restart_v1": "skipped"}, tis
+    assert tis == UPGRADED, tis
     assert state == "success"
+    assert dep.airflow.xcom("savepoint_upgrade_restore", run, "preflight")["ok"]
     savepoint = dep.airflow.xcom("savepoint_upgrade_restore", run, "stop_v1")
     assert store.get_job(v1).status == "STOPPED"
     v2 = store.get_job(dep.airflow.xcom("savepoint_upgrade_restore", run, "start_v2"))
     assert v2.status == "RUNNING" and v2.version == "v2" and v2.restored_from == savepoint
     dep.assert_on_cluster(v2.job_id)
 
-    # 2. a v2 that fails to start: rolled back, the previous version runs again
+    # 2. a v2 that passes the pre-flight check and runs, then fails before its first
+    # checkpoint: rolled back, the previous version runs again
     state, run, tis = dep.run_dag("rollback", "savepoint_upgrade_restore",
                                   dep.conf(v1_pipeline=f"{EXAMPLE}:build_v2",
-                                           v2_pipeline=f"{EXAMPLE}:build_v2_broken"))
-    assert tis == {"stop_v1": "success", "start_v2": "failed",
-                   "wait_v2_checkpoint": "upstream_failed", "upgraded": "upstream_failed",
+                                           v2_pipeline=f"{EXAMPLE}:build_v2_broken",
+                                           job_env={"CKPT_EXAMPLE_DIR": dep.jobs_dir,
+                                                    "CKPT_EXAMPLE_FAIL_AFTER_S": "15"}))
+    assert tis == {"preflight": "success", "stop_v1": "success", "start_v2": "success",
+                   "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
                    "cancel_v2": "success", "restart_v1": "success"}, tis
     assert state == "failed"
     savepoint = dep.airflow.xcom("savepoint_upgrade_restore", run, "stop_v1")
@@ -152,20 +164,59 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
     assert restarted.status == "RUNNING" and restarted.restored_from == savepoint
     dep.assert_on_cluster(restarted.job_id)
 
-    # 3. blue-green: green runs beside blue, passes the gate, blue stops with a savepoint
+    # 3. last-state: v1 is cancelled, v2 restores its latest completed checkpoint
+    state, run, tis = dep.run_dag("last_state", "savepoint_upgrade_restore",
+                                  dep.conf(v1_pipeline=f"{EXAMPLE}:build_v2",
+                                           upgrade_mode="last-state", max_checkpoint_age_s=120))
+    assert tis == UPGRADED, tis
+    assert state == "success"
+    checkpoint = dep.airflow.xcom("savepoint_upgrade_restore", run, "stop_v1")
+    assert dep.airflow.xcom("savepoint_upgrade_restore", run, "stop_v1",
+                            key="upgrade_mode_used") == "last-state"
+    assert store.get_job(restarted.job_id).status == "CANCELED"
+    assert store.checkpoint_at(checkpoint).kind == "CHECKPOINT"
+    latest = store.get_job(dep.airflow.xcom("savepoint_upgrade_restore", run, "start_v2"))
+    assert latest.status == "RUNNING" and latest.restored_from == checkpoint
+    dep.assert_on_cluster(latest.job_id)
+
+    # 4. savepoint-or-last-state with a savepoint that cannot be written: falls back
+    blocked = os.path.join(dep.jobs_dir, "savepoints", "full-disk")
+    with open(blocked, "w") as f:
+        f.write("a file where the savepoint directory should be")
+    state, run, tis = dep.run_dag("fallback", "savepoint_upgrade_restore",
+                                  dep.conf(v1_pipeline=f"{EXAMPLE}:build_v2",
+                                           upgrade_mode="savepoint-or-last-state",
+                                           savepoint_dir=blocked))
+    assert tis == UPGRADED, tis
+    assert state == "success"
+    xcom = lambda key: dep.airflow.xcom("savepoint_upgrade_restore", run, "stop_v1", key=key)  # noqa: E731
+    assert xcom("upgrade_mode_used") == "last-state"
+    assert "savepoint failed" in xcom("fallback_reason")
+    assert [c.status for c in store.list_checkpoints(latest.job_id, kind="SAVEPOINT")] == ["FAILED"]
+    assert store.get_job(latest.job_id).status == "CANCELED"
+    blue = store.get_job(dep.airflow.xcom("savepoint_upgrade_restore", run, "start_v2"))
+    assert blue.status == "RUNNING" and blue.restored_from == xcom("return_value")
+
+    # 5. blue-green: green runs beside blue, passes the stability gate, blue stops with a
+    # savepoint
     state, run, tis = dep.run_dag("blue_green", "blue_green_upgrade", {
         "blue_job": "versioned-sum", "green_job": "versioned-sum-green",
         "green_pipeline": f"{EXAMPLE}:build_v2",
         "savepoint_dir": os.path.join(dep.jobs_dir, "savepoints"), "runner": "spark",
-        "job_env": {"CKPT_EXAMPLE_DIR": dep.jobs_dir}, "min_checkpoints": 2})
-    assert tis == {"savepoint_blue": "success", "start_green": "success",
+        "job_env": {"CKPT_EXAMPLE_DIR": dep.jobs_dir}, "min_checkpoints": 2,
+        "gate_window_s": 15, "max_restarts": 0, "max_checkpoint_duration_ms": 60000,
+        "min_throughput_ratio": 0.8, "max_watermark_lag_growth_ms": None,
+        "max_backlog_growth_ms": None})
+    assert tis == {"savepoint_blue": "success", "preflight": "success", "start_green": "success",
                    "health_gate": "success", "stop_blue": "success",
                    "cancel_green": "skipped", "keep_blue": "skipped"}, tis
     assert state == "success"
     green = store.resolve_job("versioned-sum-green")
     assert green.status == "RUNNING"
     assert green.restored_from == dep.airflow.xcom("blue_green_upgrade", run, "savepoint_blue")
-    assert store.get_job(restarted.job_id).status == "STOPPED"
+    verdict = dep.airflow.xcom("blue_green_upgrade", run, "health_gate")
+    assert verdict["ok"] and verdict["baseline_job_id"] == blue.job_id, verdict
+    assert store.get_job(blue.job_id).status == "STOPPED"
     dep.assert_on_cluster(green.job_id)
 
     # the sensors and control tasks waited in the triggerer process, not in a worker

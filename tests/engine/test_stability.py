@@ -1,0 +1,125 @@
+"""The stability verdict from metadata DB rows (a real SQLite store, rows as the job master
+writes them): each criterion passes, fails with its figure, or is not measured."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.errors import ConfigurationError
+from airflow_checkpoint_provider.engine.stability import (
+    StabilityCriteria,
+    assess_stability,
+    early_verdict,
+)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = MetadataStore(f"sqlite:///{tmp_path}/m.db")
+    yield s
+    s.close()
+
+
+def _job(store, job_id: str, *, rate: float, checkpoints: int = 4, since: datetime,
+         watermark_lag_growth_ms: float | None = None, status: str = "RUNNING") -> None:
+    """A job whose operators ``src`` and ``sum`` process ``rate`` records/s, with a completed
+    checkpoint every second from ``since + 1 s``; with ``watermark_lag_growth_ms`` its
+    watermark falls behind by that much per checkpoint."""
+    store.create_job(job_id=job_id, job_name=job_id, parallelism=1)
+    store.start_attempt(job_id, 0, restored_checkpoint_id=None, restored_from=None)
+    store.set_job_status(job_id, status)
+    for i in range(1, checkpoints + 1):
+        t = since + timedelta(seconds=i)
+        n = int(rate * i)
+        task = {"vertex": 0, "subtask": 0, "start_delay_ms": 5.0,
+                "records": {"src": [0, n], "sum": [n, n]}}
+        if watermark_lag_growth_ms is not None:
+            task["watermark"] = t.timestamp() * 1000 - 500 - watermark_lag_growth_ms * i
+        store.add_pending_checkpoint(job_id, i, kind="CHECKPOINT", trigger_time=t,
+                                     location=f"/c/{job_id}/chk-{i}")
+        store.complete_checkpoint(job_id, i, complete_time=t + timedelta(milliseconds=40),
+                                  duration_ms=40, state_size=1, checkpointed_size=1,
+                                  task_stats=[task])
+
+
+def _since() -> datetime:
+    return datetime.now(UTC) - timedelta(milliseconds=500)  # attempts start "now"
+
+
+def _checks(verdict) -> dict:
+    return {c.name: c for c in verdict.checks}
+
+
+def test_a_job_keeping_pace_with_its_baseline_is_stable(store):
+    since = _since()
+    _job(store, "blue", rate=100, since=since)
+    _job(store, "green", rate=100, since=since)
+    verdict = assess_stability(store, "green", since=since, until=since + timedelta(seconds=10),
+                               criteria=StabilityCriteria(max_checkpoint_duration_ms=100),
+                               baseline_job_id="blue")
+    checks = _checks(verdict)
+    assert verdict.ok, verdict.describe()
+    assert checks["restarts"].figure == 0 and checks["checkpoints"].figure == 4
+    assert checks["checkpoint_duration"].figure == 40
+    assert checks["throughput"].figure == pytest.approx(1.0)
+
+
+def test_a_lagging_job_fails_on_throughput_naming_the_operator_and_the_rates(store):
+    since = _since()
+    _job(store, "blue", rate=100, since=since)
+    _job(store, "green", rate=30, since=since)
+    verdict = assess_stability(store, "green", since=since, until=since + timedelta(seconds=10),
+                               criteria=StabilityCriteria(), baseline_job_id="blue")
+    [failed] = verdict.failed
+    assert failed.name == "throughput" and failed.figure == pytest.approx(0.3)
+    assert "30.0 records/s against the baseline's 100.0" in failed.detail
+    assert "NOT stable" in verdict.describe()
+
+
+def test_a_restart_fails_the_verdict_early_with_the_failure_that_caused_it(store):
+    since = _since()
+    _job(store, "green", rate=100, since=since)
+    store.end_attempt("green", 0, failure_reason="RuntimeError: feature store down")
+    store.start_attempt("green", 1, restored_checkpoint_id=4, restored_from="/c/green/chk-4")
+    criteria = StabilityCriteria(window_s=600)
+    verdict = early_verdict(store, "green", since=since, criteria=criteria)
+    assert verdict is not None and not verdict.ok
+    restarts = _checks(verdict)["restarts"]
+    assert restarts.figure == 1 and "feature store down" in restarts.detail
+    assert early_verdict(store, "green", since=since,
+                         criteria=StabilityCriteria(window_s=600, max_restarts=1)) is None
+
+
+def test_a_growing_watermark_lag_fails_and_a_job_without_watermarks_is_not_measured(store):
+    since = _since()
+    _job(store, "late", rate=100, since=since, watermark_lag_growth_ms=1000)
+    _job(store, "plain", rate=100, since=since)
+    criteria = StabilityCriteria(max_watermark_lag_growth_ms=500, max_backlog_growth_ms=100)
+    late = _checks(assess_stability(store, "late", since=since, criteria=criteria,
+                                    until=since + timedelta(seconds=10)))
+    assert late["watermark_lag_growth"].ok is False
+    assert late["watermark_lag_growth"].figure == pytest.approx(3000, abs=1)
+    assert late["backlog_growth"].ok is True  # start delay stays at 5 ms
+    plain = assess_stability(store, "plain", since=since, criteria=criteria,
+                             until=since + timedelta(seconds=10))
+    assert _checks(plain)["watermark_lag_growth"].ok is None and plain.ok
+
+
+def test_a_job_that_ended_or_checkpoints_too_little_is_not_stable(store):
+    since = _since()
+    _job(store, "ended", rate=100, checkpoints=1, since=since, status="FAILED")
+    verdict = early_verdict(store, "ended", since=since, criteria=StabilityCriteria())
+    assert verdict is not None
+    assert {c.name for c in verdict.failed} == {"running", "checkpoints"}
+
+
+def test_criteria_are_validated_by_name_and_range():
+    with pytest.raises(ConfigurationError, match="unknown stability criteria.*max_lag"):
+        StabilityCriteria.from_dict({"max_lag": 3})
+    with pytest.raises(ConfigurationError, match="min_throughput_ratio must be >= 0"):
+        StabilityCriteria(min_throughput_ratio=-1)
+    with pytest.raises(ConfigurationError, match="window_s must be > 0"):
+        StabilityCriteria(window_s=0)
