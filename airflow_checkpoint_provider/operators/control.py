@@ -192,11 +192,19 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
 
 class CancelJobOperator(_ControlRequestOperator):
     """
-    Cancel a running job (no savepoint); the task waits until the job is CANCELED.
+    Cancel a running job; the task waits until the job is CANCELED.
+
+    With ``savepoint_first=True`` (Flink's "savepoint on deletion") the job is first stopped
+    with a savepoint, so that its state can be restored later; if that fails or times out
+    (``savepoint_timeout``), the job is cancelled anyway and the log says so. XCom
+    ``savepoint_path``: the savepoint, or ``None``.
 
     :param job: job id, id prefix or job name (its newest job). Templated.
     :param missing_ok: succeed (and say so in the log) when the job is unknown or already
         ended, e.g. in a clean-up path where the job may never have started.
+    :param savepoint_first: stop with a savepoint first; cancel only if that fails.
+    :param directory: savepoint directory (default: the job's savepoint directory). Templated.
+    :param savepoint_timeout: seconds to wait for that savepoint.
     :param timeout: seconds to wait for the cancellation.
     :param checkpoint_conn_id: the metadata DB connection.
     :param deferrable: wait in the triggerer.
@@ -204,18 +212,62 @@ class CancelJobOperator(_ControlRequestOperator):
 
     action = "CANCEL"
     then_job_states = ["CANCELED"]
+    template_fields: Sequence[str] = ("job", "directory")
 
-    def __init__(self, *, job: str | None, missing_ok: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, job: str | None, missing_ok: bool = False,
+                 savepoint_first: bool = False, directory: str | None = None,
+                 savepoint_timeout: float = 300.0, **kwargs: Any) -> None:
         super().__init__(job=job or "", **kwargs)
         self.missing_ok = missing_ok
+        self.savepoint_first = savepoint_first
+        self.directory = directory
+        self.savepoint_timeout = savepoint_timeout
 
     def execute(self, context: Context) -> Any:
-        if self.missing_ok:
-            job = self.hook.find_job(self.job) if self.job and self.job != "None" else None
-            if job is None or job.is_terminal:
-                self.log.info("Nothing to cancel: %s", f"job {job.job_name} ({job.job_id}) is "
-                              f"already {job.status}" if job else f"no job {self.job!r}")
-                return None
+        job = self.hook.find_job(self.job) if self.job and self.job != "None" else None
+        if self.missing_ok and (job is None or job.is_terminal):
+            self.log.info("Nothing to cancel: %s", f"job {job.job_name} ({job.job_id}) is "
+                          f"already {job.status}" if job else f"no job {self.job!r}")
+            return None
+        context["ti"].xcom_push(key="savepoint_path", value=None)
+        if self.savepoint_first and job is not None and not job.is_terminal:
+            return self._stop_with_savepoint(context, job.job_id)
+        return super().execute(context)
+
+    def _stop_with_savepoint(self, context: Context, job_id: str) -> Any:
+        key = f"{self.idempotency_key(context)}:savepoint"
+        earlier = self.hook.get_conn().find_control_request(key)
+        if earlier is not None:
+            request_id = earlier.request_id
+        else:
+            params = {"directory": absolute_location(self.directory)} if self.directory else {}
+            try:
+                request_id = self.hook.submit_control_request(
+                    job_id, "STOP_WITH_SAVEPOINT", params, idempotency_key=key)
+            except ValueError:  # it ended meanwhile
+                return super().execute(context)
+        states = StopWithSavepointOperator.then_job_states
+        return self.wait_until(
+            context,
+            check=lambda store: check_control_request(store, request_id, then_job_states=states),
+            trigger=ControlRequestTrigger(request_id=request_id, then_job_states=states,
+                                          checkpoint_conn_id=self.checkpoint_conn_id,
+                                          poll_interval=self.poll_interval,
+                                          end_time=time.time() + self.savepoint_timeout),
+            method_name="savepoint_complete", timeout=self.savepoint_timeout,
+            what=f"the savepoint before cancelling job {job_id}")
+
+    def savepoint_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if (event or {}).get("status") == "success":
+            context["ti"].xcom_push(key="savepoint_path", value=event.get("location"))
+            self.log.info("Stopped with a savepoint instead of cancelling: %s", event["message"])
+            return event["job_id"]
+        self.log.warning("The savepoint before cancelling failed (%s); cancelling without one",
+                         (event or {}).get("message"))
+        job = self.hook.find_job(self.job)
+        if job is not None and job.is_terminal:
+            self.log.info("Job %s (%s) is %s", job.job_name, job.job_id, job.status)
+            return job.job_id
         return super().execute(context)
 
     def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> str:
