@@ -15,6 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_checkpoint_provider.assets import (
+    SAVEPOINTS_ALIAS,
+    emit_snapshot_event,
+    snapshot_extra,
+    with_alias_outlet,
+)
 from airflow_checkpoint_provider.engine.client import absolute_location
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
@@ -106,14 +112,32 @@ class _ControlRequestOperator(CheckpointBaseOperator):
 
 
 class _SavepointMixin:
+    emit_asset: bool = True
+
     def _push_savepoint(self, context: Context, event: dict[str, Any]) -> str:
         location = event["location"]
         context["ti"].xcom_push(key="checkpoint_id", value=event.get("checkpoint_id"))
         context["ti"].xcom_push(key="savepoint_path", value=location)
+        store = self.hook.get_conn()  # type: ignore[attr-defined]
         report_dir = self.report_dir or self.airflow_log_dir("checkpoint-reports")  # type: ignore[attr-defined]
-        CheckpointHistoryLink.persist(context, self.hook.get_conn(),  # type: ignore[attr-defined]
-                                      event["job_id"], report_dir)
+        CheckpointHistoryLink.persist(context, store, event["job_id"], report_dir)
+        if self.emit_asset:
+            self._emit_savepoint_asset(context, store, event)
         return location
+
+    def _emit_savepoint_asset(self, context: Context, store: Any, event: dict[str, Any]) -> None:
+        """An event of ``checkpoint://<job_name>/savepoints`` through the task's
+        ``checkpoint-savepoints`` alias outlet (see :mod:`airflow_checkpoint_provider.assets`)."""
+        job = store.get_job(event["job_id"])
+        checkpoint_id = event.get("checkpoint_id")
+        record = (store.get_checkpoint(job.job_id, int(checkpoint_id))
+                  if checkpoint_id is not None else None)
+        extra = snapshot_extra(job_id=job.job_id, job_name=job.job_name,
+                               checkpoint_id=checkpoint_id, location=event["location"],
+                               kind="SAVEPOINT", record=record)
+        asset = emit_snapshot_event(context, SAVEPOINTS_ALIAS, extra)
+        self.log.info("Asset event %s: savepoint %s of job %s",  # type: ignore[attr-defined]
+                      asset.uri, checkpoint_id, job.job_id)
 
 
 class TriggerSavepointOperator(_SavepointMixin, _ControlRequestOperator):
@@ -128,6 +152,9 @@ class TriggerSavepointOperator(_SavepointMixin, _ControlRequestOperator):
     :param timeout: seconds to wait for the savepoint.
     :param report_dir: where the checkpoint-history report of the extra link is written
         (default ``<base_log_folder>/checkpoint-reports``).
+    :param emit_asset: emit an Airflow asset event of ``checkpoint://<job_name>/savepoints``
+        (extras: job id, job name, checkpoint id, location, kind) through the
+        ``checkpoint-savepoints`` asset alias outlet (default ``True``).
     :param checkpoint_conn_id: the metadata DB connection.
     :param deferrable: wait in the triggerer.
     """
@@ -137,10 +164,11 @@ class TriggerSavepointOperator(_SavepointMixin, _ControlRequestOperator):
     operator_extra_links = (CheckpointHistoryLink(),)
 
     def __init__(self, *, job: str, directory: str | None = None, report_dir: str | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(job=job, **kwargs)
+                 emit_asset: bool = True, **kwargs: Any) -> None:
+        super().__init__(job=job, **with_alias_outlet(kwargs, SAVEPOINTS_ALIAS, emit_asset))
         self.directory = directory
         self.report_dir = report_dir
+        self.emit_asset = emit_asset
 
     def request_params(self) -> dict[str, Any]:
         return {"directory": absolute_location(self.directory)} if self.directory else {}
@@ -164,6 +192,8 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
     :param timeout: seconds to wait for the savepoint, and again for the job to end.
     :param report_dir: where the checkpoint-history report of the extra link is written
         (default ``<base_log_folder>/checkpoint-reports``).
+    :param emit_asset: emit an asset event of ``checkpoint://<job_name>/savepoints``, as
+        :class:`TriggerSavepointOperator` does (default ``True``).
     :param checkpoint_conn_id: the metadata DB connection.
     :param deferrable: wait in the triggerer.
     """
@@ -174,8 +204,9 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
     operator_extra_links = (CheckpointHistoryLink(),)
 
     def __init__(self, *, job: str, directory: str | None = None, drain: bool = False,
-                 report_dir: str | None = None, **kwargs: Any) -> None:
-        super().__init__(job=job, **kwargs)
+                 report_dir: str | None = None, emit_asset: bool = True, **kwargs: Any) -> None:
+        super().__init__(job=job, **with_alias_outlet(kwargs, SAVEPOINTS_ALIAS, emit_asset))
+        self.emit_asset = emit_asset
         self.directory = directory
         self.drain = drain
         self.report_dir = report_dir
