@@ -12,8 +12,10 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
 * launching: :data:`LAUNCH_SCRIPT` (the spark-submit entry point), :data:`METADATA_URL_ENV`,
   :func:`code_archives` / :data:`SHIP_CODE_ENV` (``--py-files`` for executors without the
   project);
-* savepoints: :func:`dispose_savepoint`, :func:`apply_savepoint_retention`,
-  :func:`list_savepoints`, :func:`absolute_location` (a directory as jobs will resolve it);
+* savepoints: :func:`dispose_savepoint`, :func:`apply_savepoint_retention` (returns a
+  :class:`RetentionReport`), :func:`list_savepoints`, :func:`pin_savepoint` /
+  :func:`unpin_savepoint` / :func:`active_pins`, :func:`absolute_location` (a directory as
+  jobs will resolve it);
 * names: :func:`validate_job_name`, :func:`validate_job_id` (the one rule for names that
   become paths, :mod:`.names`);
 * reports and lineage: :class:`ReportData` / :func:`render_report_html` (the ``ckpt report``
@@ -44,7 +46,15 @@ from .errors import EngineError, InvalidNameError
 from .lineage import upgrade_chain
 from .names import validate_job_id, validate_job_name
 from .packaging import SHIP_CODE_ENV, code_archives
-from .savepoints import apply_savepoint_retention, dispose_savepoint, list_savepoints
+from .savepoints import (
+    RetentionReport,
+    active_pins,
+    apply_savepoint_retention,
+    dispose_savepoint,
+    list_savepoints,
+    pin_savepoint,
+    unpin_savepoint,
+)
 
 
 def __getattr__(name: str):
@@ -76,12 +86,16 @@ __all__ = [
     "JobRecord",
     "MetadataSchemaError",
     "MetadataStore",
+    "RetentionReport",
     "absolute_location",
+    "active_pins",
     "apply_savepoint_retention",
     "code_archives",
     "dispose_savepoint",
     "heartbeat_timeout",
     "list_savepoints",
+    "pin_savepoint",
+    "unpin_savepoint",
     "upgrade_chain",
     "upgrade_database",
     "validate_job_id",

@@ -33,13 +33,13 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseHook
 from sqlalchemy.engine import URL
 
+from airflow_checkpoint_provider import CONNECTION_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_checkpoint_provider.engine.client import (
     CheckpointRecord,
     ControlRequestRecord,
     JobRecord,
     MetadataStore,
 )
-from airflow_checkpoint_provider import CONNECTION_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_checkpoint_provider.triggers.conditions import resolve_job
 
 T = TypeVar("T")
