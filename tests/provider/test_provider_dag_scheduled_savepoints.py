@@ -30,6 +30,10 @@ def test_each_run_takes_a_savepoint_and_retention_disposes_the_older_ones(
     assert first != second
     assert xcom(runs[0][2], "retention") == []
     assert xcom(runs[1][2], "retention") == [first]
+    report = xcom(runs[1][2], "retention", key="retention_report")
+    assert [(s["location"], s["decision"], s["rule"]) for s in report["savepoints"]] == [
+        (first, "disposed", "disposed"), (second, "kept", "newest")]
+    assert report["savepoints"][0]["reason"] == "beyond max_count 1 (newest 2)"
     rows = {c.location: c for c in store.list_checkpoints(job, kind="SAVEPOINT")}
     assert rows[first].status == "DISCARDED" and not os.path.exists(first)
     assert rows[second].status == "COMPLETED"

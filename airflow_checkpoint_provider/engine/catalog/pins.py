@@ -53,7 +53,7 @@ class SavepointPinsMixin(StoreBase):
             stmt = delete(SavepointPinRow).where(SavepointPinRow.holder == holder)
             if location is not None:
                 stmt = stmt.where(SavepointPinRow.location == location)
-            return int(session.execute(stmt).rowcount or 0)
+            return int(session.execute(stmt).rowcount or 0)  # type: ignore[attr-defined]
 
         removed = self._write(fn, "unpin_savepoints")
         log.info("Released %d savepoint pin(s) of %s%s", removed, holder,
