@@ -56,3 +56,31 @@ def test_the_connection_form_declares_url_and_driver_fields(airflow_db):
     behaviour = pm.field_behaviours["checkpoint_metadata"]
     assert behaviour["relabeling"]["host"] == "Host, SQLAlchemy URL or SQLite path"
     assert behaviour["placeholders"]["extra__checkpoint_metadata__url"].startswith("sqlite:")
+
+
+def test_a_checkpoint_sensor_can_emit_the_checkpoint_it_saw(metadata_url, tmp_path):
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+    from savepoint_helpers import make_job, make_savepoint
+
+    from airflow_checkpoint_provider.assets import CHECKPOINTS_ALIAS
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+    from airflow_checkpoint_provider.sensors.checkpoint import CheckpointCompletedSensor
+
+    store = MetadataStore(metadata_url)
+    job = make_job(store, "orders", "RUNNING")
+    location = make_savepoint(store, tmp_path, job, 7, hours_old=0, kind="CHECKPOINT")
+    sensor = CheckpointCompletedSensor(task_id="seen", job="orders", emit_asset=True)
+    assert sensor.outlets == [AssetAlias(CHECKPOINTS_ALIAS)]
+    outlet_events = OutletEventAccessors()
+
+    result = sensor.poke({"outlet_events": outlet_events})
+
+    assert result.is_done and result.xcom_value["checkpoint_id"] == 7
+    [event] = outlet_events[AssetAlias(CHECKPOINTS_ALIAS)].asset_alias_events
+    assert event.dest_asset_key.uri == "checkpoint://orders/checkpoints"
+    assert {k: event.extra[k] for k in ("job_id", "job_name", "checkpoint_id", "location",
+                                        "kind")} == {
+        "job_id": job, "job_name": "orders", "checkpoint_id": 7, "location": location,
+        "kind": "CHECKPOINT"}
+    assert CheckpointCompletedSensor(task_id="quiet", job="orders").outlets == []
+    store.close()
