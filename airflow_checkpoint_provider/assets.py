@@ -95,8 +95,13 @@ def with_alias_outlet(kwargs: dict[str, Any], alias: str, emit: bool) -> dict[st
     return kwargs
 
 
-def emit_snapshot_event(context: Context, alias: str, extra: dict[str, Any]) -> Asset:
-    """Attach an event of ``extra["job_name"]``'s asset to the task's ``alias`` outlet."""
+def emit_snapshot_event(context: Context, alias: str, extra: dict[str, Any]) -> Asset | None:
+    """Attach an event of ``extra["job_name"]``'s asset to the task's ``alias`` outlet.
+    Returns the asset, or ``None`` when the context has no ``outlet_events`` (an operator
+    executed outside a task run, e.g. called directly in a test)."""
+    outlet_events = context.get("outlet_events")
+    if outlet_events is None:
+        return None
     asset = Asset(uri=asset_uri(extra["job_name"], extra["kind"]))
-    context["outlet_events"][AssetAlias(alias)].add(asset, extra=extra)
+    outlet_events[AssetAlias(alias)].add(asset, extra=extra)
     return asset

@@ -158,8 +158,9 @@ class _SavepointMixin:
                                checkpoint_id=checkpoint_id, location=event["location"],
                                kind="SAVEPOINT", record=record)
         asset = emit_snapshot_event(context, SAVEPOINTS_ALIAS, extra)
-        self.log.info("Asset event %s: savepoint %s of job %s",  # type: ignore[attr-defined]
-                      asset.uri, checkpoint_id, job.job_id)
+        if asset is not None:
+            self.log.info("Asset event %s: savepoint %s of job %s",  # type: ignore[attr-defined]
+                          asset.uri, checkpoint_id, job.job_id)
 
 
 class TriggerSavepointOperator(_SavepointMixin, _ControlRequestOperator):

@@ -207,8 +207,9 @@ class CheckpointCompletedSensor(_MetadataSensor):
                                checkpoint_id=event["checkpoint_id"], location=event["location"],
                                kind=kind, record=record)
         asset = emit_snapshot_event(context, CHECKPOINTS_ALIAS, extra)
-        self.log.info("Asset event %s: %s %s of job %s", asset.uri, kind.lower(),
-                      event["checkpoint_id"], job.job_id)
+        if asset is not None:
+            self.log.info("Asset event %s: %s %s of job %s", asset.uri, kind.lower(),
+                          event["checkpoint_id"], job.job_id)
 
     def trigger(self, end_time: float) -> BaseTrigger:
         return CheckpointCompletedTrigger(
