@@ -58,3 +58,27 @@ def test_a_dag_run_pins_a_savepoint_retention_keeps_it_until_the_run_unpins(meta
     assert retention.execute(ctx) == [sps[0]]
     assert not os.path.exists(sps[0]) and os.path.exists(sps[2])
     store.close()
+
+
+@pytest.mark.timeout(180)
+def test_stop_with_savepoint_pins_its_savepoint_for_the_dag_run(metadata_url, tmp_path):
+    from provider_helpers import start_job
+
+    from airflow_checkpoint_provider.engine.client import active_pins
+    from airflow_checkpoint_provider.engine.savepoints import canonical_location
+    from airflow_checkpoint_provider.operators.control import StopWithSavepointOperator
+
+    v1 = start_job(metadata_url, tmp_path)
+    store = MetadataStore(metadata_url)
+    ti = FakeTI()
+    savepoint = StopWithSavepointOperator(
+        task_id="stop_v1", job="versioned-sum", poll_interval=0.2,
+        directory=str(tmp_path / "example" / "savepoints"),
+        report_dir=str(tmp_path / "reports")).execute({"ti": ti})
+
+    assert store.get_job(v1).status == "STOPPED"
+    [pin] = active_pins(store, canonical_location(savepoint))
+    assert pin.holder == "airflow:upgrade/manual__1" and pin.reason == "taken by task pin"
+    assert ti.xcom["pinned_until"] == pin.expires_at.isoformat()
+    assert timedelta(hours=23.9) < pin.expires_at - datetime.now(UTC) < timedelta(hours=24.1)
+    store.close()
