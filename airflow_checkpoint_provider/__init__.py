@@ -11,6 +11,34 @@ __version__ = "0.1.0"
 
 _PACKAGE = "airflow_checkpoint_provider"
 
+# The metadata DB connection form (type ``checkpoint_metadata``; see hooks/metadata.py for
+# how the hook reads a connection). Extra fields are stored unprefixed in the extra JSON.
+CONNECTION_FIELDS: dict = {
+    "url": {
+        "label": "SQLAlchemy URL",
+        "schema": {"type": ["string", "null"]},
+        "description": "Full URL of the metadata DB, e.g. sqlite:////data/ckpt/metadata.db or "
+                       "postgresql+psycopg://user:pw@db:5432/ckpt. Wins over host/port/schema.",
+    },
+    "driver": {
+        "label": "SQLAlchemy driver",
+        "schema": {"type": ["string", "null"]},
+        "description": "Driver used with host/port/schema/login/password when no URL is given "
+                       "(default postgresql+psycopg).",
+    },
+}
+UI_FIELD_BEHAVIOUR: dict = {
+    "hidden-fields": [],
+    "relabeling": {"host": "Host, SQLAlchemy URL or SQLite path", "schema": "Database"},
+    "placeholders": {
+        "host": "db.example.com  |  /data/ckpt/metadata.db",
+        "port": "5432",
+        "schema": "ckpt",
+        "url": "sqlite:////data/ckpt/metadata.db",
+        "driver": "postgresql+psycopg",
+    },
+}
+
 
 def get_provider_info() -> dict:
     """Provider metadata read by Airflow's ProvidersManager (``airflow providers list``)."""
@@ -57,7 +85,13 @@ def get_provider_info() -> dict:
                 "hook-class-name": f"{_PACKAGE}.hooks.metadata.CheckpointMetadataHook",
                 "hook-name": "Checkpoint metadata DB",
                 "connection-type": "checkpoint_metadata",
+                "conn-fields": CONNECTION_FIELDS,
+                "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
             }
+        ],
+        # Savepoint/checkpoint assets (see assets.py): checkpoint://<job_name>/savepoints
+        "asset-uris": [
+            {"schemes": ["checkpoint"], "handler": f"{_PACKAGE}.assets.sanitize_uri"},
         ],
         "extra-links": [f"{_PACKAGE}.links.checkpoint.CheckpointHistoryLink"],
     }

@@ -1,8 +1,12 @@
 """Take a savepoint of a running job every hour and keep only the newest ones.
 
-The savepoint task's return value (XCom) is the savepoint's path; retention then disposes
-savepoints older than ``max_age_hours`` or beyond the newest ``max_count`` (the newest one,
-and any a running job was restored from, are always kept).
+The savepoint task's return value (XCom) is the savepoint's path, and it emits an Airflow
+asset event of ``checkpoint://<job_name>/savepoints`` (extras: job id, job name, checkpoint
+id, location, kind): DAGs scheduled on that asset run after each savepoint (see
+``on_new_savepoint.py``). Retention then disposes savepoints older than ``max_age_hours`` or
+beyond the newest ``max_count``; the newest one, any a running job was restored from and any
+pinned one are always kept. Its XCom ``retention_report`` says, per savepoint, what it did
+and why.
 """
 
 from __future__ import annotations

@@ -62,6 +62,8 @@ class AirflowDeployment:
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "PATH": os.pathsep.join([BIN, os.environ.get("PATH", "")]),
+            # this checkout's package, not whichever one the venv's editable install names
+            "PYTHONPATH": os.pathsep.join(p for p in [REPO, os.environ.get("PYTHONPATH")] if p),
         })
         if db_url.startswith("postgresql+psycopg://"):
             self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = db_url.replace(
@@ -153,8 +155,9 @@ class AirflowDeployment:
     def get(self, path: str) -> Any:
         return self._request("GET", path)
 
-    def wait_for_dag(self, dag_id: str, timeout: float = 180.0) -> None:
-        """Until the dag-processor has serialized ``dag_id``; then unpause it."""
+    def wait_for_dag(self, dag_id: str, timeout: float = 180.0, *, unpause: bool = True) -> None:
+        """Until the dag-processor has serialized ``dag_id``; then unpause it (unless
+        ``unpause=False``: a scheduled DAG would start a run of its own at once)."""
         deadline = time.monotonic() + timeout
         while True:
             self.check_alive()
@@ -165,7 +168,11 @@ class AirflowDeployment:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(2)
-        self._request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        if unpause:
+            self.set_paused(dag_id, False)
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        self._request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused})
 
     def trigger(self, dag_id: str, conf: dict) -> str:
         run = self._request("POST", f"/api/v2/dags/{dag_id}/dagRuns",
@@ -194,6 +201,15 @@ class AirflowDeployment:
         entry = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
                          f"/xcomEntries/{key}?deserialize=true&stringify=false")
         return entry["value"]
+
+    def asset_events(self, **filters: Any) -> list[dict]:
+        """Asset events (``/api/v2/assets/events``), oldest first, filtered by any of
+        ``source_dag_id``, ``source_run_id``, ``source_task_id``, ``asset_id``; each with
+        ``uri``, ``name``, ``extra``, ``source_*`` and ``timestamp``."""
+        from urllib.parse import urlencode
+
+        query = urlencode({**filters, "order_by": "timestamp", "limit": 100})
+        return self.get(f"/api/v2/assets/events?{query}")["asset_events"]
 
     def deferrals(self) -> list[str]:
         """``dag_id/task_id`` of every trigger the triggerer ran to its event: each deferral

@@ -489,7 +489,11 @@ def dispose(path: str, db: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def savepoints(job: str, db: str | None, all_jobs: bool, max_age: float | None,
                max_count: int | None, as_json: bool) -> None:
-    """Savepoint history of JOB; with --max-age/--max-count, apply retention first."""
+    """Savepoint history of JOB; with --max-age/--max-count, apply retention first.
+
+    Retention never disposes the newest savepoint, one a job that is not terminal was
+    restored from, or a pinned one (`ckpt pin`); it prints, per savepoint, what it did and
+    why (with --json: {"retention": {...}, "savepoints": [...]})."""
     from .savepoints import apply_savepoint_retention, list_savepoints
 
     store = _store(db)
@@ -497,20 +501,53 @@ def savepoints(job: str, db: str | None, all_jobs: bool, max_age: float | None,
         rec = store.resolve_job(job)
     except LookupError as exc:
         raise click.ClickException(str(exc)) from exc
-    disposed = []
+    report = None
     if max_age is not None or max_count is not None:
-        disposed = apply_savepoint_retention(store, job_name=rec.job_name,
-                                             max_age_seconds=max_age, max_count=max_count)
-    rows = (list_savepoints(store, job_name=rec.job_name) if all_jobs or disposed
+        report = apply_savepoint_retention(store, job_name=rec.job_name,
+                                           max_age_seconds=max_age, max_count=max_count)
+    rows = (list_savepoints(store, job_name=rec.job_name) if all_jobs or report
             else list_savepoints(store, job_id=rec.job_id))
     if as_json:
-        _echo_json([_record(r) for r in rows])
+        saved = [_record(r) for r in rows]
+        _echo_json({"retention": report.to_dict(), "savepoints": saved} if report else saved)
         return
-    for loc in disposed:
-        click.echo(f"disposed {loc}")
+    for line in report.lines() if report else []:
+        click.echo(line)
     for r in rows:
         click.echo(f"  savepoint {r.checkpoint_id:>5} of {r.job_id[:8]} {r.complete_time:%Y-%m-%d %H:%M:%S} "
                    f"{(r.state_size or 0):>10} B  {r.location}")
+
+
+@main.command()
+@click.argument("path")
+@db_option
+@click.option("--holder", required=True,
+              help="Who needs the savepoint (e.g. upgrade-orders, a user name).")
+@click.option("--ttl", type=float, default=None,
+              help="Seconds until the pin expires (default: until `ckpt unpin`).")
+@click.option("--reason", default=None, help="Why, shown by retention.")
+def pin(path: str, db: str | None, holder: str, ttl: float | None, reason: str | None) -> None:
+    """Pin the savepoint at PATH: retention and dispose keep it while the pin lasts."""
+    from .savepoints import pin_savepoint
+
+    try:
+        rec = pin_savepoint(_store(db), path, holder=holder, ttl_seconds=ttl, reason=reason)
+    except (EngineError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    until = f"until {rec.expires_at:%Y-%m-%d %H:%M:%S} UTC" if rec.expires_at else "until unpinned"
+    click.echo(f"pinned {rec.location} for {rec.holder} {until}")
+
+
+@main.command()
+@click.argument("path", required=False)
+@db_option
+@click.option("--holder", required=True, help="Whose pins to release.")
+def unpin(path: str | None, db: str | None, holder: str) -> None:
+    """Release HOLDER's pin on the savepoint at PATH (without PATH: all of HOLDER's pins)."""
+    from .savepoints import unpin_savepoint
+
+    removed = unpin_savepoint(_store(db), holder=holder, path=path)
+    click.echo(f"released {removed} pin(s) of {holder}")
 
 
 @main.group()

@@ -12,8 +12,10 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
 * launching: :data:`LAUNCH_SCRIPT` (the spark-submit entry point), :data:`METADATA_URL_ENV`,
   :func:`code_archives` / :data:`SHIP_CODE_ENV` (``--py-files`` for executors without the
   project);
-* savepoints: :func:`dispose_savepoint`, :func:`apply_savepoint_retention`,
-  :func:`list_savepoints`, :func:`absolute_location` (a directory as jobs will resolve it);
+* savepoints: :func:`dispose_savepoint`, :func:`apply_savepoint_retention` (returns a
+  :class:`RetentionReport`), :func:`list_savepoints`, :func:`pin_savepoint` /
+  :func:`unpin_savepoint` / :func:`active_pins`, :func:`absolute_location` (a directory as
+  jobs will resolve it);
 * stability: :class:`StabilityCriteria`, :func:`assess_stability`, :func:`early_verdict`
   (the gate of blue-green deployments and upgrades, :mod:`.stability`);
 * names: :func:`validate_job_name`, :func:`validate_job_id` (the one rule for names that
@@ -46,7 +48,15 @@ from .errors import EngineError, InvalidNameError
 from .lineage import upgrade_chain
 from .names import validate_job_id, validate_job_name
 from .packaging import SHIP_CODE_ENV, code_archives
-from .savepoints import apply_savepoint_retention, dispose_savepoint, list_savepoints
+from .savepoints import (
+    RetentionReport,
+    active_pins,
+    apply_savepoint_retention,
+    dispose_savepoint,
+    list_savepoints,
+    pin_savepoint,
+    unpin_savepoint,
+)
 from .stability import StabilityCriteria, StabilityVerdict, assess_stability, early_verdict
 
 
@@ -79,16 +89,20 @@ __all__ = [
     "JobRecord",
     "MetadataSchemaError",
     "MetadataStore",
+    "RetentionReport",
     "StabilityCriteria",
     "StabilityVerdict",
     "absolute_location",
-    "assess_stability",
+    "active_pins",
     "apply_savepoint_retention",
+    "assess_stability",
     "code_archives",
     "dispose_savepoint",
     "early_verdict",
     "heartbeat_timeout",
     "list_savepoints",
+    "pin_savepoint",
+    "unpin_savepoint",
     "upgrade_chain",
     "upgrade_database",
     "validate_job_id",

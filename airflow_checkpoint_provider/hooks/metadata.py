@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseHook
 from sqlalchemy.engine import URL
 
+from airflow_checkpoint_provider import CONNECTION_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_checkpoint_provider.engine.client import (
     CheckpointRecord,
     ControlRequestRecord,
@@ -69,13 +70,24 @@ class CheckpointMetadataHook(BaseHook):
     conn_type = "checkpoint_metadata"
     hook_name = "Checkpoint metadata DB"
 
+    # The connection form: declared in get_provider_info() ("conn-fields" and
+    # "ui-field-behaviour" of the connection type), which Airflow >= 3.2 reads without
+    # importing the hook. The two methods below give the same form to older Airflows.
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """Extra fields ``url`` and ``driver`` (Airflow < 3.2; needs wtforms)."""
+        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+        from wtforms import StringField
+
+        return {name: StringField(field["label"], widget=BS3TextFieldWidget(),
+                                  description=field["description"])
+                for name, field in CONNECTION_FIELDS.items()}
+
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden-fields": [],
-            "relabeling": {"host": "Host, SQLAlchemy URL or SQLite path", "schema": "Database"},
-            "placeholders": {"extra": '{"url": "sqlite:////data/ckpt/metadata.db"}'},
-        }
+        """Relabelled and hinted standard fields (Airflow < 3.2)."""
+        return UI_FIELD_BEHAVIOUR
 
     def __init__(self, checkpoint_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)

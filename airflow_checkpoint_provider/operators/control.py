@@ -15,6 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_checkpoint_provider.assets import (
+    SAVEPOINTS_ALIAS,
+    emit_snapshot_event,
+    snapshot_extra,
+    with_alias_outlet,
+)
 from airflow_checkpoint_provider.engine.client import absolute_location
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
@@ -106,14 +112,55 @@ class _ControlRequestOperator(CheckpointBaseOperator):
 
 
 class _SavepointMixin:
+    emit_asset: bool = True
+    pin_seconds: float | None = None
+
     def _push_savepoint(self, context: Context, event: dict[str, Any]) -> str:
         location = event["location"]
         context["ti"].xcom_push(key="checkpoint_id", value=event.get("checkpoint_id"))
         context["ti"].xcom_push(key="savepoint_path", value=location)
+        store = self.hook.get_conn()  # type: ignore[attr-defined]
+        if self.pin_seconds not in (None, "", "None", 0):
+            self._pin(context, store, location)
         report_dir = self.report_dir or self.airflow_log_dir("checkpoint-reports")  # type: ignore[attr-defined]
-        CheckpointHistoryLink.persist(context, self.hook.get_conn(),  # type: ignore[attr-defined]
-                                      event["job_id"], report_dir)
+        CheckpointHistoryLink.persist(context, store, event["job_id"], report_dir)
+        if self.emit_asset:
+            self._emit_savepoint_asset(context, store, event)
         return location
+
+    def _pin(self, context: Context, store: Any, location: str) -> None:
+        """Pin the savepoint for this DAG run (retention keeps it until the pin expires or
+        :class:`UnpinSavepointsOperator` releases it). A failed pin is logged, not raised:
+        the savepoint (or the stop) already happened."""
+        from airflow_checkpoint_provider.engine.client import EngineError, pin_savepoint
+        from airflow_checkpoint_provider.operators.savepoints import dag_run_holder
+
+        try:
+            pin = pin_savepoint(store, location, holder=dag_run_holder(context),
+                                ttl_seconds=float(self.pin_seconds),  # type: ignore[arg-type]
+                                reason=f"taken by task {context['ti'].task_id}")
+        except (EngineError, ValueError) as exc:
+            self.log.warning("Could not pin savepoint %s: %s", location, exc)  # type: ignore[attr-defined]
+            return
+        context["ti"].xcom_push(key="pinned_until", value=pin.expires_at.isoformat()
+                                if pin.expires_at else None)
+        self.log.info("Pinned savepoint %s for %s until %s", location,  # type: ignore[attr-defined]
+                      pin.holder, pin.expires_at)
+
+    def _emit_savepoint_asset(self, context: Context, store: Any, event: dict[str, Any]) -> None:
+        """An event of ``checkpoint://<job_name>/savepoints`` through the task's
+        ``checkpoint-savepoints`` alias outlet (see :mod:`airflow_checkpoint_provider.assets`)."""
+        job = store.get_job(event["job_id"])
+        checkpoint_id = event.get("checkpoint_id")
+        record = (store.get_checkpoint(job.job_id, int(checkpoint_id))
+                  if checkpoint_id is not None else None)
+        extra = snapshot_extra(job_id=job.job_id, job_name=job.job_name,
+                               checkpoint_id=checkpoint_id, location=event["location"],
+                               kind="SAVEPOINT", record=record)
+        asset = emit_snapshot_event(context, SAVEPOINTS_ALIAS, extra)
+        if asset is not None:
+            self.log.info("Asset event %s: savepoint %s of job %s",  # type: ignore[attr-defined]
+                          asset.uri, checkpoint_id, job.job_id)
 
 
 class TriggerSavepointOperator(_SavepointMixin, _ControlRequestOperator):
@@ -128,19 +175,28 @@ class TriggerSavepointOperator(_SavepointMixin, _ControlRequestOperator):
     :param timeout: seconds to wait for the savepoint.
     :param report_dir: where the checkpoint-history report of the extra link is written
         (default ``<base_log_folder>/checkpoint-reports``).
+    :param emit_asset: emit an Airflow asset event of ``checkpoint://<job_name>/savepoints``
+        (extras: job id, job name, checkpoint id, location, kind) through the
+        ``checkpoint-savepoints`` asset alias outlet (default ``True``).
+    :param pin_seconds: pin the savepoint for this DAG run for this many seconds: savepoint
+        retention and dispose keep it meanwhile (default: no pin). XCom ``pinned_until``.
+        Templated.
     :param checkpoint_conn_id: the metadata DB connection.
     :param deferrable: wait in the triggerer.
     """
 
     action = "SAVEPOINT"
-    template_fields: Sequence[str] = ("job", "directory")
+    template_fields: Sequence[str] = ("job", "directory", "pin_seconds")
     operator_extra_links = (CheckpointHistoryLink(),)
 
     def __init__(self, *, job: str, directory: str | None = None, report_dir: str | None = None,
+                 emit_asset: bool = True, pin_seconds: float | str | None = None,
                  **kwargs: Any) -> None:
-        super().__init__(job=job, **kwargs)
+        super().__init__(job=job, **with_alias_outlet(kwargs, SAVEPOINTS_ALIAS, emit_asset))
         self.directory = directory
         self.report_dir = report_dir
+        self.emit_asset = emit_asset
+        self.pin_seconds = pin_seconds  # type: ignore[assignment]
 
     def request_params(self) -> dict[str, Any]:
         return {"directory": absolute_location(self.directory)} if self.directory else {}
@@ -164,18 +220,26 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
     :param timeout: seconds to wait for the savepoint, and again for the job to end.
     :param report_dir: where the checkpoint-history report of the extra link is written
         (default ``<base_log_folder>/checkpoint-reports``).
+    :param emit_asset: emit an asset event of ``checkpoint://<job_name>/savepoints``, as
+        :class:`TriggerSavepointOperator` does (default ``True``).
+    :param pin_seconds: pin the savepoint for this DAG run (the pending upgrade that restores
+        from it) for this many seconds; retention and dispose keep it meanwhile (default one
+        day; ``None``: no pin). XCom ``pinned_until``. Templated.
     :param checkpoint_conn_id: the metadata DB connection.
     :param deferrable: wait in the triggerer.
     """
 
     action = "STOP_WITH_SAVEPOINT"
     then_job_states = ["STOPPED", "FINISHED"]
-    template_fields: Sequence[str] = ("job", "directory")
+    template_fields: Sequence[str] = ("job", "directory", "pin_seconds")
     operator_extra_links = (CheckpointHistoryLink(),)
 
     def __init__(self, *, job: str, directory: str | None = None, drain: bool = False,
-                 report_dir: str | None = None, **kwargs: Any) -> None:
-        super().__init__(job=job, **kwargs)
+                 report_dir: str | None = None, emit_asset: bool = True,
+                 pin_seconds: float | str | None = 86400.0, **kwargs: Any) -> None:
+        super().__init__(job=job, **with_alias_outlet(kwargs, SAVEPOINTS_ALIAS, emit_asset))
+        self.emit_asset = emit_asset
+        self.pin_seconds = pin_seconds  # type: ignore[assignment]
         self.directory = directory
         self.drain = drain
         self.report_dir = report_dir

@@ -1,4 +1,4 @@
-"""Operator disposing savepoints: a retention policy (max age / max count) or given paths."""
+"""Operators on savepoints: dispose them (a retention policy or given paths), pin and unpin."""
 
 from __future__ import annotations
 
@@ -13,17 +13,30 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
+def dag_run_holder(context: Context) -> str:
+    """The pin holder of this DAG run: ``airflow:<dag_id>/<run_id>``."""
+    ti = context["ti"]
+    return f"airflow:{ti.dag_id}/{ti.run_id}"
+
+
 class DisposeSavepointsOperator(CheckpointBaseOperator):
     """
     Delete savepoints and mark their rows DISCARDED.
 
     With ``job_name``: apply a retention policy to the savepoints of every job of that name —
-    dispose those older than ``max_age_seconds`` and those beyond the newest ``max_count``;
-    the newest completed savepoint is always kept, and a savepoint a running job was
-    restored from is kept too. With ``paths``: dispose exactly those (a path that is not a
-    savepoint, or is still used by a running job, fails the task).
+    dispose those older than ``max_age_seconds`` and those beyond the newest ``max_count``.
+    Never disposed: the newest completed savepoint; one a job that is not terminal was
+    restored from; one with an unexpired pin (:class:`PinSavepointOperator`, the
+    ``pin_seconds`` of the savepoint operators, ``ckpt pin``). With ``paths``: dispose
+    exactly those (a path that is not a savepoint, is still used by a running job or is
+    pinned fails the task).
 
-    The return value is the list of disposed locations.
+    The return value is the list of disposed locations. XCom ``retention_report`` says, for
+    every savepoint retention looked at, what it did and why: ``{"job_name", "max_count",
+    "max_age_seconds", "disposed", "kept", "savepoints": [{"location", "job_id",
+    "job_name", "checkpoint_id", "complete_time", "decision": "kept"|"disposed", "rule":
+    "newest"|"restored"|"pinned"|"retained"|"disposed"|"missing"|"refused", "reason"}]}``;
+    the task log has one line per savepoint.
 
     :param job_name: job name whose savepoints the retention policy applies to. Templated.
     :param max_age_seconds: dispose savepoints completed longer ago than this. Templated.
@@ -63,12 +76,84 @@ class DisposeSavepointsOperator(CheckpointBaseOperator):
                 raise AirflowException(f"cannot dispose {path}: {exc}") from exc
             disposed.append(path)
         if self.job_name:
-            disposed += apply_savepoint_retention(
+            report = apply_savepoint_retention(
                 store, job_name=self.job_name, max_age_seconds=_number(self.max_age_seconds, float),
                 max_count=_number(self.max_count, int))
+            self.log.info("Savepoint retention of %s:%s", self.job_name,
+                          "".join(f"\n  {line}" for line in report.lines()) or " no savepoints")
+            context["ti"].xcom_push(key="retention_report", value=report.to_dict())
+            disposed += report.disposed
         self.log.info("Disposed %d savepoint(s)%s", len(disposed),
                       "".join(f"\n  {p}" for p in disposed))
         return disposed
+
+
+class PinSavepointOperator(CheckpointBaseOperator):
+    """
+    Pin a savepoint so retention and dispose keep it, e.g. the savepoint an upgrade will
+    restore from, between stopping v1 and starting v2 (once v2 runs, it is kept because a
+    running job was restored from it). Returns the pin as a dict.
+
+    :param path: the savepoint directory. Templated.
+    :param holder: who needs it (default: this DAG run, ``airflow:<dag_id>/<run_id>``).
+        Templated.
+    :param ttl_seconds: the pin expires after this many seconds (default one day; ``None``:
+        until unpinned), so a DAG run that dies never keeps a savepoint forever. Templated.
+    :param reason: shown by retention. Templated.
+    :param checkpoint_conn_id: the metadata DB connection.
+    """
+
+    template_fields: Sequence[str] = ("path", "holder", "ttl_seconds", "reason")
+
+    def __init__(self, *, path: str, holder: str | None = None,
+                 ttl_seconds: float | str | None = 86400.0, reason: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.path = path
+        self.holder = holder
+        self.ttl_seconds = ttl_seconds
+        self.reason = reason
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_checkpoint_provider.engine.client import EngineError, pin_savepoint
+
+        holder = self.holder or dag_run_holder(context)
+        try:
+            pin = pin_savepoint(self.hook.get_conn(), self.path, holder=holder,
+                                ttl_seconds=_number(self.ttl_seconds, float),
+                                reason=self.reason or f"task {context['ti'].task_id}")
+        except (EngineError, ValueError) as exc:
+            raise AirflowException(f"cannot pin {self.path}: {exc}") from exc
+        self.log.info("Pinned savepoint %s for %s until %s", pin.location, pin.holder,
+                      pin.expires_at or "unpinned")
+        return pin.to_dict()
+
+
+class UnpinSavepointsOperator(CheckpointBaseOperator):
+    """
+    Release pins: by default every pin this DAG run holds (run it last, with
+    ``trigger_rule="all_done"``). Returns how many pins were released.
+
+    :param holder: whose pins (default: this DAG run). Templated.
+    :param path: only the pin on this savepoint. Templated.
+    :param checkpoint_conn_id: the metadata DB connection.
+    """
+
+    template_fields: Sequence[str] = ("holder", "path")
+
+    def __init__(self, *, holder: str | None = None, path: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.holder = holder
+        self.path = path
+
+    def execute(self, context: Context) -> int:
+        from airflow_checkpoint_provider.engine.client import unpin_savepoint
+
+        holder = self.holder or dag_run_holder(context)
+        removed = unpin_savepoint(self.hook.get_conn(), holder=holder, path=self.path or None)
+        self.log.info("Released %d savepoint pin(s) of %s", removed, holder)
+        return removed
 
 
 def _number(value, kind):

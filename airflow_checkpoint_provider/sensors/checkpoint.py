@@ -16,6 +16,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
+from airflow_checkpoint_provider.assets import (
+    CHECKPOINTS_ALIAS,
+    emit_snapshot_event,
+    snapshot_extra,
+    with_alias_outlet,
+)
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
 from airflow_checkpoint_provider.triggers.checkpoint import (
     CheckpointCompletedTrigger,
@@ -130,6 +136,10 @@ class CheckpointCompletedSensor(_MetadataSensor):
         must have restored a savepoint or checkpoint (fails at once if it restored nothing).
     :param min_count: how many matching completed checkpoints to wait for. Templated.
     :param require_running: the job must also be RUNNING when they are there (health gate).
+    :param emit_asset: when satisfied, emit an asset event of the newest checkpoint seen
+        (``checkpoint://<job_name>/checkpoints``, or ``/savepoints`` for a savepoint; extras
+        as the savepoint operators') through the ``checkpoint-checkpoints`` alias outlet
+        (default ``False``).
     :param checkpoint_conn_id: the metadata DB connection.
     :param deferrable: wait in the triggerer.
     """
@@ -140,8 +150,9 @@ class CheckpointCompletedSensor(_MetadataSensor):
                  after_checkpoint_id: int | str | None = None,
                  after_time: datetime | str | None = None, after_restore: bool = False,
                  min_count: int | str = 1, require_running: bool = False,
-                 **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+                 emit_asset: bool = False, **kwargs: Any) -> None:
+        super().__init__(**with_alias_outlet(kwargs, CHECKPOINTS_ALIAS, emit_asset))
+        self.emit_asset = emit_asset
         self.job = job
         self.kind = kind
         self.after_checkpoint_id = after_checkpoint_id
@@ -170,6 +181,35 @@ class CheckpointCompletedSensor(_MetadataSensor):
             after_time=datetime.fromisoformat(after_time) if after_time else None,
             after_restore=self.after_restore, min_count=int(self.min_count),
             require_running=self.require_running)
+
+    def poke(self, context: Context) -> PokeReturnValue | bool:
+        result = super().poke(context)
+        if self.emit_asset and isinstance(result, PokeReturnValue) and result.is_done:
+            self._emit(context, result.xcom_value)
+        return result
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        result = super().execute_complete(context, event)
+        if self.emit_asset:
+            self._emit(context, result)
+        return result
+
+    def _emit(self, context: Context, event: dict[str, Any]) -> None:
+        hook = CheckpointMetadataHook(checkpoint_conn_id=self.checkpoint_conn_id)
+        try:
+            store = hook.get_conn()
+            job = store.get_job(event["job_id"])
+            record = store.get_checkpoint(job.job_id, int(event["checkpoint_id"]))
+        finally:
+            hook.close()
+        kind = record.kind if record is not None else (self.kind or "CHECKPOINT")
+        extra = snapshot_extra(job_id=job.job_id, job_name=job.job_name,
+                               checkpoint_id=event["checkpoint_id"], location=event["location"],
+                               kind=kind, record=record)
+        asset = emit_snapshot_event(context, CHECKPOINTS_ALIAS, extra)
+        if asset is not None:
+            self.log.info("Asset event %s: %s %s of job %s", asset.uri, kind.lower(),
+                          event["checkpoint_id"], job.job_id)
 
     def trigger(self, end_time: float) -> BaseTrigger:
         return CheckpointCompletedTrigger(

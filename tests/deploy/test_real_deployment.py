@@ -106,6 +106,8 @@ def deployment(tmp_path_factory, postgres_server, spark_cluster):
         airflow.start()
         for dag_id in ("savepoint_upgrade_restore", "blue_green_upgrade"):
             airflow.wait_for_dag(dag_id)
+        # scheduled (@hourly): unpaused by its test, else its own first run would race others
+        airflow.wait_for_dag("scheduled_savepoints", unpause=False)
         yield dep
     finally:
         try:
@@ -224,3 +226,55 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
     assert {"savepoint_upgrade_restore/stop_v1", "savepoint_upgrade_restore/wait_v2_checkpoint",
             "blue_green_upgrade/savepoint_blue", "blue_green_upgrade/health_gate",
             "blue_green_upgrade/stop_blue"} <= fired, fired
+
+
+@pytest.mark.timeout(900)
+def test_a_scheduled_savepoint_emits_an_asset_event_visible_through_the_rest_api(
+        deployment, spark_cluster):
+    """scheduled_savepoints on a job of its own: the savepoint task's asset event
+    (checkpoint://<job>/savepoints) is read back through /api/v2/assets/events with the
+    savepoint's job id, checkpoint id and location; retention reports why it kept it."""
+    dep, store = deployment, deployment.store
+    job_name, job_dir = "asset-events-sum", os.path.join(dep.jobs_dir, "asset-events")
+    out = subprocess.run(
+        [os.path.join(BIN, "ckpt"), "run", f"{EXAMPLE}:build_v1", "--job-name", job_name,
+         "--runner", "spark", "--master", spark_cluster.url, "--db", dep.metadata_url,
+         "--detach", "--json", "--log-file", os.path.join(job_dir, "job.log")],
+        env={**os.environ, **dep.env, "CKPT_EXAMPLE_DIR": job_dir}, text=True,
+        capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job = store.resolve_job(job_name)
+    try:
+        assert job.status == "RUNNING"
+        dep.airflow.set_paused("scheduled_savepoints", False)
+        state, run, tis = dep.run_dag("scheduled_savepoints", "scheduled_savepoints", {
+            "job_name": job_name, "savepoint_dir": os.path.join(job_dir, "savepoints"),
+            "max_count": 5, "max_age_hours": 72})
+        assert tis == {"savepoint": "success", "retention": "success"}, tis
+        assert state == "success"
+        savepoint = dep.airflow.xcom("scheduled_savepoints", run, "savepoint")
+        checkpoint_id = dep.airflow.xcom("scheduled_savepoints", run, "savepoint", "checkpoint_id")
+
+        [event] = dep.airflow.asset_events(source_dag_id="scheduled_savepoints",
+                                           source_run_id=run)
+        assert event["uri"] == event["name"] == f"checkpoint://{job_name}/savepoints"
+        assert event["source_task_id"] == "savepoint"
+        extra = event["extra"]
+        assert {k: extra[k] for k in ("job_id", "job_name", "checkpoint_id", "location",
+                                      "kind")} == {
+            "job_id": job.job_id, "job_name": job_name, "checkpoint_id": checkpoint_id,
+            "location": savepoint, "kind": "SAVEPOINT"}
+        row = store.get_checkpoint(job.job_id, checkpoint_id)
+        assert row.kind == "SAVEPOINT" and row.status == "COMPLETED" and row.location == savepoint
+
+        report = dep.airflow.xcom("scheduled_savepoints", run, "retention", "retention_report")
+        assert [(e["location"], e["decision"], e["rule"]) for e in report["savepoints"]] == [
+            (savepoint, "kept", "newest")], report
+    finally:
+        dep.airflow.set_paused("scheduled_savepoints", True)
+        if store.get_job(job.job_id).status in ACTIVE:
+            store.submit_control_request(job.job_id, "CANCEL", {})
+            deadline = time.monotonic() + 60
+            while store.get_job(job.job_id).status in ACTIVE and time.monotonic() < deadline:
+                time.sleep(0.5)
+        assert store.get_job(job.job_id).status == "CANCELED"

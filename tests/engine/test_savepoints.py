@@ -162,12 +162,12 @@ def test_dispose_and_retention(tmp_path):
         dispose_savepoint(bg.store.latest_completed_checkpoint(job_id=job.job_id).location, bg.store)
     bg.request(job.job_id, "CANCEL")
     bg.result()
-    disposed = apply_savepoint_retention(bg.store, job_name="versioned", max_count=1)
+    disposed = apply_savepoint_retention(bg.store, job_name="versioned", max_count=1).disposed
     assert disposed == locations[:2]
     assert not os.path.exists(locations[0]) and os.path.exists(locations[2])
     assert [r.location for r in list_savepoints(bg.store, job_name="versioned")] == locations[2:]
     # max age 0 disposes everything but the newest
-    assert apply_savepoint_retention(bg.store, job_name="versioned", max_age_seconds=0) == []
+    assert apply_savepoint_retention(bg.store, job_name="versioned", max_age_seconds=0).disposed == []
     db = bg.pipeline.metadata_url
     res = CliRunner().invoke(ckpt, ["dispose", locations[2], "--db", db])
     assert res.exit_code == 0 and not os.path.exists(locations[2])

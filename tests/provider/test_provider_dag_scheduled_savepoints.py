@@ -30,10 +30,39 @@ def test_each_run_takes_a_savepoint_and_retention_disposes_the_older_ones(
     assert first != second
     assert xcom(runs[0][2], "retention") == []
     assert xcom(runs[1][2], "retention") == [first]
+    report = xcom(runs[1][2], "retention", key="retention_report")
+    assert [(s["location"], s["decision"], s["rule"]) for s in report["savepoints"]] == [
+        (first, "disposed", "disposed"), (second, "kept", "newest")]
+    assert report["savepoints"][0]["reason"] == "beyond max_count 1 (newest 2)"
     rows = {c.location: c for c in store.list_checkpoints(job, kind="SAVEPOINT")}
     assert rows[first].status == "DISCARDED" and not os.path.exists(first)
     assert rows[second].status == "COMPLETED"
     assert os.path.isfile(os.path.join(second, "_metadata"))
     assert xcom(runs[1][2], "savepoint", key="savepoint_path") == second
     assert store.get_job(job).status == "RUNNING"
+
+    # each savepoint emitted an asset event of checkpoint://versioned-sum/savepoints
+    for (_, _, dr), location in zip(runs, (first, second), strict=True):
+        [event] = asset_events(dr, "savepoint")
+        assert event["uri"] == "checkpoint://versioned-sum/savepoints"
+        checkpoint_id = xcom(dr, "savepoint", key="checkpoint_id")
+        row = store.get_checkpoint(job, checkpoint_id)
+        assert event["extra"] == {
+            "job_id": job, "job_name": "versioned-sum", "checkpoint_id": checkpoint_id,
+            "location": location, "kind": "SAVEPOINT", "state_size": row.state_size,
+            "complete_time": row.complete_time.isoformat()}
+        assert event["aliases"] == ["checkpoint-savepoints"]
     store.close()
+
+
+def asset_events(dr, task_id: str) -> list[dict]:
+    """The asset events a task of a DAG run emitted, as Airflow's DB holds them."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(AssetEvent).filter(AssetEvent.source_dag_id == dr.dag_id,
+                                                AssetEvent.source_run_id == dr.run_id,
+                                                AssetEvent.source_task_id == task_id).all()
+        return [{"uri": e.asset.uri, "extra": e.extra,
+                 "aliases": [a.name for a in e.source_aliases]} for e in rows]

@@ -24,7 +24,7 @@ are serialized by the write lock (SQLite) or an advisory lock (PostgreSQL).
 
 Modules: :mod:`.db` (engine, schema, retries), :mod:`.records`, :mod:`.base` (opening,
 transactions), one mixin per table family (:mod:`.jobs`, :mod:`.checkpoints`,
-:mod:`.control`) and :mod:`.models` (tables and status enums).
+:mod:`.control`, :mod:`.pins`) and :mod:`.models` (tables and status enums).
 """
 
 from .checkpoints import CheckpointsMixin
@@ -41,10 +41,17 @@ from .db import (
 )
 from .jobs import ACTIVE_JOB_STATUSES, heartbeat_timeout
 from .models import TERMINAL_JOB_STATUSES
-from .records import AttemptRecord, CheckpointRecord, ControlRequestRecord, JobRecord
+from .pins import SavepointPinsMixin
+from .records import (
+    AttemptRecord,
+    CheckpointRecord,
+    ControlRequestRecord,
+    JobRecord,
+    SavepointPinRecord,
+)
 
 
-class MetadataStore(ControlRequestsMixin, CheckpointsMixin):
+class MetadataStore(ControlRequestsMixin, CheckpointsMixin, SavepointPinsMixin):
     """Read and write the metadata DB (see :mod:`.models` for the tables and states).
 
     Thread-safe: every call runs in its own transaction on a pooled connection. Several
@@ -68,6 +75,7 @@ __all__ = [
     "JobRecord",
     "MetadataSchemaError",
     "MetadataStore",
+    "SavepointPinRecord",
     "TERMINAL_JOB_STATUSES",
     "alembic_config",
     "configure_sqlite_engine",

@@ -351,6 +351,29 @@ class SharedStateRow(Base):
     last_used_checkpoint: Mapped[int] = mapped_column(BigInteger)
 
 
+class SavepointPinRow(Base):
+    """``savepoint_pins``: a savepoint that retention and dispose must keep (revision
+    0004).
+
+    One row per (savepoint location, holder): pinning again with the same holder renews it.
+    ``holder`` says who needs the savepoint (``airflow:<dag_id>/<run_id>`` for a DAG run, a
+    user name, ``upgrade-orders``); ``expires_at`` (NULL: until unpinned) bounds a pin whose
+    holder died, so a crashed upgrade never keeps a savepoint forever.
+    """
+
+    __tablename__ = "savepoint_pins"
+    __table_args__ = (UniqueConstraint("location", "holder"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    location: Mapped[str] = mapped_column(String(1024))
+    holder: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime | None]
+
+
 __all__ = [
     "TERMINAL_CONTROL_REQUEST_STATUSES",
     "TERMINAL_JOB_STATUSES",
@@ -365,6 +388,7 @@ __all__ = [
     "JobRow",
     "JobStatus",
     "OperatorStateSizeRow",
+    "SavepointPinRow",
     "SharedStateRow",
     "UTCDateTime",
     "as_utc",

@@ -14,6 +14,7 @@ from .models import (
     ControlRequestRow,
     JobAttemptRow,
     JobRow,
+    SavepointPinRow,
     as_utc,
 )
 
@@ -175,3 +176,23 @@ class ControlRequestRecord(_Record):
             updated_at=as_utc(row.updated_at),
             idempotency_key=row.idempotency_key,
         )
+
+
+@dataclass(frozen=True)
+class SavepointPinRecord(_Record):
+    """A row of ``savepoint_pins``: ``holder`` needs the savepoint at ``location`` until
+    ``expires_at`` (``None``: until unpinned)."""
+
+    location: str
+    holder: str
+    reason: str | None
+    created_at: datetime
+    expires_at: datetime | None
+
+    def is_active(self, now: datetime) -> bool:
+        return self.expires_at is None or self.expires_at > now
+
+    @classmethod
+    def from_row(cls, row: SavepointPinRow) -> SavepointPinRecord:
+        return cls(location=row.location, holder=row.holder, reason=row.reason,
+                   created_at=as_utc(row.created_at), expires_at=_aware(row.expires_at))
