@@ -91,16 +91,40 @@ class _ControlRequestOperator(CheckpointBaseOperator):
 
     def execute(self, context: Context) -> Any:
         request_id = self.submit(context)
-        states = self.then_job_states
+        return self.wait_for_request(context, request_id, then_job_states=self.then_job_states,
+                                     timeout=self.timeout, method_name="execute_complete")
+
+    def wait_for_request(self, context: Context, request_id: str, *,
+                         then_job_states: list[str] | None, timeout: float,
+                         method_name: str) -> Any:
+        """Wait (deferred or polling) until the request is answered and its job is in one of
+        ``then_job_states``; then call ``method_name(context, event)``."""
         return self.wait_until(
             context,
-            check=lambda store: check_control_request(store, request_id, then_job_states=states),
-            trigger=ControlRequestTrigger(request_id=request_id, then_job_states=states,
+            check=lambda store: check_control_request(store, request_id,
+                                                      then_job_states=then_job_states),
+            trigger=ControlRequestTrigger(request_id=request_id, then_job_states=then_job_states,
                                           checkpoint_conn_id=self.checkpoint_conn_id,
                                           poll_interval=self.poll_interval,
-                                          end_time=time.time() + self.timeout),
-            method_name="execute_complete", timeout=self.timeout,
-            what=f"{self.action} request {request_id}")
+                                          end_time=time.time() + timeout),
+            method_name=method_name, timeout=timeout, what=f"control request {request_id}")
+
+    def find_or_submit(self, context: Context, job_id: str, action: str, params: dict[str, Any],
+                       *, key_suffix: str) -> str | None:
+        """A second request of this task instance (e.g. the cancel after a failed savepoint):
+        the one an earlier try submitted, else a new one; ``None`` when the job takes no
+        requests (it ended meanwhile)."""
+        key = f"{self.idempotency_key(context)}:{key_suffix}"
+        earlier = self.hook.get_conn().find_control_request(key)
+        if earlier is not None:
+            return earlier.request_id
+        try:
+            request_id = self.hook.submit_control_request(job_id, action, params,
+                                                          idempotency_key=key)
+        except ValueError:
+            return None
+        self.log.info("Submitted %s request %s for job %s", action, request_id, job_id)
+        return request_id
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         event = self.check_event(event)
@@ -299,27 +323,15 @@ class CancelJobOperator(_ControlRequestOperator):
         return super().execute(context)
 
     def _stop_with_savepoint(self, context: Context, job_id: str) -> Any:
-        key = f"{self.idempotency_key(context)}:savepoint"
-        earlier = self.hook.get_conn().find_control_request(key)
-        if earlier is not None:
-            request_id = earlier.request_id
-        else:
-            params = {"directory": absolute_location(self.directory)} if self.directory else {}
-            try:
-                request_id = self.hook.submit_control_request(
-                    job_id, "STOP_WITH_SAVEPOINT", params, idempotency_key=key)
-            except ValueError:  # it ended meanwhile
-                return super().execute(context)
-        states = StopWithSavepointOperator.then_job_states
-        return self.wait_until(
-            context,
-            check=lambda store: check_control_request(store, request_id, then_job_states=states),
-            trigger=ControlRequestTrigger(request_id=request_id, then_job_states=states,
-                                          checkpoint_conn_id=self.checkpoint_conn_id,
-                                          poll_interval=self.poll_interval,
-                                          end_time=time.time() + self.savepoint_timeout),
-            method_name="savepoint_complete", timeout=self.savepoint_timeout,
-            what=f"the savepoint before cancelling job {job_id}")
+        params = {"directory": absolute_location(self.directory)} if self.directory else {}
+        request_id = self.find_or_submit(context, job_id, "STOP_WITH_SAVEPOINT", params,
+                                         key_suffix="savepoint")
+        if request_id is None:  # it ended meanwhile
+            return super().execute(context)
+        return self.wait_for_request(context, request_id,
+                                     then_job_states=StopWithSavepointOperator.then_job_states,
+                                     timeout=self.savepoint_timeout,
+                                     method_name="savepoint_complete")
 
     def savepoint_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if (event or {}).get("status") == "success":

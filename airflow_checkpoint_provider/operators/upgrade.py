@@ -27,8 +27,6 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_checkpoint_provider.engine.client import ACTIVE_JOB_STATUSES
 from airflow_checkpoint_provider.operators.control import StopWithSavepointOperator
-from airflow_checkpoint_provider.triggers.checkpoint import ControlRequestTrigger
-from airflow_checkpoint_provider.triggers.conditions import check_control_request
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -137,30 +135,15 @@ class StopForUpgradeOperator(StopWithSavepointOperator):
                           job.job_id, job.status)
             return self.last_state_complete(context, {"status": "success", "job_id": job.job_id,
                                                       "message": f"job is {job.status}"})
-        key = f"{self.idempotency_key(context)}:last-state"
-        earlier = self.hook.get_conn().find_control_request(key)
-        if earlier is not None:
-            request_id = earlier.request_id
-        else:
-            try:
-                request_id = self.hook.submit_control_request(job.job_id, "CANCEL", {},
-                                                              idempotency_key=key)
-            except ValueError:  # it ended meanwhile
-                return self.last_state_complete(context, {"status": "success",
-                                                          "job_id": job.job_id,
-                                                          "message": "job ended"})
-            self.log.info("Cancelling job %s (%s) for a last-state upgrade (request %s)",
-                          job.job_name, job.job_id, request_id)
-        return self.wait_until(
-            context,
-            check=lambda store: check_control_request(store, request_id,
-                                                      then_job_states=["CANCELED"]),
-            trigger=ControlRequestTrigger(request_id=request_id, then_job_states=["CANCELED"],
-                                          checkpoint_conn_id=self.checkpoint_conn_id,
-                                          poll_interval=self.poll_interval,
-                                          end_time=_end(self.timeout)),
-            method_name="last_state_complete", timeout=self.timeout,
-            what=f"the cancellation of job {job.job_id}")
+        request_id = self.find_or_submit(context, job.job_id, "CANCEL", {},
+                                         key_suffix="last-state")
+        if request_id is None:  # it ended meanwhile
+            return self.last_state_complete(context, {"status": "success", "job_id": job.job_id,
+                                                      "message": "job ended"})
+        self.log.info("Cancelling job %s (%s) for a last-state upgrade (request %s)",
+                      job.job_name, job.job_id, request_id)
+        return self.wait_for_request(context, request_id, then_job_states=["CANCELED"],
+                                     timeout=self.timeout, method_name="last_state_complete")
 
     def last_state_complete(self, context: Context, event: dict[str, Any]) -> str:
         """The job is no longer running: hand over its newest completed checkpoint (one
@@ -195,9 +178,3 @@ class StopForUpgradeOperator(StopWithSavepointOperator):
                 f"last-state upgrade of job {job.job_name} ({job.job_id}) refused: its latest "
                 f"completed checkpoint {latest.checkpoint_id} is {age:.0f} s old "
                 f"(max_checkpoint_age {limit:.0f} s)")
-
-
-def _end(timeout: float) -> float:
-    import time
-
-    return time.time() + timeout
