@@ -21,7 +21,8 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
 * names: :func:`validate_job_name`, :func:`validate_job_id` (the one rule for names that
   become paths, :mod:`.names`);
 * reports and lineage: :class:`ReportData` / :func:`render_report_html` (the ``ckpt report``
-  page; imported on first use, it needs matplotlib), :func:`upgrade_chain`;
+  page; imported on first use, it needs matplotlib), :func:`upgrade_chain`,
+  :func:`pipeline_datasets` (the datasets a pipeline reads and writes, for OpenLineage);
 * errors: :class:`EngineError` and its subclasses in :mod:`.errors`.
 """
 
@@ -45,7 +46,7 @@ from .catalog import (
 )
 from .checkpoint.storage import absolute_location
 from .errors import EngineError, InvalidNameError
-from .lineage import upgrade_chain
+from .lineage import pipeline_datasets, upgrade_chain
 from .names import validate_job_id, validate_job_name
 from .packaging import SHIP_CODE_ENV, code_archives
 from .savepoints import (
@@ -102,6 +103,7 @@ __all__ = [
     "heartbeat_timeout",
     "list_savepoints",
     "pin_savepoint",
+    "pipeline_datasets",
     "unpin_savepoint",
     "upgrade_chain",
     "upgrade_database",

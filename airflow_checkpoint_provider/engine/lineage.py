@@ -45,3 +45,25 @@ def upgrade_chain(store: MetadataStore, job_id: str) -> list[JobRecord]:
                 visited.add(nxt.job_id)
                 queue.append(nxt)
     return sorted(chain, key=lambda j: (j.created_at, j.job_id))
+
+
+def pipeline_datasets(pipeline) -> dict[str, list[dict[str, str]]]:
+    """What a pipeline (an :class:`~.api.Pipeline`, or its ``module:function`` reference)
+    reads and writes, from its sources' and sinks' :meth:`lineage_dataset`:
+    ``{"inputs": [...], "outputs": [...]}``, each entry ``{"namespace", "name", "uid"}`` in
+    OpenLineage's dataset naming. Connectors without an external dataset (a generator, the
+    discarding sink) are left out."""
+    if isinstance(pipeline, str):
+        from .cli import load_pipeline
+
+        pipeline = load_pipeline(pipeline)
+    out: dict[str, list[dict[str, str]]] = {"inputs": [], "outputs": []}
+    for node in pipeline._graph.nodes:
+        if node.kind not in ("source", "sink"):
+            continue
+        dataset = getattr(node.payload, "lineage_dataset", lambda: None)()
+        if dataset is not None:
+            namespace, name = dataset
+            out["inputs" if node.kind == "source" else "outputs"].append(
+                {"namespace": namespace, "name": name, "uid": node.uid or node.name})
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -140,6 +141,38 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         self.report_dir = report_dir
         self.ship_code = ship_code
         self._submit_hook: CheckpointSubmitHook | None = None
+
+    # -- OpenLineage ---------------------------------------------------------------------------
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """The pipeline's sources and sinks as OpenLineage input and output datasets (with
+        the openlineage provider installed; lineage never fails the task)."""
+        from airflow.providers.openlineage.extractors import OperatorLineage
+        from openlineage.client.event_v2 import Dataset
+
+        from airflow_checkpoint_provider.engine.client import pipeline_datasets
+
+        env = _mapping(self.env_vars, "env_vars") or {}
+        saved = {k: os.environ.get(k) for k in env}
+        try:
+            os.environ.update({k: str(v) for k, v in env.items()})  # options the pipeline reads
+            datasets = pipeline_datasets(str(self.pipeline))
+        except Exception as exc:  # noqa: BLE001 - lineage is best effort
+            self.log.warning("No lineage for %s: %s", self.pipeline, exc)
+            return OperatorLineage()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        return OperatorLineage(
+            inputs=[Dataset(namespace=d["namespace"], name=d["name"]) for d in datasets["inputs"]],
+            outputs=[Dataset(namespace=d["namespace"], name=d["name"])
+                     for d in datasets["outputs"]])
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return self.get_openlineage_facets_on_start()
 
     # -- job identity ------------------------------------------------------------------------
 

@@ -58,6 +58,11 @@ class Source:
         """Open a reader for ``split_id`` at ``position`` (``None``: from the start)."""
         raise NotImplementedError
 
+    def lineage_dataset(self) -> tuple[str, str] | None:
+        """``(namespace, name)`` of what this connector reads or writes, in OpenLineage's
+        dataset naming; ``None`` when it has no external dataset (a generator)."""
+        return None
+
     def describe(self) -> str:
         return type(self).__name__
 
@@ -96,6 +101,11 @@ class Sink:
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
         raise NotImplementedError
 
+    def lineage_dataset(self) -> tuple[str, str] | None:
+        """``(namespace, name)`` of what this connector reads or writes, in OpenLineage's
+        dataset naming; ``None`` when it has no external dataset (a generator)."""
+        return None
+
     def describe(self) -> str:
         return type(self).__name__
 
@@ -109,3 +119,29 @@ class Sink:
         a job falls back to that checkpoint because newer ones are corrupt (their records are
         replayed). The default keeps everything (a sink that cannot undo may duplicate)."""
         return []
+
+
+def dataset_for_location(location: str) -> tuple[str, str]:
+    """OpenLineage dataset naming of a file or object-store location: ``("s3://bucket",
+    "key/path")`` for S3, ``("file", "/absolute/path")`` for a local path or ``file://``."""
+    import os
+    from urllib.parse import urlsplit
+
+    if location.startswith("s3://") or location.startswith("s3a://"):
+        parts = urlsplit(location)
+        return f"s3://{parts.netloc}", parts.path.strip("/")
+    if location.startswith("file://"):
+        location = urlsplit(location).path
+    return "file", os.path.abspath(location)
+
+
+def iceberg_dataset(catalog: dict[str, str], identifier: str) -> tuple[str, str]:
+    """An Iceberg table's dataset: its warehouse (or catalog URI, without credentials) and
+    ``namespace.table``."""
+    from urllib.parse import urlsplit
+
+    where = catalog.get("warehouse") or catalog.get("uri") or "iceberg"
+    parts = urlsplit(where)
+    if parts.password or parts.username:
+        where = parts._replace(netloc=parts.hostname or "").geturl()
+    return where.rstrip("/"), identifier

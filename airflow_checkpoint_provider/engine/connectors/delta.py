@@ -14,7 +14,7 @@ import pyarrow as pa
 from ..checkpoint.storage import join
 from ..errors import ConfigurationError
 from ..extras import require
-from .base import SourceContext
+from .base import SourceContext, dataset_for_location
 from .lakehouse import STAGING, StagedTableSink, StagedTableWriter
 
 
@@ -73,6 +73,9 @@ class DeltaSink(StagedTableSink):
         self.partition_by = list(partition_by or [])
         self.storage_options = dict(storage_options or {})
         self.staging_dir = join(self.table_uri, STAGING)
+
+    def lineage_dataset(self) -> tuple[str, str]:
+        return dataset_for_location(self.table_uri)
 
     def describe(self) -> str:
         return f"delta({self.table_uri})"

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ConfigurationError, DeterministicError, EngineError, RestoreError
-from .base import Source, SourceContext, SplitReader
+from .base import Source, SourceContext, SplitReader, dataset_for_location
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +276,9 @@ class FileSource(Source):
         if fmt == "csv":
             return _CsvReader(path, where, start, self.csv_types)
         return _ParquetReader(path, where, start, self.parquet_batch_size)
+
+    def lineage_dataset(self) -> tuple[str, str]:
+        return dataset_for_location(self.directory)
 
     def describe(self) -> str:
         return f"files({self.directory}, {self.format or 'auto'})"

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 from ..snapshot.handles import SinkTransaction
 from ..snapshot.paths import corrupt
-from .base import Sink, SinkWriter, SourceContext
+from .base import Sink, SinkWriter, SourceContext, dataset_for_location
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,9 @@ class FileSink(Sink):
             log.info("File sink %r: removed %d staged files left by ended job %s", operator_uid,
                      len(doomed), job_id)
         return doomed
+
+    def lineage_dataset(self) -> tuple[str, str]:
+        return dataset_for_location(self.directory)
 
     def describe(self) -> str:
         return f"files({self.directory})"

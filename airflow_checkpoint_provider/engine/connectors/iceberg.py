@@ -16,7 +16,7 @@ import time
 import pyarrow as pa
 
 from ..errors import ConfigurationError
-from .base import SourceContext
+from .base import SourceContext, iceberg_dataset
 from .lakehouse import STAGING, StagedTableSink, StagedTableWriter
 
 
@@ -125,6 +125,9 @@ class IcebergSink(StagedTableSink):
                     f"{warehouse!r} is not a local file:// path)")
             staging_dir = os.path.join(warehouse.removeprefix("file://"), STAGING, identifier)
         self.staging_dir = staging_dir
+
+    def lineage_dataset(self) -> tuple[str, str]:
+        return iceberg_dataset(self.catalog, self.identifier)
 
     def describe(self) -> str:
         return f"iceberg({self.identifier})"

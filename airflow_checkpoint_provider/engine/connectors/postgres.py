@@ -70,6 +70,15 @@ class PostgresSink(Sink):
         require("postgres")
         return _PostgresWriter(self, ctx)
 
+    def lineage_dataset(self) -> tuple[str, str]:
+        """``("postgres://host:port", "database.schema.table")``, without credentials."""
+        from sqlalchemy.engine import make_url
+
+        url = make_url(_dsn(self.url))
+        schema, _, table = self.table.rpartition(".")
+        return (f"postgres://{url.host or 'localhost'}:{url.port or 5432}",
+                f"{url.database}.{schema or 'public'}.{table}")
+
     def describe(self) -> str:
         return f"postgres({self.table}, {self.mode})"
 

@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlparse
 
 from ..errors import ConfigurationError, RestoreError
 from ..extras import require
-from .base import Source, SourceContext, SplitReader
+from .base import Source, SourceContext, SplitReader, dataset_for_location, iceberg_dataset
 from .file_source import DEFAULT_PARQUET_BATCH_SIZE, _ParquetReader, path_inside
 
 
@@ -117,6 +117,9 @@ class DeltaTableSource(_TableFilesSource):
                                      "not supported (deleted rows are still in the files)")
         return [_local(u) for u in dt.file_uris()]
 
+    def lineage_dataset(self) -> tuple[str, str]:
+        return dataset_for_location(self.table_uri)
+
     def describe(self) -> str:
         return f"delta({self.root})"
 
@@ -151,6 +154,9 @@ class IcebergTableSource(_TableFilesSource):
                                          "not supported (deleted rows are still in the files)")
             out.append(_local(task.file.file_path))
         return out
+
+    def lineage_dataset(self) -> tuple[str, str]:
+        return iceberg_dataset(self.catalog, self.identifier)
 
     def describe(self) -> str:
         return f"iceberg({self.identifier})"
