@@ -1,8 +1,9 @@
 """Upgrade a running job, with a pre-flight restore check and a rollback.
 
-pre-flight: v2 must restore v1's latest checkpoint (``ckpt verify-restore``: uids, state
-kinds and serializers, each operator opened on a sample of its state), else the run fails
-naming the operator and state, before v1 is touched -> stop v1 in the chosen upgrade mode
+pre-flight: v2 must restore a fresh savepoint of v1 (v1 keeps running; if v1 cannot take one,
+its latest checkpoint) (``ckpt verify-restore``: uids, state kinds and serializers, each
+operator opened on a sample of its state), else the run fails naming the operator and
+state, before v1 is stopped -> stop v1 in the chosen upgrade mode
 (``savepoint``: stop with a savepoint; ``last-state``: cancel, hand over the latest
 completed checkpoint unless older than ``max_checkpoint_age_s``;
 ``savepoint-or-last-state``: a savepoint, or last-state when v1 is unhealthy or the
@@ -61,7 +62,7 @@ with DAG(
 ) as dag:
     preflight = VerifyRestoreOperator(
         task_id="preflight", pipeline="{{ params.v2_pipeline }}", job_name="{{ params.job_name }}",
-        env_vars="{{ params.job_env }}")
+        take_savepoint=True, env_vars="{{ params.job_env }}")
     stop_v1 = StopForUpgradeOperator(
         task_id="stop_v1", **CONTROL_RETRIES, job="{{ params.job_name }}",
         directory="{{ params.savepoint_dir }}", upgrade_mode="{{ params.upgrade_mode }}",

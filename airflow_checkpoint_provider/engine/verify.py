@@ -150,12 +150,28 @@ def _open_all(job: dict) -> dict:
                                  operator_uid=node.uid, subtask_index=sub,
                                  parallelism=v.parallelism, attempt=0)
             try:
-                open_operator(node, ctx, sample, graph.max_parallelism, job["state_backend"],
-                              spec).close()
+                op = open_operator(node, ctx, sample, graph.max_parallelism,
+                                   job["state_backend"], spec)
+                try:
+                    _check_declared_states(node.uid, op, spec)
+                finally:
+                    op.close()
                 opened.append(f"{node.uid}[{sub}]")
             except Exception as exc:  # noqa: BLE001 - every problem is reported
                 problems.append(asdict(RestoreProblem.of(exc, node.uid)))
     return {"opened": opened, "problems": problems}
+
+
+def _check_declared_states(uid: str, op, spec: dict) -> None:
+    """Every state the operator declared in ``open`` against the snapshot's declaration of
+    it, whether or not the sampled key groups hold any of its entries (a restore checks only
+    the states it finds data for)."""
+    from .state.descriptors import check_compatible
+
+    declared = getattr(getattr(op, "backend", None), "descriptors", None) or {}
+    for name, meta in (spec.get("states") or {}).items():
+        if name in declared:
+            check_compatible(uid, declared[name], None, meta)
 
 
 def main() -> int:

@@ -6,12 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
+from airflow_checkpoint_provider.triggers.conditions import SUCCESS, check_control_request
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -34,6 +36,11 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
     :param job_name: without ``snapshot``: the latest completed checkpoint of the newest job
         of this name. Templated.
     :param parallelism: check a restore at this parallelism. Templated.
+    :param take_savepoint: with ``job_name``: take a savepoint of the running job and check
+        it (the job keeps running) instead of its latest checkpoint, which may be subsumed
+        while it is checked when checkpoints are frequent; when the job is not RUNNING or
+        the savepoint fails, the latest checkpoint is checked (logged). XCom ``snapshot``:
+        what was checked.
     :param allow_non_restored_state: state of operators the pipeline no longer has may be
         dropped.
     :param env_vars: environment of the check (options the pipeline reads). Templated.
@@ -45,6 +52,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
 
     def __init__(self, *, pipeline: str, snapshot: str | None = None, job_name: str | None = None,
                  parallelism: int | str | None = None, allow_non_restored_state: bool = False,
+                 take_savepoint: bool = False,
                  env_vars: dict[str, str] | None = None, timeout: float = 600.0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -55,6 +63,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         self.job_name = job_name
         self.parallelism = parallelism
         self.allow_non_restored_state = allow_non_restored_state
+        self.take_savepoint = take_savepoint
         self.env_vars = env_vars or {}
         self.timeout = timeout
 
@@ -66,7 +75,43 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
             raise AirflowException(f"job {self.job_name!r} has no completed checkpoint to check")
         return rec.location
 
+    def _fresh_savepoint(self, context: Context) -> str | None:
+        """A savepoint of the running job ``job_name`` (idempotent per task instance), or
+        ``None`` when the job is not RUNNING or the savepoint fails."""
+        from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
+
+        job = self.hook.find_job(str(self.job_name))
+        if job is None or job.status != "RUNNING":
+            self.log.warning("Job %s is %s: checking its latest checkpoint instead of a "
+                             "savepoint", self.job_name, job.status if job else "unknown")
+            return None
+        store = self.hook.get_conn()
+        key = f"{TriggerSavepointOperator.idempotency_key(context)}:preflight"
+        earlier = store.find_control_request(key)
+        try:
+            request_id = earlier.request_id if earlier else store.submit_control_request(
+                job.job_id, "SAVEPOINT", {}, idempotency_key=key)
+        except ValueError:
+            return None
+        deadline = time.monotonic() + self.timeout
+        while (outcome := check_control_request(store, request_id)) is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(self.poll_interval)
+        if outcome is None or outcome.status != SUCCESS:
+            self.log.warning("The pre-flight savepoint of %s failed (%s): checking its latest "
+                             "checkpoint instead", self.job_name,
+                             outcome.message if outcome else "timed out")
+            return None
+        self.log.info("Took savepoint %s of job %s to check", outcome.payload["location"],
+                      self.job_name)
+        return str(outcome.payload["location"])
+
     def execute(self, context: Context) -> dict:
+        if self.take_savepoint and not self.snapshot and self.job_name:
+            self.snapshot = self._fresh_savepoint(context)
+        if "ti" in context:
+            context["ti"].xcom_push(key="snapshot", value=self.snapshot)
         for _ in range(5):
             snapshot = self._snapshot()
             report = self._check(snapshot)

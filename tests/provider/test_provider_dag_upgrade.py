@@ -29,11 +29,16 @@ UPGRADED = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
 
 
 @pytest.fixture(autouse=True)
-def _slow_enough_checkpoints(monkeypatch):
-    # The pre-flight check reads v1's latest checkpoint while v1 runs; at the example's
-    # 500 ms interval the 3 retained ones are subsumed before a 2 s check ends.
-    monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "2000")
+def _broken_v2_runs_first(monkeypatch):
     monkeypatch.setenv("CKPT_EXAMPLE_FAIL_AFTER_S", "5")
+
+
+def _preflight_savepoint(store, dr, job_id):
+    """The savepoint the pre-flight check took of the running v1 (and checked)."""
+    [sp] = [c for c in store.list_checkpoints(job_id, kind="SAVEPOINT")
+            if c.location == xcom(dr, "preflight", key="snapshot")]
+    assert sp.status == "COMPLETED"
+    return sp
 
 
 def _conf(tmp_path, **overrides) -> dict:
@@ -63,12 +68,14 @@ def test_upgrade_stops_v1_with_a_savepoint_and_v2_checkpoints_after_restoring_it
     assert tis == UPGRADED
     assert state == "success"
     assert xcom(dr, "preflight")["ok"]
+    assert xcom(dr, "preflight")["snapshot"] == _preflight_savepoint(store, dr, v1).location
     assert xcom(dr, "stop_v1", key="upgrade_mode_used") == "savepoint"
     savepoint = xcom(dr, "stop_v1")
     assert savepoint and os.path.isfile(os.path.join(savepoint, "_metadata"))
     v1_job = store.get_job(v1)
     assert v1_job.status == "STOPPED"
-    [sp] = store.list_checkpoints(v1, kind="SAVEPOINT")
+    preflight = _preflight_savepoint(store, dr, v1)
+    [sp] = [c for c in store.list_checkpoints(v1, kind="SAVEPOINT") if c != preflight]
     assert sp.status == "COMPLETED" and sp.location == savepoint
     v2 = xcom(dr, "start_v2")
     v2_job = store.get_job(v2)
@@ -107,7 +114,6 @@ def test_incompatible_v2_fails_the_preflight_check_before_v1_is_touched(
         airflow_db, metadata_url, tmp_path, capsys):
     store = MetadataStore(metadata_url)
     v1 = _running_v1(metadata_url, tmp_path, store)
-    before = store.list_checkpoints(v1, kind="SAVEPOINT")
 
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
                              _conf(tmp_path, v2_pipeline=f"{EXAMPLE}:build_v2_incompatible"))
@@ -118,7 +124,8 @@ def test_incompatible_v2_fails_the_preflight_check_before_v1_is_touched(
                    "restart_v1": "upstream_failed"}
     assert state == "failed"
     assert store.get_job(v1).status == "RUNNING", "v1 was not touched"
-    assert store.list_checkpoints(v1, kind="SAVEPOINT") == before == []
+    # the pre-flight savepoint (v1 keeps running) is the only one, and it is kept
+    assert store.list_checkpoints(v1, kind="SAVEPOINT") == [_preflight_savepoint(store, dr, v1)]
     assert [j.job_id for j in store.list_jobs()] == [v1], "no v2 was started"
     log = capsys.readouterr().out  # the task logs of dag.test()
     assert "operator 'running-sum', state 'sum'" in log and "value state" in log
@@ -140,7 +147,7 @@ def test_last_state_upgrade_cancels_v1_and_restores_v2_from_its_latest_checkpoin
     assert xcom(dr, "stop_v1", key="upgrade_mode_used") == "last-state"
     assert xcom(dr, "stop_v1", key="fallback_reason") is None
     assert store.get_job(v1).status == "CANCELED"
-    assert store.list_checkpoints(v1, kind="SAVEPOINT") == [], "no savepoint was taken"
+    assert store.list_checkpoints(v1, kind="SAVEPOINT") == [_preflight_savepoint(store, dr, v1)]
     newest = completed_checkpoints(store, v1)[-1]
     assert snapshot == newest.location and os.path.isfile(os.path.join(snapshot, "_metadata"))
     v2 = store.get_job(xcom(dr, "start_v2"))
@@ -183,7 +190,8 @@ def test_savepoint_or_last_state_falls_back_when_the_savepoint_fails(
     assert state == "success"
     assert xcom(dr, "stop_v1", key="upgrade_mode_used") == "last-state"
     assert "savepoint failed" in xcom(dr, "stop_v1", key="fallback_reason")
-    [failed] = store.list_checkpoints(v1, kind="SAVEPOINT")
+    preflight = _preflight_savepoint(store, dr, v1)
+    [failed] = [c for c in store.list_checkpoints(v1, kind="SAVEPOINT") if c != preflight]
     assert failed.status == "FAILED"
     assert store.get_job(v1).status == "CANCELED"
     v2 = store.get_job(xcom(dr, "start_v2"))

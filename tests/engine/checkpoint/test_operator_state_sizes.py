@@ -34,4 +34,7 @@ def test_completed_checkpoints_record_state_bytes_per_operator(tmp_path):
     assert latest["checkpoint_id"] == doc["checkpoint_id"]
     assert latest["state_bytes"] == sum(s["keyed"]["size"] for s in doc["operators"]["sum"]["subtasks"]
                                         if s["keyed"])
-    assert len(rows) >= 2 and rows[-1]["grew_bytes"] is None  # the first has nothing to compare
+    assert rows[-1]["grew_bytes"] is None  # the first has nothing to compare
+    # how many checkpoints a short job completes depends on the machine's speed
+    for newer, older in zip(rows, rows[1:]):
+        assert newer["grew_bytes"] == newer["state_bytes"] - older["state_bytes"]
