@@ -36,5 +36,5 @@ def test_completed_checkpoints_record_state_bytes_per_operator(tmp_path):
                                         if s["keyed"])
     assert rows[-1]["grew_bytes"] is None  # the first has nothing to compare
     # how many checkpoints a short job completes depends on the machine's speed
-    for newer, older in zip(rows, rows[1:]):
+    for newer, older in zip(rows, rows[1:], strict=False):
         assert newer["grew_bytes"] == newer["state_bytes"] - older["state_bytes"]
