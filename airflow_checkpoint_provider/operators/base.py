@@ -8,6 +8,8 @@ same callback with the same event dict, so the success and failure handling is w
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from collections.abc import Callable
@@ -86,6 +88,31 @@ class CheckpointBaseOperator(BaseOperator):
             raise AirflowException(event.get("message") or event["status"])
         raise AirflowException(f"unknown trigger event status {event['status']!r}: "
                                f"{event.get('message')}")
+
+    @staticmethod
+    def idempotency_key(context: Context) -> str:
+        """Stable for every try of one task instance, distinct between task instances."""
+        ti = context["ti"]
+        ident = json.dumps([ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1)])
+        return f"airflow:{hashlib.sha256(ident.encode()).hexdigest()}"
+
+    def find_or_submit(self, context: Context, job_id: str, action: str, params: dict[str, Any],
+                       *, key_suffix: str) -> str | None:
+        """A request of this task instance besides its main one (e.g. the cancel after a
+        failed savepoint, the savepoint of a pre-flight check):
+        the one an earlier try submitted, else a new one; ``None`` when the job takes no
+        requests (it ended meanwhile)."""
+        key = f"{self.idempotency_key(context)}:{key_suffix}"
+        earlier = self.hook.get_conn().find_control_request(key)
+        if earlier is not None:
+            return earlier.request_id
+        try:
+            request_id = self.hook.submit_control_request(job_id, action, params,
+                                                          idempotency_key=key)
+        except ValueError:
+            return None
+        self.log.info("Submitted %s request %s for job %s", action, request_id, job_id)
+        return request_id
 
     def fail_with_job(self, job_ref: str, what: str) -> None:
         """Raise with the job's own status and failure reason (if the job is known)."""

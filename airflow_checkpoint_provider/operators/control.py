@@ -7,8 +7,6 @@ never talks to the Spark driver.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -53,13 +51,6 @@ class _ControlRequestOperator(CheckpointBaseOperator):
 
     def request_params(self) -> dict[str, Any]:
         return {}
-
-    @staticmethod
-    def idempotency_key(context: Context) -> str:
-        """Stable for every try of one task instance, distinct between task instances."""
-        ti = context["ti"]
-        ident = json.dumps([ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1)])
-        return f"airflow:{hashlib.sha256(ident.encode()).hexdigest()}"
 
     def submit(self, context: Context) -> str:
         """Insert the request (or find this task instance's earlier one); fail with the
@@ -108,23 +99,6 @@ class _ControlRequestOperator(CheckpointBaseOperator):
                                           poll_interval=self.poll_interval,
                                           end_time=time.time() + timeout),
             method_name=method_name, timeout=timeout, what=f"control request {request_id}")
-
-    def find_or_submit(self, context: Context, job_id: str, action: str, params: dict[str, Any],
-                       *, key_suffix: str) -> str | None:
-        """A second request of this task instance (e.g. the cancel after a failed savepoint):
-        the one an earlier try submitted, else a new one; ``None`` when the job takes no
-        requests (it ended meanwhile)."""
-        key = f"{self.idempotency_key(context)}:{key_suffix}"
-        earlier = self.hook.get_conn().find_control_request(key)
-        if earlier is not None:
-            return earlier.request_id
-        try:
-            request_id = self.hook.submit_control_request(job_id, action, params,
-                                                          idempotency_key=key)
-        except ValueError:
-            return None
-        self.log.info("Submitted %s request %s for job %s", action, request_id, job_id)
-        return request_id
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         event = self.check_event(event)

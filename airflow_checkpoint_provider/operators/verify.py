@@ -78,21 +78,16 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
     def _fresh_savepoint(self, context: Context) -> str | None:
         """A savepoint of the running job ``job_name`` (idempotent per task instance), or
         ``None`` when the job is not RUNNING or the savepoint fails."""
-        from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
-
         job = self.hook.find_job(str(self.job_name))
         if job is None or job.status != "RUNNING":
             self.log.warning("Job %s is %s: checking its latest checkpoint instead of a "
                              "savepoint", self.job_name, job.status if job else "unknown")
             return None
-        store = self.hook.get_conn()
-        key = f"{TriggerSavepointOperator.idempotency_key(context)}:preflight"
-        earlier = store.find_control_request(key)
-        try:
-            request_id = earlier.request_id if earlier else store.submit_control_request(
-                job.job_id, "SAVEPOINT", {}, idempotency_key=key)
-        except ValueError:
+        request_id = self.find_or_submit(context, job.job_id, "SAVEPOINT", {},
+                                         key_suffix="preflight")
+        if request_id is None:  # it ended meanwhile
             return None
+        store = self.hook.get_conn()
         deadline = time.monotonic() + self.timeout
         while (outcome := check_control_request(store, request_id)) is None:
             if time.monotonic() > deadline:

@@ -379,13 +379,17 @@ class StreamTask:
         if now - self._last_report >= METRICS_REPORT_SECONDS:
             self.report_counts(now)
 
+    def counts_by_operator(self) -> dict[str, list[int]]:
+        """Records in/out per operator of the chain since the attempt started."""
+        return {op.uid or op.node.name: list(c)
+                for op, c in zip(self.operators, self.counts, strict=True)}
+
     def report_counts(self, now: float) -> None:
         """Send cumulative records in/out per operator (this attempt) to the job master."""
         self._last_report = now
         self.env.send(M.TaskMetrics(
             vertex=self.vertex.id, subtask=self.subtask,
-            counts={op.uid or op.node.name: list(c)
-                    for op, c in zip(self.operators, self.counts, strict=True)},
+            counts=self.counts_by_operator(),
             watermark=None if self.watermark == MIN_WATERMARK else self.watermark,
             late={op.uid: op.dropped_late for op in self.operators
                   if isinstance(op, WindowAggregateOperator | WindowFunctionOperator)} or None))
@@ -642,8 +646,7 @@ class StreamTask:
             "start_delay_ms": round(max(0.0, time.time() * 1000 - barrier.timestamp_ms), 3),
             # records in/out per operator up to this barrier, since the attempt started,
             # and the input watermark: throughput and lag between checkpoints (stability)
-            "records": {op.uid or op.node.name: list(c)
-                        for op, c in zip(self.operators, self.counts, strict=True)}}
+            "records": self.counts_by_operator()}
         if self.watermark != MIN_WATERMARK:
             timing["watermark"] = self.watermark
         args = (chk, location, snapshots, sync_ms, alignment_ms, barrier.kind.is_savepoint)
