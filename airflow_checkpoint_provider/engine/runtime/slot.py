@@ -140,6 +140,7 @@ class Slot:
         env = TaskEnvironment(job_id=job["job_id"], job_name=job["job_name"],
                               attempt=self.attempt, graph=graph, job_dir=job["job_dir"],
                               exactly_once=job["exactly_once"], batch_size=job["batch_size"],
+                              arrow_batch_size=job.get("arrow_batch_size"),
                               send=self.send, upload_pool=upload_pool,
                               source_splits=job.get("source_splits"),
                               state_backend=job.get("state_backend"))

@@ -67,6 +67,7 @@ class TaskEnvironment:
 
     def __init__(self, *, job_id: str, job_name: str, attempt: int, graph: ExecutionGraph,
                  job_dir: str, exactly_once: bool, batch_size: int,
+                 arrow_batch_size: int | None = None,
                  send: callable, upload_pool: ThreadPoolExecutor,
                  source_splits: dict[str, list[str]] | None = None,
                  state_backend: dict | None = None) -> None:
@@ -77,6 +78,8 @@ class TaskEnvironment:
         self.job_dir = job_dir
         self.exactly_once = exactly_once
         self.batch_size = batch_size
+        #: rows per read once the source emits Arrow batches
+        self.arrow_batch_size = arrow_batch_size or batch_size
         self.send = send
         self.upload_pool = upload_pool
         self.source_splits = source_splits or {}
@@ -473,6 +476,8 @@ class StreamTask:
                 self._control(item)
                 continue
             batch = source.read_batch(batch_size)
+            if isinstance(batch, pa.RecordBatch):
+                batch_size = self.env.arrow_batch_size  # Arrow: bigger batches from now on
             if batch is None:
                 self.exhausted = True
                 self._end_input(1)
@@ -535,11 +540,11 @@ class StreamTask:
 
     def _with_queued(self, records: Batch) -> Batch:
         """An Arrow batch for a vectorized operator, together with the Arrow batches queued
-        right behind it (any channel not held for alignment, up to 4 x ``batch_size`` rows): one
-        call instead of many when the input outruns the operator, so its per-batch cost is
+        right behind it (any channel not held for alignment, up to 4 x ``arrow_batch_size``
+        rows): one call instead of many when the input outruns the operator, so its per-batch cost is
         paid once; nothing waits for more input, so an idle job adds no latency. Only a
         prefix of the queue is taken, never past a barrier or another event."""
-        cap = COALESCE_BATCHES * self.env.batch_size
+        cap = COALESCE_BATCHES * self.env.arrow_batch_size
         if (not isinstance(records, pa.RecordBatch) or not self.operators[0].vectorized
                 or len(records) >= cap):
             return records
