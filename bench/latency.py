@@ -91,6 +91,9 @@ class LatencySink(Sink):
 class _LatencyWriter(DiscardWriter):
     """Records when each row arrived; nothing to commit."""
 
+    #: dict records stay dicts (no conversion to Arrow for the measurement)
+    accepts_arrow = False
+
     def __init__(self, path: str) -> None:
         self.path, self.ts, self.lat = path, [], []
 

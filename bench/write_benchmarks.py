@@ -117,6 +117,9 @@ def targets_section(r: Results, lines: list[str]) -> None:
     lines += ["## Targets", "", "| target | bar | measured | |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     lines.append("")
+    note = ((sss or {}).get("summary") or {}).get("note")
+    if note:
+        lines += [f"Caveat: {note}", ""]
 
 
 def sss_section(r: Results, lines: list[str]) -> None:
@@ -431,8 +434,8 @@ def scaling_sheet_section(r: Results, lines: list[str]) -> None:
     s = data["summary"]
     lines += ["## Scaling sheet (local runner, 1 s checkpoints)", "",
               f"Command: `.venv/bin/python bench/scaling.py --reps {s['reps']}`. Sustained "
-              "records/s (start-up excluded). `aggregate`: string keys, Arrow batches of 8192 "
-              f"rows, {s['records']:,} records; `running_sum`: the per-record job, "
+              "records/s (start-up excluded). `aggregate`: string keys, Arrow batches "
+              f"(default 65,536 rows), {s['records']:,} records; `running_sum`: the per-record job, "
               f"{s['running_sum_records']:,} records. On 2 cores, parallelism 2 runs two slot "
               "processes on the two cores; parallelism 1 leaves a core for the job master and "
               "the kernel's loopback traffic.", "",
@@ -466,8 +469,9 @@ def profile_section(r: Results, lines: list[str]) -> None:
     if not (before or after):
         return
     lines += ["## Where the time goes (py-spy, every slot process)", "",
-              "Command: `.venv/bin/python bench/hotspots.py --job aggregate` (and `--job "
-              "running_sum`): samples of the slots' task and channel threads while they work "
+              "Command: `.venv/bin/python bench/hotspots.py --job aggregate --records 3000000 "
+              "--batch-size 8192 --interval-ms 1000` (and `--job running_sum --records 300000 "
+              "--interval-ms 1000`): samples of the slots' task and channel threads while they work "
               "(waits excluded), by the function on top of the stack.", ""]
     for title, data in (("Before: keyed count/sum as a per-record KeyedProcessFunction, msgpack "
                          "dict batches on the wire (engine before the vectorized path)", before),
