@@ -28,11 +28,12 @@ IDLE = re.compile(r"^(Condition\.wait|Event\.wait|Thread\._wait_for_tstate_lock|
                   r"recv_exact|select|sleep|_call_with_frames_removed|.*\.select)$")
 
 
-def profile(job: str, records: int, keys: int, interval_ms: int | None = None) -> dict:
+def profile(job: str, records: int, keys: int, interval_ms: int | None = None,
+            keep_raw: str | None = None, **build_opts) -> dict:
     tmp = tempfile.mkdtemp(prefix="bench-profile-")
     raw = os.path.join(tmp, "stacks.txt")
     code = (f"import sys; sys.path.insert(0, {HERE!r}); from jobs import run_job; "
-            f"run_job({job!r}, {tmp!r}, {records}, {keys}, {interval_ms!r})")
+            f"run_job({job!r}, {tmp!r}, {records}, {keys}, {interval_ms!r}, **{build_opts!r})")
     py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     try:
         # --nonblocking: never pause the sampled processes (a paused slot process can be
@@ -41,6 +42,8 @@ def profile(job: str, records: int, keys: int, interval_ms: int | None = None) -
                         "--rate", "200", "--output", raw, "--", sys.executable, "-c", code],
                        check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        timeout=600)
+        if keep_raw:
+            shutil.copy(raw, keep_raw)
         self_samples: collections.Counter = collections.Counter()
         total = 0
         with open(raw) as f:
@@ -71,8 +74,15 @@ def main(argv=None) -> int:
     ap.add_argument("--label", default=None, help="results file suffix (default: the job name)")
     ap.add_argument("--results-dir", default=os.path.join(HERE, "results"))
     ap.add_argument("--interval-ms", type=int, default=None, help="checkpoint interval")
+    ap.add_argument("--int-keys", action="store_true", help="int64 keys instead of k<n>")
+    ap.add_argument("--batch-size", type=int, default=None, help="source batch size")
+    ap.add_argument("--keep-raw", default=None, help="copy py-spy's raw stacks here")
     args = ap.parse_args(argv)
-    result = profile(args.job, args.records, args.keys, args.interval_ms)
+    opts: dict = {"int_keys": True} if args.int_keys else {}
+    if args.batch_size:
+        opts["batch_size"] = args.batch_size
+    result = profile(args.job, args.records, args.keys, args.interval_ms,
+                     keep_raw=args.keep_raw, **opts)
     os.makedirs(args.results_dir, exist_ok=True)
     with open(os.path.join(args.results_dir, f"profile_{args.label or args.job}.json"), "w") as f:
         json.dump(result, f, indent=1)

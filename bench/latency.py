@@ -47,14 +47,20 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # slots cannot impo
 
 
 class StampedSource(GeneratorSource):
-    """The generator's records plus ``ts``, the wall time each was generated."""
+    """The generator's records plus ``ts``, the wall time they were generated (one stamp per
+    batch, read just before the batch is built: every record of it exists from then on)."""
 
-    def record(self, i: int) -> dict:
-        return {**super().record(i), "ts": time.time()}
+    def records(self, ids: np.ndarray) -> list[dict]:
+        now = time.time()
+        out = super().records(ids)
+        for r in out:
+            r["ts"] = now
+        return out
 
     def record_batch(self, ids: np.ndarray) -> pa.RecordBatch:
+        now = time.time()
         batch = super().record_batch(ids)
-        return batch.append_column("ts", pa.array(np.full(len(ids), time.time())))
+        return batch.append_column("ts", pa.array(np.full(len(ids), now)))
 
 
 class PassTs(KeyedProcessFunction):
@@ -84,6 +90,9 @@ class LatencySink(Sink):
 
 class _LatencyWriter(DiscardWriter):
     """Records when each row arrived; nothing to commit."""
+
+    #: dict records stay dicts (no conversion to Arrow for the measurement)
+    accepts_arrow = False
 
     def __init__(self, path: str) -> None:
         self.path, self.ts, self.lat = path, [], []

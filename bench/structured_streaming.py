@@ -12,7 +12,8 @@ Scenarios, each repetition running every engine once, one after the other:
   no batch waits for its trigger; batches that finished under 1 s are counted and reported).
   SS sustained = rows / summed ``triggerExecution`` of the batches after ``--warmup-batches``.
   Ours: ``key_by("key").aggregate(count, sum)`` on Arrow batches (bench/jobs.py
-  ``aggregate``, batch size 8192), parallelism 2, checkpoints every 1 s, discarding sink, on
+  ``aggregate``, pipeline ``batch_size`` 8192; Arrow sources read ``arrow_batch_size`` rows,
+  default 65,536), parallelism 2, checkpoints every 1 s, discarding sink, on
   the local runner and on the Spark runner (the same local[2] session). Ours sustained =
   records / (wall time - launch-to-running start-up); teardown and the final checkpoint stay
   in, so ours is measured conservatively.

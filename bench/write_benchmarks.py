@@ -117,6 +117,9 @@ def targets_section(r: Results, lines: list[str]) -> None:
     lines += ["## Targets", "", "| target | bar | measured | |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     lines.append("")
+    note = ((sss or {}).get("summary") or {}).get("note")
+    if note:
+        lines += [f"Caveat: {note}", ""]
 
 
 def sss_section(r: Results, lines: list[str]) -> None:
@@ -135,7 +138,9 @@ def sss_section(r: Results, lines: list[str]) -> None:
               "than the 1 s trigger; the last column counts those that did not), groupBy(key).agg(count, sum), update mode, RocksDB state store "
               "with changelog checkpointing, 2 shuffle partitions, noop sink; rows / summed "
               f"triggerExecution of {s['batches']} batches after {s['warmup_batches']} warm-up "
-              "ones. Ours: `key_by(\"key\").aggregate(count, sum)` on Arrow batches (8192 rows), "
+              "ones. Ours: `key_by(\"key\").aggregate(count, sum)` on Arrow batches (the "
+              "pipeline's `batch_size` 8192; an Arrow source reads `arrow_batch_size` rows at a "
+              "time, default 65,536), "
               "parallelism 2, checkpoints every 1 s, discarding sink "
               f"({s['str_records']:,} / {s['int_records']:,} records); records / (wall time "
               "minus launch-to-running start-up), the final checkpoint and teardown included. "
@@ -422,6 +427,41 @@ def memory_section(r: Results, lines: list[str]) -> None:
     lines.append("")
 
 
+def scaling_sheet_section(r: Results, lines: list[str]) -> None:
+    data = r.load("scaling.json")
+    if not data:
+        return
+    s = data["summary"]
+    lines += ["## Scaling sheet (local runner, 1 s checkpoints)", "",
+              f"Command: `.venv/bin/python bench/scaling.py --reps {s['reps']}`. Sustained "
+              "records/s (start-up excluded). `aggregate`: string keys, Arrow batches "
+              f"(default 65,536 rows), {s['records']:,} records; `running_sum`: the per-record job, "
+              f"{s['running_sum_records']:,} records. On 2 cores, parallelism 2 runs two slot "
+              "processes on the two cores; parallelism 1 leaves a core for the job master and "
+              "the kernel's loopback traffic.", "",
+              "| job | parallelism 1 | parallelism 2 | p2 / p1 |", "|---|---|---|---|"]
+    par = s["parallelism"]
+    for job in ("aggregate", "running_sum"):
+        one, two = par.get(f"{job} p=1"), par.get(f"{job} p=2")
+        ratio = f"{two / one:.2f}" if one and two else "n/a"
+        lines.append(f"| {job} | {fmt(one)} | {fmt(two)} | {ratio} |")
+    lines += ["", "Cost by number of keys (`aggregate`, parallelism 2). Network: bytes the "
+              "loopback interface carried per record that crossed between the two slot "
+              "processes (half of them; TCP/IP headers and control traffic included), against "
+              "the Arrow IPC payload per row of one batch: "
+              f"{s['ipc_bytes_per_row']['string keys']:.1f} B (string keys), "
+              f"{s['ipc_bytes_per_row']['int64 keys']:.1f} B (int64 keys). Across hosts the "
+              "same bytes would go over the network; a 1 Gbit/s link carries ~125 MB/s, i.e. "
+              "that many bytes / (bytes per record) records/s per direction.", "",
+              "| keys | records/s | largest checkpoint (bytes) | slowest checkpoint (ms) "
+              "| network bytes per crossing record |", "|---|---|---|---|---|"]
+    for keys, row in s["keys"].items():
+        lines.append(f"| {int(keys):,} | {fmt(row['records_per_s'])} | "
+                     f"{fmt(row['largest_state_bytes'])} | {fmt(row['slowest_checkpoint_ms'])} | "
+                     f"{fmt(row['bytes_per_crossing_record'], '.1f')} |")
+    lines.append("")
+
+
 def profile_section(r: Results, lines: list[str]) -> None:
     before = r.load("profile_running_sum_before.json")
     after = r.load("profile_aggregate.json")
@@ -429,8 +469,9 @@ def profile_section(r: Results, lines: list[str]) -> None:
     if not (before or after):
         return
     lines += ["## Where the time goes (py-spy, every slot process)", "",
-              "Command: `.venv/bin/python bench/hotspots.py --job aggregate` (and `--job "
-              "running_sum`): samples of the slots' task and channel threads while they work "
+              "Command: `.venv/bin/python bench/hotspots.py --job aggregate --records 3000000 "
+              "--batch-size 8192 --interval-ms 1000` (and `--job running_sum --records 300000 "
+              "--interval-ms 1000`): samples of the slots' task and channel threads while they work "
               "(waits excluded), by the function on top of the stack.", ""]
     for title, data in (("Before: keyed count/sum as a per-record KeyedProcessFunction, msgpack "
                          "dict batches on the wire (engine before the vectorized path)", before),
@@ -467,6 +508,7 @@ def main(argv=None) -> int:
     latency_section(r, lines)
     overhead_section(r, lines)
     scaling_section(r, lines)
+    scaling_sheet_section(r, lines)
     recovery_section(r, lines)
     unaligned_section(r, lines)
     sinks_section(r, lines)

@@ -81,6 +81,7 @@ class Pipeline:
         incremental: bool = True,
         version: str | None = None,
         batch_size: int = 1024,
+        arrow_batch_size: int | None = None,
     ) -> None:
         validate_job_name(name, "pipeline name")
         if not 1 <= max_parallelism <= 32768:
@@ -99,6 +100,11 @@ class Pipeline:
         self.incremental = incremental
         self.version = version
         self.batch_size = batch_size
+        if arrow_batch_size is not None and arrow_batch_size < 1:
+            raise ConfigurationError(f"arrow_batch_size {arrow_batch_size} must be >= 1")
+        #: rows a source reads at a time once it emits Arrow batches (default:
+        #: max(batch_size, 65536)); ``batch_size`` is for batches of dict records
+        self.arrow_batch_size = arrow_batch_size
         self._graph = JobGraph(name, max_parallelism)
 
     # -- building ------------------------------------------------------------------------
@@ -138,7 +144,8 @@ class Pipeline:
             name=self.name, max_parallelism=self.max_parallelism, checkpoint=self.checkpoint,
             restart_strategy=self.restart_strategy, metadata_url=self.metadata_url,
             state_backend=self.state_backend, incremental=self.incremental,
-            version=self.version, batch_size=self.batch_size)
+            version=self.version, batch_size=self.batch_size,
+            arrow_batch_size=self.arrow_batch_size)
 
     # -- running -------------------------------------------------------------------------
     def run(self, runner: str = "local", *, restore: str | None = None,

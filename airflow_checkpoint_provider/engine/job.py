@@ -7,6 +7,12 @@ from dataclasses import dataclass, field
 
 from .config import CheckpointConfig, RestartStrategy
 
+#: Arrow batches cost per batch (a few hundred microseconds of Python and Arrow calls per
+#: operator), not per row: bigger ones amortize it. Measured on the aggregate job, int64 keys:
+#: 65,536-row batches ~1.45x the throughput of 8,192-row ones. The task's mailbox holds at
+#: most 8 batches, so what a barrier waits behind stays bounded.
+DEFAULT_ARROW_BATCH_SIZE = 65536
+
 
 @dataclass(frozen=True)
 class JobConfig:
@@ -21,6 +27,11 @@ class JobConfig:
     incremental: bool = True
     version: str | None = None
     batch_size: int = 1024
+    #: rows per read once a source emits Arrow batches (None: max(batch_size, 65536))
+    arrow_batch_size: int | None = None
+
+    def effective_arrow_batch_size(self) -> int:
+        return self.arrow_batch_size or max(self.batch_size, DEFAULT_ARROW_BATCH_SIZE)
 
 
 @dataclass

@@ -11,6 +11,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgpack
+import msgspec
+
+_RECORDS_ENCODER = msgspec.msgpack.Encoder()
+_RECORDS_DECODER = msgspec.msgpack.Decoder()
+
+
+def pack_records(records: list) -> bytes:
+    """A batch of dict records as msgpack, for the data path (channels): msgspec's encoder,
+    the same wire format as :func:`packb` at about 4x its speed. It also encodes a few types
+    msgpack refuses (sets as arrays, datetimes as timestamp extensions)."""
+    return _RECORDS_ENCODER.encode(records)
+
+
+def unpack_records(data: bytes) -> list:
+    """Inverse of :func:`pack_records` (and of :func:`packb`): about 2x ``unpackb``."""
+    return _RECORDS_DECODER.decode(data)
 
 
 def packb(obj: object) -> bytes:

@@ -134,6 +134,19 @@ def test_sinks_scenario_measures_every_sink(results):
     assert all(r["rows_per_s"] > 0 and r["commits"] >= 1 for r in data["runs"])
 
 
+@pytest.mark.timeout(300)
+def test_scaling_scenario_measures_parallelism_keys_and_network_bytes(results):
+    bench("scaling.py", "--records", "40000", "--running-sum-records", "6000", "--keys-list",
+          "1000,4000", results=results)
+    summary = load(results, "scaling.json")["summary"]
+    assert set(summary["parallelism"]) == {"aggregate p=1", "aggregate p=2",
+                                           "running_sum p=1", "running_sum p=2"}
+    assert all(v > 0 for v in summary["parallelism"].values())
+    assert list(summary["keys"]) == ["1000", "4000"]
+    assert all(row["largest_state_bytes"] > 0 for row in summary["keys"].values())
+    assert summary["ipc_bytes_per_row"]["string keys"] > 0
+
+
 def test_benchmarks_md_renders_every_scenario(results, tmp_path):
     out = tmp_path / "BENCHMARKS.md"
     bench("write_benchmarks.py", "--output", str(out), results=results)
@@ -141,6 +154,7 @@ def test_benchmarks_md_renders_every_scenario(results, tmp_path):
     present = os.listdir(results)
     expected = {"checkpoint_overhead.json": "## Checkpointing overhead",
                 "checkpoint_scaling.json": "## Checkpoint duration and size",
+                "scaling.json": "## Scaling sheet",
                 "recovery.json": "## Recovery at",
                 "state_backends.json": "## Snapshot cost",
                 "profile_aggregate.json": "## Where the time goes",

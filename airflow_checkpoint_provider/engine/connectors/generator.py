@@ -84,6 +84,19 @@ class GeneratorSource(Source):
                             - (h >> 12) % (self.max_disorder_ms + 1))
         return record
 
+    def records(self, ids: np.ndarray) -> list[dict]:
+        """The records of ``ids`` (int64) as dicts: :meth:`record` of each, with the hashing
+        done in numpy (unless a subclass overrides :meth:`record`)."""
+        if type(self).record is not GeneratorSource.record or self.event_time_step_ms is not None:
+            return [self.record(int(i)) for i in ids]
+        with np.errstate(over="ignore"):
+            h = mix64_array(ids.astype(np.uint64) + np.uint64(self.seed * 0x100000001B3 & _MASK))
+        n = (h % np.uint64(self.num_keys)).tolist()
+        keys = n if self.int_keys else [f"k{k}" for k in n]
+        values = ((h >> np.uint64(32)) % np.uint64(100)).tolist()
+        return [{"id": i, "key": k, "value": v}
+                for i, k, v in zip(ids.tolist(), keys, values, strict=True)]
+
     def record_batch(self, ids: np.ndarray) -> pa.RecordBatch:
         """The records of ``ids`` (int64) as one Arrow batch, computed without a Python loop."""
         with np.errstate(over="ignore"):
@@ -136,7 +149,7 @@ class _GeneratorReader(SplitReader):
         if s.arrow:
             out = s.record_batch(start + np.arange(n, dtype=np.int64) * s.num_splits)
         else:
-            out = [s.record(start + k * s.num_splits) for k in range(n)]
+            out = s.records(start + np.arange(n, dtype=np.int64) * s.num_splits)
         self.emitted += n
         return out
 

@@ -337,6 +337,7 @@ class JobMaster:
         return cloudpickle.dumps({
             "job_id": self.job_id, "job_name": self.config.name, "graph": g,
             "job_dir": self.job_dir, "batch_size": self.config.batch_size,
+            "arrow_batch_size": self.config.effective_arrow_batch_size(),
             "exactly_once": self.config.checkpoint.mode == CheckpointingMode.EXACTLY_ONCE,
             "restore": restore, "source_splits": self.source_splits,
             "state_backend": {"kind": self.config.state_backend,

@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 
 Batch = list | pa.RecordBatch
+#: split_by_channel filters once per channel up to this many channels, else sorts
+FILTER_CHANNELS = 4
 
 
 def as_rows(batch: Batch) -> list[dict]:
@@ -19,7 +21,8 @@ def as_rows(batch: Batch) -> list[dict]:
 
 
 def as_arrow(batch: Batch) -> pa.RecordBatch:
-    if isinstance(batch, pa.RecordBatch):
+    if isinstance(batch, pa.RecordBatch | pa.Table):
+        # a Table only from StreamTask._with_queued, for an operator that accepts_table
         return batch
     return pa.RecordBatch.from_pylist(batch)
 
@@ -50,12 +53,21 @@ def decode_arrow(payload: bytes) -> pa.RecordBatch:
 
 def split_by_channel(batch: pa.RecordBatch, channel_of_row: np.ndarray,
                      channels: int) -> list[pa.RecordBatch | None]:
-    """Rows of ``batch`` grouped by ``channel_of_row`` (one take, then zero-copy slices);
+    """Rows of ``batch`` grouped by ``channel_of_row`` (one take, then zero-copy slices;
+    for up to ``FILTER_CHANNELS`` channels one filter per channel, which needs no sort);
     ``None`` for a channel that gets no rows. Row order within a channel is kept."""
+    if channels <= FILTER_CHANNELS:
+        out: list[pa.RecordBatch | None] = []
+        for c in range(channels):
+            mask = channel_of_row == c
+            n = int(np.count_nonzero(mask))
+            out.append(None if n == 0 else batch if n == len(batch)
+                       else batch.filter(pa.array(mask)))
+        return out
     order = np.argsort(channel_of_row, kind="stable")
     grouped = batch.take(pa.array(order))
     counts = np.bincount(channel_of_row, minlength=channels)
-    out: list[pa.RecordBatch | None] = []
+    out = []
     start = 0
     for c in range(channels):
         n = int(counts[c])

@@ -15,9 +15,10 @@ from ..graph import Node
 from ..state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
 from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
-from ..state.keygroups import KeyGroupRange
+from ..state.keygroups import KeyGroupRange, key_group_for
 from ..state.keys import KeyContract
 from ..state.operator_state import OperatorStateStore
+from ..state.vectorized import key_groups_of
 from ..timers import EVENT_TIME, PROCESSING_TIME, TimerService
 from .batches import Batch, to_record_batch
 from .watermarks import SourceWatermarks, Status
@@ -204,16 +205,27 @@ class ProcessOperator(KeyedOperator):
         backend, sel, ctx, check = self.backend, self.selector, self.ctx, self.keys.check
         stamp = self.node.timestamp
         out: list = []
+        # every key of the batch checked, then hashed to its key group in one vectorized
+        # pass (str or int keys; else key by key)
+        keys = [check(sel(r)) for r in records]
+        groups = key_groups_of(keys, self.backend.max_parallelism)
+        if groups is None:
+            groups = [key_group_for(k, self.backend.max_parallelism) for k in keys]
+        set_key, process, append = backend.set_current_key_in_group, fn.process_element, out.append
         if stamp is None:
-            for r in records:
-                backend.set_current_key(check(sel(r)))
-                _emitted(fn.process_element(r, ctx), out)
+            for r, key, group in zip(records, keys, groups, strict=True):
+                set_key(key, group)
+                result = process(r, ctx)
+                if type(result) is dict:
+                    append(result)
+                elif result is not None:
+                    _emitted(result, out)
         else:
             uid = self.uid or self.node.name
-            for r in records:
-                backend.set_current_key(check(sel(r)))
+            for r, key, group in zip(records, keys, groups, strict=True):
+                set_key(key, group)
                 ctx.timestamp = stamp.of_record(r, uid)
-                _emitted(fn.process_element(r, ctx), out)
+                _emitted(process(r, ctx), out)
             ctx.timestamp = None
         return out
 
@@ -291,6 +303,8 @@ class AggregateOperator(_KeyedStateOperator):
 
     vectorized = True
     columnar = True
+    #: queued input batches may come as one ``pyarrow.Table`` (see StreamTask._with_queued)
+    accepts_table = True
 
     def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                  max_parallelism: int) -> None:
@@ -304,7 +318,7 @@ class AggregateOperator(_KeyedStateOperator):
         AggregateTable(self.spec, self.backend.key_groups, self.backend.max_parallelism,
                        self.uid).warm_up()
 
-    def process(self, records: pa.RecordBatch) -> pa.RecordBatch:
+    def process(self, records: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         return self.backend.update(records)
 
 
@@ -372,6 +386,12 @@ class SourceOperator(Operator):
         splits = list(self.splits if self.splits is not None else src.splits())
         if self.monitor_interval is not None:  # every split ever seen counts as offered
             splits += sorted(self.finished_splits - set(splits))
+            # and so does a split discovered after the job's split list was taken and not
+            # finished at the checkpoint, if the source still offers it: it resumes at its
+            # recorded position
+            unfinished = set(positions) - set(splits)
+            if unfinished:
+                splits += sorted(unfinished & set(src.splits()))
         vanished = sorted(set(positions) - set(splits) - self.finished_splits)
         if vanished:
             raise RestoreError(

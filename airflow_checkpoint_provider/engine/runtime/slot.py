@@ -33,7 +33,7 @@ from ..graph import FORWARD, ExecutionGraph, channels_for_input
 from ..protocol import ProtocolError
 from ..protocol import frames as P
 from ..protocol import messages as M
-from ..serialization import unpackb
+from ..serialization import unpack_records, unpackb
 from .auth import accept_peer, connect_peer, secret_from_env
 from .batches import decode_arrow
 from .mailbox import Mailbox
@@ -75,7 +75,7 @@ def _reader(sock: socket.socket, channel: int, mailbox: Mailbox, gate: threading
             if kind == P.ARROW:
                 ok = mailbox.put_data(("records", channel, decode_arrow(payload)))
             elif kind == P.RECORDS:
-                ok = mailbox.put_data(("records", channel, unpackb(payload)))
+                ok = mailbox.put_data(("records", channel, unpack_records(payload)))
             else:
                 ok = mailbox.put_data(event_item(kind, payload, channel))
             if not ok:
@@ -140,6 +140,7 @@ class Slot:
         env = TaskEnvironment(job_id=job["job_id"], job_name=job["job_name"],
                               attempt=self.attempt, graph=graph, job_dir=job["job_dir"],
                               exactly_once=job["exactly_once"], batch_size=job["batch_size"],
+                              arrow_batch_size=job.get("arrow_batch_size"),
                               send=self.send, upload_pool=upload_pool,
                               source_splits=job.get("source_splits"),
                               state_backend=job.get("state_backend"))

@@ -34,12 +34,12 @@ from ..graph import BROADCAST, FORWARD, HASH, REBALANCE, ExecutionGraph, Vertex
 from ..protocol import BarrierKind, CheckpointBarrier
 from ..protocol import frames as P
 from ..protocol import messages as M
-from ..serialization import packb, unpackb
+from ..serialization import pack_records, packb, unpack_records, unpackb
 from ..snapshot.codec import read_verified
 from ..snapshot.handles import keyed_handle_from_dict
 from ..state.backend import write_state_file
 from ..state.keygroups import key_group_for, key_group_range_for
-from ..state.vectorized import channels_for
+from ..state.vectorized import channels_for, key_groups_of
 from .alignment import BarrierHandler
 from .batches import Batch, as_arrow, as_rows, decode_arrow, encode_arrow, split_by_channel
 from .factory import create_operator
@@ -67,6 +67,7 @@ class TaskEnvironment:
 
     def __init__(self, *, job_id: str, job_name: str, attempt: int, graph: ExecutionGraph,
                  job_dir: str, exactly_once: bool, batch_size: int,
+                 arrow_batch_size: int | None = None,
                  send: callable, upload_pool: ThreadPoolExecutor,
                  source_splits: dict[str, list[str]] | None = None,
                  state_backend: dict | None = None) -> None:
@@ -77,6 +78,8 @@ class TaskEnvironment:
         self.job_dir = job_dir
         self.exactly_once = exactly_once
         self.batch_size = batch_size
+        #: rows per read once the source emits Arrow batches
+        self.arrow_batch_size = arrow_batch_size or batch_size
         self.send = send
         self.upload_pool = upload_pool
         self.source_splits = source_splits or {}
@@ -134,7 +137,7 @@ class LocalChannel:
 
     def send_records(self, kind: int, records: Batch, encode) -> None:
         if kind != P.ARROW:
-            records = unpackb(encode(records))
+            records = unpack_records(encode(records))
         self._put(("records", self.channel, records))
 
     def send(self, kind: int, payload: bytes = b"") -> None:
@@ -168,7 +171,7 @@ class RecordWriter:
         field = self.key_field
         if arrow and self.partitioning == HASH and field is None:
             records, arrow = records.to_pylist(), False  # key_by(function): per-record keys
-        kind, encode = (P.ARROW, encode_arrow) if arrow else (P.RECORDS, packb)
+        kind, encode = (P.ARROW, encode_arrow) if arrow else (P.RECORDS, pack_records)
         n = len(self.channels)
         if self.partitioning == FORWARD or n == 1:
             self.channels[0].send_records(kind, records, encode)
@@ -194,12 +197,27 @@ class RecordWriter:
     def _split_rows(self, records: list[dict], n: int) -> list[list]:
         parts: list[list] = [[] for _ in range(n)]
         sel, m = self.key_selector, self.max_parallelism
-        for r in records:
-            k = sel(r)
-            if isinstance(k, list):
-                k = tuple(k)
-            parts[key_group_for(k, m) * n // m].append(r)
+        keys = [sel(r) for r in records]
+        groups = key_groups_of(keys, m)  # str or int keys: one vectorized pass
+        if groups is None:
+            for r, k in zip(records, keys, strict=True):
+                if isinstance(k, list):
+                    k = tuple(k)
+                parts[key_group_for(k, m) * n // m].append(r)
+            return parts
+        channel_of = self._channel_of_group(n)
+        appends = [p.append for p in parts]
+        for r, g in zip(records, groups, strict=True):
+            appends[channel_of[g]](r)
         return parts
+
+    def _channel_of_group(self, n: int) -> list[int]:
+        table = getattr(self, "_channel_table", None)
+        if table is None or len(table) != self.max_parallelism or self._channel_n != n:
+            m = self.max_parallelism
+            table = self._channel_table = [g * n // m for g in range(m)]
+            self._channel_n = n
+        return table
 
     def _split_arrow(self, batch: pa.RecordBatch, field: str, n: int) -> list:
         """Hash, key group and channel of every row in numpy, then one take."""
@@ -462,6 +480,8 @@ class StreamTask:
                 self._control(item)
                 continue
             batch = source.read_batch(batch_size)
+            if isinstance(batch, pa.RecordBatch):
+                batch_size = self.env.arrow_batch_size  # Arrow: bigger batches from now on
             if batch is None:
                 self.exhausted = True
                 self._end_input(1)
@@ -524,11 +544,11 @@ class StreamTask:
 
     def _with_queued(self, records: Batch) -> Batch:
         """An Arrow batch for a vectorized operator, together with the Arrow batches queued
-        right behind it (any channel not held for alignment, up to 4 x ``batch_size`` rows): one
-        call instead of many when the input outruns the operator, so its per-batch cost is
+        right behind it (any channel not held for alignment, up to 4 x ``arrow_batch_size``
+        rows): one call instead of many when the input outruns the operator, so its per-batch cost is
         paid once; nothing waits for more input, so an idle job adds no latency. Only a
         prefix of the queue is taken, never past a barrier or another event."""
-        cap = COALESCE_BATCHES * self.env.batch_size
+        cap = COALESCE_BATCHES * self.env.arrow_batch_size
         if (not isinstance(records, pa.RecordBatch) or not self.operators[0].vectorized
                 or len(records) >= cap):
             return records
@@ -546,8 +566,10 @@ class StreamTask:
         more = self.mailbox.take_following(accept, limit=64)
         if not more:
             return records
-        return pa.Table.from_batches([records, *(m[2] for m in more)]).combine_chunks() \
-            .to_batches()[0]
+        table = pa.Table.from_batches([records, *(m[2] for m in more)])
+        if getattr(self.operators[0], "accepts_table", False):
+            return table  # folded chunk by chunk: no copy into one batch
+        return table.combine_chunks().to_batches()[0]
 
     def _apply(self, actions: list, barrier: CheckpointBarrier | None) -> None:
         for action in actions:

@@ -104,6 +104,12 @@ class HeapKeyedStateBackend:
         self.current_key = key
         self.current_key_group = key_group_for(key, self.max_parallelism)
 
+    def set_current_key_in_group(self, key: object, key_group: int) -> None:
+        """:meth:`set_current_key` for a checked key whose key group the caller computed
+        (``key_group_for(key, max_parallelism)``, e.g. for a whole batch at once)."""
+        self.current_key = key
+        self.current_key_group = key_group
+
     # -- registration -------------------------------------------------------------------
     def get_state(self, descriptor: StateDescriptor):
         existing = self.descriptors.get(descriptor.name)
@@ -320,23 +326,31 @@ class _KeyedState:
 class ValueState(_KeyedState):
     __slots__ = ()
 
+    # value() and update() run once or more per record: _kg_table and _private inlined
     def value(self):
-        t = self._kg_table(False)
+        backend = self.backend
+        t = self.table.get(backend.current_key_group)
         if t is None:
             return self.descriptor.default
-        key = self.backend.current_key
+        key = backend.current_key
         v = t.get(key, _MISSING)
         if v is _MISSING:
             return self.descriptor.default
-        return self._private(t, key, v)
+        if backend._live_captures and isinstance(v, _MUTABLE):
+            return self._private(t, key, v)
+        return v
 
     def update(self, value) -> None:
         if value is None:
             self.clear()
         else:
-            key = self.backend.current_key
-            self._kg_table(True)[key] = value
-            if self.backend._live_captures:
+            backend = self.backend
+            key, kg = backend.current_key, backend.current_key_group
+            t = self.table.get(kg)
+            if t is None:
+                t = self.table[kg] = {}
+            t[key] = value
+            if backend._live_captures:
                 self._own(key)  # the caller's object: no capture holds it
 
 

@@ -93,6 +93,13 @@ class RocksDBKeyedStateBackend:
         self._prefix = _kg_prefix(self.current_key_group)
         self._key_bytes = packb(key)
 
+    def set_current_key_in_group(self, key: object, key_group: int) -> None:
+        """:meth:`set_current_key` for a checked key whose key group the caller computed."""
+        self.current_key = key
+        self.current_key_group = key_group
+        self._prefix = _kg_prefix(key_group)
+        self._key_bytes = packb(key)
+
     def _db_key(self, name_bytes: bytes) -> bytes:
         return self._prefix + name_bytes + self._key_bytes
 

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from .keygroups import key_hash
 
-__all__ = ["channels_for", "key_groups", "key_hashes", "murmur3_32_fixed"]
+__all__ = ["channels_for", "key_groups", "key_groups_of", "key_hashes", "murmur3_32_fixed"]
 
 _C1 = np.uint32(0xCC9E2D51)
 _C2 = np.uint32(0x1B873593)
@@ -296,3 +296,32 @@ def channels_for(
         raise ValueError(f"parallelism must be >= 1, got {parallelism}")
     groups = key_groups(array, max_parallelism)
     return groups * np.int64(parallelism) // np.int64(max_parallelism)
+
+
+#: below this many keys, hashing key by key (mmh3 per key) is faster than the numpy passes
+MIN_VECTOR_KEYS = 256
+
+
+def key_groups_of(keys: list, max_parallelism: int) -> list[int] | None:
+    """Key group of every key of a Python list, in one vectorized pass, when every key is a
+    ``str`` or every key is an ``int`` (not ``bool``) within int64: equal to
+    ``[key_group_for(k, max_parallelism) for k in keys]``. ``None`` for any other list
+    (mixed or other types, ints beyond 64 bits, strings that are not valid UTF-8): the
+    caller then hashes key by key, with that path's errors. Lists shorter than
+    ``MIN_VECTOR_KEYS`` also get ``None``: the numpy passes cost more than they save there."""
+    if not keys:
+        return []
+    if len(keys) < MIN_VECTOR_KEYS:
+        return None
+    kinds = set(map(type, keys))
+    if kinds == {str}:
+        arrow_type = pa.string()
+    elif kinds == {int}:
+        arrow_type = pa.int64()
+    else:
+        return None
+    try:
+        array = pa.array(keys, arrow_type)
+    except (pa.ArrowException, OverflowError, UnicodeError):
+        return None
+    return (key_hashes(array) % np.uint32(max_parallelism)).tolist()

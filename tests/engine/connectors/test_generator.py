@@ -23,3 +23,21 @@ def test_int_keys_have_the_distribution_of_the_string_keys():
     ints = GeneratorSource(num_keys=100, int_keys=True).record_batch(np.arange(5000))
     assert str(ints.schema.field("key").type) == "int64"
     assert len(set(ints.column("key").to_pylist())) == 100
+
+
+@pytest.mark.parametrize("int_keys", [False, True])
+def test_vectorized_dict_records_equal_record_by_record(int_keys):
+    src = GeneratorSource(1000, num_keys=37, seed=5, int_keys=int_keys)
+    ids = np.arange(3, 1000, 11, dtype=np.int64)
+    got = src.records(ids)
+    assert got == [src.record(int(i)) for i in ids]
+    assert all(type(v) is int for r in got for k, v in r.items() if k != "key")
+
+
+def test_a_subclass_overriding_record_gets_its_records_in_dict_mode():
+    class Tagged(GeneratorSource):
+        def record(self, i):
+            return {**super().record(i), "tag": "t"}
+
+    ids = np.arange(5, dtype=np.int64)
+    assert [r["tag"] for r in Tagged(5).records(ids)] == ["t"] * 5

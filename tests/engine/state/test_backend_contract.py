@@ -207,3 +207,21 @@ def test_the_synchronous_part_is_a_point_in_time_copy(kind, tmp_path):
     assert kind.read(restored) == _expected(kind, adds)
     live = {**adds, "k0": [*adds["k0"], 1000], "late": [5]}
     assert kind.read(backend) == _expected(kind, live)  # the live state moved on
+
+
+@pytest.mark.parametrize("cls", [HeapKeyedStateBackend, RocksDBKeyedStateBackend])
+def test_setting_the_key_with_its_precomputed_key_group_scopes_state_as_set_current_key(
+        cls, tmp_path):
+    per_key = PerKey(cls, tmp_path)
+    a, b = per_key.new(FULL), per_key.new(FULL)
+    for key, value in (("x", 1), ("y", 2), ("x", 3), (7, 4)):
+        per_key.add(a, key, value)
+        b.set_current_key_in_group(key, key_group_for(key, MAXP))
+        total = b.get_state(ValueStateDescriptor("total"))
+        total.update((total.value() or 0) + value)
+    for key in ("x", "y", 7):
+        for backend in (a, b):
+            backend.set_current_key(key)
+        assert (a.get_state(ValueStateDescriptor("total")).value()
+                == b.get_state(ValueStateDescriptor("total")).value())
+        assert b.current_key_group == key_group_for(key, MAXP)

@@ -206,3 +206,91 @@ def test_int_key_index_by_binary_search_then_hash_slots_after_a_switch_to_object
     idx.insert(np.array([None], dtype=object), key_hashes(pa.array([None], pa.int64())))
     assert not idx.by_sort
     assert (idx.lookup(keys.astype(object), hashes) == np.arange(30_000)).all()
+
+
+@pytest.mark.parametrize("key_kind", ["str", "int"])
+def test_dictionary_encoded_fold_gives_the_same_state_as_the_group_by_fold(key_kind, monkeypatch):
+    from airflow_checkpoint_provider.engine.state import columnar
+
+    rng = np.random.default_rng(11)
+    batches, _ = _random_batches(rng, key_kind)
+    batches.append(pa.RecordBatch.from_pydict({"key": [None, None, batches[0]["key"][0].as_py()],
+                                               "v": [1, None, 2]}))
+    spec = AggregateSpec("key", SPEC.aggregations + [("f", "sum", "x")])
+    states, outputs = [], []
+    for encodable in (columnar._encodable, lambda t: False):
+        monkeypatch.setattr(columnar, "_encodable", encodable)
+        table = AggregateTable(spec, KeyGroupRange(0, 127), 128, "agg")
+        out = [table.update(b.append_column("x", pa.array(np.linspace(0, 1, len(b)))))
+               for b in batches]
+        outputs.append([sorted(o.to_pylist(), key=repr) for o in out])
+        cols = table.copy()
+        order = sorted(range(len(table)), key=lambda r: repr(cols["key"][r]))
+        states.append({name: [c[r] for r in order] for name, c in cols.items()})
+    assert states[0] == states[1]
+    assert outputs[0] == outputs[1]
+
+
+def test_arrow_key_lookup_matches_the_object_lookup_and_tells_forged_hashes_apart():
+    idx = KeyIndex()
+    keys = pa.array([f"key-{i}" for i in range(20_000)])
+    hashes = key_hashes(keys)
+    for start in range(0, 20_000, 3_000):
+        part = keys.slice(start, 3_000)
+        idx.insert(part.to_numpy(zero_copy_only=False), hashes[start:start + 3_000], part)
+    probe = pa.array([f"key-{i}" for i in range(19_999, -5, -7)] + ["absent"])
+    probe_hashes = key_hashes(probe)
+    expected = idx.lookup(probe.to_numpy(zero_copy_only=False), probe_hashes)
+    assert (idx.lookup_arrow(probe, probe_hashes) == expected).all()
+    assert expected[-1] == -1 and (expected[:-1] >= 0).all()
+    forged = pa.array(["not-a-key"] * 3)
+    assert (idx.lookup_arrow(forged, hashes[:3].copy()) == -1).all()
+
+
+def test_arrow_key_lookup_is_off_after_an_insert_without_arrow_keys():
+    idx = KeyIndex()
+    keys = pa.array(["a", "b"])
+    idx.insert(keys.to_numpy(zero_copy_only=False), key_hashes(keys), keys)
+    assert idx.lookup_arrow(keys, key_hashes(keys)) is not None
+    more = np.array(["c"], dtype=object)
+    idx.insert(more, key_hashes(pa.array(more)))
+    assert idx.lookup_arrow(keys, key_hashes(keys)) is None
+    assert (idx.lookup(np.array(["a", "b", "c"], dtype=object),
+                       key_hashes(pa.array(["a", "b", "c"]))) == [0, 1, 2]).all()
+
+
+def test_null_int_keys_fold_into_one_row_across_batches():
+    table = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    for _ in range(3):
+        out = table.update(pa.RecordBatch.from_pydict({"key": [1, None], "v": [1, 2]}))
+    got = {r["key"]: r for r in out.to_pylist()}
+    assert got[None]["n"] == 3 and got[None]["total"] == 6 and len(table) == 2
+
+
+def test_a_table_of_queued_batches_folds_as_the_batches_one_after_the_other():
+    rng = np.random.default_rng(5)
+    batches, rows = _random_batches(rng, "str", batches=6)
+    one_by_one = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    for b in batches:
+        one_by_one.update(b)
+    at_once = AggregateTable(SPEC, KeyGroupRange(0, 127), 128, "agg")
+    out = at_once.update(pa.Table.from_batches(batches))
+    latest = {r["key"]: r for r in out.to_pylist()}
+    _check(latest, _reference(rows))
+    a, b = one_by_one.copy(), at_once.copy()
+    assert sorted(a["key"]) == sorted(b["key"]) and len(out) == len(at_once)
+
+
+@pytest.mark.parametrize("spread", [1, 3, 1000, 2**49], ids=["dense", "sparse-ok", "sparse", "huge"])
+def test_int_key_lookup_is_exact_with_or_without_the_direct_address_table(spread):
+    idx = KeyIndex()
+    rng = np.random.default_rng(spread % 1000)
+    keys = np.unique(rng.integers(-5_000, 5_000, 4_000)) * spread
+    rng.shuffle(keys)
+    for part in np.array_split(keys, 7):
+        idx.insert(part, key_hashes(pa.array(part)))
+    probe = np.concatenate([keys[::-1], keys[:50] + 1, [np.iinfo(np.int64).min,
+                                                          np.iinfo(np.int64).max]])
+    rows = idx.lookup(probe)
+    expected = {int(k): r for r, k in enumerate(keys)}
+    assert rows.tolist() == [expected.get(int(k), -1) for k in probe]

@@ -230,3 +230,26 @@ def test_null_slots_with_bytes_underneath():
     array = pa.Array.from_buffers(pa.string(), 3, [validity, offsets, data], null_count=1)
     assert array.to_pylist() == ["abc", None, "hello"]
     _check(array)
+
+
+def test_key_groups_of_a_list_equal_key_group_for_each_str_or_int_key():
+    from airflow_checkpoint_provider.engine.state.vectorized import key_groups_of
+
+    strs = [f"k{i}" for i in range(500)] + ["", "é", "日本語" * 40]
+    ints = [0, -1, 2**63 - 1, -(2**63)] + list(range(-3000, 3000, 7))
+    for keys in (strs, ints):
+        assert key_groups_of(keys, 128) == [key_group_for(k, 128) for k in keys]
+    assert key_groups_of([], 128) == []
+
+
+@pytest.mark.parametrize("keys", [[1, True], [1, "a"], [2**63], [1.5], [("a", 1)], ["\ud800"]])
+def test_key_groups_of_returns_none_for_lists_it_cannot_hash_in_one_pass(keys):
+    from airflow_checkpoint_provider.engine.state.vectorized import MIN_VECTOR_KEYS, key_groups_of
+
+    assert key_groups_of(keys * MIN_VECTOR_KEYS, 128) is None
+
+
+def test_key_groups_of_leaves_short_lists_to_the_per_key_hash():
+    from airflow_checkpoint_provider.engine.state.vectorized import MIN_VECTOR_KEYS, key_groups_of
+
+    assert key_groups_of([f"k{i}" for i in range(MIN_VECTOR_KEYS - 1)], 128) is None
