@@ -58,3 +58,19 @@ def test_failures_at_seeded_points_still_commit_exactly_once(workdir, expected, 
     check_exactly_once(str(workdir / "out"), expected)
     if plan == "early":
         assert fired["record-3"]["last_notified"] == 0  # before any checkpoint completed
+
+
+@pytest.mark.timeout(120)
+def test_failure_after_the_final_checkpoint_completed_restarts_and_finishes(workdir):
+    """The final checkpoint completes, then a task fails before its sink committed it: the
+    next attempt restores that checkpoint (every source already finished), takes a final
+    checkpoint of its own and finishes. It used to keep the previous attempt's "final
+    checkpoint completed", send its Finish before any slot had connected, and never end."""
+    n, keys = 2_000, 20
+    faults = FaultPlan(str(workdir / "faults"), [("notify", 1)])
+    p = running_sum_pipeline(str(workdir), num_records=n, num_keys=keys, seed=SEED,
+                             faults=faults, interval_ms=None)
+    result = p.run()
+    assert result.status == "FINISHED" and result.restarts == 1
+    assert len(faults.fired()) == 1
+    check_exactly_once(str(workdir / "out"), expected_running_sums(n, keys, SEED))

@@ -237,10 +237,13 @@ class CheckpointCoordinator:
 
     def abort_all(self, reason: str, now: float) -> None:
         """On failover: pending checkpoints cannot complete; they do not count as failures.
-        The next attempt starts without a final checkpoint."""
+        The next attempt starts without a final checkpoint, even when this one had completed
+        its final checkpoint (a task failed after it): the next attempt takes its own, so its
+        sinks commit and its tasks finish."""
         for chk in list(self.pending):
             self.abort(chk, reason, now, count_failure=False)
         self.final_id = None
+        self.final_completed = False
 
     def maybe_trigger_final(self, now: float, *, inputs_ended: bool) -> int | None:
         """The final checkpoint (Flink's checkpoint after end of input, which lets sinks
