@@ -150,9 +150,15 @@ class KeyIndex:
             return self._lookup_sorted(keys)
         if hashes is None:
             raise ValueError("KeyIndex.lookup of non-integer keys needs their hashes")
-        rows = np.full(len(keys), -1, dtype=np.int64)
+        return self._probe(hashes, lambda rows, at: self.keys[rows] == keys[at])
+
+    def _probe(self, hashes: np.ndarray, equal) -> np.ndarray:
+        """Linear probing for every needle at once: row of each needle, -1 where absent.
+        ``equal(rows, needles)``: whether the keys at those rows equal those needles (their
+        hashes already do)."""
+        rows = np.full(len(hashes), -1, dtype=np.int64)
         pos = self._home(hashes)
-        active = np.arange(len(keys))
+        active = np.arange(len(hashes))
         mask = (1 << self._bits) - 1
         while active.size:
             slot = self._slots[pos[active]]
@@ -161,7 +167,8 @@ class KeyIndex:
             if not active.size:
                 break
             same = self.hashes[slot] == hashes[active]
-            same[same] = self.keys[slot[same]] == keys[active[same]]
+            if same.any():
+                same[same] = equal(slot[same], active[same])
             rows[active[same]] = slot[same]
             active = active[~same]
             pos[active] = (pos[active] + 1) & mask
@@ -180,25 +187,8 @@ class KeyIndex:
                 keys = keys.cast(mirror.type)
             except pa.ArrowException:
                 return None
-        rows = np.full(len(keys), -1, dtype=np.int64)
-        pos = self._home(hashes)
-        active = np.arange(len(keys))
-        mask = (1 << self._bits) - 1
-        while active.size:
-            slot = self._slots[pos[active]]
-            occupied = slot >= 0
-            active, slot = active[occupied], slot[occupied]
-            if not active.size:
-                break
-            same = self.hashes[slot] == hashes[active]
-            if same.any():
-                equal = pc.equal(mirror.take(pa.array(slot[same])),
-                                 keys.take(pa.array(active[same])))
-                same[same] = equal.to_numpy(zero_copy_only=False)
-            rows[active[same]] = slot[same]
-            active = active[~same]
-            pos[active] = (pos[active] + 1) & mask
-        return rows
+        return self._probe(hashes, lambda rows, at: pc.equal(
+            mirror.take(pa.array(rows)), keys.take(pa.array(at))).to_numpy(zero_copy_only=False))
 
     def _lookup_sorted(self, keys: np.ndarray) -> np.ndarray:
         found = self.sorted_keys
