@@ -3,8 +3,8 @@
 PySpark's own mechanism: zip archives on the executors' ``PYTHONPATH`` through
 ``spark-submit --py-files`` (``spark.submit.pyFiles``). :func:`code_archives` builds two:
 
-* the engine (this package, pure Python; its third-party dependencies -- cloudpickle,
-  msgpack, mmh3, numpy, pyarrow, and rocksdict/boto3 when used -- must be installed in the
+* the engine (this package, pure Python; its third-party dependencies --
+  :data:`EXECUTOR_REQUIREMENTS`, and rocksdict/boto3 when used -- must be installed in the
   executors' Python, chosen with ``spark.pyspark.python``);
 * the top-level package (or single module) of the user's pipeline reference
   ``module:function``, when it is not part of this package.
@@ -29,6 +29,10 @@ from .errors import ConfigurationError
 SHIP_CODE_ENV = "CKPT_SHIP_CODE"
 _PACKAGE = __name__.split(".")[0]
 _SKIP_DIRS = {"__pycache__", ".git", ".mypy_cache", ".pytest_cache"}
+
+#: distributions the engine imports on every executor (``--py-files`` ships the engine, not
+#: these); the job's connectors may need more (rocksdict for RocksDB state, boto3 for S3)
+EXECUTOR_REQUIREMENTS = ("cloudpickle", "msgpack", "msgspec", "mmh3", "numpy", "pyarrow")
 
 
 def _zip_tree(root: str, arc_root: str) -> bytes:

@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.packaging import EXECUTOR_REQUIREMENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 
@@ -53,8 +54,7 @@ def bare_executor_python(tmp_path_factory) -> str:
     subprocess.run([uv, "venv", "-q", "--python", sys._base_executable, str(venv)], check=True,
                    timeout=120)
     python = str(venv / "bin" / "python")
-    pins = [f"{name}=={md.version(name)}" for name in
-            ("cloudpickle", "msgpack", "mmh3", "numpy", "pyarrow")]
+    pins = [f"{name}=={md.version(name)}" for name in EXECUTOR_REQUIREMENTS]
     subprocess.run([uv, "pip", "install", "-q", "--python", python, *pins], check=True,
                    timeout=300)
     return python
