@@ -65,6 +65,8 @@ bench: venv
 	$(PY) bench/unaligned.py --seconds 45
 	$(PY) bench/sinks.py --records 10000000 --reps 3
 	$(PY) bench/state_backends.py --keys 10000,100000,1000000 --reps 3
+	$(PY) bench/latency.py --seconds 20 --reps 3
+	$(PY) bench/scaling.py --reps 1
 	$(PY) bench/hotspots.py --job aggregate --records 1000000 --keys 100000
 	$(PY) bench/hotspots.py --job running_sum --records 200000 --keys 100000
 	$(PY) bench/write_benchmarks.py

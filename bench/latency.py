@@ -12,9 +12,15 @@ so checkpoints happen during the measurement):
   newest record it reflects.
 * ``running_sum``: dict records -> a per-record ``KeyedProcessFunction`` that passes ``ts``
   through with the running count and sum.
+* ``ss_aggregate`` (``--ss``, default on): Structured Streaming's groupBy(key).agg(count,
+  sum) at the same offered rate, 1 s trigger; see :func:`ss_latency` for how its figure is
+  made. ``applyInPandasWithState`` is not run: it sustains a few thousand rows/s
+  (structured_streaming.json), so at these rates its latency grows without bound.
 
 The first ``--warmup-s`` seconds are dropped. Percentiles are over every row received after
-that. Writes latency.json.
+that; with ``--reps`` > 1 the summary holds each percentile's median over the repetitions
+(interleaved: every job and rate once per repetition) and the worst repetition's p99.
+Writes latency.json.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import time
 import cloudpickle
 import numpy as np
 import pyarrow as pa
-from jobs import add_results_dir, write_results  # noqa: E402
+from jobs import add_results_dir, median, write_results  # noqa: E402
 
 from airflow_checkpoint_provider.engine import (  # noqa: E402
     CheckpointConfig,
@@ -151,6 +157,32 @@ def measure(job: str, rate: int, seconds: float, warmup: float, keys: int) -> di
         shutil.rmtree(root, ignore_errors=True)
 
 
+def ss_latency(spark, rate: int, seconds: float, keys: int) -> dict:
+    """Structured Streaming's latency for the same aggregation at the same offered rate,
+    from its own figures: a 1 s processing-time trigger (our checkpoint interval; SS
+    checkpoints every micro-batch) fed one trigger's worth of rows per batch
+    (``rate-micro-batch``). A row waits for the next trigger, uniformly 0..1 s, then for its
+    batch to be processed: latency = U(0, 1 s) + that batch's ``triggerExecution``. Estimated
+    from the batch durations, not stamped per row (the ``rate`` source hands out rows in
+    whole seconds, which would add its own delay)."""
+    from structured_streaming import TRIGGER_MS, _aggregation, keyed_rate, ss_measure
+
+    source = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rate)
+              .option("numPartitions", 2).load())
+    measured = max(3, int(seconds * 1000 / TRIGGER_MS))
+    r = ss_measure(_aggregation(keyed_rate(source, keys, False)), "update", warmup=2,
+                   measure=measured, timeout_s=seconds * 10 + 120)
+    durations = np.array(r["batch_ms"], dtype=np.float64)
+    waits = np.linspace(0.0, TRIGGER_MS, 1000, endpoint=False)
+    ms = np.sort((waits[None, :] + durations[:, None]).ravel())
+    return {"job": "ss_aggregate", "rate": rate, "batches": len(durations),
+            "batch_ms_median": float(np.median(durations)),
+            "batch_ms_max": float(durations.max()),
+            "sustained_records_per_s": r["sustained_records_per_s"],
+            **{f"p{q}": round(float(np.percentile(ms, q)), 2) for q in (50, 90, 99, 99.9)},
+            "max": round(float(ms[-1]), 2)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rates", default="10000,100000")
@@ -159,18 +191,44 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup-s", type=float, default=3.0)
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--ss", action=argparse.BooleanOptionalAction, default=True,
+                    help="also Structured Streaming's figure for the aggregation (local[2])")
     add_results_dir(ap)
     args = ap.parse_args(argv)
+    jobs = args.jobs.split(",")
+    spark = None
+    if args.ss:
+        from structured_streaming import SS_CONF
+
+        from airflow_checkpoint_provider.engine.runners.spark import session_for
+
+        spark = session_for("local[2]", "bench-latency-ss", extra_conf=SS_CONF)
+        jobs.append("ss_aggregate")
     runs = []
-    for _rep in range(args.reps):
-        for rate in (int(r) for r in args.rates.split(",")):
-            for job in args.jobs.split(","):
-                r = measure(job, rate, args.seconds, args.warmup_s, args.keys)
-                runs.append(r)
-                print(json.dumps(r), flush=True)
+    try:
+        for _rep in range(args.reps):
+            for rate in (int(r) for r in args.rates.split(",")):
+                for job in jobs:
+                    if job == "ss_aggregate":
+                        r = ss_latency(spark, rate, args.seconds, args.keys)
+                    else:
+                        r = measure(job, rate, args.seconds, args.warmup_s, args.keys)
+                    runs.append(r)
+                    print(json.dumps(r), flush=True)
+    finally:
+        if spark is not None:
+            spark.stop()
+    medians = []
+    for rate in (int(r) for r in args.rates.split(",")):
+        for job in jobs:
+            rs = [r for r in runs if r["job"] == job and r["rate"] == rate]
+            medians.append({"job": job, "rate": rate, "reps": len(rs),
+                            **{q: median(r[q] for r in rs)
+                               for q in ("p50", "p90", "p99", "p99.9", "max")},
+                            "p99_worst": max(r["p99"] for r in rs)})
     write_results(args.results_dir, "latency.json",
                   {"summary": {"keys": args.keys, "seconds": args.seconds, "reps": args.reps,
-                               "warmup_s": args.warmup_s}, "runs": runs})
+                               "warmup_s": args.warmup_s, "medians": medians}, "runs": runs})
     return 0
 
 

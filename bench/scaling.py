@@ -6,6 +6,10 @@ On the local runner (one slot process per subtask index), checkpoints every 1 s:
 
 * **Parallelism**: the ``aggregate`` job (string keys, 100,000 keys) and the per-record
   ``running_sum`` job at parallelism 1 and 2: sustained records/s.
+* **Standalone cluster** (``--cluster``, default on): the same two jobs at parallelism 2 on
+  the Spark runner, against a Spark standalone master and 2 workers started on 127.0.0.1
+  (``tests/spark_cluster.py``; one executor per worker, so each slot is in its own executor
+  JVM's Python worker), stopped by PID afterwards.
 * **Keys**: the ``aggregate`` job at parallelism 2 over 10k, 100k and 1M keys (string keys):
   sustained records/s and the largest checkpointed state.
 * **Network bytes per record on HASH edges**: the bytes the loopback interface carried during
@@ -20,6 +24,7 @@ Writes scaling.json.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -41,9 +46,11 @@ def loopback_bytes() -> int | None:
     return None
 
 
-def sustained(job: str, records: int, keys: int, parallelism: int, **build) -> dict:
+def sustained(job: str, records: int, keys: int, parallelism: int, runner: str = "local",
+              runner_opts: dict | None = None, **build) -> dict:
     before = loopback_bytes()
-    r = run_job(job, None, records, keys, 1000, parallelism=parallelism, **build)
+    r = run_job(job, None, records, keys, 1000, runner=runner, runner_opts=runner_opts,
+                parallelism=parallelism, **build)
     after = loopback_bytes()
     r["sustained_records_per_s"] = r["records"] / (r["seconds"] - (r["startup_s"] or 0))
     r["loopback_bytes"] = None if before is None or after is None else after - before
@@ -56,16 +63,57 @@ def ipc_bytes_per_row(keys: int, int_keys: bool, rows: int = 8192) -> float:
     return len(encode_arrow(batch)) / rows
 
 
+def cluster_runs(args) -> list[dict]:
+    """Both jobs at parallelism 2 on a standalone master + 2 workers (2 cores, 1 GiB each)."""
+    import tempfile
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from spark_cluster import StandaloneCluster
+
+    from airflow_checkpoint_provider.engine.runners.spark import session_for
+
+    out = []
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
+        cluster = StandaloneCluster(tmp, memory="2g").start()
+        try:
+            spark = session_for(cluster.url, "bench-scaling",
+                                extra_conf={"spark.executor.memory": "1g",
+                                            "spark.cores.max": "4"})
+            try:
+                for rep in range(args.reps):
+                    for job, records in (("aggregate", args.records),
+                                         ("running_sum", args.running_sum_records)):
+                        extra = {"batch_size": 8192} if job == "aggregate" else {}
+                        r = sustained(job, records, 100_000, 2, runner="spark",
+                                      runner_opts={"spark": spark}, **extra)
+                        # executor JVMs this cluster's workers launched (not local mode)
+                        r["master"] = spark.sparkContext.master
+                        r["cluster_executors"] = len(cluster.executor_pids())
+                        out.append({"rep": rep, "kind": "cluster", "job": job, "parallelism": 2,
+                                    "keys": 100_000, **r})
+                        print(f"{job} p=2 on the standalone cluster: "
+                              f"{r['sustained_records_per_s']:,.0f} records/s", flush=True)
+            finally:
+                spark.stop()
+        finally:
+            cluster.stop()
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--records", type=int, default=4_000_000, help="aggregate job records")
     ap.add_argument("--running-sum-records", type=int, default=400_000)
     ap.add_argument("--keys-list", default="10000,100000,1000000")
+    ap.add_argument("--cluster", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run on a 2-worker standalone cluster on 127.0.0.1")
     add_results_dir(ap)
     args = ap.parse_args(argv)
     keys_list = [int(k) for k in args.keys_list.split(",") if k]
     runs: list[dict] = []
+    if args.cluster:
+        runs += cluster_runs(args)
     for rep in range(args.reps):
         for job, records in (("aggregate", args.records),
                              ("running_sum", args.running_sum_records)):
@@ -95,6 +143,11 @@ def main(argv=None) -> int:
             rs = [r for r in runs if r["kind"] == "parallelism" and r["job"] == job
                   and r["parallelism"] == p]
             summary["parallelism"][f"{job} p={p}"] = median(r["sustained_records_per_s"] for r in rs)
+    for job in ("aggregate", "running_sum"):
+        rs = [r for r in runs if r["kind"] == "cluster" and r["job"] == job]
+        if rs:
+            summary["parallelism"][f"{job} p=2, standalone cluster"] = median(
+                r["sustained_records_per_s"] for r in rs)
     for keys in keys_list:
         rs = [r for r in runs if r["kind"] == "keys" and r["keys"] == keys]
         summary["keys"][str(keys)] = {

@@ -107,13 +107,16 @@ def test_event_time_scenario_runs_the_long_runs(results):
 
 
 @pytest.mark.timeout(300)
-def test_latency_scenario_measures_both_jobs(results):
+def test_latency_scenario_measures_both_jobs_and_structured_streaming(results):
     bench("latency.py", "--rates", "2000", "--seconds", "2", "--warmup-s", "0.5", "--keys", "100",
           results=results, timeout=280)
-    runs = load(results, "latency.json")["runs"]
-    assert {r["job"] for r in runs} == {"aggregate", "running_sum"}
+    data = load(results, "latency.json")
+    runs = data["runs"]
+    assert {r["job"] for r in runs} == {"aggregate", "running_sum", "ss_aggregate"}
     for r in runs:
-        assert r["rows"] > 0 and 0 < r["p50"] <= r["p99"] <= r["max"]
+        assert 0 < r["p50"] <= r["p99"] <= r["max"]
+        assert r["rows"] > 0 if r["job"] != "ss_aggregate" else r["batches"] >= 3
+    assert {m["job"] for m in data["summary"]["medians"]} == {r["job"] for r in runs}
 
 
 @pytest.mark.timeout(200)
@@ -134,13 +137,19 @@ def test_sinks_scenario_measures_every_sink(results):
     assert all(r["rows_per_s"] > 0 and r["commits"] >= 1 for r in data["runs"])
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(400)
 def test_scaling_scenario_measures_parallelism_keys_and_network_bytes(results):
     bench("scaling.py", "--records", "40000", "--running-sum-records", "6000", "--keys-list",
-          "1000,4000", results=results)
-    summary = load(results, "scaling.json")["summary"]
-    assert set(summary["parallelism"]) == {"aggregate p=1", "aggregate p=2",
-                                           "running_sum p=1", "running_sum p=2"}
+          "1000,4000", results=results, timeout=380)
+    data = load(results, "scaling.json")
+    summary = data["summary"]
+    assert set(summary["parallelism"]) == {
+        "aggregate p=1", "aggregate p=2", "running_sum p=1", "running_sum p=2",
+        "aggregate p=2, standalone cluster", "running_sum p=2, standalone cluster"}
+    # the cluster rows ran on executors of the standalone cluster, not in local mode
+    cluster = [r for r in data["runs"] if r["kind"] == "cluster"]
+    assert cluster and all(r["master"].startswith("spark://127.0.0.1:")
+                           and r["cluster_executors"] == 2 for r in cluster)
     assert all(v > 0 for v in summary["parallelism"].values())
     assert list(summary["keys"]) == ["1000", "4000"]
     assert all(row["largest_state_bytes"] > 0 for row in summary["keys"].values())
