@@ -411,26 +411,38 @@ class AggregateTable:
         acc["count"][rows] += grouped.column("count_all").to_numpy()
         for col in spec.columns:
             dtype = dtypes[col]
-            nn_part = grouped.column(f"{col}_count").to_numpy()
-            nn_key = "nn:" + col
-            nn_before = self._ensure(nn_key, np.int64)[rows]
-            acc[nn_key][rows] = nn_before + nn_part
-            seen = nn_part > 0
-            needed = self._needed[col]
-            if needed & {"sum", "mean"}:
-                part = _numpy_filled(grouped.column(f"{col}_sum"))
-                target = self._ensure("sum:" + col, dtype)
-                target[rows] += part.astype(dtype, copy=False)
-            for fn, combine in (("min", np.minimum), ("max", np.maximum)):
-                if fn not in needed:
-                    continue
-                target = self._ensure(f"{fn}:{col}", dtype)
-                part = _numpy_filled(grouped.column(f"{col}_{fn}"))
-                part = part.astype(dtype, copy=False)
-                old = target[rows]
-                merged = np.where(nn_before > 0, combine(old, part), part)
-                target[rows] = np.where(seen, merged, old)
+            parts = {fn: _numpy_filled(grouped.column(f"{col}_{fn}")).astype(dtype, copy=False)
+                     for fn in self._partials(col)}
+            self._merge_partials(rows, col, dtype, grouped.column(f"{col}_count").to_numpy(),
+                                 parts)
         return key_col, rows
+
+    def _partials(self, col: str) -> list[str]:
+        """The per-key partial aggregates of ``col`` a batch contributes (besides its
+        non-null count)."""
+        needed = self._needed[col]
+        return [fn for fn in ("sum", "min", "max")
+                if fn in needed or (fn == "sum" and "mean" in needed)]
+
+    def _merge_partials(self, rows: np.ndarray, col: str, dtype: np.dtype, nn_part: np.ndarray,
+                        parts: dict[str, np.ndarray]) -> None:
+        """Fold one batch's per-key partials of ``col`` (its non-null count, and sum/min/max
+        as :meth:`_partials` names) into the accumulators at ``rows``."""
+        acc = self.acc
+        nn_key = "nn:" + col
+        nn_before = self._ensure(nn_key, np.int64)[rows]
+        acc[nn_key][rows] = nn_before + nn_part
+        seen = nn_part > 0
+        if "sum" in parts:
+            target = self._ensure("sum:" + col, dtype)
+            target[rows] += parts["sum"]
+        for fn, combine in (("min", np.minimum), ("max", np.maximum)):
+            if fn not in parts:
+                continue
+            target = self._ensure(f"{fn}:{col}", dtype)
+            part, old = parts[fn], target[rows]
+            merged = np.where(nn_before > 0, combine(old, part), part)
+            target[rows] = np.where(seen, merged, old)
 
     def _rows_of(self, key_col: pa.Array) -> np.ndarray:
         """State row of every key of ``key_col`` (distinct keys), inserting the new ones."""
@@ -493,28 +505,15 @@ class AggregateTable:
                 at = inv
             values = (column.to_numpy(zero_copy_only=False) if len(column)
                       else np.empty(0, dtype=dtype)).astype(dtype, copy=False)
-            nn_part = np.bincount(at, minlength=k)
-            nn_key = "nn:" + col
-            nn_before = self._ensure(nn_key, np.int64)[rows]
-            acc[nn_key][rows] = nn_before + nn_part
-            seen = nn_part > 0
-            needed = self._needed[col]
-            if needed & {"sum", "mean"}:
-                part = np.zeros(k, dtype=dtype)
-                np.add.at(part, at, values)
-                target = self._ensure("sum:" + col, dtype)
-                target[rows] += part
-            for fn, combine in (("min", np.minimum), ("max", np.maximum)):
-                if fn not in needed:
-                    continue
-                target = self._ensure(f"{fn}:{col}", dtype)
-                part = np.zeros(k, dtype=dtype)
-                if len(at):  # the first value of each key, then fold every value in
+            parts = {}
+            for fn in self._partials(col):
+                part = parts[fn] = np.zeros(k, dtype=dtype)
+                if fn == "sum":
+                    np.add.at(part, at, values)
+                elif len(at):  # the first value of each key, then fold every value in
                     part[at[::-1]] = values[::-1]
-                    combine.at(part, at, values)
-                old = target[rows]
-                merged = np.where(nn_before > 0, combine(old, part), part)
-                target[rows] = np.where(seen, merged, old)
+                    (np.minimum if fn == "min" else np.maximum).at(part, at, values)
+            self._merge_partials(rows, col, dtype, np.bincount(at, minlength=k), parts)
         return key_col, rows
 
     # -- TTL ------------------------------------------------------------------------------------
