@@ -315,7 +315,8 @@ class AggregateSpec:
         self.ttl_ms = ttl_ms
 
     def describe(self) -> dict:
-        out = {"key": self.key, "aggregations": [list(a) for a in self.aggregations]}
+        out: dict[str, object] = {"key": self.key,
+                                  "aggregations": [list(a) for a in self.aggregations]}
         if self.ttl_ms is not None:
             out["ttl_ms"] = self.ttl_ms
         return out
@@ -351,6 +352,7 @@ class AggregateTable:
 
     # -- update ---------------------------------------------------------------------------
     def _column_dtype(self, name: str, arrow_type: pa.DataType) -> np.dtype:
+        dtype: np.dtype
         if pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type):
             dtype = np.dtype(np.int64)
         elif pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type):
@@ -446,7 +448,9 @@ class AggregateTable:
 
     def _rows_of(self, key_col: pa.Array) -> np.ndarray:
         """State row of every key of ``key_col`` (distinct keys), inserting the new ones."""
-        keys = rows = None
+        keys: np.ndarray | None = None
+        rows: np.ndarray | None = None
+        hashes: np.ndarray | None = None
         if _varlen(key_col.type) and self.index.key_array is not None:
             hashes = key_hashes(key_col)
             rows = self.index.lookup_arrow(key_col, hashes)
@@ -576,6 +580,7 @@ class AggregateTable:
                 values = acc["count" if col is None else "nn:" + col][rows]
                 arrays.append(pa.array(values, pa.int64()))
             else:
+                assert col is not None  # sum/min/max/mean name their column
                 nn = acc["nn:" + col][rows]
                 if fn == "mean":
                     with np.errstate(invalid="ignore", divide="ignore"):
