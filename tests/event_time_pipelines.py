@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from pipelines import FaultPlan
+from pipelines import TEST_RESTARTS, FaultPlan
 
 from airflow_checkpoint_provider.engine import (
     CheckpointConfig,
@@ -45,7 +45,7 @@ def _pipeline(root: str, name: str, interval_ms: int, state_backend: str) -> Pip
     return Pipeline(name, max_parallelism=128, state_backend=state_backend,
                     checkpoint=CheckpointConfig(interval_ms=interval_ms,
                                                 directory=os.path.join(root, "ckpt")),
-                    restart_strategy=RestartStrategy.fixed_delay(attempts=100, delay_ms=0),
+                    restart_strategy=RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
                     metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
 
 

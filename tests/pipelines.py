@@ -20,6 +20,10 @@ from airflow_checkpoint_provider.engine import (
 )
 
 TMP_PREFIX = ".writing-"
+#: restarts a test job may make: a few per injected failure. Bounded so that a failure that
+#: repeats after every restart ends the job with its reason (JobFailedError) instead of
+#: looping until the test's timeout.
+TEST_RESTARTS = 25
 
 
 class InjectedFailure(RuntimeError):
@@ -153,7 +157,7 @@ def running_sum_pipeline(root: str, *, name: str = "running-sum", num_records: i
     p = Pipeline(name, max_parallelism=128,
                  checkpoint=CheckpointConfig(interval_ms=interval_ms, directory=os.path.join(root, "ckpt"),
                                              mode=mode, **checkpoint_options),
-                 restart_strategy=restart or RestartStrategy.fixed_delay(attempts=100, delay_ms=0),
+                 restart_strategy=restart or RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
                  metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
     (p.source(GeneratorSource(num_records, num_keys=num_keys, seed=seed, splits=4,
                               records_per_second=rate),
@@ -385,7 +389,7 @@ def aggregate_pipeline(root: str, *, name: str = "agg", num_records: int = 20_00
                                              directory=os.path.join(root, "ckpt"),
                                              savepoint_directory=os.path.join(root, "savepoints"),
                                              **checkpoint_options),
-                 restart_strategy=RestartStrategy.fixed_delay(attempts=100, delay_ms=0),
+                 restart_strategy=RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
                  metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
     stream = p.source(GeneratorSource(num_records, num_keys=num_keys, seed=seed, splits=4,
                                       records_per_second=rate, arrow=True),
