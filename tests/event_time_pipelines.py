@@ -173,7 +173,8 @@ def late_pipeline(root: str, *, per_record: bool = False, rate: float | None = N
     """Windows behind a watermark that is too tight for the input (bound 20 ms, disorder
     300 ms): many records are late; they go to a late-data side output (``late/``)."""
     p = _pipeline(root, "late", 150, "heap")
-    p.batch_size = 32  # 64 ms of event time per batch: the watermark moves in small steps
+    # 64 ms of event time per batch, Arrow or dicts: the watermark moves in small steps
+    p.batch_size = p.arrow_batch_size = 32
     stream = p.source(source(rate=rate, arrow=not per_record), uid="gen", parallelism=2,
                       watermarks=WatermarkStrategy.for_bounded_out_of_orderness(
                           20, timestamp_field="ts").with_emit_interval(5))
