@@ -88,9 +88,7 @@ def _varlen(arrow_type: pa.DataType) -> bool:
 def _encodable(arrow_type: pa.DataType) -> bool:
     """Key types :meth:`AggregateTable._fold_encoded` handles (dictionary_encode, then the
     same index as the group_by path)."""
-    return (pa.types.is_integer(arrow_type) or pa.types.is_string(arrow_type)
-            or pa.types.is_large_string(arrow_type) or pa.types.is_binary(arrow_type)
-            or pa.types.is_large_binary(arrow_type))
+    return pa.types.is_integer(arrow_type) or _varlen(arrow_type)
 
 
 class KeyIndex:
@@ -260,10 +258,7 @@ class KeyIndex:
             dense[keys - self._dense_min] = rows
 
     def _mirror(self, arrow_keys: pa.Array | None) -> None:
-        if arrow_keys is None or arrow_keys.null_count or not (
-                pa.types.is_string(arrow_keys.type) or pa.types.is_large_string(arrow_keys.type)
-                or pa.types.is_binary(arrow_keys.type)
-                or pa.types.is_large_binary(arrow_keys.type)):
+        if arrow_keys is None or arrow_keys.null_count or not _varlen(arrow_keys.type):
             self.key_array = None  # from now on: lookup() only
             return
         if self.n == 0:
