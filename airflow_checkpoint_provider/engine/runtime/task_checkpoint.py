@@ -1,0 +1,255 @@
+"""A task's checkpoint side: barrier handling, snapshot, upload and ack, and the
+coordinator's control messages (trigger, notify, abort, unalign, finish).
+
+Checkpoint at a task (Flink's "checkpoint on barrier"):
+
+1. Barrier alignment decides the moment (see :mod:`.alignment`); sources decide it when
+   the coordinator's trigger is taken from the mailbox, between two batches.
+2. Synchronous part: every operator of the chain captures its state
+   (:meth:`Operator.snapshot`): user ``snapshot_state`` hooks, keyed state serialized, sink
+   transactions pre-committed.
+3. The barrier is forwarded on every output channel, and held-back inputs are released.
+4. Asynchronous part (on the slot's upload pool, off this thread): state files are written
+   to checkpoint storage and the task acks with its handles and metrics.
+
+:class:`TaskCheckpointing` is the part of :class:`~.task.StreamTask` that does this; the
+task's loops (:mod:`.task`) hand it the barrier handler's actions and the control items.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ..eventtime import MIN_WATERMARK
+from ..protocol import BarrierKind, CheckpointBarrier
+from ..protocol import frames as P
+from ..protocol import messages as M
+from ..serialization import packb, unpackb
+from ..snapshot.codec import read_verified
+from ..state.backend import write_state_file
+from .alignment import BarrierHandler
+from .batches import Batch, decode_arrow, encode_arrow
+from .channels import RecordWriter
+from .mailbox import Mailbox
+from .operators import Operator
+
+if TYPE_CHECKING:
+    from ..graph import Vertex
+    from .task import TaskEnvironment
+
+log = logging.getLogger(__name__)
+
+
+class TaskCheckpointing:
+    """The checkpoint methods of :class:`~.task.StreamTask` (a mixin: the task owns the
+    state below; its constructor sets it)."""
+
+    env: TaskEnvironment
+    vertex: Vertex
+    subtask: int
+    name: str
+    mailbox: Mailbox
+    writers: list[RecordWriter]
+    operators: list[Operator]
+    handler: BarrierHandler
+    channel_gates: dict[int, threading.Event]
+    watermark: int
+    exhausted: bool
+    finished: bool
+    suspended_for: int | None
+    _barriers: dict[int, CheckpointBarrier]
+    _unaligned: dict[int, tuple]
+    _channel_state: tuple | None
+    _held: dict[int, list]
+    _replay: collections.deque
+
+    if TYPE_CHECKING:  # the task's data path
+        def _push(self, records: Batch, start: int = 0) -> None: ...
+        def _end_input(self, start: int = 0) -> None: ...
+        def counts_by_operator(self) -> dict[str, list[int]]: ...
+
+    # -- restore --------------------------------------------------------------------------
+    def _replay_channel_state(self) -> None:
+        """Restored from an unaligned checkpoint: the records that were in flight to this
+        task go through its chain before any new input (they precede it)."""
+        if self._channel_state is None:
+            return
+        directory, handle = self._channel_state
+        self._channel_state = None
+        data = read_verified(handle.location_in(directory), handle.size, handle.sha256)
+        for _channel, kind, payload in unpackb(data):
+            self._push(decode_arrow(payload) if kind == "arrow" else unpackb(payload))
+        log.debug("Task %s replayed %d in-flight records", self.name, handle.records)
+
+    # -- barrier handler actions ----------------------------------------------------------
+    def _apply(self, actions: list, barrier: CheckpointBarrier | None) -> None:
+        for action in actions:
+            if action[0] == "release":
+                for ch in action[1]:
+                    self._replay.extend(self._held.pop(ch, ()))
+                    self.channel_gates[ch].set()
+            elif action[0] == "block":
+                # Hold back what this channel delivers after its barrier: items already in
+                # the mailbox are set aside, and the reader stops before its next item (so
+                # at most a mailbox's worth is held). Until the task reached the barrier,
+                # the reader kept reading: no stall between the barrier's arrival and its
+                # processing.
+                ch = action[1]
+                self._held.setdefault(ch, [])
+                self.channel_gates[ch].clear()
+            elif action[0] == "checkpoint":
+                self._checkpoint(barrier, action[2])
+            elif action[0] == "unaligned":
+                self._checkpoint(self._barriers[action[1]].as_unaligned(), action[2],
+                                 unaligned=True)
+            elif action[0] == "captured":
+                chk = action[1]
+                pending = self._unaligned.pop(chk, None)
+                captured = self.mailbox.finish_capture(chk)
+                if pending is not None and captured is not None:
+                    args, timing, started = pending
+                    # capture: from the snapshot to the last input's barrier
+                    timing["capture_ms"] = round((time.perf_counter() - started) * 1000, 3)
+                    self.env.upload_pool.submit(self._upload_and_ack, *args, timing=timing,
+                                                channel_items=captured)
+            elif action[0] == "drop_capture":
+                _, chk, reason = action
+                self._unaligned.pop(chk, None)
+                self.mailbox.end_unaligned(chk)
+                if reason is not None:
+                    self._decline(chk, reason)
+            elif action[0] == "cancel":
+                _, chk, reason = action
+                for w in self.writers:
+                    w.emit_event(P.CANCEL, packb(chk))
+                if reason is not None:
+                    self._decline(chk, reason)
+
+    # -- control --------------------------------------------------------------------------
+    def _control(self, item) -> None:
+        kind = item[0]
+        if kind == "trigger":
+            barrier: CheckpointBarrier = item[1]
+            if barrier.kind == BarrierKind.SAVEPOINT_DRAIN and not self.exhausted:
+                self.exhausted = True       # drain: end the input first, then the savepoint
+                self._end_input(1)
+            self._checkpoint(barrier, 0.0)
+            if barrier.kind == BarrierKind.SAVEPOINT_STOP:
+                self.suspended_for = barrier.checkpoint_id  # emit nothing after it
+        elif kind == "notify":
+            for op in self.operators:
+                op.notify_complete(item[1])
+        elif kind == "unalign":
+            barrier = self._barriers.get(item[1])
+            self._apply(self.handler.on_unalign(item[1]), barrier)
+        elif kind == "abort":
+            self._apply(self.handler.on_abort(item[1]), None)
+            if self.suspended_for == item[1]:
+                self.suspended_for = None   # the stop savepoint failed: keep running
+            for op in self.operators:
+                op.notify_abort(item[1])
+        elif kind == "finish":
+            self.finished = True
+
+    def _decline(self, chk: int, reason: str) -> None:
+        self.env.send(M.Decline(vertex=self.vertex.id, subtask=self.subtask, checkpoint_id=chk,
+                                reason=reason))
+
+    # -- checkpoint -----------------------------------------------------------------------
+    def _checkpoint(self, barrier: CheckpointBarrier, alignment_ms: float, *,
+                    unaligned: bool = False) -> None:
+        """Steps 2-4 of the module docstring; the files go to ``barrier.location``. An
+        unaligned checkpoint starts capturing the in-flight records here and acks once they
+        are complete (the handler's ``captured`` action)."""
+        chk, location = barrier.checkpoint_id, barrier.location
+        self._barriers = {c: b for c, b in self._barriers.items() if c > chk}
+        t0 = time.perf_counter()
+        # 2. synchronous part: capture every operator's state
+        snapshots = [(op, op.snapshot(chk)) for op in self.operators]
+        if unaligned:
+            self.mailbox.start_capture(chk)
+        sync_ms = (time.perf_counter() - t0) * 1000.0
+        # 3. forward the barrier (held-back inputs were released by the handler's actions)
+        payload = barrier.encode()
+        for w in self.writers:
+            w.emit_event(P.BARRIER, payload)
+        # 4. asynchronous part: write files, then ack. Start delay: from the trigger to
+        # this snapshot (Flink's "checkpoint start delay"), on the wall clock
+        timing: dict = {
+            "start_delay_ms": round(max(0.0, time.time() * 1000 - barrier.timestamp_ms), 3),
+            # records in/out per operator up to this barrier, since the attempt started,
+            # and the input watermark: throughput and lag between checkpoints (stability)
+            "records": self.counts_by_operator()}
+        if self.watermark != MIN_WATERMARK:
+            timing["watermark"] = self.watermark
+        args = (chk, location, snapshots, sync_ms, alignment_ms, barrier.kind.is_savepoint)
+        if unaligned:
+            self._unaligned[chk] = (args, timing, time.perf_counter())
+        else:
+            self.env.upload_pool.submit(self._upload_and_ack, *args, timing=timing)
+
+    def _write_channel_state(self, chk_dir: str, items: list) -> dict:
+        """The captured in-flight records of an unaligned checkpoint, as one state file."""
+        entries = [[channel, kind, encode_arrow(payload) if kind == "arrow" else payload]
+                   for channel, kind, payload, _ in items]
+        handle, _, _ = write_state_file(chk_dir, f"channel-{self.vertex.id}-{self.subtask}",
+                                        "inflight", packb(entries),
+                                        {"records": sum(item[3] for item in items)})
+        return handle
+
+    def _upload_and_ack(self, chk: int, chk_dir: str, snapshots: list, sync_ms: float,
+                        alignment_ms: float, full: bool, *, timing: dict,
+                        channel_items: list | None = None) -> None:
+        t0 = time.perf_counter()
+        try:
+            operators = {}
+            size = uploaded = 0
+            channel = None
+            if channel_items is not None:
+                holder = next((op.uid for op, snap in snapshots if op.uid and snap is not None),
+                              None)
+                if holder is None:
+                    raise ValueError(
+                        f"an unaligned checkpoint needs a uid on one operator of the chain "
+                        f"{self.vertex.name!r} (its in-flight records are stored with it)")
+                channel = self._write_channel_state(chk_dir, channel_items)
+            for op, snap in snapshots:
+                if snap is None or not op.uid:
+                    continue
+                entry: dict = {"operator_state": snap.operator_state, "states": snap.states,
+                               "keyed": None}
+                if op.keyed:
+                    entry["key_group_range"] = op.backend.key_groups.to_list()
+                    if snap.keyed is not None and snap.keyed.write is not None:
+                        # state captured in the synchronous part, written here (off the task
+                        # thread): a serialized file, or RocksDB's new SST files
+                        handle, state_size, sent = snap.keyed.write(
+                            chk_dir, f"{op.uid}-{self.subtask}", full)
+                        entry["keyed"] = handle
+                        size += state_size
+                        uploaded += sent
+                if channel is not None and op.uid == holder:
+                    entry["channel_state"] = channel
+                    size += channel["size"]
+                    uploaded += channel["size"]
+                operators[op.uid] = entry
+            async_ms = (time.perf_counter() - t0) * 1000.0
+            metrics = {"sync_ms": round(sync_ms, 3), "async_ms": round(async_ms, 3),
+                       "alignment_ms": round(alignment_ms, 3), "state_size": size,
+                       "checkpointed_size": uploaded, **timing}
+            if channel is not None:
+                metrics.update(unaligned=True, inflight_bytes=channel["size"],
+                               inflight_records=channel["records"])
+            self.env.send(M.Ack(
+                vertex=self.vertex.id, subtask=self.subtask, checkpoint_id=chk,
+                operators=operators, metrics=metrics))
+        except Exception as exc:  # noqa: BLE001 - a failed upload declines the checkpoint
+            log.warning("Task %s could not write checkpoint %d: %s", self.name, chk, exc)
+            try:
+                self._decline(chk, f"{type(exc).__name__}: {exc}")
+            except OSError:
+                pass
