@@ -81,7 +81,8 @@ MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/api.py $(ENGINE)/config.py $(ENGIN
 	$(ENGINE)/state/windows.py $(ENGINE)/runtime/watermarks.py $(ENGINE)/runtime/mailbox.py \
 	$(ENGINE)/runtime/alignment.py $(ENGINE)/connectors/delta.py $(ENGINE)/connectors/lakehouse.py \
 	$(ENGINE)/connectors/iceberg.py $(ENGINE)/connectors/table_source.py $(ENGINE)/verify.py \
-	$(ENGINE)/state_io $(ENGINE)/stability.py $(ENGINE)/state/columnar.py
+	$(ENGINE)/state_io $(ENGINE)/stability.py $(ENGINE)/state/columnar.py \
+	$(ENGINE)/state/key_index.py
 
 lint: venv
 	$(VENV)/bin/ruff check airflow_checkpoint_provider tests dags bench

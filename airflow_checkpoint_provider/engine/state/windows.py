@@ -23,7 +23,8 @@ from ..errors import RestoreError, StateMigrationError
 from ..eventtime import TimestampSpec, WindowAssigner
 from ..snapshot.codec import read_state_file
 from .backend import StateSnapshot, write_state_file
-from .columnar import AggregateSpec, AggregateTable, _grow
+from .columnar import AggregateSpec, AggregateTable
+from .key_index import _grow
 from .keygroups import KeyGroupRange
 
 
