@@ -1,0 +1,78 @@
+"""What every verb of the ``ckpt`` command shares: the ``main`` group, the metadata DB
+option and store, JSON output and loading a pipeline from ``module:function``."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import sys
+from datetime import datetime
+
+import click
+
+from ..api import DEFAULT_METADATA_ENV, Pipeline, default_metadata_url
+
+
+def _db_url(db: str | None) -> str:
+    return db or default_metadata_url("checkpoints")
+
+
+def _json_default(value):
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(type(value).__name__)
+
+
+def _echo_json(obj) -> None:
+    click.echo(json.dumps(obj, default=_json_default, indent=2, sort_keys=True))
+
+
+def _record(rec) -> dict:
+    return dataclasses.asdict(rec)
+
+
+def _store(db: str | None):
+    from ..catalog import MetadataStore
+
+    return MetadataStore(_db_url(db))
+
+
+def load_pipeline(reference: str) -> Pipeline:
+    """Import ``module:function`` and call it; it must return a Pipeline."""
+    module_name, _, attr = reference.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter(f"{reference!r} is not of the form module:function",
+                                 param_hint="PIPELINE")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import module {module_name!r}: {exc}",
+                                 param_hint="PIPELINE") from exc
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise click.BadParameter(f"module {module_name!r} has no {attr!r}", param_hint="PIPELINE")
+    pipeline = fn() if callable(fn) else fn
+    if not isinstance(pipeline, Pipeline):
+        raise click.BadParameter(f"{reference} returned {type(pipeline).__name__}, not a Pipeline",
+                                 param_hint="PIPELINE")
+    return pipeline
+
+
+db_option = click.option("--db", envvar=DEFAULT_METADATA_ENV,
+                         help="Metadata DB (SQLAlchemy URL or SQLite path).")
+timeout_option = click.option("--timeout", type=float, default=120.0, show_default=True,
+                              help="Seconds to wait for the job's answer.")
+json_option = click.option("--json", "as_json", is_flag=True)
+
+
+@click.group()
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """Run and inspect checkpointed pipelines."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,250 @@
+"""``ckpt`` verbs of jobs: run one (``run``), list them (``jobs``), and control a running
+one through the metadata DB (``checkpoint``, ``savepoint``, ``stop``, ``cancel``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+
+import click
+
+from ..api import DEFAULT_METADATA_ENV, Pipeline
+from ..catalog.models import ControlRequestStatus, JobStatus
+from ..checkpoint.storage import absolute_location
+from ..errors import EngineError
+from .common import (
+    _echo_json,
+    _record,
+    _store,
+    db_option,
+    json_option,
+    load_pipeline,
+    main,
+    timeout_option,
+)
+
+
+def apply_overrides(pipeline: Pipeline, *, checkpoint_dir: str | None = None,
+                    metadata_url: str | None = None, interval_ms: int | None = None,
+                    restart: str | None = None, job_name: str | None = None,
+                    savepoint_dir: str | None = None) -> Pipeline:
+    """Options given on the command line (or by Airflow) win over the pipeline's own."""
+    from ..config import RestartStrategy
+
+    changes = {}
+    if checkpoint_dir:
+        changes["directory"] = checkpoint_dir
+    if interval_ms is not None:
+        changes["interval_ms"] = interval_ms if interval_ms > 0 else None
+    if savepoint_dir:
+        changes["savepoint_directory"] = savepoint_dir
+    if changes:
+        pipeline.checkpoint = dataclasses.replace(pipeline.checkpoint, **changes)
+    if metadata_url:
+        pipeline.metadata_url = metadata_url
+    if restart:
+        pipeline.restart_strategy = RestartStrategy.parse(restart)
+    if job_name:
+        pipeline.name = job_name
+        pipeline._graph.name = job_name
+    return pipeline
+
+
+def run_options(fn):
+    options = [
+        click.argument("pipeline_ref", metavar="PIPELINE"),
+        click.option("--restore", default=None, help="'latest' or a checkpoint/savepoint path."),
+        click.option("--allow-non-restored-state", is_flag=True),
+        click.option("--job-id", default=None, help="Job id to use (default: a new uuid)."),
+        click.option("--job-name", default=None, help="Override the pipeline's name."),
+        click.option("--runner", type=click.Choice(["local", "spark"]), default="local"),
+        click.option("--master", default=None, help="Spark master URL (runner spark)."),
+        click.option("--coordinator-port", type=int, default=0,
+                     help="TCP port of the checkpoint coordinator (0 = any free port)."),
+        click.option("--checkpoint-dir", default=None, help="Override the checkpoint directory."),
+        click.option("--savepoint-dir", default=None, help="Default savepoint directory."),
+        click.option("--interval-ms", type=int, default=None,
+                     help="Override the checkpoint interval (0 = no periodic checkpoints)."),
+        click.option("--restart", default=None,
+                     help="Restart strategy: none | fixed:ATTEMPTS:DELAY_MS | "
+                          "exponential:ATTEMPTS:INITIAL_MS:MAX_MS."),
+        click.option("--db", "metadata_url", default=None, envvar=DEFAULT_METADATA_ENV,
+                     help="Metadata DB URL (default: the pipeline's)."),
+        click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+        click.option("--metrics-port", type=int, default=None, envvar="CKPT_METRICS_PORT",
+                     help="Serve Prometheus metrics on this port (off by default; 0 = any)."),
+        click.option("--progress/--no-progress", default=None,
+                     help="Live progress line (default: on a terminal, unless --json)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@main.command()
+@run_options
+@click.option("--detach", is_flag=True,
+              help="Start the job in the background; return once it is RUNNING.")
+@click.option("--log-file", default=None, help="Log file of a detached job.")
+@click.option("--wait-timeout", type=float, default=300.0, show_default=True,
+              help="Seconds --detach waits for the job to be RUNNING.")
+def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
+        job_id: str | None, job_name: str | None, runner: str, master: str | None,
+        coordinator_port: int, checkpoint_dir: str | None, savepoint_dir: str | None,
+        interval_ms: int | None, restart: str | None, metadata_url: str | None, as_json: bool,
+        metrics_port: int | None, progress: bool | None, detach: bool, log_file: str | None,
+        wait_timeout: float) -> None:
+    """Run PIPELINE (module:function returning a Pipeline) until it ends."""
+    logging.getLogger("airflow_checkpoint_provider").setLevel(logging.INFO)
+    from ..names import validate_job_id, validate_job_name
+
+    try:  # names become paths: refuse bad ones before anything is loaded or written
+        if job_name is not None:
+            validate_job_name(job_name, "--job-name")
+        if job_id is not None:
+            validate_job_id(job_id, "--job-id")
+    except EngineError as exc:
+        raise click.ClickException(str(exc)) from exc
+    pipeline = apply_overrides(load_pipeline(pipeline_ref), checkpoint_dir=checkpoint_dir,
+                               metadata_url=metadata_url, interval_ms=interval_ms,
+                               restart=restart, job_name=job_name, savepoint_dir=savepoint_dir)
+    if detach:
+        from ..detach import start_detached
+
+        given = {"--restore": restore, "--job-name": job_name, "--runner": runner,
+                 "--master": master, "--coordinator-port": coordinator_port or None,
+                 "--checkpoint-dir": checkpoint_dir, "--savepoint-dir": savepoint_dir,
+                 "--interval-ms": interval_ms, "--restart": restart, "--db": metadata_url,
+                 "--metrics-port": metrics_port}
+        argv = ["run", pipeline_ref]
+        for flag, value in given.items():
+            if value is not None:
+                argv += [flag, str(value)]
+        if allow_non_restored_state:
+            argv.append("--allow-non-restored-state")
+        info = start_detached(pipeline, argv, job_id=job_id, log_file=log_file,
+                              timeout=wait_timeout)
+        if as_json:
+            _echo_json(info)
+        else:
+            click.echo(f"job {info['job_name']} ({info['job_id']}) {info['status']}; "
+                       f"logs: {info['log_file']}")
+        return
+    options: dict = {"coordinator_port": coordinator_port, "metrics_port": metrics_port,
+                     "show_progress": (not as_json) if progress is None else progress}
+    if runner == "spark":
+        options["master"] = master
+    try:
+        result = pipeline.run(runner, restore=restore,
+                              allow_non_restored_state=allow_non_restored_state, job_id=job_id,
+                              **options)
+    except EngineError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        _echo_json(dataclasses.asdict(result))
+    else:
+        click.echo(f"job {result.job_name} ({result.job_id}) {result.status}: "
+                   f"{result.checkpoints_completed} checkpoints, {result.restarts} restarts; "
+                   f"latest checkpoint {result.latest_checkpoint}")
+    if result.status not in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
+        sys.exit(1)
+
+
+def _request(db: str | None, job: str, action: str, params: dict, timeout: float,
+             as_json: bool) -> None:
+    """Insert a control request for JOB and wait until the job answered it."""
+    import time
+
+    store = _store(db)
+    try:
+        rec = store.resolve_job(job)
+        request_id = store.submit_control_request(rec.job_id, action, params)
+    except (LookupError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    deadline = time.monotonic() + timeout
+    req = store.get_control_request(request_id)
+    while req.status not in (ControlRequestStatus.SUCCEEDED, ControlRequestStatus.FAILED):
+        if time.monotonic() > deadline:
+            raise click.ClickException(
+                f"{action} request {request_id} for job {rec.job_id} not answered within "
+                f"{timeout:.0f} s (status {req.status}); is the job running?")
+        time.sleep(0.2)
+        req = store.get_control_request(request_id)
+    if as_json:
+        _echo_json(_record(req))
+    elif req.status == ControlRequestStatus.SUCCEEDED:
+        result = req.result or {}
+        where = f" at {result['location']}" if result.get("location") else ""
+        click.echo(f"{action.lower()} of job {rec.job_name} ({rec.job_id}) succeeded"
+                   + (f": checkpoint {result['checkpoint_id']}" if "checkpoint_id" in result else "")
+                   + where)
+    if req.status == ControlRequestStatus.FAILED:
+        if as_json:
+            sys.exit(1)
+        raise click.ClickException(f"{action} request for job {rec.job_id} failed: {req.error}")
+
+
+@main.command()
+@click.argument("job")
+@db_option
+@timeout_option
+@json_option
+def checkpoint(job: str, db: str | None, timeout: float, as_json: bool) -> None:
+    """Trigger a checkpoint of running JOB now and wait for it."""
+    _request(db, job, "CHECKPOINT", {}, timeout, as_json)
+
+
+@main.command()
+@click.argument("job")
+@click.option("--dir", "directory", default=None, help="Savepoint directory.")
+@db_option
+@timeout_option
+@json_option
+def savepoint(job: str, directory: str | None, db: str | None, timeout: float, as_json: bool) -> None:
+    """Trigger a savepoint of running JOB and wait for it."""
+    params = {"directory": absolute_location(directory)} if directory else {}
+    _request(db, job, "SAVEPOINT", params, timeout, as_json)
+
+
+@main.command()
+@click.argument("job")
+@click.option("--savepoint-dir", default=None, help="Savepoint directory.")
+@click.option("--drain", is_flag=True, help="End the input first (flush bounded/timer work).")
+@db_option
+@timeout_option
+@json_option
+def stop(job: str, savepoint_dir: str | None, drain: bool, db: str | None, timeout: float,
+         as_json: bool) -> None:
+    """Stop JOB with a savepoint: sources stop, sinks commit, the job ends STOPPED."""
+    params = {"drain": drain}
+    if savepoint_dir:
+        params["directory"] = absolute_location(savepoint_dir)
+    _request(db, job, "STOP_WITH_SAVEPOINT", params, timeout, as_json)
+
+
+@main.command()
+@click.argument("job")
+@db_option
+@timeout_option
+@json_option
+def cancel(job: str, db: str | None, timeout: float, as_json: bool) -> None:
+    """Cancel running JOB (no savepoint); it ends CANCELED."""
+    _request(db, job, "CANCEL", {}, timeout, as_json)
+
+
+@main.command()
+@db_option
+@click.option("--name", default=None, help="Only jobs with this name.")
+@click.option("--json", "as_json", is_flag=True)
+def jobs(db: str | None, name: str | None, as_json: bool) -> None:
+    """List jobs, newest first (active jobs without a recent heartbeat are shown LOST)."""
+    store = _store(db)
+    store.mark_lost_jobs(name)
+    rows = store.list_jobs(job_name=name)
+    if as_json:
+        _echo_json([_record(r) for r in rows])
+        return
+    for r in rows:
+        click.echo(f"{r.job_id}  {r.job_name:<24} {r.status:<10} attempt {r.attempt}  "
+                   f"created {r.created_at:%Y-%m-%d %H:%M:%S}")
