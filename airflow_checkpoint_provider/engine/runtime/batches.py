@@ -8,10 +8,12 @@ a Python function per record.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import numpy as np
 import pyarrow as pa
 
-Batch = list | pa.RecordBatch
+Batch: TypeAlias = list | pa.RecordBatch
 #: split_by_channel filters once per channel up to this many channels, else sorts
 FILTER_CHANNELS = 4
 

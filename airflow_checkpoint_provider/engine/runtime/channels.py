@@ -11,6 +11,7 @@ events (barriers, cancel markers, watermarks, end of input) to every channel.
 from __future__ import annotations
 
 import threading
+from typing import cast
 
 import pyarrow as pa
 
@@ -89,6 +90,10 @@ class LocalChannel:
 class RecordWriter:
     """Partitions an output batch over the channels of one output edge."""
 
+    #: channel of each key group, for ``_channel_n`` channels (built on first use)
+    _channel_table: list[int]
+    _channel_n: int
+
     def __init__(self, partitioning: str, channels: list[OutputChannel | LocalChannel],
                  key_selector, max_parallelism: int, subtask: int, *,
                  side: str | None = None) -> None:
@@ -109,7 +114,8 @@ class RecordWriter:
         arrow = isinstance(records, pa.RecordBatch)
         field = self.key_field
         if arrow and self.partitioning == HASH and field is None:
-            records, arrow = records.to_pylist(), False  # key_by(function): per-record keys
+            # key_by(function): per-record keys
+            records, arrow = cast(pa.RecordBatch, records).to_pylist(), False
         kind, encode = (P.ARROW, encode_arrow) if arrow else (P.RECORDS, pack_records)
         n = len(self.channels)
         if self.partitioning == FORWARD or n == 1:
@@ -126,7 +132,9 @@ class RecordWriter:
                     data = encode(records) if data is None else data
                     ch.send(kind, data)
         elif self.partitioning == HASH:
-            parts = self._split_arrow(records, field, n) if arrow else self._split_rows(records, n)
+            # Arrow batches reach here only with a key field (else they became rows above)
+            parts = (self._split_arrow(records, cast(str, field), n) if arrow
+                     else self._split_rows(records, n))
             for ch, part in zip(self.channels, parts, strict=True):
                 if part:
                     ch.send_records(kind, part, encode)

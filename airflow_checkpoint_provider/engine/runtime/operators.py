@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Iterable
+from typing import Any, cast
 
 import pyarrow as pa
 
 from ..connectors.base import SourceContext
 from ..errors import CorruptCheckpointError, RestoreError
+from ..eventtime import WatermarkStrategy
 from ..functions import CheckpointedFunction, FunctionStateContext, RuntimeContext
 from ..graph import Node
 from ..state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
@@ -139,7 +141,8 @@ class MapBatchesOperator(_FunctionOperator):
     vectorized = True
 
     def process(self, records: pa.RecordBatch) -> pa.RecordBatch:
-        return to_record_batch(self.node.payload(records),
+        fn: Any = self.node.payload
+        return to_record_batch(fn(records),
                                f"map_batches function {self.node.name!r}")
 
 
@@ -176,6 +179,7 @@ class KeyedOperator(_KeyedStateOperator):
         super().__init__(node, ctx)
         backend = (state_backend or {}).get("kind", "heap")
         self.backend: PerKeyStateBackend
+        uid = cast(str, node.uid)  # the API requires a uid on keyed operators
         if backend == "rocksdb":
             from ..extras import require
 
@@ -183,10 +187,10 @@ class KeyedOperator(_KeyedStateOperator):
             from ..state.rocksdb import RocksDBKeyedStateBackend
 
             self.backend = RocksDBKeyedStateBackend(
-                node.uid, key_groups, max_parallelism,
+                uid, key_groups, max_parallelism,
                 incremental=(state_backend or {}).get("incremental", True))
         else:
-            self.backend = HeapKeyedStateBackend(node.uid, key_groups, max_parallelism)
+            self.backend = HeapKeyedStateBackend(uid, key_groups, max_parallelism)
         ctx._backend = self.backend
         self.selector = node.key_selector
         self.keys = KeyContract(node.uid or node.name)  # one key contract for both backends
@@ -230,7 +234,9 @@ class ProcessOperator(KeyedOperator):
         return out
 
     def _fire(self, domain: str, until: int) -> list[dict]:
-        fn, ctx, out = self.node.payload, self.ctx, []
+        fn: Any = self.node.payload
+        ctx = self.ctx
+        out: list[dict] = []
         ctx.time_domain = domain
         try:
             for ts in self.timers.due(domain, until):
@@ -306,11 +312,14 @@ class AggregateOperator(_KeyedStateOperator):
     #: queued input batches may come as one ``pyarrow.Table`` (see StreamTask._with_queued)
     accepts_table = True
 
+    backend: AggregateTable
+
     def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                  max_parallelism: int) -> None:
         super().__init__(node, ctx)
-        self.spec: AggregateSpec = node.payload
-        self.backend = AggregateTable(self.spec, key_groups, max_parallelism, node.uid)
+        self.spec: AggregateSpec = cast(AggregateSpec, node.payload)
+        # the API requires a uid on aggregate()
+        self.backend = AggregateTable(self.spec, key_groups, max_parallelism, cast(str, node.uid))
 
     def open(self, restored_operator_state):
         # Warm up (lazy imports, Arrow's hash-aggregation kernels) before the task reports
@@ -424,7 +433,8 @@ class SourceOperator(Operator):
         return zlib.crc32(split.encode()) % n == self.ctx.subtask_index
 
     def _discover(self) -> None:
-        src, known = self.node.payload, set(self.positions)
+        src: Any = self.node.payload
+        known = set(self.positions)
         for split in src.splits():
             if split in known or not self._owns(split, -1):
                 continue
@@ -467,11 +477,12 @@ class SourceOperator(Operator):
         return None if not self._order and self.monitor_interval is None else []
 
     def _observe(self, split: str, batch: Batch) -> None:
-        stamp = self.node.watermarks.timestamp
+        # only called when the source has a watermark strategy (and so self.watermarks)
+        stamp = cast(WatermarkStrategy, self.node.watermarks).timestamp
         uid = self.uid or self.node.name
         ts = (stamp.of_batch(batch, uid) if isinstance(batch, pa.RecordBatch)
               else stamp.of_rows(batch, uid))
-        self.watermarks.on_records(split, int(ts.max()), time.monotonic())
+        cast(SourceWatermarks, self.watermarks).on_records(split, int(ts.max()), time.monotonic())
 
     def poll_watermark(self, *, force: bool = False) -> Status | None:
         """The watermark (or idle status) to send downstream now, if any."""
@@ -496,7 +507,7 @@ class SourceOperator(Operator):
         if self.monitor_interval is None or retain is None:
             return
         horizon = time.time() - retain
-        src = self.node.payload
+        src: Any = self.node.payload
         old = set()
         for split in self.finished_splits & set(self.assigned):
             try:

@@ -17,7 +17,9 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 import pyarrow as pa
 
@@ -39,6 +41,7 @@ from .operators import (
     Operator,
     ProcessOperator,
     SourceOperator,
+    _KeyedStateOperator,
 )
 from .task_checkpoint import TaskCheckpointing
 from .watermarks import WatermarkValve
@@ -64,7 +67,7 @@ class TaskEnvironment:
     def __init__(self, *, job_id: str, job_name: str, attempt: int, graph: ExecutionGraph,
                  job_dir: str, exactly_once: bool, batch_size: int,
                  arrow_batch_size: int | None = None,
-                 send: callable, upload_pool: ThreadPoolExecutor,
+                 send: Callable[[M.Message], None], upload_pool: ThreadPoolExecutor,
                  source_splits: dict[str, list[str]] | None = None,
                  state_backend: dict | None = None) -> None:
         self.job_id = job_id
@@ -92,7 +95,7 @@ def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
     if isinstance(op, SourceOperator):
         op.splits = splits
     # decoded (and validated) again here: the spec's handles came from a _metadata file
-    handles = [keyed_handle_from_dict(h, location=spec["directory"])
+    handles = [keyed_handle_from_dict(h, location=cast(dict, spec)["directory"])
                for h in (spec or {}).get("keyed") or []]
     kinds = {h.type for h in handles}
     if spec and ("arrow" in kinds) != op.columnar and handles:
@@ -102,7 +105,8 @@ def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
             f"the operator with this uid is now a {node.kind}(); give it a new uid "
             "and restore with allow_non_restored_state=True")
     if spec and op.keyed:  # the backend keeps exactly the key groups it owns
-        op.backend.restore_state(spec["directory"], handles, spec["states"])
+        cast(_KeyedStateOperator, op).backend.restore_state(spec["directory"], handles,
+                                                            spec["states"])
     try:
         op.open(spec.get("operator_state") if spec else None)
     except CorruptCheckpointError as exc:
@@ -197,11 +201,14 @@ class StreamTask(TaskCheckpointing):
                 self._channel_state = (spec["directory"], spec["channel_state"])
             self.operators.append(open_operator(node, ctx, kg_range, g.max_parallelism,
                                                 self.env.state_backend, spec,
-                                                splits=self.env.source_splits.get(node.uid)))
+                                                # a node without a uid is no source
+                                                splits=self.env.source_splits.get(
+                                                    node.uid)))  # type: ignore[arg-type]
         self._timer_ops = [i for i, op in enumerate(self.operators)
                            if isinstance(op, ProcessOperator)]
         if self.side_writers:  # a side output starts a new chain: its window is the last op
-            self.operators[-1].collect_late = True
+            cast(WindowAggregateOperator | WindowFunctionOperator,
+                 self.operators[-1]).collect_late = True
 
     def _close(self) -> None:
         for op in self.operators:

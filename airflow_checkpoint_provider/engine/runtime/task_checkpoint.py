@@ -22,7 +22,7 @@ import collections
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..eventtime import MIN_WATERMARK
 from ..protocol import BarrierKind, CheckpointBarrier
@@ -81,7 +81,7 @@ class TaskCheckpointing:
         directory, handle = self._channel_state
         self._channel_state = None
         data = read_verified(handle.location_in(directory), handle.size, handle.sha256)
-        for _channel, kind, payload in unpackb(data):
+        for _channel, kind, payload in cast(list, unpackb(data)):
             self._push(decode_arrow(payload) if kind == "arrow" else unpackb(payload))
         log.debug("Task %s replayed %d in-flight records", self.name, handle.records)
 
@@ -101,8 +101,8 @@ class TaskCheckpointing:
                 ch = action[1]
                 self._held.setdefault(ch, [])
                 self.channel_gates[ch].clear()
-            elif action[0] == "checkpoint":
-                self._checkpoint(barrier, action[2])
+            elif action[0] == "checkpoint":  # only from an action on a barrier
+                self._checkpoint(cast(CheckpointBarrier, barrier), action[2])
             elif action[0] == "unaligned":
                 self._checkpoint(self._barriers[action[1]].as_unaligned(), action[2],
                                  unaligned=True)
@@ -144,8 +144,7 @@ class TaskCheckpointing:
             for op in self.operators:
                 op.notify_complete(item[1])
         elif kind == "unalign":
-            barrier = self._barriers.get(item[1])
-            self._apply(self.handler.on_unalign(item[1]), barrier)
+            self._apply(self.handler.on_unalign(item[1]), self._barriers.get(item[1]))
         elif kind == "abort":
             self._apply(self.handler.on_abort(item[1]), None)
             if self.suspended_for == item[1]:

@@ -15,6 +15,8 @@ records later than that.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pyarrow as pa
 
 from ..errors import CorruptCheckpointError
@@ -24,7 +26,7 @@ from ..graph import Node
 from ..state.backend import PerKeyStateBackend
 from ..state.columnar import AggregateTable
 from ..state.keygroups import KeyGroupRange
-from ..state.windows import WindowAggregateTable, WindowFunctionSpec
+from ..state.windows import WindowAggregateTable, WindowFunctionSpec, WindowSpec
 from ..timers import EVENT_TIME, TimerService
 from .operators import KeyedOperator, _emitted, _KeyedStateOperator
 
@@ -50,7 +52,8 @@ class _CheckpointedWatermark:
     that were late before the failure would open windows that had already fired."""
 
     watermark = MIN_WATERMARK
-    backend: WindowAggregateTable | PerKeyStateBackend
+    #: a WindowAggregateTable or a PerKeyStateBackend: the operators below say which
+    backend: Any
     uid: str | None
 
     def _restore_watermark(self, entries: list | None) -> None:
@@ -75,11 +78,14 @@ class WindowAggregateOperator(_CheckpointedWatermark, _KeyedStateOperator):
 
     vectorized = True
     columnar = True
+    backend: WindowAggregateTable
 
     def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                  max_parallelism: int) -> None:
         super().__init__(node, ctx)
-        self.backend = WindowAggregateTable(node.payload, key_groups, max_parallelism, node.uid)
+        # the API requires a uid on window(...).aggregate()
+        self.backend = WindowAggregateTable(cast(WindowSpec, node.payload), key_groups,
+                                            max_parallelism, cast(str, node.uid))
 
     def open(self, restored_operator_state):
         self._restore_watermark(restored_operator_state)
@@ -123,6 +129,7 @@ class WindowFunctionOperator(_CheckpointedWatermark, KeyedOperator):
     """``window(...).reduce(fn)`` or ``window(...).process(ProcessWindowFunction)``."""
 
     collect_late = False
+    backend: PerKeyStateBackend
 
     def open(self, restored_operator_state):
         self.spec: WindowFunctionSpec = self.node.payload
@@ -180,7 +187,7 @@ class WindowFunctionOperator(_CheckpointedWatermark, KeyedOperator):
     # -- session windows: contents are start -> [end, accumulated] ---------------------------
     def _process_session(self, r: dict, ts: int, out: list) -> None:
         spec, lateness = self.spec, self.spec.allowed_lateness_ms
-        start, end = ts, ts + spec.assigner.gap
+        start, end = ts, ts + cast(SessionWindows, spec.assigner).gap
         if end - 1 + lateness <= self.watermark:
             self._late(r)
             return
