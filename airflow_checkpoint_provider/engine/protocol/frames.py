@@ -3,6 +3,11 @@
 Every frame is ``<u32 length><u8 type><payload>``. Data channels carry record batches and
 in-band events (barriers, cancel markers, end of input); the control connection between a
 slot and the coordinator carries msgpack maps.
+
+Every read checks the length in the header before it allocates: at most
+:data:`HANDSHAKE_FRAME_LIMIT` bytes until the peer is authenticated (``runtime/auth.py``),
+then :func:`frame_limit` (``$CKPT_MAX_FRAME_BYTES``); a longer frame is a
+:class:`~.errors.FrameTooLargeError` and its connection is closed by the caller.
 """
 
 from __future__ import annotations

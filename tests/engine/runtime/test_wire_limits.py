@@ -19,6 +19,7 @@ import cloudpickle
 import pytest
 from pipelines import Background, check_exactly_once, expected_running_sums, running_sum_pipeline
 
+from airflow_checkpoint_provider.engine.errors import JobFailedError
 from airflow_checkpoint_provider.engine.protocol import frames as P
 from airflow_checkpoint_provider.engine.protocol import messages as M
 from airflow_checkpoint_provider.engine.protocol.errors import (
@@ -470,3 +471,17 @@ def test_a_job_under_attack_runs_exactly_once_and_keeps_its_memory(workdir):
     result = bg.result()
     assert result.status == "FINISHED" and result.restarts == 0, result
     check_exactly_once(str(workdir / "out"), expected_running_sums(n, keys, seed))
+
+
+@pytest.mark.timeout(120)
+def test_a_job_whose_frames_exceed_the_option_fails_at_once_naming_it(workdir, monkeypatch):
+    """The driver's $CKPT_MAX_FRAME_BYTES reaches the slots; the task that would send a
+    bigger batch fails the job without restarts, with the option in the reason."""
+    monkeypatch.setenv("CKPT_MAX_FRAME_BYTES", "65536")
+    p = running_sum_pipeline(str(workdir), num_records=40_000, num_keys=50,
+                             source_parallelism=1, keyed_parallelism=2)
+    p.batch_size = 8192  # ~95 KiB of records per channel and batch
+    with pytest.raises(JobFailedError) as err:
+        p.run()
+    assert err.value.result.restarts == 0
+    assert "FrameTooLargeError" in str(err.value) and "CKPT_MAX_FRAME_BYTES" in str(err.value)
