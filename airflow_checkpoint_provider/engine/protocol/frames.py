@@ -3,6 +3,11 @@
 Every frame is ``<u32 length><u8 type><payload>``. Data channels carry record batches and
 in-band events (barriers, cancel markers, end of input); the control connection between a
 slot and the coordinator carries msgpack maps.
+
+Every read checks the length in the header before it allocates: at most
+:data:`HANDSHAKE_FRAME_LIMIT` bytes until the peer is authenticated (``runtime/auth.py``),
+then :func:`frame_limit` (``$CKPT_MAX_FRAME_BYTES``); a longer frame is a
+:class:`~.errors.FrameTooLargeError` and its connection is closed by the caller.
 """
 
 from __future__ import annotations
@@ -10,9 +15,11 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 
+from ..config import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES_ENV, max_frame_bytes
 from ..serialization import packb, unpackb
-from .errors import ProtocolError
+from .errors import FrameTooLargeError, ProtocolError
 from .messages import Message, decode, encode
 
 HEADER = struct.Struct("!IB")
@@ -26,7 +33,7 @@ END_OF_INPUT = 5   # empty
 HELLO = 6          # msgpack {"vertex", "subtask", "channel"} sent first on a data connection
 CONTROL = 7        # msgpack map of a control message (messages.py)
 CHALLENGE = 8      # 16-byte nonce, first frame from the accepting side (runtime/auth.py)
-AUTH = 9           # HMAC-SHA256 of the nonce under the job secret, the answer
+AUTH = 9           # the connecting side's nonce and HMAC; then the accepting side's HMAC
 WATERMARK = 10     # msgpack [watermark_ms, idle] (runtime/watermarks.py)
 
 
@@ -47,27 +54,89 @@ class ConnectionClosed(Exception):
     pass
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
+#: the largest frame read before the peer is authenticated: the handshake's frames are
+#: 16-48 bytes (runtime/auth.py), so a header claiming more is refused unread
+HANDSHAKE_FRAME_LIMIT = 1024
+#: frames longer than this are read in growing steps, so that memory follows the bytes that
+#: actually arrived, not the length a header claims
+_CHUNK = 1 << 20
+
+_frame_limit: int | None = None   # this process's limit (None: read the configuration)
+_send_limit: int | None = None    # set in slot processes: a task fails before sending more
+
+
+def frame_limit() -> int:
+    """The largest frame an authenticated connection of this process accepts: the value a
+    slot received from its coordinator (:func:`set_frame_limit`), else
+    ``$CKPT_MAX_FRAME_BYTES`` (default 256 MiB)."""
+    global _frame_limit
+    if _frame_limit is None:
+        _frame_limit = max_frame_bytes()
+    return _frame_limit
+
+
+def set_frame_limit(limit: int, *, check_sends: bool = False) -> None:
+    """Use ``limit`` for this process's connections; ``check_sends``: also refuse to send a
+    frame over it (slots: the task that would send it fails with the option named, instead
+    of its receiver dropping the channel)."""
+    global _frame_limit, _send_limit
+    _frame_limit = limit
+    _send_limit = limit if check_sends else None
+
+
+def _too_large(length: int, kind: int, limit: int, what: str) -> FrameTooLargeError:
+    if limit <= HANDSHAKE_FRAME_LIMIT:
+        return FrameTooLargeError(
+            f"a frame of {length} bytes (type {kind}) {what} before authentication, where "
+            f"at most {limit} bytes are accepted (handshake frames are 16-48 bytes): the "
+            "peer is not a slot or coordinator of this job; connection closed")
+    return FrameTooLargeError(
+        f"a frame of {length} bytes (type {kind}) {what} over the limit of {limit} bytes "
+        f"({MAX_FRAME_BYTES_ENV}, default {DEFAULT_MAX_FRAME_BYTES}): raise "
+        f"{MAX_FRAME_BYTES_ENV} where the job is started, or send smaller batches "
+        "(Pipeline arrow_batch_size / batch_size)")
+
+
+def recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """``n`` bytes from ``sock``. ``deadline`` (``time.monotonic()``): the whole read must
+    end by then (``socket.timeout`` otherwise), however slowly the bytes trickle in."""
+    buf = bytearray(min(n, _CHUNK))
     got = 0
     while got < n:
-        r = sock.recv_into(view[got:], n - got)
+        if got == len(buf):  # a long frame: grow as its bytes arrive
+            buf.extend(bytes(min(n, 2 * len(buf)) - len(buf)))
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the peer did not send its frame in time")
+            sock.settimeout(remaining)
+        with memoryview(buf) as view:
+            r = sock.recv_into(view[got:], len(buf) - got)
         if r == 0:
             raise ConnectionClosed()
         got += r
     return bytes(buf)
 
 
-def recv_frame(sock: socket.socket) -> tuple[int, bytes]:
-    length, kind = HEADER.unpack(recv_exact(sock, HEADER.size))
-    return kind, recv_exact(sock, length) if length else b""
+def recv_frame(sock: socket.socket, limit: int | None = None, *,
+               deadline: float | None = None) -> tuple[int, bytes]:
+    """The next frame ``(type, payload)``. A header claiming more than ``limit`` bytes
+    (default :func:`frame_limit`) raises :class:`FrameTooLargeError` before anything is
+    allocated; the caller closes the connection."""
+    length, kind = HEADER.unpack(recv_exact(sock, HEADER.size, deadline))
+    if limit is None:
+        limit = frame_limit()
+    if length > limit:
+        raise _too_large(length, kind, limit, "was announced")
+    return kind, recv_exact(sock, length, deadline) if length else b""
 
 
 def send_frame(sock: socket.socket, kind: int, payload=b"") -> None:
     """Send one frame; ``payload`` is ``bytes`` or any buffer (an Arrow buffer is sent
     without a copy)."""
     size = len(payload)
+    if _send_limit is not None and size > _send_limit:
+        raise _too_large(size, kind, _send_limit, "would be sent")
     if size < 65536 and isinstance(payload, bytes):
         sock.sendall(HEADER.pack(size, kind) + payload)
         return
@@ -79,8 +148,9 @@ def send_frame(sock: socket.socket, kind: int, payload=b"") -> None:
 class ControlConnection:
     """A thread-safe connection carrying typed control messages (:mod:`.messages`)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, *, limit: int | None = None) -> None:
         self.sock = sock
+        self.limit = limit  # largest frame accepted (None: this process's frame_limit())
         self._lock = threading.Lock()
 
     def send(self, msg: Message) -> None:
@@ -90,7 +160,7 @@ class ControlConnection:
 
     def recv(self) -> Message:
         """The next message; :class:`~.errors.ProtocolError` if it is malformed."""
-        kind, payload = recv_frame(self.sock)
+        kind, payload = recv_frame(self.sock, self.limit)
         if kind != CONTROL:
             raise ConnectionClosed(f"unexpected frame type {kind} on control connection")
         return decode(unpackb(payload))

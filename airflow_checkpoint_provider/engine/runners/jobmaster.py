@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import queue
 import socket
-import threading
 import time
 import uuid
 from typing import Protocol
@@ -24,7 +23,7 @@ from ..checkpoint.cleanup import discard_partial_checkpoints
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.restore import assign_restore, operator_kind
 from ..checkpoint.storage import absolute_location, default_savepoint_root, job_directory
-from ..config import CheckpointingMode
+from ..config import CheckpointingMode, max_frame_bytes
 from ..errors import (
     ConfigurationError,
     CorruptCheckpointError,
@@ -40,7 +39,7 @@ from ..progress import ProgressReporter
 from ..protocol import ProtocolError
 from ..protocol import frames as P
 from ..protocol import messages as M
-from ..runtime.auth import accept_peer, new_secret
+from ..runtime.auth import MAX_PENDING_HANDSHAKES, new_secret, serve_authenticated
 from ..snapshot.codec import LoadedSnapshot, load_snapshot
 from ..snapshot.verify import verify_snapshot
 from .attempt import AttemptOutcome, AttemptRun
@@ -59,34 +58,34 @@ class Launcher(Protocol):
 
 
 class CoordinatorServer:
-    """Accepts slot control connections and turns their messages into events."""
+    """Accepts slot control connections and turns their messages into events.
+
+    Bound to ``host`` (127.0.0.1 with the local runner; the driver host with Spark). Every
+    connection is authenticated in its own thread before anything it sends is read
+    (``runtime/auth.py``: mutual HMAC handshake, 1 KiB frames and an overall deadline until
+    then, at most ``max_pending`` handshakes at once); after that its frames are bounded by
+    ``$CKPT_MAX_FRAME_BYTES``, which the handshake also hands to the slot."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
-                 secret: bytes | None = None) -> None:
+                 secret: bytes | None = None, max_pending: int = MAX_PENDING_HANDSHAKES) -> None:
         self.events: queue.Queue = queue.Queue()
         self.secret = secret  # peers must prove they hold it (runtime/auth.py)
+        self.frame_limit = max_frame_bytes()  # a bad $CKPT_MAX_FRAME_BYTES fails here
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.sock.listen(256)
         self.address = self.sock.getsockname()[:2]
         self._closed = False
-        threading.Thread(target=self._accept, name="coordinator-accept", daemon=True).start()
+        serve_authenticated(self.sock, secret, "control", self._read, name="coordinator-accept",
+                            capacity=max_pending, limit=lambda: self.frame_limit)
 
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            cc = P.ControlConnection(conn)
-            threading.Thread(target=self._read, args=(cc,), daemon=True).start()
-
-    def _read(self, cc: P.ControlConnection) -> None:
-        if not accept_peer(cc.sock, self.secret, "control"):
-            cc.close()  # never an event: an unknown peer cannot register or cause a failover
+    def _read(self, conn: socket.socket) -> None:
+        """An authenticated control connection: its messages, until it ends."""
+        if self._closed:
+            conn.close()
             return
+        cc = P.ControlConnection(conn, limit=self.frame_limit)
         try:
             while True:
                 self.events.put(("msg", cc, cc.recv()))
@@ -269,7 +268,8 @@ class JobMaster:
                                             "max_parallelism": graph.max_parallelism}
         self.secret = new_secret()  # per job; handed to the slots by the launcher only
         server = CoordinatorServer(self.coordinator_host, self.coordinator_port,
-                                   secret=self.secret)
+                                   secret=self.secret,
+                                   max_pending=max(MAX_PENDING_HANDSHAKES, 2 * graph.num_slots))
         self.server = server
         self.conns: dict[int, P.ControlConnection] = {}
         first_id = max(initial.checkpoint_id if initial else 0, store.max_checkpoint_id(job_id)) + 1

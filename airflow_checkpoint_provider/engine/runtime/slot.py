@@ -34,7 +34,12 @@ from ..protocol import ProtocolError
 from ..protocol import frames as P
 from ..protocol import messages as M
 from ..serialization import unpack_records, unpackb
-from .auth import accept_peer, connect_peer, secret_from_env
+from .auth import (
+    MAX_PENDING_HANDSHAKES,
+    connect_authenticated,
+    secret_from_env,
+    serve_authenticated,
+)
 from .batches import decode_arrow
 from .mailbox import Mailbox
 from .task import (
@@ -176,8 +181,12 @@ class Slot:
         self.ctl.close()
 
     def _register(self, coordinator: tuple[str, int], placement: dict | None) -> dict:
-        sock = P.connect(*coordinator)
-        connect_peer(sock, self.secret, "control")  # prove we belong to this job
+        # prove we belong to this job, and check the coordinator does too, before anything
+        # it sends is decoded (the job description is unpickled: code from the coordinator)
+        sock, limit = connect_authenticated(*coordinator, self.secret, "control")
+        # the coordinator's frame limit ($CKPT_MAX_FRAME_BYTES where the job was started)
+        # holds for every connection of this slot; a task over it fails with the option named
+        P.set_frame_limit(limit if limit is not None else P.frame_limit(), check_sends=True)
         self.ctl = P.ControlConnection(sock)
         self.send(M.Register(pid=os.getpid(), host=socket.gethostname(),
                              placement=placement or {}))
@@ -186,6 +195,7 @@ class Slot:
             raise SlotAborted(f"expected the job description, got {msg.TYPE}")
         job = cloudpickle.loads(msg.payload)
         graph: ExecutionGraph = job["graph"]
+        self.num_slots = graph.num_slots
         self.local = graph.tasks_in_slot(self.slot)
         self.mailboxes = {t: Mailbox(job.get("mailbox_capacity", 8)) for t in self.local}
         self.gates = {t: {c: threading.Event()
@@ -202,32 +212,22 @@ class Slot:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, P.DATA_SOCKET_BUFFER)  # inherited
         server.bind((bind_host, 0))
         server.listen(128)
-
-        def accept_loop() -> None:
-            while True:
-                try:
-                    conn, _ = server.accept()
-                except OSError:
-                    return
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                threading.Thread(target=self._serve_channel, args=(conn,),
-                                 name=f"channel-{self.slot}", daemon=True).start()
-
-        threading.Thread(target=accept_loop, name=f"accept-{self.slot}", daemon=True).start()
+        # every other slot connects here at once when the job starts: room for all of them
+        serve_authenticated(server, self.secret, "data", self._serve_channel,
+                            name=f"accept-{self.slot}",
+                            capacity=max(MAX_PENDING_HANDSHAKES, 2 * self.num_slots))
         return server
 
     def _serve_channel(self, conn: socket.socket) -> None:
-        """An input channel: authenticate the peer, read its HELLO, then its data."""
-        if not accept_peer(conn, self.secret, "data"):
-            conn.close()
-            return
+        """An input channel, once its peer has authenticated: its HELLO, then its data."""
         try:
             kind, payload = P.recv_frame(conn)
             hello = unpackb(payload)
             key = (hello["vertex"], hello["subtask"])
             ch = hello["channel"]
             mailbox, gate = self.mailboxes[key], self.gates[key][ch]
-        except (P.ConnectionClosed, OSError, KeyError, TypeError, ValueError) as exc:
+        except (P.ConnectionClosed, OSError, KeyError, TypeError, ValueError,
+                ProtocolError) as exc:
             log.warning("Slot %d dropped a data connection with a bad HELLO: %s", self.slot, exc)
             conn.close()
             return
@@ -247,8 +247,9 @@ class Slot:
                                                  self.gates[target][ch_index], ch_index))
                     continue
                 host, port = peers[j]
-                sock = P.connect(host, port, buffer=P.DATA_SOCKET_BUFFER)
-                connect_peer(sock, self.secret, "data")
+                # the peer proves the secret before it gets a HELLO or any record
+                sock, _ = connect_authenticated(host, port, self.secret, "data",
+                                                buffer=P.DATA_SOCKET_BUFFER)
                 P.send_frame(sock, P.HELLO, P.packb({"vertex": out.target_vertex, "subtask": j,
                                                      "channel": ch_index}))
                 channels.append(OutputChannel(sock))
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_slot(args.slot, args.attempt, (host, int(port)), bind_host=args.bind_host,
                  secret=secret_from_env())
-    except (SlotAborted, P.ConnectionClosed, ConnectionError) as exc:
+    except (SlotAborted, P.ConnectionClosed, OSError, ProtocolError) as exc:
         log.warning("slot %d ended: %s", args.slot, exc)
         return 1
     return 0

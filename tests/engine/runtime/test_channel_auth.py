@@ -73,13 +73,19 @@ def test_handshake_accepts_the_secret_and_refuses_anything_else():
             outcome: dict = {}
 
             def serve(sock=server, out=outcome):
-                out["ok"] = accept_peer(sock, secret, "data")
+                out["ok"] = accept_peer(sock, secret, "data", limit=12345)
+                if not out["ok"]:
+                    sock.close()  # as the listeners do
 
             t = threading.Thread(target=serve)
             t.start()
-            connect_peer(client, client_secret, purpose)
+            try:
+                limit = connect_peer(client, client_secret, purpose)
+            except (P.ConnectionClosed, OSError):
+                limit = None  # the acceptor refused our proof and closed
             t.join(5)
             assert outcome["ok"] is expected
+            assert limit == (12345 if expected else None)
         finally:
             server.close()
             client.close()
