@@ -39,6 +39,7 @@ from ..snapshot.codec import read_verified
 from ..snapshot.handles import keyed_handle_from_dict
 from ..state.backend import write_state_file
 from ..state.keygroups import key_group_for, key_group_range_for
+from ..state.keys import expect_restored_key_type
 from ..state.vectorized import channels_for, key_groups_of
 from .alignment import BarrierHandler
 from .batches import Batch, as_arrow, as_rows, decode_arrow, encode_arrow, split_by_channel
@@ -254,6 +255,7 @@ def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
             "and restore with allow_non_restored_state=True")
     if spec and op.keyed:  # the backend keeps exactly the key groups it owns
         op.backend.restore_state(spec["directory"], handles, spec["states"])
+        expect_restored_key_type(op, spec["directory"])  # a restore keeps the key type
     try:
         op.open(spec.get("operator_state") if spec else None)
     except CorruptCheckpointError as exc:
