@@ -14,6 +14,7 @@ from state_snapshots import finished
 from airflow_checkpoint_provider.engine.cli import main as ckpt
 from airflow_checkpoint_provider.engine.state_io import (
     StateKeyError,
+    StateSchemaError,
     bootstrap_savepoint,
     read_state_table,
     rewrite_savepoint,
@@ -138,6 +139,9 @@ def test_verify_restore_reports_keys_of_a_second_type_and_keys_that_are_no_keys(
     assert not report.ok
     assert any(pr.uid == "sum" and "keys of 2 types: int (e.g. key 7 of state 'sum'), str"
                in pr.reason for pr in report.problems), report.describe()
+    with pytest.raises(StateSchemaError, match=r"of type\(s\) int \(e.g. key 7 of state 'sum'\), "
+                                               r"str"):
+        read_state_table(mixed, "sum")  # ckpt state read: an error that says why, no traceback
     report = verify_restore(p, nan)
     assert not report.ok
     assert any(pr.uid == "sum" and pr.state == "sum" and "key nan is (or holds) NaN"
