@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 
 from ..errors import BadRecordError
+from ..serialization import unpackb
 
 _SCALARS = (str, bytes, bool, int, float, type(None))
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -79,6 +80,12 @@ NO_KEY = object()
 def restored_key(backend) -> object:
     """One key of the state a per-key backend restored, or :data:`NO_KEY`: every key of an
     operator has one type, so one key tells the type."""
+    db = getattr(backend, "db", None)
+    if db is not None:  # RocksDB: its first key, whatever its state (no scan per state)
+        for raw in db.keys():  # <key group: 2 bytes><state name>\x00<msgpack key>
+            key = unpackb(bytes(raw)[2:].partition(b"\x00")[2])
+            return tuple(key) if isinstance(key, list) else key
+        return NO_KEY
     for name in list(getattr(backend, "restored_meta", None) or ()):
         for key in backend.keys(name):
             return key
