@@ -6,6 +6,13 @@ starting the job (``ckpt verify-restore``, ``VerifyRestoreOperator``).
    uid: operator kinds, max parallelism, unmatched uids (unless
    ``allow_non_restored_state``), in-flight records of an unaligned checkpoint at another
    parallelism; sinks accept their restored transactions.
+2b. The keys of every keyed operator it restores (all of them, :mod:`.state_io.keys`): each
+   a key of the key contract (no NaN, int64, no struct...) in the key group its hash
+   gives, all of one type -- keys of a second type are the orphaned state of a restore that
+   changed the key type, or keys written with another type. The key type of each operator
+   is in the report (``key_types``); ``key_types=`` (uid -> the type the job's ``key_by``
+   gives) reports a restore that would change it (the restored job would fail at its first
+   record of the other type).
 3. In a throwaway process, every subtask's operators are created and opened on the restored
    state of a sample of their key groups (the first ``sample_key_groups`` of each subtask's
    range): user functions declare their states, so a state whose kind or serializer changed,
@@ -23,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import cloudpickle
@@ -55,6 +63,9 @@ class VerifyReport:
     parallelism: dict[str, int] = field(default_factory=dict)
     operators_opened: list[str] = field(default_factory=list)
     problems: list[RestoreProblem] = field(default_factory=list)
+    #: uid -> the type of the keys of its state in the snapshot (``str``, ``int``,
+    #: ``tuple[str, int]``...; operators without keys are left out)
+    key_types: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -65,16 +76,21 @@ class VerifyReport:
 
     def describe(self) -> str:
         if self.ok:
+            keys = ", ".join(f"{uid}: {t}" for uid, t in sorted(self.key_types.items()))
             return (f"{self.snapshot} (checkpoint {self.checkpoint_id}) restores: "
-                    f"{len(self.operators_opened)} operator subtasks opened on their state")
+                    f"{len(self.operators_opened)} operator subtasks opened on their state"
+                    + (f"; key types {keys}" if keys else ""))
         return "; ".join(f"operator {p.uid!r}" + (f", state {p.state!r}" if p.state else "")
                          + f": {p.reason}" for p in self.problems)
 
 
 def verify_restore(pipeline, snapshot: str, *, parallelism: int | None = None,
                    allow_non_restored_state: bool = False, sample_key_groups: int = 1,
-                   timeout: float = 300.0) -> VerifyReport:
-    """Check that ``pipeline`` (an :class:`~.api.Pipeline`) restores ``snapshot``."""
+                   timeout: float = 300.0,
+                   key_types: Mapping[str, object] | None = None) -> VerifyReport:
+    """Check that ``pipeline`` (an :class:`~.api.Pipeline`) restores ``snapshot``.
+    ``key_types``: operator uid -> the type of the keys the job gives it (``int``,
+    ``"str"``, ``"tuple[str, int]"``); a restore that changes it is a problem."""
     from .checkpoint.restore import assign_restore
     from .snapshot.verify import load_verified_snapshot
 
@@ -97,6 +113,7 @@ def verify_restore(pipeline, snapshot: str, *, parallelism: int | None = None,
         report.problems.append(RestoreProblem.of(exc))
         return report
     ops = snap.metadata.operators
+    _check_keys(report, snap, graph, key_types or {})
     for v in graph.vertices:
         for n in v.nodes:
             if n.kind == "sink" and n.uid in ops:
@@ -129,6 +146,42 @@ def verify_restore(pipeline, snapshot: str, *, parallelism: int | None = None,
     report.operators_opened = result["opened"]
     report.problems += [RestoreProblem(**p) for p in result["problems"]]
     return report
+
+
+def _type_name(declared: object) -> str:
+    if declared is None or declared is type(None):
+        return "NoneType"
+    return declared.__name__ if isinstance(declared, type) else str(declared)
+
+
+def _check_keys(report: VerifyReport, snap, graph, key_types: Mapping[str, object]) -> None:
+    """Every key of every keyed operator ``graph`` restores from ``snap``; the key types in
+    the report; a key type that differs from the job's (``key_types``) is a problem."""
+    from .state_io.keys import snapshot_key_problems
+    from .state_io.read import open_keyed_operator
+
+    restored = {n.uid for v in graph.vertices for n in v.nodes if n.uid}
+    for uid, op in sorted(snap.metadata.operators.items()):
+        if op.kind != "keyed" or uid not in restored:
+            continue
+        try:
+            found, problems = snapshot_key_problems(open_keyed_operator(snap, uid))
+        except EngineError as exc:
+            report.problems.append(RestoreProblem.of(exc, uid))
+            continue
+        report.problems += [RestoreProblem(uid, state, reason) for state, reason in problems]
+        if found is None:
+            continue
+        report.key_types[uid] = found
+        declared = key_types.get(uid)
+        if declared is not None and _type_name(declared) != found:
+            report.problems.append(RestoreProblem(
+                uid, None, f"the snapshot's keys are {found}, but the job keys this operator "
+                f"by {_type_name(declared)}: a restore must keep the key type (the restored "
+                f"job fails at its first record, its restored state would never be read "
+                f"again); make key_by return {found} keys, rewrite the state's keys (ckpt "
+                f"state read / ckpt state write), or give the operator a new uid and restore "
+                f"with allow_non_restored_state=True"))
 
 
 def _open_all(job: dict) -> dict:

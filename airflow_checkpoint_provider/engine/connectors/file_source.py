@@ -13,24 +13,35 @@ The file list is taken by :meth:`FileSource.splits`, sorted by name, so every ru
 over an unchanged directory gets the same splits in the same order. The files must be
 complete before the job starts and must not change while it runs or between a checkpoint
 and its restore.
+
+Symbolic links: not followed by default (a link is skipped with a warning, and a split
+that is a link, or lies under one, is refused when opened -- whoever can write into the
+directory must not make the job read files elsewhere). ``follow_symlinks=True`` reads
+links to files inside the directory (or inside ``symlink_roots``), never elsewhere. A file
+reachable under several names (a link and its target, two links, hard links) is one split,
+read once.
 """
 
 from __future__ import annotations
 
 import csv
-import itertools
-import json
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePosixPath
-from typing import IO
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from ..errors import ConfigurationError, DeterministicError, EngineError, RestoreError
+from ..errors import ConfigurationError, EngineError, RestoreError
 from .base import Source, SourceContext, SplitReader, dataset_for_location
+from .file_readers import (
+    MalformedFileError,
+    _CsvReader,
+    _JsonLinesReader,
+    _ParquetReader,
+    no_follow,
+)
+
+__all__ = ["DEFAULT_PARQUET_BATCH_SIZE", "EXTENSIONS", "FORMATS", "FileSource",
+           "MalformedFileError", "path_inside"]
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +58,6 @@ EXTENSIONS: dict[str, str] = {
 }
 
 DEFAULT_PARQUET_BATCH_SIZE = 4096
-
-
-class MalformedFileError(DeterministicError):
-    """A file of a :class:`FileSource` holds something that is not a record of its format."""
 
 
 def _is_hidden(name: str) -> bool:
@@ -105,6 +112,15 @@ class FileSource(Source):
         than this leaves the state, and files modified at or before the newest such time are
         taken as read (bounded state; a file moved in with an older modification time is
         skipped).
+    :param follow_symlinks: ``False`` (default): symbolic links are not read (each is
+        skipped with a warning, and a split that is a link or lies under one is refused when
+        opened); links to directories are never descended. ``True``: a link to a file is read
+        if its target lies inside the directory or inside one of ``symlink_roots``; a link
+        elsewhere is skipped with a warning. Either way a file reachable under several names
+        (a link and its target, two links, hard links) is one split, read once: the regular
+        file, else the oldest link (then the first name).
+    :param symlink_roots: with ``follow_symlinks=True``: more directories link targets may
+        lie in.
     """
 
     def __init__(
@@ -117,6 +133,8 @@ class FileSource(Source):
         parquet_batch_size: int = DEFAULT_PARQUET_BATCH_SIZE,
         monitor_interval: float | None = None,
         retain_seconds: float = 3600.0,
+        follow_symlinks: bool = False,
+        symlink_roots: Sequence[str] = (),
     ) -> None:
         if monitor_interval is not None and not monitor_interval > 0:
             raise ConfigurationError(
@@ -153,6 +171,15 @@ class FileSource(Source):
         self.pattern = pattern
         self.csv_types: dict[str, Callable[[str], object]] = dict(csv_types or {})
         self.parquet_batch_size = parquet_batch_size
+        if isinstance(symlink_roots, str):
+            symlink_roots = (symlink_roots,)
+        if symlink_roots and not follow_symlinks:
+            raise ConfigurationError(
+                "FileSource option symlink_roots needs follow_symlinks=True (without it no "
+                "link is followed)")
+        self.follow_symlinks = bool(follow_symlinks)
+        self.symlink_roots = tuple(os.path.realpath(r) for r in symlink_roots)
+        self._warned: set[str] = set()
         self._check_directory()
 
     def _check_directory(self) -> None:
@@ -167,8 +194,12 @@ class FileSource(Source):
     def splits(self) -> list[str]:
         """The relative paths of the selected files, sorted by name."""
         self._check_directory()
-        found: list[str] = []
+        found: dict[tuple[int, int], tuple[tuple, str]] = {}  # file -> (rank, split id)
         for root, dirs, files in os.walk(self.directory, onerror=_raise_walk_error):
+            for d in dirs:
+                if not _is_hidden(d) and os.path.islink(os.path.join(root, d)):
+                    self._warn_once(os.path.join(root, d), "is a symbolic link to a "
+                                    "directory, which FileSource does not descend")
             dirs[:] = [d for d in dirs if not _is_hidden(d)]
             for name in files:
                 if _is_hidden(name):
@@ -176,22 +207,76 @@ class FileSource(Source):
                 rel = PurePosixPath(
                     *os.path.relpath(os.path.join(root, name), self.directory).split(os.sep)
                 )
-                if self._selects(rel):
-                    found.append(str(rel))
-        found.sort()
+                if not self._selects(rel):
+                    continue
+                entry = self._file_identity(os.path.join(root, name))
+                if entry is None:
+                    continue
+                identity, rank = entry
+                if identity not in found or (rank, str(rel)) < found[identity]:
+                    found[identity] = (rank, str(rel))
+        found = sorted(rel for _, rel in found.values())
         self._check_csv_headers(found)
         log.log(logging.DEBUG if self.monitor_interval else logging.INFO,
                 "File source %s lists %d files", self.describe(), len(found))
         return found
 
-    def modified_time(self, split_id: str) -> float:
-        """The file's modification time (seconds since the epoch); ``FileNotFoundError``
-        for a split id that is not a file inside the directory (ids may come from a
-        snapshot)."""
+    def _warn_once(self, path: str, why: str) -> None:
+        if path not in self._warned:  # a continuous source lists every monitor_interval
+            self._warned.add(path)
+            log.warning("File source %s skips %s: it %s", self.describe(), path, why)
+
+    def _file_identity(self, path: str) -> tuple[tuple[int, int], tuple] | None:
+        """The file ``path`` names (device, inode: one split per file however many names
+        it has) and its rank among those names (a regular file first, then the oldest
+        link); ``None`` for a link this source does not read."""
+        try:
+            link = os.lstat(path)
+            if not os.path.islink(path):
+                return (link.st_dev, link.st_ino), (0, 0)
+            if not self.follow_symlinks:
+                self._warn_once(path, f"is a symbolic link (to {os.path.realpath(path)}); "
+                                "pass follow_symlinks=True to read links to files inside "
+                                "the directory")
+                return None
+            target = os.path.realpath(path)
+            if not self._allowed_target(target):
+                self._warn_once(path, f"is a symbolic link to {target}, outside the "
+                                "directory (and symlink_roots)")
+                return None
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None  # removed while listing, or a dangling link
+        if not os.path.isfile(path):
+            return None
+        return (st.st_dev, st.st_ino), (1, link.st_mtime_ns)
+
+    def _allowed_target(self, target: str) -> bool:
+        roots = (os.path.realpath(self.directory), *self.symlink_roots)
+        return any(os.path.commonpath([root, target]) == root for root in roots)
+
+    def resolve(self, split_id: str) -> str | None:
+        """The file to open for ``split_id`` (a relative path inside the directory; ids may
+        come from a snapshot): without ``follow_symlinks`` no part of it below the
+        directory may be a link; with it, the link's target must be an allowed one.
+        ``None`` when it is neither."""
         path = path_inside(self.directory, split_id)
         if path is None:
+            return None
+        real = os.path.realpath(path)
+        if self.follow_symlinks:
+            return real if self._allowed_target(real) else None
+        plain = os.path.join(os.path.realpath(self.directory), *PurePosixPath(split_id).parts)
+        return plain if real == plain else None
+
+    def modified_time(self, split_id: str) -> float:
+        """The file's modification time (seconds since the epoch; for a followed link the
+        later of the link's and its target's); ``FileNotFoundError`` for a split id that is
+        not a file inside the directory (ids may come from a snapshot)."""
+        path = path_inside(self.directory, split_id)
+        if path is None or self.resolve(split_id) is None:
             raise FileNotFoundError(split_id)
-        return os.path.getmtime(path)
+        return max(os.lstat(path).st_mtime, os.path.getmtime(path))
 
     def _check_csv_headers(self, files: list[str]) -> None:
         """Every CSV file of the source has the same header (a file with other columns
@@ -254,6 +339,16 @@ class FileSource(Source):
         path = path_inside(self.directory, split_id)
         if path is None:
             raise _open_error(position, f"{where}: not a path inside the directory")
+        if os.path.lexists(path):
+            resolved = self.resolve(split_id)
+            if resolved is None:
+                raise _open_error(position, (
+                    f"{where}: {path} is (or lies under) a symbolic link to "
+                    f"{os.path.realpath(path)}, which this source does not read "
+                    + ("(outside the directory and symlink_roots)" if self.follow_symlinks
+                       else "(pass follow_symlinks=True to read links to files inside the "
+                            "directory)")))
+            path = resolved
         if position is not None and (
             not isinstance(position, int) or isinstance(position, bool) or position < 0
         ):
@@ -271,11 +366,13 @@ class FileSource(Source):
         fmt = self.format_of(split_id)
         start = int(position or 0)
         log.debug("Opening split %s of %s at %s (%s)", split_id, ctx.operator_uid, start, fmt)
+        # the resolved path is opened without following a link in its last part: a file
+        # swapped for a link after the check above is refused by the kernel (ELOOP)
         if fmt == "jsonl":
-            return _JsonLinesReader(path, where, start)
+            return _JsonLinesReader(path, where, start, no_follow)
         if fmt == "csv":
-            return _CsvReader(path, where, start, self.csv_types)
-        return _ParquetReader(path, where, start, self.parquet_batch_size)
+            return _CsvReader(path, where, start, self.csv_types, no_follow)
+        return _ParquetReader(path, where, start, self.parquet_batch_size, no_follow)
 
     def lineage_dataset(self) -> tuple[str, str]:
         return dataset_for_location(self.directory)
@@ -295,221 +392,3 @@ def path_inside(directory: str, split_id: str) -> str | None:
 
 def _open_error(position: object | None, message: str) -> EngineError:
     return RestoreError(message) if position is not None else ConfigurationError(message)
-
-
-class _JsonLinesReader(SplitReader):
-    """Position: byte offset of the next line."""
-
-    def __init__(self, path: str, where: str, offset: int) -> None:
-        self.path = path
-        self.where = where
-        self._file: IO[bytes] | None = open(path, "rb")
-        try:
-            size = os.fstat(self._file.fileno()).st_size
-            if offset > size:
-                raise RestoreError(
-                    f"{where}: restored byte offset {offset} is past the end of {path} "
-                    f"({size} bytes); the file was truncated or replaced since the checkpoint"
-                )
-            if 0 < offset < size:
-                self._file.seek(offset - 1)
-                if self._file.read(1) != b"\n":
-                    raise RestoreError(
-                        f"{where}: restored byte offset {offset} is not the start of a line "
-                        f"in {path}; the file changed since the checkpoint"
-                    )
-            self._file.seek(0)
-            # line numbers for error messages: count the lines before a restored offset once
-            self._line = self._file.read(offset).count(b"\n") if offset else 0
-            self._file.seek(offset)
-        except BaseException:
-            self.close()
-            raise
-        self._offset = offset
-
-    def read_batch(self, max_records: int) -> list[dict] | None:
-        f = self._file
-        if f is None:
-            return None
-        out: list[dict] = []
-        while len(out) < max_records:
-            line = f.readline()
-            if not line:
-                if not out:
-                    self.close()
-                    return None
-                break
-            start = self._offset
-            self._offset += len(line)
-            self._line += 1
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as e:
-                raise MalformedFileError(
-                    f"{self.where}: invalid JSON in {self.path} line {self._line} (byte {start}): "
-                    f"{getattr(e, 'msg', e)}"
-                ) from e
-            if not isinstance(record, dict):
-                raise MalformedFileError(
-                    f"{self.where}: line {self._line} (byte {start}) of {self.path} is a JSON "
-                    f"{type(record).__name__}, not an object"
-                )
-            out.append(record)
-        return out
-
-    def position(self) -> int:
-        return self._offset
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
-class _CsvReader(SplitReader):
-    """Position: number of data rows returned."""
-
-    def __init__(
-        self, path: str, where: str, rows: int, types: dict[str, Callable[[str], object]]
-    ) -> None:
-        self.path = path
-        self.where = where
-        self.types = types
-        # utf-8-sig drops a byte-order mark that would otherwise prefix the first header.
-        self._file: IO[str] | None = open(path, newline="", encoding="utf-8-sig")
-        try:
-            self._reader = csv.DictReader(self._file)
-            header = self._reader.fieldnames or []
-            missing = [c for c in types if c not in header]
-            if missing and header:
-                raise ConfigurationError(
-                    f"{where}: csv_types names columns {missing} that are not in the header "
-                    f"of {path} ({header})"
-                )
-            skipped = sum(1 for _ in itertools.islice(self._reader, rows))
-            if skipped < rows:
-                raise RestoreError(
-                    f"{where}: restored position is row {rows} but {path} has only {skipped} "
-                    f"data rows; the file was truncated or replaced since the checkpoint"
-                )
-        except BaseException:
-            self.close()
-            raise
-        self._rows = rows
-
-    def read_batch(self, max_records: int) -> list[dict] | None:
-        if self._file is None:
-            return None
-        out: list[dict] = []
-        for row in itertools.islice(self._reader, max(max_records, 0)):
-            if None in row:
-                raise MalformedFileError(
-                    f"{self.where}: line {self._reader.line_num} of {self.path} has more "
-                    f"fields than the header"
-                )
-            for column, convert in self.types.items():
-                value = row.get(column)
-                if value is None:
-                    continue
-                try:
-                    row[column] = convert(value)
-                except Exception as e:
-                    raise MalformedFileError(
-                        f"{self.where}: line {self._reader.line_num} of {self.path}: cannot "
-                        f"convert column {column!r} value {value!r}: {e}"
-                    ) from e
-            out.append(row)
-        self._rows += len(out)
-        if not out and max_records > 0:
-            self.close()
-            return None
-        return out
-
-    def position(self) -> int:
-        return self._rows
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
-class _ParquetReader(SplitReader):
-    """Position: index of the next row."""
-
-    def __init__(self, path: str, where: str, row: int, batch_size: int) -> None:
-        self.path = path
-        self.where = where
-        self._file: IO[bytes] | None = open(path, "rb")
-        try:
-            try:
-                parquet = pq.ParquetFile(self._file)
-            except (pa.ArrowException, OSError) as e:
-                raise MalformedFileError(f"{where}: {path} is not a Parquet file: {e}") from e
-            meta = parquet.metadata
-            if row > meta.num_rows:
-                raise RestoreError(
-                    f"{where}: restored position is row {row} but {path} has only "
-                    f"{meta.num_rows} rows; the file was truncated or replaced since the "
-                    f"checkpoint"
-                )
-            # Skip the row groups that end at or before the position without decoding them.
-            first_group, skip = 0, row
-            while first_group < meta.num_row_groups:
-                group_rows = meta.row_group(first_group).num_rows
-                if skip < group_rows:
-                    break
-                skip -= group_rows
-                first_group += 1
-            groups = list(range(first_group, meta.num_row_groups))
-            self._batches: Iterator[pa.RecordBatch] = (
-                parquet.iter_batches(batch_size=batch_size, row_groups=groups)
-                if groups
-                else iter(())
-            )
-        except BaseException:
-            self.close()
-            raise
-        self._skip = skip  # rows of the first decoded row group that precede the position
-        self._batch: pa.RecordBatch | None = None
-        self._offset = 0  # next row within self._batch
-        self._row = row
-
-    def _next_batch(self) -> bool:
-        while True:
-            batch = next(self._batches, None)
-            if batch is None:
-                return False
-            if self._skip >= batch.num_rows:
-                self._skip -= batch.num_rows
-                continue
-            self._batch, self._offset, self._skip = batch, self._skip, 0
-            return True
-
-    def read_batch(self, max_records: int) -> pa.RecordBatch | None:
-        """Up to ``max_records`` rows as an Arrow batch (a zero-copy slice of the decoded
-        batch): Parquet stays columnar into vectorized operators."""
-        if self._file is None:
-            return None
-        if self._batch is None or self._offset >= self._batch.num_rows:
-            if not self._next_batch():
-                self.close()
-                return None
-        assert self._batch is not None
-        n = min(max(max_records, 0), self._batch.num_rows - self._offset)
-        out = self._batch.slice(self._offset, n)
-        self._offset += n
-        self._row += n
-        return out
-
-    def position(self) -> int:
-        return self._row
-
-    def close(self) -> None:
-        self._batch = None
-        self._batches = iter(())
-        if self._file is not None:
-            self._file.close()
-            self._file = None

@@ -32,6 +32,7 @@ from ..protocol import frames as P
 from ..protocol import messages as M
 from ..snapshot.handles import keyed_handle_from_dict
 from ..state.keygroups import key_group_range_for
+from ..state.keys import expect_restored_key_type
 from .alignment import BarrierHandler
 from .batches import Batch, as_arrow, as_rows
 from .channels import LocalChannel, OutputChannel, RecordWriter, event_item
@@ -107,6 +108,7 @@ def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
     if spec and op.keyed:  # the backend keeps exactly the key groups it owns
         cast(_KeyedStateOperator, op).backend.restore_state(spec["directory"], handles,
                                                             spec["states"])
+        expect_restored_key_type(op, spec["directory"])  # a restore keeps the key type
     try:
         op.open(spec.get("operator_state") if spec else None)
     except CorruptCheckpointError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .exceptions import (
     NotKeyedStateError,
+    StateKeyError,
     StateSchemaError,
     StateTableError,
     TargetExistsError,
@@ -24,7 +25,7 @@ from .spark import state_dataframe
 from .write import bootstrap_savepoint, rewrite_savepoint
 
 __all__ = [
-    "NotKeyedStateError", "StateSchemaError", "StateTableError", "TargetExistsError",
+    "NotKeyedStateError", "StateKeyError", "StateSchemaError", "StateTableError", "TargetExistsError",
     "UnknownOperatorError", "UnknownStateError", "bootstrap_savepoint", "read_state_table",
     "rewrite_savepoint", "state_dataframe",
 ]

@@ -27,5 +27,11 @@ class StateSchemaError(StateTableError):
     """A table does not have the columns or types the state needs."""
 
 
+class StateKeyError(StateSchemaError):
+    """A key the job could never read back (NaN, an int beyond 64 bits, a struct, a key of
+    another type than the operator's keys): names the operator uid, the state, the key and
+    its row of the table; nothing is written."""
+
+
 class TargetExistsError(StateTableError):
     """The directory a savepoint is to be written to is not empty."""

@@ -226,9 +226,18 @@ def _per_key_table(keyed: KeyedOperatorState, state: str | None,
     keys = [k for n in names for k in by_state[n][1]]
     try:
         key_array = pa.array(keys)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise StateSchemaError(f"operator {keyed.uid!r}: its keys have no common Arrow type "
-                               f"({exc})") from exc
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        from .keys import KeyTypes
+
+        types = KeyTypes()
+        for n in names:
+            for k in by_state[n][1]:
+                types.add(n, k)
+        raise StateSchemaError(
+            f"operator {keyed.uid!r}: its keys have no common Arrow type ({exc}); the keys are "
+            f"of type(s) {types.describe()}: a job reads the keys of one type only (ckpt "
+            "verify-restore names the keys it cannot read; drop them with ckpt state write "
+            "--drop-key)") from exc
     table = pa.table({
         KEY: key_array,
         KEY_GROUP: pa.array([g for n in names for g in by_state[n][0]], pa.int32()),

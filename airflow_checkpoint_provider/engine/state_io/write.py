@@ -9,7 +9,12 @@ its path, at any parallelism:
 * ``aggregate()`` state is written as Arrow IPC files with a ``key_group`` column;
 * every key's key group comes from the engine's own hash (:mod:`..state.keygroups`, and
   its vectorized twin for Arrow keys), and the state is split into the key group ranges of
-  the operator's parallelism, so a restore at any parallelism reads the ranges it needs.
+  the operator's parallelism, so a restore at any parallelism reads the ranges it needs;
+* every key is checked first (:mod:`.keys`): a key of the key contract and of the
+  operator's one key type (the type of the source snapshot's keys, else of the table's
+  first key), or :class:`~.exceptions.StateKeyError` names the operator, state, key and row,
+  and nothing is written. A rewrite leaves out (with a warning) snapshot entries whose key
+  no job can address, and puts every copied key in the key group its hash gives.
 
 :func:`rewrite_savepoint` copies every other operator's state (source positions, sink
 transactions, other keyed state, RocksDB SSTs from ``shared/``) into the new directory, so
@@ -41,18 +46,22 @@ from ..state.backend import write_state_file
 from ..state.columnar import LAST_UPDATE, AggregateSpec, AggregateTable
 from ..state.descriptors import LIST, MAP, REDUCING, VALUE
 from ..state.keygroups import KeyGroupRange, key_group_for, key_group_range_for
+from ..state.keys import key_type as key_type_of
 from ..state.vectorized import key_groups as arrow_key_groups
 from .exceptions import (
     NotKeyedStateError,
+    StateKeyError,
     StateSchemaError,
     TargetExistsError,
     UnknownOperatorError,
     UnknownStateError,
 )
+from .keys import KeyCheck, KeyTypes, arrow_key_kind, arrow_key_problem, entries_with_keys
 from .read import (
     KEY,
     KEY_GROUP,
     STATE,
+    columnar_state_name,
     iter_entries,
     open_keyed_operator,
     read_arrow_rows,
@@ -95,7 +104,8 @@ def bootstrap_savepoint(target: str, table: pa.Table, *, pipeline, uid: str,
     parallelism = parallelism or vertex.parallelism
     if node.kind == "aggregate":
         spec: AggregateSpec = node.payload
-        rows = _aggregate_rows(uid, table, _required_columns(uid, spec, maxp), maxp)
+        rows = _aggregate_rows(uid, table, _required_columns(uid, spec, maxp), maxp,
+                               expected=None, state="aggregate")
         states = {"aggregate": {"kind": "aggregate", "serializer": "arrow",
                                 "spec": spec.describe()}}
         subtasks = _write_arrow(target, uid, rows, parallelism, maxp, prepare=_new_target)
@@ -106,7 +116,7 @@ def bootstrap_savepoint(target: str, table: pa.Table, *, pipeline, uid: str,
         names = _state_names(uid, table, state)
         states = {n: {"kind": kind, "serializer": "msgpack"} for n in names}
         entries: Entries = {}
-        _apply_rows(entries, uid, table, state, states, maxp)
+        _apply_rows(entries, uid, table, state, states, maxp, KeyCheck(uid, None, ""))
         subtasks = _write_per_key(target, uid, entries, parallelism, maxp, prepare=_new_target)
     else:
         raise NotKeyedStateError(f"operator {uid!r} is a {node.kind}(); bootstrapping window "
@@ -133,7 +143,7 @@ def rewrite_savepoint(source: str, target: str, *, uid: str, table: pa.Table | N
     snap = load_verified_snapshot(source)
     keyed = open_keyed_operator(snap, uid)
     keyed.check_state(state)
-    drop = {_normalize_key(k) for k in drop_keys}
+    drop_keys = list(drop_keys)
     op = keyed.operator
     maxp = keyed.max_parallelism
 
@@ -147,20 +157,44 @@ def rewrite_savepoint(source: str, target: str, *, uid: str, table: pa.Table | N
     doc["kind"] = "SAVEPOINT"
     if keyed.columnar:
         rows = read_arrow_rows(keyed)
-        rows = _drop_arrow_keys(rows, drop | _table_keys(table))
+        key_type = (None if pa.types.is_null(rows.schema.field(KEY).type)
+                    else arrow_key_kind(rows.schema.field(KEY).type))
+        name = columnar_state_name(keyed)
+        found = KeyTypes({key_type: (name, None)} if key_type else {})
+        drop = _drop_set(uid, drop_keys, None, found, snap.directory)
+        new = None
         if table is not None:
             wanted = [c for c in rows.column_names if c not in (KEY, KEY_GROUP)]
-            new = _aggregate_rows(uid, table, wanted, maxp)
-            rows = pa.concat_tables([rows, _cast_like(uid, new, rows.schema)])
+            new = _cast_like(uid, _aggregate_rows(uid, table, wanted, maxp, expected=key_type,
+                                                  state=name), rows.schema)
+        rows = _drop_arrow_keys(rows, drop | _table_keys(new))
+        if new is not None:
+            rows = pa.concat_tables([rows, new])
         subtasks = _write_arrow(target, uid, rows, op.parallelism, maxp, prepare=prepare)
     else:
         entries: Entries = {}
-        for kg, name, key, value in iter_entries(keyed):
-            if key in drop and (state is None or name == state):
-                continue
+        found = KeyTypes()
+        for kg, name, key, value in entries_with_keys(uid, iter_entries(keyed), maxp):
             entries.setdefault(kg, {}).setdefault(name, {})[key] = value
+            found.add(name, key)
+        drop = _drop_set(uid, drop_keys, state, found, snap.directory)
+        kept = KeyTypes()
+        for per_state in entries.values():
+            for name, items in per_state.items():
+                if state is None or name == state:
+                    for key in drop & items.keys():
+                        del items[key]
+                for key in items:
+                    kept.add(name, key)
+        if len(kept.examples) > 1:
+            raise StateKeyError(
+                f"operator {uid!r}: the state of {snap.directory} has keys of "
+                f"{len(kept.examples)} types: {kept.describe()}; a job reads the keys of one "
+                "type only: drop the keys of the other types (drop_keys, --drop-key); "
+                "nothing was written")
         if table is not None:
-            _apply_rows(entries, uid, table, state, keyed.states, maxp)
+            check = KeyCheck(uid, kept.single, f"the type of its keys in {snap.directory}")
+            _apply_rows(entries, uid, table, state, keyed.states, maxp, check)
         subtasks = _write_per_key(target, uid, entries, op.parallelism, maxp, prepare=prepare)
     doc["operators"][uid]["subtasks"] = subtasks
     return _finish(target, doc)
@@ -170,6 +204,23 @@ def rewrite_savepoint(source: str, target: str, *, uid: str, table: pa.Table | N
 
 def _normalize_key(key: object) -> object:
     return tuple(key) if isinstance(key, list) else key
+
+
+def _drop_set(uid: str, drop_keys: list, state: str | None, found: KeyTypes,
+              directory: str) -> set:
+    """``drop_keys``, each a key of the contract and of a type the snapshot's keys have (a
+    key of another type matches nothing: ``"5"`` for the int key ``5``)."""
+    out = set()
+    for key in drop_keys:
+        key = KeyCheck(uid, None, "").check(key, state, "drop_keys")
+        kind = key_type_of(key)
+        if found.examples and kind not in found.examples:
+            raise StateKeyError(
+                f"operator {uid!r}: key {key!r} to drop is of type {kind}, but the keys of "
+                f"{directory} are {', '.join(sorted(found.examples))}: it matches no key "
+                "(--int-keys makes --drop-key values ints); nothing was written")
+        out.add(key)
+    return out
 
 
 def _state_names(uid: str, table: pa.Table, state: str | None) -> list[str]:
@@ -207,8 +258,9 @@ def _stored_value(uid: str, state: str, kind: str, value: object) -> object:
 
 
 def _apply_rows(entries: Entries, uid: str, table: pa.Table, state: str | None,
-                states: dict[str, dict], maxp: int) -> None:
-    """Put every row of ``table`` into ``entries`` (a null value deletes the key)."""
+                states: dict[str, dict], maxp: int, check: KeyCheck) -> None:
+    """Put every row of ``table`` into ``entries`` (a null value deletes the key); every
+    key is checked (``check``) before any is put."""
     _check_columns(uid, table, (KEY, VALUE_COLUMN))
     names = (table.column(STATE).to_pylist() if state is None and STATE in table.column_names
              else [state] * table.num_rows)
@@ -219,9 +271,11 @@ def _apply_rows(entries: Entries, uid: str, table: pa.Table, state: str | None,
             raise UnknownStateError(
                 f"operator {uid!r} has no state {name!r}; its states are: "
                 f"{', '.join(sorted(states))} (a new state needs bootstrap_savepoint)")
-    for name, key, value in zip(names, table.column(KEY).to_pylist(),
-                                table.column(VALUE_COLUMN).to_pylist(), strict=True):
-        key = _normalize_key(key)
+    keys = [check.check(key, name, f"row {i} of the table")
+            for i, (name, key) in enumerate(zip(names, table.column(KEY).to_pylist(),
+                                                strict=True))]
+    for name, key, value in zip(names, keys, table.column(VALUE_COLUMN).to_pylist(),
+                                strict=True):
         per_state = entries.setdefault(key_group_for(key, maxp), {}).setdefault(name, {})
         if value is None:
             per_state.pop(key, None)
@@ -262,11 +316,19 @@ def _required_columns(uid: str, spec: AggregateSpec, maxp: int) -> list[str]:
     return sorted(table.required_accumulators())
 
 
-def _aggregate_rows(uid: str, table: pa.Table, accumulators: list[str], maxp: int) -> pa.Table:
+def _aggregate_rows(uid: str, table: pa.Table, accumulators: list[str], maxp: int, *,
+                    expected: str | None, state: str) -> pa.Table:
     """``key_group``, ``key`` and ``accumulators`` of ``table``, the key groups computed by
-    the engine's hash (``_last``, the TTL's update time, may be left out)."""
+    the engine's hash (``_last``, the TTL's update time, may be left out); the keys are
+    checked against the key contract and the operator's key type ``expected``."""
     _check_columns(uid, table, [KEY, *(a for a in accumulators if a != LAST_UPDATE)])
     key = table.column(KEY).combine_chunks()
+    if pa.types.is_dictionary(key.type):
+        key = key.dictionary_decode()
+    problem = arrow_key_problem(key, expected)
+    if problem is not None:
+        raise StateKeyError(f"operator {uid!r}, state {state!r}: {problem}; nothing was "
+                            "written")
     kg = pa.array(arrow_key_groups(key, maxp).astype(np.int32))
     columns = {KEY_GROUP: kg, KEY: key}
     columns.update({a: table.column(a) for a in accumulators if a in table.column_names})
