@@ -173,6 +173,28 @@ def parse_gid(text: object) -> SinkName | None:
 
 # -- checks ----------------------------------------------------------------------------------
 
+def legacy_owners(staging: str, other: str, parse_other) -> list[SinkName]:
+    """The ways an old-encoding transaction (``staging`` with the part file name or app id
+    ``other``, parsed by ``parse_other``) can be read consistently: for each uid the staged
+    name could start with, both names parse with it and name the same job, subtask and (where
+    both carry one) checkpoint. Empty: the transaction contradicts itself."""
+    out = []
+    for k, ch in enumerate(staging):
+        if ch != "-":
+            continue
+        uid = staging[:k]
+        staged = parse_staged_file_name(staging, operator_uid=uid)
+        named = parse_other(other, operator_uid=uid)
+        if (staged is None or named is None or not staged.legacy or not named.legacy
+                or (staged.job_id, staged.subtask) != (named.job_id, named.subtask)):
+            continue
+        if None not in (staged.checkpoint_id, named.checkpoint_id) and \
+                staged.checkpoint_id != named.checkpoint_id:
+            continue
+        out.append(staged)
+    return out
+
+
 def own(name: str, parsed: SinkName | None, *, sink: str) -> SinkName:
     """``parsed`` for a name this job just built; if it does not parse back, a
     :class:`TransactionIdError` naming the sink and the id (fails the job, never a checkpoint)."""
@@ -216,8 +238,9 @@ class RestoredTransactions:
                               f"{raw!r:.200}")
         want_uid = uid_is_hash or self.operator_uid
         if parsed.operator_uid != want_uid:
-            raise self.refuse(field, f"names operator uid {parsed.operator_uid!r}, not "
-                              f"{want_uid!r}")
+            what = "the hash of operator uid" if uid_is_hash else "operator uid"
+            raise self.refuse(field, f"names {what} {parsed.operator_uid!r}, not {want_uid!r}"
+                              + (f" (uid {self.operator_uid!r})" if uid_is_hash else ""))
         if parsed.job_id != self.job_id:
             if self.restored_job is None:
                 self.restored_job = parsed.job_id
@@ -228,5 +251,5 @@ class RestoredTransactions:
 
 
 __all__ = ["MAX_CHECKPOINT_ID", "SEP", "RestoredTransactions", "SinkName", "TransactionIdError",
-           "app_id", "gid", "one_owner", "own", "parse_app_id", "parse_gid", "parse_part_file_name",
+           "app_id", "gid", "legacy_owners", "one_owner", "own", "parse_app_id", "parse_gid", "parse_part_file_name",
            "parse_staged_file_name", "part_file_name", "staged_file_name", "staged_prefix"]

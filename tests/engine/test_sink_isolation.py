@@ -23,6 +23,7 @@ from airflow_checkpoint_provider.engine import (
     CorruptCheckpointError,
     FileSink,
     GeneratorSource,
+    JobFailedError,
     Pipeline,
     RestartStrategy,
     read_committed,
@@ -32,6 +33,9 @@ from airflow_checkpoint_provider.engine.snapshot.codec import encode_metadata, l
 pytestmark = pytest.mark.slow
 N = 2_000
 COLLIDING = [(("a-b", "c"), ("a", "b-c")), (("c", "a-b"), ("b-c", "a"))]
+#: (the attacker job's own staged file, the victim's application id): old and new encoding
+FORGED = [("out-attacker-a0-s0-c9-deadbeef.parquet", "ckpt-victim-out-0"),
+          ("out~attacker~a0~s0~c9~deadbeef.parquet", "ckpt~victim~out~0")]
 
 
 def pipeline(root, name: str, uid: str, sink, n: int = N, seed: int = 7) -> Pipeline:
@@ -136,13 +140,12 @@ def test_a_crafted_delta_transaction_cannot_poison_another_jobs_app_id(workdir):
     table = workdir / "t"
     attack = pipeline(workdir / "a", "attacker", "out", delta_sink(table), n=10)
     chk = attack.run(job_id="attacker").latest_checkpoint
-    staged = "out~attacker~a0~s0~c9~deadbeef.parquet"
-    pq.write_table(pa.table({"id": [-1], "key": ["evil"], "value": [0]}),
-                   str(table / "_ckpt_staging" / staged))
-    for app in ("ckpt~victim~out~0", "ckpt-victim-out-0"):
+    for i, (staged, app) in enumerate(FORGED):
+        pq.write_table(pa.table({"id": [-1], "key": ["evil"], "value": [0]}),
+                       str(table / "_ckpt_staging" / staged))
         craft(chk, "out", [{"staging": staged, "app_id": app, "version": 999_999_999}])
         with pytest.raises(CorruptCheckpointError, match=r"transactions\[0\]"):
-            attack.run(restore=chk, job_id=f"attacker-{app[4]}".replace("~", "n"))
+            attack.run(restore=chk, job_id=f"attacker-{i}")
     assert pipeline(workdir / "v", "victim", "out", delta_sink(table)).run(
         job_id="victim").status == "FINISHED"
     ids = [i for i in delta_ids(table) if i >= 0]
@@ -154,14 +157,53 @@ def test_a_crafted_iceberg_transaction_cannot_poison_another_jobs_app_id(workdir
     sink = iceberg(workdir)
     attack = pipeline(workdir / "a", "attacker", "out", sink, n=10)
     chk = attack.run(job_id="attacker").latest_checkpoint
-    staged = "out~attacker~a0~s0~c9~deadbeef.parquet"
     os.makedirs(sink.staging_dir, exist_ok=True)
-    pq.write_table(pa.table({"id": [-1], "key": ["evil"], "value": [0]}),
-                   os.path.join(sink.staging_dir, staged))
-    craft(chk, "out", [{"staging": staged, "app_id": "ckpt~victim~out~0", "version": 999_999_999}])
-    with pytest.raises(CorruptCheckpointError, match=r"transactions\[0\]\.app_id"):
-        attack.run(restore=chk, job_id="attacker-2")
+    for i, (staged, app) in enumerate(FORGED):
+        pq.write_table(pa.table({"id": [-1], "key": ["evil"], "value": [0]}),
+                       os.path.join(sink.staging_dir, staged))
+        craft(chk, "out", [{"staging": staged, "app_id": app, "version": 999_999_999}])
+        with pytest.raises(CorruptCheckpointError, match=r"transactions\[0\]"):
+            attack.run(restore=chk, job_id=f"attacker-{i}")
     assert pipeline(workdir / "v", "victim", "out", iceberg(workdir)).run(
         job_id="victim").status == "FINISHED"
     ids = [i for i in iceberg_ids(sink) if i >= 0]
     assert collections.Counter(ids) == collections.Counter(list(range(N)) + list(range(10)))
+
+
+@pytest.mark.timeout(240)
+def test_a_crafted_snapshot_cannot_commit_another_jobs_prepared_transaction(workdir,
+                                                                            postgres_server):
+    """The victim has a prepared (not yet committed) transaction; the attacker's snapshot
+    lists it beside its own gid, or under another sink's uid: refused, still prepared."""
+    psycopg = pytest.importorskip("psycopg")
+    from airflow_checkpoint_provider.engine.connectors.postgres import (
+        PostgresSink,
+        _dsn,
+        _uid_hash,
+    )
+
+    url = postgres_server.create_database()
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id bigint, key text, value bigint)")
+    h = _uid_hash("out")
+    victim_gids = [f"ckpt-victim-{h}-0-5", f"ckpt~victim~{h}~0~6"]  # old and new encoding
+    for i, g in enumerate(victim_gids):
+        with psycopg.connect(_dsn(url)) as conn:
+            conn.execute("INSERT INTO t VALUES (%s, 'victim', 0)", (-1 - i,))
+            conn.execute(f"PREPARE TRANSACTION '{g}'")
+    sink = PostgresSink(url, "t", ["id", "key", "value"])
+    attack = pipeline(workdir / "a", "attacker", "out", sink, n=10)
+    chk = attack.run(job_id="attacker").latest_checkpoint
+    forged = [[f"ckpt-attacker-{h}-0-1", victim_gids[0]],
+              [f"ckpt~attacker~{h}~0~1", victim_gids[1]],
+              [f"ckpt~victim~{_uid_hash('other')}~0~6"]]
+    for i, txns in enumerate(forged):
+        craft(chk, "out", txns)
+        with pytest.raises((CorruptCheckpointError, JobFailedError), match="transaction"):
+            attack.run(restore=chk, job_id=f"attacker-{i}")
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        prepared = {g for (g,) in conn.execute("SELECT gid FROM pg_prepared_xacts")}
+        assert set(victim_gids) <= prepared
+        assert conn.execute("SELECT count(*) FROM t WHERE key = 'victim'").fetchone()[0] == 0
+        for g in victim_gids:
+            conn.execute(f"ROLLBACK PREPARED '{g}'")

@@ -28,6 +28,7 @@ import msgspec
 from ..sink_names import (
     RestoredTransactions,
     SinkName,
+    legacy_owners,
     one_owner,
     own,
     parse_part_file_name,
@@ -138,6 +139,9 @@ def check_transactions(transactions: list[object], *, location: str) -> list[Sin
         elif staged is not None or final is not None:
             raise corrupt(location, f"transactions[{i}]", "mixes name encodings: "
                           f"{txn.staging!r} -> {txn.final!r}")
+        elif not legacy_owners(txn.staging, txn.final, parse_part_file_name):
+            raise corrupt(location, f"transactions[{i}].final",
+                          f"{txn.final!r} is not the part file of {txn.staging!r}")
         out.append(txn)
     one_owner(owners, location)
     return out

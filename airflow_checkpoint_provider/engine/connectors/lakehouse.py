@@ -38,6 +38,7 @@ from ..extras import require
 from ..sink_names import (
     RestoredTransactions,
     app_id,
+    legacy_owners,
     one_owner,
     own,
     parse_app_id,
@@ -80,6 +81,14 @@ def check_transactions(transactions: list[object], *, location: str) -> list[dic
             raise corrupt(location, f"{f}.staging", f"must name a staged Parquet file, not {staging!r}")
         elif not _OLD_APP_ID.fullmatch(app):
             raise corrupt(location, f"{f}.app_id", f"is not a sink application id: {app!r}")
+        else:
+            owners_old = legacy_owners(staging, app, parse_app_id)
+            if not owners_old:
+                raise corrupt(location, f"{f}.app_id", f"{app!r} is not the application id of "
+                              f"the staged file {staging!r}")
+            if version != owners_old[0].checkpoint_id:
+                raise corrupt(location, f"{f}.version", f"is {version}, but its staged file is "
+                              f"of checkpoint {owners_old[0].checkpoint_id}")
         out.append({"staging": staging, "app_id": app, "version": version})
     one_owner(owners, location)
     return out
