@@ -7,7 +7,8 @@ Every entry point (``Pipeline()``, ``Pipeline.run``, ``ckpt run``, the spark-sub
 point, the provider's operators) calls the functions below, so the rule is in one place:
 
     a name is 1 to 128 characters (a job id 1 to 64) of ``A-Z a-z 0-9 . _ -``, starting
-    with a letter or digit: ``^[A-Za-z0-9][A-Za-z0-9._-]*$``
+    with a letter or digit: ``[A-Za-z0-9][A-Za-z0-9._-]*``, matched against the WHOLE
+    value (``re.fullmatch``: ``re.match`` with ``$`` would accept a trailing newline)
 
 That is safe as one path component on local disks (no ``/``, no ``..``, no leading ``.``
 or ``-``) and in S3 keys, and short enough that every file name built from it stays under
@@ -23,7 +24,7 @@ import re
 
 from .errors import InvalidNameError
 
-PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _NAME = re.compile(PATTERN)
 MAX_NAME_LENGTH = 128
 MAX_JOB_ID_LENGTH = 64
@@ -36,10 +37,10 @@ def _check(value: object, what: str, max_length: int) -> str:
     if not value or len(value) > max_length:
         raise InvalidNameError(f"{what} {shown!r} must be 1 to {max_length} characters "
                                f"(got {len(value)})")
-    if not _NAME.match(value) or ".." in value:
+    if not _NAME.fullmatch(value) or ".." in value:
         raise InvalidNameError(f"{what} {shown!r} may hold only letters, digits, '.', '_' and "
                                f"'-', must start with a letter or digit and must not contain "
-                               f"'..' (pattern {PATTERN})")
+                               f"'..' (the whole value must match {PATTERN})")
     return value
 
 

@@ -31,18 +31,31 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException
 from sqlalchemy.engine import URL
 
 from airflow_checkpoint_provider import CONNECTION_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_checkpoint_provider.engine.client import (
     CheckpointRecord,
     ControlRequestRecord,
+    InvalidNameError,
     JobRecord,
     MetadataStore,
+    validate_job_name,
 )
 from airflow_checkpoint_provider.triggers.conditions import resolve_job
 
 T = TypeVar("T")
+
+
+def checked_job_ref(value: object, what: str = "job") -> str:
+    """``value`` if it can name a job (job id, id prefix or job name: all follow the rule of
+    names, matched in full), else :class:`AirflowException`. Operator arguments are templated
+    and may come from a DAG run's conf: ``"orders\\n"`` is refused, not looked up."""
+    try:
+        return validate_job_name(value, what)
+    except InvalidNameError as exc:
+        raise AirflowException(str(exc)) from exc
 
 
 class CheckpointMetadataHook(BaseHook):
@@ -137,8 +150,9 @@ class CheckpointMetadataHook(BaseHook):
 
     def resolve_job(self, job: str) -> JobRecord:
         """A job by id, id prefix or name (the active job of that name, else the newest).
-        Raises ``LookupError``."""
-        return resolve_job(self.get_conn(), job)
+        Raises ``LookupError``; an argument that cannot be a job reference raises
+        :class:`AirflowException`."""
+        return resolve_job(self.get_conn(), checked_job_ref(job))
 
     def find_job(self, job: str) -> JobRecord | None:
         try:
@@ -147,6 +161,8 @@ class CheckpointMetadataHook(BaseHook):
             return None
 
     def list_jobs(self, job_name: str | None = None) -> list[JobRecord]:
+        if job_name is not None:
+            checked_job_ref(job_name, "job name")
         return self.get_conn().list_jobs(job_name=job_name)
 
     def list_checkpoints(self, job_id: str, *, kind: str | None = None,
@@ -156,6 +172,8 @@ class CheckpointMetadataHook(BaseHook):
     def latest_completed_checkpoint(self, *, job_id: str | None = None,
                                     job_name: str | None = None,
                                     kind: str | None = "CHECKPOINT") -> CheckpointRecord | None:
+        if job_name is not None:
+            checked_job_ref(job_name, "job name")
         return self.get_conn().latest_completed_checkpoint(job_id=job_id, job_name=job_name,
                                                            kind=kind)
 

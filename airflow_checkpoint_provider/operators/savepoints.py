@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_checkpoint_provider.hooks.metadata import checked_job_ref
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class DisposeSavepointsOperator(CheckpointBaseOperator):
             disposed.append(path)
         if self.job_name:
             report = apply_savepoint_retention(
-                store, job_name=self.job_name, max_age_seconds=_number(self.max_age_seconds, float),
+                store, job_name=checked_job_ref(self.job_name, "job_name"), max_age_seconds=_number(self.max_age_seconds, float),
                 max_count=_number(self.max_count, int))
             self.log.info("Savepoint retention of %s:%s", self.job_name,
                           "".join(f"\n  {line}" for line in report.lines()) or " no savepoints")

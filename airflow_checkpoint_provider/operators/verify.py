@@ -70,7 +70,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
     def _snapshot(self) -> str:
         if self.snapshot:
             return str(self.snapshot)
-        rec = self.hook.get_conn().latest_completed_checkpoint(job_name=self.job_name)
+        rec = self.hook.latest_completed_checkpoint(job_name=self.job_name)
         if rec is None:
             raise AirflowException(f"job {self.job_name!r} has no completed checkpoint to check")
         return rec.location

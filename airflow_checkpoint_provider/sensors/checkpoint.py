@@ -22,7 +22,7 @@ from airflow_checkpoint_provider.assets import (
     snapshot_extra,
     with_alias_outlet,
 )
-from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook, checked_job_ref
 from airflow_checkpoint_provider.triggers.checkpoint import (
     CheckpointCompletedTrigger,
     ControlRequestTrigger,
@@ -70,6 +70,8 @@ class _MetadataSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=self._result(outcome.to_event()))
 
     def execute(self, context: Context) -> Any:
+        # ``job`` is templated (a DAG run's conf): refuse what cannot name a job at once
+        checked_job_ref(getattr(self, "job", None) or "", f"{self.task_id}: job")
         if not self.deferrable:
             return super().execute(context)
         self.defer(trigger=self.trigger(time.time() + float(self.timeout)),

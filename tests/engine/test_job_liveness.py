@@ -75,8 +75,8 @@ def test_a_new_job_removes_the_staged_files_of_the_ended_job_it_restored(workdir
                              keyed_parallelism=1)
     first = p.run(job_id="first")
     staging = workdir / "out" / "_staging"
-    orphan = staging / "out-first-a0-s0-deadbeef.inprogress"  # what a killed driver leaves
-    other = staging / "out-first-2-a0-s0-cafe.inprogress"  # a job whose id extends "first"
+    orphan = staging / "out~first~a0~s0~deadbeef.inprogress"  # what a killed driver leaves
+    other = staging / "out~first-2~a0~s0~cafe0000.inprogress"  # a job whose id extends "first"
     for f in (orphan, other):
         f.write_text('{"id": -1}\n')
 

@@ -1,25 +1,42 @@
 """An exactly-once file sink (two-phase commit over file renames).
 
 Each sink subtask writes the records of one checkpoint epoch into a staging file under
-``<directory>/_staging/``. At the checkpoint barrier the file is flushed, fsynced and closed
-(pre-commit) and its name goes into the checkpoint. When the checkpoint completes, the
-staging file is renamed to its final name ``part-<uid>-<job>-c<checkpoint>-s<subtask>.jsonl``
-(commit; a rename is atomic and repeating it is harmless). After a failure, the transactions
-of the restored checkpoint are committed and this job's other staging files from earlier
-attempts are deleted (abort). Readers see only ``part-*`` files: committed output.
+``<directory>/_staging/``. At the checkpoint barrier the file is flushed, fsynced, closed and
+renamed to carry the checkpoint id (pre-commit); its name goes into the checkpoint. When the
+checkpoint completes, the staging file is renamed to its final name
+``part-<uid>~<job>~c<checkpoint>~s<subtask>.jsonl`` (commit; the names are built in
+:mod:`..sink_names`). A commit never replaces an existing part file. After a failure, the
+transactions of the restored checkpoint are committed and this job's other staging files from
+earlier attempts are deleted (abort). Readers see only ``part-*`` files: committed output.
+
+A restored transaction (untrusted: it comes from a snapshot) must name this sink's uid, one
+job (this one, or the job whose snapshot is restored), and a final name that is exactly the
+one its staged file's name gives: a snapshot cannot rename anything onto another job's files.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
-import re
 import uuid
 from collections.abc import Iterator
 
 import msgspec
 
+from ..sink_names import (
+    RestoredTransactions,
+    SinkName,
+    legacy_owners,
+    one_owner,
+    own,
+    parse_part_file_name,
+    parse_staged_file_name,
+    part_file_name,
+    staged_file_name,
+    staged_prefix,
+)
 from ..snapshot.handles import SinkTransaction
 from ..snapshot.paths import corrupt
 from .base import Sink, SinkWriter, SourceContext, dataset_for_location
@@ -27,6 +44,7 @@ from .base import Sink, SinkWriter, SourceContext, dataset_for_location
 log = logging.getLogger(__name__)
 
 STAGING = "_staging"
+STAGED_EXT = ".inprogress"
 
 
 class FileSink(Sink):
@@ -52,9 +70,9 @@ class FileSink(Sink):
             return []
         doomed = []
         for name in sorted(os.listdir(self.directory)):
-            m = _PART_SUFFIX.search(name)
-            if (m and int(m[1]) > checkpoint_id
-                    and name == final_name(operator_uid, job_id, int(m[1]), int(m[2]))):
+            p = parse_part_file_name(name)  # the old encoding is ambiguous: never deleted
+            if (p is not None and p.operator_uid == operator_uid and p.job_id == job_id
+                    and p.checkpoint_id is not None and p.checkpoint_id > checkpoint_id):
                 os.remove(os.path.join(self.directory, name))
                 doomed.append(name)
         if doomed:
@@ -70,9 +88,8 @@ class FileSink(Sink):
         staging = os.path.join(self.directory, STAGING)
         if not os.path.isdir(staging):
             return []
-        prefix = f"{operator_uid}-{job_id}-"
         doomed = [n for n in sorted(os.listdir(staging))
-                  if n.startswith(prefix) and _STAGED_REST.match(n[len(prefix):])]
+                  if _staged_of(n, operator_uid, job_id) is not None]
         for name in doomed:
             os.remove(os.path.join(staging, name))
         if doomed:
@@ -87,35 +104,64 @@ class FileSink(Sink):
         return f"files({self.directory})"
 
 
+def _staged_of(name: str, operator_uid: str, job_id: str) -> SinkName | None:
+    """``name`` parsed if it is a file ``job_id`` staged for ``operator_uid``. Files of the
+    old ``-`` encoding are never matched: they could be another job's (they are invisible to
+    readers; remove them by hand once no snapshot names them)."""
+    p = parse_staged_file_name(name)
+    if (p is None or p.ext != STAGED_EXT or p.operator_uid != operator_uid
+            or p.job_id != job_id):
+        return None
+    return p
+
+
 def check_transactions(transactions: list[object], *, location: str) -> list[SinkTransaction]:
     """Decode transactions (restored ones come from a snapshot: untrusted): both names must
     be bare file names, ``staging`` a staged ``.inprogress`` file and ``final`` a ``part-``
-    file, so a commit only renames inside the sink's directory. Anything else is a
-    :class:`~..errors.CorruptCheckpointError` naming the field and ``location``."""
-    out = []
+    file, so a commit only renames inside the sink's directory; in this encoding both must
+    name the same uid, job, subtask and checkpoint. Anything else is a
+    :class:`~..errors.CorruptCheckpointError` naming the field and ``location``. (Old-encoding
+    names are attributed by the writer, which knows its uid.)"""
+    out, owners = [], set()
     for i, raw in enumerate(transactions):
         txn = raw if isinstance(raw, SinkTransaction) else SinkTransaction.from_dict(
             raw, location=location, field=f"transactions[{i}]")
-        if not txn.staging.endswith(".inprogress"):
+        if not txn.staging.endswith(STAGED_EXT):
             raise corrupt(location, f"transactions[{i}].staging",
                           f"must name a staged .inprogress file, not {txn.staging!r}")
         if not txn.final.startswith("part-"):
             raise corrupt(location, f"transactions[{i}].final",
                           f"must name a part- file, not {txn.final!r}")
+        staged, final = parse_staged_file_name(txn.staging), parse_part_file_name(txn.final)
+        if staged is not None and final is not None:
+            _check_pair(staged, final, location, i)
+            owners.add((staged.job_id, staged.operator_uid))
+        elif staged is not None or final is not None:
+            raise corrupt(location, f"transactions[{i}]", "mixes name encodings: "
+                          f"{txn.staging!r} -> {txn.final!r}")
+        elif not legacy_owners(txn.staging, txn.final, parse_part_file_name):
+            raise corrupt(location, f"transactions[{i}].final",
+                          f"{txn.final!r} is not the part file of {txn.staging!r}")
         out.append(txn)
+    one_owner(owners, location)
     return out
 
 
-_PART_SUFFIX = re.compile(r"-c(\d+)-s(\d+)\.jsonl$")
-#: what follows ``<uid>-<job id>-`` in a staged file's name (see ``_FileSinkWriter._open``)
-_JSON = msgspec.json.Encoder()
+def _check_pair(staged: SinkName, final: SinkName, location: str, i: int) -> None:
+    """A transaction's final name is the one its staged file's name gives, nothing else."""
+    for field in ("operator_uid", "job_id", "subtask", "checkpoint_id"):
+        if getattr(staged, field) != getattr(final, field):
+            raise corrupt(location, f"transactions[{i}].final",
+                          f"names {field} {getattr(final, field)!r} but its staged file "
+                          f"names {getattr(staged, field)!r}")
 
-_STAGED_REST = re.compile(r"^a\d+-s\d+-[0-9a-f]+\.inprogress$")
+
+_JSON = msgspec.json.Encoder()
 
 
 def final_name(operator_uid: str, job_id: str, checkpoint_id: int, subtask: int) -> str:
     """The committed name of a subtask's file for a checkpoint."""
-    return f"part-{operator_uid}-{job_id}-c{checkpoint_id:06d}-s{subtask:03d}.jsonl"
+    return part_file_name(operator_uid, job_id, checkpoint_id, subtask)
 
 
 def _fsync_dir(path: str) -> None:
@@ -126,20 +172,44 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _rename_no_replace(src: str, dst: str) -> bool:
+    """Move ``src`` to ``dst`` unless ``dst`` exists (then ``False``, ``src`` untouched; a
+    link left by a crash between the two steps is completed). Atomic: a hard link, then the
+    staged name is removed."""
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        if not os.path.samefile(src, dst):
+            return False
+    except OSError as exc:  # a file system without hard links
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        if os.path.exists(dst):
+            return False
+        os.rename(src, dst)
+        return True
+    os.remove(src)
+    return True
+
+
 class _FileSinkWriter(SinkWriter):
     def __init__(self, directory: str, ctx: SourceContext) -> None:
         self.dir = directory
         self.staging_dir = os.path.join(directory, STAGING)
         os.makedirs(self.staging_dir, exist_ok=True)
         self.ctx = ctx
+        self.sink_name = f"file sink {ctx.operator_uid!r} ({directory})"
         # the full job id: two jobs whose ids share a prefix must never share file names
-        self.prefix = f"{ctx.operator_uid}-{ctx.job_id}-"
+        self.prefix = staged_prefix(ctx.operator_uid, ctx.job_id)
         self._file = None
         self._name: str | None = None
+        self._token = ""
 
     def _open(self) -> None:
-        self._name = (f"{self.prefix}a{self.ctx.attempt}-s{self.ctx.subtask_index}-"
-                      f"{uuid.uuid4().hex[:8]}.inprogress")
+        self._token = uuid.uuid4().hex[:8]
+        self._name = staged_file_name(self.ctx.operator_uid, self.ctx.job_id, self.ctx.attempt,
+                                      self.ctx.subtask_index, self._token, STAGED_EXT)
+        own(self._name, parse_staged_file_name(self._name), sink=self.sink_name)
         self._file = open(os.path.join(self.staging_dir, self._name), "wb")
 
     def write(self, records: list[dict]) -> None:
@@ -157,50 +227,86 @@ class _FileSinkWriter(SinkWriter):
         self._file.write(data)
 
     def pre_commit(self, checkpoint_id: int) -> list[object]:
+        """1. flush, fsync and close the epoch's file; 2. rename it to carry the checkpoint
+        id (the final name is derived from it, so a transaction cannot point elsewhere);
+        3. fsync the staging directory (the rename must survive a crash)."""
         if self._file is None:
             return []
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
-        txn = {"staging": self._name,
-               "final": final_name(self.ctx.operator_uid, self.ctx.job_id, checkpoint_id,
-                                   self.ctx.subtask_index)}
+        c = self.ctx
+        staged = staged_file_name(c.operator_uid, c.job_id, c.attempt, c.subtask_index,
+                                  self._token, STAGED_EXT, checkpoint_id)
+        final = final_name(c.operator_uid, c.job_id, checkpoint_id, c.subtask_index)
+        _check_pair(own(staged, parse_staged_file_name(staged), sink=self.sink_name),
+                    own(final, parse_part_file_name(final), sink=self.sink_name),
+                    self.sink_name, 0)
+        os.rename(os.path.join(self.staging_dir, self._name),
+                  os.path.join(self.staging_dir, staged))
+        _fsync_dir(self.staging_dir)
         self._file, self._name = None, None
-        return [txn]
+        return [{"staging": staged, "final": final}]
 
     def _transactions(self, transactions: list[object]) -> list[SinkTransaction]:
         where = f"(file sink {self.ctx.operator_uid!r} transactions for {self.dir})"
         return check_transactions(transactions, location=where)
+
+    def _check_restored(self, txns: list[SinkTransaction]) -> None:
+        """Every restored transaction names this sink's uid and one job, in both names."""
+        where = f"snapshot restored into {self.sink_name}"
+        rule = RestoredTransactions(operator_uid=self.ctx.operator_uid, job_id=self.ctx.job_id,
+                                    location=where)
+        uid = self.ctx.operator_uid
+        for i, t in enumerate(txns):
+            staged = rule.check(parse_staged_file_name(t.staging, operator_uid=uid), t.staging,
+                                f"transactions[{i}].staging")
+            final = rule.check(parse_part_file_name(t.final, operator_uid=uid), t.final,
+                               f"transactions[{i}].final")
+            if staged.ext != STAGED_EXT:
+                raise rule.refuse(f"transactions[{i}].staging", "is not a staged JSON lines file")
+            if staged.legacy or final.legacy:
+                # old encoding: no checkpoint id in the staged name; the rest must agree
+                if (staged.job_id, staged.subtask) != (final.job_id, final.subtask):
+                    raise rule.refuse(f"transactions[{i}].final",
+                                      f"{t.final!r} is not the part file of {t.staging!r}")
+            else:
+                _check_pair(staged, final, where, i)
 
     def commit(self, transactions: list[object]) -> None:
         for txn in self._transactions(transactions):
             src = os.path.join(self.staging_dir, txn.staging)
             dst = os.path.join(self.dir, txn.final)
             try:
-                os.replace(src, dst)
+                moved = _rename_no_replace(src, dst)
             except FileNotFoundError:
                 if not os.path.exists(dst):
                     raise RuntimeError(
                         f"file sink {self.ctx.operator_uid!r}: transaction {txn.staging} is "
                         f"neither staged nor committed in {self.dir}; its data is lost"
                     ) from None
+                continue
+            if not moved:
+                raise RuntimeError(
+                    f"file sink {self.ctx.operator_uid!r}: committing {txn.staging} would "
+                    f"replace the existing part file {txn.final} in {self.dir}; refusing (a "
+                    "committed file is never overwritten)")
         if transactions:
             _fsync_dir(self.dir)
 
     def recover(self, transactions: list[object]) -> None:
         # Every subtask receives every restored transaction; subtask 0 commits and aborts.
         txns = self._transactions(transactions)  # every subtask refuses a crafted snapshot
+        self._check_restored(txns)
         if self.ctx.subtask_index != 0:
             return
         self.commit(txns)
         keep = {t.staging for t in txns}
         for name in os.listdir(self.staging_dir):
-            # the prefix alone would also match a job whose id extends this one's ("x" vs "x-2")
-            if (not name.startswith(self.prefix) or name in keep
-                    or not _STAGED_REST.match(name[len(self.prefix):])):
-                continue
-            attempt = name[len(self.prefix):].split("-", 1)[0]
-            if attempt != f"a{self.ctx.attempt}":
+            staged = _staged_of(name, self.ctx.operator_uid, self.ctx.job_id)
+            if staged is None or name in keep:
+                continue  # another job's, or another sink's, or kept
+            if staged.attempt != self.ctx.attempt:
                 os.remove(os.path.join(self.staging_dir, name))
                 log.debug("aborted staged transaction %s", name)
 

@@ -4,12 +4,18 @@ idempotent commits.
 Each sink subtask collects the records of a checkpoint epoch; at the barrier it writes them
 to one staged Parquet file in the sink's staging directory, whose name goes into the
 checkpoint (pre-commit). When the checkpoint completes, the file is appended to the table in
-one table commit that carries the *application id* ``ckpt-<job id>-<operator uid>-<subtask>``
-and the checkpoint id (Delta: an application transaction; Iceberg: snapshot summary
+one table commit that carries the *application id* ``ckpt~<job id>~<operator uid>~<subtask>``
+(:mod:`..sink_names`: ``~`` cannot occur in a name, so two jobs never share an id) and the
+checkpoint id (Delta: an application transaction; Iceberg: snapshot summary
 properties). A commit the table already holds (same application id, checkpoint id at least
 as high) is skipped, so committing again after a restore never appends twice. After a
 failure the restored checkpoint's transactions are committed if the table does not hold them
 yet, and this job's other staged files are deleted.
+
+A restored transaction (untrusted: it comes from a snapshot) must be exactly what its staged
+file's name says -- this sink's uid, one job (this one or the job whose snapshot is
+restored), the subtask, and the checkpoint id as its version -- so a snapshot cannot commit
+under another job's application id or at a version that job has not reached.
 
 A subclass says where the table is and how to read its schema, test for a commit and append
 (:class:`StagedTableWriter`).
@@ -29,33 +35,76 @@ import pyarrow.parquet as pq
 from ..checkpoint.storage import filesystem_for, join
 from ..errors import BadRecordError
 from ..extras import require
+from ..sink_names import (
+    RestoredTransactions,
+    app_id,
+    legacy_owners,
+    one_owner,
+    own,
+    parse_app_id,
+    parse_staged_file_name,
+    staged_file_name,
+    staged_prefix,
+)
 from ..snapshot.paths import corrupt, mapping, non_negative_int, safe_name, string
 from .base import Sink, SinkWriter, SourceContext
 
 log = logging.getLogger(__name__)
 
 STAGING = "_ckpt_staging"
-_APP_ID = re.compile(r"^ckpt-[A-Za-z0-9._-]{1,200}-\d{1,5}$")
-_STAGED = re.compile(r"^[A-Za-z0-9._-]+-a\d+-s\d+-c\d+-[0-9a-f]{8}\.parquet$")
+STAGED_EXT = ".parquet"
+# the old ``-`` encoding (before sink_names): its fields are attributed by the writer, which
+# knows its uid; here only the shape is checked
+_OLD_APP_ID = re.compile(r"ckpt-[A-Za-z0-9._-]{1,200}-\d{1,5}")
+_OLD_STAGED = re.compile(r"[A-Za-z0-9._-]+-a\d+-s\d+-c\d+-[0-9a-f]{8}\.parquet")
 COMMIT_RETRIES = 5
 
 
 def check_transactions(transactions: list[object], *, location: str) -> list[dict]:
     """Restored transactions come from a snapshot (untrusted): ``staging`` must be a bare
-    staged Parquet file name, ``app_id`` one of these sinks' ids, ``version`` a checkpoint id."""
-    out = []
+    staged Parquet file name, ``app_id`` the application id of the same uid, job and subtask,
+    and ``version`` the checkpoint id in the staged file's name."""
+    out, owners = [], set()
     for i, raw in enumerate(transactions):
         f = f"transactions[{i}]"
         d = mapping(raw, field=f, location=location)
         staging = safe_name(d.get("staging"), field=f"{f}.staging", location=location)
-        if not _STAGED.match(staging):
-            raise corrupt(location, f"{f}.staging", f"must name a staged Parquet file, not {staging!r}")
-        app_id = string(d.get("app_id"), field=f"{f}.app_id", location=location)
-        if not _APP_ID.match(app_id):
-            raise corrupt(location, f"{f}.app_id", f"is not a sink application id: {app_id!r}")
+        app = string(d.get("app_id"), field=f"{f}.app_id", location=location)
         version = non_negative_int(d.get("version"), field=f"{f}.version", location=location)
-        out.append({"staging": staging, "app_id": app_id, "version": version})
+        staged, parsed_app = parse_staged_file_name(staging), parse_app_id(app)
+        if staged is not None and parsed_app is not None:
+            _check_pair(staged, parsed_app, version, location, f)
+            owners.add((staged.job_id, staged.operator_uid))
+        elif staged is not None or parsed_app is not None:
+            raise corrupt(location, f, f"mixes name encodings: {staging!r}, {app!r}")
+        elif not _OLD_STAGED.fullmatch(staging):
+            raise corrupt(location, f"{f}.staging", f"must name a staged Parquet file, not {staging!r}")
+        elif not _OLD_APP_ID.fullmatch(app):
+            raise corrupt(location, f"{f}.app_id", f"is not a sink application id: {app!r}")
+        else:
+            owners_old = legacy_owners(staging, app, parse_app_id)
+            if not owners_old:
+                raise corrupt(location, f"{f}.app_id", f"{app!r} is not the application id of "
+                              f"the staged file {staging!r}")
+            if version != owners_old[0].checkpoint_id:
+                raise corrupt(location, f"{f}.version", f"is {version}, but its staged file is "
+                              f"of checkpoint {owners_old[0].checkpoint_id}")
+        out.append({"staging": staging, "app_id": app, "version": version})
+    one_owner(owners, location)
     return out
+
+
+def _check_pair(staged, app, version: int, location: str, f: str) -> None:
+    """The app id and version of a transaction are the ones its staged file's name gives."""
+    if staged.ext != STAGED_EXT or staged.checkpoint_id is None:
+        raise corrupt(location, f"{f}.staging", "must name a staged Parquet file of a checkpoint")
+    for field in ("operator_uid", "job_id", "subtask"):
+        if getattr(staged, field) != getattr(app, field):
+            raise corrupt(location, f"{f}.app_id", f"names {field} {getattr(app, field)!r} but "
+                          f"its staged file names {getattr(staged, field)!r}")
+    if version != staged.checkpoint_id:
+        raise corrupt(location, f"{f}.version", f"is {version}, but its staged file is of "
+                      f"checkpoint {staged.checkpoint_id}")
 
 
 def _list(fs, directory: str) -> list[str]:
@@ -82,12 +131,21 @@ class StagedTableSink(Sink):
         """Delete the files job ``job_id`` staged for ``operator_uid`` (an ended job whose
         checkpoint a new job restored: its uncommitted records are replayed)."""
         fs = filesystem_for(self.staging_dir)
-        prefix = f"{operator_uid}-{job_id}-"
         doomed = [n for n in _list(fs, self.staging_dir)
-                  if n.startswith(prefix) and _STAGED.match(n)]
+                  if _staged_of(n, operator_uid, job_id) is not None]
         for name in doomed:
             fs.remove_file(join(self.staging_dir, name))
         return doomed
+
+
+def _staged_of(name: str, operator_uid: str, job_id: str):
+    """``name`` parsed if it is a Parquet file ``job_id`` staged for ``operator_uid``. Old
+    ``-`` encoded names are never matched (they could be another job's)."""
+    p = parse_staged_file_name(name)
+    if (p is None or p.ext != STAGED_EXT or p.operator_uid != operator_uid
+            or p.job_id != job_id):
+        return None
+    return p
 
 
 class StagedTableWriter(SinkWriter):
@@ -101,8 +159,10 @@ class StagedTableWriter(SinkWriter):
     def __init__(self, sink: StagedTableSink, ctx: SourceContext) -> None:
         self.sink, self.ctx = sink, ctx
         self.fs = filesystem_for(sink.staging_dir)
-        self.prefix = f"{ctx.operator_uid}-{ctx.job_id}-"
-        self.app_id = f"ckpt-{ctx.job_id}-{ctx.operator_uid}-{ctx.subtask_index}"
+        self.prefix = staged_prefix(ctx.operator_uid, ctx.job_id)
+        self.app_id = app_id(ctx.job_id, ctx.operator_uid, ctx.subtask_index)
+        self.sink_name = f"{self.kind} sink {ctx.operator_uid!r} ({sink.describe()})"
+        own(self.app_id, parse_app_id(self.app_id), sink=self.sink_name)
         self.batches: list[pa.RecordBatch] = []
 
     # -- what a table format provides ------------------------------------------------------
@@ -147,8 +207,11 @@ class StagedTableWriter(SinkWriter):
         table = self._epoch_table()
         self.batches = []
         self._check_schema(table)
-        name = (f"{self.prefix}a{self.ctx.attempt}-s{self.ctx.subtask_index}-c{checkpoint_id}-"
-                f"{uuid.uuid4().hex[:8]}.parquet")
+        c = self.ctx
+        name = staged_file_name(c.operator_uid, c.job_id, c.attempt, c.subtask_index,
+                                uuid.uuid4().hex[:8], STAGED_EXT, checkpoint_id)
+        _check_pair(own(name, parse_staged_file_name(name), sink=self.sink_name),
+                    parse_app_id(self.app_id), checkpoint_id, self.sink_name, "transaction")
         buf = io.BytesIO()
         pq.write_table(table, buf)
         self.fs.write_bytes(join(self.sink.staging_dir, name), buf.getvalue())
@@ -196,18 +259,35 @@ class StagedTableWriter(SinkWriter):
                 time.sleep(0.05 * (attempt + 1))
         self.fs.remove_file(path)
 
+    def _check_restored(self, txns: list[dict]) -> None:
+        """Every restored transaction names this sink's uid and one job, in its staged
+        file's name and its app id (old ``-`` encoded ones: attributed with the uid known)."""
+        where = f"snapshot restored into {self.sink_name}"
+        uid = self.ctx.operator_uid
+        rule = RestoredTransactions(operator_uid=uid, job_id=self.ctx.job_id, location=where)
+        for i, t in enumerate(txns):
+            f = f"transactions[{i}]"
+            staged = rule.check(parse_staged_file_name(t["staging"], operator_uid=uid),
+                                t["staging"], f"{f}.staging")
+            app = rule.check(parse_app_id(t["app_id"], operator_uid=uid), t["app_id"],
+                             f"{f}.app_id")
+            _check_pair(staged, app, t["version"], where, f)
+            if staged.legacy and t["app_id"] != f"ckpt-{staged.job_id}-{uid}-{staged.subtask}":
+                raise rule.refuse(f"{f}.app_id", f"{t['app_id']!r} is not the application id "
+                                  f"of {t['staging']!r}")
+
     def recover(self, transactions: list[object]) -> None:
         where = f"({self.kind} sink {self.ctx.operator_uid!r} restored transactions)"
         txns = check_transactions(transactions, location=where)
+        self._check_restored(txns)  # every subtask refuses a crafted snapshot
         if self.ctx.subtask_index != 0:
             return  # every subtask gets every restored transaction; subtask 0 commits them
         for txn in txns:
             self._commit_one(txn)
-        current = f"a{self.ctx.attempt}-"
         keep = {t["staging"] for t in txns}
         for name in _list(self.fs, self.sink.staging_dir):
-            if (name.startswith(self.prefix) and name not in keep and _STAGED.match(name)
-                    and not name[len(self.prefix):].startswith(current)):
+            staged = _staged_of(name, self.ctx.operator_uid, self.ctx.job_id)
+            if staged is not None and name not in keep and staged.attempt != self.ctx.attempt:
                 self.fs.remove_file(join(self.sink.staging_dir, name))
 
     def close(self) -> None:

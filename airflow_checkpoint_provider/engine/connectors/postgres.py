@@ -8,7 +8,12 @@ failure the restored checkpoint's gids are committed (again: committing is idemp
 every other prepared transaction of this sink from the restored job or this one is rolled
 back, so rows of checkpoints that never completed disappear.
 
-gid: ``ckpt-<job id>-<hash of the operator uid>-<subtask>-<checkpoint id>``.
+gid: ``ckpt~<job id>~<hash of the operator uid>~<subtask>~<checkpoint id>``
+(:mod:`..sink_names`; gids of the old ``-`` encoding, which parse one way only, are still
+committed and rolled back). A restored gid must name this sink's uid hash and one job (this
+one, or the job whose snapshot is restored): a snapshot cannot commit another job's prepared
+transaction. A gid this job builds that does not parse back fails the job at once
+(:class:`~..sink_names.TransactionIdError`), it never makes a checkpoint look corrupt.
 
 ``mode="upsert"`` with ``key=[...]`` is the alternative for tables with a primary key:
 ``INSERT ... ON CONFLICT (key) DO UPDATE`` committed at the barrier. Rows replayed after a
@@ -27,9 +32,9 @@ from collections.abc import Sequence
 
 from ..errors import ConfigurationError, CorruptCheckpointError
 from ..extras import require
+from ..sink_names import RestoredTransactions, one_owner, own, parse_gid
+from ..sink_names import gid as make_gid
 from .base import Sink, SinkWriter, SourceContext
-
-_GID = re.compile(r"^ckpt-([A-Za-z0-9._-]{1,64})-([0-9a-f]{12})-(\d{1,5})-(\d{1,18})$")
 
 
 def _dsn(url: str) -> str:
@@ -93,16 +98,20 @@ class PostgresSink(Sink):
             return _rollback_of_job(conn, job_id, operator_uid)
 
     def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
+        owners = set()
         for t in transactions:
-            if not isinstance(t, str) or not _GID.match(t):
+            p = parse_gid(t)
+            if p is None:
                 raise CorruptCheckpointError(
                     f"{location}: PostgresSink transaction {t!r:.100} is not a prepared "
                     "transaction id of this sink")
+            owners.add((p.job_id, p.operator_uid))
+        one_owner(owners, location)
 
 
 def _prepared(conn) -> set[str]:
     with conn.cursor() as cur:
-        cur.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'ckpt-%%'")
+        cur.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'ckpt~%%' OR gid LIKE 'ckpt-%%'")
         return {g for (g,) in cur.fetchall()}
 
 
@@ -117,11 +126,11 @@ def _finish(conn, gid: str, how: str) -> None:
 
 def _rollback_of_job(conn, job_id: str, operator_uid: str, keep: set[str] = frozenset()) -> list[str]:
     uid, done = _uid_hash(operator_uid), []
-    for gid in sorted(_prepared(conn) - keep):
-        m = _GID.match(gid)
-        if m and m.group(1) == job_id and m.group(2) == uid:
-            _finish(conn, gid, "ROLLBACK")
-            done.append(gid)
+    for g in sorted(_prepared(conn) - keep):
+        p = parse_gid(g)
+        if p is not None and p.job_id == job_id and p.operator_uid == uid:
+            _finish(conn, g, "ROLLBACK")
+            done.append(g)
     return done
 
 
@@ -135,7 +144,8 @@ class _PostgresWriter(SinkWriter):
         self.psycopg = psycopg
         self.conn = psycopg.connect(_dsn(sink.url))          # the open epoch's transaction
         self.admin = psycopg.connect(_dsn(sink.url), autocommit=True)  # COMMIT/ROLLBACK PREPARED
-        self.prefix = f"ckpt-{ctx.job_id}-{_uid_hash(ctx.operator_uid)}-"
+        self.uid_hash = _uid_hash(ctx.operator_uid)
+        self.sink_name = f"PostgresSink {ctx.operator_uid!r} ({sink.table})"
         self.columns = sink.columns
         self.rows = 0
 
@@ -183,17 +193,18 @@ class _PostgresWriter(SinkWriter):
         if not self.rows:
             self.conn.rollback()  # nothing written: no transaction to prepare
             return []
-        gid = f"{self.prefix}{self.ctx.subtask_index}-{checkpoint_id}"
+        txn = make_gid(self.ctx.job_id, self.uid_hash, self.ctx.subtask_index, checkpoint_id)
+        own(txn, parse_gid(txn), sink=self.sink_name)  # never a gid a restore would refuse
         try:
             self.conn.execute(self.psycopg.sql.SQL("PREPARE TRANSACTION {}").format(
-                self.psycopg.sql.Literal(gid)))
+                self.psycopg.sql.Literal(txn)))
         except self.psycopg.errors.ObjectNotInPrerequisiteState as exc:
             raise ConfigurationError(
                 f"PostgresSink {self.sink.table!r}: the server refuses prepared transactions "
                 f"({exc}); set max_prepared_transactions > 0 or use mode='upsert'") from exc
         # after PREPARE the session is outside any transaction: the next write opens one
         self.rows = 0
-        return [gid]
+        return [txn]
 
     def commit(self, transactions: list[object]) -> None:
         pending = _prepared(self.admin)
@@ -201,9 +212,16 @@ class _PostgresWriter(SinkWriter):
             if gid in pending:
                 _finish(self.admin, str(gid), "COMMIT")
 
+    def _check_restored(self, transactions: list[object]) -> None:
+        rule = RestoredTransactions(operator_uid=self.ctx.operator_uid, job_id=self.ctx.job_id,
+                                    location=f"snapshot restored into {self.sink_name}")
+        for i, t in enumerate(transactions):
+            rule.check(parse_gid(t), t, f"transactions[{i}]", uid_is_hash=self.uid_hash)
+
     def recover(self, transactions: list[object]) -> None:
         if self.sink.mode == "upsert":
             return
+        self._check_restored(transactions)
         self.commit(transactions)
         if self.ctx.subtask_index == 0:
             # what an earlier attempt of this job prepared for checkpoints that never

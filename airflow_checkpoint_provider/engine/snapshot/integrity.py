@@ -7,6 +7,13 @@ also carries ``"hmac"``: HMAC-SHA256 over its canonical content, which includes 
 SHA-256 of every state file, so a state file cannot be swapped either. On restore, with the
 secret configured, a missing or wrong ``hmac`` is a :class:`CorruptCheckpointError`; without
 it the field is ignored (the snapshot is then only as trusted as its storage).
+
+Not signed by default, on purpose: savepoints must restore in another deployment (another
+metadata DB), a key stored beside the snapshots would be readable by the writer it guards
+against, and every reader and writer of snapshots (``ckpt inspect``, ``verify-restore``,
+``ckpt state``) would need a per-DB key. Without a key, restored sink transactions are still
+bound to their sink and job (:mod:`..sink_names`); the README's "Liveness, failures and
+runtime security" states what a snapshot-store writer can do with and without a key.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def test_valid_file_sink_transaction_is_committed(tmp_path):
     writer = _writer(tmp_path / "out")
     writer.write([{"a": 1}])
     txns = writer.pre_commit(3)
-    assert SinkTransaction.from_dict(txns[0], location="x").final.startswith("part-out-")
+    assert SinkTransaction.from_dict(txns[0], location="x").final.startswith("part-out~")
     writer.recover(txns)
     assert [n for n in os.listdir(tmp_path / "out") if n.startswith("part-")] == [txns[0]["final"]]
 
