@@ -33,6 +33,11 @@ class JobNameInUseError(ConfigurationError):
     """A job of this name is live (recent heartbeat): one live job per name."""
 
 
+class JobLostError(EngineError, ValueError):
+    """The job was declared LOST (no heartbeat within the timeout): it never runs again, its
+    name may belong to another job now."""
+
+
 class JobIdInUseError(ConfigurationError, ValueError):
     """A new job was given the id of a job that already exists in the metadata DB."""
 
