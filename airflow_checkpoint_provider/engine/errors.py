@@ -58,6 +58,11 @@ class RestoreError(EngineError):
     """A checkpoint or savepoint cannot be restored into this pipeline."""
 
 
+class UnsafeRestoreFallbackError(RestoreError):
+    """``restore="latest"`` would fall back past output that earlier jobs committed and a
+    sink cannot remove (it would be written twice)."""
+
+
 class StateMigrationError(RestoreError):
     """A state's declared kind or serializer changed between the snapshot and the pipeline."""
 

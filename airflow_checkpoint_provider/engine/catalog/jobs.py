@@ -178,6 +178,17 @@ class JobsMixin(StoreBase):
         log.info("Job %s (%s) is %s%s", name, job_id, status,
                  f": {failure_reason}" if failure_reason else "")
 
+    def set_job_restored_from(self, job_id: str, restored_from: str | None) -> None:
+        """Record the snapshot the job restores (known once the job, which claims its name
+        first, has resolved ``restore="latest"``)."""
+
+        def fn(session: Session) -> None:
+            row = self._job_row(session, job_id)
+            row.restored_from = restored_from
+            row.updated_at = utcnow()
+
+        self._write(fn, "set_job_restored_from")
+
     def set_spark_app_id(self, job_id: str, spark_app_id: str) -> None:
         """Record the Spark application id once the driver knows it."""
 
