@@ -367,12 +367,10 @@ class JobMaster:
         db = self.coordinator.db
         db.write(MetadataStore.set_job_status, job_id, status, failure_reason=failure)
         db.write(MetadataStore.abort_control_requests, job_id, f"job ended with status {status}")
-        deadline = time.monotonic() + FINAL_WRITE_SECONDS
-        while not db.flush() and time.monotonic() < deadline:
-            time.sleep(1.0)  # the metadata DB is down: the final status must still land
-        if db.backlog:
+        if not db.flush(timeout=FINAL_WRITE_SECONDS):  # the final status must still land
             log.error("Could not record the end of job %s (%s) in the metadata DB: %d writes lost",
                       p.name, job_id, len(db.backlog))
+        db.close()
         latest = self.coordinator.completed[-1] if self.coordinator.completed else None
         result = JobResult(job_id=job_id, job_name=p.name, status=str(status),
                            checkpoints_completed=self.coordinator.num_completed,
