@@ -62,7 +62,7 @@ def test_a_sqlite_lock_longer_than_the_busy_timeout_does_not_stall_the_job_maste
         workdir, monkeypatch):
     """Another process holds the SQLite write lock for 16 s, eight times the busy timeout
     (2 s here). The job master's loop must keep serving its slots: the records counters it
-    X (its
+    updates from the slots' reports (once a second) never stop for more than 7 s (its
     longest wait for the DB is MUST_WAIT_S = 2 s per stall, plus a report interval and
     sampling). Before the fix the loop sat in one DB call for the whole lock (5 retries of
     the busy timeout, then the next call). Once the lock is released, heartbeats and
