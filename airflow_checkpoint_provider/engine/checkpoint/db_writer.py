@@ -238,7 +238,7 @@ class MetadataWriter:
                 self._cond.notify_all()
                 if retry:
                     self._cond.wait(RETRY_PAUSE_S)
-            if undo is not None:
+            if undo is not None and self.store is not None:
                 try:
                     undo(self.store, call)
                 except Exception as exc:  # noqa: BLE001 - best effort
