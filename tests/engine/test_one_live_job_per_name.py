@@ -108,3 +108,31 @@ def test_concurrent_pipeline_runs_of_one_name_run_once_and_write_once(workdir, p
         results = _race(_run, (root, url), 5)
         assert sorted(results.values()) == ["FINISHED"] + ["in use"] * 4, (round_, results)
         check_exactly_once(os.path.join(root, "out"), expected_running_sums(N, 50, 7))
+
+
+def test_upgrade_to_0005_keeps_the_newest_live_job_of_a_name(metadata_url):
+    """A DB where the race already happened (two live jobs of one name, schema 0004): the
+    upgrade keeps the newest live and marks the older LOST, then creates the index."""
+    from alembic import command
+    from sqlalchemy import insert
+
+    from airflow_checkpoint_provider.engine.catalog import alembic_config, create_metadata_engine
+
+    engine = create_metadata_engine(metadata_url)  # (creates a SQLite file's directory)
+    command.upgrade(alembic_config(metadata_url), "0004")
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        for i, (job_id, status) in enumerate([("old", "RUNNING"), ("new", "RUNNING"),
+                                              ("done", "FINISHED"), ("other", "RUNNING")]):
+            conn.execute(insert(JobRow).values(
+                job_id=job_id, job_name="other" if job_id == "other" else "orders",
+                status=status, parallelism=1, attempt=0, created_at=now + timedelta(seconds=i),
+                updated_at=now))
+    engine.dispose()
+    with MetadataStore(metadata_url) as store:  # upgrades to head
+        status = {j.job_id: j.status for j in store.list_jobs()}
+        assert status == {"old": "LOST", "new": "RUNNING", "done": "FINISHED",
+                          "other": "RUNNING"}
+        assert "newer live job" in store.get_job("old").failure_reason
+        with pytest.raises(JobNameInUseError, match="in use by live job new"):
+            store.create_job(job_id="third", job_name="orders", parallelism=1)
