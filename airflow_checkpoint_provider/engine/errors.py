@@ -33,6 +33,11 @@ class JobNameInUseError(ConfigurationError):
     """A job of this name is live (recent heartbeat): one live job per name."""
 
 
+class JobLostError(EngineError, ValueError):
+    """The job was declared LOST (no heartbeat within the timeout): it never runs again, its
+    name may belong to another job now."""
+
+
 class JobIdInUseError(ConfigurationError, ValueError):
     """A new job was given the id of a job that already exists in the metadata DB."""
 
@@ -51,6 +56,11 @@ class CorruptCheckpointError(EngineError):
 
 class RestoreError(EngineError):
     """A checkpoint or savepoint cannot be restored into this pipeline."""
+
+
+class UnsafeRestoreFallbackError(RestoreError):
+    """``restore="latest"`` would fall back past output that earlier jobs committed and a
+    sink cannot remove (it would be written twice)."""
 
 
 class StateMigrationError(RestoreError):

@@ -11,8 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 from provider_helpers import events
+from sqlalchemy import update
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.catalog.models import JobRow
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.sensors.checkpoint import CheckpointCompletedSensor
@@ -209,8 +211,11 @@ def test_sensor_trigger_carries_the_deadline_and_criteria():
 
 
 def test_a_job_name_resolves_to_its_active_job_before_a_newer_ended_one(store):
-    _job(store, job_id="v1-again", status="RUNNING")
-    _job(store, job_id="v2-failed", status="FAILED")  # newer, but ended
+    _job(store, job_id="v2-failed", status="FAILED")  # newer (below), but ended
+    _job(store, job_id="v1-again", status="RUNNING")  # one live job per name: created last
+    with store.engine.begin() as conn:
+        conn.execute(update(JobRow).where(JobRow.job_id == "v2-failed")
+                     .values(created_at=datetime.now(UTC) + timedelta(hours=1)))
     hook = CheckpointMetadataHook()
     try:
         assert store.resolve_job("orders").job_id == "v1-again"

@@ -202,8 +202,17 @@ class CheckpointsMixin(StoreBase):
                                     kind: str | None = "CHECKPOINT") -> CheckpointRecord | None:
         """The newest COMPLETED checkpoint (by ``complete_time``, then ``checkpoint_id``) of
         the job ``job_id`` or of every job named ``job_name``; ``kind=None`` for any kind."""
+        found = self.completed_checkpoints(job_id=job_id, job_name=job_name, kind=kind,
+                                           limit=1)
+        return found[0] if found else None
+
+    def completed_checkpoints(self, *, job_id: str | None = None, job_name: str | None = None,
+                              kind: str | None = "CHECKPOINT",
+                              limit: int | None = None) -> list[CheckpointRecord]:
+        """COMPLETED checkpoints of the job ``job_id`` or of every job named ``job_name``,
+        newest first (as :meth:`latest_completed_checkpoint` orders them)."""
         if job_id is None and job_name is None:
-            raise ValueError("latest_completed_checkpoint needs job_id or job_name")
+            raise ValueError("completed_checkpoints needs job_id or job_name")
         query = select(CheckpointRow).where(
             CheckpointRow.status == CheckpointStatus.COMPLETED.value)
         if kind is not None:
@@ -215,13 +224,14 @@ class CheckpointsMixin(StoreBase):
             query = query.join(JobRow, JobRow.job_id == CheckpointRow.job_id).where(
                 JobRow.job_name == job_name)
         query = query.order_by(CheckpointRow.complete_time.desc(),
-                               CheckpointRow.checkpoint_id.desc()).limit(1)
+                               CheckpointRow.checkpoint_id.desc())
+        if limit is not None:
+            query = query.limit(limit)
 
-        def fn(session: Session) -> CheckpointRecord | None:
-            row = session.scalars(query).first()
-            return None if row is None else CheckpointRecord.from_row(row)
+        def fn(session: Session) -> list[CheckpointRecord]:
+            return [CheckpointRecord.from_row(r) for r in session.scalars(query)]
 
-        return self._read(fn, "latest_completed_checkpoint")
+        return self._read(fn, "completed_checkpoints")
 
     def max_checkpoint_id(self, job_id: str) -> int:
         """The highest checkpoint id recorded for the job, whatever its state; 0 if none."""

@@ -33,8 +33,23 @@ T = TypeVar("T")
 
 #: Folder holding ``env.py`` and ``versions/``.
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
-#: How long a SQLite connection waits for another writer before "database is locked".
+#: How long a SQLite connection waits for another writer before "database is locked"
+#: (``$CKPT_SQLITE_BUSY_TIMEOUT_S`` overrides it).
 SQLITE_BUSY_TIMEOUT_S = 30.0
+SQLITE_BUSY_TIMEOUT_ENV = "CKPT_SQLITE_BUSY_TIMEOUT_S"
+
+
+def sqlite_busy_timeout() -> float:
+    """The SQLite busy timeout in seconds (``$CKPT_SQLITE_BUSY_TIMEOUT_S``, default 30)."""
+    raw = os.environ.get(SQLITE_BUSY_TIMEOUT_ENV)
+    try:
+        value = float(raw) if raw else SQLITE_BUSY_TIMEOUT_S
+    except ValueError:
+        raise EngineError(f"${SQLITE_BUSY_TIMEOUT_ENV}={raw!r} is not a number of seconds") \
+            from None
+    if not 0 < value < 86400:
+        raise EngineError(f"${SQLITE_BUSY_TIMEOUT_ENV}={raw!r} must be between 0 and 86400 s")
+    return value
 #: Attempts of a transaction that fails with a transient error (lock, serialization, dropped
 #: connection), with exponential backoff starting at ``RETRY_BASE_DELAY_S``.
 RETRY_ATTEMPTS = 5
@@ -81,7 +96,7 @@ def configure_sqlite_engine(engine: Engine, *, wal: bool = True) -> None:
 
     Also usable on ``async_engine.sync_engine`` for an aiosqlite engine.
     """
-    busy_ms = int(SQLITE_BUSY_TIMEOUT_S * 1000)
+    busy_ms = int(sqlite_busy_timeout() * 1000)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -116,7 +131,7 @@ def create_metadata_engine(url: str) -> Engine:
         return engine
     if sa_url.database and not sa_url.database.startswith("file:"):
         Path(sa_url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(sa_url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+    engine = create_engine(sa_url, connect_args={"timeout": sqlite_busy_timeout()})
     configure_sqlite_engine(engine)
     return engine
 

@@ -6,13 +6,15 @@ import logging
 import os
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ..errors import JobIdInUseError, JobNameInUseError
+from ..errors import JobIdInUseError, JobLostError, JobNameInUseError
 from .base import StoreBase
 from .db import MIN_JOB_ID_PREFIX, _choice
 from .models import (
+    LIVE_JOB_STATUSES,
     TERMINAL_CONTROL_REQUEST_STATUSES,
     ControlRequestRow,
     ControlRequestStatus,
@@ -27,8 +29,9 @@ from .records import AttemptRecord, JobRecord, _aware
 log = logging.getLogger(__name__)
 
 
-#: job states in which a job may still run (the rest are terminal)
-ACTIVE_JOB_STATUSES = (JobStatus.CREATED, JobStatus.RUNNING, JobStatus.RESTARTING)
+#: job states in which a job may still run (the rest are terminal); at most one job per name
+#: is in one of them (a partial unique index, see :data:`.models.LIVE_JOB_STATUSES`)
+ACTIVE_JOB_STATUSES = LIVE_JOB_STATUSES
 #: seconds without a heartbeat after which an active job is LOST (env overrides)
 HEARTBEAT_TIMEOUT_ENV = "CKPT_HEARTBEAT_TIMEOUT_S"
 DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
@@ -37,6 +40,13 @@ DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
 def heartbeat_timeout() -> float:
     """The heartbeat timeout in seconds (``$CKPT_HEARTBEAT_TIMEOUT_S``, default 60)."""
     return float(os.environ.get(HEARTBEAT_TIMEOUT_ENV, DEFAULT_HEARTBEAT_TIMEOUT_S))
+
+
+def _name_in_use(job_name: str, job_id: str, status: str) -> JobNameInUseError:
+    return JobNameInUseError(
+        f"job name {job_name!r} is in use by live job {job_id} ({status}); stop or cancel "
+        f"it first (ckpt stop/cancel {job_id}), or wait until it has had no heartbeat for "
+        f"{heartbeat_timeout():.0f} s")
 
 
 class JobsMixin(StoreBase):
@@ -57,16 +67,27 @@ class JobsMixin(StoreBase):
             last = _aware(row.heartbeat_at) or as_utc(row.created_at)
             if last >= cutoff:
                 continue
-            row.status = JobStatus.LOST.value
-            row.failure_reason = (f"no heartbeat since {last:%Y-%m-%d %H:%M:%S} UTC (more than "
-                                  f"{timeout:.0f} s): the job's driver is presumed dead")
-            row.updated_at = now
+            reason = (f"no heartbeat since {last:%Y-%m-%d %H:%M:%S} UTC (more than "
+                      f"{timeout:.0f} s): the job's driver is presumed dead")
+            # Conditional on what was read: a heartbeat (or another process taking the job
+            # over) committed since makes this a no-op (PostgreSQL re-checks the condition
+            # after waiting for the row; SQLite writers are serialized).
+            result = session.execute(
+                update(JobRow)
+                .where(JobRow.job_id == row.job_id, JobRow.status.in_(ACTIVE_JOB_STATUSES),
+                       or_(JobRow.heartbeat_at < cutoff,
+                           and_(JobRow.heartbeat_at.is_(None), JobRow.created_at < cutoff)))
+                .values(status=JobStatus.LOST.value, failure_reason=reason, updated_at=now)
+                .execution_options(synchronize_session=False))
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                continue
+            session.expire(row)  # callers holding the row see it LOST
             session.execute(
                 update(ControlRequestRow)
                 .where(ControlRequestRow.job_id == row.job_id,
                        ControlRequestRow.status.not_in(list(TERMINAL_CONTROL_REQUEST_STATUSES)))
                 .values(status=ControlRequestStatus.FAILED.value, updated_at=now,
-                        error=f"job {row.job_name} ({row.job_id}) is LOST: {row.failure_reason}")
+                        error=f"job {row.job_name} ({row.job_id}) is LOST: {reason}")
                 .execution_options(synchronize_session=False))
             lost.append(row.job_id)
         return lost
@@ -84,9 +105,11 @@ class JobsMixin(StoreBase):
                    version: str | None = None, restored_from: str | None = None,
                    spark_app_id: str | None = None, exclusive_name: bool = False) -> JobRecord:
         """Insert a job in status CREATED, attempt 0. Raises :class:`JobIdInUseError` (a
-        ``ValueError``) if the id exists. ``exclusive_name``: one live job per name -- jobs
-        of this name without a recent heartbeat are marked LOST first, and a live one makes
-        this raise :class:`JobNameInUseError` naming it (checked in the same transaction)."""
+        ``ValueError``) if the id exists, and :class:`JobNameInUseError` naming the live job
+        if a job of this name is live: one live job per name is a database guarantee (a
+        partial unique index, so two processes inserting at once cannot both succeed).
+        ``exclusive_name``: take the name over from jobs without a recent heartbeat first
+        (marked LOST, in the same transaction)."""
 
         def fn(session: Session) -> JobRecord:
             existing = session.get(JobRow, job_id)
@@ -96,15 +119,10 @@ class JobsMixin(StoreBase):
                     f"{existing.status}); pick another id or omit --job-id")
             if exclusive_name:
                 self._mark_lost(session, job_name)
-                live = session.scalars(select(JobRow).where(
-                    JobRow.job_name == job_name,
-                    JobRow.status.in_(ACTIVE_JOB_STATUSES))).first()
-                if live is not None:
-                    raise JobNameInUseError(
-                        f"job name {job_name!r} is in use by live job {live.job_id} "
-                        f"({live.status}); stop or cancel it first (ckpt stop/cancel "
-                        f"{live.job_id}), or wait until it has had no heartbeat for "
-                        f"{heartbeat_timeout():.0f} s")
+            live = session.scalars(select(JobRow).where(
+                JobRow.job_name == job_name, JobRow.status.in_(ACTIVE_JOB_STATUSES))).first()
+            if live is not None:
+                raise _name_in_use(job_name, live.job_id, live.status)
             now = utcnow()
             row = JobRow(job_id=job_id, job_name=job_name, version=version,
                          status=JobStatus.CREATED.value, restored_from=restored_from,
@@ -115,10 +133,28 @@ class JobsMixin(StoreBase):
             session.flush()
             return JobRecord.from_row(row)
 
-        record = self._write(fn, "create_job")
+        try:
+            record = self._write(fn, "create_job")
+        except IntegrityError as exc:
+            # another process inserted a live job of this name (or this id) after our read
+            raise self._insert_conflict(job_id, job_name) from exc
         log.info("Created job %s (%s), parallelism %d%s", job_name, job_id, parallelism,
                  f", restored from {restored_from}" if restored_from else "")
         return record
+
+    def _insert_conflict(self, job_id: str, job_name: str) -> Exception:
+        """The typed error of a ``create_job`` insert the database refused."""
+        other = self.get_job(job_id)
+        if other is not None:
+            return JobIdInUseError(f"job id {job_id!r} already exists (job {other.job_name}, "
+                                   f"{other.status}); pick another id or omit --job-id")
+        live = next((j for j in self.list_jobs(job_name) if j.status in ACTIVE_JOB_STATUSES),
+                    None)
+        if live is None:  # it ended meanwhile: the name is free again, a retry may succeed
+            return JobNameInUseError(
+                f"job name {job_name!r} was taken by another job starting at the same time; "
+                f"retry, or check `ckpt jobs {job_name}`")
+        return _name_in_use(job_name, live.job_id, live.status)
 
     def set_job_status(self, job_id: str, status: str, *,
                        failure_reason: str | None = None) -> None:
@@ -128,6 +164,11 @@ class JobsMixin(StoreBase):
 
         def fn(session: Session) -> str:
             row = self._job_row(session, job_id)
+            if row.status == JobStatus.LOST and status in ACTIVE_JOB_STATUSES:
+                # its name may belong to another job now: a LOST job never runs again
+                raise JobLostError(
+                    f"job {row.job_name} ({job_id}) was declared LOST ({row.failure_reason}) "
+                    f"and cannot become {status}; start a new job")
             row.status = status
             row.failure_reason = failure_reason
             row.updated_at = utcnow()
@@ -136,6 +177,17 @@ class JobsMixin(StoreBase):
         name = self._write(fn, "set_job_status")
         log.info("Job %s (%s) is %s%s", name, job_id, status,
                  f": {failure_reason}" if failure_reason else "")
+
+    def set_job_restored_from(self, job_id: str, restored_from: str | None) -> None:
+        """Record the snapshot the job restores (known once the job, which claims its name
+        first, has resolved ``restore="latest"``)."""
+
+        def fn(session: Session) -> None:
+            row = self._job_row(session, job_id)
+            row.restored_from = restored_from
+            row.updated_at = utcnow()
+
+        self._write(fn, "set_job_restored_from")
 
     def set_spark_app_id(self, job_id: str, spark_app_id: str) -> None:
         """Record the Spark application id once the driver knows it."""

@@ -12,7 +12,8 @@ Tables
     One row per job run (a ``job_id``, uuid hex), several runs may share a ``job_name``.
     ``status`` is a :class:`JobStatus`; ``attempt`` is the current attempt (0 for the first
     start, +1 per restart); ``heartbeat_at`` is refreshed by the running coordinator, so a
-    RUNNING job with a stale heartbeat is a dead driver.
+    RUNNING job with a stale heartbeat is a dead driver. At most one job per name is live
+    (CREATED, RUNNING or RESTARTING): a partial unique index guarantees it (revision 0005).
 
 ``job_attempts``
     One row per (re)start of a job, primary key ``(job_id, attempt)``: when it started and
@@ -64,6 +65,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -98,6 +100,15 @@ class JobStatus(StrEnum):
     STOPPED = "STOPPED"
     LOST = "LOST"
 
+
+#: Job states in which a job may still run; at most one job per name is in one of them (the
+#: partial unique index ``uq_jobs_live_job_name``, revision 0005).
+LIVE_JOB_STATUSES: tuple[str, ...] = (JobStatus.CREATED.value, JobStatus.RUNNING.value,
+                                      JobStatus.RESTARTING.value)
+#: the index's condition, the same SQL on SQLite and PostgreSQL
+LIVE_JOB_CONDITION = "status IN ('CREATED', 'RUNNING', 'RESTARTING')"
+#: the partial unique index: one live job per name, a database guarantee
+LIVE_JOB_NAME_INDEX = "uq_jobs_live_job_name"
 
 #: Job states a job never leaves.
 TERMINAL_JOB_STATUSES: frozenset[str] = frozenset(
@@ -239,6 +250,11 @@ class JobRow(Base):
     """``jobs``: one row per job run. See the module docstring and :class:`JobStatus`."""
 
     __tablename__ = "jobs"
+    __table_args__ = (
+        # one live job per name (revision 0005): marking a job LOST or ending it frees its name
+        Index(LIVE_JOB_NAME_INDEX, "job_name", unique=True,
+              sqlite_where=text(LIVE_JOB_CONDITION), postgresql_where=text(LIVE_JOB_CONDITION)),
+    )
 
     job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
     job_name: Mapped[str] = mapped_column(String(255), index=True)
@@ -375,6 +391,9 @@ class SavepointPinRow(Base):
 
 
 __all__ = [
+    "LIVE_JOB_CONDITION",
+    "LIVE_JOB_NAME_INDEX",
+    "LIVE_JOB_STATUSES",
     "TERMINAL_CONTROL_REQUEST_STATUSES",
     "TERMINAL_JOB_STATUSES",
     "Base",

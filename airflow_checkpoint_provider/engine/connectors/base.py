@@ -120,6 +120,14 @@ class Sink:
         replayed). The default keeps everything (a sink that cannot undo may duplicate)."""
         return []
 
+    def can_discard_committed(self) -> bool:
+        """Whether :meth:`discard_committed_after` really removes what a job committed (or
+        the sink keeps nothing, or its writes are idempotent). ``restore="latest"`` refuses
+        to fall back past another job's committed output when a sink cannot remove it (that
+        output would be written twice). Default: the sink overrides
+        :meth:`discard_committed_after`."""
+        return type(self).discard_committed_after is not Sink.discard_committed_after
+
 
 def dataset_for_location(location: str) -> tuple[str, str]:
     """OpenLineage dataset naming of a file or object-store location: ``("s3://bucket",

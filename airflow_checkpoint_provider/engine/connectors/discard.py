@@ -12,6 +12,9 @@ class DiscardSink(Sink):
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
         return DiscardWriter()
 
+    def can_discard_committed(self) -> bool:
+        return True  # it keeps nothing: a fallback cannot duplicate its output
+
     def describe(self) -> str:
         return "discard"
 

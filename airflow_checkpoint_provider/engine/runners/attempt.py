@@ -265,16 +265,17 @@ class AttemptRun:
             return self.fail(f"only {len(self.running)} of {self.num_slots} slots started "
                              f"within {STARTUP_TIMEOUT_SECONDS:.0f} s")
         # 5. heartbeat
+        # (off this loop: at most one heartbeat is in flight, run after the queued writes;
+        # a verdict that comes late is read at a later tick)
         if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
             self.last_heartbeat = now
-            if coord.db.flush():  # replay queued writes first; heartbeats are not queued
-                if coord.db.read(MetadataStore.heartbeat, m.job_id) == JobStatus.LOST:
-                    # declared dead while the DB was out of reach: another job of this name
-                    # may run now, so this one must not go on writing output
-                    outcome = self.fail("the job was declared LOST (no heartbeat within the "
-                                        "heartbeat timeout) and may have been superseded")
-                    outcome.fatal = True
-                    return outcome
+            if coord.db.read(MetadataStore.heartbeat, m.job_id) == JobStatus.LOST:
+                # declared dead while the DB was out of reach: another job of this name
+                # may run now, so this one must not go on writing output
+                outcome = self.fail("the job was declared LOST (no heartbeat within the "
+                                    "heartbeat timeout) and may have been superseded")
+                outcome.fatal = True
+                return outcome
         return None
 
 

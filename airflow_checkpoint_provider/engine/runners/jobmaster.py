@@ -17,11 +17,11 @@ from typing import Protocol
 
 import cloudpickle
 
-from ..catalog import MetadataStore
+from ..catalog import CheckpointRecord, MetadataStore
 from ..catalog.models import CheckpointStatus, JobStatus
 from ..checkpoint.cleanup import discard_partial_checkpoints
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
-from ..checkpoint.restore import assign_restore, operator_kind
+from ..checkpoint.restore import assign_restore, discard_output_of_skipped_jobs, operator_kind
 from ..checkpoint.storage import absolute_location, default_savepoint_root, job_directory
 from ..config import CheckpointingMode, max_frame_bytes
 from ..errors import (
@@ -137,38 +137,58 @@ class JobMaster:
     # -- internals ------------------------------------------------------------------------
     def _resolve_restore(self, store: MetadataStore, restore: str | None) -> LoadedSnapshot | None:
         """The snapshot to start from. An explicit path must verify (else
-        CorruptCheckpointError/RestoreError). ``latest`` falls back: a corrupt or incomplete
-        newest checkpoint is marked CORRUPT and the next older COMPLETED one is tried."""
+        CorruptCheckpointError/RestoreError). ``latest`` falls back: the newest COMPLETED
+        checkpoint of any job of this name that verifies. Falling back past checkpoints
+        (even past every one: empty state) makes the sinks remove what the skipped jobs
+        committed after the restored checkpoint, as on failover, or refuses
+        (:class:`UnsafeRestoreFallbackError`) if a sink cannot; only then are the skipped
+        checkpoints marked CORRUPT (a refusal, or a crash before the clean-up, leaves them
+        COMPLETED: the next ``latest`` sees them and decides again)."""
         if restore is None:
             return None
         if restore != "latest":
             snapshot = load_snapshot(restore)
             self._check_snapshot(snapshot)
             return snapshot
-        skipped: set[str] = set()   # jobs whose newer checkpoints were corrupt
-        seen: set[tuple[str, int]] = set()
-        while True:
-            rec = store.latest_completed_checkpoint(job_name=self.config.name)
-            if rec is None or (rec.job_id, rec.checkpoint_id) in seen:
-                log.info("No completed checkpoint of job %s to restore: starting with empty state",
-                         self.config.name)
-                return None
-            seen.add((rec.job_id, rec.checkpoint_id))
-            snapshot = _load_restorable(
-                self._check_snapshot, rec.location, f"checkpoint {rec.checkpoint_id} of job {self.config.name} ({rec.job_id})",
-                lambda reason, rec=rec: store.fail_checkpoint(rec.job_id, rec.checkpoint_id,
-                                                              reason=reason, status=CheckpointStatus.CORRUPT))
-            if snapshot is None:
-                skipped.add(rec.job_id)
+        name = self.config.name
+        bad: list[tuple[CheckpointRecord, str]] = []
+        chosen: tuple[CheckpointRecord, LoadedSnapshot] | None = None
+        for rec in store.completed_checkpoints(job_name=name):
+            what = f"checkpoint {rec.checkpoint_id} of job {name} ({rec.job_id})"
+            try:
+                snapshot = load_snapshot(rec.location)
+                self._check_snapshot(snapshot)
+            except (CorruptCheckpointError, RestoreError) as exc:
+                log.warning("Cannot restore %s; trying the next older checkpoint: %s", what, exc)
+                bad.append((rec, str(exc)))
                 continue
-            for job in sorted(skipped):
-                self._discard_sink_output_after(job, snapshot.checkpoint_id)
-            for job in sorted({j for j, _ in seen}):
-                try:
-                    discard_partial_checkpoints(store, job)
-                except Exception as exc:  # noqa: BLE001 - housekeeping must not block a restore
-                    log.warning("Could not clean up partial checkpoints of job %s: %s", job, exc)
-            return snapshot
+            chosen = rec, snapshot
+            break
+        if chosen is None:
+            log.info("No restorable checkpoint of job %s: starting with empty state", name)
+        skipped: dict[str, list[str]] = {}
+        for rec, reason in bad:
+            skipped.setdefault(rec.job_id, []).append(f"checkpoint {rec.checkpoint_id}: {reason}")
+        discard_output_of_skipped_jobs(
+            self.graph, skipped, restored_job=chosen[0].job_id if chosen else None,
+            restored_id=chosen[1].checkpoint_id if chosen else -1,
+            restored_from=chosen[1].directory if chosen else "empty state")
+        for rec, reason in bad:
+            try:
+                store.fail_checkpoint(rec.job_id, rec.checkpoint_id, reason=reason,
+                                      status=CheckpointStatus.CORRUPT)
+                log.warning("Checkpoint %d of job %s (%s) marked CORRUPT: %s",
+                            rec.checkpoint_id, name, rec.job_id, reason)
+            except Exception as exc:  # noqa: BLE001 - the restore goes on without the mark
+                log.warning("Could not mark checkpoint %d of job %s CORRUPT: %s",
+                            rec.checkpoint_id, rec.job_id, exc)
+        for job in sorted({rec.job_id for rec, _ in bad}
+                          | ({chosen[0].job_id} if chosen else set())):
+            try:
+                discard_partial_checkpoints(store, job)
+            except Exception as exc:  # noqa: BLE001 - housekeeping must not block a restore
+                log.warning("Could not clean up partial checkpoints of job %s: %s", job, exc)
+        return chosen[1] if chosen else None
 
     def _latest_restorable(self) -> LoadedSnapshot | None:
         """On failover: the newest retained completed checkpoint that verifies; corrupt ones
@@ -241,20 +261,54 @@ class JobMaster:
     def _run(self, graph: ExecutionGraph, store: MetadataStore, restore: str | None,
              job_id: str | None) -> JobResult:
         p = self.config
-        initial = self._resolve_restore(store, restore)
-        self.initial = initial
-        if initial is not None:  # validate before anything is created
-            assign_restore(initial, graph, allow_non_restored_state=self.allow_non_restored_state)
         job_id = validate_job_id(job_id or uuid.uuid4().hex)
         job_dir = ensure_under(absolute_location(p.checkpoint.directory),
                                job_directory(p.checkpoint.directory, validate_job_name(p.name),
                                              job_id), "job checkpoint directory")
+        # The name first: one live job per name (a database guarantee). Nothing below may
+        # touch the name's checkpoints or its sinks' output before this job owns the name.
         store.create_job(job_id=job_id, job_name=p.name, parallelism=graph.num_slots,
-                         version=p.version,
-                         restored_from=initial.directory if initial is not None else None,
+                         version=p.version, restored_from=None,
                          spark_app_id=getattr(self, "spark_app_id", None),
-                         exclusive_name=True)  # one live job per name
+                         exclusive_name=True)
         self.job_id, self.job_dir, self.store = job_id, job_dir, store
+        try:
+            initial = self._start(graph, store, restore)
+        except BaseException as exc:
+            self._fail_start(store, exc)
+            raise
+        return self._finish(initial)
+
+    def _fail_start(self, store: MetadataStore, exc: BaseException) -> None:
+        """A start-up failure after the job row exists ends the row FAILED with the reason
+        (a row left CREATED would hold the name until the heartbeat timeout)."""
+        reason = f"start-up failed: {type(exc).__name__}: {exc}"
+        log.error("Job %s (%s) %s", self.config.name, self.job_id, reason)
+        coordinator = getattr(self, "coordinator", None)
+        for close in (getattr(getattr(self, "server", None), "close", None),
+                      getattr(self.metrics, "stop", None), getattr(self.progress, "close", None),
+                      coordinator.cleaner.close if coordinator is not None else None):
+            try:
+                if close is not None:
+                    close()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+        try:
+            store.set_job_status(self.job_id, JobStatus.FAILED, failure_reason=reason)
+        except Exception as db_exc:  # noqa: BLE001 - the original error matters more
+            log.error("Could not record the start-up failure of job %s in the metadata DB: "
+                      "%s", self.job_id, db_exc)
+
+    def _start(self, graph: ExecutionGraph, store: MetadataStore,
+               restore: str | None) -> LoadedSnapshot | None:
+        """Everything between the job row and the first attempt; returns the snapshot the
+        job starts from."""
+        p, job_id, job_dir = self.config, self.job_id, self.job_dir
+        initial = self._resolve_restore(store, restore)
+        self.initial = initial
+        if initial is not None:
+            assign_restore(initial, graph, allow_non_restored_state=self.allow_non_restored_state)
+            store.set_job_restored_from(job_id, initial.directory)
         self.startup_seconds: list[float] = []   # per attempt: launch -> every slot running
         self.peak_rss_mb: dict[int, float] = {}  # slot -> peak resident memory of its process
         # Split lists are taken once per job: every subtask and attempt sees the same list.
@@ -293,6 +347,11 @@ class JobMaster:
         self._start_reporting(job_id)
         log.info("Starting job %s (%s) with %d slots%s", p.name, job_id, graph.num_slots,
                  f", restoring {initial.directory}" if initial else "")
+        return initial
+
+    def _finish(self, initial: LoadedSnapshot | None) -> JobResult:
+        """Run the attempts, record how the job ended, return its result."""
+        p, job_id, server, store = self.config, self.job_id, self.server, self.store
         status, failure, restarts = JobStatus.FAILED, None, 0
         try:
             status, failure, restarts = self._run_attempts(initial)
@@ -308,12 +367,10 @@ class JobMaster:
         db = self.coordinator.db
         db.write(MetadataStore.set_job_status, job_id, status, failure_reason=failure)
         db.write(MetadataStore.abort_control_requests, job_id, f"job ended with status {status}")
-        deadline = time.monotonic() + FINAL_WRITE_SECONDS
-        while not db.flush() and time.monotonic() < deadline:
-            time.sleep(1.0)  # the metadata DB is down: the final status must still land
-        if db.backlog:
+        if not db.flush(timeout=FINAL_WRITE_SECONDS):  # the final status must still land
             log.error("Could not record the end of job %s (%s) in the metadata DB: %d writes lost",
                       p.name, job_id, len(db.backlog))
+        db.close()
         latest = self.coordinator.completed[-1] if self.coordinator.completed else None
         result = JobResult(job_id=job_id, job_name=p.name, status=str(status),
                            checkpoints_completed=self.coordinator.num_completed,

@@ -28,8 +28,8 @@ def test_partial_checkpoints_of_an_ended_job_are_deleted_and_live_jobs_untouched
     store = MetadataStore("sqlite:///" + str(tmp_path / "meta.db"))
     try:
         dead = _job_with_checkpoints(store, tmp_path, "dead")
+        store.set_job_status("dead", "FAILED", failure_reason="x")  # one live job per name
         live = _job_with_checkpoints(store, tmp_path, "live")
-        store.set_job_status("dead", "FAILED", failure_reason="x")
         store.set_job_status("live", "RUNNING")
         assert discard_partial_checkpoints(store, "live") == []
         assert all(os.path.exists(p) for p in live.values())

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, inspect, text, update
 
 from airflow_checkpoint_provider.engine.catalog import (
     MetadataSchemaError,
@@ -17,7 +17,7 @@ from airflow_checkpoint_provider.engine.catalog import (
     to_sqlalchemy_url,
     upgrade_database,
 )
-from airflow_checkpoint_provider.engine.catalog.models import Base
+from airflow_checkpoint_provider.engine.catalog.models import Base, JobRow
 
 TABLES = {"jobs", "job_attempts", "checkpoints", "control_requests", "shared_state",
           "operator_state_sizes"}
@@ -57,7 +57,7 @@ def test_migration_from_empty_creates_all_tables_at_head(tmp_path, db_url):
     try:
         assert TABLES <= set(inspect(engine).get_table_names())
         with engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
             if db_url.startswith("sqlite"):
                 assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
             # the migration and the ORM models describe the same schema
@@ -150,6 +150,7 @@ def test_attempts_record_every_restart(store):
 
 def test_list_jobs_newest_first_and_by_name(store):
     _job(store, "1111aaaa", "orders")
+    store.set_job_status("1111aaaa", "FINISHED")  # one live job per name
     _job(store, "2222bbbb", "payments")
     _job(store, "3333cccc", "orders")
     assert [j.job_id for j in store.list_jobs()] == ["3333cccc", "2222bbbb", "1111aaaa"]
@@ -158,6 +159,7 @@ def test_list_jobs_newest_first_and_by_name(store):
 
 def test_resolve_job_by_id_prefix_and_name(store):
     _job(store, "abcd1111", "orders")
+    store.set_job_status("abcd1111", "FINISHED")  # one live job per name
     _job(store, "abcd2222", "orders")
     _job(store, "ffff0000", "payments")
     assert store.resolve_job("abcd1111").job_id == "abcd1111"
@@ -221,6 +223,7 @@ def test_non_utc_timestamps_are_stored_as_utc(store):
 
 def test_latest_completed_across_jobs_of_same_name(store):
     old = _job(store, "0001aaaa", "orders")
+    store.set_job_status(old.job_id, "FINISHED")  # one live job per name
     new = _job(store, "0002bbbb", "orders")
     other = _job(store, "0003cccc", "payments")
     _completed(store, old.job_id, 5, at=T0)
@@ -361,10 +364,13 @@ def test_each_control_request_is_claimed_exactly_once_under_concurrency(db_url):
 
 
 def test_resolve_job_by_name_prefers_the_active_job_over_a_newer_ended_one(store):
+    _job(store, "bbbbbbbb2222", "orders")          # e.g. a v2 that failed on start ...
+    store.set_job_status("bbbbbbbb2222", "FAILED", failure_reason="bad code")
     _job(store, "aaaaaaaa1111", "orders")
     store.set_job_status("aaaaaaaa1111", "RUNNING")
-    _job(store, "bbbbbbbb2222", "orders")          # e.g. a v2 that failed on start
-    store.set_job_status("bbbbbbbb2222", "FAILED", failure_reason="bad code")
+    with store.engine.begin() as conn:  # ... after the live one started (one live per name)
+        conn.execute(update(JobRow).where(JobRow.job_id == "bbbbbbbb2222")
+                     .values(created_at=datetime.now(UTC) + timedelta(hours=1)))
     assert store.resolve_job("orders").job_id == "aaaaaaaa1111"
     store.set_job_status("aaaaaaaa1111", "FINISHED")
     assert store.resolve_job("orders").job_id == "bbbbbbbb2222"  # none active: the newest
