@@ -74,17 +74,15 @@ bench: venv
 # ruff (with a complexity bound) on everything; mypy on the engine's public API and seams.
 ENGINE := airflow_checkpoint_provider/engine
 # the runtime package but slot.py and auth.py (not yet annotated throughout)
-RUNTIME_MYPY := $(addprefix $(ENGINE)/runtime/,__init__.py alignment.py batches.py channels.py \
-	factory.py mailbox.py operators.py task.py task_checkpoint.py watermarks.py windowing.py)
 MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/api.py $(ENGINE)/config.py $(ENGINE)/errors.py \
 	$(ENGINE)/packaging.py $(ENGINE)/snapshot $(ENGINE)/names.py $(ENGINE)/lineage.py \
 	$(ENGINE)/job.py $(ENGINE)/protocol $(ENGINE)/catalog $(ENGINE)/checkpoint/coordinator.py \
-	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners/control.py $(ENGINE)/runners/attempt.py \
+	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners \
 	$(ENGINE)/state/backend.py $(ENGINE)/eventtime.py $(ENGINE)/timers.py $(ENGINE)/state/ttl.py \
 	$(ENGINE)/state/windows.py $(ENGINE)/connectors/delta.py $(ENGINE)/connectors/lakehouse.py \
 	$(ENGINE)/connectors/iceberg.py $(ENGINE)/connectors/table_source.py $(ENGINE)/verify.py \
 	$(ENGINE)/state_io $(ENGINE)/stability.py $(ENGINE)/state/columnar.py \
-	$(ENGINE)/state/key_index.py $(RUNTIME_MYPY)
+	$(ENGINE)/state/key_index.py $(ENGINE)/runtime
 
 lint: venv
 	$(VENV)/bin/ruff check airflow_checkpoint_provider tests dags bench

@@ -148,3 +148,14 @@ def test_the_engine_has_no_import_cycles():
     graph = _engine_import_graph()
     assert "airflow_checkpoint_provider.engine.runners.jobmaster" in graph  # the walk saw it
     assert not _cycles(graph)
+
+
+def test_an_attempt_does_not_import_its_job_master_even_for_type_checking():
+    """runners/attempt.py describes what it needs of the job master as a Protocol
+    (AttemptHost): the job master imports the attempt, never the other way round."""
+    path = _engine_modules()["airflow_checkpoint_provider.engine.runners.attempt"]
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    imported = [ast.unparse(n) for n in ast.walk(tree)
+                if isinstance(n, ast.Import | ast.ImportFrom) and "jobmaster" in ast.unparse(n)]
+    assert not imported, imported

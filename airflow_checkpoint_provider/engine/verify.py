@@ -157,8 +157,8 @@ def _type_name(declared: object) -> str:
 def _check_keys(report: VerifyReport, snap, graph, key_types: Mapping[str, object]) -> None:
     """Every key of every keyed operator ``graph`` restores from ``snap``; the key types in
     the report; a key type that differs from the job's (``key_types``) is a problem."""
-    from .state_io.keys import snapshot_key_problems
     from .state_io.read import open_keyed_operator
+    from .state_io.snapshot_keys import snapshot_key_problems
 
     restored = {n.uid for v in graph.vertices for n in v.nodes if n.uid}
     for uid, op in sorted(snap.metadata.operators.items()):

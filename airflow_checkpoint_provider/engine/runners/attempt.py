@@ -14,15 +14,17 @@ import queue
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..catalog import MetadataStore
 from ..catalog.models import JobStatus
+from ..checkpoint.coordinator import CheckpointCoordinator
 from ..errors import EngineError
+from ..graph import ExecutionGraph
+from ..job import JobConfig
+from ..progress import ProgressReporter
 from ..protocol import messages as M
-
-if TYPE_CHECKING:
-    from .jobmaster import JobMaster
+from .control import ControlPlane
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +45,40 @@ class AttemptOutcome:
 Handler = Callable[[Any, Any, float], "AttemptOutcome | None"]
 
 
+class AttemptHost(Protocol):
+    """What an attempt needs from the job master that runs it (:class:`.jobmaster.JobMaster`
+    is the one implementation). A protocol rather than an import: the job master imports
+    this module, never the other way round."""
+
+    job_id: str
+    config: JobConfig
+    graph: ExecutionGraph
+    coordinator: CheckpointCoordinator
+    control: ControlPlane
+    launcher: Any
+    server: Any
+    secret: bytes
+    progress: ProgressReporter | None
+    conns: dict[int, Any]
+    task_counts: dict
+    task_watermarks: dict
+    task_late: dict
+    startup_seconds: list[float]
+    peak_rss_mb: dict[int, float]
+
+    def _broadcast(self, msg: M.Message, slots: Any = None) -> None: ...
+
+    def _payload(self, attempt: int, slot: int, assignments: dict) -> bytes: ...
+
+    def _on_task_counts(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def discard_orphaned_staging(self) -> None: ...
+
+
 class AttemptRun:
     """The message loop of attempt ``attempt`` of ``master``'s job."""
 
-    def __init__(self, master: JobMaster, attempt: int, assignments: dict) -> None:
+    def __init__(self, master: AttemptHost, attempt: int, assignments: dict) -> None:
         self.master, self.attempt, self.assignments = master, attempt, assignments
         self.coord = master.coordinator
         self.control = master.control

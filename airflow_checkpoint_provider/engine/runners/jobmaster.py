@@ -13,7 +13,7 @@ import queue
 import socket
 import time
 import uuid
-from typing import Protocol
+from typing import Protocol, cast
 
 import cloudpickle
 
@@ -24,6 +24,7 @@ from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.restore import assign_restore, discard_output_of_skipped_jobs, operator_kind
 from ..checkpoint.storage import absolute_location, default_savepoint_root, job_directory
 from ..config import CheckpointingMode, max_frame_bytes
+from ..connectors.base import Sink, Source
 from ..errors import (
     ConfigurationError,
     CorruptCheckpointError,
@@ -108,6 +109,8 @@ class JobMaster:
         self.show_progress = show_progress
         self.metrics: JobMetrics | None = None
         self.progress: ProgressReporter | None = None
+        #: set by the Spark runner before run(): recorded in the job row
+        self.spark_app_id: str | None = None
         # cumulative records in/out per (vertex, subtask) -> {operator: [in, out]}, this attempt
         self.task_counts: dict[tuple[int, int], dict[str, list[int]]] = {}
         #: input watermark of every task that reported one (event-time jobs)
@@ -231,7 +234,7 @@ class JobMaster:
                                     "must hold {checkpoint_id, transactions} entries; the snapshot "
                                     "is corrupt or was tampered with")
                             txns.extend(entry["transactions"])
-                    n.payload.check_restored_transactions(txns, location=where)
+                    cast(Sink, n.payload).check_restored_transactions(txns, location=where)
 
     def _discard_sink_output_after(self, job_id: str, checkpoint_id: int) -> None:
         """Falling back past completed checkpoints: sinks undo what ``job_id`` committed for
@@ -239,7 +242,7 @@ class JobMaster:
         for v in self.graph.vertices:
             for n in v.nodes:
                 if n.kind == "sink" and n.uid:
-                    n.payload.discard_committed_after(n.uid, job_id, checkpoint_id)
+                    cast(Sink, n.payload).discard_committed_after(n.uid, job_id, checkpoint_id)
 
     def discard_orphaned_staging(self) -> None:
         """Once the first attempt runs (every sink has recovered the restored transactions),
@@ -269,7 +272,7 @@ class JobMaster:
         # touch the name's checkpoints or its sinks' output before this job owns the name.
         store.create_job(job_id=job_id, job_name=p.name, parallelism=graph.num_slots,
                          version=p.version, restored_from=None,
-                         spark_app_id=getattr(self, "spark_app_id", None),
+                         spark_app_id=self.spark_app_id,
                          exclusive_name=True)
         self.job_id, self.job_dir, self.store = job_id, job_dir, store
         try:
@@ -312,7 +315,7 @@ class JobMaster:
         self.startup_seconds: list[float] = []   # per attempt: launch -> every slot running
         self.peak_rss_mb: dict[int, float] = {}  # slot -> peak resident memory of its process
         # Split lists are taken once per job: every subtask and attempt sees the same list.
-        self.source_splits = {n.uid: list(n.payload.splits()) for v in graph.vertices
+        self.source_splits = {n.uid: list(cast(Source, n.payload).splits()) for v in graph.vertices
                               for n in v.nodes if n.kind == "source"}
         operator_info = {}
         for v in graph.vertices:
@@ -352,7 +355,9 @@ class JobMaster:
     def _finish(self, initial: LoadedSnapshot | None) -> JobResult:
         """Run the attempts, record how the job ended, return its result."""
         p, job_id, server, store = self.config, self.job_id, self.server, self.store
-        status, failure, restarts = JobStatus.FAILED, None, 0
+        status: str = JobStatus.FAILED.value
+        failure: str | None = None
+        restarts = 0
         try:
             status, failure, restarts = self._run_attempts(initial)
         finally:
@@ -406,10 +411,11 @@ class JobMaster:
         out = {}
         for v in self.graph.vertices:
             marks = [self.task_watermarks.get((v.id, i)) for i in range(v.parallelism)]
-            if v.is_source or any(m is None for m in marks):
+            known = [m for m in marks if m is not None]
+            if v.is_source or len(known) < len(marks):
                 continue
             for n in v.nodes:
-                out[n.uid or n.name] = min(marks)
+                out[n.uid or n.name] = min(known)
         return out
 
     def _on_task_counts(self, task: tuple[int, int], counts: dict[str, list[int]],
@@ -447,7 +453,8 @@ class JobMaster:
                   "checkpoints_failed": coord.num_failed}
         if completed is not None:
             fields.update(last_checkpoint_id=chk, last_checkpoint_duration_ms=completed.duration_ms)
-        self.progress.update(**fields)
+        if self.progress is not None:
+            self.progress.update(**fields)
 
     # -- messages to slots ----------------------------------------------------------------
     def _broadcast(self, msg: M.Message, slots=None) -> None:

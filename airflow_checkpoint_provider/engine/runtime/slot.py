@@ -26,6 +26,7 @@ import socket
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import cloudpickle
 
@@ -222,7 +223,7 @@ class Slot:
         """An input channel, once its peer has authenticated: its HELLO, then its data."""
         try:
             kind, payload = P.recv_frame(conn)
-            hello = unpackb(payload)
+            hello: Any = unpackb(payload)  # untrusted: a bad shape is one of the errors below
             key = (hello["vertex"], hello["subtask"])
             ch = hello["channel"]
             mailbox, gate = self.mailboxes[key], self.gates[key][ch]

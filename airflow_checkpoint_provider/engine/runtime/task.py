@@ -68,7 +68,7 @@ class TaskEnvironment:
     def __init__(self, *, job_id: str, job_name: str, attempt: int, graph: ExecutionGraph,
                  job_dir: str, exactly_once: bool, batch_size: int,
                  arrow_batch_size: int | None = None,
-                 send: Callable[[M.Message], None], upload_pool: ThreadPoolExecutor,
+                 send: Callable[[M.FromSlot], None], upload_pool: ThreadPoolExecutor,
                  source_splits: dict[str, list[str]] | None = None,
                  state_backend: dict | None = None) -> None:
         self.job_id = job_id

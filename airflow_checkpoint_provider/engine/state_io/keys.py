@@ -15,7 +15,7 @@ savepoints hold keys of one type only, so a snapshot's keys tell its key type.
 * :class:`KeyCheck` -- the keys of a table for ``ckpt state write`` (and its ``drop_keys``),
   against the operator's key type in the source snapshot;
 * :func:`arrow_key_problem` -- the same for an ``aggregate()`` key column;
-* :func:`snapshot_key_problems` -- every key of a snapshot's operator (``ckpt
+* :func:`.snapshot_keys.snapshot_key_problems` -- every key of a snapshot's operator (``ckpt
   verify-restore``): its key type, or the keys no job can read back.
 """
 
@@ -32,7 +32,6 @@ import pyarrow.compute as pc
 from ..errors import BadRecordError
 from ..state.keygroups import key_group_for
 from ..state.keys import canonical_key, key_type
-from ..state.vectorized import key_groups as arrow_key_groups
 from .exceptions import StateKeyError
 
 log = logging.getLogger(__name__)
@@ -139,57 +138,6 @@ def arrow_key_problem(keys: pa.Array | pa.ChunkedArray, expected: str | None) ->
             row = int(np.flatnonzero(np.asarray(big))[0])
             return f"key {keys[row].as_py()} (row {row}) is an int beyond 64 bits"
     return None
-
-
-# -- snapshot keys (verify-restore) -------------------------------------------------------
-
-def snapshot_key_problems(keyed) -> tuple[str | None, list[tuple[str | None, str]]]:
-    """The key type of the snapshot operator ``keyed`` (a
-    :class:`~.read.KeyedOperatorState`) and its key problems as ``(state, reason)``: keys
-    that are no keys, keys of a second type (a restore that changed the key type left the
-    old keys' state behind), keys outside the key group their hash gives."""
-    from .read import KEY, KEY_GROUP, iter_entries, read_arrow_rows
-
-    uid, maxp = keyed.uid, keyed.max_parallelism
-    if keyed.columnar:
-        rows = read_arrow_rows(keyed)
-        keys = rows.column(KEY)
-        problem = arrow_key_problem(keys, None)
-        if problem is not None:
-            return None, [(None, problem)]
-        if not rows.num_rows or pa.types.is_null(keys.type):
-            return None, []
-        found = np.asarray(rows.column(KEY_GROUP).to_numpy(), dtype=np.int64)
-        wrong = np.flatnonzero(arrow_key_groups(keys.combine_chunks(), maxp) != found)
-        problems: list[tuple[str | None, str]] = [
-            (None, f"key {keys[int(i)].as_py()!r} is stored in key group {found[int(i)]}, "
-                   f"but its hash gives key group "
-                   f"{key_group_for(keys[int(i)].as_py(), maxp)}: no job reads it")
-            for i in wrong[:MAX_NAMED]]
-        if len(wrong) > MAX_NAMED:
-            problems.append((None, f"and {len(wrong) - MAX_NAMED} more keys in the wrong key "
-                                   "group"))
-        return arrow_key_kind(keys.type), problems
-    types = KeyTypes()
-    problems = []
-    bad = 0
-    for kg, state, key, _ in iter_entries(keyed):
-        reason = _entry_problem(uid, kg, key, maxp)
-        if reason is None:
-            types.add(state, canonical_key(key, uid))
-            continue
-        bad += 1
-        if bad <= MAX_NAMED:
-            problems.append((state, reason))
-    if bad > MAX_NAMED:
-        problems.append((None, f"and {bad - MAX_NAMED} more keys no job can read back"))
-    if len(types.examples) > 1:
-        problems.append((None, f"its state has keys of {len(types.examples)} types: "
-                               f"{types.describe()}; a job reads the keys of one type only, "
-                               "the others' state is orphaned (a restore changed the key "
-                               "type, or state was written with keys of another type); drop "
-                               "the keys of the other types (ckpt state write --drop-key)"))
-    return types.single, problems
 
 
 def _entry_problem(uid: str, kg: int, key: object, maxp: int) -> str | None:
