@@ -62,3 +62,18 @@ def test_cli_reports_and_exits_nonzero_on_a_corrupt_snapshot(savepoint, tmp_path
         f.write(b"x")
     res = CliRunner().invoke(ckpt, ["verify-restore", "pipelines_ref:v1", str(broken)])
     assert res.exit_code == 1 and "CANNOT RESTORE" in res.output and state in res.output
+
+
+def test_cli_reports_a_declared_key_type_change(savepoint, monkeypatch):
+    _, location = savepoint
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.dirname(__file__)))
+    res = CliRunner().invoke(ckpt, ["verify-restore", "pipelines_ref:v1", location,
+                                    "--key-type", "sum=str", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["key_types"]["sum"] == "str"
+    res = CliRunner().invoke(ckpt, ["verify-restore", "pipelines_ref:v1", location,
+                                    "--key-type", "sum=int"])
+    assert res.exit_code == 1 and "the job keys this operator by int" in res.output, res.output
+    res = CliRunner().invoke(ckpt, ["verify-restore", "pipelines_ref:v1", location,
+                                    "--key-type", "sum"])
+    assert res.exit_code == 2 and "UID=TYPE" in res.output

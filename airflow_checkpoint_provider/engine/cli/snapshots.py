@@ -63,18 +63,27 @@ def checkpoints(job: str, db: str | None, as_json: bool, tasks: bool) -> None:
               help="State of snapshot operators the pipeline no longer has may be dropped.")
 @click.option("--sample-key-groups", type=int, default=1, show_default=True,
               help="Key groups per subtask whose state is restored and opened.")
+@click.option("--key-type", "key_types", multiple=True, metavar="UID=TYPE",
+              help="The key type the job gives operator UID (int, str, bool, float, bytes, "
+                   "...): a restore that would change it is reported. Repeatable.")
 @click.option("--json", "as_json", is_flag=True)
 def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
                        allow_non_restored_state: bool, sample_key_groups: int,
-                       as_json: bool) -> None:
+                       key_types: tuple[str, ...], as_json: bool) -> None:
     """Check, without starting it, that PIPELINE (module:function) restores SNAPSHOT (a
     checkpoint or savepoint directory); exits 1 naming each incompatibility (operator uid,
     state, reason)."""
     from ..verify import verify_restore
 
+    declared = {}
+    for item in key_types:
+        uid, sep, kind = item.partition("=")
+        if not sep or not uid or not kind:
+            raise click.BadParameter(f"{item!r} is not UID=TYPE", param_hint="--key-type")
+        declared[uid] = kind
     report = verify_restore(load_pipeline(pipeline), snapshot, parallelism=parallelism,
                             allow_non_restored_state=allow_non_restored_state,
-                            sample_key_groups=sample_key_groups)
+                            sample_key_groups=sample_key_groups, key_types=declared or None)
     if as_json:
         _echo_json(report.to_dict())
     else:

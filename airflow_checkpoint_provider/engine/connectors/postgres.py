@@ -84,6 +84,11 @@ class PostgresSink(Sink):
         return (f"postgres://{url.host or 'localhost'}:{url.port or 5432}",
                 f"{url.database}.{schema or 'public'}.{table}")
 
+    def can_discard_committed(self) -> bool:
+        """Upsert mode rewrites the same rows when records are replayed (idempotent), so a
+        restore may fall back past committed output; 2PC mode appends and cannot undo."""
+        return self.mode == "upsert"
+
     def describe(self) -> str:
         return f"postgres({self.table}, {self.mode})"
 
