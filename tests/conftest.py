@@ -8,6 +8,26 @@ if TESTS not in sys.path:
     sys.path.insert(0, TESTS)  # shared test pipelines (tests/pipelines.py) importable by slots
 
 
+#: tests that share one expensive server or load the whole machine run on one xdist worker
+#: (``make test`` runs ``pytest -n 2 --dist loadgroup``): one Spark standalone cluster per
+#: run, and the saturation benchmarks never measure each other.
+_GROUPS = (
+    ("spark_cluster", "spark-cluster"),
+)
+_GROUPED_DIRS = (("bench", "bench"), ("deploy", "spark-cluster"))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        group = next((g for fixture, g in _GROUPS if fixture in fixtures), None)
+        if group is None:
+            parts = os.path.relpath(str(item.path), TESTS).split(os.sep)
+            group = next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     """A temp dir holding checkpoints, output and the metadata DB of one test."""
