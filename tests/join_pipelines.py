@@ -1,7 +1,8 @@
 """Join pipelines shared by tests (importable by slot processes): impressions and clicks
 from two out-of-order generators, joined by a co-process function (per key and second:
-counts and sums of both streams, emitted by event-time timers) and by a left outer interval
-join, with their expected output computed in plain Python from the generators' records."""
+counts and sums of both streams, emitted by event-time timers), by a left outer interval
+join and by a tumbling window join, with their expected output computed in plain Python
+from the generators' records."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from airflow_checkpoint_provider.engine import (
     KeyedCoProcessFunction,
     Pipeline,
     RestartStrategy,
+    TumblingWindows,
     WatermarkStrategy,
     read_committed,
 )
@@ -26,6 +28,7 @@ STEP_MS, DISORDER_MS, BOUND_MS = 2, 300, 400
 START_MS = 1_700_000_000_000
 WINDOW_MS = 1_000
 LOWER_MS, UPPER_MS = -50, 150
+JOIN_WINDOW_MS = 250
 
 
 def impressions(n: int = N_IMPRESSIONS, rate: float | None = None) -> GeneratorSource:
@@ -114,6 +117,9 @@ def join_pipeline(root: str, *, name: str = "joins", faults: FaultPlan | None = 
          .between(LOWER_MS, UPPER_MS)
          .process(pair, uid="ij", parallelism=join_parallelism)
          .sink(FileSink(os.path.join(out, "ij")), uid="ij-out"))
+    (imps.join(clks).where("key").equal_to("key").window(TumblingWindows(JOIN_WINDOW_MS))
+         .apply(pair, uid="wj", parallelism=join_parallelism)
+         .sink(FileSink(os.path.join(out, "wj")), uid="wj-out"))
     return p
 
 
@@ -154,6 +160,21 @@ def expected_interval_join(how: str = "left", lower: int = LOWER_MS,
             if c["id"] not in matched_clicks:
                 out[(c["key"], None, c["id"])] += 1
     return out
+
+
+def expected_window_join() -> Counter:
+    """Every (key, impression, click) in the same tumbling window."""
+    windows = defaultdict(list)
+    for c in _records(clicks(), N_CLICKS):
+        windows[(c["key"], c["ts"] // JOIN_WINDOW_MS)].append(c["id"])
+    return Counter((a["key"], a["id"], c)
+                   for a in _records(impressions(), N_IMPRESSIONS)
+                   for c in windows[(a["key"], a["ts"] // JOIN_WINDOW_MS)])
+
+
+def committed_window_join(out: str) -> Counter:
+    return Counter((r["key"], r["imp"], r["click"])
+                   for r in read_committed(os.path.join(out, "wj")))
 
 
 def committed_co(out: str) -> Counter:

@@ -13,8 +13,10 @@ import pytest
 from join_pipelines import (
     committed_co,
     committed_interval_join,
+    committed_window_join,
     expected_co,
     expected_interval_join,
+    expected_window_join,
     join_pipeline,
 )
 from pipelines import Background, FaultPlan
@@ -288,13 +290,23 @@ def test_a_join_is_a_two_input_vertex_whose_channels_know_their_input():
     assert join.input_of_channels() == [1, 2]  # one source subtask each
 
 
+def test_reading_one_upstream_twice_is_refused_instead_of_hanging():
+    # channels are addressed by upstream vertex: a second edge from it never connected
+    p = Pipeline("t")
+    a, _ = _sources(p)
+    a.union(a).sink(FileSink("/tmp/unused"), uid="out")
+    with pytest.raises(PipelineDefinitionError, match="twice"):
+        p.execution_graph()
+
+
 # -- end to end ---------------------------------------------------------------------------
 @pytest.mark.timeout(60)
-def test_co_process_and_interval_join_match_a_plain_python_reference(workdir):
+def test_co_process_interval_and_window_joins_match_a_plain_python_reference(workdir):
     result = join_pipeline(str(workdir)).run()
     assert result.status == "FINISHED"
     assert committed_co(str(workdir)) == expected_co()
     assert committed_interval_join(str(workdir)) == expected_interval_join("left")
+    assert committed_window_join(str(workdir)) == expected_window_join()
 
 
 FAULTS = [("record", 1_500), ("kill", 3_500), ("record", 5_000)]
@@ -312,6 +324,8 @@ def test_joins_are_exactly_once_under_exceptions_and_sigkill(workdir, backend, u
     assert result.restarts == len(faults.attempts_hit())
     assert committed_co(str(workdir)) == expected_co()
     assert committed_interval_join(str(workdir)) == expected_interval_join("left")
+    assert committed_window_join(str(workdir)) == expected_window_join()
+    assert committed_window_join(str(workdir)) == expected_window_join()
 
 
 @pytest.mark.slow
@@ -326,10 +340,11 @@ def test_joins_survive_a_savepoint_restored_at_another_parallelism(workdir, tmp_
     partial = committed_interval_join(str(workdir))
     assert 0 < sum(partial.values()) < sum(expected_interval_join("left").values())
     restored = tmp_path_factory.mktemp("restored")
-    for out in ("co", "ij"):
+    for out in ("co", "ij", "wj"):
         shutil.copytree(workdir / out, restored / out)
     result = join_pipeline(str(restored), parallelism=3, join_parallelism=3,
                            state_backend="rocksdb").run(restore=location)
     assert result.status == "FINISHED" and result.restored_from == location
     assert committed_co(str(restored)) == expected_co()
     assert committed_interval_join(str(restored)) == expected_interval_join("left")
+    assert committed_window_join(str(restored)) == expected_window_join()
