@@ -120,6 +120,19 @@ class Pipeline:
         self._graph.edges.append(Edge(upstream.id, node.id, partitioning, key_selector, side,
                                       input))
 
+    def _two_input(self, kind: str, name: str, uid: str, parallelism: int | None,
+                   payload: object, inputs: tuple) -> DataStream:
+        """A node with two inputs: ``inputs`` is ``((stream, key selector), (stream, key
+        selector))``, hash-partitioned into inputs 1 and 2 (:mod:`.joins`)."""
+        node = self._add(kind, name, uid, parallelism, payload)
+        for index, (stream, selector) in enumerate(inputs, 1):
+            for head in stream._heads:
+                self._connect(head, node, HASH, selector, stream._side, input=index)
+        first, second = inputs[0][0], inputs[1][0]
+        # one event time downstream only if both inputs read it from the same place
+        same = first._timestamp == second._timestamp
+        return DataStream(self, [node], FORWARD, timestamp=first._timestamp if same else None)
+
     def source(self, src: Source, *, uid: str, parallelism: int = 1, name: str | None = None,
                watermarks: WatermarkStrategy | None = None) -> DataStream:
         """Read ``src``. ``watermarks``: event time for windows and event-time timers

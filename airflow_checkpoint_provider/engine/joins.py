@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 from .errors import PipelineDefinitionError
 from .eventtime import SessionWindows, TimestampSpec, WindowAssigner, duration_ms
 from .functions import KeyedCoProcessFunction, ProcessJoinFunction
-from .graph import FORWARD, HASH
 
 if TYPE_CHECKING:
     from .api import DataStream
@@ -97,17 +96,14 @@ def _two_input(kind: str, name: str, uid: str, parallelism: int | None, payload:
                first: DataStream, second: DataStream,
                selectors: tuple[Callable, Callable]) -> DataStream:
     """A two-input node fed by ``first`` (input 1) and ``second`` (input 2), each
-    hash-partitioned by its key."""
-    from .api import DataStream
+    hash-partitioned by its key (built by the pipeline: :meth:`~.api.Pipeline._two_input`)."""
+    return first._p._two_input(kind, name, uid, parallelism, payload,
+                               ((first, selectors[0]), (second, selectors[1])))
 
-    p = first._p
-    node = p._add(kind, name, uid, parallelism, payload)
-    for index, (stream, selector) in enumerate(zip((first, second), selectors, strict=True), 1):
-        for head in stream._heads:
-            p._connect(head, node, HASH, selector, stream._side, input=index)
-    # one event time downstream only if both inputs read it from the same place
-    same = first._timestamp == second._timestamp
-    return DataStream(p, [node], FORWARD, timestamp=first._timestamp if same else None)
+
+def _key(stream: DataStream, key: str | Callable[[dict], object]) -> Callable:
+    """The key selector of ``key`` (a field name or a function), checked as key_by does."""
+    return stream.key_by(key)._key_selector
 
 
 def _join_function(what: str, uid: str, fn) -> None:
@@ -139,10 +135,9 @@ class ConnectedStreams:
                key2: str | Callable[[dict], object] | None = None) -> ConnectedStreams:
         """Key the first stream by ``key1`` and the second by ``key2`` (default: ``key1``);
         records of both with equal keys go to the same subtask and share its keyed state."""
-        from .api import _selector
-
         out = ConnectedStreams(self.first, self.second)
-        out._selectors = (_selector(key1), _selector(key1 if key2 is None else key2))
+        out._selectors = (_key(self.first, key1),
+                          _key(self.second, key1 if key2 is None else key2))
         return out
 
     def process(self, fn: KeyedCoProcessFunction, *, uid: str, parallelism: int | None = None,
@@ -222,16 +217,12 @@ class JoinedStreams:
         return out
 
     def where(self, key: str | Callable[[dict], object]) -> JoinedStreams:
-        from .api import _selector
-
-        return self._with(_keys=[_selector(key)])
+        return self._with(_keys=[_key(self.first, key)])
 
     def equal_to(self, key: str | Callable[[dict], object]) -> JoinedStreams:
-        from .api import _selector
-
         if len(self._keys) != 1:
             raise PipelineDefinitionError("join: call where(key_a) before equal_to(key_b)")
-        return self._with(_keys=[self._keys[0], _selector(key)])
+        return self._with(_keys=[self._keys[0], _key(self.second, key)])
 
     def window(self, assigner: WindowAssigner) -> JoinedStreams:
         if not isinstance(assigner, WindowAssigner) or isinstance(assigner, SessionWindows):

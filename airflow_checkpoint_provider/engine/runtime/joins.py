@@ -101,7 +101,7 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
 
     def _keyed(self, records: list[dict], input: int) -> Iterator[tuple[dict, int]]:
         """Each record with its event time, the backend's current key set to its key."""
-        spec = self.node.payload
+        spec: Any = self.node.payload
         sel, stamp, check = spec.key_selectors[input], spec.timestamps[input], self.keys.check
         uid = self.uid or self.node.name
         keys = [check(sel(r)) for r in records]
@@ -191,8 +191,15 @@ class IntervalJoinOperator(_JoinOperator):
                 mine.put(ts, [*mine.get(ts, ()), [r, matched]])
                 register(end)
             elif outer_mine and not matched:
-                emit(*((r, None) if i == LEFT else (None, r)), ts, out)
+                self._unmatched(i, r, ts, out)
         return out
+
+    def _unmatched(self, side: int, row: dict, ts: int, out: list) -> None:
+        """An outer join's row of ``side`` that matched nothing, paired with None."""
+        if side == LEFT:
+            self._emit(row, None, ts, out)
+        else:
+            self._emit(None, row, ts, out)
 
     def on_watermark(self, watermark):
         wm = self.timers.watermark = self._advance(watermark)
@@ -208,7 +215,7 @@ class IntervalJoinOperator(_JoinOperator):
                 if self.outer[i]:
                     for row, matched in rows:
                         if not matched:
-                            self._emit(*((row, None) if i == LEFT else (None, row)), ts, out)
+                            self._unmatched(i, row, ts, out)
         return [out] if out else []
 
 

@@ -212,7 +212,7 @@ class ProcessOperator(KeyedOperator):
     def process(self, records):
         return self._run(records, self.selector, self.fn.process_element, self.node.timestamp)
 
-    def _run(self, records: list[dict], sel, process, stamp) -> list:
+    def _run(self, records, sel, process, stamp):
         """``process(record, ctx)`` per record with its key (from ``sel``) in scope and
         ``ctx.timestamp`` its event time (from ``stamp``, if any)."""
         backend, ctx, check = self.backend, self.ctx, self.keys.check
