@@ -5,7 +5,8 @@ Public API::
     from airflow_checkpoint_provider.engine import (
         Pipeline, CheckpointConfig, RestartStrategy, KeyedProcessFunction,
         GeneratorSource, FileSource, FileSink, DiscardSink, read_committed,
-        WatermarkStrategy, TumblingWindows, SlidingWindows)
+        WatermarkStrategy, TumblingWindows, SlidingWindows,
+        KeyedCoProcessFunction, ProcessJoinFunction)
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ from .eventtime import SessionWindows, SlidingWindows, TumblingWindows, Watermar
 from .functions import (
     CheckpointedFunction,
     FunctionStateContext,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
+    ProcessJoinFunction,
     ProcessWindowFunction,
     RuntimeContext,
     Window,
 )
+from .joins import ConnectedStreams, IntervalJoin, JoinedStreams, merge_rows
 from .serialization import Serializer
 from .state.descriptors import (
     ListStateDescriptor,
@@ -68,4 +72,6 @@ __all__ = [
     "ValueStateDescriptor", "read_committed", "SlidingWindows", "TumblingWindows",
     "WatermarkStrategy", "WindowedStream", "ProcessWindowFunction", "Window",
     "SessionWindows", "CheckpointedFunction", "FunctionStateContext",
+    "ConnectedStreams", "IntervalJoin", "JoinedStreams", "KeyedCoProcessFunction",
+    "ProcessJoinFunction", "merge_rows",
 ]

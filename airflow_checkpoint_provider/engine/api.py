@@ -31,6 +31,7 @@ from .functions import KeyedProcessFunction, ProcessWindowFunction
 from .graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
 from .graph import build_execution_graph as _build
 from .job import JobConfig, JobResult
+from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .names import validate_job_id, validate_job_name
 
 DEFAULT_METADATA_ENV = "CKPT_METADATA_URL"
@@ -115,8 +116,22 @@ class Pipeline:
         return node
 
     def _connect(self, upstream: Node, node: Node, partitioning: str, key_selector=None,
-                 side: str | None = None) -> None:
-        self._graph.edges.append(Edge(upstream.id, node.id, partitioning, key_selector, side))
+                 side: str | None = None, *, input: int | None = None) -> None:
+        self._graph.edges.append(Edge(upstream.id, node.id, partitioning, key_selector, side,
+                                      input))
+
+    def _two_input(self, kind: str, name: str, uid: str, parallelism: int | None,
+                   payload: object, inputs: tuple) -> DataStream:
+        """A node with two inputs: ``inputs`` is ``((stream, key selector), (stream, key
+        selector))``, hash-partitioned into inputs 1 and 2 (:mod:`.joins`)."""
+        node = self._add(kind, name, uid, parallelism, payload)
+        for index, (stream, selector) in enumerate(inputs, 1):
+            for head in stream._heads:
+                self._connect(head, node, HASH, selector, stream._side, input=index)
+        first, second = inputs[0][0], inputs[1][0]
+        # one event time downstream only if both inputs read it from the same place
+        same = first._timestamp == second._timestamp
+        return DataStream(self, [node], FORWARD, timestamp=first._timestamp if same else None)
 
     def source(self, src: Source, *, uid: str, parallelism: int = 1, name: str | None = None,
                watermarks: WatermarkStrategy | None = None) -> DataStream:
@@ -319,6 +334,16 @@ class DataStream:
         same = all(o._timestamp == self._timestamp for o in others)
         return DataStream(self._p, heads, REBALANCE, timestamp=self._timestamp if same else None)
 
+    def connect(self, other: DataStream) -> ConnectedStreams:
+        """Both streams into one two-input operator: ``a.connect(b).key_by(key_a, key_b)
+        .process(KeyedCoProcessFunction, uid=...)`` (:mod:`.joins`)."""
+        return ConnectedStreams(self, other)
+
+    def join(self, other: DataStream) -> JoinedStreams:
+        """Window join: ``a.join(b).where(key_a).equal_to(key_b).window(assigner)
+        .apply(fn, uid=...)`` (:mod:`.joins`)."""
+        return JoinedStreams(self, other)
+
     def key_by(self, key: str | Callable[[dict], object]) -> KeyedStream:
         return KeyedStream(self._p, self._heads, _selector(key), timestamp=self._timestamp,
                            side=self._side)
@@ -348,6 +373,17 @@ class KeyedStream(DataStream):
         node = self._then("process", name or f"Process: {type(fn).__name__}", uid, parallelism,
                           fn, self._key_selector)
         return DataStream(self._p, [node], FORWARD, timestamp=self._timestamp)
+
+    def interval_join(self, other: KeyedStream, *, how: str = "inner") -> IntervalJoin:
+        """Join with the keyed stream ``other`` on key and event time:
+        ``.between(lower, upper).process(fn, uid=...)`` pairs each record ``a`` with the
+        records ``b`` of its key where ``a.ts + lower <= b.ts <= a.ts + upper``. ``how``:
+        ``"inner"``, ``"left"``, ``"right"`` or ``"full"`` (outer: a row that matched nothing
+        is emitted alone once the watermark passes its bound) (:mod:`.joins`)."""
+        if not isinstance(other, KeyedStream):
+            raise PipelineDefinitionError("interval_join: key the other stream too: "
+                                          "a.key_by(...).interval_join(b.key_by(...))")
+        return IntervalJoin(self, other, how)
 
     def _needs_event_time(self, what: str, uid: str) -> TimestampSpec:
         if self._timestamp is None:

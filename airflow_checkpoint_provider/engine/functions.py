@@ -108,6 +108,60 @@ class KeyedProcessFunction:
         """Called once when the subtask ends."""
 
 
+class KeyedCoProcessFunction:
+    """Process the records of two connected keyed streams (``a.connect(b).key_by(ka, kb)
+    .process(fn)``), with state and timers scoped to the current key and shared by both
+    inputs: a record of ``a`` and one of ``b`` with the same key see the same state.
+
+    Override :meth:`process_element1` (records of the first stream) and
+    :meth:`process_element2` (the second); return (or yield) the records to emit.
+    """
+
+    def open(self, ctx: RuntimeContext) -> None:
+        """Called once per subtask before any record (after state was restored)."""
+
+    def process_element1(self, record: dict, ctx: RuntimeContext) -> Iterable[dict] | None:
+        raise NotImplementedError
+
+    def process_element2(self, record: dict, ctx: RuntimeContext) -> Iterable[dict] | None:
+        raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: RuntimeContext) -> Iterable[dict] | None:
+        """A timer of the current key fired (as :meth:`KeyedProcessFunction.on_timer`)."""
+        return None
+
+    def end_input(self, ctx: RuntimeContext) -> Iterable[dict] | None:
+        """Called once when both inputs reached their end (bounded jobs)."""
+        return None
+
+    def snapshot_state(self, checkpoint_id: int) -> None:
+        """Called in the synchronous part of each checkpoint, before state is captured."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Called when checkpoint ``checkpoint_id`` completed."""
+
+    def close(self) -> None:
+        """Called once when the subtask ends."""
+
+
+class ProcessJoinFunction:
+    """Called for each pair a join emits (``interval_join(...).process(fn)``,
+    ``join(...).apply(fn)``): ``left`` from the first stream, ``right`` from the second;
+    one of them is ``None`` for the unmatched rows of an outer join. ``ctx.timestamp`` is
+    the larger event time of the two, ``ctx.current_key`` the join key. Return (or yield)
+    the records to emit. A plain function ``fn(left, right)`` does as well."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        """Called once per subtask before any record."""
+
+    def process_element(self, left: dict | None, right: dict | None,
+                        ctx: RuntimeContext) -> Iterable[dict] | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Called once when the subtask ends."""
+
+
 class Window(NamedTuple):
     """An event-time window ``[start, end)`` in epoch milliseconds."""
 

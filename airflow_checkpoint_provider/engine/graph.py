@@ -21,7 +21,9 @@ from .names import validate_uid
 
 FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast"
 #: operators whose state is keyed (redistributed by key group on restore)
-KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate", "window")
+#: operators with two inputs (``connect`` and the joins): each input edge says which it is
+TWO_INPUT_KINDS = ("co_process", "interval_join", "window_join")
+KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate", "window", *TWO_INPUT_KINDS)
 STATEFUL_KINDS = ("source", *KEYED_KINDS, "sink")
 
 
@@ -48,6 +50,8 @@ class Edge:
     key_selector: Callable[[dict], object] | None = None
     #: a side output of the source node (``"late"``: records a window found too late)
     side: str | None = None
+    #: two-input targets (:data:`TWO_INPUT_KINDS`): the input this edge feeds, 1 or 2
+    input: int | None = None
 
 
 @dataclass
@@ -71,6 +75,8 @@ class InputEdge:
     source_vertex: int
     source_parallelism: int
     partitioning: str
+    #: the input of a two-input operator this edge feeds (1 or 2), else None
+    input: int | None = None
 
 
 @dataclass
@@ -100,6 +106,12 @@ class Vertex:
 
     def num_input_channels(self) -> int:
         return sum(channels_for_input(e, self.parallelism) for e in self.inputs)
+
+    def input_of_channels(self) -> list[int | None]:
+        """The input (1 or 2) each input channel feeds, in channel order (the order of
+        :func:`~.runtime.slot.input_channel_index`); None for a single-input vertex."""
+        return [e.input for e in self.inputs
+                for _ in range(channels_for_input(e, self.parallelism))]
 
 
 def channels_for_input(edge: InputEdge, parallelism: int) -> int:
@@ -203,7 +215,14 @@ def build_execution_graph(graph: JobGraph) -> ExecutionGraph:
         vertices[src].outputs.append(
             OutputEdge(dst, vertices[dst].parallelism, e.partitioning, e.key_selector, e.side)
         )
-        vertices[dst].inputs.append(InputEdge(src, vertices[src].parallelism, e.partitioning))
+        if any(i.source_vertex == src for i in vertices[dst].inputs):
+            # channels are addressed by upstream vertex: a second edge could not connect
+            raise PipelineDefinitionError(
+                f"operator {graph.nodes[e.target].uid or graph.nodes[e.target].name!r} reads "
+                f"{vertices[src].name!r} twice (union or connect of a stream with itself); "
+                "map() one of the two first")
+        vertices[dst].inputs.append(InputEdge(src, vertices[src].parallelism, e.partitioning,
+                                              e.input))
     return ExecutionGraph(graph.name, graph.max_parallelism, vertices)
 
 
@@ -221,5 +240,6 @@ def _resolve_parallelism(graph: JobGraph) -> dict[int, int]:
 def _normalise_edge(edge: Edge, parallelism: dict[int, int]) -> Edge:
     if edge.partitioning == FORWARD and parallelism[edge.source] != parallelism[edge.target]:
         # As in Flink: a forward edge between different parallelisms becomes rebalance.
-        return Edge(edge.source, edge.target, REBALANCE, edge.key_selector, edge.side)
+        return Edge(edge.source, edge.target, REBALANCE, edge.key_selector, edge.side,
+                    edge.input)
     return edge

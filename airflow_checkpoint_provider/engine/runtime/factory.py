@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..functions import RuntimeContext
 from ..graph import Node
 from ..state.keygroups import KeyGroupRange
+from .joins import CoProcessOperator, IntervalJoinOperator, WindowJoinOperator
 from .operators import (
     AggregateOperator,
     FilterOperator,
@@ -21,7 +22,9 @@ from .windowing import WindowAggregateOperator, WindowFunctionOperator
 
 _SIMPLE = {"map": MapOperator, "flat_map": FlatMapOperator, "filter": FilterOperator,
            "map_batches": MapBatchesOperator, "source": SourceOperator, "sink": SinkOperator}
-_KEYED = {"process": ProcessOperator, "reduce": ReduceOperator, "window": WindowFunctionOperator}
+_KEYED = {"process": ProcessOperator, "reduce": ReduceOperator, "window": WindowFunctionOperator,
+          "co_process": CoProcessOperator, "interval_join": IntervalJoinOperator,
+          "window_join": WindowJoinOperator}
 _COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregateOperator}
 
 

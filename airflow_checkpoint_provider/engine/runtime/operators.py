@@ -198,16 +198,24 @@ class KeyedOperator(_KeyedStateOperator):
 
 
 class ProcessOperator(KeyedOperator):
+    @property
+    def fn(self) -> Any:
+        """The user's function (a two-input operator keeps it in its spec)."""
+        return self.node.payload
+
     def open(self, restored_operator_state):
         self.timers = TimerService(self.backend)
         self.timers.rebuild()
         self.ctx._timers = self.timers
-        self.node.payload.open(self.ctx)
+        self.fn.open(self.ctx)
 
     def process(self, records):
-        fn = self.node.payload
-        backend, sel, ctx, check = self.backend, self.selector, self.ctx, self.keys.check
-        stamp = self.node.timestamp
+        return self._run(records, self.selector, self.fn.process_element, self.node.timestamp)
+
+    def _run(self, records, sel, process, stamp):
+        """``process(record, ctx)`` per record with its key (from ``sel``) in scope and
+        ``ctx.timestamp`` its event time (from ``stamp``, if any)."""
+        backend, ctx, check = self.backend, self.ctx, self.keys.check
         out: list = []
         # every key of the batch checked, then hashed to its key group in one vectorized
         # pass (str or int keys; else key by key)
@@ -215,7 +223,7 @@ class ProcessOperator(KeyedOperator):
         groups = key_groups_of(keys, self.backend.max_parallelism)
         if groups is None:
             groups = [key_group_for(k, self.backend.max_parallelism) for k in keys]
-        set_key, process, append = backend.set_current_key_in_group, fn.process_element, out.append
+        set_key, append = backend.set_current_key_in_group, out.append
         if stamp is None:
             for r, key, group in zip(records, keys, groups, strict=True):
                 set_key(key, group)
@@ -234,7 +242,7 @@ class ProcessOperator(KeyedOperator):
         return out
 
     def _fire(self, domain: str, until: int) -> list[dict]:
-        fn: Any = self.node.payload
+        fn = self.fn
         ctx = self.ctx
         out: list[dict] = []
         ctx.time_domain = domain
@@ -260,20 +268,20 @@ class ProcessOperator(KeyedOperator):
 
     def end_input(self):
         out: list = []
-        _emitted(self.node.payload.end_input(self.ctx), out)
+        _emitted(self.fn.end_input(self.ctx), out)
         return out
 
     def snapshot(self, checkpoint_id):
-        self.node.payload.snapshot_state(checkpoint_id)
+        self.fn.snapshot_state(checkpoint_id)
         return super().snapshot(checkpoint_id)
 
     def notify_complete(self, checkpoint_id):
-        self.node.payload.notify_checkpoint_complete(checkpoint_id)
+        self.fn.notify_checkpoint_complete(checkpoint_id)
         super().notify_complete(checkpoint_id)
 
     def close(self):
         try:
-            self.node.payload.close()
+            self.fn.close()
         finally:
             super().close()
 

@@ -208,6 +208,9 @@ class StreamTask(TaskCheckpointing):
                                                     node.uid)))  # type: ignore[arg-type]
         self._timer_ops = [i for i, op in enumerate(self.operators)
                            if isinstance(op, ProcessOperator)]
+        #: a two-input operator heads the chain: the input (1 or 2) of each input channel
+        self._input_of = (v.input_of_channels()
+                          if getattr(self.operators[0], "two_input", False) else None)
         if self.side_writers:  # a side output starts a new chain: its window is the last op
             cast(WindowAggregateOperator | WindowFunctionOperator,
                  self.operators[-1]).collect_late = True
@@ -243,6 +246,19 @@ class StreamTask(TaskCheckpointing):
         if now - self._last_report >= METRICS_REPORT_SECONDS:
             self.report_counts(now)
 
+    def _push_input(self, channel: int, records: Batch) -> None:
+        """Records from input channel ``channel`` into the chain: a two-input operator at
+        its head learns which of its inputs they came from."""
+        if self._input_of is None:
+            self._push(records)
+            return
+        op, c = self.operators[0], self.counts[0]
+        c[0] += len(records)
+        out = op.process_input(  # type: ignore[attr-defined]
+            self._input_of[channel], as_arrow(records) if op.vectorized else as_rows(records))
+        c[1] += len(out)
+        self._push(out, 1)
+
     def counts_by_operator(self) -> dict[str, list[int]]:
         """Records in/out per operator of the chain since the attempt started."""
         return {op.uid or op.node.name: list(c)
@@ -256,7 +272,7 @@ class StreamTask(TaskCheckpointing):
             counts=self.counts_by_operator(),
             watermark=None if self.watermark == MIN_WATERMARK else self.watermark,
             late={op.uid: op.dropped_late for op in self.operators
-                  if isinstance(op, WindowAggregateOperator | WindowFunctionOperator)} or None))
+                  if hasattr(op, "dropped_late")} or None))
 
     # -- event time -----------------------------------------------------------------------
     def _on_watermark_status(self, status, start: int) -> None:
@@ -362,7 +378,10 @@ class StreamTask(TaskCheckpointing):
                 self._held[item[1]].append(item)  # behind a barrier: wait for alignment
                 continue
             if kind == "records":
-                self._push(self._with_queued(item[2]) if not self._replay else item[2])
+                if self._input_of is not None:
+                    self._push_input(item[1], item[2])
+                else:
+                    self._push(self._with_queued(item[2]) if not self._replay else item[2])
             elif kind == "barrier":
                 _, channel, barrier = item
                 self._barriers[barrier.checkpoint_id] = barrier

@@ -69,6 +69,7 @@ class TaskCheckpointing:
 
     if TYPE_CHECKING:  # the task's data path
         def _push(self, records: Batch, start: int = 0) -> None: ...
+        def _push_input(self, channel: int, records: Batch) -> None: ...
         def _end_input(self, start: int = 0) -> None: ...
         def counts_by_operator(self) -> dict[str, list[int]]: ...
 
@@ -81,8 +82,9 @@ class TaskCheckpointing:
         directory, handle = self._channel_state
         self._channel_state = None
         data = read_verified(handle.location_in(directory), handle.size, handle.sha256)
-        for _channel, kind, payload in cast(list, unpackb(data)):
-            self._push(decode_arrow(payload) if kind == "arrow" else unpackb(payload))
+        for channel, kind, payload in cast(list, unpackb(data)):
+            self._push_input(channel, decode_arrow(payload) if kind == "arrow"
+                             else unpackb(payload))
         log.debug("Task %s replayed %d in-flight records", self.name, handle.records)
 
     # -- barrier handler actions ----------------------------------------------------------

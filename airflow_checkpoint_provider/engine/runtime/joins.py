@@ -1,0 +1,265 @@
+"""Two-input operators: ``connect(...).process(KeyedCoProcessFunction)``, interval joins and
+window joins (the DSL and the specs are :mod:`..joins`).
+
+A two-input operator is the first operator of its task (it has two inputs, so it never
+chains to an upstream one). The task maps each input channel to its input (1 or 2,
+:meth:`~..graph.Vertex.input_of_channels`) and calls :meth:`process_input` instead of
+``process``. Barriers are aligned over the channels of both inputs like those of a union,
+and the operator's watermark is the minimum over both inputs' channels (the task's
+:class:`~.watermarks.WatermarkValve`).
+
+All their state is keyed state in the operator's backend (heap or RocksDB), so it is in
+every checkpoint and savepoint and moves with its key group on rescale:
+
+* co-process: the function's own state and timers (as a keyed ``process()``);
+* interval join: per key, the rows of each side still able to match
+  (``interval-join.left`` / ``.right``: timestamp -> ``[[record, matched], ...]``) and one
+  event-time timer per timestamp at which rows stop being able to match; when it fires they
+  leave the state (an outer join emits those that matched nothing then);
+* window join: per key, each side's rows per open window (``window-join.left`` /
+  ``.right``: window start -> records) and a timer at each window's end.
+
+The joins keep their input watermark in operator state (as the window operators do, see
+:class:`~.windowing._CheckpointedWatermark`): rows at or behind it are late, dropped and
+counted (``dropped_late``), before and after a restore alike.
+
+The operators take lists of dicts; a vectorized join would take Arrow batches through the
+same :meth:`process_input` (``vectorized = True``: the task hands it Arrow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+from ..functions import ProcessJoinFunction, RuntimeContext
+from ..joins import CoProcessSpec, IntervalJoinSpec, WindowJoinSpec, merge_rows
+from ..state.keygroups import key_group_for
+from ..state.vectorized import key_groups_of
+from ..timers import EVENT_TIME, TimerService
+from .operators import KeyedOperator, ProcessOperator, _emitted
+from .windowing import _CheckpointedWatermark
+
+LEFT, RIGHT = 0, 1
+INTERVAL_STATES = ("interval-join.left", "interval-join.right")
+WINDOW_STATES = ("window-join.left", "window-join.right")
+
+
+class CoProcessOperator(ProcessOperator):
+    """``a.connect(b).key_by(ka, kb).process(KeyedCoProcessFunction)``: a keyed process
+    operator with two inputs sharing its keyed state and timers."""
+
+    two_input = True
+
+    @property
+    def fn(self) -> Any:
+        return cast(CoProcessSpec, self.node.payload).fn
+
+    def process(self, records):  # pragma: no cover - the task calls process_input
+        raise TypeError(f"operator {self.uid!r} has two inputs: use process_input")
+
+    def process_input(self, input: int, records: list[dict]) -> list:
+        spec = cast(CoProcessSpec, self.node.payload)
+        method = spec.fn.process_element1 if input == 1 else spec.fn.process_element2
+        return self._run(records, spec.key_selectors[input - 1], method,
+                         spec.timestamps[input - 1])
+
+
+def _join_caller(fn, ctx: RuntimeContext) -> Callable[[dict | None, dict | None, int], Any]:
+    """``call(left, right, timestamp)``: what the join emits for a pair (or an unmatched
+    row of an outer join, the other side ``None``)."""
+    if fn is None:
+        return lambda left, right, ts: merge_rows(left, right)
+    if isinstance(fn, ProcessJoinFunction):
+        def call(left, right, ts):
+            ctx.timestamp = ts
+            return fn.process_element(left, right, ctx)
+        return call
+    return lambda left, right, ts: fn(left, right)
+
+
+class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
+    """What the joins share: keyed input, the function, the watermark, late rows."""
+
+    two_input = True
+    STATES: tuple[str, str]
+
+    def open(self, restored_operator_state):
+        fn = self.node.payload.fn
+        self.timers = TimerService(self.backend)
+        self.timers.rebuild()
+        self._restore_watermark(restored_operator_state)
+        self.timers.watermark = self.watermark
+        self.buffers = tuple(self.ctx.map_state(name) for name in self.STATES)
+        self.dropped_late = 0
+        self.call = _join_caller(fn, self.ctx)
+        if isinstance(fn, ProcessJoinFunction):
+            fn.open(self.ctx)
+
+    def process(self, records):  # pragma: no cover - the task calls process_input
+        raise TypeError(f"operator {self.uid!r} has two inputs: use process_input")
+
+    def _keyed(self, records: list[dict], input: int) -> Iterator[tuple[dict, int]]:
+        """Each record with its event time, the backend's current key set to its key."""
+        spec: Any = self.node.payload
+        sel, stamp, check = spec.key_selectors[input], spec.timestamps[input], self.keys.check
+        uid = self.uid or self.node.name
+        keys = [check(sel(r)) for r in records]
+        m = self.backend.max_parallelism
+        groups = key_groups_of(keys, m)
+        if groups is None:
+            groups = [key_group_for(k, m) for k in keys]
+        set_key = self.backend.set_current_key_in_group
+        for r, key, group in zip(records, keys, groups, strict=True):
+            set_key(key, group)
+            yield r, stamp.of_record(r, uid)
+
+    def _emit(self, left: dict | None, right: dict | None, ts: int, out: list) -> None:
+        result = self.call(left, right, ts)
+        if type(result) is dict:
+            out.append(result)
+        else:
+            _emitted(result, out)
+
+    def buffered_rows(self) -> int:
+        """Rows held in the join's state (both sides, every key of this subtask)."""
+        backend, n = self.backend, 0
+        for name, state in zip(self.STATES, self.buffers, strict=True):
+            for key in list(backend.keys(name)):
+                backend.set_current_key(key)
+                n += sum(len(rows) for _, rows in state.items())
+        return n
+
+    def close(self):
+        try:
+            fn = self.node.payload.fn
+            if isinstance(fn, ProcessJoinFunction):
+                fn.close()
+        finally:
+            super().close()
+
+
+class IntervalJoinOperator(_JoinOperator):
+    """``a.key_by(..).interval_join(b.key_by(..), how=...).between(lower, upper)``.
+
+    A row of ``a`` at ``t`` matches the rows of ``b`` of its key at ``t + lower .. t +
+    upper``; seen from ``b``, a row at ``t`` matches ``a`` at ``t - upper .. t - lower``.
+    A row joins with the other side's buffered rows when it arrives, then is buffered
+    until the watermark reaches the end of its range (``t + upper`` for ``a``, ``t - lower``
+    for ``b``): no row to come can match it after that (every row to come is later than
+    the watermark). Then it leaves the state, and in an outer join, if it matched nothing,
+    it is emitted alone (``fn(row, None)`` / ``fn(None, row)``).
+    """
+
+    STATES = INTERVAL_STATES
+
+    def open(self, restored_operator_state):
+        super().open(restored_operator_state)
+        spec = cast(IntervalJoinSpec, self.node.payload)
+        lo, hi = spec.lower_ms, spec.upper_ms
+        #: per input: the other side's matching timestamps relative to a row's own
+        self.ranges = ((lo, hi), (-hi, -lo))
+        self.outer = (spec.outer(1), spec.outer(2))
+
+    def process_input(self, input: int, records: list[dict]) -> list:
+        i = input - 1
+        mine, other = self.buffers[i], self.buffers[1 - i]
+        lo, hi = self.ranges[i]
+        outer_mine, outer_other = self.outer[i], self.outer[1 - i]
+        register, emit = self.timers.register_event_time_timer, self._emit
+        out: list = []
+        for r, ts in self._keyed(records, i):
+            wm = self.watermark
+            if ts <= wm:  # late: every row it could match may be gone already
+                self.dropped_late += 1
+                continue
+            matched = False
+            for ots, rows in other.items():
+                if not ts + lo <= ots <= ts + hi:
+                    continue
+                matched = True
+                at = max(ts, ots)
+                for row, _ in rows:
+                    if i == LEFT:
+                        emit(r, row, at, out)
+                    else:
+                        emit(row, r, at, out)
+                if outer_other and not all(flag for _, flag in rows):
+                    other.put(ots, [[row, True] for row, _ in rows])
+            end = ts + hi  # when no row to come can match this one
+            if end > wm:
+                mine.put(ts, [*mine.get(ts, ()), [r, matched]])
+                register(end)
+            elif outer_mine and not matched:
+                self._unmatched(i, r, ts, out)
+        return out
+
+    def _unmatched(self, side: int, row: dict, ts: int, out: list) -> None:
+        """An outer join's row of ``side`` that matched nothing, paired with None."""
+        if side == LEFT:
+            self._emit(row, None, ts, out)
+        else:
+            self._emit(None, row, ts, out)
+
+    def on_watermark(self, watermark):
+        wm = self.timers.watermark = self._advance(watermark)
+        out: list = []
+        for end in self.timers.due(EVENT_TIME, wm):
+            for i in (LEFT, RIGHT):
+                ts = end - self.ranges[i][1]  # the rows of side i whose range ends here
+                state = self.buffers[i]
+                rows = state.get(ts)
+                if rows is None:
+                    continue
+                state.remove(ts)
+                if self.outer[i]:
+                    for row, matched in rows:
+                        if not matched:
+                            self._unmatched(i, row, ts, out)
+        return [out] if out else []
+
+
+class WindowJoinOperator(_JoinOperator):
+    """``a.join(b).where(ka).equal_to(kb).window(assigner).apply(fn)``: each side's rows
+    are kept per key and window; when the watermark reaches a window's last millisecond,
+    every pair of the key's rows of both sides in it is emitted and the window leaves the
+    state. A row whose windows have all fired is late (dropped and counted)."""
+
+    STATES = WINDOW_STATES
+
+    def process_input(self, input: int, records: list[dict]) -> list:
+        i = input - 1
+        assigner = cast(WindowJoinSpec, self.node.payload).assigner
+        size, state = assigner.size, self.buffers[i]
+        register = self.timers.register_event_time_timer
+        for r, ts in self._keyed(records, i):
+            starts = [s for s in assigner.starts(ts) if s + size - 1 > self.watermark]
+            if not starts:
+                self.dropped_late += 1
+                continue
+            for s in starts:
+                state.put(s, [*state.get(s, ()), r])
+                register(s + size - 1)
+        return []
+
+    def on_watermark(self, watermark):
+        wm = self.timers.watermark = self._advance(watermark)
+        size = cast(WindowJoinSpec, self.node.payload).assigner.size
+        default = self.node.payload.fn is None
+        left_state, right_state = self.buffers
+        out: list = []
+        for last in self.timers.due(EVENT_TIME, wm):
+            start = last - size + 1
+            lefts, rights = left_state.get(start), right_state.get(start)
+            left_state.remove(start)
+            right_state.remove(start)
+            if not lefts or not rights:
+                continue
+            for left in lefts:
+                for right in rights:
+                    if default:
+                        out.append({**merge_rows(left, right), "window_start": start,
+                                    "window_end": start + size})
+                    else:
+                        self._emit(left, right, last, out)
+        return [out] if out else []
