@@ -47,8 +47,12 @@ demo: venv check-java
 demo-engine: venv
 	$(PY) -m airflow_checkpoint_provider.demo
 
+# Two pytest workers (pytest-xdist): tests that share the Spark standalone cluster run on
+# one worker, the saturation benchmarks' smoke tests on one worker (tests/conftest.py).
+# PYTEST_ARGS adds options, e.g. `make test PYTEST_ARGS="-n 0"` runs them in one process.
+PYTEST_ARGS ?=
 test: venv check-java check-postgres check-chromium
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 # The compose stack's services without Docker (PostgreSQL, S3 server, 2-worker Spark
 # cluster), the blue-green DAG run against them with `airflow dags test`, then stopped.
