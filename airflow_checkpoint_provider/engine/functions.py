@@ -77,17 +77,12 @@ class RuntimeContext:
                                                       ttl_update=ttl_update))
 
 
-class KeyedProcessFunction:
-    """Process records of a keyed stream one by one, with state scoped to the current key.
-
-    Override :meth:`process_element`; return (or yield) the records to emit.
-    """
+class _KeyedFunction:
+    """The lifecycle shared by :class:`KeyedProcessFunction` and
+    :class:`KeyedCoProcessFunction` (state and timers scoped to the current key)."""
 
     def open(self, ctx: RuntimeContext) -> None:
         """Called once per subtask before any record (after state was restored)."""
-
-    def process_element(self, record: dict, ctx: RuntimeContext) -> Iterable[dict] | None:
-        raise NotImplementedError
 
     def on_timer(self, timestamp: int, ctx: RuntimeContext) -> Iterable[dict] | None:
         """A timer registered through ``ctx.timer_service`` fired; the key's state is in
@@ -108,40 +103,33 @@ class KeyedProcessFunction:
         """Called once when the subtask ends."""
 
 
-class KeyedCoProcessFunction:
+class KeyedProcessFunction(_KeyedFunction):
+    """Process records of a keyed stream one by one, with state scoped to the current key.
+
+    Override :meth:`process_element`; return (or yield) the records to emit. Also
+    :meth:`open`, :meth:`on_timer`, :meth:`end_input`, :meth:`snapshot_state`,
+    :meth:`notify_checkpoint_complete` and :meth:`close` where needed.
+    """
+
+    def process_element(self, record: dict, ctx: RuntimeContext) -> Iterable[dict] | None:
+        raise NotImplementedError
+
+
+class KeyedCoProcessFunction(_KeyedFunction):
     """Process the records of two connected keyed streams (``a.connect(b).key_by(ka, kb)
     .process(fn)``), with state and timers scoped to the current key and shared by both
     inputs: a record of ``a`` and one of ``b`` with the same key see the same state.
 
     Override :meth:`process_element1` (records of the first stream) and
-    :meth:`process_element2` (the second); return (or yield) the records to emit.
+    :meth:`process_element2` (the second); return (or yield) the records to emit. The
+    lifecycle methods are those of :class:`KeyedProcessFunction`.
     """
-
-    def open(self, ctx: RuntimeContext) -> None:
-        """Called once per subtask before any record (after state was restored)."""
 
     def process_element1(self, record: dict, ctx: RuntimeContext) -> Iterable[dict] | None:
         raise NotImplementedError
 
     def process_element2(self, record: dict, ctx: RuntimeContext) -> Iterable[dict] | None:
         raise NotImplementedError
-
-    def on_timer(self, timestamp: int, ctx: RuntimeContext) -> Iterable[dict] | None:
-        """A timer of the current key fired (as :meth:`KeyedProcessFunction.on_timer`)."""
-        return None
-
-    def end_input(self, ctx: RuntimeContext) -> Iterable[dict] | None:
-        """Called once when both inputs reached their end (bounded jobs)."""
-        return None
-
-    def snapshot_state(self, checkpoint_id: int) -> None:
-        """Called in the synchronous part of each checkpoint, before state is captured."""
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        """Called when checkpoint ``checkpoint_id`` completed."""
-
-    def close(self) -> None:
-        """Called once when the subtask ends."""
 
 
 class ProcessJoinFunction:
