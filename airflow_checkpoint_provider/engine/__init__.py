@@ -30,6 +30,7 @@ from .errors import (
     PipelineDefinitionError,
     RestoreError,
     StateMigrationError,
+    UntrustedSnapshotError,
 )
 from .eventtime import SessionWindows, SlidingWindows, TumblingWindows, WatermarkStrategy
 from .functions import (
@@ -67,5 +68,5 @@ __all__ = [
     "Sink", "SinkWriter", "Source", "SourceContext", "SplitReader", "StateMigrationError",
     "ValueStateDescriptor", "read_committed", "SlidingWindows", "TumblingWindows",
     "WatermarkStrategy", "WindowedStream", "ProcessWindowFunction", "Window",
-    "SessionWindows", "CheckpointedFunction", "FunctionStateContext",
+    "SessionWindows", "CheckpointedFunction", "FunctionStateContext", "UntrustedSnapshotError",
 ]

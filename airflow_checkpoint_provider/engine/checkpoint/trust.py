@@ -97,8 +97,9 @@ class SnapshotTrust:
                        "are signed", where)
             return
         raise UntrustedSnapshotError(
-            f"snapshot {where} is {what} under {self.key_source}: it was not written by a job "
-            f"of this metadata DB ({self.store.safe_url}), or it was modified since. If you "
+            f"snapshot {where} is untrusted: it has no valid signature by {self.key_source} "
+            f"({what}), so it was not written by a job of this metadata DB "
+            f"({self.store.safe_url}), or it was modified since. If you "
             "trust its content (a savepoint from another deployment, or one written by "
             "'ckpt state write' without --db), restore it with the trust flag: "
             "Pipeline.run(..., trust_snapshot=True), 'ckpt run --trust-snapshot', or the "
