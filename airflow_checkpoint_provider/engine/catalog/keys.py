@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from .base import StoreBase
@@ -48,14 +50,14 @@ class SnapshotKeyMixin(StoreBase):
             return found
 
         def insert(session: Session) -> SnapshotKey:
-            dialect = session.get_bind().dialect.name
-            if dialect == "postgresql":
-                from sqlalchemy.dialects.postgresql import insert as dialect_insert
+            values = {"key_id": KEY_ID, "key": secrets.token_bytes(KEY_BYTES),
+                      "created_at": utcnow()}
+            if session.get_bind().dialect.name == "postgresql":
+                session.execute(pg_insert(SnapshotKeyRow).values(**values)
+                                .on_conflict_do_nothing(index_elements=["key_id"]))
             else:
-                from sqlalchemy.dialects.sqlite import insert as dialect_insert
-            session.execute(dialect_insert(SnapshotKeyRow).values(
-                key_id=KEY_ID, key=secrets.token_bytes(KEY_BYTES), created_at=utcnow(),
-            ).on_conflict_do_nothing(index_elements=["key_id"]))
+                session.execute(sqlite_insert(SnapshotKeyRow).values(**values)
+                                .on_conflict_do_nothing(index_elements=["key_id"]))
             row = session.scalars(select(SnapshotKeyRow).where(
                 SnapshotKeyRow.key_id == KEY_ID)).one()
             return SnapshotKey(bytes(row.key), as_utc(row.created_at))
