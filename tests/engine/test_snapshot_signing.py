@@ -124,9 +124,15 @@ def test_checkpoints_and_savepoints_carry_an_hmac_under_the_db_key(savepoint_a, 
     assert status_of(savepoint, b"another key") == "invalid"
     # the key is nowhere in what ckpt prints or the snapshot holds
     for args in (["inspect", savepoint], ["jobs", "--db", p.metadata_url],
-                 ["checkpoints", job_id, "--db", p.metadata_url]):
+                 ["checkpoints", job_id, "--db", p.metadata_url],
+                 ["inspect", savepoint, "--db", p.metadata_url, "--json"]):
         res = CliRunner().invoke(ckpt, args)
         assert key.hex() not in res.output and repr(key) not in res.output
+    # read-only tools read any snapshot; inspect says whether this DB's key signed it
+    res = CliRunner().invoke(ckpt, ["inspect", savepoint, "--db", p.metadata_url])
+    assert res.exit_code == 0 and "signed with this deployment's key: yes" in res.output
+    res = CliRunner().invoke(ckpt, ["inspect", savepoint])
+    assert res.exit_code == 0 and "signed with this deployment's key: unknown" in res.output
     blob = open(os.path.join(savepoint, "_metadata")).read()
     assert key.hex() not in blob
     assert key.hex() not in caplog.text

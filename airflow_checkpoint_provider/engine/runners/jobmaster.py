@@ -142,8 +142,9 @@ class JobMaster:
 
     # -- internals ------------------------------------------------------------------------
     def _resolve_restore(self, store: MetadataStore, restore: str | None) -> LoadedSnapshot | None:
-        """The snapshot to start from. An explicit path must verify (else
-        CorruptCheckpointError/RestoreError). ``latest`` falls back: the newest COMPLETED
+        """The snapshot to start from. An explicit path must verify and be trusted (signed
+        with the key in use, see checkpoint/trust.py; else CorruptCheckpointError or a
+        RestoreError such as UntrustedSnapshotError). ``latest`` falls back: the newest COMPLETED
         checkpoint of any job of this name that verifies. Falling back past checkpoints
         (even past every one: empty state) makes the sinks remove what the skipped jobs
         committed after the restored checkpoint, as on failover, or refuses
