@@ -31,6 +31,7 @@ from .errors import (
     PipelineDefinitionError,
     RestoreError,
     StateMigrationError,
+    UntrustedSnapshotError,
 )
 from .eventtime import SessionWindows, SlidingWindows, TumblingWindows, WatermarkStrategy
 from .functions import (
@@ -71,7 +72,7 @@ __all__ = [
     "Sink", "SinkWriter", "Source", "SourceContext", "SplitReader", "StateMigrationError",
     "ValueStateDescriptor", "read_committed", "SlidingWindows", "TumblingWindows",
     "WatermarkStrategy", "WindowedStream", "ProcessWindowFunction", "Window",
-    "SessionWindows", "CheckpointedFunction", "FunctionStateContext",
+    "SessionWindows", "CheckpointedFunction", "FunctionStateContext", "UntrustedSnapshotError",
     "ConnectedStreams", "IntervalJoin", "JoinedStreams", "KeyedCoProcessFunction",
     "ProcessJoinFunction", "merge_rows",
 ]

@@ -165,7 +165,8 @@ class Pipeline:
     # -- running -------------------------------------------------------------------------
     def run(self, runner: str = "local", *, restore: str | None = None,
             allow_non_restored_state: bool = False, job_id: str | None = None,
-            claim_mode: str = "NO_CLAIM", **runner_options) -> JobResult:
+            claim_mode: str = "NO_CLAIM", trust_snapshot: bool = False,
+            **runner_options) -> JobResult:
         """Run the job until it finishes, fails or is cancelled.
 
         :param runner: ``"local"`` (one OS process per slot on this machine) or ``"spark"``
@@ -177,6 +178,10 @@ class Pipeline:
             the pipeline instead of failing the restore.
         :param claim_mode: ``"NO_CLAIM"`` (default: the restored snapshot is never deleted by
             this job) or ``"CLAIM"`` (this job owns it; retention deletes it when subsumed).
+        :param trust_snapshot: restore a snapshot that is not signed with this metadata DB's
+            key (or ``$CKPT_SNAPSHOT_HMAC_KEY``): a savepoint of another deployment, or one
+            ``ckpt state write`` wrote without a key. Without it such a snapshot is refused
+            (``UntrustedSnapshotError``). The job's own checkpoints are signed either way.
         """
         # the name may have been overridden after construction (ckpt run --job-name)
         validate_job_name(self.name)
@@ -187,14 +192,14 @@ class Pipeline:
 
             return LocalRunner(**runner_options).run(
                 self.execution_graph(), self.job_config(), restore=restore, allow_non_restored_state=allow_non_restored_state,
-                job_id=job_id, claim_mode=claim_mode,
+                job_id=job_id, claim_mode=claim_mode, trust_snapshot=trust_snapshot,
             )
         if runner == "spark":
             from .runners.spark import SparkRunner
 
             return SparkRunner(**runner_options).run(
                 self.execution_graph(), self.job_config(), restore=restore, allow_non_restored_state=allow_non_restored_state,
-                job_id=job_id, claim_mode=claim_mode,
+                job_id=job_id, claim_mode=claim_mode, trust_snapshot=trust_snapshot,
             )
         raise ConfigurationError(f"runner {runner!r} is unknown; use 'local' or 'spark'")
 

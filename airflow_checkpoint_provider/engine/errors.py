@@ -63,6 +63,13 @@ class UnsafeRestoreFallbackError(RestoreError):
     sink cannot remove (it would be written twice)."""
 
 
+class UntrustedSnapshotError(RestoreError):
+    """A snapshot to restore does not carry a valid HMAC under the key in use (this metadata
+    DB's snapshot key, or ``$CKPT_SNAPSHOT_HMAC_KEY``): it was not written by a job of this
+    deployment, or it was modified. Restore it only with the explicit trust flag
+    (``trust_snapshot=True``, ``ckpt run --trust-snapshot``)."""
+
+
 class StateMigrationError(RestoreError):
     """A state's declared kind or serializer changed between the snapshot and the pipeline."""
 

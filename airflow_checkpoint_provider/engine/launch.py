@@ -4,6 +4,7 @@
         $(python -c 'import airflow_checkpoint_provider.engine.launch as m; print(m.__file__)') \\
         PIPELINE [--job-name NAME] [--checkpoint-dir DIR] [--db URL] [--restore latest|PATH] \\
         [--restart fixed:3:1000] [--interval-ms 1000] [--savepoint-dir DIR] [--coordinator-port P]
+        [--trust-snapshot]
 
 or ``python -m airflow_checkpoint_provider.engine.launch PIPELINE ... [--master URL]``.
 The arguments are those of ``ckpt run``; the runner is always ``spark`` and the master is

@@ -52,6 +52,8 @@ class CheckpointSubmitHook(SparkSubmitHook):
     :param restore: ``"latest"``, a checkpoint/savepoint path, or ``None``.
     :param allow_non_restored_state: restore even if the snapshot has state for operators the
         job no longer has.
+    :param trust_snapshot: restore a snapshot not signed with the metadata DB's key
+        (``--trust-snapshot``: a savepoint of another deployment).
     :param checkpoint_dir: checkpoint directory (overrides the pipeline's).
     :param savepoint_dir: default savepoint directory of the job.
     :param interval_ms: checkpoint interval (``0``: only the final checkpoint).
@@ -69,7 +71,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
 
     def __init__(self, *, pipeline: str, job_id: str, job_name: str, metadata_url: str,
                  restore: str | None = None, allow_non_restored_state: bool = False,
-                 checkpoint_dir: str | None = None, savepoint_dir: str | None = None,
+                 trust_snapshot: bool = False, checkpoint_dir: str | None = None, savepoint_dir: str | None = None,
                  interval_ms: int | None = None, restart: str | None = None,
                  runner: str = "spark", log_dir: str | None = None, ship_code: bool = False,
                  code_cache_dir: str | None = None, conn_id: str = "spark_default",
@@ -90,6 +92,8 @@ class CheckpointSubmitHook(SparkSubmitHook):
                 args += [flag, str(value)]
         if allow_non_restored_state:
             args.append("--allow-non-restored-state")
+        if trust_snapshot:
+            args.append("--trust-snapshot")
         self.engine_args = args
         env = dict(kwargs.pop("env_vars", None) or {})
         # spark-submit must run this interpreter (the one with the package) and be found on

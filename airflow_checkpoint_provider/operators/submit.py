@@ -69,6 +69,10 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         checkpoint or savepoint path, or ``None``. Templated.
     :param allow_non_restored_state: restore although the snapshot holds state of operators
         the pipeline no longer has.
+    :param trust_snapshot: restore a snapshot that is not signed with the metadata DB's key
+        (a savepoint relocated from another deployment, or written by ``ckpt state write``
+        without ``--db``); without it such a snapshot is refused. The job's own checkpoints
+        are signed either way.
     :param wait_for: ``"running"``, ``"first_checkpoint"`` or ``"finished"``.
     :param detach: start the job in its own session even for ``wait_for="finished"`` (the job
         survives a killed worker). Always on for the other ``wait_for`` values.
@@ -106,7 +110,8 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
     operator_extra_links = (CheckpointHistoryLink(),)
 
     def __init__(self, *, pipeline: str, job_name: str, restore: str | None = None,
-                 allow_non_restored_state: bool = False, wait_for: str = "running",
+                 allow_non_restored_state: bool = False, trust_snapshot: bool = False,
+                 wait_for: str = "running",
                  detach: bool = False, runner: str = "spark", checkpoint_dir: str | None = None,
                  savepoint_dir: str | None = None, interval_ms: int | None = None,
                  restart: str | None = None, reconnect: bool = True,
@@ -122,6 +127,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         self.job_name = job_name
         self.restore = restore
         self.allow_non_restored_state = allow_non_restored_state
+        self.trust_snapshot = trust_snapshot
         self.wait_for = wait_for
         self.detach = detach
         self.runner = runner
@@ -239,6 +245,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             pipeline=self.pipeline, job_id=job_id, job_name=self.job_name,
             metadata_url=self.hook.get_url(), restore=restore,
             allow_non_restored_state=self.allow_non_restored_state,
+            trust_snapshot=self.trust_snapshot,
             checkpoint_dir=_optional(self.checkpoint_dir),
             savepoint_dir=_optional(self.savepoint_dir),
             interval_ms=self.interval_ms, restart=self.restart, runner=self.runner,

@@ -70,7 +70,7 @@ def test_window_function_exactly_once_under_faults_and_rescale_on_rocksdb(workdi
     # the restored job has the same fault points: those not fired yet fire there
     result = window_function_pipeline(str(restored), "reduce", window_parallelism=3,
                                       faults=faults, out=str(restored / "out"),
-                                      state_backend="rocksdb").run(restore=location)
+                                      state_backend="rocksdb").run(restore=location, trust_snapshot=True)
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert committed_windows(str(restored / "out")) == expected_windows()
 
@@ -180,7 +180,7 @@ def test_windows_survive_stop_with_savepoint_and_rescale(workdir, tmp_path_facto
     restored = tmp_path_factory.mktemp("restored")
     shutil.copytree(workdir / "out", restored / "out")
     result = windowed_pipeline(str(restored), parallelism=3, window_parallelism=3,
-                               out=str(restored / "out")).run(restore=location)
+                               out=str(restored / "out")).run(restore=location, trust_snapshot=True)
     assert result.status == "FINISHED" and result.restored_from == location
     assert committed_windows(str(restored / "out")) == expected_windows()
 
@@ -193,7 +193,7 @@ def test_timers_survive_stop_with_savepoint_and_rescale_on_rocksdb(workdir, tmp_
     restored = tmp_path_factory.mktemp("restored")
     shutil.copytree(workdir / "out", restored / "out")
     result = alert_pipeline(str(restored), keyed_parallelism=3, out=str(restored / "out"),
-                            state_backend="rocksdb").run(restore=location)
+                            state_backend="rocksdb").run(restore=location, trust_snapshot=True)
     assert result.status == "FINISHED"
     got = committed_alerts(str(restored / "out"))
     assert len(got) == len(set(got)) and set(got) == expected_alerts()

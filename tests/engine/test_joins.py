@@ -424,7 +424,7 @@ def test_joins_survive_a_savepoint_restored_at_another_parallelism(workdir, tmp_
     for out in ("co", "ij", "wj"):
         shutil.copytree(workdir / out, restored / out)
     result = join_pipeline(str(restored), parallelism=3, join_parallelism=3,
-                           state_backend="rocksdb").run(restore=location)
+                           state_backend="rocksdb").run(restore=location, trust_snapshot=True)
     assert result.status == "FINISHED" and result.restored_from == location
     assert committed_co(str(restored)) == expected_co()
     assert committed_interval_join(str(restored)) == expected_interval_join("left")

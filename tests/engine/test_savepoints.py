@@ -28,6 +28,10 @@ N = 20_000
 pytestmark = pytest.mark.slow
 
 
+# Most tests restore the savepoint in another root, with its own metadata DB: a relocated
+# savepoint, restored with the trust flag (its signature is checked in test_snapshot_signing).
+
+
 def stop_with_savepoint(root, version="v1", *, drain=False, **kwargs):
     bg = Background(versioned_pipeline(str(root), version, num_records=N, rate=4000, **kwargs))
     job = bg.wait_running(min_checkpoints=1)
@@ -55,7 +59,7 @@ def test_restore_at_other_parallelism_continues_exactly_once(stopped, tmp_path, 
     shutil.copytree(root / "out", out)
     p = versioned_pipeline(str(tmp_path), "v1", num_records=N, out=str(out),
                            source_parallelism=min(parallelism, 3), keyed_parallelism=parallelism)
-    result = p.run(restore=savepoint)
+    result = p.run(restore=savepoint, trust_snapshot=True)
     assert result.status == "FINISHED" and result.restored_from == savepoint
     check_exactly_once(str(out), expected_running_sums(N, 50, 7))
     assert os.path.exists(os.path.join(savepoint, "_metadata")), "NO_CLAIM keeps the savepoint"
@@ -83,9 +87,9 @@ def test_upgrade_with_dropped_operator_needs_allow_non_restored_state(stopped, t
     root, savepoint, _ = stopped
     v2 = versioned_pipeline(str(tmp_path), "v2", num_records=N, out=str(tmp_path / "out"))
     with pytest.raises(RestoreError, match=r"operator\(s\) 'audit'.*allow_non_restored_state"):
-        v2.run(restore=savepoint)
+        v2.run(restore=savepoint, trust_snapshot=True)
     shutil.copytree(root / "out", tmp_path / "out", dirs_exist_ok=True)
-    result = v2.run(restore=savepoint, allow_non_restored_state=True)
+    result = v2.run(restore=savepoint, allow_non_restored_state=True, trust_snapshot=True)
     assert result.status == "FINISHED"
     check_exactly_once(str(tmp_path / "out"), expected_running_sums(N, 50, 7))
 
@@ -95,7 +99,7 @@ def test_changed_state_kind_fails_naming_operator_and_state(stopped, tmp_path):
     _, savepoint, _ = stopped
     bad = versioned_pipeline(str(tmp_path), "v2-bad", num_records=N)
     with pytest.raises(JobFailedError, match="operator 'sum': state 'sum' was snapshotted as value"):
-        bad.run(restore=savepoint, allow_non_restored_state=True)
+        bad.run(restore=savepoint, allow_non_restored_state=True, trust_snapshot=True)
 
 
 @pytest.mark.timeout(300)
@@ -105,7 +109,7 @@ def test_moved_savepoint_restores_and_flipped_byte_is_rejected(stopped, tmp_path
     shutil.copytree(savepoint, moved)
     shutil.copytree(root / "out", tmp_path / "out")
     p = versioned_pipeline(str(tmp_path), "v1", num_records=N)
-    assert p.run(restore=str(moved)).status == "FINISHED"
+    assert p.run(restore=str(moved), trust_snapshot=True).status == "FINISHED"
     check_exactly_once(str(tmp_path / "out"), expected_running_sums(N, 50, 7))
 
     broken = tmp_path / "broken"
@@ -118,7 +122,8 @@ def test_moved_savepoint_restores_and_flipped_byte_is_rejected(stopped, tmp_path
         f.write(bytes(data))
     # verified before the job is created: an explicit restore path fails loudly
     with pytest.raises(CorruptCheckpointError, match=f"state file .*{name} does not match its checksum"):
-        versioned_pipeline(str(tmp_path / "b"), "v1", num_records=N).run(restore=str(broken))
+        versioned_pipeline(str(tmp_path / "b"), "v1", num_records=N).run(restore=str(broken),
+                                                                    trust_snapshot=True)
 
 
 @pytest.mark.timeout(300)
@@ -180,7 +185,7 @@ def test_claim_mode_lets_the_new_job_delete_the_restored_savepoint(tmp_path):
     shutil.copytree(tmp_path / "a" / "out", tmp_path / "b" / "out")
     # rate-limited so the rest of the input spans many 50 ms checkpoints even on a busy machine
     p = versioned_pipeline(str(tmp_path / "b"), "v1", num_records=N, interval_ms=50, rate=16_000)
-    result = p.run(restore=location, claim_mode="CLAIM")
+    result = p.run(restore=location, claim_mode="CLAIM", trust_snapshot=True)
     assert result.checkpoints_completed >= 3
     assert not os.path.exists(location), "a claimed snapshot is subsumed like the job's own"
 
@@ -216,5 +221,5 @@ def test_failure_after_the_stop_savepoint_completed_ends_the_job_stopped(tmp_pat
     assert result.status == "STOPPED" and result.restarts == 0
     assert [k for k in faults.fired()] == ["notify-1"], "the failure happened after the savepoint"
     restored = running_sum_pipeline(str(tmp_path / "b"), out=str(tmp_path / "out"))
-    assert restored.run(restore=req.result["location"]).status == "FINISHED"
+    assert restored.run(restore=req.result["location"], trust_snapshot=True).status == "FINISHED"
     check_exactly_once(str(tmp_path / "out"), expected_running_sums(20_000, 50, 7))

@@ -81,7 +81,10 @@ def exactly(ids, times: int) -> None:
 
 def craft(checkpoint: str, uid: str, transactions: list) -> str:
     """The attacker's edit: the sink's restored transactions replaced, the checksum
-    recomputed (no HMAC key configured)."""
+    recomputed, no HMAC. Such a snapshot is refused as untrusted by default
+    (test_snapshot_signing.py); these tests restore it with the trust flag, as a user who
+    vouches for a relocated savepoint would: the sinks must still refuse a transaction
+    that is not this job's own."""
     snap = load_snapshot(checkpoint)
     doc = dict(snap.doc)
     sub = doc["operators"][uid]["subtasks"][0]
@@ -128,7 +131,7 @@ def test_a_crafted_file_transaction_cannot_replace_another_jobs_part_file(workdi
     for target in sorted(before)[:2]:
         craft(chk, "out", [{"staging": staged.name, "final": target}])
         with pytest.raises(CorruptCheckpointError, match=r"transactions\[0\]\.final"):
-            attack.run(restore=chk, job_id=f"attacker-{target[-9:-6]}")
+            attack.run(restore=chk, job_id=f"attacker-{target[-9:-6]}", trust_snapshot=True)
     assert {n: (out / n).read_bytes() for n in before} == before
     assert staged.exists()
 
@@ -145,7 +148,7 @@ def test_a_crafted_delta_transaction_cannot_poison_another_jobs_app_id(workdir):
                        str(table / "_ckpt_staging" / staged))
         craft(chk, "out", [{"staging": staged, "app_id": app, "version": 999_999_999}])
         with pytest.raises(CorruptCheckpointError, match=r"transactions\[0\]"):
-            attack.run(restore=chk, job_id=f"attacker-{i}")
+            attack.run(restore=chk, job_id=f"attacker-{i}", trust_snapshot=True)
     assert pipeline(workdir / "v", "victim", "out", delta_sink(table)).run(
         job_id="victim").status == "FINISHED"
     ids = [i for i in delta_ids(table) if i >= 0]
@@ -163,7 +166,7 @@ def test_a_crafted_iceberg_transaction_cannot_poison_another_jobs_app_id(workdir
                        os.path.join(sink.staging_dir, staged))
         craft(chk, "out", [{"staging": staged, "app_id": app, "version": 999_999_999}])
         with pytest.raises(CorruptCheckpointError, match=r"transactions\[0\]"):
-            attack.run(restore=chk, job_id=f"attacker-{i}")
+            attack.run(restore=chk, job_id=f"attacker-{i}", trust_snapshot=True)
     assert pipeline(workdir / "v", "victim", "out", iceberg(workdir)).run(
         job_id="victim").status == "FINISHED"
     ids = [i for i in iceberg_ids(sink) if i >= 0]
@@ -200,7 +203,7 @@ def test_a_crafted_snapshot_cannot_commit_another_jobs_prepared_transaction(work
     for i, txns in enumerate(forged):
         craft(chk, "out", txns)
         with pytest.raises((CorruptCheckpointError, JobFailedError), match="transaction"):
-            attack.run(restore=chk, job_id=f"attacker-{i}")
+            attack.run(restore=chk, job_id=f"attacker-{i}", trust_snapshot=True)
     with psycopg.connect(_dsn(url), autocommit=True) as conn:
         prepared = {g for (g,) in conn.execute("SELECT gid FROM pg_prepared_xacts")}
         assert set(victim_gids) <= prepared

@@ -24,7 +24,7 @@ are serialized by the write lock (SQLite) or an advisory lock (PostgreSQL).
 
 Modules: :mod:`.db` (engine, schema, retries), :mod:`.records`, :mod:`.base` (opening,
 transactions), one mixin per table family (:mod:`.jobs`, :mod:`.checkpoints`,
-:mod:`.control`, :mod:`.pins`) and :mod:`.models` (tables and status enums).
+:mod:`.control`, :mod:`.pins`, :mod:`.keys`) and :mod:`.models` (tables and status enums).
 """
 
 from .checkpoints import CheckpointsMixin
@@ -40,6 +40,7 @@ from .db import (
     upgrade_database,
 )
 from .jobs import ACTIVE_JOB_STATUSES, heartbeat_timeout
+from .keys import SnapshotKey, SnapshotKeyMixin
 from .models import TERMINAL_JOB_STATUSES
 from .pins import SavepointPinsMixin
 from .records import (
@@ -51,7 +52,8 @@ from .records import (
 )
 
 
-class MetadataStore(ControlRequestsMixin, CheckpointsMixin, SavepointPinsMixin):
+class MetadataStore(ControlRequestsMixin, CheckpointsMixin, SavepointPinsMixin,
+                    SnapshotKeyMixin):
     """Read and write the metadata DB (see :mod:`.models` for the tables and states).
 
     Thread-safe: every call runs in its own transaction on a pooled connection. Several
@@ -76,6 +78,7 @@ __all__ = [
     "MetadataSchemaError",
     "MetadataStore",
     "SavepointPinRecord",
+    "SnapshotKey",
     "TERMINAL_JOB_STATUSES",
     "alembic_config",
     "configure_sqlite_engine",

@@ -37,6 +37,10 @@ Tables
     (``SUCCEEDED`` with a JSON ``result`` such as ``{"checkpoint_id", "location"}``, or
     ``FAILED`` with an ``error``). See :class:`ControlRequestStatus`.
 
+``snapshot_keys``
+    One row: the random key that signs (HMAC-SHA256) every ``_metadata`` this DB's jobs
+    write, and when it was created (revision 0006). A secret, like the DB's password.
+
 ``shared_state``
     The shared-state registry of incremental checkpoints: one row per file under the job's
     ``shared/`` directory, with the checkpoint that created it and the newest checkpoint
@@ -61,6 +65,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -390,6 +395,22 @@ class SavepointPinRow(Base):
     expires_at: Mapped[datetime | None]
 
 
+class SnapshotKeyRow(Base):
+    """``snapshot_keys`` (revision 0006): the key that signs this metadata DB's snapshots.
+
+    One row (``key_id`` is always 1): a random 32-byte HMAC-SHA256 key, created by the first
+    job (or ``ckpt``) that needs it with an insert-if-absent, so concurrent creators all
+    read the same key, and when it was created (``created_at``: checkpoints completed before
+    it are accepted unsigned, see :mod:`..checkpoint.trust`). A secret: never printed.
+    """
+
+    __tablename__ = "snapshot_keys"
+
+    key_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    key: Mapped[bytes] = mapped_column(LargeBinary(64))
+    created_at: Mapped[datetime]
+
+
 __all__ = [
     "LIVE_JOB_CONDITION",
     "LIVE_JOB_NAME_INDEX",
@@ -409,6 +430,7 @@ __all__ = [
     "OperatorStateSizeRow",
     "SavepointPinRow",
     "SharedStateRow",
+    "SnapshotKeyRow",
     "UTCDateTime",
     "as_utc",
     "utcnow",

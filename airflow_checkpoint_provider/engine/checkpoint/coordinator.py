@@ -92,14 +92,18 @@ class CheckpointCoordinator:
     :param send_notify: ``(checkpoint_id)`` -> notify every task of completion.
     :param send_abort: ``(checkpoint_id)`` -> tell tasks a checkpoint was aborted.
     :param store: the metadata DB (``MetadataStore``) or ``None``.
+    :param hmac_key: the key every ``_metadata`` is signed with (the job master passes
+        ``$CKPT_SNAPSHOT_HMAC_KEY`` or the metadata DB's key, see :mod:`.trust`).
     """
 
     def __init__(self, *, job_id: str, job_name: str, job_dir: str, config: CheckpointConfig,
                  tasks: list[tuple[int, int]], operator_info: dict[str, dict],
                  send_trigger: Callable, send_notify: Callable, send_abort: Callable,
                  send_unalign: Callable = lambda chk: None, store=None, next_checkpoint_id: int = 1, now: float = 0.0,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, hmac_key: bytes | None = None) -> None:
         self.job_id = job_id
+        #: signs every ``_metadata`` (``None``: ``$CKPT_SNAPSHOT_HMAC_KEY``, if set)
+        self.hmac_key = hmac_key
         self.job_name = job_name
         self.job_dir = job_dir
         self.config = config
@@ -281,7 +285,8 @@ class CheckpointCoordinator:
         #    checkpoint fails like a declined one and the job keeps running
         fs = filesystem_for(p.location)
         try:
-            fs.write_bytes(join(p.location, METADATA_FILE), encode_metadata(doc), atomic=True)
+            fs.write_bytes(join(p.location, METADATA_FILE), encode_metadata(doc, hmac_key=self.hmac_key),
+                           atomic=True)
         except CheckpointStorageError as exc:
             self.abort(p.checkpoint_id, f"cannot write {METADATA_FILE}: {exc}", now)
             return None

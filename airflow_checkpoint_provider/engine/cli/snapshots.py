@@ -98,9 +98,11 @@ def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
 @click.option("--verify", is_flag=True,
               help="Also read every state file and check its size and checksum; exits 1 "
                    "naming the first missing or corrupt file.")
-def inspect(path: str, as_json: bool, verify: bool) -> None:
+@db_option
+def inspect(path: str, as_json: bool, verify: bool, db: str | None) -> None:
     """What a checkpoint or savepoint at PATH holds (verifies the _metadata checksum; with
-    --verify every state file too)."""
+    --verify every state file too), and whether it is signed with the key a job would
+    check ($CKPT_SNAPSHOT_HMAC_KEY, else the --db metadata DB's key): yes, no or unknown."""
     from ..snapshot.codec import load_snapshot
     from ..snapshot.verify import verify_snapshot
 
@@ -112,7 +114,8 @@ def inspect(path: str, as_json: bool, verify: bool) -> None:
     doc = snap.doc
     summary = {"path": snap.directory, "job_id": doc["job_id"], "job_name": doc["job_name"],
                "checkpoint_id": doc["checkpoint_id"], "kind": doc["kind"],
-               "timestamp_ms": doc["timestamp_ms"], "operators": []}
+               "timestamp_ms": doc["timestamp_ms"],
+               "signed_by_this_db": _signed_by(doc, db), "operators": []}
     if verified is not None:
         summary["verified_files"] = verified
     for uid, op in sorted(doc["operators"].items()):
@@ -130,6 +133,7 @@ def inspect(path: str, as_json: bool, verify: bool) -> None:
                f"({summary['job_id']}) at {snap.directory}")
     if verified is not None:
         click.echo(f"  verified {verified} state files: sizes and checksums match")
+    click.echo(f"  signed with this deployment's key: {summary['signed_by_this_db']}")
     for op in summary["operators"]:
         size = sum(s["state_bytes"] for s in op["subtasks"])
         states = ", ".join(f"{n} ({m['kind']})" for n, m in sorted(op["states"].items())) or "-"
@@ -140,6 +144,29 @@ def inspect(path: str, as_json: bool, verify: bool) -> None:
             click.echo(f"    subtask {s['index']}: key groups {kg[0]}-{kg[1]}, {s['state_bytes']} B"
                        if kg else f"    subtask {s['index']}: {s['operator_state_entries']} "
                                   "operator state entries")
+
+
+def _signed_by(doc: dict, db: str | None) -> str:
+    """``yes``/``no``: does ``doc`` carry a valid HMAC under $CKPT_SNAPSHOT_HMAC_KEY, else
+    the DB's key (never created here); ``unknown`` without either."""
+    from ..snapshot import integrity
+    from ..snapshot.codec import signature_status
+
+    key = integrity.configured_key()
+    if key is None and db:
+        from ..catalog import MetadataStore
+
+        try:
+            with MetadataStore(db, migrate=False) as store:
+                found = store.snapshot_key(create=False)
+        except Exception:  # noqa: BLE001 - a read-only report: the DB may be unreachable
+            return "unknown"
+        if found is None:
+            return "no"
+        key = found.key
+    if key is None:
+        return "unknown"
+    return "yes" if signature_status(doc, key) == "valid" else "no"
 
 
 @main.command()

@@ -8,7 +8,7 @@ import json
 import click
 
 from ..errors import EngineError
-from .common import load_pipeline, main
+from .common import db_option, load_pipeline, main
 
 
 @main.group()
@@ -66,29 +66,62 @@ def state_read(snapshot: str, uid: str, state_name: str | None, fmt: str,
 @click.option("--drop-key", "drop_keys", multiple=True, help="Key to drop (repeatable).")
 @click.option("--int-keys", is_flag=True, help="--drop-key values are integers.")
 @click.option("--output", required=True, help="Directory of the new savepoint.")
+@db_option
+@click.option("--trust-snapshot", is_flag=True,
+              help="With --db: copy a --from snapshot that is not signed with the DB's key.")
 def state_write(source: str | None, pipeline_ref: str | None, uid: str,
                 state_name: str | None, kind: str, table_path: str | None,
-                drop_keys: tuple[str, ...], int_keys: bool, output: str) -> None:
+                drop_keys: tuple[str, ...], int_keys: bool, output: str, db: str | None,
+                trust_snapshot: bool) -> None:
     """Write a savepoint at OUTPUT: a fixed copy of --from, or bootstrap state for
-    --pipeline from --table. Restore it by path at any parallelism."""
+    --pipeline from --table. Restore it by path at any parallelism. With --db (or
+    $CKPT_METADATA_URL) it is signed with that metadata DB's snapshot key (a --from snapshot
+    must then be signed with it too, or --trust-snapshot); without it, and without
+    $CKPT_SNAPSHOT_HMAC_KEY, it is unsigned and restoring it needs --trust-snapshot."""
+    from ..snapshot import integrity
     from ..state_io import bootstrap_savepoint, rewrite_savepoint
 
     if (source is None) == (pipeline_ref is None):
         raise click.UsageError("give exactly one of --from SNAPSHOT and --pipeline REF")
     table = _read_table_file(table_path) if table_path else None
     try:
+        key = _signing_key(db, source, trust_snapshot)
         if source is not None:
             path = rewrite_savepoint(source, output, uid=uid, table=table, state=state_name,
                                      drop_keys=[int(k) for k in drop_keys] if int_keys
-                                     else drop_keys)
+                                     else drop_keys, hmac_key=key)
         else:
             if table is None:
                 raise click.UsageError("--pipeline needs --table")
             path = bootstrap_savepoint(output, table, pipeline=load_pipeline(pipeline_ref or ""),
-                                       uid=uid, state=state_name, kind=kind)
+                                       uid=uid, state=state_name, kind=kind, hmac_key=key)
     except EngineError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"wrote savepoint {path}")
+    if key is not None:
+        signer = (f"${integrity.ENV_KEY}" if integrity.configured_key() is not None
+                  else "the metadata DB's snapshot key")
+        click.echo(f"wrote savepoint {path} (signed with {signer})")
+    else:
+        click.echo(f"wrote savepoint {path} (unsigned: no --db and no ${integrity.ENV_KEY}; "
+                   "a job restores it only with --trust-snapshot / trust_snapshot=True)")
+
+
+def _signing_key(db: str | None, source: str | None, trust_snapshot: bool) -> bytes | None:
+    """The key the new savepoint is signed with: ``$CKPT_SNAPSHOT_HMAC_KEY``, else the DB's
+    (``--db``), else none. With a DB, a ``--from`` snapshot must be one a job of that DB
+    would restore (signed, or recorded before the key; else ``--trust-snapshot``)."""
+    from ..snapshot import integrity
+
+    if not db:
+        return integrity.configured_key()
+    from ..catalog import MetadataStore
+    from ..checkpoint.trust import SnapshotTrust
+
+    with MetadataStore(db) as store:
+        trust = SnapshotTrust(store, trust_snapshot=trust_snapshot)
+        if source is not None:
+            trust.load(source)
+        return trust.key
 
 
 def _read_table_file(path: str):

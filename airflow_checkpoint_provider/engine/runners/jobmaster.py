@@ -23,6 +23,7 @@ from ..checkpoint.cleanup import discard_partial_checkpoints
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.restore import assign_restore, discard_output_of_skipped_jobs, operator_kind
 from ..checkpoint.storage import absolute_location, default_savepoint_root, job_directory
+from ..checkpoint.trust import SnapshotTrust
 from ..config import CheckpointingMode, max_frame_bytes
 from ..connectors.base import Sink, Source
 from ..errors import (
@@ -41,7 +42,7 @@ from ..protocol import ProtocolError
 from ..protocol import frames as P
 from ..protocol import messages as M
 from ..runtime.auth import MAX_PENDING_HANDSHAKES, new_secret, serve_authenticated
-from ..snapshot.codec import LoadedSnapshot, load_snapshot
+from ..snapshot.codec import LoadedSnapshot
 from ..snapshot.verify import verify_snapshot
 from .attempt import AttemptOutcome, AttemptRun
 from .control import ControlPlane
@@ -125,9 +126,11 @@ class JobMaster:
 
     # -- public ---------------------------------------------------------------------------
     def run(self, *, restore: str | None = None, allow_non_restored_state: bool = False,
-            job_id: str | None = None, claim_mode: str = "NO_CLAIM") -> JobResult:
+            job_id: str | None = None, claim_mode: str = "NO_CLAIM",
+            trust_snapshot: bool = False) -> JobResult:
         p, graph = self.config, self.graph
         self.allow_non_restored_state = allow_non_restored_state
+        self.trust_snapshot = trust_snapshot
         if claim_mode not in ("NO_CLAIM", "CLAIM"):
             raise ConfigurationError(f"claim_mode {claim_mode!r} is unknown; use NO_CLAIM or CLAIM")
         self.claim_mode = claim_mode
@@ -139,8 +142,9 @@ class JobMaster:
 
     # -- internals ------------------------------------------------------------------------
     def _resolve_restore(self, store: MetadataStore, restore: str | None) -> LoadedSnapshot | None:
-        """The snapshot to start from. An explicit path must verify (else
-        CorruptCheckpointError/RestoreError). ``latest`` falls back: the newest COMPLETED
+        """The snapshot to start from. An explicit path must verify and be trusted (signed
+        with the key in use, see checkpoint/trust.py; else CorruptCheckpointError or a
+        RestoreError such as UntrustedSnapshotError). ``latest`` falls back: the newest COMPLETED
         checkpoint of any job of this name that verifies. Falling back past checkpoints
         (even past every one: empty state) makes the sinks remove what the skipped jobs
         committed after the restored checkpoint, as on failover, or refuses
@@ -150,7 +154,7 @@ class JobMaster:
         if restore is None:
             return None
         if restore != "latest":
-            snapshot = load_snapshot(restore)
+            snapshot = self.trust.load(restore)
             self._check_snapshot(snapshot)
             return snapshot
         name = self.config.name
@@ -159,7 +163,7 @@ class JobMaster:
         for rec in store.completed_checkpoints(job_name=name):
             what = f"checkpoint {rec.checkpoint_id} of job {name} ({rec.job_id})"
             try:
-                snapshot = load_snapshot(rec.location)
+                snapshot = self.trust.load(rec.location, record=rec)
                 self._check_snapshot(snapshot)
             except (CorruptCheckpointError, RestoreError) as exc:
                 log.warning("Cannot restore %s; trying the next older checkpoint: %s", what, exc)
@@ -203,7 +207,7 @@ class JobMaster:
             mark = (lambda reason: None) if c.claimed else (
                 lambda reason, c=c: coord.db.write(MetadataStore.fail_checkpoint, self.job_id, c.checkpoint_id,
                                                    reason=reason, status=CheckpointStatus.CORRUPT))
-            snapshot = _load_restorable(self._check_snapshot, c.location, f"checkpoint {c.checkpoint_id} of job "
+            snapshot = _load_restorable(self.trust.load, self._check_snapshot, c.location, f"checkpoint {c.checkpoint_id} of job "
                                         f"{self.config.name} ({self.job_id})", mark)
             if snapshot is not None:
                 if fell_back:
@@ -307,6 +311,8 @@ class JobMaster:
         """Everything between the job row and the first attempt; returns the snapshot the
         job starts from."""
         p, job_id, job_dir = self.config, self.job_id, self.job_dir
+        # signs this job's snapshots, decides which ones it restores (checkpoint/trust.py)
+        self.trust = SnapshotTrust(store, trust_snapshot=getattr(self, "trust_snapshot", False))
         initial = self._resolve_restore(store, restore)
         self.initial = initial
         if initial is not None:
@@ -335,7 +341,7 @@ class JobMaster:
             tasks=graph.tasks(), operator_info=operator_info,
             send_trigger=self._send_trigger, send_notify=self._send_notify,
             send_abort=self._send_abort, send_unalign=self._send_unalign, store=store, next_checkpoint_id=first_id,
-            now=time.monotonic())
+            now=time.monotonic(), hmac_key=self.trust.key)
         if initial is not None and self.claim_mode == "CLAIM":
             # The new job owns the restored snapshot: it is retained, then subsumed and
             # deleted like the job's own checkpoints. (NO_CLAIM never deletes it.)
@@ -549,12 +555,13 @@ class JobMaster:
         return AttemptRun(self, attempt, assignments).run()
 
 
-def _load_restorable(check, location: str, what: str, mark_corrupt) -> LoadedSnapshot | None:
+def _load_restorable(load, check, location: str, what: str,
+                     mark_corrupt) -> LoadedSnapshot | None:
     """Load and verify the snapshot at ``location`` for an automatic restore; ``None`` (after
     ``mark_corrupt(reason)`` and a warning naming the bad file) when it is corrupt or
     incomplete. Storage outages (CheckpointStorageError) propagate: they may pass."""
     try:
-        snapshot = load_snapshot(location)
+        snapshot = load(location)
         check(snapshot)
         return snapshot
     except (CorruptCheckpointError, RestoreError) as exc:

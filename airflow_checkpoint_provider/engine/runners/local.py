@@ -80,8 +80,10 @@ class LocalRunner:
         self.master_options = master_options
 
     def run(self, graph: ExecutionGraph, config: JobConfig, *, restore: str | None, allow_non_restored_state: bool,
-            job_id: str | None, claim_mode: str = "NO_CLAIM") -> JobResult:
+            job_id: str | None, claim_mode: str = "NO_CLAIM",
+            trust_snapshot: bool = False) -> JobResult:
         master = JobMaster(graph, config, LocalProcessLauncher(), coordinator_port=self.coordinator_port,
                            **self.master_options)
         return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
-                          job_id=job_id, claim_mode=claim_mode)
+                          job_id=job_id, claim_mode=claim_mode,
+                          trust_snapshot=trust_snapshot)

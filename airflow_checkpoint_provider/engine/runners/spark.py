@@ -250,7 +250,8 @@ class SparkRunner:
         return self.spark_arg
 
     def run(self, graph: ExecutionGraph, config: JobConfig, *, restore: str | None, allow_non_restored_state: bool,
-            job_id: str | None, claim_mode: str = "NO_CLAIM") -> JobResult:
+            job_id: str | None, claim_mode: str = "NO_CLAIM",
+            trust_snapshot: bool = False) -> JobResult:
         spark = self._session(config.name)
         local = spark.sparkContext.master.startswith("local")
         launcher = SparkBarrierLauncher(spark, 0.0 if local else self.slot_wait_seconds)
@@ -260,4 +261,5 @@ class SparkRunner:
                            coordinator_port=self.coordinator_port, **self.master_options)
         master.spark_app_id = spark.sparkContext.applicationId
         return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
-                          job_id=job_id, claim_mode=claim_mode)
+                          job_id=job_id, claim_mode=claim_mode,
+                          trust_snapshot=trust_snapshot)

@@ -3,7 +3,7 @@
 * :mod:`.paths` -- checks for every path a snapshot names (bare names, no traversal);
 * :mod:`.handles` -- frozen dataclasses of state handles, ``_metadata`` content and sink
   transactions, each with a validating ``from_dict``;
-* :mod:`.integrity` -- the optional HMAC of ``_metadata`` (``$CKPT_SNAPSHOT_HMAC_KEY``);
+* :mod:`.integrity` -- the HMAC of ``_metadata`` (the metadata DB's key or ``$CKPT_SNAPSHOT_HMAC_KEY``);
 * :mod:`.verify` -- read every state file of a snapshot and check its size and checksum
   (``ckpt inspect --verify``, restore fallback);
 * :mod:`.codec` -- the ``_metadata`` file itself: encode, load and verify a snapshot.

@@ -19,7 +19,9 @@ moved or copied. A checkpoint is valid only once ``_metadata`` exists and verifi
 
 A ``_metadata`` file is untrusted input: :func:`load_snapshot` decodes it into the typed
 handles of :mod:`.handles`, which refuse any path that could leave its directory,
-and, with a secret configured, checks its HMAC (:mod:`.integrity`).
+and, with a secret configured, checks its HMAC (:mod:`.integrity`). A job signs every
+``_metadata`` it writes (``$CKPT_SNAPSHOT_HMAC_KEY``, else its metadata DB's key) and checks
+the signature before it restores (:mod:`..checkpoint.trust`).
 """
 
 from __future__ import annotations
@@ -122,12 +124,23 @@ def read_verified(path: str, size: int, digest: str) -> bytes:
     return data
 
 
-def load_snapshot(path: str, *, hmac_key: str | bytes | None = None) -> LoadedSnapshot:
+def signature_status(doc: dict, key: bytes) -> str:
+    """``"valid"`` (``doc`` carries an HMAC under ``key``), ``"unsigned"`` or ``"invalid"``
+    (signed with another key, or modified after it was signed)."""
+    if integrity.FIELD not in doc:
+        return "unsigned"
+    ok = integrity.verify(_canonical(_signed_part(doc)), key, doc[integrity.FIELD])
+    return "valid" if ok else "invalid"
+
+
+def load_snapshot(path: str, *, hmac_key: str | bytes | None = None,
+                  check_hmac: bool = True) -> LoadedSnapshot:
     """Load and verify ``_metadata`` from a checkpoint/savepoint directory or the file itself.
 
     Checks, in order: JSON, format and version, the SHA-256 checksum, the HMAC when a secret
-    is configured (``hmac_key`` or ``$CKPT_SNAPSHOT_HMAC_KEY``), then every field of the
-    document (:class:`~..snapshot.handles.SnapshotMetadata`). Any failure is a
+    is configured (``hmac_key`` or ``$CKPT_SNAPSHOT_HMAC_KEY``) and ``check_hmac`` (a job's
+    restore passes ``False`` and decides with :mod:`..checkpoint.trust`), then every field of
+    the document (:class:`~..snapshot.handles.SnapshotMetadata`). Any failure is a
     :class:`CorruptCheckpointError` naming ``_metadata`` (and the field).
     """
     path = absolute_location(path) if is_s3(path) else strip_scheme(path)
@@ -158,7 +171,7 @@ def load_snapshot(path: str, *, hmac_key: str | bytes | None = None) -> LoadedSn
     body = {k: v for k, v in doc.items() if k != "checksum"}
     if expected != sha256(_canonical(body)):
         raise CorruptCheckpointError(f"{meta_path} fails its checksum: the file is corrupt")
-    key = integrity.configured_key(hmac_key)
+    key = integrity.configured_key(hmac_key) if check_hmac else None
     if key is not None:
         if integrity.FIELD not in doc:
             raise CorruptCheckpointError(

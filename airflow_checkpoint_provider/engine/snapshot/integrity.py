@@ -1,19 +1,25 @@
-"""Optional keyed integrity of ``_metadata``: an HMAC-SHA256 with a secret only the engine has.
+"""Keyed integrity of ``_metadata``: an HMAC-SHA256 with a secret only the engine has.
 
 The plain SHA-256 ``checksum`` of ``_metadata`` catches accidents (a flipped byte, a
-truncated write) but not an edit: whoever edits the file recomputes it. With a secret
-configured (``$CKPT_SNAPSHOT_HMAC_KEY``, or ``hmac_key=`` passed to the codec), ``_metadata``
+truncated write) but not an edit: whoever edits the file recomputes it. So ``_metadata``
 also carries ``"hmac"``: HMAC-SHA256 over its canonical content, which includes the size and
-SHA-256 of every state file, so a state file cannot be swapped either. On restore, with the
-secret configured, a missing or wrong ``hmac`` is a :class:`CorruptCheckpointError`; without
-it the field is ignored (the snapshot is then only as trusted as its storage).
+SHA-256 of every state file, so a state file cannot be swapped either.
 
-Not signed by default, on purpose: savepoints must restore in another deployment (another
-metadata DB), a key stored beside the snapshots would be readable by the writer it guards
-against, and every reader and writer of snapshots (``ckpt inspect``, ``verify-restore``,
-``ckpt state``) would need a per-DB key. Without a key, restored sink transactions are still
-bound to their sink and job (:mod:`..sink_names`); the README's "Liveness, failures and
-runtime security" states what a snapshot-store writer can do with and without a key.
+Signed by default. A job signs every snapshot with ``$CKPT_SNAPSHOT_HMAC_KEY`` if it is set,
+else with its metadata DB's own random key (table ``snapshot_keys``, created once per DB,
+:meth:`~..catalog.MetadataStore.snapshot_key`); the key never sits beside the snapshots, so
+a snapshot-store writer cannot sign. Before a job restores a snapshot,
+:mod:`..checkpoint.trust` requires a valid ``hmac`` under the key in use, else
+:class:`~..errors.UntrustedSnapshotError` -- unless the user passes the trust flag
+(relocating a savepoint to another deployment) or the snapshot was recorded COMPLETED in
+that DB before its key existed (the upgrade from unsigned snapshots).
+
+This module only computes and checks signatures. :func:`configured_key` is the environment
+key (or an explicit one): with it, :func:`..codec.load_snapshot` -- and so the read-only
+tools (``ckpt inspect``, ``verify-restore``, ``ckpt state read``) -- refuses an unsigned or
+mis-signed ``_metadata`` as :class:`CorruptCheckpointError`; without it they read any
+snapshot. ``ckpt state write`` signs with the DB's key when given ``--db``. The README's
+"Liveness, failures and runtime security" states what a snapshot-store writer can do.
 """
 
 from __future__ import annotations

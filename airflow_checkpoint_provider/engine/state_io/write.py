@@ -22,7 +22,9 @@ the copy does not depend on the original's files. It keeps the original's job id
 checkpoint id: restoring it is restoring the original, with the fixed keys.
 
 Written savepoints are not registered in the metadata DB: restore them by path
-(``ckpt run --restore PATH``, ``Pipeline.run(restore=PATH)``).
+(``ckpt run --restore PATH``, ``Pipeline.run(restore=PATH)``). A job restores only snapshots
+signed with its key (:mod:`..checkpoint.trust`): pass ``hmac_key`` (``ckpt state write --db``
+signs with the DB's key), else restoring needs the trust flag (``--trust-snapshot``).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ Entries = dict[int, dict[str, dict]]
 
 def bootstrap_savepoint(target: str, table: pa.Table, *, pipeline, uid: str,
                         state: str | None = None, kind: str = VALUE,
-                        parallelism: int | None = None) -> str:
+                        parallelism: int | None = None, hmac_key: bytes | None = None) -> str:
     """Write a savepoint at ``target`` holding operator ``uid``'s state from ``table``, for
     ``pipeline`` (an :class:`~..api.Pipeline`) to start from; returns its directory.
 
@@ -88,7 +90,8 @@ def bootstrap_savepoint(target: str, table: pa.Table, *, pipeline, uid: str,
     (value, list, map, reducing) as the function declares it (``reduce()`` keeps its
     running value in value state ``"reduce"``). ``aggregate()`` state: ``key`` and the
     accumulator columns of the operator's aggregations (as :func:`read_state_table` shows
-    them: ``count``, ``nn:<col>``, ``sum:<col>``, ...).
+    them: ``count``, ``nn:<col>``, ``sum:<col>``, ...). ``hmac_key`` signs ``_metadata``
+    (default: ``$CKPT_SNAPSHOT_HMAC_KEY``, if set; unsigned otherwise).
     """
     graph = pipeline.execution_graph()
     found = graph.node_by_uid(uid)
@@ -126,11 +129,12 @@ def bootstrap_savepoint(target: str, table: pa.Table, *, pipeline, uid: str,
            "operators": {uid: {"kind": "keyed", "parallelism": parallelism,
                                "max_parallelism": maxp, "states": states,
                                "subtasks": subtasks}}}
-    return _finish(target, doc)
+    return _finish(target, doc, hmac_key)
 
 
 def rewrite_savepoint(source: str, target: str, *, uid: str, table: pa.Table | None = None,
-                      state: str | None = None, drop_keys: Iterable[object] = ()) -> str:
+                      state: str | None = None, drop_keys: Iterable[object] = (),
+                      hmac_key: bytes | None = None) -> str:
     """Write a copy of the snapshot ``source`` at ``target`` in which operator ``uid``'s
     keys in ``drop_keys`` are gone and the rows of ``table`` replace (or add) the state of
     their keys; returns the new savepoint's directory.
@@ -197,7 +201,7 @@ def rewrite_savepoint(source: str, target: str, *, uid: str, table: pa.Table | N
             _apply_rows(entries, uid, table, state, keyed.states, maxp, check)
         subtasks = _write_per_key(target, uid, entries, op.parallelism, maxp, prepare=prepare)
     doc["operators"][uid]["subtasks"] = subtasks
-    return _finish(target, doc)
+    return _finish(target, doc, hmac_key)
 
 
 # -- per-key state ------------------------------------------------------------------------
@@ -417,8 +421,9 @@ def _copy_file(fs, source_dir: str, target: str, name: str, size: int, digest: s
     fs.write_bytes(join(target, name), read_verified(join(source_dir, name), size, digest))
 
 
-def _finish(target: str, doc: dict) -> str:
-    """Write ``_metadata`` last (atomically), then load it back as a restore would."""
-    filesystem_for(target).write_bytes(join(target, METADATA_FILE), encode_metadata(doc),
-                                       atomic=True)
-    return load_snapshot(target).directory
+def _finish(target: str, doc: dict, hmac_key: bytes | None = None) -> str:
+    """Write ``_metadata`` last (atomically; signed with ``hmac_key`` or
+    ``$CKPT_SNAPSHOT_HMAC_KEY`` if either is set), then load it back as a restore would."""
+    filesystem_for(target).write_bytes(join(target, METADATA_FILE),
+                                       encode_metadata(doc, hmac_key=hmac_key), atomic=True)
+    return load_snapshot(target, hmac_key=hmac_key).directory

@@ -48,7 +48,7 @@ def test_round_trip_restores_at_another_parallelism_like_the_original(stopped_sa
     out = copy_output(root, tmp_path)
     p = versioned_pipeline(str(tmp_path), "v1", num_records=SAVEPOINT_N, out=str(out),
                            keyed_parallelism=3)
-    result = p.run(restore=copy)
+    result = p.run(restore=copy, trust_snapshot=True)  # written without a key
     assert result.status == "FINISHED" and result.restored_from == copy
     check_exactly_once(str(out), expected_running_sums(SAVEPOINT_N, 50, 7))
 
@@ -71,7 +71,7 @@ def test_fixed_copy_drops_and_rewrites_keys(stopped_savepoint, tmp_path):
     out = copy_output(root, tmp_path)
     p = versioned_pipeline(str(tmp_path), "v1", num_records=SAVEPOINT_N, out=str(out),
                            keyed_parallelism=1)
-    assert p.run(restore=fixed).status == "FINISHED"
+    assert p.run(restore=fixed, trust_snapshot=True).status == "FINISHED"
     expected = expected_running_sums(SAVEPOINT_N, 50, 7)
     final = {}
     for r in read_committed(str(out)):
@@ -92,7 +92,7 @@ def test_bootstrap_state_starts_a_new_job_from_the_table(tmp_path):
                              keyed_parallelism=2)
     savepoint = bootstrap_savepoint(str(tmp_path / "boot"), table, pipeline=p, uid="sum")
     assert verify_restore(p, savepoint, parallelism=3).ok
-    assert p.run(restore=savepoint).status == "FINISHED"
+    assert p.run(restore=savepoint, trust_snapshot=True).status == "FINISHED"
     expected = expected_running_sums(N, KEYS, SEED)
     for v in expected.values():
         v["sum"] += 1_000_000
