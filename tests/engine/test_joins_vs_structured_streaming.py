@@ -55,7 +55,7 @@ from airflow_checkpoint_provider.engine import (
 )
 
 pytestmark = pytest.mark.slow
-PARTS = 6  # micro-batches of each input
+PARTS = 4  # micro-batches of each input
 SCHEMA = "id long, key string, value long, ts long"
 
 
@@ -130,8 +130,9 @@ def _ss_join(spark, root, max_ts: int, how: str) -> tuple[Counter, int]:
                     [{"id": -1 - i, "key": "sentinel", "value": 0, "ts": max_ts + ahead}]),
                     str(src / name / f"sentinel-{i}.parquet"))
             q.processAllAvailable()
-        dropped = sum(op.get("numRowsDroppedByWatermark", 0)
-                      for p in q.recentProgress for op in p.get("stateOperators", []))
+        ops = [op for p in q.recentProgress for op in p["stateOperators"]]
+        assert ops and all("numRowsDroppedByWatermark" in op for op in ops), ops[:1]
+        dropped = sum(op["numRowsDroppedByWatermark"] for op in ops)
         rows = spark.sql(f"select i_key, i_id, c_id from ss_{how} "
                          "where i_key != 'sentinel'").collect()
     finally:
