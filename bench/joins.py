@@ -188,9 +188,11 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-ss", action="store_true", help="ours only (no Spark)")
     ap.add_argument("--flat-rate", type=float, default=5_000, help="rows/s per side")
     ap.add_argument("--flat-seconds", type=float, default=120.0)
+    ap.add_argument("--note", default="", help="conditions of the run, shown in BENCHMARKS.md")
     add_results_dir(ap)
     args = ap.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
+    load_before = os.getloadavg()
     runs: list[dict] = []
     if args.reps:
         spark = None
@@ -236,6 +238,9 @@ def main(argv=None) -> int:
                 "ss_batches_under_trigger": sum(r["ss"]["batches_under_trigger"]
                                                 for r in reps if "ss" in r)}
     summary["state_bytes"] = {kind: f["state_bytes"] for kind, f in flat.items()}
+    # 1-minute load averages before and after: this machine is often shared while measuring
+    summary["load_average"] = [round(load_before[0], 1), round(os.getloadavg()[0], 1)]
+    summary["note"] = args.note
     write_results(args.results_dir, "joins.json", {"summary": summary, "runs": runs,
                                                    "flat": flat})
     return 0

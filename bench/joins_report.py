@@ -32,7 +32,10 @@ def joins_section(data: dict | None, lines: list[str]) -> None:
               "warm-up one(s). Ours: the per-record join operators (dict records: the "
               "vectorized join path is not built yet), parallelism 2, heap state, 1 s "
               f"checkpoints, discarding sink, {s['records']:,} rows per side, local runner; "
-              "rows of both inputs / (wall time - start-up).", "",
+              "rows of both inputs / (wall time - start-up)."
+              + (f" 1-minute load average {s['load_average'][0]} before the run, "
+                 f"{s['load_average'][1]} after it (2 cores)." if s.get("load_average") else "")
+              + (f" Conditions: {s['note']}" if s.get("note") else ""), "",
               "| join | SS sustained (rows/s) | ours (rows/s) | ours / SS | SS batches under 1 s |",
               "|---|---|---|---|---|"]
     for kind, sc in s["scenarios"].items():
@@ -55,8 +58,7 @@ def joins_section(data: dict | None, lines: list[str]) -> None:
                   f"{s['flat_seconds']:.0f} s, 1 s checkpoints): checkpointed state size (bytes, "
                   "all subtasks) at the first, a quarter, the middle and the last-but-one "
                   "checkpoint, and the largest; the watermark clean-up keeps it flat (the last "
-                  "checkpoint, at end of input, is empty). SS's state rows per batch in the "
-                  "saturation runs (first, last) are in `bench/results/joins.json`.", "",
+                  "checkpoint, at end of input, is empty).", "",
                   "| join | checkpoints | first | 1/4 | middle | last but one | largest |",
                   "|---|---|---|---|---|---|---|"]
         for kind, series in sizes.items():
@@ -65,3 +67,12 @@ def joins_section(data: dict | None, lines: list[str]) -> None:
                          f"{fmt(series[n // 4])} | {fmt(series[n // 2])} | "
                          f"{fmt(series[max(0, n - 2)])} | {fmt(max(series))} |")
         lines.append("")
+    if data["runs"]:
+        ss = {k: row["ss"]["state_rows"] for k, row in data["runs"][0].items() if "ss" in row}
+        if ss:
+            lines += ["SS's state rows after each micro-batch of the first repetition (both "
+                      "sides; a batch's watermark comes from the previous batches, so after a "
+                      "batch SS holds all of its rows plus the earlier rows the bound and "
+                      "range still need; flat from batch to batch): "
+                      + "; ".join(f"{names.get(k, k)}: {', '.join(f'{n:,}' for n in v)}"
+                                  for k, v in ss.items()) + ".", ""]
