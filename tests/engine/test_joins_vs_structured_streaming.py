@@ -61,7 +61,7 @@ SCHEMA = "id long, key string, value long, ts long"
 
 @pytest.fixture(scope="module")
 def spark():
-    """One local Spark session for the module (SS queries run one after the other)."""
+    """One local Spark session for the module."""
     from airflow_checkpoint_provider.engine.runners.spark import session_for
 
     with pytest.MonkeyPatch.context() as mp:
@@ -93,51 +93,59 @@ def inputs(tmp_path_factory):
     return root, max_ts
 
 
-def _ss_join(spark, root, max_ts: int, how: str) -> tuple[Counter, int]:
-    """SS's stream-stream join of the input, flushed by sentinel rows far in the future on
-    both inputs (the global watermark is the minimum of the two); returns the output rows
-    (key, imp id, click id or None) and the rows SS dropped as late."""
+def _ss_joins(spark, root, max_ts: int) -> dict[str, tuple[Counter, int]]:
+    """SS's inner and left outer stream-stream joins of the input (two queries running side
+    by side), flushed by sentinel rows far in the future on both inputs (the global
+    watermark is the minimum of the two); per join: the output rows (key, imp id, click id
+    or None) and the rows SS dropped as late."""
     from pyspark.sql import functions as F
-
-    src = root / f"ss-{how}"
-    for name in ("imps", "clicks"):
-        os.makedirs(src / name)
-        for f in sorted(os.listdir(root / name)):
-            os.link(root / name / f, src / name / f)
 
     def stream(name: str, prefix: str):
         return (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
-                .parquet(str(src / name))
+                .parquet(str(root / name))
                 .select(F.col("id").alias(f"{prefix}_id"), F.col("key").alias(f"{prefix}_key"),
                         F.timestamp_millis("ts").alias(f"{prefix}_t"))
                 .withWatermark(f"{prefix}_t", f"{BOUND_MS} milliseconds"))
 
-    imps, clks = stream("imps", "i"), stream("clicks", "c")
     condition = F.expr(
         f"i_key = c_key AND c_t BETWEEN i_t + INTERVAL {LOWER_MS} MILLISECONDS "
         f"AND i_t + INTERVAL {UPPER_MS} MILLISECONDS")
-    joined = imps.join(clks, condition, {"inner": "inner", "left": "leftOuter"}[how])
-    q = (joined.select("i_key", "i_id", "c_id").writeStream.outputMode("append")
-         .format("memory").queryName(f"ss_{how}")
-         .option("checkpointLocation", str(root / f"ss-chk-{how}")).start())
+    queries = {}
     try:
-        q.processAllAvailable()
+        for how, kind in (("inner", "inner"), ("left", "leftOuter")):
+            joined = stream("imps", "i").join(stream("clicks", "c"), condition, kind)
+            queries[how] = (joined.select("i_key", "i_id", "c_id").writeStream
+                            .outputMode("append").format("memory").queryName(f"ss_{how}")
+                            .option("checkpointLocation", str(root / f"ss-chk-{how}")).start())
+        for q in queries.values():
+            q.processAllAvailable()
         # sentinels far ahead on both inputs, in two more batches: the first moves the
         # global watermark past every real row, the batch after it evicts (and emits) them
         for i, ahead in enumerate((100_000, 200_000)):
             for name in ("imps", "clicks"):
                 pq.write_table(pa.Table.from_pylist(
                     [{"id": -1 - i, "key": "sentinel", "value": 0, "ts": max_ts + ahead}]),
-                    str(src / name / f"sentinel-{i}.parquet"))
-            q.processAllAvailable()
-        ops = [op for p in q.recentProgress for op in p["stateOperators"]]
-        assert ops and all("numRowsDroppedByWatermark" in op for op in ops), ops[:1]
-        dropped = sum(op["numRowsDroppedByWatermark"] for op in ops)
-        rows = spark.sql(f"select i_key, i_id, c_id from ss_{how} "
-                         "where i_key != 'sentinel'").collect()
+                    str(root / name / f"sentinel-{i}.parquet"))
+            for q in queries.values():
+                q.processAllAvailable()
+        out = {}
+        for how, q in queries.items():
+            ops = [op for p in q.recentProgress for op in p["stateOperators"]]
+            assert ops and all("numRowsDroppedByWatermark" in op for op in ops), ops[:1]
+            rows = spark.sql(f"select i_key, i_id, c_id from ss_{how} "
+                             "where i_key != 'sentinel'").collect()
+            out[how] = (Counter((r.i_key, r.i_id, r.c_id) for r in rows),
+                        sum(op["numRowsDroppedByWatermark"] for op in ops))
+        return out
     finally:
-        q.stop()
-    return Counter((r.i_key, r.i_id, r.c_id) for r in rows), dropped
+        for q in queries.values():
+            q.stop()
+
+
+@pytest.fixture(scope="module")
+def ss(spark, inputs):
+    root, max_ts = inputs
+    return _ss_joins(spark, root, max_ts)
 
 
 def _ours(root: str) -> Pipeline:
@@ -168,9 +176,8 @@ def ours(tmp_path_factory):
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("how", ["inner", "left"])
-def test_interval_join_equals_structured_streaming_row_for_row(spark, inputs, ours, how):
-    root, max_ts = inputs
-    ss, dropped = _ss_join(spark, root, max_ts, how)
+def test_interval_join_equals_structured_streaming_row_for_row(ss, ours, how):
+    ss, dropped = ss[how]
     assert dropped == 0, "the input is within the bound: SS drops nothing as late"
     assert sum(ss.values()) > 1_000
     if how == "left":
