@@ -18,6 +18,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 from jobs import p99  # noqa: E402
+from joins_report import joins_section  # noqa: E402
 
 
 class Results:
@@ -562,6 +563,7 @@ def main(argv=None) -> int:
     targets_section(r, lines)
     sss_section(r, lines)
     event_time_section(r, lines)
+    joins_section(r.load("joins.json"), lines)
     latency_section(r, lines)
     overhead_section(r, lines)
     scaling_section(r, lines)

@@ -156,6 +156,21 @@ def test_scaling_scenario_measures_parallelism_keys_and_network_bytes(results):
     assert summary["ipc_bytes_per_row"]["string keys"] > 0
 
 
+@pytest.mark.timeout(300)
+def test_joins_scenario_runs_both_joins_against_structured_streaming(results):
+    bench("joins.py", "--keys", "1000", "--reps", "1", "--records", "6000",
+          "--ss-rows-per-batch", "5000", "--warmup-batches", "1", "--batches", "1",
+          "--flat-rate", "2000", "--flat-seconds", "2", results=results, timeout=280)
+    data = load(results, "joins.json")
+    run = data["runs"][0]
+    for kind in ("interval", "window"):
+        assert run[kind]["ss"]["batches"] == 1 and run[kind]["ss"]["rows"] == 10000
+        assert run[kind]["ss"]["output_rows"] > 0
+        assert run[kind]["local"]["checkpoints"] >= 1 and run[kind]["ratio_local"] > 0
+        flat = data["flat"][kind]["state_bytes"]
+        assert len(flat) >= 2 and max(flat) > 0 and flat[-1] == 0, "empty at end of input"
+
+
 def test_benchmarks_md_renders_every_scenario(results, tmp_path):
     out = tmp_path / "BENCHMARKS.md"
     bench("write_benchmarks.py", "--output", str(out), results=results)
@@ -171,7 +186,8 @@ def test_benchmarks_md_renders_every_scenario(results, tmp_path):
                 "latency.json": "## End-to-end latency",
                 "event_time.json": "## State size over a long run",
                 "unaligned.json": "## Aligned vs unaligned checkpoints under backpressure",
-                "sinks.json": "## Exactly-once sinks: throughput and commit latency"}
+                "sinks.json": "## Exactly-once sinks: throughput and commit latency",
+                "joins.json": "## Joins against Structured Streaming's stream-stream join"}
     for name, heading in expected.items():
         if name in present:
             assert heading in text, heading

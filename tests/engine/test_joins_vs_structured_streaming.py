@@ -1,0 +1,187 @@
+"""Interval joins checked row for row against Spark Structured Streaming's stream-stream join
+on the same out-of-order input: impressions and clicks of tests/join_pipelines.py (30 keys,
+disorder up to 300 ms, watermark bound 400 ms on both sides), joined on the key with the time
+range ``click.t BETWEEN imp.t - 50 ms AND imp.t + 150 ms``, inner and left outer.
+
+SS reads the same records as Parquet files, one file per source per micro-batch, so its
+watermark advances between batches. The comparison is on the final output of the bounded
+input, once both engines have seen all of it and their watermarks passed every row: then
+both emit every pair of the time range and (left outer) every impression that matched
+nothing, exactly once. Differences in *when* rows are emitted (and so which rows could be
+late) are documented in the README section "Joins and two-input operators":
+
+* SS's watermark is global (the minimum over all inputs' ``withWatermark``,
+  ``spark.sql.streaming.multipleWatermarkPolicy=min``) and moves once per micro-batch, from
+  the maximum event time of the previous batches; ours is the minimum over the join's input
+  channels and moves with every watermark a source emits (``with_emit_interval``). Both drop
+  rows behind the watermark ("late"), so which rows are late can differ between the two
+  when the input's disorder exceeds the bound; this input stays within it and nothing is
+  late in either engine (checked below: SS's ``numRowsDroppedByWatermark`` is 0, ours is
+  the same output as the plain Python reference, which drops nothing).
+* SS emits a left outer join's unmatched row in the first micro-batch whose watermark is past
+  ``imp.t + 150 ms`` (so a bounded input needs a later batch to flush them: the sentinel rows
+  below); ours emits it as soon as our watermark reaches ``imp.t + 150 ms``.
+* SS's NULL-padded right columns are ours ``fn(left, None)``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from join_pipelines import (
+    BOUND_MS,
+    LOWER_MS,
+    N_CLICKS,
+    N_IMPRESSIONS,
+    UPPER_MS,
+    _records,
+    clicks,
+    expected_interval_join,
+    impressions,
+    pair,
+    watermarks,
+)
+
+from airflow_checkpoint_provider.engine import (
+    CheckpointConfig,
+    FileSink,
+    Pipeline,
+    RestartStrategy,
+    read_committed,
+)
+
+pytestmark = pytest.mark.slow
+PARTS = 4  # micro-batches of each input
+SCHEMA = "id long, key string, value long, ts long"
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """One local Spark session for the module."""
+    from airflow_checkpoint_provider.engine.runners.spark import session_for
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+        session = session_for("local[2]", "joins-vs-ss",
+                              extra_conf={"spark.sql.shuffle.partitions": "2",
+                                          "spark.sql.session.timeZone": "UTC",
+                                          "spark.ui.enabled": "false"})
+        try:
+            yield session
+        finally:
+            session.stop()
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """Both generators' records as Parquet files of consecutive ids (in the order the
+    records are generated, so out of order in event time), and the largest timestamp."""
+    root = tmp_path_factory.mktemp("join-input")
+    max_ts = 0
+    for name, recs in (("imps", _records(impressions(), N_IMPRESSIONS)),
+                       ("clicks", _records(clicks(), N_CLICKS))):
+        os.makedirs(root / name)
+        n = len(recs)
+        for part in range(PARTS):
+            rows = recs[part * n // PARTS:(part + 1) * n // PARTS]
+            pq.write_table(pa.Table.from_pylist(rows), str(root / name / f"part-{part}.parquet"))
+        max_ts = max(max_ts, max(r["ts"] for r in recs))
+    return root, max_ts
+
+
+def _ss_joins(spark, root, max_ts: int) -> dict[str, tuple[Counter, int]]:
+    """SS's inner and left outer stream-stream joins of the input (two queries running side
+    by side), flushed by sentinel rows far in the future on both inputs (the global
+    watermark is the minimum of the two); per join: the output rows (key, imp id, click id
+    or None) and the rows SS dropped as late."""
+    from pyspark.sql import functions as F
+
+    def stream(name: str, prefix: str):
+        return (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+                .parquet(str(root / name))
+                .select(F.col("id").alias(f"{prefix}_id"), F.col("key").alias(f"{prefix}_key"),
+                        F.timestamp_millis("ts").alias(f"{prefix}_t"))
+                .withWatermark(f"{prefix}_t", f"{BOUND_MS} milliseconds"))
+
+    condition = F.expr(
+        f"i_key = c_key AND c_t BETWEEN i_t + INTERVAL {LOWER_MS} MILLISECONDS "
+        f"AND i_t + INTERVAL {UPPER_MS} MILLISECONDS")
+    queries = {}
+    try:
+        for how, kind in (("inner", "inner"), ("left", "leftOuter")):
+            joined = stream("imps", "i").join(stream("clicks", "c"), condition, kind)
+            queries[how] = (joined.select("i_key", "i_id", "c_id").writeStream
+                            .outputMode("append").format("memory").queryName(f"ss_{how}")
+                            .option("checkpointLocation", str(root / f"ss-chk-{how}")).start())
+        for q in queries.values():
+            q.processAllAvailable()
+        # sentinels far ahead on both inputs, in two more batches: the first moves the
+        # global watermark past every real row, the batch after it evicts (and emits) them
+        for i, ahead in enumerate((100_000, 200_000)):
+            for name in ("imps", "clicks"):
+                pq.write_table(pa.Table.from_pylist(
+                    [{"id": -1 - i, "key": "sentinel", "value": 0, "ts": max_ts + ahead}]),
+                    str(root / name / f"sentinel-{i}.parquet"))
+            for q in queries.values():
+                q.processAllAvailable()
+        out = {}
+        for how, q in queries.items():
+            ops = [op for p in q.recentProgress for op in p["stateOperators"]]
+            assert ops and all("numRowsDroppedByWatermark" in op for op in ops), ops[:1]
+            rows = spark.sql(f"select i_key, i_id, c_id from ss_{how} "
+                             "where i_key != 'sentinel'").collect()
+            out[how] = (Counter((r.i_key, r.i_id, r.c_id) for r in rows),
+                        sum(op["numRowsDroppedByWatermark"] for op in ops))
+        return out
+    finally:
+        for q in queries.values():
+            q.stop()
+
+
+@pytest.fixture(scope="module")
+def ss(spark, inputs):
+    root, max_ts = inputs
+    return _ss_joins(spark, root, max_ts)
+
+
+def _ours(root: str) -> Pipeline:
+    """The same joins on this engine: inner and left outer from the same two sources."""
+    p = Pipeline("joins-vs-ss", max_parallelism=128,
+                 checkpoint=CheckpointConfig(interval_ms=200, directory=os.path.join(root, "ckpt")),
+                 restart_strategy=RestartStrategy.fixed_delay(attempts=0, delay_ms=0),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    imps = p.source(impressions(), uid="imps", parallelism=2, watermarks=watermarks())
+    clks = p.source(clicks(), uid="clicks", parallelism=2, watermarks=watermarks())
+    for how in ("inner", "left"):
+        (imps.key_by("key").interval_join(clks.key_by("key"), how=how)
+             .between(LOWER_MS, UPPER_MS)
+             .process(pair, uid=f"ij-{how}", parallelism=2)
+             .sink(FileSink(os.path.join(root, how)), uid=f"out-{how}"))
+    return p
+
+
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("ours"))
+    result = _ours(root).run()
+    assert result.status == "FINISHED"
+    return {how: Counter((r["key"], r["imp"], r["click"])
+                         for r in read_committed(os.path.join(root, how)))
+            for how in ("inner", "left")}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_interval_join_equals_structured_streaming_row_for_row(ss, ours, how):
+    ss, dropped = ss[how]
+    assert dropped == 0, "the input is within the bound: SS drops nothing as late"
+    assert sum(ss.values()) > 1_000
+    if how == "left":
+        unmatched = sum(n for (_, _, c), n in ss.items() if c is None)
+        assert 0 < unmatched < N_IMPRESSIONS, "some impressions matched nothing"
+    assert ours[how] == ss
+    assert ss == expected_interval_join(how)
