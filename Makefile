@@ -73,6 +73,7 @@ bench: venv
 	$(PY) bench/scaling.py --reps 1
 	$(PY) bench/hotspots.py --job aggregate --records 1000000 --keys 100000
 	$(PY) bench/hotspots.py --job running_sum --records 200000 --keys 100000
+	$(PY) bench/joins.py --keys 10000 --reps 3
 	$(PY) bench/write_benchmarks.py
 
 # ruff (with a complexity bound) on everything; mypy on the engine's public API and seams.
