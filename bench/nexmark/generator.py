@@ -144,6 +144,7 @@ class NexmarkGenerator:
     """``batch(event_ids)``: the events of those ids as one Arrow batch (:data:`SCHEMA`)."""
 
     EXTRA_POOL_BYTES = 1 << 20
+    MAX_STRING = 1024
 
     def __init__(self, config: NexmarkConfig | None = None) -> None:
         self.config = config or NexmarkConfig()
@@ -196,7 +197,9 @@ class NexmarkGenerator:
     def _slices(self, pool: np.ndarray, ids: np.ndarray, k: int, lengths: np.ndarray) -> pa.Array:
         """Strings: for each event a slice of ``pool`` of its length at a random offset."""
         lengths = lengths.astype(np.int64)
-        starts = self._int(ids, k, len(pool) - int(lengths.max(initial=0)) - 1)
+        # the bound must not depend on the batch (an event is a function of its id alone)
+        assert int(lengths.max(initial=0)) < self.MAX_STRING, "string longer than MAX_STRING"
+        starts = self._int(ids, k, len(pool) - self.MAX_STRING)
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         total = int(offsets[-1])
