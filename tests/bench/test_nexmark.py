@@ -235,3 +235,29 @@ def test_q19_top10_per_auction(run):
             ref.add((auction, rank, price))
     got = out(run, "q19").groupby(["auction", "rank_number"]).price.max()
     assert {(a, r, p) for (a, r), p in got.items()} == ref
+
+
+@pytest.mark.timeout(180)
+def test_run_script_measures_and_renders_the_section(tmp_path):
+    """bench/nexmark/run.py end to end on a tiny data set, our engine only (Flink and SS
+    need their own set-up; `make bench-nexmark` runs them)."""
+    import json
+    import subprocess
+    import sys
+
+    from bench.nexmark import report
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "bench", "nexmark", "run.py"), "--engines", "ours",
+         "--queries", "q0,q5", "--backends", "heap", "--files", "2", "--events-per-file",
+         "3000", "--target-s", "1", "--data-dir", str(tmp_path / "data"), "--results-dir",
+         str(tmp_path / "res")], cwd=root, capture_output=True, text=True, timeout=170,
+        env={**os.environ, "PYTHONPATH": root})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with open(tmp_path / "res" / "nexmark.json") as f:
+        data = json.load(f)
+    assert {(r["query"], r["engine"]) for r in data["runs"] if r["rate"]} == \
+        {("q0", "ours"), ("q5", "ours")}
+    text = "\n".join(report.render(data))
+    assert "| q0 |" in text and "| q5 |" in text and "q3 needs" in text
