@@ -14,8 +14,9 @@ on the same generated events, interleaved query by query.
   checkpoints every ``--intervals`` s, heap or RocksDB backend; rate = events / (wall time
   - start-up), the final checkpoint and teardown included. Flink: flink_sql.py under
   ``--flink-python`` (blackhole sink, hashmap or RocksDB, nexmark-flink's mini-batch
-  settings); rate = (K - K/2) / (job time over K files - job time over K/2 files), which
-  takes the MiniCluster's start-up and the JIT's warm-up out. SS: ``local[1]``, RocksDB
+  settings); rate = events / the job's net runtime as Flink reports it (submission to end:
+  task deployment, JIT warm-up and the final checkpoint included; JVM start and SQL
+  planning not). SS: ``local[1]``, RocksDB
   state store with changelog checkpointing, a checkpoint per micro-batch, noop sink,
   ``maxFilesPerTrigger`` sized so that every batch outlasts the 1 s trigger; rate = rows /
   summed ``triggerExecution`` after one warm-up batch.
@@ -178,17 +179,12 @@ def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str
         r = child([sys.executable, __file__, "--child", "ss", "--query", query, "--path", path,
                    "--files-per-trigger", str(per)], timeout)
     else:
-        k = files_for(rate, args, minimum=2)
-        k += k % 2
-        k = min(k, args.files - args.files % 2)
-        runs = {}
-        for n in (k // 2, k):
-            runs[n] = child([args.flink_python, os.path.join(HERE, "flink_sql.py"), "--query",
-                             query, "--csv", subset(data, "csv", n), "--backend",
-                             BACKEND_FLINK[backend], "--interval-s", str(interval_s)], timeout)
-        dt = runs[k]["job_s"] - runs[k // 2]["job_s"]
-        r = {"job_s": {str(n): v["job_s"] for n, v in runs.items()},
-             "rate": (k - k // 2) * args.events_per_file / dt if dt > 0 else None}
+        k = files_for(rate, args)
+        path = subset(data, "csv", k)
+        r = child([args.flink_python, os.path.join(HERE, "flink_sql.py"), "--query", query,
+                   "--csv", path, "--backend", BACKEND_FLINK[backend], "--interval-s",
+                   str(interval_s)], timeout)
+        r["rate"] = k * args.events_per_file / r["net_runtime_s"]
     r.update(engine=engine, query=query, backend=backend, interval_s=interval_s, runner=runner,
              files=k)
     if r.get("rate"):
