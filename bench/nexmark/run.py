@@ -157,7 +157,8 @@ def ss_child(query: str, path: str, files_per_trigger: int, timeout_s: float) ->
 
 # -- one measurement per engine ---------------------------------------------------------------
 def files_for(rate: float, args, minimum: int = 1) -> int:
-    return max(minimum, min(args.files, round(rate * args.target_s / args.events_per_file)))
+    most = min(args.files, args.max_files or args.files)
+    return max(minimum, min(most, round(rate * args.target_s / args.events_per_file)))
 
 
 def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str = "heap",
@@ -227,6 +228,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--target-s", type=float, default=25)
     ap.add_argument("--files", type=int, default=24)
+    ap.add_argument("--max-files", type=int, default=None,
+                    help="read at most this many files per run (the slow per-record queries)")
     ap.add_argument("--events-per-file", type=int, default=500_000)
     ap.add_argument("--event-rate", type=float, default=1_000_000,
                     help="events per second of event time")
