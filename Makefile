@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-engine test lint venv clean check-java check-postgres check-chromium bench stack
+.PHONY: demo demo-engine test lint venv clean check-java check-postgres check-chromium bench stack bench-nexmark
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -75,6 +75,19 @@ bench: venv
 	$(PY) bench/hotspots.py --job running_sum --records 200000 --keys 100000
 	$(PY) bench/joins.py --keys 10000 --reps 3
 	$(PY) bench/write_benchmarks.py
+
+# Nexmark against Flink 2.x and Structured Streaming (BENCHMARKS.md, "Nexmark"). Flink runs
+# from its own venv (apache-flink from PyPI ships the JVM runtime; ~850 MB): created if missing.
+FLINK_VENV ?= .flink-venv
+NEXMARK_ARGS ?=
+
+$(FLINK_VENV)/.installed:
+	$(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/pip install --quiet --disable-pip-version-check apache-flink==2.3.0
+	@touch $@
+
+bench-nexmark: venv check-java $(FLINK_VENV)/.installed
+	$(PY) bench/nexmark/run.py --flink-python $(abspath $(FLINK_VENV))/bin/python --write-md $(NEXMARK_ARGS)
 
 # ruff (with a complexity bound) on everything; mypy on the engine's public API and seams.
 ENGINE := airflow_checkpoint_provider/engine

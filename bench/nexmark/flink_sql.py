@@ -1,0 +1,197 @@
+"""Flink 2.x (PyFlink SQL) on the Nexmark events: nexmark-flink's DDL and queries, over the
+CSV copy of our generated events (the pip package ships no Parquet format jar).
+
+Runs under the separate Flink venv (``/work/flink-venv/bin/python``), never imports our
+engine, and prints one JSON line::
+
+    /work/flink-venv/bin/python bench/nexmark/flink_sql.py --query q5 --csv DIR \\
+        [--backend hashmap|rocksdb] [--interval-s 10] [--parallelism 1]
+
+Settings are those of nexmark-flink's own benchmark configuration: mini-batch on (2 s
+allowed latency, 50,000 rows), split distinct aggregation, exactly-once checkpoints,
+incremental RocksDB; the watermark is ``dateTime - 4 s`` as in its DDL. Sinks are
+``blackhole``. The job is bounded (the files), so it ends when the input does; ``net_runtime_s``
+is the job's net runtime as the cluster reports it (submission to the end: task deployment,
+the JIT's warm-up and the final checkpoint included; the JVM's start and planning not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+
+COLUMNS = """
+    event_type INT, date_time TIMESTAMP(3),
+    person_id BIGINT, person_name STRING, person_email STRING, person_credit_card STRING,
+    person_city STRING, person_state STRING,
+    auction_id BIGINT, auction_item_name STRING, auction_description STRING,
+    auction_initial_bid BIGINT, auction_reserve BIGINT, auction_expires TIMESTAMP(3),
+    auction_seller BIGINT, auction_category BIGINT,
+    auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, extra STRING"""
+
+DDL = """
+CREATE TABLE events ({columns},
+    WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND
+) WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'csv',
+        'csv.null-literal' = '', 'csv.ignore-parse-errors' = 'false')
+"""
+
+BID_VIEW = """
+CREATE VIEW bid AS SELECT auction, bidder, price, channel, url, date_time AS `dateTime`, extra
+FROM events WHERE event_type = 2
+"""
+
+RANKS = """
+    count(*) AS total_bids,
+    count(*) filter (where price < 10000) AS rank1_bids,
+    count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,
+    count(*) filter (where price >= 1000000) AS rank3_bids"""
+DISTINCT = RANKS + """,
+    count(distinct bidder) AS total_bidders,
+    count(distinct bidder) filter (where price < 10000) AS rank1_bidders,
+    count(distinct bidder) filter (where price >= 10000 and price < 1000000) AS rank2_bidders,
+    count(distinct bidder) filter (where price >= 1000000) AS rank3_bidders,
+    count(distinct auction) AS total_auctions,
+    count(distinct auction) filter (where price < 10000) AS rank1_auctions,
+    count(distinct auction) filter (where price >= 10000 and price < 1000000) AS rank2_auctions,
+    count(distinct auction) filter (where price >= 1000000) AS rank3_auctions"""
+
+HOP = ("TABLE(HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, "
+       "INTERVAL '10' SECOND))")
+
+#: the SELECT of each query (nexmark-flink's semantics, our column names)
+QUERIES = {
+    "q0": "SELECT auction, bidder, price, `dateTime`, extra FROM bid",
+    "q1": "SELECT auction, bidder, 0.908 * price AS price, `dateTime`, extra FROM bid",
+    "q2": "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0",
+    "q5": f"""
+SELECT AuctionBids.auction, AuctionBids.num FROM (
+    SELECT auction, count(*) AS num, window_start AS starttime, window_end AS endtime
+    FROM {HOP} GROUP BY auction, window_start, window_end) AS AuctionBids
+JOIN (
+    SELECT max(CountBids.num) AS maxn, CountBids.starttime, CountBids.endtime FROM (
+        SELECT count(*) AS num, window_start AS starttime, window_end AS endtime
+        FROM {HOP} GROUP BY auction, window_start, window_end) AS CountBids
+    GROUP BY CountBids.starttime, CountBids.endtime) AS MaxBids
+ON AuctionBids.starttime = MaxBids.starttime AND AuctionBids.endtime = MaxBids.endtime
+   AND AuctionBids.num >= MaxBids.maxn""",
+    "q7": """
+SELECT B.auction, B.price, B.bidder, B.`dateTime`, B.extra FROM bid B
+JOIN (SELECT MAX(price) AS maxprice, window_end AS `dateTime`
+      FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
+      GROUP BY window_start, window_end) B1
+ON B.price = B1.maxprice
+WHERE B.`dateTime` BETWEEN B1.`dateTime` - INTERVAL '10' SECOND AND B1.`dateTime`""",
+    "q11": """
+SELECT B.bidder, count(*) AS bid_count,
+       SESSION_START(B.`dateTime`, INTERVAL '10' SECOND) AS starttime,
+       SESSION_END(B.`dateTime`, INTERVAL '10' SECOND) AS endtime
+FROM bid B GROUP BY B.bidder, SESSION(B.`dateTime`, INTERVAL '10' SECOND)""",
+    "q12": """
+SELECT bidder, count(*) AS bid_count, window_start AS starttime, window_end AS endtime
+FROM TABLE(TUMBLE(TABLE B12, DESCRIPTOR(p_time), INTERVAL '10' SECOND))
+GROUP BY bidder, window_start, window_end""",
+    "q14": """
+SELECT auction, bidder, 0.908 * price AS price,
+    CASE WHEN HOUR(`dateTime`) >= 8 AND HOUR(`dateTime`) <= 18 THEN 'dayTime'
+         WHEN HOUR(`dateTime`) <= 6 OR HOUR(`dateTime`) >= 20 THEN 'nightTime'
+         ELSE 'otherTime' END AS bidTimeType,
+    `dateTime`, extra,
+    CAST(CHAR_LENGTH(extra) - CHAR_LENGTH(REPLACE(extra, 'c', '')) AS BIGINT) AS c_counts
+FROM bid WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000""",
+    "q15": f"""
+SELECT DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') AS `day`, {DISTINCT}
+FROM bid GROUP BY DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')""",
+    "q16": f"""
+SELECT channel, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') AS `day`,
+       max(DATE_FORMAT(`dateTime`, 'HH:mm')) AS `minute`, {DISTINCT}
+FROM bid GROUP BY channel, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')""",
+    "q17": f"""
+SELECT auction, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') AS `day`, {RANKS},
+       min(price) AS min_price, max(price) AS max_price, avg(price) AS avg_price,
+       sum(price) AS sum_price
+FROM bid GROUP BY auction, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')""",
+    "q18": """
+SELECT auction, bidder, price, channel, url, `dateTime`, extra FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY `dateTime` DESC) AS rn
+    FROM bid) WHERE rn <= 1""",
+    "q19": """
+SELECT * FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rank_number
+    FROM bid) WHERE rank_number <= 10""",
+    "q21": """
+SELECT auction, bidder, price, channel,
+    CASE WHEN lower(channel) = 'apple' THEN '0' WHEN lower(channel) = 'google' THEN '1'
+         WHEN lower(channel) = 'facebook' THEN '2' WHEN lower(channel) = 'baidu' THEN '3'
+         ELSE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) END AS channel_id
+FROM bid WHERE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) IS NOT NULL
+            OR lower(channel) IN ('apple', 'google', 'facebook', 'baidu')""",
+    "q22": """
+SELECT auction, bidder, price, channel, SPLIT_INDEX(url, '/', 3) AS dir1,
+       SPLIT_INDEX(url, '/', 4) AS dir2, SPLIT_INDEX(url, '/', 5) AS dir3 FROM bid""",
+}
+
+
+def run(query: str, path: str, *, backend: str, interval_s: float, parallelism: int,
+        checkpoints: str) -> dict:
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+
+    t0 = time.monotonic()
+    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    conf = env.get_config()
+    settings = {
+        "parallelism.default": str(parallelism),
+        "execution.checkpointing.interval": f"{int(interval_s * 1000)} ms",
+        "execution.checkpointing.mode": "EXACTLY_ONCE",
+        "execution.checkpointing.dir": "file://" + checkpoints,
+        "state.backend.type": backend,
+        "state.backend.incremental": "true",
+        "table.exec.mini-batch.enabled": "true",
+        "table.exec.mini-batch.allow-latency": "2 s",
+        "table.exec.mini-batch.size": "50000",
+        "table.optimizer.distinct-agg.split.enabled": "true",
+    }
+    for k, v in settings.items():
+        conf.set(k, v)
+    env.execute_sql(DDL.format(columns=COLUMNS, path=path))
+    env.execute_sql(BID_VIEW)
+    if query == "q12":
+        env.execute_sql("CREATE VIEW B12 AS SELECT *, PROCTIME() AS p_time FROM bid")
+    select = QUERIES[query]
+
+    cols = env.sql_query(select).get_resolved_schema().get_columns()
+    ddl_cols = ", ".join(
+        f"`{c.get_name()}` " + str(c._j_column.getDataType().toString())
+        .replace(" *ROWTIME*", "").replace(" *PROCTIME*", "").replace("TIMESTAMP_LTZ(3)", "TIMESTAMP_LTZ(3)")
+        for c in cols)
+    env.execute_sql(f"CREATE TABLE sink ({ddl_cols}) WITH ('connector' = 'blackhole')")
+    t1 = time.monotonic()
+    result = env.execute_sql(f"INSERT INTO sink {select}")
+    result.wait()
+    t2 = time.monotonic()
+    # the cluster's own measure of the job, submission to end (no JVM start, no planning)
+    net_ms = result.get_job_client().get_job_execution_result().result().get_net_runtime()
+    return {"query": query, "setup_s": t1 - t0, "job_s": t2 - t1, "net_runtime_s": net_ms / 1000,
+            "settings": settings}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--query", required=True, choices=sorted(QUERIES))
+    ap.add_argument("--csv", required=True, help="directory of the events as CSV")
+    ap.add_argument("--backend", default="rocksdb", choices=("hashmap", "rocksdb"))
+    ap.add_argument("--interval-s", type=float, default=10.0)
+    ap.add_argument("--parallelism", type=int, default=1)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="flink-chk-") as chk:
+        out = run(args.query, args.csv, backend=args.backend, interval_s=args.interval_s,
+                  parallelism=args.parallelism, checkpoints=chk)
+    print("RESULT " + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,422 @@
+"""The Nexmark queries in our API, over the event table of :mod:`.generator`.
+
+``QUERIES[name](events, parallelism)`` takes the stream of events (Arrow batches of
+:data:`~.generator.SCHEMA`, from :class:`~.source.NexmarkSource` or the Parquet files) and
+returns the query's output stream. The semantics are those of nexmark-flink's SQL
+(``queries/q*.sql``); where ours differ it is said at the query. Unbounded GROUP BYs emit
+updates (the running result of each key a batch touched), as Flink's and Structured
+Streaming's update mode do: a key's last row is its result.
+
+``MISSING``: the queries our operators cannot express yet, with the operator they need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_checkpoint_provider.engine import (
+    KeyedProcessFunction,
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+)
+
+from .generator import BID
+
+BID_COLUMNS = ("auction", "bidder", "price", "channel", "url", "date_time", "extra")
+HOT = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
+DAY_MS = 86_400_000
+
+
+def bids(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The ``bid`` view: bid events, bid columns."""
+    b = batch.filter(pc.equal(batch.column("event_type"), BID))
+    return b.select(list(BID_COLUMNS))
+
+
+def bids_ms(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """:func:`bids` with ``date_time`` as epoch ms (int64): what per-record state can hold."""
+    b = bids(batch)
+    i = b.schema.get_field_index("date_time")
+    return b.set_column(i, "date_time", pc.cast(b.column(i), pa.int64()))
+
+
+def _ms(col: pa.Array) -> np.ndarray:
+    return pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False)
+
+
+def _rank(price: np.ndarray) -> np.ndarray:
+    """Nexmark's price ranks: 1 below 10,000, 2 below 1,000,000, else 3."""
+    return np.where(price < 10_000, 1, np.where(price < 1_000_000, 2, 3))
+
+
+# -- stateless ---------------------------------------------------------------------------
+def q0(events, p):
+    return events.map_batches(bids, name="q0: bids")
+
+
+def _q1(batch):
+    b = bids(batch)
+    return b.set_column(2, "price", pc.multiply(pc.cast(b.column("price"), pa.float64()), 0.908)
+                        ).select(["auction", "bidder", "price", "date_time", "extra"])
+
+
+def q1(events, p):
+    return events.map_batches(_q1, name="q1: currency")
+
+
+def _q2(batch):
+    b = bids(batch)
+    keep = b.column("auction").to_numpy() % 123 == 0
+    return b.filter(pa.array(keep)).select(["auction", "price"])
+
+
+def q2(events, p):
+    return events.map_batches(_q2, name="q2: selection")
+
+
+def _q14(batch):
+    b = bids(batch)
+    euro = pc.multiply(pc.cast(b.column("price"), pa.float64()), 0.908)
+    b = b.set_column(2, "price", euro).filter(
+        pc.and_(pc.greater(euro, 1_000_000), pc.less(euro, 50_000_000)))
+    hour = (_ms(b.column("date_time")) // 3_600_000) % 24
+    kind = np.where((hour >= 8) & (hour <= 18), "dayTime",
+                    np.where((hour <= 6) | (hour >= 20), "nightTime", "otherTime"))
+    extra = b.column("extra")
+    counts = pc.subtract(pc.utf8_length(extra),
+                         pc.utf8_length(pc.replace_substring(extra, "c", "")))
+    return pa.RecordBatch.from_arrays(
+        [b.column("auction"), b.column("bidder"), b.column("price"), pa.array(kind),
+         b.column("date_time"), extra, pc.cast(counts, pa.int64())],
+        names=["auction", "bidder", "price", "bidTimeType", "date_time", "extra", "c_counts"])
+
+
+def q14(events, p):
+    return events.map_batches(_q14, name="q14: calculation")
+
+
+def _q21(batch):
+    b = bids(batch)
+    lower = pc.utf8_lower(b.column("channel"))
+    found = pc.struct_field(pc.extract_regex(b.column("url"), r"(?:&|^)channel_id=(?P<id>[^&]*)"),
+                            [0])
+    hot = pc.is_in(lower, pa.array(list(HOT)))
+    hot_id = pc.take(pa.array([*HOT.values(), None]),
+                     pc.fill_null(pc.index_in(lower, pa.array(list(HOT))), len(HOT)))
+    channel_id = pc.if_else(hot, hot_id, found)
+    keep = pc.or_(pc.is_valid(found), hot)
+    out = pa.RecordBatch.from_arrays(
+        [b.column("auction"), b.column("bidder"), b.column("price"), b.column("channel"),
+         channel_id], names=["auction", "bidder", "price", "channel", "channel_id"])
+    return out.filter(keep)
+
+
+def q21(events, p):
+    return events.map_batches(_q21, name="q21: channel id")
+
+
+def _q22(batch):
+    b = bids(batch)
+    parts = pc.split_pattern(b.column("url"), "/")
+    dirs = [pc.list_element(parts, i) for i in (3, 4, 5)]
+    return pa.RecordBatch.from_arrays(
+        [b.column("auction"), b.column("bidder"), b.column("price"), b.column("channel"), *dirs],
+        names=["auction", "bidder", "price", "channel", "dir1", "dir2", "dir3"])
+
+
+def q22(events, p):
+    return events.map_batches(_q22, name="q22: url dirs")
+
+
+# -- q5: hot items (sliding windows, then the max per window) -----------------------------
+def _window_end_ms(batch):
+    return batch.set_column(batch.schema.get_field_index("window_end"), "window_end",
+                            pc.cast(batch.column("window_end"), pa.int64())
+                            ).drop_columns(["window_start"])
+
+
+class MaxPerWindow(KeyedProcessFunction):
+    """Keyed by window end: the auctions with the most bids in the window, emitted when the
+    watermark passes its end (the upstream window emitted all its counts by then)."""
+
+    def open(self, ctx):
+        self.best = ctx.value_state("best", None)  # [num, [auctions]]
+
+    def process_element(self, record, ctx):
+        best = self.best.value()
+        num = record["num"]
+        if best is None or num > best[0]:
+            if best is None:
+                ctx.timer_service.register_event_time_timer(ctx.current_key - 1)
+            self.best.update([num, [record["auction"]]])
+        elif num == best[0]:
+            self.best.update([num, [*best[1], record["auction"]]])
+
+    def on_timer(self, timestamp, ctx):
+        best = self.best.value()
+        self.best.clear()
+        if best is not None:
+            return [{"auction": a, "num": best[0], "window_end": timestamp + 1} for a in best[1]]
+        return None
+
+
+def q5(events, p):
+    return (events.map_batches(lambda b: bids(b).select(["auction", "date_time"]),
+                               name="q5: bids")
+            .key_by("auction").window(SlidingWindows(10_000, 2_000))
+            .aggregate(uid="q5-count", parallelism=p, num="count")
+            .map_batches(_window_end_ms, name="q5: window end")
+            .key_by("window_end").process(MaxPerWindow(), uid="q5-max", parallelism=p))
+
+
+# -- q7: highest bid per 10 s window, without a join ---------------------------------------
+def _q7_local_max(batch):
+    """A combiner: per batch, only the bids at their window's maximum price in this batch
+    can be at the window's maximum overall (ties kept). Cuts the stream to a few rows."""
+    b = bids_ms(batch).select(["auction", "bidder", "price", "date_time", "extra"])
+    if b.num_rows == 0:
+        return b.append_column("w", pa.array([], pa.int64()))
+    w = b.column("date_time").to_numpy() // 10_000
+    price = b.column("price").to_numpy()
+    order = np.lexsort((-price, w))
+    ws, first = np.unique(w[order], return_index=True)
+    top = np.repeat(price[order][first], np.diff(np.append(first, len(order))))
+    keep = order[price[order] == top]
+    return b.take(pa.array(np.sort(keep))).append_column("w", pa.array(w[np.sort(keep)]))
+
+
+def _q7_reduce(a, b):
+    ta, tb = a.get("ties") or [_bid7(a)], b.get("ties") or [_bid7(b)]
+    if ta[0]["price"] != tb[0]["price"]:
+        top = ta if ta[0]["price"] > tb[0]["price"] else tb
+    else:
+        top = ta + tb
+    return {"w": a["w"], "price": top[0]["price"], "date_time": a["date_time"], "ties": top}
+
+
+def _bid7(r):
+    return {k: r[k] for k in ("auction", "bidder", "price", "date_time", "extra")}
+
+
+def q7(events, p):
+    # one key per window (all its bids meet at one subtask), after the vectorized combiner
+    return (events.map_batches(_q7_local_max, name="q7: local max")
+            .key_by("w").window(TumblingWindows(10_000))
+            .reduce(_q7_reduce, uid="q7-max", parallelism=p)
+            .flat_map(lambda r: [{**t, "window_end": r["window_end"]}
+                                 for t in (r.get("ties") or [_bid7(r)])], name="q7: ties"))
+
+
+# -- q11: user sessions -----------------------------------------------------------------
+def _q11_bids(batch):
+    b = bids_ms(batch).select(["bidder", "date_time"])
+    return b.append_column("bid_count", pa.array(np.ones(b.num_rows, dtype=np.int64)))
+
+
+def _q11_reduce(a, b):
+    return {"bidder": a["bidder"], "bid_count": a["bid_count"] + b["bid_count"]}
+
+
+def q11(events, p):
+    return (events.map_batches(_q11_bids, name="q11: bids")
+            .key_by("bidder").window(SessionWindows(10_000))
+            .reduce(_q11_reduce, uid="q11-sessions", parallelism=p))
+
+
+# -- q12: processing-time windows -------------------------------------------------------
+def _q12_key(batch):
+    import time
+
+    b = bids(batch)
+    window = int(time.time() * 1000) // 10_000
+    key = pc.add(pc.shift_left(b.column("bidder"), 28), window & ((1 << 28) - 1))
+    return pa.RecordBatch.from_arrays([key], names=["k"])
+
+
+def _q12_out(batch):
+    k = batch.column("k").to_numpy()
+    start = (k & ((1 << 28) - 1)) * 10_000
+    return pa.RecordBatch.from_arrays(
+        [pa.array(k >> 28), batch.column("bid_count"), pa.array(start), pa.array(start + 10_000)],
+        names=["bidder", "bid_count", "starttime", "endtime"])
+
+
+def q12(events, p):
+    # the processing-time window is part of the key; ttl drops a window's counts 20 s on
+    return (events.map_batches(_q12_key, name="q12: proc-time window")
+            .key_by("k").aggregate(uid="q12-count", parallelism=p, ttl=20_000,
+                                   bid_count="count")
+            .map_batches(_q12_out, name="q12: out"))
+
+
+# -- q15, q16: distinct counts per day (and channel) ---------------------------------------
+class DistinctCounts(KeyedProcessFunction):
+    """Per key: bids, bidders and auctions in total and per price rank (count distinct
+    with filters), one update row per bid."""
+
+    def __init__(self, with_minute: bool = False) -> None:
+        self.with_minute = with_minute
+
+    def open(self, ctx):
+        self.counts = ctx.value_state("counts", None)
+        self.bidders = ctx.map_state("bidders")
+        self.auctions = ctx.map_state("auctions")
+
+    def process_element(self, r, ctx):
+        c = self.counts.value() or [0] * 12 + [""]
+        rank = 1 if r["price"] < 10_000 else 2 if r["price"] < 1_000_000 else 3
+        bit = 1 << rank
+        c[0] += 1
+        c[rank] += 1
+        for state, at in ((self.bidders, 4), (self.auctions, 8)):
+            who = r["bidder" if at == 4 else "auction"]
+            m = state.get(who) or 0
+            if not m:
+                c[at] += 1
+            if not m & bit:
+                c[at + rank] += 1
+                state.put(who, m | bit)
+        if self.with_minute:
+            c[12] = max(c[12], r["minute"])
+        self.counts.update(c)
+        out = {"key": ctx.current_key, "total_bids": c[0], "rank1_bids": c[1],
+               "rank2_bids": c[2], "rank3_bids": c[3], "total_bidders": c[4],
+               "rank1_bidders": c[5], "rank2_bidders": c[6], "rank3_bidders": c[7],
+               "total_auctions": c[8], "rank1_auctions": c[9], "rank2_auctions": c[10],
+               "rank3_auctions": c[11]}
+        if self.with_minute:
+            out["minute"] = c[12]
+        return out
+
+
+def _day(batch: pa.RecordBatch, fmt: str = "%Y-%m-%d") -> pa.Array:
+    return pc.strftime(pc.cast(batch.column("date_time"), pa.timestamp("ms")), format=fmt)
+
+
+def _q15_in(batch):
+    b = bids_ms(batch)
+    return pa.RecordBatch.from_arrays([_day(b), b.column("bidder"), b.column("auction"),
+                                       b.column("price"), b.column("date_time")],
+                                      names=["day", "bidder", "auction", "price", "date_time"])
+
+
+def q15(events, p):
+    return (events.map_batches(_q15_in, name="q15: day")
+            .key_by("day").process(DistinctCounts(), uid="q15-distinct", parallelism=p))
+
+
+def _q16_in(batch):
+    b = bids_ms(batch)
+    key = pc.binary_join_element_wise(b.column("channel"), _day(b), "|")
+    return pa.RecordBatch.from_arrays(
+        [key, _day(b, "%H:%M"), b.column("bidder"),
+         b.column("auction"), b.column("price"), b.column("date_time")],
+        names=["channel_day", "minute", "bidder", "auction", "price", "date_time"])
+
+
+def q16(events, p):
+    return (events.map_batches(_q16_in, name="q16: channel and day")
+            .key_by("channel_day")
+            .process(DistinctCounts(with_minute=True), uid="q16-distinct", parallelism=p))
+
+
+# -- q17: per auction and day, vectorized ---------------------------------------------------
+def _q17_in(batch):
+    b = bids(batch)
+    price = b.column("price").to_numpy()
+    day = _ms(b.column("date_time")) // DAY_MS
+    rank = _rank(price)
+    cols = [pa.array(b.column("auction").to_numpy() * 100_000 + day), b.column("price")]
+    cols += [pa.array((rank == r).astype(np.int64)) for r in (1, 2, 3)]
+    return pa.RecordBatch.from_arrays(cols, names=["k", "price", "r1", "r2", "r3"])
+
+
+def _q17_out(batch):
+    k = batch.column("k").to_numpy()
+    day = pc.strftime(pa.array((k % 100_000) * DAY_MS, pa.timestamp("ms")), format="%Y-%m-%d")
+    rest = batch.drop_columns(["k"])
+    return pa.RecordBatch.from_arrays([pa.array(k // 100_000), day, *rest.columns],
+                                      names=["auction", "day", *rest.schema.names])
+
+
+def q17(events, p):
+    return (events.map_batches(_q17_in, name="q17: auction and day")
+            .key_by("k").aggregate(uid="q17-agg", parallelism=p, total_bids="count",
+                                   rank1_bids=("sum", "r1"), rank2_bids=("sum", "r2"),
+                                   rank3_bids=("sum", "r3"), min_price=("min", "price"),
+                                   max_price=("max", "price"), avg_price=("mean", "price"),
+                                   sum_price=("sum", "price"))
+            .map_batches(_q17_out, name="q17: out"))
+
+
+# -- q18: the last bid per (bidder, auction); q19: top 10 bids per auction -----------------
+def _q18_in(batch):
+    b = bids_ms(batch)
+    k = pc.add(pc.shift_left(b.column("bidder"), 31), b.column("auction"))
+    return b.append_column("k", k)
+
+
+def _latest(a, b):
+    return b if b["date_time"] >= a["date_time"] else a
+
+
+def q18(events, p):
+    return (events.map_batches(_q18_in, name="q18: key")
+            .key_by("k").reduce(_latest, uid="q18-latest", parallelism=p))
+
+
+class TopN(KeyedProcessFunction):
+    """Per auction, the ``n`` highest bids (price descending, earlier first on ties); emits
+    the rows whose rank changed when a bid enters (rank_number 1..n)."""
+
+    def __init__(self, n: int = 10) -> None:
+        self.n = n
+
+    def open(self, ctx):
+        self.top = ctx.value_state("top", None)
+
+    def process_element(self, r, ctx):
+        top = self.top.value() or []
+        price = r["price"]
+        i = len(top)
+        while i > 0 and top[i - 1]["price"] < price:
+            i -= 1
+        if i >= self.n:
+            return None
+        top = [*top[:i], r, *top[i:]][: self.n]
+        self.top.update(top)
+        return [{**row, "rank_number": j + 1} for j, row in enumerate(top) if j >= i]
+
+
+def q19(events, p):
+    return (events.map_batches(bids_ms, name="q19: bids")
+            .key_by("auction").process(TopN(10), uid="q19-top10", parallelism=p))
+
+
+QUERIES: dict[str, Callable] = {
+    "q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7, "q11": q11, "q12": q12, "q14": q14,
+    "q15": q15, "q16": q16, "q17": q17, "q18": q18, "q19": q19, "q21": q21, "q22": q22,
+}
+
+#: how each query runs: vectorized (Arrow batches end to end) or per record in Python
+PER_RECORD = {"q5": "the max per window (stage 2, after a vectorized sliding count)",
+              "q7": "the reduce per window (after a vectorized per-batch combiner)",
+              "q11": "session windows (window reduce)", "q15": "count distinct (map state)",
+              "q16": "count distinct (map state)", "q18": "keyed reduce",
+              "q19": "top-10 per key (value state)"}
+
+MISSING = {
+    "q3": "a two-input keyed join (person JOIN auction, unbounded state on both sides)",
+    "q4": "a stream-stream join (auction JOIN bid within the auction's lifetime)",
+    "q6": "a stream-stream join (auction JOIN bid) before the per-seller over-window",
+    "q8": "a windowed join (person JOIN auction per tumbling window)",
+    "q9": "a stream-stream join (auction JOIN bid) for the winning bids",
+    "q10": "a file sink partitioned by column values (day/hour directories)",
+    "q13": "a lookup (side-input) join against a bounded table",
+    "q20": "a stream-stream join (bid JOIN auction, filtered on category)",
+}

@@ -1,0 +1,291 @@
+"""Nexmark throughput per core: our engine, Flink 2.x (PyFlink SQL) and Structured Streaming
+on the same generated events, interleaved query by query.
+
+    .venv/bin/python bench/nexmark/run.py [--queries q0,q1,...] [--engines ours,flink,ss]
+        [--backends heap,rocksdb] [--intervals 10] [--target-s 25] [--reps 1]
+        [--results-dir bench/results] [--data-dir /tmp/nexmark-data] [--write-md]
+
+* Events: ``--files`` Parquet files of ``--events-per-file`` Nexmark events (event time at
+  ``--event-rate`` events/s), plus the same rows as CSV for Flink (its pip package ships no
+  Parquet format); generated once into ``--data-dir``. Each run reads the first K files, K
+  sized from the rate measured so far so that the run lasts about ``--target-s``.
+* Every engine runs at parallelism 1 (one task slot: "per core"), exactly-once checkpoints.
+  Ours: ``FileSource`` (Parquet) -> the query of queries.py -> ``DiscardSink``, local runner,
+  checkpoints every ``--intervals`` s, heap or RocksDB backend; rate = events / (wall time
+  - start-up), the final checkpoint and teardown included. Flink: flink_sql.py under
+  ``--flink-python`` (blackhole sink, hashmap or RocksDB, nexmark-flink's mini-batch
+  settings); rate = events / the job's net runtime as Flink reports it (submission to end:
+  task deployment, JIT warm-up and the final checkpoint included; JVM start and SQL
+  planning not). SS: ``local[1]``, RocksDB
+  state store with changelog checkpointing, a checkpoint per micro-batch, noop sink,
+  ``maxFilesPerTrigger`` sized so that every batch outlasts the 1 s trigger; rate = rows /
+  summed ``triggerExecution`` after one warm-up batch.
+
+Writes ``nexmark.json`` and, with ``--write-md``, the "Nexmark" section of BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+#: per core, from the Nexmark reference run of Flink 1.13 (RocksDB, exactly-once), issue 27
+REFERENCE_FLINK_113 = {"q0": 155_000, "q4": 34_000, "q5": 22_000, "q7": 12_000, "q8": 146_000,
+                       "q11": 40_000, "q18": 54_000, "q19": 44_000, "q20": 19_000}
+#: first guesses of events/s per engine (then the measured rates size the runs)
+GUESS = {"ours": 150_000, "flink": 150_000, "ss": 400_000}
+BACKEND_FLINK = {"heap": "hashmap", "rocksdb": "rocksdb"}
+
+
+# -- data ---------------------------------------------------------------------------------
+def ensure_data(args) -> str:
+    from bench.nexmark.generator import NexmarkConfig, write_parquet
+
+    d = os.path.join(args.data_dir, f"e{args.events_per_file}x{args.files}-r{int(args.event_rate)}")
+    if not os.path.exists(os.path.join(d, "DONE")):
+        shutil.rmtree(d, ignore_errors=True)
+        t0 = time.monotonic()
+        write_parquet(os.path.join(d, "parquet"), args.events_per_file * args.files,
+                      config=NexmarkConfig(events_per_second=args.event_rate),
+                      events_per_file=args.events_per_file, csv_directory=os.path.join(d, "csv"))
+        open(os.path.join(d, "DONE"), "w").close()
+        print(f"generated {args.events_per_file * args.files:,} events in "
+              f"{time.monotonic() - t0:.0f} s into {d}", flush=True)
+    return d
+
+
+def subset(data: str, kind: str, k: int) -> str:
+    """A directory with the first ``k`` files of ``kind`` (hard links)."""
+    d = os.path.join(data, "sub", f"{kind}-{k}")
+    if not os.path.isdir(d):
+        tmp = d + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        for name in sorted(os.listdir(os.path.join(data, kind)))[:k]:
+            os.link(os.path.join(data, kind, name), os.path.join(tmp, name))
+        os.rename(tmp, d)
+    return d
+
+
+# -- children -------------------------------------------------------------------------------
+def child(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
+    env = {**os.environ, "PYTHONPATH": ROOT, "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})}
+    proc = subprocess.run(["nice", "-n", "19", *cmd], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"{' '.join(cmd[:6])} failed ({proc.returncode}):\n"
+                       f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+
+
+def ours_child(query: str, path: str, backend: str, interval_s: float, runner: str) -> dict:
+    import cloudpickle
+    import pyarrow.parquet as pq
+
+    from airflow_checkpoint_provider.engine import (
+        CheckpointConfig,
+        DiscardSink,
+        FileSource,
+        Pipeline,
+        RestartStrategy,
+        WatermarkStrategy,
+    )
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+    from bench.nexmark import queries
+
+    cloudpickle.register_pickle_by_value(queries)
+    events = sum(pq.ParquetFile(os.path.join(path, f)).metadata.num_rows for f in os.listdir(path))
+    root = tempfile.mkdtemp(prefix="nexmark-ours-")
+    try:
+        p = Pipeline(f"nexmark-{query}", batch_size=8192, state_backend=backend,
+                     checkpoint=CheckpointConfig(interval_ms=int(interval_s * 1000),
+                                                 directory=os.path.join(root, "ckpt")),
+                     metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
+                     restart_strategy=RestartStrategy.fixed_delay(attempts=0, delay_ms=0))
+        src = p.source(FileSource(path, format="parquet", parquet_batch_size=65_536), uid="events",
+                       parallelism=1, watermarks=WatermarkStrategy.for_bounded_out_of_orderness(
+                           4000, timestamp_field="date_time"))
+        queries.QUERIES[query](src, 1).sink(DiscardSink(), uid="out")
+        opts = {"master": "local[1]"} if runner == "spark" else {}
+        t0 = time.monotonic()
+        result = p.run(runner, **opts)
+        wall = time.monotonic() - t0
+        if result.status != "FINISHED":
+            raise RuntimeError(f"{query} ended {result.status}: {result.failure_reason}")
+        startup = (result.extra.get("startup_seconds") or [0])[0] or 0
+        store = MetadataStore(p.metadata_url)
+        cps = [c.duration_ms for c in store.list_checkpoints(result.job_id)
+               if c.status in ("COMPLETED", "SUBSUMED") and c.duration_ms is not None]
+        store.close()
+        return {"events": events, "wall_s": wall, "startup_s": startup,
+                "rate": events / max(wall - startup, 1e-9), "checkpoint_ms": cps}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def ss_child(query: str, path: str, files_per_trigger: int, timeout_s: float) -> dict:
+    sys.path.insert(0, os.path.dirname(HERE))
+    from structured_streaming import SS_CONF, ss_measure
+
+    from airflow_checkpoint_provider.engine.runners.spark import session_for
+    from bench.nexmark.ss import ss_query
+
+    files = len(os.listdir(path))
+    spark = session_for("local[1]", "nexmark-ss",
+                        extra_conf={**SS_CONF, "spark.sql.shuffle.partitions": "1",
+                                    "spark.sql.session.timeZone": "UTC"})
+    try:
+        df, mode = ss_query(spark, query, path, files_per_trigger)
+        batches = max(1, files // files_per_trigger - 1)
+        r = ss_measure(df, mode, warmup=1, measure=batches, timeout_s=timeout_s)
+    finally:
+        spark.stop()
+    return {**r, "rate": r["sustained_records_per_s"], "files_per_trigger": files_per_trigger}
+
+
+# -- one measurement per engine ---------------------------------------------------------------
+def files_for(rate: float, args, minimum: int = 1) -> int:
+    most = min(args.files, args.max_files or args.files)
+    return max(minimum, min(most, round(rate * args.target_s / args.events_per_file)))
+
+
+def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str = "heap",
+            interval_s: float = 10, runner: str = "local") -> dict:
+    key = (engine, query)
+    rate = est.get(key, GUESS[engine])
+    timeout = max(300, args.target_s * 8)
+    if engine == "ours":
+        k = files_for(rate, args)
+        path = subset(data, "parquet", k)
+        r = child([sys.executable, __file__, "--child", "ours", "--query", query, "--path", path,
+                   "--backend", backend, "--interval", str(interval_s), "--runner", runner],
+                  timeout)
+    elif engine == "ss":
+        k = files_for(rate, args, minimum=4)
+        per = max(1, round(rate * 2 / args.events_per_file))  # ~2 s per batch
+        per = min(per, k // 3) or 1
+        path = subset(data, "parquet", k)
+        r = child([sys.executable, __file__, "--child", "ss", "--query", query, "--path", path,
+                   "--files-per-trigger", str(per)], timeout)
+    else:
+        k = files_for(rate, args)
+        path = subset(data, "csv", k)
+        r = child([args.flink_python, os.path.join(HERE, "flink_sql.py"), "--query", query,
+                   "--csv", path, "--backend", BACKEND_FLINK[backend], "--interval-s",
+                   str(interval_s)], timeout)
+        r["rate"] = k * args.events_per_file / r["net_runtime_s"]
+    r.update(engine=engine, query=query, backend=backend, interval_s=interval_s, runner=runner,
+             files=k)
+    if r.get("rate"):
+        est[key] = r["rate"]
+    print(f"  {engine:5} {runner:5} {query:4} {backend:7} {interval_s:>4} s: "
+          f"{(r.get('rate') or 0):>12,.0f} events/s ({k} files)", flush=True)
+    return r
+
+
+def plan(q: str, engines: list[str], backends: list[str], intervals: list[float],
+         spark_runner: bool) -> list[tuple[str, dict]]:
+    """The runs of one query, in order: per interval and backend ours then Flink, then SS."""
+    from bench.nexmark.ss import SS_QUERIES
+
+    jobs = []
+    for iv in intervals:
+        for b in backends:
+            jobs += [(e, dict(backend=b, interval_s=iv)) for e in ("ours", "flink") if e in engines]
+    if spark_runner and "ours" in engines:
+        jobs.append(("ours", dict(backend="heap", interval_s=intervals[0], runner="spark")))
+    if "ss" in engines and q in SS_QUERIES:
+        jobs.append(("ss", {}))
+    return jobs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--child", choices=("ours", "ss"))
+    ap.add_argument("--query")
+    ap.add_argument("--path")
+    ap.add_argument("--backend", default="heap")
+    ap.add_argument("--interval", type=float, default=10)
+    ap.add_argument("--runner", default="local")
+    ap.add_argument("--files-per-trigger", type=int, default=2)
+    ap.add_argument("--queries", default="q0,q1,q2,q5,q7,q11,q12,q14,q15,q16,q17,q18,q19,q21,q22")
+    ap.add_argument("--engines", default="ours,flink,ss")
+    ap.add_argument("--backends", default="heap,rocksdb")
+    ap.add_argument("--intervals", default="10")
+    ap.add_argument("--spark-runner", action="store_true", help="also ours on the Spark runner")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--target-s", type=float, default=25)
+    ap.add_argument("--files", type=int, default=24)
+    ap.add_argument("--max-files", type=int, default=None,
+                    help="read at most this many files per run (the slow per-record queries)")
+    ap.add_argument("--events-per-file", type=int, default=500_000)
+    ap.add_argument("--event-rate", type=float, default=1_000_000,
+                    help="events per second of event time")
+    ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "nexmark-data"))
+    ap.add_argument("--flink-python", default="/work/flink-venv/bin/python")
+    ap.add_argument("--results-dir", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--write-md", action="store_true")
+    ap.add_argument("--append", action="store_true",
+                    help="add to the runs already in nexmark.json (e.g. a second --intervals)")
+    args = ap.parse_args(argv)
+    if args.child == "ours":
+        r = ours_child(args.query, args.path, args.backend, args.interval, args.runner)
+        print("RESULT " + json.dumps(r), flush=True)
+        return 0
+    if args.child == "ss":
+        r = ss_child(args.query, args.path, args.files_per_trigger, timeout_s=600)
+        print("RESULT " + json.dumps(r), flush=True)
+        return 0
+
+    from bench.nexmark.queries import QUERIES
+    from bench.nexmark.report import write_section
+
+    data = ensure_data(args)
+    engines = args.engines.split(",")
+    backends = args.backends.split(",")
+    intervals = [float(x) for x in args.intervals.split(",")]
+    est: dict = {}
+    runs = []
+    out_path = os.path.join(args.results_dir, "nexmark.json")
+    commands = [" ".join(sys.argv[1:])]
+    if args.append and os.path.exists(out_path):
+        with open(out_path) as f:
+            old = json.load(f)
+        runs, commands = old["runs"], [*old.get("commands", []), *commands]
+    for rep in range(args.reps):
+        for q in args.queries.split(","):
+            if q not in QUERIES:
+                raise SystemExit(f"{q}: not one of our queries ({', '.join(QUERIES)})")
+            print(f"rep {rep} {q}:", flush=True)
+            for engine, kw in plan(q, engines, backends, intervals, args.spark_runner):
+                try:
+                    r = measure(engine, q, data, args, est, **kw)
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    print(f"  {engine} {q} {kw}: FAILED {str(e)[-400:]}", flush=True)
+                    r = {"engine": engine, "query": q, **kw, "rate": None, "error": str(e)[-2000:]}
+                r["rep"] = rep
+                runs.append(r)
+                os.makedirs(args.results_dir, exist_ok=True)
+                with open(out_path, "w") as f:  # after every run: a partial table survives
+                    json.dump({"args": vars(args), "commands": commands, "runs": runs}, f,
+                              indent=1)
+    print(f"wrote {out_path}")
+    if args.write_md:
+        write_section(out_path, os.path.join(ROOT, "BENCHMARKS.md"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
