@@ -54,11 +54,10 @@ def render(data: dict) -> list[str]:
     queries = [q for q in QUERIES if any(k[4] == q for k in rates)]
     intervals = sorted({k[3] for k in rates if k[0] != "ss" and k[3] is not None}, reverse=True)
     lines = [HEADING, "",
-             f"Command: `.venv/bin/python bench/nexmark/run.py --queries {args['queries']} "
-             f"--engines {args['engines']} --backends {args['backends']} --intervals "
-             f"{args['intervals']} --target-s {args['target_s']:g} --reps {args['reps']} "
-             f"--files {args['files']} --events-per-file {args['events_per_file']} --write-md` "
-             "(`make bench-nexmark`). Events per second at parallelism 1 (one task slot: "
+             "Commands (in this order, each adding to `bench/results/nexmark.json`): "
+             + "; ".join(f"`.venv/bin/python bench/nexmark/run.py {c}`"
+                         for c in data.get("commands") or ["(defaults)"])
+             + " (`make bench-nexmark` runs the defaults). Events per second at parallelism 1 (one task slot: "
              "\"per core\"), every engine reading the same generated events "
              f"({args['files']} x {args['events_per_file']:,}, event time at "
              f"{args['event_rate']:,.0f} events/s, 92% bids), exactly-once checkpoints. "
@@ -79,7 +78,7 @@ def render(data: dict) -> list[str]:
                   "ours/Flink (heap) | ours/Flink (RocksDB) | ours heap/SS | Flink 1.13 ref | "
                   "ours RocksDB/ref | ours: checkpoint p50 / max (ms) | ours runs |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for q in queries:
+        for q in [q for q in queries if any(k[3] == iv and k[4] == q for k in rates)]:
             oh, orr = rate("ours", "heap", iv, q), rate("ours", "rocksdb", iv, q)
             fh, fr = rate("flink", "heap", iv, q), rate("flink", "rocksdb", iv, q)
             ss = rate("ss", None, None, q) if q in SS_QUERIES else None
