@@ -6,12 +6,18 @@ Public API::
         Pipeline, CheckpointConfig, RestartStrategy, KeyedProcessFunction,
         GeneratorSource, FileSource, FileSink, DiscardSink, read_committed,
         WatermarkStrategy, TumblingWindows, SlidingWindows,
-        KeyedCoProcessFunction, ProcessJoinFunction)
+        KeyedCoProcessFunction, ProcessJoinFunction, KeyedBroadcastProcessFunction)
 """
 
 from __future__ import annotations
 
 from .api import DataStream, JobResult, KeyedStream, Pipeline, WindowedStream
+from .broadcast import (
+    BroadcastConnectedStream,
+    BroadcastContext,
+    BroadcastStream,
+    KeyedBroadcastProcessFunction,
+)
 from .config import CheckpointConfig, CheckpointingMode, RestartStrategy
 from .connectors.base import Sink, SinkWriter, Source, SourceContext, SplitReader
 from .connectors.discard import DiscardSink
@@ -52,6 +58,7 @@ from .state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+from .temporal import TemporalJoin
 
 
 def __getattr__(name: str):
@@ -74,5 +81,6 @@ __all__ = [
     "WatermarkStrategy", "WindowedStream", "ProcessWindowFunction", "Window",
     "SessionWindows", "CheckpointedFunction", "FunctionStateContext", "UntrustedSnapshotError",
     "ConnectedStreams", "IntervalJoin", "JoinedStreams", "KeyedCoProcessFunction",
-    "ProcessJoinFunction", "merge_rows",
+    "ProcessJoinFunction", "merge_rows", "BroadcastConnectedStream", "BroadcastContext",
+    "BroadcastStream", "KeyedBroadcastProcessFunction", "TemporalJoin",
 ]

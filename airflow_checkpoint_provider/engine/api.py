@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 
+from .broadcast import BroadcastConnectedStream, BroadcastStream
 from .config import CheckpointConfig, RestartStrategy
 from .connectors.base import Sink, Source
 from .errors import BadRecordError, ConfigurationError, PipelineDefinitionError
@@ -33,6 +34,8 @@ from .graph import build_execution_graph as _build
 from .job import JobConfig, JobResult
 from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .names import validate_job_id, validate_job_name
+from .state.descriptors import StateDescriptor
+from .temporal import TemporalJoin
 
 DEFAULT_METADATA_ENV = "CKPT_METADATA_URL"
 
@@ -321,7 +324,12 @@ class DataStream:
         return DataStream(self._p, self._heads, REBALANCE, timestamp=self._timestamp,
                           side=self._side)
 
-    def broadcast(self) -> DataStream:
+    def broadcast(self, *states: str | StateDescriptor) -> DataStream | BroadcastStream:
+        r"""Send every record to every subtask downstream. With state names (or
+        ``MapStateDescriptor``\ s): a :class:`~.broadcast.BroadcastStream` to ``connect`` a
+        keyed stream to, whose function keeps those broadcast states (:mod:`.broadcast`)."""
+        if states:
+            return BroadcastStream(self, states)
         return DataStream(self._p, self._heads, BROADCAST, timestamp=self._timestamp,
                           side=self._side)
 
@@ -339,9 +347,13 @@ class DataStream:
         same = all(o._timestamp == self._timestamp for o in others)
         return DataStream(self._p, heads, REBALANCE, timestamp=self._timestamp if same else None)
 
-    def connect(self, other: DataStream) -> ConnectedStreams:
+    def connect(self, other: DataStream | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStream:
         """Both streams into one two-input operator: ``a.connect(b).key_by(key_a, key_b)
-        .process(KeyedCoProcessFunction, uid=...)`` (:mod:`.joins`)."""
+        .process(KeyedCoProcessFunction, uid=...)`` (:mod:`.joins`), or a keyed stream and a
+        broadcast one: ``a.key_by(k).connect(b.broadcast("rules"))
+        .process(KeyedBroadcastProcessFunction, uid=...)`` (:mod:`.broadcast`)."""
+        if isinstance(other, BroadcastStream):
+            return BroadcastConnectedStream(self, other)
         return ConnectedStreams(self, other)
 
     def join(self, other: DataStream) -> JoinedStreams:
@@ -389,6 +401,17 @@ class KeyedStream(DataStream):
             raise PipelineDefinitionError("interval_join: key the other stream too: "
                                           "a.key_by(...).interval_join(b.key_by(...))")
         return IntervalJoin(self, other, how)
+
+    def temporal_join(self, table: KeyedStream, *, how: str = "inner") -> TemporalJoin:
+        """Join each record with the version of ``table``'s row of its key valid at the
+        record's event time (Flink's ``FOR SYSTEM_TIME AS OF``): ``table`` is a changelog
+        or upsert stream (:mod:`.changelog`), or a bounded source without event time (a
+        static table). ``.process(fn, uid=...)``; ``how``: ``"inner"`` or ``"left"``
+        (:mod:`.temporal`)."""
+        if not isinstance(table, KeyedStream):
+            raise PipelineDefinitionError("temporal_join: key the table stream too: "
+                                          "a.key_by(...).temporal_join(table.key_by(...))")
+        return TemporalJoin(self, table, how)
 
     def _needs_event_time(self, what: str, uid: str) -> TimestampSpec:
         if self._timestamp is None:

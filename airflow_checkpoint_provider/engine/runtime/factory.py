@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..functions import RuntimeContext
 from ..graph import Node
 from ..state.keygroups import KeyGroupRange
+from .broadcast import BroadcastProcessOperator
 from .joins import CoProcessOperator, IntervalJoinOperator, WindowJoinOperator
 from .operators import (
     AggregateOperator,
@@ -18,13 +19,15 @@ from .operators import (
     SinkOperator,
     SourceOperator,
 )
+from .temporal_join import TemporalJoinOperator
 from .windowing import WindowAggregateOperator, WindowFunctionOperator
 
 _SIMPLE = {"map": MapOperator, "flat_map": FlatMapOperator, "filter": FilterOperator,
            "map_batches": MapBatchesOperator, "source": SourceOperator, "sink": SinkOperator}
 _KEYED = {"process": ProcessOperator, "reduce": ReduceOperator, "window": WindowFunctionOperator,
           "co_process": CoProcessOperator, "interval_join": IntervalJoinOperator,
-          "window_join": WindowJoinOperator}
+          "window_join": WindowJoinOperator, "broadcast_process": BroadcastProcessOperator,
+          "temporal_join": TemporalJoinOperator}
 _COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregateOperator}
 
 
