@@ -1,7 +1,9 @@
-"""Interval joins checked row for row against Spark Structured Streaming's stream-stream join
-on the same out-of-order input: impressions and clicks of tests/join_pipelines.py (30 keys,
-disorder up to 300 ms, watermark bound 400 ms on both sides), joined on the key with the time
-range ``click.t BETWEEN imp.t - 50 ms AND imp.t + 150 ms``, inner and left outer.
+"""Interval and window joins checked row for row against Spark Structured Streaming's
+stream-stream join on the same out-of-order input: impressions and clicks of
+tests/join_pipelines.py (30 keys, disorder up to 300 ms, watermark bound 400 ms on both
+sides), joined on the key with the time range ``click.t BETWEEN imp.t - 50 ms AND imp.t +
+150 ms`` (inner, left, right and full outer), and on the key and the 250 ms tumbling window
+(SS: equality of both sides' ``window(t, '250 milliseconds')`` columns, inner).
 
 SS reads the same records as Parquet files, one file per source per micro-batch, so its
 watermark advances between batches. The comparison is on the final output of the bounded
@@ -21,7 +23,8 @@ late) are documented in the README section "Joins and two-input operators":
 * SS emits a left outer join's unmatched row in the first micro-batch whose watermark is past
   ``imp.t + 150 ms`` (so a bounded input needs a later batch to flush them: the sentinel rows
   below); ours emits it as soon as our watermark reaches ``imp.t + 150 ms``.
-* SS's NULL-padded right columns are ours ``fn(left, None)``.
+* SS's NULL-padded columns are ours ``fn(left, None)`` / ``fn(None, right)``; the key of an
+  unmatched click is ``coalesce(i_key, c_key)``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import pyarrow.parquet as pq
 import pytest
 from join_pipelines import (
     BOUND_MS,
+    JOIN_WINDOW_MS,
     LOWER_MS,
     N_CLICKS,
     N_IMPRESSIONS,
@@ -41,6 +45,7 @@ from join_pipelines import (
     _records,
     clicks,
     expected_interval_join,
+    expected_window_join,
     impressions,
     pair,
     watermarks,
@@ -51,11 +56,13 @@ from airflow_checkpoint_provider.engine import (
     FileSink,
     Pipeline,
     RestartStrategy,
+    TumblingWindows,
     read_committed,
 )
 
 pytestmark = pytest.mark.slow
 PARTS = 4  # micro-batches of each input
+HOWS = ("inner", "left", "right", "full")
 SCHEMA = "id long, key string, value long, ts long"
 
 
@@ -110,11 +117,20 @@ def _ss_joins(spark, root, max_ts: int) -> dict[str, tuple[Counter, int]]:
     condition = F.expr(
         f"i_key = c_key AND c_t BETWEEN i_t + INTERVAL {LOWER_MS} MILLISECONDS "
         f"AND i_t + INTERVAL {UPPER_MS} MILLISECONDS")
+    window = f"{JOIN_WINDOW_MS} milliseconds"
+    joins = {how: stream("imps", "i").join(stream("clicks", "c"), condition, kind)
+             for how, kind in (("inner", "inner"), ("left", "leftOuter"),
+                               ("right", "rightOuter"), ("full", "fullOuter"))}
+    # the window join: both sides' tumbling window as a column, equal windows and keys
+    joins["window"] = (
+        stream("imps", "i").withColumn("i_w", F.window("i_t", window))
+        .join(stream("clicks", "c").withColumn("c_w", F.window("c_t", window)),
+              F.expr("i_key = c_key AND i_w = c_w"), "inner"))
     queries = {}
     try:
-        for how, kind in (("inner", "inner"), ("left", "leftOuter")):
-            joined = stream("imps", "i").join(stream("clicks", "c"), condition, kind)
-            queries[how] = (joined.select("i_key", "i_id", "c_id").writeStream
+        for how, joined in joins.items():
+            queries[how] = (joined.select(F.coalesce("i_key", "c_key").alias("i_key"),
+                                          "i_id", "c_id").writeStream
                             .outputMode("append").format("memory").queryName(f"ss_{how}")
                             .option("checkpointLocation", str(root / f"ss-chk-{how}")).start())
         for q in queries.values():
@@ -156,11 +172,14 @@ def _ours(root: str) -> Pipeline:
                  metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
     imps = p.source(impressions(), uid="imps", parallelism=2, watermarks=watermarks())
     clks = p.source(clicks(), uid="clicks", parallelism=2, watermarks=watermarks())
-    for how in ("inner", "left"):
+    for how in HOWS:
         (imps.key_by("key").interval_join(clks.key_by("key"), how=how)
              .between(LOWER_MS, UPPER_MS)
              .process(pair, uid=f"ij-{how}", parallelism=2)
              .sink(FileSink(os.path.join(root, how)), uid=f"out-{how}"))
+    (imps.join(clks).where("key").equal_to("key").window(TumblingWindows(JOIN_WINDOW_MS))
+         .apply(pair, uid="wj", parallelism=2)
+         .sink(FileSink(os.path.join(root, "window")), uid="out-window"))
     return p
 
 
@@ -171,17 +190,31 @@ def ours(tmp_path_factory):
     assert result.status == "FINISHED"
     return {how: Counter((r["key"], r["imp"], r["click"])
                          for r in read_committed(os.path.join(root, how)))
-            for how in ("inner", "left")}
+            for how in (*HOWS, "window")}
 
 
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("how", ["inner", "left"])
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", HOWS)
 def test_interval_join_equals_structured_streaming_row_for_row(ss, ours, how):
     ss, dropped = ss[how]
     assert dropped == 0, "the input is within the bound: SS drops nothing as late"
     assert sum(ss.values()) > 1_000
-    if how == "left":
+    if how in ("left", "full"):
         unmatched = sum(n for (_, _, c), n in ss.items() if c is None)
         assert 0 < unmatched < N_IMPRESSIONS, "some impressions matched nothing"
+    if how in ("right", "full"):
+        unmatched = sum(n for (_, i, _), n in ss.items() if i is None)
+        assert 0 < unmatched < N_CLICKS, "some clicks matched nothing"
     assert ours[how] == ss
     assert ss == expected_interval_join(how)
+
+
+@pytest.mark.timeout(300)
+def test_tumbling_window_join_equals_structured_streaming_row_for_row(ss, ours):
+    """SS's inner join on the key and equal ``window()`` columns pairs the same rows as our
+    ``join(...).window(TumblingWindows(250 ms))``: windows aligned to the epoch alike."""
+    ss, dropped = ss["window"]
+    assert dropped == 0
+    assert sum(ss.values()) > 1_000
+    assert ours["window"] == ss
+    assert ss == expected_window_join()
