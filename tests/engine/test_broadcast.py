@@ -2,7 +2,8 @@
 (read-only on the keyed side, read-write with apply_to_keyed_state on the broadcast side,
 restore at another parallelism), the graph (a broadcast edge into input 2), the DSL's checks,
 and end-to-end jobs against an independent reference (tests/broadcast_pipelines.py):
-failure-free, exactly once under injected exceptions and SIGKILLed slots (heap, RocksDB),
+failure-free, exactly once under injected exceptions and SIGKILLed slots (heap, RocksDB,
+unaligned checkpoints),
 and across a savepoint restored at another parallelism."""
 
 from __future__ import annotations
@@ -196,12 +197,13 @@ FAULTS = [("record", 1_500), ("kill", 3_500), ("record", 5_000)]
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend,unaligned", [("heap", False), ("rocksdb", False),
+                                               ("heap", True)])
 def test_broadcast_and_temporal_join_are_exactly_once_under_exceptions_and_sigkill(
-        workdir, backend):
+        workdir, backend, unaligned):
     faults = FaultPlan(str(workdir / "faults"), FAULTS)
     result = broadcast_pipeline(str(workdir), faults=faults, rate=5_000,
-                                state_backend=backend).run()
+                                state_backend=backend, unaligned=unaligned).run()
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert result.restarts == len(faults.attempts_hit())
     assert committed_rules(str(workdir)) == expected_rules()
