@@ -150,3 +150,8 @@ def expected_per_user(n: int, seed: int = 3) -> dict[str, dict]:
 def delete_without_order(record: dict) -> dict:
     """map: a -D record that lacks the sink's key column ``order``."""
     return {"_op": "-D", "user": record["key"]}
+
+
+def as_update(record: dict) -> dict:
+    """map: the record as a changelog ``+U`` row."""
+    return {**record, "_op": "+U"}
