@@ -155,3 +155,13 @@ def delete_without_order(record: dict) -> dict:
 def as_update(record: dict) -> dict:
     """map: the record as a changelog ``+U`` row."""
     return {**record, "_op": "+U"}
+
+
+def changelog_batch(batch):
+    """map_batches: generator rows as a changelog keyed by ``key``: ``-D`` where
+    ``value < 10`` (a tenth of the rows), else ``+U`` (the benchmark's change stream)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ops = pc.if_else(pc.less(batch.column("value"), 10), pa.scalar("-D"), pa.scalar("+U"))
+    return batch.append_column("_op", ops)

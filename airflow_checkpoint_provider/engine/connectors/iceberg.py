@@ -29,12 +29,15 @@ class _IcebergWriter(StagedTableWriter):
     def __init__(self, sink: IcebergSink, ctx: SourceContext) -> None:
         super().__init__(sink, ctx)
         from pyiceberg.catalog import load_catalog
-        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.exceptions import CommitFailedException, ValidationException
 
         # the subtasks open the catalog at once: the SQL catalog creates its own tables on
         # first use, and one subtask can lose that race
         self.catalog = _settled(lambda: load_catalog(sink.identifier.split(".")[0], **sink.catalog))
-        self.conflicts = (CommitFailedException,)
+        # ValidationException: an upsert's delete found files another subtask added since
+        # the table was loaded (the filter is checked against column statistics, so disjoint
+        # keys can collide): reload and apply again, as for a lost commit race
+        self.conflicts = (CommitFailedException, ValidationException)
 
     def _table(self):
         from pyiceberg.exceptions import NoSuchTableError
