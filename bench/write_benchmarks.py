@@ -577,6 +577,10 @@ def main(argv=None) -> int:
     recovery_section(r, lines)
     unaligned_section(r, lines)
     sinks_section(r, lines)
+    if upserts := r.load("upsert_sinks.json"):
+        from bench.upsert_report import render as upsert_section
+
+        lines += upsert_section(upserts)
     state_section(r, lines)
     memory_section(r, lines)
     profile_section(r, lines)

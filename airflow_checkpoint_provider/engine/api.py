@@ -320,6 +320,29 @@ class DataStream:
         return DataStream(self._p, self._heads, FORWARD, timestamp=self._heads[0].timestamp,
                           side="late")
 
+    def to_changelog(self) -> DataStream:
+        """The output of the ``aggregate()`` producing this stream as a changelog (``-U``
+        old / ``+U`` new per changed key, ``+I`` new keys, ``-D`` keys whose count fell to
+        0), for every consumer of that operator."""
+        return self._emitting("changelog")
+
+    def to_upsert(self) -> DataStream:
+        """The output of the ``aggregate()`` producing this stream as upserts: the key and
+        its latest results (``+I``/``+U``), ``-D`` when the key is gone."""
+        return self._emitting("upsert")
+
+    def _emitting(self, emit: str) -> DataStream:
+        heads = self._heads
+        if self._side is not None or len(heads) != 1 or heads[0].kind != "aggregate":
+            raise PipelineDefinitionError(f"to_{emit}() is available on the output of "
+                                          "key_by(...).aggregate(...) only")
+        spec = heads[0].payload
+        if spec.emit not in (None, emit):
+            raise PipelineDefinitionError(f"aggregate {heads[0].uid!r} already emits "
+                                          f"{spec.emit!r}")
+        spec.emit = emit
+        return DataStream(self._p, heads, FORWARD)
+
     def rebalance(self) -> DataStream:
         return DataStream(self._p, self._heads, REBALANCE, timestamp=self._timestamp,
                           side=self._side)
@@ -436,7 +459,8 @@ class KeyedStream(DataStream):
         return WindowedStream(self, assigner, lateness)
 
     def aggregate(self, *, uid: str, parallelism: int | None = None, name: str | None = None,
-                  ttl=None, **aggregations: str | tuple[str, str]) -> DataStream:
+                  ttl=None, emit: str | None = None,
+                  **aggregations: str | tuple[str, str]) -> DataStream:
         """Built-in running aggregations per key, vectorized (no Python code per record).
 
         Each keyword names an output column: ``"count"`` counts rows; ``(function, column)``
@@ -450,8 +474,17 @@ class KeyedStream(DataStream):
         Needs ``key_by(field name)``. State is columnar in memory with either state backend.
         ``ttl`` (timedelta or ms of processing time): a key not updated for that long starts
         over from zero and is dropped from the next checkpoint, so state stops growing.
+        Changelog input (an ``_op`` field: :mod:`.changelog`) retracts ``-U``/``-D`` rows;
+        ``emit`` is ``"update"``, ``"changelog"`` or ``"upsert"`` (default: ``"changelog"``
+        for changelog input, else ``"update"``; :mod:`.runtime.changelog_agg`).
         """
+        from .runtime.changelog_agg import EMIT_MODES
+
+        if emit is not None and emit not in EMIT_MODES:
+            raise PipelineDefinitionError(f"aggregate {uid!r}: emit={emit!r} is not one of "
+                                          f"{', '.join(EMIT_MODES)}")
         spec = _aggregate_spec("aggregate", uid, self._key_selector, aggregations)
+        spec.emit = emit
         if ttl is not None:
             spec.ttl_ms = duration_ms(ttl, f"aggregate {uid!r}: ttl")
             if spec.ttl_ms <= 0:

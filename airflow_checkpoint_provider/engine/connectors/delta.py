@@ -11,11 +11,13 @@ import os
 
 import pyarrow as pa
 
+from ..changelog import OP_FIELD
 from ..checkpoint.storage import join
 from ..errors import ConfigurationError
 from ..extras import require
 from .base import SourceContext, dataset_for_location
 from .lakehouse import STAGING, StagedTableSink, StagedTableWriter
+from .upsert import split, upsert_key
 
 
 class _DeltaWriter(StagedTableWriter):
@@ -53,6 +55,42 @@ class _DeltaWriter(StagedTableWriter):
                            storage_options=self.sink.storage_options or None)
 
 
+    def upsert(self, data: pa.Table, txn: dict) -> None:
+        """One ``MERGE`` on the key columns: ``-D`` rows delete, ``+U`` rows update or
+        insert. A merge that changes nothing commits nothing (delta-rs): then an empty
+        append records the app transaction, so committing it again (recovery) finds it
+        instead of a missing staged file."""
+        dl = self.deltalake
+        table = self._table()
+        props = dl.CommitProperties(app_transactions=[dl.Transaction(txn["app_id"], txn["version"])],
+                                    custom_metadata=self.commit_metadata(txn))
+        if table is None:  # a new table holds exactly the epoch's upserted rows
+            rows, _ = split(data)
+            dl.write_deltalake(self.sink.table_uri, rows, mode="append",
+                               partition_by=self.sink.partition_by or None,
+                               commit_properties=props,
+                               storage_options=self.sink.storage_options or None)
+            return
+        on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in self.key)
+        op = f"s.{_quoted(OP_FIELD)}"
+        (table.merge(data, on, source_alias="s", target_alias="t", commit_properties=props,
+                     error_on_type_mismatch=False)
+         .when_matched_delete(predicate=f"{op} = '-D'")
+         .when_matched_update_all(predicate=f"{op} = '+U'", except_cols=[OP_FIELD])
+         .when_not_matched_insert_all(predicate=f"{op} = '+U'", except_cols=[OP_FIELD])
+         .execute())
+        if not self.committed(txn["app_id"], txn["version"]):
+            schema = self.table_schema()
+            assert schema is not None  # the merge above ran on it
+            dl.write_deltalake(self._table(), schema.empty_table(), mode="append",
+                               commit_properties=props,
+                               storage_options=self.sink.storage_options or None)
+
+
+def _quoted(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
+
+
 class DeltaSink(StagedTableSink):
     """Append records (dicts or Arrow batches) to the Delta table at ``table_uri``, exactly
     once. The table is created by the first commit if it does not exist.
@@ -60,15 +98,21 @@ class DeltaSink(StagedTableSink):
     :param table_uri: a local path (``s3://`` URIs work with ``storage_options``).
     :param partition_by: partition columns when the sink creates the table.
     :param storage_options: passed to delta-rs (object store credentials, endpoint).
+    :param mode: ``"append"``, or ``"upsert"`` with ``key``: each checkpoint's changelog is
+        compacted per key and applied as one ``MERGE`` (:mod:`.upsert`), exactly once.
+    :param key: the key columns of ``"upsert"``.
     """
 
     writer_class = _DeltaWriter
     extra = "delta"
 
     def __init__(self, table_uri: str, *, partition_by: list[str] | None = None,
-                 storage_options: dict[str, str] | None = None) -> None:
+                 storage_options: dict[str, str] | None = None, mode: str = "append",
+                 key: list[str] | None = None) -> None:
         if not isinstance(table_uri, str) or not table_uri:
             raise ConfigurationError(f"DeltaSink: table_uri {table_uri!r} is not a path or URI")
+        self.mode = mode
+        self.key = upsert_key(f"DeltaSink({table_uri!r})", mode, key)
         self.table_uri = table_uri if "://" in table_uri else os.path.abspath(table_uri)
         self.partition_by = list(partition_by or [])
         self.storage_options = dict(storage_options or {})
@@ -78,4 +122,4 @@ class DeltaSink(StagedTableSink):
         return dataset_for_location(self.table_uri)
 
     def describe(self) -> str:
-        return f"delta({self.table_uri})"
+        return f"delta({self.table_uri}{', upsert' if self.key else ''})"

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 
 import pyarrow as pa
 
 from ..errors import ConfigurationError
 from .base import SourceContext, iceberg_dataset
 from .lakehouse import STAGING, StagedTableSink, StagedTableWriter
+from .upsert import split, upsert_key
 
 
 class _IcebergWriter(StagedTableWriter):
@@ -27,12 +29,15 @@ class _IcebergWriter(StagedTableWriter):
     def __init__(self, sink: IcebergSink, ctx: SourceContext) -> None:
         super().__init__(sink, ctx)
         from pyiceberg.catalog import load_catalog
-        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.exceptions import CommitFailedException, ValidationException
 
         # the subtasks open the catalog at once: the SQL catalog creates its own tables on
         # first use, and one subtask can lose that race
         self.catalog = _settled(lambda: load_catalog(sink.identifier.split(".")[0], **sink.catalog))
-        self.conflicts = (CommitFailedException,)
+        # ValidationException: an upsert's delete found files another subtask added since
+        # the table was loaded (the filter is checked against column statistics, so disjoint
+        # keys can collide): reload and apply again, as for a lost commit race
+        self.conflicts = (CommitFailedException, ValidationException)
 
     def _table(self):
         from pyiceberg.exceptions import NoSuchTableError
@@ -95,6 +100,39 @@ class _IcebergWriter(StagedTableWriter):
                      snapshot_properties=self.commit_metadata(txn))
 
 
+    def upsert(self, data: pa.Table, txn: dict) -> None:
+        """Copy-on-write in one table transaction: delete the rows of every key the epoch
+        touched, append the epoch's ``+U`` rows; both snapshots carry the app id and
+        checkpoint id, and the catalog commits them at once (or not at all). A delete by
+        key filter rewrites the data files holding those keys (no equality delete files:
+        the table stays readable by every reader, including this engine's table source)."""
+        rows, _ = split(data)
+        table = self._table() or self._create(rows.schema)
+        target = table.schema().as_arrow()
+        props = self.commit_metadata(txn)
+        columns = [rows.column(f.name).cast(f.type) if f.name in rows.schema.names
+                   else pa.nulls(rows.num_rows, f.type) for f in target]
+        with table.transaction() as tx, warnings.catch_warnings():
+            # "Delete operation did not match any records": new keys, nothing to rewrite
+            warnings.simplefilter("ignore", UserWarning)
+            tx.delete(_keys_filter(data, self.key), snapshot_properties=props)
+            # appended even when empty: the snapshot records the commit, so committing the
+            # transaction again (recovery) finds it instead of a missing staged file
+            tx.append(pa.Table.from_arrays(columns, schema=target), snapshot_properties=props)
+
+
+def _keys_filter(data: pa.Table, key: list[str]):
+    """The pyiceberg row filter matching the keys of ``data`` (``In`` for one key column,
+    an ``Or`` of ``And``s of ``EqualTo`` for several)."""
+    from pyiceberg.expressions import And, EqualTo, In, Or
+
+    if len(key) == 1:
+        return In(key[0], set(data.column(key[0]).to_pylist()))
+    terms = [And(*(EqualTo(k, row[k]) for k in key)) if len(key) > 1 else EqualTo(key[0], row[key[0]])
+             for row in data.select(key).to_pylist()]
+    return terms[0] if len(terms) == 1 else Or(*terms)
+
+
 class IcebergSink(StagedTableSink):
     """Append records (dicts or Arrow batches) to the Iceberg table ``identifier``
     (``namespace.table``), exactly once. The namespace and table are created from the first
@@ -104,13 +142,19 @@ class IcebergSink(StagedTableSink):
     :param staging_dir: where epochs are staged between the barrier and the commit (local
         path or ``s3://``); default ``<warehouse>/_ckpt_staging/<identifier>`` for a local
         (``file://``) warehouse.
+    :param mode: ``"append"``, or ``"upsert"`` with ``key``: each checkpoint's changelog is
+        compacted per key and applied copy-on-write in one table transaction (delete the
+        affected keys' rows, append their new rows; :mod:`.upsert`), exactly once.
+    :param key: the key columns of ``"upsert"``.
     """
 
     writer_class = _IcebergWriter
     extra = "iceberg"
 
     def __init__(self, identifier: str, *, catalog: dict[str, str], staging_dir: str | None = None,
-                 create: bool = True) -> None:
+                 create: bool = True, mode: str = "append", key: list[str] | None = None) -> None:
+        self.mode = mode
+        self.key = upsert_key(f"IcebergSink({identifier!r})", mode, key)
         if not isinstance(identifier, str) or identifier.count(".") < 1:
             raise ConfigurationError(f"IcebergSink: identifier {identifier!r} is not "
                                      "'namespace.table'")
@@ -130,7 +174,7 @@ class IcebergSink(StagedTableSink):
         return iceberg_dataset(self.catalog, self.identifier)
 
     def describe(self) -> str:
-        return f"iceberg({self.identifier})"
+        return f"iceberg({self.identifier}{', upsert' if self.key else ''})"
 
 
 

@@ -32,6 +32,7 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..changelog import OP_FIELD
 from ..checkpoint.storage import filesystem_for, join
 from ..errors import BadRecordError
 from ..extras import require
@@ -48,6 +49,7 @@ from ..sink_names import (
 )
 from ..snapshot.paths import corrupt, mapping, non_negative_int, safe_name, string
 from .base import Sink, SinkWriter, SourceContext
+from .upsert import compact
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +166,8 @@ class StagedTableWriter(SinkWriter):
         self.sink_name = f"{self.kind} sink {ctx.operator_uid!r} ({sink.describe()})"
         own(self.app_id, parse_app_id(self.app_id), sink=self.sink_name)
         self.batches: list[pa.RecordBatch] = []
+        #: upsert mode (connectors/upsert.py): the key columns, else empty
+        self.key: list[str] = list(getattr(sink, "key", []) or [])
 
     # -- what a table format provides ------------------------------------------------------
     def table_schema(self) -> pa.Schema | None:
@@ -178,6 +182,11 @@ class StagedTableWriter(SinkWriter):
         """Append ``data`` in one commit recording ``txn``'s app id and version."""
         raise NotImplementedError
 
+    def upsert(self, data: pa.Table, txn: dict) -> None:
+        """Apply a compacted epoch (:func:`.upsert.compact`: ``_op`` ``+U`` or ``-D`` per
+        key) in one commit recording ``txn``'s app id and version."""
+        raise NotImplementedError
+
     def commit_metadata(self, txn: dict) -> dict[str, str]:
         return {"ckpt.job_id": self.ctx.job_id, "ckpt.operator_uid": self.ctx.operator_uid,
                 "ckpt.app_id": txn["app_id"], "ckpt.checkpoint_id": str(txn["version"])}
@@ -188,6 +197,11 @@ class StagedTableWriter(SinkWriter):
             self.batches.append(records)
         elif records:
             try:
+                if self.key:  # a -D record may carry the key only: every record's fields
+                    names = dict.fromkeys(name for r in records for name in r)
+                    self.batches.append(pa.RecordBatch.from_pydict(
+                        {n: [r.get(n) for r in records] for n in names}))
+                    return
                 self.batches.append(pa.RecordBatch.from_pylist(records))
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 raise BadRecordError(f"{self.kind} sink {self.ctx.operator_uid!r}: records do "
@@ -206,6 +220,8 @@ class StagedTableWriter(SinkWriter):
             return []
         table = self._epoch_table()
         self.batches = []
+        if self.key:
+            table = compact(table, self.key, self.sink_name)
         self._check_schema(table)
         c = self.ctx
         name = staged_file_name(c.operator_uid, c.job_id, c.attempt, c.subtask_index,
@@ -224,6 +240,8 @@ class StagedTableWriter(SinkWriter):
         if schema is None:
             return
         for field in table.schema:
+            if self.key and field.name == OP_FIELD:
+                continue
             if field.name not in schema.names:
                 raise BadRecordError(
                     f"{self.kind} sink {self.ctx.operator_uid!r}: column {field.name!r} is not "
@@ -250,7 +268,7 @@ class StagedTableWriter(SinkWriter):
                     f"is neither staged nor committed in {self.sink.describe()}; its data is lost")
             data = pq.read_table(io.BytesIO(self.fs.read_bytes(path)))
             try:
-                self.append(data, txn)
+                (self.upsert if self.key else self.append)(data, txn)
                 break
             except self.conflicts:
                 # another subtask committed (or created the table) first: check again

@@ -15,10 +15,15 @@ one, or the job whose snapshot is restored): a snapshot cannot commit another jo
 transaction. A gid this job builds that does not parse back fails the job at once
 (:class:`~..sink_names.TransactionIdError`), it never makes a checkpoint look corrupt.
 
-``mode="upsert"`` with ``key=[...]`` is the alternative for tables with a primary key:
-``INSERT ... ON CONFLICT (key) DO UPDATE`` committed at the barrier. Rows replayed after a
-restore overwrite themselves with the same values, so the table ends up as with exactly-once
-(at-least-once writes, idempotent). It needs no ``max_prepared_transactions``.
+``mode="upsert"`` with ``key=[...]`` is for tables with a primary key (or a unique index on
+``key``) and changelog input (:mod:`..changelog`): the epoch's records are compacted per key
+(last operation wins, :mod:`.upsert`) and applied at the barrier as ``INSERT ... ON CONFLICT
+(key) DO UPDATE`` (``+I``/``+U``) and ``DELETE`` (``-U``/``-D``) inside the same prepared
+transaction as above: exactly once, committed when the checkpoint completes. With
+``prepared=False`` the upsert transaction is committed at the barrier instead (no
+``max_prepared_transactions`` needed; the table then shows epochs of checkpoints that may
+not complete, and converges once they are replayed, since each key ends at its last
+operation).
 
 The server needs ``max_prepared_transactions`` > 0 for the default mode (a clear error says
 so at the first checkpoint otherwise).
@@ -30,11 +35,13 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from ..errors import ConfigurationError, CorruptCheckpointError
+from ..changelog import OP_FIELD, RETRACT, row_kind
+from ..errors import BadRecordError, ConfigurationError, CorruptCheckpointError
 from ..extras import require
 from ..sink_names import RestoredTransactions, one_owner, own, parse_gid
 from ..sink_names import gid as make_gid
 from .base import Sink, SinkWriter, SourceContext
+from .upsert import upsert_key
 
 
 def _dsn(url: str) -> str:
@@ -55,21 +62,21 @@ class PostgresSink(Sink):
         the fields of the first record).
     :param mode: ``"2pc"`` (prepared transactions, exactly-once) or ``"upsert"``.
     :param key: the conflict columns of ``"upsert"`` (a primary key or unique index).
+    :param prepared: ``"upsert"`` only: apply each epoch in a prepared transaction (default,
+        exactly once) or commit it at the barrier (``False``: idempotent, converging).
     """
 
     def __init__(self, url: str, table: str, columns: Sequence[str] | None = None, *,
-                 mode: str = "2pc", key: Sequence[str] | None = None) -> None:
-        if mode not in ("2pc", "upsert"):
-            raise ConfigurationError(f"PostgresSink mode {mode!r} is unknown; use '2pc' or 'upsert'")
-        if mode == "upsert" and not key:
-            raise ConfigurationError("PostgresSink(mode='upsert') needs key=[conflict columns]")
+                 mode: str = "2pc", key: Sequence[str] | None = None,
+                 prepared: bool = True) -> None:
+        self.key = upsert_key(f"PostgresSink({table!r})", mode, key, modes=("2pc", "upsert"))
+        self.prepared = bool(prepared) or mode == "2pc"
         if not table or not all(part for part in table.split(".")) or table.count(".") > 1:
             raise ConfigurationError(f"PostgresSink table {table!r} is not 'table' or 'schema.table'")
         self.url = url
         self.table = table
         self.columns = list(columns) if columns else None
         self.mode = mode
-        self.key = list(key or [])
 
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
         require("postgres")
@@ -95,7 +102,7 @@ class PostgresSink(Sink):
     def discard_staged_of_job(self, operator_uid: str, job_id: str) -> list[str]:
         """Roll back what ended job ``job_id`` prepared and never committed (called once a
         job restored from its checkpoint runs; the rows are replayed by the new job)."""
-        if self.mode == "upsert":
+        if not self.prepared:
             return []
         import psycopg
 
@@ -153,6 +160,8 @@ class _PostgresWriter(SinkWriter):
         self.sink_name = f"PostgresSink {ctx.operator_uid!r} ({sink.table})"
         self.columns = sink.columns
         self.rows = 0
+        #: upsert mode: the epoch's last record per key, in order of their last arrival
+        self.latest: dict[tuple, dict] = {}
 
     # -- SQL --------------------------------------------------------------------------------
     def _table(self):
@@ -166,6 +175,9 @@ class _PostgresWriter(SinkWriter):
     def write(self, records: list[dict]) -> None:
         if not records:
             return
+        if self.sink.mode == "upsert":
+            self._compact(records)
+            return
         if self.columns is None:
             self.columns = list(records[0])
         cols = self.columns
@@ -176,25 +188,73 @@ class _PostgresWriter(SinkWriter):
                 f"PostgresSink {self.sink.table!r}: a record has no field {exc.args[0]!r} "
                 f"(columns: {', '.join(cols)})") from None
         sql = self.psycopg.sql
+        with self.conn.cursor() as cur, cur.copy(
+                sql.SQL("COPY {} ({}) FROM STDIN").format(self._table(), self._cols())) as copy:
+            for row in rows:
+                copy.write_row(row)
+        self.rows += len(rows)
+
+    # -- upsert mode -------------------------------------------------------------------------
+    def _compact(self, records: list[dict]) -> None:
+        """Keep each key's last record of the epoch (in arrival order: re-inserted last)."""
+        latest, key = self.latest, self.sink.key
+        for r in records:
+            row_kind(r, self.sink_name)
+            try:
+                k = tuple(r[c] for c in key)
+            except KeyError as exc:
+                raise BadRecordError(f"{self.sink_name}: a record has no key column "
+                                     f"{exc.args[0]!r} (fields: {', '.join(r)})") from None
+            latest.pop(k, None)
+            latest[k] = r
+
+    def _apply_changes(self) -> None:
+        """The compacted epoch as ``INSERT ... ON CONFLICT DO UPDATE`` and ``DELETE`` in the
+        open transaction."""
+        upserts = [r for r in self.latest.values() if r.get(OP_FIELD) not in RETRACT]
+        deletes = [k for k, r in self.latest.items() if r.get(OP_FIELD) in RETRACT]
+        if self.columns is None and upserts:
+            self.columns = [c for c in upserts[0] if c != OP_FIELD]
+        cols, key, sql = self.columns or list(self.sink.key), self.sink.key, self.psycopg.sql
+        # a record (also a -U/-D) with a field the table does not get is of another schema
+        # (with explicit columns=, other fields are ignored, as in 2pc mode)
+        for r in self.latest.values() if self.sink.columns is None and upserts else ():
+            extra = set(r) - set(cols) - {OP_FIELD}
+            if extra:
+                raise BadRecordError(f"{self.sink_name}: field {sorted(extra)[0]!r} of a "
+                                     f"{r.get(OP_FIELD, '+I')} record is not one of the "
+                                     f"columns {', '.join(cols)}")
+        try:
+            rows = [tuple(r[c] for c in cols) for r in upserts]
+        except KeyError as exc:
+            raise BadRecordError(f"{self.sink_name}: a {OP_FIELD} +I/+U record has no field "
+                                 f"{exc.args[0]!r} (columns: {', '.join(cols)})") from None
+        self.latest = {}
+        names = sql.SQL(", ").join(sql.Identifier(k) for k in key)
         with self.conn.cursor() as cur:
-            if self.sink.mode == "upsert":
+            if rows:
                 updates = sql.SQL(", ").join(
                     sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
-                    for c in cols if c not in self.sink.key)
-                stmt = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) DO UPDATE SET {}").format(
-                    self._table(), self._cols(), sql.SQL(", ").join(sql.Placeholder() * len(cols)),
-                    sql.SQL(", ").join(sql.Identifier(k) for k in self.sink.key), updates)
+                    for c in cols if c not in key)
+                stmt = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) DO {}").format(
+                    self._table(), sql.SQL(", ").join(sql.Identifier(c) for c in cols),
+                    sql.SQL(", ").join(sql.Placeholder() * len(cols)), names,
+                    sql.SQL("UPDATE SET {}").format(updates) if len(cols) > len(key)
+                    else sql.SQL("NOTHING"))
                 cur.executemany(stmt, rows)
-            else:
-                with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(self._table(), self._cols())) as copy:
-                    for row in rows:
-                        copy.write_row(row)
-        self.rows += len(rows)
+            if deletes:
+                cur.executemany(sql.SQL("DELETE FROM {} WHERE ({}) = ({})").format(
+                    self._table(), names, sql.SQL(", ").join(sql.Placeholder() * len(key))),
+                    deletes)
+        self.rows += len(rows) + len(deletes)
 
     def pre_commit(self, checkpoint_id: int) -> list[object]:
         if self.sink.mode == "upsert":
-            self.conn.commit()
-            return []
+            self._apply_changes()
+            if not self.sink.prepared:
+                self.conn.commit()
+                self.rows = 0
+                return []
         if not self.rows:
             self.conn.rollback()  # nothing written: no transaction to prepare
             return []
@@ -224,7 +284,7 @@ class _PostgresWriter(SinkWriter):
             rule.check(parse_gid(t), t, f"transactions[{i}]", uid_is_hash=self.uid_hash)
 
     def recover(self, transactions: list[object]) -> None:
-        if self.sink.mode == "upsert":
+        if not self.sink.prepared:
             return
         self._check_restored(transactions)
         self.commit(transactions)

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
+from ..changelog import INSERT, OP_FIELD
+from ..errors import BadRecordError
 from ..functions import ProcessJoinFunction, RuntimeContext
 from ..joins import CoProcessSpec, IntervalJoinSpec, WindowJoinSpec, merge_rows
 from ..state.keygroups import key_group_for
@@ -111,6 +113,12 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
             groups = [key_group_for(k, m) for k in keys]
         set_key = self.backend.set_current_key_in_group
         for r, key, group in zip(records, keys, groups, strict=True):
+            if r.get(OP_FIELD, INSERT) != INSERT:
+                raise BadRecordError(
+                    f"join {uid!r}: input {input + 1} is a changelog (a {r[OP_FIELD]!r} record "
+                    "arrived): interval and window joins take insert-only streams (their rows "
+                    "leave the state by time, a retraction could not undo what was emitted); "
+                    "join a changelog in connect(...).process(), whose function sees '_op'")
             set_key(key, group)
             yield r, stamp.of_record(r, uid)
 

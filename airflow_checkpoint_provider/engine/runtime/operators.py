@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from ..changelog import OP_FIELD
 from ..connectors.base import SourceContext
 from ..errors import CorruptCheckpointError, RestoreError
 from ..eventtime import WatermarkStrategy
@@ -23,6 +24,7 @@ from ..state.operator_state import OperatorStateStore
 from ..state.vectorized import key_groups_of
 from ..timers import EVENT_TIME, PROCESSING_TIME, TimerService
 from .batches import Batch, to_record_batch
+from .changelog_agg import changelog_update
 from .watermarks import SourceWatermarks, Status
 
 
@@ -336,7 +338,9 @@ class AggregateOperator(_KeyedStateOperator):
                        self.uid).warm_up()
 
     def process(self, records: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
-        return self.backend.update(records)
+        if self.spec.emit is None and OP_FIELD not in records.schema.names:
+            return self.backend.update(records)
+        return changelog_update(self.backend, records, self.spec.emit)
 
 
 

@@ -53,6 +53,13 @@ def _encodable(arrow_type: pa.DataType) -> bool:
     return pa.types.is_integer(arrow_type) or _varlen(arrow_type)
 
 
+def _counts(at: np.ndarray, k: int, sign: np.ndarray | None) -> np.ndarray:
+    """Rows per dictionary index (``sign``: each row counts +1 or -1)."""
+    if sign is None:
+        return np.bincount(at, minlength=k)
+    return np.bincount(at, weights=sign, minlength=k).round().astype(np.int64)
+
+
 class AggregateSpec:
     """The aggregations of one ``aggregate()`` operator: ``[(output, function, column)]``.
 
@@ -70,12 +77,17 @@ class AggregateSpec:
         #: a key not updated for this long (processing time) starts over, and leaves the
         #: next checkpoint
         self.ttl_ms = ttl_ms
+        #: the output: None (update rows; a changelog for changelog input), "update",
+        #: "changelog" or "upsert" (runtime/changelog_agg.py)
+        self.emit: str | None = None
 
     def describe(self) -> dict:
         out: dict[str, object] = {"key": self.key,
                                   "aggregations": [list(a) for a in self.aggregations]}
         if self.ttl_ms is not None:
             out["ttl_ms"] = self.ttl_ms
+        if self.emit is not None:
+            out["emit"] = self.emit
         return out
 
 
@@ -133,9 +145,12 @@ class AggregateTable:
         (one row per distinct key, in order of first appearance)."""
         return self._output(*self.fold(batch))
 
-    def fold(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.Array, np.ndarray]:
+    def fold(self, batch: pa.RecordBatch | pa.Table,
+             sign: np.ndarray | None = None) -> tuple[pa.Array, np.ndarray]:
         """Fold ``batch`` into the accumulators; return the distinct keys it touched and
-        their rows."""
+        their rows. ``sign`` (int64, +1/-1 per row; changelog input, see
+        :mod:`..runtime.changelog_agg`) weighs each row: -1 retracts it from count, non-null
+        count and sum (min/max cannot retract: the caller refuses those)."""
         spec = self.spec
         if spec.key not in batch.schema.names:
             raise KeyError(f"aggregate {self.uid!r}: key field {spec.key!r} is not in the input "
@@ -157,8 +172,8 @@ class AggregateTable:
             if "max" in needed:
                 plan.append((col, "max"))
         self._check_key_type(batch.schema.field(spec.key).type)
-        if _encodable(batch.schema.field(spec.key).type):
-            return self._fold_encoded(batch, dtypes)
+        if sign is not None or _encodable(batch.schema.field(spec.key).type):
+            return self._fold_encoded(batch, dtypes, sign)
         grouped = table.group_by(spec.key, use_threads=False).aggregate(plan)
         key_col = grouped.column(spec.key)
         if isinstance(key_col, pa.ChunkedArray):
@@ -231,8 +246,8 @@ class AggregateTable:
                 self.acc[name] = arr
         return rows
 
-    def _fold_encoded(self, batch: pa.RecordBatch | pa.Table,
-                      dtypes: dict[str, np.dtype]) -> tuple[pa.Array, np.ndarray]:
+    def _fold_encoded(self, batch: pa.RecordBatch | pa.Table, dtypes: dict[str, np.dtype],
+                      sign: np.ndarray | None = None) -> tuple[pa.Array, np.ndarray]:
         """:meth:`fold` for integer, string and binary keys: the key column is dictionary
         encoded (one hash pass in Arrow, distinct keys in order of first appearance), the
         distinct keys are looked up in the index, and the per-key partial aggregates are
@@ -252,20 +267,24 @@ class AggregateTable:
         acc = self.acc
         if spec.ttl_ms is not None:
             self._expire(rows)
-        acc["count"][rows] += np.bincount(inv, minlength=k)
+        acc["count"][rows] += _counts(inv, k, sign)
         for col in spec.columns:
             dtype = dtypes[col]
             column = batch.column(col)
+            weights = sign
             if column.null_count:
                 if isinstance(column, pa.ChunkedArray):
                     column = column.combine_chunks()
                 valid = column.is_valid().to_numpy(zero_copy_only=False)
                 at = inv[valid]
                 column = column.filter(pa.array(valid))
+                weights = None if sign is None else sign[valid]
             else:
                 at = inv
             values = (column.to_numpy(zero_copy_only=False) if len(column)
                       else np.empty(0, dtype=dtype)).astype(dtype, copy=False)
+            if weights is not None:
+                values = values * weights.astype(dtype, copy=False)
             parts = {}
             for fn in self._partials(col):
                 part = parts[fn] = np.zeros(k, dtype=dtype)
@@ -274,7 +293,7 @@ class AggregateTable:
                 elif len(at):  # the first value of each key, then fold every value in
                     part[at[::-1]] = values[::-1]
                     (np.minimum if fn == "min" else np.maximum).at(part, at, values)
-            self._merge_partials(rows, col, dtype, np.bincount(at, minlength=k), parts)
+            self._merge_partials(rows, col, dtype, _counts(at, k, weights), parts)
         return key_col, rows
 
     # -- TTL ------------------------------------------------------------------------------------
@@ -296,6 +315,17 @@ class AggregateTable:
         if self.spec.ttl_ms is None or not n:
             return 0
         keep = ttl.now_ms() - self._ensure(LAST_UPDATE, np.int64)[:n] < self.spec.ttl_ms
+        return self._keep(keep)
+
+    def drop_retracted(self) -> int:
+        """Remove keys whose rows were all retracted (count 0: changelog input) before a
+        snapshot; returns how many."""
+        n = self.index.n
+        return self._keep(self.acc["count"][:n] != 0) if n else 0
+
+    def _keep(self, keep: np.ndarray) -> int:
+        """Keep the rows where ``keep`` is true (one bool per key); returns how many went."""
+        n = self.index.n
         if keep.all():
             return 0
         index = KeyIndex()
@@ -362,6 +392,7 @@ class AggregateTable:
     def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
         """Copy every column now (memcpy speed); ``write`` encodes the Arrow IPC file."""
         self.drop_expired()
+        self.drop_retracted()
         columns = self.copy()
 
         def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:

@@ -1,0 +1,87 @@
+"""aggregate() over changelog input: -U/-D retract count/sum/mean exactly, min/max refuse
+retraction naming the operator and aggregation, the changelog / upsert / update outputs,
+keys whose count fell to 0 leave the snapshot, and the API's emit options."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from airflow_checkpoint_provider.engine import BadRecordError, Pipeline, PipelineDefinitionError
+from airflow_checkpoint_provider.engine.connectors.generator import GeneratorSource
+from airflow_checkpoint_provider.engine.runtime.changelog_agg import changelog_update
+from airflow_checkpoint_provider.engine.state.columnar import AggregateSpec, AggregateTable
+from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
+
+
+def table(*aggs, key="user") -> AggregateTable:
+    spec = AggregateSpec(key, list(aggs) or [("n", "count", None), ("total", "sum", "amount"),
+                                             ("avg", "mean", "amount")])
+    return AggregateTable(spec, KeyGroupRange(0, 127), 128, "per_user")
+
+
+def batch(*rows) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([dict(zip(("_op", "user", "amount"), r, strict=True))
+                                       for r in rows])
+
+
+@pytest.mark.parametrize("key", ["u1", 7])
+def test_retractions_subtract_and_the_output_is_a_changelog(key):
+    other, x = ("other", "x") if isinstance(key, str) else (8, 9)
+    t = table()
+    out = changelog_update(t, batch(("+I", key, 5), ("+I", key, 7), ("+I", other, 1)), None)
+    assert out.to_pylist() == [
+        {"user": key, "n": 2, "total": 12, "avg": 6.0, "_op": "+I"},
+        {"user": other, "n": 1, "total": 1, "avg": 1.0, "_op": "+I"}]
+    out = changelog_update(t, batch(("-U", key, 5), ("+U", key, 6), ("-D", other, 1)), None)
+    assert out.to_pylist() == [
+        {"user": key, "n": 2, "total": 12, "avg": 6.0, "_op": "-U"},
+        {"user": key, "n": 2, "total": 13, "avg": 6.5, "_op": "+U"},
+        {"user": other, "n": 1, "total": 1, "avg": 1.0, "_op": "-D"}]
+    # an insert and its delete in one batch change nothing: no output for that key
+    assert changelog_update(t, batch(("+I", x, 3), ("-D", x, 3)), None).num_rows == 0
+    assert len(t) == 3 and t.drop_retracted() == 2 and len(t) == 1, "count-0 keys leave"
+
+
+def test_upsert_and_update_views():
+    t = table()
+    changelog_update(t, batch(("+I", "a", 1), ("+I", "b", 2)), "upsert")
+    out = changelog_update(t, batch(("+I", "a", 4), ("-D", "b", 2)), "upsert")
+    assert [(r["user"], r["_op"], r["total"]) for r in out.to_pylist()] == [("a", "+U", 5),
+                                                                            ("b", "-D", 2)]
+    out = changelog_update(t, batch(("+I", "a", 1)), "update")
+    assert out.to_pylist() == [{"user": "a", "n": 3, "total": 6, "avg": 2.0}]
+    # insert-only input asked for a changelog
+    t2 = table()
+    no_op = pa.RecordBatch.from_pylist([{"user": "a", "amount": 1}])
+    assert changelog_update(t2, no_op, "changelog").column("_op").to_pylist() == ["+I"]
+    assert changelog_update(t2, no_op, "changelog").column("_op").to_pylist() == ["-U", "+U"]
+
+
+def test_min_max_refuse_retraction_naming_operator_and_aggregation():
+    t = table(("n", "count", None), ("low", "min", "amount"))
+    changelog_update(t, batch(("+I", "a", 1)), None)  # inserts are fine
+    with pytest.raises(BadRecordError, match=r"aggregate 'per_user': aggregation 'low' = "
+                                             r"min\(amount\) cannot retract"):
+        changelog_update(t, batch(("-D", "a", 1)), None)
+
+
+def test_bad_changelogs_are_refused():
+    t = table()
+    with pytest.raises(BadRecordError, match=r"'per_user'.*'_op' is 'U', not one of"):
+        changelog_update(t, batch(("U", "a", 1)), None)
+    with pytest.raises(BadRecordError, match="key 'a' got more retractions"):
+        changelog_update(t, batch(("-D", "a", 1)), None)
+
+
+def test_emit_options_are_checked_at_definition_time():
+    p = Pipeline("p")
+    keyed = p.source(GeneratorSource(10), uid="gen").key_by("key")
+    with pytest.raises(PipelineDefinitionError, match="emit='all' is not one of"):
+        keyed.aggregate(uid="a", n="count", emit="all")
+    out = keyed.aggregate(uid="b", n="count")
+    assert out.to_changelog()._heads[0].payload.emit == "changelog"
+    with pytest.raises(PipelineDefinitionError, match="already emits 'changelog'"):
+        out.to_upsert()
+    with pytest.raises(PipelineDefinitionError, match="on the output of key_by"):
+        keyed.reduce(lambda a, b: a, uid="r").to_changelog()
