@@ -124,16 +124,18 @@ class Pipeline:
                                       input))
 
     def _two_input(self, kind: str, name: str, uid: str, parallelism: int | None,
-                   payload: object, inputs: tuple) -> DataStream:
+                   payload: object, inputs: tuple, partitionings: tuple = (HASH, HASH),
+                   first_time_only: bool = False) -> DataStream:
         """A node with two inputs: ``inputs`` is ``((stream, key selector), (stream, key
-        selector))``, hash-partitioned into inputs 1 and 2 (:mod:`.joins`)."""
+        selector))``, partitioned into inputs 1 and 2 (hash by default; :mod:`.joins`,
+        :mod:`.broadcast`). ``first_time_only``: the output keeps input 1's event time."""
         node = self._add(kind, name, uid, parallelism, payload)
-        for index, (stream, selector) in enumerate(inputs, 1):
+        for index, ((stream, selector), how) in enumerate(zip(inputs, partitionings, strict=True), 1):
             for head in stream._heads:
-                self._connect(head, node, HASH, selector, stream._side, input=index)
+                self._connect(head, node, how, selector, stream._side, input=index)
         first, second = inputs[0][0], inputs[1][0]
         # one event time downstream only if both inputs read it from the same place
-        same = first._timestamp == second._timestamp
+        same = first_time_only or first._timestamp == second._timestamp
         return DataStream(self, [node], FORWARD, timestamp=first._timestamp if same else None)
 
     def source(self, src: Source, *, uid: str, parallelism: int = 1, name: str | None = None,

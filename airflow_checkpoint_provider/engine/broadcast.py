@@ -186,25 +186,20 @@ class BroadcastConnectedStream:
 
     def process(self, fn: KeyedBroadcastProcessFunction, *, uid: str,
                 parallelism: int | None = None, name: str | None = None) -> DataStream:
-        from .api import DataStream, KeyedStream
-        from .graph import BROADCAST, FORWARD, HASH
+        from .graph import BROADCAST, HASH
 
         if not isinstance(fn, KeyedBroadcastProcessFunction):
             raise PipelineDefinitionError(
                 f"broadcast process {uid!r}: {fn!r} must be a KeyedBroadcastProcessFunction "
                 "instance")
         keyed, b = self.keyed, self.broadcast.stream
-        if not isinstance(keyed, KeyedStream):
+        if keyed._key_selector is None:
             raise PipelineDefinitionError(
                 f"broadcast process {uid!r}: key the non-broadcast stream first: "
                 "events.key_by(...).connect(rules.broadcast(...))")
         spec = BroadcastProcessSpec(fn, keyed._key_selector, (keyed._timestamp, b._timestamp),
                                     self.broadcast.state_names)
-        p = keyed._p
-        node = p._add(BROADCAST_PROCESS, name or f"BroadcastProcess: {type(fn).__name__}", uid,
-                      parallelism, spec)
-        for head in keyed._heads:
-            p._connect(head, node, HASH, keyed._key_selector, keyed._side, input=1)
-        for head in b._heads:
-            p._connect(head, node, BROADCAST, None, b._side, input=2)
-        return DataStream(p, [node], FORWARD, timestamp=keyed._timestamp)
+        return keyed._p._two_input(
+            BROADCAST_PROCESS, name or f"BroadcastProcess: {type(fn).__name__}", uid,
+            parallelism, spec, ((keyed, keyed._key_selector), (b, None)),
+            partitionings=(HASH, BROADCAST), first_time_only=True)
