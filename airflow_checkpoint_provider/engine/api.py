@@ -21,14 +21,13 @@ from .config import CheckpointConfig, RestartStrategy
 from .connectors.base import Sink, Source
 from .errors import BadRecordError, ConfigurationError, PipelineDefinitionError
 from .eventtime import (
-    SessionWindows,
     TimestampSpec,
     WatermarkStrategy,
     WindowAssigner,
     duration_ms,
 )
 from .extras import require
-from .functions import KeyedProcessFunction, ProcessWindowFunction
+from .functions import KeyedProcessFunction
 from .graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
 from .graph import build_execution_graph as _build
 from .job import JobConfig, JobResult
@@ -36,6 +35,7 @@ from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .names import validate_job_id, validate_job_name
 from .state.descriptors import StateDescriptor
 from .temporal import TemporalJoin
+from .windowed import WindowedStream, _aggregate_spec
 
 DEFAULT_METADATA_ENV = "CKPT_METADATA_URL"
 
@@ -257,6 +257,10 @@ class DataStream:
         self._side = side
         #: where the records' event time is (from the sources' watermark strategy)
         self._timestamp = timestamp
+
+    def _downstream(self, node: Node, timestamp: TimestampSpec | None = None) -> DataStream:
+        """The stream out of ``node`` (forward-partitioned), for the DSL modules."""
+        return DataStream(self._p, [node], FORWARD, timestamp=timestamp)
 
     def _then(self, kind: str, name: str, uid: str | None, parallelism: int | None,
               payload=None, key_selector=None) -> Node:
@@ -503,97 +507,3 @@ class KeyedStream(DataStream):
         node = self._then("reduce", name or f"Reduce: {getattr(fn, '__name__', 'fn')}", uid,
                           parallelism, fn, self._key_selector)
         return DataStream(self._p, [node], FORWARD, timestamp=self._timestamp)
-
-
-class WindowedStream:
-    """``key_by(field).window(assigner)``: aggregate per key and window."""
-
-    def __init__(self, keyed: KeyedStream, assigner: WindowAssigner, allowed_lateness_ms: int) -> None:
-        self._keyed = keyed
-        self.assigner = assigner
-        self.allowed_lateness_ms = allowed_lateness_ms
-
-    def aggregate(self, *, uid: str, parallelism: int | None = None, name: str | None = None,
-                  **aggregations: str | tuple[str, str]) -> DataStream:
-        """The aggregations of :meth:`KeyedStream.aggregate`, per key and window, vectorized.
-        Emits one row per key and window when the watermark passes the window's end: the key,
-        ``window_start``, ``window_end`` (epoch ms, or timestamps if the time column is
-        one) and the aggregations (Structured Streaming's append mode)."""
-        from .state.windows import WindowSpec
-
-        keyed = self._keyed
-        if isinstance(self.assigner, SessionWindows):
-            raise PipelineDefinitionError(
-                f"window aggregate {uid!r}: session windows merge per key and are not "
-                "vectorized; use window(SessionWindows(...)).reduce(fn) or .process(fn)")
-        spec = _aggregate_spec("window aggregate", uid, keyed._key_selector, aggregations)
-        for reserved in ("window_start", "window_end"):
-            if reserved in aggregations:
-                raise PipelineDefinitionError(
-                    f"window aggregate {uid!r}: output {reserved!r} is a window column")
-        timestamp = keyed._needs_event_time("window aggregate", uid)
-        window = WindowSpec(spec, self.assigner, self.allowed_lateness_ms, timestamp)
-        node = keyed._then("window_aggregate",
-                           name or f"Window {self.assigner.describe()['type']}: "
-                                   f"{', '.join(aggregations)}",
-                           uid, parallelism, window, keyed._key_selector)
-        return DataStream(keyed._p, [node], FORWARD)
-
-
-    def reduce(self, fn: Callable[[dict, dict], dict], *, uid: str,
-               parallelism: int | None = None, name: str | None = None) -> DataStream:
-        """Reduce each key's records per window with ``fn(accumulated, record)``; emits the
-        result with ``window_start`` and ``window_end`` added when the window fires (per
-        record in Python: for counts and sums prefer :meth:`aggregate`)."""
-        if not callable(fn):
-            raise PipelineDefinitionError(f"window reduce {uid!r} needs a callable")
-        return self._function("reduce", fn, uid, parallelism,
-                              name or f"Window reduce: {getattr(fn, '__name__', 'fn')}")
-
-    def process(self, fn: ProcessWindowFunction, *, uid: str, parallelism: int | None = None,
-                name: str | None = None) -> DataStream:
-        """Call ``fn.process(key, window, records, ctx)`` once per key and window when the
-        window fires (the window's records are kept in keyed state until then)."""
-        if not isinstance(fn, ProcessWindowFunction):
-            raise PipelineDefinitionError(
-                f"window process {uid!r}: {fn!r} must be a ProcessWindowFunction instance")
-        return self._function("process", fn, uid, parallelism,
-                              name or f"Window process: {type(fn).__name__}")
-
-    def _function(self, mode: str, fn, uid: str, parallelism: int | None, name: str) -> DataStream:
-        from .state.windows import WindowFunctionSpec
-
-        keyed = self._keyed
-        timestamp = keyed._needs_event_time(f"window {mode}", uid)
-        spec = WindowFunctionSpec(fn, mode, self.assigner, self.allowed_lateness_ms, timestamp)
-        node = keyed._then("window", name, uid, parallelism, spec, keyed._key_selector)
-        return DataStream(keyed._p, [node], FORWARD)
-
-
-def _aggregate_spec(what: str, uid: str, key_selector, aggregations: dict):
-    """The :class:`~.state.columnar.AggregateSpec` of ``aggregate(**aggregations)``, checked."""
-    from .state.columnar import AggregateSpec
-
-    field = getattr(key_selector, "field", None)
-    if field is None:
-        raise PipelineDefinitionError(
-            f"{what} {uid!r}: needs key_by(<field name>); a key function cannot be "
-            "evaluated on Arrow columns (use process() or reduce() for computed keys)")
-    if not aggregations:
-        raise PipelineDefinitionError(
-            f"{what} {uid!r}: name at least one aggregation, e.g. count=\"count\"")
-    spec: list[tuple[str, str, str | None]] = []
-    for out, agg in aggregations.items():
-        if out == field:
-            raise PipelineDefinitionError(
-                f"{what} {uid!r}: output {out!r} has the key field's name")
-        if agg == "count":
-            spec.append((out, "count", None))
-            continue
-        if (not isinstance(agg, tuple | list) or len(agg) != 2
-                or agg[0] not in AggregateSpec.FUNCTIONS or not isinstance(agg[1], str)):
-            raise PipelineDefinitionError(
-                f"{what} {uid!r}: aggregation {out}={agg!r} is not \"count\" or "
-                f"(function, column) with function one of {', '.join(AggregateSpec.FUNCTIONS)}")
-        spec.append((out, agg[0], agg[1]))
-    return AggregateSpec(field, spec)
