@@ -310,7 +310,7 @@ def test_a_vectorized_join_savepoint_restores_at_another_parallelism(tmp_path):
     clean = _run(tmp_path / "clean", vectorized=True, state_backend="rocksdb")
     first = tmp_path / "first"
     bg = Background(vector_join_pipeline(str(first), vectorized=True, state_backend="rocksdb",
-                                         rate=3_000))
+                                         rate=1_000))
     job = bg.wait_running(min_checkpoints=2, timeout=60)
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
     assert req.status == "SUCCEEDED", req.error
