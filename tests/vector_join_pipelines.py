@@ -74,11 +74,12 @@ def vector_join_pipeline(root: str, *, vectorized: bool, name: str = "vjoins",
                          faults: FaultPlan | None = None, rate: float | None = None,
                          parallelism: int = 2, join_parallelism: int = 2,
                          int_keys: bool = False, interval_ms: int = 150,
-                         out: str | None = None) -> Pipeline:
+                         out: str | None = None, **checkpoint_options) -> Pipeline:
     out = out or root
     p = Pipeline(name, max_parallelism=128, state_backend=state_backend,
                  checkpoint=CheckpointConfig(interval_ms=interval_ms,
-                                             directory=os.path.join(root, "ckpt")),
+                                             directory=os.path.join(root, "ckpt"),
+                                             **checkpoint_options),
                  restart_strategy=RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
                  metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
     wm = (WatermarkStrategy.for_bounded_out_of_orderness(BOUND_MS, timestamp_field="ts")

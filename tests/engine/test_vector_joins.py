@@ -290,12 +290,15 @@ FAULTS = [("record", 1_500), ("kill", 3_500), ("record", 5_000)]
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_vectorized_joins_are_exactly_once_under_exceptions_and_sigkill(tmp_path, backend):
+@pytest.mark.parametrize("backend,unaligned", [("heap", False), ("rocksdb", False),
+                                               ("heap", True)])
+def test_vectorized_joins_are_exactly_once_under_exceptions_and_sigkill(tmp_path, backend,
+                                                                        unaligned):
     clean = _run(tmp_path / "clean", vectorized=True, state_backend=backend)
     faults = FaultPlan(str(tmp_path / "faults"), FAULTS)
     result = vector_join_pipeline(str(tmp_path / "faulty"), vectorized=True,
-                                  state_backend=backend, faults=faults, rate=5_000).run()
+                                  state_backend=backend, faults=faults, rate=5_000,
+                                  unaligned=unaligned).run()
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert result.restarts == len(faults.attempts_hit())
     for out in OUTPUTS:
