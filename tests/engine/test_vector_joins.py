@@ -320,6 +320,10 @@ def test_a_vectorized_join_savepoint_restores_at_another_parallelism(tmp_path):
     assert bg.result().status == "STOPPED"
     location = req.result["location"]
     assert 0 < sum(committed(str(first), "ij").values()) < sum(clean["ij"].values())
+    from airflow_checkpoint_provider.engine.state_io.read import read_state_table
+
+    held = read_state_table(location, "tw")  # the state API reads the join's Arrow state
+    assert held.num_rows and set(held.column("state").to_pylist()) == {"window-join.vectorized"}
     second = tmp_path / "second"
     for out in OUTPUTS:
         shutil.copytree(first / out, second / out)
