@@ -19,7 +19,8 @@ SS: two ``rate-micro-batch`` sources (``--ss-rows-per-batch`` rows each per batc
 2 shuffle partitions, RocksDB state store with changelog checkpointing, append mode, noop sink,
 1 s processing-time trigger; sustained = input rows of both sides / summed
 ``triggerExecution`` of the batches after the warm-up ones. Ours: the per-record join
-operators (dict records; the vectorized join path is not built yet), parallelism 2, heap
+operators (dict records), and with ``--kinds interval_vec,window_vec`` the vectorized ones
+(``vectorized=True``, Arrow batches from the generator on), parallelism 2, heap
 state, checkpoints every 1 s, discarding sink, local runner; sustained = rows of both sides /
 (wall time - launch-to-running start-up). Ratios ours / SS pair by pair per repetition.
 
@@ -57,12 +58,15 @@ from airflow_checkpoint_provider.engine.catalog import MetadataStore  # noqa: E4
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-KINDS = ("interval", "window")
+KINDS = ("interval", "window", "interval_vec", "window_vec")
 START_MS = 1_700_000_000_000
 HASHES = (2654435761, 2246822519)  # left, right: different keys and disorder per stream
 
 
 def build(kind: str, root: str, args, records: int, rate: float | None = None) -> Pipeline:
+    # "<join>_vec": the vectorized operator (vectorized=True), fed Arrow batches end to end
+    vectorized = kind.endswith("_vec")
+    kind = kind.removesuffix("_vec")
     p = Pipeline(f"bench-join-{kind}", max_parallelism=128,
                  checkpoint=CheckpointConfig(interval_ms=1000,
                                              directory=os.path.join(root, "ckpt")),
@@ -72,15 +76,18 @@ def build(kind: str, root: str, args, records: int, rate: float | None = None) -
     left, right = (
         p.source(GeneratorSource(records, num_keys=args.keys, seed=seed, splits=4,
                                  records_per_second=rate, event_time_step_ms=args.step_ms,
-                                 max_disorder_ms=args.disorder_ms, start_ms=START_MS),
+                                 max_disorder_ms=args.disorder_ms, start_ms=START_MS,
+                                 arrow=vectorized),
                  uid=uid, parallelism=2, watermarks=wm)
         for uid, seed in (("left", 1), ("right", 2)))
     if kind == "interval":
         joined = (left.key_by("key").interval_join(right.key_by("key"))
-                  .between(args.lower_ms, args.upper_ms).process(uid="join", parallelism=2))
+                  .between(args.lower_ms, args.upper_ms)
+                  .process(uid="join", parallelism=2, vectorized=vectorized))
     else:
         joined = (left.join(right).where("key").equal_to("key")
-                  .window(TumblingWindows(args.window_ms)).apply(uid="join", parallelism=2))
+                  .window(TumblingWindows(args.window_ms))
+                  .apply(uid="join", parallelism=2, vectorized=vectorized))
     joined.sink(DiscardSink(), uid="out")
     return p
 
@@ -203,16 +210,25 @@ def main(argv=None) -> int:
         try:
             for rep in range(args.reps):
                 run: dict = {}
+                ss_of: dict = {}  # SS runs each join once per rep; the _vec kinds reuse it
                 for kind in kinds:
                     row = {"local": ours(kind, args, args.records)}
+                    base = kind.removesuffix("_vec")
                     if spark is not None:
-                        row["ss"] = ss_join(spark, kind, args)
+                        if base not in ss_of:
+                            ss_of[base] = ss_join(spark, base, args)
+                        row["ss"] = ss_of[base]
                         row["ratio_local"] = (row["local"]["sustained_records_per_s"]
                                               / row["ss"]["sustained_records_per_s"])
+                    if base != kind and base in run:  # vectorized / per-record, same rep
+                        row["ratio_row_path"] = (row["local"]["sustained_records_per_s"]
+                                                 / run[base]["local"]["sustained_records_per_s"])
                     run[kind] = row
                     print(f"rep {rep} {kind}: ours {row['local']['sustained_records_per_s']:,.0f}"
                           + (f" rows/s, SS {row['ss']['sustained_records_per_s']:,.0f} "
-                             f"({row['ratio_local']:.2f}x)" if "ss" in row else ""), flush=True)
+                             f"({row['ratio_local']:.2f}x)" if "ss" in row else "")
+                          + (f", {row['ratio_row_path']:.2f}x the row path"
+                             if "ratio_row_path" in row else ""), flush=True)
                 runs.append(run)
         finally:
             if spark is not None:
@@ -235,6 +251,7 @@ def main(argv=None) -> int:
                 "ss_records_per_s": median(r["ss"]["sustained_records_per_s"]
                                            for r in reps if "ss" in r),
                 "ratio_local": median(r.get("ratio_local") for r in reps),
+                "ratio_row_path": median(r.get("ratio_row_path") for r in reps),
                 "ss_batches_under_trigger": sum(r["ss"]["batches_under_trigger"]
                                                 for r in reps if "ss" in r)}
     summary["state_bytes"] = {kind: f["state_bytes"] for kind, f in flat.items()}

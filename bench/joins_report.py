@@ -15,7 +15,10 @@ def joins_section(data: dict | None, lines: list[str]) -> None:
     s = data["summary"]
     names = {"interval": f"interval join [{s['lower_ms']}, {s['upper_ms']}] ms",
              "window": f"tumbling window join ({s['window_ms']} ms)"}
-    cmd = (f"`.venv/bin/python bench/joins.py --keys {s['keys']} --reps {s['reps']} --records "
+    for kind in list(names):
+        names[f"{kind}_vec"] = f"{names[kind]}, vectorized"
+    kinds = "" if s.get("kinds", "interval,window") == "interval,window" else f" --kinds {s['kinds']}"
+    cmd = (f"`.venv/bin/python bench/joins.py --keys {s['keys']} --reps {s['reps']}{kinds} --records "
            f"{s['records']} --ss-rows-per-batch {s['ss_rows_per_batch']} --warmup-batches "
            f"{s['warmup_batches']} --batches {s['batches']} --flat-rate {s['flat_rate']:.0f} "
            f"--flat-seconds {s['flat_seconds']:.0f}`")
@@ -29,19 +32,25 @@ def joins_section(data: dict | None, lines: list[str]) -> None:
               "or equality of `window(t)` (window join), RocksDB state store with changelog "
               "checkpointing, 2 shuffle partitions, append mode, noop sink; rows of both inputs "
               f"/ summed triggerExecution of {s['batches']} batches after {s['warmup_batches']} "
-              "warm-up one(s). Ours: the per-record join operators (dict records: the "
-              "vectorized join path is not built yet), parallelism 2, heap state, 1 s "
-              f"checkpoints, discarding sink, {s['records']:,} rows per side, local runner; "
-              "rows of both inputs / (wall time - start-up)."
+              "warm-up one(s). Ours: the per-record join operators (dict records from the "
+              "generator), and the vectorized ones (`vectorized=True`, rows marked "
+              "\"vectorized\": Arrow batches from the generator on; the SS figure on their "
+              "rows is the same SS run as the per-record row's), parallelism 2, heap state "
+              f"(the vectorized joins keep columnar state either way), 1 s checkpoints, "
+              f"discarding sink, {s['records']:,} rows per side, local runner; rows of both "
+              "inputs / (wall time - start-up); \"ours / row path\": the vectorized join's "
+              "rate over the per-record one's in the same repetition."
               + (f" 1-minute load average {s['load_average'][0]} before the run, "
                  f"{s['load_average'][1]} after it (2 cores)." if s.get("load_average") else "")
               + (f" Conditions: {s['note']}" if s.get("note") else ""), "",
-              "| join | SS sustained (rows/s) | ours (rows/s) | ours / SS | SS batches under 1 s |",
-              "|---|---|---|---|---|"]
+              "| join | SS sustained (rows/s) | ours (rows/s) | ours / SS | ours / row path "
+              "| SS batches under 1 s |",
+              "|---|---|---|---|---|---|"]
     for kind, sc in s["scenarios"].items():
         ratio = "n/a" if sc["ratio_local"] is None else f"**{sc['ratio_local']:.2f}**"
         lines.append(f"| {names[kind]} | {fmt(sc['ss_records_per_s'])} | "
                      f"{fmt(sc['local_records_per_s'])} | {ratio} | "
+                     f"{fmt(sc.get('ratio_row_path'), '.2f')} | "
                      f"{sc['ss_batches_under_trigger']} |")
     for i, run in enumerate(data["runs"]):
         for kind, row in run.items():
@@ -50,6 +59,7 @@ def joins_section(data: dict | None, lines: list[str]) -> None:
                          f"{fmt(ss and ss['sustained_records_per_s'])} | "
                          f"{fmt(row['local']['sustained_records_per_s'])} | "
                          f"{fmt(row.get('ratio_local'), '.2f')} | "
+                         f"{fmt(row.get('ratio_row_path'), '.2f')} | "
                          f"{ss['batches_under_trigger'] if ss else '-'} |")
     lines.append("")
     sizes = {k: v for k, v in (s.get("state_bytes") or {}).items() if v}
@@ -68,7 +78,8 @@ def joins_section(data: dict | None, lines: list[str]) -> None:
                          f"{fmt(series[max(0, n - 2)])} | {fmt(max(series))} |")
         lines.append("")
     if data["runs"]:
-        ss = {k: row["ss"]["state_rows"] for k, row in data["runs"][0].items() if "ss" in row}
+        ss = {k: row["ss"]["state_rows"] for k, row in data["runs"][0].items()
+              if "ss" in row and not k.endswith("_vec")}  # a _vec row repeats its SS run
         if ss:
             lines += ["SS's state rows after each micro-batch of the first repetition (both "
                       "sides; a batch's watermark comes from the previous batches, so after a "

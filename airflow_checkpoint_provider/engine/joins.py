@@ -67,6 +67,8 @@ class IntervalJoinSpec:
     lower_ms: int
     upper_ms: int
     how: str = "inner"
+    #: run the vectorized operator (:mod:`.runtime.vector_joins`)
+    vectorized: bool = False
 
     def outer(self, side: int) -> bool:
         """Whether input ``side`` (1 = left, 2 = right) emits its unmatched rows."""
@@ -81,6 +83,16 @@ class WindowJoinSpec:
     key_selectors: tuple[Callable, Callable]
     timestamps: tuple[TimestampSpec, TimestampSpec]
     assigner: WindowAssigner
+    #: run the vectorized operator (:mod:`.runtime.vector_joins`)
+    vectorized: bool = False
+
+
+def _vectorized(what: str, uid: str, spec: IntervalJoinSpec | WindowJoinSpec) -> None:
+    """``vectorized=True``: checked here, run by :mod:`.runtime.vector_joins`."""
+    from .runtime.vector_joins import check_vectorized_join
+
+    check_vectorized_join(what, uid, spec.fn, spec.key_selectors, spec.timestamps)
+    spec.vectorized = True
 
 
 def _check_pair(what: str, first: DataStream, second: DataStream) -> None:
@@ -185,15 +197,19 @@ class IntervalJoined:
         self.join, self.lower_ms, self.upper_ms = join, lower_ms, upper_ms
 
     def process(self, fn: ProcessJoinFunction | Callable | None = None, *, uid: str,
-                parallelism: int | None = None, name: str | None = None) -> DataStream:
+                parallelism: int | None = None, name: str | None = None,
+                vectorized: bool = False) -> DataStream:
         """Emit ``fn(left, right)`` per matching pair (default :func:`merge_rows`); outer
         joins emit ``fn(row, None)`` / ``fn(None, row)`` for a row that matched nothing once
-        the watermark passes its last possible match."""
+        the watermark passes its last possible match. ``vectorized=True``: on Arrow batches
+        (no fn, field keys and timestamps; :mod:`.runtime.vector_joins`)."""
         j = self.join
         _join_function("interval join", uid, fn)
         timestamps = _event_time("interval join", uid, j.left, j.right)
         selectors = (j.left._key_selector, j.right._key_selector)
         spec = IntervalJoinSpec(fn, selectors, timestamps, self.lower_ms, self.upper_ms, j.how)
+        if vectorized:  # the vectorized path (runtime/vector_joins.py)
+            _vectorized("interval join", uid, spec)
         label = name or (f"IntervalJoin ({j.how}) [{self.lower_ms}, {self.upper_ms}] ms")
         return _two_input("interval_join", label, uid, parallelism, spec, j.left, j.right,
                           selectors)
@@ -231,10 +247,12 @@ class JoinedStreams:
         return self._with(_assigner=assigner)
 
     def apply(self, fn: ProcessJoinFunction | Callable | None = None, *, uid: str,
-              parallelism: int | None = None, name: str | None = None) -> DataStream:
+              parallelism: int | None = None, name: str | None = None,
+              vectorized: bool = False) -> DataStream:
         """Emit ``fn(left, right)`` for every pair of a key's records in the same window
         when the watermark passes the window's end (default: :func:`merge_rows` plus
-        ``window_start`` and ``window_end``)."""
+        ``window_start`` and ``window_end``). ``vectorized=True``: on Arrow batches (no fn,
+        field keys and timestamps; :mod:`.runtime.vector_joins`)."""
         if len(self._keys) != 2 or self._assigner is None:
             raise PipelineDefinitionError(
                 f"join {uid!r}: needs where(key_a).equal_to(key_b).window(assigner) first")
@@ -242,6 +260,8 @@ class JoinedStreams:
         timestamps = _event_time("window join", uid, self.first, self.second)
         selectors = (self._keys[0], self._keys[1])
         spec = WindowJoinSpec(fn, selectors, timestamps, self._assigner)
+        if vectorized:  # the vectorized path (runtime/vector_joins.py)
+            _vectorized("window join", uid, spec)
         label = name or f"WindowJoin {self._assigner.describe()['type']}"
         return _two_input("window_join", label, uid, parallelism, spec, self.first,
                           self.second, selectors)

@@ -26,6 +26,14 @@ def as_arrow(batch: Batch) -> pa.RecordBatch:
     if isinstance(batch, pa.RecordBatch | pa.Table):
         # a Table only from StreamTask._with_queued, for an operator that accepts_table
         return batch
+    if batch:
+        first = batch[0].keys()
+        if any(r.keys() != first for r in batch):
+            # from_pylist takes the columns of the first row only and would drop the fields
+            # other rows add (e.g. an outer join's unmatched rows of the other side): the
+            # columns are every row's fields, in order of first appearance
+            names = list(dict.fromkeys(k for r in batch for k in r))
+            return pa.RecordBatch.from_pydict({n: [r.get(n) for r in batch] for n in names})
     return pa.RecordBatch.from_pylist(batch)
 
 

@@ -20,6 +20,7 @@ from .operators import (
     SourceOperator,
 )
 from .temporal_join import TemporalJoinOperator
+from .vector_joins import VectorIntervalJoinOperator, VectorWindowJoinOperator
 from .windowing import WindowAggregateOperator, WindowFunctionOperator
 
 _SIMPLE = {"map": MapOperator, "flat_map": FlatMapOperator, "filter": FilterOperator,
@@ -29,10 +30,15 @@ _KEYED = {"process": ProcessOperator, "reduce": ReduceOperator, "window": Window
           "window_join": WindowJoinOperator, "broadcast_process": BroadcastProcessOperator,
           "temporal_join": TemporalJoinOperator}
 _COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregateOperator}
+#: joins declared with vectorized=True (their spec says so): columnar state too
+_VECTOR_JOINS = {"interval_join": VectorIntervalJoinOperator,
+                 "window_join": VectorWindowJoinOperator}
 
 
 def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                     max_parallelism: int, state_backend: dict | None = None) -> Operator:
+    if node.kind in _VECTOR_JOINS and getattr(node.payload, "vectorized", False):
+        return _VECTOR_JOINS[node.kind](node, ctx, key_groups, max_parallelism)
     if node.kind in _COLUMNAR:
         return _COLUMNAR[node.kind](node, ctx, key_groups, max_parallelism)
     if node.kind in _KEYED:

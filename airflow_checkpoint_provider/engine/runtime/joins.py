@@ -23,8 +23,8 @@ The joins keep their input watermark in operator state (as the window operators 
 :class:`~.windowing._CheckpointedWatermark`): rows at or behind it are late, dropped and
 counted (``dropped_late``), before and after a restore alike.
 
-The operators take lists of dicts; a vectorized join would take Arrow batches through the
-same :meth:`process_input` (``vectorized = True``: the task hands it Arrow).
+The operators take lists of dicts; the vectorized joins (``vectorized=True``,
+:mod:`.vector_joins`) take Arrow batches through the same :meth:`process_input`.
 """
 
 from __future__ import annotations

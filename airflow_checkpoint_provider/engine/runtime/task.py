@@ -100,11 +100,15 @@ def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
                for h in (spec or {}).get("keyed") or []]
     kinds = {h.type for h in handles}
     if spec and ("arrow" in kinds) != op.columnar and handles:
+        vectorized_join = node.kind in ("interval_join", "window_join")
+        held = ("aggregate()" if "arrow" in kinds else "process()/reduce()")
+        if vectorized_join:  # the per-record and the vectorized join keep different state
+            held = "vectorized join" if "arrow" in kinds else "per-record (vectorized=False) join"
+        now = f"{node.kind}(){' with vectorized=True' if vectorized_join and op.columnar else ''}"
         raise RestoreError(
-            f"operator {node.uid!r}: the snapshot holds "
-            f"{'aggregate()' if 'arrow' in kinds else 'process()/reduce()'} state, but "
-            f"the operator with this uid is now a {node.kind}(); give it a new uid "
-            "and restore with allow_non_restored_state=True")
+            f"operator {node.uid!r}: the snapshot holds {held} state, but the operator with "
+            f"this uid is now a {now}; {'keep vectorized= as it was, or ' * vectorized_join}"
+            "give it a new uid and restore with allow_non_restored_state=True")
     if spec and op.keyed:  # the backend keeps exactly the key groups it owns
         cast(_KeyedStateOperator, op).backend.restore_state(spec["directory"], handles,
                                                             spec["states"])

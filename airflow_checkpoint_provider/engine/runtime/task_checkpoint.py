@@ -195,8 +195,9 @@ class TaskCheckpointing:
 
     def _write_channel_state(self, chk_dir: str, items: list) -> dict:
         """The captured in-flight records of an unaligned checkpoint, as one state file."""
-        entries = [[channel, kind, encode_arrow(payload) if kind == "arrow" else payload]
-                   for channel, kind, payload, _ in items]
+        # an Arrow batch as its IPC bytes (msgpack cannot take a pyarrow.Buffer)
+        entries = [[channel, kind, encode_arrow(payload).to_pybytes() if kind == "arrow"
+                    else payload] for channel, kind, payload, _ in items]
         handle, _, _ = write_state_file(chk_dir, f"channel-{self.vertex.id}-{self.subtask}",
                                         "inflight", packb(entries),
                                         {"records": sum(item[3] for item in items)})

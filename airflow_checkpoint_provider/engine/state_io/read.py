@@ -44,7 +44,8 @@ from .exceptions import (
 )
 
 #: the state kinds written as Arrow tables (one per operator, its columns are the state)
-COLUMNAR_KINDS = ("aggregate", "window_aggregate")
+COLUMNAR_KINDS = ("aggregate", "window_aggregate",
+                  "interval-join.vectorized", "window-join.vectorized")  # vector joins
 #: the leading columns of every state table
 KEY, KEY_GROUP, STATE, VALUE = "key", "key_group", "state", "value"
 
