@@ -89,10 +89,26 @@ class WindowJoinSpec:
 
 def _vectorized(what: str, uid: str, spec: IntervalJoinSpec | WindowJoinSpec) -> None:
     """``vectorized=True``: checked here, run by :mod:`.runtime.vector_joins`."""
-    from .runtime.vector_joins import check_vectorized_join
-
     check_vectorized_join(what, uid, spec.fn, spec.key_selectors, spec.timestamps)
     spec.vectorized = True
+
+
+def check_vectorized_join(what: str, uid: str, fn: object, selectors: tuple,
+                          timestamps: tuple[TimestampSpec | None, TimestampSpec | None]) -> None:
+    """``vectorized=True`` needs the default output and columns for the keys and times."""
+    if fn is not None:
+        raise PipelineDefinitionError(
+            f"{what} {uid!r}: vectorized=True emits the merged rows itself and takes no join "
+            "function; drop fn (and reshape the output with map_batches), or drop vectorized=True")
+    for label, sel, stamp in zip(("first", "second"), selectors, timestamps, strict=True):
+        if not isinstance(getattr(sel, "field", None), str):
+            raise PipelineDefinitionError(
+                f"{what} {uid!r}: vectorized=True needs field-name keys; the {label} input is "
+                "keyed by a function: key it by a field (add the key with map_batches first)")
+        if stamp is None or stamp.field is None:
+            raise PipelineDefinitionError(
+                f"{what} {uid!r}: vectorized=True needs event time in a field; the {label} "
+                "input's watermark strategy reads it with a function: use timestamp_field=")
 
 
 def _check_pair(what: str, first: DataStream, second: DataStream) -> None:

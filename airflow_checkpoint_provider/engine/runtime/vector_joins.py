@@ -33,8 +33,7 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
-from ..errors import BadRecordError, PipelineDefinitionError
-from ..eventtime import TimestampSpec
+from ..errors import BadRecordError
 from ..functions import RuntimeContext
 from ..graph import Node
 from ..joins import IntervalJoinSpec, WindowJoinSpec
@@ -46,24 +45,6 @@ from .operators import _KeyedStateOperator
 from .windowing import _CheckpointedWatermark
 
 LEFT, RIGHT = 0, 1
-
-
-def check_vectorized_join(what: str, uid: str, fn: object, selectors: tuple,
-                          timestamps: tuple[TimestampSpec | None, TimestampSpec | None]) -> None:
-    """``vectorized=True`` needs the default output and columns for the keys and times."""
-    if fn is not None:
-        raise PipelineDefinitionError(
-            f"{what} {uid!r}: vectorized=True emits the merged rows itself and takes no join "
-            "function; drop fn (and reshape the output with map_batches), or drop vectorized=True")
-    for label, sel, stamp in zip(("first", "second"), selectors, timestamps, strict=True):
-        if not isinstance(getattr(sel, "field", None), str):
-            raise PipelineDefinitionError(
-                f"{what} {uid!r}: vectorized=True needs field-name keys; the {label} input is "
-                "keyed by a function: key it by a field (add the key with map_batches first)")
-        if stamp is None or stamp.field is None:
-            raise PipelineDefinitionError(
-                f"{what} {uid!r}: vectorized=True needs event time in a field; the {label} "
-                "input's watermark strategy reads it with a function: use timestamp_field=")
 
 
 def _probe(build: pa.ChunkedArray | pa.Array, probe: pa.Array | pa.ChunkedArray,
