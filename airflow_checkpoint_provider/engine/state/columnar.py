@@ -210,6 +210,9 @@ class AggregateTable:
         if "sum" in parts:
             target = self._ensure("sum:" + col, dtype)
             target[rows] += parts["sum"]
+            # every value retracted: drop the float rounding residue, so a key that comes
+            # back starts from 0 whether or not a snapshot (drop_retracted) came between
+            target[rows] = np.where(acc[nn_key][rows] == 0, 0, target[rows])
         for fn, combine in (("min", np.minimum), ("max", np.maximum)):
             if fn not in parts:
                 continue
