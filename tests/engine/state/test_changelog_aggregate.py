@@ -109,3 +109,35 @@ def test_a_key_retracted_to_zero_restarts_from_zero_whether_or_not_a_snapshot_ca
         changelog_update(t, batch((op, "a", amount)), None)
     out = changelog_update(t, batch(("+I", "a", 0.1)), None).to_pylist()
     assert [(r["_op"], r["n"], r["total"]) for r in out] == [("-U", 1, None), ("+U", 2, 0.1)]
+
+
+def test_a_retraction_of_a_row_whose_key_expired_by_ttl_is_dropped_not_a_job_failure(
+        monkeypatch):
+    """With aggregate(ttl=...) a key's rows are forgotten once it expires; a later -U/-D of
+    one of them took the count below 0 and failed the job as a bad record -- a
+    DeterministicError, so the job failed at once, and again after every restore (Flink
+    drops a retraction for which no state is left). Without a TTL it is still refused."""
+    from airflow_checkpoint_provider.engine.state import ttl
+
+    now = [1_000_000]
+    monkeypatch.setattr(ttl, "now_ms", lambda: now[0])
+    spec = AggregateSpec("user", [("n", "count", None), ("total", "sum", "amount")], ttl_ms=1_000)
+    t = AggregateTable(spec, KeyGroupRange(0, 127), 128, "per_user")
+    changelog_update(t, batch(("+I", "a", 5), ("+I", "b", 1)), None)
+    now[0] += 2_000                      # a and b expire
+    out = changelog_update(t, batch(("-D", "a", 5), ("+I", "b", 2)), None)
+    # a: its last results are retracted downstream; b starts over
+    assert out.to_pylist() == [
+        {"user": "a", "n": 1, "total": 5, "_op": "-D"},
+        {"user": "b", "n": 1, "total": 1, "_op": "-U"},
+        {"user": "b", "n": 1, "total": 2, "_op": "+U"}]
+    assert changelog_update(t, batch(("+I", "a", 3)), None).to_pylist() == [
+        {"user": "a", "n": 1, "total": 3, "_op": "+I"}], "a starts from zero"
+
+
+def test_emit_update_refuses_a_retraction_below_zero_too():
+    """emit="update" folded a changelog without the count check: a key at count -1 stayed in
+    the state (drop_retracted keeps count != 0) and was emitted with n = -1."""
+    t = table()
+    with pytest.raises(BadRecordError, match="key 'a' got more retractions"):
+        changelog_update(t, batch(("-D", "a", 1)), "update")
