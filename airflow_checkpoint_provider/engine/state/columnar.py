@@ -297,6 +297,13 @@ class AggregateTable:
                     part[at[::-1]] = values[::-1]
                     (np.minimum if fn == "min" else np.maximum).at(part, at, values)
             self._merge_partials(rows, col, dtype, _counts(at, k, weights), parts)
+        if sign is not None:
+            # a key with no rows left is gone (drop_retracted removes it at the next
+            # snapshot): if it comes back first, it starts from zero all the same
+            gone = rows[acc["count"][rows] == 0]
+            for name, arr in acc.items():
+                if name != LAST_UPDATE:
+                    arr[gone] = 0
         return key_col, rows
 
     # -- TTL ------------------------------------------------------------------------------------

@@ -141,3 +141,19 @@ def test_emit_update_refuses_a_retraction_below_zero_too():
     t = table()
     with pytest.raises(BadRecordError, match="key 'a' got more retractions"):
         changelog_update(t, batch(("-D", "a", 1)), "update")
+
+
+def test_a_key_at_count_zero_restarts_from_zero_even_if_a_retraction_lacked_its_value():
+    """A -D that carries the key only (the changelog contract allows it) retracts the row but
+    not its amount; at count 0 the key is gone, so it must come back from zero whether or not
+    a snapshot dropped it in between."""
+    def run(snapshot_between: bool) -> list[dict]:
+        t = table()
+        changelog_update(t, batch(("+I", "a", 5)), None)
+        changelog_update(t, batch(("-D", "a", None)), None)
+        if snapshot_between:
+            t.drop_retracted()
+        return changelog_update(t, batch(("+I", "a", 3)), None).to_pylist()
+
+    assert run(False) == run(True) == [{"user": "a", "n": 1, "total": 3, "avg": 3.0,
+                                        "_op": "+I"}]
