@@ -46,6 +46,12 @@ class CheckpointDeclined(EngineError):
     """A task could not take a checkpoint; the checkpoint is aborted."""
 
 
+class SinkTransactionConflictError(EngineError):
+    """A sink cannot stage an epoch now without waiting for a transaction of its own whose
+    checkpoint is not resolved yet (PostgreSQL upsert: a row lock of a prepared
+    transaction). The task fails instead of waiting forever; the failover resolves it."""
+
+
 class CheckpointStorageError(EngineError):
     """Reading or writing checkpoint files failed."""
 

@@ -88,6 +88,13 @@ class SinkWriter:
         """Make pre-committed transactions visible. Must be idempotent."""
         raise NotImplementedError
 
+    def abort(self, transactions: list[object]) -> bool:
+        """The checkpoint that pre-committed ``transactions`` was aborted (it never
+        completes). A writer may undo them and carry their records into the open
+        transaction; it returns True then (the transactions are forgotten). Default: keep
+        them, committed with the next checkpoint that completes."""
+        return False
+
     def recover(self, transactions: list[object]) -> None:
         """Called on restore before any write: commit ``transactions`` (pre-committed in the
         restored checkpoint, so they belong to the output) and abort anything else."""

@@ -71,6 +71,11 @@ class _DeltaWriter(StagedTableWriter):
                                commit_properties=props,
                                storage_options=self.sink.storage_options or None)
             return
+        # every column of the table is written (update_all sets only the source's columns:
+        # a +U without one would keep the old value instead of null)
+        for field in pa.schema(table.schema().to_arrow()):
+            if field.name not in data.column_names:
+                data = data.append_column(field, pa.nulls(data.num_rows, field.type))
         on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in self.key)
         op = f"s.{_quoted(OP_FIELD)}"
         (table.merge(data, on, source_alias="s", target_alias="t", commit_properties=props,

@@ -36,7 +36,12 @@ import re
 from collections.abc import Sequence
 
 from ..changelog import OP_FIELD, RETRACT, row_kind
-from ..errors import BadRecordError, ConfigurationError, CorruptCheckpointError
+from ..errors import (
+    BadRecordError,
+    ConfigurationError,
+    CorruptCheckpointError,
+    SinkTransactionConflictError,
+)
 from ..extras import require
 from ..sink_names import RestoredTransactions, one_owner, own, parse_gid
 from ..sink_names import gid as make_gid
@@ -162,6 +167,9 @@ class _PostgresWriter(SinkWriter):
         self.rows = 0
         #: upsert mode: the epoch's last record per key, in order of their last arrival
         self.latest: dict[tuple, dict] = {}
+        #: upsert mode, prepared: the compacted changes of each transaction this writer
+        #: prepared and has not committed yet (their row locks block the same keys)
+        self.unresolved: dict[str, dict[tuple, dict]] = {}
 
     # -- SQL --------------------------------------------------------------------------------
     def _table(self):
@@ -248,8 +256,43 @@ class _PostgresWriter(SinkWriter):
                     deletes)
         self.rows += len(rows) + len(deletes)
 
+    def _check_unlocked(self, checkpoint_id: int) -> None:
+        """A prepared transaction keeps its row locks until it is committed; a key of the
+        epoch it holds would wait for them in this thread, the one that must process the
+        notification that commits it: fail (the failover resolves every prepared
+        transaction) instead of waiting forever. Happens when a savepoint, or a second
+        concurrent checkpoint, reaches the sink before the previous one's notification."""
+        for gid, changes in self.unresolved.items():
+            for k in self.latest:
+                if k in changes:
+                    raise SinkTransactionConflictError(
+                        f"{self.sink_name}: the prepared transaction of checkpoint "
+                        f"{parse_gid(gid).checkpoint_id} is neither committed nor aborted yet "
+                        f"and holds the row lock of key {k!r}, which checkpoint "
+                        f"{checkpoint_id} changes again; failing over resolves it (keep "
+                        "max_concurrent=1 and trigger savepoints between checkpoints to avoid it)")
+
+    def abort(self, transactions: list[object]) -> bool:
+        """Upsert mode: roll back the aborted checkpoint's prepared transaction (its locks
+        would block the next epoch's changes of the same keys until another checkpoint
+        completes) and carry its changes into the open epoch, ahead of the newer ones."""
+        if self.sink.mode != "upsert" or not all(t in self.unresolved for t in transactions):
+            return False
+        carried: dict[tuple, dict] = {}
+        for gid in transactions:
+            _finish(self.admin, str(gid), "ROLLBACK")
+            carried.update(self.unresolved.pop(str(gid)))
+        for k, r in self.latest.items():
+            carried.pop(k, None)
+            carried[k] = r
+        self.latest = carried
+        return True
+
     def pre_commit(self, checkpoint_id: int) -> list[object]:
         if self.sink.mode == "upsert":
+            if self.sink.prepared:
+                self._check_unlocked(checkpoint_id)
+            changes = self.latest
             self._apply_changes()
             if not self.sink.prepared:
                 self.conn.commit()
@@ -269,6 +312,8 @@ class _PostgresWriter(SinkWriter):
                 f"({exc}); set max_prepared_transactions > 0 or use mode='upsert'") from exc
         # after PREPARE the session is outside any transaction: the next write opens one
         self.rows = 0
+        if self.sink.mode == "upsert":
+            self.unresolved[txn] = changes
         return [txn]
 
     def commit(self, transactions: list[object]) -> None:
@@ -276,6 +321,7 @@ class _PostgresWriter(SinkWriter):
         for gid in transactions:
             if gid in pending:
                 _finish(self.admin, str(gid), "COMMIT")
+            self.unresolved.pop(str(gid), None)
 
     def _check_restored(self, transactions: list[object]) -> None:
         rule = RestoredTransactions(operator_uid=self.ctx.operator_uid, job_id=self.ctx.job_id,

@@ -23,13 +23,17 @@ Output (``emit``):
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..changelog import DELETE, INSERT, OP_FIELD, RETRACT, ROW_KINDS, UPDATE_AFTER, UPDATE_BEFORE
 from ..errors import BadRecordError
-from ..state.columnar import AggregateTable
+from ..state.columnar import LAST_UPDATE, AggregateTable
+
+log = logging.getLogger(__name__)
 
 #: what ``aggregate(emit=...)`` accepts (``None``: by the input)
 EMIT_MODES = ("update", "changelog", "upsert")
@@ -70,6 +74,27 @@ def _refuse_min_max(table: AggregateTable) -> None:
                 "exactly) or compute it in process() with keyed state")
 
 
+def _check_counts(table: AggregateTable, key_col: pa.Array, rows: np.ndarray) -> None:
+    """A key with more retractions than rows: refused, unless the aggregate has a TTL --
+    then its rows may have expired (their state is gone), and the retraction is dropped:
+    the key starts from zero (as Flink ignores a retraction for which no state is left)."""
+    negative = table.acc["count"][rows] < 0
+    if not negative.any():
+        return
+    if table.spec.ttl_ms is not None:
+        for name, arr in table.acc.items():
+            if name != LAST_UPDATE:
+                arr[rows[negative]] = 0
+        log.info("aggregate %r: dropped the retractions of %d key(s) with no rows left "
+                 "(expired by its ttl)", table.uid, int(negative.sum()))
+        return
+    key = key_col[int(np.flatnonzero(negative)[0])].as_py()
+    raise BadRecordError(
+        f"aggregate {table.uid!r}: key {key!r} got more retractions (-U/-D) than rows "
+        "(+I/+U): the changelog retracts a row it never added (records of one key out of "
+        "order? key the stream by the changelog's key before this operator)")
+
+
 def _changed(old: pa.Table, new: pa.Table, names: list[str]) -> np.ndarray:
     """Per row: whether any result column differs (two nulls are equal)."""
     out = np.zeros(old.num_rows, dtype=bool)
@@ -90,7 +115,9 @@ def changelog_update(table: AggregateTable, batch: pa.RecordBatch | pa.Table,
     if sign is not None and (sign < 0).any():
         _refuse_min_max(table)
     if mode == "update":
-        return table._output(*table.fold(batch, sign))
+        key_col, rows = table.fold(batch, sign)
+        _check_counts(table, key_col, rows)
+        return table._output(key_col, rows)
     keys = batch.column(table.spec.key)
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
@@ -98,13 +125,8 @@ def changelog_update(table: AggregateTable, batch: pa.RecordBatch | pa.Table,
     before_rows = table._rows_of(distinct)  # new keys get a row of zeros (count 0: absent)
     old, old_count = table._output(distinct, before_rows), table.acc["count"][before_rows].copy()
     key_col, rows = table.fold(batch, sign)
+    _check_counts(table, key_col, rows)
     new, new_count = table._output(key_col, rows), table.acc["count"][rows]
-    if (new_count < 0).any():
-        key = key_col[int(np.flatnonzero(new_count < 0)[0])].as_py()
-        raise BadRecordError(
-            f"aggregate {table.uid!r}: key {key!r} got more retractions (-U/-D) than rows "
-            "(+I/+U): the changelog retracts a row it never added (records of one key out of "
-            "order? key the stream by the changelog's key before this operator)")
     order = np.argsort(before_rows)
     at = order[np.searchsorted(before_rows[order], rows)]
     # the old results row for row with the new (an int column may have turned float)

@@ -572,5 +572,11 @@ class SinkOperator(Operator):
             self.writer.commit(ready)
         self.pending = [(c, ts) for c, ts in self.pending if c > checkpoint_id]
 
+    def notify_abort(self, checkpoint_id):
+        txns = [t for c, ts in self.pending if c == checkpoint_id for t in ts]
+        abort = getattr(self.writer, "abort", None)  # writers that predate it keep theirs
+        if txns and abort is not None and abort(txns):  # undone, records carried into the open epoch
+            self.pending = [(c, ts) for c, ts in self.pending if c != checkpoint_id]
+
     def close(self):
         self.writer.close()

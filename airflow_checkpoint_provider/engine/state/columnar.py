@@ -210,6 +210,9 @@ class AggregateTable:
         if "sum" in parts:
             target = self._ensure("sum:" + col, dtype)
             target[rows] += parts["sum"]
+            # every value retracted: drop the float rounding residue, so a key that comes
+            # back starts from 0 whether or not a snapshot (drop_retracted) came between
+            target[rows] = np.where(acc[nn_key][rows] == 0, 0, target[rows])
         for fn, combine in (("min", np.minimum), ("max", np.maximum)):
             if fn not in parts:
                 continue
@@ -294,6 +297,13 @@ class AggregateTable:
                     part[at[::-1]] = values[::-1]
                     (np.minimum if fn == "min" else np.maximum).at(part, at, values)
             self._merge_partials(rows, col, dtype, _counts(at, k, weights), parts)
+        if sign is not None:
+            # a key with no rows left is gone (drop_retracted removes it at the next
+            # snapshot): if it comes back first, it starts from zero all the same
+            gone = rows[acc["count"][rows] == 0]
+            for name, arr in acc.items():
+                if name != LAST_UPDATE:
+                    arr[gone] = 0
         return key_col, rows
 
     # -- TTL ------------------------------------------------------------------------------------
