@@ -79,14 +79,16 @@ class StreamReader(SplitReader):
                                  self.publication, self.lsn, self.acked)
 
     def read_batch(self, max_records: int) -> list[dict] | None:
-        if self.stream is None:
-            self.stream = self._connect()
         try:
+            if self.stream is None:
+                self.stream = self._connect()
             messages = self.stream.poll(0.05, max(64, max_records))
         except ReplicationError as exc:  # e.g. wal_sender_timeout while backpressured
             log.warning("%s: %s; reconnecting at %s", self.where, exc, format_lsn(self.lsn))
-            self.stream.close()
+            if self.stream is not None:
+                self.stream.close()
             self.stream = None
+            time.sleep(0.5)  # e.g. the slot is still held by a killed attempt's connection
             return []
         if self.parts is None:
             self._wait_for_snapshot(messages)

@@ -53,7 +53,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import ConfigurationError, EngineError, RestoreError
+from ..errors import ConfigurationError, DeterministicError, RestoreError
 from ..extras import require
 from .base import Source, SourceContext, SplitReader
 from .pgoutput import parse_lsn
@@ -72,8 +72,9 @@ _INT, _FLOAT, _BOOL = frozenset((20, 21, 23, 26)), frozenset((700, 701)), 16
 KEY_SEP = "\x1f"
 
 
-class CdcError(EngineError):
-    """The change stream cannot continue as it is (DDL, TRUNCATE on a captured table)."""
+class CdcError(DeterministicError):
+    """The change stream cannot continue as it is (DDL, TRUNCATE on a captured table): a
+    restart would meet the same change again, so the job fails without restarting."""
 
 
 def convert(text: str | None, type_oid: int):
