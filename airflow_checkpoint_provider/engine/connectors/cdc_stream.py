@@ -7,9 +7,19 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import Any
 
 from ..errors import RestoreError
 from .base import SourceContext, SplitReader
+from .cdc_rows import (
+    MESSAGE_PREFIX,
+    CdcError,
+    TableInfo,
+    bucket_of,
+    convert,
+    parse_snapshot,
+    visible,
+)
 from .pgoutput import (
     PG_EPOCH_US,
     UNCHANGED_TOAST,
@@ -21,16 +31,6 @@ from .pgoutput import (
     decode,
     format_lsn,
 )
-from .postgres_cdc import (
-    MESSAGE_PREFIX,
-    CdcError,
-    PostgresCdcSource,
-    TableInfo,
-    bucket_of,
-    convert,
-    parse_snapshot,
-    visible,
-)
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class StreamReader(SplitReader):
     """Position: ``{"lsn": end LSN of the last emitted transaction, "parts": {split: parts}
     or None while the snapshot splits have not all announced, "commit_ts": µs}``."""
 
-    def __init__(self, src: PostgresCdcSource, position: dict | None, ctx: SourceContext,
+    def __init__(self, src: Any, position: dict | None, ctx: SourceContext,
                  where: str) -> None:
         self.src, self.ctx, self.where = src, ctx, where
         self.admin = src.connect()

@@ -45,83 +45,33 @@ form, with ``DateStyle=ISO``, ``TimeZone=UTC``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from ..errors import ConfigurationError, DeterministicError, RestoreError
+from ..errors import ConfigurationError, RestoreError
 from ..extras import require
 from .base import Source, SourceContext, SplitReader
+from .cdc_rows import (
+    MESSAGE_PREFIX,
+    TableInfo,
+    _bucket_sql,
+    convert,
+    parse_snapshot,
+)
+from .cdc_stream import StreamReader
 from .pgoutput import parse_lsn
 from .postgres import _dsn
 
 log = logging.getLogger(__name__)
 
-#: prefix of the logical messages snapshot splits announce their parts with
-MESSAGE_PREFIX = "ckpt-cdc"
 #: session settings of every connection, so text forms match between snapshot and stream
 SESSION_OPTIONS = ("-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=postgres "
                    "-c extra_float_digits=1 -c bytea_output=hex")
 NAME_PATTERN = r"[a-z_][a-z0-9_]{0,62}"
 _TABLE_PATTERN = r"(?:[A-Za-z_][A-Za-z0-9_$]*\.)?[A-Za-z_][A-Za-z0-9_$]*"
-_INT, _FLOAT, _BOOL = frozenset((20, 21, 23, 26)), frozenset((700, 701)), 16
-KEY_SEP = "\x1f"
-
-
-class CdcError(DeterministicError):
-    """The change stream cannot continue as it is (DDL, TRUNCATE on a captured table): a
-    restart would meet the same change again, so the job fails without restarting."""
-
-
-def convert(text: str | None, type_oid: int):
-    """A value from its PostgreSQL text form."""
-    if text is None:
-        return None
-    if type_oid in _INT:
-        return int(text)
-    if type_oid in _FLOAT:
-        return float(text)
-    if type_oid == _BOOL:
-        return text == "t"
-    return text
-
-
-def bucket_of(key_texts: Sequence[str], buckets: int) -> int:
-    """The snapshot bucket of a key (its columns' text forms); the SQL twin is
-    :func:`_bucket_sql`."""
-    digest = hashlib.md5(KEY_SEP.join(key_texts).encode()).hexdigest()
-    return int(digest[:8], 16) % buckets
-
-
-def _bucket_sql(key: Sequence[str], buckets: int):
-    from psycopg import sql
-
-    text = (sql.SQL("{}::text").format(sql.Identifier(key[0])) if len(key) == 1 else
-            sql.SQL("concat_ws({}, {})").format(sql.Literal(KEY_SEP), sql.SQL(", ").join(
-                sql.SQL("{}::text").format(sql.Identifier(k)) for k in key)))
-    return sql.SQL("((('x' || lpad(substr(md5({}), 1, 8), 16, '0'))::bit(64)::bigint) % {})").format(
-        text, sql.Literal(buckets))
-
-
-def parse_snapshot(text: str) -> tuple[int, int, frozenset[int]]:
-    xmin, xmax, xip = text.split(":")
-    return int(xmin), int(xmax), frozenset(int(x) for x in xip.split(",") if x)
-
-
-def visible(xid: int, snapshot: tuple[int, int, frozenset[int]]) -> bool:
-    """Whether top-level transaction ``xid`` (32 bits, from a pgoutput Begin) is visible in
-    ``snapshot`` (64-bit xids: the epoch is the one nearest the snapshot's xmax)."""
-    xmin, xmax, xip = snapshot
-    x = (xmax & ~0xFFFFFFFF) | xid
-    if x > xmax + (1 << 31):
-        x -= 1 << 32
-    elif x < xmax - (1 << 31):
-        x += 1 << 32
-    return x < xmin or (x < xmax and x not in xip)
 
 
 def job_object_name(job_name: str) -> str:
@@ -135,13 +85,6 @@ def check_name(name: str, option: str) -> str:
         raise ConfigurationError(f"PostgresCdcSource {option}={name!r} is not a valid name "
                                  f"(lower-case letters, digits and _, at most 63 characters)")
     return name
-
-
-@dataclass
-class TableInfo:
-    name: str                    #: schema.table
-    columns: list[tuple[str, int]]  #: (name, type oid) in column order
-    key: list[str]
 
 
 class PostgresCdcSource(Source):
@@ -295,8 +238,6 @@ class PostgresCdcSource(Source):
         if position is not None and not isinstance(position, dict):
             raise RestoreError(f"{where}: restored position {position!r:.100} is not a mapping")
         if split_id == "stream":
-            from .cdc_stream import StreamReader
-
             return StreamReader(self, position, ctx, where)
         m = re.fullmatch(r"snapshot-(\d+)", split_id)
         if m is None or int(m.group(1)) >= self.snapshot_splits:

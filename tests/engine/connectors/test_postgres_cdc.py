@@ -21,13 +21,9 @@ from pipelines import Background, process_alive
 from airflow_checkpoint_provider.engine import ConfigurationError
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
+from airflow_checkpoint_provider.engine.connectors.cdc_rows import bucket_of, visible
 from airflow_checkpoint_provider.engine.connectors.pgoutput import parse_lsn
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import (
-    PostgresCdcSource,
-    bucket_of,
-    drop_slot,
-    visible,
-)
+from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource, drop_slot
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
 TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -103,13 +99,14 @@ def test_snapshot_and_stream_under_writer_processes_replay_to_the_source_table(d
     bg = Background(cdc_pipeline(root, db, name="cdc-writers"))
     job = bg.wait_running(timeout=90)
     # the slot is never confirmed past the newest completed checkpoint's position
-    checks = 0
+    checks, first = 0, None
     while any(p.is_alive() for p in procs) or checks < 20:
         confirmed = _confirmed(db, "ckpt_cdc_writers")
         latest = _latest_checkpoint_lsn(bg.store, job.job_id)
         if confirmed is not None and latest is not None:
             assert confirmed <= latest, (confirmed, latest)
             checks += 1
+            first = confirmed if first is None else first
         time.sleep(0.1)
     procs = _writers(db, 3, [3])  # and while it streams
     for p in procs:
@@ -120,8 +117,10 @@ def test_snapshot_and_stream_under_writer_processes_replay_to_the_source_table(d
     assert bg.result().status == "STOPPED"
     assert _check_equal(root, db) > ROWS
     assert checks >= 20
-    # the savepoint's position is what the slot was last confirmed at, or later
-    assert _confirmed(db, "ckpt_cdc_writers") <= _stream_lsn(req.result["location"])
+    # the savepoint's position is what the slot was last confirmed at, or later; and the
+    # slot did advance with completed checkpoints (the WAL it holds is released)
+    final = _confirmed(db, "ckpt_cdc_writers")
+    assert first < final <= _stream_lsn(req.result["location"])
 
 
 DRIVER = """
@@ -253,7 +252,7 @@ def test_bucket_hash_matches_the_sql_twin_and_drop_slot_is_explicit(db):
     src = PostgresCdcSource(db, ["items"], buckets=97)
     reader = src.open_split("stream", None, _ctx("cdc-drop"))
     try:
-        from airflow_checkpoint_provider.engine.connectors.postgres_cdc import _bucket_sql
+        from airflow_checkpoint_provider.engine.connectors.cdc_rows import _bucket_sql
 
         with psycopg.connect(_dsn(db)) as conn:
             rows = conn.execute(psycopg.sql.SQL("SELECT id::text, {} FROM items LIMIT 500").format(
@@ -261,9 +260,16 @@ def test_bucket_hash_matches_the_sql_twin_and_drop_slot_is_explicit(db):
         assert all(bucket_of([k], 97) == b for k, b in rows)
     finally:
         reader.close()
-    assert drop_slot(db, "ckpt_cdc_drop", "ckpt_cdc_drop") == ["slot ckpt_cdc_drop",
-                                                               "publication ckpt_cdc_drop"]
+    from click.testing import CliRunner
+
+    from airflow_checkpoint_provider.engine.cli import main
+
+    res = CliRunner().invoke(main, ["cdc", "drop-slot", "--url", db, "--job-name", "cdc-drop"])
+    assert res.exit_code == 0, res.output
+    assert "dropped slot ckpt_cdc_drop, publication ckpt_cdc_drop" in res.output
     assert drop_slot(db, "ckpt_cdc_drop", "ckpt_cdc_drop") == []
+    with pytest.raises(ConfigurationError, match="slot='x; drop'"):
+        drop_slot(db, "x; drop")
 
 
 def test_xid_visibility_across_the_32_bit_wrap():
