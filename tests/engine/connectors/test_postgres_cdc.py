@@ -24,7 +24,9 @@ from airflow_checkpoint_provider.engine.connectors.base import SourceContext
 from airflow_checkpoint_provider.engine.connectors.cdc_rows import bucket_of, visible
 from airflow_checkpoint_provider.engine.connectors.pgoutput import parse_lsn
 from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource, drop_slot
+from airflow_checkpoint_provider.engine.metrics import JobMetrics
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
+from airflow_checkpoint_provider.engine.stability import replication_lag_s
 
 TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS = 20_000
@@ -121,6 +123,14 @@ def test_snapshot_and_stream_under_writer_processes_replay_to_the_source_table(d
     # slot did advance with completed checkpoints (the WAL it holds is released)
     final = _confirmed(db, "ckpt_cdc_writers")
     assert first < final <= _stream_lsn(req.result["location"])
+    # the replication lag travels with every checkpoint: metadata DB, metrics, stability
+    done = [c for c in bg.store.list_checkpoints(job.job_id) if c.status in ("COMPLETED", "SUBSUMED")]
+    lags = [t["source_lag"]["cdc"] for c in done for t in c.task_stats or () if t.get("source_lag")]
+    assert lags and all(lag["lag_bytes"] >= 0 and lag["lag_seconds"] >= 0 for lag in lags)
+    assert max(filter(None, map(replication_lag_s, done))) < 60
+    metrics = JobMetrics(job_name="cdc-writers", job_id=job.job_id)
+    metrics.on_source_lag([{"source_lag": {"cdc": lags[-1]}}])
+    assert b"ckpt_replication_lag_bytes{" in metrics.exposition()
 
 
 DRIVER = """
