@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+from cdc_report import cdc_section  # noqa: E402
 from jobs import p99  # noqa: E402
 from joins_report import joins_section  # noqa: E402
 
@@ -577,6 +578,7 @@ def main(argv=None) -> int:
     recovery_section(r, lines)
     unaligned_section(r, lines)
     sinks_section(r, lines)
+    cdc_section(r.load("cdc.json"), lines)
     state_section(r, lines)
     memory_section(r, lines)
     profile_section(r, lines)

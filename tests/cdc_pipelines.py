@@ -42,6 +42,14 @@ class PassThrough(KeyedProcessFunction):
         return record
 
 
+def table_key(record: dict) -> str:
+    """``<table>:<first key column>`` of a pgbench changelog record (several tables)."""
+    for column in ("aid", "tid", "bid"):
+        if column in record:
+            return f"{record['_table']}:{record[column]}"
+    raise KeyError(f"no pgbench key column in {record}")
+
+
 def cdc_pipeline(root: str, url: str, *, name: str = "cdc", tables=("items",),
                  source_parallelism: int = 2, parallelism: int = 2, snapshot_splits: int = 3,
                  buckets: int = 64, interval_ms: int = 200, kill_after: int | None = None,
