@@ -65,7 +65,7 @@ def get_provider_info() -> dict:
                 "integration-name": "Checkpointed Pipelines",
                 "python-modules": [f"{_PACKAGE}.operators.submit", f"{_PACKAGE}.operators.control",
                                    f"{_PACKAGE}.operators.savepoints",
-                                   f"{_PACKAGE}.operators.verify"],
+                                   f"{_PACKAGE}.operators.verify", f"{_PACKAGE}.operators.cdc"],
             }
         ],
         "sensors": [

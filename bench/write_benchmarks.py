@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+from cdc_report import cdc_section  # noqa: E402
 from jobs import p99  # noqa: E402
 from joins_report import joins_section  # noqa: E402
 
@@ -581,6 +582,7 @@ def main(argv=None) -> int:
         from bench.upsert_report import render as upsert_section
 
         lines += upsert_section(upserts)
+    cdc_section(r.load("cdc.json"), lines)
     state_section(r, lines)
     memory_section(r, lines)
     profile_section(r, lines)

@@ -62,7 +62,10 @@ class PostgresServer:
             [os.path.join(self.bin, "postgres"), "-D", self.data, "-p", str(self.port),
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.workdir}",
              "-c", "fsync=off", "-c", "max_connections=200",
-             "-c", "max_prepared_transactions=100"],
+             "-c", "max_prepared_transactions=100",
+             # logical replication for the CDC source's tests (harmless to the others)
+             "-c", "wal_level=logical", "-c", "max_replication_slots=20",
+             "-c", "max_wal_senders=20"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **run_as)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

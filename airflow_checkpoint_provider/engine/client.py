@@ -23,6 +23,8 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
 * reports and lineage: :class:`ReportData` / :func:`render_report_html` (the ``ckpt report``
   page; imported on first use, it needs matplotlib), :func:`upgrade_chain`,
   :func:`pipeline_datasets` (the datasets a pipeline reads and writes, for OpenLineage);
+* change data capture: :func:`drop_cdc_slot` (a PostgreSQL CDC job's replication slot
+  and publication), :func:`cdc_object_name` (their default name for a job);
 * errors: :class:`EngineError` and its subclasses in :mod:`.errors`.
 """
 
@@ -45,6 +47,8 @@ from .catalog import (
     upgrade_database,
 )
 from .checkpoint.storage import absolute_location
+from .connectors.postgres_cdc import drop_slot as drop_cdc_slot
+from .connectors.postgres_cdc import job_object_name as cdc_object_name
 from .errors import EngineError, InvalidNameError
 from .lineage import pipeline_datasets, upgrade_chain
 from .names import validate_job_id, validate_job_name
@@ -97,7 +101,9 @@ __all__ = [
     "active_pins",
     "apply_savepoint_retention",
     "assess_stability",
+    "cdc_object_name",
     "code_archives",
+    "drop_cdc_slot",
     "dispose_savepoint",
     "early_verdict",
     "heartbeat_timeout",

@@ -23,6 +23,10 @@ Exposed series (names get the ``ckpt_`` namespace, as Flink's get ``flink_``):
 ``ckpt_watermark_ms{operator}``                gauge    an operator's input watermark (epoch
                                                         ms, lowest subtask; event-time jobs)
 ``ckpt_late_records_dropped_total{operator}``  counter  records a window dropped as too late
+``ckpt_replication_lag_bytes{operator}``       gauge    a CDC source's lag behind the server's
+                                                        WAL, at the newest completed checkpoint
+``ckpt_replication_lag_seconds{operator}``     gauge    now - commit time of the last change
+                                                        it emitted (0 when caught up)
 =============================================  =======  ====================================
 
 The update hooks are cheap, thread-safe and may be called whether or not the endpoint was
@@ -121,6 +125,15 @@ class JobMetrics:
         self._late = Counter("late_records_dropped", "Records a window dropped as too late.",
                              (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                              registry=self.registry)
+        self._lag_bytes = Gauge("replication_lag_bytes",
+                                "A CDC source's lag behind the server's WAL, in bytes.",
+                                (*JOB_LABELS, "operator"), namespace=NAMESPACE,
+                                registry=self.registry)
+        self._lag_seconds = Gauge("replication_lag_seconds",
+                                  "Seconds since the commit of the last change a CDC source "
+                                  "emitted (0 when caught up).",
+                                  (*JOB_LABELS, "operator"), namespace=NAMESPACE,
+                                  registry=self.registry)
         self._watermark = Gauge("watermark_ms", "Input watermark of an operator (epoch ms).",
                                 (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                                 registry=self.registry)
@@ -206,6 +219,7 @@ class JobMetrics:
         else:
             self.on_checkpoint_completed(checkpoint_id, completed.duration_ms,
                                          completed.state_size, completed.checkpointed_size)
+            self.on_source_lag(getattr(completed, "task_stats", None) or [])
 
     def on_checkpoint_failed(self, checkpoint_id: int) -> None:
         """A checkpoint failed (declined, expired or aborted on failover)."""
@@ -236,6 +250,20 @@ class JobMetrics:
         """Records a window operator dropped as too late since the previous call."""
         self._late.labels(job_name=self.job_name, job_id=self.job_id,
                           operator=operator_uid).inc(dropped)
+
+    def on_source_lag(self, task_stats: list) -> None:
+        """The replication lag the source tasks reported with a checkpoint (the largest over
+        an operator's subtasks)."""
+        worst: dict[str, dict] = {}
+        for task in task_stats:
+            for uid, lag in (task.get("source_lag") or {}).items():
+                w = worst.setdefault(uid, {"lag_bytes": 0, "lag_seconds": 0.0})
+                w["lag_bytes"] = max(w["lag_bytes"], lag["lag_bytes"])
+                w["lag_seconds"] = max(w["lag_seconds"], lag["lag_seconds"])
+        for uid, lag in worst.items():
+            labels = {"job_name": self.job_name, "job_id": self.job_id, "operator": uid}
+            self._lag_bytes.labels(**labels).set(lag["lag_bytes"])
+            self._lag_seconds.labels(**labels).set(lag["lag_seconds"])
 
     def on_watermark(self, operator_uid: str, watermark_ms: int) -> None:
         """An operator's input watermark (the lowest over its subtasks)."""

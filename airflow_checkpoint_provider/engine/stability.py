@@ -43,13 +43,17 @@ class StabilityCriteria:
     min_throughput_ratio: float | None = 0.8
     max_watermark_lag_growth_ms: float | None = None
     max_backlog_growth_ms: float | None = None
+    #: a CDC source's replication lag (seconds behind the source database) at every
+    #: completed checkpoint of the window
+    max_replication_lag_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.window_s > 0:
             raise ConfigurationError(f"stability window_s must be > 0 seconds (got {self.window_s})")
         for name in ("max_restarts", "min_checkpoints", "max_checkpoint_duration_ms",
                      "max_failed_checkpoints", "min_throughput_ratio",
-                     "max_watermark_lag_growth_ms", "max_backlog_growth_ms"):
+                     "max_watermark_lag_growth_ms", "max_backlog_growth_ms",
+                     "max_replication_lag_s"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigurationError(f"stability criterion {name} must be >= 0 (got {value})")
@@ -237,7 +241,22 @@ def assess_stability(store: MetadataStore, job_id: str, *, since: datetime,
             add(Check(name, g[2] <= bound, round(g[2], 1), bound,
                       f"{what} {g[0]:.0f} ms -> {g[1]:.0f} ms (+{g[2]:.0f} ms), at most "
                       f"+{bound:.0f} ms"))
+    if c.max_replication_lag_s is not None:
+        lags = [v for v in map(replication_lag_s, since_attempt) if v is not None]
+        worst = max(lags, default=None)
+        add(Check("replication_lag", None if worst is None else worst <= c.max_replication_lag_s,
+                  worst, c.max_replication_lag_s,
+                  "not measured: no checkpoint with a CDC source's lag in the window"
+                  if worst is None else f"at most {worst:.1f} s behind the source database, "
+                  f"bound {c.max_replication_lag_s:.1f} s"))
     return verdict
+
+
+def replication_lag_s(checkpoint: CheckpointRecord) -> float | None:
+    """The largest replication lag (seconds) a CDC source reported with ``checkpoint``."""
+    lags = [lag["lag_seconds"] for t in checkpoint.task_stats or ()
+            for lag in (t.get("source_lag") or {}).values()]
+    return max(lags) if lags else None
 
 
 def _throughput_check(store: MetadataStore, job_id: str, baseline_job_id: str, since: datetime,

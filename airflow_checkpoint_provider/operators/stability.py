@@ -44,6 +44,8 @@ class StabilityGateOperator(CheckpointBaseOperator):
         baseline's (needs ``baseline_job``). Templated.
     :param max_watermark_lag_growth_ms: how much the watermark lag may grow. Templated.
     :param max_backlog_growth_ms: how much the checkpoint start delay may grow. Templated.
+    :param max_replication_lag_s: how many seconds a CDC source may be behind its database
+        at any checkpoint of the window. Templated.
     :param checkpoint_conn_id: the metadata DB connection.
     :param deferrable: wait in the triggerer.
     """
@@ -51,7 +53,7 @@ class StabilityGateOperator(CheckpointBaseOperator):
     template_fields: Sequence[str] = (
         "job", "baseline_job", "window", "max_restarts", "min_checkpoints",
         "max_checkpoint_duration_ms", "max_failed_checkpoints", "min_throughput_ratio",
-        "max_watermark_lag_growth_ms", "max_backlog_growth_ms")
+        "max_watermark_lag_growth_ms", "max_backlog_growth_ms", "max_replication_lag_s")
     ui_color = "#D8F0D2"
 
     def __init__(self, *, job: str, baseline_job: str | None = None, window: float | str = 60.0,
@@ -60,7 +62,8 @@ class StabilityGateOperator(CheckpointBaseOperator):
                  max_failed_checkpoints: int | str | None = 0,
                  min_throughput_ratio: float | str | None = 0.8,
                  max_watermark_lag_growth_ms: float | str | None = None,
-                 max_backlog_growth_ms: float | str | None = None, **kwargs: Any) -> None:
+                 max_backlog_growth_ms: float | str | None = None,
+                 max_replication_lag_s: float | str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("poll_interval", 2.0)
         super().__init__(**kwargs)
         self.job = job
@@ -73,6 +76,7 @@ class StabilityGateOperator(CheckpointBaseOperator):
         self.min_throughput_ratio = min_throughput_ratio
         self.max_watermark_lag_growth_ms = max_watermark_lag_growth_ms
         self.max_backlog_growth_ms = max_backlog_growth_ms
+        self.max_replication_lag_s = max_replication_lag_s
 
     def criteria(self) -> dict[str, Any]:
         def num(name: str, kind: type) -> Any:
@@ -91,7 +95,8 @@ class StabilityGateOperator(CheckpointBaseOperator):
                   **{n: num(n, float) for n in ("max_checkpoint_duration_ms",
                                                 "min_throughput_ratio",
                                                 "max_watermark_lag_growth_ms",
-                                                "max_backlog_growth_ms")}}
+                                                "max_backlog_growth_ms",
+                                                "max_replication_lag_s")}}
         if values["window_s"] is None:
             raise AirflowException("stability gate: window is required")
         try:

@@ -63,6 +63,8 @@ class CompletedCheckpoint:
     checkpointed_size: int
     duration_ms: int
     claimed: bool = False   # restored with claim mode CLAIM: this job owns (and deletes) it
+    #: per-task stats of the acks (what the metadata DB records), for listeners
+    task_stats: list | None = None
 
 
 class CheckpointFailureManager:
@@ -307,7 +309,7 @@ class CheckpointCoordinator:
             return None
         del self.pending[p.checkpoint_id]
         completed = CompletedCheckpoint(p.checkpoint_id, record_kind(p.kind), p.location,
-                                        state_size, uploaded, duration_ms)
+                                        state_size, uploaded, duration_ms, task_stats=task_stats)
         self.num_completed += 1
         self.last_end = now
         self.failure_manager.on_success()

@@ -7,12 +7,12 @@ The metadata DB comes from ``--db`` or ``$CKPT_METADATA_URL``, else
 
 Verbs by group: :mod:`.jobs` (run, list and control jobs), :mod:`.snapshots` (checkpoint
 and savepoint history, inspection, retention, pins), :mod:`.state` (``ckpt state``) and
-:mod:`.db` (``ckpt db``); :mod:`.common` holds the ``main`` group they register with.
+:mod:`.db` (``ckpt db``), :mod:`.cdc` (``ckpt cdc``); :mod:`.common` holds the ``main`` group they register with.
 """
 
 from __future__ import annotations
 
-from . import db, jobs, snapshots, state  # noqa: F401 - importing registers their verbs
+from . import cdc, db, jobs, snapshots, state  # noqa: F401 - importing registers their verbs
 from .common import load_pipeline, main
 from .jobs import apply_overrides
 

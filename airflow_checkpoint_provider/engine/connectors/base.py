@@ -43,6 +43,12 @@ class SplitReader:
         """The msgpack-able position after the last record returned."""
         raise NotImplementedError
 
+    def notify_checkpoint_complete(self, checkpoint_id: int, position: object) -> None:
+        """Checkpoint ``checkpoint_id`` completed and holds ``position`` for this split: what
+        came before it is durable, so the reader may acknowledge it upstream (a CDC source
+        confirms its replication slot up to there). Called in the reader's task thread; the
+        default does nothing."""
+
     def close(self) -> None:
         pass
 

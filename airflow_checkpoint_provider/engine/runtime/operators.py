@@ -422,6 +422,7 @@ class SourceOperator(Operator):
         self.assigned = [s for j, s in enumerate(splits) if self._owns(s, j)]
         self.readers = {}
         self.positions = {}
+        self._checkpointed: list[tuple[int, dict]] = []  # (checkpoint id, split positions)
         for s in self.assigned:
             self.positions[s] = positions.get(s)
             if s not in self.finished_splits:
@@ -509,7 +510,24 @@ class SourceOperator(Operator):
             {"split": s, "position": self.positions.get(s), "finished": s in self.finished_splits,
              **({"max_timestamp": wm.state(s)} if wm is not None else {})}
             for s in self.assigned])
+        self._checkpointed.append((checkpoint_id, {s: self.positions.get(s) for s in self.readers}))
         return OperatorSnapshot(operator_state=self.state.snapshot())
+
+    def notify_complete(self, checkpoint_id):
+        """Hand each open reader the position checkpoint ``checkpoint_id`` (or the newest one
+        before it this subtask took) holds for its split: readers that acknowledge upstream
+        (a replication slot) do it only for what a completed checkpoint covers."""
+        done: dict = {}
+        for c, positions in self._checkpointed:
+            if c <= checkpoint_id:
+                done.update(positions)
+        self._checkpointed = [(c, p) for c, p in self._checkpointed if c > checkpoint_id]
+        for split, position in done.items():
+            if split in self.readers:
+                self.readers[split].notify_checkpoint_complete(checkpoint_id, position)
+
+    def notify_abort(self, checkpoint_id):
+        self._checkpointed = [(c, p) for c, p in self._checkpointed if c != checkpoint_id]
 
     def _compact(self) -> None:
         """Continuous sources: finished splits modified longer ago than the source's

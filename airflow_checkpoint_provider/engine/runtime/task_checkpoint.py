@@ -187,6 +187,9 @@ class TaskCheckpointing:
             "records": self.counts_by_operator()}
         if self.watermark != MIN_WATERMARK:
             timing["watermark"] = self.watermark
+        lag = source_lag(self.operators)
+        if lag:
+            timing["source_lag"] = lag
         args = (chk, location, snapshots, sync_ms, alignment_ms, barrier.kind.is_savepoint)
         if unaligned:
             self._unaligned[chk] = (args, timing, time.perf_counter())
@@ -255,3 +258,20 @@ class TaskCheckpointing:
                 self._decline(chk, f"{type(exc).__name__}: {exc}")
             except OSError:
                 pass
+
+
+def source_lag(operators) -> dict:
+    """``{operator uid: {"lag_bytes", "lag_seconds"}}`` of the source operators whose split
+    readers measure how far behind their upstream they are (a CDC source's replication lag:
+    the largest over the task's readers)."""
+    out: dict = {}
+    for op in operators:
+        for reader in (getattr(op, "readers", None) or {}).values():
+            measure = getattr(reader, "lag", None)
+            if measure is None:
+                continue
+            lag = measure()
+            mine = out.setdefault(op.uid, {"lag_bytes": 0, "lag_seconds": 0.0})
+            mine["lag_bytes"] = max(mine["lag_bytes"], int(lag["lag_bytes"]))
+            mine["lag_seconds"] = max(mine["lag_seconds"], float(lag["lag_seconds"]))
+    return out

@@ -1,0 +1,265 @@
+"""The change stream split of :class:`~.postgres_cdc.PostgresCdcSource` (see that module for
+the design): a replication connection on the job's slot, pgoutput decoded into changelog
+records, filtered against the snapshot parts, acknowledged on checkpoint completion."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from ..errors import RestoreError
+from .base import SourceContext, SplitReader
+from .cdc_rows import (
+    MESSAGE_PREFIX,
+    CdcError,
+    TableInfo,
+    bucket_of,
+    convert,
+    parse_snapshot,
+    visible,
+)
+from .pgoutput import (
+    PG_EPOCH_US,
+    UNCHANGED_TOAST,
+    Change,
+    Relation,
+    ReplicationError,
+    ReplicationStream,
+    Transaction,
+    decode,
+    format_lsn,
+)
+
+log = logging.getLogger(__name__)
+
+
+class StreamReader(SplitReader):
+    """Position: ``{"lsn": end LSN of the last emitted transaction, "parts": {split: parts}
+    or None while the snapshot splits have not all announced, "commit_ts": µs}``."""
+
+    def __init__(self, src: Any, position: dict | None, ctx: SourceContext,
+                 where: str) -> None:
+        self.src, self.ctx, self.where = src, ctx, where
+        self.admin = src.connect()
+        self.tables, self.slot, self.publication = src.prepare(self.admin, ctx)
+        confirmed = src.confirmed_lsn(self.admin, self.slot)
+        try:
+            self.lsn = int(position["lsn"]) if position else confirmed
+            parts = position.get("parts") if position else None
+            self.commit_ts = int(position.get("commit_ts") or 0) if position else 0
+            self.parts = None if parts is None else {int(k): v for k, v in parts.items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise RestoreError(f"{where}: restored position {position!r:.200} is malformed") from exc
+        if self.lsn < confirmed:
+            raise RestoreError(
+                f"{where}: the restored position {format_lsn(self.lsn)} is older than slot "
+                f"{self.slot!r}'s confirmed position {format_lsn(confirmed)}: a newer checkpoint "
+                "acknowledged the changes in between and the slot no longer has them. Restore the "
+                "latest checkpoint, or drop the slot (ckpt cdc drop-slot) and start without "
+                "restoring (a new snapshot)")
+        if not src.snapshot:
+            self.parts = {}
+        self.acked = self.lsn
+        self.stream: ReplicationStream | None = None
+        self.relations: dict[int, Relation] = {}
+        self.txn: Transaction | None = None
+        self.announced: dict[int, list] = {}
+        self._snapshots: dict[str, tuple] = {}
+        self.caught_up = False
+        log.info("%s: streaming slot %s from %s%s", where, self.slot, format_lsn(self.lsn),
+                 "" if self.parts is not None else " once the snapshot splits are done")
+
+    # -- the replication connection -------------------------------------------------------
+    def _connect(self) -> ReplicationStream:
+        self.relations.clear()
+        self.txn = None
+        return ReplicationStream(self.src.conninfo(replication=True), self.slot,
+                                 self.publication, self.lsn, self.acked)
+
+    def read_batch(self, max_records: int) -> list[dict] | None:
+        try:
+            if self.stream is None:
+                self.stream = self._connect()
+            messages = self.stream.poll(0.05, max(64, max_records))
+        except ReplicationError as exc:  # e.g. wal_sender_timeout while backpressured
+            log.warning("%s: %s; reconnecting at %s", self.where, exc, format_lsn(self.lsn))
+            if self.stream is not None:
+                self.stream.close()
+            self.stream = None
+            time.sleep(0.5)  # e.g. the slot is still held by a killed attempt's connection
+            return []
+        if self.parts is None:
+            self._wait_for_snapshot(messages)
+            return []
+        out: list[dict] = []
+        for _start, message in messages:
+            kind, payload = decode(message)
+            if kind == "B":
+                self.txn = payload
+            elif kind in ("I", "U", "D"):
+                if self.txn is not None:
+                    self.txn.changes.append(payload)
+            elif kind == "C":
+                if self.txn is not None:
+                    out.extend(self._emit(self.txn))
+                    self.commit_ts = self.txn.commit_ts_us
+                    self.txn = None
+                self.lsn = max(self.lsn, payload)
+            elif kind == "R":
+                self._relation(payload)
+            elif kind == "T":
+                names = [self.relations[r].qualified for r in payload if r in self.relations]
+                raise CdcError(f"{self.where}: TRUNCATE of captured table(s) "
+                               f"{', '.join(names)}; the CDC source does not turn a TRUNCATE "
+                               "into deletes. Drop the slot (ckpt cdc drop-slot) and start the "
+                               "job without restoring to take a new snapshot")
+        self.caught_up = not messages and self.txn is None
+        return out
+
+    def _wait_for_snapshot(self, messages) -> None:
+        """Before streaming: collect this attempt's announcements of the snapshot splits;
+        with all of them, read the slot again from the start with the parts known."""
+        for _start, message in messages:
+            kind, payload = decode(message)
+            if kind != "M" or payload[1] != MESSAGE_PREFIX:
+                continue
+            body = json.loads(payload[2])
+            if (body.get("slot") == self.slot and body.get("job") == self.ctx.job_id
+                    and body.get("attempt") == self.ctx.attempt):
+                self.announced[int(body["split"])] = body["parts"]
+        if len(self.announced) == self.src.snapshot_splits:
+            self.parts = dict(self.announced)
+            log.info("%s: every snapshot split is done; streaming changes from %s", self.where,
+                     format_lsn(self.lsn))
+            assert self.stream is not None
+            self.stream.close()
+            self.stream = None
+
+    def _relation(self, rel: Relation) -> None:
+        info = self.tables.get(rel.qualified)
+        if info is not None:
+            now = [(c.name, c.type_oid) for c in rel.columns]
+            if now != info.columns:
+                raise CdcError(
+                    f"{self.where}: table {rel.qualified!r} changed while captured (columns "
+                    f"{info.columns} at start, now {now}); DDL on a captured table is not "
+                    "supported: drop the slot (ckpt cdc drop-slot) and start the job without "
+                    "restoring to take a new snapshot")
+        self.relations[rel.relid] = rel
+
+    # -- records --------------------------------------------------------------------------
+    def _keep(self, xid: int, info: TableInfo, index: int, texts: list) -> bool:
+        """Whether a change of transaction ``xid`` to the row with these column texts is
+        not in the snapshot already."""
+        if not self.parts:
+            return True
+        key = [texts[i] for i in self._key_index(info)]
+        b = bucket_of(key, self.src.buckets)
+        split = b % self.src.snapshot_splits
+        for t, first, end, snap in self.parts.get(split, ()):
+            if t == index and first <= b < end:
+                parsed = self._snapshots.get(snap)
+                if parsed is None:
+                    parsed = self._snapshots[snap] = parse_snapshot(snap)
+                return not visible(xid, parsed)
+        raise CdcError(f"{self.where}: bucket {b} of table {info.name!r} is in no snapshot "
+                       "part (inconsistent announcement)")
+
+    def _key_index(self, info: TableInfo) -> list[int]:
+        names = [c for c, _ in info.columns]
+        return [names.index(k) for k in info.key]
+
+    def _record(self, info: TableInfo, texts: list, op: str, txn: Transaction,
+                key_only: bool = False) -> dict:
+        if key_only:
+            idx = set(self._key_index(info))
+            rec = {c: convert(texts[i], oid) for i, (c, oid) in enumerate(info.columns) if i in idx}
+        else:
+            rec = {c: convert(v, oid) for (c, oid), v in zip(info.columns, texts, strict=True)}
+        rec["_op"] = op
+        if len(self.tables) > 1:
+            rec["_table"] = info.name
+        if self.src.metadata:
+            rec["_lsn"] = format_lsn(txn.final_lsn)
+            rec["_commit_ts"] = (txn.commit_ts_us + PG_EPOCH_US) // 1000
+        return rec
+
+    def _emit(self, txn: Transaction) -> list[dict]:
+        out: list[dict] = []
+        names = list(self.tables)
+        for ch in txn.changes:
+            rel = self.relations.get(ch.relid)
+            if rel is None or rel.qualified not in self.tables:
+                continue
+            info = self.tables[rel.qualified]
+            index = names.index(info.name)
+            if ch.kind == "I":
+                if self._keep(txn.xid, info, index, ch.new):
+                    out.append(self._record(info, ch.new, "+I", txn))
+            elif ch.kind == "D":
+                if self._keep(txn.xid, info, index, ch.old):
+                    out.append(self._record(info, ch.old, "-D", txn, key_only=ch.old_kind != "O"))
+            else:
+                out.extend(self._update(ch, info, index, txn))
+        return out
+
+    def _update(self, ch: Change, info: TableInfo, index: int, txn: Transaction) -> list[dict]:
+        new = list(ch.new)
+        for i, v in enumerate(new):
+            if v is UNCHANGED_TOAST:
+                if ch.old_kind != "O":
+                    raise CdcError(
+                        f"{self.where}: an update of table {info.name!r} left TOASTed column "
+                        f"{info.columns[i][0]!r} unchanged, so the server did not send its value; "
+                        f"ALTER TABLE {info.name} REPLICA IDENTITY FULL")
+                new[i] = ch.old[i]
+        old = ch.old if ch.old is not None else new
+        key = self._key_index(info)
+        out = []
+        if [old[i] for i in key] == [new[i] for i in key]:
+            if self._keep(txn.xid, info, index, new):
+                out.append(self._record(info, old, "-U", txn, key_only=ch.old_kind != "O"))
+                out.append(self._record(info, new, "+U", txn))
+            return out
+        # the key changed: a delete of the old key and an insert of the new one
+        if self._keep(txn.xid, info, index, old):
+            out.append(self._record(info, old, "-D", txn, key_only=ch.old_kind != "O"))
+        if self._keep(txn.xid, info, index, new):
+            out.append(self._record(info, new, "+I", txn))
+        return out
+
+    # -- position, acknowledgement, lag ---------------------------------------------------
+    def position(self) -> dict:
+        return {"lsn": self.lsn, "commit_ts": self.commit_ts, "parts": self.parts}
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, position: object) -> None:
+        if not isinstance(position, dict):
+            return
+        self.acked = max(self.acked, int(position["lsn"]))
+        if self.stream is not None:
+            try:
+                self.stream.send_feedback(self.acked)
+            except ReplicationError as exc:
+                log.warning("%s: %s (the acknowledgement is sent again on reconnect)",
+                            self.where, exc)
+
+    def lag(self) -> dict:
+        """``lag_bytes``: server WAL end minus the source's position; ``lag_seconds``: now
+        minus the commit time of the last transaction emitted (0 when caught up)."""
+        stream = self.stream
+        end = stream.server_wal_end if stream else self.lsn
+        done = max(self.lsn, stream.keepalive_end if stream and self.caught_up else 0)
+        seconds = 0.0
+        if not self.caught_up and self.commit_ts:
+            seconds = max(0.0, time.time() - (self.commit_ts + PG_EPOCH_US) / 1e6)
+        return {"lag_bytes": max(0, end - done), "lag_seconds": round(seconds, 3)}
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+        try:
+            self.admin.close()
+        except Exception:  # noqa: BLE001 - closing a broken connection
+            pass

@@ -1,0 +1,411 @@
+"""Change data capture from PostgreSQL: an initial snapshot of tables, read in parallel,
+then their change stream from a logical replication slot (``pgoutput``), as changelog
+records (:mod:`..changelog`: ``+I`` / ``-U`` / ``+U`` / ``-D`` in the ``_op`` field).
+
+Splits: ``stream`` (the slot; one) and ``snapshot-<i>`` for ``i < snapshot_splits``.
+
+**Snapshot.** Every row goes to a bucket, ``md5(key as text) % buckets``; snapshot split
+``i`` reads the buckets ``b`` with ``b % snapshot_splits == i`` of every table, in bucket
+order, in one ``REPEATABLE READ`` transaction, and returns whole buckets only, so its
+position (next table and bucket) always lies between buckets. The position also lists the
+*parts* it read: ``[table, first bucket, end bucket, snapshot]``, where ``snapshot`` is the
+transaction's ``pg_current_snapshot()``. After a restart the remaining buckets are read in
+a new transaction: a new part with a new snapshot.
+
+**Consistency with the stream** (xid visibility, no exported snapshot, survives restarts).
+The stream reads every transaction that commits after the slot's start. A change of key
+``k`` by transaction ``T`` is emitted only if ``T`` is *not visible* in the snapshot of the
+part that holds ``k``'s bucket; a visible ``T`` is already in the row the snapshot emitted.
+For one row this is exact: writers of a row are serialized by its lock, so the
+transactions visible in a snapshot are a prefix of the row's history. Every transaction a
+snapshot does not see commits after the slot's start: a split takes its snapshot only once
+every transaction older than the slot's consistent point has ended (it waits otherwise).
+
+**Ordering.** The stream emits nothing until every snapshot split has announced its parts:
+a split announces (``pg_logical_emit_message``, prefix ``ckpt-cdc``, in the WAL the stream
+reads) once a *completed checkpoint* holds its last bucket, so every snapshot row lies
+before a barrier the stream's first change comes after, and aligned barriers deliver them
+to every downstream task in that order. Announcements carry the job id and attempt: every
+attempt announces again, and the stream (which starts again with every attempt) only counts
+its own attempt's. Needs ``mode="exactly_once"`` without unaligned checkpoints for that
+order (at-least-once mode may deliver a change before the snapshot row of its key).
+
+**Acknowledgement.** The stream's position is the end LSN of the last transaction it
+emitted (whole transactions only). The slot is confirmed up to a position only when a
+checkpoint holding it completes (:meth:`SplitReader.notify_checkpoint_complete`).
+Restoring a position older than the slot's confirmed one is refused (those changes are
+gone from the slot).
+
+Refused while streaming, with an error naming the table: a changed column list or type
+(DDL on a captured table: a ``Relation`` message that differs from the table at start),
+``TRUNCATE``, an update with an unchanged TOASTed value when ``REPLICA IDENTITY`` is not
+``FULL``. Values are ``int`` / ``float`` / ``bool`` / ``str`` (every other type in its text
+form, with ``DateStyle=ISO``, ``TimeZone=UTC``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Sequence
+
+from ..errors import ConfigurationError, RestoreError
+from ..extras import require
+from .base import Source, SourceContext, SplitReader
+from .cdc_rows import (
+    MESSAGE_PREFIX,
+    TableInfo,
+    _bucket_sql,
+    convert,
+    parse_snapshot,
+)
+from .cdc_stream import StreamReader
+from .pgoutput import parse_lsn
+from .postgres import _dsn
+
+log = logging.getLogger(__name__)
+
+#: session settings of every connection, so text forms match between snapshot and stream
+SESSION_OPTIONS = ("-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=postgres "
+                   "-c extra_float_digits=1 -c bytea_output=hex")
+NAME_PATTERN = r"[a-z_][a-z0-9_]{0,62}"
+_TABLE_PATTERN = r"(?:[A-Za-z_][A-Za-z0-9_$]*\.)?[A-Za-z_][A-Za-z0-9_$]*"
+
+
+def job_object_name(job_name: str) -> str:
+    """The default slot and publication name of a job: ``ckpt_<job name>``, lower case,
+    other characters as ``_``, at most 63 characters (PostgreSQL's identifier limit)."""
+    return ("ckpt_" + re.sub(r"[^a-z0-9_]", "_", job_name.lower()))[:63]
+
+
+def check_name(name: str, option: str) -> str:
+    if not re.fullmatch(NAME_PATTERN, name):
+        raise ConfigurationError(f"PostgresCdcSource {option}={name!r} is not a valid name "
+                                 f"(lower-case letters, digits and _, at most 63 characters)")
+    return name
+
+
+class PostgresCdcSource(Source):
+    """Rows of PostgreSQL tables, then their changes, as changelog records.
+
+    :param url: ``postgresql://user@host:port/db`` (or the SQLAlchemy form); the role needs
+        ``REPLICATION`` (or superuser) and ``SELECT`` on the tables.
+    :param tables: ``table`` or ``schema.table`` names; each needs a primary key.
+    :param slot: the replication slot's name; default ``ckpt_<job name>``.
+    :param publication: the publication's name; default the slot's. It is created
+        ``FOR TABLE <tables>`` if missing (which needs ownership of the tables).
+    :param snapshot: read the tables' rows first (``False``: changes only).
+    :param snapshot_splits: snapshot splits read in parallel.
+    :param buckets: key-hash buckets a snapshot split emits at once (the unit of its
+        position): more buckets, smaller batches.
+    :param metadata: add ``_lsn`` (commit LSN, ``None`` for snapshot rows) and
+        ``_commit_ts`` (epoch ms) to every record. With more than one table every record
+        also carries ``_table`` (``schema.table``).
+    """
+
+    def __init__(self, url: str, tables: Sequence[str], *, slot: str | None = None,
+                 publication: str | None = None, snapshot: bool = True,
+                 snapshot_splits: int = 4, buckets: int = 1024, metadata: bool = False) -> None:
+        if isinstance(tables, str) or not tables:
+            raise ConfigurationError("PostgresCdcSource tables= must be a non-empty list of "
+                                     "'table' or 'schema.table' names")
+        for t in tables:
+            if not re.fullmatch(_TABLE_PATTERN, t):
+                raise ConfigurationError(f"PostgresCdcSource table {t!r} is not 'table' or "
+                                         "'schema.table'")
+        if snapshot_splits < 1 or buckets < snapshot_splits:
+            raise ConfigurationError(
+                f"PostgresCdcSource needs snapshot_splits >= 1 and buckets >= snapshot_splits "
+                f"(got {snapshot_splits}, {buckets})")
+        self.url = url
+        self.tables = [t if "." in t else f"public.{t}" for t in tables]
+        self.slot = check_name(slot, "slot") if slot else None
+        self.publication = check_name(publication, "publication") if publication else None
+        self.snapshot = snapshot
+        self.snapshot_splits = snapshot_splits
+        self.buckets = buckets
+        self.metadata = metadata
+
+    # -- names and connections ----------------------------------------------------------
+    def names(self, job_name: str) -> tuple[str, str]:
+        slot = self.slot or job_object_name(job_name)
+        return slot, self.publication or slot
+
+    def conninfo(self, *, replication: bool = False) -> str:
+        from psycopg.conninfo import make_conninfo
+
+        extra = {"replication": "database"} if replication else {}
+        return make_conninfo(_dsn(self.url), options=SESSION_OPTIONS,
+                             application_name="ckpt-cdc", **extra)
+
+    def connect(self):
+        require("postgres")
+        import psycopg
+
+        return psycopg.connect(self.conninfo(), autocommit=True)
+
+    def splits(self) -> list[str]:
+        return ["stream"] + ([f"snapshot-{i}" for i in range(self.snapshot_splits)]
+                             if self.snapshot else [])
+
+    # -- set-up ---------------------------------------------------------------------------
+    def inspect(self, conn) -> dict[str, TableInfo]:
+        """Check the server and the tables; the tables' columns and keys."""
+        level = conn.execute("SHOW wal_level").fetchone()[0]
+        if level != "logical":
+            raise ConfigurationError(
+                f"{self.describe()}: the server's wal_level is {level!r}; logical decoding "
+                "needs wal_level = logical (postgresql.conf, then restart the server)")
+        out = {}
+        for t in self.tables:
+            row = conn.execute("SELECT to_regclass(%s)::oid", (t,)).fetchone()
+            if row[0] is None:
+                raise ConfigurationError(f"{self.describe()}: table {t!r} does not exist")
+            cols = conn.execute(
+                "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
+                "AND NOT attisdropped ORDER BY attnum", (row[0],)).fetchall()
+            key = [r[0] for r in conn.execute(
+                "SELECT a.attname FROM pg_index i JOIN LATERAL unnest(i.indkey) WITH ORDINALITY "
+                "AS k(attnum, n) ON true JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
+                "a.attnum = k.attnum WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.n",
+                (row[0],)).fetchall()]
+            if not key:
+                raise ConfigurationError(
+                    f"{self.describe()}: table {t!r} has no primary key; the CDC source needs "
+                    "one (ALTER TABLE ... ADD PRIMARY KEY)")
+            out[t] = TableInfo(t, [(c, int(o)) for c, o in cols], key)
+        return out
+
+    def prepare(self, conn, ctx: SourceContext) -> tuple[dict[str, TableInfo], str, str]:
+        """Check, then create the publication and the slot if missing (first start); wait
+        until the slot is consistent. Several splits may race here: creating what exists
+        already is not an error."""
+        import psycopg
+        from psycopg import sql
+
+        tables = self.inspect(conn)
+        slot, pub = self.names(ctx.job_name)
+        if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (pub,)).fetchone() is None:
+            try:
+                conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                    sql.Identifier(pub), sql.SQL(", ").join(
+                        sql.SQL(".").join(map(sql.Identifier, t.split("."))) for t in tables)))
+                log.info("Created publication %s for %s", pub, ", ".join(tables))
+            except psycopg.errors.DuplicateObject:
+                pass
+        published = {f"{s}.{t}" for s, t in conn.execute(
+            "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (pub,))}
+        for t in tables:
+            if t not in published:
+                raise ConfigurationError(f"{self.describe()}: publication {pub!r} does not "
+                                         f"include table {t!r} (ALTER PUBLICATION {pub} ADD "
+                                         f"TABLE {t})")
+        row = conn.execute("SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s",
+                           (slot,)).fetchone()
+        if row is None:
+            try:
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+                log.info("Created replication slot %s", slot)
+            except psycopg.errors.DuplicateObject:
+                pass
+        elif row[0] != "pgoutput" or row[1] != conn.info.dbname:
+            raise ConfigurationError(
+                f"{self.describe()}: replication slot {slot!r} exists for plugin {row[0]!r} in "
+                f"database {row[1]!r}; the source needs a pgoutput slot in {conn.info.dbname!r} "
+                "(choose another slot= or drop it)")
+        deadline = time.monotonic() + 300
+        while conn.execute("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE "
+                           "slot_name = %s", (slot,)).fetchone()[0] is None:
+            if time.monotonic() > deadline:  # another split is still creating it
+                raise ConfigurationError(f"replication slot {slot!r} did not become ready")
+            time.sleep(0.1)
+        return tables, slot, pub
+
+    def confirmed_lsn(self, conn, slot: str) -> int:
+        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                           "WHERE slot_name = %s", (slot,)).fetchone()
+        if row is None:
+            raise RestoreError(f"{self.describe()}: replication slot {slot!r} is gone (dropped?)"
+                               "; restart the job without restoring to take a new snapshot")
+        return parse_lsn(row[0])
+
+    # -- splits ---------------------------------------------------------------------------
+    def open_split(self, split_id: str, position: object | None, ctx: SourceContext) -> SplitReader:
+        require("postgres")
+        where = f"CDC source {ctx.operator_uid!r} ({self.describe()}), split {split_id!r}"
+        if position is not None and not isinstance(position, dict):
+            raise RestoreError(f"{where}: restored position {position!r:.100} is not a mapping")
+        if split_id == "stream":
+            return StreamReader(self, position, ctx, where)
+        m = re.fullmatch(r"snapshot-(\d+)", split_id)
+        if m is None or int(m.group(1)) >= self.snapshot_splits:
+            raise RestoreError(f"{where}: no such split (snapshot_splits={self.snapshot_splits})")
+        return SnapshotReader(self, int(m.group(1)), position, ctx, where)
+
+    def lineage_dataset(self) -> tuple[str, str]:
+        from sqlalchemy.engine import make_url
+
+        url = make_url(_dsn(self.url))
+        return (f"postgres://{url.host or 'localhost'}:{url.port or 5432}",
+                f"{url.database}.{self.tables[0]}")
+
+    def describe(self) -> str:
+        return f"postgres-cdc({', '.join(self.tables)})"
+
+
+def drop_slot(url: str, slot: str, publication: str | None = None) -> list[str]:
+    """Drop replication slot ``slot`` (and ``publication``, if given) of a CDC job; what was
+    dropped. The slot must not be in use (stop the job first)."""
+    require("postgres")
+    import psycopg
+    from psycopg import sql
+
+    check_name(slot, "slot")
+    if publication:
+        check_name(publication, "publication")
+    done = []
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
+                        (slot,)).fetchone():
+            try:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            except psycopg.errors.ObjectInUse as exc:
+                raise ConfigurationError(f"replication slot {slot!r} is in use by a running job "
+                                         f"({exc}); stop the job first") from exc
+            done.append(f"slot {slot}")
+        if publication and conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
+                                        (publication,)).fetchone():
+            conn.execute(sql.SQL("DROP PUBLICATION {}").format(sql.Identifier(publication)))
+            done.append(f"publication {publication}")
+    return done
+
+
+class SnapshotReader(SplitReader):
+    """Snapshot split ``index``: whole buckets of every table (see the module docstring).
+
+    Position: ``{"table": i, "bucket": b, "parts": [[table, first, end, snapshot], ...],
+    "done": bool}``; ``bucket`` is the next bucket to read of table ``i``.
+    """
+
+    def __init__(self, src: PostgresCdcSource, index: int, position: dict | None,
+                 ctx: SourceContext, where: str) -> None:
+        self.src, self.index, self.ctx, self.where = src, index, ctx, where
+        pos = position or {"table": 0, "bucket": index, "parts": [], "done": False}
+        try:
+            self.table = int(pos["table"])
+            self.bucket = int(pos["bucket"])
+            self.parts = [[int(t), int(a), int(b), str(s)] for t, a, b, s in pos["parts"]]
+            self.done = bool(pos["done"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RestoreError(f"{where}: restored position {position!r:.200} is malformed") from exc
+        self.conn = self.cursor = self.peek = None
+        self.horizon: int | None = None
+        self.conn = src.connect()
+        self.tables, self.slot, _ = src.prepare(self.conn, ctx)
+        self.names = list(self.tables)
+        if self.done:
+            self._announce()
+
+    def _announce(self) -> None:
+        """Tell the stream (through the WAL it reads) which snapshot covers which buckets."""
+        body = json.dumps({"slot": self.slot, "job": self.ctx.job_id, "attempt": self.ctx.attempt,
+                           "split": self.index, "parts": self.parts})
+        self.conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", (MESSAGE_PREFIX, body))
+        log.info("%s: snapshot announced (%d part(s))", self.where, len(self.parts))
+        self.conn.close()
+        self.conn = None
+
+    def _begin(self) -> bool:
+        """Open the snapshot transaction once no transaction older than the slot runs."""
+        import psycopg
+
+        conn = self.conn
+        if self.horizon is None:
+            self.horizon = int(conn.execute(
+                "SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()[0])
+        conn.autocommit = False
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        snap = conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0]
+        if parse_snapshot(snap)[0] < self.horizon:
+            conn.rollback()
+            conn.autocommit = True
+            log.debug("%s: waiting for transactions older than the slot to end", self.where)
+            return False
+        self.snapshot = snap
+        self.parts.append([self.table, self.bucket, self.bucket, snap])
+        self._open_cursor()
+        return True
+
+    def _open_cursor(self) -> None:
+        from psycopg import sql
+
+        info = self.tables[self.names[self.table]]
+        n, b = self.src.snapshot_splits, _bucket_sql(info.key, self.src.buckets)
+        query = sql.SQL("SELECT {b} AS _b, {cols} FROM {t} WHERE {b} % {n} = {i} AND {b} >= {start} "
+                        "ORDER BY 1").format(
+            b=b, n=sql.Literal(n), i=sql.Literal(self.index), start=sql.Literal(self.bucket),
+            cols=sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c))
+                                    for c, _ in info.columns),
+            t=sql.SQL(".").join(map(sql.Identifier, info.name.split("."))))
+        self.cursor = self.conn.cursor(name=f"ckpt_cdc_snapshot_{self.index}")
+        self.cursor.itersize = 2000
+        self.cursor.execute(query)
+        self.rows = iter(self.cursor)
+        self.peek = next(self.rows, None)
+
+    def _record(self, info: TableInfo, row) -> dict:
+        rec = {c: convert(v, oid) for (c, oid), v in zip(info.columns, row[1:], strict=True)}
+        rec["_op"] = "+I"
+        if len(self.names) > 1:
+            rec["_table"] = info.name
+        if self.src.metadata:
+            rec["_lsn"] = rec["_commit_ts"] = None
+        return rec
+
+    def read_batch(self, max_records: int) -> list[dict] | None:
+        if self.done:
+            return []
+        if self.cursor is None and not self._begin():
+            return []
+        out: list[dict] = []
+        info = self.tables[self.names[self.table]]
+        while len(out) < max_records:
+            if self.peek is None:  # this table is read: on to the next one
+                self.parts[-1][2] = self.src.buckets
+                self.cursor.close()
+                self.table += 1
+                self.bucket = self.index
+                if self.table == len(self.names):
+                    self.done = True
+                    self.conn.rollback()
+                    self.conn.autocommit = True
+                    break
+                self.parts.append([self.table, self.bucket, self.bucket, self.snapshot])
+                self._open_cursor()
+                info = self.tables[self.names[self.table]]
+                continue
+            current = int(self.peek[0])
+            while self.peek is not None and int(self.peek[0]) == current:  # one whole bucket
+                out.append(self._record(info, self.peek))
+                self.peek = next(self.rows, None)
+            self.bucket = current + self.src.snapshot_splits
+            self.parts[-1][2] = self.bucket
+        return out
+
+    def position(self) -> dict:
+        return {"table": self.table, "bucket": self.bucket, "done": self.done,
+                "parts": [list(p) for p in self.parts]}
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, position: object) -> None:
+        if isinstance(position, dict) and position.get("done") and self.conn is not None:
+            self._announce()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass

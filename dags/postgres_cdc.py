@@ -1,0 +1,57 @@
+"""Replicate PostgreSQL tables continuously (change data capture) and savepoint the job.
+
+``start_cdc`` submits the CDC job detached (``restore="latest"``: a re-run resumes from the
+newest checkpoint instead of taking a new snapshot) and succeeds at its first checkpoint.
+The hourly runs then take a savepoint (XCom: its path) and check that the job is healthy:
+the stability gate includes the replication lag (``max_replication_lag_s``: seconds behind
+the source database, reported with every checkpoint; also the Prometheus gauges
+``ckpt_replication_lag_bytes`` / ``_seconds`` and ``source_lag`` in ``ckpt checkpoints
+--json``). ``drop_slot`` is left to a person: run ``DropCdcSlotOperator`` (or ``ckpt cdc
+drop-slot``) only once the job is retired, or the next start takes a new snapshot.
+
+The source database needs ``wal_level = logical`` and a role with ``REPLICATION`` (README,
+"PostgreSQL change data capture").
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Param
+
+from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
+from airflow_checkpoint_provider.operators.stability import StabilityGateOperator
+from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
+
+CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
+
+with DAG(
+    dag_id="postgres_cdc",
+    description="PostgreSQL CDC job: submitted once, savepointed hourly, replication lag gated",
+    schedule="@hourly",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=__doc__,
+    tags=["checkpoint", "cdc"],
+    render_template_as_native_obj=True,
+    params={
+        "pipeline": Param("airflow_checkpoint_provider.examples.postgres_cdc:build", type="string"),
+        "job_name": Param("postgres-cdc", type="string"),
+        "runner": Param("spark", enum=["spark", "local"]),
+        "job_env": Param({"CKPT_CDC_URL": "postgresql://cdc@source-db:5432/shop",
+                          "CKPT_CDC_TABLES": "orders"}, type="object"),
+        "max_lag_seconds": Param(60, type="number"),
+    },
+) as dag:
+    start = SubmitCheckpointedJobOperator(
+        task_id="start_cdc", pipeline="{{ params.pipeline }}", job_name="{{ params.job_name }}",
+        runner="{{ params.runner }}", env_vars="{{ params.job_env }}", restore="latest",
+        wait_for="first_checkpoint")
+    savepoint = TriggerSavepointOperator(
+        task_id="savepoint", **CONTROL_RETRIES, job="{{ params.job_name }}", deferrable=True)
+    gate = StabilityGateOperator(
+        task_id="replication_lag", job="{{ params.job_name }}", window=120,
+        max_replication_lag_s="{{ params.max_lag_seconds }}", min_throughput_ratio=None)
+
+    start >> savepoint >> gate

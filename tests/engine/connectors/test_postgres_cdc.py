@@ -1,0 +1,293 @@
+"""PostgresCdcSource on a real PostgreSQL (wal_level=logical): snapshot + change stream under
+concurrent writer processes, kills, savepoint restore at another parallelism; the sink's
+changelog replayed per key equals the source table row for row."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+from cdc_pipelines import cdc_pipeline, committed_in_order, replay, source_table, writer
+from pipelines import Background, process_alive
+
+from airflow_checkpoint_provider.engine import ConfigurationError
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.connectors.base import SourceContext
+from airflow_checkpoint_provider.engine.connectors.cdc_rows import bucket_of, visible
+from airflow_checkpoint_provider.engine.connectors.pgoutput import parse_lsn
+from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource, drop_slot
+from airflow_checkpoint_provider.engine.metrics import JobMetrics
+from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
+from airflow_checkpoint_provider.engine.stability import replication_lag_s
+
+TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROWS = 20_000
+
+
+def _dsn(url: str) -> str:
+    return re.sub(r"^postgresql\+\w+://", "postgresql://", url)
+
+
+@pytest.fixture
+def db(postgres_server):
+    url = postgres_server.create_database()
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, v int, note text)")
+        conn.execute("INSERT INTO items SELECT g, g %% 100, 'init' FROM generate_series(1, %s) g",
+                     (ROWS,))
+    yield url
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = "
+                                    "current_database() AND NOT active").fetchall():
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def _writers(url: str, seconds: float, seeds: list[int]) -> list:
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=writer, args=(_dsn(url), seconds, s, 1_000_000 * (s + 1)))
+             for s in seeds]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def _check_equal(root, url) -> int:
+    rows = committed_in_order(os.path.join(root, "out"))
+    image, table = replay(rows), source_table(url)
+    assert len(image) == len(table)
+    assert image == table, "the replayed changelog differs from the source table"
+    return len(rows)
+
+
+def _stream_lsn(location: str) -> int | None:
+    snap = load_snapshot(location, check_hmac=False).operators["cdc"]
+    for sub in snap["subtasks"]:
+        for e in sub["operator_state"]:
+            for entry in e["value"] or []:
+                if isinstance(entry, dict) and entry.get("split") == "stream" and entry["position"]:
+                    return entry["position"]["lsn"]
+    return None
+
+
+def _confirmed(url: str, slot: str) -> int | None:
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE "
+                           "slot_name = %s", (slot,)).fetchone()
+    return parse_lsn(row[0]) if row and row[0] else None
+
+
+def _latest_checkpoint_lsn(store: MetadataStore, job_id: str) -> int | None:
+    done = [c for c in store.list_checkpoints(job_id) if c.status == "COMPLETED"]
+    for c in sorted(done, key=lambda c: -c.checkpoint_id):
+        try:
+            return _stream_lsn(c.location)
+        except (OSError, ValueError):  # subsumed and deleted meanwhile: the next one
+            continue
+    return None
+
+
+@pytest.mark.timeout(240)
+def test_snapshot_and_stream_under_writer_processes_replay_to_the_source_table(db, tmp_path):
+    root = str(tmp_path)
+    procs = _writers(db, 6, [1, 2])  # running while the snapshot is read
+    bg = Background(cdc_pipeline(root, db, name="cdc-writers"))
+    job = bg.wait_running(timeout=90)
+    # the slot is never confirmed past the newest completed checkpoint's position
+    checks, first = 0, None
+    while any(p.is_alive() for p in procs) or checks < 20:
+        confirmed = _confirmed(db, "ckpt_cdc_writers")
+        latest = _latest_checkpoint_lsn(bg.store, job.job_id)
+        if confirmed is not None and latest is not None:
+            assert confirmed <= latest, (confirmed, latest)
+            checks += 1
+            first = confirmed if first is None else first
+        time.sleep(0.1)
+    procs = _writers(db, 3, [3])  # and while it streams
+    for p in procs:
+        p.join()
+    time.sleep(3)
+    req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
+    assert req.status == "SUCCEEDED", req.error
+    assert bg.result().status == "STOPPED"
+    assert _check_equal(root, db) > ROWS
+    assert checks >= 20
+    # the savepoint's position is what the slot was last confirmed at, or later; and the
+    # slot did advance with completed checkpoints (the WAL it holds is released)
+    final = _confirmed(db, "ckpt_cdc_writers")
+    assert first < final <= _stream_lsn(req.result["location"])
+    # the replication lag travels with every checkpoint: metadata DB, metrics, stability
+    done = [c for c in bg.store.list_checkpoints(job.job_id) if c.status in ("COMPLETED", "SUBSUMED")]
+    lags = [t["source_lag"]["cdc"] for c in done for t in c.task_stats or () if t.get("source_lag")]
+    assert lags and all(lag["lag_bytes"] >= 0 and lag["lag_seconds"] >= 0 for lag in lags)
+    assert max(filter(None, map(replication_lag_s, done))) < 60
+    metrics = JobMetrics(job_name="cdc-writers", job_id=job.job_id)
+    metrics.on_source_lag([{"source_lag": {"cdc": lags[-1]}}])
+    assert b"ckpt_replication_lag_bytes{" in metrics.exposition()
+
+
+DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+from cdc_pipelines import cdc_pipeline
+cdc_pipeline({root!r}, {url!r}, name="cdc-kills", kill_after={kill_after}).run()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_of_a_slot_and_of_the_driver_keep_the_changelog_exact(db, tmp_path, monkeypatch):
+    """A slot process is SIGKILLed after a random number of records (during the snapshot or
+    early in the stream), then the driver at a random time; ``restore="latest"`` resumes."""
+    seed = int(os.environ.get("CKPT_TEST_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    root = str(tmp_path)
+    procs = _writers(db, 10, [4, 5])
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER.format(tests=TESTS, root=root, url=db,
+                                             kill_after=rng.randint(500, 12_000))],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])})
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(root, "killed")) and time.monotonic() < deadline:
+            assert driver.poll() is None, f"the job ended (seed {seed})"
+            time.sleep(0.1)
+        assert os.path.exists(os.path.join(root, "killed")), f"no slot was killed (seed {seed})"
+        time.sleep(rng.uniform(1.0, 5.0))
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    for p in procs:
+        p.join()
+    monkeypatch.setenv("CKPT_HEARTBEAT_TIMEOUT_S", "2")
+    time.sleep(2.5)
+    bg = Background(cdc_pipeline(root, db, name="cdc-kills"), restore="latest")
+    job = bg.wait_running(timeout=90)
+    procs = _writers(db, 3, [6])
+    for p in procs:
+        p.join()
+    time.sleep(3)
+    req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
+    assert req.status == "SUCCEEDED", req.error
+    assert bg.result().status == "STOPPED"
+    assert bg.result().restored_from, f"seed {seed}"
+    _check_equal(root, db)
+    assert not any(process_alive(p) for p in [driver.pid])
+
+
+@pytest.mark.timeout(240)
+def test_restore_from_a_savepoint_at_another_parallelism(db, tmp_path):
+    root = str(tmp_path)
+    procs = _writers(db, 4, [7])
+    bg = Background(cdc_pipeline(root, db, name="cdc-rescale", source_parallelism=2,
+                                 parallelism=2, buckets=512))
+    job = bg.wait_running(timeout=90)
+    req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
+    assert req.status == "SUCCEEDED", req.error
+    assert bg.result().status == "STOPPED"
+    bg2 = Background(cdc_pipeline(root, db, name="cdc-rescale", source_parallelism=3,
+                                  parallelism=4, buckets=512), restore=req.result["location"])
+    job2 = bg2.wait_running(timeout=90)
+    for p in procs:
+        p.join()
+    procs = _writers(db, 2, [8])
+    for p in procs:
+        p.join()
+    time.sleep(3)
+    req2 = bg2.request(job2.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
+    assert req2.status == "SUCCEEDED", req2.error
+    assert bg2.result().status == "STOPPED"
+    _check_equal(root, db)
+
+
+@pytest.mark.timeout(120)
+def test_ddl_on_a_captured_table_fails_the_job_naming_the_table(db, tmp_path):
+    from airflow_checkpoint_provider.engine import RestartStrategy
+
+    root = str(tmp_path)
+    p = cdc_pipeline(root, db, name="cdc-ddl", snapshot=False)
+    p.restart_strategy = RestartStrategy.fixed_delay(attempts=5, delay_ms=0)
+    bg = Background(p)
+    bg.wait_running(timeout=90)
+    with psycopg.connect(_dsn(db), autocommit=True) as conn:
+        conn.execute("ALTER TABLE items ADD COLUMN extra int")
+        conn.execute("INSERT INTO items (id, v, note, extra) VALUES (-1, 1, 'x', 2)")
+    deadline = time.monotonic() + 60
+    while "result" not in bg.outcome and "error" not in bg.outcome and time.monotonic() < deadline:
+        time.sleep(0.2)
+    failure = str(bg.outcome.get("error") or bg.outcome["result"].failure_reason)
+    # fatal: a restart would meet the same change again
+    assert "result" not in bg.outcome or bg.outcome["result"].restarts == 0
+    assert "public.items" in failure and "changed while captured" in failure, failure
+
+
+def _ctx(name="cdc-config"):
+    return SourceContext("job", name, "cdc", 0, 1, 0)
+
+
+@pytest.mark.timeout(60)
+def test_bad_configuration_is_refused_naming_the_table_or_option(db):
+    with psycopg.connect(_dsn(db), autocommit=True) as conn:
+        conn.execute("CREATE TABLE nokey (a int)")
+    with pytest.raises(ConfigurationError, match="'public.nokey' has no primary key"):
+        PostgresCdcSource(db, ["nokey"]).open_split("stream", None, _ctx())
+    with pytest.raises(ConfigurationError, match="'public.missing' does not exist"):
+        PostgresCdcSource(db, ["missing"]).open_split("snapshot-0", None, _ctx())
+    with pytest.raises(ConfigurationError, match="slot='Bad-Name'"):
+        PostgresCdcSource(db, ["items"], slot="Bad-Name")
+    with pytest.raises(ConfigurationError, match="not 'table' or 'schema.table'"):
+        PostgresCdcSource(db, ["items; drop table items"])
+
+    class Replica:  # a server without wal_level = logical (the fixture's has it)
+        def execute(self, *a):
+            class R:
+                def fetchone(self):
+                    return ("replica",)
+            return R()
+
+    with pytest.raises(ConfigurationError, match="wal_level is 'replica'"):
+        PostgresCdcSource(db, ["items"]).inspect(Replica())
+
+
+@pytest.mark.timeout(60)
+def test_bucket_hash_matches_the_sql_twin_and_drop_slot_is_explicit(db):
+    src = PostgresCdcSource(db, ["items"], buckets=97)
+    reader = src.open_split("stream", None, _ctx("cdc-drop"))
+    try:
+        from airflow_checkpoint_provider.engine.connectors.cdc_rows import _bucket_sql
+
+        with psycopg.connect(_dsn(db)) as conn:
+            rows = conn.execute(psycopg.sql.SQL("SELECT id::text, {} FROM items LIMIT 500").format(
+                _bucket_sql(["id"], 97))).fetchall()
+        assert all(bucket_of([k], 97) == b for k, b in rows)
+    finally:
+        reader.close()
+    from click.testing import CliRunner
+
+    from airflow_checkpoint_provider.engine.cli import main
+
+    res = CliRunner().invoke(main, ["cdc", "drop-slot", "--url", db, "--job-name", "cdc-drop"])
+    assert res.exit_code == 0, res.output
+    assert "dropped slot ckpt_cdc_drop, publication ckpt_cdc_drop" in res.output
+    assert drop_slot(db, "ckpt_cdc_drop", "ckpt_cdc_drop") == []
+    with pytest.raises(ConfigurationError, match="slot='x; drop'"):
+        drop_slot(db, "x; drop")
+
+
+def test_xid_visibility_across_the_32_bit_wrap():
+    epoch = 5 << 32
+    snap = (epoch + 100, epoch + 200, frozenset({epoch + 150}))
+    assert visible(99, snap) and visible(160, snap)
+    assert not visible(150, snap) and not visible(200, snap) and not visible(300, snap)
+    wrapped = ((6 << 32) - 10, (6 << 32) + 5, frozenset())   # xmax past the wrap
+    assert visible(0xFFFFFFF0 - 1, wrapped)                   # old epoch, before xmin
+    assert visible(0xFFFFFFF8, wrapped) and visible(2, wrapped)
+    assert not visible(7, wrapped)
