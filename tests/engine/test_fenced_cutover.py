@@ -18,7 +18,7 @@ import pytest
 from pipelines import (
     Background,
     FaultPlan,
-    check_exactly_once,
+    check_exactly_once_rows,
     expected_running_sums,
     running_sum_pipeline,
 )
@@ -60,19 +60,74 @@ def reference(tmp_path_factory) -> Counter:
     return rows
 
 
-def _blue_green(root: str, *, kill_green: bool) -> tuple[Counter, dict]:
+class _Files:
+    """The published and held output of a file sink directory."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def sink(self):
+        return FileSink(self.out)
+
+    def rows(self) -> list[dict]:
+        return list(read_committed(self.out))
+
+    def published_by(self, job_id: str) -> list[str]:
+        return _published_by(self.out, job_id)
+
+    def held_by(self, job_id: str) -> list[str]:
+        return _staged_by(self.out, job_id)
+
+
+class _Table:
+    """The same for a PostgreSQL table written with prepared transactions (gids carry the
+    job id; committed rows do not, so ``published_by`` cannot tell and says nothing)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def sink(self):
+        from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+
+        return PostgresSink(self.url, "sums", ["id", "key", "count", "sum"])
+
+    def _query(self, sql: str) -> list[dict]:
+        import psycopg
+
+        from airflow_checkpoint_provider.engine.connectors.postgres import _dsn
+
+        with psycopg.connect(_dsn(self.url)) as conn, conn.cursor(
+                row_factory=psycopg.rows.dict_row) as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+
+    def rows(self) -> list[dict]:
+        return self._query("SELECT id, key, count, sum FROM sums")
+
+    def published_by(self, job_id: str) -> list[str]:
+        return []
+
+    def held_by(self, job_id: str) -> list[str]:
+        return [r["gid"] for r in self._query("SELECT gid FROM pg_prepared_xacts")
+                if job_id in r["gid"]]
+
+
+def _blue_green(root: str, *, kill_green: bool, target=None) -> tuple[Counter, dict]:
     out = os.path.join(root, "out")
+    target = target or _Files(out)
     blue_bg = Background(running_sum_pipeline(root, name="rs-blue", num_records=N,
-                                              num_keys=KEYS, seed=SEED, rate=RATE, out=out))
+                                              num_keys=KEYS, seed=SEED, rate=RATE, out=out,
+                                              sink=target.sink()))
     blue = blue_bg.wait_running(min_checkpoints=1)
     sp = blue_bg.request(blue.job_id, "SAVEPOINT", {})
     assert sp.status == "SUCCEEDED", sp.error
     faults = None
     if kill_green:  # SIGKILL a green slot while it processes a record past the savepoint
-        upto = max((r["id"] for r in read_committed(out)), default=0)
+        upto = max((r["id"] for r in target.rows()), default=0)
         faults = FaultPlan(os.path.join(root, "faults"), [("kill", upto + 400)])
     green_v = running_sum_pipeline(root, name="rs-green", num_records=N, num_keys=KEYS,
-                                   seed=SEED, rate=RATE, out=out, faults=faults)
+                                   seed=SEED, rate=RATE, out=out, faults=faults,
+                                   sink=target.sink())
     green_v.version = "v2"
     green_bg = Background(green_v, restore=sp.result["location"], fence_sinks=True)
     green = green_bg.wait_running(min_checkpoints=3, timeout=90)
@@ -89,9 +144,9 @@ def _blue_green(root: str, *, kill_green: bool) -> tuple[Counter, dict]:
                     if c.status in ("COMPLETED", "SUBSUMED")]) >= 6:
                 break
             time.sleep(0.1)
-    held = _staged_by(out, green.job_id)
+    held = target.held_by(green.job_id)
     assert held, "fenced green pre-commits (stages) its epochs"
-    assert _published_by(out, green.job_id) == [], "fenced green published nothing"
+    assert target.published_by(green.job_id) == [], "fenced green published nothing"
     assert blue_bg.store.get_job(blue.job_id).status == "RUNNING", "blue still serving"
 
     # the cut-over: blue stops with a final savepoint; the fenced green ends
@@ -102,19 +157,21 @@ def _blue_green(root: str, *, kill_green: bool) -> tuple[Counter, dict]:
     assert cancel.status == "SUCCEEDED", cancel.error
     green_result = green_bg.result()
     assert green_result.status == "CANCELED"
-    assert _published_by(out, green.job_id) == [] and _staged_by(out, green.job_id) == []
+    assert target.published_by(green.job_id) == [] and target.held_by(green.job_id) == []
     # green live: same code, unfenced, from blue's final savepoint
     green_live = running_sum_pipeline(root, name="rs-green", num_records=N, num_keys=KEYS,
-                                      seed=SEED, out=out)
+                                      seed=SEED, out=out, sink=target.sink())
     green_live.version = "v2"
     live = green_live.run(restore=final.result["location"])
     assert live.status == "FINISHED"
-    rows = _rows(out)
-    check_exactly_once(out, expected_running_sums(N, KEYS, SEED))
+    published = target.rows()
+    rows = Counter((r["key"], r["id"]) for r in published)
+    check_exactly_once_rows(published, expected_running_sums(N, KEYS, SEED))
     info = {"fenced_restarts": green_result.restarts, "held_at_cutover": len(held),
-            "blue_files": len(_published_by(out, blue.job_id)),
-            "green_files": len(_published_by(out, live.job_id))}
-    assert info["blue_files"] and info["green_files"], info
+            "blue_files": len(target.published_by(blue.job_id)),
+            "green_files": len(target.published_by(live.job_id))}
+    if isinstance(target, _Files):
+        assert info["blue_files"] and info["green_files"], info
     return rows, info
 
 
@@ -168,3 +225,21 @@ def test_an_unfenced_job_refuses_to_restore_a_fenced_snapshot(tmp_path):
     # ``latest`` skips the fenced run's checkpoints: a fresh start, every record published
     again = running_sum_pipeline(root, name="rs", num_records=2000).run(restore="latest")
     assert again.restored_from is None and again.status == "FINISHED"
+
+
+@pytest.mark.timeout(300)
+def test_blue_green_cutover_into_postgresql_with_sigkill_is_exactly_once(tmp_path, reference,
+                                                                         postgres_server):
+    import psycopg
+
+    from airflow_checkpoint_provider.engine.connectors.postgres import _dsn
+
+    url = postgres_server.create_database()
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        conn.execute("CREATE TABLE sums (id bigint, key text, count bigint, sum bigint)")
+    target = _Table(url)
+    rows, info = _blue_green(str(tmp_path), kill_green=True, target=target)
+    counts = _compare(rows, reference)
+    print("blue-green cut-over into PostgreSQL with SIGKILL of green:", counts, info)
+    assert counts == {"rows": N, "duplicates": 0, "missing": 0, "unexpected": 0}
+    assert target._query("SELECT gid FROM pg_prepared_xacts") == [], "nothing left prepared"
