@@ -175,12 +175,17 @@ def test_healthy_green_is_approved_promoted_exactly_once_and_blue_stopped(
 
 
 @pytest.mark.timeout(240)
-def test_last_state_handover_and_cutover_are_exactly_once(airflow_db, metadata_url, tmp_path):
+def test_last_state_handover_and_cutover_are_exactly_once(airflow_db, metadata_url, tmp_path,
+                                                          monkeypatch):
+    # A running blue subsumes (deletes) a checkpoint `retained` (3) intervals later: the
+    # hand-over must be verified and restored before that (the README's limit).
+    monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "3000")
     store = MetadataStore(metadata_url)
     blue = _running_blue(metadata_url, tmp_path, store)
 
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
-                             _conf(tmp_path, handover="last-state", cutover="last-state"))
+                             _conf(tmp_path, handover="last-state", cutover="last-state",
+                                   gate_window_s=10))
 
     assert tis == PROMOTED and state == "success"
     assert xcom(dr, "savepoint_blue", key="handover_used") == "last-state"
