@@ -77,7 +77,7 @@ def get_provider_info() -> dict:
         "triggers": [
             {
                 "integration-name": "Checkpointed Pipelines",
-                "python-modules": [f"{_PACKAGE}.triggers.checkpoint"],
+                "python-modules": [f"{_PACKAGE}.triggers.checkpoint", f"{_PACKAGE}.triggers.events"],
             }
         ],
         "connection-types": [

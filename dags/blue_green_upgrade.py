@@ -1,15 +1,28 @@
 """Blue-green upgrade: run the new version (green) next to the old one (blue) first.
 
-savepoint blue -> pre-flight: green's pipeline must restore that savepoint (``ckpt
+hand-over snapshot of blue (``handover``: a fresh savepoint, or blue's latest completed
+checkpoint for ``last-state``) -> pre-flight: green's pipeline must restore it (``ckpt
 verify-restore``), else the run fails naming the operator and state -> start green from it
 -> stability gate: over ``gate_window_s`` seconds green stays RUNNING without restarts,
 completes at least ``min_checkpoints`` checkpoints (each within
 ``max_checkpoint_duration_ms``), processes at least ``min_throughput_ratio`` of blue's
 records per second in every operator, and neither its watermark lag nor its backlog grows
 beyond a bound; the verdict with its figures is in the task log and XCom ``verdict`` ->
-stop blue with a savepoint. If the pre-flight check or the gate fails, green is cancelled
-(if it runs) and blue keeps running untouched (task ``keep_blue`` says so in its log); the
-run ends failed.
+optional human approval (``require_approval``: an Airflow HITL ``ApprovalOperator`` in the
+Required Actions view; "Reject" abandons the upgrade) -> cut-over.
+
+Exactly-once (``exactly_once``, the default): green runs *fenced* until the cut-over: it
+checkpoints and pre-commits on live data but its sinks publish nothing. At the cut-over blue
+stops (``cutover``: with a savepoint, or ``last-state``: cancelled, its latest checkpoint
+handed over), the pre-flight check runs again on that final snapshot, the fenced green ends
+(what it staged is discarded) and green restarts unfenced from blue's final snapshot: its
+first published epoch starts exactly where blue's last committed one ended. No record is
+published by both, none by neither. The price: the cut-over takes a job start (seconds) of
+output latency. With ``exactly_once`` off green publishes from its start (both jobs write
+while they overlap: at-least-once, as in Flink's blue-green deployments).
+
+If the pre-flight check, the gate or the approval fails, green is cancelled (if it runs) and
+blue keeps running untouched (task ``keep_blue`` says so in its log); the run ends failed.
 
 Blue and green must have different job names (each name has at most one running job).
 """
@@ -19,16 +32,21 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import DAG, Param, TriggerRule, task
 
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
 from airflow_checkpoint_provider.operators.control import (
     CancelJobOperator,
-    StopWithSavepointOperator,
-    TriggerSavepointOperator,
 )
 from airflow_checkpoint_provider.operators.stability import StabilityGateOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
+from airflow_checkpoint_provider.operators.upgrade import (
+    HandoverSnapshotOperator,
+    StopForUpgradeOperator,
+)
 from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
@@ -54,6 +72,19 @@ with DAG(
         "savepoint_dir": Param("", type="string",
                                description="savepoint directory (empty: the job's own)"),
         "runner": Param("spark", enum=["spark", "local"]),
+        "exactly_once": Param(True, type="boolean",
+                              description="green runs fenced until the cut-over, then restarts "
+                                          "from blue's final snapshot (no duplicates)"),
+        "handover": Param("savepoint", enum=["savepoint", "last-state"],
+                          description="what green is validated from: a savepoint of blue or "
+                                      "blue's latest completed checkpoint"),
+        "cutover": Param("savepoint", enum=["savepoint", "last-state",
+                                            "savepoint-or-last-state"],
+                         description="how blue stops at the cut-over (upgrade mode)"),
+        "max_checkpoint_age_s": Param(None, type=["null", "number"],
+                                      description="last-state refuses older checkpoints"),
+        "require_approval": Param(False, type="boolean",
+                                  description="a human approves the cut-over (HITL)"),
         "job_env": Param({}, type="object", description="environment of the green job"),
         "gate_window_s": Param(60, type="number", exclusiveMinimum=0,
                                description="seconds green is watched"),
@@ -66,15 +97,16 @@ with DAG(
         "max_backlog_growth_ms": Param(None, type=["null", "number"]),
     },
 ) as dag:
-    savepoint_blue = TriggerSavepointOperator(
+    savepoint_blue = HandoverSnapshotOperator(
         task_id="savepoint_blue", **CONTROL_RETRIES, job="{{ params.blue_job }}",
+        handover="{{ params.handover }}", max_checkpoint_age="{{ params.max_checkpoint_age_s }}",
         directory="{{ params.savepoint_dir }}", deferrable=True)
     preflight = VerifyRestoreOperator(
         task_id="preflight", pipeline="{{ params.green_pipeline }}",
         snapshot="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", env_vars="{{ params.job_env }}")
     start_green = SubmitCheckpointedJobOperator(
         task_id="start_green", pipeline="{{ params.green_pipeline }}",
-        job_name="{{ params.green_job }}",
+        job_name="{{ params.green_job }}", fence_sinks="{{ params.exactly_once }}",
         restore="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", wait_for="running",
         runner="{{ params.runner }}", env_vars="{{ params.job_env }}")
     health_gate = StabilityGateOperator(
@@ -85,9 +117,37 @@ with DAG(
         min_throughput_ratio="{{ params.min_throughput_ratio }}",
         max_watermark_lag_growth_ms="{{ params.max_watermark_lag_growth_ms }}",
         max_backlog_growth_ms="{{ params.max_backlog_growth_ms }}", deferrable=True)
-    stop_blue = StopWithSavepointOperator(
-        task_id="stop_blue", **CONTROL_RETRIES, job="{{ params.blue_job }}", directory="{{ params.savepoint_dir }}",
-        deferrable=True)
+
+    @task.branch(task_id="approval")
+    def approval(params=None) -> str:
+        return "approve" if params["require_approval"] else "no_approval_needed"
+
+    approve = ApprovalOperator(
+        task_id="approve", subject="Promote {{ params.green_job }} over {{ params.blue_job }}?",
+        body="Green passed the stability gate: {{ ti.xcom_pull(task_ids='health_gate') }}. "
+             "Approve stops blue and cuts over; Reject cancels green, blue keeps serving.",
+        # a rejection abandons the upgrade like a failed gate: green cancelled, run failed
+        fail_on_reject=True, response_timeout=timedelta(hours=24))
+    no_approval_needed = EmptyOperator(task_id="no_approval_needed")
+    stop_blue = StopForUpgradeOperator(
+        task_id="stop_blue", **CONTROL_RETRIES, job="{{ params.blue_job }}",
+        upgrade_mode="{{ params.cutover }}", max_checkpoint_age="{{ params.max_checkpoint_age_s }}",
+        directory="{{ params.savepoint_dir }}", deferrable=True,
+        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
+    # exactly-once: the fenced green ends, green restarts unfenced from blue's final snapshot
+    fenced = ShortCircuitOperator(task_id="fenced_cutover",
+                                  python_callable=lambda params: bool(params["exactly_once"]))
+    preflight_final = VerifyRestoreOperator(
+        task_id="preflight_final", pipeline="{{ params.green_pipeline }}",
+        snapshot="{{ ti.xcom_pull(task_ids='stop_blue') }}", env_vars="{{ params.job_env }}")
+    end_validation = CancelJobOperator(
+        task_id="end_validation", **CONTROL_RETRIES, job=GREEN_JOB_ID, missing_ok=True)
+    go_live = SubmitCheckpointedJobOperator(
+        task_id="go_live", pipeline="{{ params.green_pipeline }}",
+        job_name="{{ params.green_job }}", restore="{{ ti.xcom_pull(task_ids='stop_blue') }}",
+        wait_for="running", runner="{{ params.runner }}", env_vars="{{ params.job_env }}",
+        # never attach to the fenced green by name; its own earlier tries are re-attached to
+        reconnect=False, retries=2, retry_delay=timedelta(seconds=5))
 
     cancel_green = CancelJobOperator(
         task_id="cancel_green", **CONTROL_RETRIES, job=GREEN_JOB_ID, missing_ok=True,
@@ -109,5 +169,7 @@ with DAG(
             raise RuntimeError(f"blue {blue.job_name} ({blue.job_id}) is {blue.status}, not RUNNING")
         return blue.job_id
 
-    savepoint_blue >> preflight >> start_green >> health_gate >> stop_blue
-    [preflight, start_green, health_gate] >> cancel_green >> keep_blue()
+    savepoint_blue >> preflight >> start_green >> health_gate >> approval() >> [
+        approve, no_approval_needed] >> stop_blue
+    stop_blue >> fenced >> preflight_final >> end_validation >> go_live
+    [preflight, start_green, health_gate, approve] >> cancel_green >> keep_blue()

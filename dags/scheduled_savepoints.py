@@ -1,4 +1,11 @@
-"""Take a savepoint of a running job every hour and keep only the newest ones.
+"""Take a savepoint of a running job on a cron schedule and keep only the newest ones.
+
+The schedule is a cron expression (``$CKPT_SAVEPOINT_CRON``, default ``0 * * * *``: every
+hour on the hour; e.g. ``30 2 * * *`` for 02:30 every night, or ``0 */6 * * 1-5`` on
+weekdays). A Deadline Alert fires when a run has not finished (its savepoint has not
+completed) ``$CKPT_SAVEPOINT_DEADLINE_MIN`` minutes (default 15) after it was queued; the
+alert logs the job's status, newest checkpoint and newest savepoint
+(:mod:`airflow_checkpoint_provider.deadlines`).
 
 The savepoint task's return value (XCom) is the savepoint's path, and it emits an Airflow
 asset event of ``checkpoint://<job_name>/savepoints`` (extras: job id, job name, checkpoint
@@ -11,21 +18,26 @@ and why.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
+from airflow_checkpoint_provider.deadlines import savepoint_deadline
 from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
 from airflow_checkpoint_provider.operators.savepoints import DisposeSavepointsOperator
 
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
 # through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
 CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
+JOB_NAME = os.environ.get("CKPT_SAVEPOINT_JOB", "versioned-sum")
 
 with DAG(
     dag_id="scheduled_savepoints",
-    description="hourly savepoint of a running job, with retention",
-    schedule="@hourly",
+    description="savepoint of a running job on a cron schedule, with retention",
+    schedule=os.environ.get("CKPT_SAVEPOINT_CRON", "0 * * * *"),
+    deadline=savepoint_deadline(JOB_NAME, timedelta(
+        minutes=float(os.environ.get("CKPT_SAVEPOINT_DEADLINE_MIN", "15")))),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
@@ -33,7 +45,7 @@ with DAG(
     tags=["checkpoint"],
     render_template_as_native_obj=True,
     params={
-        "job_name": Param("versioned-sum", type="string"),
+        "job_name": Param(JOB_NAME, type="string"),
         "savepoint_dir": Param("", type="string",
                                description="savepoint directory (empty: the job's own)"),
         "max_count": Param(24, type="integer", minimum=1),

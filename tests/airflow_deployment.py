@@ -191,6 +191,20 @@ class AirflowDeployment:
                                      f"{self.task_states(dag_id, run_id)}")
             time.sleep(2)
 
+    def respond(self, dag_id: str, run_id: str, task_id: str, option: str,
+                timeout: float = 300.0) -> None:
+        """Once ``task_id`` waits for human input, answer ``option`` through the HITL REST
+        API (what a user does in the Required Actions view)."""
+        deadline = time.monotonic() + timeout
+        while self.task_states(dag_id, run_id).get(task_id) != "awaiting_input":
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{dag_id}/{run_id}/{task_id} never waited for input: "
+                                     f"{self.task_states(dag_id, run_id)}")
+            time.sleep(2)
+        self._request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/"
+                               f"{task_id}/-1/hitlDetails", {"chosen_options": [option]})
+
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
 

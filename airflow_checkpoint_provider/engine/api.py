@@ -13,6 +13,7 @@ stable ``uid``: state in checkpoints and savepoints is matched by it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterable
 
@@ -171,7 +172,7 @@ class Pipeline:
     def run(self, runner: str = "local", *, restore: str | None = None,
             allow_non_restored_state: bool = False, job_id: str | None = None,
             claim_mode: str = "NO_CLAIM", trust_snapshot: bool = False,
-            **runner_options) -> JobResult:
+            fence_sinks: bool = False, **runner_options) -> JobResult:
         """Run the job until it finishes, fails or is cancelled.
 
         :param runner: ``"local"`` (one OS process per slot on this machine) or ``"spark"``
@@ -187,23 +188,31 @@ class Pipeline:
             key (or ``$CKPT_SNAPSHOT_HMAC_KEY``): a savepoint of another deployment, or one
             ``ckpt state write`` wrote without a key. Without it such a snapshot is refused
             (``UntrustedSnapshotError``). The job's own checkpoints are signed either way.
+        :param fence_sinks: hold every sink's commits (a blue-green validation run): the job
+            runs and checkpoints, its sinks pre-commit each epoch but never publish it, and
+            what they staged is discarded when the job ends. Its snapshots can only be
+            restored by another fenced job. A sink that cannot hold its commits (upsert
+            mode) makes the job refuse to start (``ConfigurationError``).
         """
         # the name may have been overridden after construction (ckpt run --job-name)
         validate_job_name(self.name)
         if job_id is not None:
             validate_job_id(job_id)
+        config = self.job_config()
+        if fence_sinks:
+            config = dataclasses.replace(config, fence_sinks=True)
         if runner == "local":
             from .runners.local import LocalRunner
 
             return LocalRunner(**runner_options).run(
-                self.execution_graph(), self.job_config(), restore=restore, allow_non_restored_state=allow_non_restored_state,
+                self.execution_graph(), config, restore=restore, allow_non_restored_state=allow_non_restored_state,
                 job_id=job_id, claim_mode=claim_mode, trust_snapshot=trust_snapshot,
             )
         if runner == "spark":
             from .runners.spark import SparkRunner
 
             return SparkRunner(**runner_options).run(
-                self.execution_graph(), self.job_config(), restore=restore, allow_non_restored_state=allow_non_restored_state,
+                self.execution_graph(), config, restore=restore, allow_non_restored_state=allow_non_restored_state,
                 job_id=job_id, claim_mode=claim_mode, trust_snapshot=trust_snapshot,
             )
         raise ConfigurationError(f"runner {runner!r} is unknown; use 'local' or 'spark'")

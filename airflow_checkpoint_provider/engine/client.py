@@ -18,6 +18,8 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
   jobs will resolve it);
 * stability: :class:`StabilityCriteria`, :func:`assess_stability`, :func:`early_verdict`
   (the gate of blue-green deployments and upgrades, :mod:`.stability`);
+* fencing: :func:`is_fenced_snapshot` (a snapshot of a blue-green validation run, whose
+  output was never published, :mod:`.runners.fencing`);
 * names: :func:`validate_job_name`, :func:`validate_job_id` (the one rule for names that
   become paths, :mod:`.names`);
 * reports and lineage: :class:`ReportData` / :func:`render_report_html` (the ``ckpt report``
@@ -77,6 +79,15 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
+def is_fenced_snapshot(location: str) -> bool:
+    """Whether the checkpoint or savepoint at ``location`` was taken by a job with fenced
+    sinks (``fence_sinks=True``): its data was never published, so it announces nothing."""
+    from .runners.fencing import snapshot_is_fenced
+    from .snapshot.codec import load_snapshot
+
+    return snapshot_is_fenced(load_snapshot(location, check_hmac=False).metadata.operators)
+
+
 #: The engine's spark-submit entry point (a plain Python file; its arguments are ``ckpt run``'s).
 LAUNCH_SCRIPT = os.path.abspath(_launch.__file__)
 
@@ -107,6 +118,7 @@ __all__ = [
     "dispose_savepoint",
     "early_verdict",
     "heartbeat_timeout",
+    "is_fenced_snapshot",
     "list_savepoints",
     "pin_savepoint",
     "pipeline_datasets",

@@ -18,8 +18,11 @@ class RuntimeContext:
     """Where an operator subtask runs, and (for keyed operators) its keyed state."""
 
     def __init__(self, *, job_id: str, job_name: str, operator_uid: str, subtask_index: int,
-                 parallelism: int, attempt: int, backend=None) -> None:
+                 parallelism: int, attempt: int, backend=None,
+                 fence_sinks: bool = False) -> None:
         self.job_id = job_id
+        #: the job's sinks hold their commits (a blue-green validation run)
+        self.fence_sinks = fence_sinks
         self.job_name = job_name
         self.operator_uid = operator_uid
         self.subtask_index = subtask_index

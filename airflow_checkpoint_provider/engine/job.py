@@ -29,6 +29,8 @@ class JobConfig:
     batch_size: int = 1024
     #: rows per read once a source emits Arrow batches (None: max(batch_size, 65536))
     arrow_batch_size: int | None = None
+    #: sinks hold their commits: a blue-green validation run whose output is never published
+    fence_sinks: bool = False
 
     def effective_arrow_batch_size(self) -> int:
         return self.arrow_batch_size or max(self.batch_size, DEFAULT_ARROW_BATCH_SIZE)

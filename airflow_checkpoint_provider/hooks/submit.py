@@ -54,6 +54,8 @@ class CheckpointSubmitHook(SparkSubmitHook):
         job no longer has.
     :param trust_snapshot: restore a snapshot not signed with the metadata DB's key
         (``--trust-snapshot``: a savepoint of another deployment).
+    :param fence_sinks: hold every sink's commits (``--fence-sinks``: a blue-green
+        validation run that publishes nothing).
     :param checkpoint_dir: checkpoint directory (overrides the pipeline's).
     :param savepoint_dir: default savepoint directory of the job.
     :param interval_ms: checkpoint interval (``0``: only the final checkpoint).
@@ -75,7 +77,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
                  interval_ms: int | None = None, restart: str | None = None,
                  runner: str = "spark", log_dir: str | None = None, ship_code: bool = False,
                  code_cache_dir: str | None = None, conn_id: str = "spark_default",
-                 **kwargs: Any) -> None:
+                 fence_sinks: bool = False, **kwargs: Any) -> None:
         if runner not in ("spark", "local"):
             raise ValueError(f"runner must be 'spark' or 'local', not {runner!r}")
         self.pipeline = pipeline
@@ -94,6 +96,8 @@ class CheckpointSubmitHook(SparkSubmitHook):
             args.append("--allow-non-restored-state")
         if trust_snapshot:
             args.append("--trust-snapshot")
+        if fence_sinks:
+            args.append("--fence-sinks")
         self.engine_args = args
         env = dict(kwargs.pop("env_vars", None) or {})
         # spark-submit must run this interpreter (the one with the package) and be found on

@@ -55,6 +55,14 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
     with a heartbeat younger than ``heartbeat_timeout`` seconds, the task attaches to it
     instead of starting a second copy (e.g. after a worker died while the job kept running).
 
+    Re-attach: the job's identity is its id, derived from the task instance (dag id, task
+    id, run id, map index) and the try number, so it is known again to any later try or a
+    restarted task without being stored anywhere. Before launching, the task looks for the
+    jobs of its own tries (this one first, then earlier ones): one that is still active with
+    a fresh heartbeat is re-attached to (its id goes to XCom, the wait goes on) instead of
+    submitting again — a task killed as a zombie, or retried after a scheduler race, never
+    starts a second copy of a long-running job. This works even when ``reconnect`` is off.
+
     Retries resume: the job id is derived from the task instance and its try number; on try
     N > 1 the job restores from the newest completed checkpoint (or savepoint) of the jobs
     started by tries 1..N-1 — a bounded job continues instead of recomputing. Without one,
@@ -73,6 +81,9 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         (a savepoint relocated from another deployment, or written by ``ckpt state write``
         without ``--db``); without it such a snapshot is refused. The job's own checkpoints
         are signed either way.
+    :param fence_sinks: run with fenced sinks (``--fence-sinks``): the job checkpoints and
+        pre-commits, but publishes nothing (the validation run of an exactly-once blue-green
+        upgrade). Templated (``"True"``/``"False"`` accepted).
     :param wait_for: ``"running"``, ``"first_checkpoint"`` or ``"finished"``.
     :param detach: start the job in its own session even for ``wait_for="finished"`` (the job
         survives a killed worker). Always on for the other ``wait_for`` values.
@@ -105,7 +116,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
 
     template_fields: Sequence[str] = ("pipeline", "job_name", "restore", "runner",
                                       "checkpoint_dir", "savepoint_dir", "conf", "env_vars",
-                                      "log_dir")
+                                      "log_dir", "fence_sinks")
     template_fields_renderers = {"conf": "json", "env_vars": "json"}
     operator_extra_links = (CheckpointHistoryLink(),)
 
@@ -119,7 +130,8 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
                  wait_timeout: float | None = None, spark_conn_id: str = "spark_default",
                  conf: dict[str, Any] | None = None, env_vars: dict[str, str] | None = None,
                  spark_kwargs: dict[str, Any] | None = None, log_dir: str | None = None,
-                 report_dir: str | None = None, ship_code: bool = False, **kwargs: Any) -> None:
+                 report_dir: str | None = None, ship_code: bool = False,
+                 fence_sinks: bool | str = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if wait_for not in WAIT_FOR:
             raise ValueError(f"wait_for must be one of {', '.join(WAIT_FOR)}, not {wait_for!r}")
@@ -146,6 +158,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         self.log_dir = log_dir
         self.report_dir = report_dir
         self.ship_code = ship_code
+        self.fence_sinks = fence_sinks
         self._submit_hook: CheckpointSubmitHook | None = None
 
     # -- OpenLineage ---------------------------------------------------------------------------
@@ -207,6 +220,19 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             return None
         return job
 
+    def find_own_job(self, context: Context) -> JobRecord | None:
+        """A job this task instance started in this try or an earlier one that is still
+        active with a fresh heartbeat (the newest try first): the task re-attaches to it."""
+        store = self.hook.get_conn()
+        for attempt in range(context["ti"].try_number, 0, -1):
+            job = store.get_job(self.job_id_for(context, attempt))
+            if job is None or job.status not in ACTIVE_JOB_STATUSES:
+                continue
+            beat = job.heartbeat_at or job.created_at
+            if (datetime.now(UTC) - beat).total_seconds() <= self.heartbeat_timeout:
+                return job
+        return None
+
     def restore_for_retry(self, context: Context) -> str | None:
         """Newest completed checkpoint/savepoint of the jobs of earlier tries, if any."""
         for earlier in range(context["ti"].try_number - 1, 0, -1):
@@ -227,8 +253,14 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             validate_job_name(self.job_name, "job_name")
         except InvalidNameError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from exc
-        job = self.find_running_job() if self.reconnect else None
+        job = self.find_own_job(context)
         if job is not None:
+            self.log.info("Re-attaching to %s, started by try %s of this task instead of "
+                          "submitting again", describe_job(job),
+                          next(n for n in range(ti.try_number, 0, -1)
+                               if self.job_id_for(context, n) == job.job_id))
+            job_id = job.job_id
+        elif (job := self.find_running_job() if self.reconnect else None) is not None:
             self.log.info("Reconnecting to %s instead of starting a second copy",
                           describe_job(job))
             job_id = job.job_id
@@ -245,7 +277,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             pipeline=self.pipeline, job_id=job_id, job_name=self.job_name,
             metadata_url=self.hook.get_url(), restore=restore,
             allow_non_restored_state=self.allow_non_restored_state,
-            trust_snapshot=self.trust_snapshot,
+            trust_snapshot=self.trust_snapshot, fence_sinks=_flag(self.fence_sinks),
             checkpoint_dir=_optional(self.checkpoint_dir),
             savepoint_dir=_optional(self.savepoint_dir),
             interval_ms=self.interval_ms, restart=self.restart, runner=self.runner,
@@ -324,6 +356,13 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
     @property
     def _blocking(self) -> bool:
         return self.wait_for == "finished" and not (self.detach or self.deferrable)
+
+
+def _flag(value: bool | str | None) -> bool:
+    """A templated boolean: ``True``/``"True"``/``"true"``/``"1"`` are on."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("true", "1", "yes")
 
 
 def _optional(value: str | None) -> str | None:

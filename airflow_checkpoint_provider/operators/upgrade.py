@@ -26,7 +26,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_checkpoint_provider.engine.client import ACTIVE_JOB_STATUSES
-from airflow_checkpoint_provider.operators.control import StopWithSavepointOperator
+from airflow_checkpoint_provider.operators.control import (
+    StopWithSavepointOperator,
+    TriggerSavepointOperator,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -178,3 +181,61 @@ class StopForUpgradeOperator(StopWithSavepointOperator):
                 f"last-state upgrade of job {job.job_name} ({job.job_id}) refused: its latest "
                 f"completed checkpoint {latest.checkpoint_id} is {age:.0f} s old "
                 f"(max_checkpoint_age {limit:.0f} s)")
+
+
+HANDOVER_MODES = (SAVEPOINT, LAST_STATE)
+
+
+class HandoverSnapshotOperator(TriggerSavepointOperator):
+    """
+    The snapshot a new version (green) starts from while the running job (blue) keeps
+    running: a fresh savepoint (``handover="savepoint"``) or blue's latest completed
+    checkpoint (``handover="last-state"``: nothing is asked of blue, so it works while blue
+    cannot take a savepoint, and costs no extra snapshot). The return value is the snapshot's
+    path; XCom ``handover_used``, ``checkpoint_id``, ``job_id``.
+
+    :param handover: ``savepoint`` or ``last-state``. Templated.
+    :param max_checkpoint_age: seconds; ``last-state`` refuses an older checkpoint (green
+        would replay more input to catch up). ``None``: any age. Templated.
+    Other parameters: :class:`TriggerSavepointOperator`.
+    """
+
+    template_fields: Sequence[str] = (*TriggerSavepointOperator.template_fields, "handover",
+                                      "max_checkpoint_age")
+
+    def __init__(self, *, handover: str = SAVEPOINT,
+                 max_checkpoint_age: float | str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.handover = handover
+        self.max_checkpoint_age = max_checkpoint_age
+
+    def execute(self, context: Context) -> Any:
+        if self.handover not in HANDOVER_MODES:
+            raise AirflowException(f"handover {self.handover!r} is not one of "
+                                   f"{', '.join(HANDOVER_MODES)}")
+        ti = context["ti"]
+        ti.xcom_push(key="handover_used", value=self.handover)
+        if self.handover == SAVEPOINT:
+            return super().execute(context)
+        try:
+            job = self.hook.resolve_job(self.job)
+        except LookupError as exc:
+            raise AirflowException(f"handover: {exc}") from exc
+        latest = self.hook.get_conn().latest_completed_checkpoint(job_id=job.job_id, kind=None)
+        if latest is None:
+            raise AirflowException(f"last-state handover from job {job.job_name} ({job.job_id}) "
+                                   "is impossible: it has no completed checkpoint")
+        age = (datetime.now(UTC) - latest.trigger_time).total_seconds()
+        limit = None if self.max_checkpoint_age in (None, "", "None") else float(
+            self.max_checkpoint_age)  # type: ignore[arg-type]
+        if limit is not None and age > limit:
+            raise AirflowException(
+                f"last-state handover from job {job.job_name} ({job.job_id}) refused: its "
+                f"latest completed checkpoint {latest.checkpoint_id} is {age:.0f} s old "
+                f"(max_checkpoint_age {limit:.0f} s)")
+        ti.xcom_push(key="checkpoint_id", value=latest.checkpoint_id)
+        ti.xcom_push(key="job_id", value=job.job_id)
+        self.log.info("Last-state handover from %s (%s, %s): %s %d at %s (%.0f s old)",
+                      job.job_name, job.job_id, job.status, latest.kind.lower(),
+                      latest.checkpoint_id, latest.location, age)
+        return latest.location

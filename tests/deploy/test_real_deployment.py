@@ -5,7 +5,9 @@ are triggered and polled through the REST API.
 
 One module-scoped deployment runs, in order: savepoint_upgrade_restore (happy path), the same
 DAG with a v2 that fails (rollback restarts v1), and blue_green_upgrade with its stability
-gate (the last-state modes run with ``dag.test()`` in
+gate and human approval -- first rejected over the HITL REST API (green cancelled, blue keeps
+serving), then approved (exactly-once cut-over: the fenced green ends, green restarts from
+blue's final savepoint; the published output has no duplicate and no gap) (the last-state modes run with ``dag.test()`` in
 tests/provider/test_provider_dag_upgrade.py). Every upgrade starts with the pre-flight restore
 check. Durations and the
 number of deferrals the triggerer ran are printed (``pytest -s``) for the closing notes.
@@ -39,9 +41,12 @@ class Deployment:
         self.store = MetadataStore(metadata_url, migrate=False)
         self.durations: dict[str, float] = {}
 
-    def run_dag(self, name: str, dag_id: str, conf: dict) -> tuple[str, str, dict]:
+    def run_dag(self, name: str, dag_id: str, conf: dict,
+                answer: tuple[str, str] | None = None) -> tuple[str, str, dict]:
         started = time.monotonic()
         run_id = self.airflow.trigger(dag_id, conf)
+        if answer is not None:  # (task_id, option) of a human-in-the-loop task
+            self.airflow.respond(dag_id, run_id, *answer)
         state = self.airflow.wait_for_run(dag_id, run_id, RUN_TIMEOUT_S)
         self.durations[name] = round(time.monotonic() - started, 1)
         return state, run_id, self.airflow.task_states(dag_id, run_id)
@@ -173,27 +178,63 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
     # the happy path, the rollback and blue-green already exercise.
     blue = restarted
 
-    # 3. blue-green: green runs beside blue, passes the stability gate, blue stops with a
-    # savepoint
-    state, run, tis = dep.run_dag("blue_green", "blue_green_upgrade", {
+    # 3. blue-green with approval. First rejected: green (fenced, it published nothing) is
+    # cancelled, blue keeps serving untouched
+    bg_conf = {
         "blue_job": "versioned-sum", "green_job": "versioned-sum-green",
         "green_pipeline": f"{EXAMPLE}:build_v2",
         "savepoint_dir": os.path.join(dep.jobs_dir, "savepoints"), "runner": "spark",
         "job_env": {"CKPT_EXAMPLE_DIR": dep.jobs_dir}, "min_checkpoints": 2,
         "gate_window_s": 15, "max_restarts": 0, "max_checkpoint_duration_ms": 60000,
         "min_throughput_ratio": 0.8, "max_watermark_lag_growth_ms": None,
-        "max_backlog_growth_ms": None})
+        "max_backlog_growth_ms": None, "require_approval": True}
+    cutover = ("stop_blue", "fenced_cutover", "preflight_final", "end_validation", "go_live")
+    state, run, tis = dep.run_dag("blue_green_rejected", "blue_green_upgrade", bg_conf,
+                                  answer=("approve", "Reject"))
     assert tis == {"savepoint_blue": "success", "preflight": "success", "start_green": "success",
-                   "health_gate": "success", "stop_blue": "success",
+                   "health_gate": "success", "approval": "success", "approve": "failed",
+                   "no_approval_needed": "skipped", **dict.fromkeys(cutover, "upstream_failed"),
+                   "cancel_green": "success", "keep_blue": "success"}, tis
+    assert state == "failed"
+    rejected = store.get_job(dep.airflow.xcom("blue_green_upgrade", run, "start_green", "job_id"))
+    assert rejected.status == "CANCELED"
+    assert store.get_job(blue.job_id).status == "RUNNING"
+    out = os.path.join(dep.jobs_dir, "output")
+    assert not [n for n in os.listdir(out) if rejected.job_id in n], "fenced green published"
+
+    # then approved: blue stops with a savepoint, green goes live from it, exactly once
+    state, run, tis = dep.run_dag("blue_green", "blue_green_upgrade", bg_conf,
+                                  answer=("approve", "Approve"))
+    assert tis == {"savepoint_blue": "success", "preflight": "success", "start_green": "success",
+                   "health_gate": "success", "approval": "success", "approve": "success",
+                   "no_approval_needed": "skipped", **dict.fromkeys(cutover, "success"),
                    "cancel_green": "skipped", "keep_blue": "skipped"}, tis
     assert state == "success"
+    fenced = store.get_job(dep.airflow.xcom("blue_green_upgrade", run, "start_green", "job_id"))
     green = store.resolve_job("versioned-sum-green")
+    assert fenced.status == "CANCELED" and green.job_id != fenced.job_id
+    assert fenced.restored_from == dep.airflow.xcom("blue_green_upgrade", run, "savepoint_blue")
     assert green.status == "RUNNING"
-    assert green.restored_from == dep.airflow.xcom("blue_green_upgrade", run, "savepoint_blue")
+    assert green.restored_from == dep.airflow.xcom("blue_green_upgrade", run, "stop_blue")
     verdict = dep.airflow.xcom("blue_green_upgrade", run, "health_gate")
     assert verdict["ok"] and verdict["baseline_job_id"] == blue.job_id, verdict
     assert store.get_job(blue.job_id).status == "STOPPED"
     dep.assert_on_cluster(green.job_id)
+    assert not [n for n in os.listdir(out) if fenced.job_id in n], "fenced green published"
+    deadline = time.monotonic() + 120
+    while not [c for c in store.list_checkpoints(green.job_id) if c.status == "COMPLETED"]:
+        assert time.monotonic() < deadline, "green live never checkpointed"
+        time.sleep(1)
+    from airflow_checkpoint_provider.engine import read_committed
+
+    counts: dict[str, list[int]] = {}
+    for r in read_committed(out):
+        counts.setdefault(r["key"], []).append(r["count"])
+    duplicates = sum(len(c) - len(set(c)) for c in counts.values())
+    missing = sum(max(c) - len(set(c)) for c in counts.values())
+    print(f"\nreal deployment blue-green: {sum(map(len, counts.values()))} rows, "
+          f"{duplicates} duplicates, {missing} missing")
+    assert (duplicates, missing) == (0, 0)
 
     # the sensors and control tasks waited in the triggerer process, not in a worker
     fired = set(dep.airflow.deferrals())

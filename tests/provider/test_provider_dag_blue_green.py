@@ -1,9 +1,16 @@
 """DAG blue_green_upgrade end to end with dag.test() (local runner, real SQLite metadata DB):
-promotion when green is stable, and the abort paths: a green that cannot restore blue's
-savepoint (pre-flight), one that fails, one that keeps restarting and one that lags. Each
-abort cancels green and leaves blue running."""
+promotion when green is stable (exactly-once: green validated fenced, then restarted from
+blue's final snapshot; with a human approval, and in last-state mode), and the abort paths:
+a rejection at the approval step, a green that cannot restore blue's savepoint (pre-flight),
+one that fails, one that keeps restarting and one that lags. Each abort cancels green and
+leaves blue running."""
 
 from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import defaultdict
 
 import pytest
 from provider_helpers import EXAMPLE, completed_checkpoints, run_dag, start_job, wait_for, xcom
@@ -12,9 +19,16 @@ from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
+CUTOVER = ("approval", "approve", "no_approval_needed", "stop_blue", "fenced_cutover",
+           "preflight_final", "end_validation", "go_live")
 ABANDONED = {"savepoint_blue": "success", "preflight": "success", "start_green": "success",
-             "health_gate": "failed", "stop_blue": "upstream_failed", "cancel_green": "success",
-             "keep_blue": "success"}
+             "health_gate": "failed", **dict.fromkeys(CUTOVER, "upstream_failed"),
+             "cancel_green": "success", "keep_blue": "success"}
+PROMOTED = {"savepoint_blue": "success", "preflight": "success", "start_green": "success",
+            "health_gate": "success", "approval": "success", "approve": "skipped",
+            "no_approval_needed": "success", "stop_blue": "success", "fenced_cutover": "success",
+            "preflight_final": "success", "end_validation": "success", "go_live": "success",
+            "cancel_green": "skipped", "keep_blue": "skipped"}
 
 
 @pytest.fixture
@@ -41,7 +55,8 @@ def _conf(tmp_path, **overrides) -> dict:
             "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example")}, "min_checkpoints": 2,
             "gate_window_s": 8, "max_restarts": 0, "max_checkpoint_duration_ms": 30000,
             "min_throughput_ratio": 0.8, "max_watermark_lag_growth_ms": None,
-            "max_backlog_growth_ms": None}
+            "max_backlog_growth_ms": None, "exactly_once": True, "handover": "savepoint",
+            "cutover": "savepoint", "max_checkpoint_age_s": None, "require_approval": False}
     conf.update(overrides)
     return conf
 
@@ -52,31 +67,157 @@ def _running_blue(metadata_url, tmp_path, store) -> str:
     return blue
 
 
-@pytest.mark.timeout(180)
-def test_healthy_green_is_promoted_and_blue_stopped(airflow_db, metadata_url, tmp_path):
+class FakeUser:
+    """The user a HITL response is recorded for (what the api-server's auth gives)."""
+
+    def get_id(self) -> str:
+        return "reviewer"
+
+    def get_name(self) -> str:
+        return "Reviewer"
+
+
+def respond_when_asked(dag_id: str, task_id: str, option: str, timeout: float = 150) -> dict:
+    """In a thread: once ``task_id`` waits for input (AWAITING_INPUT), answer ``option``
+    through the same code as the HITL REST API (``PATCH .../hitlDetails``)."""
+    from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
+    from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+
+    outcome: dict = {}
+
+    def answer() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with create_session() as session:
+                ti = session.query(TaskInstance).filter(
+                    TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id,
+                    TaskInstance.state == TaskInstanceState.AWAITING_INPUT).first()
+                if ti is not None:
+                    update_hitl_detail(dag_id=dag_id, dag_run_id=ti.run_id, task_id=task_id,
+                                       update_hitl_detail_payload=UpdateHITLDetailPayload(
+                                           chosen_options=[option]),
+                                       user=FakeUser(), session=session)
+                    outcome["answered"] = option
+                    return
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    outcome["thread"] = thread
+    return outcome
+
+
+def committed_output(example_dir) -> dict[str, list[int]]:
+    """Per key, the counts the file sink committed (running sums: 1..n once each, if every
+    record was published exactly once)."""
+    from airflow_checkpoint_provider.engine import read_committed
+
+    counts: dict[str, list[int]] = defaultdict(list)
+    for r in read_committed(str(example_dir / "output")):
+        counts[r["key"]].append(r["count"])
+    return counts
+
+
+def assert_exactly_once(counts: dict[str, list[int]]) -> tuple[int, int]:
+    duplicates = sum(len(c) - len(set(c)) for c in counts.values())
+    missing = sum(max(c) - len(set(c)) for c in counts.values())
+    assert (duplicates, missing) == (0, 0), counts
+    return duplicates, missing
+
+
+def _promoted(store, dr, blue, tmp_path, *, handover="savepoint") -> None:
+    snapshot = xcom(dr, "savepoint_blue")
+    fenced = store.get_job(xcom(dr, "start_green", key="job_id"))
+    live = store.get_job(xcom(dr, "go_live", key="job_id"))
+    assert fenced.job_name == live.job_name == "sum-green" and live.version == "v2"
+    assert fenced.restored_from == snapshot and fenced.status == "CANCELED"
+    final = xcom(dr, "stop_blue")
+    assert live.status == "RUNNING" and live.restored_from == final
+    assert store.get_job(blue).status in ("STOPPED", "CANCELED")
+    out = tmp_path / "example" / "output"
+    assert not [n for n in os.listdir(out) if fenced.job_id in n], "fenced green published"
+    wait_for(lambda: len(completed_checkpoints(store, live.job_id)) >= 2, 60,
+             "two checkpoints of green live")
+    counts = committed_output(tmp_path / "example")
+    assert [n for n in os.listdir(out) if live.job_id in n], "green live publishes"
+    print("blue-green DAG output (duplicates, missing):", assert_exactly_once(counts),
+          "rows", sum(len(c) for c in counts.values()))
+
+
+@pytest.mark.timeout(240)
+def test_healthy_green_is_approved_promoted_exactly_once_and_blue_stopped(
+        airflow_db, metadata_url, tmp_path):
     store = MetadataStore(metadata_url)
     blue = _running_blue(metadata_url, tmp_path, store)
+    responder = respond_when_asked("blue_green_upgrade", "approve", "Approve")
 
-    state, tis, dr = run_dag(airflow_db, "blue_green_upgrade", _conf(tmp_path))
+    state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
+                             _conf(tmp_path, require_approval=True))
 
-    assert tis == {"savepoint_blue": "success", "preflight": "success", "start_green": "success",
-                   "health_gate": "success", "stop_blue": "success",
-                   "cancel_green": "skipped", "keep_blue": "skipped"}
+    assert responder.get("answered") == "Approve"
+    assert tis == {**PROMOTED, "approve": "success", "no_approval_needed": "skipped"}
     assert state == "success"
-    savepoint = xcom(dr, "savepoint_blue")
-    green = store.get_job(xcom(dr, "start_green"))
-    assert green.job_name == "sum-green" and green.version == "v2"
-    assert green.status == "RUNNING" and green.restored_from == savepoint
-    assert len(completed_checkpoints(store, green.job_id)) >= 2
     verdict = xcom(dr, "health_gate")
-    assert verdict["ok"] and verdict["job_id"] == green.job_id and verdict["baseline_job_id"] == blue
+    green = xcom(dr, "start_green", key="job_id")
+    assert verdict["ok"] and verdict["job_id"] == green and verdict["baseline_job_id"] == blue
     checks = {c["name"]: c for c in verdict["checks"]}
     assert checks["restarts"]["figure"] == 0 and checks["checkpoints"]["figure"] >= 2
     assert checks["throughput"]["ok"] and checks["throughput"]["figure"] >= 0.8
     assert store.get_job(blue).status == "STOPPED"
     savepoints = {c.location: c for c in store.list_checkpoints(blue, kind="SAVEPOINT")}
-    assert savepoints[savepoint].status == "COMPLETED"
+    assert savepoints[xcom(dr, "savepoint_blue")].status == "COMPLETED"
     assert savepoints[xcom(dr, "stop_blue")].status == "COMPLETED"  # the stop's own savepoint
+    _promoted(store, dr, blue, tmp_path)
+    store.close()
+
+
+@pytest.mark.timeout(240)
+def test_last_state_handover_and_cutover_are_exactly_once(airflow_db, metadata_url, tmp_path,
+                                                          monkeypatch):
+    # A running blue subsumes (deletes) a checkpoint `retained` (3) intervals later: the
+    # hand-over must be verified and restored before that (the README's limit).
+    monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "3000")
+    store = MetadataStore(metadata_url)
+    blue = _running_blue(metadata_url, tmp_path, store)
+
+    state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
+                             _conf(tmp_path, handover="last-state", cutover="last-state",
+                                   gate_window_s=10))
+
+    assert tis == PROMOTED and state == "success"
+    assert xcom(dr, "savepoint_blue", key="handover_used") == "last-state"
+    assert xcom(dr, "stop_blue", key="upgrade_mode_used") == "last-state"
+    assert store.list_checkpoints(blue, kind="SAVEPOINT") == [], "no savepoint was taken"
+    assert store.get_job(blue).status == "CANCELED"
+    _promoted(store, dr, blue, tmp_path, handover="last-state")
+    store.close()
+
+
+@pytest.mark.timeout(240)
+def test_rejection_at_the_approval_step_cancels_green_and_blue_keeps_serving(
+        airflow_db, metadata_url, tmp_path, logs):
+    store = MetadataStore(metadata_url)
+    blue = _running_blue(metadata_url, tmp_path, store)
+    responder = respond_when_asked("blue_green_upgrade", "approve", "Reject")
+
+    state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
+                             _conf(tmp_path, require_approval=True))
+
+    assert responder.get("answered") == "Reject"
+    assert tis == {**PROMOTED, "approve": "failed", "no_approval_needed": "skipped",
+                   **dict.fromkeys(CUTOVER[3:], "upstream_failed"),
+                   "cancel_green": "success", "keep_blue": "success"}
+    assert state == "failed"
+    green = store.get_job(xcom(dr, "start_green", key="job_id"))
+    assert green.status == "CANCELED"
+    assert store.get_job(blue).status == "RUNNING"
+    assert xcom(dr, "keep_blue") == blue
+    out = tmp_path / "example" / "output"
+    assert not [n for n in os.listdir(out) if green.job_id in n], "fenced green published"
+    assert "Upgrade abandoned" in logs()
     store.close()
 
 
@@ -91,7 +232,7 @@ def test_green_that_cannot_restore_is_stopped_by_the_preflight_check_before_it_s
 
     assert tis == {"savepoint_blue": "success", "preflight": "failed",
                    "start_green": "upstream_failed", "health_gate": "upstream_failed",
-                   "stop_blue": "upstream_failed", "cancel_green": "success",
+                   **dict.fromkeys(CUTOVER, "upstream_failed"), "cancel_green": "success",
                    "keep_blue": "success"}
     assert state == "failed"
     assert store.get_job(blue).status == "RUNNING"

@@ -61,6 +61,9 @@ def run_options(fn):
                           "savepoint of another deployment, or written by 'ckpt state "
                           "write' without --db); the job's own checkpoints are signed."),
         click.option("--job-id", default=None, help="Job id to use (default: a new uuid)."),
+        click.option("--fence-sinks", is_flag=True,
+                     help="Hold every sink's commits (a blue-green validation run): nothing "
+                          "is published; refused if a sink cannot hold its commits."),
         click.option("--job-name", default=None, help="Override the pipeline's name."),
         click.option("--runner", type=click.Choice(["local", "spark"]), default="local"),
         click.option("--master", default=None, help="Spark master URL (runner spark)."),
@@ -94,7 +97,7 @@ def run_options(fn):
 @click.option("--wait-timeout", type=float, default=300.0, show_default=True,
               help="Seconds --detach waits for the job to be RUNNING.")
 def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
-        trust_snapshot: bool, job_id: str | None, job_name: str | None, runner: str, master: str | None,
+        trust_snapshot: bool, fence_sinks: bool, job_id: str | None, job_name: str | None, runner: str, master: str | None,
         coordinator_port: int, checkpoint_dir: str | None, savepoint_dir: str | None,
         interval_ms: int | None, restart: str | None, metadata_url: str | None, as_json: bool,
         metrics_port: int | None, progress: bool | None, detach: bool, log_file: str | None,
@@ -129,6 +132,8 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
             argv.append("--allow-non-restored-state")
         if trust_snapshot:
             argv.append("--trust-snapshot")
+        if fence_sinks:
+            argv.append("--fence-sinks")
         info = start_detached(pipeline, argv, job_id=job_id, log_file=log_file,
                               timeout=wait_timeout)
         if as_json:
@@ -144,7 +149,7 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
     try:
         result = pipeline.run(runner, restore=restore,
                               allow_non_restored_state=allow_non_restored_state, job_id=job_id,
-                              trust_snapshot=trust_snapshot,
+                              trust_snapshot=trust_snapshot, fence_sinks=fence_sinks,
                               **options)
     except EngineError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -133,6 +133,14 @@ class Sink:
         replayed). The default keeps everything (a sink that cannot undo may duplicate)."""
         return []
 
+    def can_hold_commits(self) -> bool:
+        """Whether a fenced job (``fence_sinks=True``, a blue-green validation run) can run
+        this sink: its pre-committed transactions stay invisible until :meth:`SinkWriter.commit`
+        (which a fenced job never calls) and ``discard_staged_of_job(operator_uid, job_id)``
+        removes what a job staged. A sink whose writes are visible before the commit (an
+        upsert mode, a direct write) returns ``False``: fenced mode refuses it."""
+        return callable(getattr(self, "discard_staged_of_job", None))
+
     def can_discard_committed(self) -> bool:
         """Whether :meth:`discard_committed_after` really removes what a job committed (or
         the sink keeps nothing, or its writes are idempotent). ``restore="latest"`` refuses

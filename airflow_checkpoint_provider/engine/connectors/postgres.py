@@ -101,6 +101,10 @@ class PostgresSink(Sink):
         restore may fall back past committed output; 2PC mode appends and cannot undo."""
         return self.mode == "upsert"
 
+    def can_hold_commits(self) -> bool:
+        """Upsert mode commits at the barrier: a fenced job could not hold its rows back."""
+        return self.mode == "2pc"
+
     def describe(self) -> str:
         return f"postgres({self.table}, {self.mode})"
 

@@ -46,6 +46,7 @@ from ..snapshot.codec import LoadedSnapshot
 from ..snapshot.verify import verify_snapshot
 from .attempt import AttemptOutcome, AttemptRun
 from .control import ControlPlane
+from .fencing import check_fencing, discard_held, fenced_restore_error, snapshot_is_fenced
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,8 @@ class JobMaster:
             return None
         if restore != "latest":
             snapshot = self.trust.load(restore)
+            if not self.config.fence_sinks and snapshot_is_fenced(snapshot.metadata.operators):
+                raise RestoreError(fenced_restore_error(snapshot.directory))
             self._check_snapshot(snapshot)
             return snapshot
         name = self.config.name
@@ -164,6 +167,9 @@ class JobMaster:
             what = f"checkpoint {rec.checkpoint_id} of job {name} ({rec.job_id})"
             try:
                 snapshot = self.trust.load(rec.location, record=rec)
+                if not self.config.fence_sinks and snapshot_is_fenced(snapshot.metadata.operators):
+                    log.info("Skipping %s: a fenced (validation) run's", what)
+                    continue
                 self._check_snapshot(snapshot)
             except (CorruptCheckpointError, RestoreError) as exc:
                 log.warning("Cannot restore %s; trying the next older checkpoint: %s", what, exc)
@@ -311,6 +317,8 @@ class JobMaster:
         """Everything between the job row and the first attempt; returns the snapshot the
         job starts from."""
         p, job_id, job_dir = self.config, self.job_id, self.job_dir
+        if p.fence_sinks:
+            check_fencing(graph, p.name)
         # signs this job's snapshots, decides which ones it restores (checkpoint/trust.py)
         self.trust = SnapshotTrust(store, trust_snapshot=getattr(self, "trust_snapshot", False))
         initial = self._resolve_restore(store, restore)
@@ -375,6 +383,8 @@ class JobMaster:
             if self.progress:
                 self.progress.update(status=status)
                 self.progress.close()
+            if p.fence_sinks:  # every task ended: nothing it staged is ever published
+                discard_held(self.graph, job_id)
         db = self.coordinator.db
         db.write(MetadataStore.set_job_status, job_id, status, failure_reason=failure)
         db.write(MetadataStore.abort_control_requests, job_id, f"job ended with status {status}")
@@ -408,6 +418,7 @@ class JobMaster:
             "arrow_batch_size": self.config.effective_arrow_batch_size(),
             "exactly_once": self.config.checkpoint.mode == CheckpointingMode.EXACTLY_ONCE,
             "restore": restore, "source_splits": self.source_splits,
+            "fence_sinks": self.config.fence_sinks,
             "state_backend": {"kind": self.config.state_backend,
                               "incremental": self.config.incremental}})
 

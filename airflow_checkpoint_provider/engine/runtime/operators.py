@@ -561,14 +561,27 @@ class SourceOperator(Operator):
 
 
 class SinkOperator(Operator):
-    """Two-phase commit: pre-commit at the barrier, commit on notify-complete."""
+    """Two-phase commit: pre-commit at the barrier, commit on notify-complete.
+
+    Fenced (the job runs with ``fence_sinks``, a blue-green validation run): transactions are
+    pre-committed as usual but never committed; the snapshot records a ``fenced`` marker
+    instead of them, so no restore can publish them and an unfenced job refuses to restore
+    the snapshot (its source positions are past output that was never published). The job
+    master discards what the fenced job staged when it ends."""
 
     def open(self, restored_operator_state):
         sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
                              self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt)
+        self.fenced = bool(getattr(self.ctx, "fence_sinks", False))
+        entries = list(restored_operator_state or [])
+        if not self.fenced and any(isinstance(e, dict) and e.get("fenced") for e in entries):
+            raise RestoreError(
+                f"sink {self.uid!r}: the snapshot was taken by a job with fenced sinks (a "
+                "blue-green validation run); its output was never published, so restoring it "
+                "unfenced would lose records. Restore the blue job's savepoint instead")
         self.writer = self.node.payload.create_writer(sctx)
         self.vectorized = bool(getattr(self.writer, "accepts_arrow", False))
-        restored = [t for e in (restored_operator_state or []) for t in e["transactions"]]
+        restored = [t for e in entries for t in e["transactions"]]
         self.writer.recover(restored)
         self.pending: list[tuple[int, list]] = []
 
@@ -579,12 +592,17 @@ class SinkOperator(Operator):
 
     def snapshot(self, checkpoint_id):
         txns = self.writer.pre_commit(checkpoint_id)
+        if self.fenced:  # held: staged, never named in a snapshot, never committed
+            return OperatorSnapshot(operator_state=[
+                {"checkpoint_id": checkpoint_id, "transactions": [], "fenced": True}])
         if txns:
             self.pending.append((checkpoint_id, list(txns)))
         state = [{"checkpoint_id": c, "transactions": t} for c, t in self.pending]
         return OperatorSnapshot(operator_state=state)
 
     def notify_complete(self, checkpoint_id):
+        if self.fenced:
+            return
         ready = [t for c, ts in self.pending if c <= checkpoint_id for t in ts]
         if ready:
             self.writer.commit(ready)

@@ -149,7 +149,8 @@ class Slot:
                               arrow_batch_size=job.get("arrow_batch_size"),
                               send=self.send, upload_pool=upload_pool,
                               source_splits=job.get("source_splits"),
-                              state_backend=job.get("state_backend"))
+                              state_backend=job.get("state_backend"),
+                              fence_sinks=bool(job.get("fence_sinks", False)))
         start_gate = threading.Event()
         for vid, sub in self.local:
             self.tasks.append(StreamTask(env, graph.vertex(vid), sub, job["restore"].get((vid, sub)),

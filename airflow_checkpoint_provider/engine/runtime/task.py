@@ -70,8 +70,9 @@ class TaskEnvironment:
                  arrow_batch_size: int | None = None,
                  send: Callable[[M.FromSlot], None], upload_pool: ThreadPoolExecutor,
                  source_splits: dict[str, list[str]] | None = None,
-                 state_backend: dict | None = None) -> None:
+                 state_backend: dict | None = None, fence_sinks: bool = False) -> None:
         self.job_id = job_id
+        self.fence_sinks = fence_sinks
         self.job_name = job_name
         self.attempt = attempt
         self.graph = graph
@@ -201,7 +202,8 @@ class StreamTask(TaskCheckpointing):
         for node in v.nodes:
             ctx = RuntimeContext(job_id=self.env.job_id, job_name=self.env.job_name,
                                  operator_uid=node.uid or node.name, subtask_index=self.subtask,
-                                 parallelism=v.parallelism, attempt=self.env.attempt)
+                                 parallelism=v.parallelism, attempt=self.env.attempt,
+                                 fence_sinks=self.env.fence_sinks)
             spec = self.restore.get(node.uid) if node.uid else None
             if spec and spec.get("channel_state") is not None:
                 self._channel_state = (spec["directory"], spec["channel_state"])

@@ -1,0 +1,77 @@
+"""Fenced sinks: a job whose sinks hold their commits (``fence_sinks=True``).
+
+A blue-green upgrade validates the new version (green) on live data next to the old one
+(blue) without publishing a record: green runs fenced, so every sink pre-commits its
+transactions at each barrier (the records are written, durable and invisible) but never
+commits them, and its snapshots name no transaction (a ``fenced`` marker instead). At the
+cut-over blue stops with a savepoint, the fenced green ends (what it staged is discarded
+here), and green starts again unfenced from blue's final savepoint: its first published
+epoch begins exactly where blue's last committed one ended.
+
+Only sinks whose pre-committed output stays invisible until the commit, and that can
+discard what a job staged, can be fenced (:meth:`~..connectors.base.Sink.can_hold_commits`);
+a job with any other sink refuses fenced mode before it starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import cast
+
+from ..connectors.base import Sink
+from ..errors import ConfigurationError
+from ..graph import ExecutionGraph
+
+log = logging.getLogger(__name__)
+
+
+def _sinks(graph: ExecutionGraph) -> list[tuple[str, Sink]]:
+    return [(n.uid or n.name, cast(Sink, n.payload)) for v in graph.vertices for n in v.nodes
+            if n.kind == "sink"]
+
+
+def check_fencing(graph: ExecutionGraph, job_name: str) -> None:
+    """Refuse fenced mode when a sink cannot hold its commits (``ConfigurationError``)."""
+    refused = [f"{uid!r} ({sink.describe()})" for uid, sink in _sinks(graph)
+               if not sink.can_hold_commits()]
+    if refused:
+        raise ConfigurationError(
+            f"job {job_name}: fence_sinks (the exactly-once blue-green validation run) needs "
+            f"sinks that hold pre-committed output invisible until the commit; "
+            f"{', '.join(refused)} cannot (its writes are visible at the barrier). Run the "
+            "upgrade with exactly_once=False (output is at-least-once while both jobs run) or "
+            "use a two-phase-commit mode of the sink")
+
+
+def snapshot_is_fenced(operators: dict) -> bool:
+    """Whether a snapshot's operators (``metadata.operators``) hold a fenced sink's marker."""
+    for op in operators.values():
+        for sub in getattr(op, "subtasks", []) or []:
+            for entry in getattr(sub, "operator_state", None) or []:
+                if isinstance(entry, dict) and entry.get("fenced") is True:
+                    return True
+    return False
+
+
+def fenced_restore_error(location: str) -> str:
+    return (f"snapshot {location} was taken by a job with fenced sinks (a blue-green "
+            "validation run): its sources are past output that was never published, so an "
+            "unfenced job restoring it would lose those records. Restore the blue job's "
+            "savepoint (or its latest checkpoint) instead, or run fenced again")
+
+
+def discard_held(graph: ExecutionGraph, job_id: str) -> int:
+    """A fenced job ended: discard everything it staged (its held transactions and any
+    open epoch); returns how many transactions were discarded."""
+    discarded = 0
+    for uid, sink in _sinks(graph):
+        discard = getattr(sink, "discard_staged_of_job", None)
+        if discard is None:
+            continue
+        try:
+            discarded += len(discard(uid, job_id) or [])
+        except Exception as exc:  # noqa: BLE001 - what stays staged is never published
+            log.warning("Fenced job %s: could not discard what sink %r staged (it stays "
+                        "staged and is never published): %s", job_id, uid, exc)
+    log.info("Fenced job %s ended: discarded %d held transactions", job_id, discarded)
+    return discarded
