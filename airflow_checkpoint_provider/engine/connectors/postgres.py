@@ -102,7 +102,9 @@ class PostgresSink(Sink):
         return self.mode == "upsert"
 
     def can_hold_commits(self) -> bool:
-        """Upsert mode commits at the barrier: a fenced job could not hold its rows back."""
+        """Not in upsert mode: with ``prepared=False`` it commits at the barrier, and a held
+        prepared upsert keeps its rows locked, so the next epoch touching those keys could
+        never run (:class:`SinkTransactionConflictError`)."""
         return self.mode == "2pc"
 
     def describe(self) -> str:
