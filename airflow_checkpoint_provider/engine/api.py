@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from .broadcast import BroadcastConnectedStream, BroadcastStream
 from .config import CheckpointConfig, RestartStrategy
@@ -351,7 +352,7 @@ class DataStream:
         if self._side is not None or len(heads) != 1 or heads[0].kind != "aggregate":
             raise PipelineDefinitionError(f"to_{emit}() is available on the output of "
                                           "key_by(...).aggregate(...) only")
-        spec = heads[0].payload
+        spec: Any = heads[0].payload
         if spec.emit not in (None, emit):
             raise PipelineDefinitionError(f"aggregate {heads[0].uid!r} already emits "
                                           f"{spec.emit!r}")

@@ -127,8 +127,9 @@ def _keys_filter(data: pa.Table, key: list[str]):
     from pyiceberg.expressions import And, EqualTo, In, Or
 
     if len(key) == 1:
-        return In(key[0], set(data.column(key[0]).to_pylist()))
-    terms = [And(*(EqualTo(k, row[k]) for k in key)) if len(key) > 1 else EqualTo(key[0], row[key[0]])
+        return In(key[0], set(data.column(key[0]).to_pylist()))  # type: ignore[call-arg,arg-type]
+    terms = [And(*(EqualTo(k, row[k]) for k in key)) if len(key) > 1  # type: ignore[call-arg,arg-type]
+             else EqualTo(key[0], row[key[0]])  # type: ignore[call-arg,arg-type]
              for row in data.select(key).to_pylist()]
     return terms[0] if len(terms) == 1 else Or(*terms)
 

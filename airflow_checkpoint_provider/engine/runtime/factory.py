@@ -6,6 +6,7 @@ from ..functions import RuntimeContext
 from ..graph import Node
 from ..state.keygroups import KeyGroupRange
 from .broadcast import BroadcastProcessOperator
+from .edge_operators import SinkOperator, SourceOperator
 from .joins import CoProcessOperator, IntervalJoinOperator, WindowJoinOperator
 from .operators import (
     AggregateOperator,
@@ -16,8 +17,6 @@ from .operators import (
     Operator,
     ProcessOperator,
     ReduceOperator,
-    SinkOperator,
-    SourceOperator,
 )
 from .temporal_join import TemporalJoinOperator
 from .vector_joins import VectorIntervalJoinOperator, VectorWindowJoinOperator

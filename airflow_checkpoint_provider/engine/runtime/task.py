@@ -36,12 +36,12 @@ from ..state.keys import expect_restored_key_type
 from .alignment import BarrierHandler
 from .batches import Batch, as_arrow, as_rows
 from .channels import LocalChannel, OutputChannel, RecordWriter, event_item
+from .edge_operators import SourceOperator
 from .factory import create_operator
 from .mailbox import Mailbox
 from .operators import (
     Operator,
     ProcessOperator,
-    SourceOperator,
     _KeyedStateOperator,
 )
 from .task_checkpoint import TaskCheckpointing

@@ -92,7 +92,8 @@ class _VectorJoinOperator(_CheckpointedWatermark, _KeyedStateOperator):
                  max_parallelism: int) -> None:
         super().__init__(node, ctx)
         self.spec: Any = node.payload
-        self.fields = tuple(s.field for s in self.spec.key_selectors)
+        spec: Any = node.payload
+        self.fields = tuple(s.field for s in spec.key_selectors)
         self.backend = JoinState(node.kind, cast(str, node.uid), key_groups, max_parallelism,
                                  self.fields, self.describe())
         self.dropped_late = 0

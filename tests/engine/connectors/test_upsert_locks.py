@@ -20,7 +20,7 @@ import pytest
 
 from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
 from airflow_checkpoint_provider.engine.errors import SinkTransactionConflictError
-from airflow_checkpoint_provider.engine.runtime.operators import SinkOperator
+from airflow_checkpoint_provider.engine.runtime.edge_operators import SinkOperator
 
 pytestmark = pytest.mark.slow
 
