@@ -440,7 +440,10 @@ class KeyedStream(DataStream):
         """Built-in running aggregations per key, vectorized (no Python code per record).
 
         Each keyword names an output column: ``"count"`` counts rows; ``(function, column)``
-        with function ``count`` (non-null values), ``sum``, ``min``, ``max`` or ``mean``::
+        with function ``count`` (non-null values), ``sum``, ``min``, ``max``, ``mean`` or
+        ``count_distinct`` (exact number of distinct non-null values: integer, string or
+        binary columns; a column null where a condition fails gives SQL's
+        ``COUNT(DISTINCT x) FILTER (WHERE ...)``)::
 
             stream.key_by("user").aggregate(uid="totals", events="count",
                                              spent=("sum", "amount"), avg=("mean", "amount"))
@@ -456,6 +459,9 @@ class KeyedStream(DataStream):
             spec.ttl_ms = duration_ms(ttl, f"aggregate {uid!r}: ttl")
             if spec.ttl_ms <= 0:
                 raise PipelineDefinitionError(f"aggregate {uid!r}: ttl must be > 0")
+            if any(fn == "count_distinct" for _, fn, _ in spec.aggregations):
+                raise PipelineDefinitionError(
+                    f"aggregate {uid!r}: count_distinct does not support ttl yet")
         node = self._then("aggregate", name or f"Aggregate: {', '.join(aggregations)}", uid,
                           parallelism, spec, self._key_selector)
         return DataStream(self._p, [node], FORWARD)
@@ -538,6 +544,7 @@ class WindowedStream:
 def _aggregate_spec(what: str, uid: str, key_selector, aggregations: dict):
     """The :class:`~.state.columnar.AggregateSpec` of ``aggregate(**aggregations)``, checked."""
     from .state.columnar import AggregateSpec
+    from .state.distinct_state import DISTINCT
 
     field = getattr(key_selector, "field", None)
     if field is None:
@@ -556,9 +563,15 @@ def _aggregate_spec(what: str, uid: str, key_selector, aggregations: dict):
             spec.append((out, "count", None))
             continue
         if (not isinstance(agg, tuple | list) or len(agg) != 2
-                or agg[0] not in AggregateSpec.FUNCTIONS or not isinstance(agg[1], str)):
+                or agg[0] not in (*AggregateSpec.FUNCTIONS, DISTINCT)
+                or not isinstance(agg[1], str)):
             raise PipelineDefinitionError(
                 f"{what} {uid!r}: aggregation {out}={agg!r} is not \"count\" or "
-                f"(function, column) with function one of {', '.join(AggregateSpec.FUNCTIONS)}")
+                f"(function, column) with function one of "
+                f"{', '.join((*AggregateSpec.FUNCTIONS, DISTINCT))}")
+        if agg[0] == DISTINCT and what != "aggregate":
+            raise PipelineDefinitionError(
+                f"{what} {uid!r}: {DISTINCT} is supported by KeyedStream.aggregate() only "
+                "(not per window yet)")
         spec.append((out, agg[0], agg[1]))
     return AggregateSpec(field, spec)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from ..functions import RuntimeContext
 from ..graph import Node
+from ..state.distinct_state import has_distinct
 from ..state.keygroups import KeyGroupRange
 from .broadcast import BroadcastProcessOperator
+from .distinct import DistinctAggregateOperator
 from .joins import CoProcessOperator, IntervalJoinOperator, WindowJoinOperator
 from .operators import (
     AggregateOperator,
@@ -33,6 +35,8 @@ _COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregate
 
 def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                     max_parallelism: int, state_backend: dict | None = None) -> Operator:
+    if node.kind == "aggregate" and has_distinct(node.payload):
+        return DistinctAggregateOperator(node, ctx, key_groups, max_parallelism)
     if node.kind in _COLUMNAR:
         return _COLUMNAR[node.kind](node, ctx, key_groups, max_parallelism)
     if node.kind in _KEYED:
