@@ -254,75 +254,79 @@ def q12(events, p):
             .map_batches(_q12_out, name="q12: out"))
 
 
-# -- q15, q16: distinct counts per day (and channel) ---------------------------------------
-class DistinctCounts(KeyedProcessFunction):
-    """Per key: bids, bidders and auctions in total and per price rank (count distinct
-    with filters), one update row per bid."""
-
-    def __init__(self, with_minute: bool = False) -> None:
-        self.with_minute = with_minute
-
-    def open(self, ctx):
-        self.counts = ctx.value_state("counts", None)
-        self.bidders = ctx.map_state("bidders")
-        self.auctions = ctx.map_state("auctions")
-
-    def process_element(self, r, ctx):
-        c = self.counts.value() or [0] * 12 + [""]
-        rank = 1 if r["price"] < 10_000 else 2 if r["price"] < 1_000_000 else 3
-        bit = 1 << rank
-        c[0] += 1
-        c[rank] += 1
-        for state, at in ((self.bidders, 4), (self.auctions, 8)):
-            who = r["bidder" if at == 4 else "auction"]
-            m = state.get(who) or 0
-            if not m:
-                c[at] += 1
-            if not m & bit:
-                c[at + rank] += 1
-                state.put(who, m | bit)
-        if self.with_minute:
-            c[12] = max(c[12], r["minute"])
-        self.counts.update(c)
-        out = {"key": ctx.current_key, "total_bids": c[0], "rank1_bids": c[1],
-               "rank2_bids": c[2], "rank3_bids": c[3], "total_bidders": c[4],
-               "rank1_bidders": c[5], "rank2_bidders": c[6], "rank3_bidders": c[7],
-               "total_auctions": c[8], "rank1_auctions": c[9], "rank2_auctions": c[10],
-               "rank3_auctions": c[11]}
-        if self.with_minute:
-            out["minute"] = c[12]
-        return out
+# -- q15, q16: distinct counts per day (and channel), vectorized --------------------------
+def _day_names(days: np.ndarray) -> pa.Array:
+    """Day numbers (since the epoch) as ``yyyy-MM-dd`` (formatted once per distinct day)."""
+    uniq, inv = np.unique(days, return_inverse=True)
+    names = pc.strftime(pa.array(uniq * DAY_MS, pa.timestamp("ms")), format="%Y-%m-%d")
+    return names.take(pa.array(inv.ravel()))
 
 
-def _day(batch: pa.RecordBatch, fmt: str = "%Y-%m-%d") -> pa.Array:
-    return pc.strftime(pc.cast(batch.column("date_time"), pa.timestamp("ms")), format=fmt)
+def _distinct_in(batch, key: pa.Array) -> pa.RecordBatch:
+    """Per bid: the key, a 0/1 column per price rank (``count(*) FILTER``) and bidder and
+    auction nulled outside each rank (``count(DISTINCT ...) FILTER``)."""
+    price = batch.column("price").to_numpy()
+    rank = _rank(price)
+    cols, names = [key], ["key"]
+    for r in (1, 2, 3):
+        cols.append(pa.array((rank == r).astype(np.int64)))
+        names.append(f"r{r}")
+    for who in ("bidder", "auction"):
+        values = batch.column(who)
+        cols.append(values)
+        names.append(who)
+        for r in (1, 2, 3):
+            cols.append(pa.array(values.to_numpy(), mask=rank != r))
+            names.append(f"{who}_r{r}")
+    return pa.RecordBatch.from_arrays(cols, names=names)
+
+
+_DISTINCT_AGGS = {"total_bids": "count",
+                  **{f"rank{r}_bids": ("sum", f"r{r}") for r in (1, 2, 3)},
+                  "total_bidders": ("count_distinct", "bidder"),
+                  **{f"rank{r}_bidders": ("count_distinct", f"bidder_r{r}") for r in (1, 2, 3)},
+                  "total_auctions": ("count_distinct", "auction"),
+                  **{f"rank{r}_auctions": ("count_distinct", f"auction_r{r}") for r in (1, 2, 3)}}
 
 
 def _q15_in(batch):
-    b = bids_ms(batch)
-    return pa.RecordBatch.from_arrays([_day(b), b.column("bidder"), b.column("auction"),
-                                       b.column("price"), b.column("date_time")],
-                                      names=["day", "bidder", "auction", "price", "date_time"])
+    b = bids(batch)
+    return _distinct_in(b, pa.array(_ms(b.column("date_time")) // DAY_MS))
+
+
+def _q15_out(batch):
+    return batch.set_column(0, "key", _day_names(batch.column("key").to_numpy()))
 
 
 def q15(events, p):
+    # count(DISTINCT ...) per day: aggregate()'s vectorized count_distinct (the key is the
+    # day number, named on output)
     return (events.map_batches(_q15_in, name="q15: day")
-            .key_by("day").process(DistinctCounts(), uid="q15-distinct", parallelism=p))
+            .key_by("key").aggregate(uid="q15-distinct", parallelism=p, **_DISTINCT_AGGS)
+            .map_batches(_q15_out, name="q15: out"))
 
 
 def _q16_in(batch):
-    b = bids_ms(batch)
-    key = pc.binary_join_element_wise(b.column("channel"), _day(b), "|")
-    return pa.RecordBatch.from_arrays(
-        [key, _day(b, "%H:%M"), b.column("bidder"),
-         b.column("auction"), b.column("price"), b.column("date_time")],
-        names=["channel_day", "minute", "bidder", "auction", "price", "date_time"])
+    b = bids(batch)
+    t = _ms(b.column("date_time"))
+    key = pc.binary_join_element_wise(b.column("channel"), _day_names(t // DAY_MS), "|")
+    out = _distinct_in(b, key)
+    return out.append_column("minute", pa.array((t % DAY_MS) // 60_000))
+
+
+def _q16_out(batch):
+    m = batch.column("minute").to_numpy()
+    hhmm = pc.binary_join_element_wise(
+        pc.utf8_lpad(pc.cast(pa.array(m // 60), pa.string()), 2, "0"),
+        pc.utf8_lpad(pc.cast(pa.array(m % 60), pa.string()), 2, "0"), ":")
+    return batch.set_column(batch.schema.get_field_index("minute"), "minute", hhmm)
 
 
 def q16(events, p):
     return (events.map_batches(_q16_in, name="q16: channel and day")
-            .key_by("channel_day")
-            .process(DistinctCounts(with_minute=True), uid="q16-distinct", parallelism=p))
+            .key_by("key").aggregate(uid="q16-distinct", parallelism=p,
+                                     minute=("max", "minute"), **_DISTINCT_AGGS)
+            .map_batches(_q16_out, name="q16: out"))
 
 
 # -- q17: per auction and day, vectorized ---------------------------------------------------
@@ -419,8 +423,7 @@ QUERIES: dict[str, Callable] = {
 #: how each query runs: vectorized (Arrow batches end to end) or per record in Python
 PER_RECORD = {"q5": "the max per window (stage 2, after a vectorized sliding count)",
               "q7": "the reduce per window (after a vectorized per-batch combiner)",
-              "q11": "session windows (window reduce)", "q15": "count distinct (map state)",
-              "q16": "count distinct (map state)", "q18": "keyed reduce",
+              "q11": "session windows (window reduce)", "q18": "keyed reduce",
               "q19": "top-10 per key (value state)"}
 
 MISSING = {
