@@ -106,3 +106,58 @@ def final_distinct(out_dir: str) -> dict:
             assert all(a[c] <= b[c] for c in ("values", "buckets", "tags", "low_buckets")), key
         final[key] = {c: rs[-1][c] for c in ("count", "values", "buckets", "tags", "low_buckets")}
     return final
+
+
+def _score(batch):
+    # a unique score per record (value, then id): the top rows are the same in every run
+    score = pc.add(pc.multiply(batch.column("value"), 1_000_000), batch.column("id"))
+    return batch.append_column("score", score)
+
+
+def topn_pipeline(root: str, *, num_records: int = 20_000, num_keys: int = 30, seed: int = 7,
+                  n: int = 5, rate: float | None = None, faults: FaultPlan | None = None,
+                  interval_ms: int = 150, parallelism: int = 2, state_backend: str = "heap",
+                  out: str | None = None) -> Pipeline:
+    """generator (Arrow) [-> faults] -> key_by(key).top_n(n, by=score) -> file sink."""
+    p = Pipeline("topn", max_parallelism=64, batch_size=256, state_backend=state_backend,
+                 checkpoint=CheckpointConfig(interval_ms=interval_ms,
+                                             directory=os.path.join(root, "ckpt"),
+                                             savepoint_directory=os.path.join(root, "sp")),
+                 restart_strategy=RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    stream = p.source(GeneratorSource(num_records, num_keys=num_keys, seed=seed, splits=4,
+                                      records_per_second=rate, arrow=True),
+                      uid="gen", parallelism=parallelism)
+    if faults is not None:
+        stream = stream.map_batches(Faults(faults), name="faults")
+    (stream.map_batches(_score, name="score")
+     .key_by("key").top_n(n, by="score", uid="top", parallelism=parallelism)
+     .sink(FileSink(out or os.path.join(root, "out")), uid="out"))
+    return p
+
+
+def expected_topn(num_records: int, num_keys: int, seed: int, n: int = 5) -> dict:
+    src = GeneratorSource(num_records, num_keys=num_keys, seed=seed)
+    per_key: dict = defaultdict(list)
+    for i in range(num_records):
+        r = src.record(i)
+        per_key[r["key"]].append((r["value"] * 1_000_000 + i, i))
+    return {(k, rank): i for k, rows in per_key.items()
+            for rank, (_, i) in enumerate(sorted(rows, reverse=True)[:n], start=1)}
+
+
+def final_topn(out_dir: str) -> dict:
+    """(key, rank) -> id of the current row of the committed upsert stream, after checking
+    that no (key, rank, row) was committed twice (a row only moves down the ranks, so
+    exactly once emits each at most once) and that every emitted row has its score."""
+    seen: dict = {}
+    best: dict = {}
+    for r in read_committed(out_dir):
+        k = (r["key"], r["rank_number"], r["id"])
+        assert k not in seen, f"{k} committed twice"
+        seen[k] = True
+        assert r["score"] == r["value"] * 1_000_000 + r["id"]
+        at = (r["key"], r["rank_number"])
+        if at not in best or r["score"] > best[at][0]:
+            best[at] = (r["score"], r["id"])
+    return {at: i for at, (_, i) in best.items()}

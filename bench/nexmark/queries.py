@@ -374,32 +374,11 @@ def q18(events, p):
             .key_by("k").reduce(_latest, uid="q18-latest", parallelism=p))
 
 
-class TopN(KeyedProcessFunction):
-    """Per auction, the ``n`` highest bids (price descending, earlier first on ties); emits
-    the rows whose rank changed when a bid enters (rank_number 1..n)."""
-
-    def __init__(self, n: int = 10) -> None:
-        self.n = n
-
-    def open(self, ctx):
-        self.top = ctx.value_state("top", None)
-
-    def process_element(self, r, ctx):
-        top = self.top.value() or []
-        price = r["price"]
-        i = len(top)
-        while i > 0 and top[i - 1]["price"] < price:
-            i -= 1
-        if i >= self.n:
-            return None
-        top = [*top[:i], r, *top[i:]][: self.n]
-        self.top.update(top)
-        return [{**row, "rank_number": j + 1} for j, row in enumerate(top) if j >= i]
-
-
 def q19(events, p):
+    # ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) <= 10: the vectorized
+    # top_n (ties: the earlier bid first), an upsert stream keyed by (auction, rank_number)
     return (events.map_batches(bids_ms, name="q19: bids")
-            .key_by("auction").process(TopN(10), uid="q19-top10", parallelism=p))
+            .key_by("auction").top_n(10, by="price", uid="q19-top10", parallelism=p))
 
 
 _ALL = list(BID_COLUMNS)
@@ -423,8 +402,7 @@ QUERIES: dict[str, Callable] = {
 #: how each query runs: vectorized (Arrow batches end to end) or per record in Python
 PER_RECORD = {"q5": "the max per window (stage 2, after a vectorized sliding count)",
               "q7": "the reduce per window (after a vectorized per-batch combiner)",
-              "q11": "session windows (window reduce)", "q18": "keyed reduce",
-              "q19": "top-10 per key (value state)"}
+              "q11": "session windows (window reduce)", "q18": "keyed reduce"}
 
 MISSING = {
     "q3": "a two-input keyed join (person JOIN auction, unbounded state on both sides)",

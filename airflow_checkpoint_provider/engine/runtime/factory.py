@@ -22,6 +22,7 @@ from .operators import (
     SourceOperator,
 )
 from .temporal_join import TemporalJoinOperator
+from .topn import TopNOperator
 from .windowing import WindowAggregateOperator, WindowFunctionOperator
 
 _SIMPLE = {"map": MapOperator, "flat_map": FlatMapOperator, "filter": FilterOperator,
@@ -30,7 +31,8 @@ _KEYED = {"process": ProcessOperator, "reduce": ReduceOperator, "window": Window
           "co_process": CoProcessOperator, "interval_join": IntervalJoinOperator,
           "window_join": WindowJoinOperator, "broadcast_process": BroadcastProcessOperator,
           "temporal_join": TemporalJoinOperator}
-_COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregateOperator}
+_COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregateOperator,
+             "top_n": TopNOperator}
 
 
 def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
