@@ -161,3 +161,29 @@ def final_topn(out_dir: str) -> dict:
         if at not in best or r["score"] > best[at][0]:
             best[at] = (r["score"], r["id"])
     return {at: i for at, (_, i) in best.items()}
+
+
+def session_aggregate_pipeline(root: str, *, num_records: int | None = None,
+                               rate: float | None = None, faults: FaultPlan | None = None,
+                               parallelism: int = 2, state_backend: str = "heap",
+                               out: str | None = None) -> Pipeline:
+    """event_time_pipelines' sparse 200-key input -> window(SessionWindows(GAP_MS))
+    .aggregate(n=count, total=sum(value)), vectorized; its expected output is
+    event_time_pipelines.expected_sessions()."""
+    from event_time_pipelines import GAP_MS, N, source, watermarks
+
+    from airflow_checkpoint_provider.engine import SessionWindows
+
+    p = Pipeline("sessions-aggregate", max_parallelism=64, state_backend=state_backend,
+                 checkpoint=CheckpointConfig(interval_ms=150, directory=os.path.join(root, "ckpt"),
+                                             savepoint_directory=os.path.join(root, "sp")),
+                 restart_strategy=RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    stream = p.source(source(num_records or N, num_keys=200, rate=rate, arrow=True), uid="gen",
+                      parallelism=parallelism, watermarks=watermarks())
+    if faults is not None:
+        stream = stream.map_batches(Faults(faults), name="faults")
+    (stream.key_by("key").window(SessionWindows(GAP_MS))
+     .aggregate(uid="win", parallelism=parallelism, n="count", total=("sum", "value"))
+     .sink(FileSink(out or os.path.join(root, "out")), uid="out"))
+    return p

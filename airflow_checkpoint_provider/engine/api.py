@@ -507,14 +507,16 @@ class WindowedStream:
         """The aggregations of :meth:`KeyedStream.aggregate`, per key and window, vectorized.
         Emits one row per key and window when the watermark passes the window's end: the key,
         ``window_start``, ``window_end`` (epoch ms, or timestamps if the time column is
-        one) and the aggregations (Structured Streaming's append mode)."""
+        one) and the aggregations (Structured Streaming's append mode). Session windows
+        merge per key as records arrive, vectorized too (without allowed_lateness)."""
         from .state.windows import WindowSpec
 
         keyed = self._keyed
-        if isinstance(self.assigner, SessionWindows):
+        session = isinstance(self.assigner, SessionWindows)
+        if session and self.allowed_lateness_ms:
             raise PipelineDefinitionError(
-                f"window aggregate {uid!r}: session windows merge per key and are not "
-                "vectorized; use window(SessionWindows(...)).reduce(fn) or .process(fn)")
+                f"window aggregate {uid!r}: session windows with allowed_lateness need "
+                "window(SessionWindows(...)).reduce(fn) or .process(fn)")
         spec = _aggregate_spec("window aggregate", uid, keyed._key_selector, aggregations)
         for reserved in ("window_start", "window_end"):
             if reserved in aggregations:
@@ -522,7 +524,7 @@ class WindowedStream:
                     f"window aggregate {uid!r}: output {reserved!r} is a window column")
         timestamp = keyed._needs_event_time("window aggregate", uid)
         window = WindowSpec(spec, self.assigner, self.allowed_lateness_ms, timestamp)
-        node = keyed._then("window_aggregate",
+        node = keyed._then("session_aggregate" if session else "window_aggregate",
                            name or f"Window {self.assigner.describe()['type']}: "
                                    f"{', '.join(aggregations)}",
                            uid, parallelism, window, keyed._key_selector)

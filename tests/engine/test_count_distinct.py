@@ -39,10 +39,10 @@ def test_exceptions_and_sigkill_still_give_the_failure_free_results(workdir, exp
     points = [("record", 900), ("kill", 6_000), ("record", 11_000), ("kill", 17_500)]
     faults = FaultPlan(str(workdir / "faults"), points)
     result = distinct_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
-                               rate=5000, faults=faults, state_backend=backend).run()
+                               rate=3000, faults=faults, state_backend=backend).run()
     assert result.status == "FINISHED"
     assert len(faults.fired()) == len(points) and result.restarts == len(points)
-    assert result.checkpoints_completed >= 3
+    assert result.checkpoints_completed >= 2  # restores from checkpoints, not only from scratch
     free = workdir / "free"
     free.mkdir()
     assert distinct_pipeline(str(free), num_records=N, num_keys=KEYS, seed=SEED,
@@ -55,7 +55,7 @@ def test_exceptions_and_sigkill_still_give_the_failure_free_results(workdir, exp
 def test_savepoint_at_two_restores_at_three_with_exact_counts(workdir, tmp_path, expected,
                                                               backend):
     bg = Background(distinct_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
-                                      rate=4000, state_backend=backend))
+                                      rate=2000, state_backend=backend))
     job = bg.wait_running(min_checkpoints=1)
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
     assert req.status == "SUCCEEDED", req.error

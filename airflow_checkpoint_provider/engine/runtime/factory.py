@@ -21,6 +21,7 @@ from .operators import (
     SinkOperator,
     SourceOperator,
 )
+from .sessions import SessionAggregateOperator
 from .temporal_join import TemporalJoinOperator
 from .topn import TopNOperator
 from .windowing import WindowAggregateOperator, WindowFunctionOperator
@@ -32,7 +33,7 @@ _KEYED = {"process": ProcessOperator, "reduce": ReduceOperator, "window": Window
           "window_join": WindowJoinOperator, "broadcast_process": BroadcastProcessOperator,
           "temporal_join": TemporalJoinOperator}
 _COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregateOperator,
-             "top_n": TopNOperator}
+             "top_n": TopNOperator, "session_aggregate": SessionAggregateOperator}
 
 
 def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
