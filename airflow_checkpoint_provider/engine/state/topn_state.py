@@ -1,16 +1,18 @@
-"""Columnar state of ``KeyedStream.top_n``: the ``n`` best rows of every key, as one Arrow
-table, updated a batch at a time (no Python per record).
+"""Columnar state of ``KeyedStream.top_n``: the ``n`` best rows of every key, updated a
+batch at a time (no Python per record).
 
 Order: by the ``by`` column (descending unless ``descending=False``), ties in arrival
-order (an earlier row ranks first). A batch is merged with the kept rows of the keys it
-touches (sort by key, value and arrival, rank within key, keep ranks ``<= n``); the rows
+order (an earlier row ranks first); rows with a null ``by`` never rank. A batch is merged
+with the kept rows of the keys it touches (one ``lexsort`` by key, value and arrival, rank
+within key, keep ranks ``<= n``, written back into per-key slots); the rows
 whose rank is new or changed are emitted with their rank (an upsert stream keyed by
 ``(key, rank)``: the last row of each is the current one, as Flink's Top-N emits).
 
 Snapshot file (an ``arrow`` keyed-state handle): one Arrow IPC file, zstd-compressed,
 columns ``key_group`` (int32), the input columns, ``_seq`` (arrival order) and ``_rank``;
-restore keeps the rows of the key groups the subtask owns (any parallelism). The table is
-immutable Arrow data, so the synchronous part of a snapshot is a reference.
+restore keeps the rows of the key groups the subtask owns (any parallelism). The
+synchronous part of a snapshot copies the slot matrices (``keys x n`` integers); the
+payloads are immutable Arrow data, taken by reference.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pyarrow.compute as pc
 from ..errors import RestoreError
 from ..snapshot.codec import read_state_file
 from .backend import StateSnapshot, write_state_file
+from .key_index import KeyIndex, _varlen, keys_to_numpy
 from .keygroups import KeyGroupRange
 from .vectorized import key_hashes
 
@@ -45,7 +48,16 @@ class TopNSpec:
 
 
 class TopNTable:
-    """The kept rows of the key groups of one subtask (the KeyedStateBackend protocol)."""
+    """The kept rows of the key groups of one subtask (the KeyedStateBackend protocol).
+
+    Per key (a row of a :class:`~.key_index.KeyIndex`): ``n`` slots of sort value, arrival
+    number and payload id (numpy matrices); the payloads (the input rows) are an
+    append-only Arrow table, compacted when rows pushed out of every top-n outnumber the
+    kept ones. A batch touches only the slots of its keys: its cost does not grow with the
+    state."""
+
+    #: payload rows tolerated beyond twice the kept ones before a compaction
+    COMPACT_MIN = 65_536
 
     def __init__(self, spec: TopNSpec, key_groups: KeyGroupRange, max_parallelism: int,
                  operator_uid: str) -> None:
@@ -53,11 +65,23 @@ class TopNTable:
         self.key_groups = key_groups
         self.max_parallelism = max_parallelism
         self.uid = operator_uid
-        self.rows: pa.Table | None = None  # input columns + _seq + _rank
+        self.index = KeyIndex()
+        n = spec.n
+        self.val: np.ndarray | None = None  # (keys, n): sort values (the by column's dtype)
+        self.seq = np.zeros((0, n), dtype=np.int64)
+        self.pid = np.full((0, n), -1, dtype=np.int64)
+        self.cnt = np.zeros(0, dtype=np.int64)
+        self.store: pa.Table | None = None  # payloads: input rows, payload id = row number
         self.next_seq = 0
+        self.skipped_null = 0
 
     def __len__(self) -> int:
-        return 0 if self.rows is None else self.rows.num_rows
+        return int(self.cnt[: self.index.n].sum())
+
+    @property
+    def rows(self) -> pa.Table | None:
+        """The kept rows with ``_seq`` and ``_rank`` (what a snapshot writes)."""
+        return self._live(self._capture())
 
     def _check(self, table: pa.Table) -> None:
         spec = self.spec
@@ -69,61 +93,138 @@ class TopNTable:
             if col in table.column_names:
                 raise KeyError(f"top_n {self.uid!r}: the input has a column {col!r}, which "
                                "top_n adds; rename it (or pass rank_field=...)")
+        t = table.schema.field(spec.by).type
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+            raise TypeError(f"top_n {self.uid!r}: by column {spec.by!r} has type {t}; "
+                            "top_n orders by an integer or floating-point column")
+
+    def _key_rows(self, keys: pa.Array) -> np.ndarray:
+        """The key row of every key of ``keys`` (distinct), inserting new ones."""
+        hashes = key_hashes(keys)
+        found = self.index.lookup_arrow(keys, hashes) if _varlen(keys.type) else None
+        if found is None:
+            found = self.index.lookup(keys_to_numpy(keys), hashes)
+        new = found < 0
+        if new.any():
+            fresh = keys.filter(pa.array(new))
+            found[new] = self.index.insert(keys_to_numpy(fresh), hashes[new], fresh)
+            size = self.index.n
+            if size > len(self.cnt):
+                grow = max(size, 2 * len(self.cnt), 16) - len(self.cnt)
+                n = self.spec.n
+                self.val = np.concatenate([self.val, np.zeros((grow, n), self.val.dtype)])
+                self.seq = np.concatenate([self.seq, np.zeros((grow, n), np.int64)])
+                self.pid = np.concatenate([self.pid, np.full((grow, n), -1, np.int64)])
+                self.cnt = np.concatenate([self.cnt, np.zeros(grow, np.int64)])
+        return found
+
+    def _append(self, table: pa.Table) -> np.ndarray:
+        """Add payload rows; return their ids."""
+        base = 0 if self.store is None else self.store.num_rows
+        if self.store is None:
+            self.store = table
+        else:
+            self.store = pa.concat_tables([self.store, table.cast(self.store.schema)])
+            if self.store.num_columns and self.store.column(0).num_chunks > 64:
+                self.store = self.store.combine_chunks()
+        return np.arange(base, base + table.num_rows, dtype=np.int64)
 
     def update(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Merge ``batch``; return its rows and the kept rows whose rank changed, each with
         its new rank (``rank_field``)."""
-        spec = self.spec
+        spec, n = self.spec, self.spec.n
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         self._check(table)
-        n = table.num_rows
-        seq = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
-        self.next_seq += n
-        new = table.append_column(SEQ, pa.array(seq)).append_column(
-            RANK, pa.array(np.zeros(n, dtype=np.int64)))
-        if self.rows is not None and self.rows.num_rows:
-            if new.schema != self.rows.schema:
-                try:
-                    new = new.select(self.rows.column_names).cast(self.rows.schema)
-                except (KeyError, pa.ArrowException) as e:
-                    raise TypeError(
-                        f"top_n {self.uid!r}: the input's columns changed from "
-                        f"{self.rows.schema} to {table.schema}; keep one schema") from e
-            touched = pc.is_in(self.rows.column(spec.key), value_set=pc.unique(
-                table.column(spec.key)))
-            old = self.rows.filter(touched)
-            rest = self.rows.filter(pc.invert(touched))
-            combined = pa.concat_tables([old, new])
-        else:
-            rest, combined = None, new
-        order = pc.sort_indices(combined, sort_keys=[
-            (spec.key, "ascending"), (spec.by, "descending" if spec.descending else "ascending"),
-            (SEQ, "ascending")])
-        ranked = combined.take(order)
-        codes = pc.dictionary_encode(ranked.column(spec.key).combine_chunks(),
-                                     null_encoding="encode").indices.to_numpy(
-                                         zero_copy_only=False)
-        pos = np.arange(len(codes))
-        starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if len(codes) else pos
-        first = np.repeat(starts, np.diff(np.r_[starts, len(codes)]))
-        rank = pos - first + 1
-        keep = rank <= spec.n
-        kept = ranked.filter(pa.array(keep))
-        rank = rank[keep]
-        changed = kept.column(RANK).to_numpy() != rank
-        kept = kept.set_column(kept.schema.get_field_index(RANK), RANK, pa.array(rank))
-        self.rows = (kept if rest is None else pa.concat_tables([rest, kept])).combine_chunks()
-        out = kept.filter(pa.array(changed)).drop_columns([SEQ, RANK])
-        out = out.append_column(spec.rank_field, pa.array(rank[changed]))
-        return out.combine_chunks().to_batches()[0] if out.num_rows else \
-            pa.RecordBatch.from_pylist([], schema=out.schema)
+        by = table.column(spec.by)
+        if by.null_count:  # a null never ranks
+            self.skipped_null += by.null_count
+            table = table.filter(by.is_valid())
+            by = table.column(spec.by)
+        if not table.num_rows:
+            return self._empty(table)
+        values = by.to_numpy()
+        if values.dtype.kind == "u":  # ordered by negation below
+            values = values.astype(np.int64)
+        if self.val is None:
+            self.val = np.zeros((len(self.cnt), n), values.dtype)
+        elif values.dtype != self.val.dtype:
+            values = values.astype(np.result_type(values.dtype, self.val.dtype))
+            self.val = self.val.astype(values.dtype)
+        encoded = pc.dictionary_encode(table.column(spec.key).combine_chunks(),
+                                       null_encoding="encode")
+        rows = self._key_rows(encoded.dictionary)[
+            encoded.indices.to_numpy(zero_copy_only=False)]
+        m = table.num_rows
+        seq = np.arange(self.next_seq, self.next_seq + m, dtype=np.int64)
+        self.next_seq += m
+        try:
+            pids = self._append(table)
+        except (pa.ArrowException, ValueError) as e:
+            raise TypeError(f"top_n {self.uid!r}: the input's columns changed from "
+                            f"{self.store.schema if self.store else None} to {table.schema}; "
+                            "keep one schema") from e
+        touched, arrived = np.unique(rows, return_counts=True)
+        filled = np.arange(n) < self.cnt[touched][:, None]
+        old_rows = np.repeat(touched, filled.sum(axis=1))
+        all_rows = np.concatenate([old_rows, rows])
+        all_val = np.concatenate([self.val[touched][filled], values])
+        all_seq = np.concatenate([self.seq[touched][filled], seq])
+        all_pid = np.concatenate([self.pid[touched][filled], pids])
+        was = np.concatenate([np.broadcast_to(np.arange(1, n + 1), filled.shape)[filled],
+                              np.zeros(m, np.int64)])
+        order = np.lexsort((all_seq, -all_val if spec.descending else all_val, all_rows))
+        r, v, q, p, w = (a[order] for a in (all_rows, all_val, all_seq, all_pid, was))
+        first = np.r_[True, r[1:] != r[:-1]]
+        starts = np.flatnonzero(first)
+        rank = np.arange(len(r)) - np.repeat(starts, np.diff(np.r_[starts, len(r)])) + 1
+        keep = rank <= n
+        r, v, q, p, w, rank = r[keep], v[keep], q[keep], p[keep], w[keep], rank[keep]
+        self.val[r, rank - 1] = v
+        self.seq[r, rank - 1] = q
+        self.pid[r, rank - 1] = p
+        self.cnt[touched] = np.minimum(self.cnt[touched] + arrived, n)
+        changed = w != rank
+        out = self.store.take(pa.array(p[changed])).append_column(
+            spec.rank_field, pa.array(rank[changed]))
+        self._compact()
+        return out.combine_chunks().to_batches()[0] if out.num_rows else self._empty(table)
+
+    def _empty(self, table: pa.Table) -> pa.RecordBatch:
+        schema = table.schema.append(pa.field(self.spec.rank_field, pa.int64()))
+        return pa.RecordBatch.from_pylist([], schema=schema)
+
+    def _compact(self) -> None:
+        """Drop the payloads no slot refers to once they outnumber the kept ones."""
+        live = int(self.cnt.sum())
+        if self.store is None or self.store.num_rows <= 2 * live + self.COMPACT_MIN:
+            return
+        used = self.pid[self.pid >= 0]
+        keep = np.unique(used)
+        self.store = self.store.take(pa.array(keep)).combine_chunks()
+        at = self.pid >= 0
+        self.pid[at] = np.searchsorted(keep, self.pid[at])
+
+    def _capture(self) -> tuple:
+        """Synchronous part of a snapshot: the slots (copied) and the payloads (immutable)."""
+        k = self.index.n
+        return (self.cnt[:k].copy(), self.seq[:k].copy(), self.pid[:k].copy(), self.store)
+
+    def _live(self, captured: tuple) -> pa.Table | None:
+        cnt, seq, pid, store = captured
+        if store is None or not cnt.sum():
+            return None
+        filled = np.arange(self.spec.n) < cnt[:, None]
+        rank = np.broadcast_to(np.arange(1, self.spec.n + 1), filled.shape)[filled]
+        rows = store.take(pa.array(pid[filled]))
+        return rows.append_column(SEQ, pa.array(seq[filled])).append_column(
+            RANK, pa.array(rank.astype(np.int64)))
 
     # -- the KeyedStateBackend protocol (state/backend.py) ------------------------------------
     def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
-        rows = self.rows  # immutable: the synchronous part is this reference
+        captured = self._capture()
 
         def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
-            return write_state_file(chk_dir, stem, "arrow", self.serialize(rows),
+            return write_state_file(chk_dir, stem, "arrow", self.serialize(self._live(captured)),
                                     {"type": "arrow"})
 
         return StateSnapshot({"top_n": {"kind": "top_n", "serializer": "arrow",
@@ -160,10 +261,29 @@ class TopNTable:
                                     pc.less_equal(kg, self.key_groups.end)))
         mine = mine.drop_columns(["key_group"])
         if mine.num_rows:
-            self.rows = mine if self.rows is None else pa.concat_tables(
-                [self.rows, mine.cast(self.rows.schema)]).combine_chunks()
+            self._load(mine)
             self.next_seq = max(self.next_seq, int(pc.max(mine.column(SEQ)).as_py()) + 1)
         return mine.num_rows
+
+    def _load(self, table: pa.Table) -> None:
+        """Restored rows (with _seq and _rank, keys new to this table) into the slots."""
+        n = self.spec.n
+        table = table.filter(pc.less_equal(table.column(RANK), n))
+        values = table.column(self.spec.by).to_numpy()
+        if self.val is None:
+            self.val = np.zeros((len(self.cnt), n), values.dtype)
+        elif values.dtype != self.val.dtype:
+            self.val = self.val.astype(np.result_type(values.dtype, self.val.dtype))
+        encoded = pc.dictionary_encode(table.column(self.spec.key).combine_chunks(),
+                                       null_encoding="encode")
+        rows = self._key_rows(encoded.dictionary)[
+            encoded.indices.to_numpy(zero_copy_only=False)]
+        rank = table.column(RANK).to_numpy() - 1
+        payload = table.drop_columns([SEQ, RANK])
+        self.val[rows, rank] = values
+        self.seq[rows, rank] = table.column(SEQ).to_numpy()
+        self.pid[rows, rank] = self._append(payload)
+        np.maximum.at(self.cnt, rows, rank + 1)
 
     def notify_complete(self, checkpoint_id: int) -> None:
         """Nothing to confirm: every snapshot is one self-contained file."""

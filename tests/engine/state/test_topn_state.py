@@ -95,3 +95,26 @@ def test_an_input_column_named_like_the_rank_is_refused():
     t = _table()
     with pytest.raises(KeyError, match="rank_number"):
         t.update(pa.RecordBatch.from_pydict({"auction": [1], "price": [1], "rank_number": [1]}))
+
+
+def test_pushed_out_payloads_are_compacted_away_without_changing_results(monkeypatch):
+    monkeypatch.setattr(TopNTable, "COMPACT_MIN", 100)
+    batches = list(_batches(4, n_batches=20))
+    t = _table(3)
+    outputs = [t.update(b) for b in batches]
+    assert _upserts(outputs) == _reference(batches, 3)
+    assert t.store.num_rows <= 2 * len(t) + 100 + 500  # compacted (at most one batch behind)
+    data = t.serialize(t.rows)
+    again = _table(3)
+    again.restore(data)
+    assert again.rows.sort_by([("auction", "ascending"), ("_rank", "ascending")]).equals(
+        t.rows.sort_by([("auction", "ascending"), ("_rank", "ascending")]))
+
+
+def test_rows_without_a_sort_value_never_rank():
+    t = _table(2)
+    out = t.update(pa.RecordBatch.from_pydict({"auction": [1, 1, 1], "price": [5, None, 3],
+                                               "id": [0, 1, 2]}))
+    assert sorted(zip(out.column("id").to_pylist(), out.column("rank_number").to_pylist(),
+                      strict=True)) == [(0, 1), (2, 2)]
+    assert t.skipped_null == 1
