@@ -58,6 +58,8 @@ class TopNTable:
 
     #: payload rows tolerated beyond twice the kept ones before a compaction
     COMPACT_MIN = 65_536
+    #: payload chunks kept apart before they are concatenated
+    MAX_CHUNKS = 32
 
     def __init__(self, spec: TopNSpec, key_groups: KeyGroupRange, max_parallelism: int,
                  operator_uid: str) -> None:
@@ -71,7 +73,10 @@ class TopNTable:
         self.seq = np.zeros((0, n), dtype=np.int64)
         self.pid = np.full((0, n), -1, dtype=np.int64)
         self.cnt = np.zeros(0, dtype=np.int64)
-        self.store: pa.Table | None = None  # payloads: input rows, payload id = row number
+        #: payloads (the input rows) in chunks; payload id = row number across the chunks
+        self.chunks: list[pa.Table] = []
+        self.bounds = np.zeros(1, dtype=np.int64)  # first payload id of each chunk, and end
+        self.schema: pa.Schema | None = None
         self.next_seq = 0
         self.skipped_null = 0
 
@@ -119,15 +124,36 @@ class TopNTable:
         return found
 
     def _append(self, table: pa.Table) -> np.ndarray:
-        """Add payload rows; return their ids."""
-        base = 0 if self.store is None else self.store.num_rows
-        if self.store is None:
-            self.store = table
+        """Add payload rows (a new chunk of the store); return their ids."""
+        if self.chunks:
+            table = table.cast(self.chunks[0].schema)
         else:
-            self.store = pa.concat_tables([self.store, table.cast(self.store.schema)])
-            if self.store.num_columns and self.store.column(0).num_chunks > 64:
-                self.store = self.store.combine_chunks()
+            self.schema = table.schema
+        base = int(self.bounds[-1])
+        self.chunks.append(table.combine_chunks())
+        self.bounds = np.append(self.bounds, base + table.num_rows)
+        if len(self.chunks) > self.MAX_CHUNKS:  # amortized: one copy per MAX_CHUNKS batches
+            self.chunks = [pa.concat_tables(self.chunks).combine_chunks()]
+            self.bounds = self.bounds[[0, -1]]
         return np.arange(base, base + table.num_rows, dtype=np.int64)
+
+    def _take(self, pids: np.ndarray) -> pa.Table:
+        """The payload rows ``pids``, in that order: a take per chunk (Arrow's take of a
+        chunked table would concatenate the whole store first)."""
+        if len(self.chunks) == 1:
+            return self.chunks[0].take(pa.array(pids))
+        at = np.searchsorted(self.bounds, pids, side="right") - 1
+        order = np.argsort(at, kind="stable")
+        parts = []
+        for c in np.unique(at):
+            sel = pids[order[np.searchsorted(at[order], c):np.searchsorted(at[order], c,
+                                                                          side="right")]]
+            parts.append(self.chunks[c].take(pa.array(sel - self.bounds[c])))
+        if not parts:
+            return self.schema.empty_table()
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        return pa.concat_tables(parts).take(pa.array(inverse))
 
     def update(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Merge ``batch``; return its rows and the kept rows whose rank changed, each with
@@ -161,8 +187,7 @@ class TopNTable:
             pids = self._append(table)
         except (pa.ArrowException, ValueError) as e:
             raise TypeError(f"top_n {self.uid!r}: the input's columns changed from "
-                            f"{self.store.schema if self.store else None} to {table.schema}; "
-                            "keep one schema") from e
+                            f"{self.schema} to {table.schema}; keep one schema") from e
         touched, arrived = np.unique(rows, return_counts=True)
         filled = np.arange(n) < self.cnt[touched][:, None]
         old_rows = np.repeat(touched, filled.sum(axis=1))
@@ -184,7 +209,7 @@ class TopNTable:
         self.pid[r, rank - 1] = p
         self.cnt[touched] = np.minimum(self.cnt[touched] + arrived, n)
         changed = w != rank
-        out = self.store.take(pa.array(p[changed])).append_column(
+        out = self._take(p[changed]).append_column(
             spec.rank_field, pa.array(rank[changed]))
         self._compact()
         return out.combine_chunks().to_batches()[0] if out.num_rows else self._empty(table)
@@ -195,27 +220,32 @@ class TopNTable:
 
     def _compact(self) -> None:
         """Drop the payloads no slot refers to once they outnumber the kept ones."""
-        live = int(self.cnt.sum())
-        if self.store is None or self.store.num_rows <= 2 * live + self.COMPACT_MIN:
+        total = int(self.bounds[-1])
+        if total <= 2 * int(self.cnt.sum()) + self.COMPACT_MIN:
             return
-        used = self.pid[self.pid >= 0]
-        keep = np.unique(used)
-        self.store = self.store.take(pa.array(keep)).combine_chunks()
         at = self.pid >= 0
-        self.pid[at] = np.searchsorted(keep, self.pid[at])
+        used = np.zeros(total, dtype=bool)
+        used[self.pid[at]] = True
+        keep = np.flatnonzero(used)
+        kept = self._take(keep).combine_chunks()
+        self.chunks, self.bounds = [kept], np.array([0, kept.num_rows], dtype=np.int64)
+        self.pid[at] = (np.cumsum(used) - 1)[self.pid[at]]
 
     def _capture(self) -> tuple:
         """Synchronous part of a snapshot: the slots (copied) and the payloads (immutable)."""
         k = self.index.n
-        return (self.cnt[:k].copy(), self.seq[:k].copy(), self.pid[:k].copy(), self.store)
+        return (self.cnt[:k].copy(), self.seq[:k].copy(), self.pid[:k].copy(),
+                list(self.chunks), self.bounds.copy())
 
     def _live(self, captured: tuple) -> pa.Table | None:
-        cnt, seq, pid, store = captured
-        if store is None or not cnt.sum():
+        cnt, seq, pid, chunks, bounds = captured
+        if not chunks or not cnt.sum():
             return None
         filled = np.arange(self.spec.n) < cnt[:, None]
         rank = np.broadcast_to(np.arange(1, self.spec.n + 1), filled.shape)[filled]
-        rows = store.take(pa.array(pid[filled]))
+        view = TopNTable.__new__(TopNTable)  # the captured chunks, not the live ones
+        view.chunks, view.bounds, view.schema = chunks, bounds, self.schema
+        rows = view._take(pid[filled])
         return rows.append_column(SEQ, pa.array(seq[filled])).append_column(
             RANK, pa.array(rank.astype(np.int64)))
 
