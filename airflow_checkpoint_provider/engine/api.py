@@ -473,15 +473,11 @@ class KeyedStream(DataStream):
         ties: the earlier row first), vectorized. For every input batch, emits the rows
         whose rank is new or changed with their rank in ``rank_field`` (1..n): an upsert
         stream keyed by (key, rank). Needs ``key_by(field name)`` (:mod:`.state.topn_state`)."""
-        from .state.topn_state import TopNSpec
+        from .state.topn_state import top_n_spec
 
-        field = getattr(self._key_selector, "field", None)
-        if field is None:
-            raise PipelineDefinitionError(f"top_n {uid!r}: needs key_by(<field name>)")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise PipelineDefinitionError(f"top_n {uid!r}: n must be an int >= 1, got {n!r}")
-        node = self._then("top_n", name or f"Top {n} by {by}", uid, parallelism,
-                          TopNSpec(field, n, by, descending, rank_field), self._key_selector)
+        spec = top_n_spec(uid, self._key_selector, n, by, descending, rank_field)
+        node = self._then("top_n", name or f"Top {n} by {by}", uid, parallelism, spec,
+                          self._key_selector)
         return DataStream(self._p, [node], FORWARD)
 
     def reduce(self, fn: Callable[[dict, dict], dict], *, uid: str,

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import RestoreError
+from ..errors import PipelineDefinitionError, RestoreError
 from ..snapshot.codec import read_state_file
 from .backend import StateSnapshot, write_state_file
 from .key_index import KeyIndex, _varlen, keys_to_numpy
@@ -45,6 +45,17 @@ class TopNSpec:
     def describe(self) -> dict:
         return {"key": self.key, "n": self.n, "by": self.by, "descending": self.descending,
                 "rank_field": self.rank_field}
+
+
+def top_n_spec(uid: str, key_selector, n: int, by: str, descending: bool,
+               rank_field: str) -> TopNSpec:
+    """The spec of ``KeyedStream.top_n``, checked."""
+    field = getattr(key_selector, "field", None)
+    if field is None:
+        raise PipelineDefinitionError(f"top_n {uid!r}: needs key_by(<field name>)")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise PipelineDefinitionError(f"top_n {uid!r}: n must be an int >= 1, got {n!r}")
+    return TopNSpec(field, n, by, descending, rank_field)
 
 
 class TopNTable:
