@@ -480,7 +480,10 @@ class KeyedStream(DataStream):
         """Built-in running aggregations per key, vectorized (no Python code per record).
 
         Each keyword names an output column: ``"count"`` counts rows; ``(function, column)``
-        with function ``count`` (non-null values), ``sum``, ``min``, ``max`` or ``mean``::
+        with function ``count`` (non-null values), ``sum``, ``min``, ``max``, ``mean`` or
+        ``count_distinct`` (exact number of distinct non-null values: integer, string or
+        binary columns; a column null where a condition fails gives SQL's
+        ``COUNT(DISTINCT x) FILTER (WHERE ...)``)::
 
             stream.key_by("user").aggregate(uid="totals", events="count",
                                              spent=("sum", "amount"), avg=("mean", "amount"))
@@ -505,8 +508,25 @@ class KeyedStream(DataStream):
             spec.ttl_ms = duration_ms(ttl, f"aggregate {uid!r}: ttl")
             if spec.ttl_ms <= 0:
                 raise PipelineDefinitionError(f"aggregate {uid!r}: ttl must be > 0")
+            if any(fn == "count_distinct" for _, fn, _ in spec.aggregations):
+                raise PipelineDefinitionError(
+                    f"aggregate {uid!r}: count_distinct does not support ttl yet")
         node = self._then("aggregate", name or f"Aggregate: {', '.join(aggregations)}", uid,
                           parallelism, spec, self._key_selector)
+        return DataStream(self._p, [node], FORWARD)
+
+    def top_n(self, n: int, *, by: str, uid: str, descending: bool = True,
+              rank_field: str = "rank_number", parallelism: int | None = None,
+              name: str | None = None) -> DataStream:
+        """The ``n`` rows with the highest ``by`` per key (lowest with ``descending=False``;
+        ties: the earlier row first), vectorized. For every input batch, emits the rows
+        whose rank is new or changed with their rank in ``rank_field`` (1..n): an upsert
+        stream keyed by (key, rank). Needs ``key_by(field name)`` (:mod:`.state.topn_state`)."""
+        from .state.topn_state import top_n_spec
+
+        spec = top_n_spec(uid, self._key_selector, n, by, descending, rank_field)
+        node = self._then("top_n", name or f"Top {n} by {by}", uid, parallelism, spec,
+                          self._key_selector)
         return DataStream(self._p, [node], FORWARD)
 
     def reduce(self, fn: Callable[[dict, dict], dict], *, uid: str,

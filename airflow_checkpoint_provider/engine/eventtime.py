@@ -272,9 +272,10 @@ class SlidingWindows(WindowAssigner):
 
 class SessionWindows(WindowAssigner):
     """Per key, a window per burst of activity: records less than ``gap`` apart share a
-    session, which ends ``gap`` after its last record. Sessions merge as records arrive, so
-    they need a Python window function (``window(...).reduce(fn)`` / ``.process(fn)``); the
-    reduce function then also combines two partial results (``fn(acc_a, acc_b)``)."""
+    session, which ends ``gap`` after its last record. Sessions merge as records arrive:
+    ``window(...).aggregate(...)`` merges them a batch at a time (vectorized); with
+    ``window(...).reduce(fn)`` the reduce function also combines two partial results
+    (``fn(acc_a, acc_b)``), ``.process(fn)`` gets the session's records."""
 
     def __init__(self, gap) -> None:
         self.gap = duration_ms(gap, "session gap")

@@ -24,7 +24,8 @@ FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast
 #: operators with two inputs (``connect`` and the joins): each input edge says which it is
 TWO_INPUT_KINDS = ("co_process", "interval_join", "window_join", "broadcast_process",
                    "temporal_join")
-KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate", "window", *TWO_INPUT_KINDS)
+KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate", "window", "top_n",
+               "session_aggregate", *TWO_INPUT_KINDS)
 STATEFUL_KINDS = ("source", *KEYED_KINDS, "sink")
 
 

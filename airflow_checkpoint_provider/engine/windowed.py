@@ -28,14 +28,16 @@ class WindowedStream:
         """The aggregations of :meth:`KeyedStream.aggregate`, per key and window, vectorized.
         Emits one row per key and window when the watermark passes the window's end: the key,
         ``window_start``, ``window_end`` (epoch ms, or timestamps if the time column is
-        one) and the aggregations (Structured Streaming's append mode)."""
+        one) and the aggregations (Structured Streaming's append mode). Session windows
+        merge per key as records arrive, vectorized too (without allowed_lateness)."""
         from .state.windows import WindowSpec
 
         keyed = self._keyed
-        if isinstance(self.assigner, SessionWindows):
+        session = isinstance(self.assigner, SessionWindows)
+        if session and self.allowed_lateness_ms:
             raise PipelineDefinitionError(
-                f"window aggregate {uid!r}: session windows merge per key and are not "
-                "vectorized; use window(SessionWindows(...)).reduce(fn) or .process(fn)")
+                f"window aggregate {uid!r}: session windows with allowed_lateness need "
+                "window(SessionWindows(...)).reduce(fn) or .process(fn)")
         spec = _aggregate_spec("window aggregate", uid, keyed._key_selector, aggregations)
         for reserved in ("window_start", "window_end"):
             if reserved in aggregations:
@@ -43,12 +45,11 @@ class WindowedStream:
                     f"window aggregate {uid!r}: output {reserved!r} is a window column")
         timestamp = keyed._needs_event_time("window aggregate", uid)
         window = WindowSpec(spec, self.assigner, self.allowed_lateness_ms, timestamp)
-        node = keyed._then("window_aggregate",
+        node = keyed._then("session_aggregate" if session else "window_aggregate",
                            name or f"Window {self.assigner.describe()['type']}: "
                                    f"{', '.join(aggregations)}",
                            uid, parallelism, window, keyed._key_selector)
         return keyed._downstream(node)
-
 
     def reduce(self, fn: Callable[[dict, dict], dict], *, uid: str,
                parallelism: int | None = None, name: str | None = None) -> DataStream:
@@ -83,6 +84,7 @@ class WindowedStream:
 def _aggregate_spec(what: str, uid: str, key_selector, aggregations: dict):
     """The :class:`~.state.columnar.AggregateSpec` of ``aggregate(**aggregations)``, checked."""
     from .state.columnar import AggregateSpec
+    from .state.distinct_state import DISTINCT
 
     field = getattr(key_selector, "field", None)
     if field is None:
@@ -101,9 +103,15 @@ def _aggregate_spec(what: str, uid: str, key_selector, aggregations: dict):
             spec.append((out, "count", None))
             continue
         if (not isinstance(agg, tuple | list) or len(agg) != 2
-                or agg[0] not in AggregateSpec.FUNCTIONS or not isinstance(agg[1], str)):
+                or agg[0] not in (*AggregateSpec.FUNCTIONS, DISTINCT)
+                or not isinstance(agg[1], str)):
             raise PipelineDefinitionError(
                 f"{what} {uid!r}: aggregation {out}={agg!r} is not \"count\" or "
-                f"(function, column) with function one of {', '.join(AggregateSpec.FUNCTIONS)}")
+                f"(function, column) with function one of "
+                f"{', '.join((*AggregateSpec.FUNCTIONS, DISTINCT))}")
+        if agg[0] == DISTINCT and what != "aggregate":
+            raise PipelineDefinitionError(
+                f"{what} {uid!r}: {DISTINCT} is supported by KeyedStream.aggregate() only "
+                "(not per window yet)")
         spec.append((out, agg[0], agg[1]))
     return AggregateSpec(field, spec)

@@ -33,9 +33,9 @@ DAY_MS = 86_400_000
 
 
 def bids(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The ``bid`` view: bid events, bid columns."""
+    """The ``bid`` view: bid events, bid columns (those the source read: see COLUMNS)."""
     b = batch.filter(pc.equal(batch.column("event_type"), BID))
-    return b.select(list(BID_COLUMNS))
+    return b.select([c for c in BID_COLUMNS if c in b.schema.names])
 
 
 def bids_ms(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -214,18 +214,14 @@ def q7(events, p):
 
 # -- q11: user sessions -----------------------------------------------------------------
 def _q11_bids(batch):
-    b = bids_ms(batch).select(["bidder", "date_time"])
-    return b.append_column("bid_count", pa.array(np.ones(b.num_rows, dtype=np.int64)))
-
-
-def _q11_reduce(a, b):
-    return {"bidder": a["bidder"], "bid_count": a["bid_count"] + b["bid_count"]}
+    return bids_ms(batch).select(["bidder", "date_time"])
 
 
 def q11(events, p):
+    # session windows merged a batch at a time (vectorized window aggregate)
     return (events.map_batches(_q11_bids, name="q11: bids")
             .key_by("bidder").window(SessionWindows(10_000))
-            .reduce(_q11_reduce, uid="q11-sessions", parallelism=p))
+            .aggregate(uid="q11-sessions", parallelism=p, bid_count="count"))
 
 
 # -- q12: processing-time windows -------------------------------------------------------
@@ -254,75 +250,79 @@ def q12(events, p):
             .map_batches(_q12_out, name="q12: out"))
 
 
-# -- q15, q16: distinct counts per day (and channel) ---------------------------------------
-class DistinctCounts(KeyedProcessFunction):
-    """Per key: bids, bidders and auctions in total and per price rank (count distinct
-    with filters), one update row per bid."""
-
-    def __init__(self, with_minute: bool = False) -> None:
-        self.with_minute = with_minute
-
-    def open(self, ctx):
-        self.counts = ctx.value_state("counts", None)
-        self.bidders = ctx.map_state("bidders")
-        self.auctions = ctx.map_state("auctions")
-
-    def process_element(self, r, ctx):
-        c = self.counts.value() or [0] * 12 + [""]
-        rank = 1 if r["price"] < 10_000 else 2 if r["price"] < 1_000_000 else 3
-        bit = 1 << rank
-        c[0] += 1
-        c[rank] += 1
-        for state, at in ((self.bidders, 4), (self.auctions, 8)):
-            who = r["bidder" if at == 4 else "auction"]
-            m = state.get(who) or 0
-            if not m:
-                c[at] += 1
-            if not m & bit:
-                c[at + rank] += 1
-                state.put(who, m | bit)
-        if self.with_minute:
-            c[12] = max(c[12], r["minute"])
-        self.counts.update(c)
-        out = {"key": ctx.current_key, "total_bids": c[0], "rank1_bids": c[1],
-               "rank2_bids": c[2], "rank3_bids": c[3], "total_bidders": c[4],
-               "rank1_bidders": c[5], "rank2_bidders": c[6], "rank3_bidders": c[7],
-               "total_auctions": c[8], "rank1_auctions": c[9], "rank2_auctions": c[10],
-               "rank3_auctions": c[11]}
-        if self.with_minute:
-            out["minute"] = c[12]
-        return out
+# -- q15, q16: distinct counts per day (and channel), vectorized --------------------------
+def _day_names(days: np.ndarray) -> pa.Array:
+    """Day numbers (since the epoch) as ``yyyy-MM-dd`` (formatted once per distinct day)."""
+    uniq, inv = np.unique(days, return_inverse=True)
+    names = pc.strftime(pa.array(uniq * DAY_MS, pa.timestamp("ms")), format="%Y-%m-%d")
+    return names.take(pa.array(inv.ravel()))
 
 
-def _day(batch: pa.RecordBatch, fmt: str = "%Y-%m-%d") -> pa.Array:
-    return pc.strftime(pc.cast(batch.column("date_time"), pa.timestamp("ms")), format=fmt)
+def _distinct_in(batch, key: pa.Array) -> pa.RecordBatch:
+    """Per bid: the key, a 0/1 column per price rank (``count(*) FILTER``) and bidder and
+    auction nulled outside each rank (``count(DISTINCT ...) FILTER``)."""
+    price = batch.column("price").to_numpy()
+    rank = _rank(price)
+    cols, names = [key], ["key"]
+    for r in (1, 2, 3):
+        cols.append(pa.array((rank == r).astype(np.int64)))
+        names.append(f"r{r}")
+    for who in ("bidder", "auction"):
+        values = batch.column(who)
+        cols.append(values)
+        names.append(who)
+        for r in (1, 2, 3):
+            cols.append(pa.array(values.to_numpy(), mask=rank != r))
+            names.append(f"{who}_r{r}")
+    return pa.RecordBatch.from_arrays(cols, names=names)
+
+
+_DISTINCT_AGGS = {"total_bids": "count",
+                  **{f"rank{r}_bids": ("sum", f"r{r}") for r in (1, 2, 3)},
+                  "total_bidders": ("count_distinct", "bidder"),
+                  **{f"rank{r}_bidders": ("count_distinct", f"bidder_r{r}") for r in (1, 2, 3)},
+                  "total_auctions": ("count_distinct", "auction"),
+                  **{f"rank{r}_auctions": ("count_distinct", f"auction_r{r}") for r in (1, 2, 3)}}
 
 
 def _q15_in(batch):
-    b = bids_ms(batch)
-    return pa.RecordBatch.from_arrays([_day(b), b.column("bidder"), b.column("auction"),
-                                       b.column("price"), b.column("date_time")],
-                                      names=["day", "bidder", "auction", "price", "date_time"])
+    b = bids(batch)
+    return _distinct_in(b, pa.array(_ms(b.column("date_time")) // DAY_MS))
+
+
+def _q15_out(batch):
+    return batch.set_column(0, "key", _day_names(batch.column("key").to_numpy()))
 
 
 def q15(events, p):
+    # count(DISTINCT ...) per day: aggregate()'s vectorized count_distinct (the key is the
+    # day number, named on output)
     return (events.map_batches(_q15_in, name="q15: day")
-            .key_by("day").process(DistinctCounts(), uid="q15-distinct", parallelism=p))
+            .key_by("key").aggregate(uid="q15-distinct", parallelism=p, **_DISTINCT_AGGS)
+            .map_batches(_q15_out, name="q15: out"))
 
 
 def _q16_in(batch):
-    b = bids_ms(batch)
-    key = pc.binary_join_element_wise(b.column("channel"), _day(b), "|")
-    return pa.RecordBatch.from_arrays(
-        [key, _day(b, "%H:%M"), b.column("bidder"),
-         b.column("auction"), b.column("price"), b.column("date_time")],
-        names=["channel_day", "minute", "bidder", "auction", "price", "date_time"])
+    b = bids(batch)
+    t = _ms(b.column("date_time"))
+    key = pc.binary_join_element_wise(b.column("channel"), _day_names(t // DAY_MS), "|")
+    out = _distinct_in(b, key)
+    return out.append_column("minute", pa.array((t % DAY_MS) // 60_000))
+
+
+def _q16_out(batch):
+    m = batch.column("minute").to_numpy()
+    hhmm = pc.binary_join_element_wise(
+        pc.utf8_lpad(pc.cast(pa.array(m // 60), pa.string()), 2, "0"),
+        pc.utf8_lpad(pc.cast(pa.array(m % 60), pa.string()), 2, "0"), ":")
+    return batch.set_column(batch.schema.get_field_index("minute"), "minute", hhmm)
 
 
 def q16(events, p):
     return (events.map_batches(_q16_in, name="q16: channel and day")
-            .key_by("channel_day")
-            .process(DistinctCounts(with_minute=True), uid="q16-distinct", parallelism=p))
+            .key_by("key").aggregate(uid="q16-distinct", parallelism=p,
+                                     minute=("max", "minute"), **_DISTINCT_AGGS)
+            .map_batches(_q16_out, name="q16: out"))
 
 
 # -- q17: per auction and day, vectorized ---------------------------------------------------
@@ -370,33 +370,25 @@ def q18(events, p):
             .key_by("k").reduce(_latest, uid="q18-latest", parallelism=p))
 
 
-class TopN(KeyedProcessFunction):
-    """Per auction, the ``n`` highest bids (price descending, earlier first on ties); emits
-    the rows whose rank changed when a bid enters (rank_number 1..n)."""
-
-    def __init__(self, n: int = 10) -> None:
-        self.n = n
-
-    def open(self, ctx):
-        self.top = ctx.value_state("top", None)
-
-    def process_element(self, r, ctx):
-        top = self.top.value() or []
-        price = r["price"]
-        i = len(top)
-        while i > 0 and top[i - 1]["price"] < price:
-            i -= 1
-        if i >= self.n:
-            return None
-        top = [*top[:i], r, *top[i:]][: self.n]
-        self.top.update(top)
-        return [{**row, "rank_number": j + 1} for j, row in enumerate(top) if j >= i]
-
-
 def q19(events, p):
+    # ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) <= 10: the vectorized
+    # top_n (ties: the earlier bid first), an upsert stream keyed by (auction, rank_number)
     return (events.map_batches(bids_ms, name="q19: bids")
-            .key_by("auction").process(TopN(10), uid="q19-top10", parallelism=p))
+            .key_by("auction").top_n(10, by="price", uid="q19-top10", parallelism=p))
 
+
+_ALL = list(BID_COLUMNS)
+_CALC = ["auction", "bidder", "price", "date_time", "extra"]
+_URL = ["auction", "bidder", "price", "channel", "url"]
+#: the event columns each query reads (FileSource(columns=...): projection pushdown);
+#: every query keeps event_type (the bid filter) and date_time (event time, watermarks)
+COLUMNS: dict[str, list[str]] = {q: ["event_type", "date_time", *(c for c in cols
+                                                                  if c != "date_time")]
+                                 for q, cols in {
+    "q0": _ALL, "q1": _CALC, "q2": ["auction", "price"], "q5": ["auction"], "q7": _CALC,
+    "q11": ["bidder"], "q12": ["bidder"], "q14": _CALC,
+    "q15": ["bidder", "auction", "price"], "q16": ["channel", "bidder", "auction", "price"],
+    "q17": ["auction", "price"], "q18": _ALL, "q19": _ALL, "q21": _URL, "q22": _URL}.items()}
 
 QUERIES: dict[str, Callable] = {
     "q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7, "q11": q11, "q12": q12, "q14": q14,
@@ -406,9 +398,7 @@ QUERIES: dict[str, Callable] = {
 #: how each query runs: vectorized (Arrow batches end to end) or per record in Python
 PER_RECORD = {"q5": "the max per window (stage 2, after a vectorized sliding count)",
               "q7": "the reduce per window (after a vectorized per-batch combiner)",
-              "q11": "session windows (window reduce)", "q15": "count distinct (map state)",
-              "q16": "count distinct (map state)", "q18": "keyed reduce",
-              "q19": "top-10 per key (value state)"}
+              "q18": "keyed reduce"}
 
 MISSING = {
     "q3": "a two-input keyed join (person JOIN auction, unbounded state on both sides)",

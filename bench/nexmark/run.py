@@ -114,7 +114,8 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
                                                  directory=os.path.join(root, "ckpt")),
                      metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
                      restart_strategy=RestartStrategy.fixed_delay(attempts=0, delay_ms=0))
-        src = p.source(FileSource(path, format="parquet", parquet_batch_size=65_536), uid="events",
+        src = p.source(FileSource(path, format="parquet", parquet_batch_size=65_536,
+                                  columns=queries.COLUMNS.get(query)), uid="events",
                        parallelism=1, watermarks=WatermarkStrategy.for_bounded_out_of_orderness(
                            4000, timestamp_field="date_time"))
         queries.QUERIES[query](src, 1).sink(DiscardSink(), uid="out")

@@ -308,14 +308,16 @@ def test_processing_time_timers_fire_from_the_task_loop(workdir):
     assert sorted(r["key"] for r in rows) == sorted(f"k{i}" for i in range(10))
 
 
-def test_session_windows_are_refused_by_the_vectorized_aggregate(workdir):
+def test_session_windows_with_allowed_lateness_are_refused_by_the_vectorized_aggregate(
+        workdir):
     from airflow_checkpoint_provider.engine import SessionWindows
 
     p = _pipeline(workdir)
     keyed = p.source(GeneratorSource(10), uid="gen", watermarks=WatermarkStrategy
                      .for_monotonous_timestamps(timestamp_field="id")).key_by("key")
-    with pytest.raises(PipelineDefinitionError, match=r"'w': session windows .*\.reduce"):
-        keyed.window(SessionWindows(100)).aggregate(uid="w", n="count")
+    keyed.window(SessionWindows(100)).aggregate(uid="ok", n="count")  # vectorized sessions
+    with pytest.raises(PipelineDefinitionError, match=r"'w': session windows with allowed_"):
+        keyed.window(SessionWindows(100), allowed_lateness=10).aggregate(uid="w", n="count")
 
 
 def test_expected_outputs_are_not_trivial():

@@ -188,7 +188,7 @@ class _ParquetReader(SplitReader):
     """Position: index of the next row."""
 
     def __init__(self, path: str, where: str, row: int, batch_size: int,
-                 opener: Opener = None) -> None:
+                 opener: Opener = None, columns: list[str] | None = None) -> None:
         self.path = path
         self.where = where
         self._file: IO[bytes] | None = open(path, "rb", opener=opener)
@@ -198,6 +198,13 @@ class _ParquetReader(SplitReader):
             except (pa.ArrowException, OSError) as e:
                 raise MalformedFileError(f"{where}: {path} is not a Parquet file: {e}") from e
             meta = parquet.metadata
+            if columns is not None:
+                names = parquet.schema_arrow.names
+                missing = [c for c in columns if c not in names]
+                if missing:
+                    raise MalformedFileError(
+                        f"{where}: {path} has no column(s) {', '.join(missing)} of the "
+                        f"source's columns= projection (its columns: {', '.join(names)})")
             if row > meta.num_rows:
                 raise RestoreError(
                     f"{where}: restored position is row {row} but {path} has only "
@@ -214,7 +221,7 @@ class _ParquetReader(SplitReader):
                 first_group += 1
             groups = list(range(first_group, meta.num_row_groups))
             self._batches: Iterator[pa.RecordBatch] = (
-                parquet.iter_batches(batch_size=batch_size, row_groups=groups)
+                parquet.iter_batches(batch_size=batch_size, row_groups=groups, columns=columns)
                 if groups
                 else iter(())
             )

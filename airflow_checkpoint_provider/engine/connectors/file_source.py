@@ -102,6 +102,11 @@ class FileSource(Source):
         (e.g. ``{"id": int, "price": float}``). The callable receives every value of the
         column, including empty strings.
     :param parquet_batch_size: rows Parquet decodes at a time.
+    :param columns: Parquet only: read only these columns (projection pushdown: the other
+        columns are neither read from disk nor decoded), in this order. ``None``: every
+        column. Positions stay row indexes, so a job may be restored with another
+        projection. A column missing from a file fails the read with
+        :class:`MalformedFileError` naming it.
     :param monitor_interval: seconds between listings of the directory while the job runs
         (Flink's ``FileSource.monitorContinuously``): the source is then unbounded and reads
         every new file once, across restarts (discovered files and positions are in its
@@ -135,6 +140,7 @@ class FileSource(Source):
         retain_seconds: float = 3600.0,
         follow_symlinks: bool = False,
         symlink_roots: Sequence[str] = (),
+        columns: Sequence[str] | None = None,
     ) -> None:
         if monitor_interval is not None and not monitor_interval > 0:
             raise ConfigurationError(
@@ -166,6 +172,19 @@ class FileSource(Source):
             raise ConfigurationError(
                 f"FileSource option parquet_batch_size must be >= 1 (got {parquet_batch_size})"
             )
+        if columns is not None:
+            if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+                raise ConfigurationError(
+                    f"FileSource option columns must be a list of column names (got {columns!r})")
+            if not columns or len(set(columns)) != len(columns):
+                raise ConfigurationError(
+                    f"FileSource option columns must name at least one column, each once "
+                    f"(got {list(columns)!r})")
+            if format not in (None, "parquet"):
+                raise ConfigurationError(
+                    f"FileSource option columns applies to Parquet files only, but "
+                    f"format={format!r}; remove columns or use format='parquet'")
+        self.columns: list[str] | None = list(columns) if columns is not None else None
         self.directory = os.path.abspath(directory)
         self.format = format
         self.pattern = pattern
@@ -370,9 +389,14 @@ class FileSource(Source):
         # swapped for a link after the check above is refused by the kernel (ELOOP)
         if fmt == "jsonl":
             return _JsonLinesReader(path, where, start, no_follow)
+        if fmt != "parquet" and self.columns is not None:
+            raise ConfigurationError(
+                f"{where}: option columns applies to Parquet files only, and this split is "
+                f"{fmt}; select Parquet files only (format='parquet')")
         if fmt == "csv":
             return _CsvReader(path, where, start, self.csv_types, no_follow)
-        return _ParquetReader(path, where, start, self.parquet_batch_size, no_follow)
+        return _ParquetReader(path, where, start, self.parquet_batch_size, no_follow,
+                              columns=self.columns)
 
     def lineage_dataset(self) -> tuple[str, str]:
         return dataset_for_location(self.directory)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from ..functions import RuntimeContext
 from ..graph import Node
+from ..state.columnar import AggregateSpec
+from ..state.distinct_state import has_distinct
 from ..state.keygroups import KeyGroupRange
 from .broadcast import BroadcastProcessOperator
+from .distinct import DistinctAggregateOperator
 from .edge_operators import SinkOperator, SourceOperator
 from .joins import CoProcessOperator, IntervalJoinOperator, WindowJoinOperator
 from .operators import (
@@ -18,7 +23,9 @@ from .operators import (
     ProcessOperator,
     ReduceOperator,
 )
+from .sessions import SessionAggregateOperator
 from .temporal_join import TemporalJoinOperator
+from .topn import TopNOperator
 from .vector_joins import VectorIntervalJoinOperator, VectorWindowJoinOperator
 from .windowing import WindowAggregateOperator, WindowFunctionOperator
 
@@ -28,16 +35,19 @@ _KEYED = {"process": ProcessOperator, "reduce": ReduceOperator, "window": Window
           "co_process": CoProcessOperator, "interval_join": IntervalJoinOperator,
           "window_join": WindowJoinOperator, "broadcast_process": BroadcastProcessOperator,
           "temporal_join": TemporalJoinOperator}
-_COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregateOperator}
 #: joins declared with vectorized=True (their spec says so): columnar state too
 _VECTOR_JOINS = {"interval_join": VectorIntervalJoinOperator,
                  "window_join": VectorWindowJoinOperator}
+_COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregateOperator,
+             "top_n": TopNOperator, "session_aggregate": SessionAggregateOperator}
 
 
 def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                     max_parallelism: int, state_backend: dict | None = None) -> Operator:
     if node.kind in _VECTOR_JOINS and getattr(node.payload, "vectorized", False):
         return _VECTOR_JOINS[node.kind](node, ctx, key_groups, max_parallelism)
+    if node.kind == "aggregate" and has_distinct(cast(AggregateSpec, node.payload)):
+        return DistinctAggregateOperator(node, ctx, key_groups, max_parallelism)
     if node.kind in _COLUMNAR:
         return _COLUMNAR[node.kind](node, ctx, key_groups, max_parallelism)
     if node.kind in _KEYED:

@@ -1,0 +1,120 @@
+"""top_n's columnar state against a pandas reference (ties in arrival order), the
+upsert stream it emits, and its snapshot restored into other key-group ranges."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
+from airflow_checkpoint_provider.engine.state.topn_state import TopNSpec, TopNTable
+from airflow_checkpoint_provider.engine.state.vectorized import key_groups
+
+MAXP = 16
+
+
+def _batches(seed, n_batches=10, size=500, keys=30, key_kind="int"):
+    rng = np.random.default_rng(seed)
+    i = 0
+    for _ in range(n_batches):
+        k = rng.integers(0, keys, size)
+        key = pa.array(k) if key_kind == "int" else pa.array([f"a{v}" for v in k])
+        price = rng.integers(0, 50, size)  # many ties
+        yield pa.RecordBatch.from_arrays(
+            [key, pa.array(price), pa.array(np.arange(i, i + size)),
+             pa.array([f"x{v}" for v in range(i, i + size)])],
+            names=["auction", "price", "id", "extra"])
+        i += size
+
+
+def _reference(batches, n, descending=True) -> dict:
+    df = pa.Table.from_batches(list(batches)).to_pandas()
+    df = df.sort_values(["auction", "price", "id"], ascending=[True, not descending, True])
+    df["rank"] = df.groupby("auction").cumcount() + 1
+    top = df[df["rank"] <= n]
+    return {(a, r): i for a, r, i in zip(top.auction, top["rank"], top.id, strict=True)}
+
+
+def _upserts(outputs) -> dict:
+    """(key, rank) -> id of the last emitted row (the upsert stream's current state)."""
+    state = {}
+    for out in outputs:
+        for a, r, i in zip(out.column("auction").to_pylist(),
+                           out.column("rank_number").to_pylist(),
+                           out.column("id").to_pylist(), strict=True):
+            state[(a, r)] = i
+    return state
+
+
+def _table(n=10, kg=None, descending=True):
+    return TopNTable(TopNSpec("auction", n, "price", descending),
+                     kg or KeyGroupRange(0, MAXP - 1), MAXP, "top")
+
+
+@pytest.mark.parametrize("key_kind", ["int", "str"])
+@pytest.mark.parametrize("n, descending", [(10, True), (3, False), (1, True)])
+def test_the_upsert_stream_ends_at_the_reference_top_n(key_kind, n, descending):
+    batches = list(_batches(3, key_kind=key_kind))
+    t = _table(n, descending=descending)
+    outputs = [t.update(b) for b in batches]
+    assert _upserts(outputs) == _reference(batches, n, descending)
+    # after every batch as well, and only changed ranks were emitted
+    t2, seen = _table(n, descending=descending), {}
+    for j, b in enumerate(batches):
+        out = t2.update(b)
+        before = dict(seen)
+        seen.update(_upserts([out]))
+        assert seen == _reference(batches[: j + 1], n, descending)
+        emitted = set(zip(out.column("auction").to_pylist(), out.column("rank_number").to_pylist(),
+                          strict=True))
+        assert all(before.get(k) != seen[k] for k in emitted), "an unchanged rank was emitted"
+    assert len(t2) == len(_reference(batches, n, descending))
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_snapshot_restored_into_other_key_group_ranges_continues_exactly(parts):
+    batches = list(_batches(9))
+    t = _table()
+    outputs = [t.update(b) for b in batches[:5]]
+    data = t.serialize(t.rows)
+    bounds = np.linspace(0, MAXP, parts + 1).astype(int)
+    tables = [_table(kg=KeyGroupRange(int(lo), int(hi) - 1))
+              for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    assert sum(x.restore(data) for x in tables) == len(t)
+    for b in batches[5:]:
+        kg = key_groups(b.column("auction"), MAXP)
+        for x in tables:
+            mine = (kg >= x.key_groups.start) & (kg <= x.key_groups.end)
+            if mine.any():
+                outputs.append(x.update(b.filter(pa.array(mine))))
+    assert _upserts(outputs) == _reference(batches, 10)
+
+
+def test_an_input_column_named_like_the_rank_is_refused():
+    t = _table()
+    with pytest.raises(KeyError, match="rank_number"):
+        t.update(pa.RecordBatch.from_pydict({"auction": [1], "price": [1], "rank_number": [1]}))
+
+
+def test_pushed_out_payloads_are_compacted_away_without_changing_results(monkeypatch):
+    monkeypatch.setattr(TopNTable, "COMPACT_MIN", 100)
+    batches = list(_batches(4, n_batches=20))
+    t = _table(3)
+    outputs = [t.update(b) for b in batches]
+    assert _upserts(outputs) == _reference(batches, 3)
+    assert int(t.bounds[-1]) <= 2 * len(t) + 100 + 500  # compacted (at most one batch behind)
+    data = t.serialize(t.rows)
+    again = _table(3)
+    again.restore(data)
+    assert again.rows.sort_by([("auction", "ascending"), ("_rank", "ascending")]).equals(
+        t.rows.sort_by([("auction", "ascending"), ("_rank", "ascending")]))
+
+
+def test_rows_without_a_sort_value_never_rank():
+    t = _table(2)
+    out = t.update(pa.RecordBatch.from_pydict({"auction": [1, 1, 1], "price": [5, None, 3],
+                                               "id": [0, 1, 2]}))
+    assert sorted(zip(out.column("id").to_pylist(), out.column("rank_number").to_pylist(),
+                      strict=True)) == [(0, 1), (2, 2)]
+    assert t.skipped_null == 1

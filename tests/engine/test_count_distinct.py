@@ -1,0 +1,86 @@
+"""aggregate(count_distinct) end to end: exact against an independent reference, exactly
+once under exceptions and SIGKILL (compared with a failure-free run), a savepoint taken at
+parallelism 2 restored at 3, on the heap and RocksDB backends."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from perf_pipelines import distinct_pipeline, expected_distinct, final_distinct
+from pipelines import Background, FaultPlan
+
+from airflow_checkpoint_provider.engine import GeneratorSource, Pipeline, PipelineDefinitionError
+from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
+
+N, KEYS, SEED = 20_000, 30, 7
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return expected_distinct(N, KEYS, SEED)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_failure_free_run_gives_the_exact_distinct_counts(workdir, expected, backend):
+    result = distinct_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
+                               state_backend=backend).run()
+    assert result.status == "FINISHED" and result.restarts == 0
+    assert final_distinct(str(workdir / "out")) == expected
+    snap = load_snapshot(result.latest_checkpoint)
+    handles = [s["keyed"] for s in snap.operators["distinct"]["subtasks"] if s.get("keyed")]
+    assert handles and all(h["type"] == "arrow" for h in handles)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_exceptions_and_sigkill_still_give_the_failure_free_results(workdir, expected, backend):
+    points = [("record", 900), ("kill", 6_000), ("record", 11_000), ("kill", 17_500)]
+    faults = FaultPlan(str(workdir / "faults"), points)
+    result = distinct_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
+                               rate=3000, faults=faults, state_backend=backend).run()
+    assert result.status == "FINISHED"
+    assert len(faults.fired()) == len(points) and result.restarts == len(points)
+    assert result.checkpoints_completed >= 2  # restores from checkpoints, not only from scratch
+    free = workdir / "free"
+    free.mkdir()
+    assert distinct_pipeline(str(free), num_records=N, num_keys=KEYS, seed=SEED,
+                             state_backend=backend).run().status == "FINISHED"
+    assert final_distinct(str(workdir / "out")) == final_distinct(str(free / "out")) == expected
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_savepoint_at_two_restores_at_three_with_exact_counts(workdir, tmp_path, expected,
+                                                              backend):
+    bg = Background(distinct_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
+                                      rate=2000, state_backend=backend))
+    job = bg.wait_running(min_checkpoints=1)
+    req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
+    assert req.status == "SUCCEEDED", req.error
+    assert bg.result().status == "STOPPED"
+    savepoint = req.result["location"]
+    root2 = tmp_path / "restored"
+    out = root2 / "out"
+    shutil.copytree(workdir / "out", out)
+    p = distinct_pipeline(str(root2), num_records=N, num_keys=KEYS, seed=SEED, out=str(out),
+                          parallelism=3, state_backend=backend)
+    result = p.run(restore=savepoint, trust_snapshot=True)
+    assert result.status == "FINISHED" and result.restored_from == savepoint
+    assert final_distinct(str(out)) == expected
+
+
+def test_count_distinct_is_refused_where_it_is_not_supported():
+    from airflow_checkpoint_provider.engine import TumblingWindows, WatermarkStrategy
+
+    p = Pipeline("bad")
+    stream = p.source(GeneratorSource(10), uid="gen")
+    with pytest.raises(PipelineDefinitionError, match="ttl"):
+        stream.key_by("key").aggregate(uid="a", ttl=1000, n=("count_distinct", "value"))
+    timed = p.source(GeneratorSource(10, event_time_step_ms=1), uid="gen2",
+                     watermarks=WatermarkStrategy.for_bounded_out_of_orderness(
+                         0, timestamp_field="ts"))
+    with pytest.raises(PipelineDefinitionError, match="KeyedStream.aggregate"):
+        timed.key_by("key").window(TumblingWindows(10)).aggregate(
+            uid="w", n=("count_distinct", "value"))
