@@ -348,7 +348,8 @@ def test_run_script_measures_and_renders_the_section(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run(
         [sys.executable, os.path.join(root, "bench", "nexmark", "run.py"), "--engines", "ours",
-         "--queries", "q0,q5", "--backends", "heap", "--files", "2", "--events-per-file",
+         "--queries", "q0,q5", "--backends", "heap", "--spark-runner", "", "--files", "2",
+         "--events-per-file",
          "3000", "--target-s", "1", "--data-dir", str(tmp_path / "data"), "--results-dir",
          str(tmp_path / "res")], cwd=root, capture_output=True, text=True, timeout=170,
         env={**os.environ, "PYTHONPATH": root})
@@ -357,5 +358,10 @@ def test_run_script_measures_and_renders_the_section(tmp_path):
         data = json.load(f)
     assert {(r["query"], r["engine"]) for r in data["runs"] if r["rate"]} == \
         {("q0", "ours"), ("q5", "ours")}
+    recovered = [r for r in data["runs"] if r.get("kind") == "recovery"]
+    assert [r["query"] for r in recovered] == ["q0", "q5"]
+    assert all(r["restarts"] == 1 and r["recovery_s"] > 0 for r in recovered)
+    assert all(len(r["loadavg_before"]) == 3 for r in data["runs"])
     text = "\n".join(report.render(data))
     assert "| q0 |" in text and "| q5 |" in text and "q10 needs" in text
+    assert "| query | recovery (s) |" in text
