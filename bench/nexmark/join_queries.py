@@ -285,7 +285,9 @@ def q6(events, p):
 
 # -- q8: monitor new users ------------------------------------------------------------------
 class NewUser(ProcessJoinFunction):
-    """One row per person and window (the window join emits a pair per auction)."""
+    """One row per person and window (the window join emits a pair per auction). The join
+    emits all pairs of one key and window one after the other, in one firing, so the last
+    (key, window) seen is enough to drop the repeats (nothing to keep across firings)."""
 
     def open(self, ctx):
         self.last = None

@@ -1,4 +1,5 @@
-"""Nexmark: every query of bench/nexmark/queries.py on a few thousand events, checked
+"""Nexmark: every query of bench/nexmark/queries.py (and join_queries.py) on a few thousand
+events (the joins: winning bids, window joins and side inputs included), checked
 against a reference computed independently with pandas over the same Parquet files.
 
 One job runs all the queries (one source, one branch and one exactly-once file sink per
