@@ -40,7 +40,7 @@ def render(data: dict) -> list[str]:
     recovery: dict[str, list[dict]] = {}
     loads = [r["loadavg_before"][0] for r in data["runs"] if r.get("loadavg_before")]
     for r in data["runs"]:
-        if r.get("kind") == "recovery":
+        if r.get("kind") == "recovery" or r.get("fail_at"):
             recovery.setdefault(r["query"], []).append(r)
             continue
         key = (r["engine"], r.get("runner", "local"), r.get("backend", "-"),
@@ -56,7 +56,8 @@ def render(data: dict) -> list[str]:
             v = rates.get((engine, runner, backend, interval, q))
         return statistics.median([x for xs in v for x in xs] if engine == "ss" else v) if v else None
 
-    queries = [q for q in QUERIES if any(k[4] == q for k in rates)]
+    queries = sorted((q for q in QUERIES if any(k[4] == q for k in rates)),
+                     key=lambda q: int(q[1:]))
     intervals = sorted({k[3] for k in rates if k[0] != "ss" and k[3] is not None}, reverse=True)
     lines = [HEADING, "",
              "Commands (in this order, each adding to `bench/results/nexmark.json`): "
@@ -112,7 +113,7 @@ def render(data: dict) -> list[str]:
                   for q, v, loc in spark if v]
         lines.append("")
     if recovery:
-        r0 = next(iter(recovery.values()))[0]
+        r0 = next(r for rs in recovery.values() for r in rs if not r.get("error"))
         lines += [f"Checkpoints and recovery (ours, local runner, {r0['backend']}): one more run "
                   f"per query, checkpoints every {r0['interval_s']:g} s, one failure injected "
                   f"after {r0['fail_at']:.0%} of the events (an exception in a function after "
@@ -124,11 +125,15 @@ def render(data: dict) -> list[str]:
                   "interval.", "",
                   "| query | recovery (s) | restart (s) | checkpoints | checkpoint p50 / max "
                   "(ms) |", "|---|---|---|---|---|"]
-        for q in [q for q in QUERIES if q in recovery]:
+        for q in sorted(recovery, key=lambda q: int(q[1:])):
             for r in recovery[q]:
                 d = sorted(r.get("checkpoint_ms") or [])
                 rec = r.get("recovery_s")
                 rs = r.get("restart_startup_s")
+                if r.get("error"):
+                    why = "timed out" if "timed out" in r["error"] else "failed"
+                    lines.append(f"| {q} | - ({why}) | - | - | - |")
+                    continue
                 lines.append(f"| {q} | {'-' if rec is None else f'{rec:.2f}'} | "
                              f"{'-' if rs is None else f'{rs:.2f}'} | {len(d)} | "
                              + (f"{d[len(d) // 2]} / {d[-1]} |" if d else "- |"))
