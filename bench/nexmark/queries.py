@@ -7,7 +7,8 @@ returns the query's output stream. The semantics are those of nexmark-flink's SQ
 updates (the running result of each key a batch touched), as Flink's and Structured
 Streaming's update mode do: a key's last row is its result.
 
-``MISSING``: the queries our operators cannot express yet, with the operator they need.
+``MISSING``: the queries our operators cannot express yet, with the operator they need. The
+join queries (q3, q4, q6, q8, q9, q13, q20) are in :mod:`.join_queries`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from airflow_checkpoint_provider.engine import (
 )
 
 from .generator import BID
+from .join_queries import JOIN_PER_RECORD, JOIN_QUERIES
 
 BID_COLUMNS = ("auction", "bidder", "price", "channel", "url", "date_time", "extra")
 HOT = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
@@ -393,20 +395,14 @@ COLUMNS: dict[str, list[str]] = {q: ["event_type", "date_time", *(c for c in col
 QUERIES: dict[str, Callable] = {
     "q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7, "q11": q11, "q12": q12, "q14": q14,
     "q15": q15, "q16": q16, "q17": q17, "q18": q18, "q19": q19, "q21": q21, "q22": q22,
+    **JOIN_QUERIES,
 }
 
 #: how each query runs: vectorized (Arrow batches end to end) or per record in Python
 PER_RECORD = {"q5": "the max per window (stage 2, after a vectorized sliding count)",
               "q7": "the reduce per window (after a vectorized per-batch combiner)",
-              "q18": "keyed reduce"}
+              "q18": "keyed reduce", **JOIN_PER_RECORD}
 
 MISSING = {
-    "q3": "a two-input keyed join (person JOIN auction, unbounded state on both sides)",
-    "q4": "a stream-stream join (auction JOIN bid within the auction's lifetime)",
-    "q6": "a stream-stream join (auction JOIN bid) before the per-seller over-window",
-    "q8": "a windowed join (person JOIN auction per tumbling window)",
-    "q9": "a stream-stream join (auction JOIN bid) for the winning bids",
     "q10": "a file sink partitioned by column values (day/hour directories)",
-    "q13": "a lookup (side-input) join against a bounded table",
-    "q20": "a stream-stream join (bid JOIN auction, filtered on category)",
 }

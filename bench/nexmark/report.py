@@ -37,7 +37,12 @@ def render(data: dict) -> list[str]:
     args = data["args"]
     rates: dict[tuple, list[float]] = {}
     cps: dict[tuple, list[int]] = {}
+    recovery: dict[str, list[dict]] = {}
+    loads = [r["loadavg_before"][0] for r in data["runs"] if r.get("loadavg_before")]
     for r in data["runs"]:
+        if r.get("kind") == "recovery" or r.get("fail_at"):
+            recovery.setdefault(r["query"], []).append(r)
+            continue
         key = (r["engine"], r.get("runner", "local"), r.get("backend", "-"),
                r.get("interval_s"), r["query"])
         if r.get("rate"):
@@ -51,7 +56,8 @@ def render(data: dict) -> list[str]:
             v = rates.get((engine, runner, backend, interval, q))
         return statistics.median([x for xs in v for x in xs] if engine == "ss" else v) if v else None
 
-    queries = [q for q in QUERIES if any(k[4] == q for k in rates)]
+    queries = sorted((q for q in QUERIES if any(k[4] == q for k in rates)),
+                     key=lambda q: int(q[1:]))
     intervals = sorted({k[3] for k in rates if k[0] != "ss" and k[3] is not None}, reverse=True)
     lines = [HEADING, "",
              "Commands (in this order, each adding to `bench/results/nexmark.json`): "
@@ -69,6 +75,10 @@ def render(data: dict) -> list[str]:
              "How each rate is taken: bench/nexmark/run.py's docstring. Ratios are of "
              "medians; the Flink 1.13 column is the reference run's per-core figure (issue 27).",
              ""]
+    if loads:
+        lines += [f"Load average (1 min) when the runs started: {min(loads):.1f} to "
+                  f"{max(loads):.1f} on 2 cores (median {statistics.median(loads):.1f}; other "
+                  "sessions were running): absolute rates are low and noisy.", ""]
     if os.path.exists(NOTES):
         with open(NOTES) as f:
             lines += [f.read().strip(), ""]
@@ -91,13 +101,47 @@ def render(data: dict) -> list[str]:
                          f"{_ratio(orr, fr)} | {_ratio(oh, ss)} | {_fmt(ref)} | "
                          f"{_ratio(orr, ref)} | {cp} | {how} |")
         lines.append("")
-    spark = [(q, rate("ours", "heap", intervals[0], q, "spark")) for q in queries] if intervals else []
-    if any(v for _, v in spark):
-        lines += ["Ours on the Spark runner (`local[1]`, heap, first interval): " + ", ".join(
-            f"{q} {_fmt(v)}" for q, v in spark if v) + " events/s.", ""]
+    spark = [(q, rate("ours", "heap", intervals[0], q, "spark"),
+              rate("ours", "heap", intervals[0], q)) for q in queries] if intervals else []
+    if any(v for _, v, _ in spark):
+        lines += [f"Ours on the Spark runner (PySpark `local[1]`, one slot in a Spark barrier "
+                  f"task, heap, checkpoints every {intervals[0]:g} s; the rate excludes the "
+                  "Spark session's and the slot's start-up, as the local runner's does):", "",
+                  "| query | ours local | ours Spark runner | Spark runner / local |",
+                  "|---|---|---|---|"]
+        lines += [f"| {q} | {_fmt(loc)} | {_fmt(v)} | {_ratio(v, loc)} |"
+                  for q, v, loc in spark if v]
+        lines.append("")
+    if recovery:
+        r0 = next(r for rs in recovery.values() for r in rs if not r.get("error"))
+        lines += [f"Checkpoints and recovery (ours, local runner, {r0['backend']}): one more run "
+                  f"per query, checkpoints every {r0['interval_s']:g} s, one failure injected "
+                  f"after {r0['fail_at']:.0%} of the events (an exception in a function after "
+                  "the source; the job restarts from its latest checkpoint). *Recovery* is the "
+                  "time from the failure to the restored job's first batch read again; "
+                  "*restart* is the job master's part of it (new slots launched until every "
+                  "task has restored its state and runs). Checkpoint durations are those of "
+                  "both attempts of that run; the throughput tables give those at the longer "
+                  "interval.", "",
+                  "| query | recovery (s) | restart (s) | checkpoints | checkpoint p50 / max "
+                  "(ms) |", "|---|---|---|---|---|"]
+        for q in sorted(recovery, key=lambda q: int(q[1:])):
+            for r in recovery[q]:
+                d = sorted(r.get("checkpoint_ms") or [])
+                rec = r.get("recovery_s")
+                rs = r.get("restart_startup_s")
+                if r.get("error"):
+                    why = "timed out" if "timed out" in r["error"] else "failed"
+                    lines.append(f"| {q} | - ({why}) | - | - | - |")
+                    continue
+                lines.append(f"| {q} | {'-' if rec is None else f'{rec:.2f}'} | "
+                             f"{'-' if rs is None else f'{rs:.2f}'} | {len(d)} | "
+                             + (f"{d[len(d) // 2]} / {d[-1]} |" if d else "- |"))
+        lines.append("")
     lines += ["Not run: " + "; ".join(f"{q} needs {why}" for q, why in MISSING.items()) + ".",
-              "SS cannot express q5, q7, q12, q15, q16, q18, q19 on streams (bench/nexmark/ss.py "
-              "says why).", ""]
+              "SS cannot express q4, q5, q6, q7, q8, q9, q12, q15, q16, q18, q19 on streams "
+              "(bench/nexmark/ss.py says why); Flink runs no q6 (nexmark-flink has none: its "
+              "SQL would be an OVER window over an updating input).", ""]
     return lines
 
 

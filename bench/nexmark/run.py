@@ -3,6 +3,7 @@ on the same generated events, interleaved query by query.
 
     .venv/bin/python bench/nexmark/run.py [--queries q0,q1,...] [--engines ours,flink,ss]
         [--backends heap,rocksdb] [--intervals 10] [--target-s 25] [--reps 1]
+        [--spark-runner q0,q1,...] [--recovery 0.6] [--recovery-only]
         [--results-dir bench/results] [--data-dir /tmp/nexmark-data] [--write-md]
 
 * Events: ``--files`` Parquet files of ``--events-per-file`` Nexmark events (event time at
@@ -20,6 +21,14 @@ on the same generated events, interleaved query by query.
   state store with changelog checkpointing, a checkpoint per micro-batch, noop sink,
   ``maxFilesPerTrigger`` sized so that every batch outlasts the 1 s trigger; rate = rows /
   summed ``triggerExecution`` after one warm-up batch.
+
+* Ours on the Spark runner (``--spark-runner``): the same job on PySpark ``local[1]``; the
+  Spark session starts before the clock and the slots' start-up is excluded, as above.
+* Recovery (``--recovery``): one more run of ours per query, checkpoints every
+  ``--recovery-interval`` s, that raises once after that fraction of its events (a function
+  after the source) and restarts from its latest checkpoint: the time from the failure to
+  the first batch the restored job reads, and the job master's restart figure.
+* Every run records the load average before and after it.
 
 Writes ``nexmark.json`` and, with ``--write-md``, the "Nexmark" section of BENCHMARKS.md.
 """
@@ -90,7 +99,49 @@ def child(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
                        f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
 
 
-def ours_child(query: str, path: str, backend: str, interval_s: float, runner: str) -> dict:
+class FailOnce:
+    """After the source: raise once (across attempts) when this attempt has read ``at``
+    events, noting the time; note, per attempt, when the first batch passes after it (the
+    restored job reading again). Marks are files in ``directory`` (slots are processes)."""
+
+    def __init__(self, directory: str, at: int) -> None:
+        self.directory, self.at = directory, at
+        self.seen = 0
+
+    def __call__(self, batch):
+        import time as _time
+
+        if self.seen == 0:
+            with open(os.path.join(self.directory, f"first-{os.getpid()}-{id(self)}"), "w") as f:
+                f.write(repr(_time.time()))
+        self.seen += batch.num_rows
+        if self.seen >= self.at:
+            try:
+                fd = os.open(os.path.join(self.directory, "failed"),
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return batch
+            with os.fdopen(fd, "w") as f:
+                f.write(repr(_time.time()))
+            raise RuntimeError(f"injected failure after {self.seen} events")
+        return batch
+
+
+def _recovery(marks: str) -> float | None:
+    with open(os.path.join(marks, "failed")) as f:
+        failed = float(f.read())
+    after = []
+    for name in os.listdir(marks):
+        if name.startswith("first-"):
+            with open(os.path.join(marks, name)) as f:
+                t = float(f.read())
+            if t > failed:
+                after.append(t)
+    return (min(after) - failed) if after else None
+
+
+def ours_child(query: str, path: str, backend: str, interval_s: float, runner: str,
+               fail_at: float = 0) -> dict:
     import cloudpickle
     import pyarrow.parquet as pq
 
@@ -113,13 +164,25 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
                      checkpoint=CheckpointConfig(interval_ms=int(interval_s * 1000),
                                                  directory=os.path.join(root, "ckpt")),
                      metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
-                     restart_strategy=RestartStrategy.fixed_delay(attempts=0, delay_ms=0))
+                     restart_strategy=RestartStrategy.fixed_delay(attempts=1 if fail_at else 0,
+                                                                  delay_ms=0))
         src = p.source(FileSource(path, format="parquet", parquet_batch_size=65_536,
                                   columns=queries.COLUMNS.get(query)), uid="events",
                        parallelism=1, watermarks=WatermarkStrategy.for_bounded_out_of_orderness(
                            4000, timestamp_field="date_time"))
+        marks = os.path.join(root, "marks")
+        if fail_at:
+            os.makedirs(marks)
+            src = src.map_batches(FailOnce(marks, int(events * fail_at)), name="fail once")
         queries.QUERIES[query](src, 1).sink(DiscardSink(), uid="out")
-        opts = {"master": "local[1]"} if runner == "spark" else {}
+        opts: dict = {}
+        session_s = None
+        if runner == "spark":  # the session (JVM) starts before the clock, as Flink's does
+            from airflow_checkpoint_provider.engine.runners.spark import session_for
+
+            t = time.monotonic()
+            opts["spark"] = session_for("local[1]", f"nexmark-{query}")
+            session_s = time.monotonic() - t
         t0 = time.monotonic()
         result = p.run(runner, **opts)
         wall = time.monotonic() - t0
@@ -130,8 +193,14 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
         cps = [c.duration_ms for c in store.list_checkpoints(result.job_id)
                if c.status in ("COMPLETED", "SUBSUMED") and c.duration_ms is not None]
         store.close()
-        return {"events": events, "wall_s": wall, "startup_s": startup,
-                "rate": events / max(wall - startup, 1e-9), "checkpoint_ms": cps}
+        out = {"events": events, "wall_s": wall, "startup_s": startup,
+               "rate": events / max(wall - startup, 1e-9), "checkpoint_ms": cps,
+               "restarts": result.restarts, "spark_session_s": session_s}
+        if fail_at:
+            starts = result.extra.get("startup_seconds") or []
+            out.update(rate=None, recovery_s=_recovery(marks),
+                       restart_startup_s=starts[-1] if result.restarts and starts else None)
+        return out
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -141,7 +210,7 @@ def ss_child(query: str, path: str, files_per_trigger: int, timeout_s: float) ->
     from structured_streaming import SS_CONF, ss_measure
 
     from airflow_checkpoint_provider.engine.runners.spark import session_for
-    from bench.nexmark.ss import ss_query
+    from bench.nexmark.ss import SS_SELF_JOINS, ss_query
 
     files = len(os.listdir(path))
     spark = session_for("local[1]", "nexmark-ss",
@@ -153,7 +222,10 @@ def ss_child(query: str, path: str, files_per_trigger: int, timeout_s: float) ->
         r = ss_measure(df, mode, warmup=1, measure=batches, timeout_s=timeout_s)
     finally:
         spark.stop()
-    return {**r, "rate": r["sustained_records_per_s"], "files_per_trigger": files_per_trigger}
+    # a self-join reads the events twice: SS counts each input row once per side
+    sides = 2 if query in SS_SELF_JOINS else 1
+    return {**r, "rate": r["sustained_records_per_s"] / sides, "sides": sides,
+            "files_per_trigger": files_per_trigger}
 
 
 # -- one measurement per engine ---------------------------------------------------------------
@@ -163,16 +235,17 @@ def files_for(rate: float, args, minimum: int = 1) -> int:
 
 
 def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str = "heap",
-            interval_s: float = 10, runner: str = "local") -> dict:
-    key = (engine, query)
-    rate = est.get(key, GUESS[engine])
+            interval_s: float = 10, runner: str = "local", fail_at: float = 0) -> dict:
+    key = (engine, runner, query)
+    load_before = os.getloadavg()
+    rate = est.get(key, est.get((engine, "local", query), GUESS[engine]))
     timeout = max(300, args.target_s * 8)
     if engine == "ours":
         k = files_for(rate, args)
         path = subset(data, "parquet", k)
         r = child([sys.executable, __file__, "--child", "ours", "--query", query, "--path", path,
-                   "--backend", backend, "--interval", str(interval_s), "--runner", runner],
-                  timeout)
+                   "--backend", backend, "--interval", str(interval_s), "--runner", runner,
+                   "--fail-at", str(fail_at)], timeout)
     elif engine == "ss":
         k = files_for(rate, args, minimum=4)
         per = max(1, round(rate * 2 / args.events_per_file))  # ~2 s per batch
@@ -188,27 +261,40 @@ def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str
                    str(interval_s)], timeout)
         r["rate"] = k * args.events_per_file / r["net_runtime_s"]
     r.update(engine=engine, query=query, backend=backend, interval_s=interval_s, runner=runner,
-             files=k)
-    if r.get("rate"):
+             files=k, loadavg_before=load_before, loadavg_after=os.getloadavg())
+    if fail_at:
+        r.update(kind="recovery", fail_at=fail_at)
+    elif r.get("rate"):
         est[key] = r["rate"]
-    print(f"  {engine:5} {runner:5} {query:4} {backend:7} {interval_s:>4} s: "
-          f"{(r.get('rate') or 0):>12,.0f} events/s ({k} files)", flush=True)
+    what = (f"recovery {r.get('recovery_s') or 0:.2f} s" if fail_at
+            else f"{(r.get('rate') or 0):>12,.0f} events/s")
+    print(f"  {engine:5} {runner:5} {query:4} {backend:7} {interval_s:>4} s: {what} ({k} files, "
+          f"load {load_before[0]:.1f})", flush=True)
     return r
 
 
 def plan(q: str, engines: list[str], backends: list[str], intervals: list[float],
-         spark_runner: bool) -> list[tuple[str, dict]]:
-    """The runs of one query, in order: per interval and backend ours then Flink, then SS."""
+         spark_runner: bool, recovery: float = 0, recovery_interval: float = 1,
+         recovery_only: bool = False) -> list[tuple[str, dict]]:
+    """The runs of one query, in order: per interval and backend ours then Flink, then ours
+    on the Spark runner, SS, and the recovery run."""
     from bench.nexmark.ss import SS_QUERIES
 
+    if recovery_only:
+        return [("ours", dict(backend=backends[0], interval_s=recovery_interval,
+                              fail_at=recovery or 0.6))]
     jobs = []
     for iv in intervals:
         for b in backends:
-            jobs += [(e, dict(backend=b, interval_s=iv)) for e in ("ours", "flink") if e in engines]
+            jobs += [(e, dict(backend=b, interval_s=iv)) for e in ("ours", "flink")
+                     if e in engines and (e, q) != ("flink", "q6")]  # nexmark-flink has no q6
     if spark_runner and "ours" in engines:
         jobs.append(("ours", dict(backend="heap", interval_s=intervals[0], runner="spark")))
     if "ss" in engines and q in SS_QUERIES:
         jobs.append(("ss", {}))
+    if recovery and "ours" in engines:
+        jobs.append(("ours", dict(backend=backends[0], interval_s=recovery_interval,
+                                  fail_at=recovery)))
     return jobs
 
 
@@ -221,11 +307,23 @@ def main(argv=None) -> int:
     ap.add_argument("--interval", type=float, default=10)
     ap.add_argument("--runner", default="local")
     ap.add_argument("--files-per-trigger", type=int, default=2)
-    ap.add_argument("--queries", default="q0,q1,q2,q5,q7,q11,q12,q14,q15,q16,q17,q18,q19,q21,q22")
+    ap.add_argument("--fail-at", type=float, default=0,
+                    help="(child) inject one failure after this fraction of the events")
+    ap.add_argument("--recovery", type=float, default=0.6,
+                    help="per query, one more run of ours that fails once after this fraction "
+                         "of its events, to measure the recovery time (0: none)")
+    ap.add_argument("--recovery-interval", type=float, default=1,
+                    help="checkpoint interval (s) of the recovery runs")
+    ap.add_argument("--queries", default="q0,q1,q2,q3,q4,q5,q6,q7,q8,q9,q11,q12,q13,q14,q15,q16,"
+                                          "q17,q18,q19,q20,q21,q22")
     ap.add_argument("--engines", default="ours,flink,ss")
     ap.add_argument("--backends", default="heap,rocksdb")
     ap.add_argument("--intervals", default="10")
-    ap.add_argument("--spark-runner", action="store_true", help="also ours on the Spark runner")
+    ap.add_argument("--spark-runner", default="q0,q1,q2,q3,q5,q7,q20",
+                    help="the queries also run by ours on the Spark runner (comma list, 'all' "
+                         "or '' for none)")
+    ap.add_argument("--recovery-only", action="store_true",
+                    help="only the recovery runs (e.g. to add them to an earlier run)")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--target-s", type=float, default=25)
     ap.add_argument("--files", type=int, default=24)
@@ -242,7 +340,8 @@ def main(argv=None) -> int:
                     help="add to the runs already in nexmark.json (e.g. a second --intervals)")
     args = ap.parse_args(argv)
     if args.child == "ours":
-        r = ours_child(args.query, args.path, args.backend, args.interval, args.runner)
+        r = ours_child(args.query, args.path, args.backend, args.interval, args.runner,
+                       args.fail_at)
         print("RESULT " + json.dumps(r), flush=True)
         return 0
     if args.child == "ss":
@@ -270,7 +369,9 @@ def main(argv=None) -> int:
             if q not in QUERIES:
                 raise SystemExit(f"{q}: not one of our queries ({', '.join(QUERIES)})")
             print(f"rep {rep} {q}:", flush=True)
-            for engine, kw in plan(q, engines, backends, intervals, args.spark_runner):
+            spark = args.spark_runner == "all" or q in args.spark_runner.split(",")
+            for engine, kw in plan(q, engines, backends, intervals, spark, args.recovery,
+                                   args.recovery_interval, args.recovery_only):
                 try:
                     r = measure(engine, q, data, args, est, **kw)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:

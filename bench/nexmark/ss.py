@@ -1,5 +1,11 @@
 """Spark Structured Streaming on the Nexmark Parquet files: the queries SS can express.
 
+Joins: q3 and q20 are inner stream-stream joins, which SS runs without watermarks (both
+sides kept in state, as Flink's regular join); q13 is a stream-static join with the bounded
+side input. q8 (two windowed GROUP BYs joined) needs a join after aggregations, which SS
+refuses in append mode; q4 (MAX then AVG: two aggregations in update mode), q9 and q6
+(``row_number()`` over a window, an OVER window) are not supported on streams either.
+
 Not expressible in SS (streaming): q5 and q7 (an aggregation over a streaming aggregation's
 output joined back to it), q12 (processing-time windows: ``window`` needs an event-time
 column with a watermark), q15/q16 (``count(distinct)`` is not supported on streams), q18
@@ -11,7 +17,9 @@ from __future__ import annotations
 from .generator import SCHEMA
 
 STATELESS = ("q0", "q1", "q2", "q14", "q21", "q22")
-SS_QUERIES = (*STATELESS, "q11", "q17")
+#: joins of the event stream with itself: SS counts each input row once per side
+SS_SELF_JOINS = ("q3", "q20")
+SS_QUERIES = (*STATELESS, "q11", "q17", "q3", "q13", "q20")
 
 
 def spark_schema():
@@ -74,4 +82,28 @@ def ss_query(spark, query: str, path: str, files_per_trigger: int):
                      F.count(F.when(price >= 1_000_000, 1)).alias("rank3_bids"),
                      F.min(price).alias("min_price"), F.max(price).alias("max_price"),
                      F.avg(price).alias("avg_price"), F.sum(price).alias("sum_price"))), "update"
+    ts = F.col("date_time").cast("timestamp")
+    person = events.where(F.col("event_type") == 0).select(
+        F.col("person_id").alias("id"), F.col("person_name").alias("name"),
+        F.col("person_city").alias("city"), F.col("person_state").alias("state"))
+    auction = events.where(F.col("event_type") == 1).select(
+        F.col("auction_id").alias("id"), F.col("auction_item_name").alias("item_name"),
+        F.col("auction_description").alias("description"),
+        F.col("auction_initial_bid").alias("initial_bid"),
+        F.col("auction_reserve").alias("reserve"), ts.alias("auction_date_time"),
+        F.col("auction_expires").cast("timestamp").alias("expires"),
+        F.col("auction_seller").alias("seller"), F.col("auction_category").alias("category"),
+        F.col("extra").alias("auction_extra"))
+    if query == "q3":
+        a = auction.where(F.col("category") == 10).select(F.col("id").alias("a_id"), "seller")
+        p = person.where(F.col("state").isin("OR", "ID", "CA"))
+        return (a.join(p, a.seller == p.id).select("name", "city", "state", "a_id")), "append"
+    if query == "q20":
+        a = auction.where(F.col("category") == 10)
+        return bid.join(a, bid.auction == a.id).drop("id"), "append"
+    if query == "q13":
+        side = spark.range(10_000).select(F.col("id").alias("key"),
+                                          F.col("id").cast("string").alias("value"))
+        return (bid.join(side, (bid.auction % 10_000) == side.key)
+                .select("auction", "bidder", "price", "date_time", "value")), "append"
     raise ValueError(f"{query} is not expressible in Structured Streaming")

@@ -1,4 +1,5 @@
-"""Nexmark: every query of bench/nexmark/queries.py on a few thousand events, checked
+"""Nexmark: every query of bench/nexmark/queries.py (and join_queries.py) on a few thousand
+events (the joins: winning bids, window joins and side inputs included), checked
 against a reference computed independently with pandas over the same Parquet files.
 
 One job runs all the queries (one source, one branch and one exactly-once file sink per
@@ -30,7 +31,7 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
     WatermarkStrategy,
     read_committed,
 )
-from bench.nexmark import generator, queries, source  # noqa: E402
+from bench.nexmark import generator, join_queries, queries, source  # noqa: E402
 
 EVENTS = 4000
 RATE = 100  # events per second of event time: 40 s, several windows and sessions
@@ -38,7 +39,7 @@ RATE = 100  # events per second of event time: 40 s, several windows and session
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    for m in (generator, queries, source):  # the slots need not import bench/
+    for m in (generator, join_queries, queries, source):  # the slots need not import bench/
         cloudpickle.register_pickle_by_value(m)
     root = str(tmp_path_factory.mktemp("nexmark"))
     generator.write_parquet(os.path.join(root, "events"), EVENTS,
@@ -237,6 +238,104 @@ def test_q19_top10_per_auction(run):
     assert {(a, r, p) for (a, r), p in got.items()} == ref
 
 
+# -- the join queries (bench/nexmark/join_queries.py) -----------------------------------------
+def _persons(run) -> pd.DataFrame:
+    ev = run["events"]
+    p = ev[ev.event_type == 0].rename(columns=lambda c: c.removeprefix("person_"))
+    return p[["id", "name", "city", "state", "ts"]].astype({"id": "int64"})
+
+
+def _auctions(run) -> pd.DataFrame:
+    ev = run["events"]
+    a = ev[ev.event_type == 1].rename(columns=lambda c: c.removeprefix("auction_"))
+    ints = {c: "int64" for c in ("id", "initial_bid", "reserve", "seller", "category")}
+    a = a[["id", "item_name", "description", *list(ints)[1:], "ts", "expires", "extra"]]
+    return a.astype(ints).assign(expires=a.expires.astype("datetime64[ms]").astype("int64"))
+
+
+def _winners(run) -> pd.DataFrame:
+    """Per auction, its highest bid (earliest on ties) within [dateTime, expires]."""
+    a, bid = _auctions(run), run["bid"]
+    j = a.merge(bid, left_on="id", right_on="auction", suffixes=("", "_bid"))
+    j = j[(j.ts_bid >= j.ts) & (j.ts_bid <= j.expires)]
+    return j.sort_values(["price", "ts_bid"], ascending=[False, True]).groupby("id").head(1)
+
+
+@pytest.mark.timeout(60)
+def test_q3_local_item_suggestion(run):
+    p, a = _persons(run), _auctions(run)
+    j = a[a.category == 10].merge(p[p.state.isin(["OR", "ID", "CA"])], left_on="seller",
+                                  right_on="id", suffixes=("", "_p"))
+    assert len(j) > 5
+    assert rows(out(run, "q3"), ["name", "city", "state", "id"]) == \
+        rows(j, ["name", "city", "state", "id"])
+
+
+@pytest.mark.timeout(60)
+def test_q20_expand_bid_with_auction_of_category_10(run):
+    a = _auctions(run)
+    j = run["bid"].merge(a[a.category == 10], left_on="auction", right_on="id",
+                         suffixes=("", "_a"))
+    assert len(j) > 50
+    got = out(run, "q20")
+    got["ts"] = ms(got.date_time)
+    assert rows(got, ["auction", "bidder", "price", "ts", "item_name", "reserve", "expires",
+                      "seller", "category"]) == \
+        rows(j, ["auction", "bidder", "price", "ts", "item_name", "reserve", "expires",
+                 "seller", "category"])
+
+
+@pytest.mark.timeout(60)
+def test_q9_winning_bids(run):
+    ref = _winners(run)
+    assert len(ref) > 50
+    got = out(run, "q9")
+    assert rows(got, ["id", "seller", "category", "expires", "bidder", "price",
+                      "bid_date_time"]) == \
+        rows(ref, ["id", "seller", "category", "expires", "bidder", "price", "ts_bid"])
+
+
+@pytest.mark.timeout(60)
+def test_q4_average_closing_price_per_category(run):
+    ref = _winners(run).groupby("category").price.mean()
+    # an update per key and batch, in order per key: the last one is over all its auctions
+    final = out(run, "q4").groupby("category").avg.apply(lambda s: s.iloc[-1])
+    assert set(final.index) == set(ref.index)
+    np.testing.assert_allclose(final.sort_index().to_numpy(), ref.sort_index().to_numpy())
+
+
+@pytest.mark.timeout(60)
+def test_q6_average_selling_price_of_the_last_10_closed_auctions(run):
+    w = _winners(run).sort_values(["expires", "id"])
+    w["avg"] = w.groupby("seller").price.transform(lambda s: s.rolling(10, min_periods=1).mean())
+    got = out(run, "q6")
+    assert len(got) == len(w)
+    assert Counter(zip(got.seller, got.auction, got.avg.round(3), strict=True)) == \
+        Counter(zip(w.seller, w.id, w.avg.round(3), strict=True))
+
+
+@pytest.mark.timeout(60)
+def test_q8_new_users_per_tumbling_window(run):
+    p, a = _persons(run), _auctions(run)
+    p = p.assign(w=p.ts // 10_000 * 10_000)
+    a = a.assign(w=a.ts // 10_000 * 10_000)
+    j = p.merge(a[["seller", "w"]].drop_duplicates(), left_on=["id", "w"],
+                right_on=["seller", "w"])
+    assert len(j) > 5
+    got = out(run, "q8")
+    assert Counter(zip(got.id, got.name, got.starttime, strict=True)) == \
+        Counter(zip(j.id, j.name, j.w, strict=True))
+
+
+@pytest.mark.timeout(60)
+def test_q13_bounded_side_input_join(run):
+    bid = run["bid"]
+    got = out(run, "q13")
+    assert rows(got, ["auction", "bidder", "price", "value"]) == \
+        rows(bid.assign(value=(bid.auction % 10_000).astype(str)),
+             ["auction", "bidder", "price", "value"])
+
+
 @pytest.mark.timeout(180)
 def test_run_script_measures_and_renders_the_section(tmp_path):
     """bench/nexmark/run.py end to end on a tiny data set, our engine only (Flink and SS
@@ -250,7 +349,8 @@ def test_run_script_measures_and_renders_the_section(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run(
         [sys.executable, os.path.join(root, "bench", "nexmark", "run.py"), "--engines", "ours",
-         "--queries", "q0,q5", "--backends", "heap", "--files", "2", "--events-per-file",
+         "--queries", "q0,q5", "--backends", "heap", "--spark-runner", "", "--files", "2",
+         "--events-per-file",
          "3000", "--target-s", "1", "--data-dir", str(tmp_path / "data"), "--results-dir",
          str(tmp_path / "res")], cwd=root, capture_output=True, text=True, timeout=170,
         env={**os.environ, "PYTHONPATH": root})
@@ -259,5 +359,10 @@ def test_run_script_measures_and_renders_the_section(tmp_path):
         data = json.load(f)
     assert {(r["query"], r["engine"]) for r in data["runs"] if r["rate"]} == \
         {("q0", "ours"), ("q5", "ours")}
+    recovered = [r for r in data["runs"] if r.get("kind") == "recovery"]
+    assert [r["query"] for r in recovered] == ["q0", "q5"]
+    assert all(r["restarts"] == 1 and r["recovery_s"] > 0 for r in recovered)
+    assert all(len(r["loadavg_before"]) == 3 for r in data["runs"])
     text = "\n".join(report.render(data))
-    assert "| q0 |" in text and "| q5 |" in text and "q3 needs" in text
+    assert "| q0 |" in text and "| q5 |" in text and "q10 needs" in text
+    assert "| query | recovery (s) |" in text

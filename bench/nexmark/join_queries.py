@@ -1,0 +1,341 @@
+"""The Nexmark join queries in our API: q3, q4, q6, q8, q9, q13, q20.
+
+Semantics are nexmark-flink's SQL (``queries/q*.sql``) except where said at the query. The
+joins are per record (Python), apart from q13 (a bounded side input, a vectorized lookup).
+
+* q3, q20 are Flink's unbounded regular joins, written as a :class:`KeyedCoProcessFunction`
+  keyed by the join key: the side that occurs once per key (the person, the auction) stays in
+  keyed state; rows of the other side that come before it wait in state and leave it when
+  it comes (an id occurs once, so nothing else can match them). Flink keeps both sides.
+* q4, q6, q9 share :class:`WinningBid` (``auction JOIN bid ON id = auction AND bid.dateTime
+  BETWEEN auction.dateTime AND auction.expires``, the highest price, earlier bid on ties):
+  ours emits each auction's winning bid once, when the watermark passes its expiry (the
+  original Nexmark's "closed auction"), and then drops the auction's bids; Flink's SQL emits
+  an update per new maximum and keeps the state. Both end at the same result.
+* q6 is not run by Flink (its SQL is an OVER window over an updating input, which Flink
+  rejects); ours follows the original Nexmark: per seller, the average winning price of its
+  last 10 closed auctions, one row per close, in (expires, auction id) order.
+* q8 is a tumbling window join (10 s) of persons and auctions on ``id = seller``, one row
+  per person and window with at least one auction (the SQL's GROUP BYs before the join).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_checkpoint_provider.engine import (
+    KeyedCoProcessFunction,
+    KeyedProcessFunction,
+    ProcessJoinFunction,
+    TumblingWindows,
+)
+
+from .generator import AUCTION, BID, PERSON
+
+PERSON_COLUMNS = {"person_id": "id", "person_name": "name", "person_city": "city",
+                  "person_state": "state", "date_time": "date_time"}
+AUCTION_COLUMNS = {"auction_id": "id", "auction_item_name": "item_name",
+                   "auction_description": "description", "auction_initial_bid": "initial_bid",
+                   "auction_reserve": "reserve", "date_time": "date_time",
+                   "auction_expires": "expires", "auction_seller": "seller",
+                   "auction_category": "category", "extra": "extra"}
+BID_COLUMNS = ("auction", "bidder", "price", "channel", "url", "date_time", "extra")
+Q3_STATES = ("OR", "ID", "CA")
+SIDE_INPUT_ROWS = 10_000
+
+
+def _view(batch: pa.RecordBatch, kind: int, columns) -> pa.RecordBatch:
+    """The rows of event type ``kind`` with ``columns`` (renamed), times as epoch ms."""
+    b = batch.filter(pc.equal(batch.column("event_type"), kind))
+    if isinstance(columns, dict):
+        names, new = list(columns), list(columns.values())
+    else:
+        names = new = list(columns)
+    arrays = [b.column(n) for n in names]
+    arrays = [pc.cast(a, pa.int64()) if pa.types.is_timestamp(a.type) else a for a in arrays]
+    return pa.RecordBatch.from_arrays(arrays, names=new)
+
+
+def persons(batch):
+    return _view(batch, PERSON, PERSON_COLUMNS)
+
+
+def auctions(batch):
+    return _view(batch, AUCTION, AUCTION_COLUMNS)
+
+
+def bids(batch):
+    return _view(batch, BID, BID_COLUMNS)
+
+
+# -- q3: local item suggestion --------------------------------------------------------------
+def _q3_auctions(batch):
+    a = auctions(batch)
+    return a.filter(pc.equal(a.column("category"), 10)).select(["id", "seller", "date_time"])
+
+
+def _q3_persons(batch):
+    p = persons(batch)
+    # every person goes on (those of other states as a marker): an auction of theirs that
+    # came first must leave the state when they come
+    return p.set_column(3, "state", pc.if_else(pc.is_in(p.column("state"), pa.array(Q3_STATES)),
+                                               p.column("state"), pa.scalar(None, pa.string())))
+
+
+class Q3Join(KeyedCoProcessFunction):
+    """Keyed by seller / person id: 1 = auctions of category 10, 2 = persons."""
+
+    def open(self, ctx):
+        self.person = ctx.value_state("person", None)  # [name, city, state] or 0
+        self.waiting = ctx.value_state("waiting", None)  # auction ids before their seller
+
+    def process_element1(self, a, ctx):
+        p = self.person.value()
+        if p is None:
+            self.waiting.update([*(self.waiting.value() or ()), a["id"]])
+            return None
+        if not p:
+            return None
+        return {"name": p[0], "city": p[1], "state": p[2], "id": a["id"]}
+
+    def process_element2(self, p, ctx):
+        keep = p["state"] is not None
+        self.person.update([p["name"], p["city"], p["state"]] if keep else 0)
+        waiting = self.waiting.value()
+        if waiting is None:
+            return None
+        self.waiting.clear()
+        if not keep:
+            return None
+        return [{"name": p["name"], "city": p["city"], "state": p["state"], "id": i}
+                for i in waiting]
+
+
+def q3(events, p):
+    return (events.map_batches(_q3_auctions, name="q3: auctions of category 10")
+            .connect(events.map_batches(_q3_persons, name="q3: persons"))
+            .key_by("seller", "id").process(Q3Join(), uid="q3-join", parallelism=p))
+
+
+# -- q20: expand bid with auction -----------------------------------------------------------
+AUCTION_OUT = ("item_name", "description", "initial_bid", "reserve", "auction_date_time",
+               "expires", "seller", "category", "auction_extra")
+
+
+class Q20Join(KeyedCoProcessFunction):
+    """Keyed by auction id: 1 = bids, 2 = auctions. An auction of category 10 stays in state
+    with its columns, any other as a marker (its bids then match nothing)."""
+
+    def open(self, ctx):
+        self.auction = ctx.value_state("auction", None)
+        self.waiting = ctx.value_state("waiting", None)  # bids before their auction
+
+    def process_element1(self, b, ctx):
+        a = self.auction.value()
+        if a is None:
+            self.waiting.update([*(self.waiting.value() or ()), b])
+            return None
+        return {**b, **dict(zip(AUCTION_OUT, a, strict=True))} if a else None
+
+    def process_element2(self, a, ctx):
+        if a["category"] != 10:
+            self.auction.update(0)
+            self.waiting.clear()
+            return None
+        row = [a["item_name"], a["description"], a["initial_bid"], a["reserve"],
+               a["date_time"], a["expires"], a["seller"], a["category"], a["extra"]]
+        self.auction.update(row)
+        waiting = self.waiting.value()
+        if waiting is None:
+            return None
+        self.waiting.clear()
+        return [{**b, **dict(zip(AUCTION_OUT, row, strict=True))} for b in waiting]
+
+
+def q20(events, p):
+    return (events.map_batches(bids, name="q20: bids")
+            .connect(events.map_batches(auctions, name="q20: auctions"))
+            .key_by("auction", "id").process(Q20Join(), uid="q20-join", parallelism=p))
+
+
+# -- q4, q6, q9: the winning bid of each auction ---------------------------------------------
+WIN_AUCTION = ("id", "item_name", "description", "initial_bid", "reserve", "date_time",
+               "expires", "seller", "category", "extra")
+
+
+def _win_bids(batch):
+    return bids(batch).select(["auction", "bidder", "price", "date_time", "extra"])
+
+
+class WinningBid(KeyedCoProcessFunction):
+    """Keyed by auction id: 1 = auctions, 2 = bids. The highest bid (earliest on ties) with
+    ``auction.date_time <= bid.date_time <= auction.expires``, emitted when the watermark
+    passes ``expires`` (auction columns, then ``bidder, price, bid_date_time, bid_extra``)."""
+
+    def open(self, ctx):
+        self.auction = ctx.value_state("auction", None)  # WIN_AUCTION values; 0 once closed
+        self.best = ctx.value_state("best", None)  # [price, date_time, bidder, extra]
+        self.early = ctx.value_state("early", None)  # bids before their auction
+
+    @staticmethod
+    def _better(bid, best) -> bool:
+        return best is None or bid[0] > best[0] or (bid[0] == best[0] and bid[1] < best[1])
+
+    def process_element1(self, a, ctx):
+        row = [a[c] for c in WIN_AUCTION]
+        self.auction.update(row)
+        ctx.timer_service.register_event_time_timer(a["expires"])
+        early = self.early.value()
+        if early is not None:
+            self.early.clear()
+            best = None
+            for b in early:
+                if a["date_time"] <= b[1] <= a["expires"] and self._better(b, best):
+                    best = b
+            if best is not None:
+                self.best.update(best)
+
+    def process_element2(self, b, ctx):
+        a = self.auction.value()
+        bid = [b["price"], b["date_time"], b["bidder"], b["extra"]]
+        if a is None:  # its auction is still to come: wait until the watermark passes it
+            self.early.update([*(self.early.value() or ()), bid])
+            ctx.timer_service.register_event_time_timer(b["date_time"] + 1)
+        elif a and a[5] <= bid[1] <= a[6] and self._better(bid, self.best.value()):
+            self.best.update(bid)
+
+    def on_timer(self, timestamp, ctx):
+        a = self.auction.value()
+        if not a or a[6] != timestamp:  # early bids whose auction never came in time
+            early = [b for b in self.early.value() or () if b[1] + 1 > timestamp]
+            if early:
+                self.early.update(early)
+            else:
+                self.early.clear()
+            return None
+        best = self.best.value()
+        self.auction.update(0)  # closed: later bids match nothing
+        self.best.clear()
+        if best is None:
+            return None
+        return {**dict(zip(WIN_AUCTION, a, strict=True)), "auction": a[0], "bidder": best[2],
+                "price": best[0], "bid_date_time": best[1], "bid_extra": best[3]}
+
+
+def winning_bids(events, p, uid: str):
+    return (events.map_batches(auctions, name=f"{uid}: auctions")
+            .connect(events.map_batches(_win_bids, name=f"{uid}: bids"))
+            .key_by("id", "auction").process(WinningBid(), uid=uid, parallelism=p))
+
+
+def q9(events, p):
+    return winning_bids(events, p, "q9-winning")
+
+
+def _q4_final(batch):
+    return pa.RecordBatch.from_arrays([batch.column("category"), batch.column("price")],
+                                      names=["category", "final"])
+
+
+def q4(events, p):
+    return (winning_bids(events, p, "q4-winning")
+            .map_batches(_q4_final, name="q4: final prices")
+            .key_by("category").aggregate(uid="q4-avg", parallelism=p, avg=("mean", "final")))
+
+
+class LastTenAverage(KeyedProcessFunction):
+    """Keyed by seller: on each closed auction, the average winning price of the seller's
+    last 10. Closes wait for the watermark to pass their expiry so that they are taken in
+    (expires, auction id) order whatever subtask closed them."""
+
+    def open(self, ctx):
+        self.pending = ctx.value_state("pending", None)
+        self.last = ctx.value_state("last", None)
+
+    def process_element(self, r, ctx):
+        self.pending.update([*(self.pending.value() or ()), [r["expires"], r["id"], r["price"]]])
+        ctx.timer_service.register_event_time_timer(r["expires"])
+
+    def on_timer(self, timestamp, ctx):
+        pending = sorted(self.pending.value() or ())
+        due = [c for c in pending if c[0] <= timestamp]
+        rest = pending[len(due):]
+        if rest:
+            self.pending.update(rest)
+        else:
+            self.pending.clear()
+        last = list(self.last.value() or ())
+        out = []
+        for expires, auction, price in due:
+            last = [*last, price][-10:]
+            out.append({"seller": ctx.current_key, "auction": auction, "expires": expires,
+                        "avg": sum(last) / len(last)})
+        self.last.update(last)
+        return out
+
+
+def q6(events, p):
+    return (winning_bids(events, p, "q6-winning")
+            .key_by("seller").process(LastTenAverage(), uid="q6-avg", parallelism=p))
+
+
+# -- q8: monitor new users ------------------------------------------------------------------
+class NewUser(ProcessJoinFunction):
+    """One row per person and window (the window join emits a pair per auction). The join
+    emits all pairs of one key and window one after the other, in one firing, so the last
+    (key, window) seen is enough to drop the repeats (nothing to keep across firings)."""
+
+    def open(self, ctx):
+        self.last = None
+
+    def process_element(self, person, auction, ctx):
+        mark = (ctx.current_key, ctx.timestamp)
+        if mark == self.last:
+            return None
+        self.last = mark
+        return {"id": person["id"], "name": person["name"],
+                "starttime": ctx.timestamp + 1 - 10_000}
+
+
+def q8(events, p):
+    return (events.map_batches(lambda b: persons(b).select(["id", "name", "date_time"]),
+                               name="q8: persons")
+            .join(events.map_batches(lambda b: auctions(b).select(["seller", "date_time"]),
+                                     name="q8: auctions"))
+            .where("id").equal_to("seller").window(TumblingWindows(10_000))
+            .apply(NewUser(), uid="q8-join", parallelism=p))
+
+
+# -- q13: bounded side input join -------------------------------------------------------------
+SIDE_VALUES = pa.array([str(i) for i in range(SIDE_INPUT_ROWS)])
+
+
+def _q13(batch):
+    b = bids(batch)
+    key = b.column("auction").to_numpy() % SIDE_INPUT_ROWS
+    return pa.RecordBatch.from_arrays(
+        [b.column("auction"), b.column("bidder"), b.column("price"), b.column("date_time"),
+         SIDE_VALUES.take(pa.array(key.astype(np.int64)))],
+        names=["auction", "bidder", "price", "date_time", "value"])
+
+
+def q13(events, p):
+    # the side input (key i -> str(i), 10,000 rows, as nexmark's side_input file) is bounded
+    # and static: held by every subtask, joined per batch by array index
+    return events.map_batches(_q13, name="q13: side input join")
+
+
+JOIN_QUERIES: dict[str, Callable] = {"q3": q3, "q4": q4, "q6": q6, "q8": q8, "q9": q9,
+                                     "q13": q13, "q20": q20}
+JOIN_PER_RECORD = {
+    "q3": "join (co-process, after vectorized filters)",
+    "q4": "winning bid (co-process per bid), then a vectorized average",
+    "q6": "winning bid (co-process per bid), then last 10 per seller",
+    "q8": "window join",
+    "q9": "winning bid (co-process per bid)",
+    "q20": "join (co-process per bid)",
+}
