@@ -18,10 +18,11 @@ database of the same server; Iceberg: a SQL catalog on SQLite, local warehouse).
    account per transaction, a ``-U``/``+U`` pair); the lag the source reports with every
    checkpoint is sampled (its pace depends on the sink: backpressure).
 3. **Backlog**: the job stops with a savepoint, ``pgbench -t`` commits TX transactions, the
-   job restores the savepoint; changes/s end to end = changelog records the source emitted
-   between its first completed checkpoint and the first one holding the whole backlog /
-   the time between them (each completed checkpoint's records are in the sink: pre-committed,
-   committed on completion).
+   job restores the savepoint; changes/s end to end = the backlog's changelog records
+   after the last completed checkpoint holding at most a tenth of them / the time from that
+   checkpoint's trigger until the sink's table shows the whole backlog (polled every 0.1 s;
+   FileSink: until the checkpoint holding it completed). Delta and Iceberg apply an epoch
+   when its checkpoint completes, PostgreSQL at the barrier (then ``COMMIT PREPARED``).
 
 At the end the target is compared with the source table (row count and sum of balances).
 Writes cdc.json (``runs``: one entry per sink).
@@ -47,8 +48,9 @@ SINKS = ("file", "postgres", "delta", "iceberg")
 COLUMNS = ["aid", "bid", "abalance", "filler"]
 
 
-def source_records(store, job_id: str) -> list[tuple[float, int, list[dict]]]:
-    """Per completed checkpoint: trigger time, records the source emitted so far, its lags."""
+def source_records(store, job_id: str) -> list[tuple[float, int, list[dict], float]]:
+    """Per completed checkpoint: trigger time, records the source emitted so far, its lags,
+    completion time."""
     out = []
     for c in store.list_checkpoints(job_id):
         if c.status not in ("COMPLETED", "SUBSUMED"):
@@ -59,17 +61,17 @@ def source_records(store, job_id: str) -> list[tuple[float, int, list[dict]]]:
             if counts:
                 n += int(counts[1])
             lags += list((t.get("source_lag") or {}).values())
-        out.append((c.trigger_time.timestamp(), n, lags))
+        out.append((c.trigger_time.timestamp(), n, lags, c.complete_time.timestamp()))
     return sorted(out)
 
 
-def _wait_records(store, job_id: str, at_least: int, timeout: float = 900):
+def _wait_records(store, job_id: str, at_least: int, timeout: float = 900, poll: float = 0.5):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         done = source_records(store, job_id)
         if done and done[-1][1] >= at_least:
             return done
-        time.sleep(0.5)
+        time.sleep(poll)
     raise TimeoutError(f"the source did not emit {at_least} records within {timeout} s")
 
 
@@ -190,15 +192,12 @@ def run_one(kind: str, server, args) -> dict:
         t_restore = time.time()
         bg = Background(pipeline(), restore=req.result["location"])
         job = bg.wait_running(timeout=300)
-        done = _wait_records(bg.store, job.job_id, backlog)
+        done = _wait_records(bg.store, job.job_id, backlog, poll=0.1)
         last = next(s for s in done if s[1] >= backlog)
         # from the last checkpoint holding at most a tenth of the backlog (the first one
-        # may already hold more: then the rate is over less than the whole backlog)
-        first = [s for s in done if s[1] <= backlog // 10][-1:] or done[:1]
-        first = first[0]
-        drain_rate = ((last[1] - first[1]) / (last[0] - first[0])
-                      if last[0] > first[0] else None)
-        # the target catches up once the sinks committed the last checkpoint
+        # may already hold more) to the moment the sink's table shows all of it (FileSink:
+        # the completion of the checkpoint holding it)
+        first = ([s for s in done if s[1] <= backlog // 10][-1:] or done[:1])[0]
         with psycopg.connect(dsn) as conn:
             want = tuple(int(x) for x in conn.execute(
                 "SELECT count(*), sum(abalance) FROM pgbench_accounts").fetchone())
@@ -207,8 +206,9 @@ def run_one(kind: str, server, args) -> dict:
             got = target_summary(kind, root, where)
             if got in (None, want) or time.monotonic() > deadline:
                 break
-            time.sleep(0.5)
-        converged_s = time.time() - last[0]
+            time.sleep(0.1)
+        t_in_target = last[3] if got is None else time.time()
+        drain_rate = (backlog - first[1]) / (t_in_target - first[0])
         bg.request(job.job_id, "CANCEL")
         bg.result(timeout=300)
         load.append(os.getloadavg())
@@ -224,11 +224,12 @@ def run_one(kind: str, server, args) -> dict:
             "lag_bytes_median": median(lag_b), "lag_bytes_max": max(lag_b, default=None),
             "checkpoints_sampled": len(during),
             "backlog_changes": backlog, "backlog_changes_per_s": drain_rate,
-            "backlog_drain_s": last[0] - first[0],
-            "backlog_s_from_restore": last[0] - t_restore,
+            "backlog_in_target_s": t_in_target - first[0],
+            "backlog_emitted_s": last[0] - first[0],
+            "backlog_s_from_restore": t_in_target - t_restore,
+            "target_caught_up_s_after_checkpoint": None if got is None else t_in_target - last[3],
             "target_matches_source": None if got is None else got == want,
             "target": got, "source": want,
-            "target_caught_up_s_after_checkpoint": None if got is None else converged_s,
             "load_averages": load,
         }
         print(result, flush=True)
