@@ -208,7 +208,9 @@ def run_one(kind: str, server, args) -> dict:
                 break
             time.sleep(0.1)
         t_in_target = last[3] if got is None else time.time()
-        drain_rate = (backlog - first[1]) / (t_in_target - first[0])
+        # None: the first checkpoint already held the whole backlog (see backlog_s_from_restore)
+        drain_rate = ((backlog - first[1]) / (t_in_target - first[0])
+                      if first[1] < backlog else None)
         bg.request(job.job_id, "CANCEL")
         bg.result(timeout=300)
         load.append(os.getloadavg())

@@ -8,6 +8,15 @@ def _f(value, spec=",.0f"):
     return "n/a" if value is None else f"{value:{spec}}"
 
 
+def _backlog(r: dict) -> str:
+    """changes/s (seconds); a lower bound, start-up included, when the restored job's first
+    checkpoint already held the whole backlog."""
+    if r.get("backlog_changes_per_s") and r.get("backlog_emitted_s"):
+        return f"{_f(r['backlog_changes_per_s'])} ({_f(r.get('backlog_in_target_s'), '.1f')})"
+    return (f">= {_f(r['backlog_changes'] / r['backlog_s_from_restore'])} (all in the first "
+            f"checkpoint, {_f(r['backlog_s_from_restore'], '.1f')} s from restore)")
+
+
 def cdc_section(data: dict | None, lines: list[str]) -> None:
     if not data:
         return
@@ -28,7 +37,7 @@ def cdc_section(data: dict | None, lines: list[str]) -> None:
         "same server), Delta (local) and Iceberg (SQL catalog on SQLite, local warehouse). "
         f"Snapshot: {some['snapshot_rows']:,} rows, from submission (start-up included) to the "
         "first checkpoint holding all of them (Delta and Iceberg tables show them with the "
-        "commits after it). Steady load: `pgbench -R {some['target_tps']}` for "
+        f"commits after it). Steady load: `pgbench -R {some['target_tps']}` for "
         f"{_f(some['load_seconds'])} s (TPC-B: one captured account update, a `-U`/`+U` pair, "
         "per transaction); lag as the source reports it with every checkpoint. Backlog: the "
         f"job stops with a savepoint, pgbench commits {some['backlog_changes'] // 2:,} "
@@ -49,7 +58,7 @@ def cdc_section(data: dict | None, lines: list[str]) -> None:
             f"| {sink} | {_f(r['snapshot_rows_per_s'])} | {_f(r['changes_per_s_under_load'])} "
             f"({_f(r['pgbench_tps'])}) | {_f(r['lag_seconds_median'], '.3f')} / "
             f"{_f(r['lag_seconds_max'], '.3f')} | {_f(r['lag_bytes_max'])} | "
-            f"{_f(r['backlog_changes_per_s'])} ({_f(r.get('backlog_in_target_s'), '.1f')}) | "
+            f"{_backlog(r)} | "
             f"{_f(r.get('target_caught_up_s_after_checkpoint'), '.1f')} | {match} |")
     lines += [
         "", "Lag seconds = now - commit time of the last transaction emitted (0 when caught "
