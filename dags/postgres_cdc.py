@@ -42,6 +42,7 @@ with DAG(
         "job_env": Param({"CKPT_CDC_URL": "postgresql://cdc@source-db:5432/shop",
                           "CKPT_CDC_TABLES": "orders"}, type="object"),
         "max_lag_seconds": Param(60, type="number"),
+        "gate_window_s": Param(120, type="number"),
     },
 ) as dag:
     start = SubmitCheckpointedJobOperator(
@@ -51,7 +52,8 @@ with DAG(
     savepoint = TriggerSavepointOperator(
         task_id="savepoint", **CONTROL_RETRIES, job="{{ params.job_name }}", deferrable=True)
     gate = StabilityGateOperator(
-        task_id="replication_lag", job="{{ params.job_name }}", window=120,
+        task_id="replication_lag", job="{{ params.job_name }}",
+        window="{{ params.gate_window_s }}",
         max_replication_lag_s="{{ params.max_lag_seconds }}", min_throughput_ratio=None)
 
     start >> savepoint >> gate

@@ -186,6 +186,9 @@ class StreamTask(TaskCheckpointing):
             self.env.send(M.TaskFinished(vertex=self.vertex.id, subtask=self.subtask))
         except Exception as exc:  # noqa: BLE001 - every task failure is reported
             log.warning("Task %s failed: %s", self.name, exc)
+            # before reporting: the slot may be stopped right after, and a restart on a
+            # reused process must not meet this attempt's connections (a CDC reader's slot)
+            self._close_after_failure()
             try:
                 # A snapshot that cannot be restored, bad input: restarting cannot help.
                 fatal = isinstance(exc, RestoreError | CorruptCheckpointError
@@ -220,6 +223,17 @@ class StreamTask(TaskCheckpointing):
         if self.side_writers:  # a side output starts a new chain: its window is the last op
             cast(WindowAggregateOperator | WindowFunctionOperator,
                  self.operators[-1]).collect_late = True
+
+    def _close_after_failure(self) -> None:
+        """Close every opened operator of a failed task (split readers, sink writers): an
+        error from one close is logged and the others still close; the task's failure stays
+        the original error."""
+        for op in self.operators:
+            try:
+                op.close()
+            except Exception:  # noqa: BLE001 - the original failure is what gets reported
+                log.warning("Task %s: closing %s after its failure failed too", self.name,
+                            op.uid or op.node.name, exc_info=True)
 
     def _close(self) -> None:
         for op in self.operators:

@@ -103,8 +103,11 @@ class TaskCheckpointing:
                 ch = action[1]
                 self._held.setdefault(ch, [])
                 self.channel_gates[ch].clear()
-            elif action[0] == "checkpoint":  # only from an action on a barrier
-                self._checkpoint(cast(CheckpointBarrier, barrier), action[2])
+            elif action[0] == "checkpoint":
+                # a closed input channel can complete the alignment too (its upstream's
+                # connection dropped): the barrier is then the one this task holds
+                held = self._barriers.get(action[1], barrier)
+                self._checkpoint(cast(CheckpointBarrier, held), action[2])
             elif action[0] == "unaligned":
                 self._checkpoint(self._barriers[action[1]].as_unaligned(), action[2],
                                  unaligned=True)

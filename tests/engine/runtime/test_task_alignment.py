@@ -116,3 +116,23 @@ def test_cancel_marker_releases_blocked_channel_and_is_not_snapshotted(tmp_path)
     wait_for(lambda: 3 in rec.events)
     assert "snapshot-1" not in rec.events
     task.mailbox.put_control(("finish",))
+
+
+@pytest.mark.timeout(30)
+def test_an_input_connection_lost_while_aligning_does_not_crash_the_task(tmp_path):
+    """Barrier 1 held on channel 0, then channel 1's connection drops (its upstream slot was
+    SIGKILLed): the closed channel counts as arrived, so the task snapshots with the barrier
+    it holds -- it used to fail with AttributeError ('NoneType' ... 'checkpoint_id'), which
+    the job then reported as its failure instead of the killed slot."""
+    task, rec, (ch0, ch1), sent = start_task(tmp_path, exactly_once=True)
+    send_records(ch0, [1])
+    P.send_frame(ch0, P.BARRIER, CheckpointBarrier(1, 0, "CHECKPOINT", str(tmp_path / "chk-1")).encode())
+    send_records(ch0, [2])             # behind barrier 1
+    send_records(ch1, [10])
+    wait_for(lambda: 10 in rec.events)
+    ch1.close()                        # the upstream's process died
+    wait_for(lambda: 2 in rec.events)
+    assert rec.events.index("snapshot-1") < rec.events.index(2)
+    assert not any(m["type"] == "task_failed" for m in sent), sent
+    assert task.thread.is_alive()
+    task.mailbox.put_control(("finish",))

@@ -1,0 +1,181 @@
+"""End to end, exactly once: PostgreSQL CDC -> upsert sink (PostgreSQL in another database of
+the same server, Delta, Iceberg), and CDC -> retracting aggregate (emit="upsert") ->
+PostgreSQL. Writer processes change the source table during the snapshot and the stream; a
+slot and then the driver are SIGKILLed at seeded random points; ``restore="latest"``
+resumes; a savepoint is restored at another parallelism. Once the writers stopped and the
+job caught up, the target equals the source table (or its GROUP BY) row for row."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+from cdc_pipelines import writer
+from cdc_upsert_pipelines import (
+    KINDS,
+    cdc_upsert_pipeline,
+    create_target,
+    dsn,
+    source_rows,
+    target_rows,
+)
+from pipelines import Background
+
+pytestmark = pytest.mark.slow
+TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROWS = 2_000
+
+DRIVER = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from cdc_upsert_pipelines import cdc_upsert_pipeline
+cdc_upsert_pipeline({root!r}, {url!r}, json.loads({target!r}), name={name!r},
+                    kill_after={kill_after}).run()
+"""
+
+
+@pytest.fixture
+def source(postgres_server):
+    url = postgres_server.create_database()
+    with psycopg.connect(dsn(url), autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, v int, note text)")
+        conn.execute("INSERT INTO items SELECT g, g %% 50, 'init' FROM generate_series(1, %s) g",
+                     (ROWS,))
+    yield url
+    with psycopg.connect(dsn(url), autocommit=True) as conn:
+        for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = "
+                                    "current_database() AND NOT active").fetchall():
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def _writers(url: str, seconds: float, seeds: list[int], stop_file: str | None = None) -> list:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=writer, args=(dsn(url), seconds, s, 1_000_000 * (s + 1)),
+                         kwargs={"stop_file": stop_file})
+             for s in seeds]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def _wait_for(condition, driver, what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert driver.poll() is None, f"the job ended: {what}"
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def _completed(root: str, name: str) -> int:
+    """Checkpoints completed by every job of ``name`` so far."""
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+
+    with MetadataStore("sqlite:///" + os.path.join(root, "meta.db")) as store:
+        return sum(1 for j in store.list_jobs(job_name=name)
+                   for c in store.list_checkpoints(j.job_id)
+                   if c.status in ("COMPLETED", "SUBSUMED"))
+
+
+def _join(procs) -> None:
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0, "a writer process failed"
+
+
+def _converged(target: dict, url: str, kind: str, timeout: float = 90) -> None:
+    """Wait until the target equals the source (the job caught up); fail with the diff."""
+    deadline = time.monotonic() + timeout
+    while True:
+        want, got = source_rows(url, kind), target_rows(target)
+        if got == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    missing = {k: v for k, v in want.items() if got.get(k) != v}
+    extra = {k: v for k, v in got.items() if k not in want}
+    assert not missing and not extra, (
+        f"{kind}: {len(missing)} rows differ or are missing (e.g. "
+        f"{list(missing.items())[:3]} vs {[got.get(k) for k in list(missing)[:3]]}), "
+        f"{len(extra)} extra (e.g. {list(extra.items())[:3]})")
+    assert len(want) > ROWS // 50 // 2
+
+
+def _stop(bg: Background, job) -> str:
+    req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
+    assert req.status == "SUCCEEDED", req.error
+    assert bg.result().status == "STOPPED"
+    return req.result["location"]
+
+
+def _no_prepared(target: dict) -> None:
+    if target["kind"].startswith("postgres"):
+        with psycopg.connect(dsn(target["where"])) as conn:
+            left = conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = "
+                                "current_database()").fetchall()
+        assert not left, f"prepared transactions left in the target: {left}"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind", KINDS)
+def test_cdc_into_an_upsert_sink_equals_the_source_under_kills_and_rescale(
+        kind, source, postgres_server, tmp_path, monkeypatch):
+    began = time.monotonic()
+    seed = int(os.environ.get("CKPT_TEST_SEED", random.randrange(1 << 30)))
+    print(f"seed {seed} (CKPT_TEST_SEED={seed} repeats this run)")
+    rng = random.Random(seed)
+    root, name = str(tmp_path), f"cdc-up-{kind}"
+    target = create_target(kind, root, postgres_server.create_database()
+                           if kind.startswith("postgres") else None)
+    if kind == "postgres-agg":  # retractions carry the old v (the aggregated group)
+        with psycopg.connect(dsn(source), autocommit=True) as conn:
+            conn.execute("ALTER TABLE items REPLICA IDENTITY FULL")
+    # 1. writers during the snapshot and the stream; a slot kills itself, then (once a
+    # checkpoint completed after that) the driver
+    stop_writers = os.path.join(root, "stop-writers")
+    procs = _writers(source, 60, rng.sample(range(1000), 2), stop_writers)
+    kill_after = rng.randint(100, 1_200)
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER.format(tests=TESTS, root=root, url=source, name=name,
+                                             target=json.dumps(target), kill_after=kill_after)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])})
+    try:
+        _wait_for(lambda: os.path.exists(os.path.join(root, "killed")), driver,
+                  f"no slot was killed (seed {seed})")
+        done = _completed(root, name)
+        _wait_for(lambda: _completed(root, name) > done, driver,
+                  f"no checkpoint completed after the slot's kill (seed {seed})")
+        time.sleep(rng.uniform(0.0, 2.0))
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        open(stop_writers, "w").close()
+    _join(procs)
+    # 2. restore the latest checkpoint; writers while it streams
+    monkeypatch.setenv("CKPT_HEARTBEAT_TIMEOUT_S", "2")
+    time.sleep(2.5)
+    bg = Background(cdc_upsert_pipeline(root, source, target, name=name), restore="latest")
+    job = bg.wait_running(timeout=90)
+    _join(_writers(source, 2, [rng.randrange(1000, 2000)]))
+    _converged(target, source, kind)
+    savepoint = _stop(bg, job)
+    assert bg.result().restored_from, f"seed {seed}"
+    # 3. restore the savepoint at another parallelism; writers again
+    bg = Background(cdc_upsert_pipeline(root, source, target, name=name, source_parallelism=3,
+                                        parallelism=3), restore=savepoint)
+    job = bg.wait_running(timeout=90)
+    _join(_writers(source, 1.5, [rng.randrange(2000, 3000)]))
+    _converged(target, source, kind)
+    _stop(bg, job)
+    _converged(target, source, kind, timeout=0)
+    _no_prepared(target)
+    print(f"{kind}: {time.monotonic() - began:.0f} s")
