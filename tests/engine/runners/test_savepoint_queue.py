@@ -4,7 +4,6 @@ tests/engine/connectors/test_savepoint_during_checkpoint.py)."""
 
 from __future__ import annotations
 
-
 from airflow_checkpoint_provider.engine import CheckpointConfig
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
@@ -56,6 +55,7 @@ def test_a_savepoint_waits_for_the_pending_checkpoint_and_goes_before_the_next(t
     control.poll(0.7, True)
     assert [c for c, _ in triggers] == [1, 2, 3], "then the checkpoint request"
     assert _request(store, coord, sp).status == "SUCCEEDED"
+    assert _request(store, coord, chk).status == "IN_PROGRESS"
     coord.db.close()
     store.close()
 
