@@ -264,7 +264,8 @@ def test_broadcast_and_temporal_join_are_exactly_once_under_exceptions_and_sigki
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_broadcast_and_temporal_join_survive_a_savepoint_restored_at_another_parallelism(
         workdir, tmp_path_factory, backend):
-    bg = Background(broadcast_pipeline(str(workdir), rate=3_000, state_backend=backend))
+    # slow enough that the stop savepoint lands mid-stream: it waits for the pending checkpoint
+    bg = Background(broadcast_pipeline(str(workdir), rate=1_500, state_backend=backend))
     job = bg.wait_running(min_checkpoints=2, timeout=60)
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
     assert req.status == "SUCCEEDED", req.error
