@@ -21,6 +21,7 @@ from broadcast_pipelines import (
 from pipelines import Background, FaultPlan
 
 from airflow_checkpoint_provider.engine import (
+    CheckpointedFunction,
     FileSink,
     GeneratorSource,
     KeyedBroadcastProcessFunction,
@@ -141,6 +142,54 @@ def test_every_subtask_gets_the_whole_broadcast_state_at_another_parallelism(
     assert sorted(seen) == sorted(keys)
 
 
+class CheckpointedLimits(Limits, CheckpointedFunction):
+    """Limits that also keeps operator state: the events it saw (list state, split on
+    rescale), the checkpoints it snapshotted (union list state)."""
+
+    def initialize_state(self, ctx):
+        self.seen = ctx.state.get_list_state("seen")
+        self.checkpoints = ctx.state.get_union_list_state("checkpoints")
+        self.restored = ctx.is_restored
+
+    def snapshot_state(self, checkpoint_id, ctx):
+        self.checkpoints.add(f"{ctx.subtask_index}:{checkpoint_id}")
+
+    def process_element(self, event, ctx):
+        self.seen.add(event["k"])
+        return super().process_element(event, ctx)
+
+
+@pytest.mark.parametrize("new", [1, 2, 3])
+def test_a_checkpointed_broadcast_function_restores_its_operator_state_and_the_broadcast_state(
+        tmp_path, new):
+    """The function's operator state and the broadcast state are both in the snapshot
+    (the broadcast operator used to overwrite the one with the other)."""
+    spec: dict = {"directory": str(tmp_path), "states": {}, "keyed": [], "operator_state": []}
+    for sub in range(2):
+        old = open_op(bcast_node(CheckpointedLimits()), "heap",
+                      key_group_range_for(sub, 2, MAXP), None, sub, 2)
+        old.process_input(2, [{"rule": "r", "limit": 10}])
+        old.process_input(1, [event(f"{sub}-{i}", 1) for i in range(4)])
+        snap = old.snapshot(7)
+        handle, _, _ = snap.keyed.write(str(tmp_path), f"bc-{sub}", True)
+        spec["states"].update(snap.states)
+        spec["keyed"].append(handle)
+        spec["operator_state"] += snap.operator_state
+        old.close()
+    seen, restored_rules = [], []
+    for sub in range(new):
+        fn = CheckpointedLimits()
+        op = open_op(bcast_node(fn), "heap", key_group_range_for(sub, new, MAXP), spec, sub, new)
+        assert fn.restored
+        assert sorted(fn.checkpoints.get()) == ["0:7", "1:7"], "union: every subtask gets all"
+        seen += fn.seen.get()
+        restored_rules.append(op.broadcast_entries())
+        op.close()
+    assert sorted(seen) == sorted(f"{s}-{i}" for s in range(2) for i in range(4)), \
+        "list state: every item once over the new subtasks"
+    assert restored_rules == [{"limits": {"r": 10}}] * new
+
+
 def test_the_broadcast_input_is_a_broadcast_edge_into_input_2():
     p = Pipeline("t")
     events = p.source(GeneratorSource(1), uid="events", parallelism=2)
@@ -215,7 +264,8 @@ def test_broadcast_and_temporal_join_are_exactly_once_under_exceptions_and_sigki
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_broadcast_and_temporal_join_survive_a_savepoint_restored_at_another_parallelism(
         workdir, tmp_path_factory, backend):
-    bg = Background(broadcast_pipeline(str(workdir), rate=3_000, state_backend=backend))
+    # slow enough that the stop savepoint lands mid-stream: it waits for the pending checkpoint
+    bg = Background(broadcast_pipeline(str(workdir), rate=1_500, state_backend=backend))
     job = bg.wait_running(min_checkpoints=2, timeout=60)
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
     assert req.status == "SUCCEEDED", req.error

@@ -412,7 +412,8 @@ def test_joins_are_exactly_once_under_exceptions_and_sigkill(workdir, backend, u
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_joins_survive_a_savepoint_restored_at_another_parallelism(workdir, tmp_path_factory):
-    bg = Background(join_pipeline(str(workdir), rate=3_000, state_backend="rocksdb"))
+    # slow enough that the stop savepoint lands mid-stream: it waits for the pending checkpoint
+    bg = Background(join_pipeline(str(workdir), rate=1_500, state_backend="rocksdb"))
     job = bg.wait_running(min_checkpoints=2, timeout=60)
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
     assert req.status == "SUCCEEDED", req.error

@@ -131,6 +131,14 @@ class CheckpointCoordinator:
         self.final_completed = False
         #: the final checkpoint of this attempt, once triggered (periodic ones stop then)
         self.final_id: int | None = None
+        #: every input ended: the final checkpoint waits for the pending ones, and no
+        #: periodic checkpoint starts meanwhile (checkpoints slower than the interval would
+        #: otherwise keep one pending forever and the job would never finish)
+        self.final_due = False
+        #: savepoint requests (ids) waiting for the pending checkpoints to end: no periodic
+        #: checkpoint starts meanwhile, so a savepoint is never starved (see
+        #: :meth:`savepoint_blocked_by`)
+        self.queued_savepoints: set[str] = set()
         # shared files (incremental RocksDB SSTs) registered by completed checkpoints
         self.registered_shared: set[str] = set()
         # called as listener(checkpoint_id, completed_or_None, failure_reason_or_None)
@@ -149,7 +157,8 @@ class CheckpointCoordinator:
 
     def maybe_trigger_periodic(self, now: float) -> int | None:
         if (self.next_periodic is None or self.config.interval_ms is None
-                or now < self.next_periodic or self.final_id is not None):
+                or now < self.next_periodic or self.final_id is not None
+                or self.final_due or self.queued_savepoints):
             return None
         if len(self.pending) >= self.config.max_concurrent:
             return None
@@ -161,6 +170,19 @@ class CheckpointCoordinator:
         except CheckpointDeclined as exc:
             log.debug("Checkpoint trigger for job %s declined: %s", self.job_name, exc)
             return None
+
+    def savepoint_blocked_by(self) -> list[int]:
+        """The pending checkpoints a savepoint must wait for (empty: trigger it now).
+
+        A savepoint is triggered only once no checkpoint is pending. A two-phase-commit
+        sink prepares each checkpoint's transaction at its barrier and commits it on the
+        checkpoint's notification; a savepoint barrier that overtook that notification would
+        make the sink's next epoch change rows the prepared transaction still holds (the
+        PostgreSQL upsert sink then fails over with ``SinkTransactionConflictError``). The
+        wait is bounded: a pending checkpoint completes or is aborted within ``timeout_ms``,
+        and while a savepoint waits (:attr:`queued_savepoints`) no periodic checkpoint
+        starts."""
+        return sorted(self.pending)
 
     def trigger(self, now: float, kind: str = CHECKPOINT, *, final: bool = False,
                 location: str | None = None) -> int:
@@ -250,12 +272,14 @@ class CheckpointCoordinator:
             self.abort(chk, reason, now, count_failure=False)
         self.final_id = None
         self.final_completed = False
+        self.final_due = False
 
     def maybe_trigger_final(self, now: float, *, inputs_ended: bool) -> int | None:
         """The final checkpoint (Flink's checkpoint after end of input, which lets sinks
         commit their last records): once ``inputs_ended`` (every task reported end of input,
         and no stop-with-savepoint is under way), with no checkpoint pending, after the
-        minimum pause. Retried if it fails; periodic checkpoints stop once it is triggered."""
+        minimum pause. Retried if it fails; periodic checkpoints stop once it is due."""
+        self.final_due = inputs_ended and not self.final_completed
         if (not inputs_ended or self.final_completed
                 or (self.final_id is not None and self.final_id in self.pending)):
             return None

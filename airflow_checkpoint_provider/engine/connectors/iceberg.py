@@ -1,8 +1,15 @@
 """Exactly-once appends to an Apache Iceberg table (pyiceberg): the epoch protocol of
 :mod:`.lakehouse`, where each commit is one table snapshot whose summary carries
 ``ckpt.app_id`` and ``ckpt.checkpoint_id`` (as Flink's Iceberg sink records its checkpoint id
-in the snapshot summary), and a commit is skipped when a snapshot of the table already has
-that application id at that checkpoint id or later.
+in the snapshot summary), and a commit is skipped when the table already holds that
+application id at that checkpoint id or later.
+
+The same commit sets the table property ``ckpt.committed.<app id>`` to the highest
+checkpoint id committed under that application id (one per job, sink uid and subtask; as
+Flink keeps ``flink.max-committed-checkpoint-id``). The replay check reads it, so it stays
+right after ``expire_snapshots`` removed the snapshots carrying the summary, and it does not
+scan the table's history. Only an application id without the property (it committed with a
+version before it, or never) falls back to scanning the snapshots' summaries.
 
 The catalog is any pyiceberg catalog, given by its properties (e.g. the SQL catalog on
 SQLite or PostgreSQL: ``{"type": "sql", "uri": "sqlite:///...", "warehouse": "file:///..."}``).
@@ -20,6 +27,9 @@ from ..errors import ConfigurationError
 from .base import SourceContext, iceberg_dataset
 from .lakehouse import STAGING, StagedTableSink, StagedTableWriter
 from .upsert import split, upsert_key
+
+#: table property prefix: ``ckpt.committed.<app id>`` -> highest checkpoint id committed
+COMMITTED_PROPERTY = "ckpt.committed."
 
 
 class _IcebergWriter(StagedTableWriter):
@@ -55,6 +65,10 @@ class _IcebergWriter(StagedTableWriter):
         table = self._table()
         if table is None:
             return False
+        recorded = _recorded_version(table, app_id)
+        if recorded is not None:
+            return recorded >= version
+        # no property: the app id committed (if at all) before the property existed
         for snap in table.snapshots():
             summary = snap.summary
             if summary is not None and summary.get("ckpt.app_id") == app_id:
@@ -96,9 +110,10 @@ class _IcebergWriter(StagedTableWriter):
         # the staged file's columns in the table's order and types (checked at the barrier)
         columns = [data.column(f.name).cast(f.type) if f.name in data.schema.names
                    else pa.nulls(data.num_rows, f.type) for f in target]
-        table.append(pa.Table.from_arrays(columns, schema=target),
-                     snapshot_properties=self.commit_metadata(txn))
-
+        with table.transaction() as tx:
+            tx.append(pa.Table.from_arrays(columns, schema=target),
+                      snapshot_properties=self.commit_metadata(txn))
+            _record_version(tx, table, txn)
 
     def upsert(self, data: pa.Table, txn: dict) -> None:
         """Copy-on-write in one table transaction: delete the rows of every key the epoch
@@ -119,6 +134,22 @@ class _IcebergWriter(StagedTableWriter):
             # appended even when empty: the snapshot records the commit, so committing the
             # transaction again (recovery) finds it instead of a missing staged file
             tx.append(pa.Table.from_arrays(columns, schema=target), snapshot_properties=props)
+            _record_version(tx, table, txn)
+
+
+def _recorded_version(table, app_id: str) -> int | None:
+    """The highest checkpoint id the table property records for ``app_id`` (None: none)."""
+    try:
+        return int(table.properties[COMMITTED_PROPERTY + app_id])
+    except (KeyError, ValueError):
+        return None
+
+
+def _record_version(tx, table, txn: dict) -> None:
+    """In the commit's transaction: the table property of the commit's app id."""
+    recorded = _recorded_version(table, txn["app_id"])
+    version = max(int(txn["version"]), -1 if recorded is None else recorded)
+    tx.set_properties({COMMITTED_PROPERTY + txn["app_id"]: str(version)})
 
 
 def _keys_filter(data: pa.Table, key: list[str]):

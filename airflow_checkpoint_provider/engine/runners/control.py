@@ -11,6 +11,11 @@ and writes the result:
   the job ends STOPPED (``params["drain"]``: end the input first); if the savepoint fails the
   job keeps running and the request reports why;
 * ``CANCEL``: stop the job now, status CANCELED (no savepoint).
+
+A savepoint (or stop-with-savepoint) is triggered once no checkpoint is pending (see
+:meth:`CheckpointCoordinator.savepoint_blocked_by`); while it waits, no periodic checkpoint
+and no later ``CHECKPOINT`` request starts. A request that still finds a checkpoint pending
+``timeout_ms`` after it first found one pending fails, naming the checkpoint it waited for.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.storage import absolute_location, is_s3, parent, savepoint_directory
 from ..errors import CheckpointDeclined
 from ..protocol import BarrierKind
+
+SAVEPOINT_ACTIONS = ("SAVEPOINT", "STOP_WITH_SAVEPOINT")
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +48,8 @@ class ControlPlane:
         env = [r for r in os.environ.get("CKPT_ALLOWED_SAVEPOINT_ROOTS", "").split(os.pathsep) if r]
         self.allowed_roots = [_resolved(r) for r in (savepoint_root, *allowed_roots, *env)]
         self.queued: list = []                  # claimed, waiting until they can trigger
+        #: savepoint request id -> when it first found a checkpoint pending
+        self.blocked_since: dict[str, float] = {}
         self.waiting: dict[int, str] = {}       # checkpoint id -> request id
         self.stop_checkpoint: int | None = None
         self.stop_completed: CompletedCheckpoint | None = None
@@ -58,9 +67,15 @@ class ControlPlane:
             return
         still = []
         for req in self.queued:
-            if not self._execute(req, now, running):
+            # first come, first triggered: nothing overtakes a savepoint that waits
+            behind = bool(still) and req.action != "CANCEL"
+            if behind or not self._execute(req, now, running):
                 still.append(req)
+            else:
+                self.blocked_since.pop(req.request_id, None)
         self.queued = still
+        self.coordinator.queued_savepoints = {r.request_id for r in still
+                                              if r.action in SAVEPOINT_ACTIONS}
 
     def checked_directory(self, requested: str | None) -> str:
         """The savepoint directory of a request, refused unless it lies under an allowed root
@@ -112,6 +127,17 @@ class ControlPlane:
                         "a savepoint cannot be unaligned: savepoints are always aligned (they "
                         "must be self-contained and restorable at any parallelism)")
                 directory = self.checked_directory(params.get("directory"))
+                blocked_by = coord.savepoint_blocked_by()
+                if blocked_by:
+                    waited = now - self.blocked_since.setdefault(req.request_id, now)
+                    if waited * 1000.0 < coord.config.timeout_ms:
+                        return False
+                    raise CheckpointDeclined(
+                        f"checkpoint {blocked_by[0]} was still pending after the savepoint "
+                        f"waited {waited:.1f} s for it (a savepoint starts only once no "
+                        "checkpoint is pending, so that two-phase-commit sinks have committed "
+                        "it); retry the request, and check why checkpoints take so long "
+                        f"(timeout_ms {coord.config.timeout_ms})")
                 kind = BarrierKind.SAVEPOINT
                 if action == "STOP_WITH_SAVEPOINT":
                     kind = (BarrierKind.SAVEPOINT_DRAIN if params.get("drain")

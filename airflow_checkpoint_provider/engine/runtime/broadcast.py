@@ -11,15 +11,20 @@ it ends (bounded) or goes idle.
 State: the function's keyed state and timers in the keyed backend (heap or RocksDB), and the
 broadcast states in the operator state (:class:`~..state.operator_state.OperatorStateStore`,
 mode ``broadcast``): each subtask writes its copy into every checkpoint; on restore every
-subtask, at any parallelism, takes the copy of the lowest old subtask.
+subtask, at any parallelism, takes the copy of the lowest old subtask. A function that is
+also a :class:`~..functions.CheckpointedFunction` keeps its own operator states (list, union
+list, broadcast) in the same store, next to the broadcast states: ``initialize_state(ctx)``
+before ``open``, ``snapshot_state(checkpoint_id, ctx)`` at each checkpoint (a
+``snapshot_state(checkpoint_id)`` without ``ctx`` is called as for any keyed function).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, cast
 
 from ..broadcast import BroadcastContext, BroadcastProcessSpec
-from ..functions import RuntimeContext
+from ..functions import CheckpointedFunction, FunctionStateContext, RuntimeContext
 from ..graph import Node
 from ..state.keygroups import KeyGroupRange
 from ..state.operator_state import OperatorStateStore
@@ -52,6 +57,10 @@ class BroadcastProcessOperator(ProcessOperator):
                                         self.ctx.parallelism, restored_operator_state)
         self.ctx._broadcast = {name: self.store.get_broadcast_state(name)
                                for name in self.spec.state_names}
+        self.fn_state: FunctionStateContext | None = None
+        if isinstance(self.fn, CheckpointedFunction):
+            self.fn_state = FunctionStateContext(self.ctx, self.store)
+            self.fn.initialize_state(self.fn_state)
         super().open(restored_operator_state)
 
     def process(self, records):  # pragma: no cover - the task calls process_input
@@ -80,6 +89,25 @@ class BroadcastProcessOperator(ProcessOperator):
         return {name: dict(state.items()) for name, state in self.ctx._broadcast.items()}
 
     def snapshot(self, checkpoint_id):
-        snap = super().snapshot(checkpoint_id)
-        snap.operator_state = self.store.snapshot()
+        fn_state = self.fn_state
+        if fn_state is not None and _takes_state_context(self.fn.snapshot_state):
+            # CheckpointedFunction.snapshot_state(checkpoint_id, ctx), once, then the keyed
+            # state as ProcessOperator.snapshot captures it (without its one-argument call)
+            self.fn.snapshot_state(checkpoint_id, fn_state)
+            snap = super(ProcessOperator, self).snapshot(checkpoint_id)
+        else:
+            snap = super().snapshot(checkpoint_id)
+        # the store holds the broadcast states and the function's operator states; entries
+        # the base operator returned are kept (merged, never overwritten)
+        snap.operator_state = [*snap.operator_state, *self.store.snapshot()]
         return snap
+
+
+def _takes_state_context(method) -> bool:
+    """Whether ``method(checkpoint_id, ctx)`` binds (CheckpointedFunction's form) rather than
+    only ``method(checkpoint_id)`` (the keyed functions' form)."""
+    try:
+        inspect.signature(method).bind(0, None)
+    except (TypeError, ValueError):
+        return False
+    return True

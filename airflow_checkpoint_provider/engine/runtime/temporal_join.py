@@ -3,8 +3,15 @@
 State, all keyed (heap or RocksDB; in every checkpoint and savepoint; moves with its key
 group on rescale), per key:
 
-* ``temporal-join.probes``: probe timestamp -> the probe rows waiting at it, each with an
-  event-time timer at its timestamp;
+* ``temporal-join.probe-rows``: the probe rows waiting, one entry each, at user key
+  ``ts * 2**20 + seq`` (``seq`` numbers the key's probes at ``ts``), and
+  ``temporal-join.probe-counts``: ``ts`` -> how many wait at it, with an event-time timer at
+  ``ts``. Adding a probe writes its entry and the count: O(1) on the heap backend however
+  many probes share a timestamp (the layout before, ``temporal-join.probes``: ``ts`` -> the
+  list of probes, rebuilt on every add, was quadratic). Snapshots of that layout are
+  converted when the operator opens (:meth:`TemporalJoinOperator._convert_legacy_probes`).
+  RocksDB map state is still one value per key, read and rewritten on every change (an
+  add costs what it did before, firing a timestamp's probes one read and one write);
 * ``temporal-join.versions``: version timestamp -> ``[row]`` (an upsert) or ``[]`` (the row
   was deleted then), each with an event-time timer at its timestamp too (a table without
   time keeps one version per key, at the minimum timestamp).
@@ -21,10 +28,12 @@ it are late, dropped and counted (``dropped_late``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import cast
 
 from ..changelog import OP_FIELD, RETRACT, row_kind
+from ..errors import BadRecordError
 from ..eventtime import MIN_WATERMARK
 from ..state.keygroups import key_group_for
 from ..state.vectorized import key_groups_of
@@ -32,7 +41,18 @@ from ..temporal import TemporalJoinSpec
 from ..timers import EVENT_TIME
 from .joins import _JoinOperator
 
-PROBE_STATE, VERSION_STATE = "temporal-join.probes", "temporal-join.versions"
+log = logging.getLogger(__name__)
+
+PROBE_STATE, VERSION_STATE = "temporal-join.probe-rows", "temporal-join.versions"
+PROBE_COUNT_STATE = "temporal-join.probe-counts"
+#: the probe state of snapshots before per-probe entries (ts -> [probe rows]): converted
+LEGACY_PROBE_STATE = "temporal-join.probes"
+SEQ_BITS = 20
+#: probes of one key at one timestamp the state can number
+MAX_PROBES_PER_TIME = (1 << SEQ_BITS) - 1
+#: probe timestamps (ms) must lie within +-2**42 (about 139 years around 1970): the entry
+#: key ``ts * 2**20 + seq`` is a 64-bit integer
+TIME_LIMIT = 1 << 42
 
 
 class TemporalJoinOperator(_JoinOperator):
@@ -44,6 +64,54 @@ class TemporalJoinOperator(_JoinOperator):
         super().open(restored_operator_state)
         self.left = cast(TemporalJoinSpec, self.node.payload).how == "left"
         self.where = f"temporal join {self.uid!r}, table input"
+        self.probe_counts = self.ctx.map_state(PROBE_COUNT_STATE)
+        if LEGACY_PROBE_STATE in self.backend.restored_meta:
+            self._convert_legacy_probes()
+
+    def _add_probe(self, ts: int, row: dict) -> None:
+        """Buffer a probe of the current key at ``ts``: its entry and the count of ``ts``."""
+        if not -TIME_LIMIT <= ts < TIME_LIMIT:
+            raise BadRecordError(
+                f"temporal join {self.uid!r}: probe time {ts} ms is outside +-2**42 ms (about "
+                "139 years around 1970), which the join state can hold; check the timestamp "
+                "field's unit (milliseconds since the epoch)")
+        counts = self.probe_counts
+        n = counts.get(ts, 0)
+        if n >= MAX_PROBES_PER_TIME:
+            raise BadRecordError(
+                f"temporal join {self.uid!r}: more than {MAX_PROBES_PER_TIME:,} probes of one "
+                f"key wait at time {ts}; use a finer key")
+        self.buffers[0].put((ts << SEQ_BITS) + n, row)
+        counts.put(ts, n + 1)
+
+    def _pop_probes(self, ts: int) -> list | None:
+        """Remove the current key's probes at ``ts`` and return them in arrival order
+        (None if none wait there)."""
+        counts, rows = self.probe_counts, self.buffers[0]
+        n = counts.get(ts)
+        if n is None:
+            return None
+        base = ts << SEQ_BITS
+        counts.remove(ts)
+        # one read and one write of the key's map in RocksDB, n removes on the heap
+        return rows.pop_all([base + i for i in range(n)])
+
+    def _convert_legacy_probes(self) -> None:
+        """Move the probes of a snapshot of the layout before per-probe entries (map state
+        ``temporal-join.probes``: ``ts`` -> list of rows, per key) into the current states,
+        keeping their order; their timers were restored with the timer service."""
+        backend = self.backend
+        old = self.ctx.map_state(LEGACY_PROBE_STATE)
+        moved = 0
+        for key in list(backend.keys(LEGACY_PROBE_STATE)):
+            backend.set_current_key(key)
+            for ts, rows in sorted(old.items()):
+                for row in rows:
+                    self._add_probe(ts, row)
+                    moved += 1
+            old.clear()
+        log.info("temporal join %r: moved %d waiting probes of state %r (the layout before "
+                 "per-probe entries) into %r", self.uid, moved, LEGACY_PROBE_STATE, PROBE_STATE)
 
     def _keyed_table(self, records: list[dict]) -> Iterator[dict]:
         """Each table record, the backend's current key set to its key."""
@@ -61,13 +129,13 @@ class TemporalJoinOperator(_JoinOperator):
 
     def process_input(self, input: int, records: list[dict]) -> list:
         register = self.timers.register_event_time_timer
-        probes, versions = self.buffers
+        versions = self.buffers[1]
         if input == 1:
             for r, ts in self._keyed(records, 0):
                 if ts <= self.watermark:  # its version may be gone already
                     self.dropped_late += 1
                     continue
-                probes.put(ts, [*probes.get(ts, ()), r])
+                self._add_probe(ts, r)
                 register(ts)
             return []
         stamp = cast(TemporalJoinSpec, self.node.payload).timestamps[1]
@@ -106,15 +174,13 @@ class TemporalJoinOperator(_JoinOperator):
 
     def on_watermark(self, watermark):
         wm = self.timers.watermark = self._advance(watermark)
-        probes = self.buffers[0]
         left, emit = self.left, self._emit
         out: list = []
         for t in self.timers.due(EVENT_TIME, wm):
             latest = self._clean(t)
-            rows = probes.get(t)
+            rows = self._pop_probes(t)
             if rows is None:
                 continue
-            probes.remove(t)
             row = latest[0] if latest else None
             if row is None and not left:
                 continue
@@ -129,6 +195,6 @@ class TemporalJoinOperator(_JoinOperator):
             n = 0
             for key in list(backend.keys(name)):
                 backend.set_current_key(key)
-                n += sum(len(rows) if name == PROBE_STATE else 1 for _, rows in state.items())
+                n += len(state.keys())
             counts.append(n)
         return counts[0], counts[1]

@@ -427,6 +427,13 @@ class MapState(_KeyedState):
         elif user_key in m or not m:
             del t[key]  # the map would be empty: clear the key
 
+    def pop_all(self, user_keys) -> list:
+        """Remove ``user_keys`` and return their values (None for a missing one)."""
+        out = [self.get(k) for k in user_keys]
+        for k in user_keys:
+            self.remove(k)
+        return out
+
     def contains(self, user_key) -> bool:
         m = self._map()
         return m is not None and user_key in m

@@ -369,6 +369,14 @@ class RocksMapState(_RocksState):
             del m[user_key]
             self._put(m) if m else self.clear()
 
+    def pop_all(self, user_keys) -> list:
+        """Remove ``user_keys`` and return their values (None for a missing one): one read
+        and one write of the key's map, not one per user key."""
+        m = self._map()
+        out = [m.pop(k, None) for k in user_keys]
+        self._put(m) if m else self.clear()
+        return out
+
     def contains(self, user_key) -> bool:
         return user_key in self._map()
 

@@ -126,3 +126,24 @@ def test_completion_subsumes_older_pending_checkpoints(tmp_path):
     first, second = c.trigger(0.0), c.trigger(0.1)
     ack_all(c, second, 0.2)
     assert first not in c.pending and rec.aborts == [first]
+
+
+def test_no_periodic_checkpoint_starts_while_a_savepoint_waits(tmp_path):
+    c, rec = make(tmp_path)
+    assert c.maybe_trigger_periodic(0.0) == 1
+    assert c.savepoint_blocked_by() == [1]
+    c.queued_savepoints = {"request-1"}   # the control plane queued a savepoint meanwhile
+    ack_all(c, 1, 0.05)
+    assert c.savepoint_blocked_by() == []
+    assert c.maybe_trigger_periodic(0.2) is None and rec.triggers == [1]
+    c.queued_savepoints = set()
+    assert c.maybe_trigger_periodic(0.3) == 2
+
+
+def test_checkpoints_slower_than_the_interval_do_not_starve_the_final_checkpoint(tmp_path):
+    c, rec = make(tmp_path)
+    assert c.maybe_trigger_periodic(0.0) == 1
+    assert c.maybe_trigger_final(0.05, inputs_ended=True) is None   # 1 is pending
+    ack_all(c, 1, 0.5)                                               # took 5 intervals
+    assert c.maybe_trigger_periodic(0.5) is None, "the final checkpoint is due"
+    assert c.maybe_trigger_final(0.5, inputs_ended=True) == 2

@@ -111,3 +111,74 @@ def test_warehouse_on_s3(workdir, s3_server, s3_bucket):
     assert table.location().startswith(f"s3://{s3_bucket}/wh")
     check_exactly_once_rows(table.scan().to_arrow().to_pylist(),
                             expected_running_sums(6_000, KEYS, SEED))
+
+
+def _sink_op(sink, job_id: str, subtask: int = 0, restored=None, attempt: int = 0):
+    from types import SimpleNamespace
+
+    from airflow_checkpoint_provider.engine.runtime.operators import SinkOperator
+
+    ctx = SimpleNamespace(job_id=job_id, job_name="replay", subtask_index=subtask,
+                          parallelism=2, attempt=attempt)
+    op = SinkOperator(SimpleNamespace(uid="out", payload=sink), ctx)
+    op.open(restored)
+    return op
+
+
+def _epoch(op, checkpoint_id: int, records: list[dict], keep: dict | None = None) -> list:
+    """One checkpoint: the records, the barrier, the commit; ``keep`` gets the staged
+    files' bytes (what a crash between the table commit and their removal leaves)."""
+    op.process(records)
+    state = op.snapshot(checkpoint_id)
+    txns = [t for e in state.operator_state if e["checkpoint_id"] == checkpoint_id
+            for t in e["transactions"]]
+    if keep is not None:
+        for t in txns:
+            path = f"{op.writer.sink.staging_dir}/{t['staging']}"
+            with open(path, "rb") as f:
+                keep[path] = f.read()
+    op.notify_complete(checkpoint_id)
+    return txns
+
+
+def _expire_all_but_current(root) -> None:
+    from datetime import UTC, datetime
+
+    table = load(root, "db.t")
+    table.maintenance.expire_snapshots().older_than(datetime.now(UTC)).commit()
+    assert len(load(root, "db.t").snapshots()) == 1
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_a_replayed_transaction_is_recognised_after_its_snapshots_expired(tmp_path, mode):
+    """Subtask 0 commits checkpoints 1 and 2, subtask 1 commits after it, the snapshots are
+    expired (subtask 0's summaries are gone), then a restore of checkpoint 1 replays its
+    transaction whose staged file a crash left behind: the table does not change."""
+    import uuid
+
+    key = {"key": ["k"]} if mode == "upsert" else {}
+    sink = IcebergSink("db.t", catalog=catalog(tmp_path), mode=mode, **key)
+    job = uuid.uuid4().hex
+    kept: dict = {}
+    op0 = _sink_op(sink, job)
+    first = _epoch(op0, 1, [{"k": 1, "v": 1}, {"k": 2, "v": 2}], keep=kept)
+    _epoch(op0, 2, [{"k": 1, "v": 10}])
+    op1 = _sink_op(sink, job, subtask=1)
+    _epoch(op1, 2, [{"k": 3, "v": 3}])
+    op0.close()
+    op1.close()
+    before = sorted(load(tmp_path, "db.t").scan().to_arrow().to_pylist(), key=lambda r: r["k"])
+    _expire_all_but_current(tmp_path)
+    for path, data in kept.items():  # the staged file of checkpoint 1 is still there
+        with open(path, "wb") as f:
+            f.write(data)
+    replay = _sink_op(sink, job, restored=[{"checkpoint_id": 1, "transactions": first}],
+                      attempt=1)
+    replay.close()
+    after = sorted(load(tmp_path, "db.t").scan().to_arrow().to_pylist(), key=lambda r: r["k"])
+    assert after == before
+    assert len(load(tmp_path, "db.t").snapshots()) == 1, "nothing was committed again"
+    expected = ([(1, 10), (2, 2), (3, 3)] if mode == "upsert"
+                else [(1, 1), (1, 10), (2, 2), (3, 3)])
+    assert sorted((r["k"], r["v"]) for r in after) == expected
