@@ -147,10 +147,15 @@ def measure(job: str, rate: int, seconds: float, warmup: float, keys: int) -> di
         files = [np.load(f) for f in glob.glob(os.path.join(root, "lat", "*.npz"))]
         ts = np.concatenate([f["ts"] for f in files])
         lat = np.concatenate([f["lat"] for f in files])
-        # rows of records generated in the first ``warmup`` seconds are dropped
-        ms = np.sort(lat[ts >= ts.min() + warmup]) * 1000.0
+        if not len(lat):
+            raise RuntimeError(f"{job}: the job finished but recorded no latency rows")
+        # rows of records generated in the first ``warmup`` seconds are dropped; on a machine
+        # so loaded that none came after it, all rows are kept and the result says so
+        warm = ts >= ts.min() + warmup
+        ms = np.sort(lat[warm] if warm.any() else lat) * 1000.0
         pct = {f"p{q}": round(float(np.percentile(ms, q)), 2) for q in (50, 90, 99, 99.9)}
         return {"job": job, "rate": rate, "rows": int(len(ms)), "wall_s": time.monotonic() - t0,
+                "warmup_dropped": bool(warm.any()),
                 "checkpoints": result.checkpoints_completed, **pct,
                 "max": round(float(ms[-1]), 2) if len(ms) else None}
     finally:

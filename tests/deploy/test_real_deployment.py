@@ -161,7 +161,7 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
                                   dep.conf(v1_pipeline=f"{EXAMPLE}:build_v2",
                                            v2_pipeline=f"{EXAMPLE}:build_v2_broken",
                                            job_env={"CKPT_EXAMPLE_DIR": dep.jobs_dir,
-                                                    "CKPT_EXAMPLE_FAIL_AFTER_S": "8"}))
+                                                    "CKPT_EXAMPLE_FAIL_AFTER_S": "20"}))
     assert tis == {"preflight": "success", "stop_v1": "success", "start_v2": "success",
                    "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
                    "cancel_v2": "success", "restart_v1": "success"}, tis

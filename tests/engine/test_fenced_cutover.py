@@ -32,7 +32,8 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.connectors.files import STAGING
 
-N, KEYS, SEED, RATE = 20_000, 50, 7, 2000
+# blue runs N / RATE = 30 s: the cut-over must come while it still runs, on a loaded machine
+N, KEYS, SEED, RATE = 60_000, 50, 7, 2000
 
 
 def _rows(out: str) -> Counter:
