@@ -13,11 +13,15 @@ every checkpoint and savepoint and moves with its key group on rescale:
 
 * co-process: the function's own state and timers (as a keyed ``process()``);
 * interval join: per key, the rows of each side still able to match
-  (``interval-join.left`` / ``.right``: timestamp -> ``[[record, matched], ...]``) and one
-  event-time timer per timestamp at which rows stop being able to match; when it fires they
-  leave the state (an outer join emits those that matched nothing then);
-* window join: per key, each side's rows per open window (``window-join.left`` /
-  ``.right``: window start -> records) and a timer at each window's end.
+  (``interval-join.left.rows`` / ``.right.rows``: ``[record, matched]`` per row at its
+  timestamp) and one event-time timer per timestamp at which rows stop being able to match;
+  when it fires they leave the state (an outer join emits those that matched nothing then);
+* window join: per key, each side's rows per open window (``window-join.left.rows`` /
+  ``.right.rows``: each record at its window's start) and a timer at each window's end.
+
+Each row is one entry of the state (:mod:`.join_state`): in RocksDB buffering a row writes
+that row, not the key's other rows. Snapshots of the layout before (one map per key and
+side) are converted when the operator opens.
 
 The joins keep their input watermark in operator state (as the window operators do, see
 :class:`~.windowing._CheckpointedWatermark`): rows at or behind it are late, dropped and
@@ -39,12 +43,16 @@ from ..joins import CoProcessSpec, IntervalJoinSpec, WindowJoinSpec, merge_rows
 from ..state.keygroups import key_group_for
 from ..state.vectorized import key_groups_of
 from ..timers import EVENT_TIME, TimerService
+from .join_state import RowBuffer, convert_legacy
 from .operators import KeyedOperator, ProcessOperator, _emitted
 from .windowing import _CheckpointedWatermark
 
 LEFT, RIGHT = 0, 1
-INTERVAL_STATES = ("interval-join.left", "interval-join.right")
-WINDOW_STATES = ("window-join.left", "window-join.right")
+INTERVAL_STATES = ("interval-join.left.rows", "interval-join.right.rows")
+WINDOW_STATES = ("window-join.left.rows", "window-join.right.rows")
+#: the states of the layout before per-row entries (restored and converted, never written)
+LEGACY_INTERVAL_STATES = ("interval-join.left", "interval-join.right")
+LEGACY_WINDOW_STATES = ("window-join.left", "window-join.right")
 
 
 class CoProcessOperator(ProcessOperator):
@@ -85,6 +93,7 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
 
     two_input = True
     STATES: tuple[str, str]
+    LEGACY_STATES: tuple[str, str]
 
     def open(self, restored_operator_state):
         fn = self.node.payload.fn
@@ -92,7 +101,10 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
         self.timers.rebuild()
         self._restore_watermark(restored_operator_state)
         self.timers.watermark = self.watermark
-        self.buffers = tuple(self.ctx.map_state(name) for name in self.STATES)
+        uid = self.uid or self.node.name
+        self.buffers = tuple(RowBuffer(self.backend, name, uid) for name in self.STATES)
+        for legacy, buffer in zip(self.LEGACY_STATES, self.buffers, strict=True):
+            convert_legacy(self.backend, uid, legacy, buffer)
         self.dropped_late = 0
         self.call = _join_caller(fn, self.ctx)
         if isinstance(fn, ProcessJoinFunction):
@@ -132,10 +144,10 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
     def buffered_rows(self) -> int:
         """Rows held in the join's state (both sides, every key of this subtask)."""
         backend, n = self.backend, 0
-        for name, state in zip(self.STATES, self.buffers, strict=True):
+        for name, buffer in zip(self.STATES, self.buffers, strict=True):
             for key in list(backend.keys(name)):
                 backend.set_current_key(key)
-                n += sum(len(rows) for _, rows in state.items())
+                n += buffer.size()
         return n
 
     def close(self):
@@ -160,6 +172,7 @@ class IntervalJoinOperator(_JoinOperator):
     """
 
     STATES = INTERVAL_STATES
+    LEGACY_STATES = LEGACY_INTERVAL_STATES
 
     def open(self, restored_operator_state):
         super().open(restored_operator_state)
@@ -182,21 +195,20 @@ class IntervalJoinOperator(_JoinOperator):
                 self.dropped_late += 1
                 continue
             matched = False
-            for ots, rows in other.items():
-                if not ts + lo <= ots <= ts + hi:
+            first, last = ts + lo, ts + hi
+            for ots, entry, (row, flag) in other.entries():
+                if not first <= ots <= last:
                     continue
                 matched = True
-                at = max(ts, ots)
-                for row, _ in rows:
-                    if i == LEFT:
-                        emit(r, row, at, out)
-                    else:
-                        emit(row, r, at, out)
-                if outer_other and not all(flag for _, flag in rows):
-                    other.put(ots, [[row, True] for row, _ in rows])
+                if i == LEFT:
+                    emit(r, row, max(ts, ots), out)
+                else:
+                    emit(row, r, max(ts, ots), out)
+                if outer_other and not flag:
+                    other.put(entry, [row, True])
             end = ts + hi  # when no row to come can match this one
             if end > wm:
-                mine.put(ts, [*mine.get(ts, ()), [r, matched]])
+                mine.add(ts, [r, matched])
                 register(end)
             elif outer_mine and not matched:
                 self._unmatched(i, r, ts, out)
@@ -215,12 +227,8 @@ class IntervalJoinOperator(_JoinOperator):
         for end in self.timers.due(EVENT_TIME, wm):
             for i in (LEFT, RIGHT):
                 ts = end - self.ranges[i][1]  # the rows of side i whose range ends here
-                state = self.buffers[i]
-                rows = state.get(ts)
-                if rows is None:
-                    continue
-                state.remove(ts)
-                if self.outer[i]:
+                rows = self.buffers[i].pop(ts)
+                if rows and self.outer[i]:
                     for row, matched in rows:
                         if not matched:
                             self._unmatched(i, row, ts, out)
@@ -234,11 +242,12 @@ class WindowJoinOperator(_JoinOperator):
     state. A row whose windows have all fired is late (dropped and counted)."""
 
     STATES = WINDOW_STATES
+    LEGACY_STATES = LEGACY_WINDOW_STATES
 
     def process_input(self, input: int, records: list[dict]) -> list:
         i = input - 1
         assigner = cast(WindowJoinSpec, self.node.payload).assigner
-        size, state = assigner.size, self.buffers[i]
+        size, buffer = assigner.size, self.buffers[i]
         register = self.timers.register_event_time_timer
         for r, ts in self._keyed(records, i):
             starts = [s for s in assigner.starts(ts) if s + size - 1 > self.watermark]
@@ -246,7 +255,7 @@ class WindowJoinOperator(_JoinOperator):
                 self.dropped_late += 1
                 continue
             for s in starts:
-                state.put(s, [*state.get(s, ()), r])
+                buffer.add(s, r)
                 register(s + size - 1)
         return []
 
@@ -254,13 +263,11 @@ class WindowJoinOperator(_JoinOperator):
         wm = self.timers.watermark = self._advance(watermark)
         size = cast(WindowJoinSpec, self.node.payload).assigner.size
         default = self.node.payload.fn is None
-        left_state, right_state = self.buffers
+        left_rows, right_rows = self.buffers
         out: list = []
         for last in self.timers.due(EVENT_TIME, wm):
             start = last - size + 1
-            lefts, rights = left_state.get(start), right_state.get(start)
-            left_state.remove(start)
-            right_state.remove(start)
+            lefts, rights = left_rows.pop(start), right_rows.pop(start)
             if not lefts or not rights:
                 continue
             for left in lefts:

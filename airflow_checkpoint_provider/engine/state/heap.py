@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from ..serialization import packb, unpackb
 from . import ttl
 from .backend import StateSnapshot, restore_key_group_chunks, write_state_file
-from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
+from .descriptors import ENTRY_MAP, LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
 
 _MISSING = object()
@@ -233,6 +233,12 @@ class HeapKeyedStateBackend:
     def keys(self, state_name: str) -> Iterator[object]:
         for kg_table in self.tables.get(state_name, {}).values():
             yield from kg_table
+
+    def drop_state(self, state_name: str) -> None:
+        """Forget a state and its entries: later snapshots no longer carry it (an operator
+        that moved a restored state's contents into another one)."""
+        for registry in (self.tables, self.descriptors, self.restored_meta, self._owned):
+            registry.pop(state_name, None)
 
     # -- the KeyedStateBackend protocol (state/backend.py) ------------------------------------
     def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
@@ -466,4 +472,6 @@ class ReducingState(_KeyedState):
             self._own(key)
 
 
-_STATE_CLASSES = {VALUE: ValueState, LIST: ListState, MAP: MapState, REDUCING: ReducingState}
+#: entry map state is map state on heap (a dict per key, mutated in place, copy on write)
+_STATE_CLASSES = {VALUE: ValueState, LIST: ListState, MAP: MapState, ENTRY_MAP: MapState,
+                  REDUCING: ReducingState}
