@@ -93,7 +93,6 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
 
     two_input = True
     STATES: tuple[str, str]
-    LEGACY_STATES: tuple[str, str]
 
     def open(self, restored_operator_state):
         fn = self.node.payload.fn
@@ -101,10 +100,7 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
         self.timers.rebuild()
         self._restore_watermark(restored_operator_state)
         self.timers.watermark = self.watermark
-        uid = self.uid or self.node.name
-        self.buffers = tuple(RowBuffer(self.backend, name, uid) for name in self.STATES)
-        for legacy, buffer in zip(self.LEGACY_STATES, self.buffers, strict=True):
-            convert_legacy(self.backend, uid, legacy, buffer)
+        self.buffers = self._open_buffers()
         self.dropped_late = 0
         self.call = _join_caller(fn, self.ctx)
         if isinstance(fn, ProcessJoinFunction):
@@ -112,6 +108,10 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
 
     def process(self, records):  # pragma: no cover - the task calls process_input
         raise TypeError(f"operator {self.uid!r} has two inputs: use process_input")
+
+    def _open_buffers(self) -> tuple:
+        """The join's per-key state: one map state per name of :attr:`STATES`."""
+        return tuple(self.ctx.map_state(name) for name in self.STATES)
 
     def _keyed(self, records: list[dict], input: int) -> Iterator[tuple[dict, int]]:
         """Each record with its event time, the backend's current key set to its key."""
@@ -141,15 +141,6 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
         else:
             _emitted(result, out)
 
-    def buffered_rows(self) -> int:
-        """Rows held in the join's state (both sides, every key of this subtask)."""
-        backend, n = self.backend, 0
-        for name, buffer in zip(self.STATES, self.buffers, strict=True):
-            for key in list(backend.keys(name)):
-                backend.set_current_key(key)
-                n += buffer.size()
-        return n
-
     def close(self):
         try:
             fn = self.node.payload.fn
@@ -159,7 +150,29 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
             super().close()
 
 
-class IntervalJoinOperator(_JoinOperator):
+class _RowBufferJoin(_JoinOperator):
+    """A join whose sides are :class:`~.join_state.RowBuffer` s (one entry per row)."""
+
+    LEGACY_STATES: tuple[str, str]
+
+    def _open_buffers(self) -> tuple:
+        uid = self.uid or self.node.name
+        buffers = tuple(RowBuffer(self.backend, name, uid) for name in self.STATES)
+        for legacy, buffer in zip(self.LEGACY_STATES, buffers, strict=True):
+            convert_legacy(self.backend, uid, legacy, buffer)
+        return buffers
+
+    def buffered_rows(self) -> int:
+        """Rows held in the join's state (both sides, every key of this subtask)."""
+        backend, n = self.backend, 0
+        for name, buffer in zip(self.STATES, self.buffers, strict=True):
+            for key in list(backend.keys(name)):
+                backend.set_current_key(key)
+                n += buffer.size()
+        return n
+
+
+class IntervalJoinOperator(_RowBufferJoin):
     """``a.key_by(..).interval_join(b.key_by(..), how=...).between(lower, upper)``.
 
     A row of ``a`` at ``t`` matches the rows of ``b`` of its key at ``t + lower .. t +
@@ -235,7 +248,7 @@ class IntervalJoinOperator(_JoinOperator):
         return [out] if out else []
 
 
-class WindowJoinOperator(_JoinOperator):
+class WindowJoinOperator(_RowBufferJoin):
     """``a.join(b).where(ka).equal_to(kb).window(assigner).apply(fn)``: each side's rows
     are kept per key and window; when the watermark reaches a window's last millisecond,
     every pair of the key's rows of both sides in it is emitted and the window leaves the
