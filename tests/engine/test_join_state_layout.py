@@ -174,3 +174,20 @@ def test_the_state_reader_gives_a_rocksdb_join_side_as_one_map_per_key(tmp_path)
     assert set(got) == {"k0", "k1", "k2"}
     rows = sorted(v["id"] for m in got.values() for uk, v in m.items() if uk & COUNT != COUNT)
     assert rows == list(range(9))
+
+
+def test_heap_rows_buffered_after_a_capture_are_not_in_it(tmp_path):
+    """The heap row buffer changes the key's dict in place: copy on write keeps a pending
+    capture as it was."""
+    op = open_op("window", "heap")
+    op.process_input(1, [{"id": 1, "k": "a", "ts": 1010}])
+    snap = op.snapshot(1)  # the synchronous part: a capture, serialized below
+    op.process_input(1, [{"id": i, "k": "a", "ts": 1020} for i in range(2, 6)])
+    handle, _, _ = snap.keyed.write(str(tmp_path), "j-0", True)
+    assert op.buffered_rows() == 5
+    op.close()
+    restored = open_op("window", "heap", {"directory": str(tmp_path), "states": snap.states,
+                                          "keyed": [handle],
+                                          "operator_state": snap.operator_state})
+    assert restored.buffered_rows() == 1
+    restored.close()

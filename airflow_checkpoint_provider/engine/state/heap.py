@@ -418,6 +418,20 @@ class MapState(_KeyedState):
                 m = self._writable(t, key, m)
             m[user_key] = value
 
+    def writable_map(self) -> dict:
+        """The current key's map, to change in place (created if missing; copied first if a
+        pending capture shares it). Leave no empty map behind: ``clear()`` instead."""
+        t = self._kg_table(True)
+        key = self.backend.current_key
+        m = t.get(key)
+        if m is None:
+            m = t[key] = {}
+            if self.backend._live_captures:
+                self._own(key)
+        elif self.backend._live_captures:
+            m = self._writable(t, key, m)
+        return m
+
     def remove(self, user_key) -> None:
         t = self._kg_table(False)
         if t is None:
