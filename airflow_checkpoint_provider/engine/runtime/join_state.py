@@ -80,10 +80,18 @@ class RowBuffer:
         self.state.put(entry, value)
 
     def pop(self, t: int) -> list:
-        """Remove the rows at ``t`` and return them (in the order they came): one read of
-        the key's entries, and one clear when they are all at ``t`` (a window join's key
-        usually has one open window), else one removal per entry."""
+        """Remove the rows at ``t`` and return them (in the order they came). Heap: one read
+        of the key's entries, one clear when they are all at ``t`` (a window join's key
+        usually has one open window); RocksDB: point reads and deletes of exactly them."""
         state, base = self.state, self._base(t)
+        if self.in_place is None:  # RocksDB: point reads and deletes (a scan skips tombstones)
+            n = state.get(base + COUNT)
+            if not n:
+                return []
+            rows = [state.get(base + i) for i in range(n)]
+            for i in range(n + 1):
+                state.remove(base + (i if i < n else COUNT))
+            return rows
         entries = state.items()
         if not entries:
             return []
