@@ -21,7 +21,7 @@ discarding sink, local runner; sustained = input rows / (wall time - start-up)):
   one price per key; local[2], 2 shuffle partitions, noop sink; rows / summed
   ``triggerExecution`` after the warm-up batches).
 
-Writes broadcast_temporal.json; :func:`broadcast_temporal_section` renders it.
+Writes broadcast_temporal.json; ``join_state.broadcast_temporal_section`` renders it.
 """
 
 from __future__ import annotations
@@ -148,38 +148,6 @@ def ss_static(spark, args) -> dict:
         (F.col("id") % 100).alias("price"))
     return ss_measure(stream.join(table, "key", "left"), "append", warmup=args.warmup_batches,
                       measure=args.batches, timeout_s=args.ss_timeout)
-
-
-def broadcast_temporal_section(data: dict | None, lines: list[str]) -> None:
-    """The "Broadcast connect and temporal joins" part of BENCHMARKS.md."""
-    if not data:
-        return
-    s = data["summary"]
-    names = {"broadcast": "broadcast connect (rules + events)",
-             "temporal": f"temporal join, versioned table in event time (a version per "
-                         f"{s['versions_every']} events)",
-             "static": "temporal join, table without time (stream-static)"}
-    lines += [f"### Broadcast connect and temporal joins at saturation ({s['keys']:,} keys, "
-              f"{s['reps']} rep(s))", "",
-              f"Command: `PYTHONPATH=$PWD .venv/bin/python bench/broadcast_temporal.py "
-              f"--records {s['records']} --reps {s['reps']} --ss-rows-per-batch "
-              f"{s['ss_rows_per_batch']}`. Ours: the per-record operators, {s['records']:,} "
-              "events (string keys, disorder up to "
-              f"{s['disorder_ms']} ms, watermark bound {s['bound_ms']} ms), parallelism 2, "
-              "heap state, 1 s checkpoints, discarding sink, local runner; rows of both inputs "
-              "/ (wall time - start-up). SS (stream-static only: SS has neither broadcast "
-              "state nor an event-time temporal join): the rate stream's keys left-joined "
-              "with a static DataFrame of one price per key, local[2], noop sink; rows / "
-              "summed triggerExecution after the warm-up batches. 1-minute load average "
-              f"{s['load_average'][0]} before, {s['load_average'][1]} after (2 cores)."
-              + (f" Conditions: {s['note']}" if s.get("note") else ""), "",
-              "| operator | ours (rows/s) | SS (rows/s) | ours / SS |", "|---|---|---|---|"]
-    for kind, sc in s["scenarios"].items():
-        ss = sc.get("ss_records_per_s")
-        ratio = sc.get("ratio_local")
-        lines.append(f"| {names.get(kind, kind)} | {sc['local_records_per_s']:,.0f} | "
-                     + (f"{ss:,.0f} | **{ratio:.2f}** |" if ss else "- | - |"))
-    lines.append("")
 
 
 def main(argv=None) -> int:

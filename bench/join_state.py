@@ -33,8 +33,10 @@ from airflow_checkpoint_provider.engine.state_io.read import (  # noqa: E402
     open_keyed_operator,
 )
 
-ROW_STATES = ("interval-join.left.rows", "interval-join.right.rows", "window-join.left.rows",
-              "window-join.right.rows")
+#: the window join's states: one entry per row (plus a count per window)
+ROW_STATES = ("window-join.left.rows", "window-join.right.rows")
+#: the interval join's: per key, timestamp -> [[row, matched], ...]
+MAP_STATES = ("interval-join.left", "interval-join.right")
 
 
 def join_state_of(location: str) -> tuple[int, int]:
@@ -50,6 +52,8 @@ def join_state_of(location: str) -> tuple[int, int]:
     for _, name, _, value in iter_entries(keyed):
         if name in ROW_STATES:
             rows += sum(1 for uk in value if uk & COUNT != COUNT)
+        elif name in MAP_STATES:
+            rows += sum(len(at) for at in value.values())
     return size, rows
 
 
@@ -119,6 +123,51 @@ def join_state_section(data: dict | None, lines: list[str]) -> None:
         lines.append(f"| {kind} join | {len(r['samples'])} | {b['start']:,} | {b['middle']:,} | "
                      f"{b['end']:,} | {b['max']:,} | {n['start']:,} | {n['middle']:,} | "
                      f"{n['end']:,} | {n['max']:,} | {n['final']:,} rows |")
+    lines.append("")
+
+
+def join_layout_section(data: dict | None, lines: list[str]) -> None:
+    """The "Join state layout" table of BENCHMARKS.md from join_layout.json (written by hand
+    from the runs its ``how`` names)."""
+    if not data:
+        return
+    lines += ["### Join state layout: one map per key and side vs one entry per row", "",
+              data["how"], "", "| measurement | join | backend | keys | before (rows/s) | "
+              "after (rows/s) | after / before | load average |", "|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        lines.append(f"| {r['what']} | {r['join']} | {r['backend']} | {r['keys']:,} | "
+                     f"{r['before']:,} | {r['after']:,} | {r['after'] / r['before']:.2f} | "
+                     f"{r['load']} |")
+    lines += ["", data["conclusion"], ""]
+
+
+def broadcast_temporal_section(data: dict | None, lines: list[str]) -> None:
+    """The broadcast connect and temporal join table from broadcast_temporal.json."""
+    if not data:
+        return
+    s = data["summary"]
+    names = {"broadcast": "broadcast connect (rules + events)",
+             "temporal": f"temporal join, versioned table in event time (a version per "
+                         f"{s['versions_every']} events)",
+             "static": "temporal join, table without time (stream-static)"}
+    lines += [f"### Broadcast connect and temporal joins at saturation ({s['keys']:,} keys, "
+              f"{s['reps']} rep(s))", "",
+              f"Command: `PYTHONPATH=$PWD .venv/bin/python bench/broadcast_temporal.py "
+              f"--records {s['records']} --reps {s['reps']}`. Ours: the per-record operators, "
+              f"{s['records']:,} events (string keys, disorder up to {s['disorder_ms']} ms, "
+              f"watermark bound {s['bound_ms']} ms), parallelism 2, heap state, 1 s "
+              "checkpoints, discarding sink, local runner; rows of both inputs / (wall time - "
+              "start-up). SS (stream-static only: SS has neither broadcast state nor an "
+              "event-time temporal join): the rate stream's keys left-joined with a static "
+              "DataFrame of one price per key, local[2], noop sink; rows / summed "
+              "triggerExecution after the warm-up batches. 1-minute load average "
+              f"{s['load_average'][0]} before, {s['load_average'][1]} after (2 cores)."
+              + (f" Conditions: {s['note']}" if s.get("note") else ""), "",
+              "| operator | ours (rows/s) | SS (rows/s) | ours / SS |", "|---|---|---|---|"]
+    for kind, sc in s["scenarios"].items():
+        ss, ratio = sc.get("ss_records_per_s"), sc.get("ratio_local")
+        lines.append(f"| {names.get(kind, kind)} | {sc['local_records_per_s']:,.0f} | "
+                     + (f"{ss:,.0f} | **{ratio:.2f}** |" if ss else "- | - |"))
     lines.append("")
 
 

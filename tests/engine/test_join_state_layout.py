@@ -1,8 +1,9 @@
-"""The join state's layout: one state entry per buffered row (so in RocksDB buffering a row
-writes that row, not the key's others), snapshots of the layout before it (one map per key
-and side, tests/engine/fixtures/joins_old_layout, written by the code before the change)
+"""The window join's state layout: one state entry per buffered row (so in RocksDB buffering
+a row writes that row, not the key's others), snapshots of the layout before it (one map per
+key and side, tests/engine/fixtures/joins_old_layout, written by the code before the change)
 restored and converted, heap snapshots restored into RocksDB, and RocksDB join state read
-back per key by the state reader."""
+back per key by the state reader. The interval join keeps the map layout: its fixtures must
+restore unchanged."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from airflow_checkpoint_provider.engine.functions import RuntimeContext
 from airflow_checkpoint_provider.engine.runtime.join_state import COUNT, SEQ_BITS
 from airflow_checkpoint_provider.engine.runtime.joins import (
     INTERVAL_STATES,
-    LEGACY_INTERVAL_STATES,
     LEGACY_WINDOW_STATES,
     WINDOW_STATES,
 )
@@ -77,8 +77,9 @@ def test_a_snapshot_of_the_old_layout_restores_and_the_join_goes_on(tmp_path, ba
     fixture = os.path.join(FIXTURES, f"{backend}-{join}")
     with open(os.path.join(fixture, "spec.json")) as f:
         spec = json.load(f)
-    legacy = LEGACY_INTERVAL_STATES if join == "interval" else LEGACY_WINDOW_STATES
-    assert set(legacy) <= set(spec["states"]), "the fixture holds the old layout"
+    legacy = () if join == "interval" else LEGACY_WINDOW_STATES  # interval: kept as it was
+    old_states = INTERVAL_STATES if join == "interval" else LEGACY_WINDOW_STATES
+    assert set(old_states) <= set(spec["states"]), "the fixture holds the old layout"
     # restore from a copy (RocksDB restores copy the files, heap reads them; keep it clean)
     shutil.copytree(fixture, tmp_path / "old")
     op = open_op(join, backend, {"directory": str(tmp_path / "old"), "states": spec["states"],
@@ -113,18 +114,16 @@ def _rows_of(op, name):
     return {k: v for k, v in op.backend.db.items() if k[2:2 + len(marker)] == marker}
 
 
-@pytest.mark.parametrize("join", ["interval", "window"])
-def test_rocksdb_holds_one_row_per_buffered_record_and_writes_only_it(join):
+def test_rocksdb_holds_one_row_per_buffered_record_and_writes_only_it():
     """The old layout kept a key's side in one value, rewritten (and growing) with every
     row: 600 rows of one key made one value of them all."""
-    op = open_op(join, "rocksdb")
-    name = (INTERVAL_STATES if join == "interval" else WINDOW_STATES)[0]
+    op = open_op("window", "rocksdb")
+    name = WINDOW_STATES[0]
     for i in range(300):
         op.process_input(1, [{"id": 2 * i, "k": "hot", "ts": 1000 + i % 50},
                              {"id": 2 * i + 1, "k": "hot", "ts": 1000 + i % 50}])
     rows = _rows_of(op, name)
-    times = 50 if join == "interval" else 1  # one window of 100 ms holds them all
-    assert len(rows) == 600 + times, "one row per record plus one count per time"
+    assert len(rows) == 600 + 1, "one row per record plus the window's count"
     assert max(len(v) for v in rows.values()) < 100, "no value holds more than one record"
     before = dict(rows)
     op.process_input(1, [{"id": 9999, "k": "hot", "ts": 1010}])
@@ -135,30 +134,32 @@ def test_rocksdb_holds_one_row_per_buffered_record_and_writes_only_it(join):
     op.close()
 
 
-def test_interval_join_clean_up_removes_exactly_the_expired_rows():
-    op = open_op("interval", "rocksdb")  # full outer join, between(-10, 20)
-    op.process_input(1, [{"id": i, "k": "a", "ts": 1000 + i} for i in range(10)])
-    op.on_watermark(1024)  # the left rows at 1000..1004 (end 1020..1024) leave
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_window_join_clean_up_removes_exactly_the_expired_rows(backend):
+    op = open_op("window", backend)  # tumbling 100 ms
+    op.process_input(1, [{"id": i, "k": "a", "ts": 1000 + 20 * i} for i in range(10)])
+    op.on_watermark(1099)  # the window [1000, 1100) fires: its 5 rows leave
     op.backend.set_current_key("a")
     left = sorted(t for t, _, _ in op.buffers[0].entries())
-    assert left == list(range(1005, 1010))
+    assert left == [1100] * 5
     state = op.buffers[0].state
     counts = sorted(uk >> SEQ_BITS for uk in state.keys() if uk & COUNT == COUNT)
-    assert counts == list(range(1005, 1010)), "the counts of the expired times are gone too"
+    assert counts == [1100], "the count of the fired window is gone too"
     op.close()
 
 
-def test_heap_join_state_restores_into_rocksdb(tmp_path):
-    heap = open_op("interval", "heap")
+@pytest.mark.parametrize("join", ["interval", "window"])
+def test_heap_join_state_restores_into_rocksdb(tmp_path, join):
+    heap = open_op(join, "heap")
     out1 = make.run(heap, make.phase1())
     spec = snapshot_spec(heap, tmp_path)
     buffered = heap.buffered_rows()
     heap.close()
-    rocks = open_op("interval", "rocksdb", spec)
+    rocks = open_op(join, "rocksdb", spec)
     assert rocks.buffered_rows() == buffered > 0
     out2 = make.run(rocks, phase2())
     rocks.close()
-    fresh = open_op("interval", "rocksdb")
+    fresh = open_op(join, "rocksdb")
     assert bag(out1) + bag(out2) == bag(make.run(fresh, make.phase1() + phase2()))
     fresh.close()
 

@@ -13,15 +13,16 @@ every checkpoint and savepoint and moves with its key group on rescale:
 
 * co-process: the function's own state and timers (as a keyed ``process()``);
 * interval join: per key, the rows of each side still able to match
-  (``interval-join.left.rows`` / ``.right.rows``: ``[record, matched]`` per row at its
-  timestamp) and one event-time timer per timestamp at which rows stop being able to match;
-  when it fires they leave the state (an outer join emits those that matched nothing then);
+  (``interval-join.left`` / ``.right``: timestamp -> ``[[record, matched], ...]``, one map
+  per key and side) and one event-time timer per timestamp at which rows stop being able to
+  match; when it fires they leave the state (an outer join emits those that matched nothing
+  then);
 * window join: per key, each side's rows per open window (``window-join.left.rows`` /
   ``.right.rows``: each record at its window's start) and a timer at each window's end.
 
-Each row is one entry of the state (:mod:`.join_state`): in RocksDB buffering a row writes
-that row, not the key's other rows. Snapshots of the layout before (one map per key and
-side) are converted when the operator opens.
+The window join keeps each row as one entry of its state (:mod:`.join_state`): in RocksDB
+buffering a row writes that row, not the key's other rows of the window. Its snapshots of
+the layout before (one map per key and side) are converted when the operator opens.
 
 The joins keep their input watermark in operator state (as the window operators do, see
 :class:`~.windowing._CheckpointedWatermark`): rows at or behind it are late, dropped and
@@ -48,10 +49,11 @@ from .operators import KeyedOperator, ProcessOperator, _emitted
 from .windowing import _CheckpointedWatermark
 
 LEFT, RIGHT = 0, 1
-INTERVAL_STATES = ("interval-join.left.rows", "interval-join.right.rows")
+#: the interval join keeps one map per key and side (its probe reads the whole side: one
+#: read; per-row entries measured 2-4x slower, see BENCHMARKS.md "Join state layout")
+INTERVAL_STATES = ("interval-join.left", "interval-join.right")
 WINDOW_STATES = ("window-join.left.rows", "window-join.right.rows")
-#: the states of the layout before per-row entries (restored and converted, never written)
-LEGACY_INTERVAL_STATES = ("interval-join.left", "interval-join.right")
+#: the window join's states of the layout before per-row entries (restored and converted)
 LEGACY_WINDOW_STATES = ("window-join.left", "window-join.right")
 
 
@@ -141,6 +143,15 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
         else:
             _emitted(result, out)
 
+    def buffered_rows(self) -> int:
+        """Rows held in the join's state (both sides, every key of this subtask)."""
+        backend, n = self.backend, 0
+        for name, state in zip(self.STATES, self.buffers, strict=True):
+            for key in list(backend.keys(name)):
+                backend.set_current_key(key)
+                n += sum(len(rows) for _, rows in state.items())
+        return n
+
     def close(self):
         try:
             fn = self.node.payload.fn
@@ -172,7 +183,7 @@ class _RowBufferJoin(_JoinOperator):
         return n
 
 
-class IntervalJoinOperator(_RowBufferJoin):
+class IntervalJoinOperator(_JoinOperator):
     """``a.key_by(..).interval_join(b.key_by(..), how=...).between(lower, upper)``.
 
     A row of ``a`` at ``t`` matches the rows of ``b`` of its key at ``t + lower .. t +
@@ -185,7 +196,6 @@ class IntervalJoinOperator(_RowBufferJoin):
     """
 
     STATES = INTERVAL_STATES
-    LEGACY_STATES = LEGACY_INTERVAL_STATES
 
     def open(self, restored_operator_state):
         super().open(restored_operator_state)
@@ -208,20 +218,21 @@ class IntervalJoinOperator(_RowBufferJoin):
                 self.dropped_late += 1
                 continue
             matched = False
-            first, last = ts + lo, ts + hi
-            for ots, entry, (row, flag) in other.entries():
-                if not first <= ots <= last:
+            for ots, rows in other.items():
+                if not ts + lo <= ots <= ts + hi:
                     continue
                 matched = True
-                if i == LEFT:
-                    emit(r, row, max(ts, ots), out)
-                else:
-                    emit(row, r, max(ts, ots), out)
-                if outer_other and not flag:
-                    other.put(entry, [row, True])
+                at = max(ts, ots)
+                for row, _ in rows:
+                    if i == LEFT:
+                        emit(r, row, at, out)
+                    else:
+                        emit(row, r, at, out)
+                if outer_other and not all(flag for _, flag in rows):
+                    other.put(ots, [[row, True] for row, _ in rows])
             end = ts + hi  # when no row to come can match this one
             if end > wm:
-                mine.add(ts, [r, matched])
+                mine.put(ts, [*mine.get(ts, ()), [r, matched]])
                 register(end)
             elif outer_mine and not matched:
                 self._unmatched(i, r, ts, out)
@@ -240,8 +251,12 @@ class IntervalJoinOperator(_RowBufferJoin):
         for end in self.timers.due(EVENT_TIME, wm):
             for i in (LEFT, RIGHT):
                 ts = end - self.ranges[i][1]  # the rows of side i whose range ends here
-                rows = self.buffers[i].pop(ts)
-                if rows and self.outer[i]:
+                state = self.buffers[i]
+                rows = state.get(ts)
+                if rows is None:
+                    continue
+                state.remove(ts)
+                if self.outer[i]:
                     for row, matched in rows:
                         if not matched:
                             self._unmatched(i, row, ts, out)
