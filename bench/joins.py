@@ -63,12 +63,14 @@ START_MS = 1_700_000_000_000
 HASHES = (2654435761, 2246822519)  # left, right: different keys and disorder per stream
 
 
-def build(kind: str, root: str, args, records: int, rate: float | None = None) -> Pipeline:
+def build(kind: str, root: str, args, records: int, rate: float | None = None,
+          **checkpoint) -> Pipeline:
     # "<join>_vec": the vectorized operator (vectorized=True), fed Arrow batches end to end
     vectorized = kind.endswith("_vec")
     kind = kind.removesuffix("_vec")
     p = Pipeline(f"bench-join-{kind}", max_parallelism=128,
-                 checkpoint=CheckpointConfig(interval_ms=1000,
+                 state_backend=getattr(args, "state_backend", "heap"),
+                 checkpoint=CheckpointConfig(**{"interval_ms": 1000, **checkpoint},
                                              directory=os.path.join(root, "ckpt")),
                  metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
                  restart_strategy=RestartStrategy.fixed_delay(attempts=0, delay_ms=0))
@@ -193,6 +195,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", type=int, default=3)
     ap.add_argument("--ss-timeout", type=float, default=600.0)
     ap.add_argument("--skip-ss", action="store_true", help="ours only (no Spark)")
+    ap.add_argument("--state-backend", default="heap", choices=("heap", "rocksdb"),
+                    help="ours: the join's state backend")
     ap.add_argument("--flat-rate", type=float, default=5_000, help="rows/s per side")
     ap.add_argument("--flat-seconds", type=float, default=120.0)
     ap.add_argument("--note", default="", help="conditions of the run, shown in BENCHMARKS.md")

@@ -1,7 +1,8 @@
 """Joins on the Spark runner (local[4]): the co-process, left outer interval join and window
 join pipeline of tests/join_pipelines.py, with a slot SIGKILLed while it joins (and an
 exception injected on a record), commits exactly the output of the plain Python reference
-(which a failure-free run commits too: tests/engine/test_joins.py)."""
+(which a failure-free run commits too: tests/engine/test_joins.py), with the join state on
+heap and in RocksDB."""
 
 from __future__ import annotations
 
@@ -20,14 +21,15 @@ from pipelines import FaultPlan
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 
 
-@pytest.mark.timeout(300)
-def test_joins_on_spark_local4_are_exactly_once_under_sigkill_of_a_slot(workdir):
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_joins_on_spark_local4_are_exactly_once_under_sigkill_of_a_slot(workdir, backend):
     from airflow_checkpoint_provider.engine.runners.spark import session_for
 
     spark = session_for("local[4]", "test-joins-local4")
     try:
         faults = FaultPlan(str(workdir / "faults"), [("kill", 2_500), ("record", 4_500)])
-        result = join_pipeline(str(workdir), faults=faults, rate=5_000,
+        result = join_pipeline(str(workdir), faults=faults, rate=5_000, state_backend=backend,
                                initial_delay_ms=300).run("spark", spark=spark)
     finally:
         spark.stop()

@@ -13,11 +13,16 @@ every checkpoint and savepoint and moves with its key group on rescale:
 
 * co-process: the function's own state and timers (as a keyed ``process()``);
 * interval join: per key, the rows of each side still able to match
-  (``interval-join.left`` / ``.right``: timestamp -> ``[[record, matched], ...]``) and one
-  event-time timer per timestamp at which rows stop being able to match; when it fires they
-  leave the state (an outer join emits those that matched nothing then);
-* window join: per key, each side's rows per open window (``window-join.left`` /
-  ``.right``: window start -> records) and a timer at each window's end.
+  (``interval-join.left`` / ``.right``: timestamp -> ``[[record, matched], ...]``, one map
+  per key and side) and one event-time timer per timestamp at which rows stop being able to
+  match; when it fires they leave the state (an outer join emits those that matched nothing
+  then);
+* window join: per key, each side's rows per open window (``window-join.left.rows`` /
+  ``.right.rows``: each record at its window's start) and a timer at each window's end.
+
+The window join keeps each row as one entry of its state (:mod:`.join_state`): in RocksDB
+buffering a row writes that row, not the key's other rows of the window. Its snapshots of
+the layout before (one map per key and side) are converted when the operator opens.
 
 The joins keep their input watermark in operator state (as the window operators do, see
 :class:`~.windowing._CheckpointedWatermark`): rows at or behind it are late, dropped and
@@ -39,12 +44,17 @@ from ..joins import CoProcessSpec, IntervalJoinSpec, WindowJoinSpec, merge_rows
 from ..state.keygroups import key_group_for
 from ..state.vectorized import key_groups_of
 from ..timers import EVENT_TIME, TimerService
+from .join_state import RowBuffer, convert_legacy
 from .operators import KeyedOperator, ProcessOperator, _emitted
 from .windowing import _CheckpointedWatermark
 
 LEFT, RIGHT = 0, 1
+#: the interval join keeps one map per key and side (its probe reads the whole side: one
+#: read; per-row entries measured 2-4x slower, see BENCHMARKS.md "Join state layout")
 INTERVAL_STATES = ("interval-join.left", "interval-join.right")
-WINDOW_STATES = ("window-join.left", "window-join.right")
+WINDOW_STATES = ("window-join.left.rows", "window-join.right.rows")
+#: the window join's states of the layout before per-row entries (restored and converted)
+LEGACY_WINDOW_STATES = ("window-join.left", "window-join.right")
 
 
 class CoProcessOperator(ProcessOperator):
@@ -92,7 +102,7 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
         self.timers.rebuild()
         self._restore_watermark(restored_operator_state)
         self.timers.watermark = self.watermark
-        self.buffers = tuple(self.ctx.map_state(name) for name in self.STATES)
+        self.buffers = self._open_buffers()
         self.dropped_late = 0
         self.call = _join_caller(fn, self.ctx)
         if isinstance(fn, ProcessJoinFunction):
@@ -100,6 +110,10 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
 
     def process(self, records):  # pragma: no cover - the task calls process_input
         raise TypeError(f"operator {self.uid!r} has two inputs: use process_input")
+
+    def _open_buffers(self) -> tuple:
+        """The join's per-key state: one map state per name of :attr:`STATES`."""
+        return tuple(self.ctx.map_state(name) for name in self.STATES)
 
     def _keyed(self, records: list[dict], input: int) -> Iterator[tuple[dict, int]]:
         """Each record with its event time, the backend's current key set to its key."""
@@ -145,6 +159,28 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
                 fn.close()
         finally:
             super().close()
+
+
+class _RowBufferJoin(_JoinOperator):
+    """A join whose sides are :class:`~.join_state.RowBuffer` s (one entry per row)."""
+
+    LEGACY_STATES: tuple[str, str]
+
+    def _open_buffers(self) -> tuple:
+        uid = self.uid or self.node.name
+        buffers = tuple(RowBuffer(self.backend, name, uid) for name in self.STATES)
+        for legacy, buffer in zip(self.LEGACY_STATES, buffers, strict=True):
+            convert_legacy(self.backend, uid, legacy, buffer)
+        return buffers
+
+    def buffered_rows(self) -> int:
+        """Rows held in the join's state (both sides, every key of this subtask)."""
+        backend, n = self.backend, 0
+        for name, buffer in zip(self.STATES, self.buffers, strict=True):
+            for key in list(backend.keys(name)):
+                backend.set_current_key(key)
+                n += buffer.size()
+        return n
 
 
 class IntervalJoinOperator(_JoinOperator):
@@ -227,18 +263,19 @@ class IntervalJoinOperator(_JoinOperator):
         return [out] if out else []
 
 
-class WindowJoinOperator(_JoinOperator):
+class WindowJoinOperator(_RowBufferJoin):
     """``a.join(b).where(ka).equal_to(kb).window(assigner).apply(fn)``: each side's rows
     are kept per key and window; when the watermark reaches a window's last millisecond,
     every pair of the key's rows of both sides in it is emitted and the window leaves the
     state. A row whose windows have all fired is late (dropped and counted)."""
 
     STATES = WINDOW_STATES
+    LEGACY_STATES = LEGACY_WINDOW_STATES
 
     def process_input(self, input: int, records: list[dict]) -> list:
         i = input - 1
         assigner = cast(WindowJoinSpec, self.node.payload).assigner
-        size, state = assigner.size, self.buffers[i]
+        size, buffer = assigner.size, self.buffers[i]
         register = self.timers.register_event_time_timer
         for r, ts in self._keyed(records, i):
             starts = [s for s in assigner.starts(ts) if s + size - 1 > self.watermark]
@@ -246,7 +283,7 @@ class WindowJoinOperator(_JoinOperator):
                 self.dropped_late += 1
                 continue
             for s in starts:
-                state.put(s, [*state.get(s, ()), r])
+                buffer.add(s, r)
                 register(s + size - 1)
         return []
 
@@ -254,13 +291,11 @@ class WindowJoinOperator(_JoinOperator):
         wm = self.timers.watermark = self._advance(watermark)
         size = cast(WindowJoinSpec, self.node.payload).assigner.size
         default = self.node.payload.fn is None
-        left_state, right_state = self.buffers
+        left_rows, right_rows = self.buffers
         out: list = []
         for last in self.timers.due(EVENT_TIME, wm):
             start = last - size + 1
-            lefts, rights = left_state.get(start), right_state.get(start)
-            left_state.remove(start)
-            right_state.remove(start)
+            lefts, rights = left_rows.pop(start), right_rows.pop(start)
             if not lefts or not rights:
                 continue
             for left in lefts:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from ..serialization import packb, unpackb
 from . import ttl
 from .backend import StateSnapshot, restore_key_group_chunks, write_state_file
-from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
+from .descriptors import ENTRY_MAP, LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
 
 _MISSING = object()
@@ -234,6 +234,12 @@ class HeapKeyedStateBackend:
         for kg_table in self.tables.get(state_name, {}).values():
             yield from kg_table
 
+    def drop_state(self, state_name: str) -> None:
+        """Forget a state and its entries: later snapshots no longer carry it (an operator
+        that moved a restored state's contents into another one)."""
+        for registry in (self.tables, self.descriptors, self.restored_meta, self._owned):
+            registry.pop(state_name, None)
+
     # -- the KeyedStateBackend protocol (state/backend.py) ------------------------------------
     def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
         """Capture now (shallow copies, copy-on-write); serialize in ``write``."""
@@ -412,6 +418,20 @@ class MapState(_KeyedState):
                 m = self._writable(t, key, m)
             m[user_key] = value
 
+    def writable_map(self) -> dict:
+        """The current key's map, to change in place (created if missing; copied first if a
+        pending capture shares it). Leave no empty map behind: ``clear()`` instead."""
+        t = self._kg_table(True)
+        key = self.backend.current_key
+        m = t.get(key)
+        if m is None:
+            m = t[key] = {}
+            if self.backend._live_captures:
+                self._own(key)
+        elif self.backend._live_captures:
+            m = self._writable(t, key, m)
+        return m
+
     def remove(self, user_key) -> None:
         t = self._kg_table(False)
         if t is None:
@@ -473,4 +493,6 @@ class ReducingState(_KeyedState):
             self._own(key)
 
 
-_STATE_CLASSES = {VALUE: ValueState, LIST: ListState, MAP: MapState, REDUCING: ReducingState}
+#: entry map state is map state on heap (a dict per key, mutated in place, copy on write)
+_STATE_CLASSES = {VALUE: ValueState, LIST: ListState, MAP: MapState, ENTRY_MAP: MapState,
+                  REDUCING: ReducingState}

@@ -4,6 +4,9 @@ One RocksDB instance per operator subtask, in a task-local working directory. Ke
 ``<key group: 2 bytes big-endian><state name>\\x00<msgpack(key)>``, so the state of a key
 group range is one contiguous key range: rescaling copies exactly the owned ranges, and
 ``delete_range`` drops the rest. Values are msgpack (or a state's explicit serializer).
+Entry map state (``ENTRY_MAP``) has one row per user key, ``<that key><msgpack(user
+key)>``: msgpack is self-delimiting, so the rows of one key are exactly those that start
+with its key (:func:`split_key`).
 
 Snapshot (Flink's RocksDB incremental snapshot):
 
@@ -25,6 +28,7 @@ import shutil
 import tempfile
 import uuid
 
+import msgpack
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
 from ..checkpoint.storage import filesystem_for, join, parent, sha256
@@ -33,7 +37,15 @@ from ..snapshot.codec import read_verified
 from ..snapshot.handles import RocksDBHandle
 from . import ttl
 from .backend import StateSnapshot, restore_key_group_chunks
-from .descriptors import LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
+from .descriptors import (
+    ENTRY_MAP,
+    LIST,
+    MAP,
+    REDUCING,
+    VALUE,
+    StateDescriptor,
+    check_compatible,
+)
 from .keygroups import KeyGroupRange, key_group_for
 
 log = logging.getLogger(__name__)
@@ -48,6 +60,23 @@ def local_root() -> str:
 
 def _kg_prefix(kg: int) -> bytes:
     return kg.to_bytes(2, "big")
+
+
+def split_key(raw: bytes) -> tuple[object, bytes]:
+    """``(key, rest)`` of the bytes after ``<state name>\\x00``: the key's msgpack and what
+    follows it (an entry map state's msgpack user key; empty for the other kinds)."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+    unpacker.feed(raw)
+    key = unpacker.unpack()
+    return _untuple(key), raw[unpacker.tell():]
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key above every key that starts with ``prefix`` (None: no bound)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 def _options() -> Options:
@@ -114,9 +143,26 @@ class RocksDBKeyedStateBackend:
 
     def keys(self, state_name: str):
         marker = state_name.encode() + b"\x00"
+        last = None
         for k in self.db.keys():
             if k[2:2 + len(marker)] == marker:
-                yield _untuple(unpackb(k[2 + len(marker):]))
+                key, rest = split_key(k[2 + len(marker):])
+                if rest and last is not None and last == (k[:2], key):
+                    continue  # another entry of an entry map state's key
+                last = (k[:2], key)
+                yield key
+
+    def drop_state(self, state_name: str) -> None:
+        """Forget a state and delete its entries (every key group): later snapshots no
+        longer carry it (an operator that moved a restored state's contents elsewhere)."""
+        marker = state_name.encode() + b"\x00"
+        for kg in self.key_groups:
+            prefix = _kg_prefix(kg) + marker
+            end = _prefix_end(prefix)
+            if end is not None:
+                self.db.delete_range(prefix, end)
+        self.descriptors.pop(state_name, None)
+        self.restored_meta.pop(state_name, None)
 
     # -- snapshot -----------------------------------------------------------------------
     def snapshot_sync(self, checkpoint_id: int) -> str:
@@ -268,8 +314,14 @@ class RocksDBKeyedStateBackend:
         for name, items in states.items():
             self.restored_meta.setdefault(name, state_meta[name])
             prefix = _kg_prefix(kg) + name.encode() + b"\x00"
+            entries = state_meta[name].get("kind") == ENTRY_MAP
             for k, v in items:
-                batch.put(prefix + packb(_untuple(k)), packb(v))
+                if entries:  # one row per entry
+                    key = prefix + packb(_untuple(k))
+                    for uk, entry in v.items():
+                        batch.put(key + packb(uk), packb(entry))
+                else:
+                    batch.put(prefix + packb(_untuple(k)), packb(v))
         self.db.write(batch)
 
     def close(self) -> None:
@@ -390,6 +442,64 @@ class RocksMapState(_RocksState):
         return not self._map()
 
 
+class RocksEntryMapState(_RocksState):
+    """Map state with one RocksDB row per entry: ``put`` and ``remove`` touch one row, reads
+    of the whole map scan the key's rows (in the byte order of the msgpack user keys)."""
+
+    __slots__ = ()
+
+    def _row(self, user_key) -> bytes:
+        return self.backend._db_key(self.name_bytes) + packb(user_key)
+
+    def _scan(self):
+        base = self.backend._db_key(self.name_bytes)
+        it = self.backend.db.iter()
+        it.seek(base)
+        n = len(base)
+        while it.valid():
+            k = it.key()
+            if k[:n] != base:
+                break
+            yield k[n:], it.value()
+            it.next()
+
+    def get(self, user_key, default=None):
+        raw = self.backend.db.get(self._row(user_key))
+        return default if raw is None else self.loads(raw)
+
+    def put(self, user_key, value) -> None:
+        self.backend.db.put(self._row(user_key), self.dumps(value))
+
+    def remove(self, user_key) -> None:
+        self.backend.db.delete(self._row(user_key))
+
+    def contains(self, user_key) -> bool:
+        return self.backend.db.get(self._row(user_key)) is not None
+
+    def items(self):
+        loads = self.loads
+        return [(unpackb(k), loads(v)) for k, v in self._scan()]
+
+    def keys(self):
+        return [unpackb(k) for k, _ in self._scan()]
+
+    def is_empty(self) -> bool:
+        return next(self._scan(), None) is None
+
+    def clear(self) -> None:
+        # point deletes, not delete_range: a range tombstone per key (one per window and
+        # key in a window join) slows every later read and scan down by orders of magnitude
+        base = self.backend._db_key(self.name_bytes)
+        rows = [k for k, _ in self._scan()]
+        if len(rows) == 1:
+            self.backend.db.delete(base + rows[0])
+        elif rows:
+            batch = WriteBatch(raw_mode=True)
+            for k in rows:
+                batch.delete(base + k)
+            self.backend.db.write(batch)
+
+
 class RocksReducingState(_RocksState):
     __slots__ = ()
 
@@ -402,4 +512,4 @@ class RocksReducingState(_RocksState):
 
 
 _ROCKS_STATES = {VALUE: RocksValueState, LIST: RocksListState, MAP: RocksMapState,
-                 REDUCING: RocksReducingState}
+                 ENTRY_MAP: RocksEntryMapState, REDUCING: RocksReducingState}

@@ -34,7 +34,7 @@ from ..errors import CorruptCheckpointError
 from ..serialization import unpackb
 from ..snapshot.codec import LoadedSnapshot, load_snapshot, read_state_file
 from ..snapshot.handles import OperatorState, RocksDBHandle, StateFileHandle, SubtaskState
-from ..state.descriptors import MAP
+from ..state.descriptors import ENTRY_MAP, MAP
 from ..state.keygroups import KeyGroupRange
 from .exceptions import (
     NotKeyedStateError,
@@ -158,7 +158,7 @@ def _rocksdb_entries(directory: str, handle: RocksDBHandle
     into a temporary directory and decode its keys (see :mod:`..state.rocksdb`)."""
     from rocksdict import Rdict
 
-    from ..state.rocksdb import _download, _options
+    from ..state.rocksdb import _download, _options, split_key
 
     tmp = tempfile.mkdtemp(prefix="ckpt-state-read-")
     try:
@@ -166,12 +166,26 @@ def _rocksdb_entries(directory: str, handle: RocksDBHandle
         _download(directory, handle, db_path)
         db = Rdict(db_path, _options())
         try:
+            # an entry map state's rows (one per entry, contiguous per key) come back as one
+            # map per key, as heap files hold them
+            group: tuple | None = None
             for k, v in db.items():
-                # raw mode: <key group: 2 bytes><state name>\x00<msgpack key>
+                # raw mode: <key group: 2 bytes><state name>\x00<msgpack key>[<msgpack user key>]
                 raw: bytes = k  # type: ignore[assignment]
-                name, _, key = raw[2:].partition(b"\x00")
-                yield (int.from_bytes(raw[:2], "big"), name.decode(), _untuple(unpackb(key)),
-                       unpackb(v))  # type: ignore[arg-type]
+                name, _, rest = raw[2:].partition(b"\x00")
+                key, user_key = split_key(rest)
+                kg = int.from_bytes(raw[:2], "big")
+                if group is not None and (not user_key or group[:3] != (kg, name, key)):
+                    yield group[0], group[1].decode(), group[2], group[3]
+                    group = None
+                if not user_key:
+                    yield kg, name.decode(), key, unpackb(v)  # type: ignore[arg-type]
+                    continue
+                if group is None:
+                    group = (kg, name, key, {})
+                group[3][unpackb(user_key)] = unpackb(v)  # type: ignore[arg-type]
+            if group is not None:
+                yield group[0], group[1].decode(), group[2], group[3]
         finally:
             db.close()
     finally:
@@ -185,7 +199,7 @@ def _untuple(key: object) -> object:
 def value_array(values: list, kind: str, *, uid: str, state: str) -> pa.Array:
     """The Arrow array of one state's stored values (map state as ``map<key, value>``)."""
     try:
-        if kind == MAP:
+        if kind in (MAP, ENTRY_MAP):
             maps = [list(v.items()) if isinstance(v, dict) else v for v in values]
             user_keys = pa.array([k for m in maps for k, _ in m]).type
             items = pa.array([x for m in maps for _, x in m]).type

@@ -1,0 +1,206 @@
+"""Join state over N minutes: the interval join and the window join of bench/joins.py fed
+at a steady rate for ``--minutes`` (default 10) each, with the state of the join operator
+sampled at every checkpoint: the bytes of its keyed state in the checkpoint (all subtasks)
+and the rows it holds (both sides, read back from the checkpoint). The watermark clean-up
+must keep both flat.
+
+    PYTHONPATH=$PWD .venv/bin/python bench/join_state.py [--minutes 10] [--rate 2000]
+
+The data is bench/joins.py's (string keys, bounded disorder, watermark bound on both sides),
+with event time advancing at the wall-clock pace (``--rate`` rows per second per side, one
+row every ``1000 / rate`` ms of event time), so the state holds the last few hundred ms
+(interval join) or the open window (window join) of each key. Every checkpoint is retained
+and read after the run. Writes join_state.json; :func:`join_state_section` renders it for
+BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from jobs import add_results_dir, write_results  # noqa: E402
+from joins import build  # noqa: E402
+
+from airflow_checkpoint_provider.engine.catalog import MetadataStore  # noqa: E402
+from airflow_checkpoint_provider.engine.runtime.join_state import COUNT  # noqa: E402
+from airflow_checkpoint_provider.engine.state_io.read import (  # noqa: E402
+    iter_entries,
+    open_keyed_operator,
+)
+
+#: the window join's states: one entry per row (plus a count per window)
+ROW_STATES = ("window-join.left.rows", "window-join.right.rows")
+#: the interval join's: per key, timestamp -> [[row, matched], ...]
+MAP_STATES = ("interval-join.left", "interval-join.right")
+
+
+def join_state_of(location: str) -> tuple[int, int]:
+    """(bytes of the join operator's keyed state, rows it holds) in one checkpoint."""
+    keyed = open_keyed_operator(location, "join")
+    size = 0
+    for sub in keyed.operator.subtasks:
+        h = sub.keyed
+        if h is None:
+            continue
+        size += sum(f.size for f in h.files) if hasattr(h, "files") else h.size
+    rows = 0
+    for _, name, _, value in iter_entries(keyed):
+        if name in ROW_STATES:
+            rows += sum(1 for uk in value if uk & COUNT != COUNT)
+        elif name in MAP_STATES:
+            rows += sum(len(at) for at in value.values())
+    return size, rows
+
+
+def run(kind: str, args) -> dict:
+    root = tempfile.mkdtemp(prefix=f"bench-join-state-{kind}-")
+    try:
+        records = int(args.rate * args.minutes * 60)
+        p = build(kind, root, args, records, rate=args.rate,
+                  interval_ms=args.checkpoint_ms, retained=100_000, history=100_000)
+        t0 = time.monotonic()
+        result = p.run()
+        elapsed = time.monotonic() - t0
+        if result.status != "FINISHED":
+            raise RuntimeError(f"{kind}: ended {result.status}: {result.failure_reason}")
+        store = MetadataStore(p.metadata_url)
+        done = sorted((c for c in store.list_checkpoints(result.job_id)
+                       if c.status in ("COMPLETED", "SUBSUMED")), key=lambda c: c.checkpoint_id)
+        store.close()
+        start = done[0].trigger_time if done else None
+        samples = []
+        for c in done:
+            size, rows = join_state_of(c.location)
+            samples.append({"checkpoint_id": c.checkpoint_id,
+                            "seconds": round((c.trigger_time - start).total_seconds(), 1),
+                            "join_state_bytes": size, "join_rows": rows,
+                            "job_state_bytes": c.state_size})
+        print(f"{kind}: {len(samples)} checkpoints in {elapsed:.0f} s; join state bytes "
+              f"{[s['join_state_bytes'] for s in samples[::max(1, len(samples) // 8)]]}",
+              flush=True)
+        return {"records_per_side": records, "seconds": elapsed, "samples": samples}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _summary(samples: list[dict], field: str) -> dict:
+    """First, middle, last (the last before end of input: the final checkpoint, after the
+    end-of-input watermark, holds nothing) and max of one series."""
+    live = samples[:-1] if len(samples) > 1 else samples
+    values = [s[field] for s in live]
+    return {"start": values[0], "middle": values[len(values) // 2], "end": values[-1],
+            "max": max(values), "final": samples[-1][field]}
+
+
+def join_state_section(data: dict | None, lines: list[str]) -> None:
+    """The "Join state over N minutes" table of BENCHMARKS.md from join_state.json."""
+    if not data:
+        return
+    a = data["args"]
+    lines += [f"### Join state over {a['minutes']:g} minutes", "",
+              f"Command: `PYTHONPATH=$PWD .venv/bin/python bench/join_state.py --minutes "
+              f"{a['minutes']:g} --rate {a['rate']:g} --checkpoint-ms {a['checkpoint_ms']}`. "
+              f"Each join of the table above fed at {a['rate']:,.0f} rows/s per side "
+              f"({a['keys']:,} keys, event time at the wall-clock pace, disorder up to "
+              f"{a['disorder_ms']} ms, watermark bound {a['bound_ms']} ms), "
+              f"{a['state_backend']} state, a checkpoint every {a['checkpoint_ms'] / 1000:g} s, "
+              "all retained and read back after the run: the bytes of the join operator's keyed "
+              "state (both subtasks) and the rows it holds (both sides), at the first, the "
+              "middle and the last checkpoint before the end of input, and the largest. "
+              f"1-minute load average {data['load_average'][0]} before, "
+              f"{data['load_average'][1]} after (2 cores)."
+              + (f" Conditions: {data['note']}" if data.get("note") else ""), "",
+              "| join | checkpoints | bytes: start | middle | end | max | rows: start | middle "
+              "| end | max | after end of input |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for kind, r in data["runs"].items():
+        b, n = r["bytes"], r["rows"]
+        lines.append(f"| {kind} join | {len(r['samples'])} | {b['start']:,} | {b['middle']:,} | "
+                     f"{b['end']:,} | {b['max']:,} | {n['start']:,} | {n['middle']:,} | "
+                     f"{n['end']:,} | {n['max']:,} | {n['final']:,} rows |")
+    lines.append("")
+
+
+def join_layout_section(data: dict | None, lines: list[str]) -> None:
+    """The "Join state layout" table of BENCHMARKS.md from join_layout.json (written by hand
+    from the runs its ``how`` names)."""
+    if not data:
+        return
+    lines += ["### Join state layout: one map per key and side vs one entry per row", "",
+              data["how"], "", "| measurement | join | backend | keys | before (rows/s) | "
+              "after (rows/s) | after / before | load average |", "|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        lines.append(f"| {r['what']} | {r['join']} | {r['backend']} | {r['keys']:,} | "
+                     f"{r['before']:,} | {r['after']:,} | {r['after'] / r['before']:.2f} | "
+                     f"{r['load']} |")
+    lines += ["", data["conclusion"], ""]
+
+
+def broadcast_temporal_section(data: dict | None, lines: list[str]) -> None:
+    """The broadcast connect and temporal join table from broadcast_temporal.json."""
+    if not data:
+        return
+    s = data["summary"]
+    names = {"broadcast": "broadcast connect (rules + events)",
+             "temporal": f"temporal join, versioned table in event time (a version per "
+                         f"{s['versions_every']} events)",
+             "static": "temporal join, table without time (stream-static)"}
+    lines += [f"### Broadcast connect and temporal joins at saturation ({s['keys']:,} keys, "
+              f"{s['reps']} rep(s))", "",
+              f"Command: `PYTHONPATH=$PWD .venv/bin/python bench/broadcast_temporal.py "
+              f"--records {s['records']} --reps {s['reps']}`. Ours: the per-record operators, "
+              f"{s['records']:,} events (string keys, disorder up to {s['disorder_ms']} ms, "
+              f"watermark bound {s['bound_ms']} ms), parallelism 2, heap state, 1 s "
+              "checkpoints, discarding sink, local runner; rows of both inputs / (wall time - "
+              "start-up). SS (stream-static only: SS has neither broadcast state nor an "
+              "event-time temporal join): the rate stream's keys left-joined with a static "
+              "DataFrame of one price per key, local[2], noop sink; rows / summed "
+              "triggerExecution after the warm-up batches. 1-minute load average "
+              f"{s['load_average'][0]} before, {s['load_average'][1]} after (2 cores)."
+              + (f" Conditions: {s['note']}" if s.get("note") else ""), "",
+              "| operator | ours (rows/s) | SS (rows/s) | ours / SS |", "|---|---|---|---|"]
+    for kind, sc in s["scenarios"].items():
+        ss, ratio = sc.get("ss_records_per_s"), sc.get("ratio_local")
+        lines.append(f"| {names.get(kind, kind)} | {sc['local_records_per_s']:,.0f} | "
+                     + (f"{ss:,.0f} | **{ratio:.2f}** |" if ss else "- | - |"))
+    lines.append("")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=10.0, help="per join")
+    ap.add_argument("--rate", type=float, default=2_000, help="rows/s per side")
+    ap.add_argument("--checkpoint-ms", type=int, default=5_000)
+    ap.add_argument("--kinds", default="interval,window")
+    ap.add_argument("--keys", type=int, default=10_000)
+    ap.add_argument("--disorder-ms", type=int, default=100)
+    ap.add_argument("--bound-ms", type=int, default=200)
+    ap.add_argument("--lower-ms", type=int, default=-100)
+    ap.add_argument("--upper-ms", type=int, default=100)
+    ap.add_argument("--window-ms", type=int, default=1000)
+    ap.add_argument("--state-backend", default="heap", choices=("heap", "rocksdb"))
+    ap.add_argument("--note", default="")
+    add_results_dir(ap)
+    args = ap.parse_args(argv)
+    args.step_ms = 1000 / args.rate  # event time at the wall-clock pace
+    load_before = os.getloadavg()
+    runs = {}
+    for kind in [k for k in args.kinds.split(",") if k]:
+        r = run(kind, args)
+        r["bytes"] = _summary(r["samples"], "join_state_bytes")
+        r["rows"] = _summary(r["samples"], "join_rows")
+        runs[kind] = r
+    data = {"args": {k: v for k, v in vars(args).items() if k != "results_dir"},
+            "runs": runs, "note": args.note,
+            "load_average": [round(load_before[0], 1), round(os.getloadavg()[0], 1)]}
+    write_results(args.results_dir, "join_state.json", data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
