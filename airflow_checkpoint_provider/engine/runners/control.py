@@ -65,7 +65,7 @@ class ControlPlane:
             self.queued.extend(self.db.read(MetadataStore.claim_control_requests, self.job_id) or [])
         if not self.queued:
             return
-        still = []
+        still: list = []
         for req in self.queued:
             # first come, first triggered: nothing overtakes a savepoint that waits
             behind = bool(still) and req.action != "CANCEL"
