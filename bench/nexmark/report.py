@@ -60,7 +60,8 @@ def render(data: dict) -> list[str]:
                      key=lambda q: int(q[1:]))
     intervals = sorted({k[3] for k in rates if k[0] != "ss" and k[3] is not None}, reverse=True)
     lines = [HEADING, "",
-             "Commands (in this order, each adding to `bench/results/nexmark.json`): "
+             "Commands (in this order, each adding to `bench/results/nexmark.json`; one with "
+             "`--replace` replaces the earlier runs of the cells it measures): "
              + "; ".join(f"`.venv/bin/python bench/nexmark/run.py {c}`"
                          for c in data.get("commands") or ["(defaults)"])
              + " (`make bench-nexmark` runs the defaults). Events per second at parallelism 1 (one task slot: "

@@ -298,6 +298,23 @@ def plan(q: str, engines: list[str], backends: list[str], intervals: list[float]
     return jobs
 
 
+def cell(r: dict) -> tuple:
+    """The table cell a run belongs to (what ``--replace`` replaces)."""
+    iv = r.get("interval_s")
+    return (r["engine"], r.get("runner") or "local", r.get("backend"),
+            None if iv is None else float(iv), r["query"],
+            r.get("kind") == "recovery" or bool(r.get("fail_at")))
+
+
+def merge_runs(old: list, new: list, replace: bool) -> list:
+    """``old`` then ``new``; with ``replace``, the old runs of every cell ``new`` has are dropped
+    (the other cells keep theirs)."""
+    if replace:
+        cells = {cell(r) for r in new}
+        old = [r for r in old if cell(r) not in cells]
+    return [*old, *new]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--child", choices=("ours", "ss"))
@@ -338,6 +355,9 @@ def main(argv=None) -> int:
     ap.add_argument("--write-md", action="store_true")
     ap.add_argument("--append", action="store_true",
                     help="add to the runs already in nexmark.json (e.g. a second --intervals)")
+    ap.add_argument("--replace", action="store_true",
+                    help="like --append, but the cells this invocation measures (engine, runner, "
+                         "backend, interval, query, recovery or not) drop their earlier runs")
     args = ap.parse_args(argv)
     if args.child == "ours":
         r = ours_child(args.query, args.path, args.backend, args.interval, args.runner,
@@ -360,10 +380,11 @@ def main(argv=None) -> int:
     runs = []
     out_path = os.path.join(args.results_dir, "nexmark.json")
     commands = [" ".join(sys.argv[1:])]
-    if args.append and os.path.exists(out_path):
+    old_runs: list = []
+    if (args.append or args.replace) and os.path.exists(out_path):
         with open(out_path) as f:
             old = json.load(f)
-        runs, commands = old["runs"], [*old.get("commands", []), *commands]
+        old_runs, commands = old["runs"], [*old.get("commands", []), *commands]
     for rep in range(args.reps):
         for q in args.queries.split(","):
             if q not in QUERIES:
@@ -381,8 +402,8 @@ def main(argv=None) -> int:
                 runs.append(r)
                 os.makedirs(args.results_dir, exist_ok=True)
                 with open(out_path, "w") as f:  # after every run: a partial table survives
-                    json.dump({"args": vars(args), "commands": commands, "runs": runs}, f,
-                              indent=1)
+                    json.dump({"args": vars(args), "commands": commands,
+                               "runs": merge_runs(old_runs, runs, args.replace)}, f, indent=1)
     print(f"wrote {out_path}")
     if args.write_md:
         write_section(out_path, os.path.join(ROOT, "BENCHMARKS.md"))
