@@ -275,7 +275,7 @@ def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str
 
 def plan(q: str, engines: list[str], backends: list[str], intervals: list[float],
          spark_runner: bool, recovery: float = 0, recovery_interval: float = 1,
-         recovery_only: bool = False) -> list[tuple[str, dict]]:
+         recovery_only: bool = False, spark_only: bool = False) -> list[tuple[str, dict]]:
     """The runs of one query, in order: per interval and backend ours then Flink, then ours
     on the Spark runner, SS, and the recovery run."""
     from bench.nexmark.ss import SS_QUERIES
@@ -283,6 +283,8 @@ def plan(q: str, engines: list[str], backends: list[str], intervals: list[float]
     if recovery_only:
         return [("ours", dict(backend=backends[0], interval_s=recovery_interval,
                               fail_at=recovery or 0.6))]
+    if spark_only:
+        return [("ours", dict(backend="heap", interval_s=intervals[0], runner="spark"))]
     jobs = []
     for iv in intervals:
         for b in backends:
@@ -341,6 +343,8 @@ def main(argv=None) -> int:
                          "or '' for none)")
     ap.add_argument("--recovery-only", action="store_true",
                     help="only the recovery runs (e.g. to add them to an earlier run)")
+    ap.add_argument("--spark-runner-only", action="store_true",
+                    help="only ours on the Spark runner (e.g. to re-measure its cells)")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--target-s", type=float, default=25)
     ap.add_argument("--files", type=int, default=24)
@@ -392,7 +396,8 @@ def main(argv=None) -> int:
             print(f"rep {rep} {q}:", flush=True)
             spark = args.spark_runner == "all" or q in args.spark_runner.split(",")
             for engine, kw in plan(q, engines, backends, intervals, spark, args.recovery,
-                                   args.recovery_interval, args.recovery_only):
+                                   args.recovery_interval, args.recovery_only,
+                                   args.spark_runner_only):
                 try:
                     r = measure(engine, q, data, args, est, **kw)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
