@@ -3,7 +3,8 @@ on the same generated events, interleaved query by query.
 
     .venv/bin/python bench/nexmark/run.py [--queries q0,q1,...] [--engines ours,flink,ss]
         [--backends heap,rocksdb] [--intervals 10] [--target-s 25] [--reps 1]
-        [--spark-runner q0,q1,...] [--recovery 0.6] [--recovery-only]
+        [--spark-runner q0,q1,...] [--spark-runner-only] [--recovery 0.6] [--recovery-only]
+        [--append | --replace]
         [--results-dir bench/results] [--data-dir /tmp/nexmark-data] [--write-md]
 
 * Events: ``--files`` Parquet files of ``--events-per-file`` Nexmark events (event time at
@@ -30,7 +31,9 @@ on the same generated events, interleaved query by query.
   the first batch the restored job reads, and the job master's restart figure.
 * Every run records the load average before and after it.
 
-Writes ``nexmark.json`` and, with ``--write-md``, the "Nexmark" section of BENCHMARKS.md.
+Writes ``nexmark.json`` (``--append`` adds to its runs; ``--replace`` re-measures cells: the
+earlier runs of every cell it measures are dropped, the other cells kept) and, with
+``--write-md``, the "Nexmark" section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
