@@ -3,7 +3,8 @@ on the same generated events, interleaved query by query.
 
     .venv/bin/python bench/nexmark/run.py [--queries q0,q1,...] [--engines ours,flink,ss]
         [--backends heap,rocksdb] [--intervals 10] [--target-s 25] [--reps 1]
-        [--spark-runner q0,q1,...] [--recovery 0.6] [--recovery-only]
+        [--spark-runner q0,q1,...] [--spark-runner-only] [--recovery 0.6] [--recovery-only]
+        [--append | --replace]
         [--results-dir bench/results] [--data-dir /tmp/nexmark-data] [--write-md]
 
 * Events: ``--files`` Parquet files of ``--events-per-file`` Nexmark events (event time at
@@ -30,7 +31,9 @@ on the same generated events, interleaved query by query.
   the first batch the restored job reads, and the job master's restart figure.
 * Every run records the load average before and after it.
 
-Writes ``nexmark.json`` and, with ``--write-md``, the "Nexmark" section of BENCHMARKS.md.
+Writes ``nexmark.json`` (``--append`` adds to its runs; ``--replace`` re-measures cells: the
+earlier runs of every cell it measures are dropped, the other cells kept) and, with
+``--write-md``, the "Nexmark" section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -275,7 +278,7 @@ def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str
 
 def plan(q: str, engines: list[str], backends: list[str], intervals: list[float],
          spark_runner: bool, recovery: float = 0, recovery_interval: float = 1,
-         recovery_only: bool = False) -> list[tuple[str, dict]]:
+         recovery_only: bool = False, spark_only: bool = False) -> list[tuple[str, dict]]:
     """The runs of one query, in order: per interval and backend ours then Flink, then ours
     on the Spark runner, SS, and the recovery run."""
     from bench.nexmark.ss import SS_QUERIES
@@ -283,6 +286,8 @@ def plan(q: str, engines: list[str], backends: list[str], intervals: list[float]
     if recovery_only:
         return [("ours", dict(backend=backends[0], interval_s=recovery_interval,
                               fail_at=recovery or 0.6))]
+    if spark_only:
+        return [("ours", dict(backend="heap", interval_s=intervals[0], runner="spark"))]
     jobs = []
     for iv in intervals:
         for b in backends:
@@ -296,6 +301,23 @@ def plan(q: str, engines: list[str], backends: list[str], intervals: list[float]
         jobs.append(("ours", dict(backend=backends[0], interval_s=recovery_interval,
                                   fail_at=recovery)))
     return jobs
+
+
+def cell(r: dict) -> tuple:
+    """The table cell a run belongs to (what ``--replace`` replaces)."""
+    iv = r.get("interval_s")
+    return (r["engine"], r.get("runner") or "local", r.get("backend"),
+            None if iv is None else float(iv), r["query"],
+            r.get("kind") == "recovery" or bool(r.get("fail_at")))
+
+
+def merge_runs(old: list, new: list, replace: bool) -> list:
+    """``old`` then ``new``; with ``replace``, the old runs of every cell ``new`` has are dropped
+    (the other cells keep theirs)."""
+    if replace:
+        cells = {cell(r) for r in new}
+        old = [r for r in old if cell(r) not in cells]
+    return [*old, *new]
 
 
 def main(argv=None) -> int:
@@ -324,6 +346,8 @@ def main(argv=None) -> int:
                          "or '' for none)")
     ap.add_argument("--recovery-only", action="store_true",
                     help="only the recovery runs (e.g. to add them to an earlier run)")
+    ap.add_argument("--spark-runner-only", action="store_true",
+                    help="only ours on the Spark runner (e.g. to re-measure its cells)")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--target-s", type=float, default=25)
     ap.add_argument("--files", type=int, default=24)
@@ -338,6 +362,9 @@ def main(argv=None) -> int:
     ap.add_argument("--write-md", action="store_true")
     ap.add_argument("--append", action="store_true",
                     help="add to the runs already in nexmark.json (e.g. a second --intervals)")
+    ap.add_argument("--replace", action="store_true",
+                    help="like --append, but the cells this invocation measures (engine, runner, "
+                         "backend, interval, query, recovery or not) drop their earlier runs")
     args = ap.parse_args(argv)
     if args.child == "ours":
         r = ours_child(args.query, args.path, args.backend, args.interval, args.runner,
@@ -360,10 +387,11 @@ def main(argv=None) -> int:
     runs = []
     out_path = os.path.join(args.results_dir, "nexmark.json")
     commands = [" ".join(sys.argv[1:])]
-    if args.append and os.path.exists(out_path):
+    old_runs: list = []
+    if (args.append or args.replace) and os.path.exists(out_path):
         with open(out_path) as f:
             old = json.load(f)
-        runs, commands = old["runs"], [*old.get("commands", []), *commands]
+        old_runs, commands = old["runs"], [*old.get("commands", []), *commands]
     for rep in range(args.reps):
         for q in args.queries.split(","):
             if q not in QUERIES:
@@ -371,7 +399,8 @@ def main(argv=None) -> int:
             print(f"rep {rep} {q}:", flush=True)
             spark = args.spark_runner == "all" or q in args.spark_runner.split(",")
             for engine, kw in plan(q, engines, backends, intervals, spark, args.recovery,
-                                   args.recovery_interval, args.recovery_only):
+                                   args.recovery_interval, args.recovery_only,
+                                   args.spark_runner_only):
                 try:
                     r = measure(engine, q, data, args, est, **kw)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -381,8 +410,8 @@ def main(argv=None) -> int:
                 runs.append(r)
                 os.makedirs(args.results_dir, exist_ok=True)
                 with open(out_path, "w") as f:  # after every run: a partial table survives
-                    json.dump({"args": vars(args), "commands": commands, "runs": runs}, f,
-                              indent=1)
+                    json.dump({"args": vars(args), "commands": commands,
+                               "runs": merge_runs(old_runs, runs, args.replace)}, f, indent=1)
     print(f"wrote {out_path}")
     if args.write_md:
         write_section(out_path, os.path.join(ROOT, "BENCHMARKS.md"))
