@@ -29,7 +29,9 @@ on the same generated events, interleaved query by query.
   ``--recovery-interval`` s, that raises once after that fraction of its events (a function
   after the source) and restarts from its latest checkpoint: the time from the failure to
   the first batch the restored job reads, and the job master's restart figure.
-* Every run records the load average before and after it.
+* Every run records the load average before and after it, and the CPUs it may use (run the
+  whole script under ``taskset -c 1`` to pin every engine, JVMs included, to one core while
+  other work uses the other).
 
 Writes ``nexmark.json`` (``--append`` adds to its runs; ``--replace`` re-measures cells: the
 earlier runs of every cell it measures are dropped, the other cells kept) and, with
@@ -239,9 +241,9 @@ def files_for(rate: float, args, minimum: int = 1) -> int:
 
 def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str = "heap",
             interval_s: float = 10, runner: str = "local", fail_at: float = 0) -> dict:
-    key = (engine, runner, query)
+    key = (engine, runner, backend, query)
     load_before = os.getloadavg()
-    rate = est.get(key, est.get((engine, "local", query), GUESS[engine]))
+    rate = est.get(key, est.get((engine, "local", backend, query), GUESS[engine]))
     timeout = max(300, args.target_s * 8)
     if engine == "ours":
         k = files_for(rate, args)
@@ -264,7 +266,8 @@ def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str
                    str(interval_s)], timeout)
         r["rate"] = k * args.events_per_file / r["net_runtime_s"]
     r.update(engine=engine, query=query, backend=backend, interval_s=interval_s, runner=runner,
-             files=k, loadavg_before=load_before, loadavg_after=os.getloadavg())
+             files=k, loadavg_before=load_before, loadavg_after=os.getloadavg(),
+             cpus=sorted(os.sched_getaffinity(0)))
     if fail_at:
         r.update(kind="recovery", fail_at=fail_at)
     elif r.get("rate"):
@@ -392,6 +395,10 @@ def main(argv=None) -> int:
         with open(out_path) as f:
             old = json.load(f)
         old_runs, commands = old["runs"], [*old.get("commands", []), *commands]
+    for r in old_runs:  # earlier rates size the first runs (a slow cell must not time out)
+        if r.get("rate") and not r.get("fail_at"):
+            k = (r["engine"], r.get("runner") or "local", r.get("backend"), r["query"])
+            est[k] = min(est.get(k, r["rate"]), r["rate"])
     for rep in range(args.reps):
         for q in args.queries.split(","):
             if q not in QUERIES:
