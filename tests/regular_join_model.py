@@ -127,3 +127,77 @@ def reference(left: list[dict], right: list[dict], how: str) -> Counter:
     merged = lf.merge(rf, on="k", how=how_pd).astype(object)
     merged = merged.where(pd.notna(merged), None)
     return Counter(tuple(rec[c] for c in COLUMNS) for rec in merged.to_dict("records"))
+
+
+# -- a pipeline (importable by slot processes): orders changelog LEFT JOIN users changelog --
+USERS_WITH_ROWS = 20  # users u20..u29 of the orders never get a row: padded
+
+
+def users_source(n: int):
+    """``{"user": u, "name": ...}``: user ``i % 20`` inserted, then upserted (``+U`` without
+    ``-U``), every third later version deleted (key-only ``-D``) then inserted again."""
+    from airflow_checkpoint_provider.engine import GeneratorSource
+
+    class Users(GeneratorSource):
+        def record(self, i: int) -> dict:
+            return user_change(i)
+
+    return Users(n, splits=1)
+
+
+def user_change(i: int) -> dict:
+    u, version = f"u{i % USERS_WITH_ROWS}", i // USERS_WITH_ROWS
+    if version and version % 3 == 2:
+        return {"user": u, "_op": "-D"}
+    return {"user": u, "name": f"n{i}", "_op": "+I" if version % 3 != 1 else "+U"}
+
+
+def expected_users(n: int) -> dict[str, dict]:
+    table: dict[str, dict] = {}
+    for i in range(n):
+        r = user_change(i)
+        if r["_op"] == "-D":
+            table.pop(r["user"], None)
+        else:
+            table[r["user"]] = {k: v for k, v in r.items() if k != "_op"}
+    return table
+
+
+def join_pipeline(root: str, *, n: int, users: int, faults=None, parallelism: int = 2):
+    """orders (changelog_pipelines' orders changelog, primary key ``order``) LEFT JOIN users
+    (primary key ``user``) on ``user``, into ``root/joined``; and the joined rows counted
+    per user (retracting aggregate) into ``root/per_user``."""
+    import os
+
+    from changelog_pipelines import Expand, Faulty, OrderEvents, _pipeline
+
+    from airflow_checkpoint_provider.engine import FileSink
+
+    p = _pipeline(root, "regular-join", 150)
+    orders = (p.source(OrderEvents(n, splits=4, records_per_second=n / 3), uid="events",
+                       parallelism=2)
+               .flat_map(Expand(3), uid="expand")
+               .key_by("order")
+               .process(Faulty(faults), uid="faults", parallelism=2))
+    people = p.source(users_source(users), uid="users")
+    joined = orders.key_by("user").regular_join(
+        people.key_by("user"), how="left", uid="rj", left_primary_key="order",
+        right_primary_key="user", parallelism=parallelism)
+    joined.sink(FileSink(os.path.join(root, "joined")), uid="joined-out",
+                parallelism=parallelism)
+    (joined.key_by("user").aggregate(uid="per_user", parallelism=parallelism, n="count",
+                                     total=("sum", "amount"))
+           .sink(FileSink(os.path.join(root, "per_user")), uid="per-user-out",
+                 parallelism=parallelism))
+    return p
+
+
+def expected_join(n: int, users: int) -> Counter:
+    from changelog_pipelines import expected_orders
+
+    table = expected_users(users)
+    out: Counter = Counter()
+    for o in expected_orders(n, 3).values():
+        u = table.get(o["user"])
+        out[(o["order"], o["user"], o["amount"], u and u["name"])] += 1
+    return out

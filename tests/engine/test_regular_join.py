@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from regular_join_model import Materialized, changelog, interleave, reference
 
 from airflow_checkpoint_provider.engine import (
     BadRecordError,
@@ -24,8 +25,6 @@ from airflow_checkpoint_provider.engine.state.keygroups import (
     key_group_for,
     key_group_range_for,
 )
-
-from regular_join_model import Materialized, changelog, interleave, reference
 
 MAXP = 128
 BACKENDS = ["heap", "rocksdb"]
