@@ -93,10 +93,9 @@ def regular_join(left: KeyedStream, right: KeyedStream, *, how: str, uid: str,
                  state_ttl=None, parallelism: int | None = None,
                  name: str | None = None) -> DataStream:
     """Build the join node (:meth:`~.api.KeyedStream.regular_join` documents the arguments)."""
-    from .api import FieldSelector, KeyedStream
     from .joins import _check_pair, _two_input
 
-    if not isinstance(right, KeyedStream):
+    if right._key_selector is None:
         raise PipelineDefinitionError(
             f"regular join {uid!r}: key the other stream too: "
             "a.key_by(...).regular_join(b.key_by(...), ...)")
@@ -114,7 +113,7 @@ def regular_join(left: KeyedStream, right: KeyedStream, *, how: str, uid: str,
     pks = (_primary_key(uid, "left", left_primary_key),
            _primary_key(uid, "right", right_primary_key))
     selectors = (left._key_selector, right._key_selector)
-    fields = [s.field if isinstance(s, FieldSelector) else None for s in selectors]
+    fields = [getattr(s, "field", None) for s in selectors]  # key_by("field")
     shared = fields[0] if fields[0] is not None and fields[0] == fields[1] else None
     spec = RegularJoinSpec(selectors, how, pks, fn, ttl, shared)
     out = _two_input(REGULAR_JOIN, name or f"RegularJoin ({how})", uid, parallelism, spec,

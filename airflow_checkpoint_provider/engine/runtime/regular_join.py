@@ -145,7 +145,7 @@ class RegularJoinOperator(KeyedOperator):
     def _keyed(self, side: int, records: list[dict]) -> Iterator[dict]:
         sel, check = self.spec.key_selectors[side], self.keys.check
         keys = [check(sel(r)) for r in records]
-        m = self.backend.max_parallelism
+        m: int = cast(Any, self.backend).max_parallelism
         groups = key_groups_of(keys, m)
         if groups is None:
             groups = [key_group_for(k, m) for k in keys]
