@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .broadcast import BroadcastConnectedStream, BroadcastStream
@@ -451,6 +451,26 @@ class KeyedStream(DataStream):
             raise PipelineDefinitionError("temporal_join: key the table stream too: "
                                           "a.key_by(...).temporal_join(table.key_by(...))")
         return TemporalJoin(self, table, how)
+
+    def regular_join(self, other: KeyedStream, *, how: str = "inner", uid: str,
+                     left_primary_key: str | Sequence[str] | None = None,
+                     right_primary_key: str | Sequence[str] | None = None,
+                     fn: Callable[[dict | None, dict | None], dict] | None = None,
+                     state_ttl=None, parallelism: int | None = None,
+                     name: str | None = None) -> DataStream:
+        """Flink SQL's regular join on the keys (no time bound): both inputs may be
+        changelogs, the output is one (``+I`` per joined row added, ``-D`` per joined row
+        gone). ``how``: ``"inner"``, ``"left"``, ``"right"``, ``"full"``;
+        ``left_primary_key`` / ``right_primary_key``: a side's primary key (field or tuple;
+        one row per key, a ``-U``/``-D`` needs only its fields); ``fn(left, right) -> dict``:
+        the output fields (default: both rows' fields, a shared one refused); ``state_ttl``:
+        drop rows not written for that long (timedelta or ms; results may then be
+        incomplete). Semantics and state: :mod:`.regular_join`."""
+        from .regular_join import regular_join
+
+        return regular_join(self, other, how=how, uid=uid, left_primary_key=left_primary_key,
+                            right_primary_key=right_primary_key, fn=fn, state_ttl=state_ttl,
+                            parallelism=parallelism, name=name)
 
     def _needs_event_time(self, what: str, uid: str) -> TimestampSpec:
         if self._timestamp is None:

@@ -23,7 +23,7 @@ FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast
 #: operators whose state is keyed (redistributed by key group on restore)
 #: operators with two inputs (``connect`` and the joins): each input edge says which it is
 TWO_INPUT_KINDS = ("co_process", "interval_join", "window_join", "broadcast_process",
-                   "temporal_join")
+                   "temporal_join", "regular_join")
 KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate", "window", "top_n",
                "session_aggregate", *TWO_INPUT_KINDS)
 STATEFUL_KINDS = ("source", *KEYED_KINDS, "sink")

@@ -23,6 +23,7 @@ from .operators import (
     ProcessOperator,
     ReduceOperator,
 )
+from .regular_join import RegularJoinOperator
 from .sessions import SessionAggregateOperator
 from .temporal_join import TemporalJoinOperator
 from .topn import TopNOperator
@@ -34,7 +35,7 @@ _SIMPLE = {"map": MapOperator, "flat_map": FlatMapOperator, "filter": FilterOper
 _KEYED = {"process": ProcessOperator, "reduce": ReduceOperator, "window": WindowFunctionOperator,
           "co_process": CoProcessOperator, "interval_join": IntervalJoinOperator,
           "window_join": WindowJoinOperator, "broadcast_process": BroadcastProcessOperator,
-          "temporal_join": TemporalJoinOperator}
+          "temporal_join": TemporalJoinOperator, "regular_join": RegularJoinOperator}
 #: joins declared with vectorized=True (their spec says so): columnar state too
 _VECTOR_JOINS = {"interval_join": VectorIntervalJoinOperator,
                  "window_join": VectorWindowJoinOperator}

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 
+import msgpack
+
 from ..errors import BadRecordError
-from ..serialization import unpackb
 
 _SCALARS = (str, bytes, bool, int, float, type(None))
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -82,8 +83,12 @@ def restored_key(backend) -> object:
     operator has one type, so one key tells the type."""
     db = getattr(backend, "db", None)
     if db is not None:  # RocksDB: its first key, whatever its state (no scan per state)
-        for raw in db.keys():  # <key group: 2 bytes><state name>\x00<msgpack key>
-            key = unpackb(bytes(raw)[2:].partition(b"\x00")[2])
+        for raw in db.keys():  # <key group: 2 bytes><state name>\x00<msgpack key>[<user key>]
+            # the key's first msgpack object only: an entry map state's row carries its user
+            # key after it (a regular join's first row is one, it has no timer state)
+            unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+            unpacker.feed(bytes(raw)[2:].partition(b"\x00")[2])
+            key = next(unpacker)
             return tuple(key) if isinstance(key, list) else key
         return NO_KEY
     for name in list(getattr(backend, "restored_meta", None) or ()):
