@@ -33,6 +33,7 @@ def _module_fixture_group(item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
@@ -43,6 +44,29 @@ def pytest_collection_modifyitems(config, items):
         group = group or _module_fixture_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+class _GroupSuffix:
+    """``--dist loadgroup`` schedules by the ``@<group>`` suffix of each nodeid, which
+    pytest-xdist's worker adds by assigning ``item._nodeid``; since pytest derives
+    ``nodeid`` from ``item._id`` that assignment renames nothing and every group was
+    ignored (both workers started their own Spark cluster, grouped tests ran side by side).
+    After xdist's hook, this adds the suffix where xdist's did not take."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if not getattr(config.option, "loadgroup", False):
+            return
+        for item in items:
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")})
+            node_id = getattr(item, "_id", None)
+            if names and "@" not in item.nodeid and node_id is not None:
+                item._id = type(node_id).parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_GroupSuffix(), "xdist-group-suffix")
 
 
 @pytest.fixture
