@@ -28,11 +28,10 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from jobs import add_results_dir, median, write_results  # noqa: E402
+from jobs import add_results_dir, median, run_to_end, write_results  # noqa: E402
 from structured_streaming import SS_CONF, keyed_rate, ss_measure  # noqa: E402
 
 from airflow_checkpoint_provider.engine import (  # noqa: E402
@@ -44,7 +43,6 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
     TumblingWindows,
     WatermarkStrategy,
 )
-from airflow_checkpoint_provider.engine.catalog import MetadataStore  # noqa: E402
 from airflow_checkpoint_provider.engine.runners.spark import session_for  # noqa: E402
 
 WINDOW_MS, DELAY_MS = 10_000, 1_000
@@ -96,15 +94,7 @@ def ever_new_keys(root: str, records: int, rate: float, ttl_ms: int | None) -> P
 
 
 def run(p: Pipeline) -> dict:
-    t0 = time.monotonic()
-    result = p.run()
-    elapsed = time.monotonic() - t0
-    if result.status != "FINISHED":
-        raise RuntimeError(f"{p.name} ended {result.status}: {result.failure_reason}")
-    store = MetadataStore(p.metadata_url)
-    rows = sorted((c for c in store.list_checkpoints(result.job_id)
-                   if c.status in ("COMPLETED", "SUBSUMED")), key=lambda c: c.checkpoint_id)
-    store.close()
+    result, elapsed, rows = run_to_end(p, p.name)
     return {"seconds": elapsed, "startup_s": (result.extra.get("startup_seconds") or [0])[0],
             "checkpoints": len(rows), "state_bytes": [c.state_size for c in rows]}
 

@@ -105,6 +105,21 @@ def build(job: str, root: str, records: int, keys: int, interval_ms: int | None,
     return p
 
 
+def run_to_end(p: Pipeline, what: str, runner: str = "local", **runner_opts) -> tuple:
+    """Run ``p`` to the end of its input; return ``(result, wall seconds, its completed or
+    subsumed checkpoints in id order)``. Raises, naming ``what``, unless it FINISHED."""
+    t0 = time.monotonic()
+    result = p.run(runner, **runner_opts)
+    elapsed = time.monotonic() - t0
+    if result.status != "FINISHED":
+        raise RuntimeError(f"{what} ended {result.status}: {result.failure_reason}")
+    store = MetadataStore(p.metadata_url)
+    done = sorted((c for c in store.list_checkpoints(result.job_id)
+                   if c.status in ("COMPLETED", "SUBSUMED")), key=lambda c: c.checkpoint_id)
+    store.close()
+    return result, elapsed, done
+
+
 def run_job(job: str, root: str | None, records: int, keys: int, interval_ms: int | None,
             runner: str = "local", runner_opts: dict | None = None, **build_opts) -> dict:
     """Run one job to the end; return its throughput and checkpoint figures."""
@@ -112,15 +127,7 @@ def run_job(job: str, root: str | None, records: int, keys: int, interval_ms: in
     root = root or tempfile.mkdtemp(prefix="bench-")
     try:
         p = build(job, root, records, keys, interval_ms, **build_opts)
-        t0 = time.monotonic()
-        result = p.run(runner, **(runner_opts or {}))
-        elapsed = time.monotonic() - t0
-        store = MetadataStore(p.metadata_url)
-        rows = [c for c in store.list_checkpoints(result.job_id)
-                if c.status in ("COMPLETED", "SUBSUMED")]
-        store.close()
-        if result.status != "FINISHED":
-            raise RuntimeError(f"bench job {job} ended {result.status}: {result.failure_reason}")
+        result, elapsed, rows = run_to_end(p, f"bench job {job}", runner, **(runner_opts or {}))
         return {"records": records, "seconds": elapsed, "records_per_s": records / elapsed,
                 "checkpoints": result.checkpoints_completed, "restarts": result.restarts,
                 "startup_s": (result.extra.get("startup_seconds") or [None])[0],

@@ -21,12 +21,10 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
-from jobs import add_results_dir, write_results  # noqa: E402
+from jobs import add_results_dir, run_to_end, write_results  # noqa: E402
 from joins import build  # noqa: E402
 
-from airflow_checkpoint_provider.engine.catalog import MetadataStore  # noqa: E402
 from airflow_checkpoint_provider.engine.runtime.join_state import COUNT  # noqa: E402
 from airflow_checkpoint_provider.engine.state_io.read import (  # noqa: E402
     iter_entries,
@@ -63,15 +61,7 @@ def run(kind: str, args) -> dict:
         records = int(args.rate * args.minutes * 60)
         p = build(kind, root, args, records, rate=args.rate,
                   interval_ms=args.checkpoint_ms, retained=100_000, history=100_000)
-        t0 = time.monotonic()
-        result = p.run()
-        elapsed = time.monotonic() - t0
-        if result.status != "FINISHED":
-            raise RuntimeError(f"{kind}: ended {result.status}: {result.failure_reason}")
-        store = MetadataStore(p.metadata_url)
-        done = sorted((c for c in store.list_checkpoints(result.job_id)
-                       if c.status in ("COMPLETED", "SUBSUMED")), key=lambda c: c.checkpoint_id)
-        store.close()
+        result, elapsed, done = run_to_end(p, kind)
         start = done[0].trigger_time if done else None
         samples = []
         for c in done:

@@ -42,7 +42,7 @@ import time
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import cloudpickle  # noqa: E402
-from jobs import add_results_dir, median, write_results  # noqa: E402
+from jobs import add_results_dir, median, run_to_end, write_results  # noqa: E402
 from structured_streaming import SS_CONF, TRIGGER_MS  # noqa: E402
 
 from airflow_checkpoint_provider.engine import (  # noqa: E402
@@ -54,7 +54,6 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
     TumblingWindows,
     WatermarkStrategy,
 )
-from airflow_checkpoint_provider.engine.catalog import MetadataStore  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -97,22 +96,14 @@ def build(kind: str, root: str, args, records: int, rate: float | None = None,
 def ours(kind: str, args, records: int, rate: float | None = None) -> dict:
     root = tempfile.mkdtemp(prefix="bench-join-")
     try:
-        p = build(kind, root, args, records, rate)
-        t0 = time.monotonic()
-        result = p.run()
-        elapsed = time.monotonic() - t0
-        if result.status != "FINISHED":
-            raise RuntimeError(f"join bench {kind} ended {result.status}: {result.failure_reason}")
-        store = MetadataStore(p.metadata_url)
-        done = [c for c in store.list_checkpoints(result.job_id)
-                if c.status in ("COMPLETED", "SUBSUMED")]
-        store.close()
+        result, elapsed, done = run_to_end(build(kind, root, args, records, rate),
+                                           f"join bench {kind}")
         startup = (result.extra.get("startup_seconds") or [0])[0] or 0
         rows = 2 * records
         return {"rows": rows, "seconds": elapsed, "startup_s": startup,
                 "sustained_records_per_s": rows / (elapsed - startup),
                 "checkpoints": result.checkpoints_completed,
-                "state_bytes": [c.state_size for c in sorted(done, key=lambda c: c.checkpoint_id)],
+                "state_bytes": [c.state_size for c in done],
                 "peak_rss_mb": result.extra.get("peak_rss_mb")}
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -16,6 +16,7 @@ Writes sinks.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -89,24 +90,67 @@ def make_sink(kind: str, root: str, pg_url: str | None):
     raise ValueError(kind)
 
 
+def timed_job(name: str, root: str, build) -> tuple:
+    """A fresh pipeline ``name`` under ``root`` (batches of 4096, 1 s checkpoints, no
+    restarts, SQLite metadata DB), defined by ``build(pipeline, log_dir)`` (which wraps its
+    sink in ``TimedSink(..., log_dir)``) and run; returns ``(result, wall seconds, start-up
+    seconds of the slots, commit durations in ms)``."""
+    log_dir = os.path.join(root, "commits")
+    os.makedirs(log_dir)
+    p = Pipeline(name, batch_size=4096,
+                 checkpoint=CheckpointConfig(interval_ms=1000, directory=os.path.join(root, "ckpt")),
+                 restart_strategy=RestartStrategy.none(),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    build(p, log_dir)
+    t0 = time.perf_counter()
+    result = p.run()
+    wall = time.perf_counter() - t0
+    startup = (result.extra.get("startup_seconds") or [0.0])[0]
+    commits = [json.loads(line) for f in glob.glob(os.path.join(log_dir, "*.jsonl"))
+               for line in open(f)]
+    return result, wall, startup, commits
+
+
+@contextlib.contextmanager
+def postgres_url(kinds: list[str]):
+    """The URL of a database on a private PostgreSQL server (stopped on exit) if ``kinds``
+    names ``postgres``; without the server binaries it is removed from ``kinds`` (said so)
+    and the URL is None."""
+    server = None
+    if "postgres" in kinds:
+        from pg_server import PostgresServer, pg_bin
+
+        if pg_bin() is None:
+            print("PostgreSQL binaries not found: skipping PostgresSink")
+            kinds.remove("postgres")
+        else:
+            server = PostgresServer().start()
+    try:
+        yield server.create_database() if server is not None else None
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def summarize(runs: list[dict], kinds: list[str], rate: str) -> dict:
+    """Per sink: the median of ``rate``, the median commit p50 and the largest p99."""
+    return {k: {rate: median([r[rate] for r in runs if r["sink"] == k]),
+                "commit_ms_p50": median([r["commit_ms_p50"] for r in runs if r["sink"] == k
+                                         and r["commit_ms_p50"] is not None]),
+                "commit_ms_p99": max((r["commit_ms_p99"] for r in runs if r["sink"] == k
+                                      and r["commit_ms_p99"] is not None), default=None)}
+            for k in kinds}
+
+
 def run(kind: str, records: int, pg_url: str | None) -> dict:
     root = tempfile.mkdtemp(prefix=f"bench-sink-{kind}-")
     try:
-        log_dir = os.path.join(root, "commits")
-        os.makedirs(log_dir)
-        p = Pipeline(f"sink-{kind}", batch_size=4096,
-                     checkpoint=CheckpointConfig(interval_ms=1000, directory=os.path.join(root, "ckpt")),
-                     restart_strategy=RestartStrategy.none(),
-                     metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
-        (p.source(GeneratorSource(records, num_keys=1000, seed=3, splits=2, arrow=True),
-                  uid="gen", parallelism=2)
-          .sink(TimedSink(make_sink(kind, root, pg_url), log_dir), uid="out", parallelism=2))
-        t0 = time.perf_counter()
-        result = p.run()
-        wall = time.perf_counter() - t0
-        startup = (result.extra.get("startup_seconds") or [0.0])[0]
-        commits = [json.loads(line) for f in glob.glob(os.path.join(log_dir, "*.jsonl"))
-                   for line in open(f)]
+        def build(p, log_dir):
+            (p.source(GeneratorSource(records, num_keys=1000, seed=3, splits=2, arrow=True),
+                      uid="gen", parallelism=2)
+              .sink(TimedSink(make_sink(kind, root, pg_url), log_dir), uid="out", parallelism=2))
+
+        result, wall, startup, commits = timed_job(f"sink-{kind}", root, build)
         return {"sink": kind, "records": records, "wall_s": round(wall, 3),
                 "rows_per_s": round(records / max(1e-9, wall - startup)),
                 "commits": len(commits), "commit_ms_p50": median(commits),
@@ -123,18 +167,8 @@ def main(argv=None) -> int:
     add_results_dir(parser)
     args = parser.parse_args(argv)
     kinds = args.sinks.split(",")
-    server = pg_url = None
-    if "postgres" in kinds:
-        from pg_server import PostgresServer, pg_bin
-
-        if pg_bin() is None:
-            print("PostgreSQL binaries not found: skipping PostgresSink")
-            kinds.remove("postgres")
-        else:
-            server = PostgresServer().start()
-            pg_url = server.create_database()
-    try:
-        runs = []
+    runs = []
+    with postgres_url(kinds) as pg_url:
         for rep in range(args.reps):
             for kind in kinds:
                 r = run(kind, args.records, pg_url)
@@ -143,18 +177,9 @@ def main(argv=None) -> int:
                       f"{r['commit_ms_p50']} ms p99 {r['commit_ms_p99']} ms "
                       f"({r['commits']} commits)", flush=True)
                 runs.append(r)
-    finally:
-        if server is not None:
-            server.stop()
-    summary = {k: {"rows_per_s": median([r["rows_per_s"] for r in runs if r["sink"] == k]),
-                   "commit_ms_p50": median([r["commit_ms_p50"] for r in runs if r["sink"] == k
-                                            and r["commit_ms_p50"] is not None]),
-                   "commit_ms_p99": max((r["commit_ms_p99"] for r in runs if r["sink"] == k
-                                         and r["commit_ms_p99"] is not None), default=None)}
-               for k in kinds}
     path = write_results(args.results_dir, "sinks.json",
                          {"records": args.records, "reps": args.reps, "runs": runs,
-                          "summary": summary,
+                          "summary": summarize(runs, kinds, "rows_per_s"),
                           "command": "bench/sinks.py " + " ".join(argv or sys.argv[1:])})
     print("wrote", path)
     return 0

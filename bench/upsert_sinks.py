@@ -17,13 +17,10 @@ Writes upsert_sinks.json.
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import os
 import shutil
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
@@ -31,13 +28,10 @@ sys.path.insert(0, HERE)
 
 from changelog_pipelines import changelog_batch  # noqa: E402
 from jobs import add_results_dir, median, p99, write_results  # noqa: E402
-from sinks import TimedSink  # noqa: E402
+from sinks import TimedSink, postgres_url, summarize, timed_job  # noqa: E402
 
 from airflow_checkpoint_provider.engine import (  # noqa: E402
-    CheckpointConfig,
     GeneratorSource,
-    Pipeline,
-    RestartStrategy,
 )
 
 
@@ -67,24 +61,15 @@ def make_sink(kind: str, root: str, pg_url: str | None):
 def run(kind: str, records: int, keys: int, pg_url: str | None) -> dict:
     root = tempfile.mkdtemp(prefix=f"bench-upsert-{kind}-")
     try:
-        log_dir = os.path.join(root, "commits")
-        os.makedirs(log_dir)
-        p = Pipeline(f"upsert-{kind}", batch_size=4096,
-                     checkpoint=CheckpointConfig(interval_ms=1000, directory=os.path.join(root, "ckpt")),
-                     restart_strategy=RestartStrategy.none(),
-                     metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
-        (p.source(GeneratorSource(records, num_keys=keys, seed=3, splits=2, arrow=True),
-                  uid="gen", parallelism=2)
-          .map_batches(changelog_batch, uid="changes")
-          .key_by("key")
-          .sink(TimedSink(make_sink(kind, root, pg_url), log_dir), uid="out", parallelism=2))
+        def build(p, log_dir):
+            (p.source(GeneratorSource(records, num_keys=keys, seed=3, splits=2, arrow=True),
+                      uid="gen", parallelism=2)
+              .map_batches(changelog_batch, uid="changes")
+              .key_by("key")
+              .sink(TimedSink(make_sink(kind, root, pg_url), log_dir), uid="out", parallelism=2))
+
         load_before = os.getloadavg()[0]
-        t0 = time.perf_counter()
-        result = p.run()
-        wall = time.perf_counter() - t0
-        startup = (result.extra.get("startup_seconds") or [0.0])[0]
-        commits = [json.loads(line) for f in glob.glob(os.path.join(log_dir, "*.jsonl"))
-                   for line in open(f)]
+        result, wall, startup, commits = timed_job(f"upsert-{kind}", root, build)
         return {"sink": kind, "changes": records, "keys": keys, "wall_s": round(wall, 3),
                 "changes_per_s": round(records / max(1e-9, wall - startup)),
                 "commits": len(commits), "commit_ms_p50": median(commits),
@@ -103,18 +88,8 @@ def main(argv=None) -> int:
     add_results_dir(parser)
     args = parser.parse_args(argv)
     kinds = args.sinks.split(",")
-    server = pg_url = None
-    if "postgres" in kinds:
-        from pg_server import PostgresServer, pg_bin
-
-        if pg_bin() is None:
-            print("PostgreSQL binaries not found: skipping PostgresSink")
-            kinds.remove("postgres")
-        else:
-            server = PostgresServer().start()
-            pg_url = server.create_database()
-    try:
-        runs = []
+    runs = []
+    with postgres_url(kinds) as pg_url:
         for rep in range(args.reps):
             for kind in kinds:
                 r = run(kind, args.records, args.keys, pg_url)
@@ -123,18 +98,10 @@ def main(argv=None) -> int:
                       f"{r['commit_ms_p50']} ms p99 {r['commit_ms_p99']} ms "
                       f"({r['commits']} commits, load {r['load_avg_1m']})", flush=True)
                 runs.append(r)
-    finally:
-        if server is not None:
-            server.stop()
-    summary = {k: {"changes_per_s": median([r["changes_per_s"] for r in runs if r["sink"] == k]),
-                   "commit_ms_p50": median([r["commit_ms_p50"] for r in runs if r["sink"] == k
-                                            and r["commit_ms_p50"] is not None]),
-                   "commit_ms_p99": max((r["commit_ms_p99"] for r in runs if r["sink"] == k
-                                         and r["commit_ms_p99"] is not None), default=None)}
-               for k in kinds}
     path = write_results(args.results_dir, "upsert_sinks.json",
                          {"records": args.records, "keys": args.keys, "reps": args.reps,
-                          "runs": runs, "summary": summary, "cpu_count": os.cpu_count(),
+                          "runs": runs, "summary": summarize(runs, kinds, "changes_per_s"),
+                          "cpu_count": os.cpu_count(),
                           "command": "bench/upsert_sinks.py " + " ".join(argv or sys.argv[1:])})
     print("wrote", path)
     return 0

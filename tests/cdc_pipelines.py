@@ -42,6 +42,43 @@ class PassThrough(KeyedProcessFunction):
         return record
 
 
+def dsn(url: str) -> str:
+    """The libpq form of a SQLAlchemy ``postgresql+<driver>://`` URL (what psycopg takes)."""
+    return re.sub(r"^postgresql\+\w+://", "postgresql://", url)
+
+
+def items_database(postgres_server, rows: int, modulo: int):
+    """A fresh database with ``items(id, v, note)`` holding ``rows`` rows (``v = id % modulo``);
+    yields its URL, then drops the replication slots no job uses any more (a pytest fixture
+    body: ``yield from items_database(...)``)."""
+    import psycopg
+
+    url = postgres_server.create_database()
+    with psycopg.connect(dsn(url), autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, v int, note text)")
+        conn.execute("INSERT INTO items SELECT g, g %% %s, 'init' FROM generate_series(1, %s) g",
+                     (modulo, rows))
+    yield url
+    with psycopg.connect(dsn(url), autocommit=True) as conn:
+        for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = "
+                                    "current_database() AND NOT active").fetchall():
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def start_writers(url: str, seconds: float, seeds: list[int],
+                  stop_file: str | None = None) -> list:
+    """One :func:`writer` process per seed (spawned, ids from ``1,000,000 * (seed + 1)``)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=writer, args=(dsn(url), seconds, s, 1_000_000 * (s + 1)),
+                         kwargs={"stop_file": stop_file})
+             for s in seeds]
+    for p in procs:
+        p.start()
+    return procs
+
+
 def table_key(record: dict) -> str:
     """``<table>:<first key column>`` of a pgbench changelog record (several tables)."""
     for column in ("aid", "tid", "bid"):
@@ -133,7 +170,7 @@ def writer(url: str, seconds: float, seed: int, start_id: int, table: str = "ite
     n = 0
     next_id = start_id
     deadline = time.monotonic() + seconds
-    with psycopg.connect(re.sub(r"^postgresql\+\w+://", "postgresql://", url), autocommit=True) as conn:
+    with psycopg.connect(dsn(url), autocommit=True) as conn:
         while time.monotonic() < deadline and not (stop_file and os.path.exists(stop_file)):
             try:
                 _one_transaction(conn, rng, table, seed, n, next_id)

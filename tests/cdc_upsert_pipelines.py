@@ -8,9 +8,8 @@ compare with the source table (or its ``GROUP BY``)."""
 from __future__ import annotations
 
 import os
-import re
 
-from cdc_pipelines import PassThrough
+from cdc_pipelines import PassThrough, dsn
 
 from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
 from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
@@ -19,10 +18,6 @@ from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresC
 KINDS = ("postgres", "delta", "iceberg", "postgres-agg")
 ITEM_COLUMNS = ["id", "v", "note"]
 AGG_COLUMNS = ["v", "n", "total"]
-
-
-def dsn(url: str) -> str:
-    return re.sub(r"^postgresql\+\w+://", "postgresql://", url)
 
 
 def catalog(root: str) -> dict:

@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 import os
 import sys
 
@@ -17,6 +19,21 @@ _GROUPS = (
 _GROUPED_DIRS = (("bench", "bench"), ("deploy", "spark-cluster"))
 
 
+def _module_fixture_group(item) -> str | None:
+    """The group of a test that uses a module-scoped fixture: its module. Without it
+    ``--dist loadgroup`` spreads the module's tests over both workers and each worker builds
+    the fixture again (tests/engine/test_joins_vs_structured_streaming.py ran its Spark
+    queries twice, 74 s on each worker)."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        # an autouse one (a module's closing report) builds nothing worth sharing
+        if defs and defs[-1].scope == "module" and not getattr(defs[-1], "_autouse", False):
+            return "module:" + os.path.relpath(str(item.path), TESTS)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
@@ -24,8 +41,32 @@ def pytest_collection_modifyitems(config, items):
         if group is None:
             parts = os.path.relpath(str(item.path), TESTS).split(os.sep)
             group = next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
+        group = group or _module_fixture_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+class _GroupSuffix:
+    """``--dist loadgroup`` schedules by the ``@<group>`` suffix of each nodeid, which
+    pytest-xdist's worker adds by assigning ``item._nodeid``; since pytest derives
+    ``nodeid`` from ``item._id`` that assignment renames nothing and every group was
+    ignored (both workers started their own Spark cluster, grouped tests ran side by side).
+    After xdist's hook, this adds the suffix where xdist's did not take."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if not getattr(config.option, "loadgroup", False):
+            return
+        for item in items:
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")})
+            node_id = getattr(item, "_id", None)
+            if names and "@" not in item.nodeid and node_id is not None:
+                item._id = type(node_id).parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_GroupSuffix(), "xdist-group-suffix")
 
 
 @pytest.fixture

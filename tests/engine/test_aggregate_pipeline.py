@@ -1,16 +1,14 @@
 """The vectorized path end to end: Arrow batches from the source, hash-partitioned in numpy,
 folded by the built-in aggregate operator; exactly-once under failures and across a rescale."""
 
-import shutil
-
 import pytest
 from pipelines import (
-    Background,
     FaultPlan,
     aggregate_pipeline,
     check_aggregate_exactly_once,
     expected_aggregates,
 )
+from scenarios import savepoint_then_restore_rescaled
 
 from airflow_checkpoint_provider.engine import Pipeline, PipelineDefinitionError
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
@@ -50,21 +48,12 @@ def test_failures_mid_stream_still_commit_exact_totals(workdir, expected):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_savepoint_at_two_restores_at_three_with_exact_totals(workdir, tmp_path, expected):
-    bg = Background(aggregate_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
-                                       rate=4000))
-    job = bg.wait_running(min_checkpoints=1)
-    req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
-    assert req.status == "SUCCEEDED", req.error
-    assert bg.result().status == "STOPPED"
-    savepoint = req.result["location"]
-    root2 = tmp_path / "restored"
-    out = root2 / "out"
-    shutil.copytree(workdir / "out", out)
-    p = aggregate_pipeline(str(root2), num_records=N, num_keys=KEYS, seed=SEED, out=str(out),
-                           source_parallelism=3, keyed_parallelism=3)
-    result = p.run(restore=savepoint, trust_snapshot=True)  # another metadata DB
-    assert result.status == "FINISHED" and result.restored_from == savepoint
-    check_aggregate_exactly_once(str(out), expected)
+    def make(root, **options):
+        return aggregate_pipeline(root, num_records=N, num_keys=KEYS, seed=SEED, **options)
+
+    out = savepoint_then_restore_rescaled(make, workdir, tmp_path, rate=4000, rescale={
+        "source_parallelism": 3, "keyed_parallelism": 3})
+    check_aggregate_exactly_once(out, expected)
 
 
 def test_aggregate_needs_a_key_field_and_valid_aggregations():

@@ -18,6 +18,7 @@ from broadcast_pipelines import (
     expected_prices,
     expected_rules,
 )
+from operator_harness import BACKENDS, MAXP, open_op
 from pipelines import Background, FaultPlan
 
 from airflow_checkpoint_provider.engine import (
@@ -31,17 +32,12 @@ from airflow_checkpoint_provider.engine import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
-from airflow_checkpoint_provider.engine.functions import RuntimeContext
 from airflow_checkpoint_provider.engine.graph import BROADCAST
-from airflow_checkpoint_provider.engine.runtime.task import open_operator
 from airflow_checkpoint_provider.engine.state.keygroups import (
-    KeyGroupRange,
     key_group_for,
     key_group_range_for,
 )
 
-MAXP = 128
-BACKENDS = ["heap", "rocksdb"]
 COUNT = ValueStateDescriptor("count", 0)
 
 
@@ -73,13 +69,6 @@ def bcast_node(fn=None):
     rules = p.source(GeneratorSource(1), uid="rules")
     events.key_by("k").connect(rules.broadcast("limits")).process(fn or Limits(), uid="bc")
     return p.job_graph().nodes[-1]
-
-
-def open_op(node, backend="heap", key_groups=None, restore=None, subtask=0, parallelism=1):
-    ctx = RuntimeContext(job_id="j" * 8, job_name="t", operator_uid=node.uid,
-                         subtask_index=subtask, parallelism=parallelism, attempt=0)
-    return open_operator(node, ctx, key_groups or KeyGroupRange(0, MAXP - 1), MAXP,
-                         {"kind": backend}, restore)
 
 
 def event(k, amount, rule="r", ts=1, **extra):

@@ -4,11 +4,9 @@ parallelism 2 restored at 3, on the heap and RocksDB backends."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from perf_pipelines import distinct_pipeline, expected_distinct, final_distinct
-from pipelines import Background, FaultPlan
+from scenarios import run_with_faults_and_failure_free, savepoint_then_restore_rescaled
 
 from airflow_checkpoint_provider.engine import GeneratorSource, Pipeline, PipelineDefinitionError
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
@@ -33,42 +31,26 @@ def test_failure_free_run_gives_the_exact_distinct_counts(workdir, expected, bac
     assert handles and all(h["type"] == "arrow" for h in handles)
 
 
+def _distinct(backend):
+    def make(root, **options):
+        return distinct_pipeline(root, num_records=N, num_keys=KEYS, seed=SEED,
+                                 state_backend=backend, **options)
+    return make
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])
 def test_exceptions_and_sigkill_still_give_the_failure_free_results(workdir, expected, backend):
-    points = [("record", 900), ("kill", 6_000), ("record", 11_000), ("kill", 17_500)]
-    faults = FaultPlan(str(workdir / "faults"), points)
-    result = distinct_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
-                               rate=3000, faults=faults, state_backend=backend).run()
-    assert result.status == "FINISHED"
-    assert len(faults.fired()) == len(points) and result.restarts == len(points)
-    assert result.checkpoints_completed >= 2  # restores from checkpoints, not only from scratch
-    free = workdir / "free"
-    free.mkdir()
-    assert distinct_pipeline(str(free), num_records=N, num_keys=KEYS, seed=SEED,
-                             state_backend=backend).run().status == "FINISHED"
-    assert final_distinct(str(workdir / "out")) == final_distinct(str(free / "out")) == expected
+    free, faulty = run_with_faults_and_failure_free(_distinct(backend), workdir)
+    assert final_distinct(faulty) == final_distinct(free) == expected
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])
 def test_savepoint_at_two_restores_at_three_with_exact_counts(workdir, tmp_path, expected,
                                                               backend):
-    bg = Background(distinct_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
-                                      rate=2000, state_backend=backend))
-    job = bg.wait_running(min_checkpoints=1)
-    req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
-    assert req.status == "SUCCEEDED", req.error
-    assert bg.result().status == "STOPPED"
-    savepoint = req.result["location"]
-    root2 = tmp_path / "restored"
-    out = root2 / "out"
-    shutil.copytree(workdir / "out", out)
-    p = distinct_pipeline(str(root2), num_records=N, num_keys=KEYS, seed=SEED, out=str(out),
-                          parallelism=3, state_backend=backend)
-    result = p.run(restore=savepoint, trust_snapshot=True)
-    assert result.status == "FINISHED" and result.restored_from == savepoint
-    assert final_distinct(str(out)) == expected
+    out = savepoint_then_restore_rescaled(_distinct(backend), workdir, tmp_path, rate=2000)
+    assert final_distinct(out) == expected
 
 
 def test_count_distinct_is_refused_where_it_is_not_supported():

@@ -13,42 +13,26 @@ import shutil
 from collections import Counter
 
 import pytest
+from operator_harness import load_make, open_op, run
 
 from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
-from airflow_checkpoint_provider.engine.functions import RuntimeContext
 from airflow_checkpoint_provider.engine.runtime.join_state import COUNT, SEQ_BITS
 from airflow_checkpoint_provider.engine.runtime.joins import (
     INTERVAL_STATES,
     LEGACY_WINDOW_STATES,
     WINDOW_STATES,
 )
-from airflow_checkpoint_provider.engine.runtime.task import open_operator
 from airflow_checkpoint_provider.engine.snapshot.handles import RocksDBHandle
-from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 from airflow_checkpoint_provider.engine.state_io.read import _rocksdb_entries
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "joins_old_layout")
-MAXP = 128
 
 
-def _make():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("joins_old_layout_make",
-                                                  os.path.join(FIXTURES, "make.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+make = load_make("joins_old_layout")  # the same join nodes, input and driver as the fixtures were written with
 
 
-make = _make()  # the same join nodes, input and driver as the fixtures were written with
-
-
-def open_op(join, backend, restore=None):
-    ctx = RuntimeContext(job_id="j" * 8, job_name="t", operator_uid="j", subtask_index=0,
-                         parallelism=1, attempt=0)
-    return open_operator(make.node(join), ctx, KeyGroupRange(0, MAXP - 1), MAXP,
-                         {"kind": backend}, restore)
+def open_join(join, backend, restore=None):
+    return open_op(make.node(join), backend, restore=restore)
 
 
 def phase2() -> list:
@@ -82,7 +66,7 @@ def test_a_snapshot_of_the_old_layout_restores_and_the_join_goes_on(tmp_path, ba
     assert set(old_states) <= set(spec["states"]), "the fixture holds the old layout"
     # restore from a copy (RocksDB restores copy the files, heap reads them; keep it clean)
     shutil.copytree(fixture, tmp_path / "old")
-    op = open_op(join, backend, {"directory": str(tmp_path / "old"), "states": spec["states"],
+    op = open_join(join, backend, {"directory": str(tmp_path / "old"), "states": spec["states"],
                                  "keyed": spec["keyed"],
                                  "operator_state": spec["operator_state"]})
     assert op.buffered_rows() == spec["buffered_rows"] > 0, "every buffered row was moved"
@@ -90,21 +74,21 @@ def test_a_snapshot_of_the_old_layout_restores_and_the_join_goes_on(tmp_path, ba
         assert name not in op.backend.restored_meta and not list(op.backend.keys(name))
     resumed = snapshot_spec(op, tmp_path / "new")
     assert not set(legacy) & set(resumed["states"]), "the old states are not carried on"
-    out2 = make.run(op, phase2())
+    out2 = run(op, phase2())
     assert op.buffered_rows() == 0
     op.close()
 
     # the same input through the current code without a restore
-    fresh = open_op(join, backend)
-    assert bag(make.run(fresh, spec["phase1"])) == bag(spec["out1"]), \
+    fresh = open_join(join, backend)
+    assert bag(run(fresh, spec["phase1"])) == bag(spec["out1"]), \
         "the old and the new layout emit the same before the snapshot"
-    expected = bag(make.run(fresh, phase2()))
+    expected = bag(run(fresh, phase2()))
     fresh.close()
     assert bag(out2) == expected and sum(expected.values()) > 0
 
     # and the converted state restores again (the new layout only)
-    again = open_op(join, backend, resumed)
-    assert bag(make.run(again, phase2())) == expected
+    again = open_join(join, backend, resumed)
+    assert bag(run(again, phase2())) == expected
     again.close()
 
 
@@ -117,7 +101,7 @@ def _rows_of(op, name):
 def test_rocksdb_holds_one_row_per_buffered_record_and_writes_only_it():
     """The old layout kept a key's side in one value, rewritten (and growing) with every
     row: 600 rows of one key made one value of them all."""
-    op = open_op("window", "rocksdb")
+    op = open_join("window", "rocksdb")
     name = WINDOW_STATES[0]
     for i in range(300):
         op.process_input(1, [{"id": 2 * i, "k": "hot", "ts": 1000 + i % 50},
@@ -136,7 +120,7 @@ def test_rocksdb_holds_one_row_per_buffered_record_and_writes_only_it():
 
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])
 def test_window_join_clean_up_removes_exactly_the_expired_rows(backend):
-    op = open_op("window", backend)  # tumbling 100 ms
+    op = open_join("window", backend)  # tumbling 100 ms
     op.process_input(1, [{"id": i, "k": "a", "ts": 1000 + 20 * i} for i in range(10)])
     op.on_watermark(1099)  # the window [1000, 1100) fires: its 5 rows leave
     op.backend.set_current_key("a")
@@ -150,22 +134,22 @@ def test_window_join_clean_up_removes_exactly_the_expired_rows(backend):
 
 @pytest.mark.parametrize("join", ["interval", "window"])
 def test_heap_join_state_restores_into_rocksdb(tmp_path, join):
-    heap = open_op(join, "heap")
-    out1 = make.run(heap, make.phase1())
+    heap = open_join(join, "heap")
+    out1 = run(heap, make.phase1())
     spec = snapshot_spec(heap, tmp_path)
     buffered = heap.buffered_rows()
     heap.close()
-    rocks = open_op(join, "rocksdb", spec)
+    rocks = open_join(join, "rocksdb", spec)
     assert rocks.buffered_rows() == buffered > 0
-    out2 = make.run(rocks, phase2())
+    out2 = run(rocks, phase2())
     rocks.close()
-    fresh = open_op(join, "rocksdb")
-    assert bag(out1) + bag(out2) == bag(make.run(fresh, make.phase1() + phase2()))
+    fresh = open_join(join, "rocksdb")
+    assert bag(out1) + bag(out2) == bag(run(fresh, make.phase1() + phase2()))
     fresh.close()
 
 
 def test_the_state_reader_gives_a_rocksdb_join_side_as_one_map_per_key(tmp_path):
-    op = open_op("window", "rocksdb")
+    op = open_join("window", "rocksdb")
     op.process_input(1, [{"id": i, "k": f"k{i % 3}", "ts": 1000 + i * 40} for i in range(9)])
     spec = snapshot_spec(op, tmp_path)
     op.close()
@@ -180,14 +164,14 @@ def test_the_state_reader_gives_a_rocksdb_join_side_as_one_map_per_key(tmp_path)
 def test_heap_rows_buffered_after_a_capture_are_not_in_it(tmp_path):
     """The heap row buffer changes the key's dict in place: copy on write keeps a pending
     capture as it was."""
-    op = open_op("window", "heap")
+    op = open_join("window", "heap")
     op.process_input(1, [{"id": 1, "k": "a", "ts": 1010}])
     snap = op.snapshot(1)  # the synchronous part: a capture, serialized below
     op.process_input(1, [{"id": i, "k": "a", "ts": 1020} for i in range(2, 6)])
     handle, _, _ = snap.keyed.write(str(tmp_path), "j-0", True)
     assert op.buffered_rows() == 5
     op.close()
-    restored = open_op("window", "heap", {"directory": str(tmp_path), "states": snap.states,
+    restored = open_join("window", "heap", {"directory": str(tmp_path), "states": snap.states,
                                           "keyed": [handle],
                                           "operator_state": snap.operator_state})
     assert restored.buffered_rows() == 1

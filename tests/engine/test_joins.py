@@ -19,6 +19,7 @@ from join_pipelines import (
     expected_window_join,
     join_pipeline,
 )
+from operator_harness import BACKENDS, MAXP, open_op, two_sources
 from pipelines import Background, FaultPlan
 
 from airflow_checkpoint_provider.engine import (
@@ -30,31 +31,18 @@ from airflow_checkpoint_provider.engine import (
     ProcessJoinFunction,
     SlidingWindows,
     TumblingWindows,
-    WatermarkStrategy,
 )
 from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
-from airflow_checkpoint_provider.engine.functions import RuntimeContext
-from airflow_checkpoint_provider.engine.runtime.task import open_operator
 from airflow_checkpoint_provider.engine.state.keygroups import (
-    KeyGroupRange,
     key_group_for,
     key_group_range_for,
 )
 
-MAXP = 128
-BACKENDS = ["heap", "rocksdb"]
-
 
 # -- operators, driven directly ---------------------------------------------------------------
-def _sources(p: Pipeline):
-    wm = WatermarkStrategy.for_bounded_out_of_orderness(0, timestamp_field="ts")
-    return (p.source(GeneratorSource(1), uid="a", watermarks=wm),
-            p.source(GeneratorSource(1), uid="b", watermarks=wm))
-
-
 def interval_node(how="inner", lower=-10, upper=20, fn=None):
     p = Pipeline("t")
-    a, b = _sources(p)
+    a, b = two_sources(p)
     a.key_by("k").interval_join(b.key_by("k"), how=how).between(lower, upper).process(
         fn or (lambda left, right: {"l": left and left["id"], "r": right and right["id"]}),
         uid="ij")
@@ -63,16 +51,9 @@ def interval_node(how="inner", lower=-10, upper=20, fn=None):
 
 def window_join_node(assigner):
     p = Pipeline("t")
-    a, b = _sources(p)
+    a, b = two_sources(p)
     a.join(b).where("k").equal_to("k").window(assigner).apply(uid="wj")
     return p.job_graph().nodes[-1]
-
-
-def open_op(node, backend="heap", key_groups=None, restore=None, subtask=0, parallelism=1):
-    ctx = RuntimeContext(job_id="j" * 8, job_name="t", operator_uid=node.uid,
-                         subtask_index=subtask, parallelism=parallelism, attempt=0)
-    return open_operator(node, ctx, key_groups or KeyGroupRange(0, MAXP - 1), MAXP,
-                         {"kind": backend}, restore)
 
 
 def row(i, ts, k="x"):
@@ -244,7 +225,7 @@ class Shared(KeyedCoProcessFunction):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_co_process_inputs_share_keyed_state_and_timers(backend):
     p = Pipeline("t")
-    a, b = _sources(p)
+    a, b = two_sources(p)
     a.connect(b).key_by("k", "key2").process(Shared(), uid="co")
     op = open_op(p.job_graph().nodes[-1], backend)
     assert op.process_input(1, [row(1, 5)]) == [{"input": 1, "n": 1, "key": "x"}]
@@ -338,7 +319,7 @@ def test_a_two_input_task_aligns_barriers_across_its_inputs_and_tags_records(tmp
 # -- the DSL's checks -------------------------------------------------------------------------
 def test_the_dsl_refuses_joins_it_cannot_run():
     p = Pipeline("t")
-    a, b = _sources(p)
+    a, b = two_sources(p)
     plain = p.source(GeneratorSource(1), uid="c")
     with pytest.raises(PipelineDefinitionError, match="key both inputs"):
         a.connect(b).process(Shared(), uid="co")
@@ -360,7 +341,7 @@ def test_the_dsl_refuses_joins_it_cannot_run():
 
 def test_a_join_is_a_two_input_vertex_whose_channels_know_their_input():
     p = Pipeline("t")
-    a, b = _sources(p)
+    a, b = two_sources(p)
     a2 = a.map(lambda r: r)  # chained into a's vertex
     (a2.key_by("k").interval_join(b.key_by("k")).between(0, 5)
        .process(uid="ij", parallelism=3).sink(FileSink("/tmp/unused"), uid="out"))
@@ -373,7 +354,7 @@ def test_a_join_is_a_two_input_vertex_whose_channels_know_their_input():
 def test_reading_one_upstream_twice_is_refused_instead_of_hanging():
     # channels are addressed by upstream vertex: a second edge from it never connected
     p = Pipeline("t")
-    a, _ = _sources(p)
+    a, _ = two_sources(p)
     a.union(a).sink(FileSink("/tmp/unused"), uid="out")
     with pytest.raises(PipelineDefinitionError, match="twice"):
         p.execution_graph()

@@ -10,6 +10,7 @@ import json
 import os
 
 import pytest
+from operator_harness import BACKENDS, MAXP, open_op
 
 from airflow_checkpoint_provider.engine import (
     CheckpointConfig,
@@ -21,16 +22,11 @@ from airflow_checkpoint_provider.engine import (
     read_committed,
 )
 from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
-from airflow_checkpoint_provider.engine.functions import RuntimeContext
-from airflow_checkpoint_provider.engine.runtime.task import open_operator
 from airflow_checkpoint_provider.engine.state.keygroups import (
-    KeyGroupRange,
     key_group_for,
     key_group_range_for,
 )
 
-MAXP = 128
-BACKENDS = ["heap", "rocksdb"]
 WM = WatermarkStrategy.for_bounded_out_of_orderness(0, timestamp_field="ts")
 
 
@@ -41,13 +37,6 @@ def temporal_node(how="inner", table_time=True, fn=None):
     probe.key_by("k").temporal_join(table.key_by("k"), how=how).process(
         fn or (lambda o, r: {"id": o["id"], "price": r and r["price"]}), uid="tj")
     return p.job_graph().nodes[-1]
-
-
-def open_op(node, backend="heap", key_groups=None, restore=None, subtask=0, parallelism=1):
-    ctx = RuntimeContext(job_id="j" * 8, job_name="t", operator_uid=node.uid,
-                         subtask_index=subtask, parallelism=parallelism, attempt=0)
-    return open_operator(node, ctx, key_groups or KeyGroupRange(0, MAXP - 1), MAXP,
-                         {"kind": backend}, restore)
 
 
 def probe(i, ts, k="x"):

@@ -12,39 +12,23 @@ import time
 from collections import Counter
 
 import pytest
+from operator_harness import load_make, open_op, run
 
 from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
-from airflow_checkpoint_provider.engine.functions import RuntimeContext
-from airflow_checkpoint_provider.engine.runtime.task import open_operator
 from airflow_checkpoint_provider.engine.runtime.temporal_join import (
     LEGACY_PROBE_STATE,
     PROBE_COUNT_STATE,
     PROBE_STATE,
 )
-from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "temporal_old_layout")
-MAXP = 128
 
 
-def _make():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("temporal_old_layout_make",
-                                                  os.path.join(FIXTURES, "make.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+make = load_make("temporal_old_layout")  # the same join node, input and driver as the fixtures were written with
 
 
-make = _make()  # the same join node, input and driver as the fixtures were written with
-
-
-def open_op(backend, restore=None):
-    ctx = RuntimeContext(job_id="j" * 8, job_name="t", operator_uid="tj", subtask_index=0,
-                         parallelism=1, attempt=0)
-    return open_operator(make.node(), ctx, KeyGroupRange(0, MAXP - 1), MAXP,
-                         {"kind": backend}, restore)
+def open_tj(backend, restore=None):
+    return open_op(make.node(), backend, restore=restore)
 
 
 def phase2() -> list:
@@ -75,7 +59,7 @@ def test_a_snapshot_of_the_old_probe_layout_restores_and_the_join_goes_on(tmp_pa
     assert LEGACY_PROBE_STATE in spec["states"] and PROBE_STATE not in spec["states"], \
         "the fixture holds the old layout"
     shutil.copytree(fixture, tmp_path / "old")  # restore from a copy
-    op = open_op(backend, {"directory": str(tmp_path / "old"), "states": spec["states"],
+    op = open_tj(backend, {"directory": str(tmp_path / "old"), "states": spec["states"],
                            "keyed": spec["keyed"], "operator_state": spec["operator_state"]})
     assert list(op.state_rows()) == spec["state_rows"] and spec["state_rows"][0] > 0, \
         "every waiting probe was moved"
@@ -85,29 +69,29 @@ def test_a_snapshot_of_the_old_probe_layout_restores_and_the_join_goes_on(tmp_pa
     resumed = {"directory": str(tmp_path / "new"), "states": snap.states, "keyed": [handle],
                "operator_state": snap.operator_state}
     assert {PROBE_STATE, PROBE_COUNT_STATE} <= set(snap.states)
-    out2 = make.run(op, phase2())
+    out2 = run(op, phase2())
     assert op.state_rows()[0] == 0
     op.close()
 
     # the same input through the current code without a restore: the same rows (probes of
     # one key and timestamp join in arrival order)
-    fresh = open_op(backend)
-    assert bag(make.run(fresh, spec["phase1"])) == bag(spec["out1"])
-    expected = make.run(fresh, phase2())
+    fresh = open_tj(backend)
+    assert bag(run(fresh, spec["phase1"])) == bag(spec["out1"])
+    expected = run(fresh, phase2())
     fresh.close()
     assert bag(out2) == bag(expected) and len(expected) > 40
     assert in_arrival_order(out2) and in_arrival_order(expected)
     assert any(r["price"] is None for r in expected) and any(r["price"] == 7 for r in expected)
 
     # the converted state restores again (the new layout)
-    again = open_op(backend, resumed)
-    out3 = make.run(again, phase2())
+    again = open_tj(backend, resumed)
+    out3 = run(again, phase2())
     assert bag(out3) == bag(expected) and in_arrival_order(out3)
     again.close()
 
 
 def _add_seconds(n: int) -> float:
-    op = open_op("heap")
+    op = open_tj("heap")
     op.process_input(2, [{"k": "hot", "price": 1, "ts": 0}])
     rows = [{"id": i, "k": "hot", "ts": 5_000} for i in range(n)]
     start = time.perf_counter()

@@ -13,6 +13,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+from operator_harness import BACKENDS, MAXP, open_op, two_sources
 from pipelines import Background, FaultPlan
 from vector_join_pipelines import OUTPUTS, committed, normalized, vector_join_pipeline
 
@@ -26,32 +27,20 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.errors import RestoreError
 from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
-from airflow_checkpoint_provider.engine.functions import RuntimeContext
 from airflow_checkpoint_provider.engine.runtime.batches import as_arrow
-from airflow_checkpoint_provider.engine.runtime.task import open_operator
 from airflow_checkpoint_provider.engine.runtime.vector_joins import (
     VectorIntervalJoinOperator,
     VectorWindowJoinOperator,
 )
 from airflow_checkpoint_provider.engine.state.keygroups import (
-    KeyGroupRange,
     key_group_for,
     key_group_range_for,
 )
 
-MAXP = 128
-BACKENDS = ["heap", "rocksdb"]
-
-
-def _streams(p: Pipeline):
-    wm = WatermarkStrategy.for_bounded_out_of_orderness(0, timestamp_field="ts")
-    return (p.source(GeneratorSource(1), uid="a", watermarks=wm),
-            p.source(GeneratorSource(1), uid="b", watermarks=wm))
-
 
 def interval_node(vectorized: bool, how: str = "inner", lower: int = -20, upper: int = 30):
     p = Pipeline("t")
-    a, b = _streams(p)
+    a, b = two_sources(p)
     a.key_by("k").interval_join(b.key_by("k"), how=how).between(lower, upper).process(
         uid="ij", vectorized=vectorized)
     return p.job_graph().nodes[-1]
@@ -59,16 +48,9 @@ def interval_node(vectorized: bool, how: str = "inner", lower: int = -20, upper:
 
 def window_node(vectorized: bool, assigner):
     p = Pipeline("t")
-    a, b = _streams(p)
+    a, b = two_sources(p)
     a.join(b).where("k").equal_to("k").window(assigner).apply(uid="wj", vectorized=vectorized)
     return p.job_graph().nodes[-1]
-
-
-def open_op(node, backend="heap", key_groups=None, restore=None, subtask=0, parallelism=1):
-    ctx = RuntimeContext(job_id="j" * 8, job_name="t", operator_uid=node.uid,
-                         subtask_index=subtask, parallelism=parallelism, attempt=0)
-    return open_operator(node, ctx, key_groups or KeyGroupRange(0, MAXP - 1), MAXP,
-                         {"kind": backend}, restore)
 
 
 def rows_of(out) -> list[dict]:
@@ -242,7 +224,7 @@ def test_a_vectorized_window_join_refuses_other_windows_on_restore(tmp_path):
 # -- the DSL ----------------------------------------------------------------------------------
 def test_the_dsl_refuses_vectorized_joins_it_cannot_vectorize():
     p = Pipeline("t")
-    a, b = _streams(p)
+    a, b = two_sources(p)
     with pytest.raises(PipelineDefinitionError, match="no join function"):
         a.key_by("k").interval_join(b.key_by("k")).between(0, 5).process(
             lambda left, right: left, uid="ij", vectorized=True)

@@ -73,3 +73,13 @@ def metadata_url(tmp_path, monkeypatch):
     monkeypatch.delenv("CKPT_METADATA_URL", raising=False)
     yield url
     cancel_active_jobs(url)
+
+
+@pytest.fixture
+def store(metadata_url):
+    """A MetadataStore on the test's metadata DB, closed after the test."""
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+
+    s = MetadataStore(metadata_url)
+    yield s
+    s.close()

@@ -58,6 +58,13 @@ def start_job(url: str, tmp_path, *, pipeline: str = f"{EXAMPLE}:build_v1",
     return job_id
 
 
+def running_job(url: str, tmp_path, store, *, job_name: str = "versioned-sum") -> str:
+    """:func:`start_job` (v1 of the example, local runner), once it completed a checkpoint."""
+    job_id = start_job(url, tmp_path, job_name=job_name)
+    wait_for(lambda: completed_checkpoints(store, job_id), 60, f"a checkpoint of {job_name}")
+    return job_id
+
+
 def completed_checkpoints(store, job_id: str, kind: str | None = "CHECKPOINT") -> list:
     return [c for c in store.list_checkpoints(job_id, kind=kind)
             if c.status in ("COMPLETED", "SUBSUMED")]

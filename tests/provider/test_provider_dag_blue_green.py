@@ -13,9 +13,14 @@ import time
 from collections import defaultdict
 
 import pytest
-from provider_helpers import EXAMPLE, completed_checkpoints, run_dag, start_job, wait_for, xcom
-
-from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from provider_helpers import (
+    EXAMPLE,
+    completed_checkpoints,
+    run_dag,
+    running_job,
+    wait_for,
+    xcom,
+)
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -59,12 +64,6 @@ def _conf(tmp_path, **overrides) -> dict:
             "cutover": "savepoint", "max_checkpoint_age_s": None, "require_approval": False}
     conf.update(overrides)
     return conf
-
-
-def _running_blue(metadata_url, tmp_path, store) -> str:
-    blue = start_job(metadata_url, tmp_path, job_name="sum-blue")
-    wait_for(lambda: completed_checkpoints(store, blue), 60, "a checkpoint of blue")
-    return blue
 
 
 class FakeUser:
@@ -149,9 +148,8 @@ def _promoted(store, dr, blue, tmp_path, *, handover="savepoint") -> None:
 
 @pytest.mark.timeout(240)
 def test_healthy_green_is_approved_promoted_exactly_once_and_blue_stopped(
-        airflow_db, metadata_url, tmp_path):
-    store = MetadataStore(metadata_url)
-    blue = _running_blue(metadata_url, tmp_path, store)
+        airflow_db, metadata_url, store, tmp_path):
+    blue = running_job(metadata_url, tmp_path, store, job_name="sum-blue")
     responder = respond_when_asked("blue_green_upgrade", "approve", "Approve")
 
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
@@ -171,17 +169,15 @@ def test_healthy_green_is_approved_promoted_exactly_once_and_blue_stopped(
     assert savepoints[xcom(dr, "savepoint_blue")].status == "COMPLETED"
     assert savepoints[xcom(dr, "stop_blue")].status == "COMPLETED"  # the stop's own savepoint
     _promoted(store, dr, blue, tmp_path)
-    store.close()
 
 
 @pytest.mark.timeout(240)
-def test_last_state_handover_and_cutover_are_exactly_once(airflow_db, metadata_url, tmp_path,
+def test_last_state_handover_and_cutover_are_exactly_once(airflow_db, metadata_url, store, tmp_path,
                                                           monkeypatch):
     # A running blue subsumes (deletes) a checkpoint `retained` (3) intervals later: the
     # hand-over must be verified and restored before that (the README's limit).
     monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "3000")
-    store = MetadataStore(metadata_url)
-    blue = _running_blue(metadata_url, tmp_path, store)
+    blue = running_job(metadata_url, tmp_path, store, job_name="sum-blue")
 
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
                              _conf(tmp_path, handover="last-state", cutover="last-state",
@@ -193,14 +189,12 @@ def test_last_state_handover_and_cutover_are_exactly_once(airflow_db, metadata_u
     assert store.list_checkpoints(blue, kind="SAVEPOINT") == [], "no savepoint was taken"
     assert store.get_job(blue).status == "CANCELED"
     _promoted(store, dr, blue, tmp_path, handover="last-state")
-    store.close()
 
 
 @pytest.mark.timeout(240)
 def test_rejection_at_the_approval_step_cancels_green_and_blue_keeps_serving(
-        airflow_db, metadata_url, tmp_path, logs):
-    store = MetadataStore(metadata_url)
-    blue = _running_blue(metadata_url, tmp_path, store)
+        airflow_db, metadata_url, store, tmp_path, logs):
+    blue = running_job(metadata_url, tmp_path, store, job_name="sum-blue")
     responder = respond_when_asked("blue_green_upgrade", "approve", "Reject")
 
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
@@ -218,14 +212,12 @@ def test_rejection_at_the_approval_step_cancels_green_and_blue_keeps_serving(
     out = tmp_path / "example" / "output"
     assert not [n for n in os.listdir(out) if green.job_id in n], "fenced green published"
     assert "Upgrade abandoned" in logs()
-    store.close()
 
 
 @pytest.mark.timeout(180)
 def test_green_that_cannot_restore_is_stopped_by_the_preflight_check_before_it_starts(
-        airflow_db, metadata_url, tmp_path, logs):
-    store = MetadataStore(metadata_url)
-    blue = _running_blue(metadata_url, tmp_path, store)
+        airflow_db, metadata_url, store, tmp_path, logs):
+    blue = running_job(metadata_url, tmp_path, store, job_name="sum-blue")
 
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
                              _conf(tmp_path, green_pipeline=f"{EXAMPLE}:build_v2_incompatible"))
@@ -239,15 +231,13 @@ def test_green_that_cannot_restore_is_stopped_by_the_preflight_check_before_it_s
     assert [j.job_id for j in store.list_jobs()] == [blue], "green was never started"
     out = logs()
     assert "operator 'running-sum', state 'sum'" in out and "never started" in out
-    store.close()
 
 
 @pytest.mark.timeout(180)
 def test_green_failing_after_start_is_abandoned_and_blue_keeps_running(
-        airflow_db, metadata_url, tmp_path, logs, monkeypatch):
+        airflow_db, metadata_url, store, tmp_path, logs, monkeypatch):
     monkeypatch.setenv("CKPT_EXAMPLE_FAIL_AFTER_S", "3")
-    store = MetadataStore(metadata_url)
-    blue = _running_blue(metadata_url, tmp_path, store)
+    blue = running_job(metadata_url, tmp_path, store, job_name="sum-blue")
 
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
                              _conf(tmp_path, green_pipeline=f"{EXAMPLE}:build_v2_broken"))
@@ -259,15 +249,13 @@ def test_green_failing_after_start_is_abandoned_and_blue_keeps_running(
     checks = {c["name"]: c for c in xcom(dr, "health_gate", key="verdict")["checks"]}
     assert checks["running"]["ok"] is False and checks["running"]["figure"] == "FAILED"
     _blue_untouched(store, blue, dr, logs)
-    store.close()
 
 
 @pytest.mark.timeout(180)
 def test_green_that_keeps_restarting_is_rejected_with_its_restarts(
-        airflow_db, metadata_url, tmp_path, logs, monkeypatch):
+        airflow_db, metadata_url, store, tmp_path, logs, monkeypatch):
     monkeypatch.setenv("CKPT_EXAMPLE_FAIL_EVERY_S", "2")
-    store = MetadataStore(metadata_url)
-    blue = _running_blue(metadata_url, tmp_path, store)
+    blue = running_job(metadata_url, tmp_path, store, job_name="sum-blue")
 
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
                              _conf(tmp_path, green_pipeline=f"{EXAMPLE}:build_v2_flaky",
@@ -282,15 +270,13 @@ def test_green_that_keeps_restarting_is_rejected_with_its_restarts(
     green = store.get_job(xcom(dr, "start_green", key="job_id"))
     assert green.status == "CANCELED"
     _blue_untouched(store, blue, dr, logs)
-    store.close()
 
 
 @pytest.mark.timeout(180)
 def test_green_that_lags_behind_blue_is_rejected_with_its_throughput(
-        airflow_db, metadata_url, tmp_path, logs, monkeypatch):
+        airflow_db, metadata_url, store, tmp_path, logs, monkeypatch):
     monkeypatch.setenv("CKPT_EXAMPLE_SLOW_MS", "10")  # at most ~100 records/s against 400
-    store = MetadataStore(metadata_url)
-    blue = _running_blue(metadata_url, tmp_path, store)
+    blue = running_job(metadata_url, tmp_path, store, job_name="sum-blue")
 
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
                              _conf(tmp_path, green_pipeline=f"{EXAMPLE}:build_v2_slow",
@@ -305,7 +291,6 @@ def test_green_that_lags_behind_blue_is_rejected_with_its_throughput(
     assert checks["throughput"]["ok"] is False or checks["checkpoints"]["ok"] is False
     assert store.get_job(xcom(dr, "start_green", key="job_id")).status == "CANCELED"
     _blue_untouched(store, blue, dr, logs)
-    store.close()
 
 
 def _blue_untouched(store, blue, dr, logs) -> None:

@@ -11,12 +11,9 @@ from provider_helpers import (
     EXAMPLE,
     completed_checkpoints,
     run_dag,
-    start_job,
-    wait_for,
+    running_job,
     xcom,
 )
-
-from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -51,17 +48,10 @@ def _conf(tmp_path, **overrides) -> dict:
     return conf
 
 
-def _running_v1(metadata_url, tmp_path, store) -> str:
-    v1 = start_job(metadata_url, tmp_path)
-    wait_for(lambda: completed_checkpoints(store, v1), 60, "a checkpoint of v1")
-    return v1
-
-
 @pytest.mark.timeout(180)
 def test_upgrade_stops_v1_with_a_savepoint_and_v2_checkpoints_after_restoring_it(
-        airflow_db, metadata_url, tmp_path):
-    store = MetadataStore(metadata_url)
-    v1 = _running_v1(metadata_url, tmp_path, store)
+        airflow_db, metadata_url, store, tmp_path):
+    v1 = running_job(metadata_url, tmp_path, store)
 
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore", _conf(tmp_path))
 
@@ -83,14 +73,12 @@ def test_upgrade_stops_v1_with_a_savepoint_and_v2_checkpoints_after_restoring_it
     assert v2_job.restored_from == savepoint
     assert completed_checkpoints(store, v2)
     assert xcom(dr, "wait_v2_checkpoint")["job_id"] == v2
-    store.close()
 
 
 @pytest.mark.timeout(180)
 def test_failed_upgrade_cancels_v2_and_restarts_v1_from_the_same_savepoint(
-        airflow_db, metadata_url, tmp_path):
-    store = MetadataStore(metadata_url)
-    v1 = _running_v1(metadata_url, tmp_path, store)
+        airflow_db, metadata_url, store, tmp_path):
+    v1 = running_job(metadata_url, tmp_path, store)
 
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
                              _conf(tmp_path, v2_pipeline=f"{EXAMPLE}:build_v2_broken"))
@@ -106,14 +94,12 @@ def test_failed_upgrade_cancels_v2_and_restarts_v1_from_the_same_savepoint(
     v1_again = store.get_job(xcom(dr, "restart_v1"))
     assert v1_again.job_id != v1 and v1_again.version == "v1"
     assert v1_again.status == "RUNNING" and v1_again.restored_from == savepoint
-    store.close()
 
 
 @pytest.mark.timeout(180)
 def test_incompatible_v2_fails_the_preflight_check_before_v1_is_touched(
-        airflow_db, metadata_url, tmp_path, capsys):
-    store = MetadataStore(metadata_url)
-    v1 = _running_v1(metadata_url, tmp_path, store)
+        airflow_db, metadata_url, store, tmp_path, capsys):
+    v1 = running_job(metadata_url, tmp_path, store)
 
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
                              _conf(tmp_path, v2_pipeline=f"{EXAMPLE}:build_v2_incompatible"))
@@ -129,14 +115,12 @@ def test_incompatible_v2_fails_the_preflight_check_before_v1_is_touched(
     assert [j.job_id for j in store.list_jobs()] == [v1], "no v2 was started"
     log = capsys.readouterr().out  # the task logs of dag.test()
     assert "operator 'running-sum', state 'sum'" in log and "value state" in log
-    store.close()
 
 
 @pytest.mark.timeout(180)
 def test_last_state_upgrade_cancels_v1_and_restores_v2_from_its_latest_checkpoint(
-        airflow_db, metadata_url, tmp_path):
-    store = MetadataStore(metadata_url)
-    v1 = _running_v1(metadata_url, tmp_path, store)
+        airflow_db, metadata_url, store, tmp_path):
+    v1 = running_job(metadata_url, tmp_path, store)
 
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
                              _conf(tmp_path, upgrade_mode="last-state", max_checkpoint_age_s=60))
@@ -152,14 +136,12 @@ def test_last_state_upgrade_cancels_v1_and_restores_v2_from_its_latest_checkpoin
     assert snapshot == newest.location and os.path.isfile(os.path.join(snapshot, "_metadata"))
     v2 = store.get_job(xcom(dr, "start_v2"))
     assert v2.status == "RUNNING" and v2.version == "v2" and v2.restored_from == snapshot
-    store.close()
 
 
 @pytest.mark.timeout(180)
 def test_last_state_upgrade_refuses_a_checkpoint_older_than_the_limit(
-        airflow_db, metadata_url, tmp_path, capsys):
-    store = MetadataStore(metadata_url)
-    v1 = _running_v1(metadata_url, tmp_path, store)
+        airflow_db, metadata_url, store, tmp_path, capsys):
+    v1 = running_job(metadata_url, tmp_path, store)
 
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
                              _conf(tmp_path, upgrade_mode="last-state",
@@ -169,14 +151,12 @@ def test_last_state_upgrade_refuses_a_checkpoint_older_than_the_limit(
     assert state == "failed"
     assert store.get_job(v1).status == "RUNNING", "v1 was not touched"
     assert "max_checkpoint_age 0 s" in capsys.readouterr().out
-    store.close()
 
 
 @pytest.mark.timeout(180)
 def test_savepoint_or_last_state_falls_back_when_the_savepoint_fails(
-        airflow_db, metadata_url, tmp_path, capsys):
-    store = MetadataStore(metadata_url)
-    v1 = _running_v1(metadata_url, tmp_path, store)
+        airflow_db, metadata_url, store, tmp_path, capsys):
+    v1 = running_job(metadata_url, tmp_path, store)
     # inside the allowed savepoint root, but a file: the savepoint's files cannot be written
     not_a_directory = tmp_path / "example" / "savepoints" / "full-disk"
     not_a_directory.parent.mkdir(parents=True, exist_ok=True)
@@ -198,16 +178,14 @@ def test_savepoint_or_last_state_falls_back_when_the_savepoint_fails(
     assert v2.status == "RUNNING" and v2.restored_from == xcom(dr, "stop_v1")
     assert v2.restored_from == completed_checkpoints(store, v1)[-1].location
     assert "falls back to last-state" in capsys.readouterr().out
-    store.close()
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_upgrade_onto_spark_restores_v2_from_the_savepoint_in_a_spark_application(
-        airflow_db, metadata_url, tmp_path):
+        airflow_db, metadata_url, store, tmp_path):
     """v1 runs on the local runner; the DAG starts v2 detached with spark-submit (local[2])."""
-    store = MetadataStore(metadata_url)
-    _running_v1(metadata_url, tmp_path, store)
+    running_job(metadata_url, tmp_path, store)
 
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
                              _conf(tmp_path, runner="spark"))
@@ -218,4 +196,3 @@ def test_upgrade_onto_spark_restores_v2_from_the_savepoint_in_a_spark_applicatio
     assert v2.status == "RUNNING" and v2.spark_app_id and v2.spark_app_id.startswith("local-")
     assert v2.restored_from == xcom(dr, "stop_v1")
     assert os.path.isfile(xcom(dr, "start_v2", key="log_file"))
-    store.close()

@@ -25,13 +25,6 @@ from airflow_checkpoint_provider.triggers.checkpoint import (
 )
 
 
-@pytest.fixture
-def store(metadata_url):
-    s = MetadataStore(metadata_url)
-    yield s
-    s.close()
-
-
 def _job(store, job_id="job-1", name="orders", status="RUNNING", restored_from=None):
     store.create_job(job_id=job_id, job_name=name, parallelism=1, restored_from=restored_from)
     store.start_attempt(job_id, 0, restored_checkpoint_id=None, restored_from=restored_from)

@@ -17,7 +17,7 @@ import time
 
 import psycopg
 import pytest
-from cdc_pipelines import writer
+from cdc_pipelines import items_database, start_writers
 from cdc_upsert_pipelines import (
     KINDS,
     cdc_upsert_pipeline,
@@ -43,28 +43,7 @@ cdc_upsert_pipeline({root!r}, {url!r}, json.loads({target!r}), name={name!r},
 
 @pytest.fixture
 def source(postgres_server):
-    url = postgres_server.create_database()
-    with psycopg.connect(dsn(url), autocommit=True) as conn:
-        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, v int, note text)")
-        conn.execute("INSERT INTO items SELECT g, g %% 50, 'init' FROM generate_series(1, %s) g",
-                     (ROWS,))
-    yield url
-    with psycopg.connect(dsn(url), autocommit=True) as conn:
-        for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = "
-                                    "current_database() AND NOT active").fetchall():
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-
-
-def _writers(url: str, seconds: float, seeds: list[int], stop_file: str | None = None) -> list:
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=writer, args=(dsn(url), seconds, s, 1_000_000 * (s + 1)),
-                         kwargs={"stop_file": stop_file})
-             for s in seeds]
-    for p in procs:
-        p.start()
-    return procs
+    yield from items_database(postgres_server, ROWS, 50)
 
 
 def _wait_for(condition, driver, what: str, timeout: float = 90) -> None:
@@ -140,7 +119,7 @@ def test_cdc_into_an_upsert_sink_equals_the_source_under_kills_and_rescale(
     # 1. writers during the snapshot and the stream; a slot kills itself, then (once a
     # checkpoint completed after that) the driver
     stop_writers = os.path.join(root, "stop-writers")
-    procs = _writers(source, 60, rng.sample(range(1000), 2), stop_writers)
+    procs = start_writers(source, 60, rng.sample(range(1000), 2), stop_writers)
     kill_after = rng.randint(100, 1_200)
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER.format(tests=TESTS, root=root, url=source, name=name,
@@ -165,7 +144,7 @@ def test_cdc_into_an_upsert_sink_equals_the_source_under_kills_and_rescale(
     time.sleep(2.5)
     bg = Background(cdc_upsert_pipeline(root, source, target, name=name), restore="latest")
     job = bg.wait_running(timeout=90)
-    _join(_writers(source, 2, [rng.randrange(1000, 2000)]))
+    _join(start_writers(source, 2, [rng.randrange(1000, 2000)]))
     _converged(target, source, kind)
     savepoint = _stop(bg, job)
     assert bg.result().restored_from, f"seed {seed}"
@@ -173,7 +152,7 @@ def test_cdc_into_an_upsert_sink_equals_the_source_under_kills_and_rescale(
     bg = Background(cdc_upsert_pipeline(root, source, target, name=name, source_parallelism=3,
                                         parallelism=3), restore=savepoint)
     job = bg.wait_running(timeout=90)
-    _join(_writers(source, 1.5, [rng.randrange(2000, 3000)]))
+    _join(start_writers(source, 1.5, [rng.randrange(2000, 3000)]))
     _converged(target, source, kind)
     _stop(bg, job)
     _converged(target, source, kind, timeout=0)

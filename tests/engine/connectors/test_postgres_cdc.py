@@ -4,10 +4,8 @@ changelog replayed per key equals the source table row for row."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -15,7 +13,15 @@ import time
 
 import psycopg
 import pytest
-from cdc_pipelines import cdc_pipeline, committed_in_order, replay, source_table, writer
+from cdc_pipelines import (
+    cdc_pipeline,
+    committed_in_order,
+    dsn,
+    items_database,
+    replay,
+    source_table,
+    start_writers,
+)
 from pipelines import Background, process_alive
 
 from airflow_checkpoint_provider.engine import ConfigurationError
@@ -32,31 +38,9 @@ TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 ROWS = 20_000
 
 
-def _dsn(url: str) -> str:
-    return re.sub(r"^postgresql\+\w+://", "postgresql://", url)
-
-
 @pytest.fixture
 def db(postgres_server):
-    url = postgres_server.create_database()
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
-        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, v int, note text)")
-        conn.execute("INSERT INTO items SELECT g, g %% 100, 'init' FROM generate_series(1, %s) g",
-                     (ROWS,))
-    yield url
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
-        for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = "
-                                    "current_database() AND NOT active").fetchall():
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-
-
-def _writers(url: str, seconds: float, seeds: list[int]) -> list:
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=writer, args=(_dsn(url), seconds, s, 1_000_000 * (s + 1)))
-             for s in seeds]
-    for p in procs:
-        p.start()
-    return procs
+    yield from items_database(postgres_server, ROWS, 100)
 
 
 def _check_equal(root, url) -> int:
@@ -78,7 +62,7 @@ def _stream_lsn(location: str) -> int | None:
 
 
 def _confirmed(url: str, slot: str) -> int | None:
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(dsn(url), autocommit=True) as conn:
         row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE "
                            "slot_name = %s", (slot,)).fetchone()
     return parse_lsn(row[0]) if row and row[0] else None
@@ -97,7 +81,7 @@ def _latest_checkpoint_lsn(store: MetadataStore, job_id: str) -> int | None:
 @pytest.mark.timeout(240)
 def test_snapshot_and_stream_under_writer_processes_replay_to_the_source_table(db, tmp_path):
     root = str(tmp_path)
-    procs = _writers(db, 6, [1, 2])  # running while the snapshot is read
+    procs = start_writers(db, 6, [1, 2])  # running while the snapshot is read
     bg = Background(cdc_pipeline(root, db, name="cdc-writers"))
     job = bg.wait_running(timeout=90)
     # the slot is never confirmed past the newest completed checkpoint's position
@@ -110,7 +94,7 @@ def test_snapshot_and_stream_under_writer_processes_replay_to_the_source_table(d
             checks += 1
             first = confirmed if first is None else first
         time.sleep(0.1)
-    procs = _writers(db, 3, [3])  # and while it streams
+    procs = start_writers(db, 3, [3])  # and while it streams
     for p in procs:
         p.join()
     time.sleep(3)
@@ -150,7 +134,7 @@ def test_sigkill_of_a_slot_and_of_the_driver_keep_the_changelog_exact(db, tmp_pa
     seed = int(os.environ.get("CKPT_TEST_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     root = str(tmp_path)
-    procs = _writers(db, 10, [4, 5])
+    procs = start_writers(db, 10, [4, 5])
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER.format(tests=TESTS, root=root, url=db,
                                              kill_after=rng.randint(500, 8_000))],
@@ -173,7 +157,7 @@ def test_sigkill_of_a_slot_and_of_the_driver_keep_the_changelog_exact(db, tmp_pa
     time.sleep(2.5)
     bg = Background(cdc_pipeline(root, db, name="cdc-kills"), restore="latest")
     job = bg.wait_running(timeout=90)
-    procs = _writers(db, 3, [6])
+    procs = start_writers(db, 3, [6])
     for p in procs:
         p.join()
     time.sleep(3)
@@ -188,7 +172,7 @@ def test_sigkill_of_a_slot_and_of_the_driver_keep_the_changelog_exact(db, tmp_pa
 @pytest.mark.timeout(240)
 def test_restore_from_a_savepoint_at_another_parallelism(db, tmp_path):
     root = str(tmp_path)
-    procs = _writers(db, 4, [7])
+    procs = start_writers(db, 4, [7])
     bg = Background(cdc_pipeline(root, db, name="cdc-rescale", source_parallelism=2,
                                  parallelism=2, buckets=512))
     job = bg.wait_running(timeout=90)
@@ -200,7 +184,7 @@ def test_restore_from_a_savepoint_at_another_parallelism(db, tmp_path):
     job2 = bg2.wait_running(timeout=90)
     for p in procs:
         p.join()
-    procs = _writers(db, 2, [8])
+    procs = start_writers(db, 2, [8])
     for p in procs:
         p.join()
     time.sleep(3)
@@ -219,7 +203,7 @@ def test_ddl_on_a_captured_table_fails_the_job_naming_the_table(db, tmp_path):
     p.restart_strategy = RestartStrategy.fixed_delay(attempts=5, delay_ms=0)
     bg = Background(p)
     bg.wait_running(timeout=90)
-    with psycopg.connect(_dsn(db), autocommit=True) as conn:
+    with psycopg.connect(dsn(db), autocommit=True) as conn:
         conn.execute("ALTER TABLE items ADD COLUMN extra int")
         conn.execute("INSERT INTO items (id, v, note, extra) VALUES (-1, 1, 'x', 2)")
     deadline = time.monotonic() + 60
@@ -237,7 +221,7 @@ def _ctx(name="cdc-config"):
 
 @pytest.mark.timeout(60)
 def test_bad_configuration_is_refused_naming_the_table_or_option(db):
-    with psycopg.connect(_dsn(db), autocommit=True) as conn:
+    with psycopg.connect(dsn(db), autocommit=True) as conn:
         conn.execute("CREATE TABLE nokey (a int)")
     with pytest.raises(ConfigurationError, match="'public.nokey' has no primary key"):
         PostgresCdcSource(db, ["nokey"]).open_split("stream", None, _ctx())
@@ -266,7 +250,7 @@ def test_bucket_hash_matches_the_sql_twin_and_drop_slot_is_explicit(db):
     try:
         from airflow_checkpoint_provider.engine.connectors.cdc_rows import _bucket_sql
 
-        with psycopg.connect(_dsn(db)) as conn:
+        with psycopg.connect(dsn(db)) as conn:
             rows = conn.execute(psycopg.sql.SQL("SELECT id::text, {} FROM items LIMIT 500").format(
                 _bucket_sql(["id"], 97))).fetchall()
         assert all(bucket_of([k], 97) == b for k, b in rows)
