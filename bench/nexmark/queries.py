@@ -108,8 +108,14 @@ def _q10(batch):
     nexmark-flink's q10 (``DATE_FORMAT(dateTime, 'HH:mm')``; the sink escapes the ``:``)."""
     b = bids(batch).select(_CALC)
     ts = b.column("date_time")
-    return b.append_column("dt", pc.strftime(ts, "%Y-%m-%d")).append_column(
-        "hm", pc.strftime(ts, "%H:%M"))
+    if ts.null_count:
+        dt, hm = pc.strftime(ts, "%Y-%m-%d"), pc.strftime(ts, "%H:%M")
+    else:  # formatted once per distinct minute (a batch spans a few), then taken per row
+        minutes, row_minute = np.unique(_ms(ts) // 60_000, return_inverse=True)
+        when = pa.array(minutes * 60_000, pa.int64()).cast(pa.timestamp("ms"))
+        dt = pc.take(pc.strftime(when, "%Y-%m-%d"), row_minute)
+        hm = pc.take(pc.strftime(when, "%H:%M"), row_minute)
+    return b.append_column("dt", dt).append_column("hm", hm)
 
 
 def q10(events, p):

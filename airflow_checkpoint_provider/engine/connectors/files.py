@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 
 import msgspec
 
-from ..errors import BadRecordError, ConfigurationError
+from ..errors import ConfigurationError
 from ..sink_names import (
     RestoredTransactions,
     SinkName,
@@ -52,7 +52,13 @@ from ..sink_names import (
 from ..snapshot.handles import SinkTransaction
 from ..snapshot.paths import corrupt
 from .base import Sink, SinkWriter, SourceContext, dataset_for_location
-from .partitions import check_columns, parse_partition_path, partition_path, read_partition_dir
+from .partitions import (
+    check_columns,
+    group_by_partition,
+    parse_partition_path,
+    read_partition_dir,
+    without,
+)
 
 log = logging.getLogger(__name__)
 
@@ -332,38 +338,14 @@ class _FileSinkWriter(SinkWriter):
                           self.sink_name, st.partition, self.max_open)
                 return
 
-    def _partition_of(self, record: dict) -> str:
-        try:
-            values = tuple(record[c] for c in self.columns)
-        except KeyError as exc:
-            raise BadRecordError(f"{self.sink_name}: a record has no partition column "
-                                 f"{exc.args[0]!r} (partition_by={list(self.columns)}); "
-                                 f"its fields: {sorted(record)[:20]}") from None
-        # typed key: 1, 1.0 and True are equal dict keys but different partitions
-        key = tuple((type(v), v) for v in values)
-        try:
-            path = self._paths.get(key)
-        except TypeError:  # an unhashable value: partition_path refuses it
-            return partition_path(self.columns, values)
-        if path is None:
-            path = partition_path(self.columns, values)
-            if len(self._paths) >= 65_536:
-                self._paths.clear()
-            self._paths[key] = path
-        return path
-
     def write(self, records: list[dict]) -> None:
         if not self.columns:
             self._file_for("").write(_encode(records))
             return
-        groups: dict[str, list[dict]] = {}
-        cols, keep = frozenset(self.columns), self.keep_columns
-        for r in records:
-            rows = groups.get(path := self._partition_of(r))
-            if rows is None:
-                rows = groups[path] = []
-            rows.append(r if keep else {k: v for k, v in r.items() if k not in cols})
+        groups = group_by_partition(records, self.columns, self._paths, where=self.sink_name)
         for path, rows in groups.items():
+            if not self.keep_columns:
+                rows = without(rows, self.columns)
             self._file_for(path).write(_encode(rows))
 
     def pre_commit(self, checkpoint_id: int) -> list[object]:

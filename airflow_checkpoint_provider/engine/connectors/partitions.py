@@ -18,6 +18,7 @@ import decimal
 import math
 import re
 from collections.abc import Sequence
+from operator import itemgetter
 
 from ..errors import BadRecordError, ConfigurationError
 
@@ -32,6 +33,10 @@ _NEEDS_ESCAPE = re.compile("[" + re.escape("".join(sorted(_ESCAPED))) + "]")
 #: an escaped value: no escaped character left bare, every % followed by two hex digits
 _ESCAPED_VALUE = re.compile(r"(?:[^" + re.escape("".join(sorted(_ESCAPED))) + r"]|%[0-9A-F]{2})+")
 MAX_SEGMENT_BYTES = 255
+#: types whose values can be equal across types (1 == 1.0 == True == Decimal(1)): a batch
+#: mixing them in one column is grouped by typed keys (they are different partitions)
+_NUMERIC = frozenset([bool, int, float, decimal.Decimal])
+_PATHS_CACHED = 65_536
 
 
 def check_columns(columns: Sequence[str] | None) -> tuple[str, ...]:
@@ -150,3 +155,71 @@ def read_partition_dir(name: str) -> tuple[str, str | None] | None:
     if not eq or not re.fullmatch(COLUMN, col) or not _ESCAPED_VALUE.fullmatch(value):
         return None
     return col, unescape_value(value)
+
+
+def group_by_partition(records: list[dict], columns: Sequence[str], cache: dict[tuple, str],
+                       *, where: str) -> dict[str, list[dict]]:
+    """``records`` grouped by their partition path, in order within each group (the default
+    partition: the rows with ``None``, then those with ``""``, or the other way round).
+    ``cache`` maps typed partition values to paths (kept by the caller across batches). The
+    values are read column by column (``map`` of an ``itemgetter``: no Python loop per
+    record when a batch is one partition); a batch whose column mixes numeric types is
+    grouped by ``(type, value)`` keys, since ``1``, ``1.0`` and ``True`` are equal as dict
+    keys but different partitions."""
+    if not records:
+        return {}
+    get = itemgetter(*columns)
+    try:
+        per_column = [list(map(itemgetter(c), records)) for c in columns]
+    except KeyError:
+        missing = next(c for r in records for c in columns if c not in r)
+        example = next(r for r in records if missing not in r)
+        raise BadRecordError(f"{where}: a record has no partition column {missing!r} "
+                             f"(partition_by={list(columns)}); its fields: "
+                             f"{sorted(example)[:20]}") from None
+    single = len(columns) == 1
+    keys: list = per_column[0] if single else list(zip(*per_column, strict=True))
+    if any(len(set(map(type, vals)) & _NUMERIC) > 1 for vals in per_column):
+        keys = [tuple((type(v), v) for v in ((k,) if single else k)) for k in keys]
+    groups: dict[object, list[dict]] = {}
+    try:
+        if keys.count(keys[0]) == len(keys):  # the common case: one partition per batch
+            groups[keys[0]] = records
+        else:
+            for r, k in zip(records, keys, strict=True):
+                rows = groups.get(k)
+                if rows is None:
+                    rows = groups[k] = []
+                rows.append(r)
+    except TypeError:  # an unhashable value: partition_path names it
+        for k in keys:
+            partition_path(columns, (k,) if single else k)
+        raise
+    out: dict[str, list[dict]] = {}
+    for rows in groups.values():
+        values = get(rows[0])
+        values = (values,) if single else values
+        typed = tuple((type(v), v) for v in values)
+        path = cache.get(typed)
+        if path is None:
+            path = partition_path(columns, values)
+            if len(cache) >= _PATHS_CACHED:
+                cache.clear()
+            cache[typed] = path
+        if path in out:  # None and "" share the default partition
+            out[path] = [*out[path], *rows]
+        else:
+            out[path] = rows
+    return out
+
+
+def without(rows: list[dict], columns: Sequence[str]) -> list[dict]:
+    """Copies of ``rows`` without ``columns`` (the rows themselves may be shared with other
+    operators of the chain: never changed in place)."""
+    out = []
+    for r in rows:
+        d = r.copy()
+        for c in columns:
+            del d[c]
+        out.append(d)
+    return out
