@@ -33,6 +33,7 @@ import os
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from typing import BinaryIO
 
 import msgspec
 
@@ -271,7 +272,7 @@ class _Staged:
 
     def __init__(self, partition: str, token: str, name: str) -> None:
         self.partition, self.token, self.name = partition, token, name
-        self.file = None
+        self.file: BinaryIO | None = None
         self.written = False
 
 
