@@ -1,5 +1,8 @@
 """Spark Structured Streaming on the Nexmark Parquet files: the queries SS can express.
 
+q10 writes CSV files partitioned by ``dt`` and ``hm`` (:func:`ss_sink`); the others run into
+the noop sink.
+
 Joins: q3 and q20 are inner stream-stream joins, which SS runs without watermarks (both
 sides kept in state, as Flink's regular join); q13 is a stream-static join with the bounded
 side input. q8 (two windowed GROUP BYs joined) needs a join after aggregations, which SS
