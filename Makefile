@@ -98,6 +98,7 @@ MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/api.py $(ENGINE)/config.py $(ENGIN
 	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners \
 	$(ENGINE)/state/backend.py $(ENGINE)/eventtime.py $(ENGINE)/timers.py $(ENGINE)/state/ttl.py \
 	$(ENGINE)/state/windows.py $(ENGINE)/connectors/delta.py $(ENGINE)/connectors/lakehouse.py \
+	$(ENGINE)/connectors/partitions.py \
 	$(ENGINE)/connectors/iceberg.py $(ENGINE)/connectors/table_source.py $(ENGINE)/verify.py \
 	$(ENGINE)/state_io $(ENGINE)/stability.py $(ENGINE)/state/columnar.py \
 	$(ENGINE)/state/key_index.py $(ENGINE)/runtime

@@ -99,13 +99,16 @@ def ss_sustained(spark, query, *, keys: int, int_keys: bool, rows_per_batch: int
                       measure=measure, timeout_s=timeout_s)
 
 
-def ss_measure(df, output_mode: str, *, warmup: int, measure: int, timeout_s: float) -> dict:
-    """Run the streaming ``df`` into a noop sink until ``warmup + measure`` batches ended;
-    rows/s over the measured batches (rows / summed triggerExecution)."""
+def ss_measure(df, output_mode: str, *, warmup: int, measure: int, timeout_s: float,
+               sink=None) -> dict:
+    """Run the streaming ``df`` into a noop sink (or the one ``sink(writer)`` configures)
+    until ``warmup + measure`` batches ended; rows/s over the measured batches (rows / summed
+    triggerExecution)."""
     chk = tempfile.mkdtemp(prefix="ss-chk-")
     try:
-        q = (df.writeStream.outputMode(output_mode).format("noop")
-             .option("checkpointLocation", chk)
+        writer = df.writeStream.outputMode(output_mode)
+        writer = writer.format("noop") if sink is None else sink(writer)
+        q = (writer.option("checkpointLocation", chk)
              .trigger(processingTime=f"{TRIGGER_MS} milliseconds").start())
         deadline = time.monotonic() + timeout_s
         try:

@@ -7,8 +7,8 @@ returns the query's output stream. The semantics are those of nexmark-flink's SQ
 updates (the running result of each key a batch touched), as Flink's and Structured
 Streaming's update mode do: a key's last row is its result.
 
-``MISSING``: the queries our operators cannot express yet, with the operator they need. The
-join queries (q3, q4, q6, q8, q9, q13, q20) are in :mod:`.join_queries`.
+``MISSING``: the queries our operators cannot express yet, with the operator they need (none
+since q10 got its partitioned file sink: ``SINK_OPTIONS``). The join queries (q3, q4, q6, q8, q9, q13, q20) are in :mod:`.join_queries`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .join_queries import JOIN_PER_RECORD, JOIN_QUERIES
 
 BID_COLUMNS = ("auction", "bidder", "price", "channel", "url", "date_time", "extra")
 HOT = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
+_CALC = ["auction", "bidder", "price", "date_time", "extra"]
 DAY_MS = 86_400_000
 
 
@@ -100,6 +101,26 @@ def _q14(batch):
 
 def q14(events, p):
     return events.map_batches(_q14, name="q14: calculation")
+
+
+def _q10(batch):
+    """The bid columns and ``dt``/``hm``: ``yyyy-MM-dd`` and ``HH:mm`` of ``date_time``, as
+    nexmark-flink's q10 (``DATE_FORMAT(dateTime, 'HH:mm')``; the sink escapes the ``:``)."""
+    b = bids(batch).select(_CALC)
+    ts = b.column("date_time")
+    if ts.null_count:
+        dt, hm = pc.strftime(ts, "%Y-%m-%d"), pc.strftime(ts, "%H:%M")
+    else:  # formatted once per distinct minute (a batch spans a few), then taken per row
+        minutes, row_minute = np.unique(_ms(ts) // 60_000, return_inverse=True)
+        when = pa.array(minutes * 60_000, pa.int64()).cast(pa.timestamp("ms"))
+        dt = pc.take(pc.strftime(when, "%Y-%m-%d"), row_minute)
+        hm = pc.take(pc.strftime(when, "%H:%M"), row_minute)
+    return b.append_column("dt", dt).append_column("hm", hm)
+
+
+def q10(events, p):
+    """Every bid into a file sink partitioned by ``dt`` and ``hm``: :data:`SINK_OPTIONS`."""
+    return events.map_batches(_q10, name="q10: dt/hm")
 
 
 def _q21(batch):
@@ -380,7 +401,6 @@ def q19(events, p):
 
 
 _ALL = list(BID_COLUMNS)
-_CALC = ["auction", "bidder", "price", "date_time", "extra"]
 _URL = ["auction", "bidder", "price", "channel", "url"]
 #: the event columns each query reads (FileSource(columns=...): projection pushdown);
 #: every query keeps event_type (the bid filter) and date_time (event time, watermarks)
@@ -388,13 +408,14 @@ COLUMNS: dict[str, list[str]] = {q: ["event_type", "date_time", *(c for c in col
                                                                   if c != "date_time")]
                                  for q, cols in {
     "q0": _ALL, "q1": _CALC, "q2": ["auction", "price"], "q5": ["auction"], "q7": _CALC,
+    "q10": _CALC,
     "q11": ["bidder"], "q12": ["bidder"], "q14": _CALC,
     "q15": ["bidder", "auction", "price"], "q16": ["channel", "bidder", "auction", "price"],
     "q17": ["auction", "price"], "q18": _ALL, "q19": _ALL, "q21": _URL, "q22": _URL}.items()}
 
 QUERIES: dict[str, Callable] = {
-    "q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7, "q11": q11, "q12": q12, "q14": q14,
-    "q15": q15, "q16": q16, "q17": q17, "q18": q18, "q19": q19, "q21": q21, "q22": q22,
+    "q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7, "q10": q10, "q11": q11, "q12": q12,
+    "q14": q14, "q15": q15, "q16": q16, "q17": q17, "q18": q18, "q19": q19, "q21": q21, "q22": q22,
     **JOIN_QUERIES,
 }
 
@@ -403,6 +424,8 @@ PER_RECORD = {"q5": "the max per window (stage 2, after a vectorized sliding cou
               "q7": "the reduce per window (after a vectorized per-batch combiner)",
               "q18": "keyed reduce", **JOIN_PER_RECORD}
 
-MISSING = {
-    "q10": "a file sink partitioned by column values (day/hour directories)",
-}
+#: the queries whose output is the point (not discarded in the benchmark): FileSink options
+#: (run.py writes them under a temporary directory per run; the tests read them back)
+SINK_OPTIONS: dict[str, dict] = {"q10": {"partition_by": ["dt", "hm"]}}
+
+MISSING: dict[str, str] = {}

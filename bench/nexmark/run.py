@@ -12,7 +12,8 @@ on the same generated events, interleaved query by query.
   Parquet format); generated once into ``--data-dir``. Each run reads the first K files, K
   sized from the rate measured so far so that the run lasts about ``--target-s``.
 * Every engine runs at parallelism 1 (one task slot: "per core"), exactly-once checkpoints.
-  Ours: ``FileSource`` (Parquet) -> the query of queries.py -> ``DiscardSink``, local runner,
+  Ours: ``FileSource`` (Parquet) -> the query of queries.py -> ``DiscardSink`` (q10: its
+  partitioned ``FileSink``, queries.SINK_OPTIONS, in the run's temporary directory), local runner,
   checkpoints every ``--intervals`` s, heap or RocksDB backend; rate = events / (wall time
   - start-up), the final checkpoint and teardown included. Flink: flink_sql.py under
   ``--flink-python`` (blackhole sink, hashmap or RocksDB, nexmark-flink's mini-batch
@@ -168,6 +169,7 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
     from airflow_checkpoint_provider.engine import (
         CheckpointConfig,
         DiscardSink,
+        FileSink,
         FileSource,
         Pipeline,
         RestartStrategy,
@@ -194,7 +196,10 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
         if fail_at:
             os.makedirs(marks)
             src = src.map_batches(FailOnce(marks, int(events * fail_at)), name="fail once")
-        queries.QUERIES[query](src, 1).sink(DiscardSink(), uid="out")
+        sink_opts = queries.SINK_OPTIONS.get(query)  # q10: real files, deleted with root
+        queries.QUERIES[query](src, 1).sink(
+            DiscardSink() if sink_opts is None else FileSink(os.path.join(root, "out"),
+                                                             **sink_opts), uid="out")
         opts: dict = {}
         session_s = None
         if runner == "spark":  # the session (JVM) starts before the clock, as Flink's does
@@ -230,18 +235,21 @@ def ss_child(query: str, path: str, files_per_trigger: int, timeout_s: float) ->
     from structured_streaming import SS_CONF, ss_measure
 
     from airflow_checkpoint_provider.engine.runners.spark import session_for
-    from bench.nexmark.ss import SS_SELF_JOINS, ss_query
+    from bench.nexmark.ss import SS_SELF_JOINS, ss_query, ss_sink
 
     files = len(os.listdir(path))
     spark = session_for("local[1]", "nexmark-ss",
                         extra_conf={**SS_CONF, "spark.sql.shuffle.partitions": "1",
                                     "spark.sql.session.timeZone": "UTC"})
+    out = tempfile.mkdtemp(prefix="nexmark-ss-out-")
     try:
         df, mode = ss_query(spark, query, path, files_per_trigger)
         batches = max(1, files // files_per_trigger - 1)
-        r = ss_measure(df, mode, warmup=1, measure=batches, timeout_s=timeout_s)
+        r = ss_measure(df, mode, warmup=1, measure=batches, timeout_s=timeout_s,
+                       sink=ss_sink(query, out))
     finally:
         spark.stop()
+        shutil.rmtree(out, ignore_errors=True)
     # a self-join reads the events twice: SS counts each input row once per side
     sides = 2 if query in SS_SELF_JOINS else 1
     return {**r, "rate": r["sustained_records_per_s"] / sides, "sides": sides,

@@ -1,5 +1,8 @@
 """Spark Structured Streaming on the Nexmark Parquet files: the queries SS can express.
 
+q10 writes CSV files partitioned by ``dt`` and ``hm`` (:func:`ss_sink`); the others run into
+the noop sink.
+
 Joins: q3 and q20 are inner stream-stream joins, which SS runs without watermarks (both
 sides kept in state, as Flink's regular join); q13 is a stream-static join with the bounded
 side input. q8 (two windowed GROUP BYs joined) needs a join after aggregations, which SS
@@ -16,10 +19,19 @@ from __future__ import annotations
 
 from .generator import SCHEMA
 
-STATELESS = ("q0", "q1", "q2", "q14", "q21", "q22")
+STATELESS = ("q0", "q1", "q2", "q10", "q14", "q21", "q22")
 #: joins of the event stream with itself: SS counts each input row once per side
 SS_SELF_JOINS = ("q3", "q20")
 SS_QUERIES = (*STATELESS, "q11", "q17", "q3", "q13", "q20")
+
+
+def ss_sink(query: str, directory: str):
+    """How ``query``'s DataStreamWriter writes (for ss_measure): q10 into CSV files under
+    ``directory`` partitioned by ``dt`` and ``hm`` (SS's file sink: exactly once through its
+    ``_spark_metadata`` log); the other queries into the noop sink (``None``)."""
+    if query != "q10":
+        return None
+    return lambda w: w.format("csv").option("path", directory).partitionBy("dt", "hm")
 
 
 def spark_schema():
@@ -47,6 +59,10 @@ def ss_query(spark, query: str, path: str, files_per_trigger: int):
         return bid.select("auction", "bidder", price_eur, "date_time", "extra"), "append"
     if query == "q2":
         return bid.where(F.col("auction") % 123 == 0).select("auction", "price"), "append"
+    if query == "q10":  # written by ss_sink: CSV files partitioned by dt and hm
+        return bid.select("auction", "bidder", "price", "date_time", "extra",
+                          F.date_format("date_time", "yyyy-MM-dd").alias("dt"),
+                          F.date_format("date_time", "HH:mm").alias("hm")), "append"
     if query == "q14":
         hour = F.hour("date_time")
         kind = (F.when((hour >= 8) & (hour <= 18), "dayTime")

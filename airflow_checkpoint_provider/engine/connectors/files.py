@@ -12,6 +12,16 @@ earlier attempts are deleted (abort). Readers see only ``part-*`` files: committ
 A restored transaction (untrusted: it comes from a snapshot) must name this sink's uid, one
 job (this one, or the job whose snapshot is restored), and a final name that is exactly the
 one its staged file's name gives: a snapshot cannot rename anything onto another job's files.
+
+Partitioned (``partition_by``): each record goes to the Hive-style directory of its partition
+values (``<directory>/dt=2026-11-25/hm=10-00/part-...``, built in :mod:`.partitions`). A
+subtask stages one file per partition it sees in an epoch (same naming scheme; the part file
+names the same uid, job, checkpoint and subtask, in the partition's directory), at most
+``max_open_writers`` of them open at once: beyond that the least recently used one is flushed
+and closed (its staged file stays; it is reopened for appending if its partition comes back in
+the same epoch). The barrier pre-commits every staged file of the epoch and the checkpoint's
+completion publishes them all; a transaction carries its partition, checked against the
+sink's partition columns on restore.
 """
 
 from __future__ import annotations
@@ -21,10 +31,13 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO
 
 import msgspec
 
+from ..errors import ConfigurationError
 from ..sink_names import (
     RestoredTransactions,
     SinkName,
@@ -40,6 +53,13 @@ from ..sink_names import (
 from ..snapshot.handles import SinkTransaction
 from ..snapshot.paths import corrupt
 from .base import Sink, SinkWriter, SourceContext, dataset_for_location
+from .partitions import (
+    check_columns,
+    group_by_partition,
+    parse_partition_path,
+    read_partition_dir,
+    without,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,20 +67,42 @@ STAGING = "_staging"
 STAGED_EXT = ".inprogress"
 
 
+DEFAULT_MAX_OPEN_WRITERS = 100
+
+
 class FileSink(Sink):
     """Write records as JSON lines with exactly-once semantics.
 
     :param directory: output directory (created if missing).
+    :param partition_by: partition columns: each record is written under
+        ``<directory>/<col>=<value>/...`` (Hive-style; values escaped as Hive does, ``None``
+        and ``""`` in ``__HIVE_DEFAULT_PARTITION__``; see :mod:`.partitions`). A record
+        without one of the columns fails the job (:class:`~..errors.BadRecordError`).
+    :param keep_partition_columns: keep the partition columns in the written rows too (by
+        default they are removed, as Hive, Spark and Flink do: the directory holds them;
+        :func:`read_committed` adds them back, as strings).
+    :param max_open_writers: partition files one subtask keeps open at once; when a record
+        needs another, the least recently used is flushed and closed (still staged, reopened
+        for appending if needed: at most one file per subtask, partition and checkpoint).
     """
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, *, partition_by: Sequence[str] | None = None,
+                 keep_partition_columns: bool = False,
+                 max_open_writers: int = DEFAULT_MAX_OPEN_WRITERS) -> None:
         self.directory = os.path.abspath(directory)
+        self.partition_by = check_columns(partition_by)
+        self.keep_partition_columns = bool(keep_partition_columns)
+        if isinstance(max_open_writers, bool) or not isinstance(max_open_writers, int) or \
+                max_open_writers < 1:
+            raise ConfigurationError(f"max_open_writers must be a positive integer, not "
+                                     f"{max_open_writers!r}")
+        self.max_open_writers = max_open_writers
 
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
-        return _FileSinkWriter(self.directory, ctx)
+        return _FileSinkWriter(self, ctx)
 
     def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
-        check_transactions(transactions, location=location)
+        check_transactions(transactions, location=location, columns=self.partition_by)
 
     def discard_committed_after(self, operator_uid: str, job_id: str, checkpoint_id: int) -> list[str]:
         """Delete the part files that job ``job_id`` committed for checkpoints after
@@ -69,14 +111,19 @@ class FileSink(Sink):
         if not os.path.isdir(self.directory):
             return []
         doomed = []
-        for name in sorted(os.listdir(self.directory)):
-            p = parse_part_file_name(name)  # the old encoding is ambiguous: never deleted
-            if (p is not None and p.operator_uid == operator_uid and p.job_id == job_id
-                    and p.checkpoint_id is not None and p.checkpoint_id > checkpoint_id):
-                os.remove(os.path.join(self.directory, name))
-                doomed.append(name)
+        for part in partition_dirs(self.directory, self.partition_by):
+            where = os.path.join(self.directory, part)
+            gone = []
+            for name in sorted(os.listdir(where)):
+                p = parse_part_file_name(name)  # the old encoding is ambiguous: never deleted
+                if (p is not None and p.operator_uid == operator_uid and p.job_id == job_id
+                        and p.checkpoint_id is not None and p.checkpoint_id > checkpoint_id):
+                    os.remove(os.path.join(where, name))
+                    gone.append(f"{part}/{name}" if part else name)
+            if gone:
+                _fsync_dir(where)
+            doomed += gone
         if doomed:
-            _fsync_dir(self.directory)
             log.warning("File sink %r: discarded %d part files committed after checkpoint %d of "
                         "job %s (they are written again from checkpoint %d)", operator_uid,
                         len(doomed), checkpoint_id, job_id, checkpoint_id)
@@ -115,17 +162,43 @@ def _staged_of(name: str, operator_uid: str, job_id: str) -> SinkName | None:
     return p
 
 
-def check_transactions(transactions: list[object], *, location: str) -> list[SinkTransaction]:
+def partition_dirs(directory: str, columns: Sequence[str]) -> Iterator[str]:
+    """The relative paths of the partition directories under ``directory`` (``""`` itself
+    when unpartitioned): those whose names parse as the partition columns, in order."""
+    if not columns:
+        yield ""
+        return
+    level = [""]
+    for col in columns:
+        nxt = []
+        for rel in level:
+            for name in sorted(os.listdir(os.path.join(directory, rel) if rel else directory)):
+                got = read_partition_dir(name)
+                if got is not None and got[0] == col and \
+                        os.path.isdir(os.path.join(directory, rel, name)):
+                    nxt.append(f"{rel}/{name}" if rel else name)
+        level = nxt
+    yield from level
+
+
+def check_transactions(transactions: list[object], *, location: str,
+                       columns: Sequence[str] = ()) -> list[SinkTransaction]:
     """Decode transactions (restored ones come from a snapshot: untrusted): both names must
     be bare file names, ``staging`` a staged ``.inprogress`` file and ``final`` a ``part-``
-    file, so a commit only renames inside the sink's directory; in this encoding both must
-    name the same uid, job, subtask and checkpoint. Anything else is a
+    file, and ``partition`` a partition directory of exactly ``columns`` (``""`` when
+    unpartitioned), so a commit only renames inside the sink's directory; in this encoding
+    both must name the same uid, job, subtask and checkpoint. Anything else is a
     :class:`~..errors.CorruptCheckpointError` naming the field and ``location``. (Old-encoding
     names are attributed by the writer, which knows its uid.)"""
     out, owners = [], set()
     for i, raw in enumerate(transactions):
         txn = raw if isinstance(raw, SinkTransaction) else SinkTransaction.from_dict(
             raw, location=location, field=f"transactions[{i}]")
+        if parse_partition_path(txn.partition, columns) is None:
+            raise corrupt(location, f"transactions[{i}].partition",
+                          f"{txn.partition!r} is not a partition directory of the sink's "
+                          f"partition_by {list(columns)} (restore with the partition_by the "
+                          "snapshot was written with)")
         if not txn.staging.endswith(STAGED_EXT):
             raise corrupt(location, f"transactions[{i}].staging",
                           f"must name a staged .inprogress file, not {txn.staging!r}")
@@ -192,65 +265,122 @@ def _rename_no_replace(src: str, dst: str) -> bool:
     return True
 
 
+class _Staged:
+    """One partition's staged file of the open epoch (``file`` is ``None`` once rolled)."""
+
+    __slots__ = ("file", "name", "partition", "token", "written")
+
+    def __init__(self, partition: str, token: str, name: str) -> None:
+        self.partition, self.token, self.name = partition, token, name
+        self.file: BinaryIO | None = None
+        self.written = False
+
+
+def _encode(records: list[dict]) -> bytes:
+    """One compact JSON object per line, UTF-8. Encoded by msgspec (C, ~40x faster than
+    ``json.dumps`` per record); a batch msgspec cannot encode (e.g. a dict key that is not a
+    string or an integer) goes through ``json.dumps``. NaN and infinities are written as
+    ``null`` by msgspec (``json.dumps`` wrote the non-standard ``NaN``)."""
+    try:
+        return _JSON.encode_lines(records)
+    except (TypeError, msgspec.EncodeError, OverflowError):
+        return "".join(json.dumps(r, separators=(",", ":")) + "\n"
+                       for r in records).encode("utf-8")
+
+
 class _FileSinkWriter(SinkWriter):
-    def __init__(self, directory: str, ctx: SourceContext) -> None:
+    def __init__(self, sink: FileSink, ctx: SourceContext) -> None:
+        directory = sink.directory
         self.dir = directory
         self.staging_dir = os.path.join(directory, STAGING)
         os.makedirs(self.staging_dir, exist_ok=True)
         self.ctx = ctx
+        self.columns = sink.partition_by
+        self.keep_columns = sink.keep_partition_columns
+        self.max_open = sink.max_open_writers
         self.sink_name = f"file sink {ctx.operator_uid!r} ({directory})"
         # the full job id: two jobs whose ids share a prefix must never share file names
         self.prefix = staged_prefix(ctx.operator_uid, ctx.job_id)
-        self._file = None
-        self._name: str | None = None
-        self._token = ""
+        #: the epoch's staged files by partition path, least recently written first
+        self._staged: OrderedDict[str, _Staged] = OrderedDict()
+        self._open = 0
+        self._paths: dict[tuple, str] = {}  # partition values (typed) -> partition path
+        self.rolled = 0  # files closed early to stay within max_open (a metric for tests)
 
-    def _open(self) -> None:
-        self._token = uuid.uuid4().hex[:8]
-        self._name = staged_file_name(self.ctx.operator_uid, self.ctx.job_id, self.ctx.attempt,
-                                      self.ctx.subtask_index, self._token, STAGED_EXT)
-        own(self._name, parse_staged_file_name(self._name), sink=self.sink_name)
-        self._file = open(os.path.join(self.staging_dir, self._name), "wb")
+    def _file_for(self, partition: str):
+        st = self._staged.get(partition)
+        if st is None:
+            token = uuid.uuid4().hex[:16]
+            name = staged_file_name(self.ctx.operator_uid, self.ctx.job_id, self.ctx.attempt,
+                                    self.ctx.subtask_index, token, STAGED_EXT)
+            own(name, parse_staged_file_name(name), sink=self.sink_name)
+            st = self._staged[partition] = _Staged(partition, token, name)
+        else:
+            self._staged.move_to_end(partition)
+        if st.file is None:
+            if self._open >= self.max_open:
+                self._roll_least_recent()
+            # "x": a new file never replaces another; "a": a rolled file is continued
+            mode = "ab" if st.written else "xb"
+            st.file = open(os.path.join(self.staging_dir, st.name), mode)
+            st.written = True
+            self._open += 1
+        return st.file
+
+    def _roll_least_recent(self) -> None:
+        """Flush, fsync and close the least recently written open file (it stays staged)."""
+        for st in self._staged.values():
+            if st.file is not None:
+                _close_durably(st.file)
+                st.file = None
+                self._open -= 1
+                self.rolled += 1
+                log.debug("%s: rolled the staged file of partition %r (max_open_writers=%d)",
+                          self.sink_name, st.partition, self.max_open)
+                return
 
     def write(self, records: list[dict]) -> None:
-        """One compact JSON object per line, UTF-8. Encoded by msgspec (C, ~40x faster than
-        ``json.dumps`` per record); a batch msgspec cannot encode (e.g. a dict key that is
-        not a string or an integer) goes through ``json.dumps``. NaN and infinities are
-        written as ``null`` by msgspec (``json.dumps`` wrote the non-standard ``NaN``)."""
-        if self._file is None:
-            self._open()
-        try:
-            data = _JSON.encode_lines(records)
-        except (TypeError, msgspec.EncodeError, OverflowError):
-            data = "".join(json.dumps(r, separators=(",", ":")) + "\n"
-                           for r in records).encode("utf-8")
-        self._file.write(data)
+        if not self.columns:
+            self._file_for("").write(_encode(records))
+            return
+        groups = group_by_partition(records, self.columns, self._paths, where=self.sink_name)
+        for path, rows in groups.items():
+            if not self.keep_columns:
+                rows = without(rows, self.columns)
+            self._file_for(path).write(_encode(rows))
 
     def pre_commit(self, checkpoint_id: int) -> list[object]:
-        """1. flush, fsync and close the epoch's file; 2. rename it to carry the checkpoint
-        id (the final name is derived from it, so a transaction cannot point elsewhere);
-        3. fsync the staging directory (the rename must survive a crash)."""
-        if self._file is None:
+        """Per staged file of the epoch: 1. flush, fsync and close it; 2. rename it to carry
+        the checkpoint id (the final name is derived from it, so a transaction cannot point
+        elsewhere); then 3. fsync the staging directory (the renames must survive a crash)."""
+        if not self._staged:
             return []
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
         c = self.ctx
-        staged = staged_file_name(c.operator_uid, c.job_id, c.attempt, c.subtask_index,
-                                  self._token, STAGED_EXT, checkpoint_id)
-        final = final_name(c.operator_uid, c.job_id, checkpoint_id, c.subtask_index)
-        _check_pair(own(staged, parse_staged_file_name(staged), sink=self.sink_name),
-                    own(final, parse_part_file_name(final), sink=self.sink_name),
-                    self.sink_name, 0)
-        os.rename(os.path.join(self.staging_dir, self._name),
-                  os.path.join(self.staging_dir, staged))
+        out: list[object] = []
+        for st in self._staged.values():
+            if st.file is not None:
+                _close_durably(st.file)
+                st.file = None
+            staged = staged_file_name(c.operator_uid, c.job_id, c.attempt, c.subtask_index,
+                                      st.token, STAGED_EXT, checkpoint_id)
+            final = final_name(c.operator_uid, c.job_id, checkpoint_id, c.subtask_index)
+            _check_pair(own(staged, parse_staged_file_name(staged), sink=self.sink_name),
+                        own(final, parse_part_file_name(final), sink=self.sink_name),
+                        self.sink_name, 0)
+            os.rename(os.path.join(self.staging_dir, st.name),
+                      os.path.join(self.staging_dir, staged))
+            txn: dict = {"staging": staged, "final": final}
+            if st.partition:
+                txn["partition"] = st.partition
+            out.append(txn)
         _fsync_dir(self.staging_dir)
-        self._file, self._name = None, None
-        return [{"staging": staged, "final": final}]
+        self._staged.clear()
+        self._open = 0
+        return out
 
     def _transactions(self, transactions: list[object]) -> list[SinkTransaction]:
         where = f"(file sink {self.ctx.operator_uid!r} transactions for {self.dir})"
-        return check_transactions(transactions, location=where)
+        return check_transactions(transactions, location=where, columns=self.columns)
 
     def _check_restored(self, txns: list[SinkTransaction]) -> None:
         """Every restored transaction names this sink's uid and one job, in both names."""
@@ -274,9 +404,15 @@ class _FileSinkWriter(SinkWriter):
                 _check_pair(staged, final, where, i)
 
     def commit(self, transactions: list[object]) -> None:
+        touched = {self.dir}
         for txn in self._transactions(transactions):
             src = os.path.join(self.staging_dir, txn.staging)
-            dst = os.path.join(self.dir, txn.final)
+            where = self.dir
+            if txn.partition:  # checked: col=value/... of this sink's columns
+                where = os.path.join(self.dir, txn.partition)
+                os.makedirs(where, exist_ok=True)
+                touched.update(_ancestors(self.dir, txn.partition))
+            dst = os.path.join(where, txn.final)
             try:
                 moved = _rename_no_replace(src, dst)
             except FileNotFoundError:
@@ -289,10 +425,11 @@ class _FileSinkWriter(SinkWriter):
             if not moved:
                 raise RuntimeError(
                     f"file sink {self.ctx.operator_uid!r}: committing {txn.staging} would "
-                    f"replace the existing part file {txn.final} in {self.dir}; refusing (a "
+                    f"replace the existing part file {txn.final} in {where}; refusing (a "
                     "committed file is never overwritten)")
         if transactions:
-            _fsync_dir(self.dir)
+            for d in sorted(touched, key=len, reverse=True):  # new directories, then parents
+                _fsync_dir(d)
 
     def recover(self, transactions: list[object]) -> None:
         # Every subtask receives every restored transaction; subtask 0 commits and aborts.
@@ -311,16 +448,42 @@ class _FileSinkWriter(SinkWriter):
                 log.debug("aborted staged transaction %s", name)
 
     def close(self) -> None:
-        if self._file is not None:
-            # Records after the last checkpoint are not part of any transaction to commit.
-            self._file.close()
-            self._file = None
+        # Records after the last checkpoint are not part of any transaction to commit.
+        for st in self._staged.values():
+            if st.file is not None:
+                st.file.close()
+                st.file = None
+        self._open = 0
+
+
+def _close_durably(f) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+    f.close()
+
+
+def _ancestors(root: str, partition: str) -> list[str]:
+    """The directories of ``partition`` under ``root``: ``root/a=1``, ``root/a=1/b=2``."""
+    parts = partition.split("/")
+    return [os.path.join(root, *parts[:k]) for k in range(1, len(parts) + 1)]
 
 
 def read_committed(directory: str) -> Iterator[dict]:
-    """Yield every committed record of a :class:`FileSink` directory."""
+    """Yield every committed record of a :class:`FileSink` directory, partitioned or not:
+    a partitioned sink's records get their partition columns back from the directory names
+    (as strings; ``None`` for the default partition) unless the rows kept them."""
+    yield from _read_dir(directory, {})
+
+
+def _read_dir(directory: str, values: dict) -> Iterator[dict]:
     for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
         if name.startswith("part-"):
-            with open(os.path.join(directory, name), encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 for line in f:
-                    yield json.loads(line)
+                    record = json.loads(line)
+                    for col, value in values.items():
+                        record.setdefault(col, value)
+                    yield record
+        elif (got := read_partition_dir(name)) is not None and os.path.isdir(path):
+            yield from _read_dir(path, {**values, got[0]: got[1]})

@@ -319,16 +319,28 @@ class SnapshotMetadata:
 @dataclass(frozen=True)
 class SinkTransaction:
     """A pre-committed :class:`~..connectors.files.FileSink` file: ``staging`` (a name in
-    ``<directory>/_staging``) becomes ``final`` (a name in ``<directory>``) on commit."""
+    ``<directory>/_staging``) becomes ``final`` (a name in ``<directory>/<partition>``) on
+    commit. ``partition``: the partition directory (``col=value/...``) of a partitioned
+    sink, ``""`` otherwise (and in snapshots written before partitioning: they restore). It
+    is checked against the sink's partition columns by the sink."""
 
     staging: str
     final: str
+    partition: str = ""
 
     @classmethod
     def from_dict(cls, d: object, *, location: str, field: str = "transaction") -> SinkTransaction:
         d = mapping(d, field=field, location=location)
+        partition = d.get("partition", "")
+        if partition != "":
+            partition = safe_relative_path(partition, field=f"{field}.partition",
+                                           location=location)
         return cls(safe_name(d.get("staging"), field=f"{field}.staging", location=location),
-                   safe_name(d.get("final"), field=f"{field}.final", location=location))
+                   safe_name(d.get("final"), field=f"{field}.final", location=location),
+                   partition)
 
     def to_dict(self) -> dict:
-        return {"staging": self.staging, "final": self.final}
+        d = {"staging": self.staging, "final": self.final}
+        if self.partition:
+            d["partition"] = self.partition
+        return d
