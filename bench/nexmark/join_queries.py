@@ -25,6 +25,7 @@ the list (which made long lists quadratic, on RocksDB a decode and encode of it 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -37,6 +38,7 @@ from airflow_checkpoint_provider.engine import (
     ProcessJoinFunction,
     TumblingWindows,
 )
+from airflow_checkpoint_provider.engine.state.descriptors import EntryMapStateDescriptor
 
 from .generator import AUCTION, BID, PERSON
 
@@ -185,7 +187,11 @@ class WinningBid(KeyedCoProcessFunction):
     def open(self, ctx):
         self.auction = ctx.value_state("auction", None)  # WIN_AUCTION values; 0 once closed
         self.best = ctx.value_state("best", None)  # [price, date_time, bidder, extra]
-        self.early = ctx.list_state("early")  # bids before their auction
+        # bids before their auction, one entry each (RocksDB: a row per bid, not a list
+        # rewritten per bid: most bids of a batch come before the auctions of that batch,
+        # up to ~800 for a hot auction); keyed by (attempt, arrival) to keep their order
+        self.early = ctx.get_state(EntryMapStateDescriptor("early"))
+        self._arrival = (time.time_ns(), 0)
 
     @staticmethod
     def _better(bid, best) -> bool:
@@ -195,11 +201,11 @@ class WinningBid(KeyedCoProcessFunction):
         row = [a[c] for c in WIN_AUCTION]
         self.auction.update(row)
         ctx.timer_service.register_event_time_timer(a["expires"])
-        early = self.early.get()
+        early = self.early.items()
         if early:
             self.early.clear()
             best = None
-            for b in early:
+            for _, b in sorted(early):  # in arrival order: the first of equal bids wins
                 if a["date_time"] <= b[1] <= a["expires"] and self._better(b, best):
                     best = b
             if best is not None:
@@ -209,15 +215,21 @@ class WinningBid(KeyedCoProcessFunction):
         a = self.auction.value()
         bid = [b["price"], b["date_time"], b["bidder"], b["extra"]]
         if a is None:  # its auction is still to come: wait until the watermark passes it
-            self.early.add(bid)
+            epoch, n = self._arrival
+            self._arrival = (epoch, n + 1)
+            self.early.put((epoch, n), bid)
             ctx.timer_service.register_event_time_timer(b["date_time"] + 1)
         elif a and a[5] <= bid[1] <= a[6] and self._better(bid, self.best.value()):
             self.best.update(bid)
 
     def on_timer(self, timestamp, ctx):
         a = self.auction.value()
-        if not a or a[6] != timestamp:  # early bids whose auction never came in time
-            self.early.update([b for b in self.early.get() if b[1] + 1 > timestamp])
+        if a is None:  # early bids whose auction never came in time (once it came: none)
+            for k, b in list(self.early.items()):
+                if b[1] + 1 <= timestamp:
+                    self.early.remove(k)
+            return None
+        if not a or a[6] != timestamp:
             return None
         best = self.best.value()
         self.auction.update(0)  # closed: later bids match nothing
