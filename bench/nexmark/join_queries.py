@@ -140,12 +140,16 @@ class Q20Join(KeyedCoProcessFunction):
 
     def open(self, ctx):
         self.auction = ctx.value_state("auction", None)
-        self.waiting = ctx.list_state("waiting")  # bids before their auction
+        # bids before their auction: an entry each, keyed by arrival (as WinningBid's early)
+        self.waiting = ctx.get_state(EntryMapStateDescriptor("waiting"))
+        self._arrival = (time.time_ns(), 0)
 
     def process_element1(self, b, ctx):
         a = self.auction.value()
         if a is None:
-            self.waiting.add(b)
+            epoch, n = self._arrival
+            self._arrival = (epoch, n + 1)
+            self.waiting.put((epoch, n), b)
             return None
         return {**b, **dict(zip(AUCTION_OUT, a, strict=True))} if a else None
 
@@ -157,11 +161,11 @@ class Q20Join(KeyedCoProcessFunction):
         row = [a["item_name"], a["description"], a["initial_bid"], a["reserve"],
                a["date_time"], a["expires"], a["seller"], a["category"], a["extra"]]
         self.auction.update(row)
-        waiting = self.waiting.get()
+        waiting = self.waiting.items()
         if not waiting:
             return None
         self.waiting.clear()
-        return [{**b, **dict(zip(AUCTION_OUT, row, strict=True))} for b in waiting]
+        return [{**b, **dict(zip(AUCTION_OUT, row, strict=True))} for _, b in sorted(waiting)]
 
 
 def q20(events, p):
