@@ -421,7 +421,8 @@ class RocksListState(_RocksState):
         raw = self.backend.db.get(key)
         new = None if raw is None else _msgpack_append(raw, [packb(v) for v in values])
         if new is None:
-            new = packb([*(unpackb(raw) if raw is not None else ()), *values])
+            old: list = [] if raw is None else list(unpackb(raw))  # type: ignore[call-overload]
+            new = packb([*old, *values])
         self.backend.db.put(key, new)
 
     def update(self, values) -> None:
