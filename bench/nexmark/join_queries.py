@@ -1,7 +1,10 @@
 """The Nexmark join queries in our API: q3, q4, q6, q8, q9, q13, q20.
 
 Semantics are nexmark-flink's SQL (``queries/q*.sql``) except where said at the query. The
-joins are per record (Python), apart from q13 (a bounded side input, a vectorized lookup).
+joins are per record (Python), apart from q13 (a bounded side input, a vectorized lookup)
+and q8 (a vectorized window join). Rows that wait in state (bids before their auction,
+closes before the watermark) are appended to a list state: an append, not a rewrite of
+the list (which made long lists quadratic, on RocksDB a decode and encode of it per row).
 
 * q3, q20 are Flink's unbounded regular joins, written as a :class:`KeyedCoProcessFunction`
   keyed by the join key: the side that occurs once per key (the person, the auction) stays in
@@ -16,11 +19,13 @@ joins are per record (Python), apart from q13 (a bounded side input, a vectorize
   rejects); ours follows the original Nexmark: per seller, the average winning price of its
   last 10 closed auctions, one row per close, in (expires, auction id) order.
 * q8 is a tumbling window join (10 s) of persons and auctions on ``id = seller``, one row
-  per person and window with at least one auction (the SQL's GROUP BYs before the join).
+  per person and window with at least one auction (the SQL's GROUP BYs before the join):
+  the vectorized window join, then a distinct per output batch (:func:`_q8_new_users`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -33,6 +38,7 @@ from airflow_checkpoint_provider.engine import (
     ProcessJoinFunction,
     TumblingWindows,
 )
+from airflow_checkpoint_provider.engine.state.descriptors import EntryMapStateDescriptor
 
 from .generator import AUCTION, BID, PERSON
 
@@ -49,12 +55,14 @@ SIDE_INPUT_ROWS = 10_000
 
 
 def _view(batch: pa.RecordBatch, kind: int, columns) -> pa.RecordBatch:
-    """The rows of event type ``kind`` with ``columns`` (renamed), times as epoch ms."""
-    b = batch.filter(pc.equal(batch.column("event_type"), kind))
-    if isinstance(columns, dict):
-        names, new = list(columns), list(columns.values())
-    else:
-        names = new = list(columns)
+    """The rows of event type ``kind`` with ``columns`` (renamed; those the source read: see
+    :data:`JOIN_COLUMNS`), times as epoch ms."""
+    read = set(batch.schema.names)
+    if not isinstance(columns, dict):
+        columns = {c: c for c in columns}
+    names = [n for n in columns if n in read]
+    new = [columns[n] for n in names]
+    b = batch.select(["event_type", *names]).filter(pc.equal(batch.column("event_type"), kind))
     arrays = [b.column(n) for n in names]
     arrays = [pc.cast(a, pa.int64()) if pa.types.is_timestamp(a.type) else a for a in arrays]
     return pa.RecordBatch.from_arrays(arrays, names=new)
@@ -91,12 +99,12 @@ class Q3Join(KeyedCoProcessFunction):
 
     def open(self, ctx):
         self.person = ctx.value_state("person", None)  # [name, city, state] or 0
-        self.waiting = ctx.value_state("waiting", None)  # auction ids before their seller
+        self.waiting = ctx.list_state("waiting")  # auction ids before their seller
 
     def process_element1(self, a, ctx):
         p = self.person.value()
         if p is None:
-            self.waiting.update([*(self.waiting.value() or ()), a["id"]])
+            self.waiting.add(a["id"])
             return None
         if not p:
             return None
@@ -105,8 +113,8 @@ class Q3Join(KeyedCoProcessFunction):
     def process_element2(self, p, ctx):
         keep = p["state"] is not None
         self.person.update([p["name"], p["city"], p["state"]] if keep else 0)
-        waiting = self.waiting.value()
-        if waiting is None:
+        waiting = self.waiting.get()
+        if not waiting:
             return None
         self.waiting.clear()
         if not keep:
@@ -132,12 +140,16 @@ class Q20Join(KeyedCoProcessFunction):
 
     def open(self, ctx):
         self.auction = ctx.value_state("auction", None)
-        self.waiting = ctx.value_state("waiting", None)  # bids before their auction
+        # bids before their auction: an entry each, keyed by arrival (as WinningBid's early)
+        self.waiting = ctx.get_state(EntryMapStateDescriptor("waiting"))
+        self._arrival = (time.time_ns(), 0)
 
     def process_element1(self, b, ctx):
         a = self.auction.value()
         if a is None:
-            self.waiting.update([*(self.waiting.value() or ()), b])
+            epoch, n = self._arrival
+            self._arrival = (epoch, n + 1)
+            self.waiting.put((epoch, n), b)
             return None
         return {**b, **dict(zip(AUCTION_OUT, a, strict=True))} if a else None
 
@@ -149,11 +161,11 @@ class Q20Join(KeyedCoProcessFunction):
         row = [a["item_name"], a["description"], a["initial_bid"], a["reserve"],
                a["date_time"], a["expires"], a["seller"], a["category"], a["extra"]]
         self.auction.update(row)
-        waiting = self.waiting.value()
-        if waiting is None:
+        waiting = self.waiting.items()
+        if not waiting:
             return None
         self.waiting.clear()
-        return [{**b, **dict(zip(AUCTION_OUT, row, strict=True))} for b in waiting]
+        return [{**b, **dict(zip(AUCTION_OUT, row, strict=True))} for _, b in sorted(waiting)]
 
 
 def q20(events, p):
@@ -179,7 +191,11 @@ class WinningBid(KeyedCoProcessFunction):
     def open(self, ctx):
         self.auction = ctx.value_state("auction", None)  # WIN_AUCTION values; 0 once closed
         self.best = ctx.value_state("best", None)  # [price, date_time, bidder, extra]
-        self.early = ctx.value_state("early", None)  # bids before their auction
+        # bids before their auction, one entry each (RocksDB: a row per bid, not a list
+        # rewritten per bid: most bids of a batch come before the auctions of that batch,
+        # up to ~800 for a hot auction); keyed by (attempt, arrival) to keep their order
+        self.early = ctx.get_state(EntryMapStateDescriptor("early"))
+        self._arrival = (time.time_ns(), 0)
 
     @staticmethod
     def _better(bid, best) -> bool:
@@ -189,11 +205,11 @@ class WinningBid(KeyedCoProcessFunction):
         row = [a[c] for c in WIN_AUCTION]
         self.auction.update(row)
         ctx.timer_service.register_event_time_timer(a["expires"])
-        early = self.early.value()
-        if early is not None:
+        early = self.early.items()
+        if early:
             self.early.clear()
             best = None
-            for b in early:
+            for _, b in sorted(early):  # in arrival order: the first of equal bids wins
                 if a["date_time"] <= b[1] <= a["expires"] and self._better(b, best):
                     best = b
             if best is not None:
@@ -203,19 +219,21 @@ class WinningBid(KeyedCoProcessFunction):
         a = self.auction.value()
         bid = [b["price"], b["date_time"], b["bidder"], b["extra"]]
         if a is None:  # its auction is still to come: wait until the watermark passes it
-            self.early.update([*(self.early.value() or ()), bid])
+            epoch, n = self._arrival
+            self._arrival = (epoch, n + 1)
+            self.early.put((epoch, n), bid)
             ctx.timer_service.register_event_time_timer(b["date_time"] + 1)
         elif a and a[5] <= bid[1] <= a[6] and self._better(bid, self.best.value()):
             self.best.update(bid)
 
     def on_timer(self, timestamp, ctx):
         a = self.auction.value()
-        if not a or a[6] != timestamp:  # early bids whose auction never came in time
-            early = [b for b in self.early.value() or () if b[1] + 1 > timestamp]
-            if early:
-                self.early.update(early)
-            else:
-                self.early.clear()
+        if a is None:  # early bids whose auction never came in time (once it came: none)
+            for k, b in list(self.early.items()):
+                if b[1] + 1 <= timestamp:
+                    self.early.remove(k)
+            return None
+        if not a or a[6] != timestamp:
             return None
         best = self.best.value()
         self.auction.update(0)  # closed: later bids match nothing
@@ -253,21 +271,17 @@ class LastTenAverage(KeyedProcessFunction):
     (expires, auction id) order whatever subtask closed them."""
 
     def open(self, ctx):
-        self.pending = ctx.value_state("pending", None)
+        self.pending = ctx.list_state("pending")
         self.last = ctx.value_state("last", None)
 
     def process_element(self, r, ctx):
-        self.pending.update([*(self.pending.value() or ()), [r["expires"], r["id"], r["price"]]])
+        self.pending.add([r["expires"], r["id"], r["price"]])
         ctx.timer_service.register_event_time_timer(r["expires"])
 
     def on_timer(self, timestamp, ctx):
-        pending = sorted(self.pending.value() or ())
+        pending = sorted(self.pending.get())
         due = [c for c in pending if c[0] <= timestamp]
-        rest = pending[len(due):]
-        if rest:
-            self.pending.update(rest)
-        else:
-            self.pending.clear()
+        self.pending.update(pending[len(due):])
         last = list(self.last.value() or ())
         out = []
         for expires, auction, price in due:
@@ -284,6 +298,31 @@ def q6(events, p):
 
 
 # -- q8: monitor new users ------------------------------------------------------------------
+def _q8_new_users(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """One row per person and window of the vectorized window join's pairs (a pair per
+    auction). A (key, window) fires once, all its pairs in one output batch, so a distinct
+    per batch is exact (nothing to keep across batches); first occurrences, in order."""
+    ids = batch.column("id").to_numpy(zero_copy_only=False)
+    starts = batch.column("window_start").to_numpy(zero_copy_only=False)
+    order = np.lexsort((starts, ids))  # stable: a group's first row is its first occurrence
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (ids[order][1:] != ids[order][:-1]) | (starts[order][1:] != starts[order][:-1])
+    keep = pa.array(np.sort(order[first]))
+    return pa.RecordBatch.from_arrays(
+        [batch.column("id").take(keep), batch.column("name").take(keep),
+         batch.column("window_start").take(keep)], names=["id", "name", "starttime"])
+
+
+def q8(events, p):
+    return (events.map_batches(lambda b: persons(b).select(["id", "name", "date_time"]),
+                               name="q8: persons")
+            .join(events.map_batches(lambda b: auctions(b).select(["seller", "date_time"]),
+                                     name="q8: auctions"))
+            .where("id").equal_to("seller").window(TumblingWindows(10_000))
+            .apply(uid="q8-join", parallelism=p, vectorized=True)
+            .map_batches(_q8_new_users, name="q8: one row per person and window"))
+
+
 class NewUser(ProcessJoinFunction):
     """One row per person and window (the window join emits a pair per auction). The join
     emits all pairs of one key and window one after the other, in one firing, so the last
@@ -301,13 +340,14 @@ class NewUser(ProcessJoinFunction):
                 "starttime": ctx.timestamp + 1 - 10_000}
 
 
-def q8(events, p):
+def q8_rows(events, p):
+    """q8 on the per-record window join (the vectorized :func:`q8` is checked against it)."""
     return (events.map_batches(lambda b: persons(b).select(["id", "name", "date_time"]),
                                name="q8: persons")
             .join(events.map_batches(lambda b: auctions(b).select(["seller", "date_time"]),
                                      name="q8: auctions"))
             .where("id").equal_to("seller").window(TumblingWindows(10_000))
-            .apply(NewUser(), uid="q8-join", parallelism=p))
+            .apply(NewUser(), uid="q8-join-rows", parallelism=p))
 
 
 # -- q13: bounded side input join -------------------------------------------------------------
@@ -329,13 +369,25 @@ def q13(events, p):
     return events.map_batches(_q13, name="q13: side input join")
 
 
+_PERSON = ["person_id", "person_name", "person_city", "person_state"]
+_AUCTION = [c for c in AUCTION_COLUMNS if c not in ("date_time", "extra")]
+#: the event columns each join query reads (``FileSource(columns=...)``; merged into
+#: ``queries.COLUMNS``): the views take those the source read
+JOIN_COLUMNS: dict[str, list[str]] = {q: ["event_type", "date_time", *cols] for q, cols in {
+    "q3": [*_PERSON, "auction_id", "auction_seller", "auction_category"],
+    "q4": [*_AUCTION, "extra", "auction", "bidder", "price"],
+    "q6": [*_AUCTION, "extra", "auction", "bidder", "price"],
+    "q8": ["person_id", "person_name", "auction_seller"],
+    "q9": [*_AUCTION, "extra", "auction", "bidder", "price"],
+    "q13": ["auction", "bidder", "price"],
+    "q20": [*_AUCTION, "extra", "auction", "bidder", "price", "channel", "url"]}.items()}
+
 JOIN_QUERIES: dict[str, Callable] = {"q3": q3, "q4": q4, "q6": q6, "q8": q8, "q9": q9,
                                      "q13": q13, "q20": q20}
 JOIN_PER_RECORD = {
     "q3": "join (co-process, after vectorized filters)",
     "q4": "winning bid (co-process per bid), then a vectorized average",
     "q6": "winning bid (co-process per bid), then last 10 per seller",
-    "q8": "window join",
     "q9": "winning bid (co-process per bid)",
     "q20": "join (co-process per bid)",
 }

@@ -27,7 +27,7 @@ from airflow_checkpoint_provider.engine import (
 )
 
 from .generator import BID
-from .join_queries import JOIN_PER_RECORD, JOIN_QUERIES
+from .join_queries import JOIN_COLUMNS, JOIN_PER_RECORD, JOIN_QUERIES
 
 BID_COLUMNS = ("auction", "bidder", "price", "channel", "url", "date_time", "extra")
 HOT = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
@@ -412,6 +412,7 @@ COLUMNS: dict[str, list[str]] = {q: ["event_type", "date_time", *(c for c in col
     "q11": ["bidder"], "q12": ["bidder"], "q14": _CALC,
     "q15": ["bidder", "auction", "price"], "q16": ["channel", "bidder", "auction", "price"],
     "q17": ["auction", "price"], "q18": _ALL, "q19": _ALL, "q21": _URL, "q22": _URL}.items()}
+COLUMNS.update(JOIN_COLUMNS)
 
 QUERIES: dict[str, Callable] = {
     "q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7, "q10": q10, "q11": q11, "q12": q12,

@@ -7,11 +7,10 @@ emitted, so a restore at any parallelism rewinds exactly.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from airflow_checkpoint_provider.engine.connectors.base import Source, SourceContext, SplitReader
+from airflow_checkpoint_provider.engine.connectors.generator import StridedSplitReader
 
 from .generator import NexmarkConfig, NexmarkGenerator
 
@@ -42,32 +41,10 @@ class NexmarkSource(Source):
         return f"nexmark(seed={self.config.seed})"
 
 
-class _Reader(SplitReader):
+class _Reader(StridedSplitReader):
     def __init__(self, source: NexmarkSource, split: int, emitted: int) -> None:
-        self.s = source
-        self.split = split
-        self.emitted = emitted
-        self.gen = NexmarkGenerator(source.config)
-        self.started = time.monotonic()
-        self.emitted_at_start = emitted
-        self.rate = source.rate / source.num_splits if source.rate else None
+        self.gen = NexmarkGenerator(source.config)  # before the rate clock starts
+        super().__init__(split, source.num_splits, emitted, source.num_events, source.rate)
 
-    def read_batch(self, max_records: int):
-        s = self.s
-        n = max_records
-        if self.rate is not None:
-            allowed = int((time.monotonic() - self.started) * self.rate) + 1
-            n = min(n, allowed - (self.emitted - self.emitted_at_start))
-            if n <= 0:
-                return []
-        start = self.split + self.emitted * s.num_splits
-        if s.num_events is not None:
-            if start >= s.num_events:
-                return None
-            n = min(n, (s.num_events - start + s.num_splits - 1) // s.num_splits)
-        out = self.gen.batch(start + np.arange(n, dtype=np.int64) * s.num_splits)
-        self.emitted += n
-        return out
-
-    def position(self) -> int:
-        return self.emitted
+    def records(self, ids: np.ndarray):
+        return self.gen.batch(ids)

@@ -122,36 +122,51 @@ class GeneratorSource(Source):
         return f"generator(seed={self.seed})"
 
 
-class _GeneratorReader(SplitReader):
-    def __init__(self, source: GeneratorSource, split: int, emitted: int) -> None:
-        self.s = source
-        self.split = split
+class StridedSplitReader(SplitReader):
+    """Split ``split`` of ``num_splits`` over the ids ``0..total-1`` (``total`` None:
+    unbounded): it emits the ids ``split, split + num_splits, ...`` (so every split advances
+    together), as :meth:`records` makes them of the ids; its position is how many it has
+    emitted, so a restore at any parallelism rewinds exactly. ``rate``: records per second
+    of all the splits together (``None``: as fast as read), counted from the reader's open.
+    Serves :class:`GeneratorSource` and the Nexmark source of bench/nexmark."""
+
+    def __init__(self, split: int, num_splits: int, emitted: int, total: int | None,
+                 rate: float | None) -> None:
+        self.split, self.num_splits, self.total = split, num_splits, total
         self.emitted = emitted
         self.started = time.monotonic()
         self.emitted_at_start = emitted
-        rate = source.records_per_second
-        self.rate = rate / source.num_splits if rate else None
+        self.rate = rate / num_splits if rate else None
 
-    def read_batch(self, max_records: int) -> list[dict] | None:
-        s = self.s
+    def records(self, ids: np.ndarray):
+        """The records (a list of dicts or an Arrow batch) of ``ids`` (int64)."""
+        raise NotImplementedError
+
+    def read_batch(self, max_records: int):
         n = max_records
         if self.rate is not None:
             allowed = int((time.monotonic() - self.started) * self.rate) + 1
             n = min(n, allowed - (self.emitted - self.emitted_at_start))
             if n <= 0:
                 return []
-        start = self.split + self.emitted * s.num_splits
-        if s.num_records is not None:
-            if start >= s.num_records:
+        start = self.split + self.emitted * self.num_splits
+        if self.total is not None:
+            if start >= self.total:
                 return None
-            remaining = (s.num_records - start + s.num_splits - 1) // s.num_splits
-            n = min(n, remaining)
-        if s.arrow:
-            out = s.record_batch(start + np.arange(n, dtype=np.int64) * s.num_splits)
-        else:
-            out = s.records(start + np.arange(n, dtype=np.int64) * s.num_splits)
+            n = min(n, (self.total - start + self.num_splits - 1) // self.num_splits)
+        out = self.records(start + np.arange(n, dtype=np.int64) * self.num_splits)
         self.emitted += n
         return out
 
     def position(self) -> int:
         return self.emitted
+
+
+class _GeneratorReader(StridedSplitReader):
+    def __init__(self, source: GeneratorSource, split: int, emitted: int) -> None:
+        super().__init__(split, source.num_splits, emitted, source.num_records,
+                         source.records_per_second)
+        self.s = source
+
+    def records(self, ids: np.ndarray):
+        return self.s.record_batch(ids) if self.s.arrow else self.s.records(ids)

@@ -345,15 +345,34 @@ def _untuple(k):
     return tuple(k) if isinstance(k, list) else k
 
 
+def _msgpack_append(raw: bytes, tail: list[bytes]) -> bytes | None:
+    """The msgpack array ``raw`` with the packed elements ``tail`` appended, its elements
+    left encoded (what ``packb([*unpackb(raw), *elements])`` gives, without decoding or
+    re-encoding the stored ones); ``None`` when ``raw`` is not an array."""
+    head = raw[0]
+    if 0x90 <= head <= 0x9F:
+        n, at = head & 0x0F, 1
+    elif head == 0xDC:
+        n, at = int.from_bytes(raw[1:3], "big"), 3
+    elif head == 0xDD:
+        n, at = int.from_bytes(raw[1:5], "big"), 5
+    else:
+        return None
+    n += len(tail)
+    header = (bytes((0x90 | n,)) if n <= 15 else b"\xdc" + n.to_bytes(2, "big") if n <= 0xFFFF
+              else b"\xdd" + n.to_bytes(4, "big"))
+    return b"".join((header, memoryview(raw)[at:], *tail))
+
+
 class _RocksState:
-    __slots__ = ("backend", "descriptor", "name_bytes", "dumps", "loads")
+    __slots__ = ("backend", "descriptor", "name_bytes", "dumps", "loads", "custom")
 
     def __init__(self, backend: RocksDBKeyedStateBackend, descriptor: StateDescriptor) -> None:
         self.backend = backend
         self.descriptor = descriptor
         self.name_bytes = descriptor.name.encode() + b"\x00"
         ser = descriptor.serializer
-        custom = ser.name != "msgpack"
+        custom = self.custom = ser.name != "msgpack"
         self.dumps = (lambda v: packb(ser.dumps(v))) if custom else packb
         self.loads = (lambda b: ser.loads(unpackb(b))) if custom else unpackb
 
@@ -388,10 +407,23 @@ class RocksListState(_RocksState):
         return list(self._get([]))
 
     def add(self, value) -> None:
-        self._put([*self._get([]), value])
+        self.add_all((value,))
 
     def add_all(self, values) -> None:
-        self._put([*self._get([]), *values])
+        """Append: the stored elements stay encoded (a read and a write of bytes per call,
+        not a decode and re-encode of the whole list, which made appends to a long list
+        quadratic in Python)."""
+        values = list(values)
+        if self.custom or not values:
+            self._put([*self._get([]), *values])
+            return
+        key = self.backend._db_key(self.name_bytes)
+        raw = self.backend.db.get(key)
+        new = None if raw is None else _msgpack_append(raw, [packb(v) for v in values])
+        if new is None:
+            old: list = [] if raw is None else list(unpackb(raw))  # type: ignore[call-overload]
+            new = packb([*old, *values])
+        self.backend.db.put(key, new)
 
     def update(self, values) -> None:
         values = list(values)

@@ -83,3 +83,38 @@ def test_uploads_of_an_unconfirmed_checkpoint_are_never_reused(tmp_path):
     assert not shared1 & {f["shared"] for f in h2["files"] if "shared" in f}
     b.close()
     assert not os.path.exists(b.workdir)
+
+
+def test_list_state_append_keeps_the_stored_elements_encoded(tmp_path, monkeypatch):
+    """``add``/``add_all`` on RocksDB append to the stored msgpack array without decoding it
+    (a decode and re-encode per append made a long list quadratic: q9/q20's waiting bids);
+    the bytes are exactly those of the whole list packed, across the array header sizes."""
+    from airflow_checkpoint_provider.engine.serialization import packb
+    from airflow_checkpoint_provider.engine.state import rocksdb
+
+    decoded = []
+    real = rocksdb.unpackb
+    monkeypatch.setattr(rocksdb, "unpackb", lambda raw: decoded.append(raw) or real(raw))
+    b = backend(tmp_path)
+    lst = b.get_state(ListStateDescriptor("l"))
+    b.set_current_key("a")
+    expected: list = []
+    values = [1, "two", {"x": [3, None]}, 2.5, b"\x00\x01", -(2**40), [], True]
+    for i in range(20):  # fixarray (<= 15) -> array16
+        v = values[i % len(values)]
+        lst.add(v)
+        expected.append(v)
+    lst.add_all(list(range(65_536 - 20)))  # array16 -> array32 (65,536 elements)
+    expected += list(range(65_536 - 20))
+    lst.add_all([{"last": 1}, "x"])
+    expected += [{"last": 1}, "x"]
+    assert decoded == []  # no append decoded the list
+    raw = b.db.get(b._db_key(b"l\x00"))
+    assert raw == packb(expected)
+    assert lst.get() == expected
+    b.set_current_key("b")  # another key: its own list
+    lst.add_all([])
+    assert lst.get() == []
+    lst.add((1, 2))  # a tuple is stored as an array, as before
+    assert lst.get() == [[1, 2]]
+    b.close()
