@@ -93,8 +93,14 @@ class RegularJoinOperator(KeyedOperator):
                     "dict (one output row per joined pair)")
             return {**out, OP_FIELD: op}
         if left is None:
+            pad = self.spec.padding[0]
+            if pad:
+                return {**dict.fromkeys(pad), **cast(dict, right), OP_FIELD: op}
             return {**cast(dict, right), OP_FIELD: op}
         if right is None:
+            pad = self.spec.padding[1]
+            if pad:
+                return {**dict.fromkeys(pad), **left, OP_FIELD: op}
             return {**left, OP_FIELD: op}
         both = left.keys() & right.keys()
         if not both:
