@@ -215,3 +215,36 @@ def test_materializer_key_is_validated():
         a.materialize_upserts(key=["_op"], uid="m")
     with pytest.raises(PipelineDefinitionError, match="'m'.*key"):
         a.materialize_upserts(key=[], uid="m")
+
+
+def _padded_join(how="full", **kwargs):
+    p = Pipeline("t")
+    a = p.source(GeneratorSource(1), uid="a")
+    b = p.source(GeneratorSource(1), uid="b")
+    a.key_by("k").regular_join(b.key_by("k"), how=how, uid="rj", left_primary_key="lid",
+                               right_primary_key="rid", **kwargs)
+    return p.job_graph().nodes[-1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_outer_rows_alone_are_padded_with_the_declared_fields_of_the_other_side(backend):
+    node = _padded_join(left_fields=("lid", "k", "a"), right_fields=["rid", "k", "b"])
+    op = open_op(node, backend)
+    left = {"lid": 1, "k": 5, "a": "x"}
+    right = {"rid": 2, "k": 5, "b": "y"}
+    assert op.process_input(1, [left]) == [{"lid": 1, "k": 5, "a": "x", "rid": None,
+                                            "b": None, "_op": "+I"}]
+    out = op.process_input(2, [right])
+    assert out == [{"lid": 1, "k": 5, "a": "x", "rid": None, "b": None, "_op": "-D"},
+                   {"lid": 1, "k": 5, "a": "x", "rid": 2, "b": "y", "_op": "+I"}]
+    out = op.process_input(1, [{"lid": 1, "k": 5, "_op": "-D"}])  # key-only delete
+    assert out[-1] == {"rid": 2, "k": 5, "b": "y", "lid": None, "a": None, "_op": "+I"}
+    # the join key of a row alone is its own (a padded field never overwrites a value)
+    assert all(r["k"] == 5 for r in out)
+
+
+def test_padding_fields_are_validated():
+    with pytest.raises(PipelineDefinitionError, match="'rj'.*right_fields.*fn="):
+        _padded_join(right_fields=("b",), fn=lambda a, b: {})
+    with pytest.raises(PipelineDefinitionError, match="'rj'.*left_fields"):
+        _padded_join(left_fields=("_op",))
