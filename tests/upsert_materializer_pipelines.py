@@ -78,3 +78,45 @@ def expected_rows(n: int, users: int) -> dict:
 def materialize_from_env() -> bool | None:
     """``CKPT_TEST_NO_MATERIALIZER=1``: run without the materializer (to see the test fail)."""
     return False if os.environ.get("CKPT_TEST_NO_MATERIALIZER") == "1" else None
+
+
+# -- the operators' own counters (dropped retractions, expired rows) in metrics and stats ---
+class GhostyOrders:
+    """A ``GeneratorSource`` record function: orders ``{"o", "k"}``; every 5th record is a
+    ``-D`` of an order never inserted (the join drops it and counts it)."""
+
+    def __call__(self, i: int) -> dict:
+        if i % 5 == 4:
+            return {"o": -i, "k": i % 7, "_op": "-D"}
+        return {"o": i, "k": i % 7}
+
+
+def counting_join_pipeline(root: str, *, ttl_ms: int = 300):
+    from airflow_checkpoint_provider.engine import (
+        CheckpointConfig,
+        GeneratorSource,
+        Pipeline,
+        RestartStrategy,
+    )
+    from airflow_checkpoint_provider.engine.connectors.discard import DiscardSink
+
+    class Orders(GeneratorSource):
+        def record(self, i: int) -> dict:
+            return GhostyOrders()(i)
+
+    class Customers(GeneratorSource):
+        def record(self, i: int) -> dict:
+            return {"c": i % 7, "name": f"n{i}"}
+
+    p = Pipeline("counting-join", max_parallelism=64,
+                 checkpoint=CheckpointConfig(interval_ms=200,
+                                             directory=os.path.join(root, "ckpt")),
+                 restart_strategy=RestartStrategy.fixed_delay(attempts=1, delay_ms=0),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    orders = p.source(Orders(None, splits=1, records_per_second=200), uid="orders")
+    customers = p.source(Customers(7, splits=1), uid="customers")
+    (orders.key_by("k")
+           .regular_join(customers.key_by("c"), how="left", uid="rj", left_primary_key="o",
+                         right_primary_key="c", state_ttl=ttl_ms)
+           .sink(DiscardSink(), uid="out"))
+    return p
