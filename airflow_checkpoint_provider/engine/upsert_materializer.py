@@ -85,15 +85,12 @@ def _key_fields(uid: str, key) -> tuple[str, ...]:
 def materialize_upserts(stream: DataStream, *, key, uid: str, parallelism: int | None = None,
                         name: str | None = None) -> DataStream:
     """Build the node (:meth:`~.api.DataStream.materialize_upserts` documents it)."""
-    from .api import DataStream, FieldSelector, KeyedStream
-
     fields = _key_fields(uid, key)
-    selector = FieldSelector(fields[0]) if len(fields) == 1 else ColumnsSelector(fields)
-    keyed = KeyedStream(stream._p, stream._heads, selector, timestamp=stream._timestamp,
-                        side=stream._side)
+    # one field: key_by's field selector (vectorized hashing); several: a tuple
+    keyed = stream.key_by(fields[0] if len(fields) == 1 else ColumnsSelector(fields))
     node = keyed._then(UPSERT_MATERIALIZER, name or f"UpsertMaterializer ({', '.join(fields)})",
-                       uid, parallelism, UpsertMaterializerSpec(fields), selector)
-    return DataStream(stream._p, [node], "forward", timestamp=stream._timestamp)
+                       uid, parallelism, UpsertMaterializerSpec(fields), keyed._key_selector)
+    return keyed._downstream(node, stream._timestamp)
 
 
 def upsert_sink_key(sink: Sink) -> list[str] | None:

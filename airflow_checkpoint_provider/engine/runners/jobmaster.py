@@ -443,11 +443,11 @@ class JobMaster:
         previous = self.task_counts.get(task, {})
         self.task_counts[task] = counts
         if counters:
-            before = self.task_counters.get(task, {})
+            seen = self.task_counters.get(task, {})
             self.task_counters[task] = counters
             if self.metrics:
                 for op, values in counters.items():
-                    was = before.get(op, {})
+                    was = seen.get(op, {})
                     for name, n in values.items():
                         self.metrics.on_operator_counter(op, name, max(0, n - was.get(name, 0)))
         if late:

@@ -19,6 +19,7 @@ rows keeps the newest's ``seq`` (Flink removes the first equal row of its list).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, cast
 
 import msgspec
@@ -27,7 +28,6 @@ from ..changelog import DELETE, OP_FIELD, RETRACT, UPDATE_AFTER, row_kind
 from ..state.descriptors import EntryMapStateDescriptor
 from ..state.keygroups import key_group_for
 from ..state.vectorized import key_groups_of
-from ..upsert_materializer import UpsertMaterializerSpec
 from .operators import KeyedOperator
 
 log = logging.getLogger(__name__)
@@ -49,20 +49,20 @@ class UpsertMaterializerOperator(KeyedOperator):
     the last one as ``+U`` whenever it changes, ``-D`` when none is left."""
 
     def open(self, restored_operator_state):
-        self.spec = cast(UpsertMaterializerSpec, self.node.payload)
         self.rows = self.backend.get_state(EntryMapStateDescriptor(STATE))
         self.where = f"upsert materializer {self.uid or self.node.name!r}"
         #: retractions of a row the key did not hold (dropped, or a delete of an empty key)
         self.dropped_retractions = 0
 
     def process(self, records: list[dict]) -> list[dict]:
-        sel, check = self.selector, self.keys.check
+        sel, check = cast(Callable[[dict], object], self.selector), self.keys.check
         keys = [check(sel(r)) for r in records]
         m: int = cast(Any, self.backend).max_parallelism
         groups = key_groups_of(keys, m)
         if groups is None:
             groups = [key_group_for(k, m) for k in keys]
-        set_key, where, out = self.backend.set_current_key_in_group, self.where, []
+        set_key, where = self.backend.set_current_key_in_group, self.where
+        out: list[dict] = []
         for r, key, group in zip(records, keys, groups, strict=True):
             set_key(key, group)
             kind = row_kind(r, where)
