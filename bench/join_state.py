@@ -25,6 +25,7 @@ import time
 
 from jobs import add_results_dir, write_results  # noqa: E402
 from joins import build  # noqa: E402
+from regular_join_report import regular_join_section  # noqa: E402, F401 (write_benchmarks.py)
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore  # noqa: E402
 from airflow_checkpoint_provider.engine.runtime.join_state import COUNT  # noqa: E402
