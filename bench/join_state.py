@@ -24,6 +24,7 @@ import tempfile
 
 from jobs import add_results_dir, run_to_end, write_results  # noqa: E402
 from joins import build  # noqa: E402
+from regular_join_report import regular_join_section  # noqa: E402, F401 (write_benchmarks.py)
 
 from airflow_checkpoint_provider.engine.runtime.join_state import COUNT  # noqa: E402
 from airflow_checkpoint_provider.engine.state_io.read import (  # noqa: E402

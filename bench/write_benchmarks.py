@@ -281,8 +281,8 @@ def main(argv=None) -> int:
     sss_section(r, lines)
     event_time_section(r, lines)
     joins_section(r.load("joins.json"), lines)
-    for name in ("join_layout", "join_state", "broadcast_temporal"):  # bench/join_state.py
-        if data := r.load(f"{name}.json"):  # (imported only then: it imports the engine)
+    for name in ("join_layout", "join_state", "broadcast_temporal", "regular_join"):
+        if data := r.load(f"{name}.json"):  # bench/join_state.py, imported only then (engine)
             getattr(__import__("join_state"), f"{name}_section")(data, lines)
     nexmark = r.load("nexmark.json")
     if nexmark:  # measured apart (make bench-nexmark): kept when the rest is regenerated

@@ -404,11 +404,29 @@ class DataStream:
         return KeyedStream(self._p, self._heads, _selector(key), timestamp=self._timestamp,
                            side=self._side)
 
+    def materialize_upserts(self, *, key: str | Sequence[str], uid: str,
+                            parallelism: int | None = None,
+                            name: str | None = None) -> DataStream:
+        """Flink's ``SinkUpsertMaterializer``: keyed by ``key`` (an upsert sink's key), keep
+        the rows alive per key and emit the last one as ``+U`` (``-D`` when none is left),
+        so the order between a ``-D`` and a ``+I`` of one key from different subtasks no
+        longer matters. ``sink()`` adds one itself where needed (:mod:`.upsert_materializer`)."""
+        from .upsert_materializer import materialize_upserts
+
+        return materialize_upserts(self, key=key, uid=uid, parallelism=parallelism, name=name)
+
     def sink(self, sink: Sink, *, uid: str, parallelism: int | None = None,
-             name: str | None = None) -> None:
+             name: str | None = None, materialize_upserts: bool | None = None) -> None:
+        """Write to ``sink``. An upsert sink fed by a ``regular_join`` at a parallelism above
+        1 gets an upsert materializer in front (uid ``<uid>.upsert-materializer``);
+        ``materialize_upserts=True``/``False`` forces it on/off (:mod:`.upsert_materializer`)."""
         if not isinstance(sink, Sink):
             raise PipelineDefinitionError(f"sink {uid!r}: {sink!r} is not a Sink")
-        self._then("sink", name or f"Sink: {sink.describe()}", uid, parallelism, sink)
+        from .upsert_materializer import before_sink
+
+        stream = before_sink(self, sink, uid=uid, parallelism=parallelism,
+                             materialize=materialize_upserts)
+        stream._then("sink", name or f"Sink: {sink.describe()}", uid, parallelism, sink)
 
 
 class KeyedStream(DataStream):
@@ -457,7 +475,8 @@ class KeyedStream(DataStream):
                      right_primary_key: str | Sequence[str] | None = None,
                      fn: Callable[[dict | None, dict | None], dict] | None = None,
                      state_ttl=None, parallelism: int | None = None,
-                     name: str | None = None) -> DataStream:
+                     name: str | None = None, left_fields: Sequence[str] | None = None,
+                     right_fields: Sequence[str] | None = None) -> DataStream:
         """Flink SQL's regular join on the keys (no time bound): both inputs may be
         changelogs, the output is one (``+I`` per joined row added, ``-D`` per joined row
         gone). ``how``: ``"inner"``, ``"left"``, ``"right"``, ``"full"``;
@@ -465,12 +484,14 @@ class KeyedStream(DataStream):
         one row per key, a ``-U``/``-D`` needs only its fields); ``fn(left, right) -> dict``:
         the output fields (default: both rows' fields, a shared one refused); ``state_ttl``:
         drop rows not written for that long (timedelta or ms; results may then be
-        incomplete). Semantics and state: :mod:`.regular_join`."""
+        incomplete); ``left_fields`` / ``right_fields``: without ``fn``, a row emitted alone
+        gets the other side's fields as None. Semantics and state: :mod:`.regular_join`."""
         from .regular_join import regular_join
 
         return regular_join(self, other, how=how, uid=uid, left_primary_key=left_primary_key,
                             right_primary_key=right_primary_key, fn=fn, state_ttl=state_ttl,
-                            parallelism=parallelism, name=name)
+                            parallelism=parallelism, name=name, left_fields=left_fields,
+                            right_fields=right_fields)
 
     def _needs_event_time(self, what: str, uid: str) -> TimestampSpec:
         if self._timestamp is None:

@@ -25,7 +25,7 @@ FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast
 TWO_INPUT_KINDS = ("co_process", "interval_join", "window_join", "broadcast_process",
                    "temporal_join", "regular_join")
 KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate", "window", "top_n",
-               "session_aggregate", *TWO_INPUT_KINDS)
+               "session_aggregate", "upsert_materializer", *TWO_INPUT_KINDS)
 STATEFUL_KINDS = ("source", *KEYED_KINDS, "sink")
 
 

@@ -23,6 +23,12 @@ Exposed series (names get the ``ckpt_`` namespace, as Flink's get ``flink_``):
 ``ckpt_watermark_ms{operator}``                gauge    an operator's input watermark (epoch
                                                         ms, lowest subtask; event-time jobs)
 ``ckpt_late_records_dropped_total{operator}``  counter  records a window dropped as too late
+``ckpt_operator_counter_total{operator,counter}`` counter an operator's own count of events:
+                                                        a regular join's
+                                                        ``dropped_retractions`` (of rows it
+                                                        did not hold) and ``expired_rows``
+                                                        (state TTL), an upsert
+                                                        materializer's ``dropped_retractions``
 ``ckpt_replication_lag_bytes{operator}``       gauge    a CDC source's lag behind the server's
                                                         WAL, at the newest completed checkpoint
 ``ckpt_replication_lag_seconds{operator}``     gauge    now - commit time of the last change
@@ -125,6 +131,9 @@ class JobMetrics:
         self._late = Counter("late_records_dropped", "Records a window dropped as too late.",
                              (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                              registry=self.registry)
+        self._operator_counter = Counter(
+            "operator_counter", "An operator's own count of events (see the counter label).",
+            (*JOB_LABELS, "operator", "counter"), namespace=NAMESPACE, registry=self.registry)
         self._lag_bytes = Gauge("replication_lag_bytes",
                                 "A CDC source's lag behind the server's WAL, in bytes.",
                                 (*JOB_LABELS, "operator"), namespace=NAMESPACE,
@@ -250,6 +259,12 @@ class JobMetrics:
         """Records a window operator dropped as too late since the previous call."""
         self._late.labels(job_name=self.job_name, job_id=self.job_id,
                           operator=operator_uid).inc(dropped)
+
+    def on_operator_counter(self, operator_uid: str, counter: str, increment: int) -> None:
+        """An operator counted ``increment`` more events of kind ``counter`` since the
+        previous call (the series appears at 0)."""
+        self._operator_counter.labels(job_name=self.job_name, job_id=self.job_id,
+                                      operator=operator_uid, counter=counter).inc(increment)
 
     def on_source_lag(self, task_stats: list) -> None:
         """The replication lag the source tasks reported with a checkpoint (the largest over

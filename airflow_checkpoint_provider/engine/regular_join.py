@@ -33,7 +33,10 @@ Output fields: the left row's fields and the right row's; a field in both is ref
 :class:`~.errors.BadRecordError` naming the join and the field, except the join key when
 both sides are keyed by the same field name (kept once). Pass ``fn(left, right) -> dict``
 to choose and rename the fields (``left`` or ``right`` is None for a row emitted alone); it
-must be deterministic: a retraction calls it again on the stored rows.
+must be deterministic: a retraction calls it again on the stored rows. Without ``fn``,
+``left_fields=`` / ``right_fields=`` (field names) pad a row emitted alone with the other
+side's fields set to None (the engine has no schema: a sink that needs every column, as the
+PostgreSQL upsert sink, gets them).
 
 The operator is :class:`~.runtime.regular_join.RegularJoinOperator`.
 """
@@ -67,6 +70,9 @@ class RegularJoinSpec:
     state_ttl_ms: int | None = None
     #: the join key's field name when both sides are keyed by the same field (kept once)
     shared_key_field: str | None = None
+    #: per side: its field names, set to None in a row of the other side emitted alone
+    #: (``left_fields`` / ``right_fields``; default output only)
+    padding: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     def outer(self, side: int) -> bool:
         """Whether side ``side`` (0 = left, 1 = right) emits its rows without a match."""
@@ -87,11 +93,26 @@ def _primary_key(uid: str, label: str, pk) -> tuple[str, ...] | None:
     return fields
 
 
+def _fields(uid: str, label: str, fields, fn) -> tuple[str, ...]:
+    if fields is None:
+        return ()
+    names = (fields,) if isinstance(fields, str) else tuple(fields)
+    if not all(isinstance(f, str) and f and f != "_op" for f in names):
+        raise PipelineDefinitionError(
+            f"regular join {uid!r}: {label}_fields={fields!r} must be field names (not '_op')")
+    if fn is not None:
+        raise PipelineDefinitionError(
+            f"regular join {uid!r}: {label}_fields pads the default output; with fn= the "
+            "function builds every row (it gets None for the missing side): drop one of them")
+    return names
+
+
 def regular_join(left: KeyedStream, right: KeyedStream, *, how: str, uid: str,
                  left_primary_key=None, right_primary_key=None,
                  fn: Callable[[dict | None, dict | None], dict] | None = None,
                  state_ttl=None, parallelism: int | None = None,
-                 name: str | None = None) -> DataStream:
+                 name: str | None = None, left_fields=None,
+                 right_fields=None) -> DataStream:
     """Build the join node (:meth:`~.api.KeyedStream.regular_join` documents the arguments)."""
     from .joins import _check_pair, _two_input
 
@@ -115,7 +136,8 @@ def regular_join(left: KeyedStream, right: KeyedStream, *, how: str, uid: str,
     selectors = (left._key_selector, right._key_selector)
     fields = [getattr(s, "field", None) for s in selectors]  # key_by("field")
     shared = fields[0] if fields[0] is not None and fields[0] == fields[1] else None
-    spec = RegularJoinSpec(selectors, how, pks, fn, ttl, shared)
+    padding = (_fields(uid, "left", left_fields, fn), _fields(uid, "right", right_fields, fn))
+    spec = RegularJoinSpec(selectors, how, pks, fn, ttl, shared, padding)
     out = _two_input(REGULAR_JOIN, name or f"RegularJoin ({how})", uid, parallelism, spec,
                      left, right, selectors)
     out._timestamp = None  # joined rows carry no event time of their own

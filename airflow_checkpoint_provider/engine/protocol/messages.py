@@ -123,6 +123,9 @@ class TaskMetrics(FromTask):
     watermark: int | None = None
     #: late records dropped per window operator uid (cumulative, this attempt)
     late: dict | None = None
+    #: other operator counters, ``{operator uid: {counter: n}}`` (cumulative, this attempt;
+    #: :meth:`~..runtime.task.StreamTask.operator_counters`)
+    counters: dict | None = None
 
 
 @_message

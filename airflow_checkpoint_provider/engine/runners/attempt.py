@@ -63,6 +63,7 @@ class AttemptHost(Protocol):
     task_counts: dict
     task_watermarks: dict
     task_late: dict
+    task_counters: dict
     startup_seconds: list[float]
     peak_rss_mb: dict[int, float]
 
@@ -115,6 +116,7 @@ class AttemptRun:
         m.task_counts = {}  # counters restart with the attempt's tasks
         m.task_watermarks = {}
         m.task_late = {}
+        m.task_counters = {}
         try:
             m.launcher.start(self.attempt, m.server.address, self.num_slots, secret=m.secret)
         except EngineError as exc:
@@ -229,7 +231,8 @@ class AttemptRun:
         self.coord.receive_decline(msg.checkpoint_id, msg.task, msg.reason, now)
 
     def on_metrics(self, conn: Any, msg: M.TaskMetrics, now: float) -> None:
-        self.master._on_task_counts(msg.task, msg.counts, msg.watermark, msg.late)
+        self.master._on_task_counts(msg.task, msg.counts, msg.watermark, msg.late,
+                                    msg.counters)
 
     def on_end_of_input(self, conn: Any, msg: M.EndOfInput, now: float) -> None:
         self.eoi.add(msg.task)

@@ -119,6 +119,8 @@ class JobMaster:
         self.task_watermarks: dict[tuple[int, int], int] = {}
         #: late records each window task dropped (cumulative, this attempt)
         self.task_late: dict[tuple[int, int], dict[str, int]] = {}
+        #: the operators' own counters per task (cumulative, this attempt)
+        self.task_counters: dict[tuple[int, int], dict[str, dict[str, int]]] = {}
         self.graph = graph
         self.config = config
         self.launcher = launcher
@@ -436,9 +438,18 @@ class JobMaster:
         return out
 
     def _on_task_counts(self, task: tuple[int, int], counts: dict[str, list[int]],
-                        watermark: int | None = None, late: dict | None = None) -> None:
+                        watermark: int | None = None, late: dict | None = None,
+                        counters: dict | None = None) -> None:
         previous = self.task_counts.get(task, {})
         self.task_counts[task] = counts
+        if counters:
+            seen = self.task_counters.get(task, {})
+            self.task_counters[task] = counters
+            if self.metrics:
+                for op, values in counters.items():
+                    was = seen.get(op, {})
+                    for name, n in values.items():
+                        self.metrics.on_operator_counter(op, name, max(0, n - was.get(name, 0)))
         if late:
             before = self.task_late.get(task, {})
             self.task_late[task] = late

@@ -27,6 +27,7 @@ from .regular_join import RegularJoinOperator
 from .sessions import SessionAggregateOperator
 from .temporal_join import TemporalJoinOperator
 from .topn import TopNOperator
+from .upsert_materializer import UpsertMaterializerOperator
 from .vector_joins import VectorIntervalJoinOperator, VectorWindowJoinOperator
 from .windowing import WindowAggregateOperator, WindowFunctionOperator
 
@@ -35,7 +36,8 @@ _SIMPLE = {"map": MapOperator, "flat_map": FlatMapOperator, "filter": FilterOper
 _KEYED = {"process": ProcessOperator, "reduce": ReduceOperator, "window": WindowFunctionOperator,
           "co_process": CoProcessOperator, "interval_join": IntervalJoinOperator,
           "window_join": WindowJoinOperator, "broadcast_process": BroadcastProcessOperator,
-          "temporal_join": TemporalJoinOperator, "regular_join": RegularJoinOperator}
+          "temporal_join": TemporalJoinOperator, "regular_join": RegularJoinOperator,
+          "upsert_materializer": UpsertMaterializerOperator}
 #: joins declared with vectorized=True (their spec says so): columnar state too
 _VECTOR_JOINS = {"interval_join": VectorIntervalJoinOperator,
                  "window_join": VectorWindowJoinOperator}

@@ -30,10 +30,11 @@ import time
 from collections.abc import Iterator
 from typing import Any, cast
 
+import msgpack
+
 from ..changelog import DELETE, INSERT, OP_FIELD, RETRACT, row_kind
 from ..errors import BadRecordError
 from ..regular_join import RegularJoinSpec
-from ..serialization import packb
 from ..state.descriptors import EntryMapStateDescriptor
 from ..state.keygroups import key_group_for
 from ..state.vectorized import key_groups_of
@@ -67,6 +68,8 @@ class RegularJoinOperator(KeyedOperator):
         self.spec = spec
         self.uid_label = self.uid or self.node.name
         self.sides = tuple(self.backend.get_state(EntryMapStateDescriptor(n)) for n in STATES)
+        # the identities' msgpack (the bytes of packb, a reused packer: 5x faster)
+        self._pack = msgpack.Packer(use_bin_type=True).pack
         self.outer = (spec.outer(0), spec.outer(1))
         self.pks = spec.primary_keys
         self.ttl = spec.state_ttl_ms
@@ -93,31 +96,44 @@ class RegularJoinOperator(KeyedOperator):
                     "dict (one output row per joined pair)")
             return {**out, OP_FIELD: op}
         if left is None:
+            pad = self.spec.padding[0]
+            if pad:
+                return {**dict.fromkeys(pad), **cast(dict, right), OP_FIELD: op}
             return {**cast(dict, right), OP_FIELD: op}
         if right is None:
+            pad = self.spec.padding[1]
+            if pad:
+                return {**dict.fromkeys(pad), **left, OP_FIELD: op}
             return {**left, OP_FIELD: op}
-        both = left.keys() & right.keys()
-        if not both:
-            return {**left, **right, OP_FIELD: op}
+        out = {**left, **right}
+        n = len(out)
+        if n == len(left) + len(right):  # no field in both (cheaper than a set of keys)
+            out[OP_FIELD] = op
+            return out
         shared = self.spec.shared_key_field
+        if n == len(left) + len(right) - 1 and shared in left and shared in right:
+            out[shared] = left[shared]
+            out[OP_FIELD] = op
+            return out
+        both = left.keys() & right.keys()
         if len(both) > 1 or shared not in both:
             field = sorted(both - {shared})[0]
             raise BadRecordError(
                 f"regular join {self.uid_label!r}: field {field!r} is in both the left and the "
                 "right row; pass fn=lambda left, right: {...} to regular_join() to rename or "
                 "drop it (left or right is None for an outer join's row without a match)")
-        return {**left, **right, shared: left[shared], OP_FIELD: op}
+        raise AssertionError("unreachable: one shared field is handled above")
 
     def _pair(self, side: int, mine: dict, other: dict | None, op: str) -> dict:
         return self._row(mine, other, op) if side == 0 else self._row(other, mine, op)
 
     # -- state ----------------------------------------------------------------------------
     def _identity(self, side: int, row: dict) -> bytes:
-        pk = self.pks[side]
+        pk, pack = self.pks[side], self._pack
         if pk is None:
-            return packb(sorted(row.items()))
+            return pack(sorted(row.items()))
         try:
-            return packb([row[f] for f in pk])
+            return pack([row[f] for f in pk])
         except KeyError as exc:
             raise BadRecordError(
                 f"{self.where[side]}: primary-key field {exc.args[0]!r} is missing from a "

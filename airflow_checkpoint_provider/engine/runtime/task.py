@@ -44,7 +44,7 @@ from .operators import (
     ProcessOperator,
     _KeyedStateOperator,
 )
-from .task_checkpoint import TaskCheckpointing
+from .task_checkpoint import TaskCheckpointing, operator_counters
 from .watermarks import WatermarkValve
 from .windowing import WindowAggregateOperator, WindowFunctionOperator
 
@@ -215,8 +215,10 @@ class StreamTask(TaskCheckpointing):
                                                 # a node without a uid is no source
                                                 splits=self.env.source_splits.get(
                                                     node.uid)))  # type: ignore[arg-type]
+        # the operators with processing-time timers (a regular join's state TTL too)
         self._timer_ops = [i for i, op in enumerate(self.operators)
-                           if isinstance(op, ProcessOperator)]
+                           if isinstance(op, ProcessOperator)
+                           or type(op).next_processing_timer is not Operator.next_processing_timer]
         #: a two-input operator heads the chain: the input (1 or 2) of each input channel
         self._input_of = (v.input_of_channels()
                           if getattr(self.operators[0], "two_input", False) else None)
@@ -292,7 +294,8 @@ class StreamTask(TaskCheckpointing):
             counts=self.counts_by_operator(),
             watermark=None if self.watermark == MIN_WATERMARK else self.watermark,
             late={op.uid: op.dropped_late for op in self.operators
-                  if hasattr(op, "dropped_late")} or None))
+                  if hasattr(op, "dropped_late")} or None,
+            counters=operator_counters(self.operators) or None))
 
     # -- event time -----------------------------------------------------------------------
     def _on_watermark_status(self, status, start: int) -> None:

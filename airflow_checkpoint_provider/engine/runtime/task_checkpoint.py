@@ -193,6 +193,9 @@ class TaskCheckpointing:
         lag = source_lag(self.operators)
         if lag:
             timing["source_lag"] = lag
+        counters = operator_counters(self.operators)
+        if counters:  # the operators' own counters up to this barrier (this attempt)
+            timing["counters"] = counters
         args = (chk, location, snapshots, sync_ms, alignment_ms, barrier.kind.is_savepoint)
         if unaligned:
             self._unaligned[chk] = (args, timing, time.perf_counter())
@@ -277,4 +280,16 @@ def source_lag(operators) -> dict:
             mine = out.setdefault(op.uid, {"lag_bytes": 0, "lag_seconds": 0.0})
             mine["lag_bytes"] = max(mine["lag_bytes"], int(lag["lag_bytes"]))
             mine["lag_seconds"] = max(mine["lag_seconds"], float(lag["lag_seconds"]))
+    return out
+
+
+def operator_counters(operators) -> dict[str, dict[str, int]]:
+    """``{operator uid: {counter: n}}`` of the operators that count events of their own
+    (``metrics()``: a regular join's ``dropped_retractions`` and ``expired_rows``, an upsert
+    materializer's ``dropped_retractions``), cumulative since the attempt started."""
+    out = {}
+    for op in operators:
+        metrics = getattr(op, "metrics", None)
+        if metrics is not None:
+            out[op.uid or op.node.name] = {k: int(v) for k, v in metrics().items()}
     return out
