@@ -41,8 +41,7 @@ from ..changelog import INSERT, OP_FIELD
 from ..errors import BadRecordError
 from ..functions import ProcessJoinFunction, RuntimeContext
 from ..joins import CoProcessSpec, IntervalJoinSpec, WindowJoinSpec, merge_rows
-from ..state.keygroups import key_group_for
-from ..state.vectorized import key_groups_of
+from ..state.vectorized import key_groups_for
 from ..timers import EVENT_TIME, TimerService
 from .join_state import RowBuffer, convert_legacy
 from .operators import KeyedOperator, ProcessOperator, _emitted
@@ -122,9 +121,7 @@ class _JoinOperator(_CheckpointedWatermark, KeyedOperator):
         uid = self.uid or self.node.name
         keys = [check(sel(r)) for r in records]
         m = self.backend.max_parallelism
-        groups = key_groups_of(keys, m)
-        if groups is None:
-            groups = [key_group_for(k, m) for k in keys]
+        groups = key_groups_for(keys, m)
         set_key = self.backend.set_current_key_in_group
         for r, key, group in zip(records, keys, groups, strict=True):
             if r.get(OP_FIELD, INSERT) != INSERT:

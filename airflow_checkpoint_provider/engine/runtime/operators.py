@@ -13,10 +13,10 @@ from ..graph import Node
 from ..state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
 from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
-from ..state.keygroups import KeyGroupRange, key_group_for
+from ..state.keygroups import KeyGroupRange
 from ..state.keys import KeyContract
 from ..state.operator_state import OperatorStateStore
-from ..state.vectorized import key_groups_of
+from ..state.vectorized import key_groups_for
 from ..timers import EVENT_TIME, PROCESSING_TIME, TimerService
 from .batches import Batch, to_record_batch
 from .changelog_agg import changelog_update
@@ -216,9 +216,7 @@ class ProcessOperator(KeyedOperator):
         # every key of the batch checked, then hashed to its key group in one vectorized
         # pass (str or int keys; else key by key)
         keys = [check(sel(r)) for r in records]
-        groups = key_groups_of(keys, self.backend.max_parallelism)
-        if groups is None:
-            groups = [key_group_for(k, self.backend.max_parallelism) for k in keys]
+        groups = key_groups_for(keys, self.backend.max_parallelism)
         set_key, append = backend.set_current_key_in_group, out.append
         if stamp is None:
             for r, key, group in zip(records, keys, groups, strict=True):

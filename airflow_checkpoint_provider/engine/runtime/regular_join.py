@@ -36,8 +36,7 @@ from ..changelog import DELETE, INSERT, OP_FIELD, RETRACT, row_kind
 from ..errors import BadRecordError
 from ..regular_join import RegularJoinSpec
 from ..state.descriptors import EntryMapStateDescriptor
-from ..state.keygroups import key_group_for
-from ..state.vectorized import key_groups_of
+from ..state.vectorized import key_groups_for
 from ..timers import PROCESSING_TIME, TimerService
 from .operators import KeyedOperator
 
@@ -162,9 +161,7 @@ class RegularJoinOperator(KeyedOperator):
         sel, check = self.spec.key_selectors[side], self.keys.check
         keys = [check(sel(r)) for r in records]
         m: int = cast(Any, self.backend).max_parallelism
-        groups = key_groups_of(keys, m)
-        if groups is None:
-            groups = [key_group_for(k, m) for k in keys]
+        groups = key_groups_for(keys, m)
         set_key = self.backend.set_current_key_in_group
         for r, key, group in zip(records, keys, groups, strict=True):
             set_key(key, group)

@@ -35,8 +35,7 @@ from typing import cast
 from ..changelog import OP_FIELD, RETRACT, row_kind
 from ..errors import BadRecordError
 from ..eventtime import MIN_WATERMARK
-from ..state.keygroups import key_group_for
-from ..state.vectorized import key_groups_of
+from ..state.vectorized import key_groups_for
 from ..temporal import TemporalJoinSpec
 from ..timers import EVENT_TIME
 from .joins import _JoinOperator
@@ -119,9 +118,7 @@ class TemporalJoinOperator(_JoinOperator):
         sel, check = spec.key_selectors[1], self.keys.check
         keys = [check(sel(r)) for r in records]
         m = self.backend.max_parallelism
-        groups = key_groups_of(keys, m)
-        if groups is None:
-            groups = [key_group_for(k, m) for k in keys]
+        groups = key_groups_for(keys, m)
         set_key = self.backend.set_current_key_in_group
         for r, key, group in zip(records, keys, groups, strict=True):
             set_key(key, group)

@@ -26,8 +26,7 @@ import msgspec
 
 from ..changelog import DELETE, OP_FIELD, RETRACT, UPDATE_AFTER, row_kind
 from ..state.descriptors import EntryMapStateDescriptor
-from ..state.keygroups import key_group_for
-from ..state.vectorized import key_groups_of
+from ..state.vectorized import key_groups_for
 from .operators import KeyedOperator
 
 log = logging.getLogger(__name__)
@@ -58,9 +57,7 @@ class UpsertMaterializerOperator(KeyedOperator):
         sel, check = cast(Callable[[dict], object], self.selector), self.keys.check
         keys = [check(sel(r)) for r in records]
         m: int = cast(Any, self.backend).max_parallelism
-        groups = key_groups_of(keys, m)
-        if groups is None:
-            groups = [key_group_for(k, m) for k in keys]
+        groups = key_groups_for(keys, m)
         set_key, where = self.backend.set_current_key_in_group, self.where
         out: list[dict] = []
         for r, key, group in zip(records, keys, groups, strict=True):

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .keygroups import key_hash
+from .keygroups import key_group_for, key_hash
 
 __all__ = ["channels_for", "key_groups", "key_groups_of", "key_hashes", "murmur3_32_fixed"]
 
@@ -325,3 +325,12 @@ def key_groups_of(keys: list, max_parallelism: int) -> list[int] | None:
     except (pa.ArrowException, OverflowError, UnicodeError):
         return None
     return (key_hashes(array) % np.uint32(max_parallelism)).tolist()
+
+
+def key_groups_for(keys: list, max_parallelism: int) -> list[int]:
+    """Key group of every key: one vectorized pass where :func:`key_groups_of` can, else key
+    by key (with that path's errors)."""
+    groups = key_groups_of(keys, max_parallelism)
+    if groups is None:
+        groups = [key_group_for(k, max_parallelism) for k in keys]
+    return groups
