@@ -69,8 +69,9 @@ def join_pipeline(root: str, url: str, target_url: str, *, name: str = "cdc-join
                                      buckets=16), uid="cdc", parallelism=2)
     orders = src.filter(is_orders, uid="orders").map(untagged, uid="orders-rows")
     customers = src.filter(is_customers, uid="customers").map(untagged, uid="customer-rows")
-    # parallelism 1: an order whose cid changes is retracted at its old key and inserted at
-    # the new one; on one subtask the upsert sink gets them in that order (README: limits)
+    # parallelism 1: the CDC path on one join subtask (an order whose cid changes reaches the
+    # sink retracted then inserted, in order); a parallel join behind the upsert materializer
+    # is tested in connectors/test_upsert_materializer_postgres.py
     (orders.key_by("cid")
            .regular_join(customers.key_by("id"), how="left", uid="rj", left_primary_key="id",
                          right_primary_key="id", fn=order_with_customer, parallelism=1)
