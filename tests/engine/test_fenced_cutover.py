@@ -32,8 +32,10 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.connectors.files import STAGING
 
-# blue runs N / RATE = 30 s: the cut-over must come while it still runs, on a loaded machine
-N, KEYS, SEED, RATE = 60_000, 50, 7, 2000
+# blue would run N / RATE = 120 s: the cut-over must come while it still runs, also on a
+# loaded machine (at 30 s, a green slow to start and to restart after its SIGKILL saw blue
+# finish first); the cut-over stops blue early and green runs the rest unthrottled
+N, KEYS, SEED, RATE = 120_000, 50, 7, 1000
 
 
 def _rows(out: str) -> Counter:
