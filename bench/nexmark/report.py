@@ -35,6 +35,13 @@ def _not_run(missing: dict[str, str]) -> list[str]:
             ] if missing else []
 
 
+def _prefix(data: dict) -> str:
+    """``taskset -c N `` when every run was pinned to that one CPU."""
+    cpus = {tuple(r.get("cpus") or ()) for r in data["runs"]}
+    return f"taskset -c {next(iter(cpus))[0]} " if len(cpus) == 1 and len(next(iter(cpus))) == 1 \
+        else ""
+
+
 def _conditions(runs: list[dict], loads: list[float]) -> list[str]:
     """Where the runs ran: pinned to one CPU or not, and the load average."""
     lines = []
@@ -42,7 +49,8 @@ def _conditions(runs: list[dict], loads: list[float]) -> list[str]:
     if pinned:
         rest = ("; the other runs ran unpinned on a loaded machine" if len(pinned) < len(runs)
                 else "")
-        lines += [f"{len(pinned)} of the {len(runs)} runs were pinned to one CPU "
+        lines += [f"{'All' if len(pinned) == len(runs) else len(pinned)} of the {len(runs)} "
+                  "runs were pinned to one CPU "
                   f"(`taskset -c {pinned[0]['cpus'][0]}`: every process of every engine, JVMs "
                   f"included, on one core of 2) while other work ran on the other core{rest}.",
                   ""]
@@ -117,7 +125,7 @@ def render(data: dict) -> list[str]:
     lines = [HEADING, "",
              "Commands (in this order, each adding to `bench/results/nexmark.json`; one with "
              "`--replace` replaces the earlier runs of the cells it measures): "
-             + "; ".join(f"`.venv/bin/python bench/nexmark/run.py {c}`"
+             + "; ".join(f"`{_prefix(data)}.venv/bin/python bench/nexmark/run.py {c}`"
                          for c in data.get("commands") or ["(defaults)"])
              + " (`make bench-nexmark` runs the defaults). Events per second at parallelism 1 (one task slot: "
              "\"per core\"), every engine reading the same generated events "
