@@ -17,10 +17,12 @@ states when the operator opens, then drops it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import BadRecordError
 from ..state.descriptors import EntryMapStateDescriptor, MapStateDescriptor
+from ..state.vectorized import key_groups_for
 
 log = logging.getLogger(__name__)
 
@@ -127,3 +129,15 @@ def convert_legacy(backend: Any, uid: str, legacy: str, buffer: RowBuffer) -> in
     log.info("join %r: moved %d buffered rows of state %r (the layout before per-row entries) "
              "into %r", uid, moved, legacy, buffer.name)
     return moved
+
+
+def with_current_keys(backend: Any, records: list[dict], selector: Callable[[dict], object],
+                      check: Callable[[object], object]) -> Iterator[dict]:
+    """Each record, the backend's current key set to its key (checked by ``check``; the
+    batch's key groups hashed in one pass)."""
+    keys = [check(selector(r)) for r in records]
+    set_key = backend.set_current_key_in_group
+    for r, key, group in zip(records, keys, key_groups_for(keys, backend.max_parallelism),
+                             strict=True):
+        set_key(key, group)
+        yield r

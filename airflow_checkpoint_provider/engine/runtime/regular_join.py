@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any, cast
 
 import msgpack
@@ -36,8 +35,8 @@ from ..changelog import DELETE, INSERT, OP_FIELD, RETRACT, row_kind
 from ..errors import BadRecordError
 from ..regular_join import RegularJoinSpec
 from ..state.descriptors import EntryMapStateDescriptor
-from ..state.vectorized import key_groups_for
 from ..timers import PROCESSING_TIME, TimerService
+from .join_state import with_current_keys
 from .operators import KeyedOperator
 
 log = logging.getLogger(__name__)
@@ -157,22 +156,13 @@ class RegularJoinOperator(KeyedOperator):
             self.timers.register_processing_time_timer(-(-(self.now + self.ttl) // res) * res)
 
     # -- records --------------------------------------------------------------------------
-    def _keyed(self, side: int, records: list[dict]) -> Iterator[dict]:
-        sel, check = self.spec.key_selectors[side], self.keys.check
-        keys = [check(sel(r)) for r in records]
-        m: int = cast(Any, self.backend).max_parallelism
-        groups = key_groups_for(keys, m)
-        set_key = self.backend.set_current_key_in_group
-        for r, key, group in zip(records, keys, groups, strict=True):
-            set_key(key, group)
-            yield r
-
     def process_input(self, input: int, records: list[dict]) -> list:
         side = input - 1
         where = self.where[side]
         out: list[dict] = []
         self.now = _now_ms()
-        for r in self._keyed(side, records):
+        for r in with_current_keys(self.backend, records, self.spec.key_selectors[side],
+                                   self.keys.check):
             kind = row_kind(r, where)
             row = r if OP_FIELD not in r else {k: v for k, v in r.items() if k != OP_FIELD}
             ident = self._identity(side, row)

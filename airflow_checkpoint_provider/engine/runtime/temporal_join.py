@@ -29,15 +29,14 @@ it are late, dropped and counted (``dropped_late``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import cast
 
 from ..changelog import OP_FIELD, RETRACT, row_kind
 from ..errors import BadRecordError
 from ..eventtime import MIN_WATERMARK
-from ..state.vectorized import key_groups_for
 from ..temporal import TemporalJoinSpec
 from ..timers import EVENT_TIME
+from .join_state import with_current_keys
 from .joins import _JoinOperator
 
 log = logging.getLogger(__name__)
@@ -112,18 +111,6 @@ class TemporalJoinOperator(_JoinOperator):
         log.info("temporal join %r: moved %d waiting probes of state %r (the layout before "
                  "per-probe entries) into %r", self.uid, moved, LEGACY_PROBE_STATE, PROBE_STATE)
 
-    def _keyed_table(self, records: list[dict]) -> Iterator[dict]:
-        """Each table record, the backend's current key set to its key."""
-        spec = cast(TemporalJoinSpec, self.node.payload)
-        sel, check = spec.key_selectors[1], self.keys.check
-        keys = [check(sel(r)) for r in records]
-        m = self.backend.max_parallelism
-        groups = key_groups_for(keys, m)
-        set_key = self.backend.set_current_key_in_group
-        for r, key, group in zip(records, keys, groups, strict=True):
-            set_key(key, group)
-            yield r
-
     def process_input(self, input: int, records: list[dict]) -> list:
         register = self.timers.register_event_time_timer
         versions = self.buffers[1]
@@ -137,7 +124,9 @@ class TemporalJoinOperator(_JoinOperator):
             return []
         stamp = cast(TemporalJoinSpec, self.node.payload).timestamps[1]
         uid = self.uid or self.node.name
-        for r in self._keyed_table(records):
+        spec = cast(TemporalJoinSpec, self.node.payload)
+        for r in with_current_keys(self.backend, records, spec.key_selectors[1],
+                                   self.keys.check):
             kind = row_kind(r, self.where)
             version = [] if kind in RETRACT else [
                 r if OP_FIELD not in r else {k: v for k, v in r.items() if k != OP_FIELD}]
