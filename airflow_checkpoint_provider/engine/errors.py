@@ -92,3 +92,10 @@ class TaskFailure(EngineError):
         self.task = task
         self.remote_message = message
         self.traceback_text = traceback_text
+
+
+class StateValueError(DeterministicError, TypeError):
+    """A value a state cannot keep: it would not come back from a checkpoint as an equal
+    value of the same type (see :mod:`airflow_checkpoint_provider.engine.typed_codec`).
+    Raised by ``update()``/``put()``/``add()``, naming the operator uid, the state and the
+    type; nothing is stored."""

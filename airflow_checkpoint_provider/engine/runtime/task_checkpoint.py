@@ -28,7 +28,7 @@ from ..eventtime import MIN_WATERMARK
 from ..protocol import BarrierKind, CheckpointBarrier
 from ..protocol import frames as P
 from ..protocol import messages as M
-from ..serialization import packb, unpackb
+from ..serialization import packb, unpack_records, unpackb
 from ..snapshot.codec import read_verified
 from ..state.backend import write_state_file
 from .alignment import BarrierHandler
@@ -84,7 +84,7 @@ class TaskCheckpointing:
         data = read_verified(handle.location_in(directory), handle.size, handle.sha256)
         for channel, kind, payload in cast(list, unpackb(data)):
             self._push_input(channel, decode_arrow(payload) if kind == "arrow"
-                             else unpackb(payload))
+                             else unpack_records(payload))
         log.debug("Task %s replayed %d in-flight records", self.name, handle.records)
 
     # -- barrier handler actions ----------------------------------------------------------
