@@ -71,9 +71,25 @@ class UnsupportedValueError(TypeError):
     it sits in the value)."""
 
 
+def _new_packer() -> msgpack.Packer:
+    return msgpack.Packer(use_bin_type=True, strict_types=True, default=_default,
+                          buf_size=1024)
+
+
 def _pack_nested(obj: object) -> bytes:
-    # a fresh Packer: the default hook runs inside another Packer's pack() (not reentrant)
-    return msgpack.packb(obj, use_bin_type=True, strict_types=True, default=_default)
+    # the default hook runs inside another Packer's pack(), which is not reentrant: take a
+    # free packer of this thread (creating one allocates its buffer: too slow per tuple)
+    try:
+        free = _local.free
+    except AttributeError:
+        free = _local.free = []
+    packer = free.pop() if free else _new_packer()
+    try:
+        data = packer.pack(obj)
+    except BaseException:
+        raise  # the packer is dropped: its buffer may hold a partial value
+    free.append(packer)
+    return data
 
 
 def _tz(tz: _dt.tzinfo | None) -> object:
@@ -205,7 +221,7 @@ _local = threading.local()
 
 
 def _packer() -> msgpack.Packer:
-    p = _local.packer = msgpack.Packer(use_bin_type=True, strict_types=True, default=_default)
+    p = _local.packer = _new_packer()
     return p
 
 
@@ -267,6 +283,7 @@ def unpack_key(data: bytes | memoryview) -> object:
 SCALARS = _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
 _LEAVES = frozenset({_dt.date, _dt.timedelta, Decimal, complex, uuid.UUID})
 _SEQUENCES = frozenset({list, tuple, set, frozenset})
+_all_scalars = _SCALARS.issuperset  # iterates in C, stops at the first other type
 
 
 def check_value(obj: object) -> None:
@@ -283,10 +300,14 @@ def _check(obj: object, depth: int) -> None:
     if depth >= MAX_DEPTH:
         raise UnsupportedValueError(f"a value nested deeper than {MAX_DEPTH} levels")
     if t in _SEQUENCES:
+        if _all_scalars(map(type, obj)):  # type: ignore[call-overload]
+            return
         for x in obj:  # type: ignore[attr-defined]
             if type(x) not in _SCALARS:
                 _check(x, depth + 1)
     elif t is dict:
+        if _all_scalars(map(type, obj.values())) and _all_scalars(map(type, obj)):  # type: ignore[attr-defined]
+            return
         for k, x in obj.items():  # type: ignore[attr-defined]
             if type(k) not in _SCALARS:
                 _check(k, depth + 1)
