@@ -53,10 +53,10 @@ HASHABLE = st.recursive(
 VALUES = st.recursive(
     _hashable_leaves(True),
     lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.lists(inner, max_size=4).map(tuple),
+        st.lists(inner, max_size=3), st.lists(inner, max_size=3).map(tuple),
         st.dictionaries(HASHABLE, inner, max_size=3), st.sets(HASHABLE, max_size=3),
         st.frozensets(HASHABLE, max_size=3)),
-    max_leaves=10)
+    max_leaves=8)
 
 #: keys of keyed state (the key contract: int, str, tuples of them)
 STATE_KEYS = st.one_of(st.integers(-10**6, 10**6), st.text(max_size=6),
