@@ -48,6 +48,7 @@ import threading
 import uuid
 import zoneinfo
 from decimal import Decimal
+from typing import Any
 
 import msgpack
 import msgspec
@@ -106,7 +107,7 @@ def _tz(tz: _dt.tzinfo | None) -> object:
         "time zones round-trip; convert with .astimezone(zoneinfo.ZoneInfo(name)))")
 
 
-def _default(obj: object) -> _ExtType:
+def _default(obj: object) -> msgpack.ExtType:
     t = type(obj)
     if t is tuple:
         return _ExtType(TUPLE, _pack_nested(list(obj)))  # type: ignore[call-overload]
@@ -293,28 +294,28 @@ def check_value(obj: object) -> None:
         _check(obj, 0)
 
 
-def _check(obj: object, depth: int) -> None:
+def _check(obj: Any, depth: int) -> None:
     t = type(obj)
     if t in _SCALARS or t in _LEAVES:
         return
     if depth >= MAX_DEPTH:
         raise UnsupportedValueError(f"a value nested deeper than {MAX_DEPTH} levels")
     if t in _SEQUENCES:
-        if _all_scalars(map(type, obj)):  # type: ignore[call-overload]
+        if _all_scalars(map(type, obj)):
             return
-        for x in obj:  # type: ignore[attr-defined]
+        for x in obj:
             if type(x) not in _SCALARS:
                 _check(x, depth + 1)
     elif t is dict:
-        if _all_scalars(map(type, obj.values())) and _all_scalars(map(type, obj)):  # type: ignore[attr-defined]
+        if _all_scalars(map(type, obj.values())) and _all_scalars(map(type, obj)):
             return
-        for k, x in obj.items():  # type: ignore[attr-defined]
+        for k, x in obj.items():
             if type(k) not in _SCALARS:
                 _check(k, depth + 1)
             if type(x) not in _SCALARS:
                 _check(x, depth + 1)
     elif t is _dt.datetime or t is _dt.time:
-        _tz(obj.tzinfo)  # type: ignore[attr-defined]
+        _tz(obj.tzinfo)
     elif isinstance(obj, np.generic) and obj.dtype.kind in _NUMPY_KINDS:
         return
     else:

@@ -28,7 +28,7 @@ PLAIN = [{"key": "k", "n": 1, 2: "int key", None: 1.5, "bin": b"\x00\x01",
           "nested": {"l": [1, [2, 3]]}, "big": 2**64 - 1, "neg": -(2**63)}]
 TYPED = [{"t": (1, (2, "x")), "s": {1, 2}, "fs": frozenset({"a"}), "tk": {(1, 2): "v"},
           "when": dt.datetime(2024, 3, 31, 2, 30, tzinfo=zoneinfo.ZoneInfo("Europe/Berlin")),
-          "utc": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc), "day": dt.date(2024, 2, 29),
+          "utc": dt.datetime(2024, 1, 1, tzinfo=dt.UTC), "day": dt.date(2024, 2, 29),
           "at": dt.time(23, 59, 59, 999999), "dur": dt.timedelta(days=-1, microseconds=3),
           "price": Decimal("12.3400"), "huge": 2**100, "nan": float("nan"),
           "np": np.float32(1.5), "id": uuid.UUID(int=7), "c": 1 + 2j, "l": [1, (2,)]}]

@@ -28,8 +28,14 @@ import binascii
 from collections.abc import Callable, Iterator
 
 from ..errors import CorruptCheckpointError, StateMigrationError
-from ..typed_codec import FORMAT_VERSION, SCALARS, UnsupportedValueError, check_value, pack_value, \
-    unpack_value
+from ..typed_codec import (
+    FORMAT_VERSION,
+    SCALARS,
+    UnsupportedValueError,
+    check_value,
+    pack_value,
+    unpack_value,
+)
 from .contract import refusal
 
 SPLIT, UNION, BROADCAST = "split", "union", "broadcast"
@@ -55,10 +61,13 @@ def _checker(uid: str, name: str) -> Callable[..., None]:
     return check
 
 
+_UNNAMED = _checker("?", "?")  # a state built outside an OperatorStateStore
+
+
 class OperatorListState:
     """A list of one subtask (``get()`` returns a copy)."""
 
-    def __init__(self, items: list, check: Callable[..., None] = _checker("?", "?")) -> None:
+    def __init__(self, items: list, check: Callable[..., None] = _UNNAMED) -> None:
         self._items = items
         self._check = check
 
@@ -88,7 +97,7 @@ class OperatorListState:
 class BroadcastState:
     """A map replicated to every subtask."""
 
-    def __init__(self, entries: dict, check: Callable[..., None] = _checker("?", "?")) -> None:
+    def __init__(self, entries: dict, check: Callable[..., None] = _UNNAMED) -> None:
         self._entries = entries
         self._check = check
 

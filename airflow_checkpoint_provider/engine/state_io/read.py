@@ -34,12 +34,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CorruptCheckpointError
-from ..typed_codec import unpack_key, unpack_value
 from ..snapshot.codec import LoadedSnapshot, load_snapshot, read_state_file
 from ..snapshot.handles import OperatorState, RocksDBHandle, StateFileHandle, SubtaskState
 from ..state.descriptors import ENTRY_MAP, MAP
 from ..state.heap import decode_chunk
 from ..state.keygroups import KeyGroupRange
+from ..typed_codec import unpack_key, unpack_value
 from .exceptions import (
     NotKeyedStateError,
     StateSchemaError,

@@ -41,7 +41,6 @@ import pyarrow.compute as pc
 
 from ..checkpoint.storage import METADATA_FILE, filesystem_for, join
 from ..graph import KEYED_KINDS
-from ..typed_codec import FORMAT_VERSION, UnsupportedValueError, pack_value
 from ..snapshot.codec import encode_metadata, load_snapshot, read_verified
 from ..snapshot.handles import RocksDBHandle, StateFileHandle
 from ..snapshot.verify import load_verified_snapshot
@@ -51,6 +50,7 @@ from ..state.descriptors import LIST, MAP, REDUCING, VALUE
 from ..state.keygroups import KeyGroupRange, key_group_for, key_group_range_for
 from ..state.keys import key_type as key_type_of
 from ..state.vectorized import key_groups as arrow_key_groups
+from ..typed_codec import FORMAT_VERSION, UnsupportedValueError, pack_value
 from .exceptions import (
     NotKeyedStateError,
     StateKeyError,

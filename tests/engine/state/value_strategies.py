@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 ZONES = [zoneinfo.ZoneInfo(k) for k in ("UTC", "Europe/Berlin", "America/New_York",
                                         "Asia/Kolkata")]
 TZS = st.one_of(
-    st.none(), st.just(dt.timezone.utc), st.sampled_from(ZONES),
-    st.builds(lambda m, named: dt.timezone(dt.timedelta(minutes=m), "Z%d" % m) if named
+    st.none(), st.just(dt.UTC), st.sampled_from(ZONES),
+    st.builds(lambda m, named: dt.timezone(dt.timedelta(minutes=m), f"Z{m}") if named
               else dt.timezone(dt.timedelta(minutes=m)),
               st.integers(-23 * 60, 23 * 60), st.booleans()))
 
