@@ -287,7 +287,7 @@ def decode_chunk(chunk: bytes | memoryview, operator_uid: str) -> tuple[int, dic
     version 2 (typed) or 1 (plain msgpack: list keys become tuples, as they always did)."""
     try:
         decoded = unpack_value(chunk)
-    except Exception as exc:  # msgspec.DecodeError, or an ext payload that is not valid
+    except (ValueError, TypeError) as exc:  # msgspec.DecodeError (a ValueError)
         raise CorruptCheckpointError(
             f"operator {operator_uid!r}: a heap state chunk cannot be decoded ({exc})") from exc
     if isinstance(decoded, list) and len(decoded) == 3 and decoded[2] == FORMAT_VERSION \

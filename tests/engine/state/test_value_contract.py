@@ -230,3 +230,19 @@ def test_values_come_back_from_rocksdb_with_their_types_without_a_restore(tmp_pa
     backend.close()
 
 
+
+
+@pytest.mark.parametrize("chunk", [
+    b"\xc1",                                                       # not msgpack
+    msgpack.packb([1, {}, 2, 3]),                                  # not a chunk
+    msgpack.packb([1, msgpack.ExtType(5, b"\x93\x01")]),           # truncated datetime
+    msgpack.packb([1, {"s": {1: msgpack.ExtType(10, msgpack.packb(["|O", b"12345678"]))}},
+                   2]),                                            # object dtype: refused
+    msgpack.packb([1, {"s": {1: msgpack.ExtType(99, b"")}}, 2]),   # unknown ext code
+])
+def test_a_malformed_state_chunk_is_corrupt_naming_the_operator(chunk):
+    from airflow_checkpoint_provider.engine.errors import CorruptCheckpointError
+    from airflow_checkpoint_provider.engine.state.heap import decode_chunk
+
+    with pytest.raises(CorruptCheckpointError, match="operator 'op': a heap state chunk"):
+        decode_chunk(chunk, "op")
