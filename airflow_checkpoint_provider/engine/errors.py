@@ -92,3 +92,10 @@ class TaskFailure(EngineError):
         self.task = task
         self.remote_message = message
         self.traceback_text = traceback_text
+
+
+class RepeatedFailureAfterRestoreError(JobFailedError, RestoreError):
+    """The same failure (same operator uid, phase, exception type and message) followed each
+    of the last N restores with no checkpoint completing in between
+    (``RestartStrategy.identical_failures``): restarting again cannot help, so the job fails
+    at once with that diagnosis instead of spending its remaining restarts."""
