@@ -260,3 +260,7 @@ def jobs(db: str | None, name: str | None, as_json: bool) -> None:
     for r in rows:
         click.echo(f"{r.job_id}  {r.job_name:<24} {r.status:<10} attempt {r.attempt}  "
                    f"created {r.created_at:%Y-%m-%d %H:%M:%S}")
+        if r.failure_reason and r.status in ("FAILED", "RESTARTING", "LOST"):
+            # the failure's first line (where: operator, uid, subtask, phase); --json and
+            # `ckpt report` hold the remote traceback too
+            click.echo(f"    {r.failure_reason.splitlines()[0]}")

@@ -45,7 +45,7 @@ def describe_node(node) -> str:
                 what = type(payload).__name__
         else:
             what = getattr(payload, "__qualname__", None) or type(payload).__name__
-    return f"{node.kind} {node.name!r}" + (f" ({what})" if what else "")
+    return f"{node.kind} {node.name!r}" + (f" ({what})" if what and what not in node.name else "")
 
 
 def mark(exc: BaseException, node, phase: str) -> None:

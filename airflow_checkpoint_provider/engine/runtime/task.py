@@ -193,8 +193,8 @@ class StreamTask(TaskCheckpointing):
             self.env.send(M.TaskFinished(vertex=self.vertex.id, subtask=self.subtask))
         except Exception as exc:  # noqa: BLE001 - every task failure is reported
             place = self.failure_place(exc)
-            log.warning("Task %s failed in %s %s (uid %r): %s: %s", self.name, place.operator,
-                        place.phase, place.uid, type(exc).__name__, exc)
+            log.warning("Task %s failed in phase %s of %s (uid %r): %s: %s", self.name,
+                        place.phase, place.operator, place.uid, type(exc).__name__, exc)
             tb = traceback.format_exc()
             # before reporting: the slot may be stopped right after, and a restart on a
             # reused process must not meet this attempt's connections (a CDC reader's slot)
