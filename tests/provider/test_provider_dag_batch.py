@@ -3,8 +3,6 @@ Spark provider's connection) and, with the local runner, a retry that resumes.""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from provider_helpers import completed_checkpoints, run_dag, xcom
 
@@ -39,8 +37,7 @@ def test_spark_submit_runs_the_job_to_its_end(airflow_db, metadata_url, tmp_path
 
 @pytest.mark.timeout(150)
 def test_a_retry_resumes_from_the_failed_jobs_latest_checkpoint(airflow_db, metadata_url, tmp_path,
-                                                               caplog):
-    caplog.set_level(logging.INFO)
+                                                               capfd):
     conf = {"pipeline": "airflow_checkpoint_provider.examples.flaky_batch:build",
             "job_name": "flaky-batch", "runner": "local",
             "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example")}}
@@ -56,9 +53,11 @@ def test_a_retry_resumes_from_the_failed_jobs_latest_checkpoint(airflow_db, meta
     # where it failed, with the remote traceback, in the DB and in the failed try's task log
     where = "in phase processing of process 'Process: FailOnce', uid 'running-sum', subtask 1/1"
     assert where in first.failure_reason and "Remote traceback" in first.failure_reason
-    logged = "\n".join(r.getMessage() + (str(r.exc_info[1]) if r.exc_info else "")
-                       for r in caplog.records)
-    assert where in logged and "Remote traceback" in logged, logged[-3000:]
+    out, err = capfd.readouterr()  # dag.test() writes the task log there
+    failed = [line for line in (out + err).splitlines()
+              if line.startswith("airflow.sdk.exceptions.AirflowException: job failed:")]
+    assert failed and where in failed[-1], (out + err)[-3000:]
+    assert "Remote traceback (task 1.0, slot 0):" in out + err
     assert second.status == "FINISHED"
     resumed = store.latest_completed_checkpoint(job_id=first.job_id, kind=None)
     assert resumed is not None and second.restored_from == resumed.location
