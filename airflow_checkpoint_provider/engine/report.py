@@ -396,8 +396,8 @@ def _latest_html(stats: dict[str, Any]) -> str:
         kind = "savepoint" if restored["is_savepoint"] else "checkpoint"
         why = restored["previous_failure_reason"]
         detail = _e(f"attempt {restored['attempt']} from {kind} {restored['restored_from']}")
-        if why:
-            detail += f'<br><span class="failed">after: {_e(why)}</span>'
+        if why:  # its first line (the Failures section has the traceback)
+            detail += f'<br><span class="failed">after: {_e(why.splitlines()[0])}</span>'
         rows.append(["Latest restore", _e(restored["restored_checkpoint_id"]),
                      _e(_fmt_time(restored["restore_time"])), "-", "-", detail])
     return _table(["", "Id", "Time", "Duration", "State size", "Location / reason"], rows,

@@ -65,22 +65,35 @@ class BrokenAfterRestore(KeyedProcessFunction):
 
 
 def _pipeline(root, restart: RestartStrategy) -> Pipeline:
-    p = Pipeline("broken-after-restore", max_parallelism=16,
-                 checkpoint=CheckpointConfig(interval_ms=100, directory=os.path.join(root, "ckpt")),
-                 restart_strategy=restart,
-                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
-    (p.source(GeneratorSource(200_000, num_keys=20, seed=3, splits=1, records_per_second=2000), uid="gen",
-              parallelism=1)
-      .key_by("key")
-      .process(BrokenAfterRestore(os.path.join(root, "failed-once")), uid="broken-op",
-               name="seen-keys", parallelism=1)
-      .sink(FileSink(os.path.join(root, "out")), uid="out", parallelism=1))
+    p = Pipeline(
+        "broken-after-restore",
+        max_parallelism=16,
+        checkpoint=CheckpointConfig(interval_ms=100, directory=os.path.join(root, "ckpt")),
+        restart_strategy=restart,
+        metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
+    )
+    (
+        p.source(
+            GeneratorSource(200_000, num_keys=20, seed=3, splits=1, records_per_second=2000),
+            uid="gen",
+            parallelism=1,
+        )
+        .key_by("key")
+        .process(
+            BrokenAfterRestore(os.path.join(root, "failed-once")),
+            uid="broken-op",
+            name="seen-keys",
+            parallelism=1,
+        )
+        .sink(FileSink(os.path.join(root, "out")), uid="out", parallelism=1)
+    )
     return p
 
 
 @pytest.mark.timeout(180)
 def test_a_failure_after_each_restore_fails_fast_naming_operator_phase_and_traceback(
-        workdir, caplog):
+    workdir, caplog
+):
     caplog.set_level(logging.ERROR)
     p = _pipeline(str(workdir), RestartStrategy.fixed_delay(attempts=6, delay_ms=0))
     with pytest.raises(RepeatedFailureAfterRestoreError) as err:
@@ -90,12 +103,16 @@ def test_a_failure_after_each_restore_fails_fast_naming_operator_phase_and_trace
     # attempt 0 failed once (InjectedFailure); attempts 1 and 2 restored and failed the
     # same way: the job stops there instead of using all 6 restarts
     assert result.restarts == 2
-    where = ("in phase restore of process 'seen-keys' (BrokenAfterRestore), uid 'broken-op', "
-             "subtask 1/1, slot 0: ")
+    where = (
+        "in phase restore of process 'seen-keys' (BrokenAfterRestore), uid 'broken-op', "
+        "subtask 1/1, slot 0: "
+    )
     reason = result.failure_reason
     first = reason.splitlines()[0]
-    assert first.startswith("RepeatedFailureAfterRestoreError: the same failure followed each "
-                            "of the last 2 restores of checkpoint "), first
+    assert first.startswith(
+        "RepeatedFailureAfterRestoreError: the same failure followed each "
+        "of the last 2 restores of checkpoint "
+    ), first
     assert where in first and first.endswith("TypeError: unhashable type: 'list'"), first
     # the remote traceback, down to the line that raised
     assert "Remote traceback (task " in reason
@@ -130,23 +147,32 @@ def test_a_failure_after_each_restore_fails_fast_naming_operator_phase_and_trace
 @pytest.mark.timeout(180)
 def test_snapshot_and_commit_failures_name_their_phase(workdir):
     faults = FaultPlan(str(workdir / "faults"), [("snapshot", 2), ("notify", 5)])
-    p = running_sum_pipeline(str(workdir), num_records=3000, rate=2000, faults=faults,
-                             keyed_parallelism=2,
-                             restart=RestartStrategy.fixed_delay(attempts=4, delay_ms=0))
+    p = running_sum_pipeline(
+        str(workdir),
+        num_records=3000,
+        rate=2000,
+        faults=faults,
+        keyed_parallelism=2,
+        restart=RestartStrategy.fixed_delay(attempts=4, delay_ms=0),
+    )
     result = p.run()
     assert result.status == "FINISHED" and result.restarts == 2
     with MetadataStore(p.metadata_url) as store:
-        reasons = [a.failure_reason for a in store.list_attempts(result.job_id)
-                   if a.failure_reason]
+        reasons = [a.failure_reason for a in store.list_attempts(result.job_id) if a.failure_reason]
     assert len(reasons) == 2, reasons
-    expected = {phase: f"in phase {phase} of process 'Process: RunningSum', uid 'sum', subtask "
-                for phase in ("snapshot", "commit")}
+    expected = {
+        phase: f"in phase {phase} of process 'Process: RunningSum', uid 'sum', subtask "
+        for phase in ("snapshot", "commit")
+    }
     for phase, where in expected.items():
         hit = [r for r in reasons if where in r]
         assert len(hit) == 1, (phase, reasons)
         assert "InjectedFailure: injected failure" in hit[0].splitlines()[0]
-        assert "snapshot_state" in hit[0] if phase == "snapshot" else \
-            "notify_checkpoint_complete" in hit[0]
+        assert (
+            "snapshot_state" in hit[0]
+            if phase == "snapshot"
+            else "notify_checkpoint_complete" in hit[0]
+        )
 
 
 def _failed(sig) -> AttemptOutcome:
@@ -177,4 +203,3 @@ def test_identical_failures_is_part_of_the_restart_strategy():
     assert RestartStrategy.exponential_backoff(identical_failures=3).identical_failures == 3
     with pytest.raises(ConfigurationError, match="identical_failures"):
         RestartStrategy.fixed_delay(identical_failures=-1)
-

@@ -83,10 +83,17 @@ def test_falling_back_inside_a_job_past_delta_output_is_refused_not_duplicated(w
     from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
 
     table = str(workdir / "sums")
-    p = running_sum_pipeline(str(workdir), num_records=8000, num_keys=20, rate=2000,
-                             interval_ms=100, source_parallelism=1, keyed_parallelism=1,
-                             sink=DeltaSink(table),
-                             restart=RestartStrategy.fixed_delay(attempts=3, delay_ms=0))
+    p = running_sum_pipeline(
+        str(workdir),
+        num_records=8000,
+        num_keys=20,
+        rate=2000,
+        interval_ms=100,
+        source_parallelism=1,
+        keyed_parallelism=1,
+        sink=DeltaSink(table),
+        restart=RestartStrategy.fixed_delay(attempts=3, delay_ms=0),
+    )
     keyed = next(n for v in p.execution_graph().vertices for n in v.nodes if n.uid == "sum")
     keyed.payload = DamageLatestThenFail(str(workdir), at_id=3000)
 
@@ -113,6 +120,7 @@ def test_falling_back_inside_a_job_past_delta_output_is_refused_not_duplicated(w
 
 # -- restore="latest" with a CDC source ------------------------------------------------------
 
+
 @pytest.fixture
 def db(postgres_server):
     yield from items_database(postgres_server, 2000, 100)
@@ -130,8 +138,10 @@ def _stream_lsn(location: str) -> int | None:
 
 def _confirmed(url: str, slot: str) -> int:
     with psycopg.connect(dsn(url), autocommit=True) as conn:
-        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE "
-                           "slot_name = %s", (slot,)).fetchone()
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (slot,),
+        ).fetchone()
     return parse_lsn(row[0])
 
 
@@ -141,12 +151,21 @@ def _part_files(directory: str) -> set[str]:
 
 @pytest.mark.timeout(300)
 def test_restore_latest_refuses_before_the_file_sink_deletes_what_the_cdc_source_cannot_replay(
-        db, tmp_path):
+    db, tmp_path
+):
     root, name = str(tmp_path), "cdc-fallback"
 
     def pipeline():
-        return cdc_pipeline(root, db, name=name, source_parallelism=1, parallelism=1,
-                            snapshot_splits=1, buckets=16, interval_ms=150)
+        return cdc_pipeline(
+            root,
+            db,
+            name=name,
+            source_parallelism=1,
+            parallelism=1,
+            snapshot_splits=1,
+            buckets=16,
+            interval_ms=150,
+        )
 
     writers = start_writers(db, 60, [5], stop_file=os.path.join(root, "stop"))
     try:
@@ -172,8 +191,10 @@ def test_restore_latest_refuses_before_the_file_sink_deletes_what_the_cdc_source
 
     confirmed = _confirmed(db, job_object_name(name))
     with MetadataStore(f"sqlite:///{root}/meta.db") as store:
-        done = sorted((c for c in store.list_checkpoints(job.job_id) if c.status == "COMPLETED"),
-                      key=lambda c: c.checkpoint_id)
+        done = sorted(
+            (c for c in store.list_checkpoints(job.job_id) if c.status == "COMPLETED"),
+            key=lambda c: c.checkpoint_id,
+        )
     # damage every checkpoint the slot acknowledged: "latest" falls back to one behind it
     damaged = [c for c in done if (_stream_lsn(c.location) or 0) >= confirmed]
     behind = [c for c in done if (_stream_lsn(c.location) or 0) < confirmed]

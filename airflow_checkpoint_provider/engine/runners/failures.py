@@ -106,13 +106,18 @@ class FailoverMixin:
         guard = RepeatedFailureGuard(strategy.identical_failures)
         restarts, attempt, snapshot = 0, 0, initial
         while True:
-            db.write(MetadataStore.start_attempt, self.job_id, attempt,
-                     restored_checkpoint_id=snapshot.checkpoint_id if snapshot else None,
-                     restored_from=snapshot.directory if snapshot else None)
+            db.write(
+                MetadataStore.start_attempt,
+                self.job_id,
+                attempt,
+                restored_checkpoint_id=snapshot.checkpoint_id if snapshot else None,
+                restored_from=snapshot.directory if snapshot else None,
+            )
             completed_before = coord.num_completed
             outcome = self._run_attempt(attempt, snapshot)
-            db.write(MetadataStore.end_attempt, self.job_id, attempt,
-                     failure_reason=outcome.full_failure)
+            db.write(
+                MetadataStore.end_attempt, self.job_id, attempt, failure_reason=outcome.full_failure
+            )
             if outcome.status in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
                 return JobEnd(outcome.status, None, restarts)
             failure = outcome.full_failure
@@ -121,28 +126,42 @@ class FailoverMixin:
                 # the wind-down. A restart would write output after the savepoint that the
                 # job restoring it writes again; the savepoint's pending commits are made by
                 # that job. So the job ends STOPPED, as requested.
-                log.warning("Job %s failed after its stop savepoint %s completed (%s); it ends "
-                            "STOPPED", p.name, self.control.stop_completed.location,
-                            outcome.failure)
+                log.warning(
+                    "Job %s failed after its stop savepoint %s completed (%s); it ends STOPPED",
+                    p.name,
+                    self.control.stop_completed.location,
+                    outcome.failure,
+                )
                 return JobEnd(JobStatus.STOPPED, None, restarts)
-            if guard.observe(outcome, restored=snapshot is not None,
-                             completed=coord.num_completed > completed_before):
+            if guard.observe(
+                outcome,
+                restored=snapshot is not None,
+                completed=coord.num_completed > completed_before,
+            ):
                 from ..errors import RepeatedFailureAfterRestoreError
 
                 assert snapshot is not None
-                reason = (f"RepeatedFailureAfterRestoreError: the same failure followed each of "
-                          f"the last {guard.count} restores of checkpoint "
-                          f"{snapshot.checkpoint_id} ({snapshot.directory}) with no checkpoint "
-                          f"completed in between, so restarting again cannot help "
-                          f"({restarts} of {strategy.attempts} restarts used): "
-                          f"{outcome.failure}")
+                reason = (
+                    f"RepeatedFailureAfterRestoreError: the same failure followed each of "
+                    f"the last {guard.count} restores of checkpoint "
+                    f"{snapshot.checkpoint_id} ({snapshot.directory}) with no checkpoint "
+                    f"completed in between, so restarting again cannot help "
+                    f"({restarts} of {strategy.attempts} restarts used): "
+                    f"{outcome.failure}"
+                )
                 log.error("Job %s fails at once: %s", p.name, reason)
                 detail = f"\n{outcome.detail}" if outcome.detail else ""
-                return JobEnd(JobStatus.FAILED, reason + detail, restarts,
-                              RepeatedFailureAfterRestoreError)
+                return JobEnd(
+                    JobStatus.FAILED, reason + detail, restarts, RepeatedFailureAfterRestoreError
+                )
             if outcome.fatal or not strategy.can_restart(restarts):
-                log.error("Job %s failed and will not restart (%d restarts, strategy %s): %s",
-                          p.name, restarts, strategy.kind, outcome.failure)
+                log.error(
+                    "Job %s failed and will not restart (%d restarts, strategy %s): %s",
+                    p.name,
+                    restarts,
+                    strategy.kind,
+                    outcome.failure,
+                )
                 return JobEnd(JobStatus.FAILED, failure, restarts, outcome.error)
             restarts += 1
             if self.metrics:
@@ -150,10 +169,20 @@ class FailoverMixin:
             if self.progress:
                 self.progress.update(status=JobStatus.RESTARTING, restarts=restarts)
             delay = strategy.delay_for(restarts)
-            db.write(MetadataStore.set_job_status, self.job_id, JobStatus.RESTARTING,
-                     failure_reason=failure)
-            log.warning("Job %s failed (%s); restart %d/%d in %.1f s", p.name, outcome.failure,
-                        restarts, strategy.attempts, delay)
+            db.write(
+                MetadataStore.set_job_status,
+                self.job_id,
+                JobStatus.RESTARTING,
+                failure_reason=failure,
+            )
+            log.warning(
+                "Job %s failed (%s); restart %d/%d in %.1f s",
+                p.name,
+                outcome.failure,
+                restarts,
+                strategy.attempts,
+                delay,
+            )
             time.sleep(delay)
             attempt += 1
             try:
@@ -165,9 +194,13 @@ class FailoverMixin:
 
     def _run_attempt(self, attempt: int, snapshot: LoadedSnapshot | None) -> AttemptOutcome:
         try:
-            assignments = (assign_restore(snapshot, self.graph,
-                                          allow_non_restored_state=self.allow_non_restored_state)
-                           if snapshot else {})
+            assignments = (
+                assign_restore(
+                    snapshot, self.graph, allow_non_restored_state=self.allow_non_restored_state
+                )
+                if snapshot
+                else {}
+            )
         except (RestoreError, CorruptCheckpointError) as exc:
             return AttemptOutcome(JobStatus.FAILED, str(exc), fatal=True)
         return AttemptRun(cast(AttemptHost, self), attempt, assignments).run()
@@ -182,10 +215,10 @@ class FailoverMixin:
         bad: list[tuple[CompletedCheckpoint, str]] = []
         chosen: LoadedSnapshot | None = None
         for c in reversed(list(coord.completed)):
-            what = (f"checkpoint {c.checkpoint_id} of job {self.config.name} "
-                    f"({self.job_id})")
-            chosen, problem = _load_restorable(self.trust.load, self._check_snapshot,
-                                               c.location, what)
+            what = f"checkpoint {c.checkpoint_id} of job {self.config.name} ({self.job_id})"
+            chosen, problem = _load_restorable(
+                self.trust.load, self._check_snapshot, c.location, what
+            )
             if chosen is not None:
                 break
             bad.append((c, problem or "unusable"))
@@ -195,30 +228,47 @@ class FailoverMixin:
         skipped = ", ".join(str(c.checkpoint_id) for c, _ in bad)
         # with no retained checkpoint left the restart restores the job's initial snapshot
         check_restore_plan(
-            self.graph, chosen if chosen is not None else self.initial,
-            job_name=self.config.name, discard={self.job_id: restored_id},
-            what=(f"job {self.config.name} ({self.job_id}) falling back to "
-                  f"{chosen.directory if chosen else 'empty state'} past its damaged "
-                  f"checkpoint(s) {skipped} ({bad[0][1]})"),
-            remedy=("The skipped checkpoints stay COMPLETED; repair them, or restore an "
-                    "explicit checkpoint or savepoint (restore=PATH)"))
+            self.graph,
+            chosen if chosen is not None else self.initial,
+            job_name=self.config.name,
+            discard={self.job_id: restored_id},
+            what=(
+                f"job {self.config.name} ({self.job_id}) falling back to "
+                f"{chosen.directory if chosen else 'empty state'} past its damaged "
+                f"checkpoint(s) {skipped} ({bad[0][1]})"
+            ),
+            remedy=(
+                "The skipped checkpoints stay COMPLETED; repair them, or restore an "
+                "explicit checkpoint or savepoint (restore=PATH)"
+            ),
+        )
         for c, reason in bad:
             coord.completed.remove(c)
             if not c.claimed:  # a claimed snapshot is not this job's row
                 try:
-                    coord.db.write(MetadataStore.fail_checkpoint, self.job_id, c.checkpoint_id,
-                                   reason=reason, status=CheckpointStatus.CORRUPT)
+                    coord.db.write(
+                        MetadataStore.fail_checkpoint,
+                        self.job_id,
+                        c.checkpoint_id,
+                        reason=reason,
+                        status=CheckpointStatus.CORRUPT,
+                    )
                 except Exception as exc:  # noqa: BLE001 - the fallback goes on without the mark
-                    log.warning("Could not mark checkpoint %d CORRUPT in the metadata DB: %s",
-                                c.checkpoint_id, exc)
-            log.warning("Checkpoint %d of job %s marked CORRUPT: %s", c.checkpoint_id,
-                        self.job_id, reason)
+                    log.warning(
+                        "Could not mark checkpoint %d CORRUPT in the metadata DB: %s",
+                        c.checkpoint_id,
+                        exc,
+                    )
+            log.warning(
+                "Checkpoint %d of job %s marked CORRUPT: %s", c.checkpoint_id, self.job_id, reason
+            )
         self._discard_sink_output_after(self.job_id, restored_id)
         return chosen
 
 
-def _load_restorable(load, check, location: str,
-                     what: str) -> tuple[LoadedSnapshot | None, str | None]:
+def _load_restorable(
+    load, check, location: str, what: str
+) -> tuple[LoadedSnapshot | None, str | None]:
     """Load and verify the snapshot at ``location`` for an automatic restore: ``(snapshot,
     None)``, or ``(None, why)`` (after a warning naming the bad file) when it is corrupt or
     incomplete. Storage outages (CheckpointStorageError) propagate: they may pass."""

@@ -51,21 +51,30 @@ def restored_split_positions(snapshot: LoadedSnapshot | None, uid: str) -> dict[
     for sub in op.subtasks:
         entries.extend(sub.operator_state or [])
     store = OperatorStateStore(uid, 0, 1, entries)
-    restored = [*store.get_union_list_state(SPLITS_STATE).get(),
-                *(e for e in entries if isinstance(e, dict) and "split" in e)]
+    restored = [
+        *store.get_union_list_state(SPLITS_STATE).get(),
+        *(e for e in entries if isinstance(e, dict) and "split" in e),
+    ]
     out: dict[str, object] = {}
     for e in restored:
         if not isinstance(e, dict) or not isinstance(e.get("split"), str):
             raise CorruptCheckpointError(
-                f"source {uid!r}: split entry {e!r:.200} in {snapshot.directory} is malformed")
+                f"source {uid!r}: split entry {e!r:.200} in {snapshot.directory} is malformed"
+            )
         if not e.get("finished"):
             out[e["split"]] = e.get("position")
     return out
 
 
-def check_restore_plan(graph: ExecutionGraph, snapshot: LoadedSnapshot | None, *,
-                       job_name: str, discard: Mapping[str, int], what: str,
-                       remedy: str = "") -> None:
+def check_restore_plan(
+    graph: ExecutionGraph,
+    snapshot: LoadedSnapshot | None,
+    *,
+    job_name: str,
+    discard: Mapping[str, int],
+    what: str,
+    remedy: str = "",
+) -> None:
     """Ask every source and sink of ``graph`` whether it can restore ``snapshot`` (``None``:
     empty state), the sinks also whether they can remove what the jobs in ``discard`` (job id
     -> the checkpoint after which their committed output is removed; -1: all of it)
@@ -82,18 +91,27 @@ def check_restore_plan(graph: ExecutionGraph, snapshot: LoadedSnapshot | None, *
             try:
                 if n.kind == "source":
                     cast(Source, n.payload).check_restore(
-                        n.uid, restored_split_positions(snapshot, n.uid), checkpoint_id=chk,
-                        location=location, job_name=job_name)
+                        n.uid,
+                        restored_split_positions(snapshot, n.uid),
+                        checkpoint_id=chk,
+                        location=location,
+                        job_name=job_name,
+                    )
                 else:
                     cast(Sink, n.payload).check_restore(
-                        n.uid, checkpoint_id=chk, discard=dict(discard), location=location)
+                        n.uid, checkpoint_id=chk, discard=dict(discard), location=location
+                    )
             except RestoreError as exc:
-                refusals.append(f"{n.kind} {n.uid!r} ({n.payload.describe()}) cannot go back: "  # type: ignore[attr-defined]
-                                f"{exc}")
+                refusals.append(
+                    f"{n.kind} {n.uid!r} ({n.payload.describe()}) cannot go back: "  # type: ignore[attr-defined]
+                    f"{exc}"
+                )
     if refusals:
         raise UnsafeRestoreFallbackError(
             f"{what}: refused before anything was removed or rewritten, because "
-            + "; ".join(refusals) + (f". {remedy}" if remedy else ""))
+            + "; ".join(refusals)
+            + (f". {remedy}" if remedy else "")
+        )
 
 
 class RestoreMixin:
@@ -122,8 +140,13 @@ class RestoreMixin:
             if not config.fence_sinks and snapshot_is_fenced(snapshot.metadata.operators):
                 raise RestoreError(fenced_restore_error(snapshot.directory))
             self._check_snapshot(snapshot)
-            check_restore_plan(self.graph, snapshot, job_name=config.name, discard={},
-                               what=f"restoring {snapshot.directory}")
+            check_restore_plan(
+                self.graph,
+                snapshot,
+                job_name=config.name,
+                discard={},
+                what=f"restoring {snapshot.directory}",
+            )
             return snapshot
         name = config.name
         bad: list[tuple[CheckpointRecord, str]] = []
@@ -152,28 +175,57 @@ class RestoreMixin:
         restored_from = chosen[1].directory if chosen else "empty state"
         # every source and sink first: nothing is removed unless all of them can go back
         check_restore_plan(
-            self.graph, chosen[1] if chosen else None, job_name=name,
+            self.graph,
+            chosen[1] if chosen else None,
+            job_name=name,
             discard={job: restored_id if job == restored_job else -1 for job in skipped},
-            what=(f"restore latest falling back to {restored_from} past "
-                  + "; ".join(f"job {job}: {reasons[0]}"
-                              + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
-                              for job, reasons in sorted(skipped.items()))
-                  if skipped else f"restore latest ({restored_from})"),
-            remedy=("Restore an explicit checkpoint or savepoint (restore=PATH, `ckpt run "
-                    "--restore PATH`), or remove that output from the sink yourself and run "
-                    "with restore=None (`--restore none`)") if skipped else "")
-        discard_output_of_skipped_jobs(self.graph, skipped, restored_job=restored_job,
-                                       restored_id=restored_id, restored_from=restored_from)
+            what=(
+                f"restore latest falling back to {restored_from} past "
+                + "; ".join(
+                    f"job {job}: {reasons[0]}"
+                    + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
+                    for job, reasons in sorted(skipped.items())
+                )
+                if skipped
+                else f"restore latest ({restored_from})"
+            ),
+            remedy=(
+                "Restore an explicit checkpoint or savepoint (restore=PATH, `ckpt run "
+                "--restore PATH`), or remove that output from the sink yourself and run "
+                "with restore=None (`--restore none`)"
+            )
+            if skipped
+            else "",
+        )
+        discard_output_of_skipped_jobs(
+            self.graph,
+            skipped,
+            restored_job=restored_job,
+            restored_id=restored_id,
+            restored_from=restored_from,
+        )
         for rec, reason in bad:
             try:
-                store.fail_checkpoint(rec.job_id, rec.checkpoint_id, reason=reason,
-                                      status=CheckpointStatus.CORRUPT)
-                log.warning("Checkpoint %d of job %s (%s) marked CORRUPT: %s",
-                            rec.checkpoint_id, name, rec.job_id, reason)
+                store.fail_checkpoint(
+                    rec.job_id, rec.checkpoint_id, reason=reason, status=CheckpointStatus.CORRUPT
+                )
+                log.warning(
+                    "Checkpoint %d of job %s (%s) marked CORRUPT: %s",
+                    rec.checkpoint_id,
+                    name,
+                    rec.job_id,
+                    reason,
+                )
             except Exception as exc:  # noqa: BLE001 - the restore goes on without the mark
-                log.warning("Could not mark checkpoint %d of job %s CORRUPT: %s",
-                            rec.checkpoint_id, rec.job_id, exc)
-        for job in sorted({rec.job_id for rec, _ in bad} | ({restored_job} if restored_job else set())):
+                log.warning(
+                    "Could not mark checkpoint %d of job %s CORRUPT: %s",
+                    rec.checkpoint_id,
+                    rec.job_id,
+                    exc,
+                )
+        for job in sorted(
+            {rec.job_id for rec, _ in bad} | ({restored_job} if restored_job else set())
+        ):
             try:
                 discard_partial_checkpoints(store, job)
             except Exception as exc:  # noqa: BLE001 - housekeeping must not block a restore
@@ -193,11 +245,13 @@ class RestoreMixin:
                     for sub in ops[n.uid].subtasks:
                         for entry in sub.operator_state:
                             if not isinstance(entry, dict) or not isinstance(
-                                    entry.get("transactions"), list):
+                                entry.get("transactions"), list
+                            ):
                                 raise CorruptCheckpointError(
                                     f"snapshot {where}: field subtasks[{sub.index}].operator_state "
                                     "must hold {checkpoint_id, transactions} entries; the snapshot "
-                                    "is corrupt or was tampered with")
+                                    "is corrupt or was tampered with"
+                                )
                             txns.extend(entry["transactions"])
                     cast(Sink, n.payload).check_restored_transactions(txns, location=where)
 
@@ -209,4 +263,3 @@ class RestoreMixin:
             for n in v.nodes:
                 if n.kind == "sink" and n.uid:
                     cast(Sink, n.payload).discard_committed_after(n.uid, job_id, checkpoint_id)
-

@@ -17,8 +17,17 @@ from dataclasses import dataclass
 #: records (and ending the input), timers (event-time timers and windows firing on a
 #: watermark, processing-time timers), the synchronous snapshot of a checkpoint, the commit
 #: (a completed checkpoint) or abort (an aborted one) of its sink transactions, and close
-PHASES = ("open", "restore", "processing", "timer", "end_input", "snapshot", "commit",
-          "abort", "close")
+PHASES = (
+    "open",
+    "restore",
+    "processing",
+    "timer",
+    "end_input",
+    "snapshot",
+    "commit",
+    "abort",
+    "close",
+)
 
 _ATTR = "_ckpt_failure_place"
 
