@@ -217,3 +217,27 @@ def test_restore_latest_refuses_before_the_file_sink_deletes_what_the_cdc_source
     with MetadataStore(f"sqlite:///{root}/meta.db") as store:
         states = {c.checkpoint_id: c.status for c in store.list_checkpoints(job.job_id)}
     assert all(states[c.checkpoint_id] == "COMPLETED" for c in damaged)  # decided again next time
+
+
+def test_sinks_say_whether_they_can_remove_committed_output_without_touching_anything(tmp_path):
+    from airflow_checkpoint_provider.engine import FileSink
+    from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
+    from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
+    from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+
+    url = "postgresql://nobody@127.0.0.1:1/none"  # never connected to
+    cannot = [DeltaSink(str(tmp_path / "d")), PostgresSink(url, "t"),
+              IcebergSink("ns.t", catalog={"warehouse": f"file://{tmp_path}/wh"})]
+    can = [FileSink(str(tmp_path / "f")), PostgresSink(url, "t", mode="upsert", key=["k"])]
+    for sink in cannot + can:
+        # going back without removing anything is always possible
+        sink.check_restore("out", checkpoint_id=3, discard={}, location="chk-3")
+    for sink in can:
+        sink.check_restore("out", checkpoint_id=3, discard={"j1": 3, "j0": -1}, location="chk-3")
+    for sink in cannot:
+        with pytest.raises(UnsafeRestoreFallbackError,
+                           match=r"job j0 \(all of it\), job j1 after checkpoint 3 would be "
+                                 r"written again, and this sink cannot remove it"):
+            sink.check_restore("out", checkpoint_id=3, discard={"j1": 3, "j0": -1},
+                               location="chk-3")
+    assert sorted(os.listdir(tmp_path)) == []  # nothing created
