@@ -76,24 +76,37 @@ class DamageLatestThenFail(RunningSum):
         return super().process_element(record, ctx)
 
 
-@pytest.mark.timeout(240)
-def test_falling_back_inside_a_job_past_delta_output_is_refused_not_duplicated(workdir):
+def _delta(workdir, request):
     from deltalake import DeltaTable
 
     from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
 
     table = str(workdir / "sums")
-    p = running_sum_pipeline(
-        str(workdir),
-        num_records=8000,
-        num_keys=20,
-        rate=2000,
-        interval_ms=100,
-        source_parallelism=1,
-        keyed_parallelism=1,
-        sink=DeltaSink(table),
-        restart=RestartStrategy.fixed_delay(attempts=3, delay_ms=0),
-    )
+    return DeltaSink(table), f"delta({table})", lambda: DeltaTable(table).to_pyarrow_table().to_pylist()
+
+
+def _postgres_2pc(workdir, request):
+    from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+
+    url = request.getfixturevalue("postgres_server").create_database()
+    with psycopg.connect(dsn(url), autocommit=True) as conn:
+        conn.execute("CREATE TABLE sums (id bigint, key text, count bigint, sum bigint)")
+
+    def rows():
+        with psycopg.connect(dsn(url)) as conn:
+            return [{"id": i, "key": k} for i, k in conn.execute("SELECT id, key FROM sums")]
+
+    return PostgresSink(url, "sums"), "postgres(sums, 2pc)", rows
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("make_sink", [_delta, _postgres_2pc], ids=["delta", "postgres-2pc"])
+def test_falling_back_inside_a_job_past_committed_output_is_refused_not_duplicated(
+        workdir, request, make_sink):
+    sink, described, read_rows = make_sink(workdir, request)
+    p = running_sum_pipeline(str(workdir), num_records=8000, num_keys=20, rate=2000,
+                             interval_ms=100, source_parallelism=1, keyed_parallelism=1,
+                             sink=sink, restart=RestartStrategy.fixed_delay(attempts=3, delay_ms=0))
     keyed = next(n for v in p.execution_graph().vertices for n in v.nodes if n.uid == "sum")
     keyed.payload = DamageLatestThenFail(str(workdir), at_id=3000)
 
@@ -101,12 +114,12 @@ def test_falling_back_inside_a_job_past_delta_output_is_refused_not_duplicated(w
         p.run()
     message = str(err.value)
     assert "UnsafeRestoreFallbackError" in message, message
-    assert f"sink 'out' (delta({table})) cannot go back" in message, message
+    assert f"sink 'out' ({described}) cannot go back" in message, message
     assert "refused before anything was removed or rewritten" in message
     result = err.value.result  # type: ignore[attr-defined]
     assert result.restarts == 1  # the restart found the damage and refused
 
-    rows = DeltaTable(table).to_pyarrow_table().to_pylist()
+    rows = read_rows()
     twice = [k for k, n in Counter((r["key"], r["id"]) for r in rows).items() if n > 1]
     assert rows and not twice, f"{len(twice)} records written twice, e.g. {twice[:3]}"
     with open(workdir / "damaged.info") as f:
