@@ -29,7 +29,12 @@ from ..catalog import MetadataStore
 from ..catalog.models import CheckpointStatus, JobStatus
 from ..checkpoint.coordinator import CompletedCheckpoint
 from ..checkpoint.restore import assign_restore
-from ..errors import CorruptCheckpointError, RestoreError, UnsafeRestoreFallbackError
+from ..errors import (
+    CorruptCheckpointError,
+    RepeatedFailureAfterRestoreError,
+    RestoreError,
+    UnsafeRestoreFallbackError,
+)
 from ..snapshot.codec import LoadedSnapshot
 from .attempt import AttemptHost, AttemptOutcome, AttemptRun
 from .restore_plan import check_restore_plan
@@ -138,8 +143,6 @@ class FailoverMixin:
                 restored=snapshot is not None,
                 completed=coord.num_completed > completed_before,
             ):
-                from ..errors import RepeatedFailureAfterRestoreError
-
                 assert snapshot is not None
                 reason = (
                     f"RepeatedFailureAfterRestoreError: the same failure followed each of "
