@@ -203,3 +203,30 @@ def test_identical_failures_is_part_of_the_restart_strategy():
     assert RestartStrategy.exponential_backoff(identical_failures=3).identical_failures == 3
     with pytest.raises(ConfigurationError, match="identical_failures"):
         RestartStrategy.fixed_delay(identical_failures=-1)
+
+
+def test_task_failure_message_carries_the_place_over_the_wire_and_keeps_the_traceback_tail():
+    from airflow_checkpoint_provider.engine.protocol import messages as M
+    from airflow_checkpoint_provider.engine.runners.attempt import (
+        TRACEBACK_LINES,
+        describe_task_failure,
+    )
+
+    tb = "Traceback (most recent call last):\n" + "".join(
+        f'  File "f.py", line {i}, in g\n' for i in range(200)) + "ValueError: bad\n"
+    sent = M.TaskFailed(vertex=3, subtask=1, slot=1, attempt=2, error="ValueError: bad",
+                        traceback=tb, operator="window_aggregate 'per-minute'",
+                        uid="per-minute", phase="timer", parallelism=2)
+    msg = M.decode(M.encode(sent))
+    assert msg == sent
+    summary, detail = describe_task_failure(msg)
+    assert summary == ("task 3.1 failed in phase timer of window_aggregate 'per-minute', "
+                       "uid 'per-minute', subtask 2/2, slot 1: ValueError: bad")
+    lines = detail.splitlines()
+    assert lines[0] == "Remote traceback (task 3.1, slot 1):"
+    assert lines[1] == "Traceback (most recent call last):"
+    assert lines[2] == f"  ... ({201 - TRACEBACK_LINES} lines left out)"
+    assert lines[-1] == "ValueError: bad" and len(lines) == TRACEBACK_LINES + 3
+    # a message of an older slot (no place): the old one-line form
+    old = M.TaskFailed(vertex=3, subtask=1, error="ValueError: bad")
+    assert describe_task_failure(old) == ("task 3.1 failed: ValueError: bad", None)

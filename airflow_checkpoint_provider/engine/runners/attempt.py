@@ -77,7 +77,7 @@ def describe_task_failure(msg: M.TaskFailed) -> tuple[str, str | None]:
     if not lines:
         return summary, None
     if len(lines) > TRACEBACK_LINES:
-        lines = [lines[0], f"  ... ({len(lines) - TRACEBACK_LINES} lines left out)",
+        lines = [lines[0], f"  ... ({len(lines) - 1 - TRACEBACK_LINES} lines left out)",
                  *lines[-TRACEBACK_LINES:]]
     return summary, (f"Remote traceback (task {msg.vertex}.{msg.subtask}, slot {msg.slot}):\n"
                      + "\n".join(lines))
