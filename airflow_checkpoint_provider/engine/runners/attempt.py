@@ -76,7 +76,7 @@ def describe_task_failure(msg: M.TaskFailed) -> tuple[str, str | None]:
     lines = msg.traceback.rstrip().splitlines()
     if not lines:
         return summary, None
-    if len(lines) > TRACEBACK_LINES:
+    if len(lines) > TRACEBACK_LINES + 1:  # the first line is kept too
         lines = [lines[0], f"  ... ({len(lines) - 1 - TRACEBACK_LINES} lines left out)",
                  *lines[-TRACEBACK_LINES:]]
     return summary, (f"Remote traceback (task {msg.vertex}.{msg.subtask}, slot {msg.slot}):\n"
