@@ -149,7 +149,7 @@ def test_snapshot_and_commit_failures_name_their_phase(workdir):
     faults = FaultPlan(str(workdir / "faults"), [("snapshot", 2), ("notify", 5)])
     p = running_sum_pipeline(
         str(workdir),
-        num_records=3000,
+        num_records=10_000,
         rate=2000,
         faults=faults,
         keyed_parallelism=2,

@@ -104,7 +104,9 @@ def _postgres_2pc(workdir, request):
 def test_falling_back_inside_a_job_past_committed_output_is_refused_not_duplicated(
         workdir, request, make_sink):
     sink, described, read_rows = make_sink(workdir, request)
-    p = running_sum_pipeline(str(workdir), num_records=8000, num_keys=20, rate=2000,
+    # long enough that two checkpoints complete before its end on a loaded machine; the
+    # damage ends the job long before
+    p = running_sum_pipeline(str(workdir), num_records=30_000, num_keys=20, rate=2000,
                              interval_ms=100, source_parallelism=1, keyed_parallelism=1,
                              sink=sink, restart=RestartStrategy.fixed_delay(attempts=3, delay_ms=0))
     keyed = next(n for v in p.execution_graph().vertices for n in v.nodes if n.uid == "sum")
