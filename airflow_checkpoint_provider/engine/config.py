@@ -193,22 +193,28 @@ class RestartStrategy:
 
     @classmethod
     def parse(cls, text: str) -> RestartStrategy:
-        """Parse ``none``, ``fixed:ATTEMPTS:DELAY_MS`` or ``exponential:ATTEMPTS:INITIAL_MS:MAX_MS``."""
+        """Parse ``none``, ``fixed:ATTEMPTS:DELAY_MS`` or ``exponential:ATTEMPTS:INITIAL_MS:MAX_MS``,
+        optionally ending in ``:identical=N`` (:attr:`identical_failures`)."""
         parts = text.split(":")
         try:
-            if parts[0] == "none":
+            identical = 2
+            if len(parts) > 1 and parts[-1].startswith("identical="):
+                identical = int(parts.pop().removeprefix("identical="))
+            if parts[0] == "none" and len(parts) == 1:
                 return cls.none()
             if parts[0] in ("fixed", "fixed_delay"):
-                return cls.fixed_delay(int(parts[1]), int(parts[2]) if len(parts) > 2 else 1000)
+                return cls.fixed_delay(int(parts[1]), int(parts[2]) if len(parts) > 2 else 1000,
+                                       identical_failures=identical)
             if parts[0] in ("exponential", "exponential_backoff"):
                 return cls.exponential_backoff(
                     int(parts[1]),
                     int(parts[2]) if len(parts) > 2 else 500,
                     int(parts[3]) if len(parts) > 3 else 60_000,
+                    identical_failures=identical,
                 )
         except (IndexError, ValueError):
             pass
         raise ConfigurationError(
             f"restart strategy {text!r} is not understood; use none, fixed:ATTEMPTS:DELAY_MS "
-            "or exponential:ATTEMPTS:INITIAL_MS:MAX_MS"
+            "or exponential:ATTEMPTS:INITIAL_MS:MAX_MS, optionally ending in :identical=N"
         )

@@ -203,6 +203,13 @@ def test_identical_failures_is_part_of_the_restart_strategy():
     assert RestartStrategy.exponential_backoff(identical_failures=3).identical_failures == 3
     with pytest.raises(ConfigurationError, match="identical_failures"):
         RestartStrategy.fixed_delay(identical_failures=-1)
+    # ckpt run --restart (and the Airflow operator's restart=)
+    assert RestartStrategy.parse("fixed:5:100").identical_failures == 2
+    assert RestartStrategy.parse("fixed:5:100:identical=0").identical_failures == 0
+    parsed = RestartStrategy.parse("exponential:10:500:60000:identical=3")
+    assert (parsed.attempts, parsed.max_delay_ms, parsed.identical_failures) == (10, 60000, 3)
+    with pytest.raises(ConfigurationError, match="optionally ending in :identical=N"):
+        RestartStrategy.parse("fixed:5:identical=x")
 
 
 def test_task_failure_message_carries_the_place_over_the_wire_and_keeps_the_traceback_tail():

@@ -75,7 +75,9 @@ def run_options(fn):
                      help="Override the checkpoint interval (0 = no periodic checkpoints)."),
         click.option("--restart", default=None,
                      help="Restart strategy: none | fixed:ATTEMPTS:DELAY_MS | "
-                          "exponential:ATTEMPTS:INITIAL_MS:MAX_MS."),
+                          "exponential:ATTEMPTS:INITIAL_MS:MAX_MS, optionally ending in "
+                          ":identical=N (fail at once after N identical failures right after "
+                          "restores; default 2, 0: never)."),
         click.option("--db", "metadata_url", default=None, envvar=DEFAULT_METADATA_ENV,
                      help="Metadata DB URL (default: the pipeline's)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
