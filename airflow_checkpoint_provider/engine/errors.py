@@ -99,3 +99,10 @@ class StateValueError(DeterministicError, TypeError):
     value of the same type (see :mod:`airflow_checkpoint_provider.engine.typed_codec`).
     Raised by ``update()``/``put()``/``add()``, naming the operator uid, the state and the
     type; nothing is stored."""
+
+
+class RepeatedFailureAfterRestoreError(JobFailedError, RestoreError):
+    """The same failure (same operator uid, phase, exception type and message) followed each
+    of the last N restores with no checkpoint completing in between
+    (``RestartStrategy.identical_failures``): restarting again cannot help, so the job fails
+    at once with that diagnosis instead of spending its remaining restarts."""

@@ -289,7 +289,7 @@ th { background: #f2f2f2; } td.text, th.text { text-align: left; }
 tr.slowest td { background: #ffe4c4; font-weight: bold; }
 .badge { background: #d9480f; color: white; border-radius: 3px; padding: 0 5px;
          font-size: 11px; margin-left: 6px; }
-.failed { color: #b00020; } tr.failedrow td { background: #fde8e8; }
+.failed { color: #b00020; } pre.failure { white-space: pre-wrap; font-size: 12px; } tr.failedrow td { background: #fde8e8; }
 img.chart { display: block; max-width: 100%; border: 1px solid #e2e2e2; margin: 8px 0; }
 """
 
@@ -396,8 +396,8 @@ def _latest_html(stats: dict[str, Any]) -> str:
         kind = "savepoint" if restored["is_savepoint"] else "checkpoint"
         why = restored["previous_failure_reason"]
         detail = _e(f"attempt {restored['attempt']} from {kind} {restored['restored_from']}")
-        if why:
-            detail += f'<br><span class="failed">after: {_e(why)}</span>'
+        if why:  # its first line (the Failures section has the traceback)
+            detail += f'<br><span class="failed">after: {_e(why.splitlines()[0])}</span>'
         rows.append(["Latest restore", _e(restored["restored_checkpoint_id"]),
                      _e(_fmt_time(restored["restore_time"])), "-", "-", detail])
     return _table(["", "Id", "Time", "Duration", "State size", "Location / reason"], rows,
@@ -449,6 +449,20 @@ def _history_html(stats: dict[str, Any]) -> str:
                   rows, text_cols=(1, 2, 3, 6), row_classes=classes, table_id="history")
 
 
+def _failures_html(data: ReportData) -> str:
+    """The job's failure reason and each failed attempt's (where the failure happened: the
+    operator, uid, subtask and phase, then the remote traceback)."""
+    entries = [(f"Job {data.job.status}", data.job.failure_reason)] if (
+        data.job.failure_reason) else []
+    entries += [(f"Attempt {a.attempt}", a.failure_reason) for a in data.attempts
+                if a.failure_reason and a.failure_reason != data.job.failure_reason]
+    if not entries:
+        return ""
+    body = "".join(f'<h3>{_e(what)}</h3><pre class="failed failure">{_e(reason)}</pre>'
+                   for what, reason in entries)
+    return f"<h2>Failures</h2>\n{body}\n"
+
+
 def render_html(data: ReportData) -> str:
     """The report as one self-contained HTML page (charts embedded as base64 PNG)."""
     job = data.job
@@ -470,7 +484,7 @@ def render_html(data: ReportData) -> str:
 <p class="meta">job id {_e(job.job_id)} &middot; version {_e(job.version or "-")} &middot;
 status {_e(job.status)} &middot; parallelism {_e(job.parallelism)} &middot;
 created {_e(_fmt_time(job.created_at))} &middot; report generated {_e(generated)}</p>
-<h2>Summary</h2>
+{_failures_html(data)}<h2>Summary</h2>
 {_summary_html(data.stats)}
 {_latest_html(data.stats)}
 <h2>Over time</h2>

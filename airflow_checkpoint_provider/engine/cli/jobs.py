@@ -75,7 +75,9 @@ def run_options(fn):
                      help="Override the checkpoint interval (0 = no periodic checkpoints)."),
         click.option("--restart", default=None,
                      help="Restart strategy: none | fixed:ATTEMPTS:DELAY_MS | "
-                          "exponential:ATTEMPTS:INITIAL_MS:MAX_MS."),
+                          "exponential:ATTEMPTS:INITIAL_MS:MAX_MS, optionally ending in "
+                          ":identical=N (fail at once after N identical failures right after "
+                          "restores; default 2, 0: never)."),
         click.option("--db", "metadata_url", default=None, envvar=DEFAULT_METADATA_ENV,
                      help="Metadata DB URL (default: the pipeline's)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
@@ -260,3 +262,7 @@ def jobs(db: str | None, name: str | None, as_json: bool) -> None:
     for r in rows:
         click.echo(f"{r.job_id}  {r.job_name:<24} {r.status:<10} attempt {r.attempt}  "
                    f"created {r.created_at:%Y-%m-%d %H:%M:%S}")
+        if r.failure_reason and r.status in ("FAILED", "RESTARTING", "LOST"):
+            # the failure's first line (where: operator, uid, subtask, phase); --json and
+            # `ckpt report` hold the remote traceback too
+            click.echo(f"    {r.failure_reason.splitlines()[0]}")
