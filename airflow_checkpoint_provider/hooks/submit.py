@@ -19,6 +19,7 @@ Two modes:
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,12 @@ from airflow_checkpoint_provider.engine.client import (
     MetadataStore,
     code_archives,
 )
+from airflow_checkpoint_provider.hooks.job_env import UnsafeJobEnvironmentError, check_job_env
+
+__all__ = ["STARTED_STATUSES", "CheckpointSubmitHook", "UnsafeJobEnvironmentError", "tail"]
+
+#: ``module.path:function`` (no option-like or path-like value reaches a command line)
+PIPELINE_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 
 #: Job statuses after which a detached launch stops waiting.
 STARTED_STATUSES = ("RUNNING", "FINISHED", "STOPPED", "CANCELED", "FAILED")
@@ -69,6 +76,10 @@ class CheckpointSubmitHook(SparkSubmitHook):
     :param code_cache_dir: where the archives are built (default: a temp dir).
     :param conn_id: the Spark connection (master, deploy mode).
     :param kwargs: passed to :class:`SparkSubmitHook` (``conf``, ``env_vars``, ...).
+        ``env_vars`` holds options the pipeline reads; interpreter, loader and launcher
+        variables (``BASH_ENV``, ``LD_*``, ``PYTHON*``, ``PYSPARK_*``, ``SPARK_*``,
+        ``BROWSER``, ``JAVA_TOOL_OPTIONS``, ...) raise :class:`UnsafeJobEnvironmentError`
+        (:mod:`~airflow_checkpoint_provider.hooks.job_env`).
     """
 
     def __init__(self, *, pipeline: str, job_id: str, job_name: str, metadata_url: str,
@@ -80,6 +91,9 @@ class CheckpointSubmitHook(SparkSubmitHook):
                  fence_sinks: bool = False, **kwargs: Any) -> None:
         if runner not in ("spark", "local"):
             raise ValueError(f"runner must be 'spark' or 'local', not {runner!r}")
+        if not isinstance(pipeline, str) or not PIPELINE_REF.fullmatch(pipeline):
+            raise ValueError(f"pipeline {pipeline!r} must be a reference module.path:function "
+                             f"(the whole value must match {PIPELINE_REF.pattern})")
         self.pipeline = pipeline
         self.job_id = job_id
         self.job_name = job_name
@@ -99,11 +113,13 @@ class CheckpointSubmitHook(SparkSubmitHook):
         if fence_sinks:
             args.append("--fence-sinks")
         self.engine_args = args
-        env = dict(kwargs.pop("env_vars", None) or {})
+        # env_vars may come from a DAG run's conf: no variable that makes bash, the JVM or
+        # Python run other code, whoever passes it (UnsafeJobEnvironmentError names it)
+        env: dict[str, str] = check_job_env(kwargs.pop("env_vars", None))
         # spark-submit must run this interpreter (the one with the package) and be found on
         # PATH: the connection's spark-binary is a name, not a path.
         bin_dir = os.path.dirname(sys.executable)
-        path = env.get("PATH", os.environ.get("PATH", ""))
+        path = os.environ.get("PATH", "")
         if bin_dir not in path.split(os.pathsep):
             env["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
         # The metadata DB URL may hold a password: pass it in the environment (``--db``'s
@@ -116,8 +132,8 @@ class CheckpointSubmitHook(SparkSubmitHook):
             kwargs["py_files"] = ",".join([*archives, *filter(None, [kwargs.get("py_files")])])
             env[SHIP_CODE_ENV] = "1"  # executors: the cluster's Python, not this interpreter
         else:
-            env.setdefault("PYSPARK_PYTHON", sys.executable)
-        env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+            env["PYSPARK_PYTHON"] = sys.executable
+        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
         kwargs.setdefault("name", f"ckpt-{job_name}")
         super().__init__(conn_id=conn_id, application_args=args, env_vars=env, **kwargs)
         if self.runner == "spark" and self._connection["deploy_mode"] == "cluster":
