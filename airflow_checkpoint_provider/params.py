@@ -26,7 +26,7 @@ from typing import Any
 
 from airflow.sdk import Param
 
-from airflow_checkpoint_provider.engine.names import MAX_NAME_LENGTH
+from airflow_checkpoint_provider.engine.client import MAX_NAME_LENGTH
 
 # ``$`` of Python's ``re`` (jsonschema uses re.search) also matches before a trailing
 # newline; ``(?![\s\S])`` matches only at the true end, in Python and in the UI's JavaScript

@@ -22,7 +22,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -36,6 +35,8 @@ from airflow_checkpoint_provider.engine.client import (
     JobRecord,
     MetadataStore,
     code_archives,
+    makedirs_private,
+    user_temp_dir,
 )
 from airflow_checkpoint_provider.hooks.job_env import UnsafeJobEnvironmentError, check_job_env
 
@@ -73,7 +74,9 @@ class CheckpointSubmitHook(SparkSubmitHook):
         ``--py-files`` archives (executors then need only the third-party dependencies, in
         the Python that ``conf={"spark.pyspark.python": ...}`` names); default: executors
         run this interpreter with its ``sys.path`` (hosts that share the install).
-    :param code_cache_dir: where the archives are built (default: a temp dir).
+    :param code_cache_dir: where the archives are built (default: the private
+        ``$TMPDIR/checkpoint-code-<uid>``; an existing directory must belong to this user
+        and be writable by nobody else).
     :param conn_id: the Spark connection (master, deploy mode).
     :param kwargs: passed to :class:`SparkSubmitHook` (``conf``, ``env_vars``, ...).
         ``env_vars`` holds options the pipeline reads; interpreter, loader and launcher
@@ -127,8 +130,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
         env[METADATA_URL_ENV] = metadata_url
         self.ship_code = ship_code and runner == "spark"
         if self.ship_code:
-            archives = code_archives(pipeline, code_cache_dir or os.path.join(
-                tempfile.gettempdir(), "checkpoint-code"))
+            archives = code_archives(pipeline, code_cache_dir)  # private, hash-checked
             kwargs["py_files"] = ",".join([*archives, *filter(None, [kwargs.get("py_files")])])
             env[SHIP_CODE_ENV] = "1"  # executors: the cluster's Python, not this interpreter
         else:
@@ -179,8 +181,12 @@ class CheckpointSubmitHook(SparkSubmitHook):
     # -- detached ----------------------------------------------------------------------------
 
     def log_file(self) -> str:
-        log_dir = self.log_dir or os.path.join(tempfile.gettempdir(), "checkpoint-jobs")
-        os.makedirs(log_dir, exist_ok=True)
+        """``<log_dir>/<job_name>-<job_id>.log``; the default directory is the private
+        ``$TMPDIR/checkpoint-jobs-<uid>`` (a job's log names paths and failures)."""
+        if self.log_dir:
+            log_dir = makedirs_private(self.log_dir)
+        else:
+            log_dir = user_temp_dir("checkpoint-jobs")
         return os.path.join(os.path.abspath(log_dir), f"{self.job_name}-{self.job_id}.log")
 
     def submit_detached(self, *, timeout: float = 300.0, poll_interval: float = 0.5) -> dict:
@@ -196,7 +202,9 @@ class CheckpointSubmitHook(SparkSubmitHook):
         # outlive the task. In cluster mode spark-submit exits 0 once the driver is submitted;
         # the metadata DB then says when the job runs.
         self.log.info("Starting detached: %s (log %s)", self._mask_cmd(cmd), log_file)
-        with open(log_file, "ab") as out:
+        # 0600, and never through a symlink planted where the log goes
+        fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     env=self._process_env())
