@@ -200,7 +200,9 @@ class JobMaster:
         for job in sorted({rec.job_id for rec, _ in bad}
                           | ({chosen[0].job_id} if chosen else set())):
             try:
-                discard_partial_checkpoints(store, job)
+                discard_partial_checkpoints(store, job, roots=(  # only under our own roots
+                    self.config.checkpoint.directory, self.config.checkpoint.savepoint_directory
+                    or default_savepoint_root(self.config.checkpoint.directory)))
             except Exception as exc:  # noqa: BLE001 - housekeeping must not block a restore
                 log.warning("Could not clean up partial checkpoints of job %s: %s", job, exc)
         return chosen[1] if chosen else None
