@@ -11,6 +11,7 @@ import uuid
 from .api import Pipeline
 from .catalog.models import JobStatus
 from .errors import EngineError
+from .private import makedirs_private, open_private
 
 
 def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
@@ -25,8 +26,8 @@ def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
     log_file = os.path.abspath(log_file or f"ckpt-{pipeline.name}-{job_id[:8]}.log")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
-    os.makedirs(os.path.dirname(log_file), exist_ok=True)
-    with open(log_file, "ab") as log:
+    makedirs_private(os.path.dirname(log_file))
+    with open_private(log_file, "ab", append=True) as log:
         proc = subprocess.Popen([sys.executable, "-m", "airflow_checkpoint_provider.engine.cli",
                                  *argv], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)

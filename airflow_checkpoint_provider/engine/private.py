@@ -21,10 +21,41 @@ FILE_MODE = 0o600
 
 
 def makedirs_private(path: str) -> str:
-    """``os.makedirs`` with ``0700`` for every directory it creates (the umask may only
-    remove more bits); existing directories are left as they are. Returns ``path``."""
-    os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+    """``os.makedirs`` with ``0700`` for *every* directory it creates, the intermediate ones
+    too (``os.makedirs`` gives those the umask's default); existing directories are left as
+    they are. Returns ``path``."""
+    missing = []
+    head = os.path.abspath(path)
+    while head and not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:
+            break
+        head = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, DIR_MODE)
+        except FileExistsError:
+            continue  # created meanwhile (another process): keep its mode
     return path
+
+
+def open_private(path: str, mode: str = "wb", *, append: bool = False):
+    """Open ``path`` for writing, creating it ``0600`` (``O_NOFOLLOW``: never through a
+    symlink planted in its place)."""
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    flags |= os.O_APPEND if append else os.O_TRUNC
+    return os.fdopen(os.open(path, flags, FILE_MODE), mode)
+
+
+def create_private_file(path: str) -> bool:
+    """Create ``path`` empty with mode ``0600`` unless it exists; whether it was created."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
 
 
 def private_dir(path: str, what: str = "directory") -> str:

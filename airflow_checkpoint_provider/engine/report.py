@@ -41,6 +41,7 @@ from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
 from .catalog import AttemptRecord, CheckpointRecord, JobRecord, MetadataStore
+from .private import makedirs_private, open_private
 from .stats import (
     TASK_METRICS,
     is_completed,
@@ -121,11 +122,10 @@ def render_report(store: MetadataStore, job_ref: str, out_path: str | Path, *,
         raise ValueError(f"report format {fmt!r} is unknown; use one of {', '.join(FORMATS)}")
     data = ReportData.load(store, job_ref)
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "png":
-        out.write_bytes(render_png(data))
-    else:
-        out.write_text(render_html(data), encoding="utf-8")
+    makedirs_private(str(out.parent))  # a report names paths and failures: 0700 / 0600
+    body = render_png(data) if fmt == "png" else render_html(data).encode("utf-8")
+    with open_private(str(out)) as f:
+        f.write(body)
     log.info("Wrote %s checkpoint report of job %s (%s, %d checkpoints) to %s", fmt,
              data.job.job_name, data.job.job_id, len(data.checkpoints), out)
     return out
