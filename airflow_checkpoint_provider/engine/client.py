@@ -55,7 +55,13 @@ from .errors import EngineError, InvalidNameError
 from .lineage import pipeline_datasets, upgrade_chain
 from .names import MAX_NAME_LENGTH, validate_job_id, validate_job_name
 from .packaging import SHIP_CODE_ENV, code_archives
-from .private import makedirs_private, user_temp_dir
+from .private import (
+    SPARK_ENV_PREFIX,
+    SPARK_REDACTION_REGEX,
+    makedirs_private,
+    open_private,
+    user_temp_dir,
+)
 from .savepoints import (
     RetentionReport,
     active_pins,
@@ -98,6 +104,8 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "METADATA_URL_ENV",
     "SHIP_CODE_ENV",
+    "SPARK_ENV_PREFIX",
+    "SPARK_REDACTION_REGEX",
     "TERMINAL_JOB_STATUSES",
     "AttemptRecord",
     "CheckpointRecord",
@@ -123,6 +131,7 @@ __all__ = [
     "is_fenced_snapshot",
     "list_savepoints",
     "makedirs_private",
+    "open_private",
     "pin_savepoint",
     "pipeline_datasets",
     "unpin_savepoint",

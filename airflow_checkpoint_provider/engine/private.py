@@ -19,6 +19,15 @@ from .errors import ConfigurationError
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
+#: Spark's default ``spark.redaction.regex`` plus the engine's secrets: the metadata DB URL
+#: (a password), the snapshot signing key, and any ``scheme://user:password@`` value. The
+#: Spark UI, its REST API and the event log show matching properties as ``*********``.
+SPARK_REDACTION_REGEX = (r"(?i)secret|password|token|access[.]?key|CKPT_METADATA_URL"
+                         r"|CKPT_SNAPSHOT_HMAC_KEY|://[^/@\s]*:[^/@\s]*@")
+#: Spark properties ``spark.ckpt.env.<NAME>`` become the environment variable ``NAME`` of a
+#: standalone cluster-mode driver (spark-submit forwards it no environment)
+SPARK_ENV_PREFIX = "spark.ckpt.env."
+
 
 def makedirs_private(path: str) -> str:
     """``os.makedirs`` with ``0700`` for *every* directory it creates, the intermediate ones

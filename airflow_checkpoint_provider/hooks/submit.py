@@ -36,9 +36,15 @@ from airflow_checkpoint_provider.engine.client import (
     MetadataStore,
     code_archives,
     makedirs_private,
+    open_private,
     user_temp_dir,
 )
 from airflow_checkpoint_provider.hooks.job_env import UnsafeJobEnvironmentError, check_job_env
+from airflow_checkpoint_provider.hooks.secrets import (
+    SPARK_ENV_PREFIX,
+    SPARK_REDACTION_REGEX,
+    mask_url_secrets,
+)
 
 __all__ = ["STARTED_STATUSES", "CheckpointSubmitHook", "UnsafeJobEnvironmentError", "tail"]
 
@@ -137,10 +143,49 @@ class CheckpointSubmitHook(SparkSubmitHook):
             env["PYSPARK_PYTHON"] = sys.executable
         env["PYSPARK_DRIVER_PYTHON"] = sys.executable
         kwargs.setdefault("name", f"ckpt-{job_name}")
-        super().__init__(conn_id=conn_id, application_args=args, env_vars=env, **kwargs)
-        if self.runner == "spark" and self._connection["deploy_mode"] == "cluster":
-            # spark-submit forwards no environment to a standalone cluster-mode driver
-            args += ["--db", metadata_url]
+        user_properties = kwargs.pop("properties_file", None)
+        # SparkSubmitHook would put env_vars on the command line (--conf ...appMasterEnv.X=V
+        # on YARN and Kubernetes) or refuse them (standalone cluster mode): this hook passes
+        # them itself, never in argv (the DB URL holds a password)
+        super().__init__(conn_id=conn_id, application_args=args, env_vars=None, **kwargs)
+        mask_url_secrets(metadata_url)
+        self._job_env = env
+        self._env = dict(env)  # spark-submit's (or the local runner's) own environment
+        self._conf = {"spark.redaction.regex": SPARK_REDACTION_REGEX, **(self._conf or {})}
+        self._properties_file = user_properties
+        if self.runner == "spark" and self._remote_driver():
+            self._properties_file = self._write_properties(user_properties)
+
+    # -- where the driver runs -----------------------------------------------------------------
+
+    def _remote_driver(self) -> bool:
+        """Whether the driver (or YARN's application master) runs elsewhere and gets its
+        environment through Spark configuration."""
+        return bool(self._is_yarn or self._is_kubernetes
+                    or self._connection["deploy_mode"] == "cluster")
+
+    def _write_properties(self, user_properties: str | None) -> str:
+        """A ``--properties-file`` (``0600``, in a private directory) holding the job's
+        environment for the remote driver -- ``spark.yarn.appMasterEnv.*`` on YARN,
+        ``spark.kubernetes.driverEnv.*`` on Kubernetes, ``spark.ckpt.env.*`` (read back by
+        the launch script) on a standalone cluster -- after the user's own properties."""
+        if self._is_yarn:
+            prefix = "spark.yarn.appMasterEnv."
+        elif self._is_kubernetes:
+            prefix = "spark.kubernetes.driverEnv."
+        else:
+            prefix = SPARK_ENV_PREFIX
+        lines = []
+        if user_properties:
+            with open(user_properties, encoding="utf-8") as f:
+                lines.append(f.read().rstrip("\n"))
+        for name, value in self._job_env.items():
+            if name != "PATH":
+                lines.append(f"{_prop_escape(prefix + name, key=True)}={_prop_escape(value)}")
+        path = os.path.join(user_temp_dir("checkpoint-submit"), f"{self.job_id}.properties")
+        with open_private(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -153,7 +198,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
 
     def _process_env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({k: str(v) for k, v in (self._env_vars or {}).items()})
+        env.update({k: str(v) for k, v in self._job_env.items()})
         env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
         return env
 
@@ -162,8 +207,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
     def submit_blocking(self) -> None:
         """Run the job until it ends; raise :class:`AirflowException` on a non-zero exit."""
         if self.runner == "spark":
-            self._env_vars = {**(self._env_vars or {}),
-                              "PYTHONPATH": self._process_env()["PYTHONPATH"]}
+            self._env = {**self._job_env, "PYTHONPATH": self._process_env()["PYTHONPATH"]}
             self.submit(LAUNCH_SCRIPT)
             return
         cmd = self.command()
@@ -235,6 +279,18 @@ class CheckpointSubmitHook(SparkSubmitHook):
     def _info(job: JobRecord, pid: int, log_file: str) -> dict:
         return {"job_id": job.job_id, "job_name": job.job_name, "status": job.status,
                 "pid": pid, "log_file": log_file, "failure_reason": job.failure_reason}
+
+
+def _prop_escape(text: str, *, key: bool = False) -> str:
+    """``text`` escaped for a Java properties file (read by spark-submit as UTF-8)."""
+    out = (str(text).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+           .replace("\t", "\\t"))
+    if key:
+        for ch in "=: #!":
+            out = out.replace(ch, "\\" + ch)
+    elif out.startswith((" ", "\f")):
+        out = "\\" + out
+    return out
 
 
 def tail(path: str, lines: int = 20) -> str:

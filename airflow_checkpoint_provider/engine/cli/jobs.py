@@ -122,8 +122,8 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
         given = {"--restore": restore, "--job-name": job_name, "--runner": runner,
                  "--master": master, "--coordinator-port": coordinator_port or None,
                  "--checkpoint-dir": checkpoint_dir, "--savepoint-dir": savepoint_dir,
-                 "--interval-ms": interval_ms, "--restart": restart, "--db": metadata_url,
-                 "--metrics-port": metrics_port}
+                 "--interval-ms": interval_ms, "--restart": restart,
+                 "--metrics-port": metrics_port}  # the DB URL (a password): environment only
         argv = ["run", pipeline_ref]
         for flag, value in given.items():
             if value is not None:
@@ -135,7 +135,7 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
         if fence_sinks:
             argv.append("--fence-sinks")
         info = start_detached(pipeline, argv, job_id=job_id, log_file=log_file,
-                              timeout=wait_timeout)
+                              timeout=wait_timeout, metadata_url=metadata_url)
         if as_json:
             _echo_json(info)
         else:

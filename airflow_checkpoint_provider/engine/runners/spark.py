@@ -58,6 +58,7 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
     from pyspark.sql import SparkSession
 
     from ..packaging import SHIP_CODE_ENV
+    from ..private import SPARK_REDACTION_REGEX
 
     ship_code = os.environ.get(SHIP_CODE_ENV) == "1"
     if not ship_code:
@@ -78,6 +79,8 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
         "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "10",
         "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "2s",
         "spark.task.maxFailures": "1",
+        # the DB URL (password) and signing key travel as spark.executorEnv.*: redacted
+        "spark.redaction.regex": SPARK_REDACTION_REGEX,
     }
     if not ship_code:
         conf.update({
