@@ -18,6 +18,7 @@ from .common import (
     _record,
     _store,
     db_option,
+    echo,
     json_option,
     load_pipeline,
     main,
@@ -139,7 +140,7 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
         if as_json:
             _echo_json(info)
         else:
-            click.echo(f"job {info['job_name']} ({info['job_id']}) {info['status']}; "
+            echo(f"job {info['job_name']} ({info['job_id']}) {info['status']}; "
                        f"logs: {info['log_file']}")
         return
     options: dict = {"coordinator_port": coordinator_port, "metrics_port": metrics_port,
@@ -156,7 +157,7 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
     if as_json:
         _echo_json(dataclasses.asdict(result))
     else:
-        click.echo(f"job {result.job_name} ({result.job_id}) {result.status}: "
+        echo(f"job {result.job_name} ({result.job_id}) {result.status}: "
                    f"{result.checkpoints_completed} checkpoints, {result.restarts} restarts; "
                    f"latest checkpoint {result.latest_checkpoint}")
     if result.status not in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
@@ -188,7 +189,7 @@ def _request(db: str | None, job: str, action: str, params: dict, timeout: float
     elif req.status == ControlRequestStatus.SUCCEEDED:
         result = req.result or {}
         where = f" at {result['location']}" if result.get("location") else ""
-        click.echo(f"{action.lower()} of job {rec.job_name} ({rec.job_id}) succeeded"
+        echo(f"{action.lower()} of job {rec.job_name} ({rec.job_id}) succeeded"
                    + (f": checkpoint {result['checkpoint_id']}" if "checkpoint_id" in result else "")
                    + where)
     if req.status == ControlRequestStatus.FAILED:
@@ -258,5 +259,5 @@ def jobs(db: str | None, name: str | None, as_json: bool) -> None:
         _echo_json([_record(r) for r in rows])
         return
     for r in rows:
-        click.echo(f"{r.job_id}  {r.job_name:<24} {r.status:<10} attempt {r.attempt}  "
+        echo(f"{r.job_id}  {r.job_name:<24} {r.status:<10} attempt {r.attempt}  "
                    f"created {r.created_at:%Y-%m-%d %H:%M:%S}")
