@@ -15,25 +15,33 @@ The task extra link (:class:`~airflow_checkpoint_provider.links.checkpoint.Check
 points at the job page, so the link works from any browser that reaches the api-server.
 
 Data comes from the ``checkpoint_metadata_default`` connection (``$CKPT_UI_CONN_ID``
-overrides it), read-only: the hook never creates or migrates a DB. Authentication: Airflow
-mounts plugin apps without its own auth; these pages show only checkpoint metadata (job
-names and ids, statuses, sizes, locations -- never DB URLs or credentials) and accept no
-writes. Put the api-server behind your usual auth proxy if job names are sensitive.
+overrides it), read-only: the hook never creates or migrates a DB.
+
+Authentication and authorization: Airflow mounts plugin apps without its own checks, so
+every route of this app depends on Airflow 3's auth manager -- the user of the UI's session
+cookie (or an ``Authorization: Bearer`` token of ``/auth/token``), 401 without one, and 403
+unless the auth manager lets that user read DAGs (``is_authorized_dag(method="GET")``: the
+Viewer role and above). The metadata DB does not record which DAG started a job, so the
+check is DAG read access in general, not per job. No OpenAPI schema is served, no route
+writes, and a DB error answers 503 without naming the DB (details go to the api-server log).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 from urllib.parse import quote
 
 import jinja2
+from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
 URL_PREFIX = "/checkpoints"
+log = logging.getLogger(__name__)
 
 
 def _hook():
@@ -56,8 +64,10 @@ def _store():
 
         try:
             store = hook.get_conn()
-        except MetadataSchemaError as exc:  # missing DB or old schema: say how to fix it
-            raise HTTPException(status_code=503, detail=str(exc)) from exc
+        except MetadataSchemaError as exc:  # missing DB or old schema: the log says how
+            log.error("Checkpoint history: metadata DB not usable: %s", exc)
+            raise HTTPException(status_code=503, detail="the checkpoint metadata DB is not "
+                                "ready; see the api-server log") from exc
         _STORE[hook.checkpoint_conn_id] = store
     return store
 
@@ -164,7 +174,17 @@ def _duration_chart(points: list[tuple[int, float, str]]) -> Markup:
                                 series=series))
 
 
-app = FastAPI(title="Checkpoint history", docs_url=None, redoc_url=None)
+async def _authorized(user: GetUserDep) -> None:
+    """Airflow's login (401 without a valid session/token) and DAG read access (403)."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    if not get_auth_manager().is_authorized_dag(method="GET", user=user):
+        raise HTTPException(status_code=403, detail="reading the checkpoint history needs "
+                            "read access to DAGs")
+
+
+app = FastAPI(title="Checkpoint history", docs_url=None, redoc_url=None, openapi_url=None,
+              dependencies=[Depends(_authorized)])
 
 
 @app.get("/api/jobs")

@@ -25,6 +25,8 @@ PAYLOADS = ['<script>alert("x")</script>', '"><img src=x onerror=alert(1)>',
 INJECTED = re.compile(r"<script>alert|<img src=x|<svg onload|<iframe srcdoc|onerror=alert\(1\)>")
 JOB_ID = "\"><img src=x onerror=alert(1)>"  # no '/', so it fits in one URL path segment
 
+pytestmark = pytest.mark.usefixtures("airflow_db")  # tokens: revoked_token table
+
 
 def _hostile_db(tmp_path) -> str:
     url = f"sqlite:///{tmp_path}/meta.db"
@@ -71,8 +73,17 @@ def client(tmp_path, monkeypatch):
         {"conn_type": "checkpoint_metadata", "extra": {"url": url}}))
     monkeypatch.setenv("CKPT_UI_CONN_ID", "ckpt_xss")
     monkeypatch.setattr(checkpoint_ui, "_STORE", {})
-    with TestClient(checkpoint_ui.app) as c:
+    with TestClient(checkpoint_ui.app, cookies={"_token": token("viewer")}) as c:
         yield c
+
+
+def token(role: str | None) -> str:
+    """A JWT of Airflow's (simple) auth manager for a user of ``role``: the UI session."""
+    from airflow.api_fastapi.app import init_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    return init_auth_manager().generate_jwt(SimpleAuthManagerUser(username=f"u-{role}",
+                                                                  role=role))
 
 
 @pytest.mark.timeout(120)
