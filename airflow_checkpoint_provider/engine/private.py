@@ -22,8 +22,10 @@ FILE_MODE = 0o600
 #: Spark's default ``spark.redaction.regex`` plus the engine's secrets: the metadata DB URL
 #: (a password), the snapshot signing key, and any ``scheme://user:password@`` value. The
 #: Spark UI, its REST API and the event log show matching properties as ``*********``.
-SPARK_REDACTION_REGEX = (r"(?i)secret|password|token|access[.]?key|CKPT_METADATA_URL"
-                         r"|CKPT_SNAPSHOT_HMAC_KEY|://[^/@\s]*:[^/@\s]*@")
+SPARK_REDACTION_REGEX = (
+    r"(?i)secret|password|token|access[.]?key|CKPT_METADATA_URL"
+    r"|CKPT_SNAPSHOT_HMAC_KEY|://[^/@\s]*:[^/@\s]*@"
+)
 #: Spark properties ``spark.ckpt.env.<NAME>`` become the environment variable ``NAME`` of a
 #: standalone cluster-mode driver (spark-submit forwards it no environment)
 SPARK_ENV_PREFIX = "spark.ckpt.env."
@@ -78,15 +80,20 @@ def private_dir(path: str, what: str = "directory") -> str:
         os.chmod(path, DIR_MODE)  # the umask does not widen it, make it exact
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
-        raise ConfigurationError(f"{what} {path} is not a directory (a symlink or a file): "
-                                 "refusing to use it")
+        raise ConfigurationError(
+            f"{what} {path} is not a directory (a symlink or a file): refusing to use it"
+        )
     if hasattr(os, "getuid") and st.st_uid != os.getuid():
-        raise ConfigurationError(f"{what} {path} belongs to uid {st.st_uid}, not to this user "
-                                 f"(uid {os.getuid()}): refusing to use it")
+        raise ConfigurationError(
+            f"{what} {path} belongs to uid {st.st_uid}, not to this user "
+            f"(uid {os.getuid()}): refusing to use it"
+        )
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ConfigurationError(f"{what} {path} is writable by other users (mode "
-                                 f"{stat.S_IMODE(st.st_mode):o}): refusing to use it; "
-                                 f"chmod 700 {path}")
+        raise ConfigurationError(
+            f"{what} {path} is writable by other users (mode "
+            f"{stat.S_IMODE(st.st_mode):o}): refusing to use it; "
+            f"chmod 700 {path}"
+        )
     return path
 
 
@@ -99,8 +106,9 @@ def user_temp_dir(name: str) -> str:
 def write_private(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (a fresh ``0600`` temp file in the same
     directory, then renamed over it): a reader sees the old content or the new one."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".",
-                               prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(
+        dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.", suffix=".tmp"
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -19,32 +19,81 @@ import re
 from collections.abc import Mapping
 
 #: refused by exact name
-FORBIDDEN_NAMES = frozenset({
-    # shells: sourced files, exported functions, word splitting, prompts
-    "BASH_ENV", "ENV", "ZDOTDIR", "SHELLOPTS", "BASHOPTS", "IFS", "PS4", "PROMPT_COMMAND",
-    "CDPATH", "GLOBIGNORE", "SHELL",
-    # which programs run and where from
-    "PATH", "HOME", "TMPDIR", "JAVA_HOME", "CLASSPATH", "BROWSER",
-    # JVM options (-javaagent, -XX:OnError=...)
-    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
-    # C library / OpenSSL / other interpreters' loaders
-    "GLIBC_TUNABLES", "GCONV_PATH", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "NLSPATH",
-    "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "PERL5OPT", "PERL5LIB", "PERLLIB",
-    "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
-    # AWS SDK: a config file's credential_process runs a command
-    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
-    # YARN / Hadoop configuration directories (classes, scripts)
-    "HADOOP_CONF_DIR", "YARN_CONF_DIR", "HADOOP_HOME", "HADOOP_OPTS", "HADOOP_CLASSPATH",
-    "HADOOP_USER_CLASSPATH_FIRST",
-    # the engine's own: where the job writes, which snapshots it trusts (set by the hook
-    # from the deployment, never by a caller)
-    "CKPT_METADATA_URL", "CKPT_SNAPSHOT_HMAC_KEY", "CKPT_ALLOWED_SAVEPOINT_ROOTS",
-    "CKPT_SHIP_CODE",
-})
+FORBIDDEN_NAMES = frozenset(
+    {
+        # shells: sourced files, exported functions, word splitting, prompts
+        "BASH_ENV",
+        "ENV",
+        "ZDOTDIR",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "IFS",
+        "PS4",
+        "PROMPT_COMMAND",
+        "CDPATH",
+        "GLOBIGNORE",
+        "SHELL",
+        # which programs run and where from
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "JAVA_HOME",
+        "CLASSPATH",
+        "BROWSER",
+        # JVM options (-javaagent, -XX:OnError=...)
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        # C library / OpenSSL / other interpreters' loaders
+        "GLIBC_TUNABLES",
+        "GCONV_PATH",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "RES_OPTIONS",
+        "NLSPATH",
+        "OPENSSL_CONF",
+        "OPENSSL_ENGINES",
+        "OPENSSL_MODULES",
+        "PERL5OPT",
+        "PERL5LIB",
+        "PERLLIB",
+        "RUBYOPT",
+        "RUBYLIB",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        # AWS SDK: a config file's credential_process runs a command
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        # YARN / Hadoop configuration directories (classes, scripts)
+        "HADOOP_CONF_DIR",
+        "YARN_CONF_DIR",
+        "HADOOP_HOME",
+        "HADOOP_OPTS",
+        "HADOOP_CLASSPATH",
+        "HADOOP_USER_CLASSPATH_FIRST",
+        # the engine's own: where the job writes, which snapshots it trusts (set by the hook
+        # from the deployment, never by a caller)
+        "CKPT_METADATA_URL",
+        "CKPT_SNAPSHOT_HMAC_KEY",
+        "CKPT_ALLOWED_SAVEPOINT_ROOTS",
+        "CKPT_SHIP_CODE",
+    }
+)
 
 #: refused by prefix (loader, interpreter and Spark launcher families)
-FORBIDDEN_PREFIXES = ("LD_", "DYLD_", "PYTHON", "PYSPARK_", "BASH_FUNC_", "SPARK_", "JAVA_",
-                      "MALLOC_", "KRB5", "HADOOP_", "YARN_")
+FORBIDDEN_PREFIXES = (
+    "LD_",
+    "DYLD_",
+    "PYTHON",
+    "PYSPARK_",
+    "BASH_FUNC_",
+    "SPARK_",
+    "JAVA_",
+    "MALLOC_",
+    "KRB5",
+    "HADOOP_",
+    "YARN_",
+)
 
 #: ``SPARK_*`` variables that only name an address (no code): allowed
 ALLOWED_SPARK = frozenset({"SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME", "SPARK_PUBLIC_DNS"})
@@ -59,8 +108,9 @@ class UnsafeJobEnvironmentError(ValueError):
 
     def __init__(self, variable: str, reason: str) -> None:
         self.variable = variable
-        super().__init__(f"environment variable {variable!r} is not allowed in a job's "
-                         f"env_vars: {reason}")
+        super().__init__(
+            f"environment variable {variable!r} is not allowed in a job's env_vars: {reason}"
+        )
 
 
 def forbidden_reason(name: str) -> str | None:
@@ -71,13 +121,17 @@ def forbidden_reason(name: str) -> str | None:
     if upper in ALLOWED_SPARK:
         return None
     if upper in FORBIDDEN_NAMES:
-        return ("it makes a shell, loader or interpreter run code, or it is set by the "
-                "deployment" if not upper.startswith("CKPT_") else
-                "it is the deployment's setting, set by the hook, never per job")
+        return (
+            "it makes a shell, loader or interpreter run code, or it is set by the deployment"
+            if not upper.startswith("CKPT_")
+            else "it is the deployment's setting, set by the hook, never per job"
+        )
     for prefix in FORBIDDEN_PREFIXES:
         if upper.startswith(prefix):
-            return (f"variables starting with {prefix} configure a loader, an interpreter or "
-                    f"the Spark launcher (they can make the job run other code)")
+            return (
+                f"variables starting with {prefix} configure a loader, an interpreter or "
+                f"the Spark launcher (they can make the job run other code)"
+            )
     return None
 
 
@@ -92,6 +146,7 @@ def check_job_env(env: Mapping[str, object] | None) -> dict[str, str]:
         text = str(value)
         if "\x00" in text or len(text) > MAX_VALUE_LENGTH:
             raise UnsafeJobEnvironmentError(
-                name, f"its value must be at most {MAX_VALUE_LENGTH} characters without NUL")
+                name, f"its value must be at most {MAX_VALUE_LENGTH} characters without NUL"
+            )
         out[name] = text
     return out

@@ -35,8 +35,11 @@ def mask_url_secrets(url: str | None) -> None:
         if password:
             # the password as given and as it appears in the URL (percent-encoded: a
             # password with '@' or '/' is not found in the URL in its plain form)
-            for form in {str(password), quote(str(password), safe=""),
-                         quote_plus(str(password), safe="")}:
+            for form in {
+                str(password),
+                quote(str(password), safe=""),
+                quote_plus(str(password), safe=""),
+            }:
                 _mask(form)
             _mask(url)
     key = os.environ.get(HMAC_KEY_ENV)

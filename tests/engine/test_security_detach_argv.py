@@ -24,15 +24,35 @@ REF = "airflow_checkpoint_provider.examples.versioned_sum:build_v1"
 @pytest.mark.timeout(180)
 def test_the_detached_child_has_no_db_url_in_its_argv(tmp_path):
     url = f"sqlite:///{tmp_path}/secret-name-meta.db"
-    env = {**os.environ, "CKPT_METADATA_URL": url, "CKPT_EXAMPLE_DIR": str(tmp_path / "ex"),
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = {
+        **os.environ,
+        "CKPT_METADATA_URL": url,
+        "CKPT_EXAMPLE_DIR": str(tmp_path / "ex"),
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli", "run", REF,
-         "--detach", "--runner", "local", "--job-name", "argv-check", "--json",
-         "--log-file", str(tmp_path / "job.log")],
-        capture_output=True, text=True, env=env, timeout=150)
+        [
+            sys.executable,
+            "-m",
+            "airflow_checkpoint_provider.engine.cli",
+            "run",
+            REF,
+            "--detach",
+            "--runner",
+            "local",
+            "--job-name",
+            "argv-check",
+            "--json",
+            "--log-file",
+            str(tmp_path / "job.log"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=150,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    info = json.loads(proc.stdout[proc.stdout.index("{"):])
+    info = json.loads(proc.stdout[proc.stdout.index("{") :])
     try:
         with open(f"/proc/{info['pid']}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
@@ -46,12 +66,19 @@ def test_the_detached_child_has_no_db_url_in_its_argv(tmp_path):
         with MetadataStore(url) as store:
             store.submit_control_request(info["job_id"], "CANCEL", {})
             deadline = time.monotonic() + 60
-            while (store.get_job(info["job_id"]).status in ("CREATED", "RUNNING", "RESTARTING")
-                   and time.monotonic() < deadline):
+            while (
+                store.get_job(info["job_id"]).status in ("CREATED", "RUNNING", "RESTARTING")
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.3)
 
 
 def test_start_detached_refuses_a_db_url_in_argv(tmp_path):
     with pytest.raises(EngineError, match="not as --db in argv"):
-        start_detached(None, ["run", REF, "--db", "postgresql://u:pw@h/db"], job_id="j",  # type: ignore[arg-type]
-                       log_file=str(tmp_path / "l.log"), timeout=1)
+        start_detached(
+            None,
+            ["run", REF, "--db", "postgresql://u:pw@h/db"],
+            job_id="j",  # type: ignore[arg-type]
+            log_file=str(tmp_path / "l.log"),
+            timeout=1,
+        )

@@ -15,8 +15,12 @@ from airflow_checkpoint_provider.engine.runners import spark as spark_runner
 
 
 def test_the_coordinator_binds_loopback_under_a_local_master():
-    assert spark_runner.coordinator_bind_host(None, local=True, driver_host="10.1.2.3") == "127.0.0.1"
-    assert spark_runner.coordinator_bind_host(None, local=False, driver_host="10.1.2.3") == "10.1.2.3"
+    assert (
+        spark_runner.coordinator_bind_host(None, local=True, driver_host="10.1.2.3") == "127.0.0.1"
+    )
+    assert (
+        spark_runner.coordinator_bind_host(None, local=False, driver_host="10.1.2.3") == "10.1.2.3"
+    )
     assert spark_runner.coordinator_bind_host("10.9.9.9", local=True, driver_host="x") == "10.9.9.9"
 
 
@@ -35,8 +39,10 @@ class _Ctx:
         return [message]
 
 
-@pytest.mark.parametrize(("local", "bind", "advertise"), [
-    (True, "127.0.0.1", "127.0.0.1"), (False, "0.0.0.0", "10.1.2.3")])
+@pytest.mark.parametrize(
+    ("local", "bind", "advertise"),
+    [(True, "127.0.0.1", "127.0.0.1"), (False, "0.0.0.0", "10.1.2.3")],
+)
 def test_a_slot_binds_loopback_under_a_local_master(monkeypatch, local, bind, advertise):
     seen = {}
     fake_pyspark = types.ModuleType("pyspark")

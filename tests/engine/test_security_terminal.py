@@ -23,8 +23,13 @@ def _db(tmp_path) -> str:
     with MetadataStore(url) as store:
         store.create_job(job_id="job1", job_name="orders", parallelism=1)
         store.set_job_status("job1", "FAILED", failure_reason="boom \x1b[8mhidden")
-        store.add_pending_checkpoint("job1", 1, kind="CHECKPOINT", trigger_time=datetime.now(UTC),
-                                     location="/ckpt/\x1b[31mred/chk-1")
+        store.add_pending_checkpoint(
+            "job1",
+            1,
+            kind="CHECKPOINT",
+            trigger_time=datetime.now(UTC),
+            location="/ckpt/\x1b[31mred/chk-1",
+        )
     with sqlite3.connect(tmp_path / "meta.db") as db:  # a metadata-DB writer
         db.execute("UPDATE jobs SET job_name = ?", (HOSTILE,))
     return url

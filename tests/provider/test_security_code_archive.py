@@ -38,8 +38,15 @@ def _forged(path) -> None:
 
 
 def _hook(tmp_path, **kw) -> CheckpointSubmitHook:
-    return CheckpointSubmitHook(pipeline=REF, job_id="j1", job_name="x", runner="spark",
-                                metadata_url=f"sqlite:///{tmp_path}/m.db", ship_code=True, **kw)
+    return CheckpointSubmitHook(
+        pipeline=REF,
+        job_id="j1",
+        job_name="x",
+        runner="spark",
+        metadata_url=f"sqlite:///{tmp_path}/m.db",
+        ship_code=True,
+        **kw,
+    )
 
 
 def _sha(path) -> str:
@@ -50,7 +57,10 @@ def _sha(path) -> str:
 def test_an_archive_planted_in_the_shared_temp_dir_is_never_shipped(tmpdir_env, tmp_path):
     genuine = code_archives(REF, str(tmp_path / "scratch"))[0]
     name = os.path.basename(genuine)
-    for planted_dir in (tmpdir_env / "checkpoint-code", tmpdir_env / f"checkpoint-code-{os.getuid()}"):
+    for planted_dir in (
+        tmpdir_env / "checkpoint-code",
+        tmpdir_env / f"checkpoint-code-{os.getuid()}",
+    ):
         planted_dir.mkdir(mode=0o700)
         _forged(planted_dir / name)  # same name, other content (here: owned by this user)
 

@@ -30,9 +30,16 @@ REF = "airflow_checkpoint_provider.examples.versioned_sum:build_v1"
 
 def _hook(monkeypatch, conn: dict, **kw) -> CheckpointSubmitHook:
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNDER_TEST", json.dumps(conn))
-    return CheckpointSubmitHook(pipeline=REF, job_id="job42", job_name="x", metadata_url=URL,
-                                runner="spark", conn_id="spark_under_test",
-                                env_vars={"CKPT_EXAMPLE_DIR": "/data/x"}, **kw)
+    return CheckpointSubmitHook(
+        pipeline=REF,
+        job_id="job42",
+        job_name="x",
+        metadata_url=URL,
+        runner="spark",
+        conn_id="spark_under_test",
+        env_vars={"CKPT_EXAMPLE_DIR": "/data/x"},
+        **kw,
+    )
 
 
 def _properties(cmd: list[str]) -> dict[str, str]:
@@ -43,16 +50,30 @@ def _properties(cmd: list[str]) -> dict[str, str]:
         return dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
 
 
-@pytest.mark.parametrize(("conn", "prefix"), [
-    ({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}},
-     "spark.yarn.appMasterEnv."),
-    ({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "client"}},
-     "spark.yarn.appMasterEnv."),
-    ({"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077,
-      "extra": {"deploy-mode": "cluster"}}, "spark.ckpt.env."),
-], ids=["yarn-cluster", "yarn-client", "standalone-cluster"])
-def test_a_remote_driver_gets_the_db_url_from_a_private_file_not_argv(monkeypatch, conn,
-                                                                       prefix):
+@pytest.mark.parametrize(
+    ("conn", "prefix"),
+    [
+        (
+            {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}},
+            "spark.yarn.appMasterEnv.",
+        ),
+        (
+            {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "client"}},
+            "spark.yarn.appMasterEnv.",
+        ),
+        (
+            {
+                "conn_type": "spark",
+                "host": "spark://127.0.0.1",
+                "port": 7077,
+                "extra": {"deploy-mode": "cluster"},
+            },
+            "spark.ckpt.env.",
+        ),
+    ],
+    ids=["yarn-cluster", "yarn-client", "standalone-cluster"],
+)
+def test_a_remote_driver_gets_the_db_url_from_a_private_file_not_argv(monkeypatch, conn, prefix):
     hook = _hook(monkeypatch, conn)  # standalone cluster: SparkSubmitHook used to refuse
     cmd = hook.command()
 
@@ -74,8 +95,11 @@ def test_a_local_driver_gets_it_in_its_environment_only(monkeypatch):
 def test_the_users_properties_file_is_kept(monkeypatch, tmp_path):
     mine = tmp_path / "mine.properties"
     mine.write_text("spark.executor.memory=3g\n")
-    hook = _hook(monkeypatch, {"conn_type": "spark", "host": "yarn",
-                               "extra": {"deploy-mode": "cluster"}}, properties_file=str(mine))
+    hook = _hook(
+        monkeypatch,
+        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}},
+        properties_file=str(mine),
+    )
     props = _properties(hook.command())
     assert props["spark.executor.memory"] == "3g"
     assert props["spark.yarn.appMasterEnv.CKPT_METADATA_URL"] == URL
@@ -83,9 +107,14 @@ def test_the_users_properties_file_is_kept(monkeypatch, tmp_path):
 
 def test_the_launch_script_turns_spark_ckpt_env_into_the_environment():
     environ = {"ALREADY": "kept"}
-    done = env_from_spark_conf([("spark.ckpt.env.CKPT_METADATA_URL", URL),
-                                ("spark.ckpt.env.ALREADY", "other"), ("spark.app.name", "x")],
-                               environ)
+    done = env_from_spark_conf(
+        [
+            ("spark.ckpt.env.CKPT_METADATA_URL", URL),
+            ("spark.ckpt.env.ALREADY", "other"),
+            ("spark.app.name", "x"),
+        ],
+        environ,
+    )
     assert done == ["CKPT_METADATA_URL"]
     assert environ == {"ALREADY": "kept", "CKPT_METADATA_URL": URL}
 
@@ -104,20 +133,34 @@ def test_the_metadata_hook_masks_the_connections_password(monkeypatch):
     from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
 
     other = "An0ther@Pw/x"  # percent-encoded in the URL: "An0ther%40Pw%2Fx"
-    monkeypatch.setenv("AIRFLOW_CONN_CKPT_PW", json.dumps({
-        "conn_type": "checkpoint_metadata", "host": "db.example", "login": "ckpt",
-        "password": other, "schema": "meta"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CKPT_PW",
+        json.dumps(
+            {
+                "conn_type": "checkpoint_metadata",
+                "host": "db.example",
+                "login": "ckpt",
+                "password": other,
+                "schema": "meta",
+            }
+        ),
+    )
     url = CheckpointMetadataHook(checkpoint_conn_id="ckpt_pw").get_url()
     assert "An0ther%40Pw%2Fx" in url
     shown = redact(f"url {url} / {other}")
     assert "An0ther" not in shown, shown
 
 
-@pytest.mark.parametrize("key", ["spark.executorEnv.CKPT_METADATA_URL",
-                                 "spark.executorEnv.CKPT_SNAPSHOT_HMAC_KEY",
-                                 "spark.yarn.appMasterEnv.CKPT_METADATA_URL",
-                                 "spark.ckpt.env.CKPT_METADATA_URL",
-                                 "spark.executorEnv.AWS_SECRET_ACCESS_KEY"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.executorEnv.CKPT_METADATA_URL",
+        "spark.executorEnv.CKPT_SNAPSHOT_HMAC_KEY",
+        "spark.yarn.appMasterEnv.CKPT_METADATA_URL",
+        "spark.ckpt.env.CKPT_METADATA_URL",
+        "spark.executorEnv.AWS_SECRET_ACCESS_KEY",
+    ],
+)
 def test_the_spark_redaction_regex_covers_the_engines_secrets(monkeypatch, key):
     hook = _hook(monkeypatch, {"conn_type": "spark", "host": "local[2]"})
     regex = hook._conf["spark.redaction.regex"]

@@ -10,8 +10,7 @@ import json
 import pytest
 from test_security_xss import JOB_ID, _hostile_db, token
 
-ROUTES = ["/", "/jobs/v1job", "/chains/v1job", "/api/jobs", "/api/jobs/v1job",
-          "/api/chains/v1job"]
+ROUTES = ["/", "/jobs/v1job", "/chains/v1job", "/api/jobs", "/api/jobs/v1job", "/api/chains/v1job"]
 
 pytestmark = pytest.mark.usefixtures("airflow_db")  # tokens: revoked_token table
 
@@ -24,8 +23,10 @@ def app(tmp_path, monkeypatch):
 
     init_auth_manager()  # as the api-server does at start
     url = _hostile_db(tmp_path)
-    monkeypatch.setenv("AIRFLOW_CONN_CKPT_AUTH", json.dumps(
-        {"conn_type": "checkpoint_metadata", "extra": {"url": url}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CKPT_AUTH",
+        json.dumps({"conn_type": "checkpoint_metadata", "extra": {"url": url}}),
+    )
     monkeypatch.setenv("CKPT_UI_CONN_ID", "ckpt_auth")
     monkeypatch.setattr(checkpoint_ui, "_STORE", {})
     return checkpoint_ui.app
@@ -64,8 +65,10 @@ def test_a_schema_error_names_no_db(tmp_path, monkeypatch):
     from airflow_checkpoint_provider.plugins import checkpoint_ui
 
     missing = f"sqlite:///{tmp_path}/absent/meta.db"
-    monkeypatch.setenv("AIRFLOW_CONN_CKPT_GONE", json.dumps(
-        {"conn_type": "checkpoint_metadata", "extra": {"url": missing}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CKPT_GONE",
+        json.dumps({"conn_type": "checkpoint_metadata", "extra": {"url": missing}}),
+    )
     monkeypatch.setenv("CKPT_UI_CONN_ID", "ckpt_gone")
     monkeypatch.setattr(checkpoint_ui, "_STORE", {})
     with TestClient(checkpoint_ui.app, cookies={"_token": token("viewer")}) as viewer:

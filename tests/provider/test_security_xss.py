@@ -19,11 +19,15 @@ import pytest
 from airflow_checkpoint_provider.engine.catalog import MetadataStore, upgrade_database
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-PAYLOADS = ['<script>alert("x")</script>', '"><img src=x onerror=alert(1)>',
-            "'><svg onload=alert(2)>", "<iframe srcdoc='<b>'>"]
+PAYLOADS = [
+    '<script>alert("x")</script>',
+    '"><img src=x onerror=alert(1)>',
+    "'><svg onload=alert(2)>",
+    "<iframe srcdoc='<b>'>",
+]
 #: what must never appear in a page: a tag or attribute a payload would inject
 INJECTED = re.compile(r"<script>alert|<img src=x|<svg onload|<iframe srcdoc|onerror=alert\(1\)>")
-JOB_ID = "\"><img src=x onerror=alert(1)>"  # no '/', so it fits in one URL path segment
+JOB_ID = '"><img src=x onerror=alert(1)>'  # no '/', so it fits in one URL path segment
 
 pytestmark = pytest.mark.usefixtures("airflow_db")  # tokens: revoked_token table
 
@@ -33,24 +37,42 @@ def _hostile_db(tmp_path) -> str:
     upgrade_database(url)
     with MetadataStore(url) as store:
         for n, job_id in enumerate(("v1job", JOB_ID)):
-            store.create_job(job_id=job_id, job_name=PAYLOADS[0], parallelism=2,
-                             version=PAYLOADS[1], restored_from=PAYLOADS[2] if n else None)
+            store.create_job(
+                job_id=job_id,
+                job_name=PAYLOADS[0],
+                parallelism=2,
+                version=PAYLOADS[1],
+                restored_from=PAYLOADS[2] if n else None,
+            )
             store.start_attempt(job_id, 0, restored_checkpoint_id=None, restored_from=None)
             store.end_attempt(job_id, 0, failure_reason=PAYLOADS[3])
             store.start_attempt(job_id, 1, restored_checkpoint_id=1, restored_from=PAYLOADS[2])
             for chk in (1, 2, 3):
                 at = T0 + timedelta(minutes=chk + 10 * n)
-                store.add_pending_checkpoint(job_id, chk, kind="CHECKPOINT", trigger_time=at,
-                                             location=PAYLOADS[2])
+                store.add_pending_checkpoint(
+                    job_id, chk, kind="CHECKPOINT", trigger_time=at, location=PAYLOADS[2]
+                )
                 if chk == 3:
                     store.fail_checkpoint(job_id, chk, reason=PAYLOADS[0])
                     continue
                 store.complete_checkpoint(
-                    job_id, chk, complete_time=at + timedelta(seconds=1), duration_ms=100,
-                    state_size=10, checkpointed_size=5,
-                    task_stats=[{"vertex": PAYLOADS[1], "subtask": PAYLOADS[3],
-                                 "sync_duration_ms": 1, "async_duration_ms": 2,
-                                 "alignment_duration_ms": 3, "state_size": 10}])
+                    job_id,
+                    chk,
+                    complete_time=at + timedelta(seconds=1),
+                    duration_ms=100,
+                    state_size=10,
+                    checkpointed_size=5,
+                    task_stats=[
+                        {
+                            "vertex": PAYLOADS[1],
+                            "subtask": PAYLOADS[3],
+                            "sync_duration_ms": 1,
+                            "async_duration_ms": 2,
+                            "alignment_duration_ms": 3,
+                            "state_size": 10,
+                        }
+                    ],
+                )
             store.set_job_status(job_id, "FAILED", failure_reason=PAYLOADS[3])
     with sqlite3.connect(tmp_path / "meta.db") as db:  # what the store would not write
         db.execute("UPDATE jobs SET spark_app_id = ?", (PAYLOADS[1],))
@@ -69,8 +91,10 @@ def client(tmp_path, monkeypatch):
     from airflow_checkpoint_provider.plugins import checkpoint_ui
 
     url = _hostile_db(tmp_path)
-    monkeypatch.setenv("AIRFLOW_CONN_CKPT_XSS", json.dumps(
-        {"conn_type": "checkpoint_metadata", "extra": {"url": url}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CKPT_XSS",
+        json.dumps({"conn_type": "checkpoint_metadata", "extra": {"url": url}}),
+    )
     monkeypatch.setenv("CKPT_UI_CONN_ID", "ckpt_xss")
     monkeypatch.setattr(checkpoint_ui, "_STORE", {})
     with TestClient(checkpoint_ui.app, cookies={"_token": token("viewer")}) as c:
@@ -82,15 +106,19 @@ def token(role: str | None) -> str:
     from airflow.api_fastapi.app import init_auth_manager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
-    return init_auth_manager().generate_jwt(SimpleAuthManagerUser(username=f"u-{role}",
-                                                                  role=role))
+    return init_auth_manager().generate_jwt(SimpleAuthManagerUser(username=f"u-{role}", role=role))
 
 
 @pytest.mark.timeout(120)
 def test_every_plugin_page_renders_hostile_db_values_as_text(client):
     quoted = quote(JOB_ID, safe="")
-    pages = {"/": None, f"/jobs/{quoted}": None, "/jobs/v1job": None,
-             f"/chains/{quoted}": None, "/chains/v1job": None}
+    pages = {
+        "/": None,
+        f"/jobs/{quoted}": None,
+        "/jobs/v1job": None,
+        f"/chains/{quoted}": None,
+        "/chains/v1job": None,
+    }
     for path in pages:
         resp = client.get(path)
         assert resp.status_code == 200, (path, resp.status_code, resp.text[:500])

@@ -20,12 +20,19 @@ TASKS = [(0, 0)]
 
 
 def _ack(c, chk, shared, now):
-    files = [{"name": os.path.basename(k), "size": 1, "sha256": "0" * 64, "shared": k}
-             for k in shared]
+    files = [
+        {"name": os.path.basename(k), "size": 1, "sha256": "0" * 64, "shared": k} for k in shared
+    ]
     keyed = {"type": "rocksdb", "files": files}
-    return c.receive_ack(chk, (0, 0), {"operators": {"op": {"keyed": keyed}},
-                                       "metrics": {"state_size": 1, "checkpointed_size": 1}},
-                         now)
+    return c.receive_ack(
+        chk,
+        (0, 0),
+        {
+            "operators": {"op": {"keyed": keyed}},
+            "metrics": {"state_size": 1, "checkpointed_size": 1},
+        },
+        now,
+    )
 
 
 def test_shared_state_rows_pointing_outside_the_job_dir_are_never_deleted(tmp_path):
@@ -41,20 +48,27 @@ def test_shared_state_rows_pointing_outside_the_job_dir_are_never_deleted(tmp_pa
     for name in ("a", "b"):
         (job_dir / "shared" / name).write_text("state")
     c = CheckpointCoordinator(
-        job_id="job1", job_name="j", job_dir=str(job_dir),
+        job_id="job1",
+        job_name="j",
+        job_dir=str(job_dir),
         config=CheckpointConfig(interval_ms=100, initial_delay_ms=0, retained=1),
-        tasks=TASKS, operator_info={"op": {"kind": "operator", "parallelism": 1,
-                                           "max_parallelism": 128}},
-        send_trigger=lambda *a: None, send_notify=lambda chk: None,
-        send_abort=lambda chk: None, store=store, now=0.0)
+        tasks=TASKS,
+        operator_info={"op": {"kind": "operator", "parallelism": 1, "max_parallelism": 128}},
+        send_trigger=lambda *a: None,
+        send_notify=lambda chk: None,
+        send_abort=lambda chk: None,
+        store=store,
+        now=0.0,
+    )
     c.set_tasks_running(set(TASKS))
     try:
         chk = c.maybe_trigger_periodic(0.0)
         assert _ack(c, chk, ["shared/a"], 0.01) is not None
         # the DB writer's rows: an absolute key and one climbing out of the job dir
         depth = len(job_dir.relative_to(tmp_path).parts)
-        store.register_shared_state("job1", chk, [str(absolute),
-                                                  "/".join([".."] * depth) + "/victim-rel"])
+        store.register_shared_state(
+            "job1", chk, [str(absolute), "/".join([".."] * depth) + "/victim-rel"]
+        )
         chk2 = c.maybe_trigger_periodic(1.0)
         assert _ack(c, chk2, ["shared/b"], 1.01) is not None  # subsumes chk: discards 'a'
     finally:
@@ -66,8 +80,9 @@ def test_shared_state_rows_pointing_outside_the_job_dir_are_never_deleted(tmp_pa
 
 
 def _failed_row(store, job_id, job_name, chk, location):
-    store.add_pending_checkpoint(job_id, chk, kind="CHECKPOINT", trigger_time=datetime.now(UTC),
-                                 location=str(location))
+    store.add_pending_checkpoint(
+        job_id, chk, kind="CHECKPOINT", trigger_time=datetime.now(UTC), location=str(location)
+    )
     store.fail_checkpoint(job_id, chk, reason="declined")
 
 
@@ -75,7 +90,7 @@ def test_a_failed_row_pointing_at_a_foreign_chk_directory_is_not_deleted(tmp_pat
     store = MetadataStore(f"sqlite:///{tmp_path}/meta.db")
     root = tmp_path / "ckpt"
     own = root / "j" / "dead" / "chk-2"
-    foreign = tmp_path / "other-team" / "data" / "chk-99"   # not <root>/j/dead/
+    foreign = tmp_path / "other-team" / "data" / "chk-99"  # not <root>/j/dead/
     sibling = tmp_path / "ckpt-evil" / "j" / "dead" / "chk-98"  # right shape, other root
     climbing = root / "j" / "dead" / ".." / ".." / ".." / "other-team" / "x" / "chk-97"
     link = root / "j" / "dead" / "chk-96"
