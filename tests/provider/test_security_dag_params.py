@@ -11,6 +11,7 @@ names) and the submit hook refuses interpreter and loader variables whoever pass
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import pytest
@@ -148,10 +149,9 @@ def test_user_values_never_replace_the_hooks_interpreter(tmp_path):
         runner="local",
         env_vars={"CKPT_EXAMPLE_DIR": "/tmp/x"},
     )
-    import sys
-
-    assert hook._env_vars["PYSPARK_PYTHON"] == sys.executable
-    assert hook._env_vars["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    env = hook._process_env()  # what the job process gets
+    assert env["PYSPARK_PYTHON"] == sys.executable
+    assert env["PYSPARK_DRIVER_PYTHON"] == sys.executable
 
 
 @pytest.mark.parametrize("pipeline", ["-h", "--conf=x:y", "a:b\n", "../evil:build", "a b:c", ""])
