@@ -22,6 +22,7 @@ from ..catalog import CheckpointRecord, MetadataStore
 from ..catalog.models import CheckpointStatus
 from ..checkpoint.cleanup import discard_partial_checkpoints
 from ..checkpoint.restore import discard_output_of_skipped_jobs
+from ..checkpoint.storage import default_savepoint_root
 from ..checkpoint.trust import SnapshotTrust
 from ..connectors.base import Sink, Source
 from ..errors import CorruptCheckpointError, RestoreError, UnsafeRestoreFallbackError
@@ -227,7 +228,11 @@ class RestoreMixin:
             {rec.job_id for rec, _ in bad} | ({restored_job} if restored_job else set())
         ):
             try:
-                discard_partial_checkpoints(store, job)
+                discard_partial_checkpoints(store, job, roots=(  # only under our own roots
+                    config.checkpoint.directory,
+                    config.checkpoint.savepoint_directory
+                    or default_savepoint_root(config.checkpoint.directory),
+                ))
             except Exception as exc:  # noqa: BLE001 - housekeeping must not block a restore
                 log.warning("Could not clean up partial checkpoints of job %s: %s", job, exc)
         return chosen[1] if chosen else None

@@ -58,6 +58,7 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
     from pyspark.sql import SparkSession
 
     from ..packaging import SHIP_CODE_ENV
+    from ..private import SPARK_REDACTION_REGEX
 
     ship_code = os.environ.get(SHIP_CODE_ENV) == "1"
     if not ship_code:
@@ -78,6 +79,8 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
         "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "10",
         "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "2s",
         "spark.task.maxFailures": "1",
+        # the DB URL (password) and signing key travel as spark.executorEnv.*: redacted
+        "spark.redaction.regex": SPARK_REDACTION_REGEX,
     }
     if not ship_code:
         conf.update({
@@ -103,6 +106,13 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
     return spark
 
 
+def coordinator_bind_host(configured: str | None, *, local: bool, driver_host: str) -> str:
+    """Where the job's coordinator listens: the configured interface, else loopback for a
+    local master (its slots are processes of this host: nothing else may connect), else
+    the driver's host."""
+    return configured or ("127.0.0.1" if local else driver_host)
+
+
 def _make_slot_function(attempt: int, coordinator: tuple[str, int], local_master: bool = False,
                         secret: bytes | None = None):
     def run_partition(iterator):
@@ -123,8 +133,11 @@ def _make_slot_function(attempt: int, coordinator: tuple[str, int], local_master
         placement = {"executor_id": executor_id,
                      "executor_address": executor_address, "work_dir": work_dir,
                      "python": sys.executable}
-        bind_host = os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
-        advertise = os.environ.get("SPARK_LOCAL_IP") or executor_host
+        # a local master: every slot is in this host's processes, so loopback only
+        bind_host = os.environ.get("SPARK_LOCAL_IP") or ("127.0.0.1" if local_master
+                                                         else "0.0.0.0")
+        advertise = os.environ.get("SPARK_LOCAL_IP") or ("127.0.0.1" if local_master
+                                                         else executor_host)
 
         def exchange(address):
             infos = ctx.allGather(json.dumps([slot, address]))
@@ -256,7 +269,9 @@ class SparkRunner:
         local = spark.sparkContext.master.startswith("local")
         launcher = SparkBarrierLauncher(spark, 0.0 if local else self.slot_wait_seconds)
         launcher.check_slots(graph.num_slots, launcher.slot_wait_seconds)
-        host = self.coordinator_host or spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+        host = coordinator_bind_host(
+            self.coordinator_host, local=local,
+            driver_host=spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1"))
         master = JobMaster(graph, config, launcher, coordinator_host=host,
                            coordinator_port=self.coordinator_port, **self.master_options)
         master.spark_app_id = spark.sparkContext.applicationId
