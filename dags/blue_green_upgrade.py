@@ -106,7 +106,8 @@ with DAG(
         directory="{{ params.savepoint_dir }}", deferrable=True)
     preflight = VerifyRestoreOperator(
         task_id="preflight", pipeline="{{ params.green_pipeline }}",
-        snapshot="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", env_vars="{{ params.job_env }}")
+        snapshot="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", env_vars="{{ params.job_env }}",
+        fence_sinks="{{ params.exactly_once }}")  # a sink fenced mode refuses: before any start
     start_green = SubmitCheckpointedJobOperator(
         task_id="start_green", pipeline="{{ params.green_pipeline }}",
         job_name="{{ params.green_job }}", fence_sinks="{{ params.exactly_once }}",

@@ -15,3 +15,12 @@ def postgres_2pc() -> Pipeline:
       .sink(PostgresSink(os.environ.get("ROLLBACK_PG_URL", "postgresql://nobody@127.0.0.1:1/x"),
                          "orders"), uid="orders-2pc"))
     return p
+
+
+def postgres_upsert() -> Pipeline:
+    """A green whose PostgreSQL sink upserts: fenced mode (exactly-once blue-green) refuses it."""
+    p = Pipeline("pg-upsert")
+    (p.source(GeneratorSource(10, num_keys=2), uid="generator")
+      .sink(PostgresSink("postgresql://nobody@127.0.0.1:1/x", "totals", mode="upsert",
+                         key=["key"]), uid="totals-upsert"))
+    return p
