@@ -46,14 +46,15 @@ class Total(KeyedProcessFunction):
         return {"id": record["id"], "key": ctx.current_key, "total": t}
 
 
-def _pipeline(root: str, url: str, *, name: str, interval_ms: int = 1000) -> Pipeline:
+def _pipeline(root: str, url: str, *, name: str, interval_ms: int = 1000,
+              num_records: int | None = None, rate: float | None = 300) -> Pipeline:
     p = Pipeline(name, max_parallelism=128,
                  checkpoint=CheckpointConfig(interval_ms=interval_ms,
                                              directory=os.path.join(root, "ckpt")),
                  restart_strategy=RestartStrategy.fixed_delay(attempts=3, delay_ms=200),
                  metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
-    totals = (p.source(GeneratorSource(None, num_keys=30, seed=3, splits=3,
-                                       records_per_second=300), uid="gen", parallelism=3)
+    totals = (p.source(GeneratorSource(num_records, num_keys=30, seed=3, splits=3,
+                                       records_per_second=rate), uid="gen", parallelism=3)
               .key_by("key").process(Total(), uid="total", parallelism=3))
     totals.sink(PostgresSink(url, "a", ["id", "key", "total"]), uid="sink-a")
     totals.sink(PostgresSink(url, "b", ["id", "key", "total"]), uid="sink-b")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 from collections import Counter
 
 import pytest
