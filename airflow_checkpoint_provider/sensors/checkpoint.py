@@ -90,7 +90,11 @@ class _MetadataSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         status = (event or {}).get("status")
         if status == TIMEOUT:
-            outcome = self.facts()  # it may have held by the time the timeout event ran
+            try:  # it may have held by the time the timeout event ran
+                outcome = self.facts()
+            except Exception as exc:  # noqa: BLE001 - the DB cannot say otherwise: timed out
+                self.log.warning("Could not re-check the metadata DB at the timeout: %s", exc)
+                outcome = None
             if outcome is not None:
                 return self.settled(context, outcome.to_event())
             raise AirflowSensorTimeout(event["message"])

@@ -139,3 +139,28 @@ def test_rollback_guard_passes_a_v2_that_committed_nothing(metadata_url, store):
                                pipeline="rollback_pipelines:postgres_2pc")
     assert op.execute({}) == {"job_id": "b" * 32, "committed": False, "checkpoints": [],
                               "discarded": {}}
+
+
+def _completed(store, job_id: str, chk: int) -> None:
+    from datetime import UTC, datetime
+
+    store.add_pending_checkpoint(job_id, chk, kind="CHECKPOINT", trigger_time=datetime.now(UTC),
+                                 location=f"/ckpt/chk-{chk}")
+    store.complete_checkpoint(job_id, chk, complete_time=datetime.now(UTC), duration_ms=5,
+                              state_size=10, checkpointed_size=10, task_stats=[])
+
+
+def test_a_sensor_try_decides_on_the_db_before_deferring_and_at_its_timeout(metadata_url, store):
+    """A retry after a lost deferral: the condition already holds, so the try succeeds at
+    once instead of deferring again; a timeout event is checked against the DB too."""
+    store.create_job(job_id="f" * 32, job_name="orders", parallelism=1)
+    store.set_job_status("f" * 32, "RUNNING")
+    _completed(store, "f" * 32, 1)
+    sensor = CheckpointCompletedSensor(task_id="s", job="orders", deferrable=True, timeout=60)
+    assert sensor.execute({})["checkpoint_id"] == 1  # no TaskDeferred
+    late = sensor.execute_complete({}, {"status": "timeout", "message": "timed out"})
+    assert late["checkpoint_id"] == 1 and late["status"] == "success"
+    store.set_job_status("f" * 32, "FAILED", failure_reason="boom")
+    ended = CheckpointCompletedSensor(task_id="s", job="orders", after_checkpoint_id=1)
+    with pytest.raises(AirflowFailException, match="FAILED: boom"):  # facts: no retry helps
+        ended.execute({})
