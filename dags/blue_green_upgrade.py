@@ -23,6 +23,9 @@ while they overlap: at-least-once, as in Flink's blue-green deployments).
 
 If the pre-flight check, the gate or the approval fails, green is cancelled (if it runs) and
 blue keeps running untouched (task ``keep_blue`` says so in its log); the run ends failed.
+A failed cut-over (``stop_blue``, ``preflight_final`` or ``end_validation``) cancels green
+too: no failure path leaves the validation run running (``keep_blue`` then fails if blue
+is not RUNNING any more, e.g. a last-state cut-over that cancelled it).
 
 Blue and green must have different job names (each name has at most one running job).
 """
@@ -115,7 +118,8 @@ with DAG(
         directory="{{ params.savepoint_dir }}", deferrable=True)
     preflight = VerifyRestoreOperator(
         task_id="preflight", pipeline="{{ params.green_pipeline }}",
-        snapshot="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", env_vars="{{ params.job_env }}")
+        snapshot="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", env_vars="{{ params.job_env }}",
+        fence_sinks="{{ params.exactly_once }}")  # a sink fenced mode refuses: before any start
     start_green = SubmitCheckpointedJobOperator(
         task_id="start_green", pipeline="{{ params.green_pipeline }}",
         job_name="{{ params.green_job }}", fence_sinks="{{ params.exactly_once }}",
@@ -184,4 +188,7 @@ with DAG(
     savepoint_blue >> preflight >> start_green >> health_gate >> approval() >> [
         approve, no_approval_needed] >> stop_blue
     stop_blue >> fenced >> preflight_final >> end_validation >> go_live
-    [preflight, start_green, health_gate, approve] >> cancel_green >> keep_blue()
+    # every failure once green may run ends green: also a failed cut-over (stop_blue, the
+    # final pre-flight, ending the validation run); a no-op when green already ended
+    [preflight, start_green, health_gate, approve, stop_blue, preflight_final,
+     end_validation] >> cancel_green >> keep_blue()

@@ -9,8 +9,10 @@ completed checkpoint unless older than ``max_checkpoint_age_s``;
 ``savepoint-or-last-state``: a savepoint, or last-state when v1 is unhealthy or the
 savepoint fails) -> start v2 restoring from it -> wait for v2's first completed checkpoint
 after the restore. If v2 does not start or does not checkpoint in time, cancel v2 (if it
-runs) and restart v1 from the same snapshot; the run then ends failed (task ``upgraded``
-is upstream_failed) so the failed upgrade is visible, with v1 running again.
+runs), remove what v2 committed from its sinks (``guard_rollback``; refused, naming the
+sinks, when a sink cannot: then v1 is not restarted and a person decides) and restart v1
+from the same snapshot; the run then ends failed (task ``upgraded`` is upstream_failed) so
+the failed upgrade is visible, with v1 running again.
 
 Trigger with a conf such as ``{"job_name": "orders", "v2_pipeline": "jobs.orders:build_v2"}``.
 """
@@ -23,6 +25,7 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Param, TriggerRule
 
 from airflow_checkpoint_provider.operators.control import CancelJobOperator
+from airflow_checkpoint_provider.operators.rollback import GuardRollbackOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 from airflow_checkpoint_provider.operators.upgrade import UPGRADE_MODES, StopForUpgradeOperator
 from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
@@ -83,18 +86,24 @@ with DAG(
         task_id="start_v2", pipeline="{{ params.v2_pipeline }}", job_name="{{ params.job_name }}",
         restore=SNAPSHOT, wait_for="running", runner="{{ params.runner }}",
         env_vars="{{ params.job_env }}")
+    # retried: each try decides on the metadata DB first (a lost deferral never rolls back)
     wait_v2 = CheckpointCompletedSensor(
-        task_id="wait_v2_checkpoint", job=V2_JOB_ID, after_restore=True, deferrable=True,
-        poke_interval=1, timeout=FIRST_CHECKPOINT_TIMEOUT_S)
+        task_id="wait_v2_checkpoint", **CONTROL_RETRIES, job=V2_JOB_ID, after_restore=True,
+        deferrable=True, poke_interval=1, timeout=FIRST_CHECKPOINT_TIMEOUT_S)
     upgraded = EmptyOperator(task_id="upgraded")
 
     cancel_v2 = CancelJobOperator(
         task_id="cancel_v2", **CONTROL_RETRIES, job=V2_JOB_ID, missing_ok=True, trigger_rule=TriggerRule.ONE_FAILED)
+    # v2 committed output (a checkpoint, or it ran to its end): its sinks remove it, or the
+    # rollback is refused naming the sinks that cannot (nothing is published twice)
+    guard_rollback = GuardRollbackOperator(
+        task_id="guard_rollback", **CONTROL_RETRIES, job=V2_JOB_ID,
+        pipeline="{{ params.v2_pipeline }}", env_vars="{{ params.job_env }}")
     restart_v1 = SubmitCheckpointedJobOperator(
         task_id="restart_v1", pipeline="{{ params.v1_pipeline }}",
         job_name="{{ params.job_name }}", restore=SNAPSHOT, wait_for="running",
         runner="{{ params.runner }}", env_vars="{{ params.job_env }}")
 
     preflight >> stop_v1 >> start_v2 >> wait_v2 >> upgraded
-    [start_v2, wait_v2] >> cancel_v2 >> restart_v1
+    [start_v2, wait_v2] >> cancel_v2 >> guard_rollback >> restart_v1
     stop_v1 >> restart_v1  # no rollback without the snapshot

@@ -87,13 +87,7 @@ class AirflowDeployment:
         subprocess.run([os.path.join(BIN, "airflow"), "db", "migrate"], env=self.env,
                        check=True, capture_output=True, timeout=300)
         for component in components:
-            args = [os.path.join(BIN, "airflow"), component]
-            if component == "api-server":
-                args += ["--host", "127.0.0.1", "--port", str(self.port)]
-            out = open(self.log_path(component), "wb")
-            self.procs[component] = subprocess.Popen(
-                args, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+            self.start_component(component)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
@@ -103,6 +97,34 @@ class AirflowDeployment:
             except OSError:
                 time.sleep(1)
         raise RuntimeError(f"api-server not healthy after {timeout} s:\n{self.log('api-server')[-3000:]}")
+
+    def start_component(self, component: str) -> None:
+        args = [os.path.join(BIN, "airflow"), component]
+        if component == "api-server":
+            args += ["--host", "127.0.0.1", "--port", str(self.port)]
+        out = open(self.log_path(component), "ab")
+        self.procs[component] = subprocess.Popen(
+            args, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def stop_component(self, component: str) -> None:
+        """Stop one process (e.g. the triggerer: deferred tasks then wait, as when Airflow
+        loses a deferral); :meth:`start_component` starts it again."""
+        proc = self.procs.pop(component)
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def mark_failed(self, dag_id: str, run_id: str, task_id: str) -> None:
+        """Set a task instance FAILED through the REST API, whatever it is doing (what the
+        scheduler does on ``task-state-changed-externally``)."""
+        self._request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/"
+                               f"{task_id}", {"new_state": "failed"})
 
     def check_alive(self) -> None:
         for component, proc in self.procs.items():

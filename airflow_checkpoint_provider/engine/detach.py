@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 
 from .api import DEFAULT_METADATA_ENV, Pipeline
 from .catalog.models import JobStatus
@@ -15,9 +16,13 @@ from .private import makedirs_private, open_private
 
 
 def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
-                   log_file: str | None, timeout: float, metadata_url: str | None = None) -> dict:
+                   log_file: str | None, timeout: float, metadata_url: str | None = None,
+                   progress: Callable[[str], None] | None = None,
+                   progress_every_s: float = 10.0) -> dict:
     """Start ``ckpt <argv>`` in a new session (it outlives this process) with ``--job-id``
-    fixed, then wait until the job row is RUNNING (or already ended).
+    fixed, then wait until the job row is RUNNING (or already ended). ``progress`` gets a
+    line on each status change and every ``progress_every_s`` seconds of waiting: what it
+    waits for, for how long, and the job log's last line.
 
     The metadata DB URL (it may hold a password) goes to the child in its environment
     (``$CKPT_METADATA_URL``), never in ``argv`` where ``ps`` shows it to every local user."""
@@ -41,10 +46,24 @@ def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
                                  *argv], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     store = MetadataStore(pipeline.metadata_url)
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
+    said: tuple[str, int] | None = None
+    if progress:
+        progress(f"started job {pipeline.name} ({job_id}), pid {proc.pid}; waiting up to "
+                 f"{timeout:.0f} s for it to be RUNNING (a Spark application takes about a "
+                 f"minute to start); log: {log_file}")
     try:
         while True:
             job = store.get_job(job_id)
+            status = job.status if job is not None else "starting (no job row yet)"
+            waited = int(time.monotonic() - start)
+            if progress and (said is None or said[0] != status
+                             or waited - said[1] >= progress_every_s):
+                last = _last_line(log_file)
+                progress(f"job {job_id[:8]}: {status} after {waited} s"
+                         + (f"; log: {last}" if last else ""))
+                said = (status, waited)
             if job is not None and job.status != JobStatus.CREATED and job.status != JobStatus.RESTARTING:
                 return {"job_id": job_id, "job_name": job.job_name, "status": job.status,
                         "pid": proc.pid, "log_file": log_file, "metadata_url": store.safe_url}
@@ -62,3 +81,15 @@ def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
 def _tail(path: str, lines: int = 15) -> str:
     with open(path, errors="replace") as f:
         return "".join(f.readlines()[-lines:])
+
+
+def _last_line(path: str, limit: int = 160) -> str:
+    """The log's last non-empty line, shortened (for a progress line)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 4096))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    last = next((ln for ln in reversed(lines) if ln), "")
+    return last if len(last) <= limit else last[:limit - 3] + "..."

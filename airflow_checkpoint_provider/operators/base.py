@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from functools import cached_property
@@ -120,4 +121,28 @@ class CheckpointBaseOperator(BaseOperator):
         if job is None:
             raise AirflowException(f"{what}: no job {job_ref!r} in the metadata DB")
         reason = f": {job.failure_reason}" if job.failure_reason else ""
-        raise AirflowException(f"{what}: job {job.job_name} ({job.job_id}) is {job.status}{reason}")
+        raise AirflowException(f"{what}: job {job.job_name} ({job.job_id}) is {job.status}{reason}"
+                               + self.why_missing(None, job.failure_reason or ""))
+
+    def why_missing(self, location: str | None, error: str) -> str:
+        """For an error saying snapshot ``location`` (default: the path the error names)
+        does not exist: why (it was a checkpoint its running job subsumed, i.e. retired and
+        deleted) and what to do; else ``""``."""
+        if "does not exist" not in (error or ""):
+            return ""
+        named = re.search(r"restore path (\S+) does not exist", error)
+        location = location or (named[1] if named else None)
+        if not location:
+            return ""
+        try:
+            rec = self.hook.get_conn().checkpoint_at(str(location))
+        except Exception:  # noqa: BLE001 - only an explanation
+            return ""
+        if rec is None or rec.status != "SUBSUMED":
+            return ""
+        return (f" (cause: checkpoint {rec.checkpoint_id} of job {rec.job_id} was subsumed -- "
+                "retired and deleted by its still-running job once newer checkpoints "
+                "completed -- after it was handed over. Hand over a savepoint instead "
+                "(handover='savepoint' / upgrade_mode='savepoint'; a savepoint is kept), or "
+                "retain more checkpoints (CheckpointConfig(retained=N)) or checkpoint less "
+                "often so the hand-over outlives it)")

@@ -300,7 +300,13 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
                                            f"{exc}") from exc
                 self.fail_with_job(job_id, "job failed")
             return job_id
-        info = hook.submit_detached(timeout=self.start_timeout)
+        try:
+            info = hook.submit_detached(timeout=self.start_timeout)
+        except AirflowException as exc:
+            cause = self.why_missing(restore, str(exc))
+            if not cause:
+                raise
+            raise AirflowException(f"{exc}{cause}") from exc
         context["ti"].xcom_push(key="log_file", value=info["log_file"])
         self.log.info("Job %s (%s) is %s (pid %s, log %s)", info["job_name"], job_id,
                       info["status"], info["pid"], info["log_file"])

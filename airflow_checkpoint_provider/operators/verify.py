@@ -44,16 +44,19 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         what was checked.
     :param allow_non_restored_state: state of operators the pipeline no longer has may be
         dropped.
+    :param fence_sinks: also check that every sink can run fenced (the exactly-once
+        blue-green validation run refuses e.g. a PostgreSQL upsert sink): refused here, not
+        after a job start. Templated (``"{{ params.exactly_once }}"``).
     :param env_vars: environment of the check (options the pipeline reads). Templated.
     :param timeout: seconds the check may take.
     """
 
     template_fields: Sequence[str] = ("pipeline", "snapshot", "job_name", "parallelism",
-                                      "env_vars")
+                                      "env_vars", "fence_sinks")
 
     def __init__(self, *, pipeline: str, snapshot: str | None = None, job_name: str | None = None,
                  parallelism: int | str | None = None, allow_non_restored_state: bool = False,
-                 take_savepoint: bool = False,
+                 take_savepoint: bool = False, fence_sinks: bool | str = False,
                  env_vars: dict[str, str] | None = None, timeout: float = 600.0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -65,6 +68,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         self.parallelism = parallelism
         self.allow_non_restored_state = allow_non_restored_state
         self.take_savepoint = take_savepoint
+        self.fence_sinks = fence_sinks
         self.env_vars = env_vars or {}
         self.timeout = timeout
 
@@ -125,7 +129,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
             raise AirflowException(
                 f"{self.pipeline} cannot restore {snapshot}: operator {first['uid']!r}"
                 + (f", state {first['state']!r}" if first["state"] else "")
-                + f": {first['reason']}")
+                + f": {first['reason']}" + self.why_missing(snapshot, first["reason"]))
         self.log.info("%s restores %s (checkpoint %s): %d operator subtasks opened on their "
                       "state", self.pipeline, snapshot, report["checkpoint_id"],
                       len(report["operators_opened"]))
@@ -138,6 +142,8 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
             cmd += ["--parallelism", str(int(self.parallelism))]
         if self.allow_non_restored_state:
             cmd.append("--allow-non-restored-state")
+        if str(self.fence_sinks).lower() in ("true", "1"):
+            cmd.append("--fence-sinks")
         env = {**os.environ, **check_job_env(self.env_vars),
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self.log.info("Checking that %s restores %s", self.pipeline, snapshot)

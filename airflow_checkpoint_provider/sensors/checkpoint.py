@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from airflow_checkpoint_provider.assets import (
     CHECKPOINTS_ALIAS,
@@ -60,18 +60,28 @@ class _MetadataSensor(BaseSensorOperator):
         raise NotImplementedError
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
-        hook = CheckpointMetadataHook(checkpoint_conn_id=self.checkpoint_conn_id)
-        try:
-            outcome = self.condition(hook.get_conn())
-        finally:
-            hook.close()
+        outcome = self.facts()
         if outcome is None:
             return False
         return PokeReturnValue(is_done=True, xcom_value=self._result(outcome.to_event()))
 
+    def facts(self) -> Outcome | None:
+        """The condition, read from the metadata DB now."""
+        hook = CheckpointMetadataHook(checkpoint_conn_id=self.checkpoint_conn_id)
+        try:
+            return self.condition(hook.get_conn())
+        finally:
+            hook.close()
+
     def execute(self, context: Context) -> Any:
         # ``job`` is templated (a DAG run's conf): refuse what cannot name a job at once
         checked_job_ref(getattr(self, "job", None) or "", f"{self.task_id}: job")
+        # Facts first, on every try: a retry after Airflow lost this task's deferral (the
+        # scheduler marked it failed while the condition held) decides on the metadata DB,
+        # never on the earlier try's bookkeeping.
+        outcome = self.facts()
+        if outcome is not None:
+            return self.settled(context, outcome.to_event())
         if not self.deferrable:
             return super().execute(context)
         self.defer(trigger=self.trigger(time.time() + float(self.timeout)),
@@ -80,14 +90,26 @@ class _MetadataSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         status = (event or {}).get("status")
         if status == TIMEOUT:
+            try:  # it may have held by the time the timeout event ran
+                outcome = self.facts()
+            except Exception as exc:  # noqa: BLE001 - the DB cannot say otherwise: timed out
+                self.log.warning("Could not re-check the metadata DB at the timeout: %s", exc)
+                outcome = None
+            if outcome is not None:
+                return self.settled(context, outcome.to_event())
             raise AirflowSensorTimeout(event["message"])
         if status in (SUCCESS, ERROR):
             return self._result(event)
         raise AirflowException(f"unknown trigger event status {status!r}: {event!r}")
 
+    def settled(self, context: Context, event: dict[str, Any]) -> Any:
+        """The condition was decided by a direct read of the metadata DB."""
+        return self._result(event)
+
     def _result(self, event: dict[str, Any]) -> dict[str, Any]:
         if event["status"] != SUCCESS:
-            raise AirflowException(event["message"])
+            # a fact of the metadata DB (the job ended without it...): retrying cannot help
+            raise AirflowFailException(event["message"])
         self.log.info("%s", event["message"])
         return event
 
@@ -192,6 +214,12 @@ class CheckpointCompletedSensor(_MetadataSensor):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         result = super().execute_complete(context, event)
+        if self.emit_asset:
+            self._emit(context, result)
+        return result
+
+    def settled(self, context: Context, event: dict[str, Any]) -> Any:
+        result = self._result(event)
         if self.emit_asset:
             self._emit(context, result)
         return result

@@ -32,7 +32,7 @@ ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
 RUN_TIMEOUT_S = 360
 UPGRADED = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
             "wait_v2_checkpoint": "success", "upgraded": "success", "cancel_v2": "skipped",
-            "restart_v1": "skipped"}
+            "guard_rollback": "skipped", "restart_v1": "skipped"}
 
 
 class Deployment:
@@ -164,7 +164,8 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
                                                     "CKPT_EXAMPLE_FAIL_AFTER_S": "20"}))
     assert tis == {"preflight": "success", "stop_v1": "success", "start_v2": "success",
                    "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
-                   "cancel_v2": "success", "restart_v1": "success"}, tis
+                   "cancel_v2": "success", "guard_rollback": "success",
+                   "restart_v1": "success"}, tis
     assert state == "failed"
     savepoint = dep.airflow.xcom("savepoint_upgrade_restore", run, "stop_v1")
     assert store.get_job(v2.job_id).status == "STOPPED"
@@ -293,3 +294,109 @@ def test_a_scheduled_savepoint_emits_an_asset_event_visible_through_the_rest_api
             while store.get_job(job.job_id).status in ACTIVE and time.monotonic() < deadline:
                 time.sleep(0.5)
         assert store.get_job(job.job_id).status == "CANCELED"
+
+
+def _start(dep: Deployment, spark_url: str, job_name: str, env: dict[str, str]) -> str:
+    """``ckpt run --detach`` of the example's v1 under ``job_name`` on the cluster."""
+    out = subprocess.run(
+        [os.path.join(BIN, "ckpt"), "run", f"{EXAMPLE}:build_v1", "--job-name", job_name,
+         "--runner", "spark", "--master", spark_url, "--db", dep.metadata_url, "--detach",
+         "--json", "--log-file", os.path.join(env["CKPT_EXAMPLE_DIR"], "job.log")],
+        env={**os.environ, **dep.env, **env}, text=True, capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job = dep.store.resolve_job(job_name)
+    assert job.status == "RUNNING"
+    return job.job_id
+
+
+def _wait_task(dep: Deployment, dag_id: str, run_id: str, task_id: str, states: tuple,
+               timeout: float = 300) -> str:
+    deadline = time.monotonic() + timeout
+    while (state := dep.airflow.task_states(dag_id, run_id).get(task_id)) not in states:
+        assert time.monotonic() < deadline, f"{task_id} still {state}"
+        time.sleep(1)
+    return state
+
+
+def _wait_job(store: MetadataStore, job_id: str, status: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while (job := store.get_job(job_id)).status != status:
+        assert time.monotonic() < deadline, f"job {job_id} still {job.status}"
+        time.sleep(1)
+
+
+@pytest.mark.timeout(1800)
+def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
+        deployment, spark_cluster):
+    """Issue 36 through the real deployment.
+
+    1. The upgrade DAG loses its sensor's deferral: the triggerer is down while bounded v2
+       runs to its end and commits everything, then the sensor is marked FAILED over the
+       REST API (what the scheduler did with `task-state-changed-externally`). The rollback
+       removes what v2 committed before v1 restarts from the same savepoint: the output
+       has no duplicate and no gap (before: 6,558 duplicates).
+    2. A blue-green whose cut-over fails at stop_blue (a last-state cut-over refusing
+       blue's checkpoint as too old): the fenced green is cancelled, blue keeps serving.
+    """
+    dep, store = deployment, deployment.store
+    _cancel_active_jobs(store)  # the cluster's cores are for these jobs
+    dag = "savepoint_upgrade_restore"
+    name, root, n = "rollback-sum", os.path.join(dep.jobs_dir, "rollback"), 20_000
+    env = {"CKPT_EXAMPLE_DIR": root, "CKPT_EXAMPLE_RECORDS": str(n)}
+    v1 = _start(dep, spark_cluster.url, name, {**env, "CKPT_EXAMPLE_RATE": "50"})
+    # v2 and the restarted v1 read the rest fast; v2's first checkpoint comes late, so the
+    # sensor defers before it (its facts-first check finds none yet)
+    conf = dep.conf(job_name=name, savepoint_dir=os.path.join(root, "savepoints"),
+                    job_env={**env, "CKPT_EXAMPLE_RATE": "400", "CKPT_EXAMPLE_INTERVAL_MS": "30000"})
+    started = time.monotonic()
+    run = dep.airflow.trigger(dag, conf)
+    _wait_task(dep, dag, run, "start_v2", ("running", "success", "failed"))
+    dep.airflow.stop_component("triggerer")
+    try:
+        _wait_task(dep, dag, run, "wait_v2_checkpoint", ("deferred",))
+        v2 = store.resolve_job(name)
+        assert v2.job_id != v1 and v2.version == "v2"
+        _wait_job(store, v2.job_id, "FINISHED")  # it committed everything
+        dep.airflow.mark_failed(dag, run, "wait_v2_checkpoint")
+    finally:
+        dep.airflow.start_component("triggerer")
+    state = dep.airflow.wait_for_run(dag, run, RUN_TIMEOUT_S)
+    dep.durations["lost_deferral_rollback"] = round(time.monotonic() - started, 1)
+    tis = dep.airflow.task_states(dag, run)
+    assert tis == {"preflight": "success", "stop_v1": "success", "start_v2": "success",
+                   "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
+                   "cancel_v2": "success", "guard_rollback": "success",
+                   "restart_v1": "success"}, tis
+    assert state == "failed"
+    guard = dep.airflow.xcom(dag, run, "guard_rollback")
+    assert guard["job_id"] == v2.job_id and guard["committed"] and guard["discarded"]["file-sink"]
+    again = dep.airflow.xcom(dag, run, "restart_v1")
+    _wait_job(store, again, "FINISHED")
+    from airflow_checkpoint_provider.engine import read_committed
+
+    seen: dict[tuple, int] = {}
+    for r in read_committed(os.path.join(root, "output")):
+        seen[(r["key"], r["count"])] = seen.get((r["key"], r["count"]), 0) + 1
+    duplicates, missing = sum(c - 1 for c in seen.values()), n - len(seen)
+    print(f"\nreal deployment, rollback after a lost sensor deferral: {sum(seen.values())} rows "
+          f"for {n} records, {duplicates} duplicates, {missing} missing")
+    assert (duplicates, missing) == (0, 0)
+
+    # 2. a failed stop_blue ends the fenced green
+    blue_root = os.path.join(dep.jobs_dir, "bg-fail")
+    blue = _start(dep, spark_cluster.url, "bg-fail-blue", {"CKPT_EXAMPLE_DIR": blue_root})
+    bg_conf = {
+        "blue_job": "bg-fail-blue", "green_job": "bg-fail-green",
+        "green_pipeline": f"{EXAMPLE}:build_v2",
+        "savepoint_dir": os.path.join(blue_root, "savepoints"), "runner": "spark",
+        "job_env": {"CKPT_EXAMPLE_DIR": blue_root}, "min_checkpoints": 2, "gate_window_s": 15,
+        "max_restarts": 0, "max_checkpoint_duration_ms": 60000, "min_throughput_ratio": 0.8,
+        "max_watermark_lag_growth_ms": None, "max_backlog_growth_ms": None,
+        "require_approval": False, "cutover": "last-state", "max_checkpoint_age_s": 0.001}
+    state, run, tis = dep.run_dag("blue_green_failed_stop_blue", "blue_green_upgrade", bg_conf)
+    assert tis["stop_blue"] == "failed" and tis["cancel_green"] == "success", tis
+    assert tis["keep_blue"] == "success" and state == "failed", tis
+    green = store.get_job(dep.airflow.xcom("blue_green_upgrade", run, "start_green", "job_id"))
+    assert green.status == "CANCELED", f"green left {green.status}"
+    assert store.get_job(blue).status == "RUNNING"
+    print(f"real deployment, failed stop_blue: green {green.status}, blue RUNNING")

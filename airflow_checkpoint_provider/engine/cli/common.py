@@ -60,9 +60,55 @@ def _record(rec) -> dict:
 
 
 def _store(db: str | None):
+    """The metadata DB of a verb that reads or controls jobs: it must exist (a SQLite path
+    that does not exist is refused, never created; `ckpt db upgrade` creates one)."""
     from ..catalog import MetadataStore
 
-    return MetadataStore(_db_url(db))
+    return MetadataStore(_db_url(db), migrate=False)
+
+
+JAVA_MISSING = ("Spark could not start: its Java gateway exited. Is Java (17 or newer) "
+                "installed and on PATH, or JAVA_HOME set to it? (e.g. `apt-get install "
+                "openjdk-17-jre-headless`); `--runner local` needs no Java")
+
+
+def one_line_error(exc: BaseException) -> str | None:
+    """The one-line message of an error a user meets on day one (a wrong metadata DB URL,
+    an unreachable server, no Java), else ``None`` (a traceback is more useful then)."""
+    from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+
+    from ..errors import EngineError
+
+    if isinstance(exc, (NoSuchModuleError, ArgumentError)):
+        return (f"metadata DB URL: {exc} (PostgreSQL: postgresql+psycopg://user:password@"
+                "host:5432/db; SQLite: a file path or sqlite:////absolute/path)")
+    if isinstance(exc, DBAPIError):
+        cause = str(exc.orig if exc.orig is not None else exc).strip()
+        first = next((ln.strip() for ln in cause.splitlines() if ln.strip()), cause)
+        return (f"metadata DB: {type(exc.orig or exc).__name__}: {first} (check --db or "
+                f"${DEFAULT_METADATA_ENV})")
+    text = f"{type(exc).__name__}: {exc}"
+    if "JAVA_GATEWAY_EXITED" in text or "Java gateway process exited" in text:
+        return JAVA_MISSING
+    if isinstance(exc, EngineError):
+        return str(exc)
+    return None
+
+
+class CkptGroup(click.Group):
+    """Errors a user can act on end in one line (``Error: ...``, exit 1), not a traceback;
+    ``$CKPT_TRACEBACK=1`` shows the traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            message = None if os.environ.get("CKPT_TRACEBACK") else one_line_error(exc)
+            if message is None:
+                raise
+            raise click.ClickException(message) from None
 
 
 def load_pipeline(reference: str) -> Pipeline:
@@ -95,7 +141,7 @@ timeout_option = click.option("--timeout", type=float, default=120.0, show_defau
 json_option = click.option("--json", "as_json", is_flag=True)
 
 
-@click.group()
+@click.group(cls=CkptGroup)
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def main(verbose: int) -> None:
     """Run and inspect checkpointed pipelines."""

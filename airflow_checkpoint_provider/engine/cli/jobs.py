@@ -138,7 +138,9 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
         if fence_sinks:
             argv.append("--fence-sinks")
         info = start_detached(pipeline, argv, job_id=job_id, log_file=log_file,
-                              timeout=wait_timeout, metadata_url=metadata_url)
+                              timeout=wait_timeout, metadata_url=metadata_url,
+                              # on stderr: --json output stays clean
+                              progress=lambda line: click.echo(line, err=True))
         if as_json:
             _echo_json(info)
         else:

@@ -66,10 +66,12 @@ def checkpoints(job: str, db: str | None, as_json: bool, tasks: bool) -> None:
 @click.option("--key-type", "key_types", multiple=True, metavar="UID=TYPE",
               help="The key type the job gives operator UID (int, str, bool, float, bytes, "
                    "...): a restore that would change it is reported. Repeatable.")
+@click.option("--fence-sinks", is_flag=True,
+              help="Also check that every sink can run fenced (a blue-green validation run).")
 @click.option("--json", "as_json", is_flag=True)
 def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
                        allow_non_restored_state: bool, sample_key_groups: int,
-                       key_types: tuple[str, ...], as_json: bool) -> None:
+                       key_types: tuple[str, ...], fence_sinks: bool, as_json: bool) -> None:
     """Check, without starting it, that PIPELINE (module:function) restores SNAPSHOT (a
     checkpoint or savepoint directory); exits 1 naming each incompatibility (operator uid,
     state, reason)."""
@@ -81,9 +83,22 @@ def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
         if not sep or not uid or not kind:
             raise click.BadParameter(f"{item!r} is not UID=TYPE", param_hint="--key-type")
         declared[uid] = kind
-    report = verify_restore(load_pipeline(pipeline), snapshot, parallelism=parallelism,
+    loaded = load_pipeline(pipeline)
+    report = verify_restore(loaded, snapshot, parallelism=parallelism,
                             allow_non_restored_state=allow_non_restored_state,
                             sample_key_groups=sample_key_groups, key_types=declared or None)
+    if fence_sinks:  # refused here, not after a job start (a Spark app: ~70 s)
+        from ..errors import EngineError
+        from ..runners.fencing import check_fencing
+        from ..verify import RestoreProblem
+
+        graph = loaded.execution_graph()
+        try:
+            check_fencing(graph, loaded.name)
+        except EngineError as exc:
+            refused = [n.uid for v in graph.vertices for n in v.nodes
+                       if n.kind == "sink" and not n.payload.can_hold_commits()]
+            report.problems.insert(0, RestoreProblem.of(exc, refused[0] if refused else None))
     if as_json:
         _echo_json(report.to_dict())
     else:

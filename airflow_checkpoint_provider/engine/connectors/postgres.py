@@ -120,6 +120,28 @@ class PostgresSink(Sink):
         with psycopg.connect(_dsn(self.url), autocommit=True) as conn:
             return _rollback_of_job(conn, job_id, operator_uid)
 
+    def discard_uncommitted_of_job(self, operator_uid: str, job_id: str,
+                                   newest_completed: int) -> list[str]:
+        """Roll back what ended job ``job_id`` prepared for checkpoints after its newest
+        completed one (``newest_completed``; -1: none): nothing can commit them any more (a
+        restore commits only the transactions its snapshot names, and a snapshot names only
+        those of checkpoints up to its own). Called when a job ends (cancelled, failed): a
+        prepared transaction holds a ``max_prepared_transactions`` slot and its row locks."""
+        if not self.prepared:
+            return []
+        import psycopg
+
+        uid = _uid_hash(operator_uid)
+        with psycopg.connect(_dsn(self.url), autocommit=True) as conn:
+            doomed = []
+            for g in sorted(_prepared(conn)):
+                p = parse_gid(g)
+                if (p is not None and p.job_id == job_id and p.operator_uid == uid
+                        and p.checkpoint_id is not None and p.checkpoint_id > newest_completed):
+                    _finish(conn, g, "ROLLBACK")
+                    doomed.append(g)
+            return doomed
+
     def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
         owners = set()
         for t in transactions:
@@ -329,6 +351,13 @@ class _PostgresWriter(SinkWriter):
                 _finish(self.admin, str(gid), "COMMIT")
             self.unresolved.pop(str(gid), None)
 
+    def discard_held(self, transactions: list[object]) -> None:
+        """Fenced (a blue-green validation run): roll back the prepared transactions of an
+        epoch whose checkpoint completed or aborted; they are never published, and keeping
+        them would exhaust the server's ``max_prepared_transactions``."""
+        for gid in transactions:
+            _finish(self.admin, str(gid), "ROLLBACK")
+
     def _check_restored(self, transactions: list[object]) -> None:
         rule = RestoredTransactions(operator_uid=self.ctx.operator_uid, job_id=self.ctx.job_id,
                                     location=f"snapshot restored into {self.sink_name}")
@@ -352,3 +381,24 @@ class _PostgresWriter(SinkWriter):
                 conn.close()
             except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
+
+
+def prepared_transactions(url: str) -> list[tuple[str, object]]:
+    """``(gid, prepared_at)`` of every prepared transaction of a checkpointed sink on the
+    server at ``url`` (``ckpt leftovers``)."""
+    require("postgres")
+    import psycopg
+
+    with psycopg.connect(_dsn(url), autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("SELECT gid, prepared FROM pg_prepared_xacts "
+                    "WHERE gid LIKE 'ckpt~%%' OR gid LIKE 'ckpt-%%' ORDER BY prepared")
+        return [(g, t) for g, t in cur.fetchall()]
+
+
+def rollback_prepared(url: str, gids: Sequence[str]) -> None:
+    """Roll back these prepared transactions (finished ones are skipped)."""
+    import psycopg
+
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        for g in gids:
+            _finish(conn, g, "ROLLBACK")

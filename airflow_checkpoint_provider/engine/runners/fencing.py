@@ -75,3 +75,30 @@ def discard_held(graph: ExecutionGraph, job_id: str) -> int:
                         "staged and is never published): %s", job_id, uid, exc)
     log.info("Fenced job %s ended: discarded %d held transactions", job_id, discarded)
     return discarded
+
+
+def discard_uncommitted(graph: ExecutionGraph, store, job_id: str) -> int:
+    """An unfenced job ended (cancelled, failed, finished): sinks roll back what it
+    pre-committed for checkpoints after its newest completed one (those never complete;
+    a PostgreSQL prepared transaction would hold a ``max_prepared_transactions`` slot
+    forever). Transactions of completed checkpoints stay: a restore commits them."""
+    done = [c.checkpoint_id for c in store.list_checkpoints(job_id)
+            if c.status in ("COMPLETED", "SUBSUMED")]
+    newest = max(done, default=-1)
+    discarded = 0
+    for uid, sink in _sinks(graph):
+        discard = getattr(sink, "discard_uncommitted_of_job", None)
+        if discard is None:
+            continue
+        try:
+            gone = discard(uid, job_id, newest) or []
+        except Exception as exc:  # noqa: BLE001 - `ckpt leftovers` reports what stays
+            log.warning("Job %s ended: could not roll back what sink %r pre-committed after "
+                        "checkpoint %d (`ckpt leftovers --abort` does): %s", job_id, uid,
+                        newest, exc)
+            continue
+        if gone:
+            log.info("Job %s ended: sink %r rolled back %d transactions of checkpoints after "
+                     "%d: %s", job_id, uid, len(gone), newest, ", ".join(gone))
+        discarded += len(gone)
+    return discarded

@@ -25,10 +25,7 @@ from ..checkpoint.storage import absolute_location, default_savepoint_root, job_
 from ..checkpoint.trust import SnapshotTrust
 from ..config import CheckpointingMode, max_frame_bytes
 from ..connectors.base import Source
-from ..errors import (
-    ConfigurationError,
-    JobFailedError,
-)
+from ..errors import ConfigurationError, JobFailedError
 from ..eventtime import format_watermark
 from ..graph import ExecutionGraph
 from ..job import JobConfig, JobResult
@@ -40,6 +37,7 @@ from ..protocol import frames as P
 from ..protocol import messages as M
 from ..runtime.auth import MAX_PENDING_HANDSHAKES, new_secret, serve_authenticated
 from ..snapshot.codec import LoadedSnapshot
+from . import fencing
 from .control import ControlPlane
 from .failures import FailoverMixin, JobEnd
 from .fencing import check_fencing, discard_held
@@ -277,6 +275,8 @@ class JobMaster(RestoreMixin, FailoverMixin):
         if not db.flush(timeout=FINAL_WRITE_SECONDS):  # the final status must still land
             log.error("Could not record the end of job %s (%s) in the metadata DB: %d writes lost",
                       p.name, job_id, len(db.backlog))
+        elif not p.fence_sinks:  # what it prepared for checkpoints that never completed
+            fencing.discard_uncommitted(self.graph, store, job_id)
         db.close()
         latest = self.coordinator.completed[-1] if self.coordinator.completed else None
         result = JobResult(job_id=job_id, job_name=p.name, status=str(status),

@@ -267,6 +267,8 @@ class SinkOperator(Operator):
     def snapshot(self, checkpoint_id):
         txns = self.writer.pre_commit(checkpoint_id)
         if self.fenced:  # held: staged, never named in a snapshot, never committed
+            if txns:
+                self.pending.append((checkpoint_id, list(txns)))
             return OperatorSnapshot(operator_state=[
                 {"checkpoint_id": checkpoint_id, "transactions": [], "fenced": True}])
         if txns:
@@ -275,14 +277,30 @@ class SinkOperator(Operator):
         return OperatorSnapshot(operator_state=state)
 
     def notify_complete(self, checkpoint_id):
-        if self.fenced:
+        if self.fenced:  # validated: what the epochs up to it staged is never published
+            self._release_fenced(lambda c: c <= checkpoint_id)
             return
         ready = [t for c, ts in self.pending if c <= checkpoint_id for t in ts]
         if ready:
             self.writer.commit(ready)
         self.pending = [(c, ts) for c, ts in self.pending if c > checkpoint_id]
 
+    def _release_fenced(self, done) -> None:
+        """A fenced sink discards each epoch's staged transactions once its checkpoint
+        completed or aborted (``writer.discard_held``), so it holds a bounded number of
+        them (prepared transactions are a server resource: ``max_prepared_transactions``)."""
+        discard = getattr(self.writer, "discard_held", None)
+        if discard is None:  # held until the job ends (the job master discards them)
+            return
+        txns = [t for c, ts in self.pending if done(c) for t in ts]
+        if txns:
+            discard(txns)
+        self.pending = [(c, ts) for c, ts in self.pending if not done(c)]
+
     def notify_abort(self, checkpoint_id):
+        if self.fenced:
+            self._release_fenced(lambda c: c == checkpoint_id)
+            return
         txns = [t for c, ts in self.pending if c == checkpoint_id for t in ts]
         abort = getattr(self.writer, "abort", None)  # writers that predate it keep theirs
         if txns and abort is not None and abort(txns):  # undone, records carried into the open epoch
