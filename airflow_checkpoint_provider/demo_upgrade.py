@@ -121,7 +121,7 @@ def main() -> int:
         print(f"    v2's first checkpoint after the restore: chk-{first.checkpoint_id} "
               f"({first.duration_ms} ms, {first.state_size} B)")
     print(f"    checkpoint report: {report}")
-    print(f"    metadata DB:       {db_url}  (ckpt list --db {db_url})")
+    print(f"    metadata DB:       {db_url}  (ckpt jobs --db {db_url})")
     print(f"    Airflow logs:      {os.path.join(home, 'logs')}")
     if v2.status == "RUNNING":
         store.submit_control_request(v2.job_id, "CANCEL", {})

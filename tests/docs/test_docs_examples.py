@@ -15,6 +15,9 @@ An HTML comment on the line before a block changes that (unknown words are refus
 
 * ``<!-- docs-test: skip REASON -->``: not run; the test is reported as skipped with the
   reason (the few examples that need a cluster, Docker or an Airflow deployment);
+* ``<!-- docs-test: same-as PATH -->``: the block is a copy of the repository file PATH
+  (where a snippet include cannot work, e.g. in README.md on GitHub); the test asserts it is
+  the same text, and the file is tested where it lives (a DAG example: by the DagBag test);
 * ``<!-- docs-test: continue -->``: the block continues the previous block of the same
   language in the file; the chain runs as one program (the earlier blocks are not run
   alone).
@@ -143,7 +146,12 @@ def collect() -> tuple[list[Block], list[str]]:
     problems: list[str] = []
     for path in doc_files():
         last: dict[str, Block] = {}
-        for block in parse_blocks(path):
+        try:
+            blocks = parse_blocks(path)
+        except AssertionError as e:
+            problems.append(str(e))
+            continue
+        for block in blocks:
             if block.kind == "text":
                 if block.lang not in NOT_CODE:
                     problems.append(f"{block.where}: unknown fence language {block.lang!r}")
@@ -151,6 +159,11 @@ def collect() -> tuple[list[Block], list[str]]:
                     problems.append(f"{block.where}: annotation on a block that is not run")
                 continue
             word = block.annotation[0] if block.annotation else None
+            if word == "same-as":
+                copy_of = ROOT / block.annotation[1]
+                if not copy_of.is_file() or copy_of.read_text() != block.code:
+                    problems.append(f"{block.where}: not the same text as {block.annotation[1]}")
+                continue
             if word not in (None, "skip", "continue"):
                 problems.append(f"{block.where}: unknown annotation docs-test: {word}")
                 continue
@@ -178,12 +191,13 @@ def _is_dag_example(block: Block) -> bool:
     return any(r is not None and r[0].is_relative_to(DAG_EXAMPLES) for r in refs)
 
 
-def example_env() -> dict[str, str]:
+def example_env(cwd: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CKPT_", "AIRFLOW_CONN_", "PYTEST_"))}
     env["PYTHONPATH"] = str(ROOT)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["REPO"] = str(ROOT)  # shell examples may name files of the repository with it
+    env["AIRFLOW_HOME"] = str(cwd / "airflow-home")
     return env
 
 
@@ -197,7 +211,7 @@ def run_block(block: Block, cwd: Path, timeout: float = 150) -> subprocess.Compl
         script = cwd / "example.sh"
         script.write_text(code)
         cmd = ["bash", "-euo", "pipefail", str(script)]
-    return subprocess.run(cmd, cwd=cwd, env=example_env(), capture_output=True, text=True,
+    return subprocess.run(cmd, cwd=cwd, env=example_env(cwd), capture_output=True, text=True,
                           timeout=timeout)
 
 
