@@ -215,6 +215,18 @@ def run_block(block: Block, cwd: Path, timeout: float = 150) -> subprocess.Compl
                           timeout=timeout)
 
 
+def check_syntax(block: Block, tmp_path: Path) -> None:
+    code = "".join(expand_snippets(b.code) for b in [*block.chain, block])
+    if block.kind == "python":
+        compile(code, block.where, "exec")
+    else:
+        script = tmp_path / "example.sh"
+        script.write_text(code)
+        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True,
+                              timeout=30)
+        assert proc.returncode == 0, f"{block.where}: {proc.stderr}"
+
+
 def test_docs_examples_are_well_formed():
     """Fences have a language, annotations are known and skips say why; a skip is rare."""
     assert not PROBLEMS, "\n".join(PROBLEMS)
@@ -240,6 +252,7 @@ def test_readme_is_short_and_links_into_the_docs():
                          ids=lambda b: b.where)
 def test_docs_example_runs(block: Block, tmp_path: Path):
     if block.annotation and block.annotation[0] == "skip":
+        check_syntax(block, tmp_path)  # a skipped example still parses
         pytest.skip(f"docs-test: skip {block.annotation[1]}")
     proc = run_block(block, tmp_path)
     assert proc.returncode == 0, (
