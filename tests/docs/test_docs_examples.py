@@ -35,6 +35,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,7 @@ DOCS = ROOT / "docs"
 DRAFTS = DOCS / "changes"
 VENV_BIN = Path(sys.executable).parent
 README_MAX_LINES = 250
+ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
 
 PYTHON = {"python", "py"}
 SHELL = {"bash", "sh", "shell"}
@@ -215,6 +217,28 @@ def run_block(block: Block, cwd: Path, timeout: float = 150) -> subprocess.Compl
                           timeout=timeout)
 
 
+def cancel_leftover_jobs(workdir: Path, timeout: float = 30.0) -> None:
+    """Cancel the jobs an example left running (it failed before its own ``ckpt cancel``):
+    every active job of every metadata DB the example created."""
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+
+    for db in workdir.rglob("metadata.db"):
+        store = MetadataStore(f"sqlite:///{db}")
+        try:
+            active = [j for j in store.list_jobs() if j.status in ACTIVE and j.heartbeat_at]
+            for job in active:
+                try:
+                    store.submit_control_request(job.job_id, "CANCEL", {})
+                except ValueError:
+                    pass  # ended meanwhile
+            deadline = time.monotonic() + timeout
+            while active and time.monotonic() < deadline:
+                active = [j for j in active if store.get_job(j.job_id).status in ACTIVE]
+                time.sleep(0.2)
+        finally:
+            store.close()
+
+
 def check_syntax(block: Block, tmp_path: Path) -> None:
     code = "".join(expand_snippets(b.code) for b in [*block.chain, block])
     if block.kind == "python":
@@ -254,7 +278,10 @@ def test_docs_example_runs(block: Block, tmp_path: Path):
     if block.annotation and block.annotation[0] == "skip":
         check_syntax(block, tmp_path)  # a skipped example still parses
         pytest.skip(f"docs-test: skip {block.annotation[1]}")
-    proc = run_block(block, tmp_path)
+    try:
+        proc = run_block(block, tmp_path)
+    finally:
+        cancel_leftover_jobs(tmp_path)
     assert proc.returncode == 0, (
         f"{block.where} ({block.kind}) exited {proc.returncode}\n--- stdout\n"
         f"{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-5000:]}")
