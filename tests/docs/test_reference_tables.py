@@ -27,3 +27,15 @@ def test_every_connector_imports_from_where_the_table_says():
     wrong = [(name, module) for name, module in rows
              if not hasattr(importlib.import_module(module), name)]
     assert not wrong, wrong
+
+
+def test_environment_table_names_the_variables_the_code_reads():
+    import re
+
+    code = "\n".join(p.read_text() for p in (ROOT / "airflow_checkpoint_provider").rglob("*.py"))
+    in_code = set(re.findall(r"\bCKPT_[A-Z0-9_]*[A-Z0-9]\b", code))
+    not_settings = {v for v in in_code if v.startswith(("CKPT_EXAMPLE_", "CKPT_DEMO_"))}
+    not_settings |= {"CKPT_JOB_SECRET", "CKPT_CDC_TABLES"}
+    page = (ROOT / "docs" / "reference" / "configuration.md").read_text()
+    table = set(re.findall(r"^\| `(CKPT_[A-Z0-9_]+)` \|", page, flags=re.M))
+    assert table == in_code - not_settings, (table - in_code, in_code - not_settings - table)
