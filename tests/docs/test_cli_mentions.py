@@ -16,7 +16,11 @@ MENTION = re.compile(r"\bckpt ((?:[a-z][a-z-]*)(?: [a-z][a-z-]*)?)")
 
 
 def sources() -> list[Path]:
-    docs = [p for p in (ROOT / "docs").rglob("*.md") if "changes" not in p.relative_to(ROOT / "docs").parts]
+    docs = [
+        p
+        for p in (ROOT / "docs").rglob("*.md")
+        if "changes" not in p.relative_to(ROOT / "docs").parts
+    ]
     demos = sorted((ROOT / "airflow_checkpoint_provider").glob("demo*.py"))
     return [ROOT / "README.md", *docs, *demos]
 
@@ -39,6 +43,9 @@ def test_unknown_command_is_found():
 
 
 def test_every_ckpt_command_mentioned_exists():
-    bad = {str(p.relative_to(ROOT)): found for p in sources()
-           if (found := unknown_commands(p.read_text()))}
+    bad = {
+        str(p.relative_to(ROOT)): found
+        for p in sources()
+        if (found := unknown_commands(p.read_text()))
+    }
     assert not bad, bad

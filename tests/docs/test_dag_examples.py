@@ -44,11 +44,20 @@ print(json.dumps({"errors": {Path(k).name: v for k, v in bag.import_errors.items
 @pytest.mark.timeout(180)
 def test_dag_examples_parse_without_import_errors(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CKPT_"))}
-    env.update(AIRFLOW_HOME=str(tmp_path), PYTHONPATH=str(ROOT),
-               AIRFLOW__CORE__LOAD_EXAMPLES="False",
-               AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path}/airflow.db")
-    proc = subprocess.run([sys.executable, "-c", _PARSE, str(DAG_EXAMPLES)], env=env,
-                          capture_output=True, text=True, timeout=170, cwd=tmp_path)
+    env.update(
+        AIRFLOW_HOME=str(tmp_path),
+        PYTHONPATH=str(ROOT),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path}/airflow.db",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _PARSE, str(DAG_EXAMPLES)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["errors"] == {}

@@ -94,14 +94,16 @@ def parse_blocks(path: Path) -> list[Block]:
             continue
         indent, ticks, lang = m["indent"], m["ticks"], m["lang"].lower()
         if not lang:
-            raise AssertionError(f"{path.relative_to(ROOT)}:{i + 1}: a fence without a "
-                                 f"language (use ```text for output or synopses)")
+            raise AssertionError(
+                f"{path.relative_to(ROOT)}:{i + 1}: a fence without a "
+                f"language (use ```text for output or synopses)"
+            )
         j = i + 1
         while j < len(lines) and not lines[j].strip().startswith(ticks[0] * len(ticks)):
             j += 1
         if j == len(lines):
             raise AssertionError(f"{path.relative_to(ROOT)}:{i + 1}: unclosed fence")
-        body = [ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[i + 1:j]]
+        body = [ln[len(indent) :] if ln.startswith(indent) else ln for ln in lines[i + 1 : j]]
         k = i - 1
         while k >= 0 and not lines[k].strip():
             k -= 1
@@ -194,8 +196,11 @@ def _is_dag_example(block: Block) -> bool:
 
 
 def example_env(cwd: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("CKPT_", "AIRFLOW_CONN_", "PYTEST_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CKPT_", "AIRFLOW_CONN_", "PYTEST_"))
+    }
     env["PYTHONPATH"] = str(ROOT)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["REPO"] = str(ROOT)  # shell examples may name files of the repository with it
@@ -213,8 +218,9 @@ def run_block(block: Block, cwd: Path, timeout: float = 150) -> subprocess.Compl
         script = cwd / "example.sh"
         script.write_text(code)
         cmd = ["bash", "-euo", "pipefail", str(script)]
-    return subprocess.run(cmd, cwd=cwd, env=example_env(cwd), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        cmd, cwd=cwd, env=example_env(cwd), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def cancel_leftover_jobs(workdir: Path, timeout: float = 30.0) -> None:
@@ -246,8 +252,9 @@ def check_syntax(block: Block, tmp_path: Path) -> None:
     else:
         script = tmp_path / "example.sh"
         script.write_text(code)
-        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True,
-                              timeout=30)
+        proc = subprocess.run(
+            ["bash", "-n", str(script)], capture_output=True, text=True, timeout=30
+        )
         assert proc.returncode == 0, f"{block.where}: {proc.stderr}"
 
 
@@ -272,8 +279,9 @@ def test_readme_is_short_and_links_into_the_docs():
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("block", [b for b in BLOCKS if not _is_dag_example(b)],
-                         ids=lambda b: b.where)
+@pytest.mark.parametrize(
+    "block", [b for b in BLOCKS if not _is_dag_example(b)], ids=lambda b: b.where
+)
 def test_docs_example_runs(block: Block, tmp_path: Path):
     if block.annotation and block.annotation[0] == "skip":
         check_syntax(block, tmp_path)  # a skipped example still parses
@@ -284,4 +292,5 @@ def test_docs_example_runs(block: Block, tmp_path: Path):
         cancel_leftover_jobs(tmp_path)
     assert proc.returncode == 0, (
         f"{block.where} ({block.kind}) exited {proc.returncode}\n--- stdout\n"
-        f"{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-5000:]}")
+        f"{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-5000:]}"
+    )

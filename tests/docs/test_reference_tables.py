@@ -22,10 +22,22 @@ def connector_rows() -> list[tuple[str, str]]:
 def test_every_connector_imports_from_where_the_table_says():
     rows = connector_rows()
     names = {name for name, _ in rows}
-    assert {"PostgresSink", "DeltaSink", "IcebergSink", "PostgresCdcSource", "FileSink",
-            "FileSource", "GeneratorSource", "DeltaTableSource", "IcebergTableSource"} <= names
-    wrong = [(name, module) for name, module in rows
-             if not hasattr(importlib.import_module(module), name)]
+    assert {
+        "PostgresSink",
+        "DeltaSink",
+        "IcebergSink",
+        "PostgresCdcSource",
+        "FileSink",
+        "FileSource",
+        "GeneratorSource",
+        "DeltaTableSource",
+        "IcebergTableSource",
+    } <= names
+    wrong = [
+        (name, module)
+        for name, module in rows
+        if not hasattr(importlib.import_module(module), name)
+    ]
     assert not wrong, wrong
 
 

@@ -20,8 +20,9 @@ def message_templates() -> list[str]:
     for path in (ROOT / "airflow_checkpoint_provider").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.JoinedStr):
-                out.append("".join(v.value if isinstance(v, ast.Constant) else "\0"
-                                   for v in node.values))
+                out.append(
+                    "".join(v.value if isinstance(v, ast.Constant) else "\0" for v in node.values)
+                )
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 out.append(node.value)
     return out
