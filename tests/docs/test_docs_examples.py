@@ -189,10 +189,12 @@ BLOCKS, PROBLEMS = collect()
 
 
 def _is_dag_example(block: Block) -> bool:
-    """A block showing (part of) a DAG file of docs/examples/dags/: test_dag_examples.py
-    loads those with Airflow's DagBag."""
-    refs = [snippet_file(ln) for ln in block.code.splitlines()]
-    return any(r is not None and r[0].is_relative_to(DAG_EXAMPLES) for r in refs)
+    """A block showing (part of) a DAG file of docs/examples/dags/ or dags/: Airflow's DagBag
+    loads those (tests/docs/test_dag_examples.py, tests/provider/conftest.py)."""
+    refs = [r for ln in block.code.splitlines() if (r := snippet_file(ln)) is not None]
+    return any(
+        r[0].is_relative_to(DAG_EXAMPLES) or r[0].is_relative_to(ROOT / "dags") for r in refs
+    )
 
 
 def example_env(cwd: Path) -> dict[str, str]:
