@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -210,7 +211,11 @@ def example_env(cwd: Path) -> dict[str, str]:
     return env
 
 
-def run_block(block: Block, cwd: Path, timeout: float = 150) -> subprocess.CompletedProcess:
+def run_block(block: Block, cwd: Path, timeout: float = 420) -> subprocess.CompletedProcess:
+    """Run the block (and the blocks it continues) in ``cwd``; on a timeout the whole
+    process group is killed, so no command of the example starts anything afterwards.
+    The timeout is generous: the CLI walkthroughs take ~15 s on an idle machine, but
+    minutes on a machine loaded to 20-50 runnable processes per core."""
     code = "".join(expand_snippets(b.code) for b in [*block.chain, block])
     if block.kind == "python":
         script = cwd / "example.py"
@@ -220,29 +225,47 @@ def run_block(block: Block, cwd: Path, timeout: float = 150) -> subprocess.Compl
         script = cwd / "example.sh"
         script.write_text(code)
         cmd = ["bash", "-euo", "pipefail", str(script)]
-    return subprocess.run(
-        cmd, cwd=cwd, env=example_env(cwd), capture_output=True, text=True, timeout=timeout
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=example_env(cwd),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\n[docs test] killed after {timeout:.0f} s"
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def cancel_leftover_jobs(workdir: Path, timeout: float = 30.0) -> None:
+def cancel_leftover_jobs(workdir: Path, timeout: float = 60.0) -> None:
     """Cancel the jobs an example left running (it failed before its own ``ckpt cancel``):
-    every active job of every metadata DB the example created."""
+    every active job of every metadata DB the example created, including one still
+    starting (a detached job's row exists before its first heartbeat)."""
     from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
     for db in workdir.rglob("metadata.db"):
         store = MetadataStore(f"sqlite:///{db}")
         try:
-            active = [j for j in store.list_jobs() if j.status in ACTIVE and j.heartbeat_at]
-            for job in active:
-                try:
-                    store.submit_control_request(job.job_id, "CANCEL", {})
-                except ValueError:
-                    pass  # ended meanwhile
+            cancelled: set[str] = set()
             deadline = time.monotonic() + timeout
-            while active and time.monotonic() < deadline:
-                active = [j for j in active if store.get_job(j.job_id).status in ACTIVE]
-                time.sleep(0.2)
+            while time.monotonic() < deadline:
+                active = [j for j in store.list_jobs() if j.status in ACTIVE]
+                if not active:
+                    break
+                for job in active:
+                    if job.heartbeat_at and job.job_id not in cancelled:
+                        try:
+                            store.submit_control_request(job.job_id, "CANCEL", {})
+                            cancelled.add(job.job_id)
+                        except ValueError:
+                            pass  # ended meanwhile
+                time.sleep(0.5)
         finally:
             store.close()
 
@@ -280,7 +303,7 @@ def test_readme_is_short_and_links_into_the_docs():
     assert dag < engine
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(540)
 @pytest.mark.parametrize(
     "block", [b for b in BLOCKS if not _is_dag_example(b)], ids=lambda b: b.where
 )
