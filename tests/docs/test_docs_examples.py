@@ -25,7 +25,7 @@ An HTML comment on the line before a block changes that (unknown words are refus
 A block whose body is a snippet include (``--8<-- "path"``) runs the included file. DAG
 files under docs/examples/dags/ are loaded by :mod:`tests.docs.test_dag_examples` (Airflow's
 DagBag) instead. docs/changes/ holds drafts other branches write for the lead to fold into
-the pages; they are not collected until they are.
+the pages; a draft is collected once mkdocs.yml's nav names it (published).
 """
 
 from __future__ import annotations
@@ -77,9 +77,21 @@ class Block:
         return f"{self.path.relative_to(ROOT)}:{lines}"
 
 
+def published_drafts() -> set[Path]:
+    """The docs/changes/ pages the site's nav names (the lead publishes a draft by adding
+    it to the nav of mkdocs.yml): they are tested like every other page."""
+    nav = (ROOT / "mkdocs.yml").read_text()
+    return {
+        DOCS / m
+        for m in re.findall(r"^\s*-\s*(?:[^:\n]+:\s*)?(changes/[\w./-]+\.md)\s*$", nav, re.M)
+    }
+
+
 def doc_files() -> list[Path]:
+    """README.md and every page of docs/ but the unpublished drafts of docs/changes/."""
+    drafts = published_drafts()
     files = [ROOT / "README.md"]
-    files += sorted(p for p in DOCS.rglob("*.md") if DRAFTS not in p.parents)
+    files += sorted(p for p in DOCS.rglob("*.md") if DRAFTS not in p.parents or p in drafts)
     return files
 
 
