@@ -29,9 +29,13 @@ REPORT = os.path.join(ROOT, "CHAOS.md")
 
 
 def all_cells() -> list[Cell]:
-    return [Cell(e.name, runner, backend, mode) for e in CATALOGUE.values()
-            for runner in e.runners for backend in ("heap", "rocksdb")
-            for mode in ("aligned", "unaligned")]
+    return [
+        Cell(e.name, runner, backend, mode)
+        for e in CATALOGUE.values()
+        for runner in e.runners
+        for backend in ("heap", "rocksdb")
+        for mode in ("aligned", "unaligned")
+    ]
 
 
 def select(patterns: list[str] | None, cells: list[str] | None) -> list[Cell]:
@@ -84,22 +88,27 @@ def main(argv=None) -> int:
     for i in range(args.runs):
         for cell in cells:
             seed = args.seed + i
-            record = run_one(cell, seed, args.workdir, keep=args.keep,
-                             max_faults=args.max_faults)
+            record = run_one(cell, seed, args.workdir, keep=args.keep, max_faults=args.max_faults)
             os.makedirs(os.path.dirname(args.results), exist_ok=True)
             with open(args.results, "a") as f:
                 f.write(json.dumps(record, default=str) + "\n")
             fired = [f"{f['kind']}@{f['landed']}" for f in record["faults"] if f["fired_at"]]
-            print(f"{'ok  ' if record['ok'] else 'FAIL'} {cell.id} seed {seed}: "
-                  f"{record['status']}, restarts {record['restarts']}, faults {fired}, "
-                  f"{record['seconds']} s", flush=True)
+            print(
+                f"{'ok  ' if record['ok'] else 'FAIL'} {cell.id} seed {seed}: "
+                f"{record['status']}, restarts {record['restarts']}, faults {fired}, "
+                f"{record['seconds']} s",
+                flush=True,
+            )
             if not record["ok"]:
                 failures += 1
                 print(f"     {record['failure_reason'] or ''}"[:600], flush=True)
                 for path, d in record["differences"].items():
-                    print(f"     {path}: {d['missing']} missing, {d['extra']} extra "
-                          f"(of {d['expected']}); e.g. {d['missing_examples'][:1]} "
-                          f"{d['extra_examples'][:1]}"[:600], flush=True)
+                    print(
+                        f"     {path}: {d['missing']} missing, {d['extra']} extra "
+                        f"(of {d['expected']}); e.g. {d['missing_examples'][:1]} "
+                        f"{d['extra_examples'][:1]}"[:600],
+                        flush=True,
+                    )
                 print(f"     replay: {record['replay']}", flush=True)
         if args.report:
             write_report(args.results, args.report)

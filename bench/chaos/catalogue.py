@@ -134,17 +134,30 @@ def _nexmark_make(query: str) -> Callable[[BuildContext], object]:
         from bench.nexmark import queries
         from bench.nexmark.source import NexmarkSource
 
-        p = Pipeline(f"nexmark-{query}", max_parallelism=64, batch_size=256,
-                     state_backend=ctx.backend,
-                     checkpoint=CheckpointConfig(interval_ms=200, unaligned=ctx.unaligned,
-                                                 directory=os.path.join(ctx.root, "ckpt")),
-                     restart_strategy=RestartStrategy.fixed_delay(attempts=10, delay_ms=0),
-                     metadata_url="sqlite:///" + os.path.join(ctx.root, "meta.db"))
-        events = p.source(NexmarkSource(NEXMARK_EVENTS, config=nexmark_config(), splits=4,
-                                        events_per_second_wall=NEXMARK_WALL_RATE),
-                          uid="events", parallelism=NEXMARK_PARALLELISM,
-                          watermarks=WatermarkStrategy.for_bounded_out_of_orderness(
-                              NEXMARK_BOUND_MS, timestamp_field="date_time"))
+        p = Pipeline(
+            f"nexmark-{query}",
+            max_parallelism=64,
+            batch_size=256,
+            state_backend=ctx.backend,
+            checkpoint=CheckpointConfig(
+                interval_ms=200, unaligned=ctx.unaligned, directory=os.path.join(ctx.root, "ckpt")
+            ),
+            restart_strategy=RestartStrategy.fixed_delay(attempts=10, delay_ms=0),
+            metadata_url="sqlite:///" + os.path.join(ctx.root, "meta.db"),
+        )
+        events = p.source(
+            NexmarkSource(
+                NEXMARK_EVENTS,
+                config=nexmark_config(),
+                splits=4,
+                events_per_second_wall=NEXMARK_WALL_RATE,
+            ),
+            uid="events",
+            parallelism=NEXMARK_PARALLELISM,
+            watermarks=WatermarkStrategy.for_bounded_out_of_orderness(
+                NEXMARK_BOUND_MS, timestamp_field="date_time"
+            ),
+        )
         plan = ctx.fault_plan()
         if plan is not None:
             events = events.map_batches(RaiseAt(plan, ctx.raise_points), name="chaos: raise")
@@ -157,60 +170,116 @@ def _nexmark_make(query: str) -> Callable[[BuildContext], object]:
 
 #: how each query's output is compared with DuckDB's (see reference_duckdb.py)
 NEXMARK_OUTPUTS: dict[str, Output] = {
-    "q0": Output("out/q0", columns=("auction", "bidder", "price", "date_time", "extra")), "q1": Output("out/q1"), "q2": Output("out/q2"),
+    "q0": Output("out/q0", columns=("auction", "bidder", "price", "date_time", "extra")),
+    "q1": Output("out/q1"),
+    "q2": Output("out/q2"),
     "q3": Output("out/q3"),
     "q4": Output("out/q4", "upsert", ("category",)),
     "q5": Output("out/q5"),
     "q6": Output("out/q6"),
-    "q7": Output("out/q7", columns=("auction", "bidder", "price", "date_time", "extra",
-                                    "window_end")),
+    "q7": Output(
+        "out/q7", columns=("auction", "bidder", "price", "date_time", "extra", "window_end")
+    ),
     "q8": Output("out/q8"),
     "q9": Output("out/q9"),
     "q10": Output("out/q10"),
     "q11": Output("out/q11"),
     "q12": Output("out/q12", "upsert", ("bidder", "starttime"), post="q12"),
-    "q13": Output("out/q13"), "q14": Output("out/q14"),
+    "q13": Output("out/q13"),
+    "q14": Output("out/q14"),
     "q15": Output("out/q15", "upsert", ("key",)),
     "q16": Output("out/q16", "upsert", ("key",)),
     "q17": Output("out/q17", "upsert", ("auction", "day")),
-    "q18": Output("out/q18", "upsert", ("bidder", "auction"),
-                  columns=("auction", "bidder", "price", "channel", "url", "date_time",
-                           "extra")),
+    "q18": Output(
+        "out/q18",
+        "upsert",
+        ("bidder", "auction"),
+        columns=("auction", "bidder", "price", "channel", "url", "date_time", "extra"),
+    ),
     # ORDER BY price DESC ranks bids of equal price in no defined order: the rank's price
-    "q19": Output("out/q19", "upsert", ("auction", "rank_number"),
-                  columns=("auction", "rank_number", "price")),
-    "q20": Output("out/q20"), "q21": Output("out/q21"), "q22": Output("out/q22"),
+    "q19": Output(
+        "out/q19", "upsert", ("auction", "rank_number"), columns=("auction", "rank_number", "price")
+    ),
+    "q20": Output("out/q20"),
+    "q21": Output("out/q21"),
+    "q22": Output("out/q22"),
 }
 #: q12 windows by processing time: only its per-bidder total is deterministic
-NEXMARK_QUERIES = ("q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q10", "q11",
-                   "q12", "q13", "q14", "q15", "q16", "q17", "q18", "q19", "q20", "q21", "q22")
+NEXMARK_QUERIES = (
+    "q0",
+    "q1",
+    "q2",
+    "q3",
+    "q4",
+    "q5",
+    "q6",
+    "q7",
+    "q8",
+    "q9",
+    "q10",
+    "q11",
+    "q12",
+    "q13",
+    "q14",
+    "q15",
+    "q16",
+    "q17",
+    "q18",
+    "q19",
+    "q20",
+    "q21",
+    "q22",
+)
 #: failing after the first restore when this matrix was built (issue 35: tuple map keys
 #: come back as lists from heap snapshots: ``unhashable type: 'list'``)
-NEXMARK_KNOWN = {q: "issue 35: tuple map-state keys do not survive a restore" for q in
-                 ("q3", "q4", "q9", "q20")}
+NEXMARK_KNOWN = {
+    q: "issue 35: tuple map-state keys do not survive a restore" for q in ("q3", "q4", "q9", "q20")
+}
 
 
 def _nexmark_entries() -> list[Entry]:
     seconds = NEXMARK_EVENTS / NEXMARK_WALL_RATE
-    return [Entry(q, "nexmark", _nexmark_make(q), (NEXMARK_OUTPUTS[q],), "duckdb",
-                  NEXMARK_EVENTS // NEXMARK_PARALLELISM, seconds) for q in NEXMARK_QUERIES]
+    return [
+        Entry(
+            q,
+            "nexmark",
+            _nexmark_make(q),
+            (NEXMARK_OUTPUTS[q],),
+            "duckdb",
+            NEXMARK_EVENTS // NEXMARK_PARALLELISM,
+            seconds,
+        )
+        for q in NEXMARK_QUERIES
+    ]
 
 
 # -- the tests' pipelines ------------------------------------------------------------------
 def _joins_row(ctx: BuildContext):
     from join_pipelines import join_pipeline
 
-    return configure(join_pipeline(ctx.root, faults=ctx.fault_plan(), rate=1000,
-                                   out=os.path.join(ctx.root, "out")), ctx)
+    return configure(
+        join_pipeline(
+            ctx.root, faults=ctx.fault_plan(), rate=1000, out=os.path.join(ctx.root, "out")
+        ),
+        ctx,
+    )
 
 
 def _joins_vectorized(vectorized: bool):
     def make(ctx: BuildContext):
         from vector_join_pipelines import vector_join_pipeline
 
-        return configure(vector_join_pipeline(ctx.root, vectorized=vectorized,
-                                              faults=ctx.fault_plan(), rate=1000,
-                                              out=os.path.join(ctx.root, "out")), ctx)
+        return configure(
+            vector_join_pipeline(
+                ctx.root,
+                vectorized=vectorized,
+                faults=ctx.fault_plan(),
+                rate=1000,
+                out=os.path.join(ctx.root, "out"),
+            ),
+            ctx,
+        )
+
     return make
 
 
@@ -223,59 +292,132 @@ def _broadcast_temporal(ctx: BuildContext):
 def _regular_join(ctx: BuildContext):
     from regular_join_model import join_pipeline
 
-    return configure(join_pipeline(ctx.root, n=12_000, users=400, faults=ctx.fault_plan()),
-                     ctx)
+    return configure(join_pipeline(ctx.root, n=12_000, users=400, faults=ctx.fault_plan()), ctx)
 
 
 def _sessions(ctx: BuildContext):
     from perf_pipelines import session_aggregate_pipeline
 
-    return configure(session_aggregate_pipeline(ctx.root, rate=3000, faults=ctx.fault_plan(),
-                                                out=os.path.join(ctx.root, "out")), ctx)
+    return configure(
+        session_aggregate_pipeline(
+            ctx.root, rate=3000, faults=ctx.fault_plan(), out=os.path.join(ctx.root, "out")
+        ),
+        ctx,
+    )
 
 
 def _sessions_row(ctx: BuildContext):
     from event_time_pipelines import session_pipeline
 
-    return configure(session_pipeline(ctx.root, "process", rate=3000, faults=ctx.fault_plan(),
-                                      out=os.path.join(ctx.root, "out")), ctx)
+    return configure(
+        session_pipeline(
+            ctx.root,
+            "process",
+            rate=3000,
+            faults=ctx.fault_plan(),
+            out=os.path.join(ctx.root, "out"),
+        ),
+        ctx,
+    )
 
 
 def _top_n(ctx: BuildContext):
     from perf_pipelines import topn_pipeline
 
-    return configure(topn_pipeline(ctx.root, rate=3000, faults=ctx.fault_plan(),
-                                   out=os.path.join(ctx.root, "out")), ctx)
+    return configure(
+        topn_pipeline(
+            ctx.root, rate=3000, faults=ctx.fault_plan(), out=os.path.join(ctx.root, "out")
+        ),
+        ctx,
+    )
 
 
 def _count_distinct(ctx: BuildContext):
     from perf_pipelines import distinct_pipeline
 
-    return configure(distinct_pipeline(ctx.root, rate=3000, faults=ctx.fault_plan(),
-                                       out=os.path.join(ctx.root, "out")), ctx)
+    return configure(
+        distinct_pipeline(
+            ctx.root, rate=3000, faults=ctx.fault_plan(), out=os.path.join(ctx.root, "out")
+        ),
+        ctx,
+    )
 
 
 _MERGED = ("key",)  # vectorized joins' merged rows: every non-null column compared
 OTHER_ENTRIES = [
-    Entry("join-interval-window-row", "join", _joins_row,
-          (Output("out/co"), Output("out/ij"), Output("out/wj")), "failure-free", 6000, 6.0),
-    Entry("join-vectorized", "join", _joins_vectorized(True),
-          (Output("out/ij"), Output("out/tw"), Output("out/sw")), "failure-free", 6000, 6.0),
-    Entry("join-vectorized-row", "join", _joins_vectorized(False),
-          (Output("out/ij"), Output("out/tw"), Output("out/sw")), "failure-free", 6000, 6.0),
-    Entry("join-broadcast-temporal", "join", _broadcast_temporal,
-          (Output("rules-out"), Output("priced")), "failure-free", 6000, 6.0),
-    Entry("join-regular", "join", _regular_join,
-          (Output("joined", "changelog"), Output("per_user", "changelog")), "failure-free",
-          12_000, 3.0),
-    Entry("session-windows", "window", _sessions, (Output("out"),), "failure-free",
-          20_000, 7.0),
-    Entry("session-windows-row", "window", _sessions_row, (Output("out"),), "failure-free",
-          20_000, 7.0),
-    Entry("top-n", "keyed", _top_n, (Output("out", "upsert", ("key", "rank_number")),),
-          "failure-free", 20_000, 7.0),
-    Entry("count-distinct", "keyed", _count_distinct, (Output("out", "upsert", ("key",)),),
-          "failure-free", 20_000, 7.0),
+    Entry(
+        "join-interval-window-row",
+        "join",
+        _joins_row,
+        (Output("out/co"), Output("out/ij"), Output("out/wj")),
+        "failure-free",
+        6000,
+        6.0,
+    ),
+    Entry(
+        "join-vectorized",
+        "join",
+        _joins_vectorized(True),
+        (Output("out/ij"), Output("out/tw"), Output("out/sw")),
+        "failure-free",
+        6000,
+        6.0,
+    ),
+    Entry(
+        "join-vectorized-row",
+        "join",
+        _joins_vectorized(False),
+        (Output("out/ij"), Output("out/tw"), Output("out/sw")),
+        "failure-free",
+        6000,
+        6.0,
+    ),
+    Entry(
+        "join-broadcast-temporal",
+        "join",
+        _broadcast_temporal,
+        (Output("rules-out"), Output("priced")),
+        "failure-free",
+        6000,
+        6.0,
+    ),
+    Entry(
+        "join-regular",
+        "join",
+        _regular_join,
+        (Output("joined", "changelog"), Output("per_user", "changelog")),
+        "failure-free",
+        12_000,
+        3.0,
+    ),
+    Entry("session-windows", "window", _sessions, (Output("out"),), "failure-free", 20_000, 7.0),
+    Entry(
+        "session-windows-row",
+        "window",
+        _sessions_row,
+        (Output("out"),),
+        "failure-free",
+        20_000,
+        7.0,
+    ),
+    Entry(
+        "top-n",
+        "keyed",
+        _top_n,
+        (Output("out", "upsert", ("key", "rank_number")),),
+        "failure-free",
+        20_000,
+        7.0,
+    ),
+    Entry(
+        "count-distinct",
+        "keyed",
+        _count_distinct,
+        (Output("out", "upsert", ("key",)),),
+        "failure-free",
+        20_000,
+        7.0,
+    ),
 ]
 
 CATALOGUE: dict[str, Entry] = {e.name: e for e in [*_nexmark_entries(), *OTHER_ENTRIES]}

@@ -20,8 +20,18 @@ from airflow_checkpoint_provider.engine.sink_names import parse_part_file_name
 
 from .catalogue import Output
 
-TIME_COLUMNS = {"date_time", "window_start", "window_end", "bid_date_time", "expires",
-                "auction_date_time", "starttime", "endtime", "ts", "at"}
+TIME_COLUMNS = {
+    "date_time",
+    "window_start",
+    "window_end",
+    "bid_date_time",
+    "expires",
+    "auction_date_time",
+    "starttime",
+    "endtime",
+    "ts",
+    "at",
+}
 
 
 def part_files(directory: str, values: dict | None = None):
@@ -43,8 +53,9 @@ def committed_rows(directory: str, job_rank: dict[str, int] | None = None) -> li
     """Every committed row of a FileSink directory, in commit order (jobs in ``job_rank``
     order: a run restored after a driver kill is a second job)."""
     rank = job_rank or {}
-    files = sorted(part_files(directory), key=lambda f: (rank.get(f[0][0], 0), f[0][1],
-                                                         f[0][2], f[1]))
+    files = sorted(
+        part_files(directory), key=lambda f: (rank.get(f[0][0], 0), f[0][1], f[0][2], f[1])
+    )
     rows = []
     for _, path, values in files:
         with open(path, encoding="utf-8") as f:
@@ -82,8 +93,9 @@ def norm(column: str, value):
 
 def _row(r: dict, columns) -> tuple:
     cols = columns if columns is not None else sorted(k for k in r if k != "_op")
-    return tuple((c, norm(c, r.get(c))) for c in cols if columns is not None or
-                 r.get(c) is not None)
+    return tuple(
+        (c, norm(c, r.get(c))) for c in cols if columns is not None or r.get(c) is not None
+    )
 
 
 def as_multiset(rows: list[dict], output: Output, columns=None) -> Counter:
@@ -120,7 +132,11 @@ def difference(got: Counter, want: Counter, examples: int = 3) -> dict:
     """Rows missing from ``got`` and rows ``got`` has in excess (counted with multiplicity)."""
     missing = want - got
     extra = got - want
-    return {"missing": sum(missing.values()), "extra": sum(extra.values()),
-            "committed": sum(got.values()), "expected": sum(want.values()),
-            "missing_examples": [dict(k) for k in list(missing)[:examples]],
-            "extra_examples": [dict(k) for k in list(extra)[:examples]]}
+    return {
+        "missing": sum(missing.values()),
+        "extra": sum(extra.values()),
+        "committed": sum(got.values()),
+        "expected": sum(want.values()),
+        "missing_examples": [dict(k) for k in list(missing)[:examples]],
+        "extra_examples": [dict(k) for k in list(extra)[:examples]],
+    }

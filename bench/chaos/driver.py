@@ -25,15 +25,22 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     with open(args.spec) as f:
         spec = json.load(f)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(created).3f %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(created).3f %(levelname)s %(name)s %(message)s",
+    )
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
     from bench.chaos.catalogue import BuildContext, entry
 
     e = entry(spec["pipeline"])
-    ctx = BuildContext(spec["root"], spec["backend"], spec["mode"] == "unaligned",
-                       list(spec.get("raise_points") or []))
+    ctx = BuildContext(
+        spec["root"],
+        spec["backend"],
+        spec["mode"] == "unaligned",
+        list(spec.get("raise_points") or []),
+    )
     p = e.make(ctx)
     options: dict = {}
     if spec["runner"] == "spark":
@@ -43,10 +50,14 @@ def main(argv=None) -> int:
     t0 = time.time()
     try:
         result = p.run(spec["runner"], restore=args.restore, **options)
-        out = {"status": result.status, "restarts": result.restarts,
-               "failure_reason": result.failure_reason, "job_id": result.job_id,
-               "checkpoints_completed": result.checkpoints_completed,
-               "restored_from": result.restored_from}
+        out = {
+            "status": result.status,
+            "restarts": result.restarts,
+            "failure_reason": result.failure_reason,
+            "job_id": result.job_id,
+            "checkpoints_completed": result.checkpoints_completed,
+            "restored_from": result.restored_from,
+        }
     except Exception as exc:  # noqa: BLE001 - the harness reports it
         out = {"status": "ERROR", "failure_reason": f"{type(exc).__name__}: {exc}"[:4000]}
     out.update(started=t0, ended=time.time())

@@ -8,6 +8,9 @@ Kinds:
 * ``driver``: SIGKILL of the job's driver process (the job master, with the Spark driver in
   it); the harness starts a new driver with ``restore="latest"`` once the dead one's
   heartbeat is stale;
+* ``jvm`` (Spark runner): SIGKILL of the Spark JVM (local mode: the driver's and the
+  executor's JVM in one); the driver process then ends (or is killed after 60 s) and a new
+  driver restores ``latest`` as after a driver kill;
 * ``raise``: an exception raised by the pipeline at a seeded input position (each point
   fires once across attempts: tests/pipelines.FaultPlan's markers).
 
@@ -29,9 +32,14 @@ import os
 import random
 from dataclasses import asdict, dataclass
 
-KILL_KINDS = {"local": ("slot", "driver"), "spark": ("python-worker", "driver")}
-LANDINGS = ("before-first-checkpoint", "during-checkpoint", "during-commit",
-            "after-sources-ended", "processing")
+KILL_KINDS = {"local": ("slot", "driver"), "spark": ("python-worker", "driver", "jvm")}
+LANDINGS = (
+    "before-first-checkpoint",
+    "during-checkpoint",
+    "during-commit",
+    "after-sources-ended",
+    "processing",
+)
 COMMIT_WINDOW_S = 0.1
 
 
@@ -48,8 +56,9 @@ class Fault:
         return asdict(self)
 
 
-def plan(seed: int, cell: str, runner: str, seconds: float, records: int,
-         max_faults: int = 3) -> list[Fault]:
+def plan(
+    seed: int, cell: str, runner: str, seconds: float, records: int, max_faults: int = 3
+) -> list[Fault]:
     """1..``max_faults`` faults of the run (kind, time or input position), from the seed
     and the cell's name only."""
     rng = random.Random(f"{cell}|{seed}")
@@ -81,17 +90,30 @@ def _ts(dt) -> float | None:
 def landing(t: float, store, output_dirs: list[str]) -> str:
     """Where a fault at wall time ``t`` landed (see the module docstring)."""
     jobs = store.list_jobs()
-    checkpoints = [(j.job_id, c) for j in jobs for c in store.list_checkpoints(j.job_id)
-                   if c.kind == "CHECKPOINT"]
-    done = [(jid, c) for jid, c in checkpoints
-            if c.complete_time is not None and _ts(c.complete_time) <= t]
+    checkpoints = [
+        (j.job_id, c)
+        for j in jobs
+        for c in store.list_checkpoints(j.job_id)
+        if c.kind == "CHECKPOINT"
+    ]
+    done = [
+        (jid, c)
+        for jid, c in checkpoints
+        if c.complete_time is not None and _ts(c.complete_time) <= t
+    ]
     if not done:
         return "before-first-checkpoint"
-    attempts = [a for j in jobs for a in store.list_attempts(j.job_id)
-                if _ts(a.started_at) <= t and (a.ended_at is None or _ts(a.ended_at) >= t)]
+    attempts = [
+        a
+        for j in jobs
+        for a in store.list_attempts(j.job_id)
+        if _ts(a.started_at) <= t and (a.ended_at is None or _ts(a.ended_at) >= t)
+    ]
     for a in attempts:
-        if any(jid == a.job_id and c.is_final and _ts(a.started_at) <= _ts(c.trigger_time) <= t
-               for jid, c in checkpoints):
+        if any(
+            jid == a.job_id and c.is_final and _ts(a.started_at) <= _ts(c.trigger_time) <= t
+            for jid, c in checkpoints
+        ):
             return "after-sources-ended"
     jid, last = max(done, key=lambda x: _ts(x[1].complete_time))
     published = _published(output_dirs, jid, last.checkpoint_id)
@@ -105,9 +127,13 @@ def landing(t: float, store, output_dirs: list[str]) -> str:
         end = _ts(c.complete_time)
         if start <= t and (end is not None and end > t):
             return "during-checkpoint"
-        if start <= t and end is None and c.status in ("PENDING", "FAILED", "DISCARDED") \
-                and t - start < 10 and not any(start < _ts(o.trigger_time) <= t
-                                               for _, o in checkpoints):
+        if (
+            start <= t
+            and end is None
+            and c.status in ("PENDING", "FAILED", "DISCARDED")
+            and t - start < 10
+            and not any(start < _ts(o.trigger_time) <= t for _, o in checkpoints)
+        ):
             return "during-checkpoint"
     return "processing"
 

@@ -207,8 +207,10 @@ def events_table(num_events: int, config):
 
     gen = NexmarkGenerator(config)
     step = 8192
-    batches = [gen.batch(np.arange(s, min(s + step, num_events), dtype=np.int64))
-               for s in range(0, num_events, step)]
+    batches = [
+        gen.batch(np.arange(s, min(s + step, num_events), dtype=np.int64))
+        for s in range(0, num_events, step)
+    ]
     return pa.Table.from_batches(batches)
 
 
@@ -219,9 +221,11 @@ def reference_rows(query: str, num_events: int, config) -> list[dict]:
     con = duckdb.connect()
     try:
         con.register("events_arrow", events_table(num_events, config))
-        con.execute("CREATE TABLE events AS SELECT * REPLACE ("
-                    "CAST(date_time AS TIMESTAMP) AS date_time, "
-                    "CAST(auction_expires AS TIMESTAMP) AS auction_expires) FROM events_arrow")
+        con.execute(
+            "CREATE TABLE events AS SELECT * REPLACE ("
+            "CAST(date_time AS TIMESTAMP) AS date_time, "
+            "CAST(auction_expires AS TIMESTAMP) AS auction_expires) FROM events_arrow"
+        )
         con.execute(_VIEWS)
         rel = con.execute(SQL[query])
         cols = [d[0] for d in rel.description]

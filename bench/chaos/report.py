@@ -11,8 +11,13 @@ from collections import Counter, defaultdict
 
 from .faults import LANDINGS
 
-SHORT = {"before-first-checkpoint": "pre", "during-checkpoint": "ckpt",
-         "during-commit": "commit", "after-sources-ended": "end", "processing": "proc"}
+SHORT = {
+    "before-first-checkpoint": "pre",
+    "during-checkpoint": "ckpt",
+    "during-commit": "commit",
+    "after-sources-ended": "end",
+    "processing": "proc",
+}
 
 
 def load(path: str) -> list[dict]:
@@ -42,14 +47,13 @@ def write_report(results: str, report: str) -> None:
         f"exceptions fired; {len(failed)} runs failed** (did not finish, or committed rows "
         "that differ from the reference).",
         "",
-        "Where the faults landed: " + ", ".join(f"{k} {landed.get(k, 0)}" for k in LANDINGS)
-        + ".",
+        "Where the faults landed: " + ", ".join(f"{k} {landed.get(k, 0)}" for k in LANDINGS) + ".",
         "",
         "A cell is `pipeline/runner/backend/mode`. Reference: `duckdb` (Nexmark: DuckDB SQL "
         "written from the query texts, bench/chaos/reference_duckdb.py) or `failure-free` (the "
         "same pipeline run once without faults). Faults per run: 1-3 drawn from the seed "
         "(SIGKILL of a slot process / Spark Python worker, SIGKILL of the driver then "
-        "`restore=\"latest\"`, an exception raised at a seeded input position). Landings: "
+        '`restore="latest"`, an exception raised at a seeded input position). Landings: '
         "pre = before the first checkpoint, ckpt = during a checkpoint (alignment, snapshot), "
         "commit = after a checkpoint completed, before its files were published, end = after "
         "the sources ended (final checkpoint triggered), proc = between checkpoints. "
@@ -74,15 +78,19 @@ def write_report(results: str, report: str) -> None:
             f"| {sum(1 for f in fired if f['kind'] == 'raise')} "
             f"| {'/'.join(str(where.get(k, 0)) for k in LANDINGS[:4])}/{where.get('processing', 0)} "
             f"| {unfinished} | {missing} | {extra} "
-            f"| {('`' + bad[0]['replay'] + '`') if bad else ''} |")
+            f"| {('`' + bad[0]['replay'] + '`') if bad else ''} |"
+        )
     if failed:
         lines += ["", "## Failing runs", ""]
         for r in failed[:60]:
             why = (r.get("failure_reason") or "").replace("\n", " ")[:300]
-            diffs = "; ".join(f"{p}: {d['missing']} missing, {d['extra']} extra of "
-                              f"{d['expected']}" for p, d in r["differences"].items())
+            diffs = "; ".join(
+                f"{p}: {d['missing']} missing, {d['extra']} extra of {d['expected']}"
+                for p, d in r["differences"].items()
+            )
             known = f" (known: {r['known']})" if r.get("known") else ""
-            lines.append(f"- `{r['cell']}` seed {r['seed']}: {r['status']}{known}. "
-                         f"{why} {diffs}".rstrip())
+            lines.append(
+                f"- `{r['cell']}` seed {r['seed']}: {r['status']}{known}. {why} {diffs}".rstrip()
+            )
     with open(report, "w") as f:
         f.write("\n".join(lines) + "\n")

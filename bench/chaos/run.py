@@ -44,10 +44,15 @@ class Cell:
         if not 1 <= len(parts) <= 4:
             raise SystemExit(f"a cell is pipeline[/runner[/backend[/mode]]], not {text!r}")
         cell = cls(*parts)
-        if cell.runner not in ("local", "spark") or cell.backend not in ("heap", "rocksdb") \
-                or cell.mode not in ("aligned", "unaligned"):
-            raise SystemExit(f"bad cell {text!r}: runner local|spark, backend heap|rocksdb, "
-                             "mode aligned|unaligned")
+        if (
+            cell.runner not in ("local", "spark")
+            or cell.backend not in ("heap", "rocksdb")
+            or cell.mode not in ("aligned", "unaligned")
+        ):
+            raise SystemExit(
+                f"bad cell {text!r}: runner local|spark, backend heap|rocksdb, "
+                "mode aligned|unaligned"
+            )
         entry(cell.pipeline)
         return cell
 
@@ -77,9 +82,11 @@ def reference(e: Entry, workdir: str) -> dict:
         root = tempfile.mkdtemp(prefix=f"ref-{e.name}-", dir=workdir)
         res = _drive(Cell(e.name), root, [], timeout=300)
         if res["result"].get("status") != "FINISHED":
-            raise RuntimeError(f"the failure-free run of {e.name} ended "
-                               f"{res['result'].get('status')}: "
-                               f"{res['result'].get('failure_reason')} (logs in {root})")
+            raise RuntimeError(
+                f"the failure-free run of {e.name} ended "
+                f"{res['result'].get('status')}: "
+                f"{res['result'].get('failure_reason')} (logs in {root})"
+            )
         ref = _committed(e, root)
         shutil.rmtree(root, ignore_errors=True)
     os.makedirs(os.path.dirname(cache), exist_ok=True)
@@ -116,12 +123,24 @@ class _Drivers:
         self.root = root
         self.spec = os.path.join(root, "spec.json")
         with open(self.spec, "w") as f:
-            json.dump({"pipeline": cell.pipeline, "root": root, "backend": cell.backend,
-                       "mode": cell.mode, "runner": cell.runner,
-                       "raise_points": raise_points}, f)
+            json.dump(
+                {
+                    "pipeline": cell.pipeline,
+                    "root": root,
+                    "backend": cell.backend,
+                    "mode": cell.mode,
+                    "runner": cell.runner,
+                    "raise_points": raise_points,
+                },
+                f,
+            )
         self.procs: list[subprocess.Popen] = []
-        self.env = {**os.environ, "PYTHONPATH": ROOT, "SPARK_LOCAL_IP": "127.0.0.1",
-                    "CKPT_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S)}
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": ROOT,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "CKPT_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
+        }
 
     @property
     def current(self) -> subprocess.Popen:
@@ -132,13 +151,28 @@ class _Drivers:
 
     def start(self, restore: str | None = None) -> None:
         n = len(self.procs)
-        cmd = [sys.executable, "-m", "bench.chaos.driver", "--spec", self.spec,
-               "--result", self.result_path(n)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.chaos.driver",
+            "--spec",
+            self.spec,
+            "--result",
+            self.result_path(n),
+        ]
         if restore:
             cmd += ["--restore", restore]
         log = open(os.path.join(self.root, f"driver-{n}.log"), "w")  # noqa: SIM115
-        self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log,
-                                           stderr=subprocess.STDOUT, start_new_session=True))
+        self.procs.append(
+            subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         log.close()
 
     def result(self) -> dict | None:
@@ -190,6 +224,37 @@ def _live_slot_pids(store) -> list[int]:
     return [int(p["pid"]) for p in a.placement if p.get("pid")]
 
 
+def _jvm_of(driver_pid: int) -> int | None:
+    """The Spark JVM the driver started (local mode: driver and executor in one JVM)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if comm == "java" and int(fields[1]) == driver_pid:
+            return int(name)
+    return None
+
+
+def _after_jvm_kill(drivers: _Drivers, wait_s: float = 60.0) -> str:
+    """After the Spark JVM of the driver died: the driver should end by itself (its Spark
+    session is gone); if it does not within ``wait_s`` it is killed (noted). Then the dead
+    job's heartbeat goes stale before a new driver restores it."""
+    try:
+        drivers.current.wait(wait_s)
+        note = f"; driver ended by itself ({(drivers.result() or {}).get('status', 'no result')})"
+    except subprocess.TimeoutExpired:
+        drivers.kill_current()
+        note = f"; driver still running {wait_s:.0f} s after the JVM died: killed"
+    time.sleep(HEARTBEAT_TIMEOUT_S + 0.5)
+    return note
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -198,8 +263,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _drive(cell: Cell, root: str, faults: list[Fault], timeout: float,
-           rng: random.Random | None = None) -> dict:
+def _drive(
+    cell: Cell, root: str, faults: list[Fault], timeout: float, rng: random.Random | None = None
+) -> dict:
     """Run the job with its kills; returns the last driver's result and the drivers' count."""
     raise_points = [f.point for f in faults if f.kind == "raise"]
     kills = [f for f in faults if f.kind != "raise"]
@@ -216,7 +282,8 @@ def _drive(cell: Cell, root: str, faults: list[Fault], timeout: float,
                 outcome = drivers.result() or {
                     "status": "DRIVER-DIED",
                     "failure_reason": f"driver exited {drivers.current.returncode} without a "
-                                      f"result (see {root}/driver-{len(drivers.procs) - 1}.log)"}
+                    f"result (see {root}/driver-{len(drivers.procs) - 1}.log)",
+                }
                 break
             if time.monotonic() > deadline:
                 outcome = {"status": "TIMEOUT", "failure_reason": f"no end within {timeout:.0f} s"}
@@ -227,14 +294,21 @@ def _drive(cell: Cell, root: str, faults: list[Fault], timeout: float,
                 pids = _live_slot_pids(store)
                 if first_running is None and pids:
                     first_running = time.monotonic()
-                due = first_running is not None and \
-                    time.monotonic() >= first_running + kills[0].at
+                due = first_running is not None and time.monotonic() >= first_running + kills[0].at
                 if due and kills[0].kind == "driver":
                     f = kills.pop(0)
                     f.fired_at, f.target = time.time(), f"driver pid {drivers.current.pid}"
                     drivers.kill_current()
                     time.sleep(HEARTBEAT_TIMEOUT_S + 0.5)  # the dead driver's heartbeat is stale
                     drivers.start(restore="latest")
+                elif due and kills[0].kind == "jvm":
+                    f = kills.pop(0)
+                    jvm = _jvm_of(drivers.current.pid)
+                    if jvm is not None:
+                        os.kill(jvm, signal.SIGKILL)
+                        f.fired_at, f.target = time.time(), f"Spark JVM pid {jvm}"
+                        f.target += _after_jvm_kill(drivers)
+                        drivers.start(restore="latest")
                 elif due and pids:
                     f = kills.pop(0)
                     pid = rng.choice(sorted(pids))
@@ -250,8 +324,9 @@ def _drive(cell: Cell, root: str, faults: list[Fault], timeout: float,
 
 
 # -- one run ------------------------------------------------------------------------------------
-def run_one(cell: Cell, seed: int, workdir: str, *, keep: bool = False,
-            max_faults: int = 3) -> dict:
+def run_one(
+    cell: Cell, seed: int, workdir: str, *, keep: bool = False, max_faults: int = 3
+) -> dict:
     """Run ``cell`` once under the faults of ``seed``; the run's record (see report.py)."""
     from .compare import difference
 
@@ -261,15 +336,32 @@ def run_one(cell: Cell, seed: int, workdir: str, *, keep: bool = False,
     root = tempfile.mkdtemp(prefix=f"{e.name}-{seed}-", dir=workdir)
     faults = plan(seed, cell.id, cell.runner, e.seconds, e.records, max_faults)
     t0 = time.monotonic()
-    res = _drive(cell, root, faults, timeout=240 + 10 * e.seconds,
-                 rng=random.Random(f"{cell.id}|{seed}|targets"))
+    res = _drive(
+        cell,
+        root,
+        faults,
+        timeout=240 + 10 * e.seconds,
+        rng=random.Random(f"{cell.id}|{seed}|targets"),
+    )
     result = res["result"]
-    record = {"cell": cell.id, "pipeline": e.name, "group": e.group, "runner": cell.runner,
-              "backend": cell.backend, "mode": cell.mode, "seed": seed,
-              "status": result.get("status"), "restarts": result.get("restarts"),
-              "drivers": res["drivers"], "failure_reason": result.get("failure_reason"),
-              "seconds": round(time.monotonic() - t0, 1), "replay": replay_command(cell, seed),
-              "known": NEXMARK_KNOWN.get(e.name), "root": root, "time": time.time()}
+    record = {
+        "cell": cell.id,
+        "pipeline": e.name,
+        "group": e.group,
+        "runner": cell.runner,
+        "backend": cell.backend,
+        "mode": cell.mode,
+        "seed": seed,
+        "status": result.get("status"),
+        "restarts": result.get("restarts"),
+        "drivers": res["drivers"],
+        "failure_reason": result.get("failure_reason"),
+        "seconds": round(time.monotonic() - t0, 1),
+        "replay": replay_command(cell, seed),
+        "known": NEXMARK_KNOWN.get(e.name),
+        "root": root,
+        "time": time.time(),
+    }
     fired = fired_raises(BuildContext(root).faults_dir)
     for f in faults:
         if f.kind == "raise" and f.point in fired:
@@ -277,12 +369,14 @@ def run_one(cell: Cell, seed: int, workdir: str, *, keep: bool = False,
     store = _store(root)
     try:
         if store is not None:  # every driver's restarts (a killed driver wrote no result)
-            record["restarts"] = sum(max(len(store.list_attempts(j.job_id)) - 1, 0)
-                                     for j in store.list_jobs())
+            record["restarts"] = sum(
+                max(len(store.list_attempts(j.job_id)) - 1, 0) for j in store.list_jobs()
+            )
         for f in faults:
             if f.fired_at is not None and store is not None:
-                f.landed = landing(f.fired_at, store, [os.path.join(root, o.path)
-                                                        for o in e.outputs])
+                f.landed = landing(
+                    f.fired_at, store, [os.path.join(root, o.path) for o in e.outputs]
+                )
     finally:
         if store is not None:
             store.close()
@@ -290,8 +384,7 @@ def run_one(cell: Cell, seed: int, workdir: str, *, keep: bool = False,
     diffs = {}
     if result.get("status") == "FINISHED":
         # DuckDB's rows name the compared columns; a failure-free run's rows compare whole
-        columns_of = ({p: _columns(c) for p, c in ref.items()} if e.reference == "duckdb"
-                      else None)
+        columns_of = {p: _columns(c) for p, c in ref.items()} if e.reference == "duckdb" else None
         got = _committed(e, root, columns_of)
         for path, want in ref.items():
             d = difference(got[path], want)
