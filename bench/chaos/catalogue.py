@@ -63,6 +63,8 @@ class BuildContext:
     backend: str = "heap"
     unaligned: bool = False
     raise_points: list[int] = field(default_factory=list)
+    #: what the harness prepared for the run (CDC: the source database and the target)
+    extra: dict = field(default_factory=dict)
 
     @property
     def faults_dir(self) -> str:
@@ -343,7 +345,16 @@ def _count_distinct(ctx: BuildContext):
     )
 
 
-_MERGED = ("key",)  # vectorized joins' merged rows: every non-null column compared
+def _cdc(ctx: BuildContext):
+    from cdc_upsert_pipelines import cdc_upsert_pipeline
+
+    kind = ctx.extra["target"]["kind"]
+    return configure(
+        cdc_upsert_pipeline(ctx.root, ctx.extra["url"], ctx.extra["target"], name=f"cdc-{kind}"),
+        ctx,
+    )
+
+
 OTHER_ENTRIES = [
     Entry(
         "join-interval-window-row",
@@ -420,7 +431,18 @@ OTHER_ENTRIES = [
     ),
 ]
 
-CATALOGUE: dict[str, Entry] = {e.name: e for e in [*_nexmark_entries(), *OTHER_ENTRIES]}
+#: CDC (PostgreSQL logical replication, writers changing the table meanwhile) -> keyed ->
+#: upsert sink, or -> retracting aggregate -> PostgreSQL upsert sink (tests/
+#: cdc_upsert_pipelines.py); reference: the source table (its GROUP BY) once the job caught
+#: up, the job then cancelled (see cdc.py). Local runner: the harness's PostgreSQL server.
+CDC_ENTRIES = [
+    Entry(f"cdc-{kind}", "cdc", _cdc, (), "source-table", 0, 6.0, runners=("local",))
+    for kind in ("postgres", "postgres-agg", "delta", "iceberg")
+]
+
+CATALOGUE: dict[str, Entry] = {
+    e.name: e for e in [*_nexmark_entries(), *OTHER_ENTRIES, *CDC_ENTRIES]
+}
 #: q10 is the partitioned FileSink's cell (every bid into dt=/hm= directories)
 ALIASES = {"partitioned-filesink": "q10"}
 

@@ -40,6 +40,7 @@ def main(argv=None) -> int:
         spec["backend"],
         spec["mode"] == "unaligned",
         list(spec.get("raise_points") or []),
+        spec.get("extra") or {},
     )
     p = e.make(ctx)
     options: dict = {}

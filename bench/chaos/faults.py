@@ -64,7 +64,10 @@ def plan(
     rng = random.Random(f"{cell}|{seed}")
     faults = []
     for _ in range(rng.randint(1, max_faults)):
-        kind = rng.choice([*KILL_KINDS[runner], KILL_KINDS[runner][0], "raise"])
+        # records 0: the pipeline has no place to raise (CDC cells): kills only
+        kind = rng.choice(
+            [*KILL_KINDS[runner], KILL_KINDS[runner][0], *(("raise",) if records > 0 else ())]
+        )
         if kind == "raise":
             faults.append(Fault("raise", point=rng.randrange(1, max(records, 2))))
         else:

@@ -51,7 +51,9 @@ def write_report(results: str, report: str) -> None:
         "",
         "A cell is `pipeline/runner/backend/mode`. Reference: `duckdb` (Nexmark: DuckDB SQL "
         "written from the query texts, bench/chaos/reference_duckdb.py) or `failure-free` (the "
-        "same pipeline run once without faults). Faults per run: 1-3 drawn from the seed "
+        "same pipeline run once without faults) or `source-table` (CDC: the source table, or "
+        "its GROUP BY, once the job caught up with the writers; the job is then cancelled). "
+        "Faults per run: 1-3 drawn from the seed "
         "(SIGKILL of a slot process / Spark Python worker, SIGKILL of the driver then "
         '`restore="latest"`, an exception raised at a seeded input position). Landings: '
         "pre = before the first checkpoint, ckpt = during a checkpoint (alignment, snapshot), "
@@ -71,7 +73,9 @@ def write_report(results: str, report: str) -> None:
         missing = sum(d["missing"] for r in rs for d in r["differences"].values())
         extra = sum(d["extra"] for r in rs for d in r["differences"].values())
         unfinished = sum(1 for r in rs if r["status"] != "FINISHED")
-        ref = "duckdb" if rs[0]["group"] == "nexmark" else "failure-free"
+        ref = rs[0].get("reference") or (
+            "duckdb" if rs[0]["group"] == "nexmark" else "failure-free"
+        )
         lines.append(
             f"| {cell} | {ref} | {len(rs)} | {len(rs) - len(bad)} "
             f"| {sum(1 for f in fired if f['kind'] != 'raise')} "

@@ -119,7 +119,9 @@ def _committed(e: Entry, root: str, columns_of: dict | None = None) -> dict:
 class _Drivers:
     """The run's driver processes (each in its own process group, ended by group id)."""
 
-    def __init__(self, cell: Cell, root: str, raise_points: list[int]) -> None:
+    def __init__(
+        self, cell: Cell, root: str, raise_points: list[int], extra: dict | None = None
+    ) -> None:
         self.root = root
         self.spec = os.path.join(root, "spec.json")
         with open(self.spec, "w") as f:
@@ -131,6 +133,7 @@ class _Drivers:
                     "mode": cell.mode,
                     "runner": cell.runner,
                     "raise_points": raise_points,
+                    "extra": extra or {},
                 },
                 f,
             )
@@ -224,6 +227,15 @@ def _live_slot_pids(store) -> list[int]:
     return [int(p["pid"]) for p in a.placement if p.get("pid")]
 
 
+def _cancel(store) -> bool:
+    """Ask the running job to cancel (an unbounded job's end); True once asked."""
+    jobs = [j for j in store.list_jobs() if j.status in ("RUNNING", "RESTARTING")]
+    if not jobs:
+        return False
+    store.submit_control_request(max(jobs, key=lambda j: j.created_at).job_id, "CANCEL", {})
+    return True
+
+
 def _jvm_of(driver_pid: int) -> int | None:
     """The Spark JVM the driver started (local mode: driver and executor in one JVM)."""
     for name in os.listdir("/proc"):
@@ -264,13 +276,23 @@ def _alive(pid: int) -> bool:
 
 
 def _drive(
-    cell: Cell, root: str, faults: list[Fault], timeout: float, rng: random.Random | None = None
+    cell: Cell,
+    root: str,
+    faults: list[Fault],
+    timeout: float,
+    rng: random.Random | None = None,
+    hooks=None,
 ) -> dict:
-    """Run the job with its kills; returns the last driver's result and the drivers' count."""
+    """Run the job with its kills; returns the last driver's result and the drivers' count.
+
+    ``hooks`` (an unbounded job, e.g. CDC): ``extra`` (spec fields for the build),
+    ``on_running()`` once the job first runs, ``ready_to_stop()`` polled once every kill
+    fired: then the job is cancelled."""
     raise_points = [f.point for f in faults if f.kind == "raise"]
     kills = [f for f in faults if f.kind != "raise"]
     rng = rng or random.Random(0)
-    drivers = _Drivers(cell, root, raise_points)
+    drivers = _Drivers(cell, root, raise_points, getattr(hooks, "extra", None))
+    cancelled = False
     drivers.start()
     store = None
     first_running = None
@@ -290,11 +312,26 @@ def _drive(
                 break
             if store is None:
                 store = _store(root)
-            if store is not None and kills:
+            if (
+                store is not None
+                and hooks is not None
+                and not kills
+                and not cancelled
+                and first_running is not None
+                and hooks.ready_to_stop()
+            ):
+                cancelled = _cancel(store)
+            if store is not None and (kills or first_running is None):
                 pids = _live_slot_pids(store)
                 if first_running is None and pids:
                     first_running = time.monotonic()
-                due = first_running is not None and time.monotonic() >= first_running + kills[0].at
+                    if hooks is not None:
+                        hooks.on_running()
+                due = (
+                    kills
+                    and first_running is not None
+                    and time.monotonic() >= first_running + kills[0].at
+                )
                 if due and kills[0].kind == "driver":
                     f = kills.pop(0)
                     f.fired_at, f.target = time.time(), f"driver pid {drivers.current.pid}"
@@ -332,22 +369,30 @@ def run_one(
 
     e = entry(cell.pipeline)
     os.makedirs(workdir, exist_ok=True)
-    ref = reference(e, workdir)
+    ref = reference(e, workdir) if e.reference != "source-table" else {}
     root = tempfile.mkdtemp(prefix=f"{e.name}-{seed}-", dir=workdir)
     faults = plan(seed, cell.id, cell.runner, e.seconds, e.records, max_faults)
+    hooks = None
+    if e.group == "cdc":
+        from .cdc import for_entry
+
+        hooks = for_entry(e.name, root, seed, e.seconds)
     t0 = time.monotonic()
     res = _drive(
         cell,
         root,
         faults,
-        timeout=240 + 10 * e.seconds,
+        timeout=(240 if cell.runner == "local" else 600) + 10 * e.seconds,
         rng=random.Random(f"{cell.id}|{seed}|targets"),
+        hooks=hooks,
     )
     result = res["result"]
+    finished = result.get("status") == ("CANCELED" if hooks is not None else "FINISHED")
     record = {
         "cell": cell.id,
         "pipeline": e.name,
         "group": e.group,
+        "reference": e.reference,
         "runner": cell.runner,
         "backend": cell.backend,
         "mode": cell.mode,
@@ -382,7 +427,11 @@ def run_one(
             store.close()
     record["faults"] = [f.to_dict() for f in faults]
     diffs = {}
-    if result.get("status") == "FINISHED":
+    if finished and hooks is not None:
+        d = difference(*hooks.multisets())
+        if d["missing"] or d["extra"]:
+            diffs["target table"] = d
+    elif finished:
         # DuckDB's rows name the compared columns; a failure-free run's rows compare whole
         columns_of = {p: _columns(c) for p, c in ref.items()} if e.reference == "duckdb" else None
         got = _committed(e, root, columns_of)
@@ -391,7 +440,7 @@ def run_one(
             if d["missing"] or d["extra"]:
                 diffs[path] = d
     record["differences"] = diffs
-    record["ok"] = result.get("status") == "FINISHED" and not diffs
+    record["ok"] = finished and not diffs
     if record["ok"] and not keep:
         shutil.rmtree(root, ignore_errors=True)
         record["root"] = None
