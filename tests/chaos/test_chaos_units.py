@@ -18,10 +18,13 @@ from bench.chaos.faults import KILL_KINDS, plan
 
 def test_a_plan_is_a_function_of_the_seed_and_the_cell():
     a = plan(7, "q4/local/heap/aligned", "local", 8.0, 10_000)
-    assert [f.to_dict() for f in a] == [f.to_dict() for f in
-                                        plan(7, "q4/local/heap/aligned", "local", 8.0, 10_000)]
-    plans = {json.dumps([f.to_dict() for f in plan(s, "q4/local/heap/aligned", "local", 8.0,
-                                                   10_000)]) for s in range(20)}
+    assert [f.to_dict() for f in a] == [
+        f.to_dict() for f in plan(7, "q4/local/heap/aligned", "local", 8.0, 10_000)
+    ]
+    plans = {
+        json.dumps([f.to_dict() for f in plan(s, "q4/local/heap/aligned", "local", 8.0, 10_000)])
+        for s in range(20)
+    }
     assert len(plans) > 15  # seeds draw different faults
     for s in range(50):
         for f in plan(s, "c", "spark", 8.0, 100):
@@ -52,14 +55,17 @@ def test_the_last_row_per_key_follows_jobs_then_checkpoints(tmp_path):
 
 
 def test_a_changelog_leaves_what_was_not_retracted_and_appends_keep_duplicates():
-    rows = [{"_op": "+I", "o": 1, "u": "x"}, {"_op": "-U", "o": 1, "u": "x"},
-            {"_op": "+U", "o": 1, "u": "y"}, {"_op": "+I", "o": 2, "u": "x"},
-            {"_op": "-D", "o": 2, "u": "x"}]
+    rows = [
+        {"_op": "+I", "o": 1, "u": "x"},
+        {"_op": "-U", "o": 1, "u": "x"},
+        {"_op": "+U", "o": 1, "u": "y"},
+        {"_op": "+I", "o": 2, "u": "x"},
+        {"_op": "-D", "o": 2, "u": "x"},
+    ]
     assert as_multiset(rows, Output("j", "changelog")) == Counter({(("o", 1), ("u", "y")): 1})
     dup = [{"a": 1, "t": "2026-01-01T00:00:00.010"}, {"a": 1, "t": "2026-01-01T00:00:00.010"}]
     got = as_multiset(dup, Output("x"), columns=("a", "t"))
-    want = as_multiset([{"a": 1, "t": "2026-01-01T00:00:00.010"}], Output("x"),
-                       columns=("a", "t"))
+    want = as_multiset([{"a": 1, "t": "2026-01-01T00:00:00.010"}], Output("x"), columns=("a", "t"))
     d = difference(got, want)
     assert (d["missing"], d["extra"]) == (0, 1)  # a row committed twice is a difference
 
@@ -86,9 +92,13 @@ def test_duckdb_reference_of_q2_and_q12_matches_a_direct_count():
     events = events_table(3000, config)
     bids = events.filter(pc.equal(events.column("event_type"), 2))
     auction = bids.column("auction").to_numpy()
-    want = Counter(zip(auction[auction % 123 == 0].tolist(),
-                       bids.column("price").to_numpy()[auction % 123 == 0].tolist(),
-                       strict=True))
+    want = Counter(
+        zip(
+            auction[auction % 123 == 0].tolist(),
+            bids.column("price").to_numpy()[auction % 123 == 0].tolist(),
+            strict=True,
+        )
+    )
     got = Counter((r["auction"], r["price"]) for r in reference_rows("q2", 3000, config))
     assert got == want and sum(got.values()) > 0
     per_bidder = Counter(bids.column("bidder").to_numpy().tolist())
