@@ -96,5 +96,9 @@ def write_report(results: str, report: str) -> None:
             lines.append(
                 f"- `{r['cell']}` seed {r['seed']}: {r['status']}{known}. {why} {diffs}".rstrip()
             )
+    findings = os.path.join(os.path.dirname(os.path.abspath(__file__)), "FINDINGS.md")
+    if os.path.exists(findings):  # hand-written: what the failing runs showed
+        with open(findings) as f:
+            lines += ["", f.read().rstrip()]
     with open(report, "w") as f:
         f.write("\n".join(lines) + "\n")
