@@ -104,3 +104,72 @@ def test_duckdb_reference_of_q2_and_q12_matches_a_direct_count():
     per_bidder = Counter(bids.column("bidder").to_numpy().tolist())
     q12 = {r["bidder"]: r["bid_count"] for r in reference_rows("q12", 3000, config)}
     assert q12 == dict(per_bidder) and np.sum(list(q12.values())) == bids.num_rows
+
+
+def test_where_a_fault_landed_from_the_metadata_db_and_published_files(tmp_path):
+    import time
+    from datetime import UTC, datetime
+
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+    from bench.chaos.faults import landing
+
+    def at(t: float) -> datetime:
+        return datetime.fromtimestamp(t, UTC)
+
+    job = "c" * 32
+    out = str(tmp_path / "out")
+    with MetadataStore(f"sqlite:///{tmp_path / 'meta.db'}") as store:
+        store.create_job(job_id=job, job_name="j", parallelism=2)
+        store.start_attempt(job, 0, restored_checkpoint_id=None, restored_from=None)
+        base = time.time()
+
+        def checkpoint(n, trigger, complete=None, final=False):
+            store.add_pending_checkpoint(
+                job,
+                n,
+                kind="CHECKPOINT",
+                trigger_time=at(trigger),
+                location=f"chk-{n}",
+                is_final=final,
+            )
+            if complete is not None:
+                store.complete_checkpoint(
+                    job,
+                    n,
+                    complete_time=at(complete),
+                    duration_ms=1,
+                    state_size=0,
+                    checkpointed_size=0,
+                    task_stats=[],
+                )
+
+        checkpoint(1, base + 1.0, base + 1.2)
+        assert landing(base + 0.5, store, [out]) == "before-first-checkpoint"
+        assert landing(base + 1.25, store, [out]) == "during-commit"  # no files: 100 ms
+        assert landing(base + 1.6, store, [out]) == "processing"
+        checkpoint(2, base + 2.0)  # still pending
+        assert landing(base + 2.5, store, [out]) == "during-checkpoint"
+        checkpoint(3, base + 3.0, final=True)  # every task reached its end of input
+        assert landing(base + 3.5, store, [out]) == "after-sources-ended"
+    # a part file of the last completed checkpoint published after the fault: the kill cut
+    # its commit short (the restarted job published it); once published, it is over
+    with MetadataStore(f"sqlite:///{tmp_path / 'meta2.db'}") as store:
+        store.create_job(job_id=job, job_name="j", parallelism=2)
+        now = time.time()
+        store.add_pending_checkpoint(
+            job, 7, kind="CHECKPOINT", trigger_time=at(now - 2), location="chk-7"
+        )
+        store.complete_checkpoint(
+            job,
+            7,
+            complete_time=at(now - 1),
+            duration_ms=1,
+            state_size=0,
+            checkpointed_size=0,
+            task_stats=[],
+        )
+        fault = time.time()
+        time.sleep(0.05)
+        _write(out, job, 7, 0, [{"k": 1}])
+        assert landing(fault, store, [out]) == "during-commit"
+        assert landing(time.time() + 0.5, store, [out]) == "processing"
