@@ -65,7 +65,10 @@ def write_report(results: str, report: str) -> None:
         "| not finished | missing | extra | replay of a failing run |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for cell in sorted(by_cell):
+    from .catalogue import CATALOGUE
+
+    order = {name: i for i, name in enumerate(CATALOGUE)}
+    for cell in sorted(by_cell, key=lambda c: (order.get(c.split("/")[0], 999), c)):
         rs = by_cell[cell]
         fired = [f for r in rs for f in r["faults"] if f["fired_at"]]
         where = Counter(f["landed"] for f in fired)
