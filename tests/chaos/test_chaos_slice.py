@@ -33,6 +33,11 @@ STILL_FAILING: dict[str, str] = {
     "TypeError: unhashable type: 'list'"
     for q in ("q4", "q6", "q9")
 }
+STILL_FAILING["q20"] = (
+    "issue 35 item 1: Q20Join's EntryMapState keys (epoch, n) come back from a heap snapshot "
+    "as lists: every restart after the first restore fails with "
+    "TypeError: unhashable type: 'list'"
+)
 CANDIDATES = sorted(
     f"{e.name}/local/{backend}/{mode}"
     for e in CATALOGUE.values()
