@@ -441,10 +441,32 @@ def run_one(
                 diffs[path] = d
     record["differences"] = diffs
     record["ok"] = finished and not diffs
+    record["environment"] = None if record["ok"] else _environment_failure(root)
     if record["ok"] and not keep:
         shutil.rmtree(root, ignore_errors=True)
         record["root"] = None
     return record
+
+
+#: lines of a broken installation (the shared venv being reinstalled under a run): such a
+#: run says nothing about the engine; the report lists it apart
+ENVIRONMENT_MARKERS = (
+    "ModuleNotFoundError",
+    "No module named",
+    "of the psycopg DBAPI; version",
+    "java.lang.ExceptionInInitializerError",
+)
+
+
+def _environment_failure(root: str) -> str | None:
+    """The first line of the run's driver logs showing a broken installation, if any."""
+    for name in sorted(os.listdir(root)):
+        if name.startswith("driver-") and name.endswith(".log"):
+            with open(os.path.join(root, name), errors="replace") as f:
+                for line in f:
+                    if any(m in line for m in ENVIRONMENT_MARKERS):
+                        return line.strip()[:300]
+    return None
 
 
 def _columns(counter) -> tuple[str, ...] | None:
