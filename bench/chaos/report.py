@@ -64,7 +64,8 @@ def write_report(results: str, report: str) -> None:
         "same pipeline run once without faults) or `source-table` (CDC: the source table, or "
         "its GROUP BY, once the job caught up with the writers; the job is then cancelled). "
         "Faults per run: 1-3 drawn from the seed "
-        "(SIGKILL of a slot process / Spark Python worker, SIGKILL of the driver then "
+        "(SIGKILL of a slot process / Spark Python worker, SIGKILL of the driver or the "
+        "Spark JVM then "
         '`restore="latest"`, an exception raised at a seeded input position). Landings: '
         "pre = before the first checkpoint, ckpt = during a checkpoint (alignment, snapshot), "
         "commit = after a checkpoint completed, before its files were published, end = after "
