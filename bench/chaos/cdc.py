@@ -37,7 +37,8 @@ class CdcHooks:
 
         pg = server()
         self.kind, self.seed, self.seconds = kind, seed, seconds
-        self.url = next(items_database(pg, ROWS, MODULO))
+        self._database = items_database(pg, ROWS, MODULO)
+        self.url = next(self._database)
         if kind == "postgres-agg":  # retractions must carry the old v (the group they leave)
             import psycopg
             from cdc_pipelines import dsn
@@ -79,6 +80,11 @@ class CdcHooks:
         from cdc_upsert_pipelines import source_rows
 
         return source_rows(self.url, self.kind)
+
+    def close(self) -> None:
+        """Drop the run's replication slots (cluster-wide names: the next run of the same
+        pipeline would find its slot taken)."""
+        next(self._database, None)
 
     def multisets(self) -> tuple[Counter, Counter]:
         """(committed, reference) as multisets of rows."""

@@ -106,7 +106,11 @@ def write_report(results: str, report: str) -> None:
                 f"{p}: {d['missing']} missing, {d['extra']} extra of {d['expected']}"
                 for p, d in r["differences"].items()
             )
-            known = f" (known: {r['known']})" if r.get("known") else ""
+            known = (
+                f" (known: {r['known']})"
+                if r.get("known") and "unhashable type" in (r.get("failure_reason") or "")
+                else ""
+            )
             lines.append(
                 f"- `{r['cell']}` seed {r['seed']}: {r['status']}{known}. {why} {diffs}".rstrip()
             )

@@ -439,6 +439,8 @@ def run_one(
             d = difference(got[path], want)
             if d["missing"] or d["extra"]:
                 diffs[path] = d
+    if hooks is not None:
+        hooks.close()
     record["differences"] = diffs
     record["ok"] = finished and not diffs
     record["environment"] = None if record["ok"] else _environment_failure(root)
