@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-engine test lint docs venv clean check-java check-postgres check-chromium bench stack bench-nexmark
+.PHONY: demo demo-engine test lint docs venv clean check-java check-postgres check-chromium bench stack bench-nexmark chaos
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -115,3 +115,12 @@ docs: venv
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# The chaos matrix (bench/chaos, issue 35): every catalogue cell (pipeline x runner x state
+# backend x checkpoint mode) CHAOS_RUNS times under seeded SIGKILLs and raised exceptions,
+# compared with DuckDB (Nexmark) or a failure-free run; appends to bench/results/chaos.jsonl
+# and rewrites CHAOS.md. CHAOS_ARGS narrows it, e.g. CHAOS_ARGS="--cells 'q*/local/*'".
+CHAOS_RUNS ?= 3
+CHAOS_ARGS ?=
+chaos: venv check-java
+	nice -n 10 $(PY) -m bench.chaos --runs $(CHAOS_RUNS) $(CHAOS_ARGS)

@@ -1,0 +1,119 @@
+"""The chaos matrix's command line.
+
+    python -m bench.chaos --cell q4/local/heap/aligned --seed 123        # replay one run
+    python -m bench.chaos --runs 3                                        # every cell, 3 runs
+    python -m bench.chaos --cells 'q*/local/*' --runs 2                   # cells by glob
+    python -m bench.chaos --sample 6 --seed 20261126                      # a sampled slice
+    python -m bench.chaos --list                                          # the cells
+    python -m bench.chaos --report-only                                   # CHAOS.md again
+
+Each run appends its record to ``--results`` (JSON lines); the table of every recorded run
+is written to ``--report`` (CHAOS.md). A failing run prints its seed and replay command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import random
+import sys
+import tempfile
+
+from .catalogue import CATALOGUE, ROOT
+from .run import Cell, run_one
+
+RESULTS = os.path.join(ROOT, "bench", "results", "chaos.jsonl")
+REPORT = os.path.join(ROOT, "CHAOS.md")
+
+
+def all_cells() -> list[Cell]:
+    return [
+        Cell(e.name, runner, backend, mode)
+        for e in CATALOGUE.values()
+        for runner in e.runners
+        for backend in ("heap", "rocksdb")
+        for mode in ("aligned", "unaligned")
+    ]
+
+
+def select(patterns: list[str] | None, cells: list[str] | None) -> list[Cell]:
+    if cells:
+        return [Cell.parse(c) for c in cells]
+    every = all_cells()
+    if not patterns:
+        return every
+    return [c for c in every if any(fnmatch.fnmatch(c.id, p) for p in patterns)]
+
+
+def sample(cells: list[Cell], k: int, seed: int) -> list[Cell]:
+    """``k`` cells drawn by ``seed``, at most one per pipeline while pipelines remain."""
+    rng = random.Random(seed)
+    by_pipeline: dict[str, list[Cell]] = {}
+    for c in cells:
+        by_pipeline.setdefault(c.pipeline, []).append(c)
+    names = sorted(by_pipeline)
+    rng.shuffle(names)
+    return [rng.choice(by_pipeline[n]) for n in names[:k]]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.chaos")
+    ap.add_argument("--cell", action="append", help="pipeline/runner/backend/mode (repeatable)")
+    ap.add_argument("--cells", action="append", help="glob over cell ids (repeatable)")
+    ap.add_argument("--seed", type=int, default=1, help="the first run's seed (then +1 ...)")
+    ap.add_argument("--runs", type=int, default=1, help="runs per cell")
+    ap.add_argument("--sample", type=int, default=0, help="only this many cells, drawn by --seed")
+    ap.add_argument("--max-faults", type=int, default=3)
+    ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "chaos"))
+    ap.add_argument("--results", default=RESULTS)
+    ap.add_argument("--report", default=REPORT)
+    ap.add_argument("--keep", action="store_true", help="keep the run directories")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--report-only", action="store_true")
+    args = ap.parse_args(argv)
+    cells = select(args.cells, args.cell)
+    if args.sample:
+        cells = sample(cells, args.sample, args.seed)
+    if args.list:
+        print("\n".join(c.id for c in cells))
+        return 0
+    from .report import write_report
+
+    if args.report_only:
+        write_report(args.results, args.report)
+        return 0
+    failures = 0
+    for i in range(args.runs):
+        for cell in cells:
+            seed = args.seed + i
+            record = run_one(cell, seed, args.workdir, keep=args.keep, max_faults=args.max_faults)
+            os.makedirs(os.path.dirname(args.results), exist_ok=True)
+            with open(args.results, "a") as f:
+                f.write(json.dumps(record, default=str) + "\n")
+            fired = [f"{f['kind']}@{f['landed']}" for f in record["faults"] if f["fired_at"]]
+            print(
+                f"{'ok  ' if record['ok'] else 'FAIL'} {cell.id} seed {seed}: "
+                f"{record['status']}, restarts {record['restarts']}, faults {fired}, "
+                f"{record['seconds']} s",
+                flush=True,
+            )
+            if not record["ok"]:
+                failures += 1
+                print(f"     {record['failure_reason'] or ''}"[:600], flush=True)
+                for path, d in record["differences"].items():
+                    print(
+                        f"     {path}: {d['missing']} missing, {d['extra']} extra "
+                        f"(of {d['expected']}); e.g. {d['missing_examples'][:1]} "
+                        f"{d['extra_examples'][:1]}"[:600],
+                        flush=True,
+                    )
+                print(f"     replay: {record['replay']}", flush=True)
+        if args.report:
+            write_report(args.results, args.report)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,478 @@
+"""One chaos run: a cell (pipeline, runner, state backend, checkpoint mode) under the faults
+its seed draws, compared with the cell's reference.
+
+The job runs in a driver process (:mod:`.driver`); this process watches the run's metadata
+DB, fires the seeded kills, starts a new driver with ``restore="latest"`` after a driver
+kill, and at the end compares the committed output with the reference and records where
+every fault landed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from .catalogue import NEXMARK_KNOWN, ROOT, BuildContext, Entry, entry, nexmark_config
+from .faults import Fault, fired_raises, landing, plan
+
+HEARTBEAT_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class Cell:
+    pipeline: str
+    runner: str = "local"
+    backend: str = "heap"
+    mode: str = "aligned"
+
+    @property
+    def id(self) -> str:
+        return f"{self.pipeline}/{self.runner}/{self.backend}/{self.mode}"
+
+    @classmethod
+    def parse(cls, text: str) -> Cell:
+        parts = text.split("/")
+        if not 1 <= len(parts) <= 4:
+            raise SystemExit(f"a cell is pipeline[/runner[/backend[/mode]]], not {text!r}")
+        cell = cls(*parts)
+        if (
+            cell.runner not in ("local", "spark")
+            or cell.backend not in ("heap", "rocksdb")
+            or cell.mode not in ("aligned", "unaligned")
+        ):
+            raise SystemExit(
+                f"bad cell {text!r}: runner local|spark, backend heap|rocksdb, "
+                "mode aligned|unaligned"
+            )
+        entry(cell.pipeline)
+        return cell
+
+
+def replay_command(cell: Cell, seed: int) -> str:
+    return f"PYTHONPATH=. python -m bench.chaos --cell {cell.id} --seed {seed}"
+
+
+# -- references -------------------------------------------------------------------------------
+def reference(e: Entry, workdir: str) -> dict:
+    """``{output path: Counter}`` of the cell's reference (cached in ``workdir``)."""
+    from .compare import as_multiset
+
+    cache = os.path.join(workdir, "reference", f"{e.name}.pickle")
+    if os.path.exists(cache):
+        with open(cache, "rb") as f:
+            return pickle.load(f)
+    if e.reference == "duckdb":
+        from .catalogue import NEXMARK_EVENTS
+        from .reference_duckdb import reference_rows
+
+        rows = reference_rows(e.name, NEXMARK_EVENTS, nexmark_config())
+        (output,) = e.outputs
+        columns = tuple(rows[0]) if rows else output.columns
+        ref = {output.path: as_multiset(rows, output, columns)}
+    else:
+        root = tempfile.mkdtemp(prefix=f"ref-{e.name}-", dir=workdir)
+        res = _drive(Cell(e.name), root, [], timeout=300)
+        if res["result"].get("status") != "FINISHED":
+            raise RuntimeError(
+                f"the failure-free run of {e.name} ended "
+                f"{res['result'].get('status')}: "
+                f"{res['result'].get('failure_reason')} (logs in {root})"
+            )
+        ref = _committed(e, root)
+        shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    with open(cache + ".tmp", "wb") as f:
+        pickle.dump(ref, f)
+    os.replace(cache + ".tmp", cache)
+    return ref
+
+
+def _job_rank(root: str) -> dict[str, int]:
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+
+    with MetadataStore("sqlite:///" + os.path.join(root, "meta.db"), migrate=False) as store:
+        jobs = sorted(store.list_jobs(), key=lambda j: j.created_at)
+    return {j.job_id: i for i, j in enumerate(jobs)}
+
+
+def _committed(e: Entry, root: str, columns_of: dict | None = None) -> dict:
+    from .compare import as_multiset, committed_rows
+
+    rank = _job_rank(root)
+    out = {}
+    for o in e.outputs:
+        cols = (columns_of or {}).get(o.path)
+        out[o.path] = as_multiset(committed_rows(os.path.join(root, o.path), rank), o, cols)
+    return out
+
+
+# -- the driver process -------------------------------------------------------------------------
+class _Drivers:
+    """The run's driver processes (each in its own process group, ended by group id)."""
+
+    def __init__(
+        self, cell: Cell, root: str, raise_points: list[int], extra: dict | None = None
+    ) -> None:
+        self.root = root
+        self.spec = os.path.join(root, "spec.json")
+        with open(self.spec, "w") as f:
+            json.dump(
+                {
+                    "pipeline": cell.pipeline,
+                    "root": root,
+                    "backend": cell.backend,
+                    "mode": cell.mode,
+                    "runner": cell.runner,
+                    "raise_points": raise_points,
+                    "extra": extra or {},
+                },
+                f,
+            )
+        self.procs: list[subprocess.Popen] = []
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": ROOT,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "CKPT_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
+        }
+
+    @property
+    def current(self) -> subprocess.Popen:
+        return self.procs[-1]
+
+    def result_path(self, n: int) -> str:
+        return os.path.join(self.root, f"result-{n}.json")
+
+    def start(self, restore: str | None = None) -> None:
+        n = len(self.procs)
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.chaos.driver",
+            "--spec",
+            self.spec,
+            "--result",
+            self.result_path(n),
+        ]
+        if restore:
+            cmd += ["--restore", restore]
+        log = open(os.path.join(self.root, f"driver-{n}.log"), "w")  # noqa: SIM115
+        self.procs.append(
+            subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        log.close()
+
+    def result(self) -> dict | None:
+        path = self.result_path(len(self.procs) - 1)
+        if os.path.exists(path):
+            with open(path) as f:
+                return json.load(f)
+        return None
+
+    def kill_current(self) -> None:
+        self.current.send_signal(signal.SIGKILL)
+        self.current.wait(30)
+
+    def end_all(self) -> None:
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _store(root: str):
+    from airflow_checkpoint_provider.engine.catalog import MetadataSchemaError, MetadataStore
+
+    if not os.path.exists(os.path.join(root, "meta.db")):
+        return None
+    try:
+        return MetadataStore("sqlite:///" + os.path.join(root, "meta.db"), migrate=False)
+    except MetadataSchemaError:
+        return None
+
+
+def _live_slot_pids(store) -> list[int]:
+    """PIDs of the slots of the newest running attempt (its placement), else []."""
+    jobs = [j for j in store.list_jobs() if j.status == "RUNNING"]
+    if not jobs:
+        return []
+    job = max(jobs, key=lambda j: j.created_at)
+    attempts = store.list_attempts(job.job_id)
+    if not attempts:
+        return []
+    a = max(attempts, key=lambda a: a.attempt)
+    if a.ended_at is not None or not a.placement:
+        return []
+    return [int(p["pid"]) for p in a.placement if p.get("pid")]
+
+
+def _cancel(store) -> bool:
+    """Ask the running job to cancel (an unbounded job's end); True once asked."""
+    jobs = [j for j in store.list_jobs() if j.status in ("RUNNING", "RESTARTING")]
+    if not jobs:
+        return False
+    store.submit_control_request(max(jobs, key=lambda j: j.created_at).job_id, "CANCEL", {})
+    return True
+
+
+def _jvm_of(driver_pid: int) -> int | None:
+    """The Spark JVM the driver started (local mode: driver and executor in one JVM)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if comm == "java" and int(fields[1]) == driver_pid:
+            return int(name)
+    return None
+
+
+def _after_jvm_kill(drivers: _Drivers, wait_s: float = 60.0) -> str:
+    """After the Spark JVM of the driver died: the driver should end by itself (its Spark
+    session is gone); if it does not within ``wait_s`` it is killed (noted). Then the dead
+    job's heartbeat goes stale before a new driver restores it."""
+    try:
+        drivers.current.wait(wait_s)
+        note = f"; driver ended by itself ({(drivers.result() or {}).get('status', 'no result')})"
+    except subprocess.TimeoutExpired:
+        drivers.kill_current()
+        note = f"; driver still running {wait_s:.0f} s after the JVM died: killed"
+    time.sleep(HEARTBEAT_TIMEOUT_S + 0.5)
+    return note
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _drive(
+    cell: Cell,
+    root: str,
+    faults: list[Fault],
+    timeout: float,
+    rng: random.Random | None = None,
+    hooks=None,
+) -> dict:
+    """Run the job with its kills; returns the last driver's result and the drivers' count.
+
+    ``hooks`` (an unbounded job, e.g. CDC): ``extra`` (spec fields for the build),
+    ``on_running()`` once the job first runs, ``ready_to_stop()`` polled once every kill
+    fired: then the job is cancelled."""
+    raise_points = [f.point for f in faults if f.kind == "raise"]
+    kills = [f for f in faults if f.kind != "raise"]
+    rng = rng or random.Random(0)
+    drivers = _Drivers(cell, root, raise_points, getattr(hooks, "extra", None))
+    cancelled = False
+    drivers.start()
+    store = None
+    first_running = None
+    deadline = time.monotonic() + timeout
+    outcome: dict = {}
+    try:
+        while True:
+            if drivers.current.poll() is not None:
+                outcome = drivers.result() or {
+                    "status": "DRIVER-DIED",
+                    "failure_reason": f"driver exited {drivers.current.returncode} without a "
+                    f"result (see {root}/driver-{len(drivers.procs) - 1}.log)",
+                }
+                break
+            if time.monotonic() > deadline:
+                outcome = {"status": "TIMEOUT", "failure_reason": f"no end within {timeout:.0f} s"}
+                break
+            if store is None:
+                store = _store(root)
+            if (
+                store is not None
+                and hooks is not None
+                and not kills
+                and not cancelled
+                and first_running is not None
+                and hooks.ready_to_stop()
+            ):
+                cancelled = _cancel(store)
+            if store is not None and (kills or first_running is None):
+                pids = _live_slot_pids(store)
+                if first_running is None and pids:
+                    first_running = time.monotonic()
+                    if hooks is not None:
+                        hooks.on_running()
+                due = (
+                    kills
+                    and first_running is not None
+                    and time.monotonic() >= first_running + kills[0].at
+                )
+                if due and kills[0].kind == "driver":
+                    f = kills.pop(0)
+                    f.fired_at, f.target = time.time(), f"driver pid {drivers.current.pid}"
+                    drivers.kill_current()
+                    time.sleep(HEARTBEAT_TIMEOUT_S + 0.5)  # the dead driver's heartbeat is stale
+                    drivers.start(restore="latest")
+                elif due and kills[0].kind == "jvm":
+                    f = kills.pop(0)
+                    jvm = _jvm_of(drivers.current.pid)
+                    if jvm is not None:
+                        os.kill(jvm, signal.SIGKILL)
+                        f.fired_at, f.target = time.time(), f"Spark JVM pid {jvm}"
+                        f.target += _after_jvm_kill(drivers)
+                        drivers.start(restore="latest")
+                elif due and pids:
+                    f = kills.pop(0)
+                    pid = rng.choice(sorted(pids))
+                    if _alive(pid):
+                        os.kill(pid, signal.SIGKILL)
+                        f.fired_at, f.target = time.time(), f"{f.kind} pid {pid}"
+            time.sleep(0.05)
+    finally:
+        if store is not None:
+            store.close()
+        drivers.end_all()
+    return {"result": outcome, "drivers": len(drivers.procs)}
+
+
+# -- one run ------------------------------------------------------------------------------------
+def run_one(
+    cell: Cell, seed: int, workdir: str, *, keep: bool = False, max_faults: int = 3
+) -> dict:
+    """Run ``cell`` once under the faults of ``seed``; the run's record (see report.py)."""
+    from .compare import difference
+
+    e = entry(cell.pipeline)
+    os.makedirs(workdir, exist_ok=True)
+    ref = reference(e, workdir) if e.reference != "source-table" else {}
+    root = tempfile.mkdtemp(prefix=f"{e.name}-{seed}-", dir=workdir)
+    faults = plan(seed, cell.id, cell.runner, e.seconds, e.records, max_faults)
+    hooks = None
+    if e.group == "cdc":
+        from .cdc import for_entry
+
+        hooks = for_entry(e.name, root, seed, e.seconds)
+    t0 = time.monotonic()
+    res = _drive(
+        cell,
+        root,
+        faults,
+        timeout=(240 if cell.runner == "local" else 600) + 10 * e.seconds,
+        rng=random.Random(f"{cell.id}|{seed}|targets"),
+        hooks=hooks,
+    )
+    result = res["result"]
+    finished = result.get("status") == ("CANCELED" if hooks is not None else "FINISHED")
+    record = {
+        "cell": cell.id,
+        "pipeline": e.name,
+        "group": e.group,
+        "reference": e.reference,
+        "runner": cell.runner,
+        "backend": cell.backend,
+        "mode": cell.mode,
+        "seed": seed,
+        "status": result.get("status"),
+        "restarts": result.get("restarts"),
+        "drivers": res["drivers"],
+        "failure_reason": result.get("failure_reason"),
+        "seconds": round(time.monotonic() - t0, 1),
+        "replay": replay_command(cell, seed),
+        "known": NEXMARK_KNOWN.get(e.name),
+        "root": root,
+        "time": time.time(),
+    }
+    fired = fired_raises(BuildContext(root).faults_dir)
+    for f in faults:
+        if f.kind == "raise" and f.point in fired:
+            f.fired_at = fired[f.point]
+    store = _store(root)
+    try:
+        if store is not None:  # every driver's restarts (a killed driver wrote no result)
+            record["restarts"] = sum(
+                max(len(store.list_attempts(j.job_id)) - 1, 0) for j in store.list_jobs()
+            )
+        for f in faults:
+            if f.fired_at is not None and store is not None:
+                f.landed = landing(
+                    f.fired_at, store, [os.path.join(root, o.path) for o in e.outputs]
+                )
+    finally:
+        if store is not None:
+            store.close()
+    record["faults"] = [f.to_dict() for f in faults]
+    diffs = {}
+    if finished and hooks is not None:
+        d = difference(*hooks.multisets())
+        if d["missing"] or d["extra"]:
+            diffs["target table"] = d
+    elif finished:
+        # DuckDB's rows name the compared columns; a failure-free run's rows compare whole
+        columns_of = {p: _columns(c) for p, c in ref.items()} if e.reference == "duckdb" else None
+        got = _committed(e, root, columns_of)
+        for path, want in ref.items():
+            d = difference(got[path], want)
+            if d["missing"] or d["extra"]:
+                diffs[path] = d
+    if hooks is not None:
+        hooks.close()
+    record["differences"] = diffs
+    record["ok"] = finished and not diffs
+    record["environment"] = None if record["ok"] else _environment_failure(root)
+    if record["ok"] and not keep:
+        shutil.rmtree(root, ignore_errors=True)
+        record["root"] = None
+    return record
+
+
+#: lines of a broken installation (the shared venv being reinstalled under a run): such a
+#: run says nothing about the engine; the report lists it apart
+ENVIRONMENT_MARKERS = (
+    "ModuleNotFoundError",
+    "No module named",
+    "of the psycopg DBAPI; version",
+    "java.lang.ExceptionInInitializerError",
+)
+
+
+def _environment_failure(root: str) -> str | None:
+    """The first line of the run's driver logs showing a broken installation, if any."""
+    for name in sorted(os.listdir(root)):
+        if name.startswith("driver-") and name.endswith(".log"):
+            with open(os.path.join(root, name), errors="replace") as f:
+                for line in f:
+                    if any(m in line for m in ENVIRONMENT_MARKERS):
+                        return line.strip()[:300]
+    return None
+
+
+def _columns(counter) -> tuple[str, ...] | None:
+    """The columns of a reference multiset (its rows are ((column, value), ...))."""
+    for row in counter:
+        return tuple(c for c, _ in row)
+    return None

@@ -1,0 +1,175 @@
+"""The chaos harness's own parts, without running a job: seeded fault plans, committed rows
+in commit order, update streams and changelogs reduced to their result, the DuckDB
+reference against a direct computation over the same events."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import pytest
+
+from airflow_checkpoint_provider.engine.sink_names import part_file_name
+from bench.chaos.catalogue import Output
+from bench.chaos.compare import as_multiset, committed_rows, difference
+from bench.chaos.faults import KILL_KINDS, plan
+
+
+def test_a_plan_is_a_function_of_the_seed_and_the_cell():
+    a = plan(7, "q4/local/heap/aligned", "local", 8.0, 10_000)
+    assert [f.to_dict() for f in a] == [
+        f.to_dict() for f in plan(7, "q4/local/heap/aligned", "local", 8.0, 10_000)
+    ]
+    plans = {
+        json.dumps([f.to_dict() for f in plan(s, "q4/local/heap/aligned", "local", 8.0, 10_000)])
+        for s in range(20)
+    }
+    assert len(plans) > 15  # seeds draw different faults
+    for s in range(50):
+        for f in plan(s, "c", "spark", 8.0, 100):
+            assert f.kind in (*KILL_KINDS["spark"], "raise")
+            assert 0 <= f.at <= 0.9 * 8.0 and 0 <= f.point < 100
+
+
+def _write(directory, job, checkpoint, subtask, rows):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, part_file_name("out", job, checkpoint, subtask)), "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def test_the_last_row_per_key_follows_jobs_then_checkpoints(tmp_path):
+    d = str(tmp_path / "out")
+    job1, job2 = "a" * 32, "b" * 32  # job2 restored job1 after a driver kill
+    _write(d, job2, 3, 0, [{"k": 1, "n": 4}])
+    _write(d, job1, 12, 0, [{"k": 1, "n": 2}, {"k": 1, "n": 3}, {"k": 2, "n": 1}])
+    _write(d, job1, 9, 1, [{"k": 1, "n": 1}])
+    rows = committed_rows(d, {job1: 0, job2: 1})
+    assert [r["n"] for r in rows if r["k"] == 1] == [1, 2, 3, 4]
+    got = as_multiset(rows, Output("out", "upsert", ("k",)))
+    assert got == Counter({(("k", 1), ("n", 4)): 1, (("k", 2), ("n", 1)): 1})
+    # without the job order (checkpoint ids restart in the new job) the result is wrong
+    wrong = as_multiset(committed_rows(d, {job1: 1, job2: 0}), Output("out", "upsert", ("k",)))
+    assert wrong != got
+
+
+def test_a_changelog_leaves_what_was_not_retracted_and_appends_keep_duplicates():
+    rows = [
+        {"_op": "+I", "o": 1, "u": "x"},
+        {"_op": "-U", "o": 1, "u": "x"},
+        {"_op": "+U", "o": 1, "u": "y"},
+        {"_op": "+I", "o": 2, "u": "x"},
+        {"_op": "-D", "o": 2, "u": "x"},
+    ]
+    assert as_multiset(rows, Output("j", "changelog")) == Counter({(("o", 1), ("u", "y")): 1})
+    dup = [{"a": 1, "t": "2026-01-01T00:00:00.010"}, {"a": 1, "t": "2026-01-01T00:00:00.010"}]
+    got = as_multiset(dup, Output("x"), columns=("a", "t"))
+    want = as_multiset([{"a": 1, "t": "2026-01-01T00:00:00.010"}], Output("x"), columns=("a", "t"))
+    d = difference(got, want)
+    assert (d["missing"], d["extra"]) == (0, 1)  # a row committed twice is a difference
+
+
+def test_times_and_floats_compare_across_json_and_duckdb():
+    from datetime import datetime
+
+    json_row = {"date_time": "2026-01-01T00:00:00.010", "price": 0.1 + 0.2}
+    sql_row = {"date_time": datetime(2026, 1, 1, 0, 0, 0, 10_000), "price": 0.3}
+    cols = ("date_time", "price")
+    assert as_multiset([json_row], Output("x"), cols) == as_multiset([sql_row], Output("x"), cols)
+
+
+@pytest.mark.timeout(60)
+def test_duckdb_reference_of_q2_and_q12_matches_a_direct_count():
+    pytest.importorskip("duckdb")
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from bench.chaos.reference_duckdb import events_table, reference_rows
+    from bench.nexmark.generator import NexmarkConfig
+
+    config = NexmarkConfig(events_per_second=500)
+    events = events_table(3000, config)
+    bids = events.filter(pc.equal(events.column("event_type"), 2))
+    auction = bids.column("auction").to_numpy()
+    want = Counter(
+        zip(
+            auction[auction % 123 == 0].tolist(),
+            bids.column("price").to_numpy()[auction % 123 == 0].tolist(),
+            strict=True,
+        )
+    )
+    got = Counter((r["auction"], r["price"]) for r in reference_rows("q2", 3000, config))
+    assert got == want and sum(got.values()) > 0
+    per_bidder = Counter(bids.column("bidder").to_numpy().tolist())
+    q12 = {r["bidder"]: r["bid_count"] for r in reference_rows("q12", 3000, config)}
+    assert q12 == dict(per_bidder) and np.sum(list(q12.values())) == bids.num_rows
+
+
+def test_where_a_fault_landed_from_the_metadata_db_and_published_files(tmp_path):
+    import time
+    from datetime import UTC, datetime
+
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+    from bench.chaos.faults import landing
+
+    def at(t: float) -> datetime:
+        return datetime.fromtimestamp(t, UTC)
+
+    job = "c" * 32
+    out = str(tmp_path / "out")
+    with MetadataStore(f"sqlite:///{tmp_path / 'meta.db'}") as store:
+        store.create_job(job_id=job, job_name="j", parallelism=2)
+        store.start_attempt(job, 0, restored_checkpoint_id=None, restored_from=None)
+        base = time.time()
+
+        def checkpoint(n, trigger, complete=None, final=False):
+            store.add_pending_checkpoint(
+                job,
+                n,
+                kind="CHECKPOINT",
+                trigger_time=at(trigger),
+                location=f"chk-{n}",
+                is_final=final,
+            )
+            if complete is not None:
+                store.complete_checkpoint(
+                    job,
+                    n,
+                    complete_time=at(complete),
+                    duration_ms=1,
+                    state_size=0,
+                    checkpointed_size=0,
+                    task_stats=[],
+                )
+
+        checkpoint(1, base + 1.0, base + 1.2)
+        assert landing(base + 0.5, store, [out]) == "before-first-checkpoint"
+        assert landing(base + 1.25, store, [out]) == "during-commit"  # no files: 100 ms
+        assert landing(base + 1.6, store, [out]) == "processing"
+        checkpoint(2, base + 2.0)  # still pending
+        assert landing(base + 2.5, store, [out]) == "during-checkpoint"
+        checkpoint(3, base + 3.0, final=True)  # every task reached its end of input
+        assert landing(base + 3.5, store, [out]) == "after-sources-ended"
+    # a part file of the last completed checkpoint published after the fault: the kill cut
+    # its commit short (the restarted job published it); once published, it is over
+    with MetadataStore(f"sqlite:///{tmp_path / 'meta2.db'}") as store:
+        store.create_job(job_id=job, job_name="j", parallelism=2)
+        now = time.time()
+        store.add_pending_checkpoint(
+            job, 7, kind="CHECKPOINT", trigger_time=at(now - 2), location="chk-7"
+        )
+        store.complete_checkpoint(
+            job,
+            7,
+            complete_time=at(now - 1),
+            duration_ms=1,
+            state_size=0,
+            checkpointed_size=0,
+            task_stats=[],
+        )
+        fault = time.time()
+        time.sleep(0.05)
+        _write(out, job, 7, 0, [{"k": 1}])
+        assert landing(fault, store, [out]) == "during-commit"
+        assert landing(time.time() + 0.5, store, [out]) == "processing"
