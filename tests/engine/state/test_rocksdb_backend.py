@@ -93,8 +93,8 @@ def test_list_state_append_keeps_the_stored_elements_encoded(tmp_path, monkeypat
     from airflow_checkpoint_provider.engine.state import rocksdb
 
     decoded = []
-    real = rocksdb.unpackb
-    monkeypatch.setattr(rocksdb, "unpackb", lambda raw: decoded.append(raw) or real(raw))
+    real = rocksdb.unpack_value
+    monkeypatch.setattr(rocksdb, "unpack_value", lambda raw: decoded.append(raw) or real(raw))
     b = backend(tmp_path)
     lst = b.get_state(ListStateDescriptor("l"))
     b.set_current_key("a")
