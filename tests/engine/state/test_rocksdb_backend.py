@@ -93,8 +93,8 @@ def test_list_state_append_keeps_the_stored_elements_encoded(tmp_path, monkeypat
     from airflow_checkpoint_provider.engine.state import rocksdb
 
     decoded = []
-    real = rocksdb.unpackb
-    monkeypatch.setattr(rocksdb, "unpackb", lambda raw: decoded.append(raw) or real(raw))
+    real = rocksdb.unpack_value
+    monkeypatch.setattr(rocksdb, "unpack_value", lambda raw: decoded.append(raw) or real(raw))
     b = backend(tmp_path)
     lst = b.get_state(ListStateDescriptor("l"))
     b.set_current_key("a")
@@ -115,6 +115,7 @@ def test_list_state_append_keeps_the_stored_elements_encoded(tmp_path, monkeypat
     b.set_current_key("b")  # another key: its own list
     lst.add_all([])
     assert lst.get() == []
-    lst.add((1, 2))  # a tuple is stored as an array, as before
-    assert lst.get() == [[1, 2]]
+    lst.add((1, 2))  # a tuple stays a tuple (the typed encoding, issue 35)
+    lst.add((3, 4))
+    assert lst.get() == [(1, 2), (3, 4)] and all(type(t) is tuple for t in lst.get())
     b.close()
