@@ -15,7 +15,7 @@ def cdc() -> None:
 @cdc.command("drop-slot")
 @click.option("--url", envvar="CKPT_CDC_URL", required=True,
               help="the source database, postgresql://user@host:port/db ($CKPT_CDC_URL)")
-@click.option("--job-name", default=None, help="the job whose default slot (ckpt_<job name>) to drop")
+@click.option("--job-name", default=None, help="the job whose default slot (ckpt_<job name>_<hash>) to drop")
 @click.option("--slot", default=None, help="the slot's name, if the source set slot=")
 @click.option("--publication", default=None,
               help="the publication to drop too (default: the slot's name)")

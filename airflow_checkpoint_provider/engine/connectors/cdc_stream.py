@@ -31,19 +31,31 @@ from .pgoutput import (
     decode,
     format_lsn,
 )
+from .postgres_cdc_slots import check_slot_position, slot_state
 
 log = logging.getLogger(__name__)
 
 
+#: consecutive failed (re)connects or polls before the reader gives up (the job restarts)
+MAX_RETRIES = 8
+
+
 class StreamReader(SplitReader):
     """Position: ``{"lsn": end LSN of the last emitted transaction, "parts": {split: parts}
-    or None while the snapshot splits have not all announced, "commit_ts": µs}``."""
+    or None while the snapshot splits have not all announced, "commit_ts": µs, "slot": the
+    slot it was read from, "splits"/"buckets": the snapshot plan}``.
+
+    A fenced reader (``ctx.fenced``: a blue-green validation run) never acknowledges: the
+    slot stays where the job found it."""
 
     def __init__(self, src: Any, position: dict | None, ctx: SourceContext,
                  where: str) -> None:
         self.src, self.ctx, self.where = src, ctx, where
         self.admin = src.connect()
-        self.tables, self.slot, self.publication = src.prepare(self.admin, ctx)
+        self.tables, self.slot, self.publication = src.prepare(
+            self.admin, ctx, legacy=bool(position) and "slot" not in position)
+        self.fenced = bool(getattr(ctx, "fenced", False))
+        self.failures = 0
         confirmed = src.confirmed_lsn(self.admin, self.slot)
         try:
             self.lsn = int(position["lsn"]) if position else confirmed
@@ -61,7 +73,8 @@ class StreamReader(SplitReader):
                 "restoring (a new snapshot)")
         if not src.snapshot:
             self.parts = {}
-        self.acked = self.lsn
+        # what the slot may forget: a fenced run acknowledges nothing (the slot's own)
+        self.acked = confirmed if self.fenced else self.lsn
         self.stream: ReplicationStream | None = None
         self.relations: dict[int, Relation] = {}
         self.txn: Transaction | None = None
@@ -75,8 +88,38 @@ class StreamReader(SplitReader):
     def _connect(self) -> ReplicationStream:
         self.relations.clear()
         self.txn = None
-        return ReplicationStream(self.src.conninfo(replication=True), self.slot,
-                                 self.publication, self.lsn, self.acked)
+        stream = ReplicationStream(self.src.conninfo(replication=True), self.slot,
+                                   self.publication, self.lsn, self.acked)
+        try:  # on every (re)connect: the server must not start past our position
+            check_slot_position(self._admin(), self.slot, self.lsn, stream.backend_pid,
+                                self.where)
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+
+    def _admin(self):
+        """The normal connection (opened again if it broke, e.g. a server restart)."""
+        if self.admin.closed or self.admin.broken:
+            self.admin = self.src.connect()
+        return self.admin
+
+    def _unrecoverable(self) -> str | None:
+        """Why the stream cannot continue, if the server says so: the slot or the
+        publication is gone. ``None`` when it cannot tell (the server is unreachable)."""
+        import psycopg
+
+        try:
+            conn = self._admin()
+            if slot_state(conn, self.slot) is None:
+                return (f"replication slot {self.slot!r} was dropped while the job ran: the "
+                        "changes since the last checkpoint are gone")
+            if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
+                            (self.publication,)).fetchone() is None:
+                return f"publication {self.publication!r} was dropped while the job ran"
+        except psycopg.Error:
+            return None
+        return None
 
     def read_batch(self, max_records: int) -> list[dict] | None:
         try:
@@ -84,12 +127,25 @@ class StreamReader(SplitReader):
                 self.stream = self._connect()
             messages = self.stream.poll(0.05, max(64, max_records))
         except ReplicationError as exc:  # e.g. wal_sender_timeout while backpressured
-            log.warning("%s: %s; reconnecting at %s", self.where, exc, format_lsn(self.lsn))
             if self.stream is not None:
                 self.stream.close()
             self.stream = None
-            time.sleep(0.5)  # e.g. the slot is still held by a killed attempt's connection
+            fatal = self._unrecoverable()
+            if fatal is not None:
+                raise CdcError(f"{self.where}: {fatal} ({exc}). Drop the slot and the "
+                               "publication (ckpt cdc drop-slot) and start the job without "
+                               "restoring to take a new snapshot") from exc
+            self.failures += 1
+            if self.failures > MAX_RETRIES:
+                raise ReplicationError(f"{self.where}: the replication stream of slot "
+                                       f"{self.slot!r} failed {self.failures} times in a row; "
+                                       f"last: {exc}") from exc
+            log.warning("%s: %s; reconnecting at %s (attempt %d of %d)", self.where, exc,
+                        format_lsn(self.lsn), self.failures, MAX_RETRIES)
+            # e.g. the slot is still held by a killed attempt's connection
+            time.sleep(min(5.0, 0.25 * 2 ** self.failures))
             return []
+        self.failures = 0
         if self.parts is None:
             self._wait_for_snapshot(messages)
             return []
@@ -232,10 +288,12 @@ class StreamReader(SplitReader):
 
     # -- position, acknowledgement, lag ---------------------------------------------------
     def position(self) -> dict:
-        return {"lsn": self.lsn, "commit_ts": self.commit_ts, "parts": self.parts}
+        return {"lsn": self.lsn, "commit_ts": self.commit_ts, "parts": self.parts,
+                "slot": self.slot, "splits": self.src.snapshot_splits,
+                "buckets": self.src.buckets}
 
     def notify_checkpoint_complete(self, checkpoint_id: int, position: object) -> None:
-        if not isinstance(position, dict):
+        if not isinstance(position, dict) or self.fenced:  # fenced: never acknowledge
             return
         self.acked = max(self.acked, int(position["lsn"]))
         if self.stream is not None:
@@ -247,8 +305,11 @@ class StreamReader(SplitReader):
 
     def lag(self) -> dict:
         """``lag_bytes``: server WAL end minus the source's position; ``lag_seconds``: now
-        minus the commit time of the last transaction emitted (0 when caught up)."""
+        minus the commit time of the last transaction emitted (0 when caught up). Both
+        ``None`` (unknown) while the reader is not connected, never 0."""
         stream = self.stream
+        if stream is None or not stream.server_wal_end or not stream.alive():
+            return {"lag_bytes": None, "lag_seconds": None}
         end = stream.server_wal_end if stream else self.lsn
         done = max(self.lsn, stream.keepalive_end if stream and self.caught_up else 0)
         seconds = 0.0

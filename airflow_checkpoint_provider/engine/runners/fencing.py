@@ -75,3 +75,18 @@ def discard_held(graph: ExecutionGraph, job_id: str) -> int:
                         "staged and is never published): %s", job_id, uid, exc)
     log.info("Fenced job %s ended: discarded %d held transactions", job_id, discarded)
     return discarded
+
+
+def check_sources_at_start(graph: ExecutionGraph, store, job_name: str, job_id: str,
+                           fenced: bool, initial) -> None:
+    """Before the first attempt: sources whose upstream position is shared state (a CDC
+    source's replication slot) check it (``check_job_start``): ownership, restored
+    positions and plans, configuration errors that no restart would cure."""
+    from ..connectors.postgres_cdc_slots import restored_positions
+
+    for v in graph.vertices:
+        for n in v.nodes:
+            check = getattr(n.payload, "check_job_start", None) if n.kind == "source" else None
+            if check is not None:
+                check(store, job_name=job_name, job_id=job_id, fenced=fenced,
+                      restored=restored_positions(initial, n.uid) if n.uid else {})

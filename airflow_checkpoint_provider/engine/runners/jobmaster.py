@@ -46,7 +46,7 @@ from ..snapshot.codec import LoadedSnapshot
 from ..snapshot.verify import verify_snapshot
 from .attempt import AttemptOutcome, AttemptRun
 from .control import ControlPlane
-from .fencing import check_fencing, discard_held, fenced_restore_error, snapshot_is_fenced
+from .fencing import check_fencing, check_sources_at_start, discard_held, fenced_restore_error, snapshot_is_fenced  # noqa: E501
 
 log = logging.getLogger(__name__)
 
@@ -325,6 +325,7 @@ class JobMaster:
         self.trust = SnapshotTrust(store, trust_snapshot=getattr(self, "trust_snapshot", False))
         initial = self._resolve_restore(store, restore)
         self.initial = initial
+        check_sources_at_start(graph, store, p.name, job_id, p.fence_sinks, initial)  # CDC slots
         if initial is not None:
             assign_restore(initial, graph, allow_non_restored_state=self.allow_non_restored_state)
             store.set_job_restored_from(job_id, initial.directory)
