@@ -104,7 +104,7 @@ class StreamReader(SplitReader):
             self.admin = self.src.connect()
         return self.admin
 
-    def _unrecoverable(self) -> str | None:
+    def _unrecoverable(self, error: str) -> str | None:
         """Why the stream cannot continue, if the server says so: the slot or the
         publication is gone. ``None`` when it cannot tell (the server is unreachable)."""
         import psycopg
@@ -117,6 +117,10 @@ class StreamReader(SplitReader):
             if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
                             (self.publication,)).fetchone() is None:
                 return f"publication {self.publication!r} was dropped while the job ran"
+            if f'publication "{self.publication}" does not exist' in error:
+                return (f"publication {self.publication!r} was created after the slot's "
+                        "position (pgoutput reads publications as of each change): use the "
+                        "publication the slot was read with (publication=)")
         except psycopg.Error:
             return None
         return None
@@ -130,7 +134,7 @@ class StreamReader(SplitReader):
             if self.stream is not None:
                 self.stream.close()
             self.stream = None
-            fatal = self._unrecoverable()
+            fatal = self._unrecoverable(str(exc))
             if fatal is not None:
                 raise CdcError(f"{self.where}: {fatal} ({exc}). Drop the slot and the "
                                "publication (ckpt cdc drop-slot) and start the job without "
@@ -289,7 +293,8 @@ class StreamReader(SplitReader):
     # -- position, acknowledgement, lag ---------------------------------------------------
     def position(self) -> dict:
         return {"lsn": self.lsn, "commit_ts": self.commit_ts, "parts": self.parts,
-                "slot": self.slot, "splits": self.src.snapshot_splits,
+                "slot": self.slot, "publication": self.publication,
+                "splits": self.src.snapshot_splits,
                 "buckets": self.src.buckets}
 
     def notify_checkpoint_complete(self, checkpoint_id: int, position: object) -> None:

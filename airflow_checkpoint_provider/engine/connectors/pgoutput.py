@@ -233,7 +233,10 @@ class ReplicationStream:
                 self.conn.consume_input()
                 continue
             if n == -1:
-                raise ReplicationError("the server ended the replication stream")
+                res = self.conn.get_result()
+                why = (res.error_message or b"").decode().strip() if res is not None else ""
+                raise ReplicationError("the server ended the replication stream"
+                                       + (f": {why}" if why else ""))
             if n < 0:
                 raise ReplicationError(
                     f"replication stream failed: {(self.conn.error_message or b'').decode().strip()}")

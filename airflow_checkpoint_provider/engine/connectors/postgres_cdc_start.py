@@ -3,7 +3,7 @@ job's tasks start (:func:`check_job_start`), so a wrong configuration fails the 
 instead of spending every restart:
 
 * the server and the tables (``wal_level``, tables exist, primary keys);
-* the slot and publication names, and the slot's owner (metadata DB, ``cdc_slot_owners``):
+* the slot and publication names (a restored position keeps its publication), and the slot's owner (metadata DB, ``cdc_slot_owners``):
   a slot owned by another job name is refused;
 * an existing publication includes every table; an existing slot is a ``pgoutput`` slot of
   this database;
@@ -79,6 +79,11 @@ def check_job_start(src: Any, store, *, job_name: str, job_id: str, fenced: bool
         tables = src.inspect(conn)
         src.resolved_names = None
         slot, pub = src.names(job_name, conn, legacy=stream is not None and "slot" not in stream)
+        if stream is not None and stream.get("publication") and not src.publication:
+            # keep the publication the restored position was read with (a green job restoring
+            # blue's: pgoutput looks publications up as of each change's WAL position, so one
+            # created after the copied slot's start would "not exist" for those changes)
+            pub = str(stream["publication"])
         src.resolved_names = (slot, pub)
         store.claim_cdc_slot(server=server_identity(conn), slot=slot, job_name=job_name,
                              job_id=job_id)

@@ -58,6 +58,13 @@ def _wait(predicate, timeout=20.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _confirmed_text(url, slot):
+    with psycopg.connect(dsn(url), autocommit=True) as conn:
+        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE "
+                           "slot_name = %s", (slot,)).fetchone()
+    return row[0] if row else None
+
+
 def _slot_active(url, slot):
     with psycopg.connect(dsn(url), autocommit=True) as conn:
         row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
