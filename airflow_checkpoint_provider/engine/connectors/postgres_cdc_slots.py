@@ -182,12 +182,16 @@ def drop_slot(url: str, slot: str, publication: str | None = None, *,
     return done
 
 
+def _field(obj, name: str):
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
 def restored_positions(snapshot, uid: str) -> dict[str, object]:
     """``{split: position}`` of source ``uid`` in a loaded snapshot (its split list state)."""
     out: dict[str, object] = {}
-    op = (getattr(snapshot.metadata, "operators", None) or {}).get(uid) if snapshot else None
-    for sub in getattr(op, "subtasks", None) or ():
-        for entry in getattr(sub, "operator_state", None) or ():
+    op = (_field(_field(snapshot, "metadata"), "operators") or {}).get(uid) if snapshot else None
+    for sub in _field(op, "subtasks") or ():
+        for entry in _field(sub, "operator_state") or ():
             values = entry.get("value") if isinstance(entry, dict) and "value" in entry else [entry]
             for e in values or ():
                 if isinstance(e, dict) and "split" in e and e.get("position") is not None:
