@@ -13,6 +13,7 @@ from ..errors import RestoreError
 from .base import SourceContext, SplitReader
 from .cdc_rows import (
     MESSAGE_PREFIX,
+    RESERVED_COLUMNS,
     CdcError,
     TableInfo,
     bucket_of,
@@ -54,6 +55,8 @@ class StreamReader(SplitReader):
         self.admin = src.connect()
         self.tables, self.slot, self.publication = src.prepare(
             self.admin, ctx, legacy=bool(position) and "slot" not in position)
+        #: captured tables by OID (a rename keeps it; a recreated table has another)
+        self.by_oid = {info.oid: info for info in self.tables.values()}
         self.fenced = bool(getattr(ctx, "fenced", False))
         self.failures = 0
         confirmed = src.confirmed_lsn(self.admin, self.slot)
@@ -125,29 +128,34 @@ class StreamReader(SplitReader):
             return None
         return None
 
+    def _stream_failed(self, exc: ReplicationError) -> None:
+        """Fail at once when the slot or publication is gone; else reconnect later, at most
+        :data:`MAX_RETRIES` times in a row (then the job restarts)."""
+        if self.stream is not None:
+            self.stream.close()
+        self.stream = None
+        fatal = self._unrecoverable(str(exc))
+        if fatal is not None:
+            raise CdcError(f"{self.where}: {fatal} ({exc}). Drop the slot and the "
+                           "publication (ckpt cdc drop-slot) and start the job without "
+                           "restoring to take a new snapshot") from exc
+        self.failures += 1
+        if self.failures > MAX_RETRIES:
+            raise ReplicationError(f"{self.where}: the replication stream of slot "
+                                   f"{self.slot!r} failed {self.failures} times in a row; "
+                                   f"last: {exc}") from exc
+        log.warning("%s: %s; reconnecting at %s (attempt %d of %d)", self.where, exc,
+                    format_lsn(self.lsn), self.failures, MAX_RETRIES)
+        # e.g. the slot is still held by a killed attempt's connection
+        time.sleep(min(5.0, 0.25 * 2 ** self.failures))
+
     def read_batch(self, max_records: int) -> list[dict] | None:
         try:
             if self.stream is None:
                 self.stream = self._connect()
             messages = self.stream.poll(0.05, max(64, max_records))
         except ReplicationError as exc:  # e.g. wal_sender_timeout while backpressured
-            if self.stream is not None:
-                self.stream.close()
-            self.stream = None
-            fatal = self._unrecoverable(str(exc))
-            if fatal is not None:
-                raise CdcError(f"{self.where}: {fatal} ({exc}). Drop the slot and the "
-                               "publication (ckpt cdc drop-slot) and start the job without "
-                               "restoring to take a new snapshot") from exc
-            self.failures += 1
-            if self.failures > MAX_RETRIES:
-                raise ReplicationError(f"{self.where}: the replication stream of slot "
-                                       f"{self.slot!r} failed {self.failures} times in a row; "
-                                       f"last: {exc}") from exc
-            log.warning("%s: %s; reconnecting at %s (attempt %d of %d)", self.where, exc,
-                        format_lsn(self.lsn), self.failures, MAX_RETRIES)
-            # e.g. the slot is still held by a killed attempt's connection
-            time.sleep(min(5.0, 0.25 * 2 ** self.failures))
+            self._stream_failed(exc)
             return []
         self.failures = 0
         if self.parts is None:
@@ -170,7 +178,9 @@ class StreamReader(SplitReader):
             elif kind == "R":
                 self._relation(payload)
             elif kind == "T":
-                names = [self.relations[r].qualified for r in payload if r in self.relations]
+                names = [self.by_oid[r].name for r in payload if r in self.by_oid]
+                if not names:
+                    continue  # a table of the publication this job does not capture
                 raise CdcError(f"{self.where}: TRUNCATE of captured table(s) "
                                f"{', '.join(names)}; the CDC source does not turn a TRUNCATE "
                                "into deletes. Drop the slot (ckpt cdc drop-slot) and start the "
@@ -198,15 +208,50 @@ class StreamReader(SplitReader):
             self.stream = None
 
     def _relation(self, rel: Relation) -> None:
-        info = self.tables.get(rel.qualified)
-        if info is not None:
-            now = [(c.name, c.type_oid) for c in rel.columns]
-            if now != info.columns:
+        """A Relation message (the table's name and columns as of the changes after it):
+        captured tables are tracked by OID. Columns added, dropped or retyped are followed
+        (records carry the relation's columns); a rename or move, a recreated table, a
+        changed primary key fail the job naming the table and the change."""
+        info = self.by_oid.get(rel.relid)
+        how = ("drop the slot (ckpt cdc drop-slot) and start the job without restoring to take "
+               "a new snapshot")
+        if info is None:
+            if rel.qualified in self.tables:
                 raise CdcError(
-                    f"{self.where}: table {rel.qualified!r} changed while captured (columns "
-                    f"{info.columns} at start, now {now}); DDL on a captured table is not "
-                    "supported: drop the slot (ckpt cdc drop-slot) and start the job without "
-                    "restoring to take a new snapshot")
+                    f"{self.where}: table {rel.qualified!r} was replaced while captured (OID "
+                    f"{self.tables[rel.qualified].oid} at start, now {rel.relid}: dropped and "
+                    f"created again, or swapped for a copy); {how}")
+            self.relations[rel.relid] = rel  # not captured (another table of the publication)
+            return
+        if rel.qualified != info.name:
+            raise CdcError(
+                f"{self.where}: table {info.name!r} was renamed or moved to {rel.qualified!r} "
+                f"while captured (OID {rel.relid}); change tables= to the new name, then {how}")
+        names = [c.name for c in rel.columns]
+        missing = [k for k in info.key if k not in names]
+        keys = [c.name for c in rel.columns if c.key]
+        if missing or (keys and rel.replica_identity == "d" and sorted(keys) != sorted(info.key)):
+            raise CdcError(
+                f"{self.where}: the primary key of table {info.name!r} changed while captured "
+                f"({info.key} at start, now {keys or 'without ' + ', '.join(missing)}); {how}")
+        if rel.replica_identity == "n" or (rel.replica_identity == "i" and not set(info.key)
+                                           <= set(keys)):
+            raise CdcError(
+                f"{self.where}: table {info.name!r} now has REPLICA IDENTITY "
+                f"{'NOTHING' if rel.replica_identity == 'n' else 'USING INDEX without the primary key'}"
+                f": its updates and deletes do not carry the key; ALTER TABLE {info.name} "
+                f"REPLICA IDENTITY DEFAULT (or FULL), then {how}")
+        reserved = [n for n in names if n in RESERVED_COLUMNS]
+        if reserved:
+            raise CdcError(f"{self.where}: table {info.name!r} gained column(s) "
+                           f"{', '.join(reserved)}, which the changelog uses; rename them")
+        before = self.relations.get(rel.relid)
+        old = ([(c.name, c.type_oid) for c in before.columns] if before is not None
+               else info.columns)
+        now = [(c.name, c.type_oid) for c in rel.columns]
+        if now != old:
+            log.info("%s: table %s now has columns %s (was %s): records follow", self.where,
+                     info.name, now, old)
         self.relations[rel.relid] = rel
 
     # -- records --------------------------------------------------------------------------
@@ -233,6 +278,7 @@ class StreamReader(SplitReader):
 
     def _record(self, info: TableInfo, texts: list, op: str, txn: Transaction,
                 key_only: bool = False) -> dict:
+        """``info``: the table with the columns of its latest Relation message."""
         if key_only:
             idx = set(self._key_index(info))
             rec = {c: convert(texts[i], oid) for i, (c, oid) in enumerate(info.columns) if i in idx}
@@ -251,9 +297,12 @@ class StreamReader(SplitReader):
         names = list(self.tables)
         for ch in txn.changes:
             rel = self.relations.get(ch.relid)
-            if rel is None or rel.qualified not in self.tables:
+            captured = self.by_oid.get(ch.relid)
+            if rel is None or captured is None:
                 continue
-            info = self.tables[rel.qualified]
+            # the columns of the relation as of this change (followed across DDL)
+            info = TableInfo(captured.name, [(c.name, c.type_oid) for c in rel.columns],
+                             captured.key, captured.oid)
             index = names.index(info.name)
             if ch.kind == "I":
                 if self._keep(txn.xid, info, index, ch.new):
@@ -294,6 +343,7 @@ class StreamReader(SplitReader):
     def position(self) -> dict:
         return {"lsn": self.lsn, "commit_ts": self.commit_ts, "parts": self.parts,
                 "slot": self.slot, "publication": self.publication,
+                "tables": list(self.tables), "oids": [i.oid for i in self.tables.values()],
                 "splits": self.src.snapshot_splits,
                 "buckets": self.src.buckets}
 

@@ -56,6 +56,7 @@ from ..extras import require
 from .base import Source, SourceContext, SplitReader
 from .cdc_rows import (
     MESSAGE_PREFIX,
+    RESERVED_COLUMNS,
     TableInfo,
     _bucket_sql,
     convert,
@@ -67,7 +68,9 @@ from .postgres import _dsn
 from .postgres_cdc_slots import (
     NAME_PATTERN,
     CdcConfigurationError,
+    blockers,
     check_name,
+    create_slot,
     drop_slot,
     job_object_name,
     legacy_object_name,
@@ -190,7 +193,26 @@ class PostgresCdcSource(Source):
                 raise CdcConfigurationError(
                     f"{self.describe()}: table {t!r} has no primary key; the CDC source needs "
                     "one (ALTER TABLE ... ADD PRIMARY KEY)")
-            out[t] = TableInfo(t, [(c, int(o)) for c, o in cols], key)
+            ident = conn.execute("SELECT relreplident FROM pg_class WHERE oid = %s",
+                                 (row[0],)).fetchone()[0]
+            covered = {r[0] for r in conn.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisreplident",
+                (row[0],))}
+            if ident == "n" or (ident == "i" and not set(key) <= covered):
+                raise CdcConfigurationError(
+                    f"{self.describe()}: table {t!r} has REPLICA IDENTITY "
+                    f"{'NOTHING' if ident == 'n' else 'USING INDEX on an index without the primary key'}"
+                    f": its updates and deletes would not carry the primary key "
+                    f"({', '.join(key)}). ALTER TABLE {t} REPLICA IDENTITY DEFAULT (or FULL)")
+            reserved = [c for c, _ in cols if c in RESERVED_COLUMNS]
+            if reserved:
+                raise CdcConfigurationError(
+                    f"{self.describe()}: table {t!r} has column(s) {', '.join(reserved)}, "
+                    "which the changelog uses for its own fields (_op, _table, _lsn, "
+                    "_commit_ts); rename them (ALTER TABLE ... RENAME COLUMN) or capture a "
+                    "view of the table through another job")
+            out[t] = TableInfo(t, [(c, int(o)) for c, o in cols], key, int(row[0]))
         return out
 
     def prepare(self, conn, ctx: SourceContext, *, legacy: bool = False
@@ -222,7 +244,7 @@ class PostgresCdcSource(Source):
                            (slot,)).fetchone()
         if row is None:
             try:
-                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+                create_slot(conn, slot, self.connect, self.describe())
                 log.info("Created replication slot %s", slot)
             except psycopg.errors.DuplicateObject:
                 pass
@@ -322,7 +344,13 @@ class SnapshotReader(SplitReader):
         if parse_snapshot(snap)[0] < self.horizon:
             conn.rollback()
             conn.autocommit = True
-            log.debug("%s: waiting for transactions older than the slot to end", self.where)
+            now = time.monotonic()
+            self.waiting_since = getattr(self, "waiting_since", None) or now
+            if now - self.waiting_since > 5 and now - getattr(self, "warned", 0.0) > 10:
+                self.warned = now
+                log.warning("%s: the snapshot has waited %.0f s for transactions older than the "
+                            "replication slot to end: %s", self.where, now - self.waiting_since,
+                            blockers(conn))
             return False
         self.snapshot = snap
         self.parts.append([self.table, self.bucket, self.bucket, snap])
@@ -388,6 +416,7 @@ class SnapshotReader(SplitReader):
     def position(self) -> dict:
         return {"table": self.table, "bucket": self.bucket, "done": self.done,
                 "parts": [list(p) for p in self.parts], "slot": self.slot,
+                "tables": self.names, "oids": [self.tables[t].oid for t in self.names],
                 "splits": self.src.snapshot_splits, "buckets": self.src.buckets}
 
     def notify_checkpoint_complete(self, checkpoint_id: int, position: object) -> None:

@@ -67,6 +67,36 @@ def _check_plan(src: Any, restored: dict, where: str) -> None:
         setattr(src, opt, old)
 
 
+def _check_tables(tables: dict, restored: dict, where: str) -> None:
+    """The restored positions name the same tables, in the same order (snapshot parts refer
+    to them by index), with the same OIDs (a table dropped and created again, or swapped
+    for a copy, while the job was stopped has another)."""
+    for split, pos in sorted(restored.items()):
+        if not isinstance(pos, dict) or pos.get("tables") is None:
+            continue
+        before = [str(t) for t in pos["tables"]]
+        if before != list(tables):
+            added = [t for t in tables if t not in before]
+            removed = [t for t in before if t not in tables]
+            change = "; ".join(filter(None, [
+                f"added {', '.join(added)}" if added else "",
+                f"removed {', '.join(removed)}" if removed else "",
+                "reordered" if not added and not removed else ""]))
+            raise RestoreError(
+                f"{where}: tables= changed across the restore ({change}; the restored snapshot "
+                f"covers {', '.join(before)}): a new table's rows were never snapshotted. "
+                "Restore with the same tables=, and capture a new table in a job of its own, "
+                "or start without restoring (drop the slot: a new snapshot of every table)")
+        for name, oid in zip(before, pos.get("oids") or (), strict=False):
+            if oid and int(oid) != tables[name].oid:
+                raise RestoreError(
+                    f"{where}: table {name!r} was replaced while the job was stopped (OID "
+                    f"{oid} in the restored position {split!r}, now {tables[name].oid}: dropped "
+                    "and created again, or swapped for a copy); its changes in between are not "
+                    "in the stream. Drop the slot (ckpt cdc drop-slot) and start without "
+                    "restoring (a new snapshot)")
+
+
 def check_job_start(src: Any, store, *, job_name: str, job_id: str, fenced: bool,
                     restored: dict) -> None:
     require("postgres")
@@ -77,6 +107,7 @@ def check_job_start(src: Any, store, *, job_name: str, job_id: str, fenced: bool
     _check_plan(src, restored, where)
     with src.connect() as conn:
         tables = src.inspect(conn)
+        _check_tables(tables, restored, where)
         src.resolved_names = None
         slot, pub = src.names(job_name, conn, legacy=stream is not None and "slot" not in stream)
         if stream is not None and stream.get("publication") and not src.publication:
