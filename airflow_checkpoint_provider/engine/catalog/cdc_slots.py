@@ -55,8 +55,9 @@ class CdcSlotsMixin(StoreBase):
         insert-if-absent on the primary key, then a read of the owner that won."""
 
         def fn(session: Session) -> str:
+            now = utcnow()
             values = {"server": server, "slot": slot, "job_name": job_name, "job_id": job_id,
-                      "claimed_at": utcnow()}
+                      "claimed_at": now}
             ins = (pg_insert if session.get_bind().dialect.name == "postgresql"
                    else sqlite_insert)(CdcSlotOwnerRow).values(**values)
             session.execute(ins.on_conflict_do_nothing(index_elements=["server", "slot"]))
@@ -64,7 +65,7 @@ class CdcSlotsMixin(StoreBase):
             assert row is not None
             if row.job_name == job_name:
                 row.job_id = job_id
-                row.claimed_at = values["claimed_at"]
+                row.claimed_at = now
             return row.job_name
 
         owner = self._write(fn, "claim_cdc_slot")

@@ -183,8 +183,9 @@ class StreamReader(SplitReader):
                     continue  # a table of the publication this job does not capture
                 raise CdcError(f"{self.where}: TRUNCATE of captured table(s) "
                                f"{', '.join(names)}; the CDC source does not turn a TRUNCATE "
-                               "into deletes. Drop the slot (ckpt cdc drop-slot) and start the "
-                               "job without restoring to take a new snapshot")
+                               "into deletes. Recover: stop the job, drop its slot and empty its "
+                               "upsert targets (postgres_cdc_recovery.recover_after_truncate), "
+                               "then start it without restoring (a new snapshot)")
         self.caught_up = not messages and self.txn is None
         return out
 
