@@ -162,8 +162,8 @@ def check_job_start(src: Any, store, *, job_name: str, job_id: str, fenced: bool
         if state[0] is not None and state[0] > lsn:
             hint = (f" Slot {slot!r} was copied from {origin!r} only now, after that slot "
                     "was confirmed past the hand-over position. For a blue-green upgrade "
-                    f"create green's slot before the hand-over: ckpt cdc copy-slot --from "
-                    f"{origin} --to {slot} (then take blue's savepoint)."
+                    f"create green's slot before the hand-over: ckpt cdc copy-slot --url ... "
+                    f"--from {origin} --to {slot} (then take blue's savepoint)."
                     if origin != slot else " A newer checkpoint (or another reader) acknowledged "
                     "the changes in between: restore the latest checkpoint.")
             raise RestoreError(

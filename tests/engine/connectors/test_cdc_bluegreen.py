@@ -14,12 +14,13 @@ import time
 import pytest
 from cdc_pipelines import cdc_pipeline, committed_in_order, items_database, replay, source_table
 from cdc_pipelines import start_writers as writers
+from click.testing import CliRunner
 from pipelines import Background
 from test_cdc_slots import _confirmed_text
 
 from airflow_checkpoint_provider.engine.catalog import SlotInUseError
+from airflow_checkpoint_provider.engine.cli import main
 from airflow_checkpoint_provider.engine.connectors.postgres_cdc import job_object_name
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc_slots import copy_slot
 
 
 @pytest.fixture
@@ -35,7 +36,10 @@ def test_blue_green_cut_over_of_a_cdc_job_loses_and_duplicates_nothing(db, tmp_p
     blue_bg = Background(cdc_pipeline(root, db, name="cdc-blue", out=out))
     blue = blue_bg.wait_running(timeout=90)
     # the hand-over: green's own slot first (a copy of blue's), then blue's savepoint
-    copy_slot(db, blue_slot, green_slot)
+    res = CliRunner().invoke(main, ["cdc", "copy-slot", "--url", db, "--from", blue_slot,
+                                    "--to-job", "cdc-green"])
+    assert res.exit_code == 0 and f"created slot {green_slot} from {blue_slot}" in res.output, \
+        res.output
     sp = blue_bg.request(blue.job_id, "SAVEPOINT", {})
     assert sp.status == "SUCCEEDED", sp.error
     # a fenced green pointed at blue's slot is refused (it would acknowledge past blue)
