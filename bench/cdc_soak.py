@@ -90,7 +90,8 @@ def build(root: str, url: str, target_url: str, name: str, kill_after: int | Non
 
 
 DRIVER = """
-import sys
+import logging, sys
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 sys.path.insert(0, {here!r}); sys.path.insert(0, {tests!r})
 from cdc_soak import build
 build({root!r}, {url!r}, {target!r}, {name!r}, kill_after={kill_after}).run(restore={restore!r})
@@ -106,7 +107,7 @@ def driver(root, url, target, name, restore=None, kill_after=None) -> subprocess
                                 [ROOT, os.environ.get("PYTHONPATH", "")])})
 
 
-def running_job(store, name, timeout=180.0):
+def running_job(store, name, timeout=900.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         jobs = [j for j in store.list_jobs(job_name=name) if j.status == "RUNNING"]
