@@ -107,10 +107,13 @@ def driver(root, url, target, name, restore=None, kill_after=None) -> subprocess
                                 [ROOT, os.environ.get("PYTHONPATH", "")])})
 
 
-def running_job(store, name, timeout=900.0):
+def running_job(store, name, timeout=900.0, *, after=None):
+    """The RUNNING job of ``name`` that is not ``after`` (a killed job's row may still say
+    RUNNING until it is declared LOST)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        jobs = [j for j in store.list_jobs(job_name=name) if j.status == "RUNNING"]
+        jobs = [j for j in store.list_jobs(job_name=name)
+                if j.status == "RUNNING" and (after is None or j.job_id != after.job_id)]
         if jobs and any(c.status in ("COMPLETED", "SUBSUMED")
                         for c in store.list_checkpoints(jobs[0].job_id)):
             return jobs[0]
@@ -229,7 +232,7 @@ def main() -> None:
         time.sleep(float(os.environ.get("CKPT_HEARTBEAT_TIMEOUT_S", "10")) + 1)
         d = driver(root, url, target, "soak-blue", restore="latest")
         procs.append(d)
-        blue = running_job(store, "soak-blue")
+        blue = running_job(store, "soak-blue", after=blue)
         events.append(("blue restored from latest", round(time.monotonic() - t0, 1)))
         at(0.3)
         with psycopg.connect(dsn(url), autocommit=True) as conn:
