@@ -25,14 +25,17 @@ class PassThrough(KeyedProcessFunction):
     order. ``kill_after``: SIGKILL this slot process after that many records (once, marker
     file ``kill_marker``)."""
 
-    def __init__(self, kill_after: int | None = None, kill_marker: str | None = None) -> None:
-        self.kill_after, self.kill_marker = kill_after, kill_marker
+    def __init__(self, kill_after: int | None = None, kill_marker: str | None = None,
+                 delay_s: float = 0.0) -> None:
+        self.kill_after, self.kill_marker, self.delay_s = kill_after, kill_marker, delay_s
 
     def open(self, ctx):
         self.seen = 0
 
     def process_element(self, record, ctx):
         self.seen += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
         if (self.kill_after is not None and self.seen >= self.kill_after
                 and not os.path.exists(self.kill_marker)):
             open(self.kill_marker, "w").close()
@@ -90,7 +93,7 @@ def table_key(record: dict) -> str:
 def cdc_pipeline(root: str, url: str, *, name: str = "cdc", tables=("items",),
                  source_parallelism: int = 2, parallelism: int = 2, snapshot_splits: int = 3,
                  buckets: int = 64, interval_ms: int = 200, kill_after: int | None = None,
-                 out: str | None = None, **source_options) -> Pipeline:
+                 out: str | None = None, delay_s: float = 0.0, **source_options) -> Pipeline:
     p = Pipeline(name, max_parallelism=64,
                  checkpoint=CheckpointConfig(interval_ms=interval_ms, directory=os.path.join(root, "ckpt"),
                                              savepoint_directory=os.path.join(root, "savepoints"),
@@ -101,7 +104,7 @@ def cdc_pipeline(root: str, url: str, *, name: str = "cdc", tables=("items",),
                             **source_options)
     (p.source(src, uid="cdc", parallelism=source_parallelism)
       .key_by("id")
-      .process(PassThrough(kill_after, os.path.join(root, "killed")), uid="pass",
+      .process(PassThrough(kill_after, os.path.join(root, "killed"), delay_s), uid="pass",
                parallelism=parallelism)
       .sink(FileSink(out or os.path.join(root, "out")), uid="out"))
     return p

@@ -33,6 +33,9 @@ Exposed series (names get the ``ckpt_`` namespace, as Flink's get ``flink_``):
                                                         WAL, at the newest completed checkpoint
 ``ckpt_replication_lag_seconds{operator}``     gauge    now - commit time of the last change
                                                         it emitted (0 when caught up)
+``ckpt_replication_connected{operator}``       gauge    1 when every split reader of a CDC source
+                                                        is connected, 0 when one is not (its
+                                                        lag gauges are NaN then: unknown)
 =============================================  =======  ====================================
 
 The update hooks are cheap, thread-safe and may be called whether or not the endpoint was
@@ -143,6 +146,11 @@ class JobMetrics:
                                   "emitted (0 when caught up).",
                                   (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                                   registry=self.registry)
+        self._connected = Gauge("replication_connected",
+                                 "1 when a CDC source is connected to its slot, 0 when not "
+                                 "(then its lag is unknown: NaN).",
+                                 (*JOB_LABELS, "operator"), namespace=NAMESPACE,
+                                 registry=self.registry)
         self._watermark = Gauge("watermark_ms", "Input watermark of an operator (epoch ms).",
                                 (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                                 registry=self.registry)
@@ -273,12 +281,17 @@ class JobMetrics:
         for task in task_stats:
             for uid, lag in (task.get("source_lag") or {}).items():
                 w = worst.setdefault(uid, {"lag_bytes": 0, "lag_seconds": 0.0})
+                if lag["lag_bytes"] is None or w["lag_bytes"] is None:  # unknown wins
+                    w["lag_bytes"] = w["lag_seconds"] = None
+                    continue
                 w["lag_bytes"] = max(w["lag_bytes"], lag["lag_bytes"])
                 w["lag_seconds"] = max(w["lag_seconds"], lag["lag_seconds"])
         for uid, lag in worst.items():
             labels = {"job_name": self.job_name, "job_id": self.job_id, "operator": uid}
-            self._lag_bytes.labels(**labels).set(lag["lag_bytes"])
-            self._lag_seconds.labels(**labels).set(lag["lag_seconds"])
+            known = lag["lag_bytes"] is not None
+            self._connected.labels(**labels).set(1 if known else 0)
+            self._lag_bytes.labels(**labels).set(lag["lag_bytes"] if known else float("nan"))
+            self._lag_seconds.labels(**labels).set(lag["lag_seconds"] if known else float("nan"))
 
     def on_watermark(self, operator_uid: str, watermark_ms: int) -> None:
         """An operator's input watermark (the lowest over its subtasks)."""

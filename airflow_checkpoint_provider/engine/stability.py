@@ -253,9 +253,10 @@ def assess_stability(store: MetadataStore, job_id: str, *, since: datetime,
 
 
 def replication_lag_s(checkpoint: CheckpointRecord) -> float | None:
-    """The largest replication lag (seconds) a CDC source reported with ``checkpoint``."""
-    lags = [lag["lag_seconds"] for t in checkpoint.task_stats or ()
-            for lag in (t.get("source_lag") or {}).values()]
+    """The largest replication lag (seconds) a CDC source reported with ``checkpoint``
+    (infinite when a source was not connected: its lag is unknown)."""
+    lags = [float("inf") if lag["lag_seconds"] is None else lag["lag_seconds"]
+            for t in checkpoint.task_stats or () for lag in (t.get("source_lag") or {}).values()]
     return max(lags) if lags else None
 
 

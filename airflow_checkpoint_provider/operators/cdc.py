@@ -18,7 +18,7 @@ class DropCdcSlotOperator(BaseOperator):
     (``PostgresCdcSource``), e.g. after the job was cancelled for good, or before a new
     snapshot after DDL. Stop the job first. Returns what was dropped.
 
-    :param job_name: the job whose default slot (``ckpt_<job name>``) to drop. Templated.
+    :param job_name: the job whose default slot (``ckpt_<job name>_<hash>``) to drop. Templated.
     :param slot: the slot's name, if the source set ``slot=``. Templated.
     :param publication: the publication to drop too (default: the slot's name; ``""``:
         keep it). Templated.

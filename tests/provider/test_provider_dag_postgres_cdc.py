@@ -15,10 +15,11 @@ from airflow.sdk.exceptions import AirflowException
 from provider_helpers import run_dag, wait_for, xcom
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.connectors.postgres_cdc import job_object_name
 from airflow_checkpoint_provider.operators.cdc import DropCdcSlotOperator
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.slow]
-SLOT = "ckpt_postgres_cdc"
+SLOT = job_object_name("postgres-cdc")
 
 
 def _dsn(url: str) -> str:

@@ -24,9 +24,10 @@ are serialized by the write lock (SQLite) or an advisory lock (PostgreSQL).
 
 Modules: :mod:`.db` (engine, schema, retries), :mod:`.records`, :mod:`.base` (opening,
 transactions), one mixin per table family (:mod:`.jobs`, :mod:`.checkpoints`,
-:mod:`.control`, :mod:`.pins`, :mod:`.keys`) and :mod:`.models` (tables and status enums).
+:mod:`.control`, :mod:`.pins`, :mod:`.keys`, :mod:`.cdc_slots`) and :mod:`.models` (tables and status enums).
 """
 
+from .cdc_slots import CdcSlotsMixin, SlotInUseError
 from .checkpoints import CheckpointsMixin
 from .control import ControlRequestsMixin
 from .db import (
@@ -53,7 +54,7 @@ from .records import (
 
 
 class MetadataStore(ControlRequestsMixin, CheckpointsMixin, SavepointPinsMixin,
-                    SnapshotKeyMixin):
+                    SnapshotKeyMixin, CdcSlotsMixin):
     """Read and write the metadata DB (see :mod:`.models` for the tables and states).
 
     Thread-safe: every call runs in its own transaction on a pooled connection. Several
@@ -78,6 +79,7 @@ __all__ = [
     "MetadataSchemaError",
     "MetadataStore",
     "SavepointPinRecord",
+    "SlotInUseError",
     "SnapshotKey",
     "TERMINAL_JOB_STATUSES",
     "alembic_config",

@@ -15,13 +15,15 @@ def cdc() -> None:
 @cdc.command("drop-slot")
 @click.option("--url", envvar="CKPT_CDC_URL", required=True,
               help="the source database, postgresql://user@host:port/db ($CKPT_CDC_URL)")
-@click.option("--job-name", default=None, help="the job whose default slot (ckpt_<job name>) to drop")
+@click.option("--job-name", default=None, help="the job whose default slot (ckpt_<job name>_<hash>) to drop")
 @click.option("--slot", default=None, help="the slot's name, if the source set slot=")
 @click.option("--publication", default=None,
               help="the publication to drop too (default: the slot's name)")
 @click.option("--keep-publication", is_flag=True, help="drop the slot only")
+@click.option("--metadata-url", envvar="CKPT_METADATA_URL", default=None,
+              help="also forget the slot's owning job in this metadata DB")
 def drop_slot(url: str, job_name: str | None, slot: str | None, publication: str | None,
-              keep_publication: bool) -> None:
+              keep_publication: bool, metadata_url: str | None) -> None:
     """Drop a CDC job's replication slot (and publication). Stop the job first: its next
     start takes a new snapshot. Dropping what does not exist is not an error."""
     from ..connectors.postgres_cdc import drop_slot as drop
@@ -30,5 +32,24 @@ def drop_slot(url: str, job_name: str | None, slot: str | None, publication: str
     if (job_name is None) == (slot is None):
         raise click.UsageError("give --job-name or --slot")
     name = slot or job_object_name(job_name or "")
-    done = drop(url, name, None if keep_publication else (publication or name))
+    done = drop(url, name, None if keep_publication else (publication or name),
+                metadata_url=metadata_url)
     echo("dropped " + ", ".join(done) if done else f"nothing to drop for {name}")
+
+
+@cdc.command("copy-slot")
+@click.option("--url", envvar="CKPT_CDC_URL", required=True,
+              help="the source database, postgresql://user@host:port/db ($CKPT_CDC_URL)")
+@click.option("--from", "source", required=True, help="blue's slot (or --from-job)")
+@click.option("--to", "target", default=None, help="green's slot (default: --to-job's)")
+@click.option("--to-job", default=None, help="the green job whose default slot to create")
+def copy_slot(url: str, source: str, target: str | None, to_job: str | None) -> None:
+    """Blue-green hand-over of a CDC job: create green's slot as a copy of blue's. Run it
+    BEFORE blue's hand-over savepoint (or before picking blue's latest checkpoint)."""
+    from ..connectors.postgres_cdc_slots import copy_slot as copy
+    from ..connectors.postgres_cdc_slots import job_object_name
+
+    if (target is None) == (to_job is None):
+        raise click.UsageError("give --to or --to-job")
+    name = target or job_object_name(to_job or "")
+    echo(f"created slot {name} from {source} at {copy(url, source, name)}")

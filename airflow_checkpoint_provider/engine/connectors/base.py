@@ -31,6 +31,9 @@ class SourceContext:
     subtask_index: int
     parallelism: int
     attempt: int
+    #: the job runs fenced (a blue-green validation run): a source must not acknowledge
+    #: positions upstream where they are shared state (a replication slot)
+    fenced: bool = False
 
 
 class SplitReader:

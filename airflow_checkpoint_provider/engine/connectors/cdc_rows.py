@@ -68,8 +68,13 @@ def visible(xid: int, snapshot: tuple[int, int, frozenset[int]]) -> bool:
     return x < xmin or (x < xmax and x not in xip)
 
 
+#: fields the changelog adds to a record: a source column of one of these names is refused
+RESERVED_COLUMNS = ("_op", "_table", "_lsn", "_commit_ts")
+
+
 @dataclass
 class TableInfo:
     name: str                    #: schema.table
     columns: list[tuple[str, int]]  #: (name, type oid) in column order
     key: list[str]
+    oid: int = 0                 #: pg_class oid: identifies the table across renames

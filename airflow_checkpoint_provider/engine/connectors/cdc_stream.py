@@ -13,6 +13,7 @@ from ..errors import RestoreError
 from .base import SourceContext, SplitReader
 from .cdc_rows import (
     MESSAGE_PREFIX,
+    RESERVED_COLUMNS,
     CdcError,
     TableInfo,
     bucket_of,
@@ -31,19 +32,33 @@ from .pgoutput import (
     decode,
     format_lsn,
 )
+from .postgres_cdc_slots import check_slot_position, slot_state
 
 log = logging.getLogger(__name__)
 
 
+#: consecutive failed (re)connects or polls before the reader gives up (the job restarts)
+MAX_RETRIES = 8
+
+
 class StreamReader(SplitReader):
     """Position: ``{"lsn": end LSN of the last emitted transaction, "parts": {split: parts}
-    or None while the snapshot splits have not all announced, "commit_ts": µs}``."""
+    or None while the snapshot splits have not all announced, "commit_ts": µs, "slot": the
+    slot it was read from, "splits"/"buckets": the snapshot plan}``.
+
+    A fenced reader (``ctx.fenced``: a blue-green validation run) never acknowledges: the
+    slot stays where the job found it."""
 
     def __init__(self, src: Any, position: dict | None, ctx: SourceContext,
                  where: str) -> None:
         self.src, self.ctx, self.where = src, ctx, where
         self.admin = src.connect()
-        self.tables, self.slot, self.publication = src.prepare(self.admin, ctx)
+        self.tables, self.slot, self.publication = src.prepare(
+            self.admin, ctx, legacy=bool(position) and "slot" not in position)
+        #: captured tables by OID (a rename keeps it; a recreated table has another)
+        self.by_oid = {info.oid: info for info in self.tables.values()}
+        self.fenced = bool(getattr(ctx, "fenced", False))
+        self.failures = 0
         confirmed = src.confirmed_lsn(self.admin, self.slot)
         try:
             self.lsn = int(position["lsn"]) if position else confirmed
@@ -61,7 +76,8 @@ class StreamReader(SplitReader):
                 "restoring (a new snapshot)")
         if not src.snapshot:
             self.parts = {}
-        self.acked = self.lsn
+        # what the slot may forget: a fenced run acknowledges nothing (the slot's own)
+        self.acked = confirmed if self.fenced else self.lsn
         self.stream: ReplicationStream | None = None
         self.relations: dict[int, Relation] = {}
         self.txn: Transaction | None = None
@@ -75,8 +91,63 @@ class StreamReader(SplitReader):
     def _connect(self) -> ReplicationStream:
         self.relations.clear()
         self.txn = None
-        return ReplicationStream(self.src.conninfo(replication=True), self.slot,
-                                 self.publication, self.lsn, self.acked)
+        stream = ReplicationStream(self.src.conninfo(replication=True), self.slot,
+                                   self.publication, self.lsn, self.acked)
+        try:  # on every (re)connect: the server must not start past our position
+            check_slot_position(self._admin(), self.slot, self.lsn, stream.backend_pid,
+                                self.where)
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+
+    def _admin(self):
+        """The normal connection (opened again if it broke, e.g. a server restart)."""
+        if self.admin.closed or self.admin.broken:
+            self.admin = self.src.connect()
+        return self.admin
+
+    def _unrecoverable(self, error: str) -> str | None:
+        """Why the stream cannot continue, if the server says so: the slot or the
+        publication is gone. ``None`` when it cannot tell (the server is unreachable)."""
+        import psycopg
+
+        try:
+            conn = self._admin()
+            if slot_state(conn, self.slot) is None:
+                return (f"replication slot {self.slot!r} was dropped while the job ran: the "
+                        "changes since the last checkpoint are gone")
+            if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
+                            (self.publication,)).fetchone() is None:
+                return f"publication {self.publication!r} was dropped while the job ran"
+            if f'publication "{self.publication}" does not exist' in error:
+                return (f"publication {self.publication!r} was created after the slot's "
+                        "position (pgoutput reads publications as of each change): use the "
+                        "publication the slot was read with (publication=)")
+        except psycopg.Error:
+            return None
+        return None
+
+    def _stream_failed(self, exc: ReplicationError) -> None:
+        """Fail at once when the slot or publication is gone; else reconnect later, at most
+        :data:`MAX_RETRIES` times in a row (then the job restarts)."""
+        if self.stream is not None:
+            self.stream.close()
+        self.stream = None
+        fatal = self._unrecoverable(str(exc))
+        if fatal is not None:
+            raise CdcError(f"{self.where}: {fatal} ({exc}). Drop the slot and the "
+                           "publication (ckpt cdc drop-slot) and start the job without "
+                           "restoring to take a new snapshot") from exc
+        self.failures += 1
+        if self.failures > MAX_RETRIES:
+            raise ReplicationError(f"{self.where}: the replication stream of slot "
+                                   f"{self.slot!r} failed {self.failures} times in a row; "
+                                   f"last: {exc}") from exc
+        log.warning("%s: %s; reconnecting at %s (attempt %d of %d)", self.where, exc,
+                    format_lsn(self.lsn), self.failures, MAX_RETRIES)
+        # e.g. the slot is still held by a killed attempt's connection
+        time.sleep(min(5.0, 0.25 * 2 ** self.failures))
 
     def read_batch(self, max_records: int) -> list[dict] | None:
         try:
@@ -84,12 +155,9 @@ class StreamReader(SplitReader):
                 self.stream = self._connect()
             messages = self.stream.poll(0.05, max(64, max_records))
         except ReplicationError as exc:  # e.g. wal_sender_timeout while backpressured
-            log.warning("%s: %s; reconnecting at %s", self.where, exc, format_lsn(self.lsn))
-            if self.stream is not None:
-                self.stream.close()
-            self.stream = None
-            time.sleep(0.5)  # e.g. the slot is still held by a killed attempt's connection
+            self._stream_failed(exc)
             return []
+        self.failures = 0
         if self.parts is None:
             self._wait_for_snapshot(messages)
             return []
@@ -110,11 +178,14 @@ class StreamReader(SplitReader):
             elif kind == "R":
                 self._relation(payload)
             elif kind == "T":
-                names = [self.relations[r].qualified for r in payload if r in self.relations]
+                names = [self.by_oid[r].name for r in payload if r in self.by_oid]
+                if not names:
+                    continue  # a table of the publication this job does not capture
                 raise CdcError(f"{self.where}: TRUNCATE of captured table(s) "
                                f"{', '.join(names)}; the CDC source does not turn a TRUNCATE "
-                               "into deletes. Drop the slot (ckpt cdc drop-slot) and start the "
-                               "job without restoring to take a new snapshot")
+                               "into deletes. Recover: stop the job, drop its slot and empty its "
+                               "upsert targets (postgres_cdc_recovery.recover_after_truncate), "
+                               "then start it without restoring (a new snapshot)")
         self.caught_up = not messages and self.txn is None
         return out
 
@@ -138,15 +209,50 @@ class StreamReader(SplitReader):
             self.stream = None
 
     def _relation(self, rel: Relation) -> None:
-        info = self.tables.get(rel.qualified)
-        if info is not None:
-            now = [(c.name, c.type_oid) for c in rel.columns]
-            if now != info.columns:
+        """A Relation message (the table's name and columns as of the changes after it):
+        captured tables are tracked by OID. Columns added, dropped or retyped are followed
+        (records carry the relation's columns); a rename or move, a recreated table, a
+        changed primary key fail the job naming the table and the change."""
+        info = self.by_oid.get(rel.relid)
+        how = ("drop the slot (ckpt cdc drop-slot) and start the job without restoring to take "
+               "a new snapshot")
+        if info is None:
+            if rel.qualified in self.tables:
                 raise CdcError(
-                    f"{self.where}: table {rel.qualified!r} changed while captured (columns "
-                    f"{info.columns} at start, now {now}); DDL on a captured table is not "
-                    "supported: drop the slot (ckpt cdc drop-slot) and start the job without "
-                    "restoring to take a new snapshot")
+                    f"{self.where}: table {rel.qualified!r} was replaced while captured (OID "
+                    f"{self.tables[rel.qualified].oid} at start, now {rel.relid}: dropped and "
+                    f"created again, or swapped for a copy); {how}")
+            self.relations[rel.relid] = rel  # not captured (another table of the publication)
+            return
+        if rel.qualified != info.name:
+            raise CdcError(
+                f"{self.where}: table {info.name!r} was renamed or moved to {rel.qualified!r} "
+                f"while captured (OID {rel.relid}); change tables= to the new name, then {how}")
+        names = [c.name for c in rel.columns]
+        missing = [k for k in info.key if k not in names]
+        keys = [c.name for c in rel.columns if c.key]
+        if missing or (keys and rel.replica_identity == "d" and sorted(keys) != sorted(info.key)):
+            raise CdcError(
+                f"{self.where}: the primary key of table {info.name!r} changed while captured "
+                f"({info.key} at start, now {keys or 'without ' + ', '.join(missing)}); {how}")
+        if rel.replica_identity == "n" or (rel.replica_identity == "i" and not set(info.key)
+                                           <= set(keys)):
+            raise CdcError(
+                f"{self.where}: table {info.name!r} now has REPLICA IDENTITY "
+                f"{'NOTHING' if rel.replica_identity == 'n' else 'USING INDEX without the primary key'}"
+                f": its updates and deletes do not carry the key; ALTER TABLE {info.name} "
+                f"REPLICA IDENTITY DEFAULT (or FULL), then {how}")
+        reserved = [n for n in names if n in RESERVED_COLUMNS]
+        if reserved:
+            raise CdcError(f"{self.where}: table {info.name!r} gained column(s) "
+                           f"{', '.join(reserved)}, which the changelog uses; rename them")
+        before = self.relations.get(rel.relid)
+        old = ([(c.name, c.type_oid) for c in before.columns] if before is not None
+               else info.columns)
+        now = [(c.name, c.type_oid) for c in rel.columns]
+        if now != old:
+            log.info("%s: table %s now has columns %s (was %s): records follow", self.where,
+                     info.name, now, old)
         self.relations[rel.relid] = rel
 
     # -- records --------------------------------------------------------------------------
@@ -173,6 +279,7 @@ class StreamReader(SplitReader):
 
     def _record(self, info: TableInfo, texts: list, op: str, txn: Transaction,
                 key_only: bool = False) -> dict:
+        """``info``: the table with the columns of its latest Relation message."""
         if key_only:
             idx = set(self._key_index(info))
             rec = {c: convert(texts[i], oid) for i, (c, oid) in enumerate(info.columns) if i in idx}
@@ -191,9 +298,12 @@ class StreamReader(SplitReader):
         names = list(self.tables)
         for ch in txn.changes:
             rel = self.relations.get(ch.relid)
-            if rel is None or rel.qualified not in self.tables:
+            captured = self.by_oid.get(ch.relid)
+            if rel is None or captured is None:
                 continue
-            info = self.tables[rel.qualified]
+            # the columns of the relation as of this change (followed across DDL)
+            info = TableInfo(captured.name, [(c.name, c.type_oid) for c in rel.columns],
+                             captured.key, captured.oid)
             index = names.index(info.name)
             if ch.kind == "I":
                 if self._keep(txn.xid, info, index, ch.new):
@@ -232,10 +342,14 @@ class StreamReader(SplitReader):
 
     # -- position, acknowledgement, lag ---------------------------------------------------
     def position(self) -> dict:
-        return {"lsn": self.lsn, "commit_ts": self.commit_ts, "parts": self.parts}
+        return {"lsn": self.lsn, "commit_ts": self.commit_ts, "parts": self.parts,
+                "slot": self.slot, "publication": self.publication,
+                "tables": list(self.tables), "oids": [i.oid for i in self.tables.values()],
+                "splits": self.src.snapshot_splits,
+                "buckets": self.src.buckets}
 
     def notify_checkpoint_complete(self, checkpoint_id: int, position: object) -> None:
-        if not isinstance(position, dict):
+        if not isinstance(position, dict) or self.fenced:  # fenced: never acknowledge
             return
         self.acked = max(self.acked, int(position["lsn"]))
         if self.stream is not None:
@@ -247,8 +361,11 @@ class StreamReader(SplitReader):
 
     def lag(self) -> dict:
         """``lag_bytes``: server WAL end minus the source's position; ``lag_seconds``: now
-        minus the commit time of the last transaction emitted (0 when caught up)."""
+        minus the commit time of the last transaction emitted (0 when caught up). Both
+        ``None`` (unknown) while the reader is not connected, never 0."""
         stream = self.stream
+        if stream is None or not stream.server_wal_end or not stream.alive():
+            return {"lag_bytes": None, "lag_seconds": None}
         end = stream.server_wal_end if stream else self.lsn
         done = max(self.lsn, stream.keepalive_end if stream and self.caught_up else 0)
         seconds = 0.0

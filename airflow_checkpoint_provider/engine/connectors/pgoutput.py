@@ -207,6 +207,8 @@ class ReplicationStream:
             raise ReplicationError(f"START_REPLICATION on slot {slot!r} failed: "
                                    f"{(res.error_message or b'').decode().strip()}")
         self.conn.nonblocking = 1
+        #: the walsender's process id (``pg_replication_slots.active_pid`` while it holds the slot)
+        self.backend_pid = self.conn.backend_pid
         #: the server's WAL end, from the latest XLogData or keepalive
         self.server_wal_end = 0
         #: the WAL end of the latest keepalive: the server sent everything before it
@@ -214,6 +216,7 @@ class ReplicationStream:
         self.flushed = flushed
         self._last_feedback = 0.0
         self._reply_requested = False
+        self.send_feedback(flushed, reply=True)  # a keepalive back: the server's WAL end
 
     def poll(self, timeout: float, max_messages: int) -> list[tuple[int, bytes]]:
         """``(wal_start, pgoutput message)`` pairs, at most ``max_messages``."""
@@ -230,7 +233,10 @@ class ReplicationStream:
                 self.conn.consume_input()
                 continue
             if n == -1:
-                raise ReplicationError("the server ended the replication stream")
+                res = self.conn.get_result()
+                why = (res.error_message or b"").decode().strip() if res is not None else ""
+                raise ReplicationError("the server ended the replication stream"
+                                       + (f": {why}" if why else ""))
             if n < 0:
                 raise ReplicationError(
                     f"replication stream failed: {(self.conn.error_message or b'').decode().strip()}")
@@ -248,16 +254,25 @@ class ReplicationStream:
             self.send_feedback(self.flushed)
         return out
 
-    def send_feedback(self, flushed: int) -> None:
-        """Standby status update: written/flushed/applied = ``flushed``."""
+    def send_feedback(self, flushed: int, *, reply: bool = False) -> None:
+        """Standby status update: written/flushed/applied = ``flushed`` (``reply``: ask the
+        server for a keepalive)."""
         self.flushed = flushed
         now_us = int(time.time() * 1_000_000) - PG_EPOCH_US
-        msg = b"r" + struct.pack(">QQQqb", flushed, flushed, flushed, now_us, 0)
+        msg = b"r" + struct.pack(">QQQqb", flushed, flushed, flushed, now_us, int(reply))
         if self.conn.put_copy_data(msg) != 1 or self.conn.flush() < 0:
             raise ReplicationError("could not send the standby status update: "
                                    f"{(self.conn.error_message or b'').decode().strip()}")
         self._last_feedback = time.monotonic()
         self._reply_requested = False
+
+    def alive(self) -> bool:
+        """Whether the connection still looks usable (reads what arrived, without waiting)."""
+        try:
+            self.conn.consume_input()
+        except Exception:  # noqa: BLE001 - a broken connection is what this detects
+            return False
+        return self.conn.status == self.pq.ConnStatus.OK
 
     def close(self) -> None:
         try:

@@ -56,6 +56,7 @@ from ..extras import require
 from .base import Source, SourceContext, SplitReader
 from .cdc_rows import (
     MESSAGE_PREFIX,
+    RESERVED_COLUMNS,
     TableInfo,
     _bucket_sql,
     convert,
@@ -64,27 +65,25 @@ from .cdc_rows import (
 from .cdc_stream import StreamReader
 from .pgoutput import format_lsn, parse_lsn
 from .postgres import _dsn
+from .postgres_cdc_slots import (
+    NAME_PATTERN,
+    CdcConfigurationError,
+    blockers,
+    check_name,
+    create_slot,
+    drop_slot,
+    job_object_name,
+    legacy_object_name,
+    slot_state,
+)
+from .postgres_cdc_start import check_job_start
 
 log = logging.getLogger(__name__)
 
 #: session settings of every connection, so text forms match between snapshot and stream
 SESSION_OPTIONS = ("-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=postgres "
                    "-c extra_float_digits=1 -c bytea_output=hex")
-NAME_PATTERN = r"[a-z_][a-z0-9_]{0,62}"
 _TABLE_PATTERN = r"(?:[A-Za-z_][A-Za-z0-9_$]*\.)?[A-Za-z_][A-Za-z0-9_$]*"
-
-
-def job_object_name(job_name: str) -> str:
-    """The default slot and publication name of a job: ``ckpt_<job name>``, lower case,
-    other characters as ``_``, at most 63 characters (PostgreSQL's identifier limit)."""
-    return ("ckpt_" + re.sub(r"[^a-z0-9_]", "_", job_name.lower()))[:63]
-
-
-def check_name(name: str, option: str) -> str:
-    if not re.fullmatch(NAME_PATTERN, name):
-        raise ConfigurationError(f"PostgresCdcSource {option}={name!r} is not a valid name "
-                                 f"(lower-case letters, digits and _, at most 63 characters)")
-    return name
 
 
 class PostgresCdcSource(Source):
@@ -93,7 +92,8 @@ class PostgresCdcSource(Source):
     :param url: ``postgresql://user@host:port/db`` (or the SQLAlchemy form); the role needs
         ``REPLICATION`` (or superuser) and ``SELECT`` on the tables.
     :param tables: ``table`` or ``schema.table`` names; each needs a primary key.
-    :param slot: the replication slot's name; default ``ckpt_<job name>``.
+    :param slot: the replication slot's name; default ``ckpt_<job name>_<hash>`` (see
+        :mod:`.postgres_cdc_slots`). A slot belongs to one job name (metadata DB).
     :param publication: the publication's name; default the slot's. It is created
         ``FOR TABLE <tables>`` if missing (which needs ownership of the tables).
     :param snapshot: read the tables' rows first (``False``: changes only).
@@ -127,11 +127,29 @@ class PostgresCdcSource(Source):
         self.snapshot_splits = snapshot_splits
         self.buckets = buckets
         self.metadata = metadata
+        #: set by :meth:`check_job_start` (the job master): the slot and publication names
+        self.resolved_names: tuple[str, str] | None = None
 
     # -- names and connections ----------------------------------------------------------
-    def names(self, job_name: str) -> tuple[str, str]:
+    def names(self, job_name: str, conn=None, *, legacy: bool = False) -> tuple[str, str]:
+        """The slot and publication names. ``legacy``: a restored position from before
+        hash-suffixed names: its slot is used if it exists and the new one does not."""
+        if self.resolved_names is not None:
+            return self.resolved_names
         slot = self.slot or job_object_name(job_name)
+        if (legacy and not self.slot and conn is not None and slot_state(conn, slot) is None
+                and slot_state(conn, legacy_object_name(job_name)) is not None):
+            slot = legacy_object_name(job_name)
+            log.warning("%s: using replication slot %s (the name before hash suffixes)",
+                        self.describe(), slot)
         return slot, self.publication or slot
+
+    def check_job_start(self, store, *, job_name: str, job_id: str, fenced: bool,
+                        restored: dict) -> None:
+        """Called by the job master before the job's tasks start: see
+        :func:`.postgres_cdc_start.check_job_start`."""
+        check_job_start(self, store, job_name=job_name, job_id=job_id, fenced=fenced,
+                        restored=restored)
 
     def conninfo(self, *, replication: bool = False) -> str:
         from psycopg.conninfo import make_conninfo
@@ -155,14 +173,14 @@ class PostgresCdcSource(Source):
         """Check the server and the tables; the tables' columns and keys."""
         level = conn.execute("SHOW wal_level").fetchone()[0]
         if level != "logical":
-            raise ConfigurationError(
+            raise CdcConfigurationError(
                 f"{self.describe()}: the server's wal_level is {level!r}; logical decoding "
                 "needs wal_level = logical (postgresql.conf, then restart the server)")
         out = {}
         for t in self.tables:
             row = conn.execute("SELECT to_regclass(%s)::oid", (t,)).fetchone()
             if row[0] is None:
-                raise ConfigurationError(f"{self.describe()}: table {t!r} does not exist")
+                raise CdcConfigurationError(f"{self.describe()}: table {t!r} does not exist")
             cols = conn.execute(
                 "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
                 "AND NOT attisdropped ORDER BY attnum", (row[0],)).fetchall()
@@ -172,13 +190,33 @@ class PostgresCdcSource(Source):
                 "a.attnum = k.attnum WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.n",
                 (row[0],)).fetchall()]
             if not key:
-                raise ConfigurationError(
+                raise CdcConfigurationError(
                     f"{self.describe()}: table {t!r} has no primary key; the CDC source needs "
                     "one (ALTER TABLE ... ADD PRIMARY KEY)")
-            out[t] = TableInfo(t, [(c, int(o)) for c, o in cols], key)
+            ident = conn.execute("SELECT relreplident FROM pg_class WHERE oid = %s",
+                                 (row[0],)).fetchone()[0]
+            covered = {r[0] for r in conn.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisreplident",
+                (row[0],))}
+            if ident == "n" or (ident == "i" and not set(key) <= covered):
+                raise CdcConfigurationError(
+                    f"{self.describe()}: table {t!r} has REPLICA IDENTITY "
+                    f"{'NOTHING' if ident == 'n' else 'USING INDEX on an index without the primary key'}"
+                    f": its updates and deletes would not carry the primary key "
+                    f"({', '.join(key)}). ALTER TABLE {t} REPLICA IDENTITY DEFAULT (or FULL)")
+            reserved = [c for c, _ in cols if c in RESERVED_COLUMNS]
+            if reserved:
+                raise CdcConfigurationError(
+                    f"{self.describe()}: table {t!r} has column(s) {', '.join(reserved)}, "
+                    "which the changelog uses for its own fields (_op, _table, _lsn, "
+                    "_commit_ts); rename them (ALTER TABLE ... RENAME COLUMN) or capture a "
+                    "view of the table through another job")
+            out[t] = TableInfo(t, [(c, int(o)) for c, o in cols], key, int(row[0]))
         return out
 
-    def prepare(self, conn, ctx: SourceContext) -> tuple[dict[str, TableInfo], str, str]:
+    def prepare(self, conn, ctx: SourceContext, *, legacy: bool = False
+                ) -> tuple[dict[str, TableInfo], str, str]:
         """Check, then create the publication and the slot if missing (first start); wait
         until the slot is consistent. Several splits may race here: creating what exists
         already is not an error."""
@@ -186,7 +224,7 @@ class PostgresCdcSource(Source):
         from psycopg import sql
 
         tables = self.inspect(conn)
-        slot, pub = self.names(ctx.job_name)
+        slot, pub = self.names(ctx.job_name, conn, legacy=legacy)
         if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (pub,)).fetchone() is None:
             try:
                 conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
@@ -199,19 +237,19 @@ class PostgresCdcSource(Source):
             "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (pub,))}
         for t in tables:
             if t not in published:
-                raise ConfigurationError(f"{self.describe()}: publication {pub!r} does not "
+                raise CdcConfigurationError(f"{self.describe()}: publication {pub!r} does not "
                                          f"include table {t!r} (ALTER PUBLICATION {pub} ADD "
                                          f"TABLE {t})")
         row = conn.execute("SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s",
                            (slot,)).fetchone()
         if row is None:
             try:
-                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+                create_slot(conn, slot, self.connect, self.describe())
                 log.info("Created replication slot %s", slot)
             except psycopg.errors.DuplicateObject:
                 pass
         elif row[0] != "pgoutput" or row[1] != conn.info.dbname:
-            raise ConfigurationError(
+            raise CdcConfigurationError(
                 f"{self.describe()}: replication slot {slot!r} exists for plugin {row[0]!r} in "
                 f"database {row[1]!r}; the source needs a pgoutput slot in {conn.info.dbname!r} "
                 "(choose another slot= or drop it)")
@@ -278,33 +316,6 @@ class PostgresCdcSource(Source):
         return f"postgres-cdc({', '.join(self.tables)})"
 
 
-def drop_slot(url: str, slot: str, publication: str | None = None) -> list[str]:
-    """Drop replication slot ``slot`` (and ``publication``, if given) of a CDC job; what was
-    dropped. The slot must not be in use (stop the job first)."""
-    require("postgres")
-    import psycopg
-    from psycopg import sql
-
-    check_name(slot, "slot")
-    if publication:
-        check_name(publication, "publication")
-    done = []
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
-                        (slot,)).fetchone():
-            try:
-                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            except psycopg.errors.ObjectInUse as exc:
-                raise ConfigurationError(f"replication slot {slot!r} is in use by a running job "
-                                         f"({exc}); stop the job first") from exc
-            done.append(f"slot {slot}")
-        if publication and conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s",
-                                        (publication,)).fetchone():
-            conn.execute(sql.SQL("DROP PUBLICATION {}").format(sql.Identifier(publication)))
-            done.append(f"publication {publication}")
-    return done
-
-
 class SnapshotReader(SplitReader):
     """Snapshot split ``index``: whole buckets of every table (see the module docstring).
 
@@ -326,7 +337,8 @@ class SnapshotReader(SplitReader):
         self.conn = self.cursor = self.peek = None
         self.horizon: int | None = None
         self.conn = src.connect()
-        self.tables, self.slot, _ = src.prepare(self.conn, ctx)
+        self.tables, self.slot, _ = src.prepare(
+            self.conn, ctx, legacy=position is not None and "slot" not in position)
         self.names = list(self.tables)
         if self.done:
             self._announce()
@@ -355,7 +367,13 @@ class SnapshotReader(SplitReader):
         if parse_snapshot(snap)[0] < self.horizon:
             conn.rollback()
             conn.autocommit = True
-            log.debug("%s: waiting for transactions older than the slot to end", self.where)
+            now = time.monotonic()
+            self.waiting_since = getattr(self, "waiting_since", None) or now
+            if now - self.waiting_since > 5 and now - getattr(self, "warned", 0.0) > 10:
+                self.warned = now
+                log.warning("%s: the snapshot has waited %.0f s for transactions older than the "
+                            "replication slot to end: %s", self.where, now - self.waiting_since,
+                            blockers(conn))
             return False
         self.snapshot = snap
         self.parts.append([self.table, self.bucket, self.bucket, snap])
@@ -420,7 +438,9 @@ class SnapshotReader(SplitReader):
 
     def position(self) -> dict:
         return {"table": self.table, "bucket": self.bucket, "done": self.done,
-                "parts": [list(p) for p in self.parts]}
+                "parts": [list(p) for p in self.parts], "slot": self.slot,
+                "tables": self.names, "oids": [self.tables[t].oid for t in self.names],
+                "splits": self.src.snapshot_splits, "buckets": self.src.buckets}
 
     def notify_checkpoint_complete(self, checkpoint_id: int, position: object) -> None:
         if isinstance(position, dict) and position.get("done") and self.conn is not None:
@@ -432,3 +452,7 @@ class SnapshotReader(SplitReader):
                 self.conn.close()
             except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
+
+
+__all__ = ["NAME_PATTERN", "SESSION_OPTIONS", "PostgresCdcSource", "SnapshotReader", "check_name",
+           "drop_slot", "job_object_name"]

@@ -102,3 +102,22 @@ def discard_uncommitted(graph: ExecutionGraph, store, job_id: str) -> int:
                      "%d: %s", job_id, uid, len(gone), newest, ", ".join(gone))
         discarded += len(gone)
     return discarded
+
+
+def check_job_start(graph: ExecutionGraph, store, config, job_id: str, initial) -> None:
+    """Before the first attempt, once the snapshot to restore (``initial``) is known:
+    fenced mode needs sinks that hold their commits (:func:`check_fencing`), and sources
+    whose upstream position is shared state (a CDC source's replication slot) check it
+    (their ``check_job_start``): ownership, restored positions and plans, configuration
+    errors that no restart would cure. A fenced source never acknowledges upstream."""
+    from ..connectors.postgres_cdc_slots import restored_positions
+
+    job_name, fenced = config.name, bool(config.fence_sinks)
+    if fenced:
+        check_fencing(graph, job_name)
+    for v in graph.vertices:
+        for n in v.nodes:
+            check = getattr(n.payload, "check_job_start", None) if n.kind == "source" else None
+            if check is not None:
+                check(store, job_name=job_name, job_id=job_id, fenced=fenced,
+                      restored=restored_positions(initial, n.uid) if n.uid else {})

@@ -40,7 +40,7 @@ from ..snapshot.codec import LoadedSnapshot
 from . import fencing
 from .control import ControlPlane
 from .failures import FailoverMixin, JobEnd
-from .fencing import check_fencing, discard_held
+from .fencing import check_job_start, discard_held
 from .restore_plan import RestoreMixin
 
 log = logging.getLogger(__name__)
@@ -202,12 +202,11 @@ class JobMaster(RestoreMixin, FailoverMixin):
         """Everything between the job row and the first attempt; returns the snapshot the
         job starts from."""
         p, job_id, job_dir = self.config, self.job_id, self.job_dir
-        if p.fence_sinks:
-            check_fencing(graph, p.name)
         # signs this job's snapshots, decides which ones it restores (checkpoint/trust.py)
         self.trust = SnapshotTrust(store, trust_snapshot=getattr(self, "trust_snapshot", False))
         initial = self._resolve_restore(store, restore)
         self.initial = initial
+        check_job_start(graph, store, p, job_id, initial)  # fencing, sources' shared state (CDC slots)
         if initial is not None:
             assign_restore(initial, graph, allow_non_restored_state=self.allow_non_restored_state)
             store.set_job_restored_from(job_id, initial.directory)

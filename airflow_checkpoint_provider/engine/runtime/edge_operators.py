@@ -68,7 +68,8 @@ class SourceOperator(Operator):
         positions = {e["split"]: e.get("position") for e in restored}
         self.finished_splits: set[str] = {e["split"] for e in restored if e.get("finished")}
         sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
-                             self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt)
+                             self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt,
+                             fenced=bool(getattr(self.ctx, "fence_sinks", False)))
         self.sctx = sctx
         # A continuous source (monitor_interval set) discovers splits while it runs: each
         # subtask lists the source and takes the new splits it owns by hash; finished ones

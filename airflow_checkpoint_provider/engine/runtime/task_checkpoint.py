@@ -289,7 +289,7 @@ class TaskCheckpointing:
 def source_lag(operators) -> dict:
     """``{operator uid: {"lag_bytes", "lag_seconds"}}`` of the source operators whose split
     readers measure how far behind their upstream they are (a CDC source's replication lag:
-    the largest over the task's readers)."""
+    the largest over the task's readers; ``None`` values: unknown, a reader is not connected)."""
     out: dict = {}
     for op in operators:
         for reader in (getattr(op, "readers", None) or {}).values():
@@ -298,6 +298,9 @@ def source_lag(operators) -> dict:
                 continue
             lag = measure()
             mine = out.setdefault(op.uid, {"lag_bytes": 0, "lag_seconds": 0.0})
+            if lag["lag_bytes"] is None or mine["lag_bytes"] is None:  # not connected: unknown
+                mine["lag_bytes"] = mine["lag_seconds"] = None
+                continue
             mine["lag_bytes"] = max(mine["lag_bytes"], int(lag["lag_bytes"]))
             mine["lag_seconds"] = max(mine["lag_seconds"], float(lag["lag_seconds"]))
     return out
