@@ -92,3 +92,8 @@ class TaskFailure(EngineError):
         self.task = task
         self.remote_message = message
         self.traceback_text = traceback_text
+
+
+class SlotsNotReleasedError(EngineError):
+    """The tasks of a failed attempt still hold the cores the next attempt needs (a Spark
+    barrier stage whose tasks did not end after cancellation): the attempt is not started."""
