@@ -67,8 +67,16 @@ def note_slot_process(directory: str | None, attempt: int, slot: int) -> str | N
     tmp = path + ".tmp"
     try:
         with open(tmp, "w") as f:
-            json.dump({"pid": os.getpid(), "start": _start_time(os.getpid()),
-                       "host": socket.gethostname(), "attempt": attempt, "slot": slot}, f)
+            json.dump(
+                {
+                    "pid": os.getpid(),
+                    "start": _start_time(os.getpid()),
+                    "host": socket.gethostname(),
+                    "attempt": attempt,
+                    "slot": slot,
+                },
+                f,
+            )
         os.replace(tmp, path)
     except OSError:
         return None
@@ -78,7 +86,7 @@ def note_slot_process(directory: str | None, attempt: int, slot: int) -> str | N
 def kill_noted_processes(directory: str) -> list[str]:
     """SIGKILL every slot process noted in ``directory`` that still runs on this host
     (the same pid *and* start time); returns what was killed (``attempt/slot pid``)."""
-    killed = []
+    killed: list[str] = []
     try:
         names = [n for n in os.listdir(directory) if n.endswith(".json")]
     except OSError:
@@ -103,8 +111,13 @@ def kill_noted_processes(directory: str) -> list[str]:
     return killed
 
 
-def make_slot_function(attempt: int, coordinator: tuple[str, int], local_master: bool = False,
-                       secret: bytes | None = None, notes: str | None = None):
+def make_slot_function(
+    attempt: int,
+    coordinator: tuple[str, int],
+    local_master: bool = False,
+    secret: bytes | None = None,
+    notes: str | None = None,
+):
     def run_partition(iterator):
         from pyspark import BarrierTaskContext
 
@@ -125,11 +138,15 @@ def make_slot_function(attempt: int, coordinator: tuple[str, int], local_master:
         # mode the slot runs beside the driver.
         work_dir = os.getcwd()
         in_app_dir = os.path.basename(os.path.dirname(work_dir)).startswith("app-")
-        executor_id = "driver" if local_master else (
-            os.path.basename(work_dir) if in_app_dir else None)
-        placement = {"executor_id": executor_id,
-                     "executor_address": executor_address, "work_dir": work_dir,
-                     "python": sys.executable}
+        executor_id = (
+            "driver" if local_master else (os.path.basename(work_dir) if in_app_dir else None)
+        )
+        placement = {
+            "executor_id": executor_id,
+            "executor_address": executor_address,
+            "work_dir": work_dir,
+            "python": sys.executable,
+        }
         bind_host = os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
         advertise = os.environ.get("SPARK_LOCAL_IP") or executor_host
 
@@ -139,9 +156,17 @@ def make_slot_function(attempt: int, coordinator: tuple[str, int], local_master:
 
         try:
             # a Python worker hosts one task at a time: the slot may end it when orphaned
-            run_slot(slot, attempt, coordinator, exchange_peers=exchange, bind_host=bind_host,
-                     advertise_host=advertise, placement=placement, secret=secret,
-                     orphan_exit=ORPHAN_EXIT_SECONDS)
+            run_slot(
+                slot,
+                attempt,
+                coordinator,
+                exchange_peers=exchange,
+                bind_host=bind_host,
+                advertise_host=advertise,
+                placement=placement,
+                secret=secret,
+                orphan_exit=ORPHAN_EXIT_SECONDS,
+            )
         finally:
             if note is not None:
                 with contextlib.suppress(OSError):
@@ -157,8 +182,11 @@ def root_cause(error: BaseException) -> str:
     lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
     for ln in reversed(lines):  # the last Python exception line of a worker traceback
         head = ln.split(":", 1)[0]
-        if head.endswith(("Error", "Exception", "Failure", "Aborted")) and not ln.startswith(
-                ("at ", "org.apache", "py4j", "Caused by")) and " " not in head:
+        if (
+            head.endswith(("Error", "Exception", "Failure", "Aborted"))
+            and not ln.startswith(("at ", "org.apache", "py4j", "Caused by"))
+            and " " not in head
+        ):
             return ln[:500]
     for ln in lines:
         if "Most recent failure reason" in ln or "SparkException" in ln:
@@ -175,8 +203,14 @@ class SparkBarrierLauncher:
         driver's host (off: only Spark's cancellation and the slots' own exit end them).
     """
 
-    def __init__(self, spark, slot_wait_seconds: float = 0.0, *,
-                 release_seconds: float = RELEASE_SECONDS, kill_slots: bool = True) -> None:
+    def __init__(
+        self,
+        spark,
+        slot_wait_seconds: float = 0.0,
+        *,
+        release_seconds: float = RELEASE_SECONDS,
+        kill_slots: bool = True,
+    ) -> None:
         self.spark = spark
         self.slot_wait_seconds = slot_wait_seconds
         self.release_seconds = release_seconds
@@ -209,6 +243,13 @@ class SparkBarrierLauncher:
 
     def busy_tasks(self) -> dict[int, int]:
         """Stage id -> tasks still running, over the stages of ended attempts."""
+        try:
+            return self._busy_tasks()
+        except Exception as exc:  # noqa: BLE001 - e.g. the SparkContext was stopped
+            log.warning("Cannot read Spark's status tracker: %s", exc)
+            return {}
+
+    def _busy_tasks(self) -> dict[int, int]:
         tracker = self.sc.statusTracker()
         busy: dict[int, int] = {}
         still_held = []
@@ -216,7 +257,7 @@ class SparkBarrierLauncher:
             group_busy = {}
             for job_id in tracker.getJobIdsForGroup(group):
                 info = tracker.getJobInfo(job_id)
-                for stage_id in (info.stageIds if info is not None else ()):
+                for stage_id in info.stageIds if info is not None else ():
                     stage = tracker.getStageInfo(stage_id)
                     if stage is not None and stage.numActiveTasks > 0:
                         group_busy[stage_id] = stage.numActiveTasks
@@ -239,8 +280,13 @@ class SparkBarrierLauncher:
             busy = self.busy_tasks()
         return busy
 
-    def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int,
-              secret: bytes | None = None) -> None:
+    def start(
+        self,
+        attempt: int,
+        coordinator: tuple[str, int],
+        num_slots: int,
+        secret: bytes | None = None,
+    ) -> None:
         from pyspark import InheritableThread
 
         self.check_slots(num_slots, self.slot_wait_seconds)  # e.g. a lost executor's replacement
@@ -253,20 +299,25 @@ class SparkBarrierLauncher:
                 f"{time.monotonic() - t0:.0f} s ({stages}), so attempt {attempt} would not get "
                 f"its {num_slots} slots at once; a slot stuck in user code ends its process "
                 f"{ORPHAN_EXIT_SECONDS:.0f} s after it lost the coordinator "
-                "(CKPT_SLOT_ORPHAN_EXIT_SECONDS), check the executors' logs")
+                "(CKPT_SLOT_ORPHAN_EXIT_SECONDS), check the executors' logs"
+            )
         self._error, self._done, self._stopping = None, False, False
         self._group = f"ckpt-{uuid.uuid4().hex[:12]}-a{attempt}"
         # the job secret travels in the stage's closure (Spark's own RPC; enable
         # spark.authenticate / spark.network.crypto.enabled on untrusted networks)
-        fn = make_slot_function(attempt, coordinator, self.sc.master.startswith("local"), secret,
-                                self.notes)
+        fn = make_slot_function(
+            attempt, coordinator, self.sc.master.startswith("local"), secret, self.notes
+        )
         group = self._group
 
         def body() -> None:
             try:
-                self.sc.setJobGroup(group, f"checkpointed job attempt {attempt}",
-                                    interruptOnCancel=True)
-                self.sc.parallelize(range(num_slots), num_slots).barrier().mapPartitions(fn).collect()
+                self.sc.setJobGroup(
+                    group, f"checkpointed job attempt {attempt}", interruptOnCancel=True
+                )
+                self.sc.parallelize(range(num_slots), num_slots).barrier().mapPartitions(
+                    fn
+                ).collect()
             except BaseException as exc:  # noqa: BLE001 - reported through poll()
                 self._error = exc
             finally:
@@ -291,7 +342,10 @@ class SparkBarrierLauncher:
         if group is None:
             return
         # also when the job already ended: a failed barrier stage may still run tasks
-        self.sc.cancelJobGroup(group)
+        try:
+            self.sc.cancelJobGroup(group)
+        except Exception as exc:  # noqa: BLE001 - e.g. the SparkContext was stopped
+            log.warning("Cannot cancel Spark job group %s: %s", group, exc)
         if thread is not None:
             thread.join(timeout=5.0)  # a cancelled or failed job returns at once
         if self._done and self._error is None:

@@ -239,14 +239,16 @@ class Slot:
         slot ended by then. Watches the control connection without reading from it (the
         control loop reads), from registration on: also while the slot waits in Spark's
         ``allGather`` or for a task stuck in user code, where nothing else would notice."""
+        poller = select.poll()  # not select(): no limit on the descriptor's number
+        poller.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
         while not self.released.is_set():
             try:
-                readable, _, _ = select.select([sock], [], [], 1.0)
+                ready = poller.poll(1000)
             except (OSError, ValueError):  # closed under us
-                readable = [sock]
-            if not readable:
+                ready = [(-1, select.POLLHUP)]
+            if not ready:
                 continue
-            if connection_closed(sock):
+            if self.released.is_set() or connection_closed(sock):
                 break
             time.sleep(0.2)  # a message waits for the control loop
         if self.released.wait(grace):

@@ -92,8 +92,11 @@ class Tracker:
     def alive(self) -> list[tuple[int, str]]:
         for pid, kind in spark_python_processes():
             self.seen.setdefault(pid, (_start_time(pid), kind))
-        return sorted((pid, kind) for pid, (start, kind) in list(self.seen.items())
-                      if start is not None and _start_time(pid) == start)
+        return sorted(
+            (pid, kind)
+            for pid, (start, kind) in list(self.seen.items())
+            if start is not None and _start_time(pid) == start
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -109,18 +112,32 @@ def _start_time(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
-def kill_check(root: str, spark, *, kills: int = 3, gap: tuple[float, float] = (1.5, 4.0),
-               num_records: int = 100_000, rate: float = 6000, seed: int = 0,
-               timeout: float = 600.0) -> dict:
+def kill_check(
+    root: str,
+    spark,
+    *,
+    kills: int = 3,
+    gap: tuple[float, float] = (1.5, 4.0),
+    num_records: int = 100_000,
+    rate: float = 6000,
+    seed: int = 0,
+    timeout: float = 600.0,
+) -> dict:
     """Run the job, SIGKILL ``kills`` Spark Python processes ``gap`` seconds apart once
     the first checkpoint completed, check the output is exactly once. Returns what was
     killed and how the job ended; raises AssertionError when it did not end exactly once."""
     rng = random.Random(seed)
-    p = running_sum_pipeline(root, num_records=num_records, num_keys=KEYS, seed=seed + 1,
-                             rate=rate, interval_ms=200, source_parallelism=2,
-                             keyed_parallelism=3,
-                             restart=RestartStrategy.fixed_delay(attempts=kills + 3,
-                                                                 delay_ms=500))
+    p = running_sum_pipeline(
+        root,
+        num_records=num_records,
+        num_keys=KEYS,
+        seed=seed + 1,
+        rate=rate,
+        interval_ms=200,
+        source_parallelism=2,
+        keyed_parallelism=3,
+        restart=RestartStrategy.fixed_delay(attempts=kills + 3, delay_ms=500),
+    )
     t0 = time.monotonic()
     tracker = Tracker()
     try:
@@ -145,8 +162,9 @@ def kill_check(root: str, spark, *, kills: int = 3, gap: tuple[float, float] = (
     result = bg.result(timeout=timeout)
     seconds = time.monotonic() - t0
     assert result.status == "FINISHED", (result.status, result.failure, killed)
-    check_exactly_once(os.path.join(root, "out"), expected_running_sums(num_records, KEYS,
-                                                                        seed + 1))
+    check_exactly_once(
+        os.path.join(root, "out"), expected_running_sums(num_records, KEYS, seed + 1)
+    )
     return {"killed": killed, "restarts": result.restarts, "seconds": round(seconds, 1)}
 
 
@@ -169,8 +187,13 @@ def main() -> int:
         for run in range(args.runs):
             with tempfile.TemporaryDirectory(prefix="spark-kills-") as root:
                 try:
-                    out = kill_check(root, spark, kills=args.kills, num_records=args.records,
-                                     seed=args.seed + run)
+                    out = kill_check(
+                        root,
+                        spark,
+                        kills=args.kills,
+                        num_records=args.records,
+                        seed=args.seed + run,
+                    )
                     passed += 1
                     print(f"run {run}: ok {out}", flush=True)
                 except BaseException as exc:  # noqa: BLE001 - tallied, the loop goes on

@@ -49,19 +49,37 @@ class StuckInAttemptZero(RunningSum):
         return super().process_element(record, ctx)
 
 
-def stuck_pipeline(root: str, *, num_records: int = 5000, num_keys: int = 30, seed: int = 3,
-                   fail_others: bool = True, restarts: int = 2,
-                   keyed_parallelism: int = 3) -> Pipeline:
-    p = Pipeline("stuck", max_parallelism=128,
-                 checkpoint=CheckpointConfig(interval_ms=200,
-                                             directory=os.path.join(root, "ckpt")),
-                 restart_strategy=RestartStrategy.fixed_delay(attempts=restarts, delay_ms=0),
-                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
-    (p.source(GeneratorSource(num_records, num_keys=num_keys, seed=seed, splits=2,
-                              records_per_second=2000),
-              uid="gen", parallelism=1)
-      .key_by("key")
-      .process(StuckInAttemptZero(os.path.join(root, "stuck.pid"), fail_others=fail_others),
-               uid="sum", parallelism=keyed_parallelism)
-      .sink(FileSink(os.path.join(root, "out")), uid="out"))
+def stuck_pipeline(
+    root: str,
+    *,
+    num_records: int = 5000,
+    num_keys: int = 30,
+    seed: int = 3,
+    fail_others: bool = True,
+    restarts: int = 2,
+    keyed_parallelism: int = 3,
+) -> Pipeline:
+    p = Pipeline(
+        "stuck",
+        max_parallelism=128,
+        checkpoint=CheckpointConfig(interval_ms=200, directory=os.path.join(root, "ckpt")),
+        restart_strategy=RestartStrategy.fixed_delay(attempts=restarts, delay_ms=0),
+        metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
+    )
+    (
+        p.source(
+            GeneratorSource(
+                num_records, num_keys=num_keys, seed=seed, splits=2, records_per_second=2000
+            ),
+            uid="gen",
+            parallelism=1,
+        )
+        .key_by("key")
+        .process(
+            StuckInAttemptZero(os.path.join(root, "stuck.pid"), fail_others=fail_others),
+            uid="sum",
+            parallelism=keyed_parallelism,
+        )
+        .sink(FileSink(os.path.join(root, "out")), uid="out")
+    )
     return p

@@ -40,11 +40,16 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.timeout(120)
 def test_a_slot_stuck_in_user_code_ends_its_process_when_its_driver_is_killed(workdir):
-    env = {**os.environ, "CKPT_SLOT_ORPHAN_EXIT_SECONDS": "2",
-           "PYTHONPATH": os.pathsep.join([HERE, TESTS, os.environ.get("PYTHONPATH", "")])}
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(here=HERE, tests=TESTS,
-                                                                   root=str(workdir))],
-                              env=env, stdin=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "CKPT_SLOT_ORPHAN_EXIT_SECONDS": "2",
+        "PYTHONPATH": os.pathsep.join([HERE, TESTS, os.environ.get("PYTHONPATH", "")]),
+    }
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER.format(here=HERE, tests=TESTS, root=str(workdir))],
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     slots: list[int] = []
     try:
         marker = workdir / "stuck.pid"

@@ -31,7 +31,8 @@ def fast_startup_timeout(monkeypatch):
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("freed_by", ["driver-kill", "slot-self-exit"])
 def test_a_stuck_slot_holding_its_core_does_not_block_the_next_attempt(
-        workdir, monkeypatch, fast_startup_timeout, freed_by):
+    workdir, monkeypatch, fast_startup_timeout, freed_by
+):
     """local[3], 3 slots; in attempt 0 slot 1 is stuck in user code (a sleep loop) and
     the others fail. Spark's own kill of a Python task comes only after
     ``spark.python.task.killTimeout`` (set to an hour here: a slot that ignores
@@ -43,12 +44,14 @@ def test_a_stuck_slot_holding_its_core_does_not_block_the_next_attempt(
         monkeypatch.setenv("CKPT_SLOT_ORPHAN_EXIT_SECONDS", "3600")
     else:
         monkeypatch.setenv("CKPT_SLOT_ORPHAN_EXIT_SECONDS", "2")
-    spark = session_for("local[3]", "test-stuck-slot",
-                        extra_conf={"spark.python.task.killTimeout": "3600s"})
+    spark = session_for(
+        "local[3]", "test-stuck-slot", extra_conf={"spark.python.task.killTimeout": "3600s"}
+    )
     try:
         p = stuck_pipeline(str(workdir), restarts=3)
-        result = p.run("spark", spark=spark, kill_slots=freed_by == "driver-kill",
-                       release_seconds=30)
+        result = p.run(
+            "spark", spark=spark, kill_slots=freed_by == "driver-kill", release_seconds=30
+        )
         assert os.path.exists(workdir / "stuck.pid"), "attempt 0 never got stuck"
         attempts = MetadataStore(p.metadata_url).list_attempts(result.job_id)
         reasons = [a.failure_reason for a in attempts]
@@ -68,8 +71,9 @@ def test_sigkilled_pyspark_workers_and_daemon_during_checkpoints_end_exactly_onc
     finishes exactly once. (The 20-run loop: ``tests/engine/runners/spark_kills.py``.)"""
     spark = session_for("local[4]", "test-spark-kills")
     try:
-        out = kill_check(str(workdir), spark, kills=2, num_records=40_000, rate=6000, seed=5,
-                         timeout=300)
+        out = kill_check(
+            str(workdir), spark, kills=2, num_records=40_000, rate=6000, seed=5, timeout=300
+        )
         assert out["killed"], out
     finally:
         spark.stop()
