@@ -239,8 +239,11 @@ class Slot:
         slot ended by then. Watches the control connection without reading from it (the
         control loop reads), from registration on: also while the slot waits in Spark's
         ``allGather`` or for a task stuck in user code, where nothing else would notice."""
-        poller = select.poll()  # not select(): no limit on the descriptor's number
-        poller.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+        # poll(), not select(): no limit on the descriptor's number. POLLRDHUP (Linux): the
+        # peer closed even while a message it sent before is still unread
+        hangup = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "POLLRDHUP", 0)
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | hangup)
         while not self.released.is_set():
             try:
                 ready = poller.poll(1000)
@@ -248,7 +251,8 @@ class Slot:
                 ready = [(-1, select.POLLHUP)]
             if not ready:
                 continue
-            if self.released.is_set() or connection_closed(sock):
+            if self.released.is_set() or any(ev & hangup for _, ev in ready) \
+                    or connection_closed(sock):
                 break
             time.sleep(0.2)  # a message waits for the control loop
         if self.released.wait(grace):
