@@ -24,6 +24,7 @@ cannot start.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -216,11 +217,7 @@ class SparkBarrierLauncher:
         self.release_seconds = release_seconds
         self.kill_slots = kill_slots
         self.sc = spark.sparkContext
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self._done = False
-        self._stopping = False
-        self._group: str | None = None
+        self._run: _StageRun | None = None  # the current attempt's stage
         #: job groups of ended attempts whose tasks may still hold cores
         self._held: list[str] = []
         self.notes = tempfile.mkdtemp(prefix="ckpt-slots-")
@@ -301,34 +298,34 @@ class SparkBarrierLauncher:
                 f"{ORPHAN_EXIT_SECONDS:.0f} s after it lost the coordinator "
                 "(CKPT_SLOT_ORPHAN_EXIT_SECONDS), check the executors' logs"
             )
-        self._error, self._done, self._stopping = None, False, False
-        self._group = f"ckpt-{uuid.uuid4().hex[:12]}-a{attempt}"
+        run = _StageRun(group=f"ckpt-{uuid.uuid4().hex[:12]}-a{attempt}")
         # the job secret travels in the stage's closure (Spark's own RPC; enable
         # spark.authenticate / spark.network.crypto.enabled on untrusted networks)
         fn = make_slot_function(
             attempt, coordinator, self.sc.master.startswith("local"), secret, self.notes
         )
-        group = self._group
 
         def body() -> None:
             try:
                 self.sc.setJobGroup(
-                    group, f"checkpointed job attempt {attempt}", interruptOnCancel=True
+                    run.group, f"checkpointed job attempt {attempt}", interruptOnCancel=True
                 )
                 self.sc.parallelize(range(num_slots), num_slots).barrier().mapPartitions(
                     fn
                 ).collect()
             except BaseException as exc:  # noqa: BLE001 - reported through poll()
-                self._error = exc
+                run.error = exc
             finally:
-                self._done = True
+                run.done = True
 
-        self._thread = InheritableThread(target=body, name=f"barrier-stage-{attempt}", daemon=True)
-        self._thread.start()
+        run.thread = InheritableThread(target=body, name=f"barrier-stage-{attempt}", daemon=True)
+        self._run = run
+        run.thread.start()
 
     def poll(self) -> str | None:
-        if self._done and self._error is not None and not self._stopping:
-            return f"Spark barrier stage failed: {root_cause(self._error)}"
+        run = self._run
+        if run is not None and run.done and run.error is not None:
+            return f"Spark barrier stage failed: {root_cause(run.error)}"
         return None
 
     def stop(self) -> None:
@@ -336,24 +333,34 @@ class SparkBarrierLauncher:
         :meth:`start` waits until their tasks freed the cores (the job master closes the
         slots' control connections right after this, which ends the slots it could not
         kill)."""
-        self._stopping = True
-        group, thread = self._group, self._thread
-        self._group, self._thread = None, None
-        if group is None:
+        run, self._run = self._run, None
+        if run is None:
             return
+        t0 = time.monotonic()
         # also when the job already ended: a failed barrier stage may still run tasks
         try:
-            self.sc.cancelJobGroup(group)
+            self.sc.cancelJobGroup(run.group)
         except Exception as exc:  # noqa: BLE001 - e.g. the SparkContext was stopped
-            log.warning("Cannot cancel Spark job group %s: %s", group, exc)
-        if thread is not None:
-            thread.join(timeout=5.0)  # a cancelled or failed job returns at once
-        if self._done and self._error is None:
+            log.warning("Cannot cancel Spark job group %s: %s", run.group, exc)
+        if run.thread is not None:
+            run.thread.join(timeout=5.0)  # a cancelled or failed job returns at once
+        if run.done and run.error is None:
             return  # every slot returned: nothing holds a core
-        self._held.append(group)
+        self._held.append(run.group)
         if self.kill_slots:
             killed = kill_noted_processes(self.notes)
             if killed:
                 log.info("Killed the slot processes of the ended attempt: %s", ", ".join(killed))
-        if thread is not None:
-            thread.join(timeout=60)
+        if run.thread is not None:
+            run.thread.join(timeout=60)
+        log.info("Ended Spark job group %s in %.1f s", run.group, time.monotonic() - t0)
+
+
+@dataclasses.dataclass
+class _StageRun:
+    """One attempt's barrier stage: its job group and the thread that waits for it."""
+
+    group: str
+    thread: threading.Thread | None = None
+    done: bool = False
+    error: BaseException | None = None

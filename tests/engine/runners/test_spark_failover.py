@@ -7,7 +7,9 @@ Each test runs real Spark in local mode (bounded: ~30-60 s each on a loaded 2-co
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 
 import pytest
 from pipelines import check_exactly_once, expected_running_sums
@@ -76,4 +78,36 @@ def test_sigkilled_pyspark_workers_and_daemon_during_checkpoints_end_exactly_onc
         )
         assert out["killed"], out
     finally:
+        spark.stop()
+
+
+@pytest.mark.timeout(400)
+def test_cores_still_held_fail_the_restart_with_the_stage_named(workdir, monkeypatch):
+    """Nothing frees the stuck slot's core (driver kill off, self-exit after an hour, Spark's
+    kill after an hour): each restart fails after ``release_seconds`` with
+    SlotsNotReleasedError naming the stage, instead of submitting a stage that cannot
+    start and waiting out the start-up timeout."""
+    from airflow_checkpoint_provider.engine.errors import JobFailedError
+
+    monkeypatch.setenv("CKPT_SLOT_ORPHAN_EXIT_SECONDS", "3600")
+    spark = session_for(
+        "local[3]", "test-cores-held", extra_conf={"spark.python.task.killTimeout": "3600s"}
+    )
+    marker = workdir / "stuck.pid"
+    try:
+        p = stuck_pipeline(str(workdir), restarts=1)
+        with pytest.raises(JobFailedError, match=r"barrier stage still runs .* \(stage \d+: \d+ task"):
+            p.run("spark", spark=spark, kill_slots=False, release_seconds=5)
+        reasons = [
+            a.failure_reason
+            for a in MetadataStore(p.metadata_url).list_attempts(
+                MetadataStore(p.metadata_url).list_jobs()[0].job_id
+            )
+        ]
+        assert "subtask 1 is stuck" in (reasons[0] or ""), reasons
+        assert "cannot start the job's slots" in (reasons[1] or ""), reasons
+    finally:
+        if marker.exists():  # the stuck Python worker: nothing else ends it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(marker.read_text()), signal.SIGKILL)
         spark.stop()
