@@ -17,6 +17,7 @@ import random
 import signal
 import sys
 import time
+import uuid
 
 TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if TESTS not in sys.path:
@@ -34,82 +35,59 @@ from airflow_checkpoint_provider.engine import RestartStrategy  # noqa: E402
 KEYS = 50
 
 
-def _stat(pid: int) -> tuple[int, bytes] | None:
-    """(parent pid, command line) of ``pid``, or None when it is gone."""
+#: set (to a fresh id) before the Spark session starts: the executors' environment
+#: (``spark.executorEnv.CKPT_*``) carries it into the pyspark daemon and its workers, which
+#: tells this driver's Python processes from anyone else's -- also a worker whose daemon
+#: was killed (it is reparented away from this process tree and may be reused by Spark)
+MARKER_ENV = "CKPT_KILL_CHECK"
+
+
+def _read(pid: int) -> tuple[int, bytes, bytes] | None:
+    """(parent pid, command line, environment) of ``pid``; None when gone or a zombie."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read()
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
     except OSError:
         return None
-    if fields[0] == "Z":
+    if fields[0] in ("Z", "X"):
         return None
-    return int(fields[1]), cmdline
+    return int(fields[1]), cmdline, environ
 
 
-def spark_python_processes(root: int | None = None) -> list[tuple[int, str]]:
-    """``(pid, "daemon" | "worker")`` of the pyspark daemons and workers below ``root``
-    (default: this process): the processes a failover must survive losing."""
-    root = os.getpid() if root is None else root
-    procs = {}
+def spark_python_processes(marker: str | None = None) -> list[tuple[int, str]]:
+    """``(pid, "daemon" | "worker")`` of the pyspark daemons and workers of the Spark
+    session started with ``$CKPT_KILL_CHECK == marker`` (default: this process's value):
+    the processes a failover must survive losing."""
+    marker = marker or os.environ[MARKER_ENV]
+    tag = f"{MARKER_ENV}={marker}".encode()
+    found = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _stat(int(entry))
-            if st is not None:
-                procs[int(entry)] = st
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in procs.items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, []))
-        ppid, cmdline = procs[pid]
-        if b"pyspark.daemon" in cmdline or b"pyspark/daemon" in cmdline:
-            parent_is_daemon = b"daemon" in procs.get(ppid, (0, b""))[1]
-            found.append((pid, "worker" if parent_is_daemon else "daemon"))
+        if not entry.isdigit():
+            continue
+        info = _read(int(entry))
+        if info is None:
+            continue
+        ppid, cmdline, environ = info
+        if b"pyspark.daemon" not in cmdline or tag not in environ.split(b"\0"):
+            continue
+        parent = _read(ppid)
+        # the daemon is started by the executor JVM; workers are forked by the daemon (or
+        # were, before it was killed)
+        is_daemon = parent is not None and b"java" in parent[1].split(b"\0")[0]
+        found.append((int(entry), "daemon" if is_daemon else "worker"))
     return sorted(found)
 
 
-class Tracker:
-    """Every pyspark process seen below this process, kept while it lives: a worker whose
-    daemon was killed is reparented away from this tree but still runs a slot."""
+def kill_check_session(name: str = "spark-kill-check"):
+    """A local[4] session whose Python processes :func:`spark_python_processes` finds."""
+    from airflow_checkpoint_provider.engine.runners.spark import session_for
 
-    def __init__(self) -> None:
-        import threading
-
-        self.seen: dict[int, tuple[int | None, str]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._scan, daemon=True)
-        self._thread.start()
-
-    def _scan(self) -> None:
-        while not self._stop.wait(0.25):
-            for pid, kind in spark_python_processes():
-                self.seen.setdefault(pid, (_start_time(pid), kind))
-
-    def alive(self) -> list[tuple[int, str]]:
-        for pid, kind in spark_python_processes():
-            self.seen.setdefault(pid, (_start_time(pid), kind))
-        return sorted(
-            (pid, kind)
-            for pid, (start, kind) in list(self.seen.items())
-            if start is not None and _start_time(pid) == start
-        )
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _start_time(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] in ("Z", "X") else int(fields[19])
+    os.environ[MARKER_ENV] = uuid.uuid4().hex
+    return session_for("local[4]", name)
 
 
 def kill_check(
@@ -139,26 +117,22 @@ def kill_check(
         restart=RestartStrategy.fixed_delay(attempts=kills + 3, delay_ms=500),
     )
     t0 = time.monotonic()
-    tracker = Tracker()
-    try:
-        bg = Background(p, runner="spark", spark=spark)
-        bg.wait_running(min_checkpoints=1, timeout=180)
-        killed = []
-        for _ in range(kills):
-            time.sleep(rng.uniform(*gap))
-            victims = tracker.alive()
-            if not bg.thread.is_alive():
-                break
-            if not victims:
-                continue
-            pid, kind = rng.choice(victims)
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(kind)
-            except ProcessLookupError:
-                pass
-    finally:
-        tracker.stop()
+    bg = Background(p, runner="spark", spark=spark)
+    bg.wait_running(min_checkpoints=1, timeout=180)
+    killed = []
+    for _ in range(kills):
+        time.sleep(rng.uniform(*gap))
+        if not bg.thread.is_alive():
+            break
+        victims = spark_python_processes()
+        if not victims:
+            continue
+        pid, kind = rng.choice(victims)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(kind)
+        except ProcessLookupError:
+            pass
     result = bg.result(timeout=timeout)
     seconds = time.monotonic() - t0
     assert result.status == "FINISHED", (result.status, result.failure, killed)
@@ -172,8 +146,6 @@ def main() -> int:
     import argparse
     import tempfile
 
-    from airflow_checkpoint_provider.engine.runners.spark import session_for
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--kills", type=int, default=3)
@@ -181,7 +153,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = session_for("local[4]", "spark-kill-check")
+    spark = kill_check_session()
     passed, t_all = 0, time.monotonic()
     try:
         for run in range(args.runs):

@@ -13,7 +13,7 @@ import signal
 
 import pytest
 from pipelines import check_exactly_once, expected_running_sums
-from spark_kills import kill_check
+from spark_kills import kill_check, kill_check_session
 from stuck_pipelines import stuck_pipeline
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
@@ -67,11 +67,14 @@ def test_a_stuck_slot_holding_its_core_does_not_block_the_next_attempt(
 
 
 @pytest.mark.timeout(420)
-def test_sigkilled_pyspark_workers_and_daemon_during_checkpoints_end_exactly_once(workdir):
+def test_sigkilled_pyspark_workers_and_daemon_during_checkpoints_end_exactly_once(
+    workdir, monkeypatch
+):
     """The bounded kill check: 2 SIGKILLs of this Spark's Python processes (slot workers
     or the pyspark daemon) 1.5-4 s apart while the job checkpoints every 200 ms; the job
     finishes exactly once. (The 20-run loop: ``tests/engine/runners/spark_kills.py``.)"""
-    spark = session_for("local[4]", "test-spark-kills")
+    monkeypatch.setenv("CKPT_KILL_CHECK", "")  # restored (removed) after the test
+    spark = kill_check_session("test-spark-kills")
     try:
         out = kill_check(
             str(workdir), spark, kills=2, num_records=40_000, rate=6000, seed=5, timeout=300
@@ -96,7 +99,9 @@ def test_cores_still_held_fail_the_restart_with_the_stage_named(workdir, monkeyp
     marker = workdir / "stuck.pid"
     try:
         p = stuck_pipeline(str(workdir), restarts=1)
-        with pytest.raises(JobFailedError, match=r"barrier stage still runs .* \(stage \d+: \d+ task"):
+        with pytest.raises(
+            JobFailedError, match=r"barrier stage still runs .* \(stage \d+: \d+ task"
+        ):
             p.run("spark", spark=spark, kill_slots=False, release_seconds=5)
         reasons = [
             a.failure_reason
