@@ -118,7 +118,7 @@ def kill_check(
     )
     t0 = time.monotonic()
     bg = Background(p, runner="spark", spark=spark)
-    bg.wait_running(min_checkpoints=1, timeout=180)
+    bg.wait_running(min_checkpoints=1, timeout=300)  # a loaded machine starts slowly
     killed = []
     for _ in range(kills):
         time.sleep(rng.uniform(*gap))

@@ -22,11 +22,13 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
 )
 
 
-class StuckInAttemptZero(RunningSum):
-    """Attempt 0 only: subtask ``stuck`` loops in user code from its first record on (it
-    notes its pid in ``marker`` and then sleeps forever: no cancellation reaches it); with
-    ``fail_others`` every other subtask raises on its next record once the marker exists,
-    which fails the attempt while the stuck one keeps its process (and its Spark core)."""
+class StuckOnce(RunningSum):
+    """The first attempt that reaches a record gets stuck: subtask ``stuck`` notes its pid
+    and attempt in ``marker`` and then loops in user code forever (no cancellation reaches
+    it); with ``fail_others`` every other subtask of that same attempt raises on its next
+    record, which fails the attempt while the stuck one keeps its process (and its Spark
+    core). Later attempts run normally. (Not "attempt 0": on a loaded machine attempt 0
+    may end in a start-up timeout before any record.)"""
 
     def __init__(self, marker: str, stuck: int = 1, fail_others: bool = True) -> None:
         super().__init__()
@@ -36,17 +38,28 @@ class StuckInAttemptZero(RunningSum):
         super().open(ctx)
         self.subtask = ctx.subtask_index
 
+    def _stuck_attempt(self) -> int | None:
+        try:
+            with open(self.marker) as f:
+                return int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
     def process_element(self, record, ctx):
-        if self.attempt == 0:
-            if self.subtask == self.stuck:
-                with open(self.marker + ".tmp", "w") as f:
-                    f.write(str(os.getpid()))
-                os.replace(self.marker + ".tmp", self.marker)
-                while True:
-                    time.sleep(0.05)
-            if self.fail_others and os.path.exists(self.marker):
-                raise InjectedFailure(f"subtask {self.subtask}: subtask {self.stuck} is stuck")
+        if self.subtask == self.stuck and not os.path.exists(self.marker):
+            with open(self.marker + ".tmp", "w") as f:
+                f.write(f"{os.getpid()} {self.attempt}")
+            os.replace(self.marker + ".tmp", self.marker)
+            while True:
+                time.sleep(0.05)
+        if self.fail_others and self._stuck_attempt() == self.attempt:
+            raise InjectedFailure(f"subtask {self.subtask}: subtask {self.stuck} is stuck")
         return super().process_element(record, ctx)
+
+
+def stuck_pid(marker: str) -> int:
+    with open(marker) as f:
+        return int(f.read().split()[0])
 
 
 def stuck_pipeline(
@@ -76,7 +89,7 @@ def stuck_pipeline(
         )
         .key_by("key")
         .process(
-            StuckInAttemptZero(os.path.join(root, "stuck.pid"), fail_others=fail_others),
+            StuckOnce(os.path.join(root, "stuck.pid"), fail_others=fail_others),
             uid="sum",
             parallelism=keyed_parallelism,
         )

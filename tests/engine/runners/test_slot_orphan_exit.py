@@ -58,7 +58,7 @@ def test_a_slot_stuck_in_user_code_ends_its_process_when_its_driver_is_killed(wo
             assert driver.poll() is None, "the job ended before a slot got stuck"
             time.sleep(0.1)
         assert marker.exists(), "no slot got stuck within 90 s"
-        stuck = int(marker.read_text())
+        stuck = int(marker.read_text().split()[0])
         slots = _children(driver.pid)
         assert stuck in slots, (stuck, slots)
         driver.send_signal(signal.SIGKILL)  # the coordinator is gone, without a word

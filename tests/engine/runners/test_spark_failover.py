@@ -2,7 +2,7 @@
 cancelled, its slot processes end (killed by the driver, or by themselves once their
 coordinator is gone), and the next attempt starts on the cores they held.
 
-Each test runs real Spark in local mode (bounded: ~30-60 s each on a loaded 2-core machine).
+Each test runs real Spark in local mode (bounded: 1-3 min each on a loaded 2-core machine).
 """
 
 from __future__ import annotations
@@ -17,26 +17,18 @@ from spark_kills import kill_check, kill_check_session
 from stuck_pipelines import stuck_pipeline
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.runners import attempt as attempt_module
 from airflow_checkpoint_provider.engine.runners.spark import session_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.usefixtures("spark_env")]
 
 
-@pytest.fixture
-def fast_startup_timeout(monkeypatch):
-    # a restart that cannot get its slots fails after 60 s instead of 120 s: without the
-    # fix the job then spends its restarts and FAILS within the test's time
-    monkeypatch.setattr(attempt_module, "STARTUP_TIMEOUT_SECONDS", 60.0)
-
-
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)  # without the fix: 3 restarts x the 120 s start-up timeout
 @pytest.mark.parametrize("freed_by", ["driver-kill", "slot-self-exit"])
 def test_a_stuck_slot_holding_its_core_does_not_block_the_next_attempt(
-    workdir, monkeypatch, fast_startup_timeout, freed_by
+    workdir, monkeypatch, freed_by
 ):
-    """local[3], 3 slots; in attempt 0 slot 1 is stuck in user code (a sleep loop) and
-    the others fail. Spark's own kill of a Python task comes only after
+    """local[3], 3 slots; in the first attempt that runs, slot 1 gets stuck in user code (a
+    sleep loop) and the others fail. Spark's own kill of a Python task comes only after
     ``spark.python.task.killTimeout`` (set to an hour here: a slot that ignores
     cancellation), so the stuck slot keeps one of the 3 cores and a restart that needs all
     3 can never start -- unless the failover frees it: the driver kills the noted slot
@@ -54,13 +46,13 @@ def test_a_stuck_slot_holding_its_core_does_not_block_the_next_attempt(
         result = p.run(
             "spark", spark=spark, kill_slots=freed_by == "driver-kill", release_seconds=30
         )
-        assert os.path.exists(workdir / "stuck.pid"), "attempt 0 never got stuck"
+        assert os.path.exists(workdir / "stuck.pid"), "no attempt got stuck"
         attempts = MetadataStore(p.metadata_url).list_attempts(result.job_id)
         reasons = [a.failure_reason for a in attempts]
-        # without the fix every restart ends "only 0 of 3 slots started within 60 s" (the
+        # without the fix every restart ends "only 0 of 3 slots started within 120 s" (the
         # stuck slot keeps its core for an hour) and the job FAILS
         assert result.status == "FINISHED", reasons
-        assert "subtask 1 is stuck" in (reasons[0] or ""), reasons
+        assert any("subtask 1 is stuck" in (r or "") for r in reasons), reasons
         check_exactly_once(str(workdir / "out"), expected_running_sums(5000, 30, 3))
     finally:
         spark.stop()
@@ -98,7 +90,7 @@ def test_cores_still_held_fail_the_restart_with_the_stage_named(workdir, monkeyp
     )
     marker = workdir / "stuck.pid"
     try:
-        p = stuck_pipeline(str(workdir), restarts=1)
+        p = stuck_pipeline(str(workdir), restarts=2)
         with pytest.raises(
             JobFailedError, match=r"barrier stage still runs .* \(stage \d+: \d+ task"
         ):
@@ -109,10 +101,10 @@ def test_cores_still_held_fail_the_restart_with_the_stage_named(workdir, monkeyp
                 MetadataStore(p.metadata_url).list_jobs()[0].job_id
             )
         ]
-        assert "subtask 1 is stuck" in (reasons[0] or ""), reasons
-        assert "cannot start the job's slots" in (reasons[1] or ""), reasons
+        assert any("subtask 1 is stuck" in (r or "") for r in reasons), reasons
+        assert "cannot start the job's slots" in (reasons[-1] or ""), reasons
     finally:
         if marker.exists():  # the stuck Python worker: nothing else ends it
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(marker.read_text()), signal.SIGKILL)
+                os.kill(int(marker.read_text().split()[0]), signal.SIGKILL)
         spark.stop()
