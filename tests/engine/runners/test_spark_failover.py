@@ -58,7 +58,7 @@ def test_a_stuck_slot_holding_its_core_does_not_block_the_next_attempt(
         spark.stop()
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_sigkilled_pyspark_workers_and_daemon_during_checkpoints_end_exactly_once(
     workdir, monkeypatch
 ):
