@@ -101,7 +101,8 @@ MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/api.py $(ENGINE)/config.py $(ENGIN
 	$(ENGINE)/connectors/partitions.py \
 	$(ENGINE)/connectors/iceberg.py $(ENGINE)/connectors/table_source.py $(ENGINE)/verify.py \
 	$(ENGINE)/state_io $(ENGINE)/stability.py $(ENGINE)/state/columnar.py \
-	$(ENGINE)/state/key_index.py $(ENGINE)/runtime
+	$(ENGINE)/state/key_index.py $(ENGINE)/runtime \
+	$(ENGINE)/typed_codec.py $(ENGINE)/state/contract.py $(ENGINE)/serialization.py
 
 lint: venv
 	$(VENV)/bin/ruff check airflow_checkpoint_provider tests dags bench

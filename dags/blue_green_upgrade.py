@@ -48,8 +48,21 @@ from airflow_checkpoint_provider.operators.upgrade import (
     StopForUpgradeOperator,
 )
 from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
+from airflow_checkpoint_provider.params import (
+    EXAMPLE_ENV,
+    directory_param,
+    job_env_param,
+    job_name_param,
+    pipeline_param,
+)
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
+# A DAG run's conf is untrusted: the green pipelines and environment variables it may
+# choose, kept by the DAG author
+PIPELINES = tuple(f"{EXAMPLE}:{f}" for f in (
+    "build_v1", "build_v2", "build_v2_broken", "build_v2_incompatible", "build_v2_slow",
+    "build_v2_flaky"))
+JOB_ENV = EXAMPLE_ENV
 GREEN_JOB_ID = "{{ ti.xcom_pull(task_ids='start_green', key='job_id') }}"
 
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
@@ -66,11 +79,10 @@ with DAG(
     tags=["checkpoint", "upgrade"],
     render_template_as_native_obj=True,
     params={
-        "blue_job": Param("versioned-sum-blue", type="string"),
-        "green_job": Param("versioned-sum-green", type="string"),
-        "green_pipeline": Param(f"{EXAMPLE}:build_v2", type="string"),
-        "savepoint_dir": Param("", type="string",
-                               description="savepoint directory (empty: the job's own)"),
+        "blue_job": job_name_param("versioned-sum-blue"),
+        "green_job": job_name_param("versioned-sum-green"),
+        "green_pipeline": pipeline_param(f"{EXAMPLE}:build_v2", PIPELINES),
+        "savepoint_dir": directory_param("savepoint directory (empty: the job's own)"),
         "runner": Param("spark", enum=["spark", "local"]),
         "exactly_once": Param(True, type="boolean",
                               description="green runs fenced until the cut-over, then restarts "
@@ -85,7 +97,7 @@ with DAG(
                                       description="last-state refuses older checkpoints"),
         "require_approval": Param(False, type="boolean",
                                   description="a human approves the cut-over (HITL)"),
-        "job_env": Param({}, type="object", description="environment of the green job"),
+        "job_env": job_env_param({}, JOB_ENV, description="environment of the green job"),
         "gate_window_s": Param(60, type="number", exclusiveMinimum=0,
                                description="seconds green is watched"),
         "min_checkpoints": Param(3, type="integer", minimum=1),

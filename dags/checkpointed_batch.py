@@ -12,6 +12,18 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Param
 
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
+from airflow_checkpoint_provider.params import (
+    EXAMPLE_ENV,
+    EXAMPLES,
+    job_env_param,
+    job_name_param,
+    pipeline_param,
+)
+
+# A DAG run's conf is untrusted: a triggering user picks one of these pipelines (the DAG
+# author's allowlist) and sets only these environment variables.
+PIPELINES = (f"{EXAMPLES}.running_sum:build", f"{EXAMPLES}.flaky_batch:build")
+JOB_ENV = EXAMPLE_ENV
 
 with DAG(
     dag_id="checkpointed_batch",
@@ -23,10 +35,10 @@ with DAG(
     tags=["checkpoint"],
     render_template_as_native_obj=True,
     params={
-        "pipeline": Param("airflow_checkpoint_provider.examples.running_sum:build", type="string"),
-        "job_name": Param("running-sum", type="string"),
+        "pipeline": pipeline_param(PIPELINES[0], PIPELINES),
+        "job_name": job_name_param("running-sum"),
         "runner": Param("spark", enum=["spark", "local"]),
-        "job_env": Param({}, type="object", description="environment of the job"),
+        "job_env": job_env_param({}, JOB_ENV),
     },
 ) as dag:
     SubmitCheckpointedJobOperator(

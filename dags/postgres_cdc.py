@@ -22,6 +22,16 @@ from airflow.sdk import DAG, Param
 from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
 from airflow_checkpoint_provider.operators.stability import StabilityGateOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
+from airflow_checkpoint_provider.params import (
+    EXAMPLES,
+    job_env_param,
+    job_name_param,
+    pipeline_param,
+)
+
+# A DAG run's conf is untrusted: the pipelines and environment variables it may choose
+PIPELINES = (f"{EXAMPLES}.postgres_cdc:build",)
+JOB_ENV = ("CKPT_CDC_URL", "CKPT_CDC_TABLES", "CKPT_EXAMPLE_DIR")
 
 CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
 
@@ -36,13 +46,13 @@ with DAG(
     tags=["checkpoint", "cdc"],
     render_template_as_native_obj=True,
     params={
-        "pipeline": Param("airflow_checkpoint_provider.examples.postgres_cdc:build", type="string"),
-        "job_name": Param("postgres-cdc", type="string"),
+        "pipeline": pipeline_param(PIPELINES[0], PIPELINES),
+        "job_name": job_name_param("postgres-cdc"),
         "runner": Param("spark", enum=["spark", "local"]),
-        "job_env": Param({"CKPT_CDC_URL": "postgresql://cdc@source-db:5432/shop",
-                          "CKPT_CDC_TABLES": "orders"}, type="object"),
-        "max_lag_seconds": Param(60, type="number"),
-        "gate_window_s": Param(120, type="number"),
+        "job_env": job_env_param({"CKPT_CDC_URL": "postgresql://cdc@source-db:5432/shop",
+                                  "CKPT_CDC_TABLES": "orders"}, JOB_ENV),
+        "max_lag_seconds": Param(60, type="number", minimum=0),
+        "gate_window_s": Param(120, type="number", exclusiveMinimum=0),
     },
 ) as dag:
     start = SubmitCheckpointedJobOperator(

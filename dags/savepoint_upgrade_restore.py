@@ -26,9 +26,22 @@ from airflow_checkpoint_provider.operators.control import CancelJobOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 from airflow_checkpoint_provider.operators.upgrade import UPGRADE_MODES, StopForUpgradeOperator
 from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
+from airflow_checkpoint_provider.params import (
+    EXAMPLE_ENV,
+    directory_param,
+    job_env_param,
+    job_name_param,
+    pipeline_param,
+)
 from airflow_checkpoint_provider.sensors.checkpoint import CheckpointCompletedSensor
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
+# A DAG run's conf is untrusted: the pipelines (v1 and v2) and environment variables it may
+# choose, kept by the DAG author
+PIPELINES = tuple(f"{EXAMPLE}:{f}" for f in (
+    "build_v1", "build_v2", "build_v2_broken", "build_v2_incompatible", "build_v2_slow",
+    "build_v2_flaky"))
+JOB_ENV = EXAMPLE_ENV
 SNAPSHOT = "{{ ti.xcom_pull(task_ids='stop_v1') }}"
 V2_JOB_ID = "{{ ti.xcom_pull(task_ids='start_v2', key='job_id') }}"
 FIRST_CHECKPOINT_TIMEOUT_S = 300  # v2 must complete a checkpoint within this, else roll back
@@ -47,13 +60,12 @@ with DAG(
     tags=["checkpoint", "upgrade"],
     render_template_as_native_obj=True,
     params={
-        "job_name": Param("versioned-sum", type="string", description="job to upgrade"),
-        "v1_pipeline": Param(f"{EXAMPLE}:build_v1", type="string"),
-        "v2_pipeline": Param(f"{EXAMPLE}:build_v2", type="string"),
-        "savepoint_dir": Param("", type="string",
-                               description="savepoint directory (empty: the job's own)"),
+        "job_name": job_name_param("versioned-sum", description="job to upgrade"),
+        "v1_pipeline": pipeline_param(f"{EXAMPLE}:build_v1", PIPELINES),
+        "v2_pipeline": pipeline_param(f"{EXAMPLE}:build_v2", PIPELINES),
+        "savepoint_dir": directory_param("savepoint directory (empty: the job's own)"),
         "runner": Param("spark", enum=["spark", "local"]),
-        "job_env": Param({}, type="object", description="environment of the jobs"),
+        "job_env": job_env_param({}, JOB_ENV),
         "upgrade_mode": Param("savepoint", enum=list(UPGRADE_MODES),
                               description="how v1 hands its state over"),
         "max_checkpoint_age_s": Param(None, type=["null", "number"],

@@ -26,6 +26,7 @@ from airflow.sdk import DAG, Param
 from airflow_checkpoint_provider.deadlines import savepoint_deadline
 from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
 from airflow_checkpoint_provider.operators.savepoints import DisposeSavepointsOperator
+from airflow_checkpoint_provider.params import directory_param, job_name_param
 
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
 # through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
@@ -45,11 +46,10 @@ with DAG(
     tags=["checkpoint"],
     render_template_as_native_obj=True,
     params={
-        "job_name": Param(JOB_NAME, type="string"),
-        "savepoint_dir": Param("", type="string",
-                               description="savepoint directory (empty: the job's own)"),
+        "job_name": job_name_param(JOB_NAME),
+        "savepoint_dir": directory_param("savepoint directory (empty: the job's own)"),
         "max_count": Param(24, type="integer", minimum=1),
-        "max_age_hours": Param(72, type="number"),
+        "max_age_hours": Param(72, type="number", minimum=0),
     },
 ) as dag:
     savepoint = TriggerSavepointOperator(

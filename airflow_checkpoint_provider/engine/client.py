@@ -53,8 +53,15 @@ from .connectors.postgres_cdc import drop_slot as drop_cdc_slot
 from .connectors.postgres_cdc import job_object_name as cdc_object_name
 from .errors import EngineError, InvalidNameError
 from .lineage import pipeline_datasets, upgrade_chain
-from .names import validate_job_id, validate_job_name
+from .names import MAX_NAME_LENGTH, validate_job_id, validate_job_name
 from .packaging import SHIP_CODE_ENV, code_archives
+from .private import (
+    SPARK_ENV_PREFIX,
+    SPARK_REDACTION_REGEX,
+    makedirs_private,
+    open_private,
+    user_temp_dir,
+)
 from .savepoints import (
     RetentionReport,
     active_pins,
@@ -94,8 +101,11 @@ LAUNCH_SCRIPT = os.path.abspath(_launch.__file__)
 __all__ = [
     "ACTIVE_JOB_STATUSES",
     "LAUNCH_SCRIPT",
+    "MAX_NAME_LENGTH",
     "METADATA_URL_ENV",
     "SHIP_CODE_ENV",
+    "SPARK_ENV_PREFIX",
+    "SPARK_REDACTION_REGEX",
     "TERMINAL_JOB_STATUSES",
     "AttemptRecord",
     "CheckpointRecord",
@@ -120,11 +130,14 @@ __all__ = [
     "heartbeat_timeout",
     "is_fenced_snapshot",
     "list_savepoints",
+    "makedirs_private",
+    "open_private",
     "pin_savepoint",
     "pipeline_datasets",
     "unpin_savepoint",
     "upgrade_chain",
     "upgrade_database",
+    "user_temp_dir",
     "validate_job_id",
     "validate_job_name",
 ]

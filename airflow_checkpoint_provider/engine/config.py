@@ -141,6 +141,10 @@ class RestartStrategy:
     delay_ms: int = 1000
     max_delay_ms: int = 60_000
     multiplier: float = 2.0
+    #: fail at once (RepeatedFailureAfterRestoreError) when this many consecutive attempts,
+    #: each restored from a checkpoint, failed identically (same operator uid, phase,
+    #: exception type and message) with no checkpoint completed in between; 0: never
+    identical_failures: int = 2
     _valid: tuple[str, ...] = field(default=("fixed_delay", "exponential_backoff", "none"), repr=False)
 
     def __post_init__(self) -> None:
@@ -152,18 +156,25 @@ class RestartStrategy:
             raise ConfigurationError(f"restart attempts must be >= 0 (got {self.attempts})")
         if self.delay_ms < 0:
             raise ConfigurationError(f"restart delay_ms must be >= 0 (got {self.delay_ms})")
+        if isinstance(self.identical_failures, bool) or not isinstance(
+                self.identical_failures, int) or self.identical_failures < 0:
+            raise ConfigurationError(f"restart identical_failures must be an integer >= 0 "
+                                     f"(got {self.identical_failures!r})")
 
     @classmethod
-    def fixed_delay(cls, attempts: int = 3, delay_ms: int = 1000) -> RestartStrategy:
-        return cls(kind="fixed_delay", attempts=attempts, delay_ms=delay_ms)
+    def fixed_delay(cls, attempts: int = 3, delay_ms: int = 1000, *,
+                    identical_failures: int = 2) -> RestartStrategy:
+        return cls(kind="fixed_delay", attempts=attempts, delay_ms=delay_ms,
+                   identical_failures=identical_failures)
 
     @classmethod
     def exponential_backoff(
         cls, attempts: int = 10, initial_delay_ms: int = 500, max_delay_ms: int = 60_000,
-        multiplier: float = 2.0,
+        multiplier: float = 2.0, *, identical_failures: int = 2,
     ) -> RestartStrategy:
         return cls(kind="exponential_backoff", attempts=attempts, delay_ms=initial_delay_ms,
-                   max_delay_ms=max_delay_ms, multiplier=multiplier)
+                   max_delay_ms=max_delay_ms, multiplier=multiplier,
+                   identical_failures=identical_failures)
 
     @classmethod
     def none(cls) -> RestartStrategy:
@@ -182,22 +193,28 @@ class RestartStrategy:
 
     @classmethod
     def parse(cls, text: str) -> RestartStrategy:
-        """Parse ``none``, ``fixed:ATTEMPTS:DELAY_MS`` or ``exponential:ATTEMPTS:INITIAL_MS:MAX_MS``."""
+        """Parse ``none``, ``fixed:ATTEMPTS:DELAY_MS`` or ``exponential:ATTEMPTS:INITIAL_MS:MAX_MS``,
+        optionally ending in ``:identical=N`` (:attr:`identical_failures`)."""
         parts = text.split(":")
         try:
-            if parts[0] == "none":
+            identical = 2
+            if len(parts) > 1 and parts[-1].startswith("identical="):
+                identical = int(parts.pop().removeprefix("identical="))
+            if parts[0] == "none" and len(parts) == 1:
                 return cls.none()
             if parts[0] in ("fixed", "fixed_delay"):
-                return cls.fixed_delay(int(parts[1]), int(parts[2]) if len(parts) > 2 else 1000)
+                return cls.fixed_delay(int(parts[1]), int(parts[2]) if len(parts) > 2 else 1000,
+                                       identical_failures=identical)
             if parts[0] in ("exponential", "exponential_backoff"):
                 return cls.exponential_backoff(
                     int(parts[1]),
                     int(parts[2]) if len(parts) > 2 else 500,
                     int(parts[3]) if len(parts) > 3 else 60_000,
+                    identical_failures=identical,
                 )
         except (IndexError, ValueError):
             pass
         raise ConfigurationError(
             f"restart strategy {text!r} is not understood; use none, fixed:ATTEMPTS:DELAY_MS "
-            "or exponential:ATTEMPTS:INITIAL_MS:MAX_MS"
+            "or exponential:ATTEMPTS:INITIAL_MS:MAX_MS, optionally ending in :identical=N"
         )

@@ -8,15 +8,22 @@ import sys
 import time
 import uuid
 
-from .api import Pipeline
+from .api import DEFAULT_METADATA_ENV, Pipeline
 from .catalog.models import JobStatus
 from .errors import EngineError
+from .private import makedirs_private, open_private
 
 
 def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
-                   log_file: str | None, timeout: float) -> dict:
+                   log_file: str | None, timeout: float, metadata_url: str | None = None) -> dict:
     """Start ``ckpt <argv>`` in a new session (it outlives this process) with ``--job-id``
-    fixed, then wait until the job row is RUNNING (or already ended)."""
+    fixed, then wait until the job row is RUNNING (or already ended).
+
+    The metadata DB URL (it may hold a password) goes to the child in its environment
+    (``$CKPT_METADATA_URL``), never in ``argv`` where ``ps`` shows it to every local user."""
+    if "--db" in argv or any(a.startswith("--db=") for a in argv):
+        raise EngineError("start_detached: pass the metadata DB URL as metadata_url, not as "
+                          "--db in argv (argv is visible to every local user)")
     from .catalog import MetadataStore
 
     job_id = job_id or uuid.uuid4().hex
@@ -25,8 +32,11 @@ def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
     log_file = os.path.abspath(log_file or f"ckpt-{pipeline.name}-{job_id[:8]}.log")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
-    os.makedirs(os.path.dirname(log_file), exist_ok=True)
-    with open(log_file, "ab") as log:
+    url = metadata_url or pipeline.metadata_url
+    if url:
+        env[DEFAULT_METADATA_ENV] = url
+    makedirs_private(os.path.dirname(log_file))
+    with open_private(log_file, "ab", append=True) as log:
         proc = subprocess.Popen([sys.executable, "-m", "airflow_checkpoint_provider.engine.cli",
                                  *argv], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)

@@ -94,6 +94,20 @@ class TaskFailure(EngineError):
         self.traceback_text = traceback_text
 
 
+class StateValueError(DeterministicError, TypeError):
+    """A value a state cannot keep: it would not come back from a checkpoint as an equal
+    value of the same type (see :mod:`airflow_checkpoint_provider.engine.typed_codec`).
+    Raised by ``update()``/``put()``/``add()``, naming the operator uid, the state and the
+    type; nothing is stored."""
+
+
+class RepeatedFailureAfterRestoreError(JobFailedError, RestoreError):
+    """The same failure (same operator uid, phase, exception type and message) followed each
+    of the last N restores with no checkpoint completing in between
+    (``RestartStrategy.identical_failures``): restarting again cannot help, so the job fails
+    at once with that diagnosis instead of spending its remaining restarts."""
+
+
 class SlotsNotReleasedError(EngineError):
     """The tasks of a failed attempt still hold the cores the next attempt needs (a Spark
     barrier stage whose tasks did not end after cancellation): the attempt is not started."""

@@ -9,8 +9,10 @@ PySpark's own mechanism: zip archives on the executors' ``PYTHONPATH`` through
 * the top-level package (or single module) of the user's pipeline reference
   ``module:function``, when it is not part of this package.
 
-Archives are content-addressed (``<name>-<sha256 prefix>.zip``) in a cache directory, so a
-resubmission with unchanged code reuses the same file. ``CKPT_SHIP_CODE=1`` in the driver's
+Archives are content-addressed (``<name>-<sha256 prefix>.zip``) in a private cache
+directory (``0700``, owned by this user; default ``$TMPDIR/checkpoint-code-<uid>``), so a
+resubmission with unchanged code reuses the same file -- after checking its full SHA-256,
+since the executors import whatever it holds. ``CKPT_SHIP_CODE=1`` in the driver's
 environment tells the Spark runner not to point executors at the driver's interpreter and
 ``sys.path`` (see :func:`~.runners.spark.session_for`).
 """
@@ -21,9 +23,11 @@ import hashlib
 import importlib.util
 import io
 import os
+import stat
 import zipfile
 
 from .errors import ConfigurationError
+from .private import private_dir, user_temp_dir, write_private
 
 #: Set in the driver's environment when the code reaches executors as archives.
 SHIP_CODE_ENV = "CKPT_SHIP_CODE"
@@ -60,14 +64,32 @@ def _zip_tree(root: str, arc_root: str) -> bytes:
 
 
 def _write_archive(data: bytes, name: str, cache_dir: str) -> str:
-    os.makedirs(cache_dir, exist_ok=True)
-    path = os.path.join(cache_dir, f"{name}-{hashlib.sha256(data).hexdigest()[:16]}.zip")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+    """``<cache_dir>/<name>-<sha256 prefix>.zip`` holding exactly ``data``.
+
+    The cache directory must be private (:func:`~.private.private_dir`: created ``0700``,
+    else owned by this user and writable by nobody else); an existing archive is reused
+    only if it is a regular file of this user whose full SHA-256 is that of ``data``,
+    else it is rewritten (atomically: a reader never sees a partial archive)."""
+    private_dir(cache_dir, "code archive directory")
+    digest = hashlib.sha256(data).hexdigest()
+    path = os.path.join(cache_dir, f"{name}-{digest[:16]}.zip")
+    if not _is_intact(path, digest):
+        write_private(path, data)
     return path
+
+
+def _is_intact(path: str, digest: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+        if stat.S_ISDIR(st.st_mode):
+            raise ConfigurationError(f"code archive {path} is a directory: remove it")
+        os.unlink(path)  # a symlink or another user's file: never reused
+        return False
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest() == digest
 
 
 def _source_of(top_level: str) -> tuple[str, str]:
@@ -81,8 +103,11 @@ def _source_of(top_level: str) -> tuple[str, str]:
     return spec.origin, os.path.basename(spec.origin)
 
 
-def code_archives(pipeline_ref: str, cache_dir: str) -> list[str]:
-    """Zip archives holding the engine and the pipeline's code, for ``--py-files``."""
+def code_archives(pipeline_ref: str, cache_dir: str | None = None) -> list[str]:
+    """Zip archives holding the engine and the pipeline's code, for ``--py-files``.
+
+    ``cache_dir`` defaults to ``$TMPDIR/checkpoint-code-<uid>``, private to this user."""
+    cache_dir = cache_dir or user_temp_dir("checkpoint-code")
     module = pipeline_ref.split(":", 1)[0]
     tops = [_PACKAGE]
     if module.split(".")[0] != _PACKAGE:

@@ -23,7 +23,6 @@ state), so reports can be rendered from any thread, and on a machine without a d
 from __future__ import annotations
 
 import base64
-import html
 import io
 import logging
 import math
@@ -33,6 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import jinja2
+from markupsafe import Markup, escape
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
@@ -41,6 +42,7 @@ from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
 from .catalog import AttemptRecord, CheckpointRecord, JobRecord, MetadataStore
+from .private import makedirs_private, open_private
 from .stats import (
     TASK_METRICS,
     is_completed,
@@ -121,11 +123,10 @@ def render_report(store: MetadataStore, job_ref: str, out_path: str | Path, *,
         raise ValueError(f"report format {fmt!r} is unknown; use one of {', '.join(FORMATS)}")
     data = ReportData.load(store, job_ref)
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "png":
-        out.write_bytes(render_png(data))
-    else:
-        out.write_text(render_html(data), encoding="utf-8")
+    makedirs_private(str(out.parent))  # a report names paths and failures: 0700 / 0600
+    body = render_png(data) if fmt == "png" else render_html(data).encode("utf-8")
+    with open_private(str(out)) as f:
+        f.write(body)
     log.info("Wrote %s checkpoint report of job %s (%s, %d checkpoints) to %s", fmt,
              data.job.job_name, data.job.job_id, len(data.checkpoints), out)
     return out
@@ -289,13 +290,15 @@ th { background: #f2f2f2; } td.text, th.text { text-align: left; }
 tr.slowest td { background: #ffe4c4; font-weight: bold; }
 .badge { background: #d9480f; color: white; border-radius: 3px; padding: 0 5px;
          font-size: 11px; margin-left: 6px; }
-.failed { color: #b00020; } tr.failedrow td { background: #fde8e8; }
+.failed { color: #b00020; } pre.failure { white-space: pre-wrap; font-size: 12px; } tr.failedrow td { background: #fde8e8; }
 img.chart { display: block; max-width: 100%; border: 1px solid #e2e2e2; margin: 8px 0; }
 """
 
 
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
+def _e(value: Any) -> Markup:
+    """``value`` as escaped text (``Markup``: composing it with ``Markup.format`` or the page
+    template never escapes it twice, and never leaves a plain value unescaped)."""
+    return escape("" if value is None else str(value))
 
 
 def _byte_unit(max_bytes: float) -> tuple[str, float]:
@@ -332,19 +335,21 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], *,
            table_id: str = "") -> str:
     """An HTML table of already escaped cells; ``text_cols`` are left-aligned."""
 
-    def cell(tag: str, i: int, value: str) -> str:
-        cls = ' class="text"' if i in text_cols else ""
-        return f"<{tag}{cls}>{value}</{tag}>"
+    def cell(tag: str, i: int, value: str) -> Markup:
+        cls = Markup(' class="text"') if i in text_cols else Markup("")
+        # a plain str cell is escaped here; Markup cells were built escaped
+        return Markup("<{0}{1}>{2}</{0}>").format(Markup(tag), cls, value)
 
-    head = "".join(cell("th", i, _e(h)) for i, h in enumerate(headers))
+    head = Markup("").join(cell("th", i, _e(h)) for i, h in enumerate(headers))
     body = []
     for n, row in enumerate(rows):
         cls = row_classes[n] if row_classes else ""
-        attr = f' class="{cls}"' if cls else ""
-        body.append(f"<tr{attr}>" + "".join(cell("td", i, v) for i, v in enumerate(row))
-                    + "</tr>")
-    ident = f' id="{table_id}"' if table_id else ""
-    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        attr = Markup(' class="{}"').format(cls) if cls else Markup("")
+        body.append(Markup("<tr{}>{}</tr>").format(
+            attr, Markup("").join(cell("td", i, v) for i, v in enumerate(row))))
+    ident = Markup(' id="{}"').format(table_id) if table_id else Markup("")
+    return Markup("<table{}><thead><tr>{}</tr></thead><tbody>{}</tbody></table>").format(
+        ident, head, Markup("").join(body))
 
 
 _SUMMARY_ROWS = (
@@ -384,7 +389,7 @@ def _latest_html(stats: dict[str, Any]) -> str:
             rows.append([_e(label), "-", "-", "-", "-", "-"])
             continue
         when = entry["complete_time"] or entry["trigger_time"]
-        detail = (f'<span class="failed">{_e(entry["failure_reason"])}</span>'
+        detail = (Markup('<span class="failed">{}</span>').format(entry["failure_reason"])
                   if entry["failure_reason"] else _e(entry["location"]))
         rows.append([_e(label), _e(entry["checkpoint_id"]), _e(_fmt_time(when)),
                      _e(format_ms(entry["end_to_end_duration_ms"])),
@@ -396,8 +401,9 @@ def _latest_html(stats: dict[str, Any]) -> str:
         kind = "savepoint" if restored["is_savepoint"] else "checkpoint"
         why = restored["previous_failure_reason"]
         detail = _e(f"attempt {restored['attempt']} from {kind} {restored['restored_from']}")
-        if why:
-            detail += f'<br><span class="failed">after: {_e(why)}</span>'
+        if why:  # its first line (the Failures section has the traceback)
+            detail += Markup('<br><span class="failed">after: {}</span>').format(
+                why.splitlines()[0])
         rows.append(["Latest restore", _e(restored["restored_checkpoint_id"]),
                      _e(_fmt_time(restored["restore_time"])), "-", "-", detail])
     return _table(["", "Id", "Time", "Duration", "State size", "Location / reason"], rows,
@@ -406,17 +412,17 @@ def _latest_html(stats: dict[str, Any]) -> str:
 
 def _task_table_html(checkpoint: CheckpointRecord | None) -> str:
     if checkpoint is None:
-        return "<p>No completed checkpoint yet.</p>"
+        return Markup("<p>No completed checkpoint yet.</p>")
     tasks = sorted(checkpoint.task_stats or (), key=lambda t: (t.get("vertex"), t.get("subtask")))
     if not tasks:
-        return "<p>The latest completed checkpoint recorded no per-task statistics.</p>"
+        return Markup("<p>The latest completed checkpoint recorded no per-task statistics.</p>")
     slowest = slowest_task(checkpoint)
     rows, classes = [], []
     for task in tasks:
         is_slowest = task is slowest
-        name = f"vertex {_e(task.get('vertex'))} / subtask {_e(task.get('subtask'))}"
+        name = Markup("vertex {} / subtask {}").format(task.get("vertex"), task.get("subtask"))
         if is_slowest:
-            name += '<span class="badge">slowest</span>'
+            name += Markup('<span class="badge">slowest</span>')
         rows.append([name] + [_e(format_ms(task.get(m))) for m in TASK_METRICS]
                     + [_e(format_ms(task_total_ms(task))), _e(format_bytes(task.get("state_size"))),
                        _e(format_bytes(task.get("checkpointed_size"))),
@@ -424,10 +430,10 @@ def _task_table_html(checkpoint: CheckpointRecord | None) -> str:
                           else "aligned")])
         classes.append("slowest" if is_slowest else "")
     kind = "savepoint" if is_savepoint(checkpoint) else "checkpoint"
-    caption = (f"<p>Per-task statistics of {kind} {checkpoint.checkpoint_id} "
-               f"(completed {_e(_fmt_time(checkpoint.complete_time))}, "
-               f"{_e(format_ms(checkpoint.duration_ms))} end to end). The slowest task "
-               "(alignment + sync + async) is highlighted.</p>")
+    caption = Markup("<p>Per-task statistics of {} {} (completed {}, {} end to end). The "
+                     "slowest task (alignment + sync + async) is highlighted.</p>").format(
+        kind, checkpoint.checkpoint_id, _fmt_time(checkpoint.complete_time),
+        format_ms(checkpoint.duration_ms))
     return caption + _table(["Task", "Sync", "Async", "Alignment", "Total", "State size",
                              "Uploaded", "In flight (unaligned)"], rows, row_classes=classes,
                             table_id="tasks")
@@ -441,49 +447,73 @@ def _history_html(stats: dict[str, Any]) -> str:
                      _e(_fmt_time(entry["trigger_time"])),
                      _e(format_ms(entry["end_to_end_duration_ms"])),
                      _e(format_bytes(entry["checkpointed_size"])),
-                     f'<span class="failed">{_e(reason)}</span>' if reason else ""])
+                     Markup('<span class="failed">{}</span>').format(reason) if reason else ""])
         classes.append("failedrow" if entry["status"] == "FAILED" else "")
     if not rows:
-        return "<p>No checkpoint was triggered.</p>"
+        return Markup("<p>No checkpoint was triggered.</p>")
     return _table(["Id", "Kind", "Status", "Triggered", "Duration", "Uploaded", "Failure"],
                   rows, text_cols=(1, 2, 3, 6), row_classes=classes, table_id="history")
 
 
-def render_html(data: ReportData) -> str:
-    """The report as one self-contained HTML page (charts embedded as base64 PNG)."""
-    job = data.job
-    charts = []
-    for key, alt, draw in CHARTS:
-        encoded = base64.b64encode(chart_png(data, draw)).decode("ascii")
-        charts.append(f'<img class="chart" id="chart-{key}" alt="{_e(alt)}" '
-                      f'src="data:image/png;base64,{encoded}">')
-    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return f"""<!DOCTYPE html>
+def _failures_html(data: ReportData) -> Markup:
+    """The job's failure reason and each failed attempt's (where the failure happened: the
+    operator, uid, subtask and phase, then the remote traceback)."""
+    entries = [(f"Job {data.job.status}", data.job.failure_reason)] if (
+        data.job.failure_reason) else []
+    entries += [(f"Attempt {a.attempt}", a.failure_reason) for a in data.attempts
+                if a.failure_reason and a.failure_reason != data.job.failure_reason]
+    if not entries:
+        return Markup("")
+    body = Markup("").join(Markup('<h3>{}</h3><pre class="failed failure">{}</pre>').format(
+        what, reason) for what, reason in entries)
+    return Markup("<h2>Failures</h2>\n{}\n").format(body)
+
+
+#: the page; autoescaped: every value is text unless it is ``Markup`` built by the functions
+#: above (which escape what they format)
+_PAGE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string(
+    """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<title>Checkpoints of {_e(job.job_name)} ({_e(job.job_id[:8])})</title>
-<style>{_CSS}</style>
+<title>Checkpoints of {{ job.job_name }} ({{ job.job_id[:8] }})</title>
+<style>{{ css }}</style>
 </head>
 <body>
-<h1>Checkpoints of job {_e(job.job_name)}</h1>
-<p class="meta">job id {_e(job.job_id)} &middot; version {_e(job.version or "-")} &middot;
-status {_e(job.status)} &middot; parallelism {_e(job.parallelism)} &middot;
-created {_e(_fmt_time(job.created_at))} &middot; report generated {_e(generated)}</p>
-<h2>Summary</h2>
-{_summary_html(data.stats)}
-{_latest_html(data.stats)}
+<h1>Checkpoints of job {{ job.job_name }}</h1>
+<p class="meta">job id {{ job.job_id }} &middot; version {{ job.version or "-" }} &middot;
+status {{ job.status }} &middot; parallelism {{ job.parallelism }} &middot;
+created {{ created }} &middot; report generated {{ generated }}</p>
+{{ failures }}<h2>Summary</h2>
+{{ summary }}
+{{ latest }}
 <h2>Over time</h2>
 <p class="meta">Green lines: savepoints. Red dashed lines: restarts (with the checkpoint they
 restored). Red crosses on the time axis: failed checkpoints.</p>
-{"".join(charts)}
+{% for chart in charts %}{{ chart }}{% endfor %}
 <h2>Tasks of the latest completed checkpoint</h2>
-{_task_table_html(data.latest_completed_checkpoint())}
+{{ tasks }}
 <h2>Recent checkpoints</h2>
-{_history_html(data.stats)}
+{{ history }}
 </body>
 </html>
-"""
+""")
+
+
+def render_html(data: ReportData) -> str:
+    """The report as one self-contained HTML page (charts embedded as base64 PNG)."""
+    charts = []
+    for key, alt, draw in CHARTS:
+        encoded = base64.b64encode(chart_png(data, draw)).decode("ascii")
+        charts.append(Markup('<img class="chart" id="chart-{}" alt="{}" '
+                             'src="data:image/png;base64,{}">').format(key, alt, encoded))
+    return _PAGE.render(
+        job=data.job, css=Markup(_CSS), created=_fmt_time(data.job.created_at),
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        failures=_failures_html(data),
+        summary=_summary_html(data.stats), latest=_latest_html(data.stats), charts=charts,
+        tasks=_task_table_html(data.latest_completed_checkpoint()),
+        history=_history_html(data.stats))
 
 
 __all__ = [

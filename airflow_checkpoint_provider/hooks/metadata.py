@@ -43,6 +43,7 @@ from airflow_checkpoint_provider.engine.client import (
     MetadataStore,
     validate_job_name,
 )
+from airflow_checkpoint_provider.hooks.secrets import mask_url_secrets
 from airflow_checkpoint_provider.triggers.conditions import resolve_job
 
 T = TypeVar("T")
@@ -130,7 +131,11 @@ class CheckpointMetadataHook(BaseHook):
         )
 
     def get_url(self) -> str:
-        return self.url_from_connection(self.get_connection(self.checkpoint_conn_id))
+        """The connection's URL, registered with Airflow's secret masker (its password and
+        the URL itself never appear in a task log)."""
+        url = self.url_from_connection(self.get_connection(self.checkpoint_conn_id))
+        mask_url_secrets(url)
+        return url
 
     def get_conn(self) -> MetadataStore:
         """The engine's :class:`MetadataStore` for this connection (created once). Never runs
@@ -138,7 +143,9 @@ class CheckpointMetadataHook(BaseHook):
         a missing SQLite file or a schema not at this package's revision."""
         if self._store is None:
             conn = self.get_connection(self.checkpoint_conn_id)
-            self._store = MetadataStore(self.url_from_connection(conn), migrate=False)
+            url = self.url_from_connection(conn)
+            mask_url_secrets(url)
+            self._store = MetadataStore(url, migrate=False)
         return self._store
 
     def close(self) -> None:

@@ -19,9 +19,9 @@ Two modes:
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -35,7 +35,21 @@ from airflow_checkpoint_provider.engine.client import (
     JobRecord,
     MetadataStore,
     code_archives,
+    makedirs_private,
+    open_private,
+    user_temp_dir,
 )
+from airflow_checkpoint_provider.hooks.job_env import UnsafeJobEnvironmentError, check_job_env
+from airflow_checkpoint_provider.hooks.secrets import (
+    SPARK_ENV_PREFIX,
+    SPARK_REDACTION_REGEX,
+    mask_url_secrets,
+)
+
+__all__ = ["STARTED_STATUSES", "CheckpointSubmitHook", "UnsafeJobEnvironmentError", "tail"]
+
+#: ``module.path:function`` (no option-like or path-like value reaches a command line)
+PIPELINE_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 
 #: Job statuses after which a detached launch stops waiting.
 STARTED_STATUSES = ("RUNNING", "FINISHED", "STOPPED", "CANCELED", "FAILED")
@@ -66,9 +80,15 @@ class CheckpointSubmitHook(SparkSubmitHook):
         ``--py-files`` archives (executors then need only the third-party dependencies, in
         the Python that ``conf={"spark.pyspark.python": ...}`` names); default: executors
         run this interpreter with its ``sys.path`` (hosts that share the install).
-    :param code_cache_dir: where the archives are built (default: a temp dir).
+    :param code_cache_dir: where the archives are built (default: the private
+        ``$TMPDIR/checkpoint-code-<uid>``; an existing directory must belong to this user
+        and be writable by nobody else).
     :param conn_id: the Spark connection (master, deploy mode).
     :param kwargs: passed to :class:`SparkSubmitHook` (``conf``, ``env_vars``, ...).
+        ``env_vars`` holds options the pipeline reads; interpreter, loader and launcher
+        variables (``BASH_ENV``, ``LD_*``, ``PYTHON*``, ``PYSPARK_*``, ``SPARK_*``,
+        ``BROWSER``, ``JAVA_TOOL_OPTIONS``, ...) raise :class:`UnsafeJobEnvironmentError`
+        (:mod:`~airflow_checkpoint_provider.hooks.job_env`).
     """
 
     def __init__(self, *, pipeline: str, job_id: str, job_name: str, metadata_url: str,
@@ -80,6 +100,9 @@ class CheckpointSubmitHook(SparkSubmitHook):
                  fence_sinks: bool = False, **kwargs: Any) -> None:
         if runner not in ("spark", "local"):
             raise ValueError(f"runner must be 'spark' or 'local', not {runner!r}")
+        if not isinstance(pipeline, str) or not PIPELINE_REF.fullmatch(pipeline):
+            raise ValueError(f"pipeline {pipeline!r} must be a reference module.path:function "
+                             f"(the whole value must match {PIPELINE_REF.pattern})")
         self.pipeline = pipeline
         self.job_id = job_id
         self.job_name = job_name
@@ -99,11 +122,13 @@ class CheckpointSubmitHook(SparkSubmitHook):
         if fence_sinks:
             args.append("--fence-sinks")
         self.engine_args = args
-        env = dict(kwargs.pop("env_vars", None) or {})
+        # env_vars may come from a DAG run's conf: no variable that makes bash, the JVM or
+        # Python run other code, whoever passes it (UnsafeJobEnvironmentError names it)
+        env: dict[str, str] = check_job_env(kwargs.pop("env_vars", None))
         # spark-submit must run this interpreter (the one with the package) and be found on
         # PATH: the connection's spark-binary is a name, not a path.
         bin_dir = os.path.dirname(sys.executable)
-        path = env.get("PATH", os.environ.get("PATH", ""))
+        path = os.environ.get("PATH", "")
         if bin_dir not in path.split(os.pathsep):
             env["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
         # The metadata DB URL may hold a password: pass it in the environment (``--db``'s
@@ -111,18 +136,56 @@ class CheckpointSubmitHook(SparkSubmitHook):
         env[METADATA_URL_ENV] = metadata_url
         self.ship_code = ship_code and runner == "spark"
         if self.ship_code:
-            archives = code_archives(pipeline, code_cache_dir or os.path.join(
-                tempfile.gettempdir(), "checkpoint-code"))
+            archives = code_archives(pipeline, code_cache_dir)  # private, hash-checked
             kwargs["py_files"] = ",".join([*archives, *filter(None, [kwargs.get("py_files")])])
             env[SHIP_CODE_ENV] = "1"  # executors: the cluster's Python, not this interpreter
         else:
-            env.setdefault("PYSPARK_PYTHON", sys.executable)
-        env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+            env["PYSPARK_PYTHON"] = sys.executable
+        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
         kwargs.setdefault("name", f"ckpt-{job_name}")
-        super().__init__(conn_id=conn_id, application_args=args, env_vars=env, **kwargs)
-        if self.runner == "spark" and self._connection["deploy_mode"] == "cluster":
-            # spark-submit forwards no environment to a standalone cluster-mode driver
-            args += ["--db", metadata_url]
+        user_properties = kwargs.pop("properties_file", None)
+        # SparkSubmitHook would put env_vars on the command line (--conf ...appMasterEnv.X=V
+        # on YARN and Kubernetes) or refuse them (standalone cluster mode): this hook passes
+        # them itself, never in argv (the DB URL holds a password)
+        super().__init__(conn_id=conn_id, application_args=args, env_vars=None, **kwargs)
+        mask_url_secrets(metadata_url)
+        self._job_env = env
+        self._env = dict(env)  # spark-submit's (or the local runner's) own environment
+        self._conf = {"spark.redaction.regex": SPARK_REDACTION_REGEX, **(self._conf or {})}
+        self._properties_file = user_properties
+        if self.runner == "spark" and self._remote_driver():
+            self._properties_file = self._write_properties(user_properties)
+
+    # -- where the driver runs -----------------------------------------------------------------
+
+    def _remote_driver(self) -> bool:
+        """Whether the driver (or YARN's application master) runs elsewhere and gets its
+        environment through Spark configuration."""
+        return bool(self._is_yarn or self._is_kubernetes
+                    or self._connection["deploy_mode"] == "cluster")
+
+    def _write_properties(self, user_properties: str | None) -> str:
+        """A ``--properties-file`` (``0600``, in a private directory) holding the job's
+        environment for the remote driver -- ``spark.yarn.appMasterEnv.*`` on YARN,
+        ``spark.kubernetes.driverEnv.*`` on Kubernetes, ``spark.ckpt.env.*`` (read back by
+        the launch script) on a standalone cluster -- after the user's own properties."""
+        if self._is_yarn:
+            prefix = "spark.yarn.appMasterEnv."
+        elif self._is_kubernetes:
+            prefix = "spark.kubernetes.driverEnv."
+        else:
+            prefix = SPARK_ENV_PREFIX
+        lines = []
+        if user_properties:
+            with open(user_properties, encoding="utf-8") as f:
+                lines.append(f.read().rstrip("\n"))
+        for name, value in self._job_env.items():
+            if name != "PATH":
+                lines.append(f"{_prop_escape(prefix + name, key=True)}={_prop_escape(value)}")
+        path = os.path.join(user_temp_dir("checkpoint-submit"), f"{self.job_id}.properties")
+        with open_private(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -135,7 +198,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
 
     def _process_env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({k: str(v) for k, v in (self._env_vars or {}).items()})
+        env.update({k: str(v) for k, v in self._job_env.items()})
         env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
         return env
 
@@ -144,8 +207,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
     def submit_blocking(self) -> None:
         """Run the job until it ends; raise :class:`AirflowException` on a non-zero exit."""
         if self.runner == "spark":
-            self._env_vars = {**(self._env_vars or {}),
-                              "PYTHONPATH": self._process_env()["PYTHONPATH"]}
+            self._env = {**self._job_env, "PYTHONPATH": self._process_env()["PYTHONPATH"]}
             self.submit(LAUNCH_SCRIPT)
             return
         cmd = self.command()
@@ -163,8 +225,12 @@ class CheckpointSubmitHook(SparkSubmitHook):
     # -- detached ----------------------------------------------------------------------------
 
     def log_file(self) -> str:
-        log_dir = self.log_dir or os.path.join(tempfile.gettempdir(), "checkpoint-jobs")
-        os.makedirs(log_dir, exist_ok=True)
+        """``<log_dir>/<job_name>-<job_id>.log``; the default directory is the private
+        ``$TMPDIR/checkpoint-jobs-<uid>`` (a job's log names paths and failures)."""
+        if self.log_dir:
+            log_dir = makedirs_private(self.log_dir)
+        else:
+            log_dir = user_temp_dir("checkpoint-jobs")
         return os.path.join(os.path.abspath(log_dir), f"{self.job_name}-{self.job_id}.log")
 
     def submit_detached(self, *, timeout: float = 300.0, poll_interval: float = 0.5) -> dict:
@@ -180,7 +246,9 @@ class CheckpointSubmitHook(SparkSubmitHook):
         # outlive the task. In cluster mode spark-submit exits 0 once the driver is submitted;
         # the metadata DB then says when the job runs.
         self.log.info("Starting detached: %s (log %s)", self._mask_cmd(cmd), log_file)
-        with open(log_file, "ab") as out:
+        # 0600, and never through a symlink planted where the log goes
+        fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     env=self._process_env())
@@ -211,6 +279,18 @@ class CheckpointSubmitHook(SparkSubmitHook):
     def _info(job: JobRecord, pid: int, log_file: str) -> dict:
         return {"job_id": job.job_id, "job_name": job.job_name, "status": job.status,
                 "pid": pid, "log_file": log_file, "failure_reason": job.failure_reason}
+
+
+def _prop_escape(text: str, *, key: bool = False) -> str:
+    """``text`` escaped for a Java properties file (read by spark-submit as UTF-8)."""
+    out = (str(text).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+           .replace("\t", "\\t"))
+    if key:
+        for ch in "=: #!":
+            out = out.replace(ch, "\\" + ch)
+    elif out.startswith((" ", "\f")):
+        out = "\\" + out
+    return out
 
 
 def tail(path: str, lines: int = 20) -> str:

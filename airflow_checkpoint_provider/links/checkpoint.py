@@ -53,16 +53,33 @@ class CheckpointHistoryLink(BaseOperatorLink):
 
 def write_history_report(store: MetadataStore, job_id: str, report_dir: str | None = None) -> str:
     """Write ``<report_dir>/<job_name>-<job_id>-checkpoints.html`` (the page of ``ckpt
-    report`` and of the UI plugin, as of now); return its absolute path."""
-    from airflow_checkpoint_provider.engine.client import ReportData, render_report_html
+    report`` and of the UI plugin, as of now; ``0600`` in a directory created ``0700``);
+    return its absolute path. The job's name and id come from the metadata DB: a name that
+    is not a valid job name (``../x``, a slash) is replaced by ``job``, an invalid id is
+    refused (:class:`InvalidNameError`), and the file must land inside ``report_dir``."""
+    from airflow_checkpoint_provider.engine.client import (
+        InvalidNameError,
+        ReportData,
+        makedirs_private,
+        render_report_html,
+        user_temp_dir,
+        validate_job_id,
+        validate_job_name,
+    )
 
     data = ReportData.load(store, job_id)
-    report_dir = os.path.abspath(report_dir or os.path.join(tempfile.gettempdir(),
-                                                            "checkpoint-reports"))
-    os.makedirs(report_dir, exist_ok=True)
-    path = os.path.join(report_dir, f"{data.job.job_name}-{data.job.job_id}-checkpoints.html")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    report_dir = os.path.abspath(report_dir) if report_dir else user_temp_dir("checkpoint-reports")
+    makedirs_private(report_dir)
+    validate_job_id(data.job.job_id, "job id (from the metadata DB)")
+    try:
+        name = validate_job_name(data.job.job_name, "job name (from the metadata DB)")
+    except InvalidNameError:
+        name = "job"
+    path = os.path.join(report_dir, f"{name}-{data.job.job_id}-checkpoints.html")
+    if os.path.dirname(os.path.abspath(path)) != report_dir:  # defence in depth
+        raise InvalidNameError(f"report path {path!r} escapes {report_dir!r}")
+    fd, tmp = tempfile.mkstemp(dir=report_dir, prefix=".report-", suffix=".tmp")  # 0600
+    with os.fdopen(fd, "w") as f:
         f.write(render_report_html(data))
     os.replace(tmp, path)
     return path

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_checkpoint_provider.engine.client import InvalidNameError, validate_job_name
+from airflow_checkpoint_provider.hooks.job_env import check_job_env
 from airflow_checkpoint_provider.hooks.submit import CheckpointSubmitHook
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
@@ -171,9 +172,10 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
 
         from airflow_checkpoint_provider.engine.client import pipeline_datasets
 
-        env = _mapping(self.env_vars, "env_vars") or {}
-        saved = {k: os.environ.get(k) for k in env}
-        try:
+        saved: dict[str, str | None] = {}
+        try:  # no interpreter/loader variable in this worker's environment, even briefly
+            env = check_job_env(_mapping(self.env_vars, "env_vars"))
+            saved = {k: os.environ.get(k) for k in env}
             os.environ.update({k: str(v) for k, v in env.items()})  # options the pipeline reads
             datasets = pipeline_datasets(str(self.pipeline))
         except Exception as exc:  # noqa: BLE001 - lineage is best effort

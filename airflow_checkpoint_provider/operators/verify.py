@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_checkpoint_provider.hooks.job_env import check_job_env
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.triggers.conditions import SUCCESS, check_control_request
 
@@ -137,7 +138,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
             cmd += ["--parallelism", str(int(self.parallelism))]
         if self.allow_non_restored_state:
             cmd.append("--allow-non-restored-state")
-        env = {**os.environ, **{k: str(v) for k, v in self.env_vars.items()},
+        env = {**os.environ, **check_job_env(self.env_vars),
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self.log.info("Checking that %s restores %s", self.pipeline, snapshot)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=self.timeout)

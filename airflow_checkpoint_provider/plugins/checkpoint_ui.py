@@ -15,23 +15,33 @@ The task extra link (:class:`~airflow_checkpoint_provider.links.checkpoint.Check
 points at the job page, so the link works from any browser that reaches the api-server.
 
 Data comes from the ``checkpoint_metadata_default`` connection (``$CKPT_UI_CONN_ID``
-overrides it), read-only: the hook never creates or migrates a DB. Authentication: Airflow
-mounts plugin apps without its own auth; these pages show only checkpoint metadata (job
-names and ids, statuses, sizes, locations -- never DB URLs or credentials) and accept no
-writes. Put the api-server behind your usual auth proxy if job names are sensitive.
+overrides it), read-only: the hook never creates or migrates a DB.
+
+Authentication and authorization: Airflow mounts plugin apps without its own checks, so
+every route of this app depends on Airflow 3's auth manager -- the user of the UI's session
+cookie (or an ``Authorization: Bearer`` token of ``/auth/token``), 401 without one, and 403
+unless the auth manager lets that user read DAGs (``is_authorized_dag(method="GET")``: the
+Viewer role and above). The metadata DB does not record which DAG started a job, so the
+check is DAG read access in general, not per job. No OpenAPI schema is served, no route
+writes, and a DB error answers 503 without naming the DB (details go to the api-server log).
 """
 
 from __future__ import annotations
 
-import html
+import logging
 import os
 from typing import Any
+from urllib.parse import quote
 
+import jinja2
+from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
+from markupsafe import Markup
 
 URL_PREFIX = "/checkpoints"
+log = logging.getLogger(__name__)
 
 
 def _hook():
@@ -54,8 +64,10 @@ def _store():
 
         try:
             store = hook.get_conn()
-        except MetadataSchemaError as exc:  # missing DB or old schema: say how to fix it
-            raise HTTPException(status_code=503, detail=str(exc)) from exc
+        except MetadataSchemaError as exc:  # missing DB or old schema: the log says how
+            log.error("Checkpoint history: metadata DB not usable: %s", exc)
+            raise HTTPException(status_code=503, detail="the checkpoint metadata DB is not "
+                                "ready; see the api-server log") from exc
         _STORE[hook.checkpoint_conn_id] = store
     return store
 
@@ -92,50 +104,87 @@ def _chain(store: Any, job_id: str) -> list[Any]:
     return upgrade_chain(store, job_id)
 
 
-def _page(title: str, body: str) -> HTMLResponse:
-    style = ("body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "font-size:13px;text-align:left}th{background:#f3f3f3}a{color:#1a5fb4}")
-    return HTMLResponse(f"<!doctype html><html><head><meta charset=utf-8><title>"
-                        f"{html.escape(title)}</title><style>{style}</style></head><body>"
-                        f"{body}</body></html>")
+# Every page is a Jinja2 template with autoescaping: a value from the metadata DB (job name,
+# id, version, status, location, failure reason) or from the URL is text, never markup.
+_TEMPLATES = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+_TEMPLATES.filters["path"] = lambda value: quote(str(value), safe="")
+_STYLE = ("body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}"
+          "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
+          "font-size:13px;text-align:left}th{background:#f3f3f3}a{color:#1a5fb4}")
+_PAGE = _TEMPLATES.from_string(
+    "<!doctype html><html><head><meta charset=utf-8><title>{{ title }}</title>"
+    "<style>{{ style }}</style></head><body>{{ body }}</body></html>")
+_JOBS = _TEMPLATES.from_string(
+    "<h1>Checkpointed jobs</h1><table><tr><th>job</th><th>id</th><th>status</th>"
+    "<th>version</th><th>created</th><th></th></tr>"
+    "{% for j in jobs %}<tr><td><a href=\"{{ p }}/jobs/{{ j.job_id|path }}\">{{ j.job_name }}</a>"
+    "</td><td>{{ j.job_id }}</td><td>{{ j.status }}</td><td>{{ j.version or '' }}</td>"
+    "<td>{{ j.created_at.strftime('%Y-%m-%d %H:%M:%S') if j.created_at else '' }}</td>"
+    "<td><a href=\"{{ p }}/chains/{{ j.job_id|path }}\">chain</a></td></tr>{% endfor %}</table>")
+_NAV = _TEMPLATES.from_string(
+    "<p><a href=\"{{ p }}/\">all jobs</a> · "
+    "<a href=\"{{ p }}/chains/{{ job_id|path }}\">upgrade chain</a></p>")
+_CHAIN = _TEMPLATES.from_string(
+    "<p><a href=\"{{ p }}/\">all jobs</a></p><h1>Upgrade chain of job {{ job_id }}</h1>"
+    "<table><tr><th>#</th><th>job</th><th>id</th><th>version</th><th>status</th>"
+    "<th>parallelism</th><th>restored from</th></tr>"
+    "{% for j in chain %}<tr><td>{{ loop.index }}</td><td><a href=\"{{ p }}/jobs/"
+    "{{ j.job_id|path }}\">{{ j.job_name }}</a></td><td>{{ j.job_id }}</td>"
+    "<td>{{ j.version or '' }}</td><td>{{ j.status }}</td><td>{{ j.parallelism }}</td>"
+    "<td>{{ j.restored_from or '' }}</td></tr>{% endfor %}</table>"
+    "<h2>Checkpoint durations</h2>{{ chart }}")
+_CHART = _TEMPLATES.from_string(
+    '<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{{ width }}" '
+    'height="{{ height }}" role="img" aria-label="checkpoint durations">'
+    '<line x1="{{ pad }}" y1="{{ height - pad }}" x2="{{ width - 10 }}" y2="{{ height - pad }}" '
+    'stroke="#888"/><line x1="{{ pad }}" y1="10" x2="{{ pad }}" y2="{{ height - pad }}" '
+    'stroke="#888"/><text x="{{ pad }}" y="{{ height - 12 }}" font-size="11">checkpoint '
+    '{{ x0 }}</text><text x="{{ width - 110 }}" y="{{ height - 12 }}" font-size="11">'
+    'checkpoint {{ x1 }}</text><text x="4" y="20" font-size="11">{{ "%.0f"|format(y1) }} ms'
+    '</text>{% for s in series %}<polyline class="series" fill="none" stroke="{{ s.colour }}" '
+    'stroke-width="1.5" points="{{ s.points }}"/><text x="{{ width - 200 }}" '
+    'y="{{ 20 + 14 * loop.index0 }}" font-size="11" fill="{{ s.colour }}">{{ s.job_id[:12] }}'
+    '</text>{% endfor %}</svg>')
 
 
-def _duration_chart(points: list[tuple[int, float, str]]) -> str:
+def _page(title: str, body: Markup) -> HTMLResponse:
+    return HTMLResponse(_PAGE.render(title=title, style=Markup(_STYLE), body=body))
+
+
+def _duration_chart(points: list[tuple[int, float, str]]) -> Markup:
     """Inline SVG: checkpoint duration (ms) over checkpoint id, one colour per job."""
     width, height, pad = 720, 220, 40
     if not points:
-        return '<svg class="chart" width="720" height="40"><text x="10" y="25">no completed ' \
-               'checkpoints yet</text></svg>'
+        return Markup('<svg class="chart" width="720" height="40"><text x="10" y="25">no '
+                      'completed checkpoints yet</text></svg>')
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
     x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
     y1 = max(ys) or 1.0
     colours = ["#1a5fb4", "#c01c28", "#26a269", "#e5a50a", "#613583", "#865e3c"]
     jobs = list(dict.fromkeys(p[2] for p in points))
-    parts = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" '
-             f'height="{height}" role="img" aria-label="checkpoint durations">',
-             f'<line x1="{pad}" y1="{height - pad}" x2="{width - 10}" y2="{height - pad}" '
-             'stroke="#888"/>',
-             f'<line x1="{pad}" y1="10" x2="{pad}" y2="{height - pad}" stroke="#888"/>',
-             f'<text x="{pad}" y="{height - 12}" font-size="11">checkpoint {x0}</text>',
-             f'<text x="{width - 110}" y="{height - 12}" font-size="11">checkpoint {x1}</text>',
-             f'<text x="4" y="20" font-size="11">{y1:.0f} ms</text>']
+    series = []
     for i, job_id in enumerate(jobs):
         coords = [(pad + (x - x0) * (width - pad - 20) / (x1 - x0),
                    height - pad - y * (height - pad - 20) / y1)
                   for x, y, j in points if j == job_id]
-        colour = colours[i % len(colours)]
-        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
-        parts.append(f'<polyline class="series" fill="none" stroke="{colour}" '
-                     f'stroke-width="1.5" points="{path}"/>')
-        parts.append(f'<text x="{width - 200}" y="{20 + 14 * i}" font-size="11" '
-                     f'fill="{colour}">{html.escape(job_id[:12])}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+        series.append({"colour": colours[i % len(colours)], "job_id": str(job_id),
+                       "points": " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)})
+    return Markup(_CHART.render(width=width, height=height, pad=pad, x0=x0, x1=x1, y1=y1,
+                                series=series))
 
 
-app = FastAPI(title="Checkpoint history", docs_url=None, redoc_url=None)
+async def _authorized(user: GetUserDep) -> None:
+    """Airflow's login (401 without a valid session/token) and DAG read access (403)."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    if not get_auth_manager().is_authorized_dag(method="GET", user=user):
+        raise HTTPException(status_code=403, detail="reading the checkpoint history needs "
+                            "read access to DAGs")
+
+
+app = FastAPI(title="Checkpoint history", docs_url=None, redoc_url=None, openapi_url=None,
+              dependencies=[Depends(_authorized)])
 
 
 @app.get("/api/jobs")
@@ -158,15 +207,8 @@ def api_chain(job_id: str) -> dict[str, Any]:
 
 @app.get("/", response_class=HTMLResponse)
 def jobs_page() -> HTMLResponse:
-    rows = "".join(
-        f"<tr><td><a href='{URL_PREFIX}/jobs/{j.job_id}'>{html.escape(j.job_name)}</a></td>"
-        f"<td>{j.job_id}</td><td>{html.escape(j.status)}</td>"
-        f"<td>{html.escape(j.version or '')}</td><td>{j.created_at:%Y-%m-%d %H:%M:%S}</td>"
-        f"<td><a href='{URL_PREFIX}/chains/{j.job_id}'>chain</a></td></tr>"
-        for j in _store().list_jobs())
-    return _page("Checkpointed jobs", "<h1>Checkpointed jobs</h1><table><tr><th>job</th>"
-                 "<th>id</th><th>status</th><th>version</th><th>created</th><th></th></tr>"
-                 f"{rows}</table>")
+    body = Markup(_JOBS.render(p=URL_PREFIX, jobs=_store().list_jobs()))
+    return _page("Checkpointed jobs", body)
 
 
 @app.get("/jobs/{job_id}", response_class=HTMLResponse)
@@ -175,9 +217,8 @@ def job_page(job_id: str) -> HTMLResponse:
 
     store = _store()
     _get_job(store, job_id)
-    page = render_report_html(ReportData.load(store, job_id))
-    nav = (f"<p><a href='{URL_PREFIX}/'>all jobs</a> · "
-           f"<a href='{URL_PREFIX}/chains/{job_id}'>upgrade chain</a></p>")
+    page = render_report_html(ReportData.load(store, job_id))  # autoescaped (engine/report.py)
+    nav = _NAV.render(p=URL_PREFIX, job_id=job_id)
     return HTMLResponse(page.replace("<body>", "<body>" + nav, 1))
 
 
@@ -188,16 +229,8 @@ def chain_page(job_id: str) -> HTMLResponse:
     points = [(c.checkpoint_id, float(c.duration_ms or 0), j.job_id) for j in chain
               for c in store.list_checkpoints(j.job_id)
               if c.status in ("COMPLETED", "SUBSUMED")]
-    rows = "".join(
-        f"<tr><td>{i + 1}</td><td><a href='{URL_PREFIX}/jobs/{j.job_id}'>"
-        f"{html.escape(j.job_name)}</a></td><td>{j.job_id}</td>"
-        f"<td>{html.escape(j.version or '')}</td><td>{html.escape(j.status)}</td>"
-        f"<td>{j.parallelism}</td><td>{html.escape(j.restored_from or '')}</td></tr>"
-        for i, j in enumerate(chain))
-    body = (f"<p><a href='{URL_PREFIX}/'>all jobs</a></p><h1>Upgrade chain of job {job_id}</h1>"
-            "<table><tr><th>#</th><th>job</th><th>id</th><th>version</th><th>status</th>"
-            f"<th>parallelism</th><th>restored from</th></tr>{rows}</table>"
-            f"<h2>Checkpoint durations</h2>{_duration_chart(points)}")
+    body = Markup(_CHAIN.render(p=URL_PREFIX, job_id=job_id, chain=chain,
+                                chart=_duration_chart(points)))
     return _page(f"Upgrade chain of {job_id}", body)
 
 

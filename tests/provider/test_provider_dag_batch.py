@@ -36,7 +36,8 @@ def test_spark_submit_runs_the_job_to_its_end(airflow_db, metadata_url, tmp_path
 
 
 @pytest.mark.timeout(150)
-def test_a_retry_resumes_from_the_failed_jobs_latest_checkpoint(airflow_db, metadata_url, tmp_path):
+def test_a_retry_resumes_from_the_failed_jobs_latest_checkpoint(airflow_db, metadata_url, tmp_path,
+                                                               capfd):
     conf = {"pipeline": "airflow_checkpoint_provider.examples.flaky_batch:build",
             "job_name": "flaky-batch", "runner": "local",
             "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example")}}
@@ -49,6 +50,14 @@ def test_a_retry_resumes_from_the_failed_jobs_latest_checkpoint(airflow_db, meta
     second = store.get_job(xcom(dr, "run_batch"))
     first = next(j for j in store.list_jobs("flaky-batch") if j.job_id != second.job_id)
     assert first.status == "FAILED" and "injected failure" in first.failure_reason
+    # where it failed, with the remote traceback, in the DB and in the failed try's task log
+    where = "in phase processing of process 'Process: FailOnce', uid 'running-sum', subtask 1/1"
+    assert where in first.failure_reason and "Remote traceback" in first.failure_reason
+    out, err = capfd.readouterr()  # dag.test() writes the task log there
+    failed = [line for line in (out + err).splitlines()
+              if line.startswith("airflow.sdk.exceptions.AirflowException: job failed:")]
+    assert failed and where in failed[-1], (out + err)[-3000:]
+    assert "Remote traceback (task 1.0, slot 0):" in out + err
     assert second.status == "FINISHED"
     resumed = store.latest_completed_checkpoint(job_id=first.job_id, kind=None)
     assert resumed is not None and second.restored_from == resumed.location

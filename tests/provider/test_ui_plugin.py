@@ -43,9 +43,20 @@ def _fill(url: str) -> list[str]:
     return ids
 
 
-def _get(base: str, path: str):
-    with urllib.request.urlopen(base + path, timeout=30) as resp:
+def _get(base: str, path: str, token: str | None = None):
+    """GET with Airflow's bearer token (the plugin is behind Airflow's auth manager)."""
+    req = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {token}"}
+                                 if token else {})
+    with urllib.request.urlopen(req, timeout=30) as resp:
         return resp.status, resp.read().decode()
+
+
+def _saved(base: str, path: str, token: str, tmp_path, name: str) -> str:
+    """The page fetched with the token, as a file:// URL for Chromium (which has no way to
+    send the token): the pages are self-contained (inline charts)."""
+    target = tmp_path / f"{name}.html"
+    target.write_text(_get(base, path, token)[1])
+    return target.as_uri()
 
 
 def _render(url: str, profile: str) -> tuple[str, str]:
@@ -72,28 +83,34 @@ def test_the_api_server_serves_job_pages_and_upgrade_chains(tmp_path):
     try:
         airflow.start(components=("api-server",))
         base = airflow.base
+        with pytest.raises(urllib.error.HTTPError) as anonymous:
+            _get(base, "/checkpoints/api/jobs")  # issue 42: no login, no data
+        assert anonymous.value.code == 401
+        token = airflow.token()
 
-        status, body = _get(base, "/checkpoints/api/jobs")
+        status, body = _get(base, "/checkpoints/api/jobs", token)
         assert status == 200 and {j["job_id"] for j in json.loads(body)} == set(ids)
-        status, body = _get(base, f"/checkpoints/api/chains/{ids[1]}")
+        status, body = _get(base, f"/checkpoints/api/chains/{ids[1]}", token)
         assert [j["job_id"] for j in json.loads(body)["chain"]] == ids  # walked both ways
-        status, body = _get(base, f"/checkpoints/api/jobs/{ids[0]}")
+        status, body = _get(base, f"/checkpoints/api/jobs/{ids[0]}", token)
         assert [c["checkpoint_id"] for c in json.loads(body)["checkpoints"]] == [1, 2, 3, 4, 5]
         with pytest.raises(urllib.error.HTTPError) as missing:
-            _get(base, "/checkpoints/api/jobs/nope")
+            _get(base, "/checkpoints/api/jobs/nope", token)
         assert missing.value.code == 404
-        assert "sqlite" not in _get(base, "/checkpoints/api/jobs")[1]  # no DB URL leaks
+        assert "sqlite" not in _get(base, "/checkpoints/api/jobs", token)[1]  # no DB URL leaks
 
         # the UI's navigation lists the view (plugins endpoint of the REST API)
         plugins = airflow.get("/api/v2/plugins")["plugins"]
         ours = next(p for p in plugins if p["name"] == "checkpoint_history")
         assert ours["external_views"][0]["href"] == "/checkpoints/"
 
-        dom, log = _render(f"{base}/checkpoints/jobs/{ids[2]}", str(tmp_path / "chrome1"))
+        dom, log = _render(_saved(base, f"/checkpoints/jobs/{ids[2]}", token, tmp_path, "job"),
+                           str(tmp_path / "chrome1"))
         assert "Checkpoints of job orders" in dom
         assert dom.count('class="chart"') >= 2 and "data:image/png;base64," in dom
-        chain_dom, chain_log = _render(f"{base}/checkpoints/chains/{ids[2]}",
-                                       str(tmp_path / "chrome2"))
+        chain_dom, chain_log = _render(
+            _saved(base, f"/checkpoints/chains/{ids[2]}", token, tmp_path, "chain"),
+            str(tmp_path / "chrome2"))
         assert all(i in chain_dom for i in ids) and chain_dom.count('class="series"') == 3
         for text in (log, chain_log):
             assert "CONSOLE" not in text and "Uncaught" not in text, text[-2000:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from ..errors import EngineError
+from ..private import create_private_file, makedirs_private
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +132,32 @@ def create_metadata_engine(url: str) -> Engine:
         configure_sqlite_engine(engine, wal=False)
         return engine
     if sa_url.database and not sa_url.database.startswith("file:"):
-        Path(sa_url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        _private_sqlite_file(str(Path(sa_url.database).expanduser()))
     engine = create_engine(sa_url, connect_args={"timeout": sqlite_busy_timeout()})
     configure_sqlite_engine(engine)
     return engine
+
+
+def _private_sqlite_file(database: str) -> None:
+    """The SQLite file holds the snapshot signing key: create it (and missing parent
+    directories) private, ``0600``/``0700``, before SQLite does with the umask's mode
+    (SQLite gives its ``-wal``/``-shm``/``-journal`` files the DB file's mode). An existing
+    file readable by other users is left as it is, with a warning."""
+    makedirs_private(os.path.dirname(os.path.abspath(database)))
+    if create_private_file(database):
+        return
+    try:
+        st = os.stat(database)
+    except OSError:
+        return
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO) and database not in _WARNED_MODES:
+        _WARNED_MODES.add(database)
+        log.warning("metadata DB %s has mode %o: other local users can read its snapshot "
+                    "signing key and job details; chmod 600 %s", database,
+                    stat.S_IMODE(st.st_mode), database)
+
+
+_WARNED_MODES: set[str] = set()
 
 
 def _require_existing_sqlite_file(url: str) -> None:

@@ -10,18 +10,28 @@ Once the job has ended (a terminal status, or ``LOST``), restoring ``latest`` fr
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Sequence
 
 from ..catalog.models import TERMINAL_JOB_STATUSES, CheckpointStatus, JobStatus
-from .storage import basename, filesystem_for
+from ..errors import InvalidNameError
+from ..names import ensure_under
+from .storage import absolute_location, basename, filesystem_for, parent
 
 log = logging.getLogger(__name__)
 
 ENDED_JOB_STATUSES = frozenset({*TERMINAL_JOB_STATUSES, JobStatus.LOST})
 
 
-def discard_partial_checkpoints(store, job_id: str) -> list[str]:
+def discard_partial_checkpoints(store, job_id: str,
+                                roots: Sequence[str | None] = ()) -> list[str]:
     """Mark the PENDING checkpoints of an ended job FAILED and delete the directories of its
-    FAILED ones; return the deleted locations. Does nothing while the job may still run."""
+    FAILED ones; return the deleted locations. Does nothing while the job may still run.
+
+    A location read from the DB is untrusted: only a directory this engine named for that
+    checkpoint of that job is deleted -- ``<root>/<job-name>/<job-id>/chk-<N>`` or
+    ``<root>/savepoint-<job-id>-<N>`` (absolute, no ``..``, not a symlink), inside one of
+    ``roots`` (symlinks resolved) when they are given (the checkpoint and savepoint roots of the restoring job)."""
     job = store.get_job(job_id)
     if job is None or job.status not in ENDED_JOB_STATUSES:
         return []
@@ -32,10 +42,11 @@ def discard_partial_checkpoints(store, job_id: str) -> list[str]:
                                   reason=f"job ended ({job.status}) before the checkpoint completed")
         elif row.status != CheckpointStatus.FAILED:
             continue
-        name = basename(row.location or "")
-        if name != f"chk-{row.checkpoint_id}" and not (
-                name.startswith("savepoint-") and name.endswith(f"-{row.checkpoint_id}")):
-            continue  # not a directory this engine named for that checkpoint: leave it
+        reason = _foreign(row.location or "", job.job_name, job_id, row.checkpoint_id, roots)
+        if reason is not None:
+            log.warning("Not deleting %s of FAILED checkpoint %d of job %s (%s): %s",
+                        row.location, row.checkpoint_id, job.job_name, job_id, reason)
+            continue
         fs = filesystem_for(row.location)
         if fs.exists(row.location):
             fs.remove_tree(row.location)
@@ -44,3 +55,33 @@ def discard_partial_checkpoints(store, job_id: str) -> list[str]:
         log.info("Deleted %d partial checkpoint directories of ended job %s (%s)", len(removed),
                  job.job_name, job_id)
     return removed
+
+
+def _foreign(location: str, job_name: str, job_id: str, checkpoint_id: int,
+             roots: Sequence[str | None]) -> str | None:
+    """Why ``location`` is not the engine's directory of that checkpoint (``None``: it is)."""
+    if not location or "\x00" in location:
+        return "no location"
+    local = not location.startswith("s3://")
+    if local and not os.path.isabs(location):
+        return "not an absolute path"
+    if ".." in location.replace("\\", "/").split("/"):
+        return "it contains '..'"
+    if local and os.path.islink(location):
+        return "a symlink"
+    name = basename(location)
+    if name == f"chk-{checkpoint_id}":
+        if basename(parent(location)) != job_id or basename(parent(parent(location))) != job_name:
+            return f"not in the job's own directory <root>/{job_name}/{job_id}"
+    elif name != f"savepoint-{job_id}-{checkpoint_id}":
+        return f"not named chk-{checkpoint_id} or savepoint-{job_id}-{checkpoint_id}"
+    wanted = [absolute_location(r) for r in roots if r]
+    if wanted:
+        for root in wanted:
+            try:
+                ensure_under(root, location, "checkpoint location")
+                return None
+            except InvalidNameError:
+                continue
+        return f"outside {', '.join(wanted)}"
+    return None

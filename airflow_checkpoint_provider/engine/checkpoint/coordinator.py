@@ -20,7 +20,13 @@ from datetime import UTC, datetime
 from ..catalog import MetadataStore
 from ..catalog.models import CheckpointStatus
 from ..config import CheckpointConfig
-from ..errors import CheckpointDeclined, CheckpointStorageError, CorruptCheckpointError
+from ..errors import (
+    CheckpointDeclined,
+    CheckpointStorageError,
+    CorruptCheckpointError,
+    InvalidNameError,
+)
+from ..names import ensure_under
 from ..protocol import BarrierKind
 from ..snapshot.codec import encode_metadata
 from ..snapshot.handles import safe_shared_key
@@ -359,7 +365,7 @@ class CheckpointCoordinator:
         while len(self.completed) > self.config.retained:
             old = self.completed.popleft()
             # never delete another job's checkpoint unless this job claimed it
-            if old.claimed or old.location.startswith(self.job_dir):
+            if old.claimed or _inside(self.job_dir, old.location):
                 self.cleaner.remove_tree(old.location)
             self.db.write(MetadataStore.set_checkpoint_status, self.job_id, [old.checkpoint_id], CheckpointStatus.SUBSUMED)
             log.debug("Subsumed checkpoint %d of job %s", old.checkpoint_id, self.job_name)
@@ -377,7 +383,14 @@ class CheckpointCoordinator:
         doomed = self.db.read(MetadataStore.unreferenced_shared_state, self.job_id,
                               min(own)) or []
         for key in doomed:
-            self.cleaner.remove_file(join(self.job_dir, key))
+            # a key read back from the DB is untrusted: only shared/<name> inside this job's
+            # directory is ever deleted (a row saying '/abs/path' or '../../x' is dropped)
+            path = _own_shared_file(self.job_dir, key)
+            if path is None:
+                log.warning("Ignoring shared-state row %r of job %s: not a file in %s/shared",
+                            key, self.job_name, self.job_dir)
+                continue
+            self.cleaner.remove_file(path)
         if doomed:
             self.db.write(MetadataStore.delete_shared_state, self.job_id, doomed)
             self.registered_shared -= set(doomed)
@@ -412,6 +425,25 @@ class CheckpointCoordinator:
                "timestamp_ms": p.timestamp_ms,
                "operators": operators}
         return doc, state_size, uploaded, task_stats
+
+
+def _inside(root: str, path: str) -> bool:
+    """Whether ``path`` lies inside ``root`` (normalized, symlinks resolved on local disks;
+    ``/a/job1`` is not inside ``/a/job``)."""
+    try:
+        ensure_under(root, path, "checkpoint location")
+    except InvalidNameError:
+        return False
+    return True
+
+
+def _own_shared_file(job_dir: str, key: object) -> str | None:
+    """``<job_dir>/shared/<name>`` for a valid key, else ``None``."""
+    try:
+        path = join(job_dir, safe_shared_key(key, location=job_dir, field="shared_state.file_key"))
+    except CorruptCheckpointError:
+        return None
+    return path if _inside(job_dir, path) else None
 
 
 def _shared_keys(p: PendingCheckpoint) -> set[str]:

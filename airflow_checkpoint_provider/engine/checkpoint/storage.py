@@ -20,6 +20,7 @@ import shutil
 import uuid
 
 from ..errors import CheckpointStorageError
+from ..private import makedirs_private, open_private
 from .s3 import S3FileSystem, split_uri
 
 METADATA_FILE = "_metadata"
@@ -30,9 +31,9 @@ class LocalFileSystem:
 
     def write_bytes(self, path: str, data: bytes, *, atomic: bool = False) -> None:
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            makedirs_private(os.path.dirname(path))  # 0700 dirs, 0600 files (issue 42)
             target = f"{path}.{uuid.uuid4().hex[:8]}.tmp" if atomic else path
-            with open(target, "wb") as f:
+            with open_private(target) as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())

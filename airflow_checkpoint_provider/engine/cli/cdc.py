@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import main
+from .common import echo, main
 
 
 @main.group()
@@ -31,4 +31,4 @@ def drop_slot(url: str, job_name: str | None, slot: str | None, publication: str
         raise click.UsageError("give --job-name or --slot")
     name = slot or job_object_name(job_name or "")
     done = drop(url, name, None if keep_publication else (publication or name))
-    click.echo("dropped " + ", ".join(done) if done else f"nothing to drop for {name}")
+    echo("dropped " + ", ".join(done) if done else f"nothing to drop for {name}")

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+import unicodedata
 from datetime import datetime
 
 import click
@@ -27,7 +28,31 @@ def _json_default(value):
 
 
 def _echo_json(obj) -> None:
+    # json.dumps escapes every control character (\u001b): safe for a terminal as it is
     click.echo(json.dumps(obj, default=_json_default, indent=2, sort_keys=True))
+
+
+def _visible(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: object) -> str:
+    """``text`` with every control character but newline and tab (C0, DEL, C1 -- ESC starts
+    the terminal's escape sequences) and every bidirectional override shown as a visible
+    ``\\xNN`` / ``\\uNNNN``: a job name, failure reason or path from the metadata DB cannot
+    retitle, recolour or rewrite the user's terminal."""
+    return "".join(_visible(ch) if (unicodedata.category(ch) == "Cc" and ch not in "\n\t")
+                   or ch in _BIDI else ch for ch in str(text))
+
+
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                  "\u2066\u2067\u2068\u2069")
+
+
+def echo(message: object = "", **kwargs) -> None:
+    """``click.echo`` of :func:`terminal_safe` text: every human-readable line of ``ckpt``."""
+    click.echo(terminal_safe(message), **kwargs)
 
 
 def _record(rec) -> dict:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import click
-
-from .common import _db_url, db_option, main
+from .common import _db_url, db_option, echo, main
 
 
 @main.group()
@@ -21,4 +19,4 @@ def db_upgrade(db: str | None) -> None:
     upgrade_database(_db_url(db))
     from ..catalog import redacted_url
 
-    click.echo(f"metadata DB at {redacted_url(to_sqlalchemy_url(_db_url(db)))} is up to date")
+    echo(f"metadata DB at {redacted_url(to_sqlalchemy_url(_db_url(db)))} is up to date")

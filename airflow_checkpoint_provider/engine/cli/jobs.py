@@ -18,6 +18,7 @@ from .common import (
     _record,
     _store,
     db_option,
+    echo,
     json_option,
     load_pipeline,
     main,
@@ -75,7 +76,9 @@ def run_options(fn):
                      help="Override the checkpoint interval (0 = no periodic checkpoints)."),
         click.option("--restart", default=None,
                      help="Restart strategy: none | fixed:ATTEMPTS:DELAY_MS | "
-                          "exponential:ATTEMPTS:INITIAL_MS:MAX_MS."),
+                          "exponential:ATTEMPTS:INITIAL_MS:MAX_MS, optionally ending in "
+                          ":identical=N (fail at once after N identical failures right after "
+                          "restores; default 2, 0: never)."),
         click.option("--db", "metadata_url", default=None, envvar=DEFAULT_METADATA_ENV,
                      help="Metadata DB URL (default: the pipeline's)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
@@ -122,8 +125,8 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
         given = {"--restore": restore, "--job-name": job_name, "--runner": runner,
                  "--master": master, "--coordinator-port": coordinator_port or None,
                  "--checkpoint-dir": checkpoint_dir, "--savepoint-dir": savepoint_dir,
-                 "--interval-ms": interval_ms, "--restart": restart, "--db": metadata_url,
-                 "--metrics-port": metrics_port}
+                 "--interval-ms": interval_ms, "--restart": restart,
+                 "--metrics-port": metrics_port}  # the DB URL (a password): environment only
         argv = ["run", pipeline_ref]
         for flag, value in given.items():
             if value is not None:
@@ -135,11 +138,11 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
         if fence_sinks:
             argv.append("--fence-sinks")
         info = start_detached(pipeline, argv, job_id=job_id, log_file=log_file,
-                              timeout=wait_timeout)
+                              timeout=wait_timeout, metadata_url=metadata_url)
         if as_json:
             _echo_json(info)
         else:
-            click.echo(f"job {info['job_name']} ({info['job_id']}) {info['status']}; "
+            echo(f"job {info['job_name']} ({info['job_id']}) {info['status']}; "
                        f"logs: {info['log_file']}")
         return
     options: dict = {"coordinator_port": coordinator_port, "metrics_port": metrics_port,
@@ -156,7 +159,7 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
     if as_json:
         _echo_json(dataclasses.asdict(result))
     else:
-        click.echo(f"job {result.job_name} ({result.job_id}) {result.status}: "
+        echo(f"job {result.job_name} ({result.job_id}) {result.status}: "
                    f"{result.checkpoints_completed} checkpoints, {result.restarts} restarts; "
                    f"latest checkpoint {result.latest_checkpoint}")
     if result.status not in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
@@ -188,7 +191,7 @@ def _request(db: str | None, job: str, action: str, params: dict, timeout: float
     elif req.status == ControlRequestStatus.SUCCEEDED:
         result = req.result or {}
         where = f" at {result['location']}" if result.get("location") else ""
-        click.echo(f"{action.lower()} of job {rec.job_name} ({rec.job_id}) succeeded"
+        echo(f"{action.lower()} of job {rec.job_name} ({rec.job_id}) succeeded"
                    + (f": checkpoint {result['checkpoint_id']}" if "checkpoint_id" in result else "")
                    + where)
     if req.status == ControlRequestStatus.FAILED:
@@ -258,5 +261,9 @@ def jobs(db: str | None, name: str | None, as_json: bool) -> None:
         _echo_json([_record(r) for r in rows])
         return
     for r in rows:
-        click.echo(f"{r.job_id}  {r.job_name:<24} {r.status:<10} attempt {r.attempt}  "
+        echo(f"{r.job_id}  {r.job_name:<24} {r.status:<10} attempt {r.attempt}  "
                    f"created {r.created_at:%Y-%m-%d %H:%M:%S}")
+        if r.failure_reason and r.status in ("FAILED", "RESTARTING", "LOST"):
+            # the failure's first line (where: operator, uid, subtask, phase); --json and
+            # `ckpt report` hold the remote traceback too
+            click.echo(f"    {r.failure_reason.splitlines()[0]}")

@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..errors import EngineError
-from .common import _echo_json, _record, _store, db_option, load_pipeline, main
+from .common import _echo_json, _record, _store, db_option, echo, load_pipeline, main
 
 
 @main.command()
@@ -33,19 +33,19 @@ def checkpoints(job: str, db: str | None, as_json: bool, tasks: bool) -> None:
     if as_json:
         _echo_json([_record(r) for r in rows])
         return
-    click.echo(f"job {rec.job_name} ({rec.job_id}) {rec.status}")
+    echo(f"job {rec.job_name} ({rec.job_id}) {rec.status}")
     for r in rows:
         align = max_task_metric(r, "alignment_ms")
         extra = f"align {format_ms(align)}" if align is not None else ""
         if is_unaligned(r):
             extra += f", unaligned, {format_bytes(in_flight_bytes(r))} in flight"
-        click.echo(f"  {r.kind:<10} {r.checkpoint_id:>5} {r.status:<10} "
+        echo(f"  {r.kind:<10} {r.checkpoint_id:>5} {r.status:<10} "
                    f"{(r.duration_ms or 0):>6} ms {(r.state_size or 0):>10} B  "
                    f"{extra + '  ' if extra else ''}{r.failure_reason or r.location}")
         if not tasks:
             continue
         for t in sorted(r.task_stats or (), key=lambda t: (t.get("vertex"), t.get("subtask"))):
-            click.echo(f"      task {t.get('vertex')}.{t.get('subtask')}: "
+            echo(f"      task {t.get('vertex')}.{t.get('subtask')}: "
                        f"sync {format_ms(t.get('sync_ms'))}, async {format_ms(t.get('async_ms'))}, "
                        f"alignment {format_ms(t.get('alignment_ms'))}, "
                        f"state {format_bytes(t.get('state_size'))}"
@@ -87,7 +87,7 @@ def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
     if as_json:
         _echo_json(report.to_dict())
     else:
-        click.echo(("OK: " if report.ok else "CANNOT RESTORE: ") + report.describe())
+        echo(("OK: " if report.ok else "CANNOT RESTORE: ") + report.describe())
     if not report.ok:
         sys.exit(1)
 
@@ -129,19 +129,19 @@ def inspect(path: str, as_json: bool, verify: bool, db: str | None) -> None:
     if as_json:
         _echo_json(summary)
         return
-    click.echo(f"{summary['kind'].lower()} {summary['checkpoint_id']} of job {summary['job_name']} "
+    echo(f"{summary['kind'].lower()} {summary['checkpoint_id']} of job {summary['job_name']} "
                f"({summary['job_id']}) at {snap.directory}")
     if verified is not None:
-        click.echo(f"  verified {verified} state files: sizes and checksums match")
-    click.echo(f"  signed with this deployment's key: {summary['signed_by_this_db']}")
+        echo(f"  verified {verified} state files: sizes and checksums match")
+    echo(f"  signed with this deployment's key: {summary['signed_by_this_db']}")
     for op in summary["operators"]:
         size = sum(s["state_bytes"] for s in op["subtasks"])
         states = ", ".join(f"{n} ({m['kind']})" for n, m in sorted(op["states"].items())) or "-"
-        click.echo(f"  {op['uid']:<20} {op['kind']:<8} parallelism {op['parallelism']}/"
+        echo(f"  {op['uid']:<20} {op['kind']:<8} parallelism {op['parallelism']}/"
                    f"{op['max_parallelism']}  {size} B  states: {states}")
         for s in op["subtasks"]:
             kg = s["key_group_range"]
-            click.echo(f"    subtask {s['index']}: key groups {kg[0]}-{kg[1]}, {s['state_bytes']} B"
+            echo(f"    subtask {s['index']}: key groups {kg[0]}-{kg[1]}, {s['state_bytes']} B"
                        if kg else f"    subtask {s['index']}: {s['operator_state_entries']} "
                                   "operator state entries")
 
@@ -196,7 +196,7 @@ def report(job: str, db: str | None, out_path: str | None, as_png: bool, as_json
         path = render_report(store, job, out_path or f"report.{fmt}", fmt=fmt)
     except LookupError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"wrote {path}")
+    echo(f"wrote {path}")
 
 
 @main.command()
@@ -210,7 +210,7 @@ def dispose(path: str, db: str | None) -> None:
         dispose_savepoint(path, _store(db))
     except EngineError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"disposed savepoint {path}")
+    echo(f"disposed savepoint {path}")
 
 
 @main.command()
@@ -247,9 +247,9 @@ def savepoints(job: str, db: str | None, all_jobs: bool, max_age: float | None,
         _echo_json({"retention": report.to_dict(), "savepoints": saved} if report else saved)
         return
     for line in report.lines() if report else []:
-        click.echo(line)
+        echo(line)
     for r in rows:
-        click.echo(f"  savepoint {r.checkpoint_id:>5} of {r.job_id[:8]} {r.complete_time:%Y-%m-%d %H:%M:%S} "
+        echo(f"  savepoint {r.checkpoint_id:>5} of {r.job_id[:8]} {r.complete_time:%Y-%m-%d %H:%M:%S} "
                    f"{(r.state_size or 0):>10} B  {r.location}")
 
 
@@ -270,7 +270,7 @@ def pin(path: str, db: str | None, holder: str, ttl: float | None, reason: str |
     except (EngineError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     until = f"until {rec.expires_at:%Y-%m-%d %H:%M:%S} UTC" if rec.expires_at else "until unpinned"
-    click.echo(f"pinned {rec.location} for {rec.holder} {until}")
+    echo(f"pinned {rec.location} for {rec.holder} {until}")
 
 
 @main.command()
@@ -282,4 +282,4 @@ def unpin(path: str | None, db: str | None, holder: str) -> None:
     from ..savepoints import unpin_savepoint
 
     removed = unpin_savepoint(_store(db), holder=holder, path=path)
-    click.echo(f"released {removed} pin(s) of {holder}")
+    echo(f"released {removed} pin(s) of {holder}")

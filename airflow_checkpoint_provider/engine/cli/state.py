@@ -8,7 +8,7 @@ import json
 import click
 
 from ..errors import EngineError
-from .common import db_option, load_pipeline, main
+from .common import db_option, echo, load_pipeline, main
 
 
 @main.group()
@@ -39,16 +39,16 @@ def state_read(snapshot: str, uid: str, state_name: str | None, fmt: str,
         if output is None:
             raise click.UsageError("--format parquet needs --output PATH")
         pq.write_table(table, output)
-        click.echo(f"wrote {table.num_rows} rows to {output}")
+        echo(f"wrote {table.num_rows} rows to {output}")
         return
     text = (json.dumps(table.to_pylist(), default=repr, indent=1) if fmt == "json"
             else table.to_pandas().to_string(index=False))
     if output is None:
-        click.echo(text)
+        echo(text)
     else:
         with open(output, "w") as f:
             f.write(text + "\n")
-        click.echo(f"wrote {table.num_rows} rows to {output}")
+        echo(f"wrote {table.num_rows} rows to {output}")
 
 
 @state.command("write")
@@ -100,9 +100,9 @@ def state_write(source: str | None, pipeline_ref: str | None, uid: str,
     if key is not None:
         signer = (f"${integrity.ENV_KEY}" if integrity.configured_key() is not None
                   else "the metadata DB's snapshot key")
-        click.echo(f"wrote savepoint {path} (signed with {signer})")
+        echo(f"wrote savepoint {path} (signed with {signer})")
     else:
-        click.echo(f"wrote savepoint {path} (unsigned: no --db and no ${integrity.ENV_KEY}; "
+        echo(f"wrote savepoint {path} (unsigned: no --db and no ${integrity.ENV_KEY}; "
                    "a job restores it only with --trust-snapshot / trust_snapshot=True)")
 
 

@@ -15,8 +15,10 @@ aborted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from ..errors import UnsafeRestoreFallbackError
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,16 @@ class Source:
     def describe(self) -> str:
         return type(self).__name__
 
+    def check_restore(self, operator_uid: str, positions: Mapping[str, object], *,
+                      checkpoint_id: int, location: str, job_name: str) -> None:
+        """Whether this source of job ``job_name`` can restart from ``positions`` (split ->
+        position recorded in checkpoint ``checkpoint_id`` at ``location``; ``{}`` and -1:
+        empty state; finished splits are left out).
+        Raise :class:`~..errors.RestoreError` saying why not (e.g. a replication slot
+        acknowledged past the position: those changes are gone). Called by the job master
+        before a restore changes anything (a fallback makes sinks remove output); must not
+        change anything itself. Default: any position is fine (replayable sources)."""
+
 
 class SinkWriter:
     """One subtask's writer of a two-phase-commit sink.
@@ -126,6 +138,21 @@ class Sink:
         """Refuse transactions restored from a snapshot (untrusted input) that this sink could
         not commit safely, with :class:`~..errors.CorruptCheckpointError`. Called by the job
         master before any task starts; the default accepts everything."""
+
+    def check_restore(self, operator_uid: str, *, checkpoint_id: int,
+                      discard: Mapping[str, int], location: str) -> None:
+        """Whether this sink can go back to checkpoint ``checkpoint_id`` (at ``location``;
+        -1: empty state) and remove what the jobs in ``discard`` committed after it (job id
+        -> the checkpoint after which that job's output goes; -1: all of it). Raise
+        :class:`~..errors.RestoreError` saying why not. Called by the job master before any
+        sink discards or rewrites anything; must not change anything itself. Default: the
+        discard needs :meth:`can_discard_committed`."""
+        if discard and not self.can_discard_committed():
+            jobs = ", ".join(f"job {job} after checkpoint {after}" if after >= 0
+                             else f"job {job} (all of it)" for job, after in sorted(discard.items()))
+            raise UnsafeRestoreFallbackError(
+                f"the output committed by {jobs} would be written again, and this sink "
+                "cannot remove it (it cannot discard committed output)")
 
     def discard_committed_after(self, operator_uid: str, job_id: str, checkpoint_id: int) -> list[str]:
         """Undo what job ``job_id`` committed for checkpoints after ``checkpoint_id``, when

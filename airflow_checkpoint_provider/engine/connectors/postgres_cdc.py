@@ -62,7 +62,7 @@ from .cdc_rows import (
     parse_snapshot,
 )
 from .cdc_stream import StreamReader
-from .pgoutput import parse_lsn
+from .pgoutput import format_lsn, parse_lsn
 from .postgres import _dsn
 
 log = logging.getLogger(__name__)
@@ -243,6 +243,29 @@ class PostgresCdcSource(Source):
         if m is None or int(m.group(1)) >= self.snapshot_splits:
             raise RestoreError(f"{where}: no such split (snapshot_splits={self.snapshot_splits})")
         return SnapshotReader(self, int(m.group(1)), position, ctx, where)
+
+    def check_restore(self, operator_uid: str, positions, *, checkpoint_id: int,
+                      location: str, job_name: str) -> None:
+        """The stream position must not be older than the slot's confirmed one (those
+        changes are gone from the slot); read-only (see :meth:`Source.check_restore`)."""
+        position = positions.get("stream")
+        if not isinstance(position, dict) or position.get("lsn") is None:
+            return  # empty state or no stream position yet: starts at the slot's position
+        require("postgres")
+        slot, _ = self.names(job_name)
+        with self.connect() as conn:
+            confirmed = self.confirmed_lsn(conn, slot)
+        try:
+            lsn = int(position["lsn"])
+        except (TypeError, ValueError) as exc:
+            raise RestoreError(f"restored position {position!r:.200} in {location} is "
+                               "malformed") from exc
+        if lsn < confirmed:
+            raise RestoreError(
+                f"the stream position {format_lsn(lsn)} of checkpoint {checkpoint_id} is older "
+                f"than replication slot {slot!r}'s confirmed position {format_lsn(confirmed)}: "
+                "a newer checkpoint acknowledged the changes in between and the slot no "
+                "longer has them")
 
     def lineage_dataset(self) -> tuple[str, str]:
         from sqlalchemy.engine import make_url

@@ -22,7 +22,7 @@ from .barrier import BarrierKind, CheckpointBarrier
 from .errors import ProtocolError
 
 #: bumped on any incompatible change of a message or frame
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 M = TypeVar("M", bound="Message")
 _REGISTRY: dict[str, type[Message]] = {}
@@ -148,6 +148,13 @@ class TaskFailed(FromTask):
     traceback: str = ""
     #: no restart can fix it (a snapshot that cannot be restored, bad input)
     fatal: bool = False
+    #: where it failed (:mod:`..runtime.failure_place`): the operator (``kind 'name'
+    #: (Class)``), its uid and the phase (restore, processing, timer, snapshot, commit,
+    #: close, ...); the task's parallelism names the subtask as ``i/n``
+    operator: str = ""
+    uid: str = ""
+    phase: str = ""
+    parallelism: int = 0
 
 
 # -- job master -> slot ---------------------------------------------------------------------

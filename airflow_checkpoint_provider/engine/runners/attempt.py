@@ -34,12 +34,53 @@ HEARTBEAT_SECONDS = 1.0
 STARTUP_TIMEOUT_SECONDS = 120.0
 
 
+#: the remote traceback kept in a failure reason: its last lines (the frames that matter)
+TRACEBACK_LINES = 80
+
+
 @dataclass
 class AttemptOutcome:
     status: str  # FINISHED, STOPPED, CANCELED, FAILED
+    #: one line: what failed, where (operator, uid, subtask, phase) and the exception
     failure: str | None = None
     #: a failure no restart can fix (e.g. the restored state does not fit): skip restarts
     fatal: bool = False
+    #: the remote traceback of a task failure (``Remote traceback (...):`` and its lines)
+    detail: str | None = None
+    #: a task failure's (operator uid, phase, exception type and message): what
+    #: :class:`.failures.RepeatedFailureGuard` compares
+    signature: tuple[str, str, str] | None = None
+    #: the typed error a FAILED job raises (default JobFailedError)
+    error: type[Exception] | None = None
+
+    @property
+    def full_failure(self) -> str | None:
+        """The failure reason the metadata DB keeps: the line, then the remote traceback."""
+        if self.failure is None or not self.detail:
+            return self.failure
+        return f"{self.failure}\n{self.detail}"
+
+
+def describe_task_failure(msg: M.TaskFailed) -> tuple[str, str | None]:
+    """``(summary line, remote traceback section)`` of a task's failure message::
+
+        task 3.1 failed in phase restore of process 'winning-bids' (WinningBid),
+        uid 'winning-bids', subtask 2/2, slot 1: TypeError: unhashable type: 'list'
+    """
+    where = ""
+    if msg.operator or msg.phase:
+        n = f"/{msg.parallelism}" if msg.parallelism else ""
+        where = (f" in phase {msg.phase or '?'} of {msg.operator or '?'}, uid {msg.uid!r}, "
+                 f"subtask {msg.subtask + 1}{n}, slot {msg.slot}")
+    summary = f"task {msg.vertex}.{msg.subtask} failed{where}: {msg.error}"
+    lines = msg.traceback.rstrip().splitlines()
+    if not lines:
+        return summary, None
+    if len(lines) > TRACEBACK_LINES + 1:  # the first line is kept too
+        lines = [lines[0], f"  ... ({len(lines) - 1 - TRACEBACK_LINES} lines left out)",
+                 *lines[-TRACEBACK_LINES:]]
+    return summary, (f"Remote traceback (task {msg.vertex}.{msg.subtask}, slot {msg.slot}):\n"
+                     + "\n".join(lines))
 
 
 Handler = Callable[[Any, Any, float], "AttemptOutcome | None"]
@@ -243,9 +284,14 @@ class AttemptRun:
         log.debug("Task %s.%s of job %s finished", msg.vertex, msg.subtask, self.master.job_id)
 
     def on_task_failed(self, conn: Any, msg: M.TaskFailed, now: float) -> AttemptOutcome:
-        log.debug("Remote traceback:\n%s", msg.traceback)
-        outcome = self.fail(f"task {msg.vertex}.{msg.subtask} failed: {msg.error}")
+        summary, detail = describe_task_failure(msg)
+        log.error("Job %s (%s) attempt %d: %s%s", self.master.config.name, self.master.job_id,
+                  self.attempt, summary, f"\n{detail}" if detail else "")
+        outcome = self.fail(summary)
         outcome.fatal = msg.fatal
+        outcome.detail = detail
+        if msg.uid or msg.phase:
+            outcome.signature = (msg.uid, msg.phase, msg.error)
         return outcome
 
     def on_slot_finished(self, conn: Any, msg: M.SlotFinished, now: float) -> AttemptOutcome | None:

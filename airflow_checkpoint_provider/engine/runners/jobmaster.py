@@ -17,20 +17,17 @@ from typing import Protocol, cast
 
 import cloudpickle
 
-from ..catalog import CheckpointRecord, MetadataStore
-from ..catalog.models import CheckpointStatus, JobStatus
-from ..checkpoint.cleanup import discard_partial_checkpoints
+from ..catalog import MetadataStore
+from ..catalog.models import JobStatus
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
-from ..checkpoint.restore import assign_restore, discard_output_of_skipped_jobs, operator_kind
+from ..checkpoint.restore import assign_restore, operator_kind
 from ..checkpoint.storage import absolute_location, default_savepoint_root, job_directory
 from ..checkpoint.trust import SnapshotTrust
 from ..config import CheckpointingMode, max_frame_bytes
-from ..connectors.base import Sink, Source
+from ..connectors.base import Source
 from ..errors import (
     ConfigurationError,
-    CorruptCheckpointError,
     JobFailedError,
-    RestoreError,
 )
 from ..eventtime import format_watermark
 from ..graph import ExecutionGraph
@@ -43,10 +40,10 @@ from ..protocol import frames as P
 from ..protocol import messages as M
 from ..runtime.auth import MAX_PENDING_HANDSHAKES, new_secret, serve_authenticated
 from ..snapshot.codec import LoadedSnapshot
-from ..snapshot.verify import verify_snapshot
-from .attempt import AttemptOutcome, AttemptRun
 from .control import ControlPlane
-from .fencing import check_fencing, discard_held, fenced_restore_error, snapshot_is_fenced
+from .failures import FailoverMixin, JobEnd
+from .fencing import check_fencing, discard_held
+from .restore_plan import RestoreMixin
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +100,7 @@ class CoordinatorServer:
         self.sock.close()
 
 
-class JobMaster:
+class JobMaster(RestoreMixin, FailoverMixin):
     def __init__(self, graph: ExecutionGraph, config: JobConfig, launcher: Launcher, *, coordinator_host: str = "127.0.0.1",
                  coordinator_port: int = 0, metrics_port: int | None = None,
                  metrics_host: str = "127.0.0.1", show_progress: bool = False) -> None:
@@ -144,118 +141,6 @@ class JobMaster:
             store.close()
 
     # -- internals ------------------------------------------------------------------------
-    def _resolve_restore(self, store: MetadataStore, restore: str | None) -> LoadedSnapshot | None:
-        """The snapshot to start from. An explicit path must verify and be trusted (signed
-        with the key in use, see checkpoint/trust.py; else CorruptCheckpointError or a
-        RestoreError such as UntrustedSnapshotError). ``latest`` falls back: the newest COMPLETED
-        checkpoint of any job of this name that verifies. Falling back past checkpoints
-        (even past every one: empty state) makes the sinks remove what the skipped jobs
-        committed after the restored checkpoint, as on failover, or refuses
-        (:class:`UnsafeRestoreFallbackError`) if a sink cannot; only then are the skipped
-        checkpoints marked CORRUPT (a refusal, or a crash before the clean-up, leaves them
-        COMPLETED: the next ``latest`` sees them and decides again)."""
-        if restore is None:
-            return None
-        if restore != "latest":
-            snapshot = self.trust.load(restore)
-            if not self.config.fence_sinks and snapshot_is_fenced(snapshot.metadata.operators):
-                raise RestoreError(fenced_restore_error(snapshot.directory))
-            self._check_snapshot(snapshot)
-            return snapshot
-        name = self.config.name
-        bad: list[tuple[CheckpointRecord, str]] = []
-        chosen: tuple[CheckpointRecord, LoadedSnapshot] | None = None
-        for rec in store.completed_checkpoints(job_name=name):
-            what = f"checkpoint {rec.checkpoint_id} of job {name} ({rec.job_id})"
-            try:
-                snapshot = self.trust.load(rec.location, record=rec)
-                if not self.config.fence_sinks and snapshot_is_fenced(snapshot.metadata.operators):
-                    log.info("Skipping %s: a fenced (validation) run's", what)
-                    continue
-                self._check_snapshot(snapshot)
-            except (CorruptCheckpointError, RestoreError) as exc:
-                log.warning("Cannot restore %s; trying the next older checkpoint: %s", what, exc)
-                bad.append((rec, str(exc)))
-                continue
-            chosen = rec, snapshot
-            break
-        if chosen is None:
-            log.info("No restorable checkpoint of job %s: starting with empty state", name)
-        skipped: dict[str, list[str]] = {}
-        for rec, reason in bad:
-            skipped.setdefault(rec.job_id, []).append(f"checkpoint {rec.checkpoint_id}: {reason}")
-        discard_output_of_skipped_jobs(
-            self.graph, skipped, restored_job=chosen[0].job_id if chosen else None,
-            restored_id=chosen[1].checkpoint_id if chosen else -1,
-            restored_from=chosen[1].directory if chosen else "empty state")
-        for rec, reason in bad:
-            try:
-                store.fail_checkpoint(rec.job_id, rec.checkpoint_id, reason=reason,
-                                      status=CheckpointStatus.CORRUPT)
-                log.warning("Checkpoint %d of job %s (%s) marked CORRUPT: %s",
-                            rec.checkpoint_id, name, rec.job_id, reason)
-            except Exception as exc:  # noqa: BLE001 - the restore goes on without the mark
-                log.warning("Could not mark checkpoint %d of job %s CORRUPT: %s",
-                            rec.checkpoint_id, rec.job_id, exc)
-        for job in sorted({rec.job_id for rec, _ in bad}
-                          | ({chosen[0].job_id} if chosen else set())):
-            try:
-                discard_partial_checkpoints(store, job)
-            except Exception as exc:  # noqa: BLE001 - housekeeping must not block a restore
-                log.warning("Could not clean up partial checkpoints of job %s: %s", job, exc)
-        return chosen[1] if chosen else None
-
-    def _latest_restorable(self) -> LoadedSnapshot | None:
-        """On failover: the newest retained completed checkpoint that verifies; corrupt ones
-        are marked CORRUPT and dropped from the retained list (their files are kept)."""
-        coord = self.coordinator
-        fell_back = False
-        while coord.completed:
-            c = coord.completed[-1]
-            mark = (lambda reason: None) if c.claimed else (
-                lambda reason, c=c: coord.db.write(MetadataStore.fail_checkpoint, self.job_id, c.checkpoint_id,
-                                                   reason=reason, status=CheckpointStatus.CORRUPT))
-            snapshot = _load_restorable(self.trust.load, self._check_snapshot, c.location, f"checkpoint {c.checkpoint_id} of job "
-                                        f"{self.config.name} ({self.job_id})", mark)
-            if snapshot is not None:
-                if fell_back:
-                    self._discard_sink_output_after(self.job_id, snapshot.checkpoint_id)
-                return snapshot
-            coord.completed.pop()
-            fell_back = True
-        if fell_back:
-            self._discard_sink_output_after(self.job_id, -1)
-        return None
-
-    def _check_snapshot(self, snapshot: LoadedSnapshot) -> None:
-        """Before restoring: every state file matches its size and checksum, and every sink
-        accepts its restored transactions (CorruptCheckpointError otherwise)."""
-        verify_snapshot(snapshot)
-        ops = snapshot.metadata.operators
-        for v in self.graph.vertices:
-            for n in v.nodes:
-                if n.kind == "sink" and n.uid in ops:
-                    where = f"{snapshot.directory} (operator {n.uid!r})"
-                    txns = []
-                    for sub in ops[n.uid].subtasks:
-                        for entry in sub.operator_state:
-                            if not isinstance(entry, dict) or not isinstance(
-                                    entry.get("transactions"), list):
-                                raise CorruptCheckpointError(
-                                    f"snapshot {where}: field subtasks[{sub.index}].operator_state "
-                                    "must hold {checkpoint_id, transactions} entries; the snapshot "
-                                    "is corrupt or was tampered with")
-                            txns.extend(entry["transactions"])
-                    cast(Sink, n.payload).check_restored_transactions(txns, location=where)
-
-    def _discard_sink_output_after(self, job_id: str, checkpoint_id: int) -> None:
-        """Falling back past completed checkpoints: sinks undo what ``job_id`` committed for
-        them (those records are replayed from ``checkpoint_id``), so output stays exactly once."""
-        for v in self.graph.vertices:
-            for n in v.nodes:
-                if n.kind == "sink" and n.uid:
-                    cast(Sink, n.payload).discard_committed_after(n.uid, job_id, checkpoint_id)
-
     def discard_orphaned_staging(self) -> None:
         """Once the first attempt runs (every sink has recovered the restored transactions),
         staged files the job we restored from left behind are orphans -- if that job has
@@ -371,11 +256,9 @@ class JobMaster:
     def _finish(self, initial: LoadedSnapshot | None) -> JobResult:
         """Run the attempts, record how the job ended, return its result."""
         p, job_id, server, store = self.config, self.job_id, self.server, self.store
-        status: str = JobStatus.FAILED.value
-        failure: str | None = None
-        restarts = 0
+        end = JobEnd(JobStatus.FAILED.value)
         try:
-            status, failure, restarts = self._run_attempts(initial)
+            end = self._run_attempts(initial)
         finally:
             server.close()
             self.launcher.stop()
@@ -383,10 +266,11 @@ class JobMaster:
             if self.metrics:
                 self.metrics.stop()
             if self.progress:
-                self.progress.update(status=status)
+                self.progress.update(status=end.status)
                 self.progress.close()
             if p.fence_sinks:  # every task ended: nothing it staged is ever published
                 discard_held(self.graph, job_id)
+        status, failure, restarts = end.status, end.failure, end.restarts
         db = self.coordinator.db
         db.write(MetadataStore.set_job_status, job_id, status, failure_reason=failure)
         db.write(MetadataStore.abort_control_requests, job_id, f"job ended with status {status}")
@@ -406,7 +290,8 @@ class JobMaster:
         log.info("Job %s (%s) %s after %d restarts, %d checkpoints", p.name, job_id,
                  status.lower(), restarts, result.checkpoints_completed)
         if status == JobStatus.FAILED:
-            err = JobFailedError(f"job {p.name} ({job_id}) failed: {failure}")
+            error = end.error if end.error and issubclass(end.error, JobFailedError) else JobFailedError
+            err = error(f"job {p.name} ({job_id}) failed: {failure}")
             err.result = result  # type: ignore[attr-defined]
             raise err
         return result
@@ -525,75 +410,5 @@ class JobMaster:
         if self.show_progress:
             self.progress = ProgressReporter(p.name)
             self.coordinator.listeners.append(self._progress_listener)
-
-    def _run_attempts(self, initial: LoadedSnapshot | None) -> tuple[str, str | None, int]:
-        """Run attempts until one ends the job or the restart strategy gives up; returns
-        ``(status, failure reason, restarts)``. Each restart restores the latest completed
-        checkpoint that verifies (else the initial snapshot)."""
-        p, db = self.config, self.coordinator.db
-        strategy = p.restart_strategy
-        restarts, attempt, snapshot = 0, 0, initial
-        while True:
-            db.write(MetadataStore.start_attempt, self.job_id, attempt,
-                     restored_checkpoint_id=snapshot.checkpoint_id if snapshot else None,
-                     restored_from=snapshot.directory if snapshot else None)
-            outcome = self._run_attempt(attempt, snapshot)
-            db.write(MetadataStore.end_attempt, self.job_id, attempt, failure_reason=outcome.failure)
-            if outcome.status in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
-                return outcome.status, None, restarts
-            failure = outcome.failure
-            if self.control.stop_completed is not None:
-                # The stop savepoint completed (and its request succeeded): what failed is
-                # the wind-down. A restart would write output after the savepoint that the
-                # job restoring it writes again; the savepoint's pending commits are made by
-                # that job. So the job ends STOPPED, as requested.
-                log.warning("Job %s failed after its stop savepoint %s completed (%s); it ends "
-                            "STOPPED", p.name, self.control.stop_completed.location, failure)
-                return JobStatus.STOPPED, None, restarts
-            if outcome.fatal or not strategy.can_restart(restarts):
-                log.error("Job %s failed and will not restart (%d restarts, strategy %s): %s",
-                          p.name, restarts, strategy.kind, failure)
-                return JobStatus.FAILED, failure, restarts
-            restarts += 1
-            if self.metrics:
-                self.metrics.on_restart()
-            if self.progress:
-                self.progress.update(status=JobStatus.RESTARTING, restarts=restarts)
-            delay = strategy.delay_for(restarts)
-            db.write(MetadataStore.set_job_status, self.job_id, JobStatus.RESTARTING, failure_reason=failure)
-            log.warning("Job %s failed (%s); restart %d/%d in %.1f s", p.name, failure,
-                        restarts, strategy.attempts, delay)
-            time.sleep(delay)
-            attempt += 1
-            snapshot = self._latest_restorable() or initial
-
-    def _run_attempt(self, attempt: int, snapshot: LoadedSnapshot | None) -> AttemptOutcome:
-        try:
-            assignments = (assign_restore(snapshot, self.graph,
-                                          allow_non_restored_state=self.allow_non_restored_state)
-                           if snapshot else {})
-        except (RestoreError, CorruptCheckpointError) as exc:
-            return AttemptOutcome(JobStatus.FAILED, str(exc), fatal=True)
-        return AttemptRun(self, attempt, assignments).run()
-
-
-def _load_restorable(load, check, location: str, what: str,
-                     mark_corrupt) -> LoadedSnapshot | None:
-    """Load and verify the snapshot at ``location`` for an automatic restore; ``None`` (after
-    ``mark_corrupt(reason)`` and a warning naming the bad file) when it is corrupt or
-    incomplete. Storage outages (CheckpointStorageError) propagate: they may pass."""
-    try:
-        snapshot = load(location)
-        check(snapshot)
-        return snapshot
-    except (CorruptCheckpointError, RestoreError) as exc:
-        log.warning("Cannot restore %s, marked CORRUPT; trying the next older checkpoint: %s",
-                    what, exc)
-        try:
-            mark_corrupt(str(exc))
-        except Exception as db_exc:  # noqa: BLE001 - the fallback goes on without the mark
-            log.warning("Could not mark %s CORRUPT in the metadata DB: %s", what, db_exc)
-        return None
-
 
 __all__ = ["JobMaster", "CompletedCheckpoint"]

@@ -19,9 +19,12 @@ import sys
 from ..graph import ExecutionGraph
 from ..job import JobConfig, JobResult
 from .jobmaster import JobMaster
-from .spark_launcher import RELEASE_SECONDS, SparkBarrierLauncher
+from .spark_launcher import RELEASE_SECONDS, SparkBarrierLauncher, make_slot_function
 
 __all__ = ["SparkBarrierLauncher", "SparkRunner", "configured_master", "session_for"]
+
+#: moved to :mod:`.spark_launcher`; the old name stays for its callers
+_make_slot_function = make_slot_function
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,7 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
     from pyspark.sql import SparkSession
 
     from ..packaging import SHIP_CODE_ENV
+    from ..private import SPARK_REDACTION_REGEX
 
     ship_code = os.environ.get(SHIP_CODE_ENV) == "1"
     if not ship_code:
@@ -77,6 +81,8 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
         "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "10",
         "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "2s",
         "spark.task.maxFailures": "1",
+        # the DB URL (password) and signing key travel as spark.executorEnv.*: redacted
+        "spark.redaction.regex": SPARK_REDACTION_REGEX,
     }
     if not ship_code:
         conf.update({
@@ -100,6 +106,13 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CKPT_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def coordinator_bind_host(configured: str | None, *, local: bool, driver_host: str) -> str:
+    """Where the job's coordinator listens: the configured interface, else loopback for a
+    local master (its slots are processes of this host: nothing else may connect), else
+    the driver's host."""
+    return configured or ("127.0.0.1" if local else driver_host)
 
 
 class SparkRunner:
@@ -150,7 +163,9 @@ class SparkRunner:
                                         release_seconds=self.release_seconds,
                                         kill_slots=self.kill_slots)
         launcher.check_slots(graph.num_slots, launcher.slot_wait_seconds)
-        host = self.coordinator_host or spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+        host = coordinator_bind_host(
+            self.coordinator_host, local=local,
+            driver_host=spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1"))
         master = JobMaster(graph, config, launcher, coordinator_host=host,
                            coordinator_port=self.coordinator_port, **self.master_options)
         master.spark_app_id = spark.sparkContext.applicationId

@@ -148,8 +148,13 @@ def make_slot_function(
             "work_dir": work_dir,
             "python": sys.executable,
         }
-        bind_host = os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
-        advertise = os.environ.get("SPARK_LOCAL_IP") or executor_host
+        # a local master: every slot is in this host's processes, so loopback only
+        bind_host = os.environ.get("SPARK_LOCAL_IP") or (
+            "127.0.0.1" if local_master else "0.0.0.0"
+        )
+        advertise = os.environ.get("SPARK_LOCAL_IP") or (
+            "127.0.0.1" if local_master else executor_host
+        )
 
         def exchange(address):
             infos = ctx.allGather(json.dumps([slot, address]))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import collections
 import threading
 
-from ..serialization import packb
+from ..serialization import pack_records
 
 
 class Mailbox:
@@ -170,9 +170,9 @@ class Mailbox:
 
 def _captured(item: tuple) -> tuple:
     """A record item as channel state ``(channel, kind, payload, rows)``. Arrow batches are
-    immutable; lists of dicts are encoded now, before the task (and user code) can change
-    them."""
+    immutable; lists of dicts are encoded now (as on a channel: the typed encoding), before
+    the task (and user code) can change them."""
     records = item[2]
     if isinstance(records, list):
-        return (item[1], "rows", packb(records), len(records))
+        return (item[1], "rows", pack_records(records), len(records))
     return (item[1], "arrow", records, records.num_rows)

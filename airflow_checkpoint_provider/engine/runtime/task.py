@@ -38,6 +38,7 @@ from .batches import Batch, as_arrow, as_rows
 from .channels import LocalChannel, OutputChannel, RecordWriter, event_item
 from .edge_operators import SourceOperator
 from .factory import create_operator
+from .failure_place import FailurePlace, describe_node, mark, place_of
 from .mailbox import Mailbox
 from .operators import (
     Operator,
@@ -159,6 +160,8 @@ class StreamTask(TaskCheckpointing):
         self._replay: collections.deque = collections.deque()  # released held items
         self.opened = threading.Event()         # set once open() returned or failed
         self.open_failed = False
+        #: the task's phase where no finer place is marked on an exception (failure_place.py)
+        self.phase = "open"
         self.thread = threading.Thread(target=self._run, name=f"task-{vertex.id}-{subtask}",
                                        daemon=True)
 
@@ -178,14 +181,21 @@ class StreamTask(TaskCheckpointing):
             if self.start_gate is not None:
                 self.start_gate.wait()
             if self.vertex.is_source:
+                self.phase = "processing"
                 self._source_loop()
             else:
+                self.phase = "restore" if self._channel_state is not None else "processing"
                 self._replay_channel_state()
+                self.phase = "processing"
                 self._input_loop()
+            self.phase = "close"
             self._close()
             self.env.send(M.TaskFinished(vertex=self.vertex.id, subtask=self.subtask))
         except Exception as exc:  # noqa: BLE001 - every task failure is reported
-            log.warning("Task %s failed: %s", self.name, exc)
+            place = self.failure_place(exc)
+            log.warning("Task %s failed in phase %s of %s (uid %r): %s: %s", self.name,
+                        place.phase, place.operator, place.uid, type(exc).__name__, exc)
+            tb = traceback.format_exc()
             # before reporting: the slot may be stopped right after, and a restart on a
             # reused process must not meet this attempt's connections (a CDC reader's slot)
             self._close_after_failure()
@@ -195,9 +205,24 @@ class StreamTask(TaskCheckpointing):
                                    | DeterministicError)
                 self.env.send(M.TaskFailed(vertex=self.vertex.id, subtask=self.subtask,
                                            error=f"{type(exc).__name__}: {exc}",
-                                           traceback=traceback.format_exc(), fatal=fatal))
+                                           traceback=tb, fatal=fatal,
+                                           operator=place.operator, uid=place.uid,
+                                           phase=place.phase,
+                                           parallelism=self.vertex.parallelism))
             except OSError:
                 pass
+
+    def failure_place(self, exc: BaseException) -> FailurePlace:
+        """Where ``exc`` was raised: the operator and phase marked on it, else the task's
+        phase and its chain (one operator: that one)."""
+        place = place_of(exc)
+        if place is not None:
+            return place
+        nodes = self.vertex.nodes
+        if len(nodes) == 1:
+            return FailurePlace(describe_node(nodes[0]), nodes[0].uid or "", self.phase)
+        return FailurePlace(f"chain {self.vertex.name!r}",
+                            ",".join(n.uid or n.name for n in nodes), self.phase)
 
     def _open(self) -> None:
         g, v = self.env.graph, self.vertex
@@ -210,11 +235,15 @@ class StreamTask(TaskCheckpointing):
             spec = self.restore.get(node.uid) if node.uid else None
             if spec and spec.get("channel_state") is not None:
                 self._channel_state = (spec["directory"], spec["channel_state"])
-            self.operators.append(open_operator(node, ctx, kg_range, g.max_parallelism,
-                                                self.env.state_backend, spec,
-                                                # a node without a uid is no source
-                                                splits=self.env.source_splits.get(
-                                                    node.uid)))  # type: ignore[arg-type]
+            try:
+                self.operators.append(open_operator(node, ctx, kg_range, g.max_parallelism,
+                                                    self.env.state_backend, spec,
+                                                    # a node without a uid is no source
+                                                    splits=self.env.source_splits.get(
+                                                        node.uid)))  # type: ignore[arg-type]
+            except Exception as exc:
+                mark(exc, node, "restore" if spec else "open")
+                raise
         # the operators with processing-time timers (a regular join's state TTL too)
         self._timer_ops = [i for i, op in enumerate(self.operators)
                            if isinstance(op, ProcessOperator)
@@ -239,23 +268,31 @@ class StreamTask(TaskCheckpointing):
 
     def _close(self) -> None:
         for op in self.operators:
-            op.close()
+            try:
+                op.close()
+            except Exception as exc:
+                mark(exc, op.node, "close")
+                raise
         for w in self.writers:
             for ch in w.channels:
                 ch.close()
 
     # -- data path ------------------------------------------------------------------------
     def _push(self, records: Batch, start: int = 0) -> None:
-        counts = self.counts
-        for i in range(start, len(self.operators)):
-            if not len(records):
-                break
-            c = counts[i]
-            c[0] += len(records)
-            op = self.operators[i]
-            # Arrow stays Arrow into vectorized operators; per-record operators get dicts.
-            records = op.process(as_arrow(records) if op.vectorized else as_rows(records))
-            c[1] += len(records)
+        counts, i = self.counts, start
+        try:
+            for i in range(start, len(self.operators)):
+                if not len(records):
+                    break
+                c = counts[i]
+                c[0] += len(records)
+                op = self.operators[i]
+                # Arrow stays Arrow into vectorized operators; per-record ones get dicts.
+                records = op.process(as_arrow(records) if op.vectorized else as_rows(records))
+                c[1] += len(records)
+        except Exception as exc:
+            mark(exc, self.operators[i].node, "processing")
+            raise
         if len(records):
             for w in self.main_writers:
                 w.emit(records)
@@ -276,8 +313,12 @@ class StreamTask(TaskCheckpointing):
             return
         op, c = self.operators[0], self.counts[0]
         c[0] += len(records)
-        out = op.process_input(  # type: ignore[attr-defined]
-            self._input_of[channel], as_arrow(records) if op.vectorized else as_rows(records))
+        try:
+            out = op.process_input(  # type: ignore[attr-defined]
+                self._input_of[channel], as_arrow(records) if op.vectorized else as_rows(records))
+        except Exception as exc:
+            mark(exc, op.node, "processing")
+            raise
         c[1] += len(out)
         self._push(out, 1)
 
@@ -316,7 +357,12 @@ class StreamTask(TaskCheckpointing):
             return
         self.watermark = watermark
         for i in range(start, len(self.operators)):
-            for out in self.operators[i].on_watermark(watermark):
+            try:
+                fired = self.operators[i].on_watermark(watermark)
+            except Exception as exc:
+                mark(exc, self.operators[i].node, "timer")
+                raise
+            for out in fired:
                 self._push(out, i + 1)
         payload = P.encode_watermark(watermark, False)
         for w in self.writers:
@@ -330,9 +376,14 @@ class StreamTask(TaskCheckpointing):
         now_ms = int(time.time() * 1000)
         for i in self._timer_ops:
             op = self.operators[i]
-            nxt = op.next_processing_timer()
-            if nxt is not None and nxt <= now_ms:
-                for out in op.on_processing_time(now_ms):
+            try:
+                nxt = op.next_processing_timer()
+                fired = op.on_processing_time(now_ms) if nxt is not None and nxt <= now_ms else None
+            except Exception as exc:
+                mark(exc, op.node, "timer")
+                raise
+            if fired is not None:
+                for out in fired:
                     self._push(out, i + 1)
                 nxt = op.next_processing_timer()
             if nxt is not None:
@@ -343,7 +394,11 @@ class StreamTask(TaskCheckpointing):
         # end of input is the largest watermark: every event-time timer and window fires
         self._advance_watermark(MAX_WATERMARK, start)
         for i in range(start, len(self.operators)):
-            out = self.operators[i].end_input()
+            try:
+                out = self.operators[i].end_input()
+            except Exception as exc:
+                mark(exc, self.operators[i].node, "end_input")
+                raise
             if out:
                 self._push(out, i + 1)
         for w in self.writers:
@@ -364,7 +419,11 @@ class StreamTask(TaskCheckpointing):
             if item is not None:
                 self._control(item)
                 continue
-            batch = source.read_batch(batch_size)
+            try:
+                batch = source.read_batch(batch_size)
+            except Exception as exc:
+                mark(exc, source.node, "processing")
+                raise
             if isinstance(batch, pa.RecordBatch):
                 batch_size = self.env.arrow_batch_size  # Arrow: bigger batches from now on
             if batch is None:

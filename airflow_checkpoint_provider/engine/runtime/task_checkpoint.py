@@ -28,12 +28,13 @@ from ..eventtime import MIN_WATERMARK
 from ..protocol import BarrierKind, CheckpointBarrier
 from ..protocol import frames as P
 from ..protocol import messages as M
-from ..serialization import packb, unpackb
+from ..serialization import packb, unpack_records, unpackb
 from ..snapshot.codec import read_verified
 from ..state.backend import write_state_file
 from .alignment import BarrierHandler
 from .batches import Batch, decode_arrow, encode_arrow
 from .channels import RecordWriter
+from .failure_place import mark
 from .mailbox import Mailbox
 from .operators import Operator
 
@@ -84,7 +85,7 @@ class TaskCheckpointing:
         data = read_verified(handle.location_in(directory), handle.size, handle.sha256)
         for channel, kind, payload in cast(list, unpackb(data)):
             self._push_input(channel, decode_arrow(payload) if kind == "arrow"
-                             else unpackb(payload))
+                             else unpack_records(payload))
         log.debug("Task %s replayed %d in-flight records", self.name, handle.records)
 
     # -- barrier handler actions ----------------------------------------------------------
@@ -147,7 +148,11 @@ class TaskCheckpointing:
                 self.suspended_for = barrier.checkpoint_id  # emit nothing after it
         elif kind == "notify":
             for op in self.operators:
-                op.notify_complete(item[1])
+                try:
+                    op.notify_complete(item[1])
+                except Exception as exc:
+                    mark(exc, op.node, "commit")
+                    raise
         elif kind == "unalign":
             self._apply(self.handler.on_unalign(item[1]), self._barriers.get(item[1]))
         elif kind == "abort":
@@ -155,7 +160,11 @@ class TaskCheckpointing:
             if self.suspended_for == item[1]:
                 self.suspended_for = None   # the stop savepoint failed: keep running
             for op in self.operators:
-                op.notify_abort(item[1])
+                try:
+                    op.notify_abort(item[1])
+                except Exception as exc:
+                    mark(exc, op.node, "abort")
+                    raise
         elif kind == "finish":
             self.finished = True
 
@@ -173,7 +182,13 @@ class TaskCheckpointing:
         self._barriers = {c: b for c, b in self._barriers.items() if c > chk}
         t0 = time.perf_counter()
         # 2. synchronous part: capture every operator's state
-        snapshots = [(op, op.snapshot(chk)) for op in self.operators]
+        snapshots = []
+        for op in self.operators:
+            try:
+                snapshots.append((op, op.snapshot(chk)))
+            except Exception as exc:
+                mark(exc, op.node, "snapshot")
+                raise
         if unaligned:
             self.mailbox.start_capture(chk)
         sync_ms = (time.perf_counter() - t0) * 1000.0
@@ -216,6 +231,7 @@ class TaskCheckpointing:
                         alignment_ms: float, full: bool, *, timing: dict,
                         channel_items: list | None = None) -> None:
         t0 = time.perf_counter()
+        writing = None
         try:
             operators = {}
             size = uploaded = 0
@@ -231,6 +247,7 @@ class TaskCheckpointing:
             for op, snap in snapshots:
                 if snap is None or not op.uid:
                     continue
+                writing = op  # a failure below declines naming this operator
                 entry: dict = {"operator_state": snap.operator_state, "states": snap.states,
                                "keyed": None}
                 if op.keyed:
@@ -259,9 +276,12 @@ class TaskCheckpointing:
                 vertex=self.vertex.id, subtask=self.subtask, checkpoint_id=chk,
                 operators=operators, metrics=metrics))
         except Exception as exc:  # noqa: BLE001 - a failed upload declines the checkpoint
-            log.warning("Task %s could not write checkpoint %d: %s", self.name, chk, exc)
+            where = (f" (operator {writing.node.name!r}, uid {writing.uid!r}, asynchronous "
+                     "snapshot)" if writing is not None else "")
+            log.warning("Task %s could not write checkpoint %d%s: %s", self.name, chk, where,
+                        exc)
             try:
-                self._decline(chk, f"{type(exc).__name__}: {exc}")
+                self._decline(chk, f"{type(exc).__name__}: {exc}{where}")
             except OSError:
                 pass
 

@@ -4,8 +4,11 @@ Tables are ``{state_name: {key_group: {key: value}}}`` so that a snapshot is wri
 restored key group by key group (rescaling reads only the key groups a subtask owns).
 
 Snapshot file format (no pickle): a sequence of msgpack objects, one per non-empty key
-group, each ``[key_group, {state_name: [[key, value], ...]}]``; the handle records the byte
-offset and length of every key group and the file's SHA-256.
+group, each ``[key_group, {state_name: {key: value}}, 2]`` in the typed encoding of
+:mod:`..typed_codec` (format version 2: tuples, sets, datetimes, ... come back as they were
+stored); the handle records the byte offset and length of every key group and the file's
+SHA-256. Version 1 chunks (plain msgpack, ``[key_group, {state_name: [[key, value], ...]}]``)
+restore as before.
 
 A snapshot has two parts, as in Flink's heap backend (``CopyOnWriteStateMap`` in
 miniature): :meth:`HeapKeyedStateBackend.capture` (synchronous, on the task thread) takes a
@@ -24,9 +27,11 @@ import itertools
 import weakref
 from collections.abc import Iterator
 
-from ..serialization import packb, unpackb
+from ..errors import CorruptCheckpointError
+from ..typed_codec import FORMAT_VERSION, UnsupportedValueError, pack_value, unpack_value
 from . import ttl
 from .backend import StateSnapshot, restore_key_group_chunks, write_state_file
+from .contract import SCALARS, checker, refusal
 from .descriptors import ENTRY_MAP, LIST, MAP, REDUCING, VALUE, StateDescriptor, check_compatible
 from .keygroups import KeyGroupRange, key_group_for
 
@@ -197,17 +202,29 @@ class HeapKeyedStateBackend:
                 states = {}
                 for name, entries in by_kg[kg].items():
                     dump = dumps[name]
-                    if dump is None:
-                        states[name] = list(entries.items())  # (key, value) tuples pack as arrays
-                    else:
-                        states[name] = [[k, dump(v)] for k, v in entries.items()]
-                chunk = packb([kg, states])
+                    states[name] = entries if dump is None else {
+                        k: dump(v) for k, v in entries.items()}
+                try:
+                    chunk = pack_value([kg, states, FORMAT_VERSION])
+                except UnsupportedValueError:
+                    raise self._unencodable(states) from None
                 offsets[kg] = [pos, len(chunk)]
                 chunks.append(chunk)
                 pos += len(chunk)
             return b"".join(chunks), offsets, capture.meta
         finally:
             capture.release()
+
+    def _unencodable(self, states: dict) -> Exception:
+        """The error naming the state whose captured value cannot be encoded (changed in
+        place after it was stored, or a custom serializer's output)."""
+        for name, entries in states.items():
+            for key, value in entries.items():
+                try:
+                    pack_value([key, value])
+                except UnsupportedValueError as exc:
+                    return refusal(self.operator_uid, name, exc, f"(key {key!r:.80}) at snapshot:")
+        return RuntimeError("a heap state capture could not be encoded")
 
     def _dumps_for(self, name: str):
         d = self.descriptors.get(name)
@@ -221,14 +238,12 @@ class HeapKeyedStateBackend:
 
     # -- restore ------------------------------------------------------------------------
     def restore_key_group_chunk(self, chunk: bytes, state_meta: dict[str, dict]) -> None:
-        kg, states = unpackb(chunk)
+        kg, states = decode_chunk(chunk, self.operator_uid)
         if kg not in self.key_groups:
             return
         for name, items in states.items():
             self.restored_meta.setdefault(name, state_meta[name])
-            table = self.tables.setdefault(name, {}).setdefault(kg, {})
-            for k, v in items:
-                table[tuple(k) if isinstance(k, list) else k] = v
+            self.tables.setdefault(name, {}).setdefault(kg, {}).update(items)
 
     def keys(self, state_name: str) -> Iterator[object]:
         for kg_table in self.tables.get(state_name, {}).values():
@@ -267,13 +282,34 @@ class HeapKeyedStateBackend:
         return sum(len(t) for tables in self.tables.values() for t in tables.values())
 
 
+def decode_chunk(chunk: bytes | memoryview, operator_uid: str) -> tuple[int, dict[str, dict]]:
+    """``(key_group, {state: {key: value}})`` of one key-group chunk of a heap snapshot file,
+    version 2 (typed) or 1 (plain msgpack: list keys become tuples, as they always did)."""
+    try:
+        decoded = unpack_value(chunk)
+    except (ValueError, TypeError) as exc:  # msgspec.DecodeError (a ValueError)
+        raise CorruptCheckpointError(
+            f"operator {operator_uid!r}: a heap state chunk cannot be decoded ({exc})") from exc
+    if isinstance(decoded, list) and len(decoded) == 3 and decoded[2] == FORMAT_VERSION \
+            and isinstance(decoded[1], dict):
+        return decoded[0], decoded[1]
+    if isinstance(decoded, list) and len(decoded) == 2 and isinstance(decoded[1], dict):
+        return decoded[0], {name: {tuple(k) if isinstance(k, list) else k: v for k, v in items}
+                            for name, items in decoded[1].items()}
+    raise CorruptCheckpointError(
+        f"operator {operator_uid!r}: a heap state chunk is not [key group, states] (format "
+        f"version 1) or [key group, states, {FORMAT_VERSION}]")
+
+
 class _KeyedState:
-    __slots__ = ("backend", "descriptor", "table", "owned")
+    __slots__ = ("backend", "descriptor", "table", "owned", "check")
 
     def __init__(self, backend: HeapKeyedStateBackend, descriptor: StateDescriptor, table: dict):
         self.backend = backend
         self.descriptor = descriptor
         self.table = table
+        #: raises StateValueError for a value a checkpoint would not restore as it was
+        self.check = checker(backend.operator_uid, descriptor)
         # {key_group: keys whose container was created or copied since the last capture}
         self.owned: dict[int, set] = backend._owned.setdefault(descriptor.name, {})
 
@@ -350,6 +386,8 @@ class ValueState(_KeyedState):
         if value is None:
             self.clear()
         else:
+            if type(value) not in SCALARS:
+                self.check(value)
             backend = self.backend
             key, kg = backend.current_key, backend.current_key_group
             t = self.table.get(kg)
@@ -371,11 +409,16 @@ class ListState(_KeyedState):
         self.add_all((value,))
 
     def add_all(self, values) -> None:
+        values = list(values)
+        check = self.check
+        for v in values:
+            if type(v) not in SCALARS:
+                check(v)
         t = self._kg_table(True)
         key = self.backend.current_key
         lst = t.get(key)
         if lst is None:
-            t[key] = list(values)
+            t[key] = values
             if self.backend._live_captures:
                 self._own(key)
         else:
@@ -386,6 +429,10 @@ class ListState(_KeyedState):
     def update(self, values) -> None:
         values = list(values)
         if values:
+            check = self.check
+            for v in values:
+                if type(v) not in SCALARS:
+                    check(v)
             key = self.backend.current_key
             self._kg_table(True)[key] = values
             if self.backend._live_captures:
@@ -406,6 +453,10 @@ class MapState(_KeyedState):
         return default if m is None else m.get(user_key, default)
 
     def put(self, user_key, value) -> None:
+        if type(user_key) not in SCALARS:
+            self.check(user_key, "a map key:")
+        if type(value) not in SCALARS:
+            self.check(value)
         t = self._kg_table(True)
         key = self.backend.current_key
         m = t.get(key)
@@ -485,10 +536,11 @@ class ReducingState(_KeyedState):
         t = self._kg_table(True)
         key = self.backend.current_key
         current = t.get(key, _MISSING)
-        if current is _MISSING:
-            t[key] = value
-        else:
-            t[key] = self.descriptor.reduce_fn(self._private(t, key, current), value)
+        if current is not _MISSING:
+            value = self.descriptor.reduce_fn(self._private(t, key, current), value)
+        if type(value) not in SCALARS:
+            self.check(value)
+        t[key] = value
         if self.backend._live_captures:
             self._own(key)
 

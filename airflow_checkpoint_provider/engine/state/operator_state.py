@@ -12,38 +12,83 @@ A ``map`` / ``flat_map`` / ``filter`` / ``map_batches`` function that subclasses
   subtask's copy.
 
 In a snapshot it is the operator's ``operator_state``: one entry per subtask and state,
-``{"state": name, "mode": "split" | "union" | "broadcast", "subtask": i, "value": ...}``
-(msgpack-able values). Entries come from a ``_metadata`` file: they are checked here.
+``{"state": name, "mode": "split" | "union" | "broadcast", "subtask": i, "codec": 2,
+"data": "<base64>"}``, ``data`` the list (or the map) in the typed encoding of
+:mod:`..typed_codec` (``_metadata`` is JSON, which has no tuples, sets or non-string map
+keys). Entries written before had ``"value": <the list or map>`` instead of ``codec`` and
+``data``: they restore as before. Entries come from a ``_metadata`` file: they are checked
+here. What a state cannot keep is refused by ``add()``/``put()``
+(:class:`~..errors.StateValueError`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import base64
+import binascii
+from collections.abc import Callable, Iterator
 
 from ..errors import CorruptCheckpointError, StateMigrationError
+from ..typed_codec import (
+    FORMAT_VERSION,
+    SCALARS,
+    UnsupportedValueError,
+    check_value,
+    pack_value,
+    unpack_value,
+)
+from .contract import refusal
 
 SPLIT, UNION, BROADCAST = "split", "union", "broadcast"
 _MODES = (SPLIT, UNION, BROADCAST)
 _WHAT = {SPLIT: "list state", UNION: "union list state", BROADCAST: "broadcast state"}
 
 
+def entry_value(entry: dict) -> object:
+    """The list or map of a snapshot's operator state entry (either layout), unchecked:
+    for tools and tests; a restore checks entries in :class:`OperatorStateStore`."""
+    if "codec" in entry:
+        return unpack_value(base64.b64decode(entry["data"]))
+    return entry.get("value")
+
+
+def _checker(uid: str, name: str) -> Callable[..., None]:
+    def check(value: object, what: str = "") -> None:
+        if type(value) not in SCALARS:
+            try:
+                check_value(value)
+            except UnsupportedValueError as exc:
+                raise refusal(uid, name, exc, what) from None
+    return check
+
+
+_UNNAMED = _checker("?", "?")  # a state built outside an OperatorStateStore
+
+
 class OperatorListState:
     """A list of one subtask (``get()`` returns a copy)."""
 
-    def __init__(self, items: list) -> None:
+    def __init__(self, items: list, check: Callable[..., None] = _UNNAMED) -> None:
         self._items = items
+        self._check = check
 
     def get(self) -> list:
         return list(self._items)
 
     def add(self, value) -> None:
+        self._check(value)
         self._items.append(value)
 
     def add_all(self, values) -> None:
+        values = list(values)
+        for v in values:
+            self._check(v)
         self._items.extend(values)
 
     def update(self, values) -> None:
-        self._items[:] = list(values)
+        values = list(values)
+        for v in values:
+            self._check(v)
+        self._items[:] = values
 
     def clear(self) -> None:
         self._items.clear()
@@ -52,13 +97,16 @@ class OperatorListState:
 class BroadcastState:
     """A map replicated to every subtask."""
 
-    def __init__(self, entries: dict) -> None:
+    def __init__(self, entries: dict, check: Callable[..., None] = _UNNAMED) -> None:
         self._entries = entries
+        self._check = check
 
     def get(self, key, default=None):
         return self._entries.get(key, default)
 
     def put(self, key, value) -> None:
+        self._check(key, "a map key:")
+        self._check(value)
         self._entries[key] = value
 
     def remove(self, key) -> None:
@@ -96,6 +144,8 @@ class OperatorStateStore:
             if not isinstance(e, dict) or "state" not in e:
                 continue  # not operator state of a user function (e.g. a source's splits)
             name, mode, sub, value = e.get("state"), e.get("mode"), e.get("subtask"), e.get("value")
+            if "codec" in e:
+                value = self._decode(e)
             ok = (isinstance(name, str) and mode in _MODES and isinstance(sub, int)
                   and not isinstance(sub, bool)
                   and isinstance(value, dict if mode == BROADCAST else list))
@@ -109,6 +159,18 @@ class OperatorStateStore:
                     "in the snapshot")
             known[1].append((sub, value))
         return by_name
+
+    def _decode(self, e: dict) -> object:
+        if e.get("codec") != FORMAT_VERSION or not isinstance(e.get("data"), str):
+            raise CorruptCheckpointError(
+                f"operator {self.uid!r}: operator state entry of state {e.get('state')!r} has "
+                f"codec {e.get('codec')!r} (this engine reads {FORMAT_VERSION}) or no data")
+        try:
+            return unpack_value(base64.b64decode(e["data"], validate=True))
+        except (binascii.Error, ValueError, TypeError) as exc:  # DecodeError is a ValueError
+            raise CorruptCheckpointError(
+                f"operator {self.uid!r}: operator state entry of state {e.get('state')!r} "
+                f"cannot be decoded ({exc})") from exc
 
     def _restored_value(self, name: str, mode: str):
         found = self._restored.get(name)
@@ -140,7 +202,9 @@ class OperatorStateStore:
                     f"{_WHAT[existing[0]]}, cannot register it as {_WHAT[mode]}")
             return existing[1]
         value = self._restored_value(name, mode)
-        state = BroadcastState(value) if mode == BROADCAST else OperatorListState(value)
+        check = _checker(self.uid, name)
+        state = (BroadcastState(value, check) if mode == BROADCAST
+                 else OperatorListState(value, check))
         self._states[name] = (mode, state)
         return state
 
@@ -157,5 +221,10 @@ class OperatorStateStore:
         out = []
         for name, (mode, state) in sorted(self._states.items()):
             value = dict(state.items()) if mode == BROADCAST else state.get()
-            out.append({"state": name, "mode": mode, "subtask": self.subtask, "value": value})
+            try:
+                data = pack_value(value)
+            except UnsupportedValueError as exc:  # an item changed in place after add()
+                raise refusal(self.uid, name, exc, "at snapshot:") from None
+            out.append({"state": name, "mode": mode, "subtask": self.subtask,
+                        "codec": FORMAT_VERSION, "data": base64.b64encode(data).decode()})
         return out

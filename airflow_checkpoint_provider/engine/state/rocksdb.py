@@ -3,10 +3,12 @@
 One RocksDB instance per operator subtask, in a task-local working directory. Keys are
 ``<key group: 2 bytes big-endian><state name>\\x00<msgpack(key)>``, so the state of a key
 group range is one contiguous key range: rescaling copies exactly the owned ranges, and
-``delete_range`` drops the rest. Values are msgpack (or a state's explicit serializer).
-Entry map state (``ENTRY_MAP``) has one row per user key, ``<that key><msgpack(user
-key)>``: msgpack is self-delimiting, so the rows of one key are exactly those that start
-with its key (:func:`split_key`).
+``delete_range`` drops the rest. Values are in the typed encoding of :mod:`..typed_codec`
+(a state's explicit serializer's output too), which reads the plain msgpack of earlier
+versions. Entry map state (``ENTRY_MAP``) has one row per user key, ``<that key><user
+key>`` (:func:`~..typed_codec.pack_key`: tuples stay msgpack arrays, as before): msgpack is
+self-delimiting, so the rows of one key are exactly those that start with its key
+(:func:`split_key`).
 
 Snapshot (Flink's RocksDB incremental snapshot):
 
@@ -32,11 +34,13 @@ import msgpack
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
 from ..checkpoint.storage import filesystem_for, join, parent, sha256
-from ..serialization import packb, unpackb
+from ..serialization import packb
 from ..snapshot.codec import read_verified
 from ..snapshot.handles import RocksDBHandle
+from ..typed_codec import UnsupportedValueError, pack_key, pack_value, unpack_key, unpack_value
 from . import ttl
 from .backend import StateSnapshot, restore_key_group_chunks
+from .contract import SCALARS, checker, refusal
 from .descriptors import (
     ENTRY_MAP,
     LIST,
@@ -187,12 +191,12 @@ class RocksDBKeyedStateBackend:
             seen += 1
             for marker, d in expiring.items():
                 if k[2:2 + len(marker)] == marker:
-                    stored = unpackb(v)
+                    stored = unpack_value(v)
                     kept = ttl.purge(d.kind, stored, now, d.ttl_ms)
                     if kept is None:
                         batch.delete(k)
                     elif kept is not stored:
-                        batch.put(k, packb(kept))
+                        batch.put(k, pack_value(kept))
                     break
             if seen >= TTL_CLEANUP_ENTRIES:
                 break
@@ -307,7 +311,9 @@ class RocksDBKeyedStateBackend:
 
     def restore_key_group_chunk(self, chunk: bytes, state_meta: dict[str, dict]) -> None:
         """Load one key group of a heap snapshot (switching a job from heap to RocksDB)."""
-        kg, states = unpackb(chunk)
+        from .heap import decode_chunk
+
+        kg, states = decode_chunk(chunk, self.operator_uid)
         if kg not in self.key_groups:
             return
         batch = WriteBatch(raw_mode=True)
@@ -315,13 +321,13 @@ class RocksDBKeyedStateBackend:
             self.restored_meta.setdefault(name, state_meta[name])
             prefix = _kg_prefix(kg) + name.encode() + b"\x00"
             entries = state_meta[name].get("kind") == ENTRY_MAP
-            for k, v in items:
+            for k, v in items.items():
                 if entries:  # one row per entry
-                    key = prefix + packb(_untuple(k))
+                    key = prefix + packb(k)
                     for uk, entry in v.items():
-                        batch.put(key + packb(uk), packb(entry))
+                        batch.put(key + pack_key(uk), pack_value(entry))
                 else:
-                    batch.put(prefix + packb(_untuple(k)), packb(v))
+                    batch.put(prefix + packb(k), pack_value(v))
         self.db.write(batch)
 
     def close(self) -> None:
@@ -365,7 +371,7 @@ def _msgpack_append(raw: bytes, tail: list[bytes]) -> bytes | None:
 
 
 class _RocksState:
-    __slots__ = ("backend", "descriptor", "name_bytes", "dumps", "loads", "custom")
+    __slots__ = ("backend", "descriptor", "name_bytes", "dumps", "loads", "custom", "check")
 
     def __init__(self, backend: RocksDBKeyedStateBackend, descriptor: StateDescriptor) -> None:
         self.backend = backend
@@ -373,8 +379,21 @@ class _RocksState:
         self.name_bytes = descriptor.name.encode() + b"\x00"
         ser = descriptor.serializer
         custom = self.custom = ser.name != "msgpack"
-        self.dumps = (lambda v: packb(ser.dumps(v))) if custom else packb
-        self.loads = (lambda b: ser.loads(unpackb(b))) if custom else unpackb
+        check = self.check = checker(backend.operator_uid, descriptor)
+        uid, name = backend.operator_uid, descriptor.name
+
+        def dumps(v):
+            if custom:
+                v = ser.dumps(v)
+            elif type(v) not in SCALARS:
+                check(v)
+            try:
+                return pack_value(v)
+            except UnsupportedValueError as exc:  # a custom serializer's output
+                raise refusal(uid, name, exc) from None
+
+        self.dumps = dumps
+        self.loads = (lambda b: ser.loads(unpack_value(b))) if custom else unpack_value
 
     def _get(self, default=None):
         raw = self.backend.db.get(self.backend._db_key(self.name_bytes))
@@ -419,10 +438,11 @@ class RocksListState(_RocksState):
             return
         key = self.backend._db_key(self.name_bytes)
         raw = self.backend.db.get(key)
-        new = None if raw is None else _msgpack_append(raw, [packb(v) for v in values])
+        dumps = self.dumps
+        new = None if raw is None else _msgpack_append(raw, [dumps(v) for v in values])
         if new is None:
-            old: list = [] if raw is None else list(unpackb(raw))  # type: ignore[call-overload]
-            new = packb([*old, *values])
+            old: list = [] if raw is None else list(unpack_value(raw))  # type: ignore[call-overload]
+            new = dumps([*old, *values])
         self.backend.db.put(key, new)
 
     def update(self, values) -> None:
@@ -443,6 +463,8 @@ class RocksMapState(_RocksState):
         return self._map().get(user_key, default)
 
     def put(self, user_key, value) -> None:
+        if type(user_key) not in SCALARS:
+            self.check(user_key, "a map key:")
         m = self._map()
         m[user_key] = value
         self._put(m)
@@ -481,7 +503,7 @@ class RocksEntryMapState(_RocksState):
     __slots__ = ()
 
     def _row(self, user_key) -> bytes:
-        return self.backend._db_key(self.name_bytes) + packb(user_key)
+        return self.backend._db_key(self.name_bytes) + pack_key(user_key)
 
     def _scan(self):
         base = self.backend._db_key(self.name_bytes)
@@ -500,6 +522,8 @@ class RocksEntryMapState(_RocksState):
         return default if raw is None else self.loads(raw)
 
     def put(self, user_key, value) -> None:
+        if type(user_key) not in SCALARS:
+            self.check(user_key, "a map key:")
         self.backend.db.put(self._row(user_key), self.dumps(value))
 
     def remove(self, user_key) -> None:
@@ -510,10 +534,10 @@ class RocksEntryMapState(_RocksState):
 
     def items(self):
         loads = self.loads
-        return [(unpackb(k), loads(v)) for k, v in self._scan()]
+        return [(unpack_key(k), loads(v)) for k, v in self._scan()]
 
     def keys(self):
-        return [unpackb(k) for k, _ in self._scan()]
+        return [unpack_key(k) for k, _ in self._scan()]
 
     def is_empty(self) -> bool:
         return next(self._scan(), None) is None

@@ -3,8 +3,11 @@
 The snapshot is untrusted input: it is opened with :func:`~..snapshot.codec.load_snapshot`
 (checksum, HMAC, every field decoded into the typed handles of :mod:`..snapshot.handles`,
 paths checked by :mod:`..snapshot.paths`) and every state file is read with its size and
-SHA-256 verified. Nothing is unpickled: heap files and RocksDB values are msgpack, aggregate
-state is Arrow IPC.
+SHA-256 verified. Nothing is unpickled: heap files and RocksDB values are msgpack (the
+typed encoding of :mod:`..typed_codec`, or plain msgpack in older snapshots), aggregate
+state is Arrow IPC. Values keep their Python types in :func:`iter_entries` (and so in a
+rewrite); an Arrow table has no tuple or set type, so :func:`read_state_table` shows a tuple
+as a list and refuses a set (read the entries, or rewrite only other keys).
 
 Two table shapes (both start with ``key``, ``key_group``, ``state``):
 
@@ -31,11 +34,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CorruptCheckpointError
-from ..serialization import unpackb
 from ..snapshot.codec import LoadedSnapshot, load_snapshot, read_state_file
 from ..snapshot.handles import OperatorState, RocksDBHandle, StateFileHandle, SubtaskState
 from ..state.descriptors import ENTRY_MAP, MAP
+from ..state.heap import decode_chunk
 from ..state.keygroups import KeyGroupRange
+from ..typed_codec import unpack_key, unpack_value
 from .exceptions import (
     NotKeyedStateError,
     StateSchemaError,
@@ -141,15 +145,17 @@ def _heap_entries(keyed: KeyedOperatorState, handle: StateFileHandle,
     for kg, off, length in handle.offsets:
         if key_groups is not None and kg not in key_groups:
             continue
-        chunk = unpackb(data[off:off + length])
-        if not (isinstance(chunk, list) and len(chunk) == 2 and chunk[0] == kg
-                and isinstance(chunk[1], dict)):
+        try:
+            chunk_kg, states = decode_chunk(data[off:off + length], keyed.uid)
+        except CorruptCheckpointError:
+            chunk_kg, states = None, {}
+        if chunk_kg != kg:
             raise CorruptCheckpointError(
                 f"operator {keyed.uid!r}: state file {handle.path} of "
                 f"{keyed.snapshot.directory} has no key group {kg} chunk at offset {off}")
-        for name, items in chunk[1].items():
-            for key, value in items:
-                yield kg, name, _untuple(key), value
+        for name, items in states.items():
+            for key, value in items.items():
+                yield kg, name, key, value
 
 
 def _rocksdb_entries(directory: str, handle: RocksDBHandle
@@ -179,11 +185,11 @@ def _rocksdb_entries(directory: str, handle: RocksDBHandle
                     yield group[0], group[1].decode(), group[2], group[3]
                     group = None
                 if not user_key:
-                    yield kg, name.decode(), key, unpackb(v)  # type: ignore[arg-type]
+                    yield kg, name.decode(), key, unpack_value(v)  # type: ignore[arg-type]
                     continue
                 if group is None:
                     group = (kg, name, key, {})
-                group[3][unpackb(user_key)] = unpackb(v)  # type: ignore[arg-type]
+                group[3][unpack_key(user_key)] = unpack_value(v)  # type: ignore[arg-type]
             if group is not None:
                 yield group[0], group[1].decode(), group[2], group[3]
         finally:

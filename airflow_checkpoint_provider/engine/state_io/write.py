@@ -4,7 +4,8 @@ A written savepoint is an ordinary self-contained savepoint directory (``_metada
 relative paths, checksums, the HMAC when a secret is configured) that any job restores by
 its path, at any parallelism:
 
-* per-key state is written in the heap format (one msgpack chunk per key group, with its
+* per-key state is written in the heap format (one chunk per key group in the typed
+  encoding of :mod:`..typed_codec`, format version 2, with its
   offset in the handle), which both the heap and the RocksDB backend restore;
 * ``aggregate()`` state is written as Arrow IPC files with a ``key_group`` column;
 * every key's key group comes from the engine's own hash (:mod:`..state.keygroups`, and
@@ -40,7 +41,6 @@ import pyarrow.compute as pc
 
 from ..checkpoint.storage import METADATA_FILE, filesystem_for, join
 from ..graph import KEYED_KINDS
-from ..serialization import packb
 from ..snapshot.codec import encode_metadata, load_snapshot, read_verified
 from ..snapshot.handles import RocksDBHandle, StateFileHandle
 from ..snapshot.verify import load_verified_snapshot
@@ -50,6 +50,7 @@ from ..state.descriptors import LIST, MAP, REDUCING, VALUE
 from ..state.keygroups import KeyGroupRange, key_group_for, key_group_range_for
 from ..state.keys import key_type as key_type_of
 from ..state.vectorized import key_groups as arrow_key_groups
+from ..typed_codec import FORMAT_VERSION, UnsupportedValueError, pack_value
 from .exceptions import (
     NotKeyedStateError,
     StateKeyError,
@@ -287,6 +288,17 @@ def _apply_rows(entries: Entries, uid: str, table: pa.Table, state: str | None,
             per_state[key] = _stored_value(uid, name, states[name]["kind"], value)
 
 
+def _unencodable(uid: str, states: dict[str, dict]) -> StateSchemaError:
+    for name, items in states.items():
+        for key, value in items.items():
+            try:
+                pack_value([key, value])
+            except UnsupportedValueError as exc:
+                return StateSchemaError(f"operator {uid!r} state {name!r}: the value of key "
+                                        f"{key!r:.80} cannot be stored: {exc}")
+    return StateSchemaError(f"operator {uid!r}: a state value cannot be stored")
+
+
 def _write_per_key(target: str, uid: str, entries: Entries, parallelism: int, maxp: int, *,
                    prepare) -> list[dict]:
     """One heap-format state file per subtask of ``parallelism``; its subtask entries."""
@@ -296,11 +308,13 @@ def _write_per_key(target: str, uid: str, entries: Entries, parallelism: int, ma
         kgr = key_group_range_for(index, parallelism, maxp)
         chunks, offsets, pos = [], {}, 0
         for kg in sorted(g for g in entries if g in kgr):
-            states = {n: [[k, v] for k, v in items.items()]
-                      for n, items in sorted(entries[kg].items()) if items}
+            states = {n: items for n, items in sorted(entries[kg].items()) if items}
             if not states:
                 continue
-            chunk = packb([kg, states])
+            try:
+                chunk = pack_value([kg, states, FORMAT_VERSION])
+            except UnsupportedValueError:
+                raise _unencodable(uid, states) from None
             offsets[str(kg)] = [pos, len(chunk)]
             chunks.append(chunk)
             pos += len(chunk)

@@ -11,7 +11,7 @@ def _job_with_checkpoints(store, root, job_id):
     store.create_job(job_id=job_id, job_name="j", parallelism=1)
     locations = {}
     for chk, status in [(1, "COMPLETED"), (2, "FAILED"), (3, "PENDING"), (4, "CORRUPT")]:
-        loc = os.path.join(root, job_id, f"chk-{chk}")
+        loc = os.path.join(root, "j", job_id, f"chk-{chk}")  # <root>/<name>/<id>/chk-N
         os.makedirs(loc)
         open(os.path.join(loc, "x.state"), "wb").close()
         store.add_pending_checkpoint(job_id, chk, kind="CHECKPOINT",

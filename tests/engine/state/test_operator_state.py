@@ -20,7 +20,10 @@ from airflow_checkpoint_provider.engine import (
     StateMigrationError,
 )
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
-from airflow_checkpoint_provider.engine.state.operator_state import OperatorStateStore
+from airflow_checkpoint_provider.engine.state.operator_state import (
+    OperatorStateStore,
+    entry_value,
+)
 
 
 def snapshot_of(parallelism, fill):
@@ -123,7 +126,8 @@ def recorder_pipeline(root: str, parallelism: int, records: int | None) -> Pipel
 
 
 def saved_state(location: str) -> list[dict]:
-    return [e for sub in load_snapshot(location).operators["rec"]["subtasks"]
+    return [{**e, "value": entry_value(e)}
+            for sub in load_snapshot(location).operators["rec"]["subtasks"]
             for e in sub["operator_state"]]
 
 

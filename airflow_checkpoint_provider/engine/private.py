@@ -1,0 +1,131 @@
+"""Files and directories only their owner may read: the engine's default for what it creates.
+
+The metadata DB holds the snapshot signing key and job details, checkpoints hold the jobs'
+state, reports and logs name paths and failures, code archives are imported by the jobs.
+Another local user must not read them, and must not be able to plant them: what the
+engine creates is ``0700`` (directories) / ``0600`` (files), and a directory it *reuses* in
+a shared place (``/tmp``) must be owned by this user and writable by nobody else
+(:func:`private_dir`), else :class:`~.errors.ConfigurationError` names it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+
+from .errors import ConfigurationError
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+#: Spark's default ``spark.redaction.regex`` plus the engine's secrets: the metadata DB URL
+#: (a password), the snapshot signing key, and any ``scheme://user:password@`` value. The
+#: Spark UI, its REST API and the event log show matching properties as ``*********``.
+SPARK_REDACTION_REGEX = (
+    r"(?i)secret|password|token|access[.]?key|CKPT_METADATA_URL"
+    r"|CKPT_SNAPSHOT_HMAC_KEY|://[^/@\s]*:[^/@\s]*@"
+)
+#: Spark properties ``spark.ckpt.env.<NAME>`` become the environment variable ``NAME`` of a
+#: standalone cluster-mode driver (spark-submit forwards it no environment)
+SPARK_ENV_PREFIX = "spark.ckpt.env."
+
+
+def makedirs_private(path: str) -> str:
+    """``os.makedirs`` with ``0700`` for *every* directory it creates, the intermediate ones
+    too (``os.makedirs`` gives those the umask's default); existing directories are left as
+    they are. Returns ``path``."""
+    missing = []
+    head = os.path.abspath(path)
+    while head and not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:
+            break
+        head = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, DIR_MODE)
+        except FileExistsError:
+            continue  # created meanwhile (another process): keep its mode
+    return path
+
+
+def open_private(path: str, mode: str = "wb", *, append: bool = False):
+    """Open ``path`` for writing, creating it ``0600`` (``O_NOFOLLOW``: never through a
+    symlink planted in its place)."""
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    flags |= os.O_APPEND if append else os.O_TRUNC
+    return os.fdopen(os.open(path, flags, FILE_MODE), mode)
+
+
+def create_private_file(path: str) -> bool:
+    """Create ``path`` empty with mode ``0600`` unless it exists; whether it was created."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def private_dir(path: str, what: str = "directory") -> str:
+    """Create ``path`` (``0700``) or check the existing one: a real directory (no symlink),
+    owned by this user, not writable by group or others. Returns ``path``."""
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        pass
+    else:
+        os.chmod(path, DIR_MODE)  # the umask does not widen it, make it exact
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigurationError(
+            f"{what} {path} is not a directory (a symlink or a file): refusing to use it"
+        )
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise ConfigurationError(
+            f"{what} {path} belongs to uid {st.st_uid}, not to this user "
+            f"(uid {os.getuid()}): refusing to use it"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigurationError(
+            f"{what} {path} is writable by other users (mode "
+            f"{stat.S_IMODE(st.st_mode):o}): refusing to use it; "
+            f"chmod 700 {path}"
+        )
+    return path
+
+
+def user_temp_dir(name: str) -> str:
+    """``$TMPDIR/<name>-<uid>``, private to this user (see :func:`private_dir`)."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return private_dir(os.path.join(tempfile.gettempdir(), f"{name}-{uid}"), name)
+
+
+def write_private(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a fresh ``0600`` temp file in the same
+    directory, then renamed over it): a reader sees the old content or the new one."""
+    fd, tmp = tempfile.mkstemp(
+        dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def restrict_file(path: str) -> None:
+    """Make an existing file ``0600`` (a file this user created with a wider mode)."""
+    try:
+        os.chmod(path, FILE_MODE)
+    except OSError:
+        pass

@@ -1,0 +1,152 @@
+"""Which environment variables a job may be given from outside (``env_vars``).
+
+A job's environment reaches ``bash`` (spark-submit is a bash script), the JVM, the Python
+interpreter of the driver and the executors, and libraries they load. Many variables make
+one of them run code: ``BASH_ENV``/``ENV`` (a file bash sources), ``LD_PRELOAD`` (a library
+the loader maps), ``PYTHONSTARTUP``/``PYTHONPATH``/``PYTHONWARNINGS`` (Python imports a
+module), ``BROWSER`` (``webbrowser`` runs it), ``JAVA_TOOL_OPTIONS`` (``-javaagent``),
+``SPARK_CONF_DIR`` (``spark-env.sh`` is sourced), ``OPENSSL_CONF`` (engines are loaded), ...
+A DAG run's conf is untrusted (Airflow's security model: DAG authors are trusted, users who
+may trigger a DAG are not), so :func:`check_job_env` refuses these variables whoever passes
+them -- the hook, the operators, a DAG -- with :class:`UnsafeJobEnvironmentError` naming the
+variable. The job's interpreter and Spark settings are the deployment's: set them in the
+worker's own environment or in the Spark connection, not per job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+#: refused by exact name
+FORBIDDEN_NAMES = frozenset(
+    {
+        # shells: sourced files, exported functions, word splitting, prompts
+        "BASH_ENV",
+        "ENV",
+        "ZDOTDIR",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "IFS",
+        "PS4",
+        "PROMPT_COMMAND",
+        "CDPATH",
+        "GLOBIGNORE",
+        "SHELL",
+        # which programs run and where from
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "JAVA_HOME",
+        "CLASSPATH",
+        "BROWSER",
+        # JVM options (-javaagent, -XX:OnError=...)
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        # C library / OpenSSL / other interpreters' loaders
+        "GLIBC_TUNABLES",
+        "GCONV_PATH",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "RES_OPTIONS",
+        "NLSPATH",
+        "OPENSSL_CONF",
+        "OPENSSL_ENGINES",
+        "OPENSSL_MODULES",
+        "PERL5OPT",
+        "PERL5LIB",
+        "PERLLIB",
+        "RUBYOPT",
+        "RUBYLIB",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        # AWS SDK: a config file's credential_process runs a command
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        # YARN / Hadoop configuration directories (classes, scripts)
+        "HADOOP_CONF_DIR",
+        "YARN_CONF_DIR",
+        "HADOOP_HOME",
+        "HADOOP_OPTS",
+        "HADOOP_CLASSPATH",
+        "HADOOP_USER_CLASSPATH_FIRST",
+        # the engine's own: where the job writes, which snapshots it trusts (set by the hook
+        # from the deployment, never by a caller)
+        "CKPT_METADATA_URL",
+        "CKPT_SNAPSHOT_HMAC_KEY",
+        "CKPT_ALLOWED_SAVEPOINT_ROOTS",
+        "CKPT_SHIP_CODE",
+    }
+)
+
+#: refused by prefix (loader, interpreter and Spark launcher families)
+FORBIDDEN_PREFIXES = (
+    "LD_",
+    "DYLD_",
+    "PYTHON",
+    "PYSPARK_",
+    "BASH_FUNC_",
+    "SPARK_",
+    "JAVA_",
+    "MALLOC_",
+    "KRB5",
+    "HADOOP_",
+    "YARN_",
+)
+
+#: ``SPARK_*`` variables that only name an address (no code): allowed
+ALLOWED_SPARK = frozenset({"SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME", "SPARK_PUBLIC_DNS"})
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+MAX_VALUE_LENGTH = 8192
+
+
+class UnsafeJobEnvironmentError(ValueError):
+    """An environment variable a job must not be given (it loads or runs code, or it is
+    the deployment's). ``.variable`` names it."""
+
+    def __init__(self, variable: str, reason: str) -> None:
+        self.variable = variable
+        super().__init__(
+            f"environment variable {variable!r} is not allowed in a job's env_vars: {reason}"
+        )
+
+
+def forbidden_reason(name: str) -> str | None:
+    """Why ``name`` may not be passed to a job, or ``None`` if it may."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        return "a variable name is 1 to 128 characters of A-Z a-z 0-9 _, not starting with a digit"
+    upper = name.upper()
+    if upper in ALLOWED_SPARK:
+        return None
+    if upper in FORBIDDEN_NAMES:
+        return (
+            "it makes a shell, loader or interpreter run code, or it is set by the deployment"
+            if not upper.startswith("CKPT_")
+            else "it is the deployment's setting, set by the hook, never per job"
+        )
+    for prefix in FORBIDDEN_PREFIXES:
+        if upper.startswith(prefix):
+            return (
+                f"variables starting with {prefix} configure a loader, an interpreter or "
+                f"the Spark launcher (they can make the job run other code)"
+            )
+    return None
+
+
+def check_job_env(env: Mapping[str, object] | None) -> dict[str, str]:
+    """``env`` as a ``{str: str}`` dict, or :class:`UnsafeJobEnvironmentError` naming the
+    first variable that is refused (see :data:`FORBIDDEN_NAMES`, :data:`FORBIDDEN_PREFIXES`)."""
+    out: dict[str, str] = {}
+    for name, value in (env or {}).items():
+        reason = forbidden_reason(name)
+        if reason is not None:
+            raise UnsafeJobEnvironmentError(str(name), reason)
+        text = str(value)
+        if "\x00" in text or len(text) > MAX_VALUE_LENGTH:
+            raise UnsafeJobEnvironmentError(
+                name, f"its value must be at most {MAX_VALUE_LENGTH} characters without NUL"
+            )
+        out[name] = text
+    return out
