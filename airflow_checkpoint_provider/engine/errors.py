@@ -106,3 +106,8 @@ class RepeatedFailureAfterRestoreError(JobFailedError, RestoreError):
     of the last N restores with no checkpoint completing in between
     (``RestartStrategy.identical_failures``): restarting again cannot help, so the job fails
     at once with that diagnosis instead of spending its remaining restarts."""
+
+
+class SlotsNotReleasedError(EngineError):
+    """The tasks of a failed attempt still hold the cores the next attempt needs (a Spark
+    barrier stage whose tasks did not end after cancellation): the attempt is not started."""

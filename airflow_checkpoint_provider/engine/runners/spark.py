@@ -6,23 +6,25 @@ Slot ``i`` hosts subtask ``i`` of every operator. Slots exchange their data-serv
 ``host:port`` with ``BarrierTaskContext.allGather`` and reach the coordinator in the driver
 over TCP (the driver host Spark reports; port configurable). Spark does not retry a failed
 barrier ResultStage: the job master catches the failure, applies the restart strategy and
-submits the stage again, restoring from the latest completed checkpoint.
+submits the stage again, restoring from the latest completed checkpoint; before that the
+failed stage is cancelled and its cores are freed (:mod:`.spark_launcher`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
-import threading
-import time
-import uuid
 
-from ..errors import ConfigurationError
 from ..graph import ExecutionGraph
 from ..job import JobConfig, JobResult
 from .jobmaster import JobMaster
+from .spark_launcher import RELEASE_SECONDS, SparkBarrierLauncher, make_slot_function
+
+__all__ = ["SparkBarrierLauncher", "SparkRunner", "configured_master", "session_for"]
+
+#: moved to :mod:`.spark_launcher`; the old name stays for its callers
+_make_slot_function = make_slot_function
 
 log = logging.getLogger(__name__)
 
@@ -113,124 +115,6 @@ def coordinator_bind_host(configured: str | None, *, local: bool, driver_host: s
     return configured or ("127.0.0.1" if local else driver_host)
 
 
-def _make_slot_function(attempt: int, coordinator: tuple[str, int], local_master: bool = False,
-                        secret: bytes | None = None):
-    def run_partition(iterator):
-        from pyspark import BarrierTaskContext
-
-        from airflow_checkpoint_provider.engine.runtime.slot import run_slot
-
-        ctx = BarrierTaskContext.get()
-        slot = ctx.partitionId()
-        executor_address = ctx.getTaskInfos()[slot].address
-        executor_host = executor_address.rsplit(":", 1)[0]
-        # A standalone executor runs in <worker work dir>/<app id>/<executor id>; in local
-        # mode the slot runs beside the driver.
-        work_dir = os.getcwd()
-        in_app_dir = os.path.basename(os.path.dirname(work_dir)).startswith("app-")
-        executor_id = "driver" if local_master else (
-            os.path.basename(work_dir) if in_app_dir else None)
-        placement = {"executor_id": executor_id,
-                     "executor_address": executor_address, "work_dir": work_dir,
-                     "python": sys.executable}
-        # a local master: every slot is in this host's processes, so loopback only
-        bind_host = os.environ.get("SPARK_LOCAL_IP") or ("127.0.0.1" if local_master
-                                                         else "0.0.0.0")
-        advertise = os.environ.get("SPARK_LOCAL_IP") or ("127.0.0.1" if local_master
-                                                         else executor_host)
-
-        def exchange(address):
-            infos = ctx.allGather(json.dumps([slot, address]))
-            return {int(s): a for s, a in (json.loads(i) for i in infos)}
-
-        run_slot(slot, attempt, coordinator, exchange_peers=exchange, bind_host=bind_host,
-                 advertise_host=advertise, placement=placement, secret=secret)
-        yield slot
-
-    return run_partition
-
-
-def _root_cause(error: BaseException) -> str:
-    """The most telling line of a Py4J/Spark error: a Python exception raised in a slot or
-    Spark's stage failure reason, not the Py4J call that carried it."""
-    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
-    for ln in reversed(lines):  # the last Python exception line of a worker traceback
-        head = ln.split(":", 1)[0]
-        if head.endswith(("Error", "Exception", "Failure", "Aborted")) and not ln.startswith(
-                ("at ", "org.apache", "py4j", "Caused by")) and " " not in head:
-            return ln[:500]
-    for ln in lines:
-        if "Most recent failure reason" in ln or "SparkException" in ln:
-            return ln[:500]
-    return (lines[0] if lines else type(error).__name__)[:500]
-
-
-class SparkBarrierLauncher:
-    """Runs one attempt's slots as a barrier stage in a background thread."""
-
-    def __init__(self, spark, slot_wait_seconds: float = 0.0) -> None:
-        self.spark = spark
-        self.slot_wait_seconds = slot_wait_seconds
-        self.sc = spark.sparkContext
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self._done = False
-        self._stopping = False
-        self._group: str | None = None
-
-    def check_slots(self, num_slots: int, wait_seconds: float = 0.0) -> None:
-        """Fail fast when the cluster cannot gang-schedule ``num_slots`` tasks. On a cluster
-        manager, executors register after the session starts: wait up to ``wait_seconds``."""
-        deadline = time.monotonic() + wait_seconds
-        available = self.sc.defaultParallelism
-        while num_slots > available and time.monotonic() < deadline:
-            time.sleep(0.5)
-            available = self.sc.defaultParallelism
-        if num_slots > available:
-            raise ConfigurationError(
-                f"the job needs {num_slots} slots (its highest operator parallelism) but the Spark "
-                f"cluster offers {available} cores ({self.sc.master}); lower the parallelism or "
-                "add executors/cores"
-            )
-
-    def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int,
-              secret: bytes | None = None) -> None:
-        from pyspark import InheritableThread
-
-        self.check_slots(num_slots, self.slot_wait_seconds)  # e.g. a lost executor's replacement
-        self._error, self._done, self._stopping = None, False, False
-        self._group = f"ckpt-{uuid.uuid4().hex[:12]}-a{attempt}"
-        # the job secret travels in the stage's closure (Spark's own RPC; enable
-        # spark.authenticate / spark.network.crypto.enabled on untrusted networks)
-        fn = _make_slot_function(attempt, coordinator, self.sc.master.startswith("local"), secret)
-
-        def body() -> None:
-            try:
-                self.sc.setJobGroup(self._group, f"checkpointed job attempt {attempt}",
-                                    interruptOnCancel=True)
-                self.sc.parallelize(range(num_slots), num_slots).barrier().mapPartitions(fn).collect()
-            except BaseException as exc:  # noqa: BLE001 - reported through poll()
-                self._error = exc
-            finally:
-                self._done = True
-
-        self._thread = InheritableThread(target=body, name=f"barrier-stage-{attempt}", daemon=True)
-        self._thread.start()
-
-    def poll(self) -> str | None:
-        if self._done and self._error is not None and not self._stopping:
-            return f"Spark barrier stage failed: {_root_cause(self._error)}"
-        return None
-
-    def stop(self) -> None:
-        self._stopping = True
-        if self._group is not None and not self._done:
-            self.sc.cancelJobGroup(self._group)
-        if self._thread is not None:
-            self._thread.join(timeout=60)
-        self._thread = None
-
-
 class SparkRunner:
     """Run a pipeline on Spark.
 
@@ -241,12 +125,20 @@ class SparkRunner:
     :param coordinator_port: TCP port of the coordinator (0 = any free port).
     :param slot_wait_seconds: how long to wait for executors offering enough cores before
         failing (cluster masters only; local masters fail at once).
+    :param release_seconds: on failover, how long to wait for the failed attempt's tasks to
+        free their cores before the next attempt (which fails if they did not).
+    :param kill_slots: on failover, SIGKILL the failed attempt's slot processes that run on
+        the driver's host (local mode; executors on this host) instead of waiting for Spark
+        to end them.
     """
 
     def __init__(self, *, spark=None, master: str | None = None, coordinator_host: str | None = None,
                  coordinator_port: int = 0, slot_wait_seconds: float = 60.0,
+                 release_seconds: float = RELEASE_SECONDS, kill_slots: bool = True,
                  **master_options) -> None:
         self.slot_wait_seconds = slot_wait_seconds
+        self.release_seconds = release_seconds
+        self.kill_slots = kill_slots
         self.master_options = master_options
         self.spark_arg = spark if spark is not None else master
         self.coordinator_host = coordinator_host
@@ -267,7 +159,9 @@ class SparkRunner:
             trust_snapshot: bool = False) -> JobResult:
         spark = self._session(config.name)
         local = spark.sparkContext.master.startswith("local")
-        launcher = SparkBarrierLauncher(spark, 0.0 if local else self.slot_wait_seconds)
+        launcher = SparkBarrierLauncher(spark, 0.0 if local else self.slot_wait_seconds,
+                                        release_seconds=self.release_seconds,
+                                        kill_slots=self.kill_slots)
         launcher.check_slots(graph.num_slots, launcher.slot_wait_seconds)
         host = coordinator_bind_host(
             self.coordinator_host, local=local,

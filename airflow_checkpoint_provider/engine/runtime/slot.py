@@ -22,9 +22,11 @@ import dataclasses
 import logging
 import os
 import resource
+import select
 import socket
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -57,6 +59,37 @@ log = logging.getLogger(__name__)
 
 class SlotAborted(Exception):
     """The coordinator went away; the slot stops."""
+
+
+#: a slot whose coordinator is gone (its control connection closed, or TCP keepalive found
+#: the driver's host unreachable) ends its process after this many seconds if it has not
+#: ended by itself: a task stuck in user code must not hold a Spark core (or a process)
+ORPHAN_EXIT_SECONDS = float(os.environ.get("CKPT_SLOT_ORPHAN_EXIT_SECONDS", "5"))
+#: exit code of a slot process ended that way
+ORPHAN_EXIT_CODE = 75
+#: TCP keepalive of the control connection: idle seconds, probe interval, probes
+KEEPALIVE = (5, 2, 3)
+
+
+def _keepalive(sock: socket.socket) -> None:
+    """Let the kernel notice a driver host that vanished without closing the connection."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle, interval, count = KEEPALIVE
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval),
+                        ("TCP_KEEPCNT", count)):
+        if hasattr(socket, name):  # Linux; other systems keep their defaults
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+
+
+def connection_closed(sock: socket.socket) -> bool:
+    """Whether the peer closed ``sock`` (or it broke), without consuming anything: a peek.
+    Pending data means the connection is alive (the reader will consume it)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
 
 
 def input_channel_index(graph: ExecutionGraph, target_vertex: int, source_vertex: int,
@@ -98,14 +131,16 @@ def _reader(sock: socket.socket, channel: int, mailbox: Mailbox, gate: threading
 def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
              exchange_peers=None, bind_host: str = "127.0.0.1",
              advertise_host: str | None = None, placement: dict | None = None,
-             secret: bytes | None = None) -> None:
+             secret: bytes | None = None, orphan_exit: float | None = None) -> None:
     """Run one slot until the job finishes it (``finish``) or the coordinator goes away.
     ``placement``: where the runner put this slot (e.g. the Spark executor), recorded by the
     job master in ``job_attempts.placement``. ``secret``: the job's secret, proven on every
-    connection (``runtime/auth.py``)."""
-    Slot(slot, attempt, secret).run(coordinator, exchange_peers=exchange_peers,
-                                    bind_host=bind_host, advertise_host=advertise_host,
-                                    placement=placement)
+    connection (``runtime/auth.py``). ``orphan_exit``: seconds after the coordinator is
+    gone at which a slot still running ends this whole process (``os._exit``); only for a
+    process that hosts nothing but this slot (a slot process, a Spark Python worker)."""
+    Slot(slot, attempt, secret, orphan_exit=orphan_exit).run(
+        coordinator, exchange_peers=exchange_peers, bind_host=bind_host,
+        advertise_host=advertise_host, placement=placement)
 
 
 class Slot:
@@ -117,18 +152,34 @@ class Slot:
     opened; 5. follow the coordinator's commands until every task ended; 6. report the end.
     """
 
-    def __init__(self, slot: int, attempt: int, secret: bytes | None) -> None:
+    def __init__(self, slot: int, attempt: int, secret: bytes | None, *,
+                 orphan_exit: float | None = None) -> None:
         self.slot, self.attempt, self.secret = slot, attempt, secret
+        self.orphan_exit = orphan_exit
         self.tasks: list[StreamTask] = []
         self.done = threading.Event()
+        #: set once :meth:`run` returned or raised: the process is no longer this slot's
+        #: (a Spark Python worker is reused by later tasks), the watchdog stands down
+        self.released = threading.Event()
 
     def send(self, m: M.FromSlot) -> None:
         self.ctl.send(dataclasses.replace(m, slot=self.slot, attempt=self.attempt))
 
     def run(self, coordinator: tuple[str, int], *, exchange_peers, bind_host: str,
             advertise_host: str | None, placement: dict | None) -> None:
+        try:
+            self._run(coordinator, exchange_peers=exchange_peers, bind_host=bind_host,
+                      advertise_host=advertise_host, placement=placement)
+        finally:
+            self.released.set()
+
+    def _run(self, coordinator: tuple[str, int], *, exchange_peers, bind_host: str,
+             advertise_host: str | None, placement: dict | None) -> None:
         # 1. register, receive the job
         job = self._register(coordinator, placement)
+        if self.orphan_exit is not None:
+            threading.Thread(target=self._watchdog, args=(self.ctl.sock, self.orphan_exit),
+                             name=f"watchdog-{self.slot}", daemon=True).start()
         graph: ExecutionGraph = job["graph"]
         # 2. data server, peers
         server = self._serve_data(bind_host)
@@ -180,12 +231,47 @@ class Slot:
             self.send(M.SlotFinished(peak_rss_mb=round(peak, 1)))
         except OSError as exc:
             raise SlotAborted(f"slot {self.slot}: coordinator connection lost") from exc
+        self.released.set()  # before the close: the watchdog must not take it for a loss
         self.ctl.close()
+
+    def _watchdog(self, sock: socket.socket, grace: float) -> None:
+        """End this process ``grace`` seconds after the coordinator went away, unless the
+        slot ended by then. Watches the control connection without reading from it (the
+        control loop reads), from registration on: also while the slot waits in Spark's
+        ``allGather`` or for a task stuck in user code, where nothing else would notice."""
+        # poll(), not select(): no limit on the descriptor's number. POLLRDHUP (Linux): the
+        # peer closed even while a message it sent before is still unread
+        hangup = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "POLLRDHUP", 0)
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | hangup)
+        while not self.released.is_set():
+            try:
+                ready = poller.poll(1000)
+            except (OSError, ValueError):  # closed under us
+                ready = [(-1, select.POLLHUP)]
+            if not ready:
+                continue
+            if self.released.is_set() or any(ev & hangup for _, ev in ready) \
+                    or connection_closed(sock):
+                break
+            time.sleep(0.2)  # a message waits for the control loop
+        if self.released.wait(grace):
+            return
+        log.error("Slot %d (attempt %d): the coordinator is gone and the slot did not end "
+                  "within %.0f s; ending process %d", self.slot, self.attempt, grace,
+                  os.getpid())
+        for h in logging.getLogger().handlers:
+            try:
+                h.flush()
+            except Exception:  # noqa: BLE001, S110 - exiting anyway
+                pass
+        os._exit(ORPHAN_EXIT_CODE)
 
     def _register(self, coordinator: tuple[str, int], placement: dict | None) -> dict:
         # prove we belong to this job, and check the coordinator does too, before anything
         # it sends is decoded (the job description is unpickled: code from the coordinator)
         sock, limit = connect_authenticated(*coordinator, self.secret, "control")
+        _keepalive(sock)
         # the coordinator's frame limit ($CKPT_MAX_FRAME_BYTES where the job was started)
         # holds for every connection of this slot; a task over it fails with the option named
         P.set_frame_limit(limit if limit is not None else P.frame_limit(), check_sends=True)
@@ -310,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     host, port = args.coordinator.rsplit(":", 1)
     try:
         run_slot(args.slot, args.attempt, (host, int(port)), bind_host=args.bind_host,
-                 secret=secret_from_env())
+                 secret=secret_from_env(), orphan_exit=ORPHAN_EXIT_SECONDS)
     except (SlotAborted, P.ConnectionClosed, OSError, ProtocolError) as exc:
         log.warning("slot %d ended: %s", args.slot, exc)
         return 1

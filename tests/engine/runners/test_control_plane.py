@@ -16,25 +16,43 @@ CKPT = [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli"]
 
 
 def ckpt(*args, cwd, env, timeout=180):
-    res = subprocess.run([*CKPT, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                         timeout=timeout)
+    res = subprocess.run(
+        [*CKPT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     return res.stdout
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("runner", [["--runner", "local"],
-                                    ["--runner", "spark", "--master", "local[3]"]],
-                         ids=["local", "spark"])
+@pytest.mark.parametrize(
+    "runner",
+    [["--runner", "local"], ["--runner", "spark", "--master", "local[3]"]],
+    ids=["local", "spark"],
+)
 def test_detached_job_is_checkpointed_and_cancelled_through_the_db(workdir, runner):
     db = f"sqlite:///{workdir}/meta.db"
-    env = dict(os.environ, CKPT_EXAMPLE_DIR=str(workdir), CKPT_EXAMPLE_RECORDS="1000000000",
-               SPARK_LOCAL_IP="127.0.0.1",
-               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    out = ckpt("run", "airflow_checkpoint_provider.examples.running_sum:build", "--detach",
-               "--db", db, "--interval-ms", "60000", "--json", *runner, cwd=workdir, env=env)
-    info = json.loads(out[out.index("{"):])
+    env = dict(
+        os.environ,
+        CKPT_EXAMPLE_DIR=str(workdir),
+        CKPT_EXAMPLE_RECORDS="1000000000",
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+    )
+    out = ckpt(
+        "run",
+        "airflow_checkpoint_provider.examples.running_sum:build",
+        "--detach",
+        "--db",
+        db,
+        "--interval-ms",
+        "60000",
+        "--json",
+        *runner,
+        cwd=workdir,
+        env=env,
+    )
+    info = json.loads(out[out.index("{") :])
     job_id = info["job_id"]
     store = MetadataStore(db)
     try:
@@ -67,5 +85,3 @@ def test_detached_job_is_checkpointed_and_cancelled_through_the_db(workdir, runn
         if process_alive(info["pid"]):
             os.kill(info["pid"], 9)
         store.close()
-
-

@@ -16,16 +16,26 @@ def _setup(tmp_path, **cfg):
     store = MetadataStore(f"sqlite:///{tmp_path}/meta.db")
     store.create_job(job_id="job1", job_name="j", parallelism=1)
     triggers: list = []
-    config = CheckpointConfig(**{"interval_ms": 100, "initial_delay_ms": 0,
-                                 "directory": str(tmp_path / "ckpt"), **cfg})
+    config = CheckpointConfig(
+        **{"interval_ms": 100, "initial_delay_ms": 0, "directory": str(tmp_path / "ckpt"), **cfg}
+    )
     coord = CheckpointCoordinator(
-        job_id="job1", job_name="j", job_dir=str(tmp_path / "ckpt" / "j" / "job1"),
-        config=config, tasks=TASKS, operator_info={}, store=store,
+        job_id="job1",
+        job_name="j",
+        job_dir=str(tmp_path / "ckpt" / "j" / "job1"),
+        config=config,
+        tasks=TASKS,
+        operator_info={},
+        store=store,
         send_trigger=lambda chk, ts, kind, loc, unaligned: triggers.append((chk, kind)),
-        send_notify=lambda chk: None, send_abort=lambda chk: None, now=0.0)
+        send_notify=lambda chk: None,
+        send_abort=lambda chk: None,
+        now=0.0,
+    )
     coord.set_tasks_running(set(TASKS))
-    control = ControlPlane(store=store, job_id="job1", coordinator=coord,
-                           savepoint_root=str(tmp_path / "sp"))
+    control = ControlPlane(
+        store=store, job_id="job1", coordinator=coord, savepoint_root=str(tmp_path / "sp")
+    )
     return store, coord, control, triggers
 
 

@@ -33,10 +33,20 @@ def test_pyspark_python_package_matches_the_jars():
 
 @pytest.mark.timeout(300)
 def test_failure_injection_on_local4_commits_exactly_once(workdir, local4):
-    faults = FaultPlan(str(workdir / "faults"),
-                       [("record", 700), ("snapshot", 2), ("notify", 3), ("record", 15000)])
-    p = running_sum_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED, faults=faults,
-                             rate=5000, interval_ms=200, initial_delay_ms=500)
+    faults = FaultPlan(
+        str(workdir / "faults"),
+        [("record", 700), ("snapshot", 2), ("notify", 3), ("record", 15000)],
+    )
+    p = running_sum_pipeline(
+        str(workdir),
+        num_records=N,
+        num_keys=KEYS,
+        seed=SEED,
+        faults=faults,
+        rate=5000,
+        interval_ms=200,
+        initial_delay_ms=500,
+    )
     result = p.run("spark", spark=local4)
     assert result.status == "FINISHED"
     assert len(faults.fired()) == 4 and result.restarts == len(faults.attempts_hit())
@@ -60,8 +70,11 @@ def test_more_slots_than_cores_fails_fast_with_a_clear_message(workdir):
 
 @pytest.mark.timeout(420)
 def test_standalone_cluster_survives_a_killed_executor_exactly_once(workdir, spark_cluster):
-    spark = session_for(spark_cluster.url, "test-standalone",
-                        extra_conf={"spark.executor.memory": "512m", "spark.cores.max": "4"})
+    spark = session_for(
+        spark_cluster.url,
+        "test-standalone",
+        extra_conf={"spark.executor.memory": "512m", "spark.cores.max": "4"},
+    )
     try:
         # failure-free run first: the baseline and a check that the cluster works
         base = running_sum_pipeline(str(workdir / "base"), num_records=N, num_keys=KEYS, seed=SEED)
@@ -69,19 +82,29 @@ def test_standalone_cluster_survives_a_killed_executor_exactly_once(workdir, spa
         expected = expected_running_sums(N, KEYS, SEED)
         check_exactly_once(str(workdir / "base" / "out"), expected)
 
-        p = running_sum_pipeline(str(workdir / "kill"), num_records=N, num_keys=KEYS, seed=SEED,
-                                 rate=2500, interval_ms=200,
-                                 restart=RestartStrategy.fixed_delay(attempts=10, delay_ms=1000))
+        p = running_sum_pipeline(
+            str(workdir / "kill"),
+            num_records=N,
+            num_keys=KEYS,
+            seed=SEED,
+            rate=2500,
+            interval_ms=200,
+            restart=RestartStrategy.fixed_delay(attempts=10, delay_ms=1000),
+        )
         outcome = {}
-        t = threading.Thread(target=lambda: outcome.setdefault("result", p.run("spark", spark=spark)))
+        t = threading.Thread(
+            target=lambda: outcome.setdefault("result", p.run("spark", spark=spark))
+        )
         t.start()
         store = MetadataStore(p.metadata_url)
         deadline = time.monotonic() + 120
         killed = None
         while time.monotonic() < deadline and killed is None:
             jobs = store.list_jobs()
-            if jobs and any(c.status in ("COMPLETED", "SUBSUMED")
-                            for c in store.list_checkpoints(jobs[0].job_id)):
+            if jobs and any(
+                c.status in ("COMPLETED", "SUBSUMED")
+                for c in store.list_checkpoints(jobs[0].job_id)
+            ):
                 pids = spark_cluster.executor_pids()
                 if pids:
                     killed = pids[0]
@@ -109,8 +132,9 @@ def test_stop_with_savepoint_then_restore_v2_on_spark_loses_and_duplicates_nothi
     assert req.status == "SUCCEEDED", req.error
     assert bg.result().status == "STOPPED"
     v2 = versioned_pipeline(str(workdir), "v2", num_records=N, keyed_parallelism=3)
-    result = v2.run("spark", spark=local4, restore=req.result["location"],
-                    allow_non_restored_state=True)
+    result = v2.run(
+        "spark", spark=local4, restore=req.result["location"], allow_non_restored_state=True
+    )
     assert result.status == "FINISHED"
     check_exactly_once(str(workdir / "out"), expected_running_sums(N, KEYS, SEED))
     new_job = MetadataStore(v2.metadata_url).get_job(result.job_id)

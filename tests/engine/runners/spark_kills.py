@@ -1,0 +1,182 @@
+"""SIGKILLs of Spark's Python processes while a running-sum job checkpoints (issue 35 #3).
+
+The processes are the ones a user's ``kill`` would hit: the ``pyspark.daemon`` of this
+driver's Spark and the Python workers it forked (each slot of a job runs in one). Used by
+the bounded test in ``test_spark_failover.py`` and, outside the suite, by the loop::
+
+    PYTHONPATH=$PWD .venv/bin/python tests/engine/runners/spark_kills.py --runs 20
+
+(local[4], keyed running sum at parallelism 2 -> 3, 100k records, 200 ms checkpoints,
+3 SIGKILLs 1.5-4 s apart; prints one line per run and the tally).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import time
+import uuid
+
+TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+
+from pipelines import (  # noqa: E402
+    Background,
+    check_exactly_once,
+    expected_running_sums,
+    running_sum_pipeline,
+)
+
+from airflow_checkpoint_provider.engine import RestartStrategy  # noqa: E402
+
+KEYS = 50
+
+
+#: set (to a fresh id) before the Spark session starts: the executors' environment
+#: (``spark.executorEnv.CKPT_*``) carries it into the pyspark daemon and its workers, which
+#: tells this driver's Python processes from anyone else's -- also a worker whose daemon
+#: was killed (it is reparented away from this process tree and may be reused by Spark)
+MARKER_ENV = "CKPT_KILL_CHECK"
+
+
+def _read(pid: int) -> tuple[int, bytes, bytes] | None:
+    """(parent pid, command line, environment) of ``pid``; None when gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return None
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[1]), cmdline, environ
+
+
+def spark_python_processes(marker: str | None = None) -> list[tuple[int, str]]:
+    """``(pid, "daemon" | "worker")`` of the pyspark daemons and workers of the Spark
+    session started with ``$CKPT_KILL_CHECK == marker`` (default: this process's value):
+    the processes a failover must survive losing."""
+    marker = marker or os.environ[MARKER_ENV]
+    tag = f"{MARKER_ENV}={marker}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        info = _read(int(entry))
+        if info is None:
+            continue
+        ppid, cmdline, environ = info
+        if b"pyspark.daemon" not in cmdline or tag not in environ.split(b"\0"):
+            continue
+        parent = _read(ppid)
+        # the daemon is started by the executor JVM; workers are forked by the daemon (or
+        # were, before it was killed)
+        is_daemon = parent is not None and b"java" in parent[1].split(b"\0")[0]
+        found.append((int(entry), "daemon" if is_daemon else "worker"))
+    return sorted(found)
+
+
+def kill_check_session(name: str = "spark-kill-check"):
+    """A local[4] session whose Python processes :func:`spark_python_processes` finds."""
+    from airflow_checkpoint_provider.engine.runners.spark import session_for
+
+    os.environ[MARKER_ENV] = uuid.uuid4().hex
+    return session_for("local[4]", name)
+
+
+def kill_check(
+    root: str,
+    spark,
+    *,
+    kills: int = 3,
+    gap: tuple[float, float] = (1.5, 4.0),
+    num_records: int = 100_000,
+    rate: float = 6000,
+    seed: int = 0,
+    timeout: float = 600.0,
+) -> dict:
+    """Run the job, SIGKILL ``kills`` Spark Python processes ``gap`` seconds apart once
+    the first checkpoint completed, check the output is exactly once. Returns what was
+    killed and how the job ended; raises AssertionError when it did not end exactly once."""
+    rng = random.Random(seed)
+    p = running_sum_pipeline(
+        root,
+        num_records=num_records,
+        num_keys=KEYS,
+        seed=seed + 1,
+        rate=rate,
+        interval_ms=200,
+        source_parallelism=2,
+        keyed_parallelism=3,
+        restart=RestartStrategy.fixed_delay(attempts=kills + 3, delay_ms=500),
+    )
+    t0 = time.monotonic()
+    bg = Background(p, runner="spark", spark=spark)
+    bg.wait_running(min_checkpoints=1, timeout=300)  # a loaded machine starts slowly
+    killed = []
+    for _ in range(kills):
+        time.sleep(rng.uniform(*gap))
+        if not bg.thread.is_alive():
+            break
+        victims = spark_python_processes()
+        if not victims:
+            continue
+        pid, kind = rng.choice(victims)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(kind)
+        except ProcessLookupError:
+            pass
+    result = bg.result(timeout=timeout)
+    seconds = time.monotonic() - t0
+    assert result.status == "FINISHED", (result.status, result.failure, killed)
+    check_exactly_once(
+        os.path.join(root, "out"), expected_running_sums(num_records, KEYS, seed + 1)
+    )
+    return {"killed": killed, "restarts": result.restarts, "seconds": round(seconds, 1)}
+
+
+def main() -> int:
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = kill_check_session()
+    passed, t_all = 0, time.monotonic()
+    try:
+        for run in range(args.runs):
+            with tempfile.TemporaryDirectory(prefix="spark-kills-") as root:
+                try:
+                    out = kill_check(
+                        root,
+                        spark,
+                        kills=args.kills,
+                        num_records=args.records,
+                        seed=args.seed + run,
+                    )
+                    passed += 1
+                    print(f"run {run}: ok {out}", flush=True)
+                except BaseException as exc:  # noqa: BLE001 - tallied, the loop goes on
+                    print(f"run {run}: FAILED {type(exc).__name__}: {exc}", flush=True)
+                    if isinstance(exc, KeyboardInterrupt):
+                        raise
+    finally:
+        spark.stop()
+    print(f"{passed}/{args.runs} passed in {time.monotonic() - t_all:.0f} s", flush=True)
+    return 0 if passed == args.runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
