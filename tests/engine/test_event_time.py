@@ -38,6 +38,7 @@ from airflow_checkpoint_provider.engine import (
     WatermarkStrategy,
     read_committed,
 )
+from airflow_checkpoint_provider.engine.state.operator_state import entry_value
 
 FAULTS = [("record", 2_500), ("kill", 9_000), ("record", 15_000)]
 
@@ -233,7 +234,7 @@ def test_stop_with_drain_fires_every_open_window_before_the_savepoint(workdir):
     assert bg.result().status == "STOPPED"
     source_state = load_snapshot(req.result["location"]).operators["gen"]
     read = sum(split["position"] for sub in source_state["subtasks"]
-               for e in sub["operator_state"] for split in e["value"])
+               for e in sub["operator_state"] for split in entry_value(e))
     got, expected = committed_windows(str(workdir / "out")), expected_windows()
     assert 0 < read < N
     # every record read before the drain is in a committed window (the partial ones too)

@@ -31,6 +31,7 @@ from airflow_checkpoint_provider.engine.connectors.pgoutput import parse_lsn
 from airflow_checkpoint_provider.engine.connectors.postgres_cdc import job_object_name
 from airflow_checkpoint_provider.engine.errors import UnsafeRestoreFallbackError
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
+from airflow_checkpoint_provider.engine.state.operator_state import entry_value
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # slots need DamageLatestThenFail
 
@@ -145,7 +146,7 @@ def _stream_lsn(location: str) -> int | None:
     snap = load_snapshot(location, check_hmac=False).operators["cdc"]
     for sub in snap["subtasks"]:
         for e in sub["operator_state"]:
-            for entry in e.get("value") or []:
+            for entry in entry_value(e) or []:
                 if isinstance(entry, dict) and entry.get("split") == "stream" and entry["position"]:
                     return entry["position"]["lsn"]
     return None

@@ -31,6 +31,7 @@ import time
 
 from ..errors import ConfigurationError
 from ..extras import require
+from ..state.operator_state import entry_value
 from .cdc_rows import CdcError
 from .pgoutput import format_lsn, parse_lsn
 from .postgres import _dsn
@@ -235,7 +236,8 @@ def restored_positions(snapshot, uid: str) -> dict[str, object]:
     op = (_field(_field(snapshot, "metadata"), "operators") or {}).get(uid) if snapshot else None
     for sub in _field(op, "subtasks") or ():
         for entry in _field(sub, "operator_state") or ():
-            values = entry.get("value") if isinstance(entry, dict) and "value" in entry else [entry]
+            values = (entry_value(entry) if isinstance(entry, dict)
+                      and ("codec" in entry or "value" in entry) else [entry])
             for e in values or ():
                 if isinstance(e, dict) and "split" in e and e.get("position") is not None:
                     out[str(e["split"])] = e["position"]

@@ -37,6 +37,7 @@ from airflow_checkpoint_provider.engine.connectors.postgres_cdc import (
 from airflow_checkpoint_provider.engine.metrics import JobMetrics
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 from airflow_checkpoint_provider.engine.stability import replication_lag_s
+from airflow_checkpoint_provider.engine.state.operator_state import entry_value
 
 TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS = 20_000
@@ -59,7 +60,7 @@ def _stream_lsn(location: str) -> int | None:
     snap = load_snapshot(location, check_hmac=False).operators["cdc"]
     for sub in snap["subtasks"]:
         for e in sub["operator_state"]:
-            for entry in e["value"] or []:
+            for entry in entry_value(e) or []:
                 if isinstance(entry, dict) and entry.get("split") == "stream" and entry["position"]:
                     return entry["position"]["lsn"]
     return None
