@@ -151,6 +151,19 @@ class PostgresCdcSource(Source):
         check_job_start(self, store, job_name=job_name, job_id=job_id, fenced=fenced,
                         restored=restored)
 
+    def claim_before_restore(self, store, *, job_name: str, job_id: str) -> None:
+        """An explicitly named slot (``slot=``) is claimed for ``job_name`` before the
+        snapshot to restore is checked: a job pointed at another job's slot is refused for
+        that (:class:`SlotInUseError`), not for the position the other job acknowledged.
+        Default names derive from the job name, so they are claimed in :meth:`check_job_start`."""
+        if not self.slot:
+            return
+        from .postgres_cdc_slots import server_identity
+
+        with self.connect() as conn:
+            store.claim_cdc_slot(server=server_identity(conn), slot=self.slot,
+                                 job_name=job_name, job_id=job_id)
+
     def conninfo(self, *, replication: bool = False) -> str:
         from psycopg.conninfo import make_conninfo
 

@@ -121,3 +121,14 @@ def check_job_start(graph: ExecutionGraph, store, config, job_id: str, initial) 
             if check is not None:
                 check(store, job_name=job_name, job_id=job_id, fenced=fenced,
                       restored=restored_positions(initial, n.uid) if n.uid else {})
+
+
+def claim_before_restore(graph: ExecutionGraph, store, job_name: str, job_id: str) -> None:
+    """Before the snapshot to restore is chosen and checked: sources whose upstream position
+    is shared state claim it for this job (a CDC source's explicitly named slot), so a job
+    using another job's slot is refused for that first."""
+    for v in graph.vertices:
+        for n in v.nodes:
+            claim = getattr(n.payload, "claim_before_restore", None) if n.kind == "source" else None
+            if claim is not None:
+                claim(store, job_name=job_name, job_id=job_id)

@@ -40,7 +40,7 @@ from ..snapshot.codec import LoadedSnapshot
 from . import fencing
 from .control import ControlPlane
 from .failures import FailoverMixin, JobEnd
-from .fencing import check_job_start, discard_held
+from .fencing import check_job_start, claim_before_restore, discard_held
 from .restore_plan import RestoreMixin
 
 log = logging.getLogger(__name__)
@@ -204,6 +204,7 @@ class JobMaster(RestoreMixin, FailoverMixin):
         p, job_id, job_dir = self.config, self.job_id, self.job_dir
         # signs this job's snapshots, decides which ones it restores (checkpoint/trust.py)
         self.trust = SnapshotTrust(store, trust_snapshot=getattr(self, "trust_snapshot", False))
+        claim_before_restore(graph, store, p.name, job_id)  # another job's CDC slot: refused
         initial = self._resolve_restore(store, restore)
         self.initial = initial
         check_job_start(graph, store, p, job_id, initial)  # fencing, sources' shared state (CDC slots)
