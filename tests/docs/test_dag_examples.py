@@ -4,6 +4,7 @@ docs (a snippet include), so none is orphaned or rots."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("airflow", reason="the DAG examples need the `airflow` extra")
+# find_spec, not importorskip: importing airflow here would read its configuration before
+# tests/provider/conftest.py points AIRFLOW_HOME at its private home (same xdist worker)
+if importlib.util.find_spec("airflow") is None:
+    pytest.skip("the DAG examples need the `airflow` extra", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 DAG_EXAMPLES = ROOT / "docs" / "examples" / "dags"
