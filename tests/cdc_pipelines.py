@@ -18,6 +18,8 @@ from airflow_checkpoint_provider.engine import (
     RestartStrategy,
 )
 from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
+from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
+from airflow_checkpoint_provider.engine.state.operator_state import entry_value
 
 
 class PassThrough(KeyedProcessFunction):
@@ -108,6 +110,17 @@ def cdc_pipeline(root: str, url: str, *, name: str = "cdc", tables=("items",),
                parallelism=parallelism)
       .sink(FileSink(out or os.path.join(root, "out")), uid="out"))
     return p
+
+
+def stream_lsn(location: str) -> int | None:
+    """The stream split's LSN recorded in the CDC source's state (uid ``cdc``) of a snapshot."""
+    snap = load_snapshot(location, check_hmac=False).operators["cdc"]
+    for sub in snap["subtasks"]:
+        for e in sub["operator_state"]:
+            for entry in entry_value(e) or []:
+                if isinstance(entry, dict) and entry.get("split") == "stream" and entry["position"]:
+                    return entry["position"]["lsn"]
+    return None
 
 
 def committed_in_order(directory: str) -> list[dict]:

@@ -22,7 +22,7 @@ from collections import Counter
 import cloudpickle
 import psycopg
 import pytest
-from cdc_pipelines import cdc_pipeline, dsn, items_database, start_writers
+from cdc_pipelines import cdc_pipeline, dsn, items_database, start_writers, stream_lsn
 from pipelines import Background, InjectedFailure, RunningSum, running_sum_pipeline
 
 from airflow_checkpoint_provider.engine import JobFailedError, RestartStrategy
@@ -30,8 +30,6 @@ from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.connectors.pgoutput import parse_lsn
 from airflow_checkpoint_provider.engine.connectors.postgres_cdc import job_object_name
 from airflow_checkpoint_provider.engine.errors import UnsafeRestoreFallbackError
-from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
-from airflow_checkpoint_provider.engine.state.operator_state import entry_value
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # slots need DamageLatestThenFail
 
@@ -142,16 +140,6 @@ def db(postgres_server):
     yield from items_database(postgres_server, 2000, 100)
 
 
-def _stream_lsn(location: str) -> int | None:
-    snap = load_snapshot(location, check_hmac=False).operators["cdc"]
-    for sub in snap["subtasks"]:
-        for e in sub["operator_state"]:
-            for entry in entry_value(e) or []:
-                if isinstance(entry, dict) and entry.get("split") == "stream" and entry["position"]:
-                    return entry["position"]["lsn"]
-    return None
-
-
 def _confirmed(url: str, slot: str) -> int:
     with psycopg.connect(dsn(url), autocommit=True) as conn:
         row = conn.execute(
@@ -192,7 +180,7 @@ def test_restore_latest_refuses_before_the_file_sink_deletes_what_the_cdc_source
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:
                 done = [c for c in store.list_checkpoints(job.job_id) if c.status == "COMPLETED"]
-                lsns = {_stream_lsn(c.location) for c in done[-3:]} if len(done) >= 3 else set()
+                lsns = {stream_lsn(c.location) for c in done[-3:]} if len(done) >= 3 else set()
                 if len(lsns - {None}) >= 2:
                     break
                 time.sleep(0.2)
@@ -212,9 +200,9 @@ def test_restore_latest_refuses_before_the_file_sink_deletes_what_the_cdc_source
             key=lambda c: c.checkpoint_id,
         )
     # damage every checkpoint the slot acknowledged: "latest" falls back to one behind it
-    damaged = [c for c in done if (_stream_lsn(c.location) or 0) >= confirmed]
-    behind = [c for c in done if (_stream_lsn(c.location) or 0) < confirmed]
-    assert damaged and behind, [(c.checkpoint_id, _stream_lsn(c.location)) for c in done]
+    damaged = [c for c in done if (stream_lsn(c.location) or 0) >= confirmed]
+    behind = [c for c in done if (stream_lsn(c.location) or 0) < confirmed]
+    assert damaged and behind, [(c.checkpoint_id, stream_lsn(c.location)) for c in done]
     for c in damaged:
         _damage_metadata(c.location)
     out = os.path.join(root, "out")

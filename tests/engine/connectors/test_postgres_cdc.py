@@ -21,6 +21,7 @@ from cdc_pipelines import (
     replay,
     source_table,
     start_writers,
+    stream_lsn,
 )
 from pipelines import Background, process_alive
 
@@ -35,9 +36,7 @@ from airflow_checkpoint_provider.engine.connectors.postgres_cdc import (
     job_object_name,
 )
 from airflow_checkpoint_provider.engine.metrics import JobMetrics
-from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 from airflow_checkpoint_provider.engine.stability import replication_lag_s
-from airflow_checkpoint_provider.engine.state.operator_state import entry_value
 
 TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS = 20_000
@@ -56,16 +55,6 @@ def _check_equal(root, url) -> int:
     return len(rows)
 
 
-def _stream_lsn(location: str) -> int | None:
-    snap = load_snapshot(location, check_hmac=False).operators["cdc"]
-    for sub in snap["subtasks"]:
-        for e in sub["operator_state"]:
-            for entry in entry_value(e) or []:
-                if isinstance(entry, dict) and entry.get("split") == "stream" and entry["position"]:
-                    return entry["position"]["lsn"]
-    return None
-
-
 def _confirmed(url: str, slot: str) -> int | None:
     with psycopg.connect(dsn(url), autocommit=True) as conn:
         row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE "
@@ -77,7 +66,7 @@ def _latest_checkpoint_lsn(store: MetadataStore, job_id: str) -> int | None:
     done = [c for c in store.list_checkpoints(job_id) if c.status == "COMPLETED"]
     for c in sorted(done, key=lambda c: -c.checkpoint_id):
         try:
-            return _stream_lsn(c.location)
+            return stream_lsn(c.location)
         except (OSError, ValueError):  # subsumed and deleted meanwhile: the next one
             continue
     return None
@@ -111,7 +100,7 @@ def test_snapshot_and_stream_under_writer_processes_replay_to_the_source_table(d
     # the savepoint's position is what the slot was last confirmed at, or later; and the
     # slot did advance with completed checkpoints (the WAL it holds is released)
     final = _confirmed(db, job_object_name("cdc-writers"))
-    assert first < final <= _stream_lsn(req.result["location"])
+    assert first < final <= stream_lsn(req.result["location"])
     # the replication lag travels with every checkpoint: metadata DB, metrics, stability
     done = [c for c in bg.store.list_checkpoints(job.job_id) if c.status in ("COMPLETED", "SUBSUMED")]
     lags = [t["source_lag"]["cdc"] for c in done for t in c.task_stats or () if t.get("source_lag")]
