@@ -261,3 +261,18 @@ class AirflowDeployment:
                     parts = path.split(os.sep)
                     fired.append(f"{parts[-4][len('dag_id='):]}/{parts[-2][len('task_id='):]}")
         return fired
+
+    def failed_task_logs(self, dag_id: str, run_id: str, limit: int = 4000) -> str:
+        """The tail of every failed task's log files of one run (for an assertion's message:
+        the reason a task failed, not only that it did)."""
+        import glob
+
+        failed = [t for t, s in self.task_states(dag_id, run_id).items() if s == "failed"]
+        out = []
+        for task_id in failed:
+            pattern = os.path.join(self.home, "logs", f"dag_id={dag_id}", f"run_id={run_id}",
+                                   f"task_id={task_id}", "*.log")
+            for path in sorted(glob.glob(pattern)):
+                with open(path, errors="replace") as f:
+                    out.append(f"--- {task_id}: {os.path.basename(path)}\n{f.read()[-limit:]}")
+        return "\n".join(out) or "(no failed task logs)"

@@ -394,8 +394,9 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
         "max_watermark_lag_growth_ms": None, "max_backlog_growth_ms": None,
         "require_approval": False, "cutover": "last-state", "max_checkpoint_age_s": 0.001}
     state, run, tis = dep.run_dag("blue_green_failed_stop_blue", "blue_green_upgrade", bg_conf)
-    assert tis["stop_blue"] == "failed" and tis["cancel_green"] == "success", tis
-    assert tis["keep_blue"] == "success" and state == "failed", tis
+    why = f"{tis}\n{dep.airflow.failed_task_logs('blue_green_upgrade', run)}"
+    assert tis["stop_blue"] == "failed" and tis["cancel_green"] == "success", why
+    assert tis["keep_blue"] == "success" and state == "failed", why
     green = store.get_job(dep.airflow.xcom("blue_green_upgrade", run, "start_green", "job_id"))
     assert green.status == "CANCELED", f"green left {green.status}"
     assert store.get_job(blue).status == "RUNNING"
