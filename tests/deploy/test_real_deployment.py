@@ -385,6 +385,12 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
     # 2. a failed stop_blue ends the fenced green
     blue_root = os.path.join(dep.jobs_dir, "bg-fail")
     blue = _start(dep, spark_cluster.url, "bg-fail-blue", {"CKPT_EXAMPLE_DIR": blue_root})
+    # a blue-green starts from a job that runs steadily: its first checkpoint completed (a
+    # savepoint of a job whose tasks are still starting may be declined)
+    deadline = time.monotonic() + 120
+    while store.latest_completed_checkpoint(job_id=blue, kind=None) is None:
+        assert time.monotonic() < deadline, "bg-fail-blue completed no checkpoint in 120 s"
+        time.sleep(1)
     bg_conf = {
         "blue_job": "bg-fail-blue", "green_job": "bg-fail-green",
         "green_pipeline": f"{EXAMPLE}:build_v2",
