@@ -19,7 +19,7 @@ from airflow_checkpoint_provider.assets import (
     snapshot_extra,
     with_alias_outlet,
 )
-from airflow_checkpoint_provider.engine.client import absolute_location
+from airflow_checkpoint_provider.engine.client import ControlRequestRecord, absolute_location
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.triggers.checkpoint import ControlRequestTrigger
@@ -55,8 +55,12 @@ class _ControlRequestOperator(CheckpointBaseOperator):
     def submit(self, context: Context) -> str:
         """Insert the request (or find this task instance's earlier one); fail with the
         job's status if it takes no requests."""
-        key = self.idempotency_key(context)
-        earlier = self.hook.get_conn().find_control_request(key)
+        earlier, key = self._earlier_request(self.idempotency_key(context))
+        if earlier is not None and earlier.status == "FAILED":
+            self.log.info("The %s request %s of an earlier try of this task failed (%s): "
+                          "submitting a new one", earlier.action, earlier.request_id,
+                          earlier.error)
+            earlier = None
         if earlier is not None:
             job_id, request_id = earlier.job_id, earlier.request_id
             self.log.info("Found %s request %s (%s) submitted by an earlier try of this task "
@@ -79,6 +83,17 @@ class _ControlRequestOperator(CheckpointBaseOperator):
         context["ti"].xcom_push(key="request_id", value=request_id)
         self.job_id = job_id
         return request_id
+
+    def _earlier_request(self, key: str) -> tuple[ControlRequestRecord | None, str]:
+        """The newest request of this task instance (its tries resubmit under ``key``,
+        ``key:2``, ``key:3``... after a FAILED one) and the key a new request would take."""
+        store, earlier, n = self.hook.get_conn(), None, 1
+        while True:
+            candidate = key if n == 1 else f"{key}:{n}"
+            found = store.find_control_request(candidate)
+            if found is None:
+                return earlier, candidate
+            earlier, n = found, n + 1
 
     def execute(self, context: Context) -> Any:
         request_id = self.submit(context)

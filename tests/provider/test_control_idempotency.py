@@ -91,3 +91,34 @@ def test_another_task_instance_gets_its_own_request(metadata_url, tmp_path):
     assert again == a and b != a
     with MetadataStore(metadata_url) as store:
         assert len(_requests(store, job_id)) == 2
+
+
+@pytest.mark.timeout(180)
+def test_a_retry_after_a_failed_request_submits_a_new_one(metadata_url, tmp_path):
+    """Retries exist for failures: a try whose earlier try's savepoint request FAILED (here:
+    declined, a directory outside the allowed roots; in CI: a savepoint of a just-started job)
+    submits a new request instead of failing again on the old one; an answered one is reused."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
+
+    v1 = start_job(metadata_url, tmp_path)
+    store = MetadataStore(metadata_url)
+    common = dict(task_id="savepoint_blue", job="versioned-sum", poll_interval=0.2,
+                  report_dir=str(tmp_path / "reports"), emit_asset=False)
+    with pytest.raises(AirflowException, match="outside the allowed roots"):
+        TriggerSavepointOperator(directory=str(tmp_path / "elsewhere"), **common).execute(
+            {"ti": FakeTI("savepoint_blue", 1)})
+    assert [s for _, s in _requests(store, v1)] == ["FAILED"]
+
+    allowed = str(tmp_path / "example" / "savepoints")
+    second = FakeTI("savepoint_blue", 2)
+    location = TriggerSavepointOperator(directory=allowed, **common).execute({"ti": second})
+    assert location.startswith(allowed) and os.path.isdir(location)
+    assert sorted(s for _, s in _requests(store, v1)) == ["FAILED", "SUCCEEDED"]
+
+    # a third try (e.g. a deferral race after success) reuses the answered request
+    third = FakeTI("savepoint_blue", 3)
+    assert TriggerSavepointOperator(directory=allowed, **common).execute({"ti": third}) == location
+    assert third.xcom["request_id"] == second.xcom["request_id"] and len(_requests(store, v1)) == 2
+    store.close()
