@@ -9,8 +9,7 @@ gate and human approval -- first rejected over the HITL REST API (green cancelle
 serving), then approved (exactly-once cut-over: the fenced green ends, green restarts from
 blue's final savepoint; the published output has no duplicate and no gap) (the last-state modes run with ``dag.test()`` in
 tests/provider/test_provider_dag_upgrade.py). Every upgrade starts with the pre-flight restore
-check. scheduled_savepoints runs on a job of its own next to the first upgrade (a thread:
-it adds no minute of its own). Durations and the
+check. Durations and the
 number of deferrals the triggerer ran are printed (``pytest -s``) for the closing notes.
 """
 
@@ -19,7 +18,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -103,9 +101,6 @@ def deployment(tmp_path_factory, postgres_server, spark_cluster):
         # the pre-flight check reads the latest checkpoint of a running job: it must outlive
         # the check (3 retained checkpoints)
         "CKPT_EXAMPLE_INTERVAL_MS": "2000",
-        # a run the scheduler starts itself once scheduled_savepoints is unpaused (its test
-        # triggers its own next to the upgrade test) must not savepoint the upgrade's job
-        "CKPT_SAVEPOINT_JOB": "no-scheduled-job",
         "AIRFLOW_CONN_SPARK_DEFAULT": f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}',
         "AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT":
             f'{{"conn_type": "checkpoint_metadata", "extra": {{"url": "{metadata_url}"}}}}',
@@ -117,7 +112,7 @@ def deployment(tmp_path_factory, postgres_server, spark_cluster):
         airflow.start()
         for dag_id in ("savepoint_upgrade_restore", "blue_green_upgrade"):
             airflow.wait_for_dag(dag_id)
-        # scheduled (@hourly): unpaused only while its test's run runs
+        # scheduled (@hourly): unpaused by its test, else its own first run would race others
         airflow.wait_for_dag("scheduled_savepoints", unpause=False)
         yield dep
     finally:
@@ -143,7 +138,6 @@ def _start_v1(dep: Deployment, spark_url: str) -> str:
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.usefixtures("scheduled_savepoint")  # its DAG run overlaps this test's first one
 def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_cluster(
         deployment, spark_cluster):
     dep, store = deployment, deployment.store
@@ -250,110 +244,56 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
             "blue_green_upgrade/stop_blue"} <= fired, fired
 
 
-class ScheduledSavepointRun(threading.Thread):
-    """The scheduled_savepoints run of its own job (``ckpt run --detach``, trigger, wait, then
-    the DAG paused and the job cancelled), in a thread: started before the upgrade test, it
-    overlaps that test's first DAG run (the cluster has a core for it, and the DAG is a
-    control path that mostly waits) instead of adding ~80 s to the module. The assertions
-    are the test's, on what it recorded."""
-
-    def __init__(self, dep: Deployment, spark_url: str) -> None:
-        super().__init__(name="scheduled-savepoint-run", daemon=True)
-        self.dep, self.spark_url = dep, spark_url
-        self.job_name = "asset-events-sum"
-        self.job_dir = os.path.join(dep.jobs_dir, "asset-events")
-        self.job = None
-        self.state = self.run_id = self.tis = self.failure = None
-        self.canceled = False
-
-    def run(self) -> None:
-        dep = self.dep
-        store = MetadataStore(dep.metadata_url, migrate=False)  # its own, off the test's thread
-        try:
-            out = subprocess.run(
-                [os.path.join(BIN, "ckpt"), "run", f"{EXAMPLE}:build_v1", "--job-name",
-                 self.job_name, "--runner", "spark", "--master", self.spark_url, "--db",
-                 dep.metadata_url, "--detach", "--json", "--log-file",
-                 os.path.join(self.job_dir, "job.log")],
-                env={**os.environ, **dep.env, "CKPT_EXAMPLE_DIR": self.job_dir}, text=True,
-                capture_output=True, timeout=300)
-            assert out.returncode == 0, out.stdout + out.stderr
-            self.job = store.resolve_job(self.job_name)
-            assert self.job.status == "RUNNING", self.job
-            dep.airflow.set_paused("scheduled_savepoints", False)
-            try:
-                self.state, self.run_id, self.tis = dep.run_dag(
-                    "scheduled_savepoints", "scheduled_savepoints", {
-                        "job_name": self.job_name,
-                        "savepoint_dir": os.path.join(self.job_dir, "savepoints"),
-                        "max_count": 5, "max_age_hours": 72})
-            finally:
-                dep.airflow.set_paused("scheduled_savepoints", True)
-        except BaseException as exc:  # noqa: BLE001 - raised again by the test
-            self.failure = exc
-        finally:
-            if self.job is not None:
-                self.canceled = _cancel(store, self.job.job_id)
-            store.close()
-
-    def result(self, timeout: float = 600) -> None:
-        self.join(timeout)
-        assert not self.is_alive(), f"the scheduled_savepoints run still runs after {timeout} s"
-        if self.failure is not None:
-            raise self.failure
-
-
-def _cancel(store: MetadataStore, job_id: str, timeout: float = 60.0) -> bool:
-    """Cancel ``job_id`` if it is active; whether it ended CANCELED."""
-    if store.get_job(job_id).status in ACTIVE:
-        store.submit_control_request(job_id, "CANCEL", {})
-        deadline = time.monotonic() + timeout
-        while store.get_job(job_id).status in ACTIVE and time.monotonic() < deadline:
-            time.sleep(0.5)
-    return store.get_job(job_id).status == "CANCELED"
-
-
-@pytest.fixture(scope="module")
-def scheduled_savepoint(deployment, spark_cluster):
-    """Started by the first test of the module that asks for it (the upgrade test, so the two
-    overlap); checked by test_a_scheduled_savepoint_emits_an_asset_event_...; joined at the
-    module's end whatever happened."""
-    run = ScheduledSavepointRun(deployment, spark_cluster.url)
-    run.start()
-    yield run
-    run.join(600)
-
-
 @pytest.mark.timeout(900)
 def test_a_scheduled_savepoint_emits_an_asset_event_visible_through_the_rest_api(
-        deployment, scheduled_savepoint):
+        deployment, spark_cluster):
     """scheduled_savepoints on a job of its own: the savepoint task's asset event
     (checkpoint://<job>/savepoints) is read back through /api/v2/assets/events with the
-    savepoint's job id, checkpoint id and location; retention reports why it kept it.
-    (The job and the DAG run ran in :class:`ScheduledSavepointRun`, next to the upgrade test.)"""
-    dep, store, sched = deployment, deployment.store, scheduled_savepoint
-    sched.result()
-    job, job_name, state, run, tis = sched.job, sched.job_name, sched.state, sched.run_id, sched.tis
-    assert tis == {"savepoint": "success", "retention": "success"}, tis
-    assert state == "success"
-    savepoint = dep.airflow.xcom("scheduled_savepoints", run, "savepoint")
-    checkpoint_id = dep.airflow.xcom("scheduled_savepoints", run, "savepoint", "checkpoint_id")
+    savepoint's job id, checkpoint id and location; retention reports why it kept it."""
+    dep, store = deployment, deployment.store
+    job_name, job_dir = "asset-events-sum", os.path.join(dep.jobs_dir, "asset-events")
+    out = subprocess.run(
+        [os.path.join(BIN, "ckpt"), "run", f"{EXAMPLE}:build_v1", "--job-name", job_name,
+         "--runner", "spark", "--master", spark_cluster.url, "--db", dep.metadata_url,
+         "--detach", "--json", "--log-file", os.path.join(job_dir, "job.log")],
+        env={**os.environ, **dep.env, "CKPT_EXAMPLE_DIR": job_dir}, text=True,
+        capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job = store.resolve_job(job_name)
+    try:
+        assert job.status == "RUNNING"
+        dep.airflow.set_paused("scheduled_savepoints", False)
+        state, run, tis = dep.run_dag("scheduled_savepoints", "scheduled_savepoints", {
+            "job_name": job_name, "savepoint_dir": os.path.join(job_dir, "savepoints"),
+            "max_count": 5, "max_age_hours": 72})
+        assert tis == {"savepoint": "success", "retention": "success"}, tis
+        assert state == "success"
+        savepoint = dep.airflow.xcom("scheduled_savepoints", run, "savepoint")
+        checkpoint_id = dep.airflow.xcom("scheduled_savepoints", run, "savepoint", "checkpoint_id")
 
-    [event] = dep.airflow.asset_events(source_dag_id="scheduled_savepoints", source_run_id=run)
-    assert event["uri"] == event["name"] == f"checkpoint://{job_name}/savepoints"
-    assert event["source_task_id"] == "savepoint"
-    extra = event["extra"]
-    assert {k: extra[k] for k in ("job_id", "job_name", "checkpoint_id", "location",
-                                  "kind")} == {
-        "job_id": job.job_id, "job_name": job_name, "checkpoint_id": checkpoint_id,
-        "location": savepoint, "kind": "SAVEPOINT"}
-    row = store.get_checkpoint(job.job_id, checkpoint_id)
-    assert row.kind == "SAVEPOINT" and row.status == "COMPLETED" and row.location == savepoint
+        [event] = dep.airflow.asset_events(source_dag_id="scheduled_savepoints",
+                                           source_run_id=run)
+        assert event["uri"] == event["name"] == f"checkpoint://{job_name}/savepoints"
+        assert event["source_task_id"] == "savepoint"
+        extra = event["extra"]
+        assert {k: extra[k] for k in ("job_id", "job_name", "checkpoint_id", "location",
+                                      "kind")} == {
+            "job_id": job.job_id, "job_name": job_name, "checkpoint_id": checkpoint_id,
+            "location": savepoint, "kind": "SAVEPOINT"}
+        row = store.get_checkpoint(job.job_id, checkpoint_id)
+        assert row.kind == "SAVEPOINT" and row.status == "COMPLETED" and row.location == savepoint
 
-    report = dep.airflow.xcom("scheduled_savepoints", run, "retention", "retention_report")
-    assert [(e["location"], e["decision"], e["rule"]) for e in report["savepoints"]] == [
-        (savepoint, "kept", "newest")], report
-    assert sched.canceled, store.get_job(job.job_id)
+        report = dep.airflow.xcom("scheduled_savepoints", run, "retention", "retention_report")
+        assert [(e["location"], e["decision"], e["rule"]) for e in report["savepoints"]] == [
+            (savepoint, "kept", "newest")], report
+    finally:
+        dep.airflow.set_paused("scheduled_savepoints", True)
+        if store.get_job(job.job_id).status in ACTIVE:
+            store.submit_control_request(job.job_id, "CANCEL", {})
+            deadline = time.monotonic() + 60
+            while store.get_job(job.job_id).status in ACTIVE and time.monotonic() < deadline:
+                time.sleep(0.5)
+        assert store.get_job(job.job_id).status == "CANCELED"
 
 
 def _start(dep: Deployment, spark_url: str, job_name: str, env: dict[str, str]) -> str:
