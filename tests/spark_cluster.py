@@ -76,21 +76,10 @@ class StandaloneCluster:
 
     def executor_pids(self) -> list[int]:
         """PIDs of executor JVMs launched by this cluster's workers."""
-        worker_pids = {p.pid for p in self.procs[1:]}
-        pids = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmdline = f.read()
-            except OSError:
-                continue
-            if ppid in worker_pids and b"CoarseGrainedExecutorBackend" in cmdline:
-                pids.append(int(entry))
-        return sorted(pids)
+        from pipelines import child_pids
+
+        return sorted(pid for worker in self.procs[1:]
+                      for pid in child_pids(worker.pid, b"CoarseGrainedExecutorBackend"))
 
     def stop(self) -> None:
         for p in reversed(self.procs):
