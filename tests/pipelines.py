@@ -153,17 +153,20 @@ def running_sum_pipeline(root: str, *, name: str = "running-sum", num_records: i
                          source_parallelism: int = 2, keyed_parallelism: int = 3,
                          mode: str = "exactly_once", out: str | None = None,
                          restart: RestartStrategy | None = None, sink=None,
-                         delay_s: float = 0.0, **checkpoint_options) -> Pipeline:
+                         delay_s: float = 0.0, function: RunningSum | None = None,
+                         splits: int = 4, **checkpoint_options) -> Pipeline:
+    """The keyed running sum; ``function`` replaces its RunningSum (a subclass that fails or
+    gets stuck its own way)."""
     p = Pipeline(name, max_parallelism=128,
                  checkpoint=CheckpointConfig(interval_ms=interval_ms, directory=os.path.join(root, "ckpt"),
                                              mode=mode, **checkpoint_options),
                  restart_strategy=restart or RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
                  metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
-    (p.source(GeneratorSource(num_records, num_keys=num_keys, seed=seed, splits=4,
+    (p.source(GeneratorSource(num_records, num_keys=num_keys, seed=seed, splits=splits,
                               records_per_second=rate),
               uid="gen", parallelism=source_parallelism)
       .key_by("key")
-      .process(RunningSum(faults, delay_s), uid="sum", parallelism=keyed_parallelism)
+      .process(function or RunningSum(faults, delay_s), uid="sum", parallelism=keyed_parallelism)
       .sink(sink or FileSink(out or os.path.join(root, "out")), uid="out"))
     return p
 
@@ -473,6 +476,28 @@ class KeylessSource(GeneratorSource):
         if i >= 100:
             r.pop("key")
         return r
+
+
+def child_pids(pid: int, cmdline_has: bytes | None = None) -> list[int]:
+    """The pids of the live children of ``pid`` (from /proc, no psutil); with
+    ``cmdline_has``, only those whose command line contains it."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # fields[1]: the parent's pid
+            if int(fields[1]) != pid:
+                continue
+            if cmdline_has is not None:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if cmdline_has not in f.read():
+                        continue
+        except OSError:
+            continue
+        found.append(int(entry))
+    return found
 
 
 def process_alive(pid: int) -> bool:

@@ -13,6 +13,7 @@ import time
 import pytest
 from pipelines import (
     check_exactly_once,
+    child_pids,
     expected_running_sums,
     process_alive,
     running_sum_pipeline,
@@ -30,20 +31,6 @@ from pipelines import running_sum_pipeline
 running_sum_pipeline({root!r}, num_records={n}, num_keys={keys}, seed={seed}, rate=3000,
                      interval_ms=100).run()
 """
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:  # field 4 of stat: the parent's pid
-                found.append(int(entry))
-    return found
 
 
 def _open_when_created(url: str, deadline: float) -> MetadataStore:
@@ -75,7 +62,7 @@ def test_a_killed_driver_is_lost_and_restore_latest_commits_exactly_once(workdir
             assert driver.poll() is None, "the job ended before the kill"
             time.sleep(0.1)
         assert _completed(store) >= 3
-        slots = _children(driver.pid)
+        slots = child_pids(driver.pid)
         assert slots, "the driver's slot processes"
         driver.send_signal(signal.SIGKILL)  # no clean-up of any kind
         driver.wait(10)

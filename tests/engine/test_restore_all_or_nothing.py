@@ -15,64 +15,20 @@ Local runner, real connectors (delta-rs, a private PostgreSQL server)."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections import Counter
 
-import cloudpickle
 import psycopg
 import pytest
 from cdc_pipelines import cdc_pipeline, dsn, items_database, start_writers, stream_lsn
-from pipelines import Background, InjectedFailure, RunningSum, running_sum_pipeline
+from checkpoint_damage import CorruptLatest, corrupt, corrupted
+from pipelines import Background, running_sum_pipeline
 
 from airflow_checkpoint_provider.engine import JobFailedError, RestartStrategy
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.connectors.pgoutput import parse_lsn
 from airflow_checkpoint_provider.engine.connectors.postgres_cdc import job_object_name
 from airflow_checkpoint_provider.engine.errors import UnsafeRestoreFallbackError
-
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # slots need DamageLatestThenFail
-
-
-def _completed_dirs(root: str) -> list[str]:
-    found = []
-    for dirpath, _dirs, files in os.walk(root):
-        name = os.path.basename(dirpath)
-        if name.startswith("chk-") and "_metadata" in files:
-            found.append((int(name[4:]), dirpath))
-    return [d for _, d in sorted(found)]
-
-
-def _damage_metadata(chk_dir: str) -> None:
-    meta = os.path.join(chk_dir, "_metadata")
-    os.truncate(meta, os.path.getsize(meta) // 2)
-
-
-class DamageLatestThenFail(RunningSum):
-    """Once, at the first record >= ``at_id`` with two completed checkpoints: wait until the
-    sink committed the newest one, damage its ``_metadata`` and fail the task: the restart
-    must fall back past output the sink committed."""
-
-    def __init__(self, root: str, at_id: int) -> None:
-        super().__init__(None)
-        self.root, self.at_id = root, at_id
-
-    def process_element(self, record, ctx):
-        if record["id"] >= self.at_id:
-            marker = os.path.join(self.root, "damaged")
-            done = _completed_dirs(os.path.join(self.root, "ckpt"))
-            if len(done) >= 2 and not os.path.exists(marker):
-                try:  # one subtask of all wins
-                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-                except FileExistsError:
-                    return super().process_element(record, ctx)
-                time.sleep(1.0)  # no new checkpoint completes while this task blocks
-                done = _completed_dirs(os.path.join(self.root, "ckpt"))
-                _damage_metadata(done[-1])
-                with open(marker + ".info", "w") as f:
-                    f.write(done[-1])
-                raise InjectedFailure(f"damaged {done[-1]}")
-        return super().process_element(record, ctx)
 
 
 def _delta(workdir, request):
@@ -95,6 +51,16 @@ def _postgres_2pc(workdir, request):
         with psycopg.connect(dsn(url)) as conn:
             return [{"id": i, "key": k} for i, k in conn.execute("SELECT id, key FROM sums")]
 
+    def roll_back_what_the_refused_job_left_prepared():
+        # the refusal leaves the damaged checkpoint's transaction prepared (nothing rewritten);
+        # a prepared transaction blocks every logical slot created on the server after it:
+        # a CDC test on this xdist worker's server waited for it until its timeout
+        with psycopg.connect(dsn(url), autocommit=True) as conn:
+            for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts "
+                                       "WHERE database = current_database()").fetchall():
+                conn.execute(f"ROLLBACK PREPARED '{gid}'")
+
+    request.addfinalizer(roll_back_what_the_refused_job_left_prepared)
     return PostgresSink(url, "sums"), "postgres(sums, 2pc)", rows
 
 
@@ -109,7 +75,7 @@ def test_falling_back_inside_a_job_past_committed_output_is_refused_not_duplicat
                              interval_ms=100, source_parallelism=1, keyed_parallelism=1,
                              sink=sink, restart=RestartStrategy.fixed_delay(attempts=3, delay_ms=0))
     keyed = next(n for v in p.execution_graph().vertices for n in v.nodes if n.uid == "sum")
-    keyed.payload = DamageLatestThenFail(str(workdir), at_id=3000)
+    keyed.payload = CorruptLatest(str(workdir), "truncate_metadata", at_id=3000)
 
     with pytest.raises(JobFailedError) as err:
         p.run()
@@ -123,8 +89,7 @@ def test_falling_back_inside_a_job_past_committed_output_is_refused_not_duplicat
     rows = read_rows()
     twice = [k for k, n in Counter((r["key"], r["id"]) for r in rows).items() if n > 1]
     assert rows and not twice, f"{len(twice)} records written twice, e.g. {twice[:3]}"
-    with open(workdir / "damaged.info") as f:
-        damaged = f.read()
+    damaged, _ = corrupted(workdir)
     with MetadataStore(p.metadata_url) as store:
         # nothing marked: the next restore="latest" sees the damage and decides again
         row = next(c for c in store.list_checkpoints(result.job_id) if c.location == damaged)
@@ -204,7 +169,7 @@ def test_restore_latest_refuses_before_the_file_sink_deletes_what_the_cdc_source
     behind = [c for c in done if (stream_lsn(c.location) or 0) < confirmed]
     assert damaged and behind, [(c.checkpoint_id, stream_lsn(c.location)) for c in done]
     for c in damaged:
-        _damage_metadata(c.location)
+        corrupt(c.location, "truncate_metadata")
     out = os.path.join(root, "out")
     before = _part_files(out)
     assert before

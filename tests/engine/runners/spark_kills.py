@@ -1,4 +1,7 @@
-"""SIGKILLs of Spark's Python processes while a running-sum job checkpoints (issue 35 #3).
+"""The failover helpers of issue 35 #3 (importable by slot processes and Spark Python
+workers: this directory is on their ``sys.path``): a running-sum job whose first attempt has
+a subtask stuck in user code (:func:`stuck_pipeline`), and SIGKILLs of Spark's Python
+processes while a running-sum job checkpoints (:func:`kill_check`).
 
 The processes are the ones a user's ``kill`` would hit: the ``pyspark.daemon`` of this
 driver's Spark and the Python workers it forked (each slot of a job runs in one). Used by
@@ -25,14 +28,72 @@ if TESTS not in sys.path:
 
 from pipelines import (  # noqa: E402
     Background,
+    InjectedFailure,
+    RunningSum,
     check_exactly_once,
     expected_running_sums,
     running_sum_pipeline,
 )
 
-from airflow_checkpoint_provider.engine import RestartStrategy  # noqa: E402
+from airflow_checkpoint_provider.engine import Pipeline, RestartStrategy  # noqa: E402
 
 KEYS = 50
+
+
+class StuckOnce(RunningSum):
+    """The first attempt that reaches a record gets stuck: subtask ``stuck`` notes its pid
+    and attempt in ``marker`` and then loops in user code forever (no cancellation reaches
+    it); with ``fail_others`` every other subtask of that same attempt raises on its next
+    record, which fails the attempt while the stuck one keeps its process (and its Spark
+    core). Later attempts run normally. (Not "attempt 0": on a loaded machine attempt 0
+    may end in a start-up timeout before any record.)"""
+
+    def __init__(self, marker: str, stuck: int = 1, fail_others: bool = True) -> None:
+        super().__init__()
+        self.marker, self.stuck, self.fail_others = marker, stuck, fail_others
+
+    def open(self, ctx):
+        super().open(ctx)
+        self.subtask = ctx.subtask_index
+
+    def _stuck_attempt(self) -> int | None:
+        try:
+            with open(self.marker) as f:
+                return int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def process_element(self, record, ctx):
+        if self.subtask == self.stuck and not os.path.exists(self.marker):
+            with open(self.marker + ".tmp", "w") as f:
+                f.write(f"{os.getpid()} {self.attempt}")
+            os.replace(self.marker + ".tmp", self.marker)
+            while True:
+                time.sleep(0.05)
+        if self.fail_others and self._stuck_attempt() == self.attempt:
+            raise InjectedFailure(f"subtask {self.subtask}: subtask {self.stuck} is stuck")
+        return super().process_element(record, ctx)
+
+
+def stuck_pipeline(
+    root: str, *, num_records: int = 5000, fail_others: bool = True, restarts: int = 2
+) -> Pipeline:
+    """The running sum (30 keys, seed 3, 2000 records/s, 200 ms checkpoints, keyed
+    parallelism 3) with :class:`StuckOnce` noting the stuck pid in ``root/stuck.pid``."""
+    return running_sum_pipeline(
+        root,
+        name="stuck",
+        num_records=num_records,
+        num_keys=30,
+        seed=3,
+        rate=2000,
+        interval_ms=200,
+        source_parallelism=1,
+        keyed_parallelism=3,
+        splits=2,
+        restart=RestartStrategy.fixed_delay(attempts=restarts, delay_ms=0),
+        function=StuckOnce(os.path.join(root, "stuck.pid"), fail_others=fail_others),
+    )
 
 
 #: set (to a fresh id) before the Spark session starts: the executors' environment

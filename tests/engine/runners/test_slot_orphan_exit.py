@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from pipelines import process_alive
+from pipelines import child_pids, process_alive
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(os.path.dirname(HERE))
@@ -19,23 +19,9 @@ TESTS = os.path.dirname(os.path.dirname(HERE))
 DRIVER = """
 import sys
 sys.path[:0] = [{here!r}, {tests!r}]
-from stuck_pipelines import stuck_pipeline
+from spark_kills import stuck_pipeline
 stuck_pipeline({root!r}, fail_others=False, num_records=200_000).run()
 """
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
-    return found
 
 
 @pytest.mark.timeout(120)
@@ -59,7 +45,7 @@ def test_a_slot_stuck_in_user_code_ends_its_process_when_its_driver_is_killed(wo
             time.sleep(0.1)
         assert marker.exists(), "no slot got stuck within 90 s"
         stuck = int(marker.read_text().split()[0])
-        slots = _children(driver.pid)
+        slots = child_pids(driver.pid)
         assert stuck in slots, (stuck, slots)
         driver.send_signal(signal.SIGKILL)  # the coordinator is gone, without a word
         driver.wait(10)

@@ -17,7 +17,13 @@ import tracemalloc
 
 import cloudpickle
 import pytest
-from pipelines import Background, check_exactly_once, expected_running_sums, running_sum_pipeline
+from pipelines import (
+    Background,
+    check_exactly_once,
+    child_pids,
+    expected_running_sums,
+    running_sum_pipeline,
+)
 
 from airflow_checkpoint_provider.engine.errors import JobFailedError
 from airflow_checkpoint_provider.engine.protocol import frames as P
@@ -409,19 +415,7 @@ def test_the_acceptor_still_drops_a_wrong_answer():
 
 def _children_listening_ports() -> dict[int, list[int]]:
     """Slot process pid -> its listening TCP ports (from /proc, no psutil)."""
-    me = os.getpid()
-    kids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                with open(f"/proc/{d}/cmdline", "rb") as f:
-                    is_slot = b"engine.runtime.slot" in f.read()
-                if int(fields[1]) == me and is_slot:
-                    kids.append(int(d))
-            except OSError:
-                continue
+    kids = child_pids(os.getpid(), b"engine.runtime.slot")
     listening = {}
     with open("/proc/net/tcp") as f:
         for line in f.readlines()[1:]:
