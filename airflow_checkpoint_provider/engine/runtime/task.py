@@ -158,6 +158,7 @@ class StreamTask(TaskCheckpointing):
         self._channel_state: tuple | None = None  # restored in-flight records to replay
         self._held: dict[int, list] = {}        # blocked channel -> items behind its barrier
         self._replay: collections.deque = collections.deque()  # released held items
+        self._coalesced: list = []              # items _with_queued folded into a batch
         self.opened = threading.Event()         # set once open() returned or failed
         self.open_failed = False
         #: the task's phase where no finer place is marked on an exception (failure_place.py)
@@ -419,8 +420,14 @@ class StreamTask(TaskCheckpointing):
             if item is not None:
                 self._control(item)
                 continue
+            room = self._output_room(batch_size)
+            if room <= 0:  # no credit downstream: wait a little, then look at the mailbox
+                for w in self.writers:
+                    if not w.available(0.01):
+                        break
+                continue
             try:
-                batch = source.read_batch(batch_size)
+                batch = source.read_batch(room)
             except Exception as exc:
                 mark(exc, source.node, "processing")
                 raise
@@ -438,6 +445,16 @@ class StreamTask(TaskCheckpointing):
                 if item is not None:
                     self._control(item)
             self._on_watermark_status(source.poll_watermark(), 1)
+
+    def _output_room(self, batch_size: int) -> int:
+        """Records a source reads now: its batch size, or what its outputs' credit allows
+        (buffer debloating: a source slows down instead of filling buffers)."""
+        room = batch_size
+        for w in self.writers:
+            free = w.available()
+            if free is not None:
+                room = min(room, free)
+        return room
 
     def _input_loop(self) -> None:
         channels = self.vertex.num_input_channels()
@@ -460,10 +477,7 @@ class StreamTask(TaskCheckpointing):
                 self._held[item[1]].append(item)  # behind a barrier: wait for alignment
                 continue
             if kind == "records":
-                if self._input_of is not None:
-                    self._push_input(item[1], item[2])
-                else:
-                    self._push(self._with_queued(item[2]) if not self._replay else item[2])
+                self._on_records(item)
             elif kind == "barrier":
                 _, channel, barrier = item
                 self._barriers[barrier.checkpoint_id] = barrier
@@ -489,6 +503,20 @@ class StreamTask(TaskCheckpointing):
             else:
                 self._control(item)
 
+    def _on_records(self, item: tuple) -> None:
+        """A records item of an input channel through the chain; then its credit goes back
+        to the channel's sender (buffer debloating, :mod:`.debloat`)."""
+        if self._input_of is not None:
+            self._push_input(item[1], item[2])
+        elif self._replay:
+            self._push(item[2])
+        else:
+            self._push(self._with_queued(item[2]))
+            for more in self._coalesced:  # folded into the batch: processed too
+                self.mailbox.consumed(more[1], len(more[2]))
+            self._coalesced = []
+        self.mailbox.consumed(item[1], len(item[2]))
+
     def _with_queued(self, records: Batch) -> Batch:
         """An Arrow batch for a vectorized operator, together with the Arrow batches queued
         right behind it (any channel not held for alignment, up to 4 x ``arrow_batch_size``
@@ -513,6 +541,7 @@ class StreamTask(TaskCheckpointing):
         more = self.mailbox.take_following(accept, limit=64)
         if not more:
             return records
+        self._coalesced = more
         table = pa.Table.from_batches([records, *(m[2] for m in more)])
         if getattr(self.operators[0], "accepts_table", False):
             return table  # folded chunk by chunk: no copy into one batch

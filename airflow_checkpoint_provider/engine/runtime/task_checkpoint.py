@@ -208,6 +208,11 @@ class TaskCheckpointing:
         lag = source_lag(self.operators)
         if lag:
             timing["source_lag"] = lag
+        credit = self.mailbox.credit_per_channel
+        if credit is not None and self.vertex.num_input_channels():
+            # buffer debloating: what the barrier could wait behind, and its base
+            timing.update(queued_records=self.mailbox.queued_rows, credit_records=credit,
+                          throughput=round(self.mailbox.meter.rate or 0.0, 1))
         counters = operator_counters(self.operators)
         if counters:  # the operators' own counters up to this barrier (this attempt)
             timing["counters"] = counters
