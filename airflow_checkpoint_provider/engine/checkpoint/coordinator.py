@@ -417,6 +417,8 @@ class CheckpointCoordinator:
                     sub_entry["key_group_range"] = entry["key_group_range"]
                 if entry.get("channel_state") is not None:
                     sub_entry["channel_state"] = entry["channel_state"]
+                if m.get("finished"):  # past its end of input (FLIP-147)
+                    sub_entry["finished"] = True
                 op["subtasks"].append(sub_entry)
         for op in operators.values():
             op["subtasks"].sort(key=lambda s: s["index"])

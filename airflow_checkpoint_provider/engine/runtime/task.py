@@ -151,6 +151,10 @@ class StreamTask(TaskCheckpointing):
         self._last_report = time.monotonic()
         self.finished = False
         self.exhausted = False                  # sources: every split read (or drained)
+        #: the chain ran its end of input (checkpoints say so: a restore skips it, FLIP-147)
+        self.input_ended = False
+        #: restored from a snapshot where this task had already ended its input
+        self.restored_finished = False
         self.suspended_for: int | None = None   # sources: stopped by stop-with-savepoint N
         self._barriers: dict[int, CheckpointBarrier] = {}  # checkpoint -> its barrier here
         #: unaligned checkpoint -> its snapshot, waiting for its channel state to be captured
@@ -234,6 +238,8 @@ class StreamTask(TaskCheckpointing):
                                  parallelism=v.parallelism, attempt=self.env.attempt,
                                  fence_sinks=self.env.fence_sinks)
             spec = self.restore.get(node.uid) if node.uid else None
+            if spec and spec.get("finished"):
+                self.restored_finished = True
             if spec and spec.get("channel_state") is not None:
                 self._channel_state = (spec["directory"], spec["channel_state"])
             try:
@@ -392,6 +398,16 @@ class StreamTask(TaskCheckpointing):
         return wait
 
     def _end_input(self, start: int = 0) -> None:
+        self.input_ended = True
+        if self.restored_finished:
+            # FLIP-147: the snapshot this task restored was taken after its end of input:
+            # what that emitted is in the snapshot (and the sinks' transactions) already
+            log.info("Task %s was restored finished: its end of input is not run again",
+                     self.name)
+            for w in self.writers:
+                w.emit_event(P.END_OF_INPUT)
+            self.env.send(M.EndOfInput(vertex=self.vertex.id, subtask=self.subtask))
+            return
         # end of input is the largest watermark: every event-time timer and window fires
         self._advance_watermark(MAX_WATERMARK, start)
         for i in range(start, len(self.operators)):
@@ -410,6 +426,9 @@ class StreamTask(TaskCheckpointing):
     def _source_loop(self) -> None:
         source: SourceOperator = self.operators[0]  # type: ignore[assignment]
         batch_size = self.env.batch_size
+        if self.restored_finished:  # it read everything before the snapshot: not again
+            self.exhausted = True
+            self._end_input(1)
         while not self.finished:
             if self.exhausted or self.suspended_for is not None:
                 item = self.mailbox.take(0.5, control_only=True)

@@ -60,6 +60,7 @@ class TaskCheckpointing:
     channel_gates: dict[int, threading.Event]
     watermark: int
     exhausted: bool
+    input_ended: bool
     finished: bool
     suspended_for: int | None
     _barriers: dict[int, CheckpointBarrier]
@@ -205,6 +206,11 @@ class TaskCheckpointing:
             "records": self.counts_by_operator()}
         if self.watermark != MIN_WATERMARK:
             timing["watermark"] = self.watermark
+        if self.input_ended and not barrier.kind.is_savepoint:
+            # recorded per subtask in _metadata: a restore does not run it again (FLIP-147).
+            # Not in savepoints: a drained one (stop --drain) ends the input of a job that
+            # is meant to go on reading when it is restored
+            timing["finished"] = True
         lag = source_lag(self.operators)
         if lag:
             timing["source_lag"] = lag
