@@ -79,6 +79,13 @@ class CheckpointConfig:
         unaligned once it has been pending this long (Flink's
         ``execution.checkpointing.aligned-checkpoint-timeout``); ``None``: unaligned from
         the start.
+    :param buffer_debloat_target_ms: buffer debloating (Flink's
+        ``taskmanager.network.memory.buffer-debloat.target``): what is in flight to a task
+        (queued in its mailbox and in its channels' buffers) is bounded by this much of the
+        task's measured processing time, so an aligned barrier waits about this long behind
+        the records ahead of it, and a source of a slow job slows down instead of filling
+        buffers. ``None``: bounded by counts only (8 batches a mailbox and the sockets'
+        buffers), as before.
     """
 
     interval_ms: int | None = 1000
@@ -95,6 +102,7 @@ class CheckpointConfig:
     allowed_savepoint_roots: tuple[str, ...] = ()
     unaligned: bool = False
     aligned_timeout_ms: int | None = None
+    buffer_debloat_target_ms: int | None = 1000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", CheckpointingMode(self.mode))
@@ -110,6 +118,12 @@ class CheckpointConfig:
             if self.aligned_timeout_ms < 0:
                 raise ConfigurationError(
                     f"checkpoint aligned_timeout_ms must be >= 0 (got {self.aligned_timeout_ms})")
+        if self.buffer_debloat_target_ms is not None and not (
+                isinstance(self.buffer_debloat_target_ms, int)
+                and self.buffer_debloat_target_ms >= 10):
+            raise ConfigurationError(
+                f"checkpoint buffer_debloat_target_ms must be an integer >= 10 or None (got "
+                f"{self.buffer_debloat_target_ms!r})")
         if self.interval_ms is not None and self.interval_ms < 10:
             raise ConfigurationError(f"checkpoint interval_ms must be >= 10 (got {self.interval_ms})")
         if self.timeout_ms <= 0:

@@ -125,6 +125,18 @@ class JobMetrics:
         self.checkpoints_failed = counter(
             "checkpoints_failed", "Failed checkpoints (declined, expired or aborted).")
         self.restarts = counter("restarts", "Restarts of the job.")
+        self.checkpoints_switched_unaligned = counter(
+            "checkpoints_switched_unaligned",
+            "Checkpoints that started aligned and turned unaligned after aligned_timeout_ms.")
+        self.checkpoints_unaligned = counter(
+            "checkpoints_unaligned", "Completed checkpoints that were unaligned (from the "
+            "start or switched), storing in-flight records as channel state.")
+        self.last_checkpoint_alignment_ms = gauge(
+            "last_checkpoint_alignment_ms",
+            "Longest barrier alignment of a task in the newest completed checkpoint.")
+        self.last_checkpoint_inflight_bytes = gauge(
+            "last_checkpoint_inflight_bytes",
+            "In-flight records (channel state) the newest completed checkpoint stored.")
         self._records_in = Counter("records_in", "Records read by an operator.",
                                    (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                                    registry=self.registry)
@@ -236,7 +248,22 @@ class JobMetrics:
         else:
             self.on_checkpoint_completed(checkpoint_id, completed.duration_ms,
                                          completed.state_size, completed.checkpointed_size)
-            self.on_source_lag(getattr(completed, "task_stats", None) or [])
+            stats = getattr(completed, "task_stats", None) or []
+            self.on_source_lag(stats)
+            self.on_alignment(getattr(completed, "alignment", "aligned"), stats)
+
+    def on_alignment(self, alignment: str, task_stats: list) -> None:
+        """How a completed checkpoint aligned: ``aligned``, ``unaligned`` or ``switched``
+        (turned unaligned by the aligned timeout), and the tasks' alignment and in-flight
+        bytes."""
+        if alignment != "aligned":
+            self.checkpoints_unaligned.inc()
+        if alignment == "switched":
+            self.checkpoints_switched_unaligned.inc()
+        self.last_checkpoint_alignment_ms.set(
+            max((float(t.get("alignment_ms") or 0) for t in task_stats), default=0.0))
+        self.last_checkpoint_inflight_bytes.set(
+            sum(int(t.get("inflight_bytes") or 0) for t in task_stats))
 
     def on_checkpoint_failed(self, checkpoint_id: int) -> None:
         """A checkpoint failed (declined, expired or aborted on failover)."""

@@ -58,6 +58,8 @@ class PendingCheckpoint:
     acks: dict[tuple[int, int], dict] = field(default_factory=dict)
     final: bool = False
     unaligned: bool = False
+    #: started aligned, turned unaligned this long after its trigger (aligned timeout)
+    switched_after_ms: int | None = None
 
 
 @dataclass
@@ -71,6 +73,45 @@ class CompletedCheckpoint:
     claimed: bool = False   # restored with claim mode CLAIM: this job owns (and deletes) it
     #: per-task stats of the acks (what the metadata DB records), for listeners
     task_stats: list | None = None
+    #: ``aligned``, ``unaligned`` (from the start) or ``switched`` (aligned timeout)
+    alignment: str = "aligned"
+    #: a switched checkpoint: ms from its trigger to the switch
+    switched_after_ms: int | None = None
+
+
+#: the adaptive aligned timeout: after this many consecutive checkpoints that had to be
+#: switched to unaligned, the next ones start unaligned at once (no timeout wait) ...
+SWITCHES_BEFORE_UNALIGNED_START = 3
+#: ... for this many checkpoints; then one starts aligned again (a probe: the backpressure
+#: may be gone)
+UNALIGNED_STARTS = 5
+
+
+class AdaptiveAlignment:
+    """Whether a checkpoint starts aligned when ``aligned_timeout_ms`` is set. A job under
+    lasting backpressure switches every checkpoint after the timeout: waiting for it each
+    time only delays the checkpoint. After :data:`SWITCHES_BEFORE_UNALIGNED_START` switches
+    in a row the next :data:`UNALIGNED_STARTS` checkpoints start unaligned; then one starts
+    aligned again, and a checkpoint that completes aligned resets the count."""
+
+    def __init__(self) -> None:
+        self.switched_in_a_row = 0
+        self.unaligned_starts_left = 0
+
+    def start_unaligned(self) -> bool:
+        if self.unaligned_starts_left:
+            self.unaligned_starts_left -= 1
+            return True
+        return False
+
+    def on_completed(self, alignment: str) -> None:
+        if alignment == "aligned":
+            self.switched_in_a_row = 0
+        elif alignment == "switched":
+            self.switched_in_a_row += 1
+            if self.switched_in_a_row >= SWITCHES_BEFORE_UNALIGNED_START:
+                self.switched_in_a_row = 0
+                self.unaligned_starts_left = UNALIGNED_STARTS
 
 
 class CheckpointFailureManager:
@@ -129,6 +170,9 @@ class CheckpointCoordinator:
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: collections.deque[CompletedCheckpoint] = collections.deque()
         self.failure_manager = CheckpointFailureManager(config.tolerable_failures)
+        self.adaptive_alignment = AdaptiveAlignment()
+        #: checkpoints that started aligned and turned unaligned (aligned timeout)
+        self.num_switched = 0
         self.running_tasks: set[tuple[int, int]] = set()
         self.last_end = float("-inf")   # end of the last checkpoint (completed or aborted)
         self.num_completed = 0
@@ -202,8 +246,11 @@ class CheckpointCoordinator:
         wall = datetime.now(UTC)
         loc = location or checkpoint_directory(self.job_dir, chk)
         cfg = self.config
-        # savepoints are always aligned; with an aligned timeout a checkpoint starts aligned
-        unaligned = bool(cfg.unaligned and kind == CHECKPOINT and not cfg.aligned_timeout_ms)
+        # savepoints are always aligned; with an aligned timeout a checkpoint starts aligned,
+        # unless the last ones all had to switch (AdaptiveAlignment)
+        unaligned = bool(cfg.unaligned and kind == CHECKPOINT
+                         and (not cfg.aligned_timeout_ms
+                              or self.adaptive_alignment.start_unaligned()))
         self.pending[chk] = PendingCheckpoint(chk, kind, now, wall, int(wall.timestamp() * 1000),
                                               loc, set(self.tasks), final=final,
                                               unaligned=unaligned)
@@ -244,6 +291,8 @@ class CheckpointCoordinator:
                 if (not p.unaligned and p.kind == CHECKPOINT
                         and now - p.trigger_time > align_ms / 1000.0):
                     p.unaligned = True
+                    p.switched_after_ms = round((now - p.trigger_time) * 1000)
+                    self.num_switched += 1
                     log.info("Checkpoint %d of job %s turns unaligned (aligned for over %d ms)",
                              chk, self.job_name, align_ms)
                     self.send_unalign(chk)
@@ -338,13 +387,22 @@ class CheckpointCoordinator:
             self.abort(p.checkpoint_id, f"cannot record the checkpoint: {exc}", now)
             return None
         del self.pending[p.checkpoint_id]
+        alignment = ("switched" if p.switched_after_ms is not None
+                     else "unaligned" if p.unaligned else "aligned")
         completed = CompletedCheckpoint(p.checkpoint_id, record_kind(p.kind), p.location,
-                                        state_size, uploaded, duration_ms, task_stats=task_stats)
+                                        state_size, uploaded, duration_ms, task_stats=task_stats,
+                                        alignment=alignment,
+                                        switched_after_ms=p.switched_after_ms)
+        if p.kind == CHECKPOINT and self.config.aligned_timeout_ms:
+            self.adaptive_alignment.on_completed(alignment)
         self.num_completed += 1
         self.last_end = now
         self.failure_manager.on_success()
-        log.info("Completed %s %d for job %s (%s in %d ms)", completed.kind.lower(), p.checkpoint_id,
-                 self.job_name, _human_bytes(state_size), duration_ms)
+        log.info("Completed %s %d for job %s (%s in %d ms%s)", completed.kind.lower(),
+                 p.checkpoint_id, self.job_name, _human_bytes(state_size), duration_ms,
+                 "" if alignment == "aligned" else
+                 f", unaligned after {p.switched_after_ms} ms" if alignment == "switched"
+                 else ", unaligned")
         # 4. subsume
         for older in [c for c in self.pending if c < p.checkpoint_id
                       and self.pending[c].kind == CHECKPOINT]:
@@ -417,6 +475,8 @@ class CheckpointCoordinator:
                     sub_entry["key_group_range"] = entry["key_group_range"]
                 if entry.get("channel_state") is not None:
                     sub_entry["channel_state"] = entry["channel_state"]
+                if m.get("finished"):  # past its end of input (FLIP-147)
+                    sub_entry["finished"] = True
                 op["subtasks"].append(sub_entry)
         for op in operators.values():
             op["subtasks"].sort(key=lambda s: s["index"])

@@ -62,10 +62,18 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
                 f"parallelism {vertex.parallelism}; restore it at parallelism "
                 f"{op.parallelism}, take a savepoint (savepoints are aligned) and rescale from "
                 "that")
+        # FLIP-147: an operator whose every subtask had reached the end of its input is
+        # finished (its sources read everything, its end_input ran and its output is in the
+        # snapshot): a restore does not run that again. Partly finished: per subtask when the
+        # parallelism is unchanged, else not at all (the state of both kinds mixes).
+        all_finished = bool(op.subtasks) and all(s.finished for s in op.subtasks)
+        finished_subtasks = ({s.index for s in op.subtasks if s.finished}
+                             if op.parallelism == vertex.parallelism else set())
         for sub in range(vertex.parallelism):
             spec: dict = {"directory": snapshot.directory, "states": op.states,
                           "operator_state": union, "keyed": [],
-                          "channel_state": in_flight.get(sub)}
+                          "channel_state": in_flight.get(sub),
+                          "finished": all_finished or sub in finished_subtasks}
             if kind == "keyed":
                 mine = key_group_range_for(sub, vertex.parallelism, graph.max_parallelism)
                 for s in op.subtasks:

@@ -35,6 +35,7 @@ CONTROL = 7        # msgpack map of a control message (messages.py)
 CHALLENGE = 8      # 16-byte nonce, first frame from the accepting side (runtime/auth.py)
 AUTH = 9           # the connecting side's nonce and HMAC; then the accepting side's HMAC
 WATERMARK = 10     # msgpack [watermark_ms, idle] (runtime/watermarks.py)
+CREDIT = 11        # u32 records: receiver -> sender, more credit (runtime/debloat.py)
 
 
 def encode_watermark(watermark: int, idle: bool) -> bytes:

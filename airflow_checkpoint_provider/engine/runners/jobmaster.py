@@ -306,6 +306,7 @@ class JobMaster(RestoreMixin, FailoverMixin):
             "exactly_once": self.config.checkpoint.mode == CheckpointingMode.EXACTLY_ONCE,
             "restore": restore, "source_splits": self.source_splits,
             "fence_sinks": self.config.fence_sinks,
+            "debloat_target_ms": self.config.checkpoint.buffer_debloat_target_ms,
             "state_backend": {"kind": self.config.state_backend,
                               "incremental": self.config.incremental}})
 

@@ -23,18 +23,53 @@ from ..serialization import pack_records, unpack_records, unpackb
 from ..state.keygroups import key_group_for
 from ..state.vectorized import channels_for, key_groups_of
 from .batches import Batch, encode_arrow, split_by_channel
+from .debloat import SenderCredit
 from .mailbox import Mailbox
+
+
+def _rows(records: Batch, start: int, n: int) -> Batch:
+    """Records ``start .. start + n`` of a batch (an Arrow slice: no copy)."""
+    if start == 0 and n == len(records):
+        return records
+    if isinstance(records, list):
+        return records[start:start + n]
+    return records.slice(start, n)
 
 
 class OutputChannel:
     """A TCP connection to one downstream subtask. ``sendall`` blocks when the receiver is
-    slow (TCP flow control): that is the backpressure."""
+    slow (TCP flow control): that is the backpressure. With buffer debloating
+    (``credit_based``) a batch is sent in parts of at most the credit the receiver granted
+    (:mod:`.debloat`), waiting for more between them."""
 
-    def __init__(self, sock) -> None:
+    def __init__(self, sock, *, credit_based: bool = False) -> None:
         self.sock = sock
+        self.credit = SenderCredit(sock) if credit_based else None
 
-    def send_records(self, kind: int, records: Batch, encode) -> None:
-        P.send_frame(self.sock, kind, encode(records))
+    def send_records(self, kind: int, records: Batch, encode, encoded=None) -> None:
+        """Send a batch (``encoded``: its frame payload, if already encoded)."""
+        credit = self.credit
+        if credit is None:
+            P.send_frame(self.sock, kind, encode(records) if encoded is None else encoded)
+            return
+        n, start = len(records), 0
+        while start < n:
+            have = credit.credit if credit.credit >= n - start else credit.refresh()
+            if have <= 0:
+                have = credit.wait()
+            part = min(have, n - start)
+            payload = (encoded if encoded is not None and part == n
+                       else encode(_rows(records, start, part)))
+            P.send_frame(self.sock, kind, payload)
+            credit.credit -= part
+            start += part
+
+    def available(self, timeout: float = 0.0) -> int | None:
+        """Records this channel can send now (after waiting up to ``timeout`` seconds for
+        credit); ``None``: no credit-based flow control."""
+        if self.credit is None:
+            return None
+        return self.credit.wait(timeout) if timeout else self.credit.refresh()
 
     def send(self, kind: int, payload: bytes = b"") -> None:
         P.send_frame(self.sock, kind, payload)
@@ -75,10 +110,20 @@ class LocalChannel:
         if not self.mailbox.put_data(item):
             raise P.ConnectionClosed("the downstream task of this slot has stopped")
 
-    def send_records(self, kind: int, records: Batch, encode) -> None:
+    def send_records(self, kind: int, records: Batch, encode, encoded=None) -> None:
         if kind != P.ARROW:
-            records = unpack_records(encode(records))
-        self._put(("records", self.channel, records))
+            records = unpack_records(encode(records) if encoded is None else encoded)
+        n, start = len(records), 0
+        while start < n:  # in parts of at most the receiver's credit (runtime/debloat.py)
+            part = self.mailbox.reserve(self.channel, n - start)
+            if part <= 0:
+                raise P.ConnectionClosed("the downstream task of this slot has stopped")
+            self._put(("records", self.channel, _rows(records, start, part)))
+            start += part
+
+    def available(self, timeout: float = 0.0) -> int | None:
+        free = self.mailbox.credit_available(self.channel, timeout)
+        return None if self.mailbox.credit_per_channel is None else free
 
     def send(self, kind: int, payload: bytes = b"") -> None:
         self._put(event_item(kind, payload, self.channel))
@@ -124,13 +169,14 @@ class RecordWriter:
             self.channels[self._rr % n].send_records(kind, records, encode)
             self._rr += 1
         elif self.partitioning == BROADCAST:
-            data = None  # encoded once for every remote channel
+            data = None  # encoded once for every remote channel (sent whole: no credit)
             for ch in self.channels:
                 if isinstance(ch, LocalChannel):
                     ch.send_records(kind, records, encode)
                 else:
-                    data = encode(records) if data is None else data
-                    ch.send(kind, data)
+                    if data is None and (ch.credit is None or ch.credit.credit >= len(records)):
+                        data = encode(records)
+                    ch.send_records(kind, records, encode, data)
         elif self.partitioning == HASH:
             # Arrow batches reach here only with a key field (else they became rows above)
             parts = (self._split_arrow(records, cast(str, field), n) if arrow
@@ -174,6 +220,26 @@ class RecordWriter:
             raise BadRecordError(f"key_by field {field!r} is not a column of the batch "
                                  f"(columns: {', '.join(batch.schema.names)})") from None
         return split_by_channel(batch, channels_for(column, n, self.max_parallelism), n)
+
+    def available(self, timeout: float = 0.0) -> int | None:
+        """Records a source may read for this output without waiting for credit: its
+        channels' smallest credit, times the channels with hash partitioning; ``None``: no
+        credit-based flow control. Waits up to ``timeout`` seconds on a channel without
+        credit."""
+        smallest: int | None = None
+        for ch in self.channels:
+            free = ch.available()
+            if free is not None and free <= 0 and timeout:
+                free = ch.available(timeout)
+            if free is not None:
+                smallest = free if smallest is None else min(smallest, free)
+            if smallest == 0:
+                return 0
+        if smallest is not None and self.partitioning == HASH:
+            # a batch splits over the channels: each part is about its smallest credit (a
+            # skewed batch waits for the rest of a channel's credit while it is sent)
+            smallest *= len(self.channels)
+        return smallest
 
     def emit_event(self, kind: int, payload: bytes = b"") -> None:
         for ch in self.channels:

@@ -20,19 +20,45 @@ checkpoint N turns unaligned (:meth:`begin_unaligned`):
   processing the queued records, and stores the captured ones as channel state. Each item
   carries the highest barrier its channel had delivered when it was put, so "precedes
   barrier N" is ``tag < N``.
+
+Credit (buffer debloating, :mod:`.debloat`): with a target time, every input channel may
+have at most its credit of records sent and not yet processed. An in-slot sender takes
+credit with :meth:`Mailbox.reserve`; a TCP channel's credit is announced to its sender
+(:meth:`Mailbox.set_announcer`). The task returns credit with :meth:`Mailbox.consumed` once
+it processed an item's records, which also measures its throughput, the credit's base.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+import time
+from collections.abc import Callable
 
 from ..serialization import pack_records
+from .debloat import GRANT_FRACTION, ThroughputMeter, channel_credit
 
 
 class Mailbox:
-    def __init__(self, capacity: int = 64) -> None:
+    """:param capacity: data items (batches and events) queued at most.
+    :param channels: input channels (for their credit).
+    :param target_s: buffer debloating's target time (``None``: no credit; what a channel
+        has in flight is bounded by ``capacity`` and the socket buffers only).
+    :param initial_credit: records of credit per channel before the throughput is measured.
+    :param max_credit: the most records of credit per channel."""
+
+    def __init__(self, capacity: int = 64, *, channels: int = 0, target_s: float | None = None,
+                 initial_credit: int = 1024, max_credit: int = 1 << 20) -> None:
         self._capacity = capacity
+        self._channels = channels
+        self._target = target_s
+        self._initial_credit, self._max_credit = initial_credit, max_credit
+        self.meter = ThroughputMeter()
+        self._share = channel_credit(None, target_s or 1.0, channels, initial_credit, max_credit)
+        self._outstanding = [0] * channels   # credit granted per channel, not yet consumed
+        self._announcers: dict[int, Callable[[int], None]] = {}
+        self.queued_rows = 0                 # records in queued data items
+        self._pending_grants: list[tuple[int, int]] = []
         self._data: collections.deque = collections.deque()   # (tag, item)
         self._control: collections.deque = collections.deque()
         self._cond = threading.Condition()
@@ -47,13 +73,19 @@ class Mailbox:
     def put_data(self, item: tuple) -> bool:
         """Block while full (unless the item's channel reads ahead to an unaligned barrier);
         False if the mailbox was closed."""
+        ok, grants = self._put(item)
+        for channel, rows in grants:  # credit announced outside the lock (a socket send)
+            self._announcers[channel](rows)
+        return ok
+
+    def _put(self, item: tuple) -> tuple[bool, list]:
         kind, channel = item[0], item[1]
         with self._cond:
             while (len(self._data) >= self._capacity and not self._closed
                    and not self._reads_ahead(channel)):
                 self._cond.wait()
             if self._closed:
-                return False
+                return False, []
             tag = self._last_barrier.get(channel, 0)
             if kind == "barrier" or kind == "cancel":
                 chk = item[2].checkpoint_id if kind == "barrier" else item[2]
@@ -63,12 +95,22 @@ class Mailbox:
                     self._begin(chk)
                     self._control.append(("ubarrier", channel, item[2]))
                     self._cond.notify_all()
-                    return True
+                    grants, self._pending_grants = self._pending_grants, []
+                    return True, grants
             elif kind == "records" and self._capture_id and tag < self._capture_id:
                 self._capture.append(_captured(item))
+            grants = []
+            if kind == "records":
+                rows = len(item[2])
+                self.queued_rows += rows
+                if (self._target is not None and channel in self._announcers
+                        and self._reads_ahead(channel)):
+                    # reading ahead to its barrier: its sender is not held for credit
+                    self._outstanding[channel] += rows
+                    grants.append((channel, rows))
             self._data.append((tag, item))
             self._cond.notify_all()
-            return True
+            return True, grants
 
     def put_control(self, item: object) -> None:
         with self._cond:
@@ -84,11 +126,17 @@ class Mailbox:
                     return self._control.popleft()
                 if self._data and not control_only:
                     item = self._data.popleft()[1]
+                    if item[0] == "records":
+                        self.queued_rows -= len(item[2])
                     self._cond.notify_all()
                     return item
                 if self._closed:
                     return None
-                if not self._cond.wait(timeout):
+                waited = time.monotonic()
+                woken = self._cond.wait(timeout)
+                if not control_only:  # waiting for input: not busy
+                    self.meter.add_idle(time.monotonic() - waited)
+                if not woken:
                     return None
 
     def take_following(self, accept, limit: int) -> list:
@@ -98,7 +146,10 @@ class Mailbox:
         with self._cond:
             while (self._data and len(taken) < limit and not self._control
                    and accept(self._data[0][1])):
-                taken.append(self._data.popleft()[1])
+                item = self._data.popleft()[1]
+                if item[0] == "records":
+                    self.queued_rows -= len(item[2])
+                taken.append(item)
             if taken:
                 self._cond.notify_all()
         return taken
@@ -112,6 +163,80 @@ class Mailbox:
             self._closed = True
             self._cond.notify_all()
 
+    # -- credit (buffer debloating) ---------------------------------------------------------
+    @property
+    def credit_per_channel(self) -> int | None:
+        """Records of credit each input channel has (``None``: no debloating)."""
+        return None if self._target is None else self._share
+
+    def set_announcer(self, channel: int, announce: Callable[[int], None]) -> None:
+        """Input channel ``channel`` is a TCP channel: ``announce(rows)`` sends its sender
+        more credit. Its first credit is announced now."""
+        if self._target is None:
+            return
+        with self._cond:
+            self._announcers[channel] = announce
+            grant = max(0, self._share - self._outstanding[channel])
+            self._outstanding[channel] += grant
+        if grant:
+            announce(grant)
+
+    def reserve(self, channel: int, rows: int) -> int:
+        """An in-slot sender takes credit for up to ``rows`` records of ``channel``: waits
+        until there is some; how many it may put (0: the mailbox was closed)."""
+        if self._target is None:
+            return rows
+        with self._cond:
+            while not self._closed:
+                if self._reads_ahead(channel):
+                    return rows
+                free = self._share - self._outstanding[channel]
+                if free > 0:
+                    granted = min(rows, free)
+                    self._outstanding[channel] += granted
+                    return granted
+                self._cond.wait()
+            return 0
+
+    def credit_available(self, channel: int, timeout: float = 0.0) -> int:
+        """Credit an in-slot sender could take on ``channel`` now (after waiting up to
+        ``timeout`` seconds for some)."""
+        if self._target is None:
+            return self._max_credit
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self._closed or self._reads_ahead(channel):
+                    return self._share
+                free = self._share - self._outstanding[channel]
+                left = deadline - time.monotonic()
+                if free > 0 or left <= 0:
+                    return max(0, free)
+                self._cond.wait(left)
+
+    def consumed(self, channel: int, rows: int) -> None:
+        """The task processed ``rows`` records of input channel ``channel``: their credit
+        goes back to the channel's sender, and the throughput (the credit's base) counts
+        them. ``channel`` -1: records not from a channel (restored channel state)."""
+        if self._target is None or rows <= 0:
+            return
+        grants = []
+        with self._cond:
+            if self.meter.add(rows, time.monotonic()):
+                self._share = channel_credit(self.meter.rate, self._target, self._channels,
+                                             self._initial_credit, self._max_credit)
+            if 0 <= channel < self._channels:
+                self._outstanding[channel] = max(0, self._outstanding[channel] - rows)
+            threshold = max(1, self._share // GRANT_FRACTION)
+            for ch in self._announcers:
+                free = self._share - self._outstanding[ch]
+                if free >= threshold:
+                    self._outstanding[ch] += free
+                    grants.append((ch, free))
+            self._cond.notify_all()
+        for ch, free in grants:
+            self._announcers[ch](free)
+
     # -- unaligned checkpoints --------------------------------------------------------------
     def begin_unaligned(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` is unaligned: its barriers overtake, channels read
@@ -119,6 +244,9 @@ class Mailbox:
         with self._cond:
             self._begin(checkpoint_id)
             self._cond.notify_all()
+            grants, self._pending_grants = self._pending_grants, []
+        for channel, rows in grants:
+            self._announcers[channel](rows)
 
     def _begin(self, checkpoint_id: int) -> None:
         # a late barrier of an aborted checkpoint must not start reading ahead: some inputs
@@ -126,6 +254,11 @@ class Mailbox:
         if checkpoint_id <= self._unaligned or checkpoint_id <= self._aborted:
             return
         self._unaligned = checkpoint_id
+        if self._target is not None:  # senders held for credit may go on to their barrier
+            for channel in self._announcers:
+                if self._reads_ahead(channel):
+                    self._outstanding[channel] += self._share
+                    self._pending_grants.append((channel, self._share))
         queued = [e for e in self._data
                   if e[1][0] == "barrier" and e[1][2].checkpoint_id == checkpoint_id]
         for entry in queued:  # already queued behind records: they overtake now

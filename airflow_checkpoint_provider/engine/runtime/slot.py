@@ -44,6 +44,7 @@ from .auth import (
     serve_authenticated,
 )
 from .batches import decode_arrow
+from .debloat import INITIAL_CHANNEL_CREDIT, CreditAnnouncer
 from .mailbox import Mailbox
 from .task import (
     LocalChannel,
@@ -285,7 +286,17 @@ class Slot:
         graph: ExecutionGraph = job["graph"]
         self.num_slots = graph.num_slots
         self.local = graph.tasks_in_slot(self.slot)
-        self.mailboxes = {t: Mailbox(job.get("mailbox_capacity", 8)) for t in self.local}
+        capacity = job.get("mailbox_capacity", 8)
+        target_ms = job.get("debloat_target_ms")
+        self.credit_based = target_ms is not None
+        largest = max(job["batch_size"], job.get("arrow_batch_size") or 0)
+        self.mailboxes = {
+            t: Mailbox(capacity, channels=graph.vertex(t[0]).num_input_channels(),
+                       target_s=None if target_ms is None else target_ms / 1000.0,
+                       initial_credit=min(job["batch_size"], INITIAL_CHANNEL_CREDIT),
+                       # a fast consumer keeps what its mailbox held before debloating
+                       max_credit=capacity * largest)
+            for t in self.local}
         self.gates = {t: {c: threading.Event()
                           for c in range(graph.vertex(t[0]).num_input_channels())}
                       for t in self.local}
@@ -319,6 +330,7 @@ class Slot:
             log.warning("Slot %d dropped a data connection with a bad HELLO: %s", self.slot, exc)
             conn.close()
             return
+        mailbox.set_announcer(ch, CreditAnnouncer(conn))  # its first credit (debloat.py)
         _reader(conn, ch, mailbox, gate)
 
     def _writers(self, graph: ExecutionGraph, vid: int, sub: int,
@@ -340,7 +352,7 @@ class Slot:
                                                 buffer=P.DATA_SOCKET_BUFFER)
                 P.send_frame(sock, P.HELLO, P.packb({"vertex": out.target_vertex, "subtask": j,
                                                      "channel": ch_index}))
-                channels.append(OutputChannel(sock))
+                channels.append(OutputChannel(sock, credit_based=self.credit_based))
             writers.append(RecordWriter(out.partitioning, channels, out.key_selector,
                                         graph.max_parallelism, sub, side=out.side))
         return writers

@@ -151,6 +151,10 @@ class StreamTask(TaskCheckpointing):
         self._last_report = time.monotonic()
         self.finished = False
         self.exhausted = False                  # sources: every split read (or drained)
+        #: the chain ran its end of input (checkpoints say so: a restore skips it, FLIP-147)
+        self.input_ended = False
+        #: restored from a snapshot where this task had already ended its input
+        self.restored_finished = False
         self.suspended_for: int | None = None   # sources: stopped by stop-with-savepoint N
         self._barriers: dict[int, CheckpointBarrier] = {}  # checkpoint -> its barrier here
         #: unaligned checkpoint -> its snapshot, waiting for its channel state to be captured
@@ -158,6 +162,7 @@ class StreamTask(TaskCheckpointing):
         self._channel_state: tuple | None = None  # restored in-flight records to replay
         self._held: dict[int, list] = {}        # blocked channel -> items behind its barrier
         self._replay: collections.deque = collections.deque()  # released held items
+        self._coalesced: list = []              # items _with_queued folded into a batch
         self.opened = threading.Event()         # set once open() returned or failed
         self.open_failed = False
         #: the task's phase where no finer place is marked on an exception (failure_place.py)
@@ -233,6 +238,8 @@ class StreamTask(TaskCheckpointing):
                                  parallelism=v.parallelism, attempt=self.env.attempt,
                                  fence_sinks=self.env.fence_sinks)
             spec = self.restore.get(node.uid) if node.uid else None
+            if spec and spec.get("finished"):
+                self.restored_finished = True
             if spec and spec.get("channel_state") is not None:
                 self._channel_state = (spec["directory"], spec["channel_state"])
             try:
@@ -391,6 +398,16 @@ class StreamTask(TaskCheckpointing):
         return wait
 
     def _end_input(self, start: int = 0) -> None:
+        self.input_ended = True
+        if self.restored_finished:
+            # FLIP-147: the snapshot this task restored was taken after its end of input:
+            # what that emitted is in the snapshot (and the sinks' transactions) already
+            log.info("Task %s was restored finished: its end of input is not run again",
+                     self.name)
+            for w in self.writers:
+                w.emit_event(P.END_OF_INPUT)
+            self.env.send(M.EndOfInput(vertex=self.vertex.id, subtask=self.subtask))
+            return
         # end of input is the largest watermark: every event-time timer and window fires
         self._advance_watermark(MAX_WATERMARK, start)
         for i in range(start, len(self.operators)):
@@ -409,6 +426,9 @@ class StreamTask(TaskCheckpointing):
     def _source_loop(self) -> None:
         source: SourceOperator = self.operators[0]  # type: ignore[assignment]
         batch_size = self.env.batch_size
+        if self.restored_finished:  # it read everything before the snapshot: not again
+            self.exhausted = True
+            self._end_input(1)
         while not self.finished:
             if self.exhausted or self.suspended_for is not None:
                 item = self.mailbox.take(0.5, control_only=True)
@@ -419,8 +439,14 @@ class StreamTask(TaskCheckpointing):
             if item is not None:
                 self._control(item)
                 continue
+            room = self._output_room(batch_size)
+            if room <= 0:  # no credit downstream: wait a little, then look at the mailbox
+                for w in self.writers:
+                    if not w.available(0.01):
+                        break
+                continue
             try:
-                batch = source.read_batch(batch_size)
+                batch = source.read_batch(room)
             except Exception as exc:
                 mark(exc, source.node, "processing")
                 raise
@@ -438,6 +464,16 @@ class StreamTask(TaskCheckpointing):
                 if item is not None:
                     self._control(item)
             self._on_watermark_status(source.poll_watermark(), 1)
+
+    def _output_room(self, batch_size: int) -> int:
+        """Records a source reads now: its batch size, or what its outputs' credit allows
+        (buffer debloating: a source slows down instead of filling buffers)."""
+        room = batch_size
+        for w in self.writers:
+            free = w.available()
+            if free is not None:
+                room = min(room, free)
+        return room
 
     def _input_loop(self) -> None:
         channels = self.vertex.num_input_channels()
@@ -460,10 +496,7 @@ class StreamTask(TaskCheckpointing):
                 self._held[item[1]].append(item)  # behind a barrier: wait for alignment
                 continue
             if kind == "records":
-                if self._input_of is not None:
-                    self._push_input(item[1], item[2])
-                else:
-                    self._push(self._with_queued(item[2]) if not self._replay else item[2])
+                self._on_records(item)
             elif kind == "barrier":
                 _, channel, barrier = item
                 self._barriers[barrier.checkpoint_id] = barrier
@@ -489,6 +522,20 @@ class StreamTask(TaskCheckpointing):
             else:
                 self._control(item)
 
+    def _on_records(self, item: tuple) -> None:
+        """A records item of an input channel through the chain; then its credit goes back
+        to the channel's sender (buffer debloating, :mod:`.debloat`)."""
+        if self._input_of is not None:
+            self._push_input(item[1], item[2])
+        elif self._replay:
+            self._push(item[2])
+        else:
+            self._push(self._with_queued(item[2]))
+            for more in self._coalesced:  # folded into the batch: processed too
+                self.mailbox.consumed(more[1], len(more[2]))
+            self._coalesced = []
+        self.mailbox.consumed(item[1], len(item[2]))
+
     def _with_queued(self, records: Batch) -> Batch:
         """An Arrow batch for a vectorized operator, together with the Arrow batches queued
         right behind it (any channel not held for alignment, up to 4 x ``arrow_batch_size``
@@ -513,6 +560,7 @@ class StreamTask(TaskCheckpointing):
         more = self.mailbox.take_following(accept, limit=64)
         if not more:
             return records
+        self._coalesced = more
         table = pa.Table.from_batches([records, *(m[2] for m in more)])
         if getattr(self.operators[0], "accepts_table", False):
             return table  # folded chunk by chunk: no copy into one batch

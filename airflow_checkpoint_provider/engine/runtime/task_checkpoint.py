@@ -60,6 +60,7 @@ class TaskCheckpointing:
     channel_gates: dict[int, threading.Event]
     watermark: int
     exhausted: bool
+    input_ended: bool
     finished: bool
     suspended_for: int | None
     _barriers: dict[int, CheckpointBarrier]
@@ -205,9 +206,19 @@ class TaskCheckpointing:
             "records": self.counts_by_operator()}
         if self.watermark != MIN_WATERMARK:
             timing["watermark"] = self.watermark
+        if self.input_ended and not barrier.kind.is_savepoint:
+            # recorded per subtask in _metadata: a restore does not run it again (FLIP-147).
+            # Not in savepoints: a drained one (stop --drain) ends the input of a job that
+            # is meant to go on reading when it is restored
+            timing["finished"] = True
         lag = source_lag(self.operators)
         if lag:
             timing["source_lag"] = lag
+        credit = self.mailbox.credit_per_channel
+        if credit is not None and self.vertex.num_input_channels():
+            # buffer debloating: what the barrier could wait behind, and its base
+            timing.update(queued_records=self.mailbox.queued_rows, credit_records=credit,
+                          throughput=round(self.mailbox.meter.rate or 0.0, 1))
         counters = operator_counters(self.operators)
         if counters:  # the operators' own counters up to this barrier (this attempt)
             timing["counters"] = counters

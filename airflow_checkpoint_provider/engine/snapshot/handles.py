@@ -226,6 +226,9 @@ class SubtaskState:
     keyed: KeyedStateHandle | None
     operator_state: tuple
     channel_state: ChannelStateHandle | None = None
+    #: the subtask had reached the end of its input (a source: read everything) when it
+    #: snapshotted: a restore does not run its end of input again (FLIP-147)
+    finished: bool = False
 
     @classmethod
     def from_dict(cls, d: object, *, location: str, field: str) -> SubtaskState:
@@ -241,7 +244,11 @@ class SubtaskState:
         channel = (ChannelStateHandle.from_dict(d["channel_state"], location=location,
                                                 field=f"{field}.channel_state")
                    if d.get("channel_state") is not None else None)
-        return cls(index, kgr, keyed, ops, channel)
+        finished = d.get("finished", False)
+        if not isinstance(finished, bool):
+            raise corrupt(location, f"{field}.finished",
+                          f"must be true or false, got {finished!r:.50}")
+        return cls(index, kgr, keyed, ops, channel, finished)
 
 
 @dataclass(frozen=True)

@@ -472,8 +472,10 @@ def test_a_job_whose_frames_exceed_the_option_fails_at_once_naming_it(workdir, m
     """The driver's $CKPT_MAX_FRAME_BYTES reaches the slots; the task that would send a
     bigger batch fails the job without restarts, with the option in the reason."""
     monkeypatch.setenv("CKPT_MAX_FRAME_BYTES", "65536")
+    # without buffer debloating: its credit would split the batches below the limit
     p = running_sum_pipeline(str(workdir), num_records=40_000, num_keys=50,
-                             source_parallelism=1, keyed_parallelism=2)
+                             source_parallelism=1, keyed_parallelism=2,
+                             buffer_debloat_target_ms=None)
     p.batch_size = 8192  # ~95 KiB of records per channel and batch
     with pytest.raises(JobFailedError) as err:
         p.run()

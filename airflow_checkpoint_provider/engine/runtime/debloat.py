@@ -1,0 +1,160 @@
+"""Buffer debloating: in-flight data bounded by time, not by count (Flink's FLIP-183).
+
+An aligned barrier waits behind every record queued ahead of it, so what matters is how
+long the queued records take to process, not how many batches they are. Each input channel
+of a task therefore gets *credit*, in records: its sender may have at most that many records
+sent and not yet processed (queued in the task's mailbox, in socket buffers, or being
+processed). The credit of a task's mailbox is sized from its measured throughput::
+
+    budget = throughput (records per busy second) x target (default 1 s)
+    credit per channel = clamp(budget / channels, MIN_CHANNEL_CREDIT, cap)
+
+``cap`` is what a mailbox held before (its capacity in batches x the largest batch), so a
+fast consumer keeps today's buffers and its throughput. The throughput counts only the time
+the task was busy (not waiting for input), so a starved task does not shrink its credit
+further. Senders split a batch to the credit they have; a source reads no more than its
+outputs can take, and waits (handling checkpoint triggers) while they have no credit: it
+slows down instead of filling buffers.
+
+Credit flows back as :data:`~..protocol.frames.CREDIT` frames on a TCP channel (the
+receiving slot writes them on the same connection) and through the mailbox's condition on an
+in-slot channel. Unaligned checkpoints: a channel that reads ahead to its barrier gets its
+records' credit back as they arrive (see :mod:`.mailbox`), so its sender is never held.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+import threading
+import time
+
+from ..protocol import frames as P
+
+#: the smallest credit of one channel, in records: a very slow consumer still gets a few
+MIN_CHANNEL_CREDIT = 8
+#: credit of a channel before its consumer's throughput is measured (after its first
+#: ``MEASURE_SECONDS`` busy): small, so that a slow consumer does not start with seconds of
+#: input queued; a fast one grows out of it within a few measurements
+INITIAL_CHANNEL_CREDIT = 128
+#: how often (busy seconds of the consumer) its throughput is measured again (Flink: 200 ms)
+MEASURE_SECONDS = 0.2
+#: a TCP channel's credit is announced once this fraction of it is free again (fewer frames)
+GRANT_FRACTION = 8
+#: weight of a new measurement in the smoothed throughput
+SMOOTHING = 0.5
+
+_CREDIT = struct.Struct("!I")
+
+
+class ThroughputMeter:
+    """Records processed per busy second of a task, smoothed. Busy: the wall time minus the
+    time the task waited for input (:meth:`add_idle`)."""
+
+    def __init__(self, now: float | None = None) -> None:
+        self.rate: float | None = None
+        self._rows = 0
+        self._idle = 0.0
+        self._since = time.monotonic() if now is None else now
+
+    def add_idle(self, seconds: float) -> None:
+        self._idle += seconds
+
+    def add(self, rows: int, now: float) -> bool:
+        """Count ``rows`` processed; True when the rate was measured again."""
+        self._rows += rows
+        elapsed = now - self._since
+        busy = elapsed - self._idle
+        if busy < MEASURE_SECONDS or not self._rows:
+            if elapsed >= 10 * MEASURE_SECONDS and busy < MEASURE_SECONDS:
+                # mostly idle: restart the window (the rate of a busy spell is what counts)
+                self._rows, self._idle, self._since = 0, 0.0, now
+            return False
+        measured = self._rows / busy
+        self.rate = (
+            measured if self.rate is None else SMOOTHING * measured + (1 - SMOOTHING) * self.rate
+        )
+        self._rows, self._idle, self._since = 0, 0.0, now
+        return True
+
+
+def channel_credit(
+    rate: float | None, target_s: float, channels: int, initial: int, cap: int
+) -> int:
+    """Credit of one of ``channels`` input channels of a consumer processing ``rate``
+    records per second (``None``: not measured yet, ``initial``)."""
+    if rate is None:
+        share = initial
+    else:
+        share = int(rate * target_s / max(1, channels))
+    return max(MIN_CHANNEL_CREDIT, min(cap, share))
+
+
+class CreditAnnouncer:
+    """The receiving end of a TCP channel: sends CREDIT frames to its sender (from the task
+    thread, the reader thread and the slot's control thread: one lock)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._lock = threading.Lock()
+
+    def __call__(self, rows: int) -> None:
+        try:
+            with self._lock:
+                P.send_frame(self.sock, P.CREDIT, _CREDIT.pack(min(rows, 0xFFFFFFFF)))
+        except OSError:
+            pass  # the channel is gone: its reader reports it
+
+
+class SenderCredit:
+    """The sending end of a TCP channel: the credit its receiver granted, read from the
+    CREDIT frames that come back on the connection (only those do)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.credit = 0
+        self._buf = bytearray()
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+
+    def refresh(self) -> int:
+        """Take the credit frames that arrived (without waiting); the credit."""
+        self._read(0)
+        return self.credit
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait until there is credit (at most ``timeout`` seconds); the credit. Raises
+        :class:`~..protocol.frames.ConnectionClosed` if the receiver closed the channel."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._read(0)
+        while self.credit <= 0:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            self._read(left)
+        return self.credit
+
+    def _read(self, timeout: float | None) -> None:
+        ms = -1 if timeout is None else int(timeout * 1000)
+        while self._poll.poll(ms):
+            try:
+                data = self.sock.recv(65536, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not data:
+                raise P.ConnectionClosed("the downstream task closed its input channel")
+            self._buf += data
+            self._parse()
+            ms = 0  # take what else is there, without waiting
+
+    def _parse(self) -> None:
+        buf, head = self._buf, P.HEADER.size
+        while len(buf) >= head:
+            length, kind = P.HEADER.unpack_from(buf)
+            if len(buf) < head + length:
+                return
+            if kind != P.CREDIT or length != _CREDIT.size:
+                raise P.ConnectionClosed(f"unexpected frame type {kind} from a receiver")
+            self.credit += _CREDIT.unpack_from(buf, head)[0]
+            del buf[: head + length]

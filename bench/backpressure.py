@@ -1,0 +1,324 @@
+"""Checkpoints under backpressure (issue 38): a slow keyed per-record function.
+
+    .venv/bin/python bench/backpressure.py one --cost-us 1000 --overload 1.5 [--unaligned]
+    .venv/bin/python bench/backpressure.py matrix [--costs 100,1000] [--overloads 1.5,10] ...
+
+The job: ``GeneratorSource`` (dict records, one subtask) -> a chained ``map`` stamping the
+emit time -> ``key_by("key")`` -> a per-record function costing ``--cost-us`` per record
+(``--parallelism`` subtasks; subtask 0 shares slot 0 with the source, the others are in
+other processes: both the in-slot and the TCP channel are measured) -> a sink recording the
+end-to-end latency of every record. The source runs at ``--overload`` times what the slow
+function can do (``parallelism / cost``); ``--overload`` 10 is close to unthrottled. The job
+is bounded (``--seconds`` of work for the slow function), so with an overload the source
+finishes early and the run also covers the drain after the sources finished. Checkpoints every ``--interval-ms``.
+
+Reported per run: checkpoint duration (trigger to completion) p50/p99/max and the
+checkpoints completed/failed, completed checkpoints per interval (whole run, including the
+drain), records queued at the slow function's mailbox when it snapshotted (the in-flight
+records an aligned barrier waited behind) and the channel state an unaligned checkpoint
+stored, throughput (records / run time) and end-to-end latency p99.
+
+Writes backpressure.json (``matrix``) to the results directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import cloudpickle
+from jobs import add_results_dir, median, p99, write_results
+
+from airflow_checkpoint_provider.engine import (
+    CheckpointConfig,
+    DiscardSink,
+    GeneratorSource,
+    Pipeline,
+    RestartStrategy,
+)
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.connectors.discard import DiscardWriter
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def spend(seconds: float) -> None:
+    """Cost of one record: a sleep, so a cell takes no CPU from the other jobs of a shared
+    machine (a sleep under 1 ms oversleeps: the capacity the results report is measured,
+    not assumed)."""
+    time.sleep(seconds)
+
+
+class SlowFunction:
+    """A keyed per-record function costing ``cost_s`` per record."""
+
+    def __init__(self, cost_s: float) -> None:
+        self.cost_s = cost_s
+
+    def __call__(self, record: dict) -> dict:
+        spend(self.cost_s)
+        return record
+
+
+class LatencyWriter(DiscardWriter):
+    accepts_arrow = False
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.latencies: list[float] = []
+        self.first = self.last = None
+
+    def write(self, records) -> None:
+        now = time.time()
+        self.first = self.first or now
+        self.last = now
+        self.latencies.extend(now - r["t0"] for r in records)
+
+    def close(self) -> None:
+        with open(self.path, "w") as f:
+            json.dump({"latencies": self.latencies, "first": self.first, "last": self.last}, f)
+
+
+class LatencySink(DiscardSink):
+    """Discards records; each subtask writes the latencies it saw to ``<dir>/lat-*.json``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def create_writer(self, ctx):
+        return LatencyWriter(
+            os.path.join(
+                self.directory, f"lat-{ctx.subtask_index}-{ctx.attempt}-{os.getpid()}.json"
+            )
+        )
+
+
+def stamp(record: dict) -> dict:
+    return {**record, "t0": time.time()}
+
+
+def build(
+    root: str,
+    *,
+    cost_s: float,
+    overload: float,
+    seconds: float,
+    parallelism: int,
+    unaligned: bool,
+    interval_ms: int,
+    debloat: bool | None,
+) -> tuple[Pipeline, int]:
+    capacity = parallelism / cost_s  # records per second the slow function can do
+    rate = overload * capacity
+    n = max(200, int(capacity * seconds))  # about ``seconds`` of work, however fast the input
+    ckpt = dict(
+        interval_ms=interval_ms,
+        timeout_ms=120_000,
+        tolerable_failures=None,
+        directory=os.path.join(root, "ckpt"),
+        unaligned=unaligned,
+        min_pause_ms=0,
+        initial_delay_ms=interval_ms,
+    )
+    if debloat is not None:  # a build without buffer debloating has no such option
+        ckpt["buffer_debloat_target_ms"] = 1000 if debloat else None
+    p = Pipeline(
+        "backpressure",
+        checkpoint=CheckpointConfig(**ckpt),
+        restart_strategy=RestartStrategy.none(),
+        metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
+    )
+    (
+        p.source(
+            GeneratorSource(n, num_keys=1000, seed=1, splits=1, records_per_second=rate),
+            uid="gen",
+            parallelism=1,
+        )
+        .map(stamp, uid="stamp")
+        .key_by("key")
+        .map(SlowFunction(cost_s), uid="slow", parallelism=parallelism)
+        .sink(LatencySink(root), uid="out", parallelism=parallelism)
+    )
+    return p, n
+
+
+def run(
+    *,
+    cost_us: float,
+    overload: float,
+    unaligned: bool,
+    seconds: float = 10.0,
+    parallelism: int = 2,
+    interval_ms: int = 500,
+    runner: str = "local",
+    debloat: bool | None = None,
+) -> dict:
+    root = tempfile.mkdtemp(prefix="bench-backpressure-")
+    try:
+        p, n = build(
+            root,
+            cost_s=cost_us / 1e6,
+            overload=overload,
+            seconds=seconds,
+            parallelism=parallelism,
+            unaligned=unaligned,
+            interval_ms=interval_ms,
+            debloat=debloat,
+        )
+        options: dict = {}
+        if runner == "spark":
+            options["master"] = f"local[{parallelism + 1}]"
+        t0 = time.time()
+        result = p.run(runner, **options)
+        wall = time.time() - t0
+        store = MetadataStore(p.metadata_url)
+        rows = [c for c in store.list_checkpoints(result.job_id) if c.kind == "CHECKPOINT"]
+        store.close()
+        done = [r for r in rows if r.status in ("COMPLETED", "SUBSUMED")]
+        failed = [r for r in rows if r.status == "FAILED"]
+        durations = [r.duration_ms for r in done]
+        lat: list[float] = []
+        first, last = [], []
+        for path in glob.glob(os.path.join(root, "lat-*.json")):
+            with open(path) as f:
+                d = json.load(f)
+            lat.extend(d["latencies"])
+            if d["first"]:
+                first.append(d["first"])
+                last.append(d["last"])
+        span = (max(last) - min(first)) if first else wall
+        # completed checkpoints per interval, from the first trigger to the last completion
+        if done:
+            t_first = min(r.trigger_time for r in rows).timestamp()
+            t_last = max(r.complete_time for r in done if r.complete_time).timestamp()
+            intervals = max(1.0, (t_last - t_first) * 1000 / interval_ms)
+            gaps = sorted(
+                b.trigger_time.timestamp() - a.complete_time.timestamp()
+                for a, b in zip(done, done[1:], strict=False)
+                if a.complete_time
+            )
+        else:
+            intervals, gaps = 1.0, []
+        queued = [t.get("queued_records", 0) for r in done for t in (r.task_stats or [])]
+        inflight_rec = [
+            sum(t.get("inflight_records", 0) for t in (r.task_stats or [])) for r in done
+        ]
+        inflight_b = [sum(t.get("inflight_bytes", 0) for t in (r.task_stats or [])) for r in done]
+        return {
+            "cost_us": cost_us,
+            "overload": overload,
+            "runner": runner,
+            "mode": "unaligned" if unaligned else "aligned",
+            "debloat": debloat,
+            "records": n,
+            "parallelism": parallelism,
+            "interval_ms": interval_ms,
+            "status": result.status,
+            "wall_s": round(wall, 2),
+            "completed": len(done),
+            "failed": len(failed),
+            "per_interval": round(len(done) / intervals, 2),
+            "max_gap_s": round(gaps[-1], 2) if gaps else None,
+            "duration_ms": durations,
+            "p50_ms": median(durations),
+            "p99_ms": p99(durations),
+            "max_ms": max(durations, default=None),
+            "queued_records_max": max(queued, default=0),
+            "inflight_records_max": max(inflight_rec, default=0),
+            "inflight_bytes_max": max(inflight_b, default=0),
+            "throughput": round(len(lat) / span, 1) if span else None,
+            "latency_p99_ms": round(p99(lat) * 1000, 1) if lat else None,
+            "received": len(lat),
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def line(r: dict) -> str:
+    return (
+        f"cost {r['cost_us']:>6g} us x{r['overload']:<4g} {r['mode']:9s} {r['runner']:5s}: "
+        f"{r['completed']} ok/{r['failed']} failed ({r['per_interval']}/interval), "
+        f"p50 {r['p50_ms']} p99 {r['p99_ms']} max {r['max_ms']} ms; queued<= "
+        f"{r['queued_records_max']} rec, channel state<= {r['inflight_records_max']} rec/"
+        f"{r['inflight_bytes_max']} B; {r['throughput']} rec/s, e2e p99 "
+        f"{r['latency_p99_ms']} ms; {r['wall_s']} s"
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    one = sub.add_parser("one")
+    one.add_argument("--cost-us", type=float, default=1000)
+    one.add_argument("--overload", type=float, default=1.5)
+    one.add_argument("--unaligned", action="store_true")
+    one.add_argument("--runner", default="local")
+    matrix = sub.add_parser("matrix")
+    matrix.add_argument("--costs", default="10,100,1000,10000")
+    matrix.add_argument("--overloads", default="1.0,1.5,10")
+    matrix.add_argument("--modes", default="aligned,unaligned")
+    matrix.add_argument("--runners", default="local")
+    add_results_dir(matrix)
+    for p in (one, matrix):
+        p.add_argument("--seconds", type=float, default=10.0)
+        p.add_argument("--parallelism", type=int, default=2)
+        p.add_argument("--interval-ms", type=int, default=500)
+        p.add_argument(
+            "--debloat",
+            choices=("on", "off", "absent"),
+            default="absent",
+            help="buffer_debloat_target_ms 1000 (on), None (off), or not passed",
+        )
+    args = parser.parse_args(argv)
+    debloat = {"on": True, "off": False, "absent": None}[args.debloat]
+    common = dict(
+        seconds=args.seconds,
+        parallelism=args.parallelism,
+        interval_ms=args.interval_ms,
+        debloat=debloat,
+    )
+    if args.cmd == "one":
+        print(
+            line(
+                run(
+                    cost_us=args.cost_us,
+                    overload=args.overload,
+                    unaligned=args.unaligned,
+                    runner=args.runner,
+                    **common,
+                )
+            ),
+            flush=True,
+        )
+        return 0
+    runs = []
+    for runner in args.runners.split(","):
+        for cost in (float(c) for c in args.costs.split(",")):
+            for overload in (float(o) for o in args.overloads.split(",")):
+                for mode in args.modes.split(","):
+                    r = run(
+                        cost_us=cost,
+                        overload=overload,
+                        unaligned=mode == "unaligned",
+                        runner=runner,
+                        **common,
+                    )
+                    print(line(r), flush=True)
+                    runs.append(r)
+    path = write_results(
+        args.results_dir,
+        "backpressure.json",
+        {"runs": runs, "command": "bench/backpressure.py " + " ".join(argv or sys.argv[1:])},
+    )
+    print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Functions of the FLIP-147 tests (importable by slot processes)."""
+
+from __future__ import annotations
+
+import os
+
+from tests.pipelines import InjectedFailure, RunningSum
+
+
+def _claim(path: str) -> bool:
+    """Create ``path``; False if it exists (a failure point fires once across attempts)."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+class EndMarker(RunningSum):
+    """A running sum whose ``end_input`` emits one marker row per subtask (not idempotent:
+    running it twice emits two), and which fails once, in the first checkpoint notification
+    after its end of input (a checkpoint taken after its end of input completed, the job's
+    final one)."""
+
+    def __init__(self, marker_dir: str) -> None:
+        super().__init__()
+        self.marker_dir = marker_dir
+
+    def open(self, ctx):
+        super().open(ctx)
+        self.subtask = ctx.subtask_index
+        self.ended = False
+
+    def end_input(self, ctx):
+        self.ended = True
+        return [
+            {"key": "END", "id": -1 - self.subtask, "count": 1, "sum": 0, "attempt": self.attempt}
+        ]
+
+    def notify_checkpoint_complete(self, checkpoint_id):
+        super().notify_checkpoint_complete(checkpoint_id)
+        if self.ended and _claim(os.path.join(self.marker_dir, f"fail-{self.subtask}")):
+            raise InjectedFailure(f"after the end of input, checkpoint {checkpoint_id}")

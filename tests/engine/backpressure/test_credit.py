@@ -1,0 +1,179 @@
+"""Buffer debloating's credit (runtime/debloat.py, the mailbox's credit side): an input
+channel has at most its credit of records sent and not yet processed, and the credit follows
+the consumer's measured throughput. No job: mailboxes, channels and sockets only."""
+
+import socket
+import threading
+
+import pyarrow as pa
+import pytest
+
+from airflow_checkpoint_provider.engine.config import CheckpointConfig
+from airflow_checkpoint_provider.engine.errors import ConfigurationError
+from airflow_checkpoint_provider.engine.protocol import BarrierKind, CheckpointBarrier
+from airflow_checkpoint_provider.engine.protocol import frames as P
+from airflow_checkpoint_provider.engine.runtime import debloat
+from airflow_checkpoint_provider.engine.runtime.channels import LocalChannel, OutputChannel
+from airflow_checkpoint_provider.engine.runtime.debloat import (
+    MIN_CHANNEL_CREDIT,
+    CreditAnnouncer,
+    ThroughputMeter,
+    channel_credit,
+)
+from airflow_checkpoint_provider.engine.runtime.mailbox import Mailbox
+from airflow_checkpoint_provider.engine.serialization import pack_records, unpack_records
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class _NotMeasured(ThroughputMeter):
+    """The credit stays where a test put it (the waits of a test are not a task's work)."""
+
+    def add(self, rows, now):
+        return False
+
+
+def _mailbox(**kwargs):
+    m = Mailbox(8, **kwargs)
+    m.meter = _NotMeasured()
+    return m
+
+
+def _open_gate():
+    gate = threading.Event()
+    gate.set()
+    return gate
+
+
+def test_an_in_slot_sender_splits_its_batch_to_the_credit_and_waits_for_processing():
+    m = _mailbox(channels=1, target_s=1.0, initial_credit=10, max_credit=1000)
+    ch = LocalChannel(m, _open_gate(), 0)
+    sent = threading.Event()
+    t = threading.Thread(
+        target=lambda: (
+            ch.send_records(P.RECORDS, [{"i": i} for i in range(25)], pack_records),
+            sent.set(),
+        )
+    )
+    t.start()
+    first = m.take(5)
+    assert [r["i"] for r in first[2]] == list(range(10)), "a part of at most the credit"
+    assert not sent.wait(0.2) and m.take(0.05) is None, "no credit until it is processed"
+    m.consumed(0, len(first[2]))
+    second = m.take(5)
+    assert len(second[2]) == 10
+    m.consumed(0, 10)
+    assert len(m.take(5)[2]) == 5
+    assert sent.wait(5)
+    t.join()
+
+
+def test_credit_over_tcp_bounds_what_the_sender_has_in_flight():
+    """The sender stops at its credit although the socket buffers have room for much more;
+    processing the records sends it credit back (CREDIT frames on the same connection)."""
+    m = _mailbox(channels=1, target_s=1.0, initial_credit=100, max_credit=10_000)
+    a, b = socket.socketpair()
+    m.set_announcer(0, CreditAnnouncer(b))  # the receiver grants its first credit
+    out = OutputChannel(a, credit_based=True)
+    assert out.available(1.0) == 100
+    done = threading.Event()
+    rows = [{"i": i} for i in range(1000)]  # ~10 KB: the socket would take it all
+    threading.Thread(
+        target=lambda: (out.send_records(P.RECORDS, rows, pack_records), done.set()), daemon=True
+    ).start()
+    received = []
+    while len(received) < 1000:
+        kind, payload = P.recv_frame(b)
+        assert kind == P.RECORDS
+        part = unpack_records(payload)
+        assert len(part) <= 100
+        received += part
+        # nothing beyond the credit was sent: the next frame only comes after processing
+        b.settimeout(0.05)
+        with pytest.raises(TimeoutError):
+            b.recv(1, socket.MSG_PEEK)
+        b.settimeout(None)
+        m.put_data(("records", 0, part))
+        m.take(1)
+        m.consumed(0, len(part))
+    assert done.wait(5) and received == rows
+    a.close()
+    b.close()
+
+
+def test_arrow_batches_are_sliced_without_copies_to_the_credit():
+    m = _mailbox(channels=1, target_s=1.0, initial_credit=40, max_credit=10_000)
+    ch = LocalChannel(m, _open_gate(), 0)
+    batch = pa.record_batch({"x": list(range(100))})
+    t = threading.Thread(target=ch.send_records, args=(P.ARROW, batch, None))
+    t.start()
+    parts = []
+    while sum(len(p) for p in parts) < 100:
+        item = m.take(5)
+        parts.append(item[2])
+        m.consumed(0, len(item[2]))
+    t.join(5)
+    assert [len(p) for p in parts] == [40, 40, 20]
+    assert pa.Table.from_batches(parts).column("x").to_pylist() == list(range(100))
+
+
+def test_the_credit_follows_the_measured_throughput_and_never_drops_below_the_floor(monkeypatch):
+    clock = [100.0]
+    meter = ThroughputMeter(now=clock[0])
+    # 50 records processed in 0.25 s busy (0.1 s of it waiting for input): 333 records/s
+    meter.add_idle(0.1)
+    clock[0] += 0.35
+    assert meter.add(50, clock[0])
+    assert meter.rate == pytest.approx(50 / 0.25)
+    # a 1 s target over two channels: 100 records each
+    assert channel_credit(meter.rate, 1.0, 2, 128, 10_000) == 100
+    assert channel_credit(0.5, 1.0, 2, 128, 10_000) == MIN_CHANNEL_CREDIT
+    assert channel_credit(1e9, 1.0, 2, 128, 10_000) == 10_000, "never above the old bound"
+    assert channel_credit(None, 1.0, 2, 128, 10_000) == 128
+
+
+def test_a_slow_consumer_shrinks_its_credit(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(debloat.time, "monotonic", lambda: clock[0])
+    m = Mailbox(8, channels=1, target_s=1.0, initial_credit=500, max_credit=10_000)
+    m.meter = ThroughputMeter(now=0.0)
+    assert m.credit_per_channel == 500
+    import airflow_checkpoint_provider.engine.runtime.mailbox as mailbox_module
+
+    monkeypatch.setattr(mailbox_module.time, "monotonic", lambda: clock[0])
+    for _ in range(5):  # 20 records a second, busy all the time
+        clock[0] += 0.5
+        m.consumed(0, 10)
+    assert m.credit_per_channel == 20
+
+
+def test_a_channel_reading_ahead_to_an_unaligned_barrier_gets_its_credit_back_on_arrival():
+    m = _mailbox(channels=2, target_s=1.0, initial_credit=10, max_credit=10_000)
+    grants: list[tuple[int, int]] = []
+    m.set_announcer(0, lambda n: grants.append((0, n)))
+    m.set_announcer(1, lambda n: grants.append((1, n)))
+    assert grants == [(0, 10), (1, 10)]
+    m.put_data(("records", 0, [{"i": i} for i in range(10)]))  # channel 0 used its credit
+    m.begin_unaligned(4)  # both channels read ahead to barrier 4: a sender held for
+    assert grants[2:] == [(0, 10), (1, 10)]  # credit goes on to its barrier
+    m.put_data(("records", 0, [{"i": 0}] * 10))
+    assert grants[-1] == (0, 10), "what arrives while reading ahead is credited again"
+    m.put_data(("barrier", 0, CheckpointBarrier(4, 0, BarrierKind.CHECKPOINT, "/x", True)))
+    n = len(grants)
+    m.put_data(("records", 0, [{"i": 0}] * 5))
+    assert len(grants) == n, "past its barrier the channel waits for processing again"
+
+
+def test_without_a_target_there_is_no_credit():
+    m = Mailbox(8, channels=1, target_s=None)
+    assert m.credit_per_channel is None
+    assert m.reserve(0, 10**6) == 10**6
+    announced = []
+    m.set_announcer(0, announced.append)
+    assert announced == []
+
+
+@pytest.mark.parametrize("value", [0, 5, 1.5, "1000"])
+def test_the_debloat_target_is_validated(value):
+    with pytest.raises(ConfigurationError, match="buffer_debloat_target_ms"):
+        CheckpointConfig(buffer_debloat_target_ms=value)
