@@ -32,7 +32,13 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
     WatermarkStrategy,
     read_committed,
 )
-from bench.nexmark import generator, join_queries, queries, source  # noqa: E402
+from bench.nexmark import (  # noqa: E402
+    generator,
+    join_queries,
+    queries,
+    source,
+    vector_queries,
+)
 
 EVENTS = 4000
 RATE = 100  # events per second of event time: 40 s, several windows and sessions
@@ -40,7 +46,7 @@ RATE = 100  # events per second of event time: 40 s, several windows and session
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    for m in (generator, join_queries, queries, source):  # the slots need not import bench/
+    for m in (generator, join_queries, queries, source, vector_queries):  # no bench/ in slots
         cloudpickle.register_pickle_by_value(m)
     root = str(tmp_path_factory.mktemp("nexmark"))
     generator.write_parquet(os.path.join(root, "events"), EVENTS,

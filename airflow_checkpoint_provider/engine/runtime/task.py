@@ -106,6 +106,13 @@ def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
         held = ("aggregate()" if "arrow" in kinds else "process()/reduce()")
         if vectorized_join:  # the per-record and the vectorized join keep different state
             held = "vectorized join" if "arrow" in kinds else "per-record (vectorized=False) join"
+        if node.kind in ("max_by_join", "latest_by_key", "unique_key_join"):  # vectorized_ops
+            held = "vectorized" if "arrow" in kinds else "per-record (co-process/reduce)"
+            raise RestoreError(
+                f"operator {node.uid!r}: the snapshot holds {held} state, but the operator "
+                f"with this uid is now a {node.kind}() (its state is columnar); the per-record "
+                "state is not converted: give it a new uid and restore with "
+                "allow_non_restored_state=True")
         now = f"{node.kind}(){' with vectorized=True' if vectorized_join and op.columnar else ''}"
         raise RestoreError(
             f"operator {node.uid!r}: the snapshot holds {held} state, but the operator with "
