@@ -238,6 +238,7 @@ class MaxJoinState:
         if not came.any():
             return
         pos = np.flatnonzero(came)
+        self.w_rows = self.w_rows.combine_chunks()  # a take over chunks is slow (common.py)
         r, tm = rows[pos], self.w_time[pos]
         hit = self.open[r] & (tm >= self.start[r]) & (tm <= self.end[r])
         self._offer(self.w_rows, pos[hit], r[hit], self._by(self.w_rows), self.w_time,

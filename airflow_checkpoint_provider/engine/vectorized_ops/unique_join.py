@@ -146,6 +146,7 @@ class UniqueJoinState:
         if not len(came):
             return None
         came = came[np.argsort(self.w_seq[came], kind="stable")]
+        self.waiting = self.waiting.combine_chunks()  # a take over chunks is slow (common.py)
         out = merge(self.waiting.take(pa.array(came)), self.table.take(self.pid[wrows[came]]))
         stay = wrows < 0
         self.waiting = self.waiting.filter(pa.array(stay))
