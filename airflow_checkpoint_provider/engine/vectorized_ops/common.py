@@ -122,6 +122,12 @@ class RowStore:
             self.bounds = self.bounds[[0, -1]]
         return self.chunks[0].take(pa.array(ids))
 
+    def clone(self) -> RowStore:
+        """A store over the same (immutable) chunks: what a snapshot reads off the task."""
+        other = RowStore()
+        other.chunks, other.bounds, other.schema = list(self.chunks), self.bounds, self.schema
+        return other
+
     def compact(self, ids: np.ndarray) -> np.ndarray:
         """Keep only rows ``ids`` (distinct, any order); return the new id of each."""
         order = np.argsort(ids, kind="stable")

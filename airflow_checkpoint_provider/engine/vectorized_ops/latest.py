@@ -159,11 +159,15 @@ class LatestTable:
         return with_key_groups(rows, rows.column(self.spec.key), self.max_parallelism)
 
     def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
-        table = self.capture()
-        if table is None:
+        n = self.index.n
+        if not n:
             return StateSnapshot(self._meta())
+        # synchronous part: the slot columns copied, the payload store shared (immutable)
+        store, pid, seq = self.store.clone(), self.pid[:n].copy(), self.seq[:n].copy()
 
         def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
+            rows = store.take(pid).append_column(SEQ, pa.array(seq))
+            table = with_key_groups(rows, rows.column(self.spec.key), self.max_parallelism)
             return write_state_file(chk_dir, stem, "arrow", write_ipc(table), {"type": "arrow"})
 
         return StateSnapshot(self._meta(), write)

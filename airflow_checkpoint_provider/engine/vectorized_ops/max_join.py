@@ -26,6 +26,7 @@ by the other (:func:`~..runtime.task.open_operator`), name a new uid to switch.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -60,6 +61,8 @@ from .common import (
 )
 
 STATE_NAME = "max-by-join.vectorized"
+_EMPTY = pa.table({"key_group": pa.array([], pa.int32()), "side": pa.array([], pa.int8()),
+                   "seq": pa.array([], pa.int64())})
 OPEN, BEST, WAITING = 0, 1, 2
 
 
@@ -303,9 +306,19 @@ class MaxJoinState:
         return {STATE_NAME: {"kind": STATE_NAME, "serializer": "arrow",
                              "spec": self.spec.describe()}}
 
+    def frozen(self) -> MaxJoinState:
+        """Synchronous part of a snapshot: a copy of what :meth:`capture` reads (the numpy
+        columns copied, the Arrow stores shared: they are immutable)."""
+        other = copy.copy(self)
+        other.open, other.lpid = self.open.copy(), self.lpid.copy()
+        other.best_pid, other.best_seq = self.best_pid.copy(), self.best_seq.copy()
+        other.left, other.best = self.left.clone(), self.best.clone()
+        other.w_seq = self.w_seq.copy()
+        return other
+
     def capture(self) -> pa.Table | None:
         """The state as one table (the rows of a snapshot file)."""
-        keep = np.flatnonzero(self.open[: self.index.n])
+        keep = np.flatnonzero(self.open)
         parts = []
         if len(keep):
             left = self.left.take(self.lpid[keep])
@@ -334,12 +347,14 @@ class MaxJoinState:
         return with_key_groups(pa.table(columns), keys, self.max_parallelism)
 
     def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
-        table = self.capture()  # the stores are immutable Arrow data: nothing else to copy
-        if table is None:
+        if not len(self):
             return StateSnapshot(self._meta())
+        frozen = self.frozen()
 
         def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
-            return write_state_file(chk_dir, stem, "arrow", write_ipc(table), {"type": "arrow"})
+            table = frozen.capture()
+            data = write_ipc(table) if table is not None else write_ipc(_EMPTY)
+            return write_state_file(chk_dir, stem, "arrow", data, {"type": "arrow"})
 
         return StateSnapshot(self._meta(), write)
 
