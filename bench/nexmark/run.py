@@ -69,6 +69,15 @@ BACKEND_FLINK = {"heap": "hashmap", "rocksdb": "rocksdb"}
 
 
 # -- data ---------------------------------------------------------------------------------
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process and its waited-for children (the slots)."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def ensure_data(args) -> str:
     from bench.nexmark.generator import NexmarkConfig, write_parquet
 
@@ -212,9 +221,11 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
             t = time.monotonic()
             opts["spark"] = session_for("local[1]", f"nexmark-{query}")
             session_s = time.monotonic() - t
+        cpu0 = _cpu_s()
         t0 = time.monotonic()
         result = p.run(runner, **opts)
         wall = time.monotonic() - t0
+        cpu = _cpu_s() - cpu0
         if result.status != "FINISHED":
             raise RuntimeError(f"{query} ended {result.status}: {result.failure_reason}")
         startup = (result.extra.get("startup_seconds") or [0])[0] or 0
@@ -224,7 +235,10 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
         store.close()
         out = {"events": events, "wall_s": wall, "startup_s": startup,
                "rate": events / max(wall - startup, 1e-9), "checkpoint_ms": cps,
-               "restarts": result.restarts, "spark_session_s": session_s}
+               "restarts": result.restarts, "spark_session_s": session_s,
+               # CPU seconds of the job (master and slots: start-up included): on a shared
+               # core the wall-clock rate says more about the other work than about ours
+               "cpu_s": cpu, "events_per_cpu_s": events / max(cpu, 1e-9)}
         if fail_at:
             starts = result.extra.get("startup_seconds") or []
             out.update(rate=None, recovery_s=_recovery(marks),
