@@ -1,9 +1,7 @@
 """The Nexmark queries that ran per record, on the vectorized operators of
 :mod:`airflow_checkpoint_provider.engine.vectorized_ops` (issue 39): q3, q4, q6, q9, q18,
 q20. Same output rows as the per-record versions (kept in :data:`ROW_QUERIES` as
-``<query>-rows``: the tests and the before/after runs compare the two). Every
-``map_batches`` that is not chained to the source has a uid: an unaligned checkpoint
-stores its in-flight records with it (bench/chaos/FINDINGS.md item 2).
+``<query>-rows``: the tests and the before/after runs compare the two).
 
 * q4, q6, q9: :func:`max_by_join` (auctions by id, bids by auction: the highest price in
   ``[auction.date_time, auction.expires]``, earlier bid on ties, emitted when the watermark
@@ -37,8 +35,8 @@ WIN_RIGHT = {"auction": "auction", "bidder": "bidder", "price": "price",
 
 
 def winning_bids(events, p, uid: str):
-    return max_by_join(events.map_batches(jq.auctions, name=f"{uid}: auctions", uid=f"{uid}-auctions").key_by("id"),
-                       events.map_batches(jq._win_bids, name=f"{uid}: bids", uid=f"{uid}-bids").key_by("auction"),
+    return max_by_join(events.map_batches(jq.auctions, name=f"{uid}: auctions").key_by("id"),
+                       events.map_batches(jq._win_bids, name=f"{uid}: bids").key_by("auction"),
                        uid=uid, start="date_time", end="expires", right_time="date_time",
                        by="price", right_columns=WIN_RIGHT, parallelism=p)
 
@@ -78,9 +76,8 @@ def _q20_out(batch):
 
 
 def q20(events, p):
-    return (unique_key_join(events.map_batches(jq.bids, name="q20: bids", uid="q20-bids").key_by("auction"),
-                            events.map_batches(_q20_auctions, name="q20: auctions",
-                                               uid="q20-auctions").key_by("id"),
+    return (unique_key_join(events.map_batches(jq.bids, name="q20: bids").key_by("auction"),
+                            events.map_batches(_q20_auctions, name="q20: auctions").key_by("id"),
                             uid="q20-join", parallelism=p)
             .map_batches(_q20_out, name="q20: category 10"))
 
@@ -97,9 +94,8 @@ def _q3_out(batch):
 
 def q3(events, p):
     return (unique_key_join(
-        events.map_batches(jq._q3_auctions, name="q3: auctions of category 10",
-                           uid="q3-auctions").key_by("seller"),
-        events.map_batches(_q3_persons, name="q3: persons", uid="q3-persons").key_by("id"),
+        events.map_batches(jq._q3_auctions, name="q3: auctions of category 10").key_by("seller"),
+        events.map_batches(_q3_persons, name="q3: persons").key_by("id"),
         uid="q3-join", parallelism=p)
             .map_batches(_q3_out, name="q3: persons of OR, ID, CA"))
 
@@ -112,7 +108,7 @@ def _q18_in(batch):
 
 
 def q18(events, p):
-    return latest_by_key(events.map_batches(_q18_in, name="q18: key", uid="q18-key").key_by("k"),
+    return latest_by_key(events.map_batches(_q18_in, name="q18: key").key_by("k"),
                          by="date_time", uid="q18-latest", parallelism=p)
 
 
