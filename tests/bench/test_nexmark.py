@@ -439,6 +439,9 @@ def test_run_script_measures_and_renders_the_section(tmp_path):
     assert [r["query"] for r in recovered] == ["q0", "q5"]
     assert all(r["restarts"] == 1 and r["recovery_s"] > 0 for r in recovered)
     assert all(len(r["loadavg_before"]) == 3 for r in data["runs"])
+    # the job's CPU seconds (master and slots): the per-core figure on a shared machine
+    measured = [r for r in data["runs"] if r["rate"]]
+    assert all(r["cpu_s"] > 0 and r["events_per_cpu_s"] > 0 for r in measured)
     text = "\n".join(report.render(data))
     assert "| q0 |" in text and "| q5 |" in text and "Not run" not in text
     assert "| query | recovery (s) |" in text
