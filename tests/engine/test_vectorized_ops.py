@@ -321,3 +321,12 @@ def test_the_builders_need_field_keys():
         latest_by_key(a.key_by(lambda r: r["k"]), by="date_time", uid="y")
     with pytest.raises(PipelineDefinitionError, match="unique_key_join 'z'.*table input"):
         unique_key_join(a.key_by("k"), b.key_by(lambda r: r["id"]), uid="z")
+
+
+def test_a_max_by_join_savepoint_restored_into_the_co_process_names_its_state(tmp_path):
+    vec = open_op(win_node(True))
+    run_script(vec, win_script(1, steps=5)[:-1], True)
+    spec = _snapshot(vec, tmp_path)
+    with pytest.raises(RestoreError, match=r"'wb'.*vectorized \(max-by-join.vectorized\).*"
+                                           r"co_process"):
+        open_op(win_node(False), restore=spec)
