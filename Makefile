@@ -102,7 +102,8 @@ MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/api.py $(ENGINE)/config.py $(ENGIN
 	$(ENGINE)/connectors/iceberg.py $(ENGINE)/connectors/table_source.py $(ENGINE)/verify.py \
 	$(ENGINE)/state_io $(ENGINE)/stability.py $(ENGINE)/state/columnar.py \
 	$(ENGINE)/state/key_index.py $(ENGINE)/runtime \
-	$(ENGINE)/typed_codec.py $(ENGINE)/state/contract.py $(ENGINE)/serialization.py
+	$(ENGINE)/typed_codec.py $(ENGINE)/state/contract.py $(ENGINE)/serialization.py \
+	$(ENGINE)/vectorized_ops
 
 lint: venv
 	$(VENV)/bin/ruff check airflow_checkpoint_provider tests dags bench

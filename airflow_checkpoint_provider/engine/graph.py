@@ -23,9 +23,9 @@ FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast
 #: operators whose state is keyed (redistributed by key group on restore)
 #: operators with two inputs (``connect`` and the joins): each input edge says which it is
 TWO_INPUT_KINDS = ("co_process", "interval_join", "window_join", "broadcast_process",
-                   "temporal_join", "regular_join")
+                   "temporal_join", "regular_join", "max_by_join", "unique_key_join")
 KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate", "window", "top_n",
-               "session_aggregate", "upsert_materializer", *TWO_INPUT_KINDS)
+               "session_aggregate", "upsert_materializer", "latest_by_key", *TWO_INPUT_KINDS)
 STATEFUL_KINDS = ("source", *KEYED_KINDS, "sink")
 
 

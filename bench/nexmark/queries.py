@@ -28,6 +28,7 @@ from airflow_checkpoint_provider.engine import (
 
 from .generator import BID
 from .join_queries import JOIN_COLUMNS, JOIN_PER_RECORD, JOIN_QUERIES
+from .vector_queries import ROW_QUERIES, VECTOR_NOTES, VECTOR_QUERIES
 
 BID_COLUMNS = ("auction", "bidder", "price", "channel", "url", "date_time", "extra")
 HOT = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
@@ -413,17 +414,21 @@ COLUMNS: dict[str, list[str]] = {q: ["event_type", "date_time", *(c for c in col
     "q15": ["bidder", "auction", "price"], "q16": ["channel", "bidder", "auction", "price"],
     "q17": ["auction", "price"], "q18": _ALL, "q19": _ALL, "q21": _URL, "q22": _URL}.items()}
 COLUMNS.update(JOIN_COLUMNS)
+COLUMNS.update({f"{q}-rows": COLUMNS[q] for q in ("q3", "q4", "q6", "q9", "q18", "q20")})
 
 QUERIES: dict[str, Callable] = {
     "q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7, "q10": q10, "q11": q11, "q12": q12,
     "q14": q14, "q15": q15, "q16": q16, "q17": q17, "q18": q18, "q19": q19, "q21": q21, "q22": q22,
-    **JOIN_QUERIES,
+    **JOIN_QUERIES, **VECTOR_QUERIES,
 }
+#: the per-record versions of the queries VECTOR_QUERIES replaced (``q4-rows``, ...)
+ROW_QUERIES = {**ROW_QUERIES, "q18-rows": q18}
 
 #: how each query runs: vectorized (Arrow batches end to end) or per record in Python
 PER_RECORD = {"q5": "the max per window (stage 2, after a vectorized sliding count)",
               "q7": "the reduce per window (after a vectorized per-batch combiner)",
-              "q18": "keyed reduce", **JOIN_PER_RECORD}
+              **{q: d for q, d in JOIN_PER_RECORD.items() if q not in VECTOR_QUERIES},
+              **VECTOR_NOTES}
 
 #: the queries whose output is the point (not discarded in the benchmark): FileSink options
 #: (run.py writes them under a temporary directory per run; the tests read them back)

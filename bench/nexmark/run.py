@@ -59,12 +59,25 @@ if ROOT not in sys.path:
 #: per core, from the Nexmark reference run of Flink 1.13 (RocksDB, exactly-once), issue 27
 REFERENCE_FLINK_113 = {"q0": 155_000, "q4": 34_000, "q5": 22_000, "q7": 12_000, "q8": 146_000,
                        "q11": 40_000, "q18": 54_000, "q19": 44_000, "q20": 19_000}
+#: DBSP's published per-core figures (Rust, a laptop, cores counted as workers), issue 39;
+#: source: the DBSP/Feldera Nexmark paper and blog
+REFERENCE_DBSP = {"q0": 1_170_000, "q1": 1_090_000, "q2": 1_090_000, "q3": 1_000_000,
+                  "q4": 811_000, "q5": 868_000, "q21": 430_000, "q22": 340_000}
 #: first guesses of events/s per engine (then the measured rates size the runs)
 GUESS = {"ours": 150_000, "flink": 150_000, "ss": 400_000}
 BACKEND_FLINK = {"heap": "hashmap", "rocksdb": "rocksdb"}
 
 
 # -- data ---------------------------------------------------------------------------------
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process and its waited-for children (the slots)."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def ensure_data(args) -> str:
     from bench.nexmark.generator import NexmarkConfig, write_parquet
 
@@ -197,7 +210,7 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
             os.makedirs(marks)
             src = src.map_batches(FailOnce(marks, int(events * fail_at)), name="fail once")
         sink_opts = queries.SINK_OPTIONS.get(query)  # q10: real files, deleted with root
-        queries.QUERIES[query](src, 1).sink(
+        {**queries.QUERIES, **queries.ROW_QUERIES}[query](src, 1).sink(
             DiscardSink() if sink_opts is None else FileSink(os.path.join(root, "out"),
                                                              **sink_opts), uid="out")
         opts: dict = {}
@@ -208,9 +221,11 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
             t = time.monotonic()
             opts["spark"] = session_for("local[1]", f"nexmark-{query}")
             session_s = time.monotonic() - t
+        cpu0 = _cpu_s()
         t0 = time.monotonic()
         result = p.run(runner, **opts)
         wall = time.monotonic() - t0
+        cpu = _cpu_s() - cpu0
         if result.status != "FINISHED":
             raise RuntimeError(f"{query} ended {result.status}: {result.failure_reason}")
         startup = (result.extra.get("startup_seconds") or [0])[0] or 0
@@ -220,7 +235,10 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
         store.close()
         out = {"events": events, "wall_s": wall, "startup_s": startup,
                "rate": events / max(wall - startup, 1e-9), "checkpoint_ms": cps,
-               "restarts": result.restarts, "spark_session_s": session_s}
+               "restarts": result.restarts, "spark_session_s": session_s,
+               # CPU seconds of the job (master and slots: start-up included): on a shared
+               # core the wall-clock rate says more about the other work than about ours
+               "cpu_s": cpu, "events_per_cpu_s": events / max(cpu, 1e-9)}
         if fail_at:
             starts = result.extra.get("startup_seconds") or []
             out.update(rate=None, recovery_s=_recovery(marks),
@@ -402,7 +420,7 @@ def main(argv=None) -> int:
         print("RESULT " + json.dumps(r), flush=True)
         return 0
 
-    from bench.nexmark.queries import QUERIES
+    from bench.nexmark.queries import QUERIES, ROW_QUERIES
     from bench.nexmark.report import write_section
 
     data = ensure_data(args)
@@ -424,7 +442,7 @@ def main(argv=None) -> int:
             est[k] = min(est.get(k, r["rate"]), r["rate"])
     for rep in range(args.reps):
         for q in args.queries.split(","):
-            if q not in QUERIES:
+            if q not in QUERIES and q not in ROW_QUERIES:  # q4-rows: the per-record q4
                 raise SystemExit(f"{q}: not one of our queries ({', '.join(QUERIES)})")
             print(f"rep {rep} {q}:", flush=True)
             spark = args.spark_runner == "all" or q in args.spark_runner.split(",")

@@ -32,7 +32,13 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
     WatermarkStrategy,
     read_committed,
 )
-from bench.nexmark import generator, join_queries, queries, source  # noqa: E402
+from bench.nexmark import (  # noqa: E402
+    generator,
+    join_queries,
+    queries,
+    source,
+    vector_queries,
+)
 
 EVENTS = 4000
 RATE = 100  # events per second of event time: 40 s, several windows and sessions
@@ -40,7 +46,7 @@ RATE = 100  # events per second of event time: 40 s, several windows and session
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    for m in (generator, join_queries, queries, source):  # the slots need not import bench/
+    for m in (generator, join_queries, queries, source, vector_queries):  # no bench/ in slots
         cloudpickle.register_pickle_by_value(m)
     root = str(tmp_path_factory.mktemp("nexmark"))
     generator.write_parquet(os.path.join(root, "events"), EVENTS,
@@ -433,6 +439,9 @@ def test_run_script_measures_and_renders_the_section(tmp_path):
     assert [r["query"] for r in recovered] == ["q0", "q5"]
     assert all(r["restarts"] == 1 and r["recovery_s"] > 0 for r in recovered)
     assert all(len(r["loadavg_before"]) == 3 for r in data["runs"])
+    # the job's CPU seconds (master and slots): the per-core figure on a shared machine
+    measured = [r for r in data["runs"] if r["rate"]]
+    assert all(r["cpu_s"] > 0 and r["events_per_cpu_s"] > 0 for r in measured)
     text = "\n".join(report.render(data))
     assert "| q0 |" in text and "| q5 |" in text and "Not run" not in text
     assert "| query | recovery (s) |" in text

@@ -45,12 +45,24 @@ _COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregate
              "top_n": TopNOperator, "session_aggregate": SessionAggregateOperator}
 
 
+def _vectorized_ops() -> dict:
+    """The operators of :mod:`..vectorized_ops` (imported here: it builds on this package)."""
+    from ..vectorized_ops.latest import LatestOperator
+    from ..vectorized_ops.max_join import MaxJoinOperator
+    from ..vectorized_ops.unique_join import UniqueJoinOperator
+
+    return {"max_by_join": MaxJoinOperator, "latest_by_key": LatestOperator,
+            "unique_key_join": UniqueJoinOperator}
+
+
 def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
                     max_parallelism: int, state_backend: dict | None = None) -> Operator:
     if node.kind in _VECTOR_JOINS and getattr(node.payload, "vectorized", False):
         return _VECTOR_JOINS[node.kind](node, ctx, key_groups, max_parallelism)
     if node.kind == "aggregate" and has_distinct(cast(AggregateSpec, node.payload)):
         return DistinctAggregateOperator(node, ctx, key_groups, max_parallelism)
+    if node.kind in ("max_by_join", "latest_by_key", "unique_key_join"):
+        return _vectorized_ops()[node.kind](node, ctx, key_groups, max_parallelism)
     if node.kind in _COLUMNAR:
         return _COLUMNAR[node.kind](node, ctx, key_groups, max_parallelism)
     if node.kind in _KEYED:

@@ -88,6 +88,10 @@ class TaskEnvironment:
         self.state_backend = state_backend or {"kind": "heap"}
 
 
+#: the state names of engine/vectorized_ops (``max-by-join.vectorized``, ...) by first word
+OPS_STATES = ("max", "latest", "unique")
+
+
 def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
                   state_backend: dict | None, spec: dict | None, *,
                   splits: list[str] | None = None) -> Operator:
@@ -106,6 +110,17 @@ def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
         held = ("aggregate()" if "arrow" in kinds else "process()/reduce()")
         if vectorized_join:  # the per-record and the vectorized join keep different state
             held = "vectorized join" if "arrow" in kinds else "per-record (vectorized=False) join"
+        ops_kinds = sorted({n for n in (spec.get("states") or {})
+                            if n.endswith(".vectorized") and n.split("-")[0] in OPS_STATES})
+        if ops_kinds:  # a vectorized_ops snapshot into a per-record operator
+            held = f"vectorized ({', '.join(ops_kinds)})"
+        if node.kind in ("max_by_join", "latest_by_key", "unique_key_join"):  # vectorized_ops
+            held = "vectorized" if "arrow" in kinds else "per-record (co-process/reduce)"
+            raise RestoreError(
+                f"operator {node.uid!r}: the snapshot holds {held} state, but the operator "
+                f"with this uid is now a {node.kind}() (its state is columnar); the per-record "
+                "state is not converted: give it a new uid and restore with "
+                "allow_non_restored_state=True")
         now = f"{node.kind}(){' with vectorized=True' if vectorized_join and op.columnar else ''}"
         raise RestoreError(
             f"operator {node.uid!r}: the snapshot holds {held} state, but the operator with "
