@@ -105,6 +105,12 @@ class PostgresCdcSource(Source):
         also carries ``_table`` (``schema.table``).
     """
 
+    #: ``ckpt verify-restore`` does not open its splits: opening one creates the job's slot
+    #: and publication (named after the pipeline, not the job that will restore: a
+    #: blue-green preflight created a stray slot and refused the hand-over as "older than
+    #: the slot"); the job master checks the restored positions at start
+    open_in_verify = False
+
     def __init__(self, url: str, tables: Sequence[str], *, slot: str | None = None,
                  publication: str | None = None, snapshot: bool = True,
                  snapshot_splits: int = 4, buckets: int = 1024, metadata: bool = False) -> None:
