@@ -31,7 +31,8 @@ def _conf(tmp_path, **overrides) -> dict:
             # v2 and the restarted v1 read the rest of the bounded input fast
             "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example"),
                         "CKPT_EXAMPLE_RECORDS": str(RECORDS), "CKPT_EXAMPLE_RATE": "20000"},
-            "upgrade_mode": "savepoint", "max_checkpoint_age_s": None}
+            "upgrade_mode": "savepoint", "max_checkpoint_age_s": None,
+            "rollback_decision": False}
     conf.update(overrides)
     return conf
 
