@@ -59,6 +59,7 @@ def test_blue_green_dag_of_a_cdc_job_copies_green_slot_before_the_handover(
         "cdc", job_object_name("cdc-blue"), job_object_name("cdc-green"), "created")
     live = store.get_job(xcom(dr, "go_live", key="job_id"))
     assert live.job_name == "cdc-green" and live.status == "RUNNING"
+    assert live.dag_id == "blue_green_upgrade", "the submit operator records its DAG (plugin)"
     assert store.get_job(blue).status == "STOPPED"
     out = str(tmp_path / "example" / "cdc-out")
     expected = source_table(db)
