@@ -1,5 +1,6 @@
 """Blue-green upgrade: run the new version (green) next to the old one (blue) first.
 
+(a CDC pipeline: green's own replication slot, copied from blue's: ``copy_cdc_slots``) ->
 hand-over snapshot of blue (``handover``: a fresh savepoint, or blue's latest completed
 checkpoint for ``last-state``) -> pre-flight: green's pipeline must restore it (``ckpt
 verify-restore``), else the run fails naming the operator and state -> start green from it
@@ -41,6 +42,7 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import DAG, Param, TriggerRule, task
 
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+from airflow_checkpoint_provider.operators.cdc import CopyCdcSlotsOperator
 from airflow_checkpoint_provider.operators.control import (
     CancelJobOperator,
 )
@@ -62,10 +64,10 @@ from airflow_checkpoint_provider.params import (
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 # A DAG run's conf is untrusted: the green pipelines and environment variables it may
 # choose, kept by the DAG author
-PIPELINES = tuple(f"{EXAMPLE}:{f}" for f in (
+PIPELINES = (*(f"{EXAMPLE}:{f}" for f in (
     "build_v1", "build_v2", "build_v2_broken", "build_v2_incompatible", "build_v2_slow",
-    "build_v2_flaky"))
-JOB_ENV = EXAMPLE_ENV
+    "build_v2_flaky")), "airflow_checkpoint_provider.examples.postgres_cdc:build")
+JOB_ENV = (*EXAMPLE_ENV, "CKPT_CDC_URL", "CKPT_CDC_TABLES")
 GREEN_JOB_ID = "{{ ti.xcom_pull(task_ids='start_green', key='job_id') }}"
 
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
@@ -112,6 +114,12 @@ with DAG(
         "max_backlog_growth_ms": Param(None, type=["null", "number"]),
     },
 ) as dag:
+    # a CDC pipeline: green's own replication slot, a copy of blue's made before the
+    # hand-over snapshot (so it holds every change after it); a no-op without a CDC source
+    copy_cdc_slots = CopyCdcSlotsOperator(
+        task_id="copy_cdc_slots", **CONTROL_RETRIES, pipeline="{{ params.green_pipeline }}",
+        blue_job="{{ params.blue_job }}", green_job="{{ params.green_job }}",
+        env_vars="{{ params.job_env }}")
     savepoint_blue = HandoverSnapshotOperator(
         task_id="savepoint_blue", **CONTROL_RETRIES, job="{{ params.blue_job }}",
         handover="{{ params.handover }}", max_checkpoint_age="{{ params.max_checkpoint_age_s }}",
@@ -185,7 +193,7 @@ with DAG(
             raise RuntimeError(f"blue {blue.job_name} ({blue.job_id}) is {blue.status}, not RUNNING")
         return blue.job_id
 
-    savepoint_blue >> preflight >> start_green >> health_gate >> approval() >> [
+    copy_cdc_slots >> savepoint_blue >> preflight >> start_green >> health_gate >> approval() >> [
         approve, no_approval_needed] >> stop_blue
     stop_blue >> fenced >> preflight_final >> end_validation >> go_live
     # every failure once green may run ends green: also a failed cut-over (stop_blue, the

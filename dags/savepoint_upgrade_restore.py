@@ -10,7 +10,8 @@ completed checkpoint unless older than ``max_checkpoint_age_s``;
 savepoint fails) -> start v2 restoring from it -> wait for v2's first completed checkpoint
 after the restore. If v2 does not start or does not checkpoint in time, cancel v2 (if it
 runs), remove what v2 committed from its sinks (``guard_rollback``; refused, naming the
-sinks, when a sink cannot: then v1 is not restarted and a person decides) and restart v1
+sinks, when a sink cannot: then v1 is not restarted; with ``rollback_decision`` a person
+decides in a HITL step, ``decide_rollback``, whether to restart it anyway) and restart v1
 from the same snapshot; the run then ends failed (task ``upgraded`` is upstream_failed) so
 the failed upgrade is visible, with v1 running again.
 
@@ -22,6 +23,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import DAG, Param, TriggerRule
 
 from airflow_checkpoint_provider.operators.control import CancelJobOperator
@@ -73,6 +76,10 @@ with DAG(
                               description="how v1 hands its state over"),
         "max_checkpoint_age_s": Param(None, type=["null", "number"],
                                       description="last-state: refuse an older checkpoint"),
+        "rollback_decision": Param(False, type="boolean",
+                                   description="when the rollback guard refuses (a sink cannot "
+                                               "remove v2's output), a person decides: restart "
+                                               "v1 anyway, or keep it stopped (HITL)"),
     },
 ) as dag:
     preflight = VerifyRestoreOperator(
@@ -104,6 +111,22 @@ with DAG(
         job_name="{{ params.job_name }}", restore=SNAPSHOT, wait_for="running",
         runner="{{ params.runner }}", env_vars="{{ params.job_env }}")
 
+    # the guard refused: with rollback_decision a person decides in Airflow's Required
+    # Actions view (Approve: restart v1 anyway, republishing v2's output to the sinks the
+    # guard named; Reject: v1 stays stopped); without it v1 stays stopped
+    ask_rollback = ShortCircuitOperator(
+        task_id="ask_rollback", trigger_rule=TriggerRule.ALL_FAILED,
+        python_callable=lambda params: bool(params["rollback_decision"]))
+    decide_rollback = ApprovalOperator(
+        task_id="decide_rollback",
+        subject="Rollback of {{ params.job_name }} refused: restart v1 anyway?",
+        body="The rollback guard refused: {{ ti.xcom_pull(task_ids='guard_rollback', "
+             "key='refusal') }}. Approve restarts v1 from {{ ti.xcom_pull(task_ids='stop_v1') }}"
+             " anyway: those sinks receive v2's committed records again. Reject keeps v1 "
+             "stopped (v2's output stays) until you act.",
+        fail_on_reject=True, response_timeout=timedelta(hours=24))
+    rollback_ok = EmptyOperator(task_id="rollback_ok", trigger_rule=TriggerRule.ONE_SUCCESS)
     preflight >> stop_v1 >> start_v2 >> wait_v2 >> upgraded
-    [start_v2, wait_v2] >> cancel_v2 >> guard_rollback >> restart_v1
+    [start_v2, wait_v2] >> cancel_v2 >> guard_rollback >> rollback_ok >> restart_v1
+    guard_rollback >> ask_rollback >> decide_rollback >> rollback_ok
     stop_v1 >> restart_v1  # no rollback without the snapshot

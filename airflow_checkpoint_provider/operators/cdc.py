@@ -60,3 +60,59 @@ class DropCdcSlotOperator(BaseOperator):
             raise AirflowException(f"cannot drop CDC slot {name}: {exc}") from exc
         self.log.info("Dropped %s", ", ".join(done) if done else f"nothing (no slot {name})")
         return done
+
+
+class CopyCdcSlotsOperator(BaseOperator):
+    """
+    Blue-green hand-over of a CDC job: for every ``PostgresCdcSource`` of green's pipeline,
+    create green's replication slot as a copy of blue's (``ckpt cdc copy-slots``, in a child
+    process with ``env_vars``). Run it *before* blue's hand-over snapshot: blue acknowledges
+    only completed checkpoints, so the copy holds every change after the hand-over position.
+    Idempotent (a retry, or green's slot left by an earlier run and not past blue's, is kept)
+    and a no-op for a pipeline without a CDC source. Returns one entry per source:
+    ``{uid, from, to, status: created|kept, position}``.
+
+    :param pipeline: green's ``module:function``. Templated.
+    :param blue_job: blue's job name. Templated.
+    :param green_job: green's job name. Templated.
+    :param env_vars: environment of the pipeline (options it reads). Templated.
+    :param timeout: seconds the child process may take.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "blue_job", "green_job", "env_vars")
+
+    def __init__(self, *, pipeline: str, blue_job: str, green_job: str,
+                 env_vars: dict[str, str] | None = None, timeout: float = 300.0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline, self.blue_job, self.green_job = pipeline, blue_job, green_job
+        self.env_vars = env_vars or {}
+        self.timeout = timeout
+
+    def execute(self, context: Context) -> list[dict]:
+        import json
+        import os
+        import subprocess
+        import sys
+
+        from airflow_checkpoint_provider.hooks.job_env import check_job_env
+
+        cmd = [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli", "cdc",
+               "copy-slots", str(self.pipeline), "--from-job", str(self.blue_job),
+               "--to-job", str(self.green_job), "--json"]
+        env = {**os.environ, **check_job_env(self.env_vars),
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                              timeout=self.timeout)
+        if proc.returncode != 0:
+            lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+            raise AirflowException(
+                f"cannot copy the CDC slots of {self.blue_job} for {self.green_job}: "
+                + (lines[-1] if lines else f"exit {proc.returncode}"))
+        done = json.loads(proc.stdout[proc.stdout.index("["):])
+        for d in done:
+            self.log.info("CDC source %s: %s slot %s from %s at %s", d["uid"], d["status"],
+                          d["to"], d["from"], d["position"])
+        if not done:
+            self.log.info("%s has no PostgreSQL CDC source: no slot to copy", self.pipeline)
+        return done

@@ -85,12 +85,15 @@ class GuardRollbackOperator(CheckpointBaseOperator):
         self.log.warning("%s: removing it from its sinks before the rollback", what)
         report = self._discard(job.job_id)
         if report.get("refused"):
+            refusal = (f"{what}; restarting the previous version from the same snapshot "
+                       f"would publish those records again, and sink(s) "
+                       f"{', '.join(report['refused'])} cannot remove them")
+            if "ti" in context:  # for the person who decides (the DAG's decide_rollback)
+                context["ti"].xcom_push(key="refusal", value=refusal)
             raise AirflowFailException(
-                f"rollback refused: {what}; restarting the previous version from the same "
-                f"snapshot would publish those records again, and sink(s) "
-                f"{', '.join(report['refused'])} cannot remove them. Decide: keep the new "
-                "version (start it again from its latest checkpoint), or remove its output "
-                "from those sinks yourself and clear this task")
+                f"rollback refused: {refusal}. Decide: keep the new version (start it again "
+                "from its latest checkpoint), or remove its output from those sinks yourself "
+                "and clear this task (or approve decide_rollback, with rollback_decision)")
         result["discarded"] = report.get("discarded", {})
         for uid, gone in result["discarded"].items():
             self.log.info("Sink %r: removed %d item(s) job %s committed", uid, len(gone),

@@ -270,9 +270,22 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             job_id = self.job_id_for(context, ti.try_number)
             restore = self.restore_for_retry(context) if ti.try_number > 1 else None
             job_id = self.launch(context, job_id, restore or _optional(self.restore))
+            self._record_dag(context, job_id)
         ti.xcom_push(key="job_id", value=job_id)
         ti.xcom_push(key="job_name", value=self.job_name)
         return self.wait(context, job_id)
+
+    def _record_dag(self, context: Context, job_id: str) -> None:
+        """The job's row names this DAG: the UI plugin shows a user only the jobs of DAGs
+        they may read. Never fails the task (the job runs either way)."""
+        dag_id = getattr(context.get("dag"), "dag_id", None) or getattr(context["ti"], "dag_id",
+                                                                         None)
+        if not dag_id:
+            return
+        try:
+            self.hook.get_conn().set_job_dag(job_id, str(dag_id))
+        except Exception as exc:  # noqa: BLE001 - only the UI's per-DAG filter depends on it
+            self.log.warning("Could not record DAG %s for job %s: %s", dag_id, job_id, exc)
 
     def launch(self, context: Context, job_id: str, restore: str | None) -> str:
         hook = CheckpointSubmitHook(

@@ -20,9 +20,10 @@ overrides it), read-only: the hook never creates or migrates a DB.
 Authentication and authorization: Airflow mounts plugin apps without its own checks, so
 every route of this app depends on Airflow 3's auth manager -- the user of the UI's session
 cookie (or an ``Authorization: Bearer`` token of ``/auth/token``), 401 without one, and 403
-unless the auth manager lets that user read DAGs (``is_authorized_dag(method="GET")``: the
-Viewer role and above). The metadata DB does not record which DAG started a job, so the
-check is DAG read access in general, not per job. No OpenAPI schema is served, no route
+unless the auth manager lets that user read DAGs. A user who may read every DAG
+(``is_authorized_dag(method="GET")``: the Viewer role and above) sees every job; one who may
+read only some DAGs (``get_authorized_dag_ids``) sees the jobs those DAGs submitted
+(``jobs.dag_id``, recorded by ``SubmitCheckpointedJobOperator``) and gets 404 for others. No OpenAPI schema is served, no route
 writes, and a DB error answers 503 without naming the DB (details go to the api-server log).
 """
 
@@ -30,7 +31,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import jinja2
@@ -76,7 +78,7 @@ def _job_dict(job: Any) -> dict[str, Any]:
     return {"job_id": job.job_id, "job_name": job.job_name, "version": job.version,
             "status": job.status, "parallelism": job.parallelism,
             "restored_from": job.restored_from, "spark_app_id": job.spark_app_id,
-            "failure_reason": job.failure_reason,
+            "failure_reason": job.failure_reason, "dag_id": getattr(job, "dag_id", None),
             "created_at": job.created_at.isoformat() if job.created_at else None,
             "page": f"{URL_PREFIX}/jobs/{job.job_id}",
             "chain": f"{URL_PREFIX}/chains/{job.job_id}"}
@@ -174,58 +176,95 @@ def _duration_chart(points: list[tuple[int, float, str]]) -> Markup:
                                 series=series))
 
 
-async def _authorized(user: GetUserDep) -> None:
-    """Airflow's login (401 without a valid session/token) and DAG read access (403)."""
+@dataclass(frozen=True)
+class _Access:
+    """What a user may read: every DAG (``all_dags``), or the jobs of ``dag_ids``."""
+
+    all_dags: bool
+    dag_ids: frozenset[str]
+
+    def sees(self, job: Any) -> bool:
+        """A job submitted by a DAG the user may read; a job started outside Airflow (no
+        DAG recorded) only with read access to every DAG."""
+        dag_id = getattr(job, "dag_id", None)
+        return self.all_dags or (dag_id is not None and dag_id in self.dag_ids)
+
+
+async def _access(user: GetUserDep) -> _Access:
+    """Airflow's login (401 without a valid session/token) and DAG read access (403 without
+    any): every DAG, or the DAGs the auth manager lets this user read."""
     from airflow.api_fastapi.app import get_auth_manager
 
-    if not get_auth_manager().is_authorized_dag(method="GET", user=user):
+    manager = get_auth_manager()
+    if manager.is_authorized_dag(method="GET", user=user):
+        return _Access(True, frozenset())
+    dag_ids = frozenset(manager.get_authorized_dag_ids(user=user, method="GET"))
+    if not dag_ids:
         raise HTTPException(status_code=403, detail="reading the checkpoint history needs "
                             "read access to DAGs")
+    return _Access(False, dag_ids)
 
+
+AccessDep = Annotated[_Access, Depends(_access)]
 
 app = FastAPI(title="Checkpoint history", docs_url=None, redoc_url=None, openapi_url=None,
-              dependencies=[Depends(_authorized)])
+              dependencies=[Depends(_access)])
+
+
+def _visible_job(store: Any, job_id: str, access: _Access) -> Any:
+    """The job, or 404 (also when the user may not read its DAG: its existence is not told)."""
+    job = store.get_job(job_id)
+    if job is None or not access.sees(job):
+        raise HTTPException(status_code=404, detail=f"no job with id {job_id!r}")
+    return job
+
+
+def _visible_chain(store: Any, job_id: str, access: _Access) -> list[Any]:
+    _visible_job(store, job_id, access)
+    return [j for j in _chain(store, job_id) if access.sees(j)]
 
 
 @app.get("/api/jobs")
-def api_jobs(name: str | None = None) -> list[dict[str, Any]]:
-    return [_job_dict(j) for j in _store().list_jobs(job_name=name)]
+def api_jobs(access: AccessDep, name: str | None = None) -> list[dict[str, Any]]:
+    return [_job_dict(j) for j in _store().list_jobs(job_name=name) if access.sees(j)]
 
 
 @app.get("/api/jobs/{job_id}")
-def api_job(job_id: str) -> dict[str, Any]:
+def api_job(job_id: str, access: AccessDep) -> dict[str, Any]:
     store = _store()
-    job = _get_job(store, job_id)
+    job = _visible_job(store, job_id, access)
     return {"job": _job_dict(job),
             "checkpoints": [_checkpoint_dict(c) for c in store.list_checkpoints(job_id)]}
 
 
 @app.get("/api/chains/{job_id}")
-def api_chain(job_id: str) -> dict[str, Any]:
-    return {"job_id": job_id, "chain": [_job_dict(j) for j in _chain(_store(), job_id)]}
+def api_chain(job_id: str, access: AccessDep) -> dict[str, Any]:
+    return {"job_id": job_id,
+            "chain": [_job_dict(j) for j in _visible_chain(_store(), job_id, access)]}
 
 
 @app.get("/", response_class=HTMLResponse)
-def jobs_page() -> HTMLResponse:
-    body = Markup(_JOBS.render(p=URL_PREFIX, jobs=_store().list_jobs()))
+def jobs_page(access: AccessDep) -> HTMLResponse:
+    jobs = [j for j in _store().list_jobs() if access.sees(j)]
+    body = Markup(_JOBS.render(p=URL_PREFIX, jobs=jobs))
     return _page("Checkpointed jobs", body)
 
 
 @app.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(job_id: str) -> HTMLResponse:
+def job_page(job_id: str, access: AccessDep) -> HTMLResponse:
     from airflow_checkpoint_provider.engine.client import ReportData, render_report_html
 
     store = _store()
-    _get_job(store, job_id)
+    _visible_job(store, job_id, access)
     page = render_report_html(ReportData.load(store, job_id))  # autoescaped (engine/report.py)
     nav = _NAV.render(p=URL_PREFIX, job_id=job_id)
     return HTMLResponse(page.replace("<body>", "<body>" + nav, 1))
 
 
 @app.get("/chains/{job_id}", response_class=HTMLResponse)
-def chain_page(job_id: str) -> HTMLResponse:
+def chain_page(job_id: str, access: AccessDep) -> HTMLResponse:
     store = _store()
-    chain = _chain(store, job_id)
+    chain = _visible_chain(store, job_id, access)
     points = [(c.checkpoint_id, float(c.duration_ms or 0), j.job_id) for j in chain
               for c in store.list_checkpoints(j.job_id)
               if c.status in ("COMPLETED", "SUBSUMED")]

@@ -1,10 +1,9 @@
 """Issue 36, items 2 and 4: PostgreSQL prepared transactions are a server resource
 (``max_prepared_transactions``, 100 on the test server); no job may keep them without bound.
 
-* A fenced job (a blue-green validation run) pre-commits every epoch and never publishes:
-  each epoch's prepared transactions are rolled back once its checkpoint completes. Two
-  2PC sinks at parallelism 3 with 1 s checkpoints prepared 6 transactions a second and
-  exhausted the server in ~17 s before; now at most a few epochs are prepared at a time.
+* A fenced job (a blue-green validation run) never publishes: two 2PC sinks at parallelism
+  3 with 1 s checkpoints prepared 6 transactions a second and exhausted the server in ~17 s
+  before; now a fenced 2PC sink writes a temporary copy of its table and prepares nothing.
 * A cancelled job rolls back what it prepared for checkpoints that never completed (before,
   ``ckpt~<job>~...~43`` stayed prepared after ``ckpt cancel``); ``ckpt leftovers`` reports
   what ended jobs left and ``--abort`` rolls the never-completed ones back.
@@ -101,8 +100,9 @@ def test_a_fenced_job_keeps_its_prepared_transactions_bounded(tmp_path, postgres
           f"{len(done)} checkpoints, prepared transactions max {max(samples)}, "
           f"restarts {result.restarts}")
     assert len(done) >= WINDOW_S // 3, "it checkpointed all along"
-    assert max(samples) > 0, "it does pre-commit (PREPARE) its epochs"
-    assert max(samples) <= 18, f"at most a few epochs prepared at once, saw {max(samples)}"
+    # a fenced 2PC sink writes a temporary copy of the table and prepares nothing (it
+    # would collide with blue's rows otherwise: tests/engine/connectors/test_postgres_fenced.py)
+    assert max(samples) == 0, f"a fenced sink prepares nothing, saw {max(samples)}"
     assert rec.status == "RUNNING" and rec.attempt == 0 and result.restarts == 0
     assert _prepared(url, job.job_id) == [], "the fenced job's end discards the rest"
     with __import__("psycopg").connect(_dsn(url)) as conn:

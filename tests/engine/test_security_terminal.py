@@ -55,3 +55,18 @@ def test_json_output_keeps_the_value_escaped_by_json(tmp_path):
 def test_terminal_safe_keeps_newlines_tabs_and_text():
     assert terminal_safe("a\tb\nc é 日本") == "a\tb\nc é 日本"
     assert terminal_safe("\x9b31m\x7f") == "\\x9b31m\\x7f"
+
+
+def test_error_messages_print_no_terminal_escapes(tmp_path):
+    """Issue 42 gap: a ``ClickException`` (``Error: ...``) is printed by click, not through
+    ``echo``: its job name came out raw (before: ``ESC ] 0 ; PWNED BEL`` in the output)."""
+    url = _db(tmp_path)
+    with MetadataStore(url) as store:
+        store.set_job_status("job1", "RUNNING")
+    out = CliRunner().invoke(main, ["discard-output", "mod:fn", "job1", "--db", url])
+    assert out.exit_code == 1, out.output
+    assert "orders\\x1b]0;PWNED\\x07" in out.output  # visible, not obeyed
+    assert "\x1b" not in out.output and "\x07" not in out.output and "\u202e" not in out.output
+    # a message built from a value given on the command line goes the same way
+    out = CliRunner().invoke(main, ["cancel", "orders\x1b[2J", "--db", url])
+    assert out.exit_code != 0 and "\x1b" not in out.output, out.output

@@ -26,10 +26,10 @@ pytestmark = pytest.mark.usefixtures("airflow_db")
 
 CUTOVER = ("approval", "approve", "no_approval_needed", "stop_blue", "fenced_cutover",
            "preflight_final", "end_validation", "go_live")
-ABANDONED = {"savepoint_blue": "success", "preflight": "success", "start_green": "success",
+ABANDONED = {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
              "health_gate": "failed", **dict.fromkeys(CUTOVER, "upstream_failed"),
              "cancel_green": "success", "keep_blue": "success"}
-PROMOTED = {"savepoint_blue": "success", "preflight": "success", "start_green": "success",
+PROMOTED = {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
             "health_gate": "success", "approval": "success", "approve": "skipped",
             "no_approval_needed": "success", "stop_blue": "success", "fenced_cutover": "success",
             "preflight_final": "success", "end_validation": "success", "go_live": "success",
@@ -222,7 +222,7 @@ def test_green_that_cannot_restore_is_stopped_by_the_preflight_check_before_it_s
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
                              _conf(tmp_path, green_pipeline=f"{EXAMPLE}:build_v2_incompatible"))
 
-    assert tis == {"savepoint_blue": "success", "preflight": "failed",
+    assert tis == {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "failed",
                    "start_green": "upstream_failed", "health_gate": "upstream_failed",
                    **dict.fromkeys(CUTOVER, "upstream_failed"), "cancel_green": "success",
                    "keep_blue": "success"}

@@ -31,7 +31,8 @@ def _conf(tmp_path, **overrides) -> dict:
             # v2 and the restarted v1 read the rest of the bounded input fast
             "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example"),
                         "CKPT_EXAMPLE_RECORDS": str(RECORDS), "CKPT_EXAMPLE_RATE": "20000"},
-            "upgrade_mode": "savepoint", "max_checkpoint_age_s": None}
+            "upgrade_mode": "savepoint", "max_checkpoint_age_s": None,
+            "rollback_decision": False}
     conf.update(overrides)
     return conf
 
@@ -85,6 +86,7 @@ def test_a_sensor_that_lost_its_deferral_rechecks_the_db_and_the_upgrade_succeed
     assert len(calls) == 2, calls  # retried once, decided on the facts
     assert tis["wait_v2_checkpoint"] == "success" and tis["upgraded"] == "success", tis
     assert tis["cancel_v2"] == tis["restart_v1"] == "skipped", tis
+    assert tis["ask_rollback"] == tis["decide_rollback"] == tis["rollback_ok"] == "skipped", tis
     assert state == "success"
 
 
@@ -97,6 +99,9 @@ def test_rollback_after_v2_committed_discards_v2_output_and_publishes_nothing_tw
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore", _conf(tmp_path))
 
     assert tis["wait_v2_checkpoint"] == "failed" and tis["restart_v1"] == "success", tis
+    # the guard removed v2's output: nobody is asked
+    assert tis["ask_rollback"] == tis["decide_rollback"] == "skipped", tis
+    assert tis["rollback_ok"] == "success", tis
     assert state == "failed"
     v2 = store.get_job(xcom(dr, "start_v2", key="job_id"))
     guard = xcom(dr, "guard_rollback")

@@ -189,6 +189,17 @@ class JobsMixin(StoreBase):
 
         self._write(fn, "set_job_restored_from")
 
+    def set_job_dag(self, job_id: str, dag_id: str) -> None:
+        """Record the Airflow DAG that submitted the job (the UI plugin shows a user only
+        the jobs of DAGs they may read)."""
+
+        def fn(session: Session) -> None:
+            row = self._job_row(session, job_id)
+            row.dag_id = dag_id
+            row.updated_at = utcnow()
+
+        self._write(fn, "set_job_dag")
+
     def set_spark_app_id(self, job_id: str, spark_app_id: str) -> None:
         """Record the Spark application id once the driver knows it."""
 

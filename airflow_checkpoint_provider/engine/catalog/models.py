@@ -273,6 +273,8 @@ class JobRow(Base):
     heartbeat_at: Mapped[datetime | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    #: the Airflow DAG that submitted the job (revision 0008; NULL: started outside Airflow)
+    dag_id: Mapped[str | None] = mapped_column(String(250), index=True)
 
 
 class JobAttemptRow(Base):

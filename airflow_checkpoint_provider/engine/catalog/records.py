@@ -56,6 +56,8 @@ class JobRecord(_Record):
     heartbeat_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    #: the Airflow DAG that submitted the job (``None``: started outside Airflow)
+    dag_id: str | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -76,6 +78,7 @@ class JobRecord(_Record):
             heartbeat_at=_aware(row.heartbeat_at),
             created_at=as_utc(row.created_at),
             updated_at=as_utc(row.updated_at),
+            dag_id=row.dag_id,
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import echo, main
+from .common import _echo_json, echo, load_pipeline, main
 
 
 @main.group()
@@ -53,3 +53,27 @@ def copy_slot(url: str, source: str, target: str | None, to_job: str | None) -> 
         raise click.UsageError("give --to or --to-job")
     name = target or job_object_name(to_job or "")
     echo(f"created slot {name} from {source} at {copy(url, source, name)}")
+
+
+@cdc.command("copy-slots")
+@click.argument("pipeline")
+@click.option("--from-job", "blue_job", required=True, help="blue's job name")
+@click.option("--to-job", "green_job", required=True, help="green's job name")
+@click.option("--json", "as_json", is_flag=True)
+def copy_slots(pipeline: str, blue_job: str, green_job: str, as_json: bool) -> None:
+    """Blue-green hand-over: for every PostgresCdcSource of green's PIPELINE
+    (module:function), create green's slot as a copy of blue's. Idempotent (a green slot not
+    past blue's is kept); nothing to do without a CDC source. Run it BEFORE blue's
+    hand-over savepoint (the blue_green_upgrade DAG does: task copy_cdc_slots)."""
+    from ..connectors.postgres_cdc_handover import copy_slots as copy
+
+    done = copy(load_pipeline(pipeline).execution_graph(), blue_job=blue_job,
+                green_job=green_job)
+    if as_json:
+        _echo_json(done)
+        return
+    for d in done:
+        echo(f"source {d['uid']}: {d['status']} slot {d['to']} from {d['from']} at "
+             f"{d['position']}")
+    if not done:
+        echo(f"{pipeline} has no PostgreSQL CDC source: no slot to copy")

@@ -102,13 +102,18 @@ class CkptGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
+        except click.ClickException as exc:
+            # its message may carry a job name, path or failure reason from the metadata DB
+            # (``Error: ...`` is printed by click, not by :func:`echo`)
+            exc.message = terminal_safe(exc.message)
+            raise
+        except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:
             message = None if os.environ.get("CKPT_TRACEBACK") else one_line_error(exc)
             if message is None:
                 raise
-            raise click.ClickException(message) from None
+            raise click.ClickException(terminal_safe(message)) from None
 
 
 def load_pipeline(reference: str) -> Pipeline:

@@ -212,8 +212,25 @@ class StagedTableWriter(SinkWriter):
             return pa.Table.from_batches(self.batches).combine_chunks()
         except pa.ArrowInvalid:
             # batches whose schemas differ (dict records, a field missing in some batch)
-            return pa.concat_tables([pa.Table.from_batches([b]) for b in self.batches],
-                                    promote_options="permissive")
+            try:
+                return pa.concat_tables([pa.Table.from_batches([b]) for b in self.batches],
+                                        promote_options="permissive")
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise BadRecordError(self._type_conflict(exc)) from exc
+
+    def _type_conflict(self, exc: Exception) -> str:
+        """Which column the epoch's records give values of different types (e.g. a key
+        that is an int in some records and a str in others): one column, one type."""
+        seen: dict[str, set[str]] = {}
+        for b in self.batches:
+            for field in b.schema:
+                if not pa.types.is_null(field.type):
+                    seen.setdefault(field.name, set()).add(str(field.type))
+        mixed = {n: sorted(t) for n, t in seen.items() if len(t) > 1}
+        what = "; ".join(f"column {n!r} is {' and '.join(t)}" for n, t in mixed.items())
+        return (f"{self.kind} sink {self.ctx.operator_uid!r}: the records of one epoch give a "
+                f"column values of different types ({what or exc}); every record must give "
+                f"a column one type (cast them before the sink, e.g. str(key))")
 
     def pre_commit(self, checkpoint_id: int) -> list[object]:
         if not self.batches:

@@ -198,10 +198,39 @@ class _PostgresWriter(SinkWriter):
         #: upsert mode, prepared: the compacted changes of each transaction this writer
         #: prepared and has not committed yet (their row locks block the same keys)
         self.unresolved: dict[str, dict[tuple, dict]] = {}
+        #: fenced (a blue-green validation run, 2PC mode): the epoch's rows go to a private
+        #: temporary copy of the table, never to the table the live job writes
+        self.fenced = bool(getattr(ctx, "fenced", False)) and sink.mode == "2pc"
+        if self.fenced:
+            self._open_fenced()
+
+    def _open_fenced(self) -> None:
+        """A fenced epoch is never published, so it must not touch the live job's rows: in
+        the target table its rows would collide with (``UniqueViolation``: the fenced job
+        failed over in a loop) or wait for the rows blue writes, and blue's for its. It
+        writes a temporary table of the target's columns, defaults and CHECK / NOT NULL
+        constraints instead (the row shape and types are validated; uniqueness, which
+        depends on blue's rows, is not), and rolls each epoch back at the barrier: it
+        prepares nothing (no ``max_prepared_transactions`` slot, no row lock)."""
+        sql = self.psycopg.sql
+        with self.conn.cursor() as cur:
+            cur.execute("SHOW max_prepared_transactions")
+            if int(cur.fetchone()[0]) <= 0:  # the unfenced run would need them
+                raise ConfigurationError(
+                    f"PostgresSink {self.sink.table!r}: the server refuses prepared "
+                    "transactions (max_prepared_transactions = 0); set "
+                    "max_prepared_transactions > 0 or use mode='upsert'")
+            cur.execute(sql.SQL(
+                "CREATE TEMPORARY TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
+                "INCLUDING GENERATED INCLUDING IDENTITY)").format(
+                    sql.Identifier(f"ckpt_fenced_{self.uid_hash}"), self._table(target=True)))
+        self.conn.commit()
 
     # -- SQL --------------------------------------------------------------------------------
-    def _table(self):
+    def _table(self, *, target: bool = False):
         sql = self.psycopg.sql
+        if self.fenced and not target:
+            return sql.Identifier(f"ckpt_fenced_{self.uid_hash}")
         return sql.SQL(".").join(sql.Identifier(p) for p in self.sink.table.split("."))
 
     def _cols(self):
@@ -326,8 +355,11 @@ class _PostgresWriter(SinkWriter):
                 self.conn.commit()
                 self.rows = 0
                 return []
-        if not self.rows:
-            self.conn.rollback()  # nothing written: no transaction to prepare
+        if not self.rows or self.fenced:
+            # nothing written, or a fenced epoch (validated, never published): no
+            # transaction to prepare
+            self.conn.rollback()
+            self.rows = 0
             return []
         txn = make_gid(self.ctx.job_id, self.uid_hash, self.ctx.subtask_index, checkpoint_id)
         own(txn, parse_gid(txn), sink=self.sink_name)  # never a gid a restore would refuse

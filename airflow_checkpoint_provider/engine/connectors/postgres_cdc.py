@@ -105,6 +105,12 @@ class PostgresCdcSource(Source):
         also carries ``_table`` (``schema.table``).
     """
 
+    #: ``ckpt verify-restore`` does not open its splits: opening one creates the job's slot
+    #: and publication (named after the pipeline, not the job that will restore: a
+    #: blue-green preflight created a stray slot and refused the hand-over as "older than
+    #: the slot"); the job master checks the restored positions at start
+    open_in_verify = False
+
     def __init__(self, url: str, tables: Sequence[str], *, slot: str | None = None,
                  publication: str | None = None, snapshot: bool = True,
                  snapshot_splits: int = 4, buckets: int = 1024, metadata: bool = False) -> None:
@@ -304,19 +310,43 @@ class PostgresCdcSource(Source):
             return  # empty state or no stream position yet: starts at the slot's position
         require("postgres")
         slot, _ = self.names(job_name)
-        with self.connect() as conn:
-            confirmed = self.confirmed_lsn(conn, slot)
         try:
             lsn = int(position["lsn"])
         except (TypeError, ValueError) as exc:
             raise RestoreError(f"restored position {position!r:.200} in {location} is "
                                "malformed") from exc
+        origin = str(position.get("slot") or slot)
+        with self.connect() as conn:
+            if origin != slot and slot_state(conn, slot) is None:
+                # a green job restoring blue's snapshot, without a slot of its own yet: the
+                # job master copies blue's at start if it still holds the restored position
+                self._check_copy_origin(conn, origin, slot, lsn, job_name)
+                return
+            confirmed = self.confirmed_lsn(conn, slot)
         if lsn < confirmed:
             raise RestoreError(
                 f"the stream position {format_lsn(lsn)} of checkpoint {checkpoint_id} is older "
                 f"than replication slot {slot!r}'s confirmed position {format_lsn(confirmed)}: "
                 "a newer checkpoint acknowledged the changes in between and the slot no "
                 "longer has them")
+
+    def _check_copy_origin(self, conn, origin: str, slot: str, lsn: int, job_name: str) -> None:
+        state = slot_state(conn, origin)
+        if state is None:
+            raise RestoreError(
+                f"{self.describe()}: the restored position {format_lsn(lsn)} was read from slot "
+                f"{origin!r}, which does not exist, and this job's slot {slot!r} does not "
+                "either: nothing holds the changes after it. Start without restoring (a new "
+                "snapshot)")
+        if state[0] is not None and state[0] > lsn:
+            raise RestoreError(
+                f"{self.describe()}: job {job_name} has no replication slot {slot!r} yet, and "
+                f"the restored position {format_lsn(lsn)} was read from slot {origin!r}, now "
+                f"confirmed past it at {format_lsn(state[0])}: a copy made now lacks the "
+                "changes in between. For a blue-green upgrade create green's slot BEFORE the "
+                "hand-over snapshot: ckpt cdc copy-slots PIPELINE --from-job BLUE --to-job "
+                f"{job_name} (the blue_green_upgrade DAG's copy_cdc_slots task does), then "
+                "take blue's savepoint")
 
     def lineage_dataset(self) -> tuple[str, str]:
         from sqlalchemy.engine import make_url

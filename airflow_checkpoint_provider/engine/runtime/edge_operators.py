@@ -245,9 +245,10 @@ class SinkOperator(Operator):
     master discards what the fenced job staged when it ends."""
 
     def open(self, restored_operator_state):
-        sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
-                             self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt)
         self.fenced = bool(getattr(self.ctx, "fence_sinks", False))
+        sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
+                             self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt,
+                             fenced=self.fenced)
         entries = list(restored_operator_state or [])
         if not self.fenced and any(isinstance(e, dict) and e.get("fenced") for e in entries):
             raise RestoreError(

@@ -27,13 +27,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import uuid
 
 import msgpack
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
 from ..checkpoint.storage import filesystem_for, join, parent, sha256
+from ..private import makedirs_private, user_temp_dir
 from ..serialization import packb
 from ..snapshot.codec import read_verified
 from ..snapshot.handles import RocksDBHandle
@@ -59,7 +59,13 @@ LOCAL_DIR_ENV = "CKPT_LOCAL_DIR"
 
 
 def local_root() -> str:
-    return os.environ.get(LOCAL_DIR_ENV) or os.path.join(tempfile.gettempdir(), "ckpt-rocksdb")
+    """Where RocksDB working directories live: ``$CKPT_LOCAL_DIR`` (created ``0700``), else
+    ``$TMPDIR/ckpt-rocksdb-<uid>``, private to this user (checked: a directory another user
+    created or may write is refused). The state of a job is as private as its checkpoints."""
+    configured = os.environ.get(LOCAL_DIR_ENV)
+    if configured:
+        return makedirs_private(configured)
+    return user_temp_dir("ckpt-rocksdb")
 
 
 def _kg_prefix(kg: int) -> bytes:
@@ -103,7 +109,7 @@ class RocksDBKeyedStateBackend:
         self.incremental = incremental
         self.workdir = workdir or os.path.join(
             local_root(), f"{operator_uid}-{key_groups.start}-{uuid.uuid4().hex[:8]}")
-        os.makedirs(self.workdir, exist_ok=True)
+        makedirs_private(self.workdir)
         self.db_path = os.path.join(self.workdir, "db")
         self.db = Rdict(self.db_path, _options())
         self.descriptors: dict[str, StateDescriptor] = {}
@@ -340,7 +346,7 @@ class RocksDBKeyedStateBackend:
 def _download(directory: str, handle: RocksDBHandle, target: str) -> None:
     # every name and path of the handle was validated by RocksDBHandle.from_dict: bare
     # names (or shared/<name>), so nothing is read or written outside its directory
-    os.makedirs(target, exist_ok=True)
+    makedirs_private(target)
     for entry in handle.files:
         data = read_verified(entry.location_in(directory), entry.size, entry.sha256)
         with open(os.path.join(target, entry.name), "wb") as f:

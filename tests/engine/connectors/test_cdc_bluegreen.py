@@ -75,3 +75,37 @@ def test_blue_green_cut_over_of_a_cdc_job_loses_and_duplicates_nothing(db, tmp_p
     assert {blue.job_id, live.job_id} <= jobs, (blue.job_id, live.job_id, jobs)
     image = replay(rows)  # asserts: no +I of a present key, no retraction of an absent one
     assert image == source_table(db), "blue's then green's changelog differs from the source"
+
+
+@pytest.mark.timeout(240)
+def test_a_green_whose_slot_was_not_copied_before_the_handover_is_told_how(db, tmp_path):
+    """Green restoring blue's savepoint without a slot of its own, after blue acknowledged
+    past the savepoint: before, "replication slot 'ckpt_cdc_green_...' is gone (dropped?)";
+    now the error says to copy green's slot before the hand-over (ckpt cdc copy-slots, the
+    DAG's copy_cdc_slots task)."""
+    from cdc_pipelines import stream_lsn
+
+    from airflow_checkpoint_provider.engine.connectors.pgoutput import parse_lsn
+
+    root, out = str(tmp_path), str(tmp_path / "out")
+    blue_bg = Background(cdc_pipeline(root, db, name="cdc-blue", out=out))
+    blue = blue_bg.wait_running(timeout=90)
+    procs = writers(db, 6, [31])
+    try:
+        sp = blue_bg.request(blue.job_id, "SAVEPOINT", {})
+        assert sp.status == "SUCCEEDED", sp.error
+        at = stream_lsn(sp.result["location"])
+        deadline = time.monotonic() + 60
+        while parse_lsn(_confirmed_text(db, job_object_name("cdc-blue"))) <= at:
+            assert time.monotonic() < deadline, "blue never acknowledged past its savepoint"
+            time.sleep(0.5)
+        with pytest.raises(Exception, match=r"job cdc-green has no replication slot .* ckpt cdc "
+                                            r"copy-slots PIPELINE --from-job BLUE --to-job "
+                                            r"cdc-green"):
+            cdc_pipeline(root, db, name="cdc-green", out=out).run(
+                restore=sp.result["location"], fence_sinks=True)
+    finally:
+        for p in procs:
+            p.join()
+        blue_bg.request(blue.job_id, "CANCEL", {})
+        blue_bg.result()

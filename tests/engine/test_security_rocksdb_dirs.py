@@ -1,0 +1,66 @@
+"""Issue 42 gap: RocksDB working directories (a job's keyed state on a slot's host) were
+created with the umask's default modes (``0755``) under a shared ``/tmp/ckpt-rocksdb`` that
+any local user could create first. Now they are ``0700`` like the engine's other
+directories: the default root is ``$TMPDIR/ckpt-rocksdb-<uid>`` (refused if another user may
+write it) and ``$CKPT_LOCAL_DIR`` is created ``0700``."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from airflow_checkpoint_provider.engine.errors import ConfigurationError
+from airflow_checkpoint_provider.engine.state.keygroups import key_group_range_for
+from airflow_checkpoint_provider.engine.state.rocksdb import (
+    LOCAL_DIR_ENV,
+    RocksDBKeyedStateBackend,
+    local_root,
+)
+
+
+def _mode(path: str) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _backend() -> RocksDBKeyedStateBackend:
+    return RocksDBKeyedStateBackend("op", key_group_range_for(0, 1, 128), 128)
+
+
+def test_rocksdb_working_directories_are_private(tmp_path, monkeypatch):
+    old = os.umask(0o022)
+    try:
+        root = tmp_path / "a" / "b"
+        monkeypatch.setenv(LOCAL_DIR_ENV, str(root))
+        backend = _backend()
+        try:
+            assert backend.workdir.startswith(str(root))
+            for d in (tmp_path / "a", root, backend.workdir):
+                assert _mode(str(d)) == 0o700, f"{d} is {_mode(str(d)):o}"
+        finally:
+            backend.close()
+        monkeypatch.delenv(LOCAL_DIR_ENV)
+        monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+        os.mkdir(tmp_path / "tmp")
+        import tempfile
+
+        monkeypatch.setattr(tempfile, "tempdir", None)  # re-read $TMPDIR
+        default = local_root()
+        assert default == str(tmp_path / "tmp" / f"ckpt-rocksdb-{os.getuid()}")
+        assert _mode(default) == 0o700
+    finally:
+        os.umask(old)
+
+
+def test_a_default_root_others_may_write_is_refused(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.delenv(LOCAL_DIR_ENV, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    planted = tmp_path / f"ckpt-rocksdb-{os.getuid()}"
+    planted.mkdir()
+    os.chmod(planted, 0o777)  # what another user's pre-created directory allows
+    with pytest.raises(ConfigurationError, match="writable by other users"):
+        _backend()
