@@ -32,7 +32,8 @@ ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
 RUN_TIMEOUT_S = 360
 UPGRADED = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
             "wait_v2_checkpoint": "success", "upgraded": "success", "cancel_v2": "skipped",
-            "guard_rollback": "skipped", "restart_v1": "skipped"}
+            "guard_rollback": "skipped", "restart_v1": "skipped", "ask_rollback": "skipped",
+            "decide_rollback": "skipped", "rollback_ok": "skipped"}
 
 
 class Deployment:
@@ -165,7 +166,8 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
     assert tis == {"preflight": "success", "stop_v1": "success", "start_v2": "success",
                    "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
                    "cancel_v2": "success", "guard_rollback": "success",
-                   "restart_v1": "success"}, tis
+                   "ask_rollback": "skipped", "decide_rollback": "skipped",
+                   "rollback_ok": "success", "restart_v1": "success"}, tis
     assert state == "failed"
     savepoint = dep.airflow.xcom("savepoint_upgrade_restore", run, "stop_v1")
     assert store.get_job(v2.job_id).status == "STOPPED"
@@ -192,7 +194,7 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
     cutover = ("stop_blue", "fenced_cutover", "preflight_final", "end_validation", "go_live")
     state, run, tis = dep.run_dag("blue_green_rejected", "blue_green_upgrade", bg_conf,
                                   answer=("approve", "Reject"))
-    assert tis == {"savepoint_blue": "success", "preflight": "success", "start_green": "success",
+    assert tis == {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
                    "health_gate": "success", "approval": "success", "approve": "failed",
                    "no_approval_needed": "skipped", **dict.fromkeys(cutover, "upstream_failed"),
                    "cancel_green": "success", "keep_blue": "success"}, tis
@@ -206,7 +208,7 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
     # then approved: blue stops with a savepoint, green goes live from it, exactly once
     state, run, tis = dep.run_dag("blue_green", "blue_green_upgrade", bg_conf,
                                   answer=("approve", "Approve"))
-    assert tis == {"savepoint_blue": "success", "preflight": "success", "start_green": "success",
+    assert tis == {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
                    "health_gate": "success", "approval": "success", "approve": "success",
                    "no_approval_needed": "skipped", **dict.fromkeys(cutover, "success"),
                    "cancel_green": "skipped", "keep_blue": "skipped"}, tis
@@ -366,7 +368,8 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
     assert tis == {"preflight": "success", "stop_v1": "success", "start_v2": "success",
                    "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
                    "cancel_v2": "success", "guard_rollback": "success",
-                   "restart_v1": "success"}, tis
+                   "ask_rollback": "skipped", "decide_rollback": "skipped",
+                   "rollback_ok": "success", "restart_v1": "success"}, tis
     assert state == "failed"
     guard = dep.airflow.xcom(dag, run, "guard_rollback")
     assert guard["job_id"] == v2.job_id and guard["committed"] and guard["discarded"]["file-sink"]
