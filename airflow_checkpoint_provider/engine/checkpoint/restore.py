@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from ..errors import CorruptCheckpointError, RestoreError, UnsafeRestoreFallbackError
-from ..graph import KEYED_KINDS, ExecutionGraph
+from ..graph import AUTO_UID_PREFIX, KEYED_KINDS, ExecutionGraph
 from ..snapshot.codec import LoadedSnapshot
 from ..state.keygroups import KeyGroupRange, key_group_range_for
 
@@ -28,7 +28,8 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
     Reads the snapshot's typed, validated handles (:mod:`..snapshot.handles`); a spec's
     ``keyed`` list holds those handle objects."""
     ops = snapshot.metadata.operators
-    unmatched = sorted(uid for uid in ops if graph.node_by_uid(uid) is None)
+    chains = {uid: op for uid, op in ops.items() if uid.startswith(AUTO_UID_PREFIX)}
+    unmatched = sorted(uid for uid in ops if uid not in chains and graph.node_by_uid(uid) is None)
     if unmatched and not allow_non_restored_state:
         raise RestoreError(
             f"cannot map state of operator(s) {', '.join(repr(u) for u in unmatched)} from "
@@ -36,7 +37,10 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
             "allow_non_restored_state=True to drop it"
         )
     result: dict[tuple[int, int], dict] = {}
+    _assign_chain_records(snapshot, graph, chains, result, allow_non_restored_state)
     for uid, op in ops.items():
+        if uid in chains:
+            continue
         found = graph.node_by_uid(uid)
         if found is None:
             continue
@@ -54,14 +58,7 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
                 "for keyed state"
             )
         union = [e for s in op.subtasks for e in s.operator_state]
-        in_flight = {s.index: s.channel_state for s in op.subtasks if s.channel_state is not None}
-        if in_flight and op.parallelism != vertex.parallelism:
-            raise RestoreError(
-                f"operator {uid!r}: {snapshot.directory} is an unaligned checkpoint with "
-                f"in-flight records of {op.parallelism} subtasks, which cannot be restored at "
-                f"parallelism {vertex.parallelism}; restore it at parallelism "
-                f"{op.parallelism}, take a savepoint (savepoints are aligned) and rescale from "
-                "that")
+        in_flight = _in_flight(snapshot, f"operator {uid!r}", op, vertex.parallelism)
         for sub in range(vertex.parallelism):
             spec: dict = {"directory": snapshot.directory, "states": op.states,
                           "operator_state": union, "keyed": [],
@@ -79,6 +76,47 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
                         spec["keyed"].append(s.keyed)
             result.setdefault((vertex.id, sub), {})[uid] = spec
     return result
+
+
+def _in_flight(snapshot: LoadedSnapshot, what: str, op, parallelism: int) -> dict:
+    """``{subtask: ChannelStateHandle}`` of ``op``'s in-flight records (unaligned checkpoints:
+    restorable only at the parallelism they were taken at)."""
+    in_flight = {s.index: s.channel_state for s in op.subtasks if s.channel_state is not None}
+    if in_flight and op.parallelism != parallelism:
+        raise RestoreError(
+            f"{what}: {snapshot.directory} is an unaligned checkpoint with "
+            f"in-flight records of {op.parallelism} subtasks, which cannot be restored at "
+            f"parallelism {parallelism}; restore it at parallelism "
+            f"{op.parallelism}, take a savepoint (savepoints are aligned) and rescale from "
+            "that")
+    return in_flight
+
+
+def _assign_chain_records(snapshot: LoadedSnapshot, graph: ExecutionGraph, chains: dict,
+                          result: dict, allow_non_restored_state: bool) -> None:
+    """The in-flight records stored under a chain's derived id (a chain without a stateful
+    operator with a uid, :attr:`~..graph.Vertex.auto_uid`) go to the chain with that id.
+    None has it when the topology changed: refused, unless ``allow_non_restored_state``
+    (the records are then dropped)."""
+    for auto_uid, op in chains.items():
+        vertex = graph.vertex_by_auto_uid(auto_uid)
+        if vertex is None:
+            if allow_non_restored_state:
+                continue
+            raise RestoreError(
+                f"{snapshot.directory} is an unaligned checkpoint with in-flight records of "
+                f"an operator chain without a uid (derived id {auto_uid!r}), and no chain of "
+                "the pipeline has that id: the operators before it changed. Restore a "
+                "savepoint (savepoints are aligned) or a checkpoint of this pipeline, give a "
+                "stateless operator between two exchanges a uid (e.g. map(..., uid='...')) "
+                "so that its in-flight records keep their place, or pass "
+                "allow_non_restored_state=True to drop these records")
+        what = f"chain {vertex.name!r} (derived id {auto_uid!r})"
+        in_flight = _in_flight(snapshot, what, op, vertex.parallelism)
+        for sub, handle in in_flight.items():
+            result.setdefault((vertex.id, sub), {})[auto_uid] = {
+                "directory": snapshot.directory, "states": {}, "operator_state": [],
+                "keyed": [], "channel_state": handle}
 
 
 # -- falling back past jobs ------------------------------------------------------------------

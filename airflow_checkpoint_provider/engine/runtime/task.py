@@ -244,6 +244,9 @@ class StreamTask(TaskCheckpointing):
             except Exception as exc:
                 mark(exc, node, "restore" if spec else "open")
                 raise
+        chain = self.restore.get(v.auto_uid)  # a stateless chain's in-flight records
+        if chain and chain.get("channel_state") is not None:
+            self._channel_state = (chain["directory"], chain["channel_state"])
         # the operators with processing-time timers (a regular join's state TTL too)
         self._timer_ops = [i for i, op in enumerate(self.operators)
                            if isinstance(op, ProcessOperator)

@@ -233,24 +233,25 @@ class TaskCheckpointing:
         t0 = time.perf_counter()
         writing = None
         try:
-            operators = {}
+            operators: dict[str, dict] = {}
             size = uploaded = 0
             channel = None
+            holder = None
             if channel_items is not None:
-                holder = next((op.uid for op, snap in snapshots if op.uid and snap is not None),
-                              None)
-                if holder is None:
-                    raise ValueError(
-                        f"an unaligned checkpoint needs a uid on one operator of the chain "
-                        f"{self.vertex.name!r} (its in-flight records are stored with it)")
+                holder = channel_holder(self.vertex, snapshots)
                 channel = self._write_channel_state(chk_dir, channel_items)
+                if holder == self.vertex.auto_uid:  # a chain without any uid
+                    operators[holder] = {"operator_state": [], "states": {}, "keyed": None,
+                                         "channel_state": channel}
+                    size += channel["size"]
+                    uploaded += channel["size"]
             for op, snap in snapshots:
-                if snap is None or not op.uid:
+                if not op.uid or (snap is None and op.uid != holder):
                     continue
                 writing = op  # a failure below declines naming this operator
-                entry: dict = {"operator_state": snap.operator_state, "states": snap.states,
-                               "keyed": None}
-                if op.keyed:
+                entry: dict = {"operator_state": snap.operator_state if snap else [],
+                               "states": snap.states if snap else {}, "keyed": None}
+                if op.keyed and snap is not None:
                     entry["key_group_range"] = op.backend.key_groups.to_list()
                     if snap.keyed is not None and snap.keyed.write is not None:
                         # state captured in the synchronous part, written here (off the task
@@ -284,6 +285,15 @@ class TaskCheckpointing:
                 self._decline(chk, f"{type(exc).__name__}: {exc}{where}")
             except OSError:
                 pass
+
+
+def channel_holder(vertex, snapshots: list) -> str:
+    """Where an unaligned checkpoint stores a task's in-flight records: with the chain's
+    first operator that has a uid and state, else its first operator with a uid, else under
+    the chain's derived id (:attr:`~..graph.Vertex.auto_uid`: a chain of stateless operators
+    without uids, e.g. a ``map_batches`` between two exchanges)."""
+    return next((op.uid for op, snap in snapshots if op.uid and snap is not None),
+                next((op.uid for op, _ in snapshots if op.uid), vertex.auto_uid))
 
 
 def source_lag(operators) -> dict:
