@@ -62,7 +62,8 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
         for sub in range(vertex.parallelism):
             spec: dict = {"directory": snapshot.directory, "states": op.states,
                           "operator_state": union, "keyed": [],
-                          "channel_state": in_flight.get(sub)}
+                          "channel_state": in_flight.get(sub),
+                          "timestamp_ms": snapshot.metadata.timestamp_ms}
             if kind == "keyed":
                 mine = key_group_range_for(sub, vertex.parallelism, graph.max_parallelism)
                 for s in op.subtasks:
@@ -116,7 +117,8 @@ def _assign_chain_records(snapshot: LoadedSnapshot, graph: ExecutionGraph, chain
         for sub, handle in in_flight.items():
             result.setdefault((vertex.id, sub), {})[auto_uid] = {
                 "directory": snapshot.directory, "states": {}, "operator_state": [],
-                "keyed": [], "channel_state": handle}
+                "keyed": [], "channel_state": handle,
+                "timestamp_ms": snapshot.metadata.timestamp_ms}
 
 
 # -- falling back past jobs ------------------------------------------------------------------

@@ -31,6 +31,7 @@ from ..protocol import messages as M
 from ..serialization import packb, unpack_records, unpackb
 from ..snapshot.codec import read_verified
 from ..state.backend import write_state_file
+from ..state.ttl import processing_time_at
 from .alignment import BarrierHandler
 from .batches import Batch, decode_arrow, encode_arrow
 from .channels import RecordWriter
@@ -77,15 +78,18 @@ class TaskCheckpointing:
     # -- restore --------------------------------------------------------------------------
     def _replay_channel_state(self) -> None:
         """Restored from an unaligned checkpoint: the records that were in flight to this
-        task go through its chain before any new input (they precede it)."""
+        task go through its chain before any new input (they precede it), at the
+        checkpoint's processing time (:func:`~..state.ttl.processing_time_at`: the restored
+        state they add to must not expire over the downtime)."""
         if self._channel_state is None:
             return
-        directory, handle = self._channel_state
+        directory, handle, at_ms = self._channel_state
         self._channel_state = None
         data = read_verified(handle.location_in(directory), handle.size, handle.sha256)
-        for channel, kind, payload in cast(list, unpackb(data)):
-            self._push_input(channel, decode_arrow(payload) if kind == "arrow"
-                             else unpack_records(payload))
+        with processing_time_at(at_ms):
+            for channel, kind, payload in cast(list, unpackb(data)):
+                self._push_input(channel, decode_arrow(payload) if kind == "arrow"
+                                 else unpack_records(payload))
         log.debug("Task %s replayed %d in-flight records", self.name, handle.records)
 
     # -- barrier handler actions ----------------------------------------------------------
