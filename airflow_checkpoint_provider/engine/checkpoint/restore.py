@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from ..errors import CorruptCheckpointError, RestoreError, UnsafeRestoreFallbackError
+from ..errors import CorruptCheckpointError, RestoreError
 from ..graph import AUTO_UID_PREFIX, KEYED_KINDS, ExecutionGraph
 from ..snapshot.codec import LoadedSnapshot
 from ..state.keygroups import KeyGroupRange, key_group_range_for
@@ -138,26 +138,12 @@ def discard_output_of_skipped_jobs(graph: ExecutionGraph, skipped: dict[str, lis
     it first, as on failover: the restored job's output after ``restored_id``, every other
     skipped job's output entirely (it is all newer than the restored checkpoint).
 
-    Raises :class:`UnsafeRestoreFallbackError` before anything is removed when a sink
-    cannot remove committed output (:meth:`~..connectors.base.Sink.can_discard_committed`).
+    Only after :func:`~..runners.restore_plan.check_restore_plan` accepted the fallback:
+    every sink confirmed it can remove that output (``Sink.check_restore``, which refuses a
+    discard a sink cannot do, :meth:`~..connectors.base.Sink.can_discard_committed`), else
+    :class:`~..errors.UnsafeRestoreFallbackError` before anything was removed.
     """
-    if not skipped:
-        return
-    sinks = _sinks(graph)
-    unable = [f"{n.uid!r} ({n.payload.describe()})" for n in sinks
-              if not n.payload.can_discard_committed()]
-    if unable:
-        why = "; ".join(f"job {job}: {reasons[0]}" + (f" (and {len(reasons) - 1} more)"
-                                                      if len(reasons) > 1 else "")
-                        for job, reasons in sorted(skipped.items()))
-        raise UnsafeRestoreFallbackError(
-            f"restore latest would fall back to {restored_from} past every retained "
-            f"checkpoint of job(s) {', '.join(sorted(skipped))}, which cannot be restored "
-            f"({why}); their committed output would be written again, and sink(s) "
-            f"{', '.join(unable)} cannot remove it. Restore an explicit checkpoint or "
-            "savepoint (restore=PATH, `ckpt run --restore PATH`), or remove that output from "
-            "the sink yourself and run with restore=None (`--restore none`)")
     for job in sorted(skipped):
         after = restored_id if job == restored_job else -1
-        for n in sinks:
+        for n in _sinks(graph):
             n.payload.discard_committed_after(n.uid, job, after)
