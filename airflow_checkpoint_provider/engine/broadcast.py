@@ -12,8 +12,9 @@
   :meth:`~KeyedBroadcastProcessFunction.process_element` and ``on_timer`` read the broadcast
   state only, and have the keyed state and timers of the record's key.
 * The broadcast state is operator state (:mod:`.state.operator_state`, mode ``broadcast``):
-  every subtask holds and checkpoints its own copy; on restore at any parallelism every
-  subtask takes the copy of the lowest old subtask (as Flink does). The copies stay
+  every subtask holds and checkpoints its own copy; on restore every subtask takes its own
+  old copy, more subtasks than before old subtask ``i % old count`` (as Flink does; in an
+  unaligned checkpoint the copies differ, each goes with its subtask's in-flight records). The copies stay
   identical only if ``process_broadcast_element`` is deterministic and depends only on the
   broadcast state and the broadcast record (not on keyed state, the subtask or the order of
   broadcast records relative to keyed ones, which differs between subtasks).

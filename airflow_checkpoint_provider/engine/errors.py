@@ -111,3 +111,9 @@ class RepeatedFailureAfterRestoreError(JobFailedError, RestoreError):
 class SlotsNotReleasedError(EngineError):
     """The tasks of a failed attempt still hold the cores the next attempt needs (a Spark
     barrier stage whose tasks did not end after cancellation): the attempt is not started."""
+
+
+class SparkProcessLostError(JobFailedError):
+    """A process of the Spark application a job runs on died: its driver JVM (Py4J cannot
+    reach it: the SparkContext is gone and no restart on it can work, so the job fails at
+    once) or an executor. The message names which, the application and its master."""

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,6 +22,8 @@ from .eventtime import TimestampSpec, WatermarkStrategy
 from .names import validate_uid
 
 FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast"
+#: prefix of a chain's derived id (:attr:`Vertex.auto_uid`); no user uid can start with it
+AUTO_UID_PREFIX = "~chain-"
 #: operators whose state is keyed (redistributed by key group on restore)
 #: operators with two inputs (``connect`` and the joins): each input edge says which it is
 TWO_INPUT_KINDS = ("co_process", "interval_join", "window_join", "broadcast_process",
@@ -97,6 +101,10 @@ class Vertex:
     parallelism: int
     inputs: list[InputEdge] = field(default_factory=list)
     outputs: list[OutputEdge] = field(default_factory=list)
+    #: the chain's id derived from the topology (:func:`_derive_auto_uids`): an unaligned
+    #: checkpoint stores the chain's in-flight records under it when no operator of the
+    #: chain has a uid and state (a stateless map between two exchanges)
+    auto_uid: str = ""
 
     @property
     def name(self) -> str:
@@ -149,6 +157,10 @@ class ExecutionGraph:
                 if n.uid == uid:
                     return v, n
         return None
+
+    def vertex_by_auto_uid(self, auto_uid: str) -> Vertex | None:
+        """The chain whose derived id (:attr:`Vertex.auto_uid`) is ``auto_uid``."""
+        return next((v for v in self.vertices if v.auto_uid == auto_uid), None)
 
 
 def validate(graph: JobGraph) -> None:
@@ -225,7 +237,28 @@ def build_execution_graph(graph: JobGraph) -> ExecutionGraph:
                 "map() one of the two first")
         vertices[dst].inputs.append(InputEdge(src, vertices[src].parallelism, e.partitioning,
                                               e.input))
+    _derive_auto_uids(vertices)
     return ExecutionGraph(graph.name, graph.max_parallelism, vertices)
+
+
+def _derive_auto_uids(vertices: list[Vertex]) -> None:
+    """Give every chain a stable id derived from the topology, as Flink hashes the stream
+    graph for operators without a uid: a hash of the chain's operators (kind and uid, else
+    name) and of its inputs (their derived ids, partitioning and input number), plus an
+    occurrence number for chains that would otherwise be equal. The same pipeline code gives
+    the same ids in every process and run; a changed topology upstream gives other ids
+    (restoring in-flight records then fails naming the chain, see
+    :func:`~.checkpoint.restore.assign_restore`). Vertices are in topological order."""
+    seen: dict[str, int] = {}
+    for v in vertices:
+        shape = [[[n.kind, n.uid or n.name] for n in v.nodes],
+                 [[vertices[i.source_vertex].auto_uid, i.partitioning, i.input]
+                  for i in v.inputs]]
+        digest = hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
+        n = seen[digest] = seen.get(digest, -1) + 1
+        if n:
+            digest = hashlib.sha256(json.dumps([shape, n]).encode()).hexdigest()[:16]
+        v.auto_uid = AUTO_UID_PREFIX + digest
 
 
 def _resolve_parallelism(graph: JobGraph) -> dict[int, int]:

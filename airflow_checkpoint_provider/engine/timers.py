@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from collections.abc import Callable, Iterator
 
 from .eventtime import MIN_WATERMARK
+from .state import ttl
 from .state.descriptors import ListStateDescriptor
 
 EVENT_TIME, PROCESSING_TIME = "event", "processing"
@@ -49,7 +49,7 @@ class TimerService:
         return self.watermark
 
     def current_processing_time(self) -> int:
-        return int(time.time() * 1000)
+        return ttl.now_ms()  # the wall clock (or an unaligned replay's checkpoint time)
 
     def register_event_time_timer(self, timestamp: int) -> None:
         self._register(EVENT_TIME, _timestamp(timestamp, "event-time"))

@@ -297,52 +297,32 @@ def _regular_join(ctx: BuildContext):
     return configure(join_pipeline(ctx.root, n=12_000, users=400, faults=ctx.fault_plan()), ctx)
 
 
-def _sessions(ctx: BuildContext):
-    from perf_pipelines import session_aggregate_pipeline
+def _built_by(module: str, function: str, *args, rate: int = 3000):
+    """A builder calling ``module.function(root, *args, rate=, faults=, out=<root>/out)``
+    (a tests/*_pipelines.py pipeline with a FileSink under ``out``)."""
 
-    return configure(
-        session_aggregate_pipeline(
-            ctx.root, rate=3000, faults=ctx.fault_plan(), out=os.path.join(ctx.root, "out")
-        ),
-        ctx,
-    )
+    def make(ctx: BuildContext):
+        import importlib
 
+        build = getattr(importlib.import_module(module), function)
+        return configure(
+            build(
+                ctx.root,
+                *args,
+                rate=rate,
+                faults=ctx.fault_plan(),
+                out=os.path.join(ctx.root, "out"),
+            ),
+            ctx,
+        )
 
-def _sessions_row(ctx: BuildContext):
-    from event_time_pipelines import session_pipeline
-
-    return configure(
-        session_pipeline(
-            ctx.root,
-            "process",
-            rate=3000,
-            faults=ctx.fault_plan(),
-            out=os.path.join(ctx.root, "out"),
-        ),
-        ctx,
-    )
+    return make
 
 
-def _top_n(ctx: BuildContext):
-    from perf_pipelines import topn_pipeline
-
-    return configure(
-        topn_pipeline(
-            ctx.root, rate=3000, faults=ctx.fault_plan(), out=os.path.join(ctx.root, "out")
-        ),
-        ctx,
-    )
-
-
-def _count_distinct(ctx: BuildContext):
-    from perf_pipelines import distinct_pipeline
-
-    return configure(
-        distinct_pipeline(
-            ctx.root, rate=3000, faults=ctx.fault_plan(), out=os.path.join(ctx.root, "out")
-        ),
-        ctx,
-    )
+_sessions = _built_by("perf_pipelines", "session_aggregate_pipeline")
+_sessions_row = _built_by("event_time_pipelines", "session_pipeline", "process")
+_top_n = _built_by("perf_pipelines", "topn_pipeline")
+_count_distinct = _built_by("perf_pipelines", "distinct_pipeline")
 
 
 def _cdc(ctx: BuildContext):

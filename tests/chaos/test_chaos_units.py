@@ -173,3 +173,16 @@ def test_where_a_fault_landed_from_the_metadata_db_and_published_files(tmp_path)
         _write(out, job, 7, 0, [{"k": 1}])
         assert landing(fault, store, [out]) == "during-commit"
         assert landing(time.time() + 0.5, store, [out]) == "processing"
+
+
+@pytest.mark.parametrize("name", ["session-windows", "session-windows-row", "top-n",
+                                  "count-distinct", "join-broadcast-temporal"])
+def test_every_catalogue_builder_builds_its_pipeline(tmp_path, name):
+    """The builders of the tests' pipelines (one factory since they differed only in names)
+    give a pipeline with the run's backend, checkpoint mode and the seeded raise points."""
+    from bench.chaos.catalogue import BuildContext, entry
+
+    ctx = BuildContext(str(tmp_path), backend="rocksdb", unaligned=True, raise_points=[10])
+    p = entry(name).make(ctx)
+    assert p.state_backend == "rocksdb" and p.checkpoint.unaligned
+    assert p.execution_graph().vertices

@@ -6,13 +6,22 @@ from click.testing import CliRunner
 from pipelines import (
     Background,
     FaultPlan,
+    RunningSum,
     SlowFileSink,
     check_exactly_once,
     expected_running_sums,
     running_sum_pipeline,
 )
 
-from airflow_checkpoint_provider.engine import CheckpointConfig, ConfigurationError, RestoreError
+from airflow_checkpoint_provider.engine import (
+    CheckpointConfig,
+    ConfigurationError,
+    FileSink,
+    GeneratorSource,
+    Pipeline,
+    RestartStrategy,
+    RestoreError,
+)
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.cli import main as ckpt
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
@@ -95,3 +104,99 @@ def test_savepoints_stay_aligned_and_unaligned_state_restores_only_at_its_parall
 def test_invalid_unaligned_options_are_refused(options, message):
     with pytest.raises(ConfigurationError, match=message):
         CheckpointConfig(**options)
+
+
+# -- a chain without any uid (a stateless map between two exchanges) -------------------------
+
+def _identity(record):
+    return record
+
+
+def _hop_pipeline(root, *, faults=None, hop_name="stateless hop", num_records=N):
+    """gen (2) -rebalance-> map without a uid (3) -hash-> sum (2) -> slow sink: the map's
+    chain has input channels, and under backpressure in-flight records, but no uid."""
+    p = Pipeline("hop", max_parallelism=128,
+                 checkpoint=CheckpointConfig(interval_ms=150, unaligned=True,
+                                             directory=str(root / "ckpt")),
+                 restart_strategy=RestartStrategy.fixed_delay(attempts=8, delay_ms=0),
+                 metadata_url="sqlite:///" + str(root / "meta.db"))
+    (p.source(GeneratorSource(num_records, num_keys=50, seed=7, splits=4), uid="gen",
+              parallelism=2)
+      .map(_identity, name=hop_name, parallelism=3)
+      .key_by("key")
+      .process(RunningSum(faults), uid="sum", parallelism=2)
+      .sink(SlowFileSink(str(root / "out"), 0.0003) if faults is not None
+            else FileSink(str(root / "out")), uid="out"))
+    return p
+
+
+@pytest.mark.timeout(300)
+def test_a_chain_without_uid_keeps_its_in_flight_records_under_its_derived_id(tmp_path):
+    """Before: every unaligned checkpoint was declined at the map's chain ("an unaligned
+    checkpoint needs a uid on one operator of the chain"), so none completed and each kill
+    restarted the job from nothing (the Nexmark join queries never finished)."""
+    faults = FaultPlan(str(tmp_path / "faults"), [("kill", 2500), ("record", 4200)])
+    p = _hop_pipeline(tmp_path, faults=faults)
+    hop = next(v for v in p.execution_graph().vertices if v.name == "stateless hop")
+    result = p.run()
+    assert result.status == "FINISHED"
+    assert len(faults.fired()) == 2
+    check_exactly_once(str(tmp_path / "out"), expected_running_sums(N, 50, 7))
+    stats = _unaligned_stats(tmp_path)
+    assert any(t["vertex"] == hop.id for t in stats), "the map's chain acked unaligned"
+    assert sum(t["inflight_records"] for t in stats if t["vertex"] == hop.id) > 0
+
+
+def test_derived_chain_ids_are_stable_distinct_and_follow_the_topology(tmp_path):
+    ids = [v.auto_uid for v in _hop_pipeline(tmp_path).execution_graph().vertices]
+    assert ids == [v.auto_uid for v in _hop_pipeline(tmp_path).execution_graph().vertices]
+    assert len(set(ids)) == len(ids) and all(i.startswith("~chain-") for i in ids)
+    renamed = [v.auto_uid for v in _hop_pipeline(tmp_path, hop_name="other").execution_graph()
+               .vertices]
+    assert renamed[0] == ids[0] and renamed[1] != ids[1]  # the source's chain is unchanged
+
+
+def test_in_flight_records_of_a_chain_that_is_gone_are_refused_naming_it(tmp_path):
+    from airflow_checkpoint_provider.engine.checkpoint.restore import assign_restore
+    from airflow_checkpoint_provider.engine.snapshot.codec import LoadedSnapshot
+
+    graph = _hop_pipeline(tmp_path).execution_graph()
+    hop = graph.vertices[1]
+    channel = {"path": "channel-1-0", "size": 3, "sha256": "0" * 64, "records": 1}
+
+    def snapshot(auto_uid):
+        doc = {"job_id": "j", "job_name": "hop", "checkpoint_id": 3, "kind": "CHECKPOINT",
+               "timestamp_ms": 1, "operators": {auto_uid: {
+                   "kind": "operator", "parallelism": 3, "max_parallelism": 128, "states": {},
+                   "subtasks": [{"index": 0, "operator_state": [], "keyed": None,
+                                 "channel_state": channel}]}}}
+        return LoadedSnapshot(str(tmp_path / "chk-3"), doc)
+
+    specs = assign_restore(snapshot(hop.auto_uid), graph)
+    assert specs[(hop.id, 0)][hop.auto_uid]["channel_state"].records == 1
+    with pytest.raises(RestoreError, match=r"in-flight records of an operator chain without a "
+                                           r"uid \(derived id '~chain-0000000000000000'\)"):
+        assign_restore(snapshot("~chain-0000000000000000"), graph)
+    assert assign_restore(snapshot("~chain-0000000000000000"), graph,
+                          allow_non_restored_state=True) == {}
+    rescaled = _hop_pipeline(tmp_path)
+    rescaled._graph.nodes[1].parallelism = 4
+    with pytest.raises(RestoreError, match="chain 'stateless hop'.*cannot be restored at "
+                                           "parallelism 4"):
+        assign_restore(snapshot(hop.auto_uid), rescaled.execution_graph())
+
+
+def test_in_flight_records_go_to_a_stateful_uid_else_any_uid_else_the_derived_id(tmp_path):
+    from types import SimpleNamespace
+
+    from airflow_checkpoint_provider.engine.runtime.task_checkpoint import channel_holder
+
+    vertex = _hop_pipeline(tmp_path).execution_graph().vertices[1]
+
+    def op(uid):
+        return SimpleNamespace(uid=uid)
+
+    state = object()
+    assert channel_holder(vertex, [(op(None), None), (op("m"), None), (op("s"), state)]) == "s"
+    assert channel_holder(vertex, [(op(None), None), (op("m"), None)]) == "m"
+    assert channel_holder(vertex, [(op(None), None)]) == vertex.auto_uid

@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
-from ..errors import CorruptCheckpointError, RestoreError, UnsafeRestoreFallbackError
-from ..graph import KEYED_KINDS, ExecutionGraph
+from ..errors import CorruptCheckpointError, RestoreError
+from ..graph import AUTO_UID_PREFIX, KEYED_KINDS, ExecutionGraph
 from ..snapshot.codec import LoadedSnapshot
 from ..state.keygroups import KeyGroupRange, key_group_range_for
 
@@ -28,7 +28,8 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
     Reads the snapshot's typed, validated handles (:mod:`..snapshot.handles`); a spec's
     ``keyed`` list holds those handle objects."""
     ops = snapshot.metadata.operators
-    unmatched = sorted(uid for uid in ops if graph.node_by_uid(uid) is None)
+    chains = {uid: op for uid, op in ops.items() if uid.startswith(AUTO_UID_PREFIX)}
+    unmatched = sorted(uid for uid in ops if uid not in chains and graph.node_by_uid(uid) is None)
     if unmatched and not allow_non_restored_state:
         raise RestoreError(
             f"cannot map state of operator(s) {', '.join(repr(u) for u in unmatched)} from "
@@ -36,7 +37,10 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
             "allow_non_restored_state=True to drop it"
         )
     result: dict[tuple[int, int], dict] = {}
+    _assign_chain_records(snapshot, graph, chains, result, allow_non_restored_state)
     for uid, op in ops.items():
+        if uid in chains:
+            continue
         found = graph.node_by_uid(uid)
         if found is None:
             continue
@@ -54,14 +58,7 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
                 "for keyed state"
             )
         union = [e for s in op.subtasks for e in s.operator_state]
-        in_flight = {s.index: s.channel_state for s in op.subtasks if s.channel_state is not None}
-        if in_flight and op.parallelism != vertex.parallelism:
-            raise RestoreError(
-                f"operator {uid!r}: {snapshot.directory} is an unaligned checkpoint with "
-                f"in-flight records of {op.parallelism} subtasks, which cannot be restored at "
-                f"parallelism {vertex.parallelism}; restore it at parallelism "
-                f"{op.parallelism}, take a savepoint (savepoints are aligned) and rescale from "
-                "that")
+        in_flight = _in_flight(snapshot, f"operator {uid!r}", op, vertex.parallelism)
         # FLIP-147: an operator whose every subtask had reached the end of its input is
         # finished (its sources read everything, its end_input ran and its output is in the
         # snapshot): a restore does not run that again. Partly finished: per subtask when the
@@ -73,7 +70,8 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
             spec: dict = {"directory": snapshot.directory, "states": op.states,
                           "operator_state": union, "keyed": [],
                           "channel_state": in_flight.get(sub),
-                          "finished": all_finished or sub in finished_subtasks}
+                          "finished": all_finished or sub in finished_subtasks,
+                          "timestamp_ms": snapshot.metadata.timestamp_ms}
             if kind == "keyed":
                 mine = key_group_range_for(sub, vertex.parallelism, graph.max_parallelism)
                 for s in op.subtasks:
@@ -87,6 +85,48 @@ def assign_restore(snapshot: LoadedSnapshot, graph: ExecutionGraph, *,
                         spec["keyed"].append(s.keyed)
             result.setdefault((vertex.id, sub), {})[uid] = spec
     return result
+
+
+def _in_flight(snapshot: LoadedSnapshot, what: str, op, parallelism: int) -> dict:
+    """``{subtask: ChannelStateHandle}`` of ``op``'s in-flight records (unaligned checkpoints:
+    restorable only at the parallelism they were taken at)."""
+    in_flight = {s.index: s.channel_state for s in op.subtasks if s.channel_state is not None}
+    if in_flight and op.parallelism != parallelism:
+        raise RestoreError(
+            f"{what}: {snapshot.directory} is an unaligned checkpoint with "
+            f"in-flight records of {op.parallelism} subtasks, which cannot be restored at "
+            f"parallelism {parallelism}; restore it at parallelism "
+            f"{op.parallelism}, take a savepoint (savepoints are aligned) and rescale from "
+            "that")
+    return in_flight
+
+
+def _assign_chain_records(snapshot: LoadedSnapshot, graph: ExecutionGraph, chains: dict,
+                          result: dict, allow_non_restored_state: bool) -> None:
+    """The in-flight records stored under a chain's derived id (a chain without a stateful
+    operator with a uid, :attr:`~..graph.Vertex.auto_uid`) go to the chain with that id.
+    None has it when the topology changed: refused, unless ``allow_non_restored_state``
+    (the records are then dropped)."""
+    for auto_uid, op in chains.items():
+        vertex = graph.vertex_by_auto_uid(auto_uid)
+        if vertex is None:
+            if allow_non_restored_state:
+                continue
+            raise RestoreError(
+                f"{snapshot.directory} is an unaligned checkpoint with in-flight records of "
+                f"an operator chain without a uid (derived id {auto_uid!r}), and no chain of "
+                "the pipeline has that id: the operators before it changed. Restore a "
+                "savepoint (savepoints are aligned) or a checkpoint of this pipeline, give a "
+                "stateless operator between two exchanges a uid (e.g. map(..., uid='...')) "
+                "so that its in-flight records keep their place, or pass "
+                "allow_non_restored_state=True to drop these records")
+        what = f"chain {vertex.name!r} (derived id {auto_uid!r})"
+        in_flight = _in_flight(snapshot, what, op, vertex.parallelism)
+        for sub, handle in in_flight.items():
+            result.setdefault((vertex.id, sub), {})[auto_uid] = {
+                "directory": snapshot.directory, "states": {}, "operator_state": [],
+                "keyed": [], "channel_state": handle,
+                "timestamp_ms": snapshot.metadata.timestamp_ms}
 
 
 # -- falling back past jobs ------------------------------------------------------------------
@@ -106,26 +146,12 @@ def discard_output_of_skipped_jobs(graph: ExecutionGraph, skipped: dict[str, lis
     it first, as on failover: the restored job's output after ``restored_id``, every other
     skipped job's output entirely (it is all newer than the restored checkpoint).
 
-    Raises :class:`UnsafeRestoreFallbackError` before anything is removed when a sink
-    cannot remove committed output (:meth:`~..connectors.base.Sink.can_discard_committed`).
+    Only after :func:`~..runners.restore_plan.check_restore_plan` accepted the fallback:
+    every sink confirmed it can remove that output (``Sink.check_restore``, which refuses a
+    discard a sink cannot do, :meth:`~..connectors.base.Sink.can_discard_committed`), else
+    :class:`~..errors.UnsafeRestoreFallbackError` before anything was removed.
     """
-    if not skipped:
-        return
-    sinks = _sinks(graph)
-    unable = [f"{n.uid!r} ({n.payload.describe()})" for n in sinks
-              if not n.payload.can_discard_committed()]
-    if unable:
-        why = "; ".join(f"job {job}: {reasons[0]}" + (f" (and {len(reasons) - 1} more)"
-                                                      if len(reasons) > 1 else "")
-                        for job, reasons in sorted(skipped.items()))
-        raise UnsafeRestoreFallbackError(
-            f"restore latest would fall back to {restored_from} past every retained "
-            f"checkpoint of job(s) {', '.join(sorted(skipped))}, which cannot be restored "
-            f"({why}); their committed output would be written again, and sink(s) "
-            f"{', '.join(unable)} cannot remove it. Restore an explicit checkpoint or "
-            "savepoint (restore=PATH, `ckpt run --restore PATH`), or remove that output from "
-            "the sink yourself and run with restore=None (`--restore none`)")
     for job in sorted(skipped):
         after = restored_id if job == restored_job else -1
-        for n in sinks:
+        for n in _sinks(graph):
             n.payload.discard_committed_after(n.uid, job, after)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from ..catalog import MetadataStore
 from ..catalog.models import JobStatus
 from ..checkpoint.coordinator import CheckpointCoordinator
-from ..errors import EngineError
+from ..errors import EngineError, SparkProcessLostError
 from ..graph import ExecutionGraph
 from ..job import JobConfig
 from ..progress import ProgressReporter
@@ -162,7 +162,12 @@ class AttemptRun:
             m.launcher.start(self.attempt, m.server.address, self.num_slots, secret=m.secret)
         except EngineError as exc:
             m.launcher.stop()
-            return AttemptOutcome(JobStatus.FAILED, f"cannot start the job's slots: {exc}")
+            # the engine the slots run on is gone (a dead Spark driver JVM): no restart helps
+            lost = isinstance(exc, SparkProcessLostError)
+            return AttemptOutcome(JobStatus.FAILED,
+                                  f"cannot start the job's slots: {type(exc).__name__}: {exc}"
+                                  if lost else f"cannot start the job's slots: {exc}",
+                                  fatal=lost, error=SparkProcessLostError if lost else None)
         self.started = time.monotonic()
         events = m.server.events
         while True:

@@ -222,6 +222,9 @@ class JobMaster(RestoreMixin, FailoverMixin):
                 if n.uid:
                     operator_info[n.uid] = {"kind": operator_kind(n.kind), "parallelism": v.parallelism,
                                             "max_parallelism": graph.max_parallelism}
+            # a stateless chain's in-flight records (unaligned checkpoints) under its derived id
+            operator_info[v.auto_uid] = {"kind": "operator", "parallelism": v.parallelism,
+                                         "max_parallelism": graph.max_parallelism}
         self.secret = new_secret()  # per job; handed to the slots by the launcher only
         server = CoordinatorServer(self.coordinator_host, self.coordinator_port,
                                    secret=self.secret,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import weakref
 
 from ..graph import ExecutionGraph
 from ..job import JobConfig, JobResult
@@ -28,11 +31,33 @@ def describe_exit(returncode: int) -> str:
 log = logging.getLogger(__name__)
 
 
+def slot_failure(path: str, lines: int = 12) -> str:
+    """What a failed slot wrote to its failure file: its exception line, then the last
+    ``lines`` lines of its traceback; empty without a file (e.g. killed by a signal)."""
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read().strip()
+    except OSError:
+        return ""
+    if not text:
+        return ""
+    tail = text.splitlines()
+    return f": {tail[-1]}\nSlot traceback (last lines):\n" + "\n".join(tail[-lines:])
+
+
 class LocalProcessLauncher:
-    """Starts ``python -m ...runtime.slot`` processes and stops exactly those, by PID."""
+    """Starts ``python -m ...runtime.slot`` processes and stops exactly those, by PID. A
+    slot that fails writes its traceback to a file of this launcher (``--failure-file``):
+    :meth:`poll` adds it to the exit code."""
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
+        self.failures = tempfile.mkdtemp(prefix="ckpt-slot-failures-")
+        weakref.finalize(self, shutil.rmtree, self.failures, True)
+        self.attempt = 0
+
+    def _failure_file(self, slot: int) -> str:
+        return os.path.join(self.failures, f"attempt-{self.attempt}-slot-{slot}.txt")
 
     def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int,
               secret: bytes | None = None) -> None:
@@ -40,11 +65,13 @@ class LocalProcessLauncher:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         if secret is not None:  # in the environment, not on the command line `ps` shows
             env[SECRET_ENV] = secret.hex()
+        self.attempt = attempt
         self.procs = [
             subprocess.Popen(
                 [sys.executable, "-m", "airflow_checkpoint_provider.engine.runtime.slot",
                  "--slot", str(i), "--attempt", str(attempt),
-                 "--coordinator", f"{coordinator[0]}:{coordinator[1]}"],
+                 "--coordinator", f"{coordinator[0]}:{coordinator[1]}",
+                 "--failure-file", self._failure_file(i)],
                 env=env, stdin=subprocess.DEVNULL)
             for i in range(num_slots)
         ]
@@ -53,7 +80,13 @@ class LocalProcessLauncher:
         for i, p in enumerate(self.procs):
             rc = p.poll()
             if rc is not None and rc != 0:
-                return f"slot {i} process (pid {p.pid}) {describe_exit(rc)}"
+                return (f"slot {i} process (pid {p.pid}) {describe_exit(rc)}"
+                        + slot_failure(self._failure_file(i)))
+            # written before the slot's connection closes; the process may take a while to
+            # exit after that (interpreter shutdown on a loaded machine)
+            failure = slot_failure(self._failure_file(i)) if rc is None else ""
+            if failure:
+                return f"slot {i} process (pid {p.pid}) failed{failure}"
         return None
 
     def stop(self) -> None:

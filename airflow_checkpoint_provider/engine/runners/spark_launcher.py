@@ -38,7 +38,7 @@ import time
 import uuid
 import weakref
 
-from ..errors import ConfigurationError, SlotsNotReleasedError
+from ..errors import ConfigurationError, SlotsNotReleasedError, SparkProcessLostError
 from ..runtime.slot import ORPHAN_EXIT_SECONDS
 
 log = logging.getLogger(__name__)
@@ -200,6 +200,29 @@ def root_cause(error: BaseException) -> str:
     return (lines[0] if lines else type(error).__name__)[:500]
 
 
+def driver_jvm_lost(error: BaseException) -> bool:
+    """Whether ``error`` (from a Py4J call) says the driver's JVM is gone: the connection
+    to its gateway was refused, reset or closed (not an exception the JVM raised)."""
+    if isinstance(error, ConnectionError | EOFError):
+        return True
+    try:
+        from py4j.protocol import Py4JError, Py4JNetworkError
+    except ImportError:  # pragma: no cover - pyspark brings py4j
+        return False
+    if isinstance(error, Py4JNetworkError):
+        return True
+    text = str(error)
+    return isinstance(error, Py4JError) and any(
+        s in text for s in ("Answer from Java side is empty",
+                            "Error while sending or receiving", "Connection refused"))
+
+
+def executor_lost(error: BaseException) -> str | None:
+    """The line of a failed stage's error that says an executor was lost, else ``None``."""
+    return next((ln.strip()[:500] for ln in str(error).splitlines()
+                 if "ExecutorLostFailure" in ln or "Executor lost" in ln), None)
+
+
 class SparkBarrierLauncher:
     """Runs one attempt's slots as a barrier stage in a background thread.
 
@@ -222,6 +245,8 @@ class SparkBarrierLauncher:
         self.release_seconds = release_seconds
         self.kill_slots = kill_slots
         self.sc = spark.sparkContext
+        # read now: once the driver JVM is gone, nothing can be asked of it
+        self.app = f"Spark application {self.sc.applicationId} (master {self.sc.master})"
         self._run: _StageRun | None = None  # the current attempt's stage
         #: job groups of ended attempts whose tasks may still hold cores
         self._held: list[str] = []
@@ -282,7 +307,31 @@ class SparkBarrierLauncher:
             busy = self.busy_tasks()
         return busy
 
+    def driver_lost_error(self, error: BaseException, doing: str) -> SparkProcessLostError:
+        return SparkProcessLostError(
+            f"the driver JVM of {self.app} is gone ({type(error).__name__}: "
+            f"{str(error).strip().splitlines()[0][:300] if str(error).strip() else 'no answer'}"
+            f") while {doing}: the SparkContext died with it (in local mode the executors "
+            "ran in that JVM too), so no restart on it can work; run the job again in a new "
+            "Spark application (restore='latest' / `ckpt run --restore latest` resumes from "
+            "its last completed checkpoint), and see the driver's log or hs_err_pid*.log for "
+            "why the JVM ended (killed, out of memory)")
+
     def start(
+        self,
+        attempt: int,
+        coordinator: tuple[str, int],
+        num_slots: int,
+        secret: bytes | None = None,
+    ) -> None:
+        try:
+            self._start(attempt, coordinator, num_slots, secret)
+        except Exception as exc:
+            if driver_jvm_lost(exc):
+                raise self.driver_lost_error(exc, f"starting attempt {attempt}") from exc
+            raise
+
+    def _start(
         self,
         attempt: int,
         coordinator: tuple[str, int],
@@ -330,6 +379,12 @@ class SparkBarrierLauncher:
     def poll(self) -> str | None:
         run = self._run
         if run is not None and run.done and run.error is not None:
+            if driver_jvm_lost(run.error):
+                return f"Spark barrier stage failed: the driver JVM of {self.app} is gone " \
+                       f"({type(run.error).__name__}: {root_cause(run.error)})"
+            lost = executor_lost(run.error)
+            if lost:
+                return f"Spark barrier stage failed: an executor of {self.app} was lost: {lost}"
             return f"Spark barrier stage failed: {root_cause(run.error)}"
         return None
 

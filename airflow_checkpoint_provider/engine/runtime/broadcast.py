@@ -11,7 +11,8 @@ it ends (bounded) or goes idle.
 State: the function's keyed state and timers in the keyed backend (heap or RocksDB), and the
 broadcast states in the operator state (:class:`~..state.operator_state.OperatorStateStore`,
 mode ``broadcast``): each subtask writes its copy into every checkpoint; on restore every
-subtask, at any parallelism, takes the copy of the lowest old subtask. A function that is
+subtask takes its own old copy (more subtasks than before: old subtask ``i % old count``).
+The copies differ in an unaligned checkpoint: each goes with its subtask's in-flight records. A function that is
 also a :class:`~..functions.CheckpointedFunction` keeps its own operator states (list, union
 list, broadcast) in the same store, next to the broadcast states: ``initialize_state(ctx)``
 before ``open``, ``snapshot_state(checkpoint_id, ctx)`` at each checkpoint (a

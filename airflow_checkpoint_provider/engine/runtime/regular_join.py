@@ -26,7 +26,6 @@ TTL), and a timer for the earliest remaining entry is registered.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, cast
 
 import msgpack
@@ -34,6 +33,7 @@ import msgpack
 from ..changelog import DELETE, INSERT, OP_FIELD, RETRACT, row_kind
 from ..errors import BadRecordError
 from ..regular_join import RegularJoinSpec
+from ..state import ttl as state_ttl
 from ..state.descriptors import EntryMapStateDescriptor
 from ..timers import PROCESSING_TIME, TimerService
 from .join_state import with_current_keys
@@ -53,7 +53,7 @@ def _ttl_resolution(ttl_ms: int) -> int:
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return state_ttl.now_ms()  # the wall clock, or an unaligned replay's checkpoint time
 
 
 class RegularJoinOperator(KeyedOperator):

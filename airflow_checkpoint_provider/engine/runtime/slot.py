@@ -27,6 +27,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -402,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempt", type=int, required=True)
     parser.add_argument("--coordinator", required=True, help="host:port")
     parser.add_argument("--bind-host", default="127.0.0.1")
+    parser.add_argument("--failure-file", default=None,
+                        help="where to write the traceback if the slot fails (read by the "
+                             "launcher into the job's failure reason)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("CKPT_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s slot-" + str(args.slot) + " %(name)s: %(message)s")
@@ -411,8 +415,26 @@ def main(argv: list[str] | None = None) -> int:
                  secret=secret_from_env(), orphan_exit=ORPHAN_EXIT_SECONDS)
     except (SlotAborted, P.ConnectionClosed, OSError, ProtocolError) as exc:
         log.warning("slot %d ended: %s", args.slot, exc)
+        note_failure(args.failure_file)
         return 1
+    except Exception:
+        # e.g. the job description does not unpickle here (a module the slot cannot
+        # import), a peer refused its connection: the launcher carries it into the reason
+        note_failure(args.failure_file)
+        raise
     return 0
+
+
+def note_failure(path: str | None) -> None:
+    """Write the exception being handled, with its traceback, to ``path`` (atomically)."""
+    if not path:
+        return
+    try:
+        with open(path + ".tmp", "w") as f:
+            f.write(traceback.format_exc())
+        os.replace(path + ".tmp", path)
+    except OSError as exc:
+        log.warning("Could not write the slot's failure to %s: %s", path, exc)
 
 
 if __name__ == "__main__":

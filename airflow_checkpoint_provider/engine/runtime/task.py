@@ -256,7 +256,8 @@ class StreamTask(TaskCheckpointing):
             if spec and spec.get("finished"):
                 self.restored_finished = True
             if spec and spec.get("channel_state") is not None:
-                self._channel_state = (spec["directory"], spec["channel_state"])
+                self._channel_state = (spec["directory"], spec["channel_state"],
+                                       spec.get("timestamp_ms"))
             try:
                 self.operators.append(open_operator(node, ctx, kg_range, g.max_parallelism,
                                                     self.env.state_backend, spec,
@@ -266,6 +267,10 @@ class StreamTask(TaskCheckpointing):
             except Exception as exc:
                 mark(exc, node, "restore" if spec else "open")
                 raise
+        chain = self.restore.get(v.auto_uid)  # a stateless chain's in-flight records
+        if chain and chain.get("channel_state") is not None:
+            self._channel_state = (chain["directory"], chain["channel_state"],
+                                   chain.get("timestamp_ms"))
         # the operators with processing-time timers (a regular join's state TTL too)
         self._timer_ops = [i for i, op in enumerate(self.operators)
                            if isinstance(op, ProcessOperator)

@@ -31,6 +31,7 @@ from ..protocol import messages as M
 from ..serialization import packb, unpack_records, unpackb
 from ..snapshot.codec import read_verified
 from ..state.backend import write_state_file
+from ..state.ttl import processing_time_at
 from .alignment import BarrierHandler
 from .batches import Batch, decode_arrow, encode_arrow
 from .channels import RecordWriter
@@ -78,15 +79,18 @@ class TaskCheckpointing:
     # -- restore --------------------------------------------------------------------------
     def _replay_channel_state(self) -> None:
         """Restored from an unaligned checkpoint: the records that were in flight to this
-        task go through its chain before any new input (they precede it)."""
+        task go through its chain before any new input (they precede it), at the
+        checkpoint's processing time (:func:`~..state.ttl.processing_time_at`: the restored
+        state they add to must not expire over the downtime)."""
         if self._channel_state is None:
             return
-        directory, handle = self._channel_state
+        directory, handle, at_ms = self._channel_state
         self._channel_state = None
         data = read_verified(handle.location_in(directory), handle.size, handle.sha256)
-        for channel, kind, payload in cast(list, unpackb(data)):
-            self._push_input(channel, decode_arrow(payload) if kind == "arrow"
-                             else unpack_records(payload))
+        with processing_time_at(at_ms):
+            for channel, kind, payload in cast(list, unpackb(data)):
+                self._push_input(channel, decode_arrow(payload) if kind == "arrow"
+                                 else unpack_records(payload))
         log.debug("Task %s replayed %d in-flight records", self.name, handle.records)
 
     # -- barrier handler actions ----------------------------------------------------------
@@ -244,24 +248,25 @@ class TaskCheckpointing:
         t0 = time.perf_counter()
         writing = None
         try:
-            operators = {}
+            operators: dict[str, dict] = {}
             size = uploaded = 0
             channel = None
+            holder = None
             if channel_items is not None:
-                holder = next((op.uid for op, snap in snapshots if op.uid and snap is not None),
-                              None)
-                if holder is None:
-                    raise ValueError(
-                        f"an unaligned checkpoint needs a uid on one operator of the chain "
-                        f"{self.vertex.name!r} (its in-flight records are stored with it)")
+                holder = channel_holder(self.vertex, snapshots)
                 channel = self._write_channel_state(chk_dir, channel_items)
+                if holder == self.vertex.auto_uid:  # a chain without any uid
+                    operators[holder] = {"operator_state": [], "states": {}, "keyed": None,
+                                         "channel_state": channel}
+                    size += channel["size"]
+                    uploaded += channel["size"]
             for op, snap in snapshots:
-                if snap is None or not op.uid:
+                if not op.uid or (snap is None and op.uid != holder):
                     continue
                 writing = op  # a failure below declines naming this operator
-                entry: dict = {"operator_state": snap.operator_state, "states": snap.states,
-                               "keyed": None}
-                if op.keyed:
+                entry: dict = {"operator_state": snap.operator_state if snap else [],
+                               "states": snap.states if snap else {}, "keyed": None}
+                if op.keyed and snap is not None:
                     entry["key_group_range"] = op.backend.key_groups.to_list()
                     if snap.keyed is not None and snap.keyed.write is not None:
                         # state captured in the synchronous part, written here (off the task
@@ -295,6 +300,15 @@ class TaskCheckpointing:
                 self._decline(chk, f"{type(exc).__name__}: {exc}{where}")
             except OSError:
                 pass
+
+
+def channel_holder(vertex, snapshots: list) -> str:
+    """Where an unaligned checkpoint stores a task's in-flight records: with the chain's
+    first operator that has a uid and state, else its first operator with a uid, else under
+    the chain's derived id (:attr:`~..graph.Vertex.auto_uid`: a chain of stateless operators
+    without uids, e.g. a ``map_batches`` between two exchanges)."""
+    return next((op.uid for op, snap in snapshots if op.uid and snap is not None),
+                next((op.uid for op, _ in snapshots if op.uid), vertex.auto_uid))
 
 
 def source_lag(operators) -> dict:

@@ -8,8 +8,9 @@ A ``map`` / ``flat_map`` / ``filter`` / ``map_batches`` function that subclasses
   per new subtask;
 * **union list state** (``get_union_list_state``): every new subtask gets all items;
 * **broadcast state** (``get_broadcast_state``): a map every subtask holds the same copy of
-  (fed identically, e.g. from a ``broadcast()`` stream); restored from the first old
-  subtask's copy.
+  (fed identically, e.g. from a ``broadcast()`` stream); every subtask restores its own old
+  copy (more subtasks than before: old subtask ``i % old count``), which differ in an
+  unaligned checkpoint (see ``_broadcast_copy``).
 
 In a snapshot it is the operator's ``operator_state``: one entry per subtask and state,
 ``{"state": name, "mode": "split" | "union" | "broadcast", "subtask": i, "codec": 2,
@@ -184,12 +185,22 @@ class OperatorStateStore:
                 "state name")
         parts.sort(key=lambda p: p[0])
         if mode == BROADCAST:
-            return dict(parts[0][1]) if parts else {}
+            return dict(self._broadcast_copy(parts)) if parts else {}
         items = [item for _, value in parts for item in value]
         if mode == UNION:
             return items
         n, i = self.parallelism, self.subtask
         return items[i * len(items) // n:(i + 1) * len(items) // n]
+
+    def _broadcast_copy(self, parts: list[tuple[int, object]]) -> object:
+        """The copy of a broadcast state this subtask restores: its own old subtask's, else
+        (more subtasks than before) old subtask ``i % old count`` (Flink's round robin).
+        The copies are equal in an aligned snapshot, but not in an unaligned checkpoint: a
+        subtask's copy lacks the broadcast records that were still in flight to it, which
+        its own in-flight records (restored with it) hold, while another subtask may have
+        processed them before its barrier. Another subtask's copy loses them."""
+        own = next((value for sub, value in parts if sub == self.subtask), None)
+        return own if own is not None else parts[self.subtask % len(parts)][1]
 
     def _get(self, name: str, mode: str):
         if not isinstance(name, str) or not name:

@@ -59,6 +59,27 @@ def test_each_mode_redistributes_on_rescale(old, new):
     assert all(b == [("k", "same")] for b in bcasts), "broadcast: the same copy everywhere"
 
 
+def test_each_subtask_restores_its_own_broadcast_copy():
+    """In an unaligned checkpoint the copies differ: subtask 1 processed rule r2 before its
+    barrier (in its copy), subtask 0 had r2 still in flight (in its in-flight records, not
+    in its copy). Before, every subtask took subtask 0's copy, so subtask 1 lost r2 (the
+    chaos cell join-broadcast-temporal/local/rocksdb/unaligned: events of subtask 1 got an
+    older rule's threshold)."""
+    def fill_diverged(store, sub):
+        rules = store.get_broadcast_state("rules")
+        rules.put("r1", 1)
+        if sub == 1:
+            rules.put("r2", 2)
+
+    entries = snapshot_of(2, fill_diverged)
+    copies = [dict(OperatorStateStore("op", sub, 2, entries).get_broadcast_state("rules")
+                   .items()) for sub in range(2)]
+    assert copies == [{"r1": 1}, {"r1": 1, "r2": 2}]
+    # more subtasks than before: old subtask i % 2
+    assert dict(OperatorStateStore("op", 2, 3, entries).get_broadcast_state("rules")
+                .items()) == {"r1": 1}
+
+
 def test_changing_a_states_mode_is_refused_naming_operator_and_state():
     entries = snapshot_of(2, fill)
     store = OperatorStateStore("op", 0, 2, entries)
