@@ -11,8 +11,8 @@ Public API::
 
 from __future__ import annotations
 
-from .api import DataStream, JobResult, KeyedStream, Pipeline, WindowedStream
-from .broadcast import (
+from .datastream.api import DataStream, JobResult, KeyedStream, Pipeline, WindowedStream
+from .datastream.broadcast import (
     BroadcastConnectedStream,
     BroadcastContext,
     BroadcastStream,
@@ -40,7 +40,7 @@ from .errors import (
     UntrustedSnapshotError,
 )
 from .eventtime import SessionWindows, SlidingWindows, TumblingWindows, WatermarkStrategy
-from .functions import (
+from .plan.functions import (
     CheckpointedFunction,
     FunctionStateContext,
     KeyedCoProcessFunction,
@@ -50,7 +50,7 @@ from .functions import (
     RuntimeContext,
     Window,
 )
-from .joins import ConnectedStreams, IntervalJoin, JoinedStreams, merge_rows
+from .datastream.joins import ConnectedStreams, IntervalJoin, JoinedStreams, merge_rows
 from .serialization import Serializer
 from .state.descriptors import (
     ListStateDescriptor,
@@ -58,7 +58,7 @@ from .state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from .temporal import TemporalJoin
+from .datastream.temporal import TemporalJoin
 
 
 def __getattr__(name: str):

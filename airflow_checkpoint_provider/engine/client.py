@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 
 from . import launch as _launch
-from .api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
+from .datastream.api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
 from .catalog import (
     ACTIVE_JOB_STATUSES,
     TERMINAL_JOB_STATUSES,
@@ -52,7 +52,7 @@ from .checkpoint.storage import absolute_location
 from .connectors.postgres_cdc import drop_slot as drop_cdc_slot
 from .connectors.postgres_cdc import job_object_name as cdc_object_name
 from .errors import EngineError, InvalidNameError
-from .lineage import pipeline_datasets, upgrade_chain
+from .lifecycle.lineage import pipeline_datasets, upgrade_chain
 from .names import MAX_NAME_LENGTH, validate_job_id, validate_job_name
 from .packaging import SHIP_CODE_ENV, code_archives
 from .private import (
@@ -62,7 +62,7 @@ from .private import (
     open_private,
     user_temp_dir,
 )
-from .savepoints import (
+from .lifecycle.savepoints import (
     RetentionReport,
     active_pins,
     apply_savepoint_retention,
@@ -71,7 +71,7 @@ from .savepoints import (
     pin_savepoint,
     unpin_savepoint,
 )
-from .stability import StabilityCriteria, StabilityVerdict, assess_stability, early_verdict
+from .lifecycle.stability import StabilityCriteria, StabilityVerdict, assess_stability, early_verdict
 
 
 def __getattr__(name: str):
@@ -80,7 +80,7 @@ def __getattr__(name: str):
         from .extras import require
 
         require("report")
-        from . import report
+        from .lifecycle import report
 
         return report.ReportData if name == "ReportData" else report.render_html
     raise AttributeError(name)

@@ -78,7 +78,7 @@ def test_checkpoint_files_and_their_directories_are_private(shared_base):
 
 def test_a_report_is_private(shared_base):
     pytest.importorskip("matplotlib")
-    from airflow_checkpoint_provider.engine.report import render_report
+    from airflow_checkpoint_provider.engine.lifecycle.report import render_report
 
     db = os.path.join(shared_base, "meta.db")
     with MetadataStore(f"sqlite:///{db}") as store:

@@ -8,8 +8,8 @@ import signal
 import subprocess
 import sys
 
-from ..graph import ExecutionGraph
-from ..job import JobConfig, JobResult
+from ..plan.graph import ExecutionGraph
+from ..plan.job import JobConfig, JobResult
 from ..runtime.auth import SECRET_ENV
 from .jobmaster import JobMaster
 

@@ -26,8 +26,8 @@ from ..checkpoint.storage import default_savepoint_root
 from ..checkpoint.trust import SnapshotTrust
 from ..connectors.base import Sink, Source
 from ..errors import CorruptCheckpointError, RestoreError, UnsafeRestoreFallbackError
-from ..graph import ExecutionGraph
-from ..job import JobConfig
+from ..plan.graph import ExecutionGraph
+from ..plan.job import JobConfig
 from ..snapshot.codec import LoadedSnapshot
 from ..snapshot.verify import verify_snapshot
 from ..state.operator_state import OperatorStateStore

@@ -23,9 +23,9 @@ from __future__ import annotations
 import inspect
 from typing import Any, cast
 
-from ..broadcast import BroadcastContext, BroadcastProcessSpec
-from ..functions import CheckpointedFunction, FunctionStateContext, RuntimeContext
-from ..graph import Node
+from ..datastream.broadcast import BroadcastContext, BroadcastProcessSpec
+from ..plan.functions import CheckpointedFunction, FunctionStateContext, RuntimeContext
+from ..plan.graph import Node
 from ..state.keygroups import KeyGroupRange
 from ..state.operator_state import OperatorStateStore
 from .operators import ProcessOperator, _emitted

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from ..functions import RuntimeContext
-from ..graph import Node
+from ..plan.functions import RuntimeContext
+from ..plan.graph import Node
 from ..state.columnar import AggregateSpec
 from ..state.distinct_state import has_distinct
 from ..state.keygroups import KeyGroupRange

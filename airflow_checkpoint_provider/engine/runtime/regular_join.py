@@ -33,9 +33,9 @@ import msgpack
 
 from ..changelog import DELETE, INSERT, OP_FIELD, RETRACT, row_kind
 from ..errors import BadRecordError
-from ..regular_join import RegularJoinSpec
+from ..datastream.regular_join import RegularJoinSpec
 from ..state.descriptors import EntryMapStateDescriptor
-from ..timers import PROCESSING_TIME, TimerService
+from .timers import PROCESSING_TIME, TimerService
 from .join_state import with_current_keys
 from .operators import KeyedOperator
 

@@ -25,8 +25,8 @@ import pyarrow as pa
 
 from ..errors import CorruptCheckpointError, DeterministicError, RestoreError
 from ..eventtime import MAX_WATERMARK, MIN_WATERMARK
-from ..functions import RuntimeContext
-from ..graph import ExecutionGraph, Vertex
+from ..plan.functions import RuntimeContext
+from ..plan.graph import ExecutionGraph, Vertex
 from ..protocol import CheckpointBarrier
 from ..protocol import frames as P
 from ..protocol import messages as M

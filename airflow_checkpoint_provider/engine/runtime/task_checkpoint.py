@@ -39,7 +39,7 @@ from .mailbox import Mailbox
 from .operators import Operator
 
 if TYPE_CHECKING:
-    from ..graph import Vertex
+    from ..plan.graph import Vertex
     from .task import TaskEnvironment
 
 log = logging.getLogger(__name__)

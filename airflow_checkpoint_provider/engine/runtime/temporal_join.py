@@ -34,8 +34,8 @@ from typing import cast
 from ..changelog import OP_FIELD, RETRACT, row_kind
 from ..errors import BadRecordError
 from ..eventtime import MIN_WATERMARK
-from ..temporal import TemporalJoinSpec
-from ..timers import EVENT_TIME
+from ..datastream.temporal import TemporalJoinSpec
+from .timers import EVENT_TIME
 from .join_state import with_current_keys
 from .joins import _JoinOperator
 

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..checkpoint.storage import METADATA_FILE, filesystem_for, join
-from ..graph import KEYED_KINDS
+from ..plan.graph import KEYED_KINDS
 from ..snapshot.codec import encode_metadata, load_snapshot, read_verified
 from ..snapshot.handles import RocksDBHandle, StateFileHandle
 from ..snapshot.verify import load_verified_snapshot

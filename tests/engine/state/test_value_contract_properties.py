@@ -32,7 +32,7 @@ from airflow_checkpoint_provider.engine.state.keygroups import key_group_for, ke
 from airflow_checkpoint_provider.engine.state.operator_state import OperatorStateStore
 from airflow_checkpoint_provider.engine.state.rocksdb import RocksDBKeyedStateBackend
 from airflow_checkpoint_provider.engine.state_io.write import rewrite_savepoint
-from airflow_checkpoint_provider.engine.timers import TIMER_STATES, TimerService
+from airflow_checkpoint_provider.engine.runtime.timers import TIMER_STATES, TimerService
 
 MAXP = 16
 def examples(n: int) -> settings:

@@ -20,7 +20,7 @@ from airflow_checkpoint_provider.engine.state_io import (
     rewrite_savepoint,
 )
 from airflow_checkpoint_provider.engine.state_io.keys import KeyCheck
-from airflow_checkpoint_provider.engine.verify import verify_restore
+from airflow_checkpoint_provider.engine.lifecycle.verify import verify_restore
 
 pytestmark = pytest.mark.timeout(180)
 

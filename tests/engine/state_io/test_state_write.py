@@ -28,7 +28,7 @@ from airflow_checkpoint_provider.engine.state_io import (
     read_state_table,
     rewrite_savepoint,
 )
-from airflow_checkpoint_provider.engine.verify import verify_restore
+from airflow_checkpoint_provider.engine.lifecycle.verify import verify_restore
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

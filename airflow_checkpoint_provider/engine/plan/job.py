@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import CheckpointConfig, RestartStrategy
+from ..config import CheckpointConfig, RestartStrategy
 
 #: Arrow batches cost per batch (a few hundred microseconds of Python and Arrow calls per
 #: operator), not per row: bigger ones amortize it. Measured on the aggregate job, int64 keys:

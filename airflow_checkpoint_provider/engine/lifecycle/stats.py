@@ -35,8 +35,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from .catalog import AttemptRecord, CheckpointRecord, JobRecord, MetadataStore
-from .catalog.models import CheckpointKind, CheckpointStatus
+from ..catalog import AttemptRecord, CheckpointRecord, JobRecord, MetadataStore
+from ..catalog.models import CheckpointKind, CheckpointStatus
 
 #: How many checkpoints ``history`` lists (Flink's ``web.checkpoints.history`` default).
 HISTORY_SIZE = 10

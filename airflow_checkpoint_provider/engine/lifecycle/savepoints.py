@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .catalog.models import CheckpointStatus, JobStatus
-from .checkpoint.storage import (
+from ..catalog.models import CheckpointStatus, JobStatus
+from ..checkpoint.storage import (
     METADATA_FILE,
     absolute_location,
     basename,
@@ -39,8 +39,8 @@ from .checkpoint.storage import (
     is_s3,
     parent,
 )
-from .errors import EngineError
-from .snapshot.codec import load_snapshot
+from ..errors import EngineError
+from ..snapshot.codec import load_snapshot
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import PipelineDefinitionError
-from .eventtime import SessionWindows, TimestampSpec, WindowAssigner, duration_ms
-from .functions import KeyedCoProcessFunction, ProcessJoinFunction
+from ..errors import PipelineDefinitionError
+from ..eventtime import SessionWindows, TimestampSpec, WindowAssigner, duration_ms
+from ..plan.functions import KeyedCoProcessFunction, ProcessJoinFunction
 
 if TYPE_CHECKING:
     from .api import DataStream

@@ -41,8 +41,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from .catalog import AttemptRecord, CheckpointRecord, JobRecord, MetadataStore
-from .private import makedirs_private, open_private
+from ..catalog import AttemptRecord, CheckpointRecord, JobRecord, MetadataStore
+from ..private import makedirs_private, open_private
 from .stats import (
     TASK_METRICS,
     is_completed,

@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .catalog import CheckpointRecord, MetadataStore
-from .catalog.models import CheckpointKind, CheckpointStatus, JobStatus
-from .errors import ConfigurationError
+from ..catalog import CheckpointRecord, MetadataStore
+from ..catalog.models import CheckpointKind, CheckpointStatus, JobStatus
+from ..errors import ConfigurationError
 
 
 @dataclass(frozen=True)

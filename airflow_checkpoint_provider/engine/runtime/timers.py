@@ -20,8 +20,8 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 
-from .eventtime import MIN_WATERMARK
-from .state.descriptors import ListStateDescriptor
+from ..eventtime import MIN_WATERMARK
+from ..state.descriptors import ListStateDescriptor
 
 EVENT_TIME, PROCESSING_TIME = "event", "processing"
 TIMER_STATES = {EVENT_TIME: "_timers.event", PROCESSING_TIME: "_timers.processing"}

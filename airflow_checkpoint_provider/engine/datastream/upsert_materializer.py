@@ -32,11 +32,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import BadRecordError, PipelineDefinitionError
+from ..errors import BadRecordError, PipelineDefinitionError
 
 if TYPE_CHECKING:
     from .api import DataStream
-    from .connectors.base import Sink
+    from ..connectors.base import Sink
 
 UPSERT_MATERIALIZER = "upsert_materializer"
 #: the suffix of the uid of a materializer :meth:`~.api.DataStream.sink` adds
@@ -105,7 +105,7 @@ def unordered_join_upstream(stream: DataStream, sink_parallelism: int | None) ->
     """The uid of a ``regular_join`` whose output reaches ``stream``'s heads (not through a
     materializer) with a parallelism above 1 on the way -- the join's, an operator's in
     between, or the sink's (``sink_parallelism``, None: its default) -- else None."""
-    from .graph import _resolve_parallelism
+    from ..plan.graph import _resolve_parallelism
 
     graph = stream._p._graph
     par = _resolve_parallelism(graph)

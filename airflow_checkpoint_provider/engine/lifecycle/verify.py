@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 
 import cloudpickle
 
-from .errors import EngineError
+from ..errors import EngineError
 
 _UID = re.compile(r"operator(?:\(s\))? '([^']+)'")
 _STATE = re.compile(r"state '([^']+)'")
@@ -91,8 +91,8 @@ def verify_restore(pipeline, snapshot: str, *, parallelism: int | None = None,
     """Check that ``pipeline`` (an :class:`~.api.Pipeline`) restores ``snapshot``.
     ``key_types``: operator uid -> the type of the keys the job gives it (``int``,
     ``"str"``, ``"tuple[str, int]"``); a restore that changes it is a problem."""
-    from .checkpoint.restore import assign_restore
-    from .snapshot.verify import load_verified_snapshot
+    from ..checkpoint.restore import assign_restore
+    from ..snapshot.verify import load_verified_snapshot
 
     report = VerifyReport(snapshot=snapshot)
     try:
@@ -157,8 +157,8 @@ def _type_name(declared: object) -> str:
 def _check_keys(report: VerifyReport, snap, graph, key_types: Mapping[str, object]) -> None:
     """Every key of every keyed operator ``graph`` restores from ``snap``; the key types in
     the report; a key type that differs from the job's (``key_types``) is a problem."""
-    from .state_io.read import open_keyed_operator
-    from .state_io.snapshot_keys import snapshot_key_problems
+    from ..state_io.read import open_keyed_operator
+    from ..state_io.snapshot_keys import snapshot_key_problems
 
     restored = {n.uid for v in graph.vertices for n in v.nodes if n.uid}
     for uid, op in sorted(snap.metadata.operators.items()):
@@ -186,9 +186,9 @@ def _check_keys(report: VerifyReport, snap, graph, key_types: Mapping[str, objec
 
 def _open_all(job: dict) -> dict:
     """In the throwaway process: open every restoring operator on a sample of its key groups."""
-    from .functions import RuntimeContext
-    from .runtime.task import open_operator
-    from .state.keygroups import KeyGroupRange, key_group_range_for
+    from ..plan.functions import RuntimeContext
+    from ..runtime.task import open_operator
+    from ..state.keygroups import KeyGroupRange, key_group_range_for
 
     graph, opened, problems = job["graph"], [], []
     for (vid, sub), specs in sorted(job["assignments"].items()):
@@ -219,7 +219,7 @@ def _check_declared_states(uid: str, op, spec: dict) -> None:
     """Every state the operator declared in ``open`` against the snapshot's declaration of
     it, whether or not the sampled key groups hold any of its entries (a restore checks only
     the states it finds data for)."""
-    from .state.descriptors import check_compatible
+    from ..state.descriptors import check_compatible
 
     declared = getattr(getattr(op, "backend", None), "descriptors", None) or {}
     for name, meta in (spec.get("states") or {}).items():

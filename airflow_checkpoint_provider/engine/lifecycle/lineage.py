@@ -9,7 +9,7 @@ creation order).
 
 from __future__ import annotations
 
-from .catalog import JobRecord, MetadataStore
+from ..catalog import JobRecord, MetadataStore
 
 MAX_CHAIN = 200  # a guard against cycles and runaway histories
 
@@ -54,7 +54,7 @@ def pipeline_datasets(pipeline) -> dict[str, list[dict[str, str]]]:
     OpenLineage's dataset naming. Connectors without an external dataset (a generator, the
     discarding sink) are left out."""
     if isinstance(pipeline, str):
-        from .cli import load_pipeline
+        from ..cli import load_pipeline
 
         pipeline = load_pipeline(pipeline)
     out: dict[str, list[dict[str, str]]] = {"inputs": [], "outputs": []}

@@ -9,10 +9,10 @@ import time
 import uuid
 from collections.abc import Callable
 
-from .api import DEFAULT_METADATA_ENV, Pipeline
-from .catalog.models import JobStatus
-from .errors import EngineError
-from .private import makedirs_private, open_private
+from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
+from ..catalog.models import JobStatus
+from ..errors import EngineError
+from ..private import makedirs_private, open_private
 
 
 def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
@@ -29,7 +29,7 @@ def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
     if "--db" in argv or any(a.startswith("--db=") for a in argv):
         raise EngineError("start_detached: pass the metadata DB URL as metadata_url, not as "
                           "--db in argv (argv is visible to every local user)")
-    from .catalog import MetadataStore
+    from ..catalog import MetadataStore
 
     job_id = job_id or uuid.uuid4().hex
     if "--job-id" not in argv:

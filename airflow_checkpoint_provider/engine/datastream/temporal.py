@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import PipelineDefinitionError
-from .eventtime import TimestampSpec
-from .functions import ProcessJoinFunction
+from ..errors import PipelineDefinitionError
+from ..eventtime import TimestampSpec
+from ..plan.functions import ProcessJoinFunction
 
 if TYPE_CHECKING:
     from .api import DataStream, KeyedStream

@@ -47,8 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import PipelineDefinitionError
-from .eventtime import duration_ms
+from ..errors import PipelineDefinitionError
+from ..eventtime import duration_ms
 from .joins import JOIN_TYPES
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from .state.descriptors import (
+from ..state.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
@@ -56,7 +56,7 @@ class RuntimeContext:
                 f"operator {self.operator_uid!r} is not keyed: keyed state needs key_by(...) first"
             )
         if descriptor.ttl_ms is not None:
-            from .state.ttl import ttl_state
+            from ..state.ttl import ttl_state
 
             return ttl_state(self._backend, descriptor)
         return self._backend.get_state(descriptor)

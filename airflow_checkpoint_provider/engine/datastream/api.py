@@ -19,23 +19,23 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .broadcast import BroadcastConnectedStream, BroadcastStream
-from .config import CheckpointConfig, RestartStrategy
-from .connectors.base import Sink, Source
-from .errors import BadRecordError, ConfigurationError, PipelineDefinitionError
-from .eventtime import (
+from ..config import CheckpointConfig, RestartStrategy
+from ..connectors.base import Sink, Source
+from ..errors import BadRecordError, ConfigurationError, PipelineDefinitionError
+from ..eventtime import (
     TimestampSpec,
     WatermarkStrategy,
     WindowAssigner,
     duration_ms,
 )
-from .extras import require
-from .functions import KeyedProcessFunction
-from .graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
-from .graph import build_execution_graph as _build
-from .job import JobConfig, JobResult
+from ..extras import require
+from ..plan.functions import KeyedProcessFunction
+from ..plan.graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
+from ..plan.graph import build_execution_graph as _build
+from ..plan.job import JobConfig, JobResult
 from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
-from .names import validate_job_id, validate_job_name
-from .state.descriptors import StateDescriptor
+from ..names import validate_job_id, validate_job_name
+from ..state.descriptors import StateDescriptor
 from .temporal import TemporalJoin
 from .windowed import WindowedStream, _aggregate_spec
 
@@ -203,14 +203,14 @@ class Pipeline:
         if fence_sinks:
             config = dataclasses.replace(config, fence_sinks=True)
         if runner == "local":
-            from .runners.local import LocalRunner
+            from ..runners.local import LocalRunner
 
             return LocalRunner(**runner_options).run(
                 self.execution_graph(), config, restore=restore, allow_non_restored_state=allow_non_restored_state,
                 job_id=job_id, claim_mode=claim_mode, trust_snapshot=trust_snapshot,
             )
         if runner == "spark":
-            from .runners.spark import SparkRunner
+            from ..runners.spark import SparkRunner
 
             return SparkRunner(**runner_options).run(
                 self.execution_graph(), config, restore=restore, allow_non_restored_state=allow_non_restored_state,
@@ -538,7 +538,7 @@ class KeyedStream(DataStream):
         ``emit`` is ``"update"``, ``"changelog"`` or ``"upsert"`` (default: ``"changelog"``
         for changelog input, else ``"update"``; :mod:`.runtime.changelog_agg`).
         """
-        from .runtime.changelog_agg import EMIT_MODES
+        from ..runtime.changelog_agg import EMIT_MODES
 
         if emit is not None and emit not in EMIT_MODES:
             raise PipelineDefinitionError(f"aggregate {uid!r}: emit={emit!r} is not one of "
@@ -563,7 +563,7 @@ class KeyedStream(DataStream):
         ties: the earlier row first), vectorized. For every input batch, emits the rows
         whose rank is new or changed with their rank in ``rank_field`` (1..n): an upsert
         stream keyed by (key, rank). Needs ``key_by(field name)`` (:mod:`.state.topn_state`)."""
-        from .state.topn_state import top_n_spec
+        from ..state.topn_state import top_n_spec
 
         spec = top_n_spec(uid, self._key_selector, n, by, descending, rank_field)
         node = self._then("top_n", name or f"Top {n} by {by}", uid, parallelism, spec,

@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import PipelineDefinitionError
-from .eventtime import TimestampSpec
-from .functions import RuntimeContext, _KeyedFunction
-from .state.descriptors import StateDescriptor
-from .state.operator_state import BroadcastState
+from ..errors import PipelineDefinitionError
+from ..eventtime import TimestampSpec
+from ..plan.functions import RuntimeContext, _KeyedFunction
+from ..state.descriptors import StateDescriptor
+from ..state.operator_state import BroadcastState
 
 if TYPE_CHECKING:
     from .api import DataStream
@@ -186,7 +186,7 @@ class BroadcastConnectedStream:
 
     def process(self, fn: KeyedBroadcastProcessFunction, *, uid: str,
                 parallelism: int | None = None, name: str | None = None) -> DataStream:
-        from .graph import BROADCAST, HASH
+        from ..plan.graph import BROADCAST, HASH
 
         if not isinstance(fn, KeyedBroadcastProcessFunction):
             raise PipelineDefinitionError(

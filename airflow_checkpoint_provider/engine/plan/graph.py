@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import PipelineDefinitionError
-from .eventtime import TimestampSpec, WatermarkStrategy
-from .names import validate_uid
+from ..errors import PipelineDefinitionError
+from ..eventtime import TimestampSpec, WatermarkStrategy
+from ..names import validate_uid
 
 FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast"
 #: operators whose state is keyed (redistributed by key group on restore)
