@@ -27,7 +27,10 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.checkpoint.storage import sha256
-from airflow_checkpoint_provider.engine.lifecycle.savepoints import DisposeRefused, dispose_savepoint
+from airflow_checkpoint_provider.engine.lifecycle.savepoints import (
+    DisposeRefused,
+    dispose_savepoint,
+)
 from airflow_checkpoint_provider.engine.snapshot.codec import _canonical, encode_metadata
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # slots need CorruptLatest

@@ -161,3 +161,14 @@ def savepoint_directory(savepoint_root: str, job_id: str, checkpoint_id: int) ->
 def default_savepoint_root(checkpoint_root: str) -> str:
     """``<checkpoint-root>/savepoints``: where savepoints go without an explicit directory."""
     return join(absolute_location(checkpoint_root), "savepoints")
+
+
+def canonical_location(location: str) -> str:
+    """One spelling per snapshot directory, to compare locations: a local path made absolute
+    with symlinks, ``.``/``..``, duplicate and trailing slashes resolved (``file://`` too),
+    an S3 URI normalized (``s3://bucket/key``), a ``.../_metadata`` file taken as its
+    directory."""
+    loc = absolute_location(location)
+    if basename(loc) == METADATA_FILE:
+        loc = parent(loc)
+    return loc if is_s3(loc) else os.path.realpath(loc)

@@ -9,9 +9,9 @@ import sys
 
 import click
 
-from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
 from ..catalog.models import ControlRequestStatus, JobStatus
 from ..checkpoint.storage import absolute_location
+from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
 from ..errors import EngineError
 from .common import (
     _echo_json,

@@ -89,8 +89,8 @@ def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
                             sample_key_groups=sample_key_groups, key_types=declared or None)
     if fence_sinks:  # refused here, not after a job start (a Spark app: ~70 s)
         from ..errors import EngineError
-        from ..runners.fencing import check_fencing
         from ..lifecycle.verify import RestoreProblem
+        from ..runners.fencing import check_fencing
 
         graph = loaded.execution_graph()
         try:

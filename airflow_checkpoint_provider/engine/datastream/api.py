@@ -18,7 +18,6 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .broadcast import BroadcastConnectedStream, BroadcastStream
 from ..config import CheckpointConfig, RestartStrategy
 from ..connectors.base import Sink, Source
 from ..errors import BadRecordError, ConfigurationError, PipelineDefinitionError
@@ -28,14 +27,16 @@ from ..eventtime import (
     WindowAssigner,
     duration_ms,
 )
+from ..execution import create_runner
 from ..extras import require
+from ..names import validate_job_id, validate_job_name
 from ..plan.functions import KeyedProcessFunction
 from ..plan.graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
 from ..plan.graph import build_execution_graph as _build
 from ..plan.job import JobConfig, JobResult
-from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
-from ..names import validate_job_id, validate_job_name
 from ..state.descriptors import StateDescriptor
+from .broadcast import BroadcastConnectedStream, BroadcastStream
+from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .temporal import TemporalJoin
 from .windowed import WindowedStream, _aggregate_spec
 
@@ -202,21 +203,10 @@ class Pipeline:
         config = self.job_config()
         if fence_sinks:
             config = dataclasses.replace(config, fence_sinks=True)
-        if runner == "local":
-            from ..runners.local import LocalRunner
-
-            return LocalRunner(**runner_options).run(
-                self.execution_graph(), config, restore=restore, allow_non_restored_state=allow_non_restored_state,
-                job_id=job_id, claim_mode=claim_mode, trust_snapshot=trust_snapshot,
-            )
-        if runner == "spark":
-            from ..runners.spark import SparkRunner
-
-            return SparkRunner(**runner_options).run(
-                self.execution_graph(), config, restore=restore, allow_non_restored_state=allow_non_restored_state,
-                job_id=job_id, claim_mode=claim_mode, trust_snapshot=trust_snapshot,
-            )
-        raise ConfigurationError(f"runner {runner!r} is unknown; use 'local' or 'spark'")
+        return create_runner(runner, **runner_options).run(
+            self.execution_graph(), config, restore=restore, allow_non_restored_state=allow_non_restored_state,
+            job_id=job_id, claim_mode=claim_mode, trust_snapshot=trust_snapshot,
+        )
 
 
 class FieldSelector:

@@ -19,73 +19,15 @@ channels to inputs (:meth:`~.graph.Vertex.input_of_channels`). The operators are
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import PipelineDefinitionError
 from ..eventtime import SessionWindows, TimestampSpec, WindowAssigner, duration_ms
 from ..plan.functions import KeyedCoProcessFunction, ProcessJoinFunction
+from ..plan.specs import JOIN_TYPES, CoProcessSpec, IntervalJoinSpec, WindowJoinSpec
 
 if TYPE_CHECKING:
-    from .api import DataStream
-
-#: ``how`` of an interval join: which sides emit their unmatched rows
-JOIN_TYPES = ("inner", "left", "right", "full")
-
-
-def merge_rows(left: dict | None, right: dict | None) -> dict:
-    """The default output of a join: the left record's fields, then the right record's
-    fields the left one does not have (a field in both keeps the left value). An unmatched
-    row of an outer join is emitted with its own fields only."""
-    if left is None:
-        return dict(right or {})
-    out = dict(left)
-    if right is not None:
-        for k, v in right.items():
-            if k not in out:
-                out[k] = v
-    return out
-
-
-@dataclass
-class CoProcessSpec:
-    """``connect(...).key_by(...).process(fn)``."""
-
-    fn: KeyedCoProcessFunction
-    key_selectors: tuple[Callable, Callable]
-    timestamps: tuple[TimestampSpec | None, TimestampSpec | None]
-
-
-@dataclass
-class IntervalJoinSpec:
-    """``interval_join(...).between(lower, upper).process(fn)``: ``fn`` is a
-    :class:`ProcessJoinFunction`, a function ``fn(left, right)`` or None (:func:`merge_rows`)."""
-
-    fn: ProcessJoinFunction | Callable | None
-    key_selectors: tuple[Callable, Callable]
-    timestamps: tuple[TimestampSpec, TimestampSpec]
-    lower_ms: int
-    upper_ms: int
-    how: str = "inner"
-    #: run the vectorized operator (:mod:`.runtime.vector_joins`)
-    vectorized: bool = False
-
-    def outer(self, side: int) -> bool:
-        """Whether input ``side`` (1 = left, 2 = right) emits its unmatched rows."""
-        return self.how == "full" or self.how == ("left", "right")[side - 1]
-
-
-@dataclass
-class WindowJoinSpec:
-    """``join(...).where(...).equal_to(...).window(assigner).apply(fn)``."""
-
-    fn: ProcessJoinFunction | Callable | None
-    key_selectors: tuple[Callable, Callable]
-    timestamps: tuple[TimestampSpec, TimestampSpec]
-    assigner: WindowAssigner
-    #: run the vectorized operator (:mod:`.runtime.vector_joins`)
-    vectorized: bool = False
-
+    from .handles import DataStream
 
 def _vectorized(what: str, uid: str, spec: IntervalJoinSpec | WindowJoinSpec) -> None:
     """``vectorized=True``: checked here, run by :mod:`.runtime.vector_joins`."""

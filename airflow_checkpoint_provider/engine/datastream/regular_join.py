@@ -44,40 +44,14 @@ The operator is :class:`~.runtime.regular_join.RegularJoinOperator`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import PipelineDefinitionError
 from ..eventtime import duration_ms
-from .joins import JOIN_TYPES
+from ..plan.specs import JOIN_TYPES, REGULAR_JOIN, RegularJoinSpec
 
 if TYPE_CHECKING:
-    from .api import DataStream, KeyedStream
-
-REGULAR_JOIN = "regular_join"
-
-
-@dataclass
-class RegularJoinSpec:
-    """``left.regular_join(right, how=..., ...)``."""
-
-    key_selectors: tuple[Callable, Callable]
-    how: str
-    #: per side: the primary-key fields, or None (a multiset of rows)
-    primary_keys: tuple[tuple[str, ...] | None, tuple[str, ...] | None]
-    fn: Callable[[dict | None, dict | None], dict] | None = None
-    #: idle state retention in ms (None: keep rows until retracted)
-    state_ttl_ms: int | None = None
-    #: the join key's field name when both sides are keyed by the same field (kept once)
-    shared_key_field: str | None = None
-    #: per side: its field names, set to None in a row of the other side emitted alone
-    #: (``left_fields`` / ``right_fields``; default output only)
-    padding: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
-
-    def outer(self, side: int) -> bool:
-        """Whether side ``side`` (0 = left, 1 = right) emits its rows without a match."""
-        return self.how == "full" or self.how == ("left", "right")[side]
-
+    from .handles import DataStream, KeyedStream
 
 def _primary_key(uid: str, label: str, pk) -> tuple[str, ...] | None:
     if pk is None:

@@ -27,31 +27,14 @@ The operator is :class:`~.runtime.temporal_join.TemporalJoinOperator`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import PipelineDefinitionError
-from ..eventtime import TimestampSpec
 from ..plan.functions import ProcessJoinFunction
+from ..plan.specs import TEMPORAL_JOIN, TEMPORAL_JOIN_TYPES, TemporalJoinSpec
 
 if TYPE_CHECKING:
-    from .api import DataStream, KeyedStream
-
-TEMPORAL_JOIN = "temporal_join"
-TEMPORAL_JOIN_TYPES = ("inner", "left")
-
-
-@dataclass
-class TemporalJoinSpec:
-    """``probe.temporal_join(table, how=...).process(fn)``: ``fn`` is a
-    :class:`ProcessJoinFunction`, a function ``fn(probe, row)`` or None (merge the fields)."""
-
-    fn: ProcessJoinFunction | Callable | None
-    key_selectors: tuple[Callable, Callable]
-    #: the probe's event time (required) and the table's (None: a table without time)
-    timestamps: tuple[TimestampSpec, TimestampSpec | None]
-    how: str = "inner"
-
+    from .handles import DataStream, KeyedStream
 
 class TemporalJoin:
     """``probe.key_by(k).temporal_join(table.key_by(k), how=...)``: :meth:`process` it."""

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 from ..errors import BadRecordError, PipelineDefinitionError
 
 if TYPE_CHECKING:
-    from .api import DataStream
     from ..connectors.base import Sink
+    from .handles import DataStream
 
 UPSERT_MATERIALIZER = "upsert_materializer"
 #: the suffix of the uid of a materializer :meth:`~.api.DataStream.sink` adds

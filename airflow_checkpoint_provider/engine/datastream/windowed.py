@@ -12,7 +12,7 @@ from ..eventtime import SessionWindows, WindowAssigner
 from ..plan.functions import ProcessWindowFunction
 
 if TYPE_CHECKING:
-    from .api import DataStream, KeyedStream
+    from .handles import DataStream, KeyedStream
 
 
 class WindowedStream:

@@ -9,8 +9,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
 from ..catalog.models import JobStatus
+from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
 from ..errors import EngineError
 from ..private import makedirs_private, open_private
 

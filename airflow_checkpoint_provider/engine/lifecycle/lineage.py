@@ -48,15 +48,12 @@ def upgrade_chain(store: MetadataStore, job_id: str) -> list[JobRecord]:
 
 
 def pipeline_datasets(pipeline) -> dict[str, list[dict[str, str]]]:
-    """What a pipeline (an :class:`~.api.Pipeline`, or its ``module:function`` reference)
-    reads and writes, from its sources' and sinks' :meth:`lineage_dataset`:
+    """What a pipeline (a :class:`~..datastream.api.Pipeline`; :func:`..client.pipeline_datasets`
+    also takes its ``module:function`` reference) reads and writes, from its sources' and
+    sinks' :meth:`lineage_dataset`:
     ``{"inputs": [...], "outputs": [...]}``, each entry ``{"namespace", "name", "uid"}`` in
     OpenLineage's dataset naming. Connectors without an external dataset (a generator, the
     discarding sink) are left out."""
-    if isinstance(pipeline, str):
-        from ..cli import load_pipeline
-
-        pipeline = load_pipeline(pipeline)
     out: dict[str, list[dict[str, str]]] = {"inputs": [], "outputs": []}
     for node in pipeline._graph.nodes:
         if node.kind not in ("source", "sink"):

@@ -25,19 +25,14 @@ completed savepoint of the jobs of one name; the first that applies decides:
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..catalog.models import CheckpointStatus, JobStatus
 from ..checkpoint.storage import (
-    METADATA_FILE,
-    absolute_location,
-    basename,
+    canonical_location,
     filesystem_for,
-    is_s3,
-    parent,
 )
 from ..errors import EngineError
 from ..snapshot.codec import load_snapshot
@@ -78,17 +73,6 @@ def dispose_savepoint(path: str, store=None) -> None:
         if row is not None:
             store.set_checkpoint_status(row.job_id, [row.checkpoint_id], CheckpointStatus.DISCARDED)
     log.info("Disposed savepoint %s", snap.directory)
-
-
-def canonical_location(location: str) -> str:
-    """One spelling per snapshot directory, to compare locations: a local path made absolute
-    with symlinks, ``.``/``..``, duplicate and trailing slashes resolved (``file://`` too),
-    an S3 URI normalized (``s3://bucket/key``), a ``.../_metadata`` file taken as its
-    directory."""
-    loc = absolute_location(location)
-    if basename(loc) == METADATA_FILE:
-        loc = parent(loc)
-    return loc if is_s3(loc) else os.path.realpath(loc)
 
 
 def list_savepoints(store, *, job_name: str | None = None, job_id: str | None = None,

@@ -130,7 +130,7 @@ def verify_restore(pipeline, snapshot: str, *, parallelism: int | None = None,
            "job_name": pipeline.name}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
-        proc = subprocess.run([sys.executable, "-m", "airflow_checkpoint_provider.engine.verify"],
+        proc = subprocess.run([sys.executable, "-m", "airflow_checkpoint_provider.engine.lifecycle.verify"],
                               input=cloudpickle.dumps(job), capture_output=True, env=env,
                               timeout=timeout)
     except subprocess.TimeoutExpired:

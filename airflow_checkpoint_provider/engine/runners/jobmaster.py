@@ -27,10 +27,10 @@ from ..config import CheckpointingMode, max_frame_bytes
 from ..connectors.base import Source
 from ..errors import ConfigurationError, JobFailedError
 from ..eventtime import format_watermark
-from ..plan.graph import ExecutionGraph
-from ..plan.job import JobConfig, JobResult
 from ..metrics import JobMetrics, metrics_port_from_env
 from ..names import ensure_under, validate_job_id, validate_job_name
+from ..plan.graph import ExecutionGraph
+from ..plan.job import JobConfig, JobResult
 from ..progress import ProgressReporter
 from ..protocol import ProtocolError
 from ..protocol import frames as P

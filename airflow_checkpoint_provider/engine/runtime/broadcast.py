@@ -23,9 +23,14 @@ from __future__ import annotations
 import inspect
 from typing import Any, cast
 
-from ..datastream.broadcast import BroadcastContext, BroadcastProcessSpec
-from ..plan.functions import CheckpointedFunction, FunctionStateContext, RuntimeContext
+from ..plan.functions import (
+    BroadcastContext,
+    CheckpointedFunction,
+    FunctionStateContext,
+    RuntimeContext,
+)
 from ..plan.graph import Node
+from ..plan.specs import BroadcastProcessSpec
 from ..state.keygroups import KeyGroupRange
 from ..state.operator_state import OperatorStateStore
 from .operators import ProcessOperator, _emitted

@@ -33,11 +33,11 @@ import msgpack
 
 from ..changelog import DELETE, INSERT, OP_FIELD, RETRACT, row_kind
 from ..errors import BadRecordError
-from ..datastream.regular_join import RegularJoinSpec
+from ..plan.specs import RegularJoinSpec
 from ..state.descriptors import EntryMapStateDescriptor
-from .timers import PROCESSING_TIME, TimerService
 from .join_state import with_current_keys
 from .operators import KeyedOperator
+from .timers import PROCESSING_TIME, TimerService
 
 log = logging.getLogger(__name__)
 

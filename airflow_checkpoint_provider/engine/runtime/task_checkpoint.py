@@ -40,7 +40,7 @@ from .operators import Operator
 
 if TYPE_CHECKING:
     from ..plan.graph import Vertex
-    from .task import TaskEnvironment
+    from .environment import TaskEnvironment
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ import pyarrow as pa
 from ..errors import BadRecordError
 from ..plan.functions import RuntimeContext
 from ..plan.graph import Node
-from ..datastream.joins import IntervalJoinSpec, WindowJoinSpec
+from ..plan.specs import IntervalJoinSpec, WindowJoinSpec
 from ..state.join_buffers import JoinState, concat
 from ..state.keygroups import KeyGroupRange
 from ..state.vectorized import key_groups

@@ -5,9 +5,9 @@ import os
 import boto3
 import pytest
 
-from airflow_checkpoint_provider.engine.datastream.api import default_metadata_url
 from airflow_checkpoint_provider.engine.checkpoint import storage
 from airflow_checkpoint_provider.engine.checkpoint.s3 import MIB, S3FileSystem, split_uri
+from airflow_checkpoint_provider.engine.datastream.api import default_metadata_url
 from airflow_checkpoint_provider.engine.errors import CheckpointStorageError, RestoreError
 from airflow_checkpoint_provider.engine.snapshot.codec import (
     encode_metadata,

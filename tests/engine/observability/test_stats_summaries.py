@@ -6,7 +6,11 @@ import pytest
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.lifecycle.report import render_report
-from airflow_checkpoint_provider.engine.lifecycle.stats import checkpoint_statistics, percentile, summarize
+from airflow_checkpoint_provider.engine.lifecycle.stats import (
+    checkpoint_statistics,
+    percentile,
+    summarize,
+)
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
