@@ -26,7 +26,7 @@ from airflow_checkpoint_provider.engine import (
     RestartStrategy,
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.checkpoint.storage import sha256
+from airflow_checkpoint_provider.engine.fs.storage import sha256
 from airflow_checkpoint_provider.engine.lifecycle.savepoints import (
     DisposeRefused,
     dispose_savepoint,

@@ -18,7 +18,7 @@ import tempfile
 import pytest
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.checkpoint.storage import LocalFileSystem
+from airflow_checkpoint_provider.engine.fs.storage import LocalFileSystem
 
 NOBODY = 65534
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")

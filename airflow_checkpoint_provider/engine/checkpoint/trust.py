@@ -24,9 +24,9 @@ from datetime import datetime
 from ..catalog import CheckpointRecord, MetadataStore
 from ..catalog.models import CheckpointStatus
 from ..errors import UntrustedSnapshotError
+from ..fs.storage import canonical_location
 from ..snapshot import integrity
 from ..snapshot.codec import LoadedSnapshot, load_snapshot, signature_status
-from .storage import canonical_location
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ import sys
 import click
 
 from ..catalog.models import ControlRequestStatus, JobStatus
-from ..checkpoint.storage import absolute_location
 from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
 from ..errors import EngineError
+from ..fs.storage import absolute_location
 from .common import (
     _echo_json,
     _record,

@@ -30,11 +30,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..catalog.models import CheckpointStatus, JobStatus
-from ..checkpoint.storage import (
+from ..errors import EngineError
+from ..fs.storage import (
     canonical_location,
     filesystem_for,
 )
-from ..errors import EngineError
 from ..snapshot.codec import load_snapshot
 
 log = logging.getLogger(__name__)

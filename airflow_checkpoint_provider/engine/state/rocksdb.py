@@ -33,7 +33,7 @@ import uuid
 import msgpack
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
-from ..checkpoint.storage import filesystem_for, join, parent, sha256
+from ..fs.storage import filesystem_for, join, parent, sha256
 from ..serialization import packb
 from ..snapshot.codec import read_verified
 from ..snapshot.handles import RocksDBHandle
