@@ -12,12 +12,24 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .errors import ConfigurationError
+from .plan.graph import ExecutionGraph
+from .plan.job import JobConfig, JobResult
 
 
 class Runner(Protocol):
     """What a runner offers the DSL: run an execution graph with a job config."""
 
-    def run(self, graph: Any, config: Any, **kwargs: Any) -> Any: ...
+    def run(
+        self,
+        graph: ExecutionGraph,
+        config: JobConfig,
+        *,
+        restore: str | None,
+        allow_non_restored_state: bool,
+        job_id: str | None,
+        claim_mode: str = ...,
+        trust_snapshot: bool = ...,
+    ) -> JobResult: ...
 
 
 def _local(**options: Any) -> Runner:
