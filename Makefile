@@ -92,18 +92,18 @@ bench-nexmark: venv check-java $(FLINK_VENV)/.installed
 # ruff (with a complexity bound) on everything; mypy on the engine's public API and seams.
 ENGINE := airflow_checkpoint_provider/engine
 # the runtime package but slot.py and auth.py (not yet annotated throughout)
-MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/api.py $(ENGINE)/config.py $(ENGINE)/errors.py \
-	$(ENGINE)/packaging.py $(ENGINE)/snapshot $(ENGINE)/names.py $(ENGINE)/lineage.py \
-	$(ENGINE)/job.py $(ENGINE)/protocol $(ENGINE)/catalog $(ENGINE)/checkpoint/coordinator.py \
+MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/datastream/api.py $(ENGINE)/execution.py $(ENGINE)/plan/specs.py $(ENGINE)/config.py $(ENGINE)/errors.py \
+	$(ENGINE)/packaging.py $(ENGINE)/snapshot $(ENGINE)/names.py $(ENGINE)/lifecycle/lineage.py \
+	$(ENGINE)/plan/job.py $(ENGINE)/protocol $(ENGINE)/catalog $(ENGINE)/checkpoint/coordinator.py \
 	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners \
-	$(ENGINE)/state/backend.py $(ENGINE)/eventtime.py $(ENGINE)/timers.py $(ENGINE)/state/ttl.py \
+	$(ENGINE)/state/backend.py $(ENGINE)/eventtime.py $(ENGINE)/state/ttl.py \
 	$(ENGINE)/state/windows.py $(ENGINE)/connectors/delta.py $(ENGINE)/connectors/lakehouse.py \
 	$(ENGINE)/connectors/partitions.py \
-	$(ENGINE)/connectors/iceberg.py $(ENGINE)/connectors/table_source.py $(ENGINE)/verify.py \
-	$(ENGINE)/state_io $(ENGINE)/stability.py $(ENGINE)/state/columnar.py \
+	$(ENGINE)/connectors/iceberg.py $(ENGINE)/connectors/table_source.py $(ENGINE)/lifecycle/verify.py \
+	$(ENGINE)/state_io $(ENGINE)/lifecycle/stability.py $(ENGINE)/state/columnar.py \
 	$(ENGINE)/state/key_index.py $(ENGINE)/runtime \
 	$(ENGINE)/typed_codec.py $(ENGINE)/state/contract.py $(ENGINE)/serialization.py \
-	$(ENGINE)/vectorized_ops
+	$(ENGINE)/vectorized_ops.py $(ENGINE)/datastream/vectorized_ops.py
 
 lint: venv
 	$(VENV)/bin/ruff check airflow_checkpoint_provider tests dags bench

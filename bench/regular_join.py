@@ -51,7 +51,7 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
     Pipeline,
     RestartStrategy,
 )
-from airflow_checkpoint_provider.engine.functions import RuntimeContext  # noqa: E402
+from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext  # noqa: E402
 from airflow_checkpoint_provider.engine.runtime.task import open_operator  # noqa: E402
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange  # noqa: E402
 

@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from airflow_checkpoint_provider.engine import ValueStateDescriptor  # noqa: E402
-from airflow_checkpoint_provider.engine.checkpoint.storage import LocalFileSystem, sha256  # noqa: E402
+from airflow_checkpoint_provider.engine.fs.storage import LocalFileSystem, sha256  # noqa: E402
 from airflow_checkpoint_provider.engine.state.heap import HeapKeyedStateBackend  # noqa: E402
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange  # noqa: E402
 from airflow_checkpoint_provider.engine.state.rocksdb import RocksDBKeyedStateBackend  # noqa: E402

@@ -10,7 +10,7 @@ import importlib.util
 import json
 import os
 
-from airflow_checkpoint_provider.engine.functions import RuntimeContext
+from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext
 from airflow_checkpoint_provider.engine.runtime.task import open_operator
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 

@@ -11,18 +11,15 @@ Public API::
 
 from __future__ import annotations
 
-from .api import DataStream, JobResult, KeyedStream, Pipeline, WindowedStream
-from .broadcast import (
-    BroadcastConnectedStream,
-    BroadcastContext,
-    BroadcastStream,
-    KeyedBroadcastProcessFunction,
-)
 from .config import CheckpointConfig, CheckpointingMode, RestartStrategy
 from .connectors.base import Sink, SinkWriter, Source, SourceContext, SplitReader
 from .connectors.discard import DiscardSink
 from .connectors.files import FileSink, read_committed
 from .connectors.generator import GeneratorSource
+from .datastream.api import DataStream, JobResult, KeyedStream, Pipeline, WindowedStream
+from .datastream.broadcast import BroadcastConnectedStream, BroadcastStream
+from .datastream.joins import ConnectedStreams, IntervalJoin, JoinedStreams
+from .datastream.temporal import TemporalJoin
 from .errors import (
     BadRecordError,
     CheckpointDeclined,
@@ -40,9 +37,11 @@ from .errors import (
     UntrustedSnapshotError,
 )
 from .eventtime import SessionWindows, SlidingWindows, TumblingWindows, WatermarkStrategy
-from .functions import (
+from .plan.functions import (
+    BroadcastContext,
     CheckpointedFunction,
     FunctionStateContext,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     ProcessJoinFunction,
@@ -50,7 +49,7 @@ from .functions import (
     RuntimeContext,
     Window,
 )
-from .joins import ConnectedStreams, IntervalJoin, JoinedStreams, merge_rows
+from .plan.specs import merge_rows
 from .serialization import Serializer
 from .state.descriptors import (
     ListStateDescriptor,
@@ -58,7 +57,6 @@ from .state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from .temporal import TemporalJoin
 
 
 def __getattr__(name: str):

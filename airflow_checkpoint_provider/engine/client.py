@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 
 from . import launch as _launch
-from .api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
 from .catalog import (
     ACTIVE_JOB_STATUSES,
     TERMINAL_JOB_STATUSES,
@@ -48,11 +47,28 @@ from .catalog import (
     heartbeat_timeout,
     upgrade_database,
 )
-from .checkpoint.storage import absolute_location
 from .connectors.postgres_cdc import drop_slot as drop_cdc_slot
 from .connectors.postgres_cdc import job_object_name as cdc_object_name
+from .datastream.api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
 from .errors import EngineError, InvalidNameError
-from .lineage import pipeline_datasets, upgrade_chain
+from .fs.storage import absolute_location
+from .lifecycle import lineage as _lineage
+from .lifecycle.lineage import upgrade_chain
+from .lifecycle.savepoints import (
+    RetentionReport,
+    active_pins,
+    apply_savepoint_retention,
+    dispose_savepoint,
+    list_savepoints,
+    pin_savepoint,
+    unpin_savepoint,
+)
+from .lifecycle.stability import (
+    StabilityCriteria,
+    StabilityVerdict,
+    assess_stability,
+    early_verdict,
+)
 from .names import MAX_NAME_LENGTH, validate_job_id, validate_job_name
 from .packaging import SHIP_CODE_ENV, code_archives
 from .private import (
@@ -62,16 +78,6 @@ from .private import (
     open_private,
     user_temp_dir,
 )
-from .savepoints import (
-    RetentionReport,
-    active_pins,
-    apply_savepoint_retention,
-    dispose_savepoint,
-    list_savepoints,
-    pin_savepoint,
-    unpin_savepoint,
-)
-from .stability import StabilityCriteria, StabilityVerdict, assess_stability, early_verdict
 
 
 def __getattr__(name: str):
@@ -80,10 +86,21 @@ def __getattr__(name: str):
         from .extras import require
 
         require("report")
-        from . import report
+        from .lifecycle import report
 
         return report.ReportData if name == "ReportData" else report.render_html
     raise AttributeError(name)
+
+
+def pipeline_datasets(pipeline) -> dict[str, list[dict[str, str]]]:
+    """What a pipeline (a ``Pipeline``, or its ``module:function`` reference, loaded as
+    ``ckpt run`` loads it) reads and writes: ``{"inputs": [...], "outputs": [...]}``
+    (:func:`.lifecycle.lineage.pipeline_datasets`)."""
+    if isinstance(pipeline, str):
+        from .cli import load_pipeline
+
+        pipeline = load_pipeline(pipeline)
+    return _lineage.pipeline_datasets(pipeline)
 
 
 def is_fenced_snapshot(location: str) -> bool:

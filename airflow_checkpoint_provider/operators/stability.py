@@ -26,7 +26,7 @@ class StabilityGateOperator(CheckpointBaseOperator):
     Watch a job for ``window`` seconds and pass only if it was stable: RUNNING without
     restarts, checkpoints completing (and fast enough), throughput per operator close to a
     baseline job's (blue, on the same input), watermark lag and backlog not growing
-    (see :mod:`airflow_checkpoint_provider.engine.stability`). The task fails as soon as
+    (see :mod:`airflow_checkpoint_provider.engine.lifecycle.stability`). The task fails as soon as
     waiting cannot help (the job ended, or restarted more often than allowed).
 
     The verdict, every criterion with its figure and bound, is logged and pushed to XCom

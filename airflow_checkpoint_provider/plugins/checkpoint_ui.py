@@ -256,7 +256,7 @@ def job_page(job_id: str, access: AccessDep) -> HTMLResponse:
 
     store = _store()
     _visible_job(store, job_id, access)
-    page = render_report_html(ReportData.load(store, job_id))  # autoescaped (engine/report.py)
+    page = render_report_html(ReportData.load(store, job_id))  # autoescaped (engine/lifecycle/report.py)
     nav = _NAV.render(p=URL_PREFIX, job_id=job_id)
     return HTMLResponse(page.replace("<body>", "<body>" + nav, 1))
 

@@ -32,7 +32,7 @@ from airflow_checkpoint_provider.engine import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
-from airflow_checkpoint_provider.engine.graph import BROADCAST
+from airflow_checkpoint_provider.engine.plan.graph import BROADCAST
 from airflow_checkpoint_provider.engine.state.keygroups import (
     key_group_for,
     key_group_range_for,

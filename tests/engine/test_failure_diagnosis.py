@@ -34,7 +34,7 @@ from airflow_checkpoint_provider.engine.errors import (
     ConfigurationError,
     RepeatedFailureAfterRestoreError,
 )
-from airflow_checkpoint_provider.engine.report import render_report
+from airflow_checkpoint_provider.engine.lifecycle.report import render_report
 from airflow_checkpoint_provider.engine.runners.attempt import AttemptOutcome
 from airflow_checkpoint_provider.engine.runners.failures import RepeatedFailureGuard
 

@@ -18,7 +18,7 @@ from airflow_checkpoint_provider.engine import (
     Pipeline,
     PipelineDefinitionError,
 )
-from airflow_checkpoint_provider.engine.functions import RuntimeContext
+from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext
 from airflow_checkpoint_provider.engine.runtime.task import open_operator
 from airflow_checkpoint_provider.engine.state.keygroups import (
     KeyGroupRange,

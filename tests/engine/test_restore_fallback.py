@@ -22,8 +22,11 @@ from airflow_checkpoint_provider.engine import (
     RestartStrategy,
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.checkpoint.storage import sha256
-from airflow_checkpoint_provider.engine.savepoints import DisposeRefused, dispose_savepoint
+from airflow_checkpoint_provider.engine.fs.storage import sha256
+from airflow_checkpoint_provider.engine.lifecycle.savepoints import (
+    DisposeRefused,
+    dispose_savepoint,
+)
 from airflow_checkpoint_provider.engine.snapshot.codec import _canonical, encode_metadata
 
 N, KEYS, SEED = 8000, 50, 7

@@ -14,7 +14,7 @@ from savepoint_helpers import NOW, history, make_job, make_savepoint
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.cli import main as ckpt
-from airflow_checkpoint_provider.engine.savepoints import (
+from airflow_checkpoint_provider.engine.lifecycle.savepoints import (
     DisposeRefused,
     active_pins,
     apply_savepoint_retention,

@@ -16,7 +16,7 @@ from pipelines import (
 
 from airflow_checkpoint_provider.engine import CorruptCheckpointError, JobFailedError, RestoreError
 from airflow_checkpoint_provider.engine.cli import main as ckpt
-from airflow_checkpoint_provider.engine.savepoints import (
+from airflow_checkpoint_provider.engine.lifecycle.savepoints import (
     DisposeRefused,
     apply_savepoint_retention,
     dispose_savepoint,

@@ -15,8 +15,8 @@ import time
 import pytest
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.detach import start_detached
 from airflow_checkpoint_provider.engine.errors import EngineError
+from airflow_checkpoint_provider.engine.lifecycle.detach import start_detached
 
 REF = "airflow_checkpoint_provider.examples.versioned_sum:build_v1"
 

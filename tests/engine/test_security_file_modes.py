@@ -18,7 +18,7 @@ import tempfile
 import pytest
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.checkpoint.storage import LocalFileSystem
+from airflow_checkpoint_provider.engine.fs.storage import LocalFileSystem
 
 NOBODY = 65534
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
@@ -78,7 +78,7 @@ def test_checkpoint_files_and_their_directories_are_private(shared_base):
 
 def test_a_report_is_private(shared_base):
     pytest.importorskip("matplotlib")
-    from airflow_checkpoint_provider.engine.report import render_report
+    from airflow_checkpoint_provider.engine.lifecycle.report import render_report
 
     db = os.path.join(shared_base, "meta.db")
     with MetadataStore(f"sqlite:///{db}") as store:

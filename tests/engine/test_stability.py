@@ -9,7 +9,7 @@ import pytest
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.errors import ConfigurationError
-from airflow_checkpoint_provider.engine.stability import (
+from airflow_checkpoint_provider.engine.lifecycle.stability import (
     StabilityCriteria,
     assess_stability,
     early_verdict,

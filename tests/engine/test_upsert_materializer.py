@@ -14,7 +14,7 @@ import pytest
 from airflow_checkpoint_provider.engine import GeneratorSource, Pipeline, PipelineDefinitionError
 from airflow_checkpoint_provider.engine.connectors.files import FileSink
 from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
-from airflow_checkpoint_provider.engine.functions import RuntimeContext
+from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext
 from airflow_checkpoint_provider.engine.runtime.task import open_operator
 from airflow_checkpoint_provider.engine.state.keygroups import (
     KeyGroupRange,

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from pipelines import Background, versioned_pipeline
 
 from airflow_checkpoint_provider.engine.cli import main as ckpt
-from airflow_checkpoint_provider.engine.verify import verify_restore
+from airflow_checkpoint_provider.engine.lifecycle.verify import verify_restore
 
 pytestmark = pytest.mark.slow
 

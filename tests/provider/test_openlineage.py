@@ -11,7 +11,7 @@ from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
 from airflow_checkpoint_provider.engine.connectors.file_source import FileSource
 from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
 from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
-from airflow_checkpoint_provider.engine.lineage import pipeline_datasets
+from airflow_checkpoint_provider.engine.lifecycle.lineage import pipeline_datasets
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 
 pytest.importorskip("airflow.providers.openlineage")

@@ -65,7 +65,7 @@ def test_stop_with_savepoint_pins_its_savepoint_for_the_dag_run(metadata_url, tm
     from provider_helpers import start_job
 
     from airflow_checkpoint_provider.engine.client import active_pins
-    from airflow_checkpoint_provider.engine.savepoints import canonical_location
+    from airflow_checkpoint_provider.engine.lifecycle.savepoints import canonical_location
     from airflow_checkpoint_provider.operators.control import StopWithSavepointOperator
 
     v1 = start_job(metadata_url, tmp_path)

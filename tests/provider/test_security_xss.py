@@ -143,7 +143,11 @@ def test_a_hostile_id_in_the_url_is_not_reflected_as_markup(client):
 
 @pytest.mark.timeout(120)
 def test_ckpt_report_renders_hostile_db_values_as_text(tmp_path):
-    from airflow_checkpoint_provider.engine.report import ReportData, _task_table_html, render_html
+    from airflow_checkpoint_provider.engine.lifecycle.report import (
+        ReportData,
+        _task_table_html,
+        render_html,
+    )
 
     url = _hostile_db(tmp_path)
     with MetadataStore(url) as store:

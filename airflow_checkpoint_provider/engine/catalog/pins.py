@@ -4,7 +4,7 @@ A pin is a row of ``savepoint_pins`` (see :class:`~.models.SavepointPinRow`): a 
 DAG run doing an upgrade, a user) declares that it still needs a savepoint, optionally
 until an expiry. The rules that read pins live in :mod:`..savepoints`; locations are
 stored as given (callers pass the canonical spelling, see
-:func:`..savepoints.canonical_location`).
+:func:`..fs.storage.canonical_location`).
 """
 
 from __future__ import annotations

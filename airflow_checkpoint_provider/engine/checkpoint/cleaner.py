@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from .storage import filesystem_for
+from ..fs.storage import filesystem_for
 
 log = logging.getLogger(__name__)
 

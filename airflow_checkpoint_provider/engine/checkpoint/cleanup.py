@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from ..catalog.models import TERMINAL_JOB_STATUSES, CheckpointStatus, JobStatus
 from ..errors import InvalidNameError
+from ..fs.storage import absolute_location, basename, filesystem_for, parent
 from ..names import ensure_under
-from .storage import absolute_location, basename, filesystem_for, parent
 
 log = logging.getLogger(__name__)
 

@@ -26,13 +26,13 @@ from ..errors import (
     CorruptCheckpointError,
     InvalidNameError,
 )
+from ..fs.storage import METADATA_FILE, checkpoint_directory, filesystem_for, join
 from ..names import ensure_under
 from ..protocol import BarrierKind
 from ..snapshot.codec import encode_metadata
 from ..snapshot.handles import safe_shared_key
 from .cleaner import CheckpointCleaner
 from .db_writer import MetadataUnavailable, MetadataWriter
-from .storage import METADATA_FILE, checkpoint_directory, filesystem_for, join
 
 log = logging.getLogger(__name__)
 #: every how many checkpoint ids old rows of the ``checkpoints`` table are pruned

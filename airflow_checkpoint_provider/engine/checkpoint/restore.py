@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from ..errors import CorruptCheckpointError, RestoreError
-from ..graph import AUTO_UID_PREFIX, KEYED_KINDS, ExecutionGraph
+from ..plan.graph import AUTO_UID_PREFIX, KEYED_KINDS, ExecutionGraph
 from ..snapshot.codec import LoadedSnapshot
 from ..state.keygroups import KeyGroupRange, key_group_range_for
 

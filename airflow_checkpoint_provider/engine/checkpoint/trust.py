@@ -24,7 +24,7 @@ from datetime import datetime
 from ..catalog import CheckpointRecord, MetadataStore
 from ..catalog.models import CheckpointStatus
 from ..errors import UntrustedSnapshotError
-from ..savepoints import canonical_location
+from ..fs.storage import canonical_location
 from ..snapshot import integrity
 from ..snapshot.codec import LoadedSnapshot, load_snapshot, signature_status
 

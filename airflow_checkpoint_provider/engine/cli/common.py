@@ -14,7 +14,7 @@ from datetime import datetime
 
 import click
 
-from ..api import DEFAULT_METADATA_ENV, Pipeline, default_metadata_url
+from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline, default_metadata_url
 
 
 def _db_url(db: str | None) -> str:

@@ -9,10 +9,10 @@ import sys
 
 import click
 
-from ..api import DEFAULT_METADATA_ENV, Pipeline
 from ..catalog.models import ControlRequestStatus, JobStatus
-from ..checkpoint.storage import absolute_location
+from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
 from ..errors import EngineError
+from ..fs.storage import absolute_location
 from .common import (
     _echo_json,
     _record,
@@ -120,7 +120,7 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
                                metadata_url=metadata_url, interval_ms=interval_ms,
                                restart=restart, job_name=job_name, savepoint_dir=savepoint_dir)
     if detach:
-        from ..detach import start_detached
+        from ..lifecycle.detach import start_detached
 
         given = {"--restore": restore, "--job-name": job_name, "--runner": runner,
                  "--master": master, "--coordinator-port": coordinator_port or None,

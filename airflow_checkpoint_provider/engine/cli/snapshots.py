@@ -21,8 +21,8 @@ from .common import _echo_json, _record, _store, db_option, echo, load_pipeline,
                    "it was unaligned and the in-flight bytes it persisted.")
 def checkpoints(job: str, db: str | None, as_json: bool, tasks: bool) -> None:
     """Checkpoint history of JOB (job id, id prefix or job name: its newest job)."""
-    from ..report import format_bytes, format_ms
-    from ..stats import in_flight_bytes, is_unaligned, max_task_metric
+    from ..lifecycle.report import format_bytes, format_ms
+    from ..lifecycle.stats import in_flight_bytes, is_unaligned, max_task_metric
 
     store = _store(db)
     try:
@@ -75,7 +75,7 @@ def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
     """Check, without starting it, that PIPELINE (module:function) restores SNAPSHOT (a
     checkpoint or savepoint directory); exits 1 naming each incompatibility (operator uid,
     state, reason)."""
-    from ..verify import verify_restore
+    from ..lifecycle.verify import verify_restore
 
     declared = {}
     for item in key_types:
@@ -89,8 +89,8 @@ def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
                             sample_key_groups=sample_key_groups, key_types=declared or None)
     if fence_sinks:  # refused here, not after a job start (a Spark app: ~70 s)
         from ..errors import EngineError
+        from ..lifecycle.verify import RestoreProblem
         from ..runners.fencing import check_fencing
-        from ..verify import RestoreProblem
 
         graph = loaded.execution_graph()
         try:
@@ -199,8 +199,8 @@ def report(job: str, db: str | None, out_path: str | None, as_png: bool, as_json
     from ..extras import require
 
     require("report")
-    from ..report import render_report
-    from ..stats import checkpoint_statistics
+    from ..lifecycle.report import render_report
+    from ..lifecycle.stats import checkpoint_statistics
 
     store = _store(db)
     try:
@@ -219,7 +219,7 @@ def report(job: str, db: str | None, out_path: str | None, as_png: bool, as_json
 @db_option
 def dispose(path: str, db: str | None) -> None:
     """Delete the savepoint at PATH (refuses checkpoints and savepoints a running job uses)."""
-    from ..savepoints import dispose_savepoint
+    from ..lifecycle.savepoints import dispose_savepoint
 
     try:
         dispose_savepoint(path, _store(db))
@@ -244,7 +244,7 @@ def savepoints(job: str, db: str | None, all_jobs: bool, max_age: float | None,
     Retention never disposes the newest savepoint, one a job that is not terminal was
     restored from, or a pinned one (`ckpt pin`); it prints, per savepoint, what it did and
     why (with --json: {"retention": {...}, "savepoints": [...]})."""
-    from ..savepoints import apply_savepoint_retention, list_savepoints
+    from ..lifecycle.savepoints import apply_savepoint_retention, list_savepoints
 
     store = _store(db)
     try:
@@ -278,7 +278,7 @@ def savepoints(job: str, db: str | None, all_jobs: bool, max_age: float | None,
 @click.option("--reason", default=None, help="Why, shown by retention.")
 def pin(path: str, db: str | None, holder: str, ttl: float | None, reason: str | None) -> None:
     """Pin the savepoint at PATH: retention and dispose keep it while the pin lasts."""
-    from ..savepoints import pin_savepoint
+    from ..lifecycle.savepoints import pin_savepoint
 
     try:
         rec = pin_savepoint(_store(db), path, holder=holder, ttl_seconds=ttl, reason=reason)
@@ -294,7 +294,7 @@ def pin(path: str, db: str | None, holder: str, ttl: float | None, reason: str |
 @click.option("--holder", required=True, help="Whose pins to release.")
 def unpin(path: str | None, db: str | None, holder: str) -> None:
     """Release HOLDER's pin on the savepoint at PATH (without PATH: all of HOLDER's pins)."""
-    from ..savepoints import unpin_savepoint
+    from ..lifecycle.savepoints import unpin_savepoint
 
     removed = unpin_savepoint(_store(db), holder=holder, path=path)
     echo(f"released {removed} pin(s) of {holder}")

@@ -12,9 +12,9 @@ import os
 import pyarrow as pa
 
 from ..changelog import OP_FIELD
-from ..checkpoint.storage import join
 from ..errors import ConfigurationError
 from ..extras import require
+from ..fs.storage import join
 from .base import SourceContext, dataset_for_location
 from .lakehouse import STAGING, StagedTableSink, StagedTableWriter
 from .upsert import split, upsert_key

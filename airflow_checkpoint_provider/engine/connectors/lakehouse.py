@@ -33,9 +33,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..changelog import OP_FIELD
-from ..checkpoint.storage import filesystem_for, join
 from ..errors import BadRecordError
 from ..extras import require
+from ..fs.storage import filesystem_for, join
 from ..sink_names import (
     RestoredTransactions,
     app_id,

@@ -20,8 +20,8 @@ from ..catalog import MetadataStore
 from ..catalog.models import JobStatus
 from ..checkpoint.coordinator import CheckpointCoordinator
 from ..errors import EngineError, SparkProcessLostError
-from ..graph import ExecutionGraph
-from ..job import JobConfig
+from ..plan.graph import ExecutionGraph
+from ..plan.job import JobConfig
 from ..progress import ProgressReporter
 from ..protocol import messages as M
 from .control import ControlPlane

@@ -26,8 +26,8 @@ import os
 from ..catalog import MetadataStore
 from ..catalog.models import ControlRequestStatus
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
-from ..checkpoint.storage import absolute_location, is_s3, parent, savepoint_directory
 from ..errors import CheckpointDeclined
+from ..fs.storage import absolute_location, is_s3, parent, savepoint_directory
 from ..protocol import BarrierKind
 
 SAVEPOINT_ACTIONS = ("SAVEPOINT", "STOP_WITH_SAVEPOINT")

@@ -42,9 +42,9 @@ from .restore_plan import check_restore_plan
 if TYPE_CHECKING:
     from ..checkpoint.coordinator import CheckpointCoordinator
     from ..checkpoint.trust import SnapshotTrust
-    from ..graph import ExecutionGraph
-    from ..job import JobConfig
     from ..metrics import JobMetrics
+    from ..plan.graph import ExecutionGraph
+    from ..plan.job import JobConfig
     from ..progress import ProgressReporter
     from .control import ControlPlane
 

@@ -20,7 +20,7 @@ from typing import cast
 
 from ..connectors.base import Sink
 from ..errors import ConfigurationError
-from ..graph import ExecutionGraph
+from ..plan.graph import ExecutionGraph
 
 log = logging.getLogger(__name__)
 

@@ -21,16 +21,16 @@ from ..catalog import MetadataStore
 from ..catalog.models import JobStatus
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..checkpoint.restore import assign_restore, operator_kind
-from ..checkpoint.storage import absolute_location, default_savepoint_root, job_directory
 from ..checkpoint.trust import SnapshotTrust
 from ..config import CheckpointingMode, max_frame_bytes
 from ..connectors.base import Source
 from ..errors import ConfigurationError, JobFailedError
 from ..eventtime import format_watermark
-from ..graph import ExecutionGraph
-from ..job import JobConfig, JobResult
+from ..fs.storage import absolute_location, default_savepoint_root, job_directory
 from ..metrics import JobMetrics, metrics_port_from_env
 from ..names import ensure_under, validate_job_id, validate_job_name
+from ..plan.graph import ExecutionGraph
+from ..plan.job import JobConfig, JobResult
 from ..progress import ProgressReporter
 from ..protocol import ProtocolError
 from ..protocol import frames as P

@@ -11,8 +11,8 @@ import sys
 import tempfile
 import weakref
 
-from ..graph import ExecutionGraph
-from ..job import JobConfig, JobResult
+from ..plan.graph import ExecutionGraph
+from ..plan.job import JobConfig, JobResult
 from ..runtime.auth import SECRET_ENV
 from .jobmaster import JobMaster
 

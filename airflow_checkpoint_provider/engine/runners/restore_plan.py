@@ -22,12 +22,12 @@ from ..catalog import CheckpointRecord, MetadataStore
 from ..catalog.models import CheckpointStatus
 from ..checkpoint.cleanup import discard_partial_checkpoints
 from ..checkpoint.restore import discard_output_of_skipped_jobs
-from ..checkpoint.storage import default_savepoint_root
 from ..checkpoint.trust import SnapshotTrust
 from ..connectors.base import Sink, Source
 from ..errors import CorruptCheckpointError, RestoreError, UnsafeRestoreFallbackError
-from ..graph import ExecutionGraph
-from ..job import JobConfig
+from ..fs.storage import default_savepoint_root
+from ..plan.graph import ExecutionGraph
+from ..plan.job import JobConfig
 from ..snapshot.codec import LoadedSnapshot
 from ..snapshot.verify import verify_snapshot
 from ..state.operator_state import OperatorStateStore

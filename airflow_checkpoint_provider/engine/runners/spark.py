@@ -16,8 +16,8 @@ import logging
 import os
 import sys
 
-from ..graph import ExecutionGraph
-from ..job import JobConfig, JobResult
+from ..plan.graph import ExecutionGraph
+from ..plan.job import JobConfig, JobResult
 from .jobmaster import JobMaster
 from .spark_launcher import RELEASE_SECONDS, SparkBarrierLauncher, make_slot_function
 

@@ -24,9 +24,14 @@ from __future__ import annotations
 import inspect
 from typing import Any, cast
 
-from ..broadcast import BroadcastContext, BroadcastProcessSpec
-from ..functions import CheckpointedFunction, FunctionStateContext, RuntimeContext
-from ..graph import Node
+from ..plan.functions import (
+    BroadcastContext,
+    CheckpointedFunction,
+    FunctionStateContext,
+    RuntimeContext,
+)
+from ..plan.graph import Node
+from ..plan.specs import BroadcastProcessSpec
 from ..state.keygroups import KeyGroupRange
 from ..state.operator_state import OperatorStateStore
 from .operators import ProcessOperator, _emitted

@@ -16,7 +16,7 @@ from typing import cast
 import pyarrow as pa
 
 from ..errors import BadRecordError
-from ..graph import BROADCAST, FORWARD, HASH, REBALANCE
+from ..plan.graph import BROADCAST, FORWARD, HASH, REBALANCE
 from ..protocol import CheckpointBarrier
 from ..protocol import frames as P
 from ..serialization import pack_records, unpack_records, unpackb

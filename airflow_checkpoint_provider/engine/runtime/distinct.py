@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ..functions import RuntimeContext
-from ..graph import Node
+from ..plan.functions import RuntimeContext
+from ..plan.graph import Node
 from ..state.distinct_state import DistinctAggregateTable
 from ..state.keygroups import KeyGroupRange
 from .operators import AggregateOperator

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from ..functions import RuntimeContext
-from ..graph import Node
+from ..plan.functions import RuntimeContext
+from ..plan.graph import Node
 from ..state.columnar import AggregateSpec
 from ..state.distinct_state import has_distinct
 from ..state.keygroups import KeyGroupRange
@@ -46,10 +46,10 @@ _COLUMNAR = {"aggregate": AggregateOperator, "window_aggregate": WindowAggregate
 
 
 def _vectorized_ops() -> dict:
-    """The operators of :mod:`..vectorized_ops` (imported here: it builds on this package)."""
-    from ..vectorized_ops.latest import LatestOperator
-    from ..vectorized_ops.max_join import MaxJoinOperator
-    from ..vectorized_ops.unique_join import UniqueJoinOperator
+    """The operators of :mod:`.vectorized_ops` (imported here: it builds on this package)."""
+    from .vectorized_ops.latest import LatestOperator
+    from .vectorized_ops.max_join import MaxJoinOperator
+    from .vectorized_ops.unique_join import UniqueJoinOperator
 
     return {"max_by_join": MaxJoinOperator, "latest_by_key": LatestOperator,
             "unique_key_join": UniqueJoinOperator}

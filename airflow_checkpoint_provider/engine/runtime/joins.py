@@ -39,12 +39,12 @@ from typing import Any, cast
 
 from ..changelog import INSERT, OP_FIELD
 from ..errors import BadRecordError
-from ..functions import ProcessJoinFunction, RuntimeContext
-from ..joins import CoProcessSpec, IntervalJoinSpec, WindowJoinSpec, merge_rows
+from ..plan.functions import ProcessJoinFunction, RuntimeContext
+from ..plan.specs import CoProcessSpec, IntervalJoinSpec, WindowJoinSpec, merge_rows
 from ..state.vectorized import key_groups_for
-from ..timers import EVENT_TIME, TimerService
 from .join_state import RowBuffer, convert_legacy
 from .operators import KeyedOperator, ProcessOperator, _emitted
+from .timers import EVENT_TIME, TimerService
 from .windowing import _CheckpointedWatermark
 
 LEFT, RIGHT = 0, 1

@@ -8,8 +8,8 @@ from typing import Any, cast
 import pyarrow as pa
 
 from ..changelog import OP_FIELD
-from ..functions import CheckpointedFunction, FunctionStateContext, RuntimeContext
-from ..graph import Node
+from ..plan.functions import CheckpointedFunction, FunctionStateContext, RuntimeContext
+from ..plan.graph import Node
 from ..state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
 from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.heap import HeapKeyedStateBackend
@@ -17,9 +17,9 @@ from ..state.keygroups import KeyGroupRange
 from ..state.keys import KeyContract
 from ..state.operator_state import OperatorStateStore
 from ..state.vectorized import key_groups_for
-from ..timers import EVENT_TIME, PROCESSING_TIME, TimerService
 from .batches import Batch, to_record_batch
 from .changelog_agg import changelog_update
+from .timers import EVENT_TIME, PROCESSING_TIME, TimerService
 
 
 class OperatorSnapshot:

@@ -32,12 +32,12 @@ import msgpack
 
 from ..changelog import DELETE, INSERT, OP_FIELD, RETRACT, row_kind
 from ..errors import BadRecordError
-from ..regular_join import RegularJoinSpec
+from ..plan.specs import RegularJoinSpec
 from ..state import ttl as state_ttl
 from ..state.descriptors import EntryMapStateDescriptor
-from ..timers import PROCESSING_TIME, TimerService
 from .join_state import with_current_keys
 from .operators import KeyedOperator
+from .timers import PROCESSING_TIME, TimerService
 
 log = logging.getLogger(__name__)
 

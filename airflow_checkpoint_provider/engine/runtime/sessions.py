@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from ..functions import RuntimeContext
-from ..graph import Node
+from ..plan.functions import RuntimeContext
+from ..plan.graph import Node
 from ..state.keygroups import KeyGroupRange
 from ..state.session_state import SessionAggregateTable
 from ..state.windows import WindowSpec

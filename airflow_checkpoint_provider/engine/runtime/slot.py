@@ -33,7 +33,7 @@ from typing import Any
 
 import cloudpickle
 
-from ..graph import FORWARD, ExecutionGraph, channels_for_input
+from ..plan.graph import FORWARD, ExecutionGraph, channels_for_input
 from ..protocol import ProtocolError
 from ..protocol import frames as P
 from ..protocol import messages as M

@@ -17,16 +17,14 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
 import pyarrow as pa
 
 from ..errors import CorruptCheckpointError, DeterministicError, RestoreError
 from ..eventtime import MAX_WATERMARK, MIN_WATERMARK
-from ..functions import RuntimeContext
-from ..graph import ExecutionGraph, Vertex
+from ..plan.functions import RuntimeContext
+from ..plan.graph import Vertex
 from ..protocol import CheckpointBarrier
 from ..protocol import frames as P
 from ..protocol import messages as M
@@ -37,6 +35,7 @@ from .alignment import BarrierHandler
 from .batches import Batch, as_arrow, as_rows
 from .channels import LocalChannel, OutputChannel, RecordWriter, event_item
 from .edge_operators import SourceOperator
+from .environment import TaskEnvironment
 from .factory import create_operator
 from .failure_place import FailurePlace, describe_node, mark, place_of
 from .mailbox import Mailbox
@@ -61,31 +60,6 @@ COALESCE_BATCHES = 4
 
 # mailbox items that belong to one input channel (item[1] is the channel)
 _CHANNEL_ITEMS = ("records", "barrier", "cancel", "eoi", "closed", "watermark")
-
-
-class TaskEnvironment:
-    """What every task of a slot shares."""
-
-    def __init__(self, *, job_id: str, job_name: str, attempt: int, graph: ExecutionGraph,
-                 job_dir: str, exactly_once: bool, batch_size: int,
-                 arrow_batch_size: int | None = None,
-                 send: Callable[[M.FromSlot], None], upload_pool: ThreadPoolExecutor,
-                 source_splits: dict[str, list[str]] | None = None,
-                 state_backend: dict | None = None, fence_sinks: bool = False) -> None:
-        self.job_id = job_id
-        self.fence_sinks = fence_sinks
-        self.job_name = job_name
-        self.attempt = attempt
-        self.graph = graph
-        self.job_dir = job_dir
-        self.exactly_once = exactly_once
-        self.batch_size = batch_size
-        #: rows per read once the source emits Arrow batches
-        self.arrow_batch_size = arrow_batch_size or batch_size
-        self.send = send
-        self.upload_pool = upload_pool
-        self.source_splits = source_splits or {}
-        self.state_backend = state_backend or {"kind": "heap"}
 
 
 #: the state names of engine/vectorized_ops (``max-by-join.vectorized``, ...) by first word

@@ -40,8 +40,8 @@ from .mailbox import Mailbox
 from .operators import Operator
 
 if TYPE_CHECKING:
-    from ..graph import Vertex
-    from .task import TaskEnvironment
+    from ..plan.graph import Vertex
+    from .environment import TaskEnvironment
 
 log = logging.getLogger(__name__)
 

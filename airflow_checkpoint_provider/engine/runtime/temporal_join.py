@@ -34,10 +34,10 @@ from typing import cast
 from ..changelog import OP_FIELD, RETRACT, row_kind
 from ..errors import BadRecordError
 from ..eventtime import MIN_WATERMARK
-from ..temporal import TemporalJoinSpec
-from ..timers import EVENT_TIME
+from ..plan.specs import TemporalJoinSpec
 from .join_state import with_current_keys
 from .joins import _JoinOperator
+from .timers import EVENT_TIME
 
 log = logging.getLogger(__name__)
 

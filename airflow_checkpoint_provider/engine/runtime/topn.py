@@ -6,8 +6,8 @@ from typing import cast
 
 import pyarrow as pa
 
-from ..functions import RuntimeContext
-from ..graph import Node
+from ..plan.functions import RuntimeContext
+from ..plan.graph import Node
 from ..state.keygroups import KeyGroupRange
 from ..state.topn_state import TopNSpec, TopNTable
 from .operators import _KeyedStateOperator

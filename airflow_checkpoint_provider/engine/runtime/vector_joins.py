@@ -34,9 +34,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import BadRecordError
-from ..functions import RuntimeContext
-from ..graph import Node
-from ..joins import IntervalJoinSpec, WindowJoinSpec
+from ..plan.functions import RuntimeContext
+from ..plan.graph import Node
+from ..plan.specs import IntervalJoinSpec, WindowJoinSpec
 from ..state.join_buffers import JoinState, concat
 from ..state.keygroups import KeyGroupRange
 from ..state.vectorized import key_groups

@@ -21,14 +21,14 @@ import pyarrow as pa
 
 from ..errors import CorruptCheckpointError
 from ..eventtime import MIN_WATERMARK, SessionWindows
-from ..functions import ProcessWindowFunction, RuntimeContext, Window
-from ..graph import Node
+from ..plan.functions import ProcessWindowFunction, RuntimeContext, Window
+from ..plan.graph import Node
 from ..state.backend import PerKeyStateBackend
 from ..state.columnar import AggregateTable
 from ..state.keygroups import KeyGroupRange
 from ..state.windows import WindowAggregateTable, WindowFunctionSpec, WindowSpec
-from ..timers import EVENT_TIME, TimerService
 from .operators import KeyedOperator, _emitted, _KeyedStateOperator
+from .timers import EVENT_TIME, TimerService
 
 
 def restored_watermark(entries: list | None, key_groups: KeyGroupRange, uid: str | None) -> int:

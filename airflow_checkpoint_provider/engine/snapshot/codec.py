@@ -29,7 +29,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..checkpoint.storage import (
+from ..errors import CheckpointStorageError, CorruptCheckpointError, RestoreError
+from ..fs.storage import (
     METADATA_FILE,
     absolute_location,
     basename,
@@ -40,7 +41,6 @@ from ..checkpoint.storage import (
     sha256,
     strip_scheme,
 )
-from ..errors import CheckpointStorageError, CorruptCheckpointError, RestoreError
 from . import integrity
 from .handles import SnapshotMetadata, StateFileHandle
 

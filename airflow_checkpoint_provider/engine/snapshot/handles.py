@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..checkpoint.storage import join, parent
+from ..fs.storage import join, parent
 from .paths import (
     corrupt,
     hex_digest,

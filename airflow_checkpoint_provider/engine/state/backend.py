@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..checkpoint.storage import filesystem_for, join, sha256
 from ..errors import RestoreError
+from ..fs.storage import filesystem_for, join, sha256
 from ..snapshot.codec import read_state_file
 from ..snapshot.handles import KeyedStateHandle, StateFileHandle
 from .keygroups import KeyGroupRange

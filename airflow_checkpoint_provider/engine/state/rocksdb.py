@@ -32,7 +32,7 @@ import uuid
 import msgpack
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
-from ..checkpoint.storage import filesystem_for, join, parent, sha256
+from ..fs.storage import filesystem_for, join, parent, sha256
 from ..private import makedirs_private, user_temp_dir
 from ..serialization import packb
 from ..snapshot.codec import read_verified

@@ -39,8 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..checkpoint.storage import METADATA_FILE, filesystem_for, join
-from ..graph import KEYED_KINDS
+from ..fs.storage import METADATA_FILE, filesystem_for, join
+from ..plan.graph import KEYED_KINDS
 from ..snapshot.codec import encode_metadata, load_snapshot, read_verified
 from ..snapshot.handles import RocksDBHandle, StateFileHandle
 from ..snapshot.verify import load_verified_snapshot

@@ -5,10 +5,10 @@ import os
 import boto3
 import pytest
 
-from airflow_checkpoint_provider.engine.api import default_metadata_url
-from airflow_checkpoint_provider.engine.checkpoint import storage
-from airflow_checkpoint_provider.engine.checkpoint.s3 import MIB, S3FileSystem, split_uri
+from airflow_checkpoint_provider.engine.datastream.api import default_metadata_url
 from airflow_checkpoint_provider.engine.errors import CheckpointStorageError, RestoreError
+from airflow_checkpoint_provider.engine.fs import storage
+from airflow_checkpoint_provider.engine.fs.s3 import MIB, S3FileSystem, split_uri
 from airflow_checkpoint_provider.engine.snapshot.codec import (
     encode_metadata,
     load_snapshot,
@@ -72,7 +72,7 @@ def test_write_read_exists_list_and_remove(s3_bucket):
 
 
 def test_remove_tree_pages_through_listings_and_deletes_in_batches(s3_bucket, raw, monkeypatch):
-    from airflow_checkpoint_provider.engine.checkpoint import s3
+    from airflow_checkpoint_provider.engine.fs import s3
 
     # small pages and batches stand in for S3's 1000-key limits (fewer requests to moto)
     monkeypatch.setattr(s3, "LIST_PAGE_SIZE", 7)

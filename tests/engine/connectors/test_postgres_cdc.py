@@ -35,8 +35,8 @@ from airflow_checkpoint_provider.engine.connectors.postgres_cdc import (
     drop_slot,
     job_object_name,
 )
+from airflow_checkpoint_provider.engine.lifecycle.stability import replication_lag_s
 from airflow_checkpoint_provider.engine.metrics import JobMetrics
-from airflow_checkpoint_provider.engine.stability import replication_lag_s
 
 TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS = 20_000

@@ -20,8 +20,8 @@ from PIL import Image, ImageStat
 from pipelines import Background, FaultPlan, running_sum_pipeline
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.report import render_report
-from airflow_checkpoint_provider.engine.stats import checkpoint_statistics
+from airflow_checkpoint_provider.engine.lifecycle.report import render_report
+from airflow_checkpoint_provider.engine.lifecycle.stats import checkpoint_statistics
 
 pytestmark = pytest.mark.slow
 

@@ -5,8 +5,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.report import render_report
-from airflow_checkpoint_provider.engine.stats import checkpoint_statistics, percentile, summarize
+from airflow_checkpoint_provider.engine.lifecycle.report import render_report
+from airflow_checkpoint_provider.engine.lifecycle.stats import (
+    checkpoint_statistics,
+    percentile,
+    summarize,
+)
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

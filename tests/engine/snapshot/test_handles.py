@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from airflow_checkpoint_provider.engine import CorruptCheckpointError, FileSink, SourceContext
-from airflow_checkpoint_provider.engine.checkpoint.storage import sha256
 from airflow_checkpoint_provider.engine.cli import main as ckpt
+from airflow_checkpoint_provider.engine.fs.storage import sha256
 from airflow_checkpoint_provider.engine.snapshot import (
     RocksDBHandle,
     SinkTransaction,

@@ -2,9 +2,13 @@
 
 import pytest
 
+from airflow_checkpoint_provider.engine.runtime.timers import (
+    EVENT_TIME,
+    PROCESSING_TIME,
+    TimerService,
+)
 from airflow_checkpoint_provider.engine.state.heap import HeapKeyedStateBackend
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
-from airflow_checkpoint_provider.engine.timers import EVENT_TIME, PROCESSING_TIME, TimerService
 
 
 def backend(kind, tmp_path, kgr=None, name="src"):

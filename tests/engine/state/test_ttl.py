@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 
 from airflow_checkpoint_provider.engine import StateMigrationError
-from airflow_checkpoint_provider.engine.functions import RuntimeContext
+from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext
 from airflow_checkpoint_provider.engine.serialization import Serializer
 from airflow_checkpoint_provider.engine.snapshot.handles import keyed_handle_from_dict
 from airflow_checkpoint_provider.engine.state import ttl

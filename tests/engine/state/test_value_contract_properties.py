@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from value_strategies import HASHABLE, STATE_KEYS, VALUES, same
 
+from airflow_checkpoint_provider.engine.runtime.timers import TIMER_STATES, TimerService
 from airflow_checkpoint_provider.engine.snapshot.codec import encode_metadata, load_snapshot
 from airflow_checkpoint_provider.engine.snapshot.handles import keyed_handle_from_dict
 from airflow_checkpoint_provider.engine.state.descriptors import (
@@ -32,7 +33,6 @@ from airflow_checkpoint_provider.engine.state.keygroups import key_group_for, ke
 from airflow_checkpoint_provider.engine.state.operator_state import OperatorStateStore
 from airflow_checkpoint_provider.engine.state.rocksdb import RocksDBKeyedStateBackend
 from airflow_checkpoint_provider.engine.state_io.write import rewrite_savepoint
-from airflow_checkpoint_provider.engine.timers import TIMER_STATES, TimerService
 
 MAXP = 16
 def examples(n: int) -> settings:

@@ -12,6 +12,7 @@ from pipelines import aggregate_pipeline, running_sum_pipeline
 from state_snapshots import finished
 
 from airflow_checkpoint_provider.engine.cli import main as ckpt
+from airflow_checkpoint_provider.engine.lifecycle.verify import verify_restore
 from airflow_checkpoint_provider.engine.state_io import (
     StateKeyError,
     StateSchemaError,
@@ -20,7 +21,6 @@ from airflow_checkpoint_provider.engine.state_io import (
     rewrite_savepoint,
 )
 from airflow_checkpoint_provider.engine.state_io.keys import KeyCheck
-from airflow_checkpoint_provider.engine.verify import verify_restore
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -18,6 +18,7 @@ from state_snapshots import KEYS, SAVEPOINT_N, SEED, N, copy_output, finished
 
 from airflow_checkpoint_provider.engine import read_committed
 from airflow_checkpoint_provider.engine.cli import main as ckpt
+from airflow_checkpoint_provider.engine.lifecycle.verify import verify_restore
 from airflow_checkpoint_provider.engine.snapshot.verify import load_verified_snapshot
 from airflow_checkpoint_provider.engine.state_io import (
     StateSchemaError,
@@ -28,7 +29,6 @@ from airflow_checkpoint_provider.engine.state_io import (
     read_state_table,
     rewrite_savepoint,
 )
-from airflow_checkpoint_provider.engine.verify import verify_restore
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -1,0 +1,73 @@
+"""The builders of the vectorized operators (the node kinds of :data:`KINDS`)."""
+
+from __future__ import annotations
+
+from ..errors import PipelineDefinitionError
+from .api import FORWARD, DataStream
+from .joins import _check_pair, _two_input
+
+#: node kind -> what it is (graph.py lists them as keyed kinds; runtime/factory.py runs them)
+KINDS = {"max_by_join": "vectorized max-by join", "latest_by_key": "vectorized latest row",
+         "unique_key_join": "vectorized unique-key join"}
+
+
+def _field(stream: DataStream, what: str, uid: str, label: str) -> str:
+    selector = stream._key_selector
+    name = getattr(selector, "field", None)
+    if selector is None or name is None:
+        raise PipelineDefinitionError(
+            f"{what} {uid!r}: the {label} input must be keyed by a field name: "
+            "stream.key_by('<field>')")
+    return name
+
+
+def max_by_join(left: DataStream, right: DataStream, *, uid: str, start: str, end: str,
+                right_time: str, by: str, right_columns: dict[str, str] | None = None,
+                parallelism: int | None = None, name: str | None = None) -> DataStream:
+    """Per left row (one per key, open from its ``start`` to its ``end`` time), the right
+    row of its key with the highest ``by`` and ``start <= right_time <= end`` (ties: the
+    earlier right time, then the earlier arrival), emitted once when the watermark passes
+    ``end``: the left row's columns, then ``right_columns`` (right column -> output name;
+    default: every right column kept under its name). Both inputs ``key_by(field)``; needs
+    watermarks. See :mod:`.max_join`."""
+    from .max_join import MaxJoinSpec
+
+    what = "max_by_join"
+    _check_pair(what, left, right)
+    lk, rk = _field(left, what, uid, "left"), _field(right, what, uid, "right")
+    if left._timestamp is None and right._timestamp is None:
+        raise PipelineDefinitionError(
+            f"{what} {uid!r}: emits when the watermark passes each row's end: the inputs "
+            "need a watermark strategy on their source")
+    spec = MaxJoinSpec(lk, rk, start, end, right_time, by, dict(right_columns or {}))
+    return _two_input("max_by_join", name or f"Max-by join: {by}", uid, parallelism, spec,
+                      left, right, (left._key_selector, right._key_selector))
+
+
+def latest_by_key(stream: DataStream, *, by: str, uid: str, parallelism: int | None = None,
+                  name: str | None = None) -> DataStream:
+    """Per key, the row with the highest ``by`` (ties: the later row), vectorized: for each
+    input batch, the rows that became their key's latest (at most one per key): an upsert
+    stream by key without retractions. ``stream`` is ``key_by(field)``. See :mod:`.latest`."""
+    from .latest import latest_spec
+
+    spec = latest_spec(uid, stream._key_selector, by)
+    node = stream._then("latest_by_key", name or f"Latest by {by}", uid, parallelism, spec,
+                        stream._key_selector)
+    return DataStream(stream._p, [node], FORWARD, timestamp=stream._timestamp)
+
+
+def unique_key_join(stream: DataStream, table: DataStream, *, uid: str,
+                    parallelism: int | None = None, name: str | None = None) -> DataStream:
+    """Inner join of ``stream`` with ``table``, whose rows have a unique key (the first row
+    of a key is kept, later ones are ignored), insert-only, vectorized: a stream row joins
+    its key's table row at once, or waits in state until it comes (then leaves). Output:
+    the stream row's columns, then the table row's columns the stream lacks. Both inputs
+    ``key_by(field)``. See :mod:`.unique_join`."""
+    from .unique_join import UniqueJoinSpec
+
+    what = "unique_key_join"
+    _check_pair(what, stream, table)
+    spec = UniqueJoinSpec(_field(stream, what, uid, "stream"), _field(table, what, uid, "table"))
+    return _two_input("unique_key_join", name or "Unique-key join", uid, parallelism, spec,
+                      stream, table, (stream._key_selector, table._key_selector))

@@ -1,0 +1,3 @@
+"""File systems: local paths and S3 (``s3://``), as checkpoints, savepoints, state files
+and file sinks read and write them. The storage layer of the engine (docs/architecture.md):
+it imports only the foundation modules (errors, private)."""

@@ -1,0 +1,259 @@
+"""Savepoint housekeeping: dispose one, pin one, or apply a retention policy to a job's
+savepoints, with a report of what was kept and why.
+
+Savepoints are self-contained directories (``savepoint-<job-id-prefix>-<N>/_metadata`` plus
+state files, relative paths only). They are never used for automatic recovery and never
+subsumed by checkpoint retention: deleting them is an explicit act.
+
+Retention rules (:func:`apply_savepoint_retention`), checked in this order for every
+completed savepoint of the jobs of one name; the first that applies decides:
+
+1. ``newest`` -- the newest completed savepoint of the name is always kept;
+2. ``restored`` -- kept while a job that is not terminal (CREATED, RUNNING, RESTARTING) was
+   restored from it, whatever its claim mode (the restore mode is not recorded on the job:
+   a NO_CLAIM job may still fall back to it, a CLAIM job owns and deletes it itself);
+3. ``pinned`` -- kept while it has an unexpired pin (:func:`pin_savepoint`), e.g. by the DAG
+   run of an upgrade between stopping v1 and starting v2;
+4. ``retained`` -- kept: within ``max_count`` newest and not older than ``max_age_seconds``;
+5. ``disposed`` -- files deleted and the row marked DISCARDED; ``missing`` when the files
+   were already gone (the row is marked DISCARDED too); ``refused`` when a concurrent
+   restore or pin appeared between the decision and the deletion (kept).
+
+:func:`dispose_savepoint` enforces rules 2 and 3 for explicit disposals as well.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..catalog.models import CheckpointStatus, JobStatus
+from ..errors import EngineError
+from ..fs.storage import (
+    canonical_location,
+    filesystem_for,
+)
+from ..snapshot.codec import load_snapshot
+
+log = logging.getLogger(__name__)
+
+
+class DisposeRefused(EngineError):
+    """The path is not a savepoint, or a running job still needs it."""
+
+
+def dispose_savepoint(path: str, store=None) -> None:
+    """Delete the savepoint at ``path`` and mark its row DISCARDED.
+
+    Refuses a path that is not a savepoint (a checkpoint is owned by its job, which deletes
+    it when it is subsumed) and, with a ``store``, a snapshot that a RUNNING job was restored
+    from and may still need.
+    """
+    snap = load_snapshot(path)
+    if snap.doc.get("kind") != "SAVEPOINT":
+        raise DisposeRefused(
+            f"{snap.directory} is a {snap.doc.get('kind', 'unknown').lower()}, not a savepoint; "
+            "checkpoints are deleted by their job's retention"
+        )
+    if store is not None:
+        mine = canonical_location(snap.directory)
+        for job in restoring_jobs(store, mine):
+            raise DisposeRefused(
+                f"savepoint {snap.directory} is still used by running job {job.job_name} "
+                f"({job.job_id}), which was restored from it"
+            )
+        for pin in active_pins(store, mine):
+            raise DisposeRefused(f"savepoint {snap.directory} is {_pin_text(pin)}; release the "
+                                 f"pin first (ckpt unpin {snap.directory} --holder {pin.holder})")
+    filesystem_for(snap.directory).remove_tree(snap.directory)
+    if store is not None:
+        row = store.get_checkpoint(snap.doc["job_id"], int(snap.doc["checkpoint_id"]))
+        if row is not None:
+            store.set_checkpoint_status(row.job_id, [row.checkpoint_id], CheckpointStatus.DISCARDED)
+    log.info("Disposed savepoint %s", snap.directory)
+
+
+def list_savepoints(store, *, job_name: str | None = None, job_id: str | None = None,
+                    status: str | None = CheckpointStatus.COMPLETED) -> list:
+    """Savepoint rows of one job, or of every job with ``job_name``, oldest first."""
+    if job_id is not None:
+        jobs = [store.get_job(job_id)]
+    else:
+        jobs = store.list_jobs(job_name=job_name)
+    rows = [r for j in jobs if j is not None
+            for r in store.list_checkpoints(j.job_id, kind="SAVEPOINT", status=status)]
+    return sorted(rows, key=lambda r: (r.complete_time or r.trigger_time, r.checkpoint_id))
+
+
+_ACTIVE = (JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.CREATED)
+
+
+def restoring_jobs(store, location: str, jobs: list | None = None) -> list:
+    """Jobs that are not terminal and were restored from ``location`` (canonical)."""
+    jobs = store.list_jobs() if jobs is None else jobs
+    return [j for j in jobs if j.status in _ACTIVE and j.restored_from
+            and canonical_location(j.restored_from) == location]
+
+
+# -- pins --------------------------------------------------------------------------------------
+
+def pin_savepoint(store, path: str, *, holder: str, ttl_seconds: float | None = None,
+                  reason: str | None = None, now: datetime | None = None):
+    """Pin the savepoint at ``path`` for ``holder``: retention and dispose keep it until the
+    pin expires (``ttl_seconds`` from now; ``None``: until :func:`unpin_savepoint`).
+    Pinning again with the same holder renews the pin. Refuses a path that is not a
+    completed savepoint. Returns the :class:`SavepointPinRecord`."""
+    snap = load_snapshot(path)
+    if snap.doc.get("kind") != "SAVEPOINT":
+        raise DisposeRefused(f"{snap.directory} is a {snap.doc.get('kind', 'unknown').lower()}, "
+                             "not a savepoint; only savepoints can be pinned")
+    expires = None
+    if ttl_seconds is not None:
+        if ttl_seconds <= 0:
+            raise ValueError(f"a pin's ttl must be positive, not {ttl_seconds}")
+        expires = (now or datetime.now(UTC)) + timedelta(seconds=ttl_seconds)
+    return store.pin_savepoint(canonical_location(snap.directory), holder=holder,
+                               expires_at=expires, reason=reason)
+
+
+def unpin_savepoint(store, *, holder: str, path: str | None = None) -> int:
+    """Release ``holder``'s pins (on ``path`` only, if given); returns how many."""
+    return store.unpin_savepoints(holder=holder,
+                                  location=None if path is None else canonical_location(path))
+
+
+def active_pins(store, location: str | None = None, now: datetime | None = None) -> list:
+    """Unexpired pins (of the canonical ``location``, if given)."""
+    return store.list_savepoint_pins(location=location, active_at=now or datetime.now(UTC))
+
+
+def _pin_text(pin) -> str:
+    until = (f"until {pin.expires_at:%Y-%m-%d %H:%M:%S} UTC" if pin.expires_at
+             else "until unpinned")
+    return f"pinned by {pin.holder} {until}" + (f" ({pin.reason})" if pin.reason else "")
+
+
+# -- retention ---------------------------------------------------------------------------------
+
+KEPT, DISPOSED = "kept", "disposed"
+
+
+@dataclass(frozen=True)
+class RetentionDecision:
+    """What retention did with one savepoint, and why.
+
+    ``decision`` is ``kept`` or ``disposed``; ``rule`` one of ``newest``, ``restored``,
+    ``pinned``, ``retained``, ``disposed``, ``missing``, ``refused`` (see the module
+    docstring); ``reason`` says it in words, with the job or pin that decided."""
+
+    location: str
+    job_id: str
+    job_name: str
+    checkpoint_id: int
+    complete_time: str | None
+    decision: str
+    rule: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RetentionReport:
+    """Every completed savepoint of ``job_name`` seen by one retention run, oldest first."""
+
+    job_name: str
+    max_age_seconds: float | None
+    max_count: int | None
+    decisions: list[RetentionDecision] = field(default_factory=list)
+
+    @property
+    def disposed(self) -> list[str]:
+        return [d.location for d in self.decisions if d.decision == DISPOSED]
+
+    @property
+    def kept(self) -> list[str]:
+        return [d.location for d in self.decisions if d.decision == KEPT]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: the ``--json`` output of ``ckpt savepoints`` and the operator's XCom."""
+        return {"job_name": self.job_name, "max_age_seconds": self.max_age_seconds,
+                "max_count": self.max_count, "disposed": self.disposed, "kept": self.kept,
+                "savepoints": [d.to_dict() for d in self.decisions]}
+
+    def lines(self) -> list[str]:
+        """One line per savepoint: ``disposed|kept (rule): location -- reason``."""
+        return [f"{d.decision} ({d.rule}) savepoint {d.checkpoint_id} of {d.job_id[:8]}: "
+                f"{d.location} -- {d.reason}" for d in self.decisions]
+
+
+def _age_text(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
+
+
+def apply_savepoint_retention(store, *, job_name: str, max_age_seconds: float | None = None,
+                              max_count: int | None = None,
+                              now: datetime | None = None) -> RetentionReport:
+    """Dispose savepoints of ``job_name`` older than ``max_age_seconds`` or beyond the newest
+    ``max_count``, except those the rules of this module keep (the newest; one a job that is
+    not terminal was restored from; a pinned one). Returns a :class:`RetentionReport` with a
+    decision and its reason for every completed savepoint; each decision is also logged."""
+    report = RetentionReport(job_name, max_age_seconds, max_count)
+    rows = list_savepoints(store, job_name=job_name)
+    now = now or datetime.now(UTC)
+    jobs = store.list_jobs()
+    names = {j.job_id: j.job_name for j in jobs}
+    pins = active_pins(store, now=now)
+    count = None if max_count is None else max(max_count, 1)
+    for i, row in enumerate(rows):
+        rank = len(rows) - i  # 1 = newest
+        location = canonical_location(row.location)
+
+        def decide(decision: str, rule: str, reason: str, row=row) -> None:
+            report.decisions.append(RetentionDecision(
+                row.location, row.job_id, names.get(row.job_id, job_name), row.checkpoint_id,
+                row.complete_time.isoformat() if row.complete_time else None,
+                decision, rule, reason))
+
+        age = (now - row.complete_time).total_seconds() if row.complete_time else None
+        too_many = count is not None and rank > count
+        too_old = max_age_seconds is not None and age is not None and age > max_age_seconds
+        restoring = restoring_jobs(store, location, jobs)
+        pinned = [p for p in pins if p.location == location]
+        if rank == 1:
+            decide(KEPT, "newest", "the newest savepoint is always kept")
+        elif restoring:
+            decide(KEPT, "restored", "restored by running job " + ", ".join(
+                f"{j.job_name} ({j.job_id}, {j.status})" for j in restoring))
+        elif pinned:
+            decide(KEPT, "pinned", "; ".join(_pin_text(p) for p in pinned))
+        elif not (too_many or too_old):
+            within = []
+            if count is not None:
+                within.append(f"newest {rank} of max_count {count}")
+            if max_age_seconds is not None and age is not None:
+                within.append(f"{_age_text(age)} old, max_age {_age_text(max_age_seconds)}")
+            decide(KEPT, "retained", "within retention: " + ("; ".join(within) or "no limit"))
+        else:
+            why = []
+            if too_many:
+                why.append(f"beyond max_count {count} (newest {rank})")
+            if too_old:
+                why.append(f"older than max_age ({_age_text(age or 0)} > "
+                           f"{_age_text(max_age_seconds or 0)})")
+            try:
+                dispose_savepoint(row.location, store)
+                decide(DISPOSED, "disposed", "; ".join(why))
+            except DisposeRefused as exc:
+                decide(KEPT, "refused", str(exc))
+            except EngineError as exc:  # already gone: record it
+                store.set_checkpoint_status(row.job_id, [row.checkpoint_id],
+                                            CheckpointStatus.DISCARDED)
+                decide(DISPOSED, "missing", f"{'; '.join(why)}; its files could not be read "
+                                            f"({exc}): row marked DISCARDED")
+    for line in report.lines():
+        log.info("Savepoint retention of %s: %s", job_name, line)
+    return report

@@ -1,0 +1,14 @@
+"""Vectorized keyed operators for the queries that ran per record (issue 39): no Python
+call per record, columnar state in memory with either state backend, one Arrow file per
+snapshot, rescaled by key group.
+
+* :func:`max_by_join`: the expiring max-by join (Nexmark's winning bid: q4, q6, q9);
+* :func:`latest_by_key`: the latest row per key (q18);
+* :func:`unique_key_join`: the insert-only regular join of a stream with a side that holds
+  one row per key (q3, q20).
+
+Each runs as its own node kind with its own state: a savepoint of the per-record operator
+they replace is refused (a typed :class:`~..errors.RestoreError` naming the operator), not
+converted; switch with a new uid. These are the operators (the runtime layer); the builders
+are in :mod:`...datastream.vectorized_ops`, exported by :mod:`...vectorized_ops`.
+"""

@@ -1,0 +1,178 @@
+"""What the vectorized operators of this package share: an append-only Arrow row store
+addressed by row id, key rows by :class:`~..state.key_index.KeyIndex`, event-time columns
+as int64 ms, and the one-Arrow-file snapshot format (filtered by key group on restore, so
+the state rescales like every keyed state)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...errors import BadRecordError
+from ...state.key_index import KeyIndex, _varlen, keys_to_numpy
+from ...state.keygroups import KeyGroupRange
+from ...state.vectorized import key_hashes
+
+
+def as_table(batch: pa.RecordBatch | pa.Table) -> pa.Table:
+    return batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+
+
+def column(table: pa.Table, name: str, uid: str, what: str) -> pa.ChunkedArray:
+    """``table[name]``, or a :class:`BadRecordError` naming the operator and the columns."""
+    try:
+        return table.column(name)
+    except KeyError:
+        raise BadRecordError(f"operator {uid!r}: {what} column {name!r} is not in the input "
+                             f"(columns: {', '.join(table.column_names)})") from None
+
+
+def times_ms(array: pa.ChunkedArray | pa.Array, uid: str, name: str) -> np.ndarray:
+    """An event-time column (integer ms or a timestamp) as int64 epoch ms, no nulls."""
+    if array.null_count:
+        raise BadRecordError(f"operator {uid!r}: time column {name!r} is null in "
+                             f"{array.null_count} row(s)")
+    if pa.types.is_timestamp(array.type):
+        array = pc.cast(pc.cast(array, pa.timestamp("ms", array.type.tz)), pa.int64())
+    elif not pa.types.is_integer(array.type):
+        raise BadRecordError(f"operator {uid!r}: time column {name!r} has type {array.type}; "
+                             "it needs integer epoch ms or a timestamp")
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    return array.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def key_array(table: pa.Table, name: str, uid: str) -> pa.Array:
+    keys = column(table, name, uid, "key")
+    if keys.null_count:
+        raise BadRecordError(f"operator {uid!r}: key field {name!r} is null in "
+                             f"{keys.null_count} row(s); filter them out before the operator")
+    return keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+
+
+def lookup(index: KeyIndex, keys: pa.Array) -> np.ndarray:
+    """Row of every key of ``keys`` in ``index`` (-1 where absent)."""
+    if not len(keys) or not index.n:
+        return np.full(len(keys), -1, dtype=np.int64)
+    hashes = key_hashes(keys)
+    found = index.lookup_arrow(keys, hashes) if _varlen(keys.type) else None
+    if found is None:
+        found = index.lookup(keys_to_numpy(keys), hashes)
+    return np.asarray(found, dtype=np.int64)
+
+
+def insert(index: KeyIndex, keys: pa.Array) -> np.ndarray:
+    """Insert ``keys`` (distinct, absent); return their rows."""
+    if not len(keys):
+        return np.empty(0, dtype=np.int64)
+    return np.asarray(index.insert(keys_to_numpy(keys), key_hashes(keys), keys), dtype=np.int64)
+
+
+def first_per_group(groups: np.ndarray, *orders: np.ndarray) -> np.ndarray:
+    """Positions of the first row of each group value, ordered by ``orders`` (the last one
+    the primary: ``np.lexsort``'s convention) within a group."""
+    order = np.lexsort((*orders, groups))
+    g = groups[order]
+    head = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, dtype=bool)
+    return order[head]
+
+
+class RowStore:
+    """Append-only Arrow rows, id = position across the appended chunks; :meth:`compact`
+    keeps the rows still referred to."""
+
+    MAX_CHUNKS = 32
+
+    def __init__(self) -> None:
+        self.chunks: list[pa.Table] = []
+        self.bounds = np.zeros(1, dtype=np.int64)
+        self.schema: pa.Schema | None = None
+
+    def __len__(self) -> int:
+        return int(self.bounds[-1])
+
+    def append(self, table: pa.Table, uid: str) -> np.ndarray:
+        if self.schema is None:
+            self.schema = table.schema
+        elif table.schema != self.schema:
+            try:
+                table = table.select(self.schema.names).cast(self.schema)
+            except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+                raise BadRecordError(f"operator {uid!r}: the input's columns changed from "
+                                     f"{self.schema} to {table.schema}; keep one schema") from e
+        base = len(self)
+        if table.num_rows:
+            self.chunks.append(table.combine_chunks())
+            self.bounds = np.append(self.bounds, base + table.num_rows)
+            if len(self.chunks) > self.MAX_CHUNKS:
+                self.chunks = [pa.concat_tables(self.chunks).combine_chunks()]
+                self.bounds = self.bounds[[0, -1]]
+        return np.arange(base, base + table.num_rows, dtype=np.int64)
+
+    def take(self, ids: np.ndarray) -> pa.Table:
+        """Rows ``ids`` in that order. The chunks are combined into one first: a copy of the
+        store (a memcpy per column) costs less than a take per chunk and a reordering take
+        (measured: 2 ms against 80-100 ms for 55,000 ids over 8 chunks of Nexmark auctions)."""
+        assert self.schema is not None
+        if not len(ids):
+            return self.schema.empty_table()
+        if len(self.chunks) > 1:
+            self.chunks = [pa.concat_tables(self.chunks).combine_chunks()]
+            self.bounds = self.bounds[[0, -1]]
+        return self.chunks[0].take(pa.array(ids))
+
+    def clone(self) -> RowStore:
+        """A store over the same (immutable) chunks: what a snapshot reads off the task."""
+        other = RowStore()
+        other.chunks, other.bounds, other.schema = list(self.chunks), self.bounds, self.schema
+        return other
+
+    def compact(self, ids: np.ndarray) -> np.ndarray:
+        """Keep only rows ``ids`` (distinct, any order); return the new id of each."""
+        order = np.argsort(ids, kind="stable")
+        kept = self.take(ids[order])
+        self.chunks = [kept.combine_chunks()] if kept.num_rows else []
+        self.bounds = np.array([0, kept.num_rows], dtype=np.int64) if kept.num_rows else \
+            np.zeros(1, dtype=np.int64)
+        new = np.empty(len(ids), dtype=np.int64)
+        new[order] = np.arange(len(ids))
+        return new
+
+
+def struct_of(table: pa.Table) -> pa.StructArray:
+    table = table.combine_chunks()
+    return pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],
+                                      fields=list(table.schema))
+
+
+def table_of(struct: pa.ChunkedArray | pa.StructArray) -> pa.Table:
+    if isinstance(struct, pa.ChunkedArray):
+        struct = struct.combine_chunks()
+    return pa.Table.from_batches([pa.RecordBatch.from_struct_array(struct)])
+
+
+def with_key_groups(table: pa.Table, keys: pa.Array | pa.ChunkedArray,
+                    max_parallelism: int) -> pa.Table:
+    kg = key_hashes(keys) % np.uint32(max_parallelism)
+    return table.add_column(0, "key_group", pa.array(kg.astype(np.int32)))
+
+
+def write_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_file(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def read_owned(data: bytes, key_groups: KeyGroupRange) -> pa.Table:
+    """The rows of a snapshot file in the key groups ``key_groups`` (a rescale keeps those
+    of the subtask), without the ``key_group`` column."""
+    table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+    if not table.num_rows:
+        return table.drop_columns(["key_group"]) if "key_group" in table.column_names else table
+    kg = table.column("key_group")
+    table = table.filter(pc.and_(pc.greater_equal(kg, key_groups.start),
+                                 pc.less_equal(kg, key_groups.end)))
+    return table.drop_columns(["key_group"])

@@ -1,0 +1,231 @@
+"""The engine's layer contract (docs/architecture.md draws it).
+
+Every engine module belongs to one layer (the longest matching prefix below wins); a module
+may import modules of its own layer and of the layers below it, never of a layer above.
+Every import counts: top-level, function-level and ``if TYPE_CHECKING`` ones (a lazy import
+only hides an edge, and a type-only import still ties the two files together). Within the
+engine no import circle remains, and no module exceeds 600 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENGINE = "airflow_checkpoint_provider.engine"
+MAX_LINES = 600
+
+#: top to bottom: (layer, module prefixes relative to the engine package; "" = its __init__)
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("facade", ("", "client", "vectorized_ops")),
+    ("entry points", ("cli", "launch")),
+    ("lifecycle", ("lifecycle", "state_io")),
+    ("datastream", ("datastream",)),
+    ("execution", ("execution",)),
+    ("runners", ("runners",)),
+    ("runtime", ("runtime",)),
+    ("checkpointing", ("checkpoint",)),
+    ("plan", ("plan",)),
+    ("connectors", ("connectors",)),
+    ("state", ("state", "snapshot")),
+    ("catalog and protocol", ("catalog", "protocol")),
+    ("file systems", ("fs",)),
+    (
+        "foundation",
+        (
+            "changelog",
+            "config",
+            "errors",
+            "eventtime",
+            "extras",
+            "metrics",
+            "names",
+            "packaging",
+            "private",
+            "progress",
+            "serialization",
+            "sink_names",
+            "typed_codec",
+        ),
+    ),
+]
+
+
+def _engine_modules() -> dict[str, str]:
+    """Dotted module name -> file, for every engine module (Alembic scripts excluded)."""
+    modules = {}
+    for dirpath, _, names in os.walk(os.path.join(ROOT, *ENGINE.split("."))):
+        if f"{os.sep}migrations" in dirpath:
+            continue
+        for n in names:
+            if n.endswith(".py"):
+                path = os.path.join(dirpath, n)
+                name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+def _imports(name: str, path: str, modules: dict[str, str]) -> list[tuple[str, int]]:
+    """(imported engine module, line) for every import in the file, TYPE_CHECKING and
+    function-level ones included."""
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            ]
+        else:
+            continue
+        for t in targets:
+            while t and t not in modules:  # ``import a.b.c`` of a name inside a module
+                t = t.rpartition(".")[0]
+            if t.startswith(ENGINE) and t != name:
+                found.append((t, node.lineno))
+    return found
+
+
+def _graph() -> dict[str, list[tuple[str, int]]]:
+    modules = _engine_modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def layer_of(module: str) -> int:
+    """The index (0 = top) of the layer of ``module``; the longest matching prefix wins."""
+    rel = module.removeprefix(ENGINE).removeprefix(".")
+    best, best_len = None, -1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (rel == p or (p and rel.startswith(p + ".")) or (not p and not rel)) and len(
+                p
+            ) > best_len:
+                best, best_len = i, len(p)
+    if best is None:
+        raise AssertionError(
+            f"engine module {module} is in no layer: add it to LAYERS in "
+            "tests/test_layers.py and to docs/architecture.md"
+        )
+    return best
+
+
+def upward_imports(graph: dict[str, list[tuple[str, int]]]) -> list[str]:
+    bad = []
+    for name, deps in sorted(graph.items()):
+        for target, line in deps:
+            if layer_of(target) < layer_of(name):
+                bad.append(
+                    f"{name}:{line} ({LAYERS[layer_of(name)][0]}) imports {target} "
+                    f"({LAYERS[layer_of(target)][0]}, a layer above)"
+                )
+    return bad
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_every_engine_module_is_in_a_layer():
+    for name in _engine_modules():
+        layer_of(name)
+
+
+def test_no_engine_module_imports_a_layer_above_it():
+    bad = upward_imports(_graph())
+    assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+def test_the_engine_has_no_import_circle_type_checking_included():
+    graph = _graph()
+    assert f"{ENGINE}.runtime.task" in graph  # the walk saw the runtime
+    found = cycles({name: {t for t, _ in deps} for name, deps in graph.items()})
+    assert not found, found
+
+
+@pytest.mark.parametrize("name", sorted(_engine_modules()))
+def test_no_engine_module_is_over_600_lines(name):
+    with open(_engine_modules()[name]) as f:
+        lines = sum(1 for _ in f)
+    assert lines <= MAX_LINES, f"{name} has {lines} lines (at most {MAX_LINES}: split it)"
+
+
+# the checker itself: each rule fails on a made-up violation
+
+
+def test_the_checker_sees_a_type_checking_import_upward(tmp_path):
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..datastream.api import Pipeline\n"
+    path = tmp_path / "task.py"
+    path.write_text(source)
+    modules = {f"{ENGINE}.runtime.task": str(path), f"{ENGINE}.datastream.api": "x"}
+    graph = {f"{ENGINE}.runtime.task": _imports(f"{ENGINE}.runtime.task", str(path), modules)}
+    assert upward_imports(graph) == [
+        f"{ENGINE}.runtime.task:3 (runtime) imports {ENGINE}.datastream.api "
+        "(datastream, a layer above)"
+    ]
+
+
+def test_the_checker_sees_a_function_level_import_upward(tmp_path):
+    path = tmp_path / "graph.py"
+    path.write_text("def f():\n    from ..runners import local\n    return local\n")
+    modules = {
+        f"{ENGINE}.plan.graph": str(path),
+        f"{ENGINE}.runners.local": "x",
+        f"{ENGINE}.runners": "y",
+    }
+    graph = {f"{ENGINE}.plan.graph": _imports(f"{ENGINE}.plan.graph", str(path), modules)}
+    assert [t for t, _ in graph[f"{ENGINE}.plan.graph"]] == [f"{ENGINE}.runners.local"]
+    assert len(upward_imports(graph)) == 1
+
+
+def test_every_module_has_one_layer():
+    assert LAYERS[layer_of(f"{ENGINE}.checkpoint.coordinator")][0] == "checkpointing"
+    assert LAYERS[layer_of(f"{ENGINE}.client")][0] == "facade"
+    assert LAYERS[layer_of(ENGINE)][0] == "facade"
+    with pytest.raises(AssertionError, match="is in no layer"):
+        layer_of(f"{ENGINE}.brand_new_module")
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
