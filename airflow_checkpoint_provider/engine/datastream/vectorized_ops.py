@@ -30,7 +30,7 @@ def max_by_join(left: DataStream, right: DataStream, *, uid: str, start: str, en
     ``end``: the left row's columns, then ``right_columns`` (right column -> output name;
     default: every right column kept under its name). Both inputs ``key_by(field)``; needs
     watermarks. See :mod:`.max_join`."""
-    from .max_join import MaxJoinSpec
+    from ..runtime.vectorized_ops.max_join import MaxJoinSpec
 
     what = "max_by_join"
     _check_pair(what, left, right)
@@ -49,7 +49,7 @@ def latest_by_key(stream: DataStream, *, by: str, uid: str, parallelism: int | N
     """Per key, the row with the highest ``by`` (ties: the later row), vectorized: for each
     input batch, the rows that became their key's latest (at most one per key): an upsert
     stream by key without retractions. ``stream`` is ``key_by(field)``. See :mod:`.latest`."""
-    from .latest import latest_spec
+    from ..runtime.vectorized_ops.latest import latest_spec
 
     spec = latest_spec(uid, stream._key_selector, by)
     node = stream._then("latest_by_key", name or f"Latest by {by}", uid, parallelism, spec,
@@ -64,7 +64,7 @@ def unique_key_join(stream: DataStream, table: DataStream, *, uid: str,
     its key's table row at once, or waits in state until it comes (then leaves). Output:
     the stream row's columns, then the table row's columns the stream lacks. Both inputs
     ``key_by(field)``. See :mod:`.unique_join`."""
-    from .unique_join import UniqueJoinSpec
+    from ..runtime.vectorized_ops.unique_join import UniqueJoinSpec
 
     what = "unique_key_join"
     _check_pair(what, stream, table)

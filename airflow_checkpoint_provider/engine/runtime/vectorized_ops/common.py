@@ -5,11 +5,15 @@ the state rescales like every keyed state)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...errors import BadRecordError
+from ...errors import BadRecordError, RestoreError, StateMigrationError
+from ...snapshot.codec import read_state_file
+from ...state.backend import StateSnapshot, write_state_file
 from ...state.key_index import KeyIndex, _varlen, keys_to_numpy
 from ...state.keygroups import KeyGroupRange
 from ...state.vectorized import key_hashes
@@ -176,3 +180,57 @@ def read_owned(data: bytes, key_groups: KeyGroupRange) -> pa.Table:
     table = table.filter(pc.and_(pc.greater_equal(kg, key_groups.start),
                                  pc.less_equal(kg, key_groups.end)))
     return table.drop_columns(["key_group"])
+
+
+def arrow_snapshot(meta: dict, capture) -> StateSnapshot:
+    """A snapshot of one self-contained Arrow file: ``capture()``, run by the asynchronous
+    part, gives the table."""
+
+    def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
+        return write_state_file(chk_dir, stem, "arrow", write_ipc(capture()), {"type": "arrow"})
+
+    return StateSnapshot(meta, write)
+
+
+class OneFileState:
+    """What the vectorized states share: the refusals of a restore (another operator's state,
+    a changed spec) and nothing to confirm or release (each snapshot is one file)."""
+
+    uid: str
+    key_groups: KeyGroupRange
+    #: (state name, what it is in a message, how to keep the state across a restore)
+    STATE: tuple[str, str, str]
+
+    def spec_for_restore(self, spec: dict) -> dict:
+        """The part of a spec that must not change across a restore."""
+        return spec
+
+    def restorable(self, handles: Sequence, states: dict[str, dict], now: dict) -> bool:
+        """Whether the snapshot holds this state (``False``: nothing to restore); a foreign
+        or changed state is refused naming the operator."""
+        name, what, keep = self.STATE
+        meta = states.get(name)
+        if meta is None:
+            if not handles:
+                return False
+            held = ", ".join(sorted({str(m.get("kind", n)) for n, m in states.items()}))
+            raise RestoreError(
+                f"operator {self.uid!r}: the snapshot holds state of kind(s) {held or 'none'}, "
+                f"not the state of a {what} ({name}); give the operator a new uid and restore "
+                "with allow_non_restored_state=True")
+        restored = self.spec_for_restore(meta.get("spec") or {})
+        if restored != self.spec_for_restore(now):
+            raise StateMigrationError(
+                f"operator {self.uid!r}: the snapshot's {what} is {restored}, the operator now "
+                f"declares {self.spec_for_restore(now)}; {keep}, or give it a new uid")
+        return True
+
+    def owned_tables(self, directory: str, handles: Sequence) -> list[pa.Table]:
+        """The rows of this subtask's key groups, per restored file."""
+        return [read_owned(read_state_file(directory, h), self.key_groups) for h in handles]
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        """Nothing to confirm: every snapshot is one self-contained file."""
+
+    def close(self) -> None:
+        """Nothing to release."""

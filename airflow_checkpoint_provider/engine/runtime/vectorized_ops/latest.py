@@ -23,25 +23,24 @@ from typing import cast
 import numpy as np
 import pyarrow as pa
 
-from ...errors import PipelineDefinitionError, RestoreError, StateMigrationError
+from ...errors import PipelineDefinitionError
 from ...plan.functions import RuntimeContext
 from ...plan.graph import Node
-from ...snapshot.codec import read_state_file
-from ...state.backend import StateSnapshot, write_state_file
+from ...state.backend import StateSnapshot
 from ...state.key_index import KeyIndex
 from ...state.keygroups import KeyGroupRange
 from ..operators import _KeyedStateOperator
 from .common import (
+    OneFileState,
     RowStore,
+    arrow_snapshot,
     as_table,
     column,
     first_per_group,
     insert,
     key_array,
     lookup,
-    read_owned,
     with_key_groups,
-    write_ipc,
 )
 
 STATE_NAME = "latest-by-key.vectorized"
@@ -66,8 +65,10 @@ def latest_spec(uid: str, key_selector, by: str) -> LatestSpec:
     return LatestSpec(field, by)
 
 
-class LatestTable:
+class LatestTable(OneFileState):
     """The latest row of every key of one subtask (the KeyedStateBackend protocol)."""
+
+    STATE = (STATE_NAME, "latest_by_key operator", "keep key and by")
 
     COMPACT_MIN = 65_536
 
@@ -165,40 +166,20 @@ class LatestTable:
         # synchronous part: the slot columns copied, the payload store shared (immutable)
         store, pid, seq = self.store.clone(), self.pid[:n].copy(), self.seq[:n].copy()
 
-        def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
+        def capture() -> pa.Table:
             rows = store.take(pid).append_column(SEQ, pa.array(seq))
-            table = with_key_groups(rows, rows.column(self.spec.key), self.max_parallelism)
-            return write_state_file(chk_dir, stem, "arrow", write_ipc(table), {"type": "arrow"})
+            return with_key_groups(rows, rows.column(self.spec.key), self.max_parallelism)
 
-        return StateSnapshot(self._meta(), write)
+        return arrow_snapshot(self._meta(), capture)
 
     def restore_state(self, directory: str, handles: Sequence, states: dict[str, dict]) -> None:
-        meta = states.get(STATE_NAME)
-        if meta is None:
-            if not handles:
-                return
-            held = ", ".join(sorted({str(m.get("kind", n)) for n, m in states.items()}))
-            raise RestoreError(
-                f"operator {self.uid!r}: the snapshot holds state of kind(s) {held or 'none'}, "
-                f"not the state of latest_by_key ({STATE_NAME}); give the operator a new uid "
-                "and restore with allow_non_restored_state=True")
-        if (meta.get("spec") or {}) != self.spec.describe():
-            raise StateMigrationError(
-                f"operator {self.uid!r}: the snapshot's latest_by_key is {meta.get('spec')}, "
-                f"the operator now declares {self.spec.describe()}; keep key and by, or give "
-                "it a new uid")
-        for handle in handles:
-            table = read_owned(read_state_file(directory, handle), self.key_groups)
+        if not self.restorable(handles, states, self.spec.describe()):
+            return
+        for table in self.owned_tables(directory, handles):
             if table.num_rows:
                 seq = table.column(SEQ).to_numpy()
                 self.update(table.drop_columns([SEQ]), seq)
                 self.next_seq = max(self.next_seq, int(seq.max()) + 1)
-
-    def notify_complete(self, checkpoint_id: int) -> None:
-        """Nothing to confirm: every snapshot is one self-contained file."""
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 class LatestOperator(_KeyedStateOperator):

@@ -34,30 +34,28 @@ from typing import cast
 import numpy as np
 import pyarrow as pa
 
-from ...errors import RestoreError, StateMigrationError
 from ...plan.functions import RuntimeContext
 from ...plan.graph import Node
-from ...snapshot.codec import read_state_file
-from ...state.backend import StateSnapshot, write_state_file
+from ...state.backend import StateSnapshot
 from ...state.key_index import KeyIndex
 from ...state.keygroups import KeyGroupRange
 from ..batches import to_record_batch
 from ..operators import _KeyedStateOperator
 from ..windowing import _CheckpointedWatermark
 from .common import (
+    OneFileState,
     RowStore,
+    arrow_snapshot,
     as_table,
     column,
     first_per_group,
     insert,
     key_array,
     lookup,
-    read_owned,
     struct_of,
     table_of,
     times_ms,
     with_key_groups,
-    write_ipc,
 )
 
 STATE_NAME = "max-by-join.vectorized"
@@ -89,9 +87,11 @@ class MaxJoinSpec:
         return names + [c for c in self.right_columns if c not in names]
 
 
-class MaxJoinState:
+class MaxJoinState(OneFileState):
     """The open left rows, kept right rows and waiting right rows of one subtask (the
     KeyedStateBackend protocol)."""
+
+    STATE = (STATE_NAME, "vectorized max-by join", "keep the keys, times and by column")
 
     #: closed keys tolerated beyond the open ones before a compaction
     COMPACT_MIN = 65_536
@@ -351,31 +351,19 @@ class MaxJoinState:
             return StateSnapshot(self._meta())
         frozen = self.frozen()
 
-        def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
+        def capture() -> pa.Table:
             table = frozen.capture()
-            data = write_ipc(table) if table is not None else write_ipc(_EMPTY)
-            return write_state_file(chk_dir, stem, "arrow", data, {"type": "arrow"})
+            return table if table is not None else _EMPTY
 
-        return StateSnapshot(self._meta(), write)
+        return arrow_snapshot(self._meta(), capture)
+
+    def spec_for_restore(self, spec: dict) -> dict:
+        return {k: v for k, v in spec.items() if k != "right_columns"}
 
     def restore_state(self, directory: str, handles: Sequence, states: dict[str, dict]) -> None:
-        meta = states.get(STATE_NAME)
-        if meta is None:
-            if not handles:
-                return
-            held = ", ".join(sorted({str(m.get("kind", n)) for n, m in states.items()}))
-            raise RestoreError(
-                f"operator {self.uid!r}: the snapshot holds state of kind(s) {held or 'none'}, "
-                f"not the state of a vectorized max-by join ({STATE_NAME}); give the operator a "
-                "new uid and restore with allow_non_restored_state=True")
-        restored = {k: v for k, v in (meta.get("spec") or {}).items() if k != "right_columns"}
-        now = {k: v for k, v in self.spec.describe().items() if k != "right_columns"}
-        if restored != now:
-            raise StateMigrationError(
-                f"operator {self.uid!r}: the snapshot's max-by join is {restored}, the operator "
-                f"now declares {now}; keep the keys, times and by column, or give it a new uid")
-        for handle in handles:
-            self.load(read_owned(read_state_file(directory, handle), self.key_groups))
+        if self.restorable(handles, states, self.spec.describe()):
+            for table in self.owned_tables(directory, handles):
+                self.load(table)
 
     def load(self, table: pa.Table) -> None:
         """Rows of :meth:`capture` (this subtask's key groups) into the state."""
@@ -398,12 +386,6 @@ class MaxJoinState:
                 self._wait(right, times_ms(right.column(self.spec.right_time), self.uid,
                                            self.spec.right_time), seq[sel])
         self.next_seq = max(self.next_seq, int(seq.max()) + 1)
-
-    def notify_complete(self, checkpoint_id: int) -> None:
-        """Nothing to confirm: every snapshot is one self-contained file."""
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 def _set(table: pa.Table, name: str, values) -> pa.Table:

@@ -27,27 +27,25 @@ from typing import cast
 import numpy as np
 import pyarrow as pa
 
-from ...errors import RestoreError, StateMigrationError
 from ...plan.functions import RuntimeContext
 from ...plan.graph import Node
-from ...snapshot.codec import read_state_file
-from ...state.backend import StateSnapshot, write_state_file
+from ...state.backend import StateSnapshot
 from ...state.key_index import KeyIndex
 from ...state.keygroups import KeyGroupRange
 from ..batches import to_record_batch
 from ..operators import _KeyedStateOperator
 from .common import (
+    OneFileState,
     RowStore,
+    arrow_snapshot,
     as_table,
     first_per_group,
     insert,
     key_array,
     lookup,
-    read_owned,
     struct_of,
     table_of,
     with_key_groups,
-    write_ipc,
 )
 
 STATE_NAME = "unique-key-join.vectorized"
@@ -72,8 +70,10 @@ def merge(stream: pa.Table, table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(columns, names=names)
 
 
-class UniqueJoinState:
+class UniqueJoinState(OneFileState):
     """Table rows by key and waiting stream rows of one subtask (KeyedStateBackend)."""
+
+    STATE = (STATE_NAME, "vectorized unique-key join", "keep the keys")
 
     def __init__(self, spec: UniqueJoinSpec, key_groups: KeyGroupRange, max_parallelism: int,
                  uid: str) -> None:
@@ -180,28 +180,12 @@ class UniqueJoinState:
         if table is None:
             return StateSnapshot(self._meta())
 
-        def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
-            return write_state_file(chk_dir, stem, "arrow", write_ipc(table), {"type": "arrow"})
-
-        return StateSnapshot(self._meta(), write)
+        return arrow_snapshot(self._meta(), lambda: table)
 
     def restore_state(self, directory: str, handles: Sequence, states: dict[str, dict]) -> None:
-        meta = states.get(STATE_NAME)
-        if meta is None:
-            if not handles:
-                return
-            held = ", ".join(sorted({str(m.get("kind", n)) for n, m in states.items()}))
-            raise RestoreError(
-                f"operator {self.uid!r}: the snapshot holds state of kind(s) {held or 'none'}, "
-                f"not the state of a vectorized unique-key join ({STATE_NAME}); give the "
-                "operator a new uid and restore with allow_non_restored_state=True")
-        if (meta.get("spec") or {}) != self.spec.describe():
-            raise StateMigrationError(
-                f"operator {self.uid!r}: the snapshot's unique-key join is {meta.get('spec')}, "
-                f"the operator now declares {self.spec.describe()}; keep the keys, or give it "
-                "a new uid")
-        for handle in handles:
-            self.load(read_owned(read_state_file(directory, handle), self.key_groups))
+        if self.restorable(handles, states, self.spec.describe()):
+            for table in self.owned_tables(directory, handles):
+                self.load(table)
 
     def load(self, table: pa.Table) -> None:
         if not table.num_rows:
@@ -215,12 +199,6 @@ class UniqueJoinState:
         if len(sel):
             self._wait(table_of(table.column("stream").take(pa.array(sel))), seq[sel])
             self.next_seq = max(self.next_seq, int(seq[sel].max()) + 1)
-
-    def notify_complete(self, checkpoint_id: int) -> None:
-        """Nothing to confirm: every snapshot is one self-contained file."""
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 class UniqueJoinOperator(_KeyedStateOperator):
