@@ -280,12 +280,12 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
             fencing.discard_uncommitted(self.graph, store, job_id)
         db.close()
         latest = self.coordinator.completed[-1] if self.coordinator.completed else None
+        start = self.initial or initial  # a PROMOTE replaced the initial snapshot
         result = JobResult(job_id=job_id, job_name=p.name, status=str(status),
                            checkpoints_completed=self.coordinator.num_completed,
                            checkpoints_failed=self.coordinator.num_failed, restarts=restarts,
                            latest_checkpoint=latest.location if latest else None,
-                           restored_from=(self.initial or initial).directory
-                           if (self.initial or initial) else None,
+                           restored_from=start.directory if start else None,
                            failure_reason=failure, metadata_url=store.safe_url,
                            extra={"startup_seconds": self.startup_seconds,
                                   "peak_rss_mb": dict(sorted(self.peak_rss_mb.items()))})

@@ -87,15 +87,15 @@ class PromoteMixin:
         unfence = params.get("unfence", True)
         if not isinstance(unfence, bool):
             raise RestoreError(f"{ACTION} params.unfence must be true or false, not {unfence!r}")
-        snapshot = self.trust.load(location)
-        if unfence and snapshot_is_fenced(snapshot.metadata.operators):
-            raise RestoreError(fenced_restore_error(snapshot.directory))
         if not self.config.fence_sinks:
             raise RestoreError(
                 f"job {self.config.name} ({self.job_id}) is not fenced: it published "
-                f"output past its own state, so restoring {snapshot.directory} in place would "
+                f"output past its own state, so restoring {location} in place would "
                 f"publish records twice or never; {ACTION} is for a fenced (blue-green "
                 "validation) job. Stop this job with a savepoint and start a new one instead")
+        snapshot = self.trust.load(location)
+        if unfence and snapshot_is_fenced(snapshot.metadata.operators):
+            raise RestoreError(fenced_restore_error(snapshot.directory))
         owner = snapshot.doc.get("job_id")
         if owner and owner != self.job_id:
             rec = self.store.get_job(owner)
