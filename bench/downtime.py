@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/downtime.py [--runner local|spark] [--master local[2]]
         [--scenarios savepoint,last-state,blue-green,blue-green-in-place] [--reps 2]
-        [--records 6000] [--rate 300] [--label before]
+        [--records 12000] [--rate 200] [--label before]
 
 Every job is the ``versioned_sum`` example started the way a deployment starts it: ``ckpt
 run --detach`` in its own process (with ``--runner spark`` that is a new Spark application
@@ -57,6 +57,9 @@ from airflow_checkpoint_provider.engine.connectors.generator import GeneratorSou
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 SCENARIOS = ("savepoint", "last-state", "blue-green", "blue-green-in-place")
 KEYS = 20
+#: the rate of a job started after the cut-over: it finishes the bounded input quickly (the
+#: promoted green keeps the rate it was started with)
+FAST = 5000.0
 TERMINAL = ("FINISHED", "STOPPED", "CANCELED", "FAILED", "LOST")
 
 
@@ -82,7 +85,7 @@ class Deployment:
         return self._store
 
     def start(self, version: str, name: str, *, restore: str | None = None,
-              fenced: bool = False) -> dict:
+              fenced: bool = False, rate: float | None = None) -> dict:
         """``ckpt run --detach``; returns the job id and when the process was spawned and
         when the job was RUNNING (the detach call returned)."""
         job_id = os.urandom(16).hex()
@@ -97,11 +100,19 @@ class Deployment:
         if fenced:
             argv.append("--fence-sinks")
         spawned = time.time()
-        proc = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=900)
+        env = dict(self.env, **({"CKPT_EXAMPLE_RATE": str(rate)} if rate else {}))
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
         running = time.time()
         if proc.returncode != 0:
             raise RuntimeError(f"ckpt run {name} failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-        return {"job_id": job_id, "spawned": spawned, "running": running}
+        return {"job_id": job_id, "spawned": spawned, "returned": running,
+                "running": self.running_since(job_id)}
+
+    def running_since(self, job_id: str) -> float:
+        """When the job row turned RUNNING (its last status change)."""
+        job = self.store.get_job(job_id)
+        assert job is not None and job.status == "RUNNING", job
+        return job.updated_at.timestamp()
 
     def request(self, job_id: str, action: str, params: dict | None = None,
                 timeout: float = 300.0) -> tuple[dict, float, float]:
@@ -171,7 +182,8 @@ class Deployment:
 def _timeline(d: Deployment, old: str, new: dict, *, stop_trigger: float, stop: float,
               stopped: float) -> dict:
     old_commits, new_commits = d.commit_times(old), d.commit_times(new["job_id"])
-    first_chk = min(c.complete_time.timestamp() for c in d.completed(new["job_id"]))
+    first_chk = min(c.complete_time.timestamp() for c in d.completed(new["job_id"])
+                    if c.complete_time.timestamp() >= new["running"])  # not a fenced one
     return {
         "output_gap": round(new_commits[0] - old_commits[-1], 3),
         "processing_gap": round(new["running"] - stop_trigger, 3),
@@ -199,7 +211,7 @@ def savepoint_upgrade(d: Deployment, *, last_state: bool = False) -> dict:
         sp = next(c for c in d.store.list_checkpoints(v1["job_id"])
                   if c.checkpoint_id == result["checkpoint_id"])
         stop_trigger = sp.trigger_time.timestamp()
-    v2 = d.start("v2", "versioned-sum", restore=location)
+    v2 = d.start("v2", "versioned-sum", restore=location, rate=FAST)
     d.wait_checkpoints(v2["job_id"], 1)
     d.wait_status(v2["job_id"], ("FINISHED",))
     return _timeline(d, v1["job_id"], v2, stop_trigger=stop_trigger, stop=t_req, stopped=stopped)
@@ -218,14 +230,15 @@ def blue_green(d: Deployment, *, in_place: bool) -> dict:
     if in_place:
         _, t_promote, promoted = d.request(green["job_id"], "PROMOTE",
                                            {"snapshot": final["location"], "unfence": True})
-        live = {"job_id": green["job_id"], "spawned": t_promote, "running": promoted}
+        live = {"job_id": green["job_id"], "spawned": t_promote,
+                "running": d.running_since(green["job_id"])}
         extra = {"promote": round(promoted - t_promote, 3)}
     else:
         _, t_cancel, cancelled = d.request(green["job_id"], "CANCEL")
         d.wait_status(green["job_id"], ("CANCELED",))
         extra = {"cancel_fenced": round(time.time() - t_cancel, 3)}
-        live = d.start("v2", "vs-green", restore=final["location"])
-    d.wait_checkpoints(live["job_id"], 1)
+        live = d.start("v2", "vs-green", restore=final["location"], rate=FAST)
+    d.wait_checkpoints(live["job_id"], 1 + len(d.completed(live["job_id"])))
     d.wait_status(live["job_id"], ("FINISHED",))
     out = _timeline(d, blue["job_id"], live, stop_trigger=chk.trigger_time.timestamp(),
                     stop=t_req, stopped=stopped)
@@ -282,8 +295,8 @@ def main() -> None:
     ap.add_argument("--master", default=None, help="Spark master (runner spark)")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--records", type=int, default=6000)
-    ap.add_argument("--rate", type=float, default=300.0)
+    ap.add_argument("--records", type=int, default=12000)
+    ap.add_argument("--rate", type=float, default=200.0)
     ap.add_argument("--label", default="before")
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
     args = ap.parse_args()
