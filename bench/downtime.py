@@ -1,8 +1,9 @@
 """Downtime of upgrades and cut-overs: the output gap and where the time goes (issue 41).
 
     .venv/bin/python bench/downtime.py [--runner local|spark] [--master local[2]]
-        [--scenarios savepoint,last-state,blue-green,blue-green-in-place] [--reps 2]
-        [--records 12000] [--rate 200] [--label before]
+        [--scenarios savepoint,savepoint-standby,last-state,blue-green,blue-green-in-place]
+        [--reps 2]
+        [--records 12000] [--rate 200] [--label before] [--cluster [--workers 2]]
 
 Every job is the ``versioned_sum`` example started the way a deployment starts it: ``ckpt
 run --detach`` in its own process (with ``--runner spark`` that is a new Spark application
@@ -14,6 +15,8 @@ must be 1..n exactly once (``lost`` = counts missing, ``duplicated`` = counts se
 Scenarios:
 
 * ``savepoint``: v1 stops with a savepoint, v2 starts from it (a new application);
+* ``savepoint-standby``: v2 is started first with ``--restore standby:<v1>``; once its
+  application is up (its log says so), v1 stops with a savepoint and v2 restores it;
 * ``last-state``: v1 is cancelled, v2 starts from v1's latest completed checkpoint;
 * ``blue-green``: v2 runs fenced next to v1 (restored from a savepoint of v1); at the
   cut-over v1 stops with a savepoint, the fenced v2 is cancelled and v2 is submitted again
@@ -55,7 +58,8 @@ from airflow_checkpoint_provider.engine.connectors.files import read_committed  
 from airflow_checkpoint_provider.engine.connectors.generator import GeneratorSource  # noqa: E402
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
-SCENARIOS = ("savepoint", "last-state", "blue-green", "blue-green-in-place")
+SCENARIOS = ("savepoint", "savepoint-standby", "last-state", "blue-green",
+             "blue-green-in-place")
 KEYS = 20
 #: the rate of a job started after the cut-over: it finishes the bounded input quickly (the
 #: promoted green keeps the rate it was started with)
@@ -101,18 +105,38 @@ class Deployment:
             argv.append("--fence-sinks")
         spawned = time.time()
         env = dict(self.env, **({"CKPT_EXAMPLE_RATE": str(rate)} if rate else {}))
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
-        running = time.time()
-        if proc.returncode != 0:
-            raise RuntimeError(f"ckpt run {name} failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-        return {"job_id": job_id, "spawned": spawned, "returned": running,
-                "running": self.running_since(job_id)}
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        started = {"job_id": job_id, "spawned": spawned, "proc": proc,
+                   "log": argv[argv.index("--log-file") + 1]}
+        if restore and restore.startswith("standby:"):
+            return started  # the caller waits for the standby's application, then stops v1
+        return self.running(started)
 
-    def running_since(self, job_id: str) -> float:
-        """When the job row turned RUNNING (its last status change)."""
-        job = self.store.get_job(job_id)
-        assert job is not None and job.status == "RUNNING", job
-        return job.updated_at.timestamp()
+    def running(self, started: dict) -> dict:
+        """Wait until the started job is RUNNING (or already FINISHED) and its ``ckpt run
+        --detach`` returned."""
+        running = self.wait_status(started["job_id"], ("RUNNING", "FINISHED"), timeout=900)
+        proc = started.pop("proc")
+        out, _ = proc.communicate(timeout=900)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ckpt run failed: {out[-3000:]}")
+        return {**started, "running": running}
+
+    def wait_standby(self, started: dict, timeout: float = 600.0) -> float:
+        """When the standby's log said its application is ready."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with open(started["log"], errors="replace") as f:
+                    if "Standby: application ready" in f.read():
+                        return time.time()
+            except OSError:
+                pass
+            if started["proc"].poll() not in (None, 0):
+                raise RuntimeError(f"standby exited: {started['proc'].stdout.read()[-3000:]}")
+            time.sleep(0.05)
+        raise RuntimeError("the standby's application did not come up")
 
     def request(self, job_id: str, action: str, params: dict | None = None,
                 timeout: float = 300.0) -> tuple[dict, float, float]:
@@ -132,7 +156,10 @@ class Deployment:
     def wait_status(self, job_id: str, statuses: tuple[str, ...], timeout: float = 600.0) -> float:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            job = self.store.get_job(job_id)
+            try:
+                job = self.store.get_job(job_id)
+            except Exception:  # noqa: BLE001 - the DB may not be initialized yet
+                job = None
             if job is not None and job.status in statuses:
                 return time.time()
             if job is not None and job.status in TERMINAL:
@@ -195,9 +222,13 @@ def _timeline(d: Deployment, old: str, new: dict, *, stop_trigger: float, stop: 
     }
 
 
-def savepoint_upgrade(d: Deployment, *, last_state: bool = False) -> dict:
+def savepoint_upgrade(d: Deployment, *, last_state: bool = False, standby: bool = False) -> dict:
     v1 = d.start("v1", "versioned-sum")
     d.wait_checkpoints(v1["job_id"], 4)
+    v2 = None
+    if standby:  # v2's application is up and waiting before v1 stops
+        v2 = d.start("v2", "versioned-sum", restore=f"standby:{v1['job_id']}", rate=FAST)
+        d.wait_standby(v2)
     if last_state:
         # the operator cancels, then hands over the latest completed checkpoint
         _, t_req, _ = d.request(v1["job_id"], "CANCEL")
@@ -211,7 +242,7 @@ def savepoint_upgrade(d: Deployment, *, last_state: bool = False) -> dict:
         sp = next(c for c in d.store.list_checkpoints(v1["job_id"])
                   if c.checkpoint_id == result["checkpoint_id"])
         stop_trigger = sp.trigger_time.timestamp()
-    v2 = d.start("v2", "versioned-sum", restore=location, rate=FAST)
+    v2 = d.running(v2) if v2 else d.start("v2", "versioned-sum", restore=location, rate=FAST)
     d.wait_checkpoints(v2["job_id"], 1)
     d.wait_status(v2["job_id"], ("FINISHED",))
     return _timeline(d, v1["job_id"], v2, stop_trigger=stop_trigger, stop=t_req, stopped=stopped)
@@ -231,7 +262,7 @@ def blue_green(d: Deployment, *, in_place: bool) -> dict:
         _, t_promote, promoted = d.request(green["job_id"], "PROMOTE",
                                            {"snapshot": final["location"], "unfence": True})
         live = {"job_id": green["job_id"], "spawned": t_promote,
-                "running": d.running_since(green["job_id"])}
+                "running": d.store.get_job(green["job_id"]).updated_at.timestamp()}
         extra = {"promote": round(promoted - t_promote, 3)}
     else:
         _, t_cancel, cancelled = d.request(green["job_id"], "CANCEL")
@@ -253,8 +284,9 @@ def run(scenario: str, args) -> dict:
     d = Deployment(root, runner=args.runner, master=args.master, records=args.records,
                    rate=args.rate)
     try:
-        if scenario in ("savepoint", "last-state"):
-            res = savepoint_upgrade(d, last_state=scenario == "last-state")
+        if scenario in ("savepoint", "last-state", "savepoint-standby"):
+            res = savepoint_upgrade(d, last_state=scenario == "last-state",
+                                    standby=scenario == "savepoint-standby")
         else:
             res = blue_green(d, in_place=scenario == "blue-green-in-place")
         res.update(d.counts())
@@ -299,7 +331,36 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=200.0)
     ap.add_argument("--label", default="before")
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
+    ap.add_argument("--cluster", action="store_true",
+                    help="start a Spark standalone cluster on 127.0.0.1 (tests/spark_cluster.py: "
+                         "--workers workers, 1 core each) and run every job on it")
+    ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
+    cluster = None
+    if args.cluster:
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        from spark_cluster import StandaloneCluster
+
+        workdir = tempfile.mkdtemp(prefix="downtime-cluster-")
+        cluster = StandaloneCluster(workdir, workers=args.workers, cores=1, memory="1g").start()
+        args.runner, args.master = "spark", cluster.url
+        # one core and a small executor per application: blue and green run side by side
+        os.environ["PYSPARK_SUBMIT_ARGS"] = ("--conf spark.cores.max=1 --conf "
+                                             "spark.executor.memory=512m pyspark-shell")
+    try:
+        results = _run_all(args)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    name = f"downtime-{args.label}-{'cluster' if cluster else args.runner}.json"
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "results", name), "w") as f:
+        json.dump({"runner": args.runner, "master": args.master, "records": args.records,
+                   "rate": args.rate, "results": results}, f, indent=1)
+    print(table(results))
+
+
+def _run_all(args) -> dict:
     results: dict = {}
     for scenario in args.scenarios.split(","):
         runs = []
@@ -308,12 +369,7 @@ def main() -> None:
             print(scenario, rep, json.dumps(r), flush=True)
             runs.append(r)
         results[scenario] = {"runs": runs, "summary": summarize(runs)}
-    name = f"downtime-{args.label}-{args.runner}.json"
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", name), "w") as f:
-        json.dump({"runner": args.runner, "master": args.master, "records": args.records,
-                   "rate": args.rate, "results": results}, f, indent=1)
-    print(table(results))
+    return results
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from ..protocol import frames as P
 from ..protocol import messages as M
 from ..runtime.auth import MAX_PENDING_HANDSHAKES, new_secret, serve_authenticated
 from ..snapshot.codec import LoadedSnapshot
-from . import fencing
+from . import fencing, standby
 from .control import ControlPlane
 from .failures import FailoverMixin, JobEnd
 from .fencing import check_job_start, claim_before_restore, discard_held
@@ -135,6 +135,9 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         self.claim_mode = claim_mode
         store = MetadataStore(p.metadata_url)
         try:
+            if standby.is_standby(restore):  # the application is up: wait for the hand-over
+                assert restore is not None
+                restore = standby.wait_for_handover(store, restore)
             return self._run(graph, store, restore, job_id)
         finally:
             store.close()
