@@ -269,7 +269,12 @@ def blue_green(d: Deployment, *, in_place: bool) -> dict:
         d.wait_status(green["job_id"], ("CANCELED",))
         extra = {"cancel_fenced": round(time.time() - t_cancel, 3)}
         live = d.start("v2", "vs-green", restore=final["location"], rate=FAST)
-    d.wait_checkpoints(live["job_id"], 1 + len(d.completed(live["job_id"])))
+    deadline = time.monotonic() + 300  # a checkpoint of the live job (not a fenced one)
+    while not [c for c in d.completed(live["job_id"])
+               if c.complete_time.timestamp() >= live["running"]]:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"job {live['job_id']}: no checkpoint after going live")
+        time.sleep(0.05)
     d.wait_status(live["job_id"], ("FINISHED",))
     out = _timeline(d, blue["job_id"], live, stop_trigger=chk.trigger_time.timestamp(),
                     stop=t_req, stopped=stopped)
@@ -335,7 +340,12 @@ def main() -> None:
                     help="start a Spark standalone cluster on 127.0.0.1 (tests/spark_cluster.py: "
                          "--workers workers, 1 core each) and run every job on it")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--from-logs", nargs="+", default=None,
+                    help="print the table of earlier runs from their printed lines and stop")
     args = ap.parse_args()
+    if args.from_logs:
+        print(table(results_from_logs(args.from_logs)))
+        return
     cluster = None
     if args.cluster:
         sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -358,6 +368,18 @@ def main() -> None:
         json.dump({"runner": args.runner, "master": args.master, "records": args.records,
                    "rate": args.rate, "results": results}, f, indent=1)
     print(table(results))
+
+
+def results_from_logs(paths: list[str]) -> dict:
+    """The ``<scenario> <rep> {json}`` lines this script printed, grouped by scenario."""
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                parts = line.split(" ", 2)
+                if len(parts) == 3 and parts[0] in SCENARIOS and parts[2].startswith("{"):
+                    runs[parts[0]].append(json.loads(parts[2]))
+    return {k: {"runs": v, "summary": summarize(v)} for k, v in runs.items()}
 
 
 def _run_all(args) -> dict:
