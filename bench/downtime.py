@@ -245,7 +245,10 @@ def savepoint_upgrade(d: Deployment, *, last_state: bool = False, standby: bool 
     v2 = d.running(v2) if v2 else d.start("v2", "versioned-sum", restore=location, rate=FAST)
     d.wait_checkpoints(v2["job_id"], 1)
     d.wait_status(v2["job_id"], ("FINISHED",))
-    return _timeline(d, v1["job_id"], v2, stop_trigger=stop_trigger, stop=t_req, stopped=stopped)
+    out = _timeline(d, v1["job_id"], v2, stop_trigger=stop_trigger, stop=t_req, stopped=stopped)
+    if standby:  # its application started before the stop: not part of the gap
+        out["app_start"] = 0.0
+    return out
 
 
 def blue_green(d: Deployment, *, in_place: bool) -> dict:
