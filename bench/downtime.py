@@ -355,7 +355,17 @@ def main() -> None:
         from spark_cluster import StandaloneCluster
 
         workdir = tempfile.mkdtemp(prefix="downtime-cluster-")
-        cluster = StandaloneCluster(workdir, workers=args.workers, cores=1, memory="1g").start()
+        cluster = StandaloneCluster(workdir, workers=args.workers, cores=1, memory="1g")
+        try:
+            try:
+                cluster.start()
+            except RuntimeError as exc:  # a loaded machine: give the workers longer
+                if "did not register" not in str(exc):
+                    raise
+                _wait_workers(workdir, args.workers, 180)
+        except BaseException:
+            cluster.stop()  # the processes it started, by PID
+            raise
         args.runner, args.master = "spark", cluster.url
         # one core and a small executor per application: blue and green run side by side
         os.environ["PYSPARK_SUBMIT_ARGS"] = ("--conf spark.cores.max=1 --conf "
@@ -371,6 +381,16 @@ def main() -> None:
         json.dump({"runner": args.runner, "master": args.master, "records": args.records,
                    "rate": args.rate, "results": results}, f, indent=1)
     print(table(results))
+
+
+def _wait_workers(workdir: str, workers: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(os.path.join(workdir, "master.log"), errors="replace") as f:
+            if f.read().count("Registering worker") >= workers:
+                return
+        time.sleep(0.5)
+    raise RuntimeError(f"Spark workers did not register within {timeout:.0f} more seconds")
 
 
 def results_from_logs(paths: list[str]) -> dict:
