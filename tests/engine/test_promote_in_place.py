@@ -72,11 +72,13 @@ def _promote(root: str, *, kill_after: bool) -> tuple[Counter, dict]:
     out, blue_bg, blue, green_bg, green, _ = _start_pair(root)
     final = blue_bg.request(blue.job_id, "STOP_WITH_SAVEPOINT", {})
     assert final.status == "SUCCEEDED", final.error
-    assert blue_bg.result().status == "STOPPED"
+    # at once: blue may still be winding down (committing, ending): the promotion waits
+    # for it to end, since the snapshot is its final savepoint
     t0 = time.monotonic()
     promote = green_bg.request(green.job_id, "PROMOTE",
                                {"snapshot": final.result["location"], "unfence": True})
     promote_s = time.monotonic() - t0
+    assert blue_bg.result().status == "STOPPED"
     assert promote.status == "SUCCEEDED", promote.error
     assert promote.result["restored_from"] == final.result["location"]
     assert promote.result["fenced"] is False

@@ -34,6 +34,9 @@ HEARTBEAT_SECONDS = 1.0
 STARTUP_TIMEOUT_SECONDS = 120.0
 
 
+#: how often a PROMOTE whose snapshot's job is still ending is checked again
+PROMOTE_RETRY_SECONDS = 0.1
+
 #: the remote traceback kept in a failure reason: its last lines (the frames that matter)
 TRACEBACK_LINES = 80
 
@@ -144,6 +147,7 @@ class AttemptRun:
         self.finish_sent = False
         self.started = 0.0
         self.last_heartbeat = 0.0
+        self.promote_next = 0.0  # when a PROMOTE that must wait is checked again
         self.handlers: dict[type[M.FromSlot], Handler] = {
             M.Register: self.on_register,
             M.Address: self.on_address,
@@ -313,13 +317,18 @@ class AttemptRun:
             return AttemptOutcome(JobStatus.STOPPED if self.control.stop_completed else JobStatus.FINISHED)
         return None
 
-    def promote(self, req: Any) -> AttemptOutcome | None:
+    def promote(self, req: Any, now: float) -> AttemptOutcome | None:
         """A claimed PROMOTE request: refused (the request FAILED, the job runs on as it
-        was) or this attempt stops and the attempt loop restores the snapshot in place."""
+        was), not yet (asked again in ``PROMOTE_RETRY_SECONDS``), or this attempt stops and
+        the attempt loop restores the snapshot in place."""
         m, control = self.master, self.control
         control.promote_request = None
         try:
             promotion = m.check_promotion(req)
+            if promotion is None:
+                control.promote_request = req
+                self.promote_next = now + PROMOTE_RETRY_SECONDS
+                return None
         except Exception as exc:  # noqa: BLE001 - any refusal leaves the job running
             error = f"PROMOTE refused: {type(exc).__name__}: {exc}"
             log.warning("Job %s (%s): %s", m.config.name, m.job_id, error)
@@ -355,8 +364,8 @@ class AttemptRun:
             self.fail("cancelled on request")
             control.finish_cancel()
             return AttemptOutcome(JobStatus.CANCELED)
-        if control.promote_request is not None:
-            promoted = self.promote(control.promote_request)
+        if control.promote_request is not None and now >= self.promote_next:
+            promoted = self.promote(control.promote_request, now)
             if promoted is not None:
                 return promoted
         # 3. the end: final checkpoint, finish

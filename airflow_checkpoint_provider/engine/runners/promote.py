@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from ..catalog import MetadataStore
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ACTION = "PROMOTE"
+#: how long a PROMOTE waits for the job whose stop savepoint it restores to end
+OWNER_WAIT_SECONDS = 60.0
 
 
 @dataclasses.dataclass
@@ -76,9 +79,12 @@ class PromoteMixin:
 
         def _check_snapshot(self, snapshot: LoadedSnapshot) -> None: ...
 
-    def check_promotion(self, req) -> Promotion:
+    def check_promotion(self, req) -> Promotion | None:
         """Every refusal of step 1 (module docstring), as a ``RestoreError`` (or the
-        ``CorruptCheckpointError`` of a damaged snapshot); nothing changes."""
+        ``CorruptCheckpointError`` of a damaged snapshot); nothing changes. ``None``: not
+        yet -- the snapshot is the final savepoint of a stop that completed, and its job is
+        winding down (committing, ending): asked again shortly, for up to
+        ``OWNER_WAIT_SECONDS``."""
         params = req.params or {}
         location = params.get("snapshot")
         if not isinstance(location, str) or not location:
@@ -100,6 +106,14 @@ class PromoteMixin:
         if owner and owner != self.job_id:
             rec = self.store.get_job(owner)
             if rec is not None and not rec.is_terminal:
+                stopping = any(  # its stop-with-savepoint took this very snapshot
+                    r.action == "STOP_WITH_SAVEPOINT" and r.status == "SUCCEEDED"
+                    and (r.result or {}).get("checkpoint_id") == snapshot.checkpoint_id
+                    for r in self.store.list_control_requests(owner))
+                since = self.__dict__.setdefault("_owner_wait_since", {})
+                waited = time.monotonic() - since.setdefault(req.request_id, time.monotonic())
+                if stopping and waited < OWNER_WAIT_SECONDS:
+                    return None  # its stop savepoint completed: it ends in a moment
                 raise RestoreError(
                     f"snapshot {snapshot.directory} belongs to job {rec.job_name} ({owner}), "
                     f"which is {rec.status}: it still publishes, so a promoted job would "
