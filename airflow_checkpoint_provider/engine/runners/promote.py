@@ -10,7 +10,8 @@ during which nothing is published. ``PROMOTE`` does the same restore in the runn
    ``UntrustedSnapshotError``; the job's ``trust_snapshot`` applies), it is not a fenced
    job's snapshot when green is to be unfenced, every source and sink can restore it, and
    the job that took it has ended (two live jobs publishing the same input would duplicate
-   it);
+   it; the savepoint of a completed stop waits up to ``OWNER_WAIT_SECONDS`` for its job to
+   end);
 2. the fenced attempt stops (pending checkpoints aborted), what it staged is discarded,
    its (fenced) checkpoints are dropped from the restore candidates;
 3. the next attempt restores the snapshot in the same application and executors,
