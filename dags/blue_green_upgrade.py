@@ -14,13 +14,15 @@ Required Actions view; "Reject" abandons the upgrade) -> cut-over.
 Exactly-once (``exactly_once``, the default): green runs *fenced* until the cut-over: it
 checkpoints and pre-commits on live data but its sinks publish nothing. At the cut-over blue
 stops (``cutover``: with a savepoint, or ``last-state``: cancelled, its latest checkpoint
-handed over), the pre-flight check runs again on that final snapshot, and green restores
-blue's final snapshot *in place* (``in_place``, the default: task ``promote_green`` sends
+handed over), and green restores blue's final snapshot *in place* (``in_place``, the default: task ``promote_green`` sends
 it a ``PROMOTE`` request; its running application stops the fenced attempt, discards what
 it staged, restores the snapshot on the same executors and publishes; no new spark-submit).
-If green cannot be promoted (it refused the snapshot, or it is not running) the old path
-runs: the fenced green ends (``end_validation``) and is submitted again unfenced from
-blue's final snapshot (``go_live``). Either way its first published epoch starts exactly
+The promotion checks the snapshot itself (signature, fencing, checksums, every source's
+and sink's consent), and green already restored blue's earlier savepoint of the same state
+layout. If green cannot be promoted (it refused the snapshot, or it is not running) the old
+path runs: the pre-flight check runs on blue's final snapshot (``preflight_final``), the
+fenced green ends (``end_validation``) and is submitted again unfenced from it
+(``go_live``). Either way its first published epoch starts exactly
 where blue's last committed one ended: no record is published by both, none by neither.
 The price: the cut-over takes an attempt restart (in place) or a job start (old path) of
 output latency. With ``exactly_once`` off green publishes from its start (both jobs write
@@ -205,8 +207,11 @@ with DAG(
 
     savepoint_blue >> preflight >> start_green >> health_gate >> approval() >> [
         approve, no_approval_needed] >> stop_blue
-    stop_blue >> fenced >> preflight_final >> promote_green >> needs_resubmit
-    needs_resubmit >> end_validation >> go_live
+    # in place, the promotion's own checks (trust, fencing, every source's and sink's consent,
+    # checksums) and green's earlier restore of blue's savepoint stand in for the final
+    # pre-flight: it runs only before a resubmit, off the output gap of the in-place path
+    stop_blue >> fenced >> promote_green >> needs_resubmit
+    needs_resubmit >> preflight_final >> end_validation >> go_live
     # every failure once green may run ends green: also a failed cut-over (stop_blue, the
     # final pre-flight, ending the validation run); a no-op when green already ended
     [preflight, start_green, health_gate, approve, stop_blue, preflight_final, promote_green,

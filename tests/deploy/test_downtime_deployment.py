@@ -103,6 +103,7 @@ def test_blue_green_promotes_green_in_place_exactly_once_on_a_cluster(airflow_on
     assert state == "success", why
     assert tis["promote_green"] == "success" and tis["needs_resubmit"] == "success", why
     assert tis["end_validation"] == "skipped" and tis["go_live"] == "skipped", why
+    assert tis["preflight_final"] == "skipped", why  # only before a resubmit
     assert airflow.xcom("blue_green_upgrade", run, "promote_green", "promoted") is True
 
     green_id = airflow.xcom("blue_green_upgrade", run, "start_green", "job_id")

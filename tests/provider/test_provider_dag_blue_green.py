@@ -32,11 +32,12 @@ ABANDONED = {"savepoint_blue": "success", "preflight": "success", "start_green":
 PROMOTED = {"savepoint_blue": "success", "preflight": "success", "start_green": "success",
             "health_gate": "success", "approval": "success", "approve": "skipped",
             "no_approval_needed": "success", "stop_blue": "success", "fenced_cutover": "success",
-            "preflight_final": "success", "promote_green": "success",
+            "preflight_final": "skipped", "promote_green": "success",
             "needs_resubmit": "success", "end_validation": "skipped", "go_live": "skipped",
             "cancel_green": "skipped", "keep_blue": "skipped"}
 #: in_place off (or refused): the fenced green is cancelled and submitted again
-RESUBMITTED = {**PROMOTED, "end_validation": "success", "go_live": "success"}
+RESUBMITTED = {**PROMOTED, "preflight_final": "success", "end_validation": "success",
+               "go_live": "success"}
 
 
 @pytest.fixture
