@@ -15,10 +15,17 @@ Required Actions view; "Reject" abandons the upgrade) -> cut-over.
 Exactly-once (``exactly_once``, the default): green runs *fenced* until the cut-over: it
 checkpoints and pre-commits on live data but its sinks publish nothing. At the cut-over blue
 stops (``cutover``: with a savepoint, or ``last-state``: cancelled, its latest checkpoint
-handed over), the pre-flight check runs again on that final snapshot, the fenced green ends
-(what it staged is discarded) and green restarts unfenced from blue's final snapshot: its
-first published epoch starts exactly where blue's last committed one ended. No record is
-published by both, none by neither. The price: the cut-over takes a job start (seconds) of
+handed over), and green restores blue's final snapshot *in place* (``in_place``, the default: task ``promote_green`` sends
+it a ``PROMOTE`` request; its running application stops the fenced attempt, discards what
+it staged, restores the snapshot on the same executors and publishes; no new spark-submit).
+The promotion checks the snapshot itself (signature, fencing, checksums, every source's
+and sink's consent), and green already restored blue's earlier savepoint of the same state
+layout. If green cannot be promoted (it refused the snapshot, or it is not running) the old
+path runs: the pre-flight check runs on blue's final snapshot (``preflight_final``), the
+fenced green ends (``end_validation``) and is submitted again unfenced from it
+(``go_live``). Either way its first published epoch starts exactly
+where blue's last committed one ended: no record is published by both, none by neither.
+The price: the cut-over takes an attempt restart (in place) or a job start (old path) of
 output latency. With ``exactly_once`` off green publishes from its start (both jobs write
 while they overlap: at-least-once, as in Flink's blue-green deployments).
 
@@ -46,6 +53,7 @@ from airflow_checkpoint_provider.operators.cdc import CopyCdcSlotsOperator
 from airflow_checkpoint_provider.operators.control import (
     CancelJobOperator,
 )
+from airflow_checkpoint_provider.operators.promote import PromoteInPlaceOperator
 from airflow_checkpoint_provider.operators.stability import StabilityGateOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 from airflow_checkpoint_provider.operators.upgrade import (
@@ -100,6 +108,10 @@ with DAG(
                          description="how blue stops at the cut-over (upgrade mode)"),
         "max_checkpoint_age_s": Param(None, type=["null", "number"],
                                       description="last-state refuses older checkpoints"),
+        "in_place": Param(True, type="boolean",
+                          description="exactly-once cut-over: the fenced green restores blue's "
+                                      "final snapshot in its running application (PROMOTE); "
+                                      "off, or if that is refused: cancel and submit again"),
         "require_approval": Param(False, type="boolean",
                                   description="a human approves the cut-over (HITL)"),
         "job_env": job_env_param({}, JOB_ENV, description="environment of the green job"),
@@ -164,6 +176,14 @@ with DAG(
     preflight_final = VerifyRestoreOperator(
         task_id="preflight_final", pipeline="{{ params.green_pipeline }}",
         snapshot="{{ ti.xcom_pull(task_ids='stop_blue') }}", env_vars="{{ params.job_env }}")
+    promote_green = PromoteInPlaceOperator(
+        task_id="promote_green", **CONTROL_RETRIES, job=GREEN_JOB_ID,
+        snapshot="{{ ti.xcom_pull(task_ids='stop_blue') }}", enabled="{{ params.in_place }}",
+        deferrable=True)
+    # the old path only when green was not promoted in place (skips end_validation, go_live)
+    needs_resubmit = ShortCircuitOperator(
+        task_id="needs_resubmit", ignore_downstream_trigger_rules=False,
+        python_callable=lambda ti: not ti.xcom_pull(task_ids="promote_green"))
     end_validation = CancelJobOperator(
         task_id="end_validation", **CONTROL_RETRIES, job=GREEN_JOB_ID, missing_ok=True)
     go_live = SubmitCheckpointedJobOperator(
@@ -195,8 +215,12 @@ with DAG(
 
     copy_cdc_slots >> savepoint_blue >> preflight >> start_green >> health_gate >> approval() >> [
         approve, no_approval_needed] >> stop_blue
-    stop_blue >> fenced >> preflight_final >> end_validation >> go_live
+    # in place, the promotion's own checks (trust, fencing, every source's and sink's consent,
+    # checksums) and green's earlier restore of blue's savepoint stand in for the final
+    # pre-flight: it runs only before a resubmit, off the output gap of the in-place path
+    stop_blue >> fenced >> promote_green >> needs_resubmit
+    needs_resubmit >> preflight_final >> end_validation >> go_live
     # every failure once green may run ends green: also a failed cut-over (stop_blue, the
     # final pre-flight, ending the validation run); a no-op when green already ended
-    [preflight, start_green, health_gate, approve, stop_blue, preflight_final,
+    [preflight, start_green, health_gate, approve, stop_blue, preflight_final, promote_green,
      end_validation] >> cancel_green >> keep_blue()

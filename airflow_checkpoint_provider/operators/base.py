@@ -64,7 +64,10 @@ class CheckpointBaseOperator(BaseOperator):
         """Defer to ``trigger`` or poll ``check``; then call ``method_name(context, event)``."""
         if self.deferrable:
             self.defer(trigger=trigger, method_name=method_name)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        from airflow_checkpoint_provider.triggers.checkpoint import poll_delay
+
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
         store = self.hook.get_conn()
         while True:
             outcome = check(store)
@@ -75,7 +78,7 @@ class CheckpointBaseOperator(BaseOperator):
                 event = {"status": TIMEOUT, "message": f"timed out after {timeout:.0f} s "
                                                        f"waiting for {what}"}
                 break
-            time.sleep(self.poll_interval)
+            time.sleep(poll_delay(time.monotonic() - started, self.poll_interval))
         return getattr(self, method_name)(context, event)
 
     @staticmethod

@@ -1,8 +1,10 @@
 """Triggers polling the metadata DB of checkpointed jobs without blocking the event loop.
 
 Every trigger evaluates one condition of :mod:`.conditions` in a worker thread
-(:meth:`CheckpointMetadataHook.arun`), sleeps ``poll_interval`` between polls with
-``asyncio.sleep``, and yields exactly one event ``{"status", "message", ...}`` —
+(:meth:`CheckpointMetadataHook.arun`), sleeps between polls with ``asyncio.sleep`` (an
+adaptive interval, :func:`poll_delay`: every ``FAST_POLL_SECONDS`` during the first
+``FAST_PHASE_SECONDS`` of the wait, when the steps of an upgrade or cut-over usually end,
+then every ``poll_interval``), and yields exactly one event ``{"status", "message", ...}`` —
 ``success``, ``error`` (with the job's own failure reason) or ``timeout`` (``end_time``,
 seconds since the epoch, passed) — then returns.
 """
@@ -28,6 +30,22 @@ from airflow_checkpoint_provider.triggers.conditions import (
     check_stability,
 )
 
+#: the poll interval at the start of a wait: a stop, a promotion, a job start end within
+#: seconds, and a fixed ``poll_interval`` (1-2 s) added up to that much latency per step
+FAST_POLL_SECONDS = 0.2
+#: how long a wait polls every ``FAST_POLL_SECONDS`` before it falls back to ``poll_interval``
+FAST_PHASE_SECONDS = 30.0
+
+
+def poll_delay(waited: float, poll_interval: float) -> float:
+    """Seconds to sleep before the next poll of a wait that began ``waited`` seconds ago:
+    ``FAST_POLL_SECONDS`` (or ``poll_interval`` if shorter) for the first
+    ``FAST_PHASE_SECONDS``, then ``poll_interval``. One indexed query per poll: at 5 polls/s
+    a waiting task costs the metadata DB little."""
+    if waited < FAST_PHASE_SECONDS:
+        return min(poll_interval, FAST_POLL_SECONDS)
+    return poll_interval
+
 
 class _MetadataPollTrigger(BaseTrigger):
     """Poll one condition until it holds, fails or ``end_time`` passes."""
@@ -51,6 +69,7 @@ class _MetadataPollTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = CheckpointMetadataHook(checkpoint_conn_id=self.checkpoint_conn_id)
+        started = time.monotonic()
         try:
             while True:
                 outcome = await hook.arun(self._check)
@@ -61,7 +80,7 @@ class _MetadataPollTrigger(BaseTrigger):
                     yield TriggerEvent({"status": TIMEOUT,
                                         "message": f"timed out waiting for {self._what()}"})
                     return
-                await asyncio.sleep(self.poll_interval)
+                await asyncio.sleep(poll_delay(time.monotonic() - started, self.poll_interval))
         except Exception as exc:  # report, do not crash the triggerer
             yield TriggerEvent({"status": ERROR, "message": f"while waiting for {self._what()}: "
                                 f"{type(exc).__name__}: {exc}"})

@@ -191,7 +191,8 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
         "gate_window_s": 15, "max_restarts": 0, "max_checkpoint_duration_ms": 60000,
         "min_throughput_ratio": 0.8, "max_watermark_lag_growth_ms": None,
         "max_backlog_growth_ms": None, "require_approval": True}
-    cutover = ("stop_blue", "fenced_cutover", "preflight_final", "end_validation", "go_live")
+    cutover = ("stop_blue", "fenced_cutover", "promote_green", "needs_resubmit",
+               "preflight_final", "end_validation", "go_live")
     state, run, tis = dep.run_dag("blue_green_rejected", "blue_green_upgrade", bg_conf,
                                   answer=("approve", "Reject"))
     assert tis == {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
@@ -211,21 +212,24 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
     assert tis == {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
                    "health_gate": "success", "approval": "success", "approve": "success",
                    "no_approval_needed": "skipped", **dict.fromkeys(cutover, "success"),
-                   "cancel_green": "skipped", "keep_blue": "skipped"}, tis
+                   # in place (the default): the fenced green restores blue's final savepoint
+                   # in its own Spark application; the resubmit path is skipped
+                   "preflight_final": "skipped", "end_validation": "skipped",
+                   "go_live": "skipped", "cancel_green": "skipped", "keep_blue": "skipped"}, tis
     assert state == "success"
     fenced = store.get_job(dep.airflow.xcom("blue_green_upgrade", run, "start_green", "job_id"))
     green = store.resolve_job("versioned-sum-green")
-    assert fenced.status == "CANCELED" and green.job_id != fenced.job_id
-    assert fenced.restored_from == dep.airflow.xcom("blue_green_upgrade", run, "savepoint_blue")
-    assert green.status == "RUNNING"
-    assert green.restored_from == dep.airflow.xcom("blue_green_upgrade", run, "stop_blue")
+    assert green.job_id == fenced.job_id and green.status == "RUNNING", green
+    assert green.spark_app_id == fenced.spark_app_id  # no new spark-submit
     verdict = dep.airflow.xcom("blue_green_upgrade", run, "health_gate")
     assert verdict["ok"] and verdict["baseline_job_id"] == blue.job_id, verdict
     assert store.get_job(blue.job_id).status == "STOPPED"
     dep.assert_on_cluster(green.job_id)
-    assert not [n for n in os.listdir(out) if fenced.job_id in n], "fenced green published"
+    # green live commits: a checkpoint of the promoted job completes after this point
+    seen = {c.checkpoint_id for c in store.list_checkpoints(green.job_id) if c.status == "COMPLETED"}
     deadline = time.monotonic() + 120
-    while not [c for c in store.list_checkpoints(green.job_id) if c.status == "COMPLETED"]:
+    while not [c for c in store.list_checkpoints(green.job_id)
+               if c.status == "COMPLETED" and c.checkpoint_id not in seen]:
         assert time.monotonic() < deadline, "green live never checkpointed"
         time.sleep(1)
     from airflow_checkpoint_provider.engine import read_committed

@@ -25,15 +25,19 @@ from provider_helpers import (
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
 CUTOVER = ("approval", "approve", "no_approval_needed", "stop_blue", "fenced_cutover",
-           "preflight_final", "end_validation", "go_live")
+           "preflight_final", "promote_green", "needs_resubmit", "end_validation", "go_live")
 ABANDONED = {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
              "health_gate": "failed", **dict.fromkeys(CUTOVER, "upstream_failed"),
              "cancel_green": "success", "keep_blue": "success"}
 PROMOTED = {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
             "health_gate": "success", "approval": "success", "approve": "skipped",
             "no_approval_needed": "success", "stop_blue": "success", "fenced_cutover": "success",
-            "preflight_final": "success", "end_validation": "success", "go_live": "success",
+            "preflight_final": "skipped", "promote_green": "success",
+            "needs_resubmit": "success", "end_validation": "skipped", "go_live": "skipped",
             "cancel_green": "skipped", "keep_blue": "skipped"}
+#: in_place off (or refused): the fenced green is cancelled and submitted again
+RESUBMITTED = {**PROMOTED, "preflight_final": "success", "end_validation": "success",
+               "go_live": "success"}
 
 
 @pytest.fixture
@@ -61,7 +65,8 @@ def _conf(tmp_path, **overrides) -> dict:
             "gate_window_s": 8, "max_restarts": 0, "max_checkpoint_duration_ms": 30000,
             "min_throughput_ratio": 0.8, "max_watermark_lag_growth_ms": None,
             "max_backlog_growth_ms": None, "exactly_once": True, "handover": "savepoint",
-            "cutover": "savepoint", "max_checkpoint_age_s": None, "require_approval": False}
+            "cutover": "savepoint", "max_checkpoint_age_s": None, "require_approval": False,
+            "in_place": True}
     conf.update(overrides)
     return conf
 
@@ -127,17 +132,23 @@ def assert_exactly_once(counts: dict[str, list[int]]) -> tuple[int, int]:
     return duplicates, missing
 
 
-def _promoted(store, dr, blue, tmp_path, *, handover="savepoint") -> None:
+def _promoted(store, dr, blue, tmp_path, *, handover="savepoint", in_place=True) -> None:
     snapshot = xcom(dr, "savepoint_blue")
     fenced = store.get_job(xcom(dr, "start_green", key="job_id"))
-    live = store.get_job(xcom(dr, "go_live", key="job_id"))
-    assert fenced.job_name == live.job_name == "sum-green" and live.version == "v2"
-    assert fenced.restored_from == snapshot and fenced.status == "CANCELED"
     final = xcom(dr, "stop_blue")
+    out = tmp_path / "example" / "output"
+    assert xcom(dr, "promote_green", key="promoted") is in_place
+    if in_place:  # the same job (and application) went live: no new submit
+        live = fenced
+        attempts = store.list_attempts(live.job_id)
+        assert [a.restored_from for a in attempts] == [snapshot, final], attempts
+    else:
+        live = store.get_job(xcom(dr, "go_live", key="job_id"))
+        assert fenced.restored_from == snapshot and fenced.status == "CANCELED"
+        assert not [n for n in os.listdir(out) if fenced.job_id in n], "fenced green published"
+    assert fenced.job_name == live.job_name == "sum-green" and live.version == "v2"
     assert live.status == "RUNNING" and live.restored_from == final
     assert store.get_job(blue).status in ("STOPPED", "CANCELED")
-    out = tmp_path / "example" / "output"
-    assert not [n for n in os.listdir(out) if fenced.job_id in n], "fenced green published"
     wait_for(lambda: len(completed_checkpoints(store, live.job_id)) >= 2, 60,
              "two checkpoints of green live")
     counts = committed_output(tmp_path / "example")
@@ -181,14 +192,14 @@ def test_last_state_handover_and_cutover_are_exactly_once(airflow_db, metadata_u
 
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
                              _conf(tmp_path, handover="last-state", cutover="last-state",
-                                   gate_window_s=10))
+                                   gate_window_s=10, in_place=False))
 
-    assert tis == PROMOTED and state == "success"
+    assert tis == RESUBMITTED and state == "success"
     assert xcom(dr, "savepoint_blue", key="handover_used") == "last-state"
     assert xcom(dr, "stop_blue", key="upgrade_mode_used") == "last-state"
     assert store.list_checkpoints(blue, kind="SAVEPOINT") == [], "no savepoint was taken"
     assert store.get_job(blue).status == "CANCELED"
-    _promoted(store, dr, blue, tmp_path, handover="last-state")
+    _promoted(store, dr, blue, tmp_path, handover="last-state", in_place=False)
 
 
 @pytest.mark.timeout(240)

@@ -216,3 +216,28 @@ def test_a_job_name_resolves_to_its_active_job_before_a_newer_ended_one(store):
         assert hook.resolve_job("v2-failed").job_id == "v2-failed"
     finally:
         hook.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_request_answered_soon_is_seen_within_the_fast_poll_not_the_poll_interval(store):
+    """Issue 41: a cut-over's steps end within seconds; a fixed 5 s poll added up to 5 s of
+    latency per step. The first FAST_PHASE_SECONDS of a wait poll every FAST_POLL_SECONDS."""
+    import threading
+
+    from airflow_checkpoint_provider.triggers.checkpoint import FAST_POLL_SECONDS, poll_delay
+
+    job = _job(store)
+    rid = store.submit_control_request(job, "SAVEPOINT", {})
+    answered: list[float] = []
+
+    def answer() -> None:
+        store.finish_control_request(rid, status="SUCCEEDED", result={"location": "/sp"})
+        answered.append(time.monotonic())
+
+    threading.Timer(0.6, answer).start()
+    [event] = events(ControlRequestTrigger(request_id=rid, poll_interval=5.0))
+    seen = time.monotonic()
+    assert event["status"] == "success"
+    assert seen - answered[0] < 1.5, f"seen {seen - answered[0]:.2f} s after the answer"
+    assert poll_delay(0.0, 5.0) == FAST_POLL_SECONDS and poll_delay(600.0, 5.0) == 5.0
+    assert poll_delay(0.0, 0.05) == 0.05  # a shorter configured interval is kept

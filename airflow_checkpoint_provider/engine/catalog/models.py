@@ -163,12 +163,15 @@ class ControlAction(StrEnum):
     - ``SAVEPOINT``: take a savepoint (``params.directory`` optional) and keep running.
     - ``STOP_WITH_SAVEPOINT``: take a final savepoint, then stop (job ends STOPPED).
     - ``CANCEL``: stop now without a savepoint (job ends CANCELED).
+    - ``PROMOTE``: restore ``params.snapshot`` in place, in the running application
+      (``params.unfence``: a fenced job publishes from there); see engine/runners/promote.py.
     """
 
     CHECKPOINT = "CHECKPOINT"
     SAVEPOINT = "SAVEPOINT"
     STOP_WITH_SAVEPOINT = "STOP_WITH_SAVEPOINT"
     CANCEL = "CANCEL"
+    PROMOTE = "PROMOTE"
 
 
 class ControlRequestStatus(StrEnum):

@@ -55,7 +55,10 @@ def apply_overrides(pipeline: Pipeline, *, checkpoint_dir: str | None = None,
 def run_options(fn):
     options = [
         click.argument("pipeline_ref", metavar="PIPELINE"),
-        click.option("--restore", default=None, help="'latest' or a checkpoint/savepoint path."),
+        click.option("--restore", default=None,
+                     help="'latest', a checkpoint/savepoint path, or 'standby:JOB' (start now, "
+                          "wait until JOB ended, restore what it left: its stop savepoint, "
+                          "else its latest checkpoint)."),
         click.option("--allow-non-restored-state", is_flag=True),
         click.option("--trust-snapshot", is_flag=True,
                      help="Restore a snapshot not signed with this metadata DB's key (a "

@@ -34,6 +34,9 @@ HEARTBEAT_SECONDS = 1.0
 STARTUP_TIMEOUT_SECONDS = 120.0
 
 
+#: how often a PROMOTE whose snapshot's job is still ending is checked again
+PROMOTE_RETRY_SECONDS = 0.1
+
 #: the remote traceback kept in a failure reason: its last lines (the frames that matter)
 TRACEBACK_LINES = 80
 
@@ -52,6 +55,9 @@ class AttemptOutcome:
     signature: tuple[str, str, str] | None = None
     #: the typed error a FAILED job raises (default JobFailedError)
     error: type[Exception] | None = None
+    #: the attempt stopped for a checked PROMOTE (:class:`.promote.Promotion`): the attempt
+    #: loop restores its snapshot next, in the same application
+    promotion: Any = None
 
     @property
     def full_failure(self) -> str | None:
@@ -116,6 +122,12 @@ class AttemptHost(Protocol):
 
     def discard_orphaned_staging(self) -> None: ...
 
+    promoted_attempt: int | None
+
+    def check_promotion(self, req: Any) -> Any: ...
+
+    def finish_promotion(self, attempt: int) -> None: ...
+
 
 class AttemptRun:
     """The message loop of attempt ``attempt`` of ``master``'s job."""
@@ -135,6 +147,7 @@ class AttemptRun:
         self.finish_sent = False
         self.started = 0.0
         self.last_heartbeat = 0.0
+        self.promote_next = 0.0  # when a PROMOTE that must wait is checked again
         self.handlers: dict[type[M.FromSlot], Handler] = {
             M.Register: self.on_register,
             M.Address: self.on_address,
@@ -262,7 +275,8 @@ class AttemptRun:
             m.progress.update(status=JobStatus.RUNNING, restarts=self.attempt)
         log.info("Job %s (%s) attempt %d is running (%.2f s to start)", m.config.name,
                  m.job_id, self.attempt, now - self.started)
-        if self.attempt == 0:
+        m.finish_promotion(self.attempt)
+        if self.attempt == 0 or self.attempt == m.promoted_attempt:
             try:
                 m.discard_orphaned_staging()
             except Exception as exc:  # noqa: BLE001 - a clean-up must not fail the job
@@ -308,6 +322,27 @@ class AttemptRun:
             return AttemptOutcome(JobStatus.STOPPED if self.control.stop_completed else JobStatus.FINISHED)
         return None
 
+    def promote(self, req: Any, now: float) -> AttemptOutcome | None:
+        """A claimed PROMOTE request: refused (the request FAILED, the job runs on as it
+        was), not yet (asked again in ``PROMOTE_RETRY_SECONDS``), or this attempt stops and
+        the attempt loop restores the snapshot in place."""
+        m, control = self.master, self.control
+        control.promote_request = None
+        try:
+            promotion = m.check_promotion(req)
+            if promotion is None:
+                control.promote_request = req
+                self.promote_next = now + PROMOTE_RETRY_SECONDS
+                return None
+        except Exception as exc:  # noqa: BLE001 - any refusal leaves the job running
+            error = f"PROMOTE refused: {type(exc).__name__}: {exc}"
+            log.warning("Job %s (%s): %s", m.config.name, m.job_id, error)
+            control.fail_request(req.request_id, error)
+            return None
+        outcome = self.fail(f"restoring {promotion.snapshot.directory} in place (PROMOTE)")
+        outcome.promotion = promotion
+        return outcome
+
     # -- timers --------------------------------------------------------------------------------
 
     def tick(self, now: float) -> AttemptOutcome | None:
@@ -334,6 +369,10 @@ class AttemptRun:
             self.fail("cancelled on request")
             control.finish_cancel()
             return AttemptOutcome(JobStatus.CANCELED)
+        if control.promote_request is not None and now >= self.promote_next:
+            promoted = self.promote(control.promote_request, now)
+            if promoted is not None:
+                return promoted
         # 3. the end: final checkpoint, finish
         if control.stop_completed and not self.finish_sent:
             m._broadcast(M.Finish())

@@ -10,7 +10,10 @@ and writes the result:
 * ``STOP_WITH_SAVEPOINT``: a savepoint after which sources emit nothing, sinks commit, and
   the job ends STOPPED (``params["drain"]``: end the input first); if the savepoint fails the
   job keeps running and the request reports why;
-* ``CANCEL``: stop the job now, status CANCELED (no savepoint).
+* ``CANCEL``: stop the job now, status CANCELED (no savepoint);
+* ``PROMOTE``: restore another job's snapshot in place, in the running application
+  (``params["snapshot"]``, ``params["unfence"]``): claimed here, checked and carried out by
+  the attempt and the attempt loop (:mod:`.promote`).
 
 A savepoint (or stop-with-savepoint) is triggered once no checkpoint is pending (see
 :meth:`CheckpointCoordinator.savepoint_blocked_by`); while it waits, no periodic checkpoint
@@ -54,6 +57,8 @@ class ControlPlane:
         self.stop_checkpoint: int | None = None
         self.stop_completed: CompletedCheckpoint | None = None
         self.cancel_request: str | None = None
+        #: a claimed PROMOTE request the attempt has not taken yet (runners/promote.py)
+        self.promote_request = None
         self._last_poll = float("-inf")
         coordinator.listeners.append(self._on_checkpoint_done)
 
@@ -115,6 +120,11 @@ class ControlPlane:
             return True
         if not running or self.stop_checkpoint is not None:
             return False
+        if action == "PROMOTE":
+            if self.promote_request is not None:
+                return False  # one at a time, in order
+            self.promote_request = req
+            return True
         coord = self.coordinator
         if action == "CHECKPOINT" and len(coord.pending) >= coord.config.max_concurrent:
             return False
@@ -170,6 +180,10 @@ class ControlPlane:
         else:
             self.db.write(MetadataStore.finish_control_request, request_id, status=ControlRequestStatus.FAILED,
                                               error=f"checkpoint {chk} failed: {reason}")
+
+    def fail_request(self, request_id: str, error: str) -> None:
+        self.db.write(MetadataStore.finish_control_request, request_id,
+                      status=ControlRequestStatus.FAILED, error=error)
 
     def finish_cancel(self) -> None:
         if self.cancel_request:

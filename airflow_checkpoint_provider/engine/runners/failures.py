@@ -102,6 +102,7 @@ class FailoverMixin:
 
         def _check_snapshot(self, snapshot: LoadedSnapshot) -> None: ...
         def _discard_sink_output_after(self, job_id: str, checkpoint_id: int) -> None: ...
+        def apply_promotion(self, promotion, next_attempt: int) -> LoadedSnapshot: ...
 
     def _run_attempts(self, initial: LoadedSnapshot | None) -> JobEnd:
         """Run attempts until one ends the job or the restart strategy gives up. Each restart
@@ -125,6 +126,18 @@ class FailoverMixin:
             )
             if outcome.status in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
                 return JobEnd(outcome.status, None, restarts)
+            if outcome.promotion is not None:  # restore in place (runners/promote.py)
+                attempt += 1
+                try:
+                    snapshot = initial = self.apply_promotion(outcome.promotion, attempt)
+                except Exception as exc:  # noqa: BLE001 - the fenced attempt has stopped
+                    reason = (f"PROMOTE failed after the fenced attempt stopped: "
+                              f"{type(exc).__name__}: {exc}")
+                    self.control.fail_request(outcome.promotion.request_id, reason)
+                    log.error("Job %s: %s", p.name, reason)
+                    return JobEnd(JobStatus.FAILED, reason, restarts)
+                guard = RepeatedFailureGuard(strategy.identical_failures)
+                continue
             failure = outcome.full_failure
             if self.control.stop_completed is not None:
                 # The stop savepoint completed (and its request succeeded): what failed is

@@ -37,10 +37,11 @@ from ..protocol import frames as P
 from ..protocol import messages as M
 from ..runtime.auth import MAX_PENDING_HANDSHAKES, new_secret, serve_authenticated
 from ..snapshot.codec import LoadedSnapshot
-from . import fencing
+from . import fencing, standby
 from .control import ControlPlane
 from .failures import FailoverMixin, JobEnd
 from .fencing import check_job_start, claim_before_restore, discard_held
+from .promote import PromoteMixin
 from .restore_plan import RestoreMixin
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ class CoordinatorServer:
         self.sock.close()
 
 
-class JobMaster(RestoreMixin, FailoverMixin):
+class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
     def __init__(self, graph: ExecutionGraph, config: JobConfig, launcher: Launcher, *, coordinator_host: str = "127.0.0.1",
                  coordinator_port: int = 0, metrics_port: int | None = None,
                  metrics_host: str = "127.0.0.1", show_progress: bool = False) -> None:
@@ -134,6 +135,9 @@ class JobMaster(RestoreMixin, FailoverMixin):
         self.claim_mode = claim_mode
         store = MetadataStore(p.metadata_url)
         try:
+            if standby.is_standby(restore):  # the application is up: wait for the hand-over
+                assert restore is not None
+                restore = standby.wait_for_handover(store, restore)
             return self._run(graph, store, restore, job_id)
         finally:
             store.close()
@@ -269,8 +273,8 @@ class JobMaster(RestoreMixin, FailoverMixin):
             if self.progress:
                 self.progress.update(status=end.status)
                 self.progress.close()
-            if p.fence_sinks:  # every task ended: nothing it staged is ever published
-                discard_held(self.graph, job_id)
+            if self.config.fence_sinks:  # every task ended: nothing it staged is ever published
+                discard_held(self.graph, job_id)  # (self.config: a PROMOTE may have unfenced it)
         status, failure, restarts = end.status, end.failure, end.restarts
         db = self.coordinator.db
         db.write(MetadataStore.set_job_status, job_id, status, failure_reason=failure)
@@ -278,15 +282,16 @@ class JobMaster(RestoreMixin, FailoverMixin):
         if not db.flush(timeout=FINAL_WRITE_SECONDS):  # the final status must still land
             log.error("Could not record the end of job %s (%s) in the metadata DB: %d writes lost",
                       p.name, job_id, len(db.backlog))
-        elif not p.fence_sinks:  # what it prepared for checkpoints that never completed
+        elif not self.config.fence_sinks:  # what it prepared for checkpoints that never completed
             fencing.discard_uncommitted(self.graph, store, job_id)
         db.close()
         latest = self.coordinator.completed[-1] if self.coordinator.completed else None
+        start = self.initial or initial  # a PROMOTE replaced the initial snapshot
         result = JobResult(job_id=job_id, job_name=p.name, status=str(status),
                            checkpoints_completed=self.coordinator.num_completed,
                            checkpoints_failed=self.coordinator.num_failed, restarts=restarts,
                            latest_checkpoint=latest.location if latest else None,
-                           restored_from=initial.directory if initial else None,
+                           restored_from=start.directory if start else None,
                            failure_reason=failure, metadata_url=store.safe_url,
                            extra={"startup_seconds": self.startup_seconds,
                                   "peak_rss_mb": dict(sorted(self.peak_rss_mb.items()))})

@@ -1,0 +1,78 @@
+"""Standby start for savepoint and last-state upgrades (``restore="standby:JOB"``, issue 41).
+
+A savepoint upgrade used to stop v1 and only then submit v2: the whole application start
+(tens of seconds on a cluster) was output gap. With ``restore="standby:JOB"`` v2 is started
+*before* v1 stops: its application comes up and acquires its executors (the Spark runner
+checks the slots first), then the job master waits here, with no job row (v1 still owns the
+name), until job ``JOB`` (an id, id prefix or name; a name means its live job at the time of
+the call) has ended, and restores what it left:
+
+* STOPPED: the savepoint of its stop-with-savepoint request (savepoint upgrade);
+* CANCELED, FAILED, LOST or FINISHED: its latest completed checkpoint (last-state upgrade; a
+  job that left no completed checkpoint makes the standby fail, ``RestoreError``).
+
+The restore then goes through every check of an explicit path (trust, fencing, the sources'
+and sinks' consent). The job the standby waits for must exist and not have ended yet when
+the standby starts (``ConfigurationError``: nothing to wait for).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..catalog import MetadataStore
+from ..errors import ConfigurationError, RestoreError
+
+log = logging.getLogger(__name__)
+
+PREFIX = "standby:"
+#: how often the standby reads the job's status
+POLL_SECONDS = 0.1
+
+
+def is_standby(restore: str | None) -> bool:
+    return bool(restore) and str(restore).startswith(PREFIX)
+
+
+def wait_for_handover(store: MetadataStore, restore: str, *,
+                      poll_seconds: float = POLL_SECONDS) -> str:
+    """Block until the job named by ``restore`` (``standby:JOB``) ended; return the snapshot
+    to restore (see the module docstring)."""
+    ref = restore[len(PREFIX):].strip()
+    if not ref:
+        raise ConfigurationError("restore 'standby:' needs a job: standby:JOB_ID or "
+                                 "standby:JOB_NAME")
+    try:
+        job = store.resolve_job(ref)
+    except LookupError as exc:
+        raise ConfigurationError(f"restore {restore!r}: {exc}") from exc
+    if job.is_terminal:
+        raise ConfigurationError(
+            f"restore {restore!r}: job {job.job_name} ({job.job_id}) is already {job.status}; "
+            "a standby waits for a running job. Restore its savepoint or checkpoint by path, "
+            "or 'latest'")
+    log.info("Standby: application ready; waiting for job %s (%s) to end", job.job_name,
+             job.job_id)
+    started = time.monotonic()
+    while True:
+        rec = store.get_job(job.job_id)
+        if rec is None or rec.is_terminal:
+            break
+        time.sleep(poll_seconds)
+    status = rec.status if rec is not None else "gone"
+    location = None
+    if status == "STOPPED":
+        for req in reversed(store.list_control_requests(job.job_id)):
+            if req.action == "STOP_WITH_SAVEPOINT" and req.status == "SUCCEEDED":
+                location = (req.result or {}).get("location")
+                break
+    if location is None:
+        latest = store.latest_completed_checkpoint(job_id=job.job_id, kind=None)
+        if latest is None:
+            raise RestoreError(f"standby: job {job.job_name} ({job.job_id}) ended {status} "
+                               "and left no completed checkpoint or savepoint to restore")
+        location = latest.location
+    log.info("Standby: job %s (%s) ended %s after %.1f s of waiting; restoring %s",
+             job.job_name, job.job_id, status, time.monotonic() - started, location)
+    return location
