@@ -40,7 +40,9 @@ def test_blue_green_dag_of_a_cdc_job_copies_green_slot_before_the_handover(
     blue = start_job(metadata_url, tmp_path, pipeline=CDC, job_name="cdc-blue")
     wait_for(lambda: completed_checkpoints(store, blue), 60, "a checkpoint of blue")
     writers = start_writers(db, 20, [21, 22])
-    conf = {"blue_job": "cdc-blue", "green_job": "cdc-green", "green_pipeline": CDC,
+    # in_place off: this test proves the resubmit path with CDC (PROMOTE in place is not yet
+    # tested with a CDC source)
+    conf = {"blue_job": "cdc-blue", "green_job": "cdc-green", "green_pipeline": CDC, "in_place": False,
             "savepoint_dir": str(tmp_path / "example" / "savepoints"), "runner": "local",
             "job_env": env, "min_checkpoints": 2, "gate_window_s": 6, "max_restarts": 0,
             "max_checkpoint_duration_ms": None, "min_throughput_ratio": None,

@@ -19,10 +19,12 @@ pytestmark = pytest.mark.usefixtures("airflow_db")
 
 ROLLED_BACK = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
                "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
-               "cancel_v2": "success", "guard_rollback": "success", "restart_v1": "success"}
+               "cancel_v2": "success", "guard_rollback": "success", "restart_v1": "success",
+               "ask_rollback": "skipped", "decide_rollback": "skipped", "rollback_ok": "success"}
 UPGRADED = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
             "wait_v2_checkpoint": "success", "upgraded": "success", "cancel_v2": "skipped",
-            "guard_rollback": "skipped", "restart_v1": "skipped"}
+            "guard_rollback": "skipped", "restart_v1": "skipped", "ask_rollback": "skipped",
+            "decide_rollback": "skipped", "rollback_ok": "skipped"}
 
 
 @pytest.fixture(autouse=True)
@@ -107,7 +109,9 @@ def test_incompatible_v2_fails_the_preflight_check_before_v1_is_touched(
     assert tis == {"preflight": "failed", "stop_v1": "upstream_failed",
                    "start_v2": "upstream_failed", "wait_v2_checkpoint": "upstream_failed",
                    "upgraded": "upstream_failed", "cancel_v2": "success",
-                   "guard_rollback": "success", "restart_v1": "upstream_failed"}
+                   "guard_rollback": "success", "restart_v1": "upstream_failed",
+                   "ask_rollback": "skipped", "decide_rollback": "skipped",
+                   "rollback_ok": "success"}
     assert state == "failed"
     assert store.get_job(v1).status == "RUNNING", "v1 was not touched"
     # the pre-flight savepoint (v1 keeps running) is the only one, and it is kept
