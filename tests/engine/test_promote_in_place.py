@@ -150,8 +150,13 @@ def test_promote_refusals_leave_the_job_running_fenced(tmp_path, monkeypatch):
     # blue must still run when the first request comes, also on a loaded machine
     out, blue_bg, blue, green_bg, green, sp = _start_pair(root, n=10 * N)
     store = green_bg.store
-    own = max((c for c in store.list_checkpoints(green.job_id) if c.status == "COMPLETED"),
-              key=lambda c: c.checkpoint_id).location
+
+    def own() -> str:
+        """green's latest fenced checkpoint, read just before a request (an older one may be
+        subsumed by retention before the job master reads it)."""
+        return max((c for c in store.list_checkpoints(green.job_id) if c.status == "COMPLETED"),
+                   key=lambda c: c.checkpoint_id).location
+
     cases = [
         ({"snapshot": sp}, "still publishes"),            # blue is RUNNING
         ({"snapshot": own}, "fenced sinks"),              # a fenced snapshot, unfenced
@@ -161,11 +166,12 @@ def test_promote_refusals_leave_the_job_running_fenced(tmp_path, monkeypatch):
         ({"snapshot": sp, "unfence": "yes"}, "unfence must be true or false"),
     ]
     for params, expected in cases:
+        params = {k: v() if callable(v) else v for k, v in params.items()}
         req = green_bg.request(green.job_id, "PROMOTE", params)
         assert req.status == "FAILED" and expected in req.error, (params, req.error)
         assert req.error.startswith("PROMOTE refused")
     # an unfenced job cannot be promoted: it published past its own state
-    req = blue_bg.request(blue.job_id, "PROMOTE", {"snapshot": own, "unfence": False})
+    req = blue_bg.request(blue.job_id, "PROMOTE", {"snapshot": own(), "unfence": False})
     assert req.status == "FAILED" and "is not fenced" in req.error, req.error
     # green kept running fenced, checkpointing, publishing nothing, on its first attempt
     before = len([c for c in store.list_checkpoints(green.job_id) if c.status == "COMPLETED"])
