@@ -69,7 +69,7 @@ ROW_PATH_FIGURES = {"q3", "q4", "q6", "q9", "q18", "q20"}
 def _interval_table(iv, queries, rate, rates, cps) -> list[str]:
     """The rates per query and engine at one checkpoint interval."""
     from bench.nexmark.queries import PER_RECORD
-    from bench.nexmark.run import REFERENCE_DBSP, REFERENCE_FLINK_113
+    from bench.nexmark.references import REFERENCE_DBSP, REFERENCE_FLINK_113
     from bench.nexmark.ss import SS_QUERIES
 
     lines: list[str] = []
@@ -232,7 +232,7 @@ def targets(queries: list[str], rate, iv, spread=lambda *k: 1.0) -> list[str]:
     """Issue 27's targets per query: ours against the reference Flink 1.13 per core (where the
     reference has the query) and against Flink 2.3 measured here, each backend against
     its counterpart."""
-    from bench.nexmark.run import REFERENCE_FLINK_113
+    from bench.nexmark.references import REFERENCE_FLINK_113
 
     lines = [f"Targets (issue 27), checkpoints every {iv:g} s: ours at least the reference "
              "Flink 1.13 per-core rate, and at least 1.0x Flink 2.3 measured here (heap vs "
