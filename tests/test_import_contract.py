@@ -109,7 +109,7 @@ def test_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_the_engine_has_no_importcycles():
+def test_the_engine_has_no_import_cycles():
     """Function-level imports count too: a lazy import only hides a circle."""
     graph = _engine_import_graph()
     assert "airflow_checkpoint_provider.engine.runners.jobmaster" in graph  # the walk saw it
