@@ -55,6 +55,7 @@ class StuckOnce(RunningSum):
     def open(self, ctx):
         super().open(ctx)
         self.subtask = ctx.subtask_index
+        self._watching = False
 
     def _stuck_attempt(self) -> int | None:
         try:
@@ -63,7 +64,25 @@ class StuckOnce(RunningSum):
         except (OSError, IndexError, ValueError):
             return None
 
+    def _watch(self, ctx) -> None:
+        """A processing-time timer 100 ms ahead: the task fires it while idle, so a subtask
+        that gets no more input (the source waits for the stuck subtask's credit) still
+        sees the marker and fails its attempt."""
+        ctx.timer_service().register_processing_time_timer(
+            ctx.timer_service().current_processing_time() + 100
+        )
+
+    def on_timer(self, timestamp, ctx):
+        if self._stuck_attempt() == self.attempt:
+            raise InjectedFailure(f"subtask {self.subtask}: subtask {self.stuck} is stuck")
+        if not os.path.exists(self.marker):
+            self._watch(ctx)
+
     def process_element(self, record, ctx):
+        if self.fail_others and self.subtask != self.stuck and not self._watching:
+            if not os.path.exists(self.marker):
+                self._watch(ctx)
+            self._watching = True
         if self.subtask == self.stuck and not os.path.exists(self.marker):
             with open(self.marker + ".tmp", "w") as f:
                 f.write(f"{os.getpid()} {self.attempt}")
