@@ -44,7 +44,6 @@ from airflow_checkpoint_provider.engine.client import (
     validate_job_name,
 )
 from airflow_checkpoint_provider.hooks.secrets import mask_url_secrets
-from airflow_checkpoint_provider.triggers.conditions import resolve_job
 
 T = TypeVar("T")
 
@@ -159,7 +158,7 @@ class CheckpointMetadataHook(BaseHook):
         """A job by id, id prefix or name (the active job of that name, else the newest).
         Raises ``LookupError``; an argument that cannot be a job reference raises
         :class:`AirflowException`."""
-        return resolve_job(self.get_conn(), checked_job_ref(job))
+        return self.get_conn().resolve_job(checked_job_ref(job))
 
     def find_job(self, job: str) -> JobRecord | None:
         try:
@@ -211,7 +210,7 @@ class CheckpointMetadataHook(BaseHook):
         return await self.arun(MetadataStore.get_job, job_id)
 
     async def aresolve_job(self, job: str) -> JobRecord:
-        return await self.arun(resolve_job, job)
+        return await self.arun(MetadataStore.resolve_job, job)
 
     async def alist_checkpoints(self, job_id: str, *, kind: str | None = None,
                                 status: str | None = None) -> list[CheckpointRecord]:

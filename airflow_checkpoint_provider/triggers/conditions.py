@@ -39,18 +39,13 @@ class Outcome:
         return {**self.payload, "status": self.status, "message": self.message}
 
 
-def resolve_job(store: MetadataStore, job: str) -> JobRecord:
-    """A job by id, id prefix or name. For a name, the active job of that name if there is
-    one (e.g. v1 restarted after a failed v2 of the same name), else the newest job.
-    Raises ``LookupError``."""
-    return store.resolve_job(job)
-
-
 def _job(store: MetadataStore, job: str) -> JobRecord | None:
     """The job, after declaring it LOST if it is active without a recent heartbeat (a dead
     driver must not keep a sensor waiting until its timeout)."""
     try:
-        rec = resolve_job(store, job)
+        # by id, id prefix or name; for a name the active job of that name (v1 restarted
+        # after a failed v2), else the newest
+        rec = store.resolve_job(job)
     except LookupError:
         return None
     if rec.status in ACTIVE_JOB_STATUSES:
