@@ -210,6 +210,7 @@ def run(
             sum(t.get("inflight_records", 0) for t in (r.task_stats or [])) for r in done
         ]
         inflight_b = [sum(t.get("inflight_bytes", 0) for t in (r.task_stats or [])) for r in done]
+        profile = [breakdown(r) for r in done]
         return {
             "cost_us": cost_us,
             "overload": overload,
@@ -235,9 +236,42 @@ def run(
             "throughput": round(len(lat) / span, 1) if span else None,
             "latency_p99_ms": round(p99(lat) * 1000, 1) if lat else None,
             "received": len(lat),
+            "profile": profile,
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def breakdown(row) -> dict:
+    """Where one checkpoint's duration went (ms), from its tasks' statistics: the source's
+    start delay (trigger -> the source took it: the trigger's trip and the batch the source
+    was emitting), the slow function's start delay (+ the barrier's wait behind the queued
+    records), the snapshot's synchronous and asynchronous parts of the slowest task, and the
+    rest (the ack's trip, the coordinator's ``_metadata`` and database writes)."""
+    stats = row.task_stats or []
+    sources = [t for t in stats if "credit_records" not in t]
+    inputs = [t for t in stats if "credit_records" in t]
+
+    def end(t: dict) -> float:
+        return t.get("start_delay_ms", 0) + t.get("sync_ms", 0) + t.get("async_ms", 0)
+
+    last = max(stats, key=end, default={})
+    slow = max(inputs, key=lambda t: t.get("start_delay_ms", 0), default={})
+    rate = slow.get("throughput") or 0
+    return {
+        "id": row.checkpoint_id,
+        "duration_ms": row.duration_ms,
+        "source_delay_ms": round(max((t.get("start_delay_ms", 0) for t in sources), default=0)),
+        "task_delay_ms": round(slow.get("start_delay_ms", 0)),
+        "queued": slow.get("queued_records"),
+        "credit": slow.get("credit_records"),
+        "throughput": rate,
+        "queue_wait_ms": round(1000 * slow.get("queued_records", 0) / rate) if rate else None,
+        "alignment_ms": round(max((t.get("alignment_ms", 0) for t in stats), default=0)),
+        "sync_ms": round(last.get("sync_ms", 0)),
+        "async_ms": round(last.get("async_ms", 0)),
+        "rest_ms": round(row.duration_ms - end(last)) if last else None,
+    }
 
 
 def line(r: dict) -> str:
@@ -284,18 +318,16 @@ def main(argv=None) -> int:
         debloat=debloat,
     )
     if args.cmd == "one":
-        print(
-            line(
-                run(
-                    cost_us=args.cost_us,
-                    overload=args.overload,
-                    unaligned=args.unaligned,
-                    runner=args.runner,
-                    **common,
-                )
-            ),
-            flush=True,
+        r = run(
+            cost_us=args.cost_us,
+            overload=args.overload,
+            unaligned=args.unaligned,
+            runner=args.runner,
+            **common,
         )
+        print(line(r), flush=True)
+        for b in r["profile"]:
+            print("  ", b, flush=True)
         return 0
     runs = []
     for runner in args.runners.split(","):

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 
 from ..serialization import pack_records
-from .debloat import GRANT_FRACTION, ThroughputMeter, channel_credit
+from .debloat import GRANT_FRACTION, MIN_CHANNEL_CREDIT, ThroughputMeter, channel_credit
 
 
 class Mailbox:
@@ -82,7 +82,7 @@ class Mailbox:
         kind, channel = item[0], item[1]
         with self._cond:
             while (len(self._data) >= self._capacity and not self._closed
-                   and not self._reads_ahead(channel)):
+                   and not self._reads_ahead(channel) and not self._room_for_rows()):
                 self._cond.wait()
             if self._closed:
                 return False, []
@@ -168,6 +168,16 @@ class Mailbox:
     def credit_per_channel(self) -> int | None:
         """Records of credit each input channel has (``None``: no debloating)."""
         return None if self._target is None else self._share
+
+    def credit_step(self, rows: int) -> int | None:
+        """Records after which a task should return credit while processing an item of
+        ``rows`` records (:meth:`consumed`), so that its sender gets credit back every
+        ``1 / GRANT_FRACTION`` of the target; ``None``: the item is small enough to return
+        its credit at once (or no debloating)."""
+        if self._target is None:
+            return None
+        step = max(MIN_CHANNEL_CREDIT, self._share // GRANT_FRACTION)
+        return step if rows > step else None
 
     def set_announcer(self, channel: int, announce: Callable[[int], None]) -> None:
         """Input channel ``channel`` is a TCP channel: ``announce(rows)`` sends its sender
@@ -274,6 +284,13 @@ class Mailbox:
             if self._capture_id == checkpoint_id:
                 self._capture_id, self._capture = 0, []
             self._cond.notify_all()
+
+    def _room_for_rows(self) -> bool:
+        """With credit, small items may queue beyond ``capacity``: the credit bounds the
+        records, and a slow consumer's items are small (parts of its senders' credit).
+        Holding them would hold an in-slot sender in the middle of a batch, which takes no
+        checkpoint trigger then. Memory stays bounded by ``max_credit`` records."""
+        return self._target is not None and self.queued_rows < self._max_credit
 
     def _reads_ahead(self, channel: int) -> bool:
         return bool(self._unaligned) and self._last_barrier.get(channel, 0) < self._unaligned

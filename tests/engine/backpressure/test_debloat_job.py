@@ -33,7 +33,8 @@ TARGET_MS = 200
 MAX_RECORDS_PER_CYCLE = 600
 
 
-def _cycles(root: str, target_ms: int | None):
+def _cycles(root: str, target_ms: int | None, source_delays: list | None = None):
+    source_delays = [] if source_delays is None else source_delays
     out = os.path.join(root, "out")
     p = running_sum_pipeline(
         root,
@@ -67,6 +68,8 @@ def _cycles(root: str, target_ms: int | None):
     cycles, stats = [], []
     for c in done:
         for t in c.task_stats or []:
+            if "gen" in t.get("records", {}):  # the source: trigger -> it took the trigger
+                source_delays.append(t["start_delay_ms"])
             counts = t.get("records", {}).get("sum")
             if counts is None:
                 continue
@@ -78,15 +81,26 @@ def _cycles(root: str, target_ms: int | None):
 
 
 def test_a_slow_consumer_keeps_about_the_target_of_records_in_flight(tmp_path):
-    done, cycles, stats = _cycles(str(tmp_path), TARGET_MS)
+    source_delays: list[float] = []
+    done, cycles, stats = _cycles(str(tmp_path), TARGET_MS, source_delays)
     assert len(done) >= 5, f"only {len(done)} checkpoints completed"
     assert max(cycles) <= MAX_RECORDS_PER_CYCLE, (
         f"a barrier waited behind up to {max(cycles)} records (cycles {cycles})"
     )
+    # the source takes a trigger between two batches, and is not held in the middle of one
+    # for credit. Before (a batch read to twice the smallest credit of its two channels,
+    # the in-slot mailbox bounded by its item count, credit returned once per item) the
+    # source took some triggers seconds late (1.3 s and 3.3 s in two runs; half of them
+    # over 50 ms); after, the worst seen was 160 ms at a load average of 33 on 2 cores
+    assert max(source_delays) <= 2 * TARGET_MS, (
+        f"the source took a trigger {max(source_delays):.0f} ms late: {sorted(source_delays)}"
+    )
     # the credit followed the throughput: far below the 1,024-record batches of the source
+    # (the queue may hold credit granted before the throughput fell: not above the largest)
+    granted = max(t["credit_records"] for t in stats)
     for t in stats:
         assert t["credit_records"] <= 400, t
-        assert t["queued_records"] <= t["credit_records"], t
+        assert t["queued_records"] <= granted, t
 
 
 def test_without_debloating_a_barrier_waits_behind_the_whole_backlog(tmp_path):
