@@ -24,6 +24,7 @@ Writes backpressure.json (``matrix``) to the results directory.
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
@@ -354,6 +355,41 @@ def replay(
         shutil.rmtree(root, ignore_errors=True)
 
 
+def nexmark_ab(queries: list[str], events: int, reps: int) -> list[dict]:
+    """Nexmark queries (bench/nexmark, our engine, local runner, 1 s checkpoints) with
+    buffer debloating off and on, interleaved off/on/on/off per repetition: events per CPU
+    second of the job (its master and slots) and per wall second."""
+    import airflow_checkpoint_provider.engine as engine
+    from bench.nexmark import run as nexmark
+    from bench.nexmark.generator import NexmarkConfig, write_parquet
+
+    data = os.path.join(tempfile.gettempdir(), f"bench-backpressure-nexmark-{events}")
+    if not os.path.exists(os.path.join(data, "DONE")):
+        shutil.rmtree(data, ignore_errors=True)
+        write_parquet(os.path.join(data, "parquet"), events,
+                      config=NexmarkConfig(events_per_second=1_000_000), events_per_file=500_000)
+        open(os.path.join(data, "DONE"), "w").close()
+    original = engine.CheckpointConfig
+    out = []
+    try:
+        for rep in range(reps):
+            for query in queries:
+                for debloat in (False, True, True, False):
+                    engine.CheckpointConfig = functools.partial(  # type: ignore[misc]
+                        original, buffer_debloat_target_ms=1000 if debloat else None)
+                    r = nexmark.ours_child(query, os.path.join(data, "parquet"), "heap", 1.0,
+                                           "local")
+                    row = {"query": query, "rep": rep, "debloat": debloat,
+                           "events": r["events"], "cpu_s": round(r["cpu_s"], 2),
+                           "events_per_cpu_s": round(r["events_per_cpu_s"]),
+                           "rate": round(r["rate"]), "checkpoints": len(r["checkpoint_ms"])}
+                    print(row, flush=True)
+                    out.append(row)
+    finally:
+        engine.CheckpointConfig = original  # type: ignore[misc]
+    return out
+
+
 def breakdown(row) -> dict:
     """Where one checkpoint's duration went (ms), from its tasks' statistics: the source's
     start delay (trigger -> the source took it: the trigger's trip and the batch the source
@@ -405,12 +441,18 @@ def main(argv=None) -> int:
     one.add_argument("--overload", type=float, default=1.5)
     one.add_argument("--unaligned", action="store_true")
     one.add_argument("--runner", default="local")
+    one.add_argument("--json", help="also write the run (and its profile) to this file")
     rep = sub.add_parser("replay")
     rep.add_argument("--costs", default="1000,10000")
     rep.add_argument("--overload", type=float, default=1.5)
     rep.add_argument("--kill-after-s", type=float, default=6.5)
     rep.add_argument("--reps", type=int, default=2)
     add_results_dir(rep)
+    nx = sub.add_parser("nexmark")
+    nx.add_argument("--queries", default="q0,q5")
+    nx.add_argument("--events", type=int, default=2_000_000)
+    nx.add_argument("--reps", type=int, default=1)
+    add_results_dir(nx)
     matrix = sub.add_parser("matrix")
     matrix.add_argument("--costs", default="10,100,1000,10000")
     matrix.add_argument("--overloads", default="1.0,1.5,10")
@@ -428,6 +470,11 @@ def main(argv=None) -> int:
             help="buffer_debloat_target_ms 1000 (on), None (off), or not passed",
         )
     args = parser.parse_args(argv)
+    if args.cmd == "nexmark":
+        runs = nexmark_ab(args.queries.split(","), args.events, args.reps)
+        print("wrote", write_results(args.results_dir, "backpressure_nexmark.json", {
+            "runs": runs, "command": "bench/backpressure.py " + " ".join(argv or sys.argv[1:])}))
+        return 0
     debloat = {"on": True, "off": False, "absent": None}[args.debloat]
     common = dict(
         seconds=args.seconds,
@@ -446,6 +493,9 @@ def main(argv=None) -> int:
         print(line(r), flush=True)
         for b in r["profile"]:
             print("  ", b, flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(r, f, indent=1)
         return 0
     if args.cmd == "replay":
         out = []

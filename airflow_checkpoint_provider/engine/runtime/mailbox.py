@@ -56,6 +56,7 @@ class Mailbox:
         self.meter = ThroughputMeter()
         self._share = channel_credit(None, target_s or 1.0, channels, initial_credit, max_credit)
         self._outstanding = [0] * channels   # credit granted per channel, not yet consumed
+        self._granted = [0] * channels       # in-slot: granted to the sender, not yet used
         self._announcers: dict[int, Callable[[int], None]] = {}
         self.queued_rows = 0                 # records in queued data items
         self._pending_grants: list[tuple[int, int]] = []
@@ -200,6 +201,10 @@ class Mailbox:
             while not self._closed:
                 if self._reads_ahead(channel):
                     return rows
+                if self._granted[channel] > 0:  # told it by credit_available: no wait
+                    taken = min(rows, self._granted[channel])
+                    self._granted[channel] -= taken
+                    return taken
                 free = self._share - self._outstanding[channel]
                 if free > 0:
                     granted = min(rows, free)
@@ -209,8 +214,10 @@ class Mailbox:
             return 0
 
     def credit_available(self, channel: int, timeout: float = 0.0) -> int:
-        """Credit an in-slot sender could take on ``channel`` now (after waiting up to
-        ``timeout`` seconds for some)."""
+        """Credit an in-slot sender has on ``channel`` now (after waiting up to ``timeout``
+        seconds for some). It is granted to the sender, as over TCP: if the credit shrinks
+        (the throughput fell) before the sender uses it, :meth:`reserve` does not hold it in
+        the middle of the batch it read to this credit."""
         if self._target is None:
             return self._max_credit
         deadline = time.monotonic() + timeout
@@ -219,9 +226,12 @@ class Mailbox:
                 if self._closed or self._reads_ahead(channel):
                     return self._share
                 free = self._share - self._outstanding[channel]
+                if free > 0:
+                    self._outstanding[channel] += free
+                    self._granted[channel] += free
                 left = deadline - time.monotonic()
-                if free > 0 or left <= 0:
-                    return max(0, free)
+                if self._granted[channel] > 0 or left <= 0:
+                    return self._granted[channel]
                 self._cond.wait(left)
 
     def consumed(self, channel: int, rows: int) -> None:
