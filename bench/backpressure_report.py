@@ -25,12 +25,21 @@ def _matrix(runs: list[dict]) -> list[str]:
             _dash(r["max_ms"]),
             "-" if r["debloat"] is False else fmt(r["queued_records_max"]),
             f"{fmt(r['inflight_records_max'])} / {fmt(r['inflight_bytes_max'])}",
-            _dash(r["throughput"]), _dash(r["latency_p99_ms"]),
+            _dash(r["throughput"]), _dash(r["latency_p99_ms"]), _worst(r),
         ])
     return table(["runner", "cost/record", "measured (us)", "overload", "mode", "debloat",
                   "checkpoints", "per interval", "p50 (ms)", "p99 (ms)", "max (ms)",
                   "queued records (max)", "channel state records / bytes (max)",
-                  "throughput (rec/s)", "e2e p99 (ms)"], rows)
+                  "throughput (rec/s)", "e2e p99 (ms)",
+                  "slowest checkpoint: id of n, source's trigger delay (ms)"], rows)
+
+
+def _worst(run: dict) -> str:
+    profile = run.get("profile")
+    if not profile:
+        return "-"
+    worst = max(profile, key=lambda b: b["duration_ms"])
+    return f"{worst['id']} of {len(profile)}, {worst['source_delay_ms']:,}"
 
 
 def _profile_rows(r: Results) -> list[list]:

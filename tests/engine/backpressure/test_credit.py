@@ -10,10 +10,10 @@ import pytest
 
 from airflow_checkpoint_provider.engine.config import CheckpointConfig
 from airflow_checkpoint_provider.engine.errors import ConfigurationError
+from airflow_checkpoint_provider.engine.plan.graph import HASH
 from airflow_checkpoint_provider.engine.protocol import BarrierKind, CheckpointBarrier
 from airflow_checkpoint_provider.engine.protocol import frames as P
 from airflow_checkpoint_provider.engine.runtime import debloat
-from airflow_checkpoint_provider.engine.plan.graph import HASH
 from airflow_checkpoint_provider.engine.runtime.channels import (
     LocalChannel,
     OutputChannel,
