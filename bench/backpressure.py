@@ -294,26 +294,20 @@ def run(
         shutil.rmtree(root, ignore_errors=True)
 
 
-def replay(
-    *,
-    cost_us: float,
-    overload: float,
-    kill_after_s: float,
-    seconds: float = 12.0,
-    parallelism: int = 2,
-    interval_ms: int = 1000,
-    debloat: bool | None = None,
-) -> dict:
+def replay(*, cost_us: float, overload: float, kill_after_s: float, **options) -> dict:
     """Kill a slot (``os._exit`` in the slow function) after ``kill_after_s`` of its work;
     the job restarts from its latest completed checkpoint. Replayed = records the source
     read before the kill minus the position it restarted from; against one interval of
     input (the source's read rate before the kill, backpressured to the slow function's
-    throughput, x the interval)."""
+    throughput, x the interval). ``options``: ``seconds``, ``parallelism``, ``interval_ms``
+    and ``debloat`` of :func:`build`."""
+    options = {"seconds": 12.0, "parallelism": 2, "interval_ms": 1000, "debloat": None,
+               **options}
+    interval_ms, debloat = options["interval_ms"], options["debloat"]
     root = tempfile.mkdtemp(prefix="bench-replay-")
     try:
-        p, n, real = build(root, cost_s=cost_us / 1e6, overload=overload, seconds=seconds,
-                           parallelism=parallelism, unaligned=False, interval_ms=interval_ms,
-                           debloat=debloat, kill_after_s=kill_after_s)
+        p, n, real = build(root, cost_s=cost_us / 1e6, overload=overload, unaligned=False,
+                           kill_after_s=kill_after_s, **options)
         result = p.run("local")
         emitted = []
         for path in glob.glob(os.path.join(root, "emitted-*.json")):
