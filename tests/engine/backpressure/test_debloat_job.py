@@ -89,11 +89,14 @@ def test_a_slow_consumer_keeps_about_the_target_of_records_in_flight(tmp_path):
     )
     # the source takes a trigger between two batches, and is not held in the middle of one
     # for credit. Before (a batch read to twice the smallest credit of its two channels,
-    # the in-slot mailbox bounded by its item count, credit returned once per item) the
-    # source took some triggers seconds late (1.3 s and 3.3 s in two runs; half of them
-    # over 50 ms); after, the worst seen was 160 ms at a load average of 33 on 2 cores
-    assert max(source_delays) <= 2 * TARGET_MS, (
-        f"the source took a trigger {max(source_delays):.0f} ms late: {sorted(source_delays)}"
+    # the in-slot mailbox bounded by its item count, credit returned once per item, in-slot
+    # credit taken back when the throughput fell) half of its trigger delays were over a
+    # quarter of the target (16 of 32, 18 of 34, 20 of 41 in three runs; some seconds);
+    # after, 0-2 of ~40 (a single one can be late on a loaded machine: not the maximum)
+    late = [d for d in source_delays if d > TARGET_MS / 4]
+    assert len(late) <= 0.2 * len(source_delays), (
+        f"the source took {len(late)} of {len(source_delays)} triggers more than "
+        f"{TARGET_MS / 4:.0f} ms late: {sorted(source_delays)}"
     )
     # the credit followed the throughput: far below the 1,024-record batches of the source
     # (the queue may hold credit granted before the throughput fell: not above the largest)
