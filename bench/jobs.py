@@ -67,18 +67,26 @@ def peak_rss(run: dict) -> float | None:
     return max((run.get("peak_rss_mb") or {}).values(), default=None)
 
 
+def bench_pipeline(name: str, root: str, checkpoint: dict, *, restarts: int = 0,
+                   **options) -> Pipeline:
+    """A pipeline whose checkpoints (``checkpoint``: ``CheckpointConfig`` fields) and
+    metadata database are under ``root``; ``restarts`` attempts without delay; ``options``
+    go to the ``Pipeline``."""
+    return Pipeline(name,
+                    checkpoint=CheckpointConfig(directory=os.path.join(root, "ckpt"), **checkpoint),
+                    metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
+                    restart_strategy=RestartStrategy.fixed_delay(attempts=restarts, delay_ms=0),
+                    **options)
+
+
 def build(job: str, root: str, records: int, keys: int, interval_ms: int | None, *,
           state_backend: str = "heap", parallelism: int = 2, fault=None, probe=None,
           batch_size: int = 4096, int_keys: bool = False) -> Pipeline:
     """``fault``: an optional function inserted after the source (failure injection);
     ``probe``: an optional ``map_batches`` function after the aggregation; ``int_keys``:
     int64 keys instead of ``"k<n>"`` strings."""
-    p = Pipeline(f"bench-{job.replace('_', '-')}", batch_size=batch_size,
-                 checkpoint=CheckpointConfig(interval_ms=interval_ms,
-                                             directory=os.path.join(root, "ckpt")),
-                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
-                 state_backend=state_backend,
-                 restart_strategy=RestartStrategy.fixed_delay(attempts=3, delay_ms=0))
+    p = bench_pipeline(f"bench-{job.replace('_', '-')}", root, {"interval_ms": interval_ms},
+                       restarts=3, batch_size=batch_size, state_backend=state_backend)
     if job == "running_sum":
         stream = p.source(GeneratorSource(records, num_keys=keys, seed=1, int_keys=int_keys),
                           uid="gen",

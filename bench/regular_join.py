@@ -42,14 +42,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from jobs import add_results_dir, median, write_results  # noqa: E402
+from jobs import add_results_dir, bench_pipeline, median, write_results  # noqa: E402
 
 from airflow_checkpoint_provider.engine import (  # noqa: E402
-    CheckpointConfig,
     DiscardSink,
     GeneratorSource,
     Pipeline,
-    RestartStrategy,
 )
 from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext  # noqa: E402
 from airflow_checkpoint_provider.engine.runtime.task import open_operator  # noqa: E402
@@ -86,11 +84,8 @@ class Customers(GeneratorSource):
 
 
 def build(root: str, orders: int, customers: int, backend: str) -> Pipeline:
-    p = Pipeline("bench-regular-join", max_parallelism=128, state_backend=backend,
-                 checkpoint=CheckpointConfig(interval_ms=1_000,
-                                             directory=os.path.join(root, "ckpt")),
-                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
-                 restart_strategy=RestartStrategy.fixed_delay(attempts=0, delay_ms=0))
+    p = bench_pipeline("bench-regular-join", root, {"interval_ms": 1_000},
+                       max_parallelism=128, state_backend=backend)
     left = p.source(Orders(orders, customers), uid="orders")
     right = p.source(Customers(customers), uid="customers")
     (left.key_by("cid").regular_join(right.key_by("id"), how="inner", uid="rj",

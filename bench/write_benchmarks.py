@@ -14,6 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+from backpressure_report import render as backpressure_section  # noqa: E402
 from cdc_report import cdc_section  # noqa: E402
 from engine_report import (  # noqa: E402
     latency_medians,
@@ -305,6 +306,7 @@ def main(argv=None) -> int:
     state_section(r, lines)
     memory_section(r, lines)
     profile_section(r, lines)
+    lines += backpressure_section(r)  # bench/backpressure.py (issue 38)
     with open(args.output, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {args.output}")

@@ -171,6 +171,20 @@ def test_joins_scenario_runs_both_joins_against_structured_streaming(results):
         assert len(flat) >= 2 and max(flat) > 0 and flat[-1] == 0, "empty at end of input"
 
 
+@pytest.mark.timeout(300)
+def test_backpressure_scenario_profiles_its_checkpoints_and_measures_a_replay(results):
+    bench("backpressure.py", "matrix", "--costs", "10000", "--overloads", "10", "--modes",
+          "aligned", "--seconds", "1.5", "--interval-ms", "300", results=results)
+    run = load(results, "backpressure.json")["runs"][0]
+    assert run["status"] == "FINISHED" and run["completed"] >= 1
+    assert run["measured_cost_us"] >= 10_000 and run["profile"], run
+    bench("backpressure.py", "replay", "--costs", "10000", "--reps", "1", "--kill-after-s",
+          "0.8", "--seconds", "2", "--interval-ms", "300", results=results)
+    replay = load(results, "backpressure_replay.json")["runs"][0]
+    assert replay["restarts"] == 1 and replay["complete"], replay
+    assert 0 <= replay["restart_position"] <= replay["read_before_kill"], replay
+
+
 def test_benchmarks_md_renders_every_scenario(results, tmp_path):
     out = tmp_path / "BENCHMARKS.md"
     bench("write_benchmarks.py", "--output", str(out), results=results)
@@ -187,7 +201,9 @@ def test_benchmarks_md_renders_every_scenario(results, tmp_path):
                 "event_time.json": "## State size over a long run",
                 "unaligned.json": "## Aligned vs unaligned checkpoints under backpressure",
                 "sinks.json": "## Exactly-once sinks: throughput and commit latency",
-                "joins.json": "## Joins against Structured Streaming's stream-stream join"}
+                "joins.json": "## Joins against Structured Streaming's stream-stream join",
+                "backpressure.json": "## Checkpoints under backpressure",
+                "backpressure_replay.json": "### Recovery replay"}
     for name, heading in expected.items():
         if name in present:
             assert heading in text, heading

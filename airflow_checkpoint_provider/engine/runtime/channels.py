@@ -223,9 +223,11 @@ class RecordWriter:
 
     def available(self, timeout: float = 0.0) -> int | None:
         """Records a source may read for this output without waiting for credit: its
-        channels' smallest credit, times the channels with hash partitioning; ``None``: no
-        credit-based flow control. Waits up to ``timeout`` seconds on a channel without
-        credit."""
+        channels' smallest credit; ``None``: no credit-based flow control. Waits up to
+        ``timeout`` seconds on a channel without credit. Not that times the channels with
+        hash partitioning: a batch's part for one channel is as often over as under its
+        share, and a source waiting for credit in the middle of a batch takes no checkpoint
+        trigger and feeds none of its other channels (debloat.py)."""
         smallest: int | None = None
         for ch in self.channels:
             free = ch.available()
@@ -235,10 +237,6 @@ class RecordWriter:
                 smallest = free if smallest is None else min(smallest, free)
             if smallest == 0:
                 return 0
-        if smallest is not None and self.partitioning == HASH:
-            # a batch splits over the channels: each part is about its smallest credit (a
-            # skewed batch waits for the rest of a channel's credit while it is sent)
-            smallest *= len(self.channels)
         return smallest
 
     def emit_event(self, kind: int, payload: bytes = b"") -> None:

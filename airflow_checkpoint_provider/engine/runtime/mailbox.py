@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 
 from ..serialization import pack_records
-from .debloat import GRANT_FRACTION, ThroughputMeter, channel_credit
+from .debloat import GRANT_FRACTION, MIN_CHANNEL_CREDIT, ThroughputMeter, channel_credit
 
 
 class Mailbox:
@@ -56,6 +56,7 @@ class Mailbox:
         self.meter = ThroughputMeter()
         self._share = channel_credit(None, target_s or 1.0, channels, initial_credit, max_credit)
         self._outstanding = [0] * channels   # credit granted per channel, not yet consumed
+        self._granted = [0] * channels       # in-slot: granted to the sender, not yet used
         self._announcers: dict[int, Callable[[int], None]] = {}
         self.queued_rows = 0                 # records in queued data items
         self._pending_grants: list[tuple[int, int]] = []
@@ -82,7 +83,7 @@ class Mailbox:
         kind, channel = item[0], item[1]
         with self._cond:
             while (len(self._data) >= self._capacity and not self._closed
-                   and not self._reads_ahead(channel)):
+                   and not self._reads_ahead(channel) and not self._room_for_rows()):
                 self._cond.wait()
             if self._closed:
                 return False, []
@@ -169,6 +170,16 @@ class Mailbox:
         """Records of credit each input channel has (``None``: no debloating)."""
         return None if self._target is None else self._share
 
+    def credit_step(self, rows: int) -> int | None:
+        """Records after which a task should return credit while processing an item of
+        ``rows`` records (:meth:`consumed`), so that its sender gets credit back every
+        ``1 / GRANT_FRACTION`` of the target; ``None``: the item is small enough to return
+        its credit at once (or no debloating)."""
+        if self._target is None:
+            return None
+        step = max(MIN_CHANNEL_CREDIT, self._share // GRANT_FRACTION)
+        return step if rows > step else None
+
     def set_announcer(self, channel: int, announce: Callable[[int], None]) -> None:
         """Input channel ``channel`` is a TCP channel: ``announce(rows)`` sends its sender
         more credit. Its first credit is announced now."""
@@ -190,6 +201,10 @@ class Mailbox:
             while not self._closed:
                 if self._reads_ahead(channel):
                     return rows
+                if self._granted[channel] > 0:  # told it by credit_available: no wait
+                    taken = min(rows, self._granted[channel])
+                    self._granted[channel] -= taken
+                    return taken
                 free = self._share - self._outstanding[channel]
                 if free > 0:
                     granted = min(rows, free)
@@ -199,8 +214,10 @@ class Mailbox:
             return 0
 
     def credit_available(self, channel: int, timeout: float = 0.0) -> int:
-        """Credit an in-slot sender could take on ``channel`` now (after waiting up to
-        ``timeout`` seconds for some)."""
+        """Credit an in-slot sender has on ``channel`` now (after waiting up to ``timeout``
+        seconds for some). It is granted to the sender, as over TCP: if the credit shrinks
+        (the throughput fell) before the sender uses it, :meth:`reserve` does not hold it in
+        the middle of the batch it read to this credit."""
         if self._target is None:
             return self._max_credit
         deadline = time.monotonic() + timeout
@@ -209,9 +226,12 @@ class Mailbox:
                 if self._closed or self._reads_ahead(channel):
                     return self._share
                 free = self._share - self._outstanding[channel]
+                if free > 0:
+                    self._outstanding[channel] += free
+                    self._granted[channel] += free
                 left = deadline - time.monotonic()
-                if free > 0 or left <= 0:
-                    return max(0, free)
+                if self._granted[channel] > 0 or left <= 0:
+                    return self._granted[channel]
                 self._cond.wait(left)
 
     def consumed(self, channel: int, rows: int) -> None:
@@ -274,6 +294,13 @@ class Mailbox:
             if self._capture_id == checkpoint_id:
                 self._capture_id, self._capture = 0, []
             self._cond.notify_all()
+
+    def _room_for_rows(self) -> bool:
+        """With credit, small items may queue beyond ``capacity``: the credit bounds the
+        records, and a slow consumer's items are small (parts of its senders' credit).
+        Holding them would hold an in-slot sender in the middle of a batch, which takes no
+        checkpoint trigger then. Memory stays bounded by ``max_credit`` records."""
+        return self._target is not None and self.queued_rows < self._max_credit
 
     def _reads_ahead(self, channel: int) -> bool:
         return bool(self._unaligned) and self._last_barrier.get(channel, 0) < self._unaligned

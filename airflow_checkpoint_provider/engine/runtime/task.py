@@ -519,6 +519,17 @@ class StreamTask(TaskCheckpointing):
     def _on_records(self, item: tuple) -> None:
         """A records item of an input channel through the chain; then its credit goes back
         to the channel's sender (buffer debloating, :mod:`.debloat`)."""
+        step = self.mailbox.credit_step(len(item[2]))
+        if step and not self._replay and not self.operators[0].vectorized:
+            # a slow per-record consumer returns credit as it goes, not once per item: its
+            # sender (a source that must emit a batch before it takes a trigger) is held
+            # for at most a step of processing (debloat.py)
+            channel, records = item[1], item[2]
+            for start in range(0, len(records), step):
+                part = records[start:start + step]
+                self._push_input(channel, part)
+                self.mailbox.consumed(channel, len(part))
+            return
         if self._input_of is not None:
             self._push_input(item[1], item[2])
         elif self._replay:

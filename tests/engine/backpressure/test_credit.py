@@ -10,10 +10,15 @@ import pytest
 
 from airflow_checkpoint_provider.engine.config import CheckpointConfig
 from airflow_checkpoint_provider.engine.errors import ConfigurationError
+from airflow_checkpoint_provider.engine.plan.graph import HASH
 from airflow_checkpoint_provider.engine.protocol import BarrierKind, CheckpointBarrier
 from airflow_checkpoint_provider.engine.protocol import frames as P
 from airflow_checkpoint_provider.engine.runtime import debloat
-from airflow_checkpoint_provider.engine.runtime.channels import LocalChannel, OutputChannel
+from airflow_checkpoint_provider.engine.runtime.channels import (
+    LocalChannel,
+    OutputChannel,
+    RecordWriter,
+)
 from airflow_checkpoint_provider.engine.runtime.debloat import (
     MIN_CHANNEL_CREDIT,
     CreditAnnouncer,
@@ -125,8 +130,8 @@ def test_the_credit_follows_the_measured_throughput_and_never_drops_below_the_fl
     clock[0] += 0.35
     assert meter.add(50, clock[0])
     assert meter.rate == pytest.approx(50 / 0.25)
-    # a 1 s target over two channels: 100 records each
-    assert channel_credit(meter.rate, 1.0, 2, 128, 10_000) == 100
+    # a 1 s target over two channels: 80% of it (QUEUE_SHARE) for the queue, 80 records each
+    assert channel_credit(meter.rate, 1.0, 2, 128, 10_000) == 80
     assert channel_credit(0.5, 1.0, 2, 128, 10_000) == MIN_CHANNEL_CREDIT
     assert channel_credit(1e9, 1.0, 2, 128, 10_000) == 10_000, "never above the old bound"
     assert channel_credit(None, 1.0, 2, 128, 10_000) == 128
@@ -144,7 +149,7 @@ def test_a_slow_consumer_shrinks_its_credit(monkeypatch):
     for _ in range(5):  # 20 records a second, busy all the time
         clock[0] += 0.5
         m.consumed(0, 10)
-    assert m.credit_per_channel == 20
+    assert m.credit_per_channel == 16, "20 records/s x 80% of the 1 s target"
 
 
 def test_a_channel_reading_ahead_to_an_unaligned_barrier_gets_its_credit_back_on_arrival():
@@ -177,3 +182,72 @@ def test_without_a_target_there_is_no_credit():
 def test_the_debloat_target_is_validated(value):
     with pytest.raises(ConfigurationError, match="buffer_debloat_target_ms"):
         CheckpointConfig(buffer_debloat_target_ms=value)
+
+
+def test_a_source_reads_no_more_than_its_smallest_channel_credit_with_hash_partitioning():
+    """Not the smallest credit times the channels: half of such batches put more than its
+    credit on one channel, and the source waits for it in the middle of the batch, taking
+    no checkpoint trigger meanwhile (profiled: 100-600 ms of trigger delay at 10 ms a
+    record)."""
+    boxes = [_mailbox(channels=1, target_s=1.0, initial_credit=c, max_credit=1000)
+             for c in (10, 30)]
+    writer = RecordWriter(HASH, [LocalChannel(m, _open_gate(), 0) for m in boxes],
+                          lambda r: r["k"], 128, 0)
+    assert writer.available() == 10
+
+
+def test_small_items_queue_beyond_the_item_capacity_while_the_credit_bounds_the_records():
+    """A slow consumer's items are small (parts of its senders' credit): an in-slot sender
+    held by the item count would be held in the middle of a batch."""
+    m = _mailbox(channels=1, target_s=1.0, initial_credit=100, max_credit=50)
+    done = threading.Event()
+
+    def send():
+        for i in range(20):  # 20 items of 2 records: beyond the capacity of 8 items
+            m.put_data(("records", 0, [{"i": i}, {"i": i}]))
+        done.set()
+
+    threading.Thread(target=send, daemon=True).start()
+    assert done.wait(5), "the sender was held by the item count"
+    assert m.queued_rows == 40
+    blocked = threading.Event()
+
+    def more():  # past max_credit records the item count holds again
+        m.put_data(("records", 0, [{"i": 0}] * 20))
+        m.put_data(("records", 0, [{"i": 0}]))
+        blocked.set()
+
+    threading.Thread(target=more, daemon=True).start()
+    assert not blocked.wait(0.3)
+    while m.take(0.1) is not None and not blocked.is_set():
+        pass
+    assert blocked.wait(5)
+
+
+def test_a_consumer_returns_credit_in_steps_of_an_eighth_of_its_credit():
+    m = _mailbox(channels=1, target_s=1.0, initial_credit=800, max_credit=10_000)
+    assert m.credit_step(800) == 100
+    assert m.credit_step(100) is None, "a small item returns its credit at once"
+    assert _mailbox(channels=1, target_s=1.0, initial_credit=16).credit_step(100) == MIN_CHANNEL_CREDIT
+    assert Mailbox(8, channels=1, target_s=None).credit_step(10**6) is None
+
+
+def test_in_slot_credit_the_sender_was_told_of_survives_a_falling_throughput():
+    """As over TCP: a source reads a batch to the credit it was told, then sends it. If the
+    consumer's credit shrinks meanwhile (its throughput fell), the send must not wait for
+    the new, smaller credit in the middle of the batch (profiled: a source that took a
+    trigger 4.6 s late at a load average of 38)."""
+    m = _mailbox(channels=1, target_s=1.0, initial_credit=100, max_credit=10_000)
+    ch = LocalChannel(m, _open_gate(), 0)
+    assert ch.available() == 100
+    m._share = 10  # the throughput was measured again: a tenth of it
+    sent = threading.Event()
+    threading.Thread(
+        target=lambda: (
+            ch.send_records(P.RECORDS, [{"i": i} for i in range(100)], pack_records),
+            sent.set(),
+        ),
+        daemon=True,
+    ).start()
+    assert sent.wait(5), "the sender waited for credit it had been told it had"
+    assert ch.available() == 0, "nothing more until the consumer processed below its credit"

@@ -33,7 +33,8 @@ TARGET_MS = 200
 MAX_RECORDS_PER_CYCLE = 600
 
 
-def _cycles(root: str, target_ms: int | None):
+def _cycles(root: str, target_ms: int | None, source_delays: list | None = None):
+    source_delays = [] if source_delays is None else source_delays
     out = os.path.join(root, "out")
     p = running_sum_pipeline(
         root,
@@ -67,6 +68,8 @@ def _cycles(root: str, target_ms: int | None):
     cycles, stats = [], []
     for c in done:
         for t in c.task_stats or []:
+            if "gen" in t.get("records", {}):  # the source: trigger -> it took the trigger
+                source_delays.append(t["start_delay_ms"])
             counts = t.get("records", {}).get("sum")
             if counts is None:
                 continue
@@ -78,15 +81,29 @@ def _cycles(root: str, target_ms: int | None):
 
 
 def test_a_slow_consumer_keeps_about_the_target_of_records_in_flight(tmp_path):
-    done, cycles, stats = _cycles(str(tmp_path), TARGET_MS)
+    source_delays: list[float] = []
+    done, cycles, stats = _cycles(str(tmp_path), TARGET_MS, source_delays)
     assert len(done) >= 5, f"only {len(done)} checkpoints completed"
     assert max(cycles) <= MAX_RECORDS_PER_CYCLE, (
         f"a barrier waited behind up to {max(cycles)} records (cycles {cycles})"
     )
+    # the source takes a trigger between two batches, and is not held in the middle of one
+    # for credit. Before (a batch read to twice the smallest credit of its two channels,
+    # the in-slot mailbox bounded by its item count, credit returned once per item, in-slot
+    # credit taken back when the throughput fell) half of its trigger delays were over a
+    # quarter of the target (16 of 32, 18 of 34, 20 of 41 in three runs; some seconds);
+    # after, 0-2 of ~40 (a single one can be late on a loaded machine: not the maximum)
+    late = [d for d in source_delays if d > TARGET_MS / 4]
+    assert len(late) <= 0.2 * len(source_delays), (
+        f"the source took {len(late)} of {len(source_delays)} triggers more than "
+        f"{TARGET_MS / 4:.0f} ms late: {sorted(source_delays)}"
+    )
     # the credit followed the throughput: far below the 1,024-record batches of the source
+    # (the queue may hold credit granted before the throughput fell: not above the largest)
+    granted = max(t["credit_records"] for t in stats)
     for t in stats:
         assert t["credit_records"] <= 400, t
-        assert t["queued_records"] <= t["credit_records"], t
+        assert t["queued_records"] <= granted, t
 
 
 def test_without_debloating_a_barrier_waits_behind_the_whole_backlog(tmp_path):
