@@ -5,7 +5,7 @@ the state rescales like every keyed state)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -168,6 +168,21 @@ def write_ipc(table: pa.Table) -> bytes:
     with pa.ipc.new_file(sink, table.schema, options=options) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+def snapshot_sides(table: pa.Table, *sides: tuple[int, str]
+                   ) -> Iterator[tuple[int, pa.Table, np.ndarray]]:
+    """The rows of a snapshot table (:meth:`capture` of a state: columns ``side``, ``seq``
+    and a struct column per kind of row), per ``(side, struct column)`` of ``sides`` that
+    has rows: ``(side, its rows as a table, their seq)``, in the order of ``sides``."""
+    if not table.num_rows:
+        return
+    side = table.column("side").to_numpy()
+    seq = table.column("seq").to_numpy()
+    for kind, name in sides:
+        sel = np.flatnonzero(side == kind)
+        if len(sel):
+            yield kind, table_of(table.column(name).take(pa.array(sel))), seq[sel]
 
 
 def read_owned(data: bytes, key_groups: KeyGroupRange) -> pa.Table:

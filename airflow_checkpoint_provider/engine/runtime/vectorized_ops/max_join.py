@@ -52,8 +52,8 @@ from .common import (
     insert,
     key_array,
     lookup,
+    snapshot_sides,
     struct_of,
-    table_of,
     times_ms,
     with_key_groups,
 )
@@ -367,25 +367,18 @@ class MaxJoinState(OneFileState):
 
     def load(self, table: pa.Table) -> None:
         """Rows of :meth:`capture` (this subtask's key groups) into the state."""
-        if not table.num_rows:
-            return
-        side = table.column("side").to_numpy()
-        seq = table.column("seq").to_numpy()
-        opened = np.flatnonzero(side == OPEN)
-        if len(opened):
-            self.add_left(table_of(table.column("left").take(pa.array(opened))))
-        for kind in (BEST, WAITING):
-            sel = np.flatnonzero(side == kind)
-            if not len(sel):
+        for kind, rows, seq in snapshot_sides(table, (OPEN, "left"), (BEST, "right"),
+                                              (WAITING, "right")):
+            if kind == OPEN:
+                self.add_left(rows)
                 continue
-            right = table_of(table.column("right").take(pa.array(sel)))
-            right = right.select(self.spec.right_needed)
+            right = rows.select(self.spec.right_needed)
             if kind == BEST:
-                self.add_right(right, seq[sel])
+                self.add_right(right, seq)
             else:
                 self._wait(right, times_ms(right.column(self.spec.right_time), self.uid,
-                                           self.spec.right_time), seq[sel])
-        self.next_seq = max(self.next_seq, int(seq.max()) + 1)
+                                           self.spec.right_time), seq)
+            self.next_seq = max(self.next_seq, int(seq.max()) + 1)
 
 
 def _set(table: pa.Table, name: str, values) -> pa.Table:

@@ -43,8 +43,8 @@ from .common import (
     insert,
     key_array,
     lookup,
+    snapshot_sides,
     struct_of,
-    table_of,
     with_key_groups,
 )
 
@@ -188,17 +188,12 @@ class UniqueJoinState(OneFileState):
                 self.load(table)
 
     def load(self, table: pa.Table) -> None:
-        if not table.num_rows:
-            return
-        side = table.column("side").to_numpy()
-        seq = table.column("seq").to_numpy()
-        sel = np.flatnonzero(side == TABLE)
-        if len(sel):
-            self.add_table(table_of(table.column("table").take(pa.array(sel))))
-        sel = np.flatnonzero(side == WAITING)
-        if len(sel):
-            self._wait(table_of(table.column("stream").take(pa.array(sel))), seq[sel])
-            self.next_seq = max(self.next_seq, int(seq[sel].max()) + 1)
+        for kind, rows, seq in snapshot_sides(table, (TABLE, "table"), (WAITING, "stream")):
+            if kind == TABLE:
+                self.add_table(rows)
+            else:
+                self._wait(rows, seq)
+                self.next_seq = max(self.next_seq, int(seq.max()) + 1)
 
 
 class UniqueJoinOperator(_KeyedStateOperator):
