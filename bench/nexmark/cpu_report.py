@@ -1,0 +1,130 @@
+"""Events per CPU-second of ours, per query, before and after the vectorized operators
+(issue 39): the table of BENCHMARKS.md's Nexmark section (:func:`render`, called by
+report.py when ``bench/results/nexmark_cpu.json`` exists).
+
+    .venv/bin/python -m bench.nexmark.cpu_report --runs <nexmark.json of the 500k runs>
+        --startup <nexmark.json of the same queries on a small file> [--out ...]
+
+merges two ``run.py`` results files into ``bench/results/nexmark_cpu.json``. A run's CPU
+seconds (``cpu_s``: the job master and slot processes) include the start-up (imports, slot
+launch, the first checkpoint), about 1.5-2 CPU-s whatever the input; the small run of the
+same query measures it. *Net* = (events - small events) / (CPU-s - small CPU-s): what one
+more event costs; *gross* = events / CPU-s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+RESULTS = os.path.join(ROOT, "bench", "results", "nexmark_cpu.json")
+#: the queries of the table, and the paths that ran them before (run.py names)
+TABLE = ("q0", "q1", "q2", "q3", "q4", "q5", "q13", "q19", "q21", "q22")
+BEFORE = {"q3": ("q3-rows",), "q4": ("q4-rows",), "q13": ("q13-rows", "q13-map"),
+          "q19": ("q19-rows",)}
+PATH = {"q3-rows": "co-process join", "q4-rows": "winning-bid co-process",
+        "q13-rows": "per-record temporal_join", "q13-map": "array lookup (no join, no state)",
+        "q19-rows": "TopN process function"}
+#: the per-core targets of issue 39 (heap)
+TARGET = 500_000
+
+
+def _cells(runs: list[dict]) -> dict[str, list[dict]]:
+    cells: dict[str, list[dict]] = {}
+    for r in runs:
+        if r.get("cpu_s") and not r.get("error") and r.get("backend", "heap") == "heap":
+            cells.setdefault(r["query"], []).append(r)
+    return cells
+
+
+def rates(data: dict) -> dict[str, tuple[float, float]]:
+    """Query -> (net, gross) events per CPU-second, medians over the repetitions."""
+    big, small = _cells(data["runs"]), _cells(data.get("startup_runs") or [])
+    out = {}
+    for q, rs in big.items():
+        gross = statistics.median(r["events"] / r["cpu_s"] for r in rs)
+        net = gross
+        if small.get(q):
+            e0 = statistics.median(r["events"] for r in small[q])
+            c0 = statistics.median(r["cpu_s"] for r in small[q])
+            net = statistics.median((r["events"] - e0) / max(r["cpu_s"] - c0, 1e-3) for r in rs)
+        out[q] = (net, gross)
+    return out
+
+
+def _k(v: float | None) -> str:
+    return "-" if not v else f"{v / 1000:,.0f}k"
+
+
+def render(data: dict) -> list[str]:
+    from bench.nexmark.references import REFERENCE_DBSP
+
+    got = rates(data)
+    runs = [r for r in data["runs"] if r.get("cpu_s")]
+    loads = [r["loadavg_before"][0] for r in runs if r.get("loadavg_before")]
+    events = {r["events"] for r in runs}
+    small = {r["events"] for r in data.get("startup_runs") or []}
+    lines = [
+        "### Events per CPU-second (issue 39: q13 and q19 vectorized, branch `nexmark`)", "",
+        "Commands: " + "; ".join(f"`taskset -c 1 .venv/bin/python bench/nexmark/run.py {c}`"
+                                 for c in data.get("commands") or []) + ". Ours only, "
+        f"heap, checkpoints every 10 s, parallelism 1, pinned to one core; "
+        f"{', '.join(f'{e:,}' for e in sorted(events))} events per run "
+        f"(start-up measured on {', '.join(f'{e:,}' for e in sorted(small)) or 'no'} "
+        "events of the same query). Rate = events / CPU seconds of the job master and slot "
+        "processes (`cpu_s`), not wall time: the core was shared with other sessions "
+        + (f"(load average {min(loads):.0f}-{max(loads):.0f} on 2 cores)" if loads else "")
+        + ". *Net* leaves out the start-up (imports, slot launch: the small run's CPU), "
+        "*gross* includes it. Before = the path the query ran on before the vectorized "
+        "operators (run.py's `<query>-rows`); for q0-q2, q5, q21, q22 nothing changed. "
+        "DBSP: its published per-core figure (references.py). Raw runs: "
+        "`bench/results/nexmark_cpu.json` (made by `python -m bench.nexmark.cpu_report`).",
+        "",
+        "| query | before: path | before, net | now, net | now, gross | now / before | "
+        "DBSP / core | now / DBSP | >= 500k | >= DBSP |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    for q in TABLE:
+        if q not in got:
+            continue
+        net, gross = got[q]
+        befores = [b for b in BEFORE.get(q, ()) if b in got]
+        dbsp = REFERENCE_DBSP.get(q)
+        path = "; ".join(f"{b} ({PATH[b]})" for b in befores) or "unchanged"
+        before = " / ".join(_k(got[b][0]) for b in befores) or "-"
+        ratio = " / ".join(f"{net / got[b][0]:.1f}x" for b in befores) or "-"
+        lines.append(
+            f"| {q} | {path} | {before} | {_k(net)} | {_k(gross)} | {ratio} | {_k(dbsp)} | "
+            f"{f'{net / dbsp:.2f}x' if dbsp else '-'} | "
+            f"{'met' if net >= TARGET else '**not met**'} | "
+            f"{('met' if net >= dbsp else '**not met**') if dbsp else '-'} |")
+    return lines + [""]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", required=True)
+    ap.add_argument("--startup", required=True)
+    ap.add_argument("--out", default=RESULTS)
+    args = ap.parse_args(argv)
+    with open(args.runs) as f:
+        big = json.load(f)
+    with open(args.startup) as f:
+        small = json.load(f)
+    data = {"commands": big.get("commands", []), "startup_commands": small.get("commands", []),
+            "runs": big["runs"], "startup_runs": small["runs"]}
+    with open(args.out, "w") as f:
+        json.dump(data, f, indent=1)
+    print("\n".join(render(data)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
