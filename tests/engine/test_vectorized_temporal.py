@@ -118,6 +118,7 @@ def test_the_vectorized_temporal_join_emits_the_rows_of_the_per_record_one(seed,
         assert op.dropped_late > 0, "the script has late rows"
     assert len(op.backend.p_seq) == 0, "every probe fired"
     assert len(op.backend.v_seq) <= 12, "a version per key at most once the watermark passed"
+    assert not op.backend.v_del.any(), "a deleted row leaves the state"
 
 
 @pytest.mark.parametrize("new", [1, 3])
