@@ -12,7 +12,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from operator_harness import BACKENDS, MAXP, open_op
+from operator_harness import BACKENDS, MAXP, open_op, restore_spec
 
 from airflow_checkpoint_provider.engine import (
     GeneratorSource,
@@ -94,13 +94,6 @@ def run_script(op, steps, vectorized: bool) -> Counter:
     return got
 
 
-def snapshot(op, directory) -> dict:
-    snap = op.snapshot(1)
-    handles = [snap.keyed.write(str(directory), "op-0", True)[0]] if snap.keyed.write else []
-    return {"directory": str(directory), "states": snap.states, "keyed": handles,
-            "operator_state": snap.operator_state}
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("how", ["inner", "left"])
 @pytest.mark.parametrize("timed", [True, False])
@@ -130,7 +123,7 @@ def test_the_temporal_join_state_restores_at_another_parallelism(tmp_path, new, 
     half = len(steps) // 2
     first = open_op(node(True, "left", timed), backend)
     got = run_script(first, steps[:half], True)
-    spec = snapshot(first, tmp_path)
+    spec = restore_spec(first, tmp_path)
     assert spec["keyed"], "the snapshot holds state"
     for sub in range(new):
         op = open_op(node(True, "left", timed), backend, key_group_range_for(sub, new, MAXP),
@@ -145,14 +138,14 @@ def test_the_temporal_join_state_restores_at_another_parallelism(tmp_path, new, 
 def test_a_per_record_temporal_join_savepoint_is_refused_by_the_vectorized_one(tmp_path):
     row = open_op(node(False))
     run_script(row, script(1, steps=5)[:-1], False)
-    spec = snapshot(row, tmp_path)
+    spec = restore_spec(row, tmp_path)
     with pytest.raises(RestoreError, match=r"'tj'.*per-record.*temporal_table_join.*new uid"):
         open_op(node(True), restore=spec)
     vec = open_op(node(True))
     run_script(vec, script(1, steps=5)[:-1], True)
     with pytest.raises(RestoreError, match=r"'tj'.*temporal-table-join.vectorized.*"
                                            r"temporal_join"):
-        open_op(node(False), restore=snapshot(vec, tmp_path / "v"))
+        open_op(node(False), restore=restore_spec(vec, tmp_path / "v"))
 
 
 def test_the_builder_needs_field_keys_and_time_columns():

@@ -6,6 +6,7 @@ the state rescales like every keyed state)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,7 @@ from ...state.backend import StateSnapshot, write_state_file
 from ...state.key_index import KeyIndex, _varlen, keys_to_numpy
 from ...state.keygroups import KeyGroupRange
 from ...state.vectorized import key_hashes
+from ..operators import _KeyedStateOperator
 
 
 def as_table(batch: pa.RecordBatch | pa.Table) -> pa.Table:
@@ -216,9 +218,27 @@ class OneFileState:
     #: (state name, what it is in a message, how to keep the state across a restore)
     STATE: tuple[str, str, str]
 
+    #: the operator's spec (a dataclass with ``describe()``)
+    spec: Any
+
+    def _meta(self) -> dict:
+        """The state's entry in a snapshot's metadata: its name, kind and spec."""
+        name = self.STATE[0]
+        return {name: {"kind": name, "serializer": "arrow", "spec": self.spec.describe()}}
+
     def spec_for_restore(self, spec: dict) -> dict:
         """The part of a spec that must not change across a restore."""
         return spec
+
+    def restore_state(self, directory: str, handles: Sequence, states: dict[str, dict]) -> None:
+        """Load the rows of this subtask's key groups of every restored file."""
+        if self.restorable(handles, states, self.spec.describe()):
+            for table in self.owned_tables(directory, handles):
+                self.load(table)
+
+    def load(self, table: pa.Table) -> None:
+        """The rows of one snapshot file (this subtask's key groups) into the state."""
+        raise NotImplementedError
 
     def restorable(self, handles: Sequence, states: dict[str, dict], now: dict) -> bool:
         """Whether the snapshot holds this state (``False``: nothing to restore); a foreign
@@ -249,3 +269,15 @@ class OneFileState:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+class TwoInputOperator(_KeyedStateOperator):
+    """What the two-input operators of this package share: Arrow batches in
+    (``process_input``), columnar state (their ``backend``)."""
+
+    vectorized = True
+    columnar = True
+    two_input = True
+
+    def process(self, records):  # pragma: no cover - the task calls process_input
+        raise TypeError(f"operator {self.uid!r} has two inputs: use process_input")

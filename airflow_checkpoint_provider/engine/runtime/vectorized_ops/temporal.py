@@ -28,7 +28,6 @@ the key groups the subtask owns (rescale). The per-record temporal join keeps ot
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -44,11 +43,11 @@ from ...state.backend import StateSnapshot
 from ...state.key_index import KeyIndex
 from ...state.keygroups import KeyGroupRange
 from ..batches import to_record_batch
-from ..operators import _KeyedStateOperator
 from ..windowing import _CheckpointedWatermark
 from .common import (
     OneFileState,
     RowStore,
+    TwoInputOperator,
     arrow_snapshot,
     as_table,
     column,
@@ -131,27 +130,34 @@ class TemporalTableJoinState(OneFileState):
         return rows
 
     # -- input ---------------------------------------------------------------------------------
+    def _on_time(self, t: pa.Table, ts: np.ndarray, on_time: np.ndarray,
+                 seq: np.ndarray | None, key: str):
+        """The rows ``on_time`` of ``t``: (rows, times, arrival numbers, key rows), or None."""
+        if not on_time.any():
+            return None
+        t, ts = _keep(t, on_time), ts[on_time]
+        seq = self._seq(len(ts), None if seq is None else seq[on_time])
+        return t, ts, seq, self._rows(key_array(t, key, self.uid))
+
     def add_probes(self, batch: pa.RecordBatch | pa.Table, watermark: int,
                    seq: np.ndarray | None = None) -> int:
         """Buffer the probe rows after ``watermark``; return how many were late."""
         spec, t = self.spec, as_table(batch)
         ts = times_ms(column(t, spec.probe_time, self.uid, "probe time"), self.uid,
                       spec.probe_time)
-        on_time = ts > watermark
-        late = int(len(ts) - on_time.sum())
-        if not on_time.any():
-            return late
-        t, ts = _keep(t, on_time), ts[on_time]
-        seq = self._seq(len(ts), None if seq is None else seq[on_time])
-        self.p_row = np.r_[self.p_row, self._rows(key_array(t, spec.probe_key, self.uid))]
-        self.p_ts, self.p_seq = np.r_[self.p_ts, ts], np.r_[self.p_seq, seq]
+        kept = self._on_time(t, ts, ts > watermark, seq, spec.probe_key)
+        if kept is None:
+            return len(ts)
+        t, ts, seq, rows = kept
+        self.p_row, self.p_ts, self.p_seq = (np.r_[self.p_row, rows], np.r_[self.p_ts, ts],
+                                             np.r_[self.p_seq, seq])
         if self.probes is None or self.probes.num_rows == 0:
             self.probes = t
         else:
             self.probes = pa.concat_tables([self.probes, t], promote_options="permissive")
             if self.probes.column(0).num_chunks > 64:
                 self.probes = self.probes.combine_chunks()
-        return late
+        return len(batch) - len(ts)
 
     def add_versions(self, batch: pa.RecordBatch | pa.Table, watermark: int,
                      seq: np.ndarray | None = None) -> int:
@@ -165,22 +171,21 @@ class TemporalTableJoinState(OneFileState):
             ts = times_ms(column(t, spec.table_time, self.uid, "table time"), self.uid,
                           spec.table_time)
             on_time = ts > watermark
-        late = int(len(ts) - on_time.sum())
-        if not on_time.any():
-            return late
-        t, ts = _keep(t, on_time), ts[on_time]
-        seq = self._seq(len(ts), None if seq is None else seq[on_time])
+        kept = self._on_time(t, ts, on_time, seq, spec.table_key)
+        if kept is None:
+            return len(ts)
+        t, ts, seq, rows = kept
         deleted = np.zeros(len(ts), dtype=bool)
         if OP_FIELD in t.column_names:
             deleted = pc.fill_null(pc.is_in(t.column(OP_FIELD), _DELETES), False).to_numpy(
                 zero_copy_only=False)
-        self.v_row = np.r_[self.v_row, self._rows(key_array(t, spec.table_key, self.uid))]
-        self.v_ts, self.v_seq = np.r_[self.v_ts, ts], np.r_[self.v_seq, seq]
+        self.v_row, self.v_ts, self.v_seq = (np.r_[self.v_row, rows], np.r_[self.v_ts, ts],
+                                             np.r_[self.v_seq, seq])
         self.v_del = np.r_[self.v_del, deleted]
         self.v_pid = np.r_[self.v_pid, self.versions.append(t, self.uid)]
         if spec.table_time is None:  # one version per key: the last one
             self._clean(MIN_WATERMARK)
-        return late
+        return len(batch) - len(ts)
 
     # -- the watermark ---------------------------------------------------------------------------
     def advance(self, watermark: int) -> pa.Table | None:
@@ -256,10 +261,6 @@ class TemporalTableJoinState(OneFileState):
             self.v_pid = self.versions.compact(self.v_pid)
 
     # -- the KeyedStateBackend protocol ----------------------------------------------------------
-    def _meta(self) -> dict:
-        return {STATE_NAME: {"kind": STATE_NAME, "serializer": "arrow",
-                             "spec": self.spec.describe()}}
-
     def capture(self) -> pa.Table:
         parts = []
         if self.probes is not None and len(self.p_seq):
@@ -289,11 +290,6 @@ class TemporalTableJoinState(OneFileState):
     def spec_for_restore(self, spec: dict) -> dict:
         return {k: v for k, v in spec.items() if k != "how"}
 
-    def restore_state(self, directory: str, handles: Sequence, states: dict[str, dict]) -> None:
-        if self.restorable(handles, states, self.spec.describe()):
-            for table in self.owned_tables(directory, handles):
-                self.load(table)
-
     def load(self, table: pa.Table) -> None:
         """Rows of :meth:`capture` (this subtask's key groups) into the state."""
         for kind, rows, seq in snapshot_sides(table, (PROBE, "probe"), (VERSION, "table")):
@@ -301,12 +297,9 @@ class TemporalTableJoinState(OneFileState):
             add(rows, MIN_WATERMARK, seq)
 
 
-class TemporalTableJoinOperator(_CheckpointedWatermark, _KeyedStateOperator):
+class TemporalTableJoinOperator(_CheckpointedWatermark, TwoInputOperator):
     """Input 1: the probe rows, input 2: the table rows (versions); Arrow batches."""
 
-    vectorized = True
-    columnar = True
-    two_input = True
     backend: TemporalTableJoinState  # type: ignore[assignment]
 
     def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
@@ -318,9 +311,6 @@ class TemporalTableJoinOperator(_CheckpointedWatermark, _KeyedStateOperator):
 
     def open(self, restored_operator_state):
         self._restore_watermark(restored_operator_state)
-
-    def process(self, records):  # pragma: no cover - the task calls process_input
-        raise TypeError(f"operator {self.uid!r} has two inputs: use process_input")
 
     def process_input(self, input: int, batch: pa.RecordBatch) -> list:
         if len(batch):
