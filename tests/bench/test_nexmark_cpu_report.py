@@ -14,7 +14,7 @@ def _run(query: str, events: int, cpu_s: float) -> dict:
 
 
 DATA = {"commands": ["--queries q0,q13,q13-rows"],
-        "runs": [_run("q0", 500_000, 2.5), _run("q13", 500_000, 3.0),
+        "runs": [_run("q0", 500_000, 2.5), _run("q0", 100_000, 1.0), _run("q13", 500_000, 3.0),
                  _run("q13-rows", 500_000, 12.0)],
         "startup_runs": [_run("q0", 20_000, 1.7), _run("q13", 20_000, 2.0),
                          _run("q13-rows", 20_000, 2.4)]}
@@ -26,7 +26,7 @@ def test_the_rates_leave_the_start_up_out_and_say_which_targets_are_met(tmp_path
     assert got["q13"][0] == 480_000
     lines = cpu_report.render(DATA)
     q0 = next(line for line in lines if line.startswith("| q0 |"))
-    assert "| 600k | 200k |" in q0 and "| 1,170k | 0.51x | met | **not met** |" in q0
+    assert "| q0 | 0.5M | unchanged | - | 600k | 200k |" in q0 and "| 1,170k | 0.51x | met | **not met** |" in q0
     q13 = next(line for line in lines if line.startswith("| q13 |"))
     assert "q13-rows (per-record temporal_join)" in q13 and "| 50k | 480k |" in q13
     assert "9.6x" in q13 and "| **not met** | - |" in q13
@@ -35,4 +35,5 @@ def test_the_rates_leave_the_start_up_out_and_say_which_targets_are_met(tmp_path
     startup.write_text(json.dumps({"runs": DATA["startup_runs"]}))
     out = tmp_path / "cpu.json"
     cpu_report.main(["--runs", str(runs), "--startup", str(startup), "--out", str(out)])
+    assert json.loads(out.read_text())["startup_runs"] == DATA["startup_runs"]
     assert cpu_report.rates(json.loads(out.read_text())) == got
