@@ -15,9 +15,9 @@ def _run(query: str, events: int, cpu_s: float) -> dict:
 
 DATA = {"commands": ["--queries q0,q13,q13-rows"],
         "runs": [_run("q0", 500_000, 2.5), _run("q0", 100_000, 1.0), _run("q13", 500_000, 3.0),
-                 _run("q13-rows", 500_000, 12.0)],
+                 _run("q13-rows", 500_000, 12.0), _run("q21", 500_000, 2.0)],
         "startup_runs": [_run("q0", 20_000, 1.7), _run("q13", 20_000, 2.0),
-                         _run("q13-rows", 20_000, 2.4)]}
+                         _run("q13-rows", 20_000, 2.4), _run("q21", 20_000, 1.6)]}
 
 
 def test_the_rates_leave_the_start_up_out_and_say_which_targets_are_met(tmp_path):
@@ -30,6 +30,9 @@ def test_the_rates_leave_the_start_up_out_and_say_which_targets_are_met(tmp_path
     q13 = next(line for line in lines if line.startswith("| q13 |"))
     assert "q13-rows (per-record temporal_join)" in q13 and "| 50k | 480k |" in q13
     assert "9.6x" in q13 and "| **not met** | - |" in q13
+    # 0.4 CPU-s beyond the start-up: no net figure, the gross one (a lower bound) decides
+    q21 = next(line for line in lines if line.startswith("| q21 |"))
+    assert "| - | 250k |" in q21 and "| 430k | 0.58x | **not met** | **not met** |" in q21
     runs, startup = tmp_path / "runs.json", tmp_path / "startup.json"
     runs.write_text(json.dumps({k: DATA[k] for k in ("commands", "runs")}))
     startup.write_text(json.dumps({"runs": DATA["startup_runs"]}))
