@@ -87,8 +87,9 @@ def run_script(op, steps, vectorized: bool) -> Counter:
         if step[0] == "in":
             if step[2]:
                 rows = step[2]
-                op.process_input(step[1], pa.RecordBatch.from_pylist(rows) if vectorized
-                                 else [dict(r) for r in rows])
+                out = op.process_input(step[1], pa.RecordBatch.from_pylist(rows) if vectorized
+                                       else [dict(r) for r in rows])
+                got.update(norm(r) for r in rows_of([out]))
         else:
             got.update(norm(r) for r in rows_of(op.on_watermark(step[1])))
     return got

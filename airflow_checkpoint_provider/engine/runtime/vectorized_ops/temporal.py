@@ -231,7 +231,33 @@ class TemporalTableJoinState(OneFileState):
         assert self.probes is not None
         if self.probes.column(0).num_chunks > 1:
             self.probes = self.probes.combine_chunks()
-        probes = self.probes.take(pa.array(due))
+        return self._output(self.probes.take(pa.array(due)), version, hit)
+
+    def join_static(self, batch: pa.RecordBatch | pa.Table, watermark: int
+                    ) -> tuple[pa.Table | None, int]:
+        """Probe rows joined at once: a table without time whose input ended (the operator's
+        watermark left the minimum) holds one final row per key, the row any probe time
+        would see. Returns (the joined rows, how many were late)."""
+        spec, t = self.spec, as_table(batch)
+        ts = times_ms(column(t, spec.probe_time, self.uid, "probe time"), self.uid,
+                      spec.probe_time)
+        on_time = ts > watermark
+        late = len(ts) - int(on_time.sum())
+        if not on_time.any():
+            return None, late
+        t = _keep(t, on_time)
+        rows = lookup(self.index, key_array(t, spec.probe_key, self.uid))
+        of_row = np.full(self.index.n + 1, -1, dtype=np.int64)  # one version per key
+        of_row[self.v_row] = np.arange(len(self.v_row))
+        version = of_row[rows]  # rows -1 (an unknown key): of_row[-1] is -1
+        hit = version >= 0
+        if spec.how != "left" and not hit.all():
+            t, version, hit = _keep(t, hit), version[hit], hit[hit]
+        return (self._output(t, version, hit) if t.num_rows else None), late
+
+    def _output(self, probes: pa.Table, version: np.ndarray, hit: np.ndarray) -> pa.Table:
+        """``probes`` with the table columns they lack of their ``version`` (null where
+        not ``hit``)."""
         if self.versions.schema is None:  # no table row yet: nothing to add
             return probes
         table = self.versions.take(self.v_pid[version[hit]])
@@ -313,10 +339,16 @@ class TemporalTableJoinOperator(_CheckpointedWatermark, TwoInputOperator):
         self._restore_watermark(restored_operator_state)
 
     def process_input(self, input: int, batch: pa.RecordBatch) -> list:
-        if len(batch):
-            b = self.backend
-            add = b.add_probes if input == 1 else b.add_versions
-            self.dropped_late += add(batch, self.watermark)
+        if not len(batch):
+            return []
+        b = self.backend
+        if input == 1 and b.spec.table_time is None and self.watermark > MIN_WATERMARK:
+            # a static table whose input ended: nothing can change, join without waiting
+            out, late = b.join_static(batch, self.watermark)
+            self.dropped_late += late
+            return [] if out is None else to_record_batch(out, f"temporal table join {self.uid!r}")
+        add = b.add_probes if input == 1 else b.add_versions
+        self.dropped_late += add(batch, self.watermark)
         return []
 
     def on_watermark(self, watermark):
