@@ -15,7 +15,11 @@ Rows at or behind the watermark are late: dropped and counted (``dropped_late``)
 Per watermark, no Python per row: the due probes and the versions are merged by one
 ``lexsort`` on (key row, time, versions first, arrival), and a running maximum gives every
 probe the latest version at or before it; then the versions at or before the watermark but
-each key's latest leave (and that one too if a delete), as in the per-record operator.
+each key's latest leave (and that one too if a delete), as in the per-record operator. A
+static table whose input ended (the operator's watermark left the minimum: a table input
+without event time holds it there until its source ends) holds one final row per key, the
+row any probe time would see: probes then join at once, not at the watermark (the same rows,
+emitted earlier, nothing buffered).
 
 State (columnar in memory with either state backend): the waiting probes (a table and numpy
 columns), the versions in a :class:`~.common.RowStore`, their keys in a
