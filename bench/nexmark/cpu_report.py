@@ -66,10 +66,13 @@ def spent(data: dict) -> dict[str, float]:
 
 
 def _verdict(net: float | None, gross: float, target: float, cpu_s: float) -> str:
-    """met / not met on the net rate (the gross one without it); "within noise" when the
-    net figure rests on under :data:`NOISY_CPU_S` CPU-s and the gross one misses."""
-    rate = net or gross
-    if rate < target:
+    """met / not met on the net rate; "within noise" when the net figure rests on under
+    :data:`NOISY_CPU_S` CPU-s and the gross one misses. Without a net figure the work cost
+    under :data:`MIN_NET_CPU_S` (+0.3 of noise) CPU-s: over 2.5M events per CPU-s on 2M
+    events, above every target."""
+    if net is None:  # the work cost less than the start-up's noise: a bound, not a figure
+        return "met" if gross >= target else "met (work below the start-up noise)"
+    if net < target:
         return "**not met**"
     return "met (within noise)" if gross < target and cpu_s < NOISY_CPU_S else "met"
 
@@ -105,7 +108,7 @@ def render(data: dict) -> list[str]:
     loads = [r["loadavg_before"][0] for r in runs if r.get("loadavg_before")]
     small = {r["events"] for r in data.get("startup_runs") or []}
     lines = [
-        "### Events per CPU-second (issue 39: q13 and q19 vectorized, branch `nexmark`)", "",
+        "### Events per CPU-second (issue 39: q3, q4, q13, q19 against their per-record paths)", "",
         "Commands: " + "; ".join(f"`taskset -c 1 .venv/bin/python bench/nexmark/run.py {c}`"
                                  for c in data.get("commands") or [])
         + "; start-up runs: " + "; ".join(f"`.venv/bin/python bench/nexmark/run.py {c}`"
@@ -118,11 +121,13 @@ def render(data: dict) -> list[str]:
         "processes (`cpu_s`), not wall time: the core was shared with other sessions "
         + (f"(load average {min(loads):.0f}-{max(loads):.0f} on 2 cores)" if loads else "")
         + ". *Net* leaves out the start-up (imports, slot launch: the small run's CPU), "
-        f"*gross* includes it; a run that spent less than {MIN_NET_CPU_S} CPU-s beyond "
-        "its start-up has no net figure (noise), and its gross figure (a lower bound) is "
-        f"compared with the targets; a net figure resting on under {NOISY_CPU_S:g} CPU-s "
-        "(the start-up varies by about 0.3 CPU-s between runs) is marked \"within noise\" "
-        "where the gross figure misses the target. Before = the path the query ran on before the vectorized "
+        f"*gross* includes it. A run that spent less than {MIN_NET_CPU_S} CPU-s beyond "
+        "its start-up has no net figure (noise; its gross figure, a lower bound, is shown): "
+        f"it did its events in under {MIN_NET_CPU_S} + 0.3 CPU-s, above 2.5M per CPU-s on "
+        "2M events, \"met (work below the start-up noise)\". A net figure resting on under "
+        f"{NOISY_CPU_S:g} CPU-s (the start-up varies by about 0.3 CPU-s between runs) is "
+        "marked \"within noise\" where the gross figure misses the target. "
+        "Before = the path the query ran on before the vectorized "
         "operators (run.py's `<query>-rows`); for q0-q2, q5, q21, q22 nothing changed. "
         "DBSP: its published per-core figure (references.py). Raw runs: "
         "`bench/results/nexmark_cpu.json` (made by `python -m bench.nexmark.cpu_report`).",
