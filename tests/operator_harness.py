@@ -39,6 +39,15 @@ def open_op(node, backend="heap", key_groups=None, restore=None, subtask=0, para
                          {"kind": backend}, restore)
 
 
+def restore_spec(op, directory) -> dict:
+    """Snapshot ``op`` (checkpoint 1) into ``directory``: the restore spec :func:`open_op`
+    takes (``states``, ``keyed`` handles, ``operator_state``)."""
+    snap = op.snapshot(1)
+    handles = [snap.keyed.write(str(directory), "op-0", True)[0]] if snap.keyed.write else []
+    return {"directory": str(directory), "states": snap.states, "keyed": handles,
+            "operator_state": snap.operator_state}
+
+
 def two_sources(p):
     """Sources ``a`` and ``b`` of ``p`` (one record each; the tests feed the operator
     themselves), event time ``ts`` without disorder."""

@@ -5,7 +5,9 @@ snapshot, rescaled by key group.
 * :func:`max_by_join`: the expiring max-by join (Nexmark's winning bid: q4, q6, q9);
 * :func:`latest_by_key`: the latest row per key (q18);
 * :func:`unique_key_join`: the insert-only regular join of a stream with a side that holds
-  one row per key (q3, q20).
+  one row per key (q3, q20);
+* :func:`temporal_table_join`: the event-time temporal join with a versioned or static
+  table (q13's side input).
 
 Each runs as its own node kind with its own state: a savepoint of the per-record operator
 they replace is refused (a typed :class:`~.errors.RestoreError` naming the operator), not
@@ -14,6 +16,11 @@ converted; switch with a new uid. The builders live in the DSL layer
 (:mod:`.runtime.vectorized_ops`).
 """
 
-from .datastream.vectorized_ops import latest_by_key, max_by_join, unique_key_join
+from .datastream.vectorized_ops import (
+    latest_by_key,
+    max_by_join,
+    temporal_table_join,
+    unique_key_join,
+)
 
-__all__ = ["latest_by_key", "max_by_join", "unique_key_join"]
+__all__ = ["latest_by_key", "max_by_join", "temporal_table_join", "unique_key_join"]

@@ -414,7 +414,9 @@ COLUMNS: dict[str, list[str]] = {q: ["event_type", "date_time", *(c for c in col
     "q15": ["bidder", "auction", "price"], "q16": ["channel", "bidder", "auction", "price"],
     "q17": ["auction", "price"], "q18": _ALL, "q19": _ALL, "q21": _URL, "q22": _URL}.items()}
 COLUMNS.update(JOIN_COLUMNS)
-COLUMNS.update({f"{q}-rows": COLUMNS[q] for q in ("q3", "q4", "q6", "q9", "q18", "q20")})
+COLUMNS.update({f"{q}-rows": COLUMNS[q] for q in ("q3", "q4", "q6", "q9", "q13", "q18", "q19",
+                                                  "q20")})
+COLUMNS["q13-map"] = COLUMNS["q13"]
 
 QUERIES: dict[str, Callable] = {
     "q0": q0, "q1": q1, "q2": q2, "q5": q5, "q7": q7, "q10": q10, "q11": q11, "q12": q12,

@@ -101,6 +101,20 @@ def _interval_table(iv, queries, rate, rates, cps) -> list[str]:
     return lines
 
 
+def _notes() -> list[str]:
+    """NOTES.md, then the events per CPU-second before/after (issue 39) if measured."""
+    from bench.nexmark import cpu_report
+
+    lines = []
+    if os.path.exists(NOTES):
+        with open(NOTES) as f:
+            lines += [f.read().strip(), ""]
+    if os.path.exists(cpu_report.RESULTS):
+        with open(cpu_report.RESULTS) as f:
+            lines += cpu_report.render(json.load(f))
+    return lines
+
+
 def render(data: dict) -> list[str]:
     from bench.nexmark.queries import MISSING, QUERIES
 
@@ -160,9 +174,7 @@ def render(data: dict) -> list[str]:
              "issue 39 item 3) was not measured this round: no such Flink runs exist yet.",
              ""]
     lines += _conditions(data["runs"], loads)
-    if os.path.exists(NOTES):
-        with open(NOTES) as f:
-            lines += [f.read().strip(), ""]
+    lines += _notes()
     for iv in intervals:
         lines += _interval_table(iv, queries, rate, rates, cps)
     if intervals:

@@ -13,6 +13,14 @@ q20. Same output rows as the per-record versions (kept in :data:`ROW_QUERIES` as
 * q18: :func:`latest_by_key` by ``date_time`` (ties: the later bid), an upsert stream by
   (bidder, auction) that emits a key's row when it changes (the per-record ``reduce``
   emitted one row per bid; the last row per key is the same).
+* q13: :func:`temporal_table_join` of the bids (key ``auction % 10,000``) with the side
+  input, nexmark's bounded table ``key -> str(key)`` read by its own source without event
+  time (a static table: the bids wait until it was read, then join per watermark); the
+  per-record ``q13-rows`` is the same join on ``temporal_join().process()``, and ``q13-map``
+  the array lookup that ran before (valid only because this side input is a function of
+  its key: no state, no table).
+* q19: ``top_n`` (vectorized since issue 27); ``q19-rows`` is the per-record top 10 it
+  replaced (:class:`TopN`, a list in a value state), kept for the before/after figures.
 """
 
 from __future__ import annotations
@@ -22,9 +30,11 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_checkpoint_provider.engine import GeneratorSource, KeyedProcessFunction
 from airflow_checkpoint_provider.engine.vectorized_ops import (
     latest_by_key,
     max_by_join,
+    temporal_table_join,
     unique_key_join,
 )
 
@@ -112,11 +122,83 @@ def q18(events, p):
                          by="date_time", uid="q18-latest", parallelism=p)
 
 
-VECTOR_QUERIES: dict[str, Callable] = {"q3": q3, "q4": q4, "q6": q6, "q9": q9, "q18": q18,
-                                       "q20": q20}
+# -- q13 ------------------------------------------------------------------------------------
+def _q13_side(batch):
+    """GeneratorSource rows ``id`` -> nexmark's side input row ``(key, str(key))``."""
+    ids = batch.column("id")
+    return pa.RecordBatch.from_arrays([ids, pc.cast(ids, pa.string())], names=["key", "value"])
+
+
+def _q13_bids(batch):
+    b = jq.bids(batch).select(["auction", "bidder", "price", "date_time"])
+    return b.append_column("key", pc.cast(
+        b.column("auction").to_numpy(zero_copy_only=False) % jq.SIDE_INPUT_ROWS, pa.int64()))
+
+
+def _q13_out(batch):
+    return batch.drop_columns(["key"])
+
+
+def side_input(events, uid: str):
+    """Nexmark's side input as a bounded source without event time (a static table)."""
+    return (events._p.source(GeneratorSource(jq.SIDE_INPUT_ROWS, arrow=True, int_keys=True,
+                                             splits=1), uid=f"{uid}-side", parallelism=1)
+            .map_batches(_q13_side, name=f"{uid}: side input"))
+
+
+def q13(events, p):
+    return (temporal_table_join(events.map_batches(_q13_bids, name="q13: bids").key_by("key"),
+                                side_input(events, "q13").key_by("key"), uid="q13-join",
+                                parallelism=p)
+            .map_batches(_q13_out, name="q13: out"))
+
+
+def q13_rows(events, p):
+    return (events.map_batches(_q13_bids, name="q13: bids").key_by("key")
+            .temporal_join(side_input(events, "q13-rows").key_by("key"))
+            .process(lambda b, s: {"auction": b["auction"], "bidder": b["bidder"],
+                                   "price": b["price"], "date_time": b["date_time"],
+                                   "value": s["value"]}, uid="q13-join-rows", parallelism=p))
+
+
+# -- q19 ------------------------------------------------------------------------------------
+class TopN(KeyedProcessFunction):
+    """Per auction, the ``n`` highest bids (price descending, earlier first on ties); emits
+    the rows whose rank changed when a bid enters (rank_number 1..n). The per-record top-N
+    that ``top_n`` replaced (commit 5bbfe0f)."""
+
+    def __init__(self, n: int = 10) -> None:
+        self.n = n
+
+    def open(self, ctx):
+        self.top = ctx.value_state("top", None)
+
+    def process_element(self, r, ctx):
+        top = self.top.value() or []
+        price = r["price"]
+        i = len(top)
+        while i > 0 and top[i - 1]["price"] < price:
+            i -= 1
+        if i >= self.n:
+            return None
+        top = [*top[:i], r, *top[i:]][: self.n]
+        self.top.update(top)
+        return [{**row, "rank_number": j + 1} for j, row in enumerate(top) if j >= i]
+
+
+def q19_rows(events, p):
+    return (events.map_batches(jq.bids, name="q19: bids")
+            .key_by("auction").process(TopN(10), uid="q19-top10-rows", parallelism=p))
+
+
+VECTOR_QUERIES: dict[str, Callable] = {"q3": q3, "q4": q4, "q6": q6, "q9": q9, "q13": q13,
+                                       "q18": q18, "q20": q20}
 #: the per-record versions, by ``<query>-rows`` (run.py and the tests run them by that name)
 ROW_QUERIES: dict[str, Callable] = {f"{q}-rows": f for q, f in {
-    "q3": jq.q3, "q4": jq.q4, "q6": jq.q6, "q9": jq.q9, "q20": jq.q20}.items()}
+    "q3": jq.q3, "q4": jq.q4, "q6": jq.q6, "q9": jq.q9, "q13": q13_rows, "q19": q19_rows,
+    "q20": jq.q20}.items()}
+#: q13 before the temporal table join: a stateless array lookup (see the module's text)
+ROW_QUERIES["q13-map"] = jq.q13
 #: how the queries above run now (queries.PER_RECORD keeps what is still per record)
 VECTOR_NOTES = {"q6": "last 10 per seller (per closed auction, after the vectorized "
                       "winning bid)"}

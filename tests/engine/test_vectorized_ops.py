@@ -12,7 +12,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from operator_harness import BACKENDS, MAXP, open_op
+from operator_harness import BACKENDS, MAXP, open_op, restore_spec
 
 from airflow_checkpoint_provider.engine import (
     GeneratorSource,
@@ -128,19 +128,12 @@ def run_script(op, steps, vectorized: bool) -> Counter:
     return got
 
 
-def _snapshot(op, directory) -> dict:
-    snap = op.snapshot(1)
-    handles = [snap.keyed.write(str(directory), "op-0", True)[0]] if snap.keyed.write else []
-    return {"directory": str(directory), "states": snap.states, "keyed": handles,
-            "operator_state": snap.operator_state}
-
-
 def restored_run(make, backend, steps, tmp_path, new: int, key_of) -> Counter:
     """Half of ``steps``, a snapshot, the rest into ``new`` restored subtasks."""
     half = len(steps) // 2
     first = open_op(make(), backend)
     got = run_script(first, steps[:half], True)
-    spec = _snapshot(first, tmp_path)
+    spec = restore_spec(first, tmp_path)
     assert spec["keyed"], "the snapshot holds state"
     for sub in range(new):
         op = open_op(make(), backend, key_group_range_for(sub, new, MAXP), spec, sub, new)
@@ -187,7 +180,7 @@ def test_max_by_join_compacts_closed_auctions_and_keeps_the_result(monkeypatch):
 def test_a_winning_bid_co_process_savepoint_is_refused_by_max_by_join(tmp_path):
     row = open_op(win_node(False))
     run_script(row, win_script(1, steps=5)[:-1], False)
-    spec = _snapshot(row, tmp_path)
+    spec = restore_spec(row, tmp_path)
     with pytest.raises(RestoreError, match=r"'wb'.*per-record.*max_by_join.*new uid"):
         open_op(win_node(True), restore=spec)
 
@@ -195,7 +188,7 @@ def test_a_winning_bid_co_process_savepoint_is_refused_by_max_by_join(tmp_path):
 def test_max_by_join_refuses_another_by_column_on_restore(tmp_path):
     op = open_op(win_node(True))
     run_script(op, win_script(1, steps=5)[:-1], True)
-    spec = _snapshot(op, tmp_path)
+    spec = restore_spec(op, tmp_path)
     with pytest.raises(StateMigrationError, match="'wb'.*by"):
         open_op(win_node(True, by="bidder"), restore=spec)
 
@@ -245,7 +238,7 @@ def test_latest_by_key_state_restores_at_another_parallelism(tmp_path, new, back
     half = len(steps) // 2
     first = open_op(latest_node(True), backend)
     got = _emitted(first, steps[:half], True)
-    spec = _snapshot(first, tmp_path)
+    spec = restore_spec(first, tmp_path)
     for sub in range(new):
         op = open_op(latest_node(True), backend, key_group_range_for(sub, new, MAXP), spec,
                      sub, new)
@@ -258,7 +251,7 @@ def test_latest_by_key_state_restores_at_another_parallelism(tmp_path, new, back
 def test_a_reduce_savepoint_is_refused_by_latest_by_key(tmp_path):
     row = open_op(latest_node(False))
     _emitted(row, latest_script(1, steps=3), False)
-    spec = _snapshot(row, tmp_path)
+    spec = restore_spec(row, tmp_path)
     with pytest.raises(RestoreError, match=r"'lt'.*per-record.*latest_by_key"):
         open_op(latest_node(True), restore=spec)
 
@@ -326,7 +319,7 @@ def test_the_builders_need_field_keys():
 def test_a_max_by_join_savepoint_restored_into_the_co_process_names_its_state(tmp_path):
     vec = open_op(win_node(True))
     run_script(vec, win_script(1, steps=5)[:-1], True)
-    spec = _snapshot(vec, tmp_path)
+    spec = restore_spec(vec, tmp_path)
     with pytest.raises(RestoreError, match=r"'wb'.*vectorized \(max-by-join.vectorized\).*"
                                            r"co_process"):
         open_op(win_node(False), restore=spec)

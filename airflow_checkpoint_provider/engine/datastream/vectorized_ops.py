@@ -8,7 +8,8 @@ from .joins import _check_pair, _two_input
 
 #: node kind -> what it is (graph.py lists them as keyed kinds; runtime/factory.py runs them)
 KINDS = {"max_by_join": "vectorized max-by join", "latest_by_key": "vectorized latest row",
-         "unique_key_join": "vectorized unique-key join"}
+         "unique_key_join": "vectorized unique-key join",
+         "temporal_table_join": "vectorized temporal table join"}
 
 
 def _field(stream: DataStream, what: str, uid: str, label: str) -> str:
@@ -71,3 +72,41 @@ def unique_key_join(stream: DataStream, table: DataStream, *, uid: str,
     spec = UniqueJoinSpec(_field(stream, what, uid, "stream"), _field(table, what, uid, "table"))
     return _two_input("unique_key_join", name or "Unique-key join", uid, parallelism, spec,
                       stream, table, (stream._key_selector, table._key_selector))
+
+
+def temporal_table_join(probe: DataStream, table: DataStream, *, uid: str, how: str = "inner",
+                        parallelism: int | None = None, name: str | None = None) -> DataStream:
+    """Each ``probe`` row joined with the version of ``table``'s row of its key valid at the
+    probe's event time (Flink's ``FOR SYSTEM_TIME AS OF``), vectorized: the semantics and
+    default output of ``probe.temporal_join(table, how=how).process(uid=...)``. ``table``
+    is an upsert or changelog stream (``_op``) with event time, or a bounded source without
+    a watermark strategy (a static table: the probes wait until it was read). Event time is
+    each input's ``timestamp_field`` (a column). ``how``: ``"inner"`` or ``"left"`` (the
+    table columns null). Both inputs ``key_by(field)``. See :mod:`.temporal`."""
+    from ..plan.specs import TEMPORAL_JOIN_TYPES
+    from ..runtime.vectorized_ops.temporal import TemporalTableJoinSpec
+
+    what = "temporal_table_join"
+    _check_pair(what, probe, table)
+    if how not in TEMPORAL_JOIN_TYPES:
+        raise PipelineDefinitionError(
+            f"{what} {uid!r}: how={how!r} is not one of {', '.join(TEMPORAL_JOIN_TYPES)}")
+    times = []
+    for label, stream in (("probe", probe), ("table", table)):
+        stamp = stream._timestamp
+        if stamp is not None and stamp.field is None:
+            raise PipelineDefinitionError(
+                f"{what} {uid!r}: the {label} input's event time is a function; this join "
+                "reads it from a column: WatermarkStrategy...(timestamp_field='<column>')")
+        times.append(None if stamp is None else stamp.field)
+    if times[0] is None:
+        raise PipelineDefinitionError(
+            f"{what} {uid!r}: the probe (first) input needs event time: pass "
+            "watermarks=WatermarkStrategy.for_bounded_out_of_orderness(..., "
+            "timestamp_field=...) to the source(s) it reads from")
+    spec = TemporalTableJoinSpec(_field(probe, what, uid, "probe"),
+                                 _field(table, what, uid, "table"), times[0], times[1], how)
+    out = _two_input("temporal_table_join", name or f"Temporal table join ({how})", uid,
+                     parallelism, spec, probe, table, (probe._key_selector, table._key_selector))
+    out._timestamp = probe._timestamp  # the output is the probe's columns first
+    return out

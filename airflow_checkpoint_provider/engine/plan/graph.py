@@ -27,7 +27,11 @@ AUTO_UID_PREFIX = "~chain-"
 #: operators whose state is keyed (redistributed by key group on restore)
 #: operators with two inputs (``connect`` and the joins): each input edge says which it is
 TWO_INPUT_KINDS = ("co_process", "interval_join", "window_join", "broadcast_process",
-                   "temporal_join", "regular_join", "max_by_join", "unique_key_join")
+                   "temporal_join", "regular_join", "max_by_join", "unique_key_join",
+                   "temporal_table_join")
+#: the node kinds of engine/vectorized_ops (columnar state of their own; runtime/factory.py)
+VECTORIZED_OPS_KINDS = ("max_by_join", "latest_by_key", "unique_key_join",
+                        "temporal_table_join")
 KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate", "window", "top_n",
                "session_aggregate", "upsert_materializer", "latest_by_key", *TWO_INPUT_KINDS)
 STATEFUL_KINDS = ("source", *KEYED_KINDS, "sink")

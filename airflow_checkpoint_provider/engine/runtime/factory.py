@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import cast
 
 from ..plan.functions import RuntimeContext
-from ..plan.graph import Node
+from ..plan.graph import VECTORIZED_OPS_KINDS, Node
 from ..state.columnar import AggregateSpec
 from ..state.distinct_state import has_distinct
 from ..state.keygroups import KeyGroupRange
@@ -49,10 +49,12 @@ def _vectorized_ops() -> dict:
     """The operators of :mod:`.vectorized_ops` (imported here: it builds on this package)."""
     from .vectorized_ops.latest import LatestOperator
     from .vectorized_ops.max_join import MaxJoinOperator
+    from .vectorized_ops.temporal import TemporalTableJoinOperator
     from .vectorized_ops.unique_join import UniqueJoinOperator
 
     return {"max_by_join": MaxJoinOperator, "latest_by_key": LatestOperator,
-            "unique_key_join": UniqueJoinOperator}
+            "unique_key_join": UniqueJoinOperator,
+            "temporal_table_join": TemporalTableJoinOperator}
 
 
 def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
@@ -61,7 +63,7 @@ def create_operator(node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
         return _VECTOR_JOINS[node.kind](node, ctx, key_groups, max_parallelism)
     if node.kind == "aggregate" and has_distinct(cast(AggregateSpec, node.payload)):
         return DistinctAggregateOperator(node, ctx, key_groups, max_parallelism)
-    if node.kind in ("max_by_join", "latest_by_key", "unique_key_join"):
+    if node.kind in VECTORIZED_OPS_KINDS:
         return _vectorized_ops()[node.kind](node, ctx, key_groups, max_parallelism)
     if node.kind in _COLUMNAR:
         return _COLUMNAR[node.kind](node, ctx, key_groups, max_parallelism)

@@ -24,7 +24,7 @@ import pyarrow as pa
 from ..errors import CorruptCheckpointError, DeterministicError, RestoreError
 from ..eventtime import MAX_WATERMARK, MIN_WATERMARK
 from ..plan.functions import RuntimeContext
-from ..plan.graph import Vertex
+from ..plan.graph import VECTORIZED_OPS_KINDS, Vertex
 from ..protocol import CheckpointBarrier
 from ..protocol import frames as P
 from ..protocol import messages as M
@@ -63,7 +63,7 @@ _CHANNEL_ITEMS = ("records", "barrier", "cancel", "eoi", "closed", "watermark")
 
 
 #: the state names of engine/vectorized_ops (``max-by-join.vectorized``, ...) by first word
-OPS_STATES = ("max", "latest", "unique")
+OPS_STATES = ("max", "latest", "unique", "temporal")
 
 
 def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
@@ -88,8 +88,9 @@ def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
                             if n.endswith(".vectorized") and n.split("-")[0] in OPS_STATES})
         if ops_kinds:  # a vectorized_ops snapshot into a per-record operator
             held = f"vectorized ({', '.join(ops_kinds)})"
-        if node.kind in ("max_by_join", "latest_by_key", "unique_key_join"):  # vectorized_ops
-            held = "vectorized" if "arrow" in kinds else "per-record (co-process/reduce)"
+        if node.kind in VECTORIZED_OPS_KINDS:
+            held = ("vectorized" if "arrow" in kinds
+                    else "per-record (co-process/reduce/temporal_join)")
             raise RestoreError(
                 f"operator {node.uid!r}: the snapshot holds {held} state, but the operator "
                 f"with this uid is now a {node.kind}() (its state is columnar); the per-record "

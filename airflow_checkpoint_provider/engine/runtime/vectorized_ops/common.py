@@ -5,7 +5,8 @@ the state rescales like every keyed state)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,7 @@ from ...state.backend import StateSnapshot, write_state_file
 from ...state.key_index import KeyIndex, _varlen, keys_to_numpy
 from ...state.keygroups import KeyGroupRange
 from ...state.vectorized import key_hashes
+from ..operators import _KeyedStateOperator
 
 
 def as_table(batch: pa.RecordBatch | pa.Table) -> pa.Table:
@@ -170,6 +172,21 @@ def write_ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def snapshot_sides(table: pa.Table, *sides: tuple[int, str]
+                   ) -> Iterator[tuple[int, pa.Table, np.ndarray]]:
+    """The rows of a snapshot table (:meth:`capture` of a state: columns ``side``, ``seq``
+    and a struct column per kind of row), per ``(side, struct column)`` of ``sides`` that
+    has rows: ``(side, its rows as a table, their seq)``, in the order of ``sides``."""
+    if not table.num_rows:
+        return
+    side = table.column("side").to_numpy()
+    seq = table.column("seq").to_numpy()
+    for kind, name in sides:
+        sel = np.flatnonzero(side == kind)
+        if len(sel):
+            yield kind, table_of(table.column(name).take(pa.array(sel))), seq[sel]
+
+
 def read_owned(data: bytes, key_groups: KeyGroupRange) -> pa.Table:
     """The rows of a snapshot file in the key groups ``key_groups`` (a rescale keeps those
     of the subtask), without the ``key_group`` column."""
@@ -201,9 +218,27 @@ class OneFileState:
     #: (state name, what it is in a message, how to keep the state across a restore)
     STATE: tuple[str, str, str]
 
+    #: the operator's spec (a dataclass with ``describe()``)
+    spec: Any
+
+    def _meta(self) -> dict:
+        """The state's entry in a snapshot's metadata: its name, kind and spec."""
+        name = self.STATE[0]
+        return {name: {"kind": name, "serializer": "arrow", "spec": self.spec.describe()}}
+
     def spec_for_restore(self, spec: dict) -> dict:
         """The part of a spec that must not change across a restore."""
         return spec
+
+    def restore_state(self, directory: str, handles: Sequence, states: dict[str, dict]) -> None:
+        """Load the rows of this subtask's key groups of every restored file."""
+        if self.restorable(handles, states, self.spec.describe()):
+            for table in self.owned_tables(directory, handles):
+                self.load(table)
+
+    def load(self, table: pa.Table) -> None:
+        """The rows of one snapshot file (this subtask's key groups) into the state."""
+        raise NotImplementedError
 
     def restorable(self, handles: Sequence, states: dict[str, dict], now: dict) -> bool:
         """Whether the snapshot holds this state (``False``: nothing to restore); a foreign
@@ -234,3 +269,15 @@ class OneFileState:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+class TwoInputOperator(_KeyedStateOperator):
+    """What the two-input operators of this package share: Arrow batches in
+    (``process_input``), columnar state (their ``backend``)."""
+
+    vectorized = True
+    columnar = True
+    two_input = True
+
+    def process(self, records):  # pragma: no cover - the task calls process_input
+        raise TypeError(f"operator {self.uid!r} has two inputs: use process_input")

@@ -148,10 +148,6 @@ class LatestTable(OneFileState):
         self.pid[:n] = self.store.compact(self.pid[:n])
 
     # -- the KeyedStateBackend protocol ----------------------------------------------------------
-    def _meta(self) -> dict:
-        return {STATE_NAME: {"kind": STATE_NAME, "serializer": "arrow",
-                             "spec": self.spec.describe()}}
-
     def capture(self) -> pa.Table | None:
         n = self.index.n
         if not n:

@@ -27,7 +27,6 @@ by the other (:func:`~..runtime.task.open_operator`), name a new uid to switch.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -40,11 +39,11 @@ from ...state.backend import StateSnapshot
 from ...state.key_index import KeyIndex
 from ...state.keygroups import KeyGroupRange
 from ..batches import to_record_batch
-from ..operators import _KeyedStateOperator
 from ..windowing import _CheckpointedWatermark
 from .common import (
     OneFileState,
     RowStore,
+    TwoInputOperator,
     arrow_snapshot,
     as_table,
     column,
@@ -52,8 +51,8 @@ from .common import (
     insert,
     key_array,
     lookup,
+    snapshot_sides,
     struct_of,
-    table_of,
     times_ms,
     with_key_groups,
 )
@@ -302,10 +301,6 @@ class MaxJoinState(OneFileState):
             self.best_pid[rows[has]] = self.best.append(best, self.uid)
 
     # -- the KeyedStateBackend protocol ----------------------------------------------------------
-    def _meta(self) -> dict:
-        return {STATE_NAME: {"kind": STATE_NAME, "serializer": "arrow",
-                             "spec": self.spec.describe()}}
-
     def frozen(self) -> MaxJoinState:
         """Synchronous part of a snapshot: a copy of what :meth:`capture` reads (the numpy
         columns copied, the Arrow stores shared: they are immutable)."""
@@ -360,32 +355,20 @@ class MaxJoinState(OneFileState):
     def spec_for_restore(self, spec: dict) -> dict:
         return {k: v for k, v in spec.items() if k != "right_columns"}
 
-    def restore_state(self, directory: str, handles: Sequence, states: dict[str, dict]) -> None:
-        if self.restorable(handles, states, self.spec.describe()):
-            for table in self.owned_tables(directory, handles):
-                self.load(table)
-
     def load(self, table: pa.Table) -> None:
         """Rows of :meth:`capture` (this subtask's key groups) into the state."""
-        if not table.num_rows:
-            return
-        side = table.column("side").to_numpy()
-        seq = table.column("seq").to_numpy()
-        opened = np.flatnonzero(side == OPEN)
-        if len(opened):
-            self.add_left(table_of(table.column("left").take(pa.array(opened))))
-        for kind in (BEST, WAITING):
-            sel = np.flatnonzero(side == kind)
-            if not len(sel):
+        for kind, rows, seq in snapshot_sides(table, (OPEN, "left"), (BEST, "right"),
+                                              (WAITING, "right")):
+            if kind == OPEN:
+                self.add_left(rows)
                 continue
-            right = table_of(table.column("right").take(pa.array(sel)))
-            right = right.select(self.spec.right_needed)
+            right = rows.select(self.spec.right_needed)
             if kind == BEST:
-                self.add_right(right, seq[sel])
+                self.add_right(right, seq)
             else:
                 self._wait(right, times_ms(right.column(self.spec.right_time), self.uid,
-                                           self.spec.right_time), seq[sel])
-        self.next_seq = max(self.next_seq, int(seq.max()) + 1)
+                                           self.spec.right_time), seq)
+            self.next_seq = max(self.next_seq, int(seq.max()) + 1)
 
 
 def _set(table: pa.Table, name: str, values) -> pa.Table:
@@ -393,12 +376,9 @@ def _set(table: pa.Table, name: str, values) -> pa.Table:
     return table.set_column(at, name, values) if at >= 0 else table.append_column(name, values)
 
 
-class MaxJoinOperator(_CheckpointedWatermark, _KeyedStateOperator):
+class MaxJoinOperator(_CheckpointedWatermark, TwoInputOperator):
     """Input 1: the left rows (unique per key), input 2: the right rows; Arrow batches."""
 
-    vectorized = True
-    columnar = True
-    two_input = True
     backend: MaxJoinState  # type: ignore[assignment]
 
     def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
@@ -409,9 +389,6 @@ class MaxJoinOperator(_CheckpointedWatermark, _KeyedStateOperator):
 
     def open(self, restored_operator_state):
         self._restore_watermark(restored_operator_state)
-
-    def process(self, records):  # pragma: no cover - the task calls process_input
-        raise TypeError(f"operator {self.uid!r} has two inputs: use process_input")
 
     def process_input(self, input: int, batch: pa.RecordBatch) -> list:
         if len(batch):

@@ -20,7 +20,6 @@ Snapshot (an ``arrow`` keyed-state handle): one Arrow IPC file, columns ``key_gr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -33,18 +32,18 @@ from ...state.backend import StateSnapshot
 from ...state.key_index import KeyIndex
 from ...state.keygroups import KeyGroupRange
 from ..batches import to_record_batch
-from ..operators import _KeyedStateOperator
 from .common import (
     OneFileState,
     RowStore,
+    TwoInputOperator,
     arrow_snapshot,
     as_table,
     first_per_group,
     insert,
     key_array,
     lookup,
+    snapshot_sides,
     struct_of,
-    table_of,
     with_key_groups,
 )
 
@@ -154,10 +153,6 @@ class UniqueJoinState(OneFileState):
         return out
 
     # -- the KeyedStateBackend protocol ----------------------------------------------------------
-    def _meta(self) -> dict:
-        return {STATE_NAME: {"kind": STATE_NAME, "serializer": "arrow",
-                             "spec": self.spec.describe()}}
-
     def capture(self) -> pa.Table | None:
         parts = []
         n = self.index.n
@@ -182,31 +177,18 @@ class UniqueJoinState(OneFileState):
 
         return arrow_snapshot(self._meta(), lambda: table)
 
-    def restore_state(self, directory: str, handles: Sequence, states: dict[str, dict]) -> None:
-        if self.restorable(handles, states, self.spec.describe()):
-            for table in self.owned_tables(directory, handles):
-                self.load(table)
-
     def load(self, table: pa.Table) -> None:
-        if not table.num_rows:
-            return
-        side = table.column("side").to_numpy()
-        seq = table.column("seq").to_numpy()
-        sel = np.flatnonzero(side == TABLE)
-        if len(sel):
-            self.add_table(table_of(table.column("table").take(pa.array(sel))))
-        sel = np.flatnonzero(side == WAITING)
-        if len(sel):
-            self._wait(table_of(table.column("stream").take(pa.array(sel))), seq[sel])
-            self.next_seq = max(self.next_seq, int(seq[sel].max()) + 1)
+        for kind, rows, seq in snapshot_sides(table, (TABLE, "table"), (WAITING, "stream")):
+            if kind == TABLE:
+                self.add_table(rows)
+            else:
+                self._wait(rows, seq)
+                self.next_seq = max(self.next_seq, int(seq.max()) + 1)
 
 
-class UniqueJoinOperator(_KeyedStateOperator):
+class UniqueJoinOperator(TwoInputOperator):
     """Input 1: the stream, input 2: the table (unique keys); Arrow batches."""
 
-    vectorized = True
-    columnar = True
-    two_input = True
     backend: UniqueJoinState  # type: ignore[assignment]
 
     def __init__(self, node: Node, ctx: RuntimeContext, key_groups: KeyGroupRange,
@@ -214,9 +196,6 @@ class UniqueJoinOperator(_KeyedStateOperator):
         super().__init__(node, ctx)
         self.backend = UniqueJoinState(cast(UniqueJoinSpec, node.payload), key_groups,
                                        max_parallelism, cast(str, node.uid))
-
-    def process(self, records):  # pragma: no cover - the task calls process_input
-        raise TypeError(f"operator {self.uid!r} has two inputs: use process_input")
 
     def process_input(self, input: int, batch: pa.RecordBatch) -> pa.RecordBatch | list:
         b = self.backend
