@@ -192,7 +192,7 @@ def test_fenced_mode_refuses_a_sink_that_cannot_hold_commits(tmp_path):
         p.run(fence_sinks=True)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)  # three short jobs: 120 s ran out at load 30 on 2 cores
 def test_an_unfenced_job_refuses_to_restore_a_fenced_snapshot(tmp_path):
     root = str(tmp_path)
     fenced = running_sum_pipeline(root, name="rs", num_records=2000).run(fence_sinks=True)
