@@ -40,11 +40,12 @@ def _module_fixture_group(item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        group = next((g for fixture, g in _GROUPS if fixture in fixtures), None)
+        # a folder's group first: tests/deploy uses the spark_cluster fixture too
+        parts = os.path.relpath(str(item.path), TESTS).split(os.sep)
+        group = next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
         if group is None:
-            parts = os.path.relpath(str(item.path), TESTS).split(os.sep)
-            group = next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
+            fixtures = getattr(item, "fixturenames", ())
+            group = next((g for fixture, g in _GROUPS if fixture in fixtures), None)
         group = group or _module_fixture_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))

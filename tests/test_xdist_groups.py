@@ -65,3 +65,40 @@ def test_the_longest_scope_runs_first(tmp_path):
     tests started last and ran on after the rest had finished)."""
     ran = [name for _, name in _run_probes(tmp_path, "probe", 1)]
     assert ran == ["long", "probe0", "probe1", "probe2", "probe3"], ran
+
+
+_SHOW_GROUPS = '''
+import pytest
+
+def pytest_configure(config):
+    config.option.loadgroup = True  # what xdist sets in a worker of --dist loadgroup
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    for item in session.items:
+        print("NODE", item.nodeid)
+'''
+
+
+@pytest.mark.timeout(240)
+def test_the_deployments_and_the_other_cluster_tests_are_two_groups(tmp_path):
+    """tests/deploy (real Airflow on its Spark cluster, the longest group) is one group;
+    the other tests on a standalone cluster are another, so they need not wait ~19 min
+    behind it (a worker starts its own cluster). Both use the spark_cluster fixture: the
+    folder decides first (it once put the deployments into the other group)."""
+    (tmp_path / "show_groups.py").write_text(_SHOW_GROUPS)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-p",
+         "show_groups", "tests/deploy", "tests/engine/runners/test_spark_runner.py",
+         "tests/provider/test_submit_to_cluster.py"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(tmp_path)])}, cwd=ROOT,
+        capture_output=True, text=True, timeout=220)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    nodes = [line.split(" ", 1)[1] for line in proc.stdout.splitlines()
+             if line.startswith("NODE ")]
+    groups = {n.split("::")[0]: n.rsplit("@", 1)[1] for n in nodes if "@" in n}
+    assert groups["tests/deploy/test_real_deployment.py"] == "spark-cluster", groups
+    assert groups["tests/deploy/test_downtime_deployment.py"] == "spark-cluster", groups
+    assert groups["tests/provider/test_submit_to_cluster.py"] == "spark-cluster-jobs", groups
+    killed = next(n for n in nodes if "killed_executor" in n)
+    assert killed.endswith("@spark-cluster-jobs"), killed
