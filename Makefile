@@ -47,12 +47,16 @@ demo: venv check-java
 demo-engine: venv
 	$(PY) -m airflow_checkpoint_provider.demo
 
-# Two pytest workers (pytest-xdist): tests that share the Spark standalone cluster run on
-# one worker, the saturation benchmarks' smoke tests on one worker (tests/conftest.py).
-# PYTEST_ARGS adds options, e.g. `make test PYTEST_ARGS="-n 0"` runs them in one process.
+# pytest-xdist workers: more than the 2 cores, since most long tests wait (rate-limited
+# sources, checkpoint intervals, Airflow's scheduler) more than they compute. Groups
+# (tests/conftest.py) keep tests that share a server on one worker: the Airflow deployments
+# with their Spark cluster, the other Spark-cluster tests, the benchmarks' smoke tests; the
+# longest scopes start first. PYTEST_ARGS adds options, e.g. `make test PYTEST_ARGS="-n 0"`
+# runs them in one process; PYTEST_WORKERS=2 runs two workers.
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 3
 test: venv check-java check-postgres check-chromium
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 # The compose stack's services without Docker (PostgreSQL, S3 server, 2-worker Spark
 # cluster), the blue-green DAG run against them with `airflow dags test`, then stopped.

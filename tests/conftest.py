@@ -11,10 +11,14 @@ if TESTS not in sys.path:
 
 
 #: tests that share one expensive server or load the whole machine run on one xdist worker
-#: (``make test`` runs ``pytest -n 2 --dist loadgroup``): one Spark standalone cluster per
-#: run, and the saturation benchmarks never measure each other.
+#: (``make test`` runs ``pytest --dist loadgroup``), each group on a worker of its own: the
+#: real Airflow deployments of tests/deploy with their Spark standalone cluster
+#: (``spark-cluster``, the longest group: ~19 min), the other tests on a standalone cluster
+#: (``spark-cluster-jobs``: they kill executors of their cluster and submit to it; a worker
+#: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments), and
+#: the benchmarks' smoke tests, which share their results folder.
 _GROUPS = (
-    ("spark_cluster", "spark-cluster"),
+    ("spark_cluster", "spark-cluster-jobs"),
 )
 _GROUPED_DIRS = (("bench", "bench"), ("deploy", "spark-cluster"))
 
@@ -36,11 +40,12 @@ def _module_fixture_group(item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        group = next((g for fixture, g in _GROUPS if fixture in fixtures), None)
+        # a folder's group first: tests/deploy uses the spark_cluster fixture too
+        parts = os.path.relpath(str(item.path), TESTS).split(os.sep)
+        group = next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
         if group is None:
-            parts = os.path.relpath(str(item.path), TESTS).split(os.sep)
-            group = next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
+            fixtures = getattr(item, "fixturenames", ())
+            group = next((g for fixture, g in _GROUPS if fixture in fixtures), None)
         group = group or _module_fixture_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
@@ -63,10 +68,42 @@ class _GroupSuffix:
             node_id = getattr(item, "_id", None)
             if names and "@" not in item.nodeid and node_id is not None:
                 item._id = type(node_id).parse(f"{item.nodeid}@{'_'.join(names)}")
+        items[:] = longest_first(items)
+
+
+#: the estimate of a test without its own ``@pytest.mark.timeout``: the unit tests (most of
+#: the suite) take well under a second; every long test declares a timeout
+_UNMARKED_ESTIMATE_S = 1.0
+
+
+def _estimate(item) -> float:
+    marker = item.get_closest_marker("timeout")
+    value = (marker.args[0] if marker.args else marker.kwargs.get("timeout")) if marker else None
+    return float(value) if value else _UNMARKED_ESTIMATE_S
+
+
+def longest_first(items: list) -> list:
+    """The items with their xdist scopes (a group, else the test) ordered longest first,
+    each scope's tests together and in collection order. The scheduler hands out scopes in
+    this order (``--no-loadscope-reorder``: xdist's own order puts the scopes with most
+    tests first), so the Airflow deployments, the benchmarks and the long Spark tests start
+    at once and the short tests fill the workers at the end, instead of a 3-minute test
+    starting last. A test's declared timeout is its estimate: the long tests all declare
+    one, in proportion to how long they take."""
+    scopes: dict[str, list] = {}
+    for item in items:
+        nodeid = item.nodeid  # xdist's scope: the group after the last "@" (not in a param)
+        grouped = nodeid.rfind("@") > nodeid.rfind("]")
+        scopes.setdefault(nodeid.split("@")[-1] if grouped else nodeid, []).append(item)
+    ranked = sorted(scopes.values(), key=lambda scope: -sum(_estimate(i) for i in scope))
+    return [item for scope in ranked for item in scope]
 
 
 def pytest_configure(config):
     config.pluginmanager.register(_GroupSuffix(), "xdist-group-suffix")
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        # hand out the scopes in the order the workers collected them (longest_first)
+        config.option.loadscopereorder = False
 
 
 @pytest.fixture

@@ -10,10 +10,52 @@ from pipelines import TEST_RESTARTS, RunningSum
 from airflow_checkpoint_provider.engine import (
     CheckpointConfig,
     GeneratorSource,
+    KeyedProcessFunction,
     Pipeline,
     RestartStrategy,
 )
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
+
+
+def sql(url: str, statement: str) -> list[tuple]:
+    """Run one statement on ``url`` in autocommit mode; its rows (``[]`` without a result)."""
+    import psycopg
+
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        cur = conn.execute(statement)
+        return cur.fetchall() if cur.description else []
+
+
+class Total(KeyedProcessFunction):
+    """Per key the running total of ``value``: ``{id, key, total}`` per record."""
+
+    def open(self, ctx):
+        self.total = ctx.value_state("total", 0)
+
+    def process_element(self, record, ctx):
+        t = self.total.value() + record["value"]
+        self.total.update(t)
+        return {"id": record["id"], "key": ctx.current_key, "total": t}
+
+
+def totals_pipeline(url: str, *, name: str, checkpoints: str, metadata_db: str,
+                    sinks: dict[str, str], parallelism: int, num_records: int | None,
+                    num_keys: int, seed: int, rate: float | None, interval_ms: int,
+                    restarts: int, delay_ms: int) -> Pipeline:
+    """Generated records -> per-key :class:`Total` -> one 2PC :class:`PostgresSink` per
+    ``{uid: table}`` of ``sinks`` (columns ``id, key, total``), all at ``parallelism``."""
+    p = Pipeline(name, max_parallelism=128,
+                 checkpoint=CheckpointConfig(interval_ms=interval_ms, directory=checkpoints),
+                 restart_strategy=RestartStrategy.fixed_delay(attempts=restarts,
+                                                              delay_ms=delay_ms),
+                 metadata_url="sqlite:///" + metadata_db)
+    totals = (p.source(GeneratorSource(num_records, num_keys=num_keys, seed=seed,
+                                       splits=parallelism, records_per_second=rate),
+                       uid="gen", parallelism=parallelism)
+              .key_by("key").process(Total(), uid="total", parallelism=parallelism))
+    for uid, table in sinks.items():
+        totals.sink(PostgresSink(url, table, ["id", "key", "total"]), uid=uid)
+    return p
 
 
 class SlowPrepareSink(PostgresSink):

@@ -15,6 +15,7 @@ import os
 from collections import Counter
 
 import pytest
+from cutover_helpers import compare, published_by, reference_rows, staged_by
 from pipelines import (
     Background,
     FaultPlan,
@@ -30,7 +31,6 @@ from airflow_checkpoint_provider.engine import (
     RestoreError,
     read_committed,
 )
-from airflow_checkpoint_provider.engine.connectors.files import STAGING
 
 # blue would run N / RATE = 120 s: the cut-over must come while it still runs, also on a
 # loaded machine (at 30 s, a green slow to start and to restart after its SIGKILL saw blue
@@ -38,29 +38,11 @@ from airflow_checkpoint_provider.engine.connectors.files import STAGING
 N, KEYS, SEED, RATE = 120_000, 50, 7, 1000
 
 
-def _rows(out: str) -> Counter:
-    return Counter((r["key"], r["id"]) for r in read_committed(out))
-
-
-def _published_by(out: str, job_id: str) -> list[str]:
-    return [n for n in os.listdir(out) if job_id in n and n.startswith("part-")]
-
-
-def _staged_by(out: str, job_id: str) -> list[str]:
-    staging = os.path.join(out, STAGING)
-    return [n for n in os.listdir(staging) if job_id in n] if os.path.isdir(staging) else []
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Counter:
     """One failure-free job over the same input."""
-    root = tmp_path_factory.mktemp("reference")
-    result = running_sum_pipeline(str(root), name="rs-ref", num_records=N, num_keys=KEYS,
-                                  seed=SEED).run()
-    assert result.status == "FINISHED"
-    rows = _rows(str(root / "out"))
-    assert sum(rows.values()) == N and max(rows.values()) == 1
-    return rows
+    return reference_rows(str(tmp_path_factory.mktemp("reference")), num_records=N,
+                          num_keys=KEYS, seed=SEED)
 
 
 class _Files:
@@ -76,10 +58,10 @@ class _Files:
         return list(read_committed(self.out))
 
     def published_by(self, job_id: str) -> list[str]:
-        return _published_by(self.out, job_id)
+        return published_by(self.out, job_id)
 
     def held_by(self, job_id: str) -> list[str]:
-        return _staged_by(self.out, job_id)
+        return staged_by(self.out, job_id)
 
 
 class _Table:
@@ -181,18 +163,10 @@ def _blue_green(root: str, *, kill_green: bool, target=None) -> tuple[Counter, d
     return rows, info
 
 
-def _compare(rows: Counter, reference: Counter) -> dict:
-    duplicates = sum(n - 1 for n in rows.values() if n > 1)
-    missing = sum(1 for r in reference if r not in rows)
-    unexpected = sum(1 for r in rows if r not in reference)
-    return {"rows": sum(rows.values()), "duplicates": duplicates, "missing": missing,
-            "unexpected": unexpected}
-
-
 @pytest.mark.timeout(300)
 def test_blue_green_cutover_under_load_is_exactly_once(tmp_path, reference):
     rows, info = _blue_green(str(tmp_path), kill_green=False)
-    counts = _compare(rows, reference)
+    counts = compare(rows, reference)
     print("blue-green cut-over:", counts, info)
     assert counts == {"rows": N, "duplicates": 0, "missing": 0, "unexpected": 0}
 
@@ -200,7 +174,7 @@ def test_blue_green_cutover_under_load_is_exactly_once(tmp_path, reference):
 @pytest.mark.timeout(300)
 def test_sigkill_of_fenced_green_during_the_overlap_publishes_nothing_twice(tmp_path, reference):
     rows, info = _blue_green(str(tmp_path), kill_green=True)
-    counts = _compare(rows, reference)
+    counts = compare(rows, reference)
     print("blue-green cut-over with SIGKILL of green:", counts, info)
     assert info["fenced_restarts"] >= 1
     assert counts == {"rows": N, "duplicates": 0, "missing": 0, "unexpected": 0}
@@ -218,13 +192,13 @@ def test_fenced_mode_refuses_a_sink_that_cannot_hold_commits(tmp_path):
         p.run(fence_sinks=True)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)  # three short jobs: 120 s ran out at load 30 on 2 cores
 def test_an_unfenced_job_refuses_to_restore_a_fenced_snapshot(tmp_path):
     root = str(tmp_path)
     fenced = running_sum_pipeline(root, name="rs", num_records=2000).run(fence_sinks=True)
     assert fenced.status == "FINISHED" and fenced.latest_checkpoint
     assert not [n for n in os.listdir(os.path.join(root, "out")) if n.startswith("part-")]
-    assert _staged_by(os.path.join(root, "out"), fenced.job_id) == [], "held output discarded"
+    assert staged_by(os.path.join(root, "out"), fenced.job_id) == [], "held output discarded"
     with pytest.raises((RestoreError, JobFailedError), match="fenced sinks"):
         running_sum_pipeline(root, name="rs2", num_records=2000).run(
             restore=fenced.latest_checkpoint)
@@ -245,7 +219,7 @@ def test_blue_green_cutover_into_postgresql_with_sigkill_is_exactly_once(tmp_pat
         conn.execute("CREATE TABLE sums (id bigint, key text, count bigint, sum bigint)")
     target = _Table(url)
     rows, info = _blue_green(str(tmp_path), kill_green=True, target=target)
-    counts = _compare(rows, reference)
+    counts = compare(rows, reference)
     print("blue-green cut-over into PostgreSQL with SIGKILL of green:", counts, info)
     assert counts == {"rows": N, "duplicates": 0, "missing": 0, "unexpected": 0}
     assert target._query("SELECT gid FROM pg_prepared_xacts") == [], "nothing left prepared"

@@ -21,16 +21,11 @@ import time
 import pytest
 from click.testing import CliRunner
 from pipelines import Background
+from postgres_pipelines import sql, totals_pipeline
 
-from airflow_checkpoint_provider.engine import (
-    CheckpointConfig,
-    GeneratorSource,
-    KeyedProcessFunction,
-    Pipeline,
-    RestartStrategy,
-)
+from airflow_checkpoint_provider.engine import Pipeline
 from airflow_checkpoint_provider.engine.cli import main
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
+from airflow_checkpoint_provider.engine.connectors.postgres import _dsn
 
 #: the old code prepared 6 transactions per 1 s checkpoint and never rolled one back: past
 #: the bound of 18 after 3 checkpoints, and the window asks for at least 20 // 3 = 6 (was
@@ -38,46 +33,24 @@ from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink,
 WINDOW_S = 20
 
 
-class Total(KeyedProcessFunction):
-    def open(self, ctx):
-        self.total = ctx.value_state("total", 0)
-
-    def process_element(self, record, ctx):
-        t = self.total.value() + record["value"]
-        self.total.update(t)
-        return {"id": record["id"], "key": ctx.current_key, "total": t}
-
-
 def _pipeline(root: str, url: str, *, name: str, interval_ms: int = 1000,
               num_records: int | None = None, rate: float | None = 300) -> Pipeline:
-    p = Pipeline(name, max_parallelism=128,
-                 checkpoint=CheckpointConfig(interval_ms=interval_ms,
-                                             directory=os.path.join(root, "ckpt")),
-                 restart_strategy=RestartStrategy.fixed_delay(attempts=3, delay_ms=200),
-                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
-    totals = (p.source(GeneratorSource(num_records, num_keys=30, seed=3, splits=3,
-                                       records_per_second=rate), uid="gen", parallelism=3)
-              .key_by("key").process(Total(), uid="total", parallelism=3))
-    totals.sink(PostgresSink(url, "a", ["id", "key", "total"]), uid="sink-a")
-    totals.sink(PostgresSink(url, "b", ["id", "key", "total"]), uid="sink-b")
-    return p
+    return totals_pipeline(url, name=name, checkpoints=os.path.join(root, "ckpt"),
+                           metadata_db=os.path.join(root, "meta.db"),
+                           sinks={"sink-a": "a", "sink-b": "b"}, parallelism=3,
+                           num_records=num_records, num_keys=30, seed=3, rate=rate,
+                           interval_ms=interval_ms, restarts=3, delay_ms=200)
 
 
 def _db(postgres_server) -> str:
-    import psycopg
-
     url = postgres_server.create_database()
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
-        for t in ("a", "b"):
-            conn.execute(f"CREATE TABLE {t} (id bigint, key text, total bigint)")
+    for t in ("a", "b"):
+        sql(url, f"CREATE TABLE {t} (id bigint, key text, total bigint)")
     return url
 
 
 def _prepared(url: str, job_id: str | None = None) -> list[str]:
-    import psycopg
-
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
-        gids = [g for (g,) in conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall()]
+    gids = [g for (g,) in sql(url, "SELECT gid FROM pg_prepared_xacts")]
     return [g for g in gids if job_id is None or job_id in g]
 
 

@@ -20,6 +20,7 @@ import time
 from collections import Counter
 
 import pytest
+from cutover_helpers import compare, published_by, reference_rows, staged_by
 from pipelines import (
     Background,
     check_exactly_once_rows,
@@ -28,27 +29,15 @@ from pipelines import (
 )
 
 from airflow_checkpoint_provider.engine import read_committed
-from airflow_checkpoint_provider.engine.connectors.files import STAGING
 from airflow_checkpoint_provider.engine.snapshot.codec import encode_metadata, load_snapshot
 
 N, KEYS, SEED, RATE = 20_000, 50, 7, 1000
 
 
-def _rows(out: str) -> Counter:
-    return Counter((r["key"], r["id"]) for r in read_committed(out))
-
-
-def _published_by(out: str, job_id: str) -> list[str]:
-    return [n for n in os.listdir(out) if f"~{job_id}~" in n and n.startswith("part-")]
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Counter:
-    root = tmp_path_factory.mktemp("reference")
-    result = running_sum_pipeline(str(root), name="rs-ref", num_records=N, num_keys=KEYS,
-                                  seed=SEED).run()
-    assert result.status == "FINISHED"
-    return _rows(str(root / "out"))
+    return reference_rows(str(tmp_path_factory.mktemp("reference")), num_records=N,
+                          num_keys=KEYS, seed=SEED)
 
 
 def _start_pair(root: str, n: int = N):
@@ -64,7 +53,7 @@ def _start_pair(root: str, n: int = N):
     green_p.version = "v2"
     green_bg = Background(green_p, restore=sp.result["location"], fence_sinks=True)
     green = green_bg.wait_running(min_checkpoints=3, timeout=90)
-    assert _published_by(out, green.job_id) == [], "fenced green published nothing"
+    assert published_by(out, green.job_id) == [], "fenced green published nothing"
     return out, blue_bg, blue, green_bg, green, sp.result["location"]
 
 
@@ -104,34 +93,26 @@ def _promote(root: str, *, kill_after: bool) -> tuple[Counter, dict]:
     assert promoted, [(a.attempt, a.restored_from) for a in attempts]
     published = list(read_committed(out))
     check_exactly_once_rows(published, expected_running_sums(N, KEYS, SEED))
-    assert _published_by(out, blue.job_id) and _published_by(out, green.job_id)
-    staging = os.path.join(out, STAGING)
-    left = [n for n in os.listdir(staging) if green.job_id in n] if os.path.isdir(staging) else []
+    assert published_by(out, blue.job_id) and published_by(out, green.job_id)
+    left = staged_by(out, green.job_id)
     assert left == [], f"green left staged files: {left}"
     return Counter((r["key"], r["id"]) for r in published), {"promote_s": round(promote_s, 2),
                                                               "restarts": result.restarts}
 
 
-def _compare(rows: Counter, reference: Counter) -> dict:
-    return {"rows": sum(rows.values()),
-            "duplicates": sum(n - 1 for n in rows.values() if n > 1),
-            "missing": sum(1 for r in reference if r not in rows),
-            "unexpected": sum(1 for r in rows if r not in reference)}
-
-
 @pytest.mark.timeout(300)
 def test_promote_in_place_is_exactly_once(tmp_path, reference):
     rows, info = _promote(str(tmp_path), kill_after=False)
-    print("promote in place:", _compare(rows, reference), info)
-    assert _compare(rows, reference) == {"rows": N, "duplicates": 0, "missing": 0,
+    print("promote in place:", compare(rows, reference), info)
+    assert compare(rows, reference) == {"rows": N, "duplicates": 0, "missing": 0,
                                          "unexpected": 0}
 
 
 @pytest.mark.timeout(300)
 def test_sigkill_after_promote_in_place_is_exactly_once(tmp_path, reference):
     rows, info = _promote(str(tmp_path), kill_after=True)
-    print("promote in place, SIGKILL after:", _compare(rows, reference), info)
-    assert _compare(rows, reference) == {"rows": N, "duplicates": 0, "missing": 0,
+    print("promote in place, SIGKILL after:", compare(rows, reference), info)
+    assert compare(rows, reference) == {"rows": N, "duplicates": 0, "missing": 0,
                                          "unexpected": 0}
 
 
@@ -181,7 +162,7 @@ def test_promote_refusals_leave_the_job_running_fenced(tmp_path, monkeypatch):
         time.sleep(0.1)
     assert store.get_job(green.job_id).status == "RUNNING"
     assert len(store.list_attempts(green.job_id)) == 1
-    assert _published_by(out, green.job_id) == []
+    assert published_by(out, green.job_id) == []
     for bg, job in ((green_bg, green), (blue_bg, blue)):
         assert bg.request(job.job_id, "CANCEL").status == "SUCCEEDED"
         assert bg.result().status == "CANCELED"

@@ -18,11 +18,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 N, KEYS, SEED = 20_000, 50, 7
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def local4():
-    spark = session_for("local[4]", "test-local4")
-    yield spark
-    spark.stop()
+    """One local[4] session for the module's two jobs on it (a session start is 10-30 s);
+    neither kills a Spark process, and each job ends before the next starts."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPARK_LOCAL_IP", "127.0.0.1")  # what the spark_env fixture sets per test
+        spark = session_for("local[4]", "test-local4")
+        yield spark
+        spark.stop()
 
 
 def test_pyspark_python_package_matches_the_jars():
