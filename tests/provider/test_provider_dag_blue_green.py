@@ -186,13 +186,16 @@ def test_healthy_green_is_approved_promoted_exactly_once_and_blue_stopped(
 def test_last_state_handover_and_cutover_are_exactly_once(airflow_db, metadata_url, store, tmp_path,
                                                           monkeypatch):
     # A running blue subsumes (deletes) a checkpoint `retained` (3) intervals later: the
-    # hand-over must be verified and restored before that (the README's limit).
-    monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "3000")
+    # hand-over must be verified and restored before that (the documented limit). Blue
+    # checkpoints every 12 s (a 36 s window: green's start took longer than 3 x 3 s on a
+    # loaded machine); green every second, so the gate sees its checkpoints.
+    monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "12000")
     blue = running_job(metadata_url, tmp_path, store, job_name="sum-blue")
+    conf = _conf(tmp_path, handover="last-state", cutover="last-state", gate_window_s=10,
+                 in_place=False)
+    conf["job_env"] = {**conf["job_env"], "CKPT_EXAMPLE_INTERVAL_MS": "1000"}
 
-    state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
-                             _conf(tmp_path, handover="last-state", cutover="last-state",
-                                   gate_window_s=10, in_place=False))
+    state, tis, dr = run_dag(airflow_db, "blue_green_upgrade", conf)
 
     assert tis == RESUBMITTED and state == "success"
     assert xcom(dr, "savepoint_blue", key="handover_used") == "last-state"
