@@ -161,17 +161,31 @@ class AirflowDeployment:
             self._token = body["access_token"]
         return self._token
 
-    def _request(self, method: str, path: str, body: Any = None, *, auth: bool = True) -> Any:
+    def _request(self, method: str, path: str, body: Any = None, *, auth: bool = True,
+                 attempts: int | None = None) -> Any:
+        """One REST call. On a loaded machine (load 28 on 2 cores) the api-server answered a
+        GET after more than 30 s: a timeout or a refused connection is retried (``attempts``
+        tries in all, default 4 for a GET, else 1: a repeated POST could start a second DAG
+        run); an HTTP error is not."""
+        attempts = attempts or (4 if method == "GET" else 1)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if auth:
             headers["Authorization"] = f"Bearer {self.token()}"
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:2000]!r}") from exc
+        for attempt in range(1, attempts + 1):
+            req = urllib.request.Request(self.base + path, data=data, method=method,
+                                         headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    raw = resp.read()
+                break
+            except urllib.error.HTTPError as exc:
+                raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:2000]!r}") from exc
+            except (TimeoutError, ConnectionError, urllib.error.URLError):
+                self.check_alive()
+                if attempt == attempts:
+                    raise
+                time.sleep(2)
         return json.loads(raw) if raw else None
 
     def get(self, path: str) -> Any:
@@ -224,8 +238,13 @@ class AirflowDeployment:
                 raise AssertionError(f"{dag_id}/{run_id}/{task_id} never waited for input: "
                                      f"{self.task_states(dag_id, run_id)}")
             time.sleep(2)
-        self._request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/"
-                               f"{task_id}/-1/hitlDetails", {"chosen_options": [option]})
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails"
+        try:
+            self._request("PATCH", path, {"chosen_options": [option]}, attempts=3)
+        except RuntimeError as exc:
+            # a retry after a timed-out PATCH the server had applied: 409, already answered
+            if "HTTP 409" not in str(exc) or self.get(path)["chosen_options"] != [option]:
+                raise
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
