@@ -28,6 +28,8 @@ def deployment(tmp_path_factory, postgres_server, spark_cluster):
         # the pre-flight check reads the latest checkpoint of a running job: it must outlive
         # the check (3 retained checkpoints)
         "CKPT_EXAMPLE_INTERVAL_MS": "2000",
+        # executor JVMs registered more than 60 s after the application started at load 37
+        "CKPT_SPARK_SLOT_WAIT_S": "300",
         "AIRFLOW_CONN_SPARK_DEFAULT": f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}',
         "AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT":
             f'{{"conn_type": "checkpoint_metadata", "extra": {{"url": "{metadata_url}"}}}}',
