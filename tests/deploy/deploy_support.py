@@ -19,7 +19,7 @@ from airflow_checkpoint_provider.engine.catalog import MetadataStore
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 BIN = os.path.dirname(sys.executable)
 ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
-RUN_TIMEOUT_S = 360
+RUN_TIMEOUT_S = 600  # a blue-green DAG run took ~6 min at load 32 on 2 cores
 #: cluster-wide Spark defaults of every spark-submit: one core per application, so blue and
 #: green of the parallelism-1 example fit on the 2 x 2 cores together
 SPARK_DEFAULTS = {"spark.cores.max": "1", "spark.executor.memory": "512m"}
@@ -38,7 +38,7 @@ class Deployment:
         started = time.monotonic()
         run_id = self.airflow.trigger(dag_id, conf)
         if answer is not None:  # (task_id, option) of a human-in-the-loop task
-            self.airflow.respond(dag_id, run_id, *answer)
+            self.airflow.respond(dag_id, run_id, *answer, timeout=RUN_TIMEOUT_S)
         state = self.airflow.wait_for_run(dag_id, run_id, RUN_TIMEOUT_S)
         self.durations[name] = round(time.monotonic() - started, 1)
         return state, run_id, self.airflow.task_states(dag_id, run_id)
