@@ -109,15 +109,13 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
     out = os.path.join(dep.jobs_dir, "output")
     assert not [n for n in os.listdir(out) if rejected.job_id in n], "fenced green published"
 
-    # then approved: blue stops with a savepoint, green goes live from it, exactly once
-    # (without the human step: the Reject above went through the HITL REST API; CI saw an
-    # Approve answered the same way leave `approve` failed once, unexplained - see the
-    # closing note of 2026-11-26 - and the cut-over is what this run proves)
-    state, run, tis = dep.run_dag("blue_green", "blue_green_upgrade",
-                                  {**bg_conf, "require_approval": False})
+    # then approved over the HITL REST API in the same deployment: blue stops with a
+    # savepoint, green goes live from it, exactly once
+    state, run, tis = dep.run_dag("blue_green", "blue_green_upgrade", bg_conf,
+                                  answer=("approve", "Approve"))
     assert tis == {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
-                   "health_gate": "success", "approval": "success", "approve": "skipped",
-                   "no_approval_needed": "success", **dict.fromkeys(cutover, "success"),
+                   "health_gate": "success", "approval": "success", "approve": "success",
+                   "no_approval_needed": "skipped", **dict.fromkeys(cutover, "success"),
                    # in place (the default): the fenced green restores blue's final savepoint
                    # in its own Spark application; the resubmit path is skipped
                    "preflight_final": "skipped", "end_validation": "skipped",
