@@ -2,8 +2,9 @@
 Spark standalone cluster (issue 41).
 
 Airflow 3 (api-server, scheduler, dag-processor, triggerer; LocalExecutor; its DB on
-PostgreSQL), a 2-worker Spark standalone cluster, the jobs' metadata DB on PostgreSQL (as in
-tests/deploy/test_real_deployment.py, the same deployment: tests/deploy/conftest.py). Blue runs v1; ``blue_green_upgrade`` runs with
+PostgreSQL), a 2-worker Spark standalone cluster, the jobs' metadata DB on PostgreSQL: the
+deployment tests/deploy/conftest.py starts once for tests/deploy. Blue runs v1;
+``blue_green_upgrade`` runs with
 ``in_place`` on: the fenced green is promoted inside its running Spark application (same job
 id, same application id, no ``go_live`` submit). The published output must have no duplicate
 and no gap; the output gap (blue's last commit to green's first, from the part files) and the

@@ -3,10 +3,11 @@ triggerer; LocalExecutor; Airflow's DB on PostgreSQL) submits jobs to a 2-worker
 standalone cluster; the metadata DB of the jobs is a second PostgreSQL database. DAG runs
 are triggered and polled through the REST API.
 
-One module-scoped deployment runs, in order: savepoint_upgrade_restore (happy path), the same
+The deployment (tests/deploy/conftest.py, shared with the other modules of tests/deploy)
+runs, in order: savepoint_upgrade_restore (happy path), the same
 DAG with a v2 that fails (rollback restarts v1), and blue_green_upgrade with its stability
 gate and human approval -- first rejected over the HITL REST API (green cancelled, blue keeps
-serving), then approved (exactly-once cut-over: the fenced green ends, green restarts from
+serving), then approved over the same API (exactly-once cut-over: the fenced green ends, green restarts from
 blue's final savepoint; the published output has no duplicate and no gap) (the last-state modes run with ``dag.test()`` in
 tests/provider/test_provider_dag_upgrade.py). Every upgrade starts with the pre-flight restore
 check. Durations and the
