@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +31,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def executor_event_seen(scheduler_log: str, dag_id: str, run_id: str, task_id: str,
+                        try_number: int) -> bool:
+    """Whether ``scheduler_log`` has the line of the scheduler reading an executor event (any
+    state) of that task instance try."""
+    key = (f"TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}', run_id='{run_id}', "
+           f"try_number={try_number}, map_index=-1)")
+    return re.search(r"Received executor event with state \w+ for task instance "
+                     + re.escape(key), scheduler_log) is not None
 
 
 class AirflowDeployment:
@@ -161,17 +172,31 @@ class AirflowDeployment:
             self._token = body["access_token"]
         return self._token
 
-    def _request(self, method: str, path: str, body: Any = None, *, auth: bool = True) -> Any:
+    def _request(self, method: str, path: str, body: Any = None, *, auth: bool = True,
+                 attempts: int | None = None) -> Any:
+        """One REST call. On a loaded machine (load 28 on 2 cores) the api-server answered a
+        GET after more than 30 s: a timeout or a refused connection is retried (``attempts``
+        tries in all, default 4 for a GET, else 1: a repeated POST could start a second DAG
+        run); an HTTP error is not."""
+        attempts = attempts or (4 if method == "GET" else 1)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if auth:
             headers["Authorization"] = f"Bearer {self.token()}"
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:2000]!r}") from exc
+        for attempt in range(1, attempts + 1):
+            req = urllib.request.Request(self.base + path, data=data, method=method,
+                                         headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    raw = resp.read()
+                break
+            except urllib.error.HTTPError as exc:
+                raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:2000]!r}") from exc
+            except (TimeoutError, ConnectionError, urllib.error.URLError):
+                self.check_alive()
+                if attempt == attempts:
+                    raise
+                time.sleep(2)
         return json.loads(raw) if raw else None
 
     def get(self, path: str) -> Any:
@@ -216,16 +241,48 @@ class AirflowDeployment:
     def respond(self, dag_id: str, run_id: str, task_id: str, option: str,
                 timeout: float = 300.0) -> None:
         """Once ``task_id`` waits for human input, answer ``option`` through the HITL REST
-        API (what a user does in the Required Actions view)."""
+        API (what a user does in the Required Actions view).
+
+        Not before the scheduler has processed the executor event of the worker that parked
+        the task (:meth:`park_settled`): an answer inside that window (the helper answered
+        0.3 s after the park) loses an Airflow 3.3 scheduler race. The answer resumes the
+        task (SCHEDULED, then QUEUED); the scheduler then reads the parking worker's
+        "success" event of the same try, sees a QUEUED task instance (its resume-after-defer
+        exception covers SCHEDULED only) and marks it FAILED ("finished with state success,
+        but the task instance's state attribute is queued"): the ``approve`` task of the
+        blue-green DAG failed after an Approve (and, unseen, after a Reject)."""
         deadline = time.monotonic() + timeout
-        while self.task_states(dag_id, run_id).get(task_id) != "awaiting_input":
+        while (ti := self.task_instance(dag_id, run_id, task_id))["state"] != "awaiting_input":
             self.check_alive()
             if time.monotonic() > deadline:
                 raise AssertionError(f"{dag_id}/{run_id}/{task_id} never waited for input: "
                                      f"{self.task_states(dag_id, run_id)}")
             time.sleep(2)
-        self._request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/"
-                               f"{task_id}/-1/hitlDetails", {"chosen_options": [option]})
+        while not self.park_settled(dag_id, run_id, task_id, ti["try_number"]):
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{dag_id}/{run_id}/{task_id}: the scheduler never processed the executor "
+                    f"event of the worker that parked it (try {ti['try_number']}); see "
+                    f"{self.log_path('scheduler')}")
+            time.sleep(0.5)
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails"
+        try:
+            self._request("PATCH", path, {"chosen_options": [option]}, attempts=3)
+        except RuntimeError as exc:
+            # a retry after a timed-out PATCH the server had applied: 409, already answered
+            if "HTTP 409" not in str(exc) or self.get(path)["chosen_options"] != [option]:
+                raise
+
+    def park_settled(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> bool:
+        """Whether the scheduler logged the executor event of try ``try_number`` of the task
+        (the worker that ran it up to AWAITING_INPUT or DEFERRED exited and the scheduler
+        read that): from then on, resuming the task cannot lose the race described in
+        :meth:`respond`. The LocalExecutor's workers log into the scheduler's log."""
+        return executor_event_seen(self.log("scheduler"), dag_id, run_id, task_id, try_number)
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict:
+        return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]

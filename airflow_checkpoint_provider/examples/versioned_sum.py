@@ -22,7 +22,11 @@ Airflow): ``CKPT_EXAMPLE_DIR`` (checkpoints, savepoints and output; default
 ``CKPT_EXAMPLE_RATE`` (records per second, default 200), ``CKPT_EXAMPLE_KEYS`` (default 20),
 ``CKPT_EXAMPLE_PARALLELISM`` (of the keyed running sum, default 1: a restore may change it),
 ``CKPT_EXAMPLE_INTERVAL_MS`` (checkpoint interval, default 500). Every version writes to
-``<dir>/output`` (the file sink's transactions are restored from the same directory).
+``<dir>/output`` (the file sink's transactions are restored from the same directory), or,
+with ``CKPT_EXAMPLE_PG_URL`` set (a PostgreSQL URL), into the PostgreSQL tables named in
+``CKPT_EXAMPLE_PG_TABLES`` (comma-separated, default ``sums``), one exactly-once 2PC sink
+(uid ``pg-<table>``) per table; each table must exist with the columns ``key text, count
+bigint, sum bigint, version text`` (and the server allow prepared transactions).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from airflow_checkpoint_provider.engine import (
     Pipeline,
     RestartStrategy,
 )
+from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
 
 
 class RunningSumV1(KeyedProcessFunction):
@@ -144,15 +149,21 @@ def _build(version: str, function: KeyedProcessFunction, *,
             directory=os.path.join(root, "checkpoints"),
             savepoint_directory=os.path.join(root, "savepoints")),
         restart_strategy=restart or RestartStrategy.fixed_delay(attempts=3, delay_ms=500))
-    (p.source(GeneratorSource(int(records) if records else None,
+    sums = (p.source(GeneratorSource(int(records) if records else None,
                               num_keys=int(os.environ.get("CKPT_EXAMPLE_KEYS", "20")), seed=42,
                               splits=2,
                               records_per_second=float(os.environ.get("CKPT_EXAMPLE_RATE", "200"))),
               uid="generator", parallelism=1)
-      .key_by("key")
-      .process(function, uid="running-sum",
-               parallelism=int(os.environ.get("CKPT_EXAMPLE_PARALLELISM", "1")))
-      .sink(FileSink(os.path.join(root, "output")), uid="file-sink"))
+            .key_by("key")
+            .process(function, uid="running-sum",
+                     parallelism=int(os.environ.get("CKPT_EXAMPLE_PARALLELISM", "1"))))
+    pg_url = os.environ.get("CKPT_EXAMPLE_PG_URL")
+    if not pg_url:
+        sums.sink(FileSink(os.path.join(root, "output")), uid="file-sink")
+    for table in (t.strip() for t in os.environ.get("CKPT_EXAMPLE_PG_TABLES", "sums").split(",")
+                  if pg_url and t.strip()):
+        sums.sink(PostgresSink(pg_url, table, ["key", "count", "sum", "version"]),
+                  uid=f"pg-{table}")
     return p
 
 

@@ -2,8 +2,9 @@
 Spark standalone cluster (issue 41).
 
 Airflow 3 (api-server, scheduler, dag-processor, triggerer; LocalExecutor; its DB on
-PostgreSQL), a 2-worker Spark standalone cluster, the jobs' metadata DB on PostgreSQL (as in
-tests/deploy/test_real_deployment.py). Blue runs v1; ``blue_green_upgrade`` runs with
+PostgreSQL), a 2-worker Spark standalone cluster, the jobs' metadata DB on PostgreSQL: the
+deployment tests/deploy/conftest.py starts once for tests/deploy. Blue runs v1;
+``blue_green_upgrade`` runs with
 ``in_place`` on: the fenced green is promoted inside its running Spark application (same job
 id, same application id, no ``go_live`` submit). The published output must have no duplicate
 and no gap; the output gap (blue's last commit to green's first, from the part files) and the
@@ -13,60 +14,12 @@ DAG's duration are printed (``pytest -s``). Bounded: about 5-8 minutes on this m
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
-
-from airflow_checkpoint_provider.engine.catalog import MetadataStore, upgrade_database
+from deploy_support import EXAMPLE, cancel_active_jobs
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
-
-EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
-BIN = os.path.dirname(sys.executable)
-
-
-@pytest.fixture(scope="module")
-def airflow_on_cluster(tmp_path_factory, postgres_server, spark_cluster):
-    from airflow_deployment import AirflowDeployment
-
-    work = str(tmp_path_factory.mktemp("downtime"))
-    metadata_url = postgres_server.create_database()
-    upgrade_database(metadata_url)
-    conf_dir = os.path.join(work, "spark-conf")  # one core per application: blue + green fit
-    os.makedirs(conf_dir)
-    with open(os.path.join(conf_dir, "spark-defaults.conf"), "w") as f:
-        f.write("spark.cores.max 1\nspark.executor.memory 512m\n")
-    jobs_dir = os.path.join(work, "jobs")
-    host, port = spark_cluster.url.rsplit(":", 1)
-    env = {
-        "SPARK_CONF_DIR": conf_dir, "SPARK_LOCAL_IP": "127.0.0.1",
-        "CKPT_EXAMPLE_DIR": jobs_dir, "CKPT_EXAMPLE_RATE": "50",
-        "CKPT_EXAMPLE_INTERVAL_MS": "2000",
-        "AIRFLOW_CONN_SPARK_DEFAULT": f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}',
-        "AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT":
-            f'{{"conn_type": "checkpoint_metadata", "extra": {{"url": "{metadata_url}"}}}}',
-    }
-    airflow = AirflowDeployment(os.path.join(work, "airflow"), postgres_server.create_database(),
-                                env=env)
-    store = MetadataStore(metadata_url, migrate=False)
-    try:
-        airflow.start()
-        airflow.wait_for_dag("blue_green_upgrade")
-        yield airflow, store, metadata_url, jobs_dir, env
-    finally:
-        try:
-            for job in store.list_jobs():
-                if job.status in ("CREATED", "RUNNING", "RESTARTING"):
-                    try:
-                        store.submit_control_request(job.job_id, "CANCEL", {})
-                    except ValueError:
-                        pass
-            time.sleep(5)
-        finally:
-            airflow.stop()
-            store.close()
 
 
 def _commit_times(out: str, job_id: str) -> list[float]:
@@ -75,15 +28,11 @@ def _commit_times(out: str, job_id: str) -> list[float]:
 
 
 @pytest.mark.timeout(1200)
-def test_blue_green_promotes_green_in_place_exactly_once_on_a_cluster(airflow_on_cluster,
-                                                                      spark_cluster):
-    airflow, store, metadata_url, jobs_dir, env = airflow_on_cluster
-    out = subprocess.run(
-        [os.path.join(BIN, "ckpt"), "run", f"{EXAMPLE}:build_v1", "--runner", "spark",
-         "--master", spark_cluster.url, "--db", metadata_url, "--detach", "--json",
-         "--job-name", "vs-blue", "--log-file", os.path.join(jobs_dir, "blue.log")],
-        env={**os.environ, **env}, text=True, capture_output=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
+def test_blue_green_promotes_green_in_place_exactly_once_on_a_cluster(deployment, spark_cluster):
+    dep = deployment
+    airflow, store, jobs_dir = dep.airflow, dep.store, os.path.join(dep.jobs_dir, "downtime")
+    cancel_active_jobs(store)  # the cluster's cores are for blue and green
+    dep.start_job(spark_cluster.url, "vs-blue", {"CKPT_EXAMPLE_DIR": jobs_dir})
     blue = store.resolve_job("vs-blue")
     assert blue.status == "RUNNING"
 

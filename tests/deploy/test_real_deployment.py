@@ -3,10 +3,11 @@ triggerer; LocalExecutor; Airflow's DB on PostgreSQL) submits jobs to a 2-worker
 standalone cluster; the metadata DB of the jobs is a second PostgreSQL database. DAG runs
 are triggered and polled through the REST API.
 
-One module-scoped deployment runs, in order: savepoint_upgrade_restore (happy path), the same
+The deployment (tests/deploy/conftest.py, shared with the other modules of tests/deploy)
+runs, in order: savepoint_upgrade_restore (happy path), the same
 DAG with a v2 that fails (rollback restarts v1), and blue_green_upgrade with its stability
 gate and human approval -- first rejected over the HITL REST API (green cancelled, blue keeps
-serving), then approved (exactly-once cut-over: the fenced green ends, green restarts from
+serving), then approved over the same API (exactly-once cut-over: the fenced green ends, green restarts from
 blue's final savepoint; the published output has no duplicate and no gap) (the last-state modes run with ``dag.test()`` in
 tests/provider/test_provider_dag_upgrade.py). Every upgrade starts with the pre-flight restore
 check. Durations and the
@@ -16,126 +17,29 @@ number of deferrals the triggerer ran are printed (``pytest -s``) for the closin
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
-
-from airflow_checkpoint_provider.engine.catalog import MetadataStore, upgrade_database
+from deploy_support import (
+    ACTIVE,
+    EXAMPLE,
+    RUN_TIMEOUT_S,
+    Deployment,
+    cancel_active_jobs,
+    wait_job,
+    wait_task,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 
-EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
-BIN = os.path.dirname(sys.executable)
-ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
-RUN_TIMEOUT_S = 360
 UPGRADED = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
             "wait_v2_checkpoint": "success", "upgraded": "success", "cancel_v2": "skipped",
             "guard_rollback": "skipped", "restart_v1": "skipped", "ask_rollback": "skipped",
             "decide_rollback": "skipped", "rollback_ok": "skipped"}
 
 
-class Deployment:
-    def __init__(self, airflow, metadata_url: str, jobs_dir: str, env: dict[str, str]) -> None:
-        self.airflow, self.metadata_url, self.jobs_dir, self.env = airflow, metadata_url, jobs_dir, env
-        self.store = MetadataStore(metadata_url, migrate=False)
-        self.durations: dict[str, float] = {}
-
-    def run_dag(self, name: str, dag_id: str, conf: dict,
-                answer: tuple[str, str] | None = None) -> tuple[str, str, dict]:
-        started = time.monotonic()
-        run_id = self.airflow.trigger(dag_id, conf)
-        if answer is not None:  # (task_id, option) of a human-in-the-loop task
-            self.airflow.respond(dag_id, run_id, *answer)
-        state = self.airflow.wait_for_run(dag_id, run_id, RUN_TIMEOUT_S)
-        self.durations[name] = round(time.monotonic() - started, 1)
-        return state, run_id, self.airflow.task_states(dag_id, run_id)
-
-    def conf(self, **overrides) -> dict:
-        conf = {"job_name": "versioned-sum", "v1_pipeline": f"{EXAMPLE}:build_v1",
-                "v2_pipeline": f"{EXAMPLE}:build_v2",
-                "savepoint_dir": os.path.join(self.jobs_dir, "savepoints"), "runner": "spark",
-                "job_env": {"CKPT_EXAMPLE_DIR": self.jobs_dir}, "upgrade_mode": "savepoint",
-                "max_checkpoint_age_s": None}
-        conf.update(overrides)
-        return conf
-
-    def assert_on_cluster(self, job_id: str) -> None:
-        job = self.store.get_job(job_id)
-        assert job.spark_app_id and job.spark_app_id.startswith("app-"), job
-        placement = self.store.list_attempts(job_id)[-1].placement
-        assert placement and all(str(s["executor_id"]).isdigit() for s in placement), placement
-
-
-def _cancel_active_jobs(store: MetadataStore, timeout: float = 60.0) -> None:
-    jobs = [j for j in store.list_jobs() if j.status in ACTIVE and j.heartbeat_at]
-    for job in jobs:
-        try:
-            store.submit_control_request(job.job_id, "CANCEL", {})
-        except ValueError:
-            pass
-    deadline = time.monotonic() + timeout
-    while jobs and time.monotonic() < deadline:
-        jobs = [j for j in jobs if store.get_job(j.job_id).status in ACTIVE]
-        time.sleep(0.5)
-
-
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory, postgres_server, spark_cluster):
-    from airflow_deployment import AirflowDeployment
-
-    work = str(tmp_path_factory.mktemp("deployment"))
-    metadata_url = postgres_server.create_database()
-    upgrade_database(metadata_url)  # `ckpt db upgrade`: the hook never creates the schema
-    # Cluster-wide Spark defaults, read by every spark-submit (one core per job, so blue and
-    # green fit on the 2 x 2 cores together).
-    conf_dir = os.path.join(work, "spark-conf")
-    os.makedirs(conf_dir)
-    with open(os.path.join(conf_dir, "spark-defaults.conf"), "w") as f:
-        f.write("spark.cores.max 1\nspark.executor.memory 512m\n")
-    jobs_dir = os.path.join(work, "jobs")
-    host, port = spark_cluster.url.rsplit(":", 1)
-    env = {
-        "SPARK_CONF_DIR": conf_dir, "SPARK_LOCAL_IP": "127.0.0.1",
-        "CKPT_EXAMPLE_DIR": jobs_dir, "CKPT_EXAMPLE_RATE": "50",
-        # the pre-flight check reads the latest checkpoint of a running job: it must outlive
-        # the check (3 retained checkpoints)
-        "CKPT_EXAMPLE_INTERVAL_MS": "2000",
-        "AIRFLOW_CONN_SPARK_DEFAULT": f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}',
-        "AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT":
-            f'{{"conn_type": "checkpoint_metadata", "extra": {{"url": "{metadata_url}"}}}}',
-    }
-    airflow = AirflowDeployment(os.path.join(work, "airflow"), postgres_server.create_database(),
-                                env=env)
-    dep = Deployment(airflow, metadata_url, jobs_dir, env)
-    try:
-        airflow.start()
-        for dag_id in ("savepoint_upgrade_restore", "blue_green_upgrade"):
-            airflow.wait_for_dag(dag_id)
-        # scheduled (@hourly): unpaused by its test, else its own first run would race others
-        airflow.wait_for_dag("scheduled_savepoints", unpause=False)
-        yield dep
-    finally:
-        try:
-            _cancel_active_jobs(dep.store)
-        finally:
-            airflow.stop()
-            dep.store.close()
-            print(f"\nreal deployment: DAG durations (s) {dep.durations}; "
-                  f"{len(airflow.deferrals())} deferrals ran in the triggerer")
-
-
 def _start_v1(dep: Deployment, spark_url: str) -> str:
-    out = subprocess.run(
-        [os.path.join(BIN, "ckpt"), "run", f"{EXAMPLE}:build_v1", "--runner", "spark",
-         "--master", spark_url, "--db", dep.metadata_url, "--detach", "--json",
-         "--log-file", os.path.join(dep.jobs_dir, "v1.log")],
-        env={**os.environ, **dep.env}, text=True, capture_output=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    job = dep.store.resolve_job("versioned-sum")
-    assert job.status == "RUNNING"
-    return job.job_id
+    return dep.start_job(spark_url, "versioned-sum", {"CKPT_EXAMPLE_DIR": dep.jobs_dir})
 
 
 @pytest.mark.timeout(1200)
@@ -206,15 +110,13 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
     out = os.path.join(dep.jobs_dir, "output")
     assert not [n for n in os.listdir(out) if rejected.job_id in n], "fenced green published"
 
-    # then approved: blue stops with a savepoint, green goes live from it, exactly once
-    # (without the human step: the Reject above went through the HITL REST API; CI saw an
-    # Approve answered the same way leave `approve` failed once, unexplained - see the
-    # closing note of 2026-11-26 - and the cut-over is what this run proves)
-    state, run, tis = dep.run_dag("blue_green", "blue_green_upgrade",
-                                  {**bg_conf, "require_approval": False})
+    # then approved over the HITL REST API in the same deployment: blue stops with a
+    # savepoint, green goes live from it, exactly once
+    state, run, tis = dep.run_dag("blue_green", "blue_green_upgrade", bg_conf,
+                                  answer=("approve", "Approve"))
     assert tis == {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
-                   "health_gate": "success", "approval": "success", "approve": "skipped",
-                   "no_approval_needed": "success", **dict.fromkeys(cutover, "success"),
+                   "health_gate": "success", "approval": "success", "approve": "success",
+                   "no_approval_needed": "skipped", **dict.fromkeys(cutover, "success"),
                    # in place (the default): the fenced green restores blue's final savepoint
                    # in its own Spark application; the resubmit path is skipped
                    "preflight_final": "skipped", "end_validation": "skipped",
@@ -262,14 +164,7 @@ def test_a_scheduled_savepoint_emits_an_asset_event_visible_through_the_rest_api
     savepoint's job id, checkpoint id and location; retention reports why it kept it."""
     dep, store = deployment, deployment.store
     job_name, job_dir = "asset-events-sum", os.path.join(dep.jobs_dir, "asset-events")
-    out = subprocess.run(
-        [os.path.join(BIN, "ckpt"), "run", f"{EXAMPLE}:build_v1", "--job-name", job_name,
-         "--runner", "spark", "--master", spark_cluster.url, "--db", dep.metadata_url,
-         "--detach", "--json", "--log-file", os.path.join(job_dir, "job.log")],
-        env={**os.environ, **dep.env, "CKPT_EXAMPLE_DIR": job_dir}, text=True,
-        capture_output=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    job = store.resolve_job(job_name)
+    job = store.get_job(dep.start_job(spark_cluster.url, job_name, {"CKPT_EXAMPLE_DIR": job_dir}))
     try:
         assert job.status == "RUNNING"
         dep.airflow.set_paused("scheduled_savepoints", False)
@@ -306,35 +201,6 @@ def test_a_scheduled_savepoint_emits_an_asset_event_visible_through_the_rest_api
         assert store.get_job(job.job_id).status == "CANCELED"
 
 
-def _start(dep: Deployment, spark_url: str, job_name: str, env: dict[str, str]) -> str:
-    """``ckpt run --detach`` of the example's v1 under ``job_name`` on the cluster."""
-    out = subprocess.run(
-        [os.path.join(BIN, "ckpt"), "run", f"{EXAMPLE}:build_v1", "--job-name", job_name,
-         "--runner", "spark", "--master", spark_url, "--db", dep.metadata_url, "--detach",
-         "--json", "--log-file", os.path.join(env["CKPT_EXAMPLE_DIR"], "job.log")],
-        env={**os.environ, **dep.env, **env}, text=True, capture_output=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    job = dep.store.resolve_job(job_name)
-    assert job.status == "RUNNING"
-    return job.job_id
-
-
-def _wait_task(dep: Deployment, dag_id: str, run_id: str, task_id: str, states: tuple,
-               timeout: float = 300) -> str:
-    deadline = time.monotonic() + timeout
-    while (state := dep.airflow.task_states(dag_id, run_id).get(task_id)) not in states:
-        assert time.monotonic() < deadline, f"{task_id} still {state}"
-        time.sleep(1)
-    return state
-
-
-def _wait_job(store: MetadataStore, job_id: str, status: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while (job := store.get_job(job_id)).status != status:
-        assert time.monotonic() < deadline, f"job {job_id} still {job.status}"
-        time.sleep(1)
-
-
 @pytest.mark.timeout(1800)
 def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
         deployment, spark_cluster):
@@ -349,24 +215,24 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
        blue's checkpoint as too old): the fenced green is cancelled, blue keeps serving.
     """
     dep, store = deployment, deployment.store
-    _cancel_active_jobs(store)  # the cluster's cores are for these jobs
+    cancel_active_jobs(store)  # the cluster's cores are for these jobs
     dag = "savepoint_upgrade_restore"
     name, root, n = "rollback-sum", os.path.join(dep.jobs_dir, "rollback"), 20_000
     env = {"CKPT_EXAMPLE_DIR": root, "CKPT_EXAMPLE_RECORDS": str(n)}
-    v1 = _start(dep, spark_cluster.url, name, {**env, "CKPT_EXAMPLE_RATE": "50"})
+    v1 = dep.start_job(spark_cluster.url, name, {**env, "CKPT_EXAMPLE_RATE": "50"})
     # v2 and the restarted v1 read the rest fast; v2's first checkpoint comes late, so the
     # sensor defers before it (its facts-first check finds none yet)
     conf = dep.conf(job_name=name, savepoint_dir=os.path.join(root, "savepoints"),
                     job_env={**env, "CKPT_EXAMPLE_RATE": "400", "CKPT_EXAMPLE_INTERVAL_MS": "30000"})
     started = time.monotonic()
     run = dep.airflow.trigger(dag, conf)
-    _wait_task(dep, dag, run, "start_v2", ("running", "success", "failed"))
+    wait_task(dep.airflow, dag, run, "start_v2", ("running", "success", "failed"))
     dep.airflow.stop_component("triggerer")
     try:
-        _wait_task(dep, dag, run, "wait_v2_checkpoint", ("deferred",))
+        wait_task(dep.airflow, dag, run, "wait_v2_checkpoint", ("deferred",))
         v2 = store.resolve_job(name)
         assert v2.job_id != v1 and v2.version == "v2"
-        _wait_job(store, v2.job_id, "FINISHED")  # it committed everything
+        wait_job(store, v2.job_id, "FINISHED")  # it committed everything
         dep.airflow.mark_failed(dag, run, "wait_v2_checkpoint")
     finally:
         dep.airflow.start_component("triggerer")
@@ -382,7 +248,7 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
     guard = dep.airflow.xcom(dag, run, "guard_rollback")
     assert guard["job_id"] == v2.job_id and guard["committed"] and guard["discarded"]["file-sink"]
     again = dep.airflow.xcom(dag, run, "restart_v1")
-    _wait_job(store, again, "FINISHED")
+    wait_job(store, again, "FINISHED")
     from airflow_checkpoint_provider.engine import read_committed
 
     seen: dict[tuple, int] = {}
@@ -395,7 +261,7 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
 
     # 2. a failed stop_blue ends the fenced green
     blue_root = os.path.join(dep.jobs_dir, "bg-fail")
-    blue = _start(dep, spark_cluster.url, "bg-fail-blue", {"CKPT_EXAMPLE_DIR": blue_root})
+    blue = dep.start_job(spark_cluster.url, "bg-fail-blue", {"CKPT_EXAMPLE_DIR": blue_root})
     # a blue-green starts from a job that runs steadily: its first checkpoint completed (a
     # savepoint of a job whose tasks are still starting may be declined)
     deadline = time.monotonic() + 120

@@ -21,6 +21,9 @@ from ..plan.job import JobConfig, JobResult
 from .jobmaster import JobMaster
 from .spark_launcher import RELEASE_SECONDS, SparkBarrierLauncher, make_slot_function
 
+#: seconds a job on a cluster master waits for executors offering its slots (default 60)
+SLOT_WAIT_ENV = "CKPT_SPARK_SLOT_WAIT_S"
+
 __all__ = ["SparkBarrierLauncher", "SparkRunner", "configured_master", "session_for"]
 
 #: moved to :mod:`.spark_launcher`; the old name stays for its callers
@@ -124,7 +127,9 @@ class SparkRunner:
         Spark reports, ``spark.driver.host``).
     :param coordinator_port: TCP port of the coordinator (0 = any free port).
     :param slot_wait_seconds: how long to wait for executors offering enough cores before
-        failing (cluster masters only; local masters fail at once).
+        failing (cluster masters only; local masters fail at once). Default: the
+        ``CKPT_SPARK_SLOT_WAIT_S`` environment variable, else 60 (executor JVMs took longer
+        to register on a loaded 2-core machine).
     :param release_seconds: on failover, how long to wait for the failed attempt's tasks to
         free their cores before the next attempt (which fails if they did not).
     :param kill_slots: on failover, SIGKILL the failed attempt's slot processes that run on
@@ -133,10 +138,11 @@ class SparkRunner:
     """
 
     def __init__(self, *, spark=None, master: str | None = None, coordinator_host: str | None = None,
-                 coordinator_port: int = 0, slot_wait_seconds: float = 60.0,
+                 coordinator_port: int = 0, slot_wait_seconds: float | None = None,
                  release_seconds: float = RELEASE_SECONDS, kill_slots: bool = True,
                  **master_options) -> None:
-        self.slot_wait_seconds = slot_wait_seconds
+        self.slot_wait_seconds = (float(os.environ.get(SLOT_WAIT_ENV, "60"))
+                                  if slot_wait_seconds is None else slot_wait_seconds)
         self.release_seconds = release_seconds
         self.kill_slots = kill_slots
         self.master_options = master_options

@@ -1,0 +1,55 @@
+"""One real deployment for every test of tests/deploy that needs Airflow (one Airflow start,
+~1-2 min on this machine, instead of one per module): see deploy_support.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from deploy_support import SPARK_DEFAULTS, Deployment, cancel_active_jobs
+
+from airflow_checkpoint_provider.engine.catalog import upgrade_database
+
+
+@pytest.fixture(scope="package")
+def deployment(tmp_path_factory, postgres_server, spark_cluster):
+    from airflow_deployment import AirflowDeployment
+
+    work = str(tmp_path_factory.mktemp("deployment"))
+    metadata_url = postgres_server.create_database()
+    upgrade_database(metadata_url)  # `ckpt db upgrade`: the hook never creates the schema
+    conf_dir = os.path.join(work, "spark-conf")
+    os.makedirs(conf_dir)
+    jobs_dir = os.path.join(work, "jobs")
+    host, port = spark_cluster.url.rsplit(":", 1)
+    env = {
+        "SPARK_CONF_DIR": conf_dir, "SPARK_LOCAL_IP": "127.0.0.1",
+        "CKPT_EXAMPLE_DIR": jobs_dir, "CKPT_EXAMPLE_RATE": "50",
+        # the pre-flight check reads the latest checkpoint of a running job: it must outlive
+        # the check (3 retained checkpoints)
+        "CKPT_EXAMPLE_INTERVAL_MS": "2000",
+        # executor JVMs registered more than 60 s after the application started at load 37
+        "CKPT_SPARK_SLOT_WAIT_S": "300",
+        "AIRFLOW_CONN_SPARK_DEFAULT": f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}',
+        "AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT":
+            f'{{"conn_type": "checkpoint_metadata", "extra": {{"url": "{metadata_url}"}}}}',
+    }
+    airflow = AirflowDeployment(os.path.join(work, "airflow"), postgres_server.create_database(),
+                                env=env)
+    dep = Deployment(airflow, metadata_url, jobs_dir, env, conf_dir)
+    dep.write_spark_defaults(SPARK_DEFAULTS)
+    try:
+        airflow.start()
+        for dag_id in ("savepoint_upgrade_restore", "blue_green_upgrade"):
+            airflow.wait_for_dag(dag_id)
+        # scheduled (@hourly): unpaused by its test, else its own first run would race others
+        airflow.wait_for_dag("scheduled_savepoints", unpause=False)
+        yield dep
+    finally:
+        try:
+            cancel_active_jobs(dep.store)
+        finally:
+            airflow.stop()
+            dep.store.close()
+            print(f"\nreal deployment: DAG durations (s) {dep.durations}; "
+                  f"{len(airflow.deferrals())} deferrals ran in the triggerer")

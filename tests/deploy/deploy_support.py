@@ -1,0 +1,148 @@
+"""What the real-deployment tests share (tests/deploy/conftest.py builds it once per run):
+Airflow 3 (api-server, scheduler, dag-processor, triggerer; LocalExecutor; its DB on
+PostgreSQL) submitting to the session's Spark standalone cluster, the jobs' metadata DB on
+the same PostgreSQL server, and helpers to start jobs and run DAGs through the REST API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
+
+EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
+BIN = os.path.dirname(sys.executable)
+ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
+RUN_TIMEOUT_S = 600  # a blue-green DAG run took ~6 min at load 32 on 2 cores
+#: cluster-wide Spark defaults of every spark-submit: one core per application, so blue and
+#: green of the parallelism-1 example fit on the 2 x 2 cores together
+SPARK_DEFAULTS = {"spark.cores.max": "1", "spark.executor.memory": "512m"}
+
+
+class Deployment:
+    def __init__(self, airflow, metadata_url: str, jobs_dir: str, env: dict[str, str],
+                 conf_dir: str) -> None:
+        self.airflow, self.metadata_url, self.jobs_dir, self.env = airflow, metadata_url, jobs_dir, env
+        self.conf_dir = conf_dir
+        self.store = MetadataStore(metadata_url, migrate=False)
+        self.durations: dict[str, float] = {}
+
+    def run_dag(self, name: str, dag_id: str, conf: dict,
+                answer: tuple[str, str] | None = None) -> tuple[str, str, dict]:
+        started = time.monotonic()
+        run_id = self.airflow.trigger(dag_id, conf)
+        if answer is not None:  # (task_id, option) of a human-in-the-loop task
+            self.airflow.respond(dag_id, run_id, *answer, timeout=RUN_TIMEOUT_S)
+        state = self.airflow.wait_for_run(dag_id, run_id, RUN_TIMEOUT_S)
+        self.durations[name] = round(time.monotonic() - started, 1)
+        return state, run_id, self.airflow.task_states(dag_id, run_id)
+
+    def conf(self, **overrides) -> dict:
+        conf = {"job_name": "versioned-sum", "v1_pipeline": f"{EXAMPLE}:build_v1",
+                "v2_pipeline": f"{EXAMPLE}:build_v2",
+                "savepoint_dir": os.path.join(self.jobs_dir, "savepoints"), "runner": "spark",
+                "job_env": {"CKPT_EXAMPLE_DIR": self.jobs_dir}, "upgrade_mode": "savepoint",
+                "max_checkpoint_age_s": None}
+        conf.update(overrides)
+        return conf
+
+    def assert_on_cluster(self, job_id: str) -> None:
+        job = self.store.get_job(job_id)
+        assert job.spark_app_id and job.spark_app_id.startswith("app-"), job
+        placement = self.store.list_attempts(job_id)[-1].placement
+        assert placement and all(str(s["executor_id"]).isdigit() for s in placement), placement
+
+    def write_spark_defaults(self, settings: dict[str, str]) -> None:
+        """The deployment's ``spark-defaults.conf`` (read by each spark-submit when it starts,
+        the Airflow workers' and ``ckpt run``'s alike)."""
+        with open(os.path.join(self.conf_dir, "spark-defaults.conf"), "w") as f:
+            f.writelines(f"{k} {v}\n" for k, v in settings.items())
+
+    @contextlib.contextmanager
+    def spark_defaults(self, **settings: str) -> Iterator[None]:
+        """Other cluster-wide Spark defaults for the applications started inside the block."""
+        self.write_spark_defaults({**SPARK_DEFAULTS, **settings})
+        try:
+            yield
+        finally:
+            self.write_spark_defaults(SPARK_DEFAULTS)
+
+    def start_job(self, spark_url: str, job_name: str, env: dict[str, str],
+                  pipeline: str = f"{EXAMPLE}:build_v1") -> str:
+        """``ckpt run --detach`` of ``pipeline`` under ``job_name`` on the cluster."""
+        out = subprocess.run(
+            [os.path.join(BIN, "ckpt"), "run", pipeline, "--job-name", job_name,
+             "--runner", "spark", "--master", spark_url, "--db", self.metadata_url, "--detach",
+             "--json", "--log-file", os.path.join(env["CKPT_EXAMPLE_DIR"], f"{job_name}.log")],
+            env={**os.environ, **self.env, **env}, text=True, capture_output=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        job = self.store.resolve_job(job_name)
+        assert job.status == "RUNNING"
+        return job.job_id
+
+
+def cancel_active_jobs(store: MetadataStore, timeout: float = 60.0) -> None:
+    jobs = [j for j in store.list_jobs() if j.status in ACTIVE and j.heartbeat_at]
+    for job in jobs:
+        try:
+            store.submit_control_request(job.job_id, "CANCEL", {})
+        except ValueError:
+            pass
+    deadline = time.monotonic() + timeout
+    while jobs and time.monotonic() < deadline:
+        jobs = [j for j in jobs if store.get_job(j.job_id).status in ACTIVE]
+        time.sleep(0.5)
+
+
+def wait_job(store: MetadataStore, job_id: str, status: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while (job := store.get_job(job_id)).status != status:
+        assert time.monotonic() < deadline, f"job {job_id} still {job.status}"
+        time.sleep(1)
+
+
+def wait_task(airflow, dag_id: str, run_id: str, task_id: str, states: tuple,
+              timeout: float = 300) -> str:
+    deadline = time.monotonic() + timeout
+    while (state := airflow.task_states(dag_id, run_id).get(task_id)) not in states:
+        assert time.monotonic() < deadline, f"{task_id} still {state}"
+        time.sleep(1)
+    return state
+
+
+@contextlib.contextmanager
+def extra_spark_worker(cluster, cores: int = 2, memory: str = "1g") -> Iterator[None]:
+    """One more worker on the session's Spark cluster for the block (registered before it
+    starts), stopped by its PID at the end."""
+    def registered() -> int:
+        with open(os.path.join(cluster.workdir, "master.log"), errors="replace") as f:
+            return f.read().count("Registering worker")
+
+    before = registered()
+    wdir = os.path.join(cluster.workdir, f"worker-extra-{before}")
+    os.makedirs(wdir, exist_ok=True)
+    proc = cluster._start(f"worker-extra-{before}", [
+        "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", str(cores),
+        "--memory", memory, "--work-dir", wdir, "--webui-port", "0", cluster.url])
+    try:
+        deadline = time.monotonic() + 180
+        while registered() <= before:
+            assert proc.poll() is None, f"the extra Spark worker exited ({wdir})"
+            assert time.monotonic() < deadline, "the extra Spark worker did not register"
+            time.sleep(0.3)
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        cluster.procs.remove(proc)

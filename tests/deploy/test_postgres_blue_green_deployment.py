@@ -1,0 +1,192 @@
+"""Issue 36, item 2, through the real deployment (tests/deploy/conftest.py): a blue-green at
+parallelism 3 with 1 s checkpoints into two PostgreSQL 2PC sinks, on a server with
+``max_prepared_transactions=100`` (tests/pg_server.py), Airflow (scheduler, triggerer,
+api-server; the DAG triggered and approved over the REST API) submitting to the Spark
+standalone cluster.
+
+Before the fix, the fenced green's prepared transactions went 3 -> 30 -> 72 -> 100 in ~20 s
+and blue failed over ("maximum number of prepared transactions reached"). Asserted: the
+prepared transactions are sampled all along (the fenced green's and everyone's maximum are
+printed and bounded); blue keeps publishing while green validates and green publishes
+nothing before the cut-over; after the Approve (HITL REST API) green is promoted in place;
+each table holds every (key, count) of the running sums exactly once; at the end no
+prepared transaction and no replication slot is left in the sinks' database.
+
+Blue and green each need 3 cores (one barrier slot per subtask): one more Spark worker (4
+cores) joins the cluster for this test, and each application takes two 2-core executors
+(fewer executor JVMs to start on a loaded machine than three 1-core ones).
+Bounded: about 5-7 minutes on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+
+import pytest
+from deploy_support import (
+    EXAMPLE,
+    RUN_TIMEOUT_S,
+    cancel_active_jobs,
+    extra_spark_worker,
+    wait_job,
+    wait_task,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
+
+TABLES = ("sums_a", "sums_b")
+DAG = "blue_green_upgrade"
+#: one epoch of both sinks at parallelism 3; a fenced green prepares nothing at all
+FENCED_BOUND = 2 * 3
+
+
+def _connect(url: str):
+    import psycopg
+
+    from airflow_checkpoint_provider.engine.connectors.postgres import _dsn
+
+    return psycopg.connect(_dsn(url), autocommit=True)
+
+
+class PreparedSampler:
+    """Samples ``pg_prepared_xacts`` of one database every ``period`` seconds in a thread:
+    ``samples`` holds ``(monotonic time, [gid, ...])``."""
+
+    def __init__(self, url: str, period: float = 0.5) -> None:
+        self.url, self.period = url, period
+        self.samples: list[tuple[float, list[str]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with _connect(self.url) as conn:
+            while not self._stop.is_set():
+                gids = [g for (g,) in conn.execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]
+                self.samples.append((time.monotonic(), gids))
+                self._stop.wait(self.period)
+
+    def __enter__(self) -> PreparedSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def max(self, job_id: str | None = None, until: float | None = None) -> int:
+        return max((len([g for g in gids if job_id is None or job_id in g])
+                    for t, gids in self.samples if until is None or t <= until), default=0)
+
+
+def _rows(url: str, table: str, version: str | None = None) -> list[tuple[str, int]]:
+    with _connect(url) as conn:
+        if version is None:
+            return conn.execute(f"SELECT key, count FROM {table}").fetchall()
+        return conn.execute(f"SELECT key, count FROM {table} WHERE version = %s",
+                            (version,)).fetchall()
+
+
+def _exactly_once(rows: list[tuple[str, int]]) -> tuple[int, int]:
+    """(duplicates, missing) of running-sum rows: per key, every count 1..max exactly once."""
+    seen = Counter(rows)
+    duplicates = sum(n - 1 for n in seen.values())
+    top: dict[str, int] = {}
+    for key, count in seen:
+        top[key] = max(top.get(key, 0), count)
+    missing = sum(top[k] - len({c for kk, c in seen if kk == k}) for k in top)
+    return duplicates, missing
+
+
+@pytest.mark.timeout(1500)
+def test_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_real_airflow(
+        deployment, spark_cluster, postgres_server):
+    dep, store = deployment, deployment.store
+    cancel_active_jobs(store)  # blue and green need all 6 cores
+    url = postgres_server.create_database()
+    with _connect(url) as conn:
+        assert conn.execute("SHOW max_prepared_transactions").fetchone()[0] == "100"
+        for t in TABLES:
+            conn.execute(f"CREATE TABLE {t} (key text, count bigint, sum bigint, version text)")
+    root = os.path.join(dep.jobs_dir, "pg-blue-green")
+    job_env = {"CKPT_EXAMPLE_DIR": root, "CKPT_EXAMPLE_PG_URL": url,
+               "CKPT_EXAMPLE_PG_TABLES": ",".join(TABLES), "CKPT_EXAMPLE_PARALLELISM": "3",
+               "CKPT_EXAMPLE_INTERVAL_MS": "1000", "CKPT_EXAMPLE_RATE": "50"}
+    conf = {"blue_job": "pg-blue", "green_job": "pg-green",
+            "green_pipeline": f"{EXAMPLE}:build_v2",
+            "savepoint_dir": os.path.join(root, "savepoints"), "runner": "spark",
+            "job_env": job_env, "min_checkpoints": 3, "gate_window_s": 15,
+            "max_restarts": 0, "max_checkpoint_duration_ms": 60000,
+            "min_throughput_ratio": 0.5, "max_watermark_lag_growth_ms": None,
+            "max_backlog_growth_ms": None, "require_approval": True}
+    started = time.monotonic()
+    cores = {"spark.cores.max": "4", "spark.executor.cores": "2"}
+    with extra_spark_worker(spark_cluster, cores=4), dep.spark_defaults(**cores), \
+            PreparedSampler(url) as sampler:
+        blue = dep.start_job(spark_cluster.url, "pg-blue", job_env)
+        assert store.get_job(blue).parallelism == 3
+        deadline = time.monotonic() + 120
+        while store.latest_completed_checkpoint(job_id=blue, kind=None) is None:
+            assert time.monotonic() < deadline, "pg-blue completed no checkpoint in 120 s"
+            time.sleep(1)
+        run = dep.airflow.trigger(DAG, conf)
+        wait_task(dep.airflow, DAG, run, "start_green", ("success", "failed"), RUN_TIMEOUT_S)
+        green = dep.airflow.xcom(DAG, run, "start_green", "job_id")
+        blue_rows_at_green_start = len(_rows(url, TABLES[0], "v1"))
+        state = wait_task(dep.airflow, DAG, run, "approve",
+                          ("awaiting_input", "failed", "upstream_failed"), RUN_TIMEOUT_S)
+        tis = dep.airflow.task_states(DAG, run)
+        assert state == "awaiting_input", (
+            f"{tis}\n{dep.airflow.failed_task_logs(DAG, run)}")
+        # green validated (the gate passed): blue kept publishing all along, green nothing
+        validated = time.monotonic()
+        assert store.get_job(blue).status == "RUNNING"
+        assert len(_rows(url, TABLES[0], "v1")) > blue_rows_at_green_start, "blue stalled"
+        assert _rows(url, TABLES[0], "v2") == [], "the fenced green published"
+        dep.airflow.respond(DAG, run, "approve", "Approve")
+        state = dep.airflow.wait_for_run(DAG, run, RUN_TIMEOUT_S)
+        dep.durations["postgres_blue_green"] = round(time.monotonic() - started, 1)
+        tis = dep.airflow.task_states(DAG, run)
+        why = f"{tis}\n{dep.airflow.failed_task_logs(DAG, run)}"
+        assert state == "success", why
+        assert tis["approve"] == "success" and tis["promote_green"] == "success", why
+        assert tis["cancel_green"] == "skipped" and tis["go_live"] == "skipped", why
+        assert store.get_job(blue).status == "STOPPED"
+        promoted = store.list_attempts(green)[-1].started_at
+        # green live: two checkpoints of the promoted attempt committed
+        deadline = time.monotonic() + 180
+        while len([c for c in store.list_checkpoints(green)
+                   if c.status in ("COMPLETED", "SUBSUMED") and c.trigger_time > promoted]) < 2:
+            assert time.monotonic() < deadline, "green live did not checkpoint twice"
+            time.sleep(1)
+        assert store.get_job(green).status == "RUNNING"
+        store.submit_control_request(green, "CANCEL", {})
+        wait_job(store, green, "CANCELED", 120)
+    cancel_active_jobs(store)
+
+    with _connect(url) as conn:
+        deadline = time.monotonic() + 30
+        while (left := [g for (g,) in conn.execute(
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]):
+            assert time.monotonic() < deadline, f"prepared transactions left: {left}"
+            time.sleep(1)
+        slots = conn.execute("SELECT slot_name FROM pg_replication_slots "
+                             "WHERE database = current_database()").fetchall()
+    fenced_max, overall_max = sampler.max(green, until=validated), sampler.max()
+    counts = {t: (len(rows := _rows(url, t)), *_exactly_once(rows)) for t in TABLES}
+    green_rows = len(_rows(url, TABLES[0], "v2"))
+    print(f"\nreal deployment, blue-green at parallelism 3 into PostgreSQL 2PC sinks: "
+          f"{dep.durations['postgres_blue_green']} s, prepared transactions max {overall_max} "
+          f"(fenced green {fenced_max}; max_prepared_transactions 100) over "
+          f"{len(sampler.samples)} samples; (rows, duplicates, missing) per table {counts}; "
+          f"{green_rows} rows published by green after the cut-over")
+    assert fenced_max <= FENCED_BOUND, fenced_max
+    assert overall_max < 50, overall_max
+    assert slots == [], slots
+    for t, (rows, duplicates, missing) in counts.items():
+        assert (duplicates, missing) == (0, 0), (t, rows, duplicates, missing)
+    assert sorted(_rows(url, TABLES[0])) == sorted(_rows(url, TABLES[1]))
+    assert green_rows > 0, "green published nothing after the cut-over"
