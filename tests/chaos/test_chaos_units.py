@@ -175,8 +175,16 @@ def test_where_a_fault_landed_from_the_metadata_db_and_published_files(tmp_path)
         assert landing(time.time() + 0.5, store, [out]) == "processing"
 
 
-@pytest.mark.parametrize("name", ["session-windows", "session-windows-row", "top-n",
-                                  "count-distinct", "join-broadcast-temporal"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "session-windows",
+        "session-windows-row",
+        "top-n",
+        "count-distinct",
+        "join-broadcast-temporal",
+    ],
+)
 def test_every_catalogue_builder_builds_its_pipeline(tmp_path, name):
     """The builders of the tests' pipelines (one factory since they differed only in names)
     give a pipeline with the run's backend, checkpoint mode and the seeded raise points."""
@@ -186,3 +194,25 @@ def test_every_catalogue_builder_builds_its_pipeline(tmp_path, name):
     p = entry(name).make(ctx)
     assert p.state_backend == "rocksdb" and p.checkpoint.unaligned
     assert p.execution_graph().vertices
+
+
+def test_the_chaos_nexmark_source_emits_bench_nexmarks_events():
+    """The chaos matrix's Nexmark source builds its channel URLs in one vectorized pass
+    (bench/nexmark's generator hashes them one by one: ~8 s per split reader) and shares one
+    generator per process: the URLs must be bench/nexmark's, and a reader restored at a
+    position must emit the events of bench/nexmark's ids."""
+    import numpy as np
+
+    from bench.chaos.nexmark_source import ChaosNexmarkSource, FastNexmarkGenerator, generator
+    from bench.nexmark.generator import NexmarkConfig, NexmarkGenerator
+
+    config = NexmarkConfig(seed=3, events_per_second=500)
+    fast = FastNexmarkGenerator(config)
+    assert fast._base_urls(700) == NexmarkGenerator._base_urls(fast, 700)
+    assert any("_/" in u or u.endswith("_/item.htm?query=1") for u in fast._base_urls(700))
+    assert generator(config) is generator(config)
+    source = ChaosNexmarkSource(1_000, config=config, splits=4)
+    reader = source.open_split("nexmark-1", 37, None)
+    got = reader.read_batch(50)
+    assert got.equals(fast.batch(1 + 4 * np.arange(37, 87, dtype=np.int64)))
+    assert reader.position() == 87
