@@ -14,7 +14,6 @@ import json
 import os
 import pickle
 import random
-import resource
 import shutil
 import signal
 import subprocess
@@ -24,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from .catalogue import NEXMARK_KNOWN, ROOT, BuildContext, Entry, entry, nexmark_config
+from .cpu import CpuMeter
 from .faults import Fault, fired_raises, landing, plan
 
 HEARTBEAT_TIMEOUT_S = 2.0
@@ -171,6 +171,7 @@ class _Drivers:
                 f,
             )
         self.procs: list[subprocess.Popen] = []
+        self.cpu = CpuMeter()
         self.env = {
             **os.environ,
             "PYTHONPATH": ROOT,
@@ -209,6 +210,7 @@ class _Drivers:
                 start_new_session=True,
             )
         )
+        self.cpu.add_session(self.procs[-1].pid)
         log.close()
 
     def result(self) -> dict | None:
@@ -343,6 +345,7 @@ def _drive(
             if time.monotonic() > deadline:
                 outcome = {"status": "TIMEOUT", "failure_reason": f"no end within {timeout:.0f} s"}
                 break
+            drivers.cpu.sample()
             if store is None:
                 store = _store(root)
             if (
@@ -389,8 +392,9 @@ def _drive(
     finally:
         if store is not None:
             store.close()
+        drivers.cpu.sample(force=True)
         drivers.end_all()
-    return {"result": outcome, "drivers": len(drivers.procs)}
+    return {"result": outcome, "drivers": len(drivers.procs), "cpu": drivers.cpu.seconds()}
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -410,7 +414,7 @@ def run_one(
         from .cdc import for_entry
 
         hooks = for_entry(e.name, root, seed, e.seconds)
-    t0, cpu0 = time.monotonic(), _children_cpu()
+    t0 = time.monotonic()
     res = _drive(
         cell,
         root,
@@ -435,9 +439,8 @@ def run_one(
         "drivers": res["drivers"],
         "failure_reason": result.get("failure_reason"),
         "seconds": round(time.monotonic() - t0, 1),
-        # CPU of the run's drivers and the slots they reaped (a killed driver's slots are
-        # not counted): what a run costs whatever the machine's load
-        "cpu_seconds": round(_children_cpu() - cpu0, 1),
+        # CPU of every process of the run (cpu.py): its cost whatever the machine's load
+        "cpu_seconds": round(res["cpu"], 1),
         "replay": replay_command(cell, seed),
         "known": NEXMARK_KNOWN.get(e.name),
         "root": root,
@@ -484,12 +487,6 @@ def run_one(
         shutil.rmtree(root, ignore_errors=True)
         record["root"] = None
     return record
-
-
-def _children_cpu() -> float:
-    """User + system CPU seconds of this process's ended children (and theirs)."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 #: lines of a broken installation (the shared venv being reinstalled under a run): such a
