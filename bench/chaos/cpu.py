@@ -6,7 +6,7 @@ same seed), and ``getrusage(RUSAGE_CHILDREN)`` misses the slots of a SIGKILLed d
 are reparented, never reaped by the harness). Each driver starts its own session
 (``start_new_session``), which its descendants keep; the meter keeps the last CPU time seen
 of every process in those sessions (a process's CPU after its last sample, at most one
-interval, is missed).
+interval, is missed). A sample reads every ``/proc/<pid>/stat``: ~10 ms of CPU.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class CpuMeter:
-    def __init__(self, interval: float = 0.5) -> None:
+    def __init__(self, interval: float = 1.0) -> None:
         self.interval = interval
         self.sessions: set[int] = set()
         self.seen: dict[tuple[int, int], int] = {}  # (pid, start time) -> utime + stime ticks
