@@ -122,8 +122,9 @@ class CdcHooks:
         if self.target_url is None:
             return []
         import psycopg
-        from airflow_checkpoint_provider.engine.connectors.postgres import rollback_prepared
         from cdc_pipelines import dsn
+
+        from airflow_checkpoint_provider.engine.connectors.postgres import rollback_prepared
 
         with psycopg.connect(dsn(self.target_url), autocommit=True) as conn:
             left = [
