@@ -102,9 +102,10 @@ def write_report(results: str, report: str) -> None:
         f"exceptions fired; {len(failed)} runs failed** (did not finish, or committed rows "
         "that differ from the reference)."
         + (
-            f" {broken} more runs ended at start-up because of the harness's environment (the "
-            "shared virtualenv being reinstalled meanwhile: `ModuleNotFoundError`; a CDC "
-            "replication slot an earlier run left behind); they are not counted."
+            f" {broken} more runs failed because of the harness's environment (the shared "
+            "virtualenv being reinstalled meanwhile: `ModuleNotFoundError`; CDC runs blocked "
+            "by a prepared transaction or a replication slot an earlier run had left in the "
+            "harness's PostgreSQL server, finding 7); they are not counted."
             if broken
             else ""
         ),
