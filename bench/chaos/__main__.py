@@ -61,13 +61,14 @@ def sample(cells: list[Cell], k: int, seed: int) -> list[Cell]:
 
 
 def next_run(cells: list[Cell], records: list[dict], seed: int) -> tuple[Cell, int]:
-    """The cell with the fewest recorded runs (ties in an order drawn by ``seed`` and the
+    """The cell with the fewest recorded runs (not counting runs the environment broke; ties in an order drawn by ``seed`` and the
     count), and a seed above every seed recorded for it and above 1000 (the seeds of the
     first sessions: a new run never repeats one)."""
     runs: dict[str, int] = {}
     seeds: dict[str, int] = {}
     for r in records:
-        runs[r["cell"]] = runs.get(r["cell"], 0) + 1
+        if not r.get("environment"):  # a run the environment broke is not a run of the cell
+            runs[r["cell"]] = runs.get(r["cell"], 0) + 1
         seeds[r["cell"]] = max(seeds.get(r["cell"], 0), int(r["seed"]))
     rng = random.Random(seed * 1_000_003 + len(records))
     order = sorted(cells, key=lambda c: (runs.get(c.id, 0), rng.random()))

@@ -227,6 +227,9 @@ def test_fill_picks_the_least_run_cell_with_a_seed_never_recorded_for_it():
     assert next_run([a, b], records, 7) == (b, 1001)
     records += [{"cell": b.id, "seed": 1001}, {"cell": b.id, "seed": 1002}]
     assert next_run([a, b], records, 7) == (a, 1501)
+    # runs the environment broke (ModuleNotFoundError, ...) do not count; their seeds do
+    records += [{"cell": b.id, "seed": 1600, "environment": "No module named 'pyarrow'"}] * 9
+    assert next_run([a, b], records, 7) == (a, 1501)
 
 
 @pytest.mark.timeout(60)
