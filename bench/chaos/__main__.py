@@ -6,6 +6,7 @@
     python -m bench.chaos --sample 6 --seed 20261126                      # a sampled slice
     python -m bench.chaos --list                                          # the cells
     python -m bench.chaos --report-only                                   # CHAOS.md again
+    python -m bench.chaos --fill --until 00:20 --cells '*/local/*'        # least-run cells
 
 Each run appends its record to ``--results`` (JSON lines); the table of every recorded run
 is written to ``--report`` (CHAOS.md). A failing run prints its seed and replay command.
@@ -20,6 +21,7 @@ import os
 import random
 import sys
 import tempfile
+import time
 
 from .catalogue import CATALOGUE, ROOT
 from .run import Cell, run_one
@@ -58,6 +60,58 @@ def sample(cells: list[Cell], k: int, seed: int) -> list[Cell]:
     return [rng.choice(by_pipeline[n]) for n in names[:k]]
 
 
+def next_run(cells: list[Cell], records: list[dict], seed: int) -> tuple[Cell, int]:
+    """The cell with the fewest recorded runs (not counting runs the environment broke; ties in an order drawn by ``seed`` and the
+    count), and a seed above every seed recorded for it and above 1000 (the seeds of the
+    first sessions: a new run never repeats one)."""
+    runs: dict[str, int] = {}
+    seeds: dict[str, int] = {}
+    for r in records:
+        if not r.get("environment"):  # a run the environment broke is not a run of the cell
+            runs[r["cell"]] = runs.get(r["cell"], 0) + 1
+        seeds[r["cell"]] = max(seeds.get(r["cell"], 0), int(r["seed"]))
+    rng = random.Random(seed * 1_000_003 + len(records))
+    order = sorted(cells, key=lambda c: (runs.get(c.id, 0), rng.random()))
+    cell = order[0]
+    return cell, max(seeds.get(cell.id, 0), 1000) + 1
+
+
+def _run_and_record(cell: Cell, seed: int, args) -> dict:
+    record = run_one(cell, seed, args.workdir, keep=args.keep, max_faults=args.max_faults)
+    os.makedirs(os.path.dirname(args.results), exist_ok=True)
+    with open(args.results, "a") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+    fired = [f"{f['kind']}@{f['landed']}" for f in record["faults"] if f["fired_at"]]
+    print(
+        f"{'ok  ' if record['ok'] else 'FAIL'} {cell.id} seed {seed}: "
+        f"{record['status']}, restarts {record['restarts']}, faults {fired}, "
+        f"{record['seconds']} s, {record.get('cpu_seconds')} CPU s",
+        flush=True,
+    )
+    if not record["ok"]:
+        print(f"     {record['failure_reason'] or ''}"[:600], flush=True)
+        for path, d in record["differences"].items():
+            print(
+                f"     {path}: {d['missing']} missing, {d['extra']} extra "
+                f"(of {d['expected']}); e.g. {d['missing_examples'][:1]} "
+                f"{d['extra_examples'][:1]}"[:600],
+                flush=True,
+            )
+        print(f"     replay: {record['replay']}", flush=True)
+    return record
+
+
+def _deadline(until: str | None) -> float | None:
+    """``HH:MM`` (UTC, today or, if passed, tomorrow) as a wall-clock time."""
+    if not until:
+        return None
+    hh, mm = (int(x) for x in until.split(":"))
+    now = time.time()
+    day = now - now % 86400
+    t = day + hh * 3600 + mm * 60
+    return t if t > now else t + 86400
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.chaos")
     ap.add_argument("--cell", action="append", help="pipeline/runner/backend/mode (repeatable)")
@@ -72,6 +126,13 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument(
+        "--fill",
+        action="store_true",
+        help="run the selected cell with the fewest recorded runs, with a new seed, again "
+        "and again (until --until or --runs runs)",
+    )
+    ap.add_argument("--until", help="--fill: start no run after HH:MM (UTC)")
     args = ap.parse_args(argv)
     cells = select(args.cells, args.cell)
     if args.sample:
@@ -79,37 +140,25 @@ def main(argv=None) -> int:
     if args.list:
         print("\n".join(c.id for c in cells))
         return 0
-    from .report import write_report
+    from .report import load, write_report
 
     if args.report_only:
         write_report(args.results, args.report)
         return 0
     failures = 0
+    if args.fill:
+        deadline = _deadline(args.until)
+        n = 0
+        while (deadline is None and n < args.runs) or (deadline and time.time() < deadline):
+            cell, seed = next_run(cells, load(args.results), args.seed)
+            failures += not _run_and_record(cell, seed, args)["ok"]
+            n += 1
+        if args.report:
+            write_report(args.results, args.report)
+        return 1 if failures else 0
     for i in range(args.runs):
         for cell in cells:
-            seed = args.seed + i
-            record = run_one(cell, seed, args.workdir, keep=args.keep, max_faults=args.max_faults)
-            os.makedirs(os.path.dirname(args.results), exist_ok=True)
-            with open(args.results, "a") as f:
-                f.write(json.dumps(record, default=str) + "\n")
-            fired = [f"{f['kind']}@{f['landed']}" for f in record["faults"] if f["fired_at"]]
-            print(
-                f"{'ok  ' if record['ok'] else 'FAIL'} {cell.id} seed {seed}: "
-                f"{record['status']}, restarts {record['restarts']}, faults {fired}, "
-                f"{record['seconds']} s",
-                flush=True,
-            )
-            if not record["ok"]:
-                failures += 1
-                print(f"     {record['failure_reason'] or ''}"[:600], flush=True)
-                for path, d in record["differences"].items():
-                    print(
-                        f"     {path}: {d['missing']} missing, {d['extra']} extra "
-                        f"(of {d['expected']}); e.g. {d['missing_examples'][:1]} "
-                        f"{d['extra_examples'][:1]}"[:600],
-                        flush=True,
-                    )
-                print(f"     replay: {record['replay']}", flush=True)
+            failures += not _run_and_record(cell, args.seed + i, args)["ok"]
         if args.report:
             write_report(args.results, args.report)
     return 1 if failures else 0

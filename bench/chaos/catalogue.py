@@ -134,7 +134,8 @@ def _nexmark_make(query: str) -> Callable[[BuildContext], object]:
             WatermarkStrategy,
         )
         from bench.nexmark import queries
-        from bench.nexmark.source import NexmarkSource
+
+        from .nexmark_source import ChaosNexmarkSource
 
         p = Pipeline(
             f"nexmark-{query}",
@@ -148,7 +149,7 @@ def _nexmark_make(query: str) -> Callable[[BuildContext], object]:
             metadata_url="sqlite:///" + os.path.join(ctx.root, "meta.db"),
         )
         events = p.source(
-            NexmarkSource(
+            ChaosNexmarkSource(
                 NEXMARK_EVENTS,
                 config=nexmark_config(),
                 splits=4,

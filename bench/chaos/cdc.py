@@ -46,6 +46,7 @@ class CdcHooks:
             with psycopg.connect(dsn(self.url), autocommit=True) as conn:
                 conn.execute("ALTER TABLE items REPLICA IDENTITY FULL")
         target_url = pg.create_database() if kind.startswith("postgres") else None
+        self.target_url = target_url
         self.target = create_target(kind, root, target_url)
         self.extra = {"url": self.url, "target": self.target}
         self.writers: list = []
@@ -81,10 +82,59 @@ class CdcHooks:
 
         return source_rows(self.url, self.kind)
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 15.0) -> None:
         """Drop the run's replication slots (cluster-wide names: the next run of the same
-        pipeline would find its slot taken)."""
+        pipeline would find its slot taken). The run's processes are gone, but the server
+        may not have noticed yet: a slot still active is waited for, then its walsender
+        terminated (items_database drops inactive slots only, and the next run of the
+        pipeline failed at start-up on the slot left behind)."""
+        import psycopg
+        from cdc_pipelines import dsn
+
+        deadline = time.monotonic() + wait_s
+        with psycopg.connect(dsn(self.url), autocommit=True) as conn:
+            while True:
+                active = conn.execute(
+                    "SELECT slot_name, active_pid FROM pg_replication_slots "
+                    "WHERE database = current_database() AND active"
+                ).fetchall()
+                if not active or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            for _, pid in active:
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            while active and time.monotonic() < deadline + 10:
+                if not conn.execute(
+                    "SELECT 1 FROM pg_replication_slots WHERE database = current_database() "
+                    "AND active"
+                ).fetchall():
+                    break
+                time.sleep(0.2)
         next(self._database, None)
+        self.rollback_left_prepared()
+
+    def rollback_left_prepared(self) -> list[str]:
+        """Roll back the prepared transactions left in the run's target database once the
+        run is over. The server is shared by the harness's runs, and a logical replication
+        slot is only created once every older transaction of the cluster ended: a prepared
+        transaction a run left (finding 7: a LOST driver's) made every later CDC run of the
+        harness wait for its slot until its time ran out."""
+        if self.target_url is None:
+            return []
+        import psycopg
+        from cdc_pipelines import dsn
+
+        from airflow_checkpoint_provider.engine.connectors.postgres import rollback_prepared
+
+        with psycopg.connect(dsn(self.target_url), autocommit=True) as conn:
+            left = [
+                g
+                for (g,) in conn.execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+                ).fetchall()
+            ]
+        rollback_prepared(self.target_url, left)
+        return left
 
     def multisets(self) -> tuple[Counter, Counter]:
         """(committed, reference) as multisets of rows."""

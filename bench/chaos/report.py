@@ -27,6 +27,54 @@ def load(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return (xs[n // 2] + xs[(n - 1) // 2]) / 2 if xs else 0.0
+
+
+def _cost(runs: list[dict]) -> str:
+    """What a run costs: median wall and CPU seconds of the local runs that record CPU."""
+    metered = [r for r in runs if r.get("cpu_seconds") is not None and r["runner"] == "local"]
+    before = [r["seconds"] for r in runs if r.get("cpu_seconds") is None and r["runner"] == "local"]
+    if not metered:
+        return ""
+    return (
+        f"Per local run (median): {_median([r['seconds'] for r in metered]):.0f} s wall and "
+        f"{_median([r['cpu_seconds'] for r in metered]):.0f} CPU s over {len(metered)} runs "
+        "that record their CPU (every process of their drivers' sessions, bench/chaos/cpu.py)"
+        + (
+            f"; the {len(before)} earlier local runs took a median "
+            f"{_median(before):.0f} s wall (their CPU was not recorded)."
+            if before
+            else "."
+        )
+        + " Wall time depends on the machine's load (other sessions' tests ran meanwhile)."
+    )
+
+
+def _later_replays(failed: dict, runs: list[dict]) -> str:
+    """`` Replayed later: ok (2026-11-26 22:10)`` for the replays of a failing run's seed."""
+    replays = [
+        r
+        for r in runs
+        if r["cell"] == failed["cell"]
+        and r["seed"] == failed["seed"]
+        and r.get("time", 0) > failed.get("time", 0)
+    ]
+    if not replays:
+        return ""
+    return (
+        " Replayed later: "
+        + ", ".join(
+            f"{'ok' if r['ok'] else r['status']}"
+            f" ({time.strftime('%Y-%m-%d %H:%M', time.gmtime(r.get('time', 0)))})"
+            for r in replays
+        )
+        + "."
+    )
+
+
 def write_report(results: str, report: str) -> None:
     every = load(results)
     # a run whose drivers could not import their modules (the shared venv was being
@@ -40,6 +88,9 @@ def write_report(results: str, report: str) -> None:
     raises = sum(1 for r in runs for f in r["faults"] if f["fired_at"] and f["kind"] == "raise")
     failed = [r for r in runs if not r["ok"]]
     landed = Counter(f["landed"] for r in runs for f in r["faults"] if f["fired_at"])
+    killed = [r for r in runs if any(f["fired_at"] and f["kind"] != "raise" for f in r["faults"])]
+    faulted = [r for r in runs if any(f["fired_at"] for f in r["faults"])]
+    differing = [r for r in runs if r["differences"]]
     lines = [
         "# Chaos matrix",
         "",
@@ -51,11 +102,21 @@ def write_report(results: str, report: str) -> None:
         f"exceptions fired; {len(failed)} runs failed** (did not finish, or committed rows "
         "that differ from the reference)."
         + (
-            f" {broken} more runs ended at start-up because the shared virtualenv was being "
-            "reinstalled meanwhile (`ModuleNotFoundError`); they are not counted."
+            f" {broken} more runs failed because of the harness's environment (the shared "
+            "virtualenv being reinstalled meanwhile: `ModuleNotFoundError`; CDC runs blocked "
+            "by a prepared transaction or a replication slot an earlier run had left in the "
+            "harness's PostgreSQL server, finding 7); they are not counted."
             if broken
             else ""
         ),
+        "",
+        f"Killed runs (at least one SIGKILL fired): **{len(killed)}**, of which "
+        f"{sum(1 for r in killed if not r['ok'])} failed and "
+        f"{sum(1 for r in killed if r['differences'])} committed rows that differ from the "
+        f"reference; runs with any fault fired: {len(faulted)}; runs whose committed rows "
+        f"differ: {len(differing)}.",
+        "",
+        _cost(runs),
         "",
         "Where the faults landed: " + ", ".join(f"{k} {landed.get(k, 0)}" for k in LANDINGS) + ".",
         "",
@@ -86,7 +147,12 @@ def write_report(results: str, report: str) -> None:
         bad = [r for r in rs if not r["ok"]]
         missing = sum(d["missing"] for r in rs for d in r["differences"].values())
         extra = sum(d["extra"] for r in rs for d in r["differences"].values())
-        unfinished = sum(1 for r in rs if r["status"] != "FINISHED")
+        # a CDC job (reference source-table) is unbounded: the harness cancels it
+        unfinished = sum(
+            1
+            for r in rs
+            if r["status"] != ("CANCELED" if r.get("reference") == "source-table" else "FINISHED")
+        )
         ref = rs[0].get("reference") or (
             "duckdb" if rs[0]["group"] == "nexmark" else "failure-free"
         )
@@ -111,8 +177,10 @@ def write_report(results: str, report: str) -> None:
                 if r.get("known") and "unhashable type" in (r.get("failure_reason") or "")
                 else ""
             )
+            later = _later_replays(r, runs)
             lines.append(
                 f"- `{r['cell']}` seed {r['seed']}: {r['status']}{known}. {why} {diffs}".rstrip()
+                + later
             )
     findings = os.path.join(os.path.dirname(os.path.abspath(__file__)), "FINDINGS.md")
     if os.path.exists(findings):  # hand-written: what the failing runs showed

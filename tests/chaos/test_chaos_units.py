@@ -175,8 +175,16 @@ def test_where_a_fault_landed_from_the_metadata_db_and_published_files(tmp_path)
         assert landing(time.time() + 0.5, store, [out]) == "processing"
 
 
-@pytest.mark.parametrize("name", ["session-windows", "session-windows-row", "top-n",
-                                  "count-distinct", "join-broadcast-temporal"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "session-windows",
+        "session-windows-row",
+        "top-n",
+        "count-distinct",
+        "join-broadcast-temporal",
+    ],
+)
 def test_every_catalogue_builder_builds_its_pipeline(tmp_path, name):
     """The builders of the tests' pipelines (one factory since they differed only in names)
     give a pipeline with the run's backend, checkpoint mode and the seeded raise points."""
@@ -186,3 +194,80 @@ def test_every_catalogue_builder_builds_its_pipeline(tmp_path, name):
     p = entry(name).make(ctx)
     assert p.state_backend == "rocksdb" and p.checkpoint.unaligned
     assert p.execution_graph().vertices
+
+
+def test_the_chaos_nexmark_source_emits_bench_nexmarks_events():
+    """The chaos matrix's Nexmark source builds its channel URLs in one vectorized pass
+    (bench/nexmark's generator hashes them one by one: ~8 s per split reader) and shares one
+    generator per process: the URLs must be bench/nexmark's, and a reader restored at a
+    position must emit the events of bench/nexmark's ids."""
+    import numpy as np
+
+    from bench.chaos.nexmark_source import ChaosNexmarkSource, FastNexmarkGenerator, generator
+    from bench.nexmark.generator import NexmarkConfig, NexmarkGenerator
+
+    config = NexmarkConfig(seed=3, events_per_second=500)
+    fast = FastNexmarkGenerator(config)
+    assert fast._base_urls(700) == NexmarkGenerator._base_urls(fast, 700)
+    assert any("_/" in u or u.endswith("_/item.htm?query=1") for u in fast._base_urls(700))
+    assert generator(config) is generator(config)
+    source = ChaosNexmarkSource(1_000, config=config, splits=4)
+    reader = source.open_split("nexmark-1", 37, None)
+    got = reader.read_batch(50)
+    assert got.equals(fast.batch(1 + 4 * np.arange(37, 87, dtype=np.int64)))
+    assert reader.position() == 87
+
+
+def test_fill_picks_the_least_run_cell_with_a_seed_never_recorded_for_it():
+    from bench.chaos.__main__ import next_run
+    from bench.chaos.run import Cell
+
+    a, b = Cell("q1"), Cell("q2", backend="rocksdb")
+    records = [{"cell": a.id, "seed": s} for s in (1, 2, 1500)] + [{"cell": b.id, "seed": 3}]
+    assert next_run([a, b], records, 7) == (b, 1001)
+    records += [{"cell": b.id, "seed": 1001}, {"cell": b.id, "seed": 1002}]
+    assert next_run([a, b], records, 7) == (a, 1501)
+    # runs the environment broke (ModuleNotFoundError, ...) do not count; their seeds do
+    records += [{"cell": b.id, "seed": 1600, "environment": "No module named 'pyarrow'"}] * 9
+    assert next_run([a, b], records, 7) == (a, 1501)
+
+
+@pytest.mark.timeout(60)
+def test_the_cpu_meter_counts_a_sessions_processes_also_after_its_leader_died():
+    """A run's CPU is that of its drivers' sessions: a grandchild whose parent (the driver)
+    was killed still counts; a process of another session does not."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from bench.chaos.cpu import CpuMeter
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys, time\n"
+            f"subprocess.Popen([sys.executable, '-c', {burn!r} + 'time.sleep(30)'])\n"
+            "time.sleep(30)",
+        ],
+        start_new_session=True,
+    )
+    other = subprocess.Popen([sys.executable, "-c", burn + "time.sleep(30)"])
+    meter = CpuMeter(interval=0.05)
+    meter.add_session(leader.pid)
+    try:
+        deadline = time.monotonic() + 30
+        while meter.seconds() < 0.5 and time.monotonic() < deadline:
+            meter.sample()
+            time.sleep(0.05)
+        leader.send_signal(signal.SIGKILL)
+        leader.wait(10)
+        time.sleep(0.2)
+        meter.sample(force=True)
+        assert 0.5 <= meter.seconds() < 1.2  # not the other session's 0.6 s
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+        other.kill()
+        other.wait(10)

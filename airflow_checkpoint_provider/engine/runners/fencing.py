@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from typing import cast
 
+from ..catalog.models import JobStatus
 from ..connectors.base import Sink
 from ..errors import ConfigurationError
 from ..plan.graph import ExecutionGraph
@@ -102,6 +103,27 @@ def discard_uncommitted(graph: ExecutionGraph, store, job_id: str) -> int:
                      "%d: %s", job_id, uid, len(gone), newest, ", ".join(gone))
         discarded += len(gone)
     return discarded
+
+
+def discard_uncommitted_of_lost(graph: ExecutionGraph, store, job_name: str,
+                                job_id: str) -> int:
+    """A job starts: what predecessors of its name whose driver died (``LOST``: no end was
+    recorded, so :func:`discard_uncommitted` never ran for them) pre-committed for
+    checkpoints after their newest completed one is rolled back. Nothing can commit it any
+    more, and a PostgreSQL prepared transaction of a driver SIGKILLed during its first
+    checkpoint kept its row locks and its ``max_prepared_transactions`` slot, and held a new
+    CDC replication slot's snapshot waiting for it forever, when the new job found no
+    checkpoint to restore (with one, ``discard_orphaned_staging`` rolls back what the
+    restored job left). The LOST jobs since the newest predecessor that is not LOST (whose
+    own start did this for older ones)."""
+    lost = []
+    for j in store.list_jobs(job_name):  # newest first
+        if j.job_id == job_id:
+            continue
+        if j.status != JobStatus.LOST:
+            break
+        lost.append(j.job_id)
+    return sum(discard_uncommitted(graph, store, jid) for jid in lost)
 
 
 def check_job_start(graph: ExecutionGraph, store, config, job_id: str, initial) -> None:

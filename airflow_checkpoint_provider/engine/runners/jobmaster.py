@@ -212,6 +212,8 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         initial = self._resolve_restore(store, restore)
         self.initial = initial
         check_job_start(graph, store, p, job_id, initial)  # fencing, sources' shared state (CDC slots)
+        # what drivers that died (LOST) prepared for checkpoints that never completed
+        fencing.discard_uncommitted_of_lost(graph, store, p.name, job_id)
         if initial is not None:
             assign_restore(initial, graph, allow_non_restored_state=self.allow_non_restored_state)
             store.set_job_restored_from(job_id, initial.directory)
