@@ -68,9 +68,8 @@ class StuckOnce(RunningSum):
         """A processing-time timer 100 ms ahead: the task fires it while idle, so a subtask
         that gets no more input (the source waits for the stuck subtask's credit) still
         sees the marker and fails its attempt."""
-        ctx.timer_service().register_processing_time_timer(
-            ctx.timer_service().current_processing_time() + 100
-        )
+        timers = ctx.timer_service
+        timers.register_processing_time_timer(timers.current_processing_time() + 100)
 
     def on_timer(self, timestamp, ctx):
         if self._stuck_attempt() == self.attempt:
