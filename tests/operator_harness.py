@@ -12,7 +12,7 @@ import os
 
 from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext
 from airflow_checkpoint_provider.engine.runtime.task import open_operator
-from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
+from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange, key_group_for
 
 MAXP = 128
 BACKENDS = ["heap", "rocksdb"]
@@ -37,6 +37,14 @@ def open_op(node, backend="heap", key_groups=None, restore=None, subtask=0, para
                          subtask_index=subtask, parallelism=parallelism, attempt=0)
     return open_operator(node, ctx, key_groups or KeyGroupRange(0, MAXP - 1), MAXP,
                          {"kind": backend}, restore)
+
+
+def steps_for(op, steps: list, key=lambda _input, row: row["k"]) -> list:
+    """The script ``steps`` as subtask ``op`` receives them after a rescale: each input step
+    (``("in", input, rows)``) keeps the rows of ``op``'s key groups (``key(input, row)``
+    gives a row's key); other steps pass unchanged."""
+    return [(s[0], s[1], [r for r in s[2] if key_group_for(key(s[1], r), MAXP)
+                          in op.backend.key_groups]) if s[0] == "in" else s for s in steps]
 
 
 def restore_spec(op, directory) -> dict:

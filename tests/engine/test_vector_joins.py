@@ -13,7 +13,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from operator_harness import BACKENDS, MAXP, open_op, two_sources
+from operator_harness import BACKENDS, MAXP, open_op, steps_for, two_sources
 from pipelines import Background, FaultPlan
 from vector_join_pipelines import OUTPUTS, committed, normalized, vector_join_pipeline
 
@@ -33,7 +33,6 @@ from airflow_checkpoint_provider.engine.runtime.vector_joins import (
     VectorWindowJoinOperator,
 )
 from airflow_checkpoint_provider.engine.state.keygroups import (
-    key_group_for,
     key_group_range_for,
 )
 
@@ -188,10 +187,7 @@ def test_vectorized_join_state_restores_at_another_parallelism(tmp_path, make, n
     for sub in range(new):
         op = open_op(make(True), backend, key_group_range_for(sub, new, MAXP), spec, sub, new)
         assert op.watermark == first.watermark
-        mine = [(s[0], s[1], [r for r in s[2] if key_group_for(r["k"], MAXP)
-                              in op.backend.key_groups]) if s[0] == "in" else s
-                for s in steps[half:]]
-        got += run_script(op, mine, True)
+        got += run_script(op, steps_for(op, steps[half:]), True)
     assert got == whole
 
 

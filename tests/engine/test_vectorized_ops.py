@@ -12,7 +12,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from operator_harness import BACKENDS, MAXP, open_op, restore_spec
+from operator_harness import BACKENDS, MAXP, open_op, restore_spec, steps_for
 
 from airflow_checkpoint_provider.engine import (
     GeneratorSource,
@@ -137,10 +137,7 @@ def restored_run(make, backend, steps, tmp_path, new: int, key_of) -> Counter:
     assert spec["keyed"], "the snapshot holds state"
     for sub in range(new):
         op = open_op(make(), backend, key_group_range_for(sub, new, MAXP), spec, sub, new)
-        mine = [(s[0], s[1], [r for r in s[2] if key_group_for(key_of(s[1], r), MAXP)
-                              in op.backend.key_groups]) if s[0] == "in" else s
-                for s in steps[half:]]
-        got += run_script(op, mine, True)
+        got += run_script(op, steps_for(op, steps[half:], key_of), True)
     return got
 
 

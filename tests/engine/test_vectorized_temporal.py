@@ -12,7 +12,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from operator_harness import BACKENDS, MAXP, open_op, restore_spec
+from operator_harness import BACKENDS, MAXP, open_op, restore_spec, steps_for
 
 from airflow_checkpoint_provider.engine import (
     GeneratorSource,
@@ -25,7 +25,7 @@ from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
 from airflow_checkpoint_provider.engine.runtime.vectorized_ops.temporal import (
     TemporalTableJoinOperator,
 )
-from airflow_checkpoint_provider.engine.state.keygroups import key_group_for, key_group_range_for
+from airflow_checkpoint_provider.engine.state.keygroups import key_group_range_for
 from airflow_checkpoint_provider.engine.vectorized_ops import temporal_table_join
 
 
@@ -129,10 +129,7 @@ def test_the_temporal_join_state_restores_at_another_parallelism(tmp_path, new, 
     for sub in range(new):
         op = open_op(node(True, "left", timed), backend, key_group_range_for(sub, new, MAXP),
                      spec, sub, new)
-        mine = [(s[0], s[1], [r for r in s[2] if key_group_for(r["k"], MAXP)
-                              in op.backend.key_groups]) if s[0] == "in" else s
-                for s in steps[half:]]
-        got += run_script(op, mine, True)
+        got += run_script(op, steps_for(op, steps[half:]), True)
     assert got == whole
 
 
