@@ -37,6 +37,24 @@ def max_frame_bytes() -> int:
     return int(raw)
 
 
+def env_seconds(name: str, default: float) -> float:
+    """Seconds from the environment variable ``name`` (``default`` when unset or empty).
+
+    :raises ConfigurationError: naming ``name``, when the value is not a number >= 0.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ConfigurationError(f"{name}={raw!r} must be a number of seconds >= 0 "
+                                 f"(default {default:g})")
+    return value
+
+
 class CheckpointingMode(enum.StrEnum):
     EXACTLY_ONCE = "exactly_once"
     AT_LEAST_ONCE = "at_least_once"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 from datetime import timedelta
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from ..config import env_seconds
 from ..errors import JobIdInUseError, JobLostError, JobNameInUseError
 from .base import StoreBase
 from .db import MIN_JOB_ID_PREFIX, _choice
@@ -39,7 +39,7 @@ DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
 
 def heartbeat_timeout() -> float:
     """The heartbeat timeout in seconds (``$CKPT_HEARTBEAT_TIMEOUT_S``, default 60)."""
-    return float(os.environ.get(HEARTBEAT_TIMEOUT_ENV, DEFAULT_HEARTBEAT_TIMEOUT_S))
+    return env_seconds(HEARTBEAT_TIMEOUT_ENV, DEFAULT_HEARTBEAT_TIMEOUT_S)
 
 
 def _name_in_use(job_name: str, job_id: str, status: str) -> JobNameInUseError:

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 
+from ..config import env_seconds
 from ..plan.graph import ExecutionGraph
 from ..plan.job import JobConfig, JobResult
 from .jobmaster import JobMaster
@@ -141,7 +142,7 @@ class SparkRunner:
                  coordinator_port: int = 0, slot_wait_seconds: float | None = None,
                  release_seconds: float = RELEASE_SECONDS, kill_slots: bool = True,
                  **master_options) -> None:
-        self.slot_wait_seconds = (float(os.environ.get(SLOT_WAIT_ENV, "60"))
+        self.slot_wait_seconds = (env_seconds(SLOT_WAIT_ENV, 60.0)
                                   if slot_wait_seconds is None else slot_wait_seconds)
         self.release_seconds = release_seconds
         self.kill_slots = kill_slots

@@ -33,6 +33,7 @@ from typing import Any
 
 import cloudpickle
 
+from ..config import env_seconds
 from ..plan.graph import FORWARD, ExecutionGraph, channels_for_input
 from ..protocol import ProtocolError
 from ..protocol import frames as P
@@ -66,7 +67,7 @@ class SlotAborted(Exception):
 #: a slot whose coordinator is gone (its control connection closed, or TCP keepalive found
 #: the driver's host unreachable) ends its process after this many seconds if it has not
 #: ended by itself: a task stuck in user code must not hold a Spark core (or a process)
-ORPHAN_EXIT_SECONDS = float(os.environ.get("CKPT_SLOT_ORPHAN_EXIT_SECONDS", "5"))
+ORPHAN_EXIT_SECONDS = env_seconds("CKPT_SLOT_ORPHAN_EXIT_SECONDS", 5.0)
 #: exit code of a slot process ended that way
 ORPHAN_EXIT_CODE = 75
 #: TCP keepalive of the control connection: idle seconds, probe interval, probes
