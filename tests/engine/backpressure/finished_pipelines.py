@@ -18,9 +18,12 @@ def _claim(path: str) -> bool:
 
 class EndMarker(RunningSum):
     """A running sum whose ``end_input`` emits one marker row per subtask (not idempotent:
-    running it twice emits two), and which fails once, in the first checkpoint notification
-    after its end of input (a checkpoint taken after its end of input completed, the job's
-    final one)."""
+    running it twice emits two), and which fails once, in the notification of the first
+    checkpoint it snapshotted after its end of input (that checkpoint holds the markers).
+
+    Not the first notification after its end of input: a checkpoint whose barrier passed
+    the task before its end of input may complete after it; restored from that one, the
+    task rightly runs ``end_input`` again (a full run once saw exactly that)."""
 
     def __init__(self, marker_dir: str) -> None:
         super().__init__()
@@ -30,6 +33,7 @@ class EndMarker(RunningSum):
         super().open(ctx)
         self.subtask = ctx.subtask_index
         self.ended = False
+        self.snapshotted_after_end: int | None = None
 
     def end_input(self, ctx):
         self.ended = True
@@ -37,7 +41,13 @@ class EndMarker(RunningSum):
             {"key": "END", "id": -1 - self.subtask, "count": 1, "sum": 0, "attempt": self.attempt}
         ]
 
+    def snapshot_state(self, checkpoint_id):
+        super().snapshot_state(checkpoint_id)
+        if self.ended and self.snapshotted_after_end is None:
+            self.snapshotted_after_end = checkpoint_id
+
     def notify_checkpoint_complete(self, checkpoint_id):
         super().notify_checkpoint_complete(checkpoint_id)
-        if self.ended and _claim(os.path.join(self.marker_dir, f"fail-{self.subtask}")):
+        after = self.snapshotted_after_end
+        if after is not None and checkpoint_id >= after and _claim(os.path.join(self.marker_dir, f"fail-{self.subtask}")):
             raise InjectedFailure(f"after the end of input, checkpoint {checkpoint_id}")
