@@ -164,6 +164,12 @@ def test_timers_exactly_once_under_exceptions_and_sigkill(workdir, backend):
     assert set(got) == expected_alerts()
 
 
+# the stopped jobs read 20,000 records at 2,000/s (10 s): at 5,000/s a CI run's job ended
+# (4.5 s after it started) before its stop request was claimed, on a machine where a
+# checkpoint had waited 2 s for the metadata DB
+STOP_RATE = 2_000
+
+
 def _stop_with_savepoint(bg: Background, min_checkpoints: int = 2) -> str:
     job = bg.wait_running(min_checkpoints=min_checkpoints, timeout=120)
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
@@ -175,7 +181,7 @@ def _stop_with_savepoint(bg: Background, min_checkpoints: int = 2) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_windows_survive_stop_with_savepoint_and_rescale(workdir, tmp_path_factory):
-    location = _stop_with_savepoint(Background(windowed_pipeline(str(workdir), rate=5_000)))
+    location = _stop_with_savepoint(Background(windowed_pipeline(str(workdir), rate=STOP_RATE)))
     partial = committed_windows(str(workdir / "out"))
     assert 0 < len(partial) < len(expected_windows()), "stopped mid-stream"
     restored = tmp_path_factory.mktemp("restored")
@@ -189,7 +195,7 @@ def test_windows_survive_stop_with_savepoint_and_rescale(workdir, tmp_path_facto
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_timers_survive_stop_with_savepoint_and_rescale_on_rocksdb(workdir, tmp_path_factory):
-    location = _stop_with_savepoint(Background(alert_pipeline(str(workdir), rate=5_000,
+    location = _stop_with_savepoint(Background(alert_pipeline(str(workdir), rate=STOP_RATE,
                                                               state_backend="rocksdb")))
     restored = tmp_path_factory.mktemp("restored")
     shutil.copytree(workdir / "out", restored / "out")
@@ -227,7 +233,7 @@ def test_operator_watermarks_are_exported_as_metrics(workdir):
 def test_stop_with_drain_fires_every_open_window_before_the_savepoint(workdir):
     from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
-    bg = Background(windowed_pipeline(str(workdir), rate=5_000))
+    bg = Background(windowed_pipeline(str(workdir), rate=STOP_RATE))
     job = bg.wait_running(min_checkpoints=2, timeout=120)
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": True})
     assert req.status == "SUCCEEDED", req.error

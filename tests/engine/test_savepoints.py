@@ -25,6 +25,9 @@ from airflow_checkpoint_provider.engine.lifecycle.savepoints import (
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
 N = 20_000
+# 10 s of input: a job asked to stop, save or cancel must still be running when the request
+# is claimed on a loaded machine (at 5,000/s a CI run's job ended first)
+RATE = 2_000
 pytestmark = pytest.mark.slow
 
 
@@ -33,7 +36,7 @@ pytestmark = pytest.mark.slow
 
 
 def stop_with_savepoint(root, version="v1", *, drain=False, **kwargs):
-    bg = Background(versioned_pipeline(str(root), version, num_records=N, rate=4000, **kwargs))
+    bg = Background(versioned_pipeline(str(root), version, num_records=N, rate=RATE, **kwargs))
     job = bg.wait_running(min_checkpoints=1)
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": drain})
     assert req.status == "SUCCEEDED", req.error
@@ -128,7 +131,7 @@ def test_moved_savepoint_restores_and_flipped_byte_is_rejected(stopped, tmp_path
 
 @pytest.mark.timeout(300)
 def test_savepoint_on_running_job_then_failed_savepoint_keeps_job_running(tmp_path):
-    bg = Background(versioned_pipeline(str(tmp_path), "v1", num_records=N, rate=4000))
+    bg = Background(versioned_pipeline(str(tmp_path), "v1", num_records=N, rate=RATE))
     job = bg.wait_running()
     ok = bg.request(job.job_id, "SAVEPOINT", {"directory": str(tmp_path / "sps")})
     assert ok.status == "SUCCEEDED" and ok.result["location"].startswith(str(tmp_path / "sps"))
@@ -147,7 +150,7 @@ def test_savepoint_on_running_job_then_failed_savepoint_keeps_job_running(tmp_pa
 
 @pytest.mark.timeout(300)
 def test_savepoint_request_outside_the_allowed_roots_is_refused(tmp_path, tmp_path_factory):
-    bg = Background(versioned_pipeline(str(tmp_path), "v1", num_records=N, rate=4000))
+    bg = Background(versioned_pipeline(str(tmp_path), "v1", num_records=N, rate=RATE))
     job = bg.wait_running()
     outside = tmp_path_factory.mktemp("outside")
     for bad in (str(outside), str(tmp_path / ".." / outside.name)):
@@ -160,7 +163,7 @@ def test_savepoint_request_outside_the_allowed_roots_is_refused(tmp_path, tmp_pa
 
 @pytest.mark.timeout(300)
 def test_dispose_and_retention(tmp_path):
-    bg = Background(versioned_pipeline(str(tmp_path), "v1", num_records=N, rate=4000))
+    bg = Background(versioned_pipeline(str(tmp_path), "v1", num_records=N, rate=RATE))
     job = bg.wait_running()
     locations = [bg.request(job.job_id, "SAVEPOINT").result["location"] for _ in range(3)]
     with pytest.raises(DisposeRefused, match="not a savepoint"):
@@ -212,7 +215,7 @@ def test_failure_after_the_stop_savepoint_completed_ends_the_job_stopped(tmp_pat
     by the job that restores it."""
     faults = FaultPlan(str(tmp_path / "faults"), [("notify", 1)])
     # no periodic checkpoints: the first checkpoint (id >= 1) is the stop savepoint
-    bg = Background(running_sum_pipeline(str(tmp_path / "a"), rate=4000, interval_ms=None,
+    bg = Background(running_sum_pipeline(str(tmp_path / "a"), rate=RATE, interval_ms=None,
                                          faults=faults, out=str(tmp_path / "out")))
     job = bg.wait_running(min_checkpoints=0)
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})

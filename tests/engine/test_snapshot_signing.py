@@ -101,7 +101,8 @@ def tamper_state(directory: str, *, keep_hmac: bool) -> None:
 def savepoint_a(tmp_path_factory):
     """A savepoint (and the job's checkpoints) taken in metadata DB A: ``(root, location)``."""
     root = tmp_path_factory.mktemp("dba")
-    bg = Background(versioned_pipeline(str(root), "v1", num_records=20_000, rate=4000))
+    # 10 s of input: still running when the stop request is claimed on a loaded machine
+    bg = Background(versioned_pipeline(str(root), "v1", num_records=20_000, rate=2000))
     job = bg.wait_running(min_checkpoints=2)
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
     assert req.status == "SUCCEEDED", req.error
