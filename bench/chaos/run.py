@@ -29,6 +29,23 @@ from .faults import Fault, fired_raises, landing, plan
 HEARTBEAT_TIMEOUT_S = 2.0
 
 
+def code_revision() -> str | None:
+    """The commit the run's code is at (``+dirty`` when the engine has uncommitted changes):
+    a run proves something only about the code it ran."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30, check=True
+        ).stdout.strip()
+
+    try:
+        rev = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--", "airflow_checkpoint_provider")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return rev + ("+dirty" if dirty else "")
+
+
 @dataclass(frozen=True)
 class Cell:
     pipeline: str
@@ -460,6 +477,7 @@ def run_one(
         "known": NEXMARK_KNOWN.get(e.name),
         "root": root,
         "time": time.time(),
+        "revision": code_revision(),
     }
     fired = fired_raises(BuildContext(root).faults_dir)
     for f in faults:

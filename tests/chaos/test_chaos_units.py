@@ -271,3 +271,54 @@ def test_the_cpu_meter_counts_a_sessions_processes_also_after_its_leader_died():
         os.killpg(leader.pid, signal.SIGKILL)
         other.kill()
         other.wait(10)
+
+
+def test_the_report_counts_apart_the_runs_on_the_code_with_every_finding_fixed(tmp_path):
+    import calendar
+    import time
+
+    from bench.chaos.report import LAST_FIX, write_report
+    from bench.chaos.run import code_revision
+
+    fixed_at = calendar.timegm(time.strptime(LAST_FIX[1], "%Y-%m-%d %H:%M:%S"))
+    kill = {"kind": "slot", "fired_at": 1.0, "landed": "processing"}
+    diff = {"out": {"missing": 3, "extra": 0, "expected": 10}}
+
+    def run(seed, at, ok=True):
+        return {
+            "cell": "q1/local/heap/aligned",
+            "pipeline": "q1",
+            "group": "nexmark",
+            "runner": "local",
+            "backend": "heap",
+            "mode": "aligned",
+            "seed": seed,
+            "status": "FINISHED",
+            "faults": [kill],
+            "ok": ok,
+            "differences": {} if ok else diff,
+            "time": at,
+            "replay": "r",
+            "seconds": 1,
+        }
+
+    results = tmp_path / "chaos.jsonl"
+    results.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                run(1, fixed_at - 60, ok=False),
+                run(2, fixed_at + 60),
+                run(3, fixed_at + 120),
+            ]
+        )
+    )
+    write_report(str(results), str(tmp_path / "CHAOS.md"))
+    text = (tmp_path / "CHAOS.md").read_text()
+    assert (
+        "**2 runs, 2 killed runs, 0 failed, 0 committed rows that differ from the "
+        "reference**, in 1 cells"
+    ) in text
+    assert "**3 runs in 1 cells" in text  # the whole history is still in the table
+    rev = code_revision()
+    assert rev is None or len(rev.split("+")[0]) == 12
