@@ -243,7 +243,7 @@ class Mailbox:
         grants = []
         with self._cond:
             if self.meter.add(rows, time.monotonic()):
-                self._share = channel_credit(self.meter.rate, self._target, self._channels,
+                self._share = channel_credit(self.meter.credit_rate, self._target, self._channels,
                                              self._initial_credit, self._max_credit)
             if 0 <= channel < self._channels:
                 self._outstanding[channel] = max(0, self._outstanding[channel] - rows)

@@ -130,11 +130,22 @@ def test_the_credit_follows_the_measured_throughput_and_never_drops_below_the_fl
     clock[0] += 0.35
     assert meter.add(50, clock[0])
     assert meter.rate == pytest.approx(50 / 0.25)
-    # a 1 s target over two channels: 80% of it (QUEUE_SHARE) for the queue, 80 records each
-    assert channel_credit(meter.rate, 1.0, 2, 128, 10_000) == 80
+    # a 1 s target over two channels: 70% of it (QUEUE_SHARE) for the queue, 70 records each
+    assert channel_credit(meter.rate, 1.0, 2, 128, 10_000) == 70
     assert channel_credit(0.5, 1.0, 2, 128, 10_000) == MIN_CHANNEL_CREDIT
     assert channel_credit(1e9, 1.0, 2, 128, 10_000) == 10_000, "never above the old bound"
     assert channel_credit(None, 1.0, 2, 128, 10_000) == 128
+
+
+def test_credit_follows_a_slowdown_at_once_and_a_speedup_over_measurements():
+    meter = ThroughputMeter(now=0.0)
+    assert meter.credit_rate is None
+    meter.add(1_000, 1.0)  # 1,000 records/s
+    assert meter.credit_rate == pytest.approx(1_000)
+    meter.add(400, 2.0)  # slowed down to 400/s: the queue is sized from 400 at once
+    assert meter.rate == pytest.approx(700) and meter.credit_rate == pytest.approx(400)
+    meter.add(1_000, 3.0)  # fast again: halfway (smoothed), not at once
+    assert meter.credit_rate == pytest.approx(850)
 
 
 def test_a_slow_consumer_shrinks_its_credit(monkeypatch):
@@ -149,7 +160,7 @@ def test_a_slow_consumer_shrinks_its_credit(monkeypatch):
     for _ in range(5):  # 20 records a second, busy all the time
         clock[0] += 0.5
         m.consumed(0, 10)
-    assert m.credit_per_channel == 16, "20 records/s x 80% of the 1 s target"
+    assert m.credit_per_channel == 14, "20 records/s x 70% of the 1 s target"
 
 
 def test_a_channel_reading_ahead_to_an_unaligned_barrier_gets_its_credit_back_on_arrival():
