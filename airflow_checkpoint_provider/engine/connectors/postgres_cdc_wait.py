@@ -229,7 +229,10 @@ def create_slot(
     finally:
         done.set()
         if timeout and not conn.closed:
-            conn.execute("RESET statement_timeout")
+            try:
+                conn.execute("RESET statement_timeout")
+            except psycopg.Error:  # a broken connection: the error above says why
+                pass
 
 
 __all__ = [
