@@ -34,16 +34,22 @@ process to its job row: interpreter, Spark application), ``slots`` (job row to R
 slot start-up and restore), ``first_checkpoint`` (RUNNING to the new job's first completed
 checkpoint), ``promote`` (PROMOTE request to SUCCEEDED, in-place only). Airflow's own
 scheduling latency is not in these figures (the DAGs add it between their tasks; see the
-section in BENCHMARKS.md). Writes ``bench/results/downtime-<label>.json``.
+section in BENCHMARKS.md). Writes ``bench/results/downtime-<label>.json`` (this run) and
+merges the runs into ``bench/results/downtime.json`` (per runner and scenario, with the
+command and date), from which ``bench/write_benchmarks.py`` renders the section
+(``bench/downtime_report.py``). ``--from-logs LOG ... --record`` merges the runs a
+(possibly interrupted) run printed, with ``--command`` and ``--measured-on`` saying how and
+when they were measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +62,8 @@ sys.path.insert(0, ROOT)
 from airflow_checkpoint_provider.engine.catalog import MetadataStore  # noqa: E402
 from airflow_checkpoint_provider.engine.connectors.files import read_committed  # noqa: E402
 from airflow_checkpoint_provider.engine.connectors.generator import GeneratorSource  # noqa: E402
+from bench.downtime_report import NAME as RESULTS_NAME  # noqa: E402
+from bench.downtime_report import merge, summarize  # noqa: E402
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 SCENARIOS = ("savepoint", "savepoint-standby", "last-state", "blue-green",
@@ -305,15 +313,6 @@ def run(scenario: str, args) -> dict:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def summarize(runs: list[dict]) -> dict:
-    keys = [k for k in runs[0] if isinstance(runs[0][k], (int, float))]
-    out = {}
-    for k in keys:
-        vals = [r[k] for r in runs if r.get(k) is not None]
-        out[k] = {"p50": round(statistics.median(vals), 3), "max": round(max(vals), 3)}
-    return out
-
-
 def table(results: dict) -> str:
     cols = ["output_gap", "processing_gap", "stop", "app_start", "slots", "first_checkpoint",
             "first_commit_after_running"]
@@ -345,9 +344,24 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--from-logs", nargs="+", default=None,
                     help="print the table of earlier runs from their printed lines and stop")
+    ap.add_argument("--record", action="store_true",
+                    help="with --from-logs: merge those runs into bench/results/downtime.json "
+                         "(under --runner, or cluster with --cluster)")
+    ap.add_argument("--command", default=None,
+                    help="with --record: the command that measured the logged runs")
+    ap.add_argument("--measured-on", default=None,
+                    help="with --record: the date (YYYY-MM-DD) of the logged runs")
+    ap.add_argument("--results-dir", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
     if args.from_logs:
-        print(table(results_from_logs(args.from_logs)))
+        results = results_from_logs(args.from_logs)
+        print(table(results))
+        if args.record:
+            if not (args.command and args.measured_on):
+                ap.error("--record needs --command and --measured-on")
+            merge(os.path.join(args.results_dir, RESULTS_NAME),
+                  "cluster" if args.cluster else args.runner, results, command=args.command,
+                  records=args.records, rate=args.rate, measured_on=args.measured_on)
         return
     cluster = None
     if args.cluster:
@@ -375,11 +389,15 @@ def main() -> None:
     finally:
         if cluster is not None:
             cluster.stop()
-    name = f"downtime-{args.label}-{'cluster' if cluster else args.runner}.json"
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", name), "w") as f:
+    runner = "cluster" if cluster else args.runner
+    os.makedirs(args.results_dir, exist_ok=True)
+    with open(os.path.join(args.results_dir, f"downtime-{args.label}-{runner}.json"), "w") as f:
         json.dump({"runner": args.runner, "master": args.master, "records": args.records,
                    "rate": args.rate, "results": results}, f, indent=1)
+    merge(os.path.join(args.results_dir, RESULTS_NAME), runner, results,
+          command=shlex.join([".venv/bin/python", "bench/downtime.py", *sys.argv[1:]]),
+          records=args.records, rate=args.rate,
+          measured_on=datetime.date.today().isoformat())
     print(table(results))
 
 

@@ -16,6 +16,7 @@ sys.path.insert(0, HERE)
 
 from backpressure_report import render as backpressure_section  # noqa: E402
 from cdc_report import cdc_section  # noqa: E402
+from downtime_report import render as downtime_section  # noqa: E402
 from engine_report import (  # noqa: E402
     latency_medians,
     latency_section,
@@ -307,6 +308,9 @@ def main(argv=None) -> int:
     memory_section(r, lines)
     profile_section(r, lines)
     lines += backpressure_section(r)  # bench/backpressure.py (issue 38)
+    lines += downtime_section(r)  # bench/downtime.py (issue 41)
+    while lines and not lines[-1]:  # sections end with a blank line; the file does not
+        lines.pop()
     with open(args.output, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {args.output}")

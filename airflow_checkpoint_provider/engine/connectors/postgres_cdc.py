@@ -68,15 +68,21 @@ from .postgres import _dsn
 from .postgres_cdc_slots import (
     NAME_PATTERN,
     CdcConfigurationError,
-    blockers,
     check_name,
-    create_slot,
     drop_slot,
     job_object_name,
     legacy_object_name,
     slot_state,
 )
 from .postgres_cdc_start import check_job_start
+from .postgres_cdc_wait import (
+    SlotWaitTimeoutError,
+    create_slot,
+    describe_blockers,
+    list_blockers,
+    slot_wait_timeout,
+    timeout_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +109,11 @@ class PostgresCdcSource(Source):
     :param metadata: add ``_lsn`` (commit LSN, ``None`` for snapshot rows) and
         ``_commit_ts`` (epoch ms) to every record. With more than one table every record
         also carries ``_table`` (``schema.table``).
+    :param slot_wait_timeout_s: how long creating the slot, and a snapshot split's start,
+        may wait for transactions older than the slot (a prepared transaction left by
+        another tool, a session idle in a transaction, in any database) before the job fails
+        with :class:`~.postgres_cdc_wait.SlotWaitTimeoutError` naming them; ``0``: no limit.
+        Default ``$CKPT_CDC_SLOT_WAIT_TIMEOUT_S``, else 300 (see :mod:`.postgres_cdc_wait`).
     """
 
     #: ``ckpt verify-restore`` does not open its splits: opening one creates the job's slot
@@ -113,7 +124,8 @@ class PostgresCdcSource(Source):
 
     def __init__(self, url: str, tables: Sequence[str], *, slot: str | None = None,
                  publication: str | None = None, snapshot: bool = True,
-                 snapshot_splits: int = 4, buckets: int = 1024, metadata: bool = False) -> None:
+                 snapshot_splits: int = 4, buckets: int = 1024, metadata: bool = False,
+                 slot_wait_timeout_s: float | None = None) -> None:
         if isinstance(tables, str) or not tables:
             raise ConfigurationError("PostgresCdcSource tables= must be a non-empty list of "
                                      "'table' or 'schema.table' names")
@@ -133,6 +145,7 @@ class PostgresCdcSource(Source):
         self.snapshot_splits = snapshot_splits
         self.buckets = buckets
         self.metadata = metadata
+        self.slot_wait_timeout_s = slot_wait_timeout(slot_wait_timeout_s)
         #: set by :meth:`check_job_start` (the job master): the slot and publication names
         self.resolved_names: tuple[str, str] | None = None
 
@@ -259,26 +272,45 @@ class PostgresCdcSource(Source):
                 raise CdcConfigurationError(f"{self.describe()}: publication {pub!r} does not "
                                          f"include table {t!r} (ALTER PUBLICATION {pub} ADD "
                                          f"TABLE {t})")
-        row = conn.execute("SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s",
-                           (slot,)).fetchone()
-        if row is None:
-            try:
-                create_slot(conn, slot, self.connect, self.describe())
-                log.info("Created replication slot %s", slot)
-            except psycopg.errors.DuplicateObject:
-                pass
-        elif row[0] != "pgoutput" or row[1] != conn.info.dbname:
-            raise CdcConfigurationError(
-                f"{self.describe()}: replication slot {slot!r} exists for plugin {row[0]!r} in "
-                f"database {row[1]!r}; the source needs a pgoutput slot in {conn.info.dbname!r} "
-                "(choose another slot= or drop it)")
-        deadline = time.monotonic() + 300
-        while conn.execute("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE "
-                           "slot_name = %s", (slot,)).fetchone()[0] is None:
-            if time.monotonic() > deadline:  # another split is still creating it
-                raise ConfigurationError(f"replication slot {slot!r} did not become ready")
-            time.sleep(0.1)
+        self._ensure_slot(conn, slot)
         return tables, slot, pub
+
+    def _ensure_slot(self, conn, slot: str) -> None:
+        """Create the slot if missing and wait until it is ready (another split may be
+        creating it), within ``slot_wait_timeout_s`` (see :mod:`.postgres_cdc_wait`)."""
+        import psycopg
+
+        timeout = self.slot_wait_timeout_s
+        started = time.monotonic()
+        while True:
+            row = conn.execute("SELECT slot_type, plugin, database, confirmed_flush_lsn IS NOT NULL "
+                               "FROM pg_replication_slots WHERE slot_name = %s",
+                               (slot,)).fetchone()
+            left = timeout - (time.monotonic() - started) if timeout else 0.0
+            if row is None:
+                if timeout and left <= 0:  # another split's creation was cancelled
+                    raise timeout_error(self.describe(), f"creating replication slot {slot}",
+                                        time.monotonic() - started, timeout, list_blockers(conn))
+                try:
+                    create_slot(conn, slot, self.connect, self.describe(), timeout, left)
+                    log.info("Created replication slot %s", slot)
+                except psycopg.errors.DuplicateObject:
+                    pass  # another split creates it: wait for it below
+                continue
+            kind, plugin, database, ready = row
+            if (kind != "logical" or plugin not in (None, "", "pgoutput")
+                    or database != conn.info.dbname):
+                raise CdcConfigurationError(
+                    f"{self.describe()}: replication slot {slot!r} exists as a {kind} slot for "
+                    f"plugin {plugin!r} in database {database!r}; the source needs a pgoutput "
+                    f"slot in {conn.info.dbname!r} (choose another slot= or drop it)")
+            if ready:
+                return
+            if timeout and left <= 0:  # another split is still creating it
+                raise timeout_error(self.describe(), f"waiting for replication slot {slot} "
+                                    "(being created by another split)",
+                                    time.monotonic() - started, timeout, list_blockers(conn))
+            time.sleep(0.1)
 
     def confirmed_lsn(self, conn, slot: str) -> int:
         row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
@@ -412,11 +444,16 @@ class SnapshotReader(SplitReader):
             conn.autocommit = True
             now = time.monotonic()
             self.waiting_since = getattr(self, "waiting_since", None) or now
-            if now - self.waiting_since > 5 and now - getattr(self, "warned", 0.0) > 10:
+            waited, timeout = now - self.waiting_since, self.src.slot_wait_timeout_s
+            if timeout and waited > timeout:
+                raise timeout_error(self.where, "the snapshot's start", waited, timeout,
+                                    list_blockers(conn, self.horizon))
+            if waited > 5 and now - getattr(self, "warned", 0.0) > 10:
                 self.warned = now
-                log.warning("%s: the snapshot has waited %.0f s for transactions older than the "
-                            "replication slot to end: %s", self.where, now - self.waiting_since,
-                            blockers(conn))
+                log.warning("%s: the snapshot has waited %.0f s%s for transactions older than "
+                            "the replication slot to end: %s", self.where, waited,
+                            f" of {timeout:g} s" if timeout else "",
+                            describe_blockers(list_blockers(conn, self.horizon)))
             return False
         self.snapshot = snap
         self.parts.append([self.table, self.bucket, self.bucket, snap])
@@ -497,5 +534,5 @@ class SnapshotReader(SplitReader):
                 pass
 
 
-__all__ = ["NAME_PATTERN", "SESSION_OPTIONS", "PostgresCdcSource", "SnapshotReader", "check_name",
-           "drop_slot", "job_object_name"]
+__all__ = ["NAME_PATTERN", "SESSION_OPTIONS", "PostgresCdcSource", "SlotWaitTimeoutError",
+           "SnapshotReader", "check_name", "drop_slot", "job_object_name"]

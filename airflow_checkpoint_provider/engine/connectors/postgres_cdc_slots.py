@@ -26,8 +26,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import threading
-import time
 
 from ..errors import ConfigurationError
 from ..extras import require
@@ -116,47 +114,6 @@ def check_slot_position(conn, slot: str, lsn: int, walsender_pid: int, where: st
             "this job never emitted (two jobs on one slot?), so the server would skip them. "
             "The job fails instead of losing them: give every job its own slot (leave slot= "
             "unset), then drop this slot (ckpt cdc drop-slot) and start without restoring")
-
-
-def blockers(conn) -> str:
-    """The transactions open on the server (prepared ones, sessions with an xid): what slot
-    creation and a snapshot split wait for."""
-    rows = [f"prepared transaction {gid!r} (database {db}, prepared {at:%Y-%m-%d %H:%M:%S})"
-            for gid, db, at in conn.execute(
-                "SELECT gid, database, prepared FROM pg_prepared_xacts ORDER BY prepared")]
-    rows += [f"session {pid} ({user}@{db}, {state} since {since:%Y-%m-%d %H:%M:%S})"
-             for pid, user, db, state, since in conn.execute(
-                 "SELECT pid, usename, datname, state, xact_start FROM pg_stat_activity WHERE "
-                 "backend_xid IS NOT NULL AND pid <> pg_backend_pid() ORDER BY xact_start")]
-    return "; ".join(rows) or "none visible to this role"
-
-
-def create_slot(conn, slot: str, connect, where: str) -> None:
-    """``pg_create_logical_replication_slot``: it waits until every transaction open at that
-    moment has ended (a consistent point). While it waits, say for what, every few seconds
-    (a dangling prepared transaction or an idle-in-transaction session blocks it forever)."""
-    done = threading.Event()
-    started = time.monotonic()
-
-    def watch() -> None:
-        delay = 2.0
-        while not done.wait(delay):
-            delay = 10.0
-            try:
-                with connect() as other:
-                    what = blockers(other)
-            except Exception as exc:  # noqa: BLE001 - only a diagnostic
-                what = f"(could not list them: {exc})"
-            log.warning("%s: creating replication slot %s has waited %.0f s for the "
-                        "transactions open when it started to end: %s. Commit or roll them back "
-                        "(COMMIT PREPARED / ROLLBACK PREPARED 'gid'; pg_terminate_backend(pid))",
-                        where, slot, time.monotonic() - started, what)
-
-    threading.Thread(target=watch, name=f"slot-wait-{slot}", daemon=True).start()
-    try:
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
-    finally:
-        done.set()
 
 
 def copy_slot(url: str, source_slot: str, target_slot: str) -> str:
