@@ -13,7 +13,7 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
   :func:`code_archives` / :data:`SHIP_CODE_ENV` (``--py-files`` for executors without the
   project);
 * savepoints: :func:`dispose_savepoint`, :func:`apply_savepoint_retention` (returns a
-  :class:`RetentionReport`), :func:`list_savepoints`, :func:`pin_savepoint` /
+  :class:`RetentionReport`), :func:`list_savepoints`, :func:`pin_savepoint` / :func:`pin_checkpoint` /
   :func:`unpin_savepoint` / :func:`active_pins`, :func:`absolute_location` (a directory as
   jobs will resolve it);
 * stability: :class:`StabilityCriteria`, :func:`assess_stability`, :func:`early_verdict`
@@ -60,6 +60,7 @@ from .lifecycle.savepoints import (
     apply_savepoint_retention,
     dispose_savepoint,
     list_savepoints,
+    pin_checkpoint,
     pin_savepoint,
     unpin_savepoint,
 )
@@ -149,6 +150,7 @@ __all__ = [
     "list_savepoints",
     "makedirs_private",
     "open_private",
+    "pin_checkpoint",
     "pin_savepoint",
     "pipeline_datasets",
     "unpin_savepoint",

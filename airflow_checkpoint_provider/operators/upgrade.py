@@ -25,11 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_checkpoint_provider.engine.client import ACTIVE_JOB_STATUSES
+from airflow_checkpoint_provider.engine.client import (
+    ACTIVE_JOB_STATUSES,
+    pin_checkpoint,
+    unpin_savepoint,
+)
 from airflow_checkpoint_provider.operators.control import (
     StopWithSavepointOperator,
     TriggerSavepointOperator,
 )
+from airflow_checkpoint_provider.operators.savepoints import dag_run_holder
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -184,6 +189,9 @@ class StopForUpgradeOperator(StopWithSavepointOperator):
 
 
 HANDOVER_MODES = (SAVEPOINT, LAST_STATE)
+#: how long a last-state hand-over pins blue's checkpoint when ``pin_seconds`` is not set
+LAST_STATE_PIN_SECONDS = 3600.0
+PIN_ATTEMPTS = 5
 
 
 class HandoverSnapshotOperator(TriggerSavepointOperator):
@@ -192,7 +200,12 @@ class HandoverSnapshotOperator(TriggerSavepointOperator):
     running: a fresh savepoint (``handover="savepoint"``) or blue's latest completed
     checkpoint (``handover="last-state"``: nothing is asked of blue, so it works while blue
     cannot take a savepoint, and costs no extra snapshot). The return value is the snapshot's
-    path; XCom ``handover_used``, ``checkpoint_id``, ``job_id``.
+    path; XCom ``handover_used``, ``checkpoint_id``, ``job_id`` (and ``pin_holder``).
+
+    A last-state hand-over pins blue's checkpoint for this DAG run (``pin_seconds``, default
+    one hour; :class:`~.savepoints.UnpinSavepointsOperator` releases it earlier): blue keeps
+    checkpointing and would otherwise delete it ``retained`` intervals later, possibly
+    before green restored it.
 
     :param handover: ``savepoint`` or ``last-state``. Templated.
     :param max_checkpoint_age: seconds; ``last-state`` refuses an older checkpoint (green
@@ -221,21 +234,46 @@ class HandoverSnapshotOperator(TriggerSavepointOperator):
             job = self.hook.resolve_job(self.job)
         except LookupError as exc:
             raise AirflowException(f"handover: {exc}") from exc
-        latest = self.hook.get_conn().latest_completed_checkpoint(job_id=job.job_id, kind=None)
-        if latest is None:
-            raise AirflowException(f"last-state handover from job {job.job_name} ({job.job_id}) "
-                                   "is impossible: it has no completed checkpoint")
+        latest = self._pin_latest(context, job)
         age = (datetime.now(UTC) - latest.trigger_time).total_seconds()
         limit = None if self.max_checkpoint_age in (None, "", "None") else float(
             self.max_checkpoint_age)  # type: ignore[arg-type]
         if limit is not None and age > limit:
+            unpin_savepoint(self.hook.get_conn(), holder=dag_run_holder(context),
+                            path=latest.location)
             raise AirflowException(
                 f"last-state handover from job {job.job_name} ({job.job_id}) refused: its "
                 f"latest completed checkpoint {latest.checkpoint_id} is {age:.0f} s old "
                 f"(max_checkpoint_age {limit:.0f} s)")
         ti.xcom_push(key="checkpoint_id", value=latest.checkpoint_id)
         ti.xcom_push(key="job_id", value=job.job_id)
+        ti.xcom_push(key="pin_holder", value=dag_run_holder(context))
         self.log.info("Last-state handover from %s (%s, %s): %s %d at %s (%.0f s old)",
                       job.job_name, job.job_id, job.status, latest.kind.lower(),
                       latest.checkpoint_id, latest.location, age)
         return latest.location
+
+    def _pin_latest(self, context: Context, job: JobRecord) -> CheckpointRecord:
+        """Blue's newest completed checkpoint, pinned for this DAG run (``pin_seconds``, by
+        default :data:`LAST_STATE_PIN_SECONDS`): blue goes on checkpointing and would
+        otherwise delete it ``retained`` intervals later, before green restored it. A
+        checkpoint subsumed before the pin took effect is replaced by the newer one."""
+        store = self.hook.get_conn()
+        ttl = (LAST_STATE_PIN_SECONDS if self.pin_seconds in (None, "", "None", 0)
+               else float(self.pin_seconds))  # type: ignore[arg-type]
+        for _ in range(PIN_ATTEMPTS):
+            latest = store.latest_completed_checkpoint(job_id=job.job_id, kind=None)
+            if latest is None:
+                raise AirflowException(f"last-state handover from job {job.job_name} "
+                                       f"({job.job_id}) is impossible: it has no completed "
+                                       "checkpoint")
+            if latest.kind == "SAVEPOINT":  # never subsumed by checkpoint retention
+                return latest
+            if pin_checkpoint(store, job.job_id, latest.checkpoint_id,
+                              holder=dag_run_holder(context), ttl_seconds=ttl,
+                              reason=f"last-state hand-over from {job.job_name}") is not None:
+                return latest
+        raise AirflowException(
+            f"last-state handover from job {job.job_name} ({job.job_id}): its newest completed "
+            f"checkpoint was subsumed before it could be pinned, {PIN_ATTEMPTS} times (are its "
+            "checkpoints faster than the metadata DB answers?); use handover='savepoint'")

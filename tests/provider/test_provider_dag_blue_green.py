@@ -185,11 +185,11 @@ def test_healthy_green_is_approved_promoted_exactly_once_and_blue_stopped(
 @pytest.mark.timeout(240)
 def test_last_state_handover_and_cutover_are_exactly_once(airflow_db, metadata_url, store, tmp_path,
                                                           monkeypatch):
-    # A running blue subsumes (deletes) a checkpoint `retained` (3) intervals later: the
-    # hand-over must be verified and restored before that (the documented limit). Blue
-    # checkpoints every 12 s (a 36 s window: green's start took longer than 3 x 3 s on a
-    # loaded machine); green every second, so the gate sees its checkpoints.
-    monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "12000")
+    # A running blue subsumes a checkpoint `retained` (3) intervals later; the hand-over pins
+    # it, so blue keeps its files until green restored it. Blue checkpoints every second
+    # (green's start takes longer than 3 s on a loaded machine: without the pin, preflight
+    # found the checkpoint deleted); green every second too, so the gate sees its checkpoints.
+    monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "1000")
     blue = running_job(metadata_url, tmp_path, store, job_name="sum-blue")
     conf = _conf(tmp_path, handover="last-state", cutover="last-state", gate_window_s=10,
                  in_place=False)
@@ -199,6 +199,14 @@ def test_last_state_handover_and_cutover_are_exactly_once(airflow_db, metadata_u
 
     assert tis == RESUBMITTED and state == "success"
     assert xcom(dr, "savepoint_blue", key="handover_used") == "last-state"
+    handed = xcom(dr, "savepoint_blue")
+    holder = xcom(dr, "savepoint_blue", key="pin_holder")
+    from airflow_checkpoint_provider.engine.fs.storage import canonical_location
+
+    pins = store.list_savepoint_pins(location=canonical_location(handed))
+    assert [p.holder for p in pins] == [holder], "the hand-over did not pin blue's checkpoint"
+    blue_id = xcom(dr, "savepoint_blue", key="checkpoint_id")
+    assert store.get_checkpoint(blue, blue_id).status == "SUBSUMED", "blue moved on meanwhile"
     assert xcom(dr, "stop_blue", key="upgrade_mode_used") == "last-state"
     assert store.list_checkpoints(blue, kind="SAVEPOINT") == [], "no savepoint was taken"
     assert store.get_job(blue).status == "CANCELED"

@@ -26,7 +26,13 @@ from ..errors import (
     CorruptCheckpointError,
     InvalidNameError,
 )
-from ..fs.storage import METADATA_FILE, checkpoint_directory, filesystem_for, join
+from ..fs.storage import (
+    METADATA_FILE,
+    canonical_location,
+    checkpoint_directory,
+    filesystem_for,
+    join,
+)
 from ..names import ensure_under
 from ..protocol import BarrierKind
 from ..snapshot.codec import encode_metadata
@@ -169,6 +175,8 @@ class CheckpointCoordinator:
         self.next_id = next_checkpoint_id
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: collections.deque[CompletedCheckpoint] = collections.deque()
+        #: subsumed checkpoints whose files a pin keeps (see :meth:`add_completed`)
+        self.held: list[CompletedCheckpoint] = []
         self.failure_manager = CheckpointFailureManager(config.tolerable_failures)
         self.adaptive_alignment = AdaptiveAlignment()
         #: checkpoints that started aligned and turned unaligned (aligned timeout)
@@ -418,24 +426,51 @@ class CheckpointCoordinator:
         return completed
 
     def add_completed(self, completed: CompletedCheckpoint) -> None:
-        """Add to the retained checkpoints and subsume the oldest beyond ``retained``."""
+        """Add to the retained checkpoints and subsume the oldest beyond ``retained``.
+
+        A subsumed checkpoint with an unexpired pin (``savepoint_pins``: e.g. a last-state
+        hand-over that a new job is about to restore) keeps its files, and the shared files
+        it references, until the pin is released or expires: it is *held*. Its row is marked
+        SUBSUMED before the pins are read (one ordered queue), and the pinner re-reads the
+        status after pinning (:func:`~..lifecycle.savepoints.pin_checkpoint`): either the
+        coordinator sees the pin, or the pinner sees SUBSUMED and takes a newer checkpoint.
+        """
         self.completed.append(completed)
+        subsumed = []
         while len(self.completed) > self.config.retained:
             old = self.completed.popleft()
-            # never delete another job's checkpoint unless this job claimed it
-            if old.claimed or _inside(self.job_dir, old.location):
-                self.cleaner.remove_tree(old.location)
             self.db.write(MetadataStore.set_checkpoint_status, self.job_id, [old.checkpoint_id], CheckpointStatus.SUBSUMED)
+            subsumed.append(old)
             log.debug("Subsumed checkpoint %d of job %s", old.checkpoint_id, self.job_name)
+        if subsumed or self.held:
+            pinned = self._pinned_locations()
+            held = []
+            for old in [*self.held, *subsumed]:
+                if pinned is None or canonical_location(old.location) in pinned:
+                    if old in subsumed and pinned is not None:
+                        log.info("Checkpoint %d of job %s is pinned: its files are kept until "
+                                 "the pin is released", old.checkpoint_id, self.job_name)
+                    held.append(old)
+                # never delete another job's checkpoint unless this job claimed it
+                elif old.claimed or _inside(self.job_dir, old.location):
+                    self.cleaner.remove_tree(old.location)
+            self.held = held
         self._discard_unreferenced_shared_state()
         if completed.checkpoint_id % PRUNE_EVERY == 0:  # bound the checkpoints table
             self.db.write(MetadataStore.prune_checkpoint_history, self.job_id, self.config.history)
+
+    def _pinned_locations(self) -> set[str] | None:
+        """Locations with an unexpired pin; None when the DB cannot say (keep them all)."""
+        if self.store is None:
+            return set()
+        pins = self.db.read(MetadataStore.list_savepoint_pins, active_at=datetime.now(UTC))
+        return None if pins is None else {p.location for p in pins}
 
     def _discard_unreferenced_shared_state(self) -> None:
         """Delete shared files that no retained checkpoint references any more."""
         if self.store is None or not self.registered_shared:
             return
-        own = [c.checkpoint_id for c in self.completed if not c.claimed]
+        own = [c.checkpoint_id for c in [*self.completed, *self.held] if not c.claimed]
         if not own:
             return
         doomed = self.db.read(MetadataStore.unreferenced_shared_state, self.job_id,

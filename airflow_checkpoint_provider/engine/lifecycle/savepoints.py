@@ -118,6 +118,34 @@ def pin_savepoint(store, path: str, *, holder: str, ttl_seconds: float | None = 
                                expires_at=expires, reason=reason)
 
 
+def pin_checkpoint(store, job_id: str, checkpoint_id: int, *, holder: str,
+                   ttl_seconds: float, reason: str | None = None, now: datetime | None = None):
+    """Pin a completed checkpoint of a running job for ``holder`` (a last-state hand-over
+    that a new job is about to restore): the job's coordinator keeps its files, and the
+    shared files it references, after subsuming it, until the pin is released
+    (:func:`unpin_savepoint`) or expires after ``ttl_seconds``.
+
+    Returns the pin record, or ``None`` when the checkpoint was subsumed before the pin
+    took effect (its files may be gone: pin the job's newest one instead). The status is
+    read again after pinning; the coordinator marks a checkpoint SUBSUMED before it reads
+    the pins, so one of the two sees the other."""
+    if ttl_seconds <= 0:
+        raise ValueError(f"a pin's ttl must be positive, not {ttl_seconds}")
+    rec = store.get_checkpoint(job_id, checkpoint_id)
+    if rec is None:
+        raise LookupError(f"job {job_id} has no checkpoint {checkpoint_id}")
+    if rec.status != CheckpointStatus.COMPLETED:
+        return None
+    location = canonical_location(rec.location)
+    expires = (now or datetime.now(UTC)) + timedelta(seconds=ttl_seconds)
+    pin = store.pin_savepoint(location, holder=holder, expires_at=expires, reason=reason)
+    again = store.get_checkpoint(job_id, checkpoint_id)
+    if again is None or again.status != CheckpointStatus.COMPLETED:
+        store.unpin_savepoints(holder=holder, location=location)
+        return None
+    return pin
+
+
 def unpin_savepoint(store, *, holder: str, path: str | None = None) -> int:
     """Release ``holder``'s pins (on ``path`` only, if given); returns how many."""
     return store.unpin_savepoints(holder=holder,
