@@ -17,7 +17,7 @@ import os
 import time
 
 import pytest
-from deploy_support import EXAMPLE, cancel_active_jobs
+from deploy_support import EXAMPLE, cancel_active_jobs, wait_first_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 
@@ -35,6 +35,7 @@ def test_blue_green_promotes_green_in_place_exactly_once_on_a_cluster(deployment
     dep.start_job(spark_cluster.url, "vs-blue", {"CKPT_EXAMPLE_DIR": jobs_dir})
     blue = store.resolve_job("vs-blue")
     assert blue.status == "RUNNING"
+    wait_first_checkpoint(store, blue.job_id)  # a blue-green starts from a job running steadily
 
     conf = {"blue_job": "vs-blue", "green_job": "vs-green",
             "green_pipeline": f"{EXAMPLE}:build_v2",

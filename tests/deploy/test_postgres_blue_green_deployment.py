@@ -31,6 +31,7 @@ from deploy_support import (
     RUN_TIMEOUT_S,
     cancel_active_jobs,
     extra_spark_worker,
+    wait_first_checkpoint,
     wait_job,
     wait_task,
 )
@@ -128,10 +129,7 @@ def test_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_real_airf
             PreparedSampler(url) as sampler:
         blue = dep.start_job(spark_cluster.url, "pg-blue", job_env)
         assert store.get_job(blue).parallelism == 3
-        deadline = time.monotonic() + 120
-        while store.latest_completed_checkpoint(job_id=blue, kind=None) is None:
-            assert time.monotonic() < deadline, "pg-blue completed no checkpoint in 120 s"
-            time.sleep(1)
+        wait_first_checkpoint(store, blue)
         run = dep.airflow.trigger(DAG, conf)
         wait_task(dep.airflow, DAG, run, "start_green", ("success", "failed"), RUN_TIMEOUT_S)
         green = dep.airflow.xcom(DAG, run, "start_green", "job_id")
