@@ -98,7 +98,7 @@ def test_the_deployments_and_the_other_cluster_tests_are_two_groups(tmp_path):
              if line.startswith("NODE ")]
     groups = {n.split("::")[0]: n.rsplit("@", 1)[1] for n in nodes if "@" in n}
     assert groups["tests/deploy/test_real_deployment.py"] == "spark-cluster", groups
-    assert groups["tests/deploy/test_downtime_deployment.py"] == "spark-cluster", groups
+    assert groups["tests/deploy/test_postgres_blue_green_deployment.py"] == "spark-cluster", groups
     assert groups["tests/provider/test_submit_to_cluster.py"] == "spark-cluster-jobs", groups
     killed = next(n for n in nodes if "killed_executor" in n)
     assert killed.endswith("@spark-cluster-jobs"), killed

@@ -14,7 +14,11 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_checkpoint_provider.hooks.job_env import check_job_env
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
-from airflow_checkpoint_provider.triggers.conditions import SUCCESS, check_control_request
+from airflow_checkpoint_provider.triggers.conditions import (
+    SUCCESS,
+    Outcome,
+    check_control_request,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -49,6 +53,10 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         after a job start. Templated (``"{{ params.exactly_once }}"``).
     :param env_vars: environment of the check (options the pipeline reads). Templated.
     :param timeout: seconds the check may take.
+    :param savepoint_attempts: with ``take_savepoint``: savepoints tried while the job runs
+        before falling back to its latest checkpoint (default 3; a just-started job or a slow
+        first checkpoint fails a savepoint that a later one takes).
+    :param savepoint_retry_delay: seconds between those attempts (default 5).
     """
 
     template_fields: Sequence[str] = ("pipeline", "snapshot", "job_name", "parallelism",
@@ -58,6 +66,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
                  parallelism: int | str | None = None, allow_non_restored_state: bool = False,
                  take_savepoint: bool = False, fence_sinks: bool | str = False,
                  env_vars: dict[str, str] | None = None, timeout: float = 600.0,
+                 savepoint_attempts: int = 3, savepoint_retry_delay: float = 5.0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not snapshot and not job_name:
@@ -71,41 +80,71 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         self.fence_sinks = fence_sinks
         self.env_vars = env_vars or {}
         self.timeout = timeout
+        self.savepoint_attempts = savepoint_attempts
+        self.savepoint_retry_delay = savepoint_retry_delay
+        #: why the last pre-flight savepoint failed (for the error when nothing is left to check)
+        self.savepoint_failure: str | None = None
 
     def _snapshot(self) -> str:
         if self.snapshot:
             return str(self.snapshot)
         rec = self.hook.latest_completed_checkpoint(job_name=self.job_name)
         if rec is None:
-            raise AirflowException(f"job {self.job_name!r} has no completed checkpoint to check")
+            why = (f" (and the pre-flight savepoint failed: {self.savepoint_failure})"
+                   if self.savepoint_failure else "")
+            raise AirflowException(f"job {self.job_name!r} has no completed checkpoint to "
+                                   f"check{why}")
         return rec.location
 
     def _fresh_savepoint(self, context: Context) -> str | None:
         """A savepoint of the running job ``job_name`` (idempotent per task instance), or
-        ``None`` when the job is not RUNNING or the savepoint fails."""
-        job = self.hook.find_job(str(self.job_name))
-        if job is None or job.status != "RUNNING":
-            self.log.warning("Job %s is %s: checking its latest checkpoint instead of a "
-                             "savepoint", self.job_name, job.status if job else "unknown")
-            return None
-        request_id = self.find_or_submit(context, job.job_id, "SAVEPOINT", {},
-                                         key_suffix="preflight")
-        if request_id is None:  # it ended meanwhile
-            return None
+        ``None`` when the job is not RUNNING or ``savepoint_attempts`` savepoints failed.
+
+        A failed savepoint is retried while the job runs (a job just started, or a first
+        checkpoint slow on a loaded machine, fails a savepoint that a later one takes):
+        attempt ``n`` is the request of key suffix ``preflight:n``, so a later try of the
+        task finds the requests of the earlier one in the metadata DB (a savepoint that
+        succeeded meanwhile is used, a failed one is not repeated)."""
+        self.savepoint_failure = None
+        attempts = max(1, int(self.savepoint_attempts))
+        for attempt in range(1, attempts + 1):
+            job = self.hook.find_job(str(self.job_name))
+            if job is None or job.status != "RUNNING":
+                self.log.warning("Job %s is %s: checking its latest checkpoint instead of a "
+                                 "savepoint", self.job_name, job.status if job else "unknown")
+                return None
+            suffix = "preflight" if attempt == 1 else f"preflight:{attempt}"
+            request_id = self.find_or_submit(context, job.job_id, "SAVEPOINT", {},
+                                             key_suffix=suffix)
+            if request_id is None:  # it ended meanwhile
+                return None
+            outcome = self._wait_for_savepoint(request_id)
+            if outcome is not None and outcome.status == SUCCESS:
+                self.log.info("Took savepoint %s of job %s to check",
+                              outcome.payload["location"], self.job_name)
+                return str(outcome.payload["location"])
+            if outcome is None:
+                self.savepoint_failure = f"timed out after {self.timeout:.0f} s"
+                break  # not again: a stuck savepoint would hold the task attempts x timeout
+            self.savepoint_failure = outcome.message
+            if attempt < attempts:
+                self.log.warning("The pre-flight savepoint of %s failed (attempt %d of %d: %s):"
+                                 " retrying in %.0f s", self.job_name, attempt, attempts,
+                                 self.savepoint_failure, float(self.savepoint_retry_delay))
+                time.sleep(float(self.savepoint_retry_delay))
+        self.log.warning("The pre-flight savepoint of %s failed (%d of %d attempts; last: %s): "
+                         "checking its latest checkpoint instead", self.job_name, attempt,
+                         attempts, self.savepoint_failure)
+        return None
+
+    def _wait_for_savepoint(self, request_id: str) -> Outcome | None:
         store = self.hook.get_conn()
         deadline = time.monotonic() + self.timeout
         while (outcome := check_control_request(store, request_id)) is None:
             if time.monotonic() > deadline:
                 break
             time.sleep(self.poll_interval)
-        if outcome is None or outcome.status != SUCCESS:
-            self.log.warning("The pre-flight savepoint of %s failed (%s): checking its latest "
-                             "checkpoint instead", self.job_name,
-                             outcome.message if outcome else "timed out")
-            return None
-        self.log.info("Took savepoint %s of job %s to check", outcome.payload["location"],
-                      self.job_name)
-        return str(outcome.payload["location"])
+        return outcome
 
     def execute(self, context: Context) -> dict:
         if self.take_savepoint and not self.snapshot and self.job_name:

@@ -100,20 +100,55 @@ def cancel_active_jobs(store: MetadataStore, timeout: float = 60.0) -> None:
         time.sleep(0.5)
 
 
+#: task instance states a DAG run's task never leaves by itself (a retry is ``up_for_retry``)
+TERMINAL_TASK_STATES = ("success", "failed", "upstream_failed", "skipped", "removed")
+
+
 def wait_job(store: MetadataStore, job_id: str, status: str, timeout: float = 300) -> None:
+    """Until the job is ``status``; fails at once when it ended in another status."""
     deadline = time.monotonic() + timeout
     while (job := store.get_job(job_id)).status != status:
-        assert time.monotonic() < deadline, f"job {job_id} still {job.status}"
+        assert not job.is_terminal, (
+            f"job {job.job_name} ({job_id}) ended {job.status} while waiting for {status}: "
+            f"{job.failure_reason}")
+        assert time.monotonic() < deadline, f"job {job_id} still {job.status} after {timeout} s"
+        time.sleep(1)
+
+
+def wait_first_checkpoint(store: MetadataStore, job_id: str, timeout: float = 180) -> None:
+    """Until the job completed a checkpoint: a DAG that upgrades, savepoints or hands over a
+    job starts from one that runs steadily, not from one whose tasks are still starting (its
+    first savepoint may then fail, and with nothing completed the pre-flight check has
+    nothing to fall back on)."""
+    deadline = time.monotonic() + timeout
+    while store.latest_completed_checkpoint(job_id=job_id, kind=None) is None:
+        job = store.get_job(job_id)
+        assert not job.is_terminal, f"job {job.job_name} ({job_id}) ended {job.status}: " \
+                                    f"{job.failure_reason}"
+        assert time.monotonic() < deadline, (
+            f"job {job.job_name} ({job_id}) completed no checkpoint in {timeout} s ({job.status})")
         time.sleep(1)
 
 
 def wait_task(airflow, dag_id: str, run_id: str, task_id: str, states: tuple,
               timeout: float = 300) -> str:
+    """Until ``task_id`` of the run is in one of ``states``; fails at once when it reached a
+    terminal state not asked for (e.g. ``upstream_failed``: waiting cannot help), with every
+    task's state and the failed tasks' logs in the message."""
     deadline = time.monotonic() + timeout
-    while (state := airflow.task_states(dag_id, run_id).get(task_id)) not in states:
-        assert time.monotonic() < deadline, f"{task_id} still {state}"
+    while True:
+        tis = airflow.task_states(dag_id, run_id)
+        state = tis.get(task_id)
+        if state in states:
+            return state
+        if state in TERMINAL_TASK_STATES:
+            raise AssertionError(
+                f"{dag_id}/{run_id}: {task_id} is {state}, waited for {'/'.join(states)}; "
+                f"task states {tis}\n{airflow.failed_task_logs(dag_id, run_id)}")
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{dag_id}/{run_id}: {task_id} still {state} after {timeout} s "
+                                 f"(waited for {'/'.join(states)}); task states {tis}")
         time.sleep(1)
-    return state
 
 
 @contextlib.contextmanager

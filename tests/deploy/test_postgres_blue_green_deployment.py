@@ -1,21 +1,24 @@
-"""Issue 36, item 2, through the real deployment (tests/deploy/conftest.py): a blue-green at
-parallelism 3 with 1 s checkpoints into two PostgreSQL 2PC sinks, on a server with
-``max_prepared_transactions=100`` (tests/pg_server.py), Airflow (scheduler, triggerer,
-api-server; the DAG triggered and approved over the REST API) submitting to the Spark
-standalone cluster.
+"""Issue 36, item 2, and issue 41 (the in-place cut-over) through the real deployment
+(tests/deploy/conftest.py), in one blue-green run: parallelism 3 with 1 s checkpoints into two
+PostgreSQL 2PC sinks, on a server with ``max_prepared_transactions=100``
+(tests/pg_server.py), Airflow (scheduler, triggerer, api-server; the DAG triggered and
+approved over the REST API) submitting to the Spark standalone cluster.
 
 Before the fix, the fenced green's prepared transactions went 3 -> 30 -> 72 -> 100 in ~20 s
 and blue failed over ("maximum number of prepared transactions reached"). Asserted: the
 prepared transactions are sampled all along (the fenced green's and everyone's maximum are
 printed and bounded); blue keeps publishing while green validates and green publishes
-nothing before the cut-over; after the Approve (HITL REST API) green is promoted in place;
-each table holds every (key, count) of the running sums exactly once; at the end no
+nothing before the cut-over; after the Approve (HITL REST API) green is promoted in place
+(same job id, same Spark application, no ``go_live`` submit; it restores blue's final
+savepoint after blue's hand-over savepoint); each table holds every (key, count) of the
+running sums exactly once; green's first published row comes after blue's last (the output
+gap, sampled from the table every 0.5 s, and the DAG's duration are printed); at the end no
 prepared transaction and no replication slot is left in the sinks' database.
 
 Blue and green each need 3 cores (one barrier slot per subtask): one more Spark worker (4
 cores) joins the cluster for this test, and each application takes two 2-core executors
 (fewer executor JVMs to start on a loaded machine than three 1-core ones).
-Bounded: about 5-7 minutes on this machine.
+Bounded: about 5-8 minutes on this machine.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from deploy_support import (
     RUN_TIMEOUT_S,
     cancel_active_jobs,
     extra_spark_worker,
+    wait_first_checkpoint,
     wait_job,
     wait_task,
 )
@@ -53,11 +57,13 @@ def _connect(url: str):
 
 class PreparedSampler:
     """Samples ``pg_prepared_xacts`` of one database every ``period`` seconds in a thread:
-    ``samples`` holds ``(monotonic time, [gid, ...])``."""
+    ``samples`` holds ``(monotonic time, [gid, ...])``; and the rows per version of
+    ``table``: ``rows`` holds ``(monotonic time, {version: rows})``."""
 
-    def __init__(self, url: str, period: float = 0.5) -> None:
-        self.url, self.period = url, period
+    def __init__(self, url: str, table: str, period: float = 0.5) -> None:
+        self.url, self.table, self.period = url, table, period
         self.samples: list[tuple[float, list[str]]] = []
+        self.rows: list[tuple[float, dict[str, int]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -66,7 +72,10 @@ class PreparedSampler:
             while not self._stop.is_set():
                 gids = [g for (g,) in conn.execute(
                     "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]
-                self.samples.append((time.monotonic(), gids))
+                now = time.monotonic()
+                self.samples.append((now, gids))
+                self.rows.append((now, dict(conn.execute(
+                    f"SELECT version, count(*) FROM {self.table} GROUP BY version").fetchall())))
                 self._stop.wait(self.period)
 
     def __enter__(self) -> PreparedSampler:
@@ -76,6 +85,15 @@ class PreparedSampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+    def output_gap(self) -> float | None:
+        """Seconds from the sample that first saw blue's (v1) last row to the sample that
+        first saw a row of green (v2): the output's downtime as a reader of the table sees
+        it (0.5 s resolution); ``None`` if no sample saw a row of green."""
+        last_v1 = max((n.get("v1", 0) for _, n in self.rows), default=0)
+        blue_done = min(t for t, n in self.rows if n.get("v1", 0) == last_v1)
+        green = [t for t, n in self.rows if n.get("v2", 0) > 0]
+        return min(green) - blue_done if green else None
 
     def max(self, job_id: str | None = None, until: float | None = None) -> int:
         return max((len([g for g in gids if job_id is None or job_id in g])
@@ -102,7 +120,7 @@ def _exactly_once(rows: list[tuple[str, int]]) -> tuple[int, int]:
 
 
 @pytest.mark.timeout(1500)
-def test_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_real_airflow(
+def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_real_airflow(
         deployment, spark_cluster, postgres_server):
     dep, store = deployment, deployment.store
     cancel_active_jobs(store)  # blue and green need all 6 cores
@@ -121,18 +139,16 @@ def test_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_real_airf
             "job_env": job_env, "min_checkpoints": 3, "gate_window_s": 15,
             "max_restarts": 0, "max_checkpoint_duration_ms": 60000,
             "min_throughput_ratio": 0.5, "max_watermark_lag_growth_ms": None,
-            "max_backlog_growth_ms": None, "require_approval": True}
+            "max_backlog_growth_ms": None, "require_approval": True, "in_place": True}
     started = time.monotonic()
     cores = {"spark.cores.max": "4", "spark.executor.cores": "2"}
     with extra_spark_worker(spark_cluster, cores=4), dep.spark_defaults(**cores), \
-            PreparedSampler(url) as sampler:
+            PreparedSampler(url, TABLES[0]) as sampler:
         blue = dep.start_job(spark_cluster.url, "pg-blue", job_env)
         assert store.get_job(blue).parallelism == 3
-        deadline = time.monotonic() + 120
-        while store.latest_completed_checkpoint(job_id=blue, kind=None) is None:
-            assert time.monotonic() < deadline, "pg-blue completed no checkpoint in 120 s"
-            time.sleep(1)
+        wait_first_checkpoint(store, blue)
         run = dep.airflow.trigger(DAG, conf)
+        triggered = time.monotonic()
         wait_task(dep.airflow, DAG, run, "start_green", ("success", "failed"), RUN_TIMEOUT_S)
         green = dep.airflow.xcom(DAG, run, "start_green", "job_id")
         blue_rows_at_green_start = len(_rows(url, TABLES[0], "v1"))
@@ -148,14 +164,28 @@ def test_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_real_airf
         assert _rows(url, TABLES[0], "v2") == [], "the fenced green published"
         dep.airflow.respond(DAG, run, "approve", "Approve")
         state = dep.airflow.wait_for_run(DAG, run, RUN_TIMEOUT_S)
+        dag_s = time.monotonic() - triggered
         dep.durations["postgres_blue_green"] = round(time.monotonic() - started, 1)
         tis = dep.airflow.task_states(DAG, run)
         why = f"{tis}\n{dep.airflow.failed_task_logs(DAG, run)}"
         assert state == "success", why
         assert tis["approve"] == "success" and tis["promote_green"] == "success", why
-        assert tis["cancel_green"] == "skipped" and tis["go_live"] == "skipped", why
+        assert tis["needs_resubmit"] == "success" and tis["cancel_green"] == "skipped", why
+        assert tis["end_validation"] == "skipped" and tis["go_live"] == "skipped", why
+        assert tis["preflight_final"] == "skipped", why  # only before a resubmit
+        assert dep.airflow.xcom(DAG, run, "promote_green", "promoted") is True
+        # in place: the same green job, in the same Spark application, restored blue's final
+        # savepoint after blue's hand-over savepoint
+        final = dep.airflow.xcom(DAG, run, "stop_blue")
+        assert store.resolve_job("pg-green").job_id == green, "no second green job"
+        job = store.get_job(green)
+        assert job.restored_from == final, job
+        assert job.spark_app_id and job.spark_app_id.startswith("app-"), job
+        attempts = store.list_attempts(green)
+        assert attempts[-1].restored_from == final, attempts
+        assert attempts[0].restored_from == dep.airflow.xcom(DAG, run, "savepoint_blue")
         assert store.get_job(blue).status == "STOPPED"
-        promoted = store.list_attempts(green)[-1].started_at
+        promoted = attempts[-1].started_at
         # green live: two checkpoints of the promoted attempt committed
         deadline = time.monotonic() + 180
         while len([c for c in store.list_checkpoints(green)
@@ -178,8 +208,11 @@ def test_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_real_airf
     fenced_max, overall_max = sampler.max(green, until=validated), sampler.max()
     counts = {t: (len(rows := _rows(url, t)), *_exactly_once(rows)) for t in TABLES}
     green_rows = len(_rows(url, TABLES[0], "v2"))
-    print(f"\nreal deployment, blue-green at parallelism 3 into PostgreSQL 2PC sinks: "
-          f"{dep.durations['postgres_blue_green']} s, prepared transactions max {overall_max} "
+    gap = sampler.output_gap()
+    print(f"\nreal deployment, in-place blue-green at parallelism 3 into PostgreSQL 2PC sinks: "
+          f"{dep.durations['postgres_blue_green']} s (DAG {dag_s:.0f} s), output gap "
+          f"{'none' if gap is None else f'{gap:.1f} s'}, "
+          f"prepared transactions max {overall_max} "
           f"(fenced green {fenced_max}; max_prepared_transactions 100) over "
           f"{len(sampler.samples)} samples; (rows, duplicates, missing) per table {counts}; "
           f"{green_rows} rows published by green after the cut-over")
@@ -190,3 +223,4 @@ def test_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_real_airf
         assert (duplicates, missing) == (0, 0), (t, rows, duplicates, missing)
     assert sorted(_rows(url, TABLES[0])) == sorted(_rows(url, TABLES[1]))
     assert green_rows > 0, "green published nothing after the cut-over"
+    assert gap is not None and gap > 0, f"green's first row did not follow blue's last: {gap}"

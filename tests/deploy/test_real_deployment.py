@@ -26,6 +26,7 @@ from deploy_support import (
     RUN_TIMEOUT_S,
     Deployment,
     cancel_active_jobs,
+    wait_first_checkpoint,
     wait_job,
     wait_task,
 )
@@ -39,7 +40,9 @@ UPGRADED = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
 
 
 def _start_v1(dep: Deployment, spark_url: str) -> str:
-    return dep.start_job(spark_url, "versioned-sum", {"CKPT_EXAMPLE_DIR": dep.jobs_dir})
+    v1 = dep.start_job(spark_url, "versioned-sum", {"CKPT_EXAMPLE_DIR": dep.jobs_dir})
+    wait_first_checkpoint(dep.store, v1)  # an upgrade starts from a job that runs steadily
+    return v1
 
 
 @pytest.mark.timeout(1200)
@@ -167,6 +170,7 @@ def test_a_scheduled_savepoint_emits_an_asset_event_visible_through_the_rest_api
     job = store.get_job(dep.start_job(spark_cluster.url, job_name, {"CKPT_EXAMPLE_DIR": job_dir}))
     try:
         assert job.status == "RUNNING"
+        wait_first_checkpoint(store, job.job_id)
         dep.airflow.set_paused("scheduled_savepoints", False)
         state, run, tis = dep.run_dag("scheduled_savepoints", "scheduled_savepoints", {
             "job_name": job_name, "savepoint_dir": os.path.join(job_dir, "savepoints"),
@@ -220,6 +224,9 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
     name, root, n = "rollback-sum", os.path.join(dep.jobs_dir, "rollback"), 20_000
     env = {"CKPT_EXAMPLE_DIR": root, "CKPT_EXAMPLE_RECORDS": str(n)}
     v1 = dep.start_job(spark_cluster.url, name, {**env, "CKPT_EXAMPLE_RATE": "50"})
+    # the upgrade starts from a v1 that runs steadily (CI triggered it right after the start,
+    # at a high load: preflight or stop_v1 failed and start_v2 ended upstream_failed)
+    wait_first_checkpoint(store, v1)
     # v2 and the restarted v1 read the rest fast; v2's first checkpoint comes late, so the
     # sensor defers before it (its facts-first check finds none yet)
     conf = dep.conf(job_name=name, savepoint_dir=os.path.join(root, "savepoints"),
@@ -262,12 +269,7 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
     # 2. a failed stop_blue ends the fenced green
     blue_root = os.path.join(dep.jobs_dir, "bg-fail")
     blue = dep.start_job(spark_cluster.url, "bg-fail-blue", {"CKPT_EXAMPLE_DIR": blue_root})
-    # a blue-green starts from a job that runs steadily: its first checkpoint completed (a
-    # savepoint of a job whose tasks are still starting may be declined)
-    deadline = time.monotonic() + 120
-    while store.latest_completed_checkpoint(job_id=blue, kind=None) is None:
-        assert time.monotonic() < deadline, "bg-fail-blue completed no checkpoint in 120 s"
-        time.sleep(1)
+    wait_first_checkpoint(store, blue)  # a blue-green starts from a job that runs steadily
     bg_conf = {
         "blue_job": "bg-fail-blue", "green_job": "bg-fail-green",
         "green_pipeline": f"{EXAMPLE}:build_v2",

@@ -122,3 +122,38 @@ def test_a_retry_after_a_failed_request_submits_a_new_one(metadata_url, tmp_path
     assert TriggerSavepointOperator(directory=allowed, **common).execute({"ti": third}) == location
     assert third.xcom["request_id"] == second.xcom["request_id"] and len(_requests(store, v1)) == 2
     store.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_submitted_while_the_job_is_still_starting_waits_for_its_tasks_and_succeeds(
+        metadata_url, tmp_path):
+    """The upgrade DAG's ``stop_v1`` on a job whose tasks are still starting (row CREATED):
+    the job holds the request until every task runs, then takes the savepoint and stops, in
+    one request -- a just-started job does not decline it (nothing to retry). Local runner,
+    SQLite; a few seconds."""
+    import subprocess
+    import sys
+
+    with open(tmp_path / "v1.out", "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli", "run",
+             f"{EXAMPLE}:build_v1", "--job-name", "versioned-sum", "--runner", "local",
+             "--db", metadata_url], stdout=out, stderr=subprocess.STDOUT)
+    store = MetadataStore(metadata_url)
+    try:
+        job = wait_for(lambda: store.list_jobs(), 60, "the job row", interval=0.005)[0]
+        assert job.status == "CREATED", "the request must reach a job still starting"
+        ti = FakeTI("stop_v1", 1)
+        savepoint = StopWithSavepointOperator(
+            task_id="stop_v1", job=job.job_id, poll_interval=0.2,
+            report_dir=str(tmp_path / "reports")).execute({"ti": ti})
+        assert _requests(store, job.job_id) == [(ti.xcom["request_id"], "SUCCEEDED")]
+        assert store.get_job(job.job_id).status == "STOPPED"
+        [sp] = store.list_checkpoints(job.job_id, kind="SAVEPOINT")
+        assert sp.status == "COMPLETED" and sp.location == savepoint and os.path.isdir(savepoint)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        store.close()
