@@ -141,6 +141,8 @@ class TopNTable:
         else:
             self.schema = table.schema
         base = int(self.bounds[-1])
+        if not table.num_rows:
+            return np.empty(0, dtype=np.int64)
         self.chunks.append(table.combine_chunks())
         self.bounds = np.append(self.bounds, base + table.num_rows)
         if len(self.chunks) > self.MAX_CHUNKS:  # amortized: one copy per MAX_CHUNKS batches
@@ -194,11 +196,9 @@ class TopNTable:
         m = table.num_rows
         seq = np.arange(self.next_seq, self.next_seq + m, dtype=np.int64)
         self.next_seq += m
-        try:
-            pids = self._append(table)
-        except (pa.ArrowException, ValueError) as e:
-            raise TypeError(f"top_n {self.uid!r}: the input's columns changed from "
-                            f"{self.schema} to {table.schema}; keep one schema") from e
+        # the batch's rows get a payload id once they rank (about half of q19's bids never do):
+        # until then -1 - their position in the batch
+        pids = -1 - np.arange(m, dtype=np.int64)
         touched, arrived = np.unique(rows, return_counts=True)
         filled = np.arange(n) < self.cnt[touched][:, None]
         old_rows = np.repeat(touched, filled.sum(axis=1))
@@ -215,6 +215,16 @@ class TopNTable:
         rank = np.arange(len(r)) - np.repeat(starts, np.diff(np.r_[starts, len(r)])) + 1
         keep = rank <= n
         r, v, q, p, w, rank = r[keep], v[keep], q[keep], p[keep], w[keep], rank[keep]
+        entering = np.flatnonzero(p < 0)
+        at = np.sort(-1 - p[entering])  # rows of the batch that rank, in batch order
+        try:
+            ids = self._append(table.take(pa.array(at)) if len(at) < m else table)
+        except (pa.ArrowException, ValueError) as e:
+            raise TypeError(f"top_n {self.uid!r}: the input's columns changed from "
+                            f"{self.schema} to {table.schema}; keep one schema") from e
+        new_id = np.empty(m, dtype=np.int64)
+        new_id[at] = ids
+        p[entering] = new_id[-1 - p[entering]]
         self.val[r, rank - 1] = v
         self.seq[r, rank - 1] = q
         self.pid[r, rank - 1] = p

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
@@ -118,3 +119,19 @@ def test_rows_without_a_sort_value_never_rank():
     assert sorted(zip(out.column("id").to_pylist(), out.column("rank_number").to_pylist(),
                       strict=True)) == [(0, 1), (2, 2)]
     assert t.skipped_null == 1
+
+
+def test_only_rows_that_rank_are_stored(monkeypatch):
+    """A row that does not make its key's top n at its batch is never copied into the
+    payload store (q19: about half the bids; they made the store, and the compactions and
+    concatenations copying it, twice as big): with no compaction, the store holds exactly
+    the rows that ranked at their arrival, and the results stay the reference's."""
+    monkeypatch.setattr(TopNTable, "COMPACT_MIN", 10**9)
+    batches = list(_batches(5, n_batches=8, keys=4))  # 4,000 rows, top 3 of 4 keys
+    t = _table(3)
+    outputs = [t.update(b) for b in batches]
+    assert _upserts(outputs) == _reference(batches, 3)
+    # every row that ranks at its arrival is emitted by that batch's update
+    entered = sum(int(pc.sum(pc.is_in(o.column("id"), b.column("id"))).as_py() or 0)
+                  for o, b in zip(outputs, batches, strict=True))
+    assert int(t.bounds[-1]) == entered < 200  # not 4,000
