@@ -216,22 +216,29 @@ class TopNTable:
         keep = rank <= n
         r, v, q, p, w, rank = r[keep], v[keep], q[keep], p[keep], w[keep], rank[keep]
         entering = np.flatnonzero(p < 0)
-        at = np.sort(-1 - p[entering])  # rows of the batch that rank, in batch order
+        pos = -1 - p[entering]
+        at = np.sort(pos)  # rows of the batch that rank, in batch order
+        fresh = table.take(pa.array(at)) if len(at) < m else table.combine_chunks()
         try:
-            ids = self._append(table.take(pa.array(at)) if len(at) < m else table)
+            ids = self._append(fresh)
         except (pa.ArrowException, ValueError) as e:
             raise TypeError(f"top_n {self.uid!r}: the input's columns changed from "
                             f"{self.schema} to {table.schema}; keep one schema") from e
-        new_id = np.empty(m, dtype=np.int64)
-        new_id[at] = ids
-        p[entering] = new_id[-1 - p[entering]]
+        by_pos = np.empty(m, dtype=np.int64)
+        by_pos[at] = ids
+        p[entering] = by_pos[pos]
         self.val[r, rank - 1] = v
         self.seq[r, rank - 1] = q
         self.pid[r, rank - 1] = p
         self.cnt[touched] = np.minimum(self.cnt[touched] + arrived, n)
-        changed = w != rank
-        out = self._take(p[changed]).append_column(
-            spec.rank_field, pa.array(rank[changed]))
+        # emitted: the batch's rows that rank (as stored: no second copy), then the kept
+        # rows whose rank changed; a (key, rank) occurs once per batch, so order is free
+        by_pos[pos] = rank[entering]
+        out = fresh.append_column(spec.rank_field, pa.array(by_pos[at]))
+        moved = (w != rank) & (w > 0)
+        if moved.any():
+            out = pa.concat_tables([out, self._take(p[moved]).cast(fresh.schema).append_column(
+                spec.rank_field, pa.array(rank[moved]))])
         self._compact()
         return out.combine_chunks().to_batches()[0] if out.num_rows else self._empty(table)
 
