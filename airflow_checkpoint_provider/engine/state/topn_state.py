@@ -26,6 +26,7 @@ from ..snapshot.codec import read_state_file
 from .backend import StateSnapshot, write_state_file
 from .key_index import KeyIndex, _varlen, keys_to_numpy
 from .keygroups import KeyGroupRange
+from .topn_snapshot import ChunkMessages, read_table
 from .vectorized import key_hashes
 
 __all__ = ["TopNSpec", "TopNTable"]
@@ -69,7 +70,7 @@ class TopNTable:
 
     #: payload rows tolerated beyond twice the kept ones before a compaction
     COMPACT_MIN = 65_536
-    #: payload chunks kept apart before they are concatenated
+    #: payload chunks at most (beyond, the trailing ones are merged)
     MAX_CHUNKS = 32
 
     def __init__(self, spec: TopNSpec, key_groups: KeyGroupRange, max_parallelism: int,
@@ -90,6 +91,7 @@ class TopNTable:
         self.schema: pa.Schema | None = None
         self.next_seq = 0
         self.skipped_null = 0
+        self._messages = ChunkMessages()  # each chunk's part of the last snapshot
 
     def __len__(self) -> int:
         return int(self.cnt[: self.index.n].sum())
@@ -145,9 +147,17 @@ class TopNTable:
             return np.empty(0, dtype=np.int64)
         self.chunks.append(table.combine_chunks())
         self.bounds = np.append(self.bounds, base + table.num_rows)
-        if len(self.chunks) > self.MAX_CHUNKS:  # amortized: one copy per MAX_CHUNKS batches
-            self.chunks = [pa.concat_tables(self.chunks).combine_chunks()]
-            self.bounds = self.bounds[[0, -1]]
+        # the trailing chunks merge while the one before them is no bigger (sizes double:
+        # a row is copied log2(store / batch) times, and the big old chunks stay the same
+        # objects for long, so their snapshot parts are reused: topn_snapshot.py)
+        merge = 1
+        while merge < len(self.chunks) and (
+                self.chunks[-merge - 1].num_rows <= sum(c.num_rows for c in self.chunks[-merge:])
+                or len(self.chunks) - merge >= self.MAX_CHUNKS):
+            merge += 1
+        if merge > 1:
+            self.chunks[-merge:] = [pa.concat_tables(self.chunks[-merge:]).combine_chunks()]
+            self.bounds = np.append(self.bounds[:-merge], self.bounds[-1])
         return np.arange(base, base + table.num_rows, dtype=np.int64)
 
     def _take(self, pids: np.ndarray) -> pa.Table:
@@ -296,11 +306,35 @@ class TopNTable:
         captured = self._capture()
 
         def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
-            return write_state_file(chk_dir, stem, "arrow", self.serialize(self._live(captured)),
+            return write_state_file(chk_dir, stem, "arrow", self._snapshot_bytes(captured),
                                     {"type": "arrow"})
 
         return StateSnapshot({"top_n": {"kind": "top_n", "serializer": "arrow",
                                         "spec": self.spec.describe()}}, write)
+
+    def _snapshot_bytes(self, captured: tuple) -> bytes:
+        """The snapshot file: an IPC stream of one part per payload chunk, a chunk's part
+        compressed again only when its kept rows or their ranks changed
+        (:mod:`.topn_snapshot`)."""
+        cnt, seq, pid, chunks, bounds = captured
+        if chunks and cnt.sum():
+            filled = np.arange(self.spec.n) < cnt[:, None]
+            rank = np.broadcast_to(np.arange(1, self.spec.n + 1), filled.shape)[filled]
+            ids = pid[filled]
+            order = np.argsort(ids)
+            data = self._messages.stream(chunks, bounds, ids[order], seq[filled][order],
+                                         rank[order].astype(np.int64), self._part)
+            if data is not None:
+                return data
+        return self.serialize(self._live(captured))
+
+    def _part(self, chunk: pa.Table, local: np.ndarray, seq: np.ndarray,
+              rank: np.ndarray) -> pa.Table:
+        """One chunk's kept rows (``local``: sorted row numbers) as snapshot rows."""
+        rows = chunk if len(local) == chunk.num_rows else chunk.take(pa.array(local))
+        kg = key_hashes(rows.column(self.spec.key)) % np.uint32(self.max_parallelism)
+        return rows.add_column(0, "key_group", pa.array(kg.astype(np.int32))).append_column(
+            SEQ, pa.array(seq)).append_column(RANK, pa.array(rank))
 
     def serialize(self, rows: pa.Table | None) -> bytes:
         if rows is None:
@@ -325,7 +359,7 @@ class TopNTable:
 
     def restore(self, data: bytes) -> int:
         """Add the rows of ``data`` in this subtask's key groups; return how many."""
-        table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+        table = read_table(data)
         if table.num_rows == 0:
             return 0
         kg = table.column("key_group")

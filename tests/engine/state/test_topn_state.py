@@ -153,3 +153,51 @@ def test_a_snapshot_in_key_order_as_written_before_payload_order_restores_exactl
         assert again.restore(t.serialize(written)) == len(t)
         out = outputs + [again.update(b) for b in batches[5:]]
         assert _upserts(out) == _reference(batches, 10)
+
+
+def _snapshot(t, directory, stem):
+    from airflow_checkpoint_provider.engine.snapshot.codec import read_state_file
+    from airflow_checkpoint_provider.engine.snapshot.handles import StateFileHandle
+
+    handle = t.snapshot_state(1).write(str(directory), stem, False)[0]
+    return read_state_file(str(directory), StateFileHandle.from_dict(handle, location="t"))
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_snapshots_compress_only_changed_chunks_and_restore_exactly(tmp_path, monkeypatch, parts):
+    """A snapshot is an IPC stream of one part per payload chunk; a chunk whose kept rows
+    and ranks did not change since the last snapshot is not compressed again. Each of two
+    successive snapshots (the second reusing parts) restores into other key-group ranges
+    and continues to the reference's results."""
+    import airflow_checkpoint_provider.engine.state.topn_snapshot as ts
+
+    compressed = []
+    real = ts._messages
+    monkeypatch.setattr(ts, "_messages", lambda table: compressed.append(table.num_rows)
+                        or real(table))
+    batches = list(_batches(8, n_batches=10, keys=400))
+    # batches 5 and 6 bring 40 new keys only: the chunks of the first 5 keep their ranks
+    fed = [b if i not in (5, 6) else b.filter(pc.less(b.column("auction"), 40)).set_column(
+        0, "auction", pc.add(b.filter(pc.less(b.column("auction"), 40)).column("auction"), 1000))
+        for i, b in enumerate(batches)]
+    t = _table(3)
+    outputs = [t.update(b) for b in fed[:5]]
+    first, kept_first = _snapshot(t, tmp_path, "a"), len(t)
+    assert sum(compressed) == kept_first
+    outputs += [t.update(b) for b in fed[5:7]]
+    compressed.clear()
+    second = _snapshot(t, tmp_path, "b")
+    assert 0 < sum(compressed) <= len(t) - kept_first // 2  # the biggest chunk was reused
+    for data, done in ((first, 5), (second, 7)):
+        bounds = np.linspace(0, MAXP, parts + 1).astype(int)
+        tables = [_table(3, kg=KeyGroupRange(int(lo), int(hi) - 1))
+                  for lo, hi in zip(bounds, bounds[1:], strict=False)]
+        assert sum(x.restore(data) for x in tables) == (kept_first if done == 5 else len(t))
+        out = list(outputs[:done])
+        for b in fed[done:]:
+            kg = key_groups(b.column("auction"), MAXP)
+            for x in tables:
+                mine = (kg >= x.key_groups.start) & (kg <= x.key_groups.end)
+                if mine.any():
+                    out.append(x.update(b.filter(pa.array(mine))))
+        assert _upserts(out) == _reference(fed, 3)
