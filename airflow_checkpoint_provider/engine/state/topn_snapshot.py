@@ -65,10 +65,15 @@ class ChunkMessages:
         #: id(chunk) -> (chunk, local row ids, ranks, message)
         self._parts: dict[int, tuple[pa.Table, np.ndarray, np.ndarray, bytes]] = {}
 
-    def stream(self, chunks: list[pa.Table], bounds: np.ndarray, ids: np.ndarray,
-               seq: np.ndarray, rank: np.ndarray,
-               part: Callable[[pa.Table, np.ndarray, np.ndarray, np.ndarray], pa.Table]
-               ) -> bytes | None:
+    def stream(
+        self,
+        chunks: list[pa.Table],
+        bounds: np.ndarray,
+        ids: np.ndarray,
+        seq: np.ndarray,
+        rank: np.ndarray,
+        part: Callable[[pa.Table, np.ndarray, np.ndarray, np.ndarray], pa.Table],
+    ) -> bytes | None:
         """The snapshot of the kept payload rows ``ids`` (sorted) with their ``seq`` and
         ``rank``: ``part(chunk, local ids, seq, rank)`` gives a chunk's table (computed only
         for a chunk that changed). None when no row is kept or a column is dictionary
@@ -86,8 +91,12 @@ class ChunkMessages:
                     continue
                 local, ranks = ids[lo:hi] - bounds[c], rank[lo:hi]
                 hit = old.get(id(chunk))
-                if (hit is not None and hit[0] is chunk and np.array_equal(hit[1], local)
-                        and np.array_equal(hit[2], ranks)):
+                if (
+                    hit is not None
+                    and hit[0] is chunk
+                    and np.array_equal(hit[1], local)
+                    and np.array_equal(hit[2], ranks)
+                ):
                     message = hit[3]
                 else:
                     schema_message, message = _messages(part(chunk, local, seq[lo:hi], ranks))
