@@ -72,6 +72,11 @@ class TopNTable:
     COMPACT_MIN = 65_536
     #: payload chunks at most (beyond, the trailing ones are merged)
     MAX_CHUNKS = 32
+    #: chunks of one size tier merged at a time (and the tiers' base)
+    TIER = 4
+
+    def _tier(self, rows: int) -> int:
+        return int(np.log(max(rows, 1)) / np.log(self.TIER))
 
     def __init__(self, spec: TopNSpec, key_groups: KeyGroupRange, max_parallelism: int,
                  operator_uid: str) -> None:
@@ -147,15 +152,19 @@ class TopNTable:
             return np.empty(0, dtype=np.int64)
         self.chunks.append(table.combine_chunks())
         self.bounds = np.append(self.bounds, base + table.num_rows)
-        # the trailing chunks merge while the one before them is no bigger (sizes double:
-        # a row is copied log2(store / batch) times, and the big old chunks stay the same
-        # objects for long, so their snapshot parts are reused: topn_snapshot.py)
-        merge = 1
-        while merge < len(self.chunks) and (
-                self.chunks[-merge - 1].num_rows <= sum(c.num_rows for c in self.chunks[-merge:])
-                or len(self.chunks) - merge >= self.MAX_CHUNKS):
-            merge += 1
-        if merge > 1:
+        # size-tiered: TIER trailing chunks of one size tier (log base TIER of their rows)
+        # merge into one of the next (a row is copied about log_TIER(store / batch) times,
+        # and the big old chunks stay the same objects for long, so their snapshot parts
+        # are reused: topn_snapshot.py)
+        while True:
+            tier = self._tier(self.chunks[-1].num_rows)
+            merge = 1
+            while merge < len(self.chunks) and \
+                    self._tier(self.chunks[-merge - 1].num_rows) <= tier:
+                merge += 1
+            if merge < self.TIER and len(self.chunks) <= self.MAX_CHUNKS:
+                break
+            merge = max(merge, len(self.chunks) - self.MAX_CHUNKS + 1)
             self.chunks[-merge:] = [pa.concat_tables(self.chunks[-merge:]).combine_chunks()]
             self.bounds = np.append(self.bounds[:-merge], self.bounds[-1])
         return np.arange(base, base + table.num_rows, dtype=np.int64)
