@@ -25,6 +25,7 @@ the list (which made long lists quadratic, on RocksDB a decode and encode of it 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
@@ -351,7 +352,12 @@ def q8_rows(events, p):
 
 
 # -- q13: bounded side input join -------------------------------------------------------------
-SIDE_VALUES = pa.array([str(i) for i in range(SIDE_INPUT_ROWS)])
+@functools.cache
+def side_values() -> pa.Array:
+    """Nexmark's side input values ``str(key)`` by key. Built on first use, from an int
+    array: ``pa.array`` of a Python list at import made pyarrow import pandas (its first
+    conversion of Python objects does) in every process importing this module."""
+    return pc.cast(pa.array(np.arange(SIDE_INPUT_ROWS)), pa.string())
 
 
 def _q13(batch):
@@ -359,7 +365,7 @@ def _q13(batch):
     key = b.column("auction").to_numpy() % SIDE_INPUT_ROWS
     return pa.RecordBatch.from_arrays(
         [b.column("auction"), b.column("bidder"), b.column("price"), b.column("date_time"),
-         SIDE_VALUES.take(pa.array(key.astype(np.int64)))],
+         side_values().take(pa.array(key.astype(np.int64)))],
         names=["auction", "bidder", "price", "date_time", "value"])
 
 

@@ -320,3 +320,28 @@ def test_a_max_by_join_savepoint_restored_into_the_co_process_names_its_state(tm
     with pytest.raises(RestoreError, match=r"'wb'.*vectorized \(max-by-join.vectorized\).*"
                                            r"co_process"):
         open_op(win_node(False), restore=spec)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_best_per_group_picks_the_rows_of_the_four_key_lexsort(seed):
+    """best_per_group (q4's per-key winner: one argsort and linear passes) against
+    first_per_group's lexsort on data full of ties in by and time, seqs in and out of order,
+    float by with NaN (the fallback)."""
+    import numpy as np
+
+    from airflow_checkpoint_provider.engine.runtime.vectorized_ops.common import (
+        best_per_group,
+        first_per_group,
+    )
+
+    rng = np.random.default_rng(seed)
+    for n in (0, 1, 2, 50, 3000):
+        groups = rng.integers(0, max(1, n // 5), n)
+        by = rng.integers(0, 4, n)
+        time = rng.integers(0, 3, n).astype(np.int64)
+        for seq in (np.arange(n), rng.permutation(n)):
+            for high in (by, by.astype(np.float64),
+                         np.where(rng.random(n) < 0.1, np.nan, by.astype(np.float64))):
+                got = best_per_group(groups, high, time, seq)
+                want = first_per_group(groups, seq, time, -high)
+                assert sorted(got.tolist()) == sorted(want.tolist())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
@@ -118,3 +119,85 @@ def test_rows_without_a_sort_value_never_rank():
     assert sorted(zip(out.column("id").to_pylist(), out.column("rank_number").to_pylist(),
                       strict=True)) == [(0, 1), (2, 2)]
     assert t.skipped_null == 1
+
+
+def test_only_rows_that_rank_are_stored(monkeypatch):
+    """A row that does not make its key's top n at its batch is never copied into the
+    payload store (q19: about half the bids; they made the store, and the compactions and
+    concatenations copying it, twice as big): with no compaction, the store holds exactly
+    the rows that ranked at their arrival, and the results stay the reference's."""
+    monkeypatch.setattr(TopNTable, "COMPACT_MIN", 10**9)
+    batches = list(_batches(5, n_batches=8, keys=4))  # 4,000 rows, top 3 of 4 keys
+    t = _table(3)
+    outputs = [t.update(b) for b in batches]
+    assert _upserts(outputs) == _reference(batches, 3)
+    # every row that ranks at its arrival is emitted by that batch's update
+    entered = sum(int(pc.sum(pc.is_in(o.column("id"), b.column("id"))).as_py() or 0)
+                  for o, b in zip(outputs, batches, strict=True))
+    assert int(t.bounds[-1]) == entered < 200  # not 4,000
+
+
+def test_a_snapshot_in_key_order_as_written_before_payload_order_restores_exactly():
+    """Snapshots are now written in payload order (chunk by chunk, no reorder); those of
+    earlier commits were in (key, rank) order. The file's columns are the same and a restore
+    places each row by ``_rank``, so both orders continue to the same results (an older
+    savepoint needs no migration)."""
+    batches = list(_batches(6))
+    t = _table()
+    outputs = [t.update(b) for b in batches[:5]]
+    rows = t.rows
+    assert rows.column("_rank").to_pylist() != rows.sort_by(
+        [("auction", "ascending"), ("_rank", "ascending")]).column("_rank").to_pylist()
+    for written in (rows, rows.sort_by([("auction", "ascending"), ("_rank", "ascending")])):
+        again = _table()
+        assert again.restore(t.serialize(written)) == len(t)
+        out = outputs + [again.update(b) for b in batches[5:]]
+        assert _upserts(out) == _reference(batches, 10)
+
+
+def _snapshot(t, directory, stem):
+    from airflow_checkpoint_provider.engine.snapshot.codec import read_state_file
+    from airflow_checkpoint_provider.engine.snapshot.handles import StateFileHandle
+
+    handle = t.snapshot_state(1).write(str(directory), stem, False)[0]
+    return read_state_file(str(directory), StateFileHandle.from_dict(handle, location="t"))
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_snapshots_compress_only_changed_chunks_and_restore_exactly(tmp_path, monkeypatch, parts):
+    """A snapshot is an IPC stream of one part per payload chunk; a chunk whose kept rows
+    and ranks did not change since the last snapshot is not compressed again. Each of two
+    successive snapshots (the second reusing parts) restores into other key-group ranges
+    and continues to the reference's results."""
+    import airflow_checkpoint_provider.engine.state.topn_snapshot as ts
+
+    compressed = []
+    real = ts._messages
+    monkeypatch.setattr(ts, "_messages", lambda table: compressed.append(table.num_rows)
+                        or real(table))
+    batches = list(_batches(8, n_batches=10, keys=400))
+    # batches 5 and 6 bring 40 new keys only: the chunks of the first 5 keep their ranks
+    fed = [b if i not in (5, 6) else b.filter(pc.less(b.column("auction"), 40)).set_column(
+        0, "auction", pc.add(b.filter(pc.less(b.column("auction"), 40)).column("auction"), 1000))
+        for i, b in enumerate(batches)]
+    t = _table(3)
+    outputs = [t.update(b) for b in fed[:5]]
+    first, kept_first = _snapshot(t, tmp_path, "a"), len(t)
+    assert sum(compressed) == kept_first
+    outputs += [t.update(b) for b in fed[5:7]]
+    compressed.clear()
+    second = _snapshot(t, tmp_path, "b")
+    assert 0 < sum(compressed) <= len(t) - kept_first // 2  # the biggest chunk was reused
+    for data, done in ((first, 5), (second, 7)):
+        bounds = np.linspace(0, MAXP, parts + 1).astype(int)
+        tables = [_table(3, kg=KeyGroupRange(int(lo), int(hi) - 1))
+                  for lo, hi in zip(bounds, bounds[1:], strict=False)]
+        assert sum(x.restore(data) for x in tables) == (kept_first if done == 5 else len(t))
+        out = list(outputs[:done])
+        for b in fed[done:]:
+            kg = key_groups(b.column("auction"), MAXP)
+            for x in tables:
+                mine = (kg >= x.key_groups.start) & (kg <= x.key_groups.end)
+                if mine.any():
+                    out.append(x.update(b.filter(pa.array(mine))))
+        assert _upserts(out) == _reference(fed, 3)

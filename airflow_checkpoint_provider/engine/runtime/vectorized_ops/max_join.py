@@ -46,6 +46,7 @@ from .common import (
     TwoInputOperator,
     arrow_snapshot,
     as_table,
+    best_per_group,
     column,
     first_per_group,
     insert,
@@ -193,7 +194,7 @@ class MaxJoinState(OneFileState):
         kept one if better."""
         if not len(pos):
             return
-        win = first_per_group(rows, seq[pos], time[pos], -by[pos])
+        win = best_per_group(rows, by[pos], time[pos], seq[pos])
         pos, rows = pos[win], rows[win]
         b, tm = by[pos], time[pos]
         kept_b, kept_t = self.best_by[rows], self.best_time[rows]
