@@ -199,7 +199,7 @@ def ours(tmp_path_factory):
             for how in (*HOWS, "window")}
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # the first test also sets up the SS and our runs (108-330 s)
 @pytest.mark.parametrize("how", HOWS)
 def test_interval_join_equals_structured_streaming_row_for_row(ss, ours, how):
     ss, dropped = ss[how]
@@ -215,7 +215,7 @@ def test_interval_join_equals_structured_streaming_row_for_row(ss, ours, how):
     assert ss == expected_interval_join(how)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # the first test also sets up the SS and our runs (108-330 s)
 def test_tumbling_window_join_equals_structured_streaming_row_for_row(ss, ours):
     """SS's inner join on the key and equal ``window()`` columns pairs the same rows as our
     ``join(...).window(TumblingWindows(250 ms))``: windows aligned to the epoch alike."""
