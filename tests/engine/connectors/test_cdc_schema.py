@@ -182,7 +182,7 @@ def test_a_dangling_prepared_transaction_is_named_while_the_slot_waits(db, caplo
         deadline = time.monotonic() + 20
         while "ckpt_dangling" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert "prepared transaction 'ckpt_dangling'" in caplog.text, caplog.text
+        assert "prepared transaction gid 'ckpt_dangling'" in caplog.text, caplog.text
     finally:
         _sql(db, "COMMIT PREPARED 'ckpt_dangling'")
         t.join(30)
