@@ -70,14 +70,19 @@ def _join(procs) -> None:
         assert p.exitcode == 0, "a writer process failed"
 
 
-def _converged(target: dict, url: str, kind: str, timeout: float = 90) -> None:
-    """Wait until the target equals the source (the job caught up); fail with the diff."""
-    deadline = time.monotonic() + timeout
+def _converged(target: dict, url: str, kind: str, timeout: float = 180) -> None:
+    """Wait until the target equals the source (the job caught up); fail with the diff.
+    180 s: on a loaded machine a job restored after a driver SIGKILL completed no
+    checkpoint within 90 s (full runs of 2026-11-27, iceberg; the same seed caught up in
+    seconds on a quiet machine); lost changes never converge, however long the wait."""
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
         want, got = source_rows(url, kind), target_rows(target)
         if got == want or time.monotonic() > deadline:
             break
         time.sleep(0.5)
+    print(f"{kind}: converged check after {time.monotonic() - started:.1f} s")
     missing = {k: v for k, v in want.items() if got.get(k) != v}
     extra = {k: v for k, v in got.items() if k not in want}
     assert not missing and not extra, (
@@ -102,7 +107,7 @@ def _no_prepared(target: dict) -> None:
         assert not left, f"prepared transactions left in the target: {left}"
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 @pytest.mark.parametrize("kind", KINDS)
 def test_cdc_into_an_upsert_sink_equals_the_source_under_kills_and_rescale(
         kind, source, postgres_server, tmp_path, monkeypatch):
