@@ -79,16 +79,9 @@ def test_snapshot_restored_into_other_key_group_ranges_continues_exactly(parts):
     t = _table()
     outputs = [t.update(b) for b in batches[:5]]
     data = t.serialize(t.rows)
-    bounds = np.linspace(0, MAXP, parts + 1).astype(int)
-    tables = [_table(kg=KeyGroupRange(int(lo), int(hi) - 1))
-              for lo, hi in zip(bounds, bounds[1:], strict=False)]
-    assert sum(x.restore(data) for x in tables) == len(t)
-    for b in batches[5:]:
-        kg = key_groups(b.column("auction"), MAXP)
-        for x in tables:
-            mine = (kg >= x.key_groups.start) & (kg <= x.key_groups.end)
-            if mine.any():
-                outputs.append(x.update(b.filter(pa.array(mine))))
+    tables, restored = _rescaled(data, 10, parts)
+    assert restored == len(t)
+    outputs += _feed(tables, batches[5:])
     assert _upserts(outputs) == _reference(batches, 10)
 
 
@@ -155,6 +148,27 @@ def test_a_snapshot_in_key_order_as_written_before_payload_order_restores_exactl
         assert _upserts(out) == _reference(batches, 10)
 
 
+def _rescaled(data, n, parts):
+    """``parts`` tables over the key-group ranges of a rescale, each restored from ``data``:
+    the tables and how many rows they restored together."""
+    bounds = np.linspace(0, MAXP, parts + 1).astype(int)
+    tables = [_table(n, kg=KeyGroupRange(int(lo), int(hi) - 1))
+              for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    return tables, sum(x.restore(data) for x in tables)
+
+
+def _feed(tables, batches) -> list:
+    """Each batch's rows to the table owning their key groups; the outputs."""
+    out = []
+    for b in batches:
+        kg = key_groups(b.column("auction"), MAXP)
+        for x in tables:
+            mine = (kg >= x.key_groups.start) & (kg <= x.key_groups.end)
+            if mine.any():
+                out.append(x.update(b.filter(pa.array(mine))))
+    return out
+
+
 def _snapshot(t, directory, stem):
     from airflow_checkpoint_provider.engine.snapshot.codec import read_state_file
     from airflow_checkpoint_provider.engine.snapshot.handles import StateFileHandle
@@ -189,15 +203,7 @@ def test_snapshots_compress_only_changed_chunks_and_restore_exactly(tmp_path, mo
     second = _snapshot(t, tmp_path, "b")
     assert 0 < sum(compressed) <= len(t) - kept_first // 2  # the biggest chunk was reused
     for data, done in ((first, 5), (second, 7)):
-        bounds = np.linspace(0, MAXP, parts + 1).astype(int)
-        tables = [_table(3, kg=KeyGroupRange(int(lo), int(hi) - 1))
-                  for lo, hi in zip(bounds, bounds[1:], strict=False)]
-        assert sum(x.restore(data) for x in tables) == (kept_first if done == 5 else len(t))
-        out = list(outputs[:done])
-        for b in fed[done:]:
-            kg = key_groups(b.column("auction"), MAXP)
-            for x in tables:
-                mine = (kg >= x.key_groups.start) & (kg <= x.key_groups.end)
-                if mine.any():
-                    out.append(x.update(b.filter(pa.array(mine))))
+        tables, restored = _rescaled(data, 3, parts)
+        assert restored == (kept_first if done == 5 else len(t))
+        out = list(outputs[:done]) + _feed(tables, fed[done:])
         assert _upserts(out) == _reference(fed, 3)
