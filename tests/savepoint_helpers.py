@@ -45,3 +45,17 @@ def history(store, root, job_id, ages=(40, 30, 20, 10)) -> list[str]:
     """Savepoints of ``job_id``, oldest first."""
     return [make_savepoint(store, root, job_id, i + 1, hours_old=age)
             for i, age in enumerate(ages)]
+
+
+class FakeTI:
+    """The task instance an operator's ``execute`` reads from its context: its identity
+    (idempotency keys and pin holders are derived from it) and the XComs it pushes."""
+
+    map_index = -1
+
+    def __init__(self, dag_id: str, task_id: str, run_id: str = "manual__1") -> None:
+        self.dag_id, self.task_id, self.run_id = dag_id, task_id, run_id
+        self.xcom: dict[str, object] = {}
+
+    def xcom_push(self, key, value):
+        self.xcom[key] = value

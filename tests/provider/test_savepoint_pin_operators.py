@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from airflow.sdk.exceptions import AirflowException
-from savepoint_helpers import make_job, make_savepoint
+from savepoint_helpers import FakeTI, make_job, make_savepoint
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.operators.savepoints import (
@@ -18,14 +18,8 @@ from airflow_checkpoint_provider.operators.savepoints import (
 )
 
 
-class FakeTI:
-    dag_id, task_id, run_id, map_index = "upgrade", "pin", "manual__1", -1
-
-    def __init__(self) -> None:
-        self.xcom: dict[str, object] = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
+def _ti() -> FakeTI:
+    return FakeTI("upgrade", "pin")
 
 
 def test_a_dag_run_pins_a_savepoint_retention_keeps_it_until_the_run_unpins(metadata_url,
@@ -35,7 +29,7 @@ def test_a_dag_run_pins_a_savepoint_retention_keeps_it_until_the_run_unpins(meta
     job = make_job(store)
     sps = [make_savepoint(store, tmp_path, job, i + 1, hours_old=h, now=now)
            for i, h in enumerate((3, 2, 1))]
-    ti = FakeTI()
+    ti = _ti()
     ctx = {"ti": ti}
 
     pin = PinSavepointOperator(task_id="pin", path=sps[0]).execute(ctx)
@@ -70,7 +64,7 @@ def test_stop_with_savepoint_pins_its_savepoint_for_the_dag_run(metadata_url, tm
 
     v1 = start_job(metadata_url, tmp_path)
     store = MetadataStore(metadata_url)
-    ti = FakeTI()
+    ti = _ti()
     savepoint = StopWithSavepointOperator(
         task_id="stop_v1", job="versioned-sum", poll_interval=0.2,
         directory=str(tmp_path / "example" / "savepoints"),

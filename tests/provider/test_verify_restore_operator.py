@@ -9,6 +9,7 @@ import threading
 import pytest
 from airflow.sdk.exceptions import AirflowException
 from provider_helpers import EXAMPLE, completed_checkpoints, start_job, wait_for
+from savepoint_helpers import FakeTI
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
@@ -38,14 +39,8 @@ def test_needs_a_snapshot_or_a_job():
         VerifyRestoreOperator(task_id="v", pipeline=f"{EXAMPLE}:build_v2")
 
 
-class FakeTI:
-    dag_id, run_id, task_id, map_index = "savepoint_upgrade_restore", "manual__1", "preflight", -1
-
-    def __init__(self) -> None:
-        self.xcom: dict[str, object] = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
+def _ti() -> FakeTI:
+    return FakeTI("savepoint_upgrade_restore", "preflight")
 
 
 @pytest.mark.timeout(180)
@@ -72,7 +67,7 @@ def test_a_failed_preflight_savepoint_is_taken_again_while_the_job_runs(metadata
 
     fixer = threading.Thread(target=unblock, daemon=True)
     fixer.start()
-    ti = FakeTI()
+    ti = _ti()
     report = VerifyRestoreOperator(task_id="preflight", pipeline=f"{EXAMPLE}:build_v2",
                                    job_name="versioned-sum", take_savepoint=True,
                                    savepoint_attempts=5, savepoint_retry_delay=1).execute({"ti": ti})
@@ -102,7 +97,7 @@ def test_the_preflight_names_why_its_savepoint_failed_when_nothing_else_can_be_c
         VerifyRestoreOperator(task_id="preflight", pipeline=f"{EXAMPLE}:build_v2",
                               job_name="versioned-sum", take_savepoint=True,
                               savepoint_attempts=2, savepoint_retry_delay=0).execute(
-            {"ti": FakeTI()})
+            {"ti": _ti()})
     print(err.value)
     store = MetadataStore(metadata_url)
     assert [c.status for c in store.list_checkpoints(job_id, kind="SAVEPOINT")] == ["FAILED"] * 2
