@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from .base import StoreBase
@@ -144,8 +144,9 @@ class CheckpointsMixin(StoreBase):
         return self._read(fn, "jobs_restored_from_job")
 
     def prune_checkpoint_history(self, job_id: str, keep: int) -> int:
-        """Delete the job's SUBSUMED and FAILED checkpoint rows whose id is not among the
-        newest ``keep`` checkpoint ids; savepoints and other statuses stay. Returns how many
+        """Delete the job's SUBSUMED (files deleted) and FAILED checkpoint rows whose id is not
+        among the newest ``keep`` checkpoint ids; savepoints, held checkpoints (SUBSUMED, files
+        not deleted) and other statuses stay. Returns how many
         rows were deleted."""
         if keep < 1:
             raise ValueError(f"keep must be >= 1 (got {keep})")
@@ -159,8 +160,10 @@ class CheckpointsMixin(StoreBase):
                 delete(CheckpointRow)
                 .where(CheckpointRow.job_id == job_id,
                        CheckpointRow.kind == CheckpointKind.CHECKPOINT.value,
-                       CheckpointRow.status.in_([CheckpointStatus.SUBSUMED.value,
-                                                 CheckpointStatus.FAILED.value]),
+                       or_(CheckpointRow.status == CheckpointStatus.FAILED.value,
+                           # a held checkpoint's row stays: the next job adopts it
+                           and_(CheckpointRow.status == CheckpointStatus.SUBSUMED.value,
+                                CheckpointRow.files_deleted.is_(True))),
                        CheckpointRow.checkpoint_id <= newest - keep)
                 .execution_options(synchronize_session=False))
             return int(result.rowcount or 0)  # type: ignore[attr-defined]

@@ -70,6 +70,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -141,7 +142,8 @@ class CheckpointStatus(StrEnum):
     - ``COMPLETED``: every task acknowledged and ``_metadata`` is written: restorable.
     - ``FAILED``: declined by a task, expired, or aborted on failover (``failure_reason``).
     - ``SUBSUMED``: a newer completed checkpoint replaced it beyond the retained count; its
-      files were deleted.
+      files are deleted (``files_deleted``) unless a pin holds them (see
+      ``engine/checkpoint/held.py``).
     - ``DISCARDED``: deleted on request (for example ``ckpt dispose``).
     - ``CORRUPT``: was COMPLETED, but restoring it found ``_metadata`` or a state file
       missing, truncated or not matching its checksum; never restored again (restore
@@ -323,6 +325,10 @@ class CheckpointRow(Base):
     location: Mapped[str] = mapped_column(Text)
     failure_reason: Mapped[str | None] = mapped_column(Text)
     task_stats: Mapped[list[Any] | None]
+    #: (revision 0009) the coordinator deleted this SUBSUMED checkpoint's files; a SUBSUMED
+    #: row without it still has them (held by a pin, or its driver died first)
+    files_deleted: Mapped[bool] = mapped_column(Boolean, default=False,
+                                                server_default=false())
 
 
 class OperatorStateSizeRow(Base):

@@ -10,14 +10,24 @@ stored as given (callers pass the canonical spelling, see
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import delete, or_, select
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from .base import StoreBase
-from .models import SavepointPinRow, utcnow
-from .records import SavepointPinRecord
+from .db import _chunks
+from .models import (
+    TERMINAL_JOB_STATUSES,
+    CheckpointKind,
+    CheckpointRow,
+    CheckpointStatus,
+    JobRow,
+    SavepointPinRow,
+    utcnow,
+)
+from .records import CheckpointRecord, SavepointPinRecord
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +80,89 @@ class SavepointPinsMixin(StoreBase):
             if location is not None:
                 stmt = stmt.where(SavepointPinRow.location == location)
             if active_at is not None:
-                stmt = stmt.where(or_(SavepointPinRow.expires_at.is_(None),
-                                      SavepointPinRow.expires_at > active_at))
+                stmt = stmt.where(_active(active_at))
             return [SavepointPinRecord.from_row(r) for r in session.scalars(stmt)]
 
         return self._read(fn, "list_savepoint_pins")
+
+    def pinned_locations(self, locations: Iterable[str], *, active_at: datetime) -> set[str]:
+        """Which of ``locations`` have a pin not expired at ``active_at``. Reads only the pins
+        of those locations (the ``(location, holder)`` index), however many pins exist."""
+        wanted = sorted(set(locations))
+        if not wanted:
+            return set()
+
+        def fn(session: Session) -> set[str]:
+            found: set[str] = set()
+            for chunk in _chunks(wanted):
+                found.update(session.scalars(
+                    select(SavepointPinRow.location).distinct()
+                    .where(SavepointPinRow.location.in_(chunk), _active(active_at))))
+            return found
+
+        return self._read(fn, "pinned_locations")
+
+    # -- checkpoints held by a pin (engine/checkpoint/held.py) ----------------------------------
+
+    def unreleased_checkpoints(self, job_name: str, *,
+                               exclude_job_id: str) -> list[CheckpointRecord]:
+        """SUBSUMED checkpoints whose files were not deleted (``files_deleted``), of the ended
+        jobs named ``job_name`` other than ``exclude_job_id``, by job and checkpoint id: what
+        a pin held when the job ended, or what its driver died before deleting."""
+
+        def fn(session: Session) -> list[CheckpointRecord]:
+            rows = session.scalars(
+                select(CheckpointRow)
+                .join(JobRow, JobRow.job_id == CheckpointRow.job_id)
+                .where(JobRow.job_name == job_name, JobRow.job_id != exclude_job_id,
+                       JobRow.status.in_(sorted(TERMINAL_JOB_STATUSES)),
+                       CheckpointRow.kind == CheckpointKind.CHECKPOINT.value,
+                       CheckpointRow.status == CheckpointStatus.SUBSUMED.value,
+                       CheckpointRow.files_deleted.is_(False))
+                .order_by(CheckpointRow.job_id, CheckpointRow.checkpoint_id))
+            return [CheckpointRecord.from_row(r) for r in rows]
+
+        return self._read(fn, "unreleased_checkpoints")
+
+    def mark_checkpoint_files_deleted(self, job_id: str, checkpoint_ids: list[int]) -> None:
+        """Record that the files of these SUBSUMED checkpoints of ``job_id`` are deleted."""
+        ids = sorted(set(checkpoint_ids))
+        if not ids:
+            return
+
+        def fn(session: Session) -> None:
+            for chunk in _chunks(ids):
+                session.execute(
+                    update(CheckpointRow)
+                    .where(CheckpointRow.job_id == job_id,
+                           CheckpointRow.checkpoint_id.in_(chunk),
+                           CheckpointRow.status == CheckpointStatus.SUBSUMED.value)
+                    .values(files_deleted=True)
+                    .execution_options(synchronize_session=False))
+
+        self._write(fn, "mark_checkpoint_files_deleted")
+
+    def oldest_retained_checkpoint_id(self, job_id: str) -> int:
+        """The oldest checkpoint of ``job_id`` whose files stay (COMPLETED or CORRUPT): a
+        shared file last used before it is referenced by none of them. With none, one past
+        the job's highest checkpoint id (0 for a job without checkpoints)."""
+
+        def fn(session: Session) -> int:
+            oldest = session.scalar(
+                select(func.min(CheckpointRow.checkpoint_id))
+                .where(CheckpointRow.job_id == job_id,
+                       CheckpointRow.kind == CheckpointKind.CHECKPOINT.value,
+                       CheckpointRow.status.in_([CheckpointStatus.COMPLETED.value,
+                                                 CheckpointStatus.CORRUPT.value])))
+            if oldest is not None:
+                return int(oldest)
+            newest = session.scalar(select(func.max(CheckpointRow.checkpoint_id))
+                                    .where(CheckpointRow.job_id == job_id))
+            return 0 if newest is None else int(newest) + 1
+
+        return self._read(fn, "oldest_retained_checkpoint_id")
+
+
+def _active(at: datetime):
+    """Pins not expired at ``at``."""
+    return or_(SavepointPinRow.expires_at.is_(None), SavepointPinRow.expires_at > at)

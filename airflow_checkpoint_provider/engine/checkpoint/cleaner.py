@@ -10,6 +10,7 @@ thread. Deletions are best effort (as before): a failure is logged, never raised
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from ..fs.storage import filesystem_for
@@ -22,15 +23,21 @@ class CheckpointCleaner:
         self.job_name = job_name
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cleaner-{job_name}")
 
-    def remove_tree(self, path: str) -> None:
-        self._pool.submit(self._run, "remove_tree", path)
+    def remove_tree(self, path: str, on_deleted: Callable[[], object] | None = None) -> None:
+        """Delete the directory ``path``; then call ``on_deleted`` (on the cleaner's thread)
+        once ``path`` is gone (the file systems log a failed deletion and return, so the
+        directory is looked up again)."""
+        self._pool.submit(self._run, "remove_tree", path, on_deleted)
 
     def remove_file(self, path: str) -> None:
-        self._pool.submit(self._run, "remove_file", path)
+        self._pool.submit(self._run, "remove_file", path, None)
 
-    def _run(self, what: str, path: str) -> None:
+    def _run(self, what: str, path: str, on_deleted: Callable[[], object] | None) -> None:
         try:
-            getattr(filesystem_for(path), what)(path)
+            fs = filesystem_for(path)
+            getattr(fs, what)(path)
+            if on_deleted is not None and not fs.exists(path):
+                on_deleted()
         except Exception as exc:  # noqa: BLE001 - a clean-up must not fail the job
             log.warning("Job %s could not delete %s: %s", self.job_name, path, exc)
 

@@ -24,21 +24,19 @@ from ..errors import (
     CheckpointDeclined,
     CheckpointStorageError,
     CorruptCheckpointError,
-    InvalidNameError,
 )
 from ..fs.storage import (
     METADATA_FILE,
-    canonical_location,
     checkpoint_directory,
     filesystem_for,
     join,
 )
-from ..names import ensure_under
 from ..protocol import BarrierKind
 from ..snapshot.codec import encode_metadata
 from ..snapshot.handles import safe_shared_key
 from .cleaner import CheckpointCleaner
 from .db_writer import MetadataUnavailable, MetadataWriter
+from .held import HeldCheckpoints, own_shared_file
 
 log = logging.getLogger(__name__)
 #: every how many checkpoint ids old rows of the ``checkpoints`` table are pruned
@@ -175,8 +173,13 @@ class CheckpointCoordinator:
         self.next_id = next_checkpoint_id
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: collections.deque[CompletedCheckpoint] = collections.deque()
-        #: subsumed checkpoints whose files a pin keeps (see :meth:`add_completed`)
-        self.held: list[CompletedCheckpoint] = []
+        #: subsumed checkpoints whose files a pin keeps, this job's and those of ended jobs
+        #: of the name (adopted now, see :mod:`.held`)
+        self.holding = HeldCheckpoints(job_id=job_id, job_name=job_name, job_dir=job_dir,
+                                       checkpoint_root=config.directory, store=store,
+                                       db=self.db, cleaner=self.cleaner)
+        if self.holding.adopt():
+            self.holding.sweep()
         self.failure_manager = CheckpointFailureManager(config.tolerable_failures)
         self.adaptive_alignment = AdaptiveAlignment()
         #: checkpoints that started aligned and turned unaligned (aligned timeout)
@@ -434,6 +437,8 @@ class CheckpointCoordinator:
         SUBSUMED before the pins are read (one ordered queue), and the pinner re-reads the
         status after pinning (:func:`~..lifecycle.savepoints.pin_checkpoint`): either the
         coordinator sees the pin, or the pinner sees SUBSUMED and takes a newer checkpoint.
+        What a job holds survives its driver: the next job of the name adopts it
+        (:mod:`.held`).
         """
         self.completed.append(completed)
         subsumed = []
@@ -442,35 +447,17 @@ class CheckpointCoordinator:
             self.db.write(MetadataStore.set_checkpoint_status, self.job_id, [old.checkpoint_id], CheckpointStatus.SUBSUMED)
             subsumed.append(old)
             log.debug("Subsumed checkpoint %d of job %s", old.checkpoint_id, self.job_name)
-        if subsumed or self.held:
-            pinned = self._pinned_locations()
-            held = []
-            for old in [*self.held, *subsumed]:
-                if pinned is None or canonical_location(old.location) in pinned:
-                    if old in subsumed and pinned is not None:
-                        log.info("Checkpoint %d of job %s is pinned: its files are kept until "
-                                 "the pin is released", old.checkpoint_id, self.job_name)
-                    held.append(old)
-                # never delete another job's checkpoint unless this job claimed it
-                elif old.claimed or _inside(self.job_dir, old.location):
-                    self.cleaner.remove_tree(old.location)
-            self.held = held
+        self.holding.sweep(subsumed)  # reads the pins once, after the SUBSUMED writes
         self._discard_unreferenced_shared_state()
         if completed.checkpoint_id % PRUNE_EVERY == 0:  # bound the checkpoints table
             self.db.write(MetadataStore.prune_checkpoint_history, self.job_id, self.config.history)
-
-    def _pinned_locations(self) -> set[str] | None:
-        """Locations with an unexpired pin; None when the DB cannot say (keep them all)."""
-        if self.store is None:
-            return set()
-        pins = self.db.read(MetadataStore.list_savepoint_pins, active_at=datetime.now(UTC))
-        return None if pins is None else {p.location for p in pins}
 
     def _discard_unreferenced_shared_state(self) -> None:
         """Delete shared files that no retained checkpoint references any more."""
         if self.store is None or not self.registered_shared:
             return
-        own = [c.checkpoint_id for c in [*self.completed, *self.held] if not c.claimed]
+        own = [*(c.checkpoint_id for c in self.completed if not c.claimed),
+               *self.holding.own_ids()]
         if not own:
             return
         doomed = self.db.read(MetadataStore.unreferenced_shared_state, self.job_id,
@@ -478,7 +465,7 @@ class CheckpointCoordinator:
         for key in doomed:
             # a key read back from the DB is untrusted: only shared/<name> inside this job's
             # directory is ever deleted (a row saying '/abs/path' or '../../x' is dropped)
-            path = _own_shared_file(self.job_dir, key)
+            path = own_shared_file(self.job_dir, key)
             if path is None:
                 log.warning("Ignoring shared-state row %r of job %s: not a file in %s/shared",
                             key, self.job_name, self.job_dir)
@@ -520,25 +507,6 @@ class CheckpointCoordinator:
                "timestamp_ms": p.timestamp_ms,
                "operators": operators}
         return doc, state_size, uploaded, task_stats
-
-
-def _inside(root: str, path: str) -> bool:
-    """Whether ``path`` lies inside ``root`` (normalized, symlinks resolved on local disks;
-    ``/a/job1`` is not inside ``/a/job``)."""
-    try:
-        ensure_under(root, path, "checkpoint location")
-    except InvalidNameError:
-        return False
-    return True
-
-
-def _own_shared_file(job_dir: str, key: object) -> str | None:
-    """``<job_dir>/shared/<name>`` for a valid key, else ``None``."""
-    try:
-        path = join(job_dir, safe_shared_key(key, location=job_dir, field="shared_state.file_key"))
-    except CorruptCheckpointError:
-        return None
-    return path if _inside(job_dir, path) else None
 
 
 def _shared_keys(p: PendingCheckpoint) -> set[str]:

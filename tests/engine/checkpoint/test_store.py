@@ -57,7 +57,7 @@ def test_migration_from_empty_creates_all_tables_at_head(tmp_path, db_url):
     try:
         assert TABLES <= set(inspect(engine).get_table_names())
         with engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0008"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0009"
             if db_url.startswith("sqlite"):
                 assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
             # the migration and the ORM models describe the same schema
@@ -406,12 +406,14 @@ def test_prune_checkpoint_history_keeps_savepoints_retained_and_recent_rows(db_u
                                           state_size=1, checkpointed_size=1, task_stats=[])
         store.set_checkpoint_status("j1", [c for c in range(1, 10) if c not in (2, 5)], "SUBSUMED")
         store.set_checkpoint_status("j1", [4], "CORRUPT")
+        # 3 is held by a pin: its files were not deleted, the next job adopts its row
+        store.mark_checkpoint_files_deleted("j1", [1, 6, 7, 8, 9])
 
-        assert store.prune_checkpoint_history("j1", keep=4) == 6  # 1, 3, 5, 6, 7, 8
+        assert store.prune_checkpoint_history("j1", keep=4) == 5  # 1, 5, 6, 7, 8
 
         kept = {c.checkpoint_id: c.status for c in store.list_checkpoints("j1", kind=None)}
-        assert kept == {2: "COMPLETED", 4: "CORRUPT", 9: "SUBSUMED", 10: "COMPLETED",
-                        11: "COMPLETED", 12: "COMPLETED"}
+        assert kept == {2: "COMPLETED", 3: "SUBSUMED", 4: "CORRUPT", 9: "SUBSUMED",
+                        10: "COMPLETED", 11: "COMPLETED", 12: "COMPLETED"}
         assert store.prune_checkpoint_history("j1", keep=4) == 0
 
 
