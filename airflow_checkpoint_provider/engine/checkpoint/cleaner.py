@@ -41,6 +41,10 @@ class CheckpointCleaner:
         except Exception as exc:  # noqa: BLE001 - a clean-up must not fail the job
             log.warning("Job %s could not delete %s: %s", self.job_name, path, exc)
 
+    def drain(self) -> None:
+        """Wait for the deletions scheduled so far (the cleaner stays open)."""
+        self._pool.submit(lambda: None).result()
+
     def close(self) -> None:
         """Wait for every scheduled deletion."""
         self._pool.shutdown(wait=True)
