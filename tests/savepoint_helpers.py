@@ -53,8 +53,10 @@ class FakeTI:
 
     map_index = -1
 
-    def __init__(self, dag_id: str, task_id: str, run_id: str = "manual__1") -> None:
+    def __init__(self, dag_id: str, task_id: str, run_id: str = "manual__1",
+                 try_number: int = 1) -> None:
         self.dag_id, self.task_id, self.run_id = dag_id, task_id, run_id
+        self.try_number = try_number
         self.xcom: dict[str, object] = {}
 
     def xcom_push(self, key, value):

@@ -7,7 +7,7 @@ import os
 
 import pytest
 from provider_helpers import start_job
-from test_provider_operators import FakeTI
+from savepoint_helpers import FakeTI
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.operators.control import CancelJobOperator
@@ -21,7 +21,7 @@ def _example_dir(monkeypatch, tmp_path):
 @pytest.mark.timeout(120)
 def test_savepoint_first_stops_the_job_with_a_savepoint(metadata_url, tmp_path):
     job_id = start_job(metadata_url, tmp_path)
-    ti = FakeTI()
+    ti = FakeTI("d", "submit")
     assert CancelJobOperator(task_id="cancel", job=job_id, savepoint_first=True).execute(
         {"ti": ti}) == job_id
     store = MetadataStore(metadata_url)
@@ -38,7 +38,7 @@ def test_a_failed_savepoint_does_not_stop_the_cancellation(metadata_url, tmp_pat
     blocked = tmp_path / "example" / "savepoints" / "full-disk"  # a file, not a directory
     blocked.parent.mkdir(parents=True, exist_ok=True)
     blocked.write_text("x")
-    ti = FakeTI()
+    ti = FakeTI("d", "submit")
     CancelJobOperator(task_id="cancel", job=job_id, savepoint_first=True,
                       directory=str(blocked)).execute({"ti": ti})
     store = MetadataStore(metadata_url)

@@ -7,21 +7,14 @@ import os
 
 import pytest
 from provider_helpers import EXAMPLE, start_job, wait_for
+from savepoint_helpers import FakeTI
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.operators.control import StopWithSavepointOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 
-
-class FakeTI:
-    dag_id, run_id, map_index = "savepoint_upgrade_restore", "manual__race", -1
-
-    def __init__(self, task_id: str, try_number: int) -> None:
-        self.task_id, self.try_number = task_id, try_number
-        self.xcom: dict[str, object] = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
+#: the DAG run whose tasks are retried (idempotency keys derive from it)
+DAG, RUN = "savepoint_upgrade_restore", "manual__race"
 
 
 def _requests(store: MetadataStore, job_id: str):
@@ -47,7 +40,7 @@ def test_a_stop_retried_after_its_request_was_answered_succeeds_with_the_same_sa
 
     # try 1 submits the request and defers; then Airflow loses the task (the deferral race
     # marks it failed) while the job answers the request and stops
-    first = FakeTI("stop_v1", 1)
+    first = FakeTI(DAG, "stop_v1", RUN, try_number=1)
     with pytest.raises(TaskDeferred) as deferred:
         StopWithSavepointOperator(deferrable=True, **stop).execute({"ti": first})
     trigger = deferred.value.trigger
@@ -58,7 +51,7 @@ def test_a_stop_retried_after_its_request_was_answered_succeeds_with_the_same_sa
     assert status == "SUCCEEDED" and first.xcom["request_id"] == request_id
 
     # try 2 (the Airflow retry) finds its own request and succeeds with its savepoint
-    second = FakeTI("stop_v1", 2)
+    second = FakeTI(DAG, "stop_v1", RUN, try_number=2)
     savepoint = StopWithSavepointOperator(**stop).execute({"ti": second})
 
     assert second.xcom["request_id"] == request_id and len(_requests(store, v1)) == 1
@@ -71,7 +64,7 @@ def test_a_stop_retried_after_its_request_was_answered_succeeds_with_the_same_sa
         task_id="restart_v1", pipeline=f"{EXAMPLE}:build_v1", job_name="versioned-sum",
         restore=savepoint, wait_for="running", runner="local", log_dir=str(tmp_path / "logs"),
         report_dir=str(tmp_path / "reports"))
-    restarted = restart.execute({"ti": FakeTI("restart_v1", 1)})
+    restarted = restart.execute({"ti": FakeTI(DAG, "restart_v1", RUN, try_number=1)})
     job = store.get_job(restarted)
     assert restarted != v1 and job.status == "RUNNING" and job.restored_from == savepoint
     store.close()
@@ -84,9 +77,9 @@ def test_another_task_instance_gets_its_own_request(metadata_url, tmp_path):
     job_id = start_job(metadata_url, tmp_path)
     op = dict(job="versioned-sum", directory=str(tmp_path / "example" / "savepoints"), poll_interval=0.2,
               report_dir=str(tmp_path / "reports"))
-    a = TriggerSavepointOperator(task_id="savepoint_a", **op).execute({"ti": FakeTI("savepoint_a", 1)})
-    again = TriggerSavepointOperator(task_id="savepoint_a", **op).execute({"ti": FakeTI("savepoint_a", 2)})
-    b = TriggerSavepointOperator(task_id="savepoint_b", **op).execute({"ti": FakeTI("savepoint_b", 1)})
+    a = TriggerSavepointOperator(task_id="savepoint_a", **op).execute({"ti": FakeTI(DAG, "savepoint_a", RUN, try_number=1)})
+    again = TriggerSavepointOperator(task_id="savepoint_a", **op).execute({"ti": FakeTI(DAG, "savepoint_a", RUN, try_number=2)})
+    b = TriggerSavepointOperator(task_id="savepoint_b", **op).execute({"ti": FakeTI(DAG, "savepoint_b", RUN, try_number=1)})
 
     assert again == a and b != a
     with MetadataStore(metadata_url) as store:
@@ -108,17 +101,17 @@ def test_a_retry_after_a_failed_request_submits_a_new_one(metadata_url, tmp_path
                   report_dir=str(tmp_path / "reports"), emit_asset=False)
     with pytest.raises(AirflowException, match="outside the allowed roots"):
         TriggerSavepointOperator(directory=str(tmp_path / "elsewhere"), **common).execute(
-            {"ti": FakeTI("savepoint_blue", 1)})
+            {"ti": FakeTI(DAG, "savepoint_blue", RUN, try_number=1)})
     assert [s for _, s in _requests(store, v1)] == ["FAILED"]
 
     allowed = str(tmp_path / "example" / "savepoints")
-    second = FakeTI("savepoint_blue", 2)
+    second = FakeTI(DAG, "savepoint_blue", RUN, try_number=2)
     location = TriggerSavepointOperator(directory=allowed, **common).execute({"ti": second})
     assert location.startswith(allowed) and os.path.isdir(location)
     assert sorted(s for _, s in _requests(store, v1)) == ["FAILED", "SUCCEEDED"]
 
     # a third try (e.g. a deferral race after success) reuses the answered request
-    third = FakeTI("savepoint_blue", 3)
+    third = FakeTI(DAG, "savepoint_blue", RUN, try_number=3)
     assert TriggerSavepointOperator(directory=allowed, **common).execute({"ti": third}) == location
     assert third.xcom["request_id"] == second.xcom["request_id"] and len(_requests(store, v1)) == 2
     store.close()
@@ -143,7 +136,7 @@ def test_a_stop_submitted_while_the_job_is_still_starting_waits_for_its_tasks_an
     try:
         job = wait_for(lambda: store.list_jobs(), 60, "the job row", interval=0.005)[0]
         assert job.status == "CREATED", "the request must reach a job still starting"
-        ti = FakeTI("stop_v1", 1)
+        ti = FakeTI(DAG, "stop_v1", RUN, try_number=1)
         savepoint = StopWithSavepointOperator(
             task_id="stop_v1", job=job.job_id, poll_interval=0.2,
             report_dir=str(tmp_path / "reports")).execute({"ti": ti})

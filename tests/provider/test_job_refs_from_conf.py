@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from airflow.sdk.exceptions import AirflowException
-from test_provider_operators import FakeTI, _submit
+from savepoint_helpers import FakeTI
+from test_provider_operators import _submit
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
@@ -20,7 +21,7 @@ def test_submit_refuses_a_job_name_with_a_newline_and_starts_nothing(metadata_ur
     op = _submit(tmp_path)
     op.job_name = name  # as rendered from "{{ dag_run.conf['job_name'] }}"
     with pytest.raises(AirflowException, match=r"submit: job_name .*must match"):
-        op.execute({"ti": FakeTI()})
+        op.execute({"ti": FakeTI("d", "submit")})
     with MetadataStore(metadata_url) as store:
         assert store.list_jobs() == []
     assert not (tmp_path / "logs").exists()
@@ -34,9 +35,9 @@ def test_control_operators_and_sensors_refuse_a_job_reference_with_a_newline(met
         store.set_job_status("j1", "RUNNING")
     op = TriggerSavepointOperator(task_id="savepoint", job=name)
     with pytest.raises(AirflowException, match="must match"):
-        op.execute({"ti": FakeTI()})
+        op.execute({"ti": FakeTI("d", "submit")})
     sensor = JobStateSensor(task_id="running", job=name, timeout=1)
     with pytest.raises(AirflowException, match="running: job .*must match"):
-        sensor.execute({"ti": FakeTI()})
+        sensor.execute({"ti": FakeTI("d", "submit")})
     with MetadataStore(metadata_url) as store:
         assert store.list_control_requests("j1") == []

@@ -10,6 +10,7 @@ import time
 
 import pytest
 from provider_helpers import EXAMPLE, completed_checkpoints, start_job, wait_for
+from savepoint_helpers import FakeTI
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
@@ -93,21 +94,10 @@ def test_missed_deadline_reports_the_jobs_newest_checkpoint(metadata_url, tmp_pa
     store.close()
 
 
-class FakeTI:
-    dag_id, task_id, run_id, map_index = "d", "submit", "manual__1", -1
-
-    def __init__(self, try_number: int) -> None:
-        self.try_number = try_number
-        self.xcom: dict[str, object] = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
-
-
 @pytest.mark.timeout(180)
 def test_a_retried_submit_task_reattaches_to_the_job_of_its_earlier_try(metadata_url, tmp_path):
     def submit(try_number: int) -> tuple[str, FakeTI]:
-        ti = FakeTI(try_number)
+        ti = FakeTI("d", "submit", try_number=try_number)
         op = SubmitCheckpointedJobOperator(
             task_id="submit", pipeline=f"{EXAMPLE}:build_v1", job_name="long-running",
             runner="local", log_dir=str(tmp_path / "logs"), report_dir=str(tmp_path / "r"),

@@ -5,20 +5,10 @@ from __future__ import annotations
 
 import pytest
 from provider_helpers import EXAMPLE, events, start_job
+from savepoint_helpers import FakeTI
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
-
-
-class FakeTI:
-    dag_id, task_id, run_id, map_index = "d", "submit", "manual__1", -1
-
-    def __init__(self, try_number: int = 1) -> None:
-        self.try_number = try_number
-        self.xcom: dict[str, object] = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
 
 
 def _submit(tmp_path, **kwargs) -> SubmitCheckpointedJobOperator:
@@ -32,7 +22,7 @@ def _submit(tmp_path, **kwargs) -> SubmitCheckpointedJobOperator:
 @pytest.mark.timeout(120)
 def test_submit_reconnects_to_a_running_job_of_the_same_name(metadata_url, tmp_path):
     running = start_job(metadata_url, tmp_path)
-    ti = FakeTI()
+    ti = FakeTI("d", "submit")
 
     job_id = _submit(tmp_path).execute({"ti": ti})
 
@@ -47,7 +37,7 @@ def test_submit_starts_a_new_job_when_the_running_ones_heartbeat_is_stale(metada
     store = MetadataStore(metadata_url)
     store.create_job(job_id="ghost", job_name="versioned-sum", parallelism=1)
     store.set_job_status("ghost", "RUNNING")  # its process died without a word
-    ti = FakeTI()
+    ti = FakeTI("d", "submit")
 
     job_id = _submit(tmp_path, heartbeat_timeout=0).execute({"ti": ti})
 
@@ -86,7 +76,7 @@ def test_airflow_lists_the_provider_its_hooks_and_links(airflow_db):
 def test_deferrable_submit_waits_for_the_first_checkpoint_in_its_trigger(metadata_url, tmp_path):
     from airflow.sdk.exceptions import TaskDeferred
 
-    ti = FakeTI()
+    ti = FakeTI("d", "submit")
     op = _submit(tmp_path, wait_for="first_checkpoint", deferrable=True, poll_interval=0.2,
                  wait_timeout=60)
 

@@ -23,6 +23,17 @@ from .records import CheckpointRecord, JobRecord
 log = logging.getLogger(__name__)
 
 
+def _update(session: Session, job_id: str, ids: list[int], *, only: str | None = None,
+            **values: object) -> None:
+    """Set ``values`` on the rows of ``job_id``'s checkpoints ``ids`` (with status ``only``)."""
+    for chunk in _chunks(ids):
+        stmt = update(CheckpointRow).where(CheckpointRow.job_id == job_id,
+                                           CheckpointRow.checkpoint_id.in_(chunk))
+        if only is not None:
+            stmt = stmt.where(CheckpointRow.status == only)
+        session.execute(stmt.values(**values).execution_options(synchronize_session=False))
+
+
 class CheckpointsMixin(StoreBase):
     # -- checkpoints ------------------------------------------------------------------------
 
@@ -110,17 +121,17 @@ class CheckpointsMixin(StoreBase):
         if not ids:
             return
 
-        def fn(session: Session) -> None:
-            for chunk in _chunks(ids):
-                session.execute(
-                    update(CheckpointRow)
-                    .where(CheckpointRow.job_id == job_id,
-                           CheckpointRow.checkpoint_id.in_(chunk))
-                    .values(status=status)
-                    .execution_options(synchronize_session=False)
-                )
+        self._write(lambda session: _update(session, job_id, ids, status=status),
+                    "set_checkpoint_status")
 
-        self._write(fn, "set_checkpoint_status")
+    def mark_checkpoint_files_deleted(self, job_id: str, checkpoint_ids: list[int]) -> None:
+        """Record that the files of these SUBSUMED checkpoints of ``job_id`` are deleted (a
+        SUBSUMED row without the mark is held by a pin, see ``engine/checkpoint/held.py``)."""
+        ids = sorted(set(checkpoint_ids))
+        if ids:
+            self._write(lambda session: _update(session, job_id, ids, files_deleted=True,
+                                                only=CheckpointStatus.SUBSUMED.value),
+                        "mark_checkpoint_files_deleted")
 
     def checkpoint_at(self, location: str) -> CheckpointRecord | None:
         """The checkpoint or savepoint row whose ``location`` is exactly ``location``."""

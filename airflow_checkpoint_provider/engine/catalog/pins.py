@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from .base import StoreBase
@@ -123,24 +123,6 @@ class SavepointPinsMixin(StoreBase):
             return [CheckpointRecord.from_row(r) for r in rows]
 
         return self._read(fn, "unreleased_checkpoints")
-
-    def mark_checkpoint_files_deleted(self, job_id: str, checkpoint_ids: list[int]) -> None:
-        """Record that the files of these SUBSUMED checkpoints of ``job_id`` are deleted."""
-        ids = sorted(set(checkpoint_ids))
-        if not ids:
-            return
-
-        def fn(session: Session) -> None:
-            for chunk in _chunks(ids):
-                session.execute(
-                    update(CheckpointRow)
-                    .where(CheckpointRow.job_id == job_id,
-                           CheckpointRow.checkpoint_id.in_(chunk),
-                           CheckpointRow.status == CheckpointStatus.SUBSUMED.value)
-                    .values(files_deleted=True)
-                    .execution_options(synchronize_session=False))
-
-        self._write(fn, "mark_checkpoint_files_deleted")
 
     def oldest_retained_checkpoint_id(self, job_id: str) -> int:
         """The oldest checkpoint of ``job_id`` whose files stay (COMPLETED or CORRUPT): a
