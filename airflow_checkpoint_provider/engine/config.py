@@ -77,7 +77,8 @@ class CheckpointConfig:
     :param retained: completed checkpoints kept; older ones are subsumed and their files deleted.
     :param history: rows of the ``checkpoints`` table kept per job: SUBSUMED and FAILED
         checkpoint rows older than the newest ``history`` checkpoint ids are deleted (checked
-        every 100 completed checkpoints). Savepoints, retained and CORRUPT rows are kept.
+        every 100 completed checkpoints). Savepoints, retained, CORRUPT and held (pinned) rows
+        are kept.
     :param mode: ``exactly_once`` (aligned barriers) or ``at_least_once`` (no alignment).
     :param directory: checkpoint root, a local path or ``s3://bucket/prefix``;
         ``<dir>/<job-name>/<job-id>/chk-<N>``.
