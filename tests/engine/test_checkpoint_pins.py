@@ -35,8 +35,10 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _completed(bg, job_id):
-    return sorted((c for c in bg.store.list_checkpoints(job_id) if c.status == "COMPLETED"),
-                  key=lambda c: c.checkpoint_id)
+    return sorted(
+        (c for c in bg.store.list_checkpoints(job_id) if c.status == "COMPLETED"),
+        key=lambda c: c.checkpoint_id,
+    )
 
 
 def _wait(predicate, what: str, timeout: float = 90.0) -> None:
@@ -47,8 +49,7 @@ def _wait(predicate, what: str, timeout: float = 90.0) -> None:
 
 
 def _pipeline(root: str, name: str, **kwargs):
-    p = running_sum_pipeline(root, name=name, rate=2_000, interval_ms=150, retained=1,
-                             **kwargs)
+    p = running_sum_pipeline(root, name=name, rate=2_000, interval_ms=150, retained=1, **kwargs)
     p.state_backend = "rocksdb"  # incremental: checkpoints share SST files
     return p
 
@@ -60,29 +61,46 @@ def test_a_pinned_checkpoint_outlives_its_subsumption_until_unpinned(tmp_path):
     bg = Background(_pipeline(root, "pinned-blue", num_records=200_000))
     job = bg.wait_running(min_checkpoints=2)
     unpinned = _completed(bg, job.job_id)[-1]
-    _wait(lambda: bg.store.get_checkpoint(job.job_id, unpinned.checkpoint_id).status
-          == "SUBSUMED", "the unpinned checkpoint was never subsumed")
-    _wait(lambda: not os.path.exists(unpinned.location),
-          "a subsumed checkpoint without a pin kept its files")
+    _wait(
+        lambda: bg.store.get_checkpoint(job.job_id, unpinned.checkpoint_id).status == "SUBSUMED",
+        "the unpinned checkpoint was never subsumed",
+    )
+    _wait(
+        lambda: not os.path.exists(unpinned.location),
+        "a subsumed checkpoint without a pin kept its files",
+    )
 
     pinned = _completed(bg, job.job_id)[-1]
-    pin = pin_checkpoint(bg.store, job.job_id, pinned.checkpoint_id, holder="handover:test",
-                         ttl_seconds=600, reason="last-state hand-over")
+    pin = pin_checkpoint(
+        bg.store,
+        job.job_id,
+        pinned.checkpoint_id,
+        holder="handover:test",
+        ttl_seconds=600,
+        reason="last-state hand-over",
+    )
     assert pin is not None, "the newest completed checkpoint could not be pinned"
-    _wait(lambda: bg.store.get_checkpoint(job.job_id, pinned.checkpoint_id).status
-          == "SUBSUMED", "the pinned checkpoint was never subsumed")
+    _wait(
+        lambda: bg.store.get_checkpoint(job.job_id, pinned.checkpoint_id).status == "SUBSUMED",
+        "the pinned checkpoint was never subsumed",
+    )
     newest = _completed(bg, job.job_id)[-1].checkpoint_id
-    _wait(lambda: _completed(bg, job.job_id)[-1].checkpoint_id >= newest + 3,
-          "the job completed no more checkpoints")
+    _wait(
+        lambda: _completed(bg, job.job_id)[-1].checkpoint_id >= newest + 3,
+        "the job completed no more checkpoints",
+    )
     assert os.path.exists(os.path.join(pinned.location, "_metadata"))
     # a subsumed checkpoint is refused: its files may be gone already
-    assert pin_checkpoint(bg.store, job.job_id, unpinned.checkpoint_id, holder="late",
-                          ttl_seconds=60) is None
+    assert (
+        pin_checkpoint(bg.store, job.job_id, unpinned.checkpoint_id, holder="late", ttl_seconds=60)
+        is None
+    )
 
     # restored while the job goes on: every shared file it references is still there
     # a fenced green (blue-green validation): the same sink and metadata DB, publishes nothing
-    other = _pipeline(str(tmp_path / "green"), "pinned-green", num_records=200_000,
-                      out=os.path.join(root, "out"))
+    other = _pipeline(
+        str(tmp_path / "green"), "pinned-green", num_records=200_000, out=os.path.join(root, "out")
+    )
     other.metadata_url = bg.pipeline.metadata_url
     restored = Background(other, restore=pinned.location, fence_sinks=True)
     green = restored.wait_running(min_checkpoints=1)
@@ -91,13 +109,16 @@ def test_a_pinned_checkpoint_outlives_its_subsumption_until_unpinned(tmp_path):
     assert restored.result().restored_from == pinned.location
 
     assert unpin_savepoint(bg.store, holder="handover:test") == 1
-    _wait(lambda: not os.path.exists(pinned.location),
-          "the released checkpoint's files were not deleted")
+    _wait(
+        lambda: not os.path.exists(pinned.location),
+        "the released checkpoint's files were not deleted",
+    )
     bg.request(job.job_id, "CANCEL")
     assert bg.result().status == "CANCELED"
 
 
 # -- a restarted driver: the next job of the name adopts what the dead one held ---------------
+
 
 def _checkpoint(store, job_id: str, root, name: str, chk: int, status: str, shared=()):
     """A checkpoint row of ``job_id`` with its directory (``_metadata``) and shared files."""
@@ -108,10 +129,18 @@ def _checkpoint(store, job_id: str, root, name: str, chk: int, status: str, shar
     for key in shared:
         (job_dir / key).parent.mkdir(exist_ok=True)
         (job_dir / key).write_bytes(key.encode())
-    store.add_pending_checkpoint(job_id, chk, kind="CHECKPOINT", trigger_time=T0,
-                                 location=str(location))
-    store.complete_checkpoint(job_id, chk, complete_time=T0, duration_ms=1, state_size=1,
-                              checkpointed_size=1, task_stats=[])
+    store.add_pending_checkpoint(
+        job_id, chk, kind="CHECKPOINT", trigger_time=T0, location=str(location)
+    )
+    store.complete_checkpoint(
+        job_id,
+        chk,
+        complete_time=T0,
+        duration_ms=1,
+        state_size=1,
+        checkpointed_size=1,
+        task_stats=[],
+    )
     store.register_shared_state(job_id, chk, list(shared))
     if status != "COMPLETED":
         store.set_checkpoint_status(job_id, [chk], status)
@@ -121,10 +150,17 @@ def _checkpoint(store, job_id: str, root, name: str, chk: int, status: str, shar
 def _coordinator(store, job_id: str, root, name: str) -> CheckpointCoordinator:
     store.create_job(job_id=job_id, job_name=name, parallelism=1)
     return CheckpointCoordinator(
-        job_id=job_id, job_name=name, job_dir=str(root / name / job_id),
+        job_id=job_id,
+        job_name=name,
+        job_dir=str(root / name / job_id),
         config=CheckpointConfig(interval_ms=100, directory=str(root), retained=1),
-        tasks=[(0, 0)], operator_info={}, send_trigger=lambda *a: None,
-        send_notify=lambda chk: None, send_abort=lambda chk: None, store=store)
+        tasks=[(0, 0)],
+        operator_info={},
+        send_trigger=lambda *a: None,
+        send_notify=lambda chk: None,
+        send_abort=lambda chk: None,
+        store=store,
+    )
 
 
 def _settle(c: CheckpointCoordinator) -> None:
@@ -135,7 +171,8 @@ def _settle(c: CheckpointCoordinator) -> None:
 
 @pytest.mark.timeout(120)
 def test_the_next_job_keeps_what_a_pin_holds_and_deletes_what_its_dead_driver_left(
-        tmp_path, metadata_url):
+    tmp_path, metadata_url
+):
     """Job 1 died (LOST) holding pinned checkpoint 2, with checkpoint 3 subsumed but not
     deleted yet (no pin), checkpoint 4 held by a pin that expired since, checkpoint 5 its
     latest (retained), and a SUBSUMED row 7 pointing outside its directory. Job 2 of the
@@ -150,13 +187,17 @@ def test_the_next_job_keeps_what_a_pin_holds_and_deletes_what_its_dead_driver_le
     left = _checkpoint(store, dead, root, name, 3, "SUBSUMED", ["shared/s3", "shared/s5"])
     expired = _checkpoint(store, dead, root, name, 4, "SUBSUMED", ["shared/s4", "shared/s5"])
     latest = _checkpoint(store, dead, root, name, 5, "COMPLETED", ["shared/s5"])
-    store.add_pending_checkpoint(dead, 7, kind="CHECKPOINT", trigger_time=T0,
-                                 location=str(tmp_path / "elsewhere" / "chk-7"))
+    store.add_pending_checkpoint(
+        dead, 7, kind="CHECKPOINT", trigger_time=T0, location=str(tmp_path / "elsewhere" / "chk-7")
+    )
     store.set_checkpoint_status(dead, [7], "SUBSUMED")
     (tmp_path / "elsewhere" / "chk-7").mkdir(parents=True)
     store.pin_savepoint(canonical_location(held), holder="handover", expires_at=None)
-    store.pin_savepoint(canonical_location(expired), holder="crashed-upgrade",
-                        expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    store.pin_savepoint(
+        canonical_location(expired),
+        holder="crashed-upgrade",
+        expires_at=datetime.now(UTC) - timedelta(seconds=1),
+    )
     store.pin_savepoint(str(tmp_path / "other"), holder="someone-else")
     store.set_job_status(dead, "LOST")
     shared = root / name / dead / "shared"
@@ -171,8 +212,10 @@ def test_the_next_job_keeps_what_a_pin_holds_and_deletes_what_its_dead_driver_le
     assert os.path.exists(tmp_path / "elsewhere" / "chk-7"), "deleted outside the job's dir"
     # held checkpoint 2 may reference what was last used from 2 on: only s1 goes
     assert sorted(os.listdir(shared)) == ["s2", "s3", "s4", "s5"]
-    assert [r.checkpoint_id for r in store.unreleased_checkpoints(name, exclude_job_id="x")] \
-        == [2, 7], "deleted checkpoints are marked files_deleted"
+    assert [r.checkpoint_id for r in store.unreleased_checkpoints(name, exclude_job_id="x")] == [
+        2,
+        7,
+    ], "deleted checkpoints are marked files_deleted"
     assert os.path.exists(one), "a row marked files_deleted is not adopted"
 
     # the new job's own checkpoints: one pins read per completed checkpoint, 2 stays held
@@ -193,8 +236,7 @@ def test_the_next_job_keeps_what_a_pin_holds_and_deletes_what_its_dead_driver_le
     assert not os.path.exists(held), "the released checkpoint's files were kept"
     assert os.path.exists(latest), "a retained checkpoint was deleted"
     assert sorted(os.listdir(shared)) == ["s5"], "shared files of the retained one only"
-    assert [r.checkpoint_id for r in store.unreleased_checkpoints(name, exclude_job_id="x")] \
-        == [7]
+    assert [r.checkpoint_id for r in store.unreleased_checkpoints(name, exclude_job_id="x")] == [7]
     c.cleaner.close()
     c.db.close(timeout=10)
     store.close()
@@ -212,20 +254,26 @@ def _shared_files(location: str) -> set[str]:
     """The shared files (absolute paths) a RocksDB checkpoint's ``_metadata`` references."""
     doc = load_snapshot(location).doc
     job_dir = os.path.dirname(location)
-    return {os.path.join(job_dir, f["shared"])
-            for op in doc["operators"].values() for sub in op["subtasks"]
-            for f in (sub.get("keyed") or {}).get("files", ()) if f.get("shared")}
+    return {
+        os.path.join(job_dir, f["shared"])
+        for op in doc["operators"].values()
+        for sub in op["subtasks"]
+        for f in (sub.get("keyed") or {}).get("files", ())
+        if f.get("shared")
+    }
 
 
 def _intact(location: str, shared: set[str]) -> bool:
-    return (os.path.exists(os.path.join(location, "_metadata"))
-            and all(os.path.exists(f) for f in shared))
+    return os.path.exists(os.path.join(location, "_metadata")) and all(
+        os.path.exists(f) for f in shared
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_restarted_driver_keeps_what_its_predecessor_held_and_deletes_it_after_the_unpin(
-        tmp_path, metadata_url, monkeypatch):
+    tmp_path, metadata_url, monkeypatch
+):
     """Blue (RocksDB, retained 1) holds two pinned checkpoints A and B when its driver is
     SIGKILLed; the next job of the name restores ``latest`` (L). A and B keep every file,
     and a fenced green restores A. After A's unpin the new job deletes A and the shared
@@ -235,35 +283,55 @@ def test_a_restarted_driver_keeps_what_its_predecessor_held_and_deletes_it_after
     store = MetadataStore(metadata_url)
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER.format(root=root, name=name, url=metadata_url)],
-        cwd=ROOT, start_new_session=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])})
+        cwd=ROOT,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])},
+    )
     try:
+
         def blue():
             jobs = [j for j in store.list_jobs(job_name=name) if j.status == "RUNNING"]
             return jobs[0] if jobs else None
 
         def completed(job_id):
-            return sorted((c for c in store.list_checkpoints(job_id) if c.status == "COMPLETED"),
-                          key=lambda c: c.checkpoint_id)
+            return sorted(
+                (c for c in store.list_checkpoints(job_id) if c.status == "COMPLETED"),
+                key=lambda c: c.checkpoint_id,
+            )
 
-        _wait(lambda: driver.poll() is None and blue() is not None
-              and len(completed(blue().job_id)) >= 1, "blue never completed a checkpoint", 120)
+        _wait(
+            lambda: (
+                driver.poll() is None and blue() is not None and len(completed(blue().job_id)) >= 1
+            ),
+            "blue never completed a checkpoint",
+            120,
+        )
         job = blue()
         pinned = {}
         for holder in ("handover:a", "handover:b"):
             chk = None
             while chk is None:  # the newest one may be subsumed before the pin lands
                 newest = completed(job.job_id)[-1]
-                if pin_checkpoint(store, job.job_id, newest.checkpoint_id, holder=holder,
-                                  ttl_seconds=600) is not None:
+                if (
+                    pin_checkpoint(
+                        store, job.job_id, newest.checkpoint_id, holder=holder, ttl_seconds=600
+                    )
+                    is not None
+                ):
                     chk = newest
             pinned[holder] = chk
-            _wait(lambda c=chk: store.get_checkpoint(job.job_id, c.checkpoint_id).status
-                  == "SUBSUMED", f"the checkpoint pinned by {holder} was never subsumed")
+            _wait(
+                lambda c=chk: (
+                    store.get_checkpoint(job.job_id, c.checkpoint_id).status == "SUBSUMED"
+                ),
+                f"the checkpoint pinned by {holder} was never subsumed",
+            )
             newest = completed(job.job_id)[-1].checkpoint_id
             # a few more checkpoints: RocksDB compacts the SSTs the pinned one references
-            _wait(lambda n=newest: completed(job.job_id)[-1].checkpoint_id >= n + 6,
-                  "blue completed no more checkpoints")
+            _wait(
+                lambda n=newest: completed(job.job_id)[-1].checkpoint_id >= n + 6,
+                "blue completed no more checkpoints",
+            )
         a, b = pinned["handover:a"].location, pinned["handover:b"].location
         shared_a, shared_b = _shared_files(a), _shared_files(b)
         assert _intact(a, shared_a) and _intact(b, shared_b)
@@ -275,11 +343,14 @@ def test_a_restarted_driver_keeps_what_its_predecessor_held_and_deletes_it_after
             driver.wait(30)
     latest = completed(job.job_id)[-1].location
     shared_l = _shared_files(latest)
-    assert (shared_a | shared_b) - shared_l, \
+    assert (shared_a | shared_b) - shared_l, (
         "the pinned checkpoints reference no shared file L does not: nothing is tested"
+    )
 
-    print(f"A {len(shared_a)} shared files, B {len(shared_b)}, L {len(shared_l)}; only A's "
-          f"{len(shared_a - shared_b - shared_l)}, not L's {len((shared_a | shared_b) - shared_l)}")
+    print(
+        f"A {len(shared_a)} shared files, B {len(shared_b)}, L {len(shared_l)}; only A's "
+        f"{len(shared_a - shared_b - shared_l)}, not L's {len((shared_a | shared_b) - shared_l)}"
+    )
     monkeypatch.setenv("CKPT_HEARTBEAT_TIMEOUT_S", "2")  # blue's driver is dead: LOST
     time.sleep(2.5)
     blue_again = _pipeline(root, name, num_records=600_000)
@@ -290,8 +361,9 @@ def test_a_restarted_driver_keeps_what_its_predecessor_held_and_deletes_it_after
     assert _intact(a, shared_a) and _intact(b, shared_b), "a pinned checkpoint lost files"
 
     # a fenced green (blue-green validation) restores A while the restarted blue runs on
-    green_p = _pipeline(str(tmp_path / "green"), "held-green", num_records=600_000,
-                        out=os.path.join(root, "out"))
+    green_p = _pipeline(
+        str(tmp_path / "green"), "held-green", num_records=600_000, out=os.path.join(root, "out")
+    )
     green_p.metadata_url = metadata_url
     green = Background(green_p, restore=a, fence_sinks=True)
     green_job = green.wait_running(min_checkpoints=1, timeout=120)
@@ -300,15 +372,22 @@ def test_a_restarted_driver_keeps_what_its_predecessor_held_and_deletes_it_after
 
     assert unpin_savepoint(store, holder="handover:a") == 1
     _wait(lambda: not os.path.exists(a), "the restarted driver kept the released checkpoint")
-    _wait(lambda: not any(os.path.exists(f) for f in shared_a - shared_b - shared_l),
-          "the shared files only the released checkpoint referenced were kept")
+    _wait(
+        lambda: not any(os.path.exists(f) for f in shared_a - shared_b - shared_l),
+        "the shared files only the released checkpoint referenced were kept",
+    )
     assert _intact(b, shared_b) and _intact(latest, shared_l)
 
-    store.pin_savepoint(canonical_location(b), holder="handover:b",  # the pin expires
-                        expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    store.pin_savepoint(
+        canonical_location(b),
+        holder="handover:b",  # the pin expires
+        expires_at=datetime.now(UTC) - timedelta(seconds=1),
+    )
     _wait(lambda: not os.path.exists(b), "the checkpoint whose pin expired was kept")
-    _wait(lambda: not any(os.path.exists(f) for f in (shared_a | shared_b) - shared_l),
-          "the shared files only the expired checkpoint referenced were kept")
+    _wait(
+        lambda: not any(os.path.exists(f) for f in (shared_a | shared_b) - shared_l),
+        "the shared files only the expired checkpoint referenced were kept",
+    )
     assert _intact(latest, shared_l), "a file of the retained checkpoint was deleted"
     assert store.unreleased_checkpoints(name, exclude_job_id=again.job_id) == []
     restarted.request(again.job_id, "CANCEL")

@@ -60,7 +60,7 @@ class Adopted:
 
     checkpoint_id: int
     location: str
-    job_id: str          # the job that took it (not the adopting one)
+    job_id: str  # the job that took it (not the adopting one)
     claimed: bool = False
 
 
@@ -68,9 +68,17 @@ class HeldCheckpoints:
     """The checkpoints whose files a pin keeps, this job's and adopted ones (see the module
     docstring). Runs on the job master's thread, like the coordinator."""
 
-    def __init__(self, *, job_id: str, job_name: str, job_dir: str, checkpoint_root: str,
-                 store: MetadataStore | None, db: MetadataWriter,
-                 cleaner: CheckpointCleaner) -> None:
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        job_name: str,
+        job_dir: str,
+        checkpoint_root: str,
+        store: MetadataStore | None,
+        db: MetadataWriter,
+        cleaner: CheckpointCleaner,
+    ) -> None:
         self.job_id, self.job_name, self.job_dir = job_id, job_name, job_dir
         self.checkpoint_root = checkpoint_root
         self.store, self.db, self.cleaner = store, db, cleaner
@@ -85,8 +93,7 @@ class HeldCheckpoints:
 
     def own_ids(self) -> list[int]:
         """Ids of this job's own held checkpoints (not claimed, not adopted)."""
-        return [c.checkpoint_id for c in self.held
-                if not c.claimed and not isinstance(c, Adopted)]
+        return [c.checkpoint_id for c in self.held if not c.claimed and not isinstance(c, Adopted)]
 
     # -- adoption ---------------------------------------------------------------------------
     def adopt(self) -> int:
@@ -97,25 +104,42 @@ class HeldCheckpoints:
         try:
             rows = self.store.unreleased_checkpoints(self.job_name, exclude_job_id=self.job_id)
         except (SQLAlchemyError, EngineError) as exc:
-            log.warning("Job %s could not read the checkpoints its predecessors held (%s): "
-                        "their files stay until a later job of the name adopts them",
-                        self.job_name, exc)
+            log.warning(
+                "Job %s could not read the checkpoints its predecessors held (%s): "
+                "their files stay until a later job of the name adopts them",
+                self.job_name,
+                exc,
+            )
             return 0
         for row in rows:
-            why = _foreign(row.location, self.job_name, row.job_id, row.checkpoint_id,
-                           [self.checkpoint_root])
+            why = _foreign(
+                row.location, self.job_name, row.job_id, row.checkpoint_id, [self.checkpoint_root]
+            )
             if why is not None:
-                log.warning("Not adopting SUBSUMED checkpoint %d of job %s (%s) at %s: %s",
-                            row.checkpoint_id, self.job_name, row.job_id, row.location, why)
+                log.warning(
+                    "Not adopting SUBSUMED checkpoint %d of job %s (%s) at %s: %s",
+                    row.checkpoint_id,
+                    self.job_name,
+                    row.job_id,
+                    row.location,
+                    why,
+                )
                 self.untouchable.setdefault(row.job_id, set()).add(row.checkpoint_id)
                 continue
             self.job_dirs[row.job_id] = parent(row.location)
             self.held.append(Adopted(row.checkpoint_id, row.location, row.job_id))
         if self.held:
-            log.info("Job %s adopted %d subsumed checkpoint(s) of its ended predecessors "
-                     "whose files were not deleted: %s", self.job_name, len(self.held),
-                     ", ".join(f"{c.job_id[:8]}/chk-{c.checkpoint_id}"
-                               for c in self.held if isinstance(c, Adopted)))
+            log.info(
+                "Job %s adopted %d subsumed checkpoint(s) of its ended predecessors "
+                "whose files were not deleted: %s",
+                self.job_name,
+                len(self.held),
+                ", ".join(
+                    f"{c.job_id[:8]}/chk-{c.checkpoint_id}"
+                    for c in self.held
+                    if isinstance(c, Adopted)
+                ),
+            )
         return len(self.held)
 
     # -- the sweep --------------------------------------------------------------------------
@@ -125,27 +149,38 @@ class HeldCheckpoints:
         candidates = [*self.held, *subsumed]
         if not candidates:
             return
-        fresh = {id(c) for c in candidates[len(self.held):]}
+        fresh = {id(c) for c in candidates[len(self.held) :]}
         pinned = self._pinned([c.location for c in candidates])
         held: list[Snapshot] = []
         released: set[str] = set()
         for old in candidates:
             if pinned is None or canonical_location(old.location) in pinned:
                 if id(old) in fresh and pinned is not None:
-                    log.info("Checkpoint %d of job %s is pinned: its files are kept until "
-                             "the pin is released", old.checkpoint_id, self.job_name)
+                    log.info(
+                        "Checkpoint %d of job %s is pinned: its files are kept until "
+                        "the pin is released",
+                        old.checkpoint_id,
+                        self.job_name,
+                    )
                 held.append(old)
             elif isinstance(old, Adopted):  # its location was checked on adoption
-                log.info("Deleting checkpoint %d of ended job %s (%s): its pin was released "
-                         "or expired", old.checkpoint_id, self.job_name, old.job_id)
+                log.info(
+                    "Deleting checkpoint %d of ended job %s (%s): its pin was released or expired",
+                    old.checkpoint_id,
+                    self.job_name,
+                    old.job_id,
+                )
                 self.cleaner.remove_tree(old.location, self._mark_deleted(old.job_id, old))
                 released.add(old.job_id)
             elif old.claimed:  # another job's snapshot that this job owns
                 self.cleaner.remove_tree(old.location)
             elif _inside(self.job_dir, old.location):  # never another job's checkpoint
                 if id(old) not in fresh:
-                    log.info("Deleting checkpoint %d of job %s: its pin was released or "
-                             "expired", old.checkpoint_id, self.job_name)
+                    log.info(
+                        "Deleting checkpoint %d of job %s: its pin was released or expired",
+                        old.checkpoint_id,
+                        self.job_name,
+                    )
                 self.cleaner.remove_tree(old.location, self._mark_deleted(self.job_id, old))
         self.held = held
         for job_id in sorted(released):
@@ -157,9 +192,11 @@ class HeldCheckpoints:
         if self.store is None:
             return set()
         self.pin_reads += 1
-        return self.db.read(MetadataStore.pinned_locations,
-                            sorted({canonical_location(loc) for loc in locations}),
-                            active_at=datetime.now(UTC))
+        return self.db.read(
+            MetadataStore.pinned_locations,
+            sorted({canonical_location(loc) for loc in locations}),
+            active_at=datetime.now(UTC),
+        )
 
     def _mark_deleted(self, job_id: str, old: Snapshot):
         """Called on the cleaner's thread once ``old``'s directory is gone (the writer's
@@ -176,22 +213,38 @@ class HeldCheckpoints:
         oldest = self.db.read(MetadataStore.oldest_retained_checkpoint_id, job_id)
         if oldest is None:
             return  # the DB cannot say now: the files stay (a later job adopts nothing more)
-        floor = min([oldest, *self.untouchable.get(job_id, ()),
-                     *(c.checkpoint_id for c in self.held
-                       if isinstance(c, Adopted) and c.job_id == job_id)])
+        floor = min(
+            [
+                oldest,
+                *self.untouchable.get(job_id, ()),
+                *(
+                    c.checkpoint_id
+                    for c in self.held
+                    if isinstance(c, Adopted) and c.job_id == job_id
+                ),
+            ]
+        )
         doomed = self.db.read(MetadataStore.unreferenced_shared_state, job_id, floor) or []
         job_dir = self.job_dirs[job_id]
         for key in doomed:
             path = own_shared_file(job_dir, key)
             if path is None:
-                log.warning("Ignoring shared-state row %r of job %s: not a file in %s/shared",
-                            key, job_id, job_dir)
+                log.warning(
+                    "Ignoring shared-state row %r of job %s: not a file in %s/shared",
+                    key,
+                    job_id,
+                    job_dir,
+                )
                 continue
             self.cleaner.remove_file(path)
         if doomed:
             self.db.write(MetadataStore.delete_shared_state, job_id, doomed)
-            log.info("Deleted %d shared files of ended job %s (%s) no kept checkpoint "
-                     "references", len(doomed), self.job_name, job_id)
+            log.info(
+                "Deleted %d shared files of ended job %s (%s) no kept checkpoint references",
+                len(doomed),
+                self.job_name,
+                job_id,
+            )
 
 
 def _inside(root: str, path: str) -> bool:

@@ -29,10 +29,14 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     with op.batch_alter_table("checkpoints") as batch:
-        batch.add_column(sa.Column("files_deleted", sa.Boolean(), nullable=False,
-                                   server_default=sa.false()))
-    op.execute(sa.text("UPDATE checkpoints SET files_deleted = :yes WHERE status = 'SUBSUMED'")
-               .bindparams(sa.bindparam("yes", True, type_=sa.Boolean())))
+        batch.add_column(
+            sa.Column("files_deleted", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
+    op.execute(
+        sa.text("UPDATE checkpoints SET files_deleted = :yes WHERE status = 'SUBSUMED'").bindparams(
+            sa.bindparam("yes", True, type_=sa.Boolean())
+        )
+    )
 
 
 def downgrade() -> None:
