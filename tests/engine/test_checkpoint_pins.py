@@ -394,3 +394,39 @@ def test_a_restarted_driver_keeps_what_its_predecessor_held_and_deletes_it_after
     assert restarted.result().status == "CANCELED"
     assert _intact(latest, shared_l), "a file of the retained checkpoint was deleted"
     store.close()
+
+
+@pytest.mark.timeout(120)
+def test_many_pins_do_not_stop_the_deletion_of_subsumed_checkpoints(tmp_path):
+    """The sweep read every active pin, once per completed checkpoint: with 20,000 pins on
+    SQLite that read took longer than the job master waits for a read (0.5 s), the sweep
+    then kept every subsumed checkpoint ("the DB cannot say") and none was ever deleted.
+    Now it reads only the pins of its candidates (bench/pins_read.py). Seconds."""
+    from sqlalchemy import insert
+
+    from airflow_checkpoint_provider.engine.catalog.models import SavepointPinRow
+
+    store = MetadataStore(f"sqlite:///{tmp_path / 'meta.db'}")
+    now = datetime.now(UTC)
+    with store.engine.begin() as conn:
+        conn.execute(
+            insert(SavepointPinRow),
+            [
+                dict(location=f"/elsewhere/savepoint-{i}", holder="h", created_at=now)
+                for i in range(20_000)
+            ],
+        )
+    root = tmp_path / "ckpt"
+    c = _coordinator(store, "d" * 32, root, "many-pins")
+    locations = []
+    for chk in (1, 2, 3):
+        location = root / "many-pins" / c.job_id / f"chk-{chk}"
+        location.mkdir(parents=True)
+        locations.append(location)
+        c.add_completed(CompletedCheckpoint(chk, "CHECKPOINT", str(location), 0, 0, 0))
+    _settle(c)
+    assert [os.path.exists(loc) for loc in locations] == [False, False, True]
+    assert c.holding.held == []
+    c.cleaner.close()
+    c.db.close(timeout=10)
+    store.close()
