@@ -393,6 +393,8 @@ def test_a_restarted_driver_keeps_what_its_predecessor_held_and_deletes_it_after
     restarted.request(again.job_id, "CANCEL")
     assert restarted.result().status == "CANCELED"
     assert _intact(latest, shared_l), "a file of the retained checkpoint was deleted"
+    # a job that ended marked what it deleted: the next one adopts nothing
+    assert store.unreleased_checkpoints(name, exclude_job_id="-") == []
     store.close()
 
 
