@@ -272,13 +272,16 @@ def _intact(location: str, shared: set[str]) -> bool:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_restarted_driver_keeps_what_its_predecessor_held_and_deletes_it_after_the_unpin(
-    tmp_path, metadata_url, monkeypatch
+    tmp_path, monkeypatch
 ):
     """Blue (RocksDB, retained 1) holds two pinned checkpoints A and B when its driver is
     SIGKILLed; the next job of the name restores ``latest`` (L). A and B keep every file,
     and a fenced green restores A. After A's unpin the new job deletes A and the shared
     files only A referenced; after B's pin expired, B and its own shared files; L (the
-    retained checkpoint it restored) keeps every file throughout. Local runner, ~60 s."""
+    retained checkpoint it restored) keeps every file throughout. Local runner, ~60 s; on
+    SQLite only (PostgreSQL's adoption queries run in the test above, without a driver)."""
+    metadata_url = f"sqlite:///{tmp_path / 'meta' / 'ckpt.db'}"
+    os.makedirs(tmp_path / "meta", exist_ok=True)
     root, name = str(tmp_path / "blue"), "held-blue"
     store = MetadataStore(metadata_url)
     driver = subprocess.Popen(
