@@ -137,9 +137,12 @@ def release_stale_holder(
         what,
     )
     try:
-        conn.execute(
-            "SELECT pg_terminate_backend(%s, %s)", (holder.pid, max(1, int(wait_s * 1000)))
-        )
+        try:  # PostgreSQL 14+: waits (at most wait_s) until the process exited
+            conn.execute(
+                "SELECT pg_terminate_backend(%s, %s)", (holder.pid, max(1, int(wait_s * 1000)))
+            )
+        except psycopg.errors.UndefinedFunction:  # before 14: signal only, polled below
+            conn.execute("SELECT pg_terminate_backend(%s)", (holder.pid,))
     except psycopg.errors.InsufficientPrivilege as exc:  # retried: the server ends it too
         raise ReplicationError(
             f"{where}: replication slot {slot!r} is held by {holder.describe()}, a superseded "
