@@ -33,6 +33,7 @@ from .pgoutput import (
     format_lsn,
 )
 from .postgres_cdc_slots import check_slot_position, slot_state
+from .postgres_cdc_takeover import application_name, release_stale_holder
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,21 @@ class StreamReader(SplitReader):
     def _connect(self) -> ReplicationStream:
         self.relations.clear()
         self.txn = None
-        stream = ReplicationStream(self.src.conninfo(replication=True), self.slot,
-                                   self.publication, self.lsn, self.acked)
+        conninfo = self.src.conninfo(replication=True, application_name=application_name(
+            self.ctx.job_id, self.ctx.attempt))
+        try:
+            stream = ReplicationStream(conninfo, self.slot, self.publication, self.lsn,
+                                       self.acked)
+        except ReplicationError as exc:
+            # held by the walsender of a superseded run (its client died without closing
+            # the connection): end it and connect at once, instead of retrying until the
+            # server's wal_sender_timeout; another reader fails the job (SlotHeldError)
+            if "is active for PID" not in str(exc) or release_stale_holder(
+                    self._admin(), self.slot, job_id=self.ctx.job_id, attempt=self.ctx.attempt,
+                    where=self.where) is None:
+                raise
+            stream = ReplicationStream(conninfo, self.slot, self.publication, self.lsn,
+                                       self.acked)
         try:  # on every (re)connect: the server must not start past our position
             check_slot_position(self._admin(), self.slot, self.lsn, stream.backend_pid,
                                 self.where)

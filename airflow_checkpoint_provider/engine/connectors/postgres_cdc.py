@@ -75,6 +75,7 @@ from .postgres_cdc_slots import (
     slot_state,
 )
 from .postgres_cdc_start import check_job_start
+from .postgres_cdc_takeover import APP_PREFIX
 from .postgres_cdc_wait import (
     SlotWaitTimeoutError,
     create_slot,
@@ -183,12 +184,14 @@ class PostgresCdcSource(Source):
             store.claim_cdc_slot(server=server_identity(conn), slot=self.slot,
                                  job_name=job_name, job_id=job_id)
 
-    def conninfo(self, *, replication: bool = False) -> str:
+    def conninfo(self, *, replication: bool = False, application_name: str = APP_PREFIX) -> str:
+        """``application_name``: the stream split names its run (``ckpt-cdc <job id>
+        <attempt>``, see :mod:`.postgres_cdc_takeover`)."""
         from psycopg.conninfo import make_conninfo
 
         extra = {"replication": "database"} if replication else {}
         return make_conninfo(_dsn(self.url), options=SESSION_OPTIONS,
-                             application_name="ckpt-cdc", **extra)
+                             application_name=application_name, **extra)
 
     def connect(self):
         require("postgres")

@@ -46,11 +46,11 @@ def source(postgres_server):
     yield from items_database(postgres_server, ROWS, 50)
 
 
-def _wait_for(condition, driver, what: str, timeout: float = 90) -> None:
+def _wait_for(condition, driver, what: str, timeout: float = 90, explain=lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
-        assert driver.poll() is None, f"the job ended: {what}"
-        assert time.monotonic() < deadline, what
+        assert driver.poll() is None, f"the job ended: {what}\n{explain()}"
+        assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s:\n{explain()}"
         time.sleep(0.1)
 
 
@@ -70,11 +70,53 @@ def _join(procs) -> None:
         assert p.exitcode == 0, "a writer process failed"
 
 
-def _converged(target: dict, url: str, kind: str, timeout: float = 180) -> None:
-    """Wait until the target equals the source (the job caught up); fail with the diff.
-    180 s: on a loaded machine a job restored after a driver SIGKILL completed no
-    checkpoint within 90 s (full runs of 2026-11-27, iceberg; the same seed caught up in
-    seconds on a quiet machine); lost changes never converge, however long the wait."""
+def _timeline(root: str, name: str) -> str:
+    """Where the jobs of ``name`` spent their time (metadata DB): status, attempts and their
+    failures, checkpoints triggered / completed and the slowest one. A stall's failure says
+    which part stood still (start, checkpoints, or the sink's commits)."""
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+
+    lines = []
+    with MetadataStore("sqlite:///" + os.path.join(root, "meta.db")) as store:
+        for j in sorted(store.list_jobs(job_name=name), key=lambda j: j.created_at):
+            line = f"job {j.job_id[:8]} {j.status}, created {j.created_at:%H:%M:%S}"
+            for a in store.list_attempts(j.job_id):
+                line += f"; attempt {a.attempt} started {a.started_at:%H:%M:%S}"
+                if a.failure_reason:
+                    line += f" (ended: {a.failure_reason[:160]})"
+            chks = sorted(store.list_checkpoints(j.job_id), key=lambda c: c.checkpoint_id)
+            done = [c for c in chks if c.status in ("COMPLETED", "SUBSUMED")]
+            if chks:
+                line += (f"; {len(chks)} checkpoint(s) triggered {chks[0].trigger_time:%H:%M:%S}"
+                         f"..{chks[-1].trigger_time:%H:%M:%S}, {len(done)} completed, slowest "
+                         f"{max((c.duration_ms or 0) for c in chks)} ms, last "
+                         f"{chks[-1].status}")
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _running(bg: Background, root: str, name: str, timeout: float = 90):
+    """The restored job, once RUNNING with a completed checkpoint; fails with the timeline.
+    Measured (2026-11-27, seed 264594428, iceberg): 20-28 s to RUNNING at load 5-37, 33-64 s
+    at load 40-47 (the slot processes import pyiceberg/pydantic/SQLAlchemy and load the
+    catalog while CPU-starved), the first checkpoint 1-5 s later."""
+    started = time.monotonic()
+    try:
+        job = bg.wait_running(timeout=timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc} within {timeout:.0f} s:\n{_timeline(root, name)}") from exc
+    print(f"restored job RUNNING with a checkpoint after {time.monotonic() - started:.1f} s")
+    return job
+
+
+def _converged(target: dict, url: str, kind: str, timeout: float = 120, *,
+               timeline=lambda: "") -> None:
+    """Wait until the target equals the source (the job caught up); fail with the diff and
+    the jobs' timeline. 120 s, twice the slowest healthy catch-up measured: 9-31 s after
+    the writers' end at load 5-37, 34-56 s at load 40-47 (12 restores, 2026-11-27, iceberg,
+    seed 264594428: every checkpoint completed; the time went to the Iceberg sink's
+    copy-on-write commits, 5-22 s each at load 47); lost changes never converge, however
+    long the wait."""
     started = time.monotonic()
     deadline = started + timeout
     while True:
@@ -88,7 +130,8 @@ def _converged(target: dict, url: str, kind: str, timeout: float = 180) -> None:
     assert not missing and not extra, (
         f"{kind}: {len(missing)} rows differ or are missing (e.g. "
         f"{list(missing.items())[:3]} vs {[got.get(k) for k in list(missing)[:3]]}), "
-        f"{len(extra)} extra (e.g. {list(extra.items())[:3]})")
+        f"{len(extra)} extra (e.g. {list(extra.items())[:3]}) after {timeout:.0f} s:\n"
+        f"{timeline()}")
     assert len(want) > ROWS // 50 // 2
 
 
@@ -132,10 +175,11 @@ def test_cdc_into_an_upsert_sink_equals_the_source_under_kills_and_rescale(
         env={**os.environ, "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])})
     try:
         _wait_for(lambda: os.path.exists(os.path.join(root, "killed")), driver,
-                  f"no slot was killed (seed {seed})")
+                  f"no slot was killed (seed {seed})", explain=lambda: _timeline(root, name))
         done = _completed(root, name)
         _wait_for(lambda: _completed(root, name) > done, driver,
-                  f"no checkpoint completed after the slot's kill (seed {seed})")
+                  f"no checkpoint completed after the slot's kill (seed {seed})",
+                  explain=lambda: _timeline(root, name))
         time.sleep(rng.uniform(0.0, 2.0))
         driver.send_signal(signal.SIGKILL)
         driver.wait(10)
@@ -148,17 +192,17 @@ def test_cdc_into_an_upsert_sink_equals_the_source_under_kills_and_rescale(
     monkeypatch.setenv("CKPT_HEARTBEAT_TIMEOUT_S", "2")
     time.sleep(2.5)
     bg = Background(cdc_upsert_pipeline(root, source, target, name=name), restore="latest")
-    job = bg.wait_running(timeout=90)
+    job = _running(bg, root, name)
     _join(start_writers(source, 2, [rng.randrange(1000, 2000)]))
-    _converged(target, source, kind)
+    _converged(target, source, kind, timeline=lambda: _timeline(root, name))
     savepoint = _stop(bg, job)
     assert bg.result().restored_from, f"seed {seed}"
     # 3. restore the savepoint at another parallelism; writers again
     bg = Background(cdc_upsert_pipeline(root, source, target, name=name, source_parallelism=3,
                                         parallelism=3), restore=savepoint)
-    job = bg.wait_running(timeout=90)
+    job = _running(bg, root, name)
     _join(start_writers(source, 1.5, [rng.randrange(2000, 3000)]))
-    _converged(target, source, kind)
+    _converged(target, source, kind, timeline=lambda: _timeline(root, name))
     _stop(bg, job)
     _converged(target, source, kind, timeout=0)
     _no_prepared(target)
