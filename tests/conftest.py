@@ -21,6 +21,10 @@ _GROUPS = (
     ("spark_cluster", "spark-cluster-jobs"),
 )
 _GROUPED_DIRS = (("bench", "bench"), ("deploy", "spark-cluster"))
+#: the files of tests/bench that share the benchmarks' results folder (the ``bench`` group);
+#: the NEXMark and section-rendering tests of the folder use their own temp dirs, so they
+#: run on any worker instead of queueing behind the smoke tests (~170 s off the group)
+_BENCH_SHARED_RESULTS = ("test_bench_smoke.py",)
 
 
 def _module_fixture_group(item) -> str | None:
@@ -43,6 +47,8 @@ def pytest_collection_modifyitems(config, items):
         # a folder's group first: tests/deploy uses the spark_cluster fixture too
         parts = os.path.relpath(str(item.path), TESTS).split(os.sep)
         group = next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
+        if group == "bench" and parts[-1] not in _BENCH_SHARED_RESULTS:
+            group = None  # shares nothing with the smoke tests: it runs beside them
         if group is None:
             fixtures = getattr(item, "fixturenames", ())
             group = next((g for fixture, g in _GROUPS if fixture in fixtures), None)
