@@ -46,7 +46,7 @@ def test_checkpoint_overhead_scenario_runs_both_jobs(results):
 @pytest.mark.timeout(300)
 def test_checkpoint_scaling_scenario_reports_durations_and_sizes(results):
     bench("checkpoint_scaling.py", "--keys", "1000,4000", "--reps", "1", "--min-records",
-          "30000", results=results)
+          "12000", results=results)
     summary = load(results, "checkpoint_scaling.json")["summary"]
     assert [s["keys"] for s in summary] == [1000, 4000]
     assert all(s["checkpoints"] >= 1 and s["bytes_max"] > 0 for s in summary)
@@ -55,7 +55,7 @@ def test_checkpoint_scaling_scenario_reports_durations_and_sizes(results):
 
 @pytest.mark.timeout(300)
 def test_recovery_scenario_measures_a_restart(results):
-    bench("recovery.py", "--keys", "2000", "--records", "60000", "--reps", "1", results=results)
+    bench("recovery.py", "--keys", "2000", "--records", "20000", "--reps", "1", results=results)
     run = load(results, "recovery.json")["runs"][0]
     assert run["restarts"] == 1
     assert run["recovery_s"] is not None and run["recovery_s"] > 0
