@@ -21,10 +21,11 @@ _GROUPS = (
     ("spark_cluster", "spark-cluster-jobs"),
 )
 _GROUPED_DIRS = (("bench", "bench"), ("deploy", "spark-cluster"))
-#: the files of tests/bench that share the benchmarks' results folder (the ``bench`` group);
-#: the NEXMark and section-rendering tests of the folder use their own temp dirs, so they
-#: run on any worker instead of queueing behind the smoke tests (~170 s off the group)
-_BENCH_SHARED_RESULTS = ("test_bench_smoke.py",)
+#: the files of tests/bench kept in the ``bench`` group: none. The group was for the smoke
+#: tests' one shared results folder; each smoke test now renders its own, and the NEXMark
+#: tests always used their own temp dirs, so every test of the folder runs on any worker
+#: (the group ran ~17 min on one worker, the suite's second serial floor)
+_BENCH_SHARED_RESULTS: tuple[str, ...] = ()
 
 
 def _module_fixture_group(item) -> str | None:
@@ -48,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
         parts = os.path.relpath(str(item.path), TESTS).split(os.sep)
         group = next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
         if group == "bench" and parts[-1] not in _BENCH_SHARED_RESULTS:
-            group = None  # shares nothing with the smoke tests: it runs beside them
+            group = None  # shares nothing with the other tests of the folder
         if group is None:
             fixtures = getattr(item, "fixturenames", ())
             group = next((g for fixture, g in _GROUPS if fixture in fixtures), None)
