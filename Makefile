@@ -50,7 +50,7 @@ demo-engine: venv
 # pytest-xdist workers: more than the 2 cores, since most long tests wait (rate-limited
 # sources, checkpoint intervals, Airflow's scheduler) more than they compute. Groups
 # (tests/conftest.py) keep tests that share a server on one worker: the Airflow deployments
-# with their Spark cluster, the other Spark-cluster tests, the benchmarks' smoke tests; the
+# with their Spark cluster, the other Spark-cluster tests, the vectorized join jobs; the
 # longest scopes start first. PYTEST_ARGS adds options, e.g. `make test PYTEST_ARGS="-n 0"`
 # runs them in one process; PYTEST_WORKERS=2 runs two workers.
 PYTEST_ARGS ?=

@@ -15,8 +15,8 @@ if TESTS not in sys.path:
 #: real Airflow deployments of tests/deploy with their Spark standalone cluster
 #: (``spark-cluster``, the longest group: ~19 min), the other tests on a standalone cluster
 #: (``spark-cluster-jobs``: they kill executors of their cluster and submit to it; a worker
-#: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments), and
-#: the benchmarks' smoke tests, which share their results folder.
+#: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments); the
+#: ``bench`` folder group is kept for no file (``_BENCH_SHARED_RESULTS`` below).
 _GROUPS = (
     ("spark_cluster", "spark-cluster-jobs"),
 )
