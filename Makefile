@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-engine test lint docs venv clean check-java check-postgres check-chromium bench stack bench-nexmark chaos
+.PHONY: demo demo-engine test test-full lint docs venv clean check-java check-postgres check-chromium bench stack bench-nexmark chaos
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s)" % sys.version.split()[0])'
@@ -50,13 +50,18 @@ demo-engine: venv
 # pytest-xdist workers: more than the 2 cores, since most long tests wait (rate-limited
 # sources, checkpoint intervals, Airflow's scheduler) more than they compute. Groups
 # (tests/conftest.py) keep tests that share a server on one worker: the Airflow deployments
-# with their Spark cluster, the other Spark-cluster tests, the benchmarks' smoke tests; the
+# with their Spark cluster, the other Spark-cluster tests, the vectorized join jobs; the
 # longest scopes start first. PYTEST_ARGS adds options, e.g. `make test PYTEST_ARGS="-n 0"`
 # runs them in one process; PYTEST_WORKERS=2 runs two workers.
 PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 3
 test: venv check-java check-postgres check-chromium
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
+
+# The same tests with their full matrices (tests/budget.py: all 20 fault-injection seeds,
+# the full Hypothesis example counts); `make test` runs bounded ones.
+test-full:
+	CKPT_TEST_FULL=1 $(MAKE) test
 
 # The compose stack's services without Docker (PostgreSQL, S3 server, 2-worker Spark
 # cluster), the blue-green DAG run against them with `airflow dags test`, then stopped.

@@ -15,12 +15,17 @@ if TESTS not in sys.path:
 #: real Airflow deployments of tests/deploy with their Spark standalone cluster
 #: (``spark-cluster``, the longest group: ~19 min), the other tests on a standalone cluster
 #: (``spark-cluster-jobs``: they kill executors of their cluster and submit to it; a worker
-#: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments), and
-#: the benchmarks' smoke tests, which share their results folder.
+#: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments); the
+#: ``bench`` folder group is kept for no file (``_BENCH_SHARED_RESULTS`` below).
 _GROUPS = (
     ("spark_cluster", "spark-cluster-jobs"),
 )
 _GROUPED_DIRS = (("bench", "bench"), ("deploy", "spark-cluster"))
+#: the files of tests/bench kept in the ``bench`` group: none. The group was for the smoke
+#: tests' one shared results folder; each smoke test now renders its own, and the NEXMark
+#: tests always used their own temp dirs, so every test of the folder runs on any worker
+#: (the group ran ~17 min on one worker, the suite's second serial floor)
+_BENCH_SHARED_RESULTS: tuple[str, ...] = ()
 
 
 def _module_fixture_group(item) -> str | None:
@@ -43,6 +48,8 @@ def pytest_collection_modifyitems(config, items):
         # a folder's group first: tests/deploy uses the spark_cluster fixture too
         parts = os.path.relpath(str(item.path), TESTS).split(os.sep)
         group = next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
+        if group == "bench" and parts[-1] not in _BENCH_SHARED_RESULTS:
+            group = None  # shares nothing with the other tests of the folder
         if group is None:
             fixtures = getattr(item, "fixturenames", ())
             group = next((g for fixture, g in _GROUPS if fixture in fixtures), None)

@@ -102,3 +102,26 @@ def test_the_deployments_and_the_other_cluster_tests_are_two_groups(tmp_path):
     assert groups["tests/provider/test_submit_to_cluster.py"] == "spark-cluster-jobs", groups
     killed = next(n for n in nodes if "killed_executor" in n)
     assert killed.endswith("@spark-cluster-jobs"), killed
+
+
+@pytest.mark.timeout(240)
+def test_the_bench_tests_share_no_group_and_the_vector_join_jobs_do(tmp_path):
+    """The ``bench`` group kept every test of tests/bench on one worker (~17 min, the suite's
+    second serial floor) for the smoke tests' one shared results folder; each smoke test now
+    has its own folder and renders it, so none is grouped, not even by module. The
+    vectorized join jobs share their failure-free runs (a session fixture) in a group."""
+    (tmp_path / "show_groups.py").write_text(_SHOW_GROUPS)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-p",
+         "show_groups", "tests/bench/test_bench_smoke.py", "tests/bench/test_nexmark_source.py",
+         "tests/bench/test_nexmark_q13_q19.py", "tests/engine/test_vector_joins.py"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(tmp_path)])}, cwd=ROOT,
+        capture_output=True, text=True, timeout=220)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    nodes = [line.split(" ", 1)[1] for line in proc.stdout.splitlines()
+             if line.startswith("NODE ")]
+    bench = [n for n in nodes if n.startswith("tests/bench/")]
+    assert len(bench) > 13 and not any("@" in n for n in bench), bench
+    jobs = [n for n in nodes if "sigkill" in n or "savepoint_restores_at" in n
+            or "commits_the_rows_of_the_row_path" in n]
+    assert len(jobs) == 6 and all(n.endswith("@vector-joins-jobs") for n in jobs), jobs

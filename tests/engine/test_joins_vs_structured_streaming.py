@@ -61,7 +61,10 @@ from airflow_checkpoint_provider.engine import (
 )
 
 pytestmark = pytest.mark.slow
-PARTS = 4  # micro-batches of each input
+#: micro-batches of each input: two, so SS's watermark still advances between data batches
+#: (and the sentinels' two batches flush the rest); each batch of the five queries costs
+#: ~1-4 s, so four parts made this module's set-up ~90 s longer for the same comparison
+PARTS = 2
 HOWS = ("inner", "left", "right", "full")
 SCHEMA = "id long, key string, value long, ts long"
 
@@ -76,7 +79,7 @@ def spark():
         # no no-data micro-batches: SS would run one after every batch only to evict state
         # with the advanced watermark; the same watermark evicts in the next batch (the
         # sentinels' second batch flushes the last), so the output and the rows dropped as
-        # late are the same, in half the batches (5 queries x 6 batches, ~1-4 s each)
+        # late are the same, in half the batches (5 queries x 4 batches, ~1-4 s each)
         session = session_for("local[2]", "joins-vs-ss",
                               extra_conf={"spark.sql.shuffle.partitions": "2",
                                           "spark.sql.session.timeZone": "UTC",

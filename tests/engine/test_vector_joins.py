@@ -253,11 +253,35 @@ def _run(root, **kwargs) -> dict[str, Counter]:
     return {o: committed(str(root), o) for o in OUTPUTS}
 
 
+#: the end-to-end jobs run on one worker, so each failure-free vectorized run (string keys,
+#: per backend) is made once and compared with every faulty or restored run of its backend
+JOBS = pytest.mark.xdist_group("vector-joins-jobs")
+
+
+@pytest.fixture(scope="session")
+def clean_run(tmp_path_factory):
+    """``clean_run(backend)``: the committed rows of a failure-free vectorized job with
+    string keys on ``backend`` (run once per session and backend; the input and so the
+    output do not depend on the source rate)."""
+    runs: dict[str, dict[str, Counter]] = {}
+
+    def get(backend: str) -> dict[str, Counter]:
+        if backend not in runs:
+            root = tmp_path_factory.mktemp(f"clean-{backend}")
+            runs[backend] = _run(root, vectorized=True, state_backend=backend)
+        return runs[backend]
+
+    return get
+
+
+@JOBS
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("backend,int_keys", [("heap", False), ("rocksdb", True)])
-def test_a_vectorized_job_commits_the_rows_of_the_row_path_job(tmp_path, backend, int_keys):
+def test_a_vectorized_job_commits_the_rows_of_the_row_path_job(tmp_path, clean_run, backend,
+                                                               int_keys):
     row = _run(tmp_path / "row", vectorized=False, state_backend=backend, int_keys=int_keys)
-    vec = _run(tmp_path / "vec", vectorized=True, state_backend=backend, int_keys=int_keys)
+    vec = (_run(tmp_path / "vec", vectorized=True, state_backend=backend, int_keys=int_keys)
+           if int_keys else clean_run(backend))
     for out in OUTPUTS:
         assert sum(row[out].values()) > 1_000
         assert vec[out] == row[out], out
@@ -266,13 +290,14 @@ def test_a_vectorized_job_commits_the_rows_of_the_row_path_job(tmp_path, backend
 FAULTS = [("record", 1_500), ("kill", 3_500), ("record", 5_000)]
 
 
+@JOBS
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("backend,unaligned", [("heap", False), ("rocksdb", False),
                                                ("heap", True)])
-def test_vectorized_joins_are_exactly_once_under_exceptions_and_sigkill(tmp_path, backend,
-                                                                        unaligned):
-    clean = _run(tmp_path / "clean", vectorized=True, state_backend=backend)
+def test_vectorized_joins_are_exactly_once_under_exceptions_and_sigkill(tmp_path, clean_run,
+                                                                        backend, unaligned):
+    clean = clean_run(backend)
     faults = FaultPlan(str(tmp_path / "faults"), FAULTS)
     result = vector_join_pipeline(str(tmp_path / "faulty"), vectorized=True,
                                   state_backend=backend, faults=faults, rate=5_000,
@@ -283,12 +308,13 @@ def test_vectorized_joins_are_exactly_once_under_exceptions_and_sigkill(tmp_path
         assert committed(str(tmp_path / "faulty"), out) == clean[out], out
 
 
+@JOBS
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_a_vectorized_join_savepoint_restores_at_another_parallelism(tmp_path):
+def test_a_vectorized_join_savepoint_restores_at_another_parallelism(tmp_path, clean_run):
     """Stop with a savepoint mid-stream, then a job that runs the vectorized joins again at
     parallelism 3 restores it: the committed rows equal a failure-free run's."""
-    clean = _run(tmp_path / "clean", vectorized=True, state_backend="rocksdb")
+    clean = clean_run("rocksdb")
     first = tmp_path / "first"
     bg = Background(vector_join_pipeline(str(first), vectorized=True, state_backend="rocksdb",
                                          rate=1_000))

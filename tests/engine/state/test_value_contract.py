@@ -11,6 +11,7 @@ from collections import OrderedDict, defaultdict
 
 import msgpack
 import pytest
+from budget import scaled
 from hypothesis import given, settings
 from value_strategies import HASHABLE, VALUES, same
 
@@ -41,14 +42,14 @@ MAXP = 8
 ALL = KeyGroupRange(0, MAXP - 1)
 
 
-@settings(max_examples=300, deadline=None, database=None)
+@settings(max_examples=scaled(100, 300), deadline=None, database=None)  # tests/budget.py
 @given(VALUES)
 def test_every_supported_value_round_trips_with_its_type(value):
     check_value(value)  # accepted: so it must come back
     assert same(unpack_value(pack_value(value)), value)
 
 
-@settings(max_examples=200, deadline=None, database=None)
+@settings(max_examples=scaled(70, 200), deadline=None, database=None)
 @given(HASHABLE)
 def test_row_keys_round_trip_and_tuples_keep_the_plain_msgpack_bytes(key):
     assert same(unpack_key(pack_key(key)), key)

@@ -14,6 +14,7 @@ import os
 import tempfile
 
 import pytest
+from budget import scaled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from value_strategies import HASHABLE, STATE_KEYS, VALUES, same
@@ -36,8 +37,9 @@ from airflow_checkpoint_provider.engine.state_io.write import rewrite_savepoint
 
 MAXP = 16
 def examples(n: int) -> settings:
-    """``n`` examples, no deadline (a loaded machine), no example database on disk."""
-    return settings(max_examples=n, deadline=None, database=None,
+    """``n`` examples under ``CKPT_TEST_FULL=1``, a third of them (at least 8) in ``make
+    test`` (tests/budget.py); no deadline (a loaded machine), no example database on disk."""
+    return settings(max_examples=scaled(max(8, n // 3), n), deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 #: per key: what each state kind holds (absent: the key has no such state)
