@@ -289,7 +289,8 @@ def summarize(poller: CheckpointPoller, lat_dir: str, *, cost_us, real, overload
         "checkpoints": [{k: c.get(k) for k in ("id", "status", "trigger_timestamp",
                                                "latest_ack_timestamp", "end_to_end_duration",
                                                "checkpointed_size", "processed_data",
-                                               "persisted_data", "is_unaligned")}
+                                               "persisted_data", "is_unaligned",
+                                               "failure_message")}
                         for c in cps],
         "loadavg_before": load[0],
         "loadavg_after": load[1],

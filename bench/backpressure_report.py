@@ -143,10 +143,67 @@ def _nexmark_rows(data: dict) -> list[list]:
     return rows
 
 
+def _flink(runs: list[dict]) -> list[str]:
+    """The Flink 2.3 anchor (bench/backpressure_flink.py): the same job, buffer debloating
+    on, one row per cell, with what Flink's REST API exposes."""
+    if not runs:
+        return []
+    rows = []
+    for r in runs:
+        done = [c for c in r.get("checkpoints", []) if c.get("status") == "COMPLETED"]
+        worst = max(done, key=lambda c: c["end_to_end_duration"], default=None)
+        rows.append([
+            r["runner"], f"{r['cost_us']:g} us", _dash(r.get("measured_cost_us")),
+            f"{r['overload']:g}x", fmt(r.get("source_rate")), r["mode"],
+            {True: "on", False: "off"}.get(r["debloat"], "on"),
+            r["completed"], r["failed"], r["per_interval"], _dash(r["p50_ms"]),
+            _dash(r["p99_ms"]), _dash(r["max_ms"]), fmt(r.get("inflight_bytes_max")),
+            _dash(r["throughput"]), _dash(r["latency_p99_ms"]),
+            f"{fmt(r['received'])} / {fmt(r['records'])}",
+            "-" if worst is None else f"{worst['id']} of {len(done)}",
+            f"{r['loadavg_before'][0]:.0f}"])
+    loads = [r["loadavg_before"][0] for r in runs]
+    command = next((x for x in (r.get("command") for r in runs) if x), None)
+    modes = sorted({r["flink_python_mode"] for r in runs})
+    lines = [
+        "### Flink 2.3 anchor (buffer debloating on)", "",
+        f"Command (Flink's venv, `make .flink-venv/.installed`): `{command or 'bench/backpressure_flink.py matrix'}`. "
+        "The same job on Flink 2.3.0 (PyFlink, a local MiniCluster, one process per cell): "
+        "a SQL `datagen` sequence throttled by `rows-per-second` to the overload x the slow "
+        "function's measured capacity (1 subtask) -> a Python `map` stamping the emit time "
+        "-> `key_by` (1,000 keys) -> a Python `KeyedProcessFunction` sleeping the cost per "
+        "record (2 subtasks) -> a Python function recording each record's end-to-end latency "
+        "(chained). `taskmanager.network.memory.buffer-debloat.enabled: true`, target 1 s; "
+        "checkpoints every 1 s, hashmap backend, checkpoints after tasks finished (Flink 2's "
+        f"default); Python functions in `python.execution-mode: {', '.join(modes)}` "
+        "(process: Beam workers beside the JVM, Flink's default, bundles of up to 100,000 "
+        "records or 1 s; thread: embedded in the JVM). Checkpoint durations (trigger to the "
+        "last acknowledgement), counts and the unaligned channel state (`persisted_data`) are "
+        "from the MiniCluster's REST API (`/jobs/<id>/checkpoints`, polled every 200 ms: a "
+        "checkpoint still running when the job ended is not counted); Flink does not expose "
+        "the records queued per task. Failed = checkpoints Flink reports failed (at the "
+        "start while the Python workers come up, and at the end after tasks finished).", "",
+        f"**One run per cell on a heavily loaded shared machine** (load average "
+        f"{min(loads):.0f}-{max(loads):.0f} on 2 cores when the runs started: other sessions' "
+        "test suites and a chaos run): the slow function did not reach its measured capacity "
+        "(throughput below 1x) and every figure here is noisy. Not pinned.", "",
+    ]
+    lines += table(["engine", "cost/record", "measured (us)", "overload", "source rate (rec/s)",
+                    "mode", "debloat", "checkpoints", "failed", "per interval", "p50 (ms)",
+                    "p99 (ms)", "max (ms)", "channel state bytes (max)", "throughput (rec/s)",
+                    "e2e p99 (ms)", "records received / sent", "slowest checkpoint: id of n",
+                    "load"], rows)
+    return lines + [""]
+
+
 def render(r: Results) -> list[str]:
     data = r.load("backpressure.json")
     if not data:
         return []
+    flink = [x for x in data["runs"] if x.get("engine") == "flink"]
+    for x in flink:
+        x.setdefault("command", data.get("flink_command"))
+    data = {**data, "runs": [x for x in data["runs"] if x.get("engine", "ours") == "ours"]}
     spark = (r.load("backpressure_spark.json") or {}).get("runs", [])
     off = (r.load("backpressure_off.json") or {}).get("runs", [])
     lines = [
@@ -170,11 +227,14 @@ def render(r: Results) -> list[str]:
         "channel state = what unaligned checkpoints stored.", "",
         "**Shared machine, one run per cell**: 2 cores shared with other sessions' tests (load "
         "average 8-12 during the runs of 2026-11-27 with `QUEUE_SHARE` 0.7; 25-40 for the "
-        "debloat-off rows and the profiles). No Flink on this machine: the Flink 2.3 anchor "
-        "of the issue is not measured.", "",
+        "debloat-off rows and the profiles). "
+        + ("The Flink 2.3 anchor of the issue: *Flink 2.3 anchor* below."
+           if flink else "No Flink on this machine: the Flink 2.3 anchor of the issue is not "
+           "measured."), "",
     ]
     lines += _matrix(data["runs"] + spark + off)
     lines += ["", *_verdict(data["runs"] + spark), *EXPLAIN, ""]
+    lines += _flink(flink)
     rows = _profile_rows(r)
     if rows:
         lines += [
