@@ -108,8 +108,16 @@ class CheckpointPoller(threading.Thread):
             self.stop.wait(self.period)
 
 
-def settings(*, root: str, port: int, interval_ms: int, unaligned: bool, python_mode: str,
-             debloat: bool, parallelism: int) -> dict[str, str]:
+def settings(
+    *,
+    root: str,
+    port: int,
+    interval_ms: int,
+    unaligned: bool,
+    python_mode: str,
+    debloat: bool,
+    parallelism: int,
+) -> dict[str, str]:
     return {
         "parallelism.default": "1",
         "rest.address": "127.0.0.1",
@@ -134,9 +142,17 @@ def settings(*, root: str, port: int, interval_ms: int, unaligned: bool, python_
     }
 
 
-def run(*, cost_us: float, overload: float, unaligned: bool, seconds: float = 6.0,
-        parallelism: int = 2, interval_ms: int = 1000, python_mode: str = "process",
-        debloat: bool = True) -> dict:
+def run(
+    *,
+    cost_us: float,
+    overload: float,
+    unaligned: bool,
+    seconds: float = 6.0,
+    parallelism: int = 2,
+    interval_ms: int = 1000,
+    python_mode: str = "process",
+    debloat: bool = True,
+) -> dict:
     from pyflink.common import Configuration, Types
     from pyflink.datastream import (
         FlatMapFunction,
@@ -153,8 +169,15 @@ def run(*, cost_us: float, overload: float, unaligned: bool, seconds: float = 6.
     n = max(200, int(capacity * seconds))
     root = tempfile.mkdtemp(prefix="bench-backpressure-flink-")
     port = free_port()
-    conf_map = settings(root=root, port=port, interval_ms=interval_ms, unaligned=unaligned,
-                        python_mode=python_mode, debloat=debloat, parallelism=parallelism)
+    conf_map = settings(
+        root=root,
+        port=port,
+        interval_ms=interval_ms,
+        unaligned=unaligned,
+        python_mode=python_mode,
+        debloat=debloat,
+        parallelism=parallelism,
+    )
     lat_dir = os.path.join(root, "lat")
     os.makedirs(lat_dir)
 
@@ -190,8 +213,7 @@ def run(*, cost_us: float, overload: float, unaligned: bool, seconds: float = 6.
         def close(self):
             path = os.path.join(self.directory, f"lat-{self.index}-{os.getpid()}.json")
             with open(path, "w") as f:
-                json.dump({"latencies": self.latencies, "first": self.first,
-                           "last": self.last}, f)
+                json.dump({"latencies": self.latencies, "first": self.first, "last": self.last}, f)
 
     try:
         conf = Configuration()
@@ -203,13 +225,21 @@ def run(*, cost_us: float, overload: float, unaligned: bool, seconds: float = 6.
         t_env.execute_sql(
             "CREATE TABLE gen (id BIGINT) WITH ('connector' = 'datagen', "
             "'fields.id.kind' = 'sequence', 'fields.id.start' = '0', "
-            f"'fields.id.end' = '{n - 1}', 'rows-per-second' = '{max(1, round(rate))}')")
+            f"'fields.id.end' = '{n - 1}', 'rows-per-second' = '{max(1, round(rate))}')"
+        )
         record = Types.TUPLE([Types.LONG(), Types.LONG(), Types.DOUBLE()])
         stamped = t_env.to_data_stream(t_env.from_path("gen")).map(Stamp(), output_type=record)
-        slow = (stamped.key_by(lambda r: r[0], key_type=Types.LONG())
-                .process(Slow(cost_s), output_type=record).set_parallelism(parallelism))
-        (slow.flat_map(Latency(lat_dir), output_type=Types.LONG()).set_parallelism(parallelism)
-         .print().set_parallelism(parallelism))
+        slow = (
+            stamped.key_by(lambda r: r[0], key_type=Types.LONG())
+            .process(Slow(cost_s), output_type=record)
+            .set_parallelism(parallelism)
+        )
+        (
+            slow.flat_map(Latency(lat_dir), output_type=Types.LONG())
+            .set_parallelism(parallelism)
+            .print()
+            .set_parallelism(parallelism)
+        )
         load_before = os.getloadavg()
         t0 = time.time()
         client = env.execute_async("backpressure-flink")
@@ -222,17 +252,46 @@ def run(*, cost_us: float, overload: float, unaligned: bool, seconds: float = 6.
         poller.join()
         net_runtime_s = result.get_net_runtime() / 1000
         return summarize(
-            poller, lat_dir, cost_us=cost_us, real=real, overload=overload, unaligned=unaligned,
-            n=n, parallelism=parallelism, interval_ms=interval_ms, python_mode=python_mode,
-            debloat=debloat, rate=rate, wall=wall, net_runtime_s=net_runtime_s,
-            load=(load_before, os.getloadavg()), settings=conf_map)
+            poller,
+            lat_dir,
+            cost_us=cost_us,
+            real=real,
+            overload=overload,
+            unaligned=unaligned,
+            n=n,
+            parallelism=parallelism,
+            interval_ms=interval_ms,
+            python_mode=python_mode,
+            debloat=debloat,
+            rate=rate,
+            wall=wall,
+            net_runtime_s=net_runtime_s,
+            load=(load_before, os.getloadavg()),
+            settings=conf_map,
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def summarize(poller: CheckpointPoller, lat_dir: str, *, cost_us, real, overload, unaligned, n,
-              parallelism, interval_ms, python_mode, debloat, rate, wall, net_runtime_s, load,
-              settings) -> dict:
+def summarize(
+    poller: CheckpointPoller,
+    lat_dir: str,
+    *,
+    cost_us,
+    real,
+    overload,
+    unaligned,
+    n,
+    parallelism,
+    interval_ms,
+    python_mode,
+    debloat,
+    rate,
+    wall,
+    net_runtime_s,
+    load,
+    settings,
+) -> dict:
     cps = [poller.seen[i] for i in sorted(poller.seen)]
     done = [c for c in cps if c.get("status") == "COMPLETED"]
     failed = [c for c in cps if c.get("status") == "FAILED"]
@@ -286,12 +345,24 @@ def summarize(poller: CheckpointPoller, lat_dir: str, *, cost_us, real, overload
         "throughput": round(len(lat) / span, 1) if span else None,
         "latency_p99_ms": round(p99(lat) * 1000, 1) if lat else None,
         "received": len(lat),
-        "checkpoints": [{k: c.get(k) for k in ("id", "status", "trigger_timestamp",
-                                               "latest_ack_timestamp", "end_to_end_duration",
-                                               "checkpointed_size", "processed_data",
-                                               "persisted_data", "is_unaligned",
-                                               "failure_message")}
-                        for c in cps],
+        "checkpoints": [
+            {
+                k: c.get(k)
+                for k in (
+                    "id",
+                    "status",
+                    "trigger_timestamp",
+                    "latest_ack_timestamp",
+                    "end_to_end_duration",
+                    "checkpointed_size",
+                    "processed_data",
+                    "persisted_data",
+                    "is_unaligned",
+                    "failure_message",
+                )
+            }
+            for c in cps
+        ],
         "loadavg_before": load[0],
         "loadavg_after": load[1],
         "cpus": sorted(os.sched_getaffinity(0)),
@@ -300,16 +371,24 @@ def summarize(poller: CheckpointPoller, lat_dir: str, *, cost_us, real, overload
 
 
 def line(r: dict) -> str:
-    return (f"flink {r['flink_python_mode']} cost {r['cost_us']:g} us x{r['overload']:g} "
-            f"{r['mode']}: {r['completed']} ok/{r['failed']} failed ({r['per_interval']}/"
-            f"interval), p50 {r['p50_ms']} p99 {r['p99_ms']} max {r['max_ms']} ms; "
-            f"{r['throughput']} rec/s, e2e p99 {r['latency_p99_ms']} ms, received "
-            f"{r['received']}/{r['records']}; {r['wall_s']} s; load {r['loadavg_before'][0]:.1f}")
+    return (
+        f"flink {r['flink_python_mode']} cost {r['cost_us']:g} us x{r['overload']:g} "
+        f"{r['mode']}: {r['completed']} ok/{r['failed']} failed ({r['per_interval']}/"
+        f"interval), p50 {r['p50_ms']} p99 {r['p99_ms']} max {r['max_ms']} ms; "
+        f"{r['throughput']} rec/s, e2e p99 {r['latency_p99_ms']} ms, received "
+        f"{r['received']}/{r['records']}; {r['wall_s']} s; load {r['loadavg_before'][0]:.1f}"
+    )
 
 
 def cell(r: dict) -> tuple:
-    return (r.get("engine", "ours"), r.get("runner"), r["cost_us"], r["overload"], r["mode"],
-            r.get("debloat"))
+    return (
+        r.get("engine", "ours"),
+        r.get("runner"),
+        r["cost_us"],
+        r["overload"],
+        r["mode"],
+        r.get("debloat"),
+    )
 
 
 def merge(path: str, runs: list[dict], command: str) -> None:
@@ -346,11 +425,20 @@ def main(argv=None) -> int:
         p.add_argument("--debloat", choices=("on", "off"), default="on")
     one.add_argument("--python-mode", choices=("process", "thread"), default="process")
     args = ap.parse_args(argv)
-    common = dict(seconds=args.seconds, parallelism=args.parallelism,
-                  interval_ms=args.interval_ms, debloat=args.debloat == "on")
+    common = dict(
+        seconds=args.seconds,
+        parallelism=args.parallelism,
+        interval_ms=args.interval_ms,
+        debloat=args.debloat == "on",
+    )
     if args.cmd == "one":
-        r = run(cost_us=args.cost_us, overload=args.overload, unaligned=args.unaligned,
-                python_mode=args.python_mode, **common)
+        r = run(
+            cost_us=args.cost_us,
+            overload=args.overload,
+            unaligned=args.unaligned,
+            python_mode=args.python_mode,
+            **common,
+        )
         print("RESULT " + json.dumps(r), flush=True)
         return 0
     runs = []
@@ -358,20 +446,36 @@ def main(argv=None) -> int:
         for cost in args.costs.split(","):
             for overload in args.overloads.split(","):
                 for mode in args.modes.split(","):
-                    cmd = [sys.executable, os.path.abspath(__file__), "one", "--cost-us", cost,
-                           "--overload", overload, "--python-mode", pmode,
-                           "--seconds", str(args.seconds), "--parallelism",
-                           str(args.parallelism), "--interval-ms", str(args.interval_ms),
-                           "--debloat", args.debloat]
+                    cmd = [
+                        sys.executable,
+                        os.path.abspath(__file__),
+                        "one",
+                        "--cost-us",
+                        cost,
+                        "--overload",
+                        overload,
+                        "--python-mode",
+                        pmode,
+                        "--seconds",
+                        str(args.seconds),
+                        "--parallelism",
+                        str(args.parallelism),
+                        "--interval-ms",
+                        str(args.interval_ms),
+                        "--debloat",
+                        args.debloat,
+                    ]
                     if mode == "unaligned":
                         cmd.append("--unaligned")
                     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
                     out = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
                     if not out:
-                        print(f"FAILED {cmd}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}",
-                              flush=True)
+                        print(
+                            f"FAILED {cmd}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}",
+                            flush=True,
+                        )
                         continue
-                    r = json.loads(out[-1][len("RESULT "):])
+                    r = json.loads(out[-1][len("RESULT ") :])
                     print(line(r), flush=True)
                     runs.append(r)
     path = os.path.join(args.results_dir, "backpressure.json")

@@ -63,21 +63,52 @@ from flink_sql import (  # noqa: E402
 
 BASE_TIME_MS = 1_767_225_600_000  # generator.py's DEFAULT_BASE_TIME_MS
 HOT_CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
-FIRST_NAMES = ("Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah",
-               "Deiter", "Walter")
-LAST_NAMES = ("Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones",
-              "Noris")
+FIRST_NAMES = (
+    "Peter",
+    "Paul",
+    "Luke",
+    "John",
+    "Saul",
+    "Vicky",
+    "Kate",
+    "Julie",
+    "Sarah",
+    "Deiter",
+    "Walter",
+)
+LAST_NAMES = (
+    "Shultz",
+    "Abrams",
+    "Spencer",
+    "White",
+    "Bartels",
+    "Walton",
+    "Smith",
+    "Jones",
+    "Noris",
+)
 US_STATES = ("AZ", "CA", "ID", "OR", "WA", "WY")
-US_CITIES = ("Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend",
-             "Redmond", "Seattle", "Kent", "Cheyenne")
+US_CITIES = (
+    "Phoenix",
+    "Los Angeles",
+    "San Francisco",
+    "Boise",
+    "Portland",
+    "Bend",
+    "Redmond",
+    "Seattle",
+    "Kent",
+    "Cheyenne",
+)
 POOL_LEN = 2048
 
 
 def _pool(seed: int, spaces: bool) -> str:
     rnd = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
-    return "".join(" " if spaces and rnd.random() < 1 / 13 else rnd.choice(letters)
-                   for _ in range(POOL_LEN))
+    return "".join(
+        " " if spaces and rnd.random() < 1 / 13 else rnd.choice(letters) for _ in range(POOL_LEN)
+    )
 
 
 #: letters (extra, URL words) and words with spaces (names, descriptions): SQL literals
@@ -120,9 +151,11 @@ def columns_sql(id_col: str, rate: float) -> dict[str, str]:
 
     delay_us = 1e6 / rate
     if delay_us == int(delay_us):
+
         def ts_ms(e: str) -> str:
             return f"({BASE_TIME_MS} + ({e}) * {int(delay_us)} / 1000)"
     else:
+
         def ts_ms(e: str) -> str:
             return f"({BASE_TIME_MS} + CAST(({e}) * {delay_us!r} AS BIGINT) / 1000)"
 
@@ -130,62 +163,78 @@ def columns_sql(id_col: str, rate: float) -> dict[str, str]:
         return f"CAST(TO_TIMESTAMP_LTZ({ms}, 3) AS TIMESTAMP(3))"
 
     last_person = f"({i} / 50)"
-    last_auction = (f"(CASE WHEN {off} = 0 THEN ({i} / 50 - 1) * 3 + 2 WHEN {off} >= 4 "
-                    f"THEN ({i} / 50) * 3 + 2 ELSE ({i} / 50) * 3 + {off} - 1 END)")
+    last_auction = (
+        f"(CASE WHEN {off} = 0 THEN ({i} / 50 - 1) * 3 + 2 WHEN {off} >= 4 "
+        f"THEN ({i} / 50) * 3 + 2 ELSE ({i} / 50) * 3 + {off} - 1 END)"
+    )
 
     def recent_person(k: int) -> str:
         active = f"LEAST({last_person} + 1, 1000)"
         return f"({last_person} + 1 - {active} + {uint(k, f'{active} + 10')})"
 
     def kind(which: str, expr: str) -> str:
-        cond = {"person": f"{off} = 0", "auction": f"{off} BETWEEN 1 AND 3",
-                "bid": f"{off} >= 4"}[which]
+        cond = {"person": f"{off} = 0", "auction": f"{off} BETWEEN 1 AND 3", "bid": f"{off} >= 4"}[
+            which
+        ]
         return f"CASE WHEN {cond} THEN {expr} END"
 
     hot_bit = "MOD({d}, {n}) > 0"
     low = f"GREATEST({last_auction} - 100, 0)"
-    auction = (f"CASE WHEN {hot_bit.format(d=draw(1), n=2)} THEN {last_auction} / 100 * 100 "
-               f"ELSE {low} + {uint(2, f'{last_auction} - {low} + 11')} END + 1000")
-    bidder = (f"CASE WHEN {hot_bit.format(d=draw(3), n=4)} THEN {last_person} / 100 * 100 + 1 "
-              f"ELSE {recent_person(4)} END + 1000")
+    auction = (
+        f"CASE WHEN {hot_bit.format(d=draw(1), n=2)} THEN {last_auction} / 100 * 100 "
+        f"ELSE {low} + {uint(2, f'{last_auction} - {low} + 11')} END + 1000"
+    )
+    bidder = (
+        f"CASE WHEN {hot_bit.format(d=draw(3), n=4)} THEN {last_person} / 100 * 100 + 1 "
+        f"ELSE {recent_person(4)} END + 1000"
+    )
     hot_channel = hot_bit.format(d=draw(6), n=2)
     cold = uint(8, 10_000)
-    channel = (f"CASE WHEN {hot_channel} THEN {pick(7, HOT_CHANNELS)} "
-               f"ELSE CONCAT('channel-', CAST({cold} AS STRING)) END")
+    channel = (
+        f"CASE WHEN {hot_channel} THEN {pick(7, HOT_CHANNELS)} "
+        f"ELSE CONCAT('channel-', CAST({cold} AS STRING)) END"
+    )
 
     def word(salt: int, length: int) -> str:
         return f"SUBSTRING('{LETTERS}', 1 + MOD({cold} * {salt}, 1500), {length})"
 
-    hot_url = ("CONCAT('https://www.nexmark.com/', " + pick(7, ["hot/a", "hot/b", "hot/c",
-                                                                 "hot/d"])
-               + ", '/item.htm?query=1')")
-    cold_url = (f"CONCAT('https://www.nexmark.com/', {word(7, 4)}, '/', {word(13, 3)}, '/', "
-                f"{word(17, 4)}, '/item.htm?query=1', CASE WHEN MOD({cold}, 10) > 0 THEN "
-                f"CONCAT('&channel_id=', CAST(MOD(ABS({cold} * {_multiplier(99)}), 2147483647)"
-                " AS STRING)) ELSE '' END)")
+    hot_url = (
+        "CONCAT('https://www.nexmark.com/', "
+        + pick(7, ["hot/a", "hot/b", "hot/c", "hot/d"])
+        + ", '/item.htm?query=1')"
+    )
+    cold_url = (
+        f"CONCAT('https://www.nexmark.com/', {word(7, 4)}, '/', {word(13, 3)}, '/', "
+        f"{word(17, 4)}, '/item.htm?query=1', CASE WHEN MOD({cold}, 10) > 0 THEN "
+        f"CONCAT('&channel_id=', CAST(MOD(ABS({cold} * {_multiplier(99)}), 2147483647)"
+        " AS STRING)) ELSE '' END)"
+    )
     url = f"CASE WHEN {hot_channel} THEN {hot_url} ELSE {cold_url} END"
-    card = ", ' ', ".join(f"LPAD(CAST({uint(20 + j, 10_000)} AS STRING), 4, '0')"
-                          for j in range(4))
-    email = (f"CONCAT({slice_(WORDS.replace(' ', 'x'), 24, f'3 + {uint(25, 4)}')}, '@', "
-             f"{slice_(LETTERS, 26, f'3 + {uint(27, 2)}')}, '.com')")
+    card = ", ' ', ".join(f"LPAD(CAST({uint(20 + j, 10_000)} AS STRING), 4, '0')" for j in range(4))
+    email = (
+        f"CONCAT({slice_(WORDS.replace(' ', 'x'), 24, f'3 + {uint(25, 4)}')}, '@', "
+        f"{slice_(LETTERS, 26, f'3 + {uint(27, 2)}')}, '.com')"
+    )
     horizon = f"({ts_ms(f'{i} + 1666')} - {ts_ms(i)})"
     expires = ts(f"{ts_ms(i)} + 1 + {uint(30, f'GREATEST(2 * {horizon}, 1)')}")
-    seller = (f"CASE WHEN {hot_bit.format(d=draw(31), n=4)} THEN {last_person} / 100 * 100 "
-              f"ELSE {recent_person(32)} END + 1000")
+    seller = (
+        f"CASE WHEN {hot_bit.format(d=draw(31), n=4)} THEN {last_person} / 100 * 100 "
+        f"ELSE {recent_person(32)} END + 1000"
+    )
     return {
         "event_type": f"CAST(CASE WHEN {off} = 0 THEN 0 WHEN {off} < 4 THEN 1 ELSE 2 END AS INT)",
         "date_time": ts(ts_ms(i)),
         "person_id": kind("person", f"{last_person} + 1000"),
-        "person_name": kind("person", f"CONCAT({pick(40, FIRST_NAMES)}, ' ', "
-                                      f"{pick(41, LAST_NAMES)})"),
+        "person_name": kind(
+            "person", f"CONCAT({pick(40, FIRST_NAMES)}, ' ', {pick(41, LAST_NAMES)})"
+        ),
         "person_email": kind("person", email),
         "person_credit_card": kind("person", f"CONCAT({card})"),
         "person_city": kind("person", pick(42, US_CITIES)),
         "person_state": kind("person", pick(43, US_STATES)),
         "auction_id": kind("auction", f"{last_auction} + 1000"),
         "auction_item_name": kind("auction", f"TRIM({slice_(WORDS, 50, f'3 + {uint(51, 17)}')})"),
-        "auction_description": kind("auction",
-                                    f"TRIM({slice_(WORDS, 52, f'3 + {uint(53, 97)}')})"),
+        "auction_description": kind("auction", f"TRIM({slice_(WORDS, 52, f'3 + {uint(53, 97)}')})"),
         "auction_initial_bid": kind("auction", price(54)),
         "auction_reserve": kind("auction", f"{price(54)} + {price(55)}"),
         "auction_expires": kind("auction", expires),
@@ -196,17 +245,28 @@ def columns_sql(id_col: str, rate: float) -> dict[str, str]:
         "price": kind("bid", price(5)),
         "channel": kind("bid", channel),
         "url": kind("bid", url),
-        "extra": (f"CASE WHEN {off} = 0 THEN {padding(60, 141)} WHEN {off} < 4 "
-                  f"THEN {padding(62, 390)} ELSE {padding(64, 68)} END"),
+        "extra": (
+            f"CASE WHEN {off} = 0 THEN {padding(60, 141)} WHEN {off} < 4 "
+            f"THEN {padding(62, 390)} ELSE {padding(64, 68)} END"
+        ),
     }
 
 
 #: the CSV table's column types (flink_sql.COLUMNS)
-TYPES = {"event_type": "INT", "date_time": "TIMESTAMP(3)", "person_id": "BIGINT",
-         "auction_id": "BIGINT", "auction_initial_bid": "BIGINT", "auction_reserve": "BIGINT",
-         "auction_expires": "TIMESTAMP(3)", "auction_seller": "BIGINT",
-         "auction_category": "BIGINT", "auction": "BIGINT", "bidder": "BIGINT",
-         "price": "BIGINT"}
+TYPES = {
+    "event_type": "INT",
+    "date_time": "TIMESTAMP(3)",
+    "person_id": "BIGINT",
+    "auction_id": "BIGINT",
+    "auction_initial_bid": "BIGINT",
+    "auction_reserve": "BIGINT",
+    "auction_expires": "TIMESTAMP(3)",
+    "auction_seller": "BIGINT",
+    "auction_category": "BIGINT",
+    "auction": "BIGINT",
+    "bidder": "BIGINT",
+    "price": "BIGINT",
+}
 
 
 def _cast(name: str, expr: str) -> str:
@@ -216,14 +276,14 @@ def _cast(name: str, expr: str) -> str:
 def create_events(env, t_env, events: int, *, rate: float, sequence: str) -> None:
     """The ``events`` table (a view for ``from_sequence``) of ``events`` generated events."""
     if sequence == "datagen":
-        cols = ",\n    ".join(f"`{n}` AS {_cast(n, e)}"
-                              for n, e in columns_sql("id", rate).items())
+        cols = ",\n    ".join(f"`{n}` AS {_cast(n, e)}" for n, e in columns_sql("id", rate).items())
         t_env.execute_sql(
             f"CREATE TEMPORARY TABLE events (id BIGINT,\n    {cols},\n"
             "    WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND\n"
             ") WITH ('connector' = 'datagen', 'fields.id.kind' = 'sequence', "
             f"'fields.id.start' = '0', 'fields.id.end' = '{events - 1}', "
-            "'rows-per-second' = '1000000000000')")
+            "'rows-per-second' = '1000000000000')"
+        )
         return
     from pyflink.common import WatermarkStrategy
     from pyflink.datastream.connectors.number_seq import NumberSequenceSource
@@ -233,15 +293,25 @@ def create_events(env, t_env, events: int, *, rate: float, sequence: str) -> Non
     for name, expr in columns_sql("f0", rate).items():
         builder = builder.column_by_expression(name, _cast(name, expr))
     schema = builder.watermark("date_time", "date_time - INTERVAL '4' SECOND").build()
-    ids = env.from_source(NumberSequenceSource(0, events - 1),
-                          WatermarkStrategy.no_watermarks(), "event ids")
+    ids = env.from_source(
+        NumberSequenceSource(0, events - 1), WatermarkStrategy.no_watermarks(), "event ids"
+    )
     table = t_env.from_data_stream(ids, schema)
     t_env.create_temporary_view("events", table)
 
 
-def run(query: str, events: int, *, backend: str, interval_s: float, checkpoints: str,
-        rate: float, sequence: str, source_columns: list[str] | None,
-        warmup: int) -> dict:
+def run(
+    query: str,
+    events: int,
+    *,
+    backend: str,
+    interval_s: float,
+    checkpoints: str,
+    rate: float,
+    sequence: str,
+    source_columns: list[str] | None,
+    warmup: int,
+) -> dict:
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
     from pyflink.table import StreamTableEnvironment
@@ -282,8 +352,7 @@ def run(query: str, events: int, *, backend: str, interval_s: float, checkpoints
     select = QUERIES[query]
     ddl_cols = _ddl_columns(t_env.sql_query(select).get_resolved_schema().get_columns())
     if query == "q10":
-        t_env.execute_sql(Q10_SINK.format(columns=ddl_cols,
-                                          path=os.path.join(checkpoints, "out")))
+        t_env.execute_sql(Q10_SINK.format(columns=ddl_cols, path=os.path.join(checkpoints, "out")))
     else:
         t_env.execute_sql(f"CREATE TABLE sink ({ddl_cols}) WITH ('connector' = 'blackhole')")
     warm_s = None
@@ -291,12 +360,20 @@ def run(query: str, events: int, *, backend: str, interval_s: float, checkpoints
         w = t_env.execute_sql(f"INSERT INTO sink {select}")
         w.wait()
         warm_s = w.get_job_client().get_job_execution_result().result().get_net_runtime() / 1000
-    out = {"query": query, "events": events, "sequence": sequence, "setup_s": time.monotonic() - t0,
-           "warmup_net_runtime_s": warm_s, "settings": settings, "jvm_pid": _jvm_pid()}
+    out = {
+        "query": query,
+        "events": events,
+        "sequence": sequence,
+        "setup_s": time.monotonic() - t0,
+        "warmup_net_runtime_s": warm_s,
+        "settings": settings,
+        "jvm_pid": _jvm_pid(),
+    }
     jobs = [("", select)]
     if source_columns:  # then the source alone, the columns the query reads
-        jobs.append(("source_", "SELECT " + ", ".join(f"`{c}`" for c in source_columns)
-                     + " FROM events"))
+        jobs.append(
+            ("source_", "SELECT " + ", ".join(f"`{c}`" for c in source_columns) + " FROM events")
+        )
         out["source_columns"] = source_columns
     for prefix, sql in jobs:
         if warmup or prefix:
@@ -307,26 +384,38 @@ def run(query: str, events: int, *, backend: str, interval_s: float, checkpoints
             create_events(env, t_env, events, rate=rate, sequence=sequence)
         if prefix:
             schema = t_env.sql_query(sql).get_resolved_schema().get_columns()
-            t_env.execute_sql(f"CREATE TABLE {prefix}sink ({_ddl_columns(schema)}) "
-                              "WITH ('connector' = 'blackhole')")
+            t_env.execute_sql(
+                f"CREATE TABLE {prefix}sink ({_ddl_columns(schema)}) "
+                "WITH ('connector' = 'blackhole')"
+            )
         cpu0, t1 = _cpu_s(out["jvm_pid"]), time.monotonic()
         result = t_env.execute_sql(f"INSERT INTO {prefix}sink {sql}")
         result.wait()
         t2, cpu1 = time.monotonic(), _cpu_s(out["jvm_pid"])
         net_s = result.get_job_client().get_job_execution_result().result().get_net_runtime() / 1000
-        out.update({f"{prefix}job_s": t2 - t1, f"{prefix}net_runtime_s": net_s,
-                    f"{prefix}rate": events / net_s,
-                    f"{prefix}cpu_s": None if cpu0 is None else cpu1 - cpu0,
-                    f"{prefix}events_per_cpu_s": None if cpu0 is None or cpu1 <= cpu0
-                    else events / (cpu1 - cpu0)})
+        out.update(
+            {
+                f"{prefix}job_s": t2 - t1,
+                f"{prefix}net_runtime_s": net_s,
+                f"{prefix}rate": events / net_s,
+                f"{prefix}cpu_s": None if cpu0 is None else cpu1 - cpu0,
+                f"{prefix}events_per_cpu_s": None
+                if cpu0 is None or cpu1 <= cpu0
+                else events / (cpu1 - cpu0),
+            }
+        )
     return out
 
 
 def _ddl_columns(cols) -> str:
     return ", ".join(
-        f"`{c.get_name()}` " + str(c._j_column.getDataType().toString())
-        .replace(" *ROWTIME*", "").replace(" *PROCTIME*", "").replace(" NOT NULL", "")
-        for c in cols)
+        f"`{c.get_name()}` "
+        + str(c._j_column.getDataType().toString())
+        .replace(" *ROWTIME*", "")
+        .replace(" *PROCTIME*", "")
+        .replace(" NOT NULL", "")
+        for c in cols
+    )
 
 
 def _jvm_pid() -> int | None:
@@ -360,13 +449,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--query", required=True, choices=sorted(QUERIES))
     ap.add_argument("--events", type=int, required=True)
-    ap.add_argument("--source-columns", default="",
-                    help="after the query, a job reading only these columns of the generated "
-                         "events into blackhole (the source alone); '' for none")
+    ap.add_argument(
+        "--source-columns",
+        default="",
+        help="after the query, a job reading only these columns of the generated "
+        "events into blackhole (the source alone); '' for none",
+    )
     ap.add_argument("--backend", default="hashmap", choices=("hashmap", "rocksdb"))
     ap.add_argument("--interval-s", type=float, default=10.0)
-    ap.add_argument("--event-rate", type=float, default=1_000_000,
-                    help="events per second of event time")
+    ap.add_argument(
+        "--event-rate", type=float, default=1_000_000, help="events per second of event time"
+    )
     ap.add_argument("--sequence", default="from_sequence", choices=("from_sequence", "datagen"))
     ap.add_argument("--warmup-events", type=int, default=100_000)
     ap.add_argument("--print-ddl", action="store_true")
@@ -376,10 +469,17 @@ def main(argv=None) -> int:
             print(f"{n}: {_cast(n, e)}")
         return 0
     with tempfile.TemporaryDirectory(prefix="flink-gen-") as chk:
-        out = run(args.query, args.events, backend=args.backend, interval_s=args.interval_s,
-                  checkpoints=chk, rate=args.event_rate, sequence=args.sequence,
-                  source_columns=[c for c in args.source_columns.split(",") if c],
-                  warmup=args.warmup_events)
+        out = run(
+            args.query,
+            args.events,
+            backend=args.backend,
+            interval_s=args.interval_s,
+            checkpoints=chk,
+            rate=args.event_rate,
+            sequence=args.sequence,
+            source_columns=[c for c in args.source_columns.split(",") if c],
+            warmup=args.warmup_events,
+        )
     print("RESULT " + json.dumps(out), flush=True)
     return 0
 
