@@ -66,7 +66,7 @@ def _conditions(runs: list[dict], loads: list[float]) -> list[str]:
 ROW_PATH_FIGURES = {"q3", "q4", "q6", "q9", "q18", "q20"}
 
 
-def _interval_table(iv, queries, rate, rates, cps, fair=None) -> list[str]:
+def _interval_table(iv, queries, rate, rates, cps, fair=None, ours_cpu=None) -> list[str]:
     """The rates per query and engine at one checkpoint interval."""
     from bench.nexmark.queries import PER_RECORD
     from bench.nexmark.references import REFERENCE_DBSP, REFERENCE_FLINK_113
@@ -77,7 +77,8 @@ def _interval_table(iv, queries, rate, rates, cps, fair=None) -> list[str]:
               "| query | ours heap | ours RocksDB | Flink hashmap | Flink RocksDB | SS | "
               "ours/Flink (heap) | ours/Flink (RocksDB) | ours heap/SS | Flink 1.13 ref | "
               "ours RocksDB/ref | DBSP / core | ours heap/DBSP | fair Flink hashmap: query "
-              "/ source alone (generated source) | ours heap / fair Flink | "
+              "/ source alone (generated source, events/s) | ours / fair Flink (events per "
+              "CPU-s) | "
               "ours: checkpoint p50 / max (ms) | ours runs |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for q in [q for q in queries if any(k[3] == iv and k[4] == q for k in rates)]:
@@ -97,7 +98,7 @@ def _interval_table(iv, queries, rate, rates, cps, fair=None) -> list[str]:
                      f"{_ratio(orr, fr)} | {_ratio(oh, ss)} | {_fmt(ref)} | "
                      f"{_ratio(orr, ref)} | {_fmt(REFERENCE_DBSP.get(q))} | "
                      f"{_ratio(oh, REFERENCE_DBSP.get(q))} | {_fair_cell(fair, iv, q)} | "
-                     f"{_ratio(oh, _fair_rate(fair, iv, q))} | {cp} | {how} |")
+                     f"{_ratio(ours_cpu(q) if ours_cpu else None, _fair_rate(fair, iv, q, 'events_per_cpu_s'))} | {cp} | {how} |")
     lines.append("")
     return lines
 
@@ -165,7 +166,8 @@ def fair_flink(fair: dict, rate, cpu_rate=None) -> list[str]:
         "the wall-clock rate). Ours and the CSV Flink are the figures of the table above "
         "(heap/hashmap, the quiet run of 2026-11-25), so the ratios compare runs under "
         "different load: the per-CPU-s columns are the fairer comparison.", "",
-        f"Pinned: {', '.join('`taskset -c ' + ','.join(map(str, c)) + '`' for c in cpus)}; "
+        f"Pinned: {', '.join('`taskset -c ' + ','.join(map(str, c)) + '`' for c in cpus)}"
+        + "".join(f", `nice -n {n}`" for n in sorted({r.get("nice", 19) for r in runs})) + "; "
         + (f"load average (1 min, both cores) when the runs started: {min(loads):.1f} to "
            f"{max(loads):.1f} (median {statistics.median(loads):.1f}): a shared, heavily "
            "loaded machine, so the wall-clock rates are low and noisy." if loads else ""), "",
@@ -188,9 +190,12 @@ def fair_flink(fair: dict, rate, cpu_rate=None) -> list[str]:
             f"{_ratio(ours, f)} | {_ratio(ours, src)} | {_fmt(ours_cpu)} | "
             f"{_ratio(ours_cpu, fc)} |")
     return lines + [
-        "", "Ours per CPU-s: the gross events per CPU-second of ours (job master and slot, "
-        "start-up included) from the per-CPU-second runs below where that query has one "
-        "(`nexmark_cpu.json`), else \"-\".", ""]
+        "", "Ours per CPU-s: events per CPU-second of ours (job master and slot) from "
+        "*Events per CPU-second* below (`nexmark_cpu.json`: net of the start-up run where "
+        "measured, else gross), \"-\" for a query it has not measured. Flink's per CPU-s "
+        "counts the measured job only (not the JVM's start, planning or the warm-up job). "
+        "The wall-clock ratios (ours / fair Flink, ours / source alone) set our quiet-run "
+        "rates against Flink runs on a machine at load ~40: read the per-CPU-s ratio.", ""]
 
 
 def _notes() -> list[str]:
@@ -208,19 +213,18 @@ def _notes() -> list[str]:
 
 
 def _ours_per_cpu_s():
-    """Ours' gross events per CPU-second by query (nexmark_cpu.json, the current paths), or
-    None when that file is missing."""
+    """Ours' events per CPU-second by query (nexmark_cpu.json: net of the start-up where
+    measured, else gross), or None when that file is missing."""
     from bench.nexmark import cpu_report
 
     if not os.path.exists(cpu_report.RESULTS):
         return None
     with open(cpu_report.RESULTS) as f:
-        runs = json.load(f).get("runs", [])
+        rates = cpu_report.rates(json.load(f))
 
     def per_cpu(q):
-        v = [r["events_per_cpu_s"] for r in runs if r.get("query") == q
-             and r.get("engine", "ours") == "ours" and r.get("events_per_cpu_s")]
-        return statistics.median(v) if v else None
+        net, gross = rates.get(q, (None, None))
+        return net or gross
     return per_cpu
 
 
@@ -288,11 +292,12 @@ def render(data: dict) -> list[str]:
                 "exist yet."),
              ""]
     fair = fair_runs(data["runs"])
+    ours_cpu = _ours_per_cpu_s()
     lines += _conditions(data["runs"], loads)
     lines += _notes()
     for iv in intervals:
-        lines += _interval_table(iv, queries, rate, rates, cps, fair)
-    lines += fair_flink(fair, rate, _ours_per_cpu_s())
+        lines += _interval_table(iv, queries, rate, rates, cps, fair, ours_cpu)
+    lines += fair_flink(fair, rate, ours_cpu)
     if intervals:
         lines += (targets(queries, rate, intervals[0], spread)
                   + spark_runner(queries, rate, intervals[0]))
