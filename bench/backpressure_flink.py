@@ -117,8 +117,11 @@ def settings(
     python_mode: str,
     debloat: bool,
     parallelism: int,
+    bundle_size: int | None = None,
 ) -> dict[str, str]:
+    extra = {} if bundle_size is None else {"python.fn-execution.bundle.size": str(bundle_size)}
     return {
+        **extra,
         "parallelism.default": "1",
         "rest.address": "127.0.0.1",
         "rest.bind-address": "127.0.0.1",
@@ -152,6 +155,7 @@ def run(
     interval_ms: int = 1000,
     python_mode: str = "process",
     debloat: bool = True,
+    bundle_size: int | None = None,
 ) -> dict:
     from pyflink.common import Configuration, Types
     from pyflink.datastream import (
@@ -177,6 +181,7 @@ def run(
         python_mode=python_mode,
         debloat=debloat,
         parallelism=parallelism,
+        bundle_size=bundle_size,
     )
     lat_dir = os.path.join(root, "lat")
     os.makedirs(lat_dir)
@@ -268,6 +273,7 @@ def run(
             net_runtime_s=net_runtime_s,
             load=(load_before, os.getloadavg()),
             settings=conf_map,
+            bundle_size=bundle_size,
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -291,6 +297,7 @@ def summarize(
     net_runtime_s,
     load,
     settings,
+    bundle_size=None,
 ) -> dict:
     cps = [poller.seen[i] for i in sorted(poller.seen)]
     done = [c for c in cps if c.get("status") == "COMPLETED"]
@@ -319,7 +326,10 @@ def summarize(
         "measured_cost_us": round(real * 1e6, 1),
         "overload": overload,
         "source_rate": round(rate),
-        "runner": f"flink ({python_mode})",
+        "runner": f"flink ({python_mode}"
+        + ("" if bundle_size is None else f", bundle {bundle_size:,}")
+        + ")",
+        "python_bundle_size": bundle_size,
         "mode": "unaligned" if unaligned else "aligned",
         "debloat": debloat,
         "records": n,
@@ -398,8 +408,13 @@ def merge(path: str, runs: list[dict], command: str) -> None:
     if os.path.exists(path):
         with open(path) as f:
             data = json.load(f)
+    for r in data["runs"]:  # runs recorded before the command was kept per run
+        if r.get("engine") == "flink" and data.get("flink_command"):
+            r.setdefault("command", data["flink_command"])
     cells = {cell(r) for r in runs}
-    data["runs"] = [r for r in data["runs"] if cell(r) not in cells] + runs
+    data["runs"] = [r for r in data["runs"] if cell(r) not in cells] + [
+        {**r, "command": command} for r in runs
+    ]
     data["flink_command"] = command
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
@@ -424,6 +439,8 @@ def main(argv=None) -> int:
         p.add_argument("--interval-ms", type=int, default=1000)
         p.add_argument("--debloat", choices=("on", "off"), default="on")
     one.add_argument("--python-mode", choices=("process", "thread"), default="process")
+    one.add_argument("--bundle-size", type=int, help="python.fn-execution.bundle.size")
+    matrix.add_argument("--bundle-size", help="python.fn-execution.bundle.size (default 100,000)")
     args = ap.parse_args(argv)
     common = dict(
         seconds=args.seconds,
@@ -437,6 +454,7 @@ def main(argv=None) -> int:
             overload=args.overload,
             unaligned=args.unaligned,
             python_mode=args.python_mode,
+            bundle_size=args.bundle_size,
             **common,
         )
         print("RESULT " + json.dumps(r), flush=True)
@@ -467,6 +485,8 @@ def main(argv=None) -> int:
                     ]
                     if mode == "unaligned":
                         cmd.append("--unaligned")
+                    if args.bundle_size:
+                        cmd += ["--bundle-size", args.bundle_size]
                     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
                     out = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
                     if not out:

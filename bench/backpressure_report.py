@@ -163,11 +163,13 @@ def _flink(runs: list[dict]) -> list[str]:
             "-" if worst is None else f"{worst['id']} of {len(done)}",
             f"{r['loadavg_before'][0]:.0f}"])
     loads = [r["loadavg_before"][0] for r in runs]
-    command = next((x for x in (r.get("command") for r in runs) if x), None)
+    commands = list(dict.fromkeys(r["command"] for r in runs if r.get("command")))
     modes = sorted({r["flink_python_mode"] for r in runs})
     lines = [
         "### Flink 2.3 anchor (buffer debloating on)", "",
-        f"Command (Flink's venv, `make .flink-venv/.installed`): `{command or 'bench/backpressure_flink.py matrix'}`. "
+        "Commands (Flink's venv, `make .flink-venv/.installed`): "
+        + "; ".join(f"`{c}`" for c in commands or ["bench/backpressure_flink.py matrix"])
+        + ". "
         "The same job on Flink 2.3.0 (PyFlink, a local MiniCluster, one process per cell): "
         "a SQL `datagen` sequence throttled by `rows-per-second` to the overload x the slow "
         "function's measured capacity (1 subtask) -> a Python `map` stamping the emit time "
