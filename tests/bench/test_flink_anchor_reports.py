@@ -125,6 +125,11 @@ def test_flink_backpressure_runs_get_their_own_table_and_stay_out_of_ours(tmp_pa
         "| flink (process) | 1000 us | 1,330 | 10x | 2,255 | unaligned | on | 2 | 1 | 0.25 | "
         "60 | 60 | 60 | 4,096 | 480 | 8,021 | 9,000 / 9,000 | 2 of 2 | 38 |",
     ]
+    assert (
+        "- Flink, the default bundle (100,000 records or 1 s): checkpoint p99 60-7,601 ms, "
+        "0.25-0.25 completed per interval (2 cells, aligned and unaligned); 1 of 2 cells at "
+        "p99 <= 1 s." in text
+    )
     # our table and the verdict count only our runs
     assert sum(x.startswith("| local |") for x in lines) == 2
     assert "met in 1 of 2 cells" in text
