@@ -195,7 +195,7 @@ def _flink(runs: list[dict]) -> list[str]:
                     "p99 (ms)", "max (ms)", "channel state bytes (max)", "throughput (rec/s)",
                     "e2e p99 (ms)", "records received / sent", "slowest checkpoint: id of n",
                     "load"], rows)
-    return lines + ["", *_flink_findings(runs), ""]
+    return lines + ["", *_flink_findings(runs)]
 
 
 def _flink_findings(runs: list[dict]) -> list[str]:
