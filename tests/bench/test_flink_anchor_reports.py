@@ -130,6 +130,7 @@ def test_flink_backpressure_runs_get_their_own_table_and_stay_out_of_ours(tmp_pa
         "0.25-0.25 completed per interval (2 cells, aligned and unaligned); 1 of 2 cells at "
         "p99 <= 1 s." in text
     )
+    assert "our aligned cells at the same cost met p99 <= 1 s in 1 of 2, with 1.2-1.2" in text
     # our table and the verdict count only our runs
     assert sum(x.startswith("| local |") for x in lines) == 2
     assert "met in 1 of 2 cells" in text
