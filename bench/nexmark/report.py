@@ -202,7 +202,7 @@ def fair_flink(fair: dict, rate, cpu_rate=None) -> list[str]:
         "measured, else gross), \"-\" for a query it has not measured. Flink's per CPU-s "
         "counts the measured job only (not the JVM's start, planning or the warm-up job). "
         "The wall-clock ratios (ours / fair Flink, ours / source alone) set our quiet-run "
-        "rates against Flink runs on a machine at load ~40: read the per-CPU-s ratio.", ""]
+        "rates against Flink runs under the load above: read the per-CPU-s ratio.", ""]
 
 
 def _notes() -> list[str]:
