@@ -66,7 +66,7 @@ def _conditions(runs: list[dict], loads: list[float]) -> list[str]:
 ROW_PATH_FIGURES = {"q3", "q4", "q6", "q9", "q18", "q20"}
 
 
-def _interval_table(iv, queries, rate, rates, cps) -> list[str]:
+def _interval_table(iv, queries, rate, rates, cps, fair=None, ours_cpu=None) -> list[str]:
     """The rates per query and engine at one checkpoint interval."""
     from bench.nexmark.queries import PER_RECORD
     from bench.nexmark.references import REFERENCE_DBSP, REFERENCE_FLINK_113
@@ -76,9 +76,11 @@ def _interval_table(iv, queries, rate, rates, cps) -> list[str]:
     lines += [f"Checkpoints every {iv:g} s (SS: every micro-batch):", "",
               "| query | ours heap | ours RocksDB | Flink hashmap | Flink RocksDB | SS | "
               "ours/Flink (heap) | ours/Flink (RocksDB) | ours heap/SS | Flink 1.13 ref | "
-              "ours RocksDB/ref | DBSP / core | ours heap/DBSP | fair Flink (generated "
-              "source) | ours: checkpoint p50 / max (ms) | ours runs |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "ours RocksDB/ref | DBSP / core | ours heap/DBSP | fair Flink hashmap: query "
+              "/ source alone (generated source, events/s) | ours / fair Flink (events per "
+              "CPU-s) | "
+              "ours: checkpoint p50 / max (ms) | ours runs |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for q in [q for q in queries if any(k[3] == iv and k[4] == q for k in rates)]:
         oh, orr = rate("ours", "heap", iv, q), rate("ours", "rocksdb", iv, q)
         fh, fr = rate("flink", "heap", iv, q), rate("flink", "rocksdb", iv, q)
@@ -95,10 +97,112 @@ def _interval_table(iv, queries, rate, rates, cps) -> list[str]:
                      f"{_fmt(ss) if q in SS_QUERIES else 'n/a'} | {_ratio(oh, fh)} | "
                      f"{_ratio(orr, fr)} | {_ratio(oh, ss)} | {_fmt(ref)} | "
                      f"{_ratio(orr, ref)} | {_fmt(REFERENCE_DBSP.get(q))} | "
-                     f"{_ratio(oh, REFERENCE_DBSP.get(q))} | not measured this round | "
-                     f"{cp} | {how} |")
+                     f"{_ratio(oh, REFERENCE_DBSP.get(q))} | {_fair_cell(fair, iv, q)} | "
+                     f"{_ratio(ours_cpu(q) if ours_cpu else None, _fair_rate(fair, iv, q, 'events_per_cpu_s'))} | {cp} | {how} |")
     lines.append("")
     return lines
+
+
+def fair_runs(runs: list[dict]) -> dict[tuple, list[dict]]:
+    """Flink on a generated source (engine ``flink-gen``, flink_gen.py), by (backend,
+    interval, query): the runs that have a rate."""
+    out: dict[tuple, list[dict]] = {}
+    for r in runs:
+        if r.get("engine") == "flink-gen" and r.get("rate"):
+            out.setdefault((r.get("backend"), r.get("interval_s"), r["query"]), []).append(r)
+    return out
+
+
+def _median_of(runs: list[dict], field: str):
+    v = [r[field] for r in runs if r.get(field)]
+    return statistics.median(v) if v else None
+
+
+def _fair_rate(fair, iv, q, field="rate"):
+    return _median_of((fair or {}).get(("heap", iv, q), []), field)
+
+
+def _fair_cell(fair, iv, q) -> str:
+    query, source = _fair_rate(fair, iv, q), _fair_rate(fair, iv, q, "source_rate")
+    if query is None:
+        return "not measured"
+    return f"{_fmt(query)} / {_fmt(source)}"
+
+
+def _spread(values: list[float]) -> str:
+    """``n`` runs and their relative spread (max - min) / median."""
+    if len(values) < 2:
+        return f"{len(values)} run"
+    return f"{len(values)} runs, {(max(values) - min(values)) / statistics.median(values):.0%}"
+
+
+def fair_flink(fair: dict, rate, cpu_rate=None) -> list[str]:
+    """The fair-Flink table (issue 39 item 3): per query Flink on the generated source, the
+    source alone, per wall second and per CPU-second of Flink's JVM, against ours."""
+    if not fair:
+        return []
+    runs = [r for rs in fair.values() for r in rs]
+    loads = [r["loadavg_before"][0] for r in runs if r.get("loadavg_before")]
+    cpus = sorted({tuple(r.get("cpus") or ()) for r in runs})
+    lines = [
+        "### Fair Flink: a generated source (issue 39 item 3)", "",
+        "Flink 2.3 on events it generates itself (`bench/nexmark/flink_gen.py`, engine "
+        "`flink-gen` of run.py): the same SQL, settings and blackhole sinks as the CSV "
+        "column, over a FLIP-27 `NumberSequenceSource` of event ids whose columns are SQL "
+        "expressions of the id reproducing the Nexmark generator (bench/nexmark/generator.py): "
+        "2% persons / 6% auctions / 92% bids by `id % 50`, person and auction ids as the "
+        "generator derives them, hot auctions (1/2), bidders and sellers (3/4), 1,000 active "
+        "people and ~100 auctions in flight, prices `round(10^(6u) * 100)`, half the bids on 4 "
+        "hot channels, 10,000 cold channels with one URL each (9 in 10 with `channel_id`), "
+        "event time from the id (in order, watermark 4 s), `extra` padded to 100 / 200 / 500 "
+        "bytes +-20%. What differs: a random draw is a multiplicative hash of the id (SQL has "
+        "no shifts or XOR), strings are slices of fixed pools, the padding is sized from "
+        "average field lengths, the hot channels' URLs and the `channel_id` values differ: the "
+        "same distributions, not the same values (checked once on events 0-499,999 against "
+        "generator.py's Parquet, Flink batch SQL vs DuckDB: 10,000 / 30,000 / 460,000 "
+        "persons / auctions / bids in both; bids to hot auctions 50.5% / 50.5%; distinct "
+        "auctions 29,970 / 29,979 and bidders 9,933 / 9,928 of the bids; mean price 7.24M / "
+        "7.23M; hot channels 50.0% / 50.0%, 10,004 channels, URLs with `channel_id` 45.0% / "
+        "45.0%; mean `extra` 67.5 / 67.5 (bid), 140.5 / 138.9 (person), 389.5 / 390.2 "
+        "(auction) bytes; mean URL 59.7 / 63.3 bytes; distinct sellers 5,103 / 5,310 of "
+        "30,000 auctions). Each run measures the query, then in the "
+        "same JVM the source alone (`SELECT <the columns the query reads> FROM events` into "
+        "blackhole), both after a warm-up job of 100,000 events; rate = events / the job's "
+        "net runtime; per CPU-s = events / the JVM's CPU seconds during the job (every "
+        "thread, JIT and GC included: less sensitive to the other work on the machine than "
+        "the wall-clock rate). Ours and the CSV Flink are the figures of the table above "
+        "(heap/hashmap, the quiet run of 2026-11-25), so the ratios compare runs under "
+        "different load: the per-CPU-s columns are the fairer comparison.", "",
+        f"Pinned: {', '.join('`taskset -c ' + ','.join(map(str, c)) + '`' for c in cpus)}"
+        + "".join(f", `nice -n {n}`" for n in sorted({r.get("nice", 19) for r in runs})) + "; "
+        + (f"load average (1 min, both cores) when the runs started: {min(loads):.1f} to "
+           f"{max(loads):.1f} (median {statistics.median(loads):.1f}): a shared, heavily "
+           "loaded machine, so the wall-clock rates are low and noisy." if loads else ""), "",
+        "| query | backend, interval | fair Flink (events/s) | runs, spread | source alone "
+        "(events/s) | query / source | fair Flink per CPU-s | source alone per CPU-s | "
+        "Flink CSV (events/s) | fair / CSV | ours heap (events/s) | ours / fair Flink | "
+        "ours / source alone | ours per CPU-s | ours / fair Flink per CPU-s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (backend, iv, q) in sorted(fair, key=lambda k: (int(k[2][1:]), str(k[0]), -k[1])):
+        rs = fair[(backend, iv, q)]
+        f, src = _median_of(rs, "rate"), _median_of(rs, "source_rate")
+        fc, sc = _median_of(rs, "events_per_cpu_s"), _median_of(rs, "source_events_per_cpu_s")
+        csv = rate("flink", backend, iv, q)
+        ours = rate("ours", backend, iv, q)
+        ours_cpu = cpu_rate(q) if cpu_rate else None
+        lines.append(
+            f"| {q} | {'hashmap' if backend == 'heap' else backend}, {iv:g} s | {_fmt(f)} | "
+            f"{_spread([r['rate'] for r in rs])} | {_fmt(src)} | {_ratio(f, src)} | "
+            f"{_fmt(fc)} | {_fmt(sc)} | {_fmt(csv)} | {_ratio(f, csv)} | {_fmt(ours)} | "
+            f"{_ratio(ours, f)} | {_ratio(ours, src)} | {_fmt(ours_cpu)} | "
+            f"{_ratio(ours_cpu, fc)} |")
+    return lines + [
+        "", "Ours per CPU-s: events per CPU-second of ours (job master and slot) from "
+        "*Events per CPU-second* below (`nexmark_cpu.json`: net of the start-up run where "
+        "measured, else gross), \"-\" for a query it has not measured. Flink's per CPU-s "
+        "counts the measured job only (not the JVM's start, planning or the warm-up job). "
+        "The wall-clock ratios (ours / fair Flink, ours / source alone) set our quiet-run "
+        "rates against Flink runs under the load above: read the per-CPU-s ratio.", ""]
 
 
 def _notes() -> list[str]:
@@ -113,6 +217,22 @@ def _notes() -> list[str]:
         with open(cpu_report.RESULTS) as f:
             lines += cpu_report.render(json.load(f))
     return lines
+
+
+def _ours_per_cpu_s():
+    """Ours' events per CPU-second by query (nexmark_cpu.json: net of the start-up where
+    measured, else gross), or None when that file is missing."""
+    from bench.nexmark import cpu_report
+
+    if not os.path.exists(cpu_report.RESULTS):
+        return None
+    with open(cpu_report.RESULTS) as f:
+        rates = cpu_report.rates(json.load(f))
+
+    def per_cpu(q):
+        net, gross = rates.get(q, (None, None))
+        return net or gross
+    return per_cpu
 
 
 def render(data: dict) -> list[str]:
@@ -170,13 +290,21 @@ def render(data: dict) -> list[str]:
              "medians; the Flink 1.13 column is the reference run's per-core figure (issue 27); "
              "the DBSP column is DBSP's published per-core figure (Rust, a laptop, cores "
              "counted as workers; source: the DBSP/Feldera Nexmark paper and blog; issue 39). "
-             "The fair-Flink column (Flink on a generated source that is not its bottleneck, "
-             "issue 39 item 3) was not measured this round: no such Flink runs exist yet.",
+             + (" The fair-Flink columns (Flink on a generated source that is not its "
+                "bottleneck, issue 39 item 3): Flink on events it computes in SQL from a "
+                "sequence, and that source alone; see *Fair Flink* below."
+                if fair_runs(data["runs"]) else
+                " The fair-Flink column (Flink on a generated source that is not its "
+                "bottleneck, issue 39 item 3) was not measured this round: no such Flink runs "
+                "exist yet."),
              ""]
+    fair = fair_runs(data["runs"])
+    ours_cpu = _ours_per_cpu_s()
     lines += _conditions(data["runs"], loads)
     lines += _notes()
     for iv in intervals:
-        lines += _interval_table(iv, queries, rate, rates, cps)
+        lines += _interval_table(iv, queries, rate, rates, cps, fair, ours_cpu)
+    lines += fair_flink(fair, rate, ours_cpu)
     if intervals:
         lines += (targets(queries, rate, intervals[0], spread)
                   + spark_runner(queries, rate, intervals[0]))
