@@ -41,6 +41,8 @@ class Deployment:
             self.airflow.respond(dag_id, run_id, *answer, timeout=RUN_TIMEOUT_S)
         state = self.airflow.wait_for_run(dag_id, run_id, RUN_TIMEOUT_S)
         self.durations[name] = round(time.monotonic() - started, 1)
+        phase(f"DAG run {name} ({dag_id}) {state}")
+        print(self.airflow.timeline(dag_id, run_id, name))
         return state, run_id, self.airflow.task_states(dag_id, run_id)
 
     def conf(self, **overrides) -> dict:
@@ -84,7 +86,19 @@ class Deployment:
         assert out.returncode == 0, out.stdout + out.stderr
         job = self.store.resolve_job(job_name)
         assert job.status == "RUNNING"
+        phase(f"ckpt run --detach {job_name}")
         return job.job_id
+
+
+_PHASE = {"last": time.monotonic()}
+
+
+def phase(label: str) -> None:
+    """Print ``label`` with the seconds since the previous phase (``pytest -s``): where a
+    deployment test's wall time goes."""
+    now = time.monotonic()
+    print(f"\nphase {now - _PHASE['last']:7.1f} s  {label}", flush=True)
+    _PHASE["last"] = now
 
 
 def cancel_active_jobs(store: MetadataStore, timeout: float = 60.0) -> None:
@@ -98,6 +112,7 @@ def cancel_active_jobs(store: MetadataStore, timeout: float = 60.0) -> None:
     while jobs and time.monotonic() < deadline:
         jobs = [j for j in jobs if store.get_job(j.job_id).status in ACTIVE]
         time.sleep(0.5)
+    phase("cancel_active_jobs")
 
 
 #: task instance states a DAG run's task never leaves by itself (a retry is ``up_for_retry``)
@@ -113,6 +128,7 @@ def wait_job(store: MetadataStore, job_id: str, status: str, timeout: float = 30
             f"{job.failure_reason}")
         assert time.monotonic() < deadline, f"job {job_id} still {job.status} after {timeout} s"
         time.sleep(1)
+    phase(f"job {job.job_name} {status}")
 
 
 def wait_first_checkpoint(store: MetadataStore, job_id: str, timeout: float = 180) -> None:
@@ -128,6 +144,7 @@ def wait_first_checkpoint(store: MetadataStore, job_id: str, timeout: float = 18
         assert time.monotonic() < deadline, (
             f"job {job.job_name} ({job_id}) completed no checkpoint in {timeout} s ({job.status})")
         time.sleep(1)
+    phase(f"first checkpoint of {store.get_job(job_id).job_name}")
 
 
 def wait_task(airflow, dag_id: str, run_id: str, task_id: str, states: tuple,
@@ -140,6 +157,7 @@ def wait_task(airflow, dag_id: str, run_id: str, task_id: str, states: tuple,
         tis = airflow.task_states(dag_id, run_id)
         state = tis.get(task_id)
         if state in states:
+            phase(f"{dag_id}/{task_id} {state}")
             return state
         if state in TERMINAL_TASK_STATES:
             raise AssertionError(
@@ -171,6 +189,7 @@ def extra_spark_worker(cluster, cores: int = 2, memory: str = "1g") -> Iterator[
             assert proc.poll() is None, f"the extra Spark worker exited ({wdir})"
             assert time.monotonic() < deadline, "the extra Spark worker did not register"
             time.sleep(0.3)
+        phase("extra Spark worker registered")
         yield
     finally:
         if proc.poll() is None:
