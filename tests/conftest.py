@@ -21,6 +21,14 @@ _GROUPS = (
     ("spark_cluster", "spark-cluster-jobs"),
 )
 _GROUPED_DIRS = (("bench", "bench"), ("deploy", "spark-cluster"))
+#: tests/deploy split over three workers, each starting its own deployment (Airflow, PostgreSQL
+#: and a Spark cluster: ~2-3 min at load 35) instead of one worker running ~26 min of it serially
+#: (the suite's critical path); a ``path::test`` prefix decides before the folder
+_GROUPED_TESTS = (
+    ("deploy/test_postgres_blue_green_deployment.py", "spark-cluster-pg"),
+    ("deploy/test_real_deployment.py::test_a_lost_sensor_deferral", "spark-cluster-b"),
+    ("deploy/test_real_deployment.py::test_a_scheduled_savepoint", "spark-cluster-b"),
+)
 
 
 def _module_fixture_group(item) -> str | None:
@@ -41,8 +49,10 @@ def _module_fixture_group(item) -> str | None:
 def pytest_collection_modifyitems(config, items):
     for item in items:
         # a folder's group first: tests/deploy uses the spark_cluster fixture too
-        parts = os.path.relpath(str(item.path), TESTS).split(os.sep)
-        group = next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
+        rel = os.path.relpath(str(item.path), TESTS)
+        test = f"{rel.replace(os.sep, '/')}::{item.name}"
+        group = next((g for prefix, g in _GROUPED_TESTS if test.startswith(prefix)), None)
+        group = group or next((g for d, g in _GROUPED_DIRS if rel.split(os.sep)[0] == d), None)
         if group is None:
             fixtures = getattr(item, "fixturenames", ())
             group = next((g for fixture, g in _GROUPS if fixture in fixtures), None)
