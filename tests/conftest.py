@@ -13,7 +13,8 @@ if TESTS not in sys.path:
 #: tests that share one expensive server or load the whole machine run on one xdist worker
 #: (``make test`` runs ``pytest --dist loadgroup``), each group on a worker of its own: the
 #: real Airflow deployments of tests/deploy with their Spark standalone cluster
-#: (``spark-cluster``, the longest group: ~19 min), the other tests on a standalone cluster
+#: (``spark-cluster``, ``spark-cluster-b``, ``spark-cluster-pg``: see ``_GROUPED_TESTS``), the
+#: other tests on a standalone cluster
 #: (``spark-cluster-jobs``: they kill executors of their cluster and submit to it; a worker
 #: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments), and
 #: the benchmarks' smoke tests, which share their results folder.

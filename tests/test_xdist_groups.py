@@ -82,10 +82,11 @@ def pytest_collection_finish(session):
 
 @pytest.mark.timeout(240)
 def test_the_deployments_and_the_other_cluster_tests_are_two_groups(tmp_path):
-    """tests/deploy (real Airflow on its Spark cluster, the longest group) is one group;
-    the other tests on a standalone cluster are another, so they need not wait ~19 min
-    behind it (a worker starts its own cluster). Both use the spark_cluster fixture: the
-    folder decides first (it once put the deployments into the other group)."""
+    """tests/deploy (real Airflow on its Spark cluster) is three groups, each on a worker
+    with a deployment of its own (one group ran ~26 min serially: the suite's critical path);
+    the other tests on a standalone cluster are another, so they need not wait behind them
+    (a worker starts its own cluster). Both use the spark_cluster fixture: the folder
+    decides first (it once put the deployments into the other group)."""
     (tmp_path / "show_groups.py").write_text(_SHOW_GROUPS)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-p",
