@@ -45,7 +45,7 @@ def _start_v1(dep: Deployment, spark_url: str) -> str:
     return v1
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1800)  # the deployment start counts too: 370 s with 3 at load 45
 def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_cluster(
         deployment, spark_cluster):
     dep, store = deployment, deployment.store
