@@ -13,7 +13,8 @@ if TESTS not in sys.path:
 #: tests that share one expensive server or load the whole machine run on one xdist worker
 #: (``make test`` runs ``pytest --dist loadgroup``), each group on a worker of its own: the
 #: real Airflow deployments of tests/deploy with their Spark standalone cluster
-#: (``spark-cluster``, the longest group: ~19 min), the other tests on a standalone cluster
+#: (``spark-cluster``, ``spark-cluster-b``, ``spark-cluster-pg``: see ``_GROUPED_TESTS``), the
+#: other tests on a standalone cluster
 #: (``spark-cluster-jobs``: they kill executors of their cluster and submit to it; a worker
 #: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments); the
 #: ``bench`` folder group is kept for no file (``_BENCH_SHARED_RESULTS`` below).
@@ -26,6 +27,14 @@ _GROUPED_DIRS = (("bench", "bench"), ("deploy", "spark-cluster"))
 #: tests always used their own temp dirs, so every test of the folder runs on any worker
 #: (the group ran ~17 min on one worker, the suite's second serial floor)
 _BENCH_SHARED_RESULTS: tuple[str, ...] = ()
+#: tests/deploy split over three workers, each starting its own deployment (Airflow, PostgreSQL
+#: and a Spark cluster: ~2-3 min at load 35) instead of one worker running ~26 min of it serially
+#: (the suite's critical path); a ``path::test`` prefix decides before the folder
+_GROUPED_TESTS = (
+    ("deploy/test_postgres_blue_green_deployment.py", "spark-cluster-pg"),
+    ("deploy/test_real_deployment.py::test_a_lost_sensor_deferral", "spark-cluster-b"),
+    ("deploy/test_real_deployment.py::test_a_scheduled_savepoint", "spark-cluster-b"),
+)
 
 
 def _module_fixture_group(item) -> str | None:
@@ -46,8 +55,11 @@ def _module_fixture_group(item) -> str | None:
 def pytest_collection_modifyitems(config, items):
     for item in items:
         # a folder's group first: tests/deploy uses the spark_cluster fixture too
-        parts = os.path.relpath(str(item.path), TESTS).split(os.sep)
-        group = next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
+        rel = os.path.relpath(str(item.path), TESTS)
+        parts = rel.split(os.sep)
+        test = f"{rel.replace(os.sep, '/')}::{item.name}"
+        group = next((g for prefix, g in _GROUPED_TESTS if test.startswith(prefix)), None)
+        group = group or next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
         if group == "bench" and parts[-1] not in _BENCH_SHARED_RESULTS:
             group = None  # shares nothing with the other tests of the folder
         if group is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from deploy_support import SPARK_DEFAULTS, Deployment, cancel_active_jobs
+from deploy_support import SPARK_DEFAULTS, Deployment, cancel_active_jobs, phase
 
 from airflow_checkpoint_provider.engine.catalog import upgrade_database
 
@@ -15,6 +15,7 @@ from airflow_checkpoint_provider.engine.catalog import upgrade_database
 def deployment(tmp_path_factory, postgres_server, spark_cluster):
     from airflow_deployment import AirflowDeployment
 
+    phase("Spark cluster and PostgreSQL server (session fixtures) up")
     work = str(tmp_path_factory.mktemp("deployment"))
     metadata_url = postgres_server.create_database()
     upgrade_database(metadata_url)  # `ckpt db upgrade`: the hook never creates the schema
@@ -40,10 +41,12 @@ def deployment(tmp_path_factory, postgres_server, spark_cluster):
     dep.write_spark_defaults(SPARK_DEFAULTS)
     try:
         airflow.start()
+        phase("airflow db migrate + 4 processes, api-server healthy")
         for dag_id in ("savepoint_upgrade_restore", "blue_green_upgrade"):
             airflow.wait_for_dag(dag_id)
         # scheduled (@hourly): unpaused by its test, else its own first run would race others
         airflow.wait_for_dag("scheduled_savepoints", unpause=False)
+        phase("DAGs serialized")
         yield dep
     finally:
         try:

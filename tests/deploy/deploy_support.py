@@ -20,9 +20,17 @@ EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 BIN = os.path.dirname(sys.executable)
 ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
 RUN_TIMEOUT_S = 600  # a blue-green DAG run took ~6 min at load 32 on 2 cores
+#: JVM options of the jobs' drivers and executors: the C1 compiler only and one GC thread. A
+#: test job runs a few minutes at 50 records/s, so C2's optimised code never pays back what
+#: compiling it costs on 2 shared cores: a local[2] spark-submit of a small job took 10.4
+#: instead of 16.3 CPU seconds (driver JVM and Python), and each application start here is a
+#: driver and one or two executor JVMs (14 of them per run of tests/deploy)
+JOB_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: cluster-wide Spark defaults of every spark-submit: one core per application, so blue and
 #: green of the parallelism-1 example fit on the 2 x 2 cores together
-SPARK_DEFAULTS = {"spark.cores.max": "1", "spark.executor.memory": "512m"}
+SPARK_DEFAULTS = {"spark.cores.max": "1", "spark.executor.memory": "512m",
+                  "spark.driver.extraJavaOptions": JOB_JVM_OPTIONS,
+                  "spark.executor.extraJavaOptions": JOB_JVM_OPTIONS}
 
 
 class Deployment:
@@ -41,6 +49,8 @@ class Deployment:
             self.airflow.respond(dag_id, run_id, *answer, timeout=RUN_TIMEOUT_S)
         state = self.airflow.wait_for_run(dag_id, run_id, RUN_TIMEOUT_S)
         self.durations[name] = round(time.monotonic() - started, 1)
+        phase(f"DAG run {name} ({dag_id}) {state}")
+        print(self.airflow.timeline(dag_id, run_id, name))
         return state, run_id, self.airflow.task_states(dag_id, run_id)
 
     def conf(self, **overrides) -> dict:
@@ -84,7 +94,19 @@ class Deployment:
         assert out.returncode == 0, out.stdout + out.stderr
         job = self.store.resolve_job(job_name)
         assert job.status == "RUNNING"
+        phase(f"ckpt run --detach {job_name}")
         return job.job_id
+
+
+_PHASE = {"last": time.monotonic()}
+
+
+def phase(label: str) -> None:
+    """Print ``label`` with the seconds since the previous phase (``pytest -s``): where a
+    deployment test's wall time goes."""
+    now = time.monotonic()
+    print(f"\nphase {now - _PHASE['last']:7.1f} s  {label}", flush=True)
+    _PHASE["last"] = now
 
 
 def cancel_active_jobs(store: MetadataStore, timeout: float = 60.0) -> None:
@@ -98,6 +120,7 @@ def cancel_active_jobs(store: MetadataStore, timeout: float = 60.0) -> None:
     while jobs and time.monotonic() < deadline:
         jobs = [j for j in jobs if store.get_job(j.job_id).status in ACTIVE]
         time.sleep(0.5)
+    phase("cancel_active_jobs")
 
 
 #: task instance states a DAG run's task never leaves by itself (a retry is ``up_for_retry``)
@@ -113,6 +136,7 @@ def wait_job(store: MetadataStore, job_id: str, status: str, timeout: float = 30
             f"{job.failure_reason}")
         assert time.monotonic() < deadline, f"job {job_id} still {job.status} after {timeout} s"
         time.sleep(1)
+    phase(f"job {job.job_name} {status}")
 
 
 def wait_first_checkpoint(store: MetadataStore, job_id: str, timeout: float = 180) -> None:
@@ -128,6 +152,7 @@ def wait_first_checkpoint(store: MetadataStore, job_id: str, timeout: float = 18
         assert time.monotonic() < deadline, (
             f"job {job.job_name} ({job_id}) completed no checkpoint in {timeout} s ({job.status})")
         time.sleep(1)
+    phase(f"first checkpoint of {store.get_job(job_id).job_name}")
 
 
 def wait_task(airflow, dag_id: str, run_id: str, task_id: str, states: tuple,
@@ -140,6 +165,7 @@ def wait_task(airflow, dag_id: str, run_id: str, task_id: str, states: tuple,
         tis = airflow.task_states(dag_id, run_id)
         state = tis.get(task_id)
         if state in states:
+            phase(f"{dag_id}/{task_id} {state}")
             return state
         if state in TERMINAL_TASK_STATES:
             raise AssertionError(
@@ -171,6 +197,7 @@ def extra_spark_worker(cluster, cores: int = 2, memory: str = "1g") -> Iterator[
             assert proc.poll() is None, f"the extra Spark worker exited ({wdir})"
             assert time.monotonic() < deadline, "the extra Spark worker did not register"
             time.sleep(0.3)
+        phase("extra Spark worker registered")
         yield
     finally:
         if proc.poll() is None:
