@@ -35,6 +35,7 @@ import time
 
 import cloudpickle
 from jobs import add_results_dir, bench_pipeline, median, p99, write_results
+from latency_files import read_latencies
 
 from airflow_checkpoint_provider.engine import DiscardSink, GeneratorSource, Pipeline
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
@@ -234,16 +235,8 @@ def run(
         done = [r for r in rows if r.status in ("COMPLETED", "SUBSUMED")]
         failed = [r for r in rows if r.status == "FAILED"]
         durations = [r.duration_ms for r in done]
-        lat: list[float] = []
-        first, last = [], []
-        for path in glob.glob(os.path.join(root, "lat-*.json")):
-            with open(path) as f:
-                d = json.load(f)
-            lat.extend(d["latencies"])
-            if d["first"]:
-                first.append(d["first"])
-                last.append(d["last"])
-        span = (max(last) - min(first)) if first else wall
+        lat, span = read_latencies(root)
+        span = span or wall
         # completed checkpoints per interval, from the first trigger to the last completion
         if done:
             t_first = min(r.trigger_time for r in rows).timestamp()

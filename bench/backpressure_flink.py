@@ -29,7 +29,6 @@ runs of the cells it measures dropped).
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -40,6 +39,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+
+from latency_files import read_latencies  # bench/: imports nothing of the project
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -303,16 +304,7 @@ def summarize(
     done = [c for c in cps if c.get("status") == "COMPLETED"]
     failed = [c for c in cps if c.get("status") == "FAILED"]
     durations = [c["end_to_end_duration"] for c in done]
-    lat: list[float] = []
-    first, last = [], []
-    for path in glob.glob(os.path.join(lat_dir, "lat-*.json")):
-        with open(path) as f:
-            d = json.load(f)
-        lat.extend(d["latencies"])
-        if d["first"]:
-            first.append(d["first"])
-            last.append(d["last"])
-    span = (max(last) - min(first)) if first else None
+    lat, span = read_latencies(lat_dir)
     if done:
         t_first = min(c["trigger_timestamp"] for c in cps)
         t_last = max(c["latest_ack_timestamp"] for c in done)

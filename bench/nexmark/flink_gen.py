@@ -53,12 +53,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from flink_sql import (  # noqa: E402
-    AUCTION_VIEW,
-    BID_VIEW,
-    PERSON_VIEW,
     Q10_SINK,
     QUERIES,
-    SIDE_INPUT,
+    job_settings,
+    register_views,
 )
 
 BASE_TIME_MS = 1_767_225_600_000  # generator.py's DEFAULT_BASE_TIME_MS
@@ -317,17 +315,9 @@ def run(
     from pyflink.table import StreamTableEnvironment
 
     t0 = time.monotonic()
-    settings = {  # flink_sql.py's
-        "parallelism.default": "1",
-        "execution.checkpointing.interval": f"{int(interval_s * 1000)} ms",
-        "execution.checkpointing.mode": "EXACTLY_ONCE",
-        "execution.checkpointing.dir": "file://" + checkpoints,
-        "state.backend.type": backend,
-        "state.backend.incremental": "true",
-        "table.exec.mini-batch.enabled": "true",
-        "table.exec.mini-batch.allow-latency": "2 s",
-        "table.exec.mini-batch.size": "50000",
-        "table.optimizer.distinct-agg.split.enabled": "true",
+    settings = {
+        **job_settings(backend=backend, interval_s=interval_s, parallelism=1,
+                       checkpoints=checkpoints),
         "table.local-time-zone": "UTC",
     }
     conf = Configuration()
@@ -338,17 +328,7 @@ def run(
     for k, v in settings.items():
         t_env.get_config().set(k, v)
     create_events(env, t_env, warmup or events, rate=rate, sequence=sequence)
-    t_env.execute_sql(BID_VIEW)
-    t_env.execute_sql(PERSON_VIEW)
-    t_env.execute_sql(AUCTION_VIEW)
-    if query == "q13":
-        side = os.path.join(checkpoints, "side_input")
-        os.makedirs(side)
-        with open(os.path.join(side, "side_input.csv"), "w") as f:
-            f.writelines(f"{i},{i}\n" for i in range(10_000))
-        t_env.execute_sql(SIDE_INPUT.format(path=side))
-    if query == "q12":
-        t_env.execute_sql("CREATE VIEW B12 AS SELECT *, PROCTIME() AS p_time FROM bid")
+    register_views(t_env, query, checkpoints)
     select = QUERIES[query]
     ddl_cols = _ddl_columns(t_env.sql_query(select).get_resolved_schema().get_columns())
     if query == "q10":

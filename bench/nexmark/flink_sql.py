@@ -216,14 +216,10 @@ SELECT auction, bidder, price, channel, SPLIT_INDEX(url, '/', 3) AS dir1,
 }
 
 
-def run(query: str, path: str, *, backend: str, interval_s: float, parallelism: int,
-        checkpoints: str, warmup: str | None = None) -> dict:
-    from pyflink.table import EnvironmentSettings, TableEnvironment
-
-    t0 = time.monotonic()
-    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
-    conf = env.get_config()
-    settings = {
+def job_settings(*, backend: str, interval_s: float, parallelism: int,
+                 checkpoints: str) -> dict[str, str]:
+    """The Flink settings of every Nexmark job (flink_sql.py's and flink_gen.py's)."""
+    return {
         "parallelism.default": str(parallelism),
         "execution.checkpointing.interval": f"{int(interval_s * 1000)} ms",
         "execution.checkpointing.mode": "EXACTLY_ONCE",
@@ -235,20 +231,37 @@ def run(query: str, path: str, *, backend: str, interval_s: float, parallelism: 
         "table.exec.mini-batch.size": "50000",
         "table.optimizer.distinct-agg.split.enabled": "true",
     }
-    for k, v in settings.items():
-        conf.set(k, v)
-    env.execute_sql(DDL.format(columns=COLUMNS, path=warmup or path))
-    env.execute_sql(BID_VIEW)
-    env.execute_sql(PERSON_VIEW)
-    env.execute_sql(AUCTION_VIEW)
+
+
+def register_views(t_env, query: str, checkpoints: str) -> None:
+    """The bid/person/auction views over ``events``, and what ``query`` needs besides (q13's
+    side input table, q12's processing-time view)."""
+    t_env.execute_sql(BID_VIEW)
+    t_env.execute_sql(PERSON_VIEW)
+    t_env.execute_sql(AUCTION_VIEW)
     if query == "q13":
         side = os.path.join(checkpoints, "side_input")
         os.makedirs(side)
         with open(os.path.join(side, "side_input.csv"), "w") as f:
             f.writelines(f"{i},{i}\n" for i in range(10_000))
-        env.execute_sql(SIDE_INPUT.format(path=side))
+        t_env.execute_sql(SIDE_INPUT.format(path=side))
     if query == "q12":
-        env.execute_sql("CREATE VIEW B12 AS SELECT *, PROCTIME() AS p_time FROM bid")
+        t_env.execute_sql("CREATE VIEW B12 AS SELECT *, PROCTIME() AS p_time FROM bid")
+
+
+def run(query: str, path: str, *, backend: str, interval_s: float, parallelism: int,
+        checkpoints: str, warmup: str | None = None) -> dict:
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+
+    t0 = time.monotonic()
+    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    conf = env.get_config()
+    settings = job_settings(backend=backend, interval_s=interval_s, parallelism=parallelism,
+                            checkpoints=checkpoints)
+    for k, v in settings.items():
+        conf.set(k, v)
+    env.execute_sql(DDL.format(columns=COLUMNS, path=warmup or path))
+    register_views(env, query, checkpoints)
     select = QUERIES[query]
 
     cols = env.sql_query(select).get_resolved_schema().get_columns()
