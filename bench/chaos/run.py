@@ -337,6 +337,16 @@ def _pause(first_running: float | None, next_due: float | None) -> float:
     return min(max(next_due - time.monotonic(), 0.05), 0.25)
 
 
+def _sigkill(pid: int) -> bool:
+    """SIGKILL ``pid``; False when it had already exited (it may end between the choice and
+    the kill: the fault then did not fire)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def _drive(
     cell: Cell,
     root: str,
@@ -409,16 +419,14 @@ def _drive(
                 elif due and kills[0].kind == "jvm":
                     f = kills.pop(0)
                     jvm = _jvm_of(drivers.current.pid)
-                    if jvm is not None:
-                        os.kill(jvm, signal.SIGKILL)
+                    if jvm is not None and _sigkill(jvm):
                         f.fired_at, f.target = time.time(), f"Spark JVM pid {jvm}"
                         f.target += _after_jvm_kill(drivers)
                         drivers.start(restore="latest")
                 elif due and pids:
                     f = kills.pop(0)
                     pid = rng.choice(sorted(pids))
-                    if _alive(pid):
-                        os.kill(pid, signal.SIGKILL)
+                    if _alive(pid) and _sigkill(pid):  # not a zombie, not gone
                         f.fired_at, f.target = time.time(), f"{f.kind} pid {pid}"
             time.sleep(_pause(first_running, next_due))
     finally:
