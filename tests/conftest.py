@@ -13,7 +13,7 @@ if TESTS not in sys.path:
 #: tests that share one expensive server or load the whole machine run on one xdist worker
 #: (``make test`` runs ``pytest --dist loadgroup``), each group on a worker of its own: the
 #: real Airflow deployments of tests/deploy with their Spark standalone cluster
-#: (``spark-cluster``, ``spark-cluster-b``, ``spark-cluster-pg``: see ``_GROUPED_TESTS``), the
+#: (``spark-cluster``; see ``_GROUPED_TESTS``), the
 #: other tests on a standalone cluster
 #: (``spark-cluster-jobs``: they kill executors of their cluster and submit to it; a worker
 #: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments); the
@@ -30,11 +30,11 @@ _BENCH_SHARED_RESULTS: tuple[str, ...] = ()
 #: tests/deploy split over three workers, each starting its own deployment (Airflow, PostgreSQL
 #: and a Spark cluster: ~2-3 min at load 35) instead of one worker running ~26 min of it serially
 #: (the suite's critical path); a ``path::test`` prefix decides before the folder
-_GROUPED_TESTS = (
-    ("deploy/test_postgres_blue_green_deployment.py", "spark-cluster-pg"),
-    ("deploy/test_real_deployment.py::test_a_lost_sensor_deferral", "spark-cluster-b"),
-    ("deploy/test_real_deployment.py::test_a_scheduled_savepoint", "spark-cluster-b"),
-)
+#: Kept empty: three deployments at once (``spark-cluster-b`` for the lost-deferral and
+#: asset-event tests, ``spark-cluster-pg`` for the PostgreSQL blue-green) took every worker
+#: for ~20 min and slowed a full run on the 2 cores (12% of the tests after 48 min, 18
+#: setup errors while they started); the deployments stay one group on one worker.
+_GROUPED_TESTS: tuple[tuple[str, str], ...] = ()
 
 
 def _module_fixture_group(item) -> str | None:

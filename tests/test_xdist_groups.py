@@ -82,9 +82,8 @@ def pytest_collection_finish(session):
 
 @pytest.mark.timeout(240)
 def test_the_deployments_and_the_other_cluster_tests_are_two_groups(tmp_path):
-    """tests/deploy (real Airflow on its Spark cluster) is three groups, each on a worker
-    with a deployment of its own (one group ran ~26 min serially: the suite's critical path);
-    the other tests on a standalone cluster are another, so they need not wait behind them
+    """tests/deploy (real Airflow on its Spark cluster) is one group with one deployment
+    (three groups with a deployment each slowed a full run on 2 cores); the other tests on a standalone cluster are another, so they need not wait behind them
     (a worker starts its own cluster). Both use the spark_cluster fixture: the folder
     decides first (it once put the deployments into the other group)."""
     (tmp_path / "show_groups.py").write_text(_SHOW_GROUPS)
@@ -99,13 +98,10 @@ def test_the_deployments_and_the_other_cluster_tests_are_two_groups(tmp_path):
              if line.startswith("NODE ")]
     groups = {n.split("::")[0]: n.rsplit("@", 1)[1] for n in nodes if "@" in n}
     tests = {n.rsplit("@", 1)[0].split("::")[1]: n.rsplit("@", 1)[1] for n in nodes if "@" in n}
-    # the deployments on three workers, each with its own deployment (tests/conftest.py)
-    assert tests["test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_cluster"
-                 ] == "spark-cluster", tests
-    assert {tests[t] for t in tests if t.startswith(("test_a_lost_sensor_deferral",
-                                                     "test_a_scheduled_savepoint"))
-            } == {"spark-cluster-b"}, tests
-    assert groups["tests/deploy/test_postgres_blue_green_deployment.py"] == "spark-cluster-pg", groups
+    # the deployments on one worker, one deployment (tests/conftest.py _GROUPED_TESTS)
+    assert {tests[t] for t in tests if "real_airflow" in t or "scheduled_savepoint" in t
+            } == {"spark-cluster"}, tests
+    assert groups["tests/deploy/test_postgres_blue_green_deployment.py"] == "spark-cluster", groups
     assert groups["tests/provider/test_submit_to_cluster.py"] == "spark-cluster-jobs", groups
     killed = next(n for n in nodes if "killed_executor" in n)
     assert killed.endswith("@spark-cluster-jobs"), killed

@@ -203,6 +203,9 @@ class KeyIndex:
         """Integer keys in a compact range (at most ``DENSE_FACTOR`` slots per key, at most
         ``DENSE_MAX`` slots): a direct-address table ``key - min -> row`` (-1: absent), so a
         lookup is one gather instead of a sort and a binary search."""
+        if not len(self.sorted_keys):  # nothing yet (e.g. every key of a table expired)
+            self._dense = None
+            return
         lo, hi = int(self.sorted_keys[0]), int(self.sorted_keys[-1])
         span = hi - lo + 1
         if (span > DENSE_MAX or span > DENSE_FACTOR * max(self.n, 1024)
