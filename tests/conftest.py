@@ -13,29 +13,16 @@ if TESTS not in sys.path:
 #: tests that share one expensive server or load the whole machine run on one xdist worker
 #: (``make test`` runs ``pytest --dist loadgroup``), each group on a worker of its own: the
 #: real Airflow deployments of tests/deploy with their Spark standalone cluster
-#: (``spark-cluster``; see ``_GROUPED_TESTS``), the
-#: other tests on a standalone cluster
+#: (``spark-cluster``: one deployment; three groups with a deployment each took every worker
+#: for ~20 min and slowed a full run on the 2 cores), the other tests on a standalone cluster
 #: (``spark-cluster-jobs``: they kill executors of their cluster and submit to it; a worker
-#: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments); the
-#: ``bench`` folder group is kept for no file (``_BENCH_SHARED_RESULTS`` below).
+#: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments).
+#: tests/bench is no group: each smoke test renders its own results folder (the group ran
+#: ~17 min on one worker, the suite's second serial floor).
 _GROUPS = (
     ("spark_cluster", "spark-cluster-jobs"),
 )
-_GROUPED_DIRS = (("bench", "bench"), ("deploy", "spark-cluster"))
-#: the files of tests/bench kept in the ``bench`` group: none. The group was for the smoke
-#: tests' one shared results folder; each smoke test now renders its own, and the NEXMark
-#: tests always used their own temp dirs, so every test of the folder runs on any worker
-#: (the group ran ~17 min on one worker, the suite's second serial floor)
-_BENCH_SHARED_RESULTS: tuple[str, ...] = ()
-#: tests/deploy split over three workers, each starting its own deployment (Airflow, PostgreSQL
-#: and a Spark cluster: ~2-3 min at load 35) instead of one worker running ~26 min of it serially
-#: (the suite's critical path); a ``path::test`` prefix decides before the folder
-#: Kept empty: three deployments at once (``spark-cluster-b`` for the lost-deferral and
-#: asset-event tests, ``spark-cluster-pg`` for the PostgreSQL blue-green) took every worker
-#: for ~20 min and slowed a full run on the 2 cores (12% of the tests after 48 min, 18
-#: setup errors while they started); the deployments stay one group on one worker.
-_GROUPED_TESTS: tuple[tuple[str, str], ...] = ()
-
+_GROUPED_DIRS = (("deploy", "spark-cluster"),)
 
 def _module_fixture_group(item) -> str | None:
     """The group of a test that uses a module-scoped fixture: its module. Without it
@@ -55,13 +42,8 @@ def _module_fixture_group(item) -> str | None:
 def pytest_collection_modifyitems(config, items):
     for item in items:
         # a folder's group first: tests/deploy uses the spark_cluster fixture too
-        rel = os.path.relpath(str(item.path), TESTS)
-        parts = rel.split(os.sep)
-        test = f"{rel.replace(os.sep, '/')}::{item.name}"
-        group = next((g for prefix, g in _GROUPED_TESTS if test.startswith(prefix)), None)
-        group = group or next((g for d, g in _GROUPED_DIRS if parts[0] == d), None)
-        if group == "bench" and parts[-1] not in _BENCH_SHARED_RESULTS:
-            group = None  # shares nothing with the other tests of the folder
+        top = os.path.relpath(str(item.path), TESTS).split(os.sep)[0]
+        group = next((g for d, g in _GROUPED_DIRS if top == d), None)
         if group is None:
             fixtures = getattr(item, "fixturenames", ())
             group = next((g for fixture, g in _GROUPS if fixture in fixtures), None)

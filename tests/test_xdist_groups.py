@@ -98,7 +98,7 @@ def test_the_deployments_and_the_other_cluster_tests_are_two_groups(tmp_path):
              if line.startswith("NODE ")]
     groups = {n.split("::")[0]: n.rsplit("@", 1)[1] for n in nodes if "@" in n}
     tests = {n.rsplit("@", 1)[0].split("::")[1]: n.rsplit("@", 1)[1] for n in nodes if "@" in n}
-    # the deployments on one worker, one deployment (tests/conftest.py _GROUPED_TESTS)
+    # the deployments on one worker, one deployment (tests/conftest.py _GROUPED_DIRS)
     assert {tests[t] for t in tests if "real_airflow" in t or "scheduled_savepoint" in t
             } == {"spark-cluster"}, tests
     assert groups["tests/deploy/test_postgres_blue_green_deployment.py"] == "spark-cluster", groups
