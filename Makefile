@@ -53,9 +53,13 @@ demo-engine: venv
 # with their Spark cluster, the other Spark-cluster tests, the vectorized join jobs; the
 # longest scopes start first. PYTEST_ARGS adds options, e.g. `make test PYTEST_ARGS="-n 0"`
 # runs them in one process; PYTEST_WORKERS=2 runs two workers.
+# compileall first: the tests start thousands of Python processes (slots, job masters, CLI
+# runs, Airflow tasks) that import the package; with PYTHONDONTWRITEBYTECODE set (as on this machine)
+# each would compile it from source again (~0.15 CPU-s per process).
 PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 3
 test: venv check-java check-postgres check-chromium
+	$(PY) -m compileall -q -j 0 airflow_checkpoint_provider dags tests bench > /dev/null
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 # The same tests with their full matrices (tests/budget.py: all 20 fault-injection seeds,

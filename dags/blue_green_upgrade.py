@@ -33,7 +33,8 @@ If the pre-flight check, the gate or the approval fails, green is cancelled (if 
 blue keeps running untouched (task ``keep_blue`` says so in its log); the run ends failed.
 A failed cut-over (``stop_blue``, ``preflight_final`` or ``end_validation``) cancels green
 too: no failure path leaves the validation run running (``keep_blue`` then fails if blue
-is not RUNNING any more, e.g. a last-state cut-over that cancelled it).
+is not RUNNING any more, e.g. a last-state cut-over that cancelled it, and names
+blue's latest snapshot to restart it from).
 
 Blue and green must have different job names (each name has at most one running job).
 """
@@ -204,14 +205,21 @@ with DAG(
         blue = hook.resolve_job(params["blue_job"])
         green_id = ti.xcom_pull(task_ids="start_green", key="job_id")
         green = hook.find_job(green_id) if green_id else None
-        logging.getLogger(__name__).warning(
-            "Upgrade abandoned: green %s; blue %s (%s) keeps running (status %s)",
-            f"{green.job_name} ({green.job_id}) is {green.status}"
-            + (f": {green.failure_reason}" if green.failure_reason else "")
-            if green else "never started", blue.job_name, blue.job_id, blue.status)
-        if blue.status != "RUNNING":
-            raise RuntimeError(f"blue {blue.job_name} ({blue.job_id}) is {blue.status}, not RUNNING")
-        return blue.job_id
+        green_said = (f"{green.job_name} ({green.job_id}) is {green.status}"
+                      + (f": {green.failure_reason}" if green.failure_reason else "")
+                      if green else "never started")
+        if blue.status == "RUNNING":
+            logging.getLogger(__name__).warning(
+                "Upgrade abandoned: green %s; blue %s (%s) keeps running", green_said,
+                blue.job_name, blue.job_id)
+            return blue.job_id
+        # blue ended (e.g. the cut-over stopped it, then failed): say where to restart from
+        latest = hook.get_conn().latest_completed_checkpoint(job_id=blue.job_id, kind=None)
+        raise RuntimeError(
+            f"Upgrade abandoned: green {green_said}; blue {blue.job_name} ({blue.job_id}) is "
+            f"{blue.status}, not running"
+            + (f": restart it from its latest {latest.kind.lower()} {latest.location}"
+               if latest else " and has no completed checkpoint"))
 
     copy_cdc_slots >> savepoint_blue >> preflight >> start_green >> health_gate >> approval() >> [
         approve, no_approval_needed] >> stop_blue

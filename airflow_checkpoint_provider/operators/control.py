@@ -57,9 +57,9 @@ class _ControlRequestOperator(CheckpointBaseOperator):
         job's status if it takes no requests."""
         earlier, key = self._earlier_request(self.idempotency_key(context))
         if earlier is not None and earlier.status == "FAILED":
-            self.log.info("The %s request %s of an earlier try of this task failed (%s): "
-                          "submitting a new one", earlier.action, earlier.request_id,
-                          earlier.error)
+            self.log.warning("The %s request %s of an earlier try of this task failed (%s): "
+                             "submitting a new one", earlier.action, earlier.request_id,
+                             earlier.error)
             earlier = None
         if earlier is not None:
             job_id, request_id = earlier.job_id, earlier.request_id
