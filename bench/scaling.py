@@ -64,39 +64,45 @@ def ipc_bytes_per_row(keys: int, int_keys: bool, rows: int = 8192) -> float:
 
 
 def cluster_runs(args) -> list[dict]:
-    """Both jobs at parallelism 2 on a standalone master + 2 workers (2 cores, 1 GiB each)."""
+    """Both jobs at parallelism 2 on a standalone master + 2 workers (2 cores, 1 GiB each):
+    the cluster at ``--master`` if given, else one started (and stopped) here."""
+    import contextlib
     import tempfile
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-    from spark_cluster import StandaloneCluster
 
     from airflow_checkpoint_provider.engine.runners.spark import session_for
 
+    with contextlib.ExitStack() as stack:
+        master = args.master
+        if not master:
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                            "tests"))
+            from spark_cluster import StandaloneCluster
+
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-cluster-"))
+            cluster = StandaloneCluster(tmp, memory="2g").start()
+            stack.callback(cluster.stop)
+            master = cluster.url
+        spark = session_for(master, "bench-scaling",
+                            extra_conf={"spark.executor.memory": "1g", "spark.cores.max": "4"})
+        stack.callback(spark.stop)
+        return [run for rep in range(args.reps) for run in _cluster_rep(spark, args, rep)]
+
+
+def _cluster_rep(spark, args, rep: int) -> list[dict]:
     out = []
-    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
-        cluster = StandaloneCluster(tmp, memory="2g").start()
-        try:
-            spark = session_for(cluster.url, "bench-scaling",
-                                extra_conf={"spark.executor.memory": "1g",
-                                            "spark.cores.max": "4"})
-            try:
-                for rep in range(args.reps):
-                    for job, records in (("aggregate", args.records),
-                                         ("running_sum", args.running_sum_records)):
-                        extra = {"batch_size": 8192} if job == "aggregate" else {}
-                        r = sustained(job, records, 100_000, 2, runner="spark",
-                                      runner_opts={"spark": spark}, **extra)
-                        # executor JVMs this cluster's workers launched (not local mode)
-                        r["master"] = spark.sparkContext.master
-                        r["cluster_executors"] = len(cluster.executor_pids())
-                        out.append({"rep": rep, "kind": "cluster", "job": job, "parallelism": 2,
-                                    "keys": 100_000, **r})
-                        print(f"{job} p=2 on the standalone cluster: "
-                              f"{r['sustained_records_per_s']:,.0f} records/s", flush=True)
-            finally:
-                spark.stop()
-        finally:
-            cluster.stop()
+    for job, records in (("aggregate", args.records), ("running_sum", args.running_sum_records)):
+        extra = {"batch_size": 8192} if job == "aggregate" else {}
+        r = sustained(job, records, 100_000, 2, runner="spark", runner_opts={"spark": spark},
+                      **extra)
+        # executors of the cluster's workers ran the job (not local mode); the status
+        # tracker lists the driver too
+        r["master"] = spark.sparkContext.master
+        r["cluster_executors"] = len(spark.sparkContext._jsc.sc().statusTracker()
+                                     .getExecutorInfos()) - 1
+        out.append({"rep": rep, "kind": "cluster", "job": job, "parallelism": 2,
+                    "keys": 100_000, **r})
+        print(f"{job} p=2 on the standalone cluster: "
+              f"{r['sustained_records_per_s']:,.0f} records/s", flush=True)
     return out
 
 
@@ -108,6 +114,9 @@ def main(argv=None) -> int:
     ap.add_argument("--keys-list", default="10000,100000,1000000")
     ap.add_argument("--cluster", action=argparse.BooleanOptionalAction, default=True,
                     help="also run on a 2-worker standalone cluster on 127.0.0.1")
+    ap.add_argument("--master", default=None,
+                    help="spark:// URL of a running standalone cluster for those runs "
+                         "(default: start one on 127.0.0.1 for them)")
     add_results_dir(ap)
     args = ap.parse_args(argv)
     keys_list = [int(k) for k in args.keys_list.split(",") if k]

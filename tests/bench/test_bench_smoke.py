@@ -187,9 +187,10 @@ def test_sinks_scenario_measures_every_sink(results):
 
 
 @pytest.mark.timeout(400)
-def test_scaling_scenario_measures_parallelism_keys_and_network_bytes(results):
+def test_scaling_scenario_measures_parallelism_keys_and_network_bytes(results, spark_cluster):
+    # the session's standalone cluster (one fewer cluster start: ~20 CPU-s)
     bench("scaling.py", "--records", "10000", "--running-sum-records", "2000", "--keys-list",
-          "1000,4000", results=results, timeout=380)
+          "1000,4000", "--master", spark_cluster.url, results=results, timeout=380)
     data = load(results, "scaling.json")
     summary = data["summary"]
     assert set(summary["parallelism"]) == {
