@@ -263,6 +263,42 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
             params["directory"] = absolute_location(self.directory)
         return params
 
+    def execute(self, context: Context) -> Any:
+        stopped = self._stopped_meanwhile(context)
+        if stopped is not None:
+            return self.on_request_succeeded(context, stopped)
+        return super().execute(context)
+
+    def _stopped_meanwhile(self, context: Context) -> dict[str, Any] | None:
+        """A retry whose earlier try's request is FAILED while its job is STOPPED: the job
+        ended with a final savepoint after all (a job is STOPPED only by a completed
+        stop-with-savepoint, and nothing completes after it). That savepoint is what this
+        task exists to hand over, so it is the result, decided from the metadata DB; a new
+        request would only fail on the STOPPED job, every retry alike."""
+        earlier, _ = self._earlier_request(self.idempotency_key(context))
+        if earlier is None or earlier.status != "FAILED":
+            return None
+        store = self.hook.get_conn()
+        job = store.get_job(earlier.job_id)
+        if job is None or job.status != "STOPPED":
+            return None
+        final = store.latest_completed_checkpoint(job_id=job.job_id, kind=None)
+        if final is None or final.kind != "SAVEPOINT":
+            return None
+        self.log.warning(
+            "The %s request %s of an earlier try of this task failed (%s), but job %s (%s) is "
+            "STOPPED with its final savepoint %d at %s: that savepoint is the result",
+            earlier.action, earlier.request_id, earlier.error, job.job_name, job.job_id,
+            final.checkpoint_id, final.location)
+        context["ti"].xcom_push(key="job_id", value=job.job_id)
+        context["ti"].xcom_push(key="request_id", value=earlier.request_id)
+        self.job_id = job.job_id
+        return {"status": "success", "job_id": job.job_id, "request_id": earlier.request_id,
+                "checkpoint_id": final.checkpoint_id, "location": final.location,
+                "kind": final.kind, "job_status": job.status,
+                "message": f"job {job.job_name} ({job.job_id}) is STOPPED with its final "
+                           f"savepoint {final.location}"}
+
     def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> str:
         return self._push_savepoint(context, event)
 

@@ -7,9 +7,10 @@ import os
 
 import pytest
 from provider_helpers import EXAMPLE, start_job, wait_for
-from savepoint_helpers import FakeTI
+from savepoint_helpers import FakeTI, make_job, make_savepoint
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.operators.control import StopWithSavepointOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 
@@ -150,3 +151,38 @@ def test_a_stop_submitted_while_the_job_is_still_starting_waits_for_its_tasks_an
             proc.kill()
             proc.wait(timeout=10)
         store.close()
+
+
+def test_a_retry_whose_stop_request_failed_while_the_job_stopped_takes_the_final_savepoint(
+        store, tmp_path):
+    """Decided from the metadata DB: the earlier try's request is FAILED, yet the job is
+    STOPPED, so its stop savepoint completed (a job is STOPPED by nothing else). The retry
+    hands over that final savepoint instead of failing on the STOPPED job as every retry
+    did before (CI: stop_blue failed 3 times, blue STOPPED, the fenced green cancelled)."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    blue = make_job(store, name="orders-blue", status="RUNNING")
+    first = FakeTI("blue_green_upgrade", "stop_blue", RUN, try_number=1)
+    key = CheckpointBaseOperator.idempotency_key({"ti": first})
+    request = store.submit_control_request(blue, "STOP_WITH_SAVEPOINT", {}, idempotency_key=key)
+    store.finish_control_request(request, status="FAILED", error="job ended with status STOPPED")
+    final = make_savepoint(store, tmp_path, blue, 12, hours_old=0.001)
+    store.set_job_status(blue, "STOPPED")
+
+    retry = FakeTI("blue_green_upgrade", "stop_blue", RUN, try_number=2)
+    op = StopWithSavepointOperator(task_id="stop_blue", job="orders-blue",
+                                   report_dir=str(tmp_path / "reports"))
+    assert op.execute({"ti": retry}) == final
+    assert retry.xcom["savepoint_path"] == final and retry.xcom["checkpoint_id"] == 12
+    assert retry.xcom["request_id"] == request and len(_requests(store, blue)) == 1
+
+    # a FAILED request of a job that still runs is not a stop: a new request is submitted
+    other = make_job(store, name="orders-other", status="RUNNING")
+    ti = FakeTI("blue_green_upgrade", "stop_other", RUN, try_number=1)
+    failed = store.submit_control_request(other, "STOP_WITH_SAVEPOINT", {},
+                                          idempotency_key=CheckpointBaseOperator.idempotency_key({"ti": ti}))
+    store.finish_control_request(failed, status="FAILED", error="checkpoint 3 failed: expired")
+    op = StopWithSavepointOperator(task_id="stop_other", job="orders-other", deferrable=True)
+    with pytest.raises(TaskDeferred):
+        op.execute({"ti": FakeTI("blue_green_upgrade", "stop_other", RUN, try_number=2)})
+    assert len(_requests(store, other)) == 2
