@@ -207,3 +207,23 @@ def test_snapshots_compress_only_changed_chunks_and_restore_exactly(tmp_path, mo
         assert restored == (kept_first if done == 5 else len(t))
         out = list(outputs[:done]) + _feed(tables, fed[done:])
         assert _upserts(out) == _reference(fed, 3)
+
+
+@pytest.mark.parametrize("kind", ["int", "wide int", "float", "uint8"])
+@pytest.mark.parametrize("descending", [True, False])
+def test_merge_order_is_the_order_by_row_value_and_arrival(kind, descending):
+    """The merge's order (one packed int64 key and a stable sort, or a two-key lexsort when
+    the values do not pack) equals the lexsort by row, value and arrival it replaced, ties
+    included: rows arrive in arrival order within each (row, value)."""
+    from airflow_checkpoint_provider.engine.state.topn_state import merge_order
+
+    rng = np.random.default_rng(7)
+    rows = rng.integers(0, 300, 5000)
+    values = {"int": rng.integers(-20, 20, 5000),  # many ties, negative values
+              "wide int": rng.integers(-(1 << 62), 1 << 62, 5000),  # does not pack
+              "float": rng.integers(0, 20, 5000).astype(np.float64),
+              "uint8": rng.integers(0, 20, 5000).astype(np.uint8)}[kind]
+    arrival = np.arange(len(rows))
+    v = values.astype(np.int64) if kind == "uint8" else values
+    expected = np.lexsort((arrival, -v if descending else v, rows))
+    assert np.array_equal(merge_order(rows, v, descending), expected)
