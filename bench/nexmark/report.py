@@ -60,13 +60,24 @@ def _conditions(runs: list[dict], loads: list[float]) -> list[str]:
     return lines
 
 
-#: queries whose cells in nexmark.json were measured on the per-record path, which branch
-#: `nexmark` (issue 39) replaced; its before/after runs (a loaded machine) are in
-#: nexmark_issue39.json and NOTES.md. Drop a query once its cells are re-measured quietly.
+#: queries whose cells in nexmark.json may have been measured on the per-record path, which
+#: branch `nexmark` (issue 39) replaced; its before/after runs (a loaded machine) are in
+#: nexmark_issue39.json and NOTES.md. A cell counts as per-record while one of its runs of
+#: ours predates run.py's ``query_path`` field (:func:`row_path_cells`).
 ROW_PATH_FIGURES = {"q3", "q4", "q6", "q9", "q18", "q20"}
 
 
-def _interval_table(iv, queries, rate, rates, cps, fair=None, ours_cpu=None) -> list[str]:
+def row_path_cells(runs: list[dict]) -> set[tuple]:
+    """(backend, interval, query) of ours' local cells of :data:`ROW_PATH_FIGURES` with a run
+    measured before run.py recorded which path ran (``query_path``): the per-record path."""
+    return {(r.get("backend"), r.get("interval_s"), r["query"]) for r in runs
+            if r["engine"] == "ours" and r["query"] in ROW_PATH_FIGURES
+            and (r.get("runner") or "local") == "local" and r.get("kind") != "recovery"
+            and not r.get("fail_at") and "query_path" not in r}
+
+
+def _interval_table(iv, queries, rate, rates, cps, fair=None, ours_cpu=None,
+                    row_path=frozenset()) -> list[str]:
     """The rates per query and engine at one checkpoint interval."""
     from bench.nexmark.queries import PER_RECORD
     from bench.nexmark.references import REFERENCE_DBSP, REFERENCE_FLINK_113
@@ -89,10 +100,12 @@ def _interval_table(iv, queries, rate, rates, cps, fair=None, ours_cpu=None) -> 
         d = sorted(cps.get(("ours", "local", "heap", iv, q), []))
         cp = f"{d[len(d) // 2]} / {d[-1]}" if d else "-"
         how = "per record: " + PER_RECORD[q] if q in PER_RECORD else "vectorized"
-        if q in ROW_PATH_FIGURES:
+        old = [b for b in ("heap", "rocksdb") if (b, iv, q) in row_path]
+        if old:
             now = "vectorized" if how == "vectorized" else f"vectorized, then {how}"
-            how = (f"figures of the per-record path (before branch `nexmark`); now {now}; "
-                   "see *Vectorized per-record queries*")
+            which = "" if len(old) == 2 else f" ({old[0]} only)"
+            how = (f"figures of the per-record path{which} (before branch `nexmark`); now "
+                   f"{now}; see *Vectorized per-record queries*")
         lines.append(f"| {q} | {_fmt(oh)} | {_fmt(orr)} | {_fmt(fh)} | {_fmt(fr)} | "
                      f"{_fmt(ss) if q in SS_QUERIES else 'n/a'} | {_ratio(oh, fh)} | "
                      f"{_ratio(orr, fr)} | {_ratio(oh, ss)} | {_fmt(ref)} | "
@@ -303,7 +316,8 @@ def render(data: dict) -> list[str]:
     lines += _conditions(data["runs"], loads)
     lines += _notes()
     for iv in intervals:
-        lines += _interval_table(iv, queries, rate, rates, cps, fair, ours_cpu)
+        lines += _interval_table(iv, queries, rate, rates, cps, fair, ours_cpu,
+                                 row_path_cells(data["runs"]))
     lines += fair_flink(fair, rate, ours_cpu)
     if intervals:
         lines += (targets(queries, rate, intervals[0], spread)

@@ -323,6 +323,10 @@ def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str
     r.update(engine=engine, query=query, backend=backend, interval_s=interval_s, runner=runner,
              files=k, loadavg_before=load_before, loadavg_after=os.getloadavg(),
              cpus=sorted(os.sched_getaffinity(0)), nice=NICE)
+    if engine == "ours":  # which of queries.py's paths ran (report.py: ROW_PATH_FIGURES)
+        from bench.nexmark.queries import ROW_QUERIES
+
+        r["query_path"] = "per-record" if query in ROW_QUERIES else "current"
     if fail_at:
         r.update(kind="recovery", fail_at=fail_at)
     elif r.get("rate"):
