@@ -236,6 +236,18 @@ class TopNTable:
         # the batch's rows get a payload id once they rank (about half of q19's bids never do):
         # until then -1 - their position in the batch
         pids = -1 - np.arange(m, dtype=np.int64)
+        # a row that does not beat the n-th kept row of its full key cannot rank, now or
+        # later (a key's n-th value only rises; on a tie the earlier row ranks first): it
+        # takes no part in the merge (q19: most bids to a hot auction)
+        full = self.cnt[rows] >= n
+        if full.any():
+            nth = self.val[rows, n - 1]
+            out_of_reach = full & ((values <= nth) if spec.descending else (values >= nth))
+            if out_of_reach.all():
+                return self._empty(table)
+            if out_of_reach.any():
+                cand = np.flatnonzero(~out_of_reach)
+                rows, values, seq, pids = rows[cand], values[cand], seq[cand], pids[cand]
         touched, arrived = np.unique(rows, return_counts=True)
         filled = np.arange(n) < self.cnt[touched][:, None]
         old_rows = np.repeat(touched, filled.sum(axis=1))
@@ -244,7 +256,7 @@ class TopNTable:
         all_seq = np.concatenate([self.seq[touched][filled], seq])
         all_pid = np.concatenate([self.pid[touched][filled], pids])
         was = np.concatenate([np.broadcast_to(np.arange(1, n + 1), filled.shape)[filled],
-                              np.zeros(m, np.int64)])
+                              np.zeros(len(rows), np.int64)])
         order = merge_order(all_rows, all_val, spec.descending)
         r, v, q, p, w = (a[order] for a in (all_rows, all_val, all_seq, all_pid, was))
         first = np.r_[True, r[1:] != r[:-1]]
