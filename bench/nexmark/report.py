@@ -184,13 +184,17 @@ def fair_flink(fair: dict, rate, cpu_rate=None) -> list[str]:
         "net runtime; per CPU-s = events / the JVM's CPU seconds during the job (every "
         "thread, JIT and GC included: less sensitive to the other work on the machine than "
         "the wall-clock rate). Ours and the CSV Flink are the figures of the table above "
-        "(heap/hashmap, the quiet run of 2026-11-25), so the ratios compare runs under "
-        "different load: the per-CPU-s columns are the fairer comparison.", "",
+        "(heap/hashmap: the quiet run of 2026-11-25, and for ours the cells re-measured "
+        "since, which NOTES.md lists), so the ratios compare runs under different load: "
+        "the per-CPU-s columns are the fairer comparison.", "",
         f"Pinned: {', '.join('`taskset -c ' + ','.join(map(str, c)) + '`' for c in cpus)}"
         + "".join(f", `nice -n {n}`" for n in sorted({r.get("nice", 19) for r in runs})) + "; "
         + (f"load average (1 min, both cores) when the runs started: {min(loads):.1f} to "
-           f"{max(loads):.1f} (median {statistics.median(loads):.1f}): a shared, heavily "
-           "loaded machine, so the wall-clock rates are low and noisy." if loads else ""), "",
+           f"{max(loads):.1f} (median {statistics.median(loads):.1f})"
+           + (": a shared, heavily loaded machine, so the wall-clock rates are low and noisy."
+              if statistics.median(loads) > 8 else
+              ": a shared machine (the other core busy), so the wall-clock rates are noisy.")
+           if loads else ""), "",
         "| query | backend, interval | fair Flink (events/s) | runs, spread | source alone "
         "(events/s) | query / source | fair Flink per CPU-s | source alone per CPU-s | "
         "Flink CSV (events/s) | fair / CSV | ours heap (events/s) | ours / fair Flink | "
