@@ -3,7 +3,7 @@
 report.py when ``bench/results/nexmark_cpu.json`` exists).
 
     .venv/bin/python -m bench.nexmark.cpu_report --runs <nexmark.json of the 500k runs>
-        --startup <nexmark.json of the same queries on a small file> [--out ...]
+        --startup <nexmark.json of the same queries on a small file> [--out ...] [--replace]
 
 merges two ``run.py`` results files into ``bench/results/nexmark_cpu.json``. A run's CPU
 seconds (``cpu_s``: the job master and slot processes) include the start-up (imports, slot
@@ -27,12 +27,16 @@ if ROOT not in sys.path:
 
 RESULTS = os.path.join(ROOT, "bench", "results", "nexmark_cpu.json")
 #: the queries of the table, and the paths that ran them before (run.py names)
-TABLE = ("q0", "q1", "q2", "q3", "q4", "q5", "q13", "q19", "q21", "q22")
-BEFORE = {"q3": ("q3-rows",), "q4": ("q4-rows",), "q13": ("q13-rows", "q13-map"),
-          "q19": ("q19-rows",)}
+TABLE = ("q0", "q1", "q2", "q3", "q4", "q5", "q6", "q9", "q13", "q18", "q19", "q20", "q21",
+         "q22")
+BEFORE = {"q3": ("q3-rows",), "q4": ("q4-rows",), "q6": ("q6-rows",), "q9": ("q9-rows",),
+          "q13": ("q13-rows", "q13-map"), "q18": ("q18-rows",), "q19": ("q19-rows",),
+          "q20": ("q20-rows",)}
 PATH = {"q3-rows": "co-process join", "q4-rows": "winning-bid co-process",
+        "q6-rows": "winning-bid co-process", "q9-rows": "winning-bid co-process",
         "q13-rows": "per-record temporal_join", "q13-map": "array lookup (no join, no state)",
-        "q19-rows": "TopN process function"}
+        "q18-rows": "keyed reduce", "q19-rows": "TopN process function",
+        "q20-rows": "co-process join"}
 #: below this many CPU seconds beyond the start-up run's, a net rate is noise
 MIN_NET_CPU_S = 0.5
 #: a net rate resting on fewer CPU seconds than this is +-15% or worse
@@ -141,7 +145,9 @@ def render(data: dict) -> list[str]:
         net, gross = got[q]
         befores = [b for b in BEFORE.get(q, ()) if b in got]
         dbsp = REFERENCE_DBSP.get(q)
-        path = "; ".join(f"{b} ({PATH[b]})" for b in befores) or "unchanged"
+        path = "; ".join(f"{b} ({PATH[b]})" for b in befores) or (
+            "unchanged" if q not in BEFORE else
+            " / ".join(f"{b} ({PATH[b]}): not measured here" for b in BEFORE[q]))
         before = " / ".join(_k(got[b][0]) for b in befores) or "-"
         ratio = " / ".join(f"{net / b:.1f}x" if net and b else "-"
                            for b in (got[b][0] for b in befores)) or "-"
@@ -161,18 +167,34 @@ def _load(path: str) -> dict:
         return json.load(f)
 
 
+def merge(old: dict, new: dict) -> dict:
+    """``old`` with the runs (and start-up runs) of every query ``new`` measures replaced by
+    ``new``'s; the commands of both, ``old``'s first."""
+    measured = {r["query"] for r in new["runs"]} | {r["query"] for r in new["startup_runs"]}
+    return {"commands": [*old.get("commands", []), *new["commands"]],
+            "startup_commands": [*old.get("startup_commands", []), *new["startup_commands"]],
+            "runs": [*(r for r in old["runs"] if r["query"] not in measured), *new["runs"]],
+            "startup_runs": [*(r for r in old.get("startup_runs", [])
+                               if r["query"] not in measured), *new["startup_runs"]]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", required=True, nargs="+", help="run.py results files")
     ap.add_argument("--startup", required=True, nargs="+",
                     help="run.py results files of the same queries on a small input")
     ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("--replace", action="store_true",
+                    help="keep the runs already in --out, except those of the queries the new "
+                         "files measure (their runs and start-up runs are replaced)")
     args = ap.parse_args(argv)
     big, small = [_load(p) for p in args.runs], [_load(p) for p in args.startup]
     data = {"commands": [c for d in big for c in d.get("commands", [])],
             "startup_commands": [c for d in small for c in d.get("commands", [])],
             "runs": [r for d in big for r in d["runs"]],
             "startup_runs": [r for d in small for r in d["runs"]]}
+    if args.replace and os.path.exists(args.out):
+        data = merge(_load(args.out), data)
     with open(args.out, "w") as f:
         json.dump(data, f, indent=1)
     print("\n".join(render(data)))

@@ -60,13 +60,24 @@ def _conditions(runs: list[dict], loads: list[float]) -> list[str]:
     return lines
 
 
-#: queries whose cells in nexmark.json were measured on the per-record path, which branch
-#: `nexmark` (issue 39) replaced; its before/after runs (a loaded machine) are in
-#: nexmark_issue39.json and NOTES.md. Drop a query once its cells are re-measured quietly.
+#: queries whose cells in nexmark.json may have been measured on the per-record path, which
+#: branch `nexmark` (issue 39) replaced; its before/after runs (a loaded machine) are in
+#: nexmark_issue39.json and NOTES.md. A cell counts as per-record while one of its runs of
+#: ours predates run.py's ``query_path`` field (:func:`row_path_cells`).
 ROW_PATH_FIGURES = {"q3", "q4", "q6", "q9", "q18", "q20"}
 
 
-def _interval_table(iv, queries, rate, rates, cps, fair=None, ours_cpu=None) -> list[str]:
+def row_path_cells(runs: list[dict]) -> set[tuple]:
+    """(backend, interval, query) of ours' local cells of :data:`ROW_PATH_FIGURES` with a run
+    measured before run.py recorded which path ran (``query_path``): the per-record path."""
+    return {(r.get("backend"), r.get("interval_s"), r["query"]) for r in runs
+            if r["engine"] == "ours" and r["query"] in ROW_PATH_FIGURES
+            and (r.get("runner") or "local") == "local" and r.get("kind") != "recovery"
+            and not r.get("fail_at") and "query_path" not in r}
+
+
+def _interval_table(iv, queries, rate, rates, cps, fair=None, ours_cpu=None,
+                    row_path=frozenset()) -> list[str]:
     """The rates per query and engine at one checkpoint interval."""
     from bench.nexmark.queries import PER_RECORD
     from bench.nexmark.references import REFERENCE_DBSP, REFERENCE_FLINK_113
@@ -89,10 +100,12 @@ def _interval_table(iv, queries, rate, rates, cps, fair=None, ours_cpu=None) -> 
         d = sorted(cps.get(("ours", "local", "heap", iv, q), []))
         cp = f"{d[len(d) // 2]} / {d[-1]}" if d else "-"
         how = "per record: " + PER_RECORD[q] if q in PER_RECORD else "vectorized"
-        if q in ROW_PATH_FIGURES:
+        old = [b for b in ("heap", "rocksdb") if (b, iv, q) in row_path]
+        if old:
             now = "vectorized" if how == "vectorized" else f"vectorized, then {how}"
-            how = (f"figures of the per-record path (before branch `nexmark`); now {now}; "
-                   "see *Vectorized per-record queries*")
+            which = "" if len(old) == 2 else f" ({old[0]} only)"
+            how = (f"figures of the per-record path{which} (before branch `nexmark`); now "
+                   f"{now}; see *Vectorized per-record queries*")
         lines.append(f"| {q} | {_fmt(oh)} | {_fmt(orr)} | {_fmt(fh)} | {_fmt(fr)} | "
                      f"{_fmt(ss) if q in SS_QUERIES else 'n/a'} | {_ratio(oh, fh)} | "
                      f"{_ratio(orr, fr)} | {_ratio(oh, ss)} | {_fmt(ref)} | "
@@ -171,13 +184,17 @@ def fair_flink(fair: dict, rate, cpu_rate=None) -> list[str]:
         "net runtime; per CPU-s = events / the JVM's CPU seconds during the job (every "
         "thread, JIT and GC included: less sensitive to the other work on the machine than "
         "the wall-clock rate). Ours and the CSV Flink are the figures of the table above "
-        "(heap/hashmap, the quiet run of 2026-11-25), so the ratios compare runs under "
-        "different load: the per-CPU-s columns are the fairer comparison.", "",
+        "(heap/hashmap: the quiet run of 2026-11-25, and for ours the cells re-measured "
+        "since, which NOTES.md lists), so the ratios compare runs under different load: "
+        "the per-CPU-s columns are the fairer comparison.", "",
         f"Pinned: {', '.join('`taskset -c ' + ','.join(map(str, c)) + '`' for c in cpus)}"
         + "".join(f", `nice -n {n}`" for n in sorted({r.get("nice", 19) for r in runs})) + "; "
         + (f"load average (1 min, both cores) when the runs started: {min(loads):.1f} to "
-           f"{max(loads):.1f} (median {statistics.median(loads):.1f}): a shared, heavily "
-           "loaded machine, so the wall-clock rates are low and noisy." if loads else ""), "",
+           f"{max(loads):.1f} (median {statistics.median(loads):.1f})"
+           + (": a shared, heavily loaded machine, so the wall-clock rates are low and noisy."
+              if statistics.median(loads) > 8 else
+              ": a shared machine (the other core busy), so the wall-clock rates are noisy.")
+           if loads else ""), "",
         "| query | backend, interval | fair Flink (events/s) | runs, spread | source alone "
         "(events/s) | query / source | fair Flink per CPU-s | source alone per CPU-s | "
         "Flink CSV (events/s) | fair / CSV | ours heap (events/s) | ours / fair Flink | "
@@ -303,7 +320,8 @@ def render(data: dict) -> list[str]:
     lines += _conditions(data["runs"], loads)
     lines += _notes()
     for iv in intervals:
-        lines += _interval_table(iv, queries, rate, rates, cps, fair, ours_cpu)
+        lines += _interval_table(iv, queries, rate, rates, cps, fair, ours_cpu,
+                                 row_path_cells(data["runs"]))
     lines += fair_flink(fair, rate, ours_cpu)
     if intervals:
         lines += (targets(queries, rate, intervals[0], spread)

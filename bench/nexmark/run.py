@@ -4,7 +4,7 @@ on the same generated events, interleaved query by query.
     .venv/bin/python bench/nexmark/run.py [--queries q0,q1,...] [--engines ours,flink,ss]
         [--backends heap,rocksdb] [--intervals 10] [--target-s 25] [--reps 1]
         [--spark-runner q0,q1,...] [--spark-runner-only] [--recovery 0.6] [--recovery-only]
-        [--append | --replace]
+        [--append | --replace] [--min-files K] [--max-files K]
         [--results-dir bench/results] [--data-dir /tmp/nexmark-data] [--write-md]
 
 * Events: ``--files`` Parquet files of ``--events-per-file`` Nexmark events (event time at
@@ -281,6 +281,7 @@ def ss_child(query: str, path: str, files_per_trigger: int, timeout_s: float) ->
 # -- one measurement per engine ---------------------------------------------------------------
 def files_for(rate: float, args, minimum: int = 1) -> int:
     most = min(args.files, args.max_files or args.files)
+    minimum = max(minimum, min(getattr(args, "min_files", 1) or 1, most))
     return max(minimum, min(most, round(rate * args.target_s / args.events_per_file)))
 
 
@@ -323,6 +324,10 @@ def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str
     r.update(engine=engine, query=query, backend=backend, interval_s=interval_s, runner=runner,
              files=k, loadavg_before=load_before, loadavg_after=os.getloadavg(),
              cpus=sorted(os.sched_getaffinity(0)), nice=NICE)
+    if engine == "ours":  # which of queries.py's paths ran (report.py: ROW_PATH_FIGURES)
+        from bench.nexmark.queries import ROW_QUERIES
+
+        r["query_path"] = "per-record" if query in ROW_QUERIES else "current"
     if fail_at:
         r.update(kind="recovery", fail_at=fail_at)
     elif r.get("rate"):
@@ -413,6 +418,9 @@ def main(argv=None) -> int:
     ap.add_argument("--files", type=int, default=24)
     ap.add_argument("--max-files", type=int, default=None,
                     help="read at most this many files per run (the slow per-record queries)")
+    ap.add_argument("--min-files", type=int, default=1,
+                    help="read at least this many files per run (a cell whose earlier, slower "
+                         "rate would size a short run)")
     ap.add_argument("--events-per-file", type=int, default=500_000)
     ap.add_argument("--event-rate", type=float, default=1_000_000,
                     help="events per second of event time")

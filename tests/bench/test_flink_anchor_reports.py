@@ -266,3 +266,35 @@ def test_without_fair_flink_runs_the_section_says_so(no_cpu_file):
     assert "### Fair Flink" not in text
     q0 = next(x for x in text.splitlines() if x.startswith("| q0 | 1,200,000 |"))
     assert "| not measured | - |" in q0
+
+
+def test_a_cell_is_marked_per_record_until_every_run_of_it_says_which_path_ran(no_cpu_file):
+    """report.py: a q4 cell measured before run.py recorded ``query_path`` shows the
+    per-record-path note; re-measured with ``--replace`` (runs with ``query_path``), it is the
+    current (vectorized) path; a backend still on old runs is named."""
+    old = {
+        **NEXMARK,
+        "runs": [
+            *NEXMARK["runs"],
+            _nexmark_run("ours", "q4", 120_000),
+            {**_nexmark_run("ours", "q4", 60_000), "backend": "rocksdb"},
+        ],
+    }
+    q4 = next(x for x in nexmark_report.render(old) if x.startswith("| q4 |"))
+    assert q4.endswith(
+        "| figures of the per-record path (before branch `nexmark`); now "
+        "vectorized; see *Vectorized per-record queries* |"
+    )
+    new = {
+        **old,
+        "runs": [
+            *NEXMARK["runs"],
+            _nexmark_run("ours", "q4", 600_000, query_path="current"),
+            {**_nexmark_run("ours", "q4", 60_000), "backend": "rocksdb"},
+        ],
+    }
+    q4 = next(x for x in nexmark_report.render(new) if x.startswith("| q4 |"))
+    assert "| figures of the per-record path (rocksdb only) (before branch" in q4
+    new["runs"][-1]["query_path"] = "current"
+    q4 = next(x for x in nexmark_report.render(new) if x.startswith("| q4 |"))
+    assert q4.startswith("| q4 | 600,000 | 60,000 |") and q4.endswith("| vectorized |")

@@ -42,3 +42,28 @@ def test_the_rates_leave_the_start_up_out_and_say_which_targets_are_met(tmp_path
     cpu_report.main(["--runs", str(runs), "--startup", str(startup), "--out", str(out)])
     assert json.loads(out.read_text())["startup_runs"] == DATA["startup_runs"]
     assert cpu_report.rates(json.loads(out.read_text())) == got
+
+
+def test_replace_keeps_other_queries_and_drops_the_remeasured_ones(tmp_path):
+    """--replace: the queries the new files measure lose their earlier runs and start-up
+    runs (re-measured on new code), every other query keeps its runs."""
+    old = tmp_path / "cpu.json"
+    old.write_text(json.dumps(DATA))
+    runs, startup = tmp_path / "runs.json", tmp_path / "startup.json"
+    runs.write_text(json.dumps({"commands": ["--queries q13"],
+                                "runs": [_run("q13", 500_000, 1.5)]}))
+    startup.write_text(json.dumps({"commands": ["--queries q13 (small)"],
+                                   "runs": [_run("q13", 20_000, 1.0)]}))
+    cpu_report.main(["--runs", str(runs), "--startup", str(startup), "--out", str(old),
+                     "--replace"])
+    data = json.loads(old.read_text())
+    assert [r["cpu_s"] for r in data["runs"] if r["query"] == "q13"] == [1.5]
+    assert [r["cpu_s"] for r in data["startup_runs"] if r["query"] == "q13"] == [1.0]
+    assert cpu_report.rates(data)["q13"][0] == 480_000 / 0.5
+    assert cpu_report.rates(data)["q0"] == cpu_report.rates(DATA)["q0"]
+    assert data["commands"] == ["--queries q0,q13,q13-rows", "--queries q13"]
+    # a vectorized query whose per-record path this file has no runs of says so
+    q9 = [_run("q9", 2_000_000, 4.0)]
+    q9_line = next(x for x in cpu_report.render({"runs": q9, "startup_runs": []})
+                   if x.startswith("| q9 |"))
+    assert "q9-rows (winning-bid co-process): not measured here" in q9_line

@@ -207,3 +207,52 @@ def test_snapshots_compress_only_changed_chunks_and_restore_exactly(tmp_path, mo
         assert restored == (kept_first if done == 5 else len(t))
         out = list(outputs[:done]) + _feed(tables, fed[done:])
         assert _upserts(out) == _reference(fed, 3)
+
+
+@pytest.mark.parametrize("kind", ["int", "wide int", "float", "uint8"])
+@pytest.mark.parametrize("descending", [True, False])
+def test_merge_order_is_the_order_by_row_value_and_arrival(kind, descending):
+    """The merge's order (one packed int64 key and a stable sort, or a two-key lexsort when
+    the values do not pack) equals the lexsort by row, value and arrival it replaced, ties
+    included: rows arrive in arrival order within each (row, value)."""
+    from airflow_checkpoint_provider.engine.state.topn_state import merge_order
+
+    rng = np.random.default_rng(7)
+    rows = rng.integers(0, 300, 5000)
+    values = {"int": rng.integers(-20, 20, 5000),  # many ties, negative values
+              "wide int": rng.integers(-(1 << 62), 1 << 62, 5000),  # does not pack
+              "float": rng.integers(0, 20, 5000).astype(np.float64),
+              "uint8": rng.integers(0, 20, 5000).astype(np.uint8)}[kind]
+    arrival = np.arange(len(rows))
+    v = values.astype(np.int64) if kind == "uint8" else values
+    expected = np.lexsort((arrival, -v if descending else v, rows))
+    assert np.array_equal(merge_order(rows, v, descending), expected)
+
+
+def test_rows_that_cannot_beat_a_full_keys_last_row_skip_the_merge(monkeypatch):
+    """A row whose value does not beat the n-th kept row of its full key (ties included: it
+    came later) cannot rank: it is not merged (sorted) at all, and the results stay the
+    reference's."""
+    import airflow_checkpoint_provider.engine.state.topn_state as ts
+
+    sorted_rows = []
+    real = ts.merge_order
+    monkeypatch.setattr(ts, "merge_order", lambda rows, values, descending: sorted_rows.append(
+        len(rows)) or real(rows, values, descending))
+    t = _table(3)
+    first = pa.RecordBatch.from_pydict({"auction": [1, 1, 1, 2], "price": [30, 20, 10, 5],
+                                        "id": [0, 1, 2, 3]})
+    outputs = [t.update(first)]
+    sorted_rows.clear()
+    # key 1 is full (30, 20, 10): 10 (a tie, later) and 3 cannot rank; 25 can; key 2 is not full
+    second = pa.RecordBatch.from_pydict({"auction": [1, 1, 1, 2], "price": [10, 3, 25, 1],
+                                         "id": [4, 5, 6, 7]})
+    outputs.append(t.update(second))
+    assert sorted_rows == [3 + 1 + 1 + 1]  # key 1's 3 kept rows + 25, key 2's 5 + 1
+    assert _upserts(outputs[1:]) == {(1, 2): 6, (1, 3): 1, (2, 2): 7}
+    sorted_rows.clear()
+    third = pa.RecordBatch.from_pydict({"auction": [1, 1], "price": [20, 2], "id": [8, 9]})
+    outputs.append(t.update(third))
+    assert sorted_rows == [] and outputs[-1].num_rows == 0 and len(t) == 5
+    assert _upserts(outputs) == _reference([first, second, third], 3) == {
+        (1, 1): 0, (1, 2): 6, (1, 3): 1, (2, 1): 3, (2, 2): 7}
