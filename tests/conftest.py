@@ -9,12 +9,11 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)  # shared test pipelines (tests/pipelines.py) importable by slots
 
-#: Every JVM the tests start (local-mode Spark drivers, spark-submit jobs, standalone
-#: masters, workers and executors, the Airflow deployments' jobs) runs C1 only with the
-#: serial GC: a test's JVM lives seconds to minutes, so C2's compilations never pay back
-#: their CPU. Measured on tests/engine/test_windows_vs_structured_streaming.py: 30 CPU-s
-#: -> 18 CPU-s. A value already set (e.g. to profile a JVM) is kept.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+from budget import TEST_JVM_OPTIONS  # noqa: E402 - after the path above
+
+#: every JVM the tests start (local-mode Spark drivers, spark-submit jobs, standalone
+#: masters, workers and executors, the Airflow deployments' jobs) runs with them; a value
+#: already set (e.g. to profile a JVM) is kept
 os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)
 
 

@@ -14,18 +14,18 @@ import sys
 import time
 from collections.abc import Iterator
 
+from budget import TEST_JVM_OPTIONS
+
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 BIN = os.path.dirname(sys.executable)
 ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
 RUN_TIMEOUT_S = 600  # a blue-green DAG run took ~6 min at load 32 on 2 cores
-#: JVM options of the jobs' drivers and executors: the C1 compiler only and one GC thread. A
-#: test job runs a few minutes at 50 records/s, so C2's optimised code never pays back what
-#: compiling it costs on 2 shared cores: a local[2] spark-submit of a small job took 10.4
-#: instead of 16.3 CPU seconds (driver JVM and Python), and each application start here is a
-#: driver and one or two executor JVMs (14 of them per run of tests/deploy)
-JOB_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: JVM options of the jobs' drivers and executors (tests/budget.py), also in the Spark
+#: defaults: each application start here is a driver and one or two executor JVMs (14 of
+#: them per run of tests/deploy)
+JOB_JVM_OPTIONS = TEST_JVM_OPTIONS
 #: cluster-wide Spark defaults of every spark-submit: one core per application, so blue and
 #: green of the parallelism-1 example fit on the 2 x 2 cores together
 SPARK_DEFAULTS = {"spark.cores.max": "1", "spark.executor.memory": "512m",
