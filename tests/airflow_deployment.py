@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from typing import Any
 BIN = os.path.dirname(sys.executable)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAGS = os.path.join(REPO, "dags")
+PRELOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                       "airflow_local_settings_preload.py")
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
@@ -46,13 +49,20 @@ def executor_event_seen(scheduler_log: str, dag_id: str, run_id: str, task_id: s
 class AirflowDeployment:
     """Airflow's four processes on ``db_url`` (``postgresql+psycopg://...`` or SQLite)."""
 
-    def __init__(self, home: str, db_url: str, *, env: dict[str, str] | None = None) -> None:
+    def __init__(self, home: str, db_url: str, *, env: dict[str, str] | None = None,
+                 preload_dag_imports: bool = False) -> None:
+        """``preload_dag_imports``: the scheduler imports what the DAG files import before the
+        LocalExecutor forks its workers, so each task process starts with it imported
+        (tests/airflow_local_settings_preload.py)."""
         self.home = home
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.procs: dict[str, subprocess.Popen] = {}
         self._token: str | None = None
         os.makedirs(home, exist_ok=True)
+        if preload_dag_imports:
+            os.makedirs(os.path.join(home, "config"), exist_ok=True)
+            shutil.copyfile(PRELOAD, os.path.join(home, "config", "airflow_local_settings.py"))
         self.env = dict(os.environ)
         self.env.update({
             "AIRFLOW_HOME": home,
@@ -133,6 +143,18 @@ class AirflowDeployment:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+
+    def preloaded_modules(self) -> int | None:
+        """How many modules the scheduler preloaded (``preload_dag_imports``), from its log;
+        ``None`` if it did not."""
+        m = re.search(r"airflow_local_settings: preloaded (\d+) modules", self.log("scheduler"))
+        return int(m.group(1)) if m else None
+
+    def task_parse_ms(self) -> list[int]:
+        """Per task process start so far, the milliseconds its DAG file parse took (the
+        LocalExecutor's workers log into the scheduler's log)."""
+        return [int(v) for v in re.findall(r"Worker startup parse complete .*?"
+                                           r"dag_file_parse_ms=(\d+)", self.log("scheduler"))]
 
     def mark_failed(self, dag_id: str, run_id: str, task_id: str) -> None:
         """Set a task instance FAILED through the REST API, whatever it is doing (what the

@@ -7,6 +7,7 @@ after the park; the resumed task was QUEUED when the scheduler read the parking 
 
 from __future__ import annotations
 
+import pytest
 from airflow_deployment import executor_event_seen
 
 RUN = "manual__2026-11-26T23:31:20.444313+00:00"
@@ -25,3 +26,32 @@ def test_the_parking_workers_executor_event_is_found_for_its_task_instance_try_o
     assert not executor_event_seen(LOG, "blue_green_upgrade", RUN[:-1] + "4", "approve", 1)
     # before the worker exited (only the park itself logged): not settled yet
     assert not executor_event_seen(LOG.splitlines()[0], "blue_green_upgrade", RUN, "approve", 1)
+
+
+@pytest.mark.timeout(300)  # two `import airflow` processes: ~5 CPU-s
+def test_the_scheduler_of_a_deployment_starts_with_the_dag_files_imports_preloaded(tmp_path):
+    """With ``preload_dag_imports`` Airflow's own start-up (``import airflow``) imports, in
+    the scheduler only, the modules the DAG files import: the LocalExecutor forks its workers
+    and they fork the task processes after that, so a task's DAG parse imports nothing."""
+    import subprocess
+    import sys
+
+    from airflow_deployment import AirflowDeployment
+
+    def modules_after_import_airflow(argv: list[str], preload: bool) -> str:
+        dep = AirflowDeployment(str(tmp_path / f"home-{preload}"),
+                                f"sqlite:///{tmp_path}/airflow.db", preload_dag_imports=preload)
+        code = (f"import sys; sys.argv = {argv!r}; import airflow; "
+                "print(sorted(m for m in ('airflow_checkpoint_provider.operators.submit', "
+                "'airflow_checkpoint_provider.engine', 'pyarrow') if m in sys.modules))")
+        out = subprocess.run([sys.executable, "-c", code], env=dep.env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout.strip() + out.stderr
+
+    preloaded = modules_after_import_airflow(["airflow", "scheduler"], True)
+    assert preloaded.startswith("['airflow_checkpoint_provider.engine', "
+                                "'airflow_checkpoint_provider.operators.submit', 'pyarrow']")
+    assert "airflow_local_settings: preloaded" in preloaded
+    # not in the other processes (they fork no task)
+    assert modules_after_import_airflow(["airflow", "api-server"], True).startswith("[]")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from deploy_support import SPARK_DEFAULTS, Deployment, cancel_active_jobs, phase
@@ -36,7 +37,7 @@ def deployment(tmp_path_factory, postgres_server, spark_cluster):
             f'{{"conn_type": "checkpoint_metadata", "extra": {{"url": "{metadata_url}"}}}}',
     }
     airflow = AirflowDeployment(os.path.join(work, "airflow"), postgres_server.create_database(),
-                                env=env)
+                                env=env, preload_dag_imports=True)
     dep = Deployment(airflow, metadata_url, jobs_dir, env, conf_dir)
     dep.write_spark_defaults(SPARK_DEFAULTS)
     try:
@@ -47,6 +48,11 @@ def deployment(tmp_path_factory, postgres_server, spark_cluster):
         # scheduled (@hourly): unpaused by its test, else its own first run would race others
         airflow.wait_for_dag("scheduled_savepoints", unpause=False)
         phase("DAGs serialized")
+        deadline = time.monotonic() + 120  # the scheduler logs its preload when it starts
+        while not airflow.preloaded_modules():
+            airflow.check_alive()
+            assert time.monotonic() < deadline, f"no preload in {airflow.log_path('scheduler')}"
+            time.sleep(1)
         yield dep
     finally:
         try:
@@ -54,5 +60,8 @@ def deployment(tmp_path_factory, postgres_server, spark_cluster):
         finally:
             airflow.stop()
             dep.store.close()
+            parse_ms = airflow.task_parse_ms()
             print(f"\nreal deployment: DAG durations (s) {dep.durations}; "
-                  f"{len(airflow.deferrals())} deferrals ran in the triggerer")
+                  f"{len(airflow.deferrals())} deferrals ran in the triggerer; "
+                  f"{len(parse_ms)} task process starts, DAG parse "
+                  f"{sum(parse_ms) / max(len(parse_ms), 1):.0f} ms on average")
