@@ -83,12 +83,15 @@ class Deployment:
         finally:
             self.write_spark_defaults(SPARK_DEFAULTS)
 
-    def start_job(self, spark_url: str, job_name: str, env: dict[str, str],
+    def start_job(self, spark_url: str | None, job_name: str, env: dict[str, str],
                   pipeline: str = f"{EXAMPLE}:build_v1") -> str:
-        """``ckpt run --detach`` of ``pipeline`` under ``job_name`` on the cluster."""
+        """``ckpt run --detach`` of ``pipeline`` under ``job_name`` on the cluster (on the
+        local runner, slot processes on this machine, if ``spark_url`` is None)."""
+        runner = ["--runner", "local"] if spark_url is None else [
+            "--runner", "spark", "--master", spark_url]
         out = subprocess.run(
-            [os.path.join(BIN, "ckpt"), "run", pipeline, "--job-name", job_name,
-             "--runner", "spark", "--master", spark_url, "--db", self.metadata_url, "--detach",
+            [os.path.join(BIN, "ckpt"), "run", pipeline, "--job-name", job_name, *runner,
+             "--db", self.metadata_url, "--detach",
              "--json", "--log-file", os.path.join(env["CKPT_EXAMPLE_DIR"], f"{job_name}.log")],
             env={**os.environ, **self.env, **env}, text=True, capture_output=True, timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr
