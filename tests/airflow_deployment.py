@@ -58,6 +58,7 @@ class AirflowDeployment:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.procs: dict[str, subprocess.Popen] = {}
+        self._migration: subprocess.Popen | None = None
         self._token: str | None = None
         os.makedirs(home, exist_ok=True)
         if preload_dag_imports:
@@ -106,10 +107,33 @@ class AirflowDeployment:
         except OSError:
             return ""
 
+    def begin_migrate(self) -> None:
+        """Start ``airflow db migrate`` in the background (e.g. while a Spark cluster starts);
+        :meth:`start` waits for it. Its output goes to ``db-migrate.log``."""
+        out = open(self.log_path("db-migrate"), "ab")
+        self._migration = subprocess.Popen(
+            [os.path.join(BIN, "airflow"), "db", "migrate"], env=self.env, stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def _finish_migrate(self, timeout: float = 300.0) -> None:
+        proc, self._migration = self._migration, None
+        if proc is None:
+            subprocess.run([os.path.join(BIN, "airflow"), "db", "migrate"], env=self.env,
+                           check=True, capture_output=True, timeout=timeout)
+            return
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            raise
+        if code != 0:
+            raise RuntimeError(f"airflow db migrate exited with {code}:\n"
+                               f"{self.log('db-migrate')[-3000:]}")
+
     def start(self, timeout: float = 240.0,
               components: tuple[str, ...] = COMPONENTS) -> AirflowDeployment:
-        subprocess.run([os.path.join(BIN, "airflow"), "db", "migrate"], env=self.env,
-                       check=True, capture_output=True, timeout=300)
+        self._finish_migrate()
         for component in components:
             self.start_component(component)
         deadline = time.monotonic() + timeout
@@ -169,6 +193,9 @@ class AirflowDeployment:
                                    f"{self.log(component)[-3000:]}")
 
     def stop(self) -> None:
+        if self._migration is not None and self._migration.poll() is None:
+            os.killpg(self._migration.pid, signal.SIGKILL)
+            self._migration.wait(timeout=10)
         for proc in self.procs.values():
             if proc.poll() is None:
                 try:

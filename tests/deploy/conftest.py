@@ -13,17 +13,17 @@ from airflow_checkpoint_provider.engine.catalog import upgrade_database
 
 
 @pytest.fixture(scope="package")
-def deployment(tmp_path_factory, postgres_server, spark_cluster):
+def deployment(request, tmp_path_factory, postgres_server):
+    """Airflow's ``db migrate`` and the ckpt schema run while the session's Spark cluster
+    starts (both take CPU-bound tens of seconds on a loaded machine)."""
     from airflow_deployment import AirflowDeployment
 
-    phase("Spark cluster and PostgreSQL server (session fixtures) up")
+    phase("PostgreSQL server (session fixture) up")
     work = str(tmp_path_factory.mktemp("deployment"))
     metadata_url = postgres_server.create_database()
-    upgrade_database(metadata_url)  # `ckpt db upgrade`: the hook never creates the schema
     conf_dir = os.path.join(work, "spark-conf")
     os.makedirs(conf_dir)
     jobs_dir = os.path.join(work, "jobs")
-    host, port = spark_cluster.url.rsplit(":", 1)
     env = {
         "SPARK_CONF_DIR": conf_dir, "SPARK_LOCAL_IP": "127.0.0.1",
         "CKPT_EXAMPLE_DIR": jobs_dir, "CKPT_EXAMPLE_RATE": "50",
@@ -32,12 +32,23 @@ def deployment(tmp_path_factory, postgres_server, spark_cluster):
         "CKPT_EXAMPLE_INTERVAL_MS": "2000",
         # executor JVMs registered more than 60 s after the application started at load 37
         "CKPT_SPARK_SLOT_WAIT_S": "300",
-        "AIRFLOW_CONN_SPARK_DEFAULT": f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}',
         "AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT":
             f'{{"conn_type": "checkpoint_metadata", "extra": {{"url": "{metadata_url}"}}}}',
     }
     airflow = AirflowDeployment(os.path.join(work, "airflow"), postgres_server.create_database(),
                                 env=env, preload_dag_imports=True)
+    airflow.begin_migrate()
+    try:
+        upgrade_database(metadata_url)  # `ckpt db upgrade`: the hook never creates the schema
+        spark_cluster = request.getfixturevalue("spark_cluster")
+    except BaseException:
+        airflow.stop()
+        raise
+    phase("Spark cluster (session fixture) up, ckpt schema created")
+    host, port = spark_cluster.url.rsplit(":", 1)
+    env["AIRFLOW_CONN_SPARK_DEFAULT"] = (
+        f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}')
+    airflow.env["AIRFLOW_CONN_SPARK_DEFAULT"] = env["AIRFLOW_CONN_SPARK_DEFAULT"]
     dep = Deployment(airflow, metadata_url, jobs_dir, env, conf_dir)
     dep.write_spark_defaults(SPARK_DEFAULTS)
     try:
