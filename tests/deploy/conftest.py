@@ -49,7 +49,7 @@ def deployment(request, tmp_path_factory, postgres_server):
     env["AIRFLOW_CONN_SPARK_DEFAULT"] = (
         f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}')
     airflow.env["AIRFLOW_CONN_SPARK_DEFAULT"] = env["AIRFLOW_CONN_SPARK_DEFAULT"]
-    dep = Deployment(airflow, metadata_url, jobs_dir, env, conf_dir)
+    dep = Deployment(airflow, metadata_url, jobs_dir, env, conf_dir, spark_cluster)
     dep.write_spark_defaults(SPARK_DEFAULTS)
     try:
         airflow.start()

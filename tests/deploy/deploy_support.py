@@ -35,9 +35,13 @@ SPARK_DEFAULTS = {"spark.cores.max": "1", "spark.executor.memory": "512m",
 
 class Deployment:
     def __init__(self, airflow, metadata_url: str, jobs_dir: str, env: dict[str, str],
-                 conf_dir: str) -> None:
+                 conf_dir: str, cluster) -> None:
         self.airflow, self.metadata_url, self.jobs_dir, self.env = airflow, metadata_url, jobs_dir, env
         self.conf_dir = conf_dir
+        #: the session's Spark standalone cluster (tests take it from here: a test that
+        #: requested the session fixture itself would start the cluster before the
+        #: deployment fixture, which overlaps Airflow's migration with the cluster's start)
+        self.cluster = cluster
         self.store = MetadataStore(metadata_url, migrate=False)
         self.durations: dict[str, float] = {}
 

@@ -121,8 +121,8 @@ def _exactly_once(rows: list[tuple[str, int]]) -> tuple[int, int]:
 
 @pytest.mark.timeout(1500)
 def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_real_airflow(
-        deployment, spark_cluster, postgres_server):
-    dep, store = deployment, deployment.store
+        deployment, postgres_server):
+    dep, store, spark_cluster = deployment, deployment.store, deployment.cluster
     cancel_active_jobs(store)  # blue and green need all 6 cores
     url = postgres_server.create_database()
     with _connect(url) as conn:

@@ -47,8 +47,8 @@ def _start_v1(dep: Deployment, spark_url: str) -> str:
 
 @pytest.mark.timeout(1800)  # the deployment start counts too: 370 s with 3 at load 45
 def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_cluster(
-        deployment, spark_cluster):
-    dep, store = deployment, deployment.store
+        deployment):
+    dep, store, spark_cluster = deployment, deployment.store, deployment.cluster
     v1 = _start_v1(dep, spark_cluster.url)
     dep.assert_on_cluster(v1)
 
@@ -213,7 +213,7 @@ def test_a_scheduled_savepoint_emits_an_asset_event_visible_through_the_rest_api
 
 @pytest.mark.timeout(1800)
 def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
-        deployment, spark_cluster):
+        deployment):
     """Issue 36 through the real deployment.
 
     1. The upgrade DAG loses its sensor's deferral: the triggerer is down while bounded v2
@@ -224,7 +224,7 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
     2. A blue-green whose cut-over fails at stop_blue (a last-state cut-over refusing
        blue's checkpoint as too old): the fenced green is cancelled, blue keeps serving.
     """
-    dep, store = deployment, deployment.store
+    dep, store, spark_cluster = deployment, deployment.store, deployment.cluster
     cancel_active_jobs(store)  # the cluster's cores are for these jobs
     dag = "savepoint_upgrade_restore"
     name, root, n = "rollback-sum", os.path.join(dep.jobs_dir, "rollback"), 20_000
