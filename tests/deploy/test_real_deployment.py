@@ -183,6 +183,9 @@ def test_a_scheduled_savepoint_emits_an_asset_event_visible_through_the_rest_api
             "max_count": 5, "max_age_hours": 72})
         assert tis == {"savepoint": "success", "retention": "success"}, tis
         assert state == "success"
+        # the unpause scheduled no run of its own ahead of this one (CKPT_SAVEPOINT_CRON)
+        runs = dep.airflow.get("/api/v2/dags/scheduled_savepoints/dagRuns")["dag_runs"]
+        assert [r["dag_run_id"] for r in runs] == [run], runs
         savepoint = dep.airflow.xcom("scheduled_savepoints", run, "savepoint")
         checkpoint_id = dep.airflow.xcom("scheduled_savepoints", run, "savepoint", "checkpoint_id")
 
