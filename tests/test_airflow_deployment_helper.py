@@ -28,30 +28,29 @@ def test_the_parking_workers_executor_event_is_found_for_its_task_instance_try_o
     assert not executor_event_seen(LOG.splitlines()[0], "blue_green_upgrade", RUN, "approve", 1)
 
 
-@pytest.mark.timeout(300)  # two `import airflow` processes: ~5 CPU-s
-def test_the_scheduler_of_a_deployment_starts_with_the_dag_files_imports_preloaded(tmp_path):
+@pytest.mark.timeout(300)  # one `import airflow` process: ~3 CPU-s
+def test_the_scheduler_of_a_deployment_starts_with_the_dag_files_imports_preloaded(
+        tmp_path, monkeypatch):
     """With ``preload_dag_imports`` Airflow's own start-up (``import airflow``) imports, in
     the scheduler only, the modules the DAG files import: the LocalExecutor forks its workers
     and they fork the task processes after that, so a task's DAG parse imports nothing."""
+    import runpy
     import subprocess
     import sys
 
-    from airflow_deployment import AirflowDeployment
+    from airflow_deployment import PRELOAD, AirflowDeployment
 
-    def modules_after_import_airflow(argv: list[str], preload: bool) -> str:
-        dep = AirflowDeployment(str(tmp_path / f"home-{preload}"),
-                                f"sqlite:///{tmp_path}/airflow.db", preload_dag_imports=preload)
-        code = (f"import sys; sys.argv = {argv!r}; import airflow; "
-                "print(sorted(m for m in ('airflow_checkpoint_provider.operators.submit', "
-                "'airflow_checkpoint_provider.engine', 'pyarrow') if m in sys.modules))")
-        out = subprocess.run([sys.executable, "-c", code], env=dep.env, capture_output=True,
-                             text=True, timeout=120)
-        assert out.returncode == 0, out.stderr[-3000:]
-        return out.stdout.strip() + out.stderr
-
-    preloaded = modules_after_import_airflow(["airflow", "scheduler"], True)
-    assert preloaded.startswith("['airflow_checkpoint_provider.engine', "
-                                "'airflow_checkpoint_provider.operators.submit', 'pyarrow']")
-    assert "airflow_local_settings: preloaded" in preloaded
-    # not in the other processes (they fork no task)
-    assert modules_after_import_airflow(["airflow", "api-server"], True).startswith("[]")
+    dep = AirflowDeployment(str(tmp_path / "home"), f"sqlite:///{tmp_path}/airflow.db",
+                            preload_dag_imports=True)
+    code = ("import sys; sys.argv = ['airflow', 'scheduler']; import airflow; "
+            "print(sorted(m for m in ('airflow_checkpoint_provider.operators.submit', "
+            "'airflow_checkpoint_provider.engine', 'pyarrow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env=dep.env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == ("['airflow_checkpoint_provider.engine', "
+                                  "'airflow_checkpoint_provider.operators.submit', 'pyarrow']")
+    assert "airflow_local_settings: preloaded" in out.stderr, out.stderr[-3000:]
+    # the other processes (api-server, dag-processor, triggerer, CLI commands) fork no task
+    monkeypatch.setattr(sys, "argv", ["airflow", "api-server"])
+    assert runpy.run_path(PRELOAD)["PRELOADED"] == []
