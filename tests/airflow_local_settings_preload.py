@@ -2,18 +2,21 @@
 to ``$AIRFLOW_HOME/config/airflow_local_settings.py``; Airflow imports that module when it
 starts, in every process).
 
-In the scheduler, it imports the modules the DAG files of ``[core] dags_folder`` import
+In the scheduler and the dag-processor, it imports the modules the DAG files of
+``[core] dags_folder`` import
 (their top-level imports, as the dag-processor's ``parsing_pre_import_modules`` does before
 it forks a parser). The LocalExecutor forks its workers from the scheduler, and each task
 process is forked from a worker, so every task starts with Airflow's task SDK, this
 provider and the engine (numpy, pyarrow, SQLAlchemy) already imported: the task's own DAG
 file parse only builds the DAG. Without it each task process imported them again: ~0.7
 CPU-s and, at load 30-40 on 2 cores, 3-4 s of wall per task start (``dag_file_parse_ms``
-of "Worker startup parse complete"), ~100 task starts per run of tests/deploy.
+of "Worker startup parse complete"), ~100 task starts per run of tests/deploy. The
+dag-processor forks one parser per DAG file likewise (its own pre-import covers only
+``airflow.*`` modules).
 
 Best effort: a module that fails to import is left to the task, which then fails with its
-own error as it would without this file. Other processes (api-server, dag-processor,
-triggerer, CLI commands) import nothing here.
+own error as it would without this file. Other processes (api-server, triggerer, CLI
+commands) import nothing here.
 """
 
 from __future__ import annotations
@@ -62,5 +65,9 @@ def _preload() -> None:
     )
 
 
-if sys.argv[1:2] == ["scheduler"]:
+#: the processes that fork children which parse DAG files: the scheduler (its LocalExecutor's
+#: task processes) and the dag-processor (one parser process per file)
+PRELOADING = ("scheduler", "dag-processor")
+
+if sys.argv[1:2] and sys.argv[1] in PRELOADING:
     _preload()

@@ -51,6 +51,6 @@ def test_the_scheduler_of_a_deployment_starts_with_the_dag_files_imports_preload
     assert out.stdout.strip() == ("['airflow_checkpoint_provider.engine', "
                                   "'airflow_checkpoint_provider.operators.submit', 'pyarrow']")
     assert "airflow_local_settings: preloaded" in out.stderr, out.stderr[-3000:]
-    # the other processes (api-server, dag-processor, triggerer, CLI commands) fork no task
+    # the other processes (api-server, triggerer, CLI commands) fork no DAG parser
     monkeypatch.setattr(sys, "argv", ["airflow", "api-server"])
     assert runpy.run_path(PRELOAD)["PRELOADED"] == []
