@@ -51,8 +51,9 @@ class AirflowDeployment:
 
     def __init__(self, home: str, db_url: str, *, env: dict[str, str] | None = None,
                  preload_dag_imports: bool = False) -> None:
-        """``preload_dag_imports``: the scheduler imports what the DAG files import before the
-        LocalExecutor forks its workers, so each task process starts with it imported
+        """``preload_dag_imports``: the scheduler and the dag-processor import what the DAG
+        files import when they start, so each task process (forked by the LocalExecutor's
+        workers) and each DAG parser starts with it imported
         (tests/airflow_local_settings_preload.py)."""
         self.home = home
         self.port = free_port()
