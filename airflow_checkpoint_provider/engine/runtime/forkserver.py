@@ -219,6 +219,10 @@ def _run_slot(request: dict[str, Any]) -> int:
     os.environ.update(request["env"])
     sys.path[:] = [request["cwd"], *request["path"]]
     sys.argv = [sys.argv[0], *request["argv"]]
+    # random reseeds itself in a forked child; numpy's global generator does not, and user
+    # code may draw from it: each slot gets fresh entropy, as a process of its own would
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
     from . import slot
 
     return slot.main(request["argv"])
