@@ -33,6 +33,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from typing import Any
 
 SLOT_MODULE = "airflow_checkpoint_provider.engine.runtime.slot"
@@ -330,33 +331,39 @@ class ForkClient:
         self.server = fork_server(env)
         self.conn = self.server.connect()
         self.exits: dict[int, int] = {}
+        self.lock = threading.RLock()  # one request and its reply at a time
 
     def spawn(self, argv: list[str], env: dict[str, str]) -> int:
         request = {"op": "spawn", "argv": argv, "env": env, "umask": current_umask(),
                    "path": [p for p in sys.path if p], "cwd": os.getcwd()}
         sys.stdout.flush()
         sys.stderr.flush()
-        send(self.conn, request, [1, 2])
-        while True:
-            message = self._read(block=True)
-            if "pid" in message:
-                return int(message["pid"])
-            if "error" in message:
-                raise ForkServerError(message["error"])
+        with self.lock:
+            send(self.conn, request, [1, 2])
+            while True:
+                message = self._read(block=True)
+                if "pid" in message:
+                    return int(message["pid"])
+                if "error" in message:
+                    raise ForkServerError(message["error"])
 
     def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
-        if pid not in self.exits:
-            send(self.conn, {"op": "kill", "pid": pid, "signal": int(sig)})
+        with self.lock:
+            if pid not in self.exits:
+                send(self.conn, {"op": "kill", "pid": pid, "signal": int(sig)})
 
     def returncode(self, pid: int) -> int | None:
         """The exit code of ``pid`` if it has exited (without blocking)."""
-        self._drain()
-        return self.exits.get(pid)
+        with self.lock:
+            self._drain()
+            return self.exits.get(pid)
 
     def wait(self, pid: int, timeout: float) -> int | None:
-        import time
-
         deadline = time.monotonic() + timeout
+        with self.lock:
+            return self._wait(pid, deadline)
+
+    def _wait(self, pid: int, deadline: float) -> int | None:
         while pid not in self.exits:
             left = deadline - time.monotonic()
             if left <= 0:
