@@ -20,15 +20,27 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 PARTS = 2
 
 
+def _sentinel(i: int, max_ts: int) -> dict:
+    """A record far in the future (``max_ts`` + 100 s, + 200 s): moves SS's watermark past
+    every real window; its key is no real key."""
+    return {"id": -1 - i, "key": "sentinel", "value": 0, "ts": max_ts + 100_000 * (i + 1)}
+
+
 def _write_input(directory: str) -> int:
-    """The generator's records as PARTS Parquet files of consecutive ids; returns the max ts."""
+    """The generator's records as PARTS Parquet files of consecutive ids, the last one
+    ending with the first sentinel (the watermark SS takes into the next batch is past
+    every real window; the rows of that last file are still checked against the watermark
+    of the batches before it); returns the max ts of the real records."""
     os.makedirs(directory)
     src = source(N, arrow=False)
     records = [src.record(i) for i in range(N)]
+    max_ts = max(r["ts"] for r in records)
     for part in range(PARTS):
         rows = records[part * N // PARTS:(part + 1) * N // PARTS]
+        if part == PARTS - 1:
+            rows = [*rows, _sentinel(0, max_ts)]
         pq.write_table(pa.Table.from_pylist(rows), os.path.join(directory, f"part-{part}.parquet"))
-    return max(r["ts"] for r in records)
+    return max_ts
 
 
 def _ss_windows(spark, directory: str, max_ts: int, checkpoint: str) -> dict:
@@ -44,13 +56,14 @@ def _ss_windows(spark, directory: str, max_ts: int, checkpoint: str) -> dict:
          .option("checkpointLocation", checkpoint).start())
     try:
         q.processAllAvailable()
-        # two records far in the future, in later batches: the watermark passes every real
-        # window, and the batch after the first one emits them (append mode)
-        for i, ahead in enumerate((100_000, 200_000)):
-            pq.write_table(pa.Table.from_pylist(
-                [{"id": -1 - i, "key": "sentinel", "value": 0, "ts": max_ts + ahead}]),
-                os.path.join(directory, f"sentinel-{i}.parquet"))
-            q.processAllAvailable()
+        # the second sentinel, in a batch of its own: it evicts (append mode: emits) the
+        # windows the first one's watermark passed (a batch of its own for the first
+        # sentinel too: one batch more, the same output)
+        pq.write_table(pa.Table.from_pylist([_sentinel(1, max_ts)]),
+                       os.path.join(directory, "sentinel-1.parquet"))
+        q.processAllAvailable()
+        batches = sum(1 for p in q.recentProgress if p["numInputRows"])
+        assert batches == PARTS + 1, batches
         rows = spark.sql("select key, unix_millis(window.start) as s, unix_millis(window.end) as e, "
                          "n, total from ss_windows where key != 'sentinel'").collect()
     finally:
@@ -64,20 +77,11 @@ def _ss_windows(spark, directory: str, max_ts: int, checkpoint: str) -> dict:
 
 
 @pytest.mark.timeout(300)
-def test_tumbling_window_counts_equal_structured_streaming_row_for_row(workdir):
-    from airflow_checkpoint_provider.engine.runners.spark import session_for
-
+def test_tumbling_window_counts_equal_structured_streaming_row_for_row(workdir, ss_spark):
+    """SS in the session shared with the join comparisons (``ss_spark``: local[2], two
+    shuffle partitions, UTC, no no-data micro-batches)."""
     max_ts = _write_input(str(workdir / "input"))
-    # no no-data micro-batches (run only to evict with the advanced watermark): the next
-    # batch evicts with the same watermark, the second sentinel's flushes the last windows
-    spark = session_for("local[2]", "windows-vs-ss",
-                        extra_conf={"spark.sql.shuffle.partitions": "2",
-                                    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-                                    "spark.sql.session.timeZone": "UTC"})
-    try:
-        ss = _ss_windows(spark, str(workdir / "input"), max_ts, str(workdir / "ss-chk"))
-    finally:
-        spark.stop()
+    ss = _ss_windows(ss_spark, str(workdir / "input"), max_ts, str(workdir / "ss-chk"))
     result = windowed_pipeline(str(workdir / "ours"), num_records=N).run()
     assert result.status == "FINISHED"
     ours = committed_windows(str(workdir / "ours" / "out"))
