@@ -26,11 +26,8 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)
 #: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments).
 #: tests/bench is no group: each smoke test renders its own results folder (the group ran
 #: ~17 min on one worker, the suite's second serial floor).
-#: ``spark-ss``: the Structured Streaming comparisons share one Spark session (``ss_spark``,
-#: tests/engine/conftest.py), so they run on the worker that started it.
 _GROUPS = (
     ("spark_cluster", "spark-cluster-jobs"),
-    ("ss_spark", "spark-ss"),
 )
 _GROUPED_DIRS = (("deploy", "spark-cluster"),)
 

@@ -69,6 +69,29 @@ HOWS = ("inner", "left", "right", "full")
 SCHEMA = "id long, key string, value long, ts long"
 
 
+@pytest.fixture(scope="module")
+def spark():
+    """One local Spark session for the module."""
+    from airflow_checkpoint_provider.engine.runners.spark import session_for
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+        # no no-data micro-batches: SS would run one after every batch only to evict state
+        # with the advanced watermark; the same watermark evicts in the next batch (the
+        # sentinels' second batch flushes the last), so the output and the rows dropped as
+        # late are the same, in half the batches (5 queries x 4 batches, ~1-4 s each)
+        session = session_for("local[2]", "joins-vs-ss",
+                              extra_conf={"spark.sql.shuffle.partitions": "2",
+                                          "spark.sql.session.timeZone": "UTC",
+                                          "spark.sql.streaming.noDataMicroBatches.enabled":
+                                              "false",
+                                          "spark.ui.enabled": "false"})
+        try:
+            yield session
+        finally:
+            session.stop()
+
+
 def _sentinel(i: int, max_ts: int) -> dict:
     """A row far in the future (``max_ts`` + 100 s, + 200 s): moves SS's watermark past
     every real row; its key matches no real key."""
@@ -159,9 +182,9 @@ def _ss_joins(spark, root, max_ts: int) -> dict[str, tuple[Counter, int]]:
 
 
 @pytest.fixture(scope="module")
-def ss(ss_spark, inputs):
+def ss(spark, inputs):
     root, max_ts = inputs
-    return _ss_joins(ss_spark, root, max_ts)
+    return _ss_joins(spark, root, max_ts)
 
 
 def _ours(root: str) -> Pipeline:

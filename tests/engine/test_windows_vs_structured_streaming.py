@@ -77,11 +77,20 @@ def _ss_windows(spark, directory: str, max_ts: int, checkpoint: str) -> dict:
 
 
 @pytest.mark.timeout(300)
-def test_tumbling_window_counts_equal_structured_streaming_row_for_row(workdir, ss_spark):
-    """SS in the session shared with the join comparisons (``ss_spark``: local[2], two
-    shuffle partitions, UTC, no no-data micro-batches)."""
+def test_tumbling_window_counts_equal_structured_streaming_row_for_row(workdir):
+    from airflow_checkpoint_provider.engine.runners.spark import session_for
+
     max_ts = _write_input(str(workdir / "input"))
-    ss = _ss_windows(ss_spark, str(workdir / "input"), max_ts, str(workdir / "ss-chk"))
+    # no no-data micro-batches (run only to evict with the advanced watermark): the second
+    # sentinel's batch evicts with the watermark the first one's batch advanced
+    spark = session_for("local[2]", "windows-vs-ss",
+                        extra_conf={"spark.sql.shuffle.partitions": "2",
+                                    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+                                    "spark.sql.session.timeZone": "UTC"})
+    try:
+        ss = _ss_windows(spark, str(workdir / "input"), max_ts, str(workdir / "ss-chk"))
+    finally:
+        spark.stop()
     result = windowed_pipeline(str(workdir / "ours"), num_records=N).run()
     assert result.status == "FINISHED"
     ours = committed_windows(str(workdir / "ours" / "out"))
