@@ -22,9 +22,6 @@ from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
 N, KEYS, SEED = 12_000, 40, 7
 pytestmark = pytest.mark.slow
 FAULTS = [("record", 1_500), ("kill", 5_000), ("notify", 3), ("snapshot", 5), ("kill", 9_500)]
-#: checkpoints of the failure run: 12,000 records at 4,000/s stream >= 3 s, >= 10 checkpoints
-#: at 300 ms (the plan needs 5); at 150 ms twice as many, each one Delta commit per subtask
-INTERVAL_MS = 300
 
 
 @pytest.mark.timeout(300)
@@ -32,7 +29,7 @@ def test_every_row_is_appended_exactly_once_under_failures(workdir):
     faults = FaultPlan(str(workdir / "faults"), FAULTS)
     table = str(workdir / "sums")
     p = running_sum_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED, rate=4_000,
-                             faults=faults, interval_ms=INTERVAL_MS, sink=DeltaSink(table))
+                             faults=faults, interval_ms=150, sink=DeltaSink(table))
     result = p.run()
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert result.restarts == len(faults.attempts_hit())

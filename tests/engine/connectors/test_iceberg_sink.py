@@ -21,9 +21,6 @@ from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
 N, KEYS, SEED = 12_000, 40, 7
 pytestmark = pytest.mark.slow
 FAULTS = [("record", 1_500), ("kill", 5_000), ("notify", 3), ("snapshot", 5), ("kill", 9_500)]
-#: checkpoints of the failure run: 12,000 records at 4,000/s stream >= 3 s, >= 10 checkpoints
-#: at 300 ms (the plan needs 5); at 150 ms twice as many, each one Iceberg snapshot per subtask
-INTERVAL_MS = 300
 
 
 def catalog(root) -> dict:
@@ -41,7 +38,7 @@ def test_every_row_is_appended_exactly_once_under_failures(workdir):
     faults = FaultPlan(str(workdir / "faults"), FAULTS)
     sink = IcebergSink("db.sums", catalog=catalog(workdir))
     p = running_sum_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED, rate=4_000,
-                             faults=faults, interval_ms=INTERVAL_MS, sink=sink)
+                             faults=faults, interval_ms=150, sink=sink)
     result = p.run()
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert result.restarts == len(faults.attempts_hit())

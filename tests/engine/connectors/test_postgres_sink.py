@@ -34,9 +34,6 @@ def rows(url: str, query: str) -> list[dict]:
 
 
 FAULTS = [("record", 1_500), ("kill", 5_000), ("notify", 3), ("snapshot", 5), ("kill", 9_500)]
-#: checkpoints of the failure runs: 12,000 records at 4,000/s stream >= 3 s, >= 10 checkpoints
-#: at 300 ms (the plan needs 5); at 150 ms twice as many prepared transactions per subtask
-INTERVAL_MS = 300
 
 
 @pytest.mark.timeout(300)
@@ -44,7 +41,7 @@ def test_prepared_transactions_commit_every_row_exactly_once_under_failures(work
     faults = FaultPlan(str(workdir / "faults"), FAULTS)
     sink = PostgresSink(db, "sums", ["id", "key", "count", "sum"])
     p = running_sum_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED, rate=4_000,
-                             faults=faults, interval_ms=INTERVAL_MS, sink=sink)
+                             faults=faults, interval_ms=150, sink=sink)
     result = p.run()
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert result.restarts == len(faults.attempts_hit())
@@ -58,7 +55,7 @@ def test_upsert_mode_converges_to_the_exact_totals(workdir, db):
     faults = FaultPlan(str(workdir / "faults"), [("record", 2_000), ("kill", 7_000)])
     sink = PostgresSink(db, "latest", ["key", "count", "sum"], mode="upsert", key=["key"])
     p = running_sum_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED, rate=4_000,
-                             faults=faults, interval_ms=INTERVAL_MS, sink=sink, keyed_parallelism=1)
+                             faults=faults, interval_ms=150, sink=sink, keyed_parallelism=1)
     assert p.run().status == "FINISHED" and len(faults.fired()) == 2
     expected = expected_running_sums(N, KEYS, SEED)
     got = {r["key"]: (r["count"], r["sum"]) for r in rows(db, "SELECT * FROM latest")}

@@ -25,10 +25,6 @@ pytestmark = pytest.mark.slow
 N = 6_000
 FAULTS = [("record", 700), ("kill", 2_500), ("notify", 3), ("snapshot", 5), ("kill", 4_800)]
 ORDER_COLUMNS = ["order", "user", "amount", "version", "id"]
-#: checkpoints of the failure runs: 6,000 records at 2,000/s stream >= 3 s, >= 10 checkpoints
-#: at 300 ms (the plan needs 5); at 150 ms twice as many upserts (an Iceberg copy-on-write
-#: rewrite, a Delta MERGE) per subtask
-INTERVAL_MS = 300
 
 
 def _catalog(root) -> dict:
@@ -98,7 +94,7 @@ def test_the_table_equals_the_changelog_applied_once_under_failures(workdir, tar
     clean = target.rows()
     faults = FaultPlan(str(workdir / "faults"), FAULTS)
     p = orders_pipeline(str(workdir / "faulty"), target.sink("order", ORDER_COLUMNS), n=N,
-                        rate=2_000, faults=faults, interval_ms=INTERVAL_MS)
+                        rate=2_000, faults=faults)
     result = p.run()
     assert result.status == "FINISHED" and len(faults.fired()) == len(FAULTS)
     assert result.restarts >= len(faults.attempts_hit()) >= 2
@@ -113,7 +109,7 @@ def test_the_table_equals_the_changelog_applied_once_under_failures(workdir, tar
 def test_the_retracting_aggregate_upserts_live_totals_per_user_under_failures(workdir, target):
     faults = FaultPlan(str(workdir / "faults"), [("record", 900), ("kill", 3_300)])
     p = per_user_pipeline(str(workdir), target.sink("user", ["user", "orders", "total"]), n=N,
-                          rate=2_000, faults=faults, interval_ms=INTERVAL_MS)
+                          rate=2_000, faults=faults)
     assert p.run().status == "FINISHED" and len(faults.fired()) == 2
     got = {u: {"orders": r["orders"], "total": r["total"]}
            for u, r in _by(target.rows(), "user").items()}
