@@ -108,7 +108,7 @@ ENGINE := airflow_checkpoint_provider/engine
 MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/datastream/api.py $(ENGINE)/execution.py $(ENGINE)/plan/specs.py $(ENGINE)/config.py $(ENGINE)/errors.py \
 	$(ENGINE)/packaging.py $(ENGINE)/snapshot $(ENGINE)/names.py $(ENGINE)/lifecycle/lineage.py \
 	$(ENGINE)/plan/job.py $(ENGINE)/protocol $(ENGINE)/catalog $(ENGINE)/checkpoint/coordinator.py $(ENGINE)/checkpoint/held.py \
-	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners $(ENGINE)/runtime/forkserver.py \
+	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners \
 	$(ENGINE)/state/backend.py $(ENGINE)/eventtime.py $(ENGINE)/state/ttl.py \
 	$(ENGINE)/state/windows.py $(ENGINE)/connectors/delta.py $(ENGINE)/connectors/lakehouse.py \
 	$(ENGINE)/connectors/partitions.py \
