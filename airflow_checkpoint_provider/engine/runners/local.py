@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import weakref
+from collections.abc import Sequence
 
 from ..plan.graph import ExecutionGraph
 from ..plan.job import JobConfig, JobResult
@@ -89,9 +90,10 @@ class LocalProcessLauncher:
     ``python -m ...runtime.slot``. A slot that fails writes its traceback to a file of this
     launcher (``--failure-file``): :meth:`poll` adds it to the exit code."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: Sequence[str] = ()) -> None:
         self.procs: list[subprocess.Popen | ForkedSlot] = []
         self.client: ForkClient | None = None
+        self.preload = tuple(preload)
         self.failures = tempfile.mkdtemp(prefix="ckpt-slot-failures-")
         weakref.finalize(self, shutil.rmtree, self.failures, True)
         self.attempt = 0
@@ -114,7 +116,7 @@ class LocalProcessLauncher:
         if client is not None:
             try:
                 for argv in argvs:
-                    self.procs.append(ForkedSlot(client, client.spawn(argv, env)))
+                    self.procs.append(ForkedSlot(client, client.spawn(argv, env, self.preload)))
                 return
             except (OSError, ForkServerError) as exc:
                 log.warning("The slot fork server failed (%s); starting slot processes", exc)
@@ -170,6 +172,14 @@ class LocalProcessLauncher:
         return [p.pid for p in self.procs]
 
 
+def slot_imports(graph: ExecutionGraph) -> list[str]:
+    """The modules the job's connectors ask the fork server to import before it forks
+    (:attr:`~..connectors.base.Source.slot_imports`)."""
+    names = {name for v in graph.vertices for n in v.nodes
+             for name in getattr(n.payload, "slot_imports", ())}
+    return sorted(names)
+
+
 class LocalRunner:
     """:param master_options: ``metrics_port``, ``metrics_host``, ``show_progress`` (see
     :class:`~.jobmaster.JobMaster`)."""
@@ -181,7 +191,8 @@ class LocalRunner:
     def run(self, graph: ExecutionGraph, config: JobConfig, *, restore: str | None, allow_non_restored_state: bool,
             job_id: str | None, claim_mode: str = "NO_CLAIM",
             trust_snapshot: bool = False) -> JobResult:
-        master = JobMaster(graph, config, LocalProcessLauncher(), coordinator_port=self.coordinator_port,
+        master = JobMaster(graph, config, LocalProcessLauncher(slot_imports(graph)),
+                           coordinator_port=self.coordinator_port,
                            **self.master_options)
         return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
                           job_id=job_id, claim_mode=claim_mode,

@@ -12,8 +12,10 @@ Protocol, over a ``SOCK_SEQPACKET`` Unix socket (one JSON message per packet):
 
 * The launching process owns the server's *control* socket. Each :class:`ForkClient` sends one
   end of a fresh socket pair over it (``SCM_RIGHTS``); that connection is its own.
-* ``{"op": "spawn", "argv": [...], "env": {...}, "path": [...], "cwd": "..."}`` with the
-  slot's stdout and stderr attached -> ``{"pid": N}`` (or ``{"error": "..."}``).
+* ``{"op": "spawn", "argv": [...], "env": {...}, "path": [...], "cwd": "...", "preload":
+  [...]}`` with the slot's stdout and stderr attached -> ``{"pid": N}`` (or ``{"error":
+  "..."}``). The server imports the ``preload`` modules (the job's connectors' client
+  libraries, :attr:`~..connectors.base.Source.slot_imports`) before it forks, once.
 * ``{"op": "kill", "pid": N, "signal": S}``: only a child of this connection that is not yet
   reaped, so a reused PID is never signalled.
 * When a child exits, the server sends ``{"exit": N, "rc": R}`` on the connection that started
@@ -34,6 +36,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 SLOT_MODULE = "airflow_checkpoint_provider.engine.runtime.slot"
@@ -150,6 +153,8 @@ class _Server:
                     pass
 
     def _spawn(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        for name in request.get("preload", ()):
+            _preload(name)
         try:
             pid = os.fork()
         except OSError as exc:
@@ -201,6 +206,17 @@ class _Server:
             pass  # the client is gone; its connection is dropped on the next read
 
 
+def _preload(name: str) -> None:
+    """Import ``name`` here, so that forked slots have it; a module that does not import is
+    left to the slot, which reports the error where it needs the module."""
+    if name in sys.modules:
+        return
+    try:
+        __import__(name)
+    except Exception:  # noqa: BLE001 - any import-time error is the slot's to report
+        pass
+
+
 def _set_title(argv: list[str]) -> None:
     """``ps``, ``pgrep`` and ``/proc/<pid>/cmdline`` show a forked slot as if it had been
     started alone. Before the environment changes: the title takes over its memory."""
@@ -232,10 +248,7 @@ def _run_slot(request: dict[str, Any]) -> int:
 def main() -> int:
     control = socket.socket(fileno=int(sys.argv[1]))
     for name in PRELOAD:
-        try:
-            __import__(name)
-        except ImportError:
-            pass
+        _preload(name)
     try:
         _Server(control).serve()
         return 0
@@ -333,9 +346,10 @@ class ForkClient:
         self.exits: dict[int, int] = {}
         self.lock = threading.RLock()  # one request and its reply at a time
 
-    def spawn(self, argv: list[str], env: dict[str, str]) -> int:
+    def spawn(self, argv: list[str], env: dict[str, str], preload: Sequence[str] = ()) -> int:
         request = {"op": "spawn", "argv": argv, "env": env, "umask": current_umask(),
-                   "path": [p for p in sys.path if p], "cwd": os.getcwd()}
+                   "path": [p for p in sys.path if p], "cwd": os.getcwd(),
+                   "preload": list(preload)}
         sys.stdout.flush()
         sys.stderr.flush()
         with self.lock:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -20,7 +21,11 @@ from pipelines import (
     running_sum_pipeline,
 )
 
+from airflow_checkpoint_provider.engine import CheckpointConfig, FileSink, GeneratorSource, Pipeline
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
+from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+from airflow_checkpoint_provider.engine.runners.local import slot_imports
 from airflow_checkpoint_provider.engine.runtime.forkserver import ForkClient, ForkServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -115,6 +120,30 @@ def test_a_forked_slot_takes_the_requests_environment_and_shows_its_command_line
         assert client.returncode(pid) == -signal.SIGKILL
     finally:
         client.close()
+
+
+def test_the_server_imports_a_jobs_connector_libraries_once_before_it_forks(tmp_path, monkeypatch):
+    probe = tmp_path / "imported-by.txt"
+    monkeypatch.setenv("CKPT_TEST_PRELOAD_PROBE", str(probe))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # as the launcher
+    client = ForkClient(env)
+    try:
+        for slot in range(2):
+            pid = client.spawn(_argv("127.0.0.1:1", str(tmp_path / f"{slot}.txt"), slot=slot),
+                               env, preload=["preload_probe", "no_such_module_xyz"])
+            assert client.wait(pid, 60) == 1  # the slot itself ran (and found no coordinator)
+        # imported in the server, once; a module that does not import is the slot's problem
+        assert probe.read_text().split() == [str(client.server.proc.pid)]
+    finally:
+        client.close()
+
+
+def test_a_jobs_slot_imports_come_from_its_connectors(tmp_path):
+    p = Pipeline("preload", checkpoint=CheckpointConfig(directory=str(tmp_path)))
+    (p.source(GeneratorSource(10), uid="gen")
+      .sink(PostgresSink("postgresql://nobody@127.0.0.1:1/db", "t"), uid="pg"))
+    assert slot_imports(p.execution_graph()) == ["psycopg"]
+    assert IcebergSink.slot_imports and not FileSink.slot_imports
 
 
 def test_the_server_ends_when_its_owner_lets_go():
