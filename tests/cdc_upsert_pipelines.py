@@ -80,6 +80,24 @@ def cdc_upsert_pipeline(root: str, url: str, target: dict, *, name: str = "cdc-u
     return p
 
 
+#: per lakehouse table: its version (Delta's table version, Iceberg's metadata file) and the
+#: rows read at that version. The convergence loops poll the target every 0.5 s while the job
+#: catches up; an Iceberg scan cost ~0.09 CPU-s at 20 data files (more as the copy-on-write
+#: commits pile up), a check of the version ~2 ms. An unchanged version holds the same rows.
+_READ: dict[tuple, tuple] = {}
+#: pyiceberg catalogs by their properties (loading one builds a SQLAlchemy engine each time)
+_CATALOGS: dict[str, object] = {}
+
+
+def _cached(where: str, version, read) -> list[dict]:
+    hit = _READ.get(where)
+    if hit is not None and hit[0] == version:
+        return hit[1]
+    rows = read()
+    _READ[where] = (version, rows)
+    return rows
+
+
 def target_rows(target: dict) -> dict:
     """The target table as ``{key: row}`` (duplicate keys fail)."""
     kind, where = target["kind"], target["where"]
@@ -95,16 +113,24 @@ def target_rows(target: dict) -> dict:
             return {}
         from deltalake import DeltaTable
 
-        rows = DeltaTable(where).to_pyarrow_table(columns=ITEM_COLUMNS).to_pylist()
+        table = DeltaTable(where)
+        rows = _cached(where, table.version(),
+                       lambda: table.to_pyarrow_table(columns=ITEM_COLUMNS).to_pylist())
     else:
+        import json
+
         from pyiceberg.catalog import load_catalog
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+        props = json.dumps(target["catalog"], sort_keys=True)
+        if props not in _CATALOGS:
+            _CATALOGS[props] = load_catalog("db", **target["catalog"])
         try:
-            table = load_catalog("db", **target["catalog"]).load_table(where)
+            table = _CATALOGS[props].load_table(where)
         except (NoSuchTableError, NoSuchNamespaceError):
             return {}
-        rows = table.scan(selected_fields=tuple(ITEM_COLUMNS)).to_arrow().to_pylist()
+        rows = _cached(props + where, table.metadata_location,
+                       lambda: table.scan(selected_fields=tuple(ITEM_COLUMNS)).to_arrow().to_pylist())
     key = "v" if kind == "postgres-agg" else "id"
     out = {r[key]: r for r in rows}
     assert len(out) == len(rows), f"duplicate {key} rows in the {kind} target"

@@ -500,6 +500,28 @@ def child_pids(pid: int, cmdline_has: bytes | None = None) -> list[int]:
     return found
 
 
+def descendant_pids(pid: int, cmdline_has: bytes | None = None) -> list[int]:
+    """The pids of the live descendants of ``pid`` (children, their children, ...); with
+    ``cmdline_has``, only those whose command line contains it. The local runner's slots are
+    the children of the launching process's fork server, not of the process itself."""
+    found, todo = [], [pid]
+    while todo:
+        kids = child_pids(todo.pop())
+        todo.extend(kids)
+        found.extend(kids)
+    if cmdline_has is None:
+        return found
+    return [p for p in found if cmdline_has in _cmdline(p)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def process_alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie does not count), from /proc."""
     try:

@@ -18,22 +18,26 @@ FAULT_POINTS = (("record", 900), ("kill", 6_000), ("record", 11_000), ("kill", 1
 
 
 def run_with_faults_and_failure_free(make: Callable[..., Pipeline], workdir: Path, *,
-                                     rate: float = 3000,
-                                     points=FAULT_POINTS) -> tuple[str, str]:
+                                     rate: float = 3000, points=FAULT_POINTS,
+                                     free_out: str | None = None) -> tuple[str, str]:
     """One failure-free run into ``workdir/free`` and one under ``points`` into ``workdir``
     (every fault fired, one restart each, restored from checkpoints and not only from
-    scratch); returns the output directories (failure-free, faulty) to compare."""
-    free = workdir / "free"
-    free.mkdir()
-    result = make(str(free)).run()
-    assert result.status == "FINISHED" and result.restarts == 0
+    scratch); returns the output directories (failure-free, faulty) to compare.
+    ``free_out``: the output directory of a failure-free run of the same ``make()`` that
+    the caller made already (not run again)."""
+    if free_out is None:
+        free = workdir / "free"
+        free.mkdir()
+        result = make(str(free)).run()
+        assert result.status == "FINISHED" and result.restarts == 0
+        free_out = str(free / "out")
     points = list(points)
     faults = FaultPlan(str(workdir / "faults"), points)
     result = make(str(workdir), rate=rate, faults=faults).run()
     assert result.status == "FINISHED"
     assert len(faults.fired()) == len(points) and result.restarts == len(points)
     assert result.checkpoints_completed >= 2
-    return str(free / "out"), str(workdir / "out")
+    return free_out, str(workdir / "out")
 
 
 def savepoint_then_restore_rescaled(make: Callable[..., Pipeline], workdir: Path,

@@ -19,13 +19,31 @@ def expected():
     return expected_distinct(N, KEYS, SEED)
 
 
+@pytest.fixture(scope="module")
+def failure_free(tmp_path_factory):
+    """``failure_free(backend)``: the result and output directory of the failure-free job
+    on ``backend``, run once per module and backend: the failure-free test checks it, the
+    faulty test compares its own output with it (the same pipeline, no faults, any rate)."""
+    runs: dict[str, tuple] = {}
+
+    def get(backend: str) -> tuple:
+        if backend not in runs:
+            root = tmp_path_factory.mktemp(f"distinct-free-{backend}")
+            with pytest.MonkeyPatch.context() as env:  # as the workdir fixture does
+                env.delenv("CKPT_METADATA_URL", raising=False)
+                result = _distinct(backend)(str(root)).run()
+            runs[backend] = (result, str(root / "out"))
+        return runs[backend]
+
+    return get
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])
-def test_failure_free_run_gives_the_exact_distinct_counts(workdir, expected, backend):
-    result = distinct_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
-                               state_backend=backend).run()
+def test_failure_free_run_gives_the_exact_distinct_counts(failure_free, expected, backend):
+    result, out = failure_free(backend)
     assert result.status == "FINISHED" and result.restarts == 0
-    assert final_distinct(str(workdir / "out")) == expected
+    assert final_distinct(out) == expected
     snap = load_snapshot(result.latest_checkpoint)
     handles = [s["keyed"] for s in snap.operators["distinct"]["subtasks"] if s.get("keyed")]
     assert handles and all(h["type"] == "arrow" for h in handles)
@@ -40,8 +58,12 @@ def _distinct(backend):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])
-def test_exceptions_and_sigkill_still_give_the_failure_free_results(workdir, expected, backend):
-    free, faulty = run_with_faults_and_failure_free(_distinct(backend), workdir)
+def test_exceptions_and_sigkill_still_give_the_failure_free_results(workdir, expected, backend,
+                                                                   failure_free):
+    result, free_out = failure_free(backend)
+    assert result.status == "FINISHED" and result.restarts == 0
+    free, faulty = run_with_faults_and_failure_free(_distinct(backend), workdir,
+                                                    free_out=free_out)
     assert final_distinct(faulty) == final_distinct(free) == expected
 
 

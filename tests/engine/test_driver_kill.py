@@ -13,7 +13,7 @@ import time
 import pytest
 from pipelines import (
     check_exactly_once,
-    child_pids,
+    descendant_pids,
     expected_running_sums,
     process_alive,
     running_sum_pipeline,
@@ -62,7 +62,7 @@ def test_a_killed_driver_is_lost_and_restore_latest_commits_exactly_once(workdir
             assert driver.poll() is None, "the job ended before the kill"
             time.sleep(0.1)
         assert _completed(store) >= 3
-        slots = child_pids(driver.pid)
+        slots = descendant_pids(driver.pid, b"engine.runtime.slot")
         assert slots, "the driver's slot processes"
         driver.send_signal(signal.SIGKILL)  # no clean-up of any kind
         driver.wait(10)

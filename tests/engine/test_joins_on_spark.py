@@ -21,18 +21,28 @@ from pipelines import FaultPlan
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 
 
-@pytest.mark.timeout(420)
-@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
-def test_joins_on_spark_local4_are_exactly_once_under_sigkill_of_a_slot(workdir, backend):
+@pytest.fixture(scope="module")
+def local4():
+    """One local[4] session for both state backends' jobs (a SparkContext start less; the
+    SIGKILL ends a slot's Python worker, not the session, and each job ends before the
+    next starts)."""
     from airflow_checkpoint_provider.engine.runners.spark import session_for
 
-    spark = session_for("local[4]", "test-joins-local4")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPARK_LOCAL_IP", "127.0.0.1")  # what the spark_env fixture sets per test
+        spark = session_for("local[4]", "test-joins-local4")
     try:
-        faults = FaultPlan(str(workdir / "faults"), [("kill", 2_500), ("record", 4_500)])
-        result = join_pipeline(str(workdir), faults=faults, rate=5_000, state_backend=backend,
-                               initial_delay_ms=300).run("spark", spark=spark)
+        yield spark
     finally:
         spark.stop()
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_joins_on_spark_local4_are_exactly_once_under_sigkill_of_a_slot(workdir, backend, local4):
+    faults = FaultPlan(str(workdir / "faults"), [("kill", 2_500), ("record", 4_500)])
+    result = join_pipeline(str(workdir), faults=faults, rate=5_000, state_backend=backend,
+                           initial_delay_ms=300).run("spark", spark=local4)
     assert result.status == "FINISHED"
     assert len(faults.fired()) == 2 and result.restarts == len(faults.attempts_hit())
     assert committed_co(str(workdir)) == expected_co()

@@ -61,9 +61,9 @@ from airflow_checkpoint_provider.engine import (
 )
 
 pytestmark = pytest.mark.slow
-#: micro-batches of each input: two, so SS's watermark still advances between data batches
-#: (and the sentinels' two batches flush the rest); each batch of the five queries costs
-#: ~1-4 s, so four parts made this module's set-up ~90 s longer for the same comparison
+#: micro-batches of each input: two, so SS's watermark still advances between data batches;
+#: each batch of the five queries costs ~3-4 CPU-s, so four parts made this module's set-up
+#: ~90 s longer for the same comparison
 PARTS = 2
 HOWS = ("inner", "left", "right", "full")
 SCHEMA = "id long, key string, value long, ts long"
@@ -92,28 +92,39 @@ def spark():
             session.stop()
 
 
+def _sentinel(i: int, max_ts: int) -> dict:
+    """A row far in the future (``max_ts`` + 100 s, + 200 s): moves SS's watermark past
+    every real row; its key matches no real key."""
+    return {"id": -1 - i, "key": "sentinel", "value": 0, "ts": max_ts + 100_000 * (i + 1)}
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     """Both generators' records as Parquet files of consecutive ids (in the order the
-    records are generated, so out of order in event time), and the largest timestamp."""
+    records are generated, so out of order in event time), and the largest timestamp. The
+    last file of each input ends with the first sentinel row: the watermark SS takes into
+    the next batch is past every real row (the rows of that last batch are still checked
+    against the watermark of the batches before it, so nothing of it is late)."""
     root = tmp_path_factory.mktemp("join-input")
-    max_ts = 0
-    for name, recs in (("imps", _records(impressions(), N_IMPRESSIONS)),
-                       ("clicks", _records(clicks(), N_CLICKS))):
+    recs = {"imps": _records(impressions(), N_IMPRESSIONS),
+            "clicks": _records(clicks(), N_CLICKS)}
+    max_ts = max(r["ts"] for rows in recs.values() for r in rows)
+    for name, rows in recs.items():
         os.makedirs(root / name)
-        n = len(recs)
+        n = len(rows)
         for part in range(PARTS):
-            rows = recs[part * n // PARTS:(part + 1) * n // PARTS]
-            pq.write_table(pa.Table.from_pylist(rows), str(root / name / f"part-{part}.parquet"))
-        max_ts = max(max_ts, max(r["ts"] for r in recs))
+            batch = rows[part * n // PARTS:(part + 1) * n // PARTS]
+            if part == PARTS - 1:
+                batch = [*batch, _sentinel(0, max_ts)]
+            pq.write_table(pa.Table.from_pylist(batch), str(root / name / f"part-{part}.parquet"))
     return root, max_ts
 
 
 def _ss_joins(spark, root, max_ts: int) -> dict[str, tuple[Counter, int]]:
-    """SS's inner and left outer stream-stream joins of the input (two queries running side
-    by side), flushed by sentinel rows far in the future on both inputs (the global
-    watermark is the minimum of the two); per join: the output rows (key, imp id, click id
-    or None) and the rows SS dropped as late."""
+    """SS's stream-stream joins of the input (five queries running side by side), flushed
+    by sentinel rows far in the future on both inputs (the global watermark is the minimum
+    of the two); per join: the output rows (key, imp id, click id or None) and the rows SS
+    dropped as late."""
     from pyspark.sql import functions as F
 
     def stream(name: str, prefix: str):
@@ -144,15 +155,18 @@ def _ss_joins(spark, root, max_ts: int) -> dict[str, tuple[Counter, int]]:
                             .option("checkpointLocation", str(root / f"ss-chk-{how}")).start())
         for q in queries.values():
             q.processAllAvailable()
-        # sentinels far ahead on both inputs, in two more batches: the first moves the
-        # global watermark past every real row, the batch after it evicts (and emits) them
-        for i, ahead in enumerate((100_000, 200_000)):
-            for name in ("imps", "clicks"):
-                pq.write_table(pa.Table.from_pylist(
-                    [{"id": -1 - i, "key": "sentinel", "value": 0, "ts": max_ts + ahead}]),
-                    str(root / name / f"sentinel-{i}.parquet"))
-            for q in queries.values():
-                q.processAllAvailable()
+        # the last data batch had the first sentinel in it (``inputs``): the watermark is
+        # past every real row now; the batch of the second sentinel evicts (and emits) them
+        # (a batch of its own for the first sentinel: one more batch of each query, same
+        # output)
+        for name in ("imps", "clicks"):
+            pq.write_table(pa.Table.from_pylist([_sentinel(1, max_ts)]),
+                           str(root / name / "sentinel-1.parquet"))
+        for q in queries.values():
+            q.processAllAvailable()
+        batches = [sum(1 for p in q.recentProgress if p["numInputRows"])
+                   for q in queries.values()]
+        assert batches == [PARTS + 1] * len(queries), batches
         out = {}
         for how, q in queries.items():
             ops = [op for p in q.recentProgress for op in p["stateOperators"]]

@@ -35,9 +35,8 @@ N, KEYS, SEED, RATE = 20_000, 50, 7, 1000
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Counter:
-    return reference_rows(str(tmp_path_factory.mktemp("reference")), num_records=N,
-                          num_keys=KEYS, seed=SEED)
+def reference() -> Counter:
+    return reference_rows(num_records=N, num_keys=KEYS, seed=SEED)
 
 
 def _start_pair(root: str, n: int = N):

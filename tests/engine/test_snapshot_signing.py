@@ -227,7 +227,10 @@ def test_concurrent_processes_create_one_key(workdir, backend, request):
     else:
         url = request.getfixturevalue("postgres_server").create_database()
     MetadataStore(url).close()  # schema first; the race is the key's
-    ctx = multiprocessing.get_context("spawn")
+    # fresh processes, forked from a server that imported this module once (a spawned
+    # process imported it again each: ~1 CPU second apiece); each opens its own store
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
     n = 6
     barrier, queue = ctx.Barrier(n), ctx.Queue()
     procs = [ctx.Process(target=_create_key, args=(url, barrier, queue)) for _ in range(n)]

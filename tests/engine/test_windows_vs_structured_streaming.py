@@ -14,15 +14,33 @@ N = 8_000
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 
 
+#: Parquet files (so SS micro-batches) of the input: two, so SS's watermark advances between
+#: data batches and the second one evicts and emits the windows the first one's watermark
+#: closed, mid-stream; each batch costs ~1-3 CPU-s (four parts: two batches more, same check)
+PARTS = 2
+
+
+def _sentinel(i: int, max_ts: int) -> dict:
+    """A record far in the future (``max_ts`` + 100 s, + 200 s): moves SS's watermark past
+    every real window; its key is no real key."""
+    return {"id": -1 - i, "key": "sentinel", "value": 0, "ts": max_ts + 100_000 * (i + 1)}
+
+
 def _write_input(directory: str) -> int:
-    """The generator's records as 4 Parquet files of consecutive ids; returns the max ts."""
+    """The generator's records as PARTS Parquet files of consecutive ids, the last one
+    ending with the first sentinel (the watermark SS takes into the next batch is past
+    every real window; the rows of that last file are still checked against the watermark
+    of the batches before it); returns the max ts of the real records."""
     os.makedirs(directory)
     src = source(N, arrow=False)
     records = [src.record(i) for i in range(N)]
-    for part in range(4):
-        rows = records[part * N // 4:(part + 1) * N // 4]
+    max_ts = max(r["ts"] for r in records)
+    for part in range(PARTS):
+        rows = records[part * N // PARTS:(part + 1) * N // PARTS]
+        if part == PARTS - 1:
+            rows = [*rows, _sentinel(0, max_ts)]
         pq.write_table(pa.Table.from_pylist(rows), os.path.join(directory, f"part-{part}.parquet"))
-    return max(r["ts"] for r in records)
+    return max_ts
 
 
 def _ss_windows(spark, directory: str, max_ts: int, checkpoint: str) -> dict:
@@ -38,13 +56,14 @@ def _ss_windows(spark, directory: str, max_ts: int, checkpoint: str) -> dict:
          .option("checkpointLocation", checkpoint).start())
     try:
         q.processAllAvailable()
-        # two records far in the future, in later batches: the watermark passes every real
-        # window, and the batch after the first one emits them (append mode)
-        for i, ahead in enumerate((100_000, 200_000)):
-            pq.write_table(pa.Table.from_pylist(
-                [{"id": -1 - i, "key": "sentinel", "value": 0, "ts": max_ts + ahead}]),
-                os.path.join(directory, f"sentinel-{i}.parquet"))
-            q.processAllAvailable()
+        # the second sentinel, in a batch of its own: it evicts (append mode: emits) the
+        # windows the first one's watermark passed (a batch of its own for the first
+        # sentinel too: one batch more, the same output)
+        pq.write_table(pa.Table.from_pylist([_sentinel(1, max_ts)]),
+                       os.path.join(directory, "sentinel-1.parquet"))
+        q.processAllAvailable()
+        batches = sum(1 for p in q.recentProgress if p["numInputRows"])
+        assert batches == PARTS + 1, batches
         rows = spark.sql("select key, unix_millis(window.start) as s, unix_millis(window.end) as e, "
                          "n, total from ss_windows where key != 'sentinel'").collect()
     finally:
@@ -62,8 +81,8 @@ def test_tumbling_window_counts_equal_structured_streaming_row_for_row(workdir):
     from airflow_checkpoint_provider.engine.runners.spark import session_for
 
     max_ts = _write_input(str(workdir / "input"))
-    # no no-data micro-batches (run only to evict with the advanced watermark): the next
-    # batch evicts with the same watermark, the second sentinel's flushes the last windows
+    # no no-data micro-batches (run only to evict with the advanced watermark): the second
+    # sentinel's batch evicts with the watermark the first one's batch advanced
     spark = session_for("local[2]", "windows-vs-ss",
                         extra_conf={"spark.sql.shuffle.partitions": "2",
                                     "spark.sql.streaming.noDataMicroBatches.enabled": "false",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 import uuid
 import warnings
+from contextlib import contextmanager
+from datetime import timedelta
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 ACTIVE = ("CREATED", "RUNNING", "RESTARTING")
@@ -70,12 +72,50 @@ def completed_checkpoints(store, job_id: str, kind: str | None = "CHECKPOINT") -
             if c.status in ("COMPLETED", "SUBSUMED")]
 
 
+#: Seconds between the tries of a task in :func:`run_dag` (the DAGs say 5 s): the scenarios
+#: that fail a retried task on purpose (a refused cut-over, a lost deferral) wait for every try
+#: with their jobs running. dag.test() polls every second, so a retry waits 1 s at least.
+TEST_RETRY_DELAY = timedelta(seconds=0.5)
+
+
+@contextmanager
+def _short_retry_delays(dag):
+    """Every task of ``dag`` retries after :data:`TEST_RETRY_DELAY` (restored afterwards:
+    the DAG object is the session's)."""
+    saved = {t.task_id: t.retry_delay for t in dag.tasks}
+    try:
+        for t in dag.tasks:
+            if t.retries:
+                t.retry_delay = TEST_RETRY_DELAY
+        yield
+    finally:
+        for t in dag.tasks:
+            t.retry_delay = saved[t.task_id]
+
+
+@contextmanager
+def _no_dag_folder_resync():
+    """dag.test() parses the DAG folder and writes every DAG of it to Airflow's DB again on
+    each call (~0.7 CPU-s, for DAG files changed since: apache/airflow#64884); the session
+    fixture ``airflow_db`` wrote them once and nothing changes them during the tests."""
+    import airflow.dag_processing.dagbag as dagbag
+
+    real = dagbag.sync_bag_to_db
+    dagbag.sync_bag_to_db = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        dagbag.sync_bag_to_db = real
+
+
 def run_dag(bag, dag_id: str, conf: dict):
     """``dag.test()`` the DAG; return ``(dag_run_state, {task_id: state}, dag_run)``."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
-    dr = bag.get_dag(dag_id).test(run_conf=conf)
+    dag = bag.get_dag(dag_id)
+    with _short_retry_delays(dag), _no_dag_folder_resync():
+        dr = dag.test(run_conf=conf)
     with create_session() as session:
         tis = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id,
                                                  TaskInstance.run_id == dr.run_id).all()

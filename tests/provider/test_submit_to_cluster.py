@@ -88,7 +88,9 @@ def _running_sum_hook(metadata_url: str, job_id: str, job_name: str, tmp_path, *
     """The submit hook for the example running-sum job (5,000 records) on the cluster."""
     from airflow_checkpoint_provider.hooks.submit import CheckpointSubmitHook
 
-    conf = {"spark.executor.memory": "512m", "spark.cores.max": "2"}
+    # one executor with both cores (not one 1-core executor per worker): one executor JVM
+    # and pyspark daemon fewer per submission, the slots still on a worker's executor
+    conf = {"spark.executor.memory": "512m", "spark.cores.max": "2", "spark.executor.cores": "2"}
     if python is not None:
         conf["spark.pyspark.python"] = python
     return CheckpointSubmitHook(

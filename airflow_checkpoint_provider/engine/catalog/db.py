@@ -11,13 +11,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
@@ -25,6 +20,9 @@ from sqlalchemy.pool import StaticPool
 
 from ..errors import EngineError
 from ..private import create_private_file, makedirs_private
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +33,10 @@ T = TypeVar("T")
 
 #: Folder holding ``env.py`` and ``versions/``.
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+#: The newest revision under ``migrations/versions``. A DB already at it is checked without
+#: importing Alembic (about 0.2 CPU-seconds in every process that opens the metadata DB);
+#: tests/engine/checkpoint/test_store.py checks that it is Alembic's head.
+SCHEMA_HEAD = "0009"
 #: How long a SQLite connection waits for another writer before "database is locked"
 #: (``$CKPT_SQLITE_BUSY_TIMEOUT_S`` overrides it).
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -218,6 +220,8 @@ def _migrations_dir() -> Path:
 
 def alembic_config(url: str) -> Config:
     """An Alembic configuration for the metadata DB at ``url``, built without ``alembic.ini``."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(_migrations_dir()))
     # ConfigParser interpolation: a literal % in a password must be doubled.
@@ -233,8 +237,7 @@ def redacted_url(engine_or_url: Engine | str) -> str:
 
 def _check_schema(engine: Engine) -> None:
     """Raise :class:`MetadataSchemaError` unless the schema is at the newest revision."""
-    head = ScriptDirectory.from_config(
-        alembic_config(engine.url.render_as_string(hide_password=False))).get_current_head()
+    head = SCHEMA_HEAD
     with engine.connect() as conn:
         current = None
         if inspect(conn).has_table(_ALEMBIC_VERSION_TABLE):
@@ -249,15 +252,20 @@ def _check_schema(engine: Engine) -> None:
 def _upgrade_engine(engine: Engine) -> None:
     """Bring the schema of ``engine``'s DB to the newest revision. Idempotent; concurrent
     callers (threads or processes) serialize on the DB's write lock."""
-    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
-    script = ScriptDirectory.from_config(cfg)
-    head = script.get_current_head()
-    with engine.connect() as conn:  # fast path: no write lock, no alembic context
+    with engine.connect() as conn:  # fast path: no write lock, no alembic at all
         current = None
         if inspect(conn).has_table(_ALEMBIC_VERSION_TABLE):
             current = conn.execute(text(f"SELECT version_num FROM {_ALEMBIC_VERSION_TABLE}")).scalar()
-    if current == head:
+    if current == SCHEMA_HEAD:
         return
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from alembic.util.exc import CommandError
+
+    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
+    script = ScriptDirectory.from_config(cfg)
+    head = script.get_current_head()
     with _alembic_lock, _write_engine(engine).begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK_KEY})

@@ -61,6 +61,12 @@ class SplitReader:
 class Source:
     """A replayable source."""
 
+    #: Modules that every slot running this connector imports (its client library). The
+    #: local runner's fork server imports them once, before it forks the job's slots, instead
+    #: of each slot importing them again. Only modules that start no thread at import: a
+    #: process that runs threads cannot fork safely.
+    slot_imports: tuple[str, ...] = ()
+
     def splits(self) -> Sequence[str]:
         """Stable split ids; the same list on every run of the job."""
         raise NotImplementedError
@@ -126,6 +132,12 @@ class SinkWriter:
 
 
 class Sink:
+    #: Modules that every slot running this connector imports (its client library). The
+    #: local runner's fork server imports them once, before it forks the job's slots, instead
+    #: of each slot importing them again. Only modules that start no thread at import: a
+    #: process that runs threads cannot fork safely.
+    slot_imports: tuple[str, ...] = ()
+
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
         raise NotImplementedError
 

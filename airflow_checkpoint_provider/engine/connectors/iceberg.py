@@ -180,6 +180,8 @@ class IcebergSink(StagedTableSink):
     :param key: the key columns of ``"upsert"``.
     """
 
+    slot_imports = ("pyiceberg.catalog.sql", "pyiceberg.io.pyarrow", "pyarrow.dataset")
+
     writer_class = _IcebergWriter
     extra = "iceberg"
 

@@ -71,6 +71,8 @@ class PostgresSink(Sink):
         exactly once) or commit it at the barrier (``False``: idempotent, converging).
     """
 
+    slot_imports = ("psycopg",)
+
     def __init__(self, url: str, table: str, columns: Sequence[str] | None = None, *,
                  mode: str = "2pc", key: Sequence[str] | None = None,
                  prepared: bool = True) -> None:

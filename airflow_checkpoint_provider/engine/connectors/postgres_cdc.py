@@ -117,6 +117,8 @@ class PostgresCdcSource(Source):
         Default ``$CKPT_CDC_SLOT_WAIT_TIMEOUT_S``, else 300 (see :mod:`.postgres_cdc_wait`).
     """
 
+    slot_imports = ("psycopg",)
+
     #: ``ckpt verify-restore`` does not open its splits: opening one creates the job's slot
     #: and publication (named after the pipeline, not the job that will restore: a
     #: blue-green preflight created a stray slot and refused the hand-over as "older than

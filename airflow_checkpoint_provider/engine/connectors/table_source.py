@@ -132,6 +132,8 @@ class IcebergTableSource(_TableFilesSource):
     :param monitor_interval: follow the table: read the files of new snapshots (appends).
     """
 
+    slot_imports = ("pyiceberg.catalog.sql", "pyiceberg.io.pyarrow", "pyarrow.dataset")
+
     def __init__(self, identifier: str, *, catalog: dict[str, str],
                  monitor_interval: float | None = None, retain_seconds: float = 3600.0,
                  batch_size: int = DEFAULT_PARQUET_BATCH_SIZE) -> None:

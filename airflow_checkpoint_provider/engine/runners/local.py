@@ -10,11 +10,17 @@ import subprocess
 import sys
 import tempfile
 import weakref
+from collections.abc import Sequence
 
 from ..plan.graph import ExecutionGraph
 from ..plan.job import JobConfig, JobResult
 from ..runtime.auth import SECRET_ENV
+from ..runtime.forkserver import SLOT_MODULE, ForkClient, ForkServerError
 from .jobmaster import JobMaster
+
+#: ``0`` starts every slot as a fresh ``python -m ...runtime.slot`` process instead of forking
+#: it from the fork server (:mod:`..runtime.forkserver`).
+FORK_SERVER_ENV = "CKPT_SLOT_FORK_SERVER"
 
 
 def describe_exit(returncode: int) -> str:
@@ -45,13 +51,49 @@ def slot_failure(path: str, lines: int = 12) -> str:
     return f": {tail[-1]}\nSlot traceback (last lines):\n" + "\n".join(tail[-lines:])
 
 
-class LocalProcessLauncher:
-    """Starts ``python -m ...runtime.slot`` processes and stops exactly those, by PID. A
-    slot that fails writes its traceback to a file of this launcher (``--failure-file``):
-    :meth:`poll` adds it to the exit code."""
+class ForkedSlot:
+    """A slot forked by the fork server, with the part of :class:`subprocess.Popen`'s
+    interface the launcher uses."""
 
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
+    def __init__(self, client: ForkClient, pid: int) -> None:
+        self.client = client
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs; :class:`ForkServerError` if the server is
+        gone (its slots are then no longer anyone's children: :meth:`kill` them by PID)."""
+        return self.client.returncode(self.pid)
+
+    def kill(self) -> None:
+        try:
+            self.client.kill(self.pid)
+        except (OSError, ForkServerError):
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            rc = self.client.wait(self.pid, timeout)
+        except ForkServerError:
+            return None  # not our child any more: nothing to reap
+        if rc is None:
+            raise subprocess.TimeoutExpired(SLOT_MODULE, timeout)
+        return rc
+
+
+class LocalProcessLauncher:
+    """Starts slot processes and stops exactly those, by PID. A slot is forked by this
+    process's fork server (:mod:`..runtime.forkserver`: the runtime is imported once, not
+    per slot), or, with ``CKPT_SLOT_FORK_SERVER=0`` or when the server cannot start, runs as
+    ``python -m ...runtime.slot``. A slot that fails writes its traceback to a file of this
+    launcher (``--failure-file``): :meth:`poll` adds it to the exit code."""
+
+    def __init__(self, preload: Sequence[str] = ()) -> None:
+        self.procs: list[subprocess.Popen | ForkedSlot] = []
+        self.client: ForkClient | None = None
+        self.preload = tuple(preload)
         self.failures = tempfile.mkdtemp(prefix="ckpt-slot-failures-")
         weakref.finalize(self, shutil.rmtree, self.failures, True)
         self.attempt = 0
@@ -66,19 +108,38 @@ class LocalProcessLauncher:
         if secret is not None:  # in the environment, not on the command line `ps` shows
             env[SECRET_ENV] = secret.hex()
         self.attempt = attempt
-        self.procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "airflow_checkpoint_provider.engine.runtime.slot",
-                 "--slot", str(i), "--attempt", str(attempt),
-                 "--coordinator", f"{coordinator[0]}:{coordinator[1]}",
-                 "--failure-file", self._failure_file(i)],
-                env=env, stdin=subprocess.DEVNULL)
-            for i in range(num_slots)
-        ]
+        self.procs = []
+        argvs = [["--slot", str(i), "--attempt", str(attempt),
+                  "--coordinator", f"{coordinator[0]}:{coordinator[1]}",
+                  "--failure-file", self._failure_file(i)] for i in range(num_slots)]
+        client = self._fork_client(env)
+        if client is not None:
+            try:
+                for argv in argvs:
+                    self.procs.append(ForkedSlot(client, client.spawn(argv, env, self.preload)))
+                return
+            except (OSError, ForkServerError) as exc:
+                log.warning("The slot fork server failed (%s); starting slot processes", exc)
+                self.stop()
+        self.procs = [subprocess.Popen([sys.executable, "-m", SLOT_MODULE, *argv],
+                                       env=env, stdin=subprocess.DEVNULL) for argv in argvs]
+
+    def _fork_client(self, env: dict[str, str]) -> ForkClient | None:
+        if os.environ.get(FORK_SERVER_ENV, "1") == "0":
+            return None
+        try:
+            self.client = ForkClient({k: v for k, v in env.items() if k != SECRET_ENV})
+        except (OSError, ForkServerError) as exc:
+            log.warning("Could not start the slot fork server (%s); starting slot processes", exc)
+            return None
+        return self.client
 
     def poll(self) -> str | None:
         for i, p in enumerate(self.procs):
-            rc = p.poll()
+            try:
+                rc = p.poll()
+            except ForkServerError as exc:
+                return f"slot {i} process (pid {p.pid}) is lost: {exc}"
             if rc is not None and rc != 0:
                 return (f"slot {i} process (pid {p.pid}) {describe_exit(rc)}"
                         + slot_failure(self._failure_file(i)))
@@ -91,7 +152,11 @@ class LocalProcessLauncher:
 
     def stop(self) -> None:
         for p in self.procs:
-            if p.poll() is None:
+            try:
+                running = p.poll() is None
+            except ForkServerError:
+                running = True
+            if running:
                 p.kill()
         for p in self.procs:
             try:
@@ -99,9 +164,20 @@ class LocalProcessLauncher:
             except subprocess.TimeoutExpired:  # pragma: no cover
                 log.warning("slot process %d did not exit after SIGKILL", p.pid)
         self.procs = []
+        if self.client is not None:
+            self.client.close()
+            self.client = None
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
+
+
+def slot_imports(graph: ExecutionGraph) -> list[str]:
+    """The modules the job's connectors ask the fork server to import before it forks
+    (:attr:`~..connectors.base.Source.slot_imports`)."""
+    names = {name for v in graph.vertices for n in v.nodes
+             for name in getattr(n.payload, "slot_imports", ())}
+    return sorted(names)
 
 
 class LocalRunner:
@@ -115,7 +191,8 @@ class LocalRunner:
     def run(self, graph: ExecutionGraph, config: JobConfig, *, restore: str | None, allow_non_restored_state: bool,
             job_id: str | None, claim_mode: str = "NO_CLAIM",
             trust_snapshot: bool = False) -> JobResult:
-        master = JobMaster(graph, config, LocalProcessLauncher(), coordinator_port=self.coordinator_port,
+        master = JobMaster(graph, config, LocalProcessLauncher(slot_imports(graph)),
+                           coordinator_port=self.coordinator_port,
                            **self.master_options)
         return master.run(restore=restore, allow_non_restored_state=allow_non_restored_state,
                           job_id=job_id, claim_mode=claim_mode,

@@ -51,6 +51,18 @@ def _completed(store, job_id, chk, *, at, kind="CHECKPOINT"):
 # -- schema ----------------------------------------------------------------------------------
 
 
+def test_the_schema_head_constant_is_alembics_head():
+    """A DB at SCHEMA_HEAD is taken as current without Alembic: a new migration that does
+    not move SCHEMA_HEAD would leave every existing DB unmigrated."""
+    from alembic.script import ScriptDirectory
+
+    from airflow_checkpoint_provider.engine.catalog import alembic_config
+    from airflow_checkpoint_provider.engine.catalog.db import SCHEMA_HEAD
+
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    assert script.get_current_head() == SCHEMA_HEAD
+
+
 def test_migration_from_empty_creates_all_tables_at_head(tmp_path, db_url):
     upgrade_database(db_url)
     engine = create_engine(db_url)

@@ -90,7 +90,9 @@ def test_a_green_whose_slot_was_not_copied_before_the_handover_is_told_how(db, t
     root, out = str(tmp_path), str(tmp_path / "out")
     blue_bg = Background(cdc_pipeline(root, db, name="cdc-blue", out=out))
     blue = blue_bg.wait_running(timeout=90)
-    procs = writers(db, 6, [31])
+    # the writers move blue past its savepoint; stopped once green was refused (up to 6 s)
+    stop_writers = os.path.join(root, "stop-writers")
+    procs = writers(db, 6, [31], stop_writers)
     try:
         sp = blue_bg.request(blue.job_id, "SAVEPOINT", {})
         assert sp.status == "SUCCEEDED", sp.error
@@ -105,6 +107,7 @@ def test_a_green_whose_slot_was_not_copied_before_the_handover_is_told_how(db, t
             cdc_pipeline(root, db, name="cdc-green", out=out).run(
                 restore=sp.result["location"], fence_sinks=True)
     finally:
+        open(stop_writers, "w").close()
         for p in procs:
             p.join()
         blue_bg.request(blue.job_id, "CANCEL", {})

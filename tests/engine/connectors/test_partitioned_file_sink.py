@@ -33,6 +33,10 @@ from airflow_checkpoint_provider.engine.connectors.partitions import (
 CTX = SourceContext(job_id="job-1", job_name="j", operator_uid="out", subtask_index=0,
                     parallelism=1, attempt=0)
 N, KEYS, SEED = 20_000, 50, 7
+#: the failure runs and their failure-free reference: 10,000 records at 5,000/s stream >= 2 s,
+#: ~12 checkpoints at 150 ms (the plans fire up to checkpoint 5, the last record point at
+#: 8,000); 20,000 took twice the records and checkpoints for the same failures
+N_FAULTS = 10_000
 
 
 def _files(root) -> list[str]:
@@ -258,7 +262,7 @@ def _sink(out: str) -> FileSink:
 @pytest.fixture(scope="module")
 def failure_free(tmp_path_factory):
     root = tmp_path_factory.mktemp("free")
-    p = running_sum_pipeline(str(root), num_records=N, num_keys=KEYS, seed=SEED,
+    p = running_sum_pipeline(str(root), num_records=N_FAULTS, num_keys=KEYS, seed=SEED,
                              sink=_sink(str(root / "out")))
     result = p.run()
     assert result.status == "FINISHED" and result.restarts == 0
@@ -267,21 +271,21 @@ def failure_free(tmp_path_factory):
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("plan", [
-    [("record", 1500), ("record", 9000), ("snapshot", 3), ("notify", 5)],
-    [("kill", 4100), ("kill", 15000), ("notify", 3)],
+    [("record", 1500), ("record", 6000), ("snapshot", 3), ("notify", 5)],
+    [("kill", 4100), ("kill", 8000), ("notify", 3)],
 ], ids=["exceptions", "sigkill"])
 def test_failures_commit_exactly_what_a_failure_free_run_commits(tmp_path, failure_free, plan):
     faults = FaultPlan(str(tmp_path / "faults"), plan)
     out = tmp_path / "out"
-    p = running_sum_pipeline(str(tmp_path), num_records=N, num_keys=KEYS, seed=SEED,
+    p = running_sum_pipeline(str(tmp_path), num_records=N_FAULTS, num_keys=KEYS, seed=SEED,
                              faults=faults, rate=5000, interval_ms=150, initial_delay_ms=600,
                              sink=_sink(str(out)))
     result = p.run()
     assert result.status == "FINISHED"
     assert len(faults.fired()) == len(plan) and result.restarts >= 1
-    check_exactly_once(str(out), expected_running_sums(N, KEYS, SEED))
+    check_exactly_once(str(out), expected_running_sums(N_FAULTS, KEYS, SEED))
     got = _committed(out)
-    assert len(got) == N + KEYS and got == failure_free
+    assert len(got) == N_FAULTS + KEYS and got == failure_free
     assert {k[0] for k in got} == {f"key=k{i}" for i in range(KEYS)}
     assert os.listdir(out / STAGING) == []
 

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from pipelines import child_pids, process_alive
+from pipelines import descendant_pids, process_alive
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(os.path.dirname(HERE))
@@ -45,7 +45,7 @@ def test_a_slot_stuck_in_user_code_ends_its_process_when_its_driver_is_killed(wo
             time.sleep(0.1)
         assert marker.exists(), "no slot got stuck within 90 s"
         stuck = int(marker.read_text().split()[0])
-        slots = child_pids(driver.pid)
+        slots = descendant_pids(driver.pid, b"engine.runtime.slot")
         assert stuck in slots, (stuck, slots)
         driver.send_signal(signal.SIGKILL)  # the coordinator is gone, without a word
         driver.wait(10)

@@ -20,7 +20,7 @@ import pytest
 from pipelines import (
     Background,
     check_exactly_once,
-    child_pids,
+    descendant_pids,
     expected_running_sums,
     running_sum_pipeline,
 )
@@ -415,7 +415,7 @@ def test_the_acceptor_still_drops_a_wrong_answer():
 
 def _children_listening_ports() -> dict[int, list[int]]:
     """Slot process pid -> its listening TCP ports (from /proc, no psutil)."""
-    kids = child_pids(os.getpid(), b"engine.runtime.slot")
+    kids = descendant_pids(os.getpid(), b"engine.runtime.slot")
     listening = {}
     with open("/proc/net/tcp") as f:
         for line in f.readlines()[1:]:
