@@ -166,7 +166,9 @@ def _ss_joins(spark, root, max_ts: int) -> dict[str, tuple[Counter, int]]:
             q.processAllAvailable()
         batches = [sum(1 for p in q.recentProgress if p["numInputRows"])
                    for q in queries.values()]
-        assert batches == [PARTS + 1] * len(queries), batches
+        # at least one batch per data file and one for the second sentinel (the watermark
+        # advanced mid-stream); more when the two inputs' files land in different batches
+        assert all(b >= PARTS + 1 for b in batches), batches
         out = {}
         for how, q in queries.items():
             ops = [op for p in q.recentProgress for op in p["stateOperators"]]
