@@ -235,13 +235,18 @@ def redacted_url(engine_or_url: Engine | str) -> str:
     return url.render_as_string(hide_password=True)
 
 
+def _stored_revision(engine: Engine) -> str | None:
+    """The schema revision recorded in the DB (None for an empty DB), read without Alembic."""
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(_ALEMBIC_VERSION_TABLE):
+            return None
+        return conn.execute(text(f"SELECT version_num FROM {_ALEMBIC_VERSION_TABLE}")).scalar()
+
+
 def _check_schema(engine: Engine) -> None:
     """Raise :class:`MetadataSchemaError` unless the schema is at the newest revision."""
     head = SCHEMA_HEAD
-    with engine.connect() as conn:
-        current = None
-        if inspect(conn).has_table(_ALEMBIC_VERSION_TABLE):
-            current = conn.execute(text(f"SELECT version_num FROM {_ALEMBIC_VERSION_TABLE}")).scalar()
+    current = _stored_revision(engine)
     if current != head:
         raise MetadataSchemaError(
             f"metadata DB {redacted_url(engine)} is at schema revision {current or 'none (empty)'}, "
@@ -252,11 +257,7 @@ def _check_schema(engine: Engine) -> None:
 def _upgrade_engine(engine: Engine) -> None:
     """Bring the schema of ``engine``'s DB to the newest revision. Idempotent; concurrent
     callers (threads or processes) serialize on the DB's write lock."""
-    with engine.connect() as conn:  # fast path: no write lock, no alembic at all
-        current = None
-        if inspect(conn).has_table(_ALEMBIC_VERSION_TABLE):
-            current = conn.execute(text(f"SELECT version_num FROM {_ALEMBIC_VERSION_TABLE}")).scalar()
-    if current == SCHEMA_HEAD:
+    if _stored_revision(engine) == SCHEMA_HEAD:  # fast path: no write lock, no alembic at all
         return
     from alembic import command
     from alembic.runtime.migration import MigrationContext

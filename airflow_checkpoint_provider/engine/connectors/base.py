@@ -132,10 +132,7 @@ class SinkWriter:
 
 
 class Sink:
-    #: Modules that every slot running this connector imports (its client library). The
-    #: local runner's fork server imports them once, before it forks the job's slots, instead
-    #: of each slot importing them again. Only modules that start no thread at import: a
-    #: process that runs threads cannot fork safely.
+    #: As :attr:`Source.slot_imports`.
     slot_imports: tuple[str, ...] = ()
 
     def create_writer(self, ctx: SourceContext) -> SinkWriter:

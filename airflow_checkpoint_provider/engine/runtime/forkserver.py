@@ -375,21 +375,18 @@ class ForkClient:
     def wait(self, pid: int, timeout: float) -> int | None:
         deadline = time.monotonic() + timeout
         with self.lock:
-            return self._wait(pid, deadline)
-
-    def _wait(self, pid: int, deadline: float) -> int | None:
-        while pid not in self.exits:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            self.conn.settimeout(left)
-            try:
-                self._read(block=True)
-            except TimeoutError:
-                return None
-            finally:
-                self.conn.settimeout(None)
-        return self.exits[pid]
+            while pid not in self.exits:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.conn.settimeout(left)
+                try:
+                    self._read(block=True)
+                except TimeoutError:
+                    return None
+                finally:
+                    self.conn.settimeout(None)
+            return self.exits[pid]
 
     def close(self) -> None:
         self.conn.close()
