@@ -490,13 +490,10 @@ def child_pids(pid: int, cmdline_has: bytes | None = None) -> list[int]:
                 fields = f.read().rsplit(")", 1)[1].split()  # fields[1]: the parent's pid
             if int(fields[1]) != pid:
                 continue
-            if cmdline_has is not None:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if cmdline_has not in f.read():
-                        continue
         except OSError:
             continue
-        found.append(int(entry))
+        if cmdline_has is None or cmdline_has in cmdline(int(entry)):
+            found.append(int(entry))
     return found
 
 
@@ -511,10 +508,11 @@ def descendant_pids(pid: int, cmdline_has: bytes | None = None) -> list[int]:
         found.extend(kids)
     if cmdline_has is None:
         return found
-    return [p for p in found if cmdline_has in _cmdline(p)]
+    return [p for p in found if cmdline_has in cmdline(p)]
 
 
-def _cmdline(pid: int) -> bytes:
+def cmdline(pid: int) -> bytes:
+    """The command line of ``pid`` (NUL-separated, from /proc); empty once it is gone."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read()

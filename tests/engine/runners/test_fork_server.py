@@ -15,6 +15,7 @@ import pytest
 from pipelines import (
     check_exactly_once,
     child_pids,
+    cmdline,
     descendant_pids,
     expected_running_sums,
     process_alive,
@@ -29,16 +30,6 @@ from airflow_checkpoint_provider.engine.runners.local import slot_imports
 from airflow_checkpoint_provider.engine.runtime.forkserver import ForkClient, ForkServer
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _ppid(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def _cmdline(pid: int) -> bytes:
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return f.read()
 
 
 @pytest.fixture
@@ -83,7 +74,7 @@ def test_a_forked_slot_reports_its_exit_code_streams_cwd_and_umask(tmp_path, mon
         old = os.umask(0o077)
         try:
             pid = client.spawn(_argv(f"127.0.0.1:{port}", "failure.txt"), dict(os.environ))
-            assert _ppid(pid) == client.server.proc.pid  # forked, not started
+            assert pid in child_pids(client.server.proc.pid)  # forked, not started
             assert client.wait(pid, 60) == 1
         finally:
             os.umask(old)
@@ -110,9 +101,9 @@ def test_a_forked_slot_takes_the_requests_environment_and_shows_its_command_line
         assert "slot 0 ended" not in capfd.readouterr().err
         pid = client.spawn(_argv(silent_coordinator, str(tmp_path / "b.txt"), slot=3), env)
         deadline = time.monotonic() + 30
-        while b"--slot 3" not in _cmdline(pid) and time.monotonic() < deadline:
+        while b"--slot 3" not in cmdline(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert b"engine.runtime.slot --slot 3 --attempt 0" in _cmdline(pid)
+        assert b"engine.runtime.slot --slot 3 --attempt 0" in cmdline(pid)
         assert client.returncode(pid) is None  # waiting for its coordinator
         client.kill(pid)
         assert client.wait(pid, 30) == -signal.SIGKILL
