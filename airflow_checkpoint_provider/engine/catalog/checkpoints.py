@@ -5,33 +5,41 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, Connection, and_, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from .base import StoreBase
 from .db import _choice, _chunks
 from .models import (
+    CHECKPOINTS,
+    JOBS,
+    OPERATOR_STATE_SIZES,
     CheckpointKind,
     CheckpointRow,
     CheckpointStatus,
     JobRow,
-    OperatorStateSizeRow,
     SharedStateRow,
 )
 from .records import CheckpointRecord, JobRecord
 
 log = logging.getLogger(__name__)
 
+_CHECKPOINTS = CHECKPOINTS.c
 
-def _update(session: Session, job_id: str, ids: list[int], *, only: str | None = None,
+
+def _one_checkpoint(job_id: str, checkpoint_id: int) -> ColumnElement[bool]:
+    return and_(_CHECKPOINTS.job_id == job_id, _CHECKPOINTS.checkpoint_id == checkpoint_id)
+
+
+def _update(conn: Connection, job_id: str, ids: list[int], *, only: str | None = None,
             **values: object) -> None:
     """Set ``values`` on the rows of ``job_id``'s checkpoints ``ids`` (with status ``only``)."""
     for chunk in _chunks(ids):
-        stmt = update(CheckpointRow).where(CheckpointRow.job_id == job_id,
-                                           CheckpointRow.checkpoint_id.in_(chunk))
+        stmt = update(CHECKPOINTS).where(_CHECKPOINTS.job_id == job_id,
+                                         _CHECKPOINTS.checkpoint_id.in_(chunk))
         if only is not None:
-            stmt = stmt.where(CheckpointRow.status == only)
-        session.execute(stmt.values(**values).execution_options(synchronize_session=False))
+            stmt = stmt.where(_CHECKPOINTS.status == only)
+        conn.execute(stmt.values(**values))
 
 
 class CheckpointsMixin(StoreBase):
@@ -46,20 +54,18 @@ class CheckpointsMixin(StoreBase):
         """
         kind = _choice(CheckpointKind, kind, "checkpoint kind")
 
-        def fn(session: Session) -> None:
-            self._job_row(session, job_id)
-            exists = session.scalar(
-                select(CheckpointRow.id).where(CheckpointRow.job_id == job_id,
-                                               CheckpointRow.checkpoint_id == checkpoint_id)
-            )
-            if exists is not None:
+        def fn(conn: Connection) -> None:
+            if conn.scalar(select(JOBS.c.job_id).where(JOBS.c.job_id == job_id)) is None:
+                raise LookupError(f"no job with id {job_id!r}")
+            if conn.scalar(select(_CHECKPOINTS.id).where(
+                    _one_checkpoint(job_id, checkpoint_id))) is not None:
                 raise ValueError(f"checkpoint {checkpoint_id} of job {job_id!r} already exists")
-            session.add(CheckpointRow(
+            conn.execute(insert(CHECKPOINTS).values(
                 job_id=job_id, checkpoint_id=checkpoint_id, kind=kind,
                 status=CheckpointStatus.PENDING.value, is_final=is_final,
-                trigger_time=trigger_time, location=location))
+                trigger_time=trigger_time, location=location, files_deleted=False))
 
-        self._write(fn, "add_pending_checkpoint")
+        self._write_conn(fn, "add_pending_checkpoint")
         log.debug("Recorded pending %s %d of job %s at %s", kind.lower(), checkpoint_id, job_id,
                   location)
 
@@ -81,23 +87,26 @@ class CheckpointsMixin(StoreBase):
         ``operator_sizes``: ``{"operator_uid", "states", "state_bytes", "subtasks"}`` per
         operator with keyed state (table ``operator_state_sizes``)."""
 
-        def fn(session: Session) -> None:
-            row = self._checkpoint_row(session, job_id, checkpoint_id)
+        def fn(conn: Connection) -> None:
+            row = conn.execute(select(_CHECKPOINTS.kind, _CHECKPOINTS.status).where(
+                _one_checkpoint(job_id, checkpoint_id))).first()
+            if row is None:
+                raise LookupError(f"job {job_id!r} has no checkpoint {checkpoint_id}")
             if row.status != CheckpointStatus.PENDING:
                 log.warning("Completing %s %d of job %s, which is %s", row.kind.lower(),
                             checkpoint_id, job_id, row.status)
-            row.status = CheckpointStatus.COMPLETED.value
-            row.complete_time = complete_time
-            row.duration_ms = duration_ms
-            row.state_size = state_size
-            row.checkpointed_size = checkpointed_size
-            row.task_stats = list(task_stats)
-            row.failure_reason = None
-            for size in operator_sizes or ():
-                session.add(OperatorStateSizeRow(job_id=job_id, checkpoint_id=checkpoint_id,
-                                                 **size))
+            conn.execute(update(CHECKPOINTS)
+                         .where(_one_checkpoint(job_id, checkpoint_id))
+                         .values(status=CheckpointStatus.COMPLETED.value,
+                                 complete_time=complete_time, duration_ms=duration_ms,
+                                 state_size=state_size, checkpointed_size=checkpointed_size,
+                                 task_stats=list(task_stats), failure_reason=None))
+            if operator_sizes:
+                conn.execute(insert(OPERATOR_STATE_SIZES),
+                             [{"job_id": job_id, "checkpoint_id": checkpoint_id, **size}
+                              for size in operator_sizes])
 
-        self._write(fn, "complete_checkpoint")
+        self._write_conn(fn, "complete_checkpoint")
         log.debug("Recorded completed checkpoint %d of job %s", checkpoint_id, job_id)
 
     def fail_checkpoint(self, job_id: str, checkpoint_id: int, *, reason: str,
@@ -121,17 +130,17 @@ class CheckpointsMixin(StoreBase):
         if not ids:
             return
 
-        self._write(lambda session: _update(session, job_id, ids, status=status),
-                    "set_checkpoint_status")
+        self._write_conn(lambda conn: _update(conn, job_id, ids, status=status),
+                         "set_checkpoint_status")
 
     def mark_checkpoint_files_deleted(self, job_id: str, checkpoint_ids: list[int]) -> None:
         """Record that the files of these SUBSUMED checkpoints of ``job_id`` are deleted (a
         SUBSUMED row without the mark is held by a pin, see ``engine/checkpoint/held.py``)."""
         ids = sorted(set(checkpoint_ids))
         if ids:
-            self._write(lambda session: _update(session, job_id, ids, files_deleted=True,
-                                                only=CheckpointStatus.SUBSUMED.value),
-                        "mark_checkpoint_files_deleted")
+            self._write_conn(lambda conn: _update(conn, job_id, ids, files_deleted=True,
+                                                  only=CheckpointStatus.SUBSUMED.value),
+                             "mark_checkpoint_files_deleted")
 
     def checkpoint_at(self, location: str) -> CheckpointRecord | None:
         """The checkpoint or savepoint row whose ``location`` is exactly ``location``."""

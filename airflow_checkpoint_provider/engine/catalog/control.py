@@ -15,6 +15,7 @@ from .db import (
 )
 from .jobs import JobsMixin
 from .models import (
+    CONTROL_REQUESTS,
     TERMINAL_CONTROL_REQUEST_STATUSES,
     TERMINAL_JOB_STATUSES,
     ControlAction,
@@ -107,8 +108,12 @@ class ControlRequestsMixin(JobsMixin):
                    ControlRequestRow.status == ControlRequestStatus.PENDING.value)
             .order_by(ControlRequestRow.created_at, ControlRequestRow.request_id)
         )
-        # Cheap read first: most polls find nothing and need no write lock.
-        if not self._read(lambda s: s.scalars(pending_query.limit(1)).first(), "poll"):
+        # Cheap read first (a plain connection): most polls find nothing and need no write lock.
+        requests = CONTROL_REQUESTS.c
+        poll = select(requests.request_id).where(
+            requests.job_id == job_id,
+            requests.status == ControlRequestStatus.PENDING.value).limit(1)
+        if self._read_conn(lambda conn: conn.scalar(poll), "poll") is None:
             return []
 
         def fn(session: Session) -> list[ControlRequestRecord]:

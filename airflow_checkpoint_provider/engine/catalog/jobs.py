@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import Connection, and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -14,6 +14,7 @@ from ..errors import JobIdInUseError, JobLostError, JobNameInUseError
 from .base import StoreBase
 from .db import MIN_JOB_ID_PREFIX, _choice
 from .models import (
+    JOBS,
     LIVE_JOB_STATUSES,
     TERMINAL_CONTROL_REQUEST_STATUSES,
     ControlRequestRow,
@@ -214,21 +215,21 @@ class JobsMixin(StoreBase):
         """Refresh ``jobs.heartbeat_at`` (only that column) unless the job was declared LOST
         meanwhile; returns the job's status (a driver whose job is LOST must stop)."""
 
-        def fn(session: Session) -> str:
-            result = session.execute(
-                update(JobRow).where(JobRow.job_id == job_id,
-                                     JobRow.status != JobStatus.LOST.value)
-                .values(heartbeat_at=utcnow())
-                .execution_options(synchronize_session=False)
-            )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
-                row = session.get(JobRow, job_id)
-                if row is None:
+        jobs = JOBS.c  # every few seconds while a job runs: a plain connection
+
+        def fn(conn: Connection) -> str:
+            result = conn.execute(
+                update(JOBS).where(jobs.job_id == job_id,
+                                  jobs.status != JobStatus.LOST.value)
+                .values(heartbeat_at=utcnow()))
+            if result.rowcount != 1:
+                status = conn.scalar(select(jobs.status).where(jobs.job_id == job_id))
+                if status is None:
                     raise LookupError(f"no job with id {job_id!r}")
-                return row.status
+                return str(status)
             return JobStatus.RUNNING.value
 
-        return self._write(fn, "heartbeat")
+        return self._write_conn(fn, "heartbeat")
 
     def get_job(self, job_id: str) -> JobRecord | None:
         def fn(session: Session) -> JobRecord | None:

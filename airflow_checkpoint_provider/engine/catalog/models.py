@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -68,6 +68,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     false,
@@ -422,7 +423,20 @@ class SnapshotKeyRow(Base):
     created_at: Mapped[datetime]
 
 
+#: The tables the hot paths of a running job write on a plain connection (no ORM session):
+#: a checkpoint's rows, the heartbeat, the control-request poll and the pin lookup.
+CHECKPOINTS = cast(Table, CheckpointRow.__table__)
+JOBS = cast(Table, JobRow.__table__)
+OPERATOR_STATE_SIZES = cast(Table, OperatorStateSizeRow.__table__)
+CONTROL_REQUESTS = cast(Table, ControlRequestRow.__table__)
+SAVEPOINT_PINS = cast(Table, SavepointPinRow.__table__)
+
 __all__ = [
+    "CHECKPOINTS",
+    "CONTROL_REQUESTS",
+    "JOBS",
+    "OPERATOR_STATE_SIZES",
+    "SAVEPOINT_PINS",
     "LIVE_JOB_CONDITION",
     "LIVE_JOB_NAME_INDEX",
     "LIVE_JOB_STATUSES",

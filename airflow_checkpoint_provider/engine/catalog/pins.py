@@ -13,12 +13,13 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import Connection, delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from .base import StoreBase
 from .db import _chunks
 from .models import (
+    SAVEPOINT_PINS,
     TERMINAL_JOB_STATUSES,
     CheckpointKind,
     CheckpointRow,
@@ -92,15 +93,18 @@ class SavepointPinsMixin(StoreBase):
         if not wanted:
             return set()
 
-        def fn(session: Session) -> set[str]:
+        pins = SAVEPOINT_PINS.c  # read once per checkpoint: on a plain connection
+
+        def fn(conn: Connection) -> set[str]:
             found: set[str] = set()
             for chunk in _chunks(wanted):
-                found.update(session.scalars(
-                    select(SavepointPinRow.location).distinct()
-                    .where(SavepointPinRow.location.in_(chunk), _active(active_at))))
+                found.update(conn.scalars(
+                    select(pins.location).distinct()
+                    .where(pins.location.in_(chunk),
+                           or_(pins.expires_at.is_(None), pins.expires_at > active_at))))
             return found
 
-        return self._read(fn, "pinned_locations")
+        return self._read_conn(fn, "pinned_locations")
 
     # -- checkpoints held by a pin (engine/checkpoint/held.py) ----------------------------------
 
