@@ -46,6 +46,9 @@ def executor_event_seen(scheduler_log: str, dag_id: str, run_id: str, task_id: s
                      + re.escape(key), scheduler_log) is not None
 
 
+#: task-instance states that never turn into "awaiting_input"
+_ENDED = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
+
 class AirflowDeployment:
     """Airflow's four processes on ``db_url`` (``postgresql+psycopg://...`` or SQLite)."""
 
@@ -308,7 +311,8 @@ class AirflowDeployment:
         deadline = time.monotonic() + timeout
         while (ti := self.task_instance(dag_id, run_id, task_id))["state"] != "awaiting_input":
             self.check_alive()
-            if time.monotonic() > deadline:
+            # ended (an upstream task failed): it never will, fail now instead of at the deadline
+            if time.monotonic() > deadline or ti["state"] in _ENDED:
                 raise AssertionError(f"{dag_id}/{run_id}/{task_id} never waited for input: "
                                      f"{self.task_states(dag_id, run_id)}")
             time.sleep(2)

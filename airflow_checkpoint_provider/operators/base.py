@@ -61,14 +61,23 @@ class CheckpointBaseOperator(BaseOperator):
     def wait_until(self, context: Context, *, check: Callable[[MetadataStore], Outcome | None],
                    trigger: BaseTrigger, method_name: str, timeout: float | None,
                    what: str) -> Any:
-        """Defer to ``trigger`` or poll ``check``; then call ``method_name(context, event)``."""
-        if self.deferrable:
-            self.defer(trigger=trigger, method_name=method_name)
+        """Defer to ``trigger`` or poll ``check``; then call ``method_name(context, event)``.
+
+        Deferrable: ``check`` runs once first, and a condition already met (a request an
+        earlier try submitted has succeeded, a savepoint completed while the task started)
+        ends the task here, without a round trip through the triggerer: each deferral is a
+        new task process, and an Airflow 3.3 scheduler that reads the deferring worker's
+        exit after the resumed try started marks that try failed."""
         from airflow_checkpoint_provider.triggers.checkpoint import poll_delay
 
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         store = self.hook.get_conn()
+        if self.deferrable:
+            outcome = check(store)
+            if outcome is not None:
+                return getattr(self, method_name)(context, outcome.to_event())
+            self.defer(trigger=trigger, method_name=method_name)
         while True:
             outcome = check(store)
             if outcome is not None:

@@ -51,9 +51,11 @@ def test_a_stop_retried_after_its_request_was_answered_succeeds_with_the_same_sa
     [(request_id, status)] = _requests(store, v1)
     assert status == "SUCCEEDED" and first.xcom["request_id"] == request_id
 
-    # try 2 (the Airflow retry) finds its own request and succeeds with its savepoint
+    # try 2 (the Airflow retry) finds its own request and succeeds with its savepoint; though
+    # deferrable, without a deferral: the request it finds was answered (no second round trip
+    # through the triggerer, which could lose the deferral race again)
     second = FakeTI(DAG, "stop_v1", RUN, try_number=2)
-    savepoint = StopWithSavepointOperator(**stop).execute({"ti": second})
+    savepoint = StopWithSavepointOperator(deferrable=True, **stop).execute({"ti": second})
 
     assert second.xcom["request_id"] == request_id and len(_requests(store, v1)) == 1
     result = store.get_control_request(request_id).result

@@ -2,8 +2,9 @@
 
 Starting a slot as ``python -m ...runtime.slot`` costs about 0.35 CPU-seconds of imports
 (numpy, pyarrow, the engine) before it does any work, on every start and every restart. The
-fork server is one process per launching process (and environment) that imports the slot
-runtime once, then forks a slot per request. A forked slot runs exactly what the command line
+fork server is one process per launching process (and per value of the environment variables
+read at import, :data:`IMPORT_ENV_PREFIXES`) that imports the slot runtime once, then forks a
+slot per request. A forked slot runs exactly what the command line
 would have run: the same ``slot.main(argv)``, the launcher's working directory, environment,
 ``sys.path`` and standard output/error (passed as file descriptors), and it exits through the
 interpreter's normal shutdown.
@@ -34,6 +35,7 @@ import selectors
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -48,6 +50,16 @@ PRELOAD = (
     "cloudpickle",
 )
 MAX_MESSAGE = 1 << 20
+#: Which server forks a slot is decided by the variables that the interpreter and the preloaded
+#: libraries read when they start or are imported (module search path, numpy's and Arrow's
+#: thread pools, allocators, locale, time zone). The rest of a request's environment is set in
+#: the child before the slot runs (the engine reads its ``CKPT_*`` settings there), so it needs
+#: no server of its own: pytest's ``PYTEST_CURRENT_TEST`` and Airflow's ``AIRFLOW_CTX_*``
+#: change with every test and task, and each new server costs a fresh import of the runtime.
+IMPORT_ENV_PREFIXES = ("PYTHON", "LD_", "OMP_", "OPENBLAS_", "GOTO", "MKL_", "NUMEXPR_", "NPY_",
+                       "ARROW_", "PYARROW_", "MALLOC_", "_RJEM_", "JE_", "LC_", "PSYCOPG",
+                       "PYICEBERG_")
+IMPORT_ENV_NAMES = frozenset({"LANG", "LANGUAGE", "TZ", "HOME", "TMPDIR"})
 
 
 class ForkServerError(RuntimeError):
@@ -234,6 +246,7 @@ def _run_slot(request: dict[str, Any]) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # looked up again from the request's TMPDIR
     sys.path[:] = [request["cwd"], *request["path"]]
     sys.argv = [sys.argv[0], *request["argv"]]
     # random reseeds itself in a forked child; numpy's global generator does not, and user
@@ -292,7 +305,7 @@ class ForkServer:
             self.proc.kill()
 
 
-_servers: dict[tuple[tuple[str, str], ...], ForkServer] = {}
+_servers: dict[tuple[tuple[str, str], ...], ForkServer] = {}  # by server_key
 _servers_lock = threading.Lock()
 _KEEP = 3
 
@@ -323,10 +336,17 @@ def current_umask() -> int | None:
     return None
 
 
+def server_key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The part of ``env`` that decides which server forks a slot (:data:`IMPORT_ENV_PREFIXES`)."""
+    return tuple(sorted((k, v) for k, v in env.items()
+                        if k in IMPORT_ENV_NAMES or k.startswith(IMPORT_ENV_PREFIXES)))
+
+
 def fork_server(env: dict[str, str]) -> ForkServer:
-    """This process's fork server for slots started with ``env`` (one per distinct
-    environment, since modules may read it at import; the few most recent are kept)."""
-    key = tuple(sorted(env.items()))
+    """This process's fork server for slots started with ``env``: one per distinct
+    :func:`server_key`, since modules may read those variables at import; the few most
+    recent are kept."""
+    key = server_key(env)
     with _servers_lock:
         server = _servers.pop(key, None)
         if server is None or not server.alive():

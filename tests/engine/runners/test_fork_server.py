@@ -27,7 +27,7 @@ from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
 from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
 from airflow_checkpoint_provider.engine.runners.local import slot_imports
-from airflow_checkpoint_provider.engine.runtime.forkserver import ForkClient, ForkServer
+from airflow_checkpoint_provider.engine.runtime.forkserver import ForkClient, ForkServer, server_key
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -116,7 +116,8 @@ def test_a_forked_slot_takes_the_requests_environment_and_shows_its_command_line
 def test_the_server_imports_a_jobs_connector_libraries_once_before_it_forks(tmp_path, monkeypatch):
     probe = tmp_path / "imported-by.txt"
     monkeypatch.setenv("CKPT_TEST_PRELOAD_PROBE", str(probe))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # as the launcher
+    # as the launcher, plus a search-path entry of its own: a server of its own, started now
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*(p for p in sys.path if p), str(tmp_path)])}
     client = ForkClient(env)
     try:
         for slot in range(2):
@@ -127,6 +128,22 @@ def test_the_server_imports_a_jobs_connector_libraries_once_before_it_forks(tmp_
         assert probe.read_text().split() == [str(client.server.proc.pid)]
     finally:
         client.close()
+
+
+def test_one_server_forks_for_every_environment_its_imports_do_not_read(tmp_path):
+    base = {**os.environ, "PYTHONPATH": os.pathsep.join([*(p for p in sys.path if p), str(tmp_path)])}
+    clients = [ForkClient({**base, "PYTEST_CURRENT_TEST": "a", "CKPT_LOG_LEVEL": "INFO"}),
+               ForkClient({**base, "PYTEST_CURRENT_TEST": "b", "AIRFLOW_CTX_TASK_ID": "t"}),
+               ForkClient({**base, "OMP_NUM_THREADS": "1"})]
+    try:
+        # what differs only in what the child sets before its slot runs shares a server;
+        # a thread-pool size read when numpy is imported gets a server of its own
+        assert clients[0].server is clients[1].server
+        assert clients[2].server is not clients[0].server
+        assert server_key(base) == server_key({**base, "CKPT_X": "1", "PYTEST_CURRENT_TEST": "c"})
+    finally:
+        for client in clients:
+            client.close()
 
 
 def test_a_jobs_slot_imports_come_from_its_connectors(tmp_path):
