@@ -1,5 +1,7 @@
 """The generator source: dict and Arrow modes give the same records, string or int keys."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -41,3 +43,26 @@ def test_a_subclass_overriding_record_gets_its_records_in_dict_mode():
 
     ids = np.arange(5, dtype=np.int64)
     assert [r["tag"] for r in Tagged(5).records(ids)] == ["t"] * 5
+
+
+def test_a_rate_limited_split_emits_the_records_due_together_at_its_rate():
+    from airflow_checkpoint_provider.engine.connectors.generator import PACE_S
+
+    def run(rate: float, seconds: float) -> tuple[list[int], float]:
+        reader = GeneratorSource(10**9, splits=1, records_per_second=rate).open_split("split-0", None, None)
+        sizes, started = [], time.monotonic()
+        while time.monotonic() - started < seconds:
+            batch = reader.read_batch(1000)
+            if batch:
+                sizes.append(len(batch))
+            time.sleep(0.002)  # the source loop reads again a few ms after an empty read
+        return sizes, time.monotonic() - started
+
+    # 200 records/s: paced, not one record per read
+    sizes, took = run(200, 0.5)
+    assert len(sizes) <= took / PACE_S + 2, sizes
+    assert 200 * took - 200 * PACE_S - 2 <= sum(sizes) <= 200 * took + 2  # the rate holds
+    # 400,000 records/s: the records due fill a batch well before the pace; never held back
+    sizes, took = run(400_000, 0.1)
+    assert len(sizes) > took / PACE_S * 2, sizes
+    assert sum(sizes) >= 100_000 * took - 1000
