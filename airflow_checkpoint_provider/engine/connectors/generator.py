@@ -40,7 +40,8 @@ class GeneratorSource(Source):
 
     :param num_records: ``None`` for an unbounded stream.
     :param num_keys: distinct keys.
-    :param records_per_second: total rate limit across all splits (``None``: as fast as possible).
+    :param records_per_second: total rate limit across all splits (``None``: as fast as possible);
+        a split emits the records due together, at least 64 or every 20 ms.
     :param arrow: emit ``pyarrow.RecordBatch`` batches (columns ``id``, ``key``, ``value``)
         generated with numpy instead of lists of dicts; the same records either way.
     :param int_keys: integer keys ``n`` instead of strings ``"k<n>"`` (same distribution).
