@@ -7,13 +7,13 @@ JOIN customers`` on the source, row for row."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
 import time
 
 import psycopg
 import pytest
+from cdc_pipelines import fresh_processes
 from pipelines import Background
 from regular_join_cdc import (
     COLUMNS,
@@ -41,7 +41,7 @@ def test_cdc_left_join_into_an_upsert_sink_equals_the_sql_join(postgres_server, 
     with psycopg.connect(dsn(target_url), autocommit=True) as conn:
         conn.execute("CREATE TABLE t (order_id bigint PRIMARY KEY, cid bigint, amount int, "
                      "name text)")
-    ctx = mp.get_context("spawn")
+    ctx = fresh_processes("regular_join_cdc")
     writers = [ctx.Process(target=writer, args=(dsn(url), 6.0, s, 1_000_000 * (i + 1)))
                for i, s in enumerate(rng.sample(range(1000), 2))]
     for w in writers:
