@@ -71,9 +71,7 @@ class CheckpointsMixin(StoreBase):
 
     def _checkpoint_row(self, session: Session, job_id: str, checkpoint_id: int) -> CheckpointRow:
         row = session.scalars(
-            select(CheckpointRow).where(CheckpointRow.job_id == job_id,
-                                        CheckpointRow.checkpoint_id == checkpoint_id)
-        ).first()
+            select(CheckpointRow).where(_one_checkpoint(job_id, checkpoint_id))).first()
         if row is None:
             raise LookupError(f"job {job_id!r} has no checkpoint {checkpoint_id}")
         return row
@@ -196,9 +194,7 @@ class CheckpointsMixin(StoreBase):
     def get_checkpoint(self, job_id: str, checkpoint_id: int) -> CheckpointRecord | None:
         def fn(session: Session) -> CheckpointRecord | None:
             row = session.scalars(
-                select(CheckpointRow).where(CheckpointRow.job_id == job_id,
-                                            CheckpointRow.checkpoint_id == checkpoint_id)
-            ).first()
+                select(CheckpointRow).where(_one_checkpoint(job_id, checkpoint_id))).first()
             return None if row is None else CheckpointRecord.from_row(row)
 
         return self._read(fn, "get_checkpoint")

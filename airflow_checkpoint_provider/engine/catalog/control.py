@@ -102,18 +102,15 @@ class ControlRequestsMixin(JobsMixin):
         row is claimed with a conditional ``UPDATE ... WHERE status = 'PENDING'`` and only
         rows whose update count is 1 are kept.
         """
+        requests = CONTROL_REQUESTS.c
         pending_query = (
-            select(ControlRequestRow.request_id)
-            .where(ControlRequestRow.job_id == job_id,
-                   ControlRequestRow.status == ControlRequestStatus.PENDING.value)
-            .order_by(ControlRequestRow.created_at, ControlRequestRow.request_id)
+            select(requests.request_id)
+            .where(requests.job_id == job_id,
+                   requests.status == ControlRequestStatus.PENDING.value)
+            .order_by(requests.created_at, requests.request_id)
         )
         # Cheap read first (a plain connection): most polls find nothing and need no write lock.
-        requests = CONTROL_REQUESTS.c
-        poll = select(requests.request_id).where(
-            requests.job_id == job_id,
-            requests.status == ControlRequestStatus.PENDING.value).limit(1)
-        if self._read_conn(lambda conn: conn.scalar(poll), "poll") is None:
+        if self._read_conn(lambda conn: conn.scalar(pending_query.limit(1)), "poll") is None:
             return []
 
         def fn(session: Session) -> list[ControlRequestRecord]:

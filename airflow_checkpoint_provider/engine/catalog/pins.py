@@ -100,8 +100,7 @@ class SavepointPinsMixin(StoreBase):
             for chunk in _chunks(wanted):
                 found.update(conn.scalars(
                     select(pins.location).distinct()
-                    .where(pins.location.in_(chunk),
-                           or_(pins.expires_at.is_(None), pins.expires_at > active_at))))
+                    .where(pins.location.in_(chunk), _active(active_at))))
             return found
 
         return self._read_conn(fn, "pinned_locations")
@@ -151,4 +150,5 @@ class SavepointPinsMixin(StoreBase):
 
 def _active(at: datetime):
     """Pins not expired at ``at``."""
-    return or_(SavepointPinRow.expires_at.is_(None), SavepointPinRow.expires_at > at)
+    expires_at = SAVEPOINT_PINS.c.expires_at  # a column: for ORM and plain-connection reads
+    return or_(expires_at.is_(None), expires_at > at)
