@@ -9,7 +9,8 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)  # shared test pipelines (tests/pipelines.py) importable by slots
 
-from budget import TEST_JVM_OPTIONS  # noqa: E402 - after the path above
+import jvm_archive  # noqa: E402 - after the path above
+from budget import TEST_JVM_OPTIONS  # noqa: E402
 
 #: every JVM the tests start (local-mode Spark drivers, spark-submit jobs, standalone
 #: masters, workers and executors, the Airflow deployments' jobs) runs with them; a value
@@ -112,6 +113,18 @@ def pytest_configure(config):
     if getattr(config.option, "dist", "no") == "loadgroup":
         # hand out the scopes in the order the workers collected them (longest_first)
         config.option.loadscopereorder = False
+    if not hasattr(config, "workerinput"):  # the controller (or the only process)
+        config._jvm_archive_build = jvm_archive.start_build()
+    jvm_archive.use_when_ready()
+
+
+def pytest_unconfigure(config):
+    jvm_archive.stop_build(getattr(config, "_jvm_archive_build", None))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    jvm_archive.use_when_ready()  # the JVMs of this test map the Spark classes once built
 
 
 @pytest.fixture
