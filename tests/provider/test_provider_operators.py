@@ -73,9 +73,13 @@ def test_airflow_lists_the_provider_its_hooks_and_links(airflow_db):
 
 
 @pytest.mark.timeout(120)
-def test_deferrable_submit_waits_for_the_first_checkpoint_in_its_trigger(metadata_url, tmp_path):
+def test_deferrable_submit_waits_for_the_first_checkpoint_in_its_trigger(metadata_url, tmp_path,
+                                                                         monkeypatch):
     from airflow.sdk.exceptions import TaskDeferred
 
+    # the first checkpoint comes well after the job is seen RUNNING (polled every 2 s):
+    # the operator checks once before it defers, and a checkpoint already there ends it
+    monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "6000")
     ti = FakeTI("d", "submit")
     op = _submit(tmp_path, wait_for="first_checkpoint", deferrable=True, poll_interval=0.2,
                  wait_timeout=60)

@@ -268,7 +268,10 @@ class PostgresCdcSource(Source):
                     sql.Identifier(pub), sql.SQL(", ").join(
                         sql.SQL(".").join(map(sql.Identifier, t.split("."))) for t in tables)))
                 log.info("Created publication %s for %s", pub, ", ".join(tables))
-            except psycopg.errors.DuplicateObject:
+            except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+                # made by another split meanwhile: one that committed before this statement
+                # started is a duplicate object; one whose creation this statement waited
+                # for is a unique violation on the catalog's name index
                 pass
         published = {f"{s}.{t}" for s, t in conn.execute(
             "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (pub,))}

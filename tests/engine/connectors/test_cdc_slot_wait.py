@@ -166,3 +166,41 @@ def test_the_timeout_comes_from_the_option_then_the_environment(monkeypatch):
         PostgresCdcSource(url, ["t"])
     with pytest.raises(ConfigurationError, match="slot_wait_timeout_s=-1"):
         PostgresCdcSource(url, ["t"], slot_wait_timeout_s=-1)
+
+
+def test_a_publication_created_by_a_concurrent_split_is_used_not_an_error(db):
+    """Two splits of a first start create the publication at the same moment: the second
+    waits on PostgreSQL's catalog index for the first, then finds the name taken, which
+    PostgreSQL reports as a unique violation, not as a duplicate object. It must use the
+    publication the other split made (before, the job failed that attempt and restarted)."""
+    import threading
+
+    src = PostgresCdcSource(db, ["items"], slot_wait_timeout_s=30)
+    ctx = SourceContext("job", "cdc-race", "cdc", 0, 2, 0)
+    _, pub = src.names("cdc-race")
+    first = psycopg.connect(dsn(db), autocommit=True)
+    failures: list[BaseException] = []
+    try:
+        first.execute("BEGIN")
+        first.execute(f'CREATE PUBLICATION "{pub}" FOR TABLE items')
+
+        def second() -> None:
+            try:
+                with src.connect() as conn:
+                    src.prepare(conn, ctx)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                failures.append(exc)
+
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(1.0)  # the second split waits on the first one's uncommitted row
+        first.execute("COMMIT")
+        t.join(60)
+        assert not t.is_alive()
+    finally:
+        first.close()
+    assert failures == []
+    with psycopg.connect(dsn(db), autocommit=True) as conn:
+        slot, _ = src.names("cdc-race")
+        assert _slot_row(db, slot) is not None
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
