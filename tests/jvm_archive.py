@@ -99,6 +99,8 @@ def start_build() -> subprocess.Popen | None:
     path = archive_path()
     if path is None or (os.path.exists(path) and not os.path.islink(path)):
         return None
+    if os.environ.get("JAVA_TOOL_OPTIONS") != TEST_JVM_OPTIONS:
+        return None  # JVM options set by hand: the archive would not be named (use_when_ready)
     if not link_jdk_archive(path):
         return None
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), path],

@@ -94,6 +94,8 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
             "spark.pyspark.driver.python": sys.executable,
             # executors import the same modules as the driver (user pipelines, tests)
             "spark.executorEnv.PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            # whose Python workers start with the slot runtime imported
+            "spark.python.daemon.module": "airflow_checkpoint_provider.engine.runners.pyspark_daemon",
         })
     # Executors need the engine's settings (S3 endpoint and credentials, local dirs...):
     # on a cluster their Python workers do not inherit the driver's environment.

@@ -137,6 +137,10 @@ def _read(pid: int) -> tuple[int, bytes, bytes] | None:
     return int(fields[1]), cmdline, environ
 
 
+#: pyspark's daemon, and the Spark runner's (runners/pyspark_daemon.py) that runs it
+DAEMON_MODULES = (b"pyspark.daemon", b"engine.runners.pyspark_daemon")
+
+
 def spark_python_processes(marker: str | None = None) -> list[tuple[int, str]]:
     """``(pid, "daemon" | "worker")`` of the pyspark daemons and workers of the Spark
     session started with ``$CKPT_KILL_CHECK == marker`` (default: this process's value):
@@ -151,7 +155,7 @@ def spark_python_processes(marker: str | None = None) -> list[tuple[int, str]]:
         if info is None:
             continue
         ppid, cmdline, environ = info
-        if b"pyspark.daemon" not in cmdline or tag not in environ.split(b"\0"):
+        if not any(m in cmdline for m in DAEMON_MODULES) or tag not in environ.split(b"\0"):
             continue
         parent = _read(ppid)
         # the daemon is started by the executor JVM; workers are forked by the daemon (or

@@ -22,6 +22,18 @@ def spark():
 
 
 @pytest.mark.timeout(300)
+def test_the_python_workers_of_a_session_start_with_the_slot_runtime_imported(spark):
+    """First in the module: its workers are fresh. pyspark's own daemon does not import the
+    slot runtime; the Spark runner's imports it once, before it forks the workers."""
+    def probe(_):
+        import sys
+
+        yield "airflow_checkpoint_provider.engine.runtime.slot" in sys.modules
+
+    assert spark.sparkContext.parallelize(range(2), 2).mapPartitions(probe).collect() == [True] * 2
+
+
+@pytest.mark.timeout(300)
 def test_dataframe_is_partitioned_by_key_group_range_and_matches_the_table(heap_checkpoint,
                                                                            spark):
     from pyspark.sql.functions import spark_partition_id
