@@ -204,3 +204,14 @@ def metadata_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'meta' / 'ckpt.db'}"
     return request.getfixturevalue("postgres_server").create_database()
+
+
+def pytest_collection_finish(session):
+    """What a test process imported and collected lives until it ends: out of the collector's
+    reach, full collections scan what the tests allocate only. A worker runs hundreds of
+    tests and their in-process job masters; its full collections scanned Airflow, pyspark and
+    SQLAlchemy each time (GC took 6.2 of 13 CPU-s in a sample of three modules; 4.5 frozen)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
