@@ -9,22 +9,13 @@ job with failures: 24.4 -> 20.7 CPU-s for the whole test.
 
 from __future__ import annotations
 
-import gc
-import importlib
-
 
 def main() -> None:
     from pyspark import daemon
 
-    from ..runtime.forkserver import PRELOAD
+    from ..runtime.forkserver import PRELOAD, prepare_to_fork
 
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # left to the worker, which reports it where it needs it
-            pass
-    gc.collect()
-    gc.freeze()  # the workers' collections skip what they inherit (see runtime/forkserver)
+    prepare_to_fork(PRELOAD)
     daemon.manager()
 
 

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 SLOT_MODULE = "airflow_checkpoint_provider.engine.runtime.slot"
@@ -166,13 +166,7 @@ class _Server:
                     pass
 
     def _spawn(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
-        for name in request.get("preload", ()):
-            _preload(name)
-        # What the server imported is moved out of the collector's reach, so the slot's full
-        # collections scan its own objects only (each scanned the imported modules again:
-        # ~90 ms, a quarter of a short slot's CPU); after the first time, cheap.
-        gc.collect()
-        gc.freeze()
+        prepare_to_fork(request.get("preload", ()))
         try:
             pid = os.fork()
         except OSError as exc:
@@ -233,6 +227,18 @@ def _preload(name: str) -> None:
         __import__(name)
     except Exception:  # noqa: BLE001 - any import-time error is the slot's to report
         pass
+
+
+def prepare_to_fork(names: Iterable[str]) -> None:
+    """Import ``names`` (as :func:`_preload`), then move everything this process holds out
+    of the collector's reach: the children's full collections scan their own objects only
+    (each scanned the imported modules again: ~90 ms, a quarter of a short slot's CPU).
+    Cheap after the first time. The Spark runner's pyspark daemon calls it too
+    (runners/pyspark_daemon.py)."""
+    for name in names:
+        _preload(name)
+    gc.collect()
+    gc.freeze()
 
 
 def _set_title(argv: list[str]) -> None:
