@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -115,16 +116,20 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
     if not hasattr(config, "workerinput"):  # the controller (or the only process)
         config._jvm_archive_build = jvm_archive.start_build()
-    jvm_archive.use_when_ready()
+    jvm_archive.use_archive()  # in the workers too: they start after the controller's link
 
 
 def pytest_unconfigure(config):
     jvm_archive.stop_build(getattr(config, "_jvm_archive_build", None))
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    jvm_archive.use_when_ready()  # the JVMs of this test map the Spark classes once built
+def pytest_collection_finish(session):
+    """What a test process imported and collected lives until it ends: out of the collector's
+    reach, full collections scan what the tests allocate only. A worker runs hundreds of
+    tests and their in-process job masters; its full collections scanned Airflow, pyspark and
+    SQLAlchemy each time (GC took 6.2 of 13 CPU-s in a sample of three modules; 4.5 frozen)."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture
@@ -205,13 +210,3 @@ def metadata_url(request, tmp_path):
         return f"sqlite:///{tmp_path / 'meta' / 'ckpt.db'}"
     return request.getfixturevalue("postgres_server").create_database()
 
-
-def pytest_collection_finish(session):
-    """What a test process imported and collected lives until it ends: out of the collector's
-    reach, full collections scan what the tests allocate only. A worker runs hundreds of
-    tests and their in-process job masters; its full collections scanned Airflow, pyspark and
-    SQLAlchemy each time (GC took 6.2 of 13 CPU-s in a sample of three modules; 4.5 frozen)."""
-    import gc
-
-    gc.collect()
-    gc.freeze()

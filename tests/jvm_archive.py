@@ -7,9 +7,9 @@ classes from ~280 jars. Java 17 can write the classes a JVM loaded into a dynami
 measured here, a local[2] session with two small queries took 5.5 instead of 10 CPU-s.
 
 The controller of a test session builds the archive in a background process at the start
-(one small Spark job, ~20 CPU-s, once per machine: the file is keyed by the JDK, pyspark's
-jars and the JVM options, under the temp dir). Every test process adds the archive to
-``JAVA_TOOL_OPTIONS`` (:func:`use_when_ready`); until the build is done, that path links to
+(one small Spark job, ~30 CPU-s, once per machine: the file is keyed by the JDK, pyspark's
+jars and the JVM options, under the temp dir). Every test process names the archive in
+``JAVA_TOOL_OPTIONS`` when it starts (:func:`use_archive`); until the build is done, that path links to
 the JDK's own class archive, so JVMs started before map what they would have mapped anyway
 (a JVM named an archive that does not exist maps none at all). A JVM whose class path does
 not start like the one recorded (a deployment with its own ``SPARK_CONF_DIR``) ignores the
@@ -37,23 +37,26 @@ from budget import TEST_JVM_OPTIONS
 
 #: archives older than this with another key (an older pyspark or JDK) are removed
 _STALE_S = 24 * 3600
-_enabled = False
+
+
+def _java() -> str | None:
+    java = shutil.which("java")
+    return None if java is None else os.path.realpath(java)
 
 
 def _key() -> str | None:
-    java = shutil.which("java")
+    java = _java()
     try:
         import pyspark
     except ImportError:
         return None
     if java is None:
         return None
-    java = os.path.realpath(java)
     jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
     parts = [java, str(os.stat(java).st_mtime_ns), jars, pyspark.__version__,
              TEST_JVM_OPTIONS, str(os.getuid())]
-    parts += sorted(f"{e.name}:{e.stat().st_size}:{e.stat().st_mtime_ns}"
-                    for e in os.scandir(jars))
+    parts += sorted(f"{e.name}:{st.st_size}:{st.st_mtime_ns}"
+                    for e in os.scandir(jars) for st in (e.stat(),))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -66,13 +69,17 @@ def archive_path() -> str | None:
     return os.path.join(tempfile.gettempdir(), f"ckpt-test-jvm-{os.getuid()}", f"spark-{key}.jsa")
 
 
+def built(path: str) -> bool:
+    """Whether ``path`` holds the built archive (not the link to the JDK's, not nothing)."""
+    return os.path.exists(path) and not os.path.islink(path)
+
+
 def _jdk_archive() -> str | None:
     """The JDK's own class archive (what a JVM maps when no archive is named)."""
-    java = shutil.which("java")
+    java = _java()
     if java is None:
         return None
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(java))),
-                        "lib", "server", "classes.jsa")
+    path = os.path.join(os.path.dirname(os.path.dirname(java)), "lib", "server", "classes.jsa")
     return path if os.path.exists(path) else None
 
 
@@ -97,10 +104,10 @@ def start_build() -> subprocess.Popen | None:
     Until the build replaces it, the archive's path is a link to the JDK's own archive: a
     JVM named an archive that does not exist maps none, not even the JDK's."""
     path = archive_path()
-    if path is None or (os.path.exists(path) and not os.path.islink(path)):
+    if path is None or built(path):
         return None
     if os.environ.get("JAVA_TOOL_OPTIONS") != TEST_JVM_OPTIONS:
-        return None  # JVM options set by hand: the archive would not be named (use_when_ready)
+        return None  # JVM options set by hand: the archive would not be named (use_archive)
     if not link_jdk_archive(path):
         return None
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), path],
@@ -116,16 +123,15 @@ def stop_build(proc: subprocess.Popen | None) -> None:
             os.unlink(f"{archive_path()}.{proc.pid}.partial")
 
 
-def use_when_ready() -> None:
-    """Name the archive in ``JAVA_TOOL_OPTIONS`` once its path exists, if the tests' own
-    JVM options are in force (a value set by hand, e.g. to profile a JVM, is left alone)."""
-    global _enabled
-    if _enabled or os.environ.get("JAVA_TOOL_OPTIONS") != TEST_JVM_OPTIONS:
+def use_archive() -> None:
+    """Name the archive in ``JAVA_TOOL_OPTIONS`` if its path exists (built, or the link that
+    :func:`start_build` made before the test processes start) and the tests' own JVM options
+    are in force (a value set by hand, e.g. to profile a JVM, is left alone)."""
+    if os.environ.get("JAVA_TOOL_OPTIONS") != TEST_JVM_OPTIONS:
         return
     path = archive_path()
     if path is not None and os.path.exists(path):
         os.environ["JAVA_TOOL_OPTIONS"] = f"{TEST_JVM_OPTIONS} -XX:SharedArchiveFile={path}"
-        _enabled = True
 
 
 def _workload() -> None:
@@ -163,12 +169,14 @@ def _build(path: str) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return  # another session builds it
-    if os.path.exists(path) and not os.path.islink(path):
+    if built(path):
         return  # built while this one started
     for old in glob.glob(os.path.join(os.path.dirname(path), "spark-*")):
-        stale = time.time() - os.lstat(old).st_mtime > _STALE_S
-        if old.endswith(".partial") or (stale and not old.startswith(path)):
-            os.unlink(old)  # a killed build's, or another JDK's or pyspark's
+        if old.startswith(path):
+            if old.endswith(".partial"):
+                os.unlink(old)  # a killed build's of this archive (this one holds its lock)
+        elif time.time() - os.lstat(old).st_mtime > _STALE_S:
+            os.unlink(old)  # another JDK's or pyspark's
     partial = f"{path}.{os.getpid()}.partial"
     os.environ["JAVA_TOOL_OPTIONS"] = f"{TEST_JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial}"
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
