@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ..fs.storage import filesystem_for
 
@@ -19,8 +20,9 @@ log = logging.getLogger(__name__)
 
 
 class CheckpointCleaner:
-    def __init__(self, job_name: str) -> None:
+    def __init__(self, job_name: str, fs_for: Callable[[str], Any] = filesystem_for) -> None:
         self.job_name = job_name
+        self._fs_for = fs_for  # a test's file system, seen by this cleaner's thread only
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"cleaner-{job_name}")
 
     def remove_tree(self, path: str, on_deleted: Callable[[], object] | None = None) -> None:
@@ -34,7 +36,7 @@ class CheckpointCleaner:
 
     def _run(self, what: str, path: str, on_deleted: Callable[[], object] | None) -> None:
         try:
-            fs = filesystem_for(path)
+            fs = self._fs_for(path)
             getattr(fs, what)(path)
             if on_deleted is not None and not fs.exists(path):
                 on_deleted()

@@ -4,11 +4,10 @@ import logging
 import os
 import threading
 
-from airflow_checkpoint_provider.engine.checkpoint import cleaner as cleaner_module
 from airflow_checkpoint_provider.engine.checkpoint.cleaner import CheckpointCleaner
 
 
-def test_deletions_run_off_the_callers_thread_in_order_and_close_waits(tmp_path, monkeypatch):
+def test_deletions_run_off_the_callers_thread_in_order_and_close_waits(tmp_path):
     seen = []
     release = threading.Event()
 
@@ -20,8 +19,9 @@ def test_deletions_run_off_the_callers_thread_in_order_and_close_waits(tmp_path,
         def remove_file(self, path):
             seen.append(("file", path, threading.current_thread().name))
 
-    monkeypatch.setattr(cleaner_module, "filesystem_for", lambda path: SlowFs())
-    c = CheckpointCleaner("job")
+    # the cleaner's own file system: another test's coordinator may still be deleting on
+    # its cleaner thread, through the module's filesystem_for
+    c = CheckpointCleaner("job", fs_for=lambda path: SlowFs())
     c.remove_tree("/a")          # blocks the cleaner, not us
     c.remove_file("/b")
     assert seen == []
@@ -31,13 +31,12 @@ def test_deletions_run_off_the_callers_thread_in_order_and_close_waits(tmp_path,
     assert all(name.startswith("cleaner-job") for _, _, name in seen)
 
 
-def test_a_failed_deletion_is_logged_not_raised(tmp_path, monkeypatch, caplog):
+def test_a_failed_deletion_is_logged_not_raised(tmp_path, caplog):
     class BrokenFs:
         def remove_tree(self, path):
             raise PermissionError("read-only")
 
-    monkeypatch.setattr(cleaner_module, "filesystem_for", lambda path: BrokenFs())
-    c = CheckpointCleaner("job")
+    c = CheckpointCleaner("job", fs_for=lambda path: BrokenFs())
     with caplog.at_level(logging.WARNING):
         c.remove_tree(str(tmp_path / "chk-1"))
         c.close()
