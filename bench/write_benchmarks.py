@@ -291,7 +291,7 @@ def main(argv=None) -> int:
         sys.path.insert(0, ROOT)
         from bench.nexmark.report import render as nexmark_section
 
-        lines += nexmark_section(nexmark) + [""]
+        lines += nexmark_section(nexmark)  # ends with its blank line
     latency_section(r, lines)
     overhead_section(r, lines)
     scaling_section(r, lines)

@@ -70,6 +70,7 @@ def test_slow_alignments_switch_then_start_unaligned_then_probe_aligned(tmp_path
     assert 'ckpt_checkpoints_unaligned_total{job_id="job1",job_name="j"} 9.0' in text
     assert 'ckpt_last_checkpoint_inflight_bytes{job_id="job1",job_name="j"} 2000.0' in text
     assert 'ckpt_last_checkpoint_alignment_ms{job_id="job1",job_name="j"} 150.0' in text
+    c.cleaner.close()  # its subsumed checkpoints are deleted in the background: wait
 
 
 def test_a_checkpoint_that_aligns_in_time_resets_the_run_of_switches(tmp_path):
@@ -83,6 +84,7 @@ def test_a_checkpoint_that_aligns_in_time_resets_the_run_of_switches(tmp_path):
         now += 1.0
     c.trigger(now)
     assert triggers[-1] == (6, False), "two switches since the aligned one: still aligned"
+    c.cleaner.close()
 
 
 @pytest.mark.parametrize("alignment", ["aligned", "unaligned"])
@@ -105,3 +107,4 @@ def test_no_timeout_no_adaptation(tmp_path, alignment):
     c.check_timeouts(10.0 - 0.001)
     assert _complete(c, 1, 10.0).alignment == alignment
     assert triggers == [alignment == "unaligned"]
+    c.cleaner.close()

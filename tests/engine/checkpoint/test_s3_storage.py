@@ -180,3 +180,4 @@ def test_coordinator_fails_a_checkpoint_whose_metadata_cannot_be_written_and_goe
     assert done is not None and notifies == [2]
     assert done.location == f"s3://{s3_bucket}/ckpt/j/job1/chk-2"
     assert load_snapshot(done.location).checkpoint_id == 2
+    c.cleaner.close()  # before the fixtures stop the S3 server

@@ -67,6 +67,7 @@ def test_a_savepoint_waits_for_the_pending_checkpoint_and_goes_before_the_next(t
     assert _request(store, coord, sp).status == "SUCCEEDED"
     assert _request(store, coord, chk).status == "IN_PROGRESS"
     coord.db.close()
+    coord.cleaner.close()
     store.close()
 
 
@@ -84,4 +85,5 @@ def test_a_savepoint_that_waits_longer_than_the_timeout_fails_naming_the_checkpo
     assert "checkpoint 1 was still pending" in req.error and "retry" in req.error
     assert triggers == [(1, "CHECKPOINT")]
     coord.db.close()
+    coord.cleaner.close()
     store.close()
