@@ -49,7 +49,8 @@ import json
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, RestoreError
 from ..extras import require
@@ -84,6 +85,9 @@ from .postgres_cdc_wait import (
     slot_wait_timeout,
     timeout_error,
 )
+
+if TYPE_CHECKING:
+    import psycopg
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +199,7 @@ class PostgresCdcSource(Source):
         return make_conninfo(_dsn(self.url), options=SESSION_OPTIONS,
                              application_name=application_name, **extra)
 
-    def connect(self):
+    def connect(self) -> psycopg.Connection[Any]:
         require("postgres")
         import psycopg
 
@@ -208,7 +212,7 @@ class PostgresCdcSource(Source):
     # -- set-up ---------------------------------------------------------------------------
     def inspect(self, conn) -> dict[str, TableInfo]:
         """Check the server and the tables; the tables' columns and keys."""
-        level = conn.execute("SHOW wal_level").fetchone()[0]
+        level = _value(conn, "SHOW wal_level")
         if level != "logical":
             raise CdcConfigurationError(
                 f"{self.describe()}: the server's wal_level is {level!r}; logical decoding "
@@ -399,6 +403,14 @@ class PostgresCdcSource(Source):
         return f"postgres-cdc({', '.join(self.tables)})"
 
 
+def _value(conn: psycopg.Connection[Any], query: str) -> Any:
+    """The one value of ``query``, which always returns one row."""
+    row = conn.execute(query).fetchone()
+    if row is None:
+        raise RuntimeError(f"PostgreSQL returned no row for {query!r}")
+    return row[0]
+
+
 class SnapshotReader(SplitReader):
     """Snapshot split ``index``: whole buckets of every table (see the module docstring).
 
@@ -417,9 +429,11 @@ class SnapshotReader(SplitReader):
             self.done = bool(pos["done"])
         except (KeyError, TypeError, ValueError) as exc:
             raise RestoreError(f"{where}: restored position {position!r:.200} is malformed") from exc
-        self.conn = self.cursor = self.peek = None
+        self.cursor: psycopg.ServerCursor[Any] | None = None
+        self.rows: Iterator[Any] = iter(())
+        self.peek: Any = None
         self.horizon: int | None = None
-        self.conn = src.connect()
+        self.conn: psycopg.Connection[Any] | None = src.connect()
         self.tables, self.slot, _ = src.prepare(
             self.conn, ctx, legacy=position is not None and "slot" not in position)
         self.names = list(self.tables)
@@ -430,23 +444,28 @@ class SnapshotReader(SplitReader):
         """Tell the stream (through the WAL it reads) which snapshot covers which buckets."""
         body = json.dumps({"slot": self.slot, "job": self.ctx.job_id, "attempt": self.ctx.attempt,
                            "split": self.index, "parts": self.parts})
-        self.conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", (MESSAGE_PREFIX, body))
+        conn = self._connection()
+        conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", (MESSAGE_PREFIX, body))
         log.info("%s: snapshot announced (%d part(s))", self.where, len(self.parts))
-        self.conn.close()
+        conn.close()
         self.conn = None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self.conn is None:  # announced: a split that is done reads nothing more
+            raise RuntimeError(f"{self.where}: the snapshot's connection is already closed")
+        return self.conn
 
     def _begin(self) -> bool:
         """Open the snapshot transaction once no transaction older than the slot runs."""
         import psycopg
 
-        conn = self.conn
+        conn = self._connection()
         if self.horizon is None:
-            self.horizon = int(conn.execute(
-                "SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()[0])
+            self.horizon = int(_value(conn, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text"))
         conn.autocommit = False
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
-        snap = conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0]
+        snap = _value(conn, "SELECT pg_current_snapshot()::text")
         if parse_snapshot(snap)[0] < self.horizon:
             conn.rollback()
             conn.autocommit = True
@@ -479,10 +498,10 @@ class SnapshotReader(SplitReader):
             cols=sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c))
                                     for c, _ in info.columns),
             t=sql.SQL(".").join(map(sql.Identifier, info.name.split("."))))
-        self.cursor = self.conn.cursor(name=f"ckpt_cdc_snapshot_{self.index}")
-        self.cursor.itersize = 2000
-        self.cursor.execute(query)
-        self.rows = iter(self.cursor)
+        cursor = self._connection().cursor(name=f"ckpt_cdc_snapshot_{self.index}")
+        cursor.itersize = 2000
+        cursor.execute(query)
+        self.cursor, self.rows = cursor, iter(cursor)
         self.peek = next(self.rows, None)
 
     def _record(self, info: TableInfo, row) -> dict:
@@ -504,13 +523,15 @@ class SnapshotReader(SplitReader):
         while len(out) < max_records:
             if self.peek is None:  # this table is read: on to the next one
                 self.parts[-1][2] = self.src.buckets
-                self.cursor.close()
+                if self.cursor is not None:
+                    self.cursor.close()
                 self.table += 1
                 self.bucket = self.index
                 if self.table == len(self.names):
                     self.done = True
-                    self.conn.rollback()
-                    self.conn.autocommit = True
+                    conn = self._connection()
+                    conn.rollback()
+                    conn.autocommit = True
                     break
                 self.parts.append([self.table, self.bucket, self.bucket, self.snapshot])
                 self._open_cursor()
