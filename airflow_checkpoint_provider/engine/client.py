@@ -78,6 +78,7 @@ from .private import (
     makedirs_private,
     open_private,
     user_temp_dir,
+    write_private,
 )
 
 
@@ -159,4 +160,5 @@ __all__ = [
     "user_temp_dir",
     "validate_job_id",
     "validate_job_name",
+    "write_private",
 ]

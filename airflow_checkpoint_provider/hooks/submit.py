@@ -36,8 +36,8 @@ from airflow_checkpoint_provider.engine.client import (
     MetadataStore,
     code_archives,
     makedirs_private,
-    open_private,
     user_temp_dir,
+    write_private,
 )
 from airflow_checkpoint_provider.hooks.job_env import UnsafeJobEnvironmentError, check_job_env
 from airflow_checkpoint_provider.hooks.secrets import (
@@ -183,8 +183,9 @@ class CheckpointSubmitHook(SparkSubmitHook):
             if name != "PATH":
                 lines.append(f"{_prop_escape(prefix + name, key=True)}={_prop_escape(value)}")
         path = os.path.join(user_temp_dir("checkpoint-submit"), f"{self.job_id}.properties")
-        with open_private(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        # replaced whole: a second submission of the job (a retry beside a zombie task)
+        # never lets spark-submit read a half-written file
+        write_private(path, ("\n".join(lines) + "\n").encode("utf-8"))
         return path
 
     # -- commands ----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import stat
+import uuid
 
 import pytest
 
@@ -32,7 +33,9 @@ def _hook(monkeypatch, conn: dict, **kw) -> CheckpointSubmitHook:
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNDER_TEST", json.dumps(conn))
     return CheckpointSubmitHook(
         pipeline=REF,
-        job_id="job42",
+        # a job id of its own: the properties file is named after it, and the cases of one
+        # test run on several xdist workers at once
+        job_id=f"job42-{uuid.uuid4().hex[:8]}",
         job_name="x",
         metadata_url=URL,
         runner="spark",
