@@ -45,6 +45,11 @@ def _spark_conf_items() -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from airflow_checkpoint_provider.engine.runners.pyspark_daemon import (
+        prefer_installed_pyspark,
+    )
+
+    prefer_installed_pyspark()  # before pyspark is imported: its bytecode, not the zip's
     from airflow_checkpoint_provider.engine.cli import main as cli
 
     args = list(sys.argv[1:] if argv is None else argv)

@@ -28,9 +28,14 @@ def test_the_python_workers_of_a_session_start_with_the_slot_runtime_imported(sp
     def probe(_):
         import sys
 
-        yield "airflow_checkpoint_provider.engine.runtime.slot" in sys.modules
+        import pyspark
 
-    assert spark.sparkContext.parallelize(range(2), 2).mapPartitions(probe).collect() == [True] * 2
+        yield "airflow_checkpoint_provider.engine.runtime.slot" in sys.modules, pyspark.__file__
+
+    got = spark.sparkContext.parallelize(range(2), 2).mapPartitions(probe).collect()
+    assert [imported for imported, _ in got] == [True] * 2
+    # the installed pyspark (bytecode), not Spark's source-only pyspark.zip
+    assert all(".zip" not in where for _, where in got), got
 
 
 @pytest.mark.timeout(300)
