@@ -234,8 +234,7 @@ class PostgresCdcSource(Source):
                 raise CdcConfigurationError(
                     f"{self.describe()}: table {t!r} has no primary key; the CDC source needs "
                     "one (ALTER TABLE ... ADD PRIMARY KEY)")
-            ident = conn.execute("SELECT relreplident FROM pg_class WHERE oid = %s",
-                                 (row[0],)).fetchone()[0]
+            ident = _value(conn, "SELECT relreplident FROM pg_class WHERE oid = %s", (row[0],))
             covered = {r[0] for r in conn.execute(
                 "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
                 "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisreplident",
@@ -403,9 +402,9 @@ class PostgresCdcSource(Source):
         return f"postgres-cdc({', '.join(self.tables)})"
 
 
-def _value(conn: psycopg.Connection[Any], query: str) -> Any:
+def _value(conn: psycopg.Connection[Any], query: str, params: tuple | None = None) -> Any:
     """The one value of ``query``, which always returns one row."""
-    row = conn.execute(query).fetchone()
+    row = conn.execute(query, params).fetchone()
     if row is None:
         raise RuntimeError(f"PostgreSQL returned no row for {query!r}")
     return row[0]
