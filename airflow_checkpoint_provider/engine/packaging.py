@@ -10,7 +10,7 @@ PySpark's own mechanism: zip archives on the executors' ``PYTHONPATH`` through
   ``module:function``, when it is not part of this package.
 
 Archives are content-addressed (``<name>-<sha256 prefix>.zip``) in a private cache
-directory (``0700``, owned by this user; default ``$TMPDIR/checkpoint-code-<uid>``), so a
+directory (``0700``, owned by this user; default ``checkpoint-code`` in this user's private temp base), so a
 resubmission with unchanged code reuses the same file -- after checking its full SHA-256,
 since the executors import whatever it holds. ``CKPT_SHIP_CODE=1`` in the driver's
 environment tells the Spark runner not to point executors at the driver's interpreter and
@@ -106,7 +106,8 @@ def _source_of(top_level: str) -> tuple[str, str]:
 def code_archives(pipeline_ref: str, cache_dir: str | None = None) -> list[str]:
     """Zip archives holding the engine and the pipeline's code, for ``--py-files``.
 
-    ``cache_dir`` defaults to ``$TMPDIR/checkpoint-code-<uid>``, private to this user."""
+    ``cache_dir`` defaults to ``checkpoint-code`` in this user's private temp base
+    (:func:`~.private.user_temp_dir`)."""
     cache_dir = cache_dir or user_temp_dir("checkpoint-code")
     module = pipeline_ref.split(":", 1)[0]
     tops = [_PACKAGE]

@@ -10,11 +10,14 @@ a shared place (``/tmp``) must be owned by this user and writable by nobody else
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import tempfile
 
 from .errors import ConfigurationError
+
+log = logging.getLogger(__name__)
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -97,10 +100,84 @@ def private_dir(path: str, what: str = "directory") -> str:
     return path
 
 
-def user_temp_dir(name: str) -> str:
-    """``$TMPDIR/<name>-<uid>``, private to this user (see :func:`private_dir`)."""
+#: environment variable: the root of every temporary directory the engine and the provider
+#: create (code archives, detached job logs, RocksDB working dirs, reports); created ``0700``
+#: if missing, and it must belong to this user and be writable by nobody else
+TEMP_DIR_ENV = "CKPT_TEMP_DIR"
+#: the name of the per-user base directory under ``$TMPDIR``: ``airflow-checkpoint-<uid>``
+TEMP_BASE_PREFIX = "airflow-checkpoint-"
+
+_temp_bases: dict[str, str] = {}  # $TMPDIR -> this process's base directory in it
+
+
+def _is_own_private_dir(path: str) -> bool:
+    """Whether ``path`` is a real directory (no symlink) of this user that nobody else may
+    write to -- one another local user cannot have created (they cannot give it our uid)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode)
+            and (not hasattr(os, "getuid") or st.st_uid == os.getuid())
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def user_temp_base() -> str:
+    """This user's private base directory for temporary files (``0700``): the configured
+    ``$CKPT_TEMP_DIR`` if set, else ``$TMPDIR/airflow-checkpoint-<uid>``.
+
+    A shared ``$TMPDIR`` lets any local user create that predictable name first (a denial of
+    service: the name would belong to them). Then the base is a directory of this user with
+    an unpredictable name, ``$TMPDIR/airflow-checkpoint-<uid>.XXXXXXXX`` (``mkdtemp``): an
+    existing one is found again by listing ``$TMPDIR`` and taking the first, by name, that
+    belongs to this user and nobody else may write to -- another user can create such names,
+    but not owned by this uid, so they are skipped, never used. Processes of one user on one
+    host thus agree on the base (two that create the fallback at the very same moment may
+    each use their own: the engine needs no cross-process agreement on it).
+
+    Everything under the base is created by this user only: names inside it cannot be
+    squatted.
+    """
+    configured = os.environ.get(TEMP_DIR_ENV, "").strip()
+    if configured:
+        path = os.path.abspath(configured)
+        makedirs_private(path)
+        return private_dir(path, f"temporary directory ${TEMP_DIR_ENV}")
+    tmp = tempfile.gettempdir()
+    cached = _temp_bases.get(tmp)
+    if cached is not None and _is_own_private_dir(cached):
+        return cached
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    return private_dir(os.path.join(tempfile.gettempdir(), f"{name}-{uid}"), name)
+    primary = os.path.join(tmp, f"{TEMP_BASE_PREFIX}{uid}")
+    try:
+        os.mkdir(primary, DIR_MODE)
+        os.chmod(primary, DIR_MODE)  # exact, whatever the umask
+    except FileExistsError:
+        pass
+    except OSError:
+        primary = ""  # no such name here (e.g. a read-only parent): the fallback decides
+    if primary and _is_own_private_dir(primary):
+        base = primary
+    else:
+        prefix = f"{TEMP_BASE_PREFIX}{uid}."
+        try:
+            names = sorted(n for n in os.listdir(tmp) if n.startswith(prefix))
+        except OSError:
+            names = []
+        found = [os.path.join(tmp, n) for n in names if _is_own_private_dir(os.path.join(tmp, n))]
+        base = found[0] if found else tempfile.mkdtemp(prefix=prefix, dir=tmp)  # 0700
+        log.warning("%s is not a private directory of uid %s (another user created it?): "
+                    "using %s instead; set %s to choose the temporary root",
+                    os.path.join(tmp, f"{TEMP_BASE_PREFIX}{uid}"), uid, base, TEMP_DIR_ENV)
+    _temp_bases[tmp] = base
+    return base
+
+
+def user_temp_dir(name: str) -> str:
+    """``<base>/<name>``, private to this user, where ``<base>`` is :func:`user_temp_base`
+    (``$CKPT_TEMP_DIR``, else ``$TMPDIR/airflow-checkpoint-<uid>`` or, when another user holds
+    that name, an unpredictable private one): no other local user can pre-create it."""
+    return private_dir(os.path.join(user_temp_base(), name), name)
 
 
 def write_private(path: str, data: bytes) -> None:

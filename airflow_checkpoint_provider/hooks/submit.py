@@ -81,7 +81,8 @@ class CheckpointSubmitHook(SparkSubmitHook):
         the Python that ``conf={"spark.pyspark.python": ...}`` names); default: executors
         run this interpreter with its ``sys.path`` (hosts that share the install).
     :param code_cache_dir: where the archives are built (default: the private
-        ``$TMPDIR/checkpoint-code-<uid>``; an existing directory must belong to this user
+        ``checkpoint-code`` in this user's private temp base, ``$CKPT_TEMP_DIR`` or
+        ``$TMPDIR/airflow-checkpoint-<uid>``; an existing directory must belong to this user
         and be writable by nobody else).
     :param conn_id: the Spark connection (master, deploy mode).
     :param kwargs: passed to :class:`SparkSubmitHook` (``conf``, ``env_vars``, ...).
@@ -227,7 +228,8 @@ class CheckpointSubmitHook(SparkSubmitHook):
 
     def log_file(self) -> str:
         """``<log_dir>/<job_name>-<job_id>.log``; the default directory is the private
-        ``$TMPDIR/checkpoint-jobs-<uid>`` (a job's log names paths and failures)."""
+        ``checkpoint-jobs`` in this user's private temp base (a job's log names paths and
+        failures)."""
         if self.log_dir:
             log_dir = makedirs_private(self.log_dir)
         else:

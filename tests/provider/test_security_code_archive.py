@@ -1,7 +1,7 @@
 """Issue 42, item 3: the code archives shipped to executors (``ship_code=True``) came from
 the shared ``$TMPDIR/checkpoint-code`` and any existing file of the right name was reused;
 another local user who planted ``airflow_checkpoint_provider-<hash>.zip`` there had the job
-import their code. Now the directory is private (``$TMPDIR/checkpoint-code-<uid>``, ``0700``,
+import their code. Now the directory is private (``checkpoint-code`` in this user's private temp base, ``0700``,
 owner and mode checked) and an archive is reused only if its full SHA-256 matches."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 from airflow_checkpoint_provider.engine.errors import ConfigurationError
 from airflow_checkpoint_provider.engine.packaging import code_archives
+from airflow_checkpoint_provider.engine.private import user_temp_base, user_temp_dir
 from airflow_checkpoint_provider.hooks.submit import CheckpointSubmitHook
 
 REF = "airflow_checkpoint_provider.examples.versioned_sum:build_v1"
@@ -57,27 +58,39 @@ def _sha(path) -> str:
 def test_an_archive_planted_in_the_shared_temp_dir_is_never_shipped(tmpdir_env, tmp_path):
     genuine = code_archives(REF, str(tmp_path / "scratch"))[0]
     name = os.path.basename(genuine)
+    cache = user_temp_dir("checkpoint-code")  # this user's private temp base
     for planted_dir in (
         tmpdir_env / "checkpoint-code",
         tmpdir_env / f"checkpoint-code-{os.getuid()}",
     ):
         planted_dir.mkdir(mode=0o700)
         _forged(planted_dir / name)  # same name, other content (here: owned by this user)
+    _forged(os.path.join(cache, name))  # even in the cache itself
 
     shipped = _hook(tmp_path)._py_files.split(",")[0]
 
     assert os.path.basename(shipped) == name
     assert _sha(shipped) == _sha(genuine)  # rewritten: the hash is checked on every reuse
-    assert os.path.dirname(shipped) == str(tmpdir_env / f"checkpoint-code-{os.getuid()}")
+    assert os.path.dirname(shipped) == cache
+    assert os.path.dirname(cache) == user_temp_base()
     assert stat.S_IMODE(os.stat(os.path.dirname(shipped)).st_mode) == 0o700
 
 
 def test_a_cache_dir_created_by_another_user_is_refused(tmpdir_env, tmp_path):
-    planted = tmpdir_env / f"checkpoint-code-{os.getuid()}"
+    planted = tmpdir_env / "theirs"
     planted.mkdir(mode=0o700)
     os.chown(planted, OTHER_UID, OTHER_UID)
     with pytest.raises(ConfigurationError, match=rf"{planted} belongs to uid {OTHER_UID}"):
-        _hook(tmp_path)
+        _hook(tmp_path, code_cache_dir=str(planted))
+
+
+def test_the_old_predictable_cache_name_of_another_user_is_not_used(tmpdir_env, tmp_path):
+    # issue 50, break 7: squatting the predictable name failed every job (a denial of service)
+    planted = tmpdir_env / f"checkpoint-code-{os.getuid()}"
+    planted.mkdir(mode=0o700)
+    os.chown(planted, OTHER_UID, OTHER_UID)
+    shipped = _hook(tmp_path)._py_files.split(",")[0]
+    assert os.path.dirname(shipped) == user_temp_dir("checkpoint-code")
 
 
 def test_a_group_or_world_writable_cache_dir_is_refused(tmp_path):

@@ -33,7 +33,7 @@ import msgpack
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
 from ..fs.storage import filesystem_for, join, parent, sha256
-from ..private import makedirs_private, user_temp_dir
+from ..private import makedirs_private, private_dir, user_temp_dir
 from ..serialization import packb
 from ..snapshot.codec import read_verified
 from ..snapshot.handles import RocksDBHandle
@@ -59,12 +59,14 @@ LOCAL_DIR_ENV = "CKPT_LOCAL_DIR"
 
 
 def local_root() -> str:
-    """Where RocksDB working directories live: ``$CKPT_LOCAL_DIR`` (created ``0700``), else
-    ``$TMPDIR/ckpt-rocksdb-<uid>``, private to this user (checked: a directory another user
-    created or may write is refused). The state of a job is as private as its checkpoints."""
+    """Where RocksDB working directories live: ``$CKPT_LOCAL_DIR`` (created ``0700``; it must
+    belong to this user and be writable by nobody else), else ``ckpt-rocksdb`` in this user's
+    private temp base (:func:`~..private.user_temp_dir`: ``$CKPT_TEMP_DIR`` or
+    ``$TMPDIR/airflow-checkpoint-<uid>``, a name other local users cannot pre-empt). The state
+    of a job is as private as its checkpoints."""
     configured = os.environ.get(LOCAL_DIR_ENV)
     if configured:
-        return makedirs_private(configured)
+        return private_dir(makedirs_private(configured), f"RocksDB directory ${LOCAL_DIR_ENV}")
     return user_temp_dir("ckpt-rocksdb")
 
 
