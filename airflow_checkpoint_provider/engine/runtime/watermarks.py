@@ -18,7 +18,19 @@ Status = tuple[int, bool]
 class SourceWatermarks:
     """Watermarks of one source subtask. The largest timestamp seen per split is operator
     state (:meth:`state` / the ``restored`` argument), so a restored source starts from the
-    watermark it had, not from scratch."""
+    watermark it had, not from scratch.
+
+    The subtask's watermark is the minimum over its *live* splits (neither finished nor
+    idle). When no split is live -- every split finished (a continuous source between two
+    files, a subtask that owns no split), or every unfinished one idle -- nothing holds the
+    watermark back any more: it is flushed to the largest any split reached (the restored
+    ones included, finished or read by another subtask before a restore), at once, and the
+    subtask then says it is idle so that its consumers stop waiting for it (Flink's
+    ``StatusWatermarkValve`` flushes the same way when its last input goes idle). Without
+    the flush, the splits that finished within the last emit interval were never emitted:
+    a catch-up that read many files quickly left the watermark where it was when the first
+    of them finished, until a new file arrived.
+    """
 
     def __init__(self, strategy: WatermarkStrategy, splits: list[str],
                  restored: dict[str, int | None], now: float) -> None:
@@ -26,6 +38,9 @@ class SourceWatermarks:
         self.max_ts: dict[str, int | None] = {s: restored.get(s) for s in splits}
         self.active: set[str] = set(splits)      # splits not finished
         self.last_record: dict[str, float] = {s: now for s in splits}
+        #: the largest timestamp of any split, finished or restored (``None``: none yet)
+        self.seen_max: int | None = max((t for t in restored.values() if t is not None),
+                                        default=None)
         self.emitted: int = MIN_WATERMARK
         self.idle = False
         self._last_emit = float("-inf")
@@ -34,6 +49,8 @@ class SourceWatermarks:
         old = self.max_ts.get(split)
         if old is None or max_timestamp > old:
             self.max_ts[split] = max_timestamp
+        if self.seen_max is None or max_timestamp > self.seen_max:
+            self.seen_max = max_timestamp
         self.last_record[split] = now
 
     def add_split(self, split: str, now: float) -> None:
@@ -43,29 +60,37 @@ class SourceWatermarks:
         self.last_record[split] = now
 
     def on_split_finished(self, split: str) -> None:
+        """The split delivers nothing more: it no longer holds the watermark back (its
+        largest timestamp stays, in :attr:`seen_max` and in its state)."""
         self.active.discard(split)
 
     def state(self, split: str) -> int | None:
         return self.max_ts.get(split)
 
-    def _split_watermark(self, split: str) -> int:
-        ts = self.max_ts.get(split)
+    def _watermark_of(self, ts: int | None) -> int:
         if ts is None:
             return MIN_WATERMARK
         return max(MIN_WATERMARK, ts - self.strategy.out_of_orderness_ms - 1)
 
     def poll(self, now: float, *, force: bool = False) -> Status | None:
         """What to send now, if anything: a higher watermark (at most one per emit
-        interval unless ``force``), or the switch to or from idle."""
+        interval unless ``force``; the flush when no split is live at once), or the switch
+        to or from idle."""
         idleness = self.strategy.idleness_ms
         live = [s for s in self.active
                 if idleness is None or (now - self.last_record[s]) * 1000.0 < idleness]
         if not live:
-            if self.active and not self.idle:  # every unfinished split is idle
+            # every split finished or idle: flush to the largest watermark any split
+            # reached, then go idle (two polls: the flush goes through the chain first)
+            flushed = max(self.emitted, self._watermark_of(self.seen_max))
+            if flushed > self.emitted:
+                self.emitted, self._last_emit = flushed, now
+                return (flushed, False)
+            if not self.idle:
                 self.idle = True
                 return (self.emitted, True)
             return None
-        wm = max(self.emitted, min(self._split_watermark(s) for s in live))
+        wm = max(self.emitted, min(self._watermark_of(self.max_ts.get(s)) for s in live))
         if self.idle:
             self.idle = False
             self.emitted, self._last_emit = wm, now

@@ -94,3 +94,57 @@ def test_watermark_frames_round_trip_and_malformed_ones_are_refused():
     for bad in ([1], ["1", False], [1, 0], {"w": 1}, [True, False]):
         with pytest.raises(ProtocolError, match="watermark frame"):
             P.decode_watermark(packb(bad))
+
+
+# -- issue 51: finished, idle and restored splits never hold the watermark back --------------
+
+def test_splits_finishing_within_one_emit_interval_flush_the_watermark_then_go_idle():
+    # a catch-up: many files read and finished faster than the emit interval
+    wm = SourceWatermarks(strategy(5_000, interval=200), [f"f{i}" for i in range(50)], {},
+                          now=0.0)
+    for i in range(50):
+        wm.on_records(f"f{i}", (i + 1) * 1_000, now=0.0)
+    assert wm.poll(0.0) == (1_000 - 5_001, False), "f0 holds it back"
+    for i in range(50):
+        wm.on_split_finished(f"f{i}")
+        assert wm.poll(0.01) is None or i == 49
+    assert wm.emitted == 50_000 - 5_001, "no split left: flushed at once, not rate-limited"
+    assert wm.poll(0.02) == (50_000 - 5_001, True), "then idle: consumers stop waiting"
+    assert wm.poll(0.03) is None
+    wm.add_split("f50", now=0.5)
+    assert wm.poll(0.5) == (50_000 - 5_001, False), "a new file: active again, not below"
+    wm.on_records("f50", 51_000, now=0.6)
+    assert wm.poll(0.8) == (51_000 - 5_001, False)
+
+
+def test_a_subtask_without_splits_goes_idle_instead_of_holding_its_consumers_at_min():
+    wm = SourceWatermarks(strategy(100), [], {}, now=0.0)
+    assert wm.poll(0.0) == (MIN_WATERMARK, True)
+    assert wm.poll(1.0) is None
+
+
+def test_restored_finished_splits_restart_the_watermark_where_the_data_was():
+    # restored union state: finished splits (not offered to this subtask any more) and a
+    # split of another subtask; nothing is left to read here
+    restored = {"old-1": 40_000, "old-2": 90_000, "other": 70_000, "never": None}
+    wm = SourceWatermarks(strategy(5_000), [], restored, now=0.0)
+    assert wm.poll(0.0) == (90_000 - 5_001, False)
+    assert wm.poll(0.0) == (90_000 - 5_001, True)
+
+
+def test_a_restored_or_new_split_holds_the_watermark_only_until_it_is_read_or_finished():
+    wm = SourceWatermarks(strategy(0), ["a", "b"], {"a": 10_000, "z": 99_000}, now=0.0)
+    assert wm.poll(0.0) is None, "b has no records yet"
+    wm.on_split_finished("b")  # an empty file
+    assert wm.poll(0.0) == (9_999, False), "a: what it had read before the restore"
+    wm.on_split_finished("a")
+    assert wm.poll(0.1) == (98_999, False), "nothing left: flushed to the restored maximum"
+
+
+def test_every_split_idle_flushes_the_largest_watermark_before_going_idle():
+    wm = SourceWatermarks(strategy(0, idle=1_000, interval=200), ["a", "b"], {}, now=0.0)
+    wm.on_records("a", 5_000, now=0.0)
+    wm.on_records("b", 8_000, now=0.0)
+    assert wm.poll(0.0) == (4_999, False)
+    assert wm.poll(1.5) == (7_999, False), "both idle: nothing to wait for"
+    assert wm.poll(1.5) == (7_999, True)
