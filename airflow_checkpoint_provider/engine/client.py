@@ -51,7 +51,7 @@ from .connectors.postgres_cdc import drop_slot as drop_cdc_slot
 from .connectors.postgres_cdc import job_object_name as cdc_object_name
 from .datastream.api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
 from .errors import EngineError, InvalidNameError
-from .fs.storage import absolute_location
+from .fs.storage import absolute_location, canonical_location
 from .lifecycle import lineage as _lineage
 from .lifecycle.lineage import upgrade_chain
 from .lifecycle.savepoints import (
@@ -138,6 +138,7 @@ __all__ = [
     "StabilityCriteria",
     "StabilityVerdict",
     "absolute_location",
+    "canonical_location",
     "active_pins",
     "apply_savepoint_retention",
     "assess_stability",

@@ -44,6 +44,7 @@ from airflow_checkpoint_provider.engine.client import (
     validate_job_name,
 )
 from airflow_checkpoint_provider.hooks.secrets import mask_url_secrets
+from airflow_checkpoint_provider.ownership import DagAccess
 
 T = TypeVar("T")
 
@@ -76,6 +77,10 @@ class CheckpointMetadataHook(BaseHook):
     store (and its connection pool) is created once per hook, also off the loop.
 
     :param checkpoint_conn_id: Airflow connection of type ``checkpoint_metadata``.
+    :param access: the DAG this hook acts for (:class:`~airflow_checkpoint_provider.ownership.DagAccess`):
+        every job it resolves (by id, id prefix or name) must belong to that DAG, to one it
+        allows, or to no DAG, else :class:`~airflow_checkpoint_provider.ownership.JobOwnershipError`.
+        ``None``: no DAG (a hook used outside a DAG, e.g. in a script), every job.
     """
 
     conn_name_attr = "checkpoint_conn_id"
@@ -102,9 +107,11 @@ class CheckpointMetadataHook(BaseHook):
         """Relabelled and hinted standard fields (Airflow < 3.2)."""
         return UI_FIELD_BEHAVIOUR
 
-    def __init__(self, checkpoint_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+    def __init__(self, checkpoint_conn_id: str = default_conn_name, *,
+                 access: DagAccess | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.checkpoint_conn_id = checkpoint_conn_id
+        self.access = access
         self._store: MetadataStore | None = None
 
     # -- connection --------------------------------------------------------------------------
@@ -154,11 +161,17 @@ class CheckpointMetadataHook(BaseHook):
 
     # -- sync access -------------------------------------------------------------------------
 
+    def check_owned(self, job: JobRecord, what: str = "act on") -> JobRecord:
+        """``job`` if this hook's DAG may act on it (see ``access``), else
+        :class:`~airflow_checkpoint_provider.ownership.JobOwnershipError`."""
+        return job if self.access is None else self.access.check(job, what)
+
     def resolve_job(self, job: str) -> JobRecord:
         """A job by id, id prefix or name (the active job of that name, else the newest).
         Raises ``LookupError``; an argument that cannot be a job reference raises
-        :class:`AirflowException`."""
-        return self.get_conn().resolve_job(checked_job_ref(job))
+        :class:`AirflowException`; a job of another DAG raises
+        :class:`~airflow_checkpoint_provider.ownership.JobOwnershipError`."""
+        return self.check_owned(self.get_conn().resolve_job(checked_job_ref(job)))
 
     def find_job(self, job: str) -> JobRecord | None:
         try:
@@ -167,9 +180,18 @@ class CheckpointMetadataHook(BaseHook):
             return None
 
     def list_jobs(self, job_name: str | None = None) -> list[JobRecord]:
+        """Jobs (newest first), all of them: callers check the one they act on."""
         if job_name is not None:
             checked_job_ref(job_name, "job name")
         return self.get_conn().list_jobs(job_name=job_name)
+
+    def check_name_owned(self, job_name: str, what: str = "act on") -> None:
+        """Refuse a job name whose jobs belong to a DAG this hook may not act on (a name is
+        a path to a job's checkpoints, savepoints and output: no sharing across DAGs)."""
+        if self.access is None:
+            return
+        for job in self.list_jobs(job_name):
+            self.access.check(job, what)
 
     def list_checkpoints(self, job_id: str, *, kind: str | None = None,
                          status: str | None = None) -> list[CheckpointRecord]:
@@ -180,8 +202,13 @@ class CheckpointMetadataHook(BaseHook):
                                     kind: str | None = "CHECKPOINT") -> CheckpointRecord | None:
         if job_name is not None:
             checked_job_ref(job_name, "job name")
-        return self.get_conn().latest_completed_checkpoint(job_id=job_id, job_name=job_name,
-                                                           kind=kind)
+        rec = self.get_conn().latest_completed_checkpoint(job_id=job_id, job_name=job_name,
+                                                          kind=kind)
+        if rec is not None and self.access is not None:
+            owner = self.get_conn().get_job(rec.job_id)
+            if owner is not None:
+                self.access.check(owner, "read the checkpoints of")
+        return rec
 
     def submit_control_request(self, job_id: str, action: str, params: dict | None = None, *,
                                idempotency_key: str | None = None) -> str:
@@ -207,10 +234,11 @@ class CheckpointMetadataHook(BaseHook):
         return await asyncio.to_thread(fn, store, *args, **kwargs)
 
     async def aget_job(self, job_id: str) -> JobRecord | None:
-        return await self.arun(MetadataStore.get_job, job_id)
+        job = await self.arun(MetadataStore.get_job, job_id)
+        return None if job is None else self.check_owned(job)
 
     async def aresolve_job(self, job: str) -> JobRecord:
-        return await self.arun(MetadataStore.resolve_job, job)
+        return self.check_owned(await self.arun(MetadataStore.resolve_job, job))
 
     async def alist_checkpoints(self, job_id: str, *, kind: str | None = None,
                                 status: str | None = None) -> list[CheckpointRecord]:

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+from airflow_checkpoint_provider.ownership import DagAccess, allowed_dags, dag_access
 from airflow_checkpoint_provider.triggers.conditions import ERROR, SUCCESS, TIMEOUT, Outcome
 
 if TYPE_CHECKING:
@@ -38,25 +39,68 @@ class CheckpointBaseOperator(BaseOperator):
         (type ``checkpoint_metadata``).
     :param deferrable: wait in the triggerer instead of occupying a worker slot.
     :param poll_interval: seconds between polls of the metadata DB.
+    :param allowed_owner_dags: DAG ids whose jobs this task may act on besides its own DAG's
+        (default: none). A job belongs to the DAG whose task submitted it; a task refuses a
+        job of any other DAG with :class:`~airflow_checkpoint_provider.ownership.JobOwnershipError`
+        naming both (:mod:`airflow_checkpoint_provider.ownership`). Not templated: the DAG
+        author fixes it in the DAG file, a run's conf cannot widen it.
     """
 
     ui_color = "#F5E6C8"
 
     def __init__(self, *, checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
-                 deferrable: bool = False, poll_interval: float = 1.0, **kwargs: Any) -> None:
+                 deferrable: bool = False, poll_interval: float = 1.0,
+                 allowed_owner_dags: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.checkpoint_conn_id = checkpoint_conn_id
         self.deferrable = deferrable
         self.poll_interval = poll_interval
+        self.allowed_owner_dags = sorted(allowed_dags(allowed_owner_dags))
 
     @staticmethod
     def airflow_log_dir(name: str) -> str:
         """``<Airflow's base log folder>/<name>``: default home of job logs and reports."""
         return os.path.join(conf.get("logging", "base_log_folder"), name)
 
+    @property
+    def access(self) -> DagAccess | None:
+        """The jobs this task may act on: its DAG's own and ``allowed_owner_dags``' (``None``
+        for an operator outside a DAG)."""
+        return dag_access(self, self.allowed_owner_dags)
+
     @cached_property
     def hook(self) -> CheckpointMetadataHook:
-        return CheckpointMetadataHook(checkpoint_conn_id=self.checkpoint_conn_id)
+        return CheckpointMetadataHook(checkpoint_conn_id=self.checkpoint_conn_id,
+                                      access=self.access)
+
+    def check_location_owned(self, location: str, what: str, *, missing_ok: bool = False) -> None:
+        """Refuse a checkpoint or savepoint ``location`` of a job this task may not act on
+        (:meth:`access`). A location the metadata DB does not know is refused too, unless
+        ``missing_ok`` (a restore from a savepoint of another deployment)."""
+        if self.access is None or not location:
+            return
+        from airflow_checkpoint_provider.engine.client import (
+            absolute_location,
+            canonical_location,
+        )
+
+        store = self.hook.get_conn()
+        rec = None
+        for spelling in dict.fromkeys((str(location), absolute_location(str(location)),
+                                       canonical_location(str(location)))):
+            rec = store.checkpoint_at(spelling)
+            if rec is not None:
+                break
+        if rec is None:
+            if missing_ok:
+                return
+            raise AirflowException(
+                f"{self.task_id}: {location} is not a checkpoint or savepoint of any job in "
+                f"the metadata DB; DAG {self.access.dag_id!r} may {what} only snapshots of its "
+                "own jobs")
+        job = store.get_job(rec.job_id)
+        if job is not None:
+            self.hook.check_owned(job, what)
 
     def wait_until(self, context: Context, *, check: Callable[[MetadataStore], Outcome | None],
                    trigger: BaseTrigger, method_name: str, timeout: float | None,
@@ -158,3 +202,4 @@ class CheckpointBaseOperator(BaseOperator):
                 "(handover='savepoint' / upgrade_mode='savepoint'; a savepoint is kept), or "
                 "retain more checkpoints (CheckpointConfig(retained=N)) or checkpoint less "
                 "often so the hand-over outlives it)")
+

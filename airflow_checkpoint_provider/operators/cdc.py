@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
+
+from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class DropCdcSlotOperator(BaseOperator):
+class DropCdcSlotOperator(CheckpointBaseOperator):
     """
     Drop the replication slot (and publication) of a PostgreSQL CDC job
     (``PostgresCdcSource``), e.g. after the job was cancelled for good, or before a new
@@ -46,6 +47,8 @@ class DropCdcSlotOperator(BaseOperator):
             drop_cdc_slot,
         )
 
+        if self.job_name:  # the slot of another DAG's job is not this DAG's to drop
+            self.hook.check_name_owned(str(self.job_name), "drop the CDC slot of")
         url = self.url
         if url is None:
             from airflow.sdk import BaseHook
@@ -62,7 +65,7 @@ class DropCdcSlotOperator(BaseOperator):
         return done
 
 
-class CopyCdcSlotsOperator(BaseOperator):
+class CopyCdcSlotsOperator(CheckpointBaseOperator):
     """
     Blue-green hand-over of a CDC job: for every ``PostgresCdcSource`` of green's pipeline,
     create green's replication slot as a copy of blue's (``ckpt cdc copy-slots``, in a child
@@ -97,6 +100,8 @@ class CopyCdcSlotsOperator(BaseOperator):
 
         from airflow_checkpoint_provider.hooks.job_env import check_job_env
 
+        for job in (self.blue_job, self.green_job):  # both jobs' slots are this DAG's
+            self.hook.check_name_owned(str(job), "copy the CDC slots of")
         cmd = [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli", "cdc",
                "copy-slots", str(self.pipeline), "--from-job", str(self.blue_job),
                "--to-job", str(self.green_job), "--json"]

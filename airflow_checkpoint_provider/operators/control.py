@@ -108,8 +108,11 @@ class _ControlRequestOperator(CheckpointBaseOperator):
         return self.wait_until(
             context,
             check=lambda store: check_control_request(store, request_id,
-                                                      then_job_states=then_job_states),
+                                                      then_job_states=then_job_states,
+                                                      access=self.access),
             trigger=ControlRequestTrigger(request_id=request_id, then_job_states=then_job_states,
+                                          access=None if self.access is None
+                                          else self.access.serialize(),
                                           checkpoint_conn_id=self.checkpoint_conn_id,
                                           poll_interval=self.poll_interval,
                                           end_time=time.time() + timeout),

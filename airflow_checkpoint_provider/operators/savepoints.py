@@ -71,6 +71,11 @@ class DisposeSavepointsOperator(CheckpointBaseOperator):
         store = self.hook.get_conn()
         disposed: list[str] = []
         for path in self.paths or []:
+            self.check_location_owned(path, "dispose")
+        if self.job_name:
+            self.hook.check_name_owned(checked_job_ref(self.job_name, "job_name"),
+                                       "apply retention to")
+        for path in self.paths or []:
             try:
                 dispose_savepoint(path, store)
             except EngineError as exc:
@@ -119,6 +124,7 @@ class PinSavepointOperator(CheckpointBaseOperator):
         from airflow_checkpoint_provider.engine.client import EngineError, pin_savepoint
 
         holder = self.holder or dag_run_holder(context)
+        self.check_location_owned(self.path, "pin")
         try:
             pin = pin_savepoint(self.hook.get_conn(), self.path, holder=holder,
                                 ttl_seconds=_number(self.ttl_seconds, float),
@@ -152,9 +158,25 @@ class UnpinSavepointsOperator(CheckpointBaseOperator):
         from airflow_checkpoint_provider.engine.client import unpin_savepoint
 
         holder = self.holder or dag_run_holder(context)
+        self._check_holder(holder)
+        if self.path:
+            self.check_location_owned(self.path, "unpin", missing_ok=True)
         removed = unpin_savepoint(self.hook.get_conn(), holder=holder, path=self.path or None)
         self.log.info("Released %d savepoint pin(s) of %s", removed, holder)
         return removed
+
+
+    def _check_holder(self, holder: str) -> None:
+        """Pins of Airflow holders (``airflow:<dag_id>/<run_id>``) are released only by
+        their own DAG (or one ``allowed_owner_dags`` lists)."""
+        access = self.access
+        if access is None or not holder.startswith("airflow:"):
+            return
+        dag = holder[len("airflow:"):].split("/", 1)[0]
+        if dag != access.dag_id and dag not in access.allowed:
+            raise AirflowException(
+                f"{self.task_id}: pins of holder {holder!r} belong to DAG {dag!r}; DAG "
+                f"{access.dag_id!r} may release only its own (allowed_owner_dags widens it)")
 
 
 def _number(value, kind):

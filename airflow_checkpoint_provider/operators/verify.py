@@ -87,6 +87,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
 
     def _snapshot(self) -> str:
         if self.snapshot:
+            self.check_location_owned(str(self.snapshot), "verify", missing_ok=True)
             return str(self.snapshot)
         rec = self.hook.latest_completed_checkpoint(job_name=self.job_name)
         if rec is None:

@@ -23,6 +23,7 @@ from airflow_checkpoint_provider.assets import (
     with_alias_outlet,
 )
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook, checked_job_ref
+from airflow_checkpoint_provider.ownership import DagAccess, allowed_dags, dag_access
 from airflow_checkpoint_provider.triggers.checkpoint import (
     CheckpointCompletedTrigger,
     ControlRequestTrigger,
@@ -44,14 +45,29 @@ if TYPE_CHECKING:
 
 
 class _MetadataSensor(BaseSensorOperator):
-    """Poke a condition; with ``deferrable=True`` wait for it in the triggerer."""
+    """Poke a condition; with ``deferrable=True`` wait for it in the triggerer.
+
+    A sensor waits only for jobs of its own DAG, or of the DAGs its author lists in
+    ``allowed_owner_dags`` (not templated), or of no DAG: a job of another DAG fails it
+    with :class:`~airflow_checkpoint_provider.ownership.JobOwnershipError`."""
 
     def __init__(self, *, checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
-                 deferrable: bool = False, **kwargs: Any) -> None:
+                 deferrable: bool = False, allowed_owner_dags: Sequence[str] | None = None,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("poke_interval", 2.0)
         super().__init__(**kwargs)
         self.checkpoint_conn_id = checkpoint_conn_id
         self.deferrable = deferrable
+        self.allowed_owner_dags = sorted(allowed_dags(allowed_owner_dags))
+
+    @property
+    def access(self) -> DagAccess | None:
+        return dag_access(self, self.allowed_owner_dags)
+
+    @property
+    def trigger_access(self) -> dict[str, Any] | None:
+        access = self.access
+        return None if access is None else access.serialize()
 
     def condition(self, store: Any) -> Outcome | None:
         raise NotImplementedError
@@ -75,7 +91,8 @@ class _MetadataSensor(BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:
         # ``job`` is templated (a DAG run's conf): refuse what cannot name a job at once
-        checked_job_ref(getattr(self, "job", None) or "", f"{self.task_id}: job")
+        if hasattr(self, "job"):  # (a request sensor names a request id, not a job)
+            checked_job_ref(self.job or "", f"{self.task_id}: job")
         # Facts first, on every try: a retry after Airflow lost this task's deferral (the
         # scheduler marked it failed while the condition held) decides on the metadata DB,
         # never on the earlier try's bookkeeping.
@@ -137,11 +154,11 @@ class JobStateSensor(_MetadataSensor):
 
     def condition(self, store: Any) -> Outcome | None:
         return check_job_state(store, self.job, target_states=self.target_states,
-                               failure_states=self.failure_states)
+                               failure_states=self.failure_states, access=self.access)
 
     def trigger(self, end_time: float) -> BaseTrigger:
         return JobStateTrigger(job=self.job, target_states=self.target_states,
-                               failure_states=self.failure_states,
+                               failure_states=self.failure_states, access=self.trigger_access,
                                checkpoint_conn_id=self.checkpoint_conn_id,
                                poll_interval=self.poke_interval, end_time=end_time)
 
@@ -204,7 +221,7 @@ class CheckpointCompletedSensor(_MetadataSensor):
             store, self.job, kind=self.kind, after_checkpoint_id=self._after_id(),
             after_time=datetime.fromisoformat(after_time) if after_time else None,
             after_restore=self.after_restore, min_count=int(self.min_count),
-            require_running=self.require_running)
+            require_running=self.require_running, access=self.access)
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
         result = super().poke(context)
@@ -246,7 +263,7 @@ class CheckpointCompletedSensor(_MetadataSensor):
             job=self.job, kind=self.kind, after_checkpoint_id=self._after_id(),
             after_time=self._after_time(), after_restore=self.after_restore,
             min_count=int(self.min_count), require_running=self.require_running,
-            checkpoint_conn_id=self.checkpoint_conn_id,
+            access=self.trigger_access, checkpoint_conn_id=self.checkpoint_conn_id,
             poll_interval=self.poke_interval, end_time=end_time)
 
 
@@ -268,9 +285,9 @@ class ControlRequestSensor(_MetadataSensor):
         self.request_id = request_id
 
     def condition(self, store: Any) -> Outcome | None:
-        return check_control_request(store, self.request_id)
+        return check_control_request(store, self.request_id, access=self.access)
 
     def trigger(self, end_time: float) -> BaseTrigger:
-        return ControlRequestTrigger(request_id=self.request_id,
+        return ControlRequestTrigger(request_id=self.request_id, access=self.trigger_access,
                                      checkpoint_conn_id=self.checkpoint_conn_id,
                                      poll_interval=self.poke_interval, end_time=end_time)

@@ -20,6 +20,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+from airflow_checkpoint_provider.ownership import DagAccess
 from airflow_checkpoint_provider.triggers.conditions import (
     ERROR,
     TIMEOUT,
@@ -51,15 +52,25 @@ class _MetadataPollTrigger(BaseTrigger):
     """Poll one condition until it holds, fails or ``end_time`` passes."""
 
     def __init__(self, *, checkpoint_conn_id: str, poll_interval: float,
-                 end_time: float | None) -> None:
+                 end_time: float | None, access: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.checkpoint_conn_id = checkpoint_conn_id
         self.poll_interval = poll_interval
         self.end_time = end_time
+        #: the DAG this trigger waits for (:meth:`DagAccess.serialize`): a job of another
+        #: DAG fails the wait (``None``: any job)
+        self.access = access or None
 
     def _kwargs(self) -> dict[str, Any]:
-        return {"checkpoint_conn_id": self.checkpoint_conn_id,
-                "poll_interval": self.poll_interval, "end_time": self.end_time}
+        out: dict[str, Any] = {"checkpoint_conn_id": self.checkpoint_conn_id,
+                               "poll_interval": self.poll_interval, "end_time": self.end_time}
+        if self.access:
+            out["access"] = self.access
+        return out
+
+    @property
+    def dag_access(self) -> DagAccess | None:
+        return DagAccess.from_kwargs(self.access)
 
     def _check(self, store: Any) -> Outcome | None:  # runs in a worker thread
         raise NotImplementedError
@@ -105,9 +116,10 @@ class JobStateTrigger(_MetadataPollTrigger):
     def __init__(self, *, job: str, target_states: list[str],
                  failure_states: list[str] | None = None,
                  checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
-                 poll_interval: float = 2.0, end_time: float | None = None) -> None:
+                 poll_interval: float = 2.0, end_time: float | None = None,
+                 access: dict[str, Any] | None = None) -> None:
         super().__init__(checkpoint_conn_id=checkpoint_conn_id, poll_interval=poll_interval,
-                         end_time=end_time)
+                         end_time=end_time, access=access)
         self.job = job
         self.target_states = list(target_states)
         self.failure_states = None if failure_states is None else list(failure_states)
@@ -122,7 +134,7 @@ class JobStateTrigger(_MetadataPollTrigger):
 
     def _check(self, store: Any) -> Outcome | None:
         return check_job_state(store, self.job, target_states=self.target_states,
-                               failure_states=self.failure_states)
+                               failure_states=self.failure_states, access=self.dag_access)
 
 
 class CheckpointCompletedTrigger(_MetadataPollTrigger):
@@ -147,9 +159,10 @@ class CheckpointCompletedTrigger(_MetadataPollTrigger):
                  after_restore: bool = False, min_count: int = 1,
                  require_running: bool = False,
                  checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
-                 poll_interval: float = 2.0, end_time: float | None = None) -> None:
+                 poll_interval: float = 2.0, end_time: float | None = None,
+                 access: dict[str, Any] | None = None) -> None:
         super().__init__(checkpoint_conn_id=checkpoint_conn_id, poll_interval=poll_interval,
-                         end_time=end_time)
+                         end_time=end_time, access=access)
         self.job = job
         self.kind = kind
         self.after_checkpoint_id = after_checkpoint_id
@@ -173,7 +186,7 @@ class CheckpointCompletedTrigger(_MetadataPollTrigger):
         return check_checkpoint_completed(
             store, self.job, kind=self.kind, after_checkpoint_id=self.after_checkpoint_id,
             after_time=after_time, after_restore=self.after_restore, min_count=self.min_count,
-            require_running=self.require_running)
+            require_running=self.require_running, access=self.dag_access)
 
 
 class ControlRequestTrigger(_MetadataPollTrigger):
@@ -191,9 +204,10 @@ class ControlRequestTrigger(_MetadataPollTrigger):
 
     def __init__(self, *, request_id: str, then_job_states: list[str] | None = None,
                  checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
-                 poll_interval: float = 1.0, end_time: float | None = None) -> None:
+                 poll_interval: float = 1.0, end_time: float | None = None,
+                 access: dict[str, Any] | None = None) -> None:
         super().__init__(checkpoint_conn_id=checkpoint_conn_id, poll_interval=poll_interval,
-                         end_time=end_time)
+                         end_time=end_time, access=access)
         self.request_id = request_id
         self.then_job_states = None if then_job_states is None else list(then_job_states)
 
@@ -209,7 +223,8 @@ class ControlRequestTrigger(_MetadataPollTrigger):
 
     def _check(self, store: Any) -> Outcome | None:
         return check_control_request(store, self.request_id,
-                                     then_job_states=self.then_job_states)
+                                     then_job_states=self.then_job_states,
+                                     access=self.dag_access)
 
 
 class StabilityTrigger(_MetadataPollTrigger):
@@ -231,9 +246,10 @@ class StabilityTrigger(_MetadataPollTrigger):
     def __init__(self, *, job_id: str, since: str, criteria: dict[str, Any],
                  baseline_job_id: str | None = None,
                  checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
-                 poll_interval: float = 2.0, end_time: float | None = None) -> None:
+                 poll_interval: float = 2.0, end_time: float | None = None,
+                 access: dict[str, Any] | None = None) -> None:
         super().__init__(checkpoint_conn_id=checkpoint_conn_id, poll_interval=poll_interval,
-                         end_time=end_time)
+                         end_time=end_time, access=access)
         self.job_id = job_id
         self.since = since
         self.criteria = dict(criteria)
@@ -249,4 +265,5 @@ class StabilityTrigger(_MetadataPollTrigger):
 
     def _check(self, store: Any) -> Outcome | None:
         return check_stability(store, self.job_id, since=datetime.fromisoformat(self.since),
-                               criteria=self.criteria, baseline_job_id=self.baseline_job_id)
+                               criteria=self.criteria, baseline_job_id=self.baseline_job_id,
+                               access=self.dag_access)

@@ -22,6 +22,7 @@ from airflow_checkpoint_provider.engine.client import (
     early_verdict,
     heartbeat_timeout,
 )
+from airflow_checkpoint_provider.ownership import DagAccess
 
 #: Event statuses a trigger may fire; ``execute_complete`` fails on anything else.
 SUCCESS, ERROR, TIMEOUT = "success", "error", "timeout"
@@ -39,15 +40,18 @@ class Outcome:
         return {**self.payload, "status": self.status, "message": self.message}
 
 
-def _job(store: MetadataStore, job: str) -> JobRecord | None:
+def _job(store: MetadataStore, job: str, access: DagAccess | None = None) -> JobRecord | None:
     """The job, after declaring it LOST if it is active without a recent heartbeat (a dead
-    driver must not keep a sensor waiting until its timeout)."""
+    driver must not keep a sensor waiting until its timeout). A job ``access`` may not see
+    raises :class:`~airflow_checkpoint_provider.ownership.JobOwnershipError`."""
     try:
         # by id, id prefix or name; for a name the active job of that name (v1 restarted
         # after a failed v2), else the newest
         rec = store.resolve_job(job)
     except LookupError:
         return None
+    if access is not None:
+        access.check(rec, "wait for")
     if rec.status in ACTIVE_JOB_STATUSES:
         last = rec.heartbeat_at or rec.created_at
         stale = (datetime.now(UTC) - last).total_seconds() > heartbeat_timeout()
@@ -62,10 +66,11 @@ def describe_job(job: JobRecord) -> str:
 
 
 def check_job_state(store: MetadataStore, job: str, *, target_states: list[str],
-                    failure_states: list[str] | None = None) -> Outcome | None:
+                    failure_states: list[str] | None = None,
+                    access: DagAccess | None = None) -> Outcome | None:
     """Success once ``job`` (id, id prefix or name) is in one of ``target_states``; error when
     it is in ``failure_states`` (default: FAILED, CANCELED) or ended in a state not targeted."""
-    rec = _job(store, job)
+    rec = _job(store, job, access)
     if rec is None:
         return None
     payload = {"job_id": rec.job_id, "job_name": rec.job_name, "job_status": rec.status,
@@ -82,13 +87,14 @@ def check_job_state(store: MetadataStore, job: str, *, target_states: list[str],
 def check_checkpoint_completed(store: MetadataStore, job: str, *, kind: str | None = "CHECKPOINT",
                                after_checkpoint_id: int | None = None,
                                after_time: datetime | None = None, after_restore: bool = False,
-                               min_count: int = 1, require_running: bool = False) -> Outcome | None:
+                               min_count: int = 1, require_running: bool = False,
+                               access: DagAccess | None = None) -> Outcome | None:
     """Success once ``job`` has ``min_count`` completed checkpoints of ``kind`` (``None``: any)
     newer than ``after_checkpoint_id`` / triggered after ``after_time`` and, with
     ``after_restore``, triggered after the job's latest (re)start that restored state; with
     ``require_running`` the job must also be RUNNING at that moment (a health gate).
     Error when the job ended (or is not active any more) before that."""
-    rec = _job(store, job)
+    rec = _job(store, job, access)
     if rec is None:
         return None
     not_before = after_time
@@ -128,7 +134,8 @@ def check_checkpoint_completed(store: MetadataStore, job: str, *, kind: str | No
 
 
 def check_control_request(store: MetadataStore, request_id: str, *,
-                          then_job_states: list[str] | None = None) -> Outcome | None:
+                          then_job_states: list[str] | None = None,
+                          access: DagAccess | None = None) -> Outcome | None:
     """Success when the request SUCCEEDED (payload: its result) and, with
     ``then_job_states``, its job has also reached one of those statuses (a stop: STOPPED);
     error when the request FAILED or the job ended in another status."""
@@ -136,6 +143,10 @@ def check_control_request(store: MetadataStore, request_id: str, *,
     if req is None:
         return Outcome(ERROR, f"no control request with id {request_id!r}",
                        {"request_id": request_id})
+    if access is not None:
+        owner = store.get_job(req.job_id)
+        if owner is not None:
+            access.check(owner, "read the control requests of")
     if not req.is_done:
         return None
     result = dict(req.result or {})
@@ -164,14 +175,15 @@ def check_control_request(store: MetadataStore, request_id: str, *,
 
 def check_stability(store: MetadataStore, job_id: str, *, since: datetime,
                     criteria: dict[str, Any], baseline_job_id: str | None = None,
-                    now: datetime | None = None) -> Outcome | None:
+                    now: datetime | None = None,
+                    access: DagAccess | None = None) -> Outcome | None:
     """The stability verdict on ``job_id`` once ``criteria["window_s"]`` passed since
     ``since`` (success if stable, else error); before that, an error only when waiting cannot
     help (the job ended or restarted too often), else ``None``. The payload's ``verdict``
     holds every criterion with its figure and bound."""
     crit = StabilityCriteria.from_dict(criteria)
     now = now or datetime.now(UTC)
-    _job(store, job_id)  # declares a silent job LOST
+    _job(store, job_id, access)  # declares a silent job LOST
     if (now - since).total_seconds() < crit.window_s:
         verdict = early_verdict(store, job_id, since=since, criteria=crit)
         if verdict is None:

@@ -13,8 +13,9 @@ from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOp
 
 def _submit(tmp_path, **kwargs) -> SubmitCheckpointedJobOperator:
     kwargs.setdefault("wait_for", "running")
+    kwargs.setdefault("task_id", "submit")
     return SubmitCheckpointedJobOperator(
-        task_id="submit", pipeline=f"{EXAMPLE}:build_v2", job_name="versioned-sum",
+        pipeline=f"{EXAMPLE}:build_v2", job_name="versioned-sum",
         runner="local", log_dir=str(tmp_path / "logs"),
         report_dir=str(tmp_path / "reports"), **kwargs)
 

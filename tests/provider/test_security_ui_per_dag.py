@@ -27,9 +27,9 @@ def app(tmp_path, monkeypatch):
     upgrade_database(url)
     with MetadataStore(url) as store:
         for job_id, dag in (("job-a", "dag_a"), ("job-b", "dag_b"), ("job-cli", None)):
-            store.create_job(job_id=job_id, job_name=job_id, parallelism=1)
             if dag:
-                store.set_job_dag(job_id, dag)
+                store.reserve_job_owner(job_id, dag, "manual__1")
+            store.create_job(job_id=job_id, job_name=job_id, parallelism=1)
     monkeypatch.setenv("AIRFLOW_CONN_CKPT_PER_DAG", json.dumps(
         {"conn_type": "checkpoint_metadata", "extra": {"url": url}}))
     monkeypatch.setenv("CKPT_UI_CONN_ID", "ckpt_per_dag")

@@ -20,6 +20,7 @@ from .models import (
     ControlRequestRow,
     ControlRequestStatus,
     JobAttemptRow,
+    JobOwnerRow,
     JobRow,
     JobStatus,
     as_utc,
@@ -125,11 +126,13 @@ class JobsMixin(StoreBase):
             if live is not None:
                 raise _name_in_use(job_name, live.job_id, live.status)
             now = utcnow()
+            owner = session.get(JobOwnerRow, job_id)  # reserved by the Airflow task
             row = JobRow(job_id=job_id, job_name=job_name, version=version,
                          status=JobStatus.CREATED.value, restored_from=restored_from,
                          spark_app_id=spark_app_id, parallelism=parallelism, attempt=0,
                          failure_reason=None, heartbeat_at=None, created_at=now,
-                         updated_at=now)
+                         updated_at=now, dag_id=owner.dag_id if owner else None,
+                         dag_run_id=owner.dag_run_id if owner else None)
             session.add(row)
             session.flush()
             return JobRecord.from_row(row)
@@ -190,16 +193,27 @@ class JobsMixin(StoreBase):
 
         self._write(fn, "set_job_restored_from")
 
-    def set_job_dag(self, job_id: str, dag_id: str) -> None:
-        """Record the Airflow DAG that submitted the job (the UI plugin shows a user only
-        the jobs of DAGs they may read)."""
+    def reserve_job_owner(self, job_id: str, dag_id: str, dag_run_id: str | None = None) -> str:
+        """Reserve ``job_id`` for the Airflow DAG ``dag_id`` (and its run ``dag_run_id``)
+        before the job is launched: ``create_job`` copies the owner into the job's row, so
+        the job belongs to its DAG from its first row on. Idempotent for the same DAG (a
+        retry of the task). Returns the owning DAG: the one reserved earlier, or the owner of
+        an existing job row, which never changes (a reservation after the fact is ignored)."""
 
-        def fn(session: Session) -> None:
-            row = self._job_row(session, job_id)
-            row.dag_id = dag_id
-            row.updated_at = utcnow()
+        def fn(session: Session) -> str:
+            job = session.get(JobRow, job_id)
+            if job is not None:
+                return job.dag_id or ""
+            earlier = session.get(JobOwnerRow, job_id)
+            if earlier is not None:
+                return earlier.dag_id
+            session.add(JobOwnerRow(job_id=job_id, dag_id=dag_id, dag_run_id=dag_run_id,
+                                    created_at=utcnow()))
+            return dag_id
 
-        self._write(fn, "set_job_dag")
+        owner = self._write(fn, "reserve_job_owner")
+        log.info("Job id %s belongs to DAG %s", job_id, owner or "(none: started outside Airflow)")
+        return owner
 
     def set_spark_app_id(self, job_id: str, spark_app_id: str) -> None:
         """Record the Spark application id once the driver knows it."""

@@ -15,6 +15,11 @@ Tables
     RUNNING job with a stale heartbeat is a dead driver. At most one job per name is live
     (CREATED, RUNNING or RESTARTING): a partial unique index guarantees it (revision 0005).
 
+``job_owners``
+    The Airflow DAG (and DAG run) a job id is reserved for, written before the job is
+    launched; the job's row takes ``dag_id``/``dag_run_id`` from it when it is created. The
+    provider's operators act only on jobs of their own DAG (``allowed_owner_dags`` widens it).
+
 ``job_attempts``
     One row per (re)start of a job, primary key ``(job_id, attempt)``: when it started and
     ended, which checkpoint it restored (``restored_checkpoint_id`` and the location in
@@ -279,8 +284,25 @@ class JobRow(Base):
     heartbeat_at: Mapped[datetime | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
-    #: the Airflow DAG that submitted the job (revision 0008; NULL: started outside Airflow)
+    #: the Airflow DAG that submitted the job (revision 0008; NULL: started outside Airflow):
+    #: its owner. Copied from ``job_owners`` when the job is created (revision 0010), so a
+    #: job belongs to its DAG from its first row on; never changed afterwards
     dag_id: Mapped[str | None] = mapped_column(String(250), index=True)
+    #: the DAG run whose task submitted the job (revision 0010)
+    dag_run_id: Mapped[str | None] = mapped_column(String(250))
+
+
+class JobOwnerRow(Base):
+    """``job_owners``: the DAG (and DAG run) that will own a job, written by the Airflow
+    task *before* it launches the job under this id (revision 0010). ``create_job`` copies it
+    into the job's row, so the job is owned from the moment it exists, whatever the runner."""
+
+    __tablename__ = "job_owners"
+
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
+    dag_id: Mapped[str] = mapped_column(String(250))
+    dag_run_id: Mapped[str | None] = mapped_column(String(250))
+    created_at: Mapped[datetime]
 
 
 class JobAttemptRow(Base):

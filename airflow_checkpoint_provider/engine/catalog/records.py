@@ -56,8 +56,10 @@ class JobRecord(_Record):
     heartbeat_at: datetime | None
     created_at: datetime
     updated_at: datetime
-    #: the Airflow DAG that submitted the job (``None``: started outside Airflow)
+    #: the Airflow DAG that submitted the job, its owner (``None``: started outside Airflow)
     dag_id: str | None = None
+    #: the DAG run whose task submitted the job
+    dag_run_id: str | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -79,6 +81,7 @@ class JobRecord(_Record):
             created_at=as_utc(row.created_at),
             updated_at=as_utc(row.updated_at),
             dag_id=row.dag_id,
+            dag_run_id=row.dag_run_id,
         )
 
 

@@ -258,7 +258,9 @@ def cancel(job: str, db: str | None, timeout: float, as_json: bool) -> None:
 @click.option("--name", default=None, help="Only jobs with this name.")
 @click.option("--json", "as_json", is_flag=True)
 def jobs(db: str | None, name: str | None, as_json: bool) -> None:
-    """List jobs, newest first (active jobs without a recent heartbeat are shown LOST)."""
+    """List jobs, newest first (active jobs without a recent heartbeat are shown LOST), with
+    the Airflow DAG that owns each (``owner DAG/RUN``; none for a job started outside
+    Airflow): a DAG's tasks act only on its own jobs, the CLI on every job."""
     store = _store(db)
     store.mark_lost_jobs(name)
     rows = store.list_jobs(job_name=name)
@@ -266,8 +268,9 @@ def jobs(db: str | None, name: str | None, as_json: bool) -> None:
         _echo_json([_record(r) for r in rows])
         return
     for r in rows:
+        owner = f"  owner {r.dag_id}/{r.dag_run_id or '-'}" if r.dag_id else ""
         echo(f"{r.job_id}  {r.job_name:<24} {r.status:<10} attempt {r.attempt}  "
-                   f"created {r.created_at:%Y-%m-%d %H:%M:%S}")
+             f"created {r.created_at:%Y-%m-%d %H:%M:%S}{owner}")
         if r.failure_reason and r.status in ("FAILED", "RESTARTING", "LOST"):
             # the failure's first line (where: operator, uid, subtask, phase); --json and
             # `ckpt report` hold the remote traceback too
