@@ -39,8 +39,11 @@ def _spark_conf_items() -> list[tuple[str, str]]:
     """The driver JVM's Spark properties, when this process was started by spark-submit."""
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):
         return []
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
 
+    # connect to spark-submit's JVM first: a SparkConf made before that is an empty Python
+    # dict (it never saw the submitted properties, spark.ckpt.env.* included)
+    SparkContext._ensure_initialized()
     return list(SparkConf().getAll())
 
 

@@ -18,10 +18,12 @@ Two modes:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -37,7 +39,6 @@ from airflow_checkpoint_provider.engine.client import (
     code_archives,
     makedirs_private,
     user_temp_dir,
-    write_private,
 )
 from airflow_checkpoint_provider.hooks.job_env import UnsafeJobEnvironmentError, check_job_env
 from airflow_checkpoint_provider.hooks.secrets import (
@@ -154,6 +155,8 @@ class CheckpointSubmitHook(SparkSubmitHook):
         self._env = dict(env)  # spark-submit's (or the local runner's) own environment
         self._conf = {"spark.redaction.regex": SPARK_REDACTION_REGEX, **(self._conf or {})}
         self._properties_file = user_properties
+        self._properties_fd: int | None = None  # the remote driver's properties (in memory)
+        self._properties_path: str | None = None  # or their file, where memfd is missing
         if self.runner == "spark" and self._remote_driver():
             self._properties_file = self._write_properties(user_properties)
 
@@ -166,10 +169,11 @@ class CheckpointSubmitHook(SparkSubmitHook):
                     or self._connection["deploy_mode"] == "cluster")
 
     def _write_properties(self, user_properties: str | None) -> str:
-        """A ``--properties-file`` (``0600``, in a private directory) holding the job's
-        environment for the remote driver -- ``spark.yarn.appMasterEnv.*`` on YARN,
-        ``spark.kubernetes.driverEnv.*`` on Kubernetes, ``spark.ckpt.env.*`` (read back by
-        the launch script) on a standalone cluster -- after the user's own properties."""
+        """A ``--properties-file`` holding the job's environment for the remote driver --
+        ``spark.yarn.appMasterEnv.*`` on YARN, ``spark.kubernetes.driverEnv.*`` on Kubernetes,
+        ``spark.ckpt.env.*`` (read back by the launch script) on a standalone cluster -- after
+        the user's own properties. It holds the metadata DB URL and its password, so it is
+        never a file on disk (:meth:`_properties_channel`)."""
         if self._is_yarn:
             prefix = "spark.yarn.appMasterEnv."
         elif self._is_kubernetes:
@@ -183,11 +187,69 @@ class CheckpointSubmitHook(SparkSubmitHook):
         for name, value in self._job_env.items():
             if name != "PATH":
                 lines.append(f"{_prop_escape(prefix + name, key=True)}={_prop_escape(value)}")
-        path = os.path.join(user_temp_dir("checkpoint-submit"), f"{self.job_id}.properties")
-        # replaced whole: a second submission of the job (a retry beside a zombie task)
-        # never lets spark-submit read a half-written file
-        write_private(path, ("\n".join(lines) + "\n").encode("utf-8"))
+        return self._properties_channel(("\n".join(lines) + "\n").encode("utf-8"))
+
+    def _properties_channel(self, data: bytes) -> str:
+        """Where spark-submit reads the properties: ``/dev/fd/<n>`` of an anonymous in-memory
+        file (``memfd_create``, ``0600``, sealed) that only this process and the spark-submit
+        it starts hold open (``pass_fds``). Nothing with the password is ever written to disk,
+        and the memory is freed once the last of them closes it: spark-submit exits (its
+        launcher and its JVM each reopen ``/dev/fd/<n>`` and read it whole), and this hook
+        closes its descriptor when it is garbage-collected (:meth:`close_properties`).
+
+        Without ``memfd_create`` (not Linux): a ``0600`` file with a random name in this user's
+        private temp directory, deleted as soon as the submission ends -- spark-submit exited,
+        failed, or (detached) the job is running -- see :meth:`_release_properties`."""
+        if hasattr(os, "memfd_create") and os.path.isdir("/dev/fd"):
+            flags = os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0)
+            fd = os.memfd_create(f"ckpt-{self.job_id}.properties", flags)
+            try:
+                os.fchmod(fd, 0o600)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                seals = getattr(fcntl, "F_SEAL_SEAL", 0) | getattr(fcntl, "F_SEAL_SHRINK", 0) \
+                    | getattr(fcntl, "F_SEAL_GROW", 0) | getattr(fcntl, "F_SEAL_WRITE", 0)
+                if seals and hasattr(fcntl, "F_ADD_SEALS"):
+                    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)  # read-only from now on
+            except BaseException:
+                os.close(fd)
+                raise
+            self._properties_fd = fd
+            return f"/dev/fd/{fd}"
+        fd, path = tempfile.mkstemp(dir=user_temp_dir("checkpoint-submit"),
+                                    prefix=f"{self.job_id}.", suffix=".properties")  # 0600
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        self._properties_path = path
         return path
+
+    def _properties_pass_fds(self) -> tuple[int, ...]:
+        """The descriptors spark-submit must inherit (the properties' memfd, if any)."""
+        return () if self._properties_fd is None else (self._properties_fd,)
+
+    def _release_properties(self) -> None:
+        """Delete the fallback properties file (no-op for the in-memory one): the submission
+        ended or the driver started, so spark-submit has read it."""
+        path, self._properties_path = self._properties_path, None
+        if path is not None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def close_properties(self) -> None:
+        """Free the remote driver's properties (the memfd, or the fallback file)."""
+        self._release_properties()
+        fd, self._properties_fd = self._properties_fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        try:
+            self.close_properties()
+        except Exception:  # noqa: BLE001 -- interpreter shutdown: nothing left to free
+            pass
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -210,7 +272,10 @@ class CheckpointSubmitHook(SparkSubmitHook):
         """Run the job until it ends; raise :class:`AirflowException` on a non-zero exit."""
         if self.runner == "spark":
             self._env = {**self._job_env, "PYTHONPATH": self._process_env()["PYTHONPATH"]}
-            self.submit(LAUNCH_SCRIPT)
+            try:
+                self.submit(LAUNCH_SCRIPT, pass_fds=self._properties_pass_fds())
+            finally:
+                self._release_properties()
             return
         cmd = self.command()
         self.log.info("Running %s", self._mask_cmd(cmd))
@@ -252,9 +317,14 @@ class CheckpointSubmitHook(SparkSubmitHook):
         # 0600, and never through a symlink planted where the log goes
         fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    env=self._process_env())
+            try:
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        env=self._process_env(),
+                                        pass_fds=self._properties_pass_fds())
+            except BaseException:
+                self._release_properties()
+                raise
         store = MetadataStore(self.metadata_url, migrate=False)  # the operator checked it exists
         deadline = time.monotonic() + timeout
         try:
@@ -277,6 +347,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
                 time.sleep(poll_interval)
         finally:
             store.close()
+            self._release_properties()  # the job runs (its driver read it) or never will
 
     @staticmethod
     def _info(job: JobRecord, pid: int, log_file: str) -> dict:

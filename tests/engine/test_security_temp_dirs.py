@@ -25,11 +25,11 @@ from airflow_checkpoint_provider.engine import (
     FileSink,
     GeneratorSource,
     Pipeline,
+    private,
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.datastream.api import default_metadata_url
 from airflow_checkpoint_provider.engine.errors import ConfigurationError
-from airflow_checkpoint_provider.engine import private
 from airflow_checkpoint_provider.engine.private import (
     TEMP_DIR_ENV,
     user_temp_base,

@@ -47,8 +47,10 @@ def _hook(monkeypatch, conn: dict, **kw) -> CheckpointSubmitHook:
 
 def _properties(cmd: list[str]) -> dict[str, str]:
     path = cmd[cmd.index("--properties-file") + 1]
+    # issue 50, break 6: an in-memory file this process passes to spark-submit, not a path
+    # on disk (the file stayed in $TMPDIR after spark-submit had read it)
+    assert path.startswith("/dev/fd/"), path
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
     with open(path) as f:
         return dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
 
@@ -171,3 +173,113 @@ def test_the_spark_redaction_regex_covers_the_engines_secrets(monkeypatch, key):
     assert re.search(regex, key)
     assert re.search(regex, "spark.executorEnv.MY_DB=" + URL)  # a URL with a password
     assert not re.search(regex, "spark.executorEnv.CKPT_EXAMPLE_DIR")
+
+
+# -- issue 50, break 6: nothing holding the password stays on disk ------------------------------
+
+
+def _files_containing(needle: bytes, *roots: str) -> list[str]:
+    found = []
+    for root in roots:
+        for dirpath, _dirs, files in os.walk(root):
+            for name in files:
+                path = os.path.join(dirpath, name)
+                try:
+                    with open(path, "rb") as f:
+                        if needle in f.read():
+                            found.append(path)
+                except OSError:
+                    continue
+    return found
+
+
+@pytest.fixture
+def private_tmpdir(tmp_path, monkeypatch):
+    """``$TMPDIR`` of this test (and of its spark-submit): a directory searched afterwards."""
+    import tempfile
+
+    from airflow_checkpoint_provider.engine import private
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(private, "_temp_bases", {})
+    monkeypatch.delenv("CKPT_TEMP_DIR", raising=False)
+    return str(tmp)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.usefixtures("spark_env")
+def test_no_file_holding_the_db_password_remains_after_blocking_failed_and_detached_submits(
+        spark_cluster, postgres_server, private_tmpdir, tmp_path, monkeypatch):
+    import time
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+
+    secret = f"Pw-{uuid.uuid4().hex}"
+    # the test server trusts local connections: the password is sent nowhere, but the URL
+    # (CKPT_METADATA_URL) holds it exactly as a production one does
+    url = postgres_server.create_database().replace("postgres@", f"postgres:{secret}@", 1)
+    host, port = spark_cluster.url.rsplit(":", 1)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_SECRET_TEST", json.dumps(
+        {"conn_type": "spark", "host": host, "port": int(port), "extra": {"deploy-mode": "cluster"}}))
+    old_dir = os.path.join("/tmp", f"checkpoint-submit-{os.getuid()}")  # where main wrote it
+    old_before = set(os.listdir(old_dir)) if os.path.isdir(old_dir) else set()
+
+    def hook(job_id: str, **kw) -> CheckpointSubmitHook:
+        return CheckpointSubmitHook(
+            pipeline="airflow_checkpoint_provider.examples.running_sum:build", job_id=job_id,
+            job_name="secret-sum", metadata_url=url, runner="spark", conn_id="spark_secret_test",
+            conf={"spark.executor.memory": "512m", "spark.cores.max": "2",
+                  "spark.executor.cores": "2"},
+            env_vars={"CKPT_EXAMPLE_DIR": str(tmp_path / job_id), "CKPT_EXAMPLE_RECORDS": "3000",
+                      "CKPT_EXAMPLE_KEYS": "10"}, **kw)
+
+    def driver_reads_only_the_properties(h: CheckpointSubmitHook) -> CheckpointSubmitHook:
+        # A remote driver that runs here: YARN and Kubernetes are not available, and Spark
+        # refuses Python applications in standalone cluster mode. The hook made its remote
+        # driver's properties (cluster mode); the driver then runs in client mode on the
+        # same cluster, and its only way to the DB URL is those properties: spark-submit
+        # reads them, the launch script turns spark.ckpt.env.* into its environment.
+        h._job_env.pop("CKPT_METADATA_URL")
+        h._connection["deploy_mode"] = "client"
+        h._should_track_driver_status = False
+        return h
+
+    # 1. blocking, the job runs and finishes
+    blocking = driver_reads_only_the_properties(hook("secret-blocking"))
+    assert "--properties-file" in blocking.command()
+    blocking.submit_blocking()
+    with MetadataStore(url, migrate=False) as store:
+        assert store.get_job("secret-blocking").status == "FINISHED"
+
+    # 2. failed: spark-submit reads the properties, then refuses (cluster mode), blocking
+    # and detached
+    with pytest.raises(AirflowException):
+        hook("secret-failed").submit_blocking()
+    with pytest.raises(AirflowException, match="launcher exited"):
+        hook("secret-failed-detached").submit_detached(timeout=120)
+
+    # 3. detached: returns once the job runs; its spark-submit goes on without the hook
+    detached = driver_reads_only_the_properties(hook("secret-detached"))
+    info = detached.submit_detached(timeout=300)
+    with MetadataStore(url, migrate=False) as store:
+        deadline = time.monotonic() + 300
+        while store.get_job("secret-detached").status not in ("FINISHED", "FAILED"):
+            assert time.monotonic() < deadline, "the detached job did not end"
+            time.sleep(0.5)
+        assert store.get_job("secret-detached").status == "FINISHED"
+    assert os.path.isfile(info["log_file"])
+    for h in (blocking, detached):
+        h.close_properties()
+
+    needle = secret.encode()
+    assert _files_containing(needle, private_tmpdir, str(tmp_path), spark_cluster.workdir) == []
+    old_after = set(os.listdir(old_dir)) if os.path.isdir(old_dir) else set()
+    assert _files_containing(needle, *(os.path.join(old_dir, n)
+                                       for n in old_after - old_before)) == []
+    assert old_after - old_before == set()
