@@ -10,13 +10,13 @@ Once the job has ended (a terminal status, or ``LOST``), restoring ``latest`` fr
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 
 from ..catalog.models import TERMINAL_JOB_STATUSES, CheckpointStatus, JobStatus
 from ..errors import InvalidNameError
 from ..fs.storage import absolute_location, basename, filesystem_for, parent
 from ..names import ensure_under
+from .ownership import metadata_refusal, path_refusal
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,9 @@ def discard_partial_checkpoints(store, job_id: str,
     A location read from the DB is untrusted: only a directory this engine named for that
     checkpoint of that job is deleted -- ``<root>/<job-name>/<job-id>/chk-<N>`` or
     ``<root>/savepoint-<job-id>-<N>`` (absolute, no ``..``, not a symlink), inside one of
-    ``roots`` (symlinks resolved) when they are given (the checkpoint and savepoint roots of the restoring job)."""
+    ``roots`` (symlinks resolved) when they are given (the checkpoint and savepoint roots of
+    the restoring job), and whose ``_metadata``, if it has one, names that job (issue 50: a
+    completed checkpoint of another job copied there, or a row pointing at one, is kept)."""
     job = store.get_job(job_id)
     if job is None or job.status not in ENDED_JOB_STATUSES:
         return []
@@ -60,15 +62,9 @@ def discard_partial_checkpoints(store, job_id: str,
 def _foreign(location: str, job_name: str, job_id: str, checkpoint_id: int,
              roots: Sequence[str | None]) -> str | None:
     """Why ``location`` is not the engine's directory of that checkpoint (``None``: it is)."""
-    if not location or "\x00" in location:
-        return "no location"
-    local = not location.startswith("s3://")
-    if local and not os.path.isabs(location):
-        return "not an absolute path"
-    if ".." in location.replace("\\", "/").split("/"):
-        return "it contains '..'"
-    if local and os.path.islink(location):
-        return "a symlink"
+    why = path_refusal(location)
+    if why is not None:
+        return why
     name = basename(location)
     if name == f"chk-{checkpoint_id}":
         if basename(parent(location)) != job_id or basename(parent(parent(location))) != job_name:
@@ -77,11 +73,15 @@ def _foreign(location: str, job_name: str, job_id: str, checkpoint_id: int,
         return f"not named chk-{checkpoint_id} or savepoint-{job_id}-{checkpoint_id}"
     wanted = [absolute_location(r) for r in roots if r]
     if wanted:
-        for root in wanted:
-            try:
-                ensure_under(root, location, "checkpoint location")
-                return None
-            except InvalidNameError:
-                continue
-        return f"outside {', '.join(wanted)}"
-    return None
+        if not any(_under(root, location) for root in wanted):
+            return f"outside {', '.join(wanted)}"
+    # last (it reads the file): whose checkpoint it is; a partial one has no _metadata yet
+    return metadata_refusal(location, job_id, require_metadata=False)
+
+
+def _under(root: str, location: str) -> bool:
+    try:
+        ensure_under(root, location, "checkpoint location")
+    except InvalidNameError:
+        return False
+    return True

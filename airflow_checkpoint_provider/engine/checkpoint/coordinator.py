@@ -81,6 +81,9 @@ class CompletedCheckpoint:
     alignment: str = "aligned"
     #: a switched checkpoint: ms from its trigger to the switch
     switched_after_ms: int | None = None
+    #: the job its ``_metadata`` names (a claimed snapshot's); ``None``: this job. Its files
+    #: are deleted, and it is restored on failover, only as that job's (issue 50)
+    job_id: str | None = None
 
 
 #: the adaptive aligned timeout: after this many consecutive checkpoints that had to be
@@ -317,7 +320,7 @@ class CheckpointCoordinator:
         log.warning("%s %d of job %s aborted: %s", record_kind(p.kind).capitalize(), chk,
                     self.job_name, reason)
         self.db.write(MetadataStore.fail_checkpoint, self.job_id, chk, reason=reason)
-        self.cleaner.remove_tree(p.location)
+        self.cleaner.remove_tree(p.location, owner=self.job_id)  # never another job's files
         for key in _shared_keys(p) - self.registered_shared:
             self.cleaner.remove_file(join(self.job_dir, key))  # uploaded for it only
         self.send_abort(chk)

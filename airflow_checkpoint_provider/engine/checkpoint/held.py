@@ -13,6 +13,9 @@ in the metadata DB, not only in its driver's memory:
   checkpoint) reads the pins of the held and just subsumed checkpoints (one indexed query,
   whatever the size of ``savepoint_pins``), keeps the pinned ones and deletes the others;
   once a deletion is done the row is marked ``files_deleted``;
+* a directory is deleted only as the job its ``_metadata`` names (the job's own, an
+  adopted one's job, a claimed snapshot's job; :mod:`.ownership`, issue 50): another job's
+  checkpoint copied there, or a row pointing elsewhere, is kept and logged;
 * an adopted checkpoint's shared files (in its own job's ``shared/``) are deleted once no
   COMPLETED or CORRUPT checkpoint of that job and none of its held ones references them.
 
@@ -170,10 +173,21 @@ class HeldCheckpoints:
                     self.job_name,
                     old.job_id,
                 )
-                self.cleaner.remove_tree(old.location, self._mark_deleted(old.job_id, old))
+                self.cleaner.remove_tree(
+                    old.location, self._mark_deleted(old.job_id, old), owner=old.job_id
+                )
                 released.add(old.job_id)
             elif old.claimed:  # another job's snapshot that this job owns
-                self.cleaner.remove_tree(old.location)
+                owner = getattr(old, "job_id", None)
+                if owner is None:  # whose it is was not recorded: its files are kept
+                    log.warning(
+                        "Job %s is not deleting claimed snapshot %s: the job it was taken "
+                        "by is unknown",
+                        self.job_name,
+                        old.location,
+                    )
+                else:
+                    self.cleaner.remove_tree(old.location, owner=owner)
             elif _inside(self.job_dir, old.location):  # never another job's checkpoint
                 if id(old) not in fresh:
                     log.info(
@@ -181,7 +195,9 @@ class HeldCheckpoints:
                         old.checkpoint_id,
                         self.job_name,
                     )
-                self.cleaner.remove_tree(old.location, self._mark_deleted(self.job_id, old))
+                self.cleaner.remove_tree(
+                    old.location, self._mark_deleted(self.job_id, old), owner=self.job_id
+                )
         self.held = held
         for job_id in sorted(released):
             self._discard_shared_of(job_id)

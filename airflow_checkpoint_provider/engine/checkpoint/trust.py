@@ -14,6 +14,16 @@ HMAC under that key, else :class:`~..errors.UntrustedSnapshotError`. Two excepti
   unsigned by an engine that did not sign yet) is accepted, with a WARNING.
 
 A snapshot accepted once stays accepted for the job (CLAIM mode may fail over to it).
+
+**Whose snapshot it is** (security issue 50). A valid signature says that *a* job of this
+deployment wrote the snapshot, not which: another job's checkpoint copied over this job's
+latest one is validly signed. A snapshot found through a job's history -- a ``checkpoints``
+row (``restore="latest"``, including the newest job of the name and the fallback to older
+checkpoints), a failover candidate, the snapshot a standby takes over -- must name that
+row's job in its ``_metadata`` (``owner``, or ``record.job_id``), else
+:class:`~.ownership.ForeignSnapshotError`. The check follows the signature check, so the
+job id it compares is a signed one (or one the trust flag or the transition vouches for).
+Another job's snapshot is restored only by its explicit path (``restore=PATH``).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from ..errors import UntrustedSnapshotError
 from ..fs.storage import canonical_location
 from ..snapshot import integrity
 from ..snapshot.codec import LoadedSnapshot, load_snapshot, signature_status
+from .ownership import check_owner
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +76,22 @@ class SnapshotTrust:
         #: snapshot directories accepted without a valid HMAC (trust flag, transition)
         self.accepted: set[str] = set()
 
-    def load(self, location: str, *, record: CheckpointRecord | None = None) -> LoadedSnapshot:
-        """Load ``location`` (checksums and fields verified) and :meth:`check` it."""
+    def load(self, location: str, *, record: CheckpointRecord | None = None,
+             owner: str | None = None) -> LoadedSnapshot:
+        """Load ``location`` (checksums and fields verified) and :meth:`check` it.
+
+        :param record: the ``checkpoints`` row it was found through: the snapshot must be
+            that row's job's.
+        :param owner: the job it must be (a failover or standby candidate); ``None`` with no
+            ``record``: an explicit path, any job's.
+
+        Raises :class:`~.ownership.ForeignSnapshotError` (an ``UntrustedSnapshotError``)
+        when its signed ``_metadata`` names another job."""
         snapshot = load_snapshot(location, check_hmac=False)
         self.check(snapshot, record=record, given=location)
+        expected = owner if owner is not None else (record.job_id if record is not None
+                                                    else None)
+        check_owner(snapshot.directory, snapshot.doc, expected)
         return snapshot
 
     def check(self, snapshot: LoadedSnapshot, *, record: CheckpointRecord | None = None,

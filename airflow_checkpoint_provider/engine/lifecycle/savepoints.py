@@ -17,9 +17,19 @@ completed savepoint of the jobs of one name; the first that applies decides:
 4. ``retained`` -- kept: within ``max_count`` newest and not older than ``max_age_seconds``;
 5. ``disposed`` -- files deleted and the row marked DISCARDED; ``missing`` when the files
    were already gone (the row is marked DISCARDED too); ``refused`` when a concurrent
-   restore or pin appeared between the decision and the deletion (kept).
+   restore or pin appeared between the decision and the deletion (kept); ``foreign`` when
+   the row's location is not that job's savepoint (kept, see below).
 
 :func:`dispose_savepoint` enforces rules 2 and 3 for explicit disposals as well.
+
+A row's ``location`` is untrusted (security issue 50: a metadata-DB writer pointed a row of
+job A at job B's savepoint, and retention deleted B's). Retention disposes a location only
+when its ``_metadata`` names the row's job, its name is ``savepoint-<job-id>-<N>`` of that
+row and, when savepoint roots are configured (``$CKPT_ALLOWED_SAVEPOINT_ROOTS``, or
+``allowed_roots``), it lies under one (:func:`~..checkpoint.ownership.deletion_refusal`);
+anything else is kept, logged and reported as ``foreign`` with the path and both job ids.
+An explicit ``ckpt dispose PATH`` deletes the savepoint the operator named (and marks only
+the row recorded at that location).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..catalog.models import CheckpointStatus, JobStatus
+from ..checkpoint.ownership import deletion_refusal
 from ..errors import EngineError
 from ..fs.storage import (
     canonical_location,
@@ -44,12 +55,25 @@ class DisposeRefused(EngineError):
     """The path is not a savepoint, or a running job still needs it."""
 
 
-def dispose_savepoint(path: str, store=None) -> None:
+class ForeignSavepointRefused(DisposeRefused):
+    """A ``checkpoints`` row's location is not that job's savepoint (its ``_metadata`` names
+    another job, its name or root is wrong): nothing is deleted. Find out who wrote the row;
+    dispose the savepoint by its path (``ckpt dispose PATH``) if it really must go."""
+
+
+def dispose_savepoint(path: str, store=None, *, record=None,
+                      allowed_roots: tuple[str, ...] = ()) -> None:
     """Delete the savepoint at ``path`` and mark its row DISCARDED.
 
     Refuses a path that is not a savepoint (a checkpoint is owned by its job, which deletes
     it when it is subsumed) and, with a ``store``, a snapshot that a RUNNING job was restored
     from and may still need.
+
+    :param record: the ``checkpoints`` row ``path`` was read from (retention, the dispose
+        operator going through the DB): the savepoint must be that row's job's
+        (:func:`~..checkpoint.ownership.deletion_refusal`, with ``allowed_roots`` besides
+        ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``), else :class:`ForeignSavepointRefused`. Without
+        it, ``path`` was named by the operator and is disposed as named.
     """
     snap = load_snapshot(path)
     if snap.doc.get("kind") != "SAVEPOINT":
@@ -57,8 +81,17 @@ def dispose_savepoint(path: str, store=None) -> None:
             f"{snap.directory} is a {snap.doc.get('kind', 'unknown').lower()}, not a savepoint; "
             "checkpoints are deleted by their job's retention"
         )
+    if record is not None:
+        why = deletion_refusal(snap.directory, job_id=record.job_id, kind="SAVEPOINT",
+                               checkpoint_id=record.checkpoint_id, roots=allowed_roots)
+        if why is not None:
+            raise ForeignSavepointRefused(
+                f"not disposing {snap.directory} for savepoint {record.checkpoint_id} of job "
+                f"{record.job_id}: {why}. The row's location is not that job's savepoint; "
+                "nothing was deleted. Check who wrote the row, or dispose the path explicitly "
+                "(ckpt dispose PATH) if it must go")
+    mine = canonical_location(snap.directory)
     if store is not None:
-        mine = canonical_location(snap.directory)
         for job in restoring_jobs(store, mine):
             raise DisposeRefused(
                 f"savepoint {snap.directory} is still used by running job {job.job_name} "
@@ -69,10 +102,11 @@ def dispose_savepoint(path: str, store=None) -> None:
                                  f"pin first (ckpt unpin {snap.directory} --holder {pin.holder})")
     filesystem_for(snap.directory).remove_tree(snap.directory)
     if store is not None:
-        row = store.get_checkpoint(snap.doc["job_id"], int(snap.doc["checkpoint_id"]))
-        if row is not None:
+        row = record or store.get_checkpoint(snap.doc["job_id"], int(snap.doc["checkpoint_id"]))
+        # only the row recorded at this very location (another row may name the same ids)
+        if row is not None and row.location and canonical_location(row.location) == mine:
             store.set_checkpoint_status(row.job_id, [row.checkpoint_id], CheckpointStatus.DISCARDED)
-    log.info("Disposed savepoint %s", snap.directory)
+    log.info("Disposed savepoint %s of job %s", snap.directory, snap.doc.get("job_id"))
 
 
 def list_savepoints(store, *, job_name: str | None = None, job_id: str | None = None,
@@ -173,7 +207,7 @@ class RetentionDecision:
     """What retention did with one savepoint, and why.
 
     ``decision`` is ``kept`` or ``disposed``; ``rule`` one of ``newest``, ``restored``,
-    ``pinned``, ``retained``, ``disposed``, ``missing``, ``refused`` (see the module
+    ``pinned``, ``retained``, ``disposed``, ``missing``, ``refused``, ``foreign`` (see the module
     docstring); ``reason`` says it in words, with the job or pin that decided."""
 
     location: str
@@ -224,11 +258,15 @@ def _age_text(seconds: float) -> str:
 
 def apply_savepoint_retention(store, *, job_name: str, max_age_seconds: float | None = None,
                               max_count: int | None = None,
-                              now: datetime | None = None) -> RetentionReport:
+                              now: datetime | None = None,
+                              allowed_roots: tuple[str, ...] = ()) -> RetentionReport:
     """Dispose savepoints of ``job_name`` older than ``max_age_seconds`` or beyond the newest
     ``max_count``, except those the rules of this module keep (the newest; one a job that is
     not terminal was restored from; a pinned one). Returns a :class:`RetentionReport` with a
-    decision and its reason for every completed savepoint; each decision is also logged."""
+    decision and its reason for every completed savepoint; each decision is also logged.
+    A location that is not the row's job's savepoint is kept (rule ``foreign``; see the
+    module docstring; ``allowed_roots``: savepoint roots besides
+    ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``)."""
     report = RetentionReport(job_name, max_age_seconds, max_count)
     rows = list_savepoints(store, job_name=job_name)
     now = now or datetime.now(UTC)
@@ -273,8 +311,12 @@ def apply_savepoint_retention(store, *, job_name: str, max_age_seconds: float | 
                 why.append(f"older than max_age ({_age_text(age or 0)} > "
                            f"{_age_text(max_age_seconds or 0)})")
             try:
-                dispose_savepoint(row.location, store)
+                dispose_savepoint(row.location, store, record=row, allowed_roots=allowed_roots)
                 decide(DISPOSED, "disposed", "; ".join(why))
+            except ForeignSavepointRefused as exc:
+                log.warning("Savepoint retention of %s kept the location of savepoint %d of job "
+                            "%s: %s", job_name, row.checkpoint_id, row.job_id, exc)
+                decide(KEPT, "foreign", str(exc))
             except DisposeRefused as exc:
                 decide(KEPT, "refused", str(exc))
             except EngineError as exc:  # already gone: record it

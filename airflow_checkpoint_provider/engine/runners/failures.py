@@ -232,9 +232,15 @@ class FailoverMixin:
         chosen: LoadedSnapshot | None = None
         for c in reversed(list(coord.completed)):
             what = f"checkpoint {c.checkpoint_id} of job {self.config.name} ({self.job_id})"
-            chosen, problem = _load_restorable(
-                self.trust.load, self._check_snapshot, c.location, what
-            )
+            # only as the job that took it (issue 50): this job's own, or the claimed
+            # snapshot's job; another job's checkpoint copied there is skipped like a
+            # damaged one (ForeignSnapshotError is a RestoreError)
+            owner = c.job_id or self.job_id
+
+            def load(location: str, owner: str = owner) -> LoadedSnapshot:
+                return self.trust.load(location, owner=owner)
+
+            chosen, problem = _load_restorable(load, self._check_snapshot, c.location, what)
             if chosen is not None:
                 break
             bad.append((c, problem or "unusable"))

@@ -134,10 +134,12 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
             raise ConfigurationError(f"claim_mode {claim_mode!r} is unknown; use NO_CLAIM or CLAIM")
         self.claim_mode = claim_mode
         store = MetadataStore(p.metadata_url)
+        #: the job whose snapshot ``restore`` must be (a standby's hand-over); None: any
+        self.restore_owner: str | None = None
         try:
             if standby.is_standby(restore):  # the application is up: wait for the hand-over
                 assert restore is not None
-                restore = standby.wait_for_handover(store, restore)
+                restore, self.restore_owner = standby.wait_for_handover(store, restore)
             return self._run(graph, store, restore, job_id)
         finally:
             store.close()
@@ -249,7 +251,7 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
             # deleted like the job's own checkpoints. (NO_CLAIM never deletes it.)
             self.coordinator.add_completed(CompletedCheckpoint(
                 initial.checkpoint_id, initial.doc.get("kind", "CHECKPOINT"), initial.directory,
-                0, 0, 0, claimed=True))
+                0, 0, 0, claimed=True, job_id=initial.doc.get("job_id")))
         self.control = ControlPlane(
             store=store, job_id=job_id, coordinator=self.coordinator,
             savepoint_root=p.checkpoint.savepoint_directory

@@ -137,7 +137,9 @@ class RestoreMixin:
             return None
         config, trust = self.config, self.trust
         if restore != "latest":
-            snapshot = trust.load(restore)
+            # an explicit path restores any job's snapshot; a standby's hand-over only the
+            # snapshot of the job it waited for (issue 50)
+            snapshot = trust.load(restore, owner=getattr(self, "restore_owner", None))
             if not config.fence_sinks and snapshot_is_fenced(snapshot.metadata.operators):
                 raise RestoreError(fenced_restore_error(snapshot.directory))
             self._check_snapshot(snapshot)
@@ -155,6 +157,13 @@ class RestoreMixin:
         for rec in store.completed_checkpoints(job_name=name):
             what = f"checkpoint {rec.checkpoint_id} of job {name} ({rec.job_id})"
             try:
+                # the snapshot must be rec's job's (issue 50): another job's checkpoint copied
+                # over it raises ForeignSnapshotError, a RestoreError, and is skipped and
+                # marked CORRUPT like a damaged one. Skipping rather than refusing the restore:
+                # the foreign state is never loaded, the fallback is the one a damaged
+                # checkpoint takes (every source and sink must consent, check_restore_plan,
+                # else nothing is changed), and it gives a store writer nothing new -- a
+                # corrupted byte already makes this checkpoint skipped
                 snapshot = trust.load(rec.location, record=rec)
                 if not config.fence_sinks and snapshot_is_fenced(snapshot.metadata.operators):
                     log.info("Skipping %s: a fenced (validation) run's", what)

@@ -12,7 +12,9 @@ the call) has ended, and restores what it left:
   job that left no completed checkpoint makes the standby fail, ``RestoreError``).
 
 The restore then goes through every check of an explicit path (trust, fencing, the sources'
-and sinks' consent). The job the standby waits for must exist and not have ended yet when
+and sinks' consent), and one more: the snapshot was found through job ``JOB``'s history, so
+its signed ``_metadata`` must name that job (issue 50: another job's snapshot copied there
+is refused with ``ForeignSnapshotError``; there is no older candidate to fall back to). The job the standby waits for must exist and not have ended yet when
 the standby starts (``ConfigurationError``: nothing to wait for).
 """
 
@@ -36,9 +38,10 @@ def is_standby(restore: str | None) -> bool:
 
 
 def wait_for_handover(store: MetadataStore, restore: str, *,
-                      poll_seconds: float = POLL_SECONDS) -> str:
+                      poll_seconds: float = POLL_SECONDS) -> tuple[str, str]:
     """Block until the job named by ``restore`` (``standby:JOB``) ended; return the snapshot
-    to restore (see the module docstring)."""
+    to restore and the id of that job, whose snapshot it must be (see the module
+    docstring)."""
     ref = restore[len(PREFIX):].strip()
     if not ref:
         raise ConfigurationError("restore 'standby:' needs a job: standby:JOB_ID or "
@@ -75,4 +78,4 @@ def wait_for_handover(store: MetadataStore, restore: str, *,
         location = latest.location
     log.info("Standby: job %s (%s) ended %s after %.1f s of waiting; restoring %s",
              job.job_name, job.job_id, status, time.monotonic() - started, location)
-    return location
+    return location, job.job_id
