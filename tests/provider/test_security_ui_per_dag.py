@@ -69,13 +69,16 @@ def test_a_user_sees_only_the_jobs_of_dags_they_may_read(app):
 
 
 def test_the_submit_operator_records_its_dag(metadata_url, store, tmp_path):
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+    from savepoint_helpers import FakeTI
+
     from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 
+    with DAG("orders_dag", schedule=None, start_date=datetime(2026, 1, 1)):
+        op = SubmitCheckpointedJobOperator(task_id="start", pipeline="m:f", job_name="x")
+    # the reservation comes before the launch; the job's row takes it when it is created
+    op.reserve_owner({"ti": FakeTI("orders_dag", "start")}, "c" * 32, None)
     store.create_job(job_id="c" * 32, job_name="x", parallelism=1)
-    op = SubmitCheckpointedJobOperator(task_id="start", pipeline="m:f", job_name="x")
-
-    class Dag:
-        dag_id = "orders_dag"
-
-    op._record_dag({"dag": Dag(), "ti": None}, "c" * 32)
     assert store.get_job("c" * 32).dag_id == "orders_dag"
