@@ -6,7 +6,10 @@ timestamp ``<= w`` is expected any more", as in Flink:
 
 * a source with a :class:`WatermarkStrategy` computes, per split, ``max timestamp seen -
   out_of_orderness - 1``; the source subtask's watermark is the minimum over its splits that
-  are neither finished nor idle;
+  are neither finished nor idle; when none is left (every split finished or idle, or the
+  subtask owns none) it is the largest any split reached, the splits restored from a
+  snapshot included, and the subtask is idle until a split delivers again
+  (:class:`~.runtime.watermarks.SourceWatermarks`);
 * watermarks travel in band with the records (like barriers); a task's watermark is the
   minimum over its input channels that are neither idle nor ended, and never goes back;
 * end of input is the watermark :data:`MAX_WATERMARK`: every event-time timer and window
@@ -159,7 +162,8 @@ class WatermarkStrategy:
     :param out_of_orderness_ms: how late a record may be relative to the latest one seen.
     :param timestamp: the records' event time (:class:`TimestampSpec`).
     :param idleness_ms: a split that delivered nothing for this long no longer holds the
-        watermark back (``None``: never idle); a subtask whose splits are all idle tells its
+        watermark back (``None``: never idle); a subtask whose splits are all idle (or
+        finished) advances to the largest watermark any of them reached, then tells its
         consumers to ignore it until it delivers again.
     :param emit_interval_ms: at most one watermark per interval per subtask (Flink's
         ``autoWatermarkInterval``, 200 ms).
