@@ -18,6 +18,7 @@ from pipelines import (
     process_alive,
     running_sum_pipeline,
 )
+from sqlalchemy import text
 
 from airflow_checkpoint_provider.engine.catalog import MetadataSchemaError, MetadataStore
 
@@ -49,8 +50,9 @@ def _completed(store: MetadataStore) -> int:
                if c.status in ("COMPLETED", "SUBSUMED"))
 
 
-@pytest.mark.timeout(180)
-def test_a_killed_driver_is_lost_and_restore_latest_commits_exactly_once(workdir, monkeypatch):
+def _start_and_kill_driver(workdir) -> tuple[MetadataStore, list[int]]:
+    """A running-sum job's driver process, SIGKILLed after 3 completed checkpoints; returns
+    the job's metadata store and the driver's slot pids."""
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER.format(tests=TESTS, root=str(workdir), n=N, keys=KEYS,
                                              seed=SEED)],
@@ -69,6 +71,12 @@ def test_a_killed_driver_is_lost_and_restore_latest_commits_exactly_once(workdir
     finally:
         if driver.poll() is None:
             driver.kill()
+    return store, slots
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_driver_is_lost_and_restore_latest_commits_exactly_once(workdir, monkeypatch):
+    store, slots = _start_and_kill_driver(workdir)
     # the slots notice the lost coordinator and exit on their own
     deadline = time.monotonic() + 10
     while any(process_alive(p) for p in slots) and time.monotonic() < deadline:
@@ -77,6 +85,9 @@ def test_a_killed_driver_is_lost_and_restore_latest_commits_exactly_once(workdir
     (dead,) = store.list_jobs()
     assert dead.status == "RUNNING"  # nobody recorded the end: the row still says RUNNING
 
+    # a driver on another host is not provably gone from here: its lease decides
+    with store._engine.begin() as conn:
+        conn.execute(text("UPDATE jobs SET driver_host = 'another-host'"))
     monkeypatch.setenv("CKPT_HEARTBEAT_TIMEOUT_S", "2")
     time.sleep(2.5)  # the dead driver's heartbeat is now stale
     result = running_sum_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
@@ -84,6 +95,33 @@ def test_a_killed_driver_is_lost_and_restore_latest_commits_exactly_once(workdir
 
     assert result.status == "FINISHED" and result.restored_from
     assert result.restored_from.startswith(str(workdir / "ckpt" / "running-sum" / dead.job_id))
-    assert store.get_job(dead.job_id).status == "LOST"
+    lost = store.get_job(dead.job_id)
+    assert lost.status == "LOST" and "no heartbeat" in lost.failure_reason
+    check_exactly_once(str(workdir / "out"), expected_running_sums(N, KEYS, SEED))
+    store.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_restart_on_the_drivers_host_takes_the_name_at_once(workdir, monkeypatch):
+    """Issue 51, item 3: with the default 60 s heartbeat timeout, ``restore="latest"`` right
+    after a driver's SIGKILL was refused with ``JobNameInUseError`` for a minute. On the
+    same host the killed driver is provably gone: the restart takes the name at once."""
+    monkeypatch.delenv("CKPT_HEARTBEAT_TIMEOUT_S", raising=False)
+    store, _ = _start_and_kill_driver(workdir)
+    killed_at = time.monotonic()
+    (dead,) = store.list_jobs()
+    assert dead.status == "RUNNING" and dead.driver_process
+
+    result = running_sum_pipeline(str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
+                                  interval_ms=100).run(restore="latest")
+
+    restarted = store.get_job(result.job_id)
+    print(f"restart created {(restarted.created_at - store.get_job(dead.job_id).updated_at)}"
+          f" after the dead job was declared LOST; whole restart {time.monotonic() - killed_at:.1f} s")
+    assert result.status == "FINISHED" and result.restored_from
+    lost = store.get_job(dead.job_id)
+    assert lost.status == "LOST" and "driver process" in lost.failure_reason
+    # declared LOST by the restart itself, well before the 60 s lease could have expired
+    assert (lost.updated_at - dead.heartbeat_at).total_seconds() < 30
     check_exactly_once(str(workdir / "out"), expected_running_sums(N, KEYS, SEED))
     store.close()

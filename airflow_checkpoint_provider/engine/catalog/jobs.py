@@ -13,6 +13,7 @@ from ..config import env_seconds
 from ..errors import JobIdInUseError, JobLostError, JobNameInUseError
 from .base import StoreBase
 from .db import MIN_JOB_ID_PREFIX, _choice
+from .driver import driver_is_gone, this_process
 from .models import (
     JOBS,
     LIVE_JOB_STATUSES,
@@ -44,11 +45,22 @@ def heartbeat_timeout() -> float:
     return env_seconds(HEARTBEAT_TIMEOUT_ENV, DEFAULT_HEARTBEAT_TIMEOUT_S)
 
 
-def _name_in_use(job_name: str, job_id: str, status: str) -> JobNameInUseError:
+def _name_in_use(job_name: str, job_id: str, status: str,
+                 row: JobRow | JobRecord | None = None) -> JobNameInUseError:
+    """The refusal of a name a live job holds: which job, and how long a restart waits."""
+    timeout = heartbeat_timeout()
+    wait = f"wait until it has had no heartbeat for {timeout:.0f} s"
+    if row is not None:
+        last = _aware(row.heartbeat_at) or as_utc(row.created_at)
+        age = max(0.0, (utcnow() - last).total_seconds())
+        where = f" on host {row.driver_host}" if row.driver_host else ""
+        wait = (f"its driver{where} is not provably gone (it is on another host, or its "
+                f"process still runs), so the name is free once it has had no heartbeat for "
+                f"{timeout:.0f} s: last heartbeat {age:.0f} s ago, free in about "
+                f"{max(0.0, timeout - age):.0f} s")
     return JobNameInUseError(
         f"job name {job_name!r} is in use by live job {job_id} ({status}); stop or cancel "
-        f"it first (ckpt stop/cancel {job_id}), or wait until it has had no heartbeat for "
-        f"{heartbeat_timeout():.0f} s")
+        f"it first (ckpt stop/cancel {job_id}), or {wait}")
 
 
 class JobsMixin(StoreBase):
@@ -67,18 +79,25 @@ class JobsMixin(StoreBase):
         lost = []
         for row in session.scalars(query):
             last = _aware(row.heartbeat_at) or as_utc(row.created_at)
-            if last >= cutoff:
+            if last < cutoff:
+                reason = (f"no heartbeat since {last:%Y-%m-%d %H:%M:%S} UTC (more than "
+                          f"{timeout:.0f} s): the job's driver is presumed dead")
+                # Conditional on what was read: a heartbeat (or another process taking the
+                # job over) committed since makes this a no-op (PostgreSQL re-checks the
+                # condition after waiting for the row; SQLite writers are serialized).
+                gone = or_(JobRow.heartbeat_at < cutoff,
+                           and_(JobRow.heartbeat_at.is_(None), JobRow.created_at < cutoff))
+            elif driver_is_gone(row.driver_host, row.driver_process):
+                # no need to wait for the lease: the driver's process is gone (same host)
+                reason = (f"its driver process ({row.driver_process.split(':')[0]} on "
+                          f"{row.driver_host}) is gone")
+                gone = JobRow.driver_process == row.driver_process
+            else:
                 continue
-            reason = (f"no heartbeat since {last:%Y-%m-%d %H:%M:%S} UTC (more than "
-                      f"{timeout:.0f} s): the job's driver is presumed dead")
-            # Conditional on what was read: a heartbeat (or another process taking the job
-            # over) committed since makes this a no-op (PostgreSQL re-checks the condition
-            # after waiting for the row; SQLite writers are serialized).
             result = session.execute(
                 update(JobRow)
                 .where(JobRow.job_id == row.job_id, JobRow.status.in_(ACTIVE_JOB_STATUSES),
-                       or_(JobRow.heartbeat_at < cutoff,
-                           and_(JobRow.heartbeat_at.is_(None), JobRow.created_at < cutoff)))
+                       gone)
                 .values(status=JobStatus.LOST.value, failure_reason=reason, updated_at=now)
                 .execution_options(synchronize_session=False))
             if result.rowcount != 1:  # type: ignore[attr-defined]
@@ -124,15 +143,17 @@ class JobsMixin(StoreBase):
             live = session.scalars(select(JobRow).where(
                 JobRow.job_name == job_name, JobRow.status.in_(ACTIVE_JOB_STATUSES))).first()
             if live is not None:
-                raise _name_in_use(job_name, live.job_id, live.status)
+                raise _name_in_use(job_name, live.job_id, live.status, live)
             now = utcnow()
+            driver = this_process()
             owner = session.get(JobOwnerRow, job_id)  # reserved by the Airflow task
             row = JobRow(job_id=job_id, job_name=job_name, version=version,
                          status=JobStatus.CREATED.value, restored_from=restored_from,
                          spark_app_id=spark_app_id, parallelism=parallelism, attempt=0,
                          failure_reason=None, heartbeat_at=None, created_at=now,
                          updated_at=now, dag_id=owner.dag_id if owner else None,
-                         dag_run_id=owner.dag_run_id if owner else None)
+                         dag_run_id=owner.dag_run_id if owner else None,
+                         driver_host=driver.host, driver_process=driver.process or None)
             session.add(row)
             session.flush()
             return JobRecord.from_row(row)
@@ -158,7 +179,7 @@ class JobsMixin(StoreBase):
             return JobNameInUseError(
                 f"job name {job_name!r} was taken by another job starting at the same time; "
                 f"retry, or check `ckpt jobs {job_name}`")
-        return _name_in_use(job_name, live.job_id, live.status)
+        return _name_in_use(job_name, live.job_id, live.status, live)
 
     def set_job_status(self, job_id: str, status: str, *,
                        failure_reason: str | None = None) -> None:

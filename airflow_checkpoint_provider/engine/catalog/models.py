@@ -290,6 +290,10 @@ class JobRow(Base):
     dag_id: Mapped[str | None] = mapped_column(String(250), index=True)
     #: the DAG run whose task submitted the job (revision 0010)
     dag_run_id: Mapped[str | None] = mapped_column(String(250))
+    #: the host of the job's driver and its process, ``pid:start-ticks:boot-id`` (revision
+    #: 0010): a restart on that host sees at once that the driver is gone (``driver.py``)
+    driver_host: Mapped[str | None] = mapped_column(String(255))
+    driver_process: Mapped[str | None] = mapped_column(String(128))
 
 
 class JobOwnerRow(Base):

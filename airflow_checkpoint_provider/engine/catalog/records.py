@@ -60,6 +60,9 @@ class JobRecord(_Record):
     dag_id: str | None = None
     #: the DAG run whose task submitted the job
     dag_run_id: str | None = None
+    #: the host and process (``pid:start:boot``) of the job's driver
+    driver_host: str | None = None
+    driver_process: str | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -82,6 +85,8 @@ class JobRecord(_Record):
             updated_at=as_utc(row.updated_at),
             dag_id=row.dag_id,
             dag_run_id=row.dag_run_id,
+            driver_host=row.driver_host,
+            driver_process=row.driver_process,
         )
 
 

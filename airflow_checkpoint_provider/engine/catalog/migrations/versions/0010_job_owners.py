@@ -1,4 +1,4 @@
-"""Jobs belong to the DAG that created them.
+"""Jobs belong to the DAG that created them; a job row names its driver process.
 
 Revision ID: 0010
 Revises: 0009
@@ -7,6 +7,9 @@ Create Date: 2026-12-06
 * ``job_owners``: the DAG and DAG run a job id is reserved for, written by the Airflow task
   before it launches the job; ``create_job`` copies it into the job's row.
 * ``jobs.dag_run_id``: the DAG run whose task submitted the job.
+* ``jobs.driver_host``, ``jobs.driver_process``: the host and process (``pid:start:boot``)
+  of the job's driver, so a restart on the same host sees at once that a killed driver is
+  gone instead of waiting for its heartbeat to time out.
 
 Frozen: does not import the models.
 """
@@ -34,9 +37,13 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("dag_run_id", sa.String(250), nullable=True))
+        batch.add_column(sa.Column("driver_host", sa.String(255), nullable=True))
+        batch.add_column(sa.Column("driver_process", sa.String(128), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("driver_process")
+        batch.drop_column("driver_host")
         batch.drop_column("dag_run_id")
     op.drop_table("job_owners")
