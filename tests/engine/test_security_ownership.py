@@ -17,9 +17,12 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from checkpoint_damage import completed_chk_dirs
 from click.testing import CliRunner
 from pipelines import (
     Background,
+    InjectedFailure,
+    RunningSum,
     check_exactly_once,
     expected_running_sums,
     running_sum_pipeline,
@@ -288,3 +291,56 @@ def test_standby_refuses_another_jobs_checkpoint_in_the_history_of_the_job_it_wa
     error = v2.outcome.get("error")
     assert isinstance(error, ForeignSnapshotError), v2.outcome
     assert location in str(error) and v1 in str(error) and other.job_id in str(error)
+
+
+class CopyForeignOverLatest(RunningSum):
+    """Once, at the first record >= ``at_id`` with two completed checkpoints of this job:
+    replace the newest one with job B's checkpoint ``foreign`` (validly signed) and fail the
+    task, so the job fails over (the pattern of checkpoint_damage.CorruptLatest)."""
+
+    def __init__(self, root: str, foreign: str, at_id: int) -> None:
+        super().__init__(None)
+        self.root, self.foreign, self.at_id = root, foreign, at_id
+
+    def process_element(self, record, ctx):
+        if record["id"] >= self.at_id:
+            marker = os.path.join(self.root, "swapped")
+            done = completed_chk_dirs(os.path.join(self.root, "ckpt", "orders"))
+            if len(done) >= 2 and not os.path.exists(marker):
+                try:  # one subtask of all wins
+                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    return super().process_element(record, ctx)
+                time.sleep(1.0)  # a checkpoint this task acked may still be finalizing
+                newest = completed_chk_dirs(os.path.join(self.root, "ckpt", "orders"))[-1]
+                shutil.rmtree(newest)
+                shutil.copytree(self.foreign, newest)
+                with open(marker + ".tmp", "w") as f:
+                    f.write(newest)
+                os.replace(marker + ".tmp", marker + ".info")
+                raise InjectedFailure(f"copied {self.foreign} over {newest}")
+        return super().process_element(record, ctx)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_failover_skips_another_jobs_checkpoint_copied_over_the_newest(workdir, caplog):
+    b = _pipeline(workdir, "payments", workdir / "out-b", seed=SEED + 1)
+    other = b.run()
+    assert other.status == "FINISHED"
+    a = running_sum_pipeline(
+        str(workdir), name="orders", num_records=N, num_keys=KEYS, seed=SEED, rate=2000,
+        interval_ms=100, out=str(workdir / "out-a"), source_parallelism=1, keyed_parallelism=2,
+        function=CopyForeignOverLatest(str(workdir), other.latest_checkpoint, at_id=2500))
+    caplog.set_level(logging.WARNING)
+
+    result = a.run()
+
+    assert result.status == "FINISHED" and result.restarts >= 1, result.failure_reason
+    swapped = open(os.path.join(str(workdir), "swapped.info")).read()
+    assert f"names job {other.job_id}" in caplog.text and swapped in caplog.text
+    check_exactly_once(str(workdir / "out-a"), expected_running_sums(N, KEYS, SEED))
+    with MetadataStore(a.metadata_url) as store:
+        row = store.get_checkpoint(result.job_id, int(os.path.basename(swapped)[4:]))
+        assert row.status == "CORRUPT" and other.job_id in row.failure_reason
+    assert os.path.exists(os.path.join(swapped, "_metadata"))  # B's copy is never deleted
