@@ -40,6 +40,11 @@ UI_FIELD_BEHAVIOUR: dict = {
 }
 
 
+#: every module of ``operators/`` (a test checks the folder against it)
+OPERATOR_MODULES = ("submit", "control", "savepoints", "verify", "cdc", "upgrade", "stability",
+                    "rollback", "promote")
+
+
 def get_provider_info() -> dict:
     """Provider metadata read by Airflow's ProvidersManager (``airflow providers list``)."""
     return {
@@ -63,9 +68,7 @@ def get_provider_info() -> dict:
         "operators": [
             {
                 "integration-name": "Checkpointed Pipelines",
-                "python-modules": [f"{_PACKAGE}.operators.submit", f"{_PACKAGE}.operators.control",
-                                   f"{_PACKAGE}.operators.savepoints",
-                                   f"{_PACKAGE}.operators.verify", f"{_PACKAGE}.operators.cdc"],
+                "python-modules": [f"{_PACKAGE}.operators.{m}" for m in OPERATOR_MODULES],
             }
         ],
         "sensors": [

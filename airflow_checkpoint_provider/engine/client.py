@@ -42,6 +42,7 @@ from .catalog import (
     CheckpointRecord,
     ControlRequestRecord,
     JobRecord,
+    JobStatus,
     MetadataSchemaError,
     MetadataStore,
     heartbeat_timeout,
@@ -119,6 +120,7 @@ LAUNCH_SCRIPT = os.path.abspath(_launch.__file__)
 
 __all__ = [
     "ACTIVE_JOB_STATUSES",
+    "JobStatus",
     "LAUNCH_SCRIPT",
     "MAX_NAME_LENGTH",
     "METADATA_URL_ENV",

@@ -37,7 +37,8 @@ class CheckpointBaseOperator(BaseOperator):
 
     :param checkpoint_conn_id: Airflow connection of the metadata DB
         (type ``checkpoint_metadata``).
-    :param deferrable: wait in the triggerer instead of occupying a worker slot.
+    :param deferrable: wait in the triggerer instead of occupying a worker slot (default:
+        Airflow's ``[operators] default_deferrable``, else ``False``).
     :param poll_interval: seconds between polls of the metadata DB.
     :param allowed_owner_dags: DAG ids whose jobs this task may act on besides its own DAG's
         (default: none). A job belongs to the DAG whose task submitted it; a task refuses a
@@ -49,11 +50,13 @@ class CheckpointBaseOperator(BaseOperator):
     ui_color = "#F5E6C8"
 
     def __init__(self, *, checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
-                 deferrable: bool = False, poll_interval: float = 1.0,
+                 deferrable: bool | None = None,
+                 poll_interval: float = 1.0,
                  allowed_owner_dags: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.checkpoint_conn_id = checkpoint_conn_id
-        self.deferrable = deferrable
+        self.deferrable = (conf.getboolean("operators", "default_deferrable", fallback=False)
+                           if deferrable is None else deferrable)
         self.poll_interval = poll_interval
         self.allowed_owner_dags = sorted(allowed_dags(allowed_owner_dags))
 

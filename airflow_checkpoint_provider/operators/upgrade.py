@@ -230,14 +230,18 @@ class HandoverSnapshotOperator(TriggerSavepointOperator):
         ti.xcom_push(key="handover_used", value=self.handover)
         if self.handover == SAVEPOINT:
             return super().execute(context)
+        try:  # parsed before anything is pinned: a bad value must not leave a pin held
+            limit = None if self.max_checkpoint_age in (None, "", "None") else float(
+                self.max_checkpoint_age)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            raise AirflowException(f"{self.task_id}: max_checkpoint_age must be a number of "
+                                   f"seconds or empty, not {self.max_checkpoint_age!r}") from exc
         try:
             job = self.hook.resolve_job(self.job)
         except LookupError as exc:
             raise AirflowException(f"handover: {exc}") from exc
         latest = self._pin_latest(context, job)
         age = (datetime.now(UTC) - latest.trigger_time).total_seconds()
-        limit = None if self.max_checkpoint_age in (None, "", "None") else float(
-            self.max_checkpoint_age)  # type: ignore[arg-type]
         if limit is not None and age > limit:
             unpin_savepoint(self.hook.get_conn(), holder=dag_run_holder(context),
                             path=latest.location)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from airflow_checkpoint_provider.assets import (
@@ -52,12 +52,14 @@ class _MetadataSensor(BaseSensorOperator):
     with :class:`~airflow_checkpoint_provider.ownership.JobOwnershipError`."""
 
     def __init__(self, *, checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
-                 deferrable: bool = False, allowed_owner_dags: Sequence[str] | None = None,
+                 deferrable: bool | None = None,
+                 allowed_owner_dags: Sequence[str] | None = None,
                  **kwargs: Any) -> None:
         kwargs.setdefault("poke_interval", 2.0)
         super().__init__(**kwargs)
         self.checkpoint_conn_id = checkpoint_conn_id
-        self.deferrable = deferrable
+        self.deferrable = (conf.getboolean("operators", "default_deferrable", fallback=False)
+                           if deferrable is None else deferrable)
         self.allowed_owner_dags = sorted(allowed_dags(allowed_owner_dags))
 
     @property

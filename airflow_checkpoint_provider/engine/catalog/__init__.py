@@ -42,7 +42,7 @@ from .db import (
 )
 from .jobs import ACTIVE_JOB_STATUSES, heartbeat_timeout
 from .keys import SnapshotKey, SnapshotKeyMixin
-from .models import TERMINAL_JOB_STATUSES
+from .models import TERMINAL_JOB_STATUSES, JobStatus
 from .pins import SavepointPinsMixin
 from .records import (
     AttemptRecord,
@@ -76,6 +76,7 @@ __all__ = [
     "CheckpointRecord",
     "ControlRequestRecord",
     "JobRecord",
+    "JobStatus",
     "MetadataSchemaError",
     "MetadataStore",
     "SavepointPinRecord",

@@ -98,7 +98,8 @@ class JobStatus(StrEnum):
     - ``CANCELED``: stopped on request, without a savepoint.
     - ``STOPPED``: stopped on request after taking a final savepoint.
     - ``LOST``: the job's driver stopped writing its heartbeat for longer than the
-      heartbeat timeout (``$CKPT_HEARTBEAT_TIMEOUT_S``, default 60 s) and is presumed dead;
+      heartbeat timeout (``$CKPT_HEARTBEAT_TIMEOUT_S``, default 60 s) and is presumed dead,
+      or its process is provably gone (seen from the same host, ``catalog/driver.py``);
       its control requests fail and a new job of the same name may start. A driver that
       finds its row LOST stops (it may have been superseded).
     """
