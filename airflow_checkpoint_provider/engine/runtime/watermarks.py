@@ -24,12 +24,12 @@ class SourceWatermarks:
     idle). When no split is live -- every split finished (a continuous source between two
     files, a subtask that owns no split), or every unfinished one idle -- nothing holds the
     watermark back any more: it is flushed to the largest any split reached (the restored
-    ones included, finished or read by another subtask before a restore), at once, and the
-    subtask then says it is idle so that its consumers stop waiting for it (Flink's
-    ``StatusWatermarkValve`` flushes the same way when its last input goes idle). Without
-    the flush, the splits that finished within the last emit interval were never emitted:
-    a catch-up that read many files quickly left the watermark where it was when the first
-    of them finished, until a new file arrived.
+    ones included, finished or read by another subtask before a restore), within one emit
+    interval, and the subtask then says it is idle so that its consumers stop waiting for
+    it (Flink's ``StatusWatermarkValve`` flushes the same way when its last input goes
+    idle). Without the flush, the splits that finished within the last emit interval were
+    never emitted: a catch-up that read many files quickly left the watermark where it was
+    when the first of them finished, until a new file arrived.
     """
 
     def __init__(self, strategy: WatermarkStrategy, splits: list[str],
@@ -74,8 +74,7 @@ class SourceWatermarks:
 
     def poll(self, now: float, *, force: bool = False) -> Status | None:
         """What to send now, if anything: a higher watermark (at most one per emit
-        interval unless ``force``; the flush when no split is live at once), or the switch
-        to or from idle."""
+        interval unless ``force``), or the switch to or from idle."""
         idleness = self.strategy.idleness_ms
         live = [s for s in self.active
                 if idleness is None or (now - self.last_record[s]) * 1000.0 < idleness]
@@ -84,6 +83,8 @@ class SourceWatermarks:
             # reached, then go idle (two polls: the flush goes through the chain first)
             flushed = max(self.emitted, self._watermark_of(self.seen_max))
             if flushed > self.emitted:
+                if not self._due(now, force):
+                    return None
                 self.emitted, self._last_emit = flushed, now
                 return (flushed, False)
             if not self.idle:
@@ -95,11 +96,14 @@ class SourceWatermarks:
             self.idle = False
             self.emitted, self._last_emit = wm, now
             return (wm, False)
-        if wm > self.emitted and (force or (now - self._last_emit) * 1000.0
-                                  >= self.strategy.emit_interval_ms):
+        if wm > self.emitted and self._due(now, force):
             self.emitted, self._last_emit = wm, now
             return (wm, False)
         return None
+
+    def _due(self, now: float, force: bool) -> bool:
+        """A higher watermark may go out now: forced, or an emit interval since the last."""
+        return force or (now - self._last_emit) * 1000.0 >= self.strategy.emit_interval_ms
 
 
 class WatermarkValve:
