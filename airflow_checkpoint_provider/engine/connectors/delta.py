@@ -16,6 +16,7 @@ from ..errors import ConfigurationError
 from ..extras import require
 from ..fs.storage import join
 from .base import SourceContext, dataset_for_location
+from .files import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, check_output_modes
 from .lakehouse import STAGING, StagedTableSink, StagedTableWriter
 from .upsert import split, upsert_key
 
@@ -106,6 +107,13 @@ class DeltaSink(StagedTableSink):
     :param mode: ``"append"``, or ``"upsert"`` with ``key``: each checkpoint's changelog is
         compacted per key and applied as one ``MERGE`` (:mod:`.upsert`), exactly once.
     :param key: the key columns of ``"upsert"``.
+    :param file_mode: permission bits of the table's files on a local file system (the
+        library writes them under the umask ``0o777 & ~(file_mode | dir_mode)``); default
+        ``0o600``, the owner only: the records may be replicated database rows. Widen it for
+        readers, e.g. ``0o640`` with ``dir_mode=0o750``. It must keep ``0o600``.
+    :param dir_mode: permission bits of the directories the library creates; default
+        ``0o700``. It must keep ``0o700``. The staging directory (``_ckpt_staging``: epochs
+        not committed yet) is always ``0700`` with ``0600`` files, like checkpoints.
     """
 
     writer_class = _DeltaWriter
@@ -113,9 +121,12 @@ class DeltaSink(StagedTableSink):
 
     def __init__(self, table_uri: str, *, partition_by: list[str] | None = None,
                  storage_options: dict[str, str] | None = None, mode: str = "append",
-                 key: list[str] | None = None) -> None:
+                 key: list[str] | None = None, file_mode: int = OUTPUT_FILE_MODE,
+                 dir_mode: int = OUTPUT_DIR_MODE) -> None:
         if not isinstance(table_uri, str) or not table_uri:
             raise ConfigurationError(f"DeltaSink: table_uri {table_uri!r} is not a path or URI")
+        self.file_mode, self.dir_mode = check_output_modes(file_mode, dir_mode,
+                                                           where=f"DeltaSink({table_uri!r})")
         self.mode = mode
         self.key = upsert_key(f"DeltaSink({table_uri!r})", mode, key)
         self.table_uri = table_uri if "://" in table_uri else os.path.abspath(table_uri)

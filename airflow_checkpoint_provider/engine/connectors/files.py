@@ -22,14 +22,23 @@ and closed (its staged file stays; it is reopened for appending if its partition
 the same epoch). The barrier pre-commits every staged file of the epoch and the checkpoint's
 completion publishes them all; a transaction carries its partition, checked against the
 sink's partition columns on restore.
+
+Permissions: what the sink creates is its owner's only by default -- directories ``0700``
+(the output directory, ``_staging``, partition directories), files ``0600`` (staged and
+committed part files) -- since the records may be replicated database rows (CDC). ``file_mode``
+and ``dir_mode`` widen them (e.g. ``0o640`` / ``0o750`` for a reading group); they are exact
+(the umask does not narrow them) and must keep the owner's read and write (and, for directories, search).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
 import os
+import stat
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -69,6 +78,82 @@ STAGED_EXT = ".inprogress"
 
 DEFAULT_MAX_OPEN_WRITERS = 100
 
+#: default mode of the files a file-writing sink creates (issue 50: the output holds the
+#: job's records, replicated database rows for CDC; other local users must not read them)
+OUTPUT_FILE_MODE = 0o600
+#: default mode of the directories a file-writing sink creates
+OUTPUT_DIR_MODE = 0o700
+
+
+def check_output_modes(file_mode: int, dir_mode: int, *, where: str) -> tuple[int, int]:
+    """``(file_mode, dir_mode)`` checked: permission bits (``0o000``..``0o777``, no
+    set-uid/gid or sticky bit) that let the owner read and write the files and read, write
+    and enter the directories -- committed output must stay readable by the job's user."""
+    for name, value, owner in (("file_mode", file_mode, 0o600), ("dir_mode", dir_mode, 0o700)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
+            raise ConfigurationError(
+                f"{where}: {name} must be permission bits 0o000..0o777 (e.g. 0o640), "
+                f"not {value!r}")
+        if value & owner != owner:
+            raise ConfigurationError(
+                f"{where}: {name} {value:#o} does not give the owner {owner:#o} (the job "
+                f"must read and write its own output); use e.g. {value | owner:#o}")
+    return file_mode, dir_mode
+
+
+def makedirs_mode(path: str, mode: int) -> str:
+    """``os.makedirs`` giving every directory it creates exactly ``mode`` (the umask neither
+    narrows nor widens it; the intermediate ones too). Existing directories keep theirs."""
+    missing = []
+    head = os.path.abspath(path)
+    while not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:
+            break
+        head = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            continue  # created meanwhile (another subtask): same sink, same mode
+        os.chmod(d, mode)
+    return path
+
+
+_umask_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def output_umask(file_mode: int, dir_mode: int) -> Iterator[None]:
+    """Run a library that creates the output files itself (delta-rs, pyiceberg) under the
+    umask ``0o777 & ~(file_mode | dir_mode)``: with the defaults ``0o077`` (its files
+    ``0600``, its directories ``0700``); ``0o640``/``0o750`` give ``0o027``. The umask is the
+    process's: the lock keeps two sinks of one slot from interleaving theirs, and code that
+    gives explicit modes (the engine's private files) is not widened by it."""
+    mask = 0o777 & ~(file_mode | dir_mode)
+    with _umask_lock:
+        old = os.umask(mask)
+        try:
+            yield
+        finally:
+            os.umask(old)
+
+
+def open_new_file(path: str, mode: int, *, append: bool = False) -> BinaryIO:
+    """Open ``path`` for writing with exactly ``mode`` if this creates it: a new file (never
+    one that exists), or -- ``append`` -- this writer's own file, continued."""
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    flags |= os.O_APPEND if append else os.O_EXCL
+    fd = os.open(path, flags, mode)
+    try:
+        if not append:
+            os.fchmod(fd, mode)  # exact, whatever the umask
+        return os.fdopen(fd, "ab" if append else "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+
 
 class FileSink(Sink):
     """Write records as JSON lines with exactly-once semantics.
@@ -84,12 +169,23 @@ class FileSink(Sink):
     :param max_open_writers: partition files one subtask keeps open at once; when a record
         needs another, the least recently used is flushed and closed (still staged, reopened
         for appending if needed: at most one file per subtask, partition and checkpoint).
+    :param file_mode: permission bits of the part files (and staged files) the sink creates;
+        default ``0o600``, the owner only: the records may be replicated database rows.
+        Widen it for other readers, e.g. ``0o640`` (a group) or ``0o644`` (everyone). Exact:
+        the umask does not narrow it. It must keep ``0o600`` (the job reads its own output).
+    :param dir_mode: permission bits of the directories the sink creates (the output
+        directory if missing, ``_staging``, partition directories); default ``0o700``; e.g.
+        ``0o750`` with ``file_mode=0o640``. It must keep ``0o700``. Existing directories keep
+        their mode, except ``_staging`` (the sink's own), which is set to it.
     """
 
     def __init__(self, directory: str, *, partition_by: Sequence[str] | None = None,
                  keep_partition_columns: bool = False,
-                 max_open_writers: int = DEFAULT_MAX_OPEN_WRITERS) -> None:
+                 max_open_writers: int = DEFAULT_MAX_OPEN_WRITERS,
+                 file_mode: int = OUTPUT_FILE_MODE, dir_mode: int = OUTPUT_DIR_MODE) -> None:
         self.directory = os.path.abspath(directory)
+        self.file_mode, self.dir_mode = check_output_modes(
+            file_mode, dir_mode, where=f"file sink ({self.directory})")
         self.partition_by = check_columns(partition_by)
         self.keep_partition_columns = bool(keep_partition_columns)
         if isinstance(max_open_writers, bool) or not isinstance(max_open_writers, int) or \
@@ -293,7 +389,11 @@ class _FileSinkWriter(SinkWriter):
         directory = sink.directory
         self.dir = directory
         self.staging_dir = os.path.join(directory, STAGING)
-        os.makedirs(self.staging_dir, exist_ok=True)
+        self.file_mode, self.dir_mode = sink.file_mode, sink.dir_mode
+        makedirs_mode(self.staging_dir, self.dir_mode)
+        st = os.lstat(self.staging_dir)
+        if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) != self.dir_mode:
+            os.chmod(self.staging_dir, self.dir_mode)  # an older version's 0755 _staging
         self.ctx = ctx
         self.columns = sink.partition_by
         self.keep_columns = sink.keep_partition_columns
@@ -320,9 +420,9 @@ class _FileSinkWriter(SinkWriter):
         if st.file is None:
             if self._open >= self.max_open:
                 self._roll_least_recent()
-            # "x": a new file never replaces another; "a": a rolled file is continued
-            mode = "ab" if st.written else "xb"
-            st.file = open(os.path.join(self.staging_dir, st.name), mode)
+            # new: never replaces another file; append: a rolled file is continued
+            st.file = open_new_file(os.path.join(self.staging_dir, st.name), self.file_mode,
+                                    append=st.written)
             st.written = True
             self._open += 1
         return st.file
@@ -410,7 +510,7 @@ class _FileSinkWriter(SinkWriter):
             where = self.dir
             if txn.partition:  # checked: col=value/... of this sink's columns
                 where = os.path.join(self.dir, txn.partition)
-                os.makedirs(where, exist_ok=True)
+                makedirs_mode(where, self.dir_mode)
                 touched.update(_ancestors(self.dir, txn.partition))
             dst = os.path.join(where, txn.final)
             try:

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from ..errors import ConfigurationError
 from .base import SourceContext, iceberg_dataset
+from .files import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, check_output_modes
 from .lakehouse import STAGING, StagedTableSink, StagedTableWriter
 from .upsert import split, upsert_key
 
@@ -178,6 +179,13 @@ class IcebergSink(StagedTableSink):
         compacted per key and applied copy-on-write in one table transaction (delete the
         affected keys' rows, append their new rows; :mod:`.upsert`), exactly once.
     :param key: the key columns of ``"upsert"``.
+    :param file_mode: permission bits of the table's files on a local file system (the
+        library writes them under the umask ``0o777 & ~(file_mode | dir_mode)``); default
+        ``0o600``, the owner only: the records may be replicated database rows. Widen it for
+        readers, e.g. ``0o640`` with ``dir_mode=0o750``. It must keep ``0o600``.
+    :param dir_mode: permission bits of the directories the library creates; default
+        ``0o700``. It must keep ``0o700``. The staging directory (``_ckpt_staging``: epochs
+        not committed yet) is always ``0700`` with ``0600`` files, like checkpoints.
     """
 
     slot_imports = ("pyiceberg.catalog.sql", "pyiceberg.io.pyarrow", "pyarrow.dataset")
@@ -186,7 +194,10 @@ class IcebergSink(StagedTableSink):
     extra = "iceberg"
 
     def __init__(self, identifier: str, *, catalog: dict[str, str], staging_dir: str | None = None,
-                 create: bool = True, mode: str = "append", key: list[str] | None = None) -> None:
+                 create: bool = True, mode: str = "append", key: list[str] | None = None,
+                 file_mode: int = OUTPUT_FILE_MODE, dir_mode: int = OUTPUT_DIR_MODE) -> None:
+        self.file_mode, self.dir_mode = check_output_modes(file_mode, dir_mode,
+                                                           where=f"IcebergSink({identifier!r})")
         self.mode = mode
         self.key = upsert_key(f"IcebergSink({identifier!r})", mode, key)
         if not isinstance(identifier, str) or identifier.count(".") < 1:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import re
 import time
 import uuid
@@ -35,7 +36,7 @@ import pyarrow.parquet as pq
 from ..changelog import OP_FIELD
 from ..errors import BadRecordError
 from ..extras import require
-from ..fs.storage import filesystem_for, join
+from ..fs.storage import LocalFileSystem, filesystem_for, join, strip_scheme
 from ..sink_names import (
     RestoredTransactions,
     app_id,
@@ -49,6 +50,7 @@ from ..sink_names import (
 )
 from ..snapshot.paths import corrupt, mapping, non_negative_int, safe_name, string
 from .base import Sink, SinkWriter, SourceContext
+from .files import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, makedirs_mode, output_umask
 from .upsert import compact
 
 log = logging.getLogger(__name__)
@@ -121,6 +123,9 @@ class StagedTableSink(Sink):
     writer_class: type[StagedTableWriter]
     extra: str
     staging_dir: str
+    #: modes of the table files the library writes on a local file system (:func:`.files.output_umask`)
+    file_mode: int = OUTPUT_FILE_MODE
+    dir_mode: int = OUTPUT_DIR_MODE
 
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
         require(self.extra)
@@ -161,6 +166,10 @@ class StagedTableWriter(SinkWriter):
     def __init__(self, sink: StagedTableSink, ctx: SourceContext) -> None:
         self.sink, self.ctx = sink, ctx
         self.fs = filesystem_for(sink.staging_dir)
+        if isinstance(self.fs, LocalFileSystem):
+            # the directory holding the staging one (a Delta table's root, an Iceberg
+            # warehouse's _ckpt_staging) gets the table's mode, not the staging's 0700
+            makedirs_mode(os.path.dirname(strip_scheme(sink.staging_dir)), sink.dir_mode)
         self.prefix = staged_prefix(ctx.operator_uid, ctx.job_id)
         self.app_id = app_id(ctx.job_id, ctx.operator_uid, ctx.subtask_index)
         self.sink_name = f"{self.kind} sink {ctx.operator_uid!r} ({sink.describe()})"
@@ -285,7 +294,9 @@ class StagedTableWriter(SinkWriter):
                     f"is neither staged nor committed in {self.sink.describe()}; its data is lost")
             data = pq.read_table(io.BytesIO(self.fs.read_bytes(path)))
             try:
-                (self.upsert if self.key else self.append)(data, txn)
+                # the library creates the table's files: private by default (issue 50)
+                with output_umask(self.sink.file_mode, self.sink.dir_mode):
+                    (self.upsert if self.key else self.append)(data, txn)
                 break
             except self.conflicts:
                 # another subtask committed (or created the table) first: check again
