@@ -128,7 +128,8 @@ def test_retention_refuses_a_wrong_name_or_a_location_outside_the_savepoint_root
 
     report = apply_savepoint_retention(store, job_name="orders", max_age_seconds=3600, now=NOW)
 
-    assert [(d.rule) for d in report.decisions] == ["foreign", "foreign", "newest"]
+    # every one is kept: the renamed one, and the others outside the configured roots
+    assert [(d.rule) for d in report.decisions] == ["foreign", "foreign", "foreign"]
     assert "not named savepoint-<job-id>-1" in report.decisions[0].reason
     assert "outside the allowed savepoint roots" in report.decisions[1].reason
     assert os.path.exists(renamed) and report.disposed == []
@@ -344,3 +345,21 @@ def test_failover_skips_another_jobs_checkpoint_copied_over_the_newest(workdir, 
         row = store.get_checkpoint(result.job_id, int(os.path.basename(swapped)[4:]))
         assert row.status == "CORRUPT" and other.job_id in row.failure_reason
     assert os.path.exists(os.path.join(swapped, "_metadata"))  # B's copy is never deleted
+
+
+def test_a_foreign_row_dated_newest_does_not_push_the_jobs_newest_savepoint_out(store, tmp_path):
+    """max_count ranks only the job's own savepoints: a foreign row dated newest is kept and
+    reported, and the job's real newest savepoint stays the newest."""
+    job_a = make_job(store, "orders")
+    job_b = make_job(store, "payments")
+    b_savepoint = make_savepoint(store, tmp_path / "b", job_b, 318, hours_old=50)
+    old = make_savepoint(store, tmp_path / "a", job_a, 1, hours_old=48)
+    newest = make_savepoint(store, tmp_path / "a", job_a, 2, hours_old=1)
+    _foreign_row(store, job_a, b_savepoint, 3, NOW)  # "newer" than every real one
+
+    report = apply_savepoint_retention(store, job_name="orders", max_count=1, now=NOW)
+
+    assert [(d.checkpoint_id, d.rule) for d in report.decisions] == [
+        (1, "disposed"), (2, "newest"), (3, "foreign")]
+    assert report.disposed == [old]
+    assert os.path.exists(newest) and os.path.exists(b_savepoint)

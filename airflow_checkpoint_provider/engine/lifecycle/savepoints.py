@@ -40,7 +40,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..catalog.models import CheckpointStatus, JobStatus
-from ..checkpoint.ownership import deletion_refusal
+from ..checkpoint.ownership import deletion_refusal, metadata_job_id
 from ..errors import EngineError
 from ..fs.storage import (
     canonical_location,
@@ -85,11 +85,7 @@ def dispose_savepoint(path: str, store=None, *, record=None,
         why = deletion_refusal(snap.directory, job_id=record.job_id, kind="SAVEPOINT",
                                checkpoint_id=record.checkpoint_id, roots=allowed_roots)
         if why is not None:
-            raise ForeignSavepointRefused(
-                f"not disposing {snap.directory} for savepoint {record.checkpoint_id} of job "
-                f"{record.job_id}: {why}. The row's location is not that job's savepoint; "
-                "nothing was deleted. Check who wrote the row, or dispose the path explicitly "
-                "(ckpt dispose PATH) if it must go")
+            raise ForeignSavepointRefused(_foreign_text(snap.directory, record, why))
     mine = canonical_location(snap.directory)
     if store is not None:
         for job in restoring_jobs(store, mine):
@@ -252,6 +248,47 @@ class RetentionReport:
                 f"{d.location} -- {d.reason}" for d in self.decisions]
 
 
+def _dispose(store, row, why: str, allowed_roots: tuple[str, ...], decide) -> None:
+    """Retention's disposal of ``row`` (rules ``disposed``, ``foreign``, ``refused``,
+    ``missing``)."""
+    try:
+        dispose_savepoint(row.location, store, record=row, allowed_roots=allowed_roots)
+        decide(DISPOSED, "disposed", why)
+    except ForeignSavepointRefused as exc:  # its files changed since the ranking
+        decide(KEPT, "foreign", str(exc))
+    except DisposeRefused as exc:
+        decide(KEPT, "refused", str(exc))
+    except EngineError as exc:  # already gone: record it
+        store.set_checkpoint_status(row.job_id, [row.checkpoint_id], CheckpointStatus.DISCARDED)
+        decide(DISPOSED, "missing", f"{why}; its files could not be read ({exc}): row marked "
+                                    "DISCARDED")
+
+
+def _foreign_text(location: str, record, why: str) -> str:
+    return (f"not disposing {location} for savepoint {record.checkpoint_id} of job "
+            f"{record.job_id}: {why}. The row's location is not that job's savepoint; nothing "
+            "was deleted. Check who wrote the row, or dispose the path explicitly (ckpt "
+            "dispose PATH) if it must go")
+
+
+def _foreign_reason(row, allowed_roots: tuple[str, ...]) -> str | None:
+    """Why ``row``'s location, whose files exist, is not its job's savepoint (``None``: it
+    is, or its files are gone or cannot be read now: decided when it is disposed)."""
+    if not row.location:
+        return None
+    try:
+        present, _owner = metadata_job_id(row.location)
+    except ValueError:
+        present = True  # an unreadable _metadata: not shown to be the job's
+    except EngineError:
+        return None  # storage unavailable: dispose_savepoint decides (and checks again)
+    if not present:
+        return None
+    why = deletion_refusal(row.location, job_id=row.job_id, kind="SAVEPOINT",
+                           checkpoint_id=row.checkpoint_id, roots=allowed_roots)
+    return None if why is None else _foreign_text(row.location, row, why)
+
+
 def _age_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
 
@@ -274,8 +311,15 @@ def apply_savepoint_retention(store, *, job_name: str, max_age_seconds: float | 
     names = {j.job_id: j.job_name for j in jobs}
     pins = active_pins(store, now=now)
     count = None if max_count is None else max(max_count, 1)
-    for i, row in enumerate(rows):
-        rank = len(rows) - i  # 1 = newest
+    # A row whose location holds another job's savepoint (or one misnamed or outside the
+    # roots) is kept and reported, and takes no place in the ranking: a row a DB writer
+    # dated newest must not push the job's real newest savepoint out of max_count.
+    foreign = {(r.job_id, r.checkpoint_id): why for r in rows
+               if (why := _foreign_reason(r, allowed_roots)) is not None}
+    ranked = [(r.job_id, r.checkpoint_id) for r in rows
+              if (r.job_id, r.checkpoint_id) not in foreign]
+    ranks = {key: len(ranked) - i for i, key in enumerate(ranked)}
+    for row in rows:
         location = canonical_location(row.location)
 
         def decide(decision: str, rule: str, reason: str, row=row) -> None:
@@ -284,6 +328,11 @@ def apply_savepoint_retention(store, *, job_name: str, max_age_seconds: float | 
                 row.complete_time.isoformat() if row.complete_time else None,
                 decision, rule, reason))
 
+        why_foreign = foreign.get((row.job_id, row.checkpoint_id))
+        if why_foreign is not None:
+            decide(KEPT, "foreign", why_foreign)
+            continue
+        rank = ranks[(row.job_id, row.checkpoint_id)]  # 1 = newest
         age = (now - row.complete_time).total_seconds() if row.complete_time else None
         too_many = count is not None and rank > count
         too_old = max_age_seconds is not None and age is not None and age > max_age_seconds
@@ -310,20 +359,9 @@ def apply_savepoint_retention(store, *, job_name: str, max_age_seconds: float | 
             if too_old:
                 why.append(f"older than max_age ({_age_text(age or 0)} > "
                            f"{_age_text(max_age_seconds or 0)})")
-            try:
-                dispose_savepoint(row.location, store, record=row, allowed_roots=allowed_roots)
-                decide(DISPOSED, "disposed", "; ".join(why))
-            except ForeignSavepointRefused as exc:
-                log.warning("Savepoint retention of %s kept the location of savepoint %d of job "
-                            "%s: %s", job_name, row.checkpoint_id, row.job_id, exc)
-                decide(KEPT, "foreign", str(exc))
-            except DisposeRefused as exc:
-                decide(KEPT, "refused", str(exc))
-            except EngineError as exc:  # already gone: record it
-                store.set_checkpoint_status(row.job_id, [row.checkpoint_id],
-                                            CheckpointStatus.DISCARDED)
-                decide(DISPOSED, "missing", f"{'; '.join(why)}; its files could not be read "
-                                            f"({exc}): row marked DISCARDED")
-    for line in report.lines():
-        log.info("Savepoint retention of %s: %s", job_name, line)
+            _dispose(store, row, "; ".join(why), allowed_roots, decide)
+    for decision, line in zip(report.decisions, report.lines(), strict=True):
+        # a foreign location is a security event (a row pointing at another job's files)
+        level = logging.WARNING if decision.rule == "foreign" else logging.INFO
+        log.log(level, "Savepoint retention of %s: %s", job_name, line)
     return report
