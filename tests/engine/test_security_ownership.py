@@ -91,6 +91,7 @@ def test_cli_retention_keeps_another_jobs_savepoint_a_row_points_at(db_url, stor
     assert os.path.exists(own)
 
 
+@pytest.mark.timeout(60)
 def test_retention_reports_the_foreign_location_and_still_disposes_the_jobs_own(store, tmp_path,
                                                                                  caplog):
     job_a = make_job(store, "orders")
@@ -112,6 +113,7 @@ def test_retention_reports_the_foreign_location_and_still_disposes_the_jobs_own(
     assert report.to_dict()["savepoints"][0]["rule"] == "foreign"
 
 
+@pytest.mark.timeout(60)
 def test_retention_refuses_a_wrong_name_or_a_location_outside_the_savepoint_roots(
         store, tmp_path, monkeypatch):
     job_a = make_job(store, "orders")
@@ -138,6 +140,7 @@ def test_retention_refuses_a_wrong_name_or_a_location_outside_the_savepoint_root
     assert [(d.rule) for d in report.decisions] == ["foreign", "disposed", "newest"]
 
 
+@pytest.mark.timeout(60)
 def test_dispose_through_a_row_checks_ownership_an_explicit_path_does_not(store, tmp_path):
     job_a = make_job(store, "orders")
     job_b = make_job(store, "payments")
@@ -169,6 +172,7 @@ def _checkpoint_dir(root, job_name, job_id, n, owner=None) -> str:
     return d
 
 
+@pytest.mark.timeout(60)
 def test_cleaner_keeps_a_directory_whose_metadata_names_another_job(tmp_path, caplog):
     own = _checkpoint_dir(tmp_path, "orders", "job-a", 1, owner="job-a")
     partial = _checkpoint_dir(tmp_path, "orders", "job-a", 2)  # no _metadata yet
@@ -183,6 +187,7 @@ def test_cleaner_keeps_a_directory_whose_metadata_names_another_job(tmp_path, ca
     assert "belongs to job job-b" in caplog.text and "not to job job-a" in caplog.text
 
 
+@pytest.mark.timeout(60)
 def test_partial_checkpoint_cleanup_keeps_another_jobs_completed_checkpoint(store, tmp_path):
     job_a = make_job(store, "orders", status="FAILED")
     job_b = make_job(store, "orders", status="RUNNING")
@@ -197,7 +202,8 @@ def test_partial_checkpoint_cleanup_keeps_another_jobs_completed_checkpoint(stor
     assert os.path.exists(os.path.join(b_chk, "_metadata"))
 
 
-def test_deletion_refusal_accepts_s3_locations_by_name_and_root(monkeypatch):
+@pytest.mark.timeout(60)
+def test_s3_savepoint_locations_are_refused_by_name_and_root(monkeypatch):
     job = "0123456789abcdef"
     monkeypatch.setenv("CKPT_ALLOWED_SAVEPOINT_ROOTS", "s3://bucket/savepoints")
     assert "outside the allowed savepoint roots" in deletion_refusal(
@@ -210,6 +216,7 @@ def test_deletion_refusal_accepts_s3_locations_by_name_and_root(monkeypatch):
 
 # -- break 5: restore ---------------------------------------------------------------------------
 
+@pytest.mark.timeout(60)
 def test_trust_refuses_a_signed_snapshot_of_another_job_found_through_a_row(store, tmp_path):
     trust = SnapshotTrust(store)
     job_a = make_job(store, "orders", status="FINISHED")
@@ -347,6 +354,7 @@ def test_failover_skips_another_jobs_checkpoint_copied_over_the_newest(workdir, 
     assert os.path.exists(os.path.join(swapped, "_metadata"))  # B's copy is never deleted
 
 
+@pytest.mark.timeout(60)
 def test_a_foreign_row_dated_newest_does_not_push_the_jobs_newest_savepoint_out(store, tmp_path):
     """max_count ranks only the job's own savepoints: a foreign row dated newest is kept and
     reported, and the job's real newest savepoint stays the newest."""
