@@ -151,11 +151,14 @@ class RecordWriter:
         self.key_field: str | None = getattr(key_selector, "field", None)
         self.max_parallelism = max_parallelism
         self._rr = subtask  # start round-robin at a different channel in each subtask
+        #: records emitted so far (a source sizes its reads by what its chain emits here)
+        self.emitted = 0
 
     def emit(self, records: Batch) -> None:
         """Send a batch: Arrow batches as Arrow IPC frames, lists of dicts as msgpack."""
         if not len(records):
             return
+        self.emitted += len(records)
         arrow = isinstance(records, pa.RecordBatch)
         field = self.key_field
         if arrow and self.partitioning == HASH and field is None:

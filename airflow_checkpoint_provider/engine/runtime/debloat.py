@@ -72,20 +72,43 @@ class ThroughputMeter:
     that is lower. A consumer that slowed down (a loaded machine, costlier records) shrinks
     its queue at once; one that sped up grows it over a few measurements. With the smoothed
     rate alone, queues sized just before a slowdown took up to 25% longer to drain than the
-    queue share of the target (aligned checkpoints of 1.0-1.14 s at a 1 s target)."""
+    queue share of the target (aligned checkpoints of 1.0-1.14 s at a 1 s target).
+
+    Two things never lower the rate (issue 51: a branch's credit fell to the floor and
+    stayed there, see :func:`channel_credit`):
+
+    * the task's start-up: without ``now`` the clock starts at the first records processed,
+      not when the meter is made (opening operators, restoring state, connecting channels:
+      a first measurement of 1-500 records/s for consumers of 100,000s a second);
+    * a measurement of a *starved* consumer (it waited for input at least as long as it
+      was busy): it processed what it got, so its rate is only a lower bound of what it
+      can process: it may raise the rate, never lower it (nor, as the first measurement,
+      the credit below the initial one). A sparse input (a combiner's few
+      rows per batch, a window's input) spends its busy time on watermarks, timers and
+      snapshots and measures a few records per second; sized from that, its credit held
+      its sender, which measured it lower still. A consumer that is the bottleneck is busy
+      all the time, and still shrinks its queue at once."""
 
     def __init__(self, now: float | None = None) -> None:
         self.rate: float | None = None
         self.last: float | None = None
         self._rows = 0
         self._idle = 0.0
-        self._since = time.monotonic() if now is None else now
+        #: ``None``: not started (the first :meth:`add` starts the clock)
+        self._since: float | None = now
+        #: the last measurement was of a starved consumer: a lower bound (the credit sized
+        #: from it must not shrink, :meth:`.mailbox.Mailbox.consumed`)
+        self.starved = False
 
     def add_idle(self, seconds: float) -> None:
-        self._idle += seconds
+        if self._since is not None:
+            self._idle += seconds
 
     def add(self, rows: int, now: float) -> bool:
         """Count ``rows`` processed; True when the rate was measured again."""
+        if self._since is None:  # the first records: the clock starts after them
+            self._since = now
+            return False
         self._rows += rows
         elapsed = now - self._since
         busy = elapsed - self._idle
@@ -94,11 +117,15 @@ class ThroughputMeter:
                 # mostly idle: restart the window (the rate of a busy spell is what counts)
                 self._rows, self._idle, self._since = 0, 0.0, now
             return False
-        measured = self.last = self._rows / busy
+        measured = self._rows / busy
+        self.starved = self._idle >= busy
+        self._rows, self._idle, self._since = 0, 0.0, now
+        if self.starved and self.rate is not None and measured < (self.credit_rate or 0.0):
+            return False  # a lower bound below the rate: it says nothing new
+        self.last = measured
         self.rate = (
             measured if self.rate is None else SMOOTHING * measured + (1 - SMOOTHING) * self.rate
         )
-        self._rows, self._idle, self._since = 0, 0.0, now
         return True
 
     @property
@@ -119,6 +146,54 @@ def channel_credit(
     else:
         share = int(rate * target_s * QUEUE_SHARE / max(1, channels))
     return max(MIN_CHANNEL_CREDIT, min(cap, share))
+
+
+class SourceReadSize:
+    """How many records a source reads now: no more than each of its outputs has credit
+    for, counted in the *source's* records.
+
+    A writer's credit is in the records its channels carry, and the source's chain between
+    the read and the writer may cut the stream (a filter, a per-batch combiner: Nexmark q7's
+    turns a batch into a row per window). Issue 51: a source that read at most its smallest
+    output credit read a few records at a time for the whole job when one branch was such a
+    combiner in front of a window (a credit of 8-128 of the combiner's rows, a batch of
+    65,536 rows before): both branches crawled (a job of 17 s took minutes). So the credit
+    of each writer is divided by the records it got per record read (measured, smoothed;
+    the higher of the smoothed and the last, as a batch over its credit holds the source in
+    the middle of it), at most 1: a chain that multiplies records reads as before. An output
+    without credit still stops the read (backpressure)."""
+
+    def __init__(self, writers: list) -> None:
+        self.writers = writers
+        self._emitted = [w.emitted for w in writers]
+        self._ratio: list[float | None] = [None] * len(writers)
+        self._last: list[float] = [1.0] * len(writers)
+
+    def room(self, batch_size: int) -> int:
+        room = batch_size
+        for i, w in enumerate(self.writers):
+            free = w.available()
+            if free is None:
+                continue
+            if free <= 0:
+                return 0
+            ratio = self._ratio[i]
+            per_read = 1.0 if ratio is None else min(1.0, max(ratio, self._last[i]))
+            if per_read > 0:  # else this output got nothing from any read yet
+                room = min(room, max(1, int(free / per_read)))
+        return room
+
+    def read(self, records: int) -> None:
+        """The source read ``records`` and pushed them through its chain."""
+        if records <= 0:
+            return
+        for i, w in enumerate(self.writers):
+            measured = (w.emitted - self._emitted[i]) / records
+            self._emitted[i] = w.emitted
+            ratio = self._ratio[i]
+            self._last[i] = measured
+            self._ratio[i] = (measured if ratio is None
+                              else SMOOTHING * measured + (1 - SMOOTHING) * ratio)
 
 
 class CreditAnnouncer:

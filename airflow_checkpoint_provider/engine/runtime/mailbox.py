@@ -243,8 +243,10 @@ class Mailbox:
         grants = []
         with self._cond:
             if self.meter.add(rows, time.monotonic()):
-                self._share = channel_credit(self.meter.credit_rate, self._target, self._channels,
-                                             self._initial_credit, self._max_credit)
+                share = channel_credit(self.meter.credit_rate, self._target, self._channels,
+                                       self._initial_credit, self._max_credit)
+                # a starved consumer's rate is a lower bound: its credit never shrinks on it
+                self._share = max(share, self._share) if self.meter.starved else share
             if 0 <= channel < self._channels:
                 self._outstanding[channel] = max(0, self._outstanding[channel] - rows)
             threshold = max(1, self._share // GRANT_FRACTION)

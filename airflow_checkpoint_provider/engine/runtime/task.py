@@ -34,6 +34,7 @@ from ..state.keys import expect_restored_key_type
 from .alignment import BarrierHandler
 from .batches import Batch, as_arrow, as_rows
 from .channels import LocalChannel, OutputChannel, RecordWriter, event_item
+from .debloat import SourceReadSize
 from .edge_operators import SourceOperator
 from .environment import TaskEnvironment
 from .factory import create_operator
@@ -130,6 +131,7 @@ class StreamTask(TaskCheckpointing):
         self.restore = restore or {}
         self.mailbox = mailbox
         self.writers = writers
+        self._read_size = SourceReadSize(writers)  # a source's reads (debloat.py)
         self.main_writers = [w for w in writers if w.side is None]
         self.side_writers = [w for w in writers if w.side == "late"]
         self.channel_gates = channel_gates  # channel -> Event the reader waits on after a barrier
@@ -454,6 +456,7 @@ class StreamTask(TaskCheckpointing):
             if batch:
                 self.counts[0][1] += len(batch)
                 self._push(batch, 1)
+                self._read_size.read(len(batch))
             else:
                 item = self.mailbox.take(0.005, control_only=True)
                 if item is not None:
@@ -462,13 +465,9 @@ class StreamTask(TaskCheckpointing):
 
     def _output_room(self, batch_size: int) -> int:
         """Records a source reads now: its batch size, or what its outputs' credit allows
-        (buffer debloating: a source slows down instead of filling buffers)."""
-        room = batch_size
-        for w in self.writers:
-            free = w.available()
-            if free is not None:
-                room = min(room, free)
-        return room
+        (buffer debloating: a source slows down instead of filling buffers), counted in the
+        source's records (:class:`.debloat.SourceReadSize`)."""
+        return self._read_size.room(batch_size)
 
     def _input_loop(self) -> None:
         channels = self.vertex.num_input_channels()
