@@ -1,0 +1,415 @@
+"""``KafkaSink``: exactly-once output to a Kafka topic through the engine's checkpoints.
+
+Why not Flink's design. Flink's KafkaSink opens a Kafka transaction per checkpoint epoch,
+pre-commits it at the barrier and, after a crash, resumes and commits the open transaction
+through internals of the Java client. librdkafka cannot resume another producer's open
+transaction, so a transaction left open by a crash could only be aborted: the epoch's
+records would be lost.
+
+This design (stage in the checkpoint, publish once with a commit marker):
+
+1. ``write`` serializes each record (key, value, timestamp) into the open epoch's buffer.
+2. ``pre_commit`` (at the barrier) returns the epoch's records (msgpack, base64: the
+   description is part of the checkpoint's JSON ``_metadata``) as the transaction
+   description: the engine writes them into the checkpoint, so they are durable once the
+   checkpoint completes, without any broker round trip on the checkpoint path.
+3. ``commit`` (on notify-checkpoint-complete) publishes each epoch in ONE Kafka transaction
+   with a commit-marker record on the marker topic (key ``[job name, uid, job id, subtask]``,
+   value the epoch): the records and the marker become visible together or not at all.
+4. ``recover`` (on restore) gets the restored epochs (those of a completed checkpoint that
+   may or may not have been published before the crash). Epochs staged by subtask ``o`` are
+   handled by new subtask ``o % parallelism`` with the producer of ``transactional.id``
+   ``<prefix>-<job name>-<uid>-<o>``: ``init_transactions`` fences any older producer with
+   that id (a zombie attempt) and aborts its open transaction; the writer then reads the
+   marker topic up to a sentinel it has just committed (so every marker committed before is
+   seen, whatever the broker's high watermarks say) and publishes only the epochs above the
+   marker's. An epoch is never published twice, and never lost.
+
+The Kafka transaction spans only the publish of one epoch (not the checkpoint interval), so
+``transaction.timeout.ms`` (``transaction_timeout_ms``, default 60 s) bounds how long a
+crashed publisher's open transaction can hold back ``read_committed`` consumers; a restore
+aborts it at once by fencing. The price: each epoch's records are stored in the checkpoint
+(the sink suits outputs of up to some tens of MB per checkpoint interval) and published once
+the checkpoint completes (latency = checkpoint interval, as with every 2PC sink).
+
+A fenced job (``fence_sinks=True``, a blue-green validation run) creates no producer: it
+stages and never publishes, and never fences the live job's producers. ``delivery=
+"at_least_once"`` produces directly (idempotent producer), flushes at every barrier, and
+may duplicate the records after the last completed checkpoint on a failure.
+
+Broker caveat (Tansu 0.6, the test broker): it does not hide aborted transactions from
+``read_committed`` consumers (no aborted-transaction index in its Fetch answers), so a crash
+in the middle of a publish can leave that partial publish visible there; on Apache Kafka it
+is aborted and invisible.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+
+import msgpack
+
+from ...errors import CorruptCheckpointError
+from ..base import Sink, SinkWriter, SourceContext
+from .client import METADATA_TIMEOUT_S, base_config, ensure_topic, require_client
+from .errors import KafkaConfigurationError, KafkaPublishError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MARKER_TOPIC = "_ckpt_sink_commits"
+_VERSION = 1
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", "backslashreplace")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def json_value(record: dict) -> bytes:
+    return json.dumps(record, separators=(",", ":"), default=_json_default).encode()
+
+
+class KafkaSink(Sink):
+    """Write records to a Kafka topic, exactly once by default (see the module docstring).
+
+    :param bootstrap_servers: ``"host:port,host:port"`` or a list.
+    :param topic: the output topic (it must exist).
+    :param key: the record field whose value is the Kafka key, or a function ``record ->
+        str | bytes | None``; ``None``: no key.
+    :param value_serializer: a function ``record -> bytes``; default: compact JSON.
+    :param timestamp_field: a field holding the record's Kafka timestamp (epoch ms);
+        default: the broker's/producer's time of the publish.
+    :param delivery: ``"exactly_once"`` (default) or ``"at_least_once"``.
+    :param marker_topic: the compacted topic of commit markers (created with one partition
+        if missing), shared by every exactly-once sink of a cluster.
+    :param transactional_id_prefix: prefix of the sink's ``transactional.id``s
+        (``<prefix>-<job name>-<uid>-<subtask>``).
+    :param transaction_timeout_ms: ``transaction.timeout.ms`` of the producers.
+    :param producer_config: more librdkafka settings for the producers.
+    """
+
+    slot_imports = ("confluent_kafka",)
+
+    def __init__(self, bootstrap_servers: str | Sequence[str], topic: str, *,
+                 key: str | Callable[[dict], object] | None = None,
+                 value_serializer: Callable[[dict], bytes] | None = None,
+                 timestamp_field: str | None = None, delivery: str = "exactly_once",
+                 marker_topic: str = DEFAULT_MARKER_TOPIC, transactional_id_prefix: str = "ckpt",
+                 transaction_timeout_ms: int = 60_000,
+                 producer_config: Mapping[str, object] | None = None) -> None:
+        if delivery not in ("exactly_once", "at_least_once"):
+            raise KafkaConfigurationError(f"KafkaSink: delivery={delivery!r}: use 'exactly_once' "
+                                          "or 'at_least_once'")
+        if not topic or not isinstance(topic, str):
+            raise KafkaConfigurationError(f"KafkaSink: topic={topic!r} is not a topic name")
+        if marker_topic == topic:
+            raise KafkaConfigurationError("KafkaSink: marker_topic must differ from the output topic")
+        self.conf = base_config(bootstrap_servers, producer_config)
+        self.topic = topic
+        self.key = key
+        self.value_serializer = value_serializer or json_value
+        self.timestamp_field = timestamp_field
+        self.delivery = delivery
+        self.marker_topic = marker_topic
+        self.transactional_id_prefix = transactional_id_prefix
+        self.transaction_timeout_ms = transaction_timeout_ms
+
+    def create_writer(self, ctx: SourceContext) -> SinkWriter:
+        if self.delivery == "at_least_once":
+            return _AtLeastOnceWriter(self, ctx)
+        return _ExactlyOnceWriter(self, ctx)
+
+    def lineage_dataset(self) -> tuple[str, str] | None:
+        return f"kafka://{self.conf['bootstrap.servers'].split(',')[0]}", self.topic
+
+    def describe(self) -> str:
+        return f"kafka({self.topic}, {self.delivery})"
+
+    def can_hold_commits(self) -> bool:
+        return self.delivery == "exactly_once"
+
+    def discard_staged_of_job(self, operator_uid: str, job_id: str) -> None:
+        """A fenced job staged its epochs in its own checkpoints only: nothing to remove."""
+
+    def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
+        for t in transactions:
+            _check_transaction(t, location)
+
+    # -- what both writers share ------------------------------------------------------------
+    def encode(self, record: dict) -> list:
+        """``[key bytes | None, value bytes, timestamp ms | None]`` of ``record``."""
+        key = self.key
+        k = (key(record) if callable(key) else record.get(key)) if key is not None else None
+        if k is not None and not isinstance(k, bytes):
+            k = str(k).encode()
+        ts = record.get(self.timestamp_field) if self.timestamp_field else None
+        return [k, self.value_serializer(record), int(ts) if ts is not None else None]
+
+    def transactional_id(self, job_name: str, uid: str, subtask: int) -> str:
+        return f"{self.transactional_id_prefix}-{job_name}-{uid}-{subtask}"
+
+
+def stage(records: list[list]) -> str:
+    """An epoch's encoded records as they go into the checkpoint: msgpack (no pickle), in
+    base64 (a sink's transaction descriptions are part of the JSON ``_metadata``)."""
+    return base64.b64encode(msgpack.packb(records, use_bin_type=True)).decode("ascii")
+
+
+def unstage(t: dict) -> list[list]:
+    return msgpack.unpackb(base64.b64decode(t["records"]), raw=False)
+
+
+def _check_transaction(t: object, location: str) -> dict:
+    """A restored transaction description (untrusted input: from a ``_metadata`` file)."""
+    ok = (isinstance(t, dict) and t.get("v") == _VERSION and isinstance(t.get("job"), str)
+          and isinstance(t.get("subtask"), int) and not isinstance(t["subtask"], bool)
+          and t["subtask"] >= 0 and isinstance(t.get("epoch"), int)
+          and isinstance(t.get("count"), int) and isinstance(t.get("records"), str))
+    if ok:
+        try:
+            records = unstage(t)  # type: ignore[arg-type]
+        except (ValueError, TypeError, msgpack.UnpackException):
+            records = None
+        ok = (isinstance(records, list) and len(records) == t["count"]  # type: ignore[index]
+              and all(isinstance(r, list) and len(r) == 3
+                      and (r[0] is None or isinstance(r[0], bytes)) and isinstance(r[1], bytes)
+                      and (r[2] is None or (isinstance(r[2], int) and not isinstance(r[2], bool)))
+                      for r in records))
+    if not ok:
+        raise CorruptCheckpointError(
+            f"Kafka sink: a staged transaction in {location} is malformed ({str(t)[:200]}); "
+            "the snapshot is corrupt or was not written by this sink")
+    return t  # type: ignore[return-value]
+
+
+class _ExactlyOnceWriter(SinkWriter):
+    def __init__(self, sink: KafkaSink, ctx: SourceContext) -> None:
+        self.sink = sink
+        self.ctx = ctx
+        self.buffer: list[list] = []
+        self.producers: dict[int, object] = {}
+        self.published: set[tuple[str, int, int]] = set()  # (job, subtask, epoch) by this writer
+
+    # 1. stage
+    def write(self, records: list[dict]) -> None:
+        encode = self.sink.encode
+        self.buffer.extend(encode(r) for r in records)
+
+    # 2. pre-commit: the epoch's records go into the checkpoint
+    def pre_commit(self, checkpoint_id: int) -> list[object]:
+        if not self.buffer:
+            return []
+        txn = {"v": _VERSION, "job": self.ctx.job_id, "subtask": self.ctx.subtask_index,
+               "epoch": checkpoint_id, "count": len(self.buffer), "records": stage(self.buffer)}
+        self.buffer = []
+        return [txn]
+
+    # 3. commit: one Kafka transaction per epoch, with its marker
+    def commit(self, transactions: list[object]) -> None:
+        if self.ctx.fenced:
+            return
+        producer = self._producer(self.ctx.subtask_index)
+        for t in sorted(transactions, key=lambda t: (t["job"], t["epoch"])):  # type: ignore[index]
+            self._publish(producer, t)  # type: ignore[arg-type]
+
+    def abort(self, transactions: list[object]) -> bool:
+        return False  # kept: published with the next checkpoint that completes
+
+    # 4. recover: publish the restored epochs the markers do not cover
+    def recover(self, transactions: list[object]) -> None:
+        """Steps: (a) a fenced job does nothing (it must not fence the live job); (b) the
+        restored epochs of each staging subtask ``o`` with ``o % parallelism`` equal to this
+        subtask are this writer's; (c) per such ``o``, the producer of ``o``'s
+        transactional.id fences zombies and aborts their open transaction; (d) the markers
+        say which epochs are published; (e) the others are published in epoch order."""
+        # (a)
+        if self.ctx.fenced:
+            return
+        # (b)
+        mine: dict[int, list[dict]] = {}
+        for t in transactions:
+            t = _check_transaction(t, "the restored checkpoint")
+            if t["subtask"] % self.ctx.parallelism == self.ctx.subtask_index:
+                mine.setdefault(t["subtask"], []).append(t)
+        ensure_topic(self.sink.conf, self.sink.marker_topic, compact=True)
+        for origin in sorted(set(mine) | {self.ctx.subtask_index}):
+            # (c)
+            producer = self._producer(origin)
+            if origin not in mine:
+                continue
+            # (d)
+            done = self._published_epochs(producer)
+            # (e)
+            for t in sorted(mine[origin], key=lambda t: (t["job"], t["epoch"])):
+                if t["epoch"] <= done.get(self._marker_key(t), -1):
+                    log.info("Kafka sink %s: epoch %d of subtask %d (job %s) is already "
+                             "published to %s", self.ctx.operator_uid, t["epoch"], origin,
+                             t["job"], self.sink.topic)
+                    continue
+                self._publish(producer, t)
+            if origin != self.ctx.subtask_index:
+                self.producers.pop(origin)
+                producer.flush(METADATA_TIMEOUT_S)  # type: ignore[attr-defined]
+
+    def _producer(self, origin: int):
+        producer = self.producers.get(origin)
+        if producer is not None:
+            return producer
+        ck = require_client()
+        tid = self.sink.transactional_id(self.ctx.job_name, self.ctx.operator_uid, origin)
+        producer = ck.Producer({**self.sink.conf, "transactional.id": tid,
+                                "transaction.timeout.ms": self.sink.transaction_timeout_ms,
+                                "linger.ms": 5})
+        try:
+            producer.init_transactions(METADATA_TIMEOUT_S)
+        except ck.KafkaException as exc:
+            raise KafkaPublishError(
+                f"Kafka sink {self.ctx.operator_uid}: init_transactions of transactional.id "
+                f"{tid!r} on {self.sink.conf['bootstrap.servers']} failed: {exc.args[0].str()}") from None
+        self.producers[origin] = producer
+        return producer
+
+    def _marker_key(self, t: dict) -> str:
+        return json.dumps([self.ctx.job_name, self.ctx.operator_uid, t["job"], t["subtask"]])
+
+    def _publish(self, producer, t: dict) -> None:
+        ck = require_client()
+        ident = (t["job"], t["subtask"], t["epoch"])
+        if ident in self.published:
+            return
+        failures: list = []
+
+        def delivered(err, msg) -> None:
+            if err is not None:
+                failures.append((err, msg.topic(), msg.partition()))
+
+        topic = self.sink.topic
+        where = (f"epoch {t['epoch']} of subtask {t['subtask']} (job {t['job']}, "
+                 f"{t['count']} records) to topic {topic!r}")
+        try:
+            producer.begin_transaction()
+            for key, value, ts in unstage(t):
+                kwargs = {"timestamp": ts} if ts is not None else {}
+                while True:
+                    try:
+                        producer.produce(topic, value, key, on_delivery=delivered, **kwargs)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+            producer.produce(self.sink.marker_topic, json.dumps(
+                {"epoch": t["epoch"], "records": t["count"]}).encode(),
+                self._marker_key(t), partition=0, on_delivery=delivered)
+            producer.flush(METADATA_TIMEOUT_S)
+            if failures:
+                err, ftopic, fpart = failures[0]
+                producer.abort_transaction(METADATA_TIMEOUT_S)
+                raise KafkaPublishError(f"Kafka sink {self.ctx.operator_uid}: publishing {where} "
+                                        f"failed at {ftopic}:{fpart}: {err.str()}; aborted")
+            producer.commit_transaction(METADATA_TIMEOUT_S)
+        except ck.KafkaException as exc:
+            raise KafkaPublishError(
+                f"Kafka sink {self.ctx.operator_uid}: publishing {where} failed: "
+                f"{exc.args[0].str()} (the epoch stays in the checkpoint; a restore publishes it)"
+            ) from None
+        self.published.add(ident)
+        log.info("Kafka sink %s: published %s", self.ctx.operator_uid, where)
+
+    def _published_epochs(self, producer) -> dict[str, int]:
+        """``{marker key: highest published epoch}`` of every marker committed so far: the
+        marker topic is read up to a sentinel this producer commits first (after its
+        ``init_transactions``), so no committed marker can come after the point read to."""
+        ck = require_client()
+        sentinel: list = []
+        nonce = uuid.uuid4().hex
+        producer.begin_transaction()
+        producer.produce(self.sink.marker_topic, b"", json.dumps(["sentinel", nonce]), partition=0,
+                         on_delivery=lambda err, msg: sentinel.append((err, msg.offset())))
+        producer.commit_transaction(METADATA_TIMEOUT_S)
+        if not sentinel or sentinel[0][0] is not None:
+            raise KafkaPublishError(f"Kafka sink {self.ctx.operator_uid}: the sentinel on the "
+                                    f"marker topic {self.sink.marker_topic!r} was not delivered: "
+                                    f"{sentinel}")
+        until = sentinel[0][1]
+        consumer = ck.Consumer({**self.sink.conf, "group.id": f"ckpt-markers-{nonce}",
+                                "enable.auto.commit": False, "isolation.level": "read_committed"})
+        done: dict[str, int] = {}
+        try:
+            consumer.assign([ck.TopicPartition(self.sink.marker_topic, 0, ck.OFFSET_BEGINNING)])
+            deadline = time.monotonic() + 2 * METADATA_TIMEOUT_S
+            while time.monotonic() < deadline:
+                for msg in consumer.consume(1000, timeout=0.2):
+                    if msg.error() is not None:
+                        continue
+                    if msg.value():
+                        key = msg.key().decode()
+                        epoch = json.loads(msg.value())["epoch"]
+                        done[key] = max(epoch, done.get(key, -1))
+                    if msg.offset() >= until:
+                        return done
+            raise KafkaPublishError(
+                f"Kafka sink {self.ctx.operator_uid}: the marker topic "
+                f"{self.sink.marker_topic!r} could not be read up to offset {until} within "
+                f"{2 * METADATA_TIMEOUT_S:.0f} s (an open transaction holds it back?)")
+        finally:
+            consumer.close()
+
+    def discard_held(self, transactions: list[object]) -> None:
+        """Fenced: the held epochs are only in the fenced job's own checkpoints."""
+
+    def close(self) -> None:
+        for producer in self.producers.values():
+            producer.flush(5)  # type: ignore[attr-defined]
+        self.producers.clear()
+
+
+class _AtLeastOnceWriter(SinkWriter):
+    def __init__(self, sink: KafkaSink, ctx: SourceContext) -> None:
+        ck = require_client()
+        self.sink = sink
+        self.ctx = ctx
+        self.failures: list = []
+        self.producer = ck.Producer({**sink.conf, "enable.idempotence": True, "linger.ms": 5})
+
+    def _delivered(self, err, msg) -> None:
+        if err is not None:
+            self.failures.append((err, msg.topic(), msg.partition()))
+
+    def write(self, records: list[dict]) -> None:
+        for r in records:
+            key, value, ts = self.sink.encode(r)
+            kwargs = {"timestamp": ts} if ts is not None else {}
+            while True:
+                try:
+                    self.producer.produce(self.sink.topic, value, key, on_delivery=self._delivered,
+                                          **kwargs)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    def pre_commit(self, checkpoint_id: int) -> list[object]:
+        left = self.producer.flush(METADATA_TIMEOUT_S)
+        if left or self.failures:
+            what = self.failures[0] if self.failures else (f"{left} records undelivered", "?", "?")
+            raise KafkaPublishError(
+                f"Kafka sink {self.ctx.operator_uid}: records of checkpoint {checkpoint_id} were "
+                f"not delivered to topic {self.sink.topic!r} ({what[1]}:{what[2]}: {what[0]}); "
+                "checkpoint declined")
+        return []
+
+    def commit(self, transactions: list[object]) -> None:
+        pass
+
+    def recover(self, transactions: list[object]) -> None:
+        pass
+
+    def close(self) -> None:
+        self.producer.flush(5)

@@ -1,0 +1,465 @@
+"""``KafkaSource``: topic partitions as the engine's splits, read positions in checkpoints.
+
+Splits and assignment. The split list is ``"<topic>:<partition>"`` for every partition of
+``topics`` (or of the topics matching ``topic_pattern``), sorted by topic then partition,
+listed once by the job master when the job starts; split ``j`` runs on subtask
+``j % parallelism`` (:mod:`..base`). A restore at another parallelism gets every split's
+position from the union list state and reassigns the splits the same way.
+
+Positions. A split's position is ``{"offset": next offset to read, "end": exclusive end
+offset or None}``. The start offset (earliest, latest, the consumer group's committed offset,
+a timestamp, or explicit offsets) is resolved to a number when a split is first opened and
+recorded from then on, as is the end offset of ``stop_at="latest"``: a restore resumes at
+the checkpointed offset and stops where the first run would have stopped, whatever the
+group's offsets or the topic's end are by then. The consumer group's offsets are committed
+only after a checkpoint completed (they are for lag monitoring) and never decide a restore;
+``start="group"`` uses them only for splits that have no checkpointed position.
+
+Reading. One ``confluent_kafka.Consumer`` per source subtask (shared by its split readers,
+partitions assigned manually: no group rebalancing), ``isolation.level=read_committed`` by
+default, ``auto.offset.reset=error``: an offset that is no longer in the partition fails the
+job (:class:`~.errors.KafkaOffsetOutOfRangeError`) instead of silently skipping records, as
+does a deleted partition and a broker unreachable for ``broker_timeout_s``.
+
+Event time. Records carry the Kafka timestamp as ``_timestamp`` (epoch ms) with
+``metadata=True``; a ``WatermarkStrategy`` on that field (or on a value field) gives
+per-partition watermarks and idle-partition handling, since the engine keeps a watermark
+per split.
+
+Broker caveat (Tansu 0.6, the test broker): its ListOffsets(latest) answers the number of
+record batches instead of the end offset and ListOffsets(timestamp) answers 0, so
+``start="latest"``, ``start=<timestamp>`` and ``stop_at="latest"`` resolve wrong offsets on
+it. They are correct on Apache Kafka; tests use explicit offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+
+from ..base import Source, SourceContext, SplitReader
+from .client import METADATA_TIMEOUT_S, base_config, list_partitions, require_client
+from .errors import (
+    KafkaConfigurationError,
+    KafkaOffsetOutOfRangeError,
+    KafkaPartitionMissingError,
+    KafkaUnavailableError,
+)
+
+log = logging.getLogger(__name__)
+
+METADATA_FIELDS = ("_topic", "_partition", "_offset", "_timestamp", "_key")
+_STARTS = ("earliest", "latest", "group")
+#: messages fetched from the shared consumer per call
+_FETCH = 1000
+#: messages a subtask's consumer buffers at most across its partitions
+_MAX_BUFFERED = 20_000
+
+
+def split_id(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+def parse_split(split: str) -> tuple[str, int]:
+    topic, _, partition = split.rpartition(":")
+    if not topic or not partition.isdigit():
+        raise KafkaConfigurationError(f"{split!r} is not a Kafka split id (<topic>:<partition>)")
+    return topic, int(partition)
+
+
+class KafkaSource(Source):
+    """Read Kafka topics with their positions in the engine's checkpoints.
+
+    :param bootstrap_servers: ``"host:port,host:port"`` or a list.
+    :param topics: the topics to read (each must exist) -- or
+    :param topic_pattern: a regular expression (``re.fullmatch``) over topic names, resolved
+        when the job starts (topics created later are not picked up by a running job).
+    :param start: where a partition without a checkpointed position starts: ``"earliest"``
+        (default), ``"latest"``, ``"group"`` (the group's committed offset, else earliest),
+        an ``int`` timestamp in epoch ms, or ``{(topic, partition): offset}`` (partitions not
+        named start at earliest).
+    :param stop_at: ``None`` (unbounded), ``"latest"`` (each partition's end offset when the
+        split is first opened) or ``{(topic, partition): end_offset}`` (exclusive; partitions
+        not named are read until their end offset when first opened): the job finishes once
+        every partition reached its end.
+    :param group_id: consumer group whose offsets are committed after each completed
+        checkpoint (lag monitoring); default ``ckpt-<job name>-<uid>``. ``commit_offsets=False``
+        commits nothing; a fenced job (blue-green validation run) never commits.
+    :param isolation: ``"read_committed"`` (default) or ``"read_uncommitted"``.
+    :param value_format: ``"json"`` (values are JSON objects: the record is that dict),
+        ``"bytes"`` (the record is ``{"value": bytes}``) or a function ``bytes -> dict``.
+    :param metadata: add ``_topic``, ``_partition``, ``_offset``, ``_timestamp`` (epoch ms)
+        and ``_key`` (bytes or None) to each record.
+    :param broker_timeout_s: how long every broker may stay unreachable before the job fails
+        (and the longest a metadata request may take, up to 15 s).
+    :param consumer_config: more librdkafka settings for the consumer.
+    """
+
+    slot_imports = ("confluent_kafka",)
+
+    def __init__(self, bootstrap_servers: str | Sequence[str], *, topics: Sequence[str] | None = None,
+                 topic_pattern: str | None = None,
+                 start: str | int | Mapping[tuple[str, int], int] = "earliest",
+                 stop_at: str | Mapping[tuple[str, int], int] | None = None,
+                 group_id: str | None = None, commit_offsets: bool = True,
+                 isolation: str = "read_committed",
+                 value_format: str | Callable[[bytes], dict] = "json", metadata: bool = False,
+                 broker_timeout_s: float = 30.0,
+                 consumer_config: Mapping[str, object] | None = None) -> None:
+        if (topics is None) == (topic_pattern is None):
+            raise KafkaConfigurationError("KafkaSource: give exactly one of topics=[...] or topic_pattern=...")
+        if isinstance(topics, str):
+            raise KafkaConfigurationError(f"KafkaSource: topics must be a list, not the string "
+                                          f"{topics!r} (write [{topics!r}])")
+        if not (start in _STARTS or (isinstance(start, int) and not isinstance(start, bool))
+                or isinstance(start, Mapping)):
+            raise KafkaConfigurationError(
+                f"KafkaSource: start={start!r}: use 'earliest', 'latest', 'group', a timestamp in "
+                "epoch ms or {(topic, partition): offset}")
+        if not (stop_at is None or stop_at == "latest" or isinstance(stop_at, Mapping)):
+            raise KafkaConfigurationError(
+                f"KafkaSource: stop_at={stop_at!r}: use None, 'latest' or {{(topic, partition): end_offset}}")
+        if isolation not in ("read_committed", "read_uncommitted"):
+            raise KafkaConfigurationError(f"KafkaSource: isolation={isolation!r}: use "
+                                          "'read_committed' or 'read_uncommitted'")
+        if not (value_format in ("json", "bytes") or callable(value_format)):
+            raise KafkaConfigurationError(f"KafkaSource: value_format={value_format!r}: use 'json', "
+                                          "'bytes' or a function bytes -> dict")
+        self.conf = base_config(bootstrap_servers, consumer_config)
+        self.topics = list(topics) if topics is not None else None
+        self.topic_pattern = topic_pattern
+        self.start = dict(start) if isinstance(start, Mapping) else start
+        self.stop_at = dict(stop_at) if isinstance(stop_at, Mapping) else stop_at
+        self.group_id = group_id
+        self.commit_offsets = commit_offsets
+        self.isolation = isolation
+        self.value_format = value_format
+        self.metadata = metadata
+        self.broker_timeout_s = broker_timeout_s
+
+    # -- the driver side ----------------------------------------------------------------
+    def splits(self) -> list[str]:
+        found = list_partitions(self.conf, topics=self.topics, pattern=self.topic_pattern,
+                                timeout=min(METADATA_TIMEOUT_S, self.broker_timeout_s))
+        return [split_id(t, p) for t in sorted(found) for p in range(found[t])]
+
+    def lineage_dataset(self) -> tuple[str, str] | None:
+        name = ",".join(self.topics) if self.topics is not None else f"/{self.topic_pattern}/"
+        return f"kafka://{self.conf['bootstrap.servers'].split(',')[0]}", name
+
+    def describe(self) -> str:
+        what = ",".join(self.topics) if self.topics is not None else f"/{self.topic_pattern}/"
+        return f"kafka({what})"
+
+    def check_restore(self, operator_uid: str, positions: Mapping[str, object], *,
+                      checkpoint_id: int, location: str, job_name: str) -> None:
+        """Every checkpointed partition must still exist (a deleted topic, or one recreated
+        with fewer partitions, would otherwise be skipped silently)."""
+        if not positions:
+            return
+        topics = sorted({parse_split(s)[0] for s in positions})
+        have = list_partitions(self.conf, pattern="|".join(map(_escape, topics)),
+                               timeout=min(METADATA_TIMEOUT_S, self.broker_timeout_s))
+        gone = [s for s in sorted(positions) if parse_split(s)[1] >= have.get(parse_split(s)[0], 0)]
+        if gone:
+            raise KafkaPartitionMissingError(
+                f"source {operator_uid!r} of job {job_name!r}: checkpoint {checkpoint_id} at "
+                f"{location} holds positions of partition(s) that no longer exist on Kafka: "
+                + ", ".join(f"{s} at offset {_offset_of(positions[s])}" for s in gone)
+                + "; restore with a pipeline that no longer reads them, or recreate them")
+
+    # -- the slot side ------------------------------------------------------------------
+    def open_split(self, split_id: str, position: object | None, ctx: SourceContext) -> SplitReader:
+        topic, partition = parse_split(split_id)
+        consumer = _SharedConsumer.for_subtask(self, ctx)
+        if position is None:
+            offset = self._start_offset(consumer, topic, partition)
+            end = self._end_offset(consumer, topic, partition)
+        else:
+            offset, end = _restored(split_id, position)
+        if end is not None and offset > end:
+            offset = end  # nothing to read (a start past the requested end)
+        consumer.assign(topic, partition, offset)
+        log.info("Kafka source %s: reading %s from offset %d%s", ctx.operator_uid, split_id,
+                 offset, "" if end is None else f" to {end} (exclusive)")
+        return _PartitionReader(self, consumer, topic, partition, offset, end, ctx)
+
+    def _start_offset(self, consumer: _SharedConsumer, topic: str, partition: int) -> int:
+        ck = require_client()
+        tp = ck.TopicPartition(topic, partition)
+        low, high = consumer.watermarks(topic, partition)
+        start = self.start
+        if isinstance(start, dict):
+            if (topic, partition) in start:
+                return int(start[(topic, partition)])
+            return low
+        if start == "earliest":
+            return low
+        if start == "latest":
+            return high
+        if start == "group":
+            committed = consumer.consumer.committed([tp], timeout=METADATA_TIMEOUT_S)[0]
+            return committed.offset if committed.offset >= 0 else low
+        tp.offset = int(start)  # a timestamp: the first offset at or after it
+        found = consumer.consumer.offsets_for_times([tp], timeout=METADATA_TIMEOUT_S)[0]
+        return found.offset if found.offset >= 0 else high
+
+    def _end_offset(self, consumer: _SharedConsumer, topic: str, partition: int) -> int | None:
+        if self.stop_at is None:
+            return None
+        if isinstance(self.stop_at, dict) and (topic, partition) in self.stop_at:
+            return int(self.stop_at[(topic, partition)])
+        return consumer.watermarks(topic, partition)[1]
+
+    def decode(self, msg) -> dict:
+        value = msg.value()
+        if self.value_format == "json":
+            try:
+                record = json.loads(value) if value is not None else None
+            except ValueError as exc:
+                from ...errors import BadRecordError
+                raise BadRecordError(
+                    f"Kafka record at {msg.topic()}:{msg.partition()} offset {msg.offset()} is "
+                    f"not JSON ({exc}); read it with value_format='bytes' or a deserializer") from None
+            if not isinstance(record, dict):
+                record = {"value": record}
+        elif self.value_format == "bytes":
+            record = {"value": value}
+        else:
+            record = self.value_format(value)  # type: ignore[operator]
+            if not isinstance(record, dict):
+                from ...errors import BadRecordError
+                raise BadRecordError(
+                    f"the deserializer returned a {type(record).__name__} for the Kafka record at "
+                    f"{msg.topic()}:{msg.partition()} offset {msg.offset()}; it must return a dict")
+        if self.metadata:
+            record["_topic"] = msg.topic()
+            record["_partition"] = msg.partition()
+            record["_offset"] = msg.offset()
+            record["_timestamp"] = msg.timestamp()[1]
+            record["_key"] = msg.key()
+        return record
+
+
+def _escape(topic: str) -> str:
+    import re
+    return re.escape(topic)
+
+
+def _offset_of(position: object) -> object:
+    return position.get("offset") if isinstance(position, dict) else position
+
+
+def _restored(split: str, position: object) -> tuple[int, int | None]:
+    """A checkpointed position (untrusted input: from a ``_metadata`` file)."""
+    from ...errors import CorruptCheckpointError
+    if isinstance(position, dict):
+        offset, end = position.get("offset"), position.get("end")
+        if (isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0
+                and (end is None or (isinstance(end, int) and not isinstance(end, bool)))):
+            return offset, end
+    raise CorruptCheckpointError(f"Kafka split {split}: position {position!r:.200} in the "
+                                 "snapshot is not {'offset': int, 'end': int | None}")
+
+
+class _SharedConsumer:
+    """The consumer of one source subtask: its partitions are assigned by hand, fetched
+    messages are buffered per partition until that partition's reader asks for them."""
+
+    _open: dict[tuple, _SharedConsumer] = {}
+
+    @classmethod
+    def for_subtask(cls, source: KafkaSource, ctx: SourceContext) -> _SharedConsumer:
+        key = (id(source), ctx.job_id, ctx.operator_uid, ctx.subtask_index, ctx.attempt)
+        shared = cls._open.get(key)
+        if shared is None:
+            shared = cls._open[key] = cls(source, ctx, key)
+        return shared
+
+    def __init__(self, source: KafkaSource, ctx: SourceContext, key: tuple) -> None:
+        ck = require_client()
+        self.key = key
+        self.source = source
+        self.errors: list = []
+        self.down_since: float | None = None
+        conf = {**source.conf,
+                "group.id": source.group_id or f"ckpt-{ctx.job_name}-{ctx.operator_uid}",
+                "enable.auto.commit": False, "enable.auto.offset.store": False,
+                "auto.offset.reset": "error", "isolation.level": source.isolation,
+                "client.id": f"ckpt-{ctx.job_name}-{ctx.operator_uid}-{ctx.subtask_index}",
+                "error_cb": self._on_error}
+        self.consumer = ck.Consumer(conf)
+        self.buffers: dict[tuple[str, int], deque] = {}
+        #: ``{(topic, partition): offset}`` of every reader of this consumer (errors name them)
+        self.positions: dict[tuple[str, int], int] = {}
+
+    def _on_error(self, err) -> None:
+        ck = require_client()
+        if err.code() == ck.KafkaError._ALL_BROKERS_DOWN:
+            if self.down_since is None:
+                self.down_since = time.monotonic()
+        elif err.fatal():
+            self.errors.append(err)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        ck = require_client()
+        try:
+            return self.consumer.get_watermark_offsets(ck.TopicPartition(topic, partition),
+                                                       timeout=METADATA_TIMEOUT_S)
+        except ck.KafkaException as exc:
+            err = exc.args[0]
+            if err.code() in (ck.KafkaError.UNKNOWN_TOPIC_OR_PART, ck.KafkaError._UNKNOWN_PARTITION,
+                              ck.KafkaError._UNKNOWN_TOPIC):
+                raise KafkaPartitionMissingError(
+                    f"Kafka partition {topic}:{partition} does not exist (deleted?): {err.str()}") from None
+            raise KafkaUnavailableError(
+                f"could not read the offsets of Kafka partition {topic}:{partition} from "
+                f"{self.source.conf['bootstrap.servers']} within {METADATA_TIMEOUT_S:.0f} s: "
+                f"{err.str()}") from None
+
+    def assign(self, topic: str, partition: int, offset: int) -> None:
+        ck = require_client()
+        self.buffers[(topic, partition)] = deque()
+        self.consumer.incremental_assign([ck.TopicPartition(topic, partition, offset)])
+
+    def unassign(self, topic: str, partition: int) -> None:
+        ck = require_client()
+        self.buffers.pop((topic, partition), None)
+        try:
+            self.consumer.incremental_unassign([ck.TopicPartition(topic, partition)])
+        except ck.KafkaException:
+            pass
+        if not self.buffers:
+            self.close()
+
+    def close(self) -> None:
+        if _SharedConsumer._open.get(self.key) is self:
+            del _SharedConsumer._open[self.key]
+            self.consumer.close()
+
+    def position(self, topic: str, partition: int) -> int | None:
+        ck = require_client()
+        pos = self.consumer.position([ck.TopicPartition(topic, partition)])[0].offset
+        return pos if pos >= 0 else None
+
+    def fetch(self, topic: str, partition: int, positions: dict) -> deque:
+        """The buffered messages of ``topic:partition``, fetching more if there are none."""
+        buf = self.buffers[(topic, partition)]
+        if buf or sum(map(len, self.buffers.values())) >= _MAX_BUFFERED:
+            return buf  # the other partitions' readers drain theirs first
+        msgs = self.consumer.consume(_FETCH, timeout=0.005)
+        for msg in msgs:
+            err = msg.error()
+            if err is None:
+                self.down_since = None
+                target = self.buffers.get((msg.topic(), msg.partition()))
+                if target is not None:
+                    target.append(msg)
+                continue
+            self._raise(err, msg, positions)
+        if self.errors:
+            raise KafkaUnavailableError(f"the Kafka consumer failed: {self.errors[0].str()} "
+                                        f"(partitions {_where(positions)})")
+        if not msgs and self.down_since is not None and \
+                time.monotonic() - self.down_since > self.source.broker_timeout_s:
+            raise KafkaUnavailableError(
+                f"no Kafka broker of {self.source.conf['bootstrap.servers']} answered for "
+                f"{self.source.broker_timeout_s:.0f} s while reading {_where(positions)}; the "
+                "job fails and restarts from its last checkpoint")
+        return buf
+
+    def _raise(self, err, msg, positions: dict) -> None:
+        ck = require_client()
+        code = err.code()
+        where = f"{msg.topic()}:{msg.partition()}" if msg.topic() else _where(positions)
+        if code == ck.KafkaError._PARTITION_EOF:
+            return
+        if code in (ck.KafkaError._AUTO_OFFSET_RESET, ck.KafkaError.OFFSET_OUT_OF_RANGE):
+            key = (msg.topic(), msg.partition())
+            low, high = self.watermarks(*key) if msg.topic() else (None, None)
+            raise KafkaOffsetOutOfRangeError(
+                f"Kafka partition {where}: offset {positions.get(key)} to read from is out of "
+                f"range (the partition holds offsets {low} to {high}): retention or a truncation "
+                "removed records this job has not read. Restore from an older checkpoint, or "
+                "start a new job (start='earliest') accepting the loss") from None
+        if code in (ck.KafkaError.UNKNOWN_TOPIC_OR_PART, ck.KafkaError._UNKNOWN_PARTITION,
+                    ck.KafkaError._UNKNOWN_TOPIC):
+            raise KafkaPartitionMissingError(
+                f"Kafka partition {where} no longer exists (read up to offset "
+                f"{positions.get((msg.topic(), msg.partition()))}): its topic was deleted") from None
+        if code == ck.KafkaError._ALL_BROKERS_DOWN:
+            if self.down_since is None:
+                self.down_since = time.monotonic()
+            return
+        if err.fatal() or not err.retriable():
+            if code in (ck.KafkaError._TRANSPORT, ck.KafkaError._RESOLVE):
+                return  # librdkafka reconnects; _ALL_BROKERS_DOWN bounds how long
+            raise KafkaUnavailableError(f"Kafka partition {where}: {err.str()} (offsets "
+                                        f"{_where(positions)})") from None
+
+
+def _where(positions: dict) -> str:
+    return ", ".join(f"{t}:{p} at offset {o}" for (t, p), o in sorted(positions.items())) or "none"
+
+
+class _PartitionReader(SplitReader):
+    def __init__(self, source: KafkaSource, consumer: _SharedConsumer, topic: str, partition: int,
+                 offset: int, end: int | None, ctx: SourceContext) -> None:
+        self.source = source
+        self.consumer = consumer
+        self.topic, self.partition = topic, partition
+        self.offset = offset
+        self.end = end
+        self.commit = source.commit_offsets and not ctx.fenced
+        self.positions = consumer.positions
+        self.positions[(topic, partition)] = offset
+
+    def read_batch(self, max_records: int) -> list[dict] | None:
+        if self.end is not None and self.offset >= self.end:
+            return None
+        buf = self.consumer.fetch(self.topic, self.partition, self.positions)
+        out = []
+        decode = self.source.decode
+        while buf and len(out) < max_records:
+            msg = buf[0]
+            if self.end is not None and msg.offset() >= self.end:
+                self.offset = self.end
+                buf.clear()
+                break
+            buf.popleft()
+            if msg.offset() < self.offset:
+                continue  # fetched before a re-assignment
+            out.append(decode(msg))
+            self.offset = msg.offset() + 1
+        if not out and self.end is not None:
+            # read_committed skips transaction markers: the consumer's position passes them
+            pos = self.consumer.position(self.topic, self.partition)
+            if pos is not None and pos >= self.end and not buf:
+                self.offset = max(self.offset, self.end)
+        self.positions[(self.topic, self.partition)] = self.offset
+        if not out and self.end is not None and self.offset >= self.end:
+            return None
+        return out
+
+    def position(self) -> dict:
+        return {"offset": self.offset, "end": self.end}
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, position: object) -> None:
+        """Commit the checkpointed offset to the consumer group (for lag monitoring)."""
+        if not self.commit or not isinstance(position, dict):
+            return
+        ck = require_client()
+        try:
+            self.consumer.consumer.commit(offsets=[ck.TopicPartition(
+                self.topic, self.partition, int(position["offset"]))], asynchronous=True)
+        except ck.KafkaException as exc:  # lag monitoring only: never fails the job
+            log.warning("Kafka source: committing %s:%d offset %s to the group failed: %s",
+                        self.topic, self.partition, position["offset"], exc)
+
+    def close(self) -> None:
+        self.positions.pop((self.topic, self.partition), None)
+        self.consumer.unassign(self.topic, self.partition)
+

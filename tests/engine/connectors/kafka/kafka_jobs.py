@@ -1,0 +1,54 @@
+"""The Kafka -> keyed running sum -> Kafka job of the Kafka tests, its input and its
+expected output (the failure-free reference, computed)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import defaultdict
+
+from pipelines import TEST_RESTARTS, FaultPlan, RunningSum
+
+from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
+from airflow_checkpoint_provider.engine.connectors.kafka import KafkaSink, KafkaSource
+
+NUM_KEYS = 23
+
+
+def record(i: int) -> dict:
+    return {"id": i, "key": f"k{i % NUM_KEYS}", "value": (i * 7919 + 13) % 100}
+
+
+def make_input(broker, n: int, partitions: int = 3) -> tuple[str, dict]:
+    """A topic of ``partitions`` partitions holding records 0..n-1 (record i in partition
+    i % partitions); its ``stop_at`` (every partition's end offset)."""
+    topic = broker.create_topic(f"in-{uuid.uuid4().hex[:8]}", partitions)
+    counts = broker.produce(topic, [(i % partitions, record(i)) for i in range(n)])
+    return topic, {(topic, p): counts.get(p, 0) for p in range(partitions)}
+
+
+def expected_sums(n: int) -> dict[str, dict]:
+    per_key: dict[str, dict] = defaultdict(lambda: {"ids": set(), "sum": 0})
+    for i in range(n):
+        r = record(i)
+        per_key[r["key"]]["ids"].add(i)
+        per_key[r["key"]]["sum"] += r["value"]
+    return dict(per_key)
+
+
+def running_sum_job(root: str, broker, in_topic: str, stop_at: dict, out_topic: str, *,
+                    name: str = "kafka-sum", parallelism: int = 2,
+                    faults: FaultPlan | None = None, delay_s: float = 0.0,
+                    interval_ms: int = 100, delivery: str = "exactly_once") -> Pipeline:
+    p = Pipeline(name, max_parallelism=128,
+                 checkpoint=CheckpointConfig(interval_ms=interval_ms,
+                                             directory=os.path.join(root, "ckpt")),
+                 restart_strategy=RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    (p.source(KafkaSource(broker.bootstrap, topics=[in_topic], stop_at=stop_at),
+              uid="kafka-in", parallelism=parallelism)
+      .key_by("key")
+      .process(RunningSum(faults, delay_s), uid="sum", parallelism=parallelism)
+      .sink(KafkaSink(broker.bootstrap, out_topic, key="key", delivery=delivery),
+            uid="kafka-out", parallelism=parallelism))
+    return p
