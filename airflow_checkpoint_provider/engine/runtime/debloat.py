@@ -25,10 +25,21 @@ batch takes no checkpoint trigger (profiled: 100-600 ms of trigger delay before)
 
 ``cap`` is what a mailbox held before (its capacity in batches x the largest batch), so a
 fast consumer keeps today's buffers and its throughput. The throughput counts only the time
-the task was busy (not waiting for input), so a starved task does not shrink its credit
-further. Senders split a batch to the credit they have; a source reads no more than its
-outputs can take, and waits (handling checkpoint triggers) while they have no credit: it
-slows down instead of filling buffers.
+the task was busy (not waiting for input), from its first records on (not its start-up).
+Senders split a batch to the credit they have; a source reads no more than its outputs can
+take (:class:`SourceReadSize`, in its own records), and waits (handling checkpoint
+triggers) while they have no credit: it slows down instead of filling buffers.
+
+Debloating never starves a branch (issue 51). Credit grows on any measurement, but shrinks
+only on that of a *bottleneck*: a consumer busy at least half the time with records
+waiting for it (:meth:`.mailbox.Mailbox.consumed`). A window behind a per-batch combiner
+gets a row or two per batch and is busy with watermarks, timers and snapshots (and, in
+its first measurement, was busy with its task's start-up): it measured 1-3 records a
+second, its credit fell to the floor (8 records) and stayed there (a mostly idle task is
+not measured again), and a source whose chain held the combiner read at most that many
+records at a time. Reported: Nexmark q19 and q7 on one source, 17 s and 48 s alone, had
+not finished after 9 minutes together (28-35 s without debloating). The floor
+(``MIN_CHANNEL_CREDIT``) now bounds the credit of a real bottleneck only.
 
 Credit flows back as :data:`~..protocol.frames.CREDIT` frames on a TCP channel (the
 receiving slot writes them on the same connection) and through the mailbox's condition on an
@@ -75,7 +86,7 @@ class ThroughputMeter:
     queue share of the target (aligned checkpoints of 1.0-1.14 s at a 1 s target).
 
     Two things never lower the rate (issue 51: a branch's credit fell to the floor and
-    stayed there, see :func:`channel_credit`):
+    stayed there, see the module's docstring):
 
     * the task's start-up: without ``now`` the clock starts at the first records processed,
       not when the meter is made (opening operators, restoring state, connecting channels:
@@ -83,11 +94,10 @@ class ThroughputMeter:
     * a measurement of a *starved* consumer (it waited for input at least as long as it
       was busy): it processed what it got, so its rate is only a lower bound of what it
       can process: it may raise the rate, never lower it (nor, as the first measurement,
-      the credit below the initial one). A sparse input (a combiner's few
-      rows per batch, a window's input) spends its busy time on watermarks, timers and
-      snapshots and measures a few records per second; sized from that, its credit held
-      its sender, which measured it lower still. A consumer that is the bottleneck is busy
-      all the time, and still shrinks its queue at once."""
+      the credit below the initial one: :attr:`starved`). A sparse input (a combiner's
+      few rows per batch, a window's input) spends its busy time on watermarks, timers and
+      snapshots and measures a few records per second. A consumer that is the bottleneck
+      is busy all the time, and still shrinks its queue at once."""
 
     def __init__(self, now: float | None = None) -> None:
         self.rate: float | None = None

@@ -59,6 +59,7 @@ class Mailbox:
         self._granted = [0] * channels       # in-slot: granted to the sender, not yet used
         self._announcers: dict[int, Callable[[int], None]] = {}
         self.queued_rows = 0                 # records in queued data items
+        self._backlogged = False             # records waited, since the last measurement
         self._pending_grants: list[tuple[int, int]] = []
         self._data: collections.deque = collections.deque()   # (tag, item)
         self._control: collections.deque = collections.deque()
@@ -242,11 +243,18 @@ class Mailbox:
             return
         grants = []
         with self._cond:
+            if self.queued_rows >= max(MIN_CHANNEL_CREDIT, self._share // GRANT_FRACTION):
+                self._backlogged = True  # records waited for it in this measurement
             if self.meter.add(rows, time.monotonic()):
                 share = channel_credit(self.meter.credit_rate, self._target, self._channels,
                                        self._initial_credit, self._max_credit)
-                # a starved consumer's rate is a lower bound: its credit never shrinks on it
-                self._share = max(share, self._share) if self.meter.starved else share
+                # The credit shrinks only on the rate of a consumer that was the bottleneck:
+                # busy, with records waiting for it. A starved one's rate is a lower bound;
+                # one busy with no records waiting (a window firing, a snapshot) was slow
+                # at something its queue did not wait for (issue 51, debloat.py).
+                shrinks = self._backlogged and not self.meter.starved
+                self._share = share if shrinks else max(share, self._share)
+                self._backlogged = False
             if 0 <= channel < self._channels:
                 self._outstanding[channel] = max(0, self._outstanding[channel] - rows)
             threshold = max(1, self._share // GRANT_FRACTION)

@@ -157,6 +157,7 @@ def test_a_slow_consumer_shrinks_its_credit(monkeypatch):
     import airflow_checkpoint_provider.engine.runtime.mailbox as mailbox_module
 
     monkeypatch.setattr(mailbox_module.time, "monotonic", lambda: clock[0])
+    m.put_data(("records", 0, [{"i": i} for i in range(100)]))  # records wait for it
     for _ in range(5):  # 20 records a second, busy all the time
         clock[0] += 0.5
         m.consumed(0, 10)
