@@ -1,0 +1,107 @@
+"""KafkaSink's writers against a real broker: each restored epoch published exactly once
+(marker found: skipped; no marker: published), zombies fenced, fenced jobs silent."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from airflow_checkpoint_provider.engine.connectors.base import SourceContext
+from airflow_checkpoint_provider.engine.connectors.kafka import KafkaPublishError, KafkaSink
+from airflow_checkpoint_provider.engine.errors import CorruptCheckpointError
+
+
+def ctx(subtask: int = 0, parallelism: int = 1, *, job: str = "job-1", attempt: int = 0,
+        fenced: bool = False) -> SourceContext:
+    return SourceContext(job, "sink-test", "out", subtask, parallelism, attempt, fenced=fenced)
+
+
+@pytest.fixture
+def sink(kafka_broker):
+    topic = kafka_broker.create_topic(f"sink-{uuid.uuid4().hex[:8]}")
+    # a marker topic per test: each test's job name and uid are the same
+    return KafkaSink(kafka_broker.bootstrap, topic, key="k",
+                     marker_topic=f"markers-{topic}")
+
+
+def rows(n: int, start: int = 0) -> list[dict]:
+    return [{"k": f"k{i % 3}", "i": i} for i in range(start, start + n)]
+
+
+@pytest.mark.timeout(60)
+def test_a_restored_epoch_whose_marker_is_committed_is_not_published_again(sink, kafka_broker):
+    first = sink.create_writer(ctx())
+    first.recover([])
+    first.write(rows(5))
+    txns = first.pre_commit(1)
+    first.commit(txns)  # published, then the process "dies" before anything else
+    again = sink.create_writer(ctx(attempt=1))
+    again.recover(txns)  # the checkpoint that holds epoch 1 is restored
+    again.close()
+    assert sorted(r["i"] for r in kafka_broker.read(sink.topic, expect=5)) == list(range(5))
+
+
+@pytest.mark.timeout(60)
+def test_a_restored_epoch_without_marker_is_published_on_recover(sink, kafka_broker):
+    first = sink.create_writer(ctx())
+    first.recover([])
+    first.write(rows(4))
+    txns = first.pre_commit(1)  # checkpoint 1 completes, the crash comes before the commit
+    again = sink.create_writer(ctx(attempt=1))
+    again.recover(txns)
+    again.write(rows(2, start=4))
+    again.commit(again.pre_commit(2))
+    assert sorted(r["i"] for r in kafka_broker.read(sink.topic, expect=6)) == list(range(6))
+
+
+@pytest.mark.timeout(60)
+def test_epochs_of_a_subtask_gone_at_a_lower_parallelism_are_published_by_its_heir(
+        sink, kafka_broker):
+    """Parallelism 3 -> 2: subtask 2's restored epoch goes to subtask 0 (2 % 2) alone, which
+    publishes it with subtask 2's transactional.id; subtask 1 leaves it alone."""
+    old = sink.create_writer(ctx(2, 3))
+    old.recover([])
+    old.write(rows(3))
+    txns = old.pre_commit(7)
+    for sub in (1, 0):
+        w = sink.create_writer(ctx(sub, 2, attempt=1))
+        w.recover(txns)
+        w.close()
+    assert sorted(r["i"] for r in kafka_broker.read(sink.topic, expect=3)) == [0, 1, 2]
+
+
+@pytest.mark.timeout(60)
+def test_a_zombie_writer_is_fenced_by_the_next_attempt(sink, kafka_broker):
+    zombie = sink.create_writer(ctx())
+    zombie.recover([])
+    zombie.write(rows(2))
+    late = zombie.pre_commit(3)
+    successor = sink.create_writer(ctx(attempt=1))
+    successor.recover([])  # its init_transactions fences the zombie's producer
+    with pytest.raises(KafkaPublishError, match="epoch 3 of subtask 0"):
+        zombie.commit(late)
+    successor.write(rows(1, start=10))
+    successor.commit(successor.pre_commit(4))
+    assert [r["i"] for r in kafka_broker.read(sink.topic, expect=1)] == [10]
+
+
+@pytest.mark.timeout(60)
+def test_a_fenced_job_publishes_nothing_and_fences_no_one(sink, kafka_broker):
+    live = sink.create_writer(ctx())
+    live.recover([])
+    green = sink.create_writer(ctx(job="green", fenced=True))
+    green.recover([])
+    green.write(rows(3))
+    green.commit(green.pre_commit(1))  # a fenced SinkOperator never calls it; still silent
+    live.write(rows(2, start=100))
+    live.commit(live.pre_commit(1))  # the live job's producer was not fenced by green
+    assert sorted(r["i"] for r in kafka_broker.read(sink.topic, expect=2)) == [100, 101]
+    assert sink.can_hold_commits()
+
+
+def test_a_malformed_restored_transaction_is_refused(sink):
+    with pytest.raises(CorruptCheckpointError, match="malformed"):
+        sink.check_restored_transactions([{"v": 1, "job": "j", "subtask": 0, "epoch": 1,
+                                           "count": 2, "records": "bm90IG1zZ3BhY2s="}],
+                                         location="chk-1")
