@@ -1,0 +1,282 @@
+"""The progress watchdog: a job whose records or watermark stopped somewhere (issue 51).
+
+A job can be exactly-once and still stuck: a branch starved by flow control, an operator
+blocked in a user function, a watermark frozen after a restore. Nothing fails, so nothing
+reports it. The job master feeds this watchdog what the tasks already send -- cumulative
+records in/out per operator and the input watermark, with every :class:`TaskMetrics`
+report (about once a second while records flow) and with every checkpoint ack (a
+consistent cut at the barrier) -- and asks it once a second whether the job is stalled.
+
+What is measured, per task chain (a vertex: its subtasks summed):
+
+* **queued input**: the records its upstream chains emitted towards it (their last
+  operator's ``records_out``; times the parallelism for a broadcast edge) minus the records
+  its first operator took in. Records are waiting in front of the chain when this is > 0.
+* **movement**: when its counters (in and out of every operator of the chain) or its input
+  watermark last changed.
+
+A **records stall**: a chain has input queued and has not moved for ``threshold_s``. Under
+backpressure every chain upstream of the blocked one has input queued and stands still
+too; the one where records *stopped* is the most downstream such chain (the chains after
+it have nothing queued), and the stall names its first operator (a chain's counters are
+taken at the end of a batch: which operator inside the chain holds the batch is not
+known, so the detail lists the chain). A job that has no input has nothing queued
+anywhere: idle, not stalled.
+
+A **watermark stall**: an event-time chain (downstream of a source with a watermark
+strategy) whose input keeps moving while its watermark has not advanced for
+``threshold_s`` (the first such chain from the sources is named: where the watermark
+stopped). A records stall wins over a watermark stall.
+
+Counts are merged per task by maximum (both sources are cumulative since the attempt
+started; :meth:`ProgressWatchdog.reset` starts over with a new attempt). A task's report
+may lag its work by up to a second of records; a checkpoint ack, which every task sends
+while the job is not stuck, brings the counts up to the barrier, so an idle job's queued
+input goes back to 0. With periodic checkpoints off, a job that went idle in the middle
+of a report interval may show a few records queued: it is reported as stalled only if
+that lasts ``threshold_s`` (known limit; run with checkpoints).
+
+The stall is reported, never acted on: the job master writes it to the job row
+(``jobs.progress_stall``, shown by ``ckpt jobs`` and the checkpoint report) and to the
+metrics (``ckpt_stalled_seconds{operator}``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..eventtime import format_watermark
+from ..plan.graph import BROADCAST, ExecutionGraph
+
+#: records stall / watermark stall
+RECORDS, WATERMARK = "records", "watermark"
+
+
+@dataclass(frozen=True)
+class WatchedChain:
+    """What the watchdog knows of a vertex of the job: its operators (``uid or name``, in
+    chain order), its main inputs ``(upstream vertex id, factor)`` (factor: how many copies
+    of each upstream record it receives, its parallelism for a broadcast edge, else 1)."""
+
+    id: int
+    operators: tuple[str, ...]
+    inputs: tuple[tuple[int, int], ...] = ()
+    is_source: bool = False
+    #: an input whose records are not counted as its upstream's output (a side output):
+    #: the queued input cannot be computed
+    uncounted_input: bool = False
+    #: downstream of a source with a watermark strategy
+    event_time: bool = False
+    parallelism: int = 1
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Where and since when a job has not progressed."""
+
+    operator: str
+    kind: str  # RECORDS or WATERMARK
+    since: float  # monotonic time the chain stopped moving (or its watermark)
+    detail: str
+    queued: int | None = None
+    chain: tuple[str, ...] = ()
+
+    def seconds(self, now: float) -> float:
+        return max(0.0, now - self.since)
+
+    def to_json(self, now: float, threshold_s: float) -> dict[str, Any]:
+        """The document kept in ``jobs.progress_stall`` (``since``: wall clock, UTC)."""
+        since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=self.seconds(now))
+        return {"operator": self.operator, "kind": self.kind,
+                "since": since.isoformat(timespec="seconds"), "queued": self.queued,
+                "chain": list(self.chain), "threshold_s": threshold_s, "detail": self.detail}
+
+
+@dataclass
+class _Movement:
+    signature: Any = None
+    changed_at: float = 0.0
+    head_in: int = 0
+    in_changed_at: float = 0.0
+    watermark: int | None = None
+    wm_changed_at: float = 0.0
+
+
+@dataclass
+class ProgressWatchdog:
+    """Detects stalls from per-task counters (see the module docstring).
+
+    :param chains: the job's vertices (:meth:`from_graph`).
+    :param threshold_s: seconds without progress after which a stall is reported.
+    """
+
+    chains: list[WatchedChain]
+    threshold_s: float
+    _counts: dict[tuple[int, int], dict[str, list[int]]] = field(default_factory=dict)
+    _watermarks: dict[tuple[int, int], int] = field(default_factory=dict)
+    _moves: dict[int, _Movement] = field(default_factory=dict)
+    stall: Stall | None = None
+
+    def __post_init__(self) -> None:
+        self._by_id = {c.id: c for c in self.chains}
+        self._order = _topological(self.chains)
+        self._downstream: dict[int, set[int]] = {c.id: set() for c in self.chains}
+        for c in self.chains:
+            for src, _ in c.inputs:
+                self._downstream[src].add(c.id)
+
+    @classmethod
+    def from_graph(cls, graph: ExecutionGraph, threshold_s: float) -> ProgressWatchdog:
+        by_id = {v.id: v for v in graph.vertices}
+        timed: set[int] = set()  # vertices downstream of a source with watermarks
+        pending = [v.id for v in graph.vertices
+                   if any(n.kind == "source" and n.watermarks is not None for n in v.nodes)]
+        while pending:
+            vid = pending.pop()
+            for e in by_id[vid].outputs:
+                if e.target_vertex not in timed:
+                    timed.add(e.target_vertex)
+                    pending.append(e.target_vertex)
+        chains = []
+        for v in graph.vertices:
+            main = [e for e in v.inputs if getattr(e, "side", None) is None]
+            side = any(e.side is not None for u in graph.vertices for e in u.outputs
+                       if e.target_vertex == v.id)
+            chains.append(WatchedChain(
+                id=v.id, operators=tuple(n.uid or n.name for n in v.nodes),
+                inputs=tuple((e.source_vertex, v.parallelism if e.partitioning == BROADCAST
+                              else 1) for e in main),
+                is_source=v.is_source, uncounted_input=side, event_time=v.id in timed,
+                parallelism=v.parallelism))
+        return cls(chains, threshold_s)
+
+    # -- input ------------------------------------------------------------------------------
+    def reset(self, now: float) -> None:
+        """A new attempt: its tasks count from 0; nothing has stood still yet."""
+        self._counts.clear()
+        self._watermarks.clear()
+        self._moves = {c.id: _Movement(changed_at=now, in_changed_at=now, wm_changed_at=now)
+                       for c in self.chains}
+        self.stall = None
+
+    def on_counts(self, task: tuple[int, int], counts: dict[str, Any] | None,
+                  watermark: int | None = None) -> None:
+        """Cumulative ``{operator: [in, out]}`` of a task (a metrics report or the
+        ``records`` of a checkpoint ack) and its input watermark."""
+        mine = self._counts.setdefault(task, {})
+        for op, pair in (counts or {}).items():
+            was = mine.get(op)
+            n_in, n_out = int(pair[0]), int(pair[1])
+            mine[op] = [n_in, n_out] if was is None else [max(was[0], n_in), max(was[1], n_out)]
+        if watermark is not None:
+            self._watermarks[task] = max(watermark, self._watermarks.get(task, watermark))
+
+    # -- the verdict --------------------------------------------------------------------------
+    def check(self, now: float) -> Stall | None:
+        """Update what moved; return the current stall (``None``: the job progresses)."""
+        totals = {c.id: self._totals(c) for c in self.chains}
+        for c in self.chains:
+            self._observe(c, totals[c.id], now)
+        self.stall = self._records_stall(totals, now) or self._watermark_stall(now)
+        return self.stall
+
+    def _totals(self, chain: WatchedChain) -> dict[str, list[int]]:
+        out = {op: [0, 0] for op in chain.operators}
+        for sub in range(chain.parallelism):
+            for op, (n_in, n_out) in self._counts.get((chain.id, sub), {}).items():
+                if op in out:
+                    out[op][0] += n_in
+                    out[op][1] += n_out
+        return out
+
+    def _chain_watermark(self, chain: WatchedChain) -> int | None:
+        marks = [self._watermarks.get((chain.id, s)) for s in range(chain.parallelism)]
+        return None if any(m is None for m in marks) else min(m for m in marks if m is not None)
+
+    def _observe(self, chain: WatchedChain, totals: dict[str, list[int]], now: float) -> None:
+        m = self._moves.setdefault(chain.id, _Movement(changed_at=now, in_changed_at=now,
+                                                       wm_changed_at=now))
+        wm = self._chain_watermark(chain)
+        signature = (tuple(tuple(v) for v in totals.values()), wm)
+        if signature != m.signature:
+            m.signature, m.changed_at = signature, now
+        head_in = totals[chain.operators[0]][0] if chain.operators else 0
+        if head_in != m.head_in:
+            m.head_in, m.in_changed_at = head_in, now
+        if wm != m.watermark:
+            m.watermark, m.wm_changed_at = wm, now
+
+    def queued(self, chain: WatchedChain, totals: dict[int, dict[str, list[int]]]) -> int | None:
+        """Records emitted towards ``chain`` that its first operator has not taken in."""
+        if chain.is_source or not chain.inputs or chain.uncounted_input:
+            return None
+        sent = 0
+        for src, factor in chain.inputs:
+            upstream = self._by_id[src]
+            sent += totals[src][upstream.operators[-1]][1] * factor
+        return sent - totals[chain.id][chain.operators[0]][0]
+
+    def _records_stall(self, totals: dict[int, dict[str, list[int]]], now: float) -> Stall | None:
+        stuck: dict[int, int] = {}
+        for c in self.chains:
+            q = self.queued(c, totals)
+            if q is not None and q > 0 and now - self._moves[c.id].changed_at >= self.threshold_s:
+                stuck[c.id] = q
+        # where records stopped: a stuck chain with no stuck chain after it (those before it
+        # stand still because it does: backpressure)
+        for cid in self._order:
+            if cid in stuck and not (self._after(cid) & stuck.keys()):
+                c, since = self._by_id[cid], self._moves[cid].changed_at
+                return Stall(
+                    operator=c.operators[0], kind=RECORDS, since=since, queued=stuck[cid],
+                    chain=c.operators,
+                    detail=(f"{stuck[cid]:,} records queued in front of operator "
+                            f"{c.operators[0]!r} (chain {' -> '.join(c.operators)}), none "
+                            f"taken for {now - since:.0f} s"))
+        return None
+
+    def _watermark_stall(self, now: float) -> Stall | None:
+        for cid in self._order:
+            c, m = self._by_id[cid], self._moves[cid]
+            if (c.event_time and not c.is_source and now - m.in_changed_at < self.threshold_s
+                    and now - m.wm_changed_at >= self.threshold_s):
+                at = "none yet" if m.watermark is None else format_watermark(m.watermark)
+                return Stall(
+                    operator=c.operators[0], kind=WATERMARK, since=m.wm_changed_at,
+                    chain=c.operators,
+                    detail=(f"the input watermark of operator {c.operators[0]!r} has not "
+                            f"advanced for {now - m.wm_changed_at:.0f} s ({at}) while "
+                            "records keep arriving"))
+        return None
+
+    def _after(self, cid: int) -> set[int]:
+        """Every chain downstream of ``cid``."""
+        seen: set[int] = set()
+        todo = list(self._downstream[cid])
+        while todo:
+            nxt = todo.pop()
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.extend(self._downstream[nxt])
+        return seen
+
+
+def _topological(chains: list[WatchedChain]) -> list[int]:
+    """Chain ids, sources first (every chain after its inputs)."""
+    order: list[int] = []
+    placed: set[int] = set()
+    remaining = list(chains)
+    while remaining:
+        ready = [c for c in remaining if all(src in placed for src, _ in c.inputs)]
+        if not ready:  # a cycle (none in a job graph): keep the given order
+            ready = remaining[:1]
+        for c in ready:
+            order.append(c.id)
+            placed.add(c.id)
+        remaining = [c for c in remaining if c.id not in placed]
+    return order
+
+
+__all__ = ["RECORDS", "WATERMARK", "ProgressWatchdog", "Stall", "WatchedChain"]
