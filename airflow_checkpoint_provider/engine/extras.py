@@ -21,6 +21,7 @@ EXTRAS = {
     "postgres": ("psycopg", "PostgresSink and a PostgreSQL metadata DB"),
     "delta": ("deltalake", "DeltaSink"),
     "iceberg": ("pyiceberg", "IcebergSink"),
+    "kafka": ("confluent_kafka", "KafkaSource and KafkaSink"),
 }
 
 

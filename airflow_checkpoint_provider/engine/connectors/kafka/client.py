@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from ...extras import require
 from .errors import KafkaConfigurationError, KafkaUnavailableError
 
 #: seconds a metadata or admin request may take before the broker counts as unreachable
@@ -13,14 +14,11 @@ METADATA_TIMEOUT_S = 15.0
 
 
 def require_client():
-    try:
-        import confluent_kafka
-        import confluent_kafka.admin  # noqa: F401 - ck.admin below
-    except ImportError:
-        raise KafkaConfigurationError(
-            "the Kafka connector needs confluent-kafka: pip install "
-            "'airflow-checkpoint-provider[kafka]'") from None
-    return confluent_kafka
+    """``confluent_kafka`` (with its admin module), or :class:`~...extras.MissingExtraError`
+    naming the ``kafka`` extra."""
+    ck = require("kafka")
+    import confluent_kafka.admin  # noqa: F401 - ck.admin below
+    return ck
 
 
 def base_config(bootstrap_servers: str | Sequence[str], extra: Mapping[str, object] | None) -> dict:

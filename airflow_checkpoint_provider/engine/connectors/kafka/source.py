@@ -76,7 +76,12 @@ class KafkaSource(Source):
     :param bootstrap_servers: ``"host:port,host:port"`` or a list.
     :param topics: the topics to read (each must exist) -- or
     :param topic_pattern: a regular expression (``re.fullmatch``) over topic names, resolved
-        when the job starts (topics created later are not picked up by a running job).
+        when the job starts, and again every ``discover_interval_s`` while it runs.
+    :param discover_interval_s: with ``topic_pattern`` and no ``stop_at``: look for new
+        topics (and partitions) matching it this often; a partition found while the job runs
+        starts at its earliest offset. Splits are then owned by a hash of their id (the
+        engine's continuous-source assignment), so every subtask agrees on a new split's
+        owner without coordination.
     :param start: where a partition without a checkpointed position starts: ``"earliest"``
         (default), ``"latest"``, ``"group"`` (the group's committed offset, else earliest),
         an ``int`` timestamp in epoch ms, or ``{(topic, partition): offset}`` (partitions not
@@ -107,7 +112,7 @@ class KafkaSource(Source):
                  group_id: str | None = None, commit_offsets: bool = True,
                  isolation: str = "read_committed",
                  value_format: str | Callable[[bytes], dict] = "json", metadata: bool = False,
-                 broker_timeout_s: float = 30.0,
+                 broker_timeout_s: float = 30.0, discover_interval_s: float | None = None,
                  consumer_config: Mapping[str, object] | None = None) -> None:
         if (topics is None) == (topic_pattern is None):
             raise KafkaConfigurationError("KafkaSource: give exactly one of topics=[...] or topic_pattern=...")
@@ -128,6 +133,14 @@ class KafkaSource(Source):
         if not (value_format in ("json", "bytes") or callable(value_format)):
             raise KafkaConfigurationError(f"KafkaSource: value_format={value_format!r}: use 'json', "
                                           "'bytes' or a function bytes -> dict")
+        if discover_interval_s is not None and (topic_pattern is None or stop_at is not None
+                                                or discover_interval_s <= 0):
+            raise KafkaConfigurationError(
+                "KafkaSource: discover_interval_s needs topic_pattern, no stop_at (a job that "
+                "discovers topics never finishes) and a positive interval")
+        #: the engine's continuous-source hook: list the splits again this often
+        self.monitor_interval = discover_interval_s
+        self.retain_seconds = None
         self.conf = base_config(bootstrap_servers, consumer_config)
         self.topics = list(topics) if topics is not None else None
         self.topic_pattern = topic_pattern
@@ -171,11 +184,18 @@ class KafkaSource(Source):
                 + ", ".join(f"{s} at offset {_offset_of(positions[s])}" for s in gone)
                 + "; restore with a pipeline that no longer reads them, or recreate them")
 
+    def modified_time(self, split: str) -> float:
+        """The continuous-source hook (a file's modification time): partitions have none."""
+        return 0.0
+
     # -- the slot side ------------------------------------------------------------------
     def open_split(self, split_id: str, position: object | None, ctx: SourceContext) -> SplitReader:
         topic, partition = parse_split(split_id)
         consumer = _SharedConsumer.for_subtask(self, ctx)
-        if position is None:
+        if position is None and consumer.started:  # discovered while running
+            offset = consumer.watermarks(topic, partition)[0]
+            end = None
+        elif position is None:
             offset = self._start_offset(consumer, topic, partition)
             end = self._end_offset(consumer, topic, partition)
         else:
@@ -293,6 +313,8 @@ class _SharedConsumer:
                 "error_cb": self._on_error}
         self.consumer = ck.Consumer(conf)
         self.buffers: dict[tuple[str, int], deque] = {}
+        #: a reader fetched: partitions opened from now on were discovered while running
+        self.started = False
         #: ``{(topic, partition): offset}`` of every reader of this consumer (errors name them)
         self.positions: dict[tuple[str, int], int] = {}
 
@@ -350,6 +372,7 @@ class _SharedConsumer:
         buf = self.buffers[(topic, partition)]
         if buf or sum(map(len, self.buffers.values())) >= _MAX_BUFFERED:
             return buf  # the other partitions' readers drain theirs first
+        self.started = True
         msgs = self.consumer.consume(_FETCH, timeout=0.005)
         for msg in msgs:
             err = msg.error()

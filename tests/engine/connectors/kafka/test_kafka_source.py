@@ -156,3 +156,26 @@ def test_options_are_checked_when_the_pipeline_is_built():
         KafkaSource("h:1", topics="t")
     with pytest.raises(KafkaConfigurationError, match="stop_at"):
         KafkaSource("h:1", topics=["t"], stop_at="end")
+
+
+@pytest.mark.timeout(30)
+def test_a_bounded_split_ends_at_its_end_offset_past_a_transaction_marker(kafka_broker):
+    """Records produced in a transaction: the commit marker takes the last offset, which a
+    read_committed consumer never returns; the split still ends at the exclusive end."""
+    import json
+
+    from confluent_kafka import Producer
+
+    topic = kafka_broker.create_topic(f"txn-{uuid.uuid4().hex[:8]}")
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap,
+                         "transactional.id": f"t-{topic}", "log_level": 3})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, json.dumps({"id": i}).encode())
+    producer.commit_transaction(10)  # records at offsets 0..4, the commit marker at 5
+    src = KafkaSource(kafka_broker.bootstrap, topics=[topic], stop_at={(topic, 0): 6})
+    reader = src.open_split(f"{topic}:0", None, ctx())
+    assert [r["id"] for r in drain(reader, 10)] == [0, 1, 2, 3, 4]
+    assert reader.position() == {"offset": 6, "end": 6}
+    reader.close()
