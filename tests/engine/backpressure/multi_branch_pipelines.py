@@ -7,6 +7,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from airflow_checkpoint_provider.engine import CheckpointedFunction
+
 #: the steady branch's cost per row (a sleep: the same on a loaded machine): the job's
 #: bottleneck, which takes the source's throughput
 STEADY_S_PER_ROW = 3e-6
@@ -37,3 +39,18 @@ def window_max_per_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def higher(a: dict, b: dict) -> dict:
     return a if a["price"] >= b["price"] else b
+
+
+
+#: how long the window's task takes to start (a function that loads something first)
+START_S = 0.5
+
+
+class SlowStart(CheckpointedFunction):
+    """An identity map after the window, in its task, that takes a while to open."""
+
+    def initialize_state(self, ctx) -> None:
+        time.sleep(START_S)
+
+    def __call__(self, row: dict) -> dict:
+        return row

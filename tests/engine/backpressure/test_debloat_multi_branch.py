@@ -2,7 +2,8 @@
 
 A shared Parquet source feeds a steady branch (every row to a keyed top-n) and a bursty one
 (a per-batch combiner that cuts a batch to a row per window, then a per-record window that
-emits only when it fires). Debloating must not starve either: the window's credit must not
+emits only when it fires; a function chained behind it takes half a second to open, as one
+that loads something does). Debloating must not starve either: the window's credit must not
 collapse to the floor on the few records per second it measures, and the job under the
 default settings takes at most about as long as without debloating.
 
@@ -43,6 +44,7 @@ from airflow_checkpoint_provider.engine.runtime.debloat import (
 )
 from airflow_checkpoint_provider.engine.runtime.mailbox import Mailbox
 from tests.engine.backpressure.multi_branch_pipelines import (
+    SlowStart,
     higher,
     steady,
     window_max_per_batch,
@@ -90,6 +92,7 @@ def _run(root: str, data: str, target_ms: int | None) -> tuple[float, list[int],
     (events.map_batches(window_max_per_batch, name="combiner")
      .key_by("w").window(TumblingWindows(WINDOW_MS))
      .reduce(higher, uid="window-max", parallelism=2)
+     .map(SlowStart(), name="slow start", uid="slow-start", parallelism=2)
      .sink(FileSink(out), uid="window-out"))
     t0 = time.monotonic()
     result = p.run()
