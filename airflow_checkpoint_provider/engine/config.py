@@ -105,6 +105,12 @@ class CheckpointConfig:
         the records ahead of it, and a source of a slow job slows down instead of filling
         buffers. ``None``: bounded by counts only (8 batches a mailbox and the sockets'
         buffers), as before.
+    :param stall_timeout_ms: the progress watchdog (``checkpoint/progress_watch.py``): a job
+        with records queued in front of an operator that has not moved for this long, or an
+        event-time operator whose input moves while its watermark has not advanced for this
+        long, is reported stalled (``ckpt jobs``, ``ckpt_stalled_seconds{operator}``, the
+        checkpoint report), naming the operator. Reported only: the job runs on. ``None``:
+        off.
     """
 
     interval_ms: int | None = 1000
@@ -122,6 +128,7 @@ class CheckpointConfig:
     unaligned: bool = False
     aligned_timeout_ms: int | None = None
     buffer_debloat_target_ms: int | None = 1000
+    stall_timeout_ms: int | None = 300_000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", CheckpointingMode(self.mode))
@@ -143,6 +150,11 @@ class CheckpointConfig:
             raise ConfigurationError(
                 f"checkpoint buffer_debloat_target_ms must be an integer >= 10 or None (got "
                 f"{self.buffer_debloat_target_ms!r})")
+        if self.stall_timeout_ms is not None and not (
+                isinstance(self.stall_timeout_ms, int) and self.stall_timeout_ms >= 100):
+            raise ConfigurationError(
+                f"checkpoint stall_timeout_ms must be an integer >= 100 or None (got "
+                f"{self.stall_timeout_ms!r})")
         if self.interval_ms is not None and self.interval_ms < 10:
             raise ConfigurationError(f"checkpoint interval_ms must be >= 10 (got {self.interval_ms})")
         if self.timeout_ms <= 0:

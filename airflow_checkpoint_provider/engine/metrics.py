@@ -36,6 +36,13 @@ Exposed series (names get the ``ckpt_`` namespace, as Flink's get ``flink_``):
 ``ckpt_replication_connected{operator}``       gauge    1 when every split reader of a CDC source
                                                         is connected, 0 when one is not (its
                                                         lag gauges are NaN then: unknown)
+``ckpt_stalled``                               gauge    1 while the progress watchdog reports
+                                                        the job stalled, else 0
+``ckpt_stalled_seconds{operator,kind}``        gauge    seconds since records (``kind``
+                                                        ``records``) or the watermark
+                                                        (``watermark``) stopped at that
+                                                        operator; the series exists while
+                                                        the stall lasts
 =============================================  =======  ====================================
 
 The update hooks are cheap, thread-safe and may be called whether or not the endpoint was
@@ -166,6 +173,13 @@ class JobMetrics:
         self._watermark = Gauge("watermark_ms", "Input watermark of an operator (epoch ms).",
                                 (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                                 registry=self.registry)
+
+        self.stalled = gauge("stalled", "1 while the job is stalled (progress watchdog), else 0.")
+        self._stalled_seconds = Gauge(
+            "stalled_seconds", "Seconds since records or the watermark stopped at an operator "
+            "(progress watchdog; the series exists while the stall lasts).",
+            (*JOB_LABELS, "operator", "kind"), namespace=NAMESPACE, registry=self.registry)
+        self._stalled_at: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
         where = f"http://{self.host}:{self.port}/metrics" if self.running else "not serving"
@@ -319,6 +333,20 @@ class JobMetrics:
             self._connected.labels(**labels).set(1 if known else 0)
             self._lag_bytes.labels(**labels).set(lag["lag_bytes"] if known else float("nan"))
             self._lag_seconds.labels(**labels).set(lag["lag_seconds"] if known else float("nan"))
+
+    def on_stall(self, operator_uid: str | None, kind: str | None = None,
+                 seconds: float = 0.0) -> None:
+        """The progress watchdog's verdict: stalled at ``operator_uid`` (``kind`` records or
+        watermark) for ``seconds``, or not stalled (``None``: the series goes away)."""
+        at = None if operator_uid is None else (operator_uid, kind or "records")
+        with self._lock:
+            if self._stalled_at is not None and self._stalled_at != at:
+                self._stalled_seconds.remove(self.job_name, self.job_id, *self._stalled_at)
+            self._stalled_at = at
+        self.stalled.set(0 if at is None else 1)
+        if at is not None:
+            self._stalled_seconds.labels(job_name=self.job_name, job_id=self.job_id,
+                                         operator=at[0], kind=at[1]).set(round(seconds, 3))
 
     def on_watermark(self, operator_uid: str, watermark_ms: int) -> None:
         """An operator's input watermark (the lowest over its subtasks)."""

@@ -214,6 +214,16 @@ class JobsMixin(StoreBase):
 
         self._write(fn, "set_job_restored_from")
 
+    def set_job_progress_stall(self, job_id: str, stall: dict | None) -> None:
+        """Record where the job stopped progressing (``None``: it progresses again); written
+        by the job master when its progress watchdog's verdict changes."""
+        jobs = JOBS.c
+
+        def fn(conn: Connection) -> None:
+            conn.execute(update(JOBS).where(jobs.job_id == job_id).values(progress_stall=stall))
+
+        self._write_conn(fn, "set_job_progress_stall")
+
     def reserve_job_owner(self, job_id: str, dag_id: str, dag_run_id: str | None = None) -> str:
         """Reserve ``job_id`` for the Airflow DAG ``dag_id`` (and its run ``dag_run_id``)
         before the job is launched: ``create_job`` copies the owner into the job's row, so

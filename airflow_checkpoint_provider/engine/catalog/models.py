@@ -295,6 +295,10 @@ class JobRow(Base):
     #: 0010): a restart on that host sees at once that the driver is gone (``driver.py``)
     driver_host: Mapped[str | None] = mapped_column(String(255))
     driver_process: Mapped[str | None] = mapped_column(String(128))
+    #: the progress watchdog's verdict (revision 0011; NULL: progressing): where records or
+    #: the watermark stopped, ``{"operator", "kind", "since", "queued", "chain",
+    #: "threshold_s", "detail"}`` (``checkpoint/progress_watch.py``)
+    progress_stall: Mapped[dict[str, Any] | None]
 
 
 class JobOwnerRow(Base):

@@ -63,6 +63,8 @@ class JobRecord(_Record):
     #: the host and process (``pid:start:boot``) of the job's driver
     driver_host: str | None = None
     driver_process: str | None = None
+    #: where the job stopped progressing (the progress watchdog), ``None``: progressing
+    progress_stall: dict | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -87,6 +89,7 @@ class JobRecord(_Record):
             dag_run_id=row.dag_run_id,
             driver_host=row.driver_host,
             driver_process=row.driver_process,
+            progress_stall=row.progress_stall,
         )
 
 

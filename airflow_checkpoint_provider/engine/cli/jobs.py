@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+from datetime import UTC, datetime
 
 import click
 
@@ -260,12 +261,21 @@ def cancel(job: str, db: str | None, timeout: float, as_json: bool) -> None:
 def jobs(db: str | None, name: str | None, as_json: bool) -> None:
     """List jobs, newest first (active jobs without a recent heartbeat are shown LOST), with
     the Airflow DAG that owns each (``owner DAG/RUN``; none for a job started outside
-    Airflow): a DAG's tasks act only on its own jobs, the CLI on every job."""
+    Airflow): a DAG's tasks act only on its own jobs, the CLI on every job. A running job
+    the progress watchdog found stalled says where (``STALLED ... at operator``; in --json
+    ``progress_stall`` with ``stalled_seconds``)."""
     store = _store(db)
     store.mark_lost_jobs(name)
     rows = store.list_jobs(job_name=name)
     if as_json:
-        _echo_json([_record(r) for r in rows])
+        out = []
+        for r in rows:
+            doc = _record(r)
+            if doc.get("progress_stall"):
+                doc["progress_stall"] = {**doc["progress_stall"],
+                                         "stalled_seconds": stalled_seconds(r.progress_stall)}
+            out.append(doc)
+        _echo_json(out)
         return
     for r in rows:
         owner = f"  owner {r.dag_id}/{r.dag_run_id or '-'}" if r.dag_id else ""
@@ -275,3 +285,16 @@ def jobs(db: str | None, name: str | None, as_json: bool) -> None:
             # the failure's first line (where: operator, uid, subtask, phase); --json and
             # `ckpt report` hold the remote traceback too
             click.echo(f"    {r.failure_reason.splitlines()[0]}")
+        if r.progress_stall and r.status in ("RUNNING", "RESTARTING"):
+            stall = r.progress_stall
+            click.echo(f"    STALLED for {stalled_seconds(stall) or 0:.0f} s at operator "
+                       f"{stall.get('operator')!r} ({stall.get('kind')}): {stall.get('detail')}")
+
+
+def stalled_seconds(stall: dict) -> float | None:
+    """Seconds since the stall of a ``jobs.progress_stall`` document began (now - since)."""
+    try:
+        since = datetime.fromisoformat(str(stall["since"]))
+    except (KeyError, ValueError):
+        return None
+    return round(max(0.0, (datetime.now(UTC) - since).total_seconds()), 1)

@@ -469,6 +469,20 @@ def _failures_html(data: ReportData) -> Markup:
     return Markup("<h2>Failures</h2>\n{}\n").format(body)
 
 
+def _stall_html(data: ReportData) -> Markup:
+    """Where the job stopped progressing (the progress watchdog's verdict in the job row:
+    the operator, records or watermark, since when), if it did."""
+    stall = data.job.progress_stall
+    if not stall:
+        return Markup("")
+    ended = "" if data.job.status in ("RUNNING", "RESTARTING") else (
+        f" (recorded before the job ended {data.job.status})")
+    return Markup('<h2>Progress stalled</h2>\n<p class="failed stall" id="stall">Operator '
+                  '<b>{}</b> ({} stall) since {}{}: {}</p>\n').format(
+        stall.get("operator"), stall.get("kind"), _fmt_time(stall.get("since")), ended,
+        stall.get("detail"))
+
+
 #: the page; autoescaped: every value is text unless it is ``Markup`` built by the functions
 #: above (which escape what they format)
 _PAGE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string(
@@ -484,7 +498,7 @@ _PAGE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).fr
 <p class="meta">job id {{ job.job_id }} &middot; version {{ job.version or "-" }} &middot;
 status {{ job.status }} &middot; parallelism {{ job.parallelism }} &middot;
 created {{ created }} &middot; report generated {{ generated }}</p>
-{{ failures }}<h2>Summary</h2>
+{{ stall }}{{ failures }}<h2>Summary</h2>
 {{ summary }}
 {{ latest }}
 <h2>Over time</h2>
@@ -510,7 +524,7 @@ def render_html(data: ReportData) -> str:
     return _PAGE.render(
         job=data.job, css=Markup(_CSS), created=_fmt_time(data.job.created_at),
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        failures=_failures_html(data),
+        failures=_failures_html(data), stall=_stall_html(data),
         summary=_summary_html(data.stats), latest=_latest_html(data.stats), charts=charts,
         tasks=_task_table_html(data.latest_completed_checkpoint()),
         history=_history_html(data.stats))

@@ -111,6 +111,7 @@ class AttemptHost(Protocol):
     task_watermarks: dict
     task_late: dict
     task_counters: dict
+    progress_watch: Any
     startup_seconds: list[float]
     peak_rss_mb: dict[int, float]
 
@@ -119,6 +120,8 @@ class AttemptHost(Protocol):
     def _payload(self, attempt: int, slot: int, assignments: dict) -> bytes: ...
 
     def _on_task_counts(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def watch_progress(self, now: float) -> None: ...
 
     def discard_orphaned_staging(self) -> None: ...
 
@@ -171,6 +174,8 @@ class AttemptRun:
         m.task_watermarks = {}
         m.task_late = {}
         m.task_counters = {}
+        if m.progress_watch is not None:
+            m.progress_watch.reset(time.monotonic())
         try:
             m.launcher.start(self.attempt, m.server.address, self.num_slots, secret=m.secret)
         except EngineError as exc:
@@ -286,6 +291,9 @@ class AttemptRun:
     def on_ack(self, conn: Any, msg: M.Ack, now: float) -> None:
         self.coord.receive_ack(msg.checkpoint_id, msg.task,
                                {"operators": msg.operators, "metrics": msg.metrics}, now)
+        if self.master.progress_watch is not None and msg.metrics:  # counts at the barrier
+            self.master.progress_watch.on_counts(msg.task, msg.metrics.get("records"),
+                                                 msg.metrics.get("watermark"))
 
     def on_decline(self, conn: Any, msg: M.Decline, now: float) -> None:
         self.coord.receive_decline(msg.checkpoint_id, msg.task, msg.reason, now)
@@ -293,6 +301,8 @@ class AttemptRun:
     def on_metrics(self, conn: Any, msg: M.TaskMetrics, now: float) -> None:
         self.master._on_task_counts(msg.task, msg.counts, msg.watermark, msg.late,
                                     msg.counters)
+        if self.master.progress_watch is not None:
+            self.master.progress_watch.on_counts(msg.task, msg.counts, msg.watermark)
 
     def on_end_of_input(self, conn: Any, msg: M.EndOfInput, now: float) -> None:
         self.eoi.add(msg.task)
@@ -352,7 +362,8 @@ class AttemptRun:
         3. the final checkpoint once every task reached the end of its input, and ``finish``
            after a stop or the final checkpoint completed;
         4. slot health (the launcher, the start-up deadline);
-        5. the job row's heartbeat."""
+        5. the job row's heartbeat;
+        6. the progress watchdog's verdict (with the heartbeat)."""
         coord, control, m = self.coord, self.control, self.master
         # 1. timeouts, too many failed checkpoints
         coord.check_timeouts(now)
@@ -394,6 +405,7 @@ class AttemptRun:
         # a verdict that comes late is read at a later tick)
         if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
             self.last_heartbeat = now
+            m.watch_progress(now)  # 6. the progress watchdog, as often
             if coord.db.read(MetadataStore.heartbeat, m.job_id) == JobStatus.LOST:
                 # declared dead while the DB was out of reach: another job of this name
                 # may run now, so this one must not go on writing output

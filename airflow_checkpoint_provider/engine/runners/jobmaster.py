@@ -20,6 +20,7 @@ import cloudpickle
 from ..catalog import MetadataStore
 from ..catalog.models import JobStatus
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
+from ..checkpoint.progress_watch import ProgressWatchdog
 from ..checkpoint.restore import assign_restore, operator_kind
 from ..checkpoint.trust import SnapshotTrust
 from ..config import CheckpointingMode, max_frame_bytes
@@ -117,6 +118,10 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         self.task_late: dict[tuple[int, int], dict[str, int]] = {}
         #: the operators' own counters per task (cumulative, this attempt)
         self.task_counters: dict[tuple[int, int], dict[str, dict[str, int]]] = {}
+        #: the progress watchdog (``checkpoint.stall_timeout_ms``; None: off) and the
+        #: (operator, kind) of the stall last recorded in the job row
+        self.progress_watch: ProgressWatchdog | None = None
+        self._stall_recorded: tuple[str, str] | None = None
         self.graph = graph
         self.config = config
         self.launcher = launcher
@@ -257,6 +262,10 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
             savepoint_root=p.checkpoint.savepoint_directory
             or default_savepoint_root(p.checkpoint.directory),
             allowed_roots=(p.checkpoint.directory, *p.checkpoint.allowed_savepoint_roots))
+        if p.checkpoint.stall_timeout_ms is not None:
+            self.progress_watch = ProgressWatchdog.from_graph(
+                graph, p.checkpoint.stall_timeout_ms / 1000.0)
+            self.progress_watch.reset(time.monotonic())
         self._start_reporting(job_id)
         log.info("Starting job %s (%s) with %d slots%s", p.name, job_id, graph.num_slots,
                  f", restoring {initial.directory}" if initial else "")
@@ -372,6 +381,31 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
             sinks = [wm for op, wm in self.operator_watermarks().items() if op in last]
             if sinks:
                 self.progress.update(watermark=format_watermark(min(sinks)))
+
+    def watch_progress(self, now: float) -> None:
+        """Ask the progress watchdog whether the job is stalled (about once a second): the
+        metrics follow every verdict, the job row (``jobs.progress_stall``, which ``ckpt
+        jobs`` and the report show) and the log each change. Reported only, never acted on."""
+        watch = self.progress_watch
+        if watch is None:
+            return
+        stall = watch.check(now)
+        if self.metrics:
+            self.metrics.on_stall(stall and stall.operator, stall and stall.kind,
+                                  stall.seconds(now) if stall else 0.0)
+        at = None if stall is None else (stall.operator, stall.kind)
+        if at == self._stall_recorded:
+            return
+        self._stall_recorded = at
+        doc = None if stall is None else stall.to_json(now, watch.threshold_s)
+        self.coordinator.db.write(MetadataStore.set_job_progress_stall, self.job_id, doc)
+        if stall is not None:
+            log.warning("Job %s (%s) is stalled at operator %r: %s", self.config.name,
+                        self.job_id, stall.operator, stall.detail)
+        else:
+            log.info("Job %s (%s) progresses again", self.config.name, self.job_id)
+        if self.progress is not None:
+            self.progress.update(stalled=None if stall is None else stall.operator)
 
     def _progress_listener(self, chk: int, completed, reason: str | None) -> None:
         coord = self.coordinator
