@@ -37,6 +37,15 @@ is not RUNNING any more, e.g. a last-state cut-over that cancelled it, and names
 blue's latest snapshot to restart it from).
 
 Blue and green must have different job names (each name has at most one running job).
+
+A run's conf chooses among what this file fixes: green's pipeline (``PIPELINES``), job
+names, modes, bounded numbers, the pipelines' options within ``JOB_ENV``'s bounds, and a
+savepoint directory under ``SAVEPOINT_ROOTS`` (the example's ``$CKPT_EXAMPLE_DIR/savepoints``
+and the deployment's ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``, read in the worker; empty: the job's
+own). Task ``check_conf`` checks all of it again in the worker before anything starts
+(symlinks resolved). It never names a URL or a directory of the job: the CDC source
+(``$CKPT_CDC_URL``), the PostgreSQL sink (``$CKPT_EXAMPLE_PG_URL``) and
+``$CKPT_EXAMPLE_DIR`` are the worker's environment, the same for every task of the run.
 """
 
 from __future__ import annotations
@@ -63,25 +72,70 @@ from airflow_checkpoint_provider.operators.upgrade import (
 )
 from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
 from airflow_checkpoint_provider.params import (
+    CDC_ENV,
     EXAMPLE_ENV,
+    check_run_params,
     directory_param,
+    example_savepoint_roots,
     job_env_param,
     job_name_param,
     pipeline_param,
 )
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
-# A DAG run's conf is untrusted: the green pipelines and environment variables it may
-# choose, kept by the DAG author
+# A DAG run's conf is untrusted: the green pipelines, environment variables (with their
+# bounds) and savepoint roots it may choose, kept by the DAG author
 PIPELINES = (*(f"{EXAMPLE}:{f}" for f in (
     "build_v1", "build_v2", "build_v2_broken", "build_v2_incompatible", "build_v2_slow",
     "build_v2_flaky")), "airflow_checkpoint_provider.examples.postgres_cdc:build")
-JOB_ENV = (*EXAMPLE_ENV, "CKPT_CDC_URL", "CKPT_CDC_TABLES")
+JOB_ENV = {**EXAMPLE_ENV, **CDC_ENV}
+# where a run's conf may put savepoints: read in the worker (example_savepoint_roots:
+# $CKPT_EXAMPLE_DIR/savepoints and $CKPT_ALLOWED_SAVEPOINT_ROOTS), checked by check_conf
+SAVEPOINT_ROOTS = example_savepoint_roots
 GREEN_JOB_ID = "{{ ti.xcom_pull(task_ids='start_green', key='job_id') }}"
 
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
 # through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
 CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
+
+PARAMS = {
+    "blue_job": job_name_param("versioned-sum-blue"),
+    "green_job": job_name_param("versioned-sum-green"),
+    "green_pipeline": pipeline_param(f"{EXAMPLE}:build_v2", PIPELINES),
+    "savepoint_dir": directory_param("savepoint directory (empty: the job's own)"),
+    "runner": Param("spark", enum=["spark", "local"]),
+    "exactly_once": Param(True, type="boolean",
+                          description="green runs fenced until the cut-over, then restarts "
+                                      "from blue's final snapshot (no duplicates)"),
+    "handover": Param("savepoint", enum=["savepoint", "last-state"],
+                      description="what green is validated from: a savepoint of blue or "
+                                  "blue's latest completed checkpoint"),
+    "cutover": Param("savepoint", enum=["savepoint", "last-state",
+                                        "savepoint-or-last-state"],
+                     description="how blue stops at the cut-over (upgrade mode)"),
+    "max_checkpoint_age_s": Param(None, type=["null", "number"], minimum=0,
+                                  maximum=7 * 86_400,
+                                  description="last-state refuses older checkpoints"),
+    "in_place": Param(True, type="boolean",
+                      description="exactly-once cut-over: the fenced green restores blue's "
+                                  "final snapshot in its running application (PROMOTE); "
+                                  "off, or if that is refused: cancel and submit again"),
+    "require_approval": Param(False, type="boolean",
+                              description="a human approves the cut-over (HITL)"),
+    "job_env": job_env_param({}, JOB_ENV, description="environment of the green job"),
+    "gate_window_s": Param(60, type="number", exclusiveMinimum=0, maximum=3_600,
+                           description="seconds green is watched"),
+    "min_checkpoints": Param(3, type="integer", minimum=1, maximum=100),
+    "max_restarts": Param(0, type="integer", minimum=0, maximum=100),
+    "max_checkpoint_duration_ms": Param(None, type=["null", "number"], exclusiveMinimum=0,
+                                        maximum=3_600_000),
+    "min_throughput_ratio": Param(0.8, type=["null", "number"], minimum=0, maximum=10,
+                                  description="green's records/s over blue's, per operator"),
+    "max_watermark_lag_growth_ms": Param(None, type=["null", "number"], minimum=0,
+                                         maximum=3_600_000),
+    "max_backlog_growth_ms": Param(None, type=["null", "number"], minimum=0,
+                                   maximum=3_600_000),
+}
 
 with DAG(
     dag_id="blue_green_upgrade",
@@ -92,41 +146,15 @@ with DAG(
     doc_md=__doc__,
     tags=["checkpoint", "upgrade"],
     render_template_as_native_obj=True,
-    params={
-        "blue_job": job_name_param("versioned-sum-blue"),
-        "green_job": job_name_param("versioned-sum-green"),
-        "green_pipeline": pipeline_param(f"{EXAMPLE}:build_v2", PIPELINES),
-        "savepoint_dir": directory_param("savepoint directory (empty: the job's own)"),
-        "runner": Param("spark", enum=["spark", "local"]),
-        "exactly_once": Param(True, type="boolean",
-                              description="green runs fenced until the cut-over, then restarts "
-                                          "from blue's final snapshot (no duplicates)"),
-        "handover": Param("savepoint", enum=["savepoint", "last-state"],
-                          description="what green is validated from: a savepoint of blue or "
-                                      "blue's latest completed checkpoint"),
-        "cutover": Param("savepoint", enum=["savepoint", "last-state",
-                                            "savepoint-or-last-state"],
-                         description="how blue stops at the cut-over (upgrade mode)"),
-        "max_checkpoint_age_s": Param(None, type=["null", "number"],
-                                      description="last-state refuses older checkpoints"),
-        "in_place": Param(True, type="boolean",
-                          description="exactly-once cut-over: the fenced green restores blue's "
-                                      "final snapshot in its running application (PROMOTE); "
-                                      "off, or if that is refused: cancel and submit again"),
-        "require_approval": Param(False, type="boolean",
-                                  description="a human approves the cut-over (HITL)"),
-        "job_env": job_env_param({}, JOB_ENV, description="environment of the green job"),
-        "gate_window_s": Param(60, type="number", exclusiveMinimum=0,
-                               description="seconds green is watched"),
-        "min_checkpoints": Param(3, type="integer", minimum=1),
-        "max_restarts": Param(0, type="integer", minimum=0),
-        "max_checkpoint_duration_ms": Param(None, type=["null", "number"]),
-        "min_throughput_ratio": Param(0.8, type=["null", "number"],
-                                      description="green's records/s over blue's, per operator"),
-        "max_watermark_lag_growth_ms": Param(None, type=["null", "number"]),
-        "max_backlog_growth_ms": Param(None, type=["null", "number"]),
-    },
+    params=PARAMS,
 ) as dag:
+
+    @task(task_id="check_conf")
+    def check_conf(params=None) -> None:
+        """The run's params against this file's schemas and roots (symlinks resolved),
+        before anything starts: a refusal names the param, the value and the rule."""
+        check_run_params(params, PARAMS, {"savepoint_dir": SAVEPOINT_ROOTS})
+
     # a CDC pipeline: green's own replication slot, a copy of blue's made before the
     # hand-over snapshot (so it holds every change after it); a no-op without a CDC source
     copy_cdc_slots = CopyCdcSlotsOperator(
@@ -145,7 +173,7 @@ with DAG(
         task_id="start_green", pipeline="{{ params.green_pipeline }}",
         job_name="{{ params.green_job }}", fence_sinks="{{ params.exactly_once }}",
         restore="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", wait_for="running",
-        runner="{{ params.runner }}", env_vars="{{ params.job_env }}")
+        runner="{{ params.runner }}", env_vars="{{ params.job_env }}", env_schema=JOB_ENV)
     health_gate = StabilityGateOperator(
         task_id="health_gate", job=GREEN_JOB_ID, baseline_job="{{ params.blue_job }}",
         window="{{ params.gate_window_s }}", min_checkpoints="{{ params.min_checkpoints }}",
@@ -191,6 +219,7 @@ with DAG(
         task_id="go_live", pipeline="{{ params.green_pipeline }}",
         job_name="{{ params.green_job }}", restore="{{ ti.xcom_pull(task_ids='stop_blue') }}",
         wait_for="running", runner="{{ params.runner }}", env_vars="{{ params.job_env }}",
+        env_schema=JOB_ENV,
         # never attach to the fenced green by name; its own earlier tries are re-attached to
         reconnect=False, retries=2, retry_delay=timedelta(seconds=5))
 
@@ -221,7 +250,7 @@ with DAG(
             + (f": restart it from its latest {latest.kind.lower()} {latest.location}"
                if latest else " and has no completed checkpoint"))
 
-    copy_cdc_slots >> savepoint_blue >> preflight >> start_green >> health_gate >> approval() >> [
+    check_conf() >> copy_cdc_slots >> savepoint_blue >> preflight >> start_green >> health_gate >> approval() >> [
         approve, no_approval_needed] >> stop_blue
     # in place, the promotion's own checks (trust, fencing, every source's and sink's consent,
     # checksums) and green's earlier restore of blue's savepoint stand in for the final

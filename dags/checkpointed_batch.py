@@ -3,6 +3,11 @@
 The task derives the job id from the task instance and try number: try N > 1 restores the
 newest completed checkpoint of the jobs of the earlier tries, so a job that failed at 90 %
 does not start over.
+
+A run's conf may choose the pipeline (one of ``PIPELINES``), the job name, the runner and the
+pipeline's options in ``job_env`` within the bounds of ``EXAMPLE_ENV`` (records, keys, rate,
+parallelism 1-4, ...). It names no directory: the example writes under the worker's
+``$CKPT_EXAMPLE_DIR`` (the deployment's), whoever triggers the run.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from airflow_checkpoint_provider.params import (
 )
 
 # A DAG run's conf is untrusted: a triggering user picks one of these pipelines (the DAG
-# author's allowlist) and sets only these environment variables.
+# author's allowlist) and sets only these environment variables, within their bounds (the
+# operator checks them again: env_schema). No path, no URL.
 PIPELINES = (f"{EXAMPLES}.running_sum:build", f"{EXAMPLES}.flaky_batch:build")
 JOB_ENV = EXAMPLE_ENV
 
@@ -44,4 +50,4 @@ with DAG(
     SubmitCheckpointedJobOperator(
         task_id="run_batch", pipeline="{{ params.pipeline }}", job_name="{{ params.job_name }}",
         wait_for="finished", runner="{{ params.runner }}", env_vars="{{ params.job_env }}",
-        retries=2, retry_delay=timedelta(seconds=1))
+        env_schema=JOB_ENV, retries=2, retry_delay=timedelta(seconds=1))

@@ -9,6 +9,12 @@ the source database, reported with every checkpoint; also the Prometheus gauges
 --json``). ``drop_slot`` is left to a person: run ``DropCdcSlotOperator`` (or ``ckpt cdc
 drop-slot``) only once the job is retired, or the next start takes a new snapshot.
 
+The source database is an Airflow connection (``cdc_conn_id``: one of ``CDC_CONNECTIONS``,
+the DAG author's list; default ``cdc_source``): the operator resolves its URI in the worker
+and hands it to the job as ``$CKPT_CDC_URL`` in its environment. A run's conf never gives a
+URL, a host or a directory; it may choose the connection among the listed ones and the
+tables (``job_env``: ``CKPT_CDC_TABLES``).
+
 The source database needs ``wal_level = logical`` and a role with ``REPLICATION`` (README,
 "PostgreSQL change data capture").
 """
@@ -23,15 +29,19 @@ from airflow_checkpoint_provider.operators.control import TriggerSavepointOperat
 from airflow_checkpoint_provider.operators.stability import StabilityGateOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 from airflow_checkpoint_provider.params import (
+    CDC_ENV,
     EXAMPLES,
+    connection_param,
     job_env_param,
     job_name_param,
     pipeline_param,
 )
 
-# A DAG run's conf is untrusted: the pipelines and environment variables it may choose
+# A DAG run's conf is untrusted: the pipelines, source connections and environment
+# variables (with their bounds) it may choose, kept by the DAG author
 PIPELINES = (f"{EXAMPLES}.postgres_cdc:build",)
-JOB_ENV = ("CKPT_CDC_URL", "CKPT_CDC_TABLES", "CKPT_EXAMPLE_DIR")
+CDC_CONNECTIONS = ("cdc_source",)
+JOB_ENV = CDC_ENV
 
 CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
 
@@ -49,16 +59,18 @@ with DAG(
         "pipeline": pipeline_param(PIPELINES[0], PIPELINES),
         "job_name": job_name_param("postgres-cdc"),
         "runner": Param("spark", enum=["spark", "local"]),
-        "job_env": job_env_param({"CKPT_CDC_URL": "postgresql://cdc@source-db:5432/shop",
-                                  "CKPT_CDC_TABLES": "orders"}, JOB_ENV),
-        "max_lag_seconds": Param(60, type="number", minimum=0),
-        "gate_window_s": Param(120, type="number", exclusiveMinimum=0),
+        "cdc_conn_id": connection_param(CDC_CONNECTIONS[0], CDC_CONNECTIONS,
+                                        description="the source database's connection"),
+        "job_env": job_env_param({"CKPT_CDC_TABLES": "orders"}, JOB_ENV),
+        "max_lag_seconds": Param(60, type="number", minimum=0, maximum=86_400),
+        "gate_window_s": Param(120, type="number", exclusiveMinimum=0, maximum=3_600),
     },
 ) as dag:
     start = SubmitCheckpointedJobOperator(
         task_id="start_cdc", pipeline="{{ params.pipeline }}", job_name="{{ params.job_name }}",
-        runner="{{ params.runner }}", env_vars="{{ params.job_env }}", restore="latest",
-        wait_for="first_checkpoint")
+        runner="{{ params.runner }}", env_vars="{{ params.job_env }}", env_schema=JOB_ENV,
+        env_from_connections={"CKPT_CDC_URL": "{{ params.cdc_conn_id }}"},
+        allowed_connections=CDC_CONNECTIONS, restore="latest", wait_for="first_checkpoint")
     savepoint = TriggerSavepointOperator(
         task_id="savepoint", **CONTROL_RETRIES, job="{{ params.job_name }}", deferrable=True)
     gate = StabilityGateOperator(

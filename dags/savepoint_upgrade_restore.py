@@ -16,6 +16,14 @@ from the same snapshot; the run then ends failed (task ``upgraded`` is upstream_
 the failed upgrade is visible, with v1 running again.
 
 Trigger with a conf such as ``{"job_name": "orders", "v2_pipeline": "jobs.orders:build_v2"}``.
+
+A run's conf chooses among what this file fixes: pipelines (``PIPELINES``), the job name,
+modes, bounded numbers, the pipelines' options within ``JOB_ENV``'s bounds, and a savepoint
+directory under ``SAVEPOINT_ROOTS`` (the example's ``$CKPT_EXAMPLE_DIR/savepoints`` and the
+deployment's ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``, read in the worker; empty: the job's own).
+Task ``check_conf`` checks it all again in the worker, symlinks resolved, before v1 is
+touched. No URL and no job directory: ``$CKPT_EXAMPLE_DIR`` and ``$CKPT_EXAMPLE_PG_URL`` are
+the worker's environment, the same for every task of the run.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from datetime import datetime, timedelta
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.providers.standard.operators.python import ShortCircuitOperator
-from airflow.sdk import DAG, Param, TriggerRule
+from airflow.sdk import DAG, Param, TriggerRule, task
 
 from airflow_checkpoint_provider.operators.control import CancelJobOperator
 from airflow_checkpoint_provider.operators.rollback import GuardRollbackOperator
@@ -34,7 +42,9 @@ from airflow_checkpoint_provider.operators.upgrade import UPGRADE_MODES, StopFor
 from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
 from airflow_checkpoint_provider.params import (
     EXAMPLE_ENV,
+    check_run_params,
     directory_param,
+    example_savepoint_roots,
     job_env_param,
     job_name_param,
     pipeline_param,
@@ -48,6 +58,9 @@ PIPELINES = tuple(f"{EXAMPLE}:{f}" for f in (
     "build_v1", "build_v2", "build_v2_broken", "build_v2_incompatible", "build_v2_slow",
     "build_v2_flaky"))
 JOB_ENV = EXAMPLE_ENV
+# where a run's conf may put savepoints: read in the worker (example_savepoint_roots:
+# $CKPT_EXAMPLE_DIR/savepoints and $CKPT_ALLOWED_SAVEPOINT_ROOTS), checked by check_conf
+SAVEPOINT_ROOTS = example_savepoint_roots
 SNAPSHOT = "{{ ti.xcom_pull(task_ids='stop_v1') }}"
 V2_JOB_ID = "{{ ti.xcom_pull(task_ids='start_v2', key='job_id') }}"
 FIRST_CHECKPOINT_TIMEOUT_S = 300  # v2 must complete a checkpoint within this, else roll back
@@ -55,6 +68,24 @@ FIRST_CHECKPOINT_TIMEOUT_S = 300  # v2 must complete a checkpoint within this, e
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
 # through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
 CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
+
+PARAMS = {
+    "job_name": job_name_param("versioned-sum", description="job to upgrade"),
+    "v1_pipeline": pipeline_param(f"{EXAMPLE}:build_v1", PIPELINES),
+    "v2_pipeline": pipeline_param(f"{EXAMPLE}:build_v2", PIPELINES),
+    "savepoint_dir": directory_param("savepoint directory (empty: the job's own)"),
+    "runner": Param("spark", enum=["spark", "local"]),
+    "job_env": job_env_param({}, JOB_ENV),
+    "upgrade_mode": Param("savepoint", enum=list(UPGRADE_MODES),
+                          description="how v1 hands its state over"),
+    "max_checkpoint_age_s": Param(None, type=["null", "number"], minimum=0,
+                                  maximum=7 * 86_400,
+                                  description="last-state: refuse an older checkpoint"),
+    "rollback_decision": Param(False, type="boolean",
+                               description="when the rollback guard refuses (a sink cannot "
+                                           "remove v2's output), a person decides: restart "
+                                           "v1 anyway, or keep it stopped (HITL)"),
+}
 
 with DAG(
     dag_id="savepoint_upgrade_restore",
@@ -65,23 +96,15 @@ with DAG(
     doc_md=__doc__,
     tags=["checkpoint", "upgrade"],
     render_template_as_native_obj=True,
-    params={
-        "job_name": job_name_param("versioned-sum", description="job to upgrade"),
-        "v1_pipeline": pipeline_param(f"{EXAMPLE}:build_v1", PIPELINES),
-        "v2_pipeline": pipeline_param(f"{EXAMPLE}:build_v2", PIPELINES),
-        "savepoint_dir": directory_param("savepoint directory (empty: the job's own)"),
-        "runner": Param("spark", enum=["spark", "local"]),
-        "job_env": job_env_param({}, JOB_ENV),
-        "upgrade_mode": Param("savepoint", enum=list(UPGRADE_MODES),
-                              description="how v1 hands its state over"),
-        "max_checkpoint_age_s": Param(None, type=["null", "number"],
-                                      description="last-state: refuse an older checkpoint"),
-        "rollback_decision": Param(False, type="boolean",
-                                   description="when the rollback guard refuses (a sink cannot "
-                                               "remove v2's output), a person decides: restart "
-                                               "v1 anyway, or keep it stopped (HITL)"),
-    },
+    params=PARAMS,
 ) as dag:
+
+    @task(task_id="check_conf")
+    def check_conf(params=None) -> None:
+        """The run's params against this file's schemas and roots (symlinks resolved),
+        before anything starts: a refusal names the param, the value and the rule."""
+        check_run_params(params, PARAMS, {"savepoint_dir": SAVEPOINT_ROOTS})
+
     preflight = VerifyRestoreOperator(
         task_id="preflight", pipeline="{{ params.v2_pipeline }}", job_name="{{ params.job_name }}",
         take_savepoint=True, env_vars="{{ params.job_env }}")
@@ -92,7 +115,7 @@ with DAG(
     start_v2 = SubmitCheckpointedJobOperator(
         task_id="start_v2", pipeline="{{ params.v2_pipeline }}", job_name="{{ params.job_name }}",
         restore=SNAPSHOT, wait_for="running", runner="{{ params.runner }}",
-        env_vars="{{ params.job_env }}")
+        env_vars="{{ params.job_env }}", env_schema=JOB_ENV)
     # retried: each try decides on the metadata DB first (a lost deferral never rolls back)
     wait_v2 = CheckpointCompletedSensor(
         task_id="wait_v2_checkpoint", **CONTROL_RETRIES, job=V2_JOB_ID, after_restore=True,
@@ -109,7 +132,7 @@ with DAG(
     restart_v1 = SubmitCheckpointedJobOperator(
         task_id="restart_v1", pipeline="{{ params.v1_pipeline }}",
         job_name="{{ params.job_name }}", restore=SNAPSHOT, wait_for="running",
-        runner="{{ params.runner }}", env_vars="{{ params.job_env }}")
+        runner="{{ params.runner }}", env_vars="{{ params.job_env }}", env_schema=JOB_ENV)
 
     # the guard refused: with rollback_decision a person decides in Airflow's Required
     # Actions view (Approve: restart v1 anyway, republishing v2's output to the sinks the
@@ -126,7 +149,7 @@ with DAG(
              "stopped (v2's output stays) until you act.",
         fail_on_reject=True, response_timeout=timedelta(hours=24))
     rollback_ok = EmptyOperator(task_id="rollback_ok", trigger_rule=TriggerRule.ONE_SUCCESS)
-    preflight >> stop_v1 >> start_v2 >> wait_v2 >> upgraded
+    check_conf() >> preflight >> stop_v1 >> start_v2 >> wait_v2 >> upgraded
     [start_v2, wait_v2] >> cancel_v2 >> guard_rollback >> rollback_ok >> restart_v1
     guard_rollback >> ask_rollback >> decide_rollback >> rollback_ok
     stop_v1 >> restart_v1  # no rollback without the snapshot

@@ -14,6 +14,12 @@ id, location, kind): DAGs scheduled on that asset run after each savepoint (see
 beyond the newest ``max_count``; the newest one, any a running job was restored from and any
 pinned one are always kept. Its XCom ``retention_report`` says, per savepoint, what it did
 and why.
+
+A manual run's conf may choose the job name, a savepoint directory under
+``SAVEPOINT_ROOTS`` (the example's ``$CKPT_EXAMPLE_DIR/savepoints`` and the deployment's
+``$CKPT_ALLOWED_SAVEPOINT_ROOTS``, read in the worker; empty: the job's own) and bounded
+retention figures; task ``check_conf`` checks them again in the worker (symlinks resolved)
+before the savepoint is requested.
 """
 
 from __future__ import annotations
@@ -21,17 +27,31 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, task
 
 from airflow_checkpoint_provider.deadlines import savepoint_deadline
 from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
 from airflow_checkpoint_provider.operators.savepoints import DisposeSavepointsOperator
-from airflow_checkpoint_provider.params import directory_param, job_name_param
+from airflow_checkpoint_provider.params import (
+    check_run_params,
+    directory_param,
+    example_savepoint_roots,
+    job_name_param,
+)
 
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
 # through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
 CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
 JOB_NAME = os.environ.get("CKPT_SAVEPOINT_JOB", "versioned-sum")
+# where a run's conf may put savepoints: read in the worker (example_savepoint_roots:
+# $CKPT_EXAMPLE_DIR/savepoints and $CKPT_ALLOWED_SAVEPOINT_ROOTS), checked by check_conf
+SAVEPOINT_ROOTS = example_savepoint_roots
+PARAMS = {
+    "job_name": job_name_param(JOB_NAME),
+    "savepoint_dir": directory_param("savepoint directory (empty: the job's own)"),
+    "max_count": Param(24, type="integer", minimum=1, maximum=1_000),
+    "max_age_hours": Param(72, type="number", minimum=0, maximum=24 * 366),
+}
 
 with DAG(
     dag_id="scheduled_savepoints",
@@ -45,13 +65,15 @@ with DAG(
     doc_md=__doc__,
     tags=["checkpoint"],
     render_template_as_native_obj=True,
-    params={
-        "job_name": job_name_param(JOB_NAME),
-        "savepoint_dir": directory_param("savepoint directory (empty: the job's own)"),
-        "max_count": Param(24, type="integer", minimum=1),
-        "max_age_hours": Param(72, type="number", minimum=0),
-    },
+    params=PARAMS,
 ) as dag:
+
+    @task(task_id="check_conf")
+    def check_conf(params=None) -> None:
+        """The run's params against this file's schemas and roots (symlinks resolved),
+        before the savepoint is requested."""
+        check_run_params(params, PARAMS, {"savepoint_dir": SAVEPOINT_ROOTS})
+
     savepoint = TriggerSavepointOperator(
         task_id="savepoint", **CONTROL_RETRIES, job="{{ params.job_name }}", directory="{{ params.savepoint_dir }}",
         deferrable=True)
@@ -59,4 +81,4 @@ with DAG(
         task_id="retention", job_name="{{ params.job_name }}",
         max_count="{{ params.max_count }}", max_age_seconds="{{ params.max_age_hours * 3600 }}")
 
-    savepoint >> retention
+    check_conf() >> savepoint >> retention

@@ -150,3 +150,117 @@ def check_job_env(env: Mapping[str, object] | None) -> dict[str, str]:
             )
         out[name] = text
     return out
+
+
+# -- values: what a DAG run's conf may choose -----------------------------------------------
+#
+# A DAG run's conf is untrusted input: it may choose among values the DAG author fixed in
+# code, it never names a host, a credential, a path or code. The names above are checked for
+# everyone; the *values* of variables that come from a conf are checked against the
+# author's per-variable JSON schemas (``airflow_checkpoint_provider.params``: enum, pattern,
+# number bounds), and external systems are Airflow connections the author lists
+# (:func:`connection_env`), resolved in the worker -- never a URL from a conf.
+
+
+class JobEnvironmentValueError(UnsafeJobEnvironmentError):
+    """A variable's value is not one the DAG author allows (``.variable`` names it)."""
+
+    def __init__(self, variable: str, reason: str) -> None:
+        self.variable = variable
+        ValueError.__init__(self, f"environment variable {variable!r} {reason}")
+
+
+def check_env_values(env: Mapping[str, object] | None,
+                     schemas: Mapping[str, Mapping[str, object]]) -> dict[str, str]:
+    """``env`` as ``{str: str}`` after checking each variable against the DAG author's
+    per-variable JSON schema in ``schemas``: a variable without a schema, or a value its
+    schema refuses (a path, a URL, 128 slot processes ...), raises
+    :class:`JobEnvironmentValueError` naming the variable, the value and the rule. Numbers are
+    passed as their decimal text (an integral float of an ``integer`` schema as an int)."""
+    import jsonschema
+
+    out: dict[str, str] = {}
+    for name, value in check_job_env_names(env).items():
+        schema = schemas.get(name)
+        if schema is None:
+            raise JobEnvironmentValueError(
+                name, f"may not be set here (allowed: {', '.join(sorted(schemas)) or 'none'})")
+        if isinstance(value, bool):
+            raise JobEnvironmentValueError(name, f"must not be a boolean ({value!r})")
+        try:
+            jsonschema.validate(value, dict(schema))
+        except jsonschema.ValidationError as exc:
+            raise JobEnvironmentValueError(
+                name, f"value {value!r} is not allowed: {exc.message} (rule: {_rule(schema)})"
+            ) from None
+        if isinstance(value, float) and value.is_integer() and _is_integer_schema(schema):
+            value = int(value)
+        out[name] = str(value)
+    return check_job_env(out)
+
+
+def check_job_env_names(env: Mapping[str, object] | None) -> dict[str, object]:
+    """``env`` unchanged (values untouched) once every name passed :func:`forbidden_reason`."""
+    for name in env or {}:
+        reason = forbidden_reason(name)
+        if reason is not None:
+            raise UnsafeJobEnvironmentError(str(name), reason)
+    return dict(env or {})
+
+
+def _is_integer_schema(schema: Mapping[str, object]) -> bool:
+    kind = schema.get("type")
+    return kind == "integer" or (isinstance(kind, list) and "integer" in kind
+                                 and "number" not in kind)
+
+
+def _rule(schema: Mapping[str, object]) -> str:
+    keys = ("type", "enum", "pattern", "minimum", "maximum", "exclusiveMinimum",
+            "exclusiveMaximum", "maxLength")
+    return ", ".join(f"{k}={schema[k]!r}" for k in keys if k in schema)
+
+
+class ConnectionNotAllowedError(ValueError):
+    """A connection id the DAG author did not list (``.variable`` and ``.conn_id`` name it)."""
+
+    def __init__(self, variable: str, conn_id: object, allowed: tuple[str, ...]) -> None:
+        self.variable = variable
+        self.conn_id = conn_id
+        super().__init__(
+            f"environment variable {variable!r}: connection id {conn_id!r} is not one this "
+            f"task may use (allowed_connections: {', '.join(allowed) or 'none'})")
+
+
+def connection_env(env_from_connections: Mapping[str, object] | None,
+                   allowed_connections: tuple[str, ...] | list[str] | None) -> dict[str, str]:
+    """``{variable: URI}`` of the Airflow connections ``env_from_connections`` names
+    (``{variable: conn_id}``, conn ids usually templated from a DAG param), resolved in the
+    worker through ``airflow.sdk``'s ``BaseHook.get_connection(...).get_uri()``.
+
+    Every conn id must be in ``allowed_connections`` (the DAG author's list, fixed in code):
+    a rendered id outside it raises :class:`ConnectionNotAllowedError` before any lookup,
+    even if the DAG's params were loosened; an id rendered empty (``None``) sets nothing. Each URI (and its password) is registered with
+    Airflow's secret masker: it goes to the job's environment, never to argv or a log.
+    ``postgres://`` (Airflow's scheme of a ``postgres`` connection) becomes ``postgresql://``.
+    """
+    if not env_from_connections:
+        return {}
+    allowed = tuple(allowed_connections or ())
+    # a variable whose id renders empty (an optional connection param left null) is not set
+    names = {k: v for k, v in check_job_env_names(env_from_connections).items()
+             if v not in (None, "", "None")}
+    for variable, conn_id in names.items():  # all checked before any lookup
+        if not isinstance(conn_id, str) or conn_id not in allowed:
+            raise ConnectionNotAllowedError(variable, conn_id, allowed)
+    from airflow.sdk import BaseHook
+
+    from airflow_checkpoint_provider.hooks.secrets import mask_url_secrets
+
+    out: dict[str, str] = {}
+    for variable, conn_id in names.items():
+        uri = BaseHook.get_connection(str(conn_id)).get_uri()
+        if uri.startswith("postgres://"):
+            uri = "postgresql://" + uri[len("postgres://"):]
+        mask_url_secrets(uri)
+        out[variable] = uri
+    return check_job_env(out)

@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_checkpoint_provider.engine.client import InvalidNameError, validate_job_name
-from airflow_checkpoint_provider.hooks.job_env import check_job_env
+from airflow_checkpoint_provider.hooks.job_env import (
+    JobEnvironmentValueError,
+    check_env_values,
+    check_job_env,
+    connection_env,
+)
 from airflow_checkpoint_provider.hooks.submit import CheckpointSubmitHook
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
@@ -102,6 +107,16 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
     :param spark_conn_id: the Spark connection (master, deploy mode).
     :param conf: Spark configuration. Templated.
     :param env_vars: environment of the job (e.g. options the pipeline reads). Templated.
+    :param env_schema: the DAG author's ``{variable: JSON schema}`` for ``env_vars`` (e.g.
+        :data:`~airflow_checkpoint_provider.params.EXAMPLE_ENV`): any other variable, or a
+        value outside its schema (a path, a URL, an unbounded number), is refused before the
+        job starts, naming the variable -- even if the DAG's params were loosened.
+    :param env_from_connections: ``{variable: conn_id}``: the job gets the URI of each Airflow
+        connection (resolved in the worker, masked in logs) in its environment, never in
+        argv. Templated (e.g. ``"{{ params.cdc_conn_id }}"``); an id rendered empty sets
+        nothing.
+    :param allowed_connections: the connection ids ``env_from_connections`` may name (the DAG
+        author's list): another id is refused before any lookup.
     :param spark_kwargs: more :class:`SparkSubmitHook` arguments (``executor_memory``, ...).
     :param ship_code: send the engine and the pipeline's package to the executors as
         ``--py-files`` archives, for clusters whose Python lacks this project (see
@@ -117,7 +132,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
 
     template_fields: Sequence[str] = ("pipeline", "job_name", "restore", "runner",
                                       "checkpoint_dir", "savepoint_dir", "conf", "env_vars",
-                                      "log_dir", "fence_sinks")
+                                      "log_dir", "fence_sinks", "env_from_connections")
     template_fields_renderers = {"conf": "json", "env_vars": "json"}
     operator_extra_links = (CheckpointHistoryLink(),)
 
@@ -132,7 +147,10 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
                  conf: dict[str, Any] | None = None, env_vars: dict[str, str] | None = None,
                  spark_kwargs: dict[str, Any] | None = None, log_dir: str | None = None,
                  report_dir: str | None = None, ship_code: bool = False,
-                 fence_sinks: bool | str = False, **kwargs: Any) -> None:
+                 fence_sinks: bool | str = False,
+                 env_from_connections: dict[str, str] | None = None,
+                 allowed_connections: Sequence[str] = (),
+                 env_schema: dict[str, dict[str, Any]] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if wait_for not in WAIT_FOR:
             raise ValueError(f"wait_for must be one of {', '.join(WAIT_FOR)}, not {wait_for!r}")
@@ -160,6 +178,10 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         self.report_dir = report_dir
         self.ship_code = ship_code
         self.fence_sinks = fence_sinks
+        # a DAG run's conf chooses among what the DAG author fixed here (checked in launch())
+        self.env_from_connections = env_from_connections
+        self.allowed_connections = tuple(allowed_connections)
+        self.env_schema = env_schema
         self._submit_hook: CheckpointSubmitHook | None = None
 
     # -- OpenLineage ---------------------------------------------------------------------------
@@ -288,6 +310,23 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             self.log.warning("Could not record DAG %s for job %s: %s", dag_id, job_id, exc)
 
     def launch(self, context: Context, job_id: str, restore: str | None) -> str:
+        # env_vars checked against env_schema when the DAG author gave one, plus the URIs of
+        # the connections env_from_connections names, each id one of allowed_connections
+        # (resolved in this worker, masked in logs, in the job's environment, never argv);
+        # a refusal names the variable, before anything starts
+        try:
+            env_vars = _mapping(self.env_vars, "env_vars")
+            if self.env_schema is not None:
+                env_vars = check_env_values(env_vars, self.env_schema)
+            from_conns = _mapping(self.env_from_connections, "env_from_connections") or {}
+            for name in sorted(set(env_vars or {}) & set(from_conns)):
+                raise JobEnvironmentValueError(
+                    name, "comes from a connection (env_from_connections), not from env_vars")
+            conn_env = connection_env(from_conns, self.allowed_connections)
+        except ValueError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from exc
+        if conn_env:
+            env_vars = {**(env_vars or {}), **conn_env}
         hook = CheckpointSubmitHook(
             pipeline=self.pipeline, job_id=job_id, job_name=self.job_name,
             metadata_url=self.hook.get_url(), restore=restore,
@@ -299,7 +338,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             log_dir=_optional(self.log_dir) or self.airflow_log_dir("checkpoint-jobs"),
             conn_id=self.spark_conn_id, ship_code=self.ship_code,
             conf=_mapping(self.conf, "conf"),
-            env_vars=_mapping(self.env_vars, "env_vars"), **self.spark_kwargs)
+            env_vars=env_vars, **self.spark_kwargs)
         self._submit_hook = hook
         self.log.info("Submitting job %s (%s) of %s%s", self.job_name, job_id, self.pipeline,
                       f", restoring {restore}" if restore else "")

@@ -28,6 +28,7 @@ EXPECTED = {
     "sensors.py": {"sensor_examples"},
     "assets.py": {"verify_orders_savepoints", "on_orders_committed", "orders_freshness"},
     "deferring_operator.py": {"trigger_examples"},
+    "conf_choices.py": {"conf_choices"},
 }
 
 _PARSE = """

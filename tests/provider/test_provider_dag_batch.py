@@ -16,8 +16,8 @@ pytestmark = pytest.mark.usefixtures("airflow_db")
 def test_spark_submit_runs_the_job_to_its_end(airflow_db, metadata_url, tmp_path):
     conf = {"pipeline": "airflow_checkpoint_provider.examples.running_sum:build",
             "job_name": "running-sum", "runner": "spark",
-            "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example"),
-                        "CKPT_EXAMPLE_RECORDS": "20000", "CKPT_EXAMPLE_KEYS": "50"}}
+            # $CKPT_EXAMPLE_DIR is the worker's (tmp_path/example: the metadata_url fixture)
+            "job_env": {"CKPT_EXAMPLE_RECORDS": 20000, "CKPT_EXAMPLE_KEYS": 50}}
 
     state, tis, dr = run_dag(airflow_db, "checkpointed_batch", conf)
 
@@ -40,7 +40,7 @@ def test_a_retry_resumes_from_the_failed_jobs_latest_checkpoint(airflow_db, meta
                                                                capfd):
     conf = {"pipeline": "airflow_checkpoint_provider.examples.flaky_batch:build",
             "job_name": "flaky-batch", "runner": "local",
-            "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example")}}
+            "job_env": {}}
 
     state, tis, dr = run_dag(airflow_db, "checkpointed_batch", conf)
 

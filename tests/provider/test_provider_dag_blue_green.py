@@ -27,10 +27,10 @@ pytestmark = pytest.mark.usefixtures("airflow_db")
 
 CUTOVER = ("approval", "approve", "no_approval_needed", "stop_blue", "fenced_cutover",
            "preflight_final", "promote_green", "needs_resubmit", "end_validation", "go_live")
-ABANDONED = {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
+ABANDONED = {"check_conf": "success", "copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
              "health_gate": "failed", **dict.fromkeys(CUTOVER, "upstream_failed"),
              "cancel_green": "success", "keep_blue": "success"}
-PROMOTED = {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
+PROMOTED = {"check_conf": "success", "copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
             "health_gate": "success", "approval": "success", "approve": "skipped",
             "no_approval_needed": "success", "stop_blue": "success", "fenced_cutover": "success",
             "preflight_final": "skipped", "promote_green": "success",
@@ -62,8 +62,9 @@ def _conf(tmp_path, **overrides) -> dict:
     # every param, every time: dag.test() keeps a run's conf in the shared DAG object's params
     conf = {"blue_job": "sum-blue", "green_job": "sum-green",
             "green_pipeline": f"{EXAMPLE}:build_v2",
+            # under the example's savepoint root; $CKPT_EXAMPLE_DIR is the worker's (fixture)
             "savepoint_dir": str(tmp_path / "example" / "savepoints"), "runner": "local",
-            "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example")}, "min_checkpoints": 2,
+            "job_env": {}, "min_checkpoints": 2,
             "gate_window_s": 8, "max_restarts": 0, "max_checkpoint_duration_ms": 30000,
             "min_throughput_ratio": 0.8, "max_watermark_lag_growth_ms": None,
             "max_backlog_growth_ms": None, "exactly_once": True, "handover": "savepoint",
@@ -204,7 +205,7 @@ def test_last_state_handover_and_cutover_are_exactly_once(airflow_db, metadata_u
     blue = running_job(metadata_url, tmp_path, store, job_name="sum-blue")
     conf = _conf(tmp_path, handover="last-state", cutover="last-state", gate_window_s=10,
                  in_place=False)
-    conf["job_env"] = {**conf["job_env"], "CKPT_EXAMPLE_INTERVAL_MS": "1000"}
+    conf["job_env"] = {**conf["job_env"], "CKPT_EXAMPLE_INTERVAL_MS": 1000}
 
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade", conf)
 
@@ -255,7 +256,8 @@ def test_green_that_cannot_restore_is_stopped_by_the_preflight_check_before_it_s
     state, tis, dr = run_dag(airflow_db, "blue_green_upgrade",
                              _conf(tmp_path, green_pipeline=f"{EXAMPLE}:build_v2_incompatible"))
 
-    assert tis == {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "failed",
+    assert tis == {"check_conf": "success", "copy_cdc_slots": "success",
+                   "savepoint_blue": "success", "preflight": "failed",
                    "start_green": "upstream_failed", "health_gate": "upstream_failed",
                    **dict.fromkeys(CUTOVER, "upstream_failed"), "cancel_green": "success",
                    "keep_blue": "success"}

@@ -44,7 +44,8 @@ def test_blue_green_dag_of_a_cdc_job_copies_green_slot_before_the_handover(
     # tested with a CDC source)
     conf = {"blue_job": "cdc-blue", "green_job": "cdc-green", "green_pipeline": CDC, "in_place": False,
             "savepoint_dir": str(tmp_path / "example" / "savepoints"), "runner": "local",
-            "job_env": env, "min_checkpoints": 2, "gate_window_s": 6, "max_restarts": 0,
+            # the URL and directory are the worker's environment (set above), never the conf's
+            "job_env": {"CKPT_CDC_TABLES": "items"}, "min_checkpoints": 2, "gate_window_s": 6, "max_restarts": 0,
             "max_checkpoint_duration_ms": None, "min_throughput_ratio": None,
             "max_watermark_lag_growth_ms": None, "max_backlog_growth_ms": None,
             "exactly_once": True, "handover": "savepoint", "cutover": "savepoint",

@@ -42,8 +42,12 @@ def test_the_cdc_dag_submits_savepoints_and_gates_then_the_operator_drops_the_sl
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, amount int)")
         conn.execute("INSERT INTO orders SELECT g, g FROM generate_series(1, 500) g")
+    # the source is the DAG author's connection (resolved in the worker), never a conf's URL
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_SOURCE", url)
+    monkeypatch.delenv("CKPT_CDC_URL", raising=False)
     conf = {"runner": "local", "job_name": "postgres-cdc", "max_lag_seconds": 30,
-            "gate_window_s": 4, "job_env": {"CKPT_CDC_URL": url, "CKPT_CDC_TABLES": "orders"}}
+            "gate_window_s": 4, "cdc_conn_id": "cdc_source",
+            "job_env": {"CKPT_CDC_TABLES": "orders"}}
 
     state, tis, dr = run_dag(airflow_db, "postgres_cdc", conf)
 

@@ -28,7 +28,7 @@ def test_each_run_takes_a_savepoint_and_retention_disposes_the_older_ones(
     runs = [run_dag(airflow_db, "scheduled_savepoints", conf) for _ in range(2)]
 
     for state, tis, _ in runs:
-        assert tis == {"savepoint": "success", "retention": "success"}
+        assert tis == {"check_conf": "success", "savepoint": "success", "retention": "success"}
         assert state == "success"
     first, second = (xcom(dr, "savepoint") for _, _, dr in runs)
     assert first != second

@@ -17,11 +17,11 @@ from provider_helpers import (
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
-ROLLED_BACK = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
+ROLLED_BACK = {"check_conf": "success", "preflight": "success", "stop_v1": "success", "start_v2": "success",
                "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
                "cancel_v2": "success", "guard_rollback": "success", "restart_v1": "success",
                "ask_rollback": "skipped", "decide_rollback": "skipped", "rollback_ok": "success"}
-UPGRADED = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
+UPGRADED = {"check_conf": "success", "preflight": "success", "stop_v1": "success", "start_v2": "success",
             "wait_v2_checkpoint": "success", "upgraded": "success", "cancel_v2": "skipped",
             "guard_rollback": "skipped", "restart_v1": "skipped", "ask_rollback": "skipped",
             "decide_rollback": "skipped", "rollback_ok": "skipped"}
@@ -43,8 +43,10 @@ def _preflight_savepoint(store, dr, job_id):
 def _conf(tmp_path, **overrides) -> dict:
     # every param, every time: dag.test() keeps a run's conf in the shared DAG object's params
     conf = {"job_name": "versioned-sum", "v1_pipeline": f"{EXAMPLE}:build_v1",
-            "v2_pipeline": f"{EXAMPLE}:build_v2", "savepoint_dir": str(tmp_path / "example" / "savepoints"),
-            "runner": "local", "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example")},
+            # under the example's savepoint root; $CKPT_EXAMPLE_DIR is the worker's (fixture)
+            "v2_pipeline": f"{EXAMPLE}:build_v2",
+            "savepoint_dir": str(tmp_path / "example" / "savepoints"),
+            "runner": "local", "job_env": {},
             "upgrade_mode": "savepoint", "max_checkpoint_age_s": None}
     conf.update(overrides)
     return conf
@@ -106,7 +108,7 @@ def test_incompatible_v2_fails_the_preflight_check_before_v1_is_touched(
     state, tis, dr = run_dag(airflow_db, "savepoint_upgrade_restore",
                              _conf(tmp_path, v2_pipeline=f"{EXAMPLE}:build_v2_incompatible"))
 
-    assert tis == {"preflight": "failed", "stop_v1": "upstream_failed",
+    assert tis == {"check_conf": "success", "preflight": "failed", "stop_v1": "upstream_failed",
                    "start_v2": "upstream_failed", "wait_v2_checkpoint": "upstream_failed",
                    "upgraded": "upstream_failed", "cancel_v2": "success",
                    "guard_rollback": "success", "restart_v1": "upstream_failed",

@@ -232,6 +232,10 @@ def test_a_job_name_that_is_no_name_is_refused(airflow_db, dag_id, param, value)
         {"BASH_ENV": "$(id)"},
         {"LD_PRELOAD": "/tmp/x.so"},
         {"CKPT_EXAMPLE_DIR": 5},
+        {"CKPT_EXAMPLE_DIR": "/srv/other-team"},
+        {"CKPT_CDC_URL": "postgresql://cdc@source-db:5432/shop?hostaddr=127.0.0.1"},
+        {"CKPT_EXAMPLE_PG_URL": "postgresql://u@attacker:5432/db"},
+        {"CKPT_EXAMPLE_PARALLELISM": 128},
         {"SOMETHING_ELSE": "1"},
     ],
 )
@@ -258,25 +262,235 @@ def test_a_directory_must_be_absolute_without_dotdot(airflow_db, dag_id, param, 
                 "pipeline": "airflow_checkpoint_provider.examples.flaky_batch:build",
                 "job_name": "flaky-batch",
                 "runner": "local",
-                "job_env": {"CKPT_EXAMPLE_DIR": "/tmp/x", "CKPT_EXAMPLE_KEYS": "5"},
+                "job_env": {"CKPT_EXAMPLE_KEYS": 5, "CKPT_EXAMPLE_RECORDS": 20000},
             },
         ),
         (
             "postgres_cdc",
-            {"job_env": {"CKPT_CDC_URL": "postgresql://u@h/db", "CKPT_CDC_TABLES": "orders"}},
+            {"cdc_conn_id": "cdc_source", "job_env": {"CKPT_CDC_TABLES": "orders, public.items"}},
         ),
         (
             "savepoint_upgrade_restore",
             {
                 "v1_pipeline": f"{EXAMPLE}:build_v2",
                 "v2_pipeline": f"{EXAMPLE}:build_v2_broken",
-                "savepoint_dir": "/tmp/x/savepoints",
-                "job_env": {"CKPT_EXAMPLE_FAIL_AFTER_S": "20"},
+                "savepoint_dir": "",
+                "job_env": {"CKPT_EXAMPLE_FAIL_AFTER_S": 20, "CKPT_EXAMPLE_PARALLELISM": 2},
             },
         ),
-        ("blue_green_upgrade", {"green_pipeline": f"{EXAMPLE}:build_v2_slow", "savepoint_dir": ""}),
-        ("scheduled_savepoints", {"job_name": "versioned-sum.v2_a", "savepoint_dir": "/s p/x"}),
+        (
+            "blue_green_upgrade",
+            {
+                "green_pipeline": f"{EXAMPLE}:build_v2_slow",
+                "savepoint_dir": "",
+                "job_env": {"CKPT_EXAMPLE_SLOW_MS": 10, "CKPT_EXAMPLE_RATE": 200.0},
+                "gate_window_s": 10,
+                "max_checkpoint_age_s": 0.001,
+            },
+        ),
+        ("scheduled_savepoints", {"job_name": "versioned-sum.v2_a", "savepoint_dir": ""}),
     ],
 )
 def test_the_confs_the_dags_document_still_validate(airflow_db, dag_id, conf):
     _validate(airflow_db, dag_id, conf)
+
+
+# -- issue 50, item 2: a run's conf chooses among the author's values ----------------------
+# It never names a host, a credential, a path or code: external systems are connection ids
+# from the author's list, directories lie under the author's roots (symlinks resolved), and
+# numbers have the author's bounds -- in the DAG's params and again in the worker.
+
+PEN_TEST_CDC_URL = "postgresql://cdc@source-db:5432/shop?hostaddr=127.0.0.1"
+
+
+@pytest.mark.timeout(120)
+def test_break1_the_pen_testers_cdc_url_in_conf_is_refused_and_starts_nothing(
+    airflow_db, metadata_url
+):
+    """Break 1: the URL reached libpq (host from .pgpass, hostaddr elsewhere)."""
+    conf = {"runner": "local", "job_env": {"CKPT_CDC_URL": PEN_TEST_CDC_URL,
+                                           "CKPT_CDC_TABLES": "orders"}}
+    with pytest.raises(ParamValidationError, match="CKPT_CDC_URL"):
+        airflow_db.get_dag("postgres_cdc").test(run_conf=conf)
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+
+    with MetadataStore(metadata_url) as store:
+        assert store.list_jobs() == []
+
+
+@pytest.mark.parametrize("dag_id", ENV_DAGS)
+@pytest.mark.parametrize("variable", ["CKPT_CDC_URL", "CKPT_EXAMPLE_PG_URL"])
+def test_no_dag_takes_a_url_from_conf(airflow_db, dag_id, variable):
+    with pytest.raises(ParamValidationError, match=variable):
+        _validate(airflow_db, dag_id, {"job_env": {variable: PEN_TEST_CDC_URL}})
+
+
+@pytest.mark.parametrize("conn_id", ["checkpoint_metadata_default", "spark_default", "", None])
+def test_the_cdc_connection_is_one_of_the_authors_list(airflow_db, conn_id):
+    with pytest.raises(ParamValidationError, match="cdc_conn_id"):
+        _validate(airflow_db, "postgres_cdc", {"cdc_conn_id": conn_id})
+
+
+@pytest.mark.timeout(120)
+def test_break3_a_directory_in_job_env_is_refused_and_nothing_is_written_there(
+    airflow_db, metadata_url, tmp_path
+):
+    """Break 3: part files and a checkpoints tree landed in another team's directory."""
+    other_team = tmp_path / "other-team"
+    other_team.mkdir()
+    conf = {"runner": "local", "job_name": "running-sum",
+            "job_env": {"CKPT_EXAMPLE_DIR": str(other_team), "CKPT_EXAMPLE_RECORDS": 100}}
+    with pytest.raises(ParamValidationError, match="CKPT_EXAMPLE_DIR"):
+        airflow_db.get_dag("checkpointed_batch").test(run_conf=conf)
+    assert list(other_team.iterdir()) == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("dag_id", ["checkpointed_batch", "savepoint_upgrade_restore",
+                                    "blue_green_upgrade"])
+def test_break8_parallelism_128_is_refused(airflow_db, dag_id):
+    """Break 8 (part): 128 slot processes planned on the worker from a trigger's conf."""
+    for value in (128, "128", 0, 2.5):
+        with pytest.raises(ParamValidationError, match="CKPT_EXAMPLE_PARALLELISM"):
+            _validate(airflow_db, dag_id, {"job_env": {"CKPT_EXAMPLE_PARALLELISM": value}})
+    _validate(airflow_db, dag_id, {"job_env": {"CKPT_EXAMPLE_PARALLELISM": 2}})
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "param", "value"),
+    [
+        ("blue_green_upgrade", "min_checkpoints", 10**6),
+        ("blue_green_upgrade", "gate_window_s", 10**9),
+        ("blue_green_upgrade", "max_restarts", -1),
+        ("blue_green_upgrade", "max_checkpoint_age_s", 10**12),
+        ("blue_green_upgrade", "max_checkpoint_duration_ms", 10**12),
+        ("blue_green_upgrade", "min_throughput_ratio", 1e9),
+        ("savepoint_upgrade_restore", "max_checkpoint_age_s", -5),
+        ("postgres_cdc", "max_lag_seconds", 10**9),
+        ("postgres_cdc", "gate_window_s", 0),
+        ("scheduled_savepoints", "max_count", 10**9),
+        ("scheduled_savepoints", "max_age_hours", 10**9),
+    ],
+)
+def test_numbers_from_conf_have_the_authors_bounds(airflow_db, dag_id, param, value):
+    with pytest.raises(ParamValidationError, match=param):
+        _validate(airflow_db, dag_id, {param: value})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("CKPT_EXAMPLE_RECORDS", 10**12), ("CKPT_EXAMPLE_RATE", 0), ("CKPT_EXAMPLE_KEYS", "5"),
+     ("CKPT_EXAMPLE_PG_TABLES", "sums; DROP TABLE x"), ("CKPT_EXAMPLE_INTERVAL_MS", 1)],
+)
+def test_job_env_values_have_the_authors_bounds(airflow_db, variable, value):
+    with pytest.raises(ParamValidationError, match=variable):
+        _validate(airflow_db, "blue_green_upgrade", {"job_env": {variable: value}})
+
+
+def test_directory_param_matches_only_paths_under_its_roots():
+    import re
+
+    from airflow_checkpoint_provider.params import directory_param
+
+    pattern = re.compile(directory_param("d", ["/data/sp", "/a.b"]).schema["pattern"])
+    ok = ["", "/data/sp", "/data/sp/", "/data/sp/x/y", "/a.b/c"]
+    bad = ["/data/spx", "/data/sp/../x", "/aXb/c", "/etc", "/data/sp\n", "data/sp"]
+    assert [v for v in ok if not pattern.search(v)] == []
+    assert [v for v in bad if pattern.search(v)] == []
+    assert not re.search(directory_param("d", []).schema["pattern"], "/any")
+    with pytest.raises(ValueError, match="confines nothing"):
+        directory_param("d", ["/"])
+
+
+def test_check_directory_refuses_a_symlink_inside_a_root_that_points_outside(tmp_path):
+    from airflow_checkpoint_provider.params import DirectoryNotAllowedError, check_directory
+
+    root, outside = tmp_path / "savepoints", tmp_path / "other-team"
+    (root / "team-a").mkdir(parents=True)
+    outside.mkdir()
+    (root / "escape").symlink_to(outside)
+    assert check_directory("savepoint_dir", str(root / "team-a" / "new" / "x"), [str(root)]) == \
+        str(root / "team-a" / "new" / "x")
+    assert check_directory("savepoint_dir", "", [str(root)]) == ""
+    for path in (root / "escape", root / "escape" / "not-yet" / "deeper", outside):
+        with pytest.raises(DirectoryNotAllowedError) as err:
+            check_directory("savepoint_dir", str(path), [str(root)])
+        message = str(err.value)
+        assert "'savepoint_dir'" in message and str(path) in message and str(root) in message
+
+
+def _check_conf(bag, dag_id: str):
+    """The DAG's ``check_conf`` task function and its module's author-fixed ``PARAMS``."""
+    check_conf = bag.get_dag(dag_id).get_task("check_conf").python_callable
+    return check_conf, check_conf.__globals__["PARAMS"]
+
+
+@pytest.mark.parametrize(("dag_id", "param"), DIR_PARAMS)
+def test_the_dags_refuse_a_directory_outside_their_roots_in_the_worker(
+    airflow_db, metadata_url, tmp_path, dag_id, param
+):
+    """In the worker, before anything starts: symlinks resolved (a pattern cannot see one)."""
+    root = tmp_path / "example" / "savepoints"  # $CKPT_EXAMPLE_DIR/savepoints (fixture)
+    outside = tmp_path / "other-team"
+    root.mkdir(parents=True)
+    outside.mkdir()
+    (root / "escape").symlink_to(outside)
+    check_conf, authors = _check_conf(airflow_db, dag_id)
+    params = {name: p.value for name, p in authors.items()}
+    check_conf(params={**params, param: str(root / "v2" / "new")})
+    check_conf(params={**params, param: ""})
+    for bad in (root / "escape" / "x", outside, "/etc", tmp_path / "example" / "savepointsx"):
+        with pytest.raises(ValueError) as err:
+            check_conf(params={**params, param: str(bad)})
+        message = str(err.value)
+        assert f"param {param!r}" in message and str(bad) in message and str(root) in message
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("via", ["symlink", "absolute"])
+def test_break3_a_run_with_a_savepoint_dir_outside_the_roots_fails_before_anything_starts(
+    airflow_db, metadata_url, tmp_path, monkeypatch, via
+):
+    """dag.test() of scheduled_savepoints: ``check_conf`` fails, no savepoint is requested."""
+    from provider_helpers import run_dag
+
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+
+    monkeypatch.setattr(airflow_db.get_dag("scheduled_savepoints"), "deadline", None)
+    root, outside = tmp_path / "example" / "savepoints", tmp_path / "other-team"
+    root.mkdir(parents=True)
+    outside.mkdir()
+    (root / "escape").symlink_to(outside)
+    target = root / "escape" / "sp" if via == "symlink" else outside / "sp"
+    conf = {"job_name": "versioned-sum", "savepoint_dir": str(target), "max_count": 24,
+            "max_age_hours": 72}
+
+    state, tis, _ = run_dag(airflow_db, "scheduled_savepoints", conf)
+
+    assert tis == {"check_conf": "failed", "savepoint": "upstream_failed",
+                   "retention": "upstream_failed"}
+    assert state == "failed"
+    with MetadataStore(metadata_url) as store:
+        assert store.list_jobs() == []
+    assert list(outside.iterdir()) == []
+
+
+def test_check_run_params_uses_the_authors_schemas_not_the_runs(airflow_db):
+    """A loosened serialized DAG (or a run that got past it) is refused in the worker."""
+    from airflow_checkpoint_provider.params import check_run_params
+
+    _, authors = _check_conf(airflow_db, "blue_green_upgrade")
+    with pytest.raises(ValueError, match="param 'job_env'.*128"):
+        check_run_params({"job_env": {"CKPT_EXAMPLE_PARALLELISM": 128}}, authors)
+    with pytest.raises(ValueError, match="param 'gate_window_s'"):
+        check_run_params({"gate_window_s": 10**9}, authors)
+
+
+def test_job_env_param_takes_only_bounded_value_schemas():
+    from airflow_checkpoint_provider.params import EXAMPLE_ENV, job_env_param
+
+    with pytest.raises(TypeError, match="JSON schema"):
+        job_env_param({}, ["CKPT_EXAMPLE_DIR"])
+    with pytest.raises(ValueError, match="must bound the value"):
+        job_env_param({}, {"CKPT_EXAMPLE_DIR": {"type": "string"}})
+    assert not {"CKPT_EXAMPLE_DIR", "CKPT_EXAMPLE_PG_URL", "CKPT_CDC_URL"} & set(EXAMPLE_ENV)
