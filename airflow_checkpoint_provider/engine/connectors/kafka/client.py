@@ -3,6 +3,7 @@ creation. ``confluent_kafka`` is imported inside the functions (it is the ``kafk
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 
@@ -25,9 +26,19 @@ def base_config(bootstrap_servers: str | Sequence[str], extra: Mapping[str, obje
     servers = bootstrap_servers if isinstance(bootstrap_servers, str) else ",".join(bootstrap_servers)
     if not servers:
         raise KafkaConfigurationError("bootstrap_servers is empty: name at least one broker host:port")
-    conf: dict = {"bootstrap.servers": servers, "log_level": 3}
+    conf: dict = {"bootstrap.servers": servers}
     conf.update(extra or {})
     return conf
+
+
+#: librdkafka's own log lines (a broker connection refused, ...) go through Python logging
+LIBRDKAFKA_LOG = logging.getLogger(__name__.rsplit(".", 1)[0] + ".librdkafka")
+
+
+def client_config(conf: dict, **more: object) -> dict:
+    """``conf`` plus ``more`` for a new client, its log routed to :data:`LIBRDKAFKA_LOG`
+    (librdkafka writes to stderr otherwise)."""
+    return {"logger": LIBRDKAFKA_LOG, **conf, **more}
 
 
 def list_partitions(conf: dict, *, topics: Sequence[str] | None = None,
@@ -36,7 +47,7 @@ def list_partitions(conf: dict, *, topics: Sequence[str] | None = None,
     """``{topic: number of partitions}`` of ``topics`` (each must exist) or of the topics
     matching ``pattern`` (``re.fullmatch``; internal ``__`` topics left out)."""
     ck = require_client()
-    admin = ck.admin.AdminClient(conf)
+    admin = ck.admin.AdminClient(client_config(conf))
     try:
         md = admin.list_topics(timeout=timeout)
     except ck.KafkaException as exc:
@@ -61,7 +72,7 @@ def ensure_topic(conf: dict, topic: str, *, partitions: int = 1, compact: bool =
     """Create ``topic`` unless it exists (``compact``: ``cleanup.policy=compact``, falling
     back to the broker's default policy when the broker refuses the setting)."""
     ck = require_client()
-    admin = ck.admin.AdminClient(conf)
+    admin = ck.admin.AdminClient(client_config(conf))
     try:
         if topic in admin.list_topics(timeout=timeout).topics:
             return

@@ -56,7 +56,7 @@ import msgpack
 
 from ...errors import CorruptCheckpointError
 from ..base import Sink, SinkWriter, SourceContext
-from .client import METADATA_TIMEOUT_S, base_config, ensure_topic, require_client
+from .client import METADATA_TIMEOUT_S, base_config, client_config, ensure_topic, require_client
 from .errors import KafkaConfigurationError, KafkaPublishError
 
 log = logging.getLogger(__name__)
@@ -265,9 +265,9 @@ class _ExactlyOnceWriter(SinkWriter):
             return producer
         ck = require_client()
         tid = self.sink.transactional_id(self.ctx.job_name, self.ctx.operator_uid, origin)
-        producer = ck.Producer({**self.sink.conf, "transactional.id": tid,
+        producer = ck.Producer(client_config(self.sink.conf, **{"transactional.id": tid,
                                 "transaction.timeout.ms": self.sink.transaction_timeout_ms,
-                                "linger.ms": 5})
+                                "linger.ms": 5}))
         try:
             producer.init_transactions(METADATA_TIMEOUT_S)
         except ck.KafkaException as exc:
@@ -338,8 +338,9 @@ class _ExactlyOnceWriter(SinkWriter):
                                     f"marker topic {self.sink.marker_topic!r} was not delivered: "
                                     f"{sentinel}")
         until = sentinel[0][1]
-        consumer = ck.Consumer({**self.sink.conf, "group.id": f"ckpt-markers-{nonce}",
-                                "enable.auto.commit": False, "isolation.level": "read_committed"})
+        consumer = ck.Consumer(client_config(self.sink.conf, **{
+            "group.id": f"ckpt-markers-{nonce}", "enable.auto.commit": False,
+            "isolation.level": "read_committed"}))
         done: dict[str, int] = {}
         try:
             consumer.assign([ck.TopicPartition(self.sink.marker_topic, 0, ck.OFFSET_BEGINNING)])
@@ -376,7 +377,8 @@ class _AtLeastOnceWriter(SinkWriter):
         self.sink = sink
         self.ctx = ctx
         self.failures: list = []
-        self.producer = ck.Producer({**sink.conf, "enable.idempotence": True, "linger.ms": 5})
+        self.producer = ck.Producer(client_config(sink.conf, **{"enable.idempotence": True,
+                                                                "linger.ms": 5}))
 
     def _delivered(self, err, msg) -> None:
         if err is not None:

@@ -41,7 +41,13 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from ..base import Source, SourceContext, SplitReader
-from .client import METADATA_TIMEOUT_S, base_config, list_partitions, require_client
+from .client import (
+    METADATA_TIMEOUT_S,
+    base_config,
+    client_config,
+    list_partitions,
+    require_client,
+)
 from .errors import (
     KafkaConfigurationError,
     KafkaOffsetOutOfRangeError,
@@ -311,7 +317,7 @@ class _SharedConsumer:
                 "auto.offset.reset": "error", "isolation.level": source.isolation,
                 "client.id": f"ckpt-{ctx.job_name}-{ctx.operator_uid}-{ctx.subtask_index}",
                 "error_cb": self._on_error}
-        self.consumer = ck.Consumer(conf)
+        self.consumer = ck.Consumer(client_config(conf))
         self.buffers: dict[tuple[str, int], deque] = {}
         #: a reader fetched: partitions opened from now on were discovered while running
         self.started = False
@@ -358,9 +364,17 @@ class _SharedConsumer:
             self.close()
 
     def close(self) -> None:
+        """Close the consumer; in the background while no broker answers (librdkafka's close
+        then waits ~45 s for outstanding offset commits, which would hold the failing task,
+        and with it the failover, that long)."""
         if _SharedConsumer._open.get(self.key) is self:
             del _SharedConsumer._open[self.key]
-            self.consumer.close()
+            if self.down_since is None:
+                self.consumer.close()
+            else:
+                import threading
+                threading.Thread(target=self.consumer.close, daemon=True,
+                                 name="kafka-consumer-close").start()
 
     def position(self, topic: str, partition: int) -> int | None:
         ck = require_client()
@@ -391,7 +405,7 @@ class _SharedConsumer:
             raise KafkaUnavailableError(
                 f"no Kafka broker of {self.source.conf['bootstrap.servers']} answered for "
                 f"{self.source.broker_timeout_s:.0f} s while reading {_where(positions)}; the "
-                "job fails and restarts from its last checkpoint")
+                "task fails (the restart strategy restores the last checkpoint)")
         return buf
 
     def _raise(self, err, msg, positions: dict) -> None:
@@ -472,7 +486,7 @@ class _PartitionReader(SplitReader):
 
     def notify_checkpoint_complete(self, checkpoint_id: int, position: object) -> None:
         """Commit the checkpointed offset to the consumer group (for lag monitoring)."""
-        if not self.commit or not isinstance(position, dict):
+        if not self.commit or not isinstance(position, dict) or self.consumer.down_since is not None:
             return
         ck = require_client()
         try:
