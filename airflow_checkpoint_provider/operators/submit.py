@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_checkpoint_provider.engine.client import InvalidNameError, validate_job_name
+from airflow_checkpoint_provider.engine.client import (
+    InvalidNameError,
+    JobStatus,
+    validate_job_name,
+)
 from airflow_checkpoint_provider.hooks.job_env import (
     JobEnvironmentValueError,
     check_env_values,
@@ -42,8 +46,10 @@ if TYPE_CHECKING:
 WAIT_FOR = ("running", "first_checkpoint", "finished")
 #: Job statuses a "finished" wait accepts: ended by itself or stopped with a savepoint.
 ENDED_OK = ["FINISHED", "STOPPED"]
-KNOWN_JOB_STATUSES = ("CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELED",
-                      "STOPPED")
+#: every job status (the engine's enum: LOST included)
+KNOWN_JOB_STATUSES = tuple(status.value for status in JobStatus)
+#: statuses in which a just-launched job did not run: the task fails with the job's reason
+DID_NOT_RUN = (JobStatus.FAILED.value, JobStatus.CANCELED.value, JobStatus.LOST.value)
 _JOB_ID_NAMESPACE = uuid.UUID("5d1c8f1e-4a57-4c2b-9a43-6c6b7074a1f0")
 
 
@@ -231,7 +237,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         jobs = self.hook.list_jobs(self.job_name)
         if not jobs or jobs[0].status not in ACTIVE_JOB_STATUSES:
             return None
-        job = jobs[0]
+        job = self.hook.check_owned(jobs[0], "reconnect to")
         beat = job.heartbeat_at or job.created_at
         age = (datetime.now(UTC) - beat).total_seconds()
         if age > self.heartbeat_timeout:
@@ -291,23 +297,31 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         else:
             job_id = self.job_id_for(context, ti.try_number)
             restore = self.restore_for_retry(context) if ti.try_number > 1 else None
+            self.reserve_owner(context, job_id, restore or _optional(self.restore))
             job_id = self.launch(context, job_id, restore or _optional(self.restore))
-            self._record_dag(context, job_id)
         ti.xcom_push(key="job_id", value=job_id)
         ti.xcom_push(key="job_name", value=self.job_name)
         return self.wait(context, job_id)
 
-    def _record_dag(self, context: Context, job_id: str) -> None:
-        """The job's row names this DAG: the UI plugin shows a user only the jobs of DAGs
-        they may read. Never fails the task (the job runs either way)."""
-        dag_id = getattr(context.get("dag"), "dag_id", None) or getattr(context["ti"], "dag_id",
-                                                                         None)
-        if not dag_id:
+    def reserve_owner(self, context: Context, job_id: str, restore: str | None) -> None:
+        """Make the job this task launches under ``job_id`` belong to this DAG (and run)
+        from its first row on: the job's row takes its owner from this reservation when the
+        driver creates it. Before that, refuse a job name another DAG's jobs hold (the name
+        leads to their checkpoints with ``restore="latest"``, and to their running job), a
+        standby of another DAG's job and a snapshot the metadata DB knows as another DAG's."""
+        self.hook.check_name_owned(self.job_name, "start or restore")
+        restore = str(restore) if restore else ""
+        if restore.startswith("standby:"):
+            self.hook.resolve_job(restore[len("standby:"):])
+        elif restore and restore != "latest":
+            self.check_location_owned(restore, "restore", missing_ok=True)
+        if self.access is None:
             return
-        try:
-            self.hook.get_conn().set_job_dag(job_id, str(dag_id))
-        except Exception as exc:  # noqa: BLE001 - only the UI's per-DAG filter depends on it
-            self.log.warning("Could not record DAG %s for job %s: %s", dag_id, job_id, exc)
+        owner = self.hook.get_conn().reserve_job_owner(job_id, self.access.dag_id,
+                                                       str(context["ti"].run_id))
+        if owner != self.access.dag_id:
+            raise AirflowException(f"{self.task_id}: job id {job_id} is reserved for DAG "
+                                   f"{owner!r}, not {self.access.dag_id!r}")
 
     def launch(self, context: Context, job_id: str, restore: str | None) -> str:
         # env_vars checked against env_schema when the DAG author gave one, plus the URIs of
@@ -369,7 +383,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         if job is None or job.status not in KNOWN_JOB_STATUSES:
             raise AirflowException(f"job {job_id} has unknown status "
                                    f"{job.status if job else 'missing'}")
-        if job.status in ("FAILED", "CANCELED"):
+        if job.status in DID_NOT_RUN:
             self.fail_with_job(job_id, "job did not run")
         end_time = None if self.wait_timeout is None else time.time() + self.wait_timeout
         common = {"checkpoint_conn_id": self.checkpoint_conn_id,
