@@ -13,6 +13,21 @@ A restored transaction (untrusted: it comes from a snapshot) must name this sink
 job (this one, or the job whose snapshot is restored), and a final name that is exactly the
 one its staged file's name gives: a snapshot cannot rename anything onto another job's files.
 
+Relocation (issue 51): a transaction records the directory it was staged in (``directory``,
+absolute). A new job version whose sink writes to another directory restores it as Flink
+restores a pending transaction: it is committed where it was staged (or found committed there
+already: a stop savepoint commits everything). The sink's own directory is looked at first (a
+directory moved or copied as a whole and the sink pointed at it: the transaction is committed
+in the copy the job writes to), then the recorded one. A transaction found in neither is
+refused with :class:`FileSinkRestoreError` saying where its records are and what to do: before
+the job starts (:meth:`FileSink.check_restored_transactions`; e.g. the old directory was moved
+away), or -- a snapshot written before the directory was recorded, restored into a sink that
+moved -- when the sink subtask recovers it (the job fails at once, nothing committed). Never
+"lost" unless the file is gone from where it was staged. Committing into a recorded directory
+that is not the sink's needs its ``_staging`` and the staged file to be this user's (not
+symbolic links). (``discard_staged_of_job`` and ``discard_committed_after`` look at the sink's
+own directory only.)
+
 Partitioned (``partition_by``): each record goes to the Hive-style directory of its partition
 values (``<directory>/dt=2026-11-25/hm=10-00/part-...``, built in :mod:`.partitions`). A
 subtask stages one file per partition it sees in an epoch (same naming scheme; the part file
@@ -41,12 +56,13 @@ import stat
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import BinaryIO
 
 import msgspec
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, DeterministicError
 from ..sink_names import (
     RestoredTransactions,
     SinkName,
@@ -77,6 +93,22 @@ STAGED_EXT = ".inprogress"
 
 
 DEFAULT_MAX_OPEN_WRITERS = 100
+#: longest recorded staging directory a restored transaction may name (PATH_MAX)
+MAX_DIRECTORY_LENGTH = 4096
+
+
+class FileSinkRestoreError(ConfigurationError, DeterministicError):
+    """A transaction restored from a snapshot (pre-committed by the job that took it) is
+    neither staged nor committed in this sink's directory or in the directory it was staged
+    for (moved away, removed, or not recorded by an older snapshot while the sink moved).
+    It names where the records are or were and what to do. Raised before the job starts
+    (:meth:`FileSink.check_restored_transactions`) when the transaction records its
+    directory, else by the sink subtask that recovers it.
+
+    Not a :class:`~..errors.RestoreError`: ``restore="latest"`` must not skip the checkpoint
+    and fall back to an older one (the sink cannot remove what the old job committed in
+    another directory: it would be written twice). A :class:`~..errors.DeterministicError`:
+    a task that meets it fails the job at once (restarting cannot bring the file back)."""
 
 #: default mode of the files a file-writing sink creates (issue 50: the output holds the
 #: job's records, replicated database rows for CDC; other local users must not read them)
@@ -198,7 +230,19 @@ class FileSink(Sink):
         return _FileSinkWriter(self, ctx)
 
     def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
-        check_transactions(transactions, location=location, columns=self.partition_by)
+        """1. Decode them (:func:`check_transactions`: a crafted snapshot is refused); 2.
+        each that records its directory must be staged or committed in this sink's
+        directory or in that one (:func:`locate`), else :class:`FileSinkRestoreError` --
+        before the job starts, nothing changed -- saying where the records are and what to
+        do. A transaction of an older snapshot (no directory) is looked for when the sink
+        subtask recovers it: the same error then fails the job at once."""
+        txns = check_transactions(transactions, location=location, columns=self.partition_by)
+        missing = [t for t in txns
+                   if t.directory is not None and locate(t, self.directory) is None]
+        if missing:
+            raise not_found(missing[0], sink=f"file sink ({self.directory})",
+                            sink_directory=self.directory, location=f"restoring {location}",
+                            more=len(missing) - 1)
 
     def discard_committed_after(self, operator_uid: str, job_id: str, checkpoint_id: int) -> list[str]:
         """Delete the part files that job ``job_id`` committed for checkpoints after
@@ -277,19 +321,50 @@ def partition_dirs(directory: str, columns: Sequence[str]) -> Iterator[str]:
     yield from level
 
 
+@dataclass(frozen=True)
+class StagedTransaction:
+    """A pre-committed file: the :class:`SinkTransaction` and the sink directory it was
+    staged in (``None``: not recorded -- a snapshot written before issue 51)."""
+
+    txn: SinkTransaction
+    directory: str | None = None
+
+    def final_path(self, directory: str) -> str:
+        """Where it is committed when staged in ``directory``."""
+        return os.path.join(directory, self.txn.partition, self.txn.final)
+
+
+def _recorded_directory(raw: object, *, location: str, field: str) -> str | None:
+    """The absolute, normalized directory a transaction records, or ``None``."""
+    d = raw.get("directory") if isinstance(raw, Mapping) else None
+    if d is None:
+        return None
+    if (not isinstance(d, str) or not os.path.isabs(d) or len(d) > MAX_DIRECTORY_LENGTH
+            or "\0" in d or os.path.normpath(d) != d):
+        raise corrupt(location, field, f"must be the absolute, normalized path of the sink's "
+                      f"directory, not {d!r:.200}")
+    return d
+
+
 def check_transactions(transactions: list[object], *, location: str,
-                       columns: Sequence[str] = ()) -> list[SinkTransaction]:
+                       columns: Sequence[str] = ()) -> list[StagedTransaction]:
     """Decode transactions (restored ones come from a snapshot: untrusted): both names must
     be bare file names, ``staging`` a staged ``.inprogress`` file and ``final`` a ``part-``
-    file, and ``partition`` a partition directory of exactly ``columns`` (``""`` when
-    unpartitioned), so a commit only renames inside the sink's directory; in this encoding
-    both must name the same uid, job, subtask and checkpoint. Anything else is a
+    file, ``partition`` a partition directory of exactly ``columns`` (``""`` when
+    unpartitioned), so a commit only renames inside a sink directory, and ``directory`` (if
+    recorded) an absolute normalized path; in this encoding both names must name the same
+    uid, job, subtask and checkpoint. Anything else is a
     :class:`~..errors.CorruptCheckpointError` naming the field and ``location``. (Old-encoding
     names are attributed by the writer, which knows its uid.)"""
     out, owners = [], set()
     for i, raw in enumerate(transactions):
-        txn = raw if isinstance(raw, SinkTransaction) else SinkTransaction.from_dict(
-            raw, location=location, field=f"transactions[{i}]")
+        if isinstance(raw, StagedTransaction):
+            txn, directory = raw.txn, raw.directory
+        else:
+            txn = raw if isinstance(raw, SinkTransaction) else SinkTransaction.from_dict(
+                raw, location=location, field=f"transactions[{i}]")
+            directory = _recorded_directory(raw, location=location,
+                                            field=f"transactions[{i}].directory")
         if parse_partition_path(txn.partition, columns) is None:
             raise corrupt(location, f"transactions[{i}].partition",
                           f"{txn.partition!r} is not a partition directory of the sink's "
@@ -311,9 +386,82 @@ def check_transactions(transactions: list[object], *, location: str,
         elif not legacy_owners(txn.staging, txn.final, parse_part_file_name):
             raise corrupt(location, f"transactions[{i}].final",
                           f"{txn.final!r} is not the part file of {txn.staging!r}")
-        out.append(txn)
+        out.append(StagedTransaction(txn, directory))
     one_owner(owners, location)
     return out
+
+
+def locate(t: StagedTransaction, sink_directory: str) -> tuple[str, bool] | None:
+    """Where a restored transaction is: ``(directory, True)`` if staged in
+    ``directory/_staging`` (to commit there), ``(directory, False)`` if committed there
+    already, ``None`` if neither in ``sink_directory`` nor in the directory it records. The
+    sink's own directory first: a directory moved or copied whole, with the sink pointed at
+    the copy, gets its records there; then the one it was staged for (a new job version that
+    writes elsewhere). In each the staged name before the part file: a job that still runs
+    (blue-green) may be committing it meanwhile."""
+    for d in dict.fromkeys([sink_directory, t.directory or sink_directory]):
+        if os.path.lexists(os.path.join(d, STAGING, t.txn.staging)):
+            return d, True
+        if os.path.lexists(t.final_path(d)):
+            return d, False
+    return None
+
+
+def not_found(t: StagedTransaction, *, sink: str, sink_directory: str, location: str,
+              more: int = 0) -> FileSinkRestoreError:
+    """The error for a restored transaction :func:`locate` did not find (and ``more`` others
+    of the same snapshot): where its records are (or were) and what to do."""
+    txn = t.txn
+    name = parse_staged_file_name(txn.staging)
+    what = f"transaction {txn.staging}" + (
+        f" (checkpoint {name.checkpoint_id} of job {name.job_id})" if name is not None else "")
+    if more:
+        what += f" (and {more} more of the snapshot's transactions)"
+    part = os.path.join(txn.partition, txn.final)
+    staged = os.path.join(STAGING, txn.staging)
+    head = f"{sink} ({location}): {what}"
+    if t.directory is None:
+        return FileSinkRestoreError(
+            f"{head} is neither staged ({staged}) nor committed ({part}) in {sink_directory}. "
+            "The snapshot does not record the directory it was staged in (written by an older "
+            "FileSink): it is the directory the job that took the snapshot wrote to. If that "
+            f"was another directory, the records are there ({part}, or {staged} if their "
+            "commit is pending): restore this snapshot with FileSink(directory=<that "
+            "directory>) to commit them there, take a savepoint, and restore that one with the "
+            f"new directory (a transaction records its directory now). If it was "
+            f"{sink_directory}, the file was removed after the checkpoint; nothing was changed")
+    if t.directory != sink_directory and not os.path.isdir(t.directory):
+        return FileSinkRestoreError(
+            f"{head} was staged for {t.directory}, which does not exist (moved or removed?), "
+            f"and is neither staged nor committed in {sink_directory}. Its records are in "
+            f"{os.path.join(t.directory, staged)} (or committed as {part}) wherever that "
+            f"directory is now: move it back to {t.directory}, or restore with "
+            "FileSink(directory=<its new location>) to commit them there; nothing was changed")
+    looked = " or ".join(dict.fromkeys([sink_directory, t.directory]))
+    return FileSinkRestoreError(
+        f"{head} is neither staged ({staged}) nor committed ({part}) in {looked}, where it "
+        "was staged: the file was removed after the checkpoint, so the checkpoint's records "
+        "are missing from the output. Restore another checkpoint or savepoint (or put the "
+        "file back); nothing was changed")
+
+
+def _check_own_staging(directory: str, t: StagedTransaction, sink: str) -> None:
+    """Before committing in ``directory``, a recorded directory that is not the sink's:
+    its ``_staging`` and the staged file are this user's, not symbolic links (a snapshot,
+    even a trusted one, only moves the files this user's sink staged)."""
+    staging = os.path.join(directory, STAGING)
+    for path, kind in ((staging, stat.S_ISDIR),
+                       (os.path.join(staging, t.txn.staging), stat.S_ISREG)):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return  # committed meanwhile (see _rename_no_replace's caller)
+        if not kind(st.st_mode) or st.st_uid != os.getuid():
+            raise FileSinkRestoreError(
+                f"{sink}: the restored transaction {t.txn.staging} was staged for {directory}, "
+                f"but {path} is not a {'directory' if kind is stat.S_ISDIR else 'file'} of "
+                "this user (or is a symbolic link); refusing to commit it there. Restore "
+                f"with FileSink(directory={directory!r}) if that directory is the output")
 
 
 def _check_pair(staged: SinkName, final: SinkName, location: str, i: int) -> None:
@@ -469,7 +617,8 @@ class _FileSinkWriter(SinkWriter):
                         self.sink_name, 0)
             os.rename(os.path.join(self.staging_dir, st.name),
                       os.path.join(self.staging_dir, staged))
-            txn: dict = {"staging": staged, "final": final}
+            # the directory: a new job version restoring it commits it here (issue 51)
+            txn: dict = {"staging": staged, "final": final, "directory": self.dir}
             if st.partition:
                 txn["partition"] = st.partition
             out.append(txn)
@@ -478,17 +627,17 @@ class _FileSinkWriter(SinkWriter):
         self._open = 0
         return out
 
-    def _transactions(self, transactions: list[object]) -> list[SinkTransaction]:
+    def _transactions(self, transactions: list[object]) -> list[StagedTransaction]:
         where = f"(file sink {self.ctx.operator_uid!r} transactions for {self.dir})"
         return check_transactions(transactions, location=where, columns=self.columns)
 
-    def _check_restored(self, txns: list[SinkTransaction]) -> None:
+    def _check_restored(self, txns: list[StagedTransaction]) -> None:
         """Every restored transaction names this sink's uid and one job, in both names."""
         where = f"snapshot restored into {self.sink_name}"
         rule = RestoredTransactions(operator_uid=self.ctx.operator_uid, job_id=self.ctx.job_id,
                                     location=where)
         uid = self.ctx.operator_uid
-        for i, t in enumerate(txns):
+        for i, t in ((i, s.txn) for i, s in enumerate(txns)):
             staged = rule.check(parse_staged_file_name(t.staging, operator_uid=uid), t.staging,
                                 f"transactions[{i}].staging")
             final = rule.check(parse_part_file_name(t.final, operator_uid=uid), t.final,
@@ -504,32 +653,49 @@ class _FileSinkWriter(SinkWriter):
                 _check_pair(staged, final, where, i)
 
     def commit(self, transactions: list[object]) -> None:
-        touched = {self.dir}
-        for txn in self._transactions(transactions):
-            src = os.path.join(self.staging_dir, txn.staging)
-            where = self.dir
+        self._publish(transactions, "committing a completed checkpoint")
+
+    def _publish(self, transactions: list[object], doing: str) -> None:
+        """Publish pre-committed transactions (idempotent): each is renamed from the
+        ``_staging`` of the directory it is found staged in (:func:`locate`: this sink's, or
+        for a restored one the directory it was staged for) to its part file there; one found
+        committed already is done. Then the directories touched are fsynced."""
+        touched: set[str] = set()
+        for t in self._transactions(transactions):
+            txn = t.txn
+            found = locate(t, self.dir)
+            if found is None:
+                raise not_found(t, sink=self.sink_name, sink_directory=self.dir,
+                                location=doing)
+            root, staged = found
+            touched.add(root)
+            if not staged:
+                continue  # committed already (a repeated notify, or by the job restored)
+            if root != self.dir:
+                _check_own_staging(root, t, self.sink_name)
+                log.info("%s: committing restored transaction %s in %s, the directory it was "
+                         "staged for", self.sink_name, txn.staging, root)
+            src = os.path.join(root, STAGING, txn.staging)
+            where = root
             if txn.partition:  # checked: col=value/... of this sink's columns
-                where = os.path.join(self.dir, txn.partition)
+                where = os.path.join(root, txn.partition)
                 makedirs_mode(where, self.dir_mode)
-                touched.update(_ancestors(self.dir, txn.partition))
+                touched.update(_ancestors(root, txn.partition))
             dst = os.path.join(where, txn.final)
             try:
                 moved = _rename_no_replace(src, dst)
             except FileNotFoundError:
-                if not os.path.exists(dst):
-                    raise RuntimeError(
-                        f"file sink {self.ctx.operator_uid!r}: transaction {txn.staging} is "
-                        f"neither staged nor committed in {self.dir}; its data is lost"
-                    ) from None
+                if not os.path.exists(dst):  # neither any more: removed meanwhile
+                    raise not_found(t, sink=self.sink_name, sink_directory=self.dir,
+                                    location=doing) from None
                 continue
             if not moved:
                 raise RuntimeError(
                     f"file sink {self.ctx.operator_uid!r}: committing {txn.staging} would "
                     f"replace the existing part file {txn.final} in {where}; refusing (a "
                     "committed file is never overwritten)")
-        if transactions:
-            for d in sorted(touched, key=len, reverse=True):  # new directories, then parents
-                _fsync_dir(d)
+        for d in sorted(touched, key=len, reverse=True):  # new directories, then parents
+            _fsync_dir(d)
 
     def recover(self, transactions: list[object]) -> None:
         # Every subtask receives every restored transaction; subtask 0 commits and aborts.
@@ -537,8 +703,8 @@ class _FileSinkWriter(SinkWriter):
         self._check_restored(txns)
         if self.ctx.subtask_index != 0:
             return
-        self.commit(txns)
-        keep = {t.staging for t in txns}
+        self._publish(txns, "recovering the transactions of the restored snapshot")
+        keep = {t.txn.staging for t in txns}
         for name in os.listdir(self.staging_dir):
             staged = _staged_of(name, self.ctx.operator_uid, self.ctx.job_id)
             if staged is None or name in keep:
