@@ -23,6 +23,14 @@ taken at the end of a batch: which operator inside the chain holds the batch is 
 known, so the detail lists the chain). A job that has no input has nothing queued
 anywhere: idle, not stalled.
 
+A chain that holds a source has no queued input to count: a source chain whose operator
+blocks (a user function chained to the source, or the read itself) is a stall when its
+counters have not moved for ``threshold_s`` and it has not acknowledged a checkpoint for
+as long while a pending checkpoint waits for it (a source task takes a trigger between two
+reads, even under backpressure; an idle one acks every checkpoint). Its first operator
+after the source is named (the source when it is alone in its chain); the detail lists
+the chain.
+
 A **watermark stall**: an event-time chain (downstream of a source with a watermark
 strategy) whose input keeps moving while its watermark has not advanced for
 ``threshold_s`` (the first such chain from the sources is named: where the watermark
@@ -117,6 +125,8 @@ class ProgressWatchdog:
     _counts: dict[tuple[int, int], dict[str, list[int]]] = field(default_factory=dict)
     _watermarks: dict[tuple[int, int], int] = field(default_factory=dict)
     _moves: dict[int, _Movement] = field(default_factory=dict)
+    _acked_at: dict[tuple[int, int], float] = field(default_factory=dict)
+    _reset_at: float = 0.0
     stall: Stall | None = None
 
     def __post_init__(self) -> None:
@@ -157,6 +167,8 @@ class ProgressWatchdog:
         """A new attempt: its tasks count from 0; nothing has stood still yet."""
         self._counts.clear()
         self._watermarks.clear()
+        self._acked_at.clear()
+        self._reset_at = now
         self._moves = {c.id: _Movement(changed_at=now, in_changed_at=now, wm_changed_at=now)
                        for c in self.chains}
         self.stall = None
@@ -173,13 +185,20 @@ class ProgressWatchdog:
         if watermark is not None:
             self._watermarks[task] = max(watermark, self._watermarks.get(task, watermark))
 
+    def on_ack(self, task: tuple[int, int], now: float) -> None:
+        """``task`` acknowledged a checkpoint at ``now``."""
+        self._acked_at[task] = now
+
     # -- the verdict --------------------------------------------------------------------------
-    def check(self, now: float) -> Stall | None:
-        """Update what moved; return the current stall (``None``: the job progresses)."""
+    def check(self, now: float, awaited: set[tuple[int, int]] | frozenset = frozenset()
+              ) -> Stall | None:
+        """Update what moved; return the current stall (``None``: the job progresses).
+        ``awaited``: the tasks a pending checkpoint waits for (their ack)."""
         totals = {c.id: self._totals(c) for c in self.chains}
         for c in self.chains:
             self._observe(c, totals[c.id], now)
-        self.stall = self._records_stall(totals, now) or self._watermark_stall(now)
+        self.stall = (self._records_stall(totals, now) or self._source_stall(now, awaited)
+                      or self._watermark_stall(now))
         return self.stall
 
     def _totals(self, chain: WatchedChain) -> dict[str, list[int]]:
@@ -235,6 +254,26 @@ class ProgressWatchdog:
                     detail=(f"{stuck[cid]:,} records queued in front of operator "
                             f"{c.operators[0]!r} (chain {' -> '.join(c.operators)}), none "
                             f"taken for {now - since:.0f} s"))
+        return None
+
+    def _source_stall(self, now: float, awaited: set[tuple[int, int]] | frozenset
+                      ) -> Stall | None:
+        for cid in self._order:
+            c, m = self._by_id[cid], self._moves[cid]
+            if not c.is_source or now - m.changed_at < self.threshold_s:
+                continue
+            silent = [s for s in range(c.parallelism) if (cid, s) in awaited
+                      and now - self._acked_at.get((cid, s), self._reset_at) >= self.threshold_s]
+            if silent:
+                since = max(m.changed_at, min(self._acked_at.get((cid, s), self._reset_at)
+                                              for s in silent))
+                name = c.operators[1] if len(c.operators) > 1 else c.operators[0]
+                return Stall(
+                    operator=name, kind=RECORDS, since=since, chain=c.operators,
+                    detail=(f"the task of chain {' -> '.join(c.operators)} (subtask "
+                            f"{', '.join(str(s + 1) for s in silent)}) has not moved a record "
+                            f"nor taken a checkpoint for {now - since:.0f} s: an operator of "
+                            f"the chain (first after the source: {name!r}) is blocked"))
         return None
 
     def _watermark_stall(self, now: float) -> Stall | None:

@@ -291,9 +291,11 @@ class AttemptRun:
     def on_ack(self, conn: Any, msg: M.Ack, now: float) -> None:
         self.coord.receive_ack(msg.checkpoint_id, msg.task,
                                {"operators": msg.operators, "metrics": msg.metrics}, now)
-        if self.master.progress_watch is not None and msg.metrics:  # counts at the barrier
-            self.master.progress_watch.on_counts(msg.task, msg.metrics.get("records"),
-                                                 msg.metrics.get("watermark"))
+        watch = self.master.progress_watch
+        if watch is not None:  # the counts at the barrier
+            watch.on_ack(msg.task, now)
+            if msg.metrics:
+                watch.on_counts(msg.task, msg.metrics.get("records"), msg.metrics.get("watermark"))
 
     def on_decline(self, conn: Any, msg: M.Decline, now: float) -> None:
         self.coord.receive_decline(msg.checkpoint_id, msg.task, msg.reason, now)

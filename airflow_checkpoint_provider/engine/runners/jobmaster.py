@@ -389,7 +389,8 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         watch = self.progress_watch
         if watch is None:
             return
-        stall = watch.check(now)
+        awaited = {t for p in self.coordinator.pending.values() for t in p.not_yet_acked}
+        stall = watch.check(now, awaited)
         if self.metrics:
             self.metrics.on_stall(stall and stall.operator, stall and stall.kind,
                                   stall.seconds(now) if stall else 0.0)

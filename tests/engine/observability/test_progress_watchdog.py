@@ -118,3 +118,24 @@ def test_a_new_attempt_starts_over():
     watch.reset(10.0)
     assert watch.stall is None
     assert watch.check(11.0) is None
+
+
+def test_a_source_chain_that_blocks_is_reported_when_it_takes_no_checkpoint():
+    """source -> map chained: no queued input to count; the task neither moves records nor
+    acks the checkpoint that waits for it."""
+    watch = ProgressWatchdog([WatchedChain(0, ("gen", "slow", "out"), is_source=True)], THRESHOLD)
+    watch.reset(0.0)
+    watch.on_counts((0, 0), {"gen": [0, 100], "slow": [100, 100], "out": [100, 100]})
+    watch.on_ack((0, 0), 1.0)
+    # idle: the task acks every checkpoint, nothing is awaited for long
+    for t in range(2, 20):
+        watch.on_ack((0, 0), float(t))
+        assert watch.check(float(t), {(0, 0)}) is None
+    # blocked: its last ack at t=19; a pending checkpoint waits for it from t=20 on
+    for t in range(20, 19 + int(THRESHOLD)):
+        assert watch.check(float(t), {(0, 0)}) is None
+    stall = watch.check(19.0 + THRESHOLD, {(0, 0)})
+    assert stall is not None and stall.kind == RECORDS
+    assert stall.operator == "slow" and stall.chain == ("gen", "slow", "out")
+    # with no checkpoint pending (checkpointing off) nothing can be told: not reported
+    assert watch.check(30.0, set()) is None

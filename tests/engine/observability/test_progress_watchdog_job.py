@@ -10,7 +10,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from pipelines import Background
+from pipelines import Background, RunningSum
 from pipelines import metric_value as value
 from pipelines import scrape_metrics as scrape
 
@@ -20,6 +20,7 @@ from airflow_checkpoint_provider.engine import (
     GeneratorSource,
     Pipeline,
     RestartStrategy,
+    WatermarkStrategy,
 )
 from airflow_checkpoint_provider.engine.cli import main
 
@@ -43,16 +44,19 @@ class BlockAfter:
         return record
 
 
-def blocking_pipeline(root: str) -> Pipeline:
+def blocking_pipeline(root: str, chained: bool) -> Pipeline:
+    """gen -> slow -> out; ``slow`` in its own task (after a rebalance: records queue in
+    front of it) or chained to the source (one task: it takes no checkpoint trigger)."""
     p = Pipeline("stalls", checkpoint=CheckpointConfig(
                      interval_ms=200, directory=os.path.join(root, "ckpt"),
                      stall_timeout_ms=STALL_TIMEOUT_MS),
                  restart_strategy=RestartStrategy.none(),
                  metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
-    (p.source(GeneratorSource(10**9, num_keys=10, seed=3, splits=1, records_per_second=1000),
-              uid="gen", parallelism=1)
-     .rebalance()
-     .map(BlockAfter(1500), uid="slow", parallelism=1)
+    stream = p.source(GeneratorSource(10**9, num_keys=10, seed=3, splits=1,
+                                      records_per_second=1000), uid="gen", parallelism=1)
+    if not chained:
+        stream = stream.rebalance()
+    (stream.map(BlockAfter(1500), uid="slow", parallelism=1)
      .sink(FileSink(os.path.join(root, "out")), uid="out"))
     return p
 
@@ -65,13 +69,14 @@ def jobs_json(db: str) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_an_operator_that_blocks_is_reported_stalled_by_name(tmp_path):
+@pytest.mark.parametrize("chained", [False, True], ids=["own-task", "chained-to-source"])
+def test_an_operator_that_blocks_is_reported_stalled_by_name(tmp_path, chained):
     from spark_cluster import free_port
 
     port = free_port()
     root = str(tmp_path)
     db = "sqlite:///" + os.path.join(root, "meta.db")
-    bg = Background(blocking_pipeline(root), metrics_port=port)
+    bg = Background(blocking_pipeline(root, chained), metrics_port=port)
     try:
         job = bg.wait_running(min_checkpoints=1, timeout=90)
         # progressing: nothing reported
@@ -87,7 +92,8 @@ def test_an_operator_that_blocks_is_reported_stalled_by_name(tmp_path):
         assert stall is not None, "the stall was not reported in `ckpt jobs --json`"
         assert row["status"] == "RUNNING"  # reported, not failed
         assert stall["operator"] == "slow" and stall["kind"] == "records"
-        assert stall["queued"] > 0 and stall["threshold_s"] == STALL_TIMEOUT_MS / 1000
+        assert stall["threshold_s"] == STALL_TIMEOUT_MS / 1000
+        assert stall["queued"] is None if chained else stall["queued"] > 0
         assert stall["stalled_seconds"] >= STALL_TIMEOUT_MS / 1000 - 1
         assert "'slow'" in stall["detail"]
         # the text listing says it too
@@ -111,4 +117,47 @@ def test_an_operator_that_blocks_is_reported_stalled_by_name(tmp_path):
         jobs = [j for j in bg.store.list_jobs(job_name="stalls") if j.status == "RUNNING"]
         for j in jobs:
             bg.request(j.job_id, "CANCEL")
+    assert bg.result(timeout=60).status == "CANCELED"
+
+
+def bursty_pipeline(root: str) -> Pipeline:
+    """An event-time keyed job whose source delivers a burst every few seconds and is idle
+    in between (longer than the stall threshold)."""
+    p = Pipeline("bursts", checkpoint=CheckpointConfig(
+                     interval_ms=200, directory=os.path.join(root, "ckpt"),
+                     stall_timeout_ms=1000),
+                 restart_strategy=RestartStrategy.none(),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    (p.source(GeneratorSource(None, num_keys=10, seed=3, splits=1, records_per_second=0.4),
+              uid="gen", parallelism=1,
+              watermarks=WatermarkStrategy.for_monotonous_timestamps(timestamp_field="id"))
+     .key_by("key")
+     .process(RunningSum(), uid="sum", parallelism=2)
+     .sink(FileSink(os.path.join(root, "out")), uid="out"))
+    return p
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_job_idle_between_bursts_of_input_is_not_reported_stalled(tmp_path):
+    from spark_cluster import free_port
+
+    port = free_port()
+    root = str(tmp_path)
+    db = "sqlite:///" + os.path.join(root, "meta.db")
+    bg = Background(bursty_pipeline(root), metrics_port=port)
+    try:
+        job = bg.wait_running(min_checkpoints=1, timeout=90)
+        end = time.monotonic() + 10.0
+        while time.monotonic() < end:
+            row = next(r for r in jobs_json(db) if r["job_id"] == job.job_id)
+            assert row["progress_stall"] is None, row["progress_stall"]
+            time.sleep(0.3)
+        metrics = scrape(port)
+        assert value(metrics, "ckpt_records_in_total", operator="sum") > 0
+        assert value(metrics, "ckpt_stalled{", job_id=job.job_id) == 0
+    finally:
+        for j in bg.store.list_jobs(job_name="bursts"):
+            if j.status == "RUNNING":
+                bg.request(j.job_id, "CANCEL")
     assert bg.result(timeout=60).status == "CANCELED"
