@@ -12,8 +12,8 @@ What is measured, per task chain (a vertex: its subtasks summed):
 * **queued input**: the records its upstream chains emitted towards it (their last
   operator's ``records_out``; times the parallelism for a broadcast edge) minus the records
   its first operator took in. Records are waiting in front of the chain when this is > 0.
-* **movement**: when its counters (in and out of every operator of the chain) or its input
-  watermark last changed.
+* **movement**: when its counters (in and out of every operator of the chain) last
+  changed, and when its input watermark did.
 
 A **records stall**: a chain has input queued and has not moved for ``threshold_s``. Under
 backpressure every chain upstream of the blocked one has input queued and stands still
@@ -218,7 +218,8 @@ class ProgressWatchdog:
         m = self._moves.setdefault(chain.id, _Movement(changed_at=now, in_changed_at=now,
                                                        wm_changed_at=now))
         wm = self._chain_watermark(chain)
-        signature = (tuple(tuple(v) for v in totals.values()), wm)
+        # records only: a watermark cannot pass records queued before it in a channel
+        signature = tuple(tuple(v) for v in totals.values())
         if signature != m.signature:
             m.signature, m.changed_at = signature, now
         head_in = totals[chain.operators[0]][0] if chain.operators else 0
