@@ -123,10 +123,15 @@ class ThroughputMeter:
         elapsed = now - self._since
         busy = elapsed - self._idle
         if busy < MEASURE_SECONDS or not self._rows:
-            if elapsed >= 10 * MEASURE_SECONDS and busy < MEASURE_SECONDS:
+            if elapsed < 10 * MEASURE_SECONDS or busy >= MEASURE_SECONDS:
+                return False
+            if not self._rows or busy < MEASURE_SECONDS / 10:
                 # mostly idle: restart the window (the rate of a busy spell is what counts)
                 self._rows, self._idle, self._since = 0, 0.0, now
-            return False
+                return False
+            # mostly idle, but busy long enough to say something: measured (starved: it
+            # may raise the credit, not lower it). A consumer whose credit held its source
+            # to small reads was not measured again before, and kept that credit.
         measured = self._rows / busy
         self.starved = self._idle >= busy
         self._rows, self._idle, self._since = 0, 0.0, now

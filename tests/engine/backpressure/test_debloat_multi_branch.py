@@ -179,6 +179,21 @@ def test_only_a_bottleneck_shrinks_its_credit(monkeypatch):
     assert m.credit_per_channel == 70, "200/s x 70% of 1 s over 2 channels"
 
 
+def test_a_mostly_idle_consumer_is_measured_and_its_credit_grows(monkeypatch):
+    """A consumer fed small reads (its source held by a credit) is busy a few percent of
+    the time: it was not measured again, so its credit, and its source's reads, stayed
+    small. Measured anyway (a lower bound), its credit grows."""
+    clock = [0.0]
+    monkeypatch.setattr(mailbox_module.time, "monotonic", lambda: clock[0])
+    m = Mailbox(8, channels=1, target_s=1.0, initial_credit=128, max_credit=100_000)
+    m.meter = ThroughputMeter(now=0.0)
+    for _ in range(40):  # 128 records in 1 ms every 50 ms: 128,000 records/s when busy
+        m.meter.add_idle(0.049)
+        clock[0] += 0.05
+        m.consumed(0, 128)
+    assert m.credit_per_channel > 10_000
+
+
 def test_a_source_reads_its_outputs_credit_in_its_own_records():
     """A chain that cuts a batch to a few rows (a combiner) in front of a writer: the
     writer's credit is in those rows. The source reads by what a read puts on each output,
