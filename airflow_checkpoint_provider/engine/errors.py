@@ -52,6 +52,15 @@ class SinkTransactionConflictError(EngineError):
     transaction). The task fails instead of waiting forever; the failover resolves it."""
 
 
+class SinkLockTimeoutError(EngineError):
+    """A sink's barrier could not write its epoch within its lock timeout: another session
+    holds or waits for a conflicting lock on the sink's table (a DDL statement queued behind
+    the sink's own prepared transaction). The message names the table, the lock, the blocking
+    backend's pid and its statement. The task fails instead of waiting without end (a silent
+    wedge: a task thread waiting on a lock cannot commit the checkpoint that would free it);
+    the failover resolves what the sink prepared."""
+
+
 class CheckpointStorageError(EngineError):
     """Reading or writing checkpoint files failed."""
 

@@ -27,12 +27,32 @@ operation).
 
 The server needs ``max_prepared_transactions`` > 0 for the default mode (a clear error says
 so at the first checkpoint otherwise).
+
+Locks (issue 54): a prepared transaction keeps its locks until ``COMMIT PREPARED``, so DDL on
+the table (``ALTER TABLE`` needs an ACCESS EXCLUSIVE lock) queues behind it, and every later
+statement needing a lock on the table queues behind the DDL. The next epoch's first write
+waiting there would wait in the task thread, the one that must process the notification
+whose ``COMMIT PREPARED`` ends the wait: a silent wedge. So an epoch's first write waits at
+most :data:`WRITE_LOCK_WAIT_MS` for the table's lock; then its transaction (which holds
+nothing yet) is rolled back, the rows are kept in memory and retried with a later write,
+while the task goes on to commit completed checkpoints (on a connection of its own) and the
+DDL runs. Once the epoch holds the table's lock, its statements wait up to
+``lock_timeout_ms`` (row locks). The barrier writes what was kept, waiting at most
+``lock_timeout_ms``; if the lock is still taken it fails the task with
+:class:`~..errors.SinkLockTimeoutError` naming the table, the lock, and the backends holding
+or waiting for a conflicting lock (pid, statement, what blocks them: from ``pg_locks``,
+``pg_stat_activity`` and ``pg_blocking_pids``). That is the reason of the failover and of the
+checkpoints it aborts; the failover commits or rolls back what the sink prepared, which
+frees the DDL. A ``lock_timeout_ms`` below the checkpoint timeout keeps a checkpoint from
+expiring on a lock without saying so.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
+import time
 from collections.abc import Sequence
 
 from ..changelog import OP_FIELD, RETRACT, row_kind
@@ -40,6 +60,7 @@ from ..errors import (
     BadRecordError,
     ConfigurationError,
     CorruptCheckpointError,
+    SinkLockTimeoutError,
     SinkTransactionConflictError,
 )
 from ..extras import require
@@ -47,6 +68,16 @@ from ..sink_names import RestoredTransactions, one_owner, own, parse_gid
 from ..sink_names import gid as make_gid
 from .base import Sink, SinkWriter, SourceContext
 from .upsert import upsert_key
+
+log = logging.getLogger(__name__)
+
+#: the longest an epoch's write waits for a lock between barriers; then it keeps the rows and
+#: retries (the task thread must stay free to commit completed checkpoints)
+WRITE_LOCK_WAIT_MS = 100
+#: how soon after a write found the table locked the next write tries again
+WRITE_RETRY_S = 0.25
+#: lock modes that conflict with the ROW EXCLUSIVE lock a write takes on its table
+_CONFLICTING = ("ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock")
 
 
 def _dsn(url: str) -> str:
@@ -69,13 +100,17 @@ class PostgresSink(Sink):
     :param key: the conflict columns of ``"upsert"`` (a primary key or unique index).
     :param prepared: ``"upsert"`` only: apply each epoch in a prepared transaction (default,
         exactly once) or commit it at the barrier (``False``: idempotent, converging).
+    :param lock_timeout_ms: the longest the barrier waits for a lock on the table (DDL queued
+        behind the sink's prepared transaction, another session's lock) before the task fails
+        with :class:`~..errors.SinkLockTimeoutError` naming the blocking backend; keep it
+        below the checkpoint timeout. ``None``: wait without limit (not recommended).
     """
 
     slot_imports = ("psycopg",)
 
     def __init__(self, url: str, table: str, columns: Sequence[str] | None = None, *,
                  mode: str = "2pc", key: Sequence[str] | None = None,
-                 prepared: bool = True) -> None:
+                 prepared: bool = True, lock_timeout_ms: int | None = 10_000) -> None:
         self.key = upsert_key(f"PostgresSink({table!r})", mode, key, modes=("2pc", "upsert"))
         self.prepared = bool(prepared) or mode == "2pc"
         if not table or not all(part for part in table.split(".")) or table.count(".") > 1:
@@ -84,6 +119,12 @@ class PostgresSink(Sink):
         self.table = table
         self.columns = list(columns) if columns else None
         self.mode = mode
+        if lock_timeout_ms is not None and (isinstance(lock_timeout_ms, bool) or not isinstance(
+                lock_timeout_ms, int) or lock_timeout_ms <= 0):
+            raise ConfigurationError(f"PostgresSink {table!r}: lock_timeout_ms must be a "
+                                     f"positive number of milliseconds or None "
+                                     f"(got {lock_timeout_ms!r})")
+        self.lock_timeout_ms = lock_timeout_ms
 
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
         require("postgres")
@@ -181,6 +222,68 @@ def _rollback_of_job(conn, job_id: str, operator_uid: str, keep: set[str] = froz
     return done
 
 
+def _lock_report(admin, regclass: str, table: str, own_pid: int) -> str:
+    """One line: the backends that hold or wait for a lock on ``table`` conflicting with
+    ROW EXCLUSIVE (not ``own_pid``), with their statements and blockers, and the prepared
+    transactions that hold a lock on it."""
+    with admin.cursor() as cur:
+        cur.execute(
+            "SELECT l.pid, l.mode, l.granted, a.state, "
+            "  extract(epoch FROM clock_timestamp() - coalesce(a.query_start, a.xact_start)), "
+            "  left(regexp_replace(a.query, '\\s+', ' ', 'g'), 200), pg_blocking_pids(l.pid) "
+            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'relation' AND l.relation = %s::regclass AND l.pid <> %s "
+            "  AND l.mode = ANY(%s) ORDER BY l.granted DESC, a.query_start",
+            [regclass, own_pid, list(_CONFLICTING)])
+        lockers = cur.fetchall()
+        cur.execute(
+            # a prepared transaction's locks have no pid; its xid is on its transactionid lock
+            "SELECT DISTINCT p.gid, p.prepared FROM pg_locks l JOIN pg_locks x "
+            "  ON x.virtualtransaction = l.virtualtransaction AND x.locktype = 'transactionid' "
+            "  AND x.pid IS NULL JOIN pg_prepared_xacts p ON p.transaction = x.transactionid "
+            "WHERE l.locktype = 'relation' AND l.relation = %s::regclass AND l.pid IS NULL "
+            "ORDER BY p.prepared",
+            [regclass])
+        prepared = [g for g, _ in cur.fetchall()]
+        others = {p for row in lockers for p in row[6] if p} - {row[0] for row in lockers}
+        statements = {}
+        if others:
+            cur.execute("SELECT pid, state, left(regexp_replace(query, '\\s+', ' ', 'g'), 200) "
+                        "FROM pg_stat_activity WHERE pid = ANY(%s)", [sorted(others)])
+            statements = {pid: (state, query) for pid, state, query in cur.fetchall()}
+    if not lockers:
+        held = (f"; prepared transaction(s) {', '.join(prepared)} hold a lock on it"
+                if prepared else "")
+        return (f"a RowExclusiveLock on table {table} (or a row lock) was not granted in time, "
+                f"and no session holds or waits for a conflicting table lock now{held}")
+    parts = []
+    first_waiting = None
+    for pid, mode, granted, state, seconds, query, blockers in lockers:
+        where = "holds" if granted else "waits for"
+        text = (f"backend pid {pid} {where} {mode} on table {table} "
+                f"({state}, {float(seconds or 0):.1f} s) running {query!r}")
+        behind = []
+        for b in blockers:
+            if not b:
+                continue  # a prepared transaction: named below
+            if b in statements:
+                behind.append(f"pid {b} ({statements[b][0]}: {statements[b][1]!r})")
+            else:
+                behind.append(f"pid {b}")
+        if 0 in blockers or (not granted and prepared):
+            behind.append(f"prepared transaction(s) {', '.join(prepared) or '(unnamed)'}")
+        if behind:
+            text += f" behind {', '.join(behind)}"
+        if not granted and first_waiting is None:
+            first_waiting = pid
+        parts.append(text)
+    advice = (f"end it (SELECT pg_cancel_backend({first_waiting})) or run DDL on this table "
+              "while the job is stopped; a prepared transaction of this sink commits when its "
+              "checkpoint completes" if first_waiting is not None else
+              f"end that session (SELECT pg_cancel_backend({lockers[0][0]}))")
+    return f"the RowExclusiveLock on table {table} is blocked: {'; '.join(parts)}; {advice}"
+
+
 class _PostgresWriter(SinkWriter):
     accepts_arrow = False
 
@@ -205,6 +308,13 @@ class _PostgresWriter(SinkWriter):
         self.fenced = bool(getattr(ctx, "fenced", False)) and sink.mode == "2pc"
         if self.fenced:
             self._open_fenced()
+        #: rows of the open epoch not written yet: the table was locked (module docstring)
+        self.kept: list[tuple] = []
+        self.retry_at = 0.0
+        # between barriers a statement of the epoch waits at most WRITE_LOCK_WAIT_MS for a
+        # lock (the barrier raises it to the sink's lock_timeout_ms for its transaction)
+        self.conn.execute(f"SET lock_timeout = {WRITE_LOCK_WAIT_MS}")
+        self.conn.commit()
 
     def _open_fenced(self) -> None:
         """A fenced epoch is never published, so it must not touch the live job's rows: in
@@ -254,12 +364,74 @@ class _PostgresWriter(SinkWriter):
             raise ConfigurationError(
                 f"PostgresSink {self.sink.table!r}: a record has no field {exc.args[0]!r} "
                 f"(columns: {', '.join(cols)})") from None
-        sql = self.psycopg.sql
-        with self.conn.cursor() as cur, cur.copy(
-                sql.SQL("COPY {} ({}) FROM STDIN").format(self._table(), self._cols())) as copy:
-            for row in rows:
-                copy.write_row(row)
+        if self.kept:  # the table was locked: after the rows kept, in order
+            self.kept.extend(rows)
+            if time.monotonic() < self.retry_at:
+                return
+            rows, self.kept = self.kept, []
+        try:
+            self._copy(rows)
+        except self.psycopg.errors.LockNotAvailable as exc:
+            # the task thread must not wait: it commits completed checkpoints, which may be
+            # what the lock waits for (DDL queued behind this sink's prepared transaction)
+            if not self.kept:
+                log.warning("%s keeps the open epoch's rows in memory, its table is locked: %s",
+                            self.sink_name, self._lock_report(exc))
+            self.kept = rows
+            self.retry_at = time.monotonic() + WRITE_RETRY_S
+
+    def _copy(self, rows: list[tuple]) -> None:
+        """``COPY`` ``rows`` into the open transaction. The epoch's first ``COPY`` takes the
+        table's lock: if that wait times out (``LockNotAvailable``), the transaction, which
+        holds nothing yet, is rolled back and the error raised (the caller keeps the rows).
+        Once the lock is held, only a row lock can make a ``COPY`` wait (a unique key another
+        transaction inserts): that waits up to ``lock_timeout_ms`` and then fails the task with
+        :class:`SinkLockTimeoutError` (the epoch's transaction is lost; the failover replays
+        it)."""
+        sql, conn, first = self.psycopg.sql, self.conn, self.rows == 0
+        try:
+            with conn.cursor() as cur, cur.copy(
+                    sql.SQL("COPY {} ({}) FROM STDIN").format(self._table(), self._cols())) as copy:
+                for row in rows:
+                    copy.write_row(row)
+        except self.psycopg.errors.LockNotAvailable as exc:
+            if not first:
+                raise self._lock_failure(f"a write of the open epoch waited "
+                                         f"lock_timeout_ms={self.sink.lock_timeout_ms} for a "
+                                         "lock", exc) from exc
+            conn.rollback()
+            raise
+        if first:  # the epoch holds its table lock now: its later waits are row locks
+            self._barrier_lock_timeout()
         self.rows += len(rows)
+
+    def _barrier_lock_timeout(self) -> None:
+        """The open transaction's statements wait up to the sink's ``lock_timeout_ms`` for a
+        lock (this transaction only: the next epoch's first write waits WRITE_LOCK_WAIT_MS)."""
+        ms = self.sink.lock_timeout_ms
+        self.conn.execute("SELECT set_config('lock_timeout', %s, true)",
+                          [str(ms) if ms is not None else "0"])
+
+    def _lock_failure(self, what: str, exc: Exception) -> SinkLockTimeoutError:
+        return SinkLockTimeoutError(f"{self.sink_name}: {what}: {self._lock_report(exc)}")
+
+    def _barrier_lock_failure(self, checkpoint_id: int, what: str,
+                              exc: Exception) -> SinkLockTimeoutError:
+        return self._lock_failure(
+            f"the barrier of checkpoint {checkpoint_id} waited lock_timeout_ms="
+            f"{self.sink.lock_timeout_ms} for a lock and could not {what}", exc)
+
+    def _lock_report(self, exc: Exception) -> str:
+        """Who holds or waits for a lock on the table that conflicts with the RowExclusiveLock
+        a write takes: each backend's pid, lock, statement and what blocks it (prepared
+        transactions by gid). Read right after the wait timed out, on the admin connection."""
+        table = self.sink.table
+        try:
+            return _lock_report(self.admin, self._table(target=True).as_string(self.admin),
+                                table, self.conn.info.backend_pid)
+        except Exception as diag:  # noqa: BLE001 - the report must not hide the lock error
+            return (f"the RowExclusiveLock on table {table} was not granted ({exc}); "
+                    f"reading pg_locks failed: {diag}")
 
     # -- upsert mode -------------------------------------------------------------------------
     def _compact(self, records: list[dict]) -> None:
@@ -352,11 +524,25 @@ class _PostgresWriter(SinkWriter):
             if self.sink.prepared:
                 self._check_unlocked(checkpoint_id)
             changes = self.latest
-            self._apply_changes()
+            self._barrier_lock_timeout()
+            try:
+                self._apply_changes()
+            except self.psycopg.errors.LockNotAvailable as exc:
+                raise self._barrier_lock_failure(checkpoint_id, "apply the epoch's changes",
+                                                 exc) from exc
             if not self.sink.prepared:
                 self.conn.commit()
                 self.rows = 0
                 return []
+        elif self.kept:  # rows the table's lock kept from being written: now or fail
+            rows, self.kept = self.kept, []
+            self._barrier_lock_timeout()
+            try:
+                self._copy(rows)
+            except self.psycopg.errors.LockNotAvailable as exc:
+                raise self._barrier_lock_failure(checkpoint_id, f"write the {len(rows)} rows "
+                                                 "the epoch kept while the table was locked",
+                                                 exc) from exc
         if not self.rows or self.fenced:
             # nothing written, or a fenced epoch (validated, never published): no
             # transaction to prepare

@@ -1,0 +1,298 @@
+"""PostgresSink (two-phase commit) and DDL on its live table (issue 54, item 3).
+
+``ALTER TABLE`` needs an ACCESS EXCLUSIVE lock, so it queues behind the sink's prepared
+transaction (``PREPARE TRANSACTION`` keeps the transaction's ROW EXCLUSIVE lock until
+``COMMIT PREPARED``). The next epoch's ``COPY`` queued behind the ``ALTER``, inside the task
+thread -- the thread that has to process the notification whose ``COMMIT PREPARED`` ends the
+wait: a cycle. The job stayed RUNNING with its input frozen, every checkpoint "expired before
+completing", nothing named the lock. Now the epoch's writes never wait on a lock (they keep
+the records and retry, so the notification commits and the ``ALTER`` runs); a barrier that
+cannot get the lock within the sink's ``lock_timeout_ms`` fails the task with a
+:class:`SinkLockTimeoutError` naming the table, the lock, the blocking backend's pid and its
+statement, and that is the reason of the checkpoint it fails and of the failover."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from types import SimpleNamespace
+
+import psycopg
+import pytest
+from pipelines import (
+    Background,
+    check_exactly_once_rows,
+    expected_running_sums,
+    running_sum_pipeline,
+)
+
+from airflow_checkpoint_provider.engine import RestartStrategy
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
+from airflow_checkpoint_provider.engine.errors import JobFailedError, SinkLockTimeoutError
+from airflow_checkpoint_provider.engine.runtime.edge_operators import SinkOperator
+
+pytestmark = pytest.mark.slow
+
+N, KEYS, SEED = 30_000, 30, 11
+COLUMNS = ["id", "key", "count", "sum"]
+
+
+def _sql(url: str, statement: str) -> list[tuple]:
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        cur = conn.execute(statement)
+        return cur.fetchall() if cur.description else []
+
+
+def _prepared(url: str) -> list[str]:
+    return [g for (g,) in _sql(url, "SELECT gid FROM pg_prepared_xacts "
+                                    "WHERE database = current_database()")]
+
+
+def _unwedge(url: str, pid: int | None = None) -> None:
+    """End what a test left waiting: cancel backend ``pid`` and roll back what is prepared."""
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        if pid is not None:
+            conn.execute("SELECT pg_cancel_backend(%s)", [pid])
+        for gid in _prepared(url):
+            conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(psycopg.sql.Literal(gid)))
+
+
+class Ddl:
+    """One DDL statement in its own session, in a thread: its backend pid, when it started
+    and ended (``time.monotonic()``), and its error."""
+
+    def __init__(self, url: str, statement: str) -> None:
+        self.url, self.statement = url, statement
+        self.conn = psycopg.connect(_dsn(url), autocommit=True)
+        self.pid = self.conn.info.backend_pid
+        self.started = time.monotonic()
+        self.ended: float | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.conn.execute(self.statement)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            self.error = exc
+        finally:
+            self.ended = time.monotonic()
+            self.conn.close()
+
+    def wait_queued(self, timeout: float = 10.0) -> None:
+        """Until the statement waits for a lock (it queued behind the sink's transaction)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.ended is None:
+            if _sql(self.url, f"SELECT 1 FROM pg_stat_activity WHERE pid = {self.pid} "
+                              "AND wait_event_type = 'Lock'"):
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"{self.statement!r} did not queue for a lock")
+
+    def join(self, timeout: float) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+
+def _operator(url: str, table: str, **options) -> SinkOperator:
+    sink = PostgresSink(url, table, ["k", "v"], **options)
+    ctx = SimpleNamespace(job_id=uuid.uuid4().hex, job_name="ddl", subtask_index=0,
+                          parallelism=1, attempt=0)
+    op = SinkOperator(SimpleNamespace(uid="out", payload=sink), ctx)
+    op.open(None)
+    return op
+
+
+def _bounded(fn, seconds: float, unwedge):
+    """``fn()`` in a thread; a call still blocked after ``seconds`` is unblocked by
+    ``unwedge()`` and reported as a wedge."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        unwedge()
+        t.join(10)
+        pytest.fail(f"the sink's task thread was wedged for {seconds:.0f} s behind the ALTER "
+                    "TABLE that waits for the sink's own prepared transaction")
+    out["seconds"] = time.monotonic() - started
+    if "error" in out:
+        raise out["error"]
+    return out
+
+
+@pytest.mark.timeout(90)
+def test_the_next_epoch_never_holds_the_commit_of_a_completed_checkpoint_behind_an_alter(
+        postgres_server):
+    url = postgres_server.create_database()
+    _sql(url, "CREATE TABLE t (k bigint, v bigint)")
+    op = _operator(url, "t")
+    op.process([{"k": 1, "v": 1}])
+    op.snapshot(1)                                    # prepared: holds its lock on t
+    alter = Ddl(url, "ALTER TABLE t ADD COLUMN note text")
+    alter.wait_queued()                               # behind the prepared transaction
+    try:
+        # the next epoch's first write would queue behind the ALTER, in the task thread
+        took = _bounded(lambda: op.process([{"k": 2, "v": 2}]), 20,
+                        lambda: _unwedge(url, alter.pid))["seconds"]
+        assert took < 2.0, f"the write waited {took:.1f} s for the lock"
+        op.notify_complete(1)                          # COMMIT PREPARED: the ALTER runs
+        assert alter.join(10) and alter.error is None, alter.error
+        assert alter.ended - alter.started < 10
+        op.process([{"k": 3, "v": 3}])                # written with the records it kept
+        op.snapshot(2)
+        op.notify_complete(2)
+    finally:
+        op.close()
+        _unwedge(url)
+    assert sorted(_sql(url, "SELECT k, v, note FROM t")) == [(1, 1, None), (2, 2, None),
+                                                             (3, 3, None)]
+    assert _prepared(url) == []
+
+
+@pytest.mark.timeout(90)
+def test_a_barrier_that_cannot_get_the_table_lock_fails_naming_the_alter_and_its_backend(
+        postgres_server):
+    """The notification of checkpoint 1 has not arrived when barrier 2 comes (a savepoint,
+    concurrent checkpoints): barrier 2 cannot write what the epoch kept and must not wait
+    forever for the ALTER that waits for checkpoint 1's prepared transaction."""
+    url = postgres_server.create_database()
+    _sql(url, "CREATE TABLE t (k bigint, v bigint)")
+    op = _operator(url, "t", lock_timeout_ms=1_500)
+    op.process([{"k": 1, "v": 1}])
+    (gid,) = [t for e in op.snapshot(1).operator_state for t in e["transactions"]]
+    alter = Ddl(url, "ALTER TABLE t ADD COLUMN note text")
+    alter.wait_queued()
+    try:
+        _bounded(lambda: op.process([{"k": 2, "v": 2}]), 20, lambda: _unwedge(url, alter.pid))
+        started = time.monotonic()
+        with pytest.raises(SinkLockTimeoutError) as info:
+            _bounded(lambda: op.snapshot(2), 20, lambda: _unwedge(url, alter.pid))
+        took = time.monotonic() - started
+    finally:
+        op.close()
+    message = str(info.value)
+    assert 1.0 < took < 6.0, f"barrier 2 failed after {took:.1f} s (lock_timeout_ms=1500)"
+    first = message.splitlines()[0]                   # what `ckpt jobs` shows
+    for part in ("'out'", "table t", "RowExclusiveLock", f"pid {alter.pid}",
+                 "ALTER TABLE t ADD COLUMN note text", "AccessExclusiveLock", gid,
+                 f"pg_cancel_backend({alter.pid})"):
+        assert part in first, f"{part!r} not in {first!r}"
+    # what the failover does (checkpoint 1 completed): commit it; the ALTER then runs
+    _sql(url, f"COMMIT PREPARED '{gid}'")
+    assert alter.join(10) and alter.error is None
+    assert _sql(url, "SELECT k, v, note FROM t") == [(1, 1, None)] and _prepared(url) == []
+
+
+def _rows(url: str) -> list[dict]:
+    with psycopg.connect(_dsn(url)) as conn, conn.cursor(
+            row_factory=psycopg.rows.dict_row) as cur:
+        cur.execute("SELECT id, key, count, sum FROM sums")
+        return cur.fetchall()
+
+
+def _pipeline(workdir, url: str, name: str, restart: RestartStrategy | None = None, **options):
+    return running_sum_pipeline(
+        str(workdir), name=name, num_records=N, num_keys=KEYS, seed=SEED, rate=3_000,
+        interval_ms=200, timeout_ms=20_000, restart=restart,
+        sink=PostgresSink(url, "sums", COLUMNS, **options))
+
+
+@pytest.fixture
+def sums(postgres_server):
+    url = postgres_server.create_database()
+    _sql(url, "CREATE TABLE sums (id bigint, key text, count bigint, sum bigint)")
+    return url
+
+
+@pytest.mark.timeout(240)
+def test_a_job_goes_on_through_an_alter_table_on_its_sink_table_without_loss_or_duplicates(
+        workdir, sums):
+    """The reported case: ``ALTER TABLE ... ADD COLUMN`` on the live 2PC sink table of a
+    running job (sink parallelism 3). The ALTER runs within seconds, the job finishes, and the
+    table holds exactly the failure-free reference's rows."""
+    bg = Background(_pipeline(workdir, sums, "ddl-live"))
+    job = bg.wait_running(min_checkpoints=2, timeout=120)
+    alter = Ddl(sums, "ALTER TABLE sums ADD COLUMN note text")
+    if not alter.join(45):
+        store = MetadataStore(bg.pipeline.metadata_url)
+        reasons = [c.failure_reason for c in store.list_checkpoints(job.job_id)
+                   if c.failure_reason][-3:]
+        _unwedge(sums, alter.pid)                     # what the reporter did: cancel the ALTER
+        try:
+            bg.result(120)
+        finally:
+            pytest.fail(f"the job wedged: the ALTER still waited after 45 s; last checkpoint "
+                        f"failures: {reasons}")
+    assert alter.error is None, alter.error
+    result = bg.result(180)
+    store = MetadataStore(bg.pipeline.metadata_url)
+    failed = [c.failure_reason for c in store.list_checkpoints(job.job_id) if c.failure_reason]
+    print(f"ALTER TABLE took {alter.ended - alter.started:.2f} s; job {result.status}, "
+          f"{result.restarts} restarts; failed checkpoints: {failed}")
+    assert alter.ended - alter.started < 20
+    assert not [r for r in failed if "expired" in r], failed
+    assert result.status == "FINISHED", result
+    check_exactly_once_rows(_rows(sums), expected_running_sums(N, KEYS, SEED))
+    assert _prepared(sums) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_lock_that_stays_fails_the_job_naming_the_backend_and_a_restore_loses_nothing(
+        workdir, sums):
+    """The ALTER waits for another session too (an open transaction that read the table), so
+    the lock stays: the barrier fails after ``lock_timeout_ms``, the failover and the job's
+    failure name the ALTER's backend and statement, and a restore once the DDL ran commits
+    every row exactly once."""
+    reader = psycopg.connect(_dsn(sums))
+    reader.execute("SELECT count(*) FROM sums")       # idle in transaction: ACCESS SHARE
+    alter = None
+    try:
+        bg = Background(_pipeline(workdir, sums, "ddl-stuck", lock_timeout_ms=2_000,
+                                  restart=RestartStrategy.fixed_delay(attempts=1, delay_ms=0)))
+        job = bg.wait_running(min_checkpoints=2, timeout=120)
+        alter = Ddl(sums, "ALTER TABLE sums ADD COLUMN note text")
+        alter.wait_queued()
+        started = time.monotonic()
+        try:
+            bg.result(90)
+        except JobFailedError as exc:
+            error = str(exc)
+        except AssertionError:                        # wedged: bg cancelled the job
+            _unwedge(sums, alter.pid)
+            raise
+        else:
+            pytest.fail("the job finished although its sink table stayed locked")
+        took = time.monotonic() - started
+        store = MetadataStore(bg.pipeline.metadata_url)
+        row = store.get_job(job.job_id)
+        failed = [c.failure_reason for c in store.list_checkpoints(job.job_id)
+                  if c.failure_reason]
+        print(f"the job {row.status} {took:.1f} s after the ALTER: {row.failure_reason}; "
+              f"failed checkpoints: {failed}")
+        assert row.status == "FAILED" and took < 60
+        for reason in (error.splitlines()[0], row.failure_reason.splitlines()[0], failed[-1]):
+            for part in ("SinkLockTimeoutError", "table sums", f"pid {alter.pid}",
+                         "ALTER TABLE sums ADD COLUMN note text", f"pid {reader.info.backend_pid}"):
+                assert part in reason, f"{part!r} not in {reason!r}"
+        assert not [r for r in failed if "expired" in r], failed
+    finally:
+        reader.close()                                # the ALTER gets its lock and runs
+        if alter is not None:
+            assert alter.join(20) and alter.error is None, alter.error
+    # nothing lost or duplicated: restore the failed job's latest checkpoint
+    again = _pipeline(workdir, sums, "ddl-stuck", lock_timeout_ms=2_000)
+    assert again.run(restore="latest").status == "FINISHED"
+    check_exactly_once_rows(_rows(sums), expected_running_sums(N, KEYS, SEED))
+    assert _prepared(sums) == []
