@@ -225,6 +225,8 @@ class FileSink(Sink):
             raise ConfigurationError(f"max_open_writers must be a positive integer, not "
                                      f"{max_open_writers!r}")
         self.max_open_writers = max_open_writers
+        #: job id -> directories (not this sink's) its restored transactions were staged in
+        self._restored_directories: dict[str, set[str]] = {}
 
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
         return _FileSinkWriter(self, ctx)
@@ -243,6 +245,12 @@ class FileSink(Sink):
             raise not_found(missing[0], sink=f"file sink ({self.directory})",
                             sink_directory=self.directory, location=f"restoring {location}",
                             more=len(missing) - 1)
+        # the other directories the restored job staged in: once it has ended, the job
+        # master's discard_staged_of_job removes its leftovers there too
+        for t in txns:
+            name = parse_staged_file_name(t.txn.staging)
+            if name is not None and t.directory not in (None, self.directory):
+                self._restored_directories.setdefault(name.job_id, set()).add(t.directory)
 
     def discard_committed_after(self, operator_uid: str, job_id: str, checkpoint_id: int) -> list[str]:
         """Delete the part files that job ``job_id`` committed for checkpoints after
@@ -271,17 +279,17 @@ class FileSink(Sink):
 
     def discard_staged_of_job(self, operator_uid: str, job_id: str) -> list[str]:
         """Delete the ``.inprogress`` files job ``job_id`` staged for ``operator_uid`` (called
-        for an ended job whose checkpoint a new job restored). Returns the deleted names."""
-        staging = os.path.join(self.directory, STAGING)
-        if not os.path.isdir(staging):
-            return []
-        doomed = [n for n in sorted(os.listdir(staging))
-                  if _staged_of(n, operator_uid, job_id) is not None]
-        for name in doomed:
-            os.remove(os.path.join(staging, name))
-        if doomed:
-            log.info("File sink %r: removed %d staged files left by ended job %s", operator_uid,
-                     len(doomed), job_id)
+        for an ended job whose checkpoint a new job restored): in this sink's directory and in
+        the other directories its restored transactions were staged in (a new job version
+        that writes elsewhere; only a ``_staging`` of this user's). Returns the deleted names."""
+        doomed = _discard_staged_in(self.directory, operator_uid, job_id)
+        for d in sorted(self._restored_directories.get(job_id, ())):
+            staging = os.path.join(d, STAGING)
+            with contextlib.suppress(FileNotFoundError):
+                st = os.lstat(staging)
+                if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+                    doomed += [os.path.join(staging, n)
+                               for n in _discard_staged_in(d, operator_uid, job_id)]
         return doomed
 
     def lineage_dataset(self) -> tuple[str, str]:
@@ -289,6 +297,22 @@ class FileSink(Sink):
 
     def describe(self) -> str:
         return f"files({self.directory})"
+
+
+def _discard_staged_in(directory: str, operator_uid: str, job_id: str) -> list[str]:
+    """Delete the ``.inprogress`` files job ``job_id`` staged for ``operator_uid`` in
+    ``directory/_staging``; returns their names."""
+    staging = os.path.join(directory, STAGING)
+    if not os.path.isdir(staging):
+        return []
+    doomed = [n for n in sorted(os.listdir(staging))
+              if _staged_of(n, operator_uid, job_id) is not None]
+    for name in doomed:
+        os.remove(os.path.join(staging, name))
+    if doomed:
+        log.info("File sink %r: removed %d staged files left by ended job %s in %s",
+                 operator_uid, len(doomed), job_id, directory)
+    return doomed
 
 
 def _staged_of(name: str, operator_uid: str, job_id: str) -> SinkName | None:

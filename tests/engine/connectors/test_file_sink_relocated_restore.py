@@ -33,6 +33,7 @@ from airflow_checkpoint_provider.engine import (
     RestartStrategy,
     read_committed,
 )
+from airflow_checkpoint_provider.engine.connectors.base import SourceContext
 from airflow_checkpoint_provider.engine.connectors.files import FileSinkRestoreError
 from airflow_checkpoint_provider.engine.snapshot.codec import encode_metadata, load_snapshot
 
@@ -130,6 +131,8 @@ def test_failed_jobs_pending_commit_is_made_where_it_was_staged(workdir):
     assert pending, "a transaction of the restored checkpoint is pending in A"
     result = _restore_into(workdir, b, location)
     assert not set(pending) & set(_staged(a)), "committed in A"
+    assert not [n for n in _staged(a) if first.job_id in n], \
+        "the ended job's leftovers in A (if any) are removed (their records are replayed into B)"
     _check_split(a, b, old_job=first.job_id, new_job=result.job_id, snapshot_id=chk)
 
 
@@ -196,3 +199,52 @@ def test_older_snapshot_without_a_recorded_directory_is_refused_saying_where_to_
     assert result.status == "FINISHED" and result.restarts == 0
     assert not set(pending) & set(_staged(a)), "committed in A"
     check_exactly_once_rows(read_committed(str(a)), expected_running_sums(N, KEYS, SEED))
+
+
+def _writer(directory, job_id: str, subtask: int = 0, **kwargs):
+    ctx = SourceContext(job_id=job_id, job_name="j", operator_uid="out", subtask_index=subtask,
+                        parallelism=1, attempt=0)
+    sink = FileSink(str(directory), **kwargs)
+    return sink, sink.create_writer(ctx)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("partition_by", [None, ["p"]])
+def test_writer_commits_a_restored_transaction_in_its_directory_and_cleans_up_there(
+        tmp_path, partition_by):
+    """The writers alone: job "old" (sink in A) pre-commits checkpoint 1 and leaves an open
+    epoch staged; job "new" (sink in B) recovers checkpoint 1's transactions: they are
+    committed in A (partition directories included), recovering again is a no-op, and once
+    "old" has ended its leftovers in A are removed. Nothing appears in B."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    _, old = _writer(a, "old", partition_by=partition_by)
+    old.write([{"id": 1, "p": "x"}, {"id": 2, "p": "y"}])
+    txns = old.pre_commit(1)
+    assert {t["directory"] for t in txns} == {str(a)}
+    old.write([{"id": 3, "p": "x"}])  # the open epoch: never committed
+    old.close()
+    sink, new = _writer(b, "new", partition_by=partition_by)
+    sink.check_restored_transactions(txns, location="chk-1")
+    new.recover(txns)
+    new.recover(txns)  # a failover of the new job: committed already, nothing to do
+    assert sorted(r["id"] for r in read_committed(str(a))) == [1, 2]
+    assert list(read_committed(str(b))) == []
+    assert len(_staged(a)) == 1, "the open epoch stays staged until the old job has ended"
+    assert len(sink.discard_staged_of_job("out", "old")) == 1
+    assert _staged(a) == [] and sorted(r["id"] for r in read_committed(str(a))) == [1, 2]
+
+
+@pytest.mark.timeout(60)
+def test_writer_refuses_to_commit_into_a_recorded_staging_directory_that_is_a_symlink(tmp_path):
+    """A recorded directory that is not the sink's is only written when its _staging is this
+    user's real directory: a symbolic link there is refused, naming the path."""
+    a, elsewhere, b = tmp_path / "a", tmp_path / "elsewhere", tmp_path / "b"
+    _, old = _writer(a, "old")
+    old.write([{"id": 1}])
+    txns = old.pre_commit(1)
+    os.rename(a / "_staging", elsewhere)
+    os.symlink(elsewhere, a / "_staging")
+    _, new = _writer(b, "new")
+    with pytest.raises(FileSinkRestoreError, match=re.escape(str(a / "_staging"))):
+        new.recover(txns)
+    assert _parts(a) == [] and len(os.listdir(elsewhere)) == 1
