@@ -7,6 +7,10 @@ from environment variables (same reference from the CLI, spark-submit and Airflo
 default ``orders``), ``CKPT_EXAMPLE_DIR`` (checkpoints and output, default
 ``./demo-output``). The replication slot and publication are ``ckpt_<job name>``; drop them
 with ``ckpt cdc drop-slot --job-name <job name>`` once the job is retired.
+
+In Airflow the URL is never a DAG run's conf: the DAG ``postgres_cdc`` names an Airflow
+connection (``cdc_conn_id``, one of the DAG author's list) and ``SubmitCheckpointedJobOperator
+(env_from_connections={"CKPT_CDC_URL": ...})`` puts its URI in the job's environment.
 """
 
 from __future__ import annotations

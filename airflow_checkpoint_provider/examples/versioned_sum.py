@@ -27,6 +27,11 @@ with ``CKPT_EXAMPLE_PG_URL`` set (a PostgreSQL URL), into the PostgreSQL tables 
 ``CKPT_EXAMPLE_PG_TABLES`` (comma-separated, default ``sums``), one exactly-once 2PC sink
 (uid ``pg-<table>``) per table; each table must exist with the columns ``key text, count
 bigint, sum bigint, version text`` (and the server allow prepared transactions).
+
+In Airflow a DAG run's conf sets only the bounded options
+(:data:`airflow_checkpoint_provider.params.EXAMPLE_ENV`), never ``CKPT_EXAMPLE_DIR`` or
+``CKPT_EXAMPLE_PG_URL``: those are the worker's environment, or a URL comes from an Airflow
+connection the DAG author lists (``SubmitCheckpointedJobOperator(env_from_connections=...)``).
 """
 
 from __future__ import annotations
