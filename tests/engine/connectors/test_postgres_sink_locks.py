@@ -195,6 +195,29 @@ def test_a_barrier_that_cannot_get_the_table_lock_fails_naming_the_alter_and_its
     assert _sql(url, "SELECT k, v, note FROM t") == [(1, 1, None)] and _prepared(url) == []
 
 
+@pytest.mark.timeout(90)
+def test_an_upsert_barrier_behind_an_alter_fails_in_time_naming_it(postgres_server):
+    """Upsert mode applies the epoch at the barrier: the same bounded wait and message."""
+    url = postgres_server.create_database()
+    _sql(url, "CREATE TABLE t (k bigint PRIMARY KEY, v bigint)")
+    op = _operator(url, "t", mode="upsert", key=["k"], lock_timeout_ms=1_500)
+    op.process([{"_op": "+I", "k": 1, "v": 1}])
+    op.snapshot(1)
+    alter = Ddl(url, "ALTER TABLE t ADD COLUMN note text")
+    alter.wait_queued()
+    try:
+        op.process([{"_op": "+I", "k": 2, "v": 2}])    # another key: no row lock conflict
+        with pytest.raises(SinkLockTimeoutError) as info:
+            _bounded(lambda: op.snapshot(2), 20, lambda: _unwedge(url, alter.pid))
+    finally:
+        op.close()
+        _unwedge(url)
+    for part in ("'out'", "checkpoint 2", "lock_timeout_ms=1500", f"pid {alter.pid}",
+                 "ALTER TABLE t ADD COLUMN note text"):
+        assert part in str(info.value), f"{part!r} not in {info.value}"
+    assert alter.join(10)
+
+
 def _rows(url: str) -> list[dict]:
     with psycopg.connect(_dsn(url)) as conn, conn.cursor(
             row_factory=psycopg.rows.dict_row) as cur:
