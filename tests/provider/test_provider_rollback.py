@@ -28,9 +28,9 @@ def _conf(tmp_path, **overrides) -> dict:
     conf = {"job_name": "versioned-sum", "v1_pipeline": f"{EXAMPLE}:build_v1",
             "v2_pipeline": f"{EXAMPLE}:build_v2",
             "savepoint_dir": str(tmp_path / "example" / "savepoints"), "runner": "local",
-            # v2 and the restarted v1 read the rest of the bounded input fast
-            "job_env": {"CKPT_EXAMPLE_DIR": str(tmp_path / "example"),
-                        "CKPT_EXAMPLE_RECORDS": str(RECORDS), "CKPT_EXAMPLE_RATE": "20000"},
+            # v2 and the restarted v1 read the rest of the bounded input fast; their directory
+            # is the worker's $CKPT_EXAMPLE_DIR (tmp_path/example: the metadata_url fixture)
+            "job_env": {"CKPT_EXAMPLE_RECORDS": RECORDS, "CKPT_EXAMPLE_RATE": 20000},
             "upgrade_mode": "savepoint", "max_checkpoint_age_s": None,
             "rollback_decision": False}
     conf.update(overrides)
