@@ -25,8 +25,9 @@ away), or -- a snapshot written before the directory was recorded, restored into
 moved -- when the sink subtask recovers it (the job fails at once, nothing committed). Never
 "lost" unless the file is gone from where it was staged. Committing into a recorded directory
 that is not the sink's needs its ``_staging`` and the staged file to be this user's (not
-symbolic links). (``discard_staged_of_job`` and ``discard_committed_after`` look at the sink's
-own directory only.)
+symbolic links). ``discard_staged_of_job`` and ``discard_committed_after`` (the job master's
+clean-ups of an ended job restored from, and of a fallback past corrupt checkpoints) act in
+the directories the restored job's transactions name too.
 
 Partitioned (``partition_by``): each record goes to the Hive-style directory of its partition
 values (``<directory>/dt=2026-11-25/hm=10-00/part-...``, built in :mod:`.partitions`). A
@@ -245,8 +246,9 @@ class FileSink(Sink):
             raise not_found(missing[0], sink=f"file sink ({self.directory})",
                             sink_directory=self.directory, location=f"restoring {location}",
                             more=len(missing) - 1)
-        # the other directories the restored job staged in: once it has ended, the job
-        # master's discard_staged_of_job removes its leftovers there too
+        # the other directories the restored job staged in: the job master's clean-ups
+        # (discard_staged_of_job once it ended, discard_committed_after on a fallback past
+        # its newer checkpoints) remove its leftovers and replayed output there too
         for t in txns:
             name = parse_staged_file_name(t.txn.staging)
             if name is not None and t.directory not in (None, self.directory):
@@ -255,26 +257,19 @@ class FileSink(Sink):
     def discard_committed_after(self, operator_uid: str, job_id: str, checkpoint_id: int) -> list[str]:
         """Delete the part files that job ``job_id`` committed for checkpoints after
         ``checkpoint_id`` (the job restores an older checkpoint because a newer one is
-        corrupt: their records are replayed and committed again). Returns the deleted names."""
-        if not os.path.isdir(self.directory):
-            return []
-        doomed = []
-        for part in partition_dirs(self.directory, self.partition_by):
-            where = os.path.join(self.directory, part)
-            gone = []
-            for name in sorted(os.listdir(where)):
-                p = parse_part_file_name(name)  # the old encoding is ambiguous: never deleted
-                if (p is not None and p.operator_uid == operator_uid and p.job_id == job_id
-                        and p.checkpoint_id is not None and p.checkpoint_id > checkpoint_id):
-                    os.remove(os.path.join(where, name))
-                    gone.append(f"{part}/{name}" if part else name)
-            if gone:
-                _fsync_dir(where)
-            doomed += gone
-        if doomed:
-            log.warning("File sink %r: discarded %d part files committed after checkpoint %d of "
-                        "job %s (they are written again from checkpoint %d)", operator_uid,
-                        len(doomed), checkpoint_id, job_id, checkpoint_id)
+        corrupt: their records are replayed and committed again): in this sink's directory
+        and in the other directories the restored transactions of ``job_id`` were staged in
+        (a new job version that writes elsewhere, see :meth:`check_restored_transactions`;
+        only a directory of this user's). Returns the deleted names (relative to this sink's
+        directory, absolute in another)."""
+        doomed = _discard_committed_in(self.directory, self.partition_by, operator_uid, job_id,
+                                       checkpoint_id)
+        for d in sorted(self._restored_directories.get(job_id, ())):
+            with contextlib.suppress(FileNotFoundError):
+                st = os.lstat(d)
+                if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+                    doomed += [os.path.join(d, n) for n in _discard_committed_in(
+                        d, self.partition_by, operator_uid, job_id, checkpoint_id)]
         return doomed
 
     def discard_staged_of_job(self, operator_uid: str, job_id: str) -> list[str]:
@@ -297,6 +292,32 @@ class FileSink(Sink):
 
     def describe(self) -> str:
         return f"files({self.directory})"
+
+
+def _discard_committed_in(directory: str, columns: Sequence[str], operator_uid: str,
+                          job_id: str, checkpoint_id: int) -> list[str]:
+    """Delete the part files job ``job_id`` committed for ``operator_uid`` after
+    ``checkpoint_id`` under ``directory``; returns their paths relative to it."""
+    if not os.path.isdir(directory):
+        return []
+    doomed = []
+    for part in partition_dirs(directory, columns):
+        where = os.path.join(directory, part)
+        gone = []
+        for name in sorted(os.listdir(where)):
+            p = parse_part_file_name(name)  # the old encoding is ambiguous: never deleted
+            if (p is not None and p.operator_uid == operator_uid and p.job_id == job_id
+                    and p.checkpoint_id is not None and p.checkpoint_id > checkpoint_id):
+                os.remove(os.path.join(where, name))
+                gone.append(f"{part}/{name}" if part else name)
+        if gone:
+            _fsync_dir(where)
+        doomed += gone
+    if doomed:
+        log.warning("File sink %r: discarded %d part files committed after checkpoint %d of "
+                    "job %s in %s (they are written again from checkpoint %d)", operator_uid,
+                    len(doomed), checkpoint_id, job_id, directory, checkpoint_id)
+    return doomed
 
 
 def _discard_staged_in(directory: str, operator_uid: str, job_id: str) -> list[str]:

@@ -19,6 +19,7 @@ import re
 import shutil
 
 import pytest
+from checkpoint_damage import CorruptLatest, corrupted
 from pipelines import (
     Background,
     FaultPlan,
@@ -157,6 +158,31 @@ def test_restore_is_refused_up_front_while_the_staging_directory_is_gone(workdir
     os.rename(moved, a)
     result = _restore_into(workdir, b, location)
     _check_split(a, b, old_job=old, new_job=result.job_id, snapshot_id=sp)
+
+
+@pytest.mark.timeout(240)
+def test_latest_falling_back_past_a_corrupt_checkpoint_removes_its_output_in_the_old_directory(
+        workdir):
+    """Job 1 (sink in A) fails after its newest checkpoint was damaged; the new version (sink
+    in B) restores "latest": it falls back to the older checkpoint, so job 1's output
+    committed after it -- in A -- is removed as it would be in the sink's own directory (its
+    records are replayed into B), and the union is exactly once."""
+    a, b = workdir / "a", workdir / "b"
+    first = _job(workdir, a, rate=RATE, interval_ms=100, restart=RestartStrategy.none())
+    keyed = next(n for v in first.execution_graph().vertices for n in v.nodes if n.uid == "sum")
+    keyed.payload = CorruptLatest(str(workdir), "flip_state_byte", at_id=N // 2)
+    with pytest.raises(JobFailedError):
+        first.run()
+    chk_dir, _ = corrupted(workdir)
+    bad = int(os.path.basename(chk_dir)[4:])
+    old = os.path.basename(os.path.dirname(chk_dir))
+    assert (old, bad) in _parts(a) or any(c >= bad for j, c in _parts(a)), \
+        "the damaged checkpoint's output was committed in A"
+    result = _job(workdir, b).run(restore="latest")
+    assert result.status == "FINISHED" and result.restored_from != chk_dir
+    restored = load_snapshot(result.restored_from).checkpoint_id
+    assert restored < bad
+    _check_split(a, b, old_job=old, new_job=result.job_id, snapshot_id=restored)
 
 
 def _forget_directories(location: str) -> None:
