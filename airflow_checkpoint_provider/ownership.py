@@ -11,7 +11,7 @@ outside Airflow (``ckpt run``) belongs to no DAG and stays reachable from every 
 the jobs a DAG steers from that DAG. The ``ckpt`` CLI is the operator's tool and keeps full
 access; ``ckpt jobs`` names each job's owner.
 
-Pure Python (no Airflow import): the triggerer, the hook and the operators share it.
+The triggerer, the hook, the operators and the sensors share it.
 """
 
 from __future__ import annotations
@@ -20,10 +20,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from airflow.sdk.exceptions import AirflowFailException
 
-class JobOwnershipError(PermissionError):
+
+class JobOwnershipError(AirflowFailException, PermissionError):
     """A task tried to act on a job that belongs to another DAG. ``.job_id``,
-    ``.owner_dag`` and ``.dag_id`` name the job, its DAG and the acting DAG."""
+    ``.owner_dag`` and ``.dag_id`` name the job, its DAG and the acting DAG. The task fails
+    without retries: another try cannot change who owns the job."""
 
     def __init__(self, *, job_name: str, job_id: str, owner_dag: str, dag_id: str,
                  what: str = "act on") -> None:

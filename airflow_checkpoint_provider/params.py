@@ -270,6 +270,16 @@ def check_run_params(
 
 #: the example pipelines (``airflow_checkpoint_provider.examples``)
 EXAMPLES = "airflow_checkpoint_provider.examples"
+#: the bundled example DAGs (``dags/``): one family of workflows on the same jobs -- the
+#: upgrade DAG upgrades what the scheduled-savepoints DAG saves, blue-green cuts over what
+#: either started -- so each allows the others' jobs (``allowed_owner_dags``, in code: a
+#: run's conf cannot widen it). A job of any other DAG stays out of their reach.
+EXAMPLE_DAGS = ("blue_green_upgrade", "checkpoint_freshness", "checkpointed_batch",
+                "on_committed_checkpoint", "on_new_savepoint", "postgres_cdc",
+                "savepoint_upgrade_restore", "scheduled_savepoints")
+#: ``default_args`` of the example DAGs: every operator and sensor of this provider in them
+#: may act on the jobs of the example family
+EXAMPLE_DEFAULT_ARGS = {"allowed_owner_dags": EXAMPLE_DAGS}
 #: comma-separated table names (``schema.table`` allowed)
 TABLES_PATTERN = (
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?"

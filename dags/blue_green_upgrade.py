@@ -73,6 +73,7 @@ from airflow_checkpoint_provider.operators.upgrade import (
 from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
 from airflow_checkpoint_provider.params import (
     CDC_ENV,
+    EXAMPLE_DEFAULT_ARGS,
     EXAMPLE_ENV,
     check_run_params,
     directory_param,
@@ -139,6 +140,7 @@ PARAMS = {
 
 with DAG(
     dag_id="blue_green_upgrade",
+    default_args=EXAMPLE_DEFAULT_ARGS,
     description="start green from blue's savepoint, promote it only if it is healthy",
     schedule=None,
     start_date=datetime(2026, 1, 1),

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG
 
 from airflow_checkpoint_provider.deadlines import checkpoint_age_deadline
+from airflow_checkpoint_provider.params import EXAMPLE_DEFAULT_ARGS
 from airflow_checkpoint_provider.sensors.checkpoint import CheckpointCompletedSensor
 
 JOB_NAME = os.environ.get("CKPT_FRESHNESS_JOB", "versioned-sum")
@@ -23,6 +24,7 @@ MAX_AGE = timedelta(minutes=float(os.environ.get("CKPT_MAX_CHECKPOINT_AGE_MIN", 
 
 with DAG(
     dag_id="checkpoint_freshness",
+    default_args=EXAMPLE_DEFAULT_ARGS,
     description="a Deadline Alert when no checkpoint completed within the bound",
     schedule="*/10 * * * *",
     start_date=datetime(2026, 1, 1),

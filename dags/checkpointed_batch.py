@@ -18,6 +18,7 @@ from airflow.sdk import DAG, Param
 
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 from airflow_checkpoint_provider.params import (
+    EXAMPLE_DEFAULT_ARGS,
     EXAMPLE_ENV,
     EXAMPLES,
     job_env_param,
@@ -33,6 +34,7 @@ JOB_ENV = EXAMPLE_ENV
 
 with DAG(
     dag_id="checkpointed_batch",
+    default_args=EXAMPLE_DEFAULT_ARGS,
     description="a bounded checkpointed job; retries resume from the latest checkpoint",
     schedule=None,
     start_date=datetime(2026, 1, 1),

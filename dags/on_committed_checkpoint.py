@@ -16,6 +16,7 @@ import os
 
 from airflow.sdk import DAG, Asset, AssetWatcher, task
 
+from airflow_checkpoint_provider.params import EXAMPLE_DEFAULT_ARGS
 from airflow_checkpoint_provider.triggers.events import CheckpointCommittedEventTrigger
 
 JOB_NAME = os.environ.get("CKPT_WATCHED_JOB", "versioned-sum")
@@ -26,6 +27,7 @@ committed = Asset(f"{JOB_NAME}-committed", watchers=[AssetWatcher(
 
 with DAG(
     dag_id="on_committed_checkpoint",
+    default_args=EXAMPLE_DEFAULT_ARGS,
     description="runs once per completed checkpoint: its output is committed",
     schedule=[committed],
     tags=["checkpoint", "assets"],

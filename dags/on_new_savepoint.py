@@ -15,9 +15,11 @@ from datetime import datetime
 from airflow.sdk import DAG, task
 
 from airflow_checkpoint_provider.assets import savepoint_asset
+from airflow_checkpoint_provider.params import EXAMPLE_DEFAULT_ARGS
 
 with DAG(
     dag_id="on_new_savepoint",
+    default_args=EXAMPLE_DEFAULT_ARGS,
     description="react to a new savepoint of versioned-sum",
     schedule=savepoint_asset("versioned-sum"),
     start_date=datetime(2026, 1, 1),

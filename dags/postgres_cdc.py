@@ -30,6 +30,7 @@ from airflow_checkpoint_provider.operators.stability import StabilityGateOperato
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 from airflow_checkpoint_provider.params import (
     CDC_ENV,
+    EXAMPLE_DEFAULT_ARGS,
     EXAMPLES,
     connection_param,
     job_env_param,
@@ -47,6 +48,7 @@ CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
 
 with DAG(
     dag_id="postgres_cdc",
+    default_args=EXAMPLE_DEFAULT_ARGS,
     description="PostgreSQL CDC job: submitted once, savepointed hourly, replication lag gated",
     schedule="@hourly",
     start_date=datetime(2026, 1, 1),

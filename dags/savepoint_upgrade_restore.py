@@ -41,6 +41,7 @@ from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOp
 from airflow_checkpoint_provider.operators.upgrade import UPGRADE_MODES, StopForUpgradeOperator
 from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
 from airflow_checkpoint_provider.params import (
+    EXAMPLE_DEFAULT_ARGS,
     EXAMPLE_ENV,
     check_run_params,
     directory_param,
@@ -89,6 +90,7 @@ PARAMS = {
 
 with DAG(
     dag_id="savepoint_upgrade_restore",
+    default_args=EXAMPLE_DEFAULT_ARGS,
     description="stop v1 with a savepoint, start v2 from it, roll back to v1 on failure",
     schedule=None,
     start_date=datetime(2026, 1, 1),

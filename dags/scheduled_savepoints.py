@@ -33,6 +33,7 @@ from airflow_checkpoint_provider.deadlines import savepoint_deadline
 from airflow_checkpoint_provider.operators.control import TriggerSavepointOperator
 from airflow_checkpoint_provider.operators.savepoints import DisposeSavepointsOperator
 from airflow_checkpoint_provider.params import (
+    EXAMPLE_DEFAULT_ARGS,
     check_run_params,
     directory_param,
     example_savepoint_roots,
@@ -55,6 +56,7 @@ PARAMS = {
 
 with DAG(
     dag_id="scheduled_savepoints",
+    default_args=EXAMPLE_DEFAULT_ARGS,
     description="savepoint of a running job on a cron schedule, with retention",
     schedule=os.environ.get("CKPT_SAVEPOINT_CRON", "0 * * * *"),
     deadline=savepoint_deadline(JOB_NAME, timedelta(

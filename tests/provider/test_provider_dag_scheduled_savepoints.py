@@ -70,3 +70,29 @@ def asset_events(dr, task_id: str) -> list[dict]:
                                                 AssetEvent.source_task_id == task_id).all()
         return [{"uri": e.asset.uri, "extra": e.extra,
                  "aliases": [a.name for a in e.source_aliases]} for e in rows]
+
+
+@pytest.mark.timeout(150)
+def test_a_run_cannot_savepoint_or_dispose_another_teams_job(airflow_db, metadata_url, tmp_path,
+                                                               monkeypatch):
+    """Security issue 50, break 2, as reported: a user allowed to trigger only this DAG
+    passed ``{"job_name": "team-b-job", "max_count": 1, "max_age_hours": 0}``; the run took
+    a savepoint of team B's job and disposed three of its savepoints. Now the run fails at
+    its savepoint task naming both DAGs; no request reaches the job, nothing is deleted and
+    no XCom or asset event of this DAG says anything about B's job."""
+    monkeypatch.setattr(airflow_db.get_dag("scheduled_savepoints"), "deadline", None)
+    store = MetadataStore(metadata_url)
+    store.reserve_job_owner("b1", "team_b", "scheduled__1")
+    store.create_job(job_id="b1", job_name="team-b-job", parallelism=1)
+    store.set_job_status("b1", "RUNNING")
+    conf = {"job_name": "team-b-job", "max_count": 1, "max_age_hours": 0, "savepoint_dir": ""}
+
+    state, tis, dr = run_dag(airflow_db, "scheduled_savepoints", conf)
+
+    assert state == "failed"
+    assert tis["savepoint"] == "failed" and tis["retention"] in ("upstream_failed", None)
+    assert store.list_control_requests("b1") == []
+    assert xcom(dr, "savepoint", key="job_id") is None
+    assert asset_events(dr, "savepoint") == []
+    store.set_job_status("b1", "CANCELED")
+    store.close()
