@@ -391,7 +391,7 @@ def _recorded_directory(raw: object, *, location: str, field: str) -> str | None
     return d
 
 
-def check_transactions(transactions: list[object], *, location: str,
+def check_transactions(transactions: Sequence[object], *, location: str,
                        columns: Sequence[str] = ()) -> list[StagedTransaction]:
     """Decode transactions (restored ones come from a snapshot: untrusted): both names must
     be bare file names, ``staging`` a staged ``.inprogress`` file and ``final`` a ``part-``
@@ -672,7 +672,7 @@ class _FileSinkWriter(SinkWriter):
         self._open = 0
         return out
 
-    def _transactions(self, transactions: list[object]) -> list[StagedTransaction]:
+    def _transactions(self, transactions: Sequence[object]) -> list[StagedTransaction]:
         where = f"(file sink {self.ctx.operator_uid!r} transactions for {self.dir})"
         return check_transactions(transactions, location=where, columns=self.columns)
 
@@ -700,7 +700,7 @@ class _FileSinkWriter(SinkWriter):
     def commit(self, transactions: list[object]) -> None:
         self._publish(transactions, "committing a completed checkpoint")
 
-    def _publish(self, transactions: list[object], doing: str) -> None:
+    def _publish(self, transactions: Sequence[object], doing: str) -> None:
         """Publish pre-committed transactions (idempotent): each is renamed from the
         ``_staging`` of the directory it is found staged in (:func:`locate`: this sink's, or
         for a restored one the directory it was staged for) to its part file there; one found
