@@ -38,7 +38,9 @@ nothing yet) is rolled back, the rows are kept in memory and retried with a late
 while the task goes on to commit completed checkpoints (on a connection of its own) and the
 DDL runs. Once the epoch holds the table's lock, its statements wait up to
 ``lock_timeout_ms`` (row locks). The barrier writes what was kept, waiting at most
-``lock_timeout_ms``; if the lock is still taken it fails the task with
+``lock_timeout_ms`` (not at all when the lock waits for a prepared transaction of this sink
+that cannot commit before the barrier is through: a cycle across subtasks, when the DDL
+queued behind one subtask's open epoch); if the lock is still taken it fails the task with
 :class:`~..errors.SinkLockTimeoutError` naming the table, the lock, and the backends holding
 or waiting for a conflicting lock (pid, statement, what blocks them: from ``pg_locks``,
 ``pg_stat_activity`` and ``pg_blocking_pids``). That is the reason of the failover and of the
@@ -222,10 +224,10 @@ def _rollback_of_job(conn, job_id: str, operator_uid: str, keep: set[str] = froz
     return done
 
 
-def _lock_report(admin, regclass: str, table: str, own_pid: int) -> str:
+def _lock_report(admin, regclass: str, table: str, own_pid: int) -> tuple[str, list[str]]:
     """One line: the backends that hold or wait for a lock on ``table`` conflicting with
-    ROW EXCLUSIVE (not ``own_pid``), with their statements and blockers, and the prepared
-    transactions that hold a lock on it."""
+    ROW EXCLUSIVE (not ``own_pid``), with their statements and blockers; and the gids of the
+    prepared transactions that hold a lock on it."""
     with admin.cursor() as cur:
         cur.execute(
             "SELECT l.pid, l.mode, l.granted, a.state, "
@@ -255,7 +257,8 @@ def _lock_report(admin, regclass: str, table: str, own_pid: int) -> str:
         held = (f"; prepared transaction(s) {', '.join(prepared)} hold a lock on it"
                 if prepared else "")
         return (f"a RowExclusiveLock on table {table} (or a row lock) was not granted in time, "
-                f"and no session holds or waits for a conflicting table lock now{held}")
+                f"and no session holds or waits for a conflicting table lock now{held}",
+                prepared)
     parts = []
     first_waiting = None
     for pid, mode, granted, state, seconds, query, blockers in lockers:
@@ -281,7 +284,8 @@ def _lock_report(admin, regclass: str, table: str, own_pid: int) -> str:
               "while the job is stopped; a prepared transaction of this sink commits when its "
               "checkpoint completes" if first_waiting is not None else
               f"end that session (SELECT pg_cancel_backend({lockers[0][0]}))")
-    return f"the RowExclusiveLock on table {table} is blocked: {'; '.join(parts)}; {advice}"
+    return (f"the RowExclusiveLock on table {table} is blocked: {'; '.join(parts)}; {advice}",
+            prepared)
 
 
 class _PostgresWriter(SinkWriter):
@@ -402,15 +406,48 @@ class _PostgresWriter(SinkWriter):
             conn.rollback()
             raise
         if first:  # the epoch holds its table lock now: its later waits are row locks
-            self._barrier_lock_timeout()
+            self._lock_timeout(self.sink.lock_timeout_ms)
         self.rows += len(rows)
 
-    def _barrier_lock_timeout(self) -> None:
-        """The open transaction's statements wait up to the sink's ``lock_timeout_ms`` for a
-        lock (this transaction only: the next epoch's first write waits WRITE_LOCK_WAIT_MS)."""
-        ms = self.sink.lock_timeout_ms
+    def _lock_timeout(self, ms: int | None) -> None:
+        """The open transaction's statements wait up to ``ms`` for a lock (``None``: without
+        limit); this transaction only: the next epoch's first write waits WRITE_LOCK_WAIT_MS."""
         self.conn.execute("SELECT set_config('lock_timeout', %s, true)",
                           [str(ms) if ms is not None else "0"])
+
+    def _flush_kept(self, checkpoint_id: int) -> None:
+        """The barrier writes the rows the epoch kept while the table was locked. A short
+        wait first; if the lock waits for a prepared transaction of this sink that cannot
+        commit before this barrier is through (this subtask's own: its commit runs in this
+        thread; another subtask's of this checkpoint or a later one: it commits once this
+        checkpoint completes), waiting is futile: fail at once. Else wait up to
+        ``lock_timeout_ms``, then fail naming the lock."""
+        rows, self.kept = self.kept, []
+        what = f"write the {len(rows)} rows the epoch kept while the table was locked"
+        self._lock_timeout(WRITE_LOCK_WAIT_MS)
+        try:
+            self._copy(rows)
+            return
+        except self.psycopg.errors.LockNotAvailable as exc:
+            report, prepared = self._lock_state(exc)
+            cycle = [g for g in prepared if self._commits_after_this_barrier(g, checkpoint_id)]
+            if cycle:
+                raise SinkLockTimeoutError(
+                    f"{self.sink_name}: the barrier of checkpoint {checkpoint_id} cannot {what}: "
+                    f"the lock waits for prepared transaction(s) {', '.join(cycle)} of this "
+                    f"sink, which cannot commit before this barrier is through (a cycle; the "
+                    f"failover resolves it): {report}") from exc
+        self._lock_timeout(self.sink.lock_timeout_ms)
+        try:
+            self._copy(rows)
+        except self.psycopg.errors.LockNotAvailable as exc:
+            raise self._barrier_lock_failure(checkpoint_id, what, exc) from exc
+
+    def _commits_after_this_barrier(self, gid: str, checkpoint_id: int) -> bool:
+        p = parse_gid(gid)
+        return (p is not None and p.job_id == self.ctx.job_id and p.operator_uid == self.uid_hash
+                and (p.subtask == self.ctx.subtask_index
+                     or (p.checkpoint_id is not None and p.checkpoint_id >= checkpoint_id)))
 
     def _lock_failure(self, what: str, exc: Exception) -> SinkLockTimeoutError:
         return SinkLockTimeoutError(f"{self.sink_name}: {what}: {self._lock_report(exc)}")
@@ -425,13 +462,17 @@ class _PostgresWriter(SinkWriter):
         """Who holds or waits for a lock on the table that conflicts with the RowExclusiveLock
         a write takes: each backend's pid, lock, statement and what blocks it (prepared
         transactions by gid). Read right after the wait timed out, on the admin connection."""
+        return self._lock_state(exc)[0]
+
+    def _lock_state(self, exc: Exception) -> tuple[str, list[str]]:
+        """:meth:`_lock_report` and the gids of the prepared transactions locking the table."""
         table = self.sink.table
         try:
             return _lock_report(self.admin, self._table(target=True).as_string(self.admin),
                                 table, self.conn.info.backend_pid)
         except Exception as diag:  # noqa: BLE001 - the report must not hide the lock error
             return (f"the RowExclusiveLock on table {table} was not granted ({exc}); "
-                    f"reading pg_locks failed: {diag}")
+                    f"reading pg_locks failed: {diag}", [])
 
     # -- upsert mode -------------------------------------------------------------------------
     def _compact(self, records: list[dict]) -> None:
@@ -524,7 +565,7 @@ class _PostgresWriter(SinkWriter):
             if self.sink.prepared:
                 self._check_unlocked(checkpoint_id)
             changes = self.latest
-            self._barrier_lock_timeout()
+            self._lock_timeout(self.sink.lock_timeout_ms)
             try:
                 self._apply_changes()
             except self.psycopg.errors.LockNotAvailable as exc:
@@ -535,14 +576,7 @@ class _PostgresWriter(SinkWriter):
                 self.rows = 0
                 return []
         elif self.kept:  # rows the table's lock kept from being written: now or fail
-            rows, self.kept = self.kept, []
-            self._barrier_lock_timeout()
-            try:
-                self._copy(rows)
-            except self.psycopg.errors.LockNotAvailable as exc:
-                raise self._barrier_lock_failure(checkpoint_id, f"write the {len(rows)} rows "
-                                                 "the epoch kept while the table was locked",
-                                                 exc) from exc
+            self._flush_kept(checkpoint_id)
         if not self.rows or self.fenced:
             # nothing written, or a fenced epoch (validated, never published): no
             # transaction to prepare
