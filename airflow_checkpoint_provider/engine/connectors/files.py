@@ -210,13 +210,22 @@ class FileSink(Sink):
         directory if missing, ``_staging``, partition directories); default ``0o700``; e.g.
         ``0o750`` with ``file_mode=0o640``. It must keep ``0o700``. Existing directories keep
         their mode, except ``_staging`` (the sink's own), which is set to it.
+    :param allow_missing_restored: restore a snapshot even when one of its transactions is
+        neither staged nor committed -- in this directory or the one it was staged for --
+        because that output was removed or archived on purpose after the snapshot (e.g. the
+        old job's directory, after a stop-with-savepoint). Such a transaction is skipped with
+        a WARNING naming it: its records are wherever that output went (or gone, if its commit
+        was pending). Default ``False``: the restore is refused
+        (:class:`FileSinkRestoreError`), saying where the records are and what to do.
     """
 
     def __init__(self, directory: str, *, partition_by: Sequence[str] | None = None,
                  keep_partition_columns: bool = False,
                  max_open_writers: int = DEFAULT_MAX_OPEN_WRITERS,
-                 file_mode: int = OUTPUT_FILE_MODE, dir_mode: int = OUTPUT_DIR_MODE) -> None:
+                 file_mode: int = OUTPUT_FILE_MODE, dir_mode: int = OUTPUT_DIR_MODE,
+                 allow_missing_restored: bool = False) -> None:
         self.directory = os.path.abspath(directory)
+        self.allow_missing_restored = bool(allow_missing_restored)
         self.file_mode, self.dir_mode = check_output_modes(
             file_mode, dir_mode, where=f"file sink ({self.directory})")
         self.partition_by = check_columns(partition_by)
@@ -243,9 +252,13 @@ class FileSink(Sink):
         missing = [t for t in txns
                    if t.directory is not None and locate(t, self.directory) is None]
         if missing:
-            raise not_found(missing[0], sink=f"file sink ({self.directory})",
+            err = not_found(missing[0], sink=f"file sink ({self.directory})",
                             sink_directory=self.directory, location=f"restoring {location}",
                             more=len(missing) - 1)
+            if not self.allow_missing_restored:
+                raise err
+            log.warning("%s; restoring anyway (allow_missing_restored=True): the records of "
+                        "%d restored transactions are not in the output", err, len(missing))
         # the other directories the restored job staged in: the job master's clean-ups
         # (discard_staged_of_job once it ended, discard_committed_after on a fallback past
         # its newer checkpoints) remove its leftovers and replayed output there too
@@ -452,6 +465,12 @@ def locate(t: StagedTransaction, sink_directory: str) -> tuple[str, bool] | None
     return None
 
 
+_ON_PURPOSE = (
+    "If that output was removed or archived on purpose, restore with FileSink(..., "
+    "allow_missing_restored=True): the transaction is skipped (its records are where the "
+    "output went, or gone if its commit was pending). Nothing was changed")
+
+
 def not_found(t: StagedTransaction, *, sink: str, sink_directory: str, location: str,
               more: int = 0) -> FileSinkRestoreError:
     """The error for a restored transaction :func:`locate` did not find (and ``more`` others
@@ -474,20 +493,20 @@ def not_found(t: StagedTransaction, *, sink: str, sink_directory: str, location:
             "commit is pending): restore this snapshot with FileSink(directory=<that "
             "directory>) to commit them there, take a savepoint, and restore that one with the "
             f"new directory (a transaction records its directory now). If it was "
-            f"{sink_directory}, the file was removed after the checkpoint; nothing was changed")
+            f"{sink_directory}, the file was removed after the checkpoint. {_ON_PURPOSE}")
     if t.directory != sink_directory and not os.path.isdir(t.directory):
         return FileSinkRestoreError(
             f"{head} was staged for {t.directory}, which does not exist (moved or removed?), "
             f"and is neither staged nor committed in {sink_directory}. Its records are in "
             f"{os.path.join(t.directory, staged)} (or committed as {part}) wherever that "
             f"directory is now: move it back to {t.directory}, or restore with "
-            "FileSink(directory=<its new location>) to commit them there; nothing was changed")
+            f"FileSink(directory=<its new location>) to commit them there. {_ON_PURPOSE}")
     looked = " or ".join(dict.fromkeys([sink_directory, t.directory]))
     return FileSinkRestoreError(
         f"{head} is neither staged ({staged}) nor committed ({part}) in {looked}, where it "
         "was staged: the file was removed after the checkpoint, so the checkpoint's records "
-        "are missing from the output. Restore another checkpoint or savepoint (or put the "
-        "file back); nothing was changed")
+        "are not in the output. Put the file back, or restore another checkpoint or "
+        f"savepoint. {_ON_PURPOSE}")
 
 
 def _check_own_staging(directory: str, t: StagedTransaction, sink: str) -> None:
@@ -591,6 +610,7 @@ class _FileSinkWriter(SinkWriter):
         self.columns = sink.partition_by
         self.keep_columns = sink.keep_partition_columns
         self.max_open = sink.max_open_writers
+        self.allow_missing = sink.allow_missing_restored
         self.sink_name = f"file sink {ctx.operator_uid!r} ({directory})"
         # the full job id: two jobs whose ids share a prefix must never share file names
         self.prefix = staged_prefix(ctx.operator_uid, ctx.job_id)
@@ -700,19 +720,26 @@ class _FileSinkWriter(SinkWriter):
     def commit(self, transactions: list[object]) -> None:
         self._publish(transactions, "committing a completed checkpoint")
 
-    def _publish(self, transactions: Sequence[object], doing: str) -> None:
+    def _publish(self, transactions: Sequence[object], doing: str, *,
+                 restored: bool = False) -> None:
         """Publish pre-committed transactions (idempotent): each is renamed from the
         ``_staging`` of the directory it is found staged in (:func:`locate`: this sink's, or
         for a restored one the directory it was staged for) to its part file there; one found
-        committed already is done. Then the directories touched are fsynced."""
-        touched: set[str] = set()
+        committed already is done. Every one is located before any is renamed (one found
+        nowhere refuses them all). Then the directories touched are fsynced."""
+        located = []
         for t in self._transactions(transactions):
-            txn = t.txn
             found = locate(t, self.dir)
             if found is None:
-                raise not_found(t, sink=self.sink_name, sink_directory=self.dir,
-                                location=doing)
-            root, staged = found
+                err = not_found(t, sink=self.sink_name, sink_directory=self.dir, location=doing)
+                if not (restored and self.allow_missing):
+                    raise err
+                log.warning("%s; skipped (allow_missing_restored=True)", err)
+                continue
+            located.append((t, *found))
+        touched: set[str] = set()
+        for t, root, staged in located:
+            txn = t.txn
             touched.add(root)
             if not staged:
                 continue  # committed already (a repeated notify, or by the job restored)
@@ -748,7 +775,8 @@ class _FileSinkWriter(SinkWriter):
         self._check_restored(txns)
         if self.ctx.subtask_index != 0:
             return
-        self._publish(txns, "recovering the transactions of the restored snapshot")
+        self._publish(txns, "recovering the transactions of the restored snapshot",
+                      restored=True)
         keep = {t.txn.staging for t in txns}
         for name in os.listdir(self.staging_dir):
             staged = _staged_of(name, self.ctx.operator_uid, self.ctx.job_id)

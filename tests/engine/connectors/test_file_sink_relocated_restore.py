@@ -185,6 +185,27 @@ def test_latest_falling_back_past_a_corrupt_checkpoint_removes_its_output_in_the
     _check_split(a, b, old_job=old, new_job=result.job_id, snapshot_id=restored)
 
 
+@pytest.mark.timeout(300)
+def test_old_output_archived_on_purpose_needs_allow_missing_restored(workdir):
+    """After the stop savepoint the old job's directory A was archived elsewhere (moved away
+    for good). Restoring into B is refused up front, offering allow_missing_restored; with
+    it the job restores: its transactions are skipped with a warning, and the archive and B
+    together hold every record exactly once (the savepoint had committed everything)."""
+    a, b, archive = workdir / "a", workdir / "b", workdir / "archive"
+    location, old = _stop_with_savepoint(workdir, a)
+    os.rename(a, archive)
+    with pytest.raises(FileSinkRestoreError, match="allow_missing_restored=True"):
+        _job(workdir, b).run(restore=location)
+    assert _parts(b) == []
+    result = running_sum_pipeline(
+        str(workdir), num_records=N, num_keys=KEYS, seed=SEED,
+        sink=FileSink(str(b), allow_missing_restored=True)).run(restore=location)
+    assert result.status == "FINISHED" and result.restarts == 0
+    assert not a.exists(), "nothing is created where the old output was"
+    _check_split(archive, b, old_job=old, new_job=result.job_id,
+                 snapshot_id=load_snapshot(location).checkpoint_id)
+
+
 def _forget_directories(location: str) -> None:
     """The savepoint as a FileSink that did not record its directory wrote it (before issue
     51); re-encoded without a signature (restored with the trust flag)."""
