@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from pipelines import (
     Background,
     check_exactly_once_rows,
@@ -29,6 +30,7 @@ from pipelines import (
 
 from airflow_checkpoint_provider.engine import RestartStrategy
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.cli import main
 from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
 from airflow_checkpoint_provider.engine.errors import JobFailedError, SinkLockTimeoutError
 from airflow_checkpoint_provider.engine.runtime.edge_operators import SinkOperator
@@ -355,6 +357,14 @@ def test_a_lock_that_stays_fails_the_job_naming_the_backend_and_a_restore_loses_
                          "ALTER TABLE sums ADD COLUMN note text", f"pid {reader.info.backend_pid}"):
                 assert part in reason, f"{part!r} not in {reason!r}"
         assert not [r for r in failed if "expired" in r], failed
+        # the operator's view: `ckpt jobs` and `ckpt checkpoints JOB` name the lock
+        db = bg.pipeline.metadata_url
+        for args in (["jobs", "--db", db], ["checkpoints", job.job_id, "--db", db]):
+            out = CliRunner().invoke(main, args)
+            assert out.exit_code == 0, out.output
+            for part in ("SinkLockTimeoutError", f"pid {alter.pid}",
+                         "ALTER TABLE sums ADD COLUMN note text"):
+                assert part in out.output, f"ckpt {args[0]}: {part!r} not in {out.output}"
     finally:
         reader.close()                                # the ALTER gets its lock and runs
         if alter is not None:
