@@ -7,7 +7,7 @@ registered through :func:`get_provider_info` (entry point ``apache_airflow_provi
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _PACKAGE = "airflow_checkpoint_provider"
 

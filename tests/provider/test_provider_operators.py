@@ -7,6 +7,7 @@ import pytest
 from provider_helpers import EXAMPLE, events, start_job
 from savepoint_helpers import FakeTI
 
+import airflow_checkpoint_provider
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 
@@ -64,7 +65,7 @@ def test_airflow_lists_the_provider_its_hooks_and_links(airflow_db):
 
     pm = ProvidersManager()
     info = pm.providers["airflow-checkpoint-provider"]
-    assert info.version == "0.1.0"
+    assert info.version == airflow_checkpoint_provider.__version__
     hooks = ProvidersManagerTaskRuntime().hooks
     assert hooks["checkpoint_metadata"].hook_class_name.endswith("CheckpointMetadataHook")
     assert ("airflow_checkpoint_provider.links.checkpoint.CheckpointHistoryLink"
