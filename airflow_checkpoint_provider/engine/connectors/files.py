@@ -22,8 +22,9 @@ in the copy the job writes to), then the recorded one. A transaction found in ne
 refused with :class:`FileSinkRestoreError` saying where its records are and what to do: before
 the job starts (:meth:`FileSink.check_restored_transactions`; e.g. the old directory was moved
 away), or -- a snapshot written before the directory was recorded, restored into a sink that
-moved -- when the sink subtask recovers it (the job fails at once, nothing committed). Never
-"lost" unless the file is gone from where it was staged. Committing into a recorded directory
+moved -- when the sink subtask recovers it (the job fails at once, nothing committed);
+``allow_missing_restored=True`` skips it instead (output removed or archived on purpose).
+Committing into a recorded directory
 that is not the sink's needs its ``_staging`` and the staged file to be this user's (not
 symbolic links). ``discard_staged_of_job`` and ``discard_committed_after`` (the job master's
 clean-ups of an ended job restored from, and of a fallback past corrupt checkpoints) act in
@@ -702,7 +703,7 @@ class _FileSinkWriter(SinkWriter):
         rule = RestoredTransactions(operator_uid=self.ctx.operator_uid, job_id=self.ctx.job_id,
                                     location=where)
         uid = self.ctx.operator_uid
-        for i, t in ((i, s.txn) for i, s in enumerate(txns)):
+        for i, t in enumerate(s.txn for s in txns):
             staged = rule.check(parse_staged_file_name(t.staging, operator_uid=uid), t.staging,
                                 f"transactions[{i}].staging")
             final = rule.check(parse_part_file_name(t.final, operator_uid=uid), t.final,
