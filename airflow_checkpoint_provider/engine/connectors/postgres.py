@@ -368,7 +368,8 @@ class _PostgresWriter(SinkWriter):
             raise ConfigurationError(
                 f"PostgresSink {self.sink.table!r}: a record has no field {exc.args[0]!r} "
                 f"(columns: {', '.join(cols)})") from None
-        if self.kept:  # the table was locked: after the rows kept, in order
+        retrying = bool(self.kept)
+        if retrying:  # the table was locked: after the rows kept, in order
             self.kept.extend(rows)
             if time.monotonic() < self.retry_at:
                 return
@@ -378,7 +379,7 @@ class _PostgresWriter(SinkWriter):
         except self.psycopg.errors.LockNotAvailable as exc:
             # the task thread must not wait: it commits completed checkpoints, which may be
             # what the lock waits for (DDL queued behind this sink's prepared transaction)
-            if not self.kept:
+            if not retrying:
                 log.warning("%s keeps the open epoch's rows in memory, its table is locked: %s",
                             self.sink_name, self._lock_report(exc))
             self.kept = rows
