@@ -32,7 +32,8 @@ after the source is named (the source when it is alone in its chain); the detail
 the chain.
 
 A **watermark stall**: an event-time chain (downstream of a source with a watermark
-strategy) whose input keeps moving while its watermark has not advanced for
+strategy) whose input keeps moving while its watermark stands still: records arrived
+over at least ``threshold_s`` since the watermark last advanced, the newest within
 ``threshold_s`` (the first such chain from the sources is named: where the watermark
 stopped). A records stall wins over a watermark stall.
 
@@ -110,6 +111,8 @@ class _Movement:
     in_changed_at: float = 0.0
     watermark: int | None = None
     wm_changed_at: float = 0.0
+    #: when records first arrived after the watermark last moved (None: none since)
+    in_after_wm: float | None = None
 
 
 @dataclass
@@ -223,10 +226,12 @@ class ProgressWatchdog:
         if signature != m.signature:
             m.signature, m.changed_at = signature, now
         head_in = totals[chain.operators[0]][0] if chain.operators else 0
+        if wm != m.watermark:
+            m.watermark, m.wm_changed_at, m.in_after_wm = wm, now, None
         if head_in != m.head_in:
             m.head_in, m.in_changed_at = head_in, now
-        if wm != m.watermark:
-            m.watermark, m.wm_changed_at = wm, now
+            if m.in_after_wm is None and m.wm_changed_at != now:
+                m.in_after_wm = now
 
     def queued(self, chain: WatchedChain, totals: dict[int, dict[str, list[int]]]) -> int | None:
         """Records emitted towards ``chain`` that its first operator has not taken in."""
@@ -280,8 +285,12 @@ class ProgressWatchdog:
     def _watermark_stall(self, now: float) -> Stall | None:
         for cid in self._order:
             c, m = self._by_id[cid], self._moves[cid]
-            if (c.event_time and not c.is_source and now - m.in_changed_at < self.threshold_s
-                    and now - m.wm_changed_at >= self.threshold_s):
+            # records kept arriving (the last one within the threshold) for at least the
+            # threshold since the watermark last moved; sparse input (a record now and then,
+            # its watermark seen a moment later) is not a stall
+            if (c.event_time and not c.is_source and m.in_after_wm is not None
+                    and now - m.in_changed_at < self.threshold_s
+                    and m.in_changed_at - m.in_after_wm >= self.threshold_s):
                 at = "none yet" if m.watermark is None else format_watermark(m.watermark)
                 return Stall(
                     operator=c.operators[0], kind=WATERMARK, since=m.wm_changed_at,

@@ -139,3 +139,17 @@ def test_a_source_chain_that_blocks_is_reported_when_it_takes_no_checkpoint():
     assert stall.operator == "slow" and stall.chain == ("gen", "slow", "out")
     # with no checkpoint pending (checkpointing off) nothing can be told: not reported
     assert watch.check(30.0, set()) is None
+
+
+def test_sparse_event_time_input_whose_watermark_follows_a_moment_later_is_not_stalled():
+    """A record now and then, further apart than the threshold; its watermark is seen a
+    moment after it (the source emits watermarks on an interval)."""
+    watch = pipeline(event_time=True)
+    n = 0
+    for t in range(0, 120):
+        if t % 8 == 0:  # a record
+            n += 1
+            feed(watch, n, (n, n), (n, n), n, wm=(n - 1) or None)
+        elif t % 8 == 1:  # its watermark
+            feed(watch, n, (n, n), (n, n), n, wm=n)
+        assert watch.check(float(t)) is None, t
