@@ -38,6 +38,7 @@ from typing import Any
 from airflow.sdk import Param
 
 from airflow_checkpoint_provider.engine.client import MAX_NAME_LENGTH
+from airflow_checkpoint_provider.examples import WORKSPACE_PATTERN
 
 # ``$`` of Python's ``re`` (jsonschema uses re.search) also matches before a trailing
 # newline; ``(?![\s\S])`` matches only at the true end, in Python and in the UI's JavaScript
@@ -188,11 +189,11 @@ def env_roots(variable: str) -> tuple[str, ...]:
 
 def example_savepoint_roots() -> tuple[str, ...]:
     """The example DAGs' savepoint roots, read in the worker (the deployment's, never a
-    conf's): the example pipelines' own savepoint directory ``$CKPT_EXAMPLE_DIR/savepoints``
-    (``./demo-output/savepoints`` without it, as the pipelines do) and the deployment's
+    conf's): the example pipelines' own directory ``$CKPT_EXAMPLE_DIR`` (``./demo-output``
+    without it, as the pipelines do), whose ``savepoints/`` they use and under which every
+    workspace (``CKPT_EXAMPLE_WORKSPACE``) lies, and the deployment's
     ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``."""
-    own = os.path.join(os.path.abspath(os.environ.get("CKPT_EXAMPLE_DIR", "demo-output")),
-                       "savepoints")
+    own = os.path.abspath(os.environ.get("CKPT_EXAMPLE_DIR", "demo-output"))
     return normalized_roots([own, *env_roots("CKPT_ALLOWED_SAVEPOINT_ROOTS")])
 
 
@@ -289,11 +290,13 @@ TABLES_PATTERN = (
 #: directory (``CKPT_EXAMPLE_DIR`` is the worker's, set by the deployment) and no URL
 #: (``CKPT_EXAMPLE_PG_URL`` comes from a connection: ``env_from_connections``)
 EXAMPLE_ENV: dict[str, dict[str, Any]] = {
+    # one directory name under the worker's $CKPT_EXAMPLE_DIR (a run's own directory)
+    "CKPT_EXAMPLE_WORKSPACE": env_pattern(WORKSPACE_PATTERN[:-1] + _END, max_length=64),
     "CKPT_EXAMPLE_RECORDS": env_integer(1, 10_000_000),
     "CKPT_EXAMPLE_KEYS": env_integer(1, 100_000),
     "CKPT_EXAMPLE_RATE": env_number(0, 100_000, exclusive_minimum=True),
     "CKPT_EXAMPLE_PARALLELISM": env_integer(1, 4),
-    "CKPT_EXAMPLE_INTERVAL_MS": env_integer(100, 600_000),
+    "CKPT_EXAMPLE_INTERVAL_MS": env_integer(100, 86_400_000),
     "CKPT_EXAMPLE_FAIL_AT": env_integer(1, 10_000_000),
     "CKPT_EXAMPLE_FAIL_AFTER_S": env_number(0, 3_600),
     "CKPT_EXAMPLE_FAIL_EVERY_S": env_number(0, 3_600, exclusive_minimum=True),

@@ -98,6 +98,13 @@ GREEN_JOB_ID = "{{ ti.xcom_pull(task_ids='start_green', key='job_id') }}"
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
 # through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
 CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
+#: the Airflow connections a run may choose for the example's PostgreSQL sinks
+SINK_CONNECTIONS = ("example_pg",)
+#: how every task that builds or runs a pipeline gets its environment: the run's bounded
+#: job_env plus the URI of the chosen sink connection, so all of them see the same sinks
+PIPELINE_ENV = {"env_vars": "{{ params.job_env }}", "env_schema": JOB_ENV,
+                "env_from_connections": {"CKPT_EXAMPLE_PG_URL": "{{ params.sink_conn_id }}"},
+                "allowed_connections": SINK_CONNECTIONS}
 
 PARAMS = {
     "blue_job": job_name_param("versioned-sum-blue"),
@@ -124,6 +131,9 @@ PARAMS = {
     "require_approval": Param(False, type="boolean",
                               description="a human approves the cut-over (HITL)"),
     "job_env": job_env_param({}, JOB_ENV, description="environment of the green job"),
+    "sink_conn_id": Param(None, type=["null", "string"], enum=[None, *SINK_CONNECTIONS],
+                          description="PostgreSQL sinks: the connection of their database "
+                                      "(one of the DAG's; empty: file sinks)"),
     "gate_window_s": Param(60, type="number", exclusiveMinimum=0, maximum=3_600,
                            description="seconds green is watched"),
     "min_checkpoints": Param(3, type="integer", minimum=1, maximum=100),
@@ -162,20 +172,20 @@ with DAG(
     copy_cdc_slots = CopyCdcSlotsOperator(
         task_id="copy_cdc_slots", **CONTROL_RETRIES, pipeline="{{ params.green_pipeline }}",
         blue_job="{{ params.blue_job }}", green_job="{{ params.green_job }}",
-        env_vars="{{ params.job_env }}")
+        **PIPELINE_ENV)
     savepoint_blue = HandoverSnapshotOperator(
         task_id="savepoint_blue", **CONTROL_RETRIES, job="{{ params.blue_job }}",
         handover="{{ params.handover }}", max_checkpoint_age="{{ params.max_checkpoint_age_s }}",
         directory="{{ params.savepoint_dir }}", deferrable=True)
     preflight = VerifyRestoreOperator(
         task_id="preflight", pipeline="{{ params.green_pipeline }}",
-        snapshot="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", env_vars="{{ params.job_env }}",
+        snapshot="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", **PIPELINE_ENV,
         fence_sinks="{{ params.exactly_once }}")  # a sink fenced mode refuses: before any start
     start_green = SubmitCheckpointedJobOperator(
         task_id="start_green", pipeline="{{ params.green_pipeline }}",
         job_name="{{ params.green_job }}", fence_sinks="{{ params.exactly_once }}",
         restore="{{ ti.xcom_pull(task_ids='savepoint_blue') }}", wait_for="running",
-        runner="{{ params.runner }}", env_vars="{{ params.job_env }}", env_schema=JOB_ENV)
+        runner="{{ params.runner }}", **PIPELINE_ENV)
     health_gate = StabilityGateOperator(
         task_id="health_gate", job=GREEN_JOB_ID, baseline_job="{{ params.blue_job }}",
         window="{{ params.gate_window_s }}", min_checkpoints="{{ params.min_checkpoints }}",
@@ -206,7 +216,7 @@ with DAG(
                                   python_callable=lambda params: bool(params["exactly_once"]))
     preflight_final = VerifyRestoreOperator(
         task_id="preflight_final", pipeline="{{ params.green_pipeline }}",
-        snapshot="{{ ti.xcom_pull(task_ids='stop_blue') }}", env_vars="{{ params.job_env }}")
+        snapshot="{{ ti.xcom_pull(task_ids='stop_blue') }}", **PIPELINE_ENV)
     promote_green = PromoteInPlaceOperator(
         task_id="promote_green", **CONTROL_RETRIES, job=GREEN_JOB_ID,
         snapshot="{{ ti.xcom_pull(task_ids='stop_blue') }}", enabled="{{ params.in_place }}",
@@ -220,8 +230,7 @@ with DAG(
     go_live = SubmitCheckpointedJobOperator(
         task_id="go_live", pipeline="{{ params.green_pipeline }}",
         job_name="{{ params.green_job }}", restore="{{ ti.xcom_pull(task_ids='stop_blue') }}",
-        wait_for="running", runner="{{ params.runner }}", env_vars="{{ params.job_env }}",
-        env_schema=JOB_ENV,
+        wait_for="running", runner="{{ params.runner }}", **PIPELINE_ENV,
         # never attach to the fenced green by name; its own earlier tries are re-attached to
         reconnect=False, retries=2, retry_delay=timedelta(seconds=5))
 

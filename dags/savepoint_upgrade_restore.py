@@ -69,6 +69,13 @@ FIRST_CHECKPOINT_TIMEOUT_S = 300  # v2 must complete a checkpoint within this, e
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
 # through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
 CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
+#: the Airflow connections a run may choose for the example's PostgreSQL sinks
+SINK_CONNECTIONS = ("example_pg",)
+#: how every task that builds or runs a pipeline gets its environment: the run's bounded
+#: job_env plus the URI of the chosen sink connection, so all of them see the same sinks
+PIPELINE_ENV = {"env_vars": "{{ params.job_env }}", "env_schema": JOB_ENV,
+                "env_from_connections": {"CKPT_EXAMPLE_PG_URL": "{{ params.sink_conn_id }}"},
+                "allowed_connections": SINK_CONNECTIONS}
 
 PARAMS = {
     "job_name": job_name_param("versioned-sum", description="job to upgrade"),
@@ -77,6 +84,9 @@ PARAMS = {
     "savepoint_dir": directory_param("savepoint directory (empty: the job's own)"),
     "runner": Param("spark", enum=["spark", "local"]),
     "job_env": job_env_param({}, JOB_ENV),
+    "sink_conn_id": Param(None, type=["null", "string"], enum=[None, *SINK_CONNECTIONS],
+                          description="PostgreSQL sinks: the connection of their database "
+                                      "(one of the DAG's; empty: file sinks)"),
     "upgrade_mode": Param("savepoint", enum=list(UPGRADE_MODES),
                           description="how v1 hands its state over"),
     "max_checkpoint_age_s": Param(None, type=["null", "number"], minimum=0,
@@ -109,7 +119,7 @@ with DAG(
 
     preflight = VerifyRestoreOperator(
         task_id="preflight", pipeline="{{ params.v2_pipeline }}", job_name="{{ params.job_name }}",
-        take_savepoint=True, env_vars="{{ params.job_env }}")
+        take_savepoint=True, **PIPELINE_ENV)
     stop_v1 = StopForUpgradeOperator(
         task_id="stop_v1", **CONTROL_RETRIES, job="{{ params.job_name }}",
         directory="{{ params.savepoint_dir }}", upgrade_mode="{{ params.upgrade_mode }}",
@@ -117,7 +127,7 @@ with DAG(
     start_v2 = SubmitCheckpointedJobOperator(
         task_id="start_v2", pipeline="{{ params.v2_pipeline }}", job_name="{{ params.job_name }}",
         restore=SNAPSHOT, wait_for="running", runner="{{ params.runner }}",
-        env_vars="{{ params.job_env }}", env_schema=JOB_ENV)
+        **PIPELINE_ENV)
     # retried: each try decides on the metadata DB first (a lost deferral never rolls back)
     wait_v2 = CheckpointCompletedSensor(
         task_id="wait_v2_checkpoint", **CONTROL_RETRIES, job=V2_JOB_ID, after_restore=True,
@@ -130,11 +140,11 @@ with DAG(
     # rollback is refused naming the sinks that cannot (nothing is published twice)
     guard_rollback = GuardRollbackOperator(
         task_id="guard_rollback", **CONTROL_RETRIES, job=V2_JOB_ID,
-        pipeline="{{ params.v2_pipeline }}", env_vars="{{ params.job_env }}")
+        pipeline="{{ params.v2_pipeline }}", **PIPELINE_ENV)
     restart_v1 = SubmitCheckpointedJobOperator(
         task_id="restart_v1", pipeline="{{ params.v1_pipeline }}",
         job_name="{{ params.job_name }}", restore=SNAPSHOT, wait_for="running",
-        runner="{{ params.runner }}", env_vars="{{ params.job_env }}", env_schema=JOB_ENV)
+        runner="{{ params.runner }}", **PIPELINE_ENV)
 
     # the guard refused: with rollback_decision a person decides in Airflow's Required
     # Actions view (Approve: restart v1 anyway, republishing v2's output to the sinks the

@@ -79,8 +79,9 @@ def main() -> int:
             return 1
         conf = {"blue_job": "versioned-sum-blue", "green_job": "versioned-sum-green",
                 "green_pipeline": "airflow_checkpoint_provider.examples.versioned_sum:build_v2",
-                "savepoint_dir": "s3://checkpoints/savepoints", "runner": "spark",
-                "job_env": {"CKPT_EXAMPLE_DIR": os.path.join(work, "jobs")}, "min_checkpoints": 2}
+                # empty: blue's own savepoint directory (--savepoint-dir above, on S3); a
+                # run's conf names no path outside the DAG's roots
+                "savepoint_dir": "", "runner": "spark", "job_env": {}, "min_checkpoints": 2}
         rc = run([f"{BIN}/airflow", "dags", "test", "blue_green_upgrade", "-c", json.dumps(conf)],
                  env, 900).returncode
         store = MetadataStore(db_url)

@@ -19,6 +19,7 @@ from airflow_checkpoint_provider.engine import (
     Pipeline,
     RestartStrategy,
 )
+from airflow_checkpoint_provider.examples import example_root
 from airflow_checkpoint_provider.examples.versioned_sum import RunningSumV1
 
 
@@ -39,7 +40,7 @@ class FailOnce(RunningSumV1):
 
 
 def build() -> Pipeline:
-    root = os.path.abspath(os.environ.get("CKPT_EXAMPLE_DIR", "demo-output"))
+    root = example_root()
     os.makedirs(root, exist_ok=True)
     p = Pipeline("flaky-batch",
                  checkpoint=CheckpointConfig(interval_ms=300,

@@ -19,11 +19,12 @@ import os
 
 from airflow_checkpoint_provider.engine import CheckpointConfig, FileSink, Pipeline
 from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
+from airflow_checkpoint_provider.examples import example_root
 
 
 def build(root: str | None = None, *, url: str | None = None, tables: str | None = None,
           interval_ms: int = 2000) -> Pipeline:
-    root = os.path.abspath(root or os.environ.get("CKPT_EXAMPLE_DIR", "demo-output"))
+    root = example_root(root)
     url = url or os.environ["CKPT_CDC_URL"]
     tables = tables or os.environ.get("CKPT_CDC_TABLES", "orders")
     p = Pipeline("postgres-cdc", checkpoint=CheckpointConfig(

@@ -17,6 +17,7 @@ from airflow_checkpoint_provider.engine import (
     KeyedProcessFunction,
     Pipeline,
 )
+from airflow_checkpoint_provider.examples import example_root
 
 
 class RunningSum(KeyedProcessFunction):
@@ -36,7 +37,7 @@ class RunningSum(KeyedProcessFunction):
 
 def build(root: str | None = None, *, num_records: int | None = None, num_keys: int | None = None,
           interval_ms: int = 500) -> Pipeline:
-    root = os.path.abspath(root or os.environ.get("CKPT_EXAMPLE_DIR", "demo-output"))
+    root = example_root(root)
     num_records = num_records or int(os.environ.get("CKPT_EXAMPLE_RECORDS", "200000"))
     num_keys = num_keys or int(os.environ.get("CKPT_EXAMPLE_KEYS", "1000"))
     p = Pipeline("running-sum",

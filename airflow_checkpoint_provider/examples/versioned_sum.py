@@ -48,6 +48,7 @@ from airflow_checkpoint_provider.engine import (
     RestartStrategy,
 )
 from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+from airflow_checkpoint_provider.examples import example_root
 
 
 class RunningSumV1(KeyedProcessFunction):
@@ -145,7 +146,7 @@ class FlakyRunningSum(RunningSumV2):
 
 def _build(version: str, function: KeyedProcessFunction, *,
            restart: RestartStrategy | None = None) -> Pipeline:
-    root = os.path.abspath(os.environ.get("CKPT_EXAMPLE_DIR", "demo-output"))
+    root = example_root()
     records = os.environ.get("CKPT_EXAMPLE_RECORDS", "")
     p = Pipeline(
         "versioned-sum", version=version,

@@ -264,3 +264,43 @@ def connection_env(env_from_connections: Mapping[str, object] | None,
         mask_url_secrets(uri)
         out[variable] = uri
     return check_job_env(out)
+
+
+def _as_mapping(value: object, what: str) -> dict | None:
+    """A templated dict; rendered as text (a DAG without ``render_template_as_native_obj``)
+    it is parsed as JSON or a Python literal."""
+    import ast
+    import json
+
+    if value is None or isinstance(value, dict):
+        return value  # type: ignore[return-value]
+    text = str(value).strip()
+    if text in ("", "None"):
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = ast.literal_eval(text)
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{what} must be a mapping, not {value!r}")
+    return parsed
+
+
+def pipeline_env(env_vars: object, *, env_schema: Mapping[str, Mapping[str, object]] | None,
+                 env_from_connections: object, allowed_connections: tuple[str, ...] | list[str],
+                 ) -> dict[str, str]:
+    """The environment a pipeline is built or run with, from an operator's (templated, so
+    possibly conf-chosen) arguments: ``env_vars`` checked by name (:func:`check_job_env`) and,
+    when the DAG author gave ``env_schema``, by value (:func:`check_env_values`); plus the URI
+    of each Airflow connection ``env_from_connections`` names, each id one of the author's
+    ``allowed_connections`` (:func:`connection_env`). A variable may not come from both. Every
+    operator that builds or runs the pipeline (submit, verify, rollback guard, CDC slot copy)
+    uses this one function, so all of them see the same sinks and sources."""
+    raw = _as_mapping(env_vars, "env_vars")
+    # values checked as given (a JSON number is a number), names by the rules of check_job_env
+    env = check_job_env(raw if env_schema is None else check_env_values(raw, env_schema))
+    from_conns = _as_mapping(env_from_connections, "env_from_connections") or {}
+    for name in sorted(set(env) & set(from_conns)):
+        raise JobEnvironmentValueError(
+            name, "comes from a connection (env_from_connections), not from env_vars")
+    return {**env, **connection_env(from_conns, allowed_connections)}

@@ -79,17 +79,32 @@ class CopyCdcSlotsOperator(CheckpointBaseOperator):
     :param blue_job: blue's job name. Templated.
     :param green_job: green's job name. Templated.
     :param env_vars: environment of the pipeline (options it reads). Templated.
+    :param env_schema: the DAG author's ``{variable: JSON schema}`` for ``env_vars``: any
+        other variable or value is refused, naming it.
+    :param env_from_connections: ``{variable: conn_id}``: the URI of each Airflow connection
+        goes into the pipeline's environment (as for
+        :class:`~airflow_checkpoint_provider.operators.submit.SubmitCheckpointedJobOperator`).
+        Templated.
+    :param allowed_connections: the connection ids ``env_from_connections`` may name.
     :param timeout: seconds the child process may take.
     """
 
-    template_fields: Sequence[str] = ("pipeline", "blue_job", "green_job", "env_vars")
+    template_fields: Sequence[str] = ("pipeline", "blue_job", "green_job", "env_vars",
+                                      "env_from_connections")
 
     def __init__(self, *, pipeline: str, blue_job: str, green_job: str,
-                 env_vars: dict[str, str] | None = None, timeout: float = 300.0,
+                 env_vars: dict[str, str] | None = None,
+                 env_schema: dict[str, dict[str, Any]] | None = None,
+                 env_from_connections: dict[str, str] | str | None = None,
+                 allowed_connections: Sequence[str] = (),
+                 timeout: float = 300.0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pipeline, self.blue_job, self.green_job = pipeline, blue_job, green_job
         self.env_vars = env_vars or {}
+        self.env_schema = env_schema
+        self.env_from_connections = env_from_connections
+        self.allowed_connections = tuple(allowed_connections)
         self.timeout = timeout
 
     def execute(self, context: Context) -> list[dict]:
@@ -98,14 +113,18 @@ class CopyCdcSlotsOperator(CheckpointBaseOperator):
         import subprocess
         import sys
 
-        from airflow_checkpoint_provider.hooks.job_env import check_job_env
+        from airflow_checkpoint_provider.hooks.job_env import pipeline_env
 
         for job in (self.blue_job, self.green_job):  # both jobs' slots are this DAG's
             self.hook.check_name_owned(str(job), "copy the CDC slots of")
         cmd = [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli", "cdc",
                "copy-slots", str(self.pipeline), "--from-job", str(self.blue_job),
                "--to-job", str(self.green_job), "--json"]
-        env = {**os.environ, **check_job_env(self.env_vars),
+        # a refused variable raises its typed error (UnsafeJobEnvironmentError ...) naming it
+        pipeline_vars = pipeline_env(self.env_vars, env_schema=self.env_schema,
+                                     env_from_connections=self.env_from_connections,
+                                     allowed_connections=self.allowed_connections)
+        env = {**os.environ, **pipeline_vars,
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                               timeout=self.timeout)

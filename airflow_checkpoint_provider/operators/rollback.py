@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_checkpoint_provider.engine.client import ACTIVE_JOB_STATUSES
+from airflow_checkpoint_provider.hooks.job_env import pipeline_env
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 
 if TYPE_CHECKING:
@@ -46,18 +47,32 @@ class GuardRollbackOperator(CheckpointBaseOperator):
         ``None``: v2 never started, nothing to remove. Templated.
     :param pipeline: v2's ``module:function``. Templated.
     :param env_vars: environment the pipeline is built with (options it reads). Templated.
+    :param env_schema: the DAG author's ``{variable: JSON schema}`` for ``env_vars``: any
+        other variable or value is refused, naming it.
+    :param env_from_connections: ``{variable: conn_id}``: the URI of each Airflow connection
+        goes into the pipeline's environment (as for
+        :class:`~airflow_checkpoint_provider.operators.submit.SubmitCheckpointedJobOperator`).
+        Templated.
+    :param allowed_connections: the connection ids ``env_from_connections`` may name.
     :param timeout: seconds the removal may take.
     """
 
-    template_fields: Sequence[str] = ("job", "pipeline", "env_vars")
+    template_fields: Sequence[str] = ("job", "pipeline", "env_vars", "env_from_connections")
 
     def __init__(self, *, job: str | None, pipeline: str,
-                 env_vars: dict[str, str] | None = None, timeout: float = 600.0,
+                 env_vars: dict[str, str] | None = None,
+                 env_schema: dict[str, dict[str, Any]] | None = None,
+                 env_from_connections: dict[str, str] | str | None = None,
+                 allowed_connections: Sequence[str] = (),
+                 timeout: float = 600.0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.job = job
         self.pipeline = pipeline
         self.env_vars = env_vars or {}
+        self.env_schema = env_schema
+        self.env_from_connections = env_from_connections
+        self.allowed_connections = tuple(allowed_connections)
         self.timeout = timeout
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -103,7 +118,11 @@ class GuardRollbackOperator(CheckpointBaseOperator):
     def _discard(self, job_id: str) -> dict[str, Any]:
         cmd = [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli", "discard-output",
                self.pipeline, job_id, "--db", self.hook.get_url(), "--json"]
-        env = {**os.environ, **{k: str(v) for k, v in self.env_vars.items()},
+        # a refused variable raises its typed error (UnsafeJobEnvironmentError ...) naming it
+        pipeline_vars = pipeline_env(self.env_vars, env_schema=self.env_schema,
+                                     env_from_connections=self.env_from_connections,
+                                     allowed_connections=self.allowed_connections)
+        env = {**os.environ, **pipeline_vars,
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                               timeout=self.timeout)

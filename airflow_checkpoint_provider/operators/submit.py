@@ -18,12 +18,7 @@ from airflow_checkpoint_provider.engine.client import (
     JobStatus,
     validate_job_name,
 )
-from airflow_checkpoint_provider.hooks.job_env import (
-    JobEnvironmentValueError,
-    check_env_values,
-    check_job_env,
-    connection_env,
-)
+from airflow_checkpoint_provider.hooks.job_env import check_job_env, pipeline_env
 from airflow_checkpoint_provider.hooks.submit import CheckpointSubmitHook
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
@@ -329,18 +324,11 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         # (resolved in this worker, masked in logs, in the job's environment, never argv);
         # a refusal names the variable, before anything starts
         try:
-            env_vars = _mapping(self.env_vars, "env_vars")
-            if self.env_schema is not None:
-                env_vars = check_env_values(env_vars, self.env_schema)
-            from_conns = _mapping(self.env_from_connections, "env_from_connections") or {}
-            for name in sorted(set(env_vars or {}) & set(from_conns)):
-                raise JobEnvironmentValueError(
-                    name, "comes from a connection (env_from_connections), not from env_vars")
-            conn_env = connection_env(from_conns, self.allowed_connections)
+            env_vars = pipeline_env(self.env_vars, env_schema=self.env_schema,
+                                    env_from_connections=self.env_from_connections,
+                                    allowed_connections=self.allowed_connections)
         except ValueError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from exc
-        if conn_env:
-            env_vars = {**(env_vars or {}), **conn_env}
         hook = CheckpointSubmitHook(
             pipeline=self.pipeline, job_id=job_id, job_name=self.job_name,
             metadata_url=self.hook.get_url(), restore=restore,

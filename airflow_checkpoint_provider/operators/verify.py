@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_checkpoint_provider.hooks.job_env import check_job_env
+from airflow_checkpoint_provider.hooks.job_env import pipeline_env
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.triggers.conditions import (
     SUCCESS,
@@ -52,6 +52,13 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         blue-green validation run refuses e.g. a PostgreSQL upsert sink): refused here, not
         after a job start. Templated (``"{{ params.exactly_once }}"``).
     :param env_vars: environment of the check (options the pipeline reads). Templated.
+    :param env_schema: the DAG author's ``{variable: JSON schema}`` for ``env_vars``: any
+        other variable or value is refused, naming it.
+    :param env_from_connections: ``{variable: conn_id}``: the URI of each Airflow connection
+        goes into the pipeline's environment (as for
+        :class:`~airflow_checkpoint_provider.operators.submit.SubmitCheckpointedJobOperator`).
+        Templated.
+    :param allowed_connections: the connection ids ``env_from_connections`` may name.
     :param timeout: seconds the check may take.
     :param savepoint_attempts: with ``take_savepoint``: savepoints tried while the job runs
         before falling back to its latest checkpoint (default 3; a just-started job or a slow
@@ -60,12 +67,16 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
     """
 
     template_fields: Sequence[str] = ("pipeline", "snapshot", "job_name", "parallelism",
-                                      "env_vars", "fence_sinks")
+                                      "env_vars", "fence_sinks", "env_from_connections")
 
     def __init__(self, *, pipeline: str, snapshot: str | None = None, job_name: str | None = None,
                  parallelism: int | str | None = None, allow_non_restored_state: bool = False,
                  take_savepoint: bool = False, fence_sinks: bool | str = False,
-                 env_vars: dict[str, str] | None = None, timeout: float = 600.0,
+                 env_vars: dict[str, str] | None = None,
+                 env_schema: dict[str, dict[str, Any]] | None = None,
+                 env_from_connections: dict[str, str] | str | None = None,
+                 allowed_connections: Sequence[str] = (),
+                 timeout: float = 600.0,
                  savepoint_attempts: int = 3, savepoint_retry_delay: float = 5.0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -79,6 +90,9 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         self.take_savepoint = take_savepoint
         self.fence_sinks = fence_sinks
         self.env_vars = env_vars or {}
+        self.env_schema = env_schema
+        self.env_from_connections = env_from_connections
+        self.allowed_connections = tuple(allowed_connections)
         self.timeout = timeout
         self.savepoint_attempts = savepoint_attempts
         self.savepoint_retry_delay = savepoint_retry_delay
@@ -184,7 +198,11 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
             cmd.append("--allow-non-restored-state")
         if str(self.fence_sinks).lower() in ("true", "1"):
             cmd.append("--fence-sinks")
-        env = {**os.environ, **check_job_env(self.env_vars),
+        # a refused variable raises its typed error (UnsafeJobEnvironmentError ...) naming it
+        pipeline_vars = pipeline_env(self.env_vars, env_schema=self.env_schema,
+                                     env_from_connections=self.env_from_connections,
+                                     allowed_connections=self.allowed_connections)
+        env = {**os.environ, **pipeline_vars,
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self.log.info("Checking that %s restores %s", self.pipeline, snapshot)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=self.timeout)

@@ -24,7 +24,12 @@ def deployment(request, tmp_path_factory, postgres_server):
     conf_dir = os.path.join(work, "spark-conf")
     os.makedirs(conf_dir)
     jobs_dir = os.path.join(work, "jobs")
+    # the example's PostgreSQL sinks: a run's conf names the connection (sink_conn_id), never
+    # a URL; the tests that use it create their tables in this database
+    example_pg_url = postgres_server.create_database().replace("postgresql+psycopg://",
+                                                                "postgresql://", 1)
     env = {
+        "AIRFLOW_CONN_EXAMPLE_PG": example_pg_url,
         "SPARK_CONF_DIR": conf_dir, "SPARK_LOCAL_IP": "127.0.0.1",
         "CKPT_EXAMPLE_DIR": jobs_dir, "CKPT_EXAMPLE_RATE": "50",
         # the pre-flight check reads the latest checkpoint of a running job: it must outlive
@@ -55,6 +60,7 @@ def deployment(request, tmp_path_factory, postgres_server):
         f'{{"conn_type": "spark", "host": "{host}", "port": {port}}}')
     airflow.env["AIRFLOW_CONN_SPARK_DEFAULT"] = env["AIRFLOW_CONN_SPARK_DEFAULT"]
     dep = Deployment(airflow, metadata_url, jobs_dir, env, conf_dir, spark_cluster)
+    dep.example_pg_url = example_pg_url
     dep.write_spark_defaults(SPARK_DEFAULTS)
     try:
         airflow.start()

@@ -38,6 +38,8 @@ class Deployment:
                  conf_dir: str, cluster) -> None:
         self.airflow, self.metadata_url, self.jobs_dir, self.env = airflow, metadata_url, jobs_dir, env
         self.conf_dir = conf_dir
+        #: the database behind the deployment's ``example_pg`` connection
+        self.example_pg_url = ""
         #: the session's Spark standalone cluster (tests take it from here: a test that
         #: requested the session fixture itself would start the cluster before the
         #: deployment fixture, which overlaps Airflow's migration with the cluster's start)
@@ -61,7 +63,7 @@ class Deployment:
         conf = {"job_name": "versioned-sum", "v1_pipeline": f"{EXAMPLE}:build_v1",
                 "v2_pipeline": f"{EXAMPLE}:build_v2",
                 "savepoint_dir": os.path.join(self.jobs_dir, "savepoints"), "runner": "spark",
-                "job_env": {"CKPT_EXAMPLE_DIR": self.jobs_dir}, "upgrade_mode": "savepoint",
+                "job_env": {}, "upgrade_mode": "savepoint",
                 "max_checkpoint_age_s": None}
         conf.update(overrides)
         return conf
@@ -96,7 +98,9 @@ class Deployment:
         out = subprocess.run(
             [os.path.join(BIN, "ckpt"), "run", pipeline, "--job-name", job_name, *runner,
              "--db", self.metadata_url, "--detach",
-             "--json", "--log-file", os.path.join(env["CKPT_EXAMPLE_DIR"], f"{job_name}.log")],
+             "--json", "--log-file", os.path.join(
+                 env.get("CKPT_EXAMPLE_DIR", self.jobs_dir), env.get("CKPT_EXAMPLE_WORKSPACE", ""),
+                 f"{job_name}.log")],
             env={**os.environ, **self.env, **env}, text=True, capture_output=True, timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr
         job = self.store.resolve_job(job_name)

@@ -124,16 +124,19 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
         deployment, postgres_server):
     dep, store, spark_cluster = deployment, deployment.store, deployment.cluster
     cancel_active_jobs(store)  # blue and green need all 6 cores
-    url = postgres_server.create_database()
+    url = dep.example_pg_url  # behind the deployment's example_pg connection
     with _connect(url) as conn:
         assert conn.execute("SHOW max_prepared_transactions").fetchone()[0] == "100"
         for t in TABLES:
             conn.execute(f"CREATE TABLE {t} (key text, count bigint, sum bigint, version text)")
     root = os.path.join(dep.jobs_dir, "pg-blue-green")
-    job_env = {"CKPT_EXAMPLE_DIR": root, "CKPT_EXAMPLE_PG_URL": url,
-               "CKPT_EXAMPLE_PG_TABLES": ",".join(TABLES), "CKPT_EXAMPLE_PARALLELISM": "3",
-               "CKPT_EXAMPLE_INTERVAL_MS": "1000", "CKPT_EXAMPLE_RATE": "50"}
-    conf = {"blue_job": "pg-blue", "green_job": "pg-green",
+    # the run's conf: bounded options, a workspace name and the sink connection's id; blue
+    # (ckpt run, the operator's tool) gets the same directory and URL in its environment
+    job_env = {"CKPT_EXAMPLE_WORKSPACE": "pg-blue-green",
+               "CKPT_EXAMPLE_PG_TABLES": ",".join(TABLES), "CKPT_EXAMPLE_PARALLELISM": 3,
+               "CKPT_EXAMPLE_INTERVAL_MS": 1000, "CKPT_EXAMPLE_RATE": 50}
+    blue_env = {**{k: str(v) for k, v in job_env.items()}, "CKPT_EXAMPLE_PG_URL": url}
+    conf = {"blue_job": "pg-blue", "green_job": "pg-green", "sink_conn_id": "example_pg",
             "green_pipeline": f"{EXAMPLE}:build_v2",
             "savepoint_dir": os.path.join(root, "savepoints"), "runner": "spark",
             "job_env": job_env, "min_checkpoints": 3, "gate_window_s": 15,
@@ -144,7 +147,7 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
     cores = {"spark.cores.max": "4", "spark.executor.cores": "2"}
     with extra_spark_worker(spark_cluster, cores=4), dep.spark_defaults(**cores), \
             PreparedSampler(url, TABLES[0]) as sampler:
-        blue = dep.start_job(spark_cluster.url, "pg-blue", job_env)
+        blue = dep.start_job(spark_cluster.url, "pg-blue", blue_env)
         assert store.get_job(blue).parallelism == 3
         wait_first_checkpoint(store, blue)
         run = dep.airflow.trigger(DAG, conf)

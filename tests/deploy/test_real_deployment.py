@@ -33,7 +33,7 @@ from deploy_support import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 
-UPGRADED = {"preflight": "success", "stop_v1": "success", "start_v2": "success",
+UPGRADED = {"check_conf": "success", "preflight": "success", "stop_v1": "success", "start_v2": "success",
             "wait_v2_checkpoint": "success", "upgraded": "success", "cancel_v2": "skipped",
             "guard_rollback": "skipped", "restart_v1": "skipped", "ask_rollback": "skipped",
             "decide_rollback": "skipped", "rollback_ok": "skipped"}
@@ -70,8 +70,8 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
                                            v2_pipeline=f"{EXAMPLE}:build_v2_broken",
                                            job_env={"CKPT_EXAMPLE_DIR": dep.jobs_dir,
                                                     "CKPT_EXAMPLE_FAIL_AFTER_S": "20"}))
-    assert tis == {"preflight": "success", "stop_v1": "success", "start_v2": "success",
-                   "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
+    assert tis == {"check_conf": "success", "preflight": "success", "stop_v1": "success",
+                   "start_v2": "success", "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
                    "cancel_v2": "success", "guard_rollback": "success",
                    "ask_rollback": "skipped", "decide_rollback": "skipped",
                    "rollback_ok": "success", "restart_v1": "success"}, tis
@@ -94,7 +94,7 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
         "blue_job": "versioned-sum", "green_job": "versioned-sum-green",
         "green_pipeline": f"{EXAMPLE}:build_v2",
         "savepoint_dir": os.path.join(dep.jobs_dir, "savepoints"), "runner": "spark",
-        "job_env": {"CKPT_EXAMPLE_DIR": dep.jobs_dir}, "min_checkpoints": 2,
+        "job_env": {}, "min_checkpoints": 2,
         "gate_window_s": 15, "max_restarts": 0, "max_checkpoint_duration_ms": 60000,
         "min_throughput_ratio": 0.8, "max_watermark_lag_growth_ms": None,
         "max_backlog_growth_ms": None, "require_approval": True}
@@ -181,7 +181,8 @@ def test_a_scheduled_savepoint_emits_an_asset_event_visible_through_the_rest_api
         state, run, tis = dep.run_dag("scheduled_savepoints", "scheduled_savepoints", {
             "job_name": job_name, "savepoint_dir": os.path.join(job_dir, "savepoints"),
             "max_count": 5, "max_age_hours": 72})
-        assert tis == {"savepoint": "success", "retention": "success"}, tis
+        assert tis == {"check_conf": "success", "savepoint": "success",
+                       "retention": "success"}, tis
         assert state == "success"
         # the unpause scheduled no run of its own ahead of this one (CKPT_SAVEPOINT_CRON)
         runs = dep.airflow.get("/api/v2/dags/scheduled_savepoints/dagRuns")["dag_runs"]
@@ -242,9 +243,10 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
     # interval: at 30 s it came 10 s after v2 was RUNNING while Airflow took 17 s from there to
     # the sensor's check at load 40 (the sensor passed, the test failed); at 1 h it comes in
     # the first minute in under 2% of the runs
+    # conf names no directory: the run's workspace is a name under the deployment's root
     conf = dep.conf(job_name=name, savepoint_dir=os.path.join(root, "savepoints"),
-                    job_env={**env, "CKPT_EXAMPLE_RATE": "400",
-                             "CKPT_EXAMPLE_INTERVAL_MS": "3600000"})
+                    job_env={"CKPT_EXAMPLE_WORKSPACE": "rollback", "CKPT_EXAMPLE_RECORDS": n,
+                             "CKPT_EXAMPLE_RATE": 400, "CKPT_EXAMPLE_INTERVAL_MS": 3_600_000})
     started = time.monotonic()
     run = dep.airflow.trigger(dag, conf)
     wait_task(dep.airflow, dag, run, "start_v2", ("running", "success", "failed"))
@@ -260,8 +262,8 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
     state = dep.airflow.wait_for_run(dag, run, RUN_TIMEOUT_S)
     dep.durations["lost_deferral_rollback"] = round(time.monotonic() - started, 1)
     tis = dep.airflow.task_states(dag, run)
-    assert tis == {"preflight": "success", "stop_v1": "success", "start_v2": "success",
-                   "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
+    assert tis == {"check_conf": "success", "preflight": "success", "stop_v1": "success",
+                   "start_v2": "success", "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
                    "cancel_v2": "success", "guard_rollback": "success",
                    "ask_rollback": "skipped", "decide_rollback": "skipped",
                    "rollback_ok": "success", "restart_v1": "success"}, tis
@@ -288,7 +290,8 @@ def test_a_lost_sensor_deferral_and_a_failed_stop_blue_through_a_real_airflow(
         "blue_job": "bg-fail-blue", "green_job": "bg-fail-green",
         "green_pipeline": f"{EXAMPLE}:build_v2",
         "savepoint_dir": os.path.join(blue_root, "savepoints"), "runner": "spark",
-        "job_env": {"CKPT_EXAMPLE_DIR": blue_root}, "min_checkpoints": 2, "gate_window_s": 15,
+        "job_env": {"CKPT_EXAMPLE_WORKSPACE": "bg-fail"}, "min_checkpoints": 2,
+        "gate_window_s": 15,
         "max_restarts": 0, "max_checkpoint_duration_ms": 60000, "min_throughput_ratio": 0.8,
         "max_watermark_lag_growth_ms": None, "max_backlog_growth_ms": None,
         "require_approval": False, "cutover": "last-state", "max_checkpoint_age_s": 0.001}

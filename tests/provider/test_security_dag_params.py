@@ -430,16 +430,17 @@ def test_the_dags_refuse_a_directory_outside_their_roots_in_the_worker(
     airflow_db, metadata_url, tmp_path, dag_id, param
 ):
     """In the worker, before anything starts: symlinks resolved (a pattern cannot see one)."""
-    root = tmp_path / "example" / "savepoints"  # $CKPT_EXAMPLE_DIR/savepoints (fixture)
+    root = tmp_path / "example"  # $CKPT_EXAMPLE_DIR (fixture): savepoints/ and workspaces
     outside = tmp_path / "other-team"
-    root.mkdir(parents=True)
+    (root / "savepoints").mkdir(parents=True)
     outside.mkdir()
-    (root / "escape").symlink_to(outside)
+    (root / "savepoints" / "escape").symlink_to(outside)
     check_conf, authors = _check_conf(airflow_db, dag_id)
     params = {name: p.value for name, p in authors.items()}
-    check_conf(params={**params, param: str(root / "v2" / "new")})
+    check_conf(params={**params, param: str(root / "savepoints" / "v2" / "new")})
+    check_conf(params={**params, param: str(root / "a-workspace" / "savepoints")})
     check_conf(params={**params, param: ""})
-    for bad in (root / "escape" / "x", outside, "/etc", tmp_path / "example" / "savepointsx"):
+    for bad in (root / "savepoints" / "escape" / "x", outside, "/etc", tmp_path / "examplex"):
         with pytest.raises(ValueError) as err:
             check_conf(params={**params, param: str(bad)})
         message = str(err.value)
