@@ -89,7 +89,7 @@ class JobsMixin(StoreBase):
                            and_(JobRow.heartbeat_at.is_(None), JobRow.created_at < cutoff))
             elif driver_is_gone(row.driver_host, row.driver_process):
                 # no need to wait for the lease: the driver's process is gone (same host)
-                reason = (f"its driver process ({row.driver_process.split(':')[0]} on "
+                reason = (f"its driver process ({(row.driver_process or '').split(':')[0]} on "
                           f"{row.driver_host}) is gone")
                 gone = JobRow.driver_process == row.driver_process
             else:
