@@ -77,10 +77,12 @@ from airflow_checkpoint_provider.params import (
     EXAMPLE_ENV,
     check_run_params,
     directory_param,
+    example_pipeline_env,
     example_savepoint_roots,
     job_env_param,
     job_name_param,
     pipeline_param,
+    sink_connection_param,
 )
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
@@ -98,13 +100,8 @@ GREEN_JOB_ID = "{{ ti.xcom_pull(task_ids='start_green', key='job_id') }}"
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
 # through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
 CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
-#: the Airflow connections a run may choose for the example's PostgreSQL sinks
-SINK_CONNECTIONS = ("example_pg",)
-#: how every task that builds or runs a pipeline gets its environment: the run's bounded
-#: job_env plus the URI of the chosen sink connection, so all of them see the same sinks
-PIPELINE_ENV = {"env_vars": "{{ params.job_env }}", "env_schema": JOB_ENV,
-                "env_from_connections": {"CKPT_EXAMPLE_PG_URL": "{{ params.sink_conn_id }}"},
-                "allowed_connections": SINK_CONNECTIONS}
+#: how every task that builds or runs the pipeline gets its environment
+PIPELINE_ENV = example_pipeline_env(JOB_ENV)
 
 PARAMS = {
     "blue_job": job_name_param("versioned-sum-blue"),
@@ -131,9 +128,7 @@ PARAMS = {
     "require_approval": Param(False, type="boolean",
                               description="a human approves the cut-over (HITL)"),
     "job_env": job_env_param({}, JOB_ENV, description="environment of the green job"),
-    "sink_conn_id": Param(None, type=["null", "string"], enum=[None, *SINK_CONNECTIONS],
-                          description="PostgreSQL sinks: the connection of their database "
-                                      "(one of the DAG's; empty: file sinks)"),
+    "sink_conn_id": sink_connection_param(),
     "gate_window_s": Param(60, type="number", exclusiveMinimum=0, maximum=3_600,
                            description="seconds green is watched"),
     "min_checkpoints": Param(3, type="integer", minimum=1, maximum=100),

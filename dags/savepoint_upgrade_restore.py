@@ -45,10 +45,12 @@ from airflow_checkpoint_provider.params import (
     EXAMPLE_ENV,
     check_run_params,
     directory_param,
+    example_pipeline_env,
     example_savepoint_roots,
     job_env_param,
     job_name_param,
     pipeline_param,
+    sink_connection_param,
 )
 from airflow_checkpoint_provider.sensors.checkpoint import CheckpointCompletedSensor
 
@@ -69,13 +71,8 @@ FIRST_CHECKPOINT_TIMEOUT_S = 300  # v2 must complete a checkpoint within this, e
 # Control tasks are idempotent (a retry waits for its earlier try's request): retry them
 # through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
 CONTROL_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=5)}
-#: the Airflow connections a run may choose for the example's PostgreSQL sinks
-SINK_CONNECTIONS = ("example_pg",)
-#: how every task that builds or runs a pipeline gets its environment: the run's bounded
-#: job_env plus the URI of the chosen sink connection, so all of them see the same sinks
-PIPELINE_ENV = {"env_vars": "{{ params.job_env }}", "env_schema": JOB_ENV,
-                "env_from_connections": {"CKPT_EXAMPLE_PG_URL": "{{ params.sink_conn_id }}"},
-                "allowed_connections": SINK_CONNECTIONS}
+#: how every task that builds or runs the pipeline gets its environment
+PIPELINE_ENV = example_pipeline_env(JOB_ENV)
 
 PARAMS = {
     "job_name": job_name_param("versioned-sum", description="job to upgrade"),
@@ -84,9 +81,7 @@ PARAMS = {
     "savepoint_dir": directory_param("savepoint directory (empty: the job's own)"),
     "runner": Param("spark", enum=["spark", "local"]),
     "job_env": job_env_param({}, JOB_ENV),
-    "sink_conn_id": Param(None, type=["null", "string"], enum=[None, *SINK_CONNECTIONS],
-                          description="PostgreSQL sinks: the connection of their database "
-                                      "(one of the DAG's; empty: file sinks)"),
+    "sink_conn_id": sink_connection_param(),
     "upgrade_mode": Param("savepoint", enum=list(UPGRADE_MODES),
                           description="how v1 hands its state over"),
     "max_checkpoint_age_s": Param(None, type=["null", "number"], minimum=0,

@@ -266,7 +266,7 @@ def connection_env(env_from_connections: Mapping[str, object] | None,
     return check_job_env(out)
 
 
-def _as_mapping(value: object, what: str) -> dict | None:
+def as_mapping(value: object, what: str) -> dict | None:
     """A templated dict; rendered as text (a DAG without ``render_template_as_native_obj``)
     it is parsed as JSON or a Python literal."""
     import ast
@@ -296,10 +296,10 @@ def pipeline_env(env_vars: object, *, env_schema: Mapping[str, Mapping[str, obje
     ``allowed_connections`` (:func:`connection_env`). A variable may not come from both. Every
     operator that builds or runs the pipeline (submit, verify, rollback guard, CDC slot copy)
     uses this one function, so all of them see the same sinks and sources."""
-    raw = _as_mapping(env_vars, "env_vars")
+    raw = as_mapping(env_vars, "env_vars")
     # values checked as given (a JSON number is a number), names by the rules of check_job_env
     env = check_job_env(raw if env_schema is None else check_env_values(raw, env_schema))
-    from_conns = _as_mapping(env_from_connections, "env_from_connections") or {}
+    from_conns = as_mapping(env_from_connections, "env_from_connections") or {}
     for name in sorted(set(env) & set(from_conns)):
         raise JobEnvironmentValueError(
             name, "comes from a connection (env_from_connections), not from env_vars")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-import json
 import os
 import time
 import uuid
@@ -18,7 +16,7 @@ from airflow_checkpoint_provider.engine.client import (
     JobStatus,
     validate_job_name,
 )
-from airflow_checkpoint_provider.hooks.job_env import check_job_env, pipeline_env
+from airflow_checkpoint_provider.hooks.job_env import as_mapping, check_job_env, pipeline_env
 from airflow_checkpoint_provider.hooks.submit import CheckpointSubmitHook
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
@@ -197,7 +195,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
 
         saved: dict[str, str | None] = {}
         try:  # no interpreter/loader variable in this worker's environment, even briefly
-            env = check_job_env(_mapping(self.env_vars, "env_vars"))
+            env = check_job_env(as_mapping(self.env_vars, "env_vars"))
             saved = {k: os.environ.get(k) for k in env}
             os.environ.update({k: str(v) for k, v in env.items()})  # options the pipeline reads
             datasets = pipeline_datasets(str(self.pipeline))
@@ -339,7 +337,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             interval_ms=self.interval_ms, restart=self.restart, runner=self.runner,
             log_dir=_optional(self.log_dir) or self.airflow_log_dir("checkpoint-jobs"),
             conn_id=self.spark_conn_id, ship_code=self.ship_code,
-            conf=_mapping(self.conf, "conf"),
+            conf=as_mapping(self.conf, "conf"),
             env_vars=env_vars, **self.spark_kwargs)
         self._submit_hook = hook
         self.log.info("Submitting job %s (%s) of %s%s", self.job_name, job_id, self.pipeline,
@@ -430,20 +428,3 @@ def _flag(value: bool | str | None) -> bool:
 def _optional(value: str | None) -> str | None:
     """A templated optional string: ``None``, ``""`` and ``"None"`` (a rendered None) are unset."""
     return None if value in (None, "", "None") else value
-
-
-def _mapping(value: Any, what: str) -> dict | None:
-    """A templated dict; rendered as text (DAG without ``render_template_as_native_obj``) it
-    is parsed as JSON or a Python literal."""
-    if value is None or isinstance(value, dict):
-        return value
-    text = str(value).strip()
-    if text in ("", "None"):
-        return None
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = ast.literal_eval(text)
-    if not isinstance(parsed, dict):
-        raise ValueError(f"{what} must be a mapping, not {value!r}")
-    return parsed
