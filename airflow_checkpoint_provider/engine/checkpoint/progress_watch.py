@@ -15,7 +15,11 @@ What is measured, per task chain (a vertex: its subtasks summed):
 * **movement**: when its counters (in and out of every operator of the chain) last
   changed, and when its input watermark did.
 
-A **records stall**: a chain has input queued and has not moved for ``threshold_s``. Under
+A **records stall**: a chain has input queued, has not moved for ``threshold_s`` and (a
+subtask of it) has not acknowledged a checkpoint for as long: a barrier cannot pass
+records that do not move, while a chain whose counts only look stale (its last report
+lags its work) acks every checkpoint that goes by. With checkpoints off or rarer than
+the threshold the counters alone decide. Under
 backpressure every chain upstream of the blocked one has input queued and stands still
 too; the one where records *stopped* is the most downstream such chain (the chains after
 it have nothing queued), and the stall names its first operator (a chain's counters are
@@ -247,13 +251,15 @@ class ProgressWatchdog:
         stuck: dict[int, int] = {}
         for c in self.chains:
             q = self.queued(c, totals)
-            if q is not None and q > 0 and now - self._moves[c.id].changed_at >= self.threshold_s:
+            if (q is not None and q > 0 and now - self._moves[c.id].changed_at >= self.threshold_s
+                    and self._silent(c, now)):
                 stuck[c.id] = q
         # where records stopped: a stuck chain with no stuck chain after it (those before it
         # stand still because it does: backpressure)
         for cid in self._order:
             if cid in stuck and not (self._after(cid) & stuck.keys()):
-                c, since = self._by_id[cid], self._moves[cid].changed_at
+                c = self._by_id[cid]
+                since = max(self._moves[cid].changed_at, self._last_ack(c, now))
                 return Stall(
                     operator=c.operators[0], kind=RECORDS, since=since, queued=stuck[cid],
                     chain=c.operators,
@@ -268,11 +274,10 @@ class ProgressWatchdog:
             c, m = self._by_id[cid], self._moves[cid]
             if not c.is_source or now - m.changed_at < self.threshold_s:
                 continue
-            silent = [s for s in range(c.parallelism) if (cid, s) in awaited
-                      and now - self._acked_at.get((cid, s), self._reset_at) >= self.threshold_s]
+            silent = [s for s in self._silent(c, now) if (cid, s) in awaited]
             if silent:
                 since = max(m.changed_at, min(self._acked_at.get((cid, s), self._reset_at)
-                                              for s in silent))
+                                              for s in silent))  # the silence began
                 name = c.operators[1] if len(c.operators) > 1 else c.operators[0]
                 return Stall(
                     operator=name, kind=RECORDS, since=since, chain=c.operators,
@@ -281,6 +286,16 @@ class ProgressWatchdog:
                             f"nor taken a checkpoint for {now - since:.0f} s: an operator of "
                             f"the chain (first after the source: {name!r}) is blocked"))
         return None
+
+    def _silent(self, chain: WatchedChain, now: float) -> list[int]:
+        """The subtasks of ``chain`` that have not acked a checkpoint for the threshold."""
+        return [s for s in range(chain.parallelism)
+                if now - self._acked_at.get((chain.id, s), self._reset_at) >= self.threshold_s]
+
+    def _last_ack(self, chain: WatchedChain, now: float) -> float:
+        """The oldest last ack of the chain's silent subtasks (when the silence began)."""
+        return min((self._acked_at.get((chain.id, s), self._reset_at)
+                    for s in self._silent(chain, now)), default=self._reset_at)
 
     def _watermark_stall(self, now: float) -> Stall | None:
         for cid in self._order:

@@ -153,3 +153,20 @@ def test_sparse_event_time_input_whose_watermark_follows_a_moment_later_is_not_s
         elif t % 8 == 1:  # its watermark
             feed(watch, n, (n, n), (n, n), n, wm=n)
         assert watch.check(float(t)) is None, t
+
+
+def test_a_chain_whose_counts_look_stale_but_that_acks_every_checkpoint_is_not_stalled():
+    """A report lagging its task's work (the ack's counts cannot fix a count taken after
+    the barrier) is not a stall while the chain acks the checkpoints going by; once its
+    acks stop, it is."""
+    watch = pipeline()
+    feed(watch, 400, (400, 400), (399, 399), 399)  # one record emitted after a barrier
+    for t in range(0, 30):
+        for task in ((0, 0), (0, 1), (1, 0), (1, 1), (2, 0)):
+            watch.on_ack(task, float(t))
+        assert watch.check(float(t)) is None, t
+    for t in range(30, 29 + int(THRESHOLD)):  # acks stop: the barrier does not get through
+        assert watch.check(float(t)) is None, t
+    stall = watch.check(29.0 + THRESHOLD)
+    assert stall is not None and stall.operator == "enrich" and stall.queued == 1
+    assert stall.since == 29.0  # its last ack
