@@ -134,6 +134,7 @@ class ProgressWatchdog:
     _moves: dict[int, _Movement] = field(default_factory=dict)
     _acked_at: dict[tuple[int, int], float] = field(default_factory=dict)
     _reset_at: float = 0.0
+    _ended: set[tuple[int, int]] | frozenset = frozenset()
     stall: Stall | None = None
 
     def __post_init__(self) -> None:
@@ -197,13 +198,16 @@ class ProgressWatchdog:
         self._acked_at[task] = now
 
     # -- the verdict --------------------------------------------------------------------------
-    def check(self, now: float, awaited: set[tuple[int, int]] | frozenset = frozenset()
-              ) -> Stall | None:
+    def check(self, now: float, awaited: set[tuple[int, int]] | frozenset = frozenset(),
+              ended: set[tuple[int, int]] | frozenset = frozenset()) -> Stall | None:
         """Update what moved; return the current stall (``None``: the job progresses).
-        ``awaited``: the tasks a pending checkpoint waits for (their ack)."""
+        ``awaited``: the tasks a pending checkpoint waits for (their ack); ``ended``: the
+        tasks whose input ended (they processed all of it: never stalled, and they may
+        stop acking)."""
         totals = {c.id: self._totals(c) for c in self.chains}
         for c in self.chains:
             self._observe(c, totals[c.id], now)
+        self._ended = ended
         self.stall = (self._records_stall(totals, now) or self._source_stall(now, awaited)
                       or self._watermark_stall(now))
         return self.stall
@@ -288,9 +292,10 @@ class ProgressWatchdog:
         return None
 
     def _silent(self, chain: WatchedChain, now: float) -> list[int]:
-        """The subtasks of ``chain`` that have not acked a checkpoint for the threshold."""
-        return [s for s in range(chain.parallelism)
-                if now - self._acked_at.get((chain.id, s), self._reset_at) >= self.threshold_s]
+        """The subtasks of ``chain`` whose input has not ended that have not acked a
+        checkpoint for the threshold."""
+        return [s for s in range(chain.parallelism) if (chain.id, s) not in self._ended
+                and now - self._acked_at.get((chain.id, s), self._reset_at) >= self.threshold_s]
 
     def _last_ack(self, chain: WatchedChain, now: float) -> float:
         """The oldest last ack of the chain's silent subtasks (when the silence began)."""
@@ -304,6 +309,7 @@ class ProgressWatchdog:
             # threshold since the watermark last moved; sparse input (a record now and then,
             # its watermark seen a moment later) is not a stall
             if (c.event_time and not c.is_source and m.in_after_wm is not None
+                    and not all((cid, s) in self._ended for s in range(c.parallelism))
                     and now - m.in_changed_at < self.threshold_s
                     and m.in_changed_at - m.in_after_wm >= self.threshold_s):
                 at = "none yet" if m.watermark is None else format_watermark(m.watermark)

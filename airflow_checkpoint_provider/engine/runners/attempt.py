@@ -121,7 +121,7 @@ class AttemptHost(Protocol):
 
     def _on_task_counts(self, *args: Any, **kwargs: Any) -> Any: ...
 
-    def watch_progress(self, now: float) -> None: ...
+    def watch_progress(self, now: float, ended: Any = frozenset()) -> None: ...
 
     def discard_orphaned_staging(self) -> None: ...
 
@@ -407,7 +407,7 @@ class AttemptRun:
         # a verdict that comes late is read at a later tick)
         if now - self.last_heartbeat >= HEARTBEAT_SECONDS:
             self.last_heartbeat = now
-            m.watch_progress(now)  # 6. the progress watchdog, as often
+            m.watch_progress(now, self.eoi | self.finished_tasks)  # 6. the progress watchdog
             if coord.db.read(MetadataStore.heartbeat, m.job_id) == JobStatus.LOST:
                 # declared dead while the DB was out of reach: another job of this name
                 # may run now, so this one must not go on writing output

@@ -382,15 +382,17 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
             if sinks:
                 self.progress.update(watermark=format_watermark(min(sinks)))
 
-    def watch_progress(self, now: float) -> None:
+    def watch_progress(self, now: float, ended: set[tuple[int, int]] | frozenset = frozenset()
+                       ) -> None:
         """Ask the progress watchdog whether the job is stalled (about once a second): the
         metrics follow every verdict, the job row (``jobs.progress_stall``, which ``ckpt
-        jobs`` and the report show) and the log each change. Reported only, never acted on."""
+        jobs`` and the report show) and the log each change. Reported only, never acted on.
+        ``ended``: the tasks whose input ended."""
         watch = self.progress_watch
         if watch is None:
             return
         awaited = {t for p in self.coordinator.pending.values() for t in p.not_yet_acked}
-        stall = watch.check(now, awaited)
+        stall = watch.check(now, awaited, ended)
         if self.metrics:
             self.metrics.on_stall(stall and stall.operator, stall and stall.kind,
                                   stall.seconds(now) if stall else 0.0)

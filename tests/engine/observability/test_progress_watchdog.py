@@ -170,3 +170,11 @@ def test_a_chain_whose_counts_look_stale_but_that_acks_every_checkpoint_is_not_s
     stall = watch.check(29.0 + THRESHOLD)
     assert stall is not None and stall.operator == "enrich" and stall.queued == 1
     assert stall.since == 29.0  # its last ack
+
+
+def test_a_chain_whose_input_ended_is_not_stalled():
+    watch = pipeline()
+    feed(watch, 400, (400, 400), (399, 399), 399)  # its final count was not reported
+    ended = {(1, 0), (1, 1), (2, 0)}
+    for t in range(0, 30):
+        assert watch.check(float(t), set(), ended) is None, t
