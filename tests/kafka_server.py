@@ -94,9 +94,10 @@ class TansuBroker:
 
     def read(self, topic: str, partitions: int = 1, *, expect: int | None = None,
              settle_s: float = 1.0, timeout: float = 30.0,
-             isolation: str = "read_committed") -> list[dict]:
+             isolation: str = "read_committed", raw: bool = False) -> list:
         """Every record of ``topic`` as JSON, read with ``isolation``: until ``expect`` records
-        arrived and nothing more for ``settle_s`` (a duplicate would show), or ``timeout``.
+        arrived and nothing more for ``settle_s`` (a duplicate would show), or ``timeout``;
+        ``raw``: ``(offset, key, value)`` tuples instead.
         (The broker's high watermarks are wrong: they cannot say where the end is.)"""
         from confluent_kafka import Consumer, TopicPartition
 
@@ -112,7 +113,8 @@ class TansuBroker:
                 msgs = consumer.consume(1000, timeout=0.1)
                 for m in msgs:
                     if m.error() is None:
-                        out.append(json.loads(m.value()))
+                        out.append((m.offset(), m.key(), m.value()) if raw
+                                   else json.loads(m.value()))
                         last = time.monotonic()
                 if expect is not None and len(out) >= expect and time.monotonic() - last > settle_s:
                     break

@@ -14,16 +14,20 @@ This design (stage in the checkpoint, publish once with a commit marker):
    description: the engine writes them into the checkpoint, so they are durable once the
    checkpoint completes, without any broker round trip on the checkpoint path.
 3. ``commit`` (on notify-checkpoint-complete) publishes each epoch in ONE Kafka transaction
-   with a commit-marker record on the marker topic (key ``[job name, uid, job id, subtask]``,
-   value the epoch): the records and the marker become visible together or not at all.
+   with its commit marker: the transaction also commits the offset of consumer group
+   ``<transactional.id>-<job id>`` on partition 0 of the marker topic to the epoch number
+   (Kafka's transactional offset commit, as read-process-write jobs commit their input
+   offsets): records and marker become visible together or not at all.
 4. ``recover`` (on restore) gets the restored epochs (those of a completed checkpoint that
    may or may not have been published before the crash). Epochs staged by subtask ``o`` are
    handled by new subtask ``o % parallelism`` with the producer of ``transactional.id``
    ``<prefix>-<job name>-<uid>-<o>``: ``init_transactions`` fences any older producer with
-   that id (a zombie attempt) and aborts its open transaction; the writer then reads the
-   marker topic up to a sentinel it has just committed (so every marker committed before is
-   seen, whatever the broker's high watermarks say) and publishes only the epochs above the
-   marker's. An epoch is never published twice, and never lost.
+   that id (a zombie attempt) and aborts its open transaction (its pending offset commit
+   too); the writer then fetches the marker group's committed offset (``read_committed``:
+   stable offsets only) and publishes only the epochs above it, in epoch order. An epoch is
+   never published twice, and never lost. (A first version kept markers as records of a
+   marker topic read up to a sentinel; an open transaction of any other writer on that
+   partition held every restore back.)
 
 The Kafka transaction spans only the publish of one epoch (not the checkpoint interval), so
 ``transaction.timeout.ms`` (``transaction_timeout_ms``, default 60 s) bounds how long a
@@ -37,10 +41,12 @@ stages and never publishes, and never fences the live job's producers. ``deliver
 "at_least_once"`` produces directly (idempotent producer), flushes at every barrier, and
 may duplicate the records after the last completed checkpoint on a failure.
 
-Broker caveat (Tansu 0.6, the test broker): it does not hide aborted transactions from
-``read_committed`` consumers (no aborted-transaction index in its Fetch answers), so a crash
-in the middle of a publish can leave that partial publish visible there; on Apache Kafka it
-is aborted and invisible.
+Broker caveat (Tansu 0.6, the test broker): it does not hide aborted or fenced
+transactions from ``read_committed`` consumers (no aborted-transaction index in its Fetch
+answers), so a crash in the middle of a publish leaves what reached the broker visible
+there; on Apache Kafka it is aborted and invisible. The marker is sent only once every
+record of the epoch is acknowledged, so on such a broker an interrupted publish can
+duplicate (the epoch is published again) but never lose records.
 """
 
 from __future__ import annotations
@@ -48,8 +54,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 import msgpack
@@ -88,8 +92,9 @@ class KafkaSink(Sink):
     :param timestamp_field: a field holding the record's Kafka timestamp (epoch ms);
         default: the broker's/producer's time of the publish.
     :param delivery: ``"exactly_once"`` (default) or ``"at_least_once"``.
-    :param marker_topic: the compacted topic of commit markers (created with one partition
-        if missing), shared by every exactly-once sink of a cluster.
+    :param marker_topic: the topic whose partition 0 carries the commit markers (consumer
+        group offsets; no records are written to it), created with one partition if missing
+        and shared by every exactly-once sink of a cluster.
     :param transactional_id_prefix: prefix of the sink's ``transactional.id``s
         (``<prefix>-<job name>-<uid>-<subtask>``).
     :param transaction_timeout_ms: ``transaction.timeout.ms`` of the producers.
@@ -196,6 +201,7 @@ class _ExactlyOnceWriter(SinkWriter):
         self.ctx = ctx
         self.buffer: list[list] = []
         self.producers: dict[int, object] = {}
+        self.marker_consumers: dict[str, object] = {}
         self.published: set[tuple[str, int, int]] = set()  # (job, subtask, epoch) by this writer
 
     # 1. stage
@@ -239,17 +245,17 @@ class _ExactlyOnceWriter(SinkWriter):
             t = _check_transaction(t, "the restored checkpoint")
             if t["subtask"] % self.ctx.parallelism == self.ctx.subtask_index:
                 mine.setdefault(t["subtask"], []).append(t)
-        ensure_topic(self.sink.conf, self.sink.marker_topic, compact=True)
+        ensure_topic(self.sink.conf, self.sink.marker_topic)
         for origin in sorted(set(mine) | {self.ctx.subtask_index}):
             # (c)
             producer = self._producer(origin)
             if origin not in mine:
                 continue
             # (d)
-            done = self._published_epochs(producer)
+            done = {job: self._published_epoch(origin, job) for job in {t["job"] for t in mine[origin]}}
             # (e)
             for t in sorted(mine[origin], key=lambda t: (t["job"], t["epoch"])):
-                if t["epoch"] <= done.get(self._marker_key(t), -1):
+                if t["epoch"] <= done[t["job"]]:
                     log.info("Kafka sink %s: epoch %d of subtask %d (job %s) is already "
                              "published to %s", self.ctx.operator_uid, t["epoch"], origin,
                              t["job"], self.sink.topic)
@@ -277,8 +283,22 @@ class _ExactlyOnceWriter(SinkWriter):
         self.producers[origin] = producer
         return producer
 
-    def _marker_key(self, t: dict) -> str:
-        return json.dumps([self.ctx.job_name, self.ctx.operator_uid, t["job"], t["subtask"]])
+    def _marker_group(self, origin: int, job: str) -> str:
+        """The consumer group whose offset on the marker topic is the last epoch of job
+        ``job``'s subtask ``origin`` that this sink published."""
+        tid = self.sink.transactional_id(self.ctx.job_name, self.ctx.operator_uid, origin)
+        return f"{tid}-{job}"
+
+    def _marker_consumer(self, group: str):
+        """A consumer of ``group`` (never subscribed): its group metadata goes into the
+        publishing transactions, its offset fetch reads the marker."""
+        consumer = self.marker_consumers.get(group)
+        if consumer is None:
+            ck = require_client()
+            consumer = self.marker_consumers[group] = ck.Consumer(client_config(self.sink.conf, **{
+                "group.id": group, "enable.auto.commit": False,
+                "isolation.level": "read_committed"}))
+        return consumer
 
     def _publish(self, producer, t: dict) -> None:
         ck = require_client()
@@ -304,10 +324,18 @@ class _ExactlyOnceWriter(SinkWriter):
                         break
                     except BufferError:
                         producer.poll(0.05)
-            producer.produce(self.sink.marker_topic, json.dumps(
-                {"epoch": t["epoch"], "records": t["count"]}).encode(),
-                self._marker_key(t), partition=0, on_delivery=delivered)
+            # the records are on the broker before the marker is sent: a broker that fails to
+            # hide an interrupted transaction can then show the records without the marker
+            # (published again: duplicates) but never the marker without every record
+            # (skipped on restore: a loss)
             producer.flush(METADATA_TIMEOUT_S)
+            if not failures:
+                # the marker: the group's offset on the marker topic := the epoch, committed
+                # by this transaction (Kafka's transactional offset commit, KIP-98)
+                group = self._marker_group(t["subtask"], t["job"])
+                producer.send_offsets_to_transaction(
+                    [ck.TopicPartition(self.sink.marker_topic, 0, t["epoch"])],
+                    self._marker_consumer(group).consumer_group_metadata(), METADATA_TIMEOUT_S)
             if failures:
                 err, ftopic, fpart = failures[0]
                 producer.abort_transaction(METADATA_TIMEOUT_S)
@@ -322,45 +350,22 @@ class _ExactlyOnceWriter(SinkWriter):
         self.published.add(ident)
         log.info("Kafka sink %s: published %s", self.ctx.operator_uid, where)
 
-    def _published_epochs(self, producer) -> dict[str, int]:
-        """``{marker key: highest published epoch}`` of every marker committed so far: the
-        marker topic is read up to a sentinel this producer commits first (after its
-        ``init_transactions``), so no committed marker can come after the point read to."""
+    def _published_epoch(self, origin: int, job: str) -> int:
+        """The last epoch of job ``job``'s subtask ``origin`` published (-1: none): the
+        marker group's committed offset, read after ``init_transactions`` aborted any open
+        transaction of that subtask's transactional.id (so no marker is pending), with
+        ``read_committed`` (librdkafka then asks for stable offsets, KIP-447)."""
         ck = require_client()
-        sentinel: list = []
-        nonce = uuid.uuid4().hex
-        producer.begin_transaction()
-        producer.produce(self.sink.marker_topic, b"", json.dumps(["sentinel", nonce]), partition=0,
-                         on_delivery=lambda err, msg: sentinel.append((err, msg.offset())))
-        producer.commit_transaction(METADATA_TIMEOUT_S)
-        if not sentinel or sentinel[0][0] is not None:
-            raise KafkaPublishError(f"Kafka sink {self.ctx.operator_uid}: the sentinel on the "
-                                    f"marker topic {self.sink.marker_topic!r} was not delivered: "
-                                    f"{sentinel}")
-        until = sentinel[0][1]
-        consumer = ck.Consumer(client_config(self.sink.conf, **{
-            "group.id": f"ckpt-markers-{nonce}", "enable.auto.commit": False,
-            "isolation.level": "read_committed"}))
-        done: dict[str, int] = {}
+        group = self._marker_group(origin, job)
         try:
-            consumer.assign([ck.TopicPartition(self.sink.marker_topic, 0, ck.OFFSET_BEGINNING)])
-            deadline = time.monotonic() + 2 * METADATA_TIMEOUT_S
-            while time.monotonic() < deadline:
-                for msg in consumer.consume(1000, timeout=0.2):
-                    if msg.error() is not None:
-                        continue
-                    if msg.value():
-                        key = msg.key().decode()
-                        epoch = json.loads(msg.value())["epoch"]
-                        done[key] = max(epoch, done.get(key, -1))
-                    if msg.offset() >= until:
-                        return done
+            found = self._marker_consumer(group).committed(
+                [ck.TopicPartition(self.sink.marker_topic, 0)], timeout=METADATA_TIMEOUT_S)[0]
+        except ck.KafkaException as exc:
             raise KafkaPublishError(
-                f"Kafka sink {self.ctx.operator_uid}: the marker topic "
-                f"{self.sink.marker_topic!r} could not be read up to offset {until} within "
-                f"{2 * METADATA_TIMEOUT_S:.0f} s (an open transaction holds it back?)")
-        finally:
-            consumer.close()
+                f"Kafka sink {self.ctx.operator_uid}: could not read the commit marker of "
+                f"subtask {origin} (consumer group {group!r}, topic "
+                f"{self.sink.marker_topic!r}): {exc.args[0].str()}") from None
+        return found.offset if found.offset >= 0 else -1
 
     def discard_held(self, transactions: list[object]) -> None:
         """Fenced: the held epochs are only in the fenced job's own checkpoints."""
@@ -369,6 +374,9 @@ class _ExactlyOnceWriter(SinkWriter):
         for producer in self.producers.values():
             producer.flush(5)  # type: ignore[attr-defined]
         self.producers.clear()
+        for consumer in self.marker_consumers.values():
+            consumer.close()
+        self.marker_consumers.clear()
 
 
 class _AtLeastOnceWriter(SinkWriter):

@@ -104,6 +104,9 @@ class KafkaSource(Source):
         ``"bytes"`` (the record is ``{"value": bytes}``) or a function ``bytes -> dict``.
     :param metadata: add ``_topic``, ``_partition``, ``_offset``, ``_timestamp`` (epoch ms)
         and ``_key`` (bytes or None) to each record.
+    :param arrow: emit each batch as a ``pyarrow.RecordBatch`` (the vectorized operators'
+        input: ``aggregate``, ``map_batches``) instead of a list of dicts; the records of a
+        batch should share their fields (missing ones become nulls).
     :param broker_timeout_s: how long every broker may stay unreachable before the job fails
         (and the longest a metadata request may take, up to 15 s).
     :param consumer_config: more librdkafka settings for the consumer.
@@ -118,6 +121,7 @@ class KafkaSource(Source):
                  group_id: str | None = None, commit_offsets: bool = True,
                  isolation: str = "read_committed",
                  value_format: str | Callable[[bytes], dict] = "json", metadata: bool = False,
+                 arrow: bool = False,
                  broker_timeout_s: float = 30.0, discover_interval_s: float | None = None,
                  consumer_config: Mapping[str, object] | None = None) -> None:
         if (topics is None) == (topic_pattern is None):
@@ -157,6 +161,7 @@ class KafkaSource(Source):
         self.isolation = isolation
         self.value_format = value_format
         self.metadata = metadata
+        self.arrow = arrow
         self.broker_timeout_s = broker_timeout_s
 
     # -- the driver side ----------------------------------------------------------------
@@ -479,6 +484,9 @@ class _PartitionReader(SplitReader):
         self.positions[(self.topic, self.partition)] = self.offset
         if not out and self.end is not None and self.offset >= self.end:
             return None
+        if out and self.source.arrow:
+            import pyarrow as pa
+            return pa.RecordBatch.from_pylist(out)  # type: ignore[return-value]
         return out
 
     def position(self) -> dict:

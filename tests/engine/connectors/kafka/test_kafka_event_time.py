@@ -1,5 +1,6 @@
 """Event time from a Kafka source: one watermark per partition (split), so a partition whose
-timestamps lag far behind another's read by the same subtask loses no record as late."""
+timestamps lag far behind another's read by the same subtask loses no record as late (the
+batches as Arrow record batches, into the vectorized window aggregate)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_partitions_far_apart_in_event_time_lose_no_record_as_late(workdir, kafk
                  checkpoint=CheckpointConfig(interval_ms=100, directory=os.path.join(workdir, "ckpt")),
                  restart_strategy=RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
                  metadata_url="sqlite:///" + os.path.join(workdir, "meta.db"))
-    (p.source(KafkaSource(kafka_broker.bootstrap, topics=[topic],
+    (p.source(KafkaSource(kafka_broker.bootstrap, topics=[topic], arrow=True,
                           stop_at={(topic, q): n for q, n in counts.items()}),
               uid="kafka-in", parallelism=1,
               watermarks=WatermarkStrategy.for_bounded_out_of_orderness(0, timestamp_field="ts")

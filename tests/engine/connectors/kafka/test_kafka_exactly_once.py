@@ -8,6 +8,16 @@ from kafka_jobs import expected_sums, make_input, running_sum_job
 from pipelines import Background, FaultPlan, check_exactly_once_rows
 
 
+def check_output(broker, out: str, n: int) -> None:
+    """The read_committed output equals the reference; else what the topic holds."""
+    rows = broker.read(out, expect=n)
+    if len(rows) != n:
+        raw = broker.read(out, settle_s=0.5, timeout=10, isolation="read_uncommitted")
+        raise AssertionError(f"{len(rows)} of {n} rows read_committed; read_uncommitted: "
+                             f"{len(raw)} rows, {len({r['id'] for r in raw})} distinct ids")
+    check_exactly_once_rows(rows, expected_sums(n))
+
+
 @pytest.mark.timeout(60)
 def test_three_partition_topic_aggregated_to_a_topic_exactly_once(workdir, kafka_broker):
     n = 3_000
@@ -16,27 +26,33 @@ def test_three_partition_topic_aggregated_to_a_topic_exactly_once(workdir, kafka
     result = running_sum_job(str(workdir), kafka_broker, in_topic, stop_at, out).run()
     assert result.status == "FINISHED" and result.restarts == 0
     assert result.checkpoints_completed >= 1
-    check_exactly_once_rows(kafka_broker.read(out, expect=n), expected_sums(n))
+    check_output(kafka_broker, out, n)
 
 
 @pytest.mark.timeout(90)
-def test_slot_sigkill_and_a_failure_before_the_commit_still_publish_exactly_once(
-        workdir, kafka_broker):
-    """A task fails after checkpoint 2 completed, before its sink published epoch 2 (the
-    restore publishes it), then a slot process is SIGKILLed after more checkpoints completed
-    and were published (the restore finds their markers and skips them): Kafka offsets
-    rewind each time and the output equals the failure-free reference."""
+def test_slot_sigkill_mid_run_still_publishes_exactly_once(workdir, kafka_broker):
+    """A slot process is SIGKILLed after checkpoints completed and were published: the job
+    restores its latest checkpoint (Kafka offsets rewind; the restored epochs are published
+    unless their markers say they already are) and the output equals the failure-free
+    reference. (The failure between a checkpoint's completion and the publish is
+    test_kafka_sink.py's test_a_restored_epoch_without_marker_is_published_on_recover.)
+
+    Tansu caveat: the failover SIGKILLs the other slot too; if its sink is in the middle of
+    a publish (a few ms of each checkpoint interval) after its records were acknowledged,
+    Tansu shows them although the transaction never committed (it does not hide aborted
+    transactions), and the republished epoch duplicates them. Apache Kafka aborts them. The
+    250 ms interval keeps that window small (measured: see the Kafka how-to)."""
     n = 6_000
     in_topic, stop_at = make_input(kafka_broker, n)
     out = kafka_broker.create_topic(f"out-{in_topic}")
-    faults = FaultPlan(str(workdir / "faults"), [("notify", 2), ("kill", 3_500)])
+    faults = FaultPlan(str(workdir / "faults"), [("kill", 3_500)])
     # ~1.5 s per subtask: several checkpoints complete (and publish) before the kill
     result = running_sum_job(str(workdir), kafka_broker, in_topic, stop_at, out,
-                             faults=faults, delay_s=0.0005).run()
+                             faults=faults, delay_s=0.0005, interval_ms=250).run()
     assert result.status == "FINISHED"
-    assert len(faults.fired()) == 2 and result.restarts >= 2
-    assert faults.fired()["kill-3500"]["last_notified"] >= 1  # killed after a completed checkpoint
-    check_exactly_once_rows(kafka_broker.read(out, expect=n), expected_sums(n))
+    assert len(faults.fired()) == 1 and result.restarts >= 1
+    assert faults.fired()["kill-3500"]["last_notified"] >= 1  # after a completed checkpoint
+    check_output(kafka_broker, out, n)
 
 
 @pytest.mark.timeout(120)
@@ -50,12 +66,16 @@ def test_savepoint_restored_at_parallelism_3_continues_exactly_once(workdir, kaf
     bg = Background(running_sum_job(str(workdir), kafka_broker, in_topic, stop_at, out,
                                     delay_s=0.0005))
     job = bg.wait_running(min_checkpoints=2, timeout=60)
+    kafka_broker.read(out, expect=1, settle_s=0.0, timeout=30)  # an epoch is published
     req = bg.request(job.job_id, "STOP_WITH_SAVEPOINT", {"drain": False})
     assert req.status == "SUCCEEDED", req.error
     assert bg.result().status == "STOPPED"
     partial = kafka_broker.read(out, expect=1, settle_s=0.5)
-    assert 0 < len(partial) < n
+    assert 0 < len(partial) < n, (
+        f"{len(partial)} records read_committed, "
+        f"{len(kafka_broker.read(out, settle_s=0.5, timeout=5, isolation='read_uncommitted'))} "
+        "read_uncommitted")
     result = running_sum_job(str(workdir), kafka_broker, in_topic, stop_at, out,
                              parallelism=3).run(restore=req.result["location"])
     assert result.status == "FINISHED"
-    check_exactly_once_rows(kafka_broker.read(out, expect=n), expected_sums(n))
+    check_output(kafka_broker, out, n)
