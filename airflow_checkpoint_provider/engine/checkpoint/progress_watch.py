@@ -19,13 +19,12 @@ A **records stall**: a chain has input queued, has not moved for ``threshold_s``
 subtask of it) has not acknowledged a checkpoint for as long: a barrier cannot pass
 records that do not move, while a chain whose counts only look stale (its last report
 lags its work) acks every checkpoint that goes by. With checkpoints off or rarer than
-the threshold the counters alone decide. Under
-backpressure every chain upstream of the blocked one has input queued and stands still
-too; the one where records *stopped* is the most downstream such chain (the chains after
-it have nothing queued), and the stall names its first operator (a chain's counters are
-taken at the end of a batch: which operator inside the chain holds the batch is not
-known, so the detail lists the chain). A job that has no input has nothing queued
-anywhere: idle, not stalled.
+the threshold the counters alone decide. Under backpressure every chain upstream of the
+blocked one has input queued and stands still too; the one where records *stopped* is the
+most downstream such chain (the chains after it have nothing queued), and the stall names
+its first operator (a chain's counters are taken at the end of a batch: which operator
+inside the chain holds the batch is not known, so the detail lists the chain). A job that
+has no input has nothing queued anywhere: idle, not stalled.
 
 A chain that holds a source has no queued input to count: a source chain whose operator
 blocks (a user function chained to the source, or the read itself) is a stall when its
@@ -42,12 +41,17 @@ over at least ``threshold_s`` since the watermark last advanced, the newest with
 stopped). A records stall wins over a watermark stall.
 
 Counts are merged per task by maximum (both sources are cumulative since the attempt
-started; :meth:`ProgressWatchdog.reset` starts over with a new attempt). A task's report
-may lag its work by up to a second of records; a checkpoint ack, which every task sends
-while the job is not stuck, brings the counts up to the barrier, so an idle job's queued
-input goes back to 0. With periodic checkpoints off, a job that went idle in the middle
-of a report interval may show a few records queued: it is reported as stalled only if
-that lasts ``threshold_s`` (known limit; run with checkpoints).
+started; :meth:`ProgressWatchdog.reset` starts over with a new attempt). A task reports
+at most once a second and only while records pass through it, so its last report may lag
+its work (records taken after the last barrier stay uncounted until its next report):
+that is why a records stall also needs the chain's acks to have stopped. With periodic
+checkpoints off, a job that went idle in the middle of a report interval may show a few
+records queued for good and is then reported after ``threshold_s`` (known limit).
+
+Not detected: a branch that flow control starves to a trickle (it moves: slow, not
+stalled), and a source held back by credit while nothing is queued anywhere (it looks
+idle: tasks do not report the time they wait for credit; a flag in ``TaskMetrics`` would
+tell it).
 
 The stall is reported, never acted on: the job master writes it to the job row
 (``jobs.progress_stall``, shown by ``ckpt jobs`` and the checkpoint report) and to the
