@@ -394,8 +394,10 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         awaited = {t for p in self.coordinator.pending.values() for t in p.not_yet_acked}
         stall = watch.check(now, awaited, ended)
         if self.metrics:
-            self.metrics.on_stall(stall and stall.operator, stall and stall.kind,
-                                  stall.seconds(now) if stall else 0.0)
+            if stall is None:
+                self.metrics.on_stall(None)
+            else:
+                self.metrics.on_stall(stall.operator, stall.kind, stall.seconds(now))
         at = None if stall is None else (stall.operator, stall.kind)
         if at == self._stall_recorded:
             return
