@@ -35,6 +35,7 @@ from airflow_checkpoint_provider.engine.client import (
     METADATA_URL_ENV,
     SHIP_CODE_ENV,
     JobRecord,
+    JobStatus,
     MetadataStore,
     code_archives,
     makedirs_private,
@@ -53,7 +54,8 @@ __all__ = ["STARTED_STATUSES", "CheckpointSubmitHook", "UnsafeJobEnvironmentErro
 PIPELINE_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 
 #: Job statuses after which a detached launch stops waiting.
-STARTED_STATUSES = ("RUNNING", "FINISHED", "STOPPED", "CANCELED", "FAILED")
+STARTED_STATUSES = (JobStatus.RUNNING, JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED,
+                    JobStatus.FAILED)
 
 
 class CheckpointSubmitHook(SparkSubmitHook):

@@ -19,7 +19,11 @@ from airflow_checkpoint_provider.assets import (
     snapshot_extra,
     with_alias_outlet,
 )
-from airflow_checkpoint_provider.engine.client import ControlRequestRecord, absolute_location
+from airflow_checkpoint_provider.engine.client import (
+    ControlRequestRecord,
+    JobStatus,
+    absolute_location,
+)
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.triggers.checkpoint import ControlRequestTrigger
@@ -246,7 +250,7 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
     """
 
     action = "STOP_WITH_SAVEPOINT"
-    then_job_states = ["STOPPED", "FINISHED"]
+    then_job_states = [JobStatus.STOPPED, JobStatus.FINISHED]
     template_fields: Sequence[str] = ("job", "directory", "pin_seconds")
     operator_extra_links = (CheckpointHistoryLink(),)
 
@@ -283,7 +287,7 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
             return None
         store = self.hook.get_conn()
         job = store.get_job(earlier.job_id)
-        if job is None or job.status != "STOPPED":
+        if job is None or job.status != JobStatus.STOPPED:
             return None
         final = store.latest_completed_checkpoint(job_id=job.job_id, kind=None)
         if final is None or final.kind != "SAVEPOINT":
@@ -327,7 +331,7 @@ class CancelJobOperator(_ControlRequestOperator):
     """
 
     action = "CANCEL"
-    then_job_states = ["CANCELED"]
+    then_job_states = [JobStatus.CANCELED]
     template_fields: Sequence[str] = ("job", "directory")
 
     def __init__(self, *, job: str | None, missing_ok: bool = False,

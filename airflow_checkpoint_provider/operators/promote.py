@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_checkpoint_provider.engine.client import absolute_location
+from airflow_checkpoint_provider.engine.client import JobStatus, absolute_location
 from airflow_checkpoint_provider.operators.control import _ControlRequestOperator
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class PromoteInPlaceOperator(_ControlRequestOperator):
     """
 
     action = "PROMOTE"
-    then_job_states = ["RUNNING"]
+    then_job_states = [JobStatus.RUNNING]
     template_fields: Sequence[str] = ("job", "snapshot", "enabled")
 
     def __init__(self, *, job: str, snapshot: str, unfence: bool = True,
@@ -61,7 +61,7 @@ class PromoteInPlaceOperator(_ControlRequestOperator):
             return self._not_promoted(context, "promotion in place is switched off")
         if self.fallback:
             job = self.hook.find_job(self.job) if self.job and self.job != "None" else None
-            if job is None or job.status != "RUNNING":
+            if job is None or job.status != JobStatus.RUNNING:
                 return self._not_promoted(
                     context, f"job {self.job!r} is "
                     + (f"{job.status}" if job else "unknown") + ", not RUNNING")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_checkpoint_provider.engine.client import ACTIVE_JOB_STATUSES
+from airflow_checkpoint_provider.engine.client import ACTIVE_JOB_STATUSES, JobStatus
 from airflow_checkpoint_provider.hooks.job_env import pipeline_env
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 DONE = ("COMPLETED", "SUBSUMED")
 #: statuses of a job that ran its sinks' final commit
-ENDED_COMMITTED = ("FINISHED", "STOPPED")
+ENDED_COMMITTED = (JobStatus.FINISHED, JobStatus.STOPPED)
 
 
 class GuardRollbackOperator(CheckpointBaseOperator):

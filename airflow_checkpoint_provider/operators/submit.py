@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 WAIT_FOR = ("running", "first_checkpoint", "finished")
 #: Job statuses a "finished" wait accepts: ended by itself or stopped with a savepoint.
-ENDED_OK = ["FINISHED", "STOPPED"]
+ENDED_OK = [JobStatus.FINISHED, JobStatus.STOPPED]
 #: every job status (the engine's enum: LOST included)
 KNOWN_JOB_STATUSES = tuple(status.value for status in JobStatus)
 #: statuses in which a just-launched job did not run: the task fails with the job's reason

@@ -27,6 +27,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_checkpoint_provider.engine.client import (
     ACTIVE_JOB_STATUSES,
+    JobStatus,
     pin_checkpoint,
     unpin_savepoint,
 )
@@ -104,7 +105,7 @@ class StopForUpgradeOperator(StopWithSavepointOperator):
         if mode == SAVEPOINT_OR_LAST_STATE:
             earlier = self.hook.get_conn().find_control_request(self.idempotency_key(context))
             job = self._job() if earlier is None else None
-            if job is not None and job.status != "RUNNING":
+            if job is not None and job.status != JobStatus.RUNNING:
                 return self._last_state(context, reason=f"job {job.job_name} ({job.job_id}) is "
                                         f"{job.status}, it cannot take a savepoint")
         ti.xcom_push(key="upgrade_mode_used", value=SAVEPOINT)
@@ -150,7 +151,7 @@ class StopForUpgradeOperator(StopWithSavepointOperator):
                                                       "message": "job ended"})
         self.log.info("Cancelling job %s (%s) for a last-state upgrade (request %s)",
                       job.job_name, job.job_id, request_id)
-        return self.wait_for_request(context, request_id, then_job_states=["CANCELED"],
+        return self.wait_for_request(context, request_id, then_job_states=[JobStatus.CANCELED],
                                      timeout=self.timeout, method_name="last_state_complete")
 
     def last_state_complete(self, context: Context, event: dict[str, Any]) -> str:

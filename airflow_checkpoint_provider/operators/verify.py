@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_checkpoint_provider.engine.client import JobStatus
 from airflow_checkpoint_provider.hooks.job_env import pipeline_env
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.triggers.conditions import (
@@ -124,7 +125,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         attempts = max(1, int(self.savepoint_attempts))
         for attempt in range(1, attempts + 1):
             job = self.hook.find_job(str(self.job_name))
-            if job is None or job.status != "RUNNING":
+            if job is None or job.status != JobStatus.RUNNING:
                 self.log.warning("Job %s is %s: checking its latest checkpoint instead of a "
                                  "savepoint", self.job_name, job.status if job else "unknown")
                 return None

@@ -22,6 +22,7 @@ from airflow_checkpoint_provider.assets import (
     snapshot_extra,
     with_alias_outlet,
 )
+from airflow_checkpoint_provider.engine.client import JobStatus
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook, checked_job_ref
 from airflow_checkpoint_provider.ownership import DagAccess, allowed_dags, dag_access
 from airflow_checkpoint_provider.triggers.checkpoint import (
@@ -147,7 +148,7 @@ class JobStateSensor(_MetadataSensor):
 
     template_fields: Sequence[str] = ("job",)
 
-    def __init__(self, *, job: str, target_states: Sequence[str] = ("RUNNING",),
+    def __init__(self, *, job: str, target_states: Sequence[str] = (JobStatus.RUNNING,),
                  failure_states: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.job = job

@@ -16,6 +16,7 @@ from typing import Any
 from airflow_checkpoint_provider.engine.client import (
     ACTIVE_JOB_STATUSES,
     JobRecord,
+    JobStatus,
     MetadataStore,
     StabilityCriteria,
     assess_stability,
@@ -77,7 +78,7 @@ def check_job_state(store: MetadataStore, job: str, *, target_states: list[str],
                "failure_reason": rec.failure_reason}
     if rec.status in target_states:
         return Outcome(SUCCESS, describe_job(rec), payload)
-    failing = ["FAILED", "CANCELED"] if failure_states is None else failure_states
+    failing = [JobStatus.FAILED, JobStatus.CANCELED] if failure_states is None else failure_states
     if rec.status in failing or rec.is_terminal:
         return Outcome(ERROR, f"{describe_job(rec)} (waited for {', '.join(target_states)})",
                        payload)
@@ -101,7 +102,7 @@ def check_checkpoint_completed(store: MetadataStore, job: str, *, kind: str | No
     if after_restore:
         attempts = store.list_attempts(rec.job_id)
         current = attempts[-1] if attempts else None
-        if current is None or (not current.restored_from and rec.status == "RESTARTING"):
+        if current is None or (not current.restored_from and rec.status == JobStatus.RESTARTING):
             if rec.status in ACTIVE_JOB_STATUSES:
                 return None  # not started yet, or between attempts
             return Outcome(ERROR, f"{describe_job(rec)} before any attempt restored state",
@@ -117,7 +118,7 @@ def check_checkpoint_completed(store: MetadataStore, job: str, *, kind: str | No
             if c.status in DONE_CHECKPOINT_STATUSES
             and (after_checkpoint_id is None or c.checkpoint_id > after_checkpoint_id)
             and (not_before is None or c.trigger_time >= not_before)]
-    if len(done) >= max(1, min_count) and (rec.status == "RUNNING" or not require_running):
+    if len(done) >= max(1, min_count) and (rec.status == JobStatus.RUNNING or not require_running):
         newest = done[-1]
         return Outcome(
             SUCCESS,
