@@ -211,6 +211,13 @@ class KafkaSource(Source):
             end = self._end_offset(consumer, topic, partition)
         else:
             offset, end = _restored(split_id, position)
+            low, high = consumer.watermarks(topic, partition)
+            if offset < low and (end is None or offset < end):
+                raise KafkaOffsetOutOfRangeError(
+                    f"Kafka partition {split_id}: the checkpoint resumes at offset {offset}, but "
+                    f"the partition now starts at offset {low} (retention or a truncation "
+                    f"removed offsets {offset} to {low - 1}, which this job has not read). "
+                    "Restore an older checkpoint, or start a new job accepting the loss")
         if end is not None and offset > end:
             offset = end  # nothing to read (a start past the requested end)
         consumer.assign(topic, partition, offset)
