@@ -55,6 +55,7 @@ import base64
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import msgpack
 
@@ -200,8 +201,8 @@ class _ExactlyOnceWriter(SinkWriter):
         self.sink = sink
         self.ctx = ctx
         self.buffer: list[list] = []
-        self.producers: dict[int, object] = {}
-        self.marker_consumers: dict[str, object] = {}
+        self.producers: dict[int, Any] = {}
+        self.marker_consumers: dict[str, Any] = {}
         self.published: set[tuple[str, int, int]] = set()  # (job, subtask, epoch) by this writer
 
     # 1. stage

@@ -470,7 +470,7 @@ class _PartitionReader(SplitReader):
         if self.end is not None and self.offset >= self.end:
             return None
         buf = self.consumer.fetch(self.topic, self.partition, self.positions)
-        out = []
+        out: list[dict] = []
         decode = self.source.decode
         while buf and len(out) < max_records:
             msg = buf[0]

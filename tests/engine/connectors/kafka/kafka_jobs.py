@@ -1,5 +1,5 @@
-"""The Kafka -> keyed running sum -> Kafka job of the Kafka tests, its input and its
-expected output (the failure-free reference, computed)."""
+"""The Kafka -> keyed running sum -> Kafka job of the Kafka tests, its input, its expected
+output (the failure-free reference, computed) and the check of a topic against it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import uuid
 from collections import defaultdict
 
-from pipelines import TEST_RESTARTS, FaultPlan, RunningSum
+from pipelines import TEST_RESTARTS, FaultPlan, RunningSum, check_exactly_once_rows
 
 from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
 from airflow_checkpoint_provider.engine.connectors.kafka import KafkaSink, KafkaSource
@@ -52,3 +52,13 @@ def running_sum_job(root: str, broker, in_topic: str, stop_at: dict, out_topic: 
       .sink(KafkaSink(broker.bootstrap, out_topic, key="key", delivery=delivery),
             uid="kafka-out", parallelism=parallelism))
     return p
+
+
+def check_output(broker, out: str, n: int) -> None:
+    """The read_committed output equals the reference; else what the topic holds."""
+    rows = broker.read(out, expect=n)
+    if len(rows) != n:
+        raw = broker.read(out, settle_s=0.5, timeout=10, isolation="read_uncommitted")
+        raise AssertionError(f"{len(rows)} of {n} rows read_committed; read_uncommitted: "
+                             f"{len(raw)} rows, {len({r['id'] for r in raw})} distinct ids")
+    check_exactly_once_rows(rows, expected_sums(n))

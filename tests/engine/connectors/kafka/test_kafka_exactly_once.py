@@ -4,18 +4,8 @@ read_committed equals the failure-free reference, through a slot SIGKILL and a r
 from __future__ import annotations
 
 import pytest
-from kafka_jobs import expected_sums, make_input, running_sum_job
-from pipelines import Background, FaultPlan, check_exactly_once_rows
-
-
-def check_output(broker, out: str, n: int) -> None:
-    """The read_committed output equals the reference; else what the topic holds."""
-    rows = broker.read(out, expect=n)
-    if len(rows) != n:
-        raw = broker.read(out, settle_s=0.5, timeout=10, isolation="read_uncommitted")
-        raise AssertionError(f"{len(rows)} of {n} rows read_committed; read_uncommitted: "
-                             f"{len(raw)} rows, {len({r['id'] for r in raw})} distinct ids")
-    check_exactly_once_rows(rows, expected_sums(n))
+from kafka_jobs import check_output, make_input, running_sum_job
+from pipelines import Background, FaultPlan
 
 
 @pytest.mark.timeout(60)

@@ -1,0 +1,76 @@
+"""SIGKILL of the driver of a Kafka -> running sum -> Kafka job; ``restore="latest"`` (a new
+job) restores its latest checkpoint: the dead job's pending epochs are published unless
+their markers say they were, its zombie slots are fenced, and the output equals the
+reference."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from kafka_jobs import check_output, make_input, running_sum_job
+from pipelines import process_alive
+
+from airflow_checkpoint_provider.engine.catalog import MetadataSchemaError, MetadataStore
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+
+DRIVER = """
+import sys
+sys.path[:0] = [{tests!r}, {here!r}]
+from kafka_jobs import running_sum_job
+
+class Broker:
+    bootstrap = {bootstrap!r}
+
+running_sum_job({root!r}, Broker, {in_topic!r}, {stop_at!r}, {out!r}, delay_s=0.0005).run()
+"""
+
+
+def _completed(store: MetadataStore) -> int:
+    return sum(1 for j in store.list_jobs() for c in store.list_checkpoints(j.job_id)
+               if c.status in ("COMPLETED", "SUBSUMED"))
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_driver_restored_latest_publishes_exactly_once(workdir, kafka_broker):
+    n = 9_000
+    in_topic, stop_at = make_input(kafka_broker, n)
+    out = kafka_broker.create_topic(f"out-{in_topic}")
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(
+        tests=TESTS, here=HERE, bootstrap=kafka_broker.bootstrap, root=str(workdir),
+        in_topic=in_topic, stop_at=stop_at, out=out)])
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                store = MetadataStore(f"sqlite:///{workdir}/meta.db", migrate=False)
+                break
+            except MetadataSchemaError:
+                assert time.monotonic() < deadline, "the driver created no metadata DB"
+                time.sleep(0.1)
+        while _completed(store) < 3:
+            assert driver.poll() is None, "the job ended before the kill"
+            assert time.monotonic() < deadline, "no 3 completed checkpoints"
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGKILL)  # no clean-up of any kind
+        driver.wait(10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    (dead,) = store.list_jobs()
+    published = len(kafka_broker.read(out, expect=1, settle_s=0.3, timeout=10))
+    assert 0 < published < n, published
+
+    result = running_sum_job(str(workdir), kafka_broker, in_topic, stop_at, out).run(
+        restore="latest")
+    assert result.status == "FINISHED" and result.restored_from
+    assert store.get_job(dead.job_id).status == "LOST"
+    check_output(kafka_broker, out, n)
+    store.close()
+    assert not process_alive(driver.pid)
