@@ -30,6 +30,7 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore  # noqa: E402
 from airflow_checkpoint_provider.examples.running_sum import RunningSum  # noqa: E402
+from bench.report_common import record_conditions  # noqa: E402  (the load at the start)
 
 JOBS = ("running_sum", "aggregate")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,6 +50,7 @@ def write_results(directory: str, name: str, data: object) -> str:
     path = os.path.join(directory, name)
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
+    record_conditions(directory, name)
     return path
 
 

@@ -1,13 +1,22 @@
-"""Render BENCHMARKS.md from the JSON results of the bench scripts (`make bench`).
+"""Render BENCHMARKS.md, the user page of the benchmarks, from the result files of the bench
+scripts (`make bench` and `make bench-nexmark` call it at their end):
 
     .venv/bin/python bench/write_benchmarks.py [--results-dir bench/results] [--output BENCHMARKS.md]
+
+One table per benchmark family (``FAMILIES``): the table a family's section renderer
+(bench/*_report.py) draws, cut to the columns a user reads, with the command that
+reproduces it and the 1-minute load average of each row; dates, loads and the machine come
+from bench/results/conditions.json (stamped by ``report_common.record_conditions`` when a
+script writes its results). Nothing on the page is written by hand; the investigation
+history is bench/HISTORY.md. tests/bench/test_write_benchmarks_sections.py checks that a
+regeneration equals the committed page.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import platform
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -20,9 +29,7 @@ from downtime_report import render as downtime_section  # noqa: E402
 from engine_report import (  # noqa: E402
     latency_medians,
     latency_section,
-    memory_section,
     overhead_section,
-    profile_section,
     recovery_section,
     scaling_section,
     scaling_sheet_section,
@@ -32,128 +39,6 @@ from engine_report import (  # noqa: E402
 )
 from joins_report import joins_section  # noqa: E402
 from report_common import Results, fmt  # noqa: E402
-
-
-def machine() -> str:
-    try:
-        import pyspark
-
-        spark = pyspark.__version__
-    except ImportError:
-        spark = "not installed"
-    try:
-        import pyarrow
-
-        arrow = pyarrow.__version__
-    except ImportError:
-        arrow = "?"
-    mem = ""
-    try:
-        with open("/proc/meminfo") as f:
-            mem = f"{int(f.readline().split()[1]) / 1024 / 1024:.0f} GiB"
-    except OSError:
-        pass
-    return (f"{os.cpu_count()} cores, {mem} memory, Python {platform.python_version()}, "
-            f"PySpark {spark}, pyarrow {arrow}, {platform.system()} {platform.machine()}")
-
-
-def verdict(ok: bool, miss: str) -> str:
-    return "**met**" if ok else f"**missed** ({miss})"
-
-
-def headline(r: Results, lines: list[str]) -> None:
-    """The saturation comparison first: every runner's median ratio to Structured Streaming."""
-    data = r.load("structured_streaming.json")
-    scenarios = ((data or {}).get("summary") or {}).get("scenarios")
-    if not scenarios:
-        return
-    parts = []
-    for mode, what in (("str", "string keys"), ("int", "int64 keys"),
-                       ("per_record", "per-record path vs `applyInPandasWithState`")):
-        sc = scenarios.get(mode)
-        if sc:
-            ratios = ", ".join(f"{sc[k]:.2f}x {k[len('ratio_'):]} runner"
-                               for k in sorted(sc) if k.startswith("ratio_"))
-            if mode == "per_record":
-                n = data["summary"].get("per_record_reps", 1)
-                ratios += f" ({n} pair{'s' if n != 1 else ''})"
-            parts.append(f"{what}: {ratios}")
-    s = data["summary"]
-    lines += [f"**Headline: against Spark Structured Streaming at saturation** ({s['keys']:,} "
-              f"keys, 2 cores, median of {s['reps']} interleaved pairs): " + "; ".join(parts)
-              + ". Details and the command below, under \"Against Spark Structured Streaming "
-              "at saturation\".", ""]
-
-
-def targets_section(r: Results, lines: list[str]) -> None:
-    rows = []
-    sss = r.load("structured_streaming.json")
-    for mode, bar, what in (("str", 1.5, "string keys"), ("int", 1.0, "int64 keys"),
-                            ("per_record", 20.0, "per-record path vs applyInPandasWithState")):
-        sc = (sss or {}).get("summary", {}).get("scenarios", {}).get(mode)
-        if not sc:
-            continue
-        label = (what if mode == "per_record" else
-                 f"vectorized aggregation vs Structured Streaming at saturation, {what}")
-        for key in sorted(k for k in sc if k.startswith("ratio_")):  # every runner, not the best
-            x = sc[key]
-            rows.append((f"{label} ({key[len('ratio_'):]} runner)", f">= {bar:g}x", f"{x:.2f}x",
-                         verdict(x >= bar, f"by {(bar - x) / bar * 100:.0f}%")))
-        if mode == "per_record" and sc.get("local_records_per_s"):
-            # the issue's absolute bar: 20x the ~17.7k rows/s SS reached in the issue's run
-            x = sc["local_records_per_s"]
-            rows.append(("per-record path, 100,000 keys, 2 cores (absolute)", ">= 350,000 rows/s",
-                         f"{x:,.0f} rows/s", verdict(x >= 350_000, f"by {(350_000 - x) / 350_000 * 100:.0f}%")))
-    lat = r.load("latency.json")
-    medians = [m for m in latency_medians(lat) if m["rate"] == 100_000]
-    ss = next((m for m in medians if m["job"] == "ss_aggregate"), None)
-    for m in medians:
-        if m["job"] == "ss_aggregate":
-            continue  # the reference, in the measured text of the aggregate row
-        x, worst = m["p99"], m.get("p99_worst", m["p99"])
-        ref = (f"; SS with a 1 s trigger: {ss['p99']:,.0f} ms"
-               if ss is not None and m["job"] == "aggregate" else "")
-        rows.append((f"p99 latency at 100,000 rows/s, {m['job']} job, 1 s checkpoints",
-                     "<= 50 ms",
-                     f"{x:.1f} ms (median of {m.get('reps', 1)}; worst {worst:.1f}{ref})",
-                     verdict(x <= 50, f"by {x - 50:.1f} ms")))
-    et = r.load("event_time.json")
-    if et and et["summary"].get("ratio_local") is not None:
-        x = et["summary"]["ratio_local"]
-        rows.append(("windowed count/sum vs Structured Streaming groupBy(window, key) at "
-                     "saturation", ">= 1.0x", f"{x:.2f}x", verdict(x >= 1.0, f"by {(1 - x) * 100:.0f}%")))
-    over = r.load("checkpoint_overhead.json")
-    if over and "aggregate" in over["summary"]:
-        x = over["summary"]["aggregate"]["ratio_median"]
-        rows.append(("throughput with 1 s checkpoints vs without (aggregate job)", ">= 0.95x",
-                     f"{x:.2f}x", verdict(x >= 0.95, f"by {(0.95 - x) * 100:.0f} points")))
-    scaling = r.load("checkpoint_scaling.json")
-    if scaling:
-        big = max(scaling["summary"], key=lambda s: s["keys"])
-        x = big["checkpoint_ms_p99"]
-        rows.append((f"p99 checkpoint duration at {big['keys']:,} keys (aggregate job)", "<= 1 s",
-                     f"{x} ms", verdict(x is not None and x <= 1000, f"by {x - 1000} ms")))
-    rec = r.load("recovery.json")
-    if rec:
-        x = rec["summary"]["recovery_s_max"]
-        rows.append((f"recovery at {rec['summary']['keys']:,} keys (worst of "
-                     f"{rec['summary']['reps']})", "<= 5 s", f"{x:.2f} s",
-                     verdict(x <= 5.0, f"by {x - 5:.2f} s")))
-    un = r.load("unaligned.json")
-    worst = max((run["p99_ms"] for run in (un or {}).get("runs", [])
-                 if run["mode"] == "unaligned" and run["p99_ms"] is not None), default=None)
-    if worst is not None:
-        rows.append(("p99 unaligned checkpoint duration, sink throttled to 10% of the source "
-                     "rate", "<= 1 s", f"{worst:.0f} ms",
-                     verdict(worst <= 1000, f"by {worst - 1000:.0f} ms")))
-    if not rows:
-        return
-    lines += ["## Targets", "", "| target | bar | measured | |", "|---|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    lines.append("")
-    note = ((sss or {}).get("summary") or {}).get("note")
-    if note:
-        lines += [f"Caveat: {note}", ""]
 
 
 def sss_section(r: Results, lines: list[str]) -> None:
@@ -262,57 +147,388 @@ def event_time_section(r: Results, lines: list[str]) -> None:
         lines.append("")
 
 
+# --- the user page -------------------------------------------------------------------------
+
+#: a row taken at a 1-minute load average above this says so in its load cell
+LOAD_LIMIT = 4.0
+LOAD_MARK = "**above 4**"
+CONDITIONS = "conditions.json"
+
+
+def split_tables(lines: list[str]) -> list[list[str]]:
+    """The Markdown tables of a rendered section, each as its lines (header, rule, rows)."""
+    out, cur = [], None
+    for line in lines:
+        if line.startswith("|"):
+            if cur is None:
+                cur = []
+                out.append(cur)
+            cur.append(line)
+        else:
+            cur = None
+    return out
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def row(values) -> str:
+    return "| " + " | ".join(values) + " |"
+
+
+def load_cell(load, text: str | None = None, shared: bool = False) -> str:
+    """The load column of a row: the 1-minute load average, marked when above LOAD_LIMIT."""
+    if load is None:
+        return f"not recorded, shared machine (likely {LOAD_MARK})" if shared else "not recorded (quiet)"
+    shown = text or f"{load:.1f}"
+    return f"{shown} ({LOAD_MARK})" if load > LOAD_LIMIT else shown
+
+
+class Family:
+    """One table of the page: a benchmark family, rendered from its result file by the
+    section renderer of bench/*_report.py, cut down to the table a user reads."""
+
+    def __init__(self, heading, name, render, *, table=0, columns=None, keep=None,
+                 command=None, command_re=r"Commands?: `([^`]*)`", what="", peer=None,
+                 row_load=None, same_run=True):
+        self.heading, self.name, self.render, self.table = heading, name, render, table
+        self.columns, self.keep, self.command, self.command_re = columns, keep, command, command_re
+        self.what, self.peer, self.row_load, self.same_run = what, peer, row_load, same_run
+
+    def lines(self, r: Results, cond: dict) -> list[str]:
+        import re
+
+        data = r.load(self.name)
+        if not data:
+            return []
+        rendered = self.render(r)
+        tables = split_tables(rendered)
+        # the first table from index `table` on that has every column asked for
+        t = next((t for t in tables[self.table:]
+                  if not self.columns or set(self.columns) <= set(cells(t[0]))), None)
+        if t is None:
+            return []
+        head = cells(t[0])
+        idx = [head.index(c) for c in self.columns] if self.columns else list(range(len(head)))
+        body = [cells(x) for x in t[2:]]
+        if self.keep:
+            body = [b for b in body if self.keep(b)]
+        command = self.command(data) if callable(self.command) else self.command
+        if command is None:
+            m = re.search(self.command_re, "\n".join(rendered))
+            command = (m.group(1) if m else
+                       cond.get(self.name, {}).get("command") or "(not recorded)")
+        if not command.startswith(("make ", ".venv/", "taskset", "PYTHONPATH")):
+            command = ".venv/bin/python " + command.removeprefix("python ")
+        c = cond.get(self.name, {})
+        when = c.get("measured_on", "on a date not recorded")
+        if c.get("measured_from"):
+            when = f"{c['measured_from']} to {when}"
+        peer = ""
+        if self.peer:
+            peer = (f"; {self.peer} measured in the same run" if self.same_run else
+                    f"; {self.peer} measured by the same script on the same input")
+        out = [f"## {self.heading}", "",
+               f"Command: `{command}`. Measured {when}{peer}. "
+               + self.what, "",
+               row([head[i] for i in idx] + ["load (1 min)"]), "|" + "---|" * (len(idx) + 1)]
+        for b in body:
+            if self.row_load:
+                load = self.row_load(data, b)
+                cell = load_cell(load)
+            else:
+                cell = load_cell(c.get("load_1m"), c.get("load_text"), c.get("shared", False))
+            out.append(row([b[i] for i in idx] + [cell]))
+        return out + [""]
+
+
+def _section(fn):
+    """A renderer of the form fn(r, lines) as r -> lines."""
+    def render(r):
+        lines: list[str] = []
+        fn(r, lines)
+        return lines
+    return render
+
+
+def _nexmark(r):
+    sys.path.insert(0, ROOT)
+    from bench.nexmark.report import render
+
+    return render(r.load("nexmark.json"))
+
+
+def _nexmark_load(data, b):
+    loads = [x["loadavg_before"][0] for x in data["runs"] if x["query"] == b[0]
+             and x.get("loadavg_before") and not (x.get("kind") == "recovery" or x.get("fail_at"))]
+    return max(loads) if loads else None
+
+
+def _join_section(name):
+    def render(r):
+        lines: list[str] = []
+        if name == "joins":
+            joins_section(r.load("joins.json"), lines)
+        else:  # bench/join_state.py, imported only then (engine)
+            getattr(__import__("join_state"), f"{name}_section")(r.load(f"{name}.json"), lines)
+        return lines
+    return render
+
+
+def _upserts(r):
+    from bench.upsert_report import render
+
+    return render(r.load("upsert_sinks.json"))
+
+
+def _cdc(r):
+    lines: list[str] = []
+    cdc_section(r.load("cdc.json"), lines)
+    return lines
+
+
+FAMILIES = [
+    Family("Keyed aggregation against Structured Streaming", "structured_streaming.json",
+           _section(sss_section), peer="Structured Streaming",
+           columns=["scenario", "SS sustained (rows/s)", "ours, local runner (rows/s)",
+                    "ours / SS (local)", "ours, spark runner (rows/s)", "ours / SS (spark)"],
+           what="Both engines fed faster than they can process, 2 cores, 100,000 keys; "
+                "`groupBy(key).agg(count, sum)` (RocksDB state store, 1 s trigger) against "
+                "`key_by(\"key\").aggregate(count, sum)` (1 s checkpoints); per record: "
+                "`applyInPandasWithState` against a `KeyedProcessFunction`. Ratios are medians of "
+                "the per-pair ratios."),
+    Family("Event-time windows against Structured Streaming", "event_time.json",
+           _section(event_time_section), peer="Structured Streaming",
+           columns=["", "SS sustained (rows/s)", "ours (rows/s)", "ours / SS"],
+           keep=lambda b: b[0] == "median",
+           what="10 s tumbling event-time windows, count and sum per key and window, 100,000 "
+                "string keys, watermark delay 1 s, 1 s checkpoints, at saturation."),
+    Family("State size over a long run", "event_time.json", _section(event_time_section),
+           columns=["job", "checkpoints", "first", "middle", "largest"],
+           what="Checkpointed state in bytes (all subtasks) over a run at a steady rate, 1 s "
+                "checkpoints: with windows or a TTL it levels off, without a TTL it grows with "
+                "every key seen."),
+    Family("Stream-stream joins against Structured Streaming", "joins.json",
+           _join_section("joins"), peer="Structured Streaming",
+           columns=["join", "SS sustained (rows/s)", "ours (rows/s)", "ours / SS"],
+           keep=lambda b: not b[0].startswith("rep "),
+           what="Inner interval and window joins of two streams, 10,000 string keys, watermark "
+                "bound 200 ms, RocksDB state store for SS, 1 s checkpoints for ours; one pair."),
+    Family("Regular join against Flink", "regular_join.json", _join_section("regular_join"),
+           peer="Flink SQL 2.3", command_re=r"Command: `([^`]*)`",
+           what="Insert-only join of 200,000 orders with 10,000 customers on one pinned core; "
+                "Flink's plain rate includes its fixed costs on this bounded input, its marginal "
+                "rate (in the row) does not."),
+    Family("Nexmark against Flink and Structured Streaming", "nexmark.json", _nexmark,
+           table=0, command="make bench-nexmark", peer="Flink 2.3 and Structured Streaming",
+           keep=lambda b: b[0].startswith("q"),
+           columns=["query", "ours heap", "ours RocksDB", "Flink hashmap", "Flink RocksDB", "SS",
+                    "ours/Flink (heap)", "ours heap/SS"],
+           row_load=_nexmark_load, same_run=False,
+           what="Events per second at parallelism 1, every engine pinned to one core and "
+                "reading the same 12,000,000 generated events, exactly-once checkpoints every "
+                "10 s (SS: every micro-batch). The load is the highest 1-minute load average "
+                "(both cores) when that query's runs started."),
+    Family("End-to-end latency", "latency.json", _section(latency_section),
+           peer="Structured Streaming (`ss_aggregate`)",
+           columns=["job", "offered rows/s", "p50 (ms)", "p99", "max", "worst p99"],
+           what="Generation to sink, milliseconds, 100,000 keys, parallelism 2, checkpoints "
+                "every 1 s included; SS with a 1 s trigger at the same offered rate."),
+    Family("Checkpointing overhead", "checkpoint_overhead.json", _section(overhead_section),
+           columns=["job", "rep", "no checkpoints (rec/s)", "checkpoints every 1 s (rec/s)",
+                    "ratio"],
+           what="Throughput with checkpoints every 1 s against none, interleaved pairs, local "
+                "runner, parallelism 2, 100,000 keys."),
+    Family("Checkpoint duration by state size", "checkpoint_scaling.json",
+           _section(scaling_section),
+           columns=["keys", "checkpoints", "p50 (ms)", "p99 (ms)", "max (ms)", "largest (MB)",
+                    "rec/s"],
+           what="The `aggregate` job, 1 s checkpoints, durations from trigger to completion."),
+    Family("Scaling by parallelism", "scaling.json", _section(scaling_sheet_section),
+           what="Records per second of each job at parallelism 1 and 2 on 2 cores, local "
+                "runner and a standalone Spark cluster, 1 s checkpoints."),
+    Family("Recovery", "recovery.json", _section(recovery_section),
+           columns=["rep", "recovery (s)", "restart to running (s)", "restored checkpoint (MB)"],
+           what="1,000,000 keys; a slot killed, the job restarted from its latest checkpoint; "
+                "recovery = failure to the restored job's first record processed."),
+    Family("Aligned and unaligned checkpoints under backpressure", "unaligned.json",
+           _section(unaligned_section),
+           what="The sink throttled to 10% of the source rate for 45 s, checkpoints every 1 s."),
+    Family("Checkpoints under backpressure with buffer debloating", "backpressure.json",
+           lambda r: backpressure_section(r), command=lambda data: data["command"],
+           keep=lambda b: b[0] == "local" and b[5] == "on" and b[1] in ("1000 us", "10000 us"),
+           columns=["cost/record", "overload", "mode", "checkpoints", "per interval",
+                    "p50 (ms)", "p99 (ms)", "throughput (rec/s)"],
+           what="A per-record function sleeping the cost per record fed at 1x to 10x its "
+                "capacity, 2 subtasks, checkpoints every 1 s, debloating on (the default); one "
+                "run per cell."),
+    Family("Exactly-once sinks", "sinks.json", _section(sinks_section),
+           what="10,000,000 rows, 1 s checkpoints, commit on checkpoint completion."),
+    Family("Upsert sinks", "upsert_sinks.json", _upserts,
+           what="Changes per second into each sink in upsert mode (a tenth deletes), 20,000 keys."),
+    Family("PostgreSQL CDC end to end", "cdc.json", _cdc,
+           columns=["sink", "snapshot rows/s", "changes/s under load (pgbench tps)",
+                    "lag s median / max", "backlog changes/s (s)"],
+           what="`pgbench -s 1` captured through logical replication into each sink; one run."),
+    Family("Snapshot cost of the per-record state backends", "state_backends.json",
+           _section(state_section),
+           columns=["keys", "backend", "sync p50 (ms)", "total p99 (ms)", "full state (MB)",
+                    "written per checkpoint (MB)"],
+           what="1% of the keys updated between checkpoints."),
+    Family("Downtime of upgrades and cut-overs", "downtime.json", lambda r: downtime_section(r),
+           table=1, command_re=r"Local runner: `([^`]*)`",
+           columns=["scenario", "runs", "output gap p50 / max", "processing gap p50 / max",
+                    "lost / duplicated"],
+           what="Seconds from the old job's last commit to the new job's first (output gap), "
+                "the `versioned_sum` example, local runner, every job started as a deployment "
+                "starts it."),
+]
+
+
+def conditions(results_dir: str) -> dict:
+    path = os.path.join(results_dir, CONDITIONS)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def machine_line(m: dict) -> str:
+    if not m:
+        return "Machine: not recorded."
+    parts = [f"{m.get('cores', '?')} cores", f"{m.get('memory_gib', '?')} GiB memory",
+             f"CPU {m['cpu_model']}" if m.get("cpu_model") else "CPU model not recorded",
+             m.get("system", "")]
+    versions = [f"{k} {m[k]}" for k in ("python", "pyspark", "pyarrow", "flink") if m.get(k)]
+    names = {"python": "Python", "pyspark": "PySpark", "pyarrow": "pyarrow", "flink": "Flink"}
+    versions = [f"{names[k]} {m[k]}" for k in ("python", "pyspark", "pyarrow", "flink") if m.get(k)]
+    return ("Machine: " + ", ".join(p for p in parts if p) + ". Versions: "
+            + (", ".join(versions) or "not recorded") + ".")
+
+
+def summary(r: Results, tables: dict[str, list[str]]) -> list[str]:
+    """Five lines, from the tables below."""
+    def rows(name):
+        return [cells(x) for x in tables.get(name, [])[2:]]
+
+    out = []
+    sss = r.load("structured_streaming.json")
+    sc = ((sss or {}).get("summary") or {}).get("scenarios") or {}
+    if sc:
+        parts = [f"{sc[m]['ratio_local']:.2f}x with {w}" for m, w in
+                 (("str", "string keys"), ("int", "int64 keys")) if "ratio_local" in sc.get(m, {})]
+        pr = sc.get("per_record", {}).get("ratio_local")
+        out.append("- Keyed aggregation at saturation runs at " + " and ".join(parts)
+                   + " Structured Streaming's rate" + (f"; the per-record path at {pr:.1f}x "
+                   "`applyInPandasWithState`" if pr else "") + ".")
+    et = r.load("event_time.json")
+    jn = rows("joins.json")
+    if et and et["summary"].get("ratio_local"):
+        ratios = [float(b[3].strip("*")) for b in jn if b[3].strip("*")]
+        out.append(f"- Event-time windows: {et['summary']['ratio_local']:.2f}x Structured "
+                   "Streaming" + (f"; stream-stream joins {min(ratios):.1f}x to "
+                                  f"{max(ratios):.1f}x (one pair, at load above 4)"
+                                  if ratios else "") + ".")
+    nx = rows("nexmark.json")
+    if nx:
+        vs = [b[6].strip("*") for b in nx]
+        num = [float(v) for v in vs if v not in ("-", "")]
+        marked = sum(LOAD_MARK in b[-1] for b in nx)
+        out.append(f"- Nexmark, one core per engine: ours at least Flink 2.3's rate (heap) in "
+                   f"{sum(v >= 1 for v in num)} of the {len(num)} queries both ran; {marked} of "
+                   f"the {len(nx)} rows taken at a load above {LOAD_LIMIT:g} (marked).")
+    lat = [m for m in latency_medians(r.load("latency.json")) if m["rate"] == 100_000
+           and m["job"] != "ss_aggregate"]
+    over = r.load("checkpoint_overhead.json")
+    rec = r.load("recovery.json")
+    bits = []
+    if lat:
+        bits.append("p99 latency " + " / ".join(f"{m['p99']:.1f}" for m in lat)
+                    + " ms at 100,000 rows/s")
+    if over and "aggregate" in over["summary"]:
+        bits.append(f"1 s checkpoints cost {over['summary']['aggregate']['ratio_median']:.2f}x "
+                    "the throughput without")
+    if rec:
+        bits.append(f"recovery at {rec['summary']['keys']:,} keys within "
+                    f"{rec['summary']['recovery_s_max']:.2f} s")
+    if bits:
+        out.append("- " + "; ".join(bits) + ".")
+    dt = rows("downtime.json")
+    if dt:
+        out.append("- Upgrades and blue-green cut-overs stop the output for "
+                   + " and ".join(f"{b[2].split(' / ')[0]} s" for b in dt)
+                   + " (p50) on the local runner, with no row lost or duplicated.")
+    return out[:5]
+
+
+METHODOLOGY = [
+    "## Methodology", "",
+    "- **Rates.** Our rate is records / (wall time minus the launch-to-running start-up), "
+    "the final checkpoint and teardown included. Structured Streaming's is rows / summed "
+    "`triggerExecution` of the measured micro-batches after the warm-up ones. Flink's is "
+    "events / the job's net runtime after a warm-up job in the same JVM.",
+    "- **Repetitions.** The engines of a comparison run back to back, interleaved, in the "
+    "same run; a figure is the median of the repetitions and a ratio the median of the "
+    "per-pair ratios, because this machine's speed drifts between minutes. The number of "
+    "repetitions is in each command (`--reps`); one repetition where a table says so.",
+    "- **Pinning.** Nexmark and the regular join pin every process of every engine, JVMs "
+    "included, to one core (`taskset`); the other tables use both cores.",
+    f"- **Load average.** Each row gives the 1-minute load average of its run (2 cores). A "
+    f"row taken above {LOAD_LIMIT:g} says so in its load cell ({LOAD_MARK}): other work "
+    "shared the machine and its absolute figures are noisy; ratios of the same run hold "
+    "better. \"not recorded (quiet)\": a run on an otherwise idle machine whose load was "
+    "not written down.",
+    "- **Checkpoints.** Exactly-once, every 1 s unless a table says otherwise, included in "
+    "every figure.", ""]
+
+CAVEATS = [
+    "## Caveats", "",
+    "- A 2-core VM: absolute rates are this machine's; compare ratios of one run.",
+    "- Nexmark: Flink reads the events as CSV (no Parquet jar in the pip package), we and SS "
+    "decode Parquet; Flink's rate includes its deployment. The table's figures were taken "
+    "in several invocations of `bench/nexmark/run.py` (listed in "
+    "`bench/results/nexmark.json`); `make bench-nexmark` measures them all at once.",
+    "- The per-record comparison depends on Structured Streaming's batch size "
+    "(`applyInPandasWithState` calls Python once per key and batch).",
+    "- Rows marked above 4 and one-repetition tables (joins, CDC, backpressure, downtime) "
+    "are indicative: re-run them on a quiet machine before quoting absolute figures.",
+    "- Each table is as of its date; the families were not all measured on the same day "
+    "or commit. Earlier runs and the investigations behind them: `bench/HISTORY.md` in the "
+    "repository.", ""]
+
+
+def render_page(results_dir: str) -> list[str]:
+    r = Results(results_dir)
+    cond = conditions(results_dir)
+    files = cond.get("files", {})
+    sections, tables = [], {}
+    for fam in FAMILIES:
+        lines = fam.lines(r, files)
+        if lines:
+            sections += lines
+            tables[fam.name] = [x for x in lines if x.startswith("|")]
+    dates = sorted(files[n]["measured_on"] for n in tables if files.get(n, {}).get("measured_on"))
+    page = ["# Benchmarks", "",
+            (f"Measured {dates[0]} to {dates[-1]}; this page is as of {dates[-1]}."
+             if dates else "Dates not recorded.")
+            + " Generated by `bench/write_benchmarks.py` from the result files in "
+            "`bench/results/` (`make bench` and `make bench-nexmark` rewrite it).", "",
+            machine_line(cond.get("machine", {})), "",
+            "## Summary", ""]
+    page += summary(r, tables) + [""] + METHODOLOGY + sections + CAVEATS
+    while page and not page[-1]:
+        page.pop()
+    return page
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--results-dir", default=os.path.join(HERE, "results"))
     ap.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
     args = ap.parse_args(argv)
-    r = Results(args.results_dir)
-    lines = ["# Benchmarks", "",
-             "Generated by `make bench` (the `bench/*.py` scripts, then "
-             "`bench/write_benchmarks.py`); raw results in `bench/results/*.json`. Every figure "
-             "is a median of interleaved repetitions in one run, and ratios are computed pair by "
-             "pair, because this machine's speed drifts.", "",
-             f"Machine: {machine()}.", ""]
-    headline(r, lines)
-    notes = os.path.join(args.results_dir, "NOTES.md")
-    if os.path.exists(notes):
-        with open(notes) as f:
-            lines += ["Conditions:", "", f.read().strip(), ""]
-    targets_section(r, lines)
-    sss_section(r, lines)
-    event_time_section(r, lines)
-    joins_section(r.load("joins.json"), lines)
-    for name in ("join_layout", "join_state", "broadcast_temporal", "regular_join"):
-        if data := r.load(f"{name}.json"):  # bench/join_state.py, imported only then (engine)
-            getattr(__import__("join_state"), f"{name}_section")(data, lines)
-    nexmark = r.load("nexmark.json")
-    if nexmark:  # measured apart (make bench-nexmark): kept when the rest is regenerated
-        sys.path.insert(0, ROOT)
-        from bench.nexmark.report import render as nexmark_section
-
-        lines += nexmark_section(nexmark)  # ends with its blank line
-    latency_section(r, lines)
-    overhead_section(r, lines)
-    scaling_section(r, lines)
-    scaling_sheet_section(r, lines)
-    recovery_section(r, lines)
-    unaligned_section(r, lines)
-    sinks_section(r, lines)
-    if upserts := r.load("upsert_sinks.json"):
-        from bench.upsert_report import render as upsert_section
-
-        lines += upsert_section(upserts)
-    cdc_section(r.load("cdc.json"), lines)
-    state_section(r, lines)
-    memory_section(r, lines)
-    profile_section(r, lines)
-    lines += backpressure_section(r)  # bench/backpressure.py (issue 38)
-    lines += downtime_section(r)  # bench/downtime.py (issue 41)
-    while lines and not lines[-1]:  # sections end with a blank line; the file does not
-        lines.pop()
     with open(args.output, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write("\n".join(render_page(args.results_dir)) + "\n")
     print(f"wrote {args.output}")
     return 0
 

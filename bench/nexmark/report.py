@@ -1,8 +1,6 @@
-"""The "Nexmark" section of BENCHMARKS.md from ``nexmark.json`` (bench/nexmark/run.py).
-
-``write_section`` replaces the section (from its ``## Nexmark`` heading to the next ``## ``
-heading) or appends it; bench/write_benchmarks.py does not know it, so after a ``make bench``
-re-run ``bench/nexmark/run.py --write-md`` (or ``report.py``) to put it back.
+"""The Nexmark tables from ``nexmark.json`` (bench/nexmark/run.py): :func:`render` gives the
+full section (every interval, fair Flink, targets, recovery); bench/write_benchmarks.py takes
+its per-query table into BENCHMARKS.md. ``python bench/nexmark/report.py`` rewrites the page.
 """
 
 from __future__ import annotations
@@ -426,23 +424,8 @@ def targets(queries: list[str], rate, iv, spread=lambda *k: 1.0) -> list[str]:
     return lines + [""]
 
 
-def write_section(json_path: str, md_path: str) -> None:
-    with open(json_path) as f:
-        section = render(json.load(f))
-    with open(md_path) as f:
-        text = f.read().rstrip("\n").split("\n")
-    if HEADING in text:
-        start = text.index(HEADING)
-        end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
-        text = text[:start] + section + text[end:]
-    else:
-        text = text + [""] + section
-    with open(md_path, "w") as f:
-        f.write("\n".join(text).rstrip("\n") + "\n")
-    print(f"wrote the Nexmark section of {md_path}")
+if __name__ == "__main__":  # the whole page: bench/write_benchmarks.py
+    sys.path.insert(0, ROOT)
+    from bench import write_benchmarks
 
-
-if __name__ == "__main__":
-    write_section(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "bench", "results",
-                                                                    "nexmark.json"),
-                  os.path.join(ROOT, "BENCHMARKS.md"))
+    sys.exit(write_benchmarks.main())

@@ -41,7 +41,7 @@ on the same generated events, interleaved query by query.
 
 Writes ``nexmark.json`` (``--append`` adds to its runs; ``--replace`` re-measures cells: the
 earlier runs of every cell it measures are dropped, the other cells kept) and, with
-``--write-md``, the "Nexmark" section of BENCHMARKS.md.
+``--write-md``, BENCHMARKS.md (bench/write_benchmarks.py, the Nexmark table among the others).
 """
 
 from __future__ import annotations
@@ -449,7 +449,6 @@ def main(argv=None) -> int:
         return 0
 
     from bench.nexmark.queries import QUERIES, ROW_QUERIES
-    from bench.nexmark.report import write_section
 
     engines = args.engines.split(",")
     # flink-gen generates its own events: no files needed
@@ -490,8 +489,14 @@ def main(argv=None) -> int:
                     json.dump({"args": vars(args), "commands": commands,
                                "runs": merge_runs(old_runs, runs, args.replace)}, f, indent=1)
     print(f"wrote {out_path}")
-    if args.write_md:
-        write_section(out_path, os.path.join(ROOT, "BENCHMARKS.md"))
+    from bench.report_common import record_conditions
+
+    record_conditions(args.results_dir, "nexmark.json", "bench/nexmark/run.py "
+                      + " ".join(sys.argv[1:]))
+    if args.write_md:  # the whole page, from every result file (bench/write_benchmarks.py)
+        from bench import write_benchmarks
+
+        write_benchmarks.main(["--results-dir", args.results_dir])
     return 0
 
 
