@@ -105,3 +105,17 @@ def test_a_malformed_restored_transaction_is_refused(sink):
         sink.check_restored_transactions([{"v": 1, "job": "j", "subtask": 0, "epoch": 1,
                                            "count": 2, "records": "bm90IG1zZ3BhY2s="}],
                                          location="chk-1")
+
+
+@pytest.mark.timeout(60)
+def test_a_job_run_with_fenced_sinks_publishes_nothing(workdir, kafka_broker):
+    """``fence_sinks=True`` (a blue-green validation run): the job reads, aggregates and
+    checkpoints, its Kafka sink stages every epoch and publishes none."""
+    from kafka_jobs import make_input, running_sum_job
+
+    in_topic, stop_at = make_input(kafka_broker, 600)
+    out = kafka_broker.create_topic(f"out-{in_topic}")
+    result = running_sum_job(str(workdir), kafka_broker, in_topic, stop_at, out,
+                             name="kafka-fenced").run(fence_sinks=True)
+    assert result.status == "FINISHED" and result.checkpoints_completed >= 1
+    assert kafka_broker.read(out, settle_s=1.0, timeout=3) == []
