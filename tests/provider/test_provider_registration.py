@@ -5,11 +5,16 @@ follows Airflow's ``[operators] default_deferrable``."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 from datetime import UTC, datetime
 
 import pytest
+from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
+from airflow.triggers.base import BaseTrigger
+from provider_classes import ROLES, public_classes
 from savepoint_helpers import FakeTI
 
 import airflow_checkpoint_provider
@@ -33,6 +38,29 @@ def test_get_provider_info_lists_every_module_of_each_role(role):
                "triggers": ("conditions",)}  # shared code, no operator/hook/trigger class
     modules -= {f"airflow_checkpoint_provider.{role}.{m}" for m in helpers.get(role, ())}
     assert modules <= listed, f"{role} not registered: {sorted(modules - listed)}"
+    missing = [m for m in listed if importlib.util.find_spec(m) is None]
+    assert not missing, f"{role} registered but missing: {missing}"
+
+
+def test_every_public_class_is_registered_under_its_role():
+    """Each public operator, sensor and trigger class (tests/provider_classes.py, from the
+    source) lives in a module ``get_provider_info()`` lists for its role, a helper module
+    included; the classes those modules define are exactly the ones found there."""
+    info = get_provider_info()
+    classes = public_classes()
+    unregistered = [c.path for c in classes
+                    if c.module not in {m for e in info[c.role] for m in e["python-modules"]}]
+    assert not unregistered, f"not in get_provider_info(): {unregistered}"
+    bases = (BaseOperator, BaseTrigger)
+    imported = set()
+    for role in ROLES:
+        for module_name in {m for e in info[role] for m in e["python-modules"]}:
+            module = importlib.import_module(module_name)
+            imported |= {f"{module_name}.{name}" for name, obj in vars(module).items()
+                         if isinstance(obj, type) and issubclass(obj, bases)
+                         and obj.__module__ == module_name and not name.startswith("_")
+                         and "Base" not in name}
+    assert imported == {c.path for c in classes}
 
 
 def test_a_lost_job_fails_the_submit_task_with_its_reason(metadata_url):
