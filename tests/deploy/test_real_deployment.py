@@ -68,8 +68,7 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
     state, run, tis = dep.run_dag("rollback", "savepoint_upgrade_restore",
                                   dep.conf(v1_pipeline=f"{EXAMPLE}:build_v2",
                                            v2_pipeline=f"{EXAMPLE}:build_v2_broken",
-                                           job_env={"CKPT_EXAMPLE_DIR": dep.jobs_dir,
-                                                    "CKPT_EXAMPLE_FAIL_AFTER_S": "20"}))
+                                           job_env={"CKPT_EXAMPLE_FAIL_AFTER_S": 20}))
     assert tis == {"check_conf": "success", "preflight": "success", "stop_v1": "success",
                    "start_v2": "success", "wait_v2_checkpoint": "failed", "upgraded": "upstream_failed",
                    "cancel_v2": "success", "guard_rollback": "success",
@@ -102,7 +101,7 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
                "preflight_final", "end_validation", "go_live")
     state, run, tis = dep.run_dag("blue_green_rejected", "blue_green_upgrade", bg_conf,
                                   answer=("approve", "Reject"))
-    assert tis == {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
+    assert tis == {"check_conf": "success", "copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
                    "health_gate": "success", "approval": "success", "approve": "failed",
                    "no_approval_needed": "skipped", **dict.fromkeys(cutover, "upstream_failed"),
                    "cancel_green": "success", "keep_blue": "success"}, tis
@@ -117,7 +116,7 @@ def test_upgrade_rollback_and_blue_green_through_a_real_airflow_on_a_spark_clust
     # savepoint, green goes live from it, exactly once
     state, run, tis = dep.run_dag("blue_green", "blue_green_upgrade", bg_conf,
                                   answer=("approve", "Approve"))
-    assert tis == {"copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
+    assert tis == {"check_conf": "success", "copy_cdc_slots": "success", "savepoint_blue": "success", "preflight": "success", "start_green": "success",
                    "health_gate": "success", "approval": "success", "approve": "success",
                    "no_approval_needed": "skipped", **dict.fromkeys(cutover, "success"),
                    # in place (the default): the fenced green restores blue's final savepoint
