@@ -55,21 +55,16 @@ import json
 import logging
 import os
 import stat
-import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 import msgspec
 
-from ..errors import ConfigurationError, DeterministicError
+from ..errors import ConfigurationError
 from ..sink_names import (
     RestoredTransactions,
-    SinkName,
-    legacy_owners,
-    one_owner,
     own,
     parse_part_file_name,
     parse_staged_file_name,
@@ -77,116 +72,46 @@ from ..sink_names import (
     staged_file_name,
     staged_prefix,
 )
-from ..snapshot.handles import SinkTransaction
-from ..snapshot.paths import corrupt
 from .base import Sink, SinkWriter, SourceContext, dataset_for_location
+from .file_cleanup import _discard_committed_in, _discard_staged_in, _staged_of, partition_dirs
+from .file_modes import (
+    OUTPUT_DIR_MODE,
+    OUTPUT_FILE_MODE,
+    _fsync_dir,
+    check_output_modes,
+    makedirs_mode,
+    open_new_file,
+    output_umask,
+)
+from .file_restore import (
+    MAX_DIRECTORY_LENGTH,
+    STAGED_EXT,
+    STAGING,
+    FileSinkRestoreError,
+    StagedTransaction,
+    _check_own_staging,
+    _check_pair,
+    check_transactions,
+    locate,
+    not_found,
+)
 from .partitions import (
     check_columns,
     group_by_partition,
-    parse_partition_path,
     read_partition_dir,
     without,
 )
 
-log = logging.getLogger(__name__)
+__all__ = ["DEFAULT_MAX_OPEN_WRITERS", "MAX_DIRECTORY_LENGTH", "OUTPUT_DIR_MODE",
+           "OUTPUT_FILE_MODE", "STAGED_EXT", "STAGING", "FileSink", "FileSinkRestoreError",
+           "StagedTransaction", "check_output_modes", "check_transactions", "final_name",
+           "locate", "makedirs_mode", "not_found", "open_new_file", "output_umask",
+           "partition_dirs", "read_committed"]
 
-STAGING = "_staging"
-STAGED_EXT = ".inprogress"
+log = logging.getLogger(__name__)
 
 
 DEFAULT_MAX_OPEN_WRITERS = 100
-#: longest recorded staging directory a restored transaction may name (PATH_MAX)
-MAX_DIRECTORY_LENGTH = 4096
-
-
-class FileSinkRestoreError(ConfigurationError, DeterministicError):
-    """A transaction restored from a snapshot (pre-committed by the job that took it) is
-    neither staged nor committed in this sink's directory or in the directory it was staged
-    for (moved away, removed, or not recorded by an older snapshot while the sink moved).
-    It names where the records are or were and what to do. Raised before the job starts
-    (:meth:`FileSink.check_restored_transactions`) when the transaction records its
-    directory, else by the sink subtask that recovers it.
-
-    Not a :class:`~..errors.RestoreError`: ``restore="latest"`` must not skip the checkpoint
-    and fall back to an older one (the sink cannot remove what the old job committed in
-    another directory: it would be written twice). A :class:`~..errors.DeterministicError`:
-    a task that meets it fails the job at once (restarting cannot bring the file back)."""
-
-#: default mode of the files a file-writing sink creates (issue 50: the output holds the
-#: job's records, replicated database rows for CDC; other local users must not read them)
-OUTPUT_FILE_MODE = 0o600
-#: default mode of the directories a file-writing sink creates
-OUTPUT_DIR_MODE = 0o700
-
-
-def check_output_modes(file_mode: int, dir_mode: int, *, where: str) -> tuple[int, int]:
-    """``(file_mode, dir_mode)`` checked: permission bits (``0o000``..``0o777``, no
-    set-uid/gid or sticky bit) that let the owner read and write the files and read, write
-    and enter the directories -- committed output must stay readable by the job's user."""
-    for name, value, owner in (("file_mode", file_mode, 0o600), ("dir_mode", dir_mode, 0o700)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
-            raise ConfigurationError(
-                f"{where}: {name} must be permission bits 0o000..0o777 (e.g. 0o640), "
-                f"not {value!r}")
-        if value & owner != owner:
-            raise ConfigurationError(
-                f"{where}: {name} {value:#o} does not give the owner {owner:#o} (the job "
-                f"must read and write its own output); use e.g. {value | owner:#o}")
-    return file_mode, dir_mode
-
-
-def makedirs_mode(path: str, mode: int) -> str:
-    """``os.makedirs`` giving every directory it creates exactly ``mode`` (the umask neither
-    narrows nor widens it; the intermediate ones too). Existing directories keep theirs."""
-    missing = []
-    head = os.path.abspath(path)
-    while not os.path.isdir(head):
-        missing.append(head)
-        parent = os.path.dirname(head)
-        if parent == head:
-            break
-        head = parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, mode)
-        except FileExistsError:
-            continue  # created meanwhile (another subtask): same sink, same mode
-        os.chmod(d, mode)
-    return path
-
-
-_umask_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def output_umask(file_mode: int, dir_mode: int) -> Iterator[None]:
-    """Run a library that creates the output files itself (delta-rs, pyiceberg) under the
-    umask ``0o777 & ~(file_mode | dir_mode)``: with the defaults ``0o077`` (its files
-    ``0600``, its directories ``0700``); ``0o640``/``0o750`` give ``0o027``. The umask is the
-    process's: the lock keeps two sinks of one slot from interleaving theirs, and code that
-    gives explicit modes (the engine's private files) is not widened by it."""
-    mask = 0o777 & ~(file_mode | dir_mode)
-    with _umask_lock:
-        old = os.umask(mask)
-        try:
-            yield
-        finally:
-            os.umask(old)
-
-
-def open_new_file(path: str, mode: int, *, append: bool = False) -> BinaryIO:
-    """Open ``path`` for writing with exactly ``mode`` if this creates it: a new file (never
-    one that exists), or -- ``append`` -- this writer's own file, continued."""
-    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    flags |= os.O_APPEND if append else os.O_EXCL
-    fd = os.open(path, flags, mode)
-    try:
-        if not append:
-            os.fchmod(fd, mode)  # exact, whatever the umask
-        return os.fdopen(fd, "ab" if append else "wb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 class FileSink(Sink):
@@ -308,235 +233,6 @@ class FileSink(Sink):
         return f"files({self.directory})"
 
 
-def _discard_committed_in(directory: str, columns: Sequence[str], operator_uid: str,
-                          job_id: str, checkpoint_id: int) -> list[str]:
-    """Delete the part files job ``job_id`` committed for ``operator_uid`` after
-    ``checkpoint_id`` under ``directory``; returns their paths relative to it."""
-    if not os.path.isdir(directory):
-        return []
-    doomed = []
-    for part in partition_dirs(directory, columns):
-        where = os.path.join(directory, part)
-        gone = []
-        for name in sorted(os.listdir(where)):
-            p = parse_part_file_name(name)  # the old encoding is ambiguous: never deleted
-            if (p is not None and p.operator_uid == operator_uid and p.job_id == job_id
-                    and p.checkpoint_id is not None and p.checkpoint_id > checkpoint_id):
-                os.remove(os.path.join(where, name))
-                gone.append(f"{part}/{name}" if part else name)
-        if gone:
-            _fsync_dir(where)
-        doomed += gone
-    if doomed:
-        log.warning("File sink %r: discarded %d part files committed after checkpoint %d of "
-                    "job %s in %s (they are written again from checkpoint %d)", operator_uid,
-                    len(doomed), checkpoint_id, job_id, directory, checkpoint_id)
-    return doomed
-
-
-def _discard_staged_in(directory: str, operator_uid: str, job_id: str) -> list[str]:
-    """Delete the ``.inprogress`` files job ``job_id`` staged for ``operator_uid`` in
-    ``directory/_staging``; returns their names."""
-    staging = os.path.join(directory, STAGING)
-    if not os.path.isdir(staging):
-        return []
-    doomed = [n for n in sorted(os.listdir(staging))
-              if _staged_of(n, operator_uid, job_id) is not None]
-    for name in doomed:
-        os.remove(os.path.join(staging, name))
-    if doomed:
-        log.info("File sink %r: removed %d staged files left by ended job %s in %s",
-                 operator_uid, len(doomed), job_id, directory)
-    return doomed
-
-
-def _staged_of(name: str, operator_uid: str, job_id: str) -> SinkName | None:
-    """``name`` parsed if it is a file ``job_id`` staged for ``operator_uid``. Files of the
-    old ``-`` encoding are never matched: they could be another job's (they are invisible to
-    readers; remove them by hand once no snapshot names them)."""
-    p = parse_staged_file_name(name)
-    if (p is None or p.ext != STAGED_EXT or p.operator_uid != operator_uid
-            or p.job_id != job_id):
-        return None
-    return p
-
-
-def partition_dirs(directory: str, columns: Sequence[str]) -> Iterator[str]:
-    """The relative paths of the partition directories under ``directory`` (``""`` itself
-    when unpartitioned): those whose names parse as the partition columns, in order."""
-    if not columns:
-        yield ""
-        return
-    level = [""]
-    for col in columns:
-        nxt = []
-        for rel in level:
-            for name in sorted(os.listdir(os.path.join(directory, rel) if rel else directory)):
-                got = read_partition_dir(name)
-                if got is not None and got[0] == col and \
-                        os.path.isdir(os.path.join(directory, rel, name)):
-                    nxt.append(f"{rel}/{name}" if rel else name)
-        level = nxt
-    yield from level
-
-
-@dataclass(frozen=True)
-class StagedTransaction:
-    """A pre-committed file: the :class:`SinkTransaction` and the sink directory it was
-    staged in (``None``: not recorded -- a snapshot written before issue 51)."""
-
-    txn: SinkTransaction
-    directory: str | None = None
-
-    def final_path(self, directory: str) -> str:
-        """Where it is committed when staged in ``directory``."""
-        return os.path.join(directory, self.txn.partition, self.txn.final)
-
-
-def _recorded_directory(raw: object, *, location: str, field: str) -> str | None:
-    """The absolute, normalized directory a transaction records, or ``None``."""
-    d = raw.get("directory") if isinstance(raw, Mapping) else None
-    if d is None:
-        return None
-    if (not isinstance(d, str) or not os.path.isabs(d) or len(d) > MAX_DIRECTORY_LENGTH
-            or "\0" in d or os.path.normpath(d) != d):
-        raise corrupt(location, field, f"must be the absolute, normalized path of the sink's "
-                      f"directory, not {d!r:.200}")
-    return d
-
-
-def check_transactions(transactions: Sequence[object], *, location: str,
-                       columns: Sequence[str] = ()) -> list[StagedTransaction]:
-    """Decode transactions (restored ones come from a snapshot: untrusted): both names must
-    be bare file names, ``staging`` a staged ``.inprogress`` file and ``final`` a ``part-``
-    file, ``partition`` a partition directory of exactly ``columns`` (``""`` when
-    unpartitioned), so a commit only renames inside a sink directory, and ``directory`` (if
-    recorded) an absolute normalized path; in this encoding both names must name the same
-    uid, job, subtask and checkpoint. Anything else is a
-    :class:`~..errors.CorruptCheckpointError` naming the field and ``location``. (Old-encoding
-    names are attributed by the writer, which knows its uid.)"""
-    out, owners = [], set()
-    for i, raw in enumerate(transactions):
-        if isinstance(raw, StagedTransaction):
-            txn, directory = raw.txn, raw.directory
-        else:
-            txn = raw if isinstance(raw, SinkTransaction) else SinkTransaction.from_dict(
-                raw, location=location, field=f"transactions[{i}]")
-            directory = _recorded_directory(raw, location=location,
-                                            field=f"transactions[{i}].directory")
-        if parse_partition_path(txn.partition, columns) is None:
-            raise corrupt(location, f"transactions[{i}].partition",
-                          f"{txn.partition!r} is not a partition directory of the sink's "
-                          f"partition_by {list(columns)} (restore with the partition_by the "
-                          "snapshot was written with)")
-        if not txn.staging.endswith(STAGED_EXT):
-            raise corrupt(location, f"transactions[{i}].staging",
-                          f"must name a staged .inprogress file, not {txn.staging!r}")
-        if not txn.final.startswith("part-"):
-            raise corrupt(location, f"transactions[{i}].final",
-                          f"must name a part- file, not {txn.final!r}")
-        staged, final = parse_staged_file_name(txn.staging), parse_part_file_name(txn.final)
-        if staged is not None and final is not None:
-            _check_pair(staged, final, location, i)
-            owners.add((staged.job_id, staged.operator_uid))
-        elif staged is not None or final is not None:
-            raise corrupt(location, f"transactions[{i}]", "mixes name encodings: "
-                          f"{txn.staging!r} -> {txn.final!r}")
-        elif not legacy_owners(txn.staging, txn.final, parse_part_file_name):
-            raise corrupt(location, f"transactions[{i}].final",
-                          f"{txn.final!r} is not the part file of {txn.staging!r}")
-        out.append(StagedTransaction(txn, directory))
-    one_owner(owners, location)
-    return out
-
-
-def locate(t: StagedTransaction, sink_directory: str) -> tuple[str, bool] | None:
-    """Where a restored transaction is: ``(directory, True)`` if staged in
-    ``directory/_staging`` (to commit there), ``(directory, False)`` if committed there
-    already, ``None`` if neither in ``sink_directory`` nor in the directory it records. The
-    sink's own directory first: a directory moved or copied whole, with the sink pointed at
-    the copy, gets its records there; then the one it was staged for (a new job version that
-    writes elsewhere). In each the staged name before the part file: a job that still runs
-    (blue-green) may be committing it meanwhile."""
-    for d in dict.fromkeys([sink_directory, t.directory or sink_directory]):
-        if os.path.lexists(os.path.join(d, STAGING, t.txn.staging)):
-            return d, True
-        if os.path.lexists(t.final_path(d)):
-            return d, False
-    return None
-
-
-_ON_PURPOSE = (
-    "If that output was removed or archived on purpose, restore with FileSink(..., "
-    "allow_missing_restored=True): the transaction is skipped (its records are where the "
-    "output went, or gone if its commit was pending). Nothing was changed")
-
-
-def not_found(t: StagedTransaction, *, sink: str, sink_directory: str, location: str,
-              more: int = 0) -> FileSinkRestoreError:
-    """The error for a restored transaction :func:`locate` did not find (and ``more`` others
-    of the same snapshot): where its records are (or were) and what to do."""
-    txn = t.txn
-    name = parse_staged_file_name(txn.staging)
-    what = f"transaction {txn.staging}" + (
-        f" (checkpoint {name.checkpoint_id} of job {name.job_id})" if name is not None else "")
-    if more:
-        what += f" (and {more} more of the snapshot's transactions)"
-    part = os.path.join(txn.partition, txn.final)
-    staged = os.path.join(STAGING, txn.staging)
-    head = f"{sink} ({location}): {what}"
-    if t.directory is None:
-        return FileSinkRestoreError(
-            f"{head} is neither staged ({staged}) nor committed ({part}) in {sink_directory}. "
-            "The snapshot does not record the directory it was staged in (written by an older "
-            "FileSink): it is the directory the job that took the snapshot wrote to. If that "
-            f"was another directory, the records are there ({part}, or {staged} if their "
-            "commit is pending): restore this snapshot with FileSink(directory=<that "
-            "directory>) to commit them there, take a savepoint, and restore that one with the "
-            f"new directory (a transaction records its directory now). If it was "
-            f"{sink_directory}, the file was removed after the checkpoint. {_ON_PURPOSE}")
-    if t.directory != sink_directory and not os.path.isdir(t.directory):
-        return FileSinkRestoreError(
-            f"{head} was staged for {t.directory}, which does not exist (moved or removed?), "
-            f"and is neither staged nor committed in {sink_directory}. Its records are in "
-            f"{os.path.join(t.directory, staged)} (or committed as {part}) wherever that "
-            f"directory is now: move it back to {t.directory}, or restore with "
-            f"FileSink(directory=<its new location>) to commit them there. {_ON_PURPOSE}")
-    looked = " or ".join(dict.fromkeys([sink_directory, t.directory]))
-    return FileSinkRestoreError(
-        f"{head} is neither staged ({staged}) nor committed ({part}) in {looked}, where it "
-        "was staged: the file was removed after the checkpoint, so the checkpoint's records "
-        "are not in the output. Put the file back, or restore another checkpoint or "
-        f"savepoint. {_ON_PURPOSE}")
-
-
-def _check_own_staging(directory: str, t: StagedTransaction, sink: str) -> None:
-    """Before committing in ``directory``, a recorded directory that is not the sink's:
-    its ``_staging`` and the staged file are this user's, not symbolic links (a snapshot,
-    even a trusted one, only moves the files this user's sink staged)."""
-    staging = os.path.join(directory, STAGING)
-    for path, kind in ((staging, stat.S_ISDIR),
-                       (os.path.join(staging, t.txn.staging), stat.S_ISREG)):
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return  # committed meanwhile (see _rename_no_replace's caller)
-        if not kind(st.st_mode) or st.st_uid != os.getuid():
-            raise FileSinkRestoreError(
-                f"{sink}: the restored transaction {t.txn.staging} was staged for {directory}, "
-                f"but {path} is not a {'directory' if kind is stat.S_ISDIR else 'file'} of "
-                "this user (or is a symbolic link); refusing to commit it there. Restore "
-                f"with FileSink(directory={directory!r}) if that directory is the output")
-
-
-def _check_pair(staged: SinkName, final: SinkName, location: str, i: int) -> None:
-    """A transaction's final name is the one its staged file's name gives, nothing else."""
-    for field in ("operator_uid", "job_id", "subtask", "checkpoint_id"):
-        if getattr(staged, field) != getattr(final, field):
-            raise corrupt(location, f"transactions[{i}].final",
-                          f"names {field} {getattr(final, field)!r} but its staged file "
-                          f"names {getattr(staged, field)!r}")
-
 
 _JSON = msgspec.json.Encoder()
 
@@ -545,13 +241,6 @@ def final_name(operator_uid: str, job_id: str, checkpoint_id: int, subtask: int)
     """The committed name of a subtask's file for a checkpoint."""
     return part_file_name(operator_uid, job_id, checkpoint_id, subtask)
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _rename_no_replace(src: str, dst: str) -> bool:
