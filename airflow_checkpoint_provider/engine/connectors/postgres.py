@@ -62,24 +62,16 @@ from ..errors import (
     BadRecordError,
     ConfigurationError,
     CorruptCheckpointError,
-    SinkLockTimeoutError,
     SinkTransactionConflictError,
 )
 from ..extras import require
 from ..sink_names import RestoredTransactions, one_owner, own, parse_gid
 from ..sink_names import gid as make_gid
 from .base import Sink, SinkWriter, SourceContext
+from .postgres_locks import WRITE_LOCK_WAIT_MS, WRITE_RETRY_S, _LockHandling
 from .upsert import upsert_key
 
 log = logging.getLogger(__name__)
-
-#: the longest an epoch's write waits for a lock between barriers; then it keeps the rows and
-#: retries (the task thread must stay free to commit completed checkpoints)
-WRITE_LOCK_WAIT_MS = 100
-#: how soon after a write found the table locked the next write tries again
-WRITE_RETRY_S = 0.25
-#: lock modes that conflict with the ROW EXCLUSIVE lock a write takes on its table
-_CONFLICTING = ("ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock")
 
 
 def _dsn(url: str) -> str:
@@ -224,71 +216,7 @@ def _rollback_of_job(conn, job_id: str, operator_uid: str, keep: set[str] = froz
     return done
 
 
-def _lock_report(admin, regclass: str, table: str, own_pid: int) -> tuple[str, list[str]]:
-    """One line: the backends that hold or wait for a lock on ``table`` conflicting with
-    ROW EXCLUSIVE (not ``own_pid``), with their statements and blockers; and the gids of the
-    prepared transactions that hold a lock on it."""
-    with admin.cursor() as cur:
-        cur.execute(
-            "SELECT l.pid, l.mode, l.granted, a.state, "
-            "  extract(epoch FROM clock_timestamp() - coalesce(a.query_start, a.xact_start)), "
-            "  left(regexp_replace(a.query, '\\s+', ' ', 'g'), 200), pg_blocking_pids(l.pid) "
-            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'relation' AND l.relation = %s::regclass AND l.pid <> %s "
-            "  AND l.mode = ANY(%s) ORDER BY l.granted DESC, a.query_start",
-            [regclass, own_pid, list(_CONFLICTING)])
-        lockers = cur.fetchall()
-        cur.execute(
-            # a prepared transaction's locks have no pid; its xid is on its transactionid lock
-            "SELECT DISTINCT p.gid, p.prepared FROM pg_locks l JOIN pg_locks x "
-            "  ON x.virtualtransaction = l.virtualtransaction AND x.locktype = 'transactionid' "
-            "  AND x.pid IS NULL JOIN pg_prepared_xacts p ON p.transaction = x.transactionid "
-            "WHERE l.locktype = 'relation' AND l.relation = %s::regclass AND l.pid IS NULL "
-            "ORDER BY p.prepared",
-            [regclass])
-        prepared = [g for g, _ in cur.fetchall()]
-        others = {p for row in lockers for p in row[6] if p} - {row[0] for row in lockers}
-        statements = {}
-        if others:
-            cur.execute("SELECT pid, state, left(regexp_replace(query, '\\s+', ' ', 'g'), 200) "
-                        "FROM pg_stat_activity WHERE pid = ANY(%s)", [sorted(others)])
-            statements = {pid: (state, query) for pid, state, query in cur.fetchall()}
-    if not lockers:
-        held = (f"; prepared transaction(s) {', '.join(prepared)} hold a lock on it"
-                if prepared else "")
-        return (f"a RowExclusiveLock on table {table} (or a row lock) was not granted in time, "
-                f"and no session holds or waits for a conflicting table lock now{held}",
-                prepared)
-    parts = []
-    first_waiting = None
-    for pid, mode, granted, state, seconds, query, blockers in lockers:
-        where = "holds" if granted else "waits for"
-        text = (f"backend pid {pid} {where} {mode} on table {table} "
-                f"({state}, {float(seconds or 0):.1f} s) running {query!r}")
-        behind = []
-        for b in blockers:
-            if not b:
-                continue  # a prepared transaction: named below
-            if b in statements:
-                behind.append(f"pid {b} ({statements[b][0]}: {statements[b][1]!r})")
-            else:
-                behind.append(f"pid {b}")
-        if 0 in blockers or (not granted and prepared):
-            behind.append(f"prepared transaction(s) {', '.join(prepared) or '(unnamed)'}")
-        if behind:
-            text += f" behind {', '.join(behind)}"
-        if not granted and first_waiting is None:
-            first_waiting = pid
-        parts.append(text)
-    advice = (f"end it (SELECT pg_cancel_backend({first_waiting})) or run DDL on this table "
-              "while the job is stopped; a prepared transaction of this sink commits when its "
-              "checkpoint completes" if first_waiting is not None else
-              f"end that session (SELECT pg_cancel_backend({lockers[0][0]}))")
-    return (f"the RowExclusiveLock on table {table} is blocked: {'; '.join(parts)}; {advice}",
-            prepared)
-
-
-class _PostgresWriter(SinkWriter):
+class _PostgresWriter(_LockHandling, SinkWriter):
     accepts_arrow = False
 
     def __init__(self, sink: PostgresSink, ctx: SourceContext) -> None:
@@ -409,71 +337,6 @@ class _PostgresWriter(SinkWriter):
         if first:  # the epoch holds its table lock now: its later waits are row locks
             self._lock_timeout(self.sink.lock_timeout_ms)
         self.rows += len(rows)
-
-    def _lock_timeout(self, ms: int | None) -> None:
-        """The open transaction's statements wait up to ``ms`` for a lock (``None``: without
-        limit); this transaction only: the next epoch's first write waits WRITE_LOCK_WAIT_MS."""
-        self.conn.execute("SELECT set_config('lock_timeout', %s, true)",
-                          [str(ms) if ms is not None else "0"])
-
-    def _flush_kept(self, checkpoint_id: int) -> None:
-        """The barrier writes the rows the epoch kept while the table was locked. A short
-        wait first; if the lock waits for a prepared transaction of this sink that cannot
-        commit before this barrier is through (this subtask's own: its commit runs in this
-        thread; another subtask's of this checkpoint or a later one: it commits once this
-        checkpoint completes), waiting is futile: fail at once. Else wait up to
-        ``lock_timeout_ms``, then fail naming the lock."""
-        rows, self.kept = self.kept, []
-        what = f"write the {len(rows)} rows the epoch kept while the table was locked"
-        self._lock_timeout(WRITE_LOCK_WAIT_MS)
-        try:
-            self._copy(rows)
-            return
-        except self.psycopg.errors.LockNotAvailable as exc:
-            report, prepared = self._lock_state(exc)
-            cycle = [g for g in prepared if self._commits_after_this_barrier(g, checkpoint_id)]
-            if cycle:
-                raise SinkLockTimeoutError(
-                    f"{self.sink_name}: the barrier of checkpoint {checkpoint_id} cannot {what}: "
-                    f"the lock waits for prepared transaction(s) {', '.join(cycle)} of this "
-                    f"sink, which cannot commit before this barrier is through (a cycle; the "
-                    f"failover resolves it): {report}") from exc
-        self._lock_timeout(self.sink.lock_timeout_ms)
-        try:
-            self._copy(rows)
-        except self.psycopg.errors.LockNotAvailable as exc:
-            raise self._barrier_lock_failure(checkpoint_id, what, exc) from exc
-
-    def _commits_after_this_barrier(self, gid: str, checkpoint_id: int) -> bool:
-        p = parse_gid(gid)
-        return (p is not None and p.job_id == self.ctx.job_id and p.operator_uid == self.uid_hash
-                and (p.subtask == self.ctx.subtask_index
-                     or (p.checkpoint_id is not None and p.checkpoint_id >= checkpoint_id)))
-
-    def _lock_failure(self, what: str, exc: Exception) -> SinkLockTimeoutError:
-        return SinkLockTimeoutError(f"{self.sink_name}: {what}: {self._lock_report(exc)}")
-
-    def _barrier_lock_failure(self, checkpoint_id: int, what: str,
-                              exc: Exception) -> SinkLockTimeoutError:
-        return self._lock_failure(
-            f"the barrier of checkpoint {checkpoint_id} waited lock_timeout_ms="
-            f"{self.sink.lock_timeout_ms} for a lock and could not {what}", exc)
-
-    def _lock_report(self, exc: Exception) -> str:
-        """Who holds or waits for a lock on the table that conflicts with the RowExclusiveLock
-        a write takes: each backend's pid, lock, statement and what blocks it (prepared
-        transactions by gid). Read right after the wait timed out, on the admin connection."""
-        return self._lock_state(exc)[0]
-
-    def _lock_state(self, exc: Exception) -> tuple[str, list[str]]:
-        """:meth:`_lock_report` and the gids of the prepared transactions locking the table."""
-        table = self.sink.table
-        try:
-            return _lock_report(self.admin, self._table(target=True).as_string(self.admin),
-                                table, self.conn.info.backend_pid)
-        except Exception as diag:  # noqa: BLE001 - the report must not hide the lock error
-            return (f"the RowExclusiveLock on table {table} was not granted ({exc}); "
-                    f"reading pg_locks failed: {diag}", [])
 
     # -- upsert mode -------------------------------------------------------------------------
     def _compact(self, records: list[dict]) -> None:
