@@ -74,11 +74,18 @@ def synopsis_problems(text: str, group: click.Group) -> list[str]:
 
 def prose_problems(text: str, group: click.Group) -> list[str]:
     """Options and commands the hand-written part of the page names that do not exist: an
-    option anywhere must be one of some command; in a code span ``ckpt CMD ... --opt`` the
-    command must exist and have the option."""
+    option anywhere must be one of some command, and :func:`span_problems`."""
     tree = command_options(group)
     every = set().union(*tree.values())
     problems = [f"no such option: {o}" for o in sorted(set(OPTION.findall(text)) - every)]
+    return problems + span_problems(text, group)
+
+
+def span_problems(text: str, group: click.Group) -> list[str]:
+    """In each code span ``ckpt CMD ... --opt`` of ``text``: the command exists and has
+    the option."""
+    tree = command_options(group)
+    problems = []
     for span in re.findall(r"`([^`\n]+)`", text):
         for m in re.finditer(r"\bckpt((?: [a-z][a-z-]*)+)(.*)", span):
             words = m.group(1).split()
@@ -161,3 +168,15 @@ def test_the_synopsis_names_every_command_and_option_and_no_other():
 def test_the_cli_page_names_no_command_or_option_that_does_not_exist():
     problems = prose_problems(PAGE.read_text(), main)
     assert not problems, problems
+
+
+def test_code_spans_of_the_docs_name_options_their_command_has():
+    """README.md and the published pages: ``ckpt savepoint JOB --dir D`` names an option of
+    ``ckpt savepoint`` (their shell examples run in test_docs_examples.py)."""
+    pages = [ROOT / "README.md"] + [
+        p for p in (ROOT / "docs").rglob("*.md") if "changes" not in p.relative_to(ROOT).parts
+    ]
+    bad = {
+        str(p.relative_to(ROOT)): found for p in pages if (found := span_problems(p.read_text(), main))
+    }
+    assert not bad, bad
