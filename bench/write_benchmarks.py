@@ -231,7 +231,7 @@ class Family:
                     f"; {self.peer} measured by the same script on the same input")
         out = [f"## {self.heading}", "",
                f"Command: `{command}`. Measured {when}{peer}. "
-               + self.what, "",
+               + (self.what(data) if callable(self.what) else self.what), "",
                row([head[i] for i in idx] + ["load (1 min)"]), "|" + "---|" * (len(idx) + 1)]
         for b in body:
             if self.row_load:
@@ -293,7 +293,8 @@ FAMILIES = [
            _section(sss_section), peer="Structured Streaming",
            columns=["scenario", "SS sustained (rows/s)", "ours, local runner (rows/s)",
                     "ours / SS (local)", "ours, spark runner (rows/s)", "ours / SS (spark)"],
-           what="Both engines fed faster than they can process, 2 cores, 100,000 keys; "
+           what=lambda d: "Both engines fed faster than they can process, 2 cores, "
+                f"{d['summary']['keys']:,} keys; "
                 "`groupBy(key).agg(count, sum)` (RocksDB state store, 1 s trigger) against "
                 "`key_by(\"key\").aggregate(count, sum)` (1 s checkpoints); per record: "
                 "`applyInPandasWithState` against a `KeyedProcessFunction`. Ratios are medians of "
@@ -302,8 +303,10 @@ FAMILIES = [
            _section(event_time_section), peer="Structured Streaming",
            columns=["", "SS sustained (rows/s)", "ours (rows/s)", "ours / SS"],
            keep=lambda b: b[0] == "median",
-           what="10 s tumbling event-time windows, count and sum per key and window, 100,000 "
-                "string keys, watermark delay 1 s, 1 s checkpoints, at saturation."),
+           what=lambda d: f"{d['summary']['window_ms'] / 1000:g} s tumbling event-time windows, "
+                f"count and sum per key and window, {d['summary']['keys']:,} string keys, "
+                f"watermark delay {d['summary']['delay_ms']:,} ms, 1 s checkpoints, at "
+                "saturation."),
     Family("State size over a long run", "event_time.json", _section(event_time_section),
            columns=["job", "checkpoints", "first", "middle", "largest"],
            what="Checkpointed state in bytes (all subtasks) over a run at a steady rate, 1 s "
@@ -313,11 +316,14 @@ FAMILIES = [
            _join_section("joins"), peer="Structured Streaming",
            columns=["join", "SS sustained (rows/s)", "ours (rows/s)", "ours / SS"],
            keep=lambda b: not b[0].startswith("rep "),
-           what="Inner interval and window joins of two streams, 10,000 string keys, watermark "
-                "bound 200 ms, RocksDB state store for SS, 1 s checkpoints for ours; one pair."),
+           what=lambda d: "Inner interval and window joins of two streams, "
+                f"{d['summary']['keys']:,} string keys, watermark bound "
+                f"{d['summary']['bound_ms']} ms, RocksDB state store for SS, 1 s checkpoints for "
+                f"ours; {d['summary']['reps']} repetition(s)."),
     Family("Regular join against Flink", "regular_join.json", _join_section("regular_join"),
            peer="Flink SQL 2.3", command_re=r"Command: `([^`]*)`",
-           what="Insert-only join of 200,000 orders with 10,000 customers on one pinned core; "
+           what=lambda d: f"Insert-only join of {d['summary']['orders']:,} orders with "
+                f"{d['summary']['customers']:,} customers on one pinned core; "
                 "Flink's plain rate includes its fixed costs on this bounded input, its marginal "
                 "rate (in the row) does not."),
     Family("Nexmark against Flink and Structured Streaming", "nexmark.json", _nexmark,
@@ -326,20 +332,21 @@ FAMILIES = [
            columns=["query", "ours heap", "ours RocksDB", "Flink hashmap", "Flink RocksDB", "SS",
                     "ours/Flink (heap)", "ours heap/SS"],
            row_load=_nexmark_load, same_run=False,
-           what="Events per second at parallelism 1, every engine pinned to one core and "
-                "reading the same 12,000,000 generated events, exactly-once checkpoints every "
-                "10 s (SS: every micro-batch). The load is the highest 1-minute load average "
+           what=lambda d: "Events per second at parallelism 1, every engine pinned to one core "
+                f"and reading the same generated events (up to {d['args']['files']} x "
+                f"{d['args']['events_per_file']:,}), exactly-once checkpoints every 10 s (SS: "
+                "every micro-batch). The load is the highest 1-minute load average "
                 "(both cores) when that query's runs started."),
     Family("End-to-end latency", "latency.json", _section(latency_section),
            peer="Structured Streaming (`ss_aggregate`)",
            columns=["job", "offered rows/s", "p50 (ms)", "p99", "max", "worst p99"],
-           what="Generation to sink, milliseconds, 100,000 keys, parallelism 2, checkpoints "
-                "every 1 s included; SS with a 1 s trigger at the same offered rate."),
+           what=lambda d: f"Generation to sink, milliseconds, {d['summary']['keys']:,} keys, "
+                "parallelism 2, checkpoints every 1 s included; SS with a 1 s trigger at the same offered rate."),
     Family("Checkpointing overhead", "checkpoint_overhead.json", _section(overhead_section),
            columns=["job", "rep", "no checkpoints (rec/s)", "checkpoints every 1 s (rec/s)",
                     "ratio"],
            what="Throughput with checkpoints every 1 s against none, interleaved pairs, local "
-                "runner, parallelism 2, 100,000 keys."),
+                "runner, parallelism 2."),
     Family("Checkpoint duration by state size", "checkpoint_scaling.json",
            _section(scaling_section),
            columns=["keys", "checkpoints", "p50 (ms)", "p99 (ms)", "max (ms)", "largest (MB)",
@@ -350,11 +357,12 @@ FAMILIES = [
                 "runner and a standalone Spark cluster, 1 s checkpoints."),
     Family("Recovery", "recovery.json", _section(recovery_section),
            columns=["rep", "recovery (s)", "restart to running (s)", "restored checkpoint (MB)"],
-           what="1,000,000 keys; a slot killed, the job restarted from its latest checkpoint; "
+           what=lambda d: f"{d['summary']['keys']:,} keys; a slot killed, the job restarted from its latest checkpoint; "
                 "recovery = failure to the restored job's first record processed."),
     Family("Aligned and unaligned checkpoints under backpressure", "unaligned.json",
            _section(unaligned_section),
-           what="The sink throttled to 10% of the source rate for 45 s, checkpoints every 1 s."),
+           what=lambda d: f"The sink throttled to 10% of the source rate for {d['seconds']:g} s, "
+                "checkpoints every 1 s."),
     Family("Checkpoints under backpressure with buffer debloating", "backpressure.json",
            lambda r: backpressure_section(r), command=lambda data: data["command"],
            keep=lambda b: b[0] == "local" and b[5] == "on" and b[1] in ("1000 us", "10000 us"),
@@ -364,13 +372,16 @@ FAMILIES = [
                 "capacity, 2 subtasks, checkpoints every 1 s, debloating on (the default); one "
                 "run per cell."),
     Family("Exactly-once sinks", "sinks.json", _section(sinks_section),
-           what="10,000,000 rows, 1 s checkpoints, commit on checkpoint completion."),
+           what=lambda d: f"{d['records']:,} rows, 1 s checkpoints, commit on checkpoint "
+                "completion."),
     Family("Upsert sinks", "upsert_sinks.json", _upserts,
-           what="Changes per second into each sink in upsert mode (a tenth deletes), 20,000 keys."),
+           what=lambda d: "Changes per second into each sink in upsert mode (a tenth deletes), "
+                f"{d['keys']:,} keys."),
     Family("PostgreSQL CDC end to end", "cdc.json", _cdc,
            columns=["sink", "snapshot rows/s", "changes/s under load (pgbench tps)",
                     "lag s median / max", "backlog changes/s (s)"],
-           what="`pgbench -s 1` captured through logical replication into each sink; one run."),
+           what=lambda d: f"`pgbench -s {d['scale']}` captured through logical replication into "
+                "each sink; one run."),
     Family("Snapshot cost of the per-record state backends", "state_backends.json",
            _section(state_section),
            columns=["keys", "backend", "sync p50 (ms)", "total p99 (ms)", "full state (MB)",
@@ -426,9 +437,13 @@ def summary(r: Results, tables: dict[str, list[str]]) -> list[str]:
     jn = rows("joins.json")
     if et and et["summary"].get("ratio_local"):
         ratios = [float(b[3].strip("*")) for b in jn if b[3].strip("*")]
+        reps = ((r.load("joins.json") or {}).get("summary") or {}).get("reps")
+        loaded = any(LOAD_MARK in b[-1] for b in jn)
+        how = ", ".join(x for x in (f"{reps} repetition(s)" if reps else "",
+                                    f"at a load above {LOAD_LIMIT:g}" if loaded else "") if x)
         out.append(f"- Event-time windows: {et['summary']['ratio_local']:.2f}x Structured "
                    "Streaming" + (f"; stream-stream joins {min(ratios):.1f}x to "
-                                  f"{max(ratios):.1f}x (one pair, at load above 4)"
+                                  f"{max(ratios):.1f}x" + (f" ({how})" if how else "")
                                   if ratios else "") + ".")
     nx = rows("nexmark.json")
     if nx:
@@ -444,10 +459,10 @@ def summary(r: Results, tables: dict[str, list[str]]) -> list[str]:
     rec = r.load("recovery.json")
     bits = []
     if lat:
-        bits.append("p99 latency " + " / ".join(f"{m['p99']:.1f}" for m in lat)
-                    + " ms at 100,000 rows/s")
+        bits.append("p99 latency " + " and ".join(f"{m['p99']:.1f} ms ({m['job']})" for m in lat)
+                    + " at 100,000 rows/s")
     if over and "aggregate" in over["summary"]:
-        bits.append(f"1 s checkpoints cost {over['summary']['aggregate']['ratio_median']:.2f}x "
+        bits.append(f"1 s checkpoints keep {over['summary']['aggregate']['ratio_median']:.2f}x "
                     "the throughput without")
     if rec:
         bits.append(f"recovery at {rec['summary']['keys']:,} keys within "
@@ -456,9 +471,12 @@ def summary(r: Results, tables: dict[str, list[str]]) -> list[str]:
         out.append("- " + "; ".join(bits) + ".")
     dt = rows("downtime.json")
     if dt:
+        exact = all(b[4] == "0 / 0" for b in dt)
         out.append("- Upgrades and blue-green cut-overs stop the output for "
                    + " and ".join(f"{b[2].split(' / ')[0]} s" for b in dt)
-                   + " (p50) on the local runner, with no row lost or duplicated.")
+                   + " (p50) on the local runner"
+                   + (", with no row lost or duplicated." if exact else
+                      "; rows were lost or duplicated (table below)."))
     return out[:5]
 
 

@@ -221,7 +221,8 @@ def fair_flink(fair: dict, rate, cpu_rate=None) -> list[str]:
 
 
 def _notes() -> list[str]:
-    """NOTES.md, then the events per CPU-second before/after (issue 39) if measured."""
+    """NOTES.md if present (its prose moved to bench/HISTORY.md), then the events per
+    CPU-second before/after (issue 39) if measured."""
     from bench.nexmark import cpu_report
 
     lines = []
