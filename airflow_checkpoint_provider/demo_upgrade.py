@@ -94,7 +94,8 @@ def main() -> int:
     conf = {"job_name": "versioned-sum", "v1_pipeline": f"{EXAMPLE}:build_v1",
             "v2_pipeline": f"{EXAMPLE}:build_v2",
             "savepoint_dir": os.path.join(jobs_dir, "savepoints"), "runner": "spark",
-            "job_env": {"CKPT_EXAMPLE_DIR": jobs_dir, "CKPT_EXAMPLE_PARALLELISM": "2"}}
+            # a run's conf names no directory: the jobs' root is the worker's CKPT_EXAMPLE_DIR
+            "job_env": {"CKPT_EXAMPLE_PARALLELISM": 2}}
     rc = _run([os.path.join(BIN, "airflow"), "dags", "test", DAG_ID, "-c", json.dumps(conf)],
               env, 600, log_path)
 

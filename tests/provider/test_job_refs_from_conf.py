@@ -4,6 +4,8 @@ error before anything is looked up or started (issue 25, item 6)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from airflow.sdk.exceptions import AirflowException
 from savepoint_helpers import FakeTI
@@ -145,7 +147,9 @@ def test_a_listed_connection_reaches_the_jobs_environment_never_its_argv_or_the_
                  # a variable the example ignores: the job runs, we read its environment
                  env_from_connections={"CKPT_TEST_SOURCE_URL": "cdc_source"},
                  allowed_connections=("cdc_source",))
-    ti = FakeTI("d", "submit")
+    # a run id of its own: the job id derives from it, and other tests' jobs (on other xdist
+    # workers, with FakeTI("d", "submit")) would share the id this test looks processes up by
+    ti = FakeTI("d", "submit", run_id=f"manual__{tmp_path.name}-{os.getpid()}")
     caplog.set_level("DEBUG")
     job_id = op.execute({"ti": ti})
 

@@ -309,8 +309,11 @@ class _ExactlyOnceWriter(SinkWriter):
         failures: list = []
 
         def delivered(err, msg) -> None:
+            # only ``err``: when librdkafka has just raised a fatal error (a fenced producer),
+            # calling a method of ``msg`` here ends in a SystemError ("returned a result with
+            # an exception set") instead of the KafkaException below
             if err is not None:
-                failures.append((err, msg.topic(), msg.partition()))
+                failures.append(err)
 
         topic = self.sink.topic
         where = (f"epoch {t['epoch']} of subtask {t['subtask']} (job {t['job']}, "
@@ -338,16 +341,18 @@ class _ExactlyOnceWriter(SinkWriter):
                     [ck.TopicPartition(self.sink.marker_topic, 0, t["epoch"])],
                     self._marker_consumer(group).consumer_group_metadata(), METADATA_TIMEOUT_S)
             if failures:
-                err, ftopic, fpart = failures[0]
                 producer.abort_transaction(METADATA_TIMEOUT_S)
                 raise KafkaPublishError(f"Kafka sink {self.ctx.operator_uid}: publishing {where} "
-                                        f"failed at {ftopic}:{fpart}: {err.str()}; aborted")
+                                        f"failed: {failures[0].str()}; aborted")
             producer.commit_transaction(METADATA_TIMEOUT_S)
-        except ck.KafkaException as exc:
+        except (ck.KafkaException, SystemError) as exc:
+            # a SystemError out of the client carries librdkafka's error as its context
+            cause = exc if isinstance(exc, ck.KafkaException) else exc.__context__
+            why = (cause.args[0].str() if isinstance(cause, ck.KafkaException)
+                   else f"{type(exc).__name__}: {exc}")
             raise KafkaPublishError(
                 f"Kafka sink {self.ctx.operator_uid}: publishing {where} failed: "
-                f"{exc.args[0].str()} (the epoch stays in the checkpoint; a restore publishes it)"
-            ) from None
+                f"{why} (the epoch stays in the checkpoint; a restore publishes it)") from None
         self.published.add(ident)
         log.info("Kafka sink %s: published %s", self.ctx.operator_uid, where)
 
