@@ -197,13 +197,30 @@ def _prepared(conn) -> set[str]:
         return {g for (g,) in cur.fetchall()}
 
 
+#: how long a COMMIT/ROLLBACK PREPARED waits for another backend finishing the same gid
+BUSY_WAIT_S = 30.0
+
+
 def _finish(conn, gid: str, how: str) -> None:
+    """``COMMIT``/``ROLLBACK PREPARED gid``, idempotent. A gid another backend is finishing
+    right now ("prepared transaction ... is busy": the committer of a failed attempt whose
+    slot has not stopped yet, while the restarted attempt recovers) is retried until that
+    backend is done (then it is gone: nothing to do), for at most :data:`BUSY_WAIT_S`."""
+    import time
+
     import psycopg
 
-    try:
-        conn.execute(psycopg.sql.SQL(f"{how} PREPARED {{}}").format(psycopg.sql.Literal(gid)))
-    except psycopg.errors.UndefinedObject:
-        pass  # finished already (by another subtask, or before a failure): idempotent
+    deadline = time.monotonic() + BUSY_WAIT_S
+    while True:
+        try:
+            conn.execute(psycopg.sql.SQL(f"{how} PREPARED {{}}").format(psycopg.sql.Literal(gid)))
+            return
+        except psycopg.errors.UndefinedObject:
+            return  # finished already (by another subtask, or before a failure): idempotent
+        except psycopg.errors.ObjectNotInPrerequisiteState as exc:
+            if "is busy" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _rollback_of_job(conn, job_id: str, operator_uid: str, keep: set[str] = frozenset()) -> list[str]:
