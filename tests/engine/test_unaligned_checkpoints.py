@@ -72,9 +72,11 @@ def test_aligned_timeout_turns_a_slow_checkpoint_unaligned(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_savepoints_stay_aligned_and_unaligned_state_restores_only_at_its_parallelism(tmp_path):
+    # retained=100: the requested checkpoint must outlive the periodic ones (every 100 ms)
+    # that complete before the cancel lands (on a loaded machine it was subsumed and deleted)
     p = running_sum_pipeline(str(tmp_path / "a"), num_records=10**9, rate=20_000,
                              delay_s=0.0003, interval_ms=100, unaligned=True,
-                             keyed_parallelism=2)
+                             keyed_parallelism=2, retained=100)
     bg = Background(p)
     job = bg.wait_running(min_checkpoints=3)
     refused = bg.request(job.job_id, "SAVEPOINT", {"unaligned": True})
