@@ -34,10 +34,10 @@ SPARK_REDACTION_REGEX = (
 SPARK_ENV_PREFIX = "spark.ckpt.env."
 
 
-def makedirs_private(path: str) -> str:
-    """``os.makedirs`` with ``0700`` for *every* directory it creates, the intermediate ones
-    too (``os.makedirs`` gives those the umask's default); existing directories are left as
-    they are. Returns ``path``."""
+def makedirs_mode(path: str, mode: int) -> str:
+    """``os.makedirs`` giving every directory it creates exactly ``mode`` (the umask neither
+    narrows nor widens it; the intermediate ones too). Existing directories keep theirs.
+    Returns ``path``."""
     missing = []
     head = os.path.abspath(path)
     while head and not os.path.isdir(head):
@@ -48,10 +48,18 @@ def makedirs_private(path: str) -> str:
         head = parent
     for d in reversed(missing):
         try:
-            os.mkdir(d, DIR_MODE)
+            os.mkdir(d, mode)
         except FileExistsError:
             continue  # created meanwhile (another process): keep its mode
+        os.chmod(d, mode)
     return path
+
+
+def makedirs_private(path: str) -> str:
+    """``os.makedirs`` with ``0700`` for *every* directory it creates, the intermediate ones
+    too (``os.makedirs`` gives those the umask's default); existing directories are left as
+    they are. Returns ``path``."""
+    return makedirs_mode(path, DIR_MODE)
 
 
 def open_private(path: str, mode: str = "wb", *, append: bool = False):

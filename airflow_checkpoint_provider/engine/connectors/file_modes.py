@@ -38,26 +38,6 @@ def check_output_modes(file_mode: int, dir_mode: int, *, where: str) -> tuple[in
     return file_mode, dir_mode
 
 
-def makedirs_mode(path: str, mode: int) -> str:
-    """``os.makedirs`` giving every directory it creates exactly ``mode`` (the umask neither
-    narrows nor widens it; the intermediate ones too). Existing directories keep theirs."""
-    missing = []
-    head = os.path.abspath(path)
-    while not os.path.isdir(head):
-        missing.append(head)
-        parent = os.path.dirname(head)
-        if parent == head:
-            break
-        head = parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, mode)
-        except FileExistsError:
-            continue  # created meanwhile (another subtask): same sink, same mode
-        os.chmod(d, mode)
-    return path
-
-
 _umask_lock = threading.Lock()
 
 

@@ -63,6 +63,7 @@ from typing import BinaryIO
 import msgspec
 
 from ..errors import ConfigurationError
+from ..private import makedirs_mode
 from ..sink_names import (
     RestoredTransactions,
     own,
@@ -79,7 +80,6 @@ from .file_modes import (
     OUTPUT_FILE_MODE,
     _fsync_dir,
     check_output_modes,
-    makedirs_mode,
     open_new_file,
     output_umask,
 )
