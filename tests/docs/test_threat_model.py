@@ -1,5 +1,5 @@
 """The threat-model page names a test for every role, and every test it names exists
-(docs/security/threat-model.md): a renamed or removed test fails here, not silently."""
+(docs/operations/threat-model.md): a renamed or removed test fails here, not silently."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE = ROOT / "docs" / "security" / "threat-model.md"
+PAGE = ROOT / "docs" / "operations" / "threat-model.md"
 ROLES = ("Airflow admin", "DAG author", "User who may trigger a DAG", "Viewer",
          "Local OS user", "Metadata-DB writer", "Checkpoint-storage writer", "Network peer")
 REFERENCE = re.compile(r"`(tests/[\w/]+\.py)(?:::(\w+))?`")
