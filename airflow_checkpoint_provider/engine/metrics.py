@@ -36,6 +36,10 @@ Exposed series (names get the ``ckpt_`` namespace, as Flink's get ``flink_``):
 ``ckpt_replication_connected{operator}``       gauge    1 when every split reader of a CDC source
                                                         is connected, 0 when one is not (its
                                                         lag gauges are NaN then: unknown)
+``ckpt_kafka_consumer_lag_records``            gauge    a Kafka source's lag in one partition
+``{operator,topic,partition}``                          (end offset - checkpointed position)
+                                                        at the newest completed checkpoint
+                                                        (NaN: unknown)
 ``ckpt_stalled``                               gauge    1 while the progress watchdog reports
                                                         the job stalled, else 0
 ``ckpt_stalled_seconds{operator,kind}``        gauge    seconds since records (``kind``
@@ -170,6 +174,12 @@ class JobMetrics:
                                  "(then its lag is unknown: NaN).",
                                  (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                                  registry=self.registry)
+        self._kafka_lag = Gauge("kafka_consumer_lag_records",
+                                "A Kafka source's lag in one partition: its end offset minus "
+                                "the checkpointed position, at the newest completed checkpoint "
+                                "(NaN: unknown).",
+                                (*JOB_LABELS, "operator", "topic", "partition"),
+                                namespace=NAMESPACE, registry=self.registry)
         self._watermark = Gauge("watermark_ms", "Input watermark of an operator (epoch ms).",
                                 (*JOB_LABELS, "operator"), namespace=NAMESPACE,
                                 registry=self.registry)
@@ -321,6 +331,9 @@ class JobMetrics:
         worst: dict[str, dict] = {}
         for task in task_stats:
             for uid, lag in (task.get("source_lag") or {}).items():
+                if "lag_bytes" not in lag:  # a Kafka source's: per partition, below
+                    self._on_kafka_lag(uid, lag)
+                    continue
                 w = worst.setdefault(uid, {"lag_bytes": 0, "lag_seconds": 0.0})
                 if lag["lag_bytes"] is None or w["lag_bytes"] is None:  # unknown wins
                     w["lag_bytes"] = w["lag_seconds"] = None
@@ -333,6 +346,15 @@ class JobMetrics:
             self._connected.labels(**labels).set(1 if known else 0)
             self._lag_bytes.labels(**labels).set(lag["lag_bytes"] if known else float("nan"))
             self._lag_seconds.labels(**labels).set(lag["lag_seconds"] if known else float("nan"))
+
+    def _on_kafka_lag(self, operator_uid: str, lag: dict) -> None:
+        """A Kafka source's consumer lag per partition (NaN: unknown, no fetch response yet)."""
+        for split, measured in (lag.get("partitions") or {}).items():
+            topic, _, partition = split.rpartition(":")
+            value = measured.get("lag") if isinstance(measured, dict) else None
+            self._kafka_lag.labels(job_name=self.job_name, job_id=self.job_id,
+                                   operator=operator_uid, topic=topic, partition=partition).set(
+                float("nan") if value is None else value)
 
     def on_stall(self, operator_uid: str | None, kind: str | None = None,
                  seconds: float = 0.0) -> None:

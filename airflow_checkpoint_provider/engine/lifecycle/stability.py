@@ -256,7 +256,8 @@ def replication_lag_s(checkpoint: CheckpointRecord) -> float | None:
     """The largest replication lag (seconds) a CDC source reported with ``checkpoint``
     (infinite when a source was not connected: its lag is unknown)."""
     lags = [float("inf") if lag["lag_seconds"] is None else lag["lag_seconds"]
-            for t in checkpoint.task_stats or () for lag in (t.get("source_lag") or {}).values()]
+            for t in checkpoint.task_stats or () for lag in (t.get("source_lag") or {}).values()
+            if "lag_seconds" in lag]  # not a Kafka source's lag (in records, per partition)
     return max(lags) if lags else None
 
 

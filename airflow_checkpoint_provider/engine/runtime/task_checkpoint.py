@@ -314,7 +314,9 @@ def channel_holder(vertex, snapshots: list) -> str:
 def source_lag(operators) -> dict:
     """``{operator uid: {"lag_bytes", "lag_seconds"}}`` of the source operators whose split
     readers measure how far behind their upstream they are (a CDC source's replication lag:
-    the largest over the task's readers; ``None`` values: unknown, a reader is not connected)."""
+    the largest over the task's readers; ``None`` values: unknown, a reader is not connected),
+    or ``{"lag_records", "partitions"}`` for a Kafka source (the sum over the task's
+    partitions, and each one's offsets: :mod:`..connectors.kafka.lag`)."""
     out: dict = {}
     for op in operators:
         for reader in (getattr(op, "readers", None) or {}).values():
@@ -322,6 +324,13 @@ def source_lag(operators) -> dict:
             if measure is None:
                 continue
             lag = measure()
+            if "partitions" in lag:  # a Kafka source: lag per partition (connectors.kafka.lag)
+                mine = out.setdefault(op.uid, {"lag_records": 0, "partitions": {}})
+                mine["partitions"].update(lag["partitions"])
+                mine["lag_records"] = (None if mine["lag_records"] is None
+                                       or lag["lag_records"] is None
+                                       else mine["lag_records"] + lag["lag_records"])
+                continue
             mine = out.setdefault(op.uid, {"lag_bytes": 0, "lag_seconds": 0.0})
             if lag["lag_bytes"] is None or mine["lag_bytes"] is None:  # not connected: unknown
                 mine["lag_bytes"] = mine["lag_seconds"] = None

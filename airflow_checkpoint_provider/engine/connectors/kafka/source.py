@@ -54,6 +54,7 @@ from .errors import (
     KafkaPartitionMissingError,
     KafkaUnavailableError,
 )
+from .lag import merge_task_lag, partition_lag
 
 log = logging.getLogger(__name__)
 
@@ -393,6 +394,17 @@ class _SharedConsumer:
         pos = self.consumer.position([ck.TopicPartition(topic, partition)])[0].offset
         return pos if pos >= 0 else None
 
+    def end_offset(self, topic: str, partition: int) -> int | None:
+        """The partition's end offset carried by the latest fetch response (no request;
+        ``None`` before the first one): the consumer lag's end (:mod:`.lag`)."""
+        ck = require_client()
+        try:
+            high = self.consumer.get_watermark_offsets(ck.TopicPartition(topic, partition),
+                                                       cached=True)[1]
+        except ck.KafkaException:
+            return None
+        return high if high >= 0 else None
+
     def fetch(self, topic: str, partition: int, positions: dict) -> deque:
         """The buffered messages of ``topic:partition``, fetching more if there are none."""
         buf = self.buffers[(topic, partition)]
@@ -498,6 +510,16 @@ class _PartitionReader(SplitReader):
 
     def position(self) -> dict:
         return {"offset": self.offset, "end": self.end}
+
+    def lag(self) -> dict:
+        """The engine's ``source_lag`` hook, called with every checkpoint: this partition's
+        consumer lag (:func:`.lag.partition_lag`) as the entry of its source operator."""
+        drained = not self.consumer.buffers.get((self.topic, self.partition))
+        measured = partition_lag(
+            self.consumer.end_offset(self.topic, self.partition), self.offset,
+            read_to=self.consumer.position(self.topic, self.partition) if drained else None,
+            stop_at=self.end)
+        return merge_task_lag(None, split_id(self.topic, self.partition), measured)
 
     def notify_checkpoint_complete(self, checkpoint_id: int, position: object) -> None:
         """Commit the checkpointed offset to the consumer group (for lag monitoring)."""
