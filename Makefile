@@ -110,9 +110,8 @@ MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/datastream/api.py $(ENGINE)/execut
 	$(ENGINE)/plan/job.py $(ENGINE)/protocol $(ENGINE)/catalog $(ENGINE)/checkpoint/coordinator.py $(ENGINE)/checkpoint/held.py \
 	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners \
 	$(ENGINE)/state/backend.py $(ENGINE)/eventtime.py $(ENGINE)/state/ttl.py \
-	$(ENGINE)/state/windows.py $(ENGINE)/connectors/delta.py $(ENGINE)/connectors/lakehouse.py \
-	$(ENGINE)/connectors/partitions.py $(ENGINE)/connectors/postgres_cdc.py \
-	$(ENGINE)/connectors/iceberg.py $(ENGINE)/connectors/table_source.py $(ENGINE)/lifecycle/verify.py \
+	$(ENGINE)/state/windows.py $(ENGINE)/connectors/lakehouse \
+	$(ENGINE)/connectors/files/partitions.py $(ENGINE)/connectors/postgres/cdc/source.py $(ENGINE)/lifecycle/verify.py \
 	$(ENGINE)/state_io $(ENGINE)/lifecycle/stability.py $(ENGINE)/state/columnar.py \
 	$(ENGINE)/state/key_index.py $(ENGINE)/runtime \
 	$(ENGINE)/typed_codec.py $(ENGINE)/state/contract.py $(ENGINE)/serialization.py \

@@ -79,9 +79,9 @@ def make_sink(kind: str, root: str, server):
     import psycopg
 
     from airflow_checkpoint_provider.engine import FileSink
-    from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
-    from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
-    from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
+    from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
     if kind == "file":
         return FileSink(os.path.join(root, "out")), None
@@ -126,7 +126,7 @@ def run_one(kind: str, server, args) -> dict:
     from pipelines import Background
 
     from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline
-    from airflow_checkpoint_provider.engine.connectors.postgres_cdc import (
+    from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import (
         PostgresCdcSource,
         drop_slot,
         job_object_name,

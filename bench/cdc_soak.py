@@ -51,9 +51,9 @@ def project(record: dict) -> dict:
 
 
 def sinks(root: str, target_url: str) -> dict:
-    from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
-    from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
-    from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
+    from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
     return {"items_a": PostgresSink(target_url, "t", COLUMNS, mode="upsert", key=["id"]),
             "items_b": DeltaSink(os.path.join(root, "delta"), mode="upsert", key=["id"]),
@@ -68,7 +68,7 @@ def build(root: str, url: str, target_url: str, name: str, kill_after: int | Non
     from cdc_pipelines import PassThrough
 
     from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
-    from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
+    from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import PostgresCdcSource
 
     p = Pipeline(name, max_parallelism=64,
                  checkpoint=CheckpointConfig(interval_ms=1000, directory=os.path.join(root, "ckpt"),
@@ -184,7 +184,7 @@ def main() -> None:
     from pg_server import PostgresServer
 
     from airflow_checkpoint_provider.engine.catalog import MetadataStore
-    from airflow_checkpoint_provider.engine.connectors.postgres_cdc_slots import (
+    from airflow_checkpoint_provider.engine.connectors.postgres.cdc.slots import (
         copy_slot,
         job_object_name,
     )

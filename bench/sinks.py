@@ -70,20 +70,21 @@ def make_sink(kind: str, root: str, pg_url: str | None):
     if kind == "file":
         return FileSink(os.path.join(root, "out"))
     if kind == "delta":
-        from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
+        from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
 
         return DeltaSink(os.path.join(root, "delta"))
     if kind == "iceberg":
-        from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
+        from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
 
         return IcebergSink("bench.rows", catalog={"type": "sql", "uri": f"sqlite:///{root}/cat.db",
                                                   "warehouse": f"file://{root}/wh"})
     if kind == "postgres":
         import psycopg
 
-        from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
+        from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
+        from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
-        with psycopg.connect(_dsn(pg_url), autocommit=True) as conn:
+        with psycopg.connect(libpq_dsn(pg_url), autocommit=True) as conn:
             conn.execute("DROP TABLE IF EXISTS rows")
             conn.execute("CREATE TABLE rows (id bigint, key text, value bigint)")
         return PostgresSink(pg_url, "rows", ["id", "key", "value"])

@@ -37,11 +37,11 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
 
 def make_sink(kind: str, root: str, pg_url: str | None):
     if kind == "delta":
-        from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
+        from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
 
         return DeltaSink(os.path.join(root, "delta"), mode="upsert", key=["key"])
     if kind == "iceberg":
-        from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
+        from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
 
         return IcebergSink("bench.latest", mode="upsert", key=["key"],
                            catalog={"type": "sql", "uri": f"sqlite:///{root}/cat.db",
@@ -49,9 +49,10 @@ def make_sink(kind: str, root: str, pg_url: str | None):
     if kind == "postgres":
         import psycopg
 
-        from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
+        from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
+        from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
-        with psycopg.connect(_dsn(pg_url), autocommit=True) as conn:
+        with psycopg.connect(libpq_dsn(pg_url), autocommit=True) as conn:
             conn.execute("DROP TABLE IF EXISTS latest")
             conn.execute("CREATE TABLE latest (id bigint, key text PRIMARY KEY, value bigint)")
         return PostgresSink(pg_url, "latest", ["id", "key", "value"], mode="upsert", key=["key"])

@@ -17,7 +17,7 @@ from airflow_checkpoint_provider.engine import (
     Pipeline,
     RestartStrategy,
 )
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import PostgresCdcSource
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 from airflow_checkpoint_provider.engine.state.operator_state import entry_value
 

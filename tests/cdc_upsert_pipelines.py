@@ -12,7 +12,7 @@ import os
 from cdc_pipelines import PassThrough, dsn
 
 from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import PostgresCdcSource
 
 #: target kinds: upsert the rows, or the per-``v`` aggregate of them
 KINDS = ("postgres", "delta", "iceberg", "postgres-agg")
@@ -41,9 +41,9 @@ def create_target(kind: str, root: str, target_url: str | None) -> dict:
 
 
 def make_sink(target: dict):
-    from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
-    from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
-    from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
+    from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
     kind, where = target["kind"], target["where"]
     if kind == "postgres":

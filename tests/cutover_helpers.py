@@ -10,7 +10,7 @@ from collections import Counter
 from pipelines import expected_running_sums
 
 from airflow_checkpoint_provider.engine import read_committed
-from airflow_checkpoint_provider.engine.connectors.files import STAGING
+from airflow_checkpoint_provider.engine.connectors.files.sink import STAGING
 
 
 def committed_rows(out: str) -> Counter:

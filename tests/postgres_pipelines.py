@@ -14,14 +14,15 @@ from airflow_checkpoint_provider.engine import (
     Pipeline,
     RestartStrategy,
 )
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
 
 def sql(url: str, statement: str) -> list[tuple]:
     """Run one statement on ``url`` in autocommit mode; its rows (``[]`` without a result)."""
     import psycopg
 
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         cur = conn.execute(statement)
         return cur.fetchall() if cur.description else []
 

@@ -12,8 +12,8 @@ import time
 from cdc_pipelines import PassThrough
 
 from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import PostgresCdcSource
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
 COLUMNS = ["order_id", "cid", "amount", "name"]
 CUSTOMERS = 60  # ids 0..59; the writers insert and delete them

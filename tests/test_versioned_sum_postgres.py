@@ -4,7 +4,7 @@ sink: the real-deployment blue-green into PostgreSQL (tests/deploy) runs it thro
 
 from __future__ import annotations
 
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 from airflow_checkpoint_provider.examples.versioned_sum import build_v1, build_v2
 from airflow_checkpoint_provider.params import EXAMPLE_ENV
 

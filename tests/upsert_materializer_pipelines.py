@@ -19,7 +19,7 @@ import re
 from changelog_pipelines import Expand, Faulty, OrderEvents, _pipeline
 from regular_join_model import users_source
 
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
 TABLE_DDL = ('CREATE TABLE t (id bigint, "order" bigint PRIMARY KEY, "user" text, '
              "amount int, version int, name text)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from .config import CheckpointConfig, CheckpointingMode, RestartStrategy
 from .connectors.base import Sink, SinkWriter, Source, SourceContext, SplitReader
 from .connectors.discard import DiscardSink
-from .connectors.files import FileSink, read_committed
+from .connectors.files.sink import FileSink, read_committed
 from .connectors.generator import GeneratorSource
 from .datastream.api import DataStream, JobResult, KeyedStream, Pipeline, WindowedStream
 from .datastream.broadcast import BroadcastConnectedStream, BroadcastStream
@@ -61,7 +61,7 @@ from .state.descriptors import (
 
 def __getattr__(name: str):
     if name == "FileSource":  # optional import: pyarrow.parquet is loaded lazily
-        from .connectors.file_source import FileSource
+        from .connectors.files.source import FileSource
 
         return FileSource
     raise AttributeError(name)

@@ -48,8 +48,8 @@ from .catalog import (
     heartbeat_timeout,
     upgrade_database,
 )
-from .connectors.postgres_cdc import drop_slot as drop_cdc_slot
-from .connectors.postgres_cdc import job_object_name as cdc_object_name
+from .connectors.postgres.cdc.source import drop_slot as drop_cdc_slot
+from .connectors.postgres.cdc.source import job_object_name as cdc_object_name
 from .datastream.api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
 from .errors import EngineError, InvalidNameError
 from .fs.storage import absolute_location, canonical_location

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from airflow_checkpoint_provider.engine import CheckpointConfig, FileSink, Pipeline
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import PostgresCdcSource
 from airflow_checkpoint_provider.examples import example_root
 
 

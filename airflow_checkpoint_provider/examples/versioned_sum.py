@@ -47,7 +47,7 @@ from airflow_checkpoint_provider.engine import (
     Pipeline,
     RestartStrategy,
 )
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 from airflow_checkpoint_provider.examples import example_root
 
 

@@ -124,7 +124,7 @@ class CdcHooks:
         import psycopg
         from cdc_pipelines import dsn
 
-        from airflow_checkpoint_provider.engine.connectors.postgres import rollback_prepared
+        from airflow_checkpoint_provider.engine.connectors.postgres.sink import rollback_prepared
 
         with psycopg.connect(dsn(self.target_url), autocommit=True) as conn:
             left = [

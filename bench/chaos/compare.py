@@ -15,7 +15,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from airflow_checkpoint_provider.engine.connectors.partitions import read_partition_dir
+from airflow_checkpoint_provider.engine.connectors.files.partitions import read_partition_dir
 from airflow_checkpoint_provider.engine.sink_names import parse_part_file_name
 
 from .catalogue import Output

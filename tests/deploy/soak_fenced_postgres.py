@@ -32,14 +32,14 @@ def main(minutes: float) -> int:
     from pipelines import Background
     from test_prepared_transactions_bounded import _pipeline
 
-    from airflow_checkpoint_provider.engine.connectors.postgres import _dsn
+    from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 
     n = int(RATE * (minutes * 60 + 120))
     server = PostgresServer().start()
     root = tempfile.mkdtemp(prefix="soak-fenced-")
     try:
         url = server.create_database()
-        with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
             for t in ("a", "b"):
                 conn.execute(f"CREATE TABLE {t} (id bigint, key text, total bigint)")
 
@@ -47,7 +47,7 @@ def main(minutes: float) -> int:
             return _pipeline(root, url, name=name, num_records=n, rate=rate)
 
         def prepared() -> int:
-            with psycopg.connect(_dsn(url), autocommit=True) as conn:
+            with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
                 return conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0]
 
         blue_bg = Background(build("blue", RATE))
@@ -75,7 +75,7 @@ def main(minutes: float) -> int:
         live = build("green", None).run(restore=final.result["location"])
         print(f"green live {live.status} after {live.restarts} restarts", flush=True)
         ok = live.status == "FINISHED" and max(samples) < 100
-        with psycopg.connect(_dsn(url)) as conn:
+        with psycopg.connect(libpq_dsn(url)) as conn:
             for t in ("a", "b"):
                 ids = Counter(i for (i,) in conn.execute(f"SELECT id FROM {t}").fetchall())
                 dup = sum(c - 1 for c in ids.values() if c > 1)

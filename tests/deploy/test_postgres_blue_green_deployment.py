@@ -50,9 +50,9 @@ FENCED_BOUND = 2 * 3
 def _connect(url: str):
     import psycopg
 
-    from airflow_checkpoint_provider.engine.connectors.postgres import _dsn
+    from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 
-    return psycopg.connect(_dsn(url), autocommit=True)
+    return psycopg.connect(libpq_dsn(url), autocommit=True)
 
 
 class PreparedSampler:

@@ -73,16 +73,16 @@ class _Table:
         self.url = url
 
     def sink(self):
-        from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+        from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
         return PostgresSink(self.url, "sums", ["id", "key", "count", "sum"])
 
     def _query(self, sql: str) -> list[dict]:
         import psycopg
 
-        from airflow_checkpoint_provider.engine.connectors.postgres import _dsn
+        from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 
-        with psycopg.connect(_dsn(self.url)) as conn, conn.cursor(
+        with psycopg.connect(libpq_dsn(self.url)) as conn, conn.cursor(
                 row_factory=psycopg.rows.dict_row) as cur:
             cur.execute(sql)
             return cur.fetchall()
@@ -213,10 +213,10 @@ def test_blue_green_cutover_into_postgresql_with_sigkill_is_exactly_once(tmp_pat
                                                                          postgres_server):
     import psycopg
 
-    from airflow_checkpoint_provider.engine.connectors.postgres import _dsn
+    from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 
     url = postgres_server.create_database()
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         conn.execute("CREATE TABLE sums (id bigint, key text, count bigint, sum bigint)")
     target = _Table(url)
     rows, info = _blue_green(str(tmp_path), kill_green=True, target=target)

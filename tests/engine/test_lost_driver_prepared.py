@@ -23,9 +23,9 @@ from airflow_checkpoint_provider.engine import (
     RestartStrategy,
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.connectors.postgres import (
+from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import (
     PostgresSink,
-    _dsn,
     _uid_hash,
     rollback_prepared,
 )
@@ -37,7 +37,7 @@ NAME = "lost-driver"
 def _prepared(url: str) -> set[str]:
     import psycopg
 
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         return {g for (g,) in conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall()}
 
 
@@ -48,7 +48,7 @@ def test_a_new_job_rolls_back_what_a_lost_driver_prepared_for_a_checkpoint_that_
     import psycopg
 
     url = postgres_server.create_database()
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id bigint, key text, value bigint)")
     db = "sqlite:///" + os.path.join(tmp_path, "meta.db")
     lost, older = "a" * 32, "b" * 32
@@ -61,7 +61,7 @@ def test_a_new_job_rolls_back_what_a_lost_driver_prepared_for_a_checkpoint_that_
         assert {j.status for j in store.list_jobs(NAME)} == {"LOST"}
     gids = [gid(lost, _uid_hash("sink"), 0, 1), gid(older, _uid_hash("sink"), 0, 1)]
     for n, g in enumerate(gids):
-        with psycopg.connect(_dsn(url)) as conn:
+        with psycopg.connect(libpq_dsn(url)) as conn:
             conn.execute(f"INSERT INTO t VALUES (-{n + 1}, 'ghost', 0)")
             conn.execute(f"PREPARE TRANSACTION '{g}'")
     try:
@@ -78,7 +78,7 @@ def test_a_new_job_rolls_back_what_a_lost_driver_prepared_for_a_checkpoint_that_
         assert result.status == "FINISHED", result.failure_reason
         left = _prepared(url)
         assert not set(gids) & left, "what the LOST drivers prepared stayed prepared"
-        with psycopg.connect(_dsn(url)) as conn:
+        with psycopg.connect(libpq_dsn(url)) as conn:
             rows = conn.execute("SELECT count(*), min(id) FROM t").fetchone()
         assert rows == (300, 0), "the job's rows, not the ghost"
     finally:

@@ -25,7 +25,7 @@ from postgres_pipelines import sql, totals_pipeline
 
 from airflow_checkpoint_provider.engine import Pipeline
 from airflow_checkpoint_provider.engine.cli import main
-from airflow_checkpoint_provider.engine.connectors.postgres import _dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 
 #: the old code prepared 6 transactions per 1 s checkpoint and never rolled one back: past
 #: the bound of 18 after 3 checkpoints, and the window asks for at least 20 // 3 = 6 (was
@@ -78,7 +78,7 @@ def test_a_fenced_job_keeps_its_prepared_transactions_bounded(tmp_path, postgres
     assert max(samples) == 0, f"a fenced sink prepares nothing, saw {max(samples)}"
     assert rec.status == "RUNNING" and rec.attempt == 0 and result.restarts == 0
     assert _prepared(url, job.job_id) == [], "the fenced job's end discards the rest"
-    with __import__("psycopg").connect(_dsn(url)) as conn:
+    with __import__("psycopg").connect(libpq_dsn(url)) as conn:
         assert conn.execute("SELECT count(*) FROM a").fetchone()[0] == 0, "nothing published"
 
 
@@ -86,7 +86,7 @@ def _inject(url: str, gid: str) -> None:
     """A transaction prepared under ``gid``, as a sink subtask would at a barrier."""
     import psycopg
 
-    with psycopg.connect(_dsn(url)) as conn:
+    with psycopg.connect(libpq_dsn(url)) as conn:
         conn.execute("INSERT INTO a VALUES (-1, 'ghost', 0)")
         conn.execute(f"PREPARE TRANSACTION '{gid}'")
 
@@ -94,7 +94,7 @@ def _inject(url: str, gid: str) -> None:
 @pytest.mark.timeout(180)
 def test_cancel_rolls_back_what_the_job_prepared_for_checkpoints_that_never_completed(
         tmp_path, postgres_server):
-    from airflow_checkpoint_provider.engine.connectors.postgres import _uid_hash
+    from airflow_checkpoint_provider.engine.connectors.postgres.sink import _uid_hash
     from airflow_checkpoint_provider.engine.sink_names import gid
 
     url = _db(postgres_server)
@@ -137,7 +137,7 @@ def test_ckpt_leftovers_reports_and_aborts_what_ended_jobs_left(tmp_path, postgr
         assert aborted.exit_code == 0, aborted.output
         assert left not in _prepared(url) and live in _prepared(url), "a live job's stays"
     finally:
-        from airflow_checkpoint_provider.engine.connectors.postgres import rollback_prepared
+        from airflow_checkpoint_provider.engine.connectors.postgres.sink import rollback_prepared
 
         rollback_prepared(url, [left, live])
         store.close()

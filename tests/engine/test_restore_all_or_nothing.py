@@ -26,22 +26,22 @@ from pipelines import Background, running_sum_pipeline
 
 from airflow_checkpoint_provider.engine import JobFailedError, RestartStrategy
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.connectors.pgoutput import parse_lsn
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import job_object_name
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.pgoutput import parse_lsn
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import job_object_name
 from airflow_checkpoint_provider.engine.errors import UnsafeRestoreFallbackError
 
 
 def _delta(workdir, request):
     from deltalake import DeltaTable
 
-    from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
 
     table = str(workdir / "sums")
     return DeltaSink(table), f"delta({table})", lambda: DeltaTable(table).to_pyarrow_table().to_pylist()
 
 
 def _postgres_2pc(workdir, request):
-    from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+    from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
     url = request.getfixturevalue("postgres_server").create_database()
     with psycopg.connect(dsn(url), autocommit=True) as conn:
@@ -190,9 +190,9 @@ def test_restore_latest_refuses_before_the_file_sink_deletes_what_the_cdc_source
 
 def test_sinks_say_whether_they_can_remove_committed_output_without_touching_anything(tmp_path):
     from airflow_checkpoint_provider.engine import FileSink
-    from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
-    from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
-    from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
+    from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
     url = "postgresql://nobody@127.0.0.1:1/none"  # never connected to
     cannot = [DeltaSink(str(tmp_path / "d")), PostgresSink(url, "t"),

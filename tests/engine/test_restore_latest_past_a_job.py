@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from pipelines import check_exactly_once, expected_running_sums, running_sum_pipeline
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
+from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
 from airflow_checkpoint_provider.engine.errors import UnsafeRestoreFallbackError
 
 N, KEYS, SEED = 4000, 50, 7

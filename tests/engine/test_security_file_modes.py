@@ -123,7 +123,7 @@ def _tree_modes(directory: str) -> tuple[set[int], set[int], int]:
 @pytest.mark.parametrize("partitioned", [False, True], ids=["flat", "partitioned"])
 def test_file_sink_output_is_private_by_default(shared_base, monkeypatch, partitioned):
     from airflow_checkpoint_provider.engine import FileSink
-    from airflow_checkpoint_provider.engine.connectors.files import read_committed
+    from airflow_checkpoint_provider.engine.connectors.files.sink import read_committed
 
     monkeypatch.delenv("CKPT_METADATA_URL", raising=False)
     out = os.path.join(shared_base, "out")
@@ -148,7 +148,7 @@ def test_file_sink_output_is_private_by_default(shared_base, monkeypatch, partit
 @pytest.mark.timeout(180)
 def test_file_sink_modes_can_be_widened(shared_base, monkeypatch):
     from airflow_checkpoint_provider.engine import FileSink
-    from airflow_checkpoint_provider.engine.connectors.files import read_committed
+    from airflow_checkpoint_provider.engine.connectors.files.sink import read_committed
 
     monkeypatch.delenv("CKPT_METADATA_URL", raising=False)
     out = os.path.join(shared_base, "shared-out")
@@ -182,7 +182,7 @@ def test_file_sink_modes_must_let_the_owner_read_and_write():
 @pytest.mark.parametrize("widened", [False, True], ids=["default", "widened"])
 def test_delta_sink_table_files_are_private_by_default(shared_base, monkeypatch, widened):
     pytest.importorskip("deltalake")
-    from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
 
     monkeypatch.delenv("CKPT_METADATA_URL", raising=False)
     table = os.path.join(shared_base, "table")

@@ -47,7 +47,7 @@ def pipeline(root, name: str, uid: str, sink, n: int = N, seed: int = 7) -> Pipe
 
 def delta_sink(table):
     pytest.importorskip("deltalake")
-    from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
 
     return DeltaSink(str(table))
 
@@ -60,7 +60,7 @@ def delta_ids(table) -> list[int]:
 
 def iceberg(root):
     pytest.importorskip("pyiceberg")
-    from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
 
     catalog = {"type": "sql", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/wh"}
     return IcebergSink("db.t", catalog=catalog)
@@ -179,19 +179,19 @@ def test_a_crafted_snapshot_cannot_commit_another_jobs_prepared_transaction(work
     """The victim has a prepared (not yet committed) transaction; the attacker's snapshot
     lists it beside its own gid, or under another sink's uid: refused, still prepared."""
     psycopg = pytest.importorskip("psycopg")
-    from airflow_checkpoint_provider.engine.connectors.postgres import (
+    from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
+    from airflow_checkpoint_provider.engine.connectors.postgres.sink import (
         PostgresSink,
-        _dsn,
         _uid_hash,
     )
 
     url = postgres_server.create_database()
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id bigint, key text, value bigint)")
     h = _uid_hash("out")
     victim_gids = [f"ckpt-victim-{h}-0-5", f"ckpt~victim~{h}~0~6"]  # old and new encoding
     for i, g in enumerate(victim_gids):
-        with psycopg.connect(_dsn(url)) as conn:
+        with psycopg.connect(libpq_dsn(url)) as conn:
             conn.execute("INSERT INTO t VALUES (%s, 'victim', 0)", (-1 - i,))
             conn.execute(f"PREPARE TRANSACTION '{g}'")
     sink = PostgresSink(url, "t", ["id", "key", "value"])
@@ -204,7 +204,7 @@ def test_a_crafted_snapshot_cannot_commit_another_jobs_prepared_transaction(work
         craft(chk, "out", txns)
         with pytest.raises((CorruptCheckpointError, JobFailedError), match="transaction"):
             attack.run(restore=chk, job_id=f"attacker-{i}", trust_snapshot=True)
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         prepared = {g for (g,) in conn.execute("SELECT gid FROM pg_prepared_xacts")}
         assert set(victim_gids) <= prepared
         assert conn.execute("SELECT count(*) FROM t WHERE key = 'victim'").fetchone()[0] == 0

@@ -10,9 +10,9 @@ import pytest
 
 from airflow_checkpoint_provider.engine import CorruptCheckpointError, InvalidNameError
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
-from airflow_checkpoint_provider.engine.connectors.files import FileSink
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _uid_hash
+from airflow_checkpoint_provider.engine.connectors.files.sink import FileSink
+from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink, _uid_hash
 from airflow_checkpoint_provider.engine.names import (
     validate_job_id,
     validate_job_name,

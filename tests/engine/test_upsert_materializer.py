@@ -12,8 +12,8 @@ import random
 import pytest
 
 from airflow_checkpoint_provider.engine import GeneratorSource, Pipeline, PipelineDefinitionError
-from airflow_checkpoint_provider.engine.connectors.files import FileSink
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+from airflow_checkpoint_provider.engine.connectors.files.sink import FileSink
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext
 from airflow_checkpoint_provider.engine.runtime.task import open_operator
 from airflow_checkpoint_provider.engine.state.keygroups import (

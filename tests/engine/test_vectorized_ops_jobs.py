@@ -21,7 +21,7 @@ from airflow_checkpoint_provider.engine import (
     RestartStrategy,
     WatermarkStrategy,
 )
-from airflow_checkpoint_provider.engine.connectors.files import FileSink, read_committed
+from airflow_checkpoint_provider.engine.connectors.files.sink import FileSink, read_committed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from airflow_checkpoint_provider.engine import GeneratorSource, Pipeline
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
 
 def postgres_2pc() -> Pipeline:

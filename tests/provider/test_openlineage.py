@@ -7,10 +7,10 @@ import pytest
 from provider_helpers import EXAMPLE
 
 from airflow_checkpoint_provider.engine import FileSink, GeneratorSource, Pipeline
-from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
-from airflow_checkpoint_provider.engine.connectors.file_source import FileSource
-from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+from airflow_checkpoint_provider.engine.connectors.files.source import FileSource
+from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
+from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 from airflow_checkpoint_provider.engine.lifecycle.lineage import pipeline_datasets
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
 

@@ -18,7 +18,7 @@ import pytest
 from cdc_pipelines import committed_in_order, items_database, replay, source_table, start_writers
 from provider_helpers import completed_checkpoints, run_dag, start_job, wait_for, xcom
 
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import job_object_name
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import job_object_name
 from airflow_checkpoint_provider.engine.errors import ConfigurationError
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.slow]
@@ -77,7 +77,7 @@ def test_blue_green_dag_of_a_cdc_job_copies_green_slot_before_the_handover(
     # idempotent: a retry (green's slot not past blue's) keeps it; green's slot in use
     # (live green reads it) is refused, naming it
     from airflow_checkpoint_provider.engine.cli.common import load_pipeline
-    from airflow_checkpoint_provider.engine.connectors.postgres_cdc_handover import copy_slots
+    from airflow_checkpoint_provider.engine.connectors.postgres.cdc.handover import copy_slots
 
     graph = load_pipeline(CDC).execution_graph()
     with pytest.raises(ConfigurationError, match="green's replication slot .* is in use"):
@@ -100,9 +100,9 @@ def test_blue_green_dag_of_a_cdc_job_copies_green_slot_before_the_handover(
 
 def test_copy_cdc_slots_is_a_no_op_without_a_cdc_source_and_refuses_a_shared_slot():
     from airflow_checkpoint_provider.engine import GeneratorSource, Pipeline
-    from airflow_checkpoint_provider.engine.connectors.files import FileSink
-    from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
-    from airflow_checkpoint_provider.engine.connectors.postgres_cdc_handover import copy_slots
+    from airflow_checkpoint_provider.engine.connectors.files.sink import FileSink
+    from airflow_checkpoint_provider.engine.connectors.postgres.cdc.handover import copy_slots
+    from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import PostgresCdcSource
 
     p = Pipeline("plain")
     p.source(GeneratorSource(10), uid="gen").sink(FileSink("/nonexistent"), uid="out")

@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowException
 from provider_helpers import run_dag, wait_for, xcom
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import job_object_name
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import job_object_name
 from airflow_checkpoint_provider.operators.cdc import DropCdcSlotOperator
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.slow]
@@ -64,7 +64,7 @@ def test_the_cdc_dag_submits_savepoints_and_gates_then_the_operator_drops_the_sl
     out = os.path.join(os.environ["CKPT_EXAMPLE_DIR"], "cdc-out")
 
     def changed():
-        from airflow_checkpoint_provider.engine.connectors.files import read_committed
+        from airflow_checkpoint_provider.engine.connectors.files.sink import read_committed
 
         return any(r.get("id") == 7 and r["_op"] == "+U" for r in read_committed(out))
 

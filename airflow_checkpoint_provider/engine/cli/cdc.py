@@ -26,8 +26,8 @@ def drop_slot(url: str, job_name: str | None, slot: str | None, publication: str
               keep_publication: bool, metadata_url: str | None) -> None:
     """Drop a CDC job's replication slot (and publication). Stop the job first: its next
     start takes a new snapshot. Dropping what does not exist is not an error."""
-    from ..connectors.postgres_cdc import drop_slot as drop
-    from ..connectors.postgres_cdc import job_object_name
+    from ..connectors.postgres.cdc.source import drop_slot as drop
+    from ..connectors.postgres.cdc.source import job_object_name
 
     if (job_name is None) == (slot is None):
         raise click.UsageError("give --job-name or --slot")
@@ -46,8 +46,8 @@ def drop_slot(url: str, job_name: str | None, slot: str | None, publication: str
 def copy_slot(url: str, source: str, target: str | None, to_job: str | None) -> None:
     """Blue-green hand-over of a CDC job: create green's slot as a copy of blue's. Run it
     BEFORE blue's hand-over savepoint (or before picking blue's latest checkpoint)."""
-    from ..connectors.postgres_cdc_slots import copy_slot as copy
-    from ..connectors.postgres_cdc_slots import job_object_name
+    from ..connectors.postgres.cdc.slots import copy_slot as copy
+    from ..connectors.postgres.cdc.slots import job_object_name
 
     if (target is None) == (to_job is None):
         raise click.UsageError("give --to or --to-job")
@@ -65,7 +65,7 @@ def copy_slots(pipeline: str, blue_job: str, green_job: str, as_json: bool) -> N
     (module:function), create green's slot as a copy of blue's. Idempotent (a green slot not
     past blue's is kept); nothing to do without a CDC source. Run it BEFORE blue's
     hand-over savepoint (the blue_green_upgrade DAG does: task copy_cdc_slots)."""
-    from ..connectors.postgres_cdc_handover import copy_slots as copy
+    from ..connectors.postgres.cdc.handover import copy_slots as copy
 
     done = copy(load_pipeline(pipeline).execution_graph(), blue_job=blue_job,
                 green_job=green_job)

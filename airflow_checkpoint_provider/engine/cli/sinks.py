@@ -73,7 +73,7 @@ def leftover_report(store, urls: list[str]) -> list[dict]:
     """Prepared transactions on the servers at ``urls`` whose job ended: ``abortable`` when
     their checkpoint never completed (nothing will commit them), else a restore of that
     checkpoint commits them."""
-    from ..connectors.postgres import prepared_transactions
+    from ..connectors.postgres.sink import prepared_transactions
 
     rows = []
     for url in urls:
@@ -105,7 +105,7 @@ def leftovers(pipeline: str | None, urls: tuple[str, ...], abort: bool, db: str 
     """Prepared transactions that ended jobs left on PostgreSQL servers (a cancel or a crash
     before the job master rolled them back). Exit 1 when some are left (after --abort:
     when some could not be rolled back)."""
-    from ..connectors.postgres import PostgresSink, rollback_prepared
+    from ..connectors.postgres.sink import PostgresSink, rollback_prepared
 
     targets = list(urls)
     if pipeline:

@@ -132,7 +132,7 @@ def check_job_start(graph: ExecutionGraph, store, config, job_id: str, initial) 
     whose upstream position is shared state (a CDC source's replication slot) check it
     (their ``check_job_start``): ownership, restored positions and plans, configuration
     errors that no restart would cure. A fenced source never acknowledges upstream."""
-    from ..connectors.postgres_cdc_slots import restored_positions
+    from ..connectors.postgres.cdc.slots import restored_positions
 
     job_name, fenced = config.name, bool(config.fence_sinks)
     if fenced:

@@ -16,7 +16,7 @@ Handles (Flink's vocabulary in parentheses):
   (``IncrementalRemoteKeyedStateHandle``).
 * :class:`SubtaskState`, :class:`OperatorState`, :class:`SnapshotMetadata` -- the tree of a
   ``_metadata`` document (``OperatorSubtaskState``, ``OperatorState``, ``CheckpointMetadata``).
-* :class:`SinkTransaction` -- a pre-committed :class:`~..connectors.files.FileSink` file.
+* :class:`SinkTransaction` -- a pre-committed :class:`~..connectors.files.sink.FileSink` file.
 """
 
 from __future__ import annotations
@@ -325,7 +325,7 @@ class SnapshotMetadata:
 
 @dataclass(frozen=True)
 class SinkTransaction:
-    """A pre-committed :class:`~..connectors.files.FileSink` file: ``staging`` (a name in
+    """A pre-committed :class:`~..connectors.files.sink.FileSink` file: ``staging`` (a name in
     ``<directory>/_staging``) becomes ``final`` (a name in ``<directory>/<partition>``) on
     commit. ``partition``: the partition directory (``col=value/...``) of a partitioned
     sink, ``""`` otherwise (and in snapshots written before partitioning: they restore). It

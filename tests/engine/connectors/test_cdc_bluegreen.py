@@ -20,7 +20,7 @@ from test_cdc_slots import _confirmed_text
 
 from airflow_checkpoint_provider.engine.catalog import SlotInUseError
 from airflow_checkpoint_provider.engine.cli import main
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import job_object_name
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import job_object_name
 
 
 @pytest.fixture
@@ -85,7 +85,7 @@ def test_a_green_whose_slot_was_not_copied_before_the_handover_is_told_how(db, t
     DAG's copy_cdc_slots task)."""
     from cdc_pipelines import stream_lsn
 
-    from airflow_checkpoint_provider.engine.connectors.pgoutput import parse_lsn
+    from airflow_checkpoint_provider.engine.connectors.postgres.cdc.pgoutput import parse_lsn
 
     root, out = str(tmp_path), str(tmp_path / "out")
     blue_bg = Background(cdc_pipeline(root, db, name="cdc-blue", out=out))

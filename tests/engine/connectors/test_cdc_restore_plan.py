@@ -22,7 +22,7 @@ from pipelines import Background
 from airflow_checkpoint_provider.engine import RestoreError
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import PostgresCdcSource
 
 ROWS = 3_000
 
@@ -33,7 +33,7 @@ def db(postgres_server):
 
 
 def _positions(location):
-    from airflow_checkpoint_provider.engine.connectors.postgres_cdc_slots import restored_positions
+    from airflow_checkpoint_provider.engine.connectors.postgres.cdc.slots import restored_positions
     from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
     class Snap:

@@ -19,9 +19,9 @@ from cdc_pipelines import cdc_pipeline, dsn, items_database
 from airflow_checkpoint_provider.engine import RestoreError
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.cdc_rows import CdcError
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc_slots import CdcConfigurationError
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.rows import CdcError
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.slots import CdcConfigurationError
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import PostgresCdcSource
 
 
 @pytest.fixture

@@ -20,10 +20,10 @@ import pytest
 from cdc_pipelines import dsn, items_database
 
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.pgoutput import ReplicationStream
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc_slots import slot_state
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc_takeover import (
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.pgoutput import ReplicationStream
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.slots import slot_state
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import PostgresCdcSource
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.takeover import (
     SlotHeldError,
     application_name,
     parse_application_name,

@@ -17,12 +17,12 @@ from pipelines import Background
 
 from airflow_checkpoint_provider.engine import ConfigurationError, JobFailedError
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import (
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import (
     PostgresCdcSource,
     SlotWaitTimeoutError,
     job_object_name,
 )
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc_wait import (
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.wait import (
     DEFAULT_SLOT_WAIT_S,
     SLOT_WAIT_ENV,
 )

@@ -15,13 +15,13 @@ from pipelines import Background
 from airflow_checkpoint_provider.engine import ConfigurationError
 from airflow_checkpoint_provider.engine.catalog import SlotInUseError
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.cdc_rows import CdcError
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import (
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.rows import CdcError
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.slots import SlotAheadError
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import (
     PostgresCdcSource,
     check_name,
     job_object_name,
 )
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc_slots import SlotAheadError
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ from cdc_upsert_pipelines import (
 )
 from pipelines import Background
 
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import PostgresCdcSource
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc_recovery import (
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.recovery import (
     recover_after_truncate,
 )
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import PostgresCdcSource
 
 
 @pytest.fixture

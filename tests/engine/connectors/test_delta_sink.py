@@ -17,7 +17,7 @@ from airflow_checkpoint_provider.engine import (
     JobFailedError,
     RestartStrategy,
 )
-from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
+from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
 
 N, KEYS, SEED = 12_000, 40, 7
 pytestmark = pytest.mark.slow

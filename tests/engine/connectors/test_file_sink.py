@@ -6,7 +6,7 @@ import json
 
 from airflow_checkpoint_provider.engine import FileSink
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.files import read_committed
+from airflow_checkpoint_provider.engine.connectors.files.sink import read_committed
 
 CTX = SourceContext(job_id="job-1", job_name="j", operator_uid="out", subtask_index=0,
                     parallelism=1, attempt=0)

@@ -35,7 +35,7 @@ from airflow_checkpoint_provider.engine import (
     read_committed,
 )
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.files import FileSinkRestoreError
+from airflow_checkpoint_provider.engine.connectors.files.sink import FileSinkRestoreError
 from airflow_checkpoint_provider.engine.snapshot.codec import encode_metadata, load_snapshot
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.file_source import (
+from airflow_checkpoint_provider.engine.connectors.files.source import (
     FileSource,
     MalformedFileError,
 )

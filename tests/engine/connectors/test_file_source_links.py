@@ -24,7 +24,7 @@ from airflow_checkpoint_provider.engine import (
     read_committed,
 )
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.file_source import MalformedFileError
+from airflow_checkpoint_provider.engine.connectors.files.source import MalformedFileError
 from airflow_checkpoint_provider.engine.errors import RestoreError
 
 CTX = SourceContext(job_id="j", job_name="n", operator_uid="src", subtask_index=0,

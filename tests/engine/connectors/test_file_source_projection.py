@@ -21,7 +21,7 @@ from airflow_checkpoint_provider.engine import (
     read_committed,
 )
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.file_readers import MalformedFileError
+from airflow_checkpoint_provider.engine.connectors.files.readers import MalformedFileError
 from airflow_checkpoint_provider.engine.errors import ConfigurationError
 
 CTX = SourceContext(job_id="j", job_name="n", operator_uid="src", subtask_index=0,

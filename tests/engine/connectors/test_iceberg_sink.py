@@ -16,7 +16,7 @@ from airflow_checkpoint_provider.engine import (
     JobFailedError,
     RestartStrategy,
 )
-from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
+from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
 
 N, KEYS, SEED = 12_000, 40, 7
 pytestmark = pytest.mark.slow

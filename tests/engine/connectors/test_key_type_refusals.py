@@ -37,7 +37,7 @@ def _pipeline(root) -> Pipeline:
 @pytest.mark.timeout(120)
 def test_a_delta_upsert_key_of_mixed_types_fails_at_once_naming_the_column(tmp_path, caplog):
     pytest.importorskip("deltalake")
-    from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
+    from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
 
     p = _pipeline(tmp_path)
     (p.source(GeneratorSource(20, num_keys=5, seed=1), uid="gen")

@@ -24,11 +24,11 @@ from airflow_checkpoint_provider.engine import (
     FileSink,
 )
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.files import STAGING, read_committed
-from airflow_checkpoint_provider.engine.connectors.partitions import (
+from airflow_checkpoint_provider.engine.connectors.files.partitions import (
     escape_value,
     parse_partition_path,
 )
+from airflow_checkpoint_provider.engine.connectors.files.sink import STAGING, read_committed
 
 CTX = SourceContext(job_id="job-1", job_name="j", operator_uid="out", subtask_index=0,
                     parallelism=1, attempt=0)

@@ -28,9 +28,9 @@ from pipelines import Background, process_alive
 from airflow_checkpoint_provider.engine import ConfigurationError
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.cdc_rows import bucket_of, visible
-from airflow_checkpoint_provider.engine.connectors.pgoutput import parse_lsn
-from airflow_checkpoint_provider.engine.connectors.postgres_cdc import (
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.pgoutput import parse_lsn
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.rows import bucket_of, visible
+from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import (
     PostgresCdcSource,
     drop_slot,
     job_object_name,
@@ -248,7 +248,7 @@ def test_bucket_hash_matches_the_sql_twin_and_drop_slot_is_explicit(db):
     src = PostgresCdcSource(db, ["items"], buckets=97)
     reader = src.open_split("stream", None, _ctx("cdc-drop"))
     try:
-        from airflow_checkpoint_provider.engine.connectors.cdc_rows import _bucket_sql
+        from airflow_checkpoint_provider.engine.connectors.postgres.cdc.rows import _bucket_sql
 
         with psycopg.connect(dsn(db)) as conn:
             rows = conn.execute(psycopg.sql.SQL("SELECT id::text, {} FROM items LIMIT 500").format(

@@ -18,7 +18,7 @@ from postgres_pipelines import sql as _query
 from postgres_pipelines import totals_pipeline
 
 from airflow_checkpoint_provider.engine import Pipeline
-from airflow_checkpoint_provider.engine.connectors.postgres import _dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 from airflow_checkpoint_provider.engine.errors import JobFailedError
 
 N = 400
@@ -44,7 +44,7 @@ def test_a_fenced_2pc_sink_never_collides_with_rows_blue_committed_or_prepared(
     assert len(published) == N
     # blue's next epoch, prepared and not yet committed, holds a row green writes too
     _query(url, "DELETE FROM t WHERE id = 7")
-    with psycopg.connect(_dsn(url)) as conn:
+    with psycopg.connect(libpq_dsn(url)) as conn:
         conn.execute("INSERT INTO t VALUES (7, 'k', 0)")
         conn.execute("PREPARE TRANSACTION 'blue-epoch'")
     try:

@@ -12,7 +12,8 @@ from pipelines import (
 )
 
 from airflow_checkpoint_provider.engine import ConfigurationError, CorruptCheckpointError
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
 N, KEYS, SEED = 12_000, 40, 7
 pytestmark = pytest.mark.slow
@@ -21,14 +22,14 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def db(postgres_server):
     url = postgres_server.create_database()
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         conn.execute("CREATE TABLE sums (id bigint, key text, count bigint, sum bigint)")
         conn.execute("CREATE TABLE latest (key text PRIMARY KEY, count bigint, sum bigint)")
     return url
 
 
 def rows(url: str, query: str) -> list[dict]:
-    with psycopg.connect(_dsn(url)) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+    with psycopg.connect(libpq_dsn(url)) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
         cur.execute(query)
         return cur.fetchall()
 

@@ -31,7 +31,8 @@ from pipelines import (
 from airflow_checkpoint_provider.engine import RestartStrategy
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.cli import main
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 from airflow_checkpoint_provider.engine.errors import JobFailedError, SinkLockTimeoutError
 from airflow_checkpoint_provider.engine.runtime.edge_operators import SinkOperator
 
@@ -42,7 +43,7 @@ COLUMNS = ["id", "key", "count", "sum"]
 
 
 def _sql(url: str, statement: str) -> list[tuple]:
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         cur = conn.execute(statement)
         return cur.fetchall() if cur.description else []
 
@@ -54,7 +55,7 @@ def _prepared(url: str) -> list[str]:
 
 def _unwedge(url: str, pid: int | None = None) -> None:
     """End what a test left waiting: cancel backend ``pid`` and roll back what is prepared."""
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         if pid is not None:
             conn.execute("SELECT pg_cancel_backend(%s)", [pid])
         for gid in _prepared(url):
@@ -67,7 +68,7 @@ class Ddl:
 
     def __init__(self, url: str, statement: str) -> None:
         self.url, self.statement = url, statement
-        self.conn = psycopg.connect(_dsn(url), autocommit=True)
+        self.conn = psycopg.connect(libpq_dsn(url), autocommit=True)
         self.pid = self.conn.info.backend_pid
         self.started = time.monotonic()
         self.ended: float | None = None
@@ -259,7 +260,7 @@ def test_an_upsert_barrier_behind_an_alter_fails_in_time_naming_it(postgres_serv
 
 
 def _rows(url: str) -> list[dict]:
-    with psycopg.connect(_dsn(url)) as conn, conn.cursor(
+    with psycopg.connect(libpq_dsn(url)) as conn, conn.cursor(
             row_factory=psycopg.rows.dict_row) as cur:
         cur.execute("SELECT id, key, count, sum FROM sums")
         return cur.fetchall()
@@ -325,7 +326,7 @@ def test_a_lock_that_stays_fails_the_job_naming_the_backend_and_a_restore_loses_
     the lock stays: the barrier fails after ``lock_timeout_ms``, the failover and the job's
     failure name the ALTER's backend and statement, and a restore once the DDL ran commits
     every row exactly once."""
-    reader = psycopg.connect(_dsn(sums))
+    reader = psycopg.connect(libpq_dsn(sums))
     reader.execute("SELECT count(*) FROM sums")       # idle in transaction: ACCESS SHARE
     alter = None
     try:

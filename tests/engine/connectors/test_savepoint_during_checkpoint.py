@@ -16,14 +16,14 @@ import pytest
 from pipelines import Background, expected_running_sums
 from postgres_pipelines import SlowPrepareSink, running_sum_upsert_pipeline
 
-from airflow_checkpoint_provider.engine.connectors.postgres import _dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 
 pytestmark = pytest.mark.slow
 N, KEYS = 6_000, 5
 
 
 def _rows(url: str) -> dict:
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0] == 0
         return {k: (c, s) for k, c, s in conn.execute('SELECT "key", "count", "sum" FROM t')}
 
@@ -43,7 +43,7 @@ def _wait_pending(store, job_id: str, timeout: float = 30.0) -> int:
 def test_a_savepoint_requested_while_a_checkpoint_is_pending_waits_for_it(workdir,
                                                                         postgres_server):
     url = postgres_server.create_database()
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         conn.execute('CREATE TABLE t ("key" text PRIMARY KEY, "count" bigint, "sum" bigint)')
     # every checkpoint stays pending >= 0.6 s in the sink's pre-commit, and the next one is
     # triggered 50 ms after: a request claimed (every 0.25 s) almost always finds one pending;

@@ -23,8 +23,8 @@ from airflow_checkpoint_provider.engine import (
     Pipeline,
     RestartStrategy,
 )
-from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
-from airflow_checkpoint_provider.engine.connectors.table_source import (
+from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
+from airflow_checkpoint_provider.engine.connectors.lakehouse.table_source import (
     DeltaTableSource,
     IcebergTableSource,
 )

@@ -18,7 +18,8 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 from airflow_checkpoint_provider.engine.errors import SinkTransactionConflictError
 from airflow_checkpoint_provider.engine.runtime.edge_operators import SinkOperator
 
@@ -26,17 +27,17 @@ pytestmark = pytest.mark.slow
 
 
 def _table(url: str) -> None:
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         conn.execute('CREATE TABLE t ("k" bigint PRIMARY KEY, "v" bigint)')
 
 
 def _rows(url: str) -> dict:
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         return dict(conn.execute("SELECT k, v FROM t").fetchall())
 
 
 def _prepared(url: str) -> list[str]:
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         return [g for (g,) in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = "
                                            "current_database()").fetchall()]
 
@@ -65,7 +66,7 @@ def _bounded(fn, url: str, seconds: float = 10.0):
     t.start()
     t.join(seconds)
     if t.is_alive():
-        with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
             for gid in _prepared(url):
                 conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(
                     psycopg.sql.Literal(gid)))

@@ -9,8 +9,8 @@ import uuid
 import pytest
 
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
-from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
+from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
+from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
 
 
 def _delta(tmp_path):

@@ -17,9 +17,10 @@ from changelog_pipelines import (
 from pipelines import FaultPlan
 
 from airflow_checkpoint_provider.engine import ConfigurationError, JobFailedError
-from airflow_checkpoint_provider.engine.connectors.delta import DeltaSink
-from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink, _dsn
+from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
+from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
+from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
 pytestmark = pytest.mark.slow
 N = 6_000
@@ -52,7 +53,7 @@ class Target:
                  "version": "bigint", "id": "bigint", "orders": "bigint", "total": "bigint"}
         if key == "user":
             types["user"] = "text PRIMARY KEY"
-        with psycopg.connect(_dsn(self.where), autocommit=True) as conn:
+        with psycopg.connect(libpq_dsn(self.where), autocommit=True) as conn:
             conn.execute("CREATE TABLE t ({})".format(
                 ", ".join(f'"{c}" {types[c]}' for c in columns)))
         return PostgresSink(self.where, "t", columns, mode="upsert", key=[key])
@@ -67,7 +68,7 @@ class Target:
             from pyiceberg.catalog import load_catalog
 
             return load_catalog("db", **_catalog(self.root)).load_table(where).scan().to_arrow().to_pylist()
-        with psycopg.connect(_dsn(where)) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        with psycopg.connect(libpq_dsn(where)) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
             cur.execute("SELECT * FROM t")
             rows = cur.fetchall()
             cur.execute("SELECT count(*) AS n FROM pg_prepared_xacts")

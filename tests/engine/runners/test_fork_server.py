@@ -30,8 +30,8 @@ from airflow_checkpoint_provider.engine import (
     read_committed,
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.connectors.iceberg import IcebergSink
-from airflow_checkpoint_provider.engine.connectors.postgres import PostgresSink
+from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
+from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 from airflow_checkpoint_provider.engine.runners.local import slot_imports
 from airflow_checkpoint_provider.engine.runtime.forkserver import ForkClient, ForkServer, server_key
 

@@ -1,16 +1,16 @@
-"""The lock handling of :class:`~.postgres.PostgresSink`'s writer (issue 54; the rules are in
-:mod:`.postgres`' docstring): the short lock wait of an epoch's writes between barriers
+"""The lock handling of :class:`~.sink.PostgresSink`'s writer (issue 54; the rules are in
+:mod:`.sink`' docstring): the short lock wait of an epoch's writes between barriers
 (:data:`WRITE_LOCK_WAIT_MS`; the rows are kept and retried after :data:`WRITE_RETRY_S`), the
 barrier's write of the kept rows (failing at once on a cycle through this sink's own prepared
-transactions, else after ``lock_timeout_ms``), and the :class:`~..errors.SinkLockTimeoutError`
+transactions, else after ``lock_timeout_ms``), and the :class:`~...errors.SinkLockTimeoutError`
 that names the table, the lock and the backends holding or waiting for a conflicting one
 (:func:`_lock_report`: ``pg_locks``, ``pg_stat_activity``, ``pg_blocking_pids``).
 """
 
 from __future__ import annotations
 
-from ..errors import SinkLockTimeoutError
-from ..sink_names import parse_gid
+from ...errors import SinkLockTimeoutError
+from ...sink_names import parse_gid
 
 #: the longest an epoch's write waits for a lock between barriers; then it keeps the rows and
 #: retries (the task thread must stay free to commit completed checkpoints)

@@ -2,7 +2,7 @@
 
 Creating a logical replication slot waits until every transaction that had an xid when it
 started has ended (the slot's *consistent point*); a snapshot split waits the same way for
-the transactions older than the slot (see :mod:`.postgres_cdc`). Any such transaction in the
+the transactions older than the slot (see :mod:`.source`). Any such transaction in the
 cluster blocks them: a prepared transaction another tool left behind (``pg_prepared_xacts``)
 or a session idle in a transaction, in any database. Unbounded, the job never started.
 
@@ -25,9 +25,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..config import env_seconds
-from ..errors import ConfigurationError
-from .cdc_rows import CdcError
+from ....config import env_seconds
+from ....errors import ConfigurationError
+from .rows import CdcError
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""What the job master checks for a :class:`~.postgres_cdc.PostgresCdcSource` before the
+"""What the job master checks for a :class:`~.source.PostgresCdcSource` before the
 job's tasks start (:func:`check_job_start`), so a wrong configuration fails the job once
 instead of spending every restart:
 
@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import RestoreError
-from ..extras import require
+from ....errors import RestoreError
+from ....extras import require
 from .pgoutput import format_lsn
-from .postgres_cdc_slots import CdcConfigurationError, server_identity, slot_state
+from .slots import CdcConfigurationError, server_identity, slot_state
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ Every replication connection of the CDC source names its run in ``application_na
 slot held, :func:`release_stale_holder` looks the holder up (``pg_stat_activity``):
 
 * a run of *this job name* that is not the current one -- an older attempt of this job, or
-  another job id (slots belong to one job name, see :mod:`.postgres_cdc_slots`, and a job
+  another job id (slots belong to one job name, see :mod:`.slots`, and a job
   name has one live job at a time: this job started only after that one ended or was
   declared LOST) -- is superseded: its walsender is terminated (``pg_terminate_backend``,
   waiting up to :data:`TERMINATE_WAIT_S` for it to exit) and the split connects at once;
@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 
 from .pgoutput import ReplicationError
-from .postgres_cdc_slots import CdcConfigurationError
+from .slots import CdcConfigurationError
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from ..errors import EngineError
+from ....errors import EngineError
 
 log = logging.getLogger(__name__)
 

@@ -9,15 +9,15 @@ every other prepared transaction of this sink from the restored job or this one 
 back, so rows of checkpoints that never completed disappear.
 
 gid: ``ckpt~<job id>~<hash of the operator uid>~<subtask>~<checkpoint id>``
-(:mod:`..sink_names`; gids of the old ``-`` encoding, which parse one way only, are still
+(:mod:`...sink_names`; gids of the old ``-`` encoding, which parse one way only, are still
 committed and rolled back). A restored gid must name this sink's uid hash and one job (this
 one, or the job whose snapshot is restored): a snapshot cannot commit another job's prepared
 transaction. A gid this job builds that does not parse back fails the job at once
-(:class:`~..sink_names.TransactionIdError`), it never makes a checkpoint look corrupt.
+(:class:`~...sink_names.TransactionIdError`), it never makes a checkpoint look corrupt.
 
 ``mode="upsert"`` with ``key=[...]`` is for tables with a primary key (or a unique index on
-``key``) and changelog input (:mod:`..changelog`): the epoch's records are compacted per key
-(last operation wins, :mod:`.upsert`) and applied at the barrier as ``INSERT ... ON CONFLICT
+``key``) and changelog input (:mod:`...changelog`): the epoch's records are compacted per key
+(last operation wins, :mod:`..upsert`) and applied at the barrier as ``INSERT ... ON CONFLICT
 (key) DO UPDATE`` (``+I``/``+U``) and ``DELETE`` (``-U``/``-D``) inside the same prepared
 transaction as above: exactly once, committed when the checkpoint completes. With
 ``prepared=False`` the upsert transaction is committed at the barrier instead (no
@@ -41,7 +41,7 @@ DDL runs. Once the epoch holds the table's lock, its statements wait up to
 ``lock_timeout_ms`` (not at all when the lock waits for a prepared transaction of this sink
 that cannot commit before the barrier is through: a cycle across subtasks, when the DDL
 queued behind one subtask's open epoch); if the lock is still taken it fails the task with
-:class:`~..errors.SinkLockTimeoutError` naming the table, the lock, and the backends holding
+:class:`~...errors.SinkLockTimeoutError` naming the table, the lock, and the backends holding
 or waiting for a conflicting lock (pid, statement, what blocks them: from ``pg_locks``,
 ``pg_stat_activity`` and ``pg_blocking_pids``). That is the reason of the failover and of the
 checkpoints it aborts; the failover commits or rolls back what the sink prepared, which
@@ -53,30 +53,25 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import time
 from collections.abc import Sequence
 
-from ..changelog import OP_FIELD, RETRACT, row_kind
-from ..errors import (
+from ...changelog import OP_FIELD, RETRACT, row_kind
+from ...errors import (
     BadRecordError,
     ConfigurationError,
     CorruptCheckpointError,
     SinkTransactionConflictError,
 )
-from ..extras import require
-from ..sink_names import RestoredTransactions, one_owner, own, parse_gid
-from ..sink_names import gid as make_gid
-from .base import Sink, SinkWriter, SourceContext
-from .postgres_locks import WRITE_LOCK_WAIT_MS, WRITE_RETRY_S, _LockHandling
-from .upsert import upsert_key
+from ...extras import require
+from ...sink_names import RestoredTransactions, one_owner, own, parse_gid
+from ...sink_names import gid as make_gid
+from ..base import Sink, SinkWriter, SourceContext
+from ..upsert import upsert_key
+from .connection import libpq_dsn
+from .locks import WRITE_LOCK_WAIT_MS, WRITE_RETRY_S, _LockHandling
 
 log = logging.getLogger(__name__)
-
-
-def _dsn(url: str) -> str:
-    """A libpq URI from a SQLAlchemy-style URL (``postgresql+psycopg://`` is accepted)."""
-    return re.sub(r"^postgresql\+\w+://", "postgresql://", url)
 
 
 def _uid_hash(uid: str) -> str:
@@ -96,7 +91,7 @@ class PostgresSink(Sink):
         exactly once) or commit it at the barrier (``False``: idempotent, converging).
     :param lock_timeout_ms: the longest the barrier waits for a lock on the table (DDL queued
         behind the sink's prepared transaction, another session's lock) before the task fails
-        with :class:`~..errors.SinkLockTimeoutError` naming the blocking backend; keep it
+        with :class:`~...errors.SinkLockTimeoutError` naming the blocking backend; keep it
         below the checkpoint timeout. ``None``: wait without limit (not recommended).
     """
 
@@ -128,7 +123,7 @@ class PostgresSink(Sink):
         """``("postgres://host:port", "database.schema.table")``, without credentials."""
         from sqlalchemy.engine import make_url
 
-        url = make_url(_dsn(self.url))
+        url = make_url(libpq_dsn(self.url))
         schema, _, table = self.table.rpartition(".")
         return (f"postgres://{url.host or 'localhost'}:{url.port or 5432}",
                 f"{url.database}.{schema or 'public'}.{table}")
@@ -154,7 +149,7 @@ class PostgresSink(Sink):
             return []
         import psycopg
 
-        with psycopg.connect(_dsn(self.url), autocommit=True) as conn:
+        with psycopg.connect(libpq_dsn(self.url), autocommit=True) as conn:
             return _rollback_of_job(conn, job_id, operator_uid)
 
     def discard_uncommitted_of_job(self, operator_uid: str, job_id: str,
@@ -169,7 +164,7 @@ class PostgresSink(Sink):
         import psycopg
 
         uid = _uid_hash(operator_uid)
-        with psycopg.connect(_dsn(self.url), autocommit=True) as conn:
+        with psycopg.connect(libpq_dsn(self.url), autocommit=True) as conn:
             doomed = []
             for g in sorted(_prepared(conn)):
                 p = parse_gid(g)
@@ -241,8 +236,8 @@ class _PostgresWriter(_LockHandling, SinkWriter):
 
         self.sink, self.ctx = sink, ctx
         self.psycopg = psycopg
-        self.conn = psycopg.connect(_dsn(sink.url))          # the open epoch's transaction
-        self.admin = psycopg.connect(_dsn(sink.url), autocommit=True)  # COMMIT/ROLLBACK PREPARED
+        self.conn = psycopg.connect(libpq_dsn(sink.url))          # the open epoch's transaction
+        self.admin = psycopg.connect(libpq_dsn(sink.url), autocommit=True)  # COMMIT/ROLLBACK PREPARED
         self.uid_hash = _uid_hash(ctx.operator_uid)
         self.sink_name = f"PostgresSink {ctx.operator_uid!r} ({sink.table})"
         self.columns = sink.columns
@@ -524,7 +519,7 @@ def prepared_transactions(url: str) -> list[tuple[str, object]]:
     require("postgres")
     import psycopg
 
-    with psycopg.connect(_dsn(url), autocommit=True) as conn, conn.cursor() as cur:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn, conn.cursor() as cur:
         cur.execute("SELECT gid, prepared FROM pg_prepared_xacts "
                     "WHERE gid LIKE 'ckpt~%%' OR gid LIKE 'ckpt-%%' ORDER BY prepared")
         return [(g, t) for g, t in cur.fetchall()]
@@ -534,6 +529,6 @@ def rollback_prepared(url: str, gids: Sequence[str]) -> None:
     """Roll back these prepared transactions (finished ones are skipped)."""
     import psycopg
 
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         for g in gids:
             _finish(conn, g, "ROLLBACK")

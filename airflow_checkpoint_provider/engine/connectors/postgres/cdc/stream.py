@@ -1,4 +1,4 @@
-"""The change stream split of :class:`~.postgres_cdc.PostgresCdcSource` (see that module for
+"""The change stream split of :class:`~.source.PostgresCdcSource` (see that module for
 the design): a replication connection on the job's slot, pgoutput decoded into changelog
 records, filtered against the snapshot parts, acknowledged on checkpoint completion."""
 
@@ -9,18 +9,8 @@ import logging
 import time
 from typing import Any
 
-from ..errors import RestoreError
-from .base import SourceContext, SplitReader
-from .cdc_rows import (
-    MESSAGE_PREFIX,
-    RESERVED_COLUMNS,
-    CdcError,
-    TableInfo,
-    bucket_of,
-    convert,
-    parse_snapshot,
-    visible,
-)
+from ....errors import RestoreError
+from ...base import SourceContext, SplitReader
 from .pgoutput import (
     PG_EPOCH_US,
     UNCHANGED_TOAST,
@@ -32,8 +22,18 @@ from .pgoutput import (
     decode,
     format_lsn,
 )
-from .postgres_cdc_slots import check_slot_position, slot_state
-from .postgres_cdc_takeover import application_name, release_stale_holder
+from .rows import (
+    MESSAGE_PREFIX,
+    RESERVED_COLUMNS,
+    CdcError,
+    TableInfo,
+    bucket_of,
+    convert,
+    parse_snapshot,
+    visible,
+)
+from .slots import check_slot_position, slot_state
+from .takeover import application_name, release_stale_holder
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
-"""The split readers of :class:`~.file_source.FileSource` (and of the Parquet files of
-:mod:`.table_source`): one per format, each keeping the position a restore seeks to.
+"""The split readers of :class:`~.source.FileSource` (and of the Parquet files of
+:mod:`..lakehouse.table_source`): one per format, each keeping the position a restore seeks to.
 
 FileSource's readers open their file with :func:`no_follow` (``O_NOFOLLOW``):
-:meth:`~.file_source.FileSource.open_split` resolves and checks the path first, and a file
+:meth:`~.source.FileSource.open_split` resolves and checks the path first, and a file
 swapped for a link after that check is refused by the kernel.
 """
 
@@ -19,8 +19,8 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import ConfigurationError, DeterministicError, RestoreError
-from .base import SplitReader
+from ...errors import ConfigurationError, DeterministicError, RestoreError
+from ..base import SplitReader
 
 
 class MalformedFileError(DeterministicError):

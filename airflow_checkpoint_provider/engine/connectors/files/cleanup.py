@@ -1,4 +1,4 @@
-"""The clean-ups of a :class:`~.files.FileSink`'s files in one directory: deleting the part
+"""The clean-ups of a :class:`~.sink.FileSink`'s files in one directory: deleting the part
 files a job committed after a checkpoint (a restore falls back past corrupt newer ones: they
 are written again) and the staged files of an ended job (a new job restored its checkpoint);
 with what they look for: a job's staged files (:func:`_staged_of`, also the writer's abort)
@@ -11,10 +11,10 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
-from ..sink_names import SinkName, parse_part_file_name, parse_staged_file_name
-from .file_modes import _fsync_dir
-from .file_restore import STAGED_EXT, STAGING
+from ...sink_names import SinkName, parse_part_file_name, parse_staged_file_name
+from .modes import _fsync_dir
 from .partitions import read_partition_dir
+from .restore import STAGED_EXT, STAGING
 
 #: the file sink's logger (these clean-ups log as the sink)
 log = logging.getLogger(f"{__package__}.files")

@@ -5,7 +5,7 @@ Each sink subtask collects the records of a checkpoint epoch; at the barrier it 
 to one staged Parquet file in the sink's staging directory, whose name goes into the
 checkpoint (pre-commit). When the checkpoint completes, the file is appended to the table in
 one table commit that carries the *application id* ``ckpt~<job id>~<operator uid>~<subtask>``
-(:mod:`..sink_names`: ``~`` cannot occur in a name, so two jobs never share an id) and the
+(:mod:`...sink_names`: ``~`` cannot occur in a name, so two jobs never share an id) and the
 checkpoint id (Delta: an application transaction; Iceberg: snapshot summary
 properties). A commit the table already holds (same application id, checkpoint id at least
 as high) is skipped, so committing again after a restore never appends twice. After a
@@ -33,11 +33,11 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..changelog import OP_FIELD
-from ..errors import BadRecordError
-from ..extras import require
-from ..fs.storage import LocalFileSystem, filesystem_for, join, strip_scheme
-from ..sink_names import (
+from ...changelog import OP_FIELD
+from ...errors import BadRecordError
+from ...extras import require
+from ...fs.storage import LocalFileSystem, filesystem_for, join, strip_scheme
+from ...sink_names import (
     RestoredTransactions,
     app_id,
     legacy_owners,
@@ -48,10 +48,10 @@ from ..sink_names import (
     staged_file_name,
     staged_prefix,
 )
-from ..snapshot.paths import corrupt, mapping, non_negative_int, safe_name, string
-from .base import Sink, SinkWriter, SourceContext
-from .files import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, makedirs_mode, output_umask
-from .upsert import compact
+from ...snapshot.paths import corrupt, mapping, non_negative_int, safe_name, string
+from ..base import Sink, SinkWriter, SourceContext
+from ..files.sink import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, makedirs_mode, output_umask
+from ..upsert import compact
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class StagedTableSink(Sink):
     writer_class: type[StagedTableWriter]
     extra: str
     staging_dir: str
-    #: modes of the table files the library writes on a local file system (:func:`.files.output_umask`)
+    #: modes of the table files the library writes on a local file system (:func:`..files.sink.output_umask`)
     file_mode: int = OUTPUT_FILE_MODE
     dir_mode: int = OUTPUT_DIR_MODE
 
@@ -192,7 +192,7 @@ class StagedTableWriter(SinkWriter):
         raise NotImplementedError
 
     def upsert(self, data: pa.Table, txn: dict) -> None:
-        """Apply a compacted epoch (:func:`.upsert.compact`: ``_op`` ``+U`` or ``-D`` per
+        """Apply a compacted epoch (:func:`..upsert.compact`: ``_op`` ``+U`` or ``-D`` per
         key) in one commit recording ``txn``'s app id and version."""
         raise NotImplementedError
 

@@ -2,7 +2,7 @@
 its owner's only by default, directories ``0700`` and files ``0600``, since the records may be
 replicated database rows (CDC); ``file_mode`` and ``dir_mode`` widen them, exactly (the umask
 does not narrow them) -- and the fsync that makes a directory's changes durable. Used by
-:class:`~.files.FileSink` and the lakehouse sinks (:mod:`.delta`, :mod:`.iceberg`).
+:class:`~.sink.FileSink` and the lakehouse sinks (:mod:`..lakehouse.delta`, :mod:`..lakehouse.iceberg`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from ..errors import ConfigurationError
+from ...errors import ConfigurationError
 
 #: default mode of the files a file-writing sink creates (issue 50: the output holds the
 #: job's records, replicated database rows for CDC; other local users must not read them)

@@ -1,9 +1,9 @@
-"""The restore of a :class:`~.files.FileSink`'s transactions (issue 51): decoding and
+"""The restore of a :class:`~.sink.FileSink`'s transactions (issue 51): decoding and
 checking them (:func:`check_transactions`; a restored one comes from a snapshot: untrusted),
 finding each in the sink's directory or in the directory it records it was staged in
 (:func:`locate`), the checks before committing it in a recorded directory that is not the
 sink's, and :class:`FileSinkRestoreError` for one found nowhere (:func:`not_found`: where its
-records are and what to do). The relocation rules are in :mod:`.files`' docstring.
+records are and what to do). The relocation rules are in :mod:`.sink`' docstring.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import ConfigurationError, DeterministicError
-from ..sink_names import (
+from ...errors import ConfigurationError, DeterministicError
+from ...sink_names import (
     SinkName,
     legacy_owners,
     one_owner,
     parse_part_file_name,
     parse_staged_file_name,
 )
-from ..snapshot.handles import SinkTransaction
-from ..snapshot.paths import corrupt
+from ...snapshot.handles import SinkTransaction
+from ...snapshot.paths import corrupt
 from .partitions import parse_partition_path
 
 STAGING = "_staging"
@@ -40,9 +40,9 @@ class FileSinkRestoreError(ConfigurationError, DeterministicError):
     (:meth:`FileSink.check_restored_transactions`) when the transaction records its
     directory, else by the sink subtask that recovers it.
 
-    Not a :class:`~..errors.RestoreError`: ``restore="latest"`` must not skip the checkpoint
+    Not a :class:`~...errors.RestoreError`: ``restore="latest"`` must not skip the checkpoint
     and fall back to an older one (the sink cannot remove what the old job committed in
-    another directory: it would be written twice). A :class:`~..errors.DeterministicError`:
+    another directory: it would be written twice). A :class:`~...errors.DeterministicError`:
     a task that meets it fails the job at once (restarting cannot bring the file back)."""
 
 
@@ -79,7 +79,7 @@ def check_transactions(transactions: Sequence[object], *, location: str,
     unpartitioned), so a commit only renames inside a sink directory, and ``directory`` (if
     recorded) an absolute normalized path; in this encoding both names must name the same
     uid, job, subtask and checkpoint. Anything else is a
-    :class:`~..errors.CorruptCheckpointError` naming the field and ``location``. (Old-encoding
+    :class:`~...errors.CorruptCheckpointError` naming the field and ``location``. (Old-encoding
     names are attributed by the writer, which knows its uid.)"""
     out, owners = [], set()
     for i, raw in enumerate(transactions):

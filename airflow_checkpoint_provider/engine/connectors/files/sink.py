@@ -5,7 +5,7 @@ Each sink subtask writes the records of one checkpoint epoch into a staging file
 renamed to carry the checkpoint id (pre-commit); its name goes into the checkpoint. When the
 checkpoint completes, the staging file is renamed to its final name
 ``part-<uid>~<job>~c<checkpoint>~s<subtask>.jsonl`` (commit; the names are built in
-:mod:`..sink_names`). A commit never replaces an existing part file. After a failure, the
+:mod:`...sink_names`). A commit never replaces an existing part file. After a failure, the
 transactions of the restored checkpoint are committed and this job's other staging files from
 earlier attempts are deleted (abort). Readers see only ``part-*`` files: committed output.
 
@@ -62,9 +62,9 @@ from typing import BinaryIO
 
 import msgspec
 
-from ..errors import ConfigurationError
-from ..private import makedirs_mode
-from ..sink_names import (
+from ...errors import ConfigurationError
+from ...private import makedirs_mode
+from ...sink_names import (
     RestoredTransactions,
     own,
     parse_part_file_name,
@@ -73,9 +73,9 @@ from ..sink_names import (
     staged_file_name,
     staged_prefix,
 )
-from .base import Sink, SinkWriter, SourceContext, dataset_for_location
-from .file_cleanup import _discard_committed_in, _discard_staged_in, _staged_of, partition_dirs
-from .file_modes import (
+from ..base import Sink, SinkWriter, SourceContext, dataset_for_location
+from .cleanup import _discard_committed_in, _discard_staged_in, _staged_of, partition_dirs
+from .modes import (
     OUTPUT_DIR_MODE,
     OUTPUT_FILE_MODE,
     _fsync_dir,
@@ -83,7 +83,13 @@ from .file_modes import (
     open_new_file,
     output_umask,
 )
-from .file_restore import (
+from .partitions import (
+    check_columns,
+    group_by_partition,
+    read_partition_dir,
+    without,
+)
+from .restore import (
     MAX_DIRECTORY_LENGTH,
     STAGED_EXT,
     STAGING,
@@ -94,12 +100,6 @@ from .file_restore import (
     check_transactions,
     locate,
     not_found,
-)
-from .partitions import (
-    check_columns,
-    group_by_partition,
-    read_partition_dir,
-    without,
 )
 
 __all__ = ["DEFAULT_MAX_OPEN_WRITERS", "MAX_DIRECTORY_LENGTH", "OUTPUT_DIR_MODE",
@@ -121,7 +121,7 @@ class FileSink(Sink):
     :param partition_by: partition columns: each record is written under
         ``<directory>/<col>=<value>/...`` (Hive-style; values escaped as Hive does, ``None``
         and ``""`` in ``__HIVE_DEFAULT_PARTITION__``; see :mod:`.partitions`). A record
-        without one of the columns fails the job (:class:`~..errors.BadRecordError`).
+        without one of the columns fails the job (:class:`~...errors.BadRecordError`).
     :param keep_partition_columns: keep the partition columns in the written rows too (by
         default they are removed, as Hive, Spark and Flink do: the directory holds them;
         :func:`read_committed` adds them back, as strings).

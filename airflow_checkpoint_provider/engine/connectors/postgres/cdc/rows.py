@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import DeterministicError
+from ....errors import DeterministicError
 
 #: prefix of the logical messages snapshot splits announce their parts with
 MESSAGE_PREFIX = "ckpt-cdc"

@@ -1,4 +1,4 @@
-"""Replication slots and publications of :class:`~.postgres_cdc.PostgresCdcSource`: names
+"""Replication slots and publications of :class:`~.source.PostgresCdcSource`: names
 that cannot collide, ownership by one job (metadata DB), checks at job start and on every
 (re)connect, copying a slot for a blue-green hand-over, dropping.
 
@@ -11,7 +11,7 @@ silently become ``orders``).
 
 **Ownership.** At job start the job master calls :meth:`PostgresCdcSource.check_job_start`:
 the slot is recorded as owned by the job's name in the metadata DB (``cdc_slot_owners``) and
-a job of another name configured with it is refused (:class:`~..catalog.SlotInUseError`).
+a job of another name configured with it is refused (:class:`~....catalog.SlotInUseError`).
 
 **Position checks.** The server starts ``START_REPLICATION ... <lsn>`` silently at the
 slot's confirmed position when that is newer than ``lsn``: changes in between would be
@@ -27,12 +27,12 @@ import hashlib
 import logging
 import re
 
-from ..errors import ConfigurationError
-from ..extras import require
-from ..state.operator_state import entry_value
-from .cdc_rows import CdcError
+from ....errors import ConfigurationError
+from ....extras import require
+from ....state.operator_state import entry_value
+from ..connection import libpq_dsn
 from .pgoutput import format_lsn, parse_lsn
-from .postgres import _dsn
+from .rows import CdcError
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def copy_slot(url: str, source_slot: str, target_slot: str) -> str:
 
     check_name(source_slot, "slot")
     check_name(target_slot, "slot")
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         try:
             conn.execute("SELECT pg_copy_logical_replication_slot(%s, %s)",
                          (source_slot, target_slot))
@@ -157,7 +157,7 @@ def drop_slot(url: str, slot: str, publication: str | None = None, *,
     if publication:
         check_name(publication, "publication")
     done = []
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
                         (slot,)).fetchone():
             try:
@@ -172,7 +172,7 @@ def drop_slot(url: str, slot: str, publication: str | None = None, *,
             done.append(f"publication {publication}")
         server = server_identity(conn)
     if metadata_url:
-        from ..catalog import MetadataStore
+        from ....catalog import MetadataStore
 
         store = MetadataStore(metadata_url)
         try:

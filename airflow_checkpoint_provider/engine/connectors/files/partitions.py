@@ -1,4 +1,4 @@
-"""Hive-style partition directories of a partitioned :class:`~.files.FileSink`:
+"""Hive-style partition directories of a partitioned :class:`~.sink.FileSink`:
 ``<column>=<escaped value>/...``, built and parsed here only.
 
 Values are escaped as Hive does (``FileUtils.escapePathName``): the control characters,
@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from operator import itemgetter
 
-from ..errors import BadRecordError, ConfigurationError
+from ...errors import BadRecordError, ConfigurationError
 
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 #: a partition column name: an identifier (it becomes part of a directory name)

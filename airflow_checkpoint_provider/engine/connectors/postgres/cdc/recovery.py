@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import os
 
-from ..errors import ConfigurationError
-from .postgres import _dsn
+from ....errors import ConfigurationError
+from ..connection import libpq_dsn
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,9 @@ log = logging.getLogger(__name__)
 def empty_upsert_target(sink) -> str:
     """Delete every row of an upsert sink's table (PostgreSQL, Delta or Iceberg); returns
     what was done. A table that does not exist yet is left alone."""
-    from .delta import DeltaSink
-    from .iceberg import IcebergSink
-    from .postgres import PostgresSink
+    from ...lakehouse.delta import DeltaSink
+    from ...lakehouse.iceberg import IcebergSink
+    from ..sink import PostgresSink
 
     if getattr(sink, "mode", None) != "upsert":
         raise ConfigurationError(f"{sink.describe()}: not an upsert sink (mode="
@@ -40,7 +40,7 @@ def empty_upsert_target(sink) -> str:
         import psycopg
         from psycopg import sql
 
-        with psycopg.connect(_dsn(sink.url), autocommit=True) as conn:
+        with psycopg.connect(libpq_dsn(sink.url), autocommit=True) as conn:
             conn.execute(sql.SQL("DELETE FROM {}").format(
                 sql.SQL(".").join(map(sql.Identifier, sink.table.split(".")))))
         return f"emptied PostgreSQL table {sink.table}"
@@ -72,9 +72,9 @@ def recover_after_truncate(source, job_name: str, sinks, *,
                            metadata_url: str | None = None) -> list[str]:
     """After a job failed on a ``TRUNCATE`` (stop it first): drop its slot and publication
     and empty its upsert targets; then start the job without restoring (a new snapshot).
-    ``source``: the job's :class:`~.postgres_cdc.PostgresCdcSource`; ``sinks``: its upsert
+    ``source``: the job's :class:`~.source.PostgresCdcSource`; ``sinks``: its upsert
     sinks. Returns what was done."""
-    from .postgres_cdc_slots import drop_slot
+    from .slots import drop_slot
 
     slot, publication = source.names(job_name)
     done = drop_slot(source.url, slot, publication, metadata_url=metadata_url)

@@ -5,7 +5,7 @@ Green must read its own slot (a fenced job never acknowledges, and two jobs on o
 skip each other's changes), holding every change after blue's hand-over position. Blue
 acknowledges only completed checkpoints, so a copy of blue's slot made *before* the
 hand-over snapshot starts at or before it. :func:`copy_slots` makes that copy for every
-:class:`~.postgres_cdc.PostgresCdcSource` of green's pipeline; it is idempotent (a DAG
+:class:`~.source.PostgresCdcSource` of green's pipeline; it is idempotent (a DAG
 retry, or green's slot left by an earlier run, is kept when it is not past blue's) and a
 no-op for a pipeline without a CDC source.
 """
@@ -15,18 +15,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..extras import require
+from ....errors import ConfigurationError
+from ....extras import require
+from ..connection import libpq_dsn
 from .pgoutput import format_lsn
-from .postgres import _dsn
-from .postgres_cdc_slots import job_object_name, slot_state
+from .slots import job_object_name, slot_state
 
 log = logging.getLogger(__name__)
 
 
 def cdc_sources(graph) -> list[tuple[str, Any]]:
     """``(uid, source)`` of every PostgreSQL CDC source of an execution graph."""
-    from .postgres_cdc import PostgresCdcSource
+    from .source import PostgresCdcSource
 
     return [(n.uid or n.name, n.payload) for v in graph.vertices for n in v.nodes
             if n.kind == "source" and isinstance(n.payload, PostgresCdcSource)]
@@ -54,7 +54,7 @@ def copy_slots(graph, *, blue_job: str, green_job: str) -> list[dict[str, Any]]:
 
         blue, green = job_object_name(blue_job), job_object_name(green_job)
         entry: dict[str, Any] = {"uid": uid, "from": blue, "to": green}
-        with psycopg.connect(_dsn(src.url), autocommit=True) as conn:
+        with psycopg.connect(libpq_dsn(src.url), autocommit=True) as conn:
             have = slot_state(conn, blue)
             if have is None or have[0] is None:
                 raise ConfigurationError(
