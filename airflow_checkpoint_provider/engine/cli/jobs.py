@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import click
 
 from ..catalog.models import ControlRequestStatus, JobStatus
+from ..connectors.kafka.lag import ConsumerLag, checkpoint_consumer_lag
 from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
 from ..errors import EngineError
 from ..fs.storage import absolute_location
@@ -263,7 +264,9 @@ def jobs(db: str | None, name: str | None, as_json: bool) -> None:
     the Airflow DAG that owns each (``owner DAG/RUN``; none for a job started outside
     Airflow): a DAG's tasks act only on its own jobs, the CLI on every job. A running job
     the progress watchdog found stalled says where (``STALLED ... at operator``; in --json
-    ``progress_stall`` with ``stalled_seconds``)."""
+    ``progress_stall`` with ``stalled_seconds``). An active job reading Kafka shows its
+    consumer lag at its newest completed checkpoint, in total and per topic-partition
+    (``kafka lag ...``; in --json ``kafka_consumer_lag``)."""
     store = _store(db)
     store.mark_lost_jobs(name)
     rows = store.list_jobs(job_name=name)
@@ -274,6 +277,9 @@ def jobs(db: str | None, name: str | None, as_json: bool) -> None:
             if doc.get("progress_stall"):
                 doc["progress_stall"] = {**doc["progress_stall"],
                                          "stalled_seconds": stalled_seconds(r.progress_stall)}
+            lag = _kafka_lag(store, r)
+            if lag is not None:
+                doc["kafka_consumer_lag"] = lag.to_dict()
             out.append(doc)
         _echo_json(out)
         return
@@ -289,6 +295,18 @@ def jobs(db: str | None, name: str | None, as_json: bool) -> None:
             stall = r.progress_stall
             click.echo(f"    STALLED for {stalled_seconds(stall) or 0:.0f} s at operator "
                        f"{stall.get('operator')!r} ({stall.get('kind')}): {stall.get('detail')}")
+        lag = _kafka_lag(store, r)
+        if lag is not None:
+            click.echo(f"    kafka lag {lag.describe()} at checkpoint {lag.checkpoint_id}")
+
+
+def _kafka_lag(store, job) -> ConsumerLag | None:
+    """The Kafka consumer lag of an active job at its newest completed checkpoint (one
+    indexed query per active job; none for ended jobs)."""
+    if job.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
+        return None
+    return checkpoint_consumer_lag(
+        store.latest_completed_checkpoint(job_id=job.job_id, kind=None))
 
 
 def stalled_seconds(stall: dict) -> float | None:

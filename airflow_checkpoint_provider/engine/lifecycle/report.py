@@ -42,6 +42,7 @@ from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
 from ..catalog import AttemptRecord, CheckpointRecord, JobRecord, MetadataStore
+from ..connectors.kafka.lag import checkpoint_consumer_lag
 from ..private import makedirs_private, open_private
 from .stats import (
     TASK_METRICS,
@@ -439,6 +440,32 @@ def _task_table_html(checkpoint: CheckpointRecord | None) -> str:
                             table_id="tasks")
 
 
+def _kafka_lag_html(data: ReportData) -> Markup:
+    """The Kafka consumer lag per source and topic-partition at the latest completed
+    checkpoint (end offset from the consumer's fetch responses - checkpointed offset), and
+    the total at the recent ones; nothing for a job without a Kafka source."""
+    done = [c for c in data.checkpoints if is_completed(c)]
+    lags = [lag for lag in map(checkpoint_consumer_lag, done[-10:]) if lag is not None]
+    if not lags:
+        return Markup("")
+    latest = lags[-1]
+    rows = [[_e(uid), _e(split), _e("-" if off[0] is None else off[0]),
+             _e("unknown" if off[1] is None else off[1]),
+             _e("unknown" if lag is None else lag)]
+            for (uid, split), lag in sorted(latest.partitions.items())
+            for off in [latest.offsets.get((uid, split), (None, None))]]
+    total = "unknown (a partition had no fetch response yet)" if latest.total is None else (
+        f"{latest.total} records")
+    recent = ", ".join(f"{lag.checkpoint_id}: {'?' if lag.total is None else lag.total}"
+                       for lag in lags)
+    return Markup('<h2>Kafka consumer lag</h2>\n<p id="kafka-lag-total">At checkpoint {}: '
+                  '<b>{}</b> behind the partitions\' end offsets. Recent checkpoints (id: '
+                  'total lag): {}.</p>\n{}\n').format(
+        latest.checkpoint_id, total, recent,
+        _table(["Source", "Topic:partition", "Checkpointed offset", "End offset", "Lag"],
+               rows, text_cols=(0, 1), table_id="kafka-lag"))
+
+
 def _history_html(stats: dict[str, Any]) -> str:
     rows, classes = [], []
     for entry in stats["history"]:
@@ -507,7 +534,7 @@ restored). Red crosses on the time axis: failed checkpoints.</p>
 {% for chart in charts %}{{ chart }}{% endfor %}
 <h2>Tasks of the latest completed checkpoint</h2>
 {{ tasks }}
-<h2>Recent checkpoints</h2>
+{{ kafka_lag }}<h2>Recent checkpoints</h2>
 {{ history }}
 </body>
 </html>
@@ -527,6 +554,7 @@ def render_html(data: ReportData) -> str:
         failures=_failures_html(data), stall=_stall_html(data),
         summary=_summary_html(data.stats), latest=_latest_html(data.stats), charts=charts,
         tasks=_task_table_html(data.latest_completed_checkpoint()),
+        kafka_lag=_kafka_lag_html(data),
         history=_history_html(data.stats))
 
 

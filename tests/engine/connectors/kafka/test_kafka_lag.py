@@ -166,3 +166,56 @@ def test_a_jobs_checkpoints_record_the_lag_of_every_partition(workdir, kafka_bro
     assert all(set(lag.by_topic_partition()) <= splits for lag in lags)
     known = [lag for lag in lags if lag.known]
     assert known and all(0 <= lag.total <= n for lag in known)
+
+
+def _lagging_job(store, job_id: str = "job-k", status: str = "RUNNING") -> None:
+    from datetime import UTC, datetime
+
+    store.create_job(job_id=job_id, job_name="orders-k", parallelism=2)
+    store.start_attempt(job_id, 0, restored_checkpoint_id=None, restored_from=None)
+    store.set_job_status(job_id, status)
+    stats = [{"vertex": 0, "subtask": 0, "source_lag": {"in": merge_task_lag(
+                 merge_task_lag(None, "orders:0", partition_lag(52, 40)), "orders:2",
+                 partition_lag(9, 9))}},
+             {"vertex": 0, "subtask": 1, "source_lag": {"in": merge_task_lag(
+                 None, "orders:1", partition_lag(30, 27))}}]
+    store.add_pending_checkpoint(job_id, 3, kind="CHECKPOINT", trigger_time=datetime.now(UTC),
+                                 location="/ckpt/chk-3")
+    store.complete_checkpoint(job_id, 3, complete_time=datetime.now(UTC), duration_ms=5,
+                              state_size=10, checkpointed_size=10, task_stats=stats)
+
+
+def test_ckpt_jobs_shows_an_active_jobs_lag_per_topic_partition(tmp_path):
+    from click.testing import CliRunner
+
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+    from airflow_checkpoint_provider.engine.cli import main
+
+    db = f"sqlite:///{tmp_path}/meta.db"
+    store = MetadataStore(db)
+    _lagging_job(store)
+    res = CliRunner().invoke(main, ["jobs", "--db", db], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert ("    kafka lag 15 records (orders:0 12, orders:1 3, orders:2 0) at checkpoint 3"
+            in res.output.splitlines())
+    res = CliRunner().invoke(main, ["jobs", "--db", db, "--json"], catch_exceptions=False)
+    [doc] = json.loads(res.output)
+    assert doc["kafka_consumer_lag"]["total"] == 15
+    assert doc["kafka_consumer_lag"]["partitions"][0] == {
+        "operator": "in", "partition": "orders:0", "offset": 40, "end_offset": 52, "lag": 12}
+    store.set_job_status("job-k", "CANCELED")  # an ended job: no lag line
+    res = CliRunner().invoke(main, ["jobs", "--db", db], catch_exceptions=False)
+    assert "kafka lag" not in res.output
+
+
+def test_the_checkpoint_report_has_a_kafka_lag_table(tmp_path):
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+    from airflow_checkpoint_provider.engine.lifecycle.report import ReportData, render_html
+
+    store = MetadataStore(f"sqlite:///{tmp_path}/meta.db")
+    _lagging_job(store)
+    html = render_html(ReportData.load(store, "job-k"))
+    assert '<h2>Kafka consumer lag</h2>' in html
+    assert '<p id="kafka-lag-total">At checkpoint 3: <b>15 records</b>' in html
+    assert ('<tr><td class="text">in</td><td class="text">orders:0</td><td>40</td>'
+            '<td>52</td><td>12</td></tr>') in html
