@@ -24,17 +24,27 @@ import tempfile
 import time
 
 from .catalogue import CATALOGUE, ROOT
-from .run import Cell, run_one
+from .run import UNFINISHED, Cell, run_one
 
 RESULTS = os.path.join(ROOT, "bench", "results", "chaos.jsonl")
 REPORT = os.path.join(ROOT, "CHAOS.md")
 
 
 def all_cells() -> list[Cell]:
-    return [
+    """Every pipeline x runner x backend x mode under kills of any kind, and the
+    driver-kill cells: the multi-query pipelines on the Spark runner with every kill a
+    driver SIGKILL (then ``restore="latest"``)."""
+    every = [
         Cell(e.name, runner, backend, mode)
         for e in CATALOGUE.values()
         for runner in e.runners
+        for backend in ("heap", "rocksdb")
+        for mode in ("aligned", "unaligned")
+    ]
+    return every + [
+        Cell(e.name, "spark", backend, mode, kills="driver")
+        for e in CATALOGUE.values()
+        if e.group == "nexmark-multi"
         for backend in ("heap", "rocksdb")
         for mode in ("aligned", "unaligned")
     ]
@@ -101,6 +111,21 @@ def _run_and_record(cell: Cell, seed: int, args) -> dict:
     return record
 
 
+def summary(records: list[dict]) -> str:
+    """One line for the runs of this invocation: killed runs, differences, unfinished."""
+    killed = [
+        r for r in records if any(f["fired_at"] and f["kind"] != "raise" for f in r["faults"])
+    ]
+    unfinished = [r for r in records if r["status"] == UNFINISHED]
+    return (
+        f"{len(records)} runs, {len(killed)} killed runs, "
+        f"{sum(1 for r in records if r['differences'])} with committed rows that differ "
+        f"from the reference, {len(unfinished)} unfinished (no end within the cell's bound), "
+        f"{sum(1 for r in records if not r['ok'])} failed; wall "
+        f"{sum(r['seconds'] for r in records):.0f} s"
+    )
+
+
 def _deadline(until: str | None) -> float | None:
     """``HH:MM`` (UTC, today or, if passed, tomorrow) as a wall-clock time."""
     if not until:
@@ -145,23 +170,24 @@ def main(argv=None) -> int:
     if args.report_only:
         write_report(args.results, args.report)
         return 0
-    failures = 0
+    done: list[dict] = []
     if args.fill:
         deadline = _deadline(args.until)
         n = 0
         while (deadline is None and n < args.runs) or (deadline and time.time() < deadline):
             cell, seed = next_run(cells, load(args.results), args.seed)
-            failures += not _run_and_record(cell, seed, args)["ok"]
+            done.append(_run_and_record(cell, seed, args))
             n += 1
         if args.report:
             write_report(args.results, args.report)
-        return 1 if failures else 0
-    for i in range(args.runs):
-        for cell in cells:
-            failures += not _run_and_record(cell, args.seed + i, args)["ok"]
-        if args.report:
-            write_report(args.results, args.report)
-    return 1 if failures else 0
+    else:
+        for i in range(args.runs):
+            for cell in cells:
+                done.append(_run_and_record(cell, args.seed + i, args))
+            if args.report:
+                write_report(args.results, args.report)
+    print(summary(done), flush=True)
+    return 1 if any(not r["ok"] for r in done) else 0
 
 
 if __name__ == "__main__":

@@ -92,6 +92,9 @@ class Entry:
     seconds: float
     runners: tuple[str, ...] = ("local", "spark")
     xfail: str | None = None
+    #: the Nexmark queries of the pipeline (several: they share one source), each compared
+    #: with its DuckDB reference (empty: the entry's name)
+    queries: tuple[str, ...] = ()
 
 
 def configure(p, ctx: BuildContext):
@@ -124,7 +127,11 @@ def nexmark_config():
     return NexmarkConfig(events_per_second=NEXMARK_EVENT_RATE)
 
 
-def _nexmark_make(query: str) -> Callable[[BuildContext], object]:
+def _nexmark_make(*queries: str) -> Callable[[BuildContext], object]:
+    """The queries on one Nexmark source (several: a branch each, as issue 51's jobs),
+    each into its FileSink ``out/<query>``; default settings but for the run's backend and
+    checkpoint mode (buffer debloating on)."""
+
     def make(ctx: BuildContext):
         from airflow_checkpoint_provider.engine import (
             CheckpointConfig,
@@ -133,12 +140,12 @@ def _nexmark_make(query: str) -> Callable[[BuildContext], object]:
             RestartStrategy,
             WatermarkStrategy,
         )
-        from bench.nexmark import queries
+        from bench.nexmark import queries as nexmark
 
         from .nexmark_source import ChaosNexmarkSource
 
         p = Pipeline(
-            f"nexmark-{query}",
+            "nexmark-" + "-".join(queries),
             max_parallelism=64,
             batch_size=256,
             state_backend=ctx.backend,
@@ -164,8 +171,13 @@ def _nexmark_make(query: str) -> Callable[[BuildContext], object]:
         plan = ctx.fault_plan()
         if plan is not None:
             events = events.map_batches(RaiseAt(plan, ctx.raise_points), name="chaos: raise")
-        out = FileSink(os.path.join(ctx.root, "out", query), **queries.SINK_OPTIONS.get(query, {}))
-        queries.QUERIES[query](events, NEXMARK_PARALLELISM).sink(out, uid="out")
+        for query in queries:
+            out = FileSink(
+                os.path.join(ctx.root, "out", query), **nexmark.SINK_OPTIONS.get(query, {})
+            )
+            # one query keeps the sink uid its cell always had
+            uid = "out" if len(queries) == 1 else f"out-{query}"
+            nexmark.QUERIES[query](events, NEXMARK_PARALLELISM).sink(out, uid=uid)
         return p
 
     return make
@@ -253,6 +265,29 @@ def _nexmark_entries() -> list[Entry]:
             seconds,
         )
         for q in NEXMARK_QUERIES
+    ]
+
+
+#: several queries sharing one source (issue 51: such jobs stalled under buffer debloating
+#: while each query alone finished): a bursty window branch (q7: a combiner, then a window
+#: that emits when it fires) beside steady keyed ones (q19's top-n, q18's last bid, q0)
+MULTI_QUERIES = (("q7", "q19"), ("q0", "q18", "q19"))
+
+
+def _multi_entries() -> list[Entry]:
+    seconds = NEXMARK_EVENTS / NEXMARK_WALL_RATE
+    return [
+        Entry(
+            "+".join(qs),
+            "nexmark-multi",
+            _nexmark_make(*qs),
+            tuple(NEXMARK_OUTPUTS[q] for q in qs),
+            "duckdb",
+            NEXMARK_EVENTS // NEXMARK_PARALLELISM,
+            seconds,
+            queries=qs,
+        )
+        for qs in MULTI_QUERIES
     ]
 
 
@@ -422,7 +457,7 @@ CDC_ENTRIES = [
 ]
 
 CATALOGUE: dict[str, Entry] = {
-    e.name: e for e in [*_nexmark_entries(), *OTHER_ENTRIES, *CDC_ENTRIES]
+    e.name: e for e in [*_nexmark_entries(), *_multi_entries(), *OTHER_ENTRIES, *CDC_ENTRIES]
 }
 #: q10 is the partitioned FileSink's cell (every bid into dt=/hm= directories)
 ALIASES = {"partitioned-filesink": "q10"}

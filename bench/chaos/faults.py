@@ -57,16 +57,28 @@ class Fault:
 
 
 def plan(
-    seed: int, cell: str, runner: str, seconds: float, records: int, max_faults: int = 3
+    seed: int,
+    cell: str,
+    runner: str,
+    seconds: float,
+    records: int,
+    max_faults: int = 3,
+    *,
+    driver_only: bool = False,
 ) -> list[Fault]:
     """1..``max_faults`` faults of the run (kind, time or input position), from the seed
-    and the cell's name only."""
+    and the cell's name only; ``driver_only`` (a driver-kill cell): every fault a driver
+    SIGKILL."""
     rng = random.Random(f"{cell}|{seed}")
     faults = []
     for _ in range(rng.randint(1, max_faults)):
         # records 0: the pipeline has no place to raise (CDC cells): kills only
-        kind = rng.choice(
-            [*KILL_KINDS[runner], KILL_KINDS[runner][0], *(("raise",) if records > 0 else ())]
+        kind = (
+            "driver"
+            if driver_only
+            else rng.choice(
+                [*KILL_KINDS[runner], KILL_KINDS[runner][0], *(("raise",) if records > 0 else ())]
+            )
         )
         if kind == "raise":
             faults.append(Fault("raise", point=rng.randrange(1, max(records, 2))))

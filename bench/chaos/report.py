@@ -134,7 +134,8 @@ def write_report(results: str, report: str) -> None:
         f"{sum(1 for r in killed if not r['ok'])} failed and "
         f"{sum(1 for r in killed if r['differences'])} committed rows that differ from the "
         f"reference; runs with any fault fired: {len(faulted)}; runs whose committed rows "
-        f"differ: {len(differing)}.",
+        f"differ: {len(differing)}; **unfinished runs** (no end within the cell's bound, a "
+        f"failure): {sum(1 for r in runs if r['status'] in ('UNFINISHED', 'TIMEOUT'))}.",
         "",
         _since_last_fix(runs),
         "",

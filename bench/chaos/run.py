@@ -27,6 +27,13 @@ from .cpu import CpuMeter
 from .faults import Fault, fired_raises, landing, plan
 
 HEARTBEAT_TIMEOUT_S = 2.0
+#: the status of a run that did not end within its cell's bound (:func:`bound_s`)
+UNFINISHED = "UNFINISHED"
+
+
+def bound_s(cell: Cell, e: Entry) -> float:
+    """How long a run of ``cell`` may take before it counts as unfinished (a failure)."""
+    return (240 if cell.runner == "local" else 600) + 10 * e.seconds
 
 
 def code_revision() -> str | None:
@@ -46,31 +53,43 @@ def code_revision() -> str | None:
     return rev + ("+dirty" if dirty else "")
 
 
+#: what a cell's kills are: ``any`` (drawn among the runner's kinds, faults.KILL_KINDS) or
+#: ``driver`` (every kill SIGKILLs the driver, then ``restore="latest"``)
+KILLS = ("any", "driver")
+
+
 @dataclass(frozen=True)
 class Cell:
     pipeline: str
     runner: str = "local"
     backend: str = "heap"
     mode: str = "aligned"
+    kills: str = "any"
 
     @property
     def id(self) -> str:
-        return f"{self.pipeline}/{self.runner}/{self.backend}/{self.mode}"
+        base = f"{self.pipeline}/{self.runner}/{self.backend}/{self.mode}"
+        return base if self.kills == "any" else f"{base}/{self.kills}-kills"
 
     @classmethod
     def parse(cls, text: str) -> Cell:
         parts = text.split("/")
-        if not 1 <= len(parts) <= 4:
-            raise SystemExit(f"a cell is pipeline[/runner[/backend[/mode]]], not {text!r}")
+        if not 1 <= len(parts) <= 5:
+            raise SystemExit(
+                f"a cell is pipeline[/runner[/backend[/mode[/driver-kills]]]], not {text!r}"
+            )
+        if len(parts) == 5:
+            parts[4] = parts[4].removesuffix("-kills")
         cell = cls(*parts)
         if (
             cell.runner not in ("local", "spark")
             or cell.backend not in ("heap", "rocksdb")
             or cell.mode not in ("aligned", "unaligned")
+            or cell.kills not in KILLS
         ):
             raise SystemExit(
                 f"bad cell {text!r}: runner local|spark, backend heap|rocksdb, "
-                "mode aligned|unaligned"
+                "mode aligned|unaligned, kills any|driver-kills"
             )
         entry(cell.pipeline)
         return cell
@@ -124,10 +143,11 @@ def reference(e: Entry, workdir: str) -> dict:
         from .catalogue import NEXMARK_EVENTS
         from .reference_duckdb import reference_rows
 
-        rows = reference_rows(e.name, NEXMARK_EVENTS, nexmark_config())
-        (output,) = e.outputs
-        columns = tuple(rows[0]) if rows else output.columns
-        ref = {output.path: as_multiset(rows, output, columns)}
+        ref = {}
+        for query, output in zip(e.queries or (e.name,), e.outputs, strict=True):
+            rows = reference_rows(query, NEXMARK_EVENTS, nexmark_config())
+            columns = tuple(rows[0]) if rows else output.columns
+            ref[output.path] = as_multiset(rows, output, columns)
     else:
         root = tempfile.mkdtemp(prefix=f"ref-{e.name}-", dir=workdir)
         res = _drive(Cell(e.name), root, [], timeout=300)
@@ -380,7 +400,11 @@ def _drive(
                 }
                 break
             if time.monotonic() > deadline:
-                outcome = {"status": "TIMEOUT", "failure_reason": f"no end within {timeout:.0f} s"}
+                # a failure of the run (the job made no progress to its end), never a skip
+                outcome = {
+                    "status": UNFINISHED,
+                    "failure_reason": f"no end within the cell's bound of {timeout:.0f} s",
+                }
                 break
             drivers.cpu.sample()
             if store is None:
@@ -448,7 +472,15 @@ def run_one(
     os.makedirs(workdir, exist_ok=True)
     ref = reference(e, workdir) if e.reference != "source-table" else {}
     root = tempfile.mkdtemp(prefix=f"{e.name}-{seed}-", dir=workdir)
-    faults = plan(seed, cell.id, cell.runner, e.seconds, e.records, max_faults)
+    faults = plan(
+        seed,
+        cell.id,
+        cell.runner,
+        e.seconds,
+        e.records,
+        max_faults,
+        driver_only=cell.kills == "driver",
+    )
     hooks = None
     if e.group == "cdc":
         from .cdc import for_entry
@@ -459,7 +491,7 @@ def run_one(
         cell,
         root,
         faults,
-        timeout=(240 if cell.runner == "local" else 600) + 10 * e.seconds,
+        timeout=bound_s(cell, e),
         rng=random.Random(f"{cell.id}|{seed}|targets"),
         hooks=hooks,
     )

@@ -32,6 +32,73 @@ def test_a_plan_is_a_function_of_the_seed_and_the_cell():
             assert 0 <= f.at <= 0.9 * 8.0 and 0 <= f.point < 100
 
 
+def test_a_driver_kill_cell_kills_only_drivers_and_its_id_parses_back():
+    from bench.chaos.__main__ import all_cells
+    from bench.chaos.run import Cell
+
+    for s in range(30):
+        faults = plan(s, "q7+q19/spark/heap/aligned/driver-kills", "spark", 8.0, 100,
+                      driver_only=True)
+        assert faults and all(f.kind == "driver" for f in faults)
+    cells = all_cells()
+    driver_cells = [c for c in cells if c.kills == "driver"]
+    assert driver_cells and all(c.runner == "spark" for c in driver_cells)
+    assert {c.pipeline for c in driver_cells} == {"q7+q19", "q0+q18+q19"}
+    for c in cells:
+        assert Cell.parse(c.id) == c
+    assert Cell.parse("q4/local/heap/aligned").id == "q4/local/heap/aligned"
+
+
+def test_every_cell_runs_the_default_settings_and_multi_query_cells_share_one_source(tmp_path):
+    """Issue 51: the matrix runs what users run: buffer debloating and the other checkpoint
+    settings at their defaults (the run's backend, mode and interval aside)."""
+    import dataclasses
+
+    from airflow_checkpoint_provider.engine import CheckpointConfig
+    from bench.chaos.catalogue import CATALOGUE, BuildContext
+
+    defaults = CheckpointConfig()
+    own = {"interval_ms", "directory", "unaligned", "savepoint_directory", "mode"}
+    for e in CATALOGUE.values():
+        if e.group == "cdc":
+            continue  # needs the harness's PostgreSQL server
+        p = e.make(BuildContext(str(tmp_path / e.name)))
+        for f in dataclasses.fields(defaults):
+            if f.name not in own:
+                assert getattr(p.checkpoint, f.name) == getattr(defaults, f.name), (e.name, f.name)
+    multi = CATALOGUE["q0+q18+q19"]
+    assert multi.queries == ("q0", "q18", "q19")
+    assert [o.path for o in multi.outputs] == ["out/q0", "out/q18", "out/q19"]
+    graph = multi.make(BuildContext(str(tmp_path / "multi"))).execution_graph()
+    assert len([v for v in graph.vertices if v.is_source]) == 1
+
+
+def test_an_unfinished_run_is_a_failure_counted_in_the_summary_and_the_report(tmp_path):
+    from bench.chaos.__main__ import summary
+    from bench.chaos.report import write_report
+
+    fault = {"kind": "driver", "fired_at": 1.0, "landed": "processing"}
+    runs = [
+        {"cell": "q7+q19/spark/heap/aligned/driver-kills", "pipeline": "q7+q19",
+         "group": "nexmark-multi", "reference": "duckdb", "runner": "spark", "backend": "heap", "mode": "aligned",
+         "seed": 1001, "status": "UNFINISHED", "ok": False, "differences": {},
+         "faults": [fault], "seconds": 690.0, "failure_reason": "no end within ...",
+         "replay": "r", "time": 2e9},
+        {"cell": "q7/local/heap/aligned", "pipeline": "q7", "group": "nexmark",
+         "runner": "local", "backend": "heap", "mode": "aligned", "seed": 1001,
+         "status": "FINISHED", "ok": True, "differences": {}, "faults": [fault],
+         "seconds": 20.0, "replay": "r", "time": 2e9},
+    ]
+    line = summary(runs)
+    assert "2 killed runs" in line and "1 unfinished" in line and "1 failed" in line
+    results = tmp_path / "chaos.jsonl"
+    results.write_text("\n".join(json.dumps(r) for r in runs) + "\n")
+    write_report(str(results), str(tmp_path / "CHAOS.md"))
+    text = (tmp_path / "CHAOS.md").read_text()
+    assert "failure): 1." in text
+    assert "| q7+q19/spark/heap/aligned/driver-kills | duckdb | 1 | 0 | 1 | 0 |" in text
+
+
 def _write(directory, job, checkpoint, subtask, rows):
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, part_file_name("out", job, checkpoint, subtask)), "w") as f:
