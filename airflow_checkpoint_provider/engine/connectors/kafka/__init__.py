@@ -1,9 +1,12 @@
 """Kafka connector: :class:`KafkaSource` (topic partitions as splits, offsets in
-checkpoints) and :class:`KafkaSink` (exactly-once publish of checkpoint epochs). Needs the
+checkpoints; ``value_format="debezium-json"`` reads Debezium change events as a changelog),
+:class:`KafkaSink` (exactly-once publish of checkpoint epochs) and :class:`UpsertKafkaSink`
+(a changelog as the latest row per key, tombstones for deletes). Needs the
 ``kafka`` extra (``confluent-kafka``). See docs/how-to/kafka.md."""
 
 from __future__ import annotations
 
+from .debezium import DebeziumJson, DebeziumTruncateError
 from .errors import (
     KafkaConfigurationError,
     KafkaConnectorError,
@@ -14,8 +17,11 @@ from .errors import (
 )
 from .sink import KafkaSink
 from .source import KafkaSource
+from .upsert import UpsertKafkaSink
 
 __all__ = [
+    "DebeziumJson",
+    "DebeziumTruncateError",
     "KafkaConfigurationError",
     "KafkaConnectorError",
     "KafkaOffsetOutOfRangeError",
@@ -24,4 +30,5 @@ __all__ = [
     "KafkaSink",
     "KafkaSource",
     "KafkaUnavailableError",
+    "UpsertKafkaSink",
 ]

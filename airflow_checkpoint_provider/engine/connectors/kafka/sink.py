@@ -159,6 +159,12 @@ class KafkaSink(Sink):
         ts = record.get(self.timestamp_field) if self.timestamp_field else None
         return [k, self.value_serializer(record), int(ts) if ts is not None else None]
 
+    def encode_batch(self, records: list[dict]) -> list[list]:
+        """The encoded records of a batch the writer got (:meth:`encode` each; an upsert
+        sink drops some and turns others into tombstones: :mod:`.upsert`)."""
+        encode = self.encode
+        return [encode(r) for r in records]
+
     def transactional_id(self, job_name: str, uid: str, subtask: int) -> str:
         return f"{self.transactional_id_prefix}-{job_name}-{uid}-{subtask}"
 
@@ -186,7 +192,8 @@ def _check_transaction(t: object, location: str) -> dict:
             records = None
         ok = (isinstance(records, list) and len(records) == t["count"]  # type: ignore[index]
               and all(isinstance(r, list) and len(r) == 3
-                      and (r[0] is None or isinstance(r[0], bytes)) and isinstance(r[1], bytes)
+                      and (r[0] is None or isinstance(r[0], bytes))
+                      and (r[1] is None or isinstance(r[1], bytes))  # None: a tombstone
                       and (r[2] is None or (isinstance(r[2], int) and not isinstance(r[2], bool)))
                       for r in records))
     if not ok:
@@ -207,8 +214,7 @@ class _ExactlyOnceWriter(SinkWriter):
 
     # 1. stage
     def write(self, records: list[dict]) -> None:
-        encode = self.sink.encode
-        self.buffer.extend(encode(r) for r in records)
+        self.buffer.extend(self.sink.encode_batch(records))
 
     # 2. pre-commit: the epoch's records go into the checkpoint
     def pre_commit(self, checkpoint_id: int) -> list[object]:
@@ -399,8 +405,7 @@ class _AtLeastOnceWriter(SinkWriter):
             self.failures.append((err, msg.topic(), msg.partition()))
 
     def write(self, records: list[dict]) -> None:
-        for r in records:
-            key, value, ts = self.sink.encode(r)
+        for key, value, ts in self.sink.encode_batch(records):
             kwargs = {"timestamp": ts} if ts is not None else {}
             while True:
                 try:

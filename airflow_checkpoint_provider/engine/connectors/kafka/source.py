@@ -26,10 +26,13 @@ Event time. Records carry the Kafka timestamp as ``_timestamp`` (epoch ms) with
 per-partition watermarks and idle-partition handling, since the engine keeps a watermark
 per split.
 
-Broker caveat (Tansu 0.6, the test broker): its ListOffsets(latest) answers the number of
-record batches instead of the end offset and ListOffsets(timestamp) answers 0, so
-``start="latest"``, ``start=<timestamp>`` and ``stop_at="latest"`` resolve wrong offsets on
-it. They are correct on Apache Kafka; tests use explicit offsets.
+End offsets and timestamps. ``start="latest"``, ``stop_at="latest"`` and
+``start=<timestamp>`` are resolved by :mod:`.offsets` from what fetch responses report, not
+from ListOffsets alone: Tansu 0.6 (the test broker) answers ListOffsets(latest) with the
+number of record batches instead of the end offset and ListOffsets(timestamp) with 0. The
+same end offsets refuse a restored offset past the end of its partition (a topic deleted
+and recreated, or truncated), which a broker would otherwise answer with
+OFFSET_OUT_OF_RANGE (Kafka) or not at all (Tansu: the read just waits).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from .client import (
     list_partitions,
     require_client,
 )
+from .debezium import DebeziumJson
 from .errors import (
     KafkaConfigurationError,
     KafkaOffsetOutOfRangeError,
@@ -55,6 +59,7 @@ from .errors import (
     KafkaUnavailableError,
 )
 from .lag import merge_task_lag, partition_lag
+from .offsets import end_offsets, first_offset_at
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +107,9 @@ class KafkaSource(Source):
         commits nothing; a fenced job (blue-green validation run) never commits.
     :param isolation: ``"read_committed"`` (default) or ``"read_uncommitted"``.
     :param value_format: ``"json"`` (values are JSON objects: the record is that dict),
-        ``"bytes"`` (the record is ``{"value": bytes}``) or a function ``bytes -> dict``.
+        ``"bytes"`` (the record is ``{"value": bytes}``), a function ``bytes -> dict``, or
+        ``"debezium-json"`` / :class:`~.debezium.DebeziumJson` (Debezium change events as
+        changelog rows with ``_op`` +I/-U/+U/-D; tombstones skipped).
     :param metadata: add ``_topic``, ``_partition``, ``_offset``, ``_timestamp`` (epoch ms)
         and ``_key`` (bytes or None) to each record.
     :param arrow: emit each batch as a ``pyarrow.RecordBatch`` (the vectorized operators'
@@ -121,7 +128,8 @@ class KafkaSource(Source):
                  stop_at: str | Mapping[tuple[str, int], int] | None = None,
                  group_id: str | None = None, commit_offsets: bool = True,
                  isolation: str = "read_committed",
-                 value_format: str | Callable[[bytes], dict] = "json", metadata: bool = False,
+                 value_format: str | Callable[[bytes], dict] | DebeziumJson = "json",
+                 metadata: bool = False,
                  arrow: bool = False,
                  broker_timeout_s: float = 30.0, discover_interval_s: float | None = None,
                  consumer_config: Mapping[str, object] | None = None) -> None:
@@ -141,9 +149,12 @@ class KafkaSource(Source):
         if isolation not in ("read_committed", "read_uncommitted"):
             raise KafkaConfigurationError(f"KafkaSource: isolation={isolation!r}: use "
                                           "'read_committed' or 'read_uncommitted'")
-        if not (value_format in ("json", "bytes") or callable(value_format)):
+        if value_format == DebeziumJson.name:
+            value_format = DebeziumJson()
+        if not (value_format in ("json", "bytes") or callable(value_format)
+                or isinstance(value_format, DebeziumJson)):
             raise KafkaConfigurationError(f"KafkaSource: value_format={value_format!r}: use 'json', "
-                                          "'bytes' or a function bytes -> dict")
+                                          "'bytes', 'debezium-json' or a function bytes -> dict")
         if discover_interval_s is not None and (topic_pattern is None or stop_at is not None
                                                 or discover_interval_s <= 0):
             raise KafkaConfigurationError(
@@ -195,6 +206,20 @@ class KafkaSource(Source):
                 f"{location} holds positions of partition(s) that no longer exist on Kafka: "
                 + ", ".join(f"{s} at offset {_offset_of(positions[s])}" for s in gone)
                 + "; restore with a pipeline that no longer reads them, or recreate them")
+        # a resume offset past a partition's end: the topic was recreated or truncated
+        ends = end_offsets(self.conf, map(parse_split, positions),
+                           timeout=min(METADATA_TIMEOUT_S, self.broker_timeout_s))
+        past = [(s, _offset_of(positions[s]), ends[parse_split(s)]) for s in sorted(positions)
+                if isinstance(_offset_of(positions[s]), int)
+                and _offset_of(positions[s]) > ends[parse_split(s)]]  # type: ignore[operator]
+        if past:
+            raise KafkaOffsetOutOfRangeError(
+                f"source {operator_uid!r} of job {job_name!r}: checkpoint {checkpoint_id} at "
+                f"{location} resumes partition(s) past their end on Kafka: "
+                + ", ".join(f"{s} at offset {o} (the partition ends at offset {e})"
+                            for s, o, e in past)
+                + "; the topic was deleted and recreated, or truncated, since the checkpoint. "
+                "Restore with a pipeline that reads another topic, or start a new job")
 
     def modified_time(self, split: str) -> float:
         """The continuous-source hook (a file's modification time): partitions have none."""
@@ -238,20 +263,34 @@ class KafkaSource(Source):
         if start == "earliest":
             return low
         if start == "latest":
-            return high
+            return end_offsets(self.conf, [(topic, partition)], isolation=self.isolation)[
+                (topic, partition)]
         if start == "group":
             committed = consumer.consumer.committed([tp], timeout=METADATA_TIMEOUT_S)[0]
             return committed.offset if committed.offset >= 0 else low
-        tp.offset = int(start)  # a timestamp: the first offset at or after it
-        found = consumer.consumer.offsets_for_times([tp], timeout=METADATA_TIMEOUT_S)[0]
-        return found.offset if found.offset >= 0 else high
+        # a timestamp: the first offset at or after it
+        return max(low, first_offset_at(self.conf, topic, partition, int(start),
+                                        isolation=self.isolation))
 
     def _end_offset(self, consumer: _SharedConsumer, topic: str, partition: int) -> int | None:
         if self.stop_at is None:
             return None
         if isinstance(self.stop_at, dict) and (topic, partition) in self.stop_at:
             return int(self.stop_at[(topic, partition)])
-        return consumer.watermarks(topic, partition)[1]
+        return end_offsets(self.conf, [(topic, partition)], isolation=self.isolation)[
+            (topic, partition)]
+
+    def records(self, msg) -> list[dict]:
+        """The records of one Kafka message: one (:meth:`decode`), or with a changelog format
+        (:class:`~.debezium.DebeziumJson`) none to two."""
+        if not isinstance(self.value_format, DebeziumJson):
+            return [self.decode(msg)]
+        rows = self.value_format.rows(msg.value(), f"{msg.topic()}:{msg.partition()} offset "
+                                                   f"{msg.offset()}")
+        if self.metadata:
+            for row in rows:
+                self._add_metadata(row, msg)
+        return rows
 
     def decode(self, msg) -> dict:
         value = msg.value()
@@ -275,12 +314,16 @@ class KafkaSource(Source):
                     f"the deserializer returned a {type(record).__name__} for the Kafka record at "
                     f"{msg.topic()}:{msg.partition()} offset {msg.offset()}; it must return a dict")
         if self.metadata:
-            record["_topic"] = msg.topic()
-            record["_partition"] = msg.partition()
-            record["_offset"] = msg.offset()
-            record["_timestamp"] = msg.timestamp()[1]
-            record["_key"] = msg.key()
+            self._add_metadata(record, msg)
         return record
+
+    @staticmethod
+    def _add_metadata(record: dict, msg) -> None:
+        record["_topic"] = msg.topic()
+        record["_partition"] = msg.partition()
+        record["_offset"] = msg.offset()
+        record["_timestamp"] = msg.timestamp()[1]
+        record["_key"] = msg.key()
 
 
 def _escape(topic: str) -> str:
@@ -483,7 +526,7 @@ class _PartitionReader(SplitReader):
             return None
         buf = self.consumer.fetch(self.topic, self.partition, self.positions)
         out: list[dict] = []
-        decode = self.source.decode
+        records = self.source.records
         while buf and len(out) < max_records:
             msg = buf[0]
             if self.end is not None and msg.offset() >= self.end:
@@ -493,7 +536,7 @@ class _PartitionReader(SplitReader):
             buf.popleft()
             if msg.offset() < self.offset:
                 continue  # fetched before a re-assignment
-            out.append(decode(msg))
+            out.extend(records(msg))
             self.offset = msg.offset() + 1
         if not out and self.end is not None:
             # read_committed skips transaction markers: the consumer's position passes them
