@@ -484,6 +484,11 @@ class _SharedConsumer:
         if code in (ck.KafkaError._AUTO_OFFSET_RESET, ck.KafkaError.OFFSET_OUT_OF_RANGE):
             key = (msg.topic(), msg.partition())
             low, high = self.watermarks(*key) if msg.topic() else (None, None)
+            if msg.topic():
+                try:  # the end as fetches report it (Tansu's ListOffsets: a batch count)
+                    high = end_offsets(self.source.conf, [key], timeout=5.0)[key]
+                except KafkaUnavailableError:
+                    pass
             raise KafkaOffsetOutOfRangeError(
                 f"Kafka partition {where}: offset {positions.get(key)} to read from is out of "
                 f"range (the partition holds offsets {low} to {high}): retention or a truncation "
