@@ -420,9 +420,10 @@ def test_check_directory_refuses_a_symlink_inside_a_root_that_points_outside(tmp
 
 
 def _check_conf(bag, dag_id: str):
-    """The DAG's ``check_conf`` task function and its module's author-fixed ``PARAMS``."""
+    """The DAG's ``check_conf`` task function and the author-fixed params it checks against
+    (the workflow's, :mod:`airflow_checkpoint_provider.workflows`)."""
     check_conf = bag.get_dag(dag_id).get_task("check_conf").python_callable
-    return check_conf, check_conf.__globals__["PARAMS"]
+    return check_conf, check_conf.author_params
 
 
 @pytest.mark.parametrize(("dag_id", "param"), DIR_PARAMS)
