@@ -57,7 +57,7 @@ class UpsertKafkaSink(KafkaSink):
                  marker_topic: str = DEFAULT_MARKER_TOPIC, transactional_id_prefix: str = "ckpt",
                  transaction_timeout_ms: int = 60_000,
                  producer_config: Mapping[str, object] | None = None) -> None:
-        self.key_columns = upsert_key("UpsertKafkaSink", "upsert", key)
+        columns = upsert_key("UpsertKafkaSink", "upsert", key)
         self.key_serializer = key_serializer or json_value
         super().__init__(bootstrap_servers, topic, key=None, value_serializer=value_serializer,
                          timestamp_field=timestamp_field, delivery=delivery,
@@ -66,9 +66,13 @@ class UpsertKafkaSink(KafkaSink):
                          transaction_timeout_ms=transaction_timeout_ms,
                          producer_config={"partitioner": "murmur2_random",
                                           **(producer_config or {})})
+        #: what the engine's upsert sinks declare (``sink()`` puts an upsert materializer in
+        #: front of one fed by a parallel regular join)
+        self.mode = "upsert"
+        self.key: list[str] = columns  # type: ignore[assignment]
 
     def describe(self) -> str:
-        return f"upsert-kafka({self.topic}, key={','.join(self.key_columns)}, {self.delivery})"
+        return f"upsert-kafka({self.topic}, key={','.join(self.key)}, {self.delivery})"
 
     def encode_batch(self, records: list[dict]) -> list[list]:
         """``[key, value or None (a tombstone), timestamp]`` per record; ``-U`` dropped."""
@@ -79,7 +83,7 @@ class UpsertKafkaSink(KafkaSink):
             if op == UPDATE_BEFORE:
                 continue
             key = {}
-            for col in self.key_columns:
+            for col in self.key:
                 value = record.get(col)
                 if value is None:
                     raise BadRecordError(f"{where}: a record has no (or a null) key column "
