@@ -74,13 +74,14 @@ def get_provider_info() -> dict:
         "sensors": [
             {
                 "integration-name": "Checkpointed Pipelines",
-                "python-modules": [f"{_PACKAGE}.sensors.checkpoint"],
+                "python-modules": [f"{_PACKAGE}.sensors.checkpoint", f"{_PACKAGE}.sensors.kafka"],
             }
         ],
         "triggers": [
             {
                 "integration-name": "Checkpointed Pipelines",
-                "python-modules": [f"{_PACKAGE}.triggers.checkpoint", f"{_PACKAGE}.triggers.events"],
+                "python-modules": [f"{_PACKAGE}.triggers.checkpoint", f"{_PACKAGE}.triggers.events",
+                                   f"{_PACKAGE}.triggers.kafka"],
             }
         ],
         "connection-types": [

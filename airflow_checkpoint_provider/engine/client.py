@@ -27,6 +27,8 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
   :func:`pipeline_datasets` (the datasets a pipeline reads and writes, for OpenLineage);
 * change data capture: :func:`drop_cdc_slot` (a PostgreSQL CDC job's replication slot
   and publication), :func:`cdc_object_name` (their default name for a job);
+* Kafka: :func:`checkpoint_consumer_lag` (a completed checkpoint's consumer lag per
+  topic-partition, a :class:`ConsumerLag`; the ``KafkaCaughtUpSensor``'s measure);
 * errors: :class:`EngineError` and its subclasses in :mod:`.errors`.
 """
 
@@ -48,6 +50,7 @@ from .catalog import (
     heartbeat_timeout,
     upgrade_database,
 )
+from .connectors.kafka.lag import ConsumerLag, checkpoint_consumer_lag
 from .connectors.postgres.cdc.source import drop_slot as drop_cdc_slot
 from .connectors.postgres.cdc.source import job_object_name as cdc_object_name
 from .datastream.api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
@@ -130,6 +133,7 @@ __all__ = [
     "TERMINAL_JOB_STATUSES",
     "AttemptRecord",
     "CheckpointRecord",
+    "ConsumerLag",
     "ControlRequestRecord",
     "EngineError",
     "InvalidNameError",
@@ -141,6 +145,7 @@ __all__ = [
     "StabilityVerdict",
     "absolute_location",
     "canonical_location",
+    "checkpoint_consumer_lag",
     "active_pins",
     "apply_savepoint_retention",
     "assess_stability",

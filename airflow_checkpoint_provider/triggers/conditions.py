@@ -20,6 +20,7 @@ from airflow_checkpoint_provider.engine.client import (
     MetadataStore,
     StabilityCriteria,
     assess_stability,
+    checkpoint_consumer_lag,
     early_verdict,
     heartbeat_timeout,
 )
@@ -194,3 +195,57 @@ def check_stability(store: MetadataStore, job_id: str, *, since: datetime,
                                    baseline_job_id=baseline_job_id)
     return Outcome(SUCCESS if verdict.ok else ERROR, verdict.describe(),
                    {"job_id": job_id, "verdict": verdict.to_dict()})
+
+
+def check_kafka_caught_up(store: MetadataStore, job: str, *, max_lag: int, for_seconds: float,
+                          after_time: datetime | None = None,
+                          access: DagAccess | None = None) -> Outcome | None:
+    """Success once ``job`` (id, id prefix or name) is RUNNING and its Kafka consumer lag
+    (the sum over every partition of its Kafka sources, recorded with each completed
+    checkpoint: :mod:`~airflow_checkpoint_provider.engine.connectors.kafka.lag`) was at most
+    ``max_lag`` records at every completed checkpoint triggered over the last
+    ``for_seconds`` or more: the newest checkpoints, back to the first whose lag was at most
+    ``max_lag`` with none above it since, span at least ``for_seconds`` between their
+    trigger times. The span is measured between checkpoints, never against the clock: a job
+    that stopped checkpointing proves nothing new. An unknown lag (a partition without a
+    fetch response yet) breaks the span as a lag above the bound does.
+
+    Only checkpoints triggered at or after ``after_time`` count. Error when the job ended,
+    or when a completed checkpoint recorded no Kafka lag at all (no ``KafkaSource``: the
+    wait could never end)."""
+    rec = _job(store, job, access)
+    if rec is None:
+        return None
+    payload: dict[str, Any] = {"job_id": rec.job_id, "job_name": rec.job_name,
+                               "job_status": rec.status}
+    if rec.status not in ACTIVE_JOB_STATUSES:
+        return Outcome(ERROR, f"{describe_job(rec)} before its Kafka consumer lag stayed at "
+                       f"most {max_lag} records for {for_seconds:g} s",
+                       {**payload, "failure_reason": rec.failure_reason})
+    done = [c for c in store.list_checkpoints(rec.job_id)
+            if c.status in DONE_CHECKPOINT_STATUSES
+            and (after_time is None or c.trigger_time >= after_time)]
+    lags = [(c, checkpoint_consumer_lag(c)) for c in done]
+    if done and all(lag is None for _, lag in lags):
+        return Outcome(ERROR, f"job {rec.job_name} ({rec.job_id}) completed checkpoint "
+                       f"{done[-1].checkpoint_id} without a Kafka consumer lag: it reads no "
+                       "Kafka topic (KafkaSource), so it can never be caught up", payload)
+    run = []  # the newest checkpoints with a known lag of at most max_lag
+    for c, lag in reversed(lags):
+        if lag is None or lag.total is None or lag.total > max_lag:
+            break
+        run.append((c, lag))
+    if not run or rec.status != JobStatus.RUNNING:
+        return None
+    (first, _), (newest, latest) = run[-1], run[0]
+    span = (newest.trigger_time - first.trigger_time).total_seconds()
+    if span < for_seconds:
+        return None
+    return Outcome(
+        SUCCESS,
+        f"job {rec.job_name} ({rec.job_id}) caught up: Kafka consumer lag at most {max_lag} "
+        f"records at checkpoints {first.checkpoint_id} to {newest.checkpoint_id} ({span:.1f} s, "
+        f"at least {for_seconds:g} s); at checkpoint {newest.checkpoint_id}: {latest.describe()}",
+        {**payload, "checkpoint_id": newest.checkpoint_id, "total_lag": latest.total,
+         "partitions": latest.by_topic_partition(),
+         "caught_up_since": first.trigger_time.isoformat(), "seconds": round(span, 3)})
