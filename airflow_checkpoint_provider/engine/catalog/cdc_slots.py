@@ -6,7 +6,7 @@ other's position (silent loss). A row of ``cdc_slot_owners`` (revision 0007) rec
 database server and slot name, the job *name* that owns the slot; a job of another name that
 is configured with the same slot is refused before it starts
 (:meth:`CdcSlotsMixin.claim_cdc_slot`). Later jobs of the same name (restarts, restores, a
-new version) keep owning it. ``ckpt cdc drop-slot --metadata-url ...`` releases the claim
+new version) keep owning it. ``ckpt cdc drop-slot --db ...`` releases the claim
 with the slot.
 """
 
@@ -75,7 +75,7 @@ class CdcSlotsMixin(StoreBase):
                 f"{owner} (recorded in the metadata DB); two jobs on one slot take each other's "
                 "changes. Give this job its own slot (leave slot= unset: the default name is "
                 f"derived from the job name) or, if job {owner} is gone for good, release the "
-                f"slot: ckpt cdc drop-slot --slot {slot} --metadata-url ...")
+                f"slot: ckpt cdc drop-slot --slot {slot} --db ...")
 
     def cdc_slot_owner(self, *, server: str, slot: str) -> str | None:
         def fn(session: Session) -> str | None:

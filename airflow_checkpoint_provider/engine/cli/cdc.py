@@ -20,8 +20,8 @@ def cdc() -> None:
 @click.option("--publication", default=None,
               help="the publication to drop too (default: the slot's name)")
 @click.option("--keep-publication", is_flag=True, help="drop the slot only")
-@click.option("--metadata-url", envvar="CKPT_METADATA_URL", default=None,
-              help="also forget the slot's owning job in this metadata DB")
+@click.option("--db", "metadata_url", envvar="CKPT_METADATA_URL",
+              default=None, help="also forget the slot's owning job in this metadata DB")
 def drop_slot(url: str, job_name: str | None, slot: str | None, publication: str | None,
               keep_publication: bool, metadata_url: str | None) -> None:
     """Drop a CDC job's replication slot (and publication). Stop the job first: its next

@@ -68,13 +68,22 @@ def checkpoints(job: str, db: str | None, as_json: bool, tasks: bool) -> None:
                    "...): a restore that would change it is reported. Repeatable.")
 @click.option("--fence-sinks", is_flag=True,
               help="Also check that every sink can run fenced (a blue-green validation run).")
+@click.option("--probe-records", type=int, default=200, show_default=True, metavar="N",
+              help="Input records read from the restored positions to check the keys the "
+                   "job gives its restored keyed operators (0: none).")
+@click.option("--trust-snapshot", is_flag=True,
+              help="With --db: accept a snapshot not signed with the DB's key, as "
+                   "'ckpt run --trust-snapshot' would.")
+@db_option
 @click.option("--json", "as_json", is_flag=True)
 def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
                        allow_non_restored_state: bool, sample_key_groups: int,
-                       key_types: tuple[str, ...], fence_sinks: bool, as_json: bool) -> None:
+                       key_types: tuple[str, ...], fence_sinks: bool, probe_records: int,
+                       trust_snapshot: bool, db: str | None, as_json: bool) -> None:
     """Check, without starting it, that PIPELINE (module:function) restores SNAPSHOT (a
     checkpoint or savepoint directory); exits 1 naming each incompatibility (operator uid,
-    state, reason)."""
+    state, reason). With --db, the snapshot must also be signed with that metadata DB's key
+    (or $CKPT_SNAPSHOT_HMAC_KEY), as the restore requires."""
     from ..lifecycle.verify import verify_restore
 
     declared = {}
@@ -86,7 +95,9 @@ def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
     loaded = load_pipeline(pipeline)
     report = verify_restore(loaded, snapshot, parallelism=parallelism,
                             allow_non_restored_state=allow_non_restored_state,
-                            sample_key_groups=sample_key_groups, key_types=declared or None)
+                            sample_key_groups=sample_key_groups, key_types=declared or None,
+                            probe_records=probe_records, metadata_url=db,
+                            trust_snapshot=trust_snapshot)
     if fence_sinks:  # refused here, not after a job start (a Spark app: ~70 s)
         from ..errors import EngineError
         from ..lifecycle.verify import RestoreProblem

@@ -23,13 +23,22 @@ def state() -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "parquet"]),
               default="table", show_default=True)
 @click.option("--output", default=None, help="File to write (required for parquet).")
+@db_option
 def state_read(snapshot: str, uid: str, state_name: str | None, fmt: str,
-               output: str | None) -> None:
+               output: str | None, db: str | None) -> None:
     """The keyed state of operator UID in SNAPSHOT (a checkpoint or savepoint directory):
-    key, key_group, state, then value or the aggregate's accumulator columns."""
+    key, key_group, state, then value or the aggregate's accumulator columns. With --db,
+    SNAPSHOT must be signed with that metadata DB's key (or $CKPT_SNAPSHOT_HMAC_KEY), as a
+    job of it would require before restoring it."""
     from ..state_io import read_state_table
 
     try:
+        if db:
+            from ..catalog import MetadataStore
+            from ..checkpoint.trust import SnapshotTrust
+
+            with MetadataStore(db, migrate=False) as store:
+                SnapshotTrust(store).load(snapshot)
         table = read_state_table(snapshot, uid, state_name)
     except EngineError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -18,6 +18,12 @@ starting the job (``ckpt verify-restore``, ``VerifyRestoreOperator``).
    range): user functions declare their states, so a state whose kind or serializer changed,
    a TTL that does not fit, a changed ``aggregate()`` are found here. Sinks are not opened
    (opening one commits the restored transactions); sources open their restored splits.
+4. In the same process, a sample of the job's input from the restored positions goes through
+   the job graph up to every keyed operator the snapshot restores, and the runtime's own key
+   checks run on its keys against the snapshot's (:mod:`.key_probe`): a ``key_by`` that now
+   returns another type, an ``aggregate()`` whose key column changed type, are refused with
+   the error the restored job would fail with at its first record. Operators no sample
+   record reached are listed in the report (``keys_unprobed``).
 
 The report names each problem's operator uid and, where known, the state.
 """
@@ -35,7 +41,9 @@ from dataclasses import asdict, dataclass, field
 
 import cloudpickle
 
+from ..connectors.capabilities import SupportsRelocation
 from ..errors import EngineError
+from .key_probe import PROBE_RECORDS, RestoredKey, probe_key_types
 
 _UID = re.compile(r"operator(?:\(s\))? '([^']+)'")
 _STATE = re.compile(r"state '([^']+)'")
@@ -66,6 +74,10 @@ class VerifyReport:
     #: uid -> the type of the keys of its state in the snapshot (``str``, ``int``,
     #: ``tuple[str, int]``...; operators without keys are left out)
     key_types: dict[str, str] = field(default_factory=dict)
+    #: uid -> how many sample input records' keys were checked against the snapshot's keys
+    keys_probed: dict[str, int] = field(default_factory=dict)
+    #: uid -> why no sample record's key was checked (step 4 could not reach it)
+    keys_unprobed: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -77,9 +89,14 @@ class VerifyReport:
     def describe(self) -> str:
         if self.ok:
             keys = ", ".join(f"{uid}: {t}" for uid, t in sorted(self.key_types.items()))
+            unprobed = ", ".join(f"{uid} ({why})" for uid, why in
+                                 sorted(self.keys_unprobed.items()))
             return (f"{self.snapshot} (checkpoint {self.checkpoint_id}) restores: "
                     f"{len(self.operators_opened)} operator subtasks opened on their state"
-                    + (f"; key types {keys}" if keys else ""))
+                    + (f"; key types {keys}" if keys else "")
+                    + (f"; keys of sample input checked for "
+                       f"{', '.join(sorted(self.keys_probed))}" if self.keys_probed else "")
+                    + (f"; keys not checked on input: {unprobed}" if unprobed else ""))
         return "; ".join(f"operator {p.uid!r}" + (f", state {p.state!r}" if p.state else "")
                          + f": {p.reason}" for p in self.problems)
 
@@ -87,15 +104,27 @@ class VerifyReport:
 def verify_restore(pipeline, snapshot: str, *, parallelism: int | None = None,
                    allow_non_restored_state: bool = False, sample_key_groups: int = 1,
                    timeout: float = 300.0,
-                   key_types: Mapping[str, object] | None = None) -> VerifyReport:
+                   key_types: Mapping[str, object] | None = None,
+                   probe_records: int = PROBE_RECORDS, metadata_url: str | None = None,
+                   trust_snapshot: bool = False) -> VerifyReport:
     """Check that ``pipeline`` (an :class:`~.api.Pipeline`) restores ``snapshot``.
     ``key_types``: operator uid -> the type of the keys the job gives it (``int``,
-    ``"str"``, ``"tuple[str, int]"``); a restore that changes it is a problem."""
+    ``"str"``, ``"tuple[str, int]"``); a restore that changes it is a problem.
+    ``probe_records``: input records read to check the keys the job gives (0: none).
+    ``metadata_url``: the job's metadata DB: the snapshot must be signed with its key (or
+    ``$CKPT_SNAPSHOT_HMAC_KEY``), as the restore requires (:class:`~..checkpoint.trust.
+    SnapshotTrust`, the restore's own check), unless ``trust_snapshot``."""
     from ..checkpoint.restore import assign_restore
     from ..snapshot.verify import load_verified_snapshot
 
     report = VerifyReport(snapshot=snapshot)
     try:
+        if metadata_url is not None:
+            from ..catalog import MetadataStore
+            from ..checkpoint.trust import SnapshotTrust
+
+            with MetadataStore(metadata_url, migrate=False) as store:
+                SnapshotTrust(store, trust_snapshot=trust_snapshot).load(snapshot)
         snap = load_verified_snapshot(snapshot)
     except EngineError as exc:
         report.problems.append(RestoreProblem.of(exc))
@@ -113,10 +142,10 @@ def verify_restore(pipeline, snapshot: str, *, parallelism: int | None = None,
         report.problems.append(RestoreProblem.of(exc))
         return report
     ops = snap.metadata.operators
-    _check_keys(report, snap, graph, key_types or {})
+    restored_keys = _check_keys(report, snap, graph, key_types or {})
     for v in graph.vertices:
         for n in v.nodes:
-            if n.kind == "sink" and n.uid in ops:
+            if n.kind == "sink" and n.uid in ops and isinstance(n.payload, SupportsRelocation):
                 txns = [t for s in ops[n.uid].subtasks for e in s.operator_state
                         if isinstance(e, dict) for t in e.get("transactions") or []]
                 try:
@@ -127,7 +156,8 @@ def verify_restore(pipeline, snapshot: str, *, parallelism: int | None = None,
         return report
     job = {"graph": graph, "assignments": assignments, "sample": sample_key_groups,
            "state_backend": {"kind": pipeline.state_backend, "incremental": pipeline.incremental},
-           "job_name": pipeline.name}
+           "job_name": pipeline.name, "restored_keys": restored_keys,
+           "probe_records": probe_records}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
         proc = subprocess.run([sys.executable, "-m", "airflow_checkpoint_provider.engine.lifecycle.verify"],
@@ -145,6 +175,8 @@ def verify_restore(pipeline, snapshot: str, *, parallelism: int | None = None,
         return report
     report.operators_opened = result["opened"]
     report.problems += [RestoreProblem(**p) for p in result["problems"]]
+    report.keys_probed = result.get("keys_probed", {})
+    report.keys_unprobed = result.get("keys_unprobed", {})
     return report
 
 
@@ -154,18 +186,23 @@ def _type_name(declared: object) -> str:
     return declared.__name__ if isinstance(declared, type) else str(declared)
 
 
-def _check_keys(report: VerifyReport, snap, graph, key_types: Mapping[str, object]) -> None:
+def _check_keys(report: VerifyReport, snap, graph,
+                key_types: Mapping[str, object]) -> dict[str, RestoredKey]:
     """Every key of every keyed operator ``graph`` restores from ``snap``; the key types in
-    the report; a key type that differs from the job's (``key_types``) is a problem."""
-    from ..state_io.read import open_keyed_operator
+    the report; a key type that differs from the job's (``key_types``) is a problem.
+    Returns what step 4 checks the sample's keys against (uid -> a restored key)."""
+    from ..state.keys import canonical_key
+    from ..state_io.read import KEY, iter_entries, open_keyed_operator, read_arrow_rows
     from ..state_io.snapshot_keys import snapshot_key_problems
 
+    examples: dict[str, RestoredKey] = {}
     restored = {n.uid for v in graph.vertices for n in v.nodes if n.uid}
     for uid, op in sorted(snap.metadata.operators.items()):
         if op.kind != "keyed" or uid not in restored:
             continue
         try:
-            found, problems = snapshot_key_problems(open_keyed_operator(snap, uid))
+            keyed = open_keyed_operator(snap, uid)
+            found, problems = snapshot_key_problems(keyed)
         except EngineError as exc:
             report.problems.append(RestoreProblem.of(exc, uid))
             continue
@@ -173,6 +210,13 @@ def _check_keys(report: VerifyReport, snap, graph, key_types: Mapping[str, objec
         if found is None:
             continue
         report.key_types[uid] = found
+        if not problems:
+            if keyed.columnar:
+                keys = read_arrow_rows(keyed).column(KEY)
+                examples[uid] = RestoredKey(uid, arrow_type=keys.type)
+            else:
+                key = next((k for _, _, k, _ in iter_entries(keyed)), None)
+                examples[uid] = RestoredKey(uid, example=canonical_key(key, uid))
         declared = key_types.get(uid)
         if declared is not None and _type_name(declared) != found:
             report.problems.append(RestoreProblem(
@@ -182,6 +226,7 @@ def _check_keys(report: VerifyReport, snap, graph, key_types: Mapping[str, objec
                 f"again); make key_by return {found} keys, rewrite the state's keys (ckpt "
                 f"state read / ckpt state write), or give the operator a new uid and restore "
                 f"with allow_non_restored_state=True"))
+    return examples
 
 
 def _open_all(job: dict) -> dict:
@@ -213,6 +258,13 @@ def _open_all(job: dict) -> dict:
                 opened.append(f"{node.uid}[{sub}]")
             except Exception as exc:  # noqa: BLE001 - every problem is reported
                 problems.append(asdict(RestoreProblem.of(exc, node.uid)))
+    if not problems and job["probe_records"] > 0 and job["restored_keys"]:
+        probe = probe_key_types(graph, job["assignments"], job["restored_keys"],
+                                state_backend=job["state_backend"], job_name=job["job_name"],
+                                records=job["probe_records"])
+        problems += [asdict(RestoreProblem(uid, None, reason)) for uid, reason in probe.problems]
+        return {"opened": opened, "problems": problems, "keys_probed": probe.probed,
+                "keys_unprobed": probe.unprobed}
     return {"opened": opened, "problems": problems}
 
 

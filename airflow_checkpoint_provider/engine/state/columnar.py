@@ -171,7 +171,7 @@ class AggregateTable:
                 plan.append((col, "min"))
             if "max" in needed:
                 plan.append((col, "max"))
-        self._check_key_type(batch.schema.field(spec.key).type)
+        self.check_key_type(batch.schema.field(spec.key).type)
         if sign is not None or _encodable(batch.schema.field(spec.key).type):
             return self._fold_encoded(batch, dtypes, sign)
         grouped = table.group_by(spec.key, use_threads=False).aggregate(plan)
@@ -347,7 +347,9 @@ class AggregateTable:
         self.acc = {name: arr[:n][keep] for name, arr in self.acc.items()}
         return int(n - keep.sum())
 
-    def _check_key_type(self, arrow_type: pa.DataType) -> None:
+    def check_key_type(self, arrow_type: pa.DataType) -> None:
+        """The key-type rule of an update and of a restore (the pre-flight check runs it
+        too, ``ckpt verify-restore``): one key type per operator."""
         kind = _key_kind(arrow_type)
         if kind == "null":
             return
@@ -499,7 +501,7 @@ class AggregateTable:
         if not table.num_rows:
             return np.empty(0, dtype=np.int64)
         key_col = table.column("key").combine_chunks()
-        self._check_key_type(key_col.type)
+        self.check_key_type(key_col.type)
         hashes = key_hashes(key_col)
         rows = self.index.insert(keys_to_numpy(key_col), hashes, key_col)
         n = self.index.n
