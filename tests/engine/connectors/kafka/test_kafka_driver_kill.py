@@ -1,7 +1,9 @@
 """SIGKILL of the driver of a Kafka -> running sum -> Kafka job; ``restore="latest"`` (a new
 job) restores its latest checkpoint: the dead job's pending epochs are published unless
 their markers say they were, its zombie slots are fenced, and the output equals the
-reference."""
+reference. The issue's "done when" case: the same at parallelism 3 (a rescale 2 -> 3 of
+the 3-partition topic's readers, the running sums' key groups and the sink's staged
+epochs) with a slot SIGKILLed in the restored job too."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import time
 
 import pytest
 from kafka_jobs import check_output, make_input, running_sum_job
-from pipelines import process_alive
+from pipelines import FaultPlan, process_alive
 
 from airflow_checkpoint_provider.engine.catalog import MetadataSchemaError, MetadataStore
 
@@ -37,8 +39,10 @@ def _completed(store: MetadataStore) -> int:
                if c.status in ("COMPLETED", "SUBSUMED"))
 
 
-@pytest.mark.timeout(120)
-def test_a_killed_driver_restored_latest_publishes_exactly_once(workdir, kafka_broker):
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("rescale", [False, True],
+                         ids=["same-parallelism", "rescaled-2-to-3-with-a-slot-kill"])
+def test_a_killed_driver_restored_latest_publishes_exactly_once(workdir, kafka_broker, rescale):
     n = 9_000
     in_topic, stop_at = make_input(kafka_broker, n)
     out = kafka_broker.create_topic(f"out-{in_topic}")
@@ -67,9 +71,15 @@ def test_a_killed_driver_restored_latest_publishes_exactly_once(workdir, kafka_b
     published = len(kafka_broker.read(out, expect=1, settle_s=0.3, timeout=10))
     assert 0 < published < n, published
 
-    result = running_sum_job(str(workdir), kafka_broker, in_topic, stop_at, out).run(
+    # rescaled: the last record (id n - 1, the end of partition 2) SIGKILLs its slot, which
+    # the dead driver's job cannot have reached (it had published less than n records)
+    faults = FaultPlan(str(workdir / "faults"), [("kill", n - 1)]) if rescale else None
+    result = running_sum_job(str(workdir), kafka_broker, in_topic, stop_at, out,
+                             parallelism=3 if rescale else 2, faults=faults).run(
         restore="latest")
     assert result.status == "FINISHED" and result.restored_from
+    if faults is not None:
+        assert list(faults.fired()) == [f"kill-{n - 1}"] and result.restarts >= 1
     assert store.get_job(dead.job_id).status == "LOST"
     check_output(kafka_broker, out, n)
     store.close()
