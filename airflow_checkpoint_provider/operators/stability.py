@@ -24,8 +24,9 @@ GRACE_S = 60.0
 class StabilityGateOperator(CheckpointBaseOperator):
     """
     Watch a job for ``window`` seconds and pass only if it was stable: RUNNING without
-    restarts, checkpoints completing (and fast enough), throughput per operator close to a
-    baseline job's (blue, on the same input), watermark lag and backlog not growing
+    restarts, checkpoints completing (and fast enough), input read about as fast as a
+    baseline job's (blue, on the same input), progress while input arrives (the watermark
+    advances, no stall reported), watermark lag and backlog not growing
     (see :mod:`airflow_checkpoint_provider.engine.lifecycle.stability`). The task fails as soon as
     waiting cannot help (the job ended, or restarted more often than allowed).
 
@@ -40,8 +41,13 @@ class StabilityGateOperator(CheckpointBaseOperator):
     :param min_checkpoints: completed checkpoints needed in the window. Templated.
     :param max_checkpoint_duration_ms: slowest completed checkpoint allowed. Templated.
     :param max_failed_checkpoints: failed checkpoints allowed in the window. Templated.
-    :param min_throughput_ratio: per operator, records/s at least this fraction of the
-        baseline's (needs ``baseline_job``). Templated.
+    :param min_throughput_ratio: records/s at least this fraction of the baseline's (needs
+        ``baseline_job``), of the sources or of every operator (``throughput_of``). Templated.
+    :param throughput_of: ``"sources"`` (default: records read, which suits windowed jobs
+        whose output comes in bursts) or ``"operators"`` (the slowest operator decides).
+        Templated.
+    :param require_progress: while its sources read records, the job's watermark must
+        advance and its progress watchdog report no stall. Templated.
     :param max_watermark_lag_growth_ms: how much the watermark lag may grow. Templated.
     :param max_backlog_growth_ms: how much the checkpoint start delay may grow. Templated.
     :param max_replication_lag_s: how many seconds a CDC source may be behind its database
@@ -53,7 +59,8 @@ class StabilityGateOperator(CheckpointBaseOperator):
     template_fields: Sequence[str] = (
         "job", "baseline_job", "window", "max_restarts", "min_checkpoints",
         "max_checkpoint_duration_ms", "max_failed_checkpoints", "min_throughput_ratio",
-        "max_watermark_lag_growth_ms", "max_backlog_growth_ms", "max_replication_lag_s")
+        "max_watermark_lag_growth_ms", "max_backlog_growth_ms", "max_replication_lag_s",
+        "throughput_of", "require_progress")
     ui_color = "#D8F0D2"
 
     def __init__(self, *, job: str, baseline_job: str | None = None, window: float | str = 60.0,
@@ -63,7 +70,9 @@ class StabilityGateOperator(CheckpointBaseOperator):
                  min_throughput_ratio: float | str | None = 0.8,
                  max_watermark_lag_growth_ms: float | str | None = None,
                  max_backlog_growth_ms: float | str | None = None,
-                 max_replication_lag_s: float | str | None = None, **kwargs: Any) -> None:
+                 max_replication_lag_s: float | str | None = None,
+                 throughput_of: str = "sources", require_progress: bool | str = True,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("poll_interval", 2.0)
         super().__init__(**kwargs)
         self.job = job
@@ -77,6 +86,8 @@ class StabilityGateOperator(CheckpointBaseOperator):
         self.max_watermark_lag_growth_ms = max_watermark_lag_growth_ms
         self.max_backlog_growth_ms = max_backlog_growth_ms
         self.max_replication_lag_s = max_replication_lag_s
+        self.throughput_of = throughput_of
+        self.require_progress = require_progress
 
     def criteria(self) -> dict[str, Any]:
         def num(name: str, kind: type) -> Any:
@@ -99,6 +110,12 @@ class StabilityGateOperator(CheckpointBaseOperator):
                                                 "max_replication_lag_s")}}
         if values["window_s"] is None:
             raise AirflowException("stability gate: window is required")
+        values["throughput_of"] = str(self.throughput_of)
+        progress = str(self.require_progress).strip().lower()
+        if progress not in ("true", "false", "1", "0"):
+            raise AirflowException(f"stability gate: require_progress must be true or false, "
+                                   f"got {self.require_progress!r}")
+        values["require_progress"] = progress in ("true", "1")
         try:
             return StabilityCriteria.from_dict(values).to_dict()
         except EngineError as exc:

@@ -127,3 +127,77 @@ def test_criteria_are_validated_by_name_and_range():
         StabilityCriteria(min_throughput_ratio=-1)
     with pytest.raises(ConfigurationError, match="window_s must be > 0"):
         StabilityCriteria(window_s=0)
+
+
+def _windowed_job(store, job_id: str, *, since: datetime, first: int, last: int,
+                  stalled: bool = False) -> None:
+    """A job with 10 s tumbling windows (issue 54 item 5): ``src`` reads 30 records/s,
+    ``win`` emits its 10 keys' results in one burst when a window fires (every 10 s of the
+    watermark, 2 s behind the wall clock), and ``map(<lambda>)`` and ``sink`` take them. A
+    completed checkpoint every second from ``since + first`` to ``since + last`` s.
+    ``stalled``: input keeps arriving, but the watermark stands still from the start, so no
+    window fires and nothing goes out."""
+    store.create_job(job_id=job_id, job_name=job_id, parallelism=1)
+    store.start_attempt(job_id, 0, restored_checkpoint_id=None, restored_from=None)
+    store.set_job_status(job_id, "RUNNING")
+    base = max(since, store.list_attempts(job_id)[-1].started_at)
+    for i in range(first, last + 1):
+        t = base + timedelta(seconds=i)
+        read = 30 * i
+        watermark = (base.timestamp() if stalled else t.timestamp() - 2) * 1000
+        fired = 0 if stalled else 10 * int((i - 2) // 10 if i >= 2 else 0)
+        task = {"vertex": 0, "subtask": 0, "start_delay_ms": 5.0, "watermark": watermark,
+                "records": {"src": [0, read], "win": [read, fired],
+                            "map(<lambda>)": [fired, fired], "sink": [fired, fired]}}
+        store.add_pending_checkpoint(job_id, i, kind="CHECKPOINT", trigger_time=t,
+                                     location=f"/c/{job_id}/chk-{i}")
+        store.complete_checkpoint(job_id, i, complete_time=t + timedelta(milliseconds=40),
+                                  duration_ms=40, state_size=1, checkpointed_size=1,
+                                  task_stats=[task])
+
+
+def test_a_healthy_windowed_job_passes_on_its_input_rate_where_bursty_output_would_fail(store):
+    """Blue's checkpoints span the whole 20 s gate (two window firings); green, restored
+    late, checkpoints from 13 s to 19 s: no window fired in between, so its operators after
+    the window show 0 records/s. Judged on input, with its watermark advancing, it passes;
+    judged per operator (the gate before issue 54) it failed as in the report."""
+    since = _since()
+    _windowed_job(store, "blue", since=since, first=1, last=20)
+    _windowed_job(store, "green", since=since, first=13, last=19)
+    until = since + timedelta(seconds=21)
+    verdict = assess_stability(store, "green", since=since, until=until,
+                               criteria=StabilityCriteria(window_s=20), baseline_job_id="blue")
+    checks = _checks(verdict)
+    assert verdict.ok, verdict.describe()
+    assert checks["throughput"].figure == pytest.approx(1.0)
+    assert "slowest source 'src'" in checks["throughput"].detail
+    assert checks["progress"].ok is True and "watermark advanced" in checks["progress"].detail
+    old = assess_stability(store, "green", since=since, until=until, baseline_job_id="blue",
+                           criteria=StabilityCriteria(window_s=20, throughput_of="operators"))
+    [failed] = old.failed
+    assert failed.name == "throughput" and failed.figure == 0.0, old.describe()
+
+
+def test_a_stalled_windowed_job_fails_though_its_input_keeps_arriving(store):
+    since = _since()
+    _windowed_job(store, "blue", since=since, first=1, last=20)
+    _windowed_job(store, "green", since=since, first=1, last=20, stalled=True)
+    verdict = assess_stability(store, "green", since=since, until=since + timedelta(seconds=21),
+                               criteria=StabilityCriteria(window_s=20), baseline_job_id="blue")
+    checks = _checks(verdict)
+    assert checks["throughput"].ok is True  # it reads its input at blue's pace...
+    assert not verdict.ok and [c.name for c in verdict.failed] == ["progress"]
+    assert "watermark stood still" in checks["progress"].detail  # ...but nothing comes out
+    assert "read 570 records" in checks["progress"].detail
+
+
+def test_a_stall_the_watchdog_reported_fails_the_progress_check(store):
+    since = _since()
+    _windowed_job(store, "green", since=since, first=1, last=5)
+    store.set_job_progress_stall("green", {"operator": "sink", "kind": "records",
+                                           "detail": "1200 records queued for 31 s"})
+    verdict = assess_stability(store, "green", since=since, until=since + timedelta(seconds=6),
+                               criteria=StabilityCriteria(window_s=5))
+    [failed] = verdict.failed
+    assert failed.name == "progress" and "operator 'sink'" in failed.detail
+    assert "1200 records queued" in failed.detail

@@ -6,9 +6,21 @@ yet a healthy one. Over the window ``[since, since + window_s]`` the job must
 1. stay up: RUNNING at the end, with at most ``max_restarts`` restarts;
 2. checkpoint: at least ``min_checkpoints`` completed, none slower than
    ``max_checkpoint_duration_ms``, at most ``max_failed_checkpoints`` failed;
-3. keep pace: per operator, records processed per second (between its first and last
-   completed checkpoint of the window) at least ``min_throughput_ratio`` of the baseline
-   job's over the same window (blue, running beside it on the same input);
+3. keep pace: records read per second by its sources (``throughput_of="sources"``, the
+   default), or processed per operator (``"operators"``), between its first and last
+   completed checkpoint of the window, at least ``min_throughput_ratio`` of the baseline
+   job's over the same window (blue, running beside it on the same input). Input is the
+   measure that suits windowed jobs: what a window operator emits comes in bursts when
+   windows fire, so the operators after it show 0 records/s between two checkpoints that
+   fall between two firings (a gate shorter than a window, or one whose firings fall just
+   outside the checkpoints), though the job is healthy;
+3b. make progress (``require_progress``): over the whole window (its first to its last
+   completed checkpoint), while its sources read records, its lowest input watermark
+   advances (event-time jobs: a frozen watermark holds every window's output back), and
+   the job master's progress watchdog reports no stall (``jobs.progress_stall``: records
+   queued in front of an operator that does not move, or a watermark stopped in a chain).
+   This catches a job whose input arrives while its output stands still, which the input
+   rate alone cannot see, without judging bursty window output by its instantaneous rate;
 4. not fall behind: the lag of its watermark (checkpoint trigger time minus the lowest
    input watermark of its tasks) grows by at most ``max_watermark_lag_growth_ms``, and
    its backlog (the longest wait of a checkpoint barrier behind queued records, Flink's
@@ -30,6 +42,9 @@ from ..catalog import CheckpointRecord, MetadataStore
 from ..catalog.models import CheckpointKind, CheckpointStatus, JobStatus
 from ..errors import ConfigurationError
 
+#: the values of :attr:`StabilityCriteria.throughput_of`
+THROUGHPUT_OF = ("sources", "operators")
+
 
 @dataclass(frozen=True)
 class StabilityCriteria:
@@ -41,6 +56,11 @@ class StabilityCriteria:
     max_checkpoint_duration_ms: float | None = None
     max_failed_checkpoints: int | None = 0
     min_throughput_ratio: float | None = 0.8
+    #: what the throughput ratio compares: ``"sources"`` (records read) or ``"operators"``
+    #: (every operator, the slowest one decides)
+    throughput_of: str = "sources"
+    #: 3b: watermark advances, operators move, no stall reported, while input is read
+    require_progress: bool = True
     max_watermark_lag_growth_ms: float | None = None
     max_backlog_growth_ms: float | None = None
     #: a CDC source's replication lag (seconds behind the source database) at every
@@ -57,6 +77,9 @@ class StabilityCriteria:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigurationError(f"stability criterion {name} must be >= 0 (got {value})")
+        if self.throughput_of not in THROUGHPUT_OF:
+            raise ConfigurationError(f"stability criterion throughput_of must be one of "
+                                     f"{list(THROUGHPUT_OF)} (got {self.throughput_of!r})")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> StabilityCriteria:
@@ -131,15 +154,38 @@ def _processed(checkpoint: CheckpointRecord) -> dict[str, int]:
     return out
 
 
+def _sources(checkpoint: CheckpointRecord) -> set[str]:
+    """The operators that took no input but emitted records: the sources."""
+    taken: dict[str, int] = {}
+    emitted: dict[str, int] = {}
+    for task in checkpoint.task_stats or ():
+        for op, counts in (task.get("records") or {}).items():
+            taken[op] = taken.get(op, 0) + int(counts[0])
+            emitted[op] = emitted.get(op, 0) + int(counts[1])
+    return {op for op in taken if taken[op] == 0 and emitted[op] > 0}
+
+
+def _watermark(checkpoint: CheckpointRecord) -> float | None:
+    marks = [t["watermark"] for t in checkpoint.task_stats or () if t.get("watermark") is not None]
+    return min(marks) if marks else None
+
+
+def _window_rows(store: MetadataStore, job_id: str, since: datetime,
+                 until: datetime) -> list[CheckpointRecord]:
+    """The completed checkpoints of the window with record counts, of the job's current
+    attempt (counts restart with it)."""
+    start = _current_attempt_start(store, job_id)
+    rows = _in_window(_completed(store.list_checkpoints(job_id, kind=CheckpointKind.CHECKPOINT)),
+                      max(since, start) if start else since, until)
+    return [c for c in rows if any(t.get("records") for t in c.task_stats or ())]
+
+
 def operator_rates(store: MetadataStore, job_id: str, since: datetime,
                    until: datetime) -> tuple[dict[str, float], float] | None:
     """Records per second each operator processed between the first and last completed
     checkpoints of the window (of the job's current attempt: counts restart with it), and
     the seconds between them; ``None`` with fewer than two such checkpoints."""
-    start = _current_attempt_start(store, job_id)
-    rows = _in_window(_completed(store.list_checkpoints(job_id, kind=CheckpointKind.CHECKPOINT)),
-                      max(since, start) if start else since, until)
-    rows = [c for c in rows if any(t.get("records") for t in c.task_stats or ())]
+    rows = _window_rows(store, job_id, since, until)
     if len(rows) < 2:
         return None
     first, last = rows[0], rows[-1]
@@ -222,7 +268,10 @@ def assess_stability(store: MetadataStore, job_id: str, *, since: datetime,
 
     # 3. throughput against the baseline, per operator both jobs have
     if c.min_throughput_ratio is not None and baseline_job_id:
-        add(_throughput_check(store, job_id, baseline_job_id, since, until, c.min_throughput_ratio))
+        add(_throughput_check(store, job_id, baseline_job_id, since, until, c.min_throughput_ratio,
+                              sources_only=c.throughput_of == "sources"))
+    if c.require_progress:
+        add(_progress_check(store, job, since, until))
 
     # 4. watermark lag and backlog
     current = _current_attempt_start(store, job_id)
@@ -262,7 +311,7 @@ def replication_lag_s(checkpoint: CheckpointRecord) -> float | None:
 
 
 def _throughput_check(store: MetadataStore, job_id: str, baseline_job_id: str, since: datetime,
-                      until: datetime, bound: float) -> Check:
+                      until: datetime, bound: float, *, sources_only: bool = True) -> Check:
     mine = operator_rates(store, job_id, since, until)
     theirs = operator_rates(store, baseline_job_id, since, until)
     if mine is None:
@@ -271,15 +320,53 @@ def _throughput_check(store: MetadataStore, job_id: str, baseline_job_id: str, s
     if theirs is None:
         return Check("throughput", None, None, bound, f"not measured: the baseline job "
                      f"{baseline_job_id} has fewer than two completed checkpoints in the window")
-    ratios = {op: mine[0].get(op, 0.0) / rate for op, rate in theirs[0].items()
-              if rate > 0 and op in mine[0]}
+    ops = set(theirs[0])
+    what = "operator"
+    if sources_only:
+        rows = _window_rows(store, baseline_job_id, since, until)
+        ops &= _sources(rows[-1]) if rows else set()
+        what = "source"
+    ratios = {op: mine[0].get(op, 0.0) / theirs[0][op] for op in ops
+              if theirs[0][op] > 0 and op in mine[0]}
     if not ratios:
-        return Check("throughput", None, None, bound, "not measured: no operator uid of the "
+        return Check("throughput", None, None, bound, f"not measured: no {what} uid of the "
                      "baseline processed records in the window")
     op = min(ratios, key=lambda k: ratios[k])
     return Check("throughput", ratios[op] >= bound, round(ratios[op], 3), bound,
-                 f"slowest operator {op!r}: {mine[0].get(op, 0.0):.1f} records/s against the "
-                 f"baseline's {theirs[0][op]:.1f} ({ratios[op]:.2f}x), at least {bound:.2f}x")
+                 f"slowest {what} {op!r}: {mine[0].get(op, 0.0):.1f} records/s against the "
+                 f"baseline's {theirs[0][op]:.1f} ({ratios[op]:.2f}x), at least {bound:.2f}x"
+                 f" over {mine[1]:.0f} s")
+
+
+def _progress_check(store: MetadataStore, job, since: datetime, until: datetime) -> Check:
+    """3b of the module doc: over the whole window, while the sources read records, the
+    watermark advances, and no stall is reported."""
+    if job.progress_stall and job.status == JobStatus.RUNNING:
+        stall = job.progress_stall
+        return Check("progress", False, stall.get("operator"), "no stall",
+                     f"the progress watchdog reports a {stall.get('kind', '')} stall at "
+                     f"operator {stall.get('operator')!r}: {stall.get('detail', '')}".strip())
+    rows = _window_rows(store, job.job_id, since, until)
+    if len(rows) < 2:
+        return Check("progress", None, None, "moving", "not measured: fewer than two completed "
+                     "checkpoints with record counts in the window")
+    first, last = rows[0], rows[-1]
+    a, b = _processed(first), _processed(last)
+    sources = _sources(last)
+    read = sum(b.get(op, 0) - a.get(op, 0) for op in sources)
+    seconds = (last.trigger_time - first.trigger_time).total_seconds()
+    if read <= 0:
+        return Check("progress", None, 0, "moving", f"not measured: its sources read no "
+                     f"records over {seconds:.0f} s (no input: idle, not stalled)")
+    w0, w1 = _watermark(first), _watermark(last)
+    if w0 is not None and w1 is not None and w1 <= w0:
+        return Check("progress", False, 0, "moving",
+                     f"its watermark stood still at {w1:.0f} over {seconds:.0f} s while its "
+                     f"sources read {read} records: windows cannot fire, output is held back")
+    return Check("progress", True, read, "moving",
+                 f"its sources read {read} records over {seconds:.0f} s"
+                 + (f", its watermark advanced {w1 - w0:.0f} ms" if w0 is not None
+                    and w1 is not None else ""))
 
 
 def early_verdict(store: MetadataStore, job_id: str, *, since: datetime,
