@@ -103,6 +103,9 @@ class KafkaSink(Sink):
     """
 
     slot_imports = ("confluent_kafka",)
+    #: librdkafka settings of the producers that ``producer_config`` may override (not given
+    #: to the marker consumers: librdkafka warns about producer settings there)
+    producer_defaults: Mapping[str, object] = {}
 
     def __init__(self, bootstrap_servers: str | Sequence[str], topic: str, *,
                  key: str | Callable[[dict], object] | None = None,
@@ -278,9 +281,10 @@ class _ExactlyOnceWriter(SinkWriter):
             return producer
         ck = require_client()
         tid = self.sink.transactional_id(self.ctx.job_name, self.ctx.operator_uid, origin)
-        producer = ck.Producer(client_config(self.sink.conf, **{"transactional.id": tid,
-                                "transaction.timeout.ms": self.sink.transaction_timeout_ms,
-                                "linger.ms": 5}))
+        producer = ck.Producer(client_config(
+            {**self.sink.producer_defaults, **self.sink.conf},
+            **{"transactional.id": tid,
+               "transaction.timeout.ms": self.sink.transaction_timeout_ms, "linger.ms": 5}))
         try:
             producer.init_transactions(METADATA_TIMEOUT_S)
         except ck.KafkaException as exc:
@@ -397,8 +401,8 @@ class _AtLeastOnceWriter(SinkWriter):
         self.sink = sink
         self.ctx = ctx
         self.failures: list = []
-        self.producer = ck.Producer(client_config(sink.conf, **{"enable.idempotence": True,
-                                                                "linger.ms": 5}))
+        self.producer = ck.Producer(client_config({**sink.producer_defaults, **sink.conf},
+                                                  **{"enable.idempotence": True, "linger.ms": 5}))
 
     def _delivered(self, err, msg) -> None:
         if err is not None:

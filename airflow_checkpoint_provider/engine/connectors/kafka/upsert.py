@@ -64,12 +64,14 @@ class UpsertKafkaSink(KafkaSink):
                          marker_topic=marker_topic,
                          transactional_id_prefix=transactional_id_prefix,
                          transaction_timeout_ms=transaction_timeout_ms,
-                         producer_config={"partitioner": "murmur2_random",
-                                          **(producer_config or {})})
+                         producer_config=producer_config)
         #: what the engine's upsert sinks declare (``sink()`` puts an upsert materializer in
         #: front of one fed by a parallel regular join)
         self.mode = "upsert"
         self.key: list[str] = columns  # type: ignore[assignment]
+
+    #: the Java client's partitioner: a key lands on the partition a Java producer picks
+    producer_defaults = {"partitioner": "murmur2_random"}
 
     def describe(self) -> str:
         return f"upsert-kafka({self.topic}, key={','.join(self.key)}, {self.delivery})"

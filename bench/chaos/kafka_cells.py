@@ -1,0 +1,182 @@
+"""The Kafka cells of the chaos matrix (issue 52): cell definitions and their run hooks, for
+the chaos runner to include (see "Wiring" below; this module changes nothing by itself).
+
+Pipelines (the ones the Kafka tests run, tests/engine/connectors/kafka/):
+
+* ``kafka-sum``: a 3-partition topic -> ``key_by(key)`` running sum -> ``KafkaSink``
+  (exactly once), ``kafka_jobs.running_sum_job``. Reference: every input id emitted once,
+  each key's counts 1..n, each key's final sum (computed from the input).
+* ``kafka-changelog``: Debezium JSON change events on a 3-partition topic -> the rows'
+  ``UpsertKafkaSink`` (key id) and a retracting ``aggregate`` per category ->
+  ``UpsertKafkaSink`` (key cat), ``changelog_jobs.changelog_job``. Reference: the final
+  table and its GROUP BY (computed from the event history); the topics are read with
+  ``read_committed`` and compacted by key.
+
+Both jobs are bounded (``stop_at``): a run ends FINISHED, never cancelled. The broker is a
+Tansu (tests/kafka_server.py) on 127.0.0.1 started once per harness process and stopped at
+exit; every run gets fresh topics. Local runner only; kills: slot and driver.
+
+Broker caveat: Tansu does not hide the records of a transaction aborted by a crash from
+``read_committed`` readers. A SIGKILL of a slot whose sink is in the middle of publishing an
+epoch (a few ms per checkpoint interval) can then show duplicates that Apache Kafka would
+hide (docs/how-to/kafka.md, "Broker caveats"); such a difference names the sink topic.
+
+Wiring (in the runner, which another change owns):
+
+1. ``catalogue.CATALOGUE`` includes :data:`KAFKA_ENTRIES` (``group="kafka"``,
+   ``reference="kafka-reference"``: no failure-free or DuckDB reference run).
+2. ``run.run_one``: ``if e.group == "kafka": hooks = kafka_cells.for_entry(e.name, root,
+   seed, e.seconds)`` (as for ``"cdc"``), skip ``reference(e, ...)`` for
+   ``"kafka-reference"`` as for ``"source-table"``, and expect
+   ``getattr(hooks, "final_status", "CANCELED")`` instead of ``"CANCELED"``; the
+   comparison is ``difference(*hooks.multisets())`` as for CDC.
+3. ``landing()`` gets no output directories for these entries (``outputs=()``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import uuid
+from collections import Counter
+
+from .catalogue import TESTS, BuildContext, Entry, configure
+
+#: the Kafka tests' job modules (kafka_jobs, changelog_jobs); slots inherit sys.path
+KAFKA_TESTS = os.path.join(TESTS, "engine", "connectors", "kafka")
+if KAFKA_TESTS not in sys.path:
+    sys.path.insert(0, KAFKA_TESTS)
+
+#: input records of ``kafka-sum`` and Debezium events (over ``CHANGELOG_IDS`` rows) of
+#: ``kafka-changelog``
+SUM_RECORDS = 9_000
+CHANGELOG_EVENTS, CHANGELOG_IDS = 6_000, 500
+
+_BROKER = None
+
+
+def broker():
+    """The harness's Tansu broker (started once, stopped at exit)."""
+    global _BROKER
+    if _BROKER is None:
+        from kafka_server import TansuBroker
+
+        _BROKER = TansuBroker().start()
+        atexit.register(_BROKER.stop)
+    return _BROKER
+
+
+def _stop_at(extra: dict) -> dict:
+    """``stop_at`` from its JSON form in the spec (``[[topic, partition, end], ...]``)."""
+    return {(t, p): end for t, p, end in extra["stop_at"]}
+
+
+def _kafka_sum(ctx: BuildContext):
+    from kafka_jobs import running_sum_job
+
+    x = ctx.extra
+
+    class Broker:
+        bootstrap = x["bootstrap"]
+
+    return configure(
+        running_sum_job(ctx.root, Broker, x["in"], _stop_at(x), x["out"], name="chaos-kafka-sum",
+                        faults=ctx.fault_plan(), delay_s=0.0005, interval_ms=250),
+        ctx,
+    )
+
+
+def _kafka_changelog(ctx: BuildContext):
+    from changelog_jobs import changelog_job
+
+    x = ctx.extra
+    return configure(
+        changelog_job(ctx.root, x["bootstrap"], x["in"], _stop_at(x), x["rows"], x["agg"],
+                      name="chaos-kafka-changelog", delay_s=0.0003, interval_ms=250),
+        ctx,
+    )
+
+
+KAFKA_ENTRIES = [
+    Entry("kafka-sum", "kafka", _kafka_sum, (), "kafka-reference", SUM_RECORDS, 4.0,
+          runners=("local",)),
+    # no raise points (records=0): its pass-through only SIGKILLs; the harness's kills do
+    Entry("kafka-changelog", "kafka", _kafka_changelog, (), "kafka-reference", 0, 4.0,
+          runners=("local",)),
+]
+
+
+class KafkaHooks:
+    """:func:`.run._drive`'s hooks for one Kafka run: fresh topics and their input before
+    the job starts (``extra``: the build's spec fields), the committed output against the
+    reference afterwards (:meth:`multisets`)."""
+
+    #: the status of a run that went to its end (bounded jobs finish)
+    final_status = "FINISHED"
+
+    def __init__(self, pipeline: str, root: str) -> None:
+        self.pipeline = pipeline
+        self.broker = broker()
+        b = self.broker
+        if pipeline == "kafka-sum":
+            from kafka_jobs import make_input
+
+            in_topic, stop_at = make_input(b, SUM_RECORDS)
+            out = b.create_topic(f"out-{in_topic}")
+            self.extra = {"bootstrap": b.bootstrap, "in": in_topic, "out": out}
+        else:
+            from changelog_jobs import make_input
+
+            in_topic, stop_at, self.table = make_input(b, CHANGELOG_EVENTS, CHANGELOG_IDS)
+            self.extra = {"bootstrap": b.bootstrap, "in": in_topic,
+                          "rows": b.create_topic(f"rows-{in_topic}", 3),
+                          "agg": b.create_topic(f"agg-{in_topic}", 3)}
+        self.extra["stop_at"] = [[t, p, end] for (t, p), end in sorted(stop_at.items())]
+        self.extra["run"] = uuid.uuid4().hex[:8]
+
+    def on_running(self) -> None:
+        pass
+
+    def ready_to_stop(self) -> bool:
+        return False  # a bounded job: it finishes by itself
+
+    def multisets(self) -> tuple[Counter, Counter]:
+        """(committed, reference) as multisets: ``kafka-sum``: (key, id) per emission,
+        (key, "count", n) per count, (key, "final", sum) per key; ``kafka-changelog``: the
+        compacted rows of both upsert topics, tagged by topic."""
+        if self.pipeline == "kafka-sum":
+            from kafka_jobs import expected_sums
+
+            rows = self.broker.read(self.extra["out"], expect=SUM_RECORDS, timeout=30)
+            got: Counter = Counter()
+            last: dict = {}
+            for r in rows:
+                got[(r["key"], r["id"])] += 1
+                got[(r["key"], "count", r["count"])] += 1
+                if r["count"] >= last.get(r["key"], {}).get("count", 0):
+                    last[r["key"]] = r
+            got.update((k, "final", r["sum"]) for k, r in last.items())
+            want: Counter = Counter()
+            for key, e in expected_sums(SUM_RECORDS).items():
+                want.update((key, i) for i in e["ids"])
+                want.update((key, "count", c) for c in range(1, len(e["ids"]) + 1))
+                want[(key, "final", e["sum"])] += 1
+            return got, want
+        from changelog_jobs import compacted, grouped
+
+        def tagged(tag: str, table: dict) -> Counter:
+            return Counter((tag, *sorted(r.items())) for r in table.values())
+
+        rows, _ = compacted(self.broker, self.extra["rows"])
+        agg, _ = compacted(self.broker, self.extra["agg"])
+        return (tagged("rows", rows) + tagged("agg", agg),
+                tagged("rows", self.table) + tagged("agg", grouped(self.table)))
+
+    def close(self) -> None:
+        """The topics stay (the broker keeps them in memory until the harness exits)."""
+
+
+def for_entry(entry_name: str, root: str, seed: int, seconds: float) -> KafkaHooks:
+    os.makedirs(root, exist_ok=True)
+    return KafkaHooks(entry_name, root)
