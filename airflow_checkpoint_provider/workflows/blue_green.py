@@ -67,10 +67,14 @@ class StabilityGate:
     :param min_checkpoints: checkpoints green completes in the window.
     :param max_restarts: restarts green may take in the window.
     :param max_checkpoint_duration_ms: longest checkpoint allowed (``None``: any).
-    :param min_throughput_ratio: green's records/s over blue's, per operator (``None``: not
-        judged, e.g. for jobs whose output comes in bursts).
+    :param min_throughput_ratio: green's records/s over blue's (of the sources or of every
+        operator: ``throughput_of``; ``None``: not judged).
     :param max_watermark_lag_growth_ms: how much green's watermark lag may grow (``None``).
     :param max_backlog_growth_ms: how much green's backlog may grow (``None``).
+    :param throughput_of: ``"sources"`` (records read: suits windowed jobs whose output
+        comes in bursts) or ``"operators"`` (the slowest operator decides); fixed here.
+    :param require_progress: while green reads records, its watermark must advance and its
+        progress watchdog report no stall; fixed here.
     """
 
     window_s: float = 60
@@ -80,6 +84,13 @@ class StabilityGate:
     min_throughput_ratio: float | None = 0.8
     max_watermark_lag_growth_ms: float | None = None
     max_backlog_growth_ms: float | None = None
+    throughput_of: str = "sources"
+    require_progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.throughput_of not in ("sources", "operators"):
+            raise WorkflowDefinitionError("StabilityGate(throughput_of=...) is 'sources' or "
+                                          f"'operators', not {self.throughput_of!r}")
 
     def params(self) -> dict[str, Param]:
         def optional(default: float | None, maximum: float, description: str,
@@ -97,7 +108,7 @@ class StabilityGate:
             "max_checkpoint_duration_ms": optional(self.max_checkpoint_duration_ms, 3_600_000,
                                                    "longest checkpoint allowed", exclusive=True),
             "min_throughput_ratio": optional(self.min_throughput_ratio, 10,
-                                             "green's records/s over blue's, per operator"),
+                                             "green's records/s over blue's"),
             "max_watermark_lag_growth_ms": optional(self.max_watermark_lag_growth_ms,
                                                     3_600_000, "watermark lag growth allowed"),
             "max_backlog_growth_ms": optional(self.max_backlog_growth_ms, 3_600_000,
@@ -242,7 +253,9 @@ def blue_green_upgrade(
             max_checkpoint_duration_ms="{{ params.max_checkpoint_duration_ms }}",
             min_throughput_ratio="{{ params.min_throughput_ratio }}",
             max_watermark_lag_growth_ms="{{ params.max_watermark_lag_growth_ms }}",
-            max_backlog_growth_ms="{{ params.max_backlog_growth_ms }}", deferrable=True)
+            max_backlog_growth_ms="{{ params.max_backlog_growth_ms }}",
+            throughput_of=gate.throughput_of, require_progress=gate.require_progress,
+            deferrable=True)
 
         @task.branch(task_id="approval")
         def approval(params=None) -> str:

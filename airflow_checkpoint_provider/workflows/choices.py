@@ -115,9 +115,11 @@ def pipeline_choice_param(choices: Mapping[str, str], default: str | None,
 
 def pipeline_template(choices: Mapping[str, str], param: str) -> str:
     """A template rendering the reference the run's ``param`` chose (a dict literal of the
-    author's references indexed by the param: no task between the choice and its use)."""
+    author's references indexed by the param: no task between the choice and its use). A
+    key the author did not write renders nothing: Airflow's strict undefined fails the task
+    (``| string`` makes the native renderer look at it), else the submit refuses ``""``."""
     literal = "{" + ", ".join(f"{k!r}: {v!r}" for k, v in choices.items()) + "}"
-    return "{{ " + literal + "[params." + param + "] }}"
+    return "{{ " + literal + "[params." + param + "] | string }}"
 
 
 def job_choice_param(default: str, choices: Sequence[str], any_name: bool,
