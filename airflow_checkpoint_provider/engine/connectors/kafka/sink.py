@@ -182,6 +182,12 @@ def unstage(t: dict) -> list[list]:
     return msgpack.unpackb(base64.b64decode(t["records"]), raw=False)
 
 
+def _job_name(t: dict) -> str | None:
+    """The name of the job that staged transaction ``t`` (``None`` if not recorded)."""
+    name = t.get("job_name")
+    return name if isinstance(name, str) and name else None
+
+
 def _check_transaction(t: object, location: str) -> dict:
     """A restored transaction description (untrusted input: from a ``_metadata`` file)."""
     ok = (isinstance(t, dict) and t.get("v") == _VERSION and isinstance(t.get("job"), str)
@@ -223,8 +229,11 @@ class _ExactlyOnceWriter(SinkWriter):
     def pre_commit(self, checkpoint_id: int) -> list[object]:
         if not self.buffer:
             return []
-        txn = {"v": _VERSION, "job": self.ctx.job_id, "subtask": self.ctx.subtask_index,
-               "epoch": checkpoint_id, "count": len(self.buffer), "records": stage(self.buffer)}
+        # job_name: the marker group of this epoch is the staging job's, also when another
+        # job (blue-green: green restoring blue's savepoint) publishes or checks it
+        txn = {"v": _VERSION, "job": self.ctx.job_id, "job_name": self.ctx.job_name,
+               "subtask": self.ctx.subtask_index, "epoch": checkpoint_id,
+               "count": len(self.buffer), "records": stage(self.buffer)}
         self.buffer = []
         return [txn]
 
@@ -262,7 +271,8 @@ class _ExactlyOnceWriter(SinkWriter):
             if origin not in mine:
                 continue
             # (d)
-            done = {job: self._published_epoch(origin, job) for job in {t["job"] for t in mine[origin]}}
+            names = {t["job"]: _job_name(t) for t in mine[origin]}
+            done = {job: self._published_epoch(origin, job, name) for job, name in names.items()}
             # (e)
             for t in sorted(mine[origin], key=lambda t: (t["job"], t["epoch"])):
                 if t["epoch"] <= done[t["job"]]:
@@ -294,10 +304,14 @@ class _ExactlyOnceWriter(SinkWriter):
         self.producers[origin] = producer
         return producer
 
-    def _marker_group(self, origin: int, job: str) -> str:
+    def _marker_group(self, origin: int, job: str, job_name: str | None = None) -> str:
         """The consumer group whose offset on the marker topic is the last epoch of job
-        ``job``'s subtask ``origin`` that this sink published."""
-        tid = self.sink.transactional_id(self.ctx.job_name, self.ctx.operator_uid, origin)
+        ``job``'s subtask ``origin`` that this sink published. Named after the job that
+        staged the epoch (``job_name``; this job's name for epochs staged before the name
+        was recorded), so a job restoring another job's snapshot under another name (green
+        restoring blue's) finds the markers that job wrote."""
+        tid = self.sink.transactional_id(job_name or self.ctx.job_name, self.ctx.operator_uid,
+                                         origin)
         return f"{tid}-{job}"
 
     def _marker_consumer(self, group: str):
@@ -346,7 +360,7 @@ class _ExactlyOnceWriter(SinkWriter):
             if not failures:
                 # the marker: the group's offset on the marker topic := the epoch, committed
                 # by this transaction (Kafka's transactional offset commit, KIP-98)
-                group = self._marker_group(t["subtask"], t["job"])
+                group = self._marker_group(t["subtask"], t["job"], _job_name(t))
                 producer.send_offsets_to_transaction(
                     [ck.TopicPartition(self.sink.marker_topic, 0, t["epoch"])],
                     self._marker_consumer(group).consumer_group_metadata(), METADATA_TIMEOUT_S)
@@ -366,13 +380,13 @@ class _ExactlyOnceWriter(SinkWriter):
         self.published.add(ident)
         log.info("Kafka sink %s: published %s", self.ctx.operator_uid, where)
 
-    def _published_epoch(self, origin: int, job: str) -> int:
+    def _published_epoch(self, origin: int, job: str, job_name: str | None = None) -> int:
         """The last epoch of job ``job``'s subtask ``origin`` published (-1: none): the
         marker group's committed offset, read after ``init_transactions`` aborted any open
         transaction of that subtask's transactional.id (so no marker is pending), with
         ``read_committed`` (librdkafka then asks for stable offsets, KIP-447)."""
         ck = require_client()
-        group = self._marker_group(origin, job)
+        group = self._marker_group(origin, job, job_name)
         try:
             found = self._marker_consumer(group).committed(
                 [ck.TopicPartition(self.sink.marker_topic, 0)], timeout=METADATA_TIMEOUT_S)[0]
