@@ -17,11 +17,11 @@ Airflow checks before the run is created (a conf that does not match is refused 
 * :func:`connection_param` -- an external system: one of the Airflow connection ids the
   author lists; ``SubmitCheckpointedJobOperator(env_from_connections=...,
   allowed_connections=...)`` resolves its URI in the worker (never a URL from a conf);
-* :func:`directory_param` -- empty or an absolute path under the author's roots, without
-  ``..`` components; :func:`check_run_params` checks it in the worker after resolving
-  symlinks (roots fixed in the DAG file, or read in the worker such as
-  :func:`example_savepoint_roots`), with every other param against the author's schema,
-  before anything starts.
+* :func:`directory_param` -- empty, or an absolute path or an ``s3://bucket/prefix`` URL
+  under the author's roots, without ``..`` components; :func:`check_run_params` checks it
+  in the worker (local paths after resolving symlinks; roots fixed in the DAG file, or
+  read in the worker such as :func:`example_savepoint_roots`), with every other param
+  against the author's schema, before anything starts.
 
 The rule: a run's conf may *choose among* values the DAG author fixed in code; it never
 names a host, a credential, a path or code. The submit hook refuses interpreter and loader
@@ -49,8 +49,13 @@ JOB_NAME_PATTERN = rf"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_NAME_LENGTH -
 PIPELINE_PATTERN = (
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$" + _END
 )
-#: empty, or an absolute path of printable characters without a ``..`` component
-DIRECTORY_PATTERN = r"^(?!.*(^|/)\.\.(/|$))(/[^\x00-\x1f\x7f]*)?$" + _END
+#: empty, or an absolute path or an ``s3://`` URL (the roots decide which is allowed)
+DIRECTORY_PATTERN = r"^$|^(/|s3://[a-z0-9])"
+#: what no directory from a conf may hold anywhere: a ``..`` component, a control character
+#: (a schema's ``not``: its refusal names this short pattern, not the roots' one)
+DIRECTORY_FORBIDDEN = r"(^|/)\.\.(/|$)|[\x00-\x1f\x7f]"
+#: an S3 root: ``s3://bucket`` or ``s3://bucket/prefix`` (a bucket name's characters)
+S3_ROOT = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\x00-\x1f\x7f]*)?$")
 MAX_ENV_VALUE = 4096
 
 
@@ -155,23 +160,36 @@ def directory_param(description: str, roots: Iterable[str] | None = None) -> Par
     :func:`example_savepoint_roots`). Either way :func:`check_run_params` checks the path
     again in the worker after resolving symlinks (a link inside a root that points outside is
     refused), before anything starts."""
+    forbidden = {"description": "a '..' path component or a control character",
+                 "pattern": DIRECTORY_FORBIDDEN}
     if roots is None:
         return Param("", type="string", maxLength=4096, pattern=DIRECTORY_PATTERN,
-                     description=f"{description}; empty, or under the DAG's roots")
+                     description=f"{description}; empty, or under the DAG's roots "
+                     "(an absolute path or s3://bucket/prefix)", **{"not": forbidden})
     roots = normalized_roots(roots)
     inside = "|".join(_js_escape(r) for r in roots)
-    pattern = (rf"^(?!.*(^|/)\.\.(/|$))((?:{inside})(/[^\x00-\x1f\x7f]*)?)?$" + _END
-               if roots else r"^$" + _END)
+    # short enough to read in the refusal ("'x' does not match '^$|^(/data/sp|s3://b/sp)
+    # (/.*)?$'"): the roots; '..' and control characters are the 'not' pattern's
+    pattern = rf"^$|^({inside})(/.*)?$" if roots else r"^$"
     return Param(
         "", type="string", maxLength=4096, pattern=pattern,
         description=f"{description}; empty, or under {', '.join(roots) or '(no root: empty only)'}",
+        **{"not": forbidden},
     )
 
 
 def normalized_roots(roots: Iterable[str]) -> tuple[str, ...]:
-    """``roots`` as normalized absolute paths; ``/`` and relative roots are refused."""
+    """``roots`` as normalized absolute paths or ``s3://bucket[/prefix]`` URLs (without a
+    trailing ``/``); ``/``, relative roots and other URLs are refused."""
     out = []
     for root in roots:
+        if isinstance(root, str) and root.startswith("s3://"):
+            norm = root.rstrip("/")
+            if not S3_ROOT.match(norm) or ".." in norm[5:].split("/"):
+                raise ValueError(f"directory root {root!r} must be s3://bucket or "
+                                 "s3://bucket/prefix (a bucket name, no '..')")
+            out.append(norm)
+            continue
         if not isinstance(root, str) or not os.path.isabs(root):
             raise ValueError(f"directory root {root!r} must be an absolute path")
         norm = os.path.normpath(root)
@@ -184,7 +202,9 @@ def normalized_roots(roots: Iterable[str]) -> tuple[str, ...]:
 def env_roots(variable: str) -> tuple[str, ...]:
     """Roots from the environment (``os.pathsep``-separated absolute paths), e.g. the
     deployment's ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``."""
-    return normalized_roots(r for r in os.environ.get(variable, "").split(os.pathsep) if r)
+    from airflow_checkpoint_provider.engine.fs.storage import split_locations
+
+    return normalized_roots(split_locations(os.environ.get(variable, "")))
 
 
 def example_savepoint_roots() -> tuple[str, ...]:
@@ -207,7 +227,8 @@ class DirectoryNotAllowedError(ValueError):
 
     def __init__(self, param: str, path: str, resolved: str, roots: tuple[str, ...]) -> None:
         self.param, self.path, self.resolved, self.roots = param, path, resolved, roots
-        via = f" (resolves to {resolved})" if resolved != os.path.normpath(path) else ""
+        via = (f" (resolves to {resolved})" if not path.startswith("s3://")
+               and resolved != os.path.normpath(path) else "")
         super().__init__(
             f"param {param!r}: directory {path!r}{via} is not under the allowed roots "
             f"({', '.join(roots) or 'none: only empty is allowed'})")
@@ -235,11 +256,21 @@ def check_directory(param: str, path: object, roots: Iterable[str]) -> str:
     if path in (None, ""):
         return ""
     text = str(path)
+    if text.startswith("s3://"):  # no symlinks in S3: the URL's key prefix decides
+        if ".." in text[5:].split("/") or any(c < " " or c == "\x7f" for c in text):
+            raise DirectoryNotAllowedError(param, text, text, roots)
+        url = text.rstrip("/")
+        for root in roots:
+            if root.startswith("s3://") and (url == root or url.startswith(root + "/")):
+                return url
+        raise DirectoryNotAllowedError(param, text, text, roots)
     if (not os.path.isabs(text) or ".." in text.split("/")
             or any(c < " " or c == "\x7f" for c in text)):
         raise DirectoryNotAllowedError(param, text, text, roots)
     resolved = resolved_path(text)
     for root in roots:
+        if root.startswith("s3://"):
+            continue
         real_root = resolved_path(root)
         if resolved == real_root or resolved.startswith(real_root.rstrip("/") + "/"):
             return resolved

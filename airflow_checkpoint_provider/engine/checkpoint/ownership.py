@@ -36,7 +36,14 @@ from ..errors import (
     InvalidNameError,
     UntrustedSnapshotError,
 )
-from ..fs.storage import METADATA_FILE, absolute_location, basename, filesystem_for, join
+from ..fs.storage import (
+    METADATA_FILE,
+    absolute_location,
+    basename,
+    filesystem_for,
+    join,
+    split_locations,
+)
 from ..names import ensure_under
 
 log = logging.getLogger(__name__)
@@ -77,7 +84,7 @@ def allowed_savepoint_roots(extra: Iterable[str | None] = ()) -> list[str]:
     """The configured savepoint roots: ``extra`` (a job's savepoint directory and its
     ``allowed_savepoint_roots``) and ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``; empty: none
     configured (then no root check applies)."""
-    env = os.environ.get(ENV_ALLOWED_SAVEPOINT_ROOTS, "").split(os.pathsep)
+    env = split_locations(os.environ.get(ENV_ALLOWED_SAVEPOINT_ROOTS, ""))
     return [absolute_location(r) for r in dict.fromkeys([*extra, *env]) if r]
 
 

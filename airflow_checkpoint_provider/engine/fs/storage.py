@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import re
 import shutil
 import uuid
 
@@ -80,6 +81,14 @@ S3_SCHEME = "s3://"
 
 def is_s3(location: str) -> bool:
     return location.startswith(S3_SCHEME)
+
+
+def split_locations(value: str) -> list[str]:
+    """``os.pathsep``-separated locations (``$CKPT_ALLOWED_SAVEPOINT_ROOTS``), where an
+    ``s3://`` URL keeps its ``:`` (``/data/sp:s3://bucket/sp`` is two roots)."""
+    if os.pathsep != ":":
+        return [r for r in value.split(os.pathsep) if r]
+    return [r for r in re.split(r":(?!//)", value) if r]
 
 
 def filesystem_for(location: str) -> LocalFileSystem | S3FileSystem:

@@ -30,7 +30,13 @@ from ..catalog import MetadataStore
 from ..catalog.models import ControlRequestStatus
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from ..errors import CheckpointDeclined
-from ..fs.storage import absolute_location, is_s3, parent, savepoint_directory
+from ..fs.storage import (
+    absolute_location,
+    is_s3,
+    parent,
+    savepoint_directory,
+    split_locations,
+)
 from ..protocol import BarrierKind
 
 SAVEPOINT_ACTIONS = ("SAVEPOINT", "STOP_WITH_SAVEPOINT")
@@ -48,7 +54,7 @@ class ControlPlane:
         self.job_id = job_id
         self.coordinator = coordinator
         self.savepoint_root = savepoint_root
-        env = [r for r in os.environ.get("CKPT_ALLOWED_SAVEPOINT_ROOTS", "").split(os.pathsep) if r]
+        env = split_locations(os.environ.get("CKPT_ALLOWED_SAVEPOINT_ROOTS", ""))
         self.allowed_roots = [_resolved(r) for r in (savepoint_root, *allowed_roots, *env)]
         self.queued: list = []                  # claimed, waiting until they can trigger
         #: savepoint request id -> when it first found a checkpoint pending
