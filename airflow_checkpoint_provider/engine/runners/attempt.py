@@ -14,7 +14,7 @@ import queue
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..catalog import MetadataStore
 from ..catalog.models import JobStatus
@@ -25,6 +25,9 @@ from ..plan.job import JobConfig
 from ..progress import ProgressReporter
 from ..protocol import messages as M
 from .control import ControlPlane
+
+if TYPE_CHECKING:
+    from .promote import Promoter
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +128,7 @@ class AttemptHost(Protocol):
 
     def discard_orphaned_staging(self) -> None: ...
 
-    promoted_attempt: int | None
-
-    def check_promotion(self, req: Any) -> Any: ...
-
-    def finish_promotion(self, attempt: int) -> None: ...
+    promoter: Promoter
 
 
 class AttemptRun:
@@ -280,8 +279,8 @@ class AttemptRun:
             m.progress.update(status=JobStatus.RUNNING, restarts=self.attempt)
         log.info("Job %s (%s) attempt %d is running (%.2f s to start)", m.config.name,
                  m.job_id, self.attempt, now - self.started)
-        m.finish_promotion(self.attempt)
-        if self.attempt == 0 or self.attempt == m.promoted_attempt:
+        m.promoter.finish(self.attempt)
+        if self.attempt == 0 or self.attempt == m.promoter.attempt:
             try:
                 m.discard_orphaned_staging()
             except Exception as exc:  # noqa: BLE001 - a clean-up must not fail the job
@@ -341,7 +340,7 @@ class AttemptRun:
         m, control = self.master, self.control
         control.promote_request = None
         try:
-            promotion = m.check_promotion(req)
+            promotion = m.promoter.check(req)
             if promotion is None:
                 control.promote_request = req
                 self.promote_next = now + PROMOTE_RETRY_SECONDS

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol
 
 from ..catalog import MetadataStore
 from ..catalog.models import CheckpointStatus, JobStatus
@@ -40,13 +40,10 @@ from .attempt import AttemptHost, AttemptOutcome, AttemptRun
 from .restore_plan import check_restore_plan
 
 if TYPE_CHECKING:
-    from ..checkpoint.coordinator import CheckpointCoordinator
     from ..checkpoint.trust import SnapshotTrust
     from ..metrics import JobMetrics
-    from ..plan.graph import ExecutionGraph
-    from ..plan.job import JobConfig
-    from ..progress import ProgressReporter
-    from .control import ControlPlane
+    from .promote import Promoter
+    from .restore_plan import RestorePlanner
 
 log = logging.getLogger(__name__)
 
@@ -85,61 +82,62 @@ class RepeatedFailureGuard:
         return self.count >= self.limit
 
 
-class FailoverMixin:
-    """The attempt loop of :class:`.jobmaster.JobMaster` (which sets the attributes below)."""
+class FailoverHost(AttemptHost, Protocol):
+    """What :class:`Failover` needs from the job master (:class:`.jobmaster.JobMaster`)
+    besides what an attempt needs: a protocol, so this module never imports it."""
 
-    if TYPE_CHECKING:
-        config: JobConfig
-        graph: ExecutionGraph
-        job_id: str
-        coordinator: CheckpointCoordinator
-        control: ControlPlane
-        trust: SnapshotTrust
-        metrics: JobMetrics | None
-        progress: ProgressReporter | None
-        initial: LoadedSnapshot | None
-        allow_non_restored_state: bool
+    trust: SnapshotTrust
+    metrics: JobMetrics | None
+    initial: LoadedSnapshot | None
+    allow_non_restored_state: bool
+    restorer: RestorePlanner
+    promoter: Promoter
 
-        def _check_snapshot(self, snapshot: LoadedSnapshot) -> None: ...
-        def _discard_sink_output_after(self, job_id: str, checkpoint_id: int) -> None: ...
-        def apply_promotion(self, promotion, next_attempt: int) -> LoadedSnapshot: ...
 
-    def _run_attempts(self, initial: LoadedSnapshot | None) -> JobEnd:
+class Failover:
+    """The attempt loop of :class:`.jobmaster.JobMaster`: attempts under the restart
+    strategy, the checkpoint each restart restores (see the module docstring)."""
+
+    def __init__(self, master: FailoverHost) -> None:
+        self.master = master
+
+    def run_attempts(self, initial: LoadedSnapshot | None) -> JobEnd:
         """Run attempts until one ends the job or the restart strategy gives up. Each restart
         restores the latest completed checkpoint that verifies (else the initial snapshot)."""
-        p, db, coord = self.config, self.coordinator.db, self.coordinator
+        m = self.master
+        p, db, coord = m.config, m.coordinator.db, m.coordinator
         strategy = p.restart_strategy
         guard = RepeatedFailureGuard(strategy.identical_failures)
         restarts, attempt, snapshot = 0, 0, initial
         while True:
             db.write(
                 MetadataStore.start_attempt,
-                self.job_id,
+                m.job_id,
                 attempt,
                 restored_checkpoint_id=snapshot.checkpoint_id if snapshot else None,
                 restored_from=snapshot.directory if snapshot else None,
             )
             completed_before = coord.num_completed
-            outcome = self._run_attempt(attempt, snapshot)
+            outcome = self.run_attempt(attempt, snapshot)
             db.write(
-                MetadataStore.end_attempt, self.job_id, attempt, failure_reason=outcome.full_failure
+                MetadataStore.end_attempt, m.job_id, attempt, failure_reason=outcome.full_failure
             )
             if outcome.status in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
                 return JobEnd(outcome.status, None, restarts)
             if outcome.promotion is not None:  # restore in place (runners/promote.py)
                 attempt += 1
                 try:
-                    snapshot = initial = self.apply_promotion(outcome.promotion, attempt)
+                    snapshot = initial = m.promoter.apply(outcome.promotion, attempt)
                 except Exception as exc:  # noqa: BLE001 - the fenced attempt has stopped
                     reason = (f"PROMOTE failed after the fenced attempt stopped: "
                               f"{type(exc).__name__}: {exc}")
-                    self.control.fail_request(outcome.promotion.request_id, reason)
+                    m.control.fail_request(outcome.promotion.request_id, reason)
                     log.error("Job %s: %s", p.name, reason)
                     return JobEnd(JobStatus.FAILED, reason, restarts)
                 guard = RepeatedFailureGuard(strategy.identical_failures)
                 continue
             failure = outcome.full_failure
-            if self.control.stop_completed is not None:
+            if m.control.stop_completed is not None:
                 # The stop savepoint completed (and its request succeeded): what failed is
                 # the wind-down. A restart would write output after the savepoint that the
                 # job restoring it writes again; the savepoint's pending commits are made by
@@ -147,7 +145,7 @@ class FailoverMixin:
                 log.warning(
                     "Job %s failed after its stop savepoint %s completed (%s); it ends STOPPED",
                     p.name,
-                    self.control.stop_completed.location,
+                    m.control.stop_completed.location,
                     outcome.failure,
                 )
                 return JobEnd(JobStatus.STOPPED, None, restarts)
@@ -180,14 +178,14 @@ class FailoverMixin:
                 )
                 return JobEnd(JobStatus.FAILED, failure, restarts, outcome.error)
             restarts += 1
-            if self.metrics:
-                self.metrics.on_restart()
-            if self.progress:
-                self.progress.update(status=JobStatus.RESTARTING, restarts=restarts)
+            if m.metrics:
+                m.metrics.on_restart()
+            if m.progress:
+                m.progress.update(status=JobStatus.RESTARTING, restarts=restarts)
             delay = strategy.delay_for(restarts)
             db.write(
                 MetadataStore.set_job_status,
-                self.job_id,
+                m.job_id,
                 JobStatus.RESTARTING,
                 failure_reason=failure,
             )
@@ -202,45 +200,47 @@ class FailoverMixin:
             time.sleep(delay)
             attempt += 1
             try:
-                snapshot = self._latest_restorable() or initial
+                snapshot = self.latest_restorable() or initial
             except UnsafeRestoreFallbackError as exc:
                 reason = f"{type(exc).__name__}: {exc}"
                 log.error("Job %s cannot restart: %s", p.name, reason)
                 return JobEnd(JobStatus.FAILED, reason, restarts, UnsafeRestoreFallbackError)
 
-    def _run_attempt(self, attempt: int, snapshot: LoadedSnapshot | None) -> AttemptOutcome:
+    def run_attempt(self, attempt: int, snapshot: LoadedSnapshot | None) -> AttemptOutcome:
+        m = self.master
         try:
             assignments = (
                 assign_restore(
-                    snapshot, self.graph, allow_non_restored_state=self.allow_non_restored_state
+                    snapshot, m.graph, allow_non_restored_state=m.allow_non_restored_state
                 )
                 if snapshot
                 else {}
             )
         except (RestoreError, CorruptCheckpointError) as exc:
             return AttemptOutcome(JobStatus.FAILED, str(exc), fatal=True)
-        return AttemptRun(cast(AttemptHost, self), attempt, assignments).run()
+        return AttemptRun(m, attempt, assignments).run()
 
-    def _latest_restorable(self) -> LoadedSnapshot | None:
+    def latest_restorable(self) -> LoadedSnapshot | None:
         """On failover: the newest retained completed checkpoint that verifies. Damaged ones
         are skipped; skipping any needs every source's and sink's consent first
         (:func:`check_restore_plan`, else :class:`UnsafeRestoreFallbackError` with nothing
         changed); then they are marked CORRUPT, dropped from the retained list (their files
         are kept) and the sinks remove what this job committed after the restored one."""
-        coord = self.coordinator
+        m = self.master
+        coord = m.coordinator
         bad: list[tuple[CompletedCheckpoint, str]] = []
         chosen: LoadedSnapshot | None = None
         for c in reversed(list(coord.completed)):
-            what = f"checkpoint {c.checkpoint_id} of job {self.config.name} ({self.job_id})"
+            what = f"checkpoint {c.checkpoint_id} of job {m.config.name} ({m.job_id})"
             # only as the job that took it (issue 50): this job's own, or the claimed
             # snapshot's job; another job's checkpoint copied there is skipped like a
             # damaged one (ForeignSnapshotError is a RestoreError)
-            owner = c.job_id or self.job_id
+            owner = c.job_id or m.job_id
 
             def load(location: str, owner: str = owner) -> LoadedSnapshot:
-                return self.trust.load(location, owner=owner)
+                return m.trust.load(location, owner=owner)
 
-            chosen, problem = _load_restorable(load, self._check_snapshot, c.location, what)
+            chosen, problem = _load_restorable(load, m.restorer.check_snapshot, c.location, what)
             if chosen is not None:
                 break
             bad.append((c, problem or "unusable"))
@@ -250,12 +250,12 @@ class FailoverMixin:
         skipped = ", ".join(str(c.checkpoint_id) for c, _ in bad)
         # with no retained checkpoint left the restart restores the job's initial snapshot
         check_restore_plan(
-            self.graph,
-            chosen if chosen is not None else self.initial,
-            job_name=self.config.name,
-            discard={self.job_id: restored_id},
+            m.graph,
+            chosen if chosen is not None else m.initial,
+            job_name=m.config.name,
+            discard={m.job_id: restored_id},
             what=(
-                f"job {self.config.name} ({self.job_id}) falling back to "
+                f"job {m.config.name} ({m.job_id}) falling back to "
                 f"{chosen.directory if chosen else 'empty state'} past its damaged "
                 f"checkpoint(s) {skipped} ({bad[0][1]})"
             ),
@@ -270,7 +270,7 @@ class FailoverMixin:
                 try:
                     coord.db.write(
                         MetadataStore.fail_checkpoint,
-                        self.job_id,
+                        m.job_id,
                         c.checkpoint_id,
                         reason=reason,
                         status=CheckpointStatus.CORRUPT,
@@ -282,9 +282,9 @@ class FailoverMixin:
                         exc,
                     )
             log.warning(
-                "Checkpoint %d of job %s marked CORRUPT: %s", c.checkpoint_id, self.job_id, reason
+                "Checkpoint %d of job %s marked CORRUPT: %s", c.checkpoint_id, m.job_id, reason
             )
-        self._discard_sink_output_after(self.job_id, restored_id)
+        m.restorer.discard_sink_output_after(m.job_id, restored_id)
         return chosen
 
 

@@ -13,6 +13,7 @@ import queue
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Protocol, cast
 
 import cloudpickle
@@ -25,6 +26,7 @@ from ..checkpoint.restore import assign_restore, operator_kind
 from ..checkpoint.trust import SnapshotTrust
 from ..config import CheckpointingMode, max_frame_bytes
 from ..connectors.base import Source
+from ..connectors.capabilities import SupportsFencing
 from ..errors import ConfigurationError, JobFailedError
 from ..eventtime import format_watermark
 from ..fs.storage import absolute_location, default_savepoint_root, job_directory
@@ -40,10 +42,10 @@ from ..runtime.auth import MAX_PENDING_HANDSHAKES, new_secret, serve_authenticat
 from ..snapshot.codec import LoadedSnapshot
 from . import fencing, standby
 from .control import ControlPlane
-from .failures import FailoverMixin, JobEnd
+from .failures import Failover, JobEnd
 from .fencing import check_job_start, claim_before_restore, discard_held
-from .promote import PromoteMixin
-from .restore_plan import RestoreMixin
+from .promote import Promoter
+from .restore_plan import RestorePlanner
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,24 @@ class CoordinatorServer:
         self.sock.close()
 
 
-class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
+class JobMaster:
+    """One job: its row in the metadata DB, the coordinator's server, the checkpoint
+    coordinator and the control plane, composed with three collaborators: the
+    :class:`~.restore_plan.RestorePlanner` (which snapshot to start from, its checks), the
+    :class:`~.failures.Failover` (the attempt loop under the restart strategy) and the
+    :class:`~.promote.Promoter` (restore in place)."""
+
+    # set by _run/_start, before anything reads them
+    job_id: str
+    job_dir: str
+    store: MetadataStore
+    trust: SnapshotTrust
+    restorer: RestorePlanner
+    secret: bytes
+    server: CoordinatorServer
+    coordinator: CheckpointCoordinator
+    control: ControlPlane
+
     def __init__(self, graph: ExecutionGraph, config: JobConfig, launcher: Launcher, *, coordinator_host: str = "127.0.0.1",
                  coordinator_port: int = 0, metrics_port: int | None = None,
                  metrics_host: str = "127.0.0.1", show_progress: bool = False) -> None:
@@ -127,6 +146,23 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         self.launcher = launcher
         self.coordinator_host = coordinator_host
         self.coordinator_port = coordinator_port
+        # the options of run()
+        self.allow_non_restored_state = False
+        self.trust_snapshot = False
+        self.claim_mode = "NO_CLAIM"
+        #: the job whose snapshot ``restore`` must be (a standby's hand-over); None: any
+        self.restore_owner: str | None = None
+        #: the snapshot the job started from (a PROMOTE replaces it)
+        self.initial: LoadedSnapshot | None = None
+        self.startup_seconds: list[float] = []   # per attempt: launch -> every slot running
+        self.peak_rss_mb: dict[int, float] = {}  # slot -> peak resident memory of its process
+        #: source uid -> its splits, taken once per job (every subtask and attempt sees them)
+        self.source_splits: dict[str | None, list] = {}
+        self.conns: dict[int, P.ControlConnection] = {}  # slot -> its control connection
+        #: what _start opened, closed again when the start fails
+        self._opened: list[Callable[[], None]] = []
+        self.failover = Failover(self)
+        self.promoter = Promoter(self)
 
     # -- public ---------------------------------------------------------------------------
     def run(self, *, restore: str | None = None, allow_non_restored_state: bool = False,
@@ -139,8 +175,7 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
             raise ConfigurationError(f"claim_mode {claim_mode!r} is unknown; use NO_CLAIM or CLAIM")
         self.claim_mode = claim_mode
         store = MetadataStore(p.metadata_url)
-        #: the job whose snapshot ``restore`` must be (a standby's hand-over); None: any
-        self.restore_owner: str | None = None
+        self.restore_owner = None
         try:
             if standby.is_standby(restore):  # the application is up: wait for the hand-over
                 assert restore is not None
@@ -155,7 +190,7 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         staged files the job we restored from left behind are orphans -- if that job has
         ended: its uncommitted records are replayed by this job. A predecessor that still
         runs (blue-green) keeps its staged files."""
-        initial = getattr(self, "initial", None)
+        initial = self.initial
         pred = initial.doc.get("job_id") if initial is not None else None
         if not pred or pred == self.job_id:
             return
@@ -164,7 +199,7 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
             return
         for v in self.graph.vertices:
             for n in v.nodes:
-                if n.kind == "sink" and n.uid and hasattr(n.payload, "discard_staged_of_job"):
+                if n.kind == "sink" and n.uid and isinstance(n.payload, SupportsFencing):
                     n.payload.discard_staged_of_job(n.uid, pred)
 
     def _run(self, graph: ExecutionGraph, store: MetadataStore, restore: str | None,
@@ -193,13 +228,9 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         (a row left CREATED would hold the name until the heartbeat timeout)."""
         reason = f"start-up failed: {type(exc).__name__}: {exc}"
         log.error("Job %s (%s) %s", self.config.name, self.job_id, reason)
-        coordinator = getattr(self, "coordinator", None)
-        for close in (getattr(getattr(self, "server", None), "close", None),
-                      getattr(self.metrics, "stop", None), getattr(self.progress, "close", None),
-                      coordinator.cleaner.close if coordinator is not None else None):
+        for close in reversed(self._opened):
             try:
-                if close is not None:
-                    close()
+                close()
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
         try:
@@ -214,9 +245,10 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         job starts from."""
         p, job_id, job_dir = self.config, self.job_id, self.job_dir
         # signs this job's snapshots, decides which ones it restores (checkpoint/trust.py)
-        self.trust = SnapshotTrust(store, trust_snapshot=getattr(self, "trust_snapshot", False))
+        self.trust = SnapshotTrust(store, trust_snapshot=self.trust_snapshot)
+        self.restorer = RestorePlanner(graph, self.trust)
         claim_before_restore(graph, store, p.name, job_id)  # another job's CDC slot: refused
-        initial = self._resolve_restore(store, restore)
+        initial = self.restorer.resolve(store, restore, p, owner=self.restore_owner)
         self.initial = initial
         check_job_start(graph, store, p, job_id, initial)  # fencing, sources' shared state (CDC slots)
         # what drivers that died (LOST) prepared for checkpoints that never completed
@@ -224,9 +256,6 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         if initial is not None:
             assign_restore(initial, graph, allow_non_restored_state=self.allow_non_restored_state)
             store.set_job_restored_from(job_id, initial.directory)
-        self.startup_seconds: list[float] = []   # per attempt: launch -> every slot running
-        self.peak_rss_mb: dict[int, float] = {}  # slot -> peak resident memory of its process
-        # Split lists are taken once per job: every subtask and attempt sees the same list.
         self.source_splits = {n.uid: list(cast(Source, n.payload).splits()) for v in graph.vertices
                               for n in v.nodes if n.kind == "source"}
         operator_info = {}
@@ -243,7 +272,7 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
                                    secret=self.secret,
                                    max_pending=max(MAX_PENDING_HANDSHAKES, 2 * graph.num_slots))
         self.server = server
-        self.conns: dict[int, P.ControlConnection] = {}
+        self._opened.append(server.close)
         first_id = max(initial.checkpoint_id if initial else 0, store.max_checkpoint_id(job_id)) + 1
         self.coordinator = CheckpointCoordinator(
             job_id=job_id, job_name=p.name, job_dir=job_dir, config=p.checkpoint,
@@ -251,6 +280,7 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
             send_trigger=self._send_trigger, send_notify=self._send_notify,
             send_abort=self._send_abort, send_unalign=self._send_unalign, store=store, next_checkpoint_id=first_id,
             now=time.monotonic(), hmac_key=self.trust.key)
+        self._opened.append(self.coordinator.cleaner.close)
         if initial is not None and self.claim_mode == "CLAIM":
             # The new job owns the restored snapshot: it is retained, then subsumed and
             # deleted like the job's own checkpoints. (NO_CLAIM never deletes it.)
@@ -276,7 +306,7 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         p, job_id, server, store = self.config, self.job_id, self.server, self.store
         end = JobEnd(JobStatus.FAILED.value)
         try:
-            end = self._run_attempts(initial)
+            end = self.failover.run_attempts(initial)
         finally:
             server.close()
             self.launcher.stop()
@@ -456,11 +486,13 @@ class JobMaster(RestoreMixin, FailoverMixin, PromoteMixin):
         if port is not None:
             self.metrics = JobMetrics(job_name=p.name, job_id=job_id)
             self.metrics.start(port, host=self.metrics_host)
+            self._opened.append(self.metrics.stop)
             self.coordinator.listeners.append(self.metrics.checkpoint_listener)
             log.info("Prometheus metrics of job %s on http://%s:%d/metrics", p.name,
                      self.metrics_host, self.metrics.port)
         if self.show_progress:
             self.progress = ProgressReporter(p.name)
+            self._opened.append(self.progress.close)
             self.coordinator.listeners.append(self._progress_listener)
 
 __all__ = ["JobMaster", "CompletedCheckpoint"]

@@ -29,13 +29,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..catalog import MetadataStore
 from ..catalog.models import ControlRequestStatus, JobStatus
 from ..errors import RestoreError
 from .fencing import check_job_start, discard_held, fenced_restore_error, snapshot_is_fenced
-from .restore_plan import check_restore_plan
+from .restore_plan import RestorePlanner, check_restore_plan
 
 if TYPE_CHECKING:
     from ..checkpoint.coordinator import CheckpointCoordinator
@@ -60,32 +60,39 @@ class Promotion:
     unfence: bool
 
 
-class PromoteMixin:
-    """The job master's side of ``PROMOTE`` (:class:`.jobmaster.JobMaster` sets the
-    attributes used here)."""
+class PromoteHost(Protocol):
+    """What :class:`Promoter` reads and changes in the job master that runs the job
+    (:class:`.jobmaster.JobMaster`): a protocol, so this module never imports it."""
 
-    #: the PROMOTE request finished once the promoted attempt runs
-    promotion_request: str | None = None
-    #: the attempt that started from the promoted snapshot (its start clears staged files)
-    promoted_attempt: int | None = None
+    config: JobConfig  # replaced when a promotion unfences the job
+    graph: ExecutionGraph
+    job_id: str
+    store: MetadataStore
+    trust: SnapshotTrust
+    coordinator: CheckpointCoordinator
+    initial: LoadedSnapshot | None  # the promoted snapshot from then on
+    restorer: RestorePlanner
 
-    if TYPE_CHECKING:
-        config: JobConfig
-        graph: ExecutionGraph
-        job_id: str
-        store: MetadataStore
-        trust: SnapshotTrust
-        coordinator: CheckpointCoordinator
-        initial: LoadedSnapshot | None
 
-        def _check_snapshot(self, snapshot: LoadedSnapshot) -> None: ...
+class Promoter:
+    """The job master's side of ``PROMOTE`` (the module docstring's steps 1-3)."""
 
-    def check_promotion(self, req) -> Promotion | None:
+    def __init__(self, master: PromoteHost) -> None:
+        self.master = master
+        #: the PROMOTE request finished once the promoted attempt runs
+        self.request: str | None = None
+        #: the attempt that started from the promoted snapshot (its start clears staged files)
+        self.attempt: int | None = None
+        #: request id -> when its check first found the snapshot's job still winding down
+        self.owner_wait_since: dict[str, float] = {}
+
+    def check(self, req) -> Promotion | None:
         """Every refusal of step 1 (module docstring), as a ``RestoreError`` (or the
         ``CorruptCheckpointError`` of a damaged snapshot); nothing changes. ``None``: not
         yet -- the snapshot is the final savepoint of a stop that completed, and its job is
         winding down (committing, ending): asked again shortly, for up to
         ``OWNER_WAIT_SECONDS``."""
+        m = self.master
         params = req.params or {}
         location = params.get("snapshot")
         if not isinstance(location, str) or not location:
@@ -94,25 +101,25 @@ class PromoteMixin:
         unfence = params.get("unfence", True)
         if not isinstance(unfence, bool):
             raise RestoreError(f"{ACTION} params.unfence must be true or false, not {unfence!r}")
-        if not self.config.fence_sinks:
+        if not m.config.fence_sinks:
             raise RestoreError(
-                f"job {self.config.name} ({self.job_id}) is not fenced: it published "
+                f"job {m.config.name} ({m.job_id}) is not fenced: it published "
                 f"output past its own state, so restoring {location} in place would "
                 f"publish records twice or never; {ACTION} is for a fenced (blue-green "
                 "validation) job. Stop this job with a savepoint and start a new one instead")
-        snapshot = self.trust.load(location)
+        snapshot = m.trust.load(location)
         if unfence and snapshot_is_fenced(snapshot.metadata.operators):
             raise RestoreError(fenced_restore_error(snapshot.directory))
         owner = snapshot.doc.get("job_id")
-        if owner and owner != self.job_id:
-            rec = self.store.get_job(owner)
+        if owner and owner != m.job_id:
+            rec = m.store.get_job(owner)
             if rec is not None and not rec.is_terminal:
                 stopping = any(  # its stop-with-savepoint took this very snapshot
                     r.action == "STOP_WITH_SAVEPOINT" and r.status == "SUCCEEDED"
                     and (r.result or {}).get("checkpoint_id") == snapshot.checkpoint_id
-                    for r in self.store.list_control_requests(owner))
-                since = self.__dict__.setdefault("_owner_wait_since", {})
-                waited = time.monotonic() - since.setdefault(req.request_id, time.monotonic())
+                    for r in m.store.list_control_requests(owner))
+                since = self.owner_wait_since.setdefault(req.request_id, time.monotonic())
+                waited = time.monotonic() - since
                 if stopping and waited < OWNER_WAIT_SECONDS:
                     return None  # its stop savepoint completed: it ends in a moment
                 raise RestoreError(
@@ -120,40 +127,41 @@ class PromoteMixin:
                     f"which is {rec.status}: it still publishes, so a promoted job would "
                     "publish the same records again. Stop it first (stop-with-savepoint, or "
                     "cancel it for a last-state hand-over)")
-        self._check_snapshot(snapshot)
-        check_restore_plan(self.graph, snapshot, job_name=self.config.name,
+        m.restorer.check_snapshot(snapshot)
+        check_restore_plan(m.graph, snapshot, job_name=m.config.name,
                            discard={}, what=f"{ACTION} restoring {snapshot.directory}")
         return Promotion(req.request_id, snapshot, unfence)
 
-    def apply_promotion(self, promotion: Promotion, next_attempt: int) -> LoadedSnapshot:
+    def apply(self, promotion: Promotion, next_attempt: int) -> LoadedSnapshot:
         """Step 2, after the fenced attempt stopped; returns the snapshot the next attempt
         restores."""
-        snapshot, store, job_id = promotion.snapshot, self.store, self.job_id
-        if self.config.fence_sinks:
-            discard_held(self.graph, job_id)
+        m = self.master
+        snapshot, store, job_id = promotion.snapshot, m.store, m.job_id
+        if m.config.fence_sinks:
+            discard_held(m.graph, job_id)
         if promotion.unfence:
-            self.config = dataclasses.replace(self.config, fence_sinks=False)
-        coord = self.coordinator
+            m.config = dataclasses.replace(m.config, fence_sinks=False)
+        coord = m.coordinator
         dropped = [c.checkpoint_id for c in coord.completed]
         coord.completed.clear()  # a failover must never go back to a fenced checkpoint
         coord.next_id = max(coord.next_id, snapshot.checkpoint_id + 1)
-        check_job_start(self.graph, store, self.config, job_id, snapshot)
+        check_job_start(m.graph, store, m.config, job_id, snapshot)
         store.set_job_restored_from(job_id, snapshot.directory)
         coord.db.write(MetadataStore.set_job_status, job_id, JobStatus.RESTARTING)
-        self.initial = snapshot
-        self.promotion_request, self.promoted_attempt = promotion.request_id, next_attempt
+        m.initial = snapshot
+        self.request, self.attempt = promotion.request_id, next_attempt
         log.info("Job %s (%s) restores %s in place (%s); fenced checkpoints %s are no longer "
-                 "restore candidates", self.config.name, job_id, snapshot.directory,
+                 "restore candidates", m.config.name, job_id, snapshot.directory,
                  "unfenced" if promotion.unfence else "still fenced", dropped)
         return snapshot
 
-    def finish_promotion(self, attempt: int) -> None:
+    def finish(self, attempt: int) -> None:
         """The promoted attempt's slots all run: the request succeeds."""
-        if self.promotion_request is None:
+        if self.request is None:
             return
-        rid, self.promotion_request = self.promotion_request, None
-        self.coordinator.db.write(
+        m, rid, self.request = self.master, self.request, None
+        m.coordinator.db.write(
             MetadataStore.finish_control_request, rid, status=ControlRequestStatus.SUCCEEDED,
-            result={"restored_from": self.initial.directory if self.initial else None,
+            result={"restored_from": m.initial.directory if m.initial else None,
                     "attempt": attempt,
-                    "fenced": bool(self.config.fence_sinks)})
+                    "fenced": bool(m.config.fence_sinks)})

@@ -24,6 +24,7 @@ from ..checkpoint.cleanup import discard_partial_checkpoints
 from ..checkpoint.restore import discard_output_of_skipped_jobs
 from ..checkpoint.trust import SnapshotTrust
 from ..connectors.base import Sink, Source
+from ..connectors.capabilities import SupportsDiscardCommitted, SupportsRelocation
 from ..errors import CorruptCheckpointError, RestoreError, UnsafeRestoreFallbackError
 from ..fs.storage import default_savepoint_root
 from ..plan.graph import ExecutionGraph
@@ -115,14 +116,17 @@ def check_restore_plan(
         )
 
 
-class RestoreMixin:
-    """The job master's choice of the snapshot to start from (``restore=``) and its checks."""
+class RestorePlanner:
+    """The job master's choice of the snapshot to start from (``restore=``) and its checks
+    (a collaborator of :class:`.jobmaster.JobMaster`; failover and promotion use its checks
+    too)."""
 
-    graph: ExecutionGraph
-    config: JobConfig
-    trust: SnapshotTrust
+    def __init__(self, graph: ExecutionGraph, trust: SnapshotTrust) -> None:
+        self.graph = graph
+        self.trust = trust
 
-    def _resolve_restore(self, store: MetadataStore, restore: str | None) -> LoadedSnapshot | None:
+    def resolve(self, store: MetadataStore, restore: str | None, config: JobConfig, *,
+                owner: str | None = None) -> LoadedSnapshot | None:
         """The snapshot to start from. An explicit path must verify and be trusted (signed
         with the key in use, see checkpoint/trust.py; else CorruptCheckpointError or a
         RestoreError such as UntrustedSnapshotError). ``latest`` falls back: the newest COMPLETED
@@ -132,17 +136,18 @@ class RestoreMixin:
         confirmed it can go back (:func:`check_restore_plan`; else
         :class:`UnsafeRestoreFallbackError`); only then are the skipped checkpoints marked
         CORRUPT (a refusal, or a crash before the clean-up, leaves them COMPLETED: the next
-        ``latest`` sees them and decides again)."""
+        ``latest`` sees them and decides again). ``owner``: the job whose snapshot an
+        explicit path must be (a standby's hand-over); None: any job's."""
         if restore is None:
             return None
-        config, trust = self.config, self.trust
+        trust = self.trust
         if restore != "latest":
             # an explicit path restores any job's snapshot; a standby's hand-over only the
             # snapshot of the job it waited for (issue 50)
-            snapshot = trust.load(restore, owner=getattr(self, "restore_owner", None))
+            snapshot = trust.load(restore, owner=owner)
             if not config.fence_sinks and snapshot_is_fenced(snapshot.metadata.operators):
                 raise RestoreError(fenced_restore_error(snapshot.directory))
-            self._check_snapshot(snapshot)
+            self.check_snapshot(snapshot)
             check_restore_plan(
                 self.graph,
                 snapshot,
@@ -168,7 +173,7 @@ class RestoreMixin:
                 if not config.fence_sinks and snapshot_is_fenced(snapshot.metadata.operators):
                     log.info("Skipping %s: a fenced (validation) run's", what)
                     continue
-                self._check_snapshot(snapshot)
+                self.check_snapshot(snapshot)
             except (CorruptCheckpointError, RestoreError) as exc:
                 log.warning("Cannot restore %s; trying the next older checkpoint: %s", what, exc)
                 bad.append((rec, str(exc)))
@@ -246,7 +251,7 @@ class RestoreMixin:
                 log.warning("Could not clean up partial checkpoints of job %s: %s", job, exc)
         return chosen[1] if chosen else None
 
-    def _check_snapshot(self, snapshot: LoadedSnapshot) -> None:
+    def check_snapshot(self, snapshot: LoadedSnapshot) -> None:
         """Before restoring: every state file matches its size and checksum, and every sink
         accepts its restored transactions (CorruptCheckpointError otherwise)."""
         verify_snapshot(snapshot)
@@ -267,13 +272,15 @@ class RestoreMixin:
                                     "is corrupt or was tampered with"
                                 )
                             txns.extend(entry["transactions"])
-                    cast(Sink, n.payload).check_restored_transactions(txns, location=where)
+                    if isinstance(n.payload, SupportsRelocation):
+                        n.payload.check_restored_transactions(txns, location=where)
 
-    def _discard_sink_output_after(self, job_id: str, checkpoint_id: int) -> None:
+    def discard_sink_output_after(self, job_id: str, checkpoint_id: int) -> None:
         """Falling back past completed checkpoints: sinks undo what ``job_id`` committed for
         them (those records are replayed from ``checkpoint_id``), so output stays exactly
         once. Only after :func:`check_restore_plan` accepted the fallback."""
         for v in self.graph.vertices:
             for n in v.nodes:
-                if n.kind == "sink" and n.uid:
-                    cast(Sink, n.payload).discard_committed_after(n.uid, job_id, checkpoint_id)
+                if (n.kind == "sink" and n.uid
+                        and isinstance(n.payload, SupportsDiscardCommitted)):
+                    n.payload.discard_committed_after(n.uid, job_id, checkpoint_id)
