@@ -29,6 +29,7 @@ EXPECTED = {
     "assets.py": {"verify_orders_savepoints", "on_orders_committed", "orders_freshness"},
     "deferring_operator.py": {"trigger_examples"},
     "conf_choices.py": {"conf_choices"},
+    "my_blue_green.py": {"orders_blue_green", "orders_upgrade", "orders_savepoints"},
 }
 
 _PARSE = """
