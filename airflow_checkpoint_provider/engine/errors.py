@@ -15,6 +15,12 @@ class ConfigurationError(EngineError):
     """An option has a value the engine cannot use."""
 
 
+class SparkMasterUnreachableError(ConfigurationError):
+    """No master of a ``spark://`` URL accepted a connection: the job is refused before a
+    SparkContext starts (whose application client would retry for minutes and end in a
+    Java stack). The message names the URL and what each address answered."""
+
+
 class DeterministicError(EngineError):
     """A failure that happens again on every restart (bad input, a record without its key
     field): the job fails at once instead of using up its restart attempts."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 
 from ..config import env_seconds
 from ..plan.graph import ExecutionGraph
@@ -49,6 +50,55 @@ def configured_master() -> str | None:
     return conf.get("spark.master") if conf.contains("spark.master") else None
 
 
+#: seconds a ``spark://`` master may take to accept a connection before the job is refused
+MASTER_CONNECT_SECONDS = 15.0
+
+
+def master_addresses(master: str) -> list[tuple[str, int]]:
+    """``(host, port)`` of every master of a standalone URL (``spark://h1:7077,h2:7077``,
+    port 7077 when left out); ``[]`` for other masters (local, yarn, k8s)."""
+    if not master.startswith("spark://"):
+        return []
+    out = []
+    for part in master[len("spark://"):].split(","):
+        host, sep, port = part.strip().rstrip("/").rpartition(":")
+        if not sep or not port.isdigit():
+            host, port = part.strip().rstrip("/"), "7077"
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def check_master_reachable(master: str, *, seconds: float = MASTER_CONNECT_SECONDS) -> None:
+    """Raise :class:`SparkMasterUnreachableError` naming ``master`` when none of its
+    addresses accepts a TCP connection within ``seconds`` (tried again every second: a
+    master that is starting up is waited for). Spark's own client would retry registering
+    for minutes and then fail with a Java stack that never names the URL."""
+    import socket
+
+    from ..errors import SparkMasterUnreachableError
+
+    addresses = master_addresses(master)
+    if not addresses:
+        return
+    deadline = time.monotonic() + seconds
+    answers: dict[tuple[str, int], str] = {}
+    while True:
+        for host, port in addresses:
+            try:
+                with socket.create_connection((host, port), timeout=min(3.0, seconds)):
+                    return
+            except OSError as exc:
+                answers[(host, port)] = (exc.strerror or type(exc).__name__).lower()
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    said = "; ".join(f"{h}:{p}: {why}" for (h, p), why in answers.items())
+    raise SparkMasterUnreachableError(
+        f"Spark master {master} is unreachable ({said}; tried for {seconds:.0f} s): start the "
+        "master, or fix the URL (spark://HOST:PORT, port 7077 by default; the submit "
+        "hook's Spark connection or --master)")
+
+
 def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = None):
     """A SparkSession for ``master`` set up for barrier jobs. ``None``: the master that
     spark-submit (or ``spark-defaults.conf``) configured, else ``local[*]``.
@@ -71,7 +121,11 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
+    if master is not None:  # before the JVM gateway starts: refused in seconds
+        check_master_reachable(master)
     submitted_master = configured_master()  # also starts (or attaches to) the JVM gateway
+    if master is None and submitted_master is not None:
+        check_master_reachable(submitted_master)
     if master is not None:
         builder = builder.master(master)
     elif submitted_master is None:
