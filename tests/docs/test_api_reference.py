@@ -8,8 +8,6 @@ site is built. Here: the extension on a small package, then the built site's API
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import griffe
@@ -60,23 +58,9 @@ def test_roles_become_optional_autorefs_to_the_named_object(tmp_path):
     assert "pyarrow.Table</code></autoref>" not in doc
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=540,
-        env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return out
-
-
 @pytest.mark.timeout(600)
-def test_the_api_page_renders_no_raw_sphinx_role(site):
+def test_the_api_page_renders_no_raw_sphinx_role(built_site):
+    site = built_site
     pages = [site / "reference" / "api" / "index.html", *(site / "airflow").rglob("*.html")]
     assert pages[0].exists()
     for page in pages:
@@ -88,7 +72,8 @@ def test_the_api_page_renders_no_raw_sphinx_role(site):
 
 
 @pytest.mark.timeout(600)
-def test_engine_classes_are_titled_by_their_public_import_path(site):
+def test_engine_classes_are_titled_by_their_public_import_path(built_site):
+    site = built_site
     api = (site / "reference" / "api" / "index.html").read_text()
     for name in ("Pipeline", "CheckpointConfig", "RestartStrategy", "WatermarkStrategy"):
         assert f'<h2 id="airflow_checkpoint_provider.engine.{name}"' in api, name
