@@ -55,24 +55,26 @@ def nexmark_events(tmp_path_factory) -> str:
     return d
 
 
-def build(root: str, data: str, **checkpoint_options) -> Pipeline:
-    """q7 and q19 (bench/nexmark's builders) on one Parquet source, a FileSink each."""
-    from bench.nexmark import queries
+def build(root: str, data: str, queries: tuple[str, ...] = QUERIES,
+          **checkpoint_options) -> Pipeline:
+    """``queries`` (bench/nexmark's builders; q7 and q19) on one Parquet source, a FileSink
+    each (bench/debloat_multi_branch.py runs it too)."""
+    from bench.nexmark import queries as nexmark
 
     p = Pipeline(
-        "q7-q19", batch_size=8192,
+        "-".join(queries), batch_size=8192,
         checkpoint=CheckpointConfig(interval_ms=200, directory=os.path.join(root, "ckpt"),
                                     **checkpoint_options),
         metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
         restart_strategy=RestartStrategy.fixed_delay(attempts=0, delay_ms=0))
-    columns = sorted({c for q in QUERIES for c in queries.COLUMNS[q]})
+    columns = sorted({c for q in queries for c in nexmark.COLUMNS[q]})
     events = p.source(
         FileSource(data, format="parquet", parquet_batch_size=65_536, columns=columns),
         uid="events", parallelism=2,
         watermarks=WatermarkStrategy.for_bounded_out_of_orderness(
             4000, timestamp_field="date_time"))
-    for q in QUERIES:
-        queries.QUERIES[q](events, 2).sink(FileSink(os.path.join(root, "out", q)),
+    for q in queries:
+        nexmark.QUERIES[q](events, 2).sink(FileSink(os.path.join(root, "out", q)),
                                            uid=f"out-{q}")
     return p
 
