@@ -9,12 +9,13 @@ ListOffsets(latest) with the number of record batches of the partition instead o
 offset, and ListOffsets(timestamp) with 0. The high watermark in *fetch* responses is right
 on every broker tried. So:
 
-* :func:`end_offsets` assigns a throw-away consumer to the partitions at their logical end
-  (librdkafka asks ListOffsets(latest): the end on Kafka, an offset at or before it on
-  Tansu) and reads until each partition reports end-of-partition; the offset of that event
-  is the end the fetch responses report (the high watermark, or with ``read_committed`` the
-  last stable offset, which is what Kafka's ListOffsets(latest) answers a read_committed
-  client too). On Kafka that is one empty fetch per partition.
+* :func:`end_offsets` assigns a throw-away consumer to the partitions at what
+  ListOffsets(latest) answers (the end on Kafka, an offset at or before it on Tansu) and
+  reads until each partition reports end-of-partition; the offset of that event is the end
+  the fetch responses report (the high watermark, or with ``read_committed`` the last
+  stable offset, which is what Kafka's ListOffsets(latest) answers a read_committed client
+  too). On Kafka that is one empty fetch per partition. (ListOffsets is asked explicitly:
+  assigned at the logical ``OFFSET_END``, librdkafka's first fetch came 0.5 s later.)
 * :func:`first_offset_at` starts at the offset ListOffsets(timestamp) answers and skips the
   records older than the timestamp (none on Kafka, whose answer is already the first record
   at or after it; on Tansu it scans from the start of the partition).
@@ -66,7 +67,17 @@ def end_offsets(conf: dict, partitions: Iterable[tuple[str, int]], *,
     found: dict[tuple[str, int], int] = {}
     consumer = _probe(conf, isolation)
     try:
-        consumer.assign([ck.TopicPartition(t, p, ck.OFFSET_END) for t, p in wanted])
+        starts = []
+        for t, p in wanted:
+            try:
+                low, high = consumer.get_watermark_offsets(ck.TopicPartition(t, p),
+                                                           timeout=timeout)
+            except ck.KafkaException as exc:
+                _fail(exc.args[0], (t, p), conf, "the end offset")
+                raise KafkaUnavailableError(f"Kafka at {conf['bootstrap.servers']}: "
+                                            f"{exc.args[0].str()}") from None
+            starts.append(ck.TopicPartition(t, p, max(low, high)))
+        consumer.assign(starts)
         deadline = time.monotonic() + timeout
         while len(found) < len(wanted):
             if time.monotonic() > deadline:
