@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from ..connectors.capabilities import SupportsDiscardCommitted
 from ..errors import CorruptCheckpointError, RestoreError
 from ..plan.graph import AUTO_UID_PREFIX, KEYED_KINDS, ExecutionGraph
 from ..snapshot.codec import LoadedSnapshot
@@ -154,4 +155,5 @@ def discard_output_of_skipped_jobs(graph: ExecutionGraph, skipped: dict[str, lis
     for job in sorted(skipped):
         after = restored_id if job == restored_job else -1
         for n in _sinks(graph):
-            n.payload.discard_committed_after(n.uid, job, after)
+            if isinstance(n.payload, SupportsDiscardCommitted):  # else: it keeps nothing to remove
+                n.payload.discard_committed_after(n.uid, job, after)

@@ -9,6 +9,7 @@ import sys
 import click
 
 from ..catalog.models import TERMINAL_JOB_STATUSES
+from ..connectors.capabilities import SupportsDiscardCommitted, SupportsFencing
 from ..errors import EngineError
 from ..sink_names import parse_gid
 from .common import _echo_json, _store, db_option, json_option, load_pipeline, main
@@ -51,9 +52,10 @@ def discard_output(pipeline: str, job: str, db: str | None, dry_run: bool,
     if not unable and not dry_run:
         for uid, sink in sinks:
             try:
-                gone = list(sink.discard_committed_after(uid, rec.job_id, -1) or [])  # type: ignore[attr-defined]
-                staged = getattr(sink, "discard_staged_of_job", None)
-                gone += list(staged(uid, rec.job_id) or []) if staged else []
+                gone = (list(sink.discard_committed_after(uid, rec.job_id, -1) or [])
+                        if isinstance(sink, SupportsDiscardCommitted) else [])
+                if isinstance(sink, SupportsFencing):
+                    gone += list(sink.discard_staged_of_job(uid, rec.job_id) or [])
             except EngineError as exc:
                 raise click.ClickException(f"sink {uid!r}: {exc}") from exc
             report["discarded"][uid] = gone

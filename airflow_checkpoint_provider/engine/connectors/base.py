@@ -10,7 +10,8 @@ transaction; at the barrier the writer pre-commits it (makes it durable but invi
 returns a msgpack-able description that goes into the checkpoint; when the coordinator
 reports the checkpoint complete, the writer commits; after a failure the restored
 descriptions are committed again (commit is idempotent) and every other transaction is
-aborted.
+aborted. What a sink can do beyond that (discard committed output, run fenced, relocate,
+upsert) it declares with the protocols of :mod:`.capabilities`.
 """
 
 from __future__ import annotations
@@ -19,11 +20,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import UnsafeRestoreFallbackError
+from .capabilities import SupportsDiscardCommitted, SupportsFencing, Transaction
+
+__all__ = [
+    "ConnectorContext", "Sink", "SinkWriter", "Source", "SourceContext", "SplitReader",
+    "Transaction", "dataset_for_location", "iceberg_dataset",
+]
 
 
 @dataclass(frozen=True)
-class SourceContext:
-    """What a split reader or sink writer knows about where it runs."""
+class ConnectorContext:
+    """What a split reader or a sink writer knows about where it runs: the job (``job_id``,
+    ``job_name``), the operator (``operator_uid``), the subtask (``subtask_index`` of
+    ``parallelism``) and the run attempt (``attempt``, counted from 0 and increasing with
+    each restart of the job: the token that tells a writer of this attempt from a zombie of
+    an earlier one, e.g. in a staged file's name)."""
 
     job_id: str
     job_name: str
@@ -32,8 +43,14 @@ class SourceContext:
     parallelism: int
     attempt: int
     #: the job runs fenced (a blue-green validation run): a source must not acknowledge
-    #: positions upstream where they are shared state (a replication slot)
+    #: positions upstream where they are shared state (a replication slot); a sink's
+    #: transactions are pre-committed and never committed (:class:`~.capabilities.SupportsFencing`)
     fenced: bool = False
+
+
+#: The context of a split reader: the same class as :class:`ConnectorContext` (before issue 53
+#: sinks got it under this name too; it stays for sources and for sinks written then).
+SourceContext = ConnectorContext
 
 
 class SplitReader:
@@ -95,7 +112,8 @@ class Source:
 
 
 class SinkWriter:
-    """One subtask's writer of a two-phase-commit sink.
+    """One subtask's writer of a two-phase-commit sink. Its transactions are
+    :data:`~.capabilities.Transaction` values (msgpack-able: they go into the checkpoint).
 
     ``accepts_arrow``: ``write`` takes ``pyarrow.RecordBatch`` batches as they arrive;
     otherwise the engine converts batches to lists of dicts first (the slow path).
@@ -106,25 +124,26 @@ class SinkWriter:
     def write(self, records: list[dict]) -> None:
         raise NotImplementedError
 
-    def pre_commit(self, checkpoint_id: int) -> list[object]:
+    def pre_commit(self, checkpoint_id: int) -> Sequence[Transaction]:
         """Make the current transaction durable and start a new one. Return msgpack-able
         descriptions of the transactions to commit once ``checkpoint_id`` completes."""
         raise NotImplementedError
 
-    def commit(self, transactions: list[object]) -> None:
+    def commit(self, transactions: Sequence[Transaction]) -> None:
         """Make pre-committed transactions visible. Must be idempotent."""
         raise NotImplementedError
 
-    def abort(self, transactions: list[object]) -> bool:
+    def abort(self, transactions: Sequence[Transaction]) -> bool:
         """The checkpoint that pre-committed ``transactions`` was aborted (it never
         completes). A writer may undo them and carry their records into the open
         transaction; it returns True then (the transactions are forgotten). Default: keep
         them, committed with the next checkpoint that completes."""
         return False
 
-    def recover(self, transactions: list[object]) -> None:
+    def recover(self, transactions: Sequence[Transaction]) -> None:
         """Called on restore before any write: commit ``transactions`` (pre-committed in the
-        restored checkpoint, so they belong to the output) and abort anything else."""
+        restored checkpoint, so they belong to the output; untrusted, as they come from a
+        snapshot) and abort anything else."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -132,10 +151,14 @@ class SinkWriter:
 
 
 class Sink:
+    """A two-phase-commit sink: :meth:`create_writer` makes each subtask's
+    :class:`SinkWriter`. Capabilities beyond that are the protocols of
+    :mod:`.capabilities`, declared as further bases."""
+
     #: As :attr:`Source.slot_imports`.
     slot_imports: tuple[str, ...] = ()
 
-    def create_writer(self, ctx: SourceContext) -> SinkWriter:
+    def create_writer(self, ctx: ConnectorContext) -> SinkWriter:
         raise NotImplementedError
 
     def lineage_dataset(self) -> tuple[str, str] | None:
@@ -145,11 +168,6 @@ class Sink:
 
     def describe(self) -> str:
         return type(self).__name__
-
-    def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
-        """Refuse transactions restored from a snapshot (untrusted input) that this sink could
-        not commit safely, with :class:`~..errors.CorruptCheckpointError`. Called by the job
-        master before any task starts; the default accepts everything."""
 
     def check_restore(self, operator_uid: str, *, checkpoint_id: int,
                       discard: Mapping[str, int], location: str) -> None:
@@ -166,27 +184,22 @@ class Sink:
                 f"the output committed by {jobs} would be written again, and this sink "
                 "cannot remove it (it cannot discard committed output)")
 
-    def discard_committed_after(self, operator_uid: str, job_id: str, checkpoint_id: int) -> list[str]:
-        """Undo what job ``job_id`` committed for checkpoints after ``checkpoint_id``, when
-        a job falls back to that checkpoint because newer ones are corrupt (their records are
-        replayed). The default keeps everything (a sink that cannot undo may duplicate)."""
-        return []
-
     def can_hold_commits(self) -> bool:
         """Whether a fenced job (``fence_sinks=True``, a blue-green validation run) can run
         this sink: its pre-committed transactions stay invisible until :meth:`SinkWriter.commit`
         (which a fenced job never calls) and ``discard_staged_of_job(operator_uid, job_id)``
         removes what a job staged. A sink whose writes are visible before the commit (an
-        upsert mode, a direct write) returns ``False``: fenced mode refuses it."""
-        return callable(getattr(self, "discard_staged_of_job", None))
+        upsert mode, a direct write) returns ``False``: fenced mode refuses it. Default: the
+        sink supports :class:`~.capabilities.SupportsFencing`."""
+        return isinstance(self, SupportsFencing)
 
     def can_discard_committed(self) -> bool:
         """Whether :meth:`discard_committed_after` really removes what a job committed (or
         the sink keeps nothing, or its writes are idempotent). ``restore="latest"`` refuses
         to fall back past another job's committed output when a sink cannot remove it (that
-        output would be written twice). Default: the sink overrides
-        :meth:`discard_committed_after`."""
-        return type(self).discard_committed_after is not Sink.discard_committed_after
+        output would be written twice). Default: the sink supports
+        :class:`~.capabilities.SupportsDiscardCommitted`."""
+        return isinstance(self, SupportsDiscardCommitted)
 
 
 def dataset_for_location(location: str) -> tuple[str, str]:

@@ -3,17 +3,21 @@ whose only product is their state."""
 
 from __future__ import annotations
 
-from .base import Sink, SinkWriter, SourceContext
+from collections.abc import Sequence
+
+from .base import ConnectorContext, Sink, SinkWriter
+from .capabilities import SupportsDiscardCommitted, Transaction
 
 
-class DiscardSink(Sink):
+class DiscardSink(Sink, SupportsDiscardCommitted):
     """Accepts Arrow batches and dict records alike and keeps nothing."""
 
-    def create_writer(self, ctx: SourceContext) -> SinkWriter:
+    def create_writer(self, ctx: ConnectorContext) -> SinkWriter:
         return DiscardWriter()
 
-    def can_discard_committed(self) -> bool:
-        return True  # it keeps nothing: a fallback cannot duplicate its output
+    def discard_committed_after(self, operator_uid: str, job_id: str,
+                                checkpoint_id: int) -> list[str]:
+        return []  # it keeps nothing: a fallback cannot duplicate its output
 
     def describe(self) -> str:
         return "discard"
@@ -28,11 +32,11 @@ class DiscardWriter(SinkWriter):
     def write(self, records) -> None:
         pass
 
-    def pre_commit(self, checkpoint_id: int) -> list[object]:
+    def pre_commit(self, checkpoint_id: int) -> list[Transaction]:
         return []
 
-    def commit(self, transactions: list[object]) -> None:
+    def commit(self, transactions: Sequence[Transaction]) -> None:
         pass
 
-    def recover(self, transactions: list[object]) -> None:
+    def recover(self, transactions: Sequence[Transaction]) -> None:
         pass

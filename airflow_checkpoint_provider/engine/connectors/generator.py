@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -117,7 +118,8 @@ class GeneratorSource(Source):
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
     def open_split(self, split_id: str, position: object | None, ctx: SourceContext) -> SplitReader:
-        return _GeneratorReader(self, int(split_id.rsplit("-", 1)[1]), int(position or 0))
+        start = cast(int, position or 0)  # what _GeneratorReader.position() returned
+        return _GeneratorReader(self, int(split_id.rsplit("-", 1)[1]), int(start))
 
     def describe(self) -> str:
         return f"generator(seed={self.seed})"

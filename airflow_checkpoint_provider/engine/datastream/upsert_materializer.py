@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..connectors.capabilities import upsert_columns
 from ..errors import BadRecordError, PipelineDefinitionError
 
 if TYPE_CHECKING:
@@ -94,11 +95,9 @@ def materialize_upserts(stream: DataStream, *, key, uid: str, parallelism: int |
 
 
 def upsert_sink_key(sink: Sink) -> list[str] | None:
-    """The key columns of an upsert sink (``mode="upsert"``), else None."""
-    key = getattr(sink, "key", None)
-    if getattr(sink, "mode", None) == "upsert" and key:
-        return list(key)
-    return None
+    """The key columns of an upsert sink (``mode="upsert"``,
+    :class:`~..connectors.capabilities.SupportsUpsert`), else None."""
+    return upsert_columns(sink)
 
 
 def unordered_join_upstream(stream: DataStream, sink_parallelism: int | None) -> str | None:

@@ -20,6 +20,7 @@ from typing import cast
 
 from ..catalog.models import JobStatus
 from ..connectors.base import Sink
+from ..connectors.capabilities import SupportsDiscardUncommitted, SupportsFencing
 from ..errors import ConfigurationError
 from ..plan.graph import ExecutionGraph
 
@@ -66,11 +67,10 @@ def discard_held(graph: ExecutionGraph, job_id: str) -> int:
     open epoch); returns how many transactions were discarded."""
     discarded = 0
     for uid, sink in _sinks(graph):
-        discard = getattr(sink, "discard_staged_of_job", None)
-        if discard is None:
+        if not isinstance(sink, SupportsFencing):
             continue
         try:
-            discarded += len(discard(uid, job_id) or [])
+            discarded += len(sink.discard_staged_of_job(uid, job_id) or [])
         except Exception as exc:  # noqa: BLE001 - what stays staged is never published
             log.warning("Fenced job %s: could not discard what sink %r staged (it stays "
                         "staged and is never published): %s", job_id, uid, exc)
@@ -88,11 +88,10 @@ def discard_uncommitted(graph: ExecutionGraph, store, job_id: str) -> int:
     newest = max(done, default=-1)
     discarded = 0
     for uid, sink in _sinks(graph):
-        discard = getattr(sink, "discard_uncommitted_of_job", None)
-        if discard is None:
+        if not isinstance(sink, SupportsDiscardUncommitted):
             continue
         try:
-            gone = discard(uid, job_id, newest) or []
+            gone = sink.discard_uncommitted_of_job(uid, job_id, newest) or []
         except Exception as exc:  # noqa: BLE001 - `ckpt leftovers` reports what stays
             log.warning("Job %s ended: could not roll back what sink %r pre-committed after "
                         "checkpoint %d (`ckpt leftovers --abort` does): %s", job_id, uid,

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from ..connectors.base import SourceContext
+from ..connectors.base import ConnectorContext, SourceContext
 from ..errors import CorruptCheckpointError, RestoreError
 from ..eventtime import WatermarkStrategy
 from ..state.operator_state import OperatorStateStore
@@ -246,9 +246,9 @@ class SinkOperator(Operator):
 
     def open(self, restored_operator_state):
         self.fenced = bool(getattr(self.ctx, "fence_sinks", False))
-        sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
-                             self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt,
-                             fenced=self.fenced)
+        sctx = ConnectorContext(self.ctx.job_id, self.ctx.job_name, self.uid,
+                                self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt,
+                                fenced=self.fenced)
         entries = list(restored_operator_state or [])
         if not self.fenced and any(isinstance(e, dict) and e.get("fenced") for e in entries):
             raise RestoreError(

@@ -19,13 +19,9 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...errors import ConfigurationError, DeterministicError, RestoreError
+from ...errors import ConfigurationError, RestoreError
 from ..base import SplitReader
-
-
-class MalformedFileError(DeterministicError):
-    """A file of a :class:`FileSource` holds something that is not a record of its format."""
-
+from .errors import MalformedFileError as MalformedFileError  # defined here before issue 53
 
 #: ``opener`` of :func:`open`
 Opener = Callable[[str, int], int] | None

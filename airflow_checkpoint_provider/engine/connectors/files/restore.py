@@ -13,7 +13,6 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ...errors import ConfigurationError, DeterministicError
 from ...sink_names import (
     SinkName,
     legacy_owners,
@@ -23,6 +22,7 @@ from ...sink_names import (
 )
 from ...snapshot.handles import SinkTransaction
 from ...snapshot.paths import corrupt
+from .errors import FileSinkRestoreError as FileSinkRestoreError  # defined here before issue 53
 from .partitions import parse_partition_path
 
 STAGING = "_staging"
@@ -30,20 +30,6 @@ STAGED_EXT = ".inprogress"
 
 #: longest recorded staging directory a restored transaction may name (PATH_MAX)
 MAX_DIRECTORY_LENGTH = 4096
-
-
-class FileSinkRestoreError(ConfigurationError, DeterministicError):
-    """A transaction restored from a snapshot (pre-committed by the job that took it) is
-    neither staged nor committed in this sink's directory or in the directory it was staged
-    for (moved away, removed, or not recorded by an older snapshot while the sink moved).
-    It names where the records are or were and what to do. Raised before the job starts
-    (:meth:`FileSink.check_restored_transactions`) when the transaction records its
-    directory, else by the sink subtask that recovers it.
-
-    Not a :class:`~...errors.RestoreError`: ``restore="latest"`` must not skip the checkpoint
-    and fall back to an older one (the sink cannot remove what the old job committed in
-    another directory: it would be written twice). A :class:`~...errors.DeterministicError`:
-    a task that meets it fails the job at once (restarting cannot bring the file back)."""
 
 
 @dataclass(frozen=True)

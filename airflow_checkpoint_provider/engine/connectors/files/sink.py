@@ -73,8 +73,15 @@ from ...sink_names import (
     staged_file_name,
     staged_prefix,
 )
-from ..base import Sink, SinkWriter, SourceContext, dataset_for_location
+from ..base import ConnectorContext, Sink, SinkWriter, dataset_for_location
+from ..capabilities import (
+    SupportsDiscardCommitted,
+    SupportsFencing,
+    SupportsRelocation,
+    Transaction,
+)
 from .cleanup import _discard_committed_in, _discard_staged_in, _staged_of, partition_dirs
+from .errors import FileSinkRestoreError
 from .modes import (
     OUTPUT_DIR_MODE,
     OUTPUT_FILE_MODE,
@@ -93,7 +100,6 @@ from .restore import (
     MAX_DIRECTORY_LENGTH,
     STAGED_EXT,
     STAGING,
-    FileSinkRestoreError,
     StagedTransaction,
     _check_own_staging,
     _check_pair,
@@ -114,7 +120,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_OPEN_WRITERS = 100
 
 
-class FileSink(Sink):
+class FileSink(Sink, SupportsDiscardCommitted, SupportsFencing, SupportsRelocation):
     """Write records as JSON lines with exactly-once semantics.
 
     :param directory: output directory (created if missing).
@@ -164,10 +170,11 @@ class FileSink(Sink):
         #: job id -> directories (not this sink's) its restored transactions were staged in
         self._restored_directories: dict[str, set[str]] = {}
 
-    def create_writer(self, ctx: SourceContext) -> SinkWriter:
+    def create_writer(self, ctx: ConnectorContext) -> SinkWriter:
         return _FileSinkWriter(self, ctx)
 
-    def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
+    def check_restored_transactions(self, transactions: Sequence[Transaction], *,
+                                    location: str) -> None:
         """1. Decode them (:func:`check_transactions`: a crafted snapshot is refused); 2.
         each that records its directory must be staged or committed in this sink's
         directory or in that one (:func:`locate`), else :class:`FileSinkRestoreError` --
@@ -287,7 +294,7 @@ def _encode(records: list[dict]) -> bytes:
 
 
 class _FileSinkWriter(SinkWriter):
-    def __init__(self, sink: FileSink, ctx: SourceContext) -> None:
+    def __init__(self, sink: FileSink, ctx: ConnectorContext) -> None:
         directory = sink.directory
         self.dir = directory
         self.staging_dir = os.path.join(directory, STAGING)
@@ -352,14 +359,14 @@ class _FileSinkWriter(SinkWriter):
                 rows = without(rows, self.columns)
             self._file_for(path).write(_encode(rows))
 
-    def pre_commit(self, checkpoint_id: int) -> list[object]:
+    def pre_commit(self, checkpoint_id: int) -> list[Transaction]:
         """Per staged file of the epoch: 1. flush, fsync and close it; 2. rename it to carry
         the checkpoint id (the final name is derived from it, so a transaction cannot point
         elsewhere); then 3. fsync the staging directory (the renames must survive a crash)."""
         if not self._staged:
             return []
         c = self.ctx
-        out: list[object] = []
+        out: list[Transaction] = []
         for st in self._staged.values():
             if st.file is not None:
                 _close_durably(st.file)
@@ -407,7 +414,7 @@ class _FileSinkWriter(SinkWriter):
             else:
                 _check_pair(staged, final, where, i)
 
-    def commit(self, transactions: list[object]) -> None:
+    def commit(self, transactions: Sequence[Transaction]) -> None:
         self._publish(transactions, "committing a completed checkpoint")
 
     def _publish(self, transactions: Sequence[object], doing: str, *,
@@ -459,7 +466,7 @@ class _FileSinkWriter(SinkWriter):
         for d in sorted(touched, key=len, reverse=True):  # new directories, then parents
             _fsync_dir(d)
 
-    def recover(self, transactions: list[object]) -> None:
+    def recover(self, transactions: Sequence[Transaction]) -> None:
         # Every subtask receives every restored transaction; subtask 0 commits and aborts.
         txns = self._transactions(transactions)  # every subtask refuses a crafted snapshot
         self._check_restored(txns)

@@ -32,8 +32,8 @@ from pathlib import PurePosixPath
 
 from ...errors import ConfigurationError, EngineError, RestoreError
 from ..base import Source, SourceContext, SplitReader, dataset_for_location
+from .errors import MalformedFileError
 from .readers import (
-    MalformedFileError,
     _CsvReader,
     _JsonLinesReader,
     _ParquetReader,
@@ -234,11 +234,11 @@ class FileSource(Source):
                 identity, rank = entry
                 if identity not in found or (rank, str(rel)) < found[identity]:
                     found[identity] = (rank, str(rel))
-        found = sorted(rel for _, rel in found.values())
-        self._check_csv_headers(found)
+        paths = sorted(rel for _, rel in found.values())
+        self._check_csv_headers(paths)
         log.log(logging.DEBUG if self.monitor_interval else logging.INFO,
-                "File source %s lists %d files", self.describe(), len(found))
-        return found
+                "File source %s lists %d files", self.describe(), len(paths))
+        return paths
 
     def _warn_once(self, path: str, why: str) -> None:
         if path not in self._warned:  # a continuous source lists every monitor_interval

@@ -15,7 +15,8 @@ from ...changelog import OP_FIELD
 from ...errors import ConfigurationError
 from ...extras import require
 from ...fs.storage import join
-from ..base import SourceContext, dataset_for_location
+from ..base import ConnectorContext, dataset_for_location
+from ..capabilities import SupportsUpsert
 from ..files.sink import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, check_output_modes
 from ..upsert import split, upsert_key
 from .staged import STAGING, StagedTableSink, StagedTableWriter
@@ -25,7 +26,7 @@ class _DeltaWriter(StagedTableWriter):
     kind = "Delta"
     sink: DeltaSink
 
-    def __init__(self, sink: DeltaSink, ctx: SourceContext) -> None:
+    def __init__(self, sink: DeltaSink, ctx: ConnectorContext) -> None:
         super().__init__(sink, ctx)
         self.deltalake = require("delta")
         self.conflicts = (self.deltalake.exceptions.CommitFailedError,)
@@ -97,7 +98,7 @@ def _quoted(column: str) -> str:
     return '"' + column.replace('"', '""') + '"'
 
 
-class DeltaSink(StagedTableSink):
+class DeltaSink(StagedTableSink, SupportsUpsert):
     """Append records (dicts or Arrow batches) to the Delta table at ``table_uri``, exactly
     once. The table is created by the first commit if it does not exist.
 

@@ -24,7 +24,8 @@ import warnings
 import pyarrow as pa
 
 from ...errors import ConfigurationError
-from ..base import SourceContext, iceberg_dataset
+from ..base import ConnectorContext, iceberg_dataset
+from ..capabilities import SupportsUpsert
 from ..files.sink import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, check_output_modes
 from ..upsert import split, upsert_key
 from .staged import STAGING, StagedTableSink, StagedTableWriter
@@ -37,7 +38,7 @@ class _IcebergWriter(StagedTableWriter):
     kind = "Iceberg"
     sink: IcebergSink
 
-    def __init__(self, sink: IcebergSink, ctx: SourceContext) -> None:
+    def __init__(self, sink: IcebergSink, ctx: ConnectorContext) -> None:
         super().__init__(sink, ctx)
         from pyiceberg.catalog import load_catalog
         from pyiceberg.exceptions import CommitFailedException, ValidationException
@@ -166,7 +167,7 @@ def _keys_filter(data: pa.Table, key: list[str]):
     return terms[0] if len(terms) == 1 else Or(*terms)
 
 
-class IcebergSink(StagedTableSink):
+class IcebergSink(StagedTableSink, SupportsUpsert):
     """Append records (dicts or Arrow batches) to the Iceberg table ``identifier``
     (``namespace.table``), exactly once. The namespace and table are created from the first
     epoch's schema when they do not exist (``create=False`` refuses instead).

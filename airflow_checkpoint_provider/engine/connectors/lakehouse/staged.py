@@ -29,6 +29,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -49,7 +50,8 @@ from ...sink_names import (
     staged_prefix,
 )
 from ...snapshot.paths import corrupt, mapping, non_negative_int, safe_name, string
-from ..base import Sink, SinkWriter, SourceContext
+from ..base import ConnectorContext, Sink, SinkWriter
+from ..capabilities import SupportsFencing, SupportsRelocation, Transaction
 from ..files.sink import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, makedirs_mode, output_umask
 from ..upsert import compact
 
@@ -64,7 +66,7 @@ _OLD_STAGED = re.compile(r"[A-Za-z0-9._-]+-a\d+-s\d+-c\d+-[0-9a-f]{8}\.parquet")
 COMMIT_RETRIES = 5
 
 
-def check_transactions(transactions: list[object], *, location: str) -> list[dict]:
+def check_transactions(transactions: Sequence[object], *, location: str) -> list[dict]:
     """Restored transactions come from a snapshot (untrusted): ``staging`` must be a bare
     staged Parquet file name, ``app_id`` the application id of the same uid, job and subtask,
     and ``version`` the checkpoint id in the staged file's name."""
@@ -116,7 +118,7 @@ def _list(fs, directory: str) -> list[str]:
     return [p for p in fs.list_files(directory) if "/" not in p]
 
 
-class StagedTableSink(Sink):
+class StagedTableSink(Sink, SupportsFencing, SupportsRelocation):
     """Base of the table sinks: subclasses set :attr:`staging_dir`, :attr:`writer_class`
     and :attr:`extra` (the package extra their library comes with)."""
 
@@ -127,11 +129,12 @@ class StagedTableSink(Sink):
     file_mode: int = OUTPUT_FILE_MODE
     dir_mode: int = OUTPUT_DIR_MODE
 
-    def create_writer(self, ctx: SourceContext) -> SinkWriter:
+    def create_writer(self, ctx: ConnectorContext) -> SinkWriter:
         require(self.extra)
         return self.writer_class(self, ctx)
 
-    def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
+    def check_restored_transactions(self, transactions: Sequence[Transaction], *,
+                                    location: str) -> None:
         check_transactions(transactions, location=location)
 
     def discard_staged_of_job(self, operator_uid: str, job_id: str) -> list[str]:
@@ -163,7 +166,7 @@ class StagedTableWriter(SinkWriter):
     kind = "table"
     conflicts: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, sink: StagedTableSink, ctx: SourceContext) -> None:
+    def __init__(self, sink: StagedTableSink, ctx: ConnectorContext) -> None:
         self.sink, self.ctx = sink, ctx
         self.fs = filesystem_for(sink.staging_dir)
         if isinstance(self.fs, LocalFileSystem):
@@ -241,7 +244,7 @@ class StagedTableWriter(SinkWriter):
                 f"column values of different types ({what or exc}); every record must give "
                 f"a column one type (cast them before the sink, e.g. str(key))")
 
-    def pre_commit(self, checkpoint_id: int) -> list[object]:
+    def pre_commit(self, checkpoint_id: int) -> list[Transaction]:
         if not self.batches:
             return []
         table = self._epoch_table()
@@ -278,7 +281,7 @@ class StagedTableWriter(SinkWriter):
                     f"{self.kind} sink {self.ctx.operator_uid!r}: column {field.name!r} is "
                     f"{field.type}, the table {self.sink.describe()} has {want}")
 
-    def commit(self, transactions: list[object]) -> None:
+    def commit(self, transactions: Sequence[Transaction]) -> None:
         where = f"({self.kind} sink {self.ctx.operator_uid!r} transactions)"
         for txn in check_transactions(transactions, location=where):
             self._commit_one(txn)
@@ -322,7 +325,7 @@ class StagedTableWriter(SinkWriter):
                 raise rule.refuse(f"{f}.app_id", f"{t['app_id']!r} is not the application id "
                                   f"of {t['staging']!r}")
 
-    def recover(self, transactions: list[object]) -> None:
+    def recover(self, transactions: Sequence[Transaction]) -> None:
         where = f"({self.kind} sink {self.ctx.operator_uid!r} restored transactions)"
         txns = check_transactions(transactions, location=where)
         self._check_restored(txns)  # every subtask refuses a crafted snapshot

@@ -9,8 +9,13 @@ that names the table, the lock and the backends holding or waiting for a conflic
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Protocol
+
 from ...errors import SinkLockTimeoutError
 from ...sink_names import parse_gid
+
+if TYPE_CHECKING:
+    from ..base import ConnectorContext
 
 #: the longest an epoch's write waits for a lock between barriers; then it keeps the rows and
 #: retries (the task thread must stay free to commit completed checkpoints)
@@ -19,6 +24,13 @@ WRITE_LOCK_WAIT_MS = 100
 WRITE_RETRY_S = 0.25
 #: lock modes that conflict with the ROW EXCLUSIVE lock a write takes on its table
 _CONFLICTING = ("ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock")
+
+
+class _LockedSink(Protocol):
+    """What the lock handling reads of its :class:`~.sink.PostgresSink`."""
+
+    table: str
+    lock_timeout_ms: int | None
 
 
 def _lock_report(admin, regclass: str, table: str, own_pid: int) -> tuple[str, list[str]]:
@@ -89,6 +101,21 @@ class _LockHandling:
     """The lock handling methods of ``_PostgresWriter`` (a mixin): they use its connections
     (``conn``: the open epoch's transaction, ``admin``: autocommit), ``psycopg``, ``sink``,
     ``ctx``, ``uid_hash``, ``sink_name``, ``kept`` and its ``_copy`` and ``_table``."""
+
+    # what the writer sets in its __init__ (declared here for the type checker)
+    conn: Any
+    admin: Any
+    psycopg: Any
+    sink: _LockedSink
+    ctx: ConnectorContext
+    uid_hash: str
+    sink_name: str
+    kept: list[tuple]
+
+    if TYPE_CHECKING:
+        def _copy(self, rows: list[tuple]) -> None: ...
+
+        def _table(self, *, target: bool = False) -> Any: ...
 
     def _lock_timeout(self, ms: int | None) -> None:
         """The open transaction's statements wait up to ``ms`` for a lock (``None``: without

@@ -66,7 +66,14 @@ from ...errors import (
 from ...extras import require
 from ...sink_names import RestoredTransactions, one_owner, own, parse_gid
 from ...sink_names import gid as make_gid
-from ..base import Sink, SinkWriter, SourceContext
+from ..base import ConnectorContext, Sink, SinkWriter
+from ..capabilities import (
+    SupportsDiscardUncommitted,
+    SupportsFencing,
+    SupportsRelocation,
+    SupportsUpsert,
+    Transaction,
+)
 from ..upsert import upsert_key
 from .connection import libpq_dsn
 from .locks import WRITE_LOCK_WAIT_MS, WRITE_RETRY_S, _LockHandling
@@ -78,7 +85,8 @@ def _uid_hash(uid: str) -> str:
     return hashlib.sha1(uid.encode()).hexdigest()[:12]
 
 
-class PostgresSink(Sink):
+class PostgresSink(Sink, SupportsFencing, SupportsDiscardUncommitted, SupportsRelocation,
+                   SupportsUpsert):
     """Rows (dicts, or Arrow batches) into ``table``.
 
     :param url: ``postgresql://user@host:port/db`` (or the SQLAlchemy form).
@@ -115,7 +123,7 @@ class PostgresSink(Sink):
                                      f"(got {lock_timeout_ms!r})")
         self.lock_timeout_ms = lock_timeout_ms
 
-    def create_writer(self, ctx: SourceContext) -> SinkWriter:
+    def create_writer(self, ctx: ConnectorContext) -> SinkWriter:
         require("postgres")
         return _PostgresWriter(self, ctx)
 
@@ -174,7 +182,8 @@ class PostgresSink(Sink):
                     doomed.append(g)
             return doomed
 
-    def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
+    def check_restored_transactions(self, transactions: Sequence[Transaction], *,
+                                    location: str) -> None:
         owners = set()
         for t in transactions:
             p = parse_gid(t)
@@ -218,7 +227,8 @@ def _finish(conn, gid: str, how: str) -> None:
             time.sleep(0.05)
 
 
-def _rollback_of_job(conn, job_id: str, operator_uid: str, keep: set[str] = frozenset()) -> list[str]:
+def _rollback_of_job(conn, job_id: str, operator_uid: str,
+                     keep: frozenset[str] | set[str] = frozenset()) -> list[str]:
     uid, done = _uid_hash(operator_uid), []
     for g in sorted(_prepared(conn) - keep):
         p = parse_gid(g)
@@ -230,8 +240,9 @@ def _rollback_of_job(conn, job_id: str, operator_uid: str, keep: set[str] = froz
 
 class _PostgresWriter(_LockHandling, SinkWriter):
     accepts_arrow = False
+    sink: PostgresSink
 
-    def __init__(self, sink: PostgresSink, ctx: SourceContext) -> None:
+    def __init__(self, sink: PostgresSink, ctx: ConnectorContext) -> None:
         import psycopg
 
         self.sink, self.ctx = sink, ctx
@@ -413,14 +424,16 @@ class _PostgresWriter(_LockHandling, SinkWriter):
         for gid, changes in self.unresolved.items():
             for k in self.latest:
                 if k in changes:
+                    held = parse_gid(gid)
                     raise SinkTransactionConflictError(
                         f"{self.sink_name}: the prepared transaction of checkpoint "
-                        f"{parse_gid(gid).checkpoint_id} is neither committed nor aborted yet "
+                        f"{held.checkpoint_id if held else gid} is neither committed nor "
+                        "aborted yet "
                         f"and holds the row lock of key {k!r}, which checkpoint "
                         f"{checkpoint_id} changes again; failing over resolves it (keep "
                         "max_concurrent=1 and trigger savepoints between checkpoints to avoid it)")
 
-    def abort(self, transactions: list[object]) -> bool:
+    def abort(self, transactions: Sequence[Transaction]) -> bool:
         """Upsert mode: roll back the aborted checkpoint's prepared transaction (its locks
         would block the next epoch's changes of the same keys until another checkpoint
         completes) and carry its changes into the open epoch, ahead of the newer ones."""
@@ -436,7 +449,7 @@ class _PostgresWriter(_LockHandling, SinkWriter):
         self.latest = carried
         return True
 
-    def pre_commit(self, checkpoint_id: int) -> list[object]:
+    def pre_commit(self, checkpoint_id: int) -> list[Transaction]:
         if self.sink.mode == "upsert":
             if self.sink.prepared:
                 self._check_unlocked(checkpoint_id)
@@ -474,27 +487,27 @@ class _PostgresWriter(_LockHandling, SinkWriter):
             self.unresolved[txn] = changes
         return [txn]
 
-    def commit(self, transactions: list[object]) -> None:
+    def commit(self, transactions: Sequence[Transaction]) -> None:
         pending = _prepared(self.admin)
         for gid in transactions:
             if gid in pending:
                 _finish(self.admin, str(gid), "COMMIT")
             self.unresolved.pop(str(gid), None)
 
-    def discard_held(self, transactions: list[object]) -> None:
+    def discard_held(self, transactions: Sequence[Transaction]) -> None:
         """Fenced (a blue-green validation run): roll back the prepared transactions of an
         epoch whose checkpoint completed or aborted; they are never published, and keeping
         them would exhaust the server's ``max_prepared_transactions``."""
         for gid in transactions:
             _finish(self.admin, str(gid), "ROLLBACK")
 
-    def _check_restored(self, transactions: list[object]) -> None:
+    def _check_restored(self, transactions: Sequence[Transaction]) -> None:
         rule = RestoredTransactions(operator_uid=self.ctx.operator_uid, job_id=self.ctx.job_id,
                                     location=f"snapshot restored into {self.sink_name}")
         for i, t in enumerate(transactions):
             rule.check(parse_gid(t), t, f"transactions[{i}]", uid_is_hash=self.uid_hash)
 
-    def recover(self, transactions: list[object]) -> None:
+    def recover(self, transactions: Sequence[Transaction]) -> None:
         if not self.sink.prepared:
             return
         self._check_restored(transactions)

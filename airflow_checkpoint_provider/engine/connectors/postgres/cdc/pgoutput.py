@@ -23,16 +23,12 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from ....errors import EngineError
+from ..errors import ReplicationError as ReplicationError  # defined here before issue 53
 
 log = logging.getLogger(__name__)
 
 #: microseconds between the Unix epoch and PostgreSQL's (2000-01-01)
 PG_EPOCH_US = 946_684_800_000_000
-
-
-class ReplicationError(EngineError):
-    """The replication connection failed or the server sent what the decoder cannot read."""
 
 
 def format_lsn(lsn: int) -> str:

@@ -1,6 +1,7 @@
 """What the snapshot and the stream splits of the PostgreSQL CDC source share: value
 conversion from text, the key-hash buckets (Python and SQL twins), xid visibility in a
-snapshot, table descriptions, the announcement prefix and the source's error."""
+snapshot, table descriptions and the announcement prefix (the source's error, :class:`~..errors.CdcError`,
+was defined here)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,12 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ....errors import DeterministicError
+from ..errors import CdcError as CdcError  # defined here before issue 53
 
 #: prefix of the logical messages snapshot splits announce their parts with
 MESSAGE_PREFIX = "ckpt-cdc"
 _INT, _FLOAT, _BOOL = frozenset((20, 21, 23, 26)), frozenset((700, 701)), 16
 KEY_SEP = "\x1f"
-
-
-class CdcError(DeterministicError):
-    """The change stream cannot continue as it is (DDL, TRUNCATE on a captured table): a
-    restart would meet the same change again, so the job fails without restarting."""
 
 
 def convert(text: str | None, type_oid: int):

@@ -31,23 +31,15 @@ from ....errors import ConfigurationError
 from ....extras import require
 from ....state.operator_state import entry_value
 from ..connection import libpq_dsn
+from ..errors import CdcConfigurationError as CdcConfigurationError  # defined here before issue 53
+from ..errors import CdcError
+from ..errors import SlotAheadError as SlotAheadError  # defined here before issue 53
 from .pgoutput import format_lsn, parse_lsn
-from .rows import CdcError
 
 log = logging.getLogger(__name__)
 
 NAME_PATTERN = r"[a-z_][a-z0-9_]{0,62}"
 MAX_NAME = 63
-
-
-class SlotAheadError(CdcError):
-    """The replication slot was confirmed past the reader's position: another reader (a
-    second job on the slot, a fenced green) acknowledged changes this job never emitted."""
-
-
-class CdcConfigurationError(ConfigurationError, CdcError):
-    """A configuration the CDC source cannot run with (missing table, publication without
-    the table, slot of another plugin or database): fails the job at once, no restarts."""
 
 
 def check_name(name: str, option: str) -> str:
@@ -195,7 +187,7 @@ def restored_positions(snapshot, uid: str) -> dict[str, object]:
         for entry in _field(sub, "operator_state") or ():
             values = (entry_value(entry) if isinstance(entry, dict)
                       and ("codec" in entry or "value" in entry) else [entry])
-            for e in values or ():
+            for e in values if isinstance(values, list) else ():
                 if isinstance(e, dict) and "split" in e and e.get("position") is not None:
                     out[str(e["split"])] = e["position"]
     return out

@@ -56,6 +56,7 @@ from ....errors import ConfigurationError, RestoreError
 from ....extras import require
 from ...base import Source, SourceContext, SplitReader
 from ..connection import libpq_dsn
+from ..errors import CdcConfigurationError, SlotWaitTimeoutError
 from .pgoutput import format_lsn, parse_lsn
 from .rows import (
     MESSAGE_PREFIX,
@@ -67,7 +68,6 @@ from .rows import (
 )
 from .slots import (
     NAME_PATTERN,
-    CdcConfigurationError,
     check_name,
     drop_slot,
     job_object_name,
@@ -78,7 +78,6 @@ from .start import check_job_start
 from .stream import StreamReader
 from .takeover import APP_PREFIX
 from .wait import (
-    SlotWaitTimeoutError,
     create_slot,
     describe_blockers,
     list_blockers,

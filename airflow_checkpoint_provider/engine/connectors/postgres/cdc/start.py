@@ -21,8 +21,9 @@ from typing import Any
 
 from ....errors import RestoreError
 from ....extras import require
+from ..errors import CdcConfigurationError
 from .pgoutput import format_lsn
-from .slots import CdcConfigurationError, server_identity, slot_state
+from .slots import server_identity, slot_state
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,9 @@ def _plan(restored: dict) -> tuple[int | None, int | None, bool]:
     (``None``: unknown, a snapshot from before the plan was recorded)."""
     splits = buckets = None
     snap = {k: v for k, v in restored.items() if k.startswith("snapshot-") and isinstance(v, dict)}
-    stream = restored.get("stream") if isinstance(restored.get("stream"), dict) else {}
+    stream = restored.get("stream")
+    if not isinstance(stream, dict):
+        stream = {}
     for pos in [stream, *snap.values()]:
         if pos.get("splits") is not None:
             splits = int(pos["splits"])

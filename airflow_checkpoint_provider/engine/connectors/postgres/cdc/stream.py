@@ -11,12 +11,12 @@ from typing import Any
 
 from ....errors import RestoreError
 from ...base import SourceContext, SplitReader
+from ..errors import CdcError, ReplicationError
 from .pgoutput import (
     PG_EPOCH_US,
     UNCHANGED_TOAST,
     Change,
     Relation,
-    ReplicationError,
     ReplicationStream,
     Transaction,
     decode,
@@ -25,7 +25,6 @@ from .pgoutput import (
 from .rows import (
     MESSAGE_PREFIX,
     RESERVED_COLUMNS,
-    CdcError,
     TableInfo,
     bucket_of,
     convert,
@@ -55,7 +54,7 @@ class StreamReader(SplitReader):
         self.src, self.ctx, self.where = src, ctx, where
         self.admin = src.connect()
         self.tables, self.slot, self.publication = src.prepare(
-            self.admin, ctx, legacy=bool(position) and "slot" not in position)
+            self.admin, ctx, legacy=bool(position) and "slot" not in (position or {}))
         #: captured tables by OID (a rename keeps it; a recreated table has another)
         self.by_oid = {info.oid: info for info in self.tables.values()}
         self.fenced = bool(getattr(ctx, "fenced", False))
@@ -319,21 +318,21 @@ class StreamReader(SplitReader):
             info = TableInfo(captured.name, [(c.name, c.type_oid) for c in rel.columns],
                              captured.key, captured.oid)
             index = names.index(info.name)
-            if ch.kind == "I":
-                if self._keep(txn.xid, info, index, ch.new):
+            if ch.kind == "I":  # the decoder sets new of an insert, old of a delete
+                if ch.new is not None and self._keep(txn.xid, info, index, ch.new):
                     out.append(self._record(info, ch.new, "+I", txn))
             elif ch.kind == "D":
-                if self._keep(txn.xid, info, index, ch.old):
+                if ch.old is not None and self._keep(txn.xid, info, index, ch.old):
                     out.append(self._record(info, ch.old, "-D", txn, key_only=ch.old_kind != "O"))
             else:
                 out.extend(self._update(ch, info, index, txn))
         return out
 
     def _update(self, ch: Change, info: TableInfo, index: int, txn: Transaction) -> list[dict]:
-        new = list(ch.new)
+        new = list(ch.new or ())
         for i, v in enumerate(new):
             if v is UNCHANGED_TOAST:
-                if ch.old_kind != "O":
+                if ch.old_kind != "O" or ch.old is None:
                     raise CdcError(
                         f"{self.where}: an update of table {info.name!r} left TOASTed column "
                         f"{info.columns[i][0]!r} unchanged, so the server did not send its value; "

@@ -26,10 +26,10 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass
 
-from .pgoutput import ReplicationError
-from .slots import CdcConfigurationError
+from ..errors import Holder as Holder  # defined here before issue 53
+from ..errors import ReplicationError
+from ..errors import SlotHeldError as SlotHeldError  # defined here before issue 53
 
 log = logging.getLogger(__name__)
 
@@ -52,33 +52,6 @@ def parse_application_name(name: str | None) -> tuple[str | None, int | None] | 
     if m is None:
         return None
     return (m.group(1), int(m.group(2))) if m.group(1) else (None, None)
-
-
-class SlotHeldError(CdcConfigurationError):
-    """The job's replication slot is held by a reader that is not a run of this job (another
-    tool, a session without the CDC source's ``application_name``): fails the job at once."""
-
-    def __init__(self, message: str, holder: Holder) -> None:
-        super().__init__(message)
-        self.holder = holder
-
-
-@dataclass(frozen=True)
-class Holder:
-    """The walsender holding a replication slot (``pg_replication_slots.active_pid``)."""
-
-    pid: int
-    application_name: str | None
-    user: str | None
-    client: str | None
-    connected_s: float | None
-
-    def describe(self) -> str:
-        age = f", connected {self.connected_s:.0f} s ago" if self.connected_s is not None else ""
-        return (
-            f"PID {self.pid} (application_name {self.application_name!r}, user "
-            f"{self.user}, client {self.client or 'local socket'}{age})"
-        )
 
 
 def slot_holder(conn, slot: str) -> Holder | None:

@@ -23,11 +23,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 from ....config import env_seconds
 from ....errors import ConfigurationError
-from .rows import CdcError
+from ..errors import Blocker as Blocker  # defined here before issue 53
+from ..errors import SlotWaitTimeoutError as SlotWaitTimeoutError  # defined here before issue 53
 
 log = logging.getLogger(__name__)
 
@@ -53,32 +53,6 @@ def slot_wait_timeout(value: float | None) -> float:
             "number of seconds >= 0 (0: wait without limit)"
         )
     return float(value)
-
-
-@dataclass(frozen=True)
-class Blocker:
-    """A transaction a wait is waiting for."""
-
-    kind: str  # "prepared" or "session"
-    database: str | None
-    user: str | None
-    age_s: float
-    gid: str | None = None
-    pid: int | None = None
-    application_name: str | None = None
-    state: str | None = None
-
-    def describe(self) -> str:
-        if self.kind == "prepared":
-            return (
-                f"prepared transaction gid {self.gid!r} (database {self.database}, owner "
-                f"{self.user}, prepared {self.age_s:.0f} s ago)"
-            )
-        return (
-            f"session pid {self.pid} (database {self.database}, user {self.user}, "
-            f"application_name {self.application_name!r}, state {self.state!r}, "
-            f"transaction open {self.age_s:.0f} s)"
-        )
 
 
 def next_xid(conn) -> int:
@@ -151,16 +125,6 @@ def remedy(blockers: list[Blocker]) -> str:
         if b.kind == "session"
     ]
     return "; ".join(steps) or "end the transactions open on the server"
-
-
-class SlotWaitTimeoutError(CdcError):
-    """Creating the replication slot, or a snapshot split's start, waited longer than
-    ``slot_wait_timeout_s`` for transactions older than it: the message names them
-    (:attr:`blockers`). Fails the job without restarts (a restart would wait again)."""
-
-    def __init__(self, message: str, blockers: list[Blocker]) -> None:
-        super().__init__(message)
-        self.blockers = blockers
 
 
 def timeout_error(
