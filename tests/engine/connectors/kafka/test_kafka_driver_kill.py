@@ -72,11 +72,12 @@ def test_a_killed_driver_restored_latest_publishes_exactly_once(workdir, kafka_b
     assert 0 < published < n, published
 
     # rescaled: the last record (id n - 1, the end of partition 2) SIGKILLs its slot, which
-    # the dead driver's job cannot have reached (it had published less than n records)
+    # the dead driver's job cannot have reached (it had published less than n records); the
+    # 250 ms interval as in test_kafka_exactly_once.py's slot kill (Tansu caveat there)
     faults = FaultPlan(str(workdir / "faults"), [("kill", n - 1)]) if rescale else None
     result = running_sum_job(str(workdir), kafka_broker, in_topic, stop_at, out,
-                             parallelism=3 if rescale else 2, faults=faults).run(
-        restore="latest")
+                             parallelism=3 if rescale else 2, faults=faults,
+                             interval_ms=250 if rescale else 100).run(restore="latest")
     assert result.status == "FINISHED" and result.restored_from
     if faults is not None:
         assert list(faults.fired()) == [f"kill-{n - 1}"] and result.restarts >= 1
