@@ -21,7 +21,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from ..errors import ConfigurationError
-from .base import StoreBase
+from .base import CatalogDB
 from .models import Base, utcnow
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,12 @@ class CdcSlotOwnerRow(Base):
     claimed_at: Mapped[datetime]
 
 
-class CdcSlotsMixin(StoreBase):
+class CdcSlots:
+    """The metadata DB's CDC slot owners (a collaborator of :class:`~.MetadataStore`)."""
+
+    def __init__(self, db: CatalogDB) -> None:
+        self.db = db
+
     def claim_cdc_slot(self, *, server: str, slot: str, job_name: str, job_id: str) -> None:
         """Record that job ``job_name`` owns ``slot`` on ``server``; refuse
         (:class:`SlotInUseError`) when a job of another name owns it. Race-free: an
@@ -68,7 +73,7 @@ class CdcSlotsMixin(StoreBase):
                 row.claimed_at = now
             return row.job_name
 
-        owner = self._write(fn, "claim_cdc_slot")
+        owner = self.db.write(fn, "claim_cdc_slot")
         if owner != job_name:
             raise SlotInUseError(
                 f"job {job_name}: replication slot {slot!r} on server {server} belongs to job "
@@ -82,7 +87,7 @@ class CdcSlotsMixin(StoreBase):
             row = session.get(CdcSlotOwnerRow, (server, slot))
             return None if row is None else row.job_name
 
-        return self._read(fn, "cdc_slot_owner")
+        return self.db.read(fn, "cdc_slot_owner")
 
     def release_cdc_slot(self, *, server: str, slot: str) -> bool:
         """Forget who owns ``slot`` (the slot was dropped); whether a claim existed."""
@@ -92,4 +97,4 @@ class CdcSlotsMixin(StoreBase):
                 CdcSlotOwnerRow.server == server, CdcSlotOwnerRow.slot == slot))
             return bool(res.rowcount)  # type: ignore[attr-defined]
 
-        return self._write(fn, "release_cdc_slot")
+        return self.db.write(fn, "release_cdc_slot")

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, Connection, and_, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from .base import StoreBase
+from .base import CatalogDB
 from .db import _choice, _chunks
 from .models import (
     CHECKPOINTS,
@@ -42,7 +42,12 @@ def _update(conn: Connection, job_id: str, ids: list[int], *, only: str | None =
         conn.execute(stmt.values(**values))
 
 
-class CheckpointsMixin(StoreBase):
+class Checkpoints:
+    """The metadata DB's checkpoints and the shared-state registry (a collaborator of :class:`~.MetadataStore`)."""
+
+    def __init__(self, db: CatalogDB) -> None:
+        self.db = db
+
     # -- checkpoints ------------------------------------------------------------------------
 
     def add_pending_checkpoint(self, job_id: str, checkpoint_id: int, *, kind: str,
@@ -65,7 +70,7 @@ class CheckpointsMixin(StoreBase):
                 status=CheckpointStatus.PENDING.value, is_final=is_final,
                 trigger_time=trigger_time, location=location, files_deleted=False))
 
-        self._write_conn(fn, "add_pending_checkpoint")
+        self.db.write_conn(fn, "add_pending_checkpoint")
         log.debug("Recorded pending %s %d of job %s at %s", kind.lower(), checkpoint_id, job_id,
                   location)
 
@@ -104,7 +109,7 @@ class CheckpointsMixin(StoreBase):
                              [{"job_id": job_id, "checkpoint_id": checkpoint_id, **size}
                               for size in operator_sizes])
 
-        self._write_conn(fn, "complete_checkpoint")
+        self.db.write_conn(fn, "complete_checkpoint")
         log.debug("Recorded completed checkpoint %d of job %s", checkpoint_id, job_id)
 
     def fail_checkpoint(self, job_id: str, checkpoint_id: int, *, reason: str,
@@ -117,7 +122,7 @@ class CheckpointsMixin(StoreBase):
             row.status = status
             row.failure_reason = reason
 
-        self._write(fn, "fail_checkpoint")
+        self.db.write(fn, "fail_checkpoint")
         log.debug("Recorded checkpoint %d of job %s as %s: %s", checkpoint_id, job_id, status,
                   reason)
 
@@ -128,7 +133,7 @@ class CheckpointsMixin(StoreBase):
         if not ids:
             return
 
-        self._write_conn(lambda conn: _update(conn, job_id, ids, status=status),
+        self.db.write_conn(lambda conn: _update(conn, job_id, ids, status=status),
                          "set_checkpoint_status")
 
     def mark_checkpoint_files_deleted(self, job_id: str, checkpoint_ids: list[int]) -> None:
@@ -136,7 +141,7 @@ class CheckpointsMixin(StoreBase):
         SUBSUMED row without the mark is held by a pin, see ``engine/checkpoint/held.py``)."""
         ids = sorted(set(checkpoint_ids))
         if ids:
-            self._write_conn(lambda conn: _update(conn, job_id, ids, files_deleted=True,
+            self.db.write_conn(lambda conn: _update(conn, job_id, ids, files_deleted=True,
                                                   only=CheckpointStatus.SUBSUMED.value),
                              "mark_checkpoint_files_deleted")
 
@@ -148,7 +153,7 @@ class CheckpointsMixin(StoreBase):
                 CheckpointRow.location == location).limit(1)).first()
             return None if row is None else CheckpointRecord.from_row(row)
 
-        return self._read(fn, "checkpoint_at")
+        return self.db.read(fn, "checkpoint_at")
 
     def jobs_restored_from_job(self, job_id: str) -> list[JobRecord]:
         """Jobs whose ``restored_from`` is one of ``job_id``'s checkpoints or savepoints."""
@@ -159,7 +164,7 @@ class CheckpointsMixin(StoreBase):
                                    .order_by(JobRow.created_at, JobRow.job_id))
             return [JobRecord.from_row(r) for r in rows]
 
-        return self._read(fn, "jobs_restored_from_job")
+        return self.db.read(fn, "jobs_restored_from_job")
 
     def prune_checkpoint_history(self, job_id: str, keep: int) -> int:
         """Delete the job's SUBSUMED (files deleted) and FAILED checkpoint rows whose id is not
@@ -186,7 +191,7 @@ class CheckpointsMixin(StoreBase):
                 .execution_options(synchronize_session=False))
             return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
-        count = self._write(fn, "prune_checkpoint_history")
+        count = self.db.write(fn, "prune_checkpoint_history")
         if count:
             log.info("Pruned %d old checkpoint rows of job %s (history %d)", count, job_id, keep)
         return count
@@ -197,7 +202,7 @@ class CheckpointsMixin(StoreBase):
                 select(CheckpointRow).where(_one_checkpoint(job_id, checkpoint_id))).first()
             return None if row is None else CheckpointRecord.from_row(row)
 
-        return self._read(fn, "get_checkpoint")
+        return self.db.read(fn, "get_checkpoint")
 
     def list_checkpoints(self, job_id: str, *, kind: str | None = None,
                          status: str | None = None) -> list[CheckpointRecord]:
@@ -214,7 +219,7 @@ class CheckpointsMixin(StoreBase):
         def fn(session: Session) -> list[CheckpointRecord]:
             return [CheckpointRecord.from_row(r) for r in session.scalars(query)]
 
-        return self._read(fn, "list_checkpoints")
+        return self.db.read(fn, "list_checkpoints")
 
     def latest_completed_checkpoint(self, *, job_id: str | None = None,
                                     job_name: str | None = None,
@@ -250,7 +255,7 @@ class CheckpointsMixin(StoreBase):
         def fn(session: Session) -> list[CheckpointRecord]:
             return [CheckpointRecord.from_row(r) for r in session.scalars(query)]
 
-        return self._read(fn, "completed_checkpoints")
+        return self.db.read(fn, "completed_checkpoints")
 
     def max_checkpoint_id(self, job_id: str) -> int:
         """The highest checkpoint id recorded for the job, whatever its state; 0 if none."""
@@ -262,7 +267,7 @@ class CheckpointsMixin(StoreBase):
             )
             return int(value or 0)
 
-        return self._read(fn, "max_checkpoint_id")
+        return self.db.read(fn, "max_checkpoint_id")
 
     # -- shared-state registry --------------------------------------------------------------
 
@@ -294,7 +299,7 @@ class CheckpointsMixin(StoreBase):
                 for key in keys if key not in existing
             )
 
-        self._write(fn, "register_shared_state")
+        self.db.write(fn, "register_shared_state")
 
     def unreferenced_shared_state(self, job_id: str, min_retained_checkpoint_id: int) -> list[str]:
         """Shared file keys no retained checkpoint references: last used before
@@ -308,7 +313,7 @@ class CheckpointsMixin(StoreBase):
                 .order_by(SharedStateRow.file_key)
             ))
 
-        return self._read(fn, "unreferenced_shared_state")
+        return self.db.read(fn, "unreferenced_shared_state")
 
     def delete_shared_state(self, job_id: str, file_keys: list[str]) -> None:
         """Forget shared files (after they were deleted from checkpoint storage)."""
@@ -323,4 +328,4 @@ class CheckpointsMixin(StoreBase):
                         SharedStateRow.job_id == job_id, SharedStateRow.file_key.in_(chunk))
                     .execution_options(synchronize_session=False))
 
-        self._write(fn, "delete_shared_state")
+        self.db.write(fn, "delete_shared_state")

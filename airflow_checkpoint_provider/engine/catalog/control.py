@@ -9,11 +9,12 @@ import uuid
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from .base import CatalogDB, job_row
 from .db import (
     _choice,
     _chunks,
 )
-from .jobs import JobsMixin
+from .jobs import Jobs
 from .models import (
     CONTROL_REQUESTS,
     TERMINAL_CONTROL_REQUEST_STATUSES,
@@ -29,7 +30,13 @@ from .records import ControlRequestRecord
 log = logging.getLogger(__name__)
 
 
-class ControlRequestsMixin(JobsMixin):
+class ControlRequests:
+    """The metadata DB's control requests (a collaborator of :class:`~.MetadataStore`)."""
+
+    def __init__(self, db: CatalogDB, jobs: Jobs) -> None:
+        self.db = db
+        self.jobs = jobs
+
     # -- control requests -------------------------------------------------------------------
 
     def submit_control_request(self, job_id: str, action: str,
@@ -62,9 +69,9 @@ class ControlRequestsMixin(JobsMixin):
                         raise ValueError(
                             f"idempotency key {idempotency_key!r} already names request "
                             f"{known.request_id} ({known.action} of job {known.job_id})")
-                    return known.request_id, self._job_row(session, job_id).job_name, False
-            job = self._job_row(session, job_id)
-            self._mark_lost(session, job.job_name)  # a request to a dead driver fails at once
+                    return known.request_id, job_row(session, job_id).job_name, False
+            job = job_row(session, job_id)
+            self.jobs.mark_lost_in(session, job.job_name)  # a request to a dead driver fails at once
             if job.status in TERMINAL_JOB_STATUSES:
                 reason = f" ({job.failure_reason})" if job.status == JobStatus.LOST else ""
                 raise ValueError(f"job {job.job_name} ({job_id}) is {job.status}{reason}: it "
@@ -76,7 +83,7 @@ class ControlRequestsMixin(JobsMixin):
                 created_at=now, updated_at=now, idempotency_key=idempotency_key))
             return request_id, job.job_name, True
 
-        found_id, name, created = self._write(fn, "submit_control_request")
+        found_id, name, created = self.db.write(fn, "submit_control_request")
         if created:
             log.info("Submitted control request %s: %s for job %s (%s)", found_id, action, name,
                      job_id)
@@ -93,7 +100,7 @@ class ControlRequestsMixin(JobsMixin):
                 ControlRequestRow.idempotency_key == idempotency_key)).first()
             return None if row is None else ControlRequestRecord.from_row(row)
 
-        return self._read(fn, "find_control_request")
+        return self.db.read(fn, "find_control_request")
 
     def claim_control_requests(self, job_id: str) -> list[ControlRequestRecord]:
         """Move the job's PENDING requests to IN_PROGRESS and return them, oldest first.
@@ -110,7 +117,7 @@ class ControlRequestsMixin(JobsMixin):
             .order_by(requests.created_at, requests.request_id)
         )
         # Cheap read first (a plain connection): most polls find nothing and need no write lock.
-        if self._read_conn(lambda conn: conn.scalar(pending_query.limit(1)), "poll") is None:
+        if self.db.read_conn(lambda conn: conn.scalar(pending_query.limit(1)), "poll") is None:
             return []
 
         def fn(session: Session) -> list[ControlRequestRecord]:
@@ -134,7 +141,7 @@ class ControlRequestsMixin(JobsMixin):
                     rows[row.request_id] = ControlRequestRecord.from_row(row)
             return [rows[r] for r in claimed]
 
-        records = self._write(fn, "claim_control_requests")
+        records = self.db.write(fn, "claim_control_requests")
         for rec in records:
             log.info("Claimed control request %s: %s for job %s", rec.request_id, rec.action,
                      job_id)
@@ -164,7 +171,7 @@ class ControlRequestsMixin(JobsMixin):
                 raise LookupError(f"no control request with id {request_id!r}")
             return False
 
-        if self._write(fn, "finish_control_request"):
+        if self.db.write(fn, "finish_control_request"):
             log.info("Control request %s %s%s", request_id, status,
                      f": {error}" if error else "")
         else:
@@ -186,7 +193,7 @@ class ControlRequestsMixin(JobsMixin):
             )
             return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
-        count = self._write(fn, "abort_control_requests")
+        count = self.db.write(fn, "abort_control_requests")
         if count:
             log.info("Failed %d open control requests of job %s: %s", count, job_id, error)
         return count
@@ -196,7 +203,7 @@ class ControlRequestsMixin(JobsMixin):
             row = session.get(ControlRequestRow, request_id)
             return None if row is None else ControlRequestRecord.from_row(row)
 
-        return self._read(fn, "get_control_request")
+        return self.db.read(fn, "get_control_request")
 
     def list_control_requests(self, job_id: str) -> list[ControlRequestRecord]:
         """The job's control requests, oldest first."""
@@ -208,4 +215,4 @@ class ControlRequestsMixin(JobsMixin):
             )
             return [ControlRequestRecord.from_row(r) for r in rows]
 
-        return self._read(fn, "list_control_requests")
+        return self.db.read(fn, "list_control_requests")

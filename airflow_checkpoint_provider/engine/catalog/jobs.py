@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from ..config import env_seconds
 from ..errors import JobIdInUseError, JobLostError, JobNameInUseError
-from .base import StoreBase
+from .base import CatalogDB, job_row
 from .db import MIN_JOB_ID_PREFIX, _choice
 from .driver import driver_is_gone, this_process
 from .models import (
@@ -63,10 +63,15 @@ def _name_in_use(job_name: str, job_id: str, status: str,
         f"it first (ckpt stop/cancel {job_id}), or {wait}")
 
 
-class JobsMixin(StoreBase):
+class Jobs:
+    """The metadata DB's jobs and attempts (a collaborator of :class:`~.MetadataStore`)."""
+
+    def __init__(self, db: CatalogDB) -> None:
+        self.db = db
+
     # -- jobs -------------------------------------------------------------------------------
 
-    def _mark_lost(self, session: Session, job_name: str | None = None,
+    def mark_lost_in(self, session: Session, job_name: str | None = None,
                    timeout: float | None = None) -> list[str]:
         """Mark active jobs whose heartbeat (or creation, if they never heartbeated) is older
         than ``timeout`` LOST, fail their open control requests; return their ids."""
@@ -117,7 +122,7 @@ class JobsMixin(StoreBase):
                        timeout: float | None = None) -> list[str]:
         """Declare active jobs without a recent heartbeat LOST (see :class:`JobStatus`);
         returns their ids."""
-        lost = self._write(lambda s: self._mark_lost(s, job_name, timeout), "mark_lost_jobs")
+        lost = self.db.write(lambda s: self.mark_lost_in(s, job_name, timeout), "mark_lost_jobs")
         for job_id in lost:
             log.warning("Job %s has no recent heartbeat: marked LOST", job_id)
         return lost
@@ -139,7 +144,7 @@ class JobsMixin(StoreBase):
                     f"job id {job_id!r} already exists (job {existing.job_name}, "
                     f"{existing.status}); pick another id or omit --job-id")
             if exclusive_name:
-                self._mark_lost(session, job_name)
+                self.mark_lost_in(session, job_name)
             live = session.scalars(select(JobRow).where(
                 JobRow.job_name == job_name, JobRow.status.in_(ACTIVE_JOB_STATUSES))).first()
             if live is not None:
@@ -159,7 +164,7 @@ class JobsMixin(StoreBase):
             return JobRecord.from_row(row)
 
         try:
-            record = self._write(fn, "create_job")
+            record = self.db.write(fn, "create_job")
         except IntegrityError as exc:
             # another process inserted a live job of this name (or this id) after our read
             raise self._insert_conflict(job_id, job_name) from exc
@@ -188,7 +193,7 @@ class JobsMixin(StoreBase):
         status = _choice(JobStatus, status, "job status")
 
         def fn(session: Session) -> str:
-            row = self._job_row(session, job_id)
+            row = job_row(session, job_id)
             if row.status == JobStatus.LOST and status in ACTIVE_JOB_STATUSES:
                 # its name may belong to another job now: a LOST job never runs again
                 raise JobLostError(
@@ -199,7 +204,7 @@ class JobsMixin(StoreBase):
             row.updated_at = utcnow()
             return row.job_name
 
-        name = self._write(fn, "set_job_status")
+        name = self.db.write(fn, "set_job_status")
         log.info("Job %s (%s) is %s%s", name, job_id, status,
                  f": {failure_reason}" if failure_reason else "")
 
@@ -208,11 +213,11 @@ class JobsMixin(StoreBase):
         first, has resolved ``restore="latest"``)."""
 
         def fn(session: Session) -> None:
-            row = self._job_row(session, job_id)
+            row = job_row(session, job_id)
             row.restored_from = restored_from
             row.updated_at = utcnow()
 
-        self._write(fn, "set_job_restored_from")
+        self.db.write(fn, "set_job_restored_from")
 
     def set_job_progress_stall(self, job_id: str, stall: dict | None) -> None:
         """Record where the job stopped progressing (``None``: it progresses again); written
@@ -222,7 +227,7 @@ class JobsMixin(StoreBase):
         def fn(conn: Connection) -> None:
             conn.execute(update(JOBS).where(jobs.job_id == job_id).values(progress_stall=stall))
 
-        self._write_conn(fn, "set_job_progress_stall")
+        self.db.write_conn(fn, "set_job_progress_stall")
 
     def reserve_job_owner(self, job_id: str, dag_id: str, dag_run_id: str | None = None) -> str:
         """Reserve ``job_id`` for the Airflow DAG ``dag_id`` (and its run ``dag_run_id``)
@@ -242,7 +247,7 @@ class JobsMixin(StoreBase):
                                     created_at=utcnow()))
             return dag_id
 
-        owner = self._write(fn, "reserve_job_owner")
+        owner = self.db.write(fn, "reserve_job_owner")
         log.info("Job id %s belongs to DAG %s", job_id, owner or "(none: started outside Airflow)")
         return owner
 
@@ -250,11 +255,11 @@ class JobsMixin(StoreBase):
         """Record the Spark application id once the driver knows it."""
 
         def fn(session: Session) -> None:
-            row = self._job_row(session, job_id)
+            row = job_row(session, job_id)
             row.spark_app_id = spark_app_id
             row.updated_at = utcnow()
 
-        self._write(fn, "set_spark_app_id")
+        self.db.write(fn, "set_spark_app_id")
 
     def heartbeat(self, job_id: str) -> str:
         """Refresh ``jobs.heartbeat_at`` (only that column) unless the job was declared LOST
@@ -274,14 +279,14 @@ class JobsMixin(StoreBase):
                 return str(status)
             return JobStatus.RUNNING.value
 
-        return self._write_conn(fn, "heartbeat")
+        return self.db.write_conn(fn, "heartbeat")
 
     def get_job(self, job_id: str) -> JobRecord | None:
         def fn(session: Session) -> JobRecord | None:
             row = session.get(JobRow, job_id)
             return None if row is None else JobRecord.from_row(row)
 
-        return self._read(fn, "get_job")
+        return self.db.read(fn, "get_job")
 
     def resolve_job(self, job_ref: str) -> JobRecord:
         """Find a job by exact id, else by a unique id prefix (at least
@@ -316,7 +321,7 @@ class JobsMixin(StoreBase):
                                   f"give more characters")
             raise LookupError(f"no job matches {job_ref!r}")
 
-        return self._read(fn, "resolve_job")
+        return self.db.read(fn, "resolve_job")
 
     def list_jobs(self, job_name: str | None = None) -> list[JobRecord]:
         """Jobs, newest first, optionally only those named ``job_name``."""
@@ -328,7 +333,7 @@ class JobsMixin(StoreBase):
             query = query.order_by(JobRow.created_at.desc(), JobRow.job_id.desc())
             return [JobRecord.from_row(r) for r in session.scalars(query)]
 
-        return self._read(fn, "list_jobs")
+        return self.db.read(fn, "list_jobs")
 
     # -- attempts ---------------------------------------------------------------------------
 
@@ -337,7 +342,7 @@ class JobsMixin(StoreBase):
         """Record the start of attempt ``attempt`` (0 first) and make it the job's current one."""
 
         def fn(session: Session) -> None:
-            job = self._job_row(session, job_id)
+            job = job_row(session, job_id)
             now = utcnow()
             row = session.get(JobAttemptRow, (job_id, attempt))
             if row is None:
@@ -351,7 +356,7 @@ class JobsMixin(StoreBase):
             job.attempt = attempt
             job.updated_at = now
 
-        self._write(fn, "start_attempt")
+        self.db.write(fn, "start_attempt")
         log.debug("Job %s attempt %d started%s", job_id, attempt,
                   f" from checkpoint {restored_checkpoint_id}" if restored_checkpoint_id else "")
 
@@ -365,7 +370,7 @@ class JobsMixin(StoreBase):
             row.ended_at = utcnow()
             row.failure_reason = failure_reason
 
-        self._write(fn, "end_attempt")
+        self.db.write(fn, "end_attempt")
 
     def set_attempt_placement(self, job_id: str, attempt: int, placement: list[dict]) -> None:
         """Record where each slot of an attempt runs (host, pid, Spark executor)."""
@@ -376,7 +381,7 @@ class JobsMixin(StoreBase):
                 raise LookupError(f"job {job_id!r} has no attempt {attempt}")
             row.placement = [dict(p) for p in placement]
 
-        self._write(fn, "set_attempt_placement")
+        self.db.write(fn, "set_attempt_placement")
 
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         """The job's attempts, oldest first."""
@@ -388,4 +393,4 @@ class JobsMixin(StoreBase):
             )
             return [AttemptRecord.from_row(r) for r in rows]
 
-        return self._read(fn, "list_attempts")
+        return self.db.read(fn, "list_attempts")

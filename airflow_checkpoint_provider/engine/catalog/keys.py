@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from .base import StoreBase
+from .base import CatalogDB
 from .models import SnapshotKeyRow, as_utc, utcnow
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,12 @@ class SnapshotKey:
     created_at: datetime
 
 
-class SnapshotKeyMixin(StoreBase):
+class SnapshotKeys:
+    """The metadata DB's the snapshot-signing key (a collaborator of :class:`~.MetadataStore`)."""
+
+    def __init__(self, db: CatalogDB) -> None:
+        self.db = db
+
     def snapshot_key(self, *, create: bool = True) -> SnapshotKey | None:
         """The key that signs this DB's snapshots; created once (race-free) if absent and
         ``create`` (else ``None`` when there is none yet)."""
@@ -45,7 +50,7 @@ class SnapshotKeyMixin(StoreBase):
             row = session.get(SnapshotKeyRow, KEY_ID)
             return None if row is None else SnapshotKey(bytes(row.key), as_utc(row.created_at))
 
-        found = self._read(read, "snapshot_key")
+        found = self.db.read(read, "snapshot_key")
         if found is not None or not create:
             return found
 
@@ -62,7 +67,7 @@ class SnapshotKeyMixin(StoreBase):
                 SnapshotKeyRow.key_id == KEY_ID)).one()
             return SnapshotKey(bytes(row.key), as_utc(row.created_at))
 
-        key = self._write(insert, "create snapshot_key")
+        key = self.db.write(insert, "create snapshot_key")
         log.info("Snapshot signing key of the metadata DB: created at %s",
                  key.created_at.isoformat())
         return key

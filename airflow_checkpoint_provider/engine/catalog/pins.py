@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, func, or_, select
 from sqlalchemy.orm import Session
 
-from .base import StoreBase
+from .base import CatalogDB
 from .db import _chunks
 from .models import (
     SAVEPOINT_PINS,
@@ -33,7 +33,12 @@ from .records import CheckpointRecord, SavepointPinRecord
 log = logging.getLogger(__name__)
 
 
-class SavepointPinsMixin(StoreBase):
+class SavepointPins:
+    """The metadata DB's savepoint pins (a collaborator of :class:`~.MetadataStore`)."""
+
+    def __init__(self, db: CatalogDB) -> None:
+        self.db = db
+
     def pin_savepoint(self, location: str, *, holder: str, expires_at: datetime | None = None,
                       reason: str | None = None) -> SavepointPinRecord:
         """Pin ``location`` for ``holder`` until ``expires_at`` (``None``: until unpinned).
@@ -52,7 +57,7 @@ class SavepointPinsMixin(StoreBase):
             session.flush()
             return SavepointPinRecord.from_row(row)
 
-        record = self._write(fn, "pin_savepoint")
+        record = self.db.write(fn, "pin_savepoint")
         log.info("Pinned savepoint %s for %s%s", location, holder,
                  f" until {expires_at:%Y-%m-%d %H:%M:%S %Z}" if expires_at else "")
         return record
@@ -66,7 +71,7 @@ class SavepointPinsMixin(StoreBase):
                 stmt = stmt.where(SavepointPinRow.location == location)
             return int(session.execute(stmt).rowcount or 0)  # type: ignore[attr-defined]
 
-        removed = self._write(fn, "unpin_savepoints")
+        removed = self.db.write(fn, "unpin_savepoints")
         log.info("Released %d savepoint pin(s) of %s%s", removed, holder,
                  f" on {location}" if location else "")
         return removed
@@ -84,7 +89,7 @@ class SavepointPinsMixin(StoreBase):
                 stmt = stmt.where(_active(active_at))
             return [SavepointPinRecord.from_row(r) for r in session.scalars(stmt)]
 
-        return self._read(fn, "list_savepoint_pins")
+        return self.db.read(fn, "list_savepoint_pins")
 
     def pinned_locations(self, locations: Iterable[str], *, active_at: datetime) -> set[str]:
         """Which of ``locations`` have a pin not expired at ``active_at``. Reads only the pins
@@ -103,7 +108,7 @@ class SavepointPinsMixin(StoreBase):
                     .where(pins.location.in_(chunk), _active(active_at))))
             return found
 
-        return self._read_conn(fn, "pinned_locations")
+        return self.db.read_conn(fn, "pinned_locations")
 
     # -- checkpoints held by a pin (engine/checkpoint/held.py) ----------------------------------
 
@@ -125,7 +130,7 @@ class SavepointPinsMixin(StoreBase):
                 .order_by(CheckpointRow.job_id, CheckpointRow.checkpoint_id))
             return [CheckpointRecord.from_row(r) for r in rows]
 
-        return self._read(fn, "unreleased_checkpoints")
+        return self.db.read(fn, "unreleased_checkpoints")
 
     def oldest_retained_checkpoint_id(self, job_id: str) -> int:
         """The oldest checkpoint of ``job_id`` whose files stay (COMPLETED or CORRUPT): a
@@ -145,7 +150,7 @@ class SavepointPinsMixin(StoreBase):
                                     .where(CheckpointRow.job_id == job_id))
             return 0 if newest is None else int(newest) + 1
 
-        return self._read(fn, "oldest_retained_checkpoint_id")
+        return self.db.read(fn, "oldest_retained_checkpoint_id")
 
 
 def _active(at: datetime):
