@@ -347,6 +347,14 @@ FAMILIES = [
                     "ratio"],
            what="Throughput with checkpoints every 1 s against none, interleaved pairs, local "
                 "runner, parallelism 2."),
+    Family("Job master CPU with checkpoints every second", "jobmaster_overhead.json",
+           lambda r: __import__("jobmaster_overhead").render(r.load("jobmaster_overhead.json")),
+           what=lambda d: f"CPU of the job master's process (its loop, the metadata writer, the "
+                f"checkpoint coordinator; not the slots) on a small job ({d['summary']['rate']} "
+                "records/s, parallelism 2, SQLite metadata DB, local runner), steady state: CPU "
+                "difference over wall-time difference of a short and a long run, so start-up "
+                "cancels. The checkpoints' share is the figure with checkpoints minus the one "
+                "without."),
     Family("Checkpoint duration by state size", "checkpoint_scaling.json",
            _section(scaling_section),
            columns=["keys", "checkpoints", "p50 (ms)", "p99 (ms)", "max (ms)", "largest (MB)",
