@@ -254,7 +254,7 @@ class KafkaSource(Source):
     def _start_offset(self, consumer: _SharedConsumer, topic: str, partition: int) -> int:
         ck = require_client()
         tp = ck.TopicPartition(topic, partition)
-        low, high = consumer.watermarks(topic, partition)
+        low = consumer.watermarks(topic, partition)[0]  # its high: see .offsets
         start = self.start
         if isinstance(start, dict):
             if (topic, partition) in start:
