@@ -18,3 +18,5 @@ def test_make_demo_upgrades_v1_to_v2_through_a_savepoint(tmp_path):
     assert "at parallelism 2 (v1: 1)" in out.stdout
     assert "first checkpoint after the restore" in out.stdout
     assert "Demo OK" in out.stdout
+    # progress while the DAG runs: the task states as Airflow records them (issue 54)
+    assert "task stop_v1: success" in out.stdout and "task start_v2: success" in out.stdout
