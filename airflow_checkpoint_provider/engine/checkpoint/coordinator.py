@@ -37,6 +37,7 @@ from ..snapshot.handles import safe_shared_key
 from .cleaner import CheckpointCleaner
 from .db_writer import MetadataUnavailable, MetadataWriter
 from .held import HeldCheckpoints, own_shared_file
+from .outcomes import AckResult, CheckpointFailure, CheckpointFailureReason, TaskAck
 
 log = logging.getLogger(__name__)
 #: every how many checkpoint ids old rows of the ``checkpoints`` table are pruned
@@ -59,11 +60,22 @@ class PendingCheckpoint:
     timestamp_ms: int
     location: str
     not_yet_acked: set[tuple[int, int]]
-    acks: dict[tuple[int, int], dict] = field(default_factory=dict)
+    acks: dict[tuple[int, int], TaskAck] = field(default_factory=dict)
     final: bool = False
     unaligned: bool = False
     #: started aligned, turned unaligned this long after its trigger (aligned timeout)
     switched_after_ms: int | None = None
+
+    def acknowledge(self, task: tuple[int, int], ack: TaskAck) -> AckResult:
+        """Record ``task``'s acknowledgement; :attr:`AckResult.LAST` when it was the last
+        one awaited."""
+        if task in self.acks:
+            return AckResult.DUPLICATE
+        if task not in self.not_yet_acked:
+            return AckResult.NOT_AWAITED
+        self.not_yet_acked.discard(task)
+        self.acks[task] = ack
+        return AckResult.SUCCESS if self.not_yet_acked else AckResult.LAST
 
 
 @dataclass
@@ -184,6 +196,9 @@ class CheckpointCoordinator:
         if self.holding.adopt():
             self.holding.sweep()
         self.failure_manager = CheckpointFailureManager(config.tolerable_failures)
+        #: how many acknowledgements ended each way, and aborts for each reason
+        self.ack_results: collections.Counter[AckResult] = collections.Counter()
+        self.failure_reasons: collections.Counter[CheckpointFailureReason] = collections.Counter()
         self.adaptive_alignment = AdaptiveAlignment()
         #: checkpoints that started aligned and turned unaligned (aligned timeout)
         self.num_switched = 0
@@ -279,26 +294,37 @@ class CheckpointCoordinator:
         return chk
 
     # -- acks and declines ----------------------------------------------------------------
-    def receive_ack(self, chk: int, task: tuple[int, int], payload: dict,
+    def receive_ack(self, chk: int, task: tuple[int, int], ack: TaskAck,
                     now: float) -> CompletedCheckpoint | None:
+        """Record ``task``'s acknowledgement of checkpoint ``chk``; the completed checkpoint
+        when it was the last one awaited (None otherwise, and when completing failed)."""
         p = self.pending.get(chk)
-        if p is None or task not in p.not_yet_acked:
-            return None  # late ack of an aborted checkpoint, or a duplicate
-        p.not_yet_acked.discard(task)
-        p.acks[task] = payload
-        if p.not_yet_acked:
-            return None
-        return self._complete(p, now)
+        result = AckResult.UNKNOWN if p is None else p.acknowledge(task, ack)
+        self.ack_results[result] += 1
+        match result:
+            case AckResult.LAST:
+                assert p is not None
+                return self._complete(p, now)
+            case AckResult.SUCCESS:
+                return None
+            case AckResult.UNKNOWN | AckResult.DUPLICATE | AckResult.NOT_AWAITED:
+                log.debug("Ack of checkpoint %d by task %d.%d of job %s dropped: %s", chk,
+                          task[0], task[1], self.job_name, result.value)
+                return None
 
     def receive_decline(self, chk: int, task: tuple[int, int], reason: str, now: float) -> None:
         if chk in self.pending:
-            self.abort(chk, f"declined by task {task[0]}.{task[1]}: {reason}", now)
+            self.abort(chk, CheckpointFailure(CheckpointFailureReason.DECLINED,
+                                              f"declined by task {task[0]}.{task[1]}: {reason}"),
+                       now)
 
     def check_timeouts(self, now: float) -> None:
         limit = self.config.timeout_ms / 1000.0
         for chk, p in list(self.pending.items()):
             if now - p.trigger_time > limit:
-                self.abort(chk, f"expired before completing (timeout {self.config.timeout_ms} ms)", now)
+                self.abort(chk, CheckpointFailure(
+                    CheckpointFailureReason.EXPIRED,
+                    f"expired before completing (timeout {self.config.timeout_ms} ms)"), now)
         align_ms = self.config.aligned_timeout_ms if self.config.unaligned else None
         if align_ms:
             for chk, p in self.pending.items():
@@ -311,10 +337,15 @@ class CheckpointCoordinator:
                              chk, self.job_name, align_ms)
                     self.send_unalign(chk)
 
-    def abort(self, chk: int, reason: str, now: float, *, count_failure: bool = True) -> None:
+    def abort(self, chk: int, failure: CheckpointFailure, now: float) -> None:
+        """Abort pending checkpoint ``chk``: its row FAILED with the failure's message, its
+        files deleted, the tasks told; counted against ``tolerable_failures`` when its
+        reason counts (:attr:`CheckpointFailureReason.counts_as_failure`)."""
         p = self.pending.pop(chk, None)
         if p is None:
             return
+        reason = str(failure)
+        self.failure_reasons[failure.reason] += 1
         self.last_end = now
         self.num_failed += 1
         log.warning("%s %d of job %s aborted: %s", record_kind(p.kind).capitalize(), chk,
@@ -326,7 +357,8 @@ class CheckpointCoordinator:
         self.send_abort(chk)
         for listener in self.listeners:
             listener(chk, None, reason)
-        if count_failure and p.kind == CHECKPOINT and self.failure_manager.on_failure():
+        if (failure.reason.counts_as_failure and p.kind == CHECKPOINT
+                and self.failure_manager.on_failure()):
             self.job_failure = (
                 f"exceeded the tolerable number of failed checkpoints "
                 f"({self.config.tolerable_failures}); last: checkpoint {chk} {reason}"
@@ -337,8 +369,9 @@ class CheckpointCoordinator:
         The next attempt starts without a final checkpoint, even when this one had completed
         its final checkpoint (a task failed after it): the next attempt takes its own, so its
         sinks commit and its tasks finish."""
+        failure = CheckpointFailure(CheckpointFailureReason.JOB_FAILOVER, reason)
         for chk in list(self.pending):
-            self.abort(chk, reason, now, count_failure=False)
+            self.abort(chk, failure, now)
         self.final_id = None
         self.final_completed = False
         self.final_due = False
@@ -383,7 +416,9 @@ class CheckpointCoordinator:
             fs.write_bytes(join(p.location, METADATA_FILE), encode_metadata(doc, hmac_key=self.hmac_key),
                            atomic=True)
         except CheckpointStorageError as exc:
-            self.abort(p.checkpoint_id, f"cannot write {METADATA_FILE}: {exc}", now)
+            self.abort(p.checkpoint_id, CheckpointFailure(
+                CheckpointFailureReason.METADATA_FILE_UNWRITABLE,
+                f"cannot write {METADATA_FILE}: {exc}"), now)
             return None
         duration_ms = int((now - p.trigger_time) * 1000)
         # 3. metadata DB (and the shared-state registry: created_by / last_used); a DB
@@ -398,7 +433,9 @@ class CheckpointCoordinator:
                          state_size=state_size, checkpointed_size=uploaded, task_stats=task_stats,
                          operator_sizes=operator_state_sizes(doc))
         except MetadataUnavailable as exc:
-            self.abort(p.checkpoint_id, f"cannot record the checkpoint: {exc}", now)
+            self.abort(p.checkpoint_id, CheckpointFailure(
+                CheckpointFailureReason.METADATA_DB_UNAVAILABLE,
+                f"cannot record the checkpoint: {exc}"), now)
             return None
         del self.pending[p.checkpoint_id]
         alignment = ("switched" if p.switched_after_ms is not None
@@ -420,7 +457,8 @@ class CheckpointCoordinator:
         # 4. subsume
         for older in [c for c in self.pending if c < p.checkpoint_id
                       and self.pending[c].kind == CHECKPOINT]:
-            self.abort(older, f"subsumed by checkpoint {p.checkpoint_id}", now, count_failure=False)
+            self.abort(older, CheckpointFailure(CheckpointFailureReason.SUBSUMED,
+                                                f"subsumed by checkpoint {p.checkpoint_id}"), now)
         if p.kind == CHECKPOINT:
             self.add_completed(completed)
         if p.final:
@@ -484,11 +522,11 @@ class CheckpointCoordinator:
         state_size = uploaded = 0
         task_stats = []
         for (vid, sub), ack in sorted(p.acks.items()):
-            m = ack.get("metrics", {})
+            m = ack.metrics
             state_size += m.get("state_size", 0)
             uploaded += m.get("checkpointed_size", 0)
             task_stats.append({"vertex": vid, "subtask": sub, **m})
-            for uid, entry in ack["operators"].items():
+            for uid, entry in ack.operators.items():
                 info = self.operator_info[uid]
                 op = operators.setdefault(uid, {
                     "kind": info["kind"], "parallelism": info["parallelism"],
@@ -516,7 +554,7 @@ def _shared_keys(p: PendingCheckpoint) -> set[str]:
     """Shared file keys (relative to the job directory) referenced by a checkpoint's acks."""
     keys = set()
     for ack in p.acks.values():
-        for entry in ack.get("operators", {}).values():
+        for entry in ack.operators.values():
             handle = entry.get("keyed") or {}
             for f in handle.get("files", ()):
                 if f.get("shared"):

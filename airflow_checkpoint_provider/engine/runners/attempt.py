@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..catalog import MetadataStore
 from ..catalog.models import JobStatus
 from ..checkpoint.coordinator import CheckpointCoordinator
+from ..checkpoint.outcomes import TaskAck
 from ..errors import EngineError, SparkProcessLostError
 from ..plan.graph import ExecutionGraph
 from ..plan.job import JobConfig
@@ -289,7 +290,7 @@ class AttemptRun:
 
     def on_ack(self, conn: Any, msg: M.Ack, now: float) -> None:
         self.coord.receive_ack(msg.checkpoint_id, msg.task,
-                               {"operators": msg.operators, "metrics": msg.metrics}, now)
+                               TaskAck(operators=msg.operators, metrics=msg.metrics), now)
         watch = self.master.progress_watch
         if watch is not None:  # the counts at the barrier
             watch.on_ack(msg.task, now)

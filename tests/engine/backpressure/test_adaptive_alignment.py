@@ -8,6 +8,7 @@ import pytest
 from airflow_checkpoint_provider.engine import CheckpointConfig
 from airflow_checkpoint_provider.engine.checkpoint import coordinator as coordinator_module
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
+from airflow_checkpoint_provider.engine.checkpoint.outcomes import TaskAck
 from airflow_checkpoint_provider.engine.metrics import JobMetrics
 
 TASKS = [(0, 0), (1, 0)]
@@ -39,7 +40,7 @@ def _complete(c, chk, now, inflight=0):
         done = c.receive_ack(
             chk,
             t,
-            {"operators": {}, "metrics": {"alignment_ms": 150.0, "inflight_bytes": inflight}},
+            TaskAck(metrics={"alignment_ms": 150.0, "inflight_bytes": inflight}),
             now,
         )
     return done

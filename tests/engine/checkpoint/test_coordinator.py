@@ -6,6 +6,11 @@ import pytest
 
 from airflow_checkpoint_provider.engine import CheckpointConfig, CheckpointDeclined
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
+from airflow_checkpoint_provider.engine.checkpoint.outcomes import (
+    AckResult,
+    CheckpointFailureReason,
+    TaskAck,
+)
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
 TASKS = [(0, 0), (0, 1), (1, 0)]
@@ -31,8 +36,8 @@ def make(tmp_path, **cfg):
 def ack_all(c, chk, now, tasks=TASKS):
     result = None
     for t in tasks:
-        result = c.receive_ack(chk, t, {"operators": {"op": {"operator_state": [t[1]]}},
-                                        "metrics": {"state_size": 10, "checkpointed_size": 10}}, now)
+        result = c.receive_ack(chk, t, TaskAck(operators={"op": {"operator_state": [t[1]]}},
+                                               metrics={"state_size": 10, "checkpointed_size": 10}), now)
     return result
 
 
@@ -40,7 +45,7 @@ def test_completes_when_every_task_acked_and_writes_metadata_last(tmp_path):
     c, rec = make(tmp_path)
     chk = c.maybe_trigger_periodic(0.0)
     assert chk == 1 and rec.triggers == [1]
-    c.receive_ack(1, (0, 0), {"operators": {}, "metrics": {}}, 0.01)
+    c.receive_ack(1, (0, 0), TaskAck(), 0.01)
     assert not os.path.exists(os.path.join(c.pending[1].location, "_metadata"))
     done = ack_all(c, 1, 0.02, TASKS[1:])
     assert done.checkpoint_id == 1 and rec.notifies == [1]
@@ -95,6 +100,30 @@ def test_decline_aborts_the_checkpoint(tmp_path):
     chk = c.trigger(0.0)
     c.receive_decline(chk, (1, 0), "disk full", 0.1)
     assert rec.aborts == [chk] and c.job_failure is None
+
+
+def test_every_ack_has_a_result_and_every_abort_a_reason(tmp_path):
+    c, rec = make(tmp_path, tolerable_failures=0)
+    first = c.trigger(0.0)
+    c.receive_ack(first, (0, 0), TaskAck(), 0.01)
+    c.receive_ack(first, (0, 0), TaskAck(), 0.02)        # again: a duplicate
+    c.receive_ack(first, (9, 9), TaskAck(), 0.02)        # a task it does not wait for
+    c.receive_ack(first + 7, (0, 0), TaskAck(), 0.02)    # never triggered
+    assert c.ack_results == {AckResult.SUCCESS: 1, AckResult.DUPLICATE: 1,
+                             AckResult.NOT_AWAITED: 1, AckResult.UNKNOWN: 1}
+    second = c.trigger(0.05)
+    ack_all(c, second, 0.06)                             # completes, subsumes the first
+    assert c.ack_results[AckResult.LAST] == 1
+    assert c.failure_reasons == {CheckpointFailureReason.SUBSUMED: 1}
+    c.abort_all("a slot was lost", 0.07)                 # nothing pending: no reason counted
+    third = c.trigger(0.08)
+    c.abort_all("a slot was lost", 0.09)
+    assert c.failure_reasons[CheckpointFailureReason.JOB_FAILOVER] == 1
+    assert c.job_failure is None                          # neither counts as a failure
+    c.receive_decline(c.trigger(0.1), (0, 0), "disk full", 0.1)
+    assert c.failure_reasons[CheckpointFailureReason.DECLINED] == 1
+    assert "tolerable number of failed checkpoints (0)" in c.job_failure
+    assert rec.aborts[-2:] == [third, third + 1]
 
 
 def test_tolerable_failures_exceeded_fails_the_job_and_success_resets_count(tmp_path):

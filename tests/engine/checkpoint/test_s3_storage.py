@@ -5,6 +5,7 @@ import os
 import boto3
 import pytest
 
+from airflow_checkpoint_provider.engine.checkpoint.outcomes import TaskAck
 from airflow_checkpoint_provider.engine.datastream.api import default_metadata_url
 from airflow_checkpoint_provider.engine.errors import CheckpointStorageError, RestoreError
 from airflow_checkpoint_provider.engine.fs import storage
@@ -163,7 +164,7 @@ def test_coordinator_fails_a_checkpoint_whose_metadata_cannot_be_written_and_goe
                                            "max_parallelism": 128}},
         send_trigger=lambda *a: None, send_notify=notifies.append, send_abort=aborts.append)
     c.set_tasks_running(set(tasks))
-    ack = {"operators": {"op": {"operator_state": [1]}}, "metrics": {}}
+    ack = TaskAck(operators={"op": {"operator_state": [1]}})
 
     # S3 is unreachable when the last ack arrives: _metadata cannot be written
     monkeypatch.setenv("CKPT_S3_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")

@@ -15,6 +15,7 @@ from airflow_checkpoint_provider.engine import CheckpointConfig
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.checkpoint.cleanup import discard_partial_checkpoints
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
+from airflow_checkpoint_provider.engine.checkpoint.outcomes import TaskAck
 
 TASKS = [(0, 0)]
 
@@ -27,10 +28,8 @@ def _ack(c, chk, shared, now):
     return c.receive_ack(
         chk,
         (0, 0),
-        {
-            "operators": {"op": {"keyed": keyed}},
-            "metrics": {"state_size": 1, "checkpointed_size": 1},
-        },
+        TaskAck(operators={"op": {"keyed": keyed}},
+                metrics={"state_size": 1, "checkpointed_size": 1}),
         now,
     )
 

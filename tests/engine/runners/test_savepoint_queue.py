@@ -7,6 +7,7 @@ from __future__ import annotations
 from airflow_checkpoint_provider.engine import CheckpointConfig
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
+from airflow_checkpoint_provider.engine.checkpoint.outcomes import TaskAck
 from airflow_checkpoint_provider.engine.runners.control import ControlPlane
 
 TASKS = [(0, 0)]
@@ -40,7 +41,7 @@ def _setup(tmp_path, **cfg):
 
 
 def _ack(coord, chk, now):
-    coord.receive_ack(chk, TASKS[0], {"operators": {}, "metrics": {}}, now)
+    coord.receive_ack(chk, TASKS[0], TaskAck(), now)
 
 
 def _request(store, coord, rid):
