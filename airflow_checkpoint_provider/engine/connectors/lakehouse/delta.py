@@ -17,7 +17,7 @@ from ...extras import require
 from ...fs.storage import join
 from ..base import ConnectorContext, dataset_for_location
 from ..capabilities import SupportsUpsert
-from ..files.sink import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, check_output_modes
+from ..files.modes import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, check_output_modes
 from ..upsert import split, upsert_key
 from .staged import STAGING, StagedTableSink, StagedTableWriter
 

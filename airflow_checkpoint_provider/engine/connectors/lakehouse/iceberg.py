@@ -26,7 +26,7 @@ import pyarrow as pa
 from ...errors import ConfigurationError
 from ..base import ConnectorContext, iceberg_dataset
 from ..capabilities import SupportsUpsert
-from ..files.sink import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, check_output_modes
+from ..files.modes import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, check_output_modes
 from ..upsert import split, upsert_key
 from .staged import STAGING, StagedTableSink, StagedTableWriter
 

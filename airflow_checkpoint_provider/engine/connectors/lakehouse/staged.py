@@ -38,6 +38,7 @@ from ...changelog import OP_FIELD
 from ...errors import BadRecordError
 from ...extras import require
 from ...fs.storage import LocalFileSystem, filesystem_for, join, strip_scheme
+from ...private import makedirs_mode
 from ...sink_names import (
     RestoredTransactions,
     app_id,
@@ -52,7 +53,7 @@ from ...sink_names import (
 from ...snapshot.paths import corrupt, mapping, non_negative_int, safe_name, string
 from ..base import ConnectorContext, Sink, SinkWriter
 from ..capabilities import SupportsFencing, SupportsRelocation, Transaction
-from ..files.sink import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, makedirs_mode, output_umask
+from ..files.modes import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, output_umask
 from ..upsert import compact
 
 log = logging.getLogger(__name__)
