@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-engine test test-full lint docs venv clean check-java check-postgres check-chromium bench stack bench-nexmark chaos
+.PHONY: demo demo-engine test test-full lint docs docs-picture venv clean check-java check-postgres check-chromium bench stack bench-nexmark chaos
 
 # a line every 10 s while a long step runs (tools/heartbeat.py: the system Python's stdlib)
 BEAT   := $(PYTHON) tools/heartbeat.py
@@ -133,6 +133,12 @@ lint: venv
 # fails on a broken link, anchor, snippet include or API reference.
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# The README's picture (docs/report.png): the checkpoint report of a fixed job rendered by
+# headless Chromium, stamped with the report's structure (tests/docs/test_readme_picture.py
+# fails when the report changed since).
+docs-picture: venv check-chromium
+	$(PY) tools/docs/readme_picture.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

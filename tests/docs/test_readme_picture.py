@@ -35,7 +35,7 @@ def test_the_picture_shows_the_report_the_code_renders_today(tmp_path):
     html = picture.report_html(tmp_path)
     assert stamped == picture.fingerprint(html), (
         "the checkpoint report changed since docs/report.png was rendered; render it again: "
-        f"python {TOOL.relative_to(ROOT)}\n--- the report's structure today\n"
+        f"make docs-picture (python {TOOL.relative_to(ROOT)})\n--- the report's structure today\n"
         + picture.structure(html)
     )
 
