@@ -65,6 +65,10 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         before falling back to its latest checkpoint (default 3; a just-started job or a slow
         first checkpoint fails a savepoint that a later one takes).
     :param savepoint_retry_delay: seconds between those attempts (default 5).
+    :param trust_snapshot: as the submit operator's: accept a snapshot that is not signed
+        with the metadata DB's key. Without it the check refuses such a snapshot, as the
+        restore would (the DB of ``checkpoint_conn_id`` goes to the check as
+        ``$CKPT_METADATA_URL``, never on its command line).
     """
 
     template_fields: Sequence[str] = ("pipeline", "snapshot", "job_name", "parallelism",
@@ -79,7 +83,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
                  allowed_connections: Sequence[str] = (),
                  timeout: float = 600.0,
                  savepoint_attempts: int = 3, savepoint_retry_delay: float = 5.0,
-                 **kwargs: Any) -> None:
+                 trust_snapshot: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not snapshot and not job_name:
             raise ValueError("give snapshot= (a checkpoint or savepoint directory) or job_name=")
@@ -97,6 +101,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         self.timeout = timeout
         self.savepoint_attempts = savepoint_attempts
         self.savepoint_retry_delay = savepoint_retry_delay
+        self.trust_snapshot = trust_snapshot
         #: why the last pre-flight savepoint failed (for the error when nothing is left to check)
         self.savepoint_failure: str | None = None
 
@@ -199,12 +204,16 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
             cmd.append("--allow-non-restored-state")
         if str(self.fence_sinks).lower() in ("true", "1"):
             cmd.append("--fence-sinks")
+        if self.trust_snapshot:
+            cmd.append("--trust-snapshot")
         # a refused variable raises its typed error (UnsafeJobEnvironmentError ...) naming it
         pipeline_vars = pipeline_env(self.env_vars, env_schema=self.env_schema,
                                      env_from_connections=self.env_from_connections,
                                      allowed_connections=self.allowed_connections)
         env = {**os.environ, **pipeline_vars,
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+               # the DB whose key signs the job's snapshots: a restore checks it (--db)
+               "CKPT_METADATA_URL": self.hook.get_url()}
         self.log.info("Checking that %s restores %s", self.pipeline, snapshot)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=self.timeout)
         try:

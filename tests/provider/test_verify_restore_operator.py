@@ -102,3 +102,32 @@ def test_the_preflight_names_why_its_savepoint_failed_when_nothing_else_can_be_c
     store = MetadataStore(metadata_url)
     assert [c.status for c in store.list_checkpoints(job_id, kind="SAVEPOINT")] == ["FAILED"] * 2
     store.close()
+
+
+@pytest.mark.timeout(180)
+def test_the_preflight_refuses_a_snapshot_the_restore_would_not_trust(metadata_url, tmp_path,
+                                                                      monkeypatch):
+    """Issue 54 item 4: the check reads the snapshot's signature against the connection's
+    metadata DB, as the job's restore does: a checkpoint of another deployment's DB is
+    refused unless trust_snapshot=True."""
+    import json
+
+    from airflow_checkpoint_provider.engine.catalog import upgrade_database
+
+    monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "60000")  # no checkpoint subsumes it
+    job_id = start_job(metadata_url, tmp_path, interval_ms=60000)
+    store = MetadataStore(metadata_url)
+    store.submit_control_request(job_id, "CHECKPOINT", {})
+    wait_for(lambda: completed_checkpoints(store, job_id), 90, "a completed checkpoint")
+    location = completed_checkpoints(store, job_id)[-1].location
+    store.close()
+    other = f"sqlite:///{tmp_path}/other-deployment.db"
+    upgrade_database(other)
+    monkeypatch.setenv("AIRFLOW_CONN_CHECKPOINT_METADATA_DEFAULT",
+                       json.dumps({"conn_type": "checkpoint_metadata", "extra": {"url": other}}))
+    with pytest.raises(AirflowException, match="is untrusted"):
+        VerifyRestoreOperator(task_id="verify", pipeline=f"{EXAMPLE}:build_v2",
+                              snapshot=location).execute({})
+    ok = VerifyRestoreOperator(task_id="verify", pipeline=f"{EXAMPLE}:build_v2",
+                               snapshot=location, trust_snapshot=True).execute({})
+    assert ok["ok"], ok
