@@ -87,7 +87,7 @@ def check_keys(node, restored: RestoredKey, batch, max_parallelism: int) -> None
 
 
 def _read_sources(graph, assignments, state_backend, job_name: str, records: int,
-                  seconds: float, result: ProbeResult) -> dict[int, list]:
+                  seconds: float) -> dict[int, list]:
     """Step 1: ``{vertex id: [batches]}`` of every source vertex that could be read."""
     out: dict[int, list] = {}
     deadline = time.monotonic() + seconds
@@ -129,8 +129,7 @@ def probe_key_types(graph, assignments: dict, restored: dict[str, RestoredKey], 
     """Steps 1-3 of the module doc for the keyed operators in ``restored`` (uid -> what the
     snapshot holds)."""
     result = ProbeResult()
-    inputs = _read_sources(graph, assignments, state_backend, job_name, records, seconds,
-                           result)
+    inputs = _read_sources(graph, assignments, state_backend, job_name, records, seconds)
     produced: dict[int, list] = {}
     full = KeyGroupRange(0, graph.max_parallelism - 1)
     for v in graph.vertices:
