@@ -119,7 +119,7 @@ MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/datastream/api.py $(ENGINE)/execut
 	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners \
 	$(ENGINE)/state/backend.py $(ENGINE)/eventtime.py $(ENGINE)/state/ttl.py \
 	$(ENGINE)/state/windows.py $(ENGINE)/connectors/*.py $(ENGINE)/connectors/files \
-	$(ENGINE)/connectors/postgres $(ENGINE)/connectors/lakehouse $(ENGINE)/lifecycle/verify.py \
+	$(ENGINE)/connectors/postgres $(ENGINE)/connectors/lakehouse $(ENGINE)/lifecycle/verify.py $(ENGINE)/lifecycle/key_probe.py \
 	$(ENGINE)/state_io $(ENGINE)/lifecycle/stability.py $(ENGINE)/state/columnar.py \
 	$(ENGINE)/state/key_index.py $(ENGINE)/runtime \
 	$(ENGINE)/typed_codec.py $(ENGINE)/state/contract.py $(ENGINE)/serialization.py \
