@@ -346,13 +346,11 @@ class StreamTask(TaskCheckpointing):
     def _on_watermark_status(self, status, start: int) -> None:
         """Act on what the valve (or the source) says: a new watermark goes through the
         chain from operator ``start`` (timers and windows fire, their output goes first),
-        then downstream; an idle status goes downstream after the watermark it carries (the
-        valve's flush when every input went idle) went through the chain."""
+        then downstream; an idle status only goes downstream."""
         if status is None:
             return
         watermark, idle = status
         if idle:
-            self._advance_watermark(watermark, start)
             for w in self.writers:
                 w.emit_event(P.WATERMARK, P.encode_watermark(watermark, True))
             return

@@ -107,14 +107,7 @@ class SourceWatermarks:
 
 
 class WatermarkValve:
-    """A task's input watermark: the minimum over channels that are neither idle nor ended.
-
-    An input that goes idle stops holding the watermark back at once (the minimum is taken
-    again without it). When every input that has not ended is idle, the watermark is
-    flushed to the highest any of them reached before the task goes idle (Flink's
-    ``StatusWatermarkValve``): a channel that reached 100 and went idle while its sibling
-    was at 50 would otherwise hold the task at 50 until new input arrived (windows up to
-    100 unfired). An idle frame carries its channel's last watermark, taken as one."""
+    """A task's input watermark: the minimum over channels that are neither idle nor ended."""
 
     def __init__(self, channels: int) -> None:
         self.watermarks = [MIN_WATERMARK] * channels
@@ -124,9 +117,12 @@ class WatermarkValve:
         self.output_idle = False
 
     def on_watermark(self, channel: int, watermark: int, idle: bool) -> Status | None:
-        self.idle[channel] = idle
-        if watermark > self.watermarks[channel]:
-            self.watermarks[channel] = watermark
+        if idle:
+            self.idle[channel] = True
+        else:
+            self.idle[channel] = False
+            if watermark > self.watermarks[channel]:
+                self.watermarks[channel] = watermark
         return self._combine()
 
     def on_end(self, channel: int) -> Status | None:
@@ -139,13 +135,8 @@ class WatermarkValve:
         live = [w for w, i, e in zip(self.watermarks, self.idle, self.ended, strict=True)
                 if not i and not e]
         if not live:
-            if all(self.ended):
-                return None  # the task's end of input advances to MAX_WATERMARK
-            # every input idle: flush to the highest an idle input reached, then go idle
-            flushed = max(w for w, e in zip(self.watermarks, self.ended, strict=True) if not e)
-            if not self.output_idle or flushed > self.output:
+            if not all(self.ended) and not self.output_idle:
                 self.output_idle = True
-                self.output = max(self.output, flushed)
                 return (self.output, True)
             return None
         wm = min(live)
