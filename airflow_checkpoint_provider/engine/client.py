@@ -54,6 +54,7 @@ from .connectors.kafka.lag import ConsumerLag, checkpoint_consumer_lag
 from .connectors.postgres.cdc.source import drop_slot as drop_cdc_slot
 from .connectors.postgres.cdc.source import job_object_name as cdc_object_name
 from .datastream.api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
+from .datastream.run_request import CheckpointOverrides, Restore, RestoreKind, RunRequest
 from .errors import EngineError, InvalidNameError
 from .fs.storage import absolute_location, canonical_location
 from .lifecycle import lineage as _lineage
@@ -132,6 +133,7 @@ __all__ = [
     "SPARK_REDACTION_REGEX",
     "TERMINAL_JOB_STATUSES",
     "AttemptRecord",
+    "CheckpointOverrides",
     "CheckpointRecord",
     "ConsumerLag",
     "ControlRequestRecord",
@@ -140,7 +142,10 @@ __all__ = [
     "JobRecord",
     "MetadataSchemaError",
     "MetadataStore",
+    "Restore",
+    "RestoreKind",
     "RetentionReport",
+    "RunRequest",
     "StabilityCriteria",
     "StabilityVerdict",
     "absolute_location",

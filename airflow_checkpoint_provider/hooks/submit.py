@@ -34,9 +34,12 @@ from airflow_checkpoint_provider.engine.client import (
     LAUNCH_SCRIPT,
     METADATA_URL_ENV,
     SHIP_CODE_ENV,
+    CheckpointOverrides,
     JobRecord,
     JobStatus,
     MetadataStore,
+    Restore,
+    RunRequest,
     code_archives,
     makedirs_private,
     user_temp_dir,
@@ -62,6 +65,9 @@ class CheckpointSubmitHook(SparkSubmitHook):
     """
     Launch a checkpointed job with ``spark-submit`` (or the engine's local runner).
 
+    :param request: the run, as the submit operator built it (the engine's ``RunRequest``:
+        pipeline, job id and name, restore, checkpoint overrides, fencing, runner); when
+        given, the options below that it holds are not used.
     :param pipeline: ``module:function`` returning the engine's ``Pipeline``.
     :param job_id: job id to give the job (the metadata DB key).
     :param job_name: job name (overrides the pipeline's name).
@@ -95,13 +101,20 @@ class CheckpointSubmitHook(SparkSubmitHook):
         (:mod:`~airflow_checkpoint_provider.hooks.job_env`).
     """
 
-    def __init__(self, *, pipeline: str, job_id: str, job_name: str, metadata_url: str,
+    def __init__(self, *, pipeline: str | None = None, job_id: str | None = None,
+                 job_name: str | None = None, metadata_url: str,
                  restore: str | None = None, allow_non_restored_state: bool = False,
                  trust_snapshot: bool = False, checkpoint_dir: str | None = None, savepoint_dir: str | None = None,
                  interval_ms: int | None = None, restart: str | None = None,
                  runner: str = "spark", log_dir: str | None = None, ship_code: bool = False,
                  code_cache_dir: str | None = None, conn_id: str = "spark_default",
-                 fence_sinks: bool = False, **kwargs: Any) -> None:
+                 fence_sinks: bool = False, request: RunRequest | None = None,
+                 **kwargs: Any) -> None:
+        if request is not None:  # the operator's request: its fields win over the others
+            pipeline, job_id, job_name = request.pipeline, request.job_id, request.job_name
+            runner = request.runner
+        if not job_id or not job_name:
+            raise ValueError("a submission needs job_id and job_name (or a request with both)")
         if runner not in ("spark", "local"):
             raise ValueError(f"runner must be 'spark' or 'local', not {runner!r}")
         if not isinstance(pipeline, str) or not PIPELINE_REF.fullmatch(pipeline):
@@ -113,19 +126,16 @@ class CheckpointSubmitHook(SparkSubmitHook):
         self.metadata_url = metadata_url
         self.runner = runner
         self.log_dir = log_dir
-        args = [pipeline, "--job-id", job_id, "--job-name", job_name]
-        for flag, value in (("--restore", restore), ("--checkpoint-dir", checkpoint_dir),
-                            ("--savepoint-dir", savepoint_dir), ("--interval-ms", interval_ms),
-                            ("--restart", restart)):
-            if value is not None and value != "":
-                args += [flag, str(value)]
-        if allow_non_restored_state:
-            args.append("--allow-non-restored-state")
-        if trust_snapshot:
-            args.append("--trust-snapshot")
-        if fence_sinks:
-            args.append("--fence-sinks")
-        self.engine_args = args
+        #: what the job runs with (the runner: this hook's), serialized once: the arguments
+        #: of ``ckpt run``, which the launch script and the local CLI read back
+        self.request = request or RunRequest(
+            pipeline=pipeline, job_id=job_id, job_name=job_name, restore=Restore.parse(restore),
+            allow_non_restored_state=allow_non_restored_state, trust_snapshot=trust_snapshot,
+            fence_sinks=fence_sinks, restart=restart or None, runner=runner,
+            checkpoint=CheckpointOverrides(interval_ms=interval_ms,
+                                           directory=checkpoint_dir or None,
+                                           savepoint_directory=savepoint_dir or None))
+        self.engine_args = self.request.to_argv()
         # env_vars may come from a DAG run's conf: no variable that makes bash, the JVM or
         # Python run other code, whoever passes it (UnsafeJobEnvironmentError names it)
         env: dict[str, str] = check_job_env(kwargs.pop("env_vars", None))
@@ -151,7 +161,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
         # SparkSubmitHook would put env_vars on the command line (--conf ...appMasterEnv.X=V
         # on YARN and Kubernetes) or refuse them (standalone cluster mode): this hook passes
         # them itself, never in argv (the DB URL holds a password)
-        super().__init__(conn_id=conn_id, application_args=args, env_vars=None, **kwargs)
+        super().__init__(conn_id=conn_id, application_args=self.engine_args, env_vars=None, **kwargs)
         mask_url_secrets(metadata_url)
         self._job_env = env
         self._env = dict(env)  # spark-submit's (or the local runner's) own environment
@@ -259,7 +269,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
         """The command that runs the job until it ends."""
         if self.runner == "local":
             return [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli", "run",
-                    *self.engine_args, "--runner", "local"]
+                    *self.engine_args]
         return self._build_spark_submit_command(LAUNCH_SCRIPT)
 
     def _process_env(self) -> dict[str, str]:

@@ -12,8 +12,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_checkpoint_provider.engine.client import (
+    CheckpointOverrides,
+    EngineError,
     InvalidNameError,
     JobStatus,
+    Restore,
+    RunRequest,
     validate_job_name,
 )
 from airflow_checkpoint_provider.hooks.job_env import as_mapping, check_job_env, pipeline_env
@@ -316,6 +320,21 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             raise AirflowException(f"{self.task_id}: job id {job_id} is reserved for DAG "
                                    f"{owner!r}, not {self.access.dag_id!r}")
 
+    def run_request(self, job_id: str, restore: str | None) -> RunRequest:
+        """The engine's request for this run: the one form the job's options take from this
+        operator to the job's checkpoint coordinator (serialized once, as the arguments of
+        ``ckpt run``)."""
+        return RunRequest(
+            pipeline=self.pipeline, job_id=job_id, job_name=self.job_name,
+            restore=Restore.parse(restore),
+            allow_non_restored_state=self.allow_non_restored_state,
+            trust_snapshot=self.trust_snapshot, fence_sinks=_flag(self.fence_sinks),
+            checkpoint=CheckpointOverrides(
+                interval_ms=None if self.interval_ms in (None, "") else int(self.interval_ms),
+                directory=_optional(self.checkpoint_dir),
+                savepoint_directory=_optional(self.savepoint_dir)),
+            restart=_optional(self.restart), runner=self.runner)
+
     def launch(self, context: Context, job_id: str, restore: str | None) -> str:
         # env_vars checked against env_schema when the DAG author gave one, plus the URIs of
         # the connections env_from_connections names, each id one of allowed_connections
@@ -327,14 +346,12 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
                                     allowed_connections=self.allowed_connections)
         except ValueError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from exc
+        try:
+            request = self.run_request(job_id, restore)
+        except (EngineError, ValueError) as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from exc
         hook = CheckpointSubmitHook(
-            pipeline=self.pipeline, job_id=job_id, job_name=self.job_name,
-            metadata_url=self.hook.get_url(), restore=restore,
-            allow_non_restored_state=self.allow_non_restored_state,
-            trust_snapshot=self.trust_snapshot, fence_sinks=_flag(self.fence_sinks),
-            checkpoint_dir=_optional(self.checkpoint_dir),
-            savepoint_dir=_optional(self.savepoint_dir),
-            interval_ms=self.interval_ms, restart=self.restart, runner=self.runner,
+            request=request, metadata_url=self.hook.get_url(),
             log_dir=_optional(self.log_dir) or self.airflow_log_dir("checkpoint-jobs"),
             conn_id=self.spark_conn_id, ship_code=self.ship_code,
             conf=as_mapping(self.conf, "conf"),

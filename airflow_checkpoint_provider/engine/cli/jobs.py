@@ -7,12 +7,14 @@ import dataclasses
 import logging
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
 from ..catalog.models import ControlRequestStatus, JobStatus
 from ..connectors.kafka.lag import ConsumerLag, checkpoint_consumer_lag
 from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
+from ..datastream.run_request import CheckpointOverrides, Restore, RunRequest
 from ..errors import EngineError
 from ..fs.storage import absolute_location
 from .common import (
@@ -32,26 +34,40 @@ def apply_overrides(pipeline: Pipeline, *, checkpoint_dir: str | None = None,
                     metadata_url: str | None = None, interval_ms: int | None = None,
                     restart: str | None = None, job_name: str | None = None,
                     savepoint_dir: str | None = None) -> Pipeline:
-    """Options given on the command line (or by Airflow) win over the pipeline's own."""
-    from ..config import RestartStrategy
+    """Options given on the command line (or by Airflow) win over the pipeline's own (the
+    overrides of a :class:`~..datastream.run_request.RunRequest`)."""
+    request = RunRequest(pipeline="", job_name=job_name, restart=restart,
+                         checkpoint=CheckpointOverrides(interval_ms=interval_ms,
+                                                        directory=checkpoint_dir,
+                                                        savepoint_directory=savepoint_dir))
+    return request.apply(pipeline, metadata_url=metadata_url)
 
-    changes = {}
-    if checkpoint_dir:
-        changes["directory"] = checkpoint_dir
-    if interval_ms is not None:
-        changes["interval_ms"] = interval_ms if interval_ms > 0 else None
-    if savepoint_dir:
-        changes["savepoint_directory"] = savepoint_dir
-    if changes:
-        pipeline.checkpoint = dataclasses.replace(pipeline.checkpoint, **changes)
-    if metadata_url:
-        pipeline.metadata_url = metadata_url
-    if restart:
-        pipeline.restart_strategy = RestartStrategy.parse(restart)
-    if job_name:
-        pipeline.name = job_name
-        pipeline._graph.name = job_name
-    return pipeline
+
+def run_request_from_options(*, pipeline_ref: str, restore: str | None = None,
+                             allow_non_restored_state: bool = False,
+                             trust_snapshot: bool = False, fence_sinks: bool = False,
+                             job_id: str | None = None, job_name: str | None = None,
+                             runner: str = "local", master: str | None = None,
+                             coordinator_port: int = 0, checkpoint_dir: str | None = None,
+                             savepoint_dir: str | None = None, interval_ms: int | None = None,
+                             restart: str | None = None, metrics_port: int | None = None,
+                             **_command_options: Any) -> RunRequest:
+    """The :class:`RunRequest` the options of ``ckpt run`` describe (the command's own
+    options, such as ``--json`` or ``--detach``, are not part of it)."""
+    return RunRequest(
+        pipeline=pipeline_ref, job_name=job_name, job_id=job_id, restore=Restore.parse(restore),
+        allow_non_restored_state=allow_non_restored_state, trust_snapshot=trust_snapshot,
+        fence_sinks=fence_sinks,
+        checkpoint=CheckpointOverrides(interval_ms=interval_ms, directory=checkpoint_dir,
+                                       savepoint_directory=savepoint_dir),
+        restart=restart, runner=runner, master=master, coordinator_port=coordinator_port or 0,
+        metrics_port=metrics_port)
+
+
+def parse_run_argv(argv: list[str]) -> RunRequest:
+    """The request ``ckpt run ARGV`` makes: :meth:`RunRequest.to_argv` read back."""
+    ctx = run.make_context("run", list(argv))
+    return run_request_from_options(**ctx.params)
 
 
 def run_options(fn):
@@ -121,29 +137,24 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
             validate_job_id(job_id, "--job-id")
     except EngineError as exc:
         raise click.ClickException(str(exc)) from exc
-    pipeline = apply_overrides(load_pipeline(pipeline_ref), checkpoint_dir=checkpoint_dir,
-                               metadata_url=metadata_url, interval_ms=interval_ms,
-                               restart=restart, job_name=job_name, savepoint_dir=savepoint_dir)
+    try:
+        request = run_request_from_options(
+            pipeline_ref=pipeline_ref, restore=restore,
+            allow_non_restored_state=allow_non_restored_state, trust_snapshot=trust_snapshot,
+            fence_sinks=fence_sinks, job_id=job_id, job_name=job_name, runner=runner,
+            master=master, coordinator_port=coordinator_port, checkpoint_dir=checkpoint_dir,
+            savepoint_dir=savepoint_dir, interval_ms=interval_ms, restart=restart,
+            metrics_port=metrics_port)
+    except EngineError as exc:
+        raise click.ClickException(str(exc)) from exc
+    pipeline = request.apply(load_pipeline(pipeline_ref), metadata_url=metadata_url)
     if detach:
         from ..lifecycle.detach import start_detached
 
-        given = {"--restore": restore, "--job-name": job_name, "--runner": runner,
-                 "--master": master, "--coordinator-port": coordinator_port or None,
-                 "--checkpoint-dir": checkpoint_dir, "--savepoint-dir": savepoint_dir,
-                 "--interval-ms": interval_ms, "--restart": restart,
-                 "--metrics-port": metrics_port}  # the DB URL (a password): environment only
-        argv = ["run", pipeline_ref]
-        for flag, value in given.items():
-            if value is not None:
-                argv += [flag, str(value)]
-        if allow_non_restored_state:
-            argv.append("--allow-non-restored-state")
-        if trust_snapshot:
-            argv.append("--trust-snapshot")
-        if fence_sinks:
-            argv.append("--fence-sinks")
-        info = start_detached(pipeline, argv, job_id=job_id, log_file=log_file,
-                              timeout=wait_timeout, metadata_url=metadata_url,
+        # the request's one serialized form; the DB URL (a password): environment only
+        info = start_detached(pipeline, ["run", *request.to_argv()], job_id=job_id,
+                              log_file=log_file, timeout=wait_timeout,
+                              metadata_url=metadata_url,
                               # on stderr: --json output stays clean
                               progress=lambda line: click.echo(line, err=True))
         if as_json:
@@ -152,15 +163,9 @@ def run(pipeline_ref: str, restore: str | None, allow_non_restored_state: bool,
             echo(f"job {info['job_name']} ({info['job_id']}) {info['status']}; "
                        f"logs: {info['log_file']}")
         return
-    options: dict = {"coordinator_port": coordinator_port, "metrics_port": metrics_port,
-                     "show_progress": (not as_json) if progress is None else progress}
-    if runner == "spark":
-        options["master"] = master
     try:
-        result = pipeline.run(runner, restore=restore,
-                              allow_non_restored_state=allow_non_restored_state, job_id=job_id,
-                              trust_snapshot=trust_snapshot, fence_sinks=fence_sinks,
-                              **options)
+        result = pipeline.run(request.runner, **request.run_options(),
+                              show_progress=(not as_json) if progress is None else progress)
     except EngineError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:

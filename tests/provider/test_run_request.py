@@ -1,0 +1,88 @@
+"""One run request from the DAG to the coordinator (issue 53 item 4): the submit operator
+builds the engine's RunRequest, the hook serializes it once (the arguments of ``ckpt run``),
+and the CLI (or spark-submit's launch script) reads back an equal request, which sets the
+pipeline's CheckpointConfig."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_checkpoint_provider.engine import CheckpointConfig, ConfigurationError
+from airflow_checkpoint_provider.engine.cli import load_pipeline
+from airflow_checkpoint_provider.engine.cli.jobs import parse_run_argv
+from airflow_checkpoint_provider.engine.client import (
+    CheckpointOverrides,
+    Restore,
+    RestoreKind,
+    RunRequest,
+)
+from airflow_checkpoint_provider.hooks.submit import CheckpointSubmitHook
+from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
+
+PIPELINE = "airflow_checkpoint_provider.examples.versioned_sum:build_v1"
+
+
+def _operator(**options) -> SubmitCheckpointedJobOperator:
+    return SubmitCheckpointedJobOperator(task_id="submit", pipeline=PIPELINE,
+                                         job_name="versioned-sum", runner="local", **options)
+
+
+def _through_the_cli(request: RunRequest, tmp_path) -> tuple[RunRequest, CheckpointConfig]:
+    """The hook's command for ``request``, read back as ``ckpt run`` reads it, and the
+    pipeline's CheckpointConfig once the CLI applied it."""
+    hook = CheckpointSubmitHook(request=request, metadata_url=f"sqlite:///{tmp_path}/m.db",
+                                log_dir=str(tmp_path / "logs"))
+    command = hook.command()
+    argv = command[command.index("run") + 1:]
+    parsed = parse_run_argv(argv)
+    pipeline = parsed.apply(load_pipeline(parsed.pipeline))
+    return parsed, pipeline.checkpoint
+
+
+def test_the_interval_travels_from_the_operator_to_the_checkpoint_config(tmp_path):
+    op = _operator(interval_ms=250, checkpoint_dir=str(tmp_path / "ckpt"),
+                   savepoint_dir=str(tmp_path / "sp"), restart="fixed:2:100",
+                   fence_sinks="true")
+    request = op.run_request("a" * 32, "latest")
+    assert request.checkpoint == CheckpointOverrides(
+        interval_ms=250, directory=str(tmp_path / "ckpt"),
+        savepoint_directory=str(tmp_path / "sp"))
+    assert request.restore == Restore(RestoreKind.LATEST) and request.fence_sinks
+    parsed, config = _through_the_cli(request, tmp_path)
+    assert parsed == request
+    assert config.interval_ms == 250
+    assert config.directory == str(tmp_path / "ckpt")
+    assert config.savepoint_directory == str(tmp_path / "sp")
+
+
+def test_zero_means_no_periodic_checkpoints_everywhere(tmp_path):
+    request = _operator(interval_ms="0").run_request("b" * 32, None)  # a rendered template
+    assert request.checkpoint.interval_ms == 0 and request.restore.kind == RestoreKind.NONE
+    parsed, config = _through_the_cli(request, tmp_path)
+    assert parsed.checkpoint.interval_ms == 0
+    assert config.interval_ms is None  # CheckpointConfig's "off"
+    untouched = _operator().run_request("c" * 32, None)
+    _, config = _through_the_cli(untouched, tmp_path)
+    assert config.interval_ms == load_pipeline(PIPELINE).checkpoint.interval_ms
+
+
+@pytest.mark.parametrize("text, kind, target", [
+    (None, RestoreKind.NONE, None), ("", RestoreKind.NONE, None),
+    ("none", RestoreKind.NONE, None), ("latest", RestoreKind.LATEST, None),
+    ("standby:blue", RestoreKind.STANDBY, "blue"), ("/sp/savepoint-1", RestoreKind.PATH, "/sp/savepoint-1"),
+])
+def test_restore_is_one_tagged_value_with_one_text_form(text, kind, target):
+    restore = Restore.parse(text)
+    assert (restore.kind, restore.target) == (kind, target)
+    assert Restore.parse(restore.text) == restore
+
+
+def test_bad_requests_are_refused_naming_the_option():
+    with pytest.raises(ConfigurationError, match="standby:JOB_ID"):
+        Restore.parse("standby:")
+    with pytest.raises(ConfigurationError, match="interval_ms -5"):
+        CheckpointOverrides(interval_ms=-5)
+    with pytest.raises(ConfigurationError, match="restart strategy 'sometimes'"):
+        RunRequest(pipeline=PIPELINE, restart="sometimes")
+    with pytest.raises(ConfigurationError, match="runner must be"):
+        RunRequest(pipeline=PIPELINE, runner="yarn")
