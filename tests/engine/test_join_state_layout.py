@@ -95,6 +95,7 @@ def test_a_snapshot_of_the_old_layout_restores_and_the_join_goes_on(tmp_path, ba
 def _rows_of(op, name):
     """The RocksDB rows of state ``name``: {db key: value bytes}."""
     marker = name.encode() + b"\x00"
+    op.backend.write_out()  # the row cache's changes into RocksDB
     return {k: v for k, v in op.backend.db.items() if k[2:2 + len(marker)] == marker}
 
 

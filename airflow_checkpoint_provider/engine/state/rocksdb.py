@@ -20,6 +20,17 @@ Snapshot (Flink's RocksDB incremental snapshot):
   checkpoint directory. Files uploaded for a checkpoint that did not complete are never
   reused (only :meth:`notify_complete` confirms uploads). Savepoints are always full and
   self-contained: every file goes into the savepoint directory.
+
+Row cache (as Quix Streams keeps a transaction's writes in memory until it commits): the
+rows of value, list, map and reducing state are read through a cache of encoded values and
+written into it, not into RocksDB; the rows changed since the last write-out go to RocksDB
+in one ``WriteBatch`` at the synchronous part of every snapshot (so each checkpoint holds
+every change before its barrier), when the cache reaches :data:`CACHE_ENTRIES` rows (then
+it is emptied), and before anything reads RocksDB directly (key iteration, TTL clean-up,
+restore). A key updated many times between two checkpoints costs one RocksDB write, and a
+key read again costs no RocksDB read. The cache holds bytes, as RocksDB does: a value read
+is decoded anew every time, so mutating it without ``update()`` changes nothing stored.
+Entry map rows bypass the cache (their reads scan RocksDB).
 """
 
 from __future__ import annotations
@@ -55,6 +66,10 @@ from .keygroups import KeyGroupRange, key_group_for
 log = logging.getLogger(__name__)
 
 SHARED_DIR = "shared"
+#: rows the row cache holds before it is written out and emptied (bounds its memory: about
+#: 100-200 bytes per row of a small value)
+CACHE_ENTRIES = 262_144
+_UNKNOWN = object()
 LOCAL_DIR_ENV = "CKPT_LOCAL_DIR"
 
 
@@ -124,6 +139,45 @@ class RocksDBKeyedStateBackend:
         self.confirmed: dict[str, dict] = {}
         self._ttl_cursor = b""  # where the next incremental TTL clean-up starts
         self.uploaded: dict[int, dict[str, dict]] = {}
+        # the row cache (module docstring): db key -> encoded value (None: no row), and the
+        # rows changed since the last write-out (None: deleted)
+        self._cache: dict[bytes, bytes | None] = {}
+        self._dirty: dict[bytes, bytes | None] = {}
+
+    # -- the row cache ------------------------------------------------------------------
+    def _read(self, key: bytes) -> bytes | None:
+        """The encoded value of row ``key`` (None: no such row), through the cache."""
+        raw = self._cache.get(key, _UNKNOWN)
+        if raw is _UNKNOWN:
+            raw = self.db.get(key)
+            if len(self._cache) >= CACHE_ENTRIES:
+                self.write_out(empty=True)
+            self._cache[key] = raw
+        return raw  # type: ignore[return-value]
+
+    def _write(self, key: bytes, raw: bytes | None) -> None:
+        """Set (``raw`` None: delete) row ``key`` in the cache; RocksDB gets it at the next
+        write-out."""
+        cache = self._cache
+        if key not in cache and len(cache) >= CACHE_ENTRIES:
+            self.write_out(empty=True)
+        cache[key] = raw
+        self._dirty[key] = raw
+
+    def write_out(self, *, empty: bool = False) -> None:
+        """Write the rows changed in the cache to RocksDB (one batch); ``empty``: then
+        forget every cached row (before RocksDB is changed directly, or at capacity)."""
+        if self._dirty:
+            batch = WriteBatch(raw_mode=True)
+            for k, v in self._dirty.items():
+                if v is None:
+                    batch.delete(k)
+                else:
+                    batch.put(k, v)
+            self.db.write(batch)
+            self._dirty = {}
+        if empty:
+            self._cache = {}
 
     # -- key context --------------------------------------------------------------------
     def set_current_key(self, key: object) -> None:
@@ -154,6 +208,7 @@ class RocksDBKeyedStateBackend:
         return _ROCKS_STATES[descriptor.kind](self, descriptor)
 
     def keys(self, state_name: str):
+        self.write_out()
         marker = state_name.encode() + b"\x00"
         last = None
         for k in self.db.keys():
@@ -167,6 +222,7 @@ class RocksDBKeyedStateBackend:
     def drop_state(self, state_name: str) -> None:
         """Forget a state and delete its entries (every key group): later snapshots no
         longer carry it (an operator that moved a restored state's contents elsewhere)."""
+        self.write_out(empty=True)
         marker = state_name.encode() + b"\x00"
         for kg in self.key_groups:
             prefix = _kg_prefix(kg) + marker
@@ -178,7 +234,9 @@ class RocksDBKeyedStateBackend:
 
     # -- snapshot -----------------------------------------------------------------------
     def snapshot_sync(self, checkpoint_id: int) -> str:
-        """Flush and take a native checkpoint (hard links); returns its local directory."""
+        """Write the cached changes out, flush and take a native checkpoint (hard links);
+        returns its local directory."""
+        self.write_out()
         self._purge_expired()
         self.db.flush()
         local = os.path.join(self.workdir, f"chk-{checkpoint_id}-{uuid.uuid4().hex[:6]}")
@@ -192,6 +250,7 @@ class RocksDBKeyedStateBackend:
         expiring = {d.name.encode() + b"\x00": d for d in self.descriptors.values() if d.ttl_ms}
         if not expiring:
             return
+        self.write_out(empty=True)  # the clean-up changes RocksDB directly
         now, seen, batch = ttl.now_ms(), 0, WriteBatch(raw_mode=True)
         last = None
         for k, v in self.db.items(from_key=self._ttl_cursor):
@@ -283,6 +342,7 @@ class RocksDBKeyedStateBackend:
     def restore(self, directory: str, handles: list[RocksDBHandle | dict],
                 state_meta: dict[str, dict]) -> None:
         """Download the handles' files and keep exactly this subtask's key groups."""
+        self.write_out(empty=True)
         self.restored_meta.update(state_meta)
         mine = self.key_groups
         handles = [h if isinstance(h, RocksDBHandle) else RocksDBHandle.from_dict(h, location=directory)
@@ -324,6 +384,7 @@ class RocksDBKeyedStateBackend:
         kg, states = decode_chunk(chunk, self.operator_uid)
         if kg not in self.key_groups:
             return
+        self.write_out(empty=True)
         batch = WriteBatch(raw_mode=True)
         for name, items in states.items():
             self.restored_meta.setdefault(name, state_meta[name])
@@ -339,6 +400,7 @@ class RocksDBKeyedStateBackend:
         self.db.write(batch)
 
     def close(self) -> None:
+        self._cache, self._dirty = {}, {}  # a closed backend's changes go nowhere
         try:
             self.db.close()
         finally:
@@ -404,14 +466,14 @@ class _RocksState:
         self.loads = (lambda b: ser.loads(unpack_value(b))) if custom else unpack_value
 
     def _get(self, default=None):
-        raw = self.backend.db.get(self.backend._db_key(self.name_bytes))
+        raw = self.backend._read(self.backend._db_key(self.name_bytes))
         return default if raw is None else self.loads(raw)
 
     def _put(self, value) -> None:
-        self.backend.db.put(self.backend._db_key(self.name_bytes), self.dumps(value))
+        self.backend._write(self.backend._db_key(self.name_bytes), self.dumps(value))
 
     def clear(self) -> None:
-        self.backend.db.delete(self.backend._db_key(self.name_bytes))
+        self.backend._write(self.backend._db_key(self.name_bytes), None)
 
 
 class RocksValueState(_RocksState):
@@ -445,13 +507,13 @@ class RocksListState(_RocksState):
             self._put([*self._get([]), *values])
             return
         key = self.backend._db_key(self.name_bytes)
-        raw = self.backend.db.get(key)
+        raw = self.backend._read(key)
         dumps = self.dumps
         new = None if raw is None else _msgpack_append(raw, [dumps(v) for v in values])
         if new is None:
             old: list = [] if raw is None else list(unpack_value(raw))  # type: ignore[call-overload]
             new = dumps([*old, *values])
-        self.backend.db.put(key, new)
+        self.backend._write(key, new)
 
     def update(self, values) -> None:
         values = list(values)

@@ -109,6 +109,7 @@ def test_list_state_append_keeps_the_stored_elements_encoded(tmp_path, monkeypat
     lst.add_all([{"last": 1}, "x"])
     expected += [{"last": 1}, "x"]
     assert decoded == []  # no append decoded the list
+    b.write_out()  # the row cache's changes into RocksDB
     raw = b.db.get(b._db_key(b"l\x00"))
     assert raw == packb(expected)
     assert lst.get() == expected
@@ -118,4 +119,70 @@ def test_list_state_append_keeps_the_stored_elements_encoded(tmp_path, monkeypat
     lst.add((1, 2))  # a tuple stays a tuple (the typed encoding, issue 35)
     lst.add((3, 4))
     assert lst.get() == [(1, 2), (3, 4)] and all(type(t) is tuple for t in lst.get())
+    b.close()
+
+
+# -- the row cache -------------------------------------------------------------------------
+def _restored(tmp_path, handle, name="v"):
+    """{key: value} of state ``name`` in a fresh backend restored from ``handle``."""
+    r = backend(tmp_path, name="restored")
+    r.restore(str(tmp_path / "job" / "chk"), [handle],
+              {name: {"kind": "value", "serializer": "msgpack"}})
+    state = r.get_state(ValueStateDescriptor(name))
+    out = {}
+    for key in list(r.keys(name)):
+        r.set_current_key(key)
+        out[key] = state.value()
+    r.close()
+    return out
+
+
+def test_changes_held_in_the_row_cache_are_in_the_checkpoint_of_the_next_barrier(tmp_path):
+    """Updates, a re-update and a clear() between two checkpoints reach RocksDB at the
+    synchronous part (one write per row), so the checkpoint restores exactly them."""
+    b = backend(tmp_path)
+    fill(b, 100)
+    v = b.get_state(ValueStateDescriptor("v"))
+    b.set_current_key("k1")
+    v.update(v.value() + 1000)
+    v.update(v.value() + 1000)
+    b.set_current_key("k2")
+    v.clear()
+    assert b.db.get(b._db_key(b"v\x00")) is None  # not written through: cached
+    b.set_current_key("k1")
+    assert v.value() == 2001  # read back from the cache
+    handle, _size, _sent = b.upload(1, b.snapshot_sync(1), str(tmp_path / "job" / "chk"),
+                                    full=True)
+    got = _restored(tmp_path, handle)
+    assert got == {f"k{i}": (2001 if i == 1 else i) for i in range(100) if i != 2}
+    b.close()
+
+
+def test_the_row_cache_writes_out_at_capacity_and_reads_stay_correct(tmp_path, monkeypatch):
+    from airflow_checkpoint_provider.engine.state import rocksdb
+
+    monkeypatch.setattr(rocksdb, "CACHE_ENTRIES", 16)
+    b = backend(tmp_path)
+    v = b.get_state(ValueStateDescriptor("v", 0))
+    for _round in range(3):  # more keys than the cache holds, read and written every round
+        for i in range(100):
+            b.set_current_key(f"k{i}")
+            v.update(v.value() + i)
+            assert len(b._cache) <= 16
+    for i in range(100):
+        b.set_current_key(f"k{i}")
+        assert v.value() == 3 * i
+    assert len(list(b.keys("v"))) == 100  # key iteration sees every row (written out first)
+    b.close()
+
+
+def test_a_value_read_from_the_row_cache_is_a_fresh_copy(tmp_path):
+    """The cache keeps bytes, as RocksDB does: mutating what value() returned without
+    update() changes nothing stored (the RocksDB backend's semantics, unlike heap)."""
+    b = backend(tmp_path)
+    v = b.get_state(ValueStateDescriptor("v"))
+    b.set_current_key("a")
+    v.update({"n": 1})
+    v.value()["n"] = 99
+    assert v.value() == {"n": 1}
     b.close()
