@@ -219,3 +219,41 @@ def extra_spark_worker(cluster, cores: int = 2, memory: str = "1g") -> Iterator[
                 proc.kill()
                 proc.wait(timeout=10)
         cluster.procs.remove(proc)
+
+
+def cutover_breakdown(airflow, store: MetadataStore, dag_id: str, run_id: str, *,
+                      blue: str, green: str, blue_last: float, green_first: float) -> str:
+    """Where the output gap of a blue-green cut-over went (issue 54 item 2): every event
+    between blue's last committed row (``blue_last``, wall-clock seconds, as a reader of the
+    sink saw it) and green's first (``green_first``), from Airflow's task instances and the
+    metadata DB (control requests, checkpoints, attempts), in seconds after ``blue_last``."""
+    from datetime import datetime
+
+    def at(value: str | None) -> float | None:
+        return datetime.fromisoformat(value).timestamp() if value else None
+
+    events: list[tuple[float | None, str]] = []
+    for ti in airflow.task_instances(dag_id, run_id):
+        if ti["task_id"] in ("approve", "stop_blue", "fenced_cutover", "promote_green",
+                             "cutover", "needs_resubmit"):
+            events.append((at(ti.get("start_date")), f"task {ti['task_id']} starts "
+                           f"(try {ti.get('try_number')})"))
+            events.append((at(ti.get("end_date")), f"task {ti['task_id']} ends ({ti['state']})"))
+    for job, who in ((blue, "blue"), (green, "green")):
+        for r in store.list_control_requests(job):
+            events.append((r.created_at.timestamp(), f"{who} {r.action} request submitted"))
+            events.append((r.updated_at.timestamp(), f"{who} {r.action} request {r.status}"))
+        for c in store.list_checkpoints(job):
+            if c.complete_time is not None:
+                events.append((c.complete_time.timestamp(),
+                               f"{who} {c.kind.lower()} {c.checkpoint_id} completes"))
+        for a in store.list_attempts(job):
+            events.append((a.started_at.timestamp(), f"{who} attempt {a.attempt} starts"))
+            if a.ended_at:
+                events.append((a.ended_at.timestamp(), f"{who} attempt {a.attempt} ends"))
+    events += [(blue_last, "blue's last row seen in the sink"),
+               (green_first, "green's first row seen in the sink")]
+    lo, hi = blue_last - 15, green_first + 5
+    rows = sorted((t - blue_last, what) for t, what in events
+                  if t is not None and lo <= t <= hi)
+    return "\n".join(f"  {dt:+7.2f} s  {what}" for dt, what in rows)

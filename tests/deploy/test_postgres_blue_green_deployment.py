@@ -33,6 +33,7 @@ from deploy_support import (
     EXAMPLE,
     RUN_TIMEOUT_S,
     cancel_active_jobs,
+    cutover_breakdown,
     extra_spark_worker,
     wait_first_checkpoint,
     wait_job,
@@ -64,6 +65,8 @@ class PreparedSampler:
         self.url, self.table, self.period = url, table, period
         self.samples: list[tuple[float, list[str]]] = []
         self.rows: list[tuple[float, dict[str, int]]] = []
+        #: monotonic -> wall-clock time of each sample (for the cut-over's breakdown)
+        self.wall: dict[float, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -73,6 +76,7 @@ class PreparedSampler:
                 gids = [g for (g,) in conn.execute(
                     "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]
                 now = time.monotonic()
+                self.wall[now] = time.time()
                 self.samples.append((now, gids))
                 self.rows.append((now, dict(conn.execute(
                     f"SELECT version, count(*) FROM {self.table} GROUP BY version").fetchall())))
@@ -90,10 +94,16 @@ class PreparedSampler:
         """Seconds from the sample that first saw blue's (v1) last row to the sample that
         first saw a row of green (v2): the output's downtime as a reader of the table sees
         it (0.5 s resolution); ``None`` if no sample saw a row of green."""
+        ends = self.gap_ends()
+        return None if ends is None else ends[1] - ends[0]
+
+    def gap_ends(self) -> tuple[float, float] | None:
+        """Wall-clock times of the samples that first saw blue's last row and green's
+        first."""
         last_v1 = max((n.get("v1", 0) for _, n in self.rows), default=0)
         blue_done = min(t for t, n in self.rows if n.get("v1", 0) == last_v1)
         green = [t for t, n in self.rows if n.get("v2", 0) > 0]
-        return min(green) - blue_done if green else None
+        return (self.wall[blue_done], self.wall[min(green)]) if green else None
 
     def max(self, job_id: str | None = None, until: float | None = None) -> int:
         return max((len([g for g in gids if job_id is None or job_id in g])
@@ -219,6 +229,11 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
           f"(fenced green {fenced_max}; max_prepared_transactions 100) over "
           f"{len(sampler.samples)} samples; (rows, duplicates, missing) per table {counts}; "
           f"{green_rows} rows published by green after the cut-over")
+    ends = sampler.gap_ends()
+    if ends is not None:
+        print(f"cut-over breakdown (load average {os.getloadavg()[0]:.1f}):\n"
+              + cutover_breakdown(dep.airflow, store, DAG, run, blue=blue, green=green,
+                                  blue_last=ends[0], green_first=ends[1]))
     assert fenced_max <= FENCED_BOUND, fenced_max
     assert overall_max < 50, overall_max
     assert slots == [], slots
