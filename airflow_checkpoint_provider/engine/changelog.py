@@ -34,8 +34,3 @@ def row_kind(record: dict, where: str = "changelog") -> str:
         raise BadRecordError(
             f"{where}: record field {OP_FIELD!r} is {op!r}, not one of {', '.join(ROW_KINDS)}")
     return op
-
-
-def is_retraction(record: dict) -> bool:
-    """Whether ``record`` removes a row (``-U`` or ``-D``)."""
-    return record.get(OP_FIELD, INSERT) in RETRACT

@@ -99,16 +99,6 @@ class JobFailedError(EngineError):
     """The job failed and the restart strategy gave up."""
 
 
-class TaskFailure(EngineError):
-    """A task reported an exception; carries the remote traceback text."""
-
-    def __init__(self, task: str, message: str, traceback_text: str = "") -> None:
-        super().__init__(f"task {task} failed: {message}")
-        self.task = task
-        self.remote_message = message
-        self.traceback_text = traceback_text
-
-
 class StateValueError(DeterministicError, TypeError):
     """A value a state cannot keep: it would not come back from a checkpoint as an equal
     value of the same type (see :mod:`airflow_checkpoint_provider.engine.typed_codec`).

@@ -206,11 +206,3 @@ def write_private(path: str, data: bytes) -> None:
         except OSError:
             pass
         raise
-
-
-def restrict_file(path: str) -> None:
-    """Make an existing file ``0600`` (a file this user created with a wider mode)."""
-    try:
-        os.chmod(path, FILE_MODE)
-    except OSError:
-        pass

@@ -203,9 +203,6 @@ class SavepointPinRecord(_Record):
     created_at: datetime
     expires_at: datetime | None
 
-    def is_active(self, now: datetime) -> bool:
-        return self.expires_at is None or self.expires_at > now
-
     @classmethod
     def from_row(cls, row: SavepointPinRow) -> SavepointPinRecord:
         return cls(location=row.location, holder=row.holder, reason=row.reason,

@@ -94,7 +94,3 @@ def split(compacted: pa.Table) -> tuple[pa.Table, pa.Table]:
     delete = pc.equal(compacted.column(OP_FIELD), "-D")
     rows = compacted.drop_columns([OP_FIELD])
     return rows.filter(pc.invert(delete)), rows.filter(delete)
-
-
-def without_op(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([f for f in schema if f.name != OP_FIELD])

@@ -152,9 +152,6 @@ class ExecutionGraph:
     def tasks_in_slot(self, slot: int) -> list[tuple[int, int]]:
         return [(v.id, slot) for v in self.vertices if slot < v.parallelism]
 
-    def stateful_nodes(self) -> list[Node]:
-        return [n for v in self.vertices for n in v.nodes if n.kind in STATEFUL_KINDS]
-
     def node_by_uid(self, uid: str) -> tuple[Vertex, Node] | None:
         for v in self.vertices:
             for n in v.nodes:

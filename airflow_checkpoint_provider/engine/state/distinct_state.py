@@ -281,10 +281,3 @@ class DistinctAggregateTable(AggregateTable):
             parents = pc.list_parent_indices(lst).to_numpy(zero_copy_only=False)
             self.sets[col].add(rows[parents], pc.list_flatten(lst))
         return rows
-
-
-def aggregate_table(spec: AggregateSpec, key_groups: KeyGroupRange, max_parallelism: int,
-                    operator_uid: str) -> AggregateTable:
-    """The state table of an ``aggregate()`` spec."""
-    cls = DistinctAggregateTable if has_distinct(spec) else AggregateTable
-    return cls(spec, key_groups, max_parallelism, operator_uid)
