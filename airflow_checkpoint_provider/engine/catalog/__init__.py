@@ -32,6 +32,7 @@ transactions), one collaborator per table family (:mod:`.jobs`, :mod:`.checkpoin
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .base import CatalogDB
@@ -77,28 +78,10 @@ def _via(part: Callable[[Any], Any], method: Callable[Concatenate[Any, P], R]
     return call
 
 
-def _jobs(store: MetadataStore) -> Jobs:
-    return store.jobs
-
-
-def _checkpoints(store: MetadataStore) -> Checkpoints:
-    return store.checkpoints
-
-
-def _control(store: MetadataStore) -> ControlRequests:
-    return store.control
-
-
-def _pins(store: MetadataStore) -> SavepointPins:
-    return store.pins
-
-
-def _keys(store: MetadataStore) -> SnapshotKeys:
-    return store.keys
-
-
-def _cdc_slots(store: MetadataStore) -> CdcSlots:
-    return store.cdc_slots
+# the store's collaborators (attributes MetadataStore.__init__ sets)
+_jobs, _checkpoints, _control = (attrgetter("jobs"), attrgetter("checkpoints"),
+                                 attrgetter("control"))
+_pins, _keys, _cdc_slots = attrgetter("pins"), attrgetter("keys"), attrgetter("cdc_slots")
 
 
 class MetadataStore(CatalogDB):
