@@ -42,6 +42,7 @@ from airflow_checkpoint_provider.workflows.choices import (
     WorkflowDefinitionError,
     add_params,
     check_conf_task,
+    connection_params,
     current_dag,
     job_choice_param,
     job_env_choice,
@@ -210,9 +211,9 @@ def blue_green_upgrade(
         "require_approval": Param(require_approval, type="boolean",
                                   description="a human approves the cut-over (HITL)"),
         "job_env": env_param,
-        **{c.param: c.as_param() for c in connections},
         **gate.params(),
     }
+    params.update(connection_params(connections, params))
     add_params(dag, params, "blue_green_upgrade")
     env = pipeline_env(env_schema, connections)
     submit = {"runner": "{{ params.runner }}", **env, **(submit_kwargs or {})}

@@ -80,6 +80,25 @@ class ConnectionChoice:
                      description=f"{what}: one of {', '.join(self.conn_ids)}")
 
 
+def connection_params(connections: Sequence[ConnectionChoice], taken: Iterable[str]
+                      ) -> dict[str, Param]:
+    """The run's param of each connection choice; a param name used twice, or one the
+    workflow has itself, is refused (``ConnectionChoice(param=...)`` renames it)."""
+    out: dict[str, Param] = {}
+    taken = set(taken)
+    for choice in connections:
+        if not isinstance(choice, ConnectionChoice):
+            raise WorkflowDefinitionError(
+                f"connections holds {choice!r}: each entry is a ConnectionChoice(env_var, "
+                "conn_ids)")
+        if choice.param in out or choice.param in taken:
+            raise WorkflowDefinitionError(
+                f"ConnectionChoice {choice.env_var}: param {choice.param!r} is taken; name "
+                "another with param=")
+        out[choice.param] = choice.as_param()
+    return out
+
+
 def pipeline_choices(pipelines: Mapping[str, str] | Sequence[str]) -> dict[str, str]:
     """``{key: "module:function"}`` from the author's mapping (or a list of references,
     each its own key), every key and reference checked."""

@@ -31,6 +31,7 @@ from airflow_checkpoint_provider.workflows.choices import (
     Roots,
     add_params,
     check_conf_task,
+    connection_params,
     current_dag,
     job_choice_param,
     job_env_choice,
@@ -121,7 +122,6 @@ def savepoint_upgrade(
         "savepoint_dir": dir_param,
         "runner": runner_param(runner),
         "job_env": env_param,
-        **{c.param: c.as_param() for c in connections},
         "upgrade_mode": Param(upgrade_mode, enum=list(UPGRADE_MODES),
                               description="how v1 hands its state over"),
         "max_checkpoint_age_s": Param(None, type=["null", "number"], minimum=0,
@@ -132,6 +132,7 @@ def savepoint_upgrade(
                                                "remove v2's output), a person decides: restart "
                                                "v1 anyway, or keep it stopped (HITL)"),
     }
+    params.update(connection_params(connections, params))
     add_params(dag, params, "savepoint_upgrade")
     env = pipeline_env(env_schema, connections)
     submit = {"runner": "{{ params.runner }}", **env, **(submit_kwargs or {})}

@@ -163,7 +163,10 @@ def test_a_teams_own_pipeline_runs_through_the_blue_green_workflow_exactly_once(
 
     assert state == "success", tis
     assert tis["promote_green"] == "success" and tis["cancel_green"] == "skipped"
-    live = store.get_job(xcom(dr, "start_green", key="job_id"))
+    # promoted in place: the fenced green serves; refused (e.g. it restarted meanwhile):
+    # go_live's resubmitted green does
+    promoted = xcom(dr, "promote_green", key="promoted")
+    live = store.get_job(xcom(dr, "start_green" if promoted else "go_live", key="job_id"))
     assert live.job_name == "tally-green" and live.version == "v2"
     assert live.status == "RUNNING" and live.restored_from == xcom(dr, "stop_blue")
     assert xcom(dr, "stop_blue").startswith(str(root / "savepoints" / "blue-green"))
