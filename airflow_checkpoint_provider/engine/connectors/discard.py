@@ -28,6 +28,8 @@ class DiscardWriter(SinkWriter):
     records (e.g. a benchmark's latency probe)."""
 
     accepts_arrow = True
+    #: lists of dict records are not converted to Arrow for it either
+    accepts_rows = True
 
     def write(self, records) -> None:
         pass

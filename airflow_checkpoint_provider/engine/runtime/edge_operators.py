@@ -257,6 +257,7 @@ class SinkOperator(Operator):
                 "unfenced would lose records. Restore the blue job's savepoint instead")
         self.writer = self.node.payload.create_writer(sctx)
         self.vectorized = bool(getattr(self.writer, "accepts_arrow", False))
+        self.takes_rows = self.vectorized and bool(getattr(self.writer, "accepts_rows", False))
         restored = [t for e in entries for t in e["transactions"]]
         self.writer.recover(restored)
         self.pending: list[tuple[int, list]] = []

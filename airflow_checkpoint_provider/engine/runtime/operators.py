@@ -42,6 +42,9 @@ class Operator:
 
     keyed = False
     vectorized = False
+    #: a vectorized operator that also takes a list of dicts as it is (no conversion to
+    #: Arrow): a sink whose writer accepts both
+    takes_rows = False
     #: the keyed state is columnar (``arrow`` snapshot files): aggregate() and windows
     columnar = False
 

@@ -291,8 +291,11 @@ class StreamTask(TaskCheckpointing):
                 c = counts[i]
                 c[0] += len(records)
                 op = self.operators[i]
-                # Arrow stays Arrow into vectorized operators; per-record ones get dicts.
-                records = op.process(as_arrow(records) if op.vectorized else as_rows(records))
+                # Arrow stays Arrow into vectorized operators; per-record ones get dicts, and
+                # so do the vectorized ones that take them as they are (a discarding sink)
+                records = op.process(
+                    records if op.takes_rows and type(records) is list
+                    else as_arrow(records) if op.vectorized else as_rows(records))
                 c[1] += len(records)
         except Exception as exc:
             mark(exc, self.operators[i].node, "processing")
