@@ -1,6 +1,6 @@
 """The per-record Python path on one core: a keyed running count + sum per record.
 
-    taskset -c 1 .venv/bin/python bench/per_record.py [--records 150000,450000] [--keys 100000]
+    .venv/bin/python bench/per_record.py [--records 150000,450000] [--keys 100000]
         [--reps 3] [--backends heap,rocksdb] [--cpu 1] [--tree LABEL=PATH ...] [--write-md]
 
 The job (issue 55): generator (dict records, ``num_keys`` string keys) -> ``key_by("key")``
@@ -237,7 +237,10 @@ def main(argv=None) -> int:
 
     write_results(args.results_dir, RESULT, {
         "keys": args.keys, "records": sizes, "interval_ms": args.interval_ms,
-        "sink": args.sink, "cpu": args.cpu, "summary": summary, "runs": runs})
+        "sink": args.sink, "cpu": args.cpu, "summary": summary, "runs": runs,
+        # the runs pin themselves (--cpu): the script itself runs unpinned
+        "command": " ".join([".venv/bin/python", "bench/per_record.py",
+                             *(argv if argv is not None else sys.argv[1:])])})
     if args.write_md:
         subprocess.run([sys.executable, os.path.join(HERE, "write_benchmarks.py"),
                         "--results-dir", args.results_dir], check=True)

@@ -347,6 +347,18 @@ FAMILIES = [
                     "ratio"],
            what="Throughput with checkpoints every 1 s against none, interleaved pairs, local "
                 "runner, parallelism 2."),
+    Family("The per-record path on one core", "per_record.json",
+           lambda r: __import__("per_record_report").render(r.load("per_record.json")),
+           columns=["backend", "engine", "marginal rate (rec/s)", "records per CPU-second",
+                    "reps", "target (rec/s)"],
+           row_load=lambda d, b: __import__("per_record_report").row_load(d, b),
+           what=lambda d: f"Generator -> `key_by` -> a `KeyedProcessFunction` keeping a running "
+                f"count and sum per key ({d['keys']:,} keys, one output per record) -> "
+                f"{d['sink']} sink; parallelism 1, checkpoints every {d['interval_ms']:,} ms, "
+                f"defaults otherwise, every run pinned to CPU {d['cpu']}. Rate: the marginal rate "
+                f"between {d['records'][0]:,} and {d['records'][1]:,} records; records per "
+                "CPU-second: the same difference over the CPU time of the job's processes (the "
+                "check that holds on a loaded machine). Engine trees measured interleaved."),
     Family("Job master CPU with checkpoints every second", "jobmaster_overhead.json",
            lambda r: __import__("jobmaster_overhead").render(r.load("jobmaster_overhead.json")),
            what=lambda d: f"CPU of the job master's process (its loop, the metadata writer, the "
