@@ -180,7 +180,7 @@ class _CsvReader(SplitReader):
             self._file = None
 
 
-class _ParquetReader(SplitReader):
+class ParquetReader(SplitReader):
     """Position: index of the next row."""
 
     def __init__(self, path: str, where: str, row: int, batch_size: int,

@@ -34,9 +34,9 @@ from ...errors import ConfigurationError, EngineError, RestoreError
 from ..base import Source, SourceContext, SplitReader, dataset_for_location
 from .errors import MalformedFileError
 from .readers import (
+    ParquetReader,
     _CsvReader,
     _JsonLinesReader,
-    _ParquetReader,
     no_follow,
 )
 
@@ -395,7 +395,7 @@ class FileSource(Source):
                 f"{fmt}; select Parquet files only (format='parquet')")
         if fmt == "csv":
             return _CsvReader(path, where, start, self.csv_types, no_follow)
-        return _ParquetReader(path, where, start, self.parquet_batch_size, no_follow,
+        return ParquetReader(path, where, start, self.parquet_batch_size, no_follow,
                               columns=self.columns)
 
     def lineage_dataset(self) -> tuple[str, str]:

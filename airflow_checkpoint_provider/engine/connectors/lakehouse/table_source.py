@@ -22,7 +22,8 @@ from urllib.parse import unquote, urlparse
 from ...errors import ConfigurationError, RestoreError
 from ...extras import require
 from ..base import Source, SourceContext, SplitReader, dataset_for_location, iceberg_dataset
-from ..files.source import DEFAULT_PARQUET_BATCH_SIZE, _ParquetReader, path_inside
+from ..files.readers import ParquetReader
+from ..files.source import DEFAULT_PARQUET_BATCH_SIZE, path_inside
 
 
 def _local(uri: str) -> str:
@@ -82,7 +83,7 @@ class _TableFilesSource(Source):
         if not os.path.isfile(path):
             raise RestoreError(f"{where}: data file {path} no longer exists (vacuumed or "
                                "expired?)")
-        return _ParquetReader(path, where, int(position or 0), self.batch_size)
+        return ParquetReader(path, where, int(position or 0), self.batch_size)
 
 
 class DeltaTableSource(_TableFilesSource):
