@@ -36,6 +36,11 @@ class PromoteInPlaceOperator(_ControlRequestOperator):
     :param fallback: return ``False`` instead of failing when the promotion did not happen.
     :param enabled: ``False`` (or a template rendering to it): do nothing, return ``False``
         (the DAG's switch between in-place and the old path). Templated.
+    :param promoted_by: what a :class:`~airflow_checkpoint_provider.operators.cutover.CutOverOperator`
+        before this task did (its XCom ``promoted``): ``True`` -- green is promoted already,
+        this task returns ``True`` at once; ``False`` -- green refused there, this task
+        returns ``False`` without asking again; ``None`` (default) -- this task promotes.
+        Templated.
     :param timeout: seconds to wait for the promoted attempt to run.
     :param checkpoint_conn_id: the metadata DB connection.
     :param deferrable: wait in the triggerer.
@@ -43,12 +48,14 @@ class PromoteInPlaceOperator(_ControlRequestOperator):
 
     action = "PROMOTE"
     then_job_states = [JobStatus.RUNNING]
-    template_fields: Sequence[str] = ("job", "snapshot", "enabled")
+    template_fields: Sequence[str] = ("job", "snapshot", "enabled", "promoted_by")
 
     def __init__(self, *, job: str, snapshot: str, unfence: bool = True,
-                 fallback: bool = True, enabled: bool | str = True, **kwargs: Any) -> None:
+                 fallback: bool = True, enabled: bool | str = True,
+                 promoted_by: bool | str | None = None, **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
         self.enabled = enabled
+        self.promoted_by = promoted_by
         self.snapshot = snapshot
         self.unfence = unfence
         self.fallback = fallback
@@ -59,6 +66,14 @@ class PromoteInPlaceOperator(_ControlRequestOperator):
     def execute(self, context: Context) -> Any:
         if str(self.enabled).lower() in ("false", "0", "none", ""):
             return self._not_promoted(context, "promotion in place is switched off")
+        earlier = str(self.promoted_by).lower()
+        if earlier == "true":
+            self.log.info("Green %s was promoted in place by the cut-over task", self.job)
+            context["ti"].xcom_push(key="promoted", value=True)
+            return True
+        if earlier == "false":
+            return self._not_promoted(context, "green refused the promotion at the cut-over "
+                                      "(its log says why)")
         if self.fallback:
             job = self.hook.find_job(self.job) if self.job and self.job != "None" else None
             if job is None or job.status != JobStatus.RUNNING:
