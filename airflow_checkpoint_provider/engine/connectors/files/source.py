@@ -73,7 +73,7 @@ class FileSource(Source):
     """Read the files of a directory as records (``dict`` per line, row or Parquet row).
 
     Files and directories whose name starts with ``.`` or ``_`` are ignored at any depth
-    (so a :class:`~airflow_checkpoint_provider.engine.connectors.files.FileSink` output
+    (so a :class:`~airflow_checkpoint_provider.engine.connectors.files.sink.FileSink` output
     directory reads as its committed ``part-*`` files only, without ``_staging/``).
     Subdirectories are read too; split ids are relative paths such as ``2024-01-01/a.jsonl``.
 
