@@ -34,8 +34,14 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
     before stopping the old job or starting the new one; an incompatibility fails the task
     naming the operator uid, the state and the reason.
 
+    The keys the new code gives its restored keyed operators are checked on a sample of the
+    job's input from the snapshot's positions, with the runtime's own key checks: a
+    ``key_by`` or ``aggregate()`` key column that changed type is refused here, not at the
+    restored job's first record.
+
     The return value (XCom) is the report: ``{ok, snapshot, checkpoint_id, parallelism,
-    operators_opened, problems: [{uid, state, reason}]}``.
+    operators_opened, problems: [{uid, state, reason}], key_types, keys_probed,
+    keys_unprobed}``.
 
     :param pipeline: ``module:function`` returning the new ``Pipeline``. Templated.
     :param snapshot: the checkpoint or savepoint directory to check. Templated.
