@@ -50,3 +50,18 @@ def test_s3_roots_are_checked_and_read_from_the_environment_with_their_colon(mon
             normalized_roots([bad])
     monkeypatch.setenv("CKPT_ALLOWED_SAVEPOINT_ROOTS", "/data/sp:s3://team-bucket/sp")
     assert env_roots("CKPT_ALLOWED_SAVEPOINT_ROOTS") == ("/data/sp", "s3://team-bucket/sp")
+
+
+def test_the_bundled_dags_worker_roots_take_an_s3_root_from_the_deployment(monkeypatch, tmp_path):
+    """The example DAGs' savepoint_dir: roots read in the worker (example_savepoint_roots),
+    where the deployment's $CKPT_ALLOWED_SAVEPOINT_ROOTS may name an S3 prefix."""
+    from airflow_checkpoint_provider.params import check_run_params, example_savepoint_roots
+
+    monkeypatch.setenv("CKPT_EXAMPLE_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("CKPT_ALLOWED_SAVEPOINT_ROOTS", "s3://team-bucket/savepoints")
+    schemas = {"savepoint_dir": directory_param("savepoint directory")}
+    check_run_params({"savepoint_dir": "s3://team-bucket/savepoints/orders"}, schemas,
+                     {"savepoint_dir": example_savepoint_roots})
+    with pytest.raises(DirectoryNotAllowedError, match="s3://team-bucket/savepoints"):
+        check_run_params({"savepoint_dir": "s3://other/savepoints"}, schemas,
+                         {"savepoint_dir": example_savepoint_roots})
