@@ -159,11 +159,13 @@ def main(argv=None) -> int:
             r["rep"] = rep
             runs.append(r)
             print(json.dumps(r), flush=True)
-    med = {}
-    for mode in MODES:
-        walls = sorted(r["wall_s"] for r in runs if r["mode"] == mode)
-        med[mode] = walls[len(walls) // 2]
-    summary = {"median_wall_s": med, "default_over_off": round(med["default"] / med["off"], 2)}
+    med: dict = {}
+    for mode in MODES:  # finished runs only: a driver that died at start measured nothing
+        walls = sorted(r["wall_s"] for r in runs if r["mode"] == mode
+                       and r["status"] == "FINISHED")
+        med[mode] = walls[len(walls) // 2] if walls else None
+    ratio = round(med["default"] / med["off"], 2) if med["default"] and med["off"] else None
+    summary = {"median_wall_s": med, "default_over_off": ratio}
     print(json.dumps(summary), flush=True)
     os.makedirs(args.results_dir, exist_ok=True)
     path = os.path.join(args.results_dir, "debloat_multi_branch.json")
