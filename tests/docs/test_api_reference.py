@@ -67,6 +67,7 @@ def test_the_api_page_renders_no_raw_sphinx_role(built_site):
         text = PRE.sub("", page.read_text())  # code listings may quote a docstring
         raw = RAW_ROLE.findall(text)
         assert not raw, f"{page.relative_to(site)}: {len(raw)} raw Sphinx roles, e.g. {raw[:3]}"
+        assert "&lt;autoref" not in text, f"{page.relative_to(site)}: a cross-reference was escaped"
     api = pages[0].read_text()
     assert 'class="autorefs autorefs-internal"' in api, "the roles became links"
 
