@@ -4,8 +4,11 @@ check_conf -> (a CDC pipeline) green's replication slot copied from blue's -> ha
 snapshot of blue (a savepoint, or its latest checkpoint: ``handover``) -> pre-flight (green's
 pipeline must restore it) -> start green from it (fenced with ``exactly_once``: it publishes
 nothing) -> stability gate (:class:`StabilityGate`) -> optional human approval -> cut-over:
-blue stops (``cutover``) and green restores blue's final snapshot in place (``in_place``,
-``promote_green``), or, when that is off or refused, the fenced green ends and is submitted
+blue stops (``cutover``) and green restores blue's final snapshot in place (``in_place``),
+in one deferrable step for a savepoint cut-over (``stop_blue``,
+:class:`~airflow_checkpoint_provider.operators.cutover.CutOverOperator`; for a last-state
+cut-over ``promote_green`` promotes),
+or, when that is off or refused, the fenced green ends and is submitted
 again unfenced from it (``preflight_final``, ``end_validation``, ``go_live``). Any failure
 once green may run cancels green (``cancel_green``); ``keep_blue`` says what happened and
 fails if blue is not running any more, naming its latest snapshot.
@@ -28,13 +31,11 @@ from airflow_checkpoint_provider.engine.client import JobStatus
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
 from airflow_checkpoint_provider.operators.cdc import CopyCdcSlotsOperator
 from airflow_checkpoint_provider.operators.control import CancelJobOperator
+from airflow_checkpoint_provider.operators.cutover import CutOverOperator
 from airflow_checkpoint_provider.operators.promote import PromoteInPlaceOperator
 from airflow_checkpoint_provider.operators.stability import StabilityGateOperator
 from airflow_checkpoint_provider.operators.submit import SubmitCheckpointedJobOperator
-from airflow_checkpoint_provider.operators.upgrade import (
-    HandoverSnapshotOperator,
-    StopForUpgradeOperator,
-)
+from airflow_checkpoint_provider.operators.upgrade import HandoverSnapshotOperator
 from airflow_checkpoint_provider.operators.verify import VerifyRestoreOperator
 from airflow_checkpoint_provider.workflows.choices import (
     ConnectionChoice,
@@ -96,9 +97,9 @@ class StabilityGate:
     def params(self) -> dict[str, Param]:
         def optional(default: float | None, maximum: float, description: str,
                      exclusive: bool = False) -> Param:
-            low = {"exclusiveMinimum": 0} if exclusive else {"minimum": 0}
-            return Param(default, type=["null", "number"], **low, maximum=maximum,
-                         description=description)
+            schema: dict[str, Any] = {"type": ["null", "number"], "maximum": maximum,
+                                      ("exclusiveMinimum" if exclusive else "minimum"): 0}
+            return Param(default, description=description, **schema)
 
         return {
             "gate_window_s": Param(self.window_s, type="number", exclusiveMinimum=0,
@@ -270,8 +271,12 @@ def blue_green_upgrade(
             # a rejection abandons the upgrade like a failed gate: green cancelled, run failed
             fail_on_reject=True, response_timeout=timedelta(hours=24))
         no_approval_needed = EmptyOperator(task_id="no_approval_needed")
-        stop_blue = StopForUpgradeOperator(
+        # the cut-over in one deferral: blue stops with a savepoint and (exactly-once, in
+        # place) the fenced green restores it the moment it completed and commits at once;
+        # no Airflow task hand-over between blue's last commit and green's first
+        stop_blue = CutOverOperator(
             task_id="stop_blue", **CONTROL_RETRIES, job="{{ params.blue_job }}",
+            green_job=green_job_id, promote="{{ params.exactly_once and params.in_place }}",
             upgrade_mode="{{ params.cutover }}",
             max_checkpoint_age="{{ params.max_checkpoint_age_s }}",
             directory="{{ params.savepoint_dir }}", deferrable=True,
@@ -285,6 +290,8 @@ def blue_green_upgrade(
         promote_green = PromoteInPlaceOperator(
             task_id="promote_green", **CONTROL_RETRIES, job=green_job_id,
             snapshot="{{ ti.xcom_pull(task_ids='stop_blue') }}", enabled="{{ params.in_place }}",
+            # what stop_blue's cut-over did (True/False); None: promote here (last-state)
+            promoted_by="{{ ti.xcom_pull(task_ids='stop_blue', key='promoted') }}",
             deferrable=True)
         # the old path only when green was not promoted in place (skips end_validation, go_live)
         needs_resubmit = ShortCircuitOperator(

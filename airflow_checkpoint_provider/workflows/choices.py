@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Param, TaskGroup, task
@@ -239,7 +240,10 @@ def check_conf_task(params: Mapping[str, Param], directories: Mapping[str, Roots
             extra(params)
 
     check_conf.author_params = schemas  # type: ignore[attr-defined]
-    return task(task_id="check_conf")(check_conf)()
+    # a pure check: retried at once when Airflow loses the try (a lost task instance under
+    # load failed the whole run at its first task)
+    return task(task_id="check_conf", retries=2,
+                retry_delay=timedelta(seconds=1))(check_conf)()
 
 
 def workflow_group(dag: DAG, group_id: str, tooltip: str,
@@ -249,6 +253,7 @@ def workflow_group(dag: DAG, group_id: str, tooltip: str,
     reaches every operator of the group (fixed here, never templated)."""
     from airflow_checkpoint_provider.ownership import allowed_dags
 
-    owners = sorted(allowed_dags(allowed_owner_dags))
+    owners: dict[str, Any] = {"allowed_owner_dags": sorted(allowed_dags(allowed_owner_dags))}
+    # TaskGroup's attrs converter types default_args as a type variable mypy cannot bind
     return TaskGroup(group_id, dag=dag, tooltip=tooltip, prefix_group_id=False,
-                     default_args={"allowed_owner_dags": owners})
+                     default_args=owners)  # type: ignore[arg-type]

@@ -44,8 +44,10 @@ from airflow_checkpoint_provider.workflows.choices import (
 )
 
 #: Control tasks are idempotent (a retry waits for its earlier try's request): they retry
-#: through Airflow's own faults, e.g. a deferral race that marks a finished try failed.
-CONTROL_RETRIES: dict[str, Any] = {"retries": 2, "retry_delay": timedelta(seconds=5)}
+#: through Airflow's own faults, e.g. a deferral race that marks a finished try failed
+#: (``404 Task Instance not found``), at once: a retry re-attaches, it asks nothing again,
+#: and each second of delay on a stop or a cut-over is a second of output gap.
+CONTROL_RETRIES: dict[str, Any] = {"retries": 2, "retry_delay": timedelta(seconds=1)}
 RUNNERS = ("spark", "local")
 
 
