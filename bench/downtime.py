@@ -39,7 +39,9 @@ merges the runs into ``bench/results/downtime.json`` (per runner and scenario, w
 command and date), from which ``bench/write_benchmarks.py`` renders the section
 (``bench/downtime_report.py``). ``--from-logs LOG ... --record`` merges the runs a
 (possibly interrupted) run printed, with ``--command`` and ``--measured-on`` saying how and
-when they were measured.
+when they were measured; with ``--runner airflow`` those are the lines the real-deployment
+test printed (``tests/deploy/test_postgres_blue_green_deployment.py``, ``pytest -s``: the
+cut-over through Airflow, issue 54).
 """
 
 from __future__ import annotations
@@ -330,7 +332,8 @@ def table(results: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--runner", default="local", choices=["local", "spark"])
+    # airflow: only with --from-logs --record (the runs tests/deploy printed)
+    ap.add_argument("--runner", default="local", choices=["local", "spark", "airflow"])
     ap.add_argument("--master", default=None, help="Spark master (runner spark)")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--reps", type=int, default=2)
@@ -353,6 +356,8 @@ def main() -> None:
                     help="with --record: the date (YYYY-MM-DD) of the logged runs")
     ap.add_argument("--results-dir", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
+    if args.runner == "airflow" and not args.from_logs:
+        ap.error("--runner airflow records the runs tests/deploy printed: use --from-logs")
     if args.from_logs:
         results = results_from_logs(args.from_logs)
         print(table(results))
@@ -361,7 +366,10 @@ def main() -> None:
                 ap.error("--record needs --command and --measured-on")
             merge(os.path.join(args.results_dir, RESULTS_NAME),
                   "cluster" if args.cluster else args.runner, results, command=args.command,
-                  records=args.records, rate=args.rate, measured_on=args.measured_on)
+                  # the deployment test's input is its own (unbounded, 50 records/s)
+                  records=0 if args.runner == "airflow" else args.records,
+                  rate=0 if args.runner == "airflow" else args.rate,
+                  measured_on=args.measured_on)
         return
     cluster = None
     if args.cluster:

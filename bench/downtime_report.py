@@ -61,7 +61,22 @@ RUNNERS = {
     "local": "local runner",
     "spark": "Spark runner, local master",
     "cluster": "Spark standalone cluster",
+    "airflow": "real deployment through Airflow",
 }
+#: what the ``airflow`` runner's runs are (tests/deploy prints them, ``bench/downtime.py
+#: --from-logs LOG --record --runner airflow`` merges them)
+AIRFLOW_METHOD = (
+    "Through Airflow (issue 54): `tests/deploy/test_postgres_blue_green_deployment.py` "
+    "(`pytest -s`) -- Airflow 3 as separate processes (api-server, scheduler, dag-processor, "
+    "triggerer; LocalExecutor), the `blue_green_upgrade` DAG triggered and approved over the "
+    "REST API, blue and green at parallelism 3 on the Spark standalone cluster with 1 s "
+    "checkpoints into two PostgreSQL 2PC sinks. **Output gap** = the first sample of the sink "
+    "table (every 0.5 s) showing green's rows minus the first showing blue's last row (what "
+    "a reader sees); **stop** = blue's stop request to SUCCEEDED; **slots + restore** = "
+    "green's PROMOTE request to SUCCEEDED; **first commit after RUNNING** = PROMOTE "
+    "SUCCEEDED to green's first row seen. The load column is the 1-minute load average at "
+    "the cut-over (2 cores shared with other work)."
+)
 
 METHOD = [
     "The `versioned_sum` example (keyed running sum, FileSink, checkpoints every 500 ms), every "
@@ -271,6 +286,16 @@ def render_doc(doc: dict | None) -> list[str]:
             lines += ["", *_targets(doc, block)]
             continue
         where = RUNNERS.get(key, key)
+        if key == "airflow":
+            lines += [f"### {where.capitalize()}", "", AIRFLOW_METHOD, ""]
+            lines += _table(AFTER, scenarios, LABELS, single=False, bold_after=True)
+            loads = [r["load"] for sc in scenarios.values() for r in sc["runs"]
+                     if r.get("load") is not None]
+            if loads:
+                lines += ["", f"Load average (1 min) at the cut-overs: "
+                          f"{min(loads):.0f}-{max(loads):.0f}."]
+            lines += ["", *_note(doc, "airflow_after")]
+            continue
         if any(n in scenarios for n in BEFORE):
             lines += [f"### Before: the old paths ({where})", ""]
             lines += _table(BEFORE, scenarios, LABELS, single=False, bold_after=False)

@@ -257,3 +257,27 @@ def cutover_breakdown(airflow, store: MetadataStore, dag_id: str, run_id: str, *
     rows = sorted((t - blue_last, what) for t, what in events
                   if t is not None and lo <= t <= hi)
     return "\n".join(f"  {dt:+7.2f} s  {what}" for dt, what in rows)
+
+
+def cutover_figures(store: MetadataStore, *, blue: str, green: str, blue_last: float,
+                    green_first: float) -> dict:
+    """One run of the blue-green cut-over through Airflow as ``bench/downtime.py`` records
+    it (``--from-logs LOG --record --runner airflow``; see bench/downtime_report.py): the
+    output gap and its parts, in seconds, and the 1-minute load average."""
+    def last(job: str, action: str):
+        found = [r for r in store.list_control_requests(job) if r.action == action]
+        return max(found, key=lambda r: r.created_at) if found else None
+
+    stop, promote = last(blue, "STOP_WITH_SAVEPOINT"), last(green, "PROMOTE")
+    figures: dict = {"output_gap": round(green_first - blue_last, 3),
+                     "load": round(os.getloadavg()[0], 1)}
+    if stop is not None:
+        figures["stop"] = round((stop.updated_at - stop.created_at).total_seconds(), 3)
+    if promote is not None:
+        figures["slots"] = round((promote.updated_at - promote.created_at).total_seconds(), 3)
+        figures["first_commit_after_running"] = round(
+            green_first - promote.updated_at.timestamp(), 3)
+        if stop is not None:
+            figures["processing_gap"] = round(
+                (promote.updated_at - stop.created_at).total_seconds(), 3)
+    return figures

@@ -23,6 +23,7 @@ Bounded: about 5-8 minutes on this machine.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -34,6 +35,7 @@ from deploy_support import (
     RUN_TIMEOUT_S,
     cancel_active_jobs,
     cutover_breakdown,
+    cutover_figures,
     extra_spark_worker,
     wait_first_checkpoint,
     wait_job,
@@ -234,6 +236,14 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
         print(f"cut-over breakdown (load average {os.getloadavg()[0]:.1f}):\n"
               + cutover_breakdown(dep.airflow, store, DAG, run, blue=blue, green=green,
                                   blue_last=ends[0], green_first=ends[1]))
+        # the line bench/downtime.py --from-logs LOG --record --runner airflow merges
+        duplicates = sum(d for _, d, _ in counts.values())
+        missing = sum(m for _, _, m in counts.values())
+        figures = cutover_figures(store, blue=blue, green=green, blue_last=ends[0],
+                                  green_first=ends[1])
+        print("blue-green-in-place 0 " + json.dumps(
+            {**figures, "lost": missing, "duplicated": duplicates, "unexpected": 0,
+             "rows": counts[TABLES[0]][0], "dag_s": round(dag_s, 1)}))
     assert fenced_max <= FENCED_BOUND, fenced_max
     assert overall_max < 50, overall_max
     assert slots == [], slots
