@@ -1,0 +1,76 @@
+"""What every runner of bench/peers shares, importable from any peer's venv (stdlib only):
+the input, the same records as the engine's ``GeneratorSource(n, num_keys=k, seed=1)``
+(a test checks it), and how a runner reports its run (one JSON line on stdout)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+_MASK = (1 << 64) - 1
+SEED = 1
+
+
+def mix64(x: int) -> int:
+    """SplitMix64 finaliser, as engine.connectors.generator.mix64."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def record(i: int, keys: int) -> tuple[str, int]:
+    """Record ``i``'s key (``"k<n>"``) and value, as ``GeneratorSource(seed=1).record(i)``."""
+    h = mix64(SEED * 0x100000001B3 + i)
+    return f"k{h % keys}", (h >> 32) % 100
+
+
+class Records:
+    """The ``n`` records as ``(key, value)`` tuples, generated while iterated (a source's own
+    work, as the engine's generator does it), re-iterable."""
+
+    def __init__(self, n: int, keys: int) -> None:
+        self.n, self.keys = n, keys
+
+    def __iter__(self):
+        keys = self.keys
+        for i in range(self.n):
+            yield record(i, keys)
+
+
+def expected_sum(n: int, keys: int) -> int:
+    """The sum of all values: the aggregate's check."""
+    return sum(record(i, keys)[1] for i in range(n))
+
+
+def parse(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", choices=("per_record", "aggregate"), required=True)
+    ap.add_argument("--records", type=int, required=True)
+    ap.add_argument("--keys", type=int, required=True)
+    ap.add_argument("--state-dir", required=True)
+    ap.add_argument("--interval-ms", type=int, default=1000)
+    ap.add_argument("--bootstrap", help="Kafka bootstrap servers (Quix Streams)")
+    ap.add_argument("--topic", help="the input topic (Quix Streams)")
+    return ap.parse_args(argv)
+
+
+class Timer:
+    """The wall time of the job itself (imports and set-up excluded; the marginal rate
+    cancels what is left of start-up)."""
+
+    def __enter__(self) -> Timer:
+        self.t0 = time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall_s = time.monotonic() - self.t0
+
+
+def report(args: argparse.Namespace, wall_s: float, outputs: int, ok: bool, **extra) -> None:
+    """The runner's one line: the driver reads the last line of stdout."""
+    print(json.dumps({"workload": args.workload, "records": args.records, "wall_s": wall_s,
+                      "outputs": outputs, "ok": ok, **extra}), flush=True)
+    sys.exit(0 if ok else 3)

