@@ -182,6 +182,21 @@ def summarize(runs: list[dict]) -> list[dict]:
     return out
 
 
+def _commit(tree: str) -> str | None:
+    """The commit checked out at ``tree`` (short), or None outside git."""
+    out = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _shown(arg: str, trees: list) -> str:
+    """A command-line argument as the page shows it: a tree path becomes its commit."""
+    for label, tree in trees:
+        if arg == f"{label}={tree}":
+            return f"{label}=<checkout of {_commit(tree) or tree}>"
+    return arg
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", default="150000,450000",
@@ -238,9 +253,11 @@ def main(argv=None) -> int:
     write_results(args.results_dir, RESULT, {
         "keys": args.keys, "records": sizes, "interval_ms": args.interval_ms,
         "sink": args.sink, "cpu": args.cpu, "summary": summary, "runs": runs,
-        # the runs pin themselves (--cpu): the script itself runs unpinned
-        "command": " ".join([".venv/bin/python", "bench/per_record.py",
-                             *(argv if argv is not None else sys.argv[1:])])})
+        "trees": {label: _commit(tree) for label, tree in trees},
+        # the runs pin themselves (--cpu): the script itself runs unpinned; a tree's path is
+        # shown as the commit it had checked out
+        "command": " ".join([".venv/bin/python", "bench/per_record.py", *(
+            _shown(a, trees) for a in (argv if argv is not None else sys.argv[1:]))])})
     if args.write_md:
         subprocess.run([sys.executable, os.path.join(HERE, "write_benchmarks.py"),
                         "--results-dir", args.results_dir], check=True)

@@ -15,7 +15,9 @@ def render(data: dict | None) -> list[str]:
     rows = []
     for s in data["summary"]:
         target = TARGETS.get(s["backend"])
-        rows.append([s["backend"], s["tree"], fmt(s["rate"]), fmt(s["records_per_cpu_s"]),
+        commit = (data.get("trees") or {}).get(s["tree"])
+        rows.append([s["backend"], f"{s['tree']} ({commit})" if commit else s["tree"],
+                     fmt(s["rate"]), fmt(s["records_per_cpu_s"]),
                      s["reps"], fmt(target),
                      ", ".join(f"{x:.1f}" for x in s["loads"])])
     n1, n2 = data["records"]
@@ -35,6 +37,6 @@ def render(data: dict | None) -> list[str]:
 def row_load(data: dict, cells: list[str]) -> float | None:
     """The highest 1-minute load average at the start of a row's runs."""
     for s in data["summary"]:
-        if [s["backend"], s["tree"]] == cells[:2]:
+        if cells[0] == s["backend"] and cells[1].split(" (")[0] == s["tree"]:
             return max(s["loads"], default=None)
     return None
