@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-engine test test-full lint docs docs-picture venv clean check-java check-postgres check-chromium bench stack bench-nexmark chaos
+.PHONY: demo demo-engine test test-full lint docs docs-picture venv clean check-java check-postgres check-chromium bench stack bench-nexmark bench-peers chaos
 
 # a line every 10 s while a long step runs (tools/heartbeat.py: the system Python's stdlib)
 BEAT   := $(PYTHON) tools/heartbeat.py
@@ -108,6 +108,22 @@ $(FLINK_VENV)/.installed:
 
 bench-nexmark: venv check-java $(FLINK_VENV)/.installed
 	$(PY) bench/nexmark/run.py --flink-python $(abspath $(FLINK_VENV))/bin/python --write-md $(NEXMARK_ARGS)
+
+# The Python peers side by side with ours on one pinned core (BENCHMARKS.md, "The Python peers
+# on one core"; bench/peers/run.py). Each peer in a venv of its own under build/peers (pinned
+# versions; kept out of the project's venv), created if missing; Quix Streams runs on the Tansu
+# broker of the dev extra. PEERS_ARGS: e.g. --records 40000,120000 --reps 2 for a short pass.
+PEERS_DIR ?= build/peers
+PEERS_ARGS ?=
+PEER_PINS := bytewax==0.21.1 quixstreams==3.28.1 pathway==0.33.0
+
+$(PEERS_DIR)/%/.installed: | venv
+	$(UV) venv --quiet --python $(PYTHON) $(PEERS_DIR)/$*
+	VIRTUAL_ENV=$(abspath $(PEERS_DIR)/$*) $(UV) pip install --quiet $(filter $*==%,$(PEER_PINS))
+	@touch $@
+
+bench-peers: venv $(foreach p,$(PEER_PINS),$(PEERS_DIR)/$(firstword $(subst ==, ,$(p)))/.installed)
+	$(PY) bench/peers/run.py --peers-dir $(abspath $(PEERS_DIR)) --write-md $(PEERS_ARGS)
 
 # ruff (with a complexity bound) on everything; mypy on the engine's public API and seams.
 ENGINE := airflow_checkpoint_provider/engine

@@ -252,6 +252,13 @@ def _section(fn):
     return render
 
 
+def _peers_report():
+    sys.path.insert(0, ROOT)
+    import bench.peers.report
+
+    return bench.peers.report
+
+
 def _nexmark(r):
     sys.path.insert(0, ROOT)
     from bench.nexmark.report import render
@@ -359,6 +366,22 @@ FAMILIES = [
                 f"between {d['records'][0]:,} and {d['records'][1]:,} records; records per "
                 "CPU-second: the same difference over the CPU time of the job's processes (the "
                 "check that holds on a loaded machine). Engine trees measured interleaved."),
+    Family("The Python peers on one core", "peers.json",
+           lambda r: _peers_report().render(r.load("peers.json")),
+           peer="Bytewax, Quix Streams and Pathway",
+           columns=["workload", "engine", "marginal rate (rec/s)", "records per CPU-second",
+                    "ours / peer", "reps"],
+           row_load=lambda d, b: _peers_report().row_load(d, b),
+           what=lambda d: f"{d['keys']:,} keys, the same generated input for every engine, "
+                f"checkpointing or persistence on at each engine's recommended setting every "
+                f"{d['interval_ms']:,} ms (ours: heap; Bytewax: SQLite recovery; Quix Streams: "
+                "RocksDB + changelog topics, exactly-once, on a Tansu Kafka-protocol broker; "
+                "Pathway: filesystem persistence); every process of every engine, the broker "
+                f"included, pinned to CPU {d['cpu']}, engines interleaved. Rate: the marginal "
+                f"rate between {d['records'][0]:,} and {d['records'][1]:,} records; records "
+                "per CPU-second: the same difference over the CPU time of the run's processes "
+                "(the broker's included for Quix). `make bench-peers` installs the peers."
+                + _peers_report().not_run(d)),
     Family("Job master CPU with checkpoints every second", "jobmaster_overhead.json",
            lambda r: __import__("jobmaster_overhead").render(r.load("jobmaster_overhead.json")),
            what=lambda d: f"CPU of the job master's process (its loop, the metadata writer, the "

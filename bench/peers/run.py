@@ -51,6 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
 RESULT = "peers.json"
+DEFAULT_PEERS_DIR = os.path.join(ROOT, "build", "peers")
 
 #: engine -> (runner script, venv folder under --peers-dir or None for the project's, label)
 ENGINES = {
@@ -234,6 +235,16 @@ def summarize(runs: list[dict]) -> list[dict]:
     return out
 
 
+def command(argv: list[str], args) -> str:
+    """The command that reproduces the run: its arguments, but ``--peers-dir`` when it
+    names the default (the folder make bench-peers installs into)."""
+    argv = list(argv)
+    if "--peers-dir" in argv and os.path.abspath(args.peers_dir) == DEFAULT_PEERS_DIR:
+        i = argv.index("--peers-dir")
+        del argv[i:i + 2]
+    return " ".join([".venv/bin/python", "bench/peers/run.py", *argv])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", default="150000,450000",
@@ -244,7 +255,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workloads", default="per_record,aggregate")
     ap.add_argument("--interval-ms", type=int, default=1000)
     ap.add_argument("--cpu", default="1", help="taskset -c of every run ('' to not pin)")
-    ap.add_argument("--peers-dir", default=os.path.join(ROOT, "build", "peers"),
+    ap.add_argument("--peers-dir", default=DEFAULT_PEERS_DIR,
                     help="the peers' venvs (make bench-peers creates them)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     ap.add_argument("--results-dir", default=os.path.join(BENCH, "results"))
@@ -300,8 +311,7 @@ def main(argv=None) -> int:
         "engines": {e: ENGINES[e][2] for e in engines}, "not_run": [
             [w, e] for w in workloads for e in engines if not supports(e, w)],
         "summary": summary, "runs": runs,
-        "command": " ".join([".venv/bin/python", "bench/peers/run.py",
-                             *(argv if argv is not None else sys.argv[1:])])})
+        "command": command(argv if argv is not None else sys.argv[1:], args)})
     if args.write_md:
         subprocess.run([sys.executable, os.path.join(BENCH, "write_benchmarks.py"),
                         "--results-dir", args.results_dir], check=True)

@@ -1,0 +1,62 @@
+"""BENCHMARKS.md's section of bench/peers/run.py (peers.json): the Python peers side by side
+with our engine on one pinned core, per workload."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from report_common import fmt, table  # noqa: E402
+
+from bench.peers.run import FORMS, WORKLOADS  # noqa: E402
+
+
+def _engine_cell(data: dict, workload: str, engine: str) -> str:
+    return f"{data['engines'].get(engine, engine)} {FORMS.get((engine, workload), '')}".strip()
+
+
+def rows(data: dict) -> list[list]:
+    out = []
+    order = list(data["engines"])
+    for s in sorted(data["summary"], key=lambda s: (list(WORKLOADS).index(s["workload"]),
+                                                    order.index(s["engine"]))):
+        ratio = s.get("ours_over_peer")
+        out.append([WORKLOADS[s["workload"]], _engine_cell(data, s["workload"], s["engine"]),
+                    fmt(s["rate"]), fmt(s["records_per_cpu_s"]),
+                    "" if ratio is None else f"{ratio:.1f}x", s["reps"]])
+    return out
+
+
+def not_run(data: dict) -> str:
+    """The sentence naming the engine/workload pairs with no form (not in the table)."""
+    pairs = [f"{data['engines'].get(e, e).split(' (')[0]} on the {w.replace('_', '-')} "
+             "workload" for w, e in data.get("not_run", [])]
+    return (" Not run, for want of a form of that workload in the engine: "
+            + ", ".join(pairs) + ".") if pairs else ""
+
+
+def render(data: dict | None) -> list[str]:
+    if not data:
+        return []
+    n1, n2 = data["records"]
+    return ["## The Python peers on one core", "",
+            f"Command: `{data['command']}`", "",
+            f"{data['keys']:,} keys, the same generated input for every engine; every process "
+            f"of every engine (the Kafka-protocol broker of Quix Streams included, its CPU "
+            f"counted) pinned to CPU {data['cpu']}; engines interleaved in each repetition. "
+            f"Rate: the marginal rate between {n1:,} and {n2:,} records (start-up cancels), "
+            "median over the repetitions; records per CPU-second: the same difference over the "
+            "CPU time of the run's processes; ours / peer: the median of the same repetition's "
+            "ratios." + not_run(data), "",
+            *table(["workload", "engine", "marginal rate (rec/s)", "records per CPU-second",
+                    "ours / peer", "reps"], rows(data)), ""]
+
+
+def row_load(data: dict, cells: list[str]) -> float | None:
+    """The highest 1-minute load average at the start of a row's runs."""
+    for s in data["summary"]:
+        if [WORKLOADS[s["workload"]], _engine_cell(data, s["workload"], s["engine"])] == cells[:2]:
+            return max(s["loads"], default=None)
+    return None
