@@ -163,3 +163,26 @@ def test_kafka_job_cut_over_once_green_caught_up_is_exactly_once(
           f"read_committed, duplicates {duplicates}, missing {missing}")
     assert (duplicates, missing) == (0, 0)
     assert {r["version"] for r in rows} == {"v1", "v2"}  # both published, one after the other
+
+
+@pytest.mark.parametrize(("param", "value"), [
+    ("max_lag", -1), ("max_lag", 10**12), ("caught_up_for_s", 10**9),
+    ("green_pipeline", "airflow_checkpoint_provider.examples.versioned_sum:build_v2"),
+    ("job_env", {"CKPT_KAFKA_BOOTSTRAP": "evil:9092"}),  # the broker is the worker's, never conf
+])
+def test_a_runs_conf_stays_within_the_dags_bounds(airflow_db, param, value):
+    from airflow.sdk.exceptions import ParamValidationError
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    dag = DagSerialization.deserialize_dag(
+        DagSerialization.serialize_dag(airflow_db.get_dag("kafka_blue_green")))
+    with pytest.raises(ParamValidationError):
+        dag.params.deep_merge({param: value}).validate()
+
+
+def test_the_caught_up_gate_sits_between_green_start_and_the_cut_over(airflow_db):
+    dag = airflow_db.get_dag("kafka_blue_green")
+    gate = dag.get_task("caught_up")
+    assert gate.upstream_task_ids == {"start_green"}
+    assert gate.downstream_task_ids == {"stop_blue", "cancel_green"}
+    assert gate.deferrable and gate.allowed_owner_dags
