@@ -155,6 +155,11 @@ class AirflowDeployment:
         args = [os.path.join(BIN, "airflow"), component]
         if component == "api-server":
             args += ["--host", "127.0.0.1", "--port", str(self.port)]
+        elif component in ("scheduler", "triggerer"):
+            # no log server: it would listen on every interface at a fixed port (8793/8794),
+            # and two deployments at once would collide there; the tests read task logs from
+            # the files (failed_task_logs), as the api-server of one host does
+            args.append("--skip-serve-logs")
         out = open(self.log_path(component), "ab")
         self.procs[component] = subprocess.Popen(
             args, env=self.env, stdout=out, stderr=subprocess.STDOUT,
