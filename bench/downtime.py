@@ -326,7 +326,8 @@ def table(results: dict) -> str:
         lost = sum(x["lost"] for x in r["runs"])
         dup = sum(x["duplicated"] + x["unexpected"] for x in r["runs"])
         lines.append(f"| {name} | {len(r['runs'])} | " + " | ".join(
-            f"{s[c]['p50']:.1f} / {s[c]['max']:.1f}" for c in cols) + f" | {lost} / {dup} |")
+            f"{s[c]['p50']:.1f} / {s[c]['max']:.1f}" if c in s else "-"  # not measured
+            for c in cols) + f" | {lost} / {dup} |")
     return "\n".join(lines)
 
 

@@ -25,6 +25,8 @@ sys.path.insert(0, HERE)
 
 from backpressure_report import render as backpressure_section  # noqa: E402
 from cdc_report import cdc_section  # noqa: E402
+from downtime_report import AIRFLOW_FIRST as downtime_airflow_first  # noqa: E402
+from downtime_report import airflow_load as downtime_airflow_load  # noqa: E402
 from downtime_report import render as downtime_section  # noqa: E402
 from engine_report import (  # noqa: E402
     latency_medians,
@@ -437,6 +439,17 @@ FAMILIES = [
            what="Seconds from the old job's last commit to the new job's first (output gap), "
                 "the `versioned_sum` example, local runner, every job started as a deployment "
                 "starts it."),
+    Family("Cut-overs through Airflow", "downtime.json", lambda r: downtime_section(r),
+           command_re=r"Real deployment through airflow: `([^`]*)`",
+           columns=[downtime_airflow_first, "runs", "output gap p50 / max", "stop",
+                    "slots + restore", "first commit after RUNNING", "lost / duplicated"],
+           row_load=lambda data, b: downtime_airflow_load(data),
+           what="Seconds from blue's last row to green's first as a reader of the sink table "
+                "sees them (sampled every 0.5 s): the `blue_green_upgrade` DAG in a real "
+                "deployment (Airflow 3 as separate processes, the Spark standalone cluster, "
+                "parallelism 3, 1 s checkpoints into PostgreSQL 2PC sinks), approved over the "
+                "REST API; printed by `tests/deploy/test_postgres_blue_green_deployment.py` "
+                "(`pytest -s`). Stop: blue's stop request; slots + restore: green's PROMOTE."),
 ]
 
 
