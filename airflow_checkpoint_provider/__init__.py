@@ -42,7 +42,7 @@ UI_FIELD_BEHAVIOUR: dict = {
 
 #: every module of ``operators/`` (a test checks the folder against it)
 OPERATOR_MODULES = ("submit", "control", "savepoints", "verify", "cdc", "upgrade", "stability",
-                    "rollback", "promote")
+                    "rollback", "promote", "cutover")
 
 
 def get_provider_info() -> dict:
@@ -81,7 +81,7 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "Checkpointed Pipelines",
                 "python-modules": [f"{_PACKAGE}.triggers.checkpoint", f"{_PACKAGE}.triggers.events",
-                                   f"{_PACKAGE}.triggers.kafka"],
+                                   f"{_PACKAGE}.triggers.kafka", f"{_PACKAGE}.triggers.cutover"],
             }
         ],
         "connection-types": [
