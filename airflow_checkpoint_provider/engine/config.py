@@ -6,53 +6,22 @@ Names and defaults follow Flink's so that a Flink user finds them where they exp
 from __future__ import annotations
 
 import enum
-import os
-import re
 from dataclasses import dataclass, field
 
 from .errors import ConfigurationError
+from .settings import DEFAULT_MAX_FRAME_BYTES as DEFAULT_MAX_FRAME_BYTES
+from .settings import MAX_FRAME_BYTES
+from .settings import env_seconds as env_seconds
 
 #: environment variable: the largest frame (bytes) a runtime connection accepts once its peer
 #: is authenticated (read by the job master, which hands it to the slots in its
-#: authenticated handshake, and by slots started without one)
-MAX_FRAME_BYTES_ENV = "CKPT_MAX_FRAME_BYTES"
-#: The biggest legitimate frames are Arrow batches on data channels (``arrow_batch_size``
-#: rows, 65,536 by default: ~4 MiB at 64 bytes a row, 64 MiB at 1 KiB a row) and the job
-#: description each slot receives (the cloudpickled graph with the user's closures, the
-#: source split list and the restore handles: usually KiBs to a few MiB). Checkpoint acks
-#: carry handles, not state; the channel state of unaligned checkpoints goes to files.
-DEFAULT_MAX_FRAME_BYTES = 256 * 1024 * 1024
-_MIN_FRAME_LIMIT, _MAX_FRAME_LIMIT = 64 * 1024, 2**32 - 1  # the header's length is a u32
+#: authenticated handshake, and by slots started without one); declared in :mod:`.settings`
+MAX_FRAME_BYTES_ENV = MAX_FRAME_BYTES.name
 
 
 def max_frame_bytes() -> int:
     """The configured frame limit (``$CKPT_MAX_FRAME_BYTES``, default 256 MiB)."""
-    raw = os.environ.get(MAX_FRAME_BYTES_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_FRAME_BYTES
-    if not re.fullmatch(r"[0-9]{1,10}", raw) or not _MIN_FRAME_LIMIT <= int(raw) <= _MAX_FRAME_LIMIT:
-        raise ConfigurationError(
-            f"{MAX_FRAME_BYTES_ENV}={raw!r} must be a whole number of bytes between "
-            f"{_MIN_FRAME_LIMIT} and {_MAX_FRAME_LIMIT} (default {DEFAULT_MAX_FRAME_BYTES})")
-    return int(raw)
-
-
-def env_seconds(name: str, default: float) -> float:
-    """Seconds from the environment variable ``name`` (``default`` when unset or empty).
-
-    :raises ConfigurationError: naming ``name``, when the value is not a number >= 0.
-    """
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise ConfigurationError(f"{name}={raw!r} must be a number of seconds >= 0 "
-                                 f"(default {default:g})")
-    return value
+    return MAX_FRAME_BYTES.get()
 
 
 class CheckpointingMode(enum.StrEnum):

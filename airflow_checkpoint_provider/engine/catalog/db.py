@@ -20,6 +20,7 @@ from sqlalchemy.pool import StaticPool
 
 from ..errors import EngineError
 from ..private import create_private_file, makedirs_private
+from ..settings import SQLITE_BUSY_TIMEOUT
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -38,22 +39,14 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 #: tests/engine/checkpoint/test_store.py checks that it is Alembic's head.
 SCHEMA_HEAD = "0011"
 #: How long a SQLite connection waits for another writer before "database is locked"
-#: (``$CKPT_SQLITE_BUSY_TIMEOUT_S`` overrides it).
-SQLITE_BUSY_TIMEOUT_S = 30.0
-SQLITE_BUSY_TIMEOUT_ENV = "CKPT_SQLITE_BUSY_TIMEOUT_S"
+#: (``$CKPT_SQLITE_BUSY_TIMEOUT_S`` overrides it; both declared in :mod:`..settings`).
+SQLITE_BUSY_TIMEOUT_S = SQLITE_BUSY_TIMEOUT.default
+SQLITE_BUSY_TIMEOUT_ENV = SQLITE_BUSY_TIMEOUT.name
 
 
 def sqlite_busy_timeout() -> float:
     """The SQLite busy timeout in seconds (``$CKPT_SQLITE_BUSY_TIMEOUT_S``, default 30)."""
-    raw = os.environ.get(SQLITE_BUSY_TIMEOUT_ENV)
-    try:
-        value = float(raw) if raw else SQLITE_BUSY_TIMEOUT_S
-    except ValueError:
-        raise EngineError(f"${SQLITE_BUSY_TIMEOUT_ENV}={raw!r} is not a number of seconds") \
-            from None
-    if not 0 < value < 86400:
-        raise EngineError(f"${SQLITE_BUSY_TIMEOUT_ENV}={raw!r} must be between 0 and 86400 s")
-    return value
+    return SQLITE_BUSY_TIMEOUT.get()
 #: Attempts of a transaction that fails with a transient error (lock, serialization, dropped
 #: connection), with exponential backoff starting at ``RETRY_BASE_DELAY_S``.
 RETRY_ATTEMPTS = 5

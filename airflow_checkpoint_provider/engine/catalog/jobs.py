@@ -9,8 +9,9 @@ from sqlalchemy import Connection, and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ..config import env_seconds
 from ..errors import JobIdInUseError, JobLostError, JobNameInUseError
+from ..settings import DEFAULT_HEARTBEAT_TIMEOUT_S as DEFAULT_HEARTBEAT_TIMEOUT_S
+from ..settings import HEARTBEAT_TIMEOUT
 from .base import CatalogDB, job_row
 from .db import MIN_JOB_ID_PREFIX, _choice
 from .driver import driver_is_gone, this_process
@@ -35,14 +36,14 @@ log = logging.getLogger(__name__)
 #: job states in which a job may still run (the rest are terminal); at most one job per name
 #: is in one of them (a partial unique index, see :data:`.models.LIVE_JOB_STATUSES`)
 ACTIVE_JOB_STATUSES = LIVE_JOB_STATUSES
-#: seconds without a heartbeat after which an active job is LOST (env overrides)
-HEARTBEAT_TIMEOUT_ENV = "CKPT_HEARTBEAT_TIMEOUT_S"
-DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
+#: seconds without a heartbeat after which an active job is LOST (env overrides; the
+#: variable and its default are declared in :mod:`..settings`)
+HEARTBEAT_TIMEOUT_ENV = HEARTBEAT_TIMEOUT.name
 
 
 def heartbeat_timeout() -> float:
     """The heartbeat timeout in seconds (``$CKPT_HEARTBEAT_TIMEOUT_S``, default 60)."""
-    return env_seconds(HEARTBEAT_TIMEOUT_ENV, DEFAULT_HEARTBEAT_TIMEOUT_S)
+    return HEARTBEAT_TIMEOUT.get()
 
 
 def _name_in_use(job_name: str, job_id: str, status: str,

@@ -23,9 +23,9 @@ from ..checkpoint.outcomes import TaskAck
 from ..errors import EngineError, SparkProcessLostError
 from ..plan.graph import ExecutionGraph
 from ..plan.job import JobConfig
-from ..progress import ProgressReporter
 from ..protocol import messages as M
 from .control import ControlPlane
+from .progress import ProgressReporter
 
 if TYPE_CHECKING:
     from .promote import Promoter

@@ -34,7 +34,6 @@ from ..metrics import JobMetrics, metrics_port_from_env
 from ..names import ensure_under, validate_job_id, validate_job_name
 from ..plan.graph import ExecutionGraph
 from ..plan.job import JobConfig, JobResult
-from ..progress import ProgressReporter
 from ..protocol import ProtocolError
 from ..protocol import frames as P
 from ..protocol import messages as M
@@ -44,6 +43,7 @@ from . import fencing, standby
 from .control import ControlPlane
 from .failures import Failover, JobEnd
 from .fencing import check_job_start, claim_before_restore, discard_held
+from .progress import ProgressReporter
 from .promote import Promoter
 from .restore_plan import RestorePlanner
 

@@ -39,7 +39,7 @@ import uuid
 import weakref
 
 from ..errors import ConfigurationError, SlotsNotReleasedError, SparkProcessLostError
-from ..runtime.slot import ORPHAN_EXIT_SECONDS
+from ..settings import SLOT_ORPHAN_EXIT
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +125,7 @@ def make_slot_function(
         from airflow_checkpoint_provider.engine.runners.spark_launcher import (
             note_slot_process,
         )
-        from airflow_checkpoint_provider.engine.runtime.slot import (
-            ORPHAN_EXIT_SECONDS,
-            run_slot,
-        )
+        from airflow_checkpoint_provider.engine.runtime.slot import run_slot
 
         ctx = BarrierTaskContext.get()
         slot = ctx.partitionId()
@@ -171,7 +168,7 @@ def make_slot_function(
                 advertise_host=advertise,
                 placement=placement,
                 secret=secret,
-                orphan_exit=ORPHAN_EXIT_SECONDS,
+                orphan_exit=SLOT_ORPHAN_EXIT.get(),
             )
         finally:
             if note is not None:
@@ -349,8 +346,8 @@ class SparkBarrierLauncher:
                 f"the previous attempt's barrier stage still runs on {self.sc.master} after "
                 f"{time.monotonic() - t0:.0f} s ({stages}), so attempt {attempt} would not get "
                 f"its {num_slots} slots at once; a slot stuck in user code ends its process "
-                f"{ORPHAN_EXIT_SECONDS:.0f} s after it lost the coordinator "
-                "(CKPT_SLOT_ORPHAN_EXIT_SECONDS), check the executors' logs"
+                f"{SLOT_ORPHAN_EXIT.get():.0f} s after it lost the coordinator "
+                f"({SLOT_ORPHAN_EXIT.name}), check the executors' logs"
             )
         run = _StageRun(group=f"ckpt-{uuid.uuid4().hex[:12]}-a{attempt}")
         # the job secret travels in the stage's closure (Spark's own RPC; enable

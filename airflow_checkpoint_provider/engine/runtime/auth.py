@@ -34,7 +34,6 @@ import collections
 import hashlib
 import hmac
 import logging
-import os
 import secrets
 import socket
 import struct
@@ -44,11 +43,12 @@ from collections.abc import Callable
 
 from ..protocol import frames as P
 from ..protocol.errors import AuthenticationError, ProtocolError
+from ..settings import JOB_SECRET
 
 log = logging.getLogger(__name__)
 
 #: environment variable carrying the job secret (hex) to local slot processes
-SECRET_ENV = "CKPT_JOB_SECRET"
+SECRET_ENV = JOB_SECRET.name
 #: the whole handshake must end within this many seconds (not per read)
 HANDSHAKE_TIMEOUT_S = 10.0
 #: connections of one listener in their handshake at once (at least twice the job's slots)
@@ -65,7 +65,7 @@ def new_secret() -> bytes:
 def secret_from_env() -> bytes | None:
     """The secret handed to this slot process; removed from the environment so child
     processes (user code) do not inherit it."""
-    value = os.environ.pop(SECRET_ENV, None)
+    value = JOB_SECRET.take()
     return bytes.fromhex(value) if value else None
 
 

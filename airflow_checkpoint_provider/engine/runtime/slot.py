@@ -34,12 +34,12 @@ from typing import Any
 
 import cloudpickle
 
-from ..config import env_seconds
 from ..plan.graph import FORWARD, ExecutionGraph, channels_for_input
 from ..protocol import ProtocolError
 from ..protocol import frames as P
 from ..protocol import messages as M
 from ..serialization import unpack_records, unpackb
+from ..settings import LOG_LEVEL, SLOT_ORPHAN_EXIT
 from .auth import (
     MAX_PENDING_HANDSHAKES,
     connect_authenticated,
@@ -65,10 +65,9 @@ class SlotAborted(Exception):
     """The coordinator went away; the slot stops."""
 
 
-#: a slot whose coordinator is gone (its control connection closed, or TCP keepalive found
-#: the driver's host unreachable) ends its process after this many seconds if it has not
-#: ended by itself: a task stuck in user code must not hold a Spark core (or a process)
-ORPHAN_EXIT_SECONDS = env_seconds("CKPT_SLOT_ORPHAN_EXIT_SECONDS", 5.0)
+# a slot whose coordinator is gone (its control connection closed, or TCP keepalive found
+# the driver's host unreachable) ends its process after settings.SLOT_ORPHAN_EXIT seconds
+# if it has not ended by itself: a task stuck in user code must not hold a Spark core
 #: exit code of a slot process ended that way
 ORPHAN_EXIT_CODE = 75
 #: TCP keepalive of the control connection: idle seconds, probe interval, probes
@@ -415,12 +414,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to write the traceback if the slot fails (read by the "
                              "launcher into the job's failure reason)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("CKPT_LOG_LEVEL", "WARNING"),
+    logging.basicConfig(level=LOG_LEVEL.get(),
                         format="%(asctime)s %(levelname)s slot-" + str(args.slot) + " %(name)s: %(message)s")
     host, port = args.coordinator.rsplit(":", 1)
     try:
         run_slot(args.slot, args.attempt, (host, int(port)), bind_host=args.bind_host,
-                 secret=secret_from_env(), orphan_exit=ORPHAN_EXIT_SECONDS)
+                 secret=secret_from_env(), orphan_exit=SLOT_ORPHAN_EXIT.get())
     except (SlotAborted, P.ConnectionClosed, OSError, ProtocolError) as exc:
         log.warning("slot %d ended: %s", args.slot, exc)
         note_failure(args.failure_file)
