@@ -56,19 +56,18 @@ started (they then only update the registry, which :meth:`JobMetrics.exposition`
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import start_http_server
 
-from .errors import ConfigurationError
+from .settings import METRICS_PORT
 
 log = logging.getLogger(__name__)
 
 #: Environment variable holding the metrics port of ``ckpt run`` and the runners.
-METRICS_PORT_ENV = "CKPT_METRICS_PORT"
+METRICS_PORT_ENV = METRICS_PORT.name
 #: Prefix of every series.
 NAMESPACE = "ckpt"
 #: Labels of every series.
@@ -81,17 +80,7 @@ def metrics_port_from_env(environ: dict[str, str] | None = None) -> int | None:
 
     :raises ConfigurationError: the value is not a port number.
     """
-    raw = (os.environ if environ is None else environ).get(METRICS_PORT_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        port = int(raw)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise ConfigurationError(f"${METRICS_PORT_ENV}={raw!r} is not a port number (0-65535); "
-                                 f"unset it to turn metrics off")
-    return port
+    return METRICS_PORT.get(environ)
 
 
 class JobMetrics:

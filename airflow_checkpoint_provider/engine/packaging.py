@@ -28,9 +28,10 @@ import zipfile
 
 from .errors import ConfigurationError
 from .private import private_dir, user_temp_dir, write_private
+from .settings import SHIP_CODE
 
 #: Set in the driver's environment when the code reaches executors as archives.
-SHIP_CODE_ENV = "CKPT_SHIP_CODE"
+SHIP_CODE_ENV = SHIP_CODE.name
 _PACKAGE = __name__.split(".")[0]
 _SKIP_DIRS = {"__pycache__", ".git", ".mypy_cache", ".pytest_cache"}
 

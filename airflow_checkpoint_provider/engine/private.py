@@ -16,6 +16,7 @@ import stat
 import tempfile
 
 from .errors import ConfigurationError
+from .settings import TEMP_DIR
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def private_dir(path: str, what: str = "directory") -> str:
 #: environment variable: the root of every temporary directory the engine and the provider
 #: create (code archives, detached job logs, RocksDB working dirs, reports); created ``0700``
 #: if missing, and it must belong to this user and be writable by nobody else
-TEMP_DIR_ENV = "CKPT_TEMP_DIR"
+TEMP_DIR_ENV = TEMP_DIR.name
 #: the name of the per-user base directory under ``$TMPDIR``: ``airflow-checkpoint-<uid>``
 TEMP_BASE_PREFIX = "airflow-checkpoint-"
 
@@ -146,7 +147,7 @@ def user_temp_base() -> str:
     Everything under the base is created by this user only: names inside it cannot be
     squatted.
     """
-    configured = os.environ.get(TEMP_DIR_ENV, "").strip()
+    configured = TEMP_DIR.get()
     if configured:
         path = os.path.abspath(configured)
         makedirs_private(path)

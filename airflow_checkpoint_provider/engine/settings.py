@@ -97,7 +97,7 @@ class Setting(Generic[T]):
 # -- parsers ---------------------------------------------------------------------------------
 
 
-def _text(setting: Setting, raw: str) -> str | None:
+def _text(setting: Setting, raw: str) -> str:
     return raw
 
 
@@ -165,7 +165,8 @@ def _port(setting: Setting[int | None], raw: str) -> int | None:
     return port
 
 
-def _s3_number(minimum: float, whole: bool) -> Callable[[Setting, str], float]:
+def _s3_number(minimum: float) -> Callable[[Setting, str], float]:
+    """A number >= ``minimum`` (:class:`CheckpointStorageError` naming the variable)."""
     def parse(setting: Setting, raw: str) -> float:
         try:
             value = float(raw)
@@ -173,8 +174,13 @@ def _s3_number(minimum: float, whole: bool) -> Callable[[Setting, str], float]:
             raise CheckpointStorageError(f"${setting.name}={raw!r} is not a number") from None
         if value < minimum:
             raise CheckpointStorageError(f"${setting.name}={raw!r} must be >= {minimum:g}")
-        return int(value) if whole else value
+        return value
     return parse
+
+
+def _s3_count(setting: Setting, raw: str) -> int:
+    """A whole count >= 1 (a fraction is cut off, as before)."""
+    return int(_s3_number(1)(setting, raw))
 
 
 # -- the settings ----------------------------------------------------------------------------
@@ -233,16 +239,16 @@ S3_ENDPOINT_URL: Setting[str | None] = Setting(
     "an S3-compatible endpoint for s3:// checkpoint storage", _text, strip=False)
 S3_MAX_ATTEMPTS: Setting[int] = Setting(
     "CKPT_S3_MAX_ATTEMPTS", DEFAULT_S3_MAX_ATTEMPTS, "5",
-    "S3 retries (botocore standard mode)", _s3_number(1, whole=True), strip=False)
+    "S3 retries (botocore standard mode)", _s3_count, strip=False)
 S3_TIMEOUT: Setting[float] = Setting(
     "CKPT_S3_TIMEOUT_S", DEFAULT_S3_TIMEOUT_S, "10", "S3 connect and read timeout",
-    _s3_number(0.1, whole=False), strip=False)
+    _s3_number(0.1), strip=False)
 S3_MULTIPART_THRESHOLD: Setting[int] = Setting(
     "CKPT_S3_MULTIPART_THRESHOLD", DEFAULT_S3_MULTIPART_BYTES, "8 MiB",
-    "uploads above this size are multipart", _s3_number(1, whole=True), strip=False)
+    "uploads above this size are multipart", _s3_count, strip=False)
 S3_MULTIPART_CHUNKSIZE: Setting[int] = Setting(
     "CKPT_S3_MULTIPART_CHUNKSIZE", DEFAULT_S3_MULTIPART_BYTES, "8 MiB",
-    "multipart part size (never below S3's 5 MiB)", _s3_number(1, whole=True), strip=False)
+    "multipart part size (never below S3's 5 MiB)", _s3_count, strip=False)
 CDC_URL: Setting[str | None] = Setting(
     "CKPT_CDC_URL", None, "-", "the CDC source database (ckpt cdc --url)", _text, strip=False)
 CDC_SLOT_WAIT_TIMEOUT: Setting[float] = Setting(

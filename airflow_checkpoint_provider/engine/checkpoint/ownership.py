@@ -45,11 +45,12 @@ from ..fs.storage import (
     split_locations,
 )
 from ..names import ensure_under
+from ..settings import ALLOWED_SAVEPOINT_ROOTS
 
 log = logging.getLogger(__name__)
 
 #: ``os.pathsep``-separated savepoint roots (the control plane's allowed roots, too)
-ENV_ALLOWED_SAVEPOINT_ROOTS = "CKPT_ALLOWED_SAVEPOINT_ROOTS"
+ENV_ALLOWED_SAVEPOINT_ROOTS = ALLOWED_SAVEPOINT_ROOTS.name
 #: the shortest job-id prefix a savepoint name may carry (``job_id[:8]``)
 MIN_PREFIX = 8
 _SAVEPOINT_NAME = re.compile(r"^savepoint-(?P<job>.+)-(?P<id>\d+)$")
@@ -84,7 +85,7 @@ def allowed_savepoint_roots(extra: Iterable[str | None] = ()) -> list[str]:
     """The configured savepoint roots: ``extra`` (a job's savepoint directory and its
     ``allowed_savepoint_roots``) and ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``; empty: none
     configured (then no root check applies)."""
-    env = split_locations(os.environ.get(ENV_ALLOWED_SAVEPOINT_ROOTS, ""))
+    env = split_locations(ALLOWED_SAVEPOINT_ROOTS.get())
     return [absolute_location(r) for r in dict.fromkeys([*extra, *env]) if r]
 
 

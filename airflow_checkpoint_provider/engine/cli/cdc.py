@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..settings import CDC_URL, METADATA_URL
 from .common import _echo_json, echo, load_pipeline, main
 
 
@@ -13,14 +14,14 @@ def cdc() -> None:
 
 
 @cdc.command("drop-slot")
-@click.option("--url", envvar="CKPT_CDC_URL", required=True,
+@click.option("--url", envvar=CDC_URL.name, required=True,
               help="the source database, postgresql://user@host:port/db ($CKPT_CDC_URL)")
 @click.option("--job-name", default=None, help="the job whose default slot (ckpt_<job name>_<hash>) to drop")
 @click.option("--slot", default=None, help="the slot's name, if the source set slot=")
 @click.option("--publication", default=None,
               help="the publication to drop too (default: the slot's name)")
 @click.option("--keep-publication", is_flag=True, help="drop the slot only")
-@click.option("--db", "metadata_url", envvar="CKPT_METADATA_URL",
+@click.option("--db", "metadata_url", envvar=METADATA_URL.name,
               default=None, help="also forget the slot's owning job in this metadata DB")
 def drop_slot(url: str, job_name: str | None, slot: str | None, publication: str | None,
               keep_publication: bool, metadata_url: str | None) -> None:
@@ -38,7 +39,7 @@ def drop_slot(url: str, job_name: str | None, slot: str | None, publication: str
 
 
 @cdc.command("copy-slot")
-@click.option("--url", envvar="CKPT_CDC_URL", required=True,
+@click.option("--url", envvar=CDC_URL.name, required=True,
               help="the source database, postgresql://user@host:port/db ($CKPT_CDC_URL)")
 @click.option("--from", "source", required=True, help="blue's slot (or --from-job)")
 @click.option("--to", "target", default=None, help="green's slot (default: --to-job's)")

@@ -15,6 +15,7 @@ from datetime import datetime
 import click
 
 from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline, default_metadata_url
+from ..settings import TRACEBACK
 
 
 def _db_url(db: str | None) -> str:
@@ -110,7 +111,7 @@ class CkptGroup(click.Group):
         except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:
-            message = None if os.environ.get("CKPT_TRACEBACK") else one_line_error(exc)
+            message = None if TRACEBACK.get() else one_line_error(exc)
             if message is None:
                 raise
             raise click.ClickException(terminal_safe(message)) from None

@@ -17,6 +17,7 @@ from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
 from ..datastream.run_request import CheckpointOverrides, Restore, RunRequest
 from ..errors import EngineError
 from ..fs.storage import absolute_location
+from ..settings import METRICS_PORT
 from .common import (
     _echo_json,
     _record,
@@ -103,7 +104,7 @@ def run_options(fn):
         click.option("--db", "metadata_url", default=None, envvar=DEFAULT_METADATA_ENV,
                      help="Metadata DB URL (default: the pipeline's)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
-        click.option("--metrics-port", type=int, default=None, envvar="CKPT_METRICS_PORT",
+        click.option("--metrics-port", type=int, default=None, envvar=METRICS_PORT.name,
                      help="Serve Prometheus metrics on this port (off by default; 0 = any)."),
         click.option("--progress/--no-progress", default=None,
                      help="Live progress line (default: on a terminal, unless --json)."),

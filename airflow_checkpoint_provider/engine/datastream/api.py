@@ -34,13 +34,14 @@ from ..plan.functions import KeyedProcessFunction
 from ..plan.graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
 from ..plan.graph import build_execution_graph as _build
 from ..plan.job import JobConfig, JobResult
+from ..settings import METADATA_URL
 from ..state.descriptors import StateDescriptor
 from .broadcast import BroadcastConnectedStream, BroadcastStream
 from .joins import ConnectedStreams, IntervalJoin, JoinedStreams
 from .temporal import TemporalJoin
 from .windowed import WindowedStream, _aggregate_spec
 
-DEFAULT_METADATA_ENV = "CKPT_METADATA_URL"
+DEFAULT_METADATA_ENV = METADATA_URL.name
 
 
 def default_metadata_url(checkpoint_directory: str) -> str:
@@ -52,7 +53,7 @@ def default_metadata_url(checkpoint_directory: str) -> str:
     directory (made absolute). Jobs sharing that DB must run from the same directory; in
     production set ``$CKPT_METADATA_URL`` (or ``metadata_url=``) to a PostgreSQL URL.
     """
-    env = os.environ.get(DEFAULT_METADATA_ENV)
+    env = METADATA_URL.get()
     if env:
         return env
     if checkpoint_directory.startswith("file://"):

@@ -36,14 +36,21 @@ import threading
 from typing import Any
 
 from ..errors import CheckpointStorageError
+from ..settings import (
+    S3_ENDPOINT_URL,
+    S3_MAX_ATTEMPTS,
+    S3_MULTIPART_CHUNKSIZE,
+    S3_MULTIPART_THRESHOLD,
+    S3_TIMEOUT,
+)
 
 log = logging.getLogger(__name__)
 
 SCHEME = "s3://"
 MIB = 1024 * 1024
-DEFAULT_MAX_ATTEMPTS = 5
-DEFAULT_TIMEOUT_S = 10.0
-DEFAULT_MULTIPART_THRESHOLD = 8 * MIB
+DEFAULT_MAX_ATTEMPTS = S3_MAX_ATTEMPTS.default
+DEFAULT_TIMEOUT_S = S3_TIMEOUT.default
+DEFAULT_MULTIPART_THRESHOLD = S3_MULTIPART_THRESHOLD.default
 MIN_PART_SIZE = 5 * MIB  # S3's minimum size of every part but the last
 DELETE_BATCH = 1000      # the most keys one DeleteObjects request accepts
 LIST_PAGE_SIZE = 1000    # keys per ListObjectsV2 page (S3's maximum)
@@ -62,22 +69,12 @@ def split_uri(uri: str) -> tuple[str, str]:
     return bucket, key.strip("/")
 
 
-def _env_number(name: str, default: float, *, minimum: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise CheckpointStorageError(f"${name}={raw!r} is not a number") from None
-    if value < minimum:
-        raise CheckpointStorageError(f"${name}={raw!r} must be >= {minimum:g}")
-    return value
-
-
 def endpoint_url() -> str | None:
     """The configured S3 endpoint, or ``None`` for AWS S3."""
-    for name in ("CKPT_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+    configured = S3_ENDPOINT_URL.get()
+    if configured:
+        return configured
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
         value = os.environ.get(name)
         if value:
             return value
@@ -96,8 +93,8 @@ def _client_settings() -> tuple:
         os.environ.get("AWS_ACCESS_KEY_ID"),
         hashlib.sha256(secret.encode()).hexdigest() if secret else None,
         os.environ.get("AWS_SESSION_TOKEN") is not None,
-        int(_env_number("CKPT_S3_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS, minimum=1)),
-        _env_number("CKPT_S3_TIMEOUT_S", DEFAULT_TIMEOUT_S, minimum=0.1),
+        S3_MAX_ATTEMPTS.get(),
+        S3_TIMEOUT.get(),
     )
 
 
@@ -169,11 +166,9 @@ class S3FileSystem:
     def __init__(self, *, multipart_threshold: int | None = None,
                  multipart_chunksize: int | None = None) -> None:
         self.multipart_threshold = int(multipart_threshold if multipart_threshold is not None
-                                       else _env_number("CKPT_S3_MULTIPART_THRESHOLD",
-                                                        DEFAULT_MULTIPART_THRESHOLD, minimum=1))
+                                       else S3_MULTIPART_THRESHOLD.get())
         chunk = int(multipart_chunksize if multipart_chunksize is not None
-                    else _env_number("CKPT_S3_MULTIPART_CHUNKSIZE",
-                                     DEFAULT_MULTIPART_THRESHOLD, minimum=1))
+                    else S3_MULTIPART_CHUNKSIZE.get())
         self.multipart_chunksize = max(chunk, MIN_PART_SIZE)
 
     @property

@@ -38,6 +38,7 @@ from ..fs.storage import (
     split_locations,
 )
 from ..protocol import BarrierKind
+from ..settings import ALLOWED_SAVEPOINT_ROOTS
 
 SAVEPOINT_ACTIONS = ("SAVEPOINT", "STOP_WITH_SAVEPOINT")
 
@@ -54,7 +55,7 @@ class ControlPlane:
         self.job_id = job_id
         self.coordinator = coordinator
         self.savepoint_root = savepoint_root
-        env = split_locations(os.environ.get("CKPT_ALLOWED_SAVEPOINT_ROOTS", ""))
+        env = split_locations(ALLOWED_SAVEPOINT_ROOTS.get())
         self.allowed_roots = [_resolved(r) for r in (savepoint_root, *allowed_roots, *env)]
         self.queued: list = []                  # claimed, waiting until they can trigger
         #: savepoint request id -> when it first found a checkpoint pending

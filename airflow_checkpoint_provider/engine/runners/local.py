@@ -16,11 +16,12 @@ from ..plan.graph import ExecutionGraph
 from ..plan.job import JobConfig, JobResult
 from ..runtime.auth import SECRET_ENV
 from ..runtime.forkserver import SLOT_MODULE, ForkClient, ForkServerError
+from ..settings import SLOT_FORK_SERVER
 from .jobmaster import JobMaster
 
 #: ``0`` starts every slot as a fresh ``python -m ...runtime.slot`` process instead of forking
 #: it from the fork server (:mod:`..runtime.forkserver`).
-FORK_SERVER_ENV = "CKPT_SLOT_FORK_SERVER"
+FORK_SERVER_ENV = SLOT_FORK_SERVER.name
 
 
 def describe_exit(returncode: int) -> str:
@@ -125,7 +126,7 @@ class LocalProcessLauncher:
                                        env=env, stdin=subprocess.DEVNULL) for argv in argvs]
 
     def _fork_client(self, env: dict[str, str]) -> ForkClient | None:
-        if os.environ.get(FORK_SERVER_ENV, "1") == "0":
+        if not SLOT_FORK_SERVER.get():
             return None
         try:
             self.client = ForkClient({k: v for k, v in env.items() if k != SECRET_ENV})

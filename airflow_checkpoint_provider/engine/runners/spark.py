@@ -17,14 +17,14 @@ import os
 import sys
 import time
 
-from ..config import env_seconds
 from ..plan.graph import ExecutionGraph
 from ..plan.job import JobConfig, JobResult
+from ..settings import SHIP_CODE, SPARK_LOG_LEVEL, SPARK_SLOT_WAIT
 from .jobmaster import JobMaster
 from .spark_launcher import RELEASE_SECONDS, SparkBarrierLauncher, make_slot_function
 
 #: seconds a job on a cluster master waits for executors offering its slots (default 60)
-SLOT_WAIT_ENV = "CKPT_SPARK_SLOT_WAIT_S"
+SLOT_WAIT_ENV = SPARK_SLOT_WAIT.name
 
 __all__ = ["SparkBarrierLauncher", "SparkRunner", "configured_master", "session_for"]
 
@@ -113,10 +113,9 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    from ..packaging import SHIP_CODE_ENV
     from ..private import SPARK_REDACTION_REGEX
 
-    ship_code = os.environ.get(SHIP_CODE_ENV) == "1"
+    ship_code = SHIP_CODE.get()
     if not ship_code:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -164,7 +163,7 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("CKPT_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL.get())
     return spark
 
 
@@ -198,7 +197,7 @@ class SparkRunner:
                  coordinator_port: int = 0, slot_wait_seconds: float | None = None,
                  release_seconds: float = RELEASE_SECONDS, kill_slots: bool = True,
                  **master_options) -> None:
-        self.slot_wait_seconds = (env_seconds(SLOT_WAIT_ENV, 60.0)
+        self.slot_wait_seconds = (SPARK_SLOT_WAIT.get()
                                   if slot_wait_seconds is None else slot_wait_seconds)
         self.release_seconds = release_seconds
         self.kill_slots = kill_slots

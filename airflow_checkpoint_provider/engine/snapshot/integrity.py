@@ -26,15 +26,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 
-ENV_KEY = "CKPT_SNAPSHOT_HMAC_KEY"
+from ..settings import SNAPSHOT_HMAC_KEY
+
+ENV_KEY = SNAPSHOT_HMAC_KEY.name
 FIELD = "hmac"
 
 
 def configured_key(explicit: str | bytes | None = None) -> bytes | None:
     """The secret: ``explicit`` if given, else ``$CKPT_SNAPSHOT_HMAC_KEY``, else ``None``."""
-    value = explicit if explicit is not None else os.environ.get(ENV_KEY) or None
+    value = explicit if explicit is not None else SNAPSHOT_HMAC_KEY.get()
     if value is None:
         return None
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)

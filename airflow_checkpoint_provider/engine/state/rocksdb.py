@@ -46,6 +46,7 @@ from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 from ..fs.storage import filesystem_for, join, parent, sha256
 from ..private import makedirs_private, private_dir, user_temp_dir
 from ..serialization import packb
+from ..settings import LOCAL_DIR
 from ..snapshot.codec import read_verified
 from ..snapshot.handles import RocksDBHandle
 from ..typed_codec import UnsupportedValueError, pack_key, pack_value, unpack_key, unpack_value
@@ -70,7 +71,7 @@ SHARED_DIR = "shared"
 #: 100-200 bytes per row of a small value)
 CACHE_ENTRIES = 262_144
 _UNKNOWN = object()
-LOCAL_DIR_ENV = "CKPT_LOCAL_DIR"
+LOCAL_DIR_ENV = LOCAL_DIR.name
 
 
 def local_root() -> str:
@@ -79,7 +80,7 @@ def local_root() -> str:
     private temp base (:func:`~..private.user_temp_dir`: ``$CKPT_TEMP_DIR`` or
     ``$TMPDIR/airflow-checkpoint-<uid>``, a name other local users cannot pre-empt). The state
     of a job is as private as its checkpoints."""
-    configured = os.environ.get(LOCAL_DIR_ENV)
+    configured = LOCAL_DIR.get()
     if configured:
         return private_dir(makedirs_private(configured), f"RocksDB directory ${LOCAL_DIR_ENV}")
     return user_temp_dir("ckpt-rocksdb")

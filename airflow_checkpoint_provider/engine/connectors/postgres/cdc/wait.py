@@ -24,17 +24,16 @@ import logging
 import threading
 import time
 
-from ....config import env_seconds
 from ....errors import ConfigurationError
+from ....settings import CDC_SLOT_WAIT_TIMEOUT
+from ....settings import DEFAULT_CDC_SLOT_WAIT_S as DEFAULT_SLOT_WAIT_S
 from ..errors import Blocker as Blocker  # defined here before issue 53
 from ..errors import SlotWaitTimeoutError as SlotWaitTimeoutError  # defined here before issue 53
 
 log = logging.getLogger(__name__)
 
-SLOT_WAIT_ENV = "CKPT_CDC_SLOT_WAIT_TIMEOUT_S"
-#: five minutes: a healthy server reaches a consistent point in well under a second
-#: unless a transaction stays open; long enough for a batch transaction to commit
-DEFAULT_SLOT_WAIT_S = 300.0
+SLOT_WAIT_ENV = CDC_SLOT_WAIT_TIMEOUT.name
+# DEFAULT_SLOT_WAIT_S (five minutes) is declared with the variable in engine/settings.py
 #: seconds between the warnings that name what a wait is waiting for
 WARN_EVERY_S = 10.0
 
@@ -42,7 +41,7 @@ WARN_EVERY_S = 10.0
 def slot_wait_timeout(value: float | None) -> float:
     """The source option's value, else ``$CKPT_CDC_SLOT_WAIT_TIMEOUT_S``, else the default."""
     if value is None:
-        return env_seconds(SLOT_WAIT_ENV, DEFAULT_SLOT_WAIT_S)
+        return CDC_SLOT_WAIT_TIMEOUT.get()
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
