@@ -12,7 +12,10 @@ nothing before the cut-over; after the Approve (HITL REST API) green is promoted
 (same job id, same Spark application, no ``go_live`` submit; it restores blue's final
 savepoint after blue's hand-over savepoint); each table holds every (key, count) of the
 running sums exactly once; green's first published row comes after blue's last (the output
-gap, sampled from the table every 0.5 s, and the DAG's duration are printed); at the end no
+gap, sampled from the table every 0.5 s, and the DAG's duration are printed, with the cut-over's
+breakdown -- every task, request, checkpoint and attempt between blue's last row and green's
+first -- and the run line ``bench/downtime.py --from-logs LOG --record --runner airflow``
+merges into BENCHMARKS.md; never a timed assertion); at the end no
 prepared transaction and no replication slot is left in the sinks' database.
 
 Blue and green each need 3 cores (one barrier slot per subtask): one more Spark worker (4
