@@ -380,7 +380,7 @@ FAMILIES = [
                 "RocksDB + changelog topics, exactly-once, on a Tansu Kafka-protocol broker; "
                 "Pathway: filesystem persistence); every process of every engine, the broker "
                 f"included, pinned to CPU {d['cpu']}, engines interleaved. Rate: the marginal "
-                f"rate between {d['records'][0]:,} and {d['records'][1]:,} records; records "
+                f"rate between {_peers_report().sizes(d)}; records "
                 "per CPU-second: the same difference over the CPU time of the run's processes "
                 "(the broker's included for Quix). `make bench-peers` installs the peers."
                 + _peers_report().not_run(d)),

@@ -25,7 +25,9 @@ def rows(data: dict) -> list[list]:
         ratio = s.get("ours_over_peer")
         out.append([WORKLOADS[s["workload"]], _engine_cell(data, s["workload"], s["engine"]),
                     fmt(s["rate"]), fmt(s["records_per_cpu_s"]),
-                    "" if ratio is None else f"{ratio:.1f}x", s["reps"]])
+                    "" if ratio is None else f"{ratio:.1f}x",
+                    f"{s['reps']}" + (f" (+{s['reps_without_rate']} without a rate)"
+                                      if s.get("reps_without_rate") else "")])
     return out
 
 
@@ -37,16 +39,24 @@ def not_run(data: dict) -> str:
             + ", ".join(pairs) + ".") if pairs else ""
 
 
+def sizes(data: dict) -> str:
+    """The two input sizes of each workload (one pair for both in older results)."""
+    by = data["records"]
+    if isinstance(by, list):
+        return f"{by[0]:,} and {by[1]:,} records"
+    return "; ".join(f"{by[w][0]:,} and {by[w][1]:,} records ({w.replace('_', '-')})"
+                     for w in WORKLOADS if w in by)
+
+
 def render(data: dict | None) -> list[str]:
     if not data:
         return []
-    n1, n2 = data["records"]
     return ["## The Python peers on one core", "",
             f"Command: `{data['command']}`", "",
             f"{data['keys']:,} keys, the same generated input for every engine; every process "
             f"of every engine (the Kafka-protocol broker of Quix Streams included, its CPU "
             f"counted) pinned to CPU {data['cpu']}; engines interleaved in each repetition. "
-            f"Rate: the marginal rate between {n1:,} and {n2:,} records (start-up cancels), "
+            f"Rate: the marginal rate between {sizes(data)} (start-up cancels), "
             "median over the repetitions; records per CPU-second: the same difference over the "
             "CPU time of the run's processes; ours / peer: the median of the same repetition's "
             "ratios." + not_run(data), "",
