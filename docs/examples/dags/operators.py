@@ -7,12 +7,15 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from airflow_checkpoint_provider.operators.cdc import DropCdcSlotOperator
+from airflow_checkpoint_provider.operators.cdc import CopyCdcSlotsOperator, DropCdcSlotOperator
 from airflow_checkpoint_provider.operators.control import (
     CancelJobOperator,
     StopWithSavepointOperator,
     TriggerSavepointOperator,
 )
+from airflow_checkpoint_provider.operators.cutover import CutOverOperator
+from airflow_checkpoint_provider.operators.promote import PromoteInPlaceOperator
+from airflow_checkpoint_provider.operators.rollback import GuardRollbackOperator
 from airflow_checkpoint_provider.operators.savepoints import (
     DisposeSavepointsOperator,
     PinSavepointOperator,
@@ -70,6 +73,24 @@ with DAG("operator_examples", schedule=None, start_date=datetime(2026, 1, 1)):
                                         handover="last-state", max_checkpoint_age=120)
     # --8<-- [end:upgrade]
 
+    # --8<-- [start:promote]
+    # Blue-green cut-over in one task: blue stops with a savepoint, the fenced green restores
+    # it in place as soon as it completed (XCom: the savepoint; key "promoted": True/False/None).
+    cutover = CutOverOperator(task_id="stop_blue", job="orders-blue", green_job="orders-green",
+                              upgrade_mode="savepoint", deferrable=True)
+    # Reads what the cut-over did; promotes green itself when the cut-over did not try
+    # (e.g. a last-state cut-over). Returns False, never fails, when green refused.
+    promote = PromoteInPlaceOperator(
+        task_id="promote_green", job="orders-green",
+        snapshot="{{ ti.xcom_pull(task_ids='stop_blue') }}",
+        promoted_by="{{ ti.xcom_pull(task_ids='stop_blue', key='promoted') }}")
+    # Before v1 restarts from the snapshot v2 restored: remove what v2 committed, or fail
+    # naming the sinks that cannot (v2 must have ended).
+    guard = GuardRollbackOperator(task_id="guard_rollback",
+                                  job="{{ ti.xcom_pull(task_ids='start', key='job_id') }}",
+                                  pipeline=f"{PIPELINE}:build_v2")
+    # --8<-- [end:promote]
+
     # --8<-- [start:gate]
     gate = StabilityGateOperator(task_id="health_gate", job="orders-green",
                                  baseline_job="orders-blue", window=120, min_checkpoints=3,
@@ -80,4 +101,8 @@ with DAG("operator_examples", schedule=None, start_date=datetime(2026, 1, 1)):
     # --8<-- [start:cdc]
     drop_slot = DropCdcSlotOperator(task_id="drop_slot", job_name="orders-cdc",
                                     postgres_conn_id="shop_db")
+    # blue-green of a CDC job, before blue's hand-over snapshot: green's slots copy blue's
+    copy_slots = CopyCdcSlotsOperator(task_id="copy_cdc_slots",
+                                      pipeline="airflow_checkpoint_provider.examples.postgres_cdc:build",
+                                      blue_job="orders-cdc-blue", green_job="orders-cdc-green")
     # --8<-- [end:cdc]
