@@ -72,7 +72,7 @@ def completed_checkpoints(store, job_id: str, kind: str | None = "CHECKPOINT") -
             if c.status in ("COMPLETED", "SUBSUMED")]
 
 
-#: Seconds between the tries of a task in :func:`run_dag` (the DAGs say 5 s): the scenarios
+#: Seconds between the tries of a task in :func:`run_dag` (the DAGs say 1 s): the scenarios
 #: that fail a retried task on purpose (a refused cut-over, a lost deferral) wait for every try
 #: with their jobs running. dag.test() polls every second, so a retry waits 1 s at least.
 TEST_RETRY_DELAY = timedelta(seconds=0.5)

@@ -3,10 +3,10 @@ the DAG folder) it changes only during the run, on the session's DAG objects."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from provider_helpers import TEST_RETRY_DELAY, _no_dag_folder_resync, _short_retry_delays
+
+from airflow_checkpoint_provider.workflows.upgrade import CONTROL_RETRIES
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -14,7 +14,8 @@ pytestmark = pytest.mark.usefixtures("airflow_db")
 def test_retry_delays_are_short_during_a_run_and_the_dags_own_afterwards(airflow_db):
     dag = airflow_db.get_dag("blue_green_upgrade")
     stop_blue = dag.get_task("stop_blue")
-    assert stop_blue.retries == 2 and stop_blue.retry_delay == timedelta(seconds=5)
+    own = CONTROL_RETRIES["retry_delay"]  # the workflows' own (1 s), not the harness's
+    assert stop_blue.retries == 2 and stop_blue.retry_delay == own != TEST_RETRY_DELAY
     with pytest.raises(RuntimeError, match="the run failed"), _short_retry_delays(dag):
         assert stop_blue.retry_delay == TEST_RETRY_DELAY
         # what dag.test() runs: a copy through serialization keeps the short delay
@@ -23,7 +24,7 @@ def test_retry_delays_are_short_during_a_run_and_the_dags_own_afterwards(airflow
         copy = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
         assert copy.get_task("stop_blue").retry_delay == TEST_RETRY_DELAY
         raise RuntimeError("the run failed")
-    assert stop_blue.retry_delay == timedelta(seconds=5)
+    assert stop_blue.retry_delay == own
 
 
 def test_the_dag_folder_is_synced_once_per_session_not_per_run(airflow_db):
