@@ -8,6 +8,7 @@ from airflow_checkpoint_provider.sensors.checkpoint import (
     ControlRequestSensor,
     JobStateSensor,
 )
+from airflow_checkpoint_provider.sensors.kafka import KafkaCaughtUpSensor
 
 with DAG("sensor_examples", schedule=None, start_date=datetime(2026, 1, 1)):
     # --8<-- [start:sensors]
@@ -23,3 +24,11 @@ with DAG("sensor_examples", schedule=None, start_date=datetime(2026, 1, 1)):
     answered = ControlRequestSensor(
         task_id="answered", request_id="{{ ti.xcom_pull('savepoint', key='request_id') }}")
     # --8<-- [end:sensors]
+
+    # --8<-- [start:kafka]
+    # before a blue-green cut-over: green's consumer lag at most 100 records for 30 s
+    caught_up = KafkaCaughtUpSensor(
+        task_id="green_caught_up",
+        job="{{ ti.xcom_pull(task_ids='start_green', key='job_id') }}",
+        max_lag=100, for_seconds=30, timeout=1800)
+    # --8<-- [end:kafka]
