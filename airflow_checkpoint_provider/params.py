@@ -37,7 +37,7 @@ from typing import Any
 
 from airflow.sdk import Param
 
-from airflow_checkpoint_provider.engine.client import MAX_NAME_LENGTH
+from airflow_checkpoint_provider.engine.client import ALLOWED_SAVEPOINT_ROOTS, MAX_NAME_LENGTH
 from airflow_checkpoint_provider.examples import WORKSPACE_PATTERN
 
 # ``$`` of Python's ``re`` (jsonschema uses re.search) also matches before a trailing
@@ -214,7 +214,7 @@ def example_savepoint_roots() -> tuple[str, ...]:
     workspace (``CKPT_EXAMPLE_WORKSPACE``) lies, and the deployment's
     ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``."""
     own = os.path.abspath(os.environ.get("CKPT_EXAMPLE_DIR", "demo-output"))
-    return normalized_roots([own, *env_roots("CKPT_ALLOWED_SAVEPOINT_ROOTS")])
+    return normalized_roots([own, *env_roots(ALLOWED_SAVEPOINT_ROOTS.name)])
 
 
 def _js_escape(text: str) -> str:

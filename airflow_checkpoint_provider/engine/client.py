@@ -29,6 +29,10 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
   and publication), :func:`cdc_object_name` (their default name for a job);
 * Kafka: :func:`checkpoint_consumer_lag` (a completed checkpoint's consumer lag per
   topic-partition, a :class:`ConsumerLag`; the ``KafkaCaughtUpSensor``'s measure);
+* settings: :data:`SETTINGS` (every ``CKPT_*`` variable the engine reads, each a
+  :class:`Setting` read at the time of use, :mod:`.settings`), the ones the provider reads
+  itself (:data:`SNAPSHOT_HMAC_KEY`, :data:`ALLOWED_SAVEPOINT_ROOTS`) and the shared
+  defaults (:data:`DEFAULT_HEARTBEAT_TIMEOUT_S`, :func:`heartbeat_timeout`);
 * errors: :class:`EngineError` and its subclasses in :mod:`.errors`.
 """
 
@@ -85,6 +89,13 @@ from .private import (
     user_temp_dir,
     write_private,
 )
+from .settings import (
+    ALLOWED_SAVEPOINT_ROOTS,
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    SETTINGS,
+    SNAPSHOT_HMAC_KEY,
+    Setting,
+)
 
 
 def __getattr__(name: str):
@@ -124,11 +135,15 @@ LAUNCH_SCRIPT = os.path.abspath(_launch.__file__)
 
 __all__ = [
     "ACTIVE_JOB_STATUSES",
+    "ALLOWED_SAVEPOINT_ROOTS",
+    "DEFAULT_HEARTBEAT_TIMEOUT_S",
     "JobStatus",
     "LAUNCH_SCRIPT",
     "MAX_NAME_LENGTH",
     "METADATA_URL_ENV",
+    "SETTINGS",
     "SHIP_CODE_ENV",
+    "SNAPSHOT_HMAC_KEY",
     "SPARK_ENV_PREFIX",
     "SPARK_REDACTION_REGEX",
     "TERMINAL_JOB_STATUSES",
@@ -146,6 +161,7 @@ __all__ = [
     "RestoreKind",
     "RetentionReport",
     "RunRequest",
+    "Setting",
     "StabilityCriteria",
     "StabilityVerdict",
     "absolute_location",

@@ -18,6 +18,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from airflow_checkpoint_provider.engine.client import (
+    ALLOWED_SAVEPOINT_ROOTS,
+    METADATA_URL_ENV,
+    SHIP_CODE_ENV,
+    SNAPSHOT_HMAC_KEY,
+)
+
 #: refused by exact name
 FORBIDDEN_NAMES = frozenset(
     {
@@ -73,10 +80,10 @@ FORBIDDEN_NAMES = frozenset(
         "HADOOP_USER_CLASSPATH_FIRST",
         # the engine's own: where the job writes, which snapshots it trusts (set by the hook
         # from the deployment, never by a caller)
-        "CKPT_METADATA_URL",
-        "CKPT_SNAPSHOT_HMAC_KEY",
-        "CKPT_ALLOWED_SAVEPOINT_ROOTS",
-        "CKPT_SHIP_CODE",
+        METADATA_URL_ENV,
+        SNAPSHOT_HMAC_KEY.name,
+        ALLOWED_SAVEPOINT_ROOTS.name,
+        SHIP_CODE_ENV,
     }
 )
 

@@ -4,16 +4,19 @@ UI (``spark.redaction.regex``)."""
 
 from __future__ import annotations
 
-import os
 from urllib.parse import quote, quote_plus
 
 from sqlalchemy.engine import make_url
 
-from airflow_checkpoint_provider.engine.client import SPARK_ENV_PREFIX, SPARK_REDACTION_REGEX
+from airflow_checkpoint_provider.engine.client import (
+    SNAPSHOT_HMAC_KEY,
+    SPARK_ENV_PREFIX,
+    SPARK_REDACTION_REGEX,
+)
 
 __all__ = ["SPARK_ENV_PREFIX", "SPARK_REDACTION_REGEX", "mask_url_secrets"]
 
-HMAC_KEY_ENV = "CKPT_SNAPSHOT_HMAC_KEY"
+HMAC_KEY_ENV = SNAPSHOT_HMAC_KEY.name
 
 
 def _mask(value: str) -> None:
@@ -42,6 +45,6 @@ def mask_url_secrets(url: str | None) -> None:
             }:
                 _mask(form)
             _mask(url)
-    key = os.environ.get(HMAC_KEY_ENV)
+    key = SNAPSHOT_HMAC_KEY.get()
     if key:
         _mask(key)

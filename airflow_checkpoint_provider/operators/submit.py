@@ -18,6 +18,7 @@ from airflow_checkpoint_provider.engine.client import (
     JobStatus,
     Restore,
     RunRequest,
+    heartbeat_timeout,
     validate_job_name,
 )
 from airflow_checkpoint_provider.hooks.job_env import as_mapping, check_job_env, pipeline_env
@@ -103,7 +104,9 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
     :param interval_ms: checkpoint interval override.
     :param restart: restart strategy override, e.g. ``"fixed:3:1000"``.
     :param reconnect: attach to an already running job of this name (see above).
-    :param heartbeat_timeout: seconds after which a job's heartbeat counts as stale.
+    :param heartbeat_timeout: seconds after which a job's heartbeat counts as stale; default
+        ``None``: the engine's own LOST timeout (``$CKPT_HEARTBEAT_TIMEOUT_S``, else 60 s, read
+        when the task runs), so the operator and the engine agree on when a job is LOST.
     :param start_timeout: seconds a detached job may take to be RUNNING.
     :param wait_timeout: seconds to wait for the first checkpoint / the end (``None``: no
         limit; use ``execution_timeout`` for the task as a whole).
@@ -145,7 +148,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
                  detach: bool = False, runner: str = "spark", checkpoint_dir: str | None = None,
                  savepoint_dir: str | None = None, interval_ms: int | None = None,
                  restart: str | None = None, reconnect: bool = True,
-                 heartbeat_timeout: float = 30.0, start_timeout: float = 300.0,
+                 heartbeat_timeout: float | None = None, start_timeout: float = 300.0,
                  wait_timeout: float | None = None, spark_conn_id: str = "spark_default",
                  conf: dict[str, Any] | None = None, env_vars: dict[str, str] | None = None,
                  spark_kwargs: dict[str, Any] | None = None, log_dir: str | None = None,
@@ -229,6 +232,11 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         key = f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.map_index}/{try_number}"
         return uuid.uuid5(_JOB_ID_NAMESPACE, key).hex
 
+    def stale_after(self) -> float:
+        """Seconds after which a job's heartbeat counts as stale: ``heartbeat_timeout``, else
+        the engine's (:func:`heartbeat_timeout`, read now)."""
+        return heartbeat_timeout() if self.heartbeat_timeout is None else self.heartbeat_timeout
+
     def find_running_job(self) -> JobRecord | None:
         """The newest job of this name if it is active with a fresh heartbeat."""
         jobs = self.hook.list_jobs(self.job_name)
@@ -237,13 +245,14 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         job = self.hook.check_owned(jobs[0], "reconnect to")
         beat = job.heartbeat_at or job.created_at
         age = (datetime.now(UTC) - beat).total_seconds()
-        if age > self.heartbeat_timeout:
+        timeout = self.stale_after()
+        if age > timeout:
             self.log.warning("Job %s (%s) is %s but its heartbeat is %.0f s old: marking it "
                              "LOST and starting a new job", job.job_name, job.job_id,
                              job.status, age)
             # LOST frees the name for the new job (one live job per name) and fails the dead
             # job's open control requests; the operator never reconnects to a LOST job
-            self.hook.get_conn().mark_lost_jobs(self.job_name, timeout=self.heartbeat_timeout)
+            self.hook.get_conn().mark_lost_jobs(self.job_name, timeout=timeout)
             return None
         return job
 
@@ -251,12 +260,13 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         """A job this task instance started in this try or an earlier one that is still
         active with a fresh heartbeat (the newest try first): the task re-attaches to it."""
         store = self.hook.get_conn()
+        timeout = self.stale_after()
         for attempt in range(context["ti"].try_number, 0, -1):
             job = store.get_job(self.job_id_for(context, attempt))
             if job is None or job.status not in ACTIVE_JOB_STATUSES:
                 continue
             beat = job.heartbeat_at or job.created_at
-            if (datetime.now(UTC) - beat).total_seconds() <= self.heartbeat_timeout:
+            if (datetime.now(UTC) - beat).total_seconds() <= timeout:
                 return job
         return None
 

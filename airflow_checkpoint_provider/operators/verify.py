@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_checkpoint_provider.engine.client import JobStatus
+from airflow_checkpoint_provider.engine.client import METADATA_URL_ENV, JobStatus
 from airflow_checkpoint_provider.hooks.job_env import pipeline_env
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.triggers.conditions import (
@@ -219,7 +219,7 @@ class VerifyRestoreOperator(CheckpointBaseOperator):
         env = {**os.environ, **pipeline_vars,
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
                # the DB whose key signs the job's snapshots: a restore checks it (--db)
-               "CKPT_METADATA_URL": self.hook.get_url()}
+               METADATA_URL_ENV: self.hook.get_url()}
         self.log.info("Checking that %s restores %s", self.pipeline, snapshot)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=self.timeout)
         try:
