@@ -48,6 +48,23 @@ def test_no_engine_module_but_settings_names_a_variable_in_code():
     assert not found, found
 
 
+def test_no_engine_module_reads_the_environment_through_a_variable_name_constant():
+    """``os.environ.get(SLOT_WAIT_ENV)`` bypasses the setting (its parser, its default): the
+    old ``*_ENV`` names are kept for importers, never read with."""
+    found = []
+    for path in _engine_files():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and node.args):
+                continue
+            func = ast.unparse(node.func)
+            arg = node.args[0]
+            name = arg.id if isinstance(arg, ast.Name) else getattr(arg, "attr", "")
+            if (func.endswith(("environ.get", "environ.pop", "getenv", "environ.setdefault"))
+                    and re.search(r"(^|_)ENV(_|$)", name)):
+                found.append(f"{path.relative_to(ENGINE)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, found
+
+
 def test_every_variable_the_engine_mentions_is_a_setting():
     mentioned = {(v, p.relative_to(ENGINE).as_posix()) for p in _engine_files()
                  for v in VARIABLE.findall(p.read_text())}
