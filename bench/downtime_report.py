@@ -79,6 +79,12 @@ def airflow_load(doc: dict) -> float | None:
     return max(loads) if loads else None
 
 
+def airflow_dates(doc: dict) -> str | None:
+    """The date (or date range) of the ``airflow`` runner's runs."""
+    block = ((doc or {}).get("runners") or {}).get("airflow")
+    return _dates(block["scenarios"]) if block and block.get("scenarios") else None
+
+
 #: what the ``airflow`` runner's runs are (tests/deploy prints them, ``bench/downtime.py
 #: --from-logs LOG --record --runner airflow`` merges them)
 AIRFLOW_METHOD = (

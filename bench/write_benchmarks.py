@@ -26,6 +26,7 @@ sys.path.insert(0, HERE)
 from backpressure_report import render as backpressure_section  # noqa: E402
 from cdc_report import cdc_section  # noqa: E402
 from downtime_report import AIRFLOW_FIRST as downtime_airflow_first  # noqa: E402
+from downtime_report import airflow_dates as downtime_airflow_dates  # noqa: E402
 from downtime_report import airflow_load as downtime_airflow_load  # noqa: E402
 from downtime_report import render as downtime_section  # noqa: E402
 from engine_report import (  # noqa: E402
@@ -193,8 +194,11 @@ class Family:
 
     def __init__(self, heading, name, render, *, table=0, columns=None, keep=None,
                  command=None, command_re=r"Commands?: `([^`]*)`", what="", peer=None,
-                 row_load=None, same_run=True):
+                 row_load=None, same_run=True, measured=None):
         self.heading, self.name, self.render, self.table = heading, name, render, table
+        #: data -> the date of the family's runs, when its result file holds runs of other
+        #: dates too (default: the file's date in conditions.json)
+        self.measured = measured
         self.columns, self.keep, self.command, self.command_re = columns, keep, command, command_re
         self.what, self.peer, self.row_load, self.same_run = what, peer, row_load, same_run
 
@@ -227,6 +231,8 @@ class Family:
         when = c.get("measured_on", "on a date not recorded")
         if c.get("measured_from"):
             when = f"{c['measured_from']} to {when}"
+        if self.measured is not None:
+            when = self.measured(data) or when
         peer = ""
         if self.peer:
             peer = (f"; {self.peer} measured in the same run" if self.same_run else
@@ -444,6 +450,7 @@ FAMILIES = [
            columns=[downtime_airflow_first, "runs", "output gap p50 / max", "stop",
                     "slots + restore", "first commit after RUNNING", "lost / duplicated"],
            row_load=lambda data, b: downtime_airflow_load(data),
+           measured=lambda data: downtime_airflow_dates(data),
            what="Seconds from blue's last row to green's first as a reader of the sink table "
                 "sees them (sampled every 0.5 s): the `blue_green_upgrade` DAG in a real "
                 "deployment (Airflow 3 as separate processes, the Spark standalone cluster, "
@@ -581,7 +588,8 @@ def render_page(results_dir: str) -> list[str]:
         lines = fam.lines(r, files)
         if lines:
             sections += lines
-            tables[fam.name] = [x for x in lines if x.startswith("|")]
+            # the first family of a result file is its summary's (downtime.json has two)
+            tables.setdefault(fam.name, [x for x in lines if x.startswith("|")])
     dates = sorted(files[n]["measured_on"] for n in tables if files.get(n, {}).get("measured_on"))
     page = ["# Benchmarks", "",
             (f"Measured {dates[0]} to {dates[-1]}; this page is as of {dates[-1]}."
