@@ -32,7 +32,8 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
 * settings: :data:`SETTINGS` (every ``CKPT_*`` variable the engine reads, each a
   :class:`Setting` read at the time of use, :mod:`.settings`), the ones the provider reads
   itself (:data:`SNAPSHOT_HMAC_KEY`, :data:`ALLOWED_SAVEPOINT_ROOTS`) and the shared
-  defaults (:data:`DEFAULT_HEARTBEAT_TIMEOUT_S`, :func:`heartbeat_timeout`);
+  defaults (:data:`DEFAULT_HEARTBEAT_TIMEOUT_S`, :func:`heartbeat_timeout`,
+  :data:`CLIENT_POLL_SECONDS`);
 * errors: :class:`EngineError` and its subclasses in :mod:`.errors`.
 """
 
@@ -91,6 +92,7 @@ from .private import (
 )
 from .settings import (
     ALLOWED_SAVEPOINT_ROOTS,
+    CLIENT_POLL_SECONDS,
     DEFAULT_HEARTBEAT_TIMEOUT_S,
     SETTINGS,
     SNAPSHOT_HMAC_KEY,
@@ -136,6 +138,7 @@ LAUNCH_SCRIPT = os.path.abspath(_launch.__file__)
 __all__ = [
     "ACTIVE_JOB_STATUSES",
     "ALLOWED_SAVEPOINT_ROOTS",
+    "CLIENT_POLL_SECONDS",
     "DEFAULT_HEARTBEAT_TIMEOUT_S",
     "JobStatus",
     "LAUNCH_SCRIPT",

@@ -14,7 +14,9 @@ engine module outside this one reads a ``CKPT_*`` variable from the environment 
 
 Shared defaults live here too, so that the engine and the Airflow side cannot disagree:
 :data:`DEFAULT_HEARTBEAT_TIMEOUT_S` (when a job without heartbeats is LOST) is the default
-of both the catalog's liveness check and the submit operator's reconnect.
+of both the catalog's liveness check and the submit operator's reconnect, and
+:data:`CLIENT_POLL_SECONDS` is how often ``ckpt`` and the Airflow triggers poll the
+metadata DB while they wait.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ DEFAULT_SPARK_SLOT_WAIT_S = 60.0
 #: five minutes: a healthy server reaches a consistent point in well under a second
 #: unless a transaction stays open; long enough for a batch transaction to commit
 DEFAULT_CDC_SLOT_WAIT_S = 300.0
+#: how often a client waiting on a job or a control request (``ckpt savepoint``/``stop``,
+#: ``ckpt run --detach``, the Airflow triggers during their first 30 s) polls the metadata
+#: DB: a stop, a promotion or a job start ends within seconds, and each poll is one
+#: indexed query
+CLIENT_POLL_SECONDS = 0.2
 DEFAULT_S3_MAX_ATTEMPTS = 5
 DEFAULT_S3_TIMEOUT_S = 10.0
 DEFAULT_S3_MULTIPART_BYTES = 8 * 1024 * 1024

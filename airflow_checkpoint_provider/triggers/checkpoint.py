@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_checkpoint_provider.engine.client import CLIENT_POLL_SECONDS
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
 from airflow_checkpoint_provider.ownership import DagAccess
 from airflow_checkpoint_provider.triggers.conditions import (
@@ -33,7 +34,7 @@ from airflow_checkpoint_provider.triggers.conditions import (
 
 #: the poll interval at the start of a wait: a stop, a promotion, a job start end within
 #: seconds, and a fixed ``poll_interval`` (1-2 s) added up to that much latency per step
-FAST_POLL_SECONDS = 0.2
+FAST_POLL_SECONDS = CLIENT_POLL_SECONDS  # the engine's clients (ckpt) poll as often
 #: how long a wait polls every ``FAST_POLL_SECONDS`` before it falls back to ``poll_interval``
 FAST_PHASE_SECONDS = 30.0
 

@@ -128,3 +128,4 @@ def test_the_client_hands_the_provider_the_settings_and_shared_defaults():
     assert client.DEFAULT_HEARTBEAT_TIMEOUT_S == settings.HEARTBEAT_TIMEOUT.default == 60.0
     assert client.METADATA_URL_ENV == settings.METADATA_URL.name
     assert client.SHIP_CODE_ENV == settings.SHIP_CODE.name
+    assert client.CLIENT_POLL_SECONDS == settings.CLIENT_POLL_SECONDS

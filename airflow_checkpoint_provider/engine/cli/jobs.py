@@ -17,7 +17,7 @@ from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
 from ..datastream.run_request import CheckpointOverrides, Restore, RunRequest
 from ..errors import EngineError
 from ..fs.storage import absolute_location
-from ..settings import METRICS_PORT
+from ..settings import CLIENT_POLL_SECONDS, METRICS_PORT
 from .common import (
     _echo_json,
     _record,
@@ -197,7 +197,7 @@ def _request(db: str | None, job: str, action: str, params: dict, timeout: float
             raise click.ClickException(
                 f"{action} request {request_id} for job {rec.job_id} not answered within "
                 f"{timeout:.0f} s (status {req.status}); is the job running?")
-        time.sleep(0.2)
+        time.sleep(CLIENT_POLL_SECONDS)
         req = store.get_control_request(request_id)
     if as_json:
         _echo_json(_record(req))

@@ -13,6 +13,7 @@ from ..catalog.models import JobStatus
 from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
 from ..errors import EngineError
 from ..private import makedirs_private, open_private
+from ..settings import CLIENT_POLL_SECONDS
 
 
 def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
@@ -73,7 +74,7 @@ def start_detached(pipeline: Pipeline, argv: list[str], *, job_id: str | None,
             if time.monotonic() > deadline:
                 raise EngineError(f"detached job {job_id} is not RUNNING after {timeout:.0f} s "
                                   f"(pid {proc.pid}); see {log_file}")
-            time.sleep(0.2)
+            time.sleep(CLIENT_POLL_SECONDS)
     finally:
         store.close()
 
