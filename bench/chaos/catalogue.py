@@ -11,17 +11,11 @@ seeded kills are drawn from).
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TESTS = os.path.join(ROOT, "tests")
-for _p in (ROOT, TESTS):  # the tests' pipeline modules (slots inherit sys.path)
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+from .cells import ROOT, TESTS, BuildContext, Entry, Output, configure  # noqa: F401 (re-exported)
+from .kafka_cells import KAFKA_ENTRIES
 
 #: Nexmark events per run, their event-time rate (2 ms apart: every timestamp distinct, so
 #: "the earliest bid" is never a tie) and the wall-clock rate of the source
@@ -32,76 +26,6 @@ NEXMARK_PARALLELISM = 2
 #: out-of-orderness bound of the Nexmark watermarks: far above the skew of the source's
 #: splits (a few batches), so that no event is ever late and the output is deterministic
 NEXMARK_BOUND_MS = 5_000
-
-
-@dataclass(frozen=True)
-class Output:
-    """One committed output of a pipeline.
-
-    ``path``: its FileSink directory, relative to the run root. ``kind``: ``append`` (the
-    multiset of committed rows), ``upsert`` (the last committed row per ``key``, in commit
-    order: update streams, whose intermediate rows depend on batching) or ``changelog``
-    (``+I``/``+U`` add a row, ``-U``/``-D`` remove one: the multiset that remains).
-    ``columns``: the columns compared (``None``: every column but ``_op``).
-    """
-
-    path: str
-    kind: str = "append"
-    key: tuple[str, ...] = ()
-    columns: tuple[str, ...] | None = None
-    #: a reduction after ``kind`` (``"q12"``: the per-bidder totals, see compare.py)
-    post: str | None = None
-
-
-@dataclass
-class BuildContext:
-    """What a run changes in a pipeline: its root, state backend, aligned or unaligned
-    checkpoints, the seeded points where an exception is raised (input positions) and the
-    directory of their fire-once markers."""
-
-    root: str
-    backend: str = "heap"
-    unaligned: bool = False
-    raise_points: list[int] = field(default_factory=list)
-    #: what the harness prepared for the run (CDC: the source database and the target)
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def faults_dir(self) -> str:
-        return os.path.join(self.root, "faults")
-
-    def fault_plan(self):
-        """A tests/pipelines.FaultPlan of the raise points (``None`` without any)."""
-        if not self.raise_points:
-            return None
-        from pipelines import FaultPlan
-
-        return FaultPlan(self.faults_dir, [("record", p) for p in self.raise_points])
-
-
-@dataclass(frozen=True)
-class Entry:
-    name: str
-    group: str
-    make: Callable[[BuildContext], object]
-    outputs: tuple[Output, ...]
-    reference: str  # "duckdb" | "failure-free"
-    #: input records the raise points are drawn from (ids or source positions)
-    records: int
-    #: seconds a failure-free run takes on a free core (kills are drawn within ~this)
-    seconds: float
-    runners: tuple[str, ...] = ("local", "spark")
-    xfail: str | None = None
-    #: the Nexmark queries of the pipeline (several: they share one source), each compared
-    #: with its DuckDB reference (empty: the entry's name)
-    queries: tuple[str, ...] = ()
-
-
-def configure(p, ctx: BuildContext):
-    """The run's state backend and checkpoint mode on a built pipeline."""
-    p.state_backend = ctx.backend
-    p.checkpoint = dataclasses.replace(p.checkpoint, unaligned=ctx.unaligned)
-    return p
 
 
 # -- Nexmark ------------------------------------------------------------------------------
@@ -457,7 +381,8 @@ CDC_ENTRIES = [
 ]
 
 CATALOGUE: dict[str, Entry] = {
-    e.name: e for e in [*_nexmark_entries(), *_multi_entries(), *OTHER_ENTRIES, *CDC_ENTRIES]
+    e.name: e for e in [*_nexmark_entries(), *_multi_entries(), *OTHER_ENTRIES, *CDC_ENTRIES,
+                        *KAFKA_ENTRIES]
 }
 #: q10 is the partitioned FileSink's cell (every bid into dt=/hm= directories)
 ALIASES = {"partitioned-filesink": "q10"}

@@ -31,6 +31,10 @@ def server():
 class CdcHooks:
     """:func:`.run._drive`'s hooks for one CDC run."""
 
+    #: the status of a run that went to its end (the job is unbounded: the harness cancels
+    #: it once it caught up)
+    final_status = "CANCELED"
+
     def __init__(self, kind: str, root: str, seed: int, seconds: float) -> None:
         from cdc_pipelines import items_database
         from cdc_upsert_pipelines import create_target

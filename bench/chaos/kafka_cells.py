@@ -21,16 +21,11 @@ Broker caveat: Tansu does not hide the records of a transaction aborted by a cra
 epoch (a few ms per checkpoint interval) can then show duplicates that Apache Kafka would
 hide (docs/how-to/kafka.md, "Broker caveats"); such a difference names the sink topic.
 
-Wiring (in the runner, which another change owns):
-
-1. ``catalogue.CATALOGUE`` includes :data:`KAFKA_ENTRIES` (``group="kafka"``,
-   ``reference="kafka-reference"``: no failure-free or DuckDB reference run).
-2. ``run.run_one``: ``if e.group == "kafka": hooks = kafka_cells.for_entry(e.name, root,
-   seed, e.seconds)`` (as for ``"cdc"``), skip ``reference(e, ...)`` for
-   ``"kafka-reference"`` as for ``"source-table"``, and expect
-   ``getattr(hooks, "final_status", "CANCELED")`` instead of ``"CANCELED"``; the
-   comparison is ``difference(*hooks.multisets())`` as for CDC.
-3. ``landing()`` gets no output directories for these entries (``outputs=()``).
+How the runner uses them: ``catalogue.CATALOGUE`` includes :data:`KAFKA_ENTRIES`
+(``group="kafka"``, ``reference="kafka-reference"``: no failure-free or DuckDB reference
+run); ``run.run_one`` takes its hooks from :func:`for_entry` (as for CDC), expects the
+hooks' ``final_status`` and compares ``hooks.multisets()``; the entries have no output
+directories (``outputs=()``).
 """
 
 from __future__ import annotations
@@ -41,7 +36,7 @@ import sys
 import uuid
 from collections import Counter
 
-from .catalogue import TESTS, BuildContext, Entry, configure
+from .cells import TESTS, BuildContext, Entry, configure
 
 #: the Kafka tests' job modules (kafka_jobs, changelog_jobs); slots inherit sys.path
 KAFKA_TESTS = os.path.join(TESTS, "engine", "connectors", "kafka")
