@@ -29,14 +29,16 @@ def test_the_peers_input_is_the_engine_generators_input():
 @pytest.mark.timeout(600)
 def test_the_driver_runs_ours_on_both_workloads_and_the_page_renders_its_table(tmp_path):
     results = str(tmp_path / "results")
-    assert run.main(["--engines", "ours", "--records", "2000,6000", "--keys", "500",
-                     "--reps", "1", "--cpu", "", "--results-dir", results]) == 0
+    assert run.main(["--engines", "ours", "--records", "2000,6000", "--aggregate-records",
+                     "3000,9000", "--keys", "500", "--reps", "1", "--cpu", "",
+                     "--results-dir", results]) == 0
     with open(os.path.join(results, "peers.json")) as f:
         data = json.load(f)
     assert {(s["workload"], s["engine"]) for s in data["summary"]} == {
         ("per_record", "ours"), ("aggregate", "ours")}
     for r in data["runs"]:
-        assert [p["records"] for p in r["runs"]] == [2000, 6000]
+        assert [p["records"] for p in r["runs"]] == (
+            [2000, 6000] if r["workload"] == "per_record" else [3000, 9000])
         assert all(p["ok"] and p["cpu_s"] > 0 and p["loadavg_before"] >= 0 for p in r["runs"])
     assert data["command"].startswith(".venv/bin/python bench/peers/run.py --engines ours")
     out = str(tmp_path / "BENCHMARKS.md")
@@ -46,6 +48,7 @@ def test_the_driver_runs_ours_on_both_workloads_and_the_page_renders_its_table(t
     section = text.split("## The Python peers on one core", 1)[1].split("\n## ", 1)[0]
     assert "`KeyedProcessFunction`" in section and "`aggregate()`" in section
     assert "bench/peers/run.py --engines ours" in section
+    assert "3,000 and 9,000 records (aggregate)" in section
 
 
 def test_a_peer_whose_venv_is_missing_is_refused_naming_make_bench_peers(tmp_path, capsys):
