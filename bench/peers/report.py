@@ -17,6 +17,16 @@ def _engine_cell(data: dict, workload: str, engine: str) -> str:
     return f"{data['engines'].get(engine, engine)} {FORMS.get((engine, workload), '')}".strip()
 
 
+def impossible(data: dict, workload: str, engine: str) -> int:
+    """Repetitions whose marginal rate exceeds their records per CPU-second: impossible on
+    one pinned core, so their wall-time difference was noise (waiting for the core on a
+    loaded machine) rather than work."""
+    return sum(1 for r in data.get("runs", [])
+               if (r["workload"], r["engine"]) == (workload, engine)
+               and r["marginal"]["rate"] and r["marginal"]["records_per_cpu_s"]
+               and r["marginal"]["rate"] > 1.05 * r["marginal"]["records_per_cpu_s"])
+
+
 def rows(data: dict) -> list[list]:
     out = []
     order = list(data["engines"])
@@ -27,7 +37,9 @@ def rows(data: dict) -> list[list]:
                     fmt(s["rate"]), fmt(s["records_per_cpu_s"]),
                     "" if ratio is None else f"{ratio:.1f}x",
                     f"{s['reps']}" + (f" (+{s['reps_without_rate']} without a rate)"
-                                      if s.get("reps_without_rate") else "")])
+                                      if s.get("reps_without_rate") else "")
+                    + (f", {n} faster than its CPU (noise)"
+                       if (n := impossible(data, s["workload"], s["engine"])) else "")])
     return out
 
 
