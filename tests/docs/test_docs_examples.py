@@ -218,10 +218,13 @@ def _is_dag_example(block: Block) -> bool:
 
 
 def example_env(cwd: Path) -> dict[str, str]:
+    """A user's shell: this process's environment without what tests configured in it
+    (``AIRFLOW__*`` set by tests/provider/conftest.py when the same xdist worker ran provider
+    tests would point the examples' ``airflow`` commands at that session's Airflow DB)."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("CKPT_", "AIRFLOW_CONN_", "PYTEST_"))
+        if not k.startswith(("CKPT_", "AIRFLOW_CONN_", "AIRFLOW__", "PYTEST_"))
     }
     env["PYTHONPATH"] = str(ROOT)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
