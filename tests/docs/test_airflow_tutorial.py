@@ -13,16 +13,20 @@ shell. The run takes 10-15 minutes on 2 cores (Spark local mode, SQLite)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from test_docs_examples import ROOT, Block, cancel_leftover_jobs, example_env, parse_blocks
+from test_docs_examples import (
+    ROOT,
+    Block,
+    cancel_leftover_jobs,
+    example_env,
+    parse_blocks,
+    run_killable,
+)
 
 PAGE = ROOT / "docs" / "get-started" / "airflow-tutorial.md"
 MARK = "@@tutorial-step {}@@"
@@ -80,22 +84,9 @@ def test_the_page_has_the_steps_the_test_expects():
 
 
 def _run(script: str, cwd: Path, env: dict[str, str], timeout: float):
-    proc = subprocess.Popen(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        err += f"\n[tutorial test] killed after {timeout:.0f} s"
-    return proc.returncode, out, err
+    done = run_killable(["bash", "-euo", "pipefail", "-c", script], cwd, env, timeout,
+                        "tutorial test")
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.mark.timeout(2700)

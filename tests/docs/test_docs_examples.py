@@ -247,10 +247,17 @@ def run_block(block: Block, cwd: Path, timeout: float = 420) -> subprocess.Compl
         script = cwd / "example.sh"
         script.write_text(code)
         cmd = ["bash", "-euo", "pipefail", str(script)]
+    return run_killable(cmd, cwd, example_env(cwd), timeout, "docs test")
+
+
+def run_killable(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float,
+                 who: str) -> subprocess.CompletedProcess:
+    """``cmd`` in a session of its own; on a timeout its whole process group is killed and
+    stderr says so (``[who] killed after N s``)."""
     proc = subprocess.Popen(
         cmd,
         cwd=cwd,
-        env=example_env(cwd),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -261,7 +268,7 @@ def run_block(block: Block, cwd: Path, timeout: float = 420) -> subprocess.Compl
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        err += f"\n[docs test] killed after {timeout:.0f} s"
+        err += f"\n[{who}] killed after {timeout:.0f} s"
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
