@@ -132,10 +132,11 @@ def test_promote_refusals_leave_the_job_running_fenced(tmp_path, monkeypatch):
     store = green_bg.store
 
     def own() -> str:
-        """green's latest fenced checkpoint, read just before a request (an older one may be
-        subsumed by retention before the job master reads it)."""
-        return max((c for c in store.list_checkpoints(green.job_id) if c.status == "COMPLETED"),
-                   key=lambda c: c.checkpoint_id).location
+        """A savepoint of green (fenced): unlike a checkpoint, retention never subsumes it
+        between this read and the job master's."""
+        req = green_bg.request(green.job_id, "SAVEPOINT", {})
+        assert req.status == "SUCCEEDED", req.error
+        return req.result["location"]
 
     cases = [
         ({"snapshot": sp}, "still publishes"),            # blue is RUNNING
