@@ -11,6 +11,8 @@ Public API::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .config import CheckpointConfig, CheckpointingMode, RestartStrategy
 from .connectors.base import Sink, SinkWriter, Source, SourceContext, SplitReader
 from .connectors.discard import DiscardSink
@@ -57,6 +59,9 @@ from .state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+
+if TYPE_CHECKING:  # for type checkers and the API reference; loaded lazily below
+    from .connectors.files.source import FileSource
 
 
 def __getattr__(name: str):
