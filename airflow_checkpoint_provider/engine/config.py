@@ -55,9 +55,10 @@ class CheckpointConfig:
         random delay in ``[min_pause_ms, interval_ms]`` so that many jobs do not align.
     :param savepoint_directory: default target of savepoints (``<directory>/savepoints``).
     :param allowed_savepoint_roots: where savepoints requested through the control plane may
-        be written besides the savepoint and checkpoint directories (also
-        ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``, ``os.pathsep``-separated). A request for a
-        directory outside every root is refused.
+        be written besides the savepoint directory (also ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``,
+        ``os.pathsep``-separated). A request for a directory outside every root is refused,
+        and so is one inside the checkpoint directory other than the savepoint directory
+        (checkpoint retention deletes the job directories there).
     :param unaligned: unaligned checkpoints (``exactly_once`` only): a task snapshots on the
         first barrier of a checkpoint, the barrier overtakes the records queued ahead of it,
         and those in-flight records are stored with the checkpoint as channel state and
