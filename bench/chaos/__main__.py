@@ -24,7 +24,7 @@ import tempfile
 import time
 
 from .catalogue import CATALOGUE, ROOT
-from .run import UNFINISHED, Cell, run_one
+from .run import SETTINGS, UNFINISHED, Cell, run_one
 
 RESULTS = os.path.join(ROOT, "bench", "results", "chaos.jsonl")
 REPORT = os.path.join(ROOT, "CHAOS.md")
@@ -71,13 +71,15 @@ def sample(cells: list[Cell], k: int, seed: int) -> list[Cell]:
 
 
 def next_run(cells: list[Cell], records: list[dict], seed: int) -> tuple[Cell, int]:
-    """The cell with the fewest recorded runs (not counting runs the environment broke; ties in an order drawn by ``seed`` and the
-    count), and a seed above every seed recorded for it and above 1000 (the seeds of the
-    first sessions: a new run never repeats one)."""
+    """The cell with the fewest recorded runs on the current settings (run.SETTINGS; not
+    counting runs the environment broke; ties in an order drawn by ``seed`` and the count),
+    and a seed above every seed recorded for it and above 1000 (the seeds of the first
+    sessions: a new run never repeats one)."""
     runs: dict[str, int] = {}
     seeds: dict[str, int] = {}
     for r in records:
-        if not r.get("environment"):  # a run the environment broke is not a run of the cell
+        # a run the environment broke is not a run of the cell, nor one on other settings
+        if not r.get("environment") and r.get("settings") == SETTINGS:
             runs[r["cell"]] = runs.get(r["cell"], 0) + 1
         seeds[r["cell"]] = max(seeds.get(r["cell"], 0), int(r["seed"]))
     rng = random.Random(seed * 1_000_003 + len(records))

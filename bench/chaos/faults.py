@@ -6,8 +6,8 @@ Kinds:
   Python worker): SIGKILL of one slot process, chosen at random among the running
   attempt's slots (their PIDs from ``job_attempts.placement`` of the metadata DB);
 * ``driver``: SIGKILL of the job's driver process (the job master, with the Spark driver in
-  it); the harness starts a new driver with ``restore="latest"`` once the dead one's
-  heartbeat is stale;
+  it); the harness starts a new driver with ``restore="latest"`` at once (the dead driver
+  is provably gone: no wait for its heartbeat to time out);
 * ``jvm`` (Spark runner): SIGKILL of the Spark JVM (local mode: the driver's and the
   executor's JVM in one); the driver process then ends (or is killed after 60 s) and a new
   driver restores ``latest`` as after a driver kill;

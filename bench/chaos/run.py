@@ -26,7 +26,12 @@ from .catalogue import NEXMARK_KNOWN, ROOT, BuildContext, Entry, entry, nexmark_
 from .cpu import CpuMeter
 from .faults import Fault, fired_raises, landing, plan
 
-HEARTBEAT_TIMEOUT_S = 2.0
+#: what the runs' engine settings are: ``default`` (no ``CKPT_*`` variable reaches a driver
+#: or its slots, every engine setting at its default: the heartbeat timeout, buffer
+#: debloating ...); each record carries it, and the report counts the runs on these settings
+#: apart from older runs (which set ``CKPT_HEARTBEAT_TIMEOUT_S=2`` and slept it out after a
+#: driver kill)
+SETTINGS = "default"
 #: the status of a run that did not end within its cell's bound (:func:`bound_s`)
 UNFINISHED = "UNFINISHED"
 
@@ -186,6 +191,21 @@ def _committed(e: Entry, root: str, columns_of: dict | None = None) -> dict:
 
 
 # -- the driver process -------------------------------------------------------------------------
+#: what the harness sets in a driver's environment besides the inherited one (no engine
+#: setting: Spark's bind address and the import path of the repository)
+DRIVER_ENV = {"PYTHONPATH": ROOT, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+def driver_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """A driver's environment: ``base`` (``os.environ``) without any engine setting
+    (``CKPT_*``: a run is on the default settings whatever the caller's shell exported),
+    plus :data:`DRIVER_ENV`."""
+    base = os.environ if base is None else base
+    env = {k: v for k, v in base.items() if not k.startswith("CKPT_")}
+    env.update(DRIVER_ENV)
+    return env
+
+
 class _Drivers:
     """The run's driver processes (each in its own process group, ended by group id)."""
 
@@ -209,12 +229,7 @@ class _Drivers:
             )
         self.procs: list[subprocess.Popen] = []
         self.cpu = CpuMeter()
-        self.env = {
-            **os.environ,
-            "PYTHONPATH": ROOT,
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "CKPT_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
-        }
+        self.env = driver_env()
 
     @property
     def current(self) -> subprocess.Popen:
@@ -328,14 +343,14 @@ def _jvm_of(driver_pid: int) -> int | None:
 def _after_jvm_kill(drivers: _Drivers, wait_s: float = 60.0) -> str:
     """After the Spark JVM of the driver died: the driver should end by itself (its Spark
     session is gone); if it does not within ``wait_s`` it is killed (noted). Then the dead
-    job's heartbeat goes stale before a new driver restores it."""
+    Spark application has ended: a new driver restores at once (issue 51 item 3: the
+    name is taken at once from a provably gone driver)."""
     try:
         drivers.current.wait(wait_s)
         note = f"; driver ended by itself ({(drivers.result() or {}).get('status', 'no result')})"
     except subprocess.TimeoutExpired:
         drivers.kill_current()
         note = f"; driver still running {wait_s:.0f} s after the JVM died: killed"
-    time.sleep(HEARTBEAT_TIMEOUT_S + 0.5)
     return note
 
 
@@ -438,7 +453,8 @@ def _drive(
                     f = kills.pop(0)
                     f.fired_at, f.target = time.time(), f"driver pid {drivers.current.pid}"
                     drivers.kill_current()
-                    time.sleep(HEARTBEAT_TIMEOUT_S + 0.5)  # the dead driver's heartbeat is stale
+                    # no wait for a heartbeat: the dead driver is provably gone (same host,
+                    # process dead), a restart takes the job name at once (issue 51 item 3)
                     drivers.start(restore="latest")
                 elif due and kills[0].kind == "jvm":
                     f = kills.pop(0)
@@ -532,6 +548,7 @@ def run_one(
         "root": root,
         "time": time.time(),
         "revision": code_revision(),
+        "settings": SETTINGS,
     }
     fired = fired_raises(BuildContext(root).faults_dir)
     for f in faults:

@@ -293,13 +293,30 @@ def test_fill_picks_the_least_run_cell_with_a_seed_never_recorded_for_it():
     from bench.chaos.run import Cell
 
     a, b = Cell("q1"), Cell("q2", backend="rocksdb")
-    records = [{"cell": a.id, "seed": s} for s in (1, 2, 1500)] + [{"cell": b.id, "seed": 3}]
+    d = {"settings": "default"}
+    records = [{"cell": a.id, "seed": s, **d} for s in (1, 2, 1500)]
+    records += [{"cell": b.id, "seed": 3, **d}]
     assert next_run([a, b], records, 7) == (b, 1001)
-    records += [{"cell": b.id, "seed": 1001}, {"cell": b.id, "seed": 1002}]
+    records += [{"cell": b.id, "seed": 1001, **d}, {"cell": b.id, "seed": 1002, **d}]
     assert next_run([a, b], records, 7) == (a, 1501)
     # runs the environment broke (ModuleNotFoundError, ...) do not count; their seeds do
-    records += [{"cell": b.id, "seed": 1600, "environment": "No module named 'pyarrow'"}] * 9
+    records += [{"cell": b.id, "seed": 1600, "environment": "No module named 'pyarrow'", **d}] * 9
     assert next_run([a, b], records, 7) == (a, 1501)
+    # nor runs on other settings (older runs without the marker): their seeds do
+    records += [{"cell": a.id, "seed": 1700}] * 9
+    assert next_run([a, b], records, 7) == (a, 1701)
+
+
+def test_a_driver_gets_no_engine_setting_of_the_callers_environment():
+    """Every chaos run is on the default settings: a ``CKPT_*`` variable the caller
+    exported (a heartbeat timeout, debloating off ...) never reaches a driver; what the
+    harness sets is not an engine setting."""
+    from bench.chaos.run import DRIVER_ENV, SETTINGS, driver_env
+
+    env = driver_env({"CKPT_HEARTBEAT_TIMEOUT_S": "2", "CKPT_X": "1", "HOME": "/h"})
+    assert env == {"HOME": "/h", **DRIVER_ENV}
+    assert not any(k.startswith("CKPT_") for k in DRIVER_ENV)
+    assert SETTINGS == "default"
 
 
 @pytest.mark.timeout(60)
