@@ -51,6 +51,9 @@ class Fault:
     fired_at: float | None = None  # wall clock
     target: str | None = None
     landed: str | None = None
+    #: a driver or JVM kill: seconds from the kill to the start of the next attempt (the
+    #: new driver took the job name and began restoring; ``None``: no attempt started)
+    restarted_s: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,6 +103,18 @@ def fired_raises(faults_dir: str) -> dict[int, float]:
 
 def _ts(dt) -> float | None:
     return None if dt is None else dt.timestamp()
+
+
+def restart_delay(t: float, store) -> float | None:
+    """Seconds from a driver kill at wall time ``t`` to the start of the first attempt of
+    any of the run's jobs started after it (``None``: none started)."""
+    starts = [
+        _ts(a.started_at)
+        for j in store.list_jobs()
+        for a in store.list_attempts(j.job_id)
+        if _ts(a.started_at) > t
+    ]
+    return round(min(starts) - t, 2) if starts else None
 
 
 def landing(t: float, store, output_dirs: list[str]) -> str:

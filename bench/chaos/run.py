@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from .catalogue import NEXMARK_KNOWN, ROOT, BuildContext, Entry, entry, nexmark_config
 from .cpu import CpuMeter
-from .faults import Fault, fired_raises, landing, plan
+from .faults import Fault, fired_raises, landing, plan, restart_delay
 
 #: what the runs' engine settings are: ``default`` (no ``CKPT_*`` variable reaches a driver
 #: or its slots, every engine setting at its default: the heartbeat timeout, buffer
@@ -565,6 +565,8 @@ def run_one(
                 f.landed = landing(
                     f.fired_at, store, [os.path.join(root, o.path) for o in e.outputs]
                 )
+                if f.kind in ("driver", "jvm"):
+                    f.restarted_s = restart_delay(f.fired_at, store)
     finally:
         if store is not None:
             store.close()

@@ -245,6 +245,26 @@ def test_where_a_fault_landed_from_the_metadata_db_and_published_files(tmp_path)
         assert landing(time.time() + 0.5, store, [out]) == "processing"
 
 
+def test_a_driver_kills_restart_delay_is_the_start_of_the_next_attempt(tmp_path):
+    """The seconds from a driver kill to the first attempt started after it, over every job
+    of the run (a restore may create a new job row); none started: ``None``."""
+    import time
+
+    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+    from bench.chaos.faults import restart_delay
+
+    with MetadataStore(f"sqlite:///{tmp_path / 'meta.db'}") as store:
+        store.create_job(job_id="a" * 32, job_name="j", parallelism=2)
+        store.start_attempt("a" * 32, 0, restored_checkpoint_id=None, restored_from=None)
+        kill = time.time()
+        assert restart_delay(kill, store) is None
+        time.sleep(0.3)
+        store.create_job(job_id="b" * 32, job_name="j2", parallelism=2)
+        store.start_attempt("b" * 32, 0, restored_checkpoint_id=None, restored_from=None)
+        delay = restart_delay(kill, store)
+        assert delay is not None and 0.25 <= delay < 30
+
+
 @pytest.mark.parametrize(
     "name",
     [
