@@ -249,6 +249,10 @@ def cutover_breakdown(airflow, store: MetadataStore, dag_id: str, run_id: str, *
                                f"{who} {c.kind.lower()} {c.checkpoint_id} completes"))
         for a in store.list_attempts(job):
             events.append((a.started_at.timestamp(), f"{who} attempt {a.attempt} starts"))
+            phases = {p.get("slot"): p.get("phases") for p in a.placement or ()}
+            if any(phases.values()):  # seconds per start-up step, per slot
+                events.append((a.started_at.timestamp(),
+                               f"{who} attempt {a.attempt} start-up phases {phases}"))
             if a.ended_at:
                 events.append((a.ended_at.timestamp(), f"{who} attempt {a.attempt} ends"))
     events += [(blue_last, "blue's last row seen in the sink"),

@@ -81,9 +81,12 @@ class Address(FromSlot):
 @_message
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Running(FromSlot):
-    """Every operator of the slot restored its state and opened."""
+    """Every operator of the slot restored its state and opened. ``phases``: seconds the
+    slot spent in each start-up step (register, peers, channels, restore), for the attempt's
+    placement record."""
 
     TYPE: ClassVar[str] = "running"
+    phases: dict | None = None
 
 
 @_message

@@ -118,6 +118,8 @@ class AttemptHost(Protocol):
     progress_watch: Any
     startup_seconds: list[float]
     peak_rss_mb: dict[int, float]
+    #: seconds the last ended attempt took to stop (its launcher.stop), for the next one's phases
+    stop_seconds: float
 
     def _broadcast(self, msg: M.Message, slots: Any = None) -> None: ...
 
@@ -149,6 +151,10 @@ class AttemptRun:
         self.finished_tasks: set[tuple[int, int]] = set()
         self.finish_sent = False
         self.started = 0.0
+        #: seconds launcher.start took (a Spark launcher waits for the previous stage's cores)
+        self.launch_seconds = 0.0
+        #: slot -> seconds from the launch to its registration (process start on a cluster)
+        self.registered_after: dict[int, float] = {}
         self.last_heartbeat = 0.0
         self.promote_next = 0.0  # when a PROMOTE that must wait is checked again
         self.handlers: dict[type[M.FromSlot], Handler] = {
@@ -176,6 +182,7 @@ class AttemptRun:
         m.task_counters = {}
         if m.progress_watch is not None:
             m.progress_watch.reset(time.monotonic())
+        launched = time.monotonic()
         try:
             m.launcher.start(self.attempt, m.server.address, self.num_slots, secret=m.secret)
         except EngineError as exc:
@@ -187,6 +194,7 @@ class AttemptRun:
                                   if lost else f"cannot start the job's slots: {exc}",
                                   fatal=lost, error=SparkProcessLostError if lost else None)
         self.started = time.monotonic()
+        self.launch_seconds = round(self.started - launched, 3)
         events = m.server.events
         while True:
             try:
@@ -216,7 +224,9 @@ class AttemptRun:
         m = self.master
         self.coord.abort_all(f"job failover: {reason}", time.monotonic())
         self.coord.set_tasks_running(set())
+        t0 = time.monotonic()
         m.launcher.stop()
+        m.stop_seconds = round(time.monotonic() - t0, 3)
         for c in m.conns.values():
             c.close()
         m.conns = {}
@@ -258,6 +268,7 @@ class AttemptRun:
             outcome.fatal = True
             return outcome
         self.placement[slot] = {"slot": slot, "host": msg.host, "pid": msg.pid, **msg.placement}
+        self.registered_after[slot] = round(now - self.started, 3)
         conn.send(M.JobDescription(payload=self.master._payload(self.attempt, slot,
                                                                 self.assignments)))
         return None
@@ -270,6 +281,11 @@ class AttemptRun:
     def on_running(self, conn: Any, msg: M.Running, now: float) -> None:
         m = self.master
         self.running.add(msg.slot)
+        if msg.slot in self.placement:  # where the start-up went (launch, slot's own steps)
+            self.placement[msg.slot]["phases"] = {
+                "stop_previous": m.stop_seconds, "launch": self.launch_seconds,
+                "registered": self.registered_after.get(msg.slot),
+                **(msg.phases or {}), "running": round(now - self.started, 3)}
         if len(self.running) < self.num_slots:
             return
         self.coord.set_tasks_running(self.all_tasks)
@@ -278,8 +294,10 @@ class AttemptRun:
         self.coord.db.write(MetadataStore.set_job_status, m.job_id, JobStatus.RUNNING)
         if m.progress:
             m.progress.update(status=JobStatus.RUNNING, restarts=self.attempt)
-        log.info("Job %s (%s) attempt %d is running (%.2f s to start)", m.config.name,
-                 m.job_id, self.attempt, now - self.started)
+        log.info("Job %s (%s) attempt %d is running (%.2f s to start, %.2f s to launch; "
+                 "per slot: %s)", m.config.name, m.job_id, self.attempt, now - self.started,
+                 self.launch_seconds, {s: p.get("phases") for s, p in
+                                       sorted(self.placement.items())})
         m.promoter.finish(self.attempt)
         if self.attempt == 0 or self.attempt == m.promoter.attempt:
             try:

@@ -155,6 +155,8 @@ class JobMaster:
         #: the snapshot the job started from (a PROMOTE replaces it)
         self.initial: LoadedSnapshot | None = None
         self.startup_seconds: list[float] = []   # per attempt: launch -> every slot running
+        #: seconds the last ended attempt took to stop its slots (launcher.stop)
+        self.stop_seconds = 0.0
         self.peak_rss_mb: dict[int, float] = {}  # slot -> peak resident memory of its process
         #: source uid -> its splits, taken once per job (every subtask and attempt sees them)
         self.source_splits: dict[str | None, list] = {}
