@@ -51,8 +51,11 @@ class Fault:
     fired_at: float | None = None  # wall clock
     target: str | None = None
     landed: str | None = None
-    #: a driver or JVM kill: seconds from the kill to the start of the next attempt (the
-    #: new driver took the job name and began restoring; ``None``: no attempt started)
+    #: a driver or JVM kill: when the harness started the new driver (wall clock; after a
+    #: JVM kill the old driver first ends by itself) and the seconds from the kill to the
+    #: start of the new driver's first attempt (it took the job name and began restoring;
+    #: ``None``: no attempt started)
+    restarted_at: float | None = None
     restarted_s: float | None = None
 
     def to_dict(self) -> dict:
@@ -105,14 +108,17 @@ def _ts(dt) -> float | None:
     return None if dt is None else dt.timestamp()
 
 
-def restart_delay(t: float, store) -> float | None:
+def restart_delay(t: float, store, after: float | None = None) -> float | None:
     """Seconds from a driver kill at wall time ``t`` to the start of the first attempt of
-    any of the run's jobs started after it (``None``: none started)."""
+    any of the run's jobs started after ``after`` (the new driver's start; default ``t``:
+    a killed JVM's driver may start a doomed attempt of its own before it ends) (``None``:
+    none started)."""
+    after = t if after is None else after
     starts = [
         _ts(a.started_at)
         for j in store.list_jobs()
         for a in store.list_attempts(j.job_id)
-        if _ts(a.started_at) > t
+        if _ts(a.started_at) > after
     ]
     return round(min(starts) - t, 2) if starts else None
 

@@ -11,6 +11,7 @@ import time
 from collections import Counter, defaultdict
 
 from .faults import LANDINGS
+from .run import SETTINGS, UNFINISHED
 
 SHORT = {
     "before-first-checkpoint": "pre",
@@ -26,18 +27,157 @@ SHORT = {
 LAST_FIX = ("finding 7, commit b2a1e57", "2026-11-26 23:39:48")
 
 
-def _since_last_fix(runs: list[dict]) -> str:
+def _killed(r: dict) -> bool:
+    """At least one SIGKILL (slot, Python worker, driver, JVM) fired in the run."""
+    return any(f["fired_at"] and f["kind"] != "raise" for f in r["faults"])
+
+
+def _unfinished(r: dict) -> bool:
+    return r["status"] in (UNFINISHED, "TIMEOUT")
+
+
+def _on_current_settings(r: dict) -> bool:
+    """A run on the current settings (run.SETTINGS) of committed code: a ``+dirty`` revision
+    ran on a working tree with uncommitted engine edits (others' half-moved modules)."""
+    return r.get("settings") == SETTINGS and not (r.get("revision") or "").endswith("+dirty")
+
+
+def _older(runs: list[dict]) -> str:
+    """One line for the runs on other settings (before the harness ran every engine setting
+    at its default), with those on the code with every finding of FINDINGS.md fixed."""
+    if not runs:
+        return ""
     what, at = LAST_FIX
     since = calendar.timegm(time.strptime(at, "%Y-%m-%d %H:%M:%S"))
-    rs = [r for r in runs if r.get("time", 0) >= since]
-    killed = [r for r in rs if any(f["fired_at"] and f["kind"] != "raise" for f in r["faults"])]
+    fixed = [r for r in runs if r.get("time", 0) >= since]
+    last = time.strftime("%Y-%m-%d %H:%M", time.gmtime(max(r.get("time", 0) for r in runs)))
     return (
-        f"On the code with every finding fixed (runs after the last fix, {what}, {at} UTC): "
-        f"**{len(rs)} runs, {len(killed)} killed runs, "
-        f"{sum(1 for r in rs if not r['ok'])} failed, "
-        f"{sum(1 for r in rs if r['differences'])} committed rows that differ from the "
-        f"reference**, in {len({r['cell'] for r in rs})} cells."
+        "Earlier runs on other settings (`CKPT_HEARTBEAT_TIMEOUT_S=2` and a sleep of 2.5 s "
+        "before a restart after a driver or JVM kill), "
+        f"up to {last} UTC, not counted above: {len(runs)} runs, "
+        f"{sum(1 for r in runs if _killed(r))} killed runs, "
+        f"{sum(1 for r in runs if r['differences'])} with committed rows that differ, "
+        f"{sum(1 for r in runs if _unfinished(r))} unfinished, "
+        f"{sum(1 for r in runs if not r['ok'])} failed (the failures are FINDINGS.md's, "
+        f"fixed); after the last fix ({what}, {at} UTC): {len(fixed)} runs, "
+        f"{sum(1 for r in fixed if _killed(r))} killed runs, "
+        f"{sum(1 for r in fixed if not r['ok'])} failed. Their per-cell table is in this "
+        "file's git history."
     )
+
+
+#: the families a current run is counted in (the first that matches), in the report's order
+FAMILIES = (
+    (
+        "driver-kill cells (multi-query on Spark, every kill a driver SIGKILL)",
+        lambda r: r["cell"].endswith("/driver-kills"),
+    ),
+    (
+        "multi-query cells (several queries on one source)",
+        lambda r: r.get("group") == "nexmark-multi",
+    ),
+    ("Kafka cells", lambda r: r.get("group") == "kafka"),
+    ("CDC cells", lambda r: r.get("group") == "cdc"),
+    ("Nexmark single-query cells", lambda r: r.get("group") == "nexmark"),
+    ("other pipelines (joins, windows, sessions, ...)", lambda r: True),
+)
+
+
+def family(r: dict) -> str:
+    return next(name for name, match in FAMILIES if match(r))
+
+
+def _restarts(runs: list[dict]) -> str:
+    """The restart delays of the driver and JVM kills (faults.restart_delay)."""
+    delays = [
+        f["restarted_s"]
+        for r in runs
+        for f in r["faults"]
+        if f["fired_at"] and f["kind"] in ("driver", "jvm") and f.get("restarted_s") is not None
+    ]
+    kills = sum(
+        1 for r in runs for f in r["faults"] if f["fired_at"] and f["kind"] in ("driver", "jvm")
+    )
+    if not kills:
+        return ""
+    over = sum(1 for d in delays if d > 5)
+    return (
+        f"Driver and Spark JVM kills: {kills}; the harness restarts at once with "
+        f'`restore="latest"` (no wait for a heartbeat) and the next attempt started a median '
+        f"{_median(delays):.1f} s (max {max(delays, default=0):.1f} s) after the kill, "
+        f"{over} of {len(delays)} later than 5 s (the time includes the new driver's Python "
+        "start-up on the loaded machine and, after a JVM kill, the old driver's own end)."
+    )
+
+
+def _current_summary(cur: list[dict], excluded: int) -> list[str]:
+    """The top of the report: the runs on the current settings, by family."""
+    killed = [r for r in cur if _killed(r)]
+    revs = [r.get("revision") for r in sorted(cur, key=lambda r: r.get("time", 0))]
+    revs = list(dict.fromkeys(x for x in revs if x))
+    when = [r.get("time", 0) for r in cur]
+    span = (
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(min(when)))} to "
+        f"{time.strftime('%H:%M', time.gmtime(max(when)))} UTC"
+        if when
+        else "none yet"
+    )
+    commits = (
+        f"commit {revs[0]}"
+        if len(revs) == 1
+        else f"commits {revs[0]} to {revs[-1]} ({len(revs)} commits)"
+        if revs
+        else "no commit"
+    )
+    lines = [
+        "## Default settings (the current runs)",
+        "",
+        f"**{len(killed)} killed runs on the default settings: "
+        f"{sum(1 for r in killed if r['differences'])} with committed rows that differ from "
+        f"the reference, {sum(1 for r in killed if _unfinished(r))} unfinished, "
+        f"{sum(1 for r in killed if not r['ok'])} failed.** All runs on these settings: "
+        f"{len(cur)} ({sum(1 for r in cur if r['differences'])} differ, "
+        f"{sum(1 for r in cur if _unfinished(r))} unfinished, "
+        f"{sum(1 for r in cur if not r['ok'])} failed) in {len({r['cell'] for r in cur})} "
+        f"cells, {commits}, {span}.",
+        "",
+        "Default settings: the harness sets no `CKPT_*` variable (it drops any the caller "
+        "exported, bench/chaos/run.py `driver_env`) and no engine option beyond the job's own "
+        "(its state backend and checkpoint mode per cell, a 200 ms checkpoint interval, "
+        "parallelism 2, a restart strategy of 10 attempts): the heartbeat timeout, buffer "
+        "debloating and every other setting at their defaults. Each record says "
+        f'`"settings": "{SETTINGS}"` and its `revision`.'
+        + (
+            f" {excluded} runs on a working tree with uncommitted engine edits (revision "
+            "`+dirty`) are not counted."
+            if excluded
+            else ""
+        ),
+        "",
+        "| family | cells | runs | killed runs | differ | unfinished | failed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, _ in FAMILIES:
+        rs = [r for r in cur if family(r) == name]
+        if rs:
+            lines.append(
+                f"| {name} | {len({r['cell'] for r in rs})} | {len(rs)} "
+                f"| {sum(1 for r in rs if _killed(r))} "
+                f"| {sum(1 for r in rs if r['differences'])} "
+                f"| {sum(1 for r in rs if _unfinished(r))} "
+                f"| {sum(1 for r in rs if not r['ok'])} |"
+            )
+    by = Counter(f"{r['runner']}/{r['backend']}/{r['mode']}" for r in killed)
+    lines += [
+        "",
+        "Killed runs by runner/backend/mode: "
+        + ", ".join(f"{k} {by[k]}" for k in sorted(by))
+        + ".",
+    ]
+    restarts = _restarts(cur)
+    if restarts:
+        lines += ["", restarts]
+    return lines
 
 
 def load(path: str) -> list[dict]:
@@ -99,8 +239,13 @@ def write_report(results: str, report: str) -> None:
     every = load(results)
     # a run whose drivers could not import their modules (the shared venv was being
     # reinstalled) says nothing about the engine: counted apart, not in the table
-    runs = [r for r in every if not r.get("environment")]
-    broken = len(every) - len(runs)
+    valid = [r for r in every if not r.get("environment")]
+    broken = len(every) - len(valid)
+    # the table and the counts are of the runs on the current settings; older runs on
+    # other settings are one line
+    runs = [r for r in valid if _on_current_settings(r)]
+    dirty = [r for r in valid if r.get("settings") == SETTINGS and r not in runs]
+    older = [r for r in valid if r.get("settings") != SETTINGS]
     by_cell: dict[str, list[dict]] = defaultdict(list)
     for r in runs:
         by_cell[r["cell"]].append(r)
@@ -108,9 +253,6 @@ def write_report(results: str, report: str) -> None:
     raises = sum(1 for r in runs for f in r["faults"] if f["fired_at"] and f["kind"] == "raise")
     failed = [r for r in runs if not r["ok"]]
     landed = Counter(f["landed"] for r in runs for f in r["faults"] if f["fired_at"])
-    killed = [r for r in runs if any(f["fired_at"] and f["kind"] != "raise" for f in r["faults"])]
-    faulted = [r for r in runs if any(f["fired_at"] for f in r["faults"])]
-    differing = [r for r in runs if r["differences"]]
     lines = [
         "# Chaos matrix",
         "",
@@ -118,30 +260,26 @@ def write_report(results: str, report: str) -> None:
         f"`{os.path.relpath(results, os.path.dirname(os.path.abspath(report)))}` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
-        f"**{len(runs)} runs in {len(by_cell)} cells: {kills} SIGKILLs and {raises} raised "
-        f"exceptions fired; {len(failed)} runs failed** (did not finish, or committed rows "
-        "that differ from the reference)."
+        *_current_summary(runs, len(dirty)),
+        "",
+        _older(older),
+        "",
+        f"SIGKILLs fired in the current runs: {kills}; raised exceptions: {raises}."
         + (
-            f" {broken} more runs failed because of the harness's environment (the shared "
-            "virtualenv being reinstalled meanwhile: `ModuleNotFoundError`; CDC runs blocked "
-            "by a prepared transaction or a replication slot an earlier run had left in the "
-            "harness's PostgreSQL server, finding 7); they are not counted."
+            f" {broken} runs (of any settings) failed because of the harness's environment "
+            "(the shared virtualenv or working tree being changed meanwhile: "
+            "`ModuleNotFoundError`; CDC runs blocked by a prepared transaction or a "
+            "replication slot an earlier run had left in the harness's PostgreSQL server, "
+            "finding 7); they are not counted."
             if broken
             else ""
         ),
         "",
-        f"Killed runs (at least one SIGKILL fired): **{len(killed)}**, of which "
-        f"{sum(1 for r in killed if not r['ok'])} failed and "
-        f"{sum(1 for r in killed if r['differences'])} committed rows that differ from the "
-        f"reference; runs with any fault fired: {len(faulted)}; runs whose committed rows "
-        f"differ: {len(differing)}; **unfinished runs** (no end within the cell's bound, a "
-        f"failure): {sum(1 for r in runs if r['status'] in ('UNFINISHED', 'TIMEOUT'))}.",
-        "",
-        _since_last_fix(runs),
-        "",
         _cost(runs),
         "",
         "Where the faults landed: " + ", ".join(f"{k} {landed.get(k, 0)}" for k in LANDINGS) + ".",
+        "",
+        "## The current runs per cell",
         "",
         "A cell is `pipeline/runner/backend/mode`. Reference: `duckdb` (Nexmark: DuckDB SQL "
         "written from the query texts, bench/chaos/reference_duckdb.py) or `failure-free` (the "
@@ -188,7 +326,7 @@ def write_report(results: str, report: str) -> None:
             f"| {('`' + bad[0]['replay'] + '`') if bad else ''} |"
         )
     if failed:
-        lines += ["", "## Failing runs", ""]
+        lines += ["", "## Failing runs (current settings)", ""]
         for r in failed[:60]:
             why = (r.get("failure_reason") or "").replace("\n", " ")[:300]
             diffs = "; ".join(

@@ -455,6 +455,7 @@ def _drive(
                     drivers.kill_current()
                     # no wait for a heartbeat: the dead driver is provably gone (same host,
                     # process dead), a restart takes the job name at once (issue 51 item 3)
+                    f.restarted_at = time.time()
                     drivers.start(restore="latest")
                 elif due and kills[0].kind == "jvm":
                     f = kills.pop(0)
@@ -462,6 +463,7 @@ def _drive(
                     if jvm is not None and _sigkill(jvm):
                         f.fired_at, f.target = time.time(), f"Spark JVM pid {jvm}"
                         f.target += _after_jvm_kill(drivers)
+                        f.restarted_at = time.time()
                         drivers.start(restore="latest")
                 elif due and pids:
                     f = kills.pop(0)
@@ -566,7 +568,7 @@ def run_one(
                     f.fired_at, store, [os.path.join(root, o.path) for o in e.outputs]
                 )
                 if f.kind in ("driver", "jvm"):
-                    f.restarted_s = restart_delay(f.fired_at, store)
+                    f.restarted_s = restart_delay(f.fired_at, store, f.restarted_at)
     finally:
         if store is not None:
             store.close()

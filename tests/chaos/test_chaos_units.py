@@ -94,11 +94,16 @@ def test_an_unfinished_run_is_a_failure_counted_in_the_summary_and_the_report(tm
     ]
     line = summary(runs)
     assert "2 killed runs" in line and "1 unfinished" in line and "1 failed" in line
+    for r in runs:
+        r.update(settings="default", revision="abc")
     results = tmp_path / "chaos.jsonl"
     results.write_text("\n".join(json.dumps(r) for r in runs) + "\n")
     write_report(str(results), str(tmp_path / "CHAOS.md"))
     text = (tmp_path / "CHAOS.md").read_text()
-    assert "failure): 1." in text
+    assert (
+        "**2 killed runs on the default settings: 0 with committed rows that differ from "
+        "the reference, 1 unfinished, 1 failed.**"
+    ) in text
     assert "| q7+q19/spark/heap/aligned/driver-kills | duckdb | 1 | 0 | 1 | 0 |" in text
 
 
@@ -263,6 +268,8 @@ def test_a_driver_kills_restart_delay_is_the_start_of_the_next_attempt(tmp_path)
         store.start_attempt("b" * 32, 0, restored_checkpoint_id=None, restored_from=None)
         delay = restart_delay(kill, store)
         assert delay is not None and 0.25 <= delay < 30
+        # after a JVM kill: the attempts before the new driver's start are not its
+        assert restart_delay(kill, store, after=time.time()) is None
 
 
 @pytest.mark.parametrize(
@@ -380,7 +387,13 @@ def test_the_cpu_meter_counts_a_sessions_processes_also_after_its_leader_died():
         other.wait(10)
 
 
-def test_the_report_counts_apart_the_runs_on_the_code_with_every_finding_fixed(tmp_path):
+def test_the_report_counts_the_runs_on_the_default_settings_by_family_and_older_runs_apart(
+    tmp_path,
+):
+    """The top of CHAOS.md counts the killed runs, differences and unfinished runs on the
+    current settings (``settings: default`` of committed code), with the multi-query,
+    driver-kill and Kafka cells apart; older runs on other settings are one line, and runs
+    on a working tree with uncommitted engine edits are not counted."""
     import calendar
     import time
 
@@ -389,14 +402,15 @@ def test_the_report_counts_apart_the_runs_on_the_code_with_every_finding_fixed(t
 
     fixed_at = calendar.timegm(time.strptime(LAST_FIX[1], "%Y-%m-%d %H:%M:%S"))
     kill = {"kind": "slot", "fired_at": 1.0, "landed": "processing"}
+    driver = {"kind": "driver", "fired_at": 1.0, "landed": "processing", "restarted_s": 2.5}
     diff = {"out": {"missing": 3, "extra": 0, "expected": 10}}
 
-    def run(seed, at, ok=True):
+    def run(seed, at, ok=True, cell="q1/local/heap/aligned", group="nexmark", **extra):
         return {
-            "cell": "q1/local/heap/aligned",
-            "pipeline": "q1",
-            "group": "nexmark",
-            "runner": "local",
+            "cell": cell,
+            "pipeline": cell.split("/")[0],
+            "group": group,
+            "runner": cell.split("/")[1],
             "backend": "heap",
             "mode": "aligned",
             "seed": seed,
@@ -407,25 +421,46 @@ def test_the_report_counts_apart_the_runs_on_the_code_with_every_finding_fixed(t
             "time": at,
             "replay": "r",
             "seconds": 1,
+            **extra,
         }
 
+    now = fixed_at + 10 * 86400
+    cur = {"settings": "default", "revision": "aaaaaaaaaaaa"}
+    rows = [
+        run(1, fixed_at - 60, ok=False),
+        run(2, fixed_at + 60),
+        run(3, now, **cur),
+        run(4, now + 1, cell="q7+q19/local/heap/aligned", group="nexmark-multi", **cur),
+        run(5, now + 2, cell="q7+q19/spark/heap/aligned/driver-kills", group="nexmark-multi",
+            **{**cur, "revision": "bbbbbbbbbbbb", "faults": [driver]}),
+        run(6, now + 3, cell="kafka-sum/local/heap/aligned", group="kafka", **cur),
+        # a half-edited working tree: not counted
+        run(7, now + 4, ok=False, **{**cur, "revision": "bbbbbbbbbbbb+dirty"}),
+    ]
     results = tmp_path / "chaos.jsonl"
-    results.write_text(
-        "\n".join(
-            json.dumps(r)
-            for r in [
-                run(1, fixed_at - 60, ok=False),
-                run(2, fixed_at + 60),
-                run(3, fixed_at + 120),
-            ]
-        )
-    )
+    results.write_text("\n".join(json.dumps(r) for r in rows))
     write_report(str(results), str(tmp_path / "CHAOS.md"))
     text = (tmp_path / "CHAOS.md").read_text()
+    top = text.split("## The current runs per cell")[0]
     assert (
-        "**2 runs, 2 killed runs, 0 failed, 0 committed rows that differ from the "
-        "reference**, in 1 cells"
-    ) in text
-    assert "**3 runs in 1 cells" in text  # the whole history is still in the table
+        "**4 killed runs on the default settings: 0 with committed rows that differ from "
+        "the reference, 0 unfinished, 0 failed.**"
+    ) in top
+    assert "commits aaaaaaaaaaaa to bbbbbbbbbbbb (2 commits)" in top
+    assert "1 runs on a working tree with uncommitted engine edits" in top
+    assert "| driver-kill cells (multi-query on Spark, every kill a driver SIGKILL) | 1 | 1 | 1 |" in top
+    assert "| multi-query cells (several queries on one source) | 1 | 1 | 1 |" in top
+    assert "| Kafka cells | 1 | 1 | 1 |" in top
+    assert "| Nexmark single-query cells | 1 | 1 | 1 | 0 | 0 | 0 |" in top
+    assert "Driver and Spark JVM kills: 1;" in top and "median 2.5 s" in top
+    assert (
+        "Earlier runs on other settings" in top
+        and ": 2 runs, 2 killed runs, 1 with committed rows that differ, 0 unfinished, "
+        "1 failed" in top
+    )
+    assert "after the last fix" in top and "1 runs, 1 killed runs, 0 failed" in top
+    # the per-cell table holds the current runs only
+    table = text.split("## The current runs per cell")[1]
+    assert "| q1/local/heap/aligned | duckdb | 1 | 1 |" in table
     rev = code_revision()
     assert rev is None or len(rev.split("+")[0]) == 12
