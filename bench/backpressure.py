@@ -37,9 +37,8 @@ import cloudpickle
 from jobs import add_results_dir, bench_pipeline, median, p99, write_results
 from latency_files import read_latencies
 
-from airflow_checkpoint_provider.engine import DiscardSink, GeneratorSource, Pipeline
-from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.connectors.discard import DiscardWriter
+from airflow_checkpoint_provider.engine import DiscardSink, DiscardWriter, GeneratorSource, Pipeline
+from airflow_checkpoint_provider.engine.client import MetadataStore
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -173,9 +173,9 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     spark = None
     if "static" in kinds and not args.skip_ss:
-        from airflow_checkpoint_provider.engine.runners.spark import session_for
+        from airflow_checkpoint_provider.engine.client import spark_session
 
-        spark = session_for("local[2]", "bench-stream-static", extra_conf=SS_CONF)
+        spark = spark_session("local[2]", "bench-stream-static", extra_conf=SS_CONF)
     runs = []
     try:
         for rep in range(args.reps):

@@ -126,11 +126,8 @@ def run_one(kind: str, server, args) -> dict:
     from pipelines import Background
 
     from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline
-    from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import (
-        PostgresCdcSource,
-        drop_slot,
-        job_object_name,
-    )
+    from airflow_checkpoint_provider.engine.client import cdc_object_name, drop_cdc_slot
+    from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import PostgresCdcSource
 
     root = tempfile.mkdtemp(prefix=f"bench-cdc-{kind}-")
     url = server.create_database()
@@ -235,7 +232,7 @@ def run_one(kind: str, server, args) -> dict:
             "load_averages": load,
         }
         print(result, flush=True)
-        drop_slot(dsn, job_object_name(name), job_object_name(name))
+        drop_cdc_slot(dsn, cdc_object_name(name), cdc_object_name(name))
         return result
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -183,10 +183,10 @@ def main() -> None:
     from cdc_pipelines import dsn
     from pg_server import PostgresServer
 
-    from airflow_checkpoint_provider.engine.catalog import MetadataStore
-    from airflow_checkpoint_provider.engine.connectors.postgres.cdc.slots import (
-        copy_slot,
-        job_object_name,
+    from airflow_checkpoint_provider.engine.client import (
+        MetadataStore,
+        cdc_object_name,
+        copy_cdc_slot,
     )
 
     os.environ.setdefault("CKPT_HEARTBEAT_TIMEOUT_S", "5")  # a killed driver's job is LOST soon
@@ -243,7 +243,7 @@ def main() -> None:
             conn.execute("ALTER TABLE items_a DROP COLUMN extra")
         events.append(("schema changes on items_a", round(time.monotonic() - t0, 1)))
         at(0.5)
-        copy_slot(url, job_object_name("soak-blue"), job_object_name("soak-green"))
+        copy_cdc_slot(url, cdc_object_name("soak-blue"), cdc_object_name("soak-green"))
         final = request(store, blue.job_id, "STOP_WITH_SAVEPOINT")["location"]
         d.wait(120)
         d = driver(root, url, target, "soak-green", restore=final, kill_after=500)

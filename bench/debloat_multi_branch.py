@@ -40,16 +40,16 @@ MODES = {"off": {"buffer_debloat_target_ms": None}, "default": {}}
 def child(args) -> int:
     """One run (the driver process): build, run, write the result."""
     from airflow_checkpoint_provider.engine import RestartStrategy
-    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+    from airflow_checkpoint_provider.engine.client import MetadataStore
     from tests.engine.test_progress_multibranch import build
 
     p = build(args.root, args.data, tuple(args.queries.split(",")), **MODES[args.mode])
     p.restart_strategy = RestartStrategy.fixed_delay(attempts=10, delay_ms=0)
     options: dict = {}
     if args.runner == "spark":
-        from airflow_checkpoint_provider.engine.runners.spark import session_for
+        from airflow_checkpoint_provider.engine.client import spark_session
 
-        options["spark"] = session_for("local[4]", f"debloat-{args.mode}")
+        options["spark"] = spark_session("local[4]", f"debloat-{args.mode}")
     result = p.run(args.runner, **options)
     store = MetadataStore(p.metadata_url)
     try:

@@ -43,7 +43,7 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
     TumblingWindows,
     WatermarkStrategy,
 )
-from airflow_checkpoint_provider.engine.runners.spark import session_for  # noqa: E402
+from airflow_checkpoint_provider.engine.client import spark_session  # noqa: E402
 
 WINDOW_MS, DELAY_MS = 10_000, 1_000
 
@@ -146,7 +146,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     runs = []
     if not args.skip_ss:
-        spark = session_for("local[2]", "bench-windows-ss", extra_conf=SS_CONF)
+        spark = spark_session("local[2]", "bench-windows-ss", extra_conf=SS_CONF)
         try:
             for rep in range(args.reps):
                 ss = ss_windows(spark, keys=args.keys, rows_per_batch=args.rows_per_batch,

@@ -28,7 +28,7 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
     Pipeline,
     RestartStrategy,
 )
-from airflow_checkpoint_provider.engine.catalog import MetadataStore  # noqa: E402
+from airflow_checkpoint_provider.engine.client import MetadataStore  # noqa: E402
 from airflow_checkpoint_provider.examples.running_sum import RunningSum  # noqa: E402
 from bench.report_common import record_conditions  # noqa: E402  (the load at the start)
 

@@ -199,9 +199,9 @@ def main(argv=None) -> int:
     if args.reps:
         spark = None
         if not args.skip_ss:
-            from airflow_checkpoint_provider.engine.runners.spark import session_for
+            from airflow_checkpoint_provider.engine.client import spark_session
 
-            spark = session_for("local[2]", "bench-joins", extra_conf=SS_CONF)
+            spark = spark_session("local[2]", "bench-joins", extra_conf=SS_CONF)
         try:
             for rep in range(args.reps):
                 run: dict = {}

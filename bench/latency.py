@@ -41,13 +41,14 @@ from jobs import add_results_dir, median, write_results  # noqa: E402
 
 from airflow_checkpoint_provider.engine import (  # noqa: E402
     CheckpointConfig,
+    DiscardWriter,
     GeneratorSource,
     KeyedProcessFunction,
     Pipeline,
     RestartStrategy,
+    Sink,
+    SinkWriter,
 )
-from airflow_checkpoint_provider.engine.connectors.base import Sink, SinkWriter  # noqa: E402
-from airflow_checkpoint_provider.engine.connectors.discard import DiscardWriter  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # slots cannot import bench/
 
@@ -205,9 +206,9 @@ def main(argv=None) -> int:
     if args.ss:
         from structured_streaming import SS_CONF
 
-        from airflow_checkpoint_provider.engine.runners.spark import session_for
+        from airflow_checkpoint_provider.engine.client import spark_session
 
-        spark = session_for("local[2]", "bench-latency-ss", extra_conf=SS_CONF)
+        spark = spark_session("local[2]", "bench-latency-ss", extra_conf=SS_CONF)
         jobs.append("ss_aggregate")
     runs = []
     try:

@@ -28,10 +28,10 @@ import os
 import sys
 
 import numpy as np
+import pyarrow as pa
 from jobs import add_results_dir, median, run_job, write_results
 
 from airflow_checkpoint_provider.engine import GeneratorSource
-from airflow_checkpoint_provider.engine.runtime.batches import encode_arrow
 
 
 def loopback_bytes() -> int | None:
@@ -60,7 +60,10 @@ def sustained(job: str, records: int, keys: int, parallelism: int, runner: str =
 def ipc_bytes_per_row(keys: int, int_keys: bool, rows: int = 8192) -> float:
     batch = GeneratorSource(None, num_keys=keys, seed=1, arrow=True, int_keys=int_keys) \
         .record_batch(np.arange(rows, dtype=np.int64))
-    return len(encode_arrow(batch)) / rows
+    sink = pa.BufferOutputStream()  # an Arrow IPC stream (schema + the batch), as on the wire
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().size / rows
 
 
 def cluster_runs(args) -> list[dict]:
@@ -69,7 +72,7 @@ def cluster_runs(args) -> list[dict]:
     import contextlib
     import tempfile
 
-    from airflow_checkpoint_provider.engine.runners.spark import session_for
+    from airflow_checkpoint_provider.engine.client import spark_session
 
     with contextlib.ExitStack() as stack:
         master = args.master
@@ -82,8 +85,8 @@ def cluster_runs(args) -> list[dict]:
             cluster = StandaloneCluster(tmp, memory="2g").start()
             stack.callback(cluster.stop)
             master = cluster.url
-        spark = session_for(master, "bench-scaling",
-                            extra_conf={"spark.executor.memory": "1g", "spark.cores.max": "4"})
+        spark = spark_session(master, "bench-scaling",
+                              extra_conf={"spark.executor.memory": "1g", "spark.cores.max": "4"})
         stack.callback(spark.stop)
         return [run for rep in range(args.reps) for run in _cluster_rep(spark, args, rep)]
 

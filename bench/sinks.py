@@ -80,11 +80,12 @@ def make_sink(kind: str, root: str, pg_url: str | None):
                                                   "warehouse": f"file://{root}/wh"})
     if kind == "postgres":
         import psycopg
+        from sqlalchemy.engine import make_url
 
-        from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
         from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
-        with psycopg.connect(libpq_dsn(pg_url), autocommit=True) as conn:
+        with psycopg.connect(make_url(pg_url).set(drivername="postgresql")
+                             .render_as_string(hide_password=False), autocommit=True) as conn:
             conn.execute("DROP TABLE IF EXISTS rows")
             conn.execute("CREATE TABLE rows (id bigint, key text, value bigint)")
         return PostgresSink(pg_url, "rows", ["id", "key", "value"])

@@ -38,7 +38,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from jobs import add_results_dir, median, peak_rss, run_job, write_results  # noqa: E402
 
-from airflow_checkpoint_provider.engine.runners.spark import session_for  # noqa: E402
+from airflow_checkpoint_provider.engine.client import spark_session  # noqa: E402
 
 SS_CONF = {
     "spark.sql.streaming.stateStore.providerClass":
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.runners = [r for r in args.runners.split(",") if r]
     args.modes = [m for m in args.modes.split(",") if m]
-    spark = session_for("local[2]", "bench-ss", extra_conf=SS_CONF)
+    spark = spark_session("local[2]", "bench-ss", extra_conf=SS_CONF)
     runs = []
     try:
         for rep in range(args.reps):

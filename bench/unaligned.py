@@ -31,12 +31,12 @@ from jobs import add_results_dir, median, p99, write_results
 from airflow_checkpoint_provider.engine import (
     CheckpointConfig,
     DiscardSink,
+    DiscardWriter,
     GeneratorSource,
     Pipeline,
     RestartStrategy,
 )
-from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.connectors.discard import DiscardWriter
+from airflow_checkpoint_provider.engine.client import MetadataStore
 from airflow_checkpoint_provider.examples.running_sum import RunningSum
 
 

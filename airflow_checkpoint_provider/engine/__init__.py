@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from .config import CheckpointConfig, CheckpointingMode, RestartStrategy
 from .connectors.base import Sink, SinkWriter, Source, SourceContext, SplitReader
-from .connectors.discard import DiscardSink
+from .connectors.discard import DiscardSink, DiscardWriter
 from .connectors.files.sink import FileSink, read_committed
-from .connectors.generator import GeneratorSource
+from .connectors.generator import GeneratorSource, StridedSplitReader
 from .datastream.api import DataStream, JobResult, KeyedStream, Pipeline, WindowedStream
 from .datastream.broadcast import BroadcastConnectedStream, BroadcastStream
 from .datastream.joins import ConnectedStreams, IntervalJoin, JoinedStreams
@@ -54,6 +54,7 @@ from .plan.functions import (
 from .plan.specs import merge_rows
 from .serialization import Serializer
 from .state.descriptors import (
+    EntryMapStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
@@ -86,4 +87,6 @@ __all__ = [
     "ConnectedStreams", "IntervalJoin", "JoinedStreams", "KeyedCoProcessFunction",
     "ProcessJoinFunction", "merge_rows", "BroadcastConnectedStream", "BroadcastContext",
     "BroadcastStream", "KeyedBroadcastProcessFunction", "TemporalJoin",
+    # building blocks of user connectors and state (bench/ uses them, issue 53)
+    "DiscardWriter", "StridedSplitReader", "EntryMapStateDescriptor",
 ]

@@ -26,7 +26,10 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
   page; imported on first use, it needs matplotlib), :func:`upgrade_chain`,
   :func:`pipeline_datasets` (the datasets a pipeline reads and writes, for OpenLineage);
 * change data capture: :func:`drop_cdc_slot` (a PostgreSQL CDC job's replication slot
-  and publication), :func:`cdc_object_name` (their default name for a job);
+  and publication), :func:`copy_cdc_slot` (``ckpt cdc copy-slot``: a slot for the green job
+  of a blue-green upgrade), :func:`cdc_object_name` (their default name for a job);
+* Spark: :func:`spark_session` (the session ``Pipeline.run("spark", spark=...)`` takes, set
+  up for barrier jobs, as ``ckpt run --runner spark`` makes it);
 * Kafka: :func:`checkpoint_consumer_lag` (a completed checkpoint's consumer lag per
   topic-partition, a :class:`ConsumerLag`; the ``KafkaCaughtUpSensor``'s measure);
 * settings: :data:`SETTINGS` (every ``CKPT_*`` variable the engine reads, each a
@@ -56,6 +59,7 @@ from .catalog import (
     upgrade_database,
 )
 from .connectors.kafka.lag import ConsumerLag, checkpoint_consumer_lag
+from .connectors.postgres.cdc.slots import copy_slot as copy_cdc_slot
 from .connectors.postgres.cdc.source import drop_slot as drop_cdc_slot
 from .connectors.postgres.cdc.source import job_object_name as cdc_object_name
 from .datastream.api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
@@ -132,6 +136,18 @@ def is_fenced_snapshot(location: str) -> bool:
     return snapshot_is_fenced(load_snapshot(location, check_hmac=False).metadata.operators)
 
 
+def spark_session(master: str | None, app_name: str, *, extra_conf: dict | None = None):
+    """A ``SparkSession`` for ``master`` set up for the engine's barrier jobs, to pass as
+    ``Pipeline.run("spark", spark=session)`` (what ``ckpt run --runner spark`` and the
+    spark-submit entry point make). ``None``: the master spark-submit (or
+    ``spark-defaults.conf``) configured, else ``local[*]``; ``extra_conf``: further Spark
+    settings. Settings the user configured are never overridden. Needs ``pyspark`` (the
+    ``spark`` extra); see :func:`.runners.spark.session_for`."""
+    from .runners.spark import session_for
+
+    return session_for(master, app_name, extra_conf=extra_conf)
+
+
 #: The engine's spark-submit entry point (a plain Python file; its arguments are ``ckpt run``'s).
 LAUNCH_SCRIPT = os.path.abspath(_launch.__file__)
 
@@ -175,6 +191,7 @@ __all__ = [
     "assess_stability",
     "cdc_object_name",
     "code_archives",
+    "copy_cdc_slot",
     "drop_cdc_slot",
     "dispose_savepoint",
     "early_verdict",
@@ -186,6 +203,7 @@ __all__ = [
     "pin_checkpoint",
     "pin_savepoint",
     "pipeline_datasets",
+    "spark_session",
     "unpin_savepoint",
     "upgrade_chain",
     "upgrade_database",

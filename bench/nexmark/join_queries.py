@@ -34,12 +34,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_checkpoint_provider.engine import (
+    EntryMapStateDescriptor,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     ProcessJoinFunction,
     TumblingWindows,
 )
-from airflow_checkpoint_provider.engine.state.descriptors import EntryMapStateDescriptor
 
 from .generator import AUCTION, BID, PERSON
 

@@ -192,7 +192,7 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
         RestartStrategy,
         WatermarkStrategy,
     )
-    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+    from airflow_checkpoint_provider.engine.client import MetadataStore
     from bench.nexmark import queries
 
     cloudpickle.register_pickle_by_value(queries)
@@ -220,10 +220,10 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
         opts: dict = {}
         session_s = None
         if runner == "spark":  # the session (JVM) starts before the clock, as Flink's does
-            from airflow_checkpoint_provider.engine.runners.spark import session_for
+            from airflow_checkpoint_provider.engine.client import spark_session
 
             t = time.monotonic()
-            opts["spark"] = session_for("local[1]", f"nexmark-{query}")
+            opts["spark"] = spark_session("local[1]", f"nexmark-{query}")
             session_s = time.monotonic() - t
         cpu0 = _cpu_s()
         t0 = time.monotonic()
@@ -256,13 +256,13 @@ def ss_child(query: str, path: str, files_per_trigger: int, timeout_s: float) ->
     sys.path.insert(0, os.path.dirname(HERE))
     from structured_streaming import SS_CONF, ss_measure
 
-    from airflow_checkpoint_provider.engine.runners.spark import session_for
+    from airflow_checkpoint_provider.engine.client import spark_session
     from bench.nexmark.ss import SS_SELF_JOINS, ss_query, ss_sink
 
     files = len(os.listdir(path))
-    spark = session_for("local[1]", "nexmark-ss",
-                        extra_conf={**SS_CONF, "spark.sql.shuffle.partitions": "1",
-                                    "spark.sql.session.timeZone": "UTC"})
+    spark = spark_session("local[1]", "nexmark-ss",
+                          extra_conf={**SS_CONF, "spark.sql.shuffle.partitions": "1",
+                                      "spark.sql.session.timeZone": "UTC"})
     out = tempfile.mkdtemp(prefix="nexmark-ss-out-")
     try:
         df, mode = ss_query(spark, query, path, files_per_trigger)

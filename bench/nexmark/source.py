@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from airflow_checkpoint_provider.engine.connectors.base import Source, SourceContext, SplitReader
-from airflow_checkpoint_provider.engine.connectors.generator import StridedSplitReader
+from airflow_checkpoint_provider.engine import (
+    Source,
+    SourceContext,
+    SplitReader,
+    StridedSplitReader,
+)
 
 from .generator import NexmarkConfig, NexmarkGenerator
 
