@@ -9,8 +9,6 @@ Rows: ``customers`` ``{id, name}`` (``--customers``) and ``orders`` ``{order_id,
 amount}`` (``--orders``, ``cid`` spread over the customers), both insert-only; the inner
 join on ``cid = id`` emits one row per order. Measured:
 
-* ``operator``: our join operator alone, fed batches of 1,024 dict records in this process
-  (customers first, then orders), rows of both inputs / time;
 * ``job``: our pipeline -- two generator sources -> ``regular_join`` (primary keys
   ``order_id`` / ``id``) -> discarding sink, parallelism 1, 1 s checkpoints, local runner;
   rows of both inputs / (wall time - start-up);
@@ -20,6 +18,10 @@ join on ``cid = id`` emits one row per order. Measured:
   measured job's net runtime (deployment and the wait for the final checkpoint of a bounded
   job included), and ``marginal_rows_per_s``: the extra rows over the warm-up job's / the
   extra net runtime (fixed costs cancel).
+
+The operator alone, without the engine around it, is a component benchmark:
+tools/microbench/regular_join_operator.py (results before issue 53 have its figures as
+``operator_heap`` / ``operator_rocksdb``; the section shows them when present).
 
 Results: bench/results/regular_join.json; BENCHMARKS.md's section is rendered by
 bench/regular_join_report.py.
@@ -49,9 +51,6 @@ from airflow_checkpoint_provider.engine import (  # noqa: E402
     GeneratorSource,
     Pipeline,
 )
-from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext  # noqa: E402
-from airflow_checkpoint_provider.engine.runtime.task import open_operator  # noqa: E402
-from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -92,27 +91,6 @@ def build(root: str, orders: int, customers: int, backend: str) -> Pipeline:
                                      left_primary_key="order_id", right_primary_key="id")
          .sink(DiscardSink(), uid="out"))
     return p
-
-
-def operator_level(orders: int, customers: int, backend: str, batch: int = 1024) -> dict:
-    p = build(tempfile.gettempdir(), 1, 1, backend)
-    node = next(n for n in p.job_graph().nodes if n.kind == "regular_join")
-    ctx = RuntimeContext(job_id="bench", job_name="bench", operator_uid="rj",
-                         subtask_index=0, parallelism=1, attempt=0)
-    op = open_operator(node, ctx, KeyGroupRange(0, 127), 128, {"kind": backend}, None)
-    cust = [customer(j) for j in range(customers)]
-    rows = [order(i, customers) for i in range(orders)]
-    t0 = time.perf_counter()
-    out = 0
-    for s in range(0, customers, batch):
-        out += len(op.process_input(2, cust[s:s + batch]))
-    for s in range(0, orders, batch):
-        out += len(op.process_input(1, rows[s:s + batch]))
-    seconds = time.perf_counter() - t0
-    op.close()
-    assert out == orders, out
-    return {"rows": orders + customers, "seconds": seconds,
-            "rows_per_s": (orders + customers) / seconds}
 
 
 def job_level(orders: int, customers: int, backend: str) -> dict:
@@ -177,7 +155,6 @@ def main(argv=None) -> int:
         for rep in range(args.reps):  # interleaved: every figure of a rep, then the next rep
             run: dict = {}
             for backend in ("heap", "rocksdb"):
-                run[f"operator_{backend}"] = operator_level(args.orders, args.customers, backend)
                 run[f"job_{backend}"] = job_level(args.orders, args.customers, backend)
                 if not args.no_flink:
                     fb = "hashmap" if backend == "heap" else "rocksdb"

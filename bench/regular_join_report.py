@@ -29,8 +29,9 @@ def regular_join_section(data: dict | None, lines: list[str]) -> None:
               "`orders.cid = customers.id`, one output row per order, rows of both inputs per "
               "second, medians of interleaved repetitions, everything pinned to one core "
               "(slot processes and Flink's JVM inherit it). Ours: `regular_join` with primary "
-              "keys, the operator alone (dict batches of 1,024 in one process) and the job "
-              "(generator sources -> join -> discarding sink, parallelism 1, 1 s checkpoints, "
+              + ("keys, the operator alone (dict batches of 1,024 in one process) and the job "
+                 if "operator_heap" in rates else "keys, the job ")
+              + "(generator sources -> join -> discarding sink, parallelism 1, 1 s checkpoints, "
               "local runner; wall time minus start-up). Flink: PyFlink 2.x SQL, the same rows "
               "from CSV files into `blackhole`, parallelism 1, 1 s exactly-once checkpoints, "
               "no mini-batch, a warm-up job on a tenth of the orders first in the same JVM; "

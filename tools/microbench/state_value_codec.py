@@ -2,7 +2,9 @@
 (pack_records + unpack_records of a 1000-record batch) and the heap state hot paths
 (ValueState.update, MapState.put, ListState.add, ReducingState.add) with the checks.
 
-Run it against two trees to compare: ``PYTHONPATH=<tree> python bench/state_value_codec.py``.
+Run it against two trees to compare:
+``PYTHONPATH=<tree> python tools/microbench/state_value_codec.py`` (a maintainer's component
+benchmark, tools/microbench/README.md).
 Prints the best of 7 repetitions per case in CPU time (process_time: steadier than wall
 time on a loaded machine), microseconds per 1000 operations or records.
 """

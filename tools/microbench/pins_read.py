@@ -3,7 +3,10 @@ active pin (the read before ``pinned_locations``) against the pins of the candid
 locations only, with 1, 100 and 10,000 rows in ``savepoint_pins``, on SQLite and on a
 private PostgreSQL (tests/pg_server.py). Median of 30 reads.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/pins_read.py
+    PYTHONPATH=$PWD .venv/bin/python tools/microbench/pins_read.py
+
+A maintainer's component benchmark (tools/microbench/README.md): it writes rows with the
+metadata store's table model and times two of its queries.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import insert
 
-from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.catalog import MetadataStore  # the internal store API
 from airflow_checkpoint_provider.engine.catalog.models import SavepointPinRow
 
 sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
