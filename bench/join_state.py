@@ -1,8 +1,8 @@
 """Join state over N minutes: the interval join and the window join of bench/joins.py fed
 at a steady rate for ``--minutes`` (default 10) each, with the state of the join operator
-sampled at every checkpoint: the bytes of its keyed state in the checkpoint (all subtasks)
-and the rows it holds (both sides, read back from the checkpoint). The watermark clean-up
-must keep both flat.
+sampled at every checkpoint: the bytes of its keyed state in the checkpoint (all subtasks),
+as the metadata DB records them per operator (table ``operator_state_sizes``, the query of
+docs/how-to/state-as-tables.md). The watermark clean-up must keep them flat.
 
     PYTHONPATH=$PWD .venv/bin/python bench/join_state.py [--minutes 10] [--rate 2000]
 
@@ -10,7 +10,10 @@ The data is bench/joins.py's (string keys, bounded disorder, watermark bound on 
 with event time advancing at the wall-clock pace (``--rate`` rows per second per side, one
 row every ``1000 / rate`` ms of event time), so the state holds the last few hundred ms
 (interval join) or the open window (window join) of each key. Every checkpoint is retained
-and read after the run. Writes join_state.json; :func:`join_state_section` renders it for
+and its size read after the run. (Results before issue 53 also count the rows the join
+holds, read from the checkpoints with engine internals: the public state reader,
+``read_state_table``, cannot read the join buffers, whose values mix rows and flags; the
+section shows those columns when the results have them.) Writes join_state.json; :func:`join_state_section` renders it for
 BENCHMARKS.md.
 """
 
@@ -26,34 +29,24 @@ from jobs import add_results_dir, run_to_end, write_results  # noqa: E402
 from joins import build  # noqa: E402
 from regular_join_report import regular_join_section  # noqa: E402, F401 (write_benchmarks.py)
 
-from airflow_checkpoint_provider.engine.runtime.join_state import COUNT  # noqa: E402
-from airflow_checkpoint_provider.engine.state_io.read import (  # noqa: E402
-    iter_entries,
-    open_keyed_operator,
-)
-
-#: the window join's states: one entry per row (plus a count per window)
-ROW_STATES = ("window-join.left.rows", "window-join.right.rows")
-#: the interval join's: per key, timestamp -> [[row, matched], ...]
-MAP_STATES = ("interval-join.left", "interval-join.right")
+#: the join operator's uid in bench/joins.py's pipelines
+JOIN_UID = "join"
 
 
-def join_state_of(location: str) -> tuple[int, int]:
-    """(bytes of the join operator's keyed state, rows it holds) in one checkpoint."""
-    keyed = open_keyed_operator(location, "join")
-    size = 0
-    for sub in keyed.operator.subtasks:
-        h = sub.keyed
-        if h is None:
-            continue
-        size += sum(f.size for f in h.files) if hasattr(h, "files") else h.size
-    rows = 0
-    for _, name, _, value in iter_entries(keyed):
-        if name in ROW_STATES:
-            rows += sum(1 for uk in value if uk & COUNT != COUNT)
-        elif name in MAP_STATES:
-            rows += sum(len(at) for at in value.values())
-    return size, rows
+def join_state_bytes(metadata_url: str, job_id: str) -> dict[int, int]:
+    """Checkpoint id -> bytes of the join operator's keyed state (all subtasks), from the
+    metadata DB's ``operator_state_sizes`` table (docs/how-to/state-as-tables.md)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(metadata_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text(
+                "SELECT checkpoint_id, state_bytes FROM operator_state_sizes "
+                "WHERE job_id = :job AND operator_uid = :uid"), {"job": job_id, "uid": JOIN_UID})
+            return {int(c): int(b) for c, b in rows}
+    finally:
+        engine.dispose()
 
 
 def run(kind: str, args) -> dict:
@@ -64,12 +57,13 @@ def run(kind: str, args) -> dict:
                   interval_ms=args.checkpoint_ms, retained=100_000, history=100_000)
         result, elapsed, done = run_to_end(p, kind)
         start = done[0].trigger_time if done else None
+        sizes = join_state_bytes(p.metadata_url, result.job_id)
         samples = []
         for c in done:
-            size, rows = join_state_of(c.location)
             samples.append({"checkpoint_id": c.checkpoint_id,
                             "seconds": round((c.trigger_time - start).total_seconds(), 1),
-                            "join_state_bytes": size, "join_rows": rows,
+                            # no row: an empty join state has no files (0 bytes)
+                            "join_state_bytes": sizes.get(c.checkpoint_id, 0),
                             "job_state_bytes": c.state_size})
         print(f"{kind}: {len(samples)} checkpoints in {elapsed:.0f} s; join state bytes "
               f"{[s['join_state_bytes'] for s in samples[::max(1, len(samples) // 8)]]}",
@@ -93,6 +87,7 @@ def join_state_section(data: dict | None, lines: list[str]) -> None:
     if not data:
         return
     a = data["args"]
+    with_rows = all("rows" in r for r in data["runs"].values())  # results before issue 53
     lines += [f"### Join state over {a['minutes']:g} minutes", "",
               f"Command: `PYTHONPATH=$PWD .venv/bin/python bench/join_state.py --minutes "
               f"{a['minutes']:g} --rate {a['rate']:g} --checkpoint-ms {a['checkpoint_ms']}`. "
@@ -100,20 +95,28 @@ def join_state_section(data: dict | None, lines: list[str]) -> None:
               f"({a['keys']:,} keys, event time at the wall-clock pace, disorder up to "
               f"{a['disorder_ms']} ms, watermark bound {a['bound_ms']} ms), "
               f"{a['state_backend']} state, a checkpoint every {a['checkpoint_ms'] / 1000:g} s, "
-              "all retained and read back after the run: the bytes of the join operator's keyed "
-              "state (both subtasks) and the rows it holds (both sides), at the first, the "
-              "middle and the last checkpoint before the end of input, and the largest. "
+              "all retained: the bytes of the join operator's keyed state (both subtasks"
+              + ("), read back after the run, and the rows it holds (both sides), at the first, "
+                 if with_rows else ", from the metadata DB's operator_state_sizes), at the first, ")
+              + "the middle and the last checkpoint before the end of input, and the largest. "
               f"1-minute load average {data['load_average'][0]} before, "
               f"{data['load_average'][1]} after (2 cores)."
               + (f" Conditions: {data['note']}" if data.get("note") else ""), "",
-              "| join | checkpoints | bytes: start | middle | end | max | rows: start | middle "
-              "| end | max | after end of input |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| join | checkpoints | bytes: start | middle | end | max | "
+              + ("rows: start | middle | end | max | after end of input |" if with_rows
+                 else "after end of input |"),
+              "|---|---|---|---|---|---|" + ("---|---|---|---|---|" if with_rows else "---|")]
     for kind, r in data["runs"].items():
-        b, n = r["bytes"], r["rows"]
-        lines.append(f"| {kind} join | {len(r['samples'])} | {b['start']:,} | {b['middle']:,} | "
-                     f"{b['end']:,} | {b['max']:,} | {n['start']:,} | {n['middle']:,} | "
-                     f"{n['end']:,} | {n['max']:,} | {n['final']:,} rows |")
+        b = r["bytes"]
+        line = (f"| {kind} join | {len(r['samples'])} | {b['start']:,} | {b['middle']:,} | "
+                f"{b['end']:,} | {b['max']:,} | ")
+        if with_rows:
+            n = r["rows"]
+            line += (f"{n['start']:,} | {n['middle']:,} | {n['end']:,} | {n['max']:,} | "
+                     f"{n['final']:,} rows |")
+        else:
+            line += f"{b['final']:,} bytes |"
+        lines.append(line)
     lines.append("")
 
 
@@ -184,7 +187,6 @@ def main(argv=None) -> int:
     for kind in [k for k in args.kinds.split(",") if k]:
         r = run(kind, args)
         r["bytes"] = _summary(r["samples"], "join_state_bytes")
-        r["rows"] = _summary(r["samples"], "join_rows")
         runs[kind] = r
     data = {"args": {k: v for k, v in vars(args).items() if k != "results_dir"},
             "runs": runs, "note": args.note,
