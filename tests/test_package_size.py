@@ -16,8 +16,6 @@ LIMIT = 15
 STILL_TO_SPLIT = {
     # issue 53 item 1: hosting, task loop and checkpointing, operators
     "engine/runtime": 30,
-    # issue 53 item 1: one interface module and a package per state backend
-    "engine/state": 18,
     # the engine's top level (issue 53 items 4 and 6: one settings module, dead code removed)
     "engine": 18,
 }

@@ -30,7 +30,7 @@ class WindowedStream:
         ``window_start``, ``window_end`` (epoch ms, or timestamps if the time column is
         one) and the aggregations (Structured Streaming's append mode). Session windows
         merge per key as records arrive, vectorized too (without allowed_lateness)."""
-        from ..state.windows import WindowSpec
+        from ..state.columnar.windows import WindowSpec
 
         keyed = self._keyed
         session = isinstance(self.assigner, SessionWindows)
@@ -72,7 +72,7 @@ class WindowedStream:
                               name or f"Window process: {type(fn).__name__}")
 
     def _function(self, mode: str, fn, uid: str, parallelism: int | None, name: str) -> DataStream:
-        from ..state.windows import WindowFunctionSpec
+        from ..state.columnar.windows import WindowFunctionSpec
 
         keyed = self._keyed
         timestamp = keyed._needs_event_time(f"window {mode}", uid)
@@ -84,7 +84,7 @@ class WindowedStream:
 def _aggregate_spec(what: str, uid: str, key_selector, aggregations: dict):
     """The :class:`~.state.columnar.AggregateSpec` of ``aggregate(**aggregations)``, checked."""
     from ..state.columnar import AggregateSpec
-    from ..state.distinct_state import DISTINCT
+    from ..state.columnar.distinct_state import DISTINCT
 
     field = getattr(key_selector, "field", None)
     if field is None:

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_checkpoint_provider.engine.errors import StateMigrationError
-from airflow_checkpoint_provider.engine.state.columnar import (
+from airflow_checkpoint_provider.engine.state.columnar.aggregates import (
     AggregateSpec,
     AggregateTable,
     KeyIndex,
@@ -210,7 +210,7 @@ def test_int_key_index_by_binary_search_then_hash_slots_after_a_switch_to_object
 
 @pytest.mark.parametrize("key_kind", ["str", "int"])
 def test_dictionary_encoded_fold_gives_the_same_state_as_the_group_by_fold(key_kind, monkeypatch):
-    from airflow_checkpoint_provider.engine.state import columnar
+    from airflow_checkpoint_provider.engine.state.columnar import aggregates as columnar
 
     rng = np.random.default_rng(11)
     batches, _ = _random_batches(rng, key_kind)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_checkpoint_provider.engine.state.columnar import AggregateSpec
-from airflow_checkpoint_provider.engine.state.distinct_state import (
+from airflow_checkpoint_provider.engine.state.columnar.distinct_state import (
     DistinctAggregateTable,
     PairSet,
 )

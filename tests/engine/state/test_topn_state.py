@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
-from airflow_checkpoint_provider.engine.state.topn_state import TopNSpec, TopNTable
+from airflow_checkpoint_provider.engine.state.columnar.topn_state import TopNSpec, TopNTable
 from airflow_checkpoint_provider.engine.state.vectorized import key_groups
 
 MAXP = 16
@@ -183,7 +183,7 @@ def test_snapshots_compress_only_changed_chunks_and_restore_exactly(tmp_path, mo
     and ranks did not change since the last snapshot is not compressed again. Each of two
     successive snapshots (the second reusing parts) restores into other key-group ranges
     and continues to the reference's results."""
-    import airflow_checkpoint_provider.engine.state.topn_snapshot as ts
+    import airflow_checkpoint_provider.engine.state.columnar.topn_snapshot as ts
 
     compressed = []
     real = ts._messages
@@ -215,7 +215,7 @@ def test_merge_order_is_the_order_by_row_value_and_arrival(kind, descending):
     """The merge's order (one packed int64 key and a stable sort, or a two-key lexsort when
     the values do not pack) equals the lexsort by row, value and arrival it replaced, ties
     included: rows arrive in arrival order within each (row, value)."""
-    from airflow_checkpoint_provider.engine.state.topn_state import merge_order
+    from airflow_checkpoint_provider.engine.state.columnar.topn_state import merge_order
 
     rng = np.random.default_rng(7)
     rows = rng.integers(0, 300, 5000)
@@ -233,7 +233,7 @@ def test_rows_that_cannot_beat_a_full_keys_last_row_skip_the_merge(monkeypatch):
     """A row whose value does not beat the n-th kept row of its full key (ties included: it
     came later) cannot rank: it is not merged (sorted) at all, and the results stay the
     reference's."""
-    import airflow_checkpoint_provider.engine.state.topn_state as ts
+    import airflow_checkpoint_provider.engine.state.columnar.topn_state as ts
 
     sorted_rows = []
     real = ts.merge_order

@@ -24,7 +24,7 @@ from airflow_checkpoint_provider.engine.state.keygroups import (
     KeyGroupRange,
     key_group_range_for,
 )
-from airflow_checkpoint_provider.engine.state.windows import WindowAggregateTable, WindowSpec
+from airflow_checkpoint_provider.engine.state.columnar.windows import WindowAggregateTable, WindowSpec
 
 MAXP = 128
 

@@ -209,6 +209,13 @@ class RocksEntryMapState(_RocksState):
     def remove(self, user_key) -> None:
         self.backend.db.delete(self._row(user_key))
 
+    def pop_all(self, user_keys) -> list:
+        """Remove ``user_keys`` and return their values (None for a missing one)."""
+        out = [self.get(k) for k in user_keys]
+        for k in user_keys:
+            self.remove(k)
+        return out
+
     def contains(self, user_key) -> bool:
         return self.backend.db.get(self._row(user_key)) is not None
 
@@ -244,7 +251,8 @@ class RocksReducingState(_RocksState):
 
     def add(self, value) -> None:
         current = self._get(None)
-        self._put(value if current is None else self.descriptor.reduce_fn(current, value))
+        self._put(value if current is None
+                  else self.descriptor.reduce_fn(current, value))  # type: ignore[misc]
 
 
 ROCKS_STATES = {VALUE: RocksValueState, LIST: RocksListState, MAP: RocksMapState,

@@ -16,13 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import RestoreError, StateMigrationError
-from ..snapshot.codec import read_state_file
-from . import ttl
-from .backend import StateSnapshot, write_state_file
+from ...errors import RestoreError, StateMigrationError
+from ...snapshot.codec import read_state_file
+from .. import ttl
+from ..backend import StateSnapshot, write_state_file
+from ..keygroups import KeyGroupRange
+from ..vectorized import key_hashes
 from .key_index import KeyIndex, _grow, _varlen, keys_to_numpy
-from .keygroups import KeyGroupRange
-from .vectorized import key_hashes
 
 __all__ = ["LAST_UPDATE", "AggregateSpec", "AggregateTable", "KeyIndex", "keys_to_numpy"]
 
@@ -149,7 +149,7 @@ class AggregateTable:
              sign: np.ndarray | None = None) -> tuple[pa.Array, np.ndarray]:
         """Fold ``batch`` into the accumulators; return the distinct keys it touched and
         their rows. ``sign`` (int64, +1/-1 per row; changelog input, see
-        :mod:`..runtime.changelog_agg`) weighs each row: -1 retracts it from count, non-null
+        :mod:`...runtime.changelog_agg`) weighs each row: -1 retracts it from count, non-null
         count and sum (min/max cannot retract: the caller refuses those)."""
         spec = self.spec
         if spec.key not in batch.schema.names:

@@ -7,7 +7,7 @@ key group, its time (the row's event time in an interval join, its window's star
 window join: a row of a sliding window join is held once per window) and whether it
 matched a row of the other side (for outer joins). Rows leave by a vectorized filter when
 the watermark passes their bound. :class:`JoinState` is the two buffers of one operator
-subtask and implements the keyed-state backend protocol (:mod:`.backend`), like the
+subtask and implements the keyed-state backend protocol (:mod:`..backend`), like the
 tables of ``aggregate()``: the state is columnar in memory whichever state backend the job
 names (``heap`` or ``rocksdb``) and every snapshot is one self-contained Arrow file.
 
@@ -26,10 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import BadRecordError, RestoreError, StateMigrationError
-from ..snapshot.codec import read_state_file
-from .backend import StateSnapshot, write_state_file
-from .keygroups import KeyGroupRange
+from ...errors import BadRecordError, RestoreError, StateMigrationError
+from ...snapshot.codec import read_state_file
+from ..backend import StateSnapshot, write_state_file
+from ..keygroups import KeyGroupRange
 
 #: state name and kind in ``_metadata`` per join kind (the row path's names differ)
 STATE_NAMES = {"interval_join": "interval-join.vectorized",

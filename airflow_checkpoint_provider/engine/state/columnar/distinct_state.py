@@ -11,7 +11,7 @@ is false). Every distinct column of an operator is one :class:`PairSet`: the set
 * anything else (strings, binary, other integers): the pair is the bytes ``row`` (8 bytes)
   ``+ value``, found by hash probing with the key comparison in Arrow (``KeyIndex``).
 
-Snapshot: the aggregate's one Arrow IPC file (:mod:`.columnar`) gets, per distinct column,
+Snapshot: the aggregate's one Arrow IPC file (:mod:`.aggregates`) gets, per distinct column,
 ``nd:<col>`` (the count, int64) and ``distinct:<col>`` (the key's values, a list column),
 one row per key with its key group, so a restore at any parallelism reads the keys of the
 key groups it owns with their sets. The state is columnar in memory with either state
@@ -24,12 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import PipelineDefinitionError
-from .backend import StateSnapshot
-from .columnar import AggregateSpec, AggregateTable
+from ...errors import PipelineDefinitionError
+from ..backend import StateSnapshot
+from ..keygroups import KeyGroupRange
+from ..vectorized import key_hashes
+from .aggregates import AggregateSpec, AggregateTable
 from .key_index import KeyIndex, _grow, _varlen, keys_to_numpy
-from .keygroups import KeyGroupRange
-from .vectorized import key_hashes
 
 __all__ = ["DISTINCT", "DistinctAggregateTable", "PairSet", "has_distinct"]
 

@@ -11,7 +11,7 @@ subtasks and not at others (their watermarks differ at a barrier) restores corre
 parallelism.
 
 Snapshot file (the ``arrow`` keyed-state handle): one Arrow IPC file, the columns of
-:mod:`.columnar` plus ``window`` (start, int64 ms) and ``pending`` (bool).
+:mod:`.aggregates` plus ``window`` (start, int64 ms) and ``pending`` (bool).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..errors import RestoreError, StateMigrationError
-from ..eventtime import TimestampSpec, WindowAssigner
-from ..snapshot.codec import read_state_file
-from .backend import StateSnapshot, write_state_file
-from .columnar import AggregateSpec, AggregateTable
+from ...errors import RestoreError, StateMigrationError
+from ...eventtime import TimestampSpec, WindowAssigner
+from ...snapshot.codec import read_state_file
+from ..backend import StateSnapshot, write_state_file
+from ..keygroups import KeyGroupRange
+from .aggregates import AggregateSpec, AggregateTable
 from .key_index import _grow
-from .keygroups import KeyGroupRange
 
 
 class WindowSpec:

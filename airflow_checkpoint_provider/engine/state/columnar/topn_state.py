@@ -21,13 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import PipelineDefinitionError, RestoreError
-from ..snapshot.codec import read_state_file
-from .backend import StateSnapshot, write_state_file
+from ...errors import PipelineDefinitionError, RestoreError
+from ...snapshot.codec import read_state_file
+from ..backend import StateSnapshot, write_state_file
+from ..keygroups import KeyGroupRange
+from ..vectorized import key_hashes
 from .key_index import KeyIndex, _varlen, keys_to_numpy
-from .keygroups import KeyGroupRange
 from .topn_snapshot import ChunkMessages, read_table
-from .vectorized import key_hashes
 
 __all__ = ["TopNSpec", "TopNTable"]
 

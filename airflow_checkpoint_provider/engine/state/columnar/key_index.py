@@ -1,4 +1,4 @@
-"""Key -> row number for columnar keyed state (:mod:`.columnar`), a batch at a time.
+"""Key -> row number for columnar keyed state (:mod:`.aggregates`), a batch at a time.
 
 A :class:`KeyIndex` maps keys to row numbers: integer keys by binary search in a sorted copy
 (``np.searchsorted``: one C call per batch, no hashes needed), other keys with open

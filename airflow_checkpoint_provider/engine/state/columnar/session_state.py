@@ -22,11 +22,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import RestoreError, StateMigrationError
-from ..snapshot.codec import read_state_file
-from .backend import StateSnapshot, write_state_file
-from .keygroups import KeyGroupRange
-from .vectorized import key_hashes
+from ...errors import RestoreError, StateMigrationError
+from ...snapshot.codec import read_state_file
+from ..backend import StateSnapshot, write_state_file
+from ..keygroups import KeyGroupRange
+from ..vectorized import key_hashes
 from .windows import WindowSpec
 
 __all__ = ["SessionAggregateTable"]
