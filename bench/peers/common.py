@@ -53,7 +53,8 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--state-dir", required=True)
     ap.add_argument("--interval-ms", type=int, default=1000)
     ap.add_argument("--bootstrap", help="Kafka bootstrap servers (Quix Streams)")
-    ap.add_argument("--topic", help="the input topic (Quix Streams)")
+    ap.add_argument("--topic", help="the input topic (Quix Streams; the Kafka benchmark)")
+    ap.add_argument("--output-topic", help="the output topic (the Kafka benchmark)")
     return ap.parse_args(argv)
 
 

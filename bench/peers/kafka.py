@@ -1,0 +1,301 @@
+"""Kafka to Kafka: our engine and Quix Streams side by side on one pinned core, on the same
+broker process (issue 52 item 5; method of issue 55).
+
+    make bench-kafka                    # installs Quix Streams' venv, then runs this
+    .venv/bin/python bench/peers/kafka.py [--records 30000,90000] [--keys 100000] [--reps 3]
+        [--engines ours,quixstreams] [--workloads per_record,aggregate] [--cpu 1]
+        [--peers-dir build/peers] [--write-md]
+
+Workloads (the same input topics for both engines: bench/peers/common.py's records, JSON
+values ``{"key": "k<n>", "value": v}`` keyed by ``"k<n>"``, one partition):
+
+* ``per_record``: Kafka -> keyed running count + sum, one output per record -> Kafka: ours
+  ``KeyedProcessFunction``; Quix Streams ``apply(stateful=True)``.
+* ``aggregate``: Kafka -> keyed count + sum -> Kafka: ours ``aggregate()`` (vectorized,
+  one output row per key an input batch touched); Quix Streams ``apply(stateful=True)`` (its
+  non-windowed keyed aggregation: per-record state, one output per record).
+
+Delivery and checkpoints at each engine's recommended setting: ours ``KafkaSource`` /
+``KafkaSink`` exactly-once (their defaults), heap state, 1 s checkpoints; Quix Streams
+exactly-once, RocksDB state with changelog topics, 1 s commits (kafka_ours.py,
+kafka_quixstreams.py).
+
+One Tansu broker (tests/kafka_server.py) on 127.0.0.1 serves every run, pinned to the same
+core as the runs and stopped by its PID; the input topics are filled once before the first
+run, each run writes a fresh output topic. Method as bench/peers/run.py's: every run a fresh
+process pinned with ``taskset -c CPU`` (with everything it starts), engines interleaved in
+each repetition, the **marginal rate** ``(n2 - n1) / (wall2 - wall1)`` between two input
+sizes (ours: less the launch-to-running start-up the engine measures), **records per
+CPU-second** the same difference over the CPU time of the run's processes *plus the
+broker's* during the run (the broker works for both engines: fetches, produces,
+transactions), the 1-minute load average at the start of every run. After each run (not
+timed) the driver reads the output topic back ``read_committed`` and fails the run unless,
+per key, the counts rise strictly (no record published twice) up to the key's count and
+sum in the input, and (per-record workload) there is exactly one output per input record.
+
+Writes ``kafka.json`` (bench/results unless ``--results-dir``) and, with ``--write-md``,
+BENCHMARKS.md (bench/write_benchmarks.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.dirname(HERE)
+ROOT = os.path.dirname(BENCH)
+RESULT = "kafka.json"
+DEFAULT_PEERS_DIR = os.path.join(ROOT, "build", "peers")
+
+#: engine -> (runner script, venv folder under --peers-dir or None for the project's, label)
+ENGINES = {
+    "ours": ("kafka_ours.py", None,
+             "ours (`KafkaSource` -> `KafkaSink` exactly-once, heap, 1 s checkpoints)"),
+    "quixstreams": ("kafka_quixstreams.py", "quixstreams",
+                    "Quix Streams 3.28.1 (exactly-once, RocksDB + changelog, 1 s commits)"),
+}
+FORMS = {
+    ("ours", "per_record"): "`KeyedProcessFunction`",
+    ("quixstreams", "per_record"): "`apply(stateful=True)`",
+    ("ours", "aggregate"): "`aggregate()`",
+    ("quixstreams", "aggregate"): "`apply(stateful=True)`",
+}
+WORKLOADS = {"per_record": "Kafka -> per-record keyed running count + sum -> Kafka",
+             "aggregate": "Kafka -> keyed count + sum aggregation -> Kafka"}
+TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
+
+
+def python_of(engine: str, peers_dir: str) -> str:
+    venv = ENGINES[engine][1]
+    return sys.executable if venv is None else os.path.join(peers_dir, venv, "bin", "python")
+
+
+# -- input and output ------------------------------------------------------------------------
+def fill(broker, topic: str, n: int, keys: int) -> None:
+    """The input topic: one partition, ``n`` records ``{"key", "value"}`` keyed by key."""
+    from common import record
+    from confluent_kafka import Producer
+
+    broker.create_topic(topic, 1, config=TOPIC_CONFIG)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
+                         "batch.num.messages": 10000, "log_level": 3})
+    failed: list = []
+    for i in range(n):
+        key, value = record(i, keys)
+        while True:
+            try:
+                producer.produce(topic, json.dumps({"key": key, "value": value}).encode(),
+                                 key=key.encode(), partition=0,
+                                 on_delivery=lambda err, msg: err and failed.append(err))
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    if producer.flush(120) != 0 or failed:
+        raise RuntimeError(f"filling {topic} failed: {failed[:3]}")
+
+
+def expected(n: int, keys: int) -> dict[str, tuple[int, int]]:
+    """``{key: (count, sum)}`` of the first ``n`` input records."""
+    from common import record
+
+    out: dict[str, list[int]] = {}
+    for i in range(n):
+        key, value = record(i, keys)
+        c = out.setdefault(key, [0, 0])
+        c[0] += 1
+        c[1] += value
+    return {k: (c, s) for k, (c, s) in out.items()}
+
+
+def check_output(bootstrap: str, topic: str, want: dict[str, tuple[int, int]],
+                 per_record: bool, timeout: float = 180.0, settle_s: float = 1.0) -> dict:
+    """Read ``topic`` back ``read_committed`` until every key reached its expected count,
+    then ``settle_s`` more (a record published twice would show). A key whose count does not
+    rise strictly from one output to the next was published twice; ``ok`` also needs every
+    key's last output to be its expected count and sum and, ``per_record``, one output per
+    input record. (The broker's high watermarks are wrong: they cannot say where the end
+    is.)"""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "log_level": 3})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    last: dict[str, tuple[int, int]] = {}
+    outputs = not_rising = 0
+    done_at = None
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            for m in consumer.consume(5000, timeout=0.2):
+                if m.error() is not None:
+                    continue
+                v = json.loads(m.value())
+                outputs += 1
+                prev = last.get(v["key"])
+                if prev is not None and v["count"] <= prev[0]:
+                    not_rising += 1
+                last[v["key"]] = (v["count"], v["sum"])
+                done_at = None
+            if done_at is None and len(last) == len(want) and all(
+                    last[k][0] >= c for k, (c, _) in want.items() if k in last):
+                done_at = time.monotonic()
+            if done_at is not None and time.monotonic() - done_at > settle_s:
+                break
+    finally:
+        consumer.close()
+    wrong = sum(1 for k, cs in want.items() if last.get(k) != cs)
+    total = sum(c for c, _ in want.values())
+    ok = not wrong and not not_rising and len(last) == len(want) and (
+        not per_record or outputs == total)
+    return {"ok": ok, "outputs": outputs, "keys_wrong": wrong, "not_rising": not_rising}
+
+
+# -- one run ---------------------------------------------------------------------------------
+def run_one(args, broker, engine: str, workload: str, records: int, topic: str,
+            want: dict, rep: int) -> dict:
+    sys.path.insert(0, BENCH)
+    from per_record import CpuMeter
+
+    out_topic = f"bench-kafka-out-{engine}-{workload}-{records}-{rep}-{uuid.uuid4().hex[:6]}"
+    broker.create_topic(out_topic, 1, config=TOPIC_CONFIG)
+    state_dir = tempfile.mkdtemp(prefix=f"bench-kafka-{engine}-")
+    cmd = [python_of(engine, args.peers_dir), os.path.join(HERE, ENGINES[engine][0]),
+           "--workload", workload, "--records", str(records), "--keys", str(args.keys),
+           "--state-dir", state_dir, "--interval-ms", str(args.interval_ms),
+           "--bootstrap", broker.bootstrap, "--topic", topic, "--output-topic", out_topic]
+    if args.cpu is not None:
+        cmd = ["taskset", "-c", args.cpu, *cmd]
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    load = os.getloadavg()[0]
+    broker_cpu0 = broker.cpu_s()
+    try:
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True,
+                                    start_new_session=True)
+            meter = CpuMeter(proc.pid)
+            try:
+                proc.wait(args.timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+            cpu = meter.total()
+            broker_cpu = broker.cpu_s() - broker_cpu0
+            out.seek(0)
+            err.seek(0)
+            lines = out.read().strip().splitlines()
+            if proc.returncode != 0 or not lines:
+                raise RuntimeError(f"{engine} {workload} {records:,} failed "
+                                   f"({proc.returncode}): {err.read()[-2000:]} "
+                                   f"{' '.join(lines[-3:])}")
+            r = json.loads(lines[-1])
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    check = check_output(broker.bootstrap, out_topic, want, workload == "per_record")
+    if not check["ok"]:
+        raise RuntimeError(f"{engine} {workload} {records:,}: wrong output in {out_topic}: "
+                           f"{check}")
+    r.update(engine=engine, cpu_s=cpu + broker_cpu, broker_cpu_s=broker_cpu,
+             outputs=check["outputs"], loadavg_before=load, loadavg_after=os.getloadavg()[0])
+    return r
+
+
+def command(argv: list[str], args) -> str:
+    """The command that reproduces the run (``--peers-dir`` left out when it is the default)."""
+    argv = list(argv)
+    if "--peers-dir" in argv and os.path.abspath(args.peers_dir) == DEFAULT_PEERS_DIR:
+        i = argv.index("--peers-dir")
+        del argv[i:i + 2]
+    return " ".join([".venv/bin/python", "bench/peers/kafka.py", *argv])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", default="30000,90000",
+                    help="two input sizes (the marginal rate is taken between them)")
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--engines", default="ours,quixstreams")
+    ap.add_argument("--workloads", default="per_record,aggregate")
+    ap.add_argument("--interval-ms", type=int, default=1000)
+    ap.add_argument("--cpu", default="1", help="taskset -c of every run and the broker "
+                                               "('' to not pin)")
+    ap.add_argument("--peers-dir", default=DEFAULT_PEERS_DIR,
+                    help="Quix Streams' venv (make bench-kafka creates it)")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    ap.add_argument("--results-dir", default=os.path.join(BENCH, "results"))
+    ap.add_argument("--write-md", action="store_true")
+    args = ap.parse_args(argv)
+    args.cpu = args.cpu or None
+    sizes = sorted(int(n) for n in args.records.split(","))
+    if len(sizes) != 2 or sizes[0] == sizes[1]:
+        ap.error("--records takes two different sizes")
+    engines = args.engines.split(",")
+    workloads = args.workloads.split(",")
+    for w in workloads:
+        if w not in WORKLOADS:
+            ap.error(f"unknown workload {w!r}; use some of {', '.join(WORKLOADS)}")
+    for e in engines:
+        if e not in ENGINES:
+            ap.error(f"unknown engine {e!r}; use some of {', '.join(ENGINES)}")
+        if not os.path.exists(python_of(e, args.peers_dir)):
+            ap.error(f"{e}: no venv at {os.path.dirname(os.path.dirname(python_of(e, args.peers_dir)))}"
+                     " (make bench-kafka installs it)")
+    sys.path[:0] = [HERE, ROOT]
+    from bench.peers.run import marginal, start_broker, summarize
+
+    broker = start_broker(args.cpu)
+    runs: list[dict] = []
+    try:
+        # filled once, read by every run (a fresh consumer group and output topic each)
+        topics = {n: f"bench-kafka-input-{n}" for n in sizes}
+        for n in sizes:
+            fill(broker, topics[n], n, args.keys)
+        wants = {n: expected(n, args.keys) for n in sizes}
+        for rep in range(args.reps):
+            for workload in workloads:
+                for engine in engines:
+                    pair = [run_one(args, broker, engine, workload, n, topics[n], wants[n], rep)
+                            for n in sizes]
+                    m = marginal(*pair)
+                    runs.append({"workload": workload, "engine": engine, "rep": rep,
+                                 "runs": pair, "marginal": m,
+                                 "loads": [p["loadavg_before"] for p in pair]})
+                    print(f"rep {rep} {workload:10} {engine:11}: {m['rate'] or 0:>9,.0f} rec/s "
+                          f"marginal, {m['records_per_cpu_s'] or 0:>9,.0f} rec/CPU-s (broker "
+                          f"{pair[1]['broker_cpu_s'] - pair[0]['broker_cpu_s']:+.1f} CPU-s; "
+                          f"loads {pair[0]['loadavg_before']:.1f}, "
+                          f"{pair[1]['loadavg_before']:.1f})", flush=True)
+    finally:
+        broker.stop()
+    summary = summarize(runs)
+    for s in summary:
+        print(f"{s['workload']:10} {s['engine']:11}: median {s['rate'] or 0:,.0f} rec/s, "
+              f"{s['records_per_cpu_s'] or 0:,.0f} rec/CPU-s ({s['reps']} reps)", flush=True)
+    sys.path.insert(0, BENCH)
+    from jobs import write_results
+    from report_common import record_conditions
+
+    cmd = command(argv if argv is not None else sys.argv[1:], args)
+    write_results(args.results_dir, RESULT, {
+        "keys": args.keys, "records": sizes, "interval_ms": args.interval_ms, "cpu": args.cpu,
+        "engines": {e: ENGINES[e][2] for e in engines}, "summary": summary, "runs": runs,
+        "command": cmd})
+    record_conditions(args.results_dir, RESULT, cmd)
+    if args.write_md:
+        subprocess.run([sys.executable, os.path.join(BENCH, "write_benchmarks.py"),
+                        "--results-dir", args.results_dir], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

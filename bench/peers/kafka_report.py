@@ -1,0 +1,74 @@
+"""BENCHMARKS.md's section of bench/peers/kafka.py (kafka.json): Kafka to Kafka, our engine
+and Quix Streams on one pinned core and the same broker, per workload."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from report_common import fmt, table  # noqa: E402
+
+from bench.peers.kafka import FORMS, WORKLOADS  # noqa: E402
+from bench.peers.report import impossible  # noqa: E402
+
+HEADING = "Kafka to Kafka: ours and Quix Streams on one core"
+COLUMNS = ["workload", "engine", "marginal rate (rec/s)", "records per CPU-second",
+           "ours / peer", "reps"]
+
+
+def _engine_cell(data: dict, workload: str, engine: str) -> str:
+    return f"{data['engines'].get(engine, engine)} {FORMS.get((engine, workload), '')}".strip()
+
+
+def rows(data: dict) -> list[list]:
+    out = []
+    order = list(data["engines"])
+    for s in sorted(data["summary"], key=lambda s: (list(WORKLOADS).index(s["workload"]),
+                                                    order.index(s["engine"]))):
+        ratio = s.get("ours_over_peer")
+        out.append([WORKLOADS[s["workload"]], _engine_cell(data, s["workload"], s["engine"]),
+                    fmt(s["rate"]), fmt(s["records_per_cpu_s"]),
+                    "" if ratio is None else f"{ratio:.1f}x",
+                    f"{s['reps']}" + (f" (+{s['reps_without_rate']} without a rate)"
+                                      if s.get("reps_without_rate") else "")
+                    + (f", {n} faster than its CPU (noise)"
+                       if (n := impossible(data, s["workload"], s["engine"])) else "")])
+    return out
+
+
+def what(data: dict) -> str:
+    """The paragraph under the heading: what ran and how it was measured."""
+    n1, n2 = data["records"]
+    return (f"{data['keys']:,} keys; the same input topics (one partition, JSON values) for "
+            "both engines, on one Tansu Kafka-protocol broker process; each engine at its "
+            "recommended exactly-once setting, every "
+            f"{data['interval_ms']:,} ms (ours: `KafkaSource` -> `KafkaSink`, heap state; Quix "
+            "Streams: RocksDB + changelog topics, Kafka transactions); every process, the "
+            "broker included, "
+            + (f"pinned to CPU {data['cpu']}" if data.get("cpu") else "not pinned")
+            + ", engines interleaved. Rate: the "
+            f"marginal rate between {n1:,} and {n2:,} input records; records per CPU-second: "
+            "the same difference over the CPU time of the run's processes and the broker's; "
+            "every run's output topic read back `read_committed` and checked (per key counts "
+            "rising to the input's count and sum; one output per record on the per-record "
+            "workload). Quix Streams' keyed aggregation outside windows is per-record state "
+            "with one output per record, so it runs the same form on both workloads; ours' "
+            "`aggregate()` emits one row per key an input batch touched. "
+            "`make bench-kafka` installs Quix Streams.")
+
+
+def render(data: dict | None) -> list[str]:
+    if not data:
+        return []
+    return [f"## {HEADING}", "", f"Command: `{data['command']}`", "", what(data), "",
+            *table(COLUMNS, rows(data)), ""]
+
+
+def row_load(data: dict, cells: list[str]) -> float | None:
+    """The highest 1-minute load average at the start of a row's runs."""
+    for s in data["summary"]:
+        if [WORKLOADS[s["workload"]], _engine_cell(data, s["workload"], s["engine"])] == cells[:2]:
+            return max(s["loads"], default=None)
+    return None
