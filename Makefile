@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-engine test test-full lint docs docs-picture venv clean check-java check-postgres check-chromium bench stack bench-nexmark bench-peers chaos
+.PHONY: demo demo-engine test test-full lint docs docs-picture venv clean check-java check-postgres check-chromium bench stack bench-nexmark bench-peers bench-kafka chaos
 
 # a line every 10 s while a long step runs (tools/heartbeat.py: the system Python's stdlib)
 BEAT   := $(PYTHON) tools/heartbeat.py
@@ -124,6 +124,14 @@ $(PEERS_DIR)/%/.installed: | venv
 
 bench-peers: venv $(foreach p,$(PEER_PINS),$(PEERS_DIR)/$(firstword $(subst ==, ,$(p)))/.installed)
 	$(PY) bench/peers/run.py --peers-dir $(abspath $(PEERS_DIR)) --write-md $(PEERS_ARGS)
+
+# Kafka to Kafka (issue 52): ours (KafkaSource -> KafkaSink, exactly-once) and Quix Streams
+# (exactly-once) on one pinned core and the same Tansu broker (BENCHMARKS.md, "Kafka to Kafka";
+# bench/peers/kafka.py). KAFKA_ARGS: e.g. --records 10000,30000 --reps 1 for a short pass.
+KAFKA_ARGS ?=
+
+bench-kafka: venv $(PEERS_DIR)/quixstreams/.installed
+	$(PY) bench/peers/kafka.py --peers-dir $(abspath $(PEERS_DIR)) --write-md $(KAFKA_ARGS)
 
 # ruff (with a complexity bound) on everything; mypy on the engine's public API and seams.
 ENGINE := airflow_checkpoint_provider/engine
