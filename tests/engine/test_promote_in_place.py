@@ -4,7 +4,8 @@ The exactly-once blue-green cut-over without a new job: blue stops with a savepo
 fenced green gets ``PROMOTE {snapshot: blue's final savepoint, unfence: true}`` and restores
 it inside its running job master (same job id, same application), then publishes. The
 published output must equal the failure-free run's, also with a SIGKILL of a green slot
-after the promotion; and PROMOTE refuses what a fresh start refuses (a fenced snapshot, an
+after the promotion (the promoted attempt runs in the fenced attempt's warm slot processes:
+the kill hits one of them); and PROMOTE refuses what a fresh start refuses (a fenced snapshot, an
 untrusted one) plus what only a running job can get wrong (the snapshot's job still
 running, a job that is not fenced), leaving the job running fenced.
 
@@ -70,6 +71,13 @@ def _promote(root: str, *, kill_after: bool) -> tuple[Counter, dict]:
     assert promote.status == "SUCCEEDED", promote.error
     assert promote.result["restored_from"] == final.result["location"]
     assert promote.result["fenced"] is False
+    # warm slots: the promoted attempt runs in the fenced attempt's slot processes, which
+    # ended their fenced tasks first (each registered again as the next attempt)
+    first, promoted_attempt = green_bg.store.list_attempts(green.job_id)[-2:]
+    assert promoted_attempt.attempt == promote.result["attempt"]
+    assert sorted(p["pid"] for p in promoted_attempt.placement) == \
+        sorted(p["pid"] for p in first.placement), (first.placement, promoted_attempt.placement)
+    assert all("recycle" in p["phases"] for p in promoted_attempt.placement)
     killed = None
     if kill_after:  # SIGKILL a slot of the promoted attempt once it committed a checkpoint
         store = green_bg.store

@@ -22,7 +22,7 @@ from .barrier import BarrierKind, CheckpointBarrier
 from .errors import ProtocolError
 
 #: bumped on any incompatible change of a message or frame
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 M = TypeVar("M", bound="Message")
 _REGISTRY: dict[str, type[Message]] = {}
@@ -232,6 +232,18 @@ class Finish(Message):
     """Every task ends (after the final checkpoint or a stop)."""
 
     TYPE: ClassVar[str] = "finish"
+
+
+@_message
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Recycle(Message):
+    """This attempt ends and the slot's process hosts the next one (``attempt``): its tasks
+    stop (what they staged is never published), then the slot registers again as that
+    attempt, in the same process (a PROMOTE's warm slots: no new placement, no process
+    start)."""
+
+    TYPE: ClassVar[str] = "recycle"
+    attempt: int
 
 
 # -- codec ------------------------------------------------------------------------------------

@@ -40,6 +40,9 @@ STARTUP_TIMEOUT_SECONDS = 120.0
 
 #: how often a PROMOTE whose snapshot's job is still ending is checked again
 PROMOTE_RETRY_SECONDS = 0.1
+#: how long a PROMOTE waits for the recycled slots to register as the next attempt (their
+#: fenced tasks ended) before it stops them and starts new ones instead
+RECYCLE_WAIT_SECONDS = 20.0
 
 #: the remote traceback kept in a failure reason: its last lines (the frames that matter)
 TRACEBACK_LINES = 80
@@ -120,6 +123,8 @@ class AttemptHost(Protocol):
     peak_rss_mb: dict[int, float]
     #: seconds the last ended attempt took to stop (its launcher.stop), for the next one's phases
     stop_seconds: float
+    #: a PROMOTE recycles the running slot processes (:meth:`AttemptRun.recycle`)
+    warm_slots: bool
 
     def _broadcast(self, msg: M.Message, slots: Any = None) -> None: ...
 
@@ -369,9 +374,76 @@ class AttemptRun:
             log.warning("Job %s (%s): %s", m.config.name, m.job_id, error)
             control.fail_request(req.request_id, error)
             return None
-        outcome = self.fail(f"restoring {promotion.snapshot.directory} in place (PROMOTE)")
+        reason = f"restoring {promotion.snapshot.directory} in place (PROMOTE)"
+        outcome = self.recycle(reason) or self.fail(reason)
         outcome.promotion = promotion
         return outcome
+
+    def recycle(self, reason: str) -> AttemptOutcome | None:
+        """End this attempt and keep its slot processes warm for the next one (a PROMOTE
+        needs no new placement): every slot is told to ``recycle``, ends its tasks and
+        registers again as the next attempt in the same process. Returns once every slot
+        has (their registrations wait in the event queue for the next attempt, whose
+        launcher start adopts the running slots), so nothing of this attempt runs when
+        the promotion discards what it staged; ``None`` when the launcher cannot keep its
+        slots or a slot did not come back within ``RECYCLE_WAIT_SECONDS`` (it is then
+        stopped as on a failover)."""
+        m = self.master
+        keep = getattr(m.launcher, "recycle", None)
+        if keep is None or not m.warm_slots:
+            return None
+        t0 = time.monotonic()
+        nxt = self.attempt + 1
+        self.coord.abort_all(f"job failover: {reason}", t0)
+        self.coord.set_tasks_running(set())
+        events = m.server.events
+        _drain(events)  # this attempt's messages: nothing reads them any more
+        try:
+            for c in m.conns.values():
+                c.send(M.Recycle(attempt=nxt))
+        except OSError as exc:
+            log.warning("Job %s (%s): cannot recycle the slots (%s); starting new ones",
+                        m.config.name, m.job_id, exc)
+            return None
+        # the slots close these once their tasks ended (a task's last messages, of this
+        # attempt, are ignored): closed here only after every slot registered again
+        old, m.conns = list(m.conns.values()), {}
+        held: list = []
+        registered: set[int] = set()
+        problem = None
+        while len(registered) < self.num_slots:
+            problem = m.launcher.poll()
+            if problem is None and time.monotonic() - t0 > RECYCLE_WAIT_SECONDS:
+                problem = (f"only {len(registered)} of {self.num_slots} slots registered "
+                           f"within {RECYCLE_WAIT_SECONDS:.0f} s")
+            if problem is not None:
+                break
+            try:
+                event = events.get(timeout=0.02)
+            except queue.Empty:
+                continue
+            kind, _conn, msg = event
+            if kind == "msg" and isinstance(msg, M.Register) and msg.attempt == nxt:
+                held.append(event)
+                registered.add(msg.slot)
+            elif kind in ("lost", "invalid") and any(e[1] is _conn for e in held):
+                problem = f"a recycled slot's connection ended ({kind})"
+                break
+        if problem is not None:
+            log.warning("Job %s (%s): recycling the slots for attempt %d failed (%s); "
+                        "starting new ones", m.config.name, m.job_id, nxt, problem)
+            for conn in (*old, *(e[1] for e in held)):
+                conn.close()
+            return None
+        for c in old:
+            c.close()
+        keep(nxt)
+        for event in held:  # the next attempt answers them (after the promotion applied)
+            events.put(event)
+        m.stop_seconds = round(time.monotonic() - t0, 3)
+        log.info("Job %s (%s): attempt %d ended, its %d slots host attempt %d (%.2f s)",
+                 m.config.name, m.job_id, self.attempt, self.num_slots, nxt, m.stop_seconds)
+        return AttemptOutcome(JobStatus.FAILED, reason)
 
     # -- timers --------------------------------------------------------------------------------
 

@@ -122,8 +122,12 @@ class JobMaster:
 
     def __init__(self, graph: ExecutionGraph, config: JobConfig, launcher: Launcher, *, coordinator_host: str = "127.0.0.1",
                  coordinator_port: int = 0, metrics_port: int | None = None,
-                 metrics_host: str = "127.0.0.1", show_progress: bool = False) -> None:
+                 metrics_host: str = "127.0.0.1", show_progress: bool = False,
+                 warm_slots: bool = True) -> None:
         self.metrics_port, self.metrics_host = metrics_port, metrics_host
+        #: a PROMOTE keeps the slot processes and restores into them (warm slots); off: it
+        #: stops them and starts new ones, as a failover does
+        self.warm_slots = warm_slots
         self.show_progress = show_progress
         self.metrics: JobMetrics | None = None
         self.progress: ProgressReporter | None = None

@@ -98,12 +98,28 @@ class LocalProcessLauncher:
         self.failures = tempfile.mkdtemp(prefix="ckpt-slot-failures-")
         weakref.finalize(self, shutil.rmtree, self.failures, True)
         self.attempt = 0
+        #: the attempt whose start adopts the running slot processes (they were recycled)
+        self._adopt: int | None = None
+
+    def recycle(self, attempt: int) -> None:
+        """The running slot processes host ``attempt`` next (they registered as it): its
+        :meth:`start` adopts them. Their failure files keep the attempt they started as."""
+        self._adopt = attempt
+
+    def _all_running(self) -> bool:
+        try:
+            return bool(self.procs) and all(p.poll() is None for p in self.procs)
+        except ForkServerError:
+            return False
 
     def _failure_file(self, slot: int) -> str:
         return os.path.join(self.failures, f"attempt-{self.attempt}-slot-{slot}.txt")
 
     def start(self, attempt: int, coordinator: tuple[str, int], num_slots: int,
               secret: bytes | None = None) -> None:
+        adopt, self._adopt = self._adopt, None
+        if adopt == attempt and self._all_running():
+            return
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         if secret is not None:  # in the environment, not on the command line `ps` shows
@@ -152,6 +168,7 @@ class LocalProcessLauncher:
         return None
 
     def stop(self) -> None:
+        self._adopt = None
         for p in self.procs:
             try:
                 running = p.poll() is None

@@ -245,6 +245,8 @@ class SparkBarrierLauncher:
         # read now: once the driver JVM is gone, nothing can be asked of it
         self.app = f"Spark application {self.sc.applicationId} (master {self.sc.master})"
         self._run: _StageRun | None = None  # the current attempt's stage
+        #: the attempt whose start adopts the running stage (its slots were recycled)
+        self._adopt: int | None = None
         #: job groups of ended attempts whose tasks may still hold cores
         self._held: list[str] = []
         self.notes = tempfile.mkdtemp(prefix="ckpt-slots-")
@@ -328,6 +330,11 @@ class SparkBarrierLauncher:
                 raise self.driver_lost_error(exc, f"starting attempt {attempt}") from exc
             raise
 
+    def recycle(self, attempt: int) -> None:
+        """The running stage's slots host ``attempt`` next (they registered as it): its
+        :meth:`start` adopts the stage instead of submitting one."""
+        self._adopt = attempt
+
     def _start(
         self,
         attempt: int,
@@ -337,6 +344,11 @@ class SparkBarrierLauncher:
     ) -> None:
         from pyspark import InheritableThread
 
+        adopt, self._adopt = self._adopt, None
+        if adopt == attempt and self._run is not None and not self._run.done:
+            log.info("Attempt %d runs in the recycled slots of job group %s", attempt,
+                     self._run.group)
+            return
         self.check_slots(num_slots, self.slot_wait_seconds)  # e.g. a lost executor's replacement
         t0 = time.monotonic()
         busy = self.wait_released(self.release_seconds)
@@ -391,6 +403,7 @@ class SparkBarrierLauncher:
         slots' control connections right after this, which ends the slots it could not
         kill)."""
         run, self._run = self._run, None
+        self._adopt = None
         if run is None:
             return
         t0 = time.monotonic()

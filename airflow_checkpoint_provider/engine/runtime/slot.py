@@ -70,6 +70,8 @@ class SlotAborted(Exception):
 # if it has not ended by itself: a task stuck in user code must not hold a Spark core
 #: exit code of a slot process ended that way
 ORPHAN_EXIT_CODE = 75
+#: seconds a recycled slot's tasks have to end before the slot fails instead
+RECYCLE_SECONDS = 15.0
 #: TCP keepalive of the control connection: idle seconds, probe interval, probes
 KEEPALIVE = (5, 2, 3)
 
@@ -140,10 +142,20 @@ def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
     job master in ``job_attempts.placement``. ``secret``: the job's secret, proven on every
     connection (``runtime/auth.py``). ``orphan_exit``: seconds after the coordinator is
     gone at which a slot still running ends this whole process (``os._exit``); only for a
-    process that hosts nothing but this slot (a slot process, a Spark Python worker)."""
-    Slot(slot, attempt, secret, orphan_exit=orphan_exit).run(
-        coordinator, exchange_peers=exchange_peers, bind_host=bind_host,
-        advertise_host=advertise_host, placement=placement)
+    process that hosts nothing but this slot (a slot process, a Spark Python worker).
+
+    A slot told to host the next attempt (``recycle``, a PROMOTE) runs it in this process
+    once its tasks ended: a warm slot (no new process, no new Spark task)."""
+    recycled_in: float | None = None
+    while True:
+        current = Slot(slot, attempt, secret, orphan_exit=orphan_exit, recycled_in=recycled_in)
+        current.run(coordinator, exchange_peers=exchange_peers, bind_host=bind_host,
+                    advertise_host=advertise_host, placement=placement)
+        if current.recycle_to is None:
+            return
+        log.info("Slot %d hosts attempt %d in the same process (attempt %d's tasks ended in "
+                 "%.2f s)", slot, current.recycle_to, attempt, current.recycled_in or 0.0)
+        attempt, recycled_in = current.recycle_to, current.recycled_in
 
 
 class Slot:
@@ -156,9 +168,15 @@ class Slot:
     """
 
     def __init__(self, slot: int, attempt: int, secret: bytes | None, *,
-                 orphan_exit: float | None = None) -> None:
+                 orphan_exit: float | None = None, recycled_in: float | None = None) -> None:
         self.slot, self.attempt, self.secret = slot, attempt, secret
         self.orphan_exit = orphan_exit
+        #: the attempt this process hosts next (``recycle``): set when the coordinator asks
+        self.recycle_to: int | None = None
+        #: seconds from the ``recycle`` to every task ended (this slot's, or the previous
+        #: attempt's for a recycled slot: its start-up phase ``recycle``)
+        self.recycled_in = recycled_in
+        self._recycle_asked = 0.0
         self.tasks: list[StreamTask] = []
         self.done = threading.Event()
         #: set once :meth:`run` returned or raised: the process is no longer this slot's
@@ -189,6 +207,8 @@ class Slot:
             phases[name] = round(now - t0, 3)
             t0 = now
 
+        if self.recycled_in is not None:
+            phases["recycle"] = self.recycled_in
         job = self._register(coordinator, placement)
         phase("register")
         if self.orphan_exit is not None:
@@ -242,8 +262,15 @@ class Slot:
         # 5. the coordinator's commands, until every task ended
         threading.Thread(target=self._control_loop, name=f"control-{self.slot}",
                          daemon=True).start()
-        for t in self.tasks:
-            t.thread.join()
+        self._join_tasks()
+        if self.recycle_to is not None:  # the next attempt runs in this process
+            upload_pool.shutdown(wait=True, cancel_futures=True)  # the aborted checkpoint's
+            self.done.set()
+            server.close()
+            self.recycled_in = round(time.monotonic() - self._recycle_asked, 3)
+            self.released.set()
+            self.ctl.close()
+            return
         upload_pool.shutdown(wait=True)
         self.done.set()
         server.close()
@@ -255,6 +282,20 @@ class Slot:
             raise SlotAborted(f"slot {self.slot}: coordinator connection lost") from exc
         self.released.set()  # before the close: the watchdog must not take it for a loss
         self.ctl.close()
+
+    def _join_tasks(self) -> None:
+        """Wait for every task thread; once the coordinator asked to recycle this slot, for
+        at most ``RECYCLE_SECONDS``: a task that does not end fails the slot (the job master
+        then starts the next attempt in new processes, this one ends)."""
+        for t in self.tasks:
+            while t.thread.is_alive():
+                t.thread.join(0.2)
+                if self.recycle_to is not None and t.thread.is_alive() and \
+                        time.monotonic() - self._recycle_asked > RECYCLE_SECONDS:
+                    raise SlotAborted(
+                        f"slot {self.slot}: task {t.name} of attempt {self.attempt} did not "
+                        f"end within {RECYCLE_SECONDS:.0f} s of the recycle to attempt "
+                        f"{self.recycle_to}")
 
     def _watchdog(self, sock: socket.socket, grace: float) -> None:
         """End this process ``grace`` seconds after the coordinator went away, unless the
@@ -380,20 +421,24 @@ class Slot:
 
     def _control_loop(self) -> None:
         try:
-            while not self.done.is_set():
+            while not self.done.is_set() and self.recycle_to is None:
                 self._dispatch(self.ctl.recv())
         except (P.ConnectionClosed, OSError, ProtocolError) as exc:
             if isinstance(exc, ProtocolError):
                 log.error("Slot %d got an invalid message from its coordinator: %s",
                           self.slot, exc)
-            if not self.done.is_set():
+            if not self.done.is_set() and self.recycle_to is None:
                 log.warning("Slot %d lost its coordinator; stopping", self.slot)
-                for t in self.tasks:
-                    t.finished = True
-                    t.mailbox.close()
-                for g in self.gates.values():
-                    for e in g.values():
-                        e.set()
+                self._stop_tasks()
+
+    def _stop_tasks(self) -> None:
+        """End every task of this attempt where it is (lost coordinator, recycle)."""
+        for t in self.tasks:
+            t.finished = True
+            t.mailbox.close()
+        for g in self.gates.values():
+            for e in g.values():
+                e.set()
 
     def _dispatch(self, m: M.Message) -> None:
         """One coordinator command, to the mailboxes of the tasks it concerns."""
@@ -415,6 +460,12 @@ class Slot:
         elif isinstance(m, M.Finish):
             for t in self.tasks:
                 t.mailbox.put_control(("finish",))
+        elif isinstance(m, M.Recycle):
+            # this attempt ends (its tasks stop as on a lost coordinator: nothing they
+            # staged is published) and the process hosts attempt ``m.attempt``
+            self._recycle_asked = time.monotonic()
+            self.recycle_to = m.attempt
+            self._stop_tasks()
 
 
 def main(argv: list[str] | None = None) -> int:

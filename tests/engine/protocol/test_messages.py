@@ -25,6 +25,7 @@ SAMPLES = [
     M.Register(slot=1, attempt=2, pid=42, host="h", placement={"executor_id": "3"}),
     M.Address(slot=0, attempt=0, address=["127.0.0.1", 5000]),
     M.Running(slot=3, attempt=1),
+    M.Running(slot=3, attempt=1, phases={"register": 0.2, "restore": 1.1}),
     M.SlotFinished(slot=0, attempt=0, peak_rss_mb=81.5),
     M.SlotFinished(slot=0, attempt=0),
     M.Ack(slot=0, attempt=0, vertex=1, subtask=2, checkpoint_id=7,
@@ -43,6 +44,7 @@ SAMPLES = [
     M.Notify(checkpoint_id=3),
     M.Abort(checkpoint_id=3),
     M.Finish(),
+    M.Recycle(attempt=2),
 ]
 
 
