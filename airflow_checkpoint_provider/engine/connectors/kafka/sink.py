@@ -60,7 +60,7 @@ from typing import Any
 import msgpack
 
 from ...errors import CorruptCheckpointError
-from ..base import Sink, SinkWriter, SourceContext
+from ..base import Sink, SinkWriter, SourceContext, Transaction
 from .client import METADATA_TIMEOUT_S, base_config, client_config, ensure_topic, require_client
 from .errors import KafkaConfigurationError, KafkaPublishError
 
@@ -148,7 +148,8 @@ class KafkaSink(Sink):
     def discard_staged_of_job(self, operator_uid: str, job_id: str) -> None:
         """A fenced job staged its epochs in its own checkpoints only: nothing to remove."""
 
-    def check_restored_transactions(self, transactions: list[object], *, location: str) -> None:
+    def check_restored_transactions(self, transactions: Sequence[Transaction], *,
+                                    location: str) -> None:
         for t in transactions:
             _check_transaction(t, location)
 
@@ -188,28 +189,26 @@ def _job_name(t: dict) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def _check_transaction(t: object, location: str) -> dict:
+def _check_transaction(t: object, location: str) -> dict[str, Any]:
     """A restored transaction description (untrusted input: from a ``_metadata`` file)."""
-    ok = (isinstance(t, dict) and t.get("v") == _VERSION and isinstance(t.get("job"), str)
-          and isinstance(t.get("subtask"), int) and not isinstance(t["subtask"], bool)
-          and t["subtask"] >= 0 and isinstance(t.get("epoch"), int)
-          and isinstance(t.get("count"), int) and isinstance(t.get("records"), str))
-    if ok:
+    if (isinstance(t, dict) and t.get("v") == _VERSION and isinstance(t.get("job"), str)
+            and isinstance(t.get("subtask"), int) and not isinstance(t["subtask"], bool)
+            and t["subtask"] >= 0 and isinstance(t.get("epoch"), int)
+            and isinstance(t.get("count"), int) and isinstance(t.get("records"), str)):
         try:
-            records = unstage(t)  # type: ignore[arg-type]
+            records = unstage(t)
         except (ValueError, TypeError, msgpack.UnpackException):
             records = None
-        ok = (isinstance(records, list) and len(records) == t["count"]  # type: ignore[index]
-              and all(isinstance(r, list) and len(r) == 3
-                      and (r[0] is None or isinstance(r[0], bytes))
-                      and (r[1] is None or isinstance(r[1], bytes))  # None: a tombstone
-                      and (r[2] is None or (isinstance(r[2], int) and not isinstance(r[2], bool)))
-                      for r in records))
-    if not ok:
-        raise CorruptCheckpointError(
-            f"Kafka sink: a staged transaction in {location} is malformed ({str(t)[:200]}); "
-            "the snapshot is corrupt or was not written by this sink")
-    return t  # type: ignore[return-value]
+        if (isinstance(records, list) and len(records) == t["count"]
+                and all(isinstance(r, list) and len(r) == 3
+                        and (r[0] is None or isinstance(r[0], bytes))
+                        and (r[1] is None or isinstance(r[1], bytes))  # None: a tombstone
+                        and (r[2] is None or (isinstance(r[2], int) and not isinstance(r[2], bool)))
+                        for r in records)):
+            return t
+    raise CorruptCheckpointError(
+        f"Kafka sink: a staged transaction in {location} is malformed ({str(t)[:200]}); "
+        "the snapshot is corrupt or was not written by this sink")
 
 
 class _ExactlyOnceWriter(SinkWriter):
@@ -217,7 +216,8 @@ class _ExactlyOnceWriter(SinkWriter):
         self.sink = sink
         self.ctx = ctx
         self.buffer: list[list] = []
-        self.producers: dict[int, Any] = {}
+        #: transactional producers by transactional.id
+        self.producers: dict[str, Any] = {}
         self.marker_consumers: dict[str, Any] = {}
         self.published: set[tuple[str, int, int]] = set()  # (job, subtask, epoch) by this writer
 
@@ -226,71 +226,82 @@ class _ExactlyOnceWriter(SinkWriter):
         self.buffer.extend(self.sink.encode_batch(records))
 
     # 2. pre-commit: the epoch's records go into the checkpoint
-    def pre_commit(self, checkpoint_id: int) -> list[object]:
+    def pre_commit(self, checkpoint_id: int) -> list[Transaction]:
         if not self.buffer:
             return []
         # job_name: the marker group of this epoch is the staging job's, also when another
         # job (blue-green: green restoring blue's savepoint) publishes or checks it
-        txn = {"v": _VERSION, "job": self.ctx.job_id, "job_name": self.ctx.job_name,
-               "subtask": self.ctx.subtask_index, "epoch": checkpoint_id,
-               "count": len(self.buffer), "records": stage(self.buffer)}
+        txn: Transaction = {"v": _VERSION, "job": self.ctx.job_id, "job_name": self.ctx.job_name,
+                            "subtask": self.ctx.subtask_index, "epoch": checkpoint_id,
+                            "count": len(self.buffer), "records": stage(self.buffer)}
         self.buffer = []
         return [txn]
 
     # 3. commit: one Kafka transaction per epoch, with its marker
-    def commit(self, transactions: list[object]) -> None:
+    def commit(self, transactions: Sequence[Transaction]) -> None:
         if self.ctx.fenced:
             return
-        producer = self._producer(self.ctx.subtask_index)
-        for t in sorted(transactions, key=lambda t: (t["job"], t["epoch"])):  # type: ignore[index]
-            self._publish(producer, t)  # type: ignore[arg-type]
+        producer = self._producer(self.ctx.job_name, self.ctx.subtask_index)
+        staged = [_check_transaction(t, "the pending transactions") for t in transactions]
+        for t in sorted(staged, key=lambda t: (t["job"], t["epoch"])):
+            self._publish(producer, t)
 
-    def abort(self, transactions: list[object]) -> bool:
+    def abort(self, transactions: Sequence[Transaction]) -> bool:
         return False  # kept: published with the next checkpoint that completes
 
     # 4. recover: publish the restored epochs the markers do not cover
-    def recover(self, transactions: list[object]) -> None:
+    def recover(self, transactions: Sequence[Transaction]) -> None:
         """Steps: (a) a fenced job does nothing (it must not fence the live job); (b) the
         restored epochs of each staging subtask ``o`` with ``o % parallelism`` equal to this
-        subtask are this writer's; (c) per such ``o``, the producer of ``o``'s
-        transactional.id fences zombies and aborts their open transaction; (d) the markers
-        say which epochs are published; (e) the others are published in epoch order."""
+        subtask are this writer's, grouped by the job (name) that staged them; (c) per such
+        job and ``o``, the producer of that job's transactional.id for ``o`` fences its
+        zombies and aborts their open transaction at once (a restoring job of another name,
+        green restoring blue's savepoint, too: with its own transactional.id it would fence
+        nothing, and blue's open transaction would hold back ``read_committed`` readers and
+        blue's marker until ``transaction.timeout.ms``); this job's own producer fences this
+        job's zombies of this subtask; (d) the markers say which epochs are published;
+        (e) the others are published in epoch order."""
         # (a)
         if self.ctx.fenced:
             return
         # (b)
-        mine: dict[int, list[dict]] = {}
-        for t in transactions:
-            t = _check_transaction(t, "the restored checkpoint")
+        mine: dict[tuple[str, int], list[dict]] = {}
+        for raw in transactions:
+            t = _check_transaction(raw, "the restored checkpoint")
             if t["subtask"] % self.ctx.parallelism == self.ctx.subtask_index:
-                mine.setdefault(t["subtask"], []).append(t)
+                name = _job_name(t) or self.ctx.job_name
+                mine.setdefault((name, t["subtask"]), []).append(t)
         ensure_topic(self.sink.conf, self.sink.marker_topic)
-        for origin in sorted(set(mine) | {self.ctx.subtask_index}):
+        own = (self.ctx.job_name, self.ctx.subtask_index)
+        for name, origin in sorted(set(mine) | {own}):
             # (c)
-            producer = self._producer(origin)
-            if origin not in mine:
-                continue
-            # (d)
-            names = {t["job"]: _job_name(t) for t in mine[origin]}
-            done = {job: self._published_epoch(origin, job, name) for job, name in names.items()}
-            # (e)
-            for t in sorted(mine[origin], key=lambda t: (t["job"], t["epoch"])):
-                if t["epoch"] <= done[t["job"]]:
-                    log.info("Kafka sink %s: epoch %d of subtask %d (job %s) is already "
-                             "published to %s", self.ctx.operator_uid, t["epoch"], origin,
-                             t["job"], self.sink.topic)
-                    continue
-                self._publish(producer, t)
-            if origin != self.ctx.subtask_index:
-                self.producers.pop(origin)
-                producer.flush(METADATA_TIMEOUT_S)  # type: ignore[attr-defined]
+            producer = self._producer(name, origin)
+            staged = mine.get((name, origin))
+            if staged:
+                # (d)
+                done = {job: self._published_epoch(origin, job, name)
+                        for job in {t["job"] for t in staged}}
+                # (e)
+                for t in sorted(staged, key=lambda t: (t["job"], t["epoch"])):
+                    if t["epoch"] <= done[t["job"]]:
+                        log.info("Kafka sink %s: epoch %d of subtask %d (job %s) is already "
+                                 "published to %s", self.ctx.operator_uid, t["epoch"], origin,
+                                 t["job"], self.sink.topic)
+                        continue
+                    self._publish(producer, t)
+            if (name, origin) != own:
+                self.producers.pop(self.sink.transactional_id(name, self.ctx.operator_uid, origin))
+                producer.flush(METADATA_TIMEOUT_S)
 
-    def _producer(self, origin: int):
-        producer = self.producers.get(origin)
+    def _producer(self, job_name: str, origin: int) -> Any:
+        """The transactional producer of job ``job_name``'s subtask ``origin``, initialized:
+        ``init_transactions`` fences every older producer of that transactional.id and
+        aborts its open transaction at once (no wait for ``transaction.timeout.ms``)."""
+        ck = require_client()
+        tid = self.sink.transactional_id(job_name, self.ctx.operator_uid, origin)
+        producer = self.producers.get(tid)
         if producer is not None:
             return producer
-        ck = require_client()
-        tid = self.sink.transactional_id(self.ctx.job_name, self.ctx.operator_uid, origin)
         producer = ck.Producer(client_config(
             {**self.sink.producer_defaults, **self.sink.conf},
             **{"transactional.id": tid,
@@ -301,7 +312,7 @@ class _ExactlyOnceWriter(SinkWriter):
             raise KafkaPublishError(
                 f"Kafka sink {self.ctx.operator_uid}: init_transactions of transactional.id "
                 f"{tid!r} on {self.sink.conf['bootstrap.servers']} failed: {exc.args[0].str()}") from None
-        self.producers[origin] = producer
+        self.producers[tid] = producer
         return producer
 
     def _marker_group(self, origin: int, job: str, job_name: str | None = None) -> str:
@@ -314,7 +325,7 @@ class _ExactlyOnceWriter(SinkWriter):
                                          origin)
         return f"{tid}-{job}"
 
-    def _marker_consumer(self, group: str):
+    def _marker_consumer(self, group: str) -> Any:
         """A consumer of ``group`` (never subscribed): its group metadata goes into the
         publishing transactions, its offset fetch reads the marker."""
         consumer = self.marker_consumers.get(group)
@@ -325,7 +336,7 @@ class _ExactlyOnceWriter(SinkWriter):
                 "isolation.level": "read_committed"}))
         return consumer
 
-    def _publish(self, producer, t: dict) -> None:
+    def _publish(self, producer: Any, t: dict) -> None:
         ck = require_client()
         ident = (t["job"], t["subtask"], t["epoch"])
         if ident in self.published:
@@ -397,12 +408,12 @@ class _ExactlyOnceWriter(SinkWriter):
                 f"{self.sink.marker_topic!r}): {exc.args[0].str()}") from None
         return found.offset if found.offset >= 0 else -1
 
-    def discard_held(self, transactions: list[object]) -> None:
+    def discard_held(self, transactions: Sequence[Transaction]) -> None:
         """Fenced: the held epochs are only in the fenced job's own checkpoints."""
 
     def close(self) -> None:
         for producer in self.producers.values():
-            producer.flush(5)  # type: ignore[attr-defined]
+            producer.flush(5)
         self.producers.clear()
         for consumer in self.marker_consumers.values():
             consumer.close()
@@ -434,7 +445,7 @@ class _AtLeastOnceWriter(SinkWriter):
                     self.producer.poll(0.05)
         self.producer.poll(0)
 
-    def pre_commit(self, checkpoint_id: int) -> list[object]:
+    def pre_commit(self, checkpoint_id: int) -> list[Transaction]:
         left = self.producer.flush(METADATA_TIMEOUT_S)
         if left or self.failures:
             what = self.failures[0] if self.failures else (f"{left} records undelivered", "?", "?")
@@ -444,10 +455,10 @@ class _AtLeastOnceWriter(SinkWriter):
                 "checkpoint declined")
         return []
 
-    def commit(self, transactions: list[object]) -> None:
+    def commit(self, transactions: Sequence[Transaction]) -> None:
         pass
 
-    def recover(self, transactions: list[object]) -> None:
+    def recover(self, transactions: Sequence[Transaction]) -> None:
         pass
 
     def close(self) -> None:
