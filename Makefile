@@ -135,15 +135,15 @@ bench-kafka: venv $(PEERS_DIR)/quixstreams/.installed
 
 # ruff (with a complexity bound) on everything; mypy on the engine's public API and seams.
 ENGINE := airflow_checkpoint_provider/engine
-# the runtime package but slot.py and auth.py (not yet annotated throughout); the connectors but
-# kafka/ (its writers still type transactions list[object], not base.Transaction)
+# the runtime package but slot.py and auth.py (not yet annotated throughout); every connector
+# package
 MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/datastream/api.py $(ENGINE)/execution.py $(ENGINE)/plan/specs.py $(ENGINE)/config.py $(ENGINE)/errors.py \
 	$(ENGINE)/packaging.py $(ENGINE)/snapshot $(ENGINE)/names.py $(ENGINE)/lifecycle/lineage.py \
 	$(ENGINE)/plan/job.py $(ENGINE)/protocol $(ENGINE)/catalog $(ENGINE)/checkpoint/coordinator.py $(ENGINE)/checkpoint/outcomes.py $(ENGINE)/checkpoint/held.py \
 	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners \
 	$(ENGINE)/state/backend.py $(ENGINE)/eventtime.py $(ENGINE)/state/ttl.py \
 	$(ENGINE)/state/windows.py $(ENGINE)/connectors/*.py $(ENGINE)/connectors/files \
-	$(ENGINE)/connectors/postgres $(ENGINE)/connectors/lakehouse $(ENGINE)/lifecycle/verify.py $(ENGINE)/lifecycle/key_probe.py \
+	$(ENGINE)/connectors/postgres $(ENGINE)/connectors/lakehouse $(ENGINE)/connectors/kafka $(ENGINE)/lifecycle/verify.py $(ENGINE)/lifecycle/key_probe.py \
 	$(ENGINE)/state_io $(ENGINE)/lifecycle/stability.py $(ENGINE)/state/columnar.py \
 	$(ENGINE)/state/key_index.py $(ENGINE)/runtime \
 	$(ENGINE)/typed_codec.py $(ENGINE)/state/contract.py $(ENGINE)/serialization.py \
