@@ -406,7 +406,7 @@ def test_many_pins_do_not_stop_the_deletion_of_subsumed_checkpoints(tmp_path):
     """The sweep read every active pin, once per completed checkpoint: with 20,000 pins on
     SQLite that read took longer than the job master waits for a read (0.5 s), the sweep
     then kept every subsumed checkpoint ("the DB cannot say") and none was ever deleted.
-    Now it reads only the pins of its candidates (bench/pins_read.py). Seconds."""
+    Now it reads only the pins of its candidates (tools/microbench/pins_read.py). Seconds."""
     from sqlalchemy import insert
 
     from airflow_checkpoint_provider.engine.catalog.models import SavepointPinRow
