@@ -21,7 +21,7 @@ This design (stage in the checkpoint, publish once with a commit marker):
 4. ``recover`` (on restore) gets the restored epochs (those of a completed checkpoint that
    may or may not have been published before the crash). Epochs staged by subtask ``o`` are
    handled by new subtask ``o % parallelism`` with the producer of ``transactional.id``
-   ``<prefix>-<job name>-<uid>-<o>``: ``init_transactions`` fences any older producer with
+   ``<prefix>-<staging job's name>-<uid>-<o>``: ``init_transactions`` fences any older producer with
    that id (a zombie attempt) and aborts its open transaction (its pending offset commit
    too); the writer then fetches the marker group's committed offset (``read_committed``:
    stable offsets only) and publishes only the epochs above it, in epoch order. An epoch is
@@ -29,24 +29,39 @@ This design (stage in the checkpoint, publish once with a commit marker):
    marker topic read up to a sentinel; an open transaction of any other writer on that
    partition held every restore back.)
 
-The Kafka transaction spans only the publish of one epoch (not the checkpoint interval), so
-``transaction.timeout.ms`` (``transaction_timeout_ms``, default 60 s) bounds how long a
-crashed publisher's open transaction can hold back ``read_committed`` consumers; a restore
-aborts it at once by fencing. The price: each epoch's records are stored in the checkpoint
-(the sink suits outputs of up to some tens of MB per checkpoint interval) and published once
-the checkpoint completes (latency = checkpoint interval, as with every 2PC sink).
+The Kafka transaction spans only the publish of one epoch (not the checkpoint interval).
+A publisher that dies in the middle of one leaves it open, holding back ``read_committed``
+consumers of its partitions (the last stable offset) and its marker; ``recover`` aborts it
+at once: ``init_transactions`` with the same transactional.id (the staging job's, also when
+a job of another name restores: green restoring blue's savepoint) makes the coordinator
+abort the open transaction before it answers (Apache Kafka: the client retries
+``CONCURRENT_TRANSACTIONS`` for the few ms the abort takes). ``transaction.timeout.ms``
+(``transaction_timeout_ms``, default 60 s) only matters when no job restores the checkpoint
+(an abandoned job): then the broker aborts the transaction after that time. The price of
+the design: each epoch's records are stored in the checkpoint (the sink suits outputs of up
+to some tens of MB per checkpoint interval) and published once the checkpoint completes
+(latency = checkpoint interval, as with every 2PC sink).
 
 A fenced job (``fence_sinks=True``, a blue-green validation run) creates no producer: it
 stages and never publishes, and never fences the live job's producers. ``delivery=
 "at_least_once"`` produces directly (idempotent producer), flushes at every barrier, and
 may duplicate the records after the last completed checkpoint on a failure.
 
-Broker caveat (Tansu 0.6, the test broker): it does not hide aborted or fenced
+Broker caveats (Tansu 0.6, the test broker; ``tests/engine/connectors/kafka/
+tansu_transactions.py`` shows each against the broker): (1) it does not hide aborted
 transactions from ``read_committed`` consumers (no aborted-transaction index in its Fetch
-answers), so a crash in the middle of a publish leaves what reached the broker visible
-there; on Apache Kafka it is aborted and invisible. The marker is sent only once every
-record of the epoch is acknowledged, so on such a broker an interrupted publish can
-duplicate (the epoch is published again) but never lose records.
+answers), so a crash in the middle of a publish leaves what reached the broker visible; the
+marker is sent only once every record of the epoch is acknowledged, so an interrupted
+publish can duplicate (the epoch is published again) but never lose records. (2) It
+completes a committed transaction (records visible, offset commits applied: our marker) only
+once no other transaction that wrote to the same partition is open: a ``commit_transaction``
+that returned stays invisible, marker included, while another subtask's publish is open; a
+restore that reads the marker then publishes the epoch again. (3) Concurrent commits of
+several producers on one partition can wedge it (a race in its EndTxn handling): nothing
+committed later on that partition becomes visible, and no marker is applied, until the
+producer whose commit raced commits again, which never happens once it is gone (a stop with
+savepoint, a restore). ``partitioner="fixed"`` avoids (2) and (3): each partition gets the
+transactions of one transactional.id. Apache Kafka has none of the three.
 """
 
 from __future__ import annotations
@@ -61,7 +76,14 @@ import msgpack
 
 from ...errors import CorruptCheckpointError
 from ..base import Sink, SinkWriter, SourceContext, Transaction
-from .client import METADATA_TIMEOUT_S, base_config, client_config, ensure_topic, require_client
+from .client import (
+    METADATA_TIMEOUT_S,
+    base_config,
+    client_config,
+    ensure_topic,
+    list_partitions,
+    require_client,
+)
 from .errors import KafkaConfigurationError, KafkaPublishError
 
 log = logging.getLogger(__name__)
@@ -99,6 +121,12 @@ class KafkaSink(Sink):
     :param transactional_id_prefix: prefix of the sink's ``transactional.id``s
         (``<prefix>-<job name>-<uid>-<subtask>``).
     :param transaction_timeout_ms: ``transaction.timeout.ms`` of the producers.
+    :param partitioner: ``"key"`` (default): the producer's partitioner (librdkafka's, by the
+        key's hash); ``"fixed"``: the records staged by subtask ``i`` go to partition
+        ``i % partitions`` (Flink's ``FlinkFixedPartitioner``): each partition then gets the
+        transactions of one transactional.id at a time, never concurrent ones of several (the
+        choice for brokers whose transaction coordinator mishandles those: Tansu 0.6, see
+        the module docstring). A key stays in one partition while the parallelism does.
     :param producer_config: more librdkafka settings for the producers.
     """
 
@@ -112,8 +140,11 @@ class KafkaSink(Sink):
                  value_serializer: Callable[[dict], bytes] | None = None,
                  timestamp_field: str | None = None, delivery: str = "exactly_once",
                  marker_topic: str = DEFAULT_MARKER_TOPIC, transactional_id_prefix: str = "ckpt",
-                 transaction_timeout_ms: int = 60_000,
+                 transaction_timeout_ms: int = 60_000, partitioner: str = "key",
                  producer_config: Mapping[str, object] | None = None) -> None:
+        if partitioner not in ("key", "fixed"):
+            raise KafkaConfigurationError(f"KafkaSink: partitioner={partitioner!r}: use 'key' "
+                                          "or 'fixed'")
         if delivery not in ("exactly_once", "at_least_once"):
             raise KafkaConfigurationError(f"KafkaSink: delivery={delivery!r}: use 'exactly_once' "
                                           "or 'at_least_once'")
@@ -130,6 +161,7 @@ class KafkaSink(Sink):
         self.marker_topic = marker_topic
         self.transactional_id_prefix = transactional_id_prefix
         self.transaction_timeout_ms = transaction_timeout_ms
+        self.partitioner = partitioner
 
     def create_writer(self, ctx: SourceContext) -> SinkWriter:
         if self.delivery == "at_least_once":
@@ -171,6 +203,14 @@ class KafkaSink(Sink):
 
     def transactional_id(self, job_name: str, uid: str, subtask: int) -> str:
         return f"{self.transactional_id_prefix}-{job_name}-{uid}-{subtask}"
+
+    def partition_of(self, subtask: int) -> dict[str, int]:
+        """The ``produce`` arguments that place the records staged by ``subtask``: none (the
+        producer's partitioner) unless ``partitioner="fixed"``."""
+        if self.partitioner != "fixed":
+            return {}
+        partitions = list_partitions(self.conf, topics=[self.topic])[self.topic]
+        return {"partition": subtask % partitions}
 
 
 def stage(records: list[list]) -> str:
@@ -220,6 +260,8 @@ class _ExactlyOnceWriter(SinkWriter):
         self.producers: dict[str, Any] = {}
         self.marker_consumers: dict[str, Any] = {}
         self.published: set[tuple[str, int, int]] = set()  # (job, subtask, epoch) by this writer
+        #: staging subtask -> its records' partition argument (``KafkaSink.partition_of``)
+        self.placement: dict[int, dict[str, int]] = {}
 
     # 1. stage
     def write(self, records: list[dict]) -> None:
@@ -351,12 +393,15 @@ class _ExactlyOnceWriter(SinkWriter):
                 failures.append(err)
 
         topic = self.sink.topic
+        placed = self.placement.get(t["subtask"])
+        if placed is None:
+            placed = self.placement[t["subtask"]] = self.sink.partition_of(t["subtask"])
         where = (f"epoch {t['epoch']} of subtask {t['subtask']} (job {t['job']}, "
                  f"{t['count']} records) to topic {topic!r}")
         try:
             producer.begin_transaction()
             for key, value, ts in unstage(t):
-                kwargs = {"timestamp": ts} if ts is not None else {}
+                kwargs = {"timestamp": ts, **placed} if ts is not None else placed
                 while True:
                     try:
                         producer.produce(topic, value, key, on_delivery=delivered, **kwargs)
@@ -428,6 +473,7 @@ class _AtLeastOnceWriter(SinkWriter):
         self.failures: list = []
         self.producer = ck.Producer(client_config({**sink.producer_defaults, **sink.conf},
                                                   **{"enable.idempotence": True, "linger.ms": 5}))
+        self.placed = sink.partition_of(ctx.subtask_index)
 
     def _delivered(self, err, msg) -> None:
         if err is not None:
@@ -435,7 +481,7 @@ class _AtLeastOnceWriter(SinkWriter):
 
     def write(self, records: list[dict]) -> None:
         for key, value, ts in self.sink.encode_batch(records):
-            kwargs = {"timestamp": ts} if ts is not None else {}
+            kwargs = {"timestamp": ts, **self.placed} if ts is not None else self.placed
             while True:
                 try:
                     self.producer.produce(self.sink.topic, value, key, on_delivery=self._delivered,
