@@ -88,25 +88,44 @@ def family(r: dict) -> str:
 
 
 def _restarts(runs: list[dict]) -> str:
-    """The restart delays of the driver and JVM kills (faults.restart_delay)."""
-    delays = [
-        f["restarted_s"]
-        for r in runs
-        for f in r["faults"]
-        if f["fired_at"] and f["kind"] in ("driver", "jvm") and f.get("restarted_s") is not None
-    ]
-    kills = sum(
-        1 for r in runs for f in r["faults"] if f["fired_at"] and f["kind"] in ("driver", "jvm")
-    )
-    if not kills:
+    """The restart delays of the driver and JVM kills (faults.restart_delay), per runner,
+    beside a fresh driver's start-up in the same runs (``start_s``: the first driver's
+    launch to its first attempt): a restart that waited for the job name would take longer
+    than a start; one that is refused ends the new driver (a failed run)."""
+    parts = []
+    for runner in ("local", "spark"):
+        rs = [r for r in runs if r["runner"] == runner]
+        kills = [
+            f for r in rs for f in r["faults"] if f["fired_at"] and f["kind"] in ("driver", "jvm")
+        ]
+        if not kills:
+            continue
+        delays = [f["restarted_s"] for f in kills if f.get("restarted_s") is not None]
+        starts = [
+            r["start_s"]
+            for r in rs
+            if r.get("start_s") is not None and any(f in kills for f in r["faults"])
+        ]
+        part = (
+            f"{runner}: {len(kills)} kills, the next attempt started a median "
+            f"{_median(delays):.1f} s (max {max(delays, default=0):.1f} s) after the kill, "
+            f"{sum(1 for d in delays if d > 5)} of {len(delays)} later than 5 s"
+        )
+        if starts:
+            part += (
+                f"; the first driver of the same runs took a median {_median(starts):.1f} s "
+                f"(max {max(starts):.1f} s) from launch to its first attempt"
+            )
+        parts.append(part)
+    if not parts:
         return ""
-    over = sum(1 for d in delays if d > 5)
     return (
-        f"Driver and Spark JVM kills: {kills}; the harness restarts at once with "
-        f'`restore="latest"` (no wait for a heartbeat) and the next attempt started a median '
-        f"{_median(delays):.1f} s (max {max(delays, default=0):.1f} s) after the kill, "
-        f"{over} of {len(delays)} later than 5 s (the time includes the new driver's Python "
-        "start-up on the loaded machine and, after a JVM kill, the old driver's own end)."
+        "Driver and Spark JVM kills (the harness starts a new driver at once with "
+        '`restore="latest"`, no wait for a heartbeat; a refused job name would end it with '
+        "`JobNameInUseError`, a failed run): "
+        + "; ".join(parts)
+        + ". A restart's time is the new driver's own start-up (Python, on Spark its "
+        "SparkSession) on the loaded machine and, after a JVM kill, the old driver's end."
     )
 
 

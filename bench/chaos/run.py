@@ -400,6 +400,7 @@ def _drive(
     rng = rng or random.Random(0)
     drivers = _Drivers(cell, root, raise_points, getattr(hooks, "extra", None))
     cancelled = False
+    launched_at = time.time()
     drivers.start()
     store = None
     first_running = None
@@ -476,7 +477,12 @@ def _drive(
             store.close()
         drivers.cpu.sample(force=True)
         drivers.end_all()
-    return {"result": outcome, "drivers": len(drivers.procs), "cpu": drivers.cpu.seconds()}
+    return {
+        "result": outcome,
+        "drivers": len(drivers.procs),
+        "cpu": drivers.cpu.seconds(),
+        "launched_at": launched_at,
+    }
 
 
 def _hooks_for(e: Entry, root: str, seed: int):
@@ -562,6 +568,9 @@ def run_one(
             record["restarts"] = sum(
                 max(len(store.list_attempts(j.job_id)) - 1, 0) for j in store.list_jobs()
             )
+            # the first driver's start-up (launch to its first attempt): what a restart's
+            # restarted_s compares with on the same machine at the same time
+            record["start_s"] = restart_delay(res["launched_at"], store)
         for f in faults:
             if f.fired_at is not None and store is not None:
                 f.landed = landing(

@@ -452,7 +452,7 @@ def test_the_report_counts_the_runs_on_the_default_settings_by_family_and_older_
     assert "| multi-query cells (several queries on one source) | 1 | 1 | 1 |" in top
     assert "| Kafka cells | 1 | 1 | 1 |" in top
     assert "| Nexmark single-query cells | 1 | 1 | 1 | 0 | 0 | 0 |" in top
-    assert "Driver and Spark JVM kills: 1;" in top and "median 2.5 s" in top
+    assert "spark: 1 kills, the next attempt started a median 2.5 s" in top
     assert (
         "Earlier runs on other settings" in top
         and ": 2 runs, 2 killed runs, 1 with committed rows that differ, 0 unfinished, "
