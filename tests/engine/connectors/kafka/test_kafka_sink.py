@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
 
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
-from airflow_checkpoint_provider.engine.connectors.kafka import KafkaPublishError, KafkaSink
+from airflow_checkpoint_provider.engine.connectors.kafka import (
+    KafkaConfigurationError,
+    KafkaPublishError,
+    KafkaSink,
+)
 from airflow_checkpoint_provider.engine.errors import CorruptCheckpointError
 
 
@@ -119,3 +124,57 @@ def test_a_job_run_with_fenced_sinks_publishes_nothing(workdir, kafka_broker):
                              name="kafka-fenced").run(fence_sinks=True)
     assert result.status == "FINISHED" and result.checkpoints_completed >= 1
     assert kafka_broker.read(out, settle_s=1.0, timeout=3) == []
+
+
+def _partitions_of(broker, topic: str, partitions: int, n: int) -> dict[int, list[int]]:
+    """``{partition: [id, ...]}`` of the first ``n`` records of ``topic``, read_committed."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "partitions",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "log_level": 3})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    found: dict[int, list[int]] = {}
+    try:
+        for _ in range(300):
+            for m in consumer.consume(100, timeout=0.1):
+                if m.error() is None:
+                    found.setdefault(m.partition(), []).append(json.loads(m.value())["i"])
+            if sum(len(v) for v in found.values()) >= n:
+                break
+    finally:
+        consumer.close()
+    return {p: sorted(ids) for p, ids in found.items()}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("delivery", ["exactly_once", "at_least_once"])
+def test_the_fixed_partitioner_sends_each_subtasks_records_to_its_partition(kafka_broker,
+                                                                            delivery):
+    """``partitioner="fixed"``: subtask i's records go to partition i % partitions whatever
+    their keys, also when another subtask publishes them after a rescale (3 -> 2: subtask
+    0 publishes subtask 2's restored epoch, to partition 2)."""
+    topic = kafka_broker.create_topic(f"fixed-{uuid.uuid4().hex[:8]}", 3)
+    sink = KafkaSink(kafka_broker.bootstrap, topic, key="k", marker_topic=f"markers-{topic}",
+                     partitioner="fixed", delivery=delivery)
+    staged = []
+    for sub in range(3):
+        w = sink.create_writer(ctx(sub, 3))
+        w.recover([])
+        w.write(rows(4, start=10 * sub))
+        txns = w.pre_commit(1)
+        if sub < 2:
+            w.commit(txns)
+        staged += txns
+        w.close()
+    if delivery == "exactly_once":  # subtask 2's epoch: restored at parallelism 2
+        heir = sink.create_writer(ctx(0, 2, attempt=1))
+        heir.recover(staged)
+        heir.close()
+    assert _partitions_of(kafka_broker, topic, 3, 12) == {
+        0: [0, 1, 2, 3], 1: [10, 11, 12, 13], 2: [20, 21, 22, 23]}
+
+
+def test_an_unknown_partitioner_is_refused(kafka_broker):
+    with pytest.raises(KafkaConfigurationError, match="partitioner='round_robin'"):
+        KafkaSink(kafka_broker.bootstrap, "t", partitioner="round_robin")
