@@ -100,12 +100,17 @@ def state_section(r: Results, lines: list[str]) -> None:
     if not data:
         return
     reps = max(x.get("rep", 0) for x in data) + 1
+    keys = ",".join(str(k) for k in sorted({x["keys"] for x in data}))
     lines += ["## Snapshot cost of the per-record state backends (1% of keys updated between "
               "checkpoints)", "",
-              f"Command: `.venv/bin/python bench/state_backends.py --keys 10000,100000,1000000 "
-              f"--reps {reps}` (measured on the backend itself: the synchronous part, which blocks "
-              "the task, then the asynchronous write to local disk; the first, full checkpoint is "
-              "excluded).", ""]
+              f"Command: `.venv/bin/python bench/state_backends.py --keys {keys} --reps {reps}` "
+              "(one job per backend and key count, parallelism 1, local runner: a per-record "
+              "function keeps a value per key, every key is written once, then 5 rounds each "
+              "update 1% of the keys, each round in its own checkpoint; per checkpoint, from "
+              "the metadata DB's `task_stats` of the keyed task: the synchronous part, which "
+              "blocks the task, then the asynchronous write to local disk; the first, full "
+              "checkpoint is excluded. The backends alone: tools/microbench/state_backends.py).",
+              ""]
     groups = defaultdict(list)
     for x in data:
         groups[(x["keys"], x["backend"])].extend(x["checkpoints"][1:])

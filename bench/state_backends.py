@@ -118,8 +118,8 @@ class Update(KeyedProcessFunction):
 
 def measured_checkpoints(done, log: str, keys: int) -> list[dict]:
     """The checkpoint of each phase (the first whose source position is the phase's end) with
-    the keyed task's figures; a phase split over two checkpoints (a barrier inside it) is
-    left out."""
+    the keyed task's figures: the fill's (earlier checkpoints hold part of it), then each
+    round's; a round split over two checkpoints (a barrier inside it) is left out."""
     with open(log) as f:
         positions = {e["checkpoint_id"]: e["position"] for e in map(json.loads, f)}
     by_id = {c.checkpoint_id: c for c in done}
@@ -127,6 +127,8 @@ def measured_checkpoints(done, log: str, keys: int) -> list[dict]:
     previous_end = 0
     for end in phase_ends(keys):
         ids = sorted(i for i, p in positions.items() if previous_end < p <= end and i in by_id)
+        if previous_end == 0:  # the fill: its first complete checkpoint
+            ids = [i for i in ids if positions[i] == end]
         if ids and positions[ids[0]] == end:
             keyed = max(by_id[ids[0]].task_stats or [], key=lambda t: t.get("state_size", 0))
             out.append({"checkpoint": ids[0], "sync_ms": keyed["sync_ms"],
