@@ -40,6 +40,9 @@ STARTUP_TIMEOUT_SECONDS = 120.0
 
 #: how often a PROMOTE whose snapshot's job is still ending is checked again
 PROMOTE_RETRY_SECONDS = 0.1
+#: the promoted attempt's first checkpoint comes this long after it runs (a two-phase-commit
+#: sink publishes the promoted job's first output with it), not one interval later
+PROMOTED_FIRST_CHECKPOINT_SECONDS = 0.2
 #: how long a PROMOTE waits for the recycled slots to register as the next attempt (their
 #: fenced tasks ended) before it stops them and starts new ones instead
 RECYCLE_WAIT_SECONDS = 20.0
@@ -303,6 +306,11 @@ class AttemptRun:
                  "per slot: %s)", m.config.name, m.job_id, self.attempt, now - self.started,
                  self.launch_seconds, {s: p.get("phases") for s, p in
                                        sorted(self.placement.items())})
+        if m.promoter.request is not None and self.coord.next_periodic is not None:
+            # the promoted job's first output commits with its first checkpoint: take it
+            # as soon as the restored tasks have processed a little
+            self.coord.next_periodic = min(self.coord.next_periodic,
+                                           now + PROMOTED_FIRST_CHECKPOINT_SECONDS)
         m.promoter.finish(self.attempt)
         if self.attempt == 0 or self.attempt == m.promoter.attempt:
             try:

@@ -145,12 +145,15 @@ def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
     process that hosts nothing but this slot (a slot process, a Spark Python worker).
 
     A slot told to host the next attempt (``recycle``, a PROMOTE) runs it in this process
-    once its tasks ended: a warm slot (no new process, no new Spark task)."""
+    once its tasks ended: a warm slot (no new process, no new Spark task). Its peers'
+    addresses then come through the coordinator: Spark's ``allGather`` takes at least a
+    second (its task waits on the barrier's answer in steps of one second)."""
     recycled_in: float | None = None
     while True:
         current = Slot(slot, attempt, secret, orphan_exit=orphan_exit, recycled_in=recycled_in)
-        current.run(coordinator, exchange_peers=exchange_peers, bind_host=bind_host,
-                    advertise_host=advertise_host, placement=placement)
+        current.run(coordinator,
+                    exchange_peers=exchange_peers if recycled_in is None else None,
+                    bind_host=bind_host, advertise_host=advertise_host, placement=placement)
         if current.recycle_to is None:
             return
         log.info("Slot %d hosts attempt %d in the same process (attempt %d's tasks ended in "
