@@ -9,7 +9,7 @@ timestamp ``<= w`` is expected any more", as in Flink:
   are neither finished nor idle; when none is left (every split finished or idle, or the
   subtask owns none) it is the largest any split reached, the splits restored from a
   snapshot included, and the subtask is idle until a split delivers again
-  (:class:`~.runtime.watermarks.SourceWatermarks`);
+  (:class:`~.runtime.operators.watermarks.SourceWatermarks`);
 * watermarks travel in band with the records (like barriers); a task's watermark is the
   minimum over its input channels that are neither idle nor ended, and never goes back;
 * end of input is the watermark :data:`MAX_WATERMARK`: every event-time timer and window

@@ -13,7 +13,7 @@ Each runs as its own node kind with its own state: a savepoint of the per-record
 they replace is refused (a typed :class:`~.errors.RestoreError` naming the operator), not
 converted; switch with a new uid. The builders live in the DSL layer
 (:mod:`.datastream.vectorized_ops`), the operators in the runtime
-(:mod:`.runtime.vectorized_ops`).
+(:mod:`.runtime.operators.vectorized`).
 """
 
 from .datastream.vectorized_ops import (

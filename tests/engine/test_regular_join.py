@@ -145,7 +145,7 @@ def test_the_dsl_refuses_regular_joins_it_cannot_run():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_state_ttl_drops_rows_not_written_for_that_long(backend, monkeypatch):
-    from airflow_checkpoint_provider.engine.runtime import regular_join as rt
+    from airflow_checkpoint_provider.engine.runtime.operators.joins import regular as rt
 
     clock = [1_000_000]
     monkeypatch.setattr(rt, "_now_ms", lambda: clock[0])

@@ -15,7 +15,7 @@ import pytest
 from operator_harness import load_make, open_op, run
 
 from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
-from airflow_checkpoint_provider.engine.runtime.temporal_join import (
+from airflow_checkpoint_provider.engine.runtime.operators.joins.temporal import (
     LEGACY_PROBE_STATE,
     PROBE_COUNT_STATE,
     PROBE_STATE,

@@ -28,7 +28,7 @@ from airflow_checkpoint_provider.engine import (
 from airflow_checkpoint_provider.engine.errors import RestoreError
 from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
 from airflow_checkpoint_provider.engine.runtime.batches import as_arrow
-from airflow_checkpoint_provider.engine.runtime.vector_joins import (
+from airflow_checkpoint_provider.engine.runtime.operators.joins.vectorized import (
     VectorIntervalJoinOperator,
     VectorWindowJoinOperator,
 )

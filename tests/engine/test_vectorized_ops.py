@@ -22,9 +22,9 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.errors import RestoreError, StateMigrationError
 from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
-from airflow_checkpoint_provider.engine.runtime.vectorized_ops.latest import LatestOperator
-from airflow_checkpoint_provider.engine.runtime.vectorized_ops.max_join import MaxJoinOperator
-from airflow_checkpoint_provider.engine.runtime.vectorized_ops.unique_join import UniqueJoinOperator
+from airflow_checkpoint_provider.engine.runtime.operators.vectorized.latest import LatestOperator
+from airflow_checkpoint_provider.engine.runtime.operators.vectorized.max_join import MaxJoinOperator
+from airflow_checkpoint_provider.engine.runtime.operators.vectorized.unique_join import UniqueJoinOperator
 from airflow_checkpoint_provider.engine.state.keygroups import key_group_for, key_group_range_for
 from airflow_checkpoint_provider.engine.vectorized_ops import (
     latest_by_key,
@@ -166,7 +166,7 @@ def test_max_by_join_state_restores_at_another_parallelism(tmp_path, new, backen
 
 
 def test_max_by_join_compacts_closed_auctions_and_keeps_the_result(monkeypatch):
-    from airflow_checkpoint_provider.engine.runtime.vectorized_ops.max_join import MaxJoinState
+    from airflow_checkpoint_provider.engine.runtime.operators.vectorized.max_join import MaxJoinState
 
     monkeypatch.setattr(MaxJoinState, "COMPACT_MIN", 2)
     steps = win_script(5, steps=80)
@@ -329,7 +329,7 @@ def test_best_per_group_picks_the_rows_of_the_four_key_lexsort(seed):
     float by with NaN (the fallback)."""
     import numpy as np
 
-    from airflow_checkpoint_provider.engine.runtime.vectorized_ops.common import (
+    from airflow_checkpoint_provider.engine.runtime.operators.vectorized.common import (
         best_per_group,
         first_per_group,
     )

@@ -22,7 +22,7 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.errors import RestoreError
 from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
-from airflow_checkpoint_provider.engine.runtime.vectorized_ops.temporal import (
+from airflow_checkpoint_provider.engine.runtime.operators.vectorized.temporal import (
     TemporalTableJoinOperator,
 )
 from airflow_checkpoint_provider.engine.state.keygroups import key_group_range_for

@@ -527,9 +527,9 @@ class KeyedStream(DataStream):
         over from zero and is dropped from the next checkpoint, so state stops growing.
         Changelog input (an ``_op`` field: :mod:`.changelog`) retracts ``-U``/``-D`` rows;
         ``emit`` is ``"update"``, ``"changelog"`` or ``"upsert"`` (default: ``"changelog"``
-        for changelog input, else ``"update"``; :mod:`.runtime.changelog_agg`).
+        for changelog input, else ``"update"``; :mod:`.runtime.operators.changelog_agg`).
         """
-        from ..runtime.changelog_agg import EMIT_MODES
+        from ..runtime.operators.changelog_agg import EMIT_MODES
 
         if emit is not None and emit not in EMIT_MODES:
             raise PipelineDefinitionError(f"aggregate {uid!r}: emit={emit!r} is not one of "
@@ -553,8 +553,8 @@ class KeyedStream(DataStream):
         """The ``n`` rows with the highest ``by`` per key (lowest with ``descending=False``;
         ties: the earlier row first), vectorized. For every input batch, emits the rows
         whose rank is new or changed with their rank in ``rank_field`` (1..n): an upsert
-        stream keyed by (key, rank). Needs ``key_by(field name)`` (:mod:`.state.topn_state`)."""
-        from ..state.topn_state import top_n_spec
+        stream keyed by (key, rank). Needs ``key_by(field name)`` (:mod:`.state.columnar.topn_state`)."""
+        from ..state.columnar.topn_state import top_n_spec
 
         spec = top_n_spec(uid, self._key_selector, n, by, descending, rank_field)
         node = self._then("top_n", name or f"Top {n} by {by}", uid, parallelism, spec,

@@ -19,7 +19,7 @@
   broadcast state and the broadcast record (not on keyed state, the subtask or the order of
   broadcast records relative to keyed ones, which differs between subtasks).
 
-The operator is :class:`~.runtime.broadcast.BroadcastProcessOperator`.
+The operator is :class:`~.runtime.operators.broadcast.BroadcastProcessOperator`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@
 Each is one node of the job graph with two inputs: its input edges are hash-partitioned by
 each side's key and say which input they feed (``Edge.input``); the task maps its input
 channels to inputs (:meth:`~.graph.Vertex.input_of_channels`). The operators are in
-:mod:`.runtime.joins`.
+:mod:`.runtime.operators.joins.per_record`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .handles import DataStream
 
 def _vectorized(what: str, uid: str, spec: IntervalJoinSpec | WindowJoinSpec) -> None:
-    """``vectorized=True``: checked here, run by :mod:`.runtime.vector_joins`."""
+    """``vectorized=True``: checked here, run by :mod:`.runtime.operators.joins.vectorized`."""
     check_vectorized_join(what, uid, spec.fn, spec.key_selectors, spec.timestamps)
     spec.vectorized = True
 
@@ -160,13 +160,13 @@ class IntervalJoined:
         """Emit ``fn(left, right)`` per matching pair (default :func:`merge_rows`); outer
         joins emit ``fn(row, None)`` / ``fn(None, row)`` for a row that matched nothing once
         the watermark passes its last possible match. ``vectorized=True``: on Arrow batches
-        (no fn, field keys and timestamps; :mod:`.runtime.vector_joins`)."""
+        (no fn, field keys and timestamps; :mod:`.runtime.operators.joins.vectorized`)."""
         j = self.join
         _join_function("interval join", uid, fn)
         timestamps = _event_time("interval join", uid, j.left, j.right)
         selectors = (j.left._key_selector, j.right._key_selector)
         spec = IntervalJoinSpec(fn, selectors, timestamps, self.lower_ms, self.upper_ms, j.how)
-        if vectorized:  # the vectorized path (runtime/vector_joins.py)
+        if vectorized:  # the vectorized path (runtime/operators/joins/vectorized.py)
             _vectorized("interval join", uid, spec)
         label = name or (f"IntervalJoin ({j.how}) [{self.lower_ms}, {self.upper_ms}] ms")
         return _two_input("interval_join", label, uid, parallelism, spec, j.left, j.right,
@@ -210,7 +210,7 @@ class JoinedStreams:
         """Emit ``fn(left, right)`` for every pair of a key's records in the same window
         when the watermark passes the window's end (default: :func:`merge_rows` plus
         ``window_start`` and ``window_end``). ``vectorized=True``: on Arrow batches (no fn,
-        field keys and timestamps; :mod:`.runtime.vector_joins`)."""
+        field keys and timestamps; :mod:`.runtime.operators.joins.vectorized`)."""
         if len(self._keys) != 2 or self._assigner is None:
             raise PipelineDefinitionError(
                 f"join {uid!r}: needs where(key_a).equal_to(key_b).window(assigner) first")
@@ -218,7 +218,7 @@ class JoinedStreams:
         timestamps = _event_time("window join", uid, self.first, self.second)
         selectors = (self._keys[0], self._keys[1])
         spec = WindowJoinSpec(fn, selectors, timestamps, self._assigner)
-        if vectorized:  # the vectorized path (runtime/vector_joins.py)
+        if vectorized:  # the vectorized path (runtime/operators/joins/vectorized.py)
             _vectorized("window join", uid, spec)
         label = name or f"WindowJoin {self._assigner.describe()['type']}"
         return _two_input("window_join", label, uid, parallelism, spec, self.first,

@@ -38,7 +38,7 @@ must be deterministic: a retraction calls it again on the stored rows. Without `
 side's fields set to None (the engine has no schema: a sink that needs every column, as the
 PostgreSQL upsert sink, gets them).
 
-The operator is :class:`~.runtime.regular_join.RegularJoinOperator`.
+The operator is :class:`~.runtime.operators.joins.regular.RegularJoinOperator`.
 """
 
 from __future__ import annotations

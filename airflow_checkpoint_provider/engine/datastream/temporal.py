@@ -21,7 +21,7 @@ so every version up to it has arrived.
 * Rows at or behind the operator's watermark are late: dropped and counted, as in the other
   joins (a late table row could otherwise revive a row whose delete was cleaned already).
 
-The operator is :class:`~.runtime.temporal_join.TemporalJoinOperator`.
+The operator is :class:`~.runtime.operators.joins.temporal.TemporalJoinOperator`.
 """
 
 from __future__ import annotations

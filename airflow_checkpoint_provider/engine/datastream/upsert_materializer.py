@@ -23,7 +23,7 @@ Where: :meth:`~.api.DataStream.sink` puts one automatically in front of an upser
 (``mode="upsert"``, ``key=[...]``) fed by a ``regular_join`` when the join or anything
 between it and the sink (the sink included) runs at a parallelism above 1, with uid
 ``<sink uid>.upsert-materializer``; ``sink(..., materialize_upserts=True/False)`` forces it
-on or off. The operator is :class:`~.runtime.upsert_materializer.UpsertMaterializerOperator`.
+on or off. The operator is :class:`~.runtime.operators.upsert_materializer.UpsertMaterializerOperator`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from ..errors import PipelineDefinitionError
 from .api import FORWARD, DataStream
 from .joins import _check_pair, _two_input
 
-#: node kind -> what it is (graph.py lists them as keyed kinds; runtime/factory.py runs them)
+#: node kind -> what it is (graph.py lists them as keyed kinds; runtime/operators/registry.py runs them)
 KINDS = {"max_by_join": "vectorized max-by join", "latest_by_key": "vectorized latest row",
          "unique_key_join": "vectorized unique-key join",
          "temporal_table_join": "vectorized temporal table join"}
@@ -31,7 +31,7 @@ def max_by_join(left: DataStream, right: DataStream, *, uid: str, start: str, en
     ``end``: the left row's columns, then ``right_columns`` (right column -> output name;
     default: every right column kept under its name). Both inputs ``key_by(field)``; needs
     watermarks. See :mod:`.max_join`."""
-    from ..runtime.vectorized_ops.max_join import MaxJoinSpec
+    from ..runtime.operators.vectorized.max_join import MaxJoinSpec
 
     what = "max_by_join"
     _check_pair(what, left, right)
@@ -50,7 +50,7 @@ def latest_by_key(stream: DataStream, *, by: str, uid: str, parallelism: int | N
     """Per key, the row with the highest ``by`` (ties: the later row), vectorized: for each
     input batch, the rows that became their key's latest (at most one per key): an upsert
     stream by key without retractions. ``stream`` is ``key_by(field)``. See :mod:`.latest`."""
-    from ..runtime.vectorized_ops.latest import latest_spec
+    from ..runtime.operators.vectorized.latest import latest_spec
 
     spec = latest_spec(uid, stream._key_selector, by)
     node = stream._then("latest_by_key", name or f"Latest by {by}", uid, parallelism, spec,
@@ -65,7 +65,7 @@ def unique_key_join(stream: DataStream, table: DataStream, *, uid: str,
     its key's table row at once, or waits in state until it comes (then leaves). Output:
     the stream row's columns, then the table row's columns the stream lacks. Both inputs
     ``key_by(field)``. See :mod:`.unique_join`."""
-    from ..runtime.vectorized_ops.unique_join import UniqueJoinSpec
+    from ..runtime.operators.vectorized.unique_join import UniqueJoinSpec
 
     what = "unique_key_join"
     _check_pair(what, stream, table)
@@ -84,7 +84,7 @@ def temporal_table_join(probe: DataStream, table: DataStream, *, uid: str, how: 
     each input's ``timestamp_field`` (a column). ``how``: ``"inner"`` or ``"left"`` (the
     table columns null). Both inputs ``key_by(field)``. See :mod:`.temporal`."""
     from ..plan.specs import TEMPORAL_JOIN_TYPES
-    from ..runtime.vectorized_ops.temporal import TemporalTableJoinSpec
+    from ..runtime.operators.vectorized.temporal import TemporalTableJoinSpec
 
     what = "temporal_table_join"
     _check_pair(what, probe, table)

@@ -29,7 +29,7 @@ AUTO_UID_PREFIX = "~chain-"
 TWO_INPUT_KINDS = ("co_process", "interval_join", "window_join", "broadcast_process",
                    "temporal_join", "regular_join", "max_by_join", "unique_key_join",
                    "temporal_table_join")
-#: the node kinds of engine/vectorized_ops (columnar state of their own; runtime/factory.py)
+#: the node kinds of engine/vectorized_ops (columnar state of their own; runtime/operators/registry.py)
 VECTORIZED_OPS_KINDS = ("max_by_join", "latest_by_key", "unique_key_join",
                         "temporal_table_join")
 KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate", "window", "top_n",

@@ -50,7 +50,7 @@ class IntervalJoinSpec:
     lower_ms: int
     upper_ms: int
     how: str = "inner"
-    #: run the vectorized operator (:mod:`.runtime.vector_joins`)
+    #: run the vectorized operator (:mod:`.runtime.operators.joins.vectorized`)
     vectorized: bool = False
 
     def outer(self, side: int) -> bool:
@@ -66,7 +66,7 @@ class WindowJoinSpec:
     key_selectors: tuple[Callable, Callable]
     timestamps: tuple[TimestampSpec, TimestampSpec]
     assigner: WindowAssigner
-    #: run the vectorized operator (:mod:`.runtime.vector_joins`)
+    #: run the vectorized operator (:mod:`.runtime.operators.joins.vectorized`)
     vectorized: bool = False
 
 

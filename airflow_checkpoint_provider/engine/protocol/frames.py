@@ -34,7 +34,7 @@ HELLO = 6          # msgpack {"vertex", "subtask", "channel"} sent first on a da
 CONTROL = 7        # msgpack map of a control message (messages.py)
 CHALLENGE = 8      # 16-byte nonce, first frame from the accepting side (runtime/auth.py)
 AUTH = 9           # the connecting side's nonce and HMAC; then the accepting side's HMAC
-WATERMARK = 10     # msgpack [watermark_ms, idle] (runtime/watermarks.py)
+WATERMARK = 10     # msgpack [watermark_ms, idle] (runtime/operators/watermarks.py)
 CREDIT = 11        # u32 records: receiver -> sender, more credit (runtime/debloat.py)
 
 

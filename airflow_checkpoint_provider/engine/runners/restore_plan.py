@@ -36,7 +36,7 @@ from .fencing import fenced_restore_error, snapshot_is_fenced
 
 log = logging.getLogger(__name__)
 
-#: the union list state a source keeps its split positions in (runtime/edge_operators.py)
+#: the union list state a source keeps its split positions in (runtime/operators/edges.py)
 SPLITS_STATE = "splits"
 
 

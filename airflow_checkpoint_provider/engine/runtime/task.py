@@ -24,30 +24,27 @@ import pyarrow as pa
 from ..errors import CorruptCheckpointError, DeterministicError, RestoreError
 from ..eventtime import MAX_WATERMARK, MIN_WATERMARK
 from ..plan.functions import RuntimeContext
-from ..plan.graph import VECTORIZED_OPS_KINDS, Vertex
+from ..plan.graph import Vertex
 from ..protocol import CheckpointBarrier
 from ..protocol import frames as P
 from ..protocol import messages as M
-from ..snapshot.handles import keyed_handle_from_dict
 from ..state.keygroups import key_group_range_for
-from ..state.keys import expect_restored_key_type
 from .alignment import BarrierHandler
 from .batches import Batch, as_arrow, as_rows
 from .channels import LocalChannel, OutputChannel, RecordWriter, event_item
 from .debloat import SourceReadSize
-from .edge_operators import SourceOperator
 from .environment import TaskEnvironment
-from .factory import create_operator
 from .failure_place import FailurePlace, describe_node, mark, place_of
 from .mailbox import Mailbox
-from .operators import (
+from .operators.base import (
     Operator,
     ProcessOperator,
-    _KeyedStateOperator,
 )
+from .operators.edges import SourceOperator
+from .operators.registry import open_operator
+from .operators.watermarks import WatermarkValve
+from .operators.windowing import WindowAggregateOperator, WindowFunctionOperator
 from .task_checkpoint import TaskCheckpointing, operator_counters
-from .watermarks import WatermarkValve
-from .windowing import WindowAggregateOperator, WindowFunctionOperator
 
 # the channels are re-exported: the slot builds them from here
 __all__ = ["LocalChannel", "OutputChannel", "RecordWriter", "StreamTask", "TaskEnvironment",
@@ -61,59 +58,6 @@ COALESCE_BATCHES = 4
 
 # mailbox items that belong to one input channel (item[1] is the channel)
 _CHANNEL_ITEMS = ("records", "barrier", "cancel", "eoi", "closed", "watermark")
-
-
-#: the state names of engine/vectorized_ops (``max-by-join.vectorized``, ...) by first word
-OPS_STATES = ("max", "latest", "unique", "temporal")
-
-
-def open_operator(node, ctx: RuntimeContext, key_groups, max_parallelism: int,
-                  state_backend: dict | None, spec: dict | None, *,
-                  splits: list[str] | None = None) -> Operator:
-    """Create the operator of ``node`` and open it on its restored state ``spec`` (an entry
-    of :func:`~..checkpoint.restore.assign_restore`, or ``None``): keyed state of the key
-    groups in ``key_groups``, then operator state. ``splits``: a source's split list."""
-    op = create_operator(node, ctx, key_groups, max_parallelism, state_backend)
-    if isinstance(op, SourceOperator):
-        op.splits = splits
-    # decoded (and validated) again here: the spec's handles came from a _metadata file
-    handles = [keyed_handle_from_dict(h, location=cast(dict, spec)["directory"])
-               for h in (spec or {}).get("keyed") or []]
-    kinds = {h.type for h in handles}
-    if spec and ("arrow" in kinds) != op.columnar and handles:
-        vectorized_join = node.kind in ("interval_join", "window_join")
-        held = ("aggregate()" if "arrow" in kinds else "process()/reduce()")
-        if vectorized_join:  # the per-record and the vectorized join keep different state
-            held = "vectorized join" if "arrow" in kinds else "per-record (vectorized=False) join"
-        ops_kinds = sorted({n for n in (spec.get("states") or {})
-                            if n.endswith(".vectorized") and n.split("-")[0] in OPS_STATES})
-        if ops_kinds:  # a vectorized_ops snapshot into a per-record operator
-            held = f"vectorized ({', '.join(ops_kinds)})"
-        if node.kind in VECTORIZED_OPS_KINDS:
-            held = ("vectorized" if "arrow" in kinds
-                    else "per-record (co-process/reduce/temporal_join)")
-            raise RestoreError(
-                f"operator {node.uid!r}: the snapshot holds {held} state, but the operator "
-                f"with this uid is now a {node.kind}() (its state is columnar); the per-record "
-                "state is not converted: give it a new uid and restore with "
-                "allow_non_restored_state=True")
-        now = f"{node.kind}(){' with vectorized=True' if vectorized_join and op.columnar else ''}"
-        raise RestoreError(
-            f"operator {node.uid!r}: the snapshot holds {held} state, but the operator with "
-            f"this uid is now a {now}; {'keep vectorized= as it was, or ' * vectorized_join}"
-            "give it a new uid and restore with allow_non_restored_state=True")
-    if spec and op.keyed:  # the backend keeps exactly the key groups it owns
-        cast(_KeyedStateOperator, op).backend.restore_state(spec["directory"], handles,
-                                                            spec["states"])
-        expect_restored_key_type(op, spec["directory"])  # a restore keeps the key type
-    try:
-        op.open(spec.get("operator_state") if spec else None)
-    except CorruptCheckpointError as exc:
-        if not spec:
-            raise
-        raise CorruptCheckpointError(
-            f"{exc} (operator {node.uid!r}, restored from {spec['directory']})") from exc
-    return op
 
 
 class StreamTask(TaskCheckpointing):

@@ -37,7 +37,7 @@ from .batches import Batch, decode_arrow, encode_arrow
 from .channels import RecordWriter
 from .failure_place import mark
 from .mailbox import Mailbox
-from .operators import Operator
+from .operators.base import Operator
 
 if TYPE_CHECKING:
     from ..plan.graph import Vertex

@@ -116,7 +116,7 @@ def test_warehouse_on_s3(workdir, s3_server, s3_bucket):
 def _sink_op(sink, job_id: str, subtask: int = 0, restored=None, attempt: int = 0):
     from types import SimpleNamespace
 
-    from airflow_checkpoint_provider.engine.runtime.edge_operators import SinkOperator
+    from airflow_checkpoint_provider.engine.runtime.operators.edges import SinkOperator
 
     ctx = SimpleNamespace(job_id=job_id, job_name="replay", subtask_index=subtask,
                           parallelism=2, attempt=attempt)

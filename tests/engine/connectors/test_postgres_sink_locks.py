@@ -34,7 +34,7 @@ from airflow_checkpoint_provider.engine.cli import main
 from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 from airflow_checkpoint_provider.engine.errors import JobFailedError, SinkLockTimeoutError
-from airflow_checkpoint_provider.engine.runtime.edge_operators import SinkOperator
+from airflow_checkpoint_provider.engine.runtime.operators.edges import SinkOperator
 
 pytestmark = pytest.mark.slow
 

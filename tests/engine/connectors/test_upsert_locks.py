@@ -21,7 +21,7 @@ import pytest
 from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 from airflow_checkpoint_provider.engine.errors import SinkTransactionConflictError
-from airflow_checkpoint_provider.engine.runtime.edge_operators import SinkOperator
+from airflow_checkpoint_provider.engine.runtime.operators.edges import SinkOperator
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_checkpoint_provider.engine import BadRecordError, Pipeline, PipelineDefinitionError
 from airflow_checkpoint_provider.engine.connectors.generator import GeneratorSource
-from airflow_checkpoint_provider.engine.runtime.changelog_agg import changelog_update
+from airflow_checkpoint_provider.engine.runtime.operators.changelog_agg import changelog_update
 from airflow_checkpoint_provider.engine.state.columnar import AggregateSpec, AggregateTable
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from airflow_checkpoint_provider.engine.runtime.timers import (
+from airflow_checkpoint_provider.engine.runtime.operators.timers import (
     EVENT_TIME,
     PROCESSING_TIME,
     TimerService,

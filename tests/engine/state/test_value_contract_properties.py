@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from value_strategies import HASHABLE, STATE_KEYS, VALUES, same
 
-from airflow_checkpoint_provider.engine.runtime.timers import TIMER_STATES, TimerService
+from airflow_checkpoint_provider.engine.runtime.operators.timers import TIMER_STATES, TimerService
 from airflow_checkpoint_provider.engine.snapshot.codec import encode_metadata, load_snapshot
 from airflow_checkpoint_provider.engine.snapshot.handles import keyed_handle_from_dict
 from airflow_checkpoint_provider.engine.state.descriptors import (

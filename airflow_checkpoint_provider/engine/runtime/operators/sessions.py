@@ -1,15 +1,15 @@
 """``window(SessionWindows(gap)).aggregate(...)``: session windows, vectorized
-(:mod:`..state.session_state`)."""
+(:mod:`..state.columnar.session_state`)."""
 
 from __future__ import annotations
 
 from typing import cast
 
-from ..plan.functions import RuntimeContext
-from ..plan.graph import Node
-from ..state.keygroups import KeyGroupRange
-from ..state.session_state import SessionAggregateTable
-from ..state.windows import WindowSpec
+from ...plan.functions import RuntimeContext
+from ...plan.graph import Node
+from ...state.columnar.session_state import SessionAggregateTable
+from ...state.columnar.windows import WindowSpec
+from ...state.keygroups import KeyGroupRange
 from .windowing import WindowAggregateOperator
 
 

@@ -1,13 +1,13 @@
 """The ``aggregate()`` operator when its aggregations include ``count_distinct``
-(:mod:`..state.distinct_state`): the same operator with the distinct-set table."""
+(:mod:`..state.columnar.distinct_state`): the same operator with the distinct-set table."""
 
 from __future__ import annotations
 
-from ..plan.functions import RuntimeContext
-from ..plan.graph import Node
-from ..state.distinct_state import DistinctAggregateTable
-from ..state.keygroups import KeyGroupRange
-from .operators import AggregateOperator
+from ...plan.functions import RuntimeContext
+from ...plan.graph import Node
+from ...state.columnar.distinct_state import DistinctAggregateTable
+from ...state.keygroups import KeyGroupRange
+from .base import AggregateOperator
 
 
 class DistinctAggregateOperator(AggregateOperator):

@@ -20,9 +20,9 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import BadRecordError
-from ..state.descriptors import EntryMapStateDescriptor, MapStateDescriptor
-from ..state.vectorized import key_groups_for
+from ....errors import BadRecordError
+from ....state.descriptors import EntryMapStateDescriptor, MapStateDescriptor
+from ....state.vectorized import key_groups_for
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator
 
-from ..eventtime import MIN_WATERMARK
-from ..state import ttl
-from ..state.descriptors import ListStateDescriptor
+from ...eventtime import MIN_WATERMARK
+from ...state import ttl
+from ...state.descriptors import ListStateDescriptor
 
 EVENT_TIME, PROCESSING_TIME = "event", "processing"
 TIMER_STATES = {EVENT_TIME: "_timers.event", PROCESSING_TIME: "_timers.processing"}

@@ -10,12 +10,12 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from ..connectors.base import ConnectorContext, SourceContext
-from ..errors import CorruptCheckpointError, RestoreError
-from ..eventtime import WatermarkStrategy
-from ..state.operator_state import OperatorStateStore
-from .batches import Batch
-from .operators import Operator, OperatorSnapshot
+from ...connectors.base import ConnectorContext, SourceContext
+from ...errors import CorruptCheckpointError, RestoreError
+from ...eventtime import WatermarkStrategy
+from ...state.operator_state import OperatorStateStore
+from ..batches import Batch
+from .base import Operator, OperatorSnapshot
 from .watermarks import SourceWatermarks, Status
 
 #: the union list state of a source's split positions

@@ -1,5 +1,5 @@
 """What the vectorized operators of this package share: an append-only Arrow row store
-addressed by row id, key rows by :class:`~..state.key_index.KeyIndex`, event-time columns
+addressed by row id, key rows by :class:`~..state.columnar.key_index.KeyIndex`, event-time columns
 as int64 ms, and the one-Arrow-file snapshot format (filtered by key group on restore, so
 the state rescales like every keyed state)."""
 
@@ -12,13 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...errors import BadRecordError, RestoreError, StateMigrationError
-from ...snapshot.codec import read_state_file
-from ...state.backend import StateSnapshot, write_state_file
-from ...state.key_index import KeyIndex, _varlen, keys_to_numpy
-from ...state.keygroups import KeyGroupRange
-from ...state.vectorized import key_hashes
-from ..operators import _KeyedStateOperator
+from ....errors import BadRecordError, RestoreError, StateMigrationError
+from ....snapshot.codec import read_state_file
+from ....state.backend import StateSnapshot, write_state_file
+from ....state.columnar.key_index import KeyIndex, _varlen, keys_to_numpy
+from ....state.keygroups import KeyGroupRange
+from ....state.vectorized import key_hashes
+from ..base import _KeyedStateOperator
 
 
 def as_table(batch: pa.RecordBatch | pa.Table) -> pa.Table:

@@ -1,4 +1,4 @@
-"""``KeyedStream.top_n``: the ``n`` best rows per key, vectorized (:mod:`..state.topn_state`)."""
+"""``KeyedStream.top_n``: the ``n`` best rows per key, vectorized (:mod:`..state.columnar.topn_state`)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from typing import cast
 
 import pyarrow as pa
 
-from ..plan.functions import RuntimeContext
-from ..plan.graph import Node
-from ..state.keygroups import KeyGroupRange
-from ..state.topn_state import TopNSpec, TopNTable
-from .operators import _KeyedStateOperator
+from ...plan.functions import RuntimeContext
+from ...plan.graph import Node
+from ...state.columnar.topn_state import TopNSpec, TopNTable
+from ...state.keygroups import KeyGroupRange
+from .base import _KeyedStateOperator
 
 
 class TopNOperator(_KeyedStateOperator):

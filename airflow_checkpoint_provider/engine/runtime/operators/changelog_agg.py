@@ -29,9 +29,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..changelog import DELETE, INSERT, OP_FIELD, RETRACT, ROW_KINDS, UPDATE_AFTER, UPDATE_BEFORE
-from ..errors import BadRecordError
-from ..state.columnar import LAST_UPDATE, AggregateTable
+from ...changelog import DELETE, INSERT, OP_FIELD, RETRACT, ROW_KINDS, UPDATE_AFTER, UPDATE_BEFORE
+from ...errors import BadRecordError
+from ...state.columnar import LAST_UPDATE, AggregateTable
 
 log = logging.getLogger(__name__)
 

@@ -31,13 +31,13 @@ from __future__ import annotations
 import logging
 from typing import cast
 
-from ..changelog import OP_FIELD, RETRACT, row_kind
-from ..errors import BadRecordError
-from ..eventtime import MIN_WATERMARK
-from ..plan.specs import TemporalJoinSpec
-from .join_state import with_current_keys
-from .joins import _JoinOperator
-from .timers import EVENT_TIME
+from ....changelog import OP_FIELD, RETRACT, row_kind
+from ....errors import BadRecordError
+from ....eventtime import MIN_WATERMARK
+from ....plan.specs import TemporalJoinSpec
+from ..timers import EVENT_TIME
+from .per_record import _JoinOperator
+from .state import with_current_keys
 
 log = logging.getLogger(__name__)
 

@@ -37,15 +37,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-from ..changelog import INSERT, OP_FIELD
-from ..errors import BadRecordError
-from ..plan.functions import ProcessJoinFunction, RuntimeContext
-from ..plan.specs import CoProcessSpec, IntervalJoinSpec, WindowJoinSpec, merge_rows
-from ..state.vectorized import key_groups_for
-from .join_state import RowBuffer, convert_legacy
-from .operators import KeyedOperator, ProcessOperator, _emitted
-from .timers import EVENT_TIME, TimerService
-from .windowing import _CheckpointedWatermark
+from ....changelog import INSERT, OP_FIELD
+from ....errors import BadRecordError
+from ....plan.functions import ProcessJoinFunction, RuntimeContext
+from ....plan.specs import CoProcessSpec, IntervalJoinSpec, WindowJoinSpec, merge_rows
+from ....state.vectorized import key_groups_for
+from ..base import KeyedOperator, ProcessOperator, _emitted
+from ..timers import EVENT_TIME, TimerService
+from ..windowing import _CheckpointedWatermark
+from .state import RowBuffer, convert_legacy
 
 LEFT, RIGHT = 0, 1
 #: the interval join keeps one map per key and side (its probe reads the whole side: one

@@ -7,17 +7,17 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from ..changelog import OP_FIELD
-from ..plan.functions import CheckpointedFunction, FunctionStateContext, RuntimeContext
-from ..plan.graph import Node
-from ..state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
-from ..state.columnar import AggregateSpec, AggregateTable
-from ..state.heap import HeapKeyedStateBackend
-from ..state.keygroups import KeyGroupRange
-from ..state.keys import KeyContract
-from ..state.operator_state import OperatorStateStore
-from ..state.vectorized import key_groups_for
-from .batches import Batch, to_record_batch
+from ...changelog import OP_FIELD
+from ...plan.functions import CheckpointedFunction, FunctionStateContext, RuntimeContext
+from ...plan.graph import Node
+from ...state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
+from ...state.columnar import AggregateSpec, AggregateTable
+from ...state.heap import HeapKeyedStateBackend
+from ...state.keygroups import KeyGroupRange
+from ...state.keys import KeyContract
+from ...state.operator_state import OperatorStateStore
+from ...state.vectorized import key_groups_for
+from ..batches import Batch, to_record_batch
 from .changelog_agg import changelog_update
 from .timers import EVENT_TIME, PROCESSING_TIME, TimerService
 
@@ -180,16 +180,18 @@ class KeyedOperator(_KeyedStateOperator):
         self.backend: PerKeyStateBackend
         uid = cast(str, node.uid)  # the API requires a uid on keyed operators
         if backend == "rocksdb":
-            from ..extras import require
+            from ...extras import require
 
             require("rocksdb")
-            from ..state.rocksdb import RocksDBKeyedStateBackend
+            from ...state.rocksdb import RocksDBKeyedStateBackend
 
             self.backend = RocksDBKeyedStateBackend(
                 uid, key_groups, max_parallelism,
                 incremental=(state_backend or {}).get("incremental", True))
         else:
-            self.backend = HeapKeyedStateBackend(uid, key_groups, max_parallelism)
+            self.backend = HeapKeyedStateBackend(
+                uid, key_groups, max_parallelism,
+                incremental=(state_backend or {}).get("incremental", False))
         ctx._backend = self.backend
         self.selector = node.key_selector
         self.keys = KeyContract(node.uid or node.name)  # one key contract for both backends

@@ -14,7 +14,7 @@ Nexmark's "closed auctions"), without a Python call per record.
 
 State (columnar in memory with either state backend, as ``aggregate()`` and ``top_n``):
 the open left rows in a :class:`~.common.RowStore`, their keys in a
-:class:`~..state.key_index.KeyIndex` (closed keys stay until a compaction), per key in numpy
+:class:`~..state.columnar.key_index.KeyIndex` (closed keys stay until a compaction), per key in numpy
 its range and the kept right row's ``by``, time and arrival number; the kept right rows in a
 second store; the waiting right rows as a third. Snapshot (an ``arrow`` keyed-state
 handle): one Arrow IPC file, columns ``key_group``, ``side`` (0 an open left row, 1 a kept
@@ -33,12 +33,12 @@ from typing import cast
 import numpy as np
 import pyarrow as pa
 
-from ...plan.functions import RuntimeContext
-from ...plan.graph import Node
-from ...state.backend import StateSnapshot
-from ...state.key_index import KeyIndex
-from ...state.keygroups import KeyGroupRange
-from ..batches import to_record_batch
+from ....plan.functions import RuntimeContext
+from ....plan.graph import Node
+from ....state.backend import StateSnapshot
+from ....state.columnar.key_index import KeyIndex
+from ....state.keygroups import KeyGroupRange
+from ...batches import to_record_batch
 from ..windowing import _CheckpointedWatermark
 from .common import (
     OneFileState,

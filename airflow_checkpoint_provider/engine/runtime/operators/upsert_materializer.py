@@ -24,10 +24,10 @@ from typing import Any, cast
 
 import msgspec
 
-from ..changelog import DELETE, OP_FIELD, RETRACT, UPDATE_AFTER, row_kind
-from ..state.descriptors import EntryMapStateDescriptor
-from ..state.vectorized import key_groups_for
-from .operators import KeyedOperator
+from ...changelog import DELETE, OP_FIELD, RETRACT, UPDATE_AFTER, row_kind
+from ...state.descriptors import EntryMapStateDescriptor
+from ...state.vectorized import key_groups_for
+from .base import KeyedOperator
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,14 @@ operator's watermark are dropped and counted (``dropped_late``, as the row path)
 * interval join: the batch probes the other side's buffered rows with one Arrow hash join
   on the key (Acero, C++), the candidate pairs are filtered by the time range in numpy, the
   pairs are emitted as one Arrow batch, and the batch's rows that can still match a row to
-  come are appended to this side's buffer (:class:`~..state.join_buffers.SideBuffer`);
+  come are appended to this side's buffer (:class:`~..state.columnar.join_buffers.SideBuffer`);
 * window join: the batch's rows are appended to this side's buffer once per window.
 
 On a watermark: an interval join drops the rows whose range the watermark passed (an outer
 join emits those that matched nothing: Structured Streaming's semantics, as the row path);
 a window join joins the rows of the windows that end at or before the watermark with one
 hash join on (key, window start) and drops them. The state is
-:class:`~..state.join_buffers.JoinState`: columnar in memory with either state backend (as
+:class:`~..state.columnar.join_buffers.JoinState`: columnar in memory with either state backend (as
 ``aggregate()``), one Arrow file per snapshot, rescaled by key group on restore.
 """
 
@@ -33,16 +33,16 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
-from ..errors import BadRecordError
-from ..plan.functions import RuntimeContext
-from ..plan.graph import Node
-from ..plan.specs import IntervalJoinSpec, WindowJoinSpec
-from ..state.join_buffers import JoinState, concat
-from ..state.keygroups import KeyGroupRange
-from ..state.vectorized import key_groups
-from .batches import to_record_batch
-from .operators import _KeyedStateOperator
-from .windowing import _CheckpointedWatermark
+from ....errors import BadRecordError
+from ....plan.functions import RuntimeContext
+from ....plan.graph import Node
+from ....plan.specs import IntervalJoinSpec, WindowJoinSpec
+from ....state.columnar.join_buffers import JoinState, concat
+from ....state.keygroups import KeyGroupRange
+from ....state.vectorized import key_groups
+from ...batches import to_record_batch
+from ..base import _KeyedStateOperator
+from ..windowing import _CheckpointedWatermark
 
 LEFT, RIGHT = 0, 1
 

@@ -7,7 +7,7 @@ key's latest, at most one per key, in input order: an upsert stream by key whose
 per key is the result, and which never retracts. A null ``by`` never wins.
 
 State (columnar in memory with either state backend): the keys in a
-:class:`~..state.key_index.KeyIndex`, per key in numpy the kept row's ``by``, arrival number
+:class:`~..state.columnar.key_index.KeyIndex`, per key in numpy the kept row's ``by``, arrival number
 and row id in a :class:`~.common.RowStore` of payloads (the input rows; compacted when
 replaced rows outnumber the kept ones). Snapshot (an ``arrow`` keyed-state handle): one
 Arrow IPC file of the kept rows with ``key_group`` and ``_seq``; a restore keeps the key
@@ -23,13 +23,13 @@ from typing import cast
 import numpy as np
 import pyarrow as pa
 
-from ...errors import PipelineDefinitionError
-from ...plan.functions import RuntimeContext
-from ...plan.graph import Node
-from ...state.backend import StateSnapshot
-from ...state.key_index import KeyIndex
-from ...state.keygroups import KeyGroupRange
-from ..operators import _KeyedStateOperator
+from ....errors import PipelineDefinitionError
+from ....plan.functions import RuntimeContext
+from ....plan.graph import Node
+from ....state.backend import StateSnapshot
+from ....state.columnar.key_index import KeyIndex
+from ....state.keygroups import KeyGroupRange
+from ..base import _KeyedStateOperator
 from .common import (
     OneFileState,
     RowStore,

@@ -10,7 +10,7 @@ joined rows in input order. This is the regular join ``stream JOIN table ON stre
 table.id`` when ``table.id`` is a primary key and both inputs are insert-only; the
 retracting :func:`~..regular_join` (per record) stays for the other cases.
 
-Per batch: the keys are looked up in a :class:`~..state.key_index.KeyIndex` (numpy, no
+Per batch: the keys are looked up in a :class:`~..state.columnar.key_index.KeyIndex` (numpy, no
 Python per row), the matched table rows taken from a :class:`~.common.RowStore`. State
 (columnar in memory with either state backend): the table rows and the waiting stream rows.
 Snapshot (an ``arrow`` keyed-state handle): one Arrow IPC file, columns ``key_group``,
@@ -26,12 +26,12 @@ from typing import cast
 import numpy as np
 import pyarrow as pa
 
-from ...plan.functions import RuntimeContext
-from ...plan.graph import Node
-from ...state.backend import StateSnapshot
-from ...state.key_index import KeyIndex
-from ...state.keygroups import KeyGroupRange
-from ..batches import to_record_batch
+from ....plan.functions import RuntimeContext
+from ....plan.graph import Node
+from ....state.backend import StateSnapshot
+from ....state.columnar.key_index import KeyIndex
+from ....state.keygroups import KeyGroupRange
+from ...batches import to_record_batch
 from .common import (
     OneFileState,
     RowStore,

@@ -30,14 +30,14 @@ from typing import Any, cast
 
 import msgpack
 
-from ..changelog import DELETE, INSERT, OP_FIELD, RETRACT, row_kind
-from ..errors import BadRecordError
-from ..plan.specs import RegularJoinSpec
-from ..state import ttl as state_ttl
-from ..state.descriptors import EntryMapStateDescriptor
-from .join_state import with_current_keys
-from .operators import KeyedOperator
-from .timers import PROCESSING_TIME, TimerService
+from ....changelog import DELETE, INSERT, OP_FIELD, RETRACT, row_kind
+from ....errors import BadRecordError
+from ....plan.specs import RegularJoinSpec
+from ....state import ttl as state_ttl
+from ....state.descriptors import EntryMapStateDescriptor
+from ..base import KeyedOperator
+from ..timers import PROCESSING_TIME, TimerService
+from .state import with_current_keys
 
 log = logging.getLogger(__name__)
 

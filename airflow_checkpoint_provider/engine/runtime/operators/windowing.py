@@ -1,7 +1,7 @@
 """Window operators: event-time windows per key.
 
 * :class:`WindowAggregateOperator` (``window(...).aggregate(...)``): vectorized, columnar
-  state (:mod:`..state.windows`).
+  state (:mod:`..state.columnar.windows`).
 * :class:`WindowFunctionOperator` (``window(...).reduce(fn)`` / ``.process(fn)``): a Python
   function per record or per window; each key's open windows are map state
   (``window-contents``: window start -> reduced record, or the window's records) and each
@@ -19,15 +19,15 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from ..errors import CorruptCheckpointError
-from ..eventtime import MIN_WATERMARK, SessionWindows
-from ..plan.functions import ProcessWindowFunction, RuntimeContext, Window
-from ..plan.graph import Node
-from ..state.backend import PerKeyStateBackend
-from ..state.columnar import AggregateTable
-from ..state.keygroups import KeyGroupRange
-from ..state.windows import WindowAggregateTable, WindowFunctionSpec, WindowSpec
-from .operators import KeyedOperator, _emitted, _KeyedStateOperator
+from ...errors import CorruptCheckpointError
+from ...eventtime import MIN_WATERMARK, SessionWindows
+from ...plan.functions import ProcessWindowFunction, RuntimeContext, Window
+from ...plan.graph import Node
+from ...state.backend import PerKeyStateBackend
+from ...state.columnar import AggregateTable
+from ...state.columnar.windows import WindowAggregateTable, WindowFunctionSpec, WindowSpec
+from ...state.keygroups import KeyGroupRange
+from .base import KeyedOperator, _emitted, _KeyedStateOperator
 from .timers import EVENT_TIME, TimerService
 
 
@@ -74,7 +74,7 @@ class _CheckpointedWatermark:
 class WindowAggregateOperator(_CheckpointedWatermark, _KeyedStateOperator):
     """``key_by(field).window(assigner).aggregate(...)``: built-in aggregations per key and
     event-time window, vectorized like :class:`AggregateOperator`; a window's rows are
-    emitted when the watermark passes its end (:mod:`..state.windows`)."""
+    emitted when the watermark passes its end (:mod:`..state.columnar.windows`)."""
 
     vectorized = True
     columnar = True

@@ -24,17 +24,17 @@ from __future__ import annotations
 import inspect
 from typing import Any, cast
 
-from ..plan.functions import (
+from ...plan.functions import (
     BroadcastContext,
     CheckpointedFunction,
     FunctionStateContext,
     RuntimeContext,
 )
-from ..plan.graph import Node
-from ..plan.specs import BroadcastProcessSpec
-from ..state.keygroups import KeyGroupRange
-from ..state.operator_state import OperatorStateStore
-from .operators import ProcessOperator, _emitted
+from ...plan.graph import Node
+from ...plan.specs import BroadcastProcessSpec
+from ...state.keygroups import KeyGroupRange
+from ...state.operator_state import OperatorStateStore
+from .base import ProcessOperator, _emitted
 
 
 class BroadcastProcessOperator(ProcessOperator):

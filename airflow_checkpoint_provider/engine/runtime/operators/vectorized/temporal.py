@@ -23,7 +23,7 @@ emitted earlier, nothing buffered).
 
 State (columnar in memory with either state backend): the waiting probes (a table and numpy
 columns), the versions in a :class:`~.common.RowStore`, their keys in a
-:class:`~..state.key_index.KeyIndex`. Snapshot (an ``arrow`` keyed-state handle): one Arrow
+:class:`~..state.columnar.key_index.KeyIndex`. Snapshot (an ``arrow`` keyed-state handle): one Arrow
 IPC file, columns ``key_group``, ``side`` (0 a probe, 1 a version), ``seq`` (arrival) and the
 row as a ``probe`` or ``table`` struct (times are read again from the rows); a restore keeps
 the key groups the subtask owns (rescale). The per-record temporal join keeps other state
@@ -39,14 +39,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...changelog import OP_FIELD
-from ...eventtime import MIN_WATERMARK
-from ...plan.functions import RuntimeContext
-from ...plan.graph import Node
-from ...state.backend import StateSnapshot
-from ...state.key_index import KeyIndex
-from ...state.keygroups import KeyGroupRange
-from ..batches import to_record_batch
+from ....changelog import OP_FIELD
+from ....eventtime import MIN_WATERMARK
+from ....plan.functions import RuntimeContext
+from ....plan.graph import Node
+from ....state.backend import StateSnapshot
+from ....state.columnar.key_index import KeyIndex
+from ....state.keygroups import KeyGroupRange
+from ...batches import to_record_batch
 from ..windowing import _CheckpointedWatermark
 from .common import (
     OneFileState,

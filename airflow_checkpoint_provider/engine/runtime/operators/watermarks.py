@@ -9,7 +9,7 @@ change of the idle status.
 
 from __future__ import annotations
 
-from ..eventtime import MAX_WATERMARK, MIN_WATERMARK, WatermarkStrategy
+from ...eventtime import MAX_WATERMARK, MIN_WATERMARK, WatermarkStrategy
 
 #: ``(watermark, idle)``: what a watermark frame carries
 Status = tuple[int, bool]
