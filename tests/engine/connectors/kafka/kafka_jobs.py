@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from pipelines import TEST_RESTARTS, FaultPlan, RunningSum, check_exactly_once_rows
 
@@ -74,4 +74,15 @@ def check_output(broker, out: str, n: int, partitions: int = 1) -> None:
                           isolation="read_uncommitted")
         raise AssertionError(f"{len(rows)} of {n} rows read_committed; read_uncommitted: "
                              f"{len(raw)} rows, {len({r['id'] for r in raw})} distinct ids")
-    check_exactly_once_rows(rows, expected_sums(n))
+    try:
+        check_exactly_once_rows(rows, expected_sums(n))
+    except AssertionError as exc:  # which counts repeat or are missing, and their rows
+        key = str(exc).split(":")[0].removeprefix("key ")
+        mine = [r for r in rows if r["key"] == key]
+        seen = Counter(r["count"] for r in mine)
+        twice = sorted(c for c, k in seen.items() if k > 1)
+        missing = [c for c in range(1, len(mine) + 1) if c not in seen]
+        raise AssertionError(
+            f"{exc}; {len(mine)} rows of {key}: counts repeated {twice[:10]}, missing "
+            f"{missing[:10]}; rows of the first repeated count: "
+            f"{[r for r in mine if twice and r['count'] == twice[0]]}") from None
