@@ -76,6 +76,10 @@ def test_one_deferral_stops_blue_promotes_green_and_commits_green_at_once(
         _operator(deferrable=True).execute({"ti": ti})
     trigger = deferred.value.trigger
     assert isinstance(trigger, CutOverTrigger) and trigger.green_job_id == green
+    # the task submitted green's PROMOTE itself, the moment blue's savepoint completed: no
+    # deferral (3-5 s on a loaded deployment) lies between blue's last commit and green's
+    # restore
+    assert "PROMOTE" in [r.action for r in store.list_control_requests(green)]
     # the trigger survives its serialization (the triggerer rebuilds it from these kwargs)
     path, kwargs = trigger.serialize()
     assert path == "airflow_checkpoint_provider.triggers.cutover.CutOverTrigger"
@@ -112,8 +116,8 @@ def test_a_retry_after_a_lost_first_try_reattaches_to_its_stop_and_promotion(
         metadata_url, store, tmp_path):
     """Try 1 submitted the stop and deferred, then Airflow lost it (``404 Task Instance not
     found``); the cut-over went on in the jobs meanwhile. Try 2 submits nothing new: it finds
-    the stop by its idempotency key, submits the promotion under the key try 1's trigger
-    would have used, and ends with the same savepoint."""
+    the stop and the promotion (which try 1 submitted before it deferred) by their
+    idempotency keys, and ends with the same savepoint."""
     from airflow.sdk.exceptions import TaskDeferred
 
     blue, green = _blue_and_fenced_green(metadata_url, tmp_path, store)
