@@ -576,13 +576,14 @@ def _human_bytes(n: int) -> str:
 
 def operator_state_sizes(doc: dict) -> list[dict]:
     """Keyed state bytes per operator uid of a ``_metadata`` document (its handles' file
-    sizes; a RocksDB handle's files include the shared SSTs it references)."""
+    sizes; a RocksDB handle's files include the shared SSTs it references, an incremental heap
+    handle's its chain)."""
     out = []
     for uid, op in sorted(doc["operators"].items()):
         handles = [s["keyed"] for s in op["subtasks"] if s.get("keyed")]
         if not handles:
             continue
-        size = sum(sum(f["size"] for f in h["files"]) if h.get("type") == "rocksdb"
+        size = sum(sum(f["size"] for f in h["files"]) if "files" in h  # rocksdb, heap chain
                    else h["size"] for h in handles)
         out.append({"operator_uid": uid, "states": ",".join(sorted(op["states"])),
                     "state_bytes": size, "subtasks": len(handles)})

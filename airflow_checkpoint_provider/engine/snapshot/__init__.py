@@ -15,6 +15,8 @@ checkpoints) or the Airflow *metadata hook* that reads that DB.
 from __future__ import annotations
 
 from .handles import (
+    HeapChangelogFile,
+    HeapChangelogHandle,
     KeyedStateHandle,
     OperatorState,
     RocksDBFile,
@@ -28,7 +30,7 @@ from .handles import (
 from .paths import safe_name, safe_relative_path
 
 __all__ = [
-    "KeyedStateHandle", "OperatorState", "RocksDBFile", "RocksDBHandle", "SinkTransaction",
+    "HeapChangelogFile", "HeapChangelogHandle", "KeyedStateHandle", "OperatorState", "RocksDBFile", "RocksDBHandle", "SinkTransaction",
     "SnapshotMetadata", "StateFileHandle", "SubtaskState", "keyed_handle_from_dict",
     "safe_name", "safe_relative_path",
 ]

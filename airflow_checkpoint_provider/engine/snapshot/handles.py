@@ -11,6 +11,9 @@ Handles (Flink's vocabulary in parentheses):
 * :class:`StateFileHandle` -- one keyed-state file in the snapshot directory: heap state
   (msgpack, one chunk per key group, with ``offsets``) or ``aggregate()`` state (``arrow``)
   (``KeyGroupsStateHandle``).
+* :class:`HeapChangelogHandle` of :class:`HeapChangelogFile` -- an incremental heap
+  snapshot: a base file and the deltas written since, in order, all under the job's
+  ``shared/`` (Flink's changelog state backend: ``ChangelogStateBackendHandle``).
 * :class:`RocksDBHandle` of :class:`RocksDBFile` -- the files of a native RocksDB checkpoint,
   private ones in the snapshot directory, incremental SSTs under the job's ``shared/``
   (``IncrementalRemoteKeyedStateHandle``).
@@ -37,6 +40,7 @@ from .paths import (
 )
 
 SHARED_PREFIX = "shared/"
+HEAP_CHANGELOG = "heap-changelog"
 STATE_FILE_TYPES = ("heap", "arrow")
 OPERATOR_KINDS = ("keyed", "operator")
 SNAPSHOT_KINDS = ("CHECKPOINT", "SAVEPOINT")
@@ -64,23 +68,8 @@ class StateFileHandle:
         path = safe_name(d.get("path"), field=f"{field}.path", location=location)
         size = non_negative_int(d.get("size"), field=f"{field}.size", location=location)
         digest = hex_digest(d.get("sha256"), field=f"{field}.sha256", location=location)
-        offsets = []
-        for kg_text, span in mapping(d.get("offsets", {}), field=f"{field}.offsets",
-                                     location=location).items():
-            f = f"{field}.offsets[{kg_text}]"
-            try:
-                kg = int(kg_text)
-            except (TypeError, ValueError):
-                raise corrupt(location, f, "is not keyed by a key group number") from None
-            span = sequence(span, field=f, location=location)
-            if len(span) != 2:
-                raise corrupt(location, f, "must be [offset, length]")
-            off = non_negative_int(span[0], field=f, location=location)
-            length = non_negative_int(span[1], field=f, location=location)
-            if kg < 0 or off + length > size:
-                raise corrupt(location, f, f"points outside the {size}-byte file")
-            offsets.append((kg, off, length))
-        return cls(path, size, digest, kind, tuple(offsets))
+        return cls(path, size, digest, kind, key_group_offsets(d, size, field=field,
+                                                               location=location))
 
     def location_in(self, directory: str) -> str:
         """Where the file is, for the snapshot in ``directory``."""
@@ -93,6 +82,28 @@ class StateFileHandle:
         if self.offsets or self.type == "heap":
             d["offsets"] = {str(kg): [off, n] for kg, off, n in self.offsets}
         return d
+
+
+def key_group_offsets(d: dict, size: int, *, field: str, location: str
+                      ) -> tuple[tuple[int, int, int], ...]:
+    """The ``offsets`` of a heap state file's handle: ``(key_group, offset, length)``."""
+    offsets = []
+    for kg_text, span in mapping(d.get("offsets", {}), field=f"{field}.offsets",
+                                 location=location).items():
+        f = f"{field}.offsets[{kg_text}]"
+        try:
+            kg = int(kg_text)
+        except (TypeError, ValueError):
+            raise corrupt(location, f, "is not keyed by a key group number") from None
+        span = sequence(span, field=f, location=location)
+        if len(span) != 2:
+            raise corrupt(location, f, "must be [offset, length]")
+        off = non_negative_int(span[0], field=f, location=location)
+        length = non_negative_int(span[1], field=f, location=location)
+        if kg < 0 or off + length > size:
+            raise corrupt(location, f, f"points outside the {size}-byte file")
+        offsets.append((kg, off, length))
+    return tuple(offsets)
 
 
 def safe_shared_key(value: object, *, location: str, field: str = "shared") -> str:
@@ -174,22 +185,81 @@ class RocksDBHandle:
                 "key_group_range": list(self.key_group_range)}
 
 
-KeyedStateHandle = StateFileHandle | RocksDBHandle
+@dataclass(frozen=True)
+class HeapChangelogFile:
+    """One file of an incremental heap snapshot, under the job's ``shared/``: the base (a
+    heap state file: one ``[key_group, states, version]`` chunk per key group) or a delta
+    (per changed key group, that chunk replacing the key group, or ``[key_group, puts,
+    version, deletes]`` patching it)."""
+
+    shared: str
+    size: int
+    sha256: str
+    offsets: tuple[tuple[int, int, int], ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: object, *, location: str, field: str) -> HeapChangelogFile:
+        d = mapping(d, field=field, location=location)
+        shared = safe_shared_key(d.get("shared"), field=f"{field}.shared", location=location)
+        size = non_negative_int(d.get("size"), field=f"{field}.size", location=location)
+        digest = hex_digest(d.get("sha256"), field=f"{field}.sha256", location=location)
+        return cls(shared, size, digest, key_group_offsets(d, size, field=field,
+                                                           location=location))
+
+    def location_in(self, directory: str) -> str:
+        """Where the file is, for the snapshot in ``directory`` (its job's ``shared/``)."""
+        return join(parent(directory), self.shared)
+
+    def to_dict(self) -> dict:
+        return {"shared": self.shared, "size": self.size, "sha256": self.sha256,
+                "offsets": {str(kg): [off, n] for kg, off, n in self.offsets}}
+
+
+@dataclass(frozen=True)
+class HeapChangelogHandle:
+    """An incremental heap snapshot: restore applies ``files`` in order (the base, then
+    each delta) and keeps the key groups it owns."""
+
+    files: tuple[HeapChangelogFile, ...]
+    key_group_range: tuple[int, int]
+    type: str = HEAP_CHANGELOG
+
+    @classmethod
+    def from_dict(cls, d: object, *, location: str, field: str = "keyed") -> HeapChangelogHandle:
+        d = mapping(d, field=field, location=location)
+        files = tuple(HeapChangelogFile.from_dict(f, location=location,
+                                                  field=f"{field}.files[{i}]")
+                      for i, f in enumerate(sequence(d.get("files"), field=f"{field}.files",
+                                                     location=location)))
+        if not files:
+            raise corrupt(location, f"{field}.files", "names no file (a base is required)")
+        kgr = key_group_range(d.get("key_group_range"), field=f"{field}.key_group_range",
+                              location=location)
+        return cls(files, kgr)
+
+    def to_dict(self) -> dict:
+        return {"type": self.type, "files": [f.to_dict() for f in self.files],
+                "key_group_range": list(self.key_group_range)}
+
+
+KeyedStateHandle = StateFileHandle | RocksDBHandle | HeapChangelogHandle
 
 
 def keyed_handle_from_dict(d: object, *, location: str, field: str = "keyed") -> KeyedStateHandle:
-    """Decode a keyed-state handle of any type (``heap``, ``arrow``, ``rocksdb``); a handle
-    that is already decoded is returned as it is."""
-    if isinstance(d, StateFileHandle | RocksDBHandle):
+    """Decode a keyed-state handle of any type (``heap``, ``arrow``, ``rocksdb``,
+    ``heap-changelog``); a handle that is already decoded is returned as it is."""
+    if isinstance(d, StateFileHandle | RocksDBHandle | HeapChangelogHandle):
         return d
     if isinstance(d, dict) and d.get("type") == "rocksdb":
         return RocksDBHandle.from_dict(d, location=location, field=field)
+    if isinstance(d, dict) and d.get("type") == HEAP_CHANGELOG:
+        return HeapChangelogHandle.from_dict(d, location=location, field=field)
     return StateFileHandle.from_dict(d, location=location, field=field)
 
 
 def state_files(handle: KeyedStateHandle, directory: str) -> Iterator[tuple[str, int, str]]:
     """``(location, size, sha256)`` of every file a handle references."""
-    if isinstance(handle, RocksDBHandle):
+    if isinstance(handle, RocksDBHandle | HeapChangelogHandle):
         for f in handle.files:
             yield f.location_in(directory), f.size, f.sha256
     else:

@@ -22,10 +22,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import RestoreError
 from ..fs.storage import filesystem_for, join, sha256
-from ..snapshot.codec import read_state_file
-from ..snapshot.handles import KeyedStateHandle, StateFileHandle
+from ..snapshot.handles import KeyedStateHandle
 from .keygroups import KeyGroupRange
 
 #: ``write(checkpoint_dir, file_stem, full) -> (handle, state_size, bytes_written)``
@@ -85,17 +83,3 @@ def write_state_file(chk_dir: str, stem: str, suffix: str, data: bytes,
     name = f"{stem}-{uuid.uuid4().hex[:8]}.{suffix}"
     filesystem_for(chk_dir).write_bytes(join(chk_dir, name), data)
     return {**fields, "path": name, "size": len(data), "sha256": sha256(data)}, len(data), len(data)
-
-
-def restore_key_group_chunks(backend: Any, directory: str, handles: Sequence[KeyedStateHandle],
-                             states: dict[str, dict]) -> None:
-    """Restore heap-format snapshot files (msgpack per key group) into ``backend``: only the
-    key groups it owns are read from each file (``restore_key_group_chunk``)."""
-    for handle in handles:
-        if not isinstance(handle, StateFileHandle):
-            raise RestoreError(f"operator {backend.operator_uid!r}: the snapshot holds RocksDB "
-                               "state; restore it with state_backend='rocksdb'")
-        data = read_state_file(directory, handle)
-        for kg, off, length in handle.offsets:
-            if kg in backend.key_groups:
-                backend.restore_key_group_chunk(data[off:off + length], states)

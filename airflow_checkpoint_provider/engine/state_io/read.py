@@ -35,9 +35,16 @@ import pyarrow.compute as pc
 
 from ..errors import CorruptCheckpointError
 from ..snapshot.codec import LoadedSnapshot, load_snapshot, read_state_file
-from ..snapshot.handles import OperatorState, RocksDBHandle, StateFileHandle, SubtaskState
+from ..snapshot.handles import (
+    HeapChangelogHandle,
+    OperatorState,
+    RocksDBHandle,
+    StateFileHandle,
+    SubtaskState,
+)
 from ..state.descriptors import ENTRY_MAP, MAP
 from ..state.heap import decode_chunk
+from ..state.heap.changelog import read_chain
 from ..state.keygroups import KeyGroupRange
 from ..typed_codec import unpack_key, unpack_value
 from .exceptions import (
@@ -128,6 +135,8 @@ def iter_entries(keyed: KeyedOperatorState, key_groups: KeyGroupRange | None = N
         handle = sub.keyed
         if isinstance(handle, RocksDBHandle):
             entries = _rocksdb_entries(keyed.snapshot.directory, handle)
+        elif isinstance(handle, HeapChangelogHandle):
+            entries = _heap_chain_entries(keyed, handle, key_groups)
         elif handle is not None and handle.type == "heap":
             entries = _heap_entries(keyed, handle, key_groups)
         else:
@@ -154,6 +163,17 @@ def _heap_entries(keyed: KeyedOperatorState, handle: StateFileHandle,
                 f"operator {keyed.uid!r}: state file {handle.path} of "
                 f"{keyed.snapshot.directory} has no key group {kg} chunk at offset {off}")
         for name, items in states.items():
+            for key, value in items.items():
+                yield kg, name, key, value
+
+
+def _heap_chain_entries(keyed: KeyedOperatorState, handle: HeapChangelogHandle,
+                        key_groups: KeyGroupRange | None
+                        ) -> Iterator[tuple[int, str, object, object]]:
+    """The entries of an incremental heap snapshot: its base and deltas applied in order."""
+    merged = read_chain(keyed.snapshot.directory, handle, key_groups, keyed.uid)
+    for kg in sorted(merged):
+        for name, items in merged[kg].items():
             for key, value in items.items():
                 yield kg, name, key, value
 

@@ -42,11 +42,12 @@ import pyarrow.compute as pc
 from ..fs.storage import METADATA_FILE, filesystem_for, join
 from ..plan.graph import KEYED_KINDS
 from ..snapshot.codec import encode_metadata, load_snapshot, read_verified
-from ..snapshot.handles import RocksDBHandle, StateFileHandle
+from ..snapshot.handles import HeapChangelogHandle, RocksDBHandle, StateFileHandle
 from ..snapshot.verify import load_verified_snapshot
 from ..state.backend import write_state_file
 from ..state.columnar import LAST_UPDATE, AggregateSpec, AggregateTable
 from ..state.descriptors import LIST, MAP, REDUCING, VALUE
+from ..state.heap.changelog import full_file
 from ..state.keygroups import KeyGroupRange, key_group_for, key_group_range_for
 from ..state.keys import key_type as key_type_of
 from ..state.vectorized import key_groups as arrow_key_groups
@@ -408,7 +409,7 @@ def _new_target(target: str) -> None:
 def _copy_other_operators(snap, uid: str, target: str, doc: dict) -> None:
     """Copy the files of every operator but ``uid`` into ``target`` (each verified), and
     point their handles in ``doc`` at the copies (RocksDB ``shared/`` files become private
-    files of the savepoint)."""
+    files of the savepoint, the chain of an incremental heap snapshot one full file)."""
     fs = filesystem_for(target)
     for other, op in snap.metadata.operators.items():
         if other == uid:
@@ -423,6 +424,11 @@ def _copy_other_operators(snap, uid: str, target: str, doc: dict) -> None:
                     files.append({"name": f.name, "path": name, "size": f.size,
                                   "sha256": f.sha256})
                 entry["keyed"] = {**entry["keyed"], "files": files}
+            elif isinstance(sub.keyed, HeapChangelogHandle):  # the chain as one full file
+                data, offsets = full_file(snap.directory, sub.keyed, other)
+                entry["keyed"], _, _ = write_state_file(
+                    target, f"{other}-{sub.index}", "state", data,
+                    {"offsets": {str(kg): v for kg, v in offsets.items()}})
             elif isinstance(sub.keyed, StateFileHandle):
                 _copy_file(fs, snap.directory, target, sub.keyed.path, sub.keyed.size,
                            sub.keyed.sha256)

@@ -3,12 +3,10 @@
 Tables are ``{state_name: {key_group: {key: value}}}`` so that a snapshot is written and
 restored key group by key group (rescaling reads only the key groups a subtask owns).
 
-Snapshot file format (no pickle): a sequence of msgpack objects, one per non-empty key
-group, each ``[key_group, {state_name: {key: value}}, 2]`` in the typed encoding of
-:mod:`..typed_codec` (format version 2: tuples, sets, datetimes, ... come back as they were
-stored); the handle records the byte offset and length of every key group and the file's
-SHA-256. Version 1 chunks (plain msgpack, ``[key_group, {state_name: [[key, value], ...]}]``)
-restore as before.
+Snapshot file format (no pickle): :mod:`.format` (one msgpack chunk per key group, with
+its offset in the handle). With ``incremental=True`` a checkpoint writes only the keys
+changed since the last completed one, on top of a chain of files under the job's
+``shared/`` (:mod:`.changelog`); savepoints are always full.
 
 A snapshot has two parts, as in Flink's heap backend (``CopyOnWriteStateMap`` in
 miniature): :meth:`HeapKeyedStateBackend.capture` (synchronous, on the task thread) takes a
@@ -17,23 +15,30 @@ shallow copy of every key group's ``{key: value}`` dict, and
 that copy while the task keeps processing records. The containers that the backend itself
 mutates in place (a ``ListState``'s list, a ``MapState``'s dict) are copied on write: the
 first in-place change of a key's container after a capture replaces it with a copy, so a
-capture never sees later changes.
+capture never sees later changes. While incremental, that bookkeeping stays on between
+captures: the keys it records are the keys changed since the last capture.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 from collections.abc import Iterator
 
-from ...errors import CorruptCheckpointError
-from ...typed_codec import FORMAT_VERSION, UnsupportedValueError, pack_value, unpack_value
+from ...typed_codec import FORMAT_VERSION, UnsupportedValueError, pack_value
 from .. import ttl
-from ..backend import StateSnapshot, restore_key_group_chunks, write_state_file
+from ..backend import StateSnapshot, write_state_file
 from ..contract import refusal
 from ..descriptors import StateDescriptor, check_compatible
 from ..keygroups import KeyGroupRange, key_group_for
+from .changelog import Chain, encode_delta, write_shared
+from .format import decode_chunk
+from .restore import restore_key_group_chunks
 from .states import STATE_CLASSES
+
+#: the capture id that keeps copy-on-write bookkeeping on for good (incremental snapshots)
+ALWAYS = 0
 
 
 class HeapCapture:
@@ -80,9 +85,17 @@ class HeapKeyedStateBackend:
 
     ``capture()`` and all state access must happen on one thread (the task thread);
     ``serialize_capture()`` may run on any thread, concurrently with them.
+
+    :param incremental: checkpoints write only the keys changed since the last completed
+        checkpoint (:mod:`.changelog`); savepoints stay full.
+    :param max_deltas: incremental: a checkpoint writes a new base (compaction) when the
+        chain has this many deltas...
+    :param compaction_ratio: ...or when its deltas add up to this many times its base.
     """
 
-    def __init__(self, operator_uid: str, key_groups: KeyGroupRange, max_parallelism: int) -> None:
+    def __init__(self, operator_uid: str, key_groups: KeyGroupRange, max_parallelism: int,
+                 *, incremental: bool = False, max_deltas: int = 10,
+                 compaction_ratio: float = 1.0) -> None:
         self.operator_uid = operator_uid
         self.key_groups = key_groups
         self.max_parallelism = max_parallelism
@@ -98,6 +111,22 @@ class HeapKeyedStateBackend:
         self._live_captures: set[int] = set()
         self._capture_ids = itertools.count(1)
         self._owned: dict[str, dict[int, set]] = {}
+        self.incremental = incremental
+        self.max_deltas = max_deltas
+        self.compaction_ratio = compaction_ratio
+        # incremental snapshots (.changelog): the chain of the last completed checkpoint and
+        # the tables it captured; per capture since then its tables and the checkpoint whose
+        # chain it extends (None: a new base); the chains written and not yet confirmed (by
+        # the upload thread: under the lock)
+        self._confirmed: Chain | None = None
+        self._confirmed_tables: dict[int, dict[str, dict]] = {}
+        self._captured: dict[int, dict[int, dict[str, dict]]] = {}
+        self._extends: dict[int, int | None] = {}
+        self._written: dict[int, Chain] = {}
+        self._written_lock = threading.Lock()
+        self._force_base = False
+        if incremental:
+            self._live_captures.add(ALWAYS)
 
     # -- key context --------------------------------------------------------------------
     def set_current_key(self, key: object) -> None:
@@ -214,8 +243,16 @@ class HeapKeyedStateBackend:
 
     def _unencodable(self, states: dict) -> Exception:
         """The error naming the state whose captured value cannot be encoded (changed in
-        place after it was stored, or a custom serializer's output)."""
+        place after it was stored, or a custom serializer's output). ``states``: one key
+        group's ``{state: {key: value}}``, or ``{key_group: that}``."""
+        if all(isinstance(k, int) for k in states):  # {key_group: {state: entries}}
+            for tables in states.values():
+                err = self._unencodable(tables)
+                if not isinstance(err, RuntimeError):
+                    return err
         for name, entries in states.items():
+            if not isinstance(entries, dict):
+                continue
             for key, value in entries.items():
                 try:
                     pack_value([key, value])
@@ -236,8 +273,14 @@ class HeapKeyedStateBackend:
     # -- restore ------------------------------------------------------------------------
     def restore_key_group_chunk(self, chunk: bytes, state_meta: dict[str, dict]) -> None:
         kg, states = decode_chunk(chunk, self.operator_uid)
+        self.restore_key_group_states(kg, states, state_meta)
+
+    def restore_key_group_states(self, kg: int, states: dict[str, dict],
+                                 state_meta: dict[str, dict]) -> None:
+        """Add one key group's restored entries, ``{state: {key: value}}``."""
         if kg not in self.key_groups:
             return
+        self._force_base = True  # the next checkpoint starts a chain of this job
         for name, items in states.items():
             self.restored_meta.setdefault(name, state_meta[name])
             self.tables.setdefault(name, {}).setdefault(kg, {}).update(items)
@@ -251,48 +294,106 @@ class HeapKeyedStateBackend:
         that moved a restored state's contents into another one)."""
         for registry in (self.tables, self.descriptors, self.restored_meta, self._owned):
             registry.pop(state_name, None)
+        self._force_base = True  # a delta cannot say that a state is gone
 
     # -- the KeyedStateBackend protocol (state/backend.py) ------------------------------------
     def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
-        """Capture now (shallow copies, copy-on-write); serialize in ``write``."""
+        """Capture now (shallow copies, copy-on-write); serialize in ``write``: a full file
+        in the snapshot directory, or (incremental, not a savepoint) a chain file under the
+        job's ``shared/``."""
         cap = self.capture()
-        if cap.empty:  # no state entries: no state file
+        if not self.incremental:
+            if cap.empty:  # no state entries: no state file
+                return StateSnapshot(cap.meta)
+
+            def write_file(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
+                return self._write_full(cap, chk_dir, stem)
+
+            return StateSnapshot(cap.meta, write_file)
+        if cap.empty:  # no state: no file, and the next checkpoint starts a new chain
+            self._confirmed = None
+            self._captured.clear()
+            self._extends.clear()
             return StateSnapshot(cap.meta)
+        # 1. the chain this checkpoint extends: the last completed one's, unless it is due
+        # for compaction, or a checkpoint triggered since does not extend that chain (its
+        # completion would subsume the last completed one and let the registry delete
+        # files of that chain this one needs): then a new base
+        base = self._confirmed
+        since = -1 if base is None else base.checkpoint_id
+        new_base = (base is None or self._force_base or base.deltas >= self.max_deltas
+                    or base.delta_size >= self.compaction_ratio * base.base_size
+                    or any(e != since for c, e in self._extends.items() if c > since))
+        self._force_base = False
+        # 2. keep what it captured (the tables the next deltas compare with once it
+        # completes) and what it extends
+        by_kg = cap.by_kg or {}
+        self._captured[checkpoint_id] = by_kg
+        self._extends[checkpoint_id] = None if new_base else since
+        before = self._confirmed_tables
 
         def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
-            data, offsets, _meta = self.serialize_capture(cap)
-            return write_state_file(chk_dir, stem, "state", data,
-                                    {"offsets": {str(kg): v for kg, v in offsets.items()}})
+            if full:  # a savepoint: self-contained
+                return self._write_full(cap, chk_dir, stem)
+            chain = self._write_chain(checkpoint_id, cap, chk_dir, None if new_base else base,
+                                      before)
+            with self._written_lock:
+                self._written[checkpoint_id] = chain
+            return chain.handle(self.key_groups), chain.size, chain.size - (
+                0 if new_base or base is None else base.size)
 
         return StateSnapshot(cap.meta, write)
+
+    def _write_full(self, cap: HeapCapture, chk_dir: str, stem: str) -> tuple[dict, int, int]:
+        data, offsets, _meta = self.serialize_capture(cap)
+        return write_state_file(chk_dir, stem, "state", data,
+                                {"offsets": {str(kg): v for kg, v in offsets.items()}})
+
+    def _write_chain(self, checkpoint_id: int, cap: HeapCapture, chk_dir: str,
+                     base: Chain | None, before: dict[int, dict[str, dict]]) -> Chain:
+        """Asynchronous part of an incremental checkpoint: a new base (``base`` None), or a
+        delta from ``before`` (the tables ``base``'s checkpoint captured) on top of it."""
+        if base is None:
+            data, offsets, _meta = self.serialize_capture(cap)
+            entry = write_shared(chk_dir, self.operator_uid, "base", data, offsets)
+            return Chain(checkpoint_id, (entry,), len(data), 0)
+        by_kg = cap.by_kg
+        if by_kg is None:
+            raise RuntimeError("this heap state capture was already serialized or released")
+        try:
+            try:
+                chunks, offsets = encode_delta(by_kg, cap.dumps, before)
+            except UnsupportedValueError:
+                raise self._unencodable(by_kg) from None
+        finally:
+            cap.release()
+        if not chunks:  # nothing changed: the same files
+            return Chain(checkpoint_id, base.files, base.base_size, base.delta_size)
+        data = b"".join(chunks)
+        entry = write_shared(chk_dir, self.operator_uid, "delta", data, offsets)
+        return Chain(checkpoint_id, (*base.files, entry), base.base_size,
+                     base.delta_size + len(data))
 
     def restore_state(self, directory: str, handles, states: dict[str, dict]) -> None:
         restore_key_group_chunks(self, directory, handles, states)
 
     def notify_complete(self, checkpoint_id: int) -> None:
-        """Nothing to confirm: every heap snapshot is self-contained."""
+        """Incremental: the chain of checkpoint ``checkpoint_id`` is the base of the next
+        deltas (its changes, and every earlier capture's, are in it)."""
+        with self._written_lock:
+            chain = self._written.pop(checkpoint_id, None)
+            if chain is None:
+                return  # not an incremental checkpoint of this backend (or a savepoint)
+            for c in [c for c in self._written if c < checkpoint_id]:
+                del self._written[c]  # subsumed: never extended
+        self._confirmed = chain
+        self._confirmed_tables = self._captured.get(checkpoint_id, {})
+        for log in (self._captured, self._extends):
+            for c in [c for c in log if c <= checkpoint_id]:
+                del log[c]
 
     def close(self) -> None:
         """Nothing to release (the state is garbage-collected with the backend)."""
 
     def state_size_entries(self) -> int:
         return sum(len(t) for tables in self.tables.values() for t in tables.values())
-
-
-def decode_chunk(chunk: bytes | memoryview, operator_uid: str) -> tuple[int, dict[str, dict]]:
-    """``(key_group, {state: {key: value}})`` of one key-group chunk of a heap snapshot file,
-    version 2 (typed) or 1 (plain msgpack: list keys become tuples, as they always did)."""
-    try:
-        decoded = unpack_value(chunk)
-    except (ValueError, TypeError) as exc:  # msgspec.DecodeError (a ValueError)
-        raise CorruptCheckpointError(
-            f"operator {operator_uid!r}: a heap state chunk cannot be decoded ({exc})") from exc
-    if isinstance(decoded, list) and len(decoded) == 3 and decoded[2] == FORMAT_VERSION \
-            and isinstance(decoded[1], dict):
-        return decoded[0], decoded[1]
-    if isinstance(decoded, list) and len(decoded) == 2 and isinstance(decoded[1], dict):
-        return decoded[0], {name: {tuple(k) if isinstance(k, list) else k: v for k, v in items}
-                            for name, items in decoded[1].items()}
-    raise CorruptCheckpointError(
-        f"operator {operator_uid!r}: a heap state chunk is not [key group, states] (format "
-        f"version 1) or [key group, states, {FORMAT_VERSION}]")

@@ -5,7 +5,11 @@ backend's ``{state: {key_group: {key: value}}}`` tables (they satisfy the protoc
 Copy-on-write: while a capture of the backend is pending (``backend._live_captures``), a
 container that a state mutates in place (a list state's list, a map state's dict) is copied
 the first time it changes, and a mutable value read from value or reducing state is copied
-on read, so a pending snapshot never sees later changes (see :mod:`.backend`).
+on read, so a pending snapshot never sees later changes (see :mod:`.backend`). So a key
+whose value changed since a capture holds another object than the capture does: incremental
+snapshots (:mod:`.changelog`) find the changed keys by identity, with copy-on-write kept on
+between captures. (Only mutable values are "owned": an immutable one is never changed in
+place, so it needs no copy.)
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ class ValueState(_KeyedState):
         v = t.get(key, _MISSING)
         if v is _MISSING:
             return self.descriptor.default
-        if backend._live_captures and isinstance(v, _MUTABLE):
+        if backend._live_captures and type(v) not in SCALARS and isinstance(v, _MUTABLE):
             return self._private(t, key, v)
         return v
 
@@ -121,7 +125,8 @@ class ValueState(_KeyedState):
         if value is None:
             self.clear()
         else:
-            if type(value) not in SCALARS:
+            mutable = type(value) not in SCALARS
+            if mutable:
                 self.check(value)
             backend = self.backend
             key, kg = backend.current_key, backend.current_key_group
@@ -129,7 +134,7 @@ class ValueState(_KeyedState):
             if t is None:
                 t = self.table[kg] = {}
             t[key] = value
-            if backend._live_captures:
+            if mutable and backend._live_captures:
                 self._own(key)  # the caller's object: no capture holds it
 
 
@@ -276,9 +281,9 @@ class ReducingState(_KeyedState):
                 self._private(t, key, current), value)
         if type(value) not in SCALARS:
             self.check(value)
+            if self.backend._live_captures:
+                self._own(key)
         t[key] = value
-        if self.backend._live_captures:
-            self._own(key)
 
 
 #: entry map state is map state on heap (a dict per key, mutated in place, copy on write)

@@ -51,8 +51,9 @@ from ...snapshot.codec import read_verified
 from ...snapshot.handles import RocksDBHandle
 from ...typed_codec import pack_key, pack_value, unpack_value
 from .. import ttl
-from ..backend import StateSnapshot, restore_key_group_chunks
+from ..backend import StateSnapshot
 from ..descriptors import ENTRY_MAP, StateDescriptor, check_compatible
+from ..heap.restore import restore_key_group_chunks
 from ..keygroups import KeyGroupRange, key_group_for
 from .states import ROCKS_STATES, _untuple
 
@@ -375,6 +376,11 @@ class RocksDBKeyedStateBackend:
         from ..heap import decode_chunk
 
         kg, states = decode_chunk(chunk, self.operator_uid)
+        self.restore_key_group_states(kg, states, state_meta)
+
+    def restore_key_group_states(self, kg: int, states: dict[str, dict],
+                                 state_meta: dict[str, dict]) -> None:
+        """Load one key group's entries of a heap snapshot, ``{state: {key: value}}``."""
         if kg not in self.key_groups:
             return
         self.write_out(empty=True)
