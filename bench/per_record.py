@@ -103,7 +103,7 @@ def child(records: int, keys: int, backend: str, interval_ms: int, sink: str) ->
         # "heap-full" / "heap-incremental": the heap backend with incremental snapshots off
         # or on (plain "heap" and "rocksdb": as a user gets them by default)
         kind, _, mode = backend.partition("-")
-        options = {"incremental": mode == "incremental"} if mode else {}
+        options = {"heap_incremental": mode == "incremental"} if mode else {}
         p = Pipeline("bench-per-record", state_backend=kind, **options,
                      checkpoint=CheckpointConfig(interval_ms=interval_ms,
                                                  directory=os.path.join(root, "ckpt")),

@@ -25,6 +25,7 @@ class JobConfig:
     metadata_url: str
     state_backend: str = "heap"
     incremental: bool = True
+    heap_incremental: bool = False
     version: str | None = None
     batch_size: int = 1024
     #: rows per read once a source emits Arrow batches (None: max(batch_size, 65536))

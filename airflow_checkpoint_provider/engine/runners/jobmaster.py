@@ -365,7 +365,8 @@ class JobMaster:
             "fence_sinks": self.config.fence_sinks,
             "debloat_target_ms": self.config.checkpoint.buffer_debloat_target_ms,
             "state_backend": {"kind": self.config.state_backend,
-                              "incremental": self.config.incremental}})
+                              "incremental": self.config.incremental,
+                              "heap_incremental": self.config.heap_incremental}})
 
     # -- metrics and progress ---------------------------------------------------------------
     def operator_watermarks(self) -> dict[str, int]:

@@ -191,7 +191,7 @@ class KeyedOperator(_KeyedStateOperator):
         else:
             self.backend = HeapKeyedStateBackend(
                 uid, key_groups, max_parallelism,
-                incremental=(state_backend or {}).get("incremental", False))
+                incremental=(state_backend or {}).get("heap_incremental", False))
         ctx._backend = self.backend
         self.selector = node.key_selector
         self.keys = KeyContract(node.uid or node.name)  # one key contract for both backends
