@@ -142,10 +142,11 @@ MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/datastream/api.py $(ENGINE)/execut
 	$(ENGINE)/plan/job.py $(ENGINE)/protocol $(ENGINE)/catalog $(ENGINE)/checkpoint/coordinator.py $(ENGINE)/checkpoint/outcomes.py $(ENGINE)/checkpoint/held.py \
 	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners \
 	$(ENGINE)/state/backend.py $(ENGINE)/eventtime.py $(ENGINE)/state/ttl.py \
-	$(ENGINE)/state/windows.py $(ENGINE)/connectors/*.py $(ENGINE)/connectors/files \
+	$(ENGINE)/state/columnar/windows.py $(ENGINE)/connectors/*.py $(ENGINE)/connectors/files \
 	$(ENGINE)/connectors/postgres $(ENGINE)/connectors/lakehouse $(ENGINE)/connectors/kafka $(ENGINE)/lifecycle/verify.py $(ENGINE)/lifecycle/key_probe.py \
-	$(ENGINE)/state_io $(ENGINE)/lifecycle/stability.py $(ENGINE)/state/columnar.py \
-	$(ENGINE)/state/key_index.py $(ENGINE)/runtime \
+	$(ENGINE)/state_io $(ENGINE)/lifecycle/stability.py $(ENGINE)/state/columnar/aggregates.py \
+	$(ENGINE)/state/columnar/key_index.py $(ENGINE)/state/interface.py $(ENGINE)/state/heap \
+	$(ENGINE)/state/rocksdb/states.py $(ENGINE)/state/__init__.py $(ENGINE)/runtime \
 	$(ENGINE)/typed_codec.py $(ENGINE)/state/contract.py $(ENGINE)/serialization.py \
 	$(ENGINE)/vectorized_ops.py $(ENGINE)/datastream/vectorized_ops.py
 
