@@ -16,12 +16,12 @@ import pytest
 from operator_harness import load_make, open_op, run
 
 from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
-from airflow_checkpoint_provider.engine.runtime.operators.joins.state import COUNT, SEQ_BITS
 from airflow_checkpoint_provider.engine.runtime.operators.joins.per_record import (
     INTERVAL_STATES,
     LEGACY_WINDOW_STATES,
     WINDOW_STATES,
 )
+from airflow_checkpoint_provider.engine.runtime.operators.joins.state import COUNT, SEQ_BITS
 from airflow_checkpoint_provider.engine.snapshot.handles import RocksDBHandle
 from airflow_checkpoint_provider.engine.state_io.read import _rocksdb_entries
 

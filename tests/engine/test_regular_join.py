@@ -19,7 +19,7 @@ from airflow_checkpoint_provider.engine import (
     PipelineDefinitionError,
 )
 from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext
-from airflow_checkpoint_provider.engine.runtime.task import open_operator
+from airflow_checkpoint_provider.engine.runtime.operators.registry import open_operator
 from airflow_checkpoint_provider.engine.state.keygroups import (
     KeyGroupRange,
     key_group_for,

@@ -191,7 +191,7 @@ def test_in_flight_records_of_a_chain_that_is_gone_are_refused_naming_it(tmp_pat
 def test_in_flight_records_go_to_a_stateful_uid_else_any_uid_else_the_derived_id(tmp_path):
     from types import SimpleNamespace
 
-    from airflow_checkpoint_provider.engine.runtime.task_checkpoint import channel_holder
+    from airflow_checkpoint_provider.engine.runtime.task.checkpointing import channel_holder
 
     vertex = _hop_pipeline(tmp_path).execution_graph().vertices[1]
 

@@ -13,7 +13,9 @@ from operator_harness import open_op
 from airflow_checkpoint_provider.engine import FileSink, GeneratorSource, Pipeline
 from airflow_checkpoint_provider.engine.checkpoint.restore import assign_restore
 from airflow_checkpoint_provider.engine.runtime.batches import encode_arrow
-from airflow_checkpoint_provider.engine.runtime.task_checkpoint import TaskCheckpointing
+from airflow_checkpoint_provider.engine.runtime.task.checkpointing import (
+    SubtaskCheckpointCoordinator,
+)
 from airflow_checkpoint_provider.engine.serialization import packb
 from airflow_checkpoint_provider.engine.snapshot.codec import LoadedSnapshot
 from airflow_checkpoint_provider.engine.snapshot.handles import ChannelStateHandle
@@ -55,19 +57,18 @@ def test_the_replay_runs_at_the_checkpoints_processing_time(tmp_path, wall):
                                     {"records": 3})
     seen = []
 
-    class Replaying(TaskCheckpointing):
-        name = "t"
-
-        def _push_input(self, channel, records):
+    class Task:  # the task as its checkpoint coordinator sees it
+        def push_input(self, channel, records):
             seen.append((channel, records.num_rows, ttl.now_ms()))
 
-    task = Replaying()
-    task._channel_state = (str(tmp_path), ChannelStateHandle.from_dict(
+    checkpointing = SubtaskCheckpointCoordinator.__new__(SubtaskCheckpointCoordinator)
+    checkpointing.task, checkpointing.name = Task(), "t"
+    checkpointing.channel_state = (str(tmp_path), ChannelStateHandle.from_dict(
         handle, location=str(tmp_path), field="channel_state"), T0)
     wall["ms"] = T0 + DOWNTIME_MS
-    task._replay_channel_state()
+    checkpointing.replay_channel_state()
     assert seen == [(0, 3, T0)]
-    assert ttl.now_ms() == T0 + DOWNTIME_MS and task._channel_state is None
+    assert ttl.now_ms() == T0 + DOWNTIME_MS and checkpointing.channel_state is None
 
 
 def test_restore_specs_carry_the_snapshots_time(tmp_path):

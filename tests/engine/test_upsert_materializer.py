@@ -15,7 +15,7 @@ from airflow_checkpoint_provider.engine import GeneratorSource, Pipeline, Pipeli
 from airflow_checkpoint_provider.engine.connectors.files.sink import FileSink
 from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext
-from airflow_checkpoint_provider.engine.runtime.task import open_operator
+from airflow_checkpoint_provider.engine.runtime.operators.registry import open_operator
 from airflow_checkpoint_provider.engine.state.keygroups import (
     KeyGroupRange,
     key_group_for,

@@ -24,7 +24,9 @@ from airflow_checkpoint_provider.engine.errors import RestoreError, StateMigrati
 from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK
 from airflow_checkpoint_provider.engine.runtime.operators.vectorized.latest import LatestOperator
 from airflow_checkpoint_provider.engine.runtime.operators.vectorized.max_join import MaxJoinOperator
-from airflow_checkpoint_provider.engine.runtime.operators.vectorized.unique_join import UniqueJoinOperator
+from airflow_checkpoint_provider.engine.runtime.operators.vectorized.unique_join import (
+    UniqueJoinOperator,
+)
 from airflow_checkpoint_provider.engine.state.keygroups import key_group_for, key_group_range_for
 from airflow_checkpoint_provider.engine.vectorized_ops import (
     latest_by_key,
@@ -166,7 +168,9 @@ def test_max_by_join_state_restores_at_another_parallelism(tmp_path, new, backen
 
 
 def test_max_by_join_compacts_closed_auctions_and_keeps_the_result(monkeypatch):
-    from airflow_checkpoint_provider.engine.runtime.operators.vectorized.max_join import MaxJoinState
+    from airflow_checkpoint_provider.engine.runtime.operators.vectorized.max_join import (
+        MaxJoinState,
+    )
 
     monkeypatch.setattr(MaxJoinState, "COMPACT_MIN", 2)
     steps = win_script(5, steps=80)

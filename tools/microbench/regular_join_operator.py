@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 from regular_join import build, customer, order  # noqa: E402
 
 from airflow_checkpoint_provider.engine import RuntimeContext  # noqa: E402
-from airflow_checkpoint_provider.engine.runtime.task import open_operator  # noqa: E402
+from airflow_checkpoint_provider.engine.runtime.operators.registry import open_operator  # noqa: E402
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange  # noqa: E402
 
 

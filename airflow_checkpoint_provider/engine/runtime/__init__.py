@@ -8,7 +8,7 @@
   (:mod:`.operators.registry`: spec type, state layout, restore compatibility).
 
 The operator and task modules lived directly in this package before issue 53: their old
-paths (``runtime.windowing``, ``runtime.join_state``, ``runtime.vectorized_ops.latest``, ...)
+paths (``runtime.windowing``, ``runtime.mailbox``, ``runtime.vectorized_ops.latest``, ...)
 still import, as the same module objects, with a :class:`DeprecationWarning` naming the new
 path (:class:`_MovedModules`).
 """
@@ -41,6 +41,10 @@ MOVED = {
     "temporal_join": "operators.joins.temporal",
     "vector_joins": "operators.joins.vectorized",
     "vectorized_ops": "operators.vectorized",
+    "task_checkpoint": "task.checkpointing",
+    "alignment": "task.alignment",
+    "mailbox": "task.mailbox",
+    "debloat": "task.debloat",
 }
 
 

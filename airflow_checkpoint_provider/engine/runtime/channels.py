@@ -23,8 +23,8 @@ from ..serialization import pack_records, unpack_records, unpackb
 from ..state.keygroups import key_group_for
 from ..state.vectorized import channels_for, key_groups_of
 from .batches import Batch, encode_arrow, split_by_channel
-from .debloat import SenderCredit
-from .mailbox import Mailbox
+from .task.debloat import SenderCredit
+from .task.mailbox import Mailbox
 
 
 def _rows(records: Batch, start: int, n: int) -> Batch:

@@ -47,16 +47,11 @@ from .auth import (
     serve_authenticated,
 )
 from .batches import decode_arrow
-from .debloat import INITIAL_CHANNEL_CREDIT, CreditAnnouncer
-from .mailbox import Mailbox
-from .task import (
-    LocalChannel,
-    OutputChannel,
-    RecordWriter,
-    StreamTask,
-    TaskEnvironment,
-    event_item,
-)
+from .channels import LocalChannel, OutputChannel, RecordWriter, event_item
+from .environment import TaskEnvironment
+from .task.debloat import INITIAL_CHANNEL_CREDIT, CreditAnnouncer
+from .task.mailbox import Mailbox
+from .task.stream_task import StreamTask
 
 log = logging.getLogger(__name__)
 

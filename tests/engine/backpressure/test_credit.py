@@ -13,19 +13,19 @@ from airflow_checkpoint_provider.engine.errors import ConfigurationError
 from airflow_checkpoint_provider.engine.plan.graph import HASH
 from airflow_checkpoint_provider.engine.protocol import BarrierKind, CheckpointBarrier
 from airflow_checkpoint_provider.engine.protocol import frames as P
-from airflow_checkpoint_provider.engine.runtime import debloat
 from airflow_checkpoint_provider.engine.runtime.channels import (
     LocalChannel,
     OutputChannel,
     RecordWriter,
 )
-from airflow_checkpoint_provider.engine.runtime.debloat import (
+from airflow_checkpoint_provider.engine.runtime.task import debloat
+from airflow_checkpoint_provider.engine.runtime.task.debloat import (
     MIN_CHANNEL_CREDIT,
     CreditAnnouncer,
     ThroughputMeter,
     channel_credit,
 )
-from airflow_checkpoint_provider.engine.runtime.mailbox import Mailbox
+from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
 from airflow_checkpoint_provider.engine.serialization import pack_records, unpack_records
 
 pytestmark = pytest.mark.timeout(30)
@@ -154,7 +154,7 @@ def test_a_slow_consumer_shrinks_its_credit(monkeypatch):
     m = Mailbox(8, channels=1, target_s=1.0, initial_credit=500, max_credit=10_000)
     m.meter = ThroughputMeter(now=0.0)
     assert m.credit_per_channel == 500
-    import airflow_checkpoint_provider.engine.runtime.mailbox as mailbox_module
+    import airflow_checkpoint_provider.engine.runtime.task.mailbox as mailbox_module
 
     monkeypatch.setattr(mailbox_module.time, "monotonic", lambda: clock[0])
     m.put_data(("records", 0, [{"i": i} for i in range(100)]))  # records wait for it

@@ -36,13 +36,13 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.plan.graph import FORWARD
-from airflow_checkpoint_provider.engine.runtime import mailbox as mailbox_module
 from airflow_checkpoint_provider.engine.runtime.channels import LocalChannel, RecordWriter
-from airflow_checkpoint_provider.engine.runtime.debloat import (
+from airflow_checkpoint_provider.engine.runtime.task import mailbox as mailbox_module
+from airflow_checkpoint_provider.engine.runtime.task.debloat import (
     INITIAL_CHANNEL_CREDIT,
     ThroughputMeter,
 )
-from airflow_checkpoint_provider.engine.runtime.mailbox import Mailbox
+from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
 from tests.engine.backpressure.multi_branch_pipelines import (
     SlowStart,
     higher,
@@ -198,7 +198,7 @@ def test_a_source_reads_its_outputs_credit_in_its_own_records():
     """A chain that cuts a batch to a few rows (a combiner) in front of a writer: the
     writer's credit is in those rows. The source reads by what a read puts on each output,
     not a batch of at most that many source records."""
-    from airflow_checkpoint_provider.engine.runtime.debloat import SourceReadSize
+    from airflow_checkpoint_provider.engine.runtime.task.debloat import SourceReadSize
 
     box = Mailbox(8, channels=1, target_s=1.0, initial_credit=8, max_credit=10_000)
     gate = threading.Event()

@@ -1,4 +1,4 @@
-from airflow_checkpoint_provider.engine.runtime.alignment import BarrierHandler
+from airflow_checkpoint_provider.engine.runtime.task.alignment import BarrierHandler
 
 
 def kinds(actions):

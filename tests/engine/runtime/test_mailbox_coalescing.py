@@ -4,7 +4,7 @@ the queue, never past an event or a held channel, never when a control item wait
 import pyarrow as pa
 
 from airflow_checkpoint_provider.engine.protocol import CheckpointBarrier
-from airflow_checkpoint_provider.engine.runtime.mailbox import Mailbox
+from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
 
 
 def _batch(n):

@@ -91,6 +91,8 @@ def test_per_record_state_into_a_vectorized_op_is_refused():
     ("vectorized_ops.latest", "operators.vectorized.latest", "LatestOperator"),
     ("edge_operators", "operators.edges", "SinkOperator"),
     ("factory", "operators.registry", "create_operator"),
+    ("mailbox", "task.mailbox", "Mailbox"),
+    ("task_checkpoint", "task.checkpointing", "channel_holder"),
 ])
 def test_an_old_operator_module_path_imports_the_same_module_with_a_warning(old, new, name):
     base = "airflow_checkpoint_provider.engine.runtime"
@@ -116,3 +118,16 @@ def test_the_old_operators_module_names_read_from_the_package_with_a_warning():
         warnings.simplefilter("error")
         with pytest.raises(AttributeError):
             operators.NoSuchOperator  # noqa: B018
+
+
+@pytest.mark.parametrize(("name", "new"), [("StreamTask", "task.stream_task"),
+                                           ("open_operator", "operators.registry"),
+                                           ("LocalChannel", "channels")])
+def test_the_old_task_module_names_read_from_the_task_package_with_a_warning(name, new):
+    from airflow_checkpoint_provider.engine.runtime import task
+
+    task.__dict__.pop(name, None)
+    base = "airflow_checkpoint_provider.engine.runtime"
+    with pytest.warns(DeprecationWarning, match=f"import {name} from {base}.{new}"):
+        value = getattr(task, name)
+    assert value is getattr(importlib.import_module(f"{base}.{new}"), name)

@@ -12,7 +12,8 @@ import pytest
 from airflow_checkpoint_provider.engine import DiscardSink, GeneratorSource, Pipeline
 from airflow_checkpoint_provider.engine.connectors.discard import DiscardWriter
 from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext
-from airflow_checkpoint_provider.engine.runtime.task import StreamTask, open_operator
+from airflow_checkpoint_provider.engine.runtime.operators.registry import open_operator
+from airflow_checkpoint_provider.engine.runtime.task.stream_task import StreamTask
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 
 SEEN: list = []

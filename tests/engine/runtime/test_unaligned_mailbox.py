@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 
 from airflow_checkpoint_provider.engine.protocol import BarrierKind, CheckpointBarrier
-from airflow_checkpoint_provider.engine.runtime.alignment import BarrierHandler
-from airflow_checkpoint_provider.engine.runtime.mailbox import Mailbox
+from airflow_checkpoint_provider.engine.runtime.task.alignment import BarrierHandler
+from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
 from airflow_checkpoint_provider.engine.serialization import unpackb
 
 pytestmark = pytest.mark.timeout(30)

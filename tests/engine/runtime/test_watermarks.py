@@ -9,7 +9,10 @@ from airflow_checkpoint_provider.engine.eventtime import (
 )
 from airflow_checkpoint_provider.engine.protocol import frames as P
 from airflow_checkpoint_provider.engine.protocol.errors import ProtocolError
-from airflow_checkpoint_provider.engine.runtime.operators.watermarks import SourceWatermarks, WatermarkValve
+from airflow_checkpoint_provider.engine.runtime.operators.watermarks import (
+    SourceWatermarks,
+    WatermarkValve,
+)
 
 
 def strategy(bound=100, idle=None, interval=0):

@@ -19,7 +19,7 @@ from airflow_checkpoint_provider.engine.connectors.kafka.lag import (
     partition_lag,
 )
 from airflow_checkpoint_provider.engine.metrics import JobMetrics
-from airflow_checkpoint_provider.engine.runtime.task_checkpoint import source_lag
+from airflow_checkpoint_provider.engine.runtime.task.checkpointing import source_lag
 
 
 def test_partition_lag_is_end_minus_position_and_unknown_before_a_fetch():

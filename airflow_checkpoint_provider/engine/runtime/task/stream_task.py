@@ -5,50 +5,48 @@ from input channels, control messages from the coordinator), pushes records thro
 operator chain and writes the results to its output channels (:mod:`.channels`).
 
 This module holds the task's lifecycle, its input loops (mailbox dispatch) and its data
-and event-time paths; the checkpoint side (barrier actions, snapshot, upload and ack,
-control messages) is :class:`~.task_checkpoint.TaskCheckpointing`, whose docstring lists
-the steps of a checkpoint at a task.
+and event-time paths; the checkpoint side (barrier alignment, snapshot, upload and ack) is a
+collaborator the task holds, ``task.checkpointing``: a
+:class:`~.checkpointing.SubtaskCheckpointCoordinator`, whose docstring lists the steps of a
+checkpoint at a task.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from typing import cast
 
 import pyarrow as pa
 
-from ..errors import CorruptCheckpointError, DeterministicError, RestoreError
-from ..eventtime import MAX_WATERMARK, MIN_WATERMARK
-from ..plan.functions import RuntimeContext
-from ..plan.graph import Vertex
-from ..protocol import CheckpointBarrier
-from ..protocol import frames as P
-from ..protocol import messages as M
-from ..state.keygroups import key_group_range_for
-from .alignment import BarrierHandler
-from .batches import Batch, as_arrow, as_rows
-from .channels import LocalChannel, OutputChannel, RecordWriter, event_item
-from .debloat import SourceReadSize
-from .environment import TaskEnvironment
-from .failure_place import FailurePlace, describe_node, mark, place_of
-from .mailbox import Mailbox
-from .operators.base import (
+from ...errors import CorruptCheckpointError, DeterministicError, RestoreError
+from ...eventtime import MAX_WATERMARK, MIN_WATERMARK
+from ...plan.functions import RuntimeContext
+from ...plan.graph import Vertex
+from ...protocol import BarrierKind, CheckpointBarrier
+from ...protocol import frames as P
+from ...protocol import messages as M
+from ...state.keygroups import key_group_range_for
+from ..batches import Batch, as_arrow, as_rows
+from ..environment import TaskEnvironment
+from ..failure_place import FailurePlace, describe_node, mark, place_of
+from ..operators.base import (
     Operator,
     ProcessOperator,
 )
-from .operators.edges import SourceOperator
-from .operators.registry import open_operator
-from .operators.watermarks import WatermarkValve
-from .operators.windowing import WindowAggregateOperator, WindowFunctionOperator
-from .task_checkpoint import TaskCheckpointing, operator_counters
+from ..operators.edges import SourceOperator
+from ..operators.registry import open_operator
+from ..operators.watermarks import WatermarkValve
+from ..operators.windowing import WindowAggregateOperator, WindowFunctionOperator
+from .checkpointing import SubtaskCheckpointCoordinator, operator_counters
+from .debloat import SourceReadSize
+from .mailbox import Mailbox
+from .outputs import RecordOutput
 
-# the channels are re-exported: the slot builds them from here
-__all__ = ["LocalChannel", "OutputChannel", "RecordWriter", "StreamTask", "TaskEnvironment",
-           "event_item", "open_operator"]
+__all__ = ["StreamTask"]
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +58,9 @@ COALESCE_BATCHES = 4
 _CHANNEL_ITEMS = ("records", "barrier", "cancel", "eoi", "closed", "watermark")
 
 
-class StreamTask(TaskCheckpointing):
+class StreamTask:
     def __init__(self, env: TaskEnvironment, vertex: Vertex, subtask: int, restore: dict | None,
-                 mailbox: Mailbox, writers: list[RecordWriter],
+                 mailbox: Mailbox, writers: Sequence[RecordOutput],
                  channel_gates: dict[int, threading.Event],
                  start_gate: threading.Event | None = None) -> None:
         self.env = env
@@ -79,7 +77,6 @@ class StreamTask(TaskCheckpointing):
         self.main_writers = [w for w in writers if w.side is None]
         self.side_writers = [w for w in writers if w.side == "late"]
         self.channel_gates = channel_gates  # channel -> Event the reader waits on after a barrier
-        self.handler = BarrierHandler(vertex.num_input_channels(), env.exactly_once)
         self.valve = WatermarkValve(vertex.num_input_channels())
         self.watermark = MIN_WATERMARK          # the chain's input watermark
         self.operators: list[Operator] = []
@@ -92,12 +89,10 @@ class StreamTask(TaskCheckpointing):
         #: restored from a snapshot where this task had already ended its input
         self.restored_finished = False
         self.suspended_for: int | None = None   # sources: stopped by stop-with-savepoint N
-        self._barriers: dict[int, CheckpointBarrier] = {}  # checkpoint -> its barrier here
-        #: unaligned checkpoint -> its snapshot, waiting for its channel state to be captured
-        self._unaligned: dict[int, tuple] = {}
-        self._channel_state: tuple | None = None  # restored in-flight records to replay
-        self._held: dict[int, list] = {}        # blocked channel -> items behind its barrier
-        self._replay: collections.deque = collections.deque()  # released held items
+        #: the checkpoint side: alignment, snapshot, upload and ack (checkpointing.py)
+        self.checkpointing = SubtaskCheckpointCoordinator(
+            self, env, vertex, subtask, self.name, mailbox, writers, self.operators,
+            channel_gates)
         self._coalesced: list = []              # items _with_queued folded into a batch
         self.opened = threading.Event()         # set once open() returned or failed
         self.open_failed = False
@@ -125,8 +120,9 @@ class StreamTask(TaskCheckpointing):
                 self.phase = "processing"
                 self._source_loop()
             else:
-                self.phase = "restore" if self._channel_state is not None else "processing"
-                self._replay_channel_state()
+                restoring = self.checkpointing.channel_state is not None
+                self.phase = "restore" if restoring else "processing"
+                self.checkpointing.replay_channel_state()
                 self.phase = "processing"
                 self._input_loop()
             self.phase = "close"
@@ -177,7 +173,7 @@ class StreamTask(TaskCheckpointing):
             if spec and spec.get("finished"):
                 self.restored_finished = True
             if spec and spec.get("channel_state") is not None:
-                self._channel_state = (spec["directory"], spec["channel_state"],
+                self.checkpointing.channel_state = (spec["directory"], spec["channel_state"],
                                        spec.get("timestamp_ms"))
             try:
                 self.operators.append(open_operator(node, ctx, kg_range, g.max_parallelism,
@@ -190,7 +186,7 @@ class StreamTask(TaskCheckpointing):
                 raise
         chain = self.restore.get(v.auto_uid)  # a stateless chain's in-flight records
         if chain and chain.get("channel_state") is not None:
-            self._channel_state = (chain["directory"], chain["channel_state"],
+            self.checkpointing.channel_state = (chain["directory"], chain["channel_state"],
                                    chain.get("timestamp_ms"))
         # the operators with processing-time timers (a regular join's state TTL too)
         self._timer_ops = [i for i, op in enumerate(self.operators)
@@ -256,7 +252,7 @@ class StreamTask(TaskCheckpointing):
         if now - self._last_report >= METRICS_REPORT_SECONDS:
             self.report_counts(now)
 
-    def _push_input(self, channel: int, records: Batch) -> None:
+    def push_input(self, channel: int, records: Batch) -> None:
         """Records from input channel ``channel`` into the chain: a two-input operator at
         its head learns which of its inputs they came from."""
         if self._input_of is None:
@@ -423,32 +419,29 @@ class StreamTask(TaskCheckpointing):
             # items of a channel released after alignment first: they precede anything of
             # that channel still in the mailbox
             wait = self._fire_processing_timers()
-            if self.handler.capturing:
+            if self.checkpointing.handler.capturing:
                 # An unaligned checkpoint waits for its other inputs' barriers: they come as
                 # control items, and the inputs read ahead to them. Processing records now
                 # could block this thread on a full output and hold those barriers back.
                 item = self.mailbox.take(wait, control_only=True)
             else:
-                item = self._replay.popleft() if self._replay else self.mailbox.take(wait)
+                replay = self.checkpointing.replay
+                item = replay.popleft() if replay else self.mailbox.take(wait)
             if item is None:
                 continue
             kind = item[0]
-            if kind in _CHANNEL_ITEMS and item[1] in self._held:
-                self._held[item[1]].append(item)  # behind a barrier: wait for alignment
+            held = self.checkpointing.held
+            if kind in _CHANNEL_ITEMS and item[1] in held:
+                held[item[1]].append(item)  # behind a barrier: wait for alignment
                 continue
             if kind == "records":
                 self._on_records(item)
             elif kind == "barrier":
-                _, channel, barrier = item
-                self._barriers[barrier.checkpoint_id] = barrier
-                self._apply(self.handler.on_barrier(channel, barrier.checkpoint_id), barrier)
+                self.checkpointing.on_barrier(item[1], item[2])
             elif kind == "ubarrier":
-                _, channel, barrier = item
-                self._barriers[barrier.checkpoint_id] = barrier
-                self._apply(self.handler.on_unaligned_barrier(channel, barrier.checkpoint_id),
-                            barrier)
+                self.checkpointing.on_unaligned_barrier(item[1], item[2])
             elif kind == "cancel":
-                self._apply(self.handler.on_cancel(item[1], item[2]), None)
+                self.checkpointing.on_cancel(item[1], item[2])
             elif kind == "watermark":
                 watermark, idle = item[2]
                 self._on_watermark_status(self.valve.on_watermark(item[1], watermark, idle), 0)
@@ -459,27 +452,52 @@ class StreamTask(TaskCheckpointing):
                 else:
                     self._on_watermark_status(self.valve.on_end(item[1]), 0)
             elif kind == "closed":
-                self._apply(self.handler.on_channel_closed(item[1]), None)
+                self.checkpointing.on_channel_closed(item[1])
             else:
                 self._control(item)
+
+    def _control(self, item: tuple) -> None:
+        """A control item of the coordinator: checkpoint messages go to the checkpointing
+        collaborator; what they change of the task's loop (a draining stop ends the input
+        first, a stop savepoint suspends a source, ``finish`` ends the loop) happens here."""
+        kind = item[0]
+        if kind == "trigger":
+            barrier: CheckpointBarrier = item[1]
+            if barrier.kind == BarrierKind.SAVEPOINT_DRAIN and not self.exhausted:
+                self.exhausted = True       # drain: end the input first, then the savepoint
+                self._end_input(1)
+            self.checkpointing.trigger(barrier)
+            if barrier.kind == BarrierKind.SAVEPOINT_STOP:
+                self.suspended_for = barrier.checkpoint_id  # emit nothing after it
+        elif kind == "notify":
+            self.checkpointing.notify_complete(item[1])
+        elif kind == "unalign":
+            self.checkpointing.unalign(item[1])
+        elif kind == "abort":
+            if self.suspended_for == item[1]:
+                self.suspended_for = None   # the stop savepoint failed: keep running
+            self.checkpointing.abort(item[1])
+        elif kind == "finish":
+            self.finished = True
 
     def _on_records(self, item: tuple) -> None:
         """A records item of an input channel through the chain; then its credit goes back
         to the channel's sender (buffer debloating, :mod:`.debloat`)."""
         step = self.mailbox.credit_step(len(item[2]))
-        if step and not self._replay and not self.operators[0].vectorized:
+        replaying = bool(self.checkpointing.replay)
+        if step and not replaying and not self.operators[0].vectorized:
             # a slow per-record consumer returns credit as it goes, not once per item: its
             # sender (a source that must emit a batch before it takes a trigger) is held
             # for at most a step of processing (debloat.py)
             channel, records = item[1], item[2]
             for start in range(0, len(records), step):
                 part = records[start:start + step]
-                self._push_input(channel, part)
+                self.push_input(channel, part)
                 self.mailbox.consumed(channel, len(part))
             return
         if self._input_of is not None:
-            self._push_input(item[1], item[2])
-        elif self._replay:
+            self.push_input(item[1], item[2])
+        elif replaying:
             self._push(item[2])
         else:
             self._push(self._with_queued(item[2]))
@@ -498,7 +516,7 @@ class StreamTask(TaskCheckpointing):
         if (not isinstance(records, pa.RecordBatch) or not self.operators[0].vectorized
                 or len(records) >= cap):
             return records
-        schema, held, rows = records.schema, self._held, [len(records)]
+        schema, held, rows = records.schema, self.checkpointing.held, [len(records)]
 
         def accept(item) -> bool:
             batch = item[2] if item[0] == "records" else None

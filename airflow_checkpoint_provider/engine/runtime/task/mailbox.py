@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..serialization import pack_records
+from ...serialization import pack_records
 from .debloat import GRANT_FRACTION, MIN_CHANNEL_CREDIT, ThroughputMeter, channel_credit
 
 

@@ -1,5 +1,5 @@
 """A task's checkpoint side: barrier handling, snapshot, upload and ack, and the
-coordinator's control messages (trigger, notify, abort, unalign, finish).
+coordinator's checkpoint messages (trigger, notify, abort, unalign).
 
 Checkpoint at a task (Flink's "checkpoint on barrier"):
 
@@ -12,8 +12,11 @@ Checkpoint at a task (Flink's "checkpoint on barrier"):
 4. Asynchronous part (on the slot's upload pool, off this thread): state files are written
    to checkpoint storage and the task acks with its handles and metrics.
 
-:class:`TaskCheckpointing` is the part of :class:`~.task.StreamTask` that does this; the
-task's loops (:mod:`.task`) hand it the barrier handler's actions and the control items.
+:class:`SubtaskCheckpointCoordinator` (Flink's name) does this for one task. The task holds
+it as ``task.checkpointing`` and hands it the barriers, cancel markers and closed channels of
+its inputs and the coordinator's checkpoint messages; it owns the barrier handler, the
+barriers seen, the channels held back for alignment and the unaligned checkpoints waiting
+for their in-flight records.
 """
 
 from __future__ import annotations
@@ -22,83 +25,107 @@ import collections
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, cast
 
-from ..eventtime import MIN_WATERMARK
-from ..protocol import BarrierKind, CheckpointBarrier
-from ..protocol import frames as P
-from ..protocol import messages as M
-from ..serialization import packb, unpack_records, unpackb
-from ..snapshot.codec import read_verified
-from ..state.backend import write_state_file
-from ..state.ttl import processing_time_at
+from ...eventtime import MIN_WATERMARK
+from ...protocol import CheckpointBarrier
+from ...protocol import frames as P
+from ...protocol import messages as M
+from ...serialization import packb, unpack_records, unpackb
+from ...snapshot.codec import read_verified
+from ...state.backend import write_state_file
+from ...state.ttl import processing_time_at
+from ..batches import Batch, decode_arrow, encode_arrow
+from ..failure_place import mark
+from ..operators.base import Operator
 from .alignment import BarrierHandler
-from .batches import Batch, decode_arrow, encode_arrow
-from .channels import RecordWriter
-from .failure_place import mark
 from .mailbox import Mailbox
-from .operators.base import Operator
+from .outputs import RecordOutput
 
 if TYPE_CHECKING:
-    from ..plan.graph import Vertex
-    from .environment import TaskEnvironment
+    from ...plan.graph import Vertex
+    from ..environment import TaskEnvironment
 
 log = logging.getLogger(__name__)
 
 
-class TaskCheckpointing:
-    """The checkpoint methods of :class:`~.task.StreamTask` (a mixin: the task owns the
-    state below; its constructor sets it)."""
+class CheckpointedTask(Protocol):
+    """What the checkpoint coordinator reads of its task: the chain's input watermark,
+    whether it ran its end of input, its record counts, and its data path (the replay of
+    restored in-flight records goes through it)."""
 
-    env: TaskEnvironment
-    vertex: Vertex
-    subtask: int
-    name: str
-    mailbox: Mailbox
-    writers: list[RecordWriter]
-    operators: list[Operator]
-    handler: BarrierHandler
-    channel_gates: dict[int, threading.Event]
     watermark: int
-    exhausted: bool
     input_ended: bool
-    finished: bool
-    suspended_for: int | None
-    _barriers: dict[int, CheckpointBarrier]
-    _unaligned: dict[int, tuple]
-    _channel_state: tuple | None
-    _held: dict[int, list]
-    _replay: collections.deque
 
-    if TYPE_CHECKING:  # the task's data path
-        def _push(self, records: Batch, start: int = 0) -> None: ...
-        def _push_input(self, channel: int, records: Batch) -> None: ...
-        def _end_input(self, start: int = 0) -> None: ...
-        def counts_by_operator(self) -> dict[str, list[int]]: ...
+    def counts_by_operator(self) -> dict[str, list[int]]: ...
+
+    def push_input(self, channel: int, records: Batch) -> None: ...
+
+
+class SubtaskCheckpointCoordinator:
+    """The checkpoint side of one task (see the module docstring)."""
+
+    def __init__(self, task: CheckpointedTask, env: TaskEnvironment, vertex: Vertex,
+                 subtask: int, name: str, mailbox: Mailbox, writers: Sequence[RecordOutput],
+                 operators: list[Operator], channel_gates: dict[int, threading.Event]) -> None:
+        self.task = task
+        self.env = env
+        self.vertex = vertex
+        self.subtask = subtask
+        self.name = name
+        self.mailbox = mailbox
+        self.writers = writers
+        #: the task's chain (the task's own list: filled when the task opens)
+        self.operators = operators
+        self.channel_gates = channel_gates  # channel -> Event the reader waits on after a barrier
+        self.handler = BarrierHandler(vertex.num_input_channels(), env.exactly_once)
+        self.barriers: dict[int, CheckpointBarrier] = {}  # checkpoint -> its barrier here
+        #: unaligned checkpoint -> its snapshot, waiting for its channel state to be captured
+        self.unaligned: dict[int, tuple] = {}
+        #: restored in-flight records to replay: (directory, handle, checkpoint time in ms)
+        self.channel_state: tuple | None = None
+        self.held: dict[int, list] = {}        # blocked channel -> items behind its barrier
+        self.replay: collections.deque = collections.deque()  # released held items
 
     # -- restore --------------------------------------------------------------------------
-    def _replay_channel_state(self) -> None:
+    def replay_channel_state(self) -> None:
         """Restored from an unaligned checkpoint: the records that were in flight to this
         task go through its chain before any new input (they precede it), at the
-        checkpoint's processing time (:func:`~..state.ttl.processing_time_at`: the restored
+        checkpoint's processing time (:func:`~...state.ttl.processing_time_at`: the restored
         state they add to must not expire over the downtime)."""
-        if self._channel_state is None:
+        if self.channel_state is None:
             return
-        directory, handle, at_ms = self._channel_state
-        self._channel_state = None
+        directory, handle, at_ms = self.channel_state
+        self.channel_state = None
         data = read_verified(handle.location_in(directory), handle.size, handle.sha256)
         with processing_time_at(at_ms):
             for channel, kind, payload in cast(list, unpackb(data)):
-                self._push_input(channel, decode_arrow(payload) if kind == "arrow"
-                                 else unpack_records(payload))
+                self.task.push_input(channel, decode_arrow(payload) if kind == "arrow"
+                                     else unpack_records(payload))
         log.debug("Task %s replayed %d in-flight records", self.name, handle.records)
+
+    # -- input events ---------------------------------------------------------------------
+    def on_barrier(self, channel: int, barrier: CheckpointBarrier) -> None:
+        self.barriers[barrier.checkpoint_id] = barrier
+        self._apply(self.handler.on_barrier(channel, barrier.checkpoint_id), barrier)
+
+    def on_unaligned_barrier(self, channel: int, barrier: CheckpointBarrier) -> None:
+        self.barriers[barrier.checkpoint_id] = barrier
+        self._apply(self.handler.on_unaligned_barrier(channel, barrier.checkpoint_id), barrier)
+
+    def on_cancel(self, channel: int, checkpoint_id: int) -> None:
+        self._apply(self.handler.on_cancel(channel, checkpoint_id), None)
+
+    def on_channel_closed(self, channel: int) -> None:
+        self._apply(self.handler.on_channel_closed(channel), None)
 
     # -- barrier handler actions ----------------------------------------------------------
     def _apply(self, actions: list, barrier: CheckpointBarrier | None) -> None:
         for action in actions:
             if action[0] == "release":
                 for ch in action[1]:
-                    self._replay.extend(self._held.pop(ch, ()))
+                    self.replay.extend(self.held.pop(ch, ()))
                     self.channel_gates[ch].set()
             elif action[0] == "block":
                 # Hold back what this channel delivers after its barrier: items already in
@@ -107,19 +134,19 @@ class TaskCheckpointing:
                 # the reader kept reading: no stall between the barrier's arrival and its
                 # processing.
                 ch = action[1]
-                self._held.setdefault(ch, [])
+                self.held.setdefault(ch, [])
                 self.channel_gates[ch].clear()
             elif action[0] == "checkpoint":
                 # a closed input channel can complete the alignment too (its upstream's
                 # connection dropped): the barrier is then the one this task holds
-                held = self._barriers.get(action[1], barrier)
-                self._checkpoint(cast(CheckpointBarrier, held), action[2])
+                held = self.barriers.get(action[1], barrier)
+                self.checkpoint(cast(CheckpointBarrier, held), action[2])
             elif action[0] == "unaligned":
-                self._checkpoint(self._barriers[action[1]].as_unaligned(), action[2],
+                self.checkpoint(self.barriers[action[1]].as_unaligned(), action[2],
                                  unaligned=True)
             elif action[0] == "captured":
                 chk = action[1]
-                pending = self._unaligned.pop(chk, None)
+                pending = self.unaligned.pop(chk, None)
                 captured = self.mailbox.finish_capture(chk)
                 if pending is not None and captured is not None:
                     args, timing, started = pending
@@ -129,7 +156,7 @@ class TaskCheckpointing:
                                                 channel_items=captured)
             elif action[0] == "drop_capture":
                 _, chk, reason = action
-                self._unaligned.pop(chk, None)
+                self.unaligned.pop(chk, None)
                 self.mailbox.end_unaligned(chk)
                 if reason is not None:
                     self._decline(chk, reason)
@@ -140,51 +167,46 @@ class TaskCheckpointing:
                 if reason is not None:
                     self._decline(chk, reason)
 
-    # -- control --------------------------------------------------------------------------
-    def _control(self, item) -> None:
-        kind = item[0]
-        if kind == "trigger":
-            barrier: CheckpointBarrier = item[1]
-            if barrier.kind == BarrierKind.SAVEPOINT_DRAIN and not self.exhausted:
-                self.exhausted = True       # drain: end the input first, then the savepoint
-                self._end_input(1)
-            self._checkpoint(barrier, 0.0)
-            if barrier.kind == BarrierKind.SAVEPOINT_STOP:
-                self.suspended_for = barrier.checkpoint_id  # emit nothing after it
-        elif kind == "notify":
-            for op in self.operators:
-                try:
-                    op.notify_complete(item[1])
-                except Exception as exc:
-                    mark(exc, op.node, "commit")
-                    raise
-        elif kind == "unalign":
-            self._apply(self.handler.on_unalign(item[1]), self._barriers.get(item[1]))
-        elif kind == "abort":
-            self._apply(self.handler.on_abort(item[1]), None)
-            if self.suspended_for == item[1]:
-                self.suspended_for = None   # the stop savepoint failed: keep running
-            for op in self.operators:
-                try:
-                    op.notify_abort(item[1])
-                except Exception as exc:
-                    mark(exc, op.node, "abort")
-                    raise
-        elif kind == "finish":
-            self.finished = True
+    # -- the coordinator's checkpoint messages --------------------------------------------
+    def trigger(self, barrier: CheckpointBarrier) -> None:
+        """A source task's trigger (the task ended its input first for a draining stop)."""
+        self.checkpoint(barrier, 0.0)
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed: sinks commit what they pre-committed."""
+        for op in self.operators:
+            try:
+                op.notify_complete(checkpoint_id)
+            except Exception as exc:
+                mark(exc, op.node, "commit")
+                raise
+
+    def unalign(self, checkpoint_id: int) -> None:
+        """The aligned checkpoint ``checkpoint_id`` passed its alignment timeout."""
+        self._apply(self.handler.on_unalign(checkpoint_id), self.barriers.get(checkpoint_id))
+
+    def abort(self, checkpoint_id: int) -> None:
+        """The coordinator aborted the checkpoint: alignment or capture ends, sinks abort."""
+        self._apply(self.handler.on_abort(checkpoint_id), None)
+        for op in self.operators:
+            try:
+                op.notify_abort(checkpoint_id)
+            except Exception as exc:
+                mark(exc, op.node, "abort")
+                raise
 
     def _decline(self, chk: int, reason: str) -> None:
         self.env.send(M.Decline(vertex=self.vertex.id, subtask=self.subtask, checkpoint_id=chk,
                                 reason=reason))
 
     # -- checkpoint -----------------------------------------------------------------------
-    def _checkpoint(self, barrier: CheckpointBarrier, alignment_ms: float, *,
+    def checkpoint(self, barrier: CheckpointBarrier, alignment_ms: float, *,
                     unaligned: bool = False) -> None:
         """Steps 2-4 of the module docstring; the files go to ``barrier.location``. An
         unaligned checkpoint starts capturing the in-flight records here and acks once they
         are complete (the handler's ``captured`` action)."""
         chk, location = barrier.checkpoint_id, barrier.location
-        self._barriers = {c: b for c, b in self._barriers.items() if c > chk}
+        self.barriers = {c: b for c, b in self.barriers.items() if c > chk}
         t0 = time.perf_counter()
         # 2. synchronous part: capture every operator's state
         snapshots = []
@@ -207,10 +229,10 @@ class TaskCheckpointing:
             "start_delay_ms": round(max(0.0, time.time() * 1000 - barrier.timestamp_ms), 3),
             # records in/out per operator up to this barrier, since the attempt started,
             # and the input watermark: throughput and lag between checkpoints (stability)
-            "records": self.counts_by_operator()}
-        if self.watermark != MIN_WATERMARK:
-            timing["watermark"] = self.watermark
-        if self.input_ended and not barrier.kind.is_savepoint:
+            "records": self.task.counts_by_operator()}
+        if self.task.watermark != MIN_WATERMARK:
+            timing["watermark"] = self.task.watermark
+        if self.task.input_ended and not barrier.kind.is_savepoint:
             # recorded per subtask in _metadata: a restore does not run it again (FLIP-147).
             # Not in savepoints: a drained one (stop --drain) ends the input of a job that
             # is meant to go on reading when it is restored
@@ -228,7 +250,7 @@ class TaskCheckpointing:
             timing["counters"] = counters
         args = (chk, location, snapshots, sync_ms, alignment_ms, barrier.kind.is_savepoint)
         if unaligned:
-            self._unaligned[chk] = (args, timing, time.perf_counter())
+            self.unaligned[chk] = (args, timing, time.perf_counter())
         else:
             self.env.upload_pool.submit(self._upload_and_ack, *args, timing=timing)
 

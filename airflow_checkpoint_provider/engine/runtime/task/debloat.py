@@ -54,8 +54,13 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..protocol import frames as P
+from ...protocol import frames as P
+
+if TYPE_CHECKING:
+    from .outputs import RecordOutput
 
 #: the smallest credit of one channel, in records: a very slow consumer still gets a few
 MIN_CHANNEL_CREDIT = 8
@@ -178,7 +183,7 @@ class SourceReadSize:
     the middle of it), at most 1: a chain that multiplies records reads as before. An output
     without credit still stops the read (backpressure)."""
 
-    def __init__(self, writers: list) -> None:
+    def __init__(self, writers: Sequence[RecordOutput]) -> None:
         self.writers = writers
         self._emitted = [w.emitted for w in writers]
         self._ratio: list[float | None] = [None] * len(writers)
