@@ -307,6 +307,7 @@ def run(scenario: str, args) -> dict:
                                     standby=scenario == "savepoint-standby")
         else:
             res = blue_green(d, in_place=scenario == "blue-green-in-place")
+        res["load"] = round(os.getloadavg()[0], 1)  # at the end of the cut-over's run
         res.update(d.counts())
         return res
     finally:
