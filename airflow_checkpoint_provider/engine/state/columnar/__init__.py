@@ -13,6 +13,19 @@ Each table implements the :class:`~..backend.KeyedStateBackend` protocol itself 
 IPC file per snapshot), whichever state backend the job chose.
 """
 
+import warnings
+
+from . import aggregates
 from .aggregates import LAST_UPDATE, AggregateSpec, AggregateTable
 
 __all__ = ["LAST_UPDATE", "AggregateSpec", "AggregateTable"]
+
+
+def __getattr__(name: str) -> object:
+    """Any other name of the module ``state.columnar`` was before issue 53 (``KeyIndex``,
+    helpers): read from :mod:`.aggregates`, with a :class:`DeprecationWarning`."""
+    if name.startswith("__") or not hasattr(aggregates, name):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"{__name__}.{name} is deprecated: import it from {aggregates.__name__}",
+                  DeprecationWarning, stacklevel=2)
+    return getattr(aggregates, name)
