@@ -25,10 +25,11 @@ Printed on this machine:
 ``wedge`` (a race inside the broker: it needs preemption between the broker's own tasks,
 so more tokio worker threads than cores, or a loaded machine): rounds of K producers
 committing concurrently on one partition (the K subtasks of a sink publishing one
-checkpoint), each round followed by a probe producer's lone commit. A concurrent EndTxn
-can complete another producer's prepared transaction between that producer's EndTxn steps;
-its own commit marker is then written into a transaction already completed, which keeps a
-"committed" entry with a record range that every later commit on the partition waits for.
+checkpoint), each round followed by a probe producer's lone commit. (How, as we read
+``txn_end``: a concurrent EndTxn can complete another producer's prepared transaction
+between that producer's EndTxn steps; its own commit marker is then written into a
+transaction already completed, which keeps a "committed" entry with a record range that
+every later commit on the partition waits for. What is shown is the behaviour.)
 The probe's commit then stays invisible (and its offset commit unapplied) until the racing
 producer commits again; once the producers are replaced (a stop with savepoint and a
 restore: the same transactional.ids initialized again, as ``KafkaSink.recover`` does),
