@@ -57,7 +57,7 @@ def _start_pair(root: str, n: int = N):
     return out, blue_bg, blue, green_bg, green, sp.result["location"]
 
 
-def _promote(root: str, *, kill_after: bool) -> tuple[Counter, dict]:
+def _promote(root: str, *, kill_after: bool, warm: bool = True) -> tuple[Counter, dict]:
     out, blue_bg, blue, green_bg, green, _ = _start_pair(root)
     final = blue_bg.request(blue.job_id, "STOP_WITH_SAVEPOINT", {})
     assert final.status == "SUCCEEDED", final.error
@@ -75,9 +75,13 @@ def _promote(root: str, *, kill_after: bool) -> tuple[Counter, dict]:
     # ended their fenced tasks first (each registered again as the next attempt)
     first, promoted_attempt = green_bg.store.list_attempts(green.job_id)[-2:]
     assert promoted_attempt.attempt == promote.result["attempt"]
-    assert sorted(p["pid"] for p in promoted_attempt.placement) == \
-        sorted(p["pid"] for p in first.placement), (first.placement, promoted_attempt.placement)
-    assert all("recycle" in p["phases"] for p in promoted_attempt.placement)
+    pids = ({p["pid"] for p in first.placement}, {p["pid"] for p in promoted_attempt.placement})
+    if warm:
+        assert pids[0] == pids[1], (first.placement, promoted_attempt.placement)
+        assert all("recycle" in p["phases"] for p in promoted_attempt.placement)
+    else:  # the slots did not come back in time: new processes, under a later attempt number
+        assert not pids[0] & pids[1], (first.placement, promoted_attempt.placement)
+        assert promoted_attempt.attempt == first.attempt + 2
     killed = None
     if kill_after:  # SIGKILL a slot of the promoted attempt once it committed a checkpoint
         store = green_bg.store
@@ -119,6 +123,20 @@ def test_promote_in_place_is_exactly_once(tmp_path, reference):
 def test_sigkill_after_promote_in_place_is_exactly_once(tmp_path, reference):
     rows, info = _promote(str(tmp_path), kill_after=True)
     print("promote in place, SIGKILL after:", compare(rows, reference), info)
+    assert compare(rows, reference) == {"rows": N, "duplicates": 0, "missing": 0,
+                                         "unexpected": 0}
+
+
+@pytest.mark.timeout(300)
+def test_promote_starts_new_slots_when_the_recycled_ones_do_not_come_back(
+        tmp_path, reference, monkeypatch):
+    """No time for the recycled slots to register again: the fenced attempt's processes are
+    stopped and the promoted attempt starts in new ones, still exactly once."""
+    from airflow_checkpoint_provider.engine.runners import attempt
+
+    monkeypatch.setattr(attempt, "RECYCLE_WAIT_SECONDS", 0.0)
+    rows, info = _promote(str(tmp_path), kill_after=False, warm=False)
+    print("promote in place, cold slots:", compare(rows, reference), info)
     assert compare(rows, reference) == {"rows": N, "duplicates": 0, "missing": 0,
                                          "unexpected": 0}
 

@@ -68,6 +68,9 @@ class AttemptOutcome:
     #: the attempt stopped for a checked PROMOTE (:class:`.promote.Promotion`): the attempt
     #: loop restores its snapshot next, in the same application
     promotion: Any = None
+    #: the number of the attempt that runs next when not the next one: slots told to
+    #: ``recycle`` that did not all come back may still send as the next attempt
+    next_attempt: int | None = None
 
     @property
     def full_failure(self) -> str | None:
@@ -165,6 +168,7 @@ class AttemptRun:
         self.registered_after: dict[int, float] = {}
         self.last_heartbeat = 0.0
         self.promote_next = 0.0  # when a PROMOTE that must wait is checked again
+        self.recycle_sent = False  # a PROMOTE told the slots to recycle
         self.handlers: dict[type[M.FromSlot], Handler] = {
             M.Register: self.on_register,
             M.Address: self.on_address,
@@ -383,7 +387,12 @@ class AttemptRun:
             control.fail_request(req.request_id, error)
             return None
         reason = f"restoring {promotion.snapshot.directory} in place (PROMOTE)"
-        outcome = self.recycle(reason) or self.fail(reason)
+        self.recycle_sent = False
+        outcome = self.recycle(reason)
+        if outcome is None:
+            outcome = self.fail(reason)
+            if self.recycle_sent:  # a late registration of a recycled slot is ignored
+                outcome.next_attempt = self.attempt + 2
         outcome.promotion = promotion
         return outcome
 
@@ -406,6 +415,7 @@ class AttemptRun:
         self.coord.set_tasks_running(set())
         events = m.server.events
         _drain(events)  # this attempt's messages: nothing reads them any more
+        self.recycle_sent = True
         try:
             for c in m.conns.values():
                 c.send(M.Recycle(attempt=nxt))

@@ -125,7 +125,8 @@ class Failover:
             if outcome.status in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
                 return JobEnd(outcome.status, None, restarts)
             if outcome.promotion is not None:  # restore in place (runners/promote.py)
-                attempt += 1
+                attempt = outcome.next_attempt if outcome.next_attempt is not None \
+                    else attempt + 1
                 try:
                     snapshot = initial = m.promoter.apply(outcome.promotion, attempt)
                 except Exception as exc:  # noqa: BLE001 - the fenced attempt has stopped
