@@ -402,7 +402,7 @@ FAMILIES = [
            lambda r: _kafka_report().render(r.load("kafka.json")),
            peer="Quix Streams",
            columns=["workload", "engine", "marginal rate (rec/s)", "records per CPU-second",
-                    "ours / peer", "reps"],
+                    "ours / peer", "ours / peer per CPU-second", "reps"],
            row_load=lambda d, b: _kafka_report().row_load(d, b),
            what=lambda d: _kafka_report().what(d)),
     Family("Job master CPU with checkpoints every second", "jobmaster_overhead.json",

@@ -84,3 +84,18 @@ def test_a_missing_quix_venv_is_refused_naming_make_bench_kafka(tmp_path, capsys
     with pytest.raises(SystemExit):
         kafka.main(["--engines", "ours,quixstreams", "--peers-dir", str(tmp_path / "none")])
     assert "make bench-kafka" in capsys.readouterr().err
+
+
+def test_ours_over_quix_per_cpu_second_is_the_median_of_same_repetition_ratios():
+    from bench.peers import kafka_report
+
+    def rep(engine, n, cpu):
+        return {"workload": "per_record", "engine": engine, "rep": n,
+                "marginal": {"rate": 1.0, "records_per_cpu_s": cpu}}
+
+    data = {"runs": [rep("ours", 0, 100.0), rep("quixstreams", 0, 10.0),
+                     rep("ours", 1, 300.0), rep("quixstreams", 1, 100.0),
+                     rep("ours", 2, 50.0), rep("quixstreams", 2, 25.0)]}
+    assert kafka_report.cpu_ratio(data, "per_record", "quixstreams") == 3.0  # not 150 / 25
+    assert kafka_report.cpu_ratio(data, "per_record", "ours") is None
+    assert kafka_report.cpu_ratio(data, "aggregate", "quixstreams") is None
