@@ -137,6 +137,14 @@ def difference(got: Counter, want: Counter, examples: int = 3) -> dict:
         "extra": sum(extra.values()),
         "committed": sum(got.values()),
         "expected": sum(want.values()),
-        "missing_examples": [dict(k) for k in list(missing)[:examples]],
-        "extra_examples": [dict(k) for k in list(extra)[:examples]],
+        "missing_examples": [_example(k) for k in list(missing)[:examples]],
+        "extra_examples": [_example(k) for k in list(extra)[:examples]],
     }
+
+
+def _example(row: tuple):
+    """A row of a multiset as it is shown: a dict of its ``(column, value)`` pairs, or the
+    tuple as a list when it is not made of pairs (a Kafka cell's ``(key, "count", n)``)."""
+    if all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in row):
+        return dict(row)
+    return list(row)

@@ -464,3 +464,19 @@ def test_the_report_counts_the_runs_on_the_default_settings_by_family_and_older_
     assert "| q1/local/heap/aligned | duckdb | 1 | 1 |" in table
     rev = code_revision()
     assert rev is None or len(rev.split("+")[0]) == 12
+
+
+def test_a_difference_shows_rows_that_are_not_column_pairs():
+    """A Kafka cell's multiset holds ``(key, "count", n)`` tuples: their difference is
+    shown as lists, not refused (a run with differences crashed the harness)."""
+    from collections import Counter
+
+    from bench.chaos.compare import difference
+
+    got = Counter({("k1", "count", 1): 1, ("k1", 7): 2})
+    want = Counter({("k1", "count", 1): 1, ("k1", "count", 2): 1, ("k1", 7): 1})
+    d = difference(got, want)
+    assert (d["missing"], d["extra"]) == (1, 1)
+    assert d["missing_examples"] == [["k1", "count", 2]] and d["extra_examples"] == [["k1", 7]]
+    rows = Counter({(("a", 1), ("b", "x")): 1})
+    assert difference(Counter(), rows)["missing_examples"] == [{"a": 1, "b": "x"}]
