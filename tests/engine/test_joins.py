@@ -263,7 +263,7 @@ def test_a_two_input_task_aligns_barriers_across_its_inputs_and_tags_records(tmp
     from airflow_checkpoint_provider.engine.protocol import frames as P
     from airflow_checkpoint_provider.engine.runtime.environment import TaskEnvironment
     from airflow_checkpoint_provider.engine.runtime.slot import _reader
-    from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
+    from airflow_checkpoint_provider.engine.runtime.task.mailbox import Finish, Mailbox
     from airflow_checkpoint_provider.engine.runtime.task.stream_task import StreamTask
     from airflow_checkpoint_provider.engine.serialization import packb
 
@@ -314,7 +314,7 @@ def test_a_two_input_task_aligns_barriers_across_its_inputs_and_tags_records(tmp
     snap = rec.events.index("snapshot-1")
     assert set(rec.events[:snap]) == {(1, 1), (1, 2), (2, 10)}
     assert set(rec.events[snap + 1:]) == {(1, 3), (2, 11)}
-    task.mailbox.put_control(("finish",))
+    task.mailbox.put_control(Finish())
 
 
 # -- the DSL's checks -------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from ..state.keygroups import key_group_for
 from ..state.vectorized import channels_for, key_groups_of
 from .batches import Batch, encode_arrow, split_by_channel
 from .task.debloat import SenderCredit
-from .task.mailbox import Mailbox
+from .task.mailbox import ChannelItem, ItemKind, Mailbox
 
 
 def _rows(records: Batch, start: int, n: int) -> Batch:
@@ -81,17 +81,17 @@ class OutputChannel:
             pass
 
 
-def event_item(kind: int, payload: bytes, channel: int) -> tuple:
+def event_item(kind: int, payload: bytes, channel: int) -> ChannelItem:
     """The mailbox item of an in-band event frame (barrier, cancel marker, end of input)
     received on input channel ``channel``, over TCP or in memory."""
     if kind == P.BARRIER:
-        return ("barrier", channel, CheckpointBarrier.decode(payload))
+        return (ItemKind.BARRIER, channel, CheckpointBarrier.decode(payload))
     if kind == P.CANCEL:
-        return ("cancel", channel, unpackb(payload))
+        return (ItemKind.CANCEL, channel, unpackb(payload))
     if kind == P.END_OF_INPUT:
-        return ("eoi", channel, None)
+        return (ItemKind.END_OF_INPUT, channel, None)
     if kind == P.WATERMARK:
-        return ("watermark", channel, P.decode_watermark(payload))
+        return (ItemKind.WATERMARK, channel, P.decode_watermark(payload))
     raise P.ConnectionClosed(f"unexpected frame type {kind}")
 
 
@@ -118,7 +118,7 @@ class LocalChannel:
             part = self.mailbox.reserve(self.channel, n - start)
             if part <= 0:
                 raise P.ConnectionClosed("the downstream task of this slot has stopped")
-            self._put(("records", self.channel, _rows(records, start, part)))
+            self._put((ItemKind.RECORDS, self.channel, _rows(records, start, part)))
             start += part
 
     def available(self, timeout: float = 0.0) -> int | None:
@@ -129,7 +129,7 @@ class LocalChannel:
         self._put(event_item(kind, payload, self.channel))
 
     def close(self) -> None:
-        self.mailbox.put_data(("closed", self.channel, None))
+        self.mailbox.put_data((ItemKind.CLOSED, self.channel, None))
 
 
 class RecordWriter:

@@ -50,7 +50,15 @@ from .batches import decode_arrow
 from .channels import LocalChannel, OutputChannel, RecordWriter, event_item
 from .environment import TaskEnvironment
 from .task.debloat import INITIAL_CHANNEL_CREDIT, CreditAnnouncer
-from .task.mailbox import Mailbox
+from .task.mailbox import (
+    AbortCheckpoint,
+    Finish,
+    ItemKind,
+    Mailbox,
+    NotifyComplete,
+    TriggerCheckpoint,
+    Unalign,
+)
 from .task.stream_task import StreamTask
 
 log = logging.getLogger(__name__)
@@ -112,18 +120,18 @@ def _reader(sock: socket.socket, channel: int, mailbox: Mailbox, gate: threading
             kind, payload = P.recv_frame(sock)
             gate.wait()
             if kind == P.ARROW:
-                ok = mailbox.put_data(("records", channel, decode_arrow(payload)))
+                ok = mailbox.put_data((ItemKind.RECORDS, channel, decode_arrow(payload)))
             elif kind == P.RECORDS:
-                ok = mailbox.put_data(("records", channel, unpack_records(payload)))
+                ok = mailbox.put_data((ItemKind.RECORDS, channel, unpack_records(payload)))
             else:
                 ok = mailbox.put_data(event_item(kind, payload, channel))
             if not ok:
                 return
     except ProtocolError as exc:
         log.error("Input channel %d sent an invalid frame: %s", channel, exc)
-        mailbox.put_data(("closed", channel, None))
+        mailbox.put_data((ItemKind.CLOSED, channel, None))
     except (P.ConnectionClosed, OSError):
-        mailbox.put_data(("closed", channel, None))
+        mailbox.put_data((ItemKind.CLOSED, channel, None))
     finally:
         sock.close()
 
@@ -441,7 +449,7 @@ class Slot:
     def _dispatch(self, m: M.Message) -> None:
         """One coordinator command, to the mailboxes of the tasks it concerns."""
         if isinstance(m, M.Trigger):
-            item = ("trigger", m.barrier())
+            item = TriggerCheckpoint(m.barrier())
             for t in self.tasks:
                 if t.vertex.is_source:
                     t.mailbox.put_control(item)
@@ -449,15 +457,17 @@ class Slot:
             for t in self.tasks:
                 if not t.vertex.is_source:
                     t.mailbox.begin_unaligned(m.checkpoint_id)  # read ahead now
-                    t.mailbox.put_control(("unalign", m.checkpoint_id))
+                    t.mailbox.put_control(Unalign(m.checkpoint_id))
         elif isinstance(m, M.Notify | M.Abort):
             for t in self.tasks:
                 if isinstance(m, M.Abort):
                     t.mailbox.end_unaligned(m.checkpoint_id)
-                t.mailbox.put_control((m.TYPE, m.checkpoint_id))
+                    t.mailbox.put_control(AbortCheckpoint(m.checkpoint_id))
+                else:
+                    t.mailbox.put_control(NotifyComplete(m.checkpoint_id))
         elif isinstance(m, M.Finish):
             for t in self.tasks:
-                t.mailbox.put_control(("finish",))
+                t.mailbox.put_control(Finish())
         elif isinstance(m, M.Recycle):
             # this attempt ends (its tasks stop as on a lost coordinator: nothing they
             # staged is published) and the process hosts attempt ``m.attempt``

@@ -4,7 +4,7 @@ the queue, never past an event or a held channel, never when a control item wait
 import pyarrow as pa
 
 from airflow_checkpoint_provider.engine.protocol import CheckpointBarrier
-from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
+from airflow_checkpoint_provider.engine.runtime.task.mailbox import Finish, Mailbox
 
 
 def _batch(n):
@@ -30,9 +30,9 @@ def test_take_following_respects_the_limit_and_pending_control():
     for i in range(5):
         m.put_data(("records", 0, _batch(i + 1)))
     assert len(m.take_following(_records, limit=2)) == 2
-    m.put_control(("trigger", None))
+    m.put_control(Finish())
     assert m.take_following(_records, limit=10) == []  # control first, as with take()
-    assert m.take(0) == ("trigger", None)
+    assert m.take(0) == Finish()
     assert len(m.take_following(_records, limit=10)) == 3
 
 

@@ -18,7 +18,7 @@ from airflow_checkpoint_provider.engine.protocol import CheckpointBarrier, encod
 from airflow_checkpoint_provider.engine.protocol import frames as P
 from airflow_checkpoint_provider.engine.runtime.environment import TaskEnvironment
 from airflow_checkpoint_provider.engine.runtime.slot import _reader
-from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
+from airflow_checkpoint_provider.engine.runtime.task.mailbox import Finish, Mailbox
 from airflow_checkpoint_provider.engine.runtime.task.stream_task import StreamTask
 from airflow_checkpoint_provider.engine.serialization import packb
 
@@ -91,7 +91,7 @@ def test_records_after_barrier_wait_for_barrier_on_other_channel(tmp_path):
     wait_for(lambda: any(m["type"] == "ack" for m in sent))
     ack = next(m for m in sent if m["type"] == "ack")
     assert ack["checkpoint_id"] == 1 and ack["metrics"]["alignment_ms"] >= 250
-    task.mailbox.put_control(("finish",))
+    task.mailbox.put_control(Finish())
 
 
 @pytest.mark.timeout(30)
@@ -103,7 +103,7 @@ def test_at_least_once_processes_records_behind_a_barrier_without_waiting(tmp_pa
     assert "snapshot-1" not in rec.events
     P.send_frame(ch1, P.BARRIER, CheckpointBarrier(1, 0, "CHECKPOINT", str(tmp_path / "chk-1")).encode())
     wait_for(lambda: "snapshot-1" in rec.events)
-    task.mailbox.put_control(("finish",))
+    task.mailbox.put_control(Finish())
 
 
 @pytest.mark.timeout(30)
@@ -116,7 +116,7 @@ def test_cancel_marker_releases_blocked_channel_and_is_not_snapshotted(tmp_path)
     P.send_frame(ch1, P.CANCEL, packb(1))
     wait_for(lambda: 3 in rec.events)
     assert "snapshot-1" not in rec.events
-    task.mailbox.put_control(("finish",))
+    task.mailbox.put_control(Finish())
 
 
 @pytest.mark.timeout(30)
@@ -136,4 +136,4 @@ def test_an_input_connection_lost_while_aligning_does_not_crash_the_task(tmp_pat
     assert rec.events.index("snapshot-1") < rec.events.index(2)
     assert not any(m["type"] == "task_failed" for m in sent), sent
     assert task.thread.is_alive()
-    task.mailbox.put_control(("finish",))
+    task.mailbox.put_control(Finish())

@@ -6,7 +6,14 @@ import pyarrow as pa
 import pytest
 
 from airflow_checkpoint_provider.engine.protocol import BarrierKind, CheckpointBarrier
-from airflow_checkpoint_provider.engine.runtime.task.alignment import BarrierHandler
+from airflow_checkpoint_provider.engine.runtime.task.alignment import (
+    BarrierHandler,
+    Block,
+    Captured,
+    DropCapture,
+    Release,
+    SnapshotUnaligned,
+)
 from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
 from airflow_checkpoint_provider.engine.serialization import unpackb
 
@@ -71,24 +78,25 @@ def test_an_aborted_checkpoint_ends_the_capture():
 def test_handler_snapshots_on_the_first_unaligned_barrier_and_completes_on_the_last():
     h = BarrierHandler(3)
     first = h.on_unaligned_barrier(1, 7)
-    assert first[0][0] == "unaligned" and first[0][1] == 7 and ("captured", 7) not in first
+    assert isinstance(first[0], SnapshotUnaligned) and first[0].checkpoint_id == 7
+    assert Captured(7) not in first
     assert h.on_unaligned_barrier(0, 7) == []
-    assert h.on_channel_closed(2) == [("captured", 7)]
+    assert h.on_channel_closed(2) == [Captured(7)]
 
 
 def test_an_aligning_checkpoint_turns_unaligned_and_releases_its_blocked_channels():
     h = BarrierHandler(2)
-    assert ("block", 0) in h.on_barrier(0, 4)
+    assert Block(0) in h.on_barrier(0, 4)
     actions = h.on_unalign(4)
-    assert actions[0][0] == "unaligned" and ("release", [0]) in actions
-    assert h.on_unaligned_barrier(1, 4) == [("captured", 4)]
+    assert isinstance(actions[0], SnapshotUnaligned) and Release((0,)) in actions
+    assert h.on_unaligned_barrier(1, 4) == [Captured(4)]
     assert h.on_unalign(4) == [], "once only"
 
 
 def test_a_cancel_marker_drops_the_capture_without_declining():
     h = BarrierHandler(2)
     h.on_unaligned_barrier(0, 9)
-    assert h.on_cancel(1, 9) == [("drop_capture", 9, None)]
+    assert h.on_cancel(1, 9) == [DropCapture(9, None)]
 
 
 def test_late_barriers_of_an_aborted_checkpoint_start_nothing():
@@ -100,12 +108,12 @@ def test_late_barriers_of_an_aborted_checkpoint_start_nothing():
     h = BarrierHandler(2)
     assert h.on_abort(6) == []
     assert h.on_unaligned_barrier(1, 6) == [] and h.capturing == 0
-    assert h.on_barrier(1, 6) == [("release", [1])]
+    assert h.on_barrier(1, 6) == [Release((1,))]
 
 
 def test_abort_releases_an_alignment_and_drops_a_capture():
     h = BarrierHandler(2)
     h.on_barrier(0, 3)
-    assert h.on_abort(3) == [("release", [0])]
+    assert h.on_abort(3) == [Release((0,))]
     h.on_unaligned_barrier(0, 4)
-    assert h.on_abort(4) == [("drop_capture", 4, None)]
+    assert h.on_abort(4) == [DropCapture(4, None)]

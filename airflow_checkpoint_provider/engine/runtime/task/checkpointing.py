@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, assert_never, cast
 
 from ...eventtime import MIN_WATERMARK
 from ...protocol import CheckpointBarrier
@@ -39,7 +39,17 @@ from ...state.ttl import processing_time_at
 from ..batches import Batch, decode_arrow, encode_arrow
 from ..failure_place import mark
 from ..operators.base import Operator
-from .alignment import BarrierHandler
+from .alignment import (
+    AlignmentAction,
+    BarrierHandler,
+    Block,
+    Cancel,
+    Captured,
+    DropCapture,
+    Release,
+    Snapshot,
+    SnapshotUnaligned,
+)
 from .mailbox import Mailbox
 from .outputs import RecordOutput
 
@@ -121,51 +131,50 @@ class SubtaskCheckpointCoordinator:
         self._apply(self.handler.on_channel_closed(channel), None)
 
     # -- barrier handler actions ----------------------------------------------------------
-    def _apply(self, actions: list, barrier: CheckpointBarrier | None) -> None:
+    def _apply(self, actions: list[AlignmentAction], barrier: CheckpointBarrier | None) -> None:
         for action in actions:
-            if action[0] == "release":
-                for ch in action[1]:
-                    self.replay.extend(self.held.pop(ch, ()))
-                    self.channel_gates[ch].set()
-            elif action[0] == "block":
-                # Hold back what this channel delivers after its barrier: items already in
-                # the mailbox are set aside, and the reader stops before its next item (so
-                # at most a mailbox's worth is held). Until the task reached the barrier,
-                # the reader kept reading: no stall between the barrier's arrival and its
-                # processing.
-                ch = action[1]
-                self.held.setdefault(ch, [])
-                self.channel_gates[ch].clear()
-            elif action[0] == "checkpoint":
-                # a closed input channel can complete the alignment too (its upstream's
-                # connection dropped): the barrier is then the one this task holds
-                held = self.barriers.get(action[1], barrier)
-                self.checkpoint(cast(CheckpointBarrier, held), action[2])
-            elif action[0] == "unaligned":
-                self.checkpoint(self.barriers[action[1]].as_unaligned(), action[2],
-                                 unaligned=True)
-            elif action[0] == "captured":
-                chk = action[1]
-                pending = self.unaligned.pop(chk, None)
-                captured = self.mailbox.finish_capture(chk)
-                if pending is not None and captured is not None:
-                    args, timing, started = pending
-                    # capture: from the snapshot to the last input's barrier
-                    timing["capture_ms"] = round((time.perf_counter() - started) * 1000, 3)
-                    self.env.upload_pool.submit(self._upload_and_ack, *args, timing=timing,
-                                                channel_items=captured)
-            elif action[0] == "drop_capture":
-                _, chk, reason = action
-                self.unaligned.pop(chk, None)
-                self.mailbox.end_unaligned(chk)
-                if reason is not None:
-                    self._decline(chk, reason)
-            elif action[0] == "cancel":
-                _, chk, reason = action
-                for w in self.writers:
-                    w.emit_event(P.CANCEL, packb(chk))
-                if reason is not None:
-                    self._decline(chk, reason)
+            match action:
+                case Release(channels):
+                    for ch in channels:
+                        self.replay.extend(self.held.pop(ch, ()))
+                        self.channel_gates[ch].set()
+                case Block(ch):
+                    # Hold back what this channel delivers after its barrier: items already
+                    # in the mailbox are set aside, and the reader stops before its next
+                    # item (so at most a mailbox's worth is held). Until the task reached the
+                    # barrier, the reader kept reading: no stall between the barrier's
+                    # arrival and its processing.
+                    self.held.setdefault(ch, [])
+                    self.channel_gates[ch].clear()
+                case Snapshot(chk, alignment_ms):
+                    # a closed input channel can complete the alignment too (its upstream's
+                    # connection dropped): the barrier is then the one this task holds
+                    held = self.barriers.get(chk, barrier)
+                    self.checkpoint(cast(CheckpointBarrier, held), alignment_ms)
+                case SnapshotUnaligned(chk, alignment_ms):
+                    self.checkpoint(self.barriers[chk].as_unaligned(), alignment_ms,
+                                    unaligned=True)
+                case Captured(chk):
+                    pending = self.unaligned.pop(chk, None)
+                    captured = self.mailbox.finish_capture(chk)
+                    if pending is not None and captured is not None:
+                        args, timing, started = pending
+                        # capture: from the snapshot to the last input's barrier
+                        timing["capture_ms"] = round((time.perf_counter() - started) * 1000, 3)
+                        self.env.upload_pool.submit(self._upload_and_ack, *args,
+                                                    timing=timing, channel_items=captured)
+                case DropCapture(chk, reason):
+                    self.unaligned.pop(chk, None)
+                    self.mailbox.end_unaligned(chk)
+                    if reason is not None:
+                        self._decline(chk, reason)
+                case Cancel(chk, reason):
+                    for w in self.writers:
+                        w.emit_event(P.CANCEL, packb(chk))
+                    if reason is not None:
+                        self._decline(chk, reason)
+                case _:
+                    assert_never(action)
 
     # -- the coordinator's checkpoint messages --------------------------------------------
     def trigger(self, barrier: CheckpointBarrier) -> None:

@@ -26,17 +26,83 @@ have at most its credit of records sent and not yet processed. An in-slot sender
 credit with :meth:`Mailbox.reserve`; a TCP channel's credit is announced to its sender
 (:meth:`Mailbox.set_announcer`). The task returns credit with :meth:`Mailbox.consumed` once
 it processed an item's records, which also measures its throughput, the credit's base.
+
+The items (matched with ``match`` by the task loop):
+
+* a channel item is a tuple ``(kind, channel, payload)`` whose ``kind`` is an
+  :class:`ItemKind`: ``RECORDS`` (a batch), ``BARRIER`` (a :class:`CheckpointBarrier`),
+  ``UNALIGNED_BARRIER`` (one that overtook, in the control queue), ``CANCEL`` (a checkpoint
+  id), ``WATERMARK`` (``(watermark, idle)``), ``END_OF_INPUT`` and ``CLOSED`` (no payload);
+* a control item is one of the dataclasses :data:`ControlItem` lists: the coordinator's
+  :class:`TriggerCheckpoint`, :class:`NotifyComplete`, :class:`Unalign`,
+  :class:`AbortCheckpoint` and :class:`Finish`.
 """
 
 from __future__ import annotations
 
 import collections
+import enum
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
+from ...protocol import CheckpointBarrier
 from ...serialization import pack_records
 from .debloat import GRANT_FRACTION, MIN_CHANNEL_CREDIT, ThroughputMeter, channel_credit
+
+
+class ItemKind(enum.StrEnum):
+    """The kind of a channel item (a ``str``: compares equal to its value)."""
+
+    RECORDS = "records"
+    BARRIER = "barrier"
+    UNALIGNED_BARRIER = "ubarrier"
+    CANCEL = "cancel"
+    WATERMARK = "watermark"
+    END_OF_INPUT = "eoi"
+    CLOSED = "closed"
+
+
+#: ``(kind, channel, payload)`` from input channel ``channel``
+ChannelItem = tuple[ItemKind, int, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerCheckpoint:
+    """A source task's trigger: checkpoint (or savepoint) at ``barrier``."""
+
+    barrier: CheckpointBarrier
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyComplete:
+    """Checkpoint ``checkpoint_id`` completed: sinks commit."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unalign:
+    """Checkpoint ``checkpoint_id`` turned unaligned (its alignment timed out)."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class AbortCheckpoint:
+    """The coordinator aborted checkpoint ``checkpoint_id``."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The job ends: the task loop stops."""
+
+
+ControlItem = TriggerCheckpoint | NotifyComplete | Unalign | AbortCheckpoint | Finish
 
 
 class Mailbox:
@@ -72,7 +138,7 @@ class Mailbox:
         self._capture: list = []
 
     # -- put ------------------------------------------------------------------------------
-    def put_data(self, item: tuple) -> bool:
+    def put_data(self, item: ChannelItem) -> bool:
         """Block while full (unless the item's channel reads ahead to an unaligned barrier);
         False if the mailbox was closed."""
         ok, grants = self._put(item)
@@ -80,7 +146,7 @@ class Mailbox:
             self._announcers[channel](rows)
         return ok
 
-    def _put(self, item: tuple) -> tuple[bool, list]:
+    def _put(self, item: ChannelItem) -> tuple[bool, list]:
         kind, channel = item[0], item[1]
         with self._cond:
             while (len(self._data) >= self._capacity and not self._closed
@@ -89,20 +155,20 @@ class Mailbox:
             if self._closed:
                 return False, []
             tag = self._last_barrier.get(channel, 0)
-            if kind == "barrier" or kind == "cancel":
-                chk = item[2].checkpoint_id if kind == "barrier" else item[2]
+            if kind == ItemKind.BARRIER or kind == ItemKind.CANCEL:
+                chk = item[2].checkpoint_id if kind == ItemKind.BARRIER else item[2]
                 self._last_barrier[channel] = max(tag, chk)
-                if (kind == "barrier" and chk > self._aborted
+                if (kind == ItemKind.BARRIER and chk > self._aborted
                         and (item[2].unaligned or chk == self._unaligned)):
                     self._begin(chk)
-                    self._control.append(("ubarrier", channel, item[2]))
+                    self._control.append((ItemKind.UNALIGNED_BARRIER, channel, item[2]))
                     self._cond.notify_all()
                     grants, self._pending_grants = self._pending_grants, []
                     return True, grants
-            elif kind == "records" and self._capture_id and tag < self._capture_id:
+            elif kind == ItemKind.RECORDS and self._capture_id and tag < self._capture_id:
                 self._capture.append(_captured(item))
             grants = []
-            if kind == "records":
+            if kind == ItemKind.RECORDS:
                 rows = len(item[2])
                 self.queued_rows += rows
                 if (self._target is not None and channel in self._announcers
@@ -114,13 +180,14 @@ class Mailbox:
             self._cond.notify_all()
             return True, grants
 
-    def put_control(self, item: object) -> None:
+    def put_control(self, item: ControlItem) -> None:
         with self._cond:
             self._control.append(item)
             self._cond.notify_all()
 
     # -- take -----------------------------------------------------------------------------
-    def take(self, timeout: float | None = None, *, control_only: bool = False):
+    def take(self, timeout: float | None = None, *, control_only: bool = False
+             ) -> ChannelItem | ControlItem | None:
         """Next control item, else next data item; ``None`` on timeout."""
         with self._cond:
             while True:
@@ -128,7 +195,7 @@ class Mailbox:
                     return self._control.popleft()
                 if self._data and not control_only:
                     item = self._data.popleft()[1]
-                    if item[0] == "records":
+                    if item[0] == ItemKind.RECORDS:
                         self.queued_rows -= len(item[2])
                     self._cond.notify_all()
                     return item
@@ -149,14 +216,14 @@ class Mailbox:
             while (self._data and len(taken) < limit and not self._control
                    and accept(self._data[0][1])):
                 item = self._data.popleft()[1]
-                if item[0] == "records":
+                if item[0] == ItemKind.RECORDS:
                     self.queued_rows -= len(item[2])
                 taken.append(item)
             if taken:
                 self._cond.notify_all()
         return taken
 
-    def poll_control(self):
+    def poll_control(self) -> ChannelItem | ControlItem | None:
         with self._cond:
             return self._control.popleft() if self._control else None
 
@@ -290,10 +357,10 @@ class Mailbox:
                     self._outstanding[channel] += self._share
                     self._pending_grants.append((channel, self._share))
         queued = [e for e in self._data
-                  if e[1][0] == "barrier" and e[1][2].checkpoint_id == checkpoint_id]
+                  if e[1][0] == ItemKind.BARRIER and e[1][2].checkpoint_id == checkpoint_id]
         for entry in queued:  # already queued behind records: they overtake now
             self._data.remove(entry)
-            self._control.append(("ubarrier", entry[1][1], entry[1][2]))
+            self._control.append((ItemKind.UNALIGNED_BARRIER, entry[1][1], entry[1][2]))
 
     def end_unaligned(self, checkpoint_id: int) -> None:
         """The checkpoint was aborted: no more read-ahead or capture for it."""
@@ -321,7 +388,7 @@ class Mailbox:
         with self._cond:
             self._capture_id = checkpoint_id
             self._capture = [_captured(item) for tag, item in self._data
-                             if item[0] == "records" and tag < checkpoint_id]
+                             if item[0] == ItemKind.RECORDS and tag < checkpoint_id]
 
     def finish_capture(self, checkpoint_id: int) -> list | None:
         """Every channel delivered barrier ``checkpoint_id``: the captured items, in the

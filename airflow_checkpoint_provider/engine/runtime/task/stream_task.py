@@ -18,7 +18,7 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
-from typing import cast
+from typing import assert_never, cast
 
 import pyarrow as pa
 
@@ -26,7 +26,7 @@ from ...errors import CorruptCheckpointError, DeterministicError, RestoreError
 from ...eventtime import MAX_WATERMARK, MIN_WATERMARK
 from ...plan.functions import RuntimeContext
 from ...plan.graph import Vertex
-from ...protocol import BarrierKind, CheckpointBarrier
+from ...protocol import BarrierKind
 from ...protocol import frames as P
 from ...protocol import messages as M
 from ...state.keygroups import key_group_range_for
@@ -43,7 +43,16 @@ from ..operators.watermarks import WatermarkValve
 from ..operators.windowing import WindowAggregateOperator, WindowFunctionOperator
 from .checkpointing import SubtaskCheckpointCoordinator, operator_counters
 from .debloat import SourceReadSize
-from .mailbox import Mailbox
+from .mailbox import (
+    AbortCheckpoint,
+    ControlItem,
+    Finish,
+    ItemKind,
+    Mailbox,
+    NotifyComplete,
+    TriggerCheckpoint,
+    Unalign,
+)
 from .outputs import RecordOutput
 
 __all__ = ["StreamTask"]
@@ -54,8 +63,6 @@ METRICS_REPORT_SECONDS = 1.0
 #: a vectorized operator takes up to this many batch sizes of queued input in one call
 COALESCE_BATCHES = 4
 
-# mailbox items that belong to one input channel (item[1] is the channel)
-_CHANNEL_ITEMS = ("records", "barrier", "cancel", "eoi", "closed", "watermark")
 
 
 class StreamTask:
@@ -370,14 +377,15 @@ class StreamTask:
             self.exhausted = True
             self._end_input(1)
         while not self.finished:
+            # a source has no input channels: its mailbox holds control items only
             if self.exhausted or self.suspended_for is not None:
                 item = self.mailbox.take(0.5, control_only=True)
                 if item is not None:
-                    self._control(item)
+                    self._control(cast(ControlItem, item))
                 continue
             item = self.mailbox.poll_control()
             if item is not None:
-                self._control(item)
+                self._control(cast(ControlItem, item))
                 continue
             room = self._output_room(batch_size)
             if room <= 0:  # no credit downstream: wait a little, then look at the mailbox
@@ -403,7 +411,7 @@ class StreamTask:
             else:
                 item = self.mailbox.take(0.005, control_only=True)
                 if item is not None:
-                    self._control(item)
+                    self._control(cast(ControlItem, item))
             self._on_watermark_status(source.poll_watermark(), 1)
 
     def _output_room(self, batch_size: int) -> int:
@@ -429,56 +437,58 @@ class StreamTask:
                 item = replay.popleft() if replay else self.mailbox.take(wait)
             if item is None:
                 continue
-            kind = item[0]
             held = self.checkpointing.held
-            if kind in _CHANNEL_ITEMS and item[1] in held:
+            if (type(item) is tuple and item[1] in held
+                    and item[0] != ItemKind.UNALIGNED_BARRIER):
                 held[item[1]].append(item)  # behind a barrier: wait for alignment
                 continue
-            if kind == "records":
-                self._on_records(item)
-            elif kind == "barrier":
-                self.checkpointing.on_barrier(item[1], item[2])
-            elif kind == "ubarrier":
-                self.checkpointing.on_unaligned_barrier(item[1], item[2])
-            elif kind == "cancel":
-                self.checkpointing.on_cancel(item[1], item[2])
-            elif kind == "watermark":
-                watermark, idle = item[2]
-                self._on_watermark_status(self.valve.on_watermark(item[1], watermark, idle), 0)
-            elif kind == "eoi":
-                ended.add(item[1])
-                if len(ended) == channels:
-                    self._end_input(0)
-                else:
-                    self._on_watermark_status(self.valve.on_end(item[1]), 0)
-            elif kind == "closed":
-                self.checkpointing.on_channel_closed(item[1])
-            else:
-                self._control(item)
+            match item:
+                case (ItemKind.RECORDS, _, _):
+                    self._on_records(item)
+                case (ItemKind.BARRIER, channel, barrier):
+                    self.checkpointing.on_barrier(channel, barrier)
+                case (ItemKind.UNALIGNED_BARRIER, channel, barrier):
+                    self.checkpointing.on_unaligned_barrier(channel, barrier)
+                case (ItemKind.CANCEL, channel, checkpoint_id):
+                    self.checkpointing.on_cancel(channel, checkpoint_id)
+                case (ItemKind.WATERMARK, channel, (watermark, idle)):
+                    self._on_watermark_status(self.valve.on_watermark(channel, watermark, idle),
+                                              0)
+                case (ItemKind.END_OF_INPUT, channel, _):
+                    ended.add(channel)
+                    if len(ended) == channels:
+                        self._end_input(0)
+                    else:
+                        self._on_watermark_status(self.valve.on_end(channel), 0)
+                case (ItemKind.CLOSED, channel, _):
+                    self.checkpointing.on_channel_closed(channel)
+                case _:
+                    self._control(cast(ControlItem, item))
 
-    def _control(self, item: tuple) -> None:
+    def _control(self, item: ControlItem) -> None:
         """A control item of the coordinator: checkpoint messages go to the checkpointing
         collaborator; what they change of the task's loop (a draining stop ends the input
         first, a stop savepoint suspends a source, ``finish`` ends the loop) happens here."""
-        kind = item[0]
-        if kind == "trigger":
-            barrier: CheckpointBarrier = item[1]
-            if barrier.kind == BarrierKind.SAVEPOINT_DRAIN and not self.exhausted:
-                self.exhausted = True       # drain: end the input first, then the savepoint
-                self._end_input(1)
-            self.checkpointing.trigger(barrier)
-            if barrier.kind == BarrierKind.SAVEPOINT_STOP:
-                self.suspended_for = barrier.checkpoint_id  # emit nothing after it
-        elif kind == "notify":
-            self.checkpointing.notify_complete(item[1])
-        elif kind == "unalign":
-            self.checkpointing.unalign(item[1])
-        elif kind == "abort":
-            if self.suspended_for == item[1]:
-                self.suspended_for = None   # the stop savepoint failed: keep running
-            self.checkpointing.abort(item[1])
-        elif kind == "finish":
-            self.finished = True
+        match item:
+            case TriggerCheckpoint(barrier):
+                if barrier.kind == BarrierKind.SAVEPOINT_DRAIN and not self.exhausted:
+                    self.exhausted = True       # drain: end the input first, then the savepoint
+                    self._end_input(1)
+                self.checkpointing.trigger(barrier)
+                if barrier.kind == BarrierKind.SAVEPOINT_STOP:
+                    self.suspended_for = barrier.checkpoint_id  # emit nothing after it
+            case NotifyComplete(checkpoint_id):
+                self.checkpointing.notify_complete(checkpoint_id)
+            case Unalign(checkpoint_id):
+                self.checkpointing.unalign(checkpoint_id)
+            case AbortCheckpoint(checkpoint_id):
+                if self.suspended_for == checkpoint_id:
+                    self.suspended_for = None   # the stop savepoint failed: keep running
+                self.checkpointing.abort(checkpoint_id)
+            case Finish():
+                self.finished = True
+            case _:
+                assert_never(item)
 
     def _on_records(self, item: tuple) -> None:
         """A records item of an input channel through the chain; then its credit goes back
@@ -519,7 +529,7 @@ class StreamTask:
         schema, held, rows = records.schema, self.checkpointing.held, [len(records)]
 
         def accept(item) -> bool:
-            batch = item[2] if item[0] == "records" else None
+            batch = item[2] if item[0] == ItemKind.RECORDS else None
             if (not isinstance(batch, pa.RecordBatch) or item[1] in held
                     or not batch.schema.equals(schema)
                     or rows[0] + len(batch) > cap):
