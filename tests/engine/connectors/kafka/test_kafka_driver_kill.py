@@ -14,7 +14,14 @@ import sys
 import time
 
 import pytest
-from kafka_jobs import OUT_PARTITIONS, check_output, make_input, running_sum_job
+from kafka_jobs import (
+    KILL_AT_FIRST_SNAPSHOT,
+    OUT_PARTITIONS,
+    SnapshotKillingSum,
+    check_output,
+    make_input,
+    running_sum_job,
+)
 from pipelines import FaultPlan, process_alive
 
 from airflow_checkpoint_provider.engine.catalog import MetadataSchemaError, MetadataStore
@@ -45,15 +52,16 @@ def _completed(store: MetadataStore) -> int:
                          ids=["same-parallelism", "rescaled-2-to-3-with-a-slot-kill"])
 def test_a_killed_driver_restored_latest_publishes_exactly_once(workdir, kafka_broker, rescale):
     """Each sink subtask writes partitions of its own (``partitioner="fixed"``,
-    kafka_jobs.py). A full-suite run of the rescaled variant once read 11,254 of 9,000 rows
-    read_committed (each id present), which the test broker explains: with shared
-    partitions, Tansu completes a commit and applies its commit marker only once no other
-    transaction on the partition is open, so a restore can read the marker of an epoch
-    whose publish returned as unpublished and publish it again (test_kafka_sink_faults.py
-    does it at the exact place; tansu_transactions.py 'deferred' with plain clients). The
-    slot kill can still interrupt a publish after its records reached the broker, which
-    Tansu then shows although aborted (test_kafka_exactly_once.py's slot kill: a window of
-    a few ms per checkpoint interval)."""
+    kafka_jobs.py), and the restored job's slot is killed when no publish is in flight.
+    A full-suite run of the rescaled variant once read 11,254 of 9,000 rows read_committed
+    (each id present); the variant then killed its slot at the last record, after the
+    restored job's own checkpoints completed. Caught again with shared partitions and the
+    sink's log (2 of 6 runs): 11,413 rows = 9,000 + 1,485 + 928, the epoch-4 records of
+    subtasks 0 and 2, whose publish the failover's SIGKILL interrupted (no "published" line;
+    the next attempt published epoch 4 once): Tansu returns an aborted transaction's
+    records to read_committed consumers, Apache Kafka does not (tansu_transactions.py).
+    With shared partitions Tansu can also defer a commit's marker behind another subtask's
+    open publish, which a restore reads as unpublished (test_kafka_sink_faults.py)."""
     n = 9_000
     in_topic, stop_at = make_input(kafka_broker, n)
     out = kafka_broker.create_topic(f"out-{in_topic}", OUT_PARTITIONS)
@@ -82,17 +90,20 @@ def test_a_killed_driver_restored_latest_publishes_exactly_once(workdir, kafka_b
     published = len(kafka_broker.read(out, OUT_PARTITIONS, expect=1, settle_s=0.3, timeout=10))
     assert 0 < published < n, published
 
-    # rescaled: the last record (id n - 1, the end of partition 2) SIGKILLs its slot, which
-    # the dead driver's job cannot have reached (it had published less than n records); the
-    # 250 ms interval as in test_kafka_exactly_once.py's slot kill (Tansu caveat there)
-    faults = FaultPlan(str(workdir / "faults"), [("kill", n - 1)]) if rescale else None
+    # rescaled: a slot of the restored job is SIGKILLed while it snapshots the job's first
+    # checkpoint (no publish in flight anywhere: kafka_jobs.SnapshotKillingSum); its next
+    # attempt restores the dead job's checkpoint again, whose epochs the first attempt
+    # published (or found published) in recover
+    faults = (FaultPlan(str(workdir / "faults"), [("kill", KILL_AT_FIRST_SNAPSHOT)])
+              if rescale else None)
     result = running_sum_job(str(workdir), kafka_broker, in_topic, stop_at, out,
                              parallelism=3 if rescale else 2, faults=faults,
-                             interval_ms=250 if rescale else 100,
-                             partitioner="fixed").run(restore="latest")
+                             function=SnapshotKillingSum, partitioner="fixed",
+                             ).run(restore="latest")
     assert result.status == "FINISHED" and result.restored_from
     if faults is not None:
-        assert list(faults.fired()) == [f"kill-{n - 1}"] and result.restarts >= 1
+        assert list(faults.fired()) == [f"kill-{KILL_AT_FIRST_SNAPSHOT}"]
+        assert result.restarts >= 1
     assert store.get_job(dead.job_id).status == "LOST"
     check_output(kafka_broker, out, n, OUT_PARTITIONS)
     store.close()
