@@ -41,10 +41,13 @@ runs, wedged after rounds 3, 70 and 223):
     after re-initializing the 7 transactional.ids and one more committed round (+5 s):
       read_committed 182, read_uncommitted 244 of 244; markers [3, 3, 3, 3, 3, 3, 2]
 
-That is the savepoint hand-over failure (read_committed stopped at the first job's output,
-every record present read_uncommitted); the deferred commit is the rescaled driver-kill
-failure (epochs published again by the restore). ``KafkaSink(partitioner="fixed")`` gives
-each partition the transactions of one transactional.id, which avoids both.
+The wedge shows what the savepoint hand-over failure showed (read_committed stopped at the
+first job's output, every record present read_uncommitted). The rescaled driver-kill
+duplicates were, in the runs caught with the sink's log, aborted records (the failover
+SIGKILLed publishes in flight); the deferred commit is a second way to duplicates (a
+restore reads the marker as missing). ``KafkaSink(partitioner="fixed")`` gives each
+partition the transactions of one transactional.id, which avoids deferral and wedge; no
+client setting hides aborted records on this broker.
 """
 
 from __future__ import annotations
