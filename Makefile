@@ -151,7 +151,7 @@ MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/datastream/api.py $(ENGINE)/execut
 	$(ENGINE)/vectorized_ops.py $(ENGINE)/datastream/vectorized_ops.py
 
 lint: venv
-	$(VENV)/bin/ruff check airflow_checkpoint_provider tests dags bench
+	$(VENV)/bin/ruff check airflow_checkpoint_provider tests dags bench tools
 	$(VENV)/bin/mypy $(MYPY_MODULES)
 
 # The documentation site (mkdocs-material, docs/ + mkdocs.yml) into build/docs-site; --strict
