@@ -33,7 +33,7 @@ import pyarrow as pa
 from ..plan.functions import RuntimeContext
 from ..runtime.batches import as_arrow, as_rows
 from ..runtime.operators.edges import SourceOperator
-from ..runtime.task import open_operator
+from ..runtime.operators.registry import open_operator
 from ..state.columnar import AggregateSpec, AggregateTable
 from ..state.keygroups import KeyGroupRange, key_group_range_for
 from ..state.keys import KeyContract

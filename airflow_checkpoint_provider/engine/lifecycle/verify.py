@@ -232,7 +232,7 @@ def _check_keys(report: VerifyReport, snap, graph,
 def _open_all(job: dict) -> dict:
     """In the throwaway process: open every restoring operator on a sample of its key groups."""
     from ..plan.functions import RuntimeContext
-    from ..runtime.task import open_operator
+    from ..runtime.operators.registry import open_operator
     from ..state.keygroups import KeyGroupRange, key_group_range_for
 
     graph, opened, problems = job["graph"], [], []

@@ -127,7 +127,7 @@ class TaskMetrics(FromTask):
     #: late records dropped per window operator uid (cumulative, this attempt)
     late: dict | None = None
     #: other operator counters, ``{operator uid: {counter: n}}`` (cumulative, this attempt;
-    #: :meth:`~..runtime.task.StreamTask.operator_counters`)
+    #: :func:`~..runtime.task.checkpointing.operator_counters`)
     counters: dict | None = None
 
 

@@ -131,3 +131,33 @@ def test_the_old_task_module_names_read_from_the_task_package_with_a_warning(nam
     with pytest.warns(DeprecationWarning, match=f"import {name} from {base}.{new}"):
         value = getattr(task, name)
     assert value is getattr(importlib.import_module(f"{base}.{new}"), name)
+
+
+def test_no_engine_module_imports_a_deprecated_runtime_path():
+    """The old paths are for users: the engine itself imports the modules where they are."""
+    import ast
+    from pathlib import Path
+
+    from airflow_checkpoint_provider.engine.runtime import MOVED
+
+    engine = Path(importlib.import_module("airflow_checkpoint_provider.engine").__file__).parent
+    moved = tuple(f"runtime.{name}" for name in MOVED)
+    # the old runtime.task and runtime.operators modules are packages now: only their
+    # submodules may be imported from them
+    packages = {"runtime.task": {"stream_task", "checkpointing", "mailbox", "alignment",
+                                 "debloat", "outputs"},
+                "runtime.operators": {"base", "registry", "edges", "joins", "vectorized"}}
+    found = []
+    for path in engine.rglob("*.py"):
+        package = path.parent.relative_to(engine).parts
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            parts = [*package[:len(package) - node.level + 1], *(node.module or "").split(".")]
+            target = ".".join(p for p in parts if p)
+            names = {a.name for a in node.names}
+            if (target in moved or target.startswith(tuple(m + "." for m in moved))
+                    or not names <= packages.get(target, names)):
+                found.append(f"{path.relative_to(engine)}:{node.lineno} from {target} "
+                             f"import {', '.join(sorted(names))}")
+    assert not found, found

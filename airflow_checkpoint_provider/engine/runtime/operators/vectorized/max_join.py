@@ -21,7 +21,7 @@ handle): one Arrow IPC file, columns ``key_group``, ``side`` (0 an open left row
 right row, 2 a waiting right row), ``seq`` (arrival number) and the row as a ``left`` or
 ``right`` struct; a restore keeps the key groups the subtask owns (rescale). The per-record
 co-process keeps other state (value and map state per key): a savepoint of one is refused
-by the other (:func:`~..runtime.task.open_operator`), name a new uid to switch.
+by the other (:func:`~...registry.open_operator`), name a new uid to switch.
 """
 
 from __future__ import annotations
