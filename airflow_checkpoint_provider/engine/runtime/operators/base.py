@@ -47,11 +47,20 @@ class Operator:
     takes_rows = False
     #: the keyed state is columnar (``arrow`` snapshot files): aggregate() and windows
     columnar = False
+    #: it has two inputs (``process_input(input, records)``): joins and connect()
+    two_input = False
+    #: a vectorized operator that takes a ``pyarrow.Table`` of queued batches as it is
+    accepts_table = False
 
     def __init__(self, node: Node, ctx: RuntimeContext) -> None:
         self.node = node
         self.uid = node.uid
         self.ctx = ctx
+
+    def metrics(self) -> dict[str, int] | None:
+        """Counters of its own events since the attempt started (a regular join's
+        ``dropped_retractions`` and ``expired_rows``, ...); ``None``: it counts none."""
+        return None
 
     def open(self, restored_operator_state: list | None) -> None:
         pass

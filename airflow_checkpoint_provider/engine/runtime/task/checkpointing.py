@@ -377,7 +377,7 @@ def operator_counters(operators) -> dict[str, dict[str, int]]:
     materializer's ``dropped_retractions``), cumulative since the attempt started."""
     out = {}
     for op in operators:
-        metrics = getattr(op, "metrics", None)
-        if metrics is not None:
-            out[op.uid or op.node.name] = {k: int(v) for k, v in metrics().items()}
+        counters = op.metrics()
+        if counters is not None:
+            out[op.uid or op.node.name] = {k: int(v) for k, v in counters.items()}
     return out

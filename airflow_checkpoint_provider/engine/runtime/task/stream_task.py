@@ -201,7 +201,7 @@ class StreamTask:
                            or type(op).next_processing_timer is not Operator.next_processing_timer]
         #: a two-input operator heads the chain: the input (1 or 2) of each input channel
         self._input_of = (v.input_of_channels()
-                          if getattr(self.operators[0], "two_input", False) else None)
+                          if self.operators[0].two_input else None)
         if self.side_writers:  # a side output starts a new chain: its window is the last op
             cast(WindowAggregateOperator | WindowFunctionOperator,
                  self.operators[-1]).collect_late = True
@@ -542,6 +542,6 @@ class StreamTask:
             return records
         self._coalesced = more
         table = pa.Table.from_batches([records, *(m[2] for m in more)])
-        if getattr(self.operators[0], "accepts_table", False):
+        if self.operators[0].accepts_table:
             return table  # folded chunk by chunk: no copy into one batch
         return table.combine_chunks().to_batches()[0]
