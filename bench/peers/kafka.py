@@ -2,7 +2,7 @@
 broker process (issue 52 item 5; method of issue 55).
 
     make bench-kafka                    # installs Quix Streams' venv, then runs this
-    .venv/bin/python bench/peers/kafka.py [--records 30000,90000] [--keys 100000] [--reps 3]
+    .venv/bin/python bench/peers/kafka.py [--records 60000,180000] [--keys 100000] [--reps 3]
         [--engines ours,quixstreams] [--workloads per_record,aggregate] [--cpu 1]
         [--peers-dir build/peers] [--write-md]
 
@@ -220,7 +220,7 @@ def command(argv: list[str], args) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", default="30000,90000",
+    ap.add_argument("--records", default="60000,180000",
                     help="two input sizes (the marginal rate is taken between them)")
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--reps", type=int, default=3)
