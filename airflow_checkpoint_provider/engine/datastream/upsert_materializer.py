@@ -29,26 +29,18 @@ on or off. The operator is :class:`~.runtime.operators.upsert_materializer.Upser
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..connectors.capabilities import upsert_columns
 from ..errors import BadRecordError, PipelineDefinitionError
+from ..plan.specs import UPSERT_MATERIALIZER, UpsertMaterializerSpec
 
 if TYPE_CHECKING:
     from ..connectors.base import Sink
     from .handles import DataStream
 
-UPSERT_MATERIALIZER = "upsert_materializer"
 #: the suffix of the uid of a materializer :meth:`~.api.DataStream.sink` adds
 AUTO_UID_SUFFIX = ".upsert-materializer"
-
-
-@dataclass
-class UpsertMaterializerSpec:
-    """``stream.materialize_upserts(key=[...], uid=...)``."""
-
-    key: tuple[str, ...]
 
 
 class ColumnsSelector:

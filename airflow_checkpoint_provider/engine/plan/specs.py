@@ -111,6 +111,16 @@ class TemporalJoinSpec:
     how: str = "inner"
 
 
+UPSERT_MATERIALIZER = "upsert_materializer"
+
+
+@dataclass
+class UpsertMaterializerSpec:
+    """``stream.materialize_upserts(key=[...], uid=...)``."""
+
+    key: tuple[str, ...]
+
+
 BROADCAST_PROCESS = "broadcast_process"
 
 

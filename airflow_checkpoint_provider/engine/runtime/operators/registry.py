@@ -37,6 +37,7 @@ from ...plan.specs import (
     IntervalJoinSpec,
     RegularJoinSpec,
     TemporalJoinSpec,
+    UpsertMaterializerSpec,
     WindowJoinSpec,
 )
 from ...snapshot.handles import keyed_handle_from_dict
@@ -134,8 +135,8 @@ ENTRIES: tuple[OperatorEntry, ...] = (
                    temporal.LEGACY_PROBE_STATE)),
     OperatorEntry("regular_join", regular.RegularJoinOperator, RegularJoinSpec, P,
                   regular.STATES),
-    # its spec (UpsertMaterializerSpec) belongs to the DSL layer, above the runtime
-    OperatorEntry("upsert_materializer", UpsertMaterializerOperator, None, P, (UPSERT_STATE,)),
+    OperatorEntry("upsert_materializer", UpsertMaterializerOperator, UpsertMaterializerSpec, P,
+                  (UPSERT_STATE,)),
     OperatorEntry("aggregate", DistinctAggregateOperator, AggregateSpec, C, when=_distinct),
     OperatorEntry("aggregate", AggregateOperator, AggregateSpec, C),
     OperatorEntry("window_aggregate", WindowAggregateOperator, WindowSpec, C),
