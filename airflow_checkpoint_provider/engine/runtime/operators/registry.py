@@ -4,8 +4,8 @@ its node carries, the keyed state it keeps and what a restore may bring it.
 Each operator is declared once, by an :class:`OperatorEntry`:
 
 * ``operator`` -- the class the task runs (:mod:`.base` and the modules beside it);
-* ``spec`` -- the type of the node's payload, checked when the operator is created (``None``:
-  a user function or a spec of the DSL layer, which the runtime does not import);
+* ``spec`` -- the type of the node's payload (:mod:`...plan.specs` and the state specs),
+  checked when the operator is created (``None``: a plain user function);
 * ``layout`` -- how its keyed state is kept: :attr:`StateLayout.PER_RECORD` (per-key entries
   in the job's state backend), :attr:`StateLayout.COLUMNAR` (Arrow tables, ``arrow``
   snapshot files) or :attr:`StateLayout.NONE` (no keyed state);
