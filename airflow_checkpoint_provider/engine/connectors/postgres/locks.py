@@ -1,5 +1,5 @@
-"""The lock handling of :class:`~.sink.PostgresSink`'s writer (issue 54; the rules are in
-:mod:`.sink`' docstring): the short lock wait of an epoch's writes between barriers
+""":class:`LockWatch`, the lock handling of :class:`~.sink.PostgresSink`'s writer, which
+holds one (issue 54; the rules are in :mod:`.sink`' docstring): the short lock wait of an epoch's writes between barriers
 (:data:`WRITE_LOCK_WAIT_MS`; the rows are kept and retried after :data:`WRITE_RETRY_S`), the
 barrier's write of the kept rows (failing at once on a cycle through this sink's own prepared
 transactions, else after ``lock_timeout_ms``), and the :class:`~...errors.SinkLockTimeoutError`
@@ -9,7 +9,8 @@ that names the table, the lock and the backends holding or waiting for a conflic
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ...errors import SinkLockTimeoutError
 from ...sink_names import parse_gid
@@ -24,13 +25,6 @@ WRITE_LOCK_WAIT_MS = 100
 WRITE_RETRY_S = 0.25
 #: lock modes that conflict with the ROW EXCLUSIVE lock a write takes on its table
 _CONFLICTING = ("ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock")
-
-
-class _LockedSink(Protocol):
-    """What the lock handling reads of its :class:`~.sink.PostgresSink`."""
-
-    table: str
-    lock_timeout_ms: int | None
 
 
 def _lock_report(admin, regclass: str, table: str, own_pid: int) -> tuple[str, list[str]]:
@@ -97,47 +91,63 @@ def _lock_report(admin, regclass: str, table: str, own_pid: int) -> tuple[str, l
             prepared)
 
 
-class _LockHandling:
-    """The lock handling methods of ``_PostgresWriter`` (a mixin): they use its connections
-    (``conn``: the open epoch's transaction, ``admin``: autocommit), ``psycopg``, ``sink``,
-    ``ctx``, ``uid_hash``, ``sink_name``, ``kept`` and its ``_copy`` and ``_table``."""
+class LockWatch:
+    """The lock handling of one ``_PostgresWriter``: a collaborator the writer holds as
+    ``locks`` (not a base class). It sets how long the open transaction's statements wait for
+    a lock, writes the rows an epoch kept at the barrier (:meth:`write_kept`), and builds the
+    :class:`~...errors.SinkLockTimeoutError` that names who holds or waits for a conflicting
+    lock (:meth:`failure`, :meth:`report`).
 
-    # what the writer sets in its __init__ (declared here for the type checker)
-    conn: Any
-    admin: Any
-    psycopg: Any
-    sink: _LockedSink
-    ctx: ConnectorContext
-    uid_hash: str
-    sink_name: str
-    kept: list[tuple]
+    :param psycopg: the ``psycopg`` module (its ``errors.LockNotAvailable``).
+    :param conn: the writer's connection of the open epoch's transaction.
+    :param admin: the writer's autocommit connection (``pg_locks`` is read there).
+    :param table: the sink's ``table`` or ``schema.table``, as the messages name it.
+    :param target: the table as a ``psycopg.sql`` composable (the live table, also when
+        fenced: the one whose locks matter).
+    :param lock_timeout_ms: the sink's ``lock_timeout_ms`` (``None``: without limit).
+    :param sink_name: how the messages name the sink.
+    :param ctx: the writer's connector context (job id, subtask index).
+    :param uid_hash: the hashed operator uid in this sink's transaction ids.
+    """
 
-    if TYPE_CHECKING:
-        def _copy(self, rows: list[tuple]) -> None: ...
+    def __init__(self, *, psycopg: Any, conn: Any, admin: Any, table: str, target: Any,
+                 lock_timeout_ms: int | None, sink_name: str, ctx: ConnectorContext,
+                 uid_hash: str) -> None:
+        self.psycopg = psycopg
+        self.conn = conn
+        self.admin = admin
+        self.table = table
+        self.target = target
+        self.lock_timeout_ms = lock_timeout_ms
+        self.sink_name = sink_name
+        self.ctx = ctx
+        self.uid_hash = uid_hash
 
-        def _table(self, *, target: bool = False) -> Any: ...
-
-    def _lock_timeout(self, ms: int | None) -> None:
+    def wait_at_most(self, ms: int | None) -> None:
         """The open transaction's statements wait up to ``ms`` for a lock (``None``: without
         limit); this transaction only: the next epoch's first write waits WRITE_LOCK_WAIT_MS."""
         self.conn.execute("SELECT set_config('lock_timeout', %s, true)",
                           [str(ms) if ms is not None else "0"])
 
-    def _flush_kept(self, checkpoint_id: int) -> None:
-        """The barrier writes the rows the epoch kept while the table was locked. A short
-        wait first; if the lock waits for a prepared transaction of this sink that cannot
-        commit before this barrier is through (this subtask's own: its commit runs in this
-        thread; another subtask's of this checkpoint or a later one: it commits once this
-        checkpoint completes), waiting is futile: fail at once. Else wait up to
+    def wait_lock_timeout(self) -> None:
+        """The open transaction's statements wait up to the sink's ``lock_timeout_ms``."""
+        self.wait_at_most(self.lock_timeout_ms)
+
+    def write_kept(self, rows: list[tuple], checkpoint_id: int,
+                   copy: Callable[[list[tuple]], None]) -> None:
+        """The barrier writes (with ``copy``) the ``rows`` the epoch kept while the table was
+        locked. A short wait first; if the lock waits for a prepared transaction of this sink
+        that cannot commit before this barrier is through (this subtask's own: its commit runs
+        in this thread; another subtask's of this checkpoint or a later one: it commits once
+        this checkpoint completes), waiting is futile: fail at once. Else wait up to
         ``lock_timeout_ms``, then fail naming the lock."""
-        rows, self.kept = self.kept, []
         what = f"write the {len(rows)} rows the epoch kept while the table was locked"
-        self._lock_timeout(WRITE_LOCK_WAIT_MS)
+        self.wait_at_most(WRITE_LOCK_WAIT_MS)
         try:
-            self._copy(rows)
+            copy(rows)
             return
         except self.psycopg.errors.LockNotAvailable as exc:
-            report, prepared = self._lock_state(exc)
+            report, prepared = self.state(exc)
             cycle = [g for g in prepared if self._commits_after_this_barrier(g, checkpoint_id)]
             if cycle:
                 raise SinkLockTimeoutError(
@@ -145,11 +155,11 @@ class _LockHandling:
                     f"the lock waits for prepared transaction(s) {', '.join(cycle)} of this "
                     f"sink, which cannot commit before this barrier is through (a cycle; the "
                     f"failover resolves it): {report}") from exc
-        self._lock_timeout(self.sink.lock_timeout_ms)
+        self.wait_lock_timeout()
         try:
-            self._copy(rows)
+            copy(rows)
         except self.psycopg.errors.LockNotAvailable as exc:
-            raise self._barrier_lock_failure(checkpoint_id, what, exc) from exc
+            raise self.barrier_failure(checkpoint_id, what, exc) from exc
 
     def _commits_after_this_barrier(self, gid: str, checkpoint_id: int) -> bool:
         p = parse_gid(gid)
@@ -157,26 +167,30 @@ class _LockHandling:
                 and (p.subtask == self.ctx.subtask_index
                      or (p.checkpoint_id is not None and p.checkpoint_id >= checkpoint_id)))
 
-    def _lock_failure(self, what: str, exc: Exception) -> SinkLockTimeoutError:
-        return SinkLockTimeoutError(f"{self.sink_name}: {what}: {self._lock_report(exc)}")
+    def failure(self, what: str, exc: Exception) -> SinkLockTimeoutError:
+        """The error of a lock wait that timed out: ``what`` the sink could not do, and
+        :meth:`report`."""
+        return SinkLockTimeoutError(f"{self.sink_name}: {what}: {self.report(exc)}")
 
-    def _barrier_lock_failure(self, checkpoint_id: int, what: str,
-                              exc: Exception) -> SinkLockTimeoutError:
-        return self._lock_failure(
+    def barrier_failure(self, checkpoint_id: int, what: str,
+                        exc: Exception) -> SinkLockTimeoutError:
+        """:meth:`failure` of the barrier of ``checkpoint_id``, which waited
+        ``lock_timeout_ms``."""
+        return self.failure(
             f"the barrier of checkpoint {checkpoint_id} waited lock_timeout_ms="
-            f"{self.sink.lock_timeout_ms} for a lock and could not {what}", exc)
+            f"{self.lock_timeout_ms} for a lock and could not {what}", exc)
 
-    def _lock_report(self, exc: Exception) -> str:
+    def report(self, exc: Exception) -> str:
         """Who holds or waits for a lock on the table that conflicts with the RowExclusiveLock
         a write takes: each backend's pid, lock, statement and what blocks it (prepared
         transactions by gid). Read right after the wait timed out, on the admin connection."""
-        return self._lock_state(exc)[0]
+        return self.state(exc)[0]
 
-    def _lock_state(self, exc: Exception) -> tuple[str, list[str]]:
-        """:meth:`_lock_report` and the gids of the prepared transactions locking the table."""
-        table = self.sink.table
+    def state(self, exc: Exception) -> tuple[str, list[str]]:
+        """:meth:`report` and the gids of the prepared transactions locking the table."""
+        table = self.table
         try:
-            return _lock_report(self.admin, self._table(target=True).as_string(self.admin),
+            return _lock_report(self.admin, self.target.as_string(self.admin),
                                 table, self.conn.info.backend_pid)
         except Exception as diag:  # noqa: BLE001 - the report must not hide the lock error
             return (f"the RowExclusiveLock on table {table} was not granted ({exc}); "

@@ -76,7 +76,7 @@ from ..capabilities import (
 )
 from ..upsert import upsert_key
 from .connection import libpq_dsn
-from .locks import WRITE_LOCK_WAIT_MS, WRITE_RETRY_S, _LockHandling
+from .locks import WRITE_LOCK_WAIT_MS, WRITE_RETRY_S, LockWatch
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ def _rollback_of_job(conn, job_id: str, operator_uid: str,
     return done
 
 
-class _PostgresWriter(_LockHandling, SinkWriter):
+class _PostgresWriter(SinkWriter):
     accepts_arrow = False
     sink: PostgresSink
 
@@ -260,9 +260,14 @@ class _PostgresWriter(_LockHandling, SinkWriter):
         self.unresolved: dict[str, dict[tuple, dict]] = {}
         #: fenced (a blue-green validation run, 2PC mode): the epoch's rows go to a private
         #: temporary copy of the table, never to the table the live job writes
-        self.fenced = bool(getattr(ctx, "fenced", False)) and sink.mode == "2pc"
+        self.fenced = ctx.fenced and sink.mode == "2pc"
         if self.fenced:
             self._open_fenced()
+        #: the lock waits and the errors that name who holds a lock (module docstring)
+        self.locks = LockWatch(psycopg=psycopg, conn=self.conn, admin=self.admin,
+                               table=sink.table, target=self._table(target=True),
+                               lock_timeout_ms=sink.lock_timeout_ms, sink_name=self.sink_name,
+                               ctx=ctx, uid_hash=self.uid_hash)
         #: rows of the open epoch not written yet: the table was locked (module docstring)
         self.kept: list[tuple] = []
         self.retry_at = 0.0
@@ -282,7 +287,8 @@ class _PostgresWriter(_LockHandling, SinkWriter):
         sql = self.psycopg.sql
         with self.conn.cursor() as cur:
             cur.execute("SHOW max_prepared_transactions")
-            if int(cur.fetchone()[0]) <= 0:  # the unfenced run would need them
+            row = cur.fetchone()
+            if row is None or int(row[0]) <= 0:  # the unfenced run would need them
                 raise ConfigurationError(
                     f"PostgresSink {self.sink.table!r}: the server refuses prepared "
                     "transactions (max_prepared_transactions = 0); set "
@@ -332,7 +338,7 @@ class _PostgresWriter(_LockHandling, SinkWriter):
             # what the lock waits for (DDL queued behind this sink's prepared transaction)
             if not retrying:
                 log.warning("%s keeps the open epoch's rows in memory, its table is locked: %s",
-                            self.sink_name, self._lock_report(exc))
+                            self.sink_name, self.locks.report(exc))
             self.kept = rows
             self.retry_at = time.monotonic() + WRITE_RETRY_S
 
@@ -352,13 +358,13 @@ class _PostgresWriter(_LockHandling, SinkWriter):
                     copy.write_row(row)
         except self.psycopg.errors.LockNotAvailable as exc:
             if not first:
-                raise self._lock_failure(f"a write of the open epoch waited "
+                raise self.locks.failure(f"a write of the open epoch waited "
                                          f"lock_timeout_ms={self.sink.lock_timeout_ms} for a "
                                          "lock", exc) from exc
             conn.rollback()
             raise
         if first:  # the epoch holds its table lock now: its later waits are row locks
-            self._lock_timeout(self.sink.lock_timeout_ms)
+            self.locks.wait_lock_timeout()
         self.rows += len(rows)
 
     # -- upsert mode -------------------------------------------------------------------------
@@ -454,18 +460,19 @@ class _PostgresWriter(_LockHandling, SinkWriter):
             if self.sink.prepared:
                 self._check_unlocked(checkpoint_id)
             changes = self.latest
-            self._lock_timeout(self.sink.lock_timeout_ms)
+            self.locks.wait_lock_timeout()
             try:
                 self._apply_changes()
             except self.psycopg.errors.LockNotAvailable as exc:
-                raise self._barrier_lock_failure(checkpoint_id, "apply the epoch's changes",
+                raise self.locks.barrier_failure(checkpoint_id, "apply the epoch's changes",
                                                  exc) from exc
             if not self.sink.prepared:
                 self.conn.commit()
                 self.rows = 0
                 return []
         elif self.kept:  # rows the table's lock kept from being written: now or fail
-            self._flush_kept(checkpoint_id)
+            rows, self.kept = self.kept, []
+            self.locks.write_kept(rows, checkpoint_id, self._copy)
         if not self.rows or self.fenced:
             # nothing written, or a fenced epoch (validated, never published): no
             # transaction to prepare

@@ -431,6 +431,9 @@ class SnapshotReader(SplitReader):
         self.rows: Iterator[Any] = iter(())
         self.peek: Any = None
         self.horizon: int | None = None
+        #: when the snapshot began waiting for transactions older than the slot; last warning
+        self.waiting_since: float | None = None
+        self.warned = 0.0
         self.conn: psycopg.Connection[Any] | None = src.connect()
         self.tables, self.slot, _ = src.prepare(
             self.conn, ctx, legacy=position is not None and "slot" not in position)
@@ -468,12 +471,12 @@ class SnapshotReader(SplitReader):
             conn.rollback()
             conn.autocommit = True
             now = time.monotonic()
-            self.waiting_since = getattr(self, "waiting_since", None) or now
+            self.waiting_since = self.waiting_since or now
             waited, timeout = now - self.waiting_since, self.src.slot_wait_timeout_s
             if timeout and waited > timeout:
                 raise timeout_error(self.where, "the snapshot's start", waited, timeout,
                                     list_blockers(conn, self.horizon))
-            if waited > 5 and now - getattr(self, "warned", 0.0) > 10:
+            if waited > 5 and now - self.warned > 10:
                 self.warned = now
                 log.warning("%s: the snapshot has waited %.0f s%s for transactions older than "
                             "the replication slot to end: %s", self.where, waited,

@@ -57,7 +57,7 @@ class StreamReader(SplitReader):
             self.admin, ctx, legacy=bool(position) and "slot" not in (position or {}))
         #: captured tables by OID (a rename keeps it; a recreated table has another)
         self.by_oid = {info.oid: info for info in self.tables.values()}
-        self.fenced = bool(getattr(ctx, "fenced", False))
+        self.fenced = ctx.fenced
         self.failures = 0
         confirmed = src.confirmed_lsn(self.admin, self.slot)
         try:
