@@ -164,11 +164,12 @@ def state_child(records: int, keys: int, backend: str, interval: int) -> dict:
             total.update(s)
             count.update(c)
             if n % interval == 0:
-                if backend == "heap-incremental":  # a chain under root/shared
+                if backend.startswith("heap-"):  # files written as a checkpoint writes them
                     chk = os.path.join(root, f"chk-{n}")
+                    os.makedirs(chk)
                     b.snapshot_state(n).write(chk, "sum", False)  # type: ignore[misc]
                     b.notify_complete(n)
-                elif backend.startswith("heap"):
+                elif backend == "heap":
                     b.serialize_capture(b.capture())  # type: ignore[union-attr]
                 else:
                     shutil.rmtree(b.snapshot_sync(n))  # type: ignore[union-attr]
@@ -273,6 +274,9 @@ def main(argv=None) -> int:
     ap.add_argument("--state-only", action="store_true",
                     help="measure the job's state access alone (in process, per tree, "
                          "interleaved; CPU per record): prints, writes nothing")
+    ap.add_argument("--state-interval", type=int, default=0,
+                    help="--state-only: records between snapshots (default: a third of the "
+                         "larger --records)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", default="heap", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -289,7 +293,8 @@ def main(argv=None) -> int:
                     # the tree first (python -c puts the working directory before PYTHONPATH)
                     cmd = [sys.executable, "-c", "import sys, json; sys.path[:0] = ["
                            f"{tree!r}, {HERE!r}]; import per_record as p; print(json.dumps("
-                           f"p.state_child({n}, {args.keys}, {backend!r}, {n // 3})))"]
+                           f"p.state_child({n}, {args.keys}, {backend!r}, "
+                           f"{args.state_interval or n // 3})))"]
                     if args.cpu is not None:
                         cmd = ["taskset", "-c", str(args.cpu), *cmd]
                     env = {**os.environ, "PYTHONPATH": tree}

@@ -370,3 +370,27 @@ def test_the_handle_round_trips_and_names_every_file(tmp_path):
     assert isinstance(h, HeapChangelogHandle) and h.to_dict() == job.handles[cid]
     assert [f.location_in(os.path.join(job.dir, f"chk-{cid}")) for f in h.files] == [
         os.path.join(job.dir, f["shared"]) for f in job.handles[cid]["files"]]
+
+
+def test_values_expired_by_ttl_are_gone_from_the_next_delta(tmp_path, monkeypatch):
+    from airflow_checkpoint_provider.engine.plan.functions import RuntimeContext
+    from airflow_checkpoint_provider.engine.state import ttl
+
+    now = [1_000_000]
+    monkeypatch.setattr(ttl, "now_ms", lambda: now[0])
+    job = Job(tmp_path, compaction_ratio=10.0)
+    ctx = RuntimeContext(job_id="j", job_name="n", operator_uid="op", subtask_index=0,
+                         parallelism=1, attempt=0, backend=job.b)
+    short = ctx.value_state("short", ttl=10_000)
+    for i in range(100):
+        job.b.set_current_key(f"k{i}")
+        short.update(i)
+    base = job.checkpoint()
+    assert len(job.expected[base]["short"]) == 100
+    now[0] += 60_000  # every value expired: purged at the next capture
+    job.b.set_current_key("k0")
+    job.states["v"].update(1)
+    cid = job.checkpoint()
+    assert _chain(job.handles[cid]) == ["base.heap", "delta.heap"]
+    assert "short" not in job.expected[cid]
+    assert "short" not in tables(job.restore(cid))

@@ -32,7 +32,7 @@ from ..backend import StateSnapshot, write_state_file
 from ..contract import refusal
 from ..descriptors import StateDescriptor, check_compatible
 from ..keygroups import KeyGroupRange, key_group_for
-from .changelog import Chain, encode_delta, write_shared
+from .changelog import Chain, changed_keys, encode_delta, write_shared
 from .format import decode_chunk
 from .restore import restore_key_group_chunks
 from .states import STATE_CLASSES
@@ -47,15 +47,18 @@ class HeapCapture:
     meta as they were at capture time. Opaque: pass it to
     :meth:`HeapKeyedStateBackend.serialize_capture` (once)."""
 
-    __slots__ = ("by_kg", "dumps", "meta", "_garbage", "_finalizer", "__weakref__")
+    __slots__ = ("by_kg", "dumps", "meta", "dirty", "_garbage", "_finalizer", "__weakref__")
 
     def __init__(
-        self, by_kg: dict[int, dict[str, dict]], dumps: dict, meta: dict[str, dict], garbage: list
+        self, by_kg: dict[int, dict[str, dict]], dumps: dict, meta: dict[str, dict], garbage: list,
+        dirty: dict[int, set] | None = None,
     ) -> None:
         self.by_kg: dict[int, dict[str, dict]] | None = by_kg
         self.dumps = dumps
         self.meta = meta
         self._garbage: list | None = garbage  # copy-on-write bookkeeping, freed off the task thread
+        #: incremental: the keys changed since the previous capture, {key_group: keys}
+        self.dirty = dirty
         self._finalizer: weakref.finalize | None = None
 
     @property
@@ -114,13 +117,15 @@ class HeapKeyedStateBackend:
         self.incremental = incremental
         self.max_deltas = max_deltas
         self.compaction_ratio = compaction_ratio
-        # incremental snapshots (.changelog): the chain of the last completed checkpoint and
-        # the tables it captured; per capture since then its tables and the checkpoint whose
-        # chain it extends (None: a new base); the chains written and not yet confirmed (by
-        # the upload thread: under the lock)
+        # incremental snapshots (.changelog): the keys the states changed since the last
+        # capture ({key_group: keys}, filled by the state classes); the chain of the last
+        # completed checkpoint; per capture since then the keys it saw change and the
+        # checkpoint whose chain it extends (None: a new base); the chains written and not
+        # yet confirmed (by the upload thread: under the lock)
+        self._tracking = incremental
+        self._dirty: dict[int, set] = {}
         self._confirmed: Chain | None = None
-        self._confirmed_tables: dict[int, dict[str, dict]] = {}
-        self._captured: dict[int, dict[int, dict[str, dict]]] = {}
+        self._changes: dict[int, dict[int, set]] = {}
         self._extends: dict[int, int | None] = {}
         self._written: dict[int, Chain] = {}
         self._written_lock = threading.Lock()
@@ -185,7 +190,11 @@ class HeapKeyedStateBackend:
             if owned:
                 garbage.append(owned.copy())
                 owned.clear()
-        cap = HeapCapture(by_kg, dumps, meta, garbage)
+        dirty = None
+        if self._tracking:  # the keys changed since the previous capture
+            dirty = self._dirty.copy()
+            self._dirty.clear()
+        cap = HeapCapture(by_kg, dumps, meta, garbage, dirty)
         if by_kg:
             cid = next(self._capture_ids)
             self._live_captures.add(cid)
@@ -200,13 +209,17 @@ class HeapKeyedStateBackend:
         for name, d in self.descriptors.items():
             if d.ttl_ms is None:
                 continue
-            for entries in self.tables.get(name, {}).values():
+            for kg, entries in self.tables.get(name, {}).items():
                 for key, stored in list(entries.items()):
                     kept = ttl.purge(d.kind, stored, now, d.ttl_ms)
                     if kept is None:
                         del entries[key]
                     elif kept is not stored:
                         entries[key] = kept
+                    else:
+                        continue
+                    if self._tracking:
+                        self._dirty.setdefault(kg, set()).add(key)
 
     def serialize_capture(
         self, capture: HeapCapture
@@ -312,7 +325,7 @@ class HeapKeyedStateBackend:
             return StateSnapshot(cap.meta, write_file)
         if cap.empty:  # no state: no file, and the next checkpoint starts a new chain
             self._confirmed = None
-            self._captured.clear()
+            self._changes.clear()
             self._extends.clear()
             return StateSnapshot(cap.meta)
         # 1. the chain this checkpoint extends: the last completed one's, unless it is due
@@ -325,18 +338,17 @@ class HeapKeyedStateBackend:
                     or base.delta_size >= self.compaction_ratio * base.base_size
                     or any(e != since for c, e in self._extends.items() if c > since))
         self._force_base = False
-        # 2. keep what it captured (the tables the next deltas compare with once it
-        # completes) and what it extends
-        by_kg = cap.by_kg or {}
-        self._captured[checkpoint_id] = by_kg
+        # 2. remember the keys this capture saw change (later deltas include them until a
+        # checkpoint that covers them completes) and what it extends
+        self._changes[checkpoint_id] = cap.dirty or {}
         self._extends[checkpoint_id] = None if new_base else since
-        before = self._confirmed_tables
+        changes = [] if new_base else [d for c, d in self._changes.items() if c > since]
 
         def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
             if full:  # a savepoint: self-contained
                 return self._write_full(cap, chk_dir, stem)
             chain = self._write_chain(checkpoint_id, cap, chk_dir, None if new_base else base,
-                                      before)
+                                      changes)
             with self._written_lock:
                 self._written[checkpoint_id] = chain
             return chain.handle(self.key_groups), chain.size, chain.size - (
@@ -350,9 +362,9 @@ class HeapKeyedStateBackend:
                                 {"offsets": {str(kg): v for kg, v in offsets.items()}})
 
     def _write_chain(self, checkpoint_id: int, cap: HeapCapture, chk_dir: str,
-                     base: Chain | None, before: dict[int, dict[str, dict]]) -> Chain:
+                     base: Chain | None, changes: list[dict[int, set]]) -> Chain:
         """Asynchronous part of an incremental checkpoint: a new base (``base`` None), or a
-        delta from ``before`` (the tables ``base``'s checkpoint captured) on top of it."""
+        delta of the keys in ``changes`` (per capture since ``base``'s) on top of it."""
         if base is None:
             data, offsets, _meta = self.serialize_capture(cap)
             entry = write_shared(chk_dir, self.operator_uid, "base", data, offsets)
@@ -362,7 +374,7 @@ class HeapKeyedStateBackend:
             raise RuntimeError("this heap state capture was already serialized or released")
         try:
             try:
-                chunks, offsets = encode_delta(by_kg, cap.dumps, before)
+                chunks, offsets = encode_delta(by_kg, cap.dumps, changed_keys(changes))
             except UnsupportedValueError:
                 raise self._unencodable(by_kg) from None
         finally:
@@ -387,8 +399,7 @@ class HeapKeyedStateBackend:
             for c in [c for c in self._written if c < checkpoint_id]:
                 del self._written[c]  # subsumed: never extended
         self._confirmed = chain
-        self._confirmed_tables = self._captured.get(checkpoint_id, {})
-        for log in (self._captured, self._extends):
+        for log in (self._changes, self._extends):
             for c in [c for c in log if c <= checkpoint_id]:
                 del log[c]
 

@@ -5,11 +5,14 @@ backend's ``{state: {key_group: {key: value}}}`` tables (they satisfy the protoc
 Copy-on-write: while a capture of the backend is pending (``backend._live_captures``), a
 container that a state mutates in place (a list state's list, a map state's dict) is copied
 the first time it changes, and a mutable value read from value or reducing state is copied
-on read, so a pending snapshot never sees later changes (see :mod:`.backend`). So a key
-whose value changed since a capture holds another object than the capture does: incremental
-snapshots (:mod:`.changelog`) find the changed keys by identity, with copy-on-write kept on
-between captures. (Only mutable values are "owned": an immutable one is never changed in
-place, so it needs no copy.)
+on read, so a pending snapshot never sees later changes (see :mod:`.backend`). Only mutable
+values are "owned" (an immutable one is never changed in place, so it needs no copy).
+
+Incremental snapshots (:mod:`.changelog`): every write, removal and copy-on-write copy also
+adds the key to ``backend._dirty`` (``{key_group: keys}``, one set per key group for all
+states: the second state a record updates finds its key already there), and copy-on-write
+stays on between captures so that a mutable value read and changed in place is a changed
+key too.
 """
 
 from __future__ import annotations
@@ -30,13 +33,15 @@ class HeapTables(Protocol):
     current_key_group: int
     _live_captures: set[int]
     _owned: dict[str, dict[int, set]]
+    _tracking: bool
+    _dirty: dict[int, set]
 
 _MISSING = object()
 _MUTABLE = (dict, list, set, bytearray)
 
 
 class _KeyedState:
-    __slots__ = ("backend", "descriptor", "table", "owned", "check")
+    __slots__ = ("backend", "descriptor", "table", "owned", "check", "dirty")
 
     def __init__(self, backend: HeapTables, descriptor: StateDescriptor, table: dict):
         self.backend = backend
@@ -46,6 +51,8 @@ class _KeyedState:
         self.check = checker(backend.operator_uid, descriptor)
         # {key_group: keys whose container was created or copied since the last capture}
         self.owned: dict[int, set] = backend._owned.setdefault(descriptor.name, {})
+        #: incremental snapshots: {key_group: keys changed since the last capture}, or None
+        self.dirty: dict[int, set] | None = backend._dirty if backend._tracking else None
 
     def _kg_table(self) -> dict | None:
         """The current key group's ``{key: value}`` table, if it has one."""
@@ -61,8 +68,20 @@ class _KeyedState:
 
     def clear(self) -> None:
         t = self._kg_table()
-        if t is not None:
-            t.pop(self.backend.current_key, None)
+        if t is not None and t.pop(self.backend.current_key, _MISSING) is not _MISSING \
+                and self.dirty is not None:
+            self._changed(self.backend.current_key)
+
+    def _changed(self, key) -> None:
+        """Incremental snapshots: ``key`` (of the current key group) changed."""
+        dirty = self.dirty
+        if dirty is not None:
+            kg = self.backend.current_key_group
+            keys = dirty.get(kg)
+            if keys is None:
+                dirty[kg] = {key}
+            else:
+                keys.add(key)
 
     # copy-on-write of the containers ListState/MapState mutate in place; called only while
     # a capture is pending (``backend._live_captures``), with ``t`` the current key group's
@@ -75,6 +94,8 @@ class _KeyedState:
             self.owned[kg] = {key}
         else:
             owned.add(key)
+        if self.dirty is not None:
+            self._changed(key)
 
     def _writable(self, t: dict, key, container):
         """``container`` (stored at ``key``), or a copy of it replacing it in ``t`` if a
@@ -87,6 +108,8 @@ class _KeyedState:
             return container
         container = t[key] = container.copy()
         owned.add(key)
+        if self.dirty is not None:
+            self._changed(key)
         return container
 
 
@@ -136,6 +159,13 @@ class ValueState(_KeyedState):
             t[key] = value
             if mutable and backend._live_captures:
                 self._own(key)  # the caller's object: no capture holds it
+            dirty = self.dirty
+            if dirty is not None:  # _changed, inlined
+                keys = dirty.get(kg)
+                if keys is None:
+                    dirty[kg] = {key}
+                else:
+                    keys.add(key)
 
 
 class ListState(_KeyedState):
@@ -237,6 +267,8 @@ class MapState(_KeyedState):
             del m[user_key]
         elif user_key in m or not m:
             del t[key]  # the map would be empty: clear the key
+            if self.dirty is not None:
+                self._changed(key)
 
     def pop_all(self, user_keys) -> list:
         """Remove ``user_keys`` and return their values (None for a missing one)."""
@@ -284,6 +316,8 @@ class ReducingState(_KeyedState):
             if self.backend._live_captures:
                 self._own(key)
         t[key] = value
+        if self.dirty is not None:
+            self._changed(key)
 
 
 #: entry map state is map state on heap (a dict per key, mutated in place, copy on write)
