@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
@@ -31,6 +32,8 @@ from airflow_checkpoint_provider.triggers.conditions import check_control_reques
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
 
 
 class _ControlRequestOperator(CheckpointBaseOperator):
@@ -131,18 +134,38 @@ class _ControlRequestOperator(CheckpointBaseOperator):
         return event.get("request_id")
 
 
-class _SavepointMixin:
-    emit_asset: bool = True
-    pin_seconds: float | None = None
+@dataclass(frozen=True)
+class _SavepointHandover:
+    """What :class:`TriggerSavepointOperator` and :class:`StopWithSavepointOperator` do with
+    the savepoint their request took (a collaborator each builds from its own parameters
+    when the request succeeded): push its path and checkpoint id to XCom, pin it for the DAG
+    run (``pin_seconds``), persist the checkpoint-history report of the extra link, and emit
+    the savepoint's asset event (``emit_asset``).
 
-    def _push_savepoint(self, context: Context, event: dict[str, Any]) -> str:
+    :param hook: the operator's metadata hook.
+    :param log: the operator's logger.
+    :param pin_seconds: the operator's ``pin_seconds`` (``None``, ``""``, ``"None"``, 0: no pin).
+    :param emit_asset: the operator's ``emit_asset``.
+    :param report_dir: the operator's ``report_dir`` (default
+        ``<base_log_folder>/checkpoint-reports``).
+    """
+
+    hook: CheckpointMetadataHook
+    log: Any  # the operator's ``self.log`` (the task log)
+    pin_seconds: float | str | None
+    emit_asset: bool
+    report_dir: str | None
+
+    def push(self, context: Context, event: dict[str, Any]) -> str:
+        """Hand the savepoint of ``event`` over; returns its location."""
         location = event["location"]
         context["ti"].xcom_push(key="checkpoint_id", value=event.get("checkpoint_id"))
         context["ti"].xcom_push(key="savepoint_path", value=location)
-        store = self.hook.get_conn()  # type: ignore[attr-defined]
+        store = self.hook.get_conn()
         if self.pin_seconds not in (None, "", "None", 0):
             self._pin(context, store, location)
-        report_dir = self.report_dir or self.airflow_log_dir("checkpoint-reports")  # type: ignore[attr-defined]
+        report_dir = self.report_dir or CheckpointBaseOperator.airflow_log_dir(
+            "checkpoint-reports")
         CheckpointHistoryLink.persist(context, store, event["job_id"], report_dir)
         if self.emit_asset:
             self._emit_savepoint_asset(context, store, event)
@@ -160,12 +183,12 @@ class _SavepointMixin:
                                 ttl_seconds=float(self.pin_seconds),  # type: ignore[arg-type]
                                 reason=f"taken by task {context['ti'].task_id}")
         except (EngineError, ValueError) as exc:
-            self.log.warning("Could not pin savepoint %s: %s", location, exc)  # type: ignore[attr-defined]
+            self.log.warning("Could not pin savepoint %s: %s", location, exc)
             return
         context["ti"].xcom_push(key="pinned_until", value=pin.expires_at.isoformat()
                                 if pin.expires_at else None)
-        self.log.info("Pinned savepoint %s for %s until %s", location,  # type: ignore[attr-defined]
-                      pin.holder, pin.expires_at)
+        self.log.info("Pinned savepoint %s for %s until %s", location, pin.holder,
+                      pin.expires_at)
 
     def _emit_savepoint_asset(self, context: Context, store: Any, event: dict[str, Any]) -> None:
         """An event of ``checkpoint://<job_name>/savepoints`` through the task's
@@ -179,11 +202,11 @@ class _SavepointMixin:
                                kind="SAVEPOINT", record=record)
         asset = emit_snapshot_event(context, SAVEPOINTS_ALIAS, extra)
         if asset is not None:
-            self.log.info("Asset event %s: savepoint %s of job %s",  # type: ignore[attr-defined]
-                          asset.uri, checkpoint_id, job.job_id)
+            self.log.info("Asset event %s: savepoint %s of job %s", asset.uri, checkpoint_id,
+                          job.job_id)
 
 
-class TriggerSavepointOperator(_SavepointMixin, _ControlRequestOperator):
+class TriggerSavepointOperator(_ControlRequestOperator):
     """
     Take a savepoint of a running job; the savepoint's path is the task's return value.
 
@@ -216,16 +239,18 @@ class TriggerSavepointOperator(_SavepointMixin, _ControlRequestOperator):
         self.directory = directory
         self.report_dir = report_dir
         self.emit_asset = emit_asset
-        self.pin_seconds = pin_seconds  # type: ignore[assignment]
+        self.pin_seconds = pin_seconds
 
     def request_params(self) -> dict[str, Any]:
         return {"directory": absolute_location(self.directory)} if self.directory else {}
 
     def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> str:
-        return self._push_savepoint(context, event)
+        return _SavepointHandover(hook=self.hook, log=self.log, pin_seconds=self.pin_seconds,
+                                 emit_asset=self.emit_asset,
+                                 report_dir=self.report_dir).push(context, event)
 
 
-class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
+class StopWithSavepointOperator(_ControlRequestOperator):
     """
     Stop a running job with a savepoint: sources stop, sinks commit, the job ends STOPPED.
 
@@ -259,7 +284,7 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
                  pin_seconds: float | str | None = 86400.0, **kwargs: Any) -> None:
         super().__init__(job=job, **with_alias_outlet(kwargs, SAVEPOINTS_ALIAS, emit_asset))
         self.emit_asset = emit_asset
-        self.pin_seconds = pin_seconds  # type: ignore[assignment]
+        self.pin_seconds = pin_seconds
         self.directory = directory
         self.drain = drain
         self.report_dir = report_dir
@@ -307,7 +332,9 @@ class StopWithSavepointOperator(_SavepointMixin, _ControlRequestOperator):
                            f"savepoint {final.location}"}
 
     def on_request_succeeded(self, context: Context, event: dict[str, Any]) -> str:
-        return self._push_savepoint(context, event)
+        return _SavepointHandover(hook=self.hook, log=self.log, pin_seconds=self.pin_seconds,
+                                 emit_asset=self.emit_asset,
+                                 report_dir=self.report_dir).push(context, event)
 
 
 class CancelJobOperator(_ControlRequestOperator):
