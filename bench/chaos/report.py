@@ -215,7 +215,13 @@ def _median(xs: list[float]) -> float:
 def _cost(runs: list[dict]) -> str:
     """What a run costs: median wall and CPU seconds of the local runs that record CPU."""
     metered = [r for r in runs if r.get("cpu_seconds") is not None and r["runner"] == "local"]
-    before = [r["seconds"] for r in runs if r.get("cpu_seconds") is None and r["runner"] == "local"]
+    before = [
+        r["seconds"]
+        for r in runs
+        if r.get("cpu_seconds") is None
+        and r["runner"] == "local"
+        and not r.get("recorded_by_hand")  # no measurement of its own (FINDINGS 8)
+    ]
     if not metered:
         return ""
     return (
