@@ -78,7 +78,7 @@ class AggregateSpec:
         #: next checkpoint
         self.ttl_ms = ttl_ms
         #: the output: None (update rows; a changelog for changelog input), "update",
-        #: "changelog" or "upsert" (runtime/changelog_agg.py)
+        #: "changelog" or "upsert" (runtime/operators/changelog_agg.py)
         self.emit: str | None = None
 
     def describe(self) -> dict:
@@ -149,8 +149,8 @@ class AggregateTable:
              sign: np.ndarray | None = None) -> tuple[pa.Array, np.ndarray]:
         """Fold ``batch`` into the accumulators; return the distinct keys it touched and
         their rows. ``sign`` (int64, +1/-1 per row; changelog input, see
-        :mod:`...runtime.changelog_agg`) weighs each row: -1 retracts it from count, non-null
-        count and sum (min/max cannot retract: the caller refuses those)."""
+        :mod:`...runtime.operators.changelog_agg`) weighs each row: -1 retracts it from count,
+        non-null count and sum (min/max cannot retract: the caller refuses those)."""
         spec = self.spec
         if spec.key not in batch.schema.names:
             raise KeyError(f"aggregate {self.uid!r}: key field {spec.key!r} is not in the input "
