@@ -5,7 +5,7 @@ reader: two jobs reading one slot take changes from each other and acknowledge p
 other's position (silent loss). A row of ``cdc_slot_owners`` (revision 0007) records, per
 database server and slot name, the job *name* that owns the slot; a job of another name that
 is configured with the same slot is refused before it starts
-(:meth:`CdcSlotsMixin.claim_cdc_slot`). Later jobs of the same name (restarts, restores, a
+(:meth:`CdcSlots.claim_cdc_slot`). Later jobs of the same name (restarts, restores, a
 new version) keep owning it. ``ckpt cdc drop-slot --db ...`` releases the claim
 with the slot.
 """

@@ -1,6 +1,6 @@
 """The snapshot signing key in the catalog: one random key per metadata DB.
 
-:meth:`SnapshotKeyMixin.snapshot_key` returns it, creating it the first time: a fixed
+:meth:`SnapshotKeys.snapshot_key` returns it, creating it the first time: a fixed
 primary key and an insert-if-absent (``INSERT ... ON CONFLICT DO NOTHING`` on SQLite and
 PostgreSQL), then a read, so processes that create it at once all get the one key that
 won. The key is a secret: :class:`SnapshotKey` hides it from ``repr`` and nothing logs it.
