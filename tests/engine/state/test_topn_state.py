@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 from airflow_checkpoint_provider.engine.state.columnar.topn_state import TopNSpec, TopNTable
+from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 from airflow_checkpoint_provider.engine.state.vectorized import key_groups
 
 MAXP = 16

@@ -20,11 +20,14 @@ from airflow_checkpoint_provider.engine.eventtime import (
 )
 from airflow_checkpoint_provider.engine.snapshot.handles import keyed_handle_from_dict
 from airflow_checkpoint_provider.engine.state.columnar import AggregateSpec, AggregateTable
+from airflow_checkpoint_provider.engine.state.columnar.windows import (
+    WindowAggregateTable,
+    WindowSpec,
+)
 from airflow_checkpoint_provider.engine.state.keygroups import (
     KeyGroupRange,
     key_group_range_for,
 )
-from airflow_checkpoint_provider.engine.state.columnar.windows import WindowAggregateTable, WindowSpec
 
 MAXP = 128
 
