@@ -4,7 +4,14 @@ read_committed equals the failure-free reference, through a slot SIGKILL and a r
 from __future__ import annotations
 
 import pytest
-from kafka_jobs import OUT_PARTITIONS, check_output, make_input, running_sum_job
+from kafka_jobs import (
+    KILL_AT_FIRST_SNAPSHOT,
+    OUT_PARTITIONS,
+    ThirdSnapshotKillingSum,
+    check_output,
+    make_input,
+    running_sum_job,
+)
 from pipelines import Background, FaultPlan
 
 
@@ -28,24 +35,27 @@ def test_slot_sigkill_mid_run_still_publishes_exactly_once(workdir, kafka_broker
     test_kafka_sink.py's test_a_restored_epoch_without_marker_is_published_on_recover.)
 
     Tansu caveat: the failover SIGKILLs the other slot too; if its sink is in the middle of
-    a publish (a few ms of each checkpoint interval) after its records were acknowledged,
-    Tansu shows them although the transaction never committed (it does not hide aborted
-    transactions), and the republished epoch duplicates them. Apache Kafka aborts them. The
-    250 ms interval keeps that window small (measured: see the Kafka how-to). The sink
-    subtasks write partitions of their own (``partitioner="fixed"``): with shared
-    partitions Tansu defers a commit's marker while another subtask's publish is open, and
-    the restore publishes that epoch again (test_kafka_sink_faults.py)."""
+    a publish after its records reached the broker, Tansu shows them although the
+    transaction never committed (it does not hide aborted transactions), and the
+    republished epoch duplicates them. Apache Kafka aborts them. So the slot dies while it
+    snapshots checkpoint 3 (kafka_jobs.ThirdSnapshotKillingSum), when the other slot has
+    published epoch 2 before it took barrier 3, not at a record (a kill at record 3,500
+    failed 1 of 18 runs at load ~18). The sink subtasks write partitions of their own
+    (``partitioner="fixed"``): with shared partitions Tansu defers a commit's marker while
+    another subtask's publish is open, and the restore publishes that epoch again
+    (test_kafka_sink_faults.py)."""
     n = 6_000
     in_topic, stop_at = make_input(kafka_broker, n)
     out = kafka_broker.create_topic(f"out-{in_topic}", OUT_PARTITIONS)
-    faults = FaultPlan(str(workdir / "faults"), [("kill", 3_500)])
+    faults = FaultPlan(str(workdir / "faults"), [("kill", KILL_AT_FIRST_SNAPSHOT)])
     # ~1.5 s per subtask: several checkpoints complete (and publish) before the kill
     result = running_sum_job(str(workdir), kafka_broker, in_topic, stop_at, out,
                              faults=faults, delay_s=0.0005, interval_ms=250,
-                             partitioner="fixed").run()
+                             partitioner="fixed", function=ThirdSnapshotKillingSum).run()
     assert result.status == "FINISHED"
     assert len(faults.fired()) == 1 and result.restarts >= 1
-    assert faults.fired()["kill-3500"]["last_notified"] >= 1  # after a completed checkpoint
+    fired = faults.fired()[f"kill-{KILL_AT_FIRST_SNAPSHOT}"]
+    assert fired["last_notified"] >= 1  # after a completed (and published) checkpoint
     check_output(kafka_broker, out, n, OUT_PARTITIONS)
 
 
