@@ -9,6 +9,9 @@ import contract test (``tests/test_import_contract.py``) keeps the provider on t
 * the metadata store and its records: :class:`MetadataStore`, :class:`JobRecord`,
   :class:`AttemptRecord`, :class:`CheckpointRecord`, :class:`ControlRequestRecord`, the
   status groups, :func:`upgrade_database` (``ckpt db upgrade``), :class:`MetadataSchemaError`;
+* standbys (``restore="standby:JOB"``): :class:`StandbyRecord` / :class:`StandbyStatus`
+  (``store.get_standby(job_id)``: ``READY`` once the standby only waits for the hand-over,
+  ``store.request_standby_cancel(job_id)`` withdraws it) and :class:`StandbyCanceled`;
 * launching: :data:`LAUNCH_SCRIPT` (the spark-submit entry point), :data:`METADATA_URL_ENV`,
   :func:`code_archives` / :data:`SHIP_CODE_ENV` (``--py-files`` for executors without the
   project);
@@ -55,6 +58,9 @@ from .catalog import (
     JobStatus,
     MetadataSchemaError,
     MetadataStore,
+    StandbyCanceled,
+    StandbyRecord,
+    StandbyStatus,
     heartbeat_timeout,
     upgrade_database,
 )
@@ -152,6 +158,9 @@ def spark_session(master: str | None, app_name: str, *, extra_conf: dict | None 
 LAUNCH_SCRIPT = os.path.abspath(_launch.__file__)
 
 __all__ = [
+    "StandbyCanceled",
+    "StandbyRecord",
+    "StandbyStatus",
     "ACTIVE_JOB_STATUSES",
     "ALLOWED_SAVEPOINT_ROOTS",
     "CLIENT_POLL_SECONDS",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 
 import pytest
 from pipelines import (
@@ -20,8 +21,17 @@ from pipelines import (
 )
 
 from airflow_checkpoint_provider.engine import ConfigurationError, read_committed
+from airflow_checkpoint_provider.engine.client import StandbyCanceled
 
 N, KEYS, SEED, RATE = 12_000, 50, 7, 1000
+
+
+def _wait_standby(store, job_id: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while (rec := store.get_standby(job_id)) is None:
+        assert time.monotonic() < deadline, f"standby {job_id} never said READY"
+        time.sleep(0.05)
+    return rec
 
 
 def _upgrade(root: str, *, stop: str) -> tuple:
@@ -32,8 +42,11 @@ def _upgrade(root: str, *, stop: str) -> tuple:
     v2_p = running_sum_pipeline(root, name="rs", num_records=N, num_keys=KEYS, seed=SEED,
                                 out=out)
     v2_p.version = "v2"
-    v2_bg = Background(v2_p, restore=f"standby:{v1.job_id}")
-    time.sleep(1.0)  # the standby waits: no job row of its own while v1 runs
+    v2_id = uuid.uuid4().hex
+    v2_bg = Background(v2_p, restore=f"standby:{v1.job_id}", job_id=v2_id)
+    ready = _wait_standby(v1_bg.store, v2_id)  # the signal the Airflow upgrade waits for
+    assert (ready.status, ready.waits_for_job_id, ready.job_name) == ("READY", v1.job_id, "rs")
+    time.sleep(0.5)  # the standby waits: no job row of its own while v1 runs
     assert [j.job_id for j in v1_bg.store.list_jobs(job_name="rs")] == [v1.job_id]
     assert "error" not in v2_bg.outcome and v2_bg.thread.is_alive()
     req = v1_bg.request(v1.job_id, stop, {})
@@ -41,7 +54,9 @@ def _upgrade(root: str, *, stop: str) -> tuple:
     v1_result = v1_bg.result()
     result = v2_bg.result(timeout=180)
     assert result.status == "FINISHED", result.failure_reason
-    assert result.job_id != v1.job_id
+    assert result.job_id == v2_id != v1.job_id
+    taken = v1_bg.store.get_standby(v2_id)
+    assert taken.status == "TAKEN_OVER" and taken.restore_location == result.restored_from
     check_exactly_once_rows(list(read_committed(out)), expected_running_sums(N, KEYS, SEED))
     return v1_bg.store, v1, v1_result, req, result
 
@@ -72,3 +87,24 @@ def test_standby_with_nothing_to_wait_for_is_refused(tmp_path):
         running_sum_pipeline(root, name="rs", num_records=200).run(restore="standby:nope")
     with pytest.raises(ConfigurationError, match="needs a job"):
         running_sum_pipeline(root, name="rs", num_records=200).run(restore="standby:")
+
+
+@pytest.mark.timeout(120)
+def test_a_withdrawn_standby_ends_canceled_without_a_job_row_and_v1_keeps_running(tmp_path):
+    root = str(tmp_path)
+    v1_bg = Background(running_sum_pipeline(root, name="rs", num_records=N, num_keys=KEYS,
+                                            seed=SEED, rate=RATE))
+    v1 = v1_bg.wait_running(min_checkpoints=1)
+    v2_id = uuid.uuid4().hex
+    v2_bg = Background(running_sum_pipeline(root, name="rs", num_records=N),
+                       restore=f"standby:{v1.job_id}", job_id=v2_id)
+    assert _wait_standby(v1_bg.store, v2_id).status == "READY"
+    assert v1_bg.store.request_standby_cancel(v2_id).cancel_requested_at is not None
+    v2_bg.thread.join(timeout=30)
+    assert isinstance(v2_bg.outcome.get("error"), StandbyCanceled), v2_bg.outcome
+    rec = v1_bg.store.get_standby(v2_id)
+    assert rec.status == "CANCELED" and "nothing restored" in rec.detail
+    assert v1_bg.store.get_job(v2_id) is None
+    assert v1_bg.store.get_job(v1.job_id).status == "RUNNING"
+    assert v1_bg.request(v1.job_id, "CANCEL").status == "SUCCEEDED"
+    v1_bg.result()

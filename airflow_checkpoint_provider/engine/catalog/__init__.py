@@ -24,7 +24,7 @@ are serialized by the write lock (SQLite) or an advisory lock (PostgreSQL).
 
 Modules: :mod:`.db` (engine, schema, retries), :mod:`.records`, :mod:`.base` (opening,
 transactions), one collaborator per table family (:mod:`.jobs`, :mod:`.checkpoints`,
-:mod:`.control`, :mod:`.pins`, :mod:`.keys`, :mod:`.cdc_slots`; reachable as
+:mod:`.control`, :mod:`.pins`, :mod:`.keys`, :mod:`.cdc_slots`, :mod:`.standbys`; reachable as
 ``store.jobs``, ``store.checkpoints``, ... and through the store's own methods) and
 :mod:`.models` (tables and status enums).
 """
@@ -60,6 +60,7 @@ from .records import (
     JobRecord,
     SavepointPinRecord,
 )
+from .standbys import StandbyCanceled, StandbyRecord, Standbys, StandbyStatus
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -82,6 +83,7 @@ def _via(part: Callable[[Any], Any], method: Callable[Concatenate[Any, P], R]
 _jobs, _checkpoints, _control = (attrgetter("jobs"), attrgetter("checkpoints"),
                                  attrgetter("control"))
 _pins, _keys, _cdc_slots = attrgetter("pins"), attrgetter("keys"), attrgetter("cdc_slots")
+_standbys = attrgetter("standbys")
 
 
 class MetadataStore(CatalogDB):
@@ -91,7 +93,7 @@ class MetadataStore(CatalogDB):
     processes may open the same DB; on SQLite writers queue on the busy timeout.
 
     Composed of one collaborator per table family (``jobs``, ``checkpoints``, ``control``,
-    ``pins``, ``keys``, ``cdc_slots``); their methods are the store's methods too.
+    ``pins``, ``keys``, ``cdc_slots``, ``standbys``); their methods are the store's methods too.
 
     :param url: SQLAlchemy URL (``sqlite:////abs/ckpt.db``, ``postgresql+psycopg://...``) or
         a SQLite file path; the SQLite file's parent directory is created.
@@ -109,6 +111,7 @@ class MetadataStore(CatalogDB):
         self.pins = SavepointPins(self)
         self.keys = SnapshotKeys(self)
         self.cdc_slots = CdcSlots(self)
+        self.standbys = Standbys(self)
 
     # -- jobs and attempts (catalog/jobs.py)
     mark_lost_jobs = _via(_jobs, Jobs.mark_lost_jobs)
@@ -170,6 +173,12 @@ class MetadataStore(CatalogDB):
     cdc_slot_owner = _via(_cdc_slots, CdcSlots.cdc_slot_owner)
     release_cdc_slot = _via(_cdc_slots, CdcSlots.release_cdc_slot)
 
+    # -- standby jobs waiting for a hand-over (catalog/standbys.py)
+    mark_standby_ready = _via(_standbys, Standbys.mark_standby_ready)
+    end_standby = _via(_standbys, Standbys.end_standby)
+    request_standby_cancel = _via(_standbys, Standbys.request_standby_cancel)
+    get_standby = _via(_standbys, Standbys.get_standby)
+
 
 
 __all__ = [
@@ -185,6 +194,9 @@ __all__ = [
     "SavepointPinRecord",
     "SlotInUseError",
     "SnapshotKey",
+    "StandbyCanceled",
+    "StandbyRecord",
+    "StandbyStatus",
     "TERMINAL_JOB_STATUSES",
     "alembic_config",
     "configure_sqlite_engine",

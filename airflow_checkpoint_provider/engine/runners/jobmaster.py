@@ -185,7 +185,10 @@ class JobMaster:
         try:
             if standby.is_standby(restore):  # the application is up: wait for the hand-over
                 assert restore is not None
-                restore, self.restore_owner = standby.wait_for_handover(store, restore)
+                # its id now: the standby's READY row (what Airflow waits for) is under it
+                job_id = validate_job_id(job_id or uuid.uuid4().hex)
+                restore, self.restore_owner = standby.wait_for_handover(
+                    store, restore, job_id=job_id, job_name=p.name)
             return self._run(graph, store, restore, job_id)
         finally:
             store.close()

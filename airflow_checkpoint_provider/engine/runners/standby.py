@@ -16,6 +16,13 @@ and sinks' consent), and one more: the snapshot was found through job ``JOB``'s 
 its signed ``_metadata`` must name that job (issue 50: another job's snapshot copied there
 is refused with ``ForeignSnapshotError``; there is no older candidate to fall back to). The job the standby waits for must exist and not have ended yet when
 the standby starts (``ConfigurationError``: nothing to wait for).
+
+The standby says where it is in the catalog's ``standbys`` table (revision 0012,
+:mod:`..catalog.standbys`), under the job id it will run as: ``READY`` when its application
+is up and it only waits (the moment to stop the old job: Airflow's standby upgrade waits for
+it), then ``TAKEN_OVER``, ``FAILED``, or ``CANCELED`` when a client withdrew it before the
+hand-over (:meth:`~..catalog.MetadataStore.request_standby_cancel`: it ends with
+:class:`StandbyCanceled`, without a job row).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..catalog import MetadataStore
+from ..catalog import MetadataStore, StandbyCanceled, StandbyStatus
 from ..errors import ConfigurationError, RestoreError
 
 log = logging.getLogger(__name__)
@@ -37,11 +44,14 @@ def is_standby(restore: str | None) -> bool:
     return bool(restore) and str(restore).startswith(PREFIX)
 
 
-def wait_for_handover(store: MetadataStore, restore: str, *,
+def wait_for_handover(store: MetadataStore, restore: str, *, job_id: str | None = None,
+                      job_name: str | None = None,
                       poll_seconds: float = POLL_SECONDS) -> tuple[str, str]:
     """Block until the job named by ``restore`` (``standby:JOB``) ended; return the snapshot
     to restore and the id of that job, whose snapshot it must be (see the module
-    docstring)."""
+    docstring). With ``job_id`` (the id the standby will run under) the wait is recorded in
+    ``standbys``: ``READY`` first, then how it ended; a cancellation requested there ends it
+    with :class:`StandbyCanceled`."""
     ref = restore[len(PREFIX):].strip()
     if not ref:
         raise ConfigurationError("restore 'standby:' needs a job: standby:JOB_ID or "
@@ -55,27 +65,63 @@ def wait_for_handover(store: MetadataStore, restore: str, *,
             f"restore {restore!r}: job {job.job_name} ({job.job_id}) is already {job.status}; "
             "a standby waits for a running job. Restore its savepoint or checkpoint by path, "
             "or 'latest'")
+    if job_id is not None:
+        store.mark_standby_ready(job_id=job_id, job_name=job_name or job.job_name,
+                                 waits_for_job_id=job.job_id)
     log.info("Standby: application ready; waiting for job %s (%s) to end", job.job_name,
              job.job_id)
     started = time.monotonic()
+    try:
+        location = _wait(store, job.job_id, job_id, poll_seconds)
+    except StandbyCanceled as exc:
+        log.info("Standby %s: %s", job_id, exc)
+        _end(store, job_id, StandbyStatus.CANCELED, detail=str(exc))
+        raise
+    except BaseException as exc:
+        _end(store, job_id, StandbyStatus.FAILED, detail=f"{type(exc).__name__}: {exc}")
+        raise
+    log.info("Standby: job %s (%s) ended after %.1f s of waiting; restoring %s",
+             job.job_name, job.job_id, time.monotonic() - started, location)
+    _end(store, job_id, StandbyStatus.TAKEN_OVER, restore_location=location)
+    return location, job.job_id
+
+
+def _end(store: MetadataStore, job_id: str | None, status: StandbyStatus, *,
+         restore_location: str | None = None, detail: str | None = None) -> None:
+    if job_id is None:
+        return
+    try:
+        store.end_standby(job_id, status, restore_location=restore_location, detail=detail)
+    except Exception as exc:  # noqa: BLE001 - the hand-over's own outcome matters more
+        log.warning("Standby %s: could not record %s in the metadata DB: %s", job_id, status,
+                    exc)
+
+
+def _wait(store: MetadataStore, predecessor: str, job_id: str | None,
+          poll_seconds: float) -> str:
+    """Poll until job ``predecessor`` ended (or the standby ``job_id`` was withdrawn);
+    return the snapshot it left."""
     while True:
-        rec = store.get_job(job.job_id)
+        rec = store.get_job(predecessor)
         if rec is None or rec.is_terminal:
             break
+        if job_id is not None:
+            me = store.get_standby(job_id)
+            if me is not None and me.cancel_requested_at is not None:
+                raise StandbyCanceled(f"withdrawn while job {predecessor} still ran "
+                                      f"({rec.status}): nothing restored")
         time.sleep(poll_seconds)
     status = rec.status if rec is not None else "gone"
     location = None
     if status == "STOPPED":
-        for req in reversed(store.list_control_requests(job.job_id)):
+        for req in reversed(store.list_control_requests(predecessor)):
             if req.action == "STOP_WITH_SAVEPOINT" and req.status == "SUCCEEDED":
                 location = (req.result or {}).get("location")
                 break
     if location is None:
-        latest = store.latest_completed_checkpoint(job_id=job.job_id, kind=None)
+        latest = store.latest_completed_checkpoint(job_id=predecessor, kind=None)
         if latest is None:
-            raise RestoreError(f"standby: job {job.job_name} ({job.job_id}) ended {status} "
+            raise RestoreError(f"standby: job {predecessor} ended {status} "
                                "and left no completed checkpoint or savepoint to restore")
         location = latest.location
-    log.info("Standby: job %s (%s) ended %s after %.1f s of waiting; restoring %s",
-             job.job_name, job.job_id, status, time.monotonic() - started, location)
-    return location, job.job_id
+    return location

@@ -69,7 +69,7 @@ def test_migration_from_empty_creates_all_tables_at_head(tmp_path, db_url):
     try:
         assert TABLES <= set(inspect(engine).get_table_names())
         with engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0011"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0012"
             if db_url.startswith("sqlite"):
                 assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
             # the migration and the ORM models describe the same schema
