@@ -24,9 +24,6 @@ Two table shapes (both start with ``key``, ``key_group``, ``state``):
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -46,7 +43,6 @@ from ..state.descriptors import ENTRY_MAP, MAP
 from ..state.heap import decode_chunk
 from ..state.heap.changelog import read_chain
 from ..state.keygroups import KeyGroupRange
-from ..typed_codec import unpack_key, unpack_value
 from .exceptions import (
     NotKeyedStateError,
     StateSchemaError,
@@ -180,42 +176,12 @@ def _heap_chain_entries(keyed: KeyedOperatorState, handle: HeapChangelogHandle,
 
 def _rocksdb_entries(directory: str, handle: RocksDBHandle
                      ) -> Iterator[tuple[int, str, object, object]]:
-    """Download a RocksDB checkpoint (private files and ``shared/`` SSTs, each verified)
-    into a temporary directory and decode its keys (see :mod:`..state.rocksdb`)."""
-    from rocksdict import Rdict
+    """The entries of a RocksDB checkpoint (private files and ``shared/`` SSTs, each
+    verified), read by the RocksDB backend's own reader (:mod:`..state.rocksdb.read`, which
+    the heap backend uses to restore a RocksDB snapshot too)."""
+    from ..state.rocksdb.read import iter_rocksdb_entries
 
-    from ..state.rocksdb import _download, _options, split_key
-
-    tmp = tempfile.mkdtemp(prefix="ckpt-state-read-")
-    try:
-        db_path = os.path.join(tmp, "db")
-        _download(directory, handle, db_path)
-        db = Rdict(db_path, _options())
-        try:
-            # an entry map state's rows (one per entry, contiguous per key) come back as one
-            # map per key, as heap files hold them
-            group: tuple | None = None
-            for k, v in db.items():
-                # raw mode: <key group: 2 bytes><state name>\x00<msgpack key>[<msgpack user key>]
-                raw: bytes = k  # type: ignore[assignment]
-                name, _, rest = raw[2:].partition(b"\x00")
-                key, user_key = split_key(rest)
-                kg = int.from_bytes(raw[:2], "big")
-                if group is not None and (not user_key or group[:3] != (kg, name, key)):
-                    yield group[0], group[1].decode(), group[2], group[3]
-                    group = None
-                if not user_key:
-                    yield kg, name.decode(), key, unpack_value(v)  # type: ignore[arg-type]
-                    continue
-                if group is None:
-                    group = (kg, name, key, {})
-                group[3][unpack_key(user_key)] = unpack_value(v)  # type: ignore[arg-type]
-            if group is not None:
-                yield group[0], group[1].decode(), group[2], group[3]
-        finally:
-            db.close()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    return iter_rocksdb_entries(directory, handle)
 
 
 def _untuple(key: object) -> object:

@@ -34,7 +34,7 @@ from ..descriptors import StateDescriptor, check_compatible
 from ..keygroups import KeyGroupRange, key_group_for
 from .changelog import Chain, changed_keys, encode_delta, write_shared
 from .format import decode_chunk
-from .restore import restore_key_group_chunks
+from .restore import restore_heap_backend
 from .states import STATE_CLASSES
 
 #: the capture id that keeps copy-on-write bookkeeping on for good (incremental snapshots)
@@ -387,7 +387,9 @@ class HeapKeyedStateBackend:
                      base.delta_size + len(data))
 
     def restore_state(self, directory: str, handles, states: dict[str, dict]) -> None:
-        restore_key_group_chunks(self, directory, handles, states)
+        """Heap files and chains, or RocksDB checkpoints and savepoints (a job that switched
+        from RocksDB), this subtask's key groups only (:mod:`.restore`)."""
+        restore_heap_backend(self, directory, handles, states)
 
     def notify_complete(self, checkpoint_id: int) -> None:
         """Incremental: the chain of checkpoint ``checkpoint_id`` is the base of the next

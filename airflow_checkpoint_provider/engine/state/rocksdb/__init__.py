@@ -53,7 +53,7 @@ from ...typed_codec import pack_key, pack_value, unpack_value
 from .. import ttl
 from ..backend import StateSnapshot
 from ..descriptors import ENTRY_MAP, StateDescriptor, check_compatible
-from ..heap.restore import restore_key_group_chunks
+from ..heap.restore import refuse_unconvertible, restore_key_group_chunks
 from ..keygroups import KeyGroupRange, key_group_for
 from .states import ROCKS_STATES, _untuple
 
@@ -281,6 +281,7 @@ class RocksDBKeyedStateBackend:
         if any(h.type == "rocksdb" for h in handles):
             self.restore(directory, list(handles), states)
         else:
+            refuse_unconvertible(self.operator_uid, handles, states, "rocksdb")
             restore_key_group_chunks(self, directory, handles, states)
 
     def state_meta(self) -> dict[str, dict]:
