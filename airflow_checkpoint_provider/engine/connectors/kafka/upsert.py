@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ...changelog import DELETE, OP_FIELD, UPDATE_BEFORE, row_kind
 from ...errors import BadRecordError
 from ..upsert import upsert_key
-from .sink import DEFAULT_MARKER_TOPIC, KafkaSink, json_value
+from .sink import DEFAULT_MARKER_TOPIC, BytesOf, KafkaSink, json_value
 
 
 class UpsertKafkaSink(KafkaSink):
@@ -58,7 +58,9 @@ class UpsertKafkaSink(KafkaSink):
                  transaction_timeout_ms: int = 60_000,
                  producer_config: Mapping[str, object] | None = None) -> None:
         columns = upsert_key("UpsertKafkaSink", "upsert", key)
-        self.key_serializer = key_serializer or json_value
+        self.key_serializer: Callable[[dict], bytes | None] = (
+            BytesOf(key_serializer, "UpsertKafkaSink: key_serializer") if key_serializer
+            else json_value)
         super().__init__(bootstrap_servers, topic, key=None, value_serializer=value_serializer,
                          timestamp_field=timestamp_field, delivery=delivery,
                          marker_topic=marker_topic,

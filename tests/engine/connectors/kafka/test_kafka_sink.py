@@ -178,3 +178,97 @@ def test_the_fixed_partitioner_sends_each_subtasks_records_to_its_partition(kafk
 def test_an_unknown_partitioner_is_refused(kafka_broker):
     with pytest.raises(KafkaConfigurationError, match="partitioner='round_robin'"):
         KafkaSink(kafka_broker.bootstrap, "t", partitioner="round_robin")
+
+
+# -- the publish path: an epoch this writer staged is published from memory, every other one
+# -- is validated and decoded once from its staged description
+def through_storage(txns: list) -> list:
+    """The descriptions as a restore reads them: out of the checkpoint's JSON ``_metadata``."""
+    return json.loads(json.dumps(txns))
+
+
+@pytest.mark.timeout(60)
+def test_an_epoch_this_writer_staged_is_published_from_memory_once(sink, kafka_broker):
+    w = sink.create_writer(ctx())
+    w.recover([])
+    w.write(rows(6))
+    txns = w.pre_commit(1)
+    assert len(w.held) == 1 and w.held_bytes > 0
+    w.commit(txns)
+    assert not w.held and w.held_bytes == 0
+    w.commit(txns)  # again (a repeated notification): published once
+    w.close()
+    assert sorted(r["i"] for r in kafka_broker.read(sink.topic, expect=6)) == list(range(6))
+
+
+@pytest.mark.timeout(60)
+def test_epochs_beyond_the_memory_limit_and_restored_epochs_are_published_exactly_once(
+        sink, kafka_broker):
+    """Epoch 1 is held in memory, epoch 2 is not (the limit), epoch 3 was staged but its
+    checkpoint's completion never reached the writer (the crash): the writer publishes 1 and
+    2; the restore, reading all three from storage (never in its memory), publishes 3 only."""
+    w = sink.create_writer(ctx())
+    w.recover([])
+    w.write(rows(5))
+    first = w.pre_commit(1)
+    sink.in_memory_limit_bytes = w.held_bytes  # full: the next epochs are not kept
+    w.write(rows(5, start=5))
+    second = w.pre_commit(2)
+    w.write(rows(5, start=10))
+    third = w.pre_commit(3)
+    assert list(w.held) == [("job-1", 0, 1)]
+    w.commit(first + second)
+    w.close()
+    again = sink.create_writer(ctx(attempt=1))
+    again.recover(through_storage(first + second + third))
+    assert not again.held
+    again.write(rows(5, start=15))
+    again.commit(again.pre_commit(4))
+    again.close()
+    assert sorted(r["i"] for r in kafka_broker.read(sink.topic, expect=20)) == list(range(20))
+
+
+@pytest.mark.timeout(60)
+def test_a_corrupted_staged_epoch_is_refused_by_its_own_writer_and_by_a_restore(
+        sink, kafka_broker):
+    """A description whose records are not what the writer staged (another text: it came
+    from storage) is validated, not taken from memory: records of the wrong type, a
+    wrong count or an undecodable text are refused, nothing is published."""
+    from airflow_checkpoint_provider.engine.connectors.kafka.sink import stage
+
+    w = sink.create_writer(ctx())
+    w.recover([])
+    w.write(rows(2))
+    [t] = w.pre_commit(1)
+    corrupt = [{**t, "records": stage([[b"k0", "a str, not bytes", None], [None, b"{}", None]])},
+               {**t, "count": 3},
+               {**t, "records": t["records"][:-8]}]
+    for bad in corrupt:
+        with pytest.raises(CorruptCheckpointError, match="malformed"):
+            w.commit([bad])
+    for bad in corrupt:
+        with pytest.raises(CorruptCheckpointError, match="malformed"):
+            sink.create_writer(ctx(attempt=1)).recover(through_storage([bad]))
+    w.close()
+    assert kafka_broker.read(sink.topic, settle_s=1.0, timeout=3) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_value_serializer_returning_str_publishes_the_same_from_memory_and_on_restore(
+        kafka_broker):
+    topic = kafka_broker.create_topic(f"sink-{uuid.uuid4().hex[:8]}")
+    sink = KafkaSink(kafka_broker.bootstrap, topic, key="k", marker_topic=f"markers-{topic}",
+                     value_serializer=lambda r: json.dumps(r))
+    w = sink.create_writer(ctx())
+    w.recover([])
+    w.write(rows(3))
+    w.commit(w.pre_commit(1))
+    w.write(rows(3, start=3))
+    staged = w.pre_commit(2)  # completed; the crash comes before the commit
+    w.close()
+    again = sink.create_writer(ctx(attempt=1))
+    again.recover(through_storage(staged))
+    again.close()
+    assert sorted(r["i"] for r in kafka_broker.read(topic, expect=6)) == list(range(6))
+    with pytest.raises(TypeError, match="value_serializer returned int"):
+        KafkaSink(kafka_broker.bootstrap, topic, value_serializer=lambda r: 1).encode({})
