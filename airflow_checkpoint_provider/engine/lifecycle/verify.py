@@ -13,6 +13,9 @@ starting the job (``ckpt verify-restore``, ``VerifyRestoreOperator``).
    is in the report (``key_types``); ``key_types=`` (uid -> the type the job's ``key_by``
    gives) reports a restore that would change it (the restored job would fail at its first
    record of the other type).
+2c. A snapshot of the other keyed-state backend (RocksDB for a heap job, or heap for a
+   RocksDB job) restores, state by state; a state that does not convert (entry map state
+   with its own serializer) is a problem naming the operator and the state.
 3. In a throwaway process, every subtask's operators are created and opened on the restored
    state of a sample of their key groups (the first ``sample_key_groups`` of each subtask's
    range): user functions declare their states, so a state whose kind or serializer changed,
@@ -143,6 +146,7 @@ def verify_restore(pipeline, snapshot: str, *, parallelism: int | None = None,
         return report
     ops = snap.metadata.operators
     restored_keys = _check_keys(report, snap, graph, key_types or {})
+    _check_backend_switch(report, snap, graph, pipeline.state_backend)
     for v in graph.vertices:
         for n in v.nodes:
             if n.kind == "sink" and n.uid in ops and isinstance(n.payload, SupportsRelocation):
@@ -227,6 +231,22 @@ def _check_keys(report: VerifyReport, snap, graph,
                 f"state read / ckpt state write), or give the operator a new uid and restore "
                 f"with allow_non_restored_state=True"))
     return examples
+
+
+def _check_backend_switch(report: VerifyReport, snap, graph, backend: str) -> None:
+    """A snapshot written by the other keyed-state backend (RocksDB -> heap, heap ->
+    RocksDB) restores, except the states that do not convert
+    (:func:`~..state.heap.restore.backend_switch_problems`): each is a problem naming the
+    operator and the state, found here for every key group, not only the sampled ones."""
+    from ..state.heap.restore import backend_switch_problems
+
+    restored = {n.uid for v in graph.vertices for n in v.nodes if n.uid}
+    for uid, op in sorted(snap.metadata.operators.items()):
+        if op.kind != "keyed" or uid not in restored:
+            continue
+        types = {s.keyed.type for s in op.subtasks if s.keyed is not None}
+        report.problems += [RestoreProblem(uid, state, reason) for state, reason in
+                            backend_switch_problems(op.states, types, backend)]
 
 
 def _open_all(job: dict) -> dict:

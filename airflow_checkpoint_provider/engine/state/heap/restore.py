@@ -34,11 +34,13 @@ from .changelog import read_chain
 def backend_switch_problems(states: dict[str, dict], handle_types: Iterable[str],
                             backend: str) -> list[tuple[str, str]]:
     """``(state name, reason)`` of each state of a snapshot (``states``: its state meta;
-    ``handle_types``: the types of its keyed handles, ``"heap"``/``"rocksdb"``) that a
+    ``handle_types``: the types of its keyed handles, ``"heap"``, ``"heap-changelog"``,
+    ``"rocksdb"``) that a
     ``backend`` (``"heap"`` or ``"rocksdb"``) backend cannot restore because the snapshot was
     written by the other backend. Empty when nothing is switched or everything converts."""
     other = {"heap": "rocksdb", "rocksdb": "heap"}.get(backend)
-    if other is None or other not in set(handle_types):
+    written = {"heap" if t.startswith("heap") else t for t in handle_types}  # heap-changelog
+    if other is None or other not in written:
         return []
     return [(name, f"entry map state with serializer {meta.get('serializer')!r} is stored "
                    "per entry by the RocksDB backend and as one map by the heap backend, so it "
