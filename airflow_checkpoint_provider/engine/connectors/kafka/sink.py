@@ -75,9 +75,11 @@ import base64
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from math import isfinite
 from typing import Any
 
 import msgpack
+import msgspec
 
 from ...errors import CorruptCheckpointError
 from ..base import Sink, SinkWriter, SourceContext, Transaction
@@ -105,7 +107,24 @@ def _json_default(value: object) -> object:
     return str(value)
 
 
+_encode_json = msgspec.json.Encoder().encode
+#: the value types msgspec encodes as ``json.dumps`` does (a finite ``float`` too)
+_FLAT = frozenset({str, int, bool, type(None)})
+
+
 def json_value(record: dict) -> bytes:
+    """``record`` as compact JSON. A flat record (``str`` keys; ``str``, ``int``, ``bool``,
+    ``None`` or finite ``float`` values: what sinks mostly get) by msgspec, about 10x
+    faster than ``json.dumps``: the same JSON values (UTF-8 instead of ``\\u`` escapes,
+    ``1e16`` for ``1e+16``); any other by ``json.dumps`` with :func:`_json_default`
+    (``bytes`` as UTF-8 text, sets and tuples as arrays, other objects as ``str``, NaN)."""
+    if type(record) is dict:
+        for k, v in record.items():
+            t = type(v)
+            if type(k) is not str or (t not in _FLAT and (t is not float or not isfinite(v))):
+                break
+        else:
+            return _encode_json(record)
     return json.dumps(record, separators=(",", ":"), default=_json_default).encode()
 
 
