@@ -14,7 +14,11 @@ a reader of the output topic sees every input record's effect once: per key, the
 Options from the worker's environment (a DAG run's conf never names a broker or a topic):
 ``CKPT_KAFKA_BOOTSTRAP`` (``host:port,...``, default ``localhost:9092``),
 ``CKPT_KAFKA_INPUT`` / ``CKPT_KAFKA_OUTPUT`` (topics, default ``orders`` / ``order-sums``;
-they must exist), ``CKPT_EXAMPLE_DIR`` (checkpoints and savepoints, as every example).
+they must exist), ``CKPT_KAFKA_PARTITIONER`` (the sink's ``partitioner``: ``key``, the
+default, keeps each key in the partition of its hash whatever the parallelism, as a keyed
+topic's readers expect; ``fixed`` sends subtask ``i``'s records to partition ``i %
+partitions``, for a test broker that mishandles concurrent transactions on one partition:
+Tansu 0.6), ``CKPT_EXAMPLE_DIR`` (checkpoints and savepoints, as every example).
 Bounded options a conf may set (:data:`airflow_checkpoint_provider.params.EXAMPLE_ENV`):
 ``CKPT_EXAMPLE_INTERVAL_MS`` (checkpoint interval, default 500),
 ``CKPT_EXAMPLE_PARALLELISM`` (default 2), ``CKPT_EXAMPLE_SLOW_MS`` (a pause per record,
@@ -38,6 +42,7 @@ from airflow_checkpoint_provider.examples import example_root
 BOOTSTRAP_ENV = "CKPT_KAFKA_BOOTSTRAP"
 INPUT_ENV = "CKPT_KAFKA_INPUT"
 OUTPUT_ENV = "CKPT_KAFKA_OUTPUT"
+PARTITIONER_ENV = "CKPT_KAFKA_PARTITIONER"
 
 
 class KafkaRunningSum(KeyedProcessFunction):
@@ -80,7 +85,8 @@ def _build(version: str) -> Pipeline:
               uid="orders", parallelism=parallelism)
       .key_by("key")
       .process(KafkaRunningSum(version), uid="running-sum", parallelism=parallelism)
-      .sink(KafkaSink(bootstrap, os.environ.get(OUTPUT_ENV, "order-sums"), key="key"),
+      .sink(KafkaSink(bootstrap, os.environ.get(OUTPUT_ENV, "order-sums"), key="key",
+                      partitioner=os.environ.get(PARTITIONER_ENV, "key")),
             uid="sums-out", parallelism=parallelism))
     return p
 
