@@ -40,14 +40,11 @@ import os
 import shutil
 import uuid
 
-import msgpack
-from rocksdict import Checkpoint, Options, Rdict, WriteBatch
+from rocksdict import Checkpoint, Rdict, WriteBatch
 
 from ...fs.storage import filesystem_for, join, parent, sha256
-from ...private import makedirs_private, private_dir, user_temp_dir
+from ...private import makedirs_private
 from ...serialization import packb
-from ...settings import LOCAL_DIR
-from ...snapshot.codec import read_verified
 from ...snapshot.handles import RocksDBHandle
 from ...typed_codec import pack_key, pack_value, unpack_value
 from .. import ttl
@@ -55,7 +52,9 @@ from ..backend import StateSnapshot
 from ..descriptors import ENTRY_MAP, StateDescriptor, check_compatible
 from ..heap.restore import refuse_unconvertible, restore_key_group_chunks
 from ..keygroups import KeyGroupRange, key_group_for
-from .states import ROCKS_STATES, _untuple
+from .layout import LOCAL_DIR_ENV as LOCAL_DIR_ENV  # the key layout, files, local root
+from .layout import _download, _kg_prefix, _options, local_root, split_key
+from .states import ROCKS_STATES
 
 log = logging.getLogger(__name__)
 
@@ -64,32 +63,6 @@ SHARED_DIR = "shared"
 #: 100-200 bytes per row of a small value)
 CACHE_ENTRIES = 262_144
 _UNKNOWN = object()
-LOCAL_DIR_ENV = LOCAL_DIR.name
-
-
-def local_root() -> str:
-    """Where RocksDB working directories live: ``$CKPT_LOCAL_DIR`` (created ``0700``; it must
-    belong to this user and be writable by nobody else), else ``ckpt-rocksdb`` in this user's
-    private temp base (:func:`~..private.user_temp_dir`: ``$CKPT_TEMP_DIR`` or
-    ``$TMPDIR/airflow-checkpoint-<uid>``, a name other local users cannot pre-empt). The state
-    of a job is as private as its checkpoints."""
-    configured = LOCAL_DIR.get()
-    if configured:
-        return private_dir(makedirs_private(configured), f"RocksDB directory ${LOCAL_DIR_ENV}")
-    return user_temp_dir("ckpt-rocksdb")
-
-
-def _kg_prefix(kg: int) -> bytes:
-    return kg.to_bytes(2, "big")
-
-
-def split_key(raw: bytes) -> tuple[object, bytes]:
-    """``(key, rest)`` of the bytes after ``<state name>\\x00``: the key's msgpack and what
-    follows it (an entry map state's msgpack user key; empty for the other kinds)."""
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
-    unpacker.feed(raw)
-    key = unpacker.unpack()
-    return _untuple(key), raw[unpacker.tell():]
 
 
 def _prefix_end(prefix: bytes) -> bytes | None:
@@ -98,12 +71,6 @@ def _prefix_end(prefix: bytes) -> bytes | None:
     if not stripped:
         return None
     return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
-def _options() -> Options:
-    opts = Options(raw_mode=True)
-    opts.create_if_missing(True)
-    return opts
 
 
 #: entries the incremental TTL clean-up looks at per checkpoint
@@ -405,13 +372,3 @@ class RocksDBKeyedStateBackend:
             self.db.close()
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-def _download(directory: str, handle: RocksDBHandle, target: str) -> None:
-    # every name and path of the handle was validated by RocksDBHandle.from_dict: bare
-    # names (or shared/<name>), so nothing is read or written outside its directory
-    makedirs_private(target)
-    for entry in handle.files:
-        data = read_verified(entry.location_in(directory), entry.size, entry.sha256)
-        with open(os.path.join(target, entry.name), "wb") as f:
-            f.write(data)

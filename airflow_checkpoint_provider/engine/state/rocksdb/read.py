@@ -25,7 +25,7 @@ from rocksdict import AccessType, Rdict
 from ...snapshot.handles import RocksDBHandle
 from ...typed_codec import unpack_key, unpack_value
 from ..keygroups import KeyGroupRange
-from . import _download, _kg_prefix, _options, local_root, split_key
+from .layout import _download, _kg_prefix, _options, local_root, split_key
 
 #: ``(key_group, state name, key, stored value)``
 Entry = tuple[int, str, object, object]
