@@ -43,6 +43,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
+import msgspec
+
 from ..base import Source, SourceContext, SplitReader
 from .client import (
     METADATA_TIMEOUT_S,
@@ -296,7 +298,7 @@ class KafkaSource(Source):
         value = msg.value()
         if self.value_format == "json":
             try:
-                record = json.loads(value) if value is not None else None
+                record = _json_loads(value) if value is not None else None
             except ValueError as exc:
                 from ...errors import BadRecordError
                 raise BadRecordError(
@@ -324,6 +326,19 @@ class KafkaSource(Source):
         record["_offset"] = msg.offset()
         record["_timestamp"] = msg.timestamp()[1]
         record["_key"] = msg.key()
+
+
+_decode_json = msgspec.json.decode
+
+
+def _json_loads(value: bytes) -> object:
+    """``json.loads(value)``, by msgspec (~10x faster) for every value it decodes (it gives
+    the same Python values); ``json.loads`` for what msgspec refuses (NaN, ``1e400``, lone
+    surrogates, UTF-16 text, or not JSON: then its ``ValueError``)."""
+    try:
+        return _decode_json(value)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return json.loads(value)
 
 
 def _escape(topic: str) -> str:

@@ -4,6 +4,7 @@ errors that name topic, partition and offsets."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 import uuid
@@ -179,3 +180,24 @@ def test_a_bounded_split_ends_at_its_end_offset_past_a_transaction_marker(kafka_
     assert [r["id"] for r in drain(reader, 10)] == [0, 1, 2, 3, 4]
     assert reader.position() == {"offset": 6, "end": 6}
     reader.close()
+
+
+@pytest.mark.parametrize("value", [
+    b'{"key":"k1","value":42}', b'{"a":123456789012345678901234567890,"b":-0.0}',
+    b'{"a":1,"a":2}', b'{"a":NaN,"b":-Infinity}', b'{"a":1e400}', b'{"a":"\\ud800"}',
+    '{"a":"\u00e9"}'.encode("utf-16"), b'[1,2]', b' "text" ',
+])
+def test_json_values_decode_as_json_loads_decodes_them(value):
+    """msgspec decodes what it can, json.loads the rest: the same Python values."""
+    from airflow_checkpoint_provider.engine.connectors.kafka.source import _json_loads
+
+    got, want = _json_loads(value), json.loads(value)
+    assert repr(got) == repr(want) and type(got) is type(want)
+
+
+@pytest.mark.parametrize("value", [b'{"a"', b'{"a":"\xff"}', b""])
+def test_a_value_that_is_not_json_raises_value_error_as_json_loads_does(value):
+    from airflow_checkpoint_provider.engine.connectors.kafka.source import _json_loads
+
+    with pytest.raises(ValueError):
+        _json_loads(value)
