@@ -163,3 +163,34 @@ def test_a_state_that_cannot_switch_is_refused_by_verify_restore_and_at_restore(
     # the same job on RocksDB restores it
     rocks = pipeline(tmp_path / "dst2", "rocksdb", name="rows3", function=Rows())
     assert verify_restore(rocks, savepoint, probe_records=0).ok
+
+
+def test_a_retained_incremental_rocksdb_checkpoint_restores_on_heap(on_rocksdb, tmp_path):
+    """The stopped RocksDB job's last retained checkpoint (incremental: SSTs under the job's
+    shared/) restores on heap at another parallelism; the output after it continues every
+    key's count from the restored state and ends at the failure-free run's final state."""
+    root, _ = on_rocksdb
+    checkpoints = sorted(
+        (int(d.name.removeprefix("chk-")), d) for d in (root / "ckpt" / "switch").glob("*/chk-*")
+        if (d / "_metadata").exists())
+    assert checkpoints, "the stopped job keeps its retained checkpoints"
+    chk = checkpoints[-1][1]
+    assert list(chk.parent.glob("shared/*")), "incremental: shared SSTs"
+    out = tmp_path / "out"
+    p = pipeline(tmp_path, "heap", name="from-chk", keyed_parallelism=2, out=str(out))
+    result = p.run(restore=str(chk), trust_snapshot=True)
+    assert result.status == "FINISHED"
+    rows = list(read_committed(str(out)))
+    expected = expected_running_sums(N, 50, 7)
+    by_key: dict = {}
+    for r in rows:
+        assert r["ids"] == r["seen"] == r["parity"] == r["count"], r
+        by_key.setdefault(r["key"], []).append(r)
+    assert rows and len(rows) < N, "the checkpoint held state"
+    for key, mine in by_key.items():
+        counts = sorted(r["count"] for r in mine)
+        n = len(expected[key]["ids"])
+        assert counts == list(range(n - len(mine) + 1, n + 1)), key
+        last = max(mine, key=lambda r: r["count"])
+        assert last["sum"] == expected[key]["sum"]
+        assert last["ids_sum"] == sum(expected[key]["ids"])
