@@ -81,7 +81,8 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "Checkpointed Pipelines",
                 "python-modules": [f"{_PACKAGE}.triggers.checkpoint", f"{_PACKAGE}.triggers.events",
-                                   f"{_PACKAGE}.triggers.kafka", f"{_PACKAGE}.triggers.cutover"],
+                                   f"{_PACKAGE}.triggers.kafka", f"{_PACKAGE}.triggers.cutover",
+                                   f"{_PACKAGE}.triggers.standby"],
             }
         ],
         "connection-types": [

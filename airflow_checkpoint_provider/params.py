@@ -308,7 +308,7 @@ EXAMPLES = "airflow_checkpoint_provider.examples"
 #: run's conf cannot widen it). A job of any other DAG stays out of their reach.
 EXAMPLE_DAGS = ("blue_green_upgrade", "checkpoint_freshness", "checkpointed_batch",
                 "on_committed_checkpoint", "on_new_savepoint", "postgres_cdc",
-                "savepoint_upgrade_restore", "scheduled_savepoints")
+                "savepoint_upgrade_restore", "savepoint_upgrade_standby", "scheduled_savepoints")
 #: ``default_args`` of the example DAGs: every operator and sensor of this provider in them
 #: may act on the jobs of the example family
 EXAMPLE_DEFAULT_ARGS = {"allowed_owner_dags": EXAMPLE_DAGS}

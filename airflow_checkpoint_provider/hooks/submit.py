@@ -313,13 +313,19 @@ class CheckpointSubmitHook(SparkSubmitHook):
             log_dir = user_temp_dir("checkpoint-jobs")
         return os.path.join(os.path.abspath(log_dir), f"{self.job_name}-{self.job_id}.log")
 
-    def submit_detached(self, *, timeout: float = 300.0, poll_interval: float = 0.5) -> dict:
+    def submit_detached(self, *, timeout: float = 300.0, poll_interval: float = 0.5,
+                        until: str = "running") -> dict:
         """Start the job in a new session and wait until its row is RUNNING (or ended).
 
-        Returns ``{"job_id", "job_name", "status", "pid", "log_file", "failure_reason"}``.
-        Raises :class:`AirflowException` when the launcher exits with an error before the
-        job runs, or ``timeout`` seconds pass.
+        ``until="standby_ready"`` (a ``standby:JOB`` restore): until the standby says
+        ``READY`` in the metadata DB (or took over already); ``until="spawned"``: return once
+        the launcher runs (the caller waits in the triggerer). Returns ``{"job_id",
+        "job_name", "status", "pid", "log_file", "failure_reason"}`` (status ``READY`` or
+        ``SPAWNED`` then). Raises :class:`AirflowException` when the launcher exits with an
+        error before the job runs, or ``timeout`` seconds pass.
         """
+        if until not in ("running", "standby_ready", "spawned"):
+            raise ValueError(f"until must be running, standby_ready or spawned, not {until!r}")
         cmd = self.command()
         log_file = self.log_file()
         # In client mode the driver is this spark-submit process: its own session lets it
@@ -341,9 +347,17 @@ class CheckpointSubmitHook(SparkSubmitHook):
         deadline = time.monotonic() + timeout
         try:
             while True:
+                if until == "spawned":
+                    return self._standby_info("SPAWNED", proc.pid, log_file)
                 job = store.get_job(self.job_id)
                 if job is not None and job.status in STARTED_STATUSES:
                     return self._info(job, proc.pid, log_file)
+                if until == "standby_ready" and (standby := store.get_standby(self.job_id)):
+                    if standby.is_terminal:
+                        raise AirflowException(
+                            f"standby job {self.job_name} ({self.job_id}) is "
+                            f"{standby.status}: {standby.detail}; log {log_file}")
+                    return self._standby_info(standby.status, proc.pid, log_file)
                 rc = proc.poll()
                 if rc is not None and rc != 0:
                     raise AirflowException(
@@ -360,6 +374,10 @@ class CheckpointSubmitHook(SparkSubmitHook):
         finally:
             store.close()
             self._release_properties()  # the job runs (its driver read it) or never will
+
+    def _standby_info(self, status: str, pid: int, log_file: str) -> dict:
+        return {"job_id": self.job_id, "job_name": self.job_name, "status": status,
+                "pid": pid, "log_file": log_file, "failure_reason": None}
 
     @staticmethod
     def _info(job: JobRecord, pid: int, log_file: str) -> dict:

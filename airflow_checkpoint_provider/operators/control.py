@@ -372,6 +372,8 @@ class CancelJobOperator(_ControlRequestOperator):
 
     def execute(self, context: Context) -> Any:
         job = self.hook.find_job(self.job) if self.job and self.job != "None" else None
+        if job is None and self.job and self.job != "None":
+            job = self._withdraw_standby(self.job)
         if self.missing_ok and (job is None or job.is_terminal):
             self.log.info("Nothing to cancel: %s", f"job {job.job_name} ({job.job_id}) is "
                           f"already {job.status}" if job else f"no job {self.job!r}")
@@ -380,6 +382,28 @@ class CancelJobOperator(_ControlRequestOperator):
         if self.savepoint_first and job is not None and not job.is_terminal:
             return self._stop_with_savepoint(context, job.job_id)
         return super().execute(context)
+
+    def _withdraw_standby(self, job_id: str, timeout: float = 60.0) -> Any:
+        """``job_id`` may be a standby still waiting for its hand-over (no job row): withdraw
+        it and wait until it says so. Returns its job when it took over first (then it is
+        cancelled as any job), else ``None``."""
+        store = self.hook.get_conn()
+        standby = store.request_standby_cancel(job_id)
+        if standby is None:
+            return None
+        deadline = time.monotonic() + timeout
+        while standby is not None and standby.is_ready and time.monotonic() < deadline:
+            time.sleep(0.1)
+            standby = store.get_standby(job_id)
+        if standby is not None and standby.status == "TAKEN_OVER":
+            while (job := self.hook.find_job(job_id)) is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.log.info("Standby job %s took over before it was withdrawn: cancelling it",
+                          job_id)
+            return job
+        self.log.info("Withdrew standby job %s before its hand-over (%s): nothing restored",
+                      job_id, standby.status if standby else "gone")
+        return None
 
     def _stop_with_savepoint(self, context: Context, job_id: str) -> Any:
         params = {"directory": absolute_location(self.directory)} if self.directory else {}

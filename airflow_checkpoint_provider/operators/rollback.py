@@ -80,6 +80,11 @@ class GuardRollbackOperator(CheckpointBaseOperator):
             self.log.info("The new version never started: nothing of it to remove")
             return {"job_id": None, "committed": False, "checkpoints": [], "discarded": {}}
         job = self.hook.find_job(str(self.job))
+        standby = self.hook.get_conn().get_standby(str(self.job)) if job is None else None
+        if standby is not None and standby.is_terminal:  # withdrawn before its hand-over
+            self.log.info("The new version was a standby that never took over (%s): nothing "
+                          "of it to remove", standby.status)
+            return {"job_id": None, "committed": False, "checkpoints": [], "discarded": {}}
         if job is None:
             raise AirflowException(f"rollback guard: no job {self.job!r} in the metadata DB")
         if job.status in ACTIVE_JOB_STATUSES:  # a retry once it is cancelled may pass

@@ -35,13 +35,17 @@ from airflow_checkpoint_provider.triggers.conditions import (
     check_job_state,
     describe_job,
 )
+from airflow_checkpoint_provider.triggers.standby import (
+    StandbyReadyTrigger,
+    check_standby_ready,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_checkpoint_provider.engine.client import JobRecord
 
-WAIT_FOR = ("running", "first_checkpoint", "finished")
+WAIT_FOR = ("running", "first_checkpoint", "finished", "standby_ready")
 #: Job statuses a "finished" wait accepts: ended by itself or stopped with a savepoint.
 ENDED_OK = [JobStatus.FINISHED, JobStatus.STOPPED]
 #: every job status (the engine's enum: LOST included)
@@ -60,6 +64,12 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
     * ``wait_for="first_checkpoint"``: also wait for its first completed checkpoint.
     * ``wait_for="finished"``: wait until the job ended (FINISHED, or STOPPED by a
       stop-with-savepoint). Blocking spark-submit unless ``detach`` or ``deferrable``.
+    * ``wait_for="standby_ready"`` (with ``restore="standby:JOB"``): start the job as a
+      standby of job ``JOB`` and succeed once its application is up and it only waits for
+      ``JOB`` to end (``READY`` in the metadata DB's ``standbys``): stop ``JOB`` then, and
+      the standby restores its final savepoint (or latest checkpoint) at once. Deferrable:
+      the wait for ``READY`` runs in the triggerer (:class:`StandbyReadyTrigger`). A retry
+      re-attaches to a standby of an earlier try that is still waiting.
 
     Durable: when ``reconnect`` is on and the newest job named ``job_name`` is still active
     with a heartbeat younger than ``heartbeat_timeout`` seconds, the task attaches to it
@@ -270,6 +280,18 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
                 return job
         return None
 
+    def find_own_standby(self, context: Context) -> str | None:
+        """The id of a standby this task instance started in this or an earlier try that
+        still waits (``READY``, no job row yet): the task re-attaches to it."""
+        store = self.hook.get_conn()
+        for attempt in range(context["ti"].try_number, 0, -1):
+            job_id = self.job_id_for(context, attempt)
+            standby = store.get_standby(job_id)
+            if (standby is not None and standby.is_ready
+                    and standby.cancel_requested_at is None and store.get_job(job_id) is None):
+                return job_id
+        return None
+
     def restore_for_retry(self, context: Context) -> str | None:
         """Newest completed checkpoint/savepoint of the jobs of earlier tries, if any."""
         for earlier in range(context["ti"].try_number - 1, 0, -1):
@@ -290,14 +312,26 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             validate_job_name(self.job_name, "job_name")
         except InvalidNameError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from exc
+        standby = self.wait_for == "standby_ready"
+        if standby and not str(self.restore or "").startswith("standby:"):
+            raise AirflowException(f"{self.task_id}: wait_for='standby_ready' needs "
+                                   f"restore='standby:JOB', not {self.restore!r}")
         job = self.find_own_job(context)
+        if standby and job is None and (waiting := self.find_own_standby(context)):
+            self.log.info("Re-attaching to standby job %s of an earlier try, still waiting "
+                          "for the hand-over, instead of submitting again", waiting)
+            ti.xcom_push(key="job_id", value=waiting)
+            ti.xcom_push(key="job_name", value=self.job_name)
+            return self.wait(context, waiting)
         if job is not None:
             self.log.info("Re-attaching to %s, started by try %s of this task instead of "
                           "submitting again", describe_job(job),
                           next(n for n in range(ti.try_number, 0, -1)
                                if self.job_id_for(context, n) == job.job_id))
             job_id = job.job_id
-        elif (job := self.find_running_job() if self.reconnect else None) is not None:
+        # a standby's name is held by the job it takes over: never reconnect to that one
+        elif (job := self.find_running_job() if self.reconnect and not standby
+              else None) is not None:
             self.log.info("Reconnecting to %s instead of starting a second copy",
                           describe_job(job))
             job_id = job.job_id
@@ -379,8 +413,10 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
                                            f"{exc}") from exc
                 self.fail_with_job(job_id, "job failed")
             return job_id
+        until = ("running" if self.wait_for != "standby_ready"
+                 else "spawned" if self.deferrable else "standby_ready")
         try:
-            info = hook.submit_detached(timeout=self.start_timeout)
+            info = hook.submit_detached(timeout=self.start_timeout, until=until)
         except AirflowException as exc:
             cause = self.why_missing(restore, str(exc))
             if not cause:
@@ -392,6 +428,15 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         return job_id
 
     def wait(self, context: Context, job_id: str) -> Any:
+        if self.wait_for == "standby_ready":
+            return self.wait_until(
+                context, check=lambda store: check_standby_ready(store, job_id),
+                trigger=StandbyReadyTrigger(
+                    job_id=job_id, checkpoint_conn_id=self.checkpoint_conn_id,
+                    poll_interval=self.poll_interval,
+                    end_time=time.time() + self.start_timeout),
+                method_name="standby_ready_complete", timeout=self.start_timeout,
+                what=f"standby job {job_id} to be ready")
         job = self.hook.get_conn().get_job(job_id)
         if job is None or job.status not in KNOWN_JOB_STATUSES:
             raise AirflowException(f"job {job_id} has unknown status "
@@ -421,6 +466,22 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         event = self.check_event(event)
         self.log.info("%s", event["message"])
         return self.finish(context, event["job_id"], event)
+
+    def standby_ready_complete(self, context: Context, event: dict[str, Any]) -> str:
+        """Callback of the standby's wait: the job id once it is ready (``ready_at`` and
+        ``waits_for_job_id`` to XCom); fail on anything else, naming why."""
+        if not event or event.get("status") != "success":
+            # the standby will not take over: make sure it no longer waits either
+            job_id = (event or {}).get("job_id") or context["ti"].xcom_pull(
+                task_ids=self.task_id, key="job_id")
+            if job_id:
+                self.hook.get_conn().request_standby_cancel(str(job_id))
+        event = self.check_event(event)
+        self.log.info("%s", event["message"])
+        ti = context["ti"]
+        ti.xcom_push(key="standby_ready_at", value=event.get("ready_at"))
+        ti.xcom_push(key="waits_for_job_id", value=event.get("waits_for_job_id"))
+        return event["job_id"]
 
     def finish(self, context: Context, job_id: str, event: dict[str, Any] | None) -> str:
         store = self.hook.get_conn()

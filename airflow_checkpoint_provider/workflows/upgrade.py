@@ -7,6 +7,14 @@ the new version does not start or does not checkpoint in time: cancel it, remove
 committed from its sinks (``guard_rollback``; refused, naming the sinks, when a sink cannot:
 then the old version is not restarted, or with ``rollback_decision`` a person decides in a
 HITL step) and restart the old version from the same snapshot; the run then ends failed.
+
+With ``standby=True`` (savepoint mode only) the new version starts *first*, as a standby of
+the running one (``restore="standby:JOB"``): ``start_v2`` returns once its application is up
+and it only waits for the hand-over (``READY`` in the metadata DB), then ``stop_v1`` stops the
+old version with a savepoint and the standby restores it at once -- the new version's start
+is no longer part of the output gap. A failed or refused stop withdraws the waiting standby
+(``cancel_v2``) and the old version keeps running; a new version that fails after the
+hand-over is rolled back as above.
 """
 
 from __future__ import annotations
@@ -72,6 +80,7 @@ def savepoint_upgrade(
     runner: str = "spark",
     upgrade_mode: str = "savepoint",
     first_checkpoint_timeout_s: float = 300,
+    standby: bool = False,
     submit_kwargs: Mapping[str, Any] | None = None,
     group_id: str = "savepoint_upgrade",
     dag: DAG | None = None,
@@ -103,6 +112,11 @@ def savepoint_upgrade(
     :param upgrade_mode: the ``upgrade_mode`` param's default.
     :param first_checkpoint_timeout_s: the new version must complete a checkpoint within
         this, else it is rolled back.
+    :param standby: start the new version as a standby before the old one stops (see the
+        module docstring); savepoint mode only (the ``upgrade_mode`` param then offers only
+        ``savepoint``: a last-state hand-over's age limit and fallbacks are decided by
+        ``stop_v1`` after the old version ended, too late for a standby that restores at
+        once).
     :param submit_kwargs: more arguments of the submit tasks, fixed here
         (``spark_conn_id``, ``conf``, ``ship_code``, ...).
     :param group_id: the TaskGroup's id (task ids are not prefixed).
@@ -115,6 +129,10 @@ def savepoint_upgrade(
     dir_param, roots = savepoint_dir_param(savepoint_roots)
     if upgrade_mode not in UPGRADE_MODES:
         raise ValueError(f"upgrade_mode must be one of {UPGRADE_MODES}, not {upgrade_mode!r}")
+    if standby and upgrade_mode != "savepoint":
+        raise ValueError("standby=True needs upgrade_mode='savepoint' (the standby restores "
+                         f"as soon as the old version ended), not {upgrade_mode!r}")
+    modes = ["savepoint"] if standby else list(UPGRADE_MODES)
     params: dict[str, Param] = {
         "job_name": job_choice_param(job_name, list(job_names) or [job_name], any_job_name,
                                      "job to upgrade"),
@@ -124,7 +142,7 @@ def savepoint_upgrade(
         "savepoint_dir": dir_param,
         "runner": runner_param(runner),
         "job_env": env_param,
-        "upgrade_mode": Param(upgrade_mode, enum=list(UPGRADE_MODES),
+        "upgrade_mode": Param(upgrade_mode, enum=modes,
                               description="how v1 hands its state over"),
         "max_checkpoint_age_s": Param(None, type=["null", "number"], minimum=0,
                                       maximum=7 * 86_400,
@@ -152,9 +170,15 @@ def savepoint_upgrade(
             task_id="stop_v1", **CONTROL_RETRIES, job="{{ params.job_name }}",
             directory="{{ params.savepoint_dir }}", upgrade_mode="{{ params.upgrade_mode }}",
             max_checkpoint_age="{{ params.max_checkpoint_age_s }}", deferrable=True)
-        start_v2 = SubmitCheckpointedJobOperator(
-            task_id="start_v2", pipeline=v2, job_name="{{ params.job_name }}",
-            restore=snapshot, wait_for="running", **submit)
+        if standby:  # up before v1 stops; it restores v1's stop savepoint at once
+            start_v2 = SubmitCheckpointedJobOperator(
+                task_id="start_v2", pipeline=v2, job_name="{{ params.job_name }}",
+                restore="standby:{{ params.job_name }}", wait_for="standby_ready",
+                deferrable=True, **submit)
+        else:
+            start_v2 = SubmitCheckpointedJobOperator(
+                task_id="start_v2", pipeline=v2, job_name="{{ params.job_name }}",
+                restore=snapshot, wait_for="running", **submit)
         # retried: each try decides on the metadata DB first (a lost deferral never rolls back)
         wait_v2 = CheckpointCompletedSensor(
             task_id="wait_v2_checkpoint", **CONTROL_RETRIES, job=v2_job_id, after_restore=True,
@@ -187,8 +211,13 @@ def savepoint_upgrade(
                  "stopped (v2's output stays) until you act.",
             fail_on_reject=True, response_timeout=timedelta(hours=24))
         rollback_ok = EmptyOperator(task_id="rollback_ok", trigger_rule=TriggerRule.ONE_SUCCESS)
-        check_conf >> preflight >> stop_v1 >> start_v2 >> wait_v2 >> upgraded
-        [start_v2, wait_v2] >> cancel_v2 >> guard_rollback >> rollback_ok >> restart_v1
+        if standby:  # a failed stop withdraws the waiting standby (v1 keeps running)
+            check_conf >> preflight >> start_v2 >> stop_v1 >> wait_v2 >> upgraded
+            [start_v2, stop_v1, wait_v2] >> cancel_v2
+        else:
+            check_conf >> preflight >> stop_v1 >> start_v2 >> wait_v2 >> upgraded
+            [start_v2, wait_v2] >> cancel_v2
+        cancel_v2 >> guard_rollback >> rollback_ok >> restart_v1
         guard_rollback >> ask_rollback >> decide_rollback >> rollback_ok
         stop_v1 >> restart_v1  # no rollback without the snapshot
     return group

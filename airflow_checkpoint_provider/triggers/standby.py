@@ -1,0 +1,75 @@
+"""Waiting for a standby job (``restore="standby:JOB"``) to be ready for the hand-over.
+
+A standby has no ``jobs`` row while it waits (the job it takes over owns the name); it says
+``READY`` in the catalog's ``standbys`` table once its application is up and it only waits
+for that job to end (``engine.client.StandbyRecord``). :func:`check_standby_ready` is the
+condition, :class:`StandbyReadyTrigger` polls it in the triggerer without blocking the
+event loop (as the triggers of :mod:`.checkpoint` do).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_checkpoint_provider.engine.client import (
+    ACTIVE_JOB_STATUSES,
+    MetadataStore,
+    StandbyStatus,
+)
+from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+from airflow_checkpoint_provider.triggers.checkpoint import _MetadataPollTrigger
+from airflow_checkpoint_provider.triggers.conditions import ERROR, SUCCESS, Outcome
+
+
+def check_standby_ready(store: MetadataStore, job_id: str) -> Outcome | None:
+    """``success`` once standby ``job_id`` is ``READY`` (or already took over and runs);
+    ``error`` when it was withdrawn or failed, or its job ended; ``None``: not up yet."""
+    standby = store.get_standby(job_id)
+    job = store.get_job(job_id)
+    if job is not None and job.status not in ACTIVE_JOB_STATUSES:
+        return Outcome(ERROR, f"standby job {job_id} ended {job.status} after taking over: "
+                              f"{job.failure_reason or 'no reason recorded'}",
+                       {"job_id": job_id})
+    if standby is None:
+        return None
+    payload = {"job_id": job_id, "standby_status": standby.status,
+               "waits_for_job_id": standby.waits_for_job_id,
+               "ready_at": standby.ready_at.isoformat()}
+    if standby.status == StandbyStatus.READY:
+        return Outcome(SUCCESS, f"standby job {job_id} ({standby.job_name}) is ready: it "
+                                f"waits for job {standby.waits_for_job_id} to end", payload)
+    if standby.status == StandbyStatus.TAKEN_OVER:
+        return Outcome(SUCCESS, f"standby job {job_id} ({standby.job_name}) already took "
+                                f"over from job {standby.waits_for_job_id}, restoring "
+                                f"{standby.restore_location}", payload)
+    return Outcome(ERROR, f"standby job {job_id} ({standby.job_name}) is {standby.status}: "
+                          f"{standby.detail or 'no reason recorded'}", payload)
+
+
+class StandbyReadyTrigger(_MetadataPollTrigger):
+    """
+    Fire when standby job ``job_id`` is ready for the hand-over (see
+    :func:`check_standby_ready`).
+
+    :param job_id: the id the standby runs under (the submit operator's ``job_id``).
+    :param checkpoint_conn_id: the metadata DB connection.
+    :param poll_interval: seconds between polls.
+    :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
+    """
+
+    def __init__(self, *, job_id: str,
+                 checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
+                 poll_interval: float = 2.0, end_time: float | None = None,
+                 access: dict[str, Any] | None = None) -> None:
+        super().__init__(checkpoint_conn_id=checkpoint_conn_id, poll_interval=poll_interval,
+                         end_time=end_time, access=access)
+        self.job_id = job_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return f"{__name__}.StandbyReadyTrigger", {"job_id": self.job_id, **self._kwargs()}
+
+    def _what(self) -> str:
+        return f"standby job {self.job_id} to be ready"
+
+    def _check(self, store: Any) -> Outcome | None:
+        return check_standby_ready(store, self.job_id)
