@@ -39,11 +39,13 @@ def _kg_prefix(kg: int) -> bytes:
 
 def split_key(raw: bytes) -> tuple[object, bytes]:
     """``(key, rest)`` of the bytes after ``<state name>\\x00``: the key's msgpack and what
-    follows it (an entry map state's msgpack user key; empty for the other kinds)."""
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
-    unpacker.feed(raw)
-    key = unpacker.unpack()
-    return _untuple(key), raw[unpacker.tell():]
+    follows it (an entry map state's msgpack user key; empty for the other kinds). One
+    ``unpackb`` per row (a restore decodes every row): only entry map rows, whose key is
+    followed by more bytes, take the ``ExtraData`` path."""
+    try:
+        return _untuple(msgpack.unpackb(raw, raw=False, strict_map_key=False)), b""
+    except msgpack.ExtraData as extra:
+        return _untuple(extra.unpacked), extra.extra
 
 
 def _options() -> Options:
