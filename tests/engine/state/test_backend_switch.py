@@ -218,3 +218,20 @@ def test_entry_map_state_with_its_own_serializer_is_refused_before_anything_load
     assert backend_switch_problems(states, ["rocksdb"], "rocksdb") == []
     assert backend_switch_problems({"v": {"kind": "value", "serializer": "upper"}},
                                    ["rocksdb"], "heap") == []
+
+
+def test_an_incremental_heap_backend_restored_from_rocksdb_checkpoints_a_full_chain(tmp_path):
+    """heap_incremental=True: the first checkpoint after the switch is a new base holding
+    every restored key, so restoring it gives the state back again."""
+    src = rocks(tmp_path)
+    fill(src, KEYS)
+    expected = read(src, KEYS)
+    handle, states = snapshot(src, tmp_path / "sp")
+    src.close()
+    mid = HeapKeyedStateBackend("op", key_group_range_for(0, 1, MAXP), MAXP, incremental=True)
+    mid.restore_state(str(tmp_path / "sp"), [handle], states)
+    chain, chain_states = snapshot(mid, tmp_path / "job" / "chk-1", 1, full=False)
+    assert chain.type == "heap-changelog"
+    dst = heap()
+    dst.restore_state(str(tmp_path / "job" / "chk-1"), [chain], chain_states)
+    assert read(dst, KEYS) == expected
