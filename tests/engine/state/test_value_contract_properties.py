@@ -1,7 +1,7 @@
 """Property tests of the state value contract (issue 35) at the state backend level: every
 state kind (value, list, map, entry map, reducing, timers; operator list, union and
 broadcast state) x heap / RocksDB x checkpoint / savepoint / rescale 2 -> 3 / heap ->
-RocksDB switch / ``ckpt state write`` rewrite. Whatever a state accepted comes back equal
+RocksDB switch (both ways) / ``ckpt state write`` rewrite. Whatever a state accepted comes back equal
 and of the same type (``same``). ``aggregate()`` and window aggregations keep Arrow columns
 (their own typed schema) and are covered by their own contract tests.
 
@@ -165,7 +165,8 @@ def _parted(model: dict, parallelism: int) -> list[dict]:
 SCENARIOS = [("heap", "checkpoint", "heap"), ("heap", "savepoint", "heap"),
              ("heap", "rescale", "heap"), ("heap", "checkpoint", "rocksdb"),
              ("rocksdb", "checkpoint", "rocksdb"), ("rocksdb", "savepoint", "rocksdb"),
-             ("rocksdb", "rescale", "rocksdb")]
+             ("rocksdb", "rescale", "rocksdb"), ("rocksdb", "savepoint", "heap"),
+             ("rocksdb", "rescale", "heap")]
 
 
 @pytest.mark.parametrize(("source", "scenario", "target"), SCENARIOS)
