@@ -235,3 +235,16 @@ def test_an_incremental_heap_backend_restored_from_rocksdb_checkpoints_a_full_ch
     dst = heap()
     dst.restore_state(str(tmp_path / "job" / "chk-1"), [chain], chain_states)
     assert read(dst, KEYS) == expected
+
+
+def test_entry_map_state_with_its_own_serializer_does_not_move_from_heap_to_rocksdb(tmp_path):
+    src = heap()
+    src.set_current_key("k1")
+    src.get_state(EntryMapStateDescriptor("rows", serializer=JSONISH)).put("a", "b")
+    handle, states = snapshot(src, tmp_path / "sp")
+    dst = rocks(tmp_path)
+    with pytest.raises(RestoreError, match=r"operator 'op': state 'rows': .*"
+                                           r"restore with state_backend='heap'"):
+        dst.restore_state(str(tmp_path / "sp"), [handle], states)
+    assert list(dst.db.keys()) == [], "nothing restored in part"
+    dst.close()
