@@ -355,7 +355,9 @@ def write_report(results: str, report: str) -> None:
         for r in failed[:60]:
             why = (r.get("failure_reason") or "").replace("\n", " ")[:300]
             diffs = "; ".join(
-                f"{p}: {d['missing']} missing, {d['extra']} extra of {d['expected']}"
+                f"{p}: counts lost"
+                if d.get("counts_lost")
+                else f"{p}: {d['missing']} missing, {d['extra']} extra of {d['expected']}"
                 for p, d in r["differences"].items()
             )
             known = (
