@@ -72,7 +72,7 @@ def wait_for_handover(store: MetadataStore, restore: str, *, job_id: str | None 
              job.job_id)
     started = time.monotonic()
     try:
-        location = _wait(store, job.job_id, job_id, poll_seconds)
+        location, status = _wait(store, job.job_id, job_id, poll_seconds)
     except StandbyCanceled as exc:
         log.info("Standby %s: %s", job_id, exc)
         _end(store, job_id, StandbyStatus.CANCELED, detail=str(exc))
@@ -80,8 +80,8 @@ def wait_for_handover(store: MetadataStore, restore: str, *, job_id: str | None 
     except BaseException as exc:
         _end(store, job_id, StandbyStatus.FAILED, detail=f"{type(exc).__name__}: {exc}")
         raise
-    log.info("Standby: job %s (%s) ended after %.1f s of waiting; restoring %s",
-             job.job_name, job.job_id, time.monotonic() - started, location)
+    log.info("Standby: job %s (%s) ended %s after %.1f s of waiting; restoring %s",
+             job.job_name, job.job_id, status, time.monotonic() - started, location)
     _end(store, job_id, StandbyStatus.TAKEN_OVER, restore_location=location)
     return location, job.job_id
 
@@ -98,9 +98,9 @@ def _end(store: MetadataStore, job_id: str | None, status: StandbyStatus, *,
 
 
 def _wait(store: MetadataStore, predecessor: str, job_id: str | None,
-          poll_seconds: float) -> str:
+          poll_seconds: float) -> tuple[str, str]:
     """Poll until job ``predecessor`` ended (or the standby ``job_id`` was withdrawn);
-    return the snapshot it left."""
+    return the snapshot it left and how it ended."""
     while True:
         rec = store.get_job(predecessor)
         if rec is None or rec.is_terminal:
@@ -124,4 +124,4 @@ def _wait(store: MetadataStore, predecessor: str, job_id: str | None,
             raise RestoreError(f"standby: job {predecessor} ended {status} "
                                "and left no completed checkpoint or savepoint to restore")
         location = latest.location
-    return location
+    return location, status
