@@ -124,6 +124,13 @@ def test_broken_v2_after_the_handover_is_rolled_back_to_v1_from_the_same_savepoi
         assert v2_job.status in ("FAILED", "CANCELED") and v2_job.restored_from == savepoint
         v1_again = store.get_job(xcom(dr, "restart_v1"))
         assert v1_again.job_id != v1 and v1_again.version == "v1"
-        assert v1_again.status == "RUNNING" and v1_again.restored_from == savepoint
+        assert v1_again.restored_from == savepoint
+        # v1 restarted at the run's job_env rate: it reads the rest of the input and ends;
+        # the broken v2 committed nothing, so the output is exactly once
+        wait_for(lambda: store.get_job(v1_again.job_id).status == "FINISHED", 120,
+                 "v1 to finish")
+        out = str(tmp_path / "example" / "output")
+        assert not _commit_times(out, v2_job.job_id)
+        assert lost_and_duplicated(out) == {"lost": 0, "duplicated": 0, "unexpected": 0}
     finally:
         _withdraw(store, dr)
