@@ -327,6 +327,10 @@ class CheckpointSubmitHook(SparkSubmitHook):
         if until not in ("running", "standby_ready", "spawned"):
             raise ValueError(f"until must be running, standby_ready or spawned, not {until!r}")
         cmd = self.command()
+        if until == "spawned" and self._properties_path is not None:
+            # a properties file on disk (no memfd) is deleted when this returns: wait in the
+            # worker until the standby is up (it has read the file then)
+            until = "standby_ready"
         log_file = self.log_file()
         # In client mode the driver is this spark-submit process: its own session lets it
         # outlive the task. In cluster mode spark-submit exits 0 once the driver is submitted;

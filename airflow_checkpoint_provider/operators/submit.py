@@ -475,7 +475,8 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             job_id = (event or {}).get("job_id") or context["ti"].xcom_pull(
                 task_ids=self.task_id, key="job_id")
             if job_id:
-                self.hook.get_conn().request_standby_cancel(str(job_id))
+                # also if it is not up yet: it ends as soon as it is, instead of waiting
+                self.hook.get_conn().request_standby_cancel(str(job_id), before_ready=True)
         event = self.check_event(event)
         self.log.info("%s", event["message"])
         ti = context["ti"]

@@ -108,3 +108,23 @@ def test_a_withdrawn_standby_ends_canceled_without_a_job_row_and_v1_keeps_runnin
     assert v1_bg.store.get_job(v1.job_id).status == "RUNNING"
     assert v1_bg.request(v1.job_id, "CANCEL").status == "SUCCEEDED"
     v1_bg.result()
+
+
+@pytest.mark.timeout(120)
+def test_a_standby_withdrawn_before_it_was_up_ends_as_soon_as_it_is(tmp_path):
+    root = str(tmp_path)
+    v1_bg = Background(running_sum_pipeline(root, name="rs", num_records=N, num_keys=KEYS,
+                                            seed=SEED, rate=RATE))
+    v1 = v1_bg.wait_running(min_checkpoints=1)
+    v2_id = uuid.uuid4().hex
+    early = v1_bg.store.request_standby_cancel(v2_id, before_ready=True)  # e.g. a timed-out start
+    assert early.status == "CANCELED" and v1_bg.store.request_standby_cancel(uuid.uuid4().hex) is None
+    v2_bg = Background(running_sum_pipeline(root, name="rs", num_records=N),
+                       restore=f"standby:{v1.job_id}", job_id=v2_id)
+    v2_bg.thread.join(timeout=30)
+    assert isinstance(v2_bg.outcome.get("error"), StandbyCanceled), v2_bg.outcome
+    assert v1_bg.store.get_standby(v2_id).status == "CANCELED"
+    assert v1_bg.store.get_job(v2_id) is None
+    assert v1_bg.store.get_job(v1.job_id).status == "RUNNING"
+    assert v1_bg.request(v1.job_id, "CANCEL").status == "SUCCEEDED"
+    v1_bg.result()

@@ -12,7 +12,9 @@ will run under:
   ``jobs`` row (from here on the job's own status says how it goes). ``restore_location``
   is the snapshot.
 * ``CANCELED``: withdrawn before the hand-over (``cancel_requested_at`` set by a client,
-  :meth:`Standbys.request_standby_cancel`): the standby ends without a job row.
+  :meth:`Standbys.request_standby_cancel`): the standby ends without a job row. Withdrawn
+  before it was even up, the row is there first (empty ``job_name``/``waits_for_job_id``)
+  and the standby ends as soon as it comes up.
 * ``FAILED``: the hand-over failed (``detail``: why, e.g. no snapshot to restore).
 
 Only the standby writes ``status``; a client writes ``cancel_requested_at``.
@@ -146,12 +148,24 @@ class Standbys:
 
         self.db.write(write, "end_standby")
 
-    def request_standby_cancel(self, job_id: str) -> StandbyRecord | None:
+    def request_standby_cancel(self, job_id: str, *,
+                               before_ready: bool = False) -> StandbyRecord | None:
         """Ask standby ``job_id`` to give up its wait (it ends ``CANCELED`` within its poll
-        interval unless it took over already). Idempotent; ``None``: no such standby."""
+        interval unless it took over already). Idempotent; ``None``: no such standby.
+
+        :param before_ready: also for a standby that is not up yet (no row: e.g. its start
+            timed out): a ``CANCELED`` row with the request is left under ``job_id``, and
+            that standby ends as soon as it comes up instead of waiting."""
 
         def write(session: Session) -> StandbyRecord | None:
             row = session.get(StandbyRow, job_id)
+            if row is None and before_ready:
+                now = utcnow()
+                row = StandbyRow(job_id=job_id, job_name="", waits_for_job_id="",
+                                 status=StandbyStatus.CANCELED.value, ready_at=now,
+                                 ended_at=now, cancel_requested_at=now,
+                                 detail="withdrawn before it was up")
+                session.add(row)
             if row is None:
                 return None
             if row.cancel_requested_at is None:
