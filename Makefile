@@ -172,8 +172,10 @@ clean:
 # The chaos matrix (bench/chaos, issue 35): every catalogue cell (pipeline x runner x state
 # backend x checkpoint mode) CHAOS_RUNS times under seeded SIGKILLs and raised exceptions,
 # compared with DuckDB (Nexmark) or a failure-free run; appends to bench/results/chaos.jsonl
-# and rewrites CHAOS.md. Default settings (buffer debloating on); multi-query cells (q7+q19,
-# q0+q18+q19 on one source) and driver-kill cells on the Spark runner (issue 51); a run that
+# and rewrites CHAOS.md. Every job on the engine's default settings (no CKPT_* reaches a
+# driver: debloating on, 60 s heartbeat timeout; a killed driver is restarted at once with
+# restore="latest"); multi-query cells (q7+q19, q0+q18+q19 on one source), driver-kill
+# cells on the Spark runner and Kafka cells on a Tansu broker (issues 51, 52); a run that
 # does not end within its cell's bound is UNFINISHED, a failure. CHAOS_ARGS narrows it, e.g.
 # CHAOS_ARGS="--cells 'q*/local/*'" or CHAOS_ARGS="--cells '*/spark/*/driver-kills'".
 CHAOS_RUNS ?= 3
