@@ -76,24 +76,17 @@ def lost_and_duplicated(out: str) -> dict:
             "unexpected": sum(1 for k, c in seen.items() for i in c if i > expected.get(k, 0))}
 
 
-@pytest.mark.timeout(300)
-def test_standby_upgrade_waits_for_ready_then_v2_restores_the_stop_savepoint_exactly_once(
-        airflow_db, metadata_url, store, tmp_path):
+def _upgrade_exactly_once(airflow_db, metadata_url, store, tmp_path, dag_id: str):
+    """Run ``dag_id``'s upgrade of a running v1; check v2 restored v1's stop savepoint and
+    the output against the reference; print the output gap. Returns (v1, v2, savepoint)."""
     v1 = running_job(metadata_url, tmp_path, store)
     dr = None
     try:
-        state, tis, dr = run_dag(airflow_db, DAG_ID, _conf(tmp_path))
-        assert tis == UPGRADED, tis
+        state, tis, dr = run_dag(airflow_db, dag_id, _conf(tmp_path))
+        assert tis == UPGRADED, tis  # the same tasks and states; the order differs
         assert state == "success"
         v2 = xcom(dr, "start_v2")
-        standby = store.get_standby(v2)
-        # the DAG stopped v1 only after the standby said READY: its request came later
-        [stop] = [r for r in store.list_control_requests(v1)
-                  if r.action == "STOP_WITH_SAVEPOINT" and r.status == "SUCCEEDED"]
-        assert standby.ready_at < stop.created_at, (standby, stop)
-        assert standby.status == "TAKEN_OVER" and standby.waits_for_job_id == v1
         savepoint = xcom(dr, "stop_v1")
-        assert standby.restore_location == savepoint
         v2_job = store.get_job(v2)
         assert v2_job.version == "v2" and v2_job.restored_from == savepoint
         assert store.get_job(v1).status == "STOPPED"
@@ -102,11 +95,36 @@ def test_standby_upgrade_waits_for_ready_then_v2_restores_the_stop_savepoint_exa
         out = str(tmp_path / "example" / "output")
         gap = _commit_times(out, v2)[0] - _commit_times(out, v1)[-1]
         result = lost_and_duplicated(out)
-        print(f"standby upgrade through Airflow (dag.test, local runner): output gap "
+        print(f"{dag_id} through Airflow (dag.test, local runner): output gap "
               f"{gap:.2f} s, {result}, load average {os.getloadavg()[0]:.1f}")
         assert result == {"lost": 0, "duplicated": 0, "unexpected": 0}
+        return v1, v2, savepoint
     finally:
         _withdraw(store, dr)
+
+
+@pytest.mark.timeout(300)
+def test_standby_upgrade_waits_for_ready_then_v2_restores_the_stop_savepoint_exactly_once(
+        airflow_db, metadata_url, store, tmp_path):
+    v1, v2, savepoint = _upgrade_exactly_once(airflow_db, metadata_url, store, tmp_path,
+                                              DAG_ID)
+    standby = store.get_standby(v2)
+    # the DAG stopped v1 only after the standby said READY: its request came later
+    [stop] = [r for r in store.list_control_requests(v1)
+              if r.action == "STOP_WITH_SAVEPOINT" and r.status == "SUCCEEDED"]
+    assert standby.ready_at < stop.created_at, (standby, stop)
+    assert standby.status == "TAKEN_OVER" and standby.waits_for_job_id == v1
+    assert standby.restore_location == savepoint
+
+
+@pytest.mark.timeout(300)
+def test_upgrade_without_standby_is_exactly_once_too(airflow_db, metadata_url, store,
+                                                      tmp_path):
+    """The same upgrade with ``savepoint_upgrade_restore`` (v2 submitted after v1 stopped):
+    the A/B comparison of the output gap, and no standby involved."""
+    _, v2, _ = _upgrade_exactly_once(airflow_db, metadata_url, store, tmp_path,
+                                     "savepoint_upgrade_restore")
+    assert store.get_standby(v2) is None
 
 
 @pytest.mark.timeout(300)
