@@ -43,7 +43,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,8 +51,12 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
+if ROOT not in sys.path:  # run as a script
+    sys.path.append(ROOT)
+from bench.peers import driver  # noqa: E402
+from bench.peers.driver import DEFAULT_PEERS_DIR  # noqa: E402
+
 RESULT = "kafka.json"
-DEFAULT_PEERS_DIR = os.path.join(ROOT, "build", "peers")
 
 #: engine -> (runner script, venv folder under --peers-dir or None for the project's, label)
 ENGINES = {
@@ -74,33 +77,13 @@ TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 
 
 def python_of(engine: str, peers_dir: str) -> str:
-    venv = ENGINES[engine][1]
-    return sys.executable if venv is None else os.path.join(peers_dir, venv, "bin", "python")
+    return driver.python_of(ENGINES, engine, peers_dir)
 
 
 # -- input and output ------------------------------------------------------------------------
 def fill(broker, topic: str, n: int, keys: int) -> None:
     """The input topic: one partition, ``n`` records ``{"key", "value"}`` keyed by key."""
-    from common import record
-    from confluent_kafka import Producer
-
-    broker.create_topic(topic, 1, config=TOPIC_CONFIG)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
-                         "batch.num.messages": 10000, "log_level": 3})
-    failed: list = []
-    for i in range(n):
-        key, value = record(i, keys)
-        while True:
-            try:
-                producer.produce(topic, json.dumps({"key": key, "value": value}).encode(),
-                                 key=key.encode(), partition=0,
-                                 on_delivery=lambda err, msg: err and failed.append(err))
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-    if producer.flush(120) != 0 or failed:
-        raise RuntimeError(f"filling {topic} failed: {failed[:3]}")
+    driver.fill(broker, topic, n, keys, TOPIC_CONFIG, lambda key, v: {"key": key, "value": v})
 
 
 def expected(n: int, keys: int) -> dict[str, tuple[int, int]]:
@@ -163,9 +146,6 @@ def check_output(bootstrap: str, topic: str, want: dict[str, tuple[int, int]],
 # -- one run ---------------------------------------------------------------------------------
 def run_one(args, broker, engine: str, workload: str, records: int, topic: str,
             want: dict, rep: int) -> dict:
-    sys.path.insert(0, BENCH)
-    from per_record import CpuMeter
-
     out_topic = f"bench-kafka-out-{engine}-{workload}-{records}-{rep}-{uuid.uuid4().hex[:6]}"
     broker.create_topic(out_topic, 1, config=TOPIC_CONFIG)
     state_dir = tempfile.mkdtemp(prefix=f"bench-kafka-{engine}-")
@@ -173,31 +153,12 @@ def run_one(args, broker, engine: str, workload: str, records: int, topic: str,
            "--workload", workload, "--records", str(records), "--keys", str(args.keys),
            "--state-dir", state_dir, "--interval-ms", str(args.interval_ms),
            "--bootstrap", broker.bootstrap, "--topic", topic, "--output-topic", out_topic]
-    if args.cpu is not None:
-        cmd = ["taskset", "-c", args.cpu, *cmd]
-    env = {**os.environ, "PYTHONPATH": ROOT}
     load = os.getloadavg()[0]
     broker_cpu0 = broker.cpu_s()
     try:
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True,
-                                    start_new_session=True)
-            meter = CpuMeter(proc.pid)
-            try:
-                proc.wait(args.timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-            cpu = meter.total()
-            broker_cpu = broker.cpu_s() - broker_cpu0
-            out.seek(0)
-            err.seek(0)
-            lines = out.read().strip().splitlines()
-            if proc.returncode != 0 or not lines:
-                raise RuntimeError(f"{engine} {workload} {records:,} failed "
-                                   f"({proc.returncode}): {err.read()[-2000:]} "
-                                   f"{' '.join(lines[-3:])}")
-            r = json.loads(lines[-1])
+        r, cpu = driver.run_runner(cmd, args.cpu, args.timeout,
+                                   f"{engine} {workload} {records:,}")
+        broker_cpu = broker.cpu_s() - broker_cpu0
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
     check = check_output(broker.bootstrap, out_topic, want, workload == "per_record")
@@ -211,11 +172,7 @@ def run_one(args, broker, engine: str, workload: str, records: int, topic: str,
 
 def command(argv: list[str], args) -> str:
     """The command that reproduces the run (``--peers-dir`` left out when it is the default)."""
-    argv = list(argv)
-    if "--peers-dir" in argv and os.path.abspath(args.peers_dir) == DEFAULT_PEERS_DIR:
-        i = argv.index("--peers-dir")
-        del argv[i:i + 2]
-    return " ".join([".venv/bin/python", "bench/peers/kafka.py", *argv])
+    return driver.command("bench/peers/kafka.py", argv, args.peers_dir)
 
 
 def main(argv=None) -> int:
@@ -244,12 +201,7 @@ def main(argv=None) -> int:
     for w in workloads:
         if w not in WORKLOADS:
             ap.error(f"unknown workload {w!r}; use some of {', '.join(WORKLOADS)}")
-    for e in engines:
-        if e not in ENGINES:
-            ap.error(f"unknown engine {e!r}; use some of {', '.join(ENGINES)}")
-        if not os.path.exists(python_of(e, args.peers_dir)):
-            ap.error(f"{e}: no venv at {os.path.dirname(os.path.dirname(python_of(e, args.peers_dir)))}"
-                     " (make bench-kafka installs it)")
+    driver.check_venvs(ap, ENGINES, engines, args.peers_dir, "bench-kafka")
     sys.path[:0] = [HERE, ROOT]
     from bench.peers.run import marginal, start_broker, summarize
 
@@ -278,22 +230,11 @@ def main(argv=None) -> int:
     finally:
         broker.stop()
     summary = summarize(runs)
-    for s in summary:
-        print(f"{s['workload']:10} {s['engine']:11}: median {s['rate'] or 0:,.0f} rec/s, "
-              f"{s['records_per_cpu_s'] or 0:,.0f} rec/CPU-s ({s['reps']} reps)", flush=True)
-    sys.path.insert(0, BENCH)
-    from jobs import write_results
-    from report_common import record_conditions
-
-    cmd = command(argv if argv is not None else sys.argv[1:], args)
-    write_results(args.results_dir, RESULT, {
+    driver.print_summary(summary)
+    driver.write(args, RESULT, {
         "keys": args.keys, "records": sizes, "interval_ms": args.interval_ms, "cpu": args.cpu,
-        "engines": {e: ENGINES[e][2] for e in engines}, "summary": summary, "runs": runs,
-        "command": cmd})
-    record_conditions(args.results_dir, RESULT, cmd)
-    if args.write_md:
-        subprocess.run([sys.executable, os.path.join(BENCH, "write_benchmarks.py"),
-                        "--results-dir", args.results_dir], check=True)
+        "engines": {e: ENGINES[e][2] for e in engines}, "summary": summary, "runs": runs},
+        command(argv if argv is not None else sys.argv[1:], args))
     return 0
 
 

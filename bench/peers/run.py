@@ -38,19 +38,21 @@ BENCHMARKS.md (bench/write_benchmarks.py).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
+if ROOT not in sys.path:  # run as a script
+    sys.path.append(ROOT)
+from bench.peers import driver  # noqa: E402
+from bench.peers.driver import DEFAULT_PEERS_DIR  # noqa: E402
+
 RESULT = "peers.json"
-DEFAULT_PEERS_DIR = os.path.join(ROOT, "build", "peers")
 
 #: engine -> (runner script, venv folder under --peers-dir or None for the project's, label)
 ENGINES = {
@@ -93,70 +95,29 @@ def start_broker(cpu: str | None):
 def fill(broker, topic: str, n: int, keys: int) -> None:
     """The input topic: one partition, ``n`` records keyed ``"k<n>"``, JSON values
     ``{"value": v}`` (bench/peers/common.py's records)."""
-    from common import record
-    from confluent_kafka import Producer
-
     # retention set explicitly: Quix Streams derives its changelog topics' config from it
-    broker.create_topic(topic, 1, config={"retention.ms": "-1", "retention.bytes": "-1"})
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
-                         "batch.num.messages": 10000, "log_level": 3})
-    failed: list = []
-    for i in range(n):
-        key, value = record(i, keys)
-        while True:
-            try:
-                producer.produce(topic, json.dumps({"value": value}).encode(),
-                                 key=key.encode(), partition=0,
-                                 on_delivery=lambda err, msg: err and failed.append(err))
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-    if producer.flush(120) != 0 or failed:
-        raise RuntimeError(f"filling {topic} failed: {failed[:3]}")
+    driver.fill(broker, topic, n, keys, {"retention.ms": "-1", "retention.bytes": "-1"},
+                lambda key, v: {"value": v})
 
 
 # -- one run ---------------------------------------------------------------------------------
 def python_of(engine: str, peers_dir: str) -> str:
-    venv = ENGINES[engine][1]
-    return sys.executable if venv is None else os.path.join(peers_dir, venv, "bin", "python")
+    return driver.python_of(ENGINES, engine, peers_dir)
 
 
 def run_one(args, engine: str, workload: str, records: int, broker,
             topics: dict[int, str]) -> dict:
-    sys.path.insert(0, BENCH)
-    from per_record import CpuMeter
-
     state_dir = tempfile.mkdtemp(prefix=f"bench-peers-{engine}-")
     cmd = [python_of(engine, args.peers_dir), os.path.join(HERE, ENGINES[engine][0]),
            "--workload", workload, "--records", str(records), "--keys", str(args.keys),
            "--state-dir", state_dir, "--interval-ms", str(args.interval_ms)]
     if engine == "quixstreams":
         cmd += ["--bootstrap", broker.bootstrap, "--topic", topics[records]]
-    if args.cpu is not None:
-        cmd = ["taskset", "-c", args.cpu, *cmd]
-    env = {**os.environ, "PYTHONPATH": ROOT}
     load = os.getloadavg()[0]
     broker_cpu0 = broker.cpu_s() if engine == "quixstreams" else 0.0
     try:
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True,
-                                    start_new_session=True)
-            meter = CpuMeter(proc.pid)
-            try:
-                proc.wait(args.timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-            cpu = meter.total()
-            out.seek(0)
-            err.seek(0)
-            lines = out.read().strip().splitlines()
-            if proc.returncode != 0 or not lines:
-                raise RuntimeError(f"{engine} {workload} {records:,} failed "
-                                   f"({proc.returncode}): {err.read()[-2000:]} "
-                                   f"{' '.join(lines[-3:])}")
-            r = json.loads(lines[-1])
+        r, cpu = driver.run_runner(cmd, args.cpu, args.timeout,
+                                   f"{engine} {workload} {records:,}")
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
     broker_cpu = broker.cpu_s() - broker_cpu0 if engine == "quixstreams" else 0.0
@@ -213,13 +174,8 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 
 def command(argv: list[str], args) -> str:
-    """The command that reproduces the run: its arguments, but ``--peers-dir`` when it
-    names the default (the folder make bench-peers installs into)."""
-    argv = list(argv)
-    if "--peers-dir" in argv and os.path.abspath(args.peers_dir) == DEFAULT_PEERS_DIR:
-        i = argv.index("--peers-dir")
-        del argv[i:i + 2]
-    return " ".join([".venv/bin/python", "bench/peers/run.py", *argv])
+    """The command that reproduces the run (``--peers-dir`` left out when it is the default)."""
+    return driver.command("bench/peers/run.py", argv, args.peers_dir)
 
 
 def main(argv=None) -> int:
@@ -249,12 +205,7 @@ def main(argv=None) -> int:
         ap.error("--records and --aggregate-records take two different sizes each")
     engines = args.engines.split(",")
     workloads = args.workloads.split(",")
-    for e in engines:
-        if e not in ENGINES:
-            ap.error(f"unknown engine {e!r}; use some of {', '.join(ENGINES)}")
-        if not os.path.exists(python_of(e, args.peers_dir)):
-            ap.error(f"{e}: no venv at {os.path.dirname(os.path.dirname(python_of(e, args.peers_dir)))}"
-                     " (make bench-peers installs it)")
+    driver.check_venvs(ap, ENGINES, engines, args.peers_dir, "bench-peers")
     sys.path.insert(0, HERE)
     broker, topics = None, {}
     runs: list[dict] = []
@@ -284,24 +235,13 @@ def main(argv=None) -> int:
         if broker is not None:
             broker.stop()
     summary = summarize(runs)
-    for s in summary:
-        print(f"{s['workload']:10} {s['engine']:11}: median {s['rate'] or 0:,.0f} rec/s, "
-              f"{s['records_per_cpu_s'] or 0:,.0f} rec/CPU-s ({s['reps']} reps)", flush=True)
-    sys.path.insert(0, BENCH)
-    from jobs import write_results
-    from report_common import record_conditions
-
-    write_results(args.results_dir, RESULT, {
+    driver.print_summary(summary)
+    driver.write(args, RESULT, {
         "keys": args.keys, "records": sizes, "interval_ms": args.interval_ms, "cpu": args.cpu,
         "engines": {e: ENGINES[e][2] for e in engines}, "not_run": [
             [w, e] for w in workloads for e in engines if not supports(e, w)],
-        "summary": summary, "runs": runs,
-        "command": command(argv if argv is not None else sys.argv[1:], args)})
-    record_conditions(args.results_dir, RESULT,
-                      command(argv if argv is not None else sys.argv[1:], args))
-    if args.write_md:
-        subprocess.run([sys.executable, os.path.join(BENCH, "write_benchmarks.py"),
-                        "--results-dir", args.results_dir], check=True)
+        "summary": summary, "runs": runs},
+        command(argv if argv is not None else sys.argv[1:], args))
     return 0
 
 
