@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -221,12 +222,23 @@ def extra_spark_worker(cluster, cores: int = 2, memory: str = "1g") -> Iterator[
         cluster.procs.remove(proc)
 
 
+#: the tasks of a blue-green run whose start and end the cut-over's breakdown shows
+BLUE_GREEN_TASKS = ("approve", "stop_blue", "fenced_cutover", "promote_green", "cutover",
+                    "needs_resubmit")
+#: the same for a savepoint upgrade (with a standby, start_v2 ends before stop_v1 starts)
+UPGRADE_TASKS = ("start_v2", "stop_v1", "wait_v2_checkpoint", "upgraded")
+
+
 def cutover_breakdown(airflow, store: MetadataStore, dag_id: str, run_id: str, *,
-                      blue: str, green: str, blue_last: float, green_first: float) -> str:
-    """Where the output gap of a blue-green cut-over went (issue 54 item 2): every event
-    between blue's last committed row (``blue_last``, wall-clock seconds, as a reader of the
-    sink saw it) and green's first (``green_first``), from Airflow's task instances and the
-    metadata DB (control requests, checkpoints, attempts), in seconds after ``blue_last``."""
+                      blue: str, green: str, blue_last: float, green_first: float,
+                      tasks: tuple[str, ...] = BLUE_GREEN_TASKS,
+                      names: tuple[str, str] = ("blue", "green")) -> str:
+    """Where the output gap of a cut-over went (issue 54 item 2): every event between the
+    old job's last committed row (``blue_last``, wall-clock seconds, as a reader of the sink
+    saw it) and the new job's first (``green_first``), from Airflow's task instances
+    (``tasks``) and the metadata DB (control requests, checkpoints, attempts with their
+    start-up phases, a standby's READY and hand-over), in seconds after ``blue_last``; the
+    jobs are called ``names`` (old, new)."""
     from datetime import datetime
 
     def at(value: str | None) -> float | None:
@@ -234,12 +246,16 @@ def cutover_breakdown(airflow, store: MetadataStore, dag_id: str, run_id: str, *
 
     events: list[tuple[float | None, str]] = []
     for ti in airflow.task_instances(dag_id, run_id):
-        if ti["task_id"] in ("approve", "stop_blue", "fenced_cutover", "promote_green",
-                             "cutover", "needs_resubmit"):
+        if ti["task_id"] in tasks:
             events.append((at(ti.get("start_date")), f"task {ti['task_id']} starts "
                            f"(try {ti.get('try_number')})"))
             events.append((at(ti.get("end_date")), f"task {ti['task_id']} ends ({ti['state']})"))
-    for job, who in ((blue, "blue"), (green, "green")):
+    for job, who in zip((blue, green), names, strict=True):
+        standby = store.get_standby(job)
+        if standby is not None:  # started before the old job stopped (restore="standby:...")
+            events.append((standby.ready_at.timestamp(), f"{who} standby READY"))
+            if standby.ended_at is not None:
+                events.append((standby.ended_at.timestamp(), f"{who} standby {standby.status}"))
         for r in store.list_control_requests(job):
             events.append((r.created_at.timestamp(), f"{who} {r.action} request submitted"))
             events.append((r.updated_at.timestamp(), f"{who} {r.action} request {r.status}"))
@@ -255,8 +271,8 @@ def cutover_breakdown(airflow, store: MetadataStore, dag_id: str, run_id: str, *
                                f"{who} attempt {a.attempt} start-up phases {phases}"))
             if a.ended_at:
                 events.append((a.ended_at.timestamp(), f"{who} attempt {a.attempt} ends"))
-    events += [(blue_last, "blue's last row seen in the sink"),
-               (green_first, "green's first row seen in the sink")]
+    events += [(blue_last, f"{names[0]}'s last row seen in the sink"),
+               (green_first, f"{names[1]}'s first row seen in the sink")]
     lo, hi = blue_last - 15, green_first + 5
     rows = sorted((t - blue_last, what) for t, what in events
                   if t is not None and lo <= t <= hi)
@@ -285,3 +301,138 @@ def cutover_figures(store: MetadataStore, *, blue: str, green: str, blue_last: f
             figures["processing_gap"] = round(
                 (promote.updated_at - stop.created_at).total_seconds(), 3)
     return figures
+
+
+def running_at(store: MetadataStore, job_id: str, attempt: int = 0) -> float | None:
+    """Wall-clock time the attempt's last slot ran (its start plus the slowest slot's
+    ``running`` phase in ``job_attempts.placement``): when the job went RUNNING."""
+    found = [a for a in store.list_attempts(job_id) if a.attempt == attempt]
+    if not found:
+        return None
+    ran = [p["phases"]["running"] for p in found[0].placement or ()
+           if (p.get("phases") or {}).get("running") is not None]
+    return found[0].started_at.timestamp() + max(ran) if ran else None
+
+
+def standby_figures(store: MetadataStore, *, old: str, new: str, old_last: float,
+                    new_first: float) -> dict:
+    """One savepoint upgrade with a standby through Airflow as ``bench/downtime.py --runner
+    airflow --from-logs LOG --record`` records it (scenario ``savepoint-standby``), seconds:
+    ``output_gap`` (the new job's first row seen minus the old job's last), ``stop`` (the old
+    job's stop request to SUCCEEDED), ``handover`` (SUCCEEDED to the standby's ``TAKEN_OVER``:
+    it saw the old job end), ``slots`` (the new job's row to RUNNING: slot start-up and the
+    restore), ``first_checkpoint`` and ``first_commit_after_running`` (RUNNING to its first
+    completed checkpoint, to its first row seen), ``processing_gap`` (the stop request to
+    RUNNING) and the 1-minute load average. ``app_start`` is 0: the standby's application
+    started before the stop."""
+    stops = [r for r in store.list_control_requests(old) if r.action == "STOP_WITH_SAVEPOINT"]
+    stop = max(stops, key=lambda r: r.created_at) if stops else None
+    standby, running = store.get_standby(new), running_at(store, new)
+    figures: dict = {"output_gap": round(new_first - old_last, 3),
+                     "load": round(os.getloadavg()[0], 1), "app_start": 0.0}
+    if stop is not None:
+        figures["stop"] = round((stop.updated_at - stop.created_at).total_seconds(), 3)
+        if standby is not None and standby.ended_at is not None:
+            figures["handover"] = round((standby.ended_at - stop.updated_at).total_seconds(), 3)
+    if running is not None:
+        figures["slots"] = round(running - store.get_job(new).created_at.timestamp(), 3)
+        figures["first_commit_after_running"] = round(new_first - running, 3)
+        done = [c.complete_time.timestamp() for c in store.list_checkpoints(new)
+                if c.complete_time is not None and c.complete_time.timestamp() >= running]
+        if done:
+            figures["first_checkpoint"] = round(min(done) - running, 3)
+        if stop is not None:
+            figures["processing_gap"] = round(running - stop.created_at.timestamp(), 3)
+    return figures
+
+
+def lost_and_duplicated(rows: list[tuple[str, int]], records: int, keys: int) -> dict:
+    """Running-count rows ``(key, count)`` of the ``versioned_sum`` example against its
+    bounded generator (``records`` records over ``keys`` keys, the example's seed and
+    splits): per key every count 1..n exactly once. ``lost``: counts missing (input lost
+    at a hand-over leaves no hole in the counts, but the last count falls short of n);
+    ``duplicated``: counts seen more than once; ``unexpected``: counts above n."""
+    from collections import Counter
+
+    from airflow_checkpoint_provider.engine import GeneratorSource
+
+    src = GeneratorSource(records, num_keys=keys, seed=42, splits=2)
+    expected = Counter(src.record(i)["key"] for i in range(records))
+    seen = Counter(rows)
+    have = {(k, c) for k, c in seen}
+    return {"lost": sum(1 for k, n in expected.items() for i in range(1, n + 1)
+                        if (k, i) not in have),
+            "duplicated": sum(n - 1 for n in seen.values()),
+            "unexpected": sum(1 for k, c in have if c > expected.get(k, 0))}
+
+def pg_connect(url: str):
+    """An autocommit connection to the PostgreSQL database at ``url`` (a SQLAlchemy or libpq
+    URL)."""
+    import psycopg
+
+    from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
+
+    return psycopg.connect(libpq_dsn(url), autocommit=True)
+
+
+class PreparedSampler:
+    """Samples ``pg_prepared_xacts`` of one database every ``period`` seconds in a thread:
+    ``samples`` holds ``(monotonic time, [gid, ...])``; and the rows per version of
+    ``table``: ``rows`` holds ``(monotonic time, {version: rows})``."""
+
+    def __init__(self, url: str, table: str, period: float = 0.5) -> None:
+        self.url, self.table, self.period = url, table, period
+        self.samples: list[tuple[float, list[str]]] = []
+        self.rows: list[tuple[float, dict[str, int]]] = []
+        #: monotonic -> wall-clock time of each sample (for the cut-over's breakdown)
+        self.wall: dict[float, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with pg_connect(self.url) as conn:
+            while not self._stop.is_set():
+                gids = [g for (g,) in conn.execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]
+                now = time.monotonic()
+                self.wall[now] = time.time()
+                self.samples.append((now, gids))
+                self.rows.append((now, dict(conn.execute(
+                    f"SELECT version, count(*) FROM {self.table} GROUP BY version").fetchall())))
+                self._stop.wait(self.period)
+
+    def __enter__(self) -> PreparedSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def output_gap(self) -> float | None:
+        """Seconds from the sample that first saw blue's (v1) last row to the sample that
+        first saw a row of green (v2): the output's downtime as a reader of the table sees
+        it (0.5 s resolution); ``None`` if no sample saw a row of green."""
+        ends = self.gap_ends()
+        return None if ends is None else ends[1] - ends[0]
+
+    def gap_ends(self) -> tuple[float, float] | None:
+        """Wall-clock times of the samples that first saw blue's last row and green's
+        first."""
+        last_v1 = max((n.get("v1", 0) for _, n in self.rows), default=0)
+        blue_done = min(t for t, n in self.rows if n.get("v1", 0) == last_v1)
+        green = [t for t, n in self.rows if n.get("v2", 0) > 0]
+        return (self.wall[blue_done], self.wall[min(green)]) if green else None
+
+    def max(self, job_id: str | None = None, until: float | None = None) -> int:
+        return max((len([g for g in gids if job_id is None or job_id in g])
+                    for t, gids in self.samples if until is None or t <= until), default=0)
+
+
+def sink_rows(url: str, table: str, version: str | None = None) -> list[tuple[str, int]]:
+    """The ``(key, count)`` rows of the example's sink ``table`` (of one ``version``)."""
+    with pg_connect(url) as conn:
+        if version is None:
+            return conn.execute(f"SELECT key, count FROM {table}").fetchall()
+        return conn.execute(f"SELECT key, count FROM {table} WHERE version = %s",
+                            (version,)).fetchall()

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from collections import Counter
 
@@ -36,10 +35,13 @@ import pytest
 from deploy_support import (
     EXAMPLE,
     RUN_TIMEOUT_S,
+    PreparedSampler,
     cancel_active_jobs,
     cutover_breakdown,
     cutover_figures,
     extra_spark_worker,
+    pg_connect,
+    sink_rows,
     wait_first_checkpoint,
     wait_job,
     wait_task,
@@ -51,76 +53,6 @@ TABLES = ("sums_a", "sums_b")
 DAG = "blue_green_upgrade"
 #: one epoch of both sinks at parallelism 3; a fenced green prepares nothing at all
 FENCED_BOUND = 2 * 3
-
-
-def _connect(url: str):
-    import psycopg
-
-    from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
-
-    return psycopg.connect(libpq_dsn(url), autocommit=True)
-
-
-class PreparedSampler:
-    """Samples ``pg_prepared_xacts`` of one database every ``period`` seconds in a thread:
-    ``samples`` holds ``(monotonic time, [gid, ...])``; and the rows per version of
-    ``table``: ``rows`` holds ``(monotonic time, {version: rows})``."""
-
-    def __init__(self, url: str, table: str, period: float = 0.5) -> None:
-        self.url, self.table, self.period = url, table, period
-        self.samples: list[tuple[float, list[str]]] = []
-        self.rows: list[tuple[float, dict[str, int]]] = []
-        #: monotonic -> wall-clock time of each sample (for the cut-over's breakdown)
-        self.wall: dict[float, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with _connect(self.url) as conn:
-            while not self._stop.is_set():
-                gids = [g for (g,) in conn.execute(
-                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]
-                now = time.monotonic()
-                self.wall[now] = time.time()
-                self.samples.append((now, gids))
-                self.rows.append((now, dict(conn.execute(
-                    f"SELECT version, count(*) FROM {self.table} GROUP BY version").fetchall())))
-                self._stop.wait(self.period)
-
-    def __enter__(self) -> PreparedSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def output_gap(self) -> float | None:
-        """Seconds from the sample that first saw blue's (v1) last row to the sample that
-        first saw a row of green (v2): the output's downtime as a reader of the table sees
-        it (0.5 s resolution); ``None`` if no sample saw a row of green."""
-        ends = self.gap_ends()
-        return None if ends is None else ends[1] - ends[0]
-
-    def gap_ends(self) -> tuple[float, float] | None:
-        """Wall-clock times of the samples that first saw blue's last row and green's
-        first."""
-        last_v1 = max((n.get("v1", 0) for _, n in self.rows), default=0)
-        blue_done = min(t for t, n in self.rows if n.get("v1", 0) == last_v1)
-        green = [t for t, n in self.rows if n.get("v2", 0) > 0]
-        return (self.wall[blue_done], self.wall[min(green)]) if green else None
-
-    def max(self, job_id: str | None = None, until: float | None = None) -> int:
-        return max((len([g for g in gids if job_id is None or job_id in g])
-                    for t, gids in self.samples if until is None or t <= until), default=0)
-
-
-def _rows(url: str, table: str, version: str | None = None) -> list[tuple[str, int]]:
-    with _connect(url) as conn:
-        if version is None:
-            return conn.execute(f"SELECT key, count FROM {table}").fetchall()
-        return conn.execute(f"SELECT key, count FROM {table} WHERE version = %s",
-                            (version,)).fetchall()
 
 
 def _exactly_once(rows: list[tuple[str, int]]) -> tuple[int, int]:
@@ -140,7 +72,7 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
     dep, store, spark_cluster = deployment, deployment.store, deployment.cluster
     cancel_active_jobs(store)  # blue and green need all 6 cores
     url = dep.example_pg_url  # behind the deployment's example_pg connection
-    with _connect(url) as conn:
+    with pg_connect(url) as conn:
         assert conn.execute("SHOW max_prepared_transactions").fetchone()[0] == "100"
         for t in TABLES:
             conn.execute(f"CREATE TABLE {t} (key text, count bigint, sum bigint, version text)")
@@ -169,7 +101,7 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
         triggered = time.monotonic()
         wait_task(dep.airflow, DAG, run, "start_green", ("success", "failed"), RUN_TIMEOUT_S)
         green = dep.airflow.xcom(DAG, run, "start_green", "job_id")
-        blue_rows_at_green_start = len(_rows(url, TABLES[0], "v1"))
+        blue_rows_at_green_start = len(sink_rows(url, TABLES[0], "v1"))
         state = wait_task(dep.airflow, DAG, run, "approve",
                           ("awaiting_input", "failed", "upstream_failed"), RUN_TIMEOUT_S)
         tis = dep.airflow.task_states(DAG, run)
@@ -178,8 +110,8 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
         # green validated (the gate passed): blue kept publishing all along, green nothing
         validated = time.monotonic()
         assert store.get_job(blue).status == "RUNNING"
-        assert len(_rows(url, TABLES[0], "v1")) > blue_rows_at_green_start, "blue stalled"
-        assert _rows(url, TABLES[0], "v2") == [], "the fenced green published"
+        assert len(sink_rows(url, TABLES[0], "v1")) > blue_rows_at_green_start, "blue stalled"
+        assert sink_rows(url, TABLES[0], "v2") == [], "the fenced green published"
         dep.airflow.respond(DAG, run, "approve", "Approve")
         state = dep.airflow.wait_for_run(DAG, run, RUN_TIMEOUT_S)
         dag_s = time.monotonic() - triggered
@@ -215,7 +147,7 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
         wait_job(store, green, "CANCELED", 120)
     cancel_active_jobs(store)
 
-    with _connect(url) as conn:
+    with pg_connect(url) as conn:
         deadline = time.monotonic() + 30
         while (left := [g for (g,) in conn.execute(
                 "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]):
@@ -224,8 +156,8 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
         slots = conn.execute("SELECT slot_name FROM pg_replication_slots "
                              "WHERE database = current_database()").fetchall()
     fenced_max, overall_max = sampler.max(green, until=validated), sampler.max()
-    counts = {t: (len(rows := _rows(url, t)), *_exactly_once(rows)) for t in TABLES}
-    green_rows = len(_rows(url, TABLES[0], "v2"))
+    counts = {t: (len(rows := sink_rows(url, t)), *_exactly_once(rows)) for t in TABLES}
+    green_rows = len(sink_rows(url, TABLES[0], "v2"))
     gap = sampler.output_gap()
     print(f"\nreal deployment, in-place blue-green at parallelism 3 into PostgreSQL 2PC sinks: "
           f"{dep.durations['postgres_blue_green']} s (DAG {dag_s:.0f} s), output gap "
@@ -252,6 +184,6 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
     assert slots == [], slots
     for t, (rows, duplicates, missing) in counts.items():
         assert (duplicates, missing) == (0, 0), (t, rows, duplicates, missing)
-    assert sorted(_rows(url, TABLES[0])) == sorted(_rows(url, TABLES[1]))
+    assert sorted(sink_rows(url, TABLES[0])) == sorted(sink_rows(url, TABLES[1]))
     assert green_rows > 0, "green published nothing after the cut-over"
     assert gap is not None and gap > 0, f"green's first row did not follow blue's last: {gap}"
