@@ -16,7 +16,8 @@ Scenarios:
 
 * ``savepoint``: v1 stops with a savepoint, v2 starts from it (a new application);
 * ``savepoint-standby``: v2 is started first with ``--restore standby:<v1>``; once its
-  application is up (its log says so), v1 stops with a savepoint and v2 restores it;
+  application is up (it says ``READY`` in the metadata DB), v1 stops with a savepoint and v2
+  restores it;
 * ``last-state``: v1 is cancelled, v2 starts from v1's latest completed checkpoint;
 * ``blue-green``: v2 runs fenced next to v1 (restored from a savepoint of v1); at the
   cut-over v1 stops with a savepoint, the fenced v2 is cancelled and v2 is submitted again
@@ -40,8 +41,10 @@ command and date), from which ``bench/write_benchmarks.py`` renders the section
 (``bench/downtime_report.py``). ``--from-logs LOG ... --record`` merges the runs a
 (possibly interrupted) run printed, with ``--command`` and ``--measured-on`` saying how and
 when they were measured; with ``--runner airflow`` those are the lines the real-deployment
-test printed (``tests/deploy/test_postgres_blue_green_deployment.py``, ``pytest -s``: the
-cut-over through Airflow, issue 54).
+tests printed (``pytest -s``; issue 54): the blue-green cut-over through Airflow
+(``tests/deploy/test_postgres_blue_green_deployment.py``, scenario ``blue-green-in-place``)
+and the savepoint upgrade with a standby (``tests/deploy/test_standby_upgrade_deployment.py``,
+``savepoint-standby``).
 """
 
 from __future__ import annotations
@@ -134,15 +137,15 @@ class Deployment:
         return {**started, "running": running}
 
     def wait_standby(self, started: dict, timeout: float = 600.0) -> float:
-        """When the standby's log said its application is ready."""
+        """When the standby said ``READY`` in the metadata DB (its row in ``standbys``, under
+        the job id it will run as: its application is up and it only waits for v1)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                with open(started["log"], errors="replace") as f:
-                    if "Standby: application ready" in f.read():
-                        return time.time()
-            except OSError:
-                pass
+            standby = self.store.get_standby(started["job_id"])
+            if standby is not None and standby.is_ready:
+                return standby.ready_at.timestamp()
+            if standby is not None and standby.is_terminal:
+                raise RuntimeError(f"standby {standby.status}: {standby.detail}")
             if started["proc"].poll() not in (None, 0):
                 raise RuntimeError(f"standby exited: {started['proc'].stdout.read()[-3000:]}")
             time.sleep(0.05)

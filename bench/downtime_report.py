@@ -71,12 +71,28 @@ AIRFLOW_LABELS = {
 }
 
 
-def airflow_load(doc: dict) -> float | None:
-    """The highest 1-minute load average of the ``airflow`` runner's runs."""
-    runs = [r for sc in ((doc or {}).get("runners", {}).get("airflow") or {}).get(
-        "scenarios", {}).values() for r in sc["runs"]]
+def airflow_load(doc: dict, label: str | None = None) -> float | None:
+    """The highest 1-minute load average of the ``airflow`` runner's runs (of the scenario
+    whose row is ``label``, one of :data:`AIRFLOW_LABELS`' values, if given)."""
+    scenarios = ((doc or {}).get("runners", {}).get("airflow") or {}).get("scenarios", {})
+    runs = [r for name, sc in scenarios.items()
+            if label is None or AIRFLOW_LABELS.get(name, name) == label for r in sc["runs"]]
     loads = [r["load"] for r in runs if r.get("load") is not None]
     return max(loads) if loads else None
+
+
+def airflow_commands(doc: dict) -> str | None:
+    """The commands of the ``airflow`` runner's scenarios for a ``Command: `...`.`` line:
+    one, or several joined by "` and `" (each in its own code span)."""
+    block = ((doc or {}).get("runners") or {}).get("airflow")
+    if not block or not block.get("scenarios"):
+        return None
+    seen: list[str] = []
+    for name in AFTER:  # the table's order
+        command = block["scenarios"].get(name, {}).get("command")
+        if command and command not in seen:
+            seen.append(command)
+    return "` and `".join(seen) or None
 
 
 def airflow_dates(doc: dict) -> str | None:
@@ -98,6 +114,16 @@ AIRFLOW_METHOD = (
     "green's PROMOTE request to SUCCEEDED; **first commit after RUNNING** = PROMOTE "
     "SUCCEEDED to green's first row seen. The load column is the 1-minute load average at "
     "the cut-over (2 cores shared with other work)."
+)
+#: what the ``savepoint-standby`` row of the ``airflow`` runner is (once recorded)
+AIRFLOW_STANDBY_METHOD = (
+    "The savepoint upgrade with a standby: `tests/deploy/test_standby_upgrade_deployment.py` "
+    "(`pytest -s`) in the same deployment, the `savepoint_upgrade_standby` DAG triggered over "
+    "the REST API (v2 started as a standby of v1 in its own Spark application, v1 stopped "
+    "once v2 said READY in the metadata DB), parallelism 1 with 1 s checkpoints into a "
+    "PostgreSQL 2PC sink, sampled the same way (v1's last row to v2's first); **stop** = "
+    "v1's stop request to SUCCEEDED; **slots + restore** = v2's job row (created when it saw "
+    "v1 end) to RUNNING; **first commit after RUNNING** = RUNNING to v2's first row seen."
 )
 
 METHOD = [
@@ -311,6 +337,8 @@ def render_doc(doc: dict | None) -> list[str]:
         where = RUNNERS.get(key, key)
         if key == "airflow":
             lines += [f"### {where.capitalize()}", "", AIRFLOW_METHOD, ""]
+            if "savepoint-standby" in scenarios:
+                lines += [AIRFLOW_STANDBY_METHOD, ""]
             lines += _table(AFTER, scenarios, AIRFLOW_LABELS, single=False, bold_after=True,
                             first=AIRFLOW_FIRST)
             loads = [r["load"] for sc in scenarios.values() for r in sc["runs"]

@@ -26,6 +26,8 @@ sys.path.insert(0, HERE)
 from backpressure_report import render as backpressure_section  # noqa: E402
 from cdc_report import cdc_section  # noqa: E402
 from downtime_report import AIRFLOW_FIRST as downtime_airflow_first  # noqa: E402
+from downtime_report import AIRFLOW_LABELS as downtime_airflow_labels  # noqa: E402
+from downtime_report import airflow_commands as downtime_airflow_commands  # noqa: E402
 from downtime_report import airflow_dates as downtime_airflow_dates  # noqa: E402
 from downtime_report import airflow_load as downtime_airflow_load  # noqa: E402
 from downtime_report import render as downtime_section  # noqa: E402
@@ -311,6 +313,31 @@ def _cdc(r):
     return lines
 
 
+
+def _airflow_what(data: dict) -> str:
+    """What the "Cut-overs through Airflow" rows measure (the standby's sentences once a
+    standby upgrade is recorded)."""
+    scenarios = ((data.get("runners") or {}).get("airflow") or {}).get("scenarios", {})
+    if "savepoint-standby" not in scenarios:
+        return ("Seconds from blue's last row to green's first as a reader of the sink table "
+                "sees them (sampled every 0.5 s): the `blue_green_upgrade` DAG in a real "
+                "deployment (Airflow 3 as separate processes, the Spark standalone cluster, "
+                "parallelism 3, 1 s checkpoints into PostgreSQL 2PC sinks), approved over the "
+                "REST API; printed by `tests/deploy/test_postgres_blue_green_deployment.py` "
+                "(`pytest -s`). Stop: blue's stop request; slots + restore: green's PROMOTE.")
+    return ("Seconds from the old job's last row to the new one's first as a reader of the "
+            "sink table sees them (sampled every 0.5 s), in a real deployment (Airflow 3 as "
+            "separate processes, the Spark standalone cluster, 1 s checkpoints into PostgreSQL "
+            "2PC sinks, DAGs triggered over the REST API). Blue-green: the `blue_green_upgrade` "
+            "DAG at parallelism 3, approved over the REST API, printed by "
+            "`tests/deploy/test_postgres_blue_green_deployment.py` (`pytest -s`); stop: blue's "
+            "stop request; slots + restore: green's PROMOTE. Standby: the "
+            "`savepoint_upgrade_standby` DAG at parallelism 1, printed by "
+            "`tests/deploy/test_standby_upgrade_deployment.py`; stop: v1's stop request; "
+            "slots + restore: v2's job row (created when it saw v1 end) to RUNNING, its "
+            "application started before the stop.")
+
+
 FAMILIES = [
     Family("Keyed aggregation against Structured Streaming", "structured_streaming.json",
            _section(sss_section), peer="Structured Streaming",
@@ -456,16 +483,12 @@ FAMILIES = [
            what="1% of the keys updated between checkpoints."),
     Family("Cut-overs through Airflow", "downtime.json", lambda r: downtime_section(r),
            command_re=r"Real deployment through airflow: `([^`]*)`",
+           command=lambda data: downtime_airflow_commands(data),
            columns=[downtime_airflow_first, "runs", "output gap p50 / max", "stop",
                     "slots + restore", "first commit after RUNNING", "lost / duplicated"],
-           row_load=lambda data, b: downtime_airflow_load(data),
+           row_load=lambda data, b: downtime_airflow_load(data, b[0]),
            measured=lambda data: downtime_airflow_dates(data),
-           what="Seconds from blue's last row to green's first as a reader of the sink table "
-                "sees them (sampled every 0.5 s): the `blue_green_upgrade` DAG in a real "
-                "deployment (Airflow 3 as separate processes, the Spark standalone cluster, "
-                "parallelism 3, 1 s checkpoints into PostgreSQL 2PC sinks), approved over the "
-                "REST API; printed by `tests/deploy/test_postgres_blue_green_deployment.py` "
-                "(`pytest -s`). Stop: blue's stop request; slots + restore: green's PROMOTE."),
+           what=lambda data: _airflow_what(data)),
 ]
 
 
@@ -545,10 +568,14 @@ def summary(r: Results, tables: dict[str, list[str]]) -> list[str]:
     dt = rows("downtime.json")
     if af:  # what a user sees in the sink, through Airflow, first
         exact = all(b[-2] == "0 / 0" for b in af)
+        standby = [b for b in af if b[0] == downtime_airflow_labels["savepoint-standby"]]
         out.append("- A blue-green cut-over through Airflow stops the output for "
                    f"{af[0][2].split(' / ')[0].strip('*')} s (p50, real deployment on the "
-                   "Spark cluster)" + (", with no row lost or duplicated." if exact else
-                                      "; rows were lost or duplicated (table below)."))
+                   "Spark cluster)"
+                   + (f", a savepoint upgrade with a standby for "
+                      f"{standby[0][2].split(' / ')[0].strip('*')} s" if standby else "")
+                   + (", with no row lost or duplicated." if exact else
+                      "; rows were lost or duplicated (table below)."))
     elif dt:
         exact = all(b[4] == "0 / 0" for b in dt)
         out.append("- Upgrades and blue-green cut-overs stop the output for "
