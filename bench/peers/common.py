@@ -75,3 +75,33 @@ def report(args: argparse.Namespace, wall_s: float, outputs: int, ok: bool, **ex
     print(json.dumps({"workload": args.workload, "records": args.records, "wall_s": wall_s,
                       "outputs": outputs, "ok": ok, **extra}), flush=True)
     sys.exit(0 if ok else 3)
+
+
+def quix_application(args: argparse.Namespace, group_prefix: str, seen: dict):
+    """Quix Streams' ``Application`` as Quix recommends it: RocksDB state under
+    ``--state-dir`` with changelog topics, exactly-once processing, commits every
+    ``--interval-ms``; a fresh consumer group (``<group_prefix>-<random>``) from the earliest
+    offset. It counts processed messages in ``seen["processed"]`` and stops when the last
+    input offset (``--records - 1``) has been processed; ``Application.stop()`` commits the
+    last checkpoint. (Imported in Quix Streams' venv only.)"""
+    import logging
+    import os
+    import uuid
+
+    from quixstreams import Application
+
+    last = args.records - 1
+    app: Application
+
+    def processed(topic: str, partition: int, offset: int) -> None:
+        seen["processed"] += 1
+        if offset >= last:
+            app.stop()
+
+    app = Application(broker_address=args.bootstrap,
+                      consumer_group=f"{group_prefix}-{uuid.uuid4().hex[:12]}",
+                      auto_offset_reset="earliest", commit_interval=args.interval_ms / 1000,
+                      state_dir=os.path.join(args.state_dir, "state"),
+                      processing_guarantee="exactly-once", use_changelog_topics=True,
+                      on_message_processed=processed, loglevel=logging.WARNING)
+    return app

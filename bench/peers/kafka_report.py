@@ -11,16 +11,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from report_common import fmt, table  # noqa: E402
 
+from bench.peers import report  # noqa: E402
 from bench.peers.kafka import FORMS, WORKLOADS  # noqa: E402
-from bench.peers.report import impossible  # noqa: E402
 
 HEADING = "Kafka to Kafka: ours and Quix Streams on one core"
 COLUMNS = ["workload", "engine", "marginal rate (rec/s)", "records per CPU-second",
            "ours / peer", "ours / peer per CPU-second", "reps"]
-
-
-def _engine_cell(data: dict, workload: str, engine: str) -> str:
-    return f"{data['engines'].get(engine, engine)} {FORMS.get((engine, workload), '')}".strip()
 
 
 def cpu_ratio(data: dict, workload: str, engine: str) -> float | None:
@@ -35,21 +31,12 @@ def cpu_ratio(data: dict, workload: str, engine: str) -> float | None:
 
 
 def rows(data: dict) -> list[list]:
-    out = []
-    order = list(data["engines"])
-    for s in sorted(data["summary"], key=lambda s: (list(WORKLOADS).index(s["workload"]),
-                                                    order.index(s["engine"]))):
-        ratio = s.get("ours_over_peer")
-        cpu = cpu_ratio(data, s["workload"], s["engine"])
-        out.append([WORKLOADS[s["workload"]], _engine_cell(data, s["workload"], s["engine"]),
-                    fmt(s["rate"]), fmt(s["records_per_cpu_s"]),
-                    "" if ratio is None else f"{ratio:.1f}x",
-                    "" if cpu is None else f"{cpu:.1f}x",
-                    f"{s['reps']}" + (f" (+{s['reps_without_rate']} without a rate)"
-                                      if s.get("reps_without_rate") else "")
-                    + (f", {n} faster than its CPU (noise)"
-                       if (n := impossible(data, s["workload"], s["engine"])) else "")])
-    return out
+    return [[WORKLOADS[s["workload"]],
+             report.engine_cell(data, s["workload"], s["engine"], FORMS),
+             fmt(s["rate"]), fmt(s["records_per_cpu_s"]),
+             report.ratio_cell(s.get("ours_over_peer")),
+             report.ratio_cell(cpu_ratio(data, s["workload"], s["engine"])),
+             report.reps_cell(data, s)] for s in report.in_order(data, WORKLOADS)]
 
 
 def what(data: dict) -> str:
@@ -84,7 +71,4 @@ def render(data: dict | None) -> list[str]:
 
 def row_load(data: dict, cells: list[str]) -> float | None:
     """The highest 1-minute load average at the start of a row's runs."""
-    for s in data["summary"]:
-        if [WORKLOADS[s["workload"]], _engine_cell(data, s["workload"], s["engine"])] == cells[:2]:
-            return max(s["loads"], default=None)
-    return None
+    return report.row_load(data, cells, WORKLOADS, FORMS)

@@ -13,8 +13,8 @@ from report_common import fmt, table  # noqa: E402
 from bench.peers.run import FORMS, WORKLOADS  # noqa: E402
 
 
-def _engine_cell(data: dict, workload: str, engine: str) -> str:
-    return f"{data['engines'].get(engine, engine)} {FORMS.get((engine, workload), '')}".strip()
+def engine_cell(data: dict, workload: str, engine: str, forms: dict = FORMS) -> str:
+    return f"{data['engines'].get(engine, engine)} {forms.get((engine, workload), '')}".strip()
 
 
 def impossible(data: dict, workload: str, engine: str) -> int:
@@ -27,20 +27,29 @@ def impossible(data: dict, workload: str, engine: str) -> int:
                and r["marginal"]["rate"] > 1.05 * r["marginal"]["records_per_cpu_s"])
 
 
-def rows(data: dict) -> list[list]:
-    out = []
+def in_order(data: dict, workloads: dict = WORKLOADS) -> list[dict]:
+    """The summary rows by workload, then engine (the order the results name them)."""
     order = list(data["engines"])
-    for s in sorted(data["summary"], key=lambda s: (list(WORKLOADS).index(s["workload"]),
-                                                    order.index(s["engine"]))):
-        ratio = s.get("ours_over_peer")
-        out.append([WORKLOADS[s["workload"]], _engine_cell(data, s["workload"], s["engine"]),
-                    fmt(s["rate"]), fmt(s["records_per_cpu_s"]),
-                    "" if ratio is None else f"{ratio:.1f}x",
-                    f"{s['reps']}" + (f" (+{s['reps_without_rate']} without a rate)"
-                                      if s.get("reps_without_rate") else "")
-                    + (f", {n} faster than its CPU (noise)"
-                       if (n := impossible(data, s["workload"], s["engine"])) else "")])
-    return out
+    return sorted(data["summary"], key=lambda s: (list(workloads).index(s["workload"]),
+                                                  order.index(s["engine"])))
+
+
+def ratio_cell(ratio: float | None) -> str:
+    return "" if ratio is None else f"{ratio:.1f}x"
+
+
+def reps_cell(data: dict, s: dict) -> str:
+    """A row's repetitions, those without a rate and those faster than their CPU."""
+    return (f"{s['reps']}" + (f" (+{s['reps_without_rate']} without a rate)"
+                              if s.get("reps_without_rate") else "")
+            + (f", {n} faster than its CPU (noise)"
+               if (n := impossible(data, s["workload"], s["engine"])) else ""))
+
+
+def rows(data: dict) -> list[list]:
+    return [[WORKLOADS[s["workload"]], engine_cell(data, s["workload"], s["engine"]),
+             fmt(s["rate"]), fmt(s["records_per_cpu_s"]), ratio_cell(s.get("ours_over_peer")),
+             reps_cell(data, s)] for s in in_order(data)]
 
 
 def not_run(data: dict) -> str:
@@ -76,9 +85,11 @@ def render(data: dict | None) -> list[str]:
                     "ours / peer", "reps"], rows(data)), ""]
 
 
-def row_load(data: dict, cells: list[str]) -> float | None:
+def row_load(data: dict, cells: list[str], workloads: dict = WORKLOADS,
+             forms: dict = FORMS) -> float | None:
     """The highest 1-minute load average at the start of a row's runs."""
     for s in data["summary"]:
-        if [WORKLOADS[s["workload"]], _engine_cell(data, s["workload"], s["engine"])] == cells[:2]:
+        if [workloads[s["workload"]],
+                engine_cell(data, s["workload"], s["engine"], forms)] == cells[:2]:
             return max(s["loads"], default=None)
     return None

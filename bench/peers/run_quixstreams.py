@@ -13,19 +13,16 @@ been processed (``on_message_processed``); ``Application.stop()`` commits the la
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import Timer, parse, report  # noqa: E402
+from common import Timer, parse, quix_application, report  # noqa: E402
 
 
 def main(argv=None) -> None:
     args = parse(argv)
-    from quixstreams import Application
     from quixstreams.sinks.base import BaseSink
 
     seen = {"outputs": 0, "processed": 0}
@@ -37,20 +34,7 @@ def main(argv=None) -> None:
         def flush(self) -> None:
             pass
 
-    last = args.records - 1
-    app: Application
-
-    def processed(topic: str, partition: int, offset: int) -> None:
-        seen["processed"] += 1
-        if offset >= last:
-            app.stop()
-
-    app = Application(broker_address=args.bootstrap,
-                      consumer_group=f"bench-peers-{uuid.uuid4().hex[:12]}",
-                      auto_offset_reset="earliest", commit_interval=args.interval_ms / 1000,
-                      state_dir=os.path.join(args.state_dir, "state"),
-                      processing_guarantee="exactly-once", use_changelog_topics=True,
-                      on_message_processed=processed, loglevel=logging.WARNING)
+    app = quix_application(args, "bench-peers", seen)
     topic = app.topic(args.topic, key_deserializer="str", value_deserializer="json")
     sdf = app.dataframe(topic)
 
