@@ -1,4 +1,5 @@
-"""What every runner of bench/peers shares, importable from any peer's venv (stdlib only):
+"""What every runner of bench/peers shares, importable from any peer's venv (stdlib only; the
+Quix Streams and our-engine helpers import those in their own venvs):
 the input, the same records as the engine's ``GeneratorSource(n, num_keys=k, seed=1)``
 (a test checks it), and how a runner reports its run (one JSON line on stdout)."""
 
@@ -105,3 +106,36 @@ def quix_application(args: argparse.Namespace, group_prefix: str, seen: dict):
                       processing_guarantee="exactly-once", use_changelog_topics=True,
                       on_message_processed=processed, loglevel=logging.WARNING)
     return app
+
+
+def ours_pipeline(args: argparse.Namespace, name: str):
+    """Our engine's ``Pipeline`` as both our runners set it up: heap state, checkpoints every
+    ``--interval-ms`` under ``--state-dir``, a SQLite metadata DB there, no restarts, every
+    other setting as a user gets it by default. (Imported in the project's venv only.)"""
+    import os
+
+    from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
+
+    root = args.state_dir
+    return Pipeline(name, state_backend="heap",
+                    checkpoint=CheckpointConfig(interval_ms=args.interval_ms,
+                                                directory=os.path.join(root, "ckpt")),
+                    metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
+                    restart_strategy=RestartStrategy.fixed_delay(attempts=0, delay_ms=0))
+
+
+def run_ours(args: argparse.Namespace, pipeline) -> None:
+    """Run ``pipeline`` on the local runner, timed, and report it (its output is checked
+    elsewhere: ``outputs=-1``), with the launch-to-running start-up the engine measured."""
+    import os
+    import shutil
+
+    try:
+        with Timer() as t:
+            result = pipeline.run("local")
+    finally:
+        shutil.rmtree(os.path.join(args.state_dir, "ckpt"), ignore_errors=True)
+    if result.status != "FINISHED":
+        print(f"job ended {result.status}: {result.failure_reason}", file=sys.stderr)
+    report(args, t.wall_s, outputs=-1, ok=result.status == "FINISHED",
+           startup_s=(result.extra.get("startup_seconds") or [None])[0])

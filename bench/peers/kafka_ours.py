@@ -21,29 +21,22 @@ default; local runner.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import Timer, parse, report  # noqa: E402
+from common import ours_pipeline, parse, run_ours  # noqa: E402
 
 
 def main(argv=None) -> None:
     args = parse(argv)
-    from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
     from airflow_checkpoint_provider.engine.connectors.kafka import KafkaSink, KafkaSource
     from airflow_checkpoint_provider.examples.running_sum import RunningSum
 
-    root = args.state_dir
     # a job name of its own per run: its transactional ids, marker group and consumer group
     name = f"bench-kafka-{args.workload.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
-    p = Pipeline(name, state_backend="heap",
-                 checkpoint=CheckpointConfig(interval_ms=args.interval_ms,
-                                             directory=os.path.join(root, "ckpt")),
-                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"),
-                 restart_strategy=RestartStrategy.fixed_delay(attempts=0, delay_ms=0))
+    p = ours_pipeline(args, name)
     source = KafkaSource(args.bootstrap, topics=[args.topic],
                          stop_at={(args.topic, 0): args.records},
                          arrow=args.workload == "aggregate")
@@ -53,16 +46,8 @@ def main(argv=None) -> None:
     else:
         out = keyed.aggregate(count="count", sum=("sum", "value"), uid="agg", parallelism=1)
     out.sink(KafkaSink(args.bootstrap, args.output_topic, key="key"), uid="out")
-    try:
-        with Timer() as t:
-            result = p.run("local")
-    finally:
-        shutil.rmtree(os.path.join(root, "ckpt"), ignore_errors=True)
-    if result.status != "FINISHED":
-        print(f"job ended {result.status}: {result.failure_reason}", file=sys.stderr)
     # the output is checked by the driver, which reads the output topic back
-    report(args, t.wall_s, outputs=-1, ok=result.status == "FINISHED",
-           startup_s=(result.extra.get("startup_seconds") or [None])[0])
+    run_ours(args, p)
 
 
 if __name__ == "__main__":
