@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -52,6 +52,9 @@ def poll_delay(waited: float, poll_interval: float) -> float:
 class _MetadataPollTrigger(BaseTrigger):
     """Poll one condition until it holds, fails or ``end_time`` passes."""
 
+    #: the subclass's own constructor kwargs, as :meth:`serialize` lists them
+    serialized_fields: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self, *, checkpoint_conn_id: str, poll_interval: float,
                  end_time: float | None, access: dict[str, Any] | None = None) -> None:
         super().__init__()
@@ -68,6 +71,15 @@ class _MetadataPollTrigger(BaseTrigger):
         if self.access:
             out["access"] = self.access
         return out
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """The trigger's classpath and exactly its constructor kwargs (Airflow stores them in
+        its DB and builds the trigger again from them): ``serialized_fields``, then the poll
+        settings."""
+        cls = type(self)
+        return (f"{cls.__module__}.{cls.__qualname__}",
+                {**{name: getattr(self, name) for name in self.serialized_fields},
+                 **self._kwargs()})
 
     @property
     def dag_access(self) -> DagAccess | None:
@@ -114,6 +126,8 @@ class JobStateTrigger(_MetadataPollTrigger):
     :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
     """
 
+    serialized_fields = ("job", "target_states", "failure_states")
+
     def __init__(self, *, job: str, target_states: list[str],
                  failure_states: list[str] | None = None,
                  checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
@@ -124,11 +138,6 @@ class JobStateTrigger(_MetadataPollTrigger):
         self.job = job
         self.target_states = list(target_states)
         self.failure_states = None if failure_states is None else list(failure_states)
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{__name__}.JobStateTrigger",
-                {"job": self.job, "target_states": self.target_states,
-                 "failure_states": self.failure_states, **self._kwargs()})
 
     def _what(self) -> str:
         return f"job {self.job} to be {' or '.join(self.target_states)}"
@@ -155,6 +164,8 @@ class CheckpointCompletedTrigger(_MetadataPollTrigger):
     :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
     """
 
+    serialized_fields = ("job", "kind", "after_checkpoint_id", "after_time", "after_restore", "min_count", "require_running")
+
     def __init__(self, *, job: str, kind: str | None = "CHECKPOINT",
                  after_checkpoint_id: int | None = None, after_time: str | None = None,
                  after_restore: bool = False, min_count: int = 1,
@@ -171,13 +182,6 @@ class CheckpointCompletedTrigger(_MetadataPollTrigger):
         self.after_restore = after_restore
         self.min_count = min_count
         self.require_running = require_running
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{__name__}.CheckpointCompletedTrigger",
-                {"job": self.job, "kind": self.kind,
-                 "after_checkpoint_id": self.after_checkpoint_id, "after_time": self.after_time,
-                 "after_restore": self.after_restore, "min_count": self.min_count,
-                 "require_running": self.require_running, **self._kwargs()})
 
     def _what(self) -> str:
         return f"{self.min_count} completed {(self.kind or 'checkpoint').lower()}(s) of job {self.job}"
@@ -203,6 +207,8 @@ class ControlRequestTrigger(_MetadataPollTrigger):
     :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
     """
 
+    serialized_fields = ("request_id", "then_job_states")
+
     def __init__(self, *, request_id: str, then_job_states: list[str] | None = None,
                  checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
                  poll_interval: float = 1.0, end_time: float | None = None,
@@ -211,11 +217,6 @@ class ControlRequestTrigger(_MetadataPollTrigger):
                          end_time=end_time, access=access)
         self.request_id = request_id
         self.then_job_states = None if then_job_states is None else list(then_job_states)
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{__name__}.ControlRequestTrigger",
-                {"request_id": self.request_id, "then_job_states": self.then_job_states,
-                 **self._kwargs()})
 
     def _what(self) -> str:
         then = (f" and its job to be {' or '.join(self.then_job_states)}"
@@ -244,6 +245,8 @@ class StabilityTrigger(_MetadataPollTrigger):
     :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
     """
 
+    serialized_fields = ("job_id", "since", "criteria", "baseline_job_id")
+
     def __init__(self, *, job_id: str, since: str, criteria: dict[str, Any],
                  baseline_job_id: str | None = None,
                  checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
@@ -255,11 +258,6 @@ class StabilityTrigger(_MetadataPollTrigger):
         self.since = since
         self.criteria = dict(criteria)
         self.baseline_job_id = baseline_job_id
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{__name__}.StabilityTrigger",
-                {"job_id": self.job_id, "since": self.since, "criteria": self.criteria,
-                 "baseline_job_id": self.baseline_job_id, **self._kwargs()})
 
     def _what(self) -> str:
         return f"the stability verdict on job {self.job_id}"

@@ -161,6 +161,9 @@ class CutOverTrigger(_MetadataPollTrigger):
     :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
     """
 
+    serialized_fields = ("stop_request_id", "key", "snapshot", "green_job_id", "blue_job_id",
+                         "unfence", "checkpoint_after")
+
     def __init__(self, *, stop_request_id: str | None, key: str,
                  snapshot: str | None = None, green_job_id: str | None = None,
                  blue_job_id: str | None = None, unfence: bool = True, checkpoint_after: bool = True,
@@ -176,13 +179,6 @@ class CutOverTrigger(_MetadataPollTrigger):
         self.key = key
         self.unfence = unfence
         self.checkpoint_after = checkpoint_after
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{__name__}.CutOverTrigger",
-                {"stop_request_id": self.stop_request_id, "key": self.key,
-                 "snapshot": self.snapshot, "green_job_id": self.green_job_id,
-                 "blue_job_id": self.blue_job_id, "unfence": self.unfence, "checkpoint_after": self.checkpoint_after,
-                 **self._kwargs()})
 
     def _what(self) -> str:
         stop = (f"blue's stop request {self.stop_request_id}" if self.stop_request_id

@@ -29,6 +29,8 @@ class KafkaCaughtUpTrigger(_MetadataPollTrigger):
     :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
     """
 
+    serialized_fields = ("job", "max_lag", "for_seconds", "after_time")
+
     def __init__(self, *, job: str, max_lag: int, for_seconds: float,
                  after_time: str | None = None,
                  checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
@@ -40,11 +42,6 @@ class KafkaCaughtUpTrigger(_MetadataPollTrigger):
         self.max_lag = max_lag
         self.for_seconds = for_seconds
         self.after_time = after_time
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{__name__}.KafkaCaughtUpTrigger",
-                {"job": self.job, "max_lag": self.max_lag, "for_seconds": self.for_seconds,
-                 "after_time": self.after_time, **self._kwargs()})
 
     def _what(self) -> str:
         return (f"job {self.job} to catch up with Kafka (lag at most {self.max_lag} records "

@@ -57,6 +57,8 @@ class StandbyReadyTrigger(_MetadataPollTrigger):
     :param end_time: give up (``timeout`` event) at this time, seconds since the epoch.
     """
 
+    serialized_fields = ("job_id",)
+
     def __init__(self, *, job_id: str,
                  checkpoint_conn_id: str = CheckpointMetadataHook.default_conn_name,
                  poll_interval: float = 2.0, end_time: float | None = None,
@@ -64,9 +66,6 @@ class StandbyReadyTrigger(_MetadataPollTrigger):
         super().__init__(checkpoint_conn_id=checkpoint_conn_id, poll_interval=poll_interval,
                          end_time=end_time, access=access)
         self.job_id = job_id
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return f"{__name__}.StandbyReadyTrigger", {"job_id": self.job_id, **self._kwargs()}
 
     def _what(self) -> str:
         return f"standby job {self.job_id} to be ready"
