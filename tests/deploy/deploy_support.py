@@ -97,7 +97,10 @@ class Deployment:
         runner = ["--runner", "local"] if spark_url is None else [
             "--runner", "spark", "--master", spark_url]
         out = subprocess.run(
-            [os.path.join(BIN, "ckpt"), "run", pipeline, "--job-name", job_name, *runner,
+            # the console script's interpreter line names the venv it was installed from
+            # (a venv copied elsewhere had a dead one); the module is the same command
+            [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli", "run", pipeline,
+             "--job-name", job_name, *runner,
              "--db", self.metadata_url, "--detach",
              "--json", "--log-file", os.path.join(
                  env.get("CKPT_EXAMPLE_DIR", self.jobs_dir), env.get("CKPT_EXAMPLE_WORKSPACE", ""),
