@@ -72,14 +72,11 @@ transactions of one transactional.id. Apache Kafka has none of the three.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from math import isfinite
 from typing import Any
 
 import msgpack
-import msgspec
 
 from ...errors import CorruptCheckpointError
 from ..base import Sink, SinkWriter, SourceContext, Transaction
@@ -91,61 +88,13 @@ from .client import (
     list_partitions,
     require_client,
 )
+from .codec import BytesOf, json_value
 from .errors import KafkaConfigurationError, KafkaPublishError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MARKER_TOPIC = "_ckpt_sink_commits"
 _VERSION = 1
-
-
-def _json_default(value: object) -> object:
-    if isinstance(value, bytes | bytearray):
-        return value.decode("utf-8", "backslashreplace")
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
-
-
-_encode_json = msgspec.json.Encoder().encode
-#: the value types msgspec encodes as ``json.dumps`` does (a finite ``float`` too)
-_FLAT = frozenset({str, int, bool, type(None)})
-
-
-def json_value(record: dict) -> bytes:
-    """``record`` as compact JSON. A flat record (``str`` keys; ``str``, ``int``, ``bool``,
-    ``None`` or finite ``float`` values: what sinks mostly get) by msgspec, about 10x
-    faster than ``json.dumps``: the same JSON values (UTF-8 instead of ``\\u`` escapes,
-    ``1e16`` for ``1e+16``); any other by ``json.dumps`` with :func:`_json_default`
-    (``bytes`` as UTF-8 text, sets and tuples as arrays, other objects as ``str``, NaN)."""
-    if type(record) is dict:
-        for k, v in record.items():
-            t = type(v)
-            if type(k) is not str or (t not in _FLAT and (t is not float or not isfinite(v))):
-                break
-        else:
-            return _encode_json(record)
-    return json.dumps(record, separators=(",", ":"), default=_json_default).encode()
-
-
-class BytesOf:
-    """A user serializer whose result is made ``bytes`` (``str``: UTF-8; ``None`` kept, a
-    tombstone): a writer publishes the encoded records it kept in memory as they are, and
-    a restore accepts only ``bytes`` in a staged epoch, so both must see the same types."""
-
-    def __init__(self, serializer: Callable[[dict], Any], what: str) -> None:
-        self.serializer = serializer
-        self.what = what
-
-    def __call__(self, record: dict) -> bytes | None:
-        value = self.serializer(record)
-        if type(value) is bytes or value is None:
-            return value
-        if isinstance(value, str):
-            return value.encode()
-        if isinstance(value, bytearray | memoryview):
-            return bytes(value)
-        raise TypeError(f"{self.what} returned {type(value).__name__}, not bytes")
 
 
 class KafkaSink(Sink):

@@ -283,7 +283,7 @@ def test_a_value_serializer_returning_str_publishes_the_same_from_memory_and_on_
 def test_the_default_json_value_encodes_as_json_dumps_did(record):
     """msgspec for flat records, json.dumps for the rest: the same JSON values as the
     json.dumps-only encoder (bytes as UTF-8 text, NaN, str of other objects)."""
-    from airflow_checkpoint_provider.engine.connectors.kafka.sink import (
+    from airflow_checkpoint_provider.engine.connectors.kafka.codec import (
         _json_default,
         json_value,
     )

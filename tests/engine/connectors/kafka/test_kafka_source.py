@@ -189,7 +189,7 @@ def test_a_bounded_split_ends_at_its_end_offset_past_a_transaction_marker(kafka_
 ])
 def test_json_values_decode_as_json_loads_decodes_them(value):
     """msgspec decodes what it can, json.loads the rest: the same Python values."""
-    from airflow_checkpoint_provider.engine.connectors.kafka.source import _json_loads
+    from airflow_checkpoint_provider.engine.connectors.kafka.codec import json_loads as _json_loads
 
     got, want = _json_loads(value), json.loads(value)
     assert repr(got) == repr(want) and type(got) is type(want)
@@ -197,7 +197,7 @@ def test_json_values_decode_as_json_loads_decodes_them(value):
 
 @pytest.mark.parametrize("value", [b'{"a"', b'{"a":"\xff"}', b""])
 def test_a_value_that_is_not_json_raises_value_error_as_json_loads_does(value):
-    from airflow_checkpoint_provider.engine.connectors.kafka.source import _json_loads
+    from airflow_checkpoint_provider.engine.connectors.kafka.codec import json_loads as _json_loads
 
     with pytest.raises(ValueError):
         _json_loads(value)
