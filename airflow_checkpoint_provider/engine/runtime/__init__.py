@@ -10,17 +10,12 @@
 The operator and task modules lived directly in this package before issue 53: their old
 paths (``runtime.windowing``, ``runtime.mailbox``, ``runtime.vectorized_ops.latest``, ...)
 still import, as the same module objects, with a :class:`DeprecationWarning` naming the new
-path (:class:`_MovedModules`).
+path (:func:`~..extras.alias_moved_modules`).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import importlib.machinery
-import sys
-import warnings
-from types import ModuleType
+from ..extras import alias_moved_modules
 
 #: old module name (in this package) -> its module now (relative to this package)
 MOVED = {
@@ -48,39 +43,4 @@ MOVED = {
 }
 
 
-def _new_name(fullname: str) -> str | None:
-    """The module now at the old path ``fullname`` (a moved module or a module inside a
-    moved package), or ``None``."""
-    if not fullname.startswith(__name__ + "."):
-        return None
-    rest = fullname[len(__name__) + 1:]
-    head, dot, tail = rest.partition(".")
-    if head not in MOVED:
-        return None
-    return f"{__name__}.{MOVED[head]}{dot}{tail}"
-
-
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports ``runtime.<old>`` as the module at its new path (the same module object, so
-    classes stay identical and pickles of the old path load), with a deprecation warning."""
-
-    def find_spec(self, fullname: str, path: object = None, target: object = None
-                  ) -> importlib.machinery.ModuleSpec | None:
-        if _new_name(fullname) is None:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, self)
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        new = _new_name(spec.name)
-        assert new is not None
-        warnings.warn(f"{spec.name} is deprecated: import from {new}", DeprecationWarning,
-                      stacklevel=2)
-        return importlib.import_module(new)
-
-    def exec_module(self, module: ModuleType) -> None:
-        """The module is already executed (under its new name)."""
-
-
-if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
-    # first: the path finder would find a moved package's files again under the old name
-    sys.meta_path.insert(0, _MovedModules())
+alias_moved_modules(__name__, MOVED)

@@ -10,17 +10,12 @@
 
 The columnar modules lived directly in this package before issue 53: their old paths
 (``state.windows``, ``state.key_index``, ...) still import, with a
-:class:`DeprecationWarning` naming the new one (:class:`_MovedModules`).
+:class:`DeprecationWarning` naming the new one (:func:`~..extras.alias_moved_modules`).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import importlib.machinery
-import sys
-import warnings
-from types import ModuleType
+from ..extras import alias_moved_modules
 
 #: old module name (in this package) -> its module now
 MOVED = {name: f"columnar.{name}" for name in (
@@ -28,26 +23,4 @@ MOVED = {name: f"columnar.{name}" for name in (
     "join_buffers")}
 
 
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports ``state.<old>`` as the module at its new path (the same module object, so
-    classes stay identical and pickles of the old path load), with a deprecation warning."""
-
-    def find_spec(self, fullname: str, path: object = None, target: object = None
-                  ) -> importlib.machinery.ModuleSpec | None:
-        package, _, name = fullname.rpartition(".")
-        if package != __name__ or name not in MOVED:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, self)
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        new = f"{__name__}.{MOVED[spec.name.rpartition('.')[2]]}"
-        warnings.warn(f"{spec.name} is deprecated: import from {new}", DeprecationWarning,
-                      stacklevel=2)
-        return importlib.import_module(new)
-
-    def exec_module(self, module: ModuleType) -> None:
-        """The module is already executed (under its new name)."""
-
-
-if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
-    sys.meta_path.append(_MovedModules())
+alias_moved_modules(__name__, MOVED)
