@@ -21,7 +21,9 @@ Airflow): ``CKPT_EXAMPLE_DIR`` (checkpoints, savepoints and output; default
 ``./demo-output``), ``CKPT_EXAMPLE_RECORDS`` (``""``/unset: unbounded),
 ``CKPT_EXAMPLE_RATE`` (records per second, default 200), ``CKPT_EXAMPLE_KEYS`` (default 20),
 ``CKPT_EXAMPLE_PARALLELISM`` (of the keyed running sum, default 1: a restore may change it),
-``CKPT_EXAMPLE_INTERVAL_MS`` (checkpoint interval, default 500). Every version writes to
+``CKPT_EXAMPLE_INTERVAL_MS`` (checkpoint interval, default 500),
+``CKPT_EXAMPLE_INITIAL_DELAY_MS`` (delay before the first checkpoint; default a random
+delay up to the interval). Every version writes to
 ``<dir>/output`` (the file sink's transactions are restored from the same directory), or,
 with ``CKPT_EXAMPLE_PG_URL`` set (a PostgreSQL URL), into the PostgreSQL tables named in
 ``CKPT_EXAMPLE_PG_TABLES`` (comma-separated, default ``sums``), one exactly-once 2PC sink
@@ -144,6 +146,11 @@ class FlakyRunningSum(RunningSumV2):
         return super().process_element(record, ctx)
 
 
+def _optional_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value else None
+
+
 def _build(version: str, function: KeyedProcessFunction, *,
            restart: RestartStrategy | None = None) -> Pipeline:
     root = example_root()
@@ -152,6 +159,7 @@ def _build(version: str, function: KeyedProcessFunction, *,
         "versioned-sum", version=version,
         checkpoint=CheckpointConfig(
             interval_ms=int(os.environ.get("CKPT_EXAMPLE_INTERVAL_MS", "500")),
+            initial_delay_ms=_optional_int("CKPT_EXAMPLE_INITIAL_DELAY_MS"),
             directory=os.path.join(root, "checkpoints"),
             savepoint_directory=os.path.join(root, "savepoints")),
         restart_strategy=restart or RestartStrategy.fixed_delay(attempts=3, delay_ms=500))

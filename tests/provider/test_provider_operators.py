@@ -82,6 +82,8 @@ def test_deferrable_submit_waits_for_the_first_checkpoint_in_its_trigger(metadat
     # the first checkpoint comes well after the job is seen RUNNING (polled every 2 s):
     # the operator checks once before it defers, and a checkpoint already there ends it
     monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "6000")
+    # (the first checkpoint's delay is random up to the interval unless fixed)
+    monkeypatch.setenv("CKPT_EXAMPLE_INITIAL_DELAY_MS", "6000")
     ti = FakeTI("d", "submit")
     op = _submit(tmp_path, wait_for="first_checkpoint", deferrable=True, poll_interval=0.2,
                  wait_timeout=60)
