@@ -83,6 +83,17 @@ def test_the_page_has_the_steps_the_test_expects():
     assert all(b.annotation is None for b, _ in found[2:]), "only Airflow's start is skipped"
 
 
+def step_seconds(times: Path, rest: list[tuple[Block, list[str]]]) -> dict[str, float]:
+    """Seconds each step of the page took, by the line of its block, from the start times
+    the program wrote (one per step, then its end)."""
+    try:
+        stamps = [float(v) for v in times.read_text().split()]
+    except OSError:
+        return {}
+    return {f"line {rest[k][0].line}": round(stamps[k + 1] - stamps[k], 1)
+            for k in range(min(len(stamps) - 1, len(rest)))}
+
+
 def _run(script: str, cwd: Path, env: dict[str, str], timeout: float):
     done = run_killable(["bash", "-euo", "pipefail", "-c", script], cwd, env, timeout,
                         "tutorial test")
@@ -93,6 +104,7 @@ def _run(script: str, cwd: Path, env: dict[str, str], timeout: float):
 def test_the_airflow_tutorial_runs_as_written(tmp_path):
     from airflow_deployment import AirflowDeployment
 
+    test_started = time.monotonic()
     found = steps()
     (setup, setup_expected) = found[0]
     rest = found[2:]
@@ -120,14 +132,21 @@ def test_the_airflow_tutorial_runs_as_written(tmp_path):
             {k: v.replace('\\"', '"') for k, v in exported.items() if k.startswith(names)}
         )
         airflow.start(timeout=600)
+        airflow_up = time.monotonic() - test_started
 
-        # 3.. the rest of the page as one program, a marker before each block
+        # 3.. the rest of the page as one program, a marker before each block (and its
+        # start time in a file of the test's own, for where the run's time goes)
+        times = tmp_path / ".step-times"
         script = ["source tutorial-env.sh"]
         for i, (block, _) in enumerate(rest):
-            script += [f"echo {shlex.quote(MARK.format(i))}", block.code]
+            script += [f"echo {shlex.quote(MARK.format(i))}",
+                       f"date +%s.%N >> {shlex.quote(str(times))}", block.code]
+        script.append(f"date +%s.%N >> {shlex.quote(str(times))}")
         started = time.monotonic()
         code, out, err = _run("\n".join(script), tmp_path, env, 2100)
         took = time.monotonic() - started
+        print(f"\nairflow tutorial: Airflow up {airflow_up:.0f} s after the test's start; "
+              f"seconds per step {step_seconds(times, rest)}")
         parts = re.split(r"^@@tutorial-step (\d+)@@$", out, flags=re.M)
         printed = {int(parts[k]): parts[k + 1] for k in range(1, len(parts) - 1, 2)}
         done = max(printed, default=-1)
