@@ -51,6 +51,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spark_env")]
 
 TABLES = ("sums_a", "sums_b")
 DAG = "blue_green_upgrade"
+CUTOVER = ("stop_blue", "fenced_cutover", "promote_green", "needs_resubmit")
+PROMOTED_IN_PLACE = {
+    "check_conf": "success", "copy_cdc_slots": "success", "savepoint_blue": "success",
+    "preflight": "success", "start_green": "success", "health_gate": "success",
+    "approval": "success", "approve": "success", "no_approval_needed": "skipped",
+    **dict.fromkeys(CUTOVER, "success"),
+    **dict.fromkeys(("preflight_final", "end_validation", "go_live"), "skipped"),
+    "cancel_green": "skipped", "keep_blue": "skipped"}
 #: one epoch of both sinks at parallelism 3; a fenced green prepares nothing at all
 FENCED_BOUND = 2 * 3
 
@@ -101,6 +109,7 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
         triggered = time.monotonic()
         wait_task(dep.airflow, DAG, run, "start_green", ("success", "failed"), RUN_TIMEOUT_S)
         green = dep.airflow.xcom(DAG, run, "start_green", "job_id")
+        fenced_app = store.get_job(green).spark_app_id  # the fenced green's application
         blue_rows_at_green_start = len(sink_rows(url, TABLES[0], "v1"))
         state = wait_task(dep.airflow, DAG, run, "approve",
                           ("awaiting_input", "failed", "upstream_failed"), RUN_TIMEOUT_S)
@@ -119,18 +128,20 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
         tis = dep.airflow.task_states(DAG, run)
         why = f"{tis}\n{dep.airflow.failed_task_logs(DAG, run)}"
         assert state == "success", why
-        assert tis["approve"] == "success" and tis["promote_green"] == "success", why
-        assert tis["needs_resubmit"] == "success" and tis["cancel_green"] == "skipped", why
-        assert tis["end_validation"] == "skipped" and tis["go_live"] == "skipped", why
-        assert tis["preflight_final"] == "skipped", why  # only before a resubmit
+        # approved over the HITL REST API, then in place: the resubmit path (and
+        # preflight_final, which only runs before a resubmit) is skipped
+        assert tis == PROMOTED_IN_PLACE, why
         assert dep.airflow.xcom(DAG, run, "promote_green", "promoted") is True
+        verdict = dep.airflow.xcom(DAG, run, "health_gate")
+        assert verdict["ok"] and verdict["baseline_job_id"] == blue, verdict
         # in place: the same green job, in the same Spark application, restored blue's final
         # savepoint after blue's hand-over savepoint
         final = dep.airflow.xcom(DAG, run, "stop_blue")
         assert store.resolve_job("pg-green").job_id == green, "no second green job"
         job = store.get_job(green)
         assert job.restored_from == final, job
-        assert job.spark_app_id and job.spark_app_id.startswith("app-"), job
+        assert job.spark_app_id == fenced_app, (job, fenced_app)  # no new spark-submit
+        dep.assert_on_cluster(green)
         attempts = store.list_attempts(green)
         assert attempts[-1].restored_from == final, attempts
         assert attempts[0].restored_from == dep.airflow.xcom(DAG, run, "savepoint_blue")
@@ -187,3 +198,6 @@ def test_in_place_blue_green_at_parallelism_3_into_postgres_2pc_sinks_through_a_
     assert sorted(sink_rows(url, TABLES[0])) == sorted(sink_rows(url, TABLES[1]))
     assert green_rows > 0, "green published nothing after the cut-over"
     assert gap is not None and gap > 0, f"green's first row did not follow blue's last: {gap}"
+    # the control tasks and the gate waited in the triggerer process, not in a worker
+    fired = set(dep.airflow.deferrals())
+    assert {f"{DAG}/savepoint_blue", f"{DAG}/health_gate", f"{DAG}/stop_blue"} <= fired, fired
