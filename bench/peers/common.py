@@ -56,6 +56,8 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--bootstrap", help="Kafka bootstrap servers (Quix Streams)")
     ap.add_argument("--topic", help="the input topic (Quix Streams; the Kafka benchmark)")
     ap.add_argument("--output-topic", help="the output topic (the Kafka benchmark)")
+    ap.add_argument("--backend", choices=("heap", "rocksdb"), default="heap",
+                    help="our engine's state backend")
     return ap.parse_args(argv)
 
 
@@ -117,7 +119,7 @@ def ours_pipeline(args: argparse.Namespace, name: str):
     from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
 
     root = args.state_dir
-    return Pipeline(name, state_backend="heap",
+    return Pipeline(name, state_backend=getattr(args, "backend", "heap"),
                     checkpoint=CheckpointConfig(interval_ms=args.interval_ms,
                                                 directory=os.path.join(root, "ckpt")),
                     metadata_url="sqlite:///" + os.path.join(root, "meta.db"),

@@ -163,7 +163,7 @@ def summarize(runs: list[dict]) -> list[dict]:
                     "rate": statistics.median(rates) if rates else None, "rates": rates,
                     "records_per_cpu_s": statistics.median(cpus) if cpus else None,
                     "ours_over_peer": (statistics.median(ratios)
-                                       if ratios and engine != "ours" else None),
+                                       if ratios and not engine.startswith("ours") else None),
                     "loads": [x for r in rs for x in r["loads"]]})
     return out
 

@@ -2,7 +2,7 @@
 
     make bench-peers                    # installs the peers, then runs this with the defaults
     .venv/bin/python bench/peers/run.py [--records 150000,450000] [--keys 100000] [--reps 3]
-        [--engines ours,bytewax,quixstreams,pathway] [--workloads per_record,aggregate]
+        [--engines ours,ours_rocksdb,bytewax,quixstreams,pathway] [--workloads per_record,aggregate]
         [--cpu 1] [--peers-dir build/peers] [--write-md]
 
 Workloads (the same input for every engine: bench/peers/common.py makes the records of the
@@ -56,6 +56,7 @@ RESULT = "peers.json"
 #: engine -> (runner script, venv folder under --peers-dir or None for the project's, label)
 ENGINES = {
     "ours": ("run_ours.py", None, "ours (heap, 1 s checkpoints)"),
+    "ours_rocksdb": ("run_ours.py", None, "ours (RocksDB, 1 s checkpoints)"),
     "bytewax": ("run_bytewax.py", "bytewax", "Bytewax 0.21.1 (SQLite recovery, 1 s epochs)"),
     "quixstreams": ("run_quixstreams.py", "quixstreams",
                     "Quix Streams 3.28.1 (RocksDB + changelog, exactly-once, 1 s commits)"),
@@ -67,6 +68,8 @@ FORMS = {
     ("bytewax", "per_record"): "`stateful_map`",
     ("quixstreams", "per_record"): "`apply(stateful=True)`",
     ("ours", "aggregate"): "`aggregate()`",
+    ("ours_rocksdb", "per_record"): "`KeyedProcessFunction`",
+    ("ours_rocksdb", "aggregate"): "`aggregate()`",
     ("bytewax", "aggregate"): "`fold_final`",
     ("quixstreams", "aggregate"): "`update(stateful=True)`",
     ("pathway", "aggregate"): "`groupby().reduce()`",
@@ -101,6 +104,8 @@ def run_one(args, engine: str, workload: str, records: int, broker,
            "--state-dir", state_dir, "--interval-ms", str(args.interval_ms)]
     if engine == "quixstreams":
         cmd += ["--bootstrap", broker.bootstrap, "--topic", topics[records]]
+    if engine == "ours_rocksdb":
+        cmd += ["--backend", "rocksdb"]
     load = os.getloadavg()[0]
     broker_cpu0 = broker.cpu_s() if engine == "quixstreams" else 0.0
     try:
@@ -127,7 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--aggregate-records", default="600000,1800000",
                     help="two input sizes of the aggregation (larger: ours runs it ~10x "
                          "faster, and the wall-time difference must stand out of the noise)")
-    driver.add_arguments(ap, engines="ours,bytewax,quixstreams,pathway",
+    driver.add_arguments(ap, engines="ours,ours_rocksdb,bytewax,quixstreams,pathway",
                          cpu_help="taskset -c of every run ('' to not pin)",
                          peers_help="the peers' venvs (make bench-peers creates them)")
     args = ap.parse_args(argv)
