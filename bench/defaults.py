@@ -1,0 +1,454 @@
+"""What the defaults cost (issue 55 item 3): each Nexmark query alone, and pairs of queries
+sharing one source, with the settings a user gets by default against a small set of
+alternative settings, interleaved, every run pinned to one core.
+
+    .venv/bin/python bench/defaults.py [--jobs q0,q1,...,q7+q19,...] [--variants ...]
+        [--reps 2] [--cpu 1] [--parallelism 1] [--target-s 6] [--results-dir bench/results]
+        [--write-md]
+
+The job: bench/nexmark's queries (``queries.QUERIES``) on one Parquet ``FileSource`` (the
+columns the queries read, 4 s bounded out-of-orderness on ``date_time``), a
+``DiscardSink`` per query (q10: its partitioned ``FileSink``), local runner. A pair
+(``q7+q19``) is both queries on the same source, as a job that combines queries is built.
+
+Settings (``VARIANTS``): ``default`` is what a user gets without options: ``Pipeline(name)``,
+``CheckpointConfig()`` (exactly-once every 1 s, buffer debloating at 1 s) and
+``FileSource(path, format="parquet")``; only the locations (checkpoint directory,
+metadata DB) are given. The alternatives change one group of settings each:
+``no-debloat`` (``buffer_debloat_target_ms=None``), ``big-batches`` (``batch_size=8192``,
+``parquet_batch_size=65536``: the Nexmark table's settings) and ``tuned-10s`` (both, and
+checkpoints every 10 s instead of 1 s: the throughput setting, a longer wait for committed
+output); ``tuned`` (both at 1 s) and ``incremental`` (``heap_incremental=True``) on request,
+to tell which setting a cost comes from. "Best" is the alternative with the highest rate in the
+first repetition, in which every variant runs (in an order rotated per job); each further
+repetition runs the default and that best back to back (alternating which goes first).
+The ratio default / best is the median over the repetitions of the ratio of the two runs
+of one repetition, in events per second and, as the check that holds on a loaded machine,
+in events per CPU-second.
+
+Each run is a fresh interpreter under ``taskset -c CPU`` (the job master and the slots
+inherit the pinning). Rate: events / (wall time of ``Pipeline.run`` minus the job's
+launch-to-running start-up), the final checkpoint and teardown included. CPU: every
+process of the run (the child, the job master, the fork server, the slots), sampled from
+this process every 100 ms with psutil, minus the child's own CPU before the job ran (its
+interpreter start and imports). The input is fixed per job (a number of files sized from
+the Nexmark table's rates so a run takes ``--target-s`` at those rates), the same for every
+variant. The 1-minute load average is recorded at the start of every run.
+
+Writes ``defaults.json`` (``--append`` keeps the jobs already there, replacing those it
+measures again) and, with ``--write-md``, BENCHMARKS.md (bench/write_benchmarks.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+RESULT = "defaults.json"
+#: every setting a variant changes, from what a user gets by default (``{}``)
+VARIANTS: dict[str, dict] = {
+    "default": {},
+    "no-debloat": {"buffer_debloat_target_ms": None},
+    "big-batches": {"batch_size": 8192, "parquet_batch_size": 65_536},
+    "tuned": {"buffer_debloat_target_ms": None, "batch_size": 8192,
+              "parquet_batch_size": 65_536},
+    "tuned-10s": {"buffer_debloat_target_ms": None, "batch_size": 8192,
+                  "parquet_batch_size": 65_536, "interval_ms": 10_000},
+    "incremental": {"heap_incremental": True},
+}
+#: the variants a run measures unless ``--variants`` says otherwise (the others of
+#: ``VARIANTS`` tell which setting a cost comes from)
+DEFAULT_VARIANTS = ("default", "no-debloat", "big-batches", "tuned-10s")
+#: the pairs: a bursty window branch (q7's 10 s tumbling window, q5's sliding window, q11's
+#: sessions) or a steady keyed one (q18, q19) beside a steady one, on one source
+PAIRS = ("q7+q19", "q18+q19", "q5+q0", "q11+q17", "q7+q16", "q5+q18")
+#: a default that costs more than this share of the best alternative's rate misses the target
+TARGET = 0.10
+#: events/s of each query when the Nexmark table has no figure (sizes the input)
+GUESS_RATE = 500_000
+
+
+# -- one run (a child interpreter) --------------------------------------------------------
+def build(job: str, path: str, root: str, variant: str, parallelism: int):
+    """The pipeline of ``job`` (``q5`` or ``q7+q19``) with ``variant``'s settings."""
+    import cloudpickle
+
+    from airflow_checkpoint_provider.engine import (
+        CheckpointConfig,
+        DiscardSink,
+        FileSink,
+        FileSource,
+        Pipeline,
+        WatermarkStrategy,
+    )
+    from bench.nexmark import queries
+
+    cloudpickle.register_pickle_by_value(queries)
+    settings = dict(VARIANTS[variant])
+    pipeline_opts = {k: settings.pop(k) for k in ("batch_size", "heap_incremental")
+                     if k in settings}
+    source_opts = {k: settings.pop(k) for k in ("parquet_batch_size",) if k in settings}
+    p = Pipeline("defaults-" + job.replace("+", "-"), **pipeline_opts,
+                 checkpoint=CheckpointConfig(directory=os.path.join(root, "ckpt"), **settings),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    names = job.split("+")
+    columns = sorted({c for q in names for c in queries.COLUMNS[q]})
+    events = p.source(FileSource(path, format="parquet", columns=columns, **source_opts),
+                      uid="events", parallelism=parallelism,
+                      watermarks=WatermarkStrategy.for_bounded_out_of_orderness(
+                          4000, timestamp_field="date_time"))
+    for q in names:
+        sink_opts = queries.SINK_OPTIONS.get(q)
+        sink = (DiscardSink() if sink_opts is None
+                else FileSink(os.path.join(root, "out", q), **sink_opts))
+        queries.QUERIES[q](events, parallelism).sink(sink, uid=f"out-{q}")
+    return p
+
+
+def child(job: str, variant: str, path: str, parallelism: int) -> dict:
+    import psutil
+    import pyarrow.parquet as pq
+
+    events = sum(pq.ParquetFile(os.path.join(path, f)).metadata.num_rows
+                 for f in os.listdir(path))
+    root = tempfile.mkdtemp(prefix="bench-defaults-")
+    try:
+        p = build(job, path, root, variant, parallelism)
+        t = psutil.Process().cpu_times()
+        before = t.user + t.system  # interpreter start and imports: not the job's
+        t0 = time.monotonic()
+        result = p.run("local")
+        wall = time.monotonic() - t0
+        startup = (result.extra.get("startup_seconds") or [0])[0] or 0
+        return {"events": events, "status": result.status, "wall_s": wall,
+                "startup_s": startup, "rate": events / max(wall - startup, 1e-9),
+                "checkpoints": result.checkpoints_completed, "restarts": result.restarts,
+                "failure_reason": result.failure_reason, "cpu_before_job_s": before}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class CpuMeter:
+    """CPU seconds of a process and all its descendants (slots forked by the fork server
+    and never waited for included): sampled every 100 ms from this (unpinned) process,
+    each process's last value kept."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self.root = psutil.Process(pid)
+        self.seen: dict[int, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self.stop.wait(0.1):
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for proc in procs:
+                try:
+                    t = proc.cpu_times()
+                except psutil.Error:
+                    continue
+                self.seen[proc.pid] = t.user + t.system
+
+    def total(self) -> float:
+        self.stop.set()
+        self.thread.join()
+        return sum(self.seen.values())
+
+
+def run_one(job: str, variant: str, path: str, args) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--job", job, "--variant",
+           variant, "--path", path, "--parallelism", str(args.parallelism)]
+    if args.cpu >= 0:
+        cmd = ["taskset", "-c", str(args.cpu), *cmd]
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    load = os.getloadavg()
+    timeout = max(120.0, 15 * args.target_s)
+    out: dict = {"job": job, "variant": variant, "loadavg_before": list(load)}
+    with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
+        # cwd: the slots (``python -m``) put it first on sys.path
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=so, stderr=se, text=True,
+                                start_new_session=True)
+        meter = CpuMeter(proc.pid)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            meter.total()
+            return {**out, "status": "UNFINISHED", "rate": None,
+                    "failure_reason": f"no end within {timeout:.0f} s"}
+        cpu = meter.total()
+        so.seek(0)
+        se.seek(0)
+        lines = [x for x in so.read().splitlines() if x.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            return {**out, "status": "DRIVER-DIED", "rate": None,
+                    "failure_reason": se.read()[-2000:]}
+    r = json.loads(lines[-1][len("RESULT "):])
+    if r["status"] != "FINISHED":
+        r["rate"] = None
+    r["cpu_s"] = cpu - r.pop("cpu_before_job_s")
+    r["events_per_cpu_s"] = r["events"] / r["cpu_s"] if r["cpu_s"] > 0 else None
+    return {**out, **r, "loadavg_after": os.getloadavg()[0]}
+
+
+# -- input ----------------------------------------------------------------------------------
+def ensure_data(args) -> str:
+    from bench.nexmark.generator import NexmarkConfig, write_parquet
+
+    d = os.path.join(args.data_dir, f"e{args.events_per_file}x{args.files}-r{args.event_rate}")
+    if not os.path.exists(os.path.join(d, "DONE")):
+        shutil.rmtree(d, ignore_errors=True)
+        write_parquet(os.path.join(d, "parquet"), args.events_per_file * args.files,
+                      config=NexmarkConfig(events_per_second=args.event_rate),
+                      events_per_file=args.events_per_file)
+        open(os.path.join(d, "DONE"), "w").close()
+    return d
+
+
+def subset(data: str, k: int) -> str:
+    """A directory with the first ``k`` Parquet files (hard links)."""
+    d = os.path.join(data, f"first-{k}")
+    if not os.path.isdir(d):
+        tmp = d + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        for name in sorted(os.listdir(os.path.join(data, "parquet")))[:k]:
+            os.link(os.path.join(data, "parquet", name), os.path.join(tmp, name))
+        os.rename(tmp, d)
+    return d
+
+
+def nexmark_rates(results_dir: str) -> dict[str, float]:
+    """Median rate of ours per query in nexmark.json (heap, local runner)."""
+    path = os.path.join(results_dir, "nexmark.json")
+    if not os.path.exists(path):
+        path = os.path.join(HERE, "results", "nexmark.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        runs = json.load(f)["runs"]
+    by: dict[str, list] = {}
+    for r in runs:
+        if (r.get("engine") == "ours" and r.get("backend") == "heap" and r.get("rate")
+                and (r.get("runner") or "local") == "local" and not r.get("fail_at")):
+            by.setdefault(r["query"], []).append(r["rate"])
+    return {q: statistics.median(v) for q, v in by.items()}
+
+
+def files_for(job: str, rates: dict[str, float], args) -> int:
+    """Files of ``job``'s input: ``--target-s`` at the rate of its queries one after the
+    other (a pair's source feeds both)."""
+    rate = 1 / sum(1 / rates.get(q, GUESS_RATE) for q in job.split("+"))
+    return max(1, min(args.files, round(rate * args.target_s / args.events_per_file)))
+
+
+# -- the series -----------------------------------------------------------------------------
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """Per job: the best alternative (highest rate in the repetition where every variant
+    ran) and the median over repetitions of default / best."""
+    jobs: dict[str, list] = {}
+    for r in runs:
+        jobs.setdefault(r["job"], []).append(r)
+    out = []
+    for job, rs in jobs.items():
+        first = [r for r in rs if r["rep"] == 0 and r["variant"] != "default" and r.get("rate")]
+        best = max(first, key=lambda r: r["rate"])["variant"] if first else None
+        pairs = []
+        for rep in sorted({r["rep"] for r in rs}):
+            d = next((r for r in rs if r["rep"] == rep and r["variant"] == "default"), None)
+            b = next((r for r in rs if r["rep"] == rep and r["variant"] == best), None)
+            if d and b:
+                pairs.append((d, b))
+
+        def med(values):
+            values = [v for v in values if v is not None]
+            return statistics.median(values) if values else None
+
+        out.append({
+            "job": job, "best": best, "reps": len(pairs), "events": rs[0].get("events"),
+            "default_rate": med([d.get("rate") for d, _ in pairs]),
+            "best_rate": med([b.get("rate") for _, b in pairs]),
+            "ratio": med([_ratio(d.get("rate"), b.get("rate")) for d, b in pairs]),
+            "ratio_cpu": med([_ratio(d.get("events_per_cpu_s"), b.get("events_per_cpu_s"))
+                              for d, b in pairs]),
+            "ratios": [_ratio(d.get("rate"), b.get("rate")) for d, b in pairs],
+            "unfinished": [r["variant"] for r in rs if r.get("status") != "FINISHED"],
+            "variants_rep0": {r["variant"]: r.get("rate") for r in rs if r["rep"] == 0},
+            "loads": [r["loadavg_before"][0] for r in rs],
+        })
+    return out
+
+
+# -- the BENCHMARKS.md section ----------------------------------------------------------------
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def render(data: dict | None) -> list[str]:
+    """The table: one row per job, the worst default / best in bold."""
+    if not data or not data.get("summary"):
+        return []
+    summary = data["summary"]
+    worst = min((s["ratio"] for s in summary if s["ratio"] is not None), default=None)
+    lines = ["## What the defaults cost", "", f"Command: `{data['command']}`.", "",
+             "| job | events | default (ev/s) | best alternative | its rate (ev/s) | "
+             "default / best | per CPU-second |",
+             "|---|---|---|---|---|---|---|"]
+    for s in summary:
+        ratio = _pct(s["ratio"])
+        if s["ratio"] is not None and (s["ratio"] == worst or s["ratio"] < 1 - TARGET):
+            ratio = f"**{ratio}**"
+        if s["unfinished"]:
+            ratio += f" ({', '.join(s['unfinished'])} unfinished)"
+        lines.append(f"| {s['job']} | {s['events']:,} | {_num(s['default_rate'])} | "
+                     f"{s['best'] or '-'} | {_num(s['best_rate'])} | {ratio} | "
+                     f"{_pct(s['ratio_cpu'])} |")
+    return lines + [""]
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def row_load(data: dict, cells: list[str]) -> float | None:
+    """The highest 1-minute load average at the start of a row's runs."""
+    s = next((s for s in data["summary"] if s["job"] == cells[0]), None)
+    return max(s["loads"]) if s and s["loads"] else None
+
+
+def what(data: dict) -> str:
+    a = data["args"]
+    alts = "; ".join(f"`{k}`: " + ", ".join(f"{n}={v}" for n, v in v.items())
+                     for k, v in VARIANTS.items() if v and k in a["variants"].split(","))
+    return (f"Each Nexmark query alone and pairs on one shared source, parallelism "
+            f"{a['parallelism']}, every run pinned to CPU {a['cpu']}, local runner, heap, "
+            "discarding sinks; `default` is `Pipeline(name)`, `CheckpointConfig()` (1 s "
+            "exactly-once checkpoints, buffer debloating at 1 s), `FileSource(path)` with no "
+            f"options; the alternatives: {alts}. Best: the alternative with the highest rate "
+            "in the first repetition (every variant run); default / best: the median over "
+            f"{a['reps']} interleaved repetitions of the two runs' ratio, in events/s (after "
+            "start-up) and in events per CPU-second of every process of the run. Bold: the "
+            f"worst, and any default costing more than {TARGET:.0%}.")
+
+
+# -- main ---------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--child", action="store_true")
+    ap.add_argument("--job")
+    ap.add_argument("--variant")
+    ap.add_argument("--path")
+    ap.add_argument("--jobs", default=None,
+                    help="comma list of queries and pairs (q7+q19); default: every query of "
+                         "bench/nexmark alone, then the pairs")
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                    help=f"'default' first, then alternatives among {', '.join(VARIANTS)}")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--cpu", type=int, default=1,
+                    help="the core every run is pinned to (-1: not pinned)")
+    ap.add_argument("--parallelism", type=int, default=1)
+    ap.add_argument("--target-s", type=float, default=6.0,
+                    help="seconds of a run at the Nexmark table's rate (sizes the input)")
+    ap.add_argument("--files", type=int, default=32)
+    ap.add_argument("--events-per-file", type=int, default=250_000)
+    ap.add_argument("--event-rate", type=int, default=50_000,
+                    help="events per second of event time (windows fire during a run)")
+    ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "bench-defaults"))
+    ap.add_argument("--results-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--append", action="store_true")
+    ap.add_argument("--write-md", action="store_true")
+    args = ap.parse_args(argv)
+    if args.child:
+        r = child(args.job, args.variant, args.path, args.parallelism)
+        print("RESULT " + json.dumps(r), flush=True)
+        return 0
+
+    from bench.nexmark.queries import QUERIES
+
+    jobs = (args.jobs.split(",") if args.jobs
+            else [q for q in sorted(QUERIES, key=lambda q: int(q[1:]))] + list(PAIRS))
+    for job in jobs:
+        for q in job.split("+"):
+            if q not in QUERIES:
+                raise SystemExit(f"{q}: not one of bench/nexmark's queries")
+    variants = args.variants.split(",")
+    if variants[0] != "default" or len(variants) < 2:
+        raise SystemExit("--variants: 'default' first, then at least one alternative")
+    data = ensure_data(args)
+    rates = nexmark_rates(args.results_dir)
+    path = os.path.join(args.results_dir, RESULT)
+    old_runs: list = []
+    if args.append and os.path.exists(path):
+        with open(path) as f:
+            old_runs = [r for r in json.load(f)["runs"] if r["job"] not in jobs]
+    command = ".venv/bin/python bench/defaults.py " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    runs: list[dict] = []
+    best: dict[str, str] = {}
+    for rep in range(args.reps):
+        for n, job in enumerate(jobs):
+            src = subset(data, files_for(job, rates, args))
+            if rep == 0:  # every variant, in an order rotated per job
+                k = n % len(variants)
+                order = variants[k:] + variants[:k]
+            else:  # the default and the best, alternating which goes first
+                pair = ["default", best.get(job) or variants[1]]
+                order = pair[::-1] if rep % 2 else pair
+            for variant in order:
+                r = run_one(job, variant, src, args)
+                r["rep"] = rep
+                runs.append(r)
+                rate = f"{r['rate']:>12,.0f} ev/s" if r.get("rate") else r.get("status")
+                print(f"rep {rep} {job:8} {variant:12} {rate} (load "
+                      f"{r['loadavg_before'][0]:.1f})", flush=True)
+            if rep == 0:
+                alts = [r for r in runs if r["job"] == job and r["variant"] != "default"
+                        and r.get("rate")]
+                if alts:
+                    best[job] = max(alts, key=lambda r: r["rate"])["variant"]
+            all_runs = old_runs + runs
+            doc = {"args": vars(args), "command": command,
+                   "measured": f"{started} to {time.strftime('%H:%M UTC', time.gmtime())}",
+                   "runs": all_runs, "summary": summarize(all_runs)}
+            os.makedirs(args.results_dir, exist_ok=True)
+            with open(path, "w") as f:  # after every job: a partial table survives
+                json.dump(doc, f, indent=1)
+    for s in summarize(old_runs + runs):
+        print(f"{s['job']:8} best {s['best']}: default/best {_pct(s['ratio'])} "
+              f"(per CPU-s {_pct(s['ratio_cpu'])})", flush=True)
+    if args.write_md:
+        from bench import write_benchmarks
+
+        write_benchmarks.main(["--results-dir", args.results_dir])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
