@@ -7,6 +7,8 @@
     python -m bench.chaos --list                                          # the cells
     python -m bench.chaos --report-only                                   # CHAOS.md again
     python -m bench.chaos --fill --until 00:20 --cells '*/local/*'        # least-run cells
+    python -m bench.chaos --cell kafka-changelog/local/rocksdb/aligned --seed 1007 \
+        --runs 20 --same-seed --keep-broker --broker-threads 8 --slot-log-level INFO
 
 Each run appends its record to ``--results`` (JSON lines); the table of every recorded run
 is written to ``--report`` (CHAOS.md). A failing run prints its seed and replay command.
@@ -79,7 +81,7 @@ def next_run(cells: list[Cell], records: list[dict], seed: int) -> tuple[Cell, i
     seeds: dict[str, int] = {}
     for r in records:
         # a run the environment broke is not a run of the cell, nor one on other settings
-        if not r.get("environment") and r.get("settings") == SETTINGS:
+        if not r.get("environment") and r.get("settings") == SETTINGS and not r.get("diagnostic"):
             runs[r["cell"]] = runs.get(r["cell"], 0) + 1
         seeds[r["cell"]] = max(seeds.get(r["cell"], 0), int(r["seed"]))
     rng = random.Random(seed * 1_000_003 + len(records))
@@ -107,6 +109,28 @@ def _run_and_record(cell: Cell, seed: int, args) -> dict:
                 f"     {path}: {d['missing']} missing, {d['extra']} extra "
                 f"(of {d['expected']}); e.g. {d['missing_examples'][:1]} "
                 f"{d['extra_examples'][:1]}"[:600],
+                flush=True,
+            )
+        state = record.get("broker_state")
+        if state:
+            print(f"     broker: {state.get('verdict') or state.get('error')}"[:600], flush=True)
+            for topic, t in (state.get("topics") or {}).items():
+                print(
+                    f"     {topic}: read_committed {t['read_committed_vs_reference']}, "
+                    f"read_uncommitted {t['read_uncommitted_vs_reference']}; per partition "
+                    f"committed/uncommitted records "
+                    + ", ".join(
+                        f"{p}: {t['read_committed'][p]['records']}/"
+                        f"{t['read_uncommitted'][p]['records']}"
+                        for p in t["read_committed"]
+                    )
+                    + f"; probe visible after (s) {t.get('probe_visible_after_s')}",
+                    flush=True,
+                )
+            print(
+                f"     markers (uid/subtask/job: last published epoch): {state.get('markers')}"[
+                    :600
+                ],
                 flush=True,
             )
         print(f"     replay: {record['replay']}", flush=True)
@@ -145,6 +169,12 @@ def main(argv=None) -> int:
     ap.add_argument("--cells", action="append", help="glob over cell ids (repeatable)")
     ap.add_argument("--seed", type=int, default=1, help="the first run's seed (then +1 ...)")
     ap.add_argument("--runs", type=int, default=1, help="runs per cell")
+    ap.add_argument(
+        "--same-seed",
+        action="store_true",
+        help="every run of --runs with --seed (replay one plan again and again), not "
+        "--seed, --seed + 1, ...",
+    )
     ap.add_argument("--sample", type=int, default=0, help="only this many cells, drawn by --seed")
     ap.add_argument("--max-faults", type=int, default=3)
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "chaos"))
@@ -160,7 +190,39 @@ def main(argv=None) -> int:
         "and again (until --until or --runs runs)",
     )
     ap.add_argument("--until", help="--fill: start no run after HH:MM (UTC)")
+    ap.add_argument(
+        "--keep-broker",
+        action="store_true",
+        help="Kafka cells: after a run that differed, leave the test broker running (its "
+        "address and PID are printed) for a look by hand",
+    )
+    ap.add_argument(
+        "--broker-threads",
+        type=int,
+        help="Kafka cells: the test broker's tokio worker threads (a reproduction: recorded "
+        "as diagnostic, not counted in the cell)",
+    )
+    ap.add_argument(
+        "--kafka-sum-shape",
+        choices=("fixed-3", "key-1"),
+        default="fixed-3",
+        help="kafka-sum's sink: partitioner='fixed' into 3 partitions (the cell) or the "
+        "shape before 374720b, partitioner='key' into 1 (a reproduction, recorded as "
+        "diagnostic)",
+    )
+    ap.add_argument(
+        "--slot-log-level",
+        help="CKPT_LOG_LEVEL of the slots (INFO: the Kafka sink's publish lines in the "
+        "driver logs; a reproduction: recorded as diagnostic, not counted in the cell)",
+    )
     args = ap.parse_args(argv)
+    from . import kafka_cells, run
+
+    run.SLOT_LOG_LEVEL = args.slot_log_level
+    kafka_cells.KEEP_BROKER = args.keep_broker
+    kafka_cells.BROKER_THREADS = args.broker_threads
+    shape, partitions = args.kafka_sum_shape.split("-")
+    kafka_cells.SUM_SHAPE = (shape, int(partitions))
     cells = select(args.cells, args.cell)
     if args.sample:
         cells = sample(cells, args.sample, args.seed)
@@ -185,7 +247,7 @@ def main(argv=None) -> int:
     else:
         for i in range(args.runs):
             for cell in cells:
-                done.append(_run_and_record(cell, args.seed + i, args))
+                done.append(_run_and_record(cell, args.seed + (0 if args.same_seed else i), args))
             if args.report:
                 write_report(args.results, args.report)
     print(summary(done), flush=True)

@@ -51,16 +51,58 @@ CHANGELOG_EVENTS, CHANGELOG_IDS = 6_000, 500
 
 _BROKER = None
 
+#: harness options (``python -m bench.chaos --keep-broker / --broker-threads /
+#: --kafka-sum-shape``): keep the broker running after a run that differed (its address and
+#: PID printed, stopped by hand); the broker's tokio worker threads (``None``: Tansu's
+#: default, one per core; more threads than cores preempt its tasks more often, the
+#: condition of its commit race, tests/engine/connectors/kafka/tansu_transactions.py
+#: ``wedge``); the kafka-sum sink's partitioner and output partitions (the cell's
+#: ``("fixed", 3)``; ``("key", 1)`` is its shape before 374720b, FINDINGS 8)
+KEEP_BROKER = False
+BROKER_THREADS: int | None = None
+SUM_SHAPE: tuple[str, int] = ("fixed", 3)
+_KEPT = False
+
+
+def diagnostic() -> dict | None:
+    """The non-default conditions of this harness's Kafka runs (``None``: the cells as
+    defined): a run under them is a reproduction, not a run of the matrix's cell."""
+    d: dict = {}
+    if BROKER_THREADS is not None:
+        d["broker_threads"] = BROKER_THREADS
+    if SUM_SHAPE != ("fixed", 3):
+        d["kafka_sum_shape"] = f"partitioner={SUM_SHAPE[0]}, {SUM_SHAPE[1]} output partition(s)"
+    return d or None
+
 
 def broker():
-    """The harness's Tansu broker (started once, stopped at exit)."""
+    """The harness's Tansu broker (started once, stopped at exit unless kept)."""
     global _BROKER
     if _BROKER is None:
         from kafka_server import TansuBroker
 
-        _BROKER = TansuBroker().start()
-        atexit.register(_BROKER.stop)
+        before = os.environ.get("TOKIO_WORKER_THREADS")
+        if BROKER_THREADS is not None:  # the broker inherits this process's environment
+            os.environ["TOKIO_WORKER_THREADS"] = str(BROKER_THREADS)
+        try:
+            _BROKER = TansuBroker().start()
+        finally:
+            if before is None:
+                os.environ.pop("TOKIO_WORKER_THREADS", None)
+            else:
+                os.environ["TOKIO_WORKER_THREADS"] = before
+        atexit.register(_stop_broker)
     return _BROKER
+
+
+def _stop_broker() -> None:
+    if _BROKER is None:
+        return
+    if _KEPT:
+        print(f"Kafka broker kept for inspection: {_BROKER.bootstrap}, pid {_BROKER.proc.pid} "
+              f"(log {_BROKER.log_path}); stop it with: kill {_BROKER.proc.pid}", flush=True)
+        return
+    _BROKER.stop()
 
 
 def _stop_at(extra: dict) -> dict:
@@ -83,7 +125,7 @@ def _kafka_sum(ctx: BuildContext):
     return configure(
         running_sum_job(ctx.root, Broker, x["in"], _stop_at(x), x["out"], name="chaos-kafka-sum",
                         faults=ctx.fault_plan(), delay_s=0.0005, interval_ms=250,
-                        partitioner="fixed"),
+                        partitioner=x.get("partitioner", "fixed")),
         ctx,
     )
 
@@ -118,14 +160,17 @@ class KafkaHooks:
 
     def __init__(self, pipeline: str, root: str) -> None:
         self.pipeline = pipeline
+        self.root = root
         self.broker = broker()
         b = self.broker
         if pipeline == "kafka-sum":
-            from kafka_jobs import OUT_PARTITIONS, make_input
+            from kafka_jobs import make_input
 
             in_topic, stop_at = make_input(b, SUM_RECORDS)
-            out = b.create_topic(f"out-{in_topic}", OUT_PARTITIONS)
-            self.extra = {"bootstrap": b.bootstrap, "in": in_topic, "out": out}
+            partitioner, self.out_partitions = SUM_SHAPE
+            out = b.create_topic(f"out-{in_topic}", self.out_partitions)
+            self.extra = {"bootstrap": b.bootstrap, "in": in_topic, "out": out,
+                          "partitioner": partitioner}
         else:
             from changelog_jobs import make_input
 
@@ -139,6 +184,9 @@ class KafkaHooks:
     def on_running(self) -> None:
         pass
 
+    def diagnostic(self) -> dict | None:
+        return diagnostic()
+
     def ready_to_stop(self) -> bool:
         return False  # a bounded job: it finishes by itself
 
@@ -147,10 +195,10 @@ class KafkaHooks:
         (key, "count", n) per count, (key, "final", sum) per key; ``kafka-changelog``: the
         compacted rows of both upsert topics, tagged by topic."""
         if self.pipeline == "kafka-sum":
-            from kafka_jobs import OUT_PARTITIONS, expected_sums
+            from kafka_jobs import expected_sums
 
             rows = self.broker.read(
-                self.extra["out"], OUT_PARTITIONS, expect=SUM_RECORDS, timeout=30
+                self.extra["out"], self.out_partitions, expect=SUM_RECORDS, timeout=30
             )
             got: Counter = Counter()
             last: dict = {}
@@ -175,6 +223,35 @@ class KafkaHooks:
         agg, _ = compacted(self.broker, self.extra["agg"])
         return (tagged("rows", rows) + tagged("agg", agg),
                 tagged("rows", self.table) + tagged("agg", grouped(self.table)))
+
+    def broker_state(self, job_ids: list[str]) -> dict:
+        """After a run that differed: what the broker holds (kafka_state.py), and with
+        ``--keep-broker`` the broker stays up for a look by hand."""
+        global _KEPT
+        from .kafka_state import broker_state
+
+        if self.pipeline == "kafka-sum":
+            topics = {self.extra["out"]: self.out_partitions}
+            # one record per input id (its key, id, count and sum: each value is distinct)
+            reference: dict = {self.extra["out"]: SUM_RECORDS}
+            job_name, uids = "chaos-kafka-sum", ["kafka-out"]
+        else:
+            from changelog_jobs import grouped
+
+            topics = {self.extra["rows"]: 3, self.extra["agg"]: 3}
+            reference = {self.extra["rows"]: {(i,): r for i, r in self.table.items()},
+                         self.extra["agg"]: {(c,): g for c, g in grouped(self.table).items()}}
+            job_name, uids = "chaos-kafka-changelog", ["rows-out", "agg-out"]
+        state = broker_state(self.broker.bootstrap, topics, reference, job_name=job_name,
+                             uids=uids, subtasks=2, job_ids=job_ids)
+        state["bootstrap"] = self.broker.bootstrap
+        state["topics_created"] = {k: v for k, v in self.extra.items()
+                                   if k in ("in", "out", "rows", "agg")}
+        if KEEP_BROKER:
+            _KEPT = True
+            print(f"     broker kept: {self.broker.bootstrap} (pid {self.broker.proc.pid}), "
+                  f"topics {state['topics_created']}", flush=True)
+        return state
 
     def close(self) -> None:
         """The topics stay (the broker keeps them in memory until the harness exits)."""

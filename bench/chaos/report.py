@@ -39,7 +39,26 @@ def _unfinished(r: dict) -> bool:
 def _on_current_settings(r: dict) -> bool:
     """A run on the current settings (run.SETTINGS) of committed code: a ``+dirty`` revision
     ran on a working tree with uncommitted engine edits (others' half-moved modules)."""
-    return r.get("settings") == SETTINGS and not (r.get("revision") or "").endswith("+dirty")
+    return (
+        r.get("settings") == SETTINGS
+        and not (r.get("revision") or "").endswith("+dirty")
+        and not r.get("diagnostic")
+    )
+
+
+def _diagnostic(runs: list[dict]) -> str:
+    """One line for the reproductions under non-default conditions (``--broker-threads``,
+    ``--kafka-sum-shape``): not runs of their cells, not counted above."""
+    if not runs:
+        return ""
+    kinds = Counter(", ".join(f"{k}={v}" for k, v in sorted(r["diagnostic"].items())) for r in runs)
+    return (
+        f"Reproductions under non-default conditions (FINDINGS), not counted above: "
+        f"{len(runs)} runs ({'; '.join(f'{n} with {k}' for k, n in sorted(kinds.items()))}), "
+        f"{sum(1 for r in runs if _killed(r))} killed runs, "
+        f"{sum(1 for r in runs if r['differences'])} with committed rows that differ, "
+        f"{sum(1 for r in runs if _unfinished(r))} unfinished."
+    )
 
 
 def _older(runs: list[dict]) -> str:
@@ -269,8 +288,10 @@ def write_report(results: str, report: str) -> None:
     # the table and the counts are of the runs on the current settings; older runs on
     # other settings are one line
     runs = [r for r in valid if _on_current_settings(r)]
-    dirty = [r for r in valid if r.get("settings") == SETTINGS and r not in runs]
-    older = [r for r in valid if r.get("settings") != SETTINGS]
+    diagnostic = [r for r in valid if r.get("diagnostic")]
+    rest = [r for r in valid if not r.get("diagnostic")]
+    dirty = [r for r in rest if r.get("settings") == SETTINGS and r not in runs]
+    older = [r for r in rest if r.get("settings") != SETTINGS]
     by_cell: dict[str, list[dict]] = defaultdict(list)
     for r in runs:
         by_cell[r["cell"]].append(r)
@@ -288,6 +309,8 @@ def write_report(results: str, report: str) -> None:
         *_current_summary(runs, len(dirty)),
         "",
         _older(older),
+        "",
+        _diagnostic(diagnostic),
         "",
         f"SIGKILLs fired in the current runs: {kills}; raised exceptions: {raises}."
         + (

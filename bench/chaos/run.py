@@ -196,13 +196,21 @@ def _committed(e: Entry, root: str, columns_of: dict | None = None) -> dict:
 DRIVER_ENV = {"PYTHONPATH": ROOT, "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
+#: ``--slot-log-level`` (a reproduction): the slots' ``CKPT_LOG_LEVEL`` (e.g. ``INFO``: the
+#: Kafka sink's "published epoch ..." lines in the driver's log); such runs are recorded as
+#: diagnostic, not counted in their cells
+SLOT_LOG_LEVEL: str | None = None
+
+
 def driver_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """A driver's environment: ``base`` (``os.environ``) without any engine setting
     (``CKPT_*``: a run is on the default settings whatever the caller's shell exported),
-    plus :data:`DRIVER_ENV`."""
+    plus :data:`DRIVER_ENV` (and :data:`SLOT_LOG_LEVEL` if set)."""
     base = os.environ if base is None else base
     env = {k: v for k, v in base.items() if not k.startswith("CKPT_")}
     env.update(DRIVER_ENV)
+    if SLOT_LOG_LEVEL:
+        env["CKPT_LOG_LEVEL"] = SLOT_LOG_LEVEL
     return env
 
 
@@ -595,6 +603,7 @@ def run_one(
             d = difference(got[path], want)
             if d["missing"] or d["extra"]:
                 diffs[path] = d
+    _diagnostics(hooks, root, record, diffs)
     if hooks is not None:
         hooks.close()
     record["differences"] = diffs
@@ -604,6 +613,27 @@ def run_one(
         shutil.rmtree(root, ignore_errors=True)
         record["root"] = None
     return record
+
+
+def _diagnostics(hooks, root: str, record: dict, diffs: dict) -> None:
+    """What a reproduction adds to a run's record: its non-default conditions (the slots'
+    log level, a Kafka cell's old shape, the broker on more threads: recorded, not counted
+    as a run of the cell, report.py); after a Kafka run that differed, what the broker holds
+    (kafka_state.py, read before anything else touches it; also ``broker_state.json`` in
+    the run root)."""
+    conditions = dict((hooks.diagnostic() if hasattr(hooks, "diagnostic") else None) or {})
+    if SLOT_LOG_LEVEL:
+        conditions["slot_log_level"] = SLOT_LOG_LEVEL
+    if conditions:
+        record["diagnostic"] = conditions
+    if not diffs or not hasattr(hooks, "broker_state"):
+        return
+    try:
+        record["broker_state"] = hooks.broker_state(list(_job_rank(root)))
+    except Exception as exc:  # noqa: BLE001 - a diagnosis must not lose the record
+        record["broker_state"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    with open(os.path.join(root, "broker_state.json"), "w") as f:
+        json.dump(record["broker_state"], f, indent=1, default=str)
 
 
 #: lines of a broken installation (the shared venv being reinstalled under a run): such a
