@@ -13,6 +13,7 @@ from .errors import (
     KafkaOffsetOutOfRangeError,
     KafkaPartitionMissingError,
     KafkaPublishError,
+    KafkaSchemaError,
     KafkaUnavailableError,
 )
 from .sink import KafkaSink
@@ -27,6 +28,7 @@ __all__ = [
     "KafkaOffsetOutOfRangeError",
     "KafkaPartitionMissingError",
     "KafkaPublishError",
+    "KafkaSchemaError",
     "KafkaSink",
     "KafkaSource",
     "KafkaUnavailableError",

@@ -1,5 +1,6 @@
 """The Kafka connector's value codecs: JSON out (the sinks' default value encoder), JSON
-in (the source's decoder), and user serializers made to return ``bytes``."""
+in (the source's decoder: :func:`value_record`, :func:`add_metadata`), and user
+serializers made to return ``bytes``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from math import isfinite
 from typing import Any
 
 import msgspec
+
+from ...errors import BadRecordError
 
 
 def _json_default(value: object) -> object:
@@ -73,4 +76,37 @@ def json_loads(value: bytes) -> object:
         return json.loads(value)
 
 
-__all__ = ["BytesOf", "json_loads", "json_value"]
+def value_record(value_format: object, msg) -> dict:
+    """The record of one Kafka message's value in ``value_format`` (``"json"``, ``"bytes"``
+    or a function ``bytes -> dict``; see ``KafkaSource``), without the metadata fields."""
+    value = msg.value()
+    if value_format == "json":
+        try:
+            record = json_loads(value) if value is not None else None
+        except ValueError as exc:
+            raise BadRecordError(
+                f"Kafka record at {msg.topic()}:{msg.partition()} offset {msg.offset()} is "
+                f"not JSON ({exc}); read it with value_format='bytes' or a deserializer") from None
+        if not isinstance(record, dict):
+            record = {"value": record}
+    elif value_format == "bytes":
+        record = {"value": value}
+    else:
+        record = value_format(value)  # type: ignore[operator]
+        if not isinstance(record, dict):
+            raise BadRecordError(
+                f"the deserializer returned a {type(record).__name__} for the Kafka record at "
+                f"{msg.topic()}:{msg.partition()} offset {msg.offset()}; it must return a dict")
+    return record
+
+
+def add_metadata(record: dict, msg) -> None:
+    """The metadata fields of ``KafkaSource(metadata=True)``, added to ``record``."""
+    record["_topic"] = msg.topic()
+    record["_partition"] = msg.partition()
+    record["_offset"] = msg.offset()
+    record["_timestamp"] = msg.timestamp()[1]
+    record["_key"] = msg.key()
+
+
+__all__ = ["BytesOf", "add_metadata", "json_loads", "json_value", "value_record"]

@@ -3,7 +3,7 @@ involved, and says what to do."""
 
 from __future__ import annotations
 
-from ...errors import ConfigurationError, EngineError, RestoreError
+from ...errors import BadRecordError, ConfigurationError, EngineError, RestoreError
 
 
 class KafkaConnectorError(EngineError):
@@ -30,3 +30,10 @@ class KafkaPublishError(KafkaConnectorError):
 
 class KafkaConfigurationError(KafkaConnectorError, ConfigurationError):
     """A KafkaSource/KafkaSink option is invalid."""
+
+
+class KafkaSchemaError(KafkaConnectorError, BadRecordError):
+    """A record's value does not fit the Arrow columns of ``KafkaSource(arrow=True)`` (the
+    source's ``schema``, or a field's type in the other records of its batch). Names the
+    topic, partition, offset and field; the job fails without restarting (a restart would
+    read the same record)."""

@@ -42,7 +42,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
+import pyarrow as pa
+
 from ..base import Source, SourceContext, SplitReader
+from .batches import ArrowBatchDecoder
 from .client import (
     METADATA_TIMEOUT_S,
     base_config,
@@ -50,7 +53,7 @@ from .client import (
     list_partitions,
     require_client,
 )
-from .codec import json_loads as _json_loads
+from .codec import add_metadata, value_record
 from .debezium import DebeziumJson
 from .errors import (
     KafkaConfigurationError,
@@ -113,8 +116,14 @@ class KafkaSource(Source):
     :param metadata: add ``_topic``, ``_partition``, ``_offset``, ``_timestamp`` (epoch ms)
         and ``_key`` (bytes or None) to each record.
     :param arrow: emit each batch as a ``pyarrow.RecordBatch`` (the vectorized operators'
-        input: ``aggregate``, ``map_batches``) instead of a list of dicts; the records of a
-        batch should share their fields (missing ones become nulls).
+        input: ``aggregate``, ``map_batches``) instead of a list of dicts: JSON values are
+        parsed by pyarrow's JSON reader straight into columns, metadata fields are columns
+        (:mod:`.batches`).
+    :param schema: with ``arrow=True``, the ``pyarrow.Schema`` of the values: their columns
+        (fields it does not name are dropped, missing ones are null) and types (a value that
+        does not convert fails the job naming its topic, partition, offset and field).
+        Default: inferred from each batch, a column keeping its type from one batch to the
+        next.
     :param broker_timeout_s: how long every broker may stay unreachable before the job fails
         (and the longest a metadata request may take, up to 15 s).
     :param consumer_config: more librdkafka settings for the consumer.
@@ -130,7 +139,7 @@ class KafkaSource(Source):
                  isolation: str = "read_committed",
                  value_format: str | Callable[[bytes], dict] | DebeziumJson = "json",
                  metadata: bool = False,
-                 arrow: bool = False,
+                 arrow: bool = False, schema: pa.Schema | None = None,
                  broker_timeout_s: float = 30.0, discover_interval_s: float | None = None,
                  consumer_config: Mapping[str, object] | None = None) -> None:
         if (topics is None) == (topic_pattern is None):
@@ -155,6 +164,10 @@ class KafkaSource(Source):
                 or isinstance(value_format, DebeziumJson)):
             raise KafkaConfigurationError(f"KafkaSource: value_format={value_format!r}: use 'json', "
                                           "'bytes', 'debezium-json' or a function bytes -> dict")
+        if schema is not None and (not arrow or not isinstance(schema, pa.Schema)):
+            raise KafkaConfigurationError(
+                f"KafkaSource: schema={schema!r:.100}: a pyarrow.Schema, with arrow=True (the "
+                "columns of the Arrow batches)")
         if discover_interval_s is not None and (topic_pattern is None or stop_at is not None
                                                 or discover_interval_s <= 0):
             raise KafkaConfigurationError(
@@ -174,6 +187,7 @@ class KafkaSource(Source):
         self.value_format = value_format
         self.metadata = metadata
         self.arrow = arrow
+        self.schema = schema
         self.broker_timeout_s = broker_timeout_s
 
     # -- the driver side ----------------------------------------------------------------
@@ -289,41 +303,18 @@ class KafkaSource(Source):
                                                    f"{msg.offset()}")
         if self.metadata:
             for row in rows:
-                self._add_metadata(row, msg)
+                add_metadata(row, msg)
         return rows
 
     def decode(self, msg) -> dict:
-        value = msg.value()
-        if self.value_format == "json":
-            try:
-                record = _json_loads(value) if value is not None else None
-            except ValueError as exc:
-                from ...errors import BadRecordError
-                raise BadRecordError(
-                    f"Kafka record at {msg.topic()}:{msg.partition()} offset {msg.offset()} is "
-                    f"not JSON ({exc}); read it with value_format='bytes' or a deserializer") from None
-            if not isinstance(record, dict):
-                record = {"value": record}
-        elif self.value_format == "bytes":
-            record = {"value": value}
-        else:
-            record = self.value_format(value)  # type: ignore[operator]
-            if not isinstance(record, dict):
-                from ...errors import BadRecordError
-                raise BadRecordError(
-                    f"the deserializer returned a {type(record).__name__} for the Kafka record at "
-                    f"{msg.topic()}:{msg.partition()} offset {msg.offset()}; it must return a dict")
+        record = value_record(self.value_format, msg)
         if self.metadata:
-            self._add_metadata(record, msg)
+            add_metadata(record, msg)
         return record
 
-    @staticmethod
-    def _add_metadata(record: dict, msg) -> None:
-        record["_topic"] = msg.topic()
-        record["_partition"] = msg.partition()
-        record["_offset"] = msg.offset()
-        record["_timestamp"] = msg.timestamp()[1]
-        record["_key"] = msg.key()
+    def value_record(self, msg) -> dict:
+        """The record of one message's value, without the metadata fields."""
+        return value_record(self.value_format, msg)
 
 
 def _escape(topic: str) -> str:
@@ -448,13 +439,14 @@ class _SharedConsumer:
             return None
         return high if high >= 0 else None
 
-    def fetch(self, topic: str, partition: int, positions: dict) -> deque:
-        """The buffered messages of ``topic:partition``, fetching more if there are none."""
+    def fetch(self, topic: str, partition: int, positions: dict, want: int = _FETCH) -> deque:
+        """The buffered messages of ``topic:partition``, fetching more if there are none
+        (up to ``want``, at least :data:`_FETCH`, at most :data:`_MAX_BUFFERED`)."""
         buf = self.buffers[(topic, partition)]
         if buf or sum(map(len, self.buffers.values())) >= _MAX_BUFFERED:
             return buf  # the other partitions' readers drain theirs first
         self.started = True
-        msgs = self.consumer.consume(_FETCH, timeout=0.005)
+        msgs = self.consumer.consume(min(max(want, _FETCH), _MAX_BUFFERED), timeout=0.005)
         for msg in msgs:
             err = msg.error()
             if err is None:
@@ -525,24 +517,32 @@ class _PartitionReader(SplitReader):
         self.commit = source.commit_offsets and not ctx.fenced
         self.positions = consumer.positions
         self.positions[(topic, partition)] = offset
+        self.decoder = ArrowBatchDecoder(
+            source.value_format, source.schema, source.metadata, source.value_record,
+            source.records) if source.arrow else None
 
-    def read_batch(self, max_records: int) -> list[dict] | None:
+    def read_batch(self, max_records: int) -> list[dict] | pa.RecordBatch | None:
         if self.end is not None and self.offset >= self.end:
             return None
-        buf = self.consumer.fetch(self.topic, self.partition, self.positions)
-        out: list[dict] = []
-        records = self.source.records
+        buf = self.consumer.fetch(self.topic, self.partition, self.positions, max_records)
+        out: list = []
+        # the dict path decodes each message as it goes; the Arrow path the whole batch
+        arrow, records = self.decoder is not None, self.source.records
         while buf and len(out) < max_records:
             msg = buf[0]
-            if self.end is not None and msg.offset() >= self.end:
+            offset = msg.offset()
+            if self.end is not None and offset >= self.end:
                 self.offset = self.end
                 buf.clear()
                 break
             buf.popleft()
-            if msg.offset() < self.offset:
+            if offset < self.offset:
                 continue  # fetched before a re-assignment
-            out.extend(records(msg))
-            self.offset = msg.offset() + 1
+            if arrow:
+                out.append(msg)
+            else:
+                out.extend(records(msg))
+            self.offset = offset + 1
         if not out and self.end is not None:
             # read_committed skips transaction markers: the consumer's position passes them
             pos = self.consumer.position(self.topic, self.partition)
@@ -551,9 +551,8 @@ class _PartitionReader(SplitReader):
         self.positions[(self.topic, self.partition)] = self.offset
         if not out and self.end is not None and self.offset >= self.end:
             return None
-        if out and self.source.arrow:
-            import pyarrow as pa
-            return pa.RecordBatch.from_pylist(out)  # type: ignore[return-value]
+        if out and self.decoder is not None:
+            return self.decoder.decode(out)
         return out
 
     def position(self) -> dict:
