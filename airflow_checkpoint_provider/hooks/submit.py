@@ -45,6 +45,7 @@ from airflow_checkpoint_provider.engine.client import (
     user_temp_dir,
 )
 from airflow_checkpoint_provider.hooks.job_env import UnsafeJobEnvironmentError, check_job_env
+from airflow_checkpoint_provider.hooks.launcher import record_launch, tail
 from airflow_checkpoint_provider.hooks.secrets import (
     SPARK_ENV_PREFIX,
     SPARK_REDACTION_REGEX,
@@ -322,7 +323,10 @@ class CheckpointSubmitHook(SparkSubmitHook):
         the launcher runs (the caller waits in the triggerer). Returns ``{"job_id",
         "job_name", "status", "pid", "log_file", "failure_reason"}`` (status ``READY`` or
         ``SPAWNED`` then). Raises :class:`AirflowException` when the launcher exits with an
-        error before the job runs, or ``timeout`` seconds pass.
+        error before the job runs (or at all, when it is the driver: local runner, client
+        mode), or ``timeout`` seconds pass. A launcher that is the driver is recorded
+        (:mod:`~airflow_checkpoint_provider.hooks.launcher`): a wait in the triggerer on this
+        host then fails as soon as it exits before the job or the standby said anything.
         """
         if until not in ("running", "standby_ready", "spawned"):
             raise ValueError(f"until must be running, standby_ready or spawned, not {until!r}")
@@ -347,12 +351,20 @@ class CheckpointSubmitHook(SparkSubmitHook):
             except BaseException:
                 self._release_properties()
                 raise
+        # the launcher is the driver (local runner, client mode): a wait in the triggerer on
+        # this host can tell that it exited before the job (or the standby) said anything
+        local_driver = self.runner == "local" or not self._remote_driver()
+        if local_driver:
+            record_launch(job_id=self.job_id, job_name=self.job_name, pid=proc.pid,
+                          log_file=log_file)
         store = MetadataStore(self.metadata_url, migrate=False)  # the operator checked it exists
         deadline = time.monotonic() + timeout
         try:
             while True:
                 if until == "spawned":
                     return self._standby_info("SPAWNED", proc.pid, log_file)
+                # the exit first, then the rows: a launcher writes them before it exits
+                rc = proc.poll()
                 job = store.get_job(self.job_id)
                 if job is not None and job.status in STARTED_STATUSES:
                     return self._info(job, proc.pid, log_file)
@@ -362,8 +374,9 @@ class CheckpointSubmitHook(SparkSubmitHook):
                             f"standby job {self.job_name} ({self.job_id}) is "
                             f"{standby.status}: {standby.detail}; log {log_file}")
                     return self._standby_info(standby.status, proc.pid, log_file)
-                rc = proc.poll()
-                if rc is not None and rc != 0:
+                # a non-zero exit always ends the wait; so does any exit of a launcher that
+                # is the driver (in cluster mode spark-submit exits 0 once it submitted)
+                if rc is not None and (rc != 0 or local_driver):
                     raise AirflowException(
                         f"job {self.job_name} ({self.job_id}) launcher exited with code {rc} "
                         f"before the job ran"
@@ -399,11 +412,3 @@ def _prop_escape(text: str, *, key: bool = False) -> str:
     elif out.startswith((" ", "\f")):
         out = "\\" + out
     return out
-
-
-def tail(path: str, lines: int = 20) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return ""

@@ -25,6 +25,7 @@ from airflow_checkpoint_provider.engine.client import (
     JobStatus,
     absolute_location,
 )
+from airflow_checkpoint_provider.hooks.launcher import find_launch
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.triggers.checkpoint import ControlRequestTrigger
@@ -391,8 +392,15 @@ class CancelJobOperator(_ControlRequestOperator):
         standby = store.request_standby_cancel(job_id)
         if standby is None:
             return None
+        launch = find_launch(job_id)  # a standby whose process exited never answers
         deadline = time.monotonic() + timeout
         while standby is not None and standby.is_ready and time.monotonic() < deadline:
+            gone = launch is not None and launch.exited()  # before the row: written first
+            standby = store.get_standby(job_id)
+            if gone and standby is not None and standby.is_ready:
+                self.log.info("Standby job %s is gone (%s): nothing to withdraw, nothing "
+                              "restored", job_id, launch.describe_exit(lines=0))
+                return None
             time.sleep(0.1)
             standby = store.get_standby(job_id)
         if standby is not None and standby.status == "TAKEN_OVER":

@@ -36,6 +36,8 @@ from airflow_checkpoint_provider.operators.control import (
     TriggerSavepointOperator,
 )
 from airflow_checkpoint_provider.operators.savepoints import dag_run_holder
+from airflow_checkpoint_provider.triggers.conditions import SUCCESS
+from airflow_checkpoint_provider.triggers.standby import check_standby_ready
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -65,18 +67,39 @@ class StopForUpgradeOperator(StopWithSavepointOperator):
     :param drain: end the input first (flush bounded and timer work) before the savepoint.
     :param timeout: seconds to wait for the savepoint (then for the job to end), and for
         a cancellation.
+    :param standby_job: the id of the standby that is to restore the stop's savepoint
+        (``restore="standby:JOB"``): the job is stopped only while that standby is still
+        ready to take over (``READY``, its launcher running); a standby that failed, was
+        withdrawn or whose process exited fails this task and the job keeps running,
+        instead of an outage nobody takes over. A retry that finds its earlier try's stop
+        request does not ask again. Templated.
     :param checkpoint_conn_id: the metadata DB connection.
     :param deferrable: wait in the triggerer.
     """
 
     template_fields: Sequence[str] = (*StopWithSavepointOperator.template_fields,
-                                      "upgrade_mode", "max_checkpoint_age")
+                                      "upgrade_mode", "max_checkpoint_age", "standby_job")
 
     def __init__(self, *, job: str, upgrade_mode: str = SAVEPOINT,
-                 max_checkpoint_age: float | str | None = None, **kwargs: Any) -> None:
+                 max_checkpoint_age: float | str | None = None,
+                 standby_job: str | None = None, **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
         self.upgrade_mode = upgrade_mode
         self.max_checkpoint_age = max_checkpoint_age
+        self.standby_job = standby_job
+
+    def _check_standby(self, context: Context) -> None:
+        """Refuse the stop when ``standby_job`` will not take over (see the parameter)."""
+        if self.standby_job in (None, "", "None"):
+            return
+        store = self.hook.get_conn()
+        if store.find_control_request(self.idempotency_key(context)) is not None:
+            return  # an earlier try stopped (or stops) the job: the standby may have taken over
+        outcome = check_standby_ready(store, str(self.standby_job))
+        if outcome is None or outcome.status != SUCCESS:
+            why = (outcome.message if outcome is not None
+                   else f"standby job {self.standby_job} is not up")
+            raise AirflowException(f"not stopping job {self.job}, it keeps running: {why}")
 
     def _mode(self) -> str:
         if self.upgrade_mode not in UPGRADE_MODES:
@@ -99,6 +122,7 @@ class StopForUpgradeOperator(StopWithSavepointOperator):
     def execute(self, context: Context) -> Any:
         mode = self._mode()
         self._max_age()  # validated before anything happens
+        self._check_standby(context)
         ti = context["ti"]
         if mode == LAST_STATE:
             return self._last_state(context, reason=None)

@@ -9,9 +9,12 @@ definition of every condition.
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+import psutil
 
 from airflow_checkpoint_provider.engine.client import (
     ACTIVE_JOB_STATUSES,
@@ -24,6 +27,7 @@ from airflow_checkpoint_provider.engine.client import (
     early_verdict,
     heartbeat_timeout,
 )
+from airflow_checkpoint_provider.hooks.launcher import find_launch
 from airflow_checkpoint_provider.ownership import DagAccess
 
 #: Event statuses a trigger may fire; ``execute_complete`` fails on anything else.
@@ -42,10 +46,12 @@ class Outcome:
         return {**self.payload, "status": self.status, "message": self.message}
 
 
-def _job(store: MetadataStore, job: str, access: DagAccess | None = None) -> JobRecord | None:
-    """The job, after declaring it LOST if it is active without a recent heartbeat (a dead
-    driver must not keep a sensor waiting until its timeout). A job ``access`` may not see
-    raises :class:`~airflow_checkpoint_provider.ownership.JobOwnershipError`."""
+def current_job(store: MetadataStore, job: str,
+                access: DagAccess | None = None) -> JobRecord | None:
+    """The job, after declaring it LOST if it is active without a recent heartbeat, or its
+    driver's process on this host is gone (a dead driver must not keep a wait going until
+    its timeout). A job ``access`` may not see raises
+    :class:`~airflow_checkpoint_provider.ownership.JobOwnershipError`."""
     try:
         # by id, id prefix or name; for a name the active job of that name (v1 restarted
         # after a failed v2), else the newest
@@ -57,9 +63,53 @@ def _job(store: MetadataStore, job: str, access: DagAccess | None = None) -> Job
     if rec.status in ACTIVE_JOB_STATUSES:
         last = rec.heartbeat_at or rec.created_at
         stale = (datetime.now(UTC) - last).total_seconds() > heartbeat_timeout()
-        if stale and store.mark_lost_jobs(rec.job_name):  # write only when it is stale
+        # write only when it is stale or its driver looks gone: the engine decides then
+        # (a driver's pid reused by another process keeps it until the heartbeat timeout)
+        if (stale or _driver_pid_gone(rec)) and store.mark_lost_jobs(rec.job_name):
             rec = store.get_job(rec.job_id) or rec
     return rec
+
+
+def _driver_pid_gone(rec: JobRecord) -> bool:
+    """Whether the job's driver ran on this host and no process has its pid any more (a
+    cheap look before :meth:`MetadataStore.mark_lost_jobs`, which proves it)."""
+    if not rec.driver_host or not rec.driver_process or rec.driver_host != socket.gethostname():
+        return False
+    try:
+        return not psutil.pid_exists(int(rec.driver_process.split(":", 1)[0]))
+    except ValueError:
+        return False
+
+
+def check_not_started(store: MetadataStore, job: str, kind: str = "job") -> Outcome | None:
+    """For a wait on job ``job`` that has no row yet: an error once it provably never will
+    -- it is a standby that failed or was withdrawn, or the process that launched it exited
+    (on this host: :mod:`~airflow_checkpoint_provider.hooks.launcher`); ``None``: it may
+    still come (or ``job`` is a name, or it has a row now). ``kind`` names it in the
+    message (``"standby job"``)."""
+    launch = find_launch(job)
+    exited = launch is not None and launch.exited()  # before the rows: written before it exits
+    if store.get_job(job) is not None:
+        return None
+    standby = store.get_standby(job)
+    name = (standby.job_name if standby is not None and standby.job_name
+            else launch.job_name if launch is not None else "")
+    who = f"{kind} {name} ({job})" if name else f"{kind} {job}"
+    payload: dict[str, Any] = {"job_id": job, "job_name": name or None}
+    if standby is not None:
+        payload["standby_status"] = standby.status
+        if standby.is_terminal:
+            return Outcome(ERROR, f"{who} is {standby.status}: "
+                                  f"{standby.detail or 'no reason recorded'} (a standby of job "
+                                  f"{standby.waits_for_job_id or '?'} without a job row: it will "
+                                  "not run)", payload)
+    if exited:
+        assert launch is not None
+        state = (f"said {standby.status} as a standby of job {standby.waits_for_job_id}, but"
+                 if standby is not None else "has no job row and")
+        return Outcome(ERROR, f"{who} {state} will not run: {launch.describe_exit()}",
+                       payload)
+    return None
 
 
 def describe_job(job: JobRecord) -> str:
@@ -72,9 +122,9 @@ def check_job_state(store: MetadataStore, job: str, *, target_states: list[str],
                     access: DagAccess | None = None) -> Outcome | None:
     """Success once ``job`` (id, id prefix or name) is in one of ``target_states``; error when
     it is in ``failure_states`` (default: FAILED, CANCELED) or ended in a state not targeted."""
-    rec = _job(store, job, access)
+    rec = current_job(store, job, access)
     if rec is None:
-        return None
+        return check_not_started(store, job)
     payload = {"job_id": rec.job_id, "job_name": rec.job_name, "job_status": rec.status,
                "failure_reason": rec.failure_reason}
     if rec.status in target_states:
@@ -96,9 +146,9 @@ def check_checkpoint_completed(store: MetadataStore, job: str, *, kind: str | No
     ``after_restore``, triggered after the job's latest (re)start that restored state; with
     ``require_running`` the job must also be RUNNING at that moment (a health gate).
     Error when the job ended (or is not active any more) before that."""
-    rec = _job(store, job, access)
+    rec = current_job(store, job, access)
     if rec is None:
-        return None
+        return check_not_started(store, job)
     not_before = after_time
     if after_restore:
         attempts = store.list_attempts(rec.job_id)
@@ -150,14 +200,24 @@ def check_control_request(store: MetadataStore, request_id: str, *,
         if owner is not None:
             access.check(owner, "read the control requests of")
     if not req.is_done:
-        return None
+        # a job that died answers nothing: declared LOST (silent, or its driver's process
+        # gone), which fails its open requests; one that ended without answering fails here
+        job = current_job(store, req.job_id)
+        if job is None or not job.is_terminal:
+            return None
+        req = store.get_control_request(request_id) or req
+        if not req.is_done:
+            return Outcome(ERROR, f"{req.action} request {request_id} was never answered: "
+                           f"{describe_job(job)}",
+                           {"request_id": request_id, "job_id": req.job_id,
+                            "action": req.action, "job_status": job.status})
     result = dict(req.result or {})
     payload = {"request_id": request_id, "job_id": req.job_id, "action": req.action, **result}
     if req.status == "SUCCEEDED":
         where = f" at {result['location']}" if result.get("location") else ""
         message = f"{req.action} request {request_id} of job {req.job_id} succeeded{where}"
         if then_job_states:
-            job = store.get_job(req.job_id)
+            job = current_job(store, req.job_id)  # a job that died on the way is declared LOST
             if job is None or job.status not in then_job_states:
                 if job is not None and job.is_terminal:
                     return Outcome(ERROR, f"{message}, but then {describe_job(job)} (waited "
@@ -185,7 +245,7 @@ def check_stability(store: MetadataStore, job_id: str, *, since: datetime,
     holds every criterion with its figure and bound."""
     crit = StabilityCriteria.from_dict(criteria)
     now = now or datetime.now(UTC)
-    _job(store, job_id, access)  # declares a silent job LOST
+    current_job(store, job_id, access)  # declares a silent job LOST
     if (now - since).total_seconds() < crit.window_s:
         verdict = early_verdict(store, job_id, since=since, criteria=crit)
         if verdict is None:
@@ -213,9 +273,9 @@ def check_kafka_caught_up(store: MetadataStore, job: str, *, max_lag: int, for_s
     Only checkpoints triggered at or after ``after_time`` count. Error when the job ended,
     or when a completed checkpoint recorded no Kafka lag at all (no ``KafkaSource``: the
     wait could never end)."""
-    rec = _job(store, job, access)
+    rec = current_job(store, job, access)
     if rec is None:
-        return None
+        return check_not_started(store, job)
     payload: dict[str, Any] = {"job_id": rec.job_id, "job_name": rec.job_name,
                                "job_status": rec.status}
     if rec.status not in ACTIVE_JOB_STATUSES:

@@ -38,6 +38,7 @@ from airflow_checkpoint_provider.triggers.conditions import (
     SUCCESS,
     Outcome,
     check_control_request,
+    current_job,
 )
 
 #: what blue must be before the cut-over is over (a stop ends STOPPED; a bounded job may
@@ -120,7 +121,7 @@ def _blue_ended(store: Any, payload: dict[str, Any]) -> Outcome | None:
     job_id = payload.get("job_id")
     if job_id is None:
         return Outcome(SUCCESS, "blue had stopped before", {})
-    job = store.get_job(job_id)
+    job = current_job(store, job_id)  # a blue that died after its savepoint: LOST, an error
     if job is None or job.status in BLUE_ENDED:
         payload["job_status"] = None if job is None else job.status
         return Outcome(SUCCESS, f"blue {job_id} is {payload['job_status']}", {})

@@ -12,9 +12,12 @@ With ``standby=True`` (savepoint mode only) the new version starts *first*, as a
 the running one (``restore="standby:JOB"``): ``start_v2`` returns once its application is up
 and it only waits for the hand-over (``READY`` in the metadata DB), then ``stop_v1`` stops the
 old version with a savepoint and the standby restores it at once -- the new version's start
-is no longer part of the output gap. A failed or refused stop withdraws the waiting standby
-(``cancel_v2``) and the old version keeps running; a new version that fails after the
-hand-over is rolled back as above.
+is no longer part of the output gap. ``stop_v1`` stops the old version only while the standby
+can still take over (``StopForUpgradeOperator(standby_job=...)``). A failed or refused stop
+withdraws the waiting standby (``cancel_v2``) and the old version keeps running; a new
+version that fails after the hand-over is rolled back as above. A standby that fails, or
+whose process exits, fails the wait within a poll, naming it (see
+:mod:`~airflow_checkpoint_provider.hooks.launcher` for what can be known from another host).
 """
 
 from __future__ import annotations
@@ -169,7 +172,9 @@ def savepoint_upgrade(
         stop_v1 = StopForUpgradeOperator(
             task_id="stop_v1", **CONTROL_RETRIES, job="{{ params.job_name }}",
             directory="{{ params.savepoint_dir }}", upgrade_mode="{{ params.upgrade_mode }}",
-            max_checkpoint_age="{{ params.max_checkpoint_age_s }}", deferrable=True)
+            max_checkpoint_age="{{ params.max_checkpoint_age_s }}", deferrable=True,
+            # v1 stops only while the standby is still there to take over
+            standby_job=v2_job_id if standby else None)
         if standby:  # up before v1 stops; it restores v1's stop savepoint at once
             start_v2 = SubmitCheckpointedJobOperator(
                 task_id="start_v2", pipeline=v2, job_name="{{ params.job_name }}",

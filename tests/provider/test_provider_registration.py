@@ -34,7 +34,7 @@ def test_get_provider_info_lists_every_module_of_each_role(role):
                for f in os.listdir(os.path.join(PACKAGE, role))
                if f.endswith(".py") and f != "__init__.py"}
     listed = {m for entry in get_provider_info()[role] for m in entry["python-modules"]}
-    helpers = {"hooks": ("job_env", "secrets"), "operators": ("base",),
+    helpers = {"hooks": ("job_env", "launcher", "secrets"), "operators": ("base",),
                "triggers": ("conditions",)}  # shared code, no operator/hook/trigger class
     modules -= {f"airflow_checkpoint_provider.{role}.{m}" for m in helpers.get(role, ())}
     assert modules <= listed, f"{role} not registered: {sorted(modules - listed)}"
