@@ -39,6 +39,7 @@ from .errors import (
     UntrustedSnapshotError,
 )
 from .eventtime import SessionWindows, SlidingWindows, TumblingWindows, WatermarkStrategy
+from .extras import alias_moved_modules
 from .plan.functions import (
     BroadcastContext,
     CheckpointedFunction,
@@ -60,6 +61,16 @@ from .state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+
+#: engine modules that moved into the package of their role (issue 53: no package holds more
+#: than 15 modules): their old paths import the same module objects, with a
+#: DeprecationWarning naming the new path
+_MOVED = {
+    "private": "fs.private",
+    "sink_names": "connectors.sink_names",
+    "metrics": "runners.metrics",
+}
+alias_moved_modules(__name__, _MOVED)
 
 if TYPE_CHECKING:  # for type checkers and the API reference; loaded lazily below
     from .connectors.files.source import FileSource

@@ -71,6 +71,14 @@ from .connectors.postgres.cdc.source import job_object_name as cdc_object_name
 from .datastream.api import DEFAULT_METADATA_ENV as METADATA_URL_ENV
 from .datastream.run_request import CheckpointOverrides, Restore, RestoreKind, RunRequest
 from .errors import EngineError, InvalidNameError
+from .fs.private import (
+    SPARK_ENV_PREFIX,
+    SPARK_REDACTION_REGEX,
+    makedirs_private,
+    open_private,
+    user_temp_dir,
+    write_private,
+)
 from .fs.storage import absolute_location, canonical_location
 from .lifecycle import lineage as _lineage
 from .lifecycle.lineage import upgrade_chain
@@ -92,14 +100,6 @@ from .lifecycle.stability import (
 )
 from .names import MAX_NAME_LENGTH, validate_job_id, validate_job_name
 from .packaging import SHIP_CODE_ENV, code_archives
-from .private import (
-    SPARK_ENV_PREFIX,
-    SPARK_REDACTION_REGEX,
-    makedirs_private,
-    open_private,
-    user_temp_dir,
-    write_private,
-)
 from .settings import (
     ALLOWED_SAVEPOINT_ROOTS,
     CLIENT_POLL_SECONDS,

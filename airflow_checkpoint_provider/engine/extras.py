@@ -52,6 +52,8 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def __init__(self, package: str, moved: dict[str, str]) -> None:
         self.package, self.moved = package, moved
+        #: new module name -> its own spec, while the import system replaces it (below)
+        self.specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
 
     def new_name(self, fullname: str) -> str | None:
         if not fullname.startswith(self.package + "."):
@@ -72,10 +74,15 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         assert new is not None
         warnings.warn(f"{spec.name} is deprecated: import from {new}", DeprecationWarning,
                       stacklevel=2)
-        return importlib.import_module(new)
+        module = importlib.import_module(new)
+        self.specs[module.__name__] = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """The module is already executed (under its new name)."""
+        """The module is already executed (under its new name). The import system set its
+        ``__spec__`` to the old path's: give it its own back (``importlib.reload``, tools
+        that read the spec)."""
+        module.__spec__ = self.specs.pop(module.__name__, module.__spec__)
 
 
 def alias_moved_modules(package: str, moved: dict[str, str]) -> None:

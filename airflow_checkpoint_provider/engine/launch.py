@@ -22,7 +22,7 @@ def env_from_spark_conf(items: list[tuple[str, str]], environ: dict | None = Non
     (how the submit hook passes a standalone cluster-mode driver its environment, never on
     the command line: the metadata DB URL holds a password). Variables already set win.
     Returns the names set."""
-    from airflow_checkpoint_provider.engine.private import SPARK_ENV_PREFIX
+    from airflow_checkpoint_provider.engine.fs.private import SPARK_ENV_PREFIX
 
     environ = os.environ if environ is None else environ
     done = []

@@ -27,7 +27,7 @@ import stat
 import zipfile
 
 from .errors import ConfigurationError
-from .private import private_dir, user_temp_dir, write_private
+from .fs.private import private_dir, user_temp_dir, write_private
 from .settings import SHIP_CODE
 
 #: Set in the driver's environment when the code reaches executors as archives.

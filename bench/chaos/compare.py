@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from airflow_checkpoint_provider.engine.connectors.files.partitions import read_partition_dir
-from airflow_checkpoint_provider.engine.sink_names import parse_part_file_name
+from airflow_checkpoint_provider.engine.connectors.sink_names import parse_part_file_name
 
 from .catalogue import Output
 

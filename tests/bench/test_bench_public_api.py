@@ -50,21 +50,11 @@ ALLOWED: dict[str, set[str]] = {
     # converted after the chaos-matrix owner is done (the matrix is being run)
     "bench/chaos/driver.py": {f"{ENGINE}.runners.spark:session_for"},
     "bench/chaos/compare.py": {f"{ENGINE}.connectors.files.partitions:read_partition_dir",
-                               f"{ENGINE}.sink_names:parse_part_file_name"},
+                               f"{ENGINE}.connectors.sink_names:parse_part_file_name"},
     "bench/chaos/nexmark_source.py": {f"{ENGINE}.connectors.generator:StridedSplitReader"},
     "bench/chaos/cdc.py": {f"{ENGINE}.connectors.postgres.sink:rollback_prepared"},
     "bench/chaos/run.py": {f"{ENGINE}.catalog:MetadataStore",
                            f"{ENGINE}.catalog:MetadataSchemaError"},
-    # converted after the state-work owner is done (bench/per_record*.py)
-    "bench/per_record.py": {f"{ENGINE}.catalog:MetadataStore",
-                            f"{ENGINE}.state.heap:HeapKeyedStateBackend",
-                            f"{ENGINE}.state.keygroups:KeyGroupRange",
-                            f"{ENGINE}.state.keygroups:key_group_for",
-                            f"{ENGINE}.state.rocksdb:RocksDBKeyedStateBackend"},
-    # converted after the cut-over owner is done (bench/downtime.py)
-    "bench/downtime.py": {f"{ENGINE}.catalog:MetadataStore",
-                          f"{ENGINE}.connectors.files.sink:read_committed",
-                          f"{ENGINE}.connectors.generator:GeneratorSource"},
 }
 #: internal names whose public home has another name
 RENAMED = {
@@ -77,8 +67,7 @@ RENAMED = {
         f"from {ENGINE}.client import cdc_object_name",
 }
 #: whole trees being edited: bounded per file by ALLOWED (a file not listed there: none)
-EDITED_ELSEWHERE = ("bench/chaos/*", "bench/peers/*", "bench/kafka*", "bench/per_record*.py",
-                    "bench/downtime.py")
+EDITED_ELSEWHERE = ("bench/chaos/*", "bench/peers/*", "bench/kafka*")
 
 
 def _module_file(module: str) -> str | None:

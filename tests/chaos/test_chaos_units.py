@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from airflow_checkpoint_provider.engine.sink_names import part_file_name
+from airflow_checkpoint_provider.engine.connectors.sink_names import part_file_name
 from bench.chaos.catalogue import Output
 from bench.chaos.compare import as_multiset, committed_rows, difference
 from bench.chaos.faults import KILL_KINDS, plan

@@ -52,3 +52,21 @@ def test_the_tree_reader_follows_the_indentation():
     page = ("## The engine's packages\n```text\nengine/\n  a/ b/       x\n    c/\n"
             "      d/     y\n  e.py        z\n```\n")
     assert drawn_packages(page) == {"a", "b", "b/c", "b/c/d"}
+
+
+def _layers_of_the_layer_test() -> list[str]:
+    """The layer names of tests/test_layers.py, top to bottom (read from its source)."""
+    import ast
+
+    tree = ast.parse((ROOT / "tests" / "test_layers.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "LAYERS":
+            return [name for name, _ in ast.literal_eval(node.value)]
+    raise AssertionError("no LAYERS in tests/test_layers.py")
+
+
+def test_the_layer_table_lists_the_layers_the_layer_test_enforces_in_order():
+    section = PAGE.read_text(encoding="utf-8").split("## The engine's layers", 1)[1]
+    rows = re.findall(r"^\| ([^|]+?) \| [^|]*\| [^|]*\|$", section.split("\n## ", 1)[0], re.M)
+    drawn = [r for r in rows if r not in ("layer (top to bottom)", "---")]
+    assert drawn == _layers_of_the_layer_test()

@@ -64,7 +64,7 @@ def _start_and_kill_driver(workdir) -> tuple[MetadataStore, list[int]]:
             assert driver.poll() is None, "the job ended before the kill"
             time.sleep(0.1)
         assert _completed(store) >= 3
-        slots = descendant_pids(driver.pid, b"engine.runtime.slot")
+        slots = descendant_pids(driver.pid, b"engine.runtime.host.slot")
         assert slots, "the driver's slot processes"
         driver.send_signal(signal.SIGKILL)  # no clean-up of any kind
         driver.wait(10)

@@ -29,7 +29,7 @@ from airflow_checkpoint_provider.engine.connectors.postgres.sink import (
     _uid_hash,
     rollback_prepared,
 )
-from airflow_checkpoint_provider.engine.sink_names import gid
+from airflow_checkpoint_provider.engine.connectors.sink_names import gid
 
 NAME = "lost-driver"
 

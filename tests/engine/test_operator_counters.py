@@ -11,7 +11,7 @@ import pytest
 from pipelines import Background, metric_value, scrape_metrics
 from upsert_materializer_pipelines import counting_join_pipeline
 
-from airflow_checkpoint_provider.engine.metrics import JobMetrics
+from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
 
 
 def test_operator_counter_series_counts_increments():

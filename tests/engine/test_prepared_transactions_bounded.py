@@ -95,7 +95,7 @@ def _inject(url: str, gid: str) -> None:
 def test_cancel_rolls_back_what_the_job_prepared_for_checkpoints_that_never_completed(
         tmp_path, postgres_server):
     from airflow_checkpoint_provider.engine.connectors.postgres.sink import _uid_hash
-    from airflow_checkpoint_provider.engine.sink_names import gid
+    from airflow_checkpoint_provider.engine.connectors.sink_names import gid
 
     url = _db(postgres_server)
     bg = Background(_pipeline(str(tmp_path), url, name="cancelled"))
@@ -112,7 +112,7 @@ def test_cancel_rolls_back_what_the_job_prepared_for_checkpoints_that_never_comp
 @pytest.mark.timeout(120)
 def test_ckpt_leftovers_reports_and_aborts_what_ended_jobs_left(tmp_path, postgres_server):
     from airflow_checkpoint_provider.engine.catalog import MetadataStore
-    from airflow_checkpoint_provider.engine.sink_names import gid
+    from airflow_checkpoint_provider.engine.connectors.sink_names import gid
 
     url = _db(postgres_server)
     db = f"sqlite:///{tmp_path / 'meta.db'}"

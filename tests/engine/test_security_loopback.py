@@ -49,7 +49,7 @@ def test_a_slot_binds_loopback_under_a_local_master(monkeypatch, local, bind, ad
     fake_pyspark.BarrierTaskContext = types.SimpleNamespace(get=_Ctx)
     monkeypatch.setitem(sys.modules, "pyspark", fake_pyspark)
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
-    from airflow_checkpoint_provider.engine.runtime import slot
+    from airflow_checkpoint_provider.engine.runtime.host import slot
 
     monkeypatch.setattr(slot, "run_slot", lambda *a, **kw: seen.update(kw))
     fn = spark_runner._make_slot_function(0, ("127.0.0.1", 1), local_master=local)

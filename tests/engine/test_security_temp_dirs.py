@@ -25,12 +25,12 @@ from airflow_checkpoint_provider.engine import (
     FileSink,
     GeneratorSource,
     Pipeline,
-    private,
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.datastream.api import default_metadata_url
 from airflow_checkpoint_provider.engine.errors import ConfigurationError
-from airflow_checkpoint_provider.engine.private import (
+from airflow_checkpoint_provider.engine.fs import private
+from airflow_checkpoint_provider.engine.fs.private import (
     TEMP_DIR_ENV,
     user_temp_base,
     user_temp_dir,

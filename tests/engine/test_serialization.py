@@ -15,7 +15,7 @@ import pytest
 
 from airflow_checkpoint_provider.engine.errors import BadRecordError
 from airflow_checkpoint_provider.engine.protocol import frames as P
-from airflow_checkpoint_provider.engine.runtime.channels import LocalChannel, OutputChannel
+from airflow_checkpoint_provider.engine.runtime.host.channels import LocalChannel, OutputChannel
 from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
 from airflow_checkpoint_provider.engine.serialization import (
     pack_records,

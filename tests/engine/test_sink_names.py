@@ -1,5 +1,5 @@
 """One unambiguous encoding of job ids and operator uids in sink file names and transaction
-ids (engine/sink_names.py), full-match name validation, and the rules for restored sink
+ids (engine/connectors/sink_names.py), full-match name validation, and the rules for restored sink
 transactions (issue 25, items 4-6)."""
 
 from __future__ import annotations
@@ -13,12 +13,7 @@ from airflow_checkpoint_provider.engine.connectors.base import SourceContext
 from airflow_checkpoint_provider.engine.connectors.files.sink import FileSink
 from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
 from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink, _uid_hash
-from airflow_checkpoint_provider.engine.names import (
-    validate_job_id,
-    validate_job_name,
-    validate_uid,
-)
-from airflow_checkpoint_provider.engine.sink_names import (
+from airflow_checkpoint_provider.engine.connectors.sink_names import (
     TransactionIdError,
     app_id,
     gid,
@@ -29,6 +24,11 @@ from airflow_checkpoint_provider.engine.sink_names import (
     parse_staged_file_name,
     part_file_name,
     staged_file_name,
+)
+from airflow_checkpoint_provider.engine.names import (
+    validate_job_id,
+    validate_job_name,
+    validate_uid,
 )
 
 # (job id, operator uid) pairs whose old '-' joined names were the same

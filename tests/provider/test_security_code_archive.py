@@ -15,8 +15,8 @@ import zipfile
 import pytest
 
 from airflow_checkpoint_provider.engine.errors import ConfigurationError
+from airflow_checkpoint_provider.engine.fs.private import user_temp_base, user_temp_dir
 from airflow_checkpoint_provider.engine.packaging import code_archives
-from airflow_checkpoint_provider.engine.private import user_temp_base, user_temp_dir
 from airflow_checkpoint_provider.hooks.submit import CheckpointSubmitHook
 
 REF = "airflow_checkpoint_provider.examples.versioned_sum:build_v1"

@@ -198,7 +198,7 @@ def private_tmpdir(tmp_path, monkeypatch):
     """``$TMPDIR`` of this test (and of its spark-submit): a directory searched afterwards."""
     import tempfile
 
-    from airflow_checkpoint_provider.engine import private
+    from airflow_checkpoint_provider.engine.fs import private
 
     tmp = tmp_path / "tmp"
     tmp.mkdir(mode=0o700)

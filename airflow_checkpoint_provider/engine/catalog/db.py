@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from ..errors import EngineError
-from ..private import create_private_file, makedirs_private
+from ..fs.private import create_private_file, makedirs_private
 from ..settings import SQLITE_BUSY_TIMEOUT
 
 if TYPE_CHECKING:

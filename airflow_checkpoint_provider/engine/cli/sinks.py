@@ -10,8 +10,8 @@ import click
 
 from ..catalog.models import TERMINAL_JOB_STATUSES
 from ..connectors.capabilities import SupportsDiscardCommitted, SupportsFencing
+from ..connectors.sink_names import parse_gid
 from ..errors import EngineError
-from ..sink_names import parse_gid
 from .common import _echo_json, _store, db_option, json_option, load_pipeline, main
 
 DONE = ("COMPLETED", "SUBSUMED")

@@ -21,7 +21,7 @@ import shutil
 import uuid
 
 from ..errors import CheckpointStorageError
-from ..private import makedirs_private, open_private
+from .private import makedirs_private, open_private
 from .s3 import S3FileSystem, split_uri
 
 METADATA_FILE = "_metadata"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from ..catalog.models import JobStatus
 from ..datastream.api import DEFAULT_METADATA_ENV, Pipeline
 from ..errors import EngineError
-from ..private import makedirs_private, open_private
+from ..fs.private import makedirs_private, open_private
 from ..settings import CLIENT_POLL_SECONDS
 
 

@@ -43,7 +43,7 @@ from matplotlib.transforms import blended_transform_factory
 
 from ..catalog import AttemptRecord, CheckpointRecord, JobRecord, MetadataStore
 from ..connectors.kafka.lag import checkpoint_consumer_lag
-from ..private import makedirs_private, open_private
+from ..fs.private import makedirs_private, open_private
 from .stats import (
     TASK_METRICS,
     is_completed,

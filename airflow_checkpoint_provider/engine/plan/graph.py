@@ -123,7 +123,7 @@ class Vertex:
 
     def input_of_channels(self) -> list[int | None]:
         """The input (1 or 2) each input channel feeds, in channel order (the order of
-        :func:`~.runtime.slot.input_channel_index`); None for a single-input vertex."""
+        :func:`~.runtime.host.slot.input_channel_index`); None for a single-input vertex."""
         return [e.input for e in self.inputs
                 for _ in range(channels_for_input(e, self.parallelism))]
 

@@ -5,7 +5,7 @@ in-band events (barriers, cancel markers, end of input); the control connection 
 slot and the coordinator carries msgpack maps.
 
 Every read checks the length in the header before it allocates: at most
-:data:`HANDSHAKE_FRAME_LIMIT` bytes until the peer is authenticated (``runtime/auth.py``),
+:data:`HANDSHAKE_FRAME_LIMIT` bytes until the peer is authenticated (``runtime/host/auth.py``),
 then :func:`frame_limit` (``$CKPT_MAX_FRAME_BYTES``); a longer frame is a
 :class:`~.errors.FrameTooLargeError` and its connection is closed by the caller.
 """
@@ -32,7 +32,7 @@ CANCEL = 4         # msgpack checkpoint_id
 END_OF_INPUT = 5   # empty
 HELLO = 6          # msgpack {"vertex", "subtask", "channel"} sent first on a data connection
 CONTROL = 7        # msgpack map of a control message (messages.py)
-CHALLENGE = 8      # 16-byte nonce, first frame from the accepting side (runtime/auth.py)
+CHALLENGE = 8      # 16-byte nonce, first frame from the accepting side (runtime/host/auth.py)
 AUTH = 9           # the connecting side's nonce and HMAC; then the accepting side's HMAC
 WATERMARK = 10     # msgpack [watermark_ms, idle] (runtime/operators/watermarks.py)
 CREDIT = 11        # u32 records: receiver -> sender, more credit (runtime/debloat.py)
@@ -56,7 +56,7 @@ class ConnectionClosed(Exception):
 
 
 #: the largest frame read before the peer is authenticated: the handshake's frames are
-#: 16-48 bytes (runtime/auth.py), so a header claiming more is refused unread
+#: 16-48 bytes (runtime/host/auth.py), so a header claiming more is refused unread
 HANDSHAKE_FRAME_LIMIT = 1024
 #: frames longer than this are read in growing steps, so that memory follows the bytes that
 #: actually arrived, not the length a header claims

@@ -151,7 +151,7 @@ class TaskFailed(FromTask):
     traceback: str = ""
     #: no restart can fix it (a snapshot that cannot be restored, bad input)
     fatal: bool = False
-    #: where it failed (:mod:`..runtime.failure_place`): the operator (``kind 'name'
+    #: where it failed (:mod:`..runtime.task.failure_place`): the operator (``kind 'name'
     #: (Class)``), its uid and the phase (restore, processing, timer, snapshot, commit,
     #: close, ...); the task's parallelism names the subtask as ``i/n``
     operator: str = ""

@@ -2,7 +2,7 @@
 restores, and failing fast when a failure repeats identically after each restore.
 
 **Repeated failure after restore.** An attempt's failure has a *signature* when a task
-reported it: the operator uid, the phase (:mod:`..runtime.failure_place`) and the exception's
+reported it: the operator uid, the phase (:mod:`..runtime.task.failure_place`) and the exception's
 type and message. When ``RestartStrategy.identical_failures`` (N, default 2) consecutive
 attempts, each restored from a checkpoint, failed with the same signature and no checkpoint
 completed in between, a restart restores the same state and meets the same failure: the job
@@ -41,7 +41,7 @@ from .restore_plan import check_restore_plan
 
 if TYPE_CHECKING:
     from ..checkpoint.trust import SnapshotTrust
-    from ..metrics import JobMetrics
+    from .metrics import JobMetrics
     from .promote import Promoter
     from .restore_plan import RestorePlanner
 

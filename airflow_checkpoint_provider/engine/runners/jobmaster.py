@@ -30,19 +30,19 @@ from ..connectors.capabilities import SupportsFencing
 from ..errors import ConfigurationError, JobFailedError
 from ..eventtime import format_watermark
 from ..fs.storage import absolute_location, default_savepoint_root, job_directory
-from ..metrics import JobMetrics, metrics_port_from_env
 from ..names import ensure_under, validate_job_id, validate_job_name
 from ..plan.graph import ExecutionGraph
 from ..plan.job import JobConfig, JobResult
 from ..protocol import ProtocolError
 from ..protocol import frames as P
 from ..protocol import messages as M
-from ..runtime.auth import MAX_PENDING_HANDSHAKES, new_secret, serve_authenticated
+from ..runtime.host.auth import MAX_PENDING_HANDSHAKES, new_secret, serve_authenticated
 from ..snapshot.codec import LoadedSnapshot
 from . import fencing, standby
 from .control import ControlPlane
 from .failures import Failover, JobEnd
 from .fencing import check_job_start, claim_before_restore, discard_held
+from .metrics import JobMetrics, metrics_port_from_env
 from .progress import ProgressReporter
 from .promote import Promoter
 from .restore_plan import RestorePlanner
@@ -64,14 +64,14 @@ class CoordinatorServer:
 
     Bound to ``host`` (127.0.0.1 with the local runner; the driver host with Spark). Every
     connection is authenticated in its own thread before anything it sends is read
-    (``runtime/auth.py``: mutual HMAC handshake, 1 KiB frames and an overall deadline until
+    (``runtime/host/auth.py``: mutual HMAC handshake, 1 KiB frames and an overall deadline until
     then, at most ``max_pending`` handshakes at once); after that its frames are bounded by
     ``$CKPT_MAX_FRAME_BYTES``, which the handshake also hands to the slot."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
                  secret: bytes | None = None, max_pending: int = MAX_PENDING_HANDSHAKES) -> None:
         self.events: queue.Queue = queue.Queue()
-        self.secret = secret  # peers must prove they hold it (runtime/auth.py)
+        self.secret = secret  # peers must prove they hold it (runtime/host/auth.py)
         self.frame_limit = max_frame_bytes()  # a bad $CKPT_MAX_FRAME_BYTES fails here
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 from ..plan.graph import ExecutionGraph
 from ..plan.job import JobConfig, JobResult
-from ..runtime.auth import SECRET_ENV
-from ..runtime.forkserver import SLOT_MODULE, ForkClient, ForkServerError
+from ..runtime.host.auth import SECRET_ENV
+from ..runtime.host.forkserver import SLOT_MODULE, ForkClient, ForkServerError
 from ..settings import SLOT_FORK_SERVER
 from .jobmaster import JobMaster
 
-#: ``0`` starts every slot as a fresh ``python -m ...runtime.slot`` process instead of forking
-#: it from the fork server (:mod:`..runtime.forkserver`).
+#: ``0`` starts every slot as a fresh ``python -m ...runtime.host.slot`` process instead of forking
+#: it from the fork server (:mod:`..runtime.host.forkserver`).
 FORK_SERVER_ENV = SLOT_FORK_SERVER.name
 
 
@@ -86,9 +86,9 @@ class ForkedSlot:
 
 class LocalProcessLauncher:
     """Starts slot processes and stops exactly those, by PID. A slot is forked by this
-    process's fork server (:mod:`..runtime.forkserver`: the runtime is imported once, not
+    process's fork server (:mod:`..runtime.host.forkserver`: the runtime is imported once, not
     per slot), or, with ``CKPT_SLOT_FORK_SERVER=0`` or when the server cannot start, runs as
-    ``python -m ...runtime.slot``. A slot that fails writes its traceback to a file of this
+    ``python -m ...runtime.host.slot``. A slot that fails writes its traceback to a file of this
     launcher (``--failure-file``): :meth:`poll` adds it to the exit code."""
 
     def __init__(self, preload: Sequence[str] = ()) -> None:

@@ -41,7 +41,7 @@ def main() -> None:
     prefer_installed_pyspark()
     from pyspark import daemon
 
-    from ..runtime.forkserver import PRELOAD, prepare_to_fork
+    from ..runtime.host.forkserver import PRELOAD, prepare_to_fork
 
     prepare_to_fork(PRELOAD)
     daemon.manager()

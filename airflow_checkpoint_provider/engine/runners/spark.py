@@ -113,7 +113,7 @@ def session_for(master: str | None, app_name: str, *, extra_conf: dict | None = 
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    from ..private import SPARK_REDACTION_REGEX
+    from ..fs.private import SPARK_REDACTION_REGEX
 
     ship_code = SHIP_CODE.get()
     if not ship_code:

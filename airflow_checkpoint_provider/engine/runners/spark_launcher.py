@@ -15,7 +15,7 @@ one of its tasks gets a core at once, so two leftover tasks on ``local[4]`` bloc
    task of the ended attempt's stage still running.
 
 Where the driver cannot kill (executors on other hosts) a slot ends its own process a few
-seconds after its coordinator connection closed (``runtime/slot.py``, ``orphan_exit``).
+seconds after its coordinator connection closed (``runtime/host/slot.py``, ``orphan_exit``).
 If cores are still held when the next attempt should start, that attempt fails with
 :class:`~..errors.SlotsNotReleasedError` naming the stage instead of waiting for slots that
 cannot start.
@@ -125,7 +125,7 @@ def make_slot_function(
         from airflow_checkpoint_provider.engine.runners.spark_launcher import (
             note_slot_process,
         )
-        from airflow_checkpoint_provider.engine.runtime.slot import run_slot
+        from airflow_checkpoint_provider.engine.runtime.host.slot import run_slot
 
         ctx = BarrierTaskContext.get()
         slot = ctx.partitionId()

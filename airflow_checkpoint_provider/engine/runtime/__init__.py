@@ -1,16 +1,20 @@
 """The runtime: what runs in a slot process.
 
-* process hosting (this package's own modules): :mod:`.slot`, :mod:`.forkserver`,
-  :mod:`.auth`, :mod:`.environment`, :mod:`.channels`, :mod:`.failure_place`, :mod:`.batches`;
+Three packages by role, each importing only the ones below it (``tests/test_layers.py``):
+
+* :mod:`.host` -- process hosting: the slot process (:mod:`.host.slot`), the local runner's
+  fork server, the authenticated connections and the channels between subtasks;
 * :mod:`.task` -- the task loop and its checkpointing, barrier alignment, mailbox and flow
-  control;
+  control, and what a task gets from its slot (:mod:`.task.environment`);
 * :mod:`.operators` -- the operators, declared in one registry
   (:mod:`.operators.registry`: spec type, state layout, restore compatibility).
 
-The operator and task modules lived directly in this package before issue 53: their old
-paths (``runtime.windowing``, ``runtime.mailbox``, ``runtime.vectorized_ops.latest``, ...)
-still import, as the same module objects, with a :class:`DeprecationWarning` naming the new
-path (:func:`~..extras.alias_moved_modules`).
+What all three share stays here: :mod:`.batches`, the record batches of the data path.
+
+Every other module lived directly in this package before issue 53: their old paths
+(``runtime.slot``, ``runtime.windowing``, ``runtime.mailbox``,
+``runtime.vectorized_ops.latest``, ...) still import, as the same module objects, with a
+:class:`DeprecationWarning` naming the new path (:func:`~..extras.alias_moved_modules`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,12 @@ MOVED = {
     "alignment": "task.alignment",
     "mailbox": "task.mailbox",
     "debloat": "task.debloat",
+    "environment": "task.environment",
+    "failure_place": "task.failure_place",
+    "slot": "host.slot",
+    "forkserver": "host.forkserver",
+    "auth": "host.auth",
+    "channels": "host.channels",
 }
 
 

@@ -9,7 +9,7 @@ from airflow_checkpoint_provider.engine import CheckpointConfig
 from airflow_checkpoint_provider.engine.checkpoint import coordinator as coordinator_module
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
 from airflow_checkpoint_provider.engine.checkpoint.outcomes import TaskAck
-from airflow_checkpoint_provider.engine.metrics import JobMetrics
+from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
 
 TASKS = [(0, 0), (1, 0)]
 

@@ -13,7 +13,7 @@ from airflow_checkpoint_provider.engine.errors import ConfigurationError
 from airflow_checkpoint_provider.engine.plan.graph import HASH
 from airflow_checkpoint_provider.engine.protocol import BarrierKind, CheckpointBarrier
 from airflow_checkpoint_provider.engine.protocol import frames as P
-from airflow_checkpoint_provider.engine.runtime.channels import (
+from airflow_checkpoint_provider.engine.runtime.host.channels import (
     LocalChannel,
     OutputChannel,
     RecordWriter,

@@ -36,7 +36,7 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.plan.graph import FORWARD
-from airflow_checkpoint_provider.engine.runtime.channels import LocalChannel, RecordWriter
+from airflow_checkpoint_provider.engine.runtime.host.channels import LocalChannel, RecordWriter
 from airflow_checkpoint_provider.engine.runtime.task import mailbox as mailbox_module
 from airflow_checkpoint_provider.engine.runtime.task.debloat import (
     INITIAL_CHANNEL_CREDIT,

@@ -36,7 +36,7 @@ from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import (
     job_object_name,
 )
 from airflow_checkpoint_provider.engine.lifecycle.stability import replication_lag_s
-from airflow_checkpoint_provider.engine.metrics import JobMetrics
+from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
 
 TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: rows of ``items``: the writers' UPDATEs and DELETEs pick a row by ``ORDER BY random()``,

@@ -1,5 +1,5 @@
-"""The local runner's slot fork server (engine/runtime/forkserver.py): a slot forked from it
-runs exactly as ``python -m ...runtime.slot`` would (command line, working directory,
+"""The local runner's slot fork server (engine/runtime/host/forkserver.py): a slot forked from it
+runs exactly as ``python -m ...runtime.host.slot`` would (command line, working directory,
 environment, umask, standard streams, exit code), and a job survives the server's death."""
 
 from __future__ import annotations
@@ -33,7 +33,11 @@ from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.connectors.lakehouse.iceberg import IcebergSink
 from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 from airflow_checkpoint_provider.engine.runners.local import slot_imports
-from airflow_checkpoint_provider.engine.runtime.forkserver import ForkClient, ForkServer, server_key
+from airflow_checkpoint_provider.engine.runtime.host.forkserver import (
+    ForkClient,
+    ForkServer,
+    server_key,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -109,7 +113,7 @@ def test_a_forked_slot_takes_the_requests_environment_and_shows_its_command_line
         deadline = time.monotonic() + 30
         while b"--slot 3" not in cmdline(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert b"engine.runtime.slot --slot 3 --attempt 0" in cmdline(pid)
+        assert b"engine.runtime.host.slot --slot 3 --attempt 0" in cmdline(pid)
         assert client.returncode(pid) is None  # waiting for its coordinator
         client.kill(pid)
         assert client.wait(pid, 30) == -signal.SIGKILL
@@ -183,8 +187,8 @@ def test_a_job_whose_fork_server_is_killed_restarts_and_stays_exactly_once(workd
                     for c in store.list_checkpoints(j.job_id)):
                 break
             time.sleep(0.1)
-        servers = descendant_pids(os.getpid(), b"engine.runtime.forkserver")
-        slots = [pid for s in servers for pid in child_pids(s, b"engine.runtime.slot")]
+        servers = descendant_pids(os.getpid(), b"engine.runtime.host.forkserver")
+        slots = [pid for s in servers for pid in child_pids(s, b"engine.runtime.host.slot")]
         assert servers and slots, (servers, slots)
         for pid in servers:
             os.kill(pid, signal.SIGKILL)  # the slots are orphans now; the job must notice
@@ -205,11 +209,11 @@ def test_without_the_fork_server_each_slot_is_a_process_of_its_own(workdir, monk
 
     def watch() -> None:
         while not done.is_set():
-            seen.update(child_pids(os.getpid(), b"engine.runtime.slot"))
-            servers.update(descendant_pids(os.getpid(), b"engine.runtime.forkserver"))
+            seen.update(child_pids(os.getpid(), b"engine.runtime.host.slot"))
+            servers.update(descendant_pids(os.getpid(), b"engine.runtime.host.forkserver"))
             time.sleep(0.05)
 
-    before = set(descendant_pids(os.getpid(), b"engine.runtime.forkserver"))
+    before = set(descendant_pids(os.getpid(), b"engine.runtime.host.forkserver"))
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     try:

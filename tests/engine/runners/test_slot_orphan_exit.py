@@ -45,7 +45,7 @@ def test_a_slot_stuck_in_user_code_ends_its_process_when_its_driver_is_killed(wo
             time.sleep(0.1)
         assert marker.exists(), "no slot got stuck within 90 s"
         stuck = int(marker.read_text().split()[0])
-        slots = descendant_pids(driver.pid, b"engine.runtime.slot")
+        slots = descendant_pids(driver.pid, b"engine.runtime.host.slot")
         assert stuck in slots, (stuck, slots)
         driver.send_signal(signal.SIGKILL)  # the coordinator is gone, without a word
         driver.wait(10)

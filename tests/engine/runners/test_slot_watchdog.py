@@ -1,4 +1,4 @@
-"""The slot's watchdog (runtime/slot.py): it ends the process a grace period after the
+"""The slot's watchdog (runtime/host/slot.py): it ends the process a grace period after the
 control connection closed, never while the connection lives or after the slot ended."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from airflow_checkpoint_provider.engine.runtime import slot as slot_module
-from airflow_checkpoint_provider.engine.runtime.slot import Slot, connection_closed
+from airflow_checkpoint_provider.engine.runtime.host import slot as slot_module
+from airflow_checkpoint_provider.engine.runtime.host.slot import Slot, connection_closed
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from airflow_checkpoint_provider.engine.protocol import frames as P
-from airflow_checkpoint_provider.engine.runtime.slot import _reader
+from airflow_checkpoint_provider.engine.runtime.host.slot import _reader
 from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
 from airflow_checkpoint_provider.engine.serialization import packb
 

@@ -11,7 +11,7 @@ import pytest
 from pipelines import Background, check_exactly_once, expected_running_sums, running_sum_pipeline
 
 from airflow_checkpoint_provider.engine.protocol import frames as P
-from airflow_checkpoint_provider.engine.runtime.auth import accept_peer, connect_peer
+from airflow_checkpoint_provider.engine.runtime.host.auth import accept_peer, connect_peer
 from airflow_checkpoint_provider.engine.serialization import packb
 
 N, KEYS, SEED = 6000, 20, 3

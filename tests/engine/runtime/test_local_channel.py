@@ -10,7 +10,7 @@ import pytest
 from airflow_checkpoint_provider.engine.protocol import BarrierKind, CheckpointBarrier
 from airflow_checkpoint_provider.engine.protocol import frames as P
 from airflow_checkpoint_provider.engine.runtime.batches import encode_arrow
-from airflow_checkpoint_provider.engine.runtime.channels import LocalChannel
+from airflow_checkpoint_provider.engine.runtime.host.channels import LocalChannel
 from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
 from airflow_checkpoint_provider.engine.serialization import packb
 

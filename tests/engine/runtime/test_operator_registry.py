@@ -93,6 +93,12 @@ def test_per_record_state_into_a_vectorized_op_is_refused():
     ("factory", "operators.registry", "create_operator"),
     ("mailbox", "task.mailbox", "Mailbox"),
     ("task_checkpoint", "task.checkpointing", "channel_holder"),
+    ("slot", "host.slot", "Slot"),
+    ("forkserver", "host.forkserver", "ForkServer"),
+    ("auth", "host.auth", "accept_peer"),
+    ("channels", "host.channels", "RecordWriter"),
+    ("environment", "task.environment", "TaskEnvironment"),
+    ("failure_place", "task.failure_place", "place_of"),
 ])
 def test_an_old_operator_module_path_imports_the_same_module_with_a_warning(old, new, name):
     base = "airflow_checkpoint_provider.engine.runtime"
@@ -122,7 +128,8 @@ def test_the_old_operators_module_names_read_from_the_package_with_a_warning():
 
 @pytest.mark.parametrize(("name", "new"), [("StreamTask", "task.stream_task"),
                                            ("open_operator", "operators.registry"),
-                                           ("LocalChannel", "channels")])
+                                           ("LocalChannel", "host.channels"),
+                                           ("TaskEnvironment", "task.environment")])
 def test_the_old_task_module_names_read_from_the_task_package_with_a_warning(name, new):
     from airflow_checkpoint_provider.engine.runtime import task
 

@@ -16,8 +16,8 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.protocol import CheckpointBarrier, encode
 from airflow_checkpoint_provider.engine.protocol import frames as P
-from airflow_checkpoint_provider.engine.runtime.environment import TaskEnvironment
-from airflow_checkpoint_provider.engine.runtime.slot import _reader
+from airflow_checkpoint_provider.engine.runtime.host.slot import _reader
+from airflow_checkpoint_provider.engine.runtime.task.environment import TaskEnvironment
 from airflow_checkpoint_provider.engine.runtime.task.mailbox import Finish, Mailbox
 from airflow_checkpoint_provider.engine.runtime.task.stream_task import StreamTask
 from airflow_checkpoint_provider.engine.serialization import packb

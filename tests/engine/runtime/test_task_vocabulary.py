@@ -10,7 +10,7 @@ import pytest
 
 from airflow_checkpoint_provider.engine.protocol import BarrierKind, CheckpointBarrier
 from airflow_checkpoint_provider.engine.protocol import frames as P
-from airflow_checkpoint_provider.engine.runtime.channels import event_item
+from airflow_checkpoint_provider.engine.runtime.host.channels import event_item
 from airflow_checkpoint_provider.engine.runtime.task.mailbox import (
     AbortCheckpoint,
     Finish,

@@ -33,8 +33,8 @@ from airflow_checkpoint_provider.engine.protocol.errors import (
     FrameTooLargeError,
 )
 from airflow_checkpoint_provider.engine.runners.jobmaster import CoordinatorServer
-from airflow_checkpoint_provider.engine.runtime import auth
-from airflow_checkpoint_provider.engine.runtime.auth import (
+from airflow_checkpoint_provider.engine.runtime.host import auth
+from airflow_checkpoint_provider.engine.runtime.host.auth import (
     MAX_PENDING_HANDSHAKES,
     SECRET_ENV,
     accept_peer,
@@ -42,7 +42,7 @@ from airflow_checkpoint_provider.engine.runtime.auth import (
     connect_peer,
     new_secret,
 )
-from airflow_checkpoint_provider.engine.runtime.slot import Slot
+from airflow_checkpoint_provider.engine.runtime.host.slot import Slot
 from airflow_checkpoint_provider.engine.serialization import packb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -110,7 +110,7 @@ def _slot_process(port: int, secret: bytes, **popen) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     env[SECRET_ENV] = secret.hex()
     return subprocess.Popen(
-        [sys.executable, "-m", "airflow_checkpoint_provider.engine.runtime.slot", "--slot", "0",
+        [sys.executable, "-m", "airflow_checkpoint_provider.engine.runtime.host.slot", "--slot", "0",
          "--attempt", "0", "--coordinator", f"127.0.0.1:{port}"],
         env=env, stdin=subprocess.DEVNULL, **popen)
 
@@ -415,7 +415,7 @@ def test_the_acceptor_still_drops_a_wrong_answer():
 
 def _children_listening_ports() -> dict[int, list[int]]:
     """Slot process pid -> its listening TCP ports (from /proc, no psutil)."""
-    kids = descendant_pids(os.getpid(), b"engine.runtime.slot")
+    kids = descendant_pids(os.getpid(), b"engine.runtime.host.slot")
     listening = {}
     with open("/proc/net/tcp") as f:
         for line in f.readlines()[1:]:

@@ -30,7 +30,7 @@ def test_the_python_workers_of_a_session_start_with_the_slot_runtime_imported(sp
 
         import pyspark
 
-        yield "airflow_checkpoint_provider.engine.runtime.slot" in sys.modules, pyspark.__file__
+        yield "airflow_checkpoint_provider.engine.runtime.host.slot" in sys.modules, pyspark.__file__
 
     got = spark.sparkContext.parallelize(range(2), 2).mapPartitions(probe).collect()
     assert [imported for imported, _ in got] == [True] * 2

@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
-from ...sink_names import SinkName, parse_part_file_name, parse_staged_file_name
+from ..sink_names import SinkName, parse_part_file_name, parse_staged_file_name
 from .modes import _fsync_dir
 from .partitions import read_partition_dir
 from .restore import STAGED_EXT, STAGING

@@ -13,15 +13,15 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ...sink_names import (
+from ...snapshot.handles import SinkTransaction
+from ...snapshot.paths import corrupt
+from ..sink_names import (
     SinkName,
     legacy_owners,
     one_owner,
     parse_part_file_name,
     parse_staged_file_name,
 )
-from ...snapshot.handles import SinkTransaction
-from ...snapshot.paths import corrupt
 from .errors import FileSinkRestoreError as FileSinkRestoreError  # defined here before issue 53
 from .partitions import parse_partition_path
 

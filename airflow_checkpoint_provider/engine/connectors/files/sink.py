@@ -63,8 +63,15 @@ from typing import BinaryIO
 import msgspec
 
 from ...errors import ConfigurationError
-from ...private import makedirs_mode
-from ...sink_names import (
+from ...fs.private import makedirs_mode
+from ..base import ConnectorContext, Sink, SinkWriter, dataset_for_location
+from ..capabilities import (
+    SupportsDiscardCommitted,
+    SupportsFencing,
+    SupportsRelocation,
+    Transaction,
+)
+from ..sink_names import (
     RestoredTransactions,
     own,
     parse_part_file_name,
@@ -72,13 +79,6 @@ from ...sink_names import (
     part_file_name,
     staged_file_name,
     staged_prefix,
-)
-from ..base import ConnectorContext, Sink, SinkWriter, dataset_for_location
-from ..capabilities import (
-    SupportsDiscardCommitted,
-    SupportsFencing,
-    SupportsRelocation,
-    Transaction,
 )
 from .cleanup import _discard_committed_in, _discard_staged_in, _staged_of, partition_dirs
 from .errors import FileSinkRestoreError

@@ -37,9 +37,13 @@ import pyarrow.parquet as pq
 from ...changelog import OP_FIELD
 from ...errors import BadRecordError
 from ...extras import require
+from ...fs.private import makedirs_mode
 from ...fs.storage import LocalFileSystem, filesystem_for, join, strip_scheme
-from ...private import makedirs_mode
-from ...sink_names import (
+from ...snapshot.paths import corrupt, mapping, non_negative_int, safe_name, string
+from ..base import ConnectorContext, Sink, SinkWriter
+from ..capabilities import SupportsFencing, SupportsRelocation, Transaction
+from ..files.modes import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, output_umask
+from ..sink_names import (
     RestoredTransactions,
     app_id,
     legacy_owners,
@@ -50,10 +54,6 @@ from ...sink_names import (
     staged_file_name,
     staged_prefix,
 )
-from ...snapshot.paths import corrupt, mapping, non_negative_int, safe_name, string
-from ..base import ConnectorContext, Sink, SinkWriter
-from ..capabilities import SupportsFencing, SupportsRelocation, Transaction
-from ..files.modes import OUTPUT_DIR_MODE, OUTPUT_FILE_MODE, output_umask
 from ..upsert import compact
 
 log = logging.getLogger(__name__)

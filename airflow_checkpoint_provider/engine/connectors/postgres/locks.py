@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import SinkLockTimeoutError
-from ...sink_names import parse_gid
+from ..sink_names import parse_gid
 
 if TYPE_CHECKING:
     from ..base import ConnectorContext

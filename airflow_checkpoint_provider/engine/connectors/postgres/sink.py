@@ -64,8 +64,6 @@ from ...errors import (
     SinkTransactionConflictError,
 )
 from ...extras import require
-from ...sink_names import RestoredTransactions, one_owner, own, parse_gid
-from ...sink_names import gid as make_gid
 from ..base import ConnectorContext, Sink, SinkWriter
 from ..capabilities import (
     SupportsDiscardUncommitted,
@@ -74,6 +72,8 @@ from ..capabilities import (
     SupportsUpsert,
     Transaction,
 )
+from ..sink_names import RestoredTransactions, one_owner, own, parse_gid
+from ..sink_names import gid as make_gid
 from ..upsert import upsert_key
 from .connection import libpq_dsn
 from .locks import WRITE_LOCK_WAIT_MS, WRITE_RETRY_S, LockWatch

@@ -8,7 +8,12 @@
 * :mod:`.alignment` -- the barrier handler (aligned, at-least-once and unaligned);
 * flow control: :mod:`.mailbox` (a task's input queue, unaligned capture) and
   :mod:`.debloat` (credit and buffer debloating);
-* :mod:`.outputs` -- what the task writes to, as protocols.
+* :mod:`.outputs` -- what the task writes to, as protocols;
+* :mod:`.environment` -- what every task of a slot shares (the slot builds it), and
+  :mod:`.failure_place` -- where in a task an exception was raised.
+
+The slot that hosts the tasks is :mod:`..host`, above this package: a task knows its slot
+only through its :class:`~.environment.TaskEnvironment` and the protocols of :mod:`.outputs`.
 
 Before issue 53 this path was a module (now :mod:`.stream_task`): its names still read from
 here, with a :class:`DeprecationWarning`.
@@ -23,11 +28,11 @@ import warnings
 _MOVED_NAMES = {
     "StreamTask": "runtime.task.stream_task",
     "open_operator": "runtime.operators.registry",
-    "TaskEnvironment": "runtime.environment",
-    "LocalChannel": "runtime.channels",
-    "OutputChannel": "runtime.channels",
-    "RecordWriter": "runtime.channels",
-    "event_item": "runtime.channels",
+    "TaskEnvironment": "runtime.task.environment",
+    "LocalChannel": "runtime.host.channels",
+    "OutputChannel": "runtime.host.channels",
+    "RecordWriter": "runtime.host.channels",
+    "event_item": "runtime.host.channels",
 }
 
 

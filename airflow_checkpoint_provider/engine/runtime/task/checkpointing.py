@@ -37,7 +37,6 @@ from ...snapshot.codec import read_verified
 from ...state.backend import write_state_file
 from ...state.ttl import processing_time_at
 from ..batches import Batch, decode_arrow, encode_arrow
-from ..failure_place import mark
 from ..operators.base import Operator
 from .alignment import (
     AlignmentAction,
@@ -50,12 +49,13 @@ from .alignment import (
     Snapshot,
     SnapshotUnaligned,
 )
+from .failure_place import mark
 from .mailbox import Mailbox
 from .outputs import RecordOutput
 
 if TYPE_CHECKING:
     from ...plan.graph import Vertex
-    from ..environment import TaskEnvironment
+    from .environment import TaskEnvironment
 
 log = logging.getLogger(__name__)
 

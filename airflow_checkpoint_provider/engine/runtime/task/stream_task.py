@@ -31,8 +31,6 @@ from ...protocol import frames as P
 from ...protocol import messages as M
 from ...state.keygroups import key_group_range_for
 from ..batches import Batch, as_arrow, as_rows
-from ..environment import TaskEnvironment
-from ..failure_place import FailurePlace, describe_node, mark, place_of
 from ..operators.base import (
     Operator,
     ProcessOperator,
@@ -43,6 +41,8 @@ from ..operators.watermarks import WatermarkValve
 from ..operators.windowing import WindowAggregateOperator, WindowFunctionOperator
 from .checkpointing import SubtaskCheckpointCoordinator, operator_counters
 from .debloat import SourceReadSize
+from .environment import TaskEnvironment
+from .failure_place import FailurePlace, describe_node, mark, place_of
 from .mailbox import (
     AbortCheckpoint,
     ControlItem,

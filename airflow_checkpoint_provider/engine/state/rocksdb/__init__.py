@@ -42,8 +42,8 @@ import uuid
 
 from rocksdict import Checkpoint, Rdict, WriteBatch
 
+from ...fs.private import makedirs_private
 from ...fs.storage import filesystem_for, join, parent, sha256
-from ...private import makedirs_private
 from ...serialization import packb
 from ...snapshot.handles import RocksDBHandle
 from ...typed_codec import pack_key, pack_value, unpack_value

@@ -12,7 +12,7 @@ import os
 import msgpack
 from rocksdict import Options
 
-from ...private import makedirs_private, private_dir, user_temp_dir
+from ...fs.private import makedirs_private, private_dir, user_temp_dir
 from ...settings import LOCAL_DIR
 from ...snapshot.codec import read_verified
 from ...snapshot.handles import RocksDBHandle

@@ -18,7 +18,7 @@ from airflow_checkpoint_provider.engine.connectors.kafka.lag import (
     merge_task_lag,
     partition_lag,
 )
-from airflow_checkpoint_provider.engine.metrics import JobMetrics
+from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
 from airflow_checkpoint_provider.engine.runtime.task.checkpointing import source_lag
 
 

@@ -15,8 +15,8 @@ import os
 import stat
 import tempfile
 
-from .errors import ConfigurationError
-from .settings import TEMP_DIR
+from ..errors import ConfigurationError
+from ..settings import TEMP_DIR
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import CorruptCheckpointError, DeterministicError, InvalidNameError
+from ..errors import CorruptCheckpointError, DeterministicError, InvalidNameError
 
 SEP = "~"
 #: a validated name or id (see names.PATTERN), as a regex group

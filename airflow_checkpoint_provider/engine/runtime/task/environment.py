@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from ..plan.graph import ExecutionGraph
-from ..protocol import messages as M
+from ...plan.graph import ExecutionGraph
+from ...protocol import messages as M
 
 
 class TaskEnvironment:

@@ -41,9 +41,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..protocol import frames as P
-from ..protocol.errors import AuthenticationError, ProtocolError
-from ..settings import JOB_SECRET
+from ...protocol import frames as P
+from ...protocol.errors import AuthenticationError, ProtocolError
+from ...settings import JOB_SECRET
 
 log = logging.getLogger(__name__)
 

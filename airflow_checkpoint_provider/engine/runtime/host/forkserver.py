@@ -1,6 +1,6 @@
 """A fork server for the local runner's slot processes.
 
-Starting a slot as ``python -m ...runtime.slot`` costs about 0.35 CPU-seconds of imports
+Starting a slot as ``python -m ...runtime.host.slot`` costs about 0.35 CPU-seconds of imports
 (numpy, pyarrow, the engine) before it does any work, on every start and every restart. The
 fork server is one process per launching process (and per value of the environment variables
 read at import, :data:`IMPORT_ENV_PREFIXES`) that imports the slot runtime once, then forks a
@@ -42,7 +42,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-SLOT_MODULE = "airflow_checkpoint_provider.engine.runtime.slot"
+SLOT_MODULE = "airflow_checkpoint_provider.engine.runtime.host.slot"
 #: The slot runtime, and modules most slots import later; a failing import here is skipped
 #: (the slot imports what it needs, as it would without the server).
 PRELOAD = (

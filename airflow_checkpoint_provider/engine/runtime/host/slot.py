@@ -34,23 +34,16 @@ from typing import Any
 
 import cloudpickle
 
-from ..plan.graph import FORWARD, ExecutionGraph, channels_for_input
-from ..protocol import ProtocolError
-from ..protocol import frames as P
-from ..protocol import messages as M
-from ..serialization import unpack_records, unpackb
-from ..settings import LOG_LEVEL, SLOT_ORPHAN_EXIT
-from .auth import (
-    MAX_PENDING_HANDSHAKES,
-    connect_authenticated,
-    secret_from_env,
-    serve_authenticated,
-)
-from .batches import decode_arrow
-from .channels import LocalChannel, OutputChannel, RecordWriter, event_item
-from .environment import TaskEnvironment
-from .task.debloat import INITIAL_CHANNEL_CREDIT, CreditAnnouncer
-from .task.mailbox import (
+from ...plan.graph import FORWARD, ExecutionGraph, channels_for_input
+from ...protocol import ProtocolError
+from ...protocol import frames as P
+from ...protocol import messages as M
+from ...serialization import unpack_records, unpackb
+from ...settings import LOG_LEVEL, SLOT_ORPHAN_EXIT
+from ..batches import decode_arrow
+from ..task.debloat import INITIAL_CHANNEL_CREDIT, CreditAnnouncer
+from ..task.environment import TaskEnvironment
+from ..task.mailbox import (
     AbortCheckpoint,
     Finish,
     ItemKind,
@@ -59,7 +52,14 @@ from .task.mailbox import (
     TriggerCheckpoint,
     Unalign,
 )
-from .task.stream_task import StreamTask
+from ..task.stream_task import StreamTask
+from .auth import (
+    MAX_PENDING_HANDSHAKES,
+    connect_authenticated,
+    secret_from_env,
+    serve_authenticated,
+)
+from .channels import LocalChannel, OutputChannel, RecordWriter, event_item
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def run_slot(slot: int, attempt: int, coordinator: tuple[str, int], *,
     """Run one slot until the job finishes it (``finish``) or the coordinator goes away.
     ``placement``: where the runner put this slot (e.g. the Spark executor), recorded by the
     job master in ``job_attempts.placement``. ``secret``: the job's secret, proven on every
-    connection (``runtime/auth.py``). ``orphan_exit``: seconds after the coordinator is
+    connection (``runtime/host/auth.py``). ``orphan_exit``: seconds after the coordinator is
     gone at which a slot still running ends this whole process (``os._exit``); only for a
     process that hosts nothing but this slot (a slot process, a Spark Python worker).
 
