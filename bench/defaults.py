@@ -365,8 +365,8 @@ def main(argv=None) -> int:
     ap.add_argument("--variant")
     ap.add_argument("--path")
     ap.add_argument("--jobs", default=None,
-                    help="comma list of queries and pairs (q7+q19); default: every query of "
-                         "bench/nexmark alone, then the pairs")
+                    help="comma list of queries and pairs (q7+q19); default: the pairs, then "
+                         "every query of bench/nexmark alone")
     ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                     help=f"'default' first, then alternatives among {', '.join(VARIANTS)}")
     ap.add_argument("--reps", type=int, default=2)
@@ -392,7 +392,7 @@ def main(argv=None) -> int:
     from bench.nexmark.queries import QUERIES
 
     jobs = (args.jobs.split(",") if args.jobs
-            else [q for q in sorted(QUERIES, key=lambda q: int(q[1:]))] + list(PAIRS))
+            else list(PAIRS) + sorted(QUERIES, key=lambda q: int(q[1:])))
     for job in jobs:
         for q in job.split("+"):
             if q not in QUERIES:
@@ -412,9 +412,9 @@ def main(argv=None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     runs: list[dict] = []
     best: dict[str, str] = {}
-    for rep in range(args.reps):
-        for n, job in enumerate(jobs):
-            src = subset(data, files_for(job, rates, args))
+    for n, job in enumerate(jobs):  # a job's repetitions together: a cut run keeps whole jobs
+        src = subset(data, files_for(job, rates, args))
+        for rep in range(args.reps):
             if rep == 0:  # every variant, in an order rotated per job
                 k = n % len(variants)
                 order = variants[k:] + variants[:k]
@@ -433,13 +433,13 @@ def main(argv=None) -> int:
                         and r.get("rate")]
                 if alts:
                     best[job] = max(alts, key=lambda r: r["rate"])["variant"]
-            all_runs = old_runs + runs
-            doc = {"args": vars(args), "command": command,
-                   "measured": f"{started} to {time.strftime('%H:%M UTC', time.gmtime())}",
-                   "runs": all_runs, "summary": summarize(all_runs)}
-            os.makedirs(args.results_dir, exist_ok=True)
-            with open(path, "w") as f:  # after every job: a partial table survives
-                json.dump(doc, f, indent=1)
+        all_runs = old_runs + runs
+        doc = {"args": vars(args), "command": command,
+               "measured": f"{started} to {time.strftime('%H:%M UTC', time.gmtime())}",
+               "runs": all_runs, "summary": summarize(all_runs)}
+        os.makedirs(args.results_dir, exist_ok=True)
+        with open(path, "w") as f:  # after every job: a partial table survives
+            json.dump(doc, f, indent=1)
     for s in summarize(old_runs + runs):
         print(f"{s['job']:8} best {s['best']}: default/best {_pct(s['ratio'])} "
               f"(per CPU-s {_pct(s['ratio_cpu'])})", flush=True)
