@@ -64,9 +64,8 @@ from collections import Counter, defaultdict
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from airflow_checkpoint_provider.engine.catalog import MetadataStore  # noqa: E402
-from airflow_checkpoint_provider.engine.connectors.files.sink import read_committed  # noqa: E402
-from airflow_checkpoint_provider.engine.connectors.generator import GeneratorSource  # noqa: E402
+from airflow_checkpoint_provider.engine import GeneratorSource, read_committed  # noqa: E402
+from airflow_checkpoint_provider.engine.client import MetadataStore  # noqa: E402
 from bench.downtime_report import NAME as RESULTS_NAME  # noqa: E402
 from bench.downtime_report import merge, summarize  # noqa: E402
 

@@ -21,6 +21,9 @@ A/B: ``--tree LABEL=PATH`` (repeatable) runs the job against the engine checked 
 ``PATH`` (e.g. a ``git worktree`` of the baseline commit), interleaved with the other trees
 run by run, each run's processes importing that tree (``PYTHONPATH``).
 
+The state access of the same job alone, on the backends themselves (no job, CPU per
+record), is a component benchmark: tools/microbench/per_record_state.py.
+
 Writes ``per_record.json`` (in bench/results unless ``--results-dir``; ``--append`` keeps the
 runs already there) and, with ``--write-md``, BENCHMARKS.md (bench/write_benchmarks.py).
 """
@@ -95,7 +98,7 @@ def child(records: int, keys: int, backend: str, interval_ms: int, sink: str) ->
         Pipeline,
         RestartStrategy,
     )
-    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+    from airflow_checkpoint_provider.engine.client import MetadataStore
     from airflow_checkpoint_provider.examples.running_sum import RunningSum
 
     root = tempfile.mkdtemp(prefix="bench-per-record-")
@@ -127,55 +130,6 @@ def child(records: int, keys: int, backend: str, interval_ms: int, sink: str) ->
                 "checkpoints": len(done),
                 "checkpoint_ms": [c.duration_ms for c in done if c.duration_ms is not None],
                 "state_bytes": max((c.state_size or 0 for c in done), default=0)}
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def state_child(records: int, keys: int, backend: str, interval: int) -> dict:
-    """The job's state access alone, in this process: ``records`` running count + sum
-    updates over ``keys`` random keys through the backend's value states, a snapshot (its
-    synchronous part, and the serialization for heap) every ``interval`` records; CPU
-    seconds per record (process time: RocksDB's background threads included)."""
-    import random
-
-    from airflow_checkpoint_provider.engine import ValueStateDescriptor
-    from airflow_checkpoint_provider.engine.state.heap import HeapKeyedStateBackend
-    from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange, key_group_for
-
-    root = tempfile.mkdtemp(prefix="bench-per-record-state-")
-    try:
-        if backend.startswith("heap"):
-            b = HeapKeyedStateBackend("sum", KeyGroupRange(0, 127), 128,
-                                      incremental=backend == "heap-incremental")
-        else:
-            from airflow_checkpoint_provider.engine.state.rocksdb import RocksDBKeyedStateBackend
-
-            b = RocksDBKeyedStateBackend("sum", KeyGroupRange(0, 127), 128,
-                                         workdir=os.path.join(root, "db"))
-        total = b.get_state(ValueStateDescriptor("sum", 0))
-        count = b.get_state(ValueStateDescriptor("count", 0))
-        rnd = random.Random(1)
-        ks = [f"k{rnd.randrange(keys)}" for _ in range(records)]
-        groups = [key_group_for(k, 128) for k in ks]
-        t0 = time.process_time()
-        for n, (k, g) in enumerate(zip(ks, groups, strict=True), 1):
-            b.set_current_key_in_group(k, g)
-            s, c = total.value() + 1, count.value() + 1
-            total.update(s)
-            count.update(c)
-            if n % interval == 0:
-                if backend.startswith("heap-"):  # files written as a checkpoint writes them
-                    chk = os.path.join(root, f"chk-{n}")
-                    os.makedirs(chk)
-                    b.snapshot_state(n).write(chk, "sum", False)  # type: ignore[misc]
-                    b.notify_complete(n)
-                elif backend == "heap":
-                    b.serialize_capture(b.capture())  # type: ignore[union-attr]
-                else:
-                    shutil.rmtree(b.snapshot_sync(n))  # type: ignore[union-attr]
-        cpu = time.process_time() - t0
-        b.close()
-        return {"records": records, "cpu_s": cpu, "us_per_record": cpu / records * 1e6}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -271,39 +225,12 @@ def main(argv=None) -> int:
     ap.add_argument("--results-dir", default=os.path.join(HERE, "results"))
     ap.add_argument("--append", action="store_true")
     ap.add_argument("--write-md", action="store_true")
-    ap.add_argument("--state-only", action="store_true",
-                    help="measure the job's state access alone (in process, per tree, "
-                         "interleaved; CPU per record): prints, writes nothing")
-    ap.add_argument("--state-interval", type=int, default=0,
-                    help="--state-only: records between snapshots (default: a third of the "
-                         "larger --records)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", default="heap", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child(int(args.records), args.keys, args.backend, args.interval_ms,
                                args.sink)), flush=True)
-        return 0
-    if args.state_only:  # the state access alone, per tree, interleaved
-        trees = [t.split("=", 1) for t in args.tree] or [["current", ROOT]]
-        n = max(int(x) for x in args.records.split(","))
-        for rep in range(args.reps):
-            for backend in args.backends.split(","):
-                for label, tree in trees:
-                    # the tree first (python -c puts the working directory before PYTHONPATH)
-                    cmd = [sys.executable, "-c", "import sys, json; sys.path[:0] = ["
-                           f"{tree!r}, {HERE!r}]; import per_record as p; print(json.dumps("
-                           f"p.state_child({n}, {args.keys}, {backend!r}, "
-                           f"{args.state_interval or n // 3})))"]
-                    if args.cpu is not None:
-                        cmd = ["taskset", "-c", str(args.cpu), *cmd]
-                    env = {**os.environ, "PYTHONPATH": tree}
-                    load = os.getloadavg()[0]
-                    r = json.loads(subprocess.run(cmd, env=env, capture_output=True, text=True,
-                                                  check=True).stdout.splitlines()[-1])
-                    print(f"rep {rep} {label:>10} {backend:8}: {r['us_per_record']:.2f} us "
-                          f"CPU per record (state access and snapshots; load {load:.1f})",
-                          flush=True)
         return 0
     args.cpu = args.cpu or None
     sizes = sorted(int(n) for n in args.records.split(","))
