@@ -8,7 +8,7 @@
     python -m bench.chaos --report-only                                   # CHAOS.md again
     python -m bench.chaos --fill --until 00:20 --cells '*/local/*'        # least-run cells
     python -m bench.chaos --cell kafka-changelog/local/rocksdb/aligned --seed 1007 \
-        --runs 20 --same-seed --keep-broker --broker-threads 8 --slot-log-level INFO
+        --runs 20 --same-seed --kafka-changelog-sinks 2 --keep-broker --slot-log-level INFO
 
 Each run appends its record to ``--results`` (JSON lines); the table of every recorded run
 is written to ``--report`` (CHAOS.md). A failing run prints its seed and replay command.
@@ -211,6 +211,14 @@ def main(argv=None) -> int:
         "diagnostic)",
     )
     ap.add_argument(
+        "--kafka-changelog-sinks",
+        type=int,
+        default=1,
+        help="kafka-changelog's upsert sinks' parallelism: 1 (the cell) or 2 (the Kafka "
+        "tests' shape, both subtasks on every partition: a reproduction, recorded as "
+        "diagnostic)",
+    )
+    ap.add_argument(
         "--slot-log-level",
         help="CKPT_LOG_LEVEL of the slots (INFO: the Kafka sink's publish lines in the "
         "driver logs; a reproduction: recorded as diagnostic, not counted in the cell)",
@@ -223,6 +231,7 @@ def main(argv=None) -> int:
     kafka_cells.BROKER_THREADS = args.broker_threads
     shape, partitions = args.kafka_sum_shape.split("-")
     kafka_cells.SUM_SHAPE = (shape, int(partitions))
+    kafka_cells.CHANGELOG_SINKS = args.kafka_changelog_sinks
     cells = select(args.cells, args.cell)
     if args.sample:
         cells = sample(cells, args.sample, args.seed)

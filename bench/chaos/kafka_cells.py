@@ -9,7 +9,10 @@ Pipelines (the ones the Kafka tests run, tests/engine/connectors/kafka/):
   each key's counts 1..n, each key's final sum (computed from the input).
 * ``kafka-changelog``: Debezium JSON change events on a 3-partition topic -> the rows'
   ``UpsertKafkaSink`` (key id) and a retracting ``aggregate`` per category ->
-  ``UpsertKafkaSink`` (key cat), ``changelog_jobs.changelog_job``. Reference: the final
+  ``UpsertKafkaSink`` (key cat): ``changelog_jobs.changelog_job`` with the two upsert sinks
+  at parallelism 1 (:func:`changelog_job`; each upsert topic gets the transactions of one
+  transactional.id: the upsert sink writes by key, and two subtasks committing on one
+  partition at once wedge the test broker's partition, FINDINGS 10). Reference: the final
   table and its GROUP BY (computed from the event history); the topics are read with
   ``read_committed`` and compacted by key.
 
@@ -61,6 +64,9 @@ _BROKER = None
 KEEP_BROKER = False
 BROKER_THREADS: int | None = None
 SUM_SHAPE: tuple[str, int] = ("fixed", 3)
+#: kafka-changelog's upsert sinks' parallelism: 1 (the cell since FINDINGS 10: one
+#: transactional.id per upsert topic); 2 is the Kafka tests' shape (a reproduction)
+CHANGELOG_SINKS = 1
 _KEPT = False
 
 
@@ -72,6 +78,8 @@ def diagnostic() -> dict | None:
         d["broker_threads"] = BROKER_THREADS
     if SUM_SHAPE != ("fixed", 3):
         d["kafka_sum_shape"] = f"partitioner={SUM_SHAPE[0]}, {SUM_SHAPE[1]} output partition(s)"
+    if CHANGELOG_SINKS != 1:
+        d["kafka_changelog_sinks"] = CHANGELOG_SINKS
     return d or None
 
 
@@ -130,13 +138,49 @@ def _kafka_sum(ctx: BuildContext):
     )
 
 
-def _kafka_changelog(ctx: BuildContext):
-    from changelog_jobs import changelog_job
+def changelog_job(root: str, bootstrap: str, in_topic: str, stop_at: dict, rows_topic: str,
+                  agg_topic: str, *, sink_parallelism: int, name: str = "chaos-kafka-changelog",
+                  parallelism: int = 2, delay_s: float = 0.0003, interval_ms: int = 250):
+    """``changelog_jobs.changelog_job`` of the Kafka tests (Debezium topic -> key_by(id)
+    pass-through -> the rows' upsert topic, and -> key_by(cat).aggregate(...) -> the
+    aggregate's upsert topic, everything at ``parallelism``) with the two upsert sinks at
+    ``sink_parallelism``: 1 gives each upsert topic's partitions the transactions of one
+    transactional.id. ``UpsertKafkaSink`` has no ``partitioner="fixed"`` (its records go by
+    key), so at 2 both subtasks commit on every partition at once, which wedges the test
+    broker's partitions (FINDINGS 10)."""
+    from cdc_pipelines import PassThrough
+    from pipelines import TEST_RESTARTS
 
+    from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
+    from airflow_checkpoint_provider.engine.connectors.kafka import KafkaSource, UpsertKafkaSink
+
+    p = Pipeline(name, max_parallelism=128,
+                 checkpoint=CheckpointConfig(interval_ms=interval_ms,
+                                             directory=os.path.join(root, "ckpt")),
+                 restart_strategy=RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
+                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
+    rows = (p.source(KafkaSource(bootstrap, topics=[in_topic], stop_at=stop_at,
+                                 value_format="debezium-json"), uid="dbz-in",
+                     parallelism=parallelism)
+             .key_by("id")
+             .process(PassThrough(None, os.path.join(root, "killed"), delay_s), uid="pass",
+                      parallelism=parallelism))
+    rows.key_by("id").sink(UpsertKafkaSink(bootstrap, rows_topic, key="id"), uid="rows-out",
+                           parallelism=sink_parallelism)
+    (rows.key_by("cat")
+         .aggregate(uid="per-cat", parallelism=parallelism, emit="upsert", n="count",
+                    total=("sum", "amount"))
+         .key_by("cat")
+         .sink(UpsertKafkaSink(bootstrap, agg_topic, key="cat"), uid="agg-out",
+               parallelism=sink_parallelism))
+    return p
+
+
+def _kafka_changelog(ctx: BuildContext):
     x = ctx.extra
     return configure(
         changelog_job(ctx.root, x["bootstrap"], x["in"], _stop_at(x), x["rows"], x["agg"],
-                      name="chaos-kafka-changelog", delay_s=0.0003, interval_ms=250),
+                      sink_parallelism=x.get("sink_parallelism", 1)),
         ctx,
     )
 
@@ -177,7 +221,8 @@ class KafkaHooks:
             in_topic, stop_at, self.table = make_input(b, CHANGELOG_EVENTS, CHANGELOG_IDS)
             self.extra = {"bootstrap": b.bootstrap, "in": in_topic,
                           "rows": b.create_topic(f"rows-{in_topic}", 3),
-                          "agg": b.create_topic(f"agg-{in_topic}", 3)}
+                          "agg": b.create_topic(f"agg-{in_topic}", 3),
+                          "sink_parallelism": CHANGELOG_SINKS}
         self.extra["stop_at"] = [[t, p, end] for (t, p), end in sorted(stop_at.items())]
         self.extra["run"] = uuid.uuid4().hex[:8]
 
@@ -242,8 +287,9 @@ class KafkaHooks:
             reference = {self.extra["rows"]: {(i,): r for i, r in self.table.items()},
                          self.extra["agg"]: {(c,): g for c, g in grouped(self.table).items()}}
             job_name, uids = "chaos-kafka-changelog", ["rows-out", "agg-out"]
+        sinks = self.extra.get("sink_parallelism", 2)
         state = broker_state(self.broker.bootstrap, topics, reference, job_name=job_name,
-                             uids=uids, subtasks=2, job_ids=job_ids)
+                             uids=uids, subtasks=sinks, job_ids=job_ids)
         state["bootstrap"] = self.broker.bootstrap
         state["topics_created"] = {k: v for k, v in self.extra.items()
                                    if k in ("in", "out", "rows", "agg")}
