@@ -20,22 +20,28 @@ import logging
 import os
 
 from ....errors import ConfigurationError
+from ...base import Sink
+from ...capabilities import SupportsUpsert
 from ..connection import libpq_dsn
 
 log = logging.getLogger(__name__)
 
 
-def empty_upsert_target(sink) -> str:
+def empty_upsert_target(sink: Sink) -> str:
     """Delete every row of an upsert sink's table (PostgreSQL, Delta or Iceberg); returns
     what was done. A table that does not exist yet is left alone."""
     from ...lakehouse.delta import DeltaSink
     from ...lakehouse.iceberg import IcebergSink
     from ..sink import PostgresSink
 
-    if getattr(sink, "mode", None) != "upsert":
-        raise ConfigurationError(f"{sink.describe()}: not an upsert sink (mode="
-                                 f"{getattr(sink, 'mode', None)!r}); an appending target keeps "
-                                 "the history of changes, nothing to resynchronize")
+    # the sink capability, not an attribute probe: a sink that applies changelogs per key
+    # is a SupportsUpsert (connectors/capabilities.py) in mode "upsert"
+    if not isinstance(sink, SupportsUpsert) or sink.mode != "upsert":
+        what = (f"mode={sink.mode!r}" if isinstance(sink, SupportsUpsert)
+                else "it has no upsert mode")
+        raise ConfigurationError(f"{sink.describe()}: not an upsert sink ({what}); an "
+                                 "appending target keeps the history of changes, nothing to "
+                                 "resynchronize")
     if isinstance(sink, PostgresSink):
         import psycopg
         from psycopg import sql
