@@ -357,6 +357,46 @@ def what(data: dict) -> str:
             f"worst, and any default costing more than {TARGET:.0%}.")
 
 
+def order_of(rep: int, n: int, variants: list[str], best: str | None) -> list[str]:
+    """The variants of job ``n``'s repetition ``rep``: every one in the first, in an order
+    rotated per job; then the default and the best, alternating which goes first."""
+    if rep == 0:
+        k = n % len(variants)
+        return variants[k:] + variants[:k]
+    pair = ["default", best or variants[1]]
+    return pair[::-1] if rep % 2 else pair
+
+
+def measure(jobs: list[str], variants: list[str], data: str, args, saved) -> list[dict]:
+    """Every run of every job; ``saved(runs)`` after each job (a partial table survives)."""
+    rates = nexmark_rates(args.results_dir)
+    runs: list[dict] = []
+    best: dict[str, str] = {}
+    for n, job in enumerate(jobs):  # a job's repetitions together: a cut run keeps whole jobs
+        src = subset(data, files_for(job, rates, args))
+        for rep in range(args.reps):
+            for variant in order_of(rep, n, variants, best.get(job)):
+                r = run_one(job, variant, src, args)
+                r["rep"] = rep
+                runs.append(r)
+                rate = f"{r['rate']:>12,.0f} ev/s" if r.get("rate") else r.get("status")
+                print(f"rep {rep} {job:8} {variant:12} {rate} (load "
+                      f"{r['loadavg_before'][0]:.1f})", flush=True)
+            if rep == 0:
+                alts = [r for r in runs if r["job"] == job and r["variant"] != "default"
+                        and r.get("rate")]
+                if alts:
+                    best[job] = max(alts, key=lambda r: r["rate"])["variant"]
+        saved(runs)
+    return runs
+
+
+def write(path: str, doc: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
 # -- main ---------------------------------------------------------------------------------------
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -400,46 +440,22 @@ def main(argv=None) -> int:
     variants = args.variants.split(",")
     if variants[0] != "default" or len(variants) < 2:
         raise SystemExit("--variants: 'default' first, then at least one alternative")
-    data = ensure_data(args)
-    rates = nexmark_rates(args.results_dir)
     path = os.path.join(args.results_dir, RESULT)
     old_runs: list = []
     if args.append and os.path.exists(path):
         with open(path) as f:
             old_runs = [r for r in json.load(f)["runs"] if r["job"] not in jobs]
-    command = ".venv/bin/python bench/defaults.py " + " ".join(
-        sys.argv[1:] if argv is None else argv)
+    shown = list(sys.argv[1:] if argv is None else argv)
+    for where in ("--results-dir", "--data-dir"):  # places, not settings: not on the page
+        if where in shown[:-1]:
+            i = shown.index(where)
+            del shown[i:i + 2]
+    command = " ".join([".venv/bin/python bench/defaults.py", *shown])
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
-    runs: list[dict] = []
-    best: dict[str, str] = {}
-    for n, job in enumerate(jobs):  # a job's repetitions together: a cut run keeps whole jobs
-        src = subset(data, files_for(job, rates, args))
-        for rep in range(args.reps):
-            if rep == 0:  # every variant, in an order rotated per job
-                k = n % len(variants)
-                order = variants[k:] + variants[:k]
-            else:  # the default and the best, alternating which goes first
-                pair = ["default", best.get(job) or variants[1]]
-                order = pair[::-1] if rep % 2 else pair
-            for variant in order:
-                r = run_one(job, variant, src, args)
-                r["rep"] = rep
-                runs.append(r)
-                rate = f"{r['rate']:>12,.0f} ev/s" if r.get("rate") else r.get("status")
-                print(f"rep {rep} {job:8} {variant:12} {rate} (load "
-                      f"{r['loadavg_before'][0]:.1f})", flush=True)
-            if rep == 0:
-                alts = [r for r in runs if r["job"] == job and r["variant"] != "default"
-                        and r.get("rate")]
-                if alts:
-                    best[job] = max(alts, key=lambda r: r["rate"])["variant"]
-        all_runs = old_runs + runs
-        doc = {"args": vars(args), "command": command,
+    runs = measure(jobs, variants, ensure_data(args), args, lambda runs: write(
+        path, {"args": vars(args), "command": command,
                "measured": f"{started} to {time.strftime('%H:%M UTC', time.gmtime())}",
-               "runs": all_runs, "summary": summarize(all_runs)}
-        os.makedirs(args.results_dir, exist_ok=True)
-        with open(path, "w") as f:  # after every job: a partial table survives
-            json.dump(doc, f, indent=1)
+               "runs": old_runs + runs, "summary": summarize(old_runs + runs)}))
     for s in summarize(old_runs + runs):
         print(f"{s['job']:8} best {s['best']}: default/best {_pct(s['ratio'])} "
               f"(per CPU-s {_pct(s['ratio_cpu'])})", flush=True)
