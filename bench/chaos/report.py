@@ -389,8 +389,11 @@ def write_report(results: str, report: str) -> None:
                 else ""
             )
             later = _later_replays(r, runs)
+            # a Kafka run's look at the broker (kafka_state.py): whose the difference is
+            broker = (r.get("broker_state") or {}).get("verdict")
             lines.append(
                 f"- `{r['cell']}` seed {r['seed']}: {r['status']}{known}. {why} {diffs}".rstrip()
+                + (f" The broker after the run: {broker}." if broker else "")
                 + later
             )
     findings = os.path.join(os.path.dirname(os.path.abspath(__file__)), "FINDINGS.md")
