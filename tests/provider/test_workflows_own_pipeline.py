@@ -1,11 +1,13 @@
 """Issue 54, item 1: a team's own pipeline through the workflows, without copying a DAG file.
 
 A DAG folder in a temporary directory holds the team's own pipeline module (``team_jobs``:
-a keyed tally, not one of the bundled examples) and two DAG files of a few lines each that
-call :func:`~airflow_checkpoint_provider.workflows.blue_green_upgrade` and
-:func:`~airflow_checkpoint_provider.workflows.savepoint_upgrade` with it. Each runs end to end
-through ``dag.test()`` (local runner, real SQLite metadata DB), and the committed output is
-checked against its reference: per key the tallies 1..n, each exactly once.
+a keyed tally, not one of the bundled examples), a DAG file of a few lines that calls
+:func:`~airflow_checkpoint_provider.workflows.blue_green_upgrade` with it, and the docs' own
+example DAG file, copied verbatim (``docs/examples/dags/my_blue_green.py``: the team's
+``jobs.orders`` module is ``team_jobs`` here). The blue-green DAG and the docs' ``orders_upgrade``
+(:func:`~airflow_checkpoint_provider.workflows.savepoint_upgrade`) run end to end through
+``dag.test()`` (local runner, real SQLite metadata DB), and the committed output is checked
+against its reference: per key the tallies 1..n, each exactly once.
 """
 
 from __future__ import annotations
@@ -90,19 +92,10 @@ with DAG("team_blue_green", schedule=None, start_date=datetime(2026, 1, 1), catc
         savepoint_roots=[SAVEPOINT_ROOT], runner="local")
 '''
 
-UPGRADE_DAG = '''
-from datetime import datetime
-
-from airflow.sdk import DAG
-
-from airflow_checkpoint_provider.workflows import savepoint_upgrade
-
-with DAG("team_upgrade", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
-         render_template_as_native_obj=True):
-    savepoint_upgrade(
-        pipelines={"v1": "team_jobs:build_v1", "v2": "team_jobs:build_v2"},
-        job_name="tally", savepoint_roots=[SAVEPOINT_ROOT], runner="local")
-'''
+#: the docs' example of a team's own workflows, run as written (its pipelines are
+#: ``jobs.orders:build_v1``/``build_v2``: a module of the team's, here the tally)
+DOCS_DAG = Path(__file__).resolve().parents[2] / "docs" / "examples" / "dags" / "my_blue_green.py"
+JOBS_ORDERS = "from team_jobs import build_v1, build_v2  # noqa: F401 - the team's pipeline\n"
 
 
 @pytest.fixture
@@ -118,19 +111,26 @@ def team_dags(airflow_db, tmp_path, monkeypatch):
     folder.mkdir()
     root = tmp_path / "team"
     (folder / "team_jobs.py").write_text(textwrap.dedent(TEAM_JOBS))
-    for name, text in (("team_blue_green.py", BLUE_GREEN_DAG), ("team_upgrade.py", UPGRADE_DAG)):
-        (folder / name).write_text(
-            f"SAVEPOINT_ROOT = {str(root / 'savepoints')!r}\n" + textwrap.dedent(text))
+    (folder / "team_blue_green.py").write_text(
+        f"SAVEPOINT_ROOT = {str(root / 'savepoints')!r}\n" + textwrap.dedent(BLUE_GREEN_DAG))
+    (folder / "my_blue_green.py").write_text(DOCS_DAG.read_text())  # verbatim
+    (folder / "jobs").mkdir()
+    (folder / "jobs" / "__init__.py").write_text("")
+    (folder / "jobs" / "orders.py").write_text(JOBS_ORDERS)
+    # the docs' DAGs hand the sinks' database to the jobs from the connection orders_db
+    monkeypatch.setenv("AIRFLOW_CONN_ORDERS_DB", "postgresql://orders:secret@127.0.0.1/orders")
     monkeypatch.setenv("TEAM_JOBS_DIR", str(root))
     monkeypatch.syspath_prepend(str(folder))
     with create_session() as session:
         session.merge(DagBundleModel(name="team-dags"))
     bag = DagBag(dag_folder=str(folder), bundle_path=folder, bundle_name="team-dags")
     assert not bag.import_errors, bag.import_errors
-    assert set(bag.dag_ids) == {"team_blue_green", "team_upgrade"}
+    assert set(bag.dag_ids) == {"team_blue_green", "orders_blue_green", "orders_upgrade",
+                                "orders_savepoints"}
     sync_bag_to_db(bag, "team-dags", None)
     yield bag, root
-    sys.modules.pop("team_jobs", None)
+    for module in ("team_jobs", "jobs", "jobs.orders"):
+        sys.modules.pop(module, None)
 
 
 def tallies(root: Path) -> dict[str, list[int]]:
@@ -182,13 +182,13 @@ def test_a_teams_own_pipeline_runs_through_the_blue_green_workflow_exactly_once(
 
 
 @pytest.mark.timeout(240)
-def test_a_teams_own_pipeline_runs_through_the_upgrade_workflow_exactly_once(
+def test_the_docs_upgrade_example_runs_a_teams_own_pipeline_exactly_once(
         team_dags, metadata_url, store, tmp_path):
     bag, root = team_dags
-    v1 = start_job(metadata_url, tmp_path, pipeline="team_jobs:build_v1", job_name="tally")
+    v1 = start_job(metadata_url, tmp_path, pipeline="jobs.orders:build_v1", job_name="orders")
     wait_for(lambda: completed_checkpoints(store, v1), 60, "a checkpoint of v1")
 
-    state, tis, dr = run_dag(bag, "team_upgrade", {"runner": "local"})
+    state, tis, dr = run_dag(bag, "orders_upgrade", {"runner": "local"})
 
     assert state == "success", tis
     assert tis["upgraded"] == "success" and tis["restart_v1"] == "skipped"
