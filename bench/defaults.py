@@ -18,8 +18,9 @@ metadata DB) are given. The alternatives change one group of settings each:
 ``no-debloat`` (``buffer_debloat_target_ms=None``), ``big-batches`` (``batch_size=8192``,
 ``parquet_batch_size=65536``: the Nexmark table's settings) and ``tuned-10s`` (both, and
 checkpoints every 10 s instead of 1 s: the throughput setting, a longer wait for committed
-output); ``tuned`` (both at 1 s) and ``incremental`` (``heap_incremental=True``) on request,
-to tell which setting a cost comes from. "Best" is the alternative with the highest rate in the
+output); ``tuned`` (both at 1 s), ``batch-size`` and ``parquet-batches`` (each batch setting
+alone) and ``incremental`` (``heap_incremental=True``) on request, to tell which setting a
+cost comes from. "Best" is the alternative with the highest rate in the
 first repetition, in which every variant runs (in an order rotated per job); each further
 repetition runs the default and that best back to back (alternating which goes first).
 The ratio default / best is the median over the repetitions of the ratio of the two runs
@@ -68,6 +69,8 @@ VARIANTS: dict[str, dict] = {
     "tuned-10s": {"buffer_debloat_target_ms": None, "batch_size": 8192,
                   "parquet_batch_size": 65_536, "interval_ms": 10_000},
     "incremental": {"heap_incremental": True},
+    "batch-size": {"batch_size": 8192},
+    "parquet-batches": {"parquet_batch_size": 65_536},
 }
 #: the variants a run measures unless ``--variants`` says otherwise (the others of
 #: ``VARIANTS`` tell which setting a cost comes from)
