@@ -4,7 +4,7 @@ broker process (issue 52 item 5; method of issue 55).
     make bench-kafka                    # installs Quix Streams' venv, then runs this
     .venv/bin/python bench/peers/kafka.py [--records 60000,180000] [--keys 100000] [--reps 3]
         [--engines ours,quixstreams] [--workloads per_record,aggregate] [--cpu 1]
-        [--peers-dir build/peers] [--write-md]
+        [--source-batches arrow,dicts] [--peers-dir build/peers] [--write-md]
 
 Workloads (the same input topics for both engines: bench/peers/common.py's records, JSON
 values ``{"key": "k<n>", "value": v}`` keyed by ``"k<n>"``, one partition):
@@ -14,6 +14,14 @@ values ``{"key": "k<n>", "value": v}`` keyed by ``"k<n>"``, one partition):
 * ``aggregate``: Kafka -> keyed count + sum -> Kafka: ours ``aggregate()`` (vectorized,
   one output row per key an input batch touched); Quix Streams ``apply(stateful=True)`` (its
   non-windowed keyed aggregation: per-record state, one output per record).
+
+``--source-batches arrow,dicts`` also runs ours with ``KafkaSource(arrow=False)`` as the
+engine ``ours-dicts`` (the values decoded to dicts, which the task converts to Arrow for
+``aggregate()``), interleaved with the others: ``ours / peer`` of that row is the Arrow
+path's gain over the dict path. ``arrow`` (the default) is ``KafkaSource(arrow=True)`` on
+the aggregate workload (the per-record workload reads dicts either way); ``pylist`` and
+``arrow-1k`` (engines ``ours-pylist``, ``ours-arrow-1k``) are the variants of
+kafka_variants.py that tell the JSON reader's share of the gain from the batch size's.
 
 Delivery and checkpoints at each engine's recommended setting: ours ``KafkaSource`` /
 ``KafkaSink`` exactly-once (their defaults), heap state, 1 s checkpoints; Quix Streams
@@ -63,12 +71,27 @@ ENGINES = {
              "ours (`KafkaSource` -> `KafkaSink` exactly-once, heap, 1 s checkpoints)"),
     "quixstreams": ("kafka_quixstreams.py", "quixstreams",
                     "Quix Streams 3.28.1 (exactly-once, RocksDB + changelog, 1 s commits)"),
+    "ours-dicts": ("kafka_ours.py", None,
+                   "ours, the source's values as dicts (`KafkaSource(arrow=False)`)"),
+    "ours-pylist": ("kafka_ours.py", None,
+                    "ours, Arrow batches by `from_pylist` of dicts, <= 1,000 records"),
+    "ours-arrow-1k": ("kafka_ours.py", None,
+                      "ours, Arrow batches by the JSON reader, <= 1,000 records"),
 }
+#: ``--source-batches`` value -> ours' engine name
+VARIANTS = {"arrow": "ours", "dicts": "ours-dicts", "pylist": "ours-pylist",
+            "arrow-1k": "ours-arrow-1k"}
+#: engine -> more arguments of its runner
+RUNNER_ARGS = {e: ["--source-batches", v] for v, e in VARIANTS.items() if v != "arrow"}
 FORMS = {
     ("ours", "per_record"): "`KeyedProcessFunction`",
     ("quixstreams", "per_record"): "`apply(stateful=True)`",
     ("ours", "aggregate"): "`aggregate()`",
     ("quixstreams", "aggregate"): "`apply(stateful=True)`",
+    ("ours-dicts", "per_record"): "`KeyedProcessFunction`",
+    ("ours-dicts", "aggregate"): "`aggregate()` on dicts",
+    **{(e, w): f for e in ("ours-pylist", "ours-arrow-1k")
+       for w, f in (("per_record", "`KeyedProcessFunction`"), ("aggregate", "`aggregate()`"))},
 }
 WORKLOADS = {"per_record": "Kafka -> per-record keyed running count + sum -> Kafka",
              "aggregate": "Kafka -> keyed count + sum aggregation -> Kafka"}
@@ -151,7 +174,8 @@ def run_one(args, broker, engine: str, workload: str, records: int, topic: str,
     cmd = [python_of(engine, args.peers_dir), os.path.join(HERE, ENGINES[engine][0]),
            "--workload", workload, "--records", str(records), "--keys", str(args.keys),
            "--state-dir", state_dir, "--interval-ms", str(args.interval_ms),
-           "--bootstrap", broker.bootstrap, "--topic", topic, "--output-topic", out_topic]
+           "--bootstrap", broker.bootstrap, "--topic", topic, "--output-topic", out_topic,
+           *RUNNER_ARGS.get(engine, [])]
     load = os.getloadavg()[0]
     broker_cpu0 = broker.cpu_s()
     try:
@@ -181,12 +205,21 @@ def main(argv=None) -> int:
     driver.add_arguments(ap, engines="ours,quixstreams",
                          cpu_help="taskset -c of every run and the broker ('' to not pin)",
                          peers_help="Quix Streams' venv (make bench-kafka creates it)")
+    ap.add_argument("--source-batches", default="arrow",
+                    help="ours' KafkaSource on the aggregate workload, one engine each: arrow "
+                         "(Arrow batches: ours), dicts (ours-dicts), pylist, arrow-1k")
     args = ap.parse_args(argv)
     args.cpu = args.cpu or None
     sizes = sorted(int(n) for n in args.records.split(","))
     if len(sizes) != 2 or sizes[0] == sizes[1]:
         ap.error("--records takes two different sizes")
     engines = args.engines.split(",")
+    batches = args.source_batches.split(",")
+    if not batches or set(batches) - set(VARIANTS):
+        ap.error(f"--source-batches takes some of {', '.join(VARIANTS)}")
+    if "ours" in engines:  # ours' variants where ours is
+        at = engines.index("ours")
+        engines[at:at + 1] = [VARIANTS[b] for b in batches]
     workloads = args.workloads.split(",")
     for w in workloads:
         if w not in WORKLOADS:
