@@ -148,7 +148,7 @@ MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/datastream/api.py $(ENGINE)/execut
 	$(ENGINE)/state_io $(ENGINE)/lifecycle/stability.py $(ENGINE)/state/columnar/aggregates.py \
 	$(ENGINE)/state/columnar/key_index.py $(ENGINE)/state/interface.py $(ENGINE)/state/heap \
 	$(ENGINE)/state/rocksdb/states.py $(ENGINE)/state/__init__.py $(ENGINE)/runtime \
-	$(ENGINE)/typed_codec.py $(ENGINE)/state/contract.py $(ENGINE)/serialization.py \
+	$(ENGINE)/typed_codec.py $(ENGINE)/state/contract.py $(ENGINE)/serialization.py $(ENGINE)/fs/private.py $(ENGINE)/fs/storage.py \
 	$(ENGINE)/vectorized_ops.py $(ENGINE)/datastream/vectorized_ops.py
 
 lint: venv
