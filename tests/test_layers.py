@@ -172,6 +172,20 @@ def test_the_checker_sees_a_type_checking_import_upward(tmp_path):
     ]
 
 
+def test_a_task_importing_its_slot_is_an_upward_import(tmp_path):
+    """runtime/task/ knows its slot only through TaskEnvironment: an import of the hosting
+    (runtime/host/) runs up, as one of the task from the operators does."""
+    path = tmp_path / "stream_task.py"
+    path.write_text("from ..host.slot import Slot\n")
+    modules = {f"{ENGINE}.runtime.task.stream_task": str(path),
+               f"{ENGINE}.runtime.host.slot": "x"}
+    name = f"{ENGINE}.runtime.task.stream_task"
+    assert upward_imports({name: _imports(name, str(path), modules)}) == [
+        f"{name}:1 (runtime: tasks) imports {ENGINE}.runtime.host.slot (runtime: hosting, a "
+        "layer above)"]
+    assert layer_of(f"{ENGINE}.runtime.operators.base") > layer_of(name)
+
+
 def test_the_checker_sees_a_function_level_import_upward(tmp_path):
     path = tmp_path / "graph.py"
     path.write_text("def f():\n    from ..runners import local\n    return local\n")
