@@ -36,12 +36,14 @@ def read_partitions(
     partitions: int,
     isolation: str,
     *,
+    expect: int | None = None,
     settle_s: float = 1.5,
-    timeout: float = 20.0,
+    timeout: float = 30.0,
 ) -> list[tuple]:
     """Every record of ``topic`` read with ``isolation``, as ``(partition, offset, key,
-    value)``, until nothing new arrived for ``settle_s`` (the broker's high watermarks are
-    wrong: they cannot say where the end is)."""
+    value)``: once some (at least ``expect``) arrived and nothing new for ``settle_s``, or
+    at ``timeout`` (the broker's high watermarks are wrong: they cannot say where the end
+    is)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -58,14 +60,31 @@ def read_partitions(
     deadline = time.monotonic() + timeout
     last = time.monotonic()
     try:
-        while time.monotonic() < deadline and time.monotonic() - last < settle_s:
+        while time.monotonic() < deadline:
             for m in consumer.consume(1000, timeout=0.1):
                 if m.error() is None:
                     out.append((m.partition(), m.offset(), m.key(), m.value()))
                     last = time.monotonic()
+            if out and len(out) >= (expect or 0) and time.monotonic() - last > settle_s:
+                break
     finally:
         consumer.close()
     return out
+
+
+def read_committed(
+    bootstrap: str, topic: str, partitions: int, *, expect: int | None = None
+) -> tuple[list[tuple], int]:
+    """``topic`` as Apache Kafka's ``read_committed`` consumers see it: the test broker's
+    ``read_committed`` answer without the records of aborted transactions, which it returns
+    (its caveat (1); each partition's log read batch by batch, :mod:`.kafka_log`). Returns
+    the records ``(partition, offset, key, value)`` and how many were dropped."""
+    from .kafka_log import aborted_offsets, partition_log
+
+    records = read_partitions(bootstrap, topic, partitions, "read_committed", expect=expect)
+    aborted = {p: aborted_offsets(partition_log(bootstrap, topic, p)) for p in range(partitions)}
+    kept = [r for r in records if r[1] not in aborted[r[0]]]
+    return kept, len(records) - len(kept)
 
 
 def compact(records: list[tuple]) -> dict:

@@ -626,6 +626,8 @@ def _diagnostics(hooks, root: str, record: dict, diffs: dict) -> None:
         conditions["slot_log_level"] = SLOT_LOG_LEVEL
     if conditions:
         record["diagnostic"] = conditions
+    if getattr(hooks, "aborted_hidden", None):  # a Kafka cell: the broker's caveat (1)
+        record["aborted_hidden"] = hooks.aborted_hidden
     if not diffs or not hasattr(hooks, "broker_state"):
         return
     try:

@@ -102,3 +102,26 @@ def test_a_transaction_left_open_by_the_sinks_id_is_aborted_and_named(kafka_brok
     assert t["read_committed_after_probe_vs_reference"] == {"missing": 0, "extra": 0}
     assert "a transaction of the run was left open" in state["verdict"]
     del open_txn
+
+
+def test_the_log_names_aborted_records_and_read_committed_drops_them(kafka_broker):
+    from bench.chaos.kafka_log import aborted_offsets, partition_log, summary
+
+    topic = kafka_broker.create_topic(f"rows-{uuid.uuid4().hex[:8]}", 2)
+    _publish(kafka_broker, topic, {(0,): {"id": 0, "v": 1}})  # committed: offsets 0, 1 marker
+    aborting = _publish(kafka_broker, topic, {(2,): {"id": 2, "v": 2}, (4,): {"id": 4, "v": 3}},
+                        subtask=1, commit=False)
+    aborting.abort_transaction(15)
+    _publish(kafka_broker, topic, {(6,): {"id": 6, "v": 4}})
+    log = partition_log(kafka_broker.bootstrap, topic, 0)
+    assert [(b.control, b.records) for b in log] == [
+        (None, 1), ("COMMIT", 1), (None, 2), ("ABORT", 1), (None, 1), ("COMMIT", 1)]
+    assert aborted_offsets(log) == {2, 3}
+    assert any("ABORT marker" in line for line in summary(log))
+    # the test broker returns the aborted records to read_committed (its caveat 1) ...
+    raw = kafka_state.read_partitions(kafka_broker.bootstrap, topic, 2, "read_committed")
+    assert sorted(o for p, o, _k, _v in raw if p == 0) == [0, 2, 3, 5]
+    # ... which the harness drops, as Apache Kafka's read_committed would
+    kept, dropped = kafka_state.read_committed(kafka_broker.bootstrap, topic, 2)
+    assert dropped == 2
+    assert kafka_state.compact(kept) == {(0,): {"id": 0, "v": 1}, (6,): {"id": 6, "v": 4}}
