@@ -20,10 +20,14 @@ Both jobs are bounded (``stop_at``): a run ends FINISHED, never cancelled. The b
 Tansu (tests/kafka_server.py) on 127.0.0.1 started once per harness process and stopped at
 exit; every run gets fresh topics. Local runner only; kills: slot and driver.
 
-Broker caveat: Tansu does not hide the records of a transaction aborted by a crash from
-``read_committed`` readers. A SIGKILL of a slot whose sink is in the middle of publishing an
-epoch (a few ms per checkpoint interval) can then show duplicates that Apache Kafka would
-hide (docs/how-to/kafka.md, "Broker caveats"); such a difference names the sink topic.
+Broker caveats: Tansu returns the records of a transaction aborted by a crash to
+``read_committed`` readers (a SIGKILL of a slot whose sink is in the middle of publishing an
+epoch): the output is read as Apache Kafka's ``read_committed`` consumers would see it,
+without them (kafka_state.read_committed, from each partition's log with its transaction
+markers, kafka_log.py; the record's ``aborted_hidden`` counts them). Its other two caveats
+(a commit deferred, a partition wedged, when several producers commit on one partition) are
+avoided by the cells' shapes: one transactional.id per output partition. A run that
+differs gets the broker's state in its record (kafka_state.broker_state).
 
 How the runner uses them: ``catalogue.CATALOGUE`` includes :data:`KAFKA_ENTRIES`
 (``group="kafka"``, ``reference="kafka-reference"``: no failure-free or DuckDB reference
