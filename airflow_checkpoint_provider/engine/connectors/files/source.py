@@ -57,7 +57,12 @@ EXTENSIONS: dict[str, str] = {
     ".pq": "parquet",
 }
 
-DEFAULT_PARQUET_BATCH_SIZE = 4096
+#: Rows Parquet decodes at a time, and so the most a Parquet split hands its source per read:
+#: the pipeline's default Arrow batch size (``plan.job.DEFAULT_ARROW_BATCH_SIZE``) and
+#: pyarrow's own default. It was 4096: every batch paid the per-batch Python cost of every
+#: operator 16 times as often, which cost Nexmark jobs up to ~20% of their CPU against
+#: 65,536 (bench/defaults.py). The source still reads no more than its outputs' credit.
+DEFAULT_PARQUET_BATCH_SIZE = 65_536
 
 
 def _is_hidden(name: str) -> bool:
@@ -101,7 +106,8 @@ class FileSource(Source):
     :param csv_types: for CSV, column name -> callable converting the field's string
         (e.g. ``{"id": int, "price": float}``). The callable receives every value of the
         column, including empty strings.
-    :param parquet_batch_size: rows Parquet decodes at a time.
+    :param parquet_batch_size: rows Parquet decodes at a time (default 65,536, the
+        pipeline's Arrow batch size): the most rows one read of a Parquet split returns.
     :param columns: Parquet only: read only these columns (projection pushdown: the other
         columns are neither read from disk nor decoded), in this order. ``None``: every
         column. Positions stay row indexes, so a job may be restored with another
