@@ -55,6 +55,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
+#: imports a layer may not make although they run down (docs/architecture.md, "what it may not
+#: do"): the DSL builds a plan and asks ``execution`` for a runner by name
+SKIPPED_LAYERS: dict[str, tuple[str, ...]] = {"datastream": ("runners", "runtime")}
+
+
 def _engine_modules() -> dict[str, str]:
     """Dotted module name -> file, for every engine module (Alembic scripts excluded)."""
     modules = {}
@@ -133,6 +138,20 @@ def upward_imports(graph: dict[str, list[tuple[str, int]]]) -> list[str]:
     return bad
 
 
+def skipped_imports(graph: dict[str, list[tuple[str, int]]]) -> list[str]:
+    bad = []
+    for name, deps in sorted(graph.items()):
+        rel = name.removeprefix(ENGINE + ".")
+        for layer, banned in SKIPPED_LAYERS.items():
+            if rel != layer and not rel.startswith(layer + "."):
+                continue
+            for target, line in deps:
+                t = target.removeprefix(ENGINE + ".")
+                if any(t == b or t.startswith(b + ".") for b in banned):
+                    bad.append(f"{name}:{line} ({layer}) imports {target}")
+    return bad
+
+
 def test_every_engine_module_is_in_a_layer():
     for name in _engine_modules():
         layer_of(name)
@@ -141,6 +160,21 @@ def test_every_engine_module_is_in_a_layer():
 def test_no_engine_module_imports_a_layer_above_it():
     bad = upward_imports(_graph())
     assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+def test_the_dsl_imports_neither_the_runtime_nor_a_runner():
+    """The specs the DSL builds are in plan/ (specs.py, vectorized_specs.py) or state/
+    (the aggregations' spec), never in the runtime's operator modules."""
+    bad = skipped_imports(_graph())
+    assert not bad, "the DSL imports the runtime or a runner:\n" + "\n".join(bad)
+
+
+def test_the_checker_sees_the_dsl_import_an_operator_module(tmp_path):
+    path = tmp_path / "vectorized_ops.py"
+    path.write_text("def f():\n    from ..runtime.operators.vectorized.max_join import X\n")
+    name, target = f"{ENGINE}.datastream.vectorized_ops", f"{ENGINE}.runtime.operators.vectorized.max_join"
+    graph = {name: _imports(name, str(path), {name: str(path), target: "x"})}
+    assert skipped_imports(graph) == [f"{name}:2 (datastream) imports {target}"]
 
 
 def test_the_engine_has_no_import_circle_type_checking_included():

@@ -537,11 +537,11 @@ class KeyedStream(DataStream):
         ``emit`` is ``"update"``, ``"changelog"`` or ``"upsert"`` (default: ``"changelog"``
         for changelog input, else ``"update"``; :mod:`.runtime.operators.changelog_agg`).
         """
-        from ..runtime.operators.changelog_agg import EMIT_MODES
+        from ..state.columnar import AggregateSpec
 
-        if emit is not None and emit not in EMIT_MODES:
+        if emit is not None and emit not in AggregateSpec.EMIT_MODES:
             raise PipelineDefinitionError(f"aggregate {uid!r}: emit={emit!r} is not one of "
-                                          f"{', '.join(EMIT_MODES)}")
+                                          f"{', '.join(AggregateSpec.EMIT_MODES)}")
         spec = _aggregate_spec("aggregate", uid, self._key_selector, aggregations)
         spec.emit = emit
         if ttl is not None:

@@ -31,7 +31,7 @@ def max_by_join(left: DataStream, right: DataStream, *, uid: str, start: str, en
     ``end``: the left row's columns, then ``right_columns`` (right column -> output name;
     default: every right column kept under its name). Both inputs ``key_by(field)``; needs
     watermarks. See :mod:`.max_join`."""
-    from ..runtime.operators.vectorized.max_join import MaxJoinSpec
+    from ..plan.vectorized_specs import MaxJoinSpec
 
     what = "max_by_join"
     _check_pair(what, left, right)
@@ -50,9 +50,14 @@ def latest_by_key(stream: DataStream, *, by: str, uid: str, parallelism: int | N
     """Per key, the row with the highest ``by`` (ties: the later row), vectorized: for each
     input batch, the rows that became their key's latest (at most one per key): an upsert
     stream by key without retractions. ``stream`` is ``key_by(field)``. See :mod:`.latest`."""
-    from ..runtime.operators.vectorized.latest import latest_spec
+    from ..plan.vectorized_specs import LatestSpec
 
-    spec = latest_spec(uid, stream._key_selector, by)
+    field = getattr(stream._key_selector, "field", None)
+    if field is None:
+        raise PipelineDefinitionError(f"latest_by_key {uid!r}: needs key_by(<field name>)")
+    if not isinstance(by, str) or not by:
+        raise PipelineDefinitionError(f"latest_by_key {uid!r}: by must be a column name")
+    spec = LatestSpec(field, by)
     node = stream._then("latest_by_key", name or f"Latest by {by}", uid, parallelism, spec,
                         stream._key_selector)
     return DataStream(stream._p, [node], FORWARD, timestamp=stream._timestamp)
@@ -65,7 +70,7 @@ def unique_key_join(stream: DataStream, table: DataStream, *, uid: str,
     its key's table row at once, or waits in state until it comes (then leaves). Output:
     the stream row's columns, then the table row's columns the stream lacks. Both inputs
     ``key_by(field)``. See :mod:`.unique_join`."""
-    from ..runtime.operators.vectorized.unique_join import UniqueJoinSpec
+    from ..plan.vectorized_specs import UniqueJoinSpec
 
     what = "unique_key_join"
     _check_pair(what, stream, table)
@@ -84,7 +89,7 @@ def temporal_table_join(probe: DataStream, table: DataStream, *, uid: str, how: 
     each input's ``timestamp_field`` (a column). ``how``: ``"inner"`` or ``"left"`` (the
     table columns null). Both inputs ``key_by(field)``. See :mod:`.temporal`."""
     from ..plan.specs import TEMPORAL_JOIN_TYPES
-    from ..runtime.operators.vectorized.temporal import TemporalTableJoinSpec
+    from ..plan.vectorized_specs import TemporalTableJoinSpec
 
     what = "temporal_table_join"
     _check_pair(what, probe, table)

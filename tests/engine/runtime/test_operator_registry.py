@@ -78,7 +78,7 @@ def test_columnar_state_into_a_per_record_operator_is_refused_by_its_owner():
 
 
 def test_per_record_state_into_a_vectorized_op_is_refused():
-    from airflow_checkpoint_provider.engine.runtime.operators.vectorized.latest import LatestSpec
+    from airflow_checkpoint_provider.engine.plan.vectorized_specs import LatestSpec
 
     node = _node("latest_by_key", LatestSpec("k", "t"), uid="lt")
     entry = registry.entry_for(node)

@@ -35,9 +35,6 @@ from ...state.columnar import LAST_UPDATE, AggregateTable
 
 log = logging.getLogger(__name__)
 
-#: what ``aggregate(emit=...)`` accepts (``None``: by the input)
-EMIT_MODES = ("update", "changelog", "upsert")
-
 
 def signs(batch: pa.RecordBatch | pa.Table, uid: str) -> np.ndarray | None:
     """+1 (``+I``/``+U``) or -1 (``-U``/``-D``) per row when the batch is a changelog, else

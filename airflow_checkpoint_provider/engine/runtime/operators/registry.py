@@ -40,6 +40,12 @@ from ...plan.specs import (
     UpsertMaterializerSpec,
     WindowJoinSpec,
 )
+from ...plan.vectorized_specs import (
+    LatestSpec,
+    MaxJoinSpec,
+    TemporalTableJoinSpec,
+    UniqueJoinSpec,
+)
 from ...snapshot.handles import keyed_handle_from_dict
 from ...state.columnar import AggregateSpec
 from ...state.columnar.distinct_state import has_distinct
@@ -142,14 +148,14 @@ ENTRIES: tuple[OperatorEntry, ...] = (
     OperatorEntry("window_aggregate", WindowAggregateOperator, WindowSpec, C),
     OperatorEntry("top_n", TopNOperator, TopNSpec, C),
     OperatorEntry("session_aggregate", SessionAggregateOperator, WindowSpec, C),
-    OperatorEntry("max_by_join", max_join.MaxJoinOperator, max_join.MaxJoinSpec, C,
+    OperatorEntry("max_by_join", max_join.MaxJoinOperator, MaxJoinSpec, C,
                   (max_join.STATE_NAME,), family="vectorized ops"),
-    OperatorEntry("latest_by_key", latest.LatestOperator, latest.LatestSpec, C,
+    OperatorEntry("latest_by_key", latest.LatestOperator, LatestSpec, C,
                   (latest.STATE_NAME,), family="vectorized ops"),
-    OperatorEntry("unique_key_join", unique_join.UniqueJoinOperator, unique_join.UniqueJoinSpec,
+    OperatorEntry("unique_key_join", unique_join.UniqueJoinOperator, UniqueJoinSpec,
                   C, (unique_join.STATE_NAME,), family="vectorized ops"),
     OperatorEntry("temporal_table_join", temporal_table.TemporalTableJoinOperator,
-                  temporal_table.TemporalTableJoinSpec, C, (temporal_table.STATE_NAME,),
+                  TemporalTableJoinSpec, C, (temporal_table.STATE_NAME,),
                   family="vectorized ops"),
 )
 

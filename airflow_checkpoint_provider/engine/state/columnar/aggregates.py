@@ -68,6 +68,8 @@ class AggregateSpec:
     """
 
     FUNCTIONS = ("count", "sum", "min", "max", "mean")
+    #: what ``aggregate(emit=...)`` accepts (``None``: by the input)
+    EMIT_MODES = ("update", "changelog", "upsert")
 
     def __init__(self, key: str, aggregations: list[tuple[str, str, str | None]],
                  ttl_ms: int | None = None) -> None:

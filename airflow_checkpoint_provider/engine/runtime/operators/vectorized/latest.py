@@ -17,15 +17,14 @@ groups the subtask owns (rescale). A ``reduce()`` savepoint is refused, not conv
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
 import pyarrow as pa
 
-from ....errors import PipelineDefinitionError
 from ....plan.functions import RuntimeContext
 from ....plan.graph import Node
+from ....plan.vectorized_specs import LatestSpec
 from ....state.backend import StateSnapshot
 from ....state.columnar.key_index import KeyIndex
 from ....state.keygroups import KeyGroupRange
@@ -45,24 +44,6 @@ from .common import (
 
 STATE_NAME = "latest-by-key.vectorized"
 SEQ = "_seq"
-
-
-@dataclass
-class LatestSpec:
-    key: str
-    by: str
-
-    def describe(self) -> dict:
-        return {"key": self.key, "by": self.by}
-
-
-def latest_spec(uid: str, key_selector, by: str) -> LatestSpec:
-    field = getattr(key_selector, "field", None)
-    if field is None:
-        raise PipelineDefinitionError(f"latest_by_key {uid!r}: needs key_by(<field name>)")
-    if not isinstance(by, str) or not by:
-        raise PipelineDefinitionError(f"latest_by_key {uid!r}: by must be a column name")
-    return LatestSpec(field, by)
 
 
 class LatestTable(OneFileState):

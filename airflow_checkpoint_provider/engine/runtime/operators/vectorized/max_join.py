@@ -27,7 +27,6 @@ by the other (:func:`~...registry.open_operator`), name a new uid to switch.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
@@ -35,6 +34,7 @@ import pyarrow as pa
 
 from ....plan.functions import RuntimeContext
 from ....plan.graph import Node
+from ....plan.vectorized_specs import MaxJoinSpec
 from ....state.backend import StateSnapshot
 from ....state.columnar.key_index import KeyIndex
 from ....state.keygroups import KeyGroupRange
@@ -62,29 +62,6 @@ STATE_NAME = "max-by-join.vectorized"
 _EMPTY = pa.table({"key_group": pa.array([], pa.int32()), "side": pa.array([], pa.int8()),
                    "seq": pa.array([], pa.int64())})
 OPEN, BEST, WAITING = 0, 1, 2
-
-
-@dataclass
-class MaxJoinSpec:
-    left_key: str
-    right_key: str
-    start: str
-    end: str
-    right_time: str
-    by: str
-    #: right column -> output column name
-    right_columns: dict[str, str] = field(default_factory=dict)
-
-    def describe(self) -> dict:
-        return {"left_key": self.left_key, "right_key": self.right_key, "start": self.start,
-                "end": self.end, "right_time": self.right_time, "by": self.by,
-                "right_columns": dict(self.right_columns)}
-
-    @property
-    def right_needed(self) -> list[str]:
-        """The right columns the state keeps: key, time, ``by``, then the output ones."""
-        names = [self.right_key, self.right_time, self.by]
-        return names + [c for c in self.right_columns if c not in names]
 
 
 class MaxJoinState(OneFileState):

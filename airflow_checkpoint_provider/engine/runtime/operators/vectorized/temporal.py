@@ -32,7 +32,6 @@ the key groups the subtask owns (rescale). The per-record temporal join keeps ot
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -43,6 +42,7 @@ from ....changelog import OP_FIELD
 from ....eventtime import MIN_WATERMARK
 from ....plan.functions import RuntimeContext
 from ....plan.graph import Node
+from ....plan.vectorized_specs import TemporalTableJoinSpec
 from ....state.backend import StateSnapshot
 from ....state.columnar.key_index import KeyIndex
 from ....state.keygroups import KeyGroupRange
@@ -71,20 +71,6 @@ _EMPTY = pa.table({"key_group": pa.array([], pa.int32()), "side": pa.array([], p
                    "seq": pa.array([], pa.int64())})
 #: the ``_op`` values that end a row (changelog.RETRACT)
 _DELETES = pa.array(["-D", "-U"])
-
-
-@dataclass
-class TemporalTableJoinSpec:
-    probe_key: str
-    table_key: str
-    probe_time: str
-    #: None: a table without time (every row valid since the beginning)
-    table_time: str | None
-    how: str = "inner"
-
-    def describe(self) -> dict:
-        return {"probe_key": self.probe_key, "table_key": self.table_key,
-                "probe_time": self.probe_time, "table_time": self.table_time, "how": self.how}
 
 
 def _keep(table: pa.Table, mask: np.ndarray) -> pa.Table:

@@ -20,7 +20,6 @@ Snapshot (an ``arrow`` keyed-state handle): one Arrow IPC file, columns ``key_gr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -28,6 +27,7 @@ import pyarrow as pa
 
 from ....plan.functions import RuntimeContext
 from ....plan.graph import Node
+from ....plan.vectorized_specs import UniqueJoinSpec
 from ....state.backend import StateSnapshot
 from ....state.columnar.key_index import KeyIndex
 from ....state.keygroups import KeyGroupRange
@@ -49,15 +49,6 @@ from .common import (
 
 STATE_NAME = "unique-key-join.vectorized"
 TABLE, WAITING = 0, 1
-
-
-@dataclass
-class UniqueJoinSpec:
-    stream_key: str
-    table_key: str
-
-    def describe(self) -> dict:
-        return {"stream_key": self.stream_key, "table_key": self.table_key}
 
 
 def merge(stream: pa.Table, table: pa.Table) -> pa.Table:
