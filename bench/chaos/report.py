@@ -27,6 +27,12 @@ SHORT = {
 LAST_FIX = ("finding 7, commit b2a1e57", "2026-11-26 23:39:48")
 
 
+# The Kafka cells' current shapes (FINDINGS 8 and 10): kafka-changelog's upsert sinks at
+# parallelism 1 and the output read as Apache Kafka's read_committed (the records of aborted
+# transactions the test broker returns are dropped), on committed code from this commit on.
+KAFKA_SHAPES = ("3d4d514", "2026-12-06 11:34:30")
+
+
 def _killed(r: dict) -> bool:
     """At least one SIGKILL (slot, Python worker, driver, JVM) fired in the run."""
     return any(f["fired_at"] and f["kind"] != "raise" for f in r["faults"])
@@ -205,6 +211,9 @@ def _current_summary(cur: list[dict], excluded: int) -> list[str]:
                 f"| {sum(1 for r in rs if _unfinished(r))} "
                 f"| {sum(1 for r in rs if not r['ok'])} |"
             )
+    kafka = _kafka_since(cur)
+    if kafka:
+        lines += ["", kafka]
     by = Counter(f"{r['runner']}/{r['backend']}/{r['mode']}" for r in killed)
     lines += [
         "",
@@ -216,6 +225,29 @@ def _current_summary(cur: list[dict], excluded: int) -> list[str]:
     if restarts:
         lines += ["", restarts]
     return lines
+
+
+def _kafka_since(cur: list[dict]) -> str:
+    """One line for the Kafka runs in the cells' current shapes (:data:`KAFKA_SHAPES`)."""
+    commit, at = KAFKA_SHAPES
+    since = calendar.timegm(time.strptime(at, "%Y-%m-%d %H:%M:%S"))
+    rs = [r for r in cur if r.get("group") == "kafka" and r.get("time", 0) >= since]
+    if not rs:
+        return ""
+    hidden = [r for r in rs if r.get("aborted_hidden")]
+    runners = Counter(r["runner"] for r in rs)
+    return (
+        f"Kafka cells in their current shapes (since commit {commit}, {at[:16]} UTC: "
+        "kafka-changelog's upsert sinks at parallelism 1, the output read as Apache "
+        f"Kafka's `read_committed` would, FINDINGS 8 and 10): {len(rs)} runs "
+        f"({', '.join(f'{n} {k}' for k, n in sorted(runners.items()))}), "
+        f"{sum(1 for r in rs if _killed(r))} killed runs, "
+        f"{sum(1 for r in rs if r['differences'])} with committed rows that differ, "
+        f"{sum(1 for r in rs if _unfinished(r))} unfinished, "
+        f"{sum(1 for r in rs if not r['ok'])} failed; in {len(hidden)} of them the harness "
+        f"dropped {sum(sum(r['aborted_hidden'].values()) for r in hidden)} records of "
+        "aborted transactions that the test broker returned to `read_committed`."
+    )
 
 
 def load(path: str) -> list[dict]:
