@@ -28,7 +28,8 @@ of one repetition, in events per second and, as the check that holds on a loaded
 in events per CPU-second.
 
 Each run is a fresh interpreter under ``taskset -c CPU`` (the job master and the slots
-inherit the pinning). Rate: events / (wall time of ``Pipeline.run`` minus the job's
+inherit the pinning); ``--cpu 0,1`` runs a worker per core, each taking every other job
+(a job's runs stay on one core, back to back). Rate: events / (wall time of ``Pipeline.run`` minus the job's
 launch-to-running start-up), the final checkpoint and teardown included. CPU: every
 process of the run (the child, the job master, the fork server, the slots), sampled from
 this process every 100 ms with psutil, minus the child's own CPU before the job ran (its
@@ -179,15 +180,15 @@ class CpuMeter:
         return sum(self.seen.values())
 
 
-def run_one(job: str, variant: str, path: str, args) -> dict:
+def run_one(job: str, variant: str, path: str, args, cpu: int) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--job", job, "--variant",
            variant, "--path", path, "--parallelism", str(args.parallelism)]
-    if args.cpu >= 0:
-        cmd = ["taskset", "-c", str(args.cpu), *cmd]
+    if cpu >= 0:
+        cmd = ["taskset", "-c", str(cpu), *cmd]
     env = {**os.environ, "PYTHONPATH": ROOT}
     load = os.getloadavg()
     timeout = max(120.0, 15 * args.target_s)
-    out: dict = {"job": job, "variant": variant, "loadavg_before": list(load)}
+    out: dict = {"job": job, "variant": variant, "cpu": cpu, "loadavg_before": list(load)}
     with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
         # cwd: the slots (``python -m``) put it first on sys.path
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=so, stderr=se, text=True,
@@ -350,7 +351,8 @@ def what(data: dict) -> str:
     alts = "; ".join(f"`{k}`: " + ", ".join(f"{n}={v}" for n, v in v.items())
                      for k, v in VARIANTS.items() if v and k in a["variants"].split(","))
     return (f"Each Nexmark query alone and pairs on one shared source, parallelism "
-            f"{a['parallelism']}, every run pinned to CPU {a['cpu']}, local runner, heap, "
+            f"{a['parallelism']}, every run pinned to one core (`taskset -c`; CPUs {a['cpu']}: "
+            "a worker per core, a job's runs on one), local runner, heap, "
             "discarding sinks; `default` is `Pipeline(name)`, `CheckpointConfig()` (1 s "
             "exactly-once checkpoints, buffer debloating at 1 s), `FileSource(path)` with no "
             f"options; the alternatives: {alts}. Best: the alternative with the highest rate "
@@ -371,27 +373,45 @@ def order_of(rep: int, n: int, variants: list[str], best: str | None) -> list[st
 
 
 def measure(jobs: list[str], variants: list[str], data: str, args, saved) -> list[dict]:
-    """Every run of every job; ``saved(runs)`` after each job (a partial table survives)."""
-    rates = nexmark_rates(args.results_dir)
+    """Every run of every job; ``saved(runs)`` after each job (a partial table survives).
+    With several ``--cpu``, a worker per core takes every n-th job: runs of one job stay
+    on one core, one after the other."""
+    cpus = [int(c) for c in str(args.cpu).split(",")]
     runs: list[dict] = []
+    lock = threading.Lock()
+    workers = [threading.Thread(target=_worker, args=(
+        list(enumerate(jobs))[i::len(cpus)], cpu, variants, data, args, runs, lock, saved))
+        for i, cpu in enumerate(cpus)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return runs
+
+
+def _worker(jobs, cpu, variants, data, args, runs, lock, saved) -> None:
+    rates = nexmark_rates(args.results_dir)
     best: dict[str, str] = {}
-    for n, job in enumerate(jobs):  # a job's repetitions together: a cut run keeps whole jobs
-        src = subset(data, files_for(job, rates, args))
+    for n, job in jobs:  # a job's repetitions together: a cut run keeps whole jobs
+        with lock:
+            src = subset(data, files_for(job, rates, args))
         for rep in range(args.reps):
             for variant in order_of(rep, n, variants, best.get(job)):
-                r = run_one(job, variant, src, args)
+                r = run_one(job, variant, src, args, cpu)
                 r["rep"] = rep
-                runs.append(r)
+                with lock:
+                    runs.append(r)
                 rate = f"{r['rate']:>12,.0f} ev/s" if r.get("rate") else r.get("status")
-                print(f"rep {rep} {job:8} {variant:12} {rate} (load "
+                print(f"cpu {cpu} rep {rep} {job:8} {variant:12} {rate} (load "
                       f"{r['loadavg_before'][0]:.1f})", flush=True)
             if rep == 0:
-                alts = [r for r in runs if r["job"] == job and r["variant"] != "default"
-                        and r.get("rate")]
+                with lock:
+                    alts = [r for r in runs if r["job"] == job and r["variant"] != "default"
+                            and r.get("rate")]
                 if alts:
                     best[job] = max(alts, key=lambda r: r["rate"])["variant"]
-        saved(runs)
-    return runs
+        with lock:
+            saved(runs)
 
 
 def write(path: str, doc: dict) -> None:
@@ -413,8 +433,9 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                     help=f"'default' first, then alternatives among {', '.join(VARIANTS)}")
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--cpu", type=int, default=1,
-                    help="the core every run is pinned to (-1: not pinned)")
+    ap.add_argument("--cpu", default="1",
+                    help="the core every run is pinned to (-1: not pinned); a comma list "
+                         "runs a worker per core, each taking every n-th job")
     ap.add_argument("--parallelism", type=int, default=1)
     ap.add_argument("--target-s", type=float, default=6.0,
                     help="seconds of a run at the Nexmark table's rate (sizes the input)")
