@@ -1,10 +1,10 @@
 """Issue 54, item 1: a team's own pipeline through the workflows, without copying a DAG file.
 
 A DAG folder in a temporary directory holds the team's own pipeline module (``team_jobs``:
-a keyed tally, not one of the bundled examples), a DAG file of a few lines that calls
-:func:`~airflow_checkpoint_provider.workflows.blue_green_upgrade` with it, and the docs' own
-example DAG file, copied verbatim (``docs/examples/dags/my_blue_green.py``: the team's
-``jobs.orders`` module is ``team_jobs`` here). The blue-green DAG and the docs' ``orders_upgrade``
+a keyed tally, not one of the bundled examples, as the ``jobs.orders`` module the docs name)
+and the docs' example DAG file of a team's own workflows, copied verbatim
+(``docs/examples/dags/my_blue_green.py``: a few lines per workflow). Its ``orders_blue_green``
+(:func:`~airflow_checkpoint_provider.workflows.blue_green_upgrade`) and ``orders_upgrade``
 (:func:`~airflow_checkpoint_provider.workflows.savepoint_upgrade`) run end to end through
 ``dag.test()`` (local runner, real SQLite metadata DB), and the committed output is checked
 against its reference: per key the tallies 1..n, each exactly once.
@@ -76,22 +76,6 @@ def build_v2():
     return _build("v2", TallyWithMean())
 '''
 
-BLUE_GREEN_DAG = '''
-from datetime import datetime
-
-from airflow.sdk import DAG
-
-from airflow_checkpoint_provider.workflows import StabilityGate, blue_green_upgrade
-
-with DAG("team_blue_green", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
-         render_template_as_native_obj=True):
-    blue_green_upgrade(
-        pipelines={"v1": "team_jobs:build_v1", "v2": "team_jobs:build_v2"},
-        job_names=("tally-blue", "tally-green"),
-        gate=StabilityGate(window_s=6, min_checkpoints=2, max_checkpoint_duration_ms=30000),
-        savepoint_roots=[SAVEPOINT_ROOT], runner="local")
-'''
-
 #: the docs' example of a team's own workflows, run as written (its pipelines are
 #: ``jobs.orders:build_v1``/``build_v2``: a module of the team's, here the tally)
 DOCS_DAG = Path(__file__).resolve().parents[2] / "docs" / "examples" / "dags" / "my_blue_green.py"
@@ -111,8 +95,6 @@ def team_dags(airflow_db, tmp_path, monkeypatch):
     folder.mkdir()
     root = tmp_path / "team"
     (folder / "team_jobs.py").write_text(textwrap.dedent(TEAM_JOBS))
-    (folder / "team_blue_green.py").write_text(
-        f"SAVEPOINT_ROOT = {str(root / 'savepoints')!r}\n" + textwrap.dedent(BLUE_GREEN_DAG))
     (folder / "my_blue_green.py").write_text(DOCS_DAG.read_text())  # verbatim
     (folder / "jobs").mkdir()
     (folder / "jobs" / "__init__.py").write_text("")
@@ -125,8 +107,7 @@ def team_dags(airflow_db, tmp_path, monkeypatch):
         session.merge(DagBundleModel(name="team-dags"))
     bag = DagBag(dag_folder=str(folder), bundle_path=folder, bundle_name="team-dags")
     assert not bag.import_errors, bag.import_errors
-    assert set(bag.dag_ids) == {"team_blue_green", "orders_blue_green", "orders_upgrade",
-                                "orders_savepoints"}
+    assert set(bag.dag_ids) == {"orders_blue_green", "orders_upgrade", "orders_savepoints"}
     sync_bag_to_db(bag, "team-dags", None)
     yield bag, root
     for module in ("team_jobs", "jobs", "jobs.orders"):
@@ -150,16 +131,17 @@ def duplicates_and_missing(counts: dict[str, list[int]]) -> tuple[int, int]:
 
 
 @pytest.mark.timeout(300)
-def test_a_teams_own_pipeline_runs_through_the_blue_green_workflow_exactly_once(
+def test_the_docs_blue_green_example_runs_a_teams_own_pipeline_exactly_once(
         team_dags, metadata_url, store, tmp_path):
     bag, root = team_dags
-    blue = start_job(metadata_url, tmp_path, pipeline="team_jobs:build_v1",
-                     job_name="tally-blue")
+    blue = start_job(metadata_url, tmp_path, pipeline="jobs.orders:build_v1",
+                     job_name="orders-blue")
     wait_for(lambda: completed_checkpoints(store, blue), 60, "a checkpoint of blue")
-    conf = {"green_pipeline": "v2", "runner": "local",
-            "savepoint_dir": str(root / "savepoints" / "blue-green")}
+    # the example's gate watches green 120 s: a run's conf may shorten it within its bounds
+    conf = {"green_pipeline": "v2", "runner": "local", "gate_window_s": 6,
+            "min_checkpoints": 2, "max_checkpoint_duration_ms": 30000}
 
-    state, tis, dr = run_dag(bag, "team_blue_green", conf)
+    state, tis, dr = run_dag(bag, "orders_blue_green", conf)
 
     assert state == "success", tis
     assert tis["promote_green"] == "success" and tis["cancel_green"] == "skipped"
@@ -167,9 +149,9 @@ def test_a_teams_own_pipeline_runs_through_the_blue_green_workflow_exactly_once(
     # go_live's resubmitted green does
     promoted = xcom(dr, "promote_green", key="promoted")
     live = store.get_job(xcom(dr, "start_green" if promoted else "go_live", key="job_id"))
-    assert live.job_name == "tally-green" and live.version == "v2"
+    assert live.job_name == "orders-green" and live.version == "v2"
     assert live.status == "RUNNING" and live.restored_from == xcom(dr, "stop_blue")
-    assert xcom(dr, "stop_blue").startswith(str(root / "savepoints" / "blue-green"))
+    assert xcom(dr, "stop_blue").startswith(str(root / "savepoints"))  # the job's own
     assert store.get_job(blue).status == "STOPPED"
     wait_for(lambda: len(completed_checkpoints(store, live.job_id)) >= 2, 60,
              "two checkpoints of green live")
@@ -212,7 +194,7 @@ def _rows(root: Path) -> list[dict]:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("param", "value"), [
-    ("green_pipeline", "team_jobs:build_v2"),  # code, not one of the author's keys
+    ("green_pipeline", "jobs.orders:build_v2"),  # code, not one of the author's keys
     ("green_pipeline", "os:system"),
     ("blue_job", "payments-blue"),  # a job the author did not name
     ("savepoint_dir", "/etc/cron.d"),  # a path outside the author's roots
@@ -225,6 +207,6 @@ def test_a_conf_outside_the_authors_choices_is_refused_before_the_run_starts(
 
     bag, _ = team_dags
     with pytest.raises(ParamValidationError, match=param):
-        bag.get_dag("team_blue_green").test(run_conf={param: value})
+        bag.get_dag("orders_blue_green").test(run_conf={param: value})
     with MetadataStore(metadata_url) as store:
         assert store.list_jobs() == []
