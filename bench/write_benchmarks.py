@@ -239,7 +239,9 @@ class Family:
         if self.peer:
             peer = (f"; {self.peer} measured in the same run" if self.same_run else
                     f"; {self.peer} measured by the same script on the same input")
-        out = [f"## {self.heading}", "",
+        # no blank line under the heading (Markdown renders the same; the page has a
+        # 300-line bound, tests/bench/test_write_benchmarks_sections.py)
+        out = [f"## {self.heading}",
                f"Command: `{command}`. Measured {when}{peer}. "
                + (self.what(data) if callable(self.what) else self.what), "",
                row([head[i] for i in idx] + ["load (1 min)"]), "|" + "---|" * (len(idx) + 1)]
