@@ -20,6 +20,10 @@ import re
 from collections.abc import Sequence
 from operator import itemgetter
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ...errors import BadRecordError, ConfigurationError
 
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -223,3 +227,68 @@ def without(rows: list[dict], columns: Sequence[str]) -> list[dict]:
             del d[c]
         out.append(d)
     return out
+
+
+def _groupable(t: pa.DataType) -> bool:
+    """Arrow types whose values group exactly as their Python values do on the dict path
+    (equal iff their ``as_py()`` values are equal, one Python type per column); floats
+    (``-0.0 == 0.0`` but ``repr`` differs, NaN), decimals and the rest go the dict path."""
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
+            or pa.types.is_boolean(t) or pa.types.is_date(t))
+
+
+def group_batch_by_partition(batch: pa.RecordBatch, columns: Sequence[str],
+                             cache: dict[tuple, str], *,
+                             where: str) -> list[tuple[str, np.ndarray | None]] | None:
+    """The rows of ``batch`` grouped by partition path as :func:`group_by_partition` groups
+    the batch's dicts: ``(path, row indices)`` per partition in order of first appearance,
+    the rows of a partition in order (the default partition: the rows with ``None``, then
+    those with ``""``, or the other way round, as on the dict path); ``None`` for the row
+    indices when the whole batch is one partition (the common case, told by one
+    ``dictionary_encode`` per column). ``None`` when a partition column's type is not one
+    :func:`_groupable` proves equivalent (the caller takes the dict path). The paths come
+    from the first row of each group's Python values, through the same ``cache``."""
+    encoded = []
+    for c in columns:
+        i = batch.schema.get_field_index(c)
+        if i < 0:
+            raise BadRecordError(f"{where}: a record has no partition column {c!r} "
+                                 f"(partition_by={list(columns)}); its fields: "
+                                 f"{sorted(batch.schema.names)[:20]}")
+        col = batch.column(i)
+        if not _groupable(col.type):
+            return None
+        encoded.append(pc.dictionary_encode(col, null_encoding="encode"))
+    if all(len(e.dictionary) == 1 for e in encoded):
+        return [(_path_of(encoded, 0, columns, cache), None)]
+    # a dense group id per row over every partition column
+    gid = np.asarray(encoded[0].indices, np.int64)
+    for e in encoded[1:]:
+        gid = np.unique(gid * len(e.dictionary) + np.asarray(e.indices, np.int64),
+                        return_inverse=True)[1].reshape(-1)
+    _, first, inverse = np.unique(gid, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(first, kind="stable")  # groups in order of first appearance
+    paths: dict[str, int] = {}  # path -> its rank (None and "" share one)
+    group_rank = np.empty(len(first), np.int64)
+    for g in order:
+        path = _path_of(encoded, int(first[g]), columns, cache)
+        group_rank[g] = paths.setdefault(path, len(paths))
+    # one path's groups in order of first appearance: sort by (path rank, group order)
+    key = group_rank * len(first) + np.argsort(order, kind="stable")
+    rows = np.argsort(key[inverse], kind="stable")
+    counts = np.bincount(group_rank[inverse], minlength=len(paths))
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    return [(path, rows[bounds[r]:bounds[r + 1]]) for path, r in paths.items()]
+
+
+def _path_of(encoded: list, row: int, columns: Sequence[str], cache: dict[tuple, str]) -> str:
+    values = tuple(e.dictionary[e.indices[row].as_py()].as_py() for e in encoded)
+    typed = tuple((type(v), v) for v in values)
+    path = cache.get(typed)
+    if path is None:
+        path = partition_path(columns, values)
+        if len(cache) >= _PATHS_CACHED:
+            cache.clear()
+        cache[typed] = path
+    return path

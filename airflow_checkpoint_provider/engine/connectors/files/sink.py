@@ -61,6 +61,8 @@ from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 import msgspec
+import numpy as np
+import pyarrow as pa
 
 from ...errors import ConfigurationError
 from ...fs.private import makedirs_mode
@@ -80,6 +82,7 @@ from ..sink_names import (
     staged_file_name,
     staged_prefix,
 )
+from .arrow_lines import json_lines, lines_buffer
 from .cleanup import _discard_committed_in, _discard_staged_in, _staged_of, partition_dirs
 from .errors import FileSinkRestoreError
 from .modes import (
@@ -92,6 +95,7 @@ from .modes import (
 )
 from .partitions import (
     check_columns,
+    group_batch_by_partition,
     group_by_partition,
     read_partition_dir,
     without,
@@ -294,6 +298,10 @@ def _encode(records: list[dict]) -> bytes:
 
 
 class _FileSinkWriter(SinkWriter):
+    #: Arrow batches are written as they are (:meth:`_write_arrow`), lists of dicts too
+    accepts_arrow = True
+    accepts_rows = True
+
     def __init__(self, sink: FileSink, ctx: ConnectorContext) -> None:
         directory = sink.directory
         self.dir = directory
@@ -349,7 +357,15 @@ class _FileSinkWriter(SinkWriter):
                           self.sink_name, st.partition, self.max_open)
                 return
 
-    def write(self, records: list[dict]) -> None:
+    def write(self, records: list[dict] | pa.RecordBatch | pa.Table) -> None:
+        if isinstance(records, pa.Table):
+            for batch in records.to_batches():
+                self.write(batch)
+            return
+        if isinstance(records, pa.RecordBatch):
+            if records.num_rows and self._write_arrow(records):
+                return
+            records = records.to_pylist()  # empty, or a type only the dict path writes
         if not self.columns:
             self._file_for("").write(_encode(records))
             return
@@ -358,6 +374,37 @@ class _FileSinkWriter(SinkWriter):
             if not self.keep_columns:
                 rows = without(rows, self.columns)
             self._file_for(path).write(_encode(rows))
+
+    def _write_arrow(self, batch: pa.RecordBatch) -> bool:
+        """Write ``batch`` without turning its rows into dicts: 1. group its rows by
+        partition (:func:`group_batch_by_partition`); 2. drop the partition columns by
+        selecting the others (no copy); 3. encode every row to the bytes the dict path
+        writes (:func:`json_lines`); 4. write each partition's rows (one ``take`` when the
+        batch has several partitions) to its staged file. ``False`` (nothing written) when
+        the batch needs the dict path: a type neither proves identical."""
+        groups: list[tuple[str, np.ndarray | None]] = [("", None)]
+        body = batch
+        if self.columns:
+            found = group_batch_by_partition(batch, self.columns, self._paths,
+                                             where=self.sink_name)
+            if found is None:
+                return False
+            groups = found
+            if not self.keep_columns:
+                body = batch.drop_columns(list(self.columns))
+        lines = json_lines(body)
+        if lines is None:
+            return False
+        if groups[0][1] is None:  # one partition, the rows in order
+            self._file_for(groups[0][0]).write(lines_buffer(lines))
+            return True
+        lines = lines.take(pa.array(np.concatenate([rows for _, rows in groups])))
+        start = 0
+        for path, rows in groups:
+            n = len(rows) if rows is not None else 0
+            self._file_for(path).write(lines_buffer(lines.slice(start, n)))
+            start += n
+        return True
 
     def pre_commit(self, checkpoint_id: int) -> list[Transaction]:
         """Per staged file of the epoch: 1. flush, fsync and close it; 2. rename it to carry
