@@ -18,7 +18,8 @@ Pipelines (the ones the Kafka tests run, tests/engine/connectors/kafka/):
 
 Both jobs are bounded (``stop_at``): a run ends FINISHED, never cancelled. The broker is a
 Tansu (tests/kafka_server.py) on 127.0.0.1 started once per harness process and stopped at
-exit; every run gets fresh topics. Local runner only; kills: slot and driver.
+exit; every run gets fresh topics. Local and Spark runners (the slots reach the broker on
+127.0.0.1: Spark local mode); kills: the runner's (slot / Python worker, driver, Spark JVM).
 
 Broker caveats: Tansu returns the records of a transaction aborted by a crash to
 ``read_committed`` readers (a SIGKILL of a slot whose sink is in the middle of publishing an
@@ -192,10 +193,10 @@ def _kafka_changelog(ctx: BuildContext):
 
 KAFKA_ENTRIES = [
     Entry("kafka-sum", "kafka", _kafka_sum, (), "kafka-reference", SUM_RECORDS, 4.0,
-          runners=("local",)),
+          runners=("local", "spark")),
     # no raise points (records=0): its pass-through only SIGKILLs; the harness's kills do
     Entry("kafka-changelog", "kafka", _kafka_changelog, (), "kafka-reference", 0, 4.0,
-          runners=("local",)),
+          runners=("local", "spark")),
 ]
 
 
