@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from airflow_checkpoint_provider.engine import BadRecordError, FileSink
 from airflow_checkpoint_provider.engine.connectors.base import ConnectorContext
 from airflow_checkpoint_provider.engine.connectors.files.arrow_lines import (
+    _timestamps,
     json_lines,
     lines_buffer,
 )
@@ -38,7 +39,7 @@ UTC = datetime.UTC
 _text = st.text(max_size=8)  # any code point but surrogates: quotes, backslashes, controls
 _int64 = st.integers(-(2**63), 2**63 - 1)
 _float = st.floats(allow_nan=True, allow_infinity=True)
-_ts = st.datetimes(min_value=datetime.datetime(1900, 1, 1), max_value=datetime.datetime(2200, 1, 1))
+_ts = st.datetimes()  # years 1-9999; formatted by Arrow (s, ms, us; naive or UTC), not msgspec
 VALUE_TYPES: list[tuple[pa.DataType, st.SearchStrategy]] = [
     (pa.int8(), st.integers(-128, 127)),
     (pa.int32(), st.integers(-(2**31), 2**31 - 1)),
@@ -55,6 +56,10 @@ VALUE_TYPES: list[tuple[pa.DataType, st.SearchStrategy]] = [
     (pa.timestamp("ms"), _ts.map(lambda d: d.replace(microsecond=d.microsecond // 1000 * 1000))),
     (pa.timestamp("us"), _ts),
     (pa.timestamp("us", tz="UTC"), _ts.map(lambda d: d.replace(tzinfo=UTC))),
+    (pa.timestamp("s"), _ts.map(lambda d: d.replace(microsecond=0))),
+    (pa.timestamp("ms", tz="UTC"),
+     _ts.map(lambda d: d.replace(microsecond=d.microsecond // 1000 * 1000, tzinfo=UTC))),
+    (pa.timestamp("us", tz="Europe/Paris"), _ts.map(lambda d: d.replace(tzinfo=UTC))),  # msgspec
     (pa.time64("us"), st.times()),
     (pa.duration("us"), st.timedeltas(min_value=datetime.timedelta(days=-999),
                                       max_value=datetime.timedelta(days=999))),
@@ -135,6 +140,10 @@ def _committed(batches_: list, *, arrow: bool, partition_by, keep: bool,
 def test_json_lines_are_the_bytes_msgspec_writes_for_the_batch_dicts(batch):
     lines = json_lines(batch)
     assert lines is not None  # every type above goes the Arrow path (names are unique)
+    for col in batch.columns:  # timestamps of s, ms, us, naive or UTC: without to_pylist
+        t = col.type
+        if pa.types.is_timestamp(t) and t.unit != "ns" and t.tz in (None, "UTC"):
+            assert _timestamps(col, ord(",")) is not None
     assert bytes(lines_buffer(lines)) == msgspec.json.Encoder().encode_lines(batch.to_pylist())
     for start in range(len(batch)):  # a slice's bytes are its rows' lines
         assert bytes(lines_buffer(lines.slice(start, 2))) == \
@@ -210,3 +219,23 @@ def test_decimal_values_are_written_as_on_the_dict_path():
     batch = pa.RecordBatch.from_pydict({"d": pa.array([decimal.Decimal("1.50"), None],
                                                       pa.decimal128(5, 2))})
     assert bytes(lines_buffer(json_lines(batch))) == b'{"d":"1.50"}\n{"d":null}\n'
+
+
+def test_timestamps_outside_python_datetimes_fail_as_on_the_dict_path():
+    batch = pa.RecordBatch.from_pydict({"t": pa.array([253_402_300_800], pa.timestamp("s"))})
+    assert _timestamps(batch.column(0), ord("}")) is None  # year 10000
+    with pytest.raises(OverflowError):
+        batch.to_pylist()  # what the dict path did
+    with tempfile.TemporaryDirectory() as root, pytest.raises(OverflowError):
+        FileSink(root).create_writer(CTX).write(batch)
+
+
+def test_nanosecond_timestamps_fail_as_on_the_dict_path():
+    """``to_pylist`` makes pandas Timestamps of them, which neither msgspec nor json.dumps
+    encodes: the dict path fails, and so does the Arrow path (it leaves them to it)."""
+    batch = pa.RecordBatch.from_pydict(
+        {"t": pa.array([datetime.datetime(2000, 1, 1)], pa.timestamp("ns"))})
+    assert _timestamps(batch.column(0), ord("}")) is None
+    for records in (batch, batch.to_pylist()):
+        with tempfile.TemporaryDirectory() as root, pytest.raises(TypeError):
+            FileSink(root).create_writer(CTX).write(records)
