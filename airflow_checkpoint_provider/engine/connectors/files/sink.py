@@ -40,6 +40,12 @@ the same epoch). The barrier pre-commits every staged file of the epoch and the 
 completion publishes them all; a transaction carries its partition, checked against the
 sink's partition columns on restore.
 
+Arrow batches (``accepts_arrow``): a ``RecordBatch`` is written without a dict per row --
+grouped by partition with Arrow (:func:`.partitions.group_batch_by_partition`), the
+partition columns dropped by selecting the others, the rows encoded column by column
+(:mod:`.arrow_lines`) -- to the same files, byte for byte, as its ``to_pylist()`` dicts; a
+batch of a type not proven identical takes the dict path.
+
 Permissions: what the sink creates is its owner's only by default -- directories ``0700``
 (the output directory, ``_staging``, partition directories), files ``0600`` (staged and
 committed part files) -- since the records may be replicated database rows (CDC). ``file_mode``
