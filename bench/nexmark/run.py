@@ -68,13 +68,26 @@ BACKEND_FLINK = {"heap": "hashmap", "rocksdb": "rocksdb"}
 
 
 # -- data ---------------------------------------------------------------------------------
-def _cpu_s() -> float:
-    """User + system CPU seconds of this process and its waited-for children (the slots)."""
-    import resource
+def _tree_cpu_s() -> float:
+    """User + system CPU seconds so far of this process and every live descendant (the Spark
+    runner's JVM, a fork server): what a run's CPU meter has seen before the job starts."""
+    import psutil
 
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
-        resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    me = psutil.Process()
+    total = 0.0
+    for proc in (me, *me.children(recursive=True)):
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def _own_cpu_s() -> float:
+    """User + system CPU seconds of this process alone."""
+    t = os.times()
+    return t.user + t.system
 
 
 def ensure_data(args) -> str:
@@ -126,15 +139,43 @@ def warmup_csv(data: str, events: int = 100_000) -> str:
 NICE = 19
 
 
-def child(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
+def child(cmd: list[str], timeout: float, env: dict | None = None,
+          cpu: bool = False) -> dict:
+    """Run ``cmd`` (niced, in a session of its own) and return its ``RESULT`` line. With
+    ``cpu``, ``cpu_s`` is the CPU time of the child and of every process it starts (the
+    fork server and the slots it forks, which the child never waits for, so
+    ``getrusage(RUSAGE_CHILDREN)`` misses them), sampled from here by bench/per_record.py's
+    :class:`CpuMeter`, less the ``cpu_before_run_s`` the child reports (interpreter start,
+    imports, a Spark session started before the clock)."""
+    from bench.per_record import CpuMeter
+
     env = {**os.environ, "PYTHONPATH": ROOT, "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})}
-    proc = subprocess.run(["nice", "-n", str(NICE), *cmd], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    for line in proc.stdout.splitlines():
+    with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
+        # ``nice`` execs the command: the pid is the child's
+        proc = subprocess.Popen(["nice", "-n", str(NICE), *cmd], cwd=ROOT, env=env, stdout=so,
+                                stderr=se, text=True, start_new_session=True)
+        meter = CpuMeter(proc.pid) if cpu else None
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            if meter is not None:
+                meter.total()
+            raise
+        cpu_s = meter.total() if meter is not None else None
+        so.seek(0)
+        se.seek(0)
+        stdout, stderr = so.read(), se.read()
+    for line in stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            r = json.loads(line[len("RESULT "):])
+            if cpu_s is not None:
+                r["cpu_s"] = cpu_s - r.pop("cpu_before_run_s")
+                r["events_per_cpu_s"] = r["events"] / max(r["cpu_s"], 1e-9)
+            return r
     raise RuntimeError(f"{' '.join(cmd[:6])} failed ({proc.returncode}):\n"
-                       f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+                       f"{stdout[-2000:]}\n{stderr[-3000:]}")
 
 
 class FailOnce:
@@ -225,11 +266,12 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
             t = time.monotonic()
             opts["spark"] = spark_session("local[1]", f"nexmark-{query}")
             session_s = time.monotonic() - t
-        cpu0 = _cpu_s()
+        cpu0 = _tree_cpu_s()
+        own0 = _own_cpu_s()
         t0 = time.monotonic()
         result = p.run(runner, **opts)
         wall = time.monotonic() - t0
-        cpu = _cpu_s() - cpu0
+        own = _own_cpu_s() - own0
         if result.status != "FINISHED":
             raise RuntimeError(f"{query} ended {result.status}: {result.failure_reason}")
         startup = (result.extra.get("startup_seconds") or [0])[0] or 0
@@ -240,9 +282,12 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
         out = {"events": events, "wall_s": wall, "startup_s": startup,
                "rate": events / max(wall - startup, 1e-9), "checkpoint_ms": cps,
                "restarts": result.restarts, "spark_session_s": session_s,
-               # CPU seconds of the job (master and slots: start-up included): on a shared
-               # core the wall-clock rate says more about the other work than about ours
-               "cpu_s": cpu, "events_per_cpu_s": events / max(cpu, 1e-9)}
+               # the parent (child()) measures the run's CPU seconds, cpu_s (job master, fork
+               # server, slots, Spark's JVM and workers: the job's start-up included): on a
+               # shared core the wall-clock rate says more about the other work than about
+               # ours. This process's own part of it (the job master, the local runner's
+               # coordinator) and what every process had spent before the job started:
+               "master_cpu_s": own, "cpu_before_run_s": cpu0}
         if fail_at:
             starts = result.extra.get("startup_seconds") or []
             out.update(rate=None, recovery_s=_recovery(marks),
@@ -296,7 +341,7 @@ def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str
         path = subset(data, "parquet", k)
         r = child([sys.executable, __file__, "--child", "ours", "--query", query, "--path", path,
                    "--backend", backend, "--interval", str(interval_s), "--runner", runner,
-                   "--fail-at", str(fail_at)], timeout)
+                   "--fail-at", str(fail_at)], timeout, cpu=True)
     elif engine == "ss":
         k = files_for(rate, args, minimum=4)
         per = max(1, round(rate * 2 / args.events_per_file))  # ~2 s per batch
