@@ -59,6 +59,8 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from bench.per_record import CpuMeter  # noqa: E402  (every process of a run, slots included)
+
 RESULT = "defaults.json"
 #: every setting a variant changes, from what a user gets by default (``{}``)
 VARIANTS: dict[str, dict] = {
@@ -143,41 +145,6 @@ def child(job: str, variant: str, path: str, parallelism: int) -> dict:
                 "failure_reason": result.failure_reason, "cpu_before_job_s": before}
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-class CpuMeter:
-    """CPU seconds of a process and all its descendants (slots forked by the fork server
-    and never waited for included): sampled every 100 ms from this (unpinned) process,
-    each process's last value kept."""
-
-    def __init__(self, pid: int) -> None:
-        import psutil
-
-        self.root = psutil.Process(pid)
-        self.seen: dict[int, float] = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        import psutil
-
-        while not self.stop.wait(0.1):
-            try:
-                procs = [self.root, *self.root.children(recursive=True)]
-            except psutil.Error:
-                continue
-            for proc in procs:
-                try:
-                    t = proc.cpu_times()
-                except psutil.Error:
-                    continue
-                self.seen[proc.pid] = t.user + t.system
-
-    def total(self) -> float:
-        self.stop.set()
-        self.thread.join()
-        return sum(self.seen.values())
 
 
 def run_one(job: str, variant: str, path: str, args, cpu: int) -> dict:
@@ -522,10 +489,9 @@ def main(argv=None) -> int:
     for s in summarize(old_runs + runs):
         print(f"{s['job']:8} best {s['best']}: default/best {_pct(s['ratio'])} "
               f"(per CPU-s {_pct(s['ratio_cpu'])})", flush=True)
-    if args.write_md:
-        from bench import write_benchmarks
-
-        write_benchmarks.main(["--results-dir", args.results_dir])
+    if args.write_md:  # a process of its own: write_benchmarks imports this module
+        subprocess.run([sys.executable, os.path.join(ROOT, "bench", "write_benchmarks.py"),
+                        "--results-dir", args.results_dir], check=True)
     return 0
 
 
