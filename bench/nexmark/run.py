@@ -220,7 +220,12 @@ def _recovery(marks: str) -> float | None:
 
 
 def ours_child(query: str, path: str, backend: str, interval_s: float, runner: str,
-               fail_at: float = 0) -> dict:
+               fail_at: float = 0, *, meter_here: bool = True) -> dict:
+    """One run of ours on the Parquet files in ``path``. Its CPU seconds (``cpu_s``) count
+    every process of the run: with ``meter_here`` (a caller running it in its own process,
+    as bench/backpressure.py does) a :class:`bench.per_record.CpuMeter` thread in this
+    process samples this process's tree (its ~3 ms per 100 ms sample included); run.py's
+    ``--child`` leaves that to the parent (:func:`child`), outside the measured process."""
     import cloudpickle
     import pyarrow.parquet as pq
 
@@ -266,12 +271,20 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
             t = time.monotonic()
             opts["spark"] = spark_session("local[1]", f"nexmark-{query}")
             session_s = time.monotonic() - t
+        meter = None
+        if meter_here:
+            from bench.per_record import CpuMeter
+
+            meter = CpuMeter(os.getpid())
         cpu0 = _tree_cpu_s()
         own0 = _own_cpu_s()
         t0 = time.monotonic()
         result = p.run(runner, **opts)
         wall = time.monotonic() - t0
         own = _own_cpu_s() - own0
+        if meter is not None:  # this process's last value exactly, not its last sample
+            meter.total()
+            meter.seen[os.getpid()] = _own_cpu_s()
         if result.status != "FINISHED":
             raise RuntimeError(f"{query} ended {result.status}: {result.failure_reason}")
         startup = (result.extra.get("startup_seconds") or [0])[0] or 0
@@ -288,6 +301,9 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
                # ours. This process's own part of it (the job master, the local runner's
                # coordinator) and what every process had spent before the job started:
                "master_cpu_s": own, "cpu_before_run_s": cpu0}
+        if meter is not None:
+            cpu = sum(meter.seen.values()) - out.pop("cpu_before_run_s")
+            out.update(cpu_s=cpu, events_per_cpu_s=events / max(cpu, 1e-9))
         if fail_at:
             starts = result.extra.get("startup_seconds") or []
             out.update(rate=None, recovery_s=_recovery(marks),
@@ -485,7 +501,7 @@ def main(argv=None) -> int:
     NICE = args.nice
     if args.child == "ours":
         r = ours_child(args.query, args.path, args.backend, args.interval, args.runner,
-                       args.fail_at)
+                       args.fail_at, meter_here=False)
         print("RESULT " + json.dumps(r), flush=True)
         return 0
     if args.child == "ss":
