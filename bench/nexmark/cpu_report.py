@@ -10,6 +10,12 @@ seconds (``cpu_s``: the job master and slot processes) include the start-up (imp
 launch, the first checkpoint), about 1.5-2 CPU-s whatever the input; the small run of the
 same query measures it. *Net* = (events - small events) / (CPU-s - small CPU-s): what one
 more event costs; *gross* = events / CPU-s.
+
+``cpu_s`` must count the slots: run.py measured them as the waited-for children of its job
+process until the local runner forked them from its fork server (2026-11-27 12:37 UTC), and
+from then on missed them (the master's CPU alone) until run.py sampled every process of a run
+(its runs since carry ``master_cpu_s``, the master's part). Every run in nexmark_cpu.json
+predates the fork server; :func:`main` takes no new run without ``master_cpu_s``.
 """
 
 from __future__ import annotations
@@ -189,6 +195,10 @@ def main(argv=None) -> int:
                          "files measure (their runs and start-up runs are replaced)")
     args = ap.parse_args(argv)
     big, small = [_load(p) for p in args.runs], [_load(p) for p in args.startup]
+    for path, d in (*zip(args.runs, big, strict=True), *zip(args.startup, small, strict=True)):
+        if any(r.get("cpu_s") and "master_cpu_s" not in r for r in d["runs"]):
+            raise SystemExit(f"{path}: runs without master_cpu_s (run.py before it counted "
+                             "the slots forked by the fork server): re-measure them")
     data = {"commands": [c for d in big for c in d.get("commands", [])],
             "startup_commands": [c for d in small for c in d.get("commands", [])],
             "runs": [r for d in big for r in d["runs"]],

@@ -91,3 +91,29 @@ def test_child_counts_processes_the_child_never_waits_for(tmp_path):
 
     assert r["cpu_s"] >= COUNTED_S, r
     assert r["events_per_cpu_s"] == pytest.approx(1000 / r["cpu_s"])
+
+
+def test_cpu_report_takes_no_run_that_missed_the_slots(tmp_path):
+    """A run.py result without ``master_cpu_s`` counted the master alone (run.py between the
+    fork server and the per-process meter): cpu_report refuses to merge it."""
+    import json
+
+    from bench.nexmark import cpu_report
+
+    run = {"engine": "ours", "query": "q0", "backend": "heap", "events": 2_000_000,
+           "cpu_s": 0.7, "loadavg_before": [1.0, 1.0, 1.0]}
+    for name, runs in (("big.json", [run]), ("small.json", [{**run, "events": 20_000,
+                                                              "master_cpu_s": 0.5}])):
+        (tmp_path / name).write_text(json.dumps({"commands": ["x"], "runs": runs}))
+    out = tmp_path / "out.json"
+
+    with pytest.raises(SystemExit, match="big.json: runs without master_cpu_s"):
+        cpu_report.main(["--runs", str(tmp_path / "big.json"), "--startup",
+                         str(tmp_path / "small.json"), "--out", str(out)])
+    assert not out.exists()
+
+    (tmp_path / "big.json").write_text(json.dumps(
+        {"commands": ["x"], "runs": [{**run, "master_cpu_s": 0.5, "cpu_s": 3.0}]}))
+    cpu_report.main(["--runs", str(tmp_path / "big.json"), "--startup",
+                     str(tmp_path / "small.json"), "--out", str(out)])
+    assert json.loads(out.read_text())["runs"][0]["cpu_s"] == 3.0
