@@ -37,6 +37,19 @@ def test_best_is_the_fastest_alternative_of_the_first_repetition_and_ratios_are_
     assert max(s["loads"]) == 5.0
 
 
+def test_the_best_keeps_the_default_interval_and_longer_checkpoints_are_shown_apart():
+    runs = [_run("q5", "default", 0, 80, 80), _run("q5", "no-debloat", 0, 85, 82),
+            _run("q5", "tuned-10s", 0, 120, 100)]
+    runs[0]["checkpoints"], runs[1]["checkpoints"] = 12, 4
+    [s] = defaults.summarize(runs)
+    # 10 s checkpoints are the user's latency choice, not a costly default
+    assert s["best"] == "no-debloat" and s["ratio_cpu"] == pytest.approx(80 / 82)
+    assert s["ratio_10s_cpu"] == pytest.approx(0.8)
+    assert s["checkpoints"] == [12, 4]
+    [row] = [x for x in defaults.render({"command": "c", "summary": [s]}) if x.startswith("| q5")]
+    assert row.endswith("| 12, 4 | 0.80 |")
+
+
 def test_a_run_that_did_not_finish_is_reported():
     runs = [_run("q7+q19", "default", 0, None, None), _run("q7+q19", "no-debloat", 0, 10, 10)]
     runs[0]["status"] = "UNFINISHED"
@@ -56,7 +69,7 @@ def test_the_page_shows_each_costly_job_and_one_row_for_the_others():
     # more than 10% per CPU-second: a row of its own (a wall rate alone does not count)
     assert rows[0].startswith("| q2 |") and "**0.80**" in rows[0]
     assert rows[1] == "| the other 2 jobs | - | no-debloat | 0.95-0.99 (median 0.97) | " \
-                      "0.97-0.99 (median 0.98) |"
+                      "0.97-0.99 (median 0.98) | - | - |"
     assert defaults.row_load(data, ["q2"]) == 7.0
     assert defaults.row_load(data, ["the other 2 jobs"]) == 1.0
 
