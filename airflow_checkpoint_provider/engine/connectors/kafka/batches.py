@@ -18,12 +18,15 @@ columns what the dict path (:meth:`.source.KafkaSource.decode` then
 Schema. Given (``schema=pyarrow.schema(...)``): the columns are exactly its fields, in its
 order and types; value fields it does not name are dropped, a missing one is null; a value
 that does not convert fails the job with :class:`~.errors.KafkaSchemaError` naming the
-topic, partition, offset and field. Inferred (no schema): from each batch, with the types
-already seen carried to the next batches of the partition (a column keeps its type and
-place, so consecutive batches have the same schema and the vectorized operators coalesce
-them); a field of another type in a later batch gets the type the batch infers (an
-``int64`` field holding ``1.5`` becomes ``double``), as in the dict path. A field whose
-values disagree inside a batch (a number and a string) fails the job naming both records.
+topic, partition, offset and field. A ``timestamp`` column reads ISO-8601 strings as the
+reader does (an offset or ``Z`` converts to UTC), a ``date`` column ``YYYY-MM-DD`` strings
+(read as strings, then cast), in a batch the dict path decodes too (:func:`_column`).
+Inferred (no schema): from each batch, with the types already seen carried to the next
+batches of the partition (a column keeps its type and place, so consecutive batches have
+the same schema and the vectorized operators coalesce them); a field of another type in a
+later batch gets the type the batch infers (an ``int64`` field holding ``1.5`` becomes
+``double``), as in the dict path. A field whose values disagree inside a batch (a number
+and a string) fails the job naming both records.
 
 Metadata (``metadata=True``): columns ``_topic`` (string), ``_partition``, ``_offset``,
 ``_timestamp`` (int64, epoch ms) and ``_key`` (binary), after the value's columns
@@ -39,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.json as pa_json
 
@@ -67,6 +71,55 @@ def _no_timestamps(t: pa.DataType) -> pa.DataType:
     if pa.types.is_list(t):
         return pa.list_(t.value_field.with_type(_no_timestamps(t.value_type)))
     return t
+
+
+def _dates_as_strings(t: pa.DataType) -> pa.DataType:
+    """``t`` with every date a string (pyarrow's JSON reader reads a date from a number of
+    days only; an ISO-8601 date string is read as a string, then cast)."""
+    if pa.types.is_date(t):
+        return pa.string()
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_dates_as_strings(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_dates_as_strings(t.value_type)))
+    return t
+
+
+def _is_temporal(t: pa.DataType) -> bool:
+    """``t`` has a timestamp or date (in it)."""
+    return not _no_timestamps(t).equals(t)
+
+
+def _column(values: list, t: pa.DataType, text: bool | None = None) -> pa.Array:
+    """``values`` (of the dict path, one per row) as an array of ``t``, ISO-8601 strings of a
+    timestamp or date read as pyarrow's JSON reader reads them (a UTC offset converts to
+    UTC; a date is ``YYYY-MM-DD``), so a batch the reader refuses gets the columns the reader
+    gives a batch it reads; numbers stay epoch units (days for a date), as ``pa.array``
+    reads them, unless ``text`` (the column holds strings: a number among them fails).
+    ``text`` defaults to whether ``values`` hold strings (or objects, arrays)."""
+    if text is None:
+        text = _has_text(values)
+    if not _is_temporal(t) or not text:
+        return pa.array(values, t)
+    # the reader itself, on this column alone (the other columns may hold what it refuses)
+    buf = b"\n".join(_encode_json({"v": v}) for v in values)
+    read = pa_json.ReadOptions(use_threads=False, block_size=max(_MIN_BLOCK, len(buf) + 1))
+    options = pa_json.ParseOptions(explicit_schema=pa.schema([("v", _dates_as_strings(t))]),
+                                   unexpected_field_behavior="ignore")
+    column = pa_json.read_json(pa.BufferReader(buf), read_options=read,
+                               parse_options=options).column("v").combine_chunks()
+    return column if column.type.equals(t) else column.cast(t)
+
+
+def _has_text(values: list) -> bool:
+    return any(isinstance(v, str | dict | list) for v in values)
+
+
+def _encode_json(value: object) -> bytes:
+    try:
+        return msgspec.json.encode(value)
+    except (msgspec.EncodeError, TypeError, ValueError) as exc:
+        raise pa.ArrowInvalid(f"not JSON: {exc}") from None
 
 
 def _has_struct_or_null(t: pa.DataType) -> bool:
@@ -104,7 +157,10 @@ class ArrowBatchDecoder:
         self.value_record = value_record
         self.rows_of = rows_of
         self._options = pa_json.ParseOptions(
-            explicit_schema=schema, unexpected_field_behavior="ignore") if schema is not None else None
+            explicit_schema=pa.schema([f.with_type(_dates_as_strings(f.type)) for f in schema]),
+            unexpected_field_behavior="ignore") if schema is not None else None
+        #: the schema's columns with timestamps or dates (their dict-path rows: _column)
+        self._temporal = schema is not None and any(_is_temporal(f.type) for f in schema)
         #: the types of the previous batch (inferred mode): see :func:`_carried`
         self._seen: pa.Schema | None = None
         #: the column order of the previous batch (inferred mode)
@@ -162,6 +218,8 @@ class ArrowBatchDecoder:
                                                    newlines_in_values=newlines)
                     table = pa_json.read_json(pa.BufferReader(buf), read_options=read,
                                               parse_options=options)
+            if self.schema is not None and not table.schema.equals(self.schema):
+                table = table.cast(self.schema)  # ISO-8601 date strings to dates
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return None
         if table.num_rows != len(values):
@@ -191,8 +249,13 @@ class ArrowBatchDecoder:
     def _from_rows(self, rows: list[dict], msgs: Sequence, schema: pa.Schema | None, *,
                    per_message: bool) -> pa.RecordBatch:
         try:
+            if schema is not None and self._temporal:
+                return pa.RecordBatch.from_arrays(
+                    [_column([r.get(f.name) for r in rows], f.type) for f in schema],
+                    schema=schema)
             return pa.RecordBatch.from_pylist(rows, schema=schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError,
+                OverflowError) as exc:
             raise self._schema_error(rows, msgs, schema, per_message, exc) from None
 
     def _schema_error(self, rows: list[dict], msgs: Sequence, schema: pa.Schema | None,
@@ -202,11 +265,13 @@ class ArrowBatchDecoder:
             # rows from the dict path: one per message; a changelog's: the first message
             return _where(msgs[i]) if per_message else _where(msgs[0]) + " onwards"
         if schema is not None:
+            text = {f.name: _has_text([r.get(f.name) for r in rows]) for f in schema}
             for i, row in enumerate(rows):
                 for field in schema:
                     try:
-                        pa.array([row.get(field.name)], field.type)
-                    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+                        _column([row.get(field.name)], field.type, text[field.name])
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError,
+                            OverflowError) as e:
                         return KafkaSchemaError(
                             f"Kafka record at {where(i)}: field {field.name!r} is "
                             f"{row.get(field.name)!r:.80}, which does not convert to "

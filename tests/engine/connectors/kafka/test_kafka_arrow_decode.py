@@ -6,6 +6,7 @@ offset and field."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 
@@ -218,3 +219,48 @@ def test_a_deserializer_and_debezium_rows_go_through_from_pylist():
 def test_a_schema_needs_arrow_and_a_pyarrow_schema(kwargs):
     with pytest.raises(KafkaConfigurationError, match="schema="):
         KafkaSource("127.0.0.1:1", topics=["t"], **kwargs)
+
+
+TEMPORAL = pa.schema([("id", pa.int64()), ("at", pa.timestamp("ms")),
+                      ("at_utc", pa.timestamp("us", tz="UTC")), ("day", pa.date32())])
+TEMPORAL_VALUES = [
+    {"id": 1, "at": "2026-01-02 03:04:05", "at_utc": "2026-01-02T03:04:05Z", "day": "2026-01-02"},
+    {"id": 2, "at": "2026-01-02T03:04:05.250+02:00", "at_utc": "2026-01-02 03:04:05",
+     "day": None},
+    {"id": 3, "at": "2026-01-03", "at_utc": "2026-01-02T03:04:05.123456-01:00",
+     "day": "2026-02-28"},
+]
+
+
+def test_timestamp_and_date_columns_of_a_schema_read_iso_8601_strings():
+    out = decoder(source(schema=TEMPORAL)).decode(msgs(TEMPORAL_VALUES))
+    assert out.schema.equals(TEMPORAL)
+    rows = out.to_pylist()
+    assert [r["day"] for r in rows] == [dt.date(2026, 1, 2), None, dt.date(2026, 2, 28)]
+    assert rows[1]["at"] == dt.datetime(2026, 1, 2, 1, 4, 5, 250_000)  # offsets: to UTC
+    assert rows[2]["at_utc"] == dt.datetime(2026, 1, 2, 4, 4, 5, 123_456, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize("odd", [None, b"7", b'{"id": 9, "x": NaN}'],
+                         ids=["tombstone", "not-an-object", "nan"])
+def test_a_fallback_batch_reads_timestamp_and_date_columns_as_the_json_reader_does(odd):
+    src = source(schema=TEMPORAL)
+    valid = decoder(src, columnar_only=True).decode(msgs(TEMPORAL_VALUES)).to_pylist()
+    batch = msgs(TEMPORAL_VALUES[:2]) + [Msg(odd, 2)] + msgs(TEMPORAL_VALUES[2:], 3)
+    out = decoder(src).decode(batch)  # the dict path (the reader refuses the odd value)
+    assert out.schema.equals(TEMPORAL)
+    rows = out.to_pylist()
+    assert rows[:2] + rows[3:] == valid
+    odd_row = {"id": 9 if odd and odd.startswith(b"{") else None, "at": None,
+               "at_utc": None, "day": None}
+    assert rows[2] == odd_row
+
+
+@pytest.mark.parametrize(("field", "bad"), [("at", "not a time"), ("day", "2026-13-01"),
+                                            ("at_utc", 1.5)])
+def test_a_fallback_batch_names_the_record_with_a_bad_timestamp_or_date(field, bad):
+    src = source(schema=TEMPORAL)
+    batch = msgs(TEMPORAL_VALUES, 20, partition=4) + [Msg(None, 23, partition=4)]
+    batch[1] = Msg({**TEMPORAL_VALUES[1], field: bad}, 21, partition=4)
+    with pytest.raises(KafkaSchemaError, match=rf"orders:4 offset 21: field '{field}'"):
+        decoder(src).decode(batch)
