@@ -28,6 +28,10 @@ on the same generated events, interleaved query by query.
   state store with changelog checkpointing, a checkpoint per micro-batch, noop sink,
   ``maxFilesPerTrigger`` sized so that every batch outlasts the 1 s trigger; rate = rows /
   summed ``triggerExecution`` after one warm-up batch.
+* Ours' CPU (``cpu_s``, ``events_per_cpu_s``): every process of the run (job master, fork
+  server, slots; Spark's JVM and workers on the Spark runner), sampled from this process
+  (bench/per_record.py's ``CpuMeter``), less what they had spent before the job started
+  (imports, a Spark session); ``master_cpu_s``: the job master's part.
 
 * Ours on the Spark runner (``--spark-runner``): the same job on PySpark ``local[1]``; the
   Spark session starts before the clock and the slots' start-up is excluded, as above.
@@ -244,6 +248,7 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
     cloudpickle.register_pickle_by_value(queries)
     events = sum(pq.ParquetFile(os.path.join(path, f)).metadata.num_rows for f in os.listdir(path))
     root = tempfile.mkdtemp(prefix="nexmark-ours-")
+    meter = None
     try:
         p = Pipeline(f"nexmark-{query}", batch_size=8192, state_backend=backend,
                      checkpoint=CheckpointConfig(interval_ms=int(interval_s * 1000),
@@ -271,7 +276,6 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
             t = time.monotonic()
             opts["spark"] = spark_session("local[1]", f"nexmark-{query}")
             session_s = time.monotonic() - t
-        meter = None
         if meter_here:
             from bench.per_record import CpuMeter
 
@@ -310,6 +314,8 @@ def ours_child(query: str, path: str, backend: str, interval_s: float, runner: s
                        restart_startup_s=starts[-1] if result.restarts and starts else None)
         return out
     finally:
+        if meter is not None:  # a failed run's meter stops sampling too
+            meter.stop.set()
         shutil.rmtree(root, ignore_errors=True)
 
 
