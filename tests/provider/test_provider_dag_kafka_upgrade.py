@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import sys
 import textwrap
-import uuid
 from datetime import UTC, datetime
 
 import pytest
+from kafka_dag_helpers import PARTITIONS, drained_output, start_kafka_sum
 from kafka_server import broker_fixture
-from provider_helpers import completed_checkpoints, run_dag, start_job, wait_for, xcom
-from test_provider_dag_kafka_blue_green import PARTITIONS, Feed, check_output, record
+from provider_helpers import run_dag, xcom
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
-EXAMPLE = "airflow_checkpoint_provider.examples.kafka_sum"
 UPGRADE_DAG = '''
 from datetime import datetime
 
@@ -68,20 +66,9 @@ def kafka_upgrade_dag(airflow_db, tmp_path):
 @pytest.mark.timeout(300)
 def test_kafka_job_upgraded_through_a_savepoint_is_exactly_once(
         kafka_upgrade_dag, metadata_url, store, tmp_path, kafka_broker, monkeypatch):
-    suffix = uuid.uuid4().hex[:8]
-    in_topic = kafka_broker.create_topic(f"orders-{suffix}", PARTITIONS)
-    out_topic = kafka_broker.create_topic(f"sums-{suffix}", PARTITIONS)
-    monkeypatch.setenv("CKPT_KAFKA_BOOTSTRAP", kafka_broker.bootstrap)
-    monkeypatch.setenv("CKPT_KAFKA_INPUT", in_topic)
-    monkeypatch.setenv("CKPT_KAFKA_OUTPUT", out_topic)
-    # each output partition gets the transactions of one sink subtask (v1's, then v2's):
-    # Tansu mishandles concurrent transactions on one partition (kafka_blue_green's test)
-    monkeypatch.setenv("CKPT_KAFKA_PARTITIONER", "fixed")
-    monkeypatch.setenv("CKPT_EXAMPLE_INTERVAL_MS", "300")
-    kafka_broker.produce(in_topic, [(i % PARTITIONS, record(i)) for i in range(1500)])
-    v1 = start_job(metadata_url, tmp_path, pipeline=f"{EXAMPLE}:build_v1", job_name="kafka-sum")
-    wait_for(lambda: completed_checkpoints(store, v1), 60, "a checkpoint of v1")
-    feed = Feed(kafka_broker, in_topic, 1500, rate=200)  # input arrives during the upgrade
+    first = start_kafka_sum(kafka_broker, monkeypatch, metadata_url, store, tmp_path,
+                            job_name="kafka-sum", what="v1")
+    v1, in_topic, out_topic, feed = first.job_id, first.in_topic, first.out_topic, first.feed
     conf = {"job_name": "kafka-sum", "v1_pipeline": "v1", "v2_pipeline": "v2",
             "savepoint_dir": str(tmp_path / "example" / "savepoints" / "upgrade"),
             "runner": "local", "job_env": {"CKPT_EXAMPLE_INTERVAL_MS": 300},
@@ -103,19 +90,9 @@ def test_kafka_job_upgraded_through_a_savepoint_is_exactly_once(
     assert set(restored) == {f"{in_topic}:{p}" for p in range(PARTITIONS)}
     assert 0 < sum(restored.values()) < n
 
-    # the input stopped: v2 reads to its end, and a checkpoint triggered after that says
-    # lag 0 (every record read before its barrier: in its epoch, published on completion)
-    from airflow_checkpoint_provider.engine.client import checkpoint_consumer_lag
-
-    def drained():
-        return [c for c in completed_checkpoints(store, v2.job_id) if c.trigger_time > stopped
-                and (lag := checkpoint_consumer_lag(c)) is not None and lag.total == 0]
-    last = wait_for(drained, 60, "v2 to read the whole input")[-1]
-    wait_for(lambda: [c for c in completed_checkpoints(store, v2.job_id)
-                      if c.checkpoint_id > last.checkpoint_id], 30,
-             "one more checkpoint of v2 (the epoch before it published)")
-    rows = kafka_broker.read(out_topic, PARTITIONS, expect=n, settle_s=2.0, timeout=60)
-    duplicates, missing = check_output(rows, n)
+    # the input stopped: v2 reads to its end; the output holds every record once
+    rows, duplicates, missing = drained_output(kafka_broker, store, v2.job_id, out_topic,
+                                               stopped, n, "v2")
     print(f"kafka savepoint upgrade DAG: {n} input records, {len(rows)} output records read "
           f"read_committed, duplicates {duplicates}, missing {missing}")
     assert (duplicates, missing) == (0, 0)
