@@ -30,12 +30,12 @@ from pipelines import (
 from savepoint_helpers import NOW, make_job, make_savepoint
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.checkpoint.cleaner import CheckpointCleaner
-from airflow_checkpoint_provider.engine.checkpoint.cleanup import discard_partial_checkpoints
+from airflow_checkpoint_provider.engine.checkpoint.deleter import CheckpointCleaner
 from airflow_checkpoint_provider.engine.checkpoint.ownership import (
     ForeignSnapshotError,
     deletion_refusal,
 )
+from airflow_checkpoint_provider.engine.checkpoint.partial import discard_partial_checkpoints
 from airflow_checkpoint_provider.engine.checkpoint.trust import SnapshotTrust
 from airflow_checkpoint_provider.engine.cli import main as ckpt
 from airflow_checkpoint_provider.engine.lifecycle.savepoints import (

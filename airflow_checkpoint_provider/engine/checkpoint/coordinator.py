@@ -34,8 +34,8 @@ from ..fs.storage import (
 from ..protocol import BarrierKind
 from ..snapshot.codec import encode_metadata
 from ..snapshot.handles import safe_shared_key
-from .cleaner import CheckpointCleaner
 from .db_writer import MetadataUnavailable, MetadataWriter
+from .deleter import CheckpointCleaner
 from .held import HeldCheckpoints, own_shared_file
 from .outcomes import AckResult, CheckpointFailure, CheckpointFailureReason, TaskAck
 

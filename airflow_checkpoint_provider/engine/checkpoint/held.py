@@ -40,11 +40,11 @@ from ..errors import CorruptCheckpointError, EngineError, InvalidNameError
 from ..fs.storage import canonical_location, join, parent
 from ..names import ensure_under
 from ..snapshot.handles import safe_shared_key
-from .cleanup import _foreign
+from .partial import _foreign
 
 if TYPE_CHECKING:
-    from .cleaner import CheckpointCleaner
     from .db_writer import MetadataWriter
+    from .deleter import CheckpointCleaner
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import cast
 
 from ..catalog import CheckpointRecord, MetadataStore
 from ..catalog.models import CheckpointStatus
-from ..checkpoint.cleanup import discard_partial_checkpoints
+from ..checkpoint.partial import discard_partial_checkpoints
 from ..checkpoint.restore import discard_output_of_skipped_jobs
 from ..checkpoint.trust import SnapshotTrust
 from ..connectors.base import Sink, Source

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 
 from airflow_checkpoint_provider.engine import CheckpointConfig
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.checkpoint.cleanup import discard_partial_checkpoints
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
 from airflow_checkpoint_provider.engine.checkpoint.outcomes import TaskAck
+from airflow_checkpoint_provider.engine.checkpoint.partial import discard_partial_checkpoints
 
 TASKS = [(0, 0)]
 

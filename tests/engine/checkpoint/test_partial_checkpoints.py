@@ -4,7 +4,7 @@ import os
 from datetime import UTC, datetime
 
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
-from airflow_checkpoint_provider.engine.checkpoint.cleanup import discard_partial_checkpoints
+from airflow_checkpoint_provider.engine.checkpoint.partial import discard_partial_checkpoints
 
 
 def _job_with_checkpoints(store, root, job_id):

@@ -4,7 +4,7 @@ import logging
 import os
 import threading
 
-from airflow_checkpoint_provider.engine.checkpoint.cleaner import CheckpointCleaner
+from airflow_checkpoint_provider.engine.checkpoint.deleter import CheckpointCleaner
 
 
 def test_deletions_run_off_the_callers_thread_in_order_and_close_waits(tmp_path):
