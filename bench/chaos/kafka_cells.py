@@ -144,48 +144,16 @@ def _kafka_sum(ctx: BuildContext):
     )
 
 
-def changelog_job(root: str, bootstrap: str, in_topic: str, stop_at: dict, rows_topic: str,
-                  agg_topic: str, *, sink_parallelism: int, name: str = "chaos-kafka-changelog",
-                  parallelism: int = 2, delay_s: float = 0.0003, interval_ms: int = 250):
-    """``changelog_jobs.changelog_job`` of the Kafka tests (Debezium topic -> key_by(id)
-    pass-through -> the rows' upsert topic, and -> key_by(cat).aggregate(...) -> the
-    aggregate's upsert topic, everything at ``parallelism``) with the two upsert sinks at
-    ``sink_parallelism``: 1 gives each upsert topic's partitions the transactions of one
-    transactional.id. ``UpsertKafkaSink`` has no ``partitioner="fixed"`` (its records go by
-    key), so at 2 both subtasks commit on every partition at once, which wedges the test
-    broker's partitions (FINDINGS 10)."""
-    from cdc_pipelines import PassThrough
-    from pipelines import TEST_RESTARTS
-
-    from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
-    from airflow_checkpoint_provider.engine.connectors.kafka import KafkaSource, UpsertKafkaSink
-
-    p = Pipeline(name, max_parallelism=128,
-                 checkpoint=CheckpointConfig(interval_ms=interval_ms,
-                                             directory=os.path.join(root, "ckpt")),
-                 restart_strategy=RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
-                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
-    rows = (p.source(KafkaSource(bootstrap, topics=[in_topic], stop_at=stop_at,
-                                 value_format="debezium-json"), uid="dbz-in",
-                     parallelism=parallelism)
-             .key_by("id")
-             .process(PassThrough(None, os.path.join(root, "killed"), delay_s), uid="pass",
-                      parallelism=parallelism))
-    rows.key_by("id").sink(UpsertKafkaSink(bootstrap, rows_topic, key="id"), uid="rows-out",
-                           parallelism=sink_parallelism)
-    (rows.key_by("cat")
-         .aggregate(uid="per-cat", parallelism=parallelism, emit="upsert", n="count",
-                    total=("sum", "amount"))
-         .key_by("cat")
-         .sink(UpsertKafkaSink(bootstrap, agg_topic, key="cat"), uid="agg-out",
-               parallelism=sink_parallelism))
-    return p
-
-
 def _kafka_changelog(ctx: BuildContext):
+    # its upsert sinks at parallelism 1 (sink_parallelism): UpsertKafkaSink writes by key, and
+    # two subtasks committing on one partition at once can wedge the test broker's partition
+    # (FINDINGS 10); --kafka-changelog-sinks 2 runs that shape as a reproduction
+    from changelog_jobs import changelog_job
+
     x = ctx.extra
     return configure(
         changelog_job(ctx.root, x["bootstrap"], x["in"], _stop_at(x), x["rows"], x["agg"],
+                      name="chaos-kafka-changelog", delay_s=0.0003, interval_ms=250,
                       sink_parallelism=x.get("sink_parallelism", 1)),
         ctx,
     )

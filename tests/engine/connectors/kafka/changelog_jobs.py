@@ -88,10 +88,14 @@ def make_input(broker, events: int, ids: int) -> tuple[str, dict, dict]:
 def changelog_job(root: str, bootstrap: str, in_topic: str, stop_at: dict, rows_topic: str,
                   agg_topic: str, *, name: str = "kafka-changelog", parallelism: int = 2,
                   kill_after: int | None = None, delay_s: float = 0.0,
-                  interval_ms: int = 150) -> Pipeline:
+                  interval_ms: int = 150, sink_parallelism: int = 1) -> Pipeline:
     """Debezium topic -> key_by(id) pass-through (SIGKILLs its slot after ``kill_after``
     records, once) -> the rows' upsert topic, and -> key_by(cat).aggregate(n=count,
-    total=sum(amount), emit="upsert") -> the aggregate's upsert topic."""
+    total=sum(amount), emit="upsert") -> the aggregate's upsert topic; everything at
+    ``parallelism`` but the two upsert sinks, at ``sink_parallelism``: 1 gives each upsert
+    topic's partitions the transactions of one transactional.id. ``UpsertKafkaSink`` writes
+    by key (no ``partitioner="fixed"``), so at 2 both subtasks commit on every partition at
+    once, which can wedge the test broker's partitions (Tansu 0.6; CHAOS.md FINDINGS 10)."""
     p = Pipeline(name, max_parallelism=128,
                  checkpoint=CheckpointConfig(interval_ms=interval_ms,
                                              directory=os.path.join(root, "ckpt")),
@@ -103,13 +107,13 @@ def changelog_job(root: str, bootstrap: str, in_topic: str, stop_at: dict, rows_
              .process(PassThrough(kill_after, os.path.join(root, "killed"), delay_s), uid="pass",
                       parallelism=parallelism))
     rows.key_by("id").sink(UpsertKafkaSink(bootstrap, rows_topic, key="id"), uid="rows-out",
-                           parallelism=parallelism)
+                           parallelism=sink_parallelism)
     (rows.key_by("cat")
          .aggregate(uid="per-cat", parallelism=parallelism, emit="upsert", n="count",
                     total=("sum", "amount"))
          .key_by("cat")
          .sink(UpsertKafkaSink(bootstrap, agg_topic, key="cat"), uid="agg-out",
-               parallelism=parallelism))
+               parallelism=sink_parallelism))
     return p
 
 
