@@ -202,14 +202,7 @@ def group_by_partition(records: list[dict], columns: Sequence[str], cache: dict[
     out: dict[str, list[dict]] = {}
     for rows in groups.values():
         values = get(rows[0])
-        values = (values,) if single else values
-        typed = tuple((type(v), v) for v in values)
-        path = cache.get(typed)
-        if path is None:
-            path = partition_path(columns, values)
-            if len(cache) >= _PATHS_CACHED:
-                cache.clear()
-            cache[typed] = path
+        path = _cached_path(columns, (values,) if single else values, cache)
         if path in out:  # None and "" share the default partition
             out[path] = [*out[path], *rows]
         else:
@@ -284,6 +277,12 @@ def group_batch_by_partition(batch: pa.RecordBatch, columns: Sequence[str],
 
 def _path_of(encoded: list, row: int, columns: Sequence[str], cache: dict[tuple, str]) -> str:
     values = tuple(e.dictionary[e.indices[row].as_py()].as_py() for e in encoded)
+    return _cached_path(columns, values, cache)
+
+
+def _cached_path(columns: Sequence[str], values: tuple, cache: dict[tuple, str]) -> str:
+    """The partition path of ``values``, through ``cache`` (keyed by typed values: ``1``,
+    ``1.0`` and ``True`` are different partitions)."""
     typed = tuple((type(v), v) for v in values)
     path = cache.get(typed)
     if path is None:
