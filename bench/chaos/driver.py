@@ -45,9 +45,9 @@ def main(argv=None) -> int:
     p = e.make(ctx)
     options: dict = {}
     if spec["runner"] == "spark":
-        from airflow_checkpoint_provider.engine.runners.spark import session_for
+        from airflow_checkpoint_provider.engine.client import spark_session
 
-        options["spark"] = session_for("local[4]", f"chaos-{e.name}")
+        options["spark"] = spark_session("local[4]", f"chaos-{e.name}")
     t0 = time.time()
     try:
         result = p.run(spec["runner"], restore=args.restore, **options)

@@ -48,7 +48,6 @@ NAMESPACES = (
 #: Kafka benchmark starts on the public API.
 ALLOWED: dict[str, set[str]] = {
     # converted after the chaos-matrix owner is done (the matrix is being run)
-    "bench/chaos/driver.py": {f"{ENGINE}.runners.spark:session_for"},
     "bench/chaos/compare.py": {f"{ENGINE}.connectors.files.partitions:read_partition_dir",
                                f"{ENGINE}.connectors.sink_names:parse_part_file_name"},
     "bench/chaos/nexmark_source.py": {f"{ENGINE}.connectors.generator:StridedSplitReader"},
