@@ -64,6 +64,7 @@ from .catalog import (
     heartbeat_timeout,
     upgrade_database,
 )
+from .catalog.driver import driver_is_gone
 from .connectors.kafka.lag import ConsumerLag, checkpoint_consumer_lag
 from .connectors.postgres.cdc.slots import copy_slot as copy_cdc_slot
 from .connectors.postgres.cdc.source import drop_slot as drop_cdc_slot
@@ -201,6 +202,7 @@ __all__ = [
     "cdc_object_name",
     "code_archives",
     "copy_cdc_slot",
+    "driver_is_gone",
     "drop_cdc_slot",
     "dispose_savepoint",
     "early_verdict",

@@ -9,12 +9,9 @@ definition of every condition.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-
-import psutil
 
 from airflow_checkpoint_provider.engine.client import (
     ACTIVE_JOB_STATUSES,
@@ -24,6 +21,7 @@ from airflow_checkpoint_provider.engine.client import (
     StabilityCriteria,
     assess_stability,
     checkpoint_consumer_lag,
+    driver_is_gone,
     early_verdict,
     heartbeat_timeout,
 )
@@ -63,22 +61,11 @@ def current_job(store: MetadataStore, job: str,
     if rec.status in ACTIVE_JOB_STATUSES:
         last = rec.heartbeat_at or rec.created_at
         stale = (datetime.now(UTC) - last).total_seconds() > heartbeat_timeout()
-        # write only when it is stale or its driver looks gone: the engine decides then
-        # (a driver's pid reused by another process keeps it until the heartbeat timeout)
-        if (stale or _driver_pid_gone(rec)) and store.mark_lost_jobs(rec.job_name):
+        # write only when it is stale or its driver is provably gone (the engine's rule)
+        if ((stale or driver_is_gone(rec.driver_host, rec.driver_process))
+                and store.mark_lost_jobs(rec.job_name)):
             rec = store.get_job(rec.job_id) or rec
     return rec
-
-
-def _driver_pid_gone(rec: JobRecord) -> bool:
-    """Whether the job's driver ran on this host and no process has its pid any more (a
-    cheap look before :meth:`MetadataStore.mark_lost_jobs`, which proves it)."""
-    if not rec.driver_host or not rec.driver_process or rec.driver_host != socket.gethostname():
-        return False
-    try:
-        return not psutil.pid_exists(int(rec.driver_process.split(":", 1)[0]))
-    except ValueError:
-        return False
 
 
 def check_not_started(store: MetadataStore, job: str, kind: str = "job") -> Outcome | None:
