@@ -61,28 +61,28 @@ def _where(msg) -> str:
     return f"{msg.topic()}:{msg.partition()} offset {msg.offset()}"
 
 
+def _strings_for(t: pa.DataType, replaced) -> pa.DataType:
+    """``t`` with every type for which ``replaced(type)`` holds a string, in structs and
+    lists too."""
+    if replaced(t):
+        return pa.string()
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_strings_for(f.type, replaced)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_strings_for(t.value_type, replaced)))
+    return t
+
+
 def _no_timestamps(t: pa.DataType) -> pa.DataType:
     """``t`` with every timestamp or date (the reader's guess for ISO-8601 strings) a
     string."""
-    if pa.types.is_timestamp(t) or pa.types.is_date(t):
-        return pa.string()
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_no_timestamps(f.type)) for f in t])
-    if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_no_timestamps(t.value_type)))
-    return t
+    return _strings_for(t, lambda x: pa.types.is_timestamp(x) or pa.types.is_date(x))
 
 
 def _dates_as_strings(t: pa.DataType) -> pa.DataType:
     """``t`` with every date a string (pyarrow's JSON reader reads a date from a number of
     days only; an ISO-8601 date string is read as a string, then cast)."""
-    if pa.types.is_date(t):
-        return pa.string()
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_dates_as_strings(f.type)) for f in t])
-    if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_dates_as_strings(t.value_type)))
-    return t
+    return _strings_for(t, pa.types.is_date)
 
 
 def _is_temporal(t: pa.DataType) -> bool:
