@@ -96,8 +96,11 @@ bench: venv
 	$(PY) bench/joins.py --keys 10000 --reps 3
 	$(PY) bench/write_benchmarks.py
 
-# Nexmark against Flink 2.x and Structured Streaming (BENCHMARKS.md, "Nexmark"). Flink runs
-# from its own venv (apache-flink from PyPI ships the JVM runtime; ~850 MB): created if missing.
+# Nexmark against Flink 2.x (BENCHMARKS.md, "Nexmark against Flink"): every process pinned to
+# CPU 1, each run started once the load average is below 1.8 (up to 4 minutes' wait), Flink on
+# a generated source. Flink runs from its own venv (apache-flink from PyPI ships the JVM
+# runtime; ~850 MB): created if missing. NEXMARK_ARGS adds to or overrides the options (e.g.
+# `--engines ours,flink-gen,ss` for Structured Streaming too; see bench/nexmark/run.py).
 FLINK_VENV ?= .flink-venv
 NEXMARK_ARGS ?=
 
@@ -106,8 +109,13 @@ $(FLINK_VENV)/.installed:
 	$(FLINK_VENV)/bin/pip install --quiet --disable-pip-version-check apache-flink==2.3.0
 	@touch $@
 
+NEXMARK_QUERIES ?= q0,q1,q2,q3,q4,q5,q6,q7,q8,q9,q10,q11,q12,q13,q14,q15,q16,q17,q18,q19,q20,q21,q22
 bench-nexmark: venv check-java $(FLINK_VENV)/.installed
-	$(PY) bench/nexmark/run.py --flink-python $(abspath $(FLINK_VENV))/bin/python --write-md $(NEXMARK_ARGS)
+	taskset -c 1 $(PY) bench/nexmark/run.py --flink-python $(abspath $(FLINK_VENV))/bin/python \
+		--queries $(NEXMARK_QUERIES) --engines ours,flink-gen --backends heap,rocksdb \
+		--flink-gen-backends heap --flink-gen-min-events 2000000 --reps 1 --target-s 8 \
+		--min-files 8 --intervals 10 --recovery 0 --spark-runner= --nice 0 \
+		--wait-load 1.8 --wait-load-max-s 240 --write-md $(NEXMARK_ARGS)
 
 # The Python peers side by side with ours on one pinned core (BENCHMARKS.md, "The Python peers
 # on one core"; bench/peers/run.py). Each peer in a venv of its own under build/peers (pinned

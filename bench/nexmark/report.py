@@ -75,7 +75,7 @@ def row_path_cells(runs: list[dict]) -> set[tuple]:
 
 
 def _interval_table(iv, queries, rate, rates, cps, fair=None, ours_cpu=None,
-                    row_path=frozenset()) -> list[str]:
+                    row_path=frozenset(), cpu_rate=None) -> list[str]:
     """The rates per query and engine at one checkpoint interval."""
     from bench.nexmark.queries import PER_RECORD
     from bench.nexmark.references import REFERENCE_DBSP, REFERENCE_FLINK_113
@@ -88,8 +88,10 @@ def _interval_table(iv, queries, rate, rates, cps, fair=None, ours_cpu=None,
               "ours RocksDB/ref | DBSP / core | ours heap/DBSP | fair Flink hashmap: query "
               "/ source alone (generated source, events/s) | ours / fair Flink (events per "
               "CPU-s) | "
-              "ours: checkpoint p50 / max (ms) | ours runs |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "ours: checkpoint p50 / max (ms) | ours runs | Flink, generated source | "
+              "ours heap / Flink, generated source | per CPU-second: ours heap / Flink, "
+              "generated source |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for q in [q for q in queries if any(k[3] == iv and k[4] == q for k in rates)]:
         oh, orr = rate("ours", "heap", iv, q), rate("ours", "rocksdb", iv, q)
         fh, fr = rate("flink", "heap", iv, q), rate("flink", "rocksdb", iv, q)
@@ -109,7 +111,9 @@ def _interval_table(iv, queries, rate, rates, cps, fair=None, ours_cpu=None,
                      f"{_ratio(orr, fr)} | {_ratio(oh, ss)} | {_fmt(ref)} | "
                      f"{_ratio(orr, ref)} | {_fmt(REFERENCE_DBSP.get(q))} | "
                      f"{_ratio(oh, REFERENCE_DBSP.get(q))} | {_fair_cell(fair, iv, q)} | "
-                     f"{_ratio(ours_cpu(q) if ours_cpu else None, _fair_rate(fair, iv, q, 'events_per_cpu_s'))} | {cp} | {how} |")
+                     f"{_ratio(ours_cpu(q) if ours_cpu else None, _fair_rate(fair, iv, q, 'events_per_cpu_s'))} | {cp} | {how} | "
+                     f"{_fmt(_fair_rate(fair, iv, q))} | {_ratio(oh, _fair_rate(fair, iv, q))} | "
+                     f"{_ratio(cpu_rate('ours', 'heap', iv, q) if cpu_rate else None, _fair_rate(fair, iv, q, 'events_per_cpu_s'))} |")
     lines.append("")
     return lines
 
@@ -251,15 +255,14 @@ def _ours_per_cpu_s():
     return per_cpu
 
 
-def render(data: dict) -> list[str]:
-    from bench.nexmark.queries import MISSING, QUERIES
-
-    args = data["args"]
+def _cells(runs: list[dict]) -> tuple[dict, dict, dict, dict]:
+    """By cell (engine, runner, backend, interval, query): the rates, the events per
+    CPU-second and the checkpoint durations of its runs; and the recovery runs by query."""
     rates: dict[tuple, list[float]] = {}
+    per_cpu: dict[tuple, list[float]] = {}
     cps: dict[tuple, list[int]] = {}
     recovery: dict[str, list[dict]] = {}
-    loads = [r["loadavg_before"][0] for r in data["runs"] if r.get("loadavg_before")]
-    for r in data["runs"]:
+    for r in runs:
         if r.get("kind") == "recovery" or r.get("fail_at"):
             recovery.setdefault(r["query"], []).append(r)
             continue
@@ -267,7 +270,18 @@ def render(data: dict) -> list[str]:
                r.get("interval_s"), r["query"])
         if r.get("rate"):
             rates.setdefault(key, []).append(r["rate"])
+        if r.get("events_per_cpu_s"):
+            per_cpu.setdefault(key, []).append(r["events_per_cpu_s"])
         cps.setdefault(key, []).extend(r.get("checkpoint_ms") or [])
+    return rates, per_cpu, cps, recovery
+
+
+def render(data: dict) -> list[str]:
+    from bench.nexmark.queries import MISSING, QUERIES
+
+    args = data["args"]
+    loads = [r["loadavg_before"][0] for r in data["runs"] if r.get("loadavg_before")]
+    rates, per_cpu, cps, recovery = _cells(data["runs"])
 
     def rate(engine, backend, interval, q, runner="local"):
         if engine == "ss":
@@ -275,6 +289,11 @@ def render(data: dict) -> list[str]:
         else:
             v = rates.get((engine, runner, backend, interval, q))
         return statistics.median([x for xs in v for x in xs] if engine == "ss" else v) if v else None
+
+    def cpu_rate(engine, backend, interval, q, runner="local"):
+        """The median events per CPU-second of every process of the cell's runs."""
+        v = per_cpu.get((engine, runner, backend, interval, q))
+        return statistics.median(v) if v else None
 
     def spread(engine, backend, interval, q):
         v = rates.get((engine, "local", backend, interval, q)) or []
@@ -320,7 +339,7 @@ def render(data: dict) -> list[str]:
     lines += _notes()
     for iv in intervals:
         lines += _interval_table(iv, queries, rate, rates, cps, fair, ours_cpu,
-                                 row_path_cells(data["runs"]))
+                                 row_path_cells(data["runs"]), cpu_rate)
     lines += fair_flink(fair, rate, ours_cpu)
     if intervals:
         lines += (targets(queries, rate, intervals[0], spread)

@@ -346,6 +346,16 @@ def ss_child(query: str, path: str, files_per_trigger: int, timeout_s: float) ->
 
 
 # -- one measurement per engine ---------------------------------------------------------------
+def wait_for_load(below: float | None, most_s: float) -> float:
+    """Sleep until the 1-minute load average is below ``below`` (at most ``most_s``): each
+    run of a quiet table starts on a quiet machine, not on the previous run's load. Returns
+    the seconds waited."""
+    start = time.monotonic()
+    while below and os.getloadavg()[0] >= below and time.monotonic() - start < most_s:
+        time.sleep(5)
+    return round(time.monotonic() - start, 1)
+
+
 def files_for(rate: float, args, minimum: int = 1) -> int:
     most = min(args.files, args.max_files or args.files)
     minimum = max(minimum, min(getattr(args, "min_files", 1) or 1, most))
@@ -355,6 +365,7 @@ def files_for(rate: float, args, minimum: int = 1) -> int:
 def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str = "heap",
             interval_s: float = 10, runner: str = "local", fail_at: float = 0) -> dict:
     key = (engine, runner, backend, query)
+    waited_s = wait_for_load(args.wait_load, args.wait_load_max_s)
     load_before = os.getloadavg()
     rate = est.get(key, est.get((engine, "local", backend, query), GUESS[engine]))
     timeout = max(300, args.target_s * 8)
@@ -375,7 +386,7 @@ def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str
         from bench.nexmark.queries import COLUMNS
 
         k = None
-        events = max(200_000, min(args.files * args.events_per_file,
+        events = max(args.flink_gen_min_events, min(args.files * args.events_per_file,
                                   round(rate * args.target_s / 100_000) * 100_000))
         r = child([args.flink_python, os.path.join(HERE, "flink_gen.py"), "--query", query,
                    "--events", str(events), "--backend", BACKEND_FLINK[backend],
@@ -390,6 +401,7 @@ def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str
         r["rate"] = k * args.events_per_file / r["net_runtime_s"]
     r.update(engine=engine, query=query, backend=backend, interval_s=interval_s, runner=runner,
              files=k, loadavg_before=load_before, loadavg_after=os.getloadavg(),
+             waited_for_load_s=waited_s,
              cpus=sorted(os.sched_getaffinity(0)), nice=NICE)
     if engine == "ours":  # which of queries.py's paths ran (report.py: ROW_PATH_FIGURES)
         from bench.nexmark.queries import ROW_QUERIES
@@ -409,7 +421,8 @@ def measure(engine: str, query: str, data: str, args, est: dict, *, backend: str
 
 def plan(q: str, engines: list[str], backends: list[str], intervals: list[float],
          spark_runner: bool, recovery: float = 0, recovery_interval: float = 1,
-         recovery_only: bool = False, spark_only: bool = False) -> list[tuple[str, dict]]:
+         recovery_only: bool = False, spark_only: bool = False,
+         flink_gen_backends: list[str] | None = None) -> list[tuple[str, dict]]:
     """The runs of one query, in order: per interval and backend ours then Flink, then ours
     on the Spark runner, SS, and the recovery run."""
     from bench.nexmark.ss import SS_QUERIES
@@ -423,7 +436,9 @@ def plan(q: str, engines: list[str], backends: list[str], intervals: list[float]
     for iv in intervals:
         for b in backends:
             jobs += [(e, dict(backend=b, interval_s=iv)) for e in ("ours", "flink", "flink-gen")
-                     if e in engines and (e, q) not in (("flink", "q6"), ("flink-gen", "q6"))]
+                     if e in engines and (e, q) not in (("flink", "q6"), ("flink-gen", "q6"))
+                     and not (e == "flink-gen" and flink_gen_backends is not None
+                              and b not in flink_gen_backends)]
             # nexmark-flink has no q6
     if spark_runner and "ours" in engines:
         jobs.append(("ours", dict(backend="heap", interval_s=intervals[0], runner="spark")))
@@ -497,6 +512,19 @@ def main(argv=None) -> int:
     ap.add_argument("--write-md", action="store_true")
     ap.add_argument("--nice", type=int, default=19,
                     help="niceness of the engines' processes (19: yield to the other work)")
+    ap.add_argument("--flink-gen-backends", default=None,
+                    help="the backends of the flink-gen runs (default: --backends)")
+    ap.add_argument("--flink-gen-min-events", type=int, default=200_000,
+                    help="the fewest events of a flink-gen run (its job's fixed costs are in its "
+                         "net runtime: a short job understates Flink)")
+    ap.add_argument("--size-from", default=os.path.join(ROOT, "bench", "results", "nexmark.json"),
+                    help="a nexmark.json whose rates size the runs (at least --target-s each; "
+                         "its runs are not copied)")
+    ap.add_argument("--wait-load", type=float, default=None,
+                    help="before each run, wait until the 1-minute load average is below this "
+                         "(e.g. 2 for a quiet table; recorded per run as waited_for_load_s)")
+    ap.add_argument("--wait-load-max-s", type=float, default=300,
+                    help="the longest wait of --wait-load before a run starts anyway")
     ap.add_argument("--append", action="store_true",
                     help="add to the runs already in nexmark.json (e.g. a second --intervals)")
     ap.add_argument("--replace", action="store_true",
@@ -531,7 +559,11 @@ def main(argv=None) -> int:
         with open(out_path) as f:
             old = json.load(f)
         old_runs, commands = old["runs"], [*old.get("commands", []), *commands]
-    for r in old_runs:  # earlier rates size the first runs (a slow cell must not time out)
+    seed_runs = list(old_runs)
+    if args.size_from and os.path.exists(args.size_from):  # only sizes runs; not kept
+        with open(args.size_from) as f:
+            seed_runs += json.load(f)["runs"]
+    for r in seed_runs:  # earlier rates size the first runs (a slow cell must not time out)
         if r.get("rate") and not r.get("fail_at"):
             k = (r["engine"], r.get("runner") or "local", r.get("backend"), r["query"])
             est[k] = min(est.get(k, r["rate"]), r["rate"])
@@ -543,7 +575,9 @@ def main(argv=None) -> int:
             spark = args.spark_runner == "all" or q in args.spark_runner.split(",")
             for engine, kw in plan(q, engines, backends, intervals, spark, args.recovery,
                                    args.recovery_interval, args.recovery_only,
-                                   args.spark_runner_only):
+                                   args.spark_runner_only,
+                                   flink_gen_backends=args.flink_gen_backends.split(",")
+                                   if args.flink_gen_backends else None):
                 try:
                     r = measure(engine, q, data, args, est, **kw)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
