@@ -39,7 +39,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "support"))
 sys.path.insert(0, HERE)
 
 from jobs import add_results_dir, median, p99, write_results  # noqa: E402
@@ -253,7 +253,7 @@ def main(argv=None) -> int:
         ap.error(f"--sinks: one or more of {', '.join(SINKS)}")
 
     # slot processes import the pass-through from tests/
-    tests = os.path.join(os.path.dirname(HERE), "tests")
+    tests = os.path.join(os.path.dirname(HERE), "tests", "support")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))
     from pg_server import PostgresServer
 

@@ -67,7 +67,7 @@ def cdc_section(data: dict | None, lines: list[str]) -> None:
         "holding the backlog until the table showed it (Delta's MERGE and Iceberg's "
         "copy-on-write run at the commit that follows the completion). Target = source: row "
         "count and sum of balances of the sink's table against `pgbench_accounts` at the end. The end-to-end exactly-once tests "
-        "(`tests/engine/connectors/test_cdc_upsert.py`) compare row for row.", ""]
+        "(`tests/integration/engine/connectors/test_cdc_upsert.py`) compare row for row.", ""]
 
 
 def _single_run(data: dict, lines: list[str]) -> None:

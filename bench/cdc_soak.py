@@ -30,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
 sys.path.insert(0, HERE)
 
 TABLES = ("items_a", "items_b", "items_c")
@@ -99,7 +99,7 @@ build({root!r}, {url!r}, {target!r}, {name!r}, kill_after={kill_after}).run(rest
 
 
 def driver(root, url, target, name, restore=None, kill_after=None) -> subprocess.Popen:
-    code = DRIVER.format(here=HERE, tests=os.path.join(ROOT, "tests"), root=root, url=url,
+    code = DRIVER.format(here=HERE, tests=os.path.join(ROOT, "tests", "support"), root=root, url=url,
                          target=target, name=name, restore=restore, kill_after=kill_after)
     log = open(os.path.join(root, f"{name}.log"), "ab")
     return subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT,

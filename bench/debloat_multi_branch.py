@@ -4,7 +4,7 @@ settings against ``buffer_debloat_target_ms=None``, runs interleaved.
     .venv/bin/python bench/debloat_multi_branch.py [--runner local|spark] [--reps 3]
         [--kills 0] [--events 1500000] [--results-dir bench/results]
 
-The job is tests/engine/test_progress_multibranch.py's: bench/nexmark's q7 (a per-batch
+The job is tests/integration/engine/runners/test_progress_multibranch.py's: bench/nexmark's q7 (a per-batch
 combiner, then a 10 s window) and q19 (a keyed top-n) on one Parquet ``FileSource`` at
 parallelism 2, 200 ms checkpoints. Each run is a driver process (Spark: ``local[4]``,
 barrier mode); with ``--kills N`` this process SIGKILLs a slot (Spark: the Python worker
@@ -31,8 +31,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+#: the test whose job this is (imported by its module name, by the slots too: they inherit
+#: sys.path) and the tests' helper modules it imports
+JOB_TEST = os.path.join(ROOT, "tests", "integration", "engine", "runners")
+for _p in (ROOT, os.path.join(ROOT, "tests", "support"), JOB_TEST):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
 MODES = {"off": {"buffer_debloat_target_ms": None}, "default": {}}
 
@@ -41,7 +45,7 @@ def child(args) -> int:
     """One run (the driver process): build, run, write the result."""
     from airflow_checkpoint_provider.engine import RestartStrategy
     from airflow_checkpoint_provider.engine.client import MetadataStore
-    from tests.engine.test_progress_multibranch import build
+    from test_progress_multibranch import build
 
     p = build(args.root, args.data, tuple(args.queries.split(",")), **MODES[args.mode])
     p.restart_strategy = RestartStrategy.fixed_delay(attempts=10, delay_ms=0)
@@ -142,7 +146,7 @@ def main(argv=None) -> int:
     if args.cmd == "child":
         return child(args)
     from bench.nexmark.generator import NexmarkConfig, write_parquet
-    from tests.engine import test_progress_multibranch as job
+    import test_progress_multibranch as job
 
     data = os.path.join(args.data_dir, f"e{args.events}")
     if not os.path.isdir(data):  # a file per source subtask, as in the test

@@ -42,8 +42,8 @@ command and date), from which ``bench/write_benchmarks.py`` renders the section
 (possibly interrupted) run printed, with ``--command`` and ``--measured-on`` saying how and
 when they were measured; with ``--runner airflow`` those are the lines the real-deployment
 tests printed (``pytest -s``; issue 54): the blue-green cut-over through Airflow
-(``tests/deploy/test_postgres_blue_green_deployment.py``, scenario ``blue-green-in-place``)
-and the savepoint upgrade with a standby (``tests/deploy/test_standby_upgrade_deployment.py``,
+(``tests/deployment/cluster/test_postgres_blue_green_deployment.py``, scenario ``blue-green-in-place``)
+and the savepoint upgrade with a standby (``tests/deployment/cluster/test_standby_upgrade_deployment.py``,
 ``savepoint-standby``).
 """
 
@@ -336,7 +336,7 @@ def table(results: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    # airflow: only with --from-logs --record (the runs tests/deploy printed)
+    # airflow: only with --from-logs --record (the runs tests/deployment/cluster printed)
     ap.add_argument("--runner", default="local", choices=["local", "spark", "airflow"])
     ap.add_argument("--master", default=None, help="Spark master (runner spark)")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
@@ -346,7 +346,7 @@ def main() -> None:
     ap.add_argument("--label", default="before")
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
     ap.add_argument("--cluster", action="store_true",
-                    help="start a Spark standalone cluster on 127.0.0.1 (tests/spark_cluster.py: "
+                    help="start a Spark standalone cluster on 127.0.0.1 (tests/support/spark_cluster.py: "
                          "--workers workers, 1 core each) and run every job on it")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--from-logs", nargs="+", default=None,
@@ -361,7 +361,7 @@ def main() -> None:
     ap.add_argument("--results-dir", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
     if args.runner == "airflow" and not args.from_logs:
-        ap.error("--runner airflow records the runs tests/deploy printed: use --from-logs")
+        ap.error("--runner airflow records the runs tests/deployment/cluster printed: use --from-logs")
     if args.from_logs:
         results = results_from_logs(args.from_logs)
         print(table(results))
@@ -377,7 +377,7 @@ def main() -> None:
         return
     cluster = None
     if args.cluster:
-        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
         from spark_cluster import StandaloneCluster
 
         workdir = tempfile.mkdtemp(prefix="downtime-cluster-")

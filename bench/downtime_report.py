@@ -101,10 +101,10 @@ def airflow_dates(doc: dict) -> str | None:
     return _dates(block["scenarios"]) if block and block.get("scenarios") else None
 
 
-#: what the ``airflow`` runner's runs are (tests/deploy prints them, ``bench/downtime.py
+#: what the ``airflow`` runner's runs are (tests/deployment/cluster prints them, ``bench/downtime.py
 #: --from-logs LOG --record --runner airflow`` merges them)
 AIRFLOW_METHOD = (
-    "Through Airflow (issue 54): `tests/deploy/test_postgres_blue_green_deployment.py` "
+    "Through Airflow (issue 54): `tests/deployment/cluster/test_postgres_blue_green_deployment.py` "
     "(`pytest -s`) -- Airflow 3 as separate processes (api-server, scheduler, dag-processor, "
     "triggerer; LocalExecutor), the `blue_green_upgrade` DAG triggered and approved over the "
     "REST API, blue and green at parallelism 3 on the Spark standalone cluster with 1 s "
@@ -117,7 +117,7 @@ AIRFLOW_METHOD = (
 )
 #: what the ``savepoint-standby`` row of the ``airflow`` runner is (once recorded)
 AIRFLOW_STANDBY_METHOD = (
-    "The savepoint upgrade with a standby: `tests/deploy/test_standby_upgrade_deployment.py` "
+    "The savepoint upgrade with a standby: `tests/deployment/cluster/test_standby_upgrade_deployment.py` "
     "(`pytest -s`) in the same deployment, the `savepoint_upgrade_standby` DAG triggered over "
     "the REST API (v2 started as a standby of v1 in its own Spark application, v1 stopped "
     "once v2 said READY in the metadata DB), parallelism 1 with 1 s checkpoints into a "
@@ -130,7 +130,7 @@ METHOD = [
     "The `versioned_sum` example (keyed running sum, FileSink, checkpoints every 500 ms), every "
     "job started as a deployment starts it (`ckpt run --detach`: a new process, with "
     "`--cluster` a new Spark application on a standalone cluster on 127.0.0.1 from "
-    "tests/spark_cluster.py: 2 workers x 1 core, one core and 512 MB per application) and "
+    "tests/support/spark_cluster.py: 2 workers x 1 core, one core and 512 MB per application) and "
     "steered through control requests in the metadata DB (SQLite), as the DAGs' operators "
     "do. Bounded input (the records and rate of each block below; after the cut-over at "
     "5,000/s), so the last job finishes and its committed output is compared with the "

@@ -8,7 +8,7 @@ On the local runner (one slot process per subtask index), checkpoints every 1 s:
   ``running_sum`` job at parallelism 1 and 2: sustained records/s.
 * **Standalone cluster** (``--cluster``, default on): the same two jobs at parallelism 2 on
   the Spark runner, against a Spark standalone master and 2 workers started on 127.0.0.1
-  (``tests/spark_cluster.py``; one executor per worker, so each slot is in its own executor
+  (``tests/support/spark_cluster.py``; one executor per worker, so each slot is in its own executor
   JVM's Python worker), stopped by PID afterwards.
 * **Keys**: the ``aggregate`` job at parallelism 2 over 10k, 100k and 1M keys (string keys):
   sustained records/s and the largest checkpointed state.
@@ -78,7 +78,7 @@ def cluster_runs(args) -> list[dict]:
         master = args.master
         if not master:
             sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                            "tests"))
+                                            "tests", "support"))
             from spark_cluster import StandaloneCluster
 
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-cluster-"))

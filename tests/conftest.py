@@ -7,8 +7,13 @@ import sys
 import pytest
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-if TESTS not in sys.path:
-    sys.path.insert(0, TESTS)  # shared test pipelines (tests/pipelines.py) importable by slots
+#: the helper modules (tests/README.md): on ``sys.path`` so that tests import them as top-level
+#: modules (``from pipelines import ...``) and that the processes a test starts (slots, job
+#: masters, spark-submit drivers and executors, CLI subprocesses) import the pipelines they
+#: name (``"pipelines_ref:v1"``): they inherit this ``sys.path`` through ``PYTHONPATH``
+SUPPORT = os.path.join(TESTS, "support")
+if SUPPORT not in sys.path:
+    sys.path.insert(0, SUPPORT)
 
 import jvm_archive  # noqa: E402 - after the path above
 from budget import TEST_JVM_OPTIONS  # noqa: E402
@@ -21,23 +26,24 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)
 
 #: tests that share one expensive server or load the whole machine run on one xdist worker
 #: (``make test`` runs ``pytest --dist loadgroup``), each group on a worker of its own: the
-#: real Airflow deployments of tests/deploy with their Spark standalone cluster
+#: real Airflow deployments of tests/deployment/cluster with their Spark standalone cluster
 #: (``spark-cluster``: one deployment; three groups with a deployment each took every worker
 #: for ~20 min and slowed a full run on the 2 cores), the other tests on a standalone cluster
 #: (``spark-cluster-jobs``: they kill executors of their cluster and submit to it; a worker
 #: starts its own cluster in ~10 s instead of queueing ~3 min behind the deployments).
-#: tests/bench is no group: each smoke test renders its own results folder (the group ran
-#: ~17 min on one worker, the suite's second serial floor).
+#: the benchmarks' tests are no group: each smoke test renders its own results folder (the
+#: group ran ~17 min on one worker, the suite's second serial floor). A folder of
+#: ``_GROUPED_DIRS`` is a path relative to tests/; it holds its subfolders too.
 _GROUPS = (
     ("spark_cluster", "spark-cluster-jobs"),
 )
-_GROUPED_DIRS = (("deploy", "spark-cluster"),)
+_GROUPED_DIRS = ((os.path.join("deployment", "cluster"), "spark-cluster"),)
 
 def _module_fixture_group(item) -> str | None:
     """The group of a test that uses a module-scoped fixture: its module. Without it
     ``--dist loadgroup`` spreads the module's tests over both workers and each worker builds
-    the fixture again (tests/engine/test_joins_vs_structured_streaming.py ran its Spark
-    queries twice, 74 s on each worker)."""
+    the fixture again (test_joins_vs_structured_streaming.py ran its Spark queries twice,
+    74 s on each worker)."""
     info = getattr(item, "_fixtureinfo", None)
     for name in getattr(item, "fixturenames", ()):
         defs = info.name2fixturedefs.get(name) if info is not None else None
@@ -50,9 +56,9 @@ def _module_fixture_group(item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        # a folder's group first: tests/deploy uses the spark_cluster fixture too
-        top = os.path.relpath(str(item.path), TESTS).split(os.sep)[0]
-        group = next((g for d, g in _GROUPED_DIRS if top == d), None)
+        # a folder's group first: tests/deployment/cluster uses the spark_cluster fixture too
+        rel = os.path.relpath(str(item.path), TESTS)
+        group = next((g for d, g in _GROUPED_DIRS if rel.startswith(d + os.sep)), None)
         if group is None:
             fixtures = getattr(item, "fixturenames", ())
             group = next((g for fixture, g in _GROUPS if fixture in fixtures), None)
@@ -158,8 +164,8 @@ def spark_env(monkeypatch):
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    """A moto S3 server on 127.0.0.1 (a real HTTP endpoint, see tests/s3_server.py), started
-    once per session and stopped by its PID."""
+    """A moto S3 server on 127.0.0.1 (a real HTTP endpoint, see tests/support/s3_server.py),
+    started once per session and stopped by its PID."""
     from s3_server import MotoServer
 
     server = MotoServer(str(tmp_path_factory.mktemp("moto") / "moto_server.log")).start()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TESTS = os.path.join(ROOT, "tests")
+TESTS = os.path.join(ROOT, "tests", "support")  # the tests' helper modules
 for _p in (ROOT, TESTS):  # the tests' pipeline modules (slots inherit sys.path)
     if _p not in sys.path:
         sys.path.insert(0, _p)
@@ -56,7 +56,7 @@ class BuildContext:
         return os.path.join(self.root, "faults")
 
     def fault_plan(self):
-        """A tests/pipelines.FaultPlan of the raise points (``None`` without any)."""
+        """A tests/support/pipelines.FaultPlan of the raise points (``None`` without any)."""
         if not self.raise_points:
             return None
         from pipelines import FaultPlan

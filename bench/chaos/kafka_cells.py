@@ -1,7 +1,7 @@
 """The Kafka cells of the chaos matrix (issue 52): cell definitions and their run hooks, for
 the chaos runner to include (see "Wiring" below; this module changes nothing by itself).
 
-Pipelines (the ones the Kafka tests run, tests/engine/connectors/kafka/):
+Pipelines (the ones the Kafka tests run, tests/integration/engine/connectors/kafka/):
 
 * ``kafka-sum``: a 3-partition topic -> ``key_by(key)`` running sum -> ``KafkaSink``
   (exactly once, ``partitioner="fixed"`` into a 3-partition topic: each sink subtask's
@@ -17,7 +17,7 @@ Pipelines (the ones the Kafka tests run, tests/engine/connectors/kafka/):
   ``read_committed`` and compacted by key.
 
 Both jobs are bounded (``stop_at``): a run ends FINISHED, never cancelled. The broker is a
-Tansu (tests/kafka_server.py) on 127.0.0.1 started once per harness process and stopped at
+Tansu (tests/support/kafka_server.py) on 127.0.0.1 started once per harness process and stopped at
 exit; every run gets fresh topics. Local and Spark runners (the slots reach the broker on
 127.0.0.1: Spark local mode); kills: the runner's (slot / Python worker, driver, Spark JVM).
 
@@ -48,10 +48,10 @@ from collections import Counter
 
 from .cells import TESTS, BuildContext, Entry, configure
 
-#: the Kafka tests' job modules (kafka_jobs, changelog_jobs); slots inherit sys.path
-KAFKA_TESTS = os.path.join(TESTS, "engine", "connectors", "kafka")
-if KAFKA_TESTS not in sys.path:
-    sys.path.insert(0, KAFKA_TESTS)
+#: the Kafka tests' job modules (kafka_jobs, changelog_jobs) are helper modules of TESTS
+#: (tests/support, on sys.path: slots inherit it)
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
 
 #: input records of ``kafka-sum`` and Debezium events (over ``CHANGELOG_IDS`` rows) of
 #: ``kafka-changelog``
@@ -64,7 +64,7 @@ _BROKER = None
 #: --kafka-sum-shape``): keep the broker running after a run that differed (its address and
 #: PID printed, stopped by hand); the broker's tokio worker threads (``None``: Tansu's
 #: default, one per core; more threads than cores preempt its tasks more often, the
-#: condition of its commit race, tests/engine/connectors/kafka/tansu_transactions.py
+#: condition of its commit race, tests/support/tansu_transactions.py
 #: ``wedge``); the kafka-sum sink's partitioner and output partitions (the cell's
 #: ``("fixed", 3)``; ``("key", 1)`` is its shape before 374720b, FINDINGS 8)
 KEEP_BROKER = False

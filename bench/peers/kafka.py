@@ -28,7 +28,7 @@ Delivery and checkpoints at each engine's recommended setting: ours ``KafkaSourc
 exactly-once, RocksDB state with changelog topics, 1 s commits (kafka_ours.py,
 kafka_quixstreams.py).
 
-One Tansu broker (tests/kafka_server.py) on 127.0.0.1 serves every run, pinned to the same
+One Tansu broker (tests/support/kafka_server.py) on 127.0.0.1 serves every run, pinned to the same
 core as the runs and stopped by its PID; the input topics are filled once before the first
 run, each run writes a fresh output topic. Method as bench/peers/run.py's: every run a fresh
 process pinned with ``taskset -c CPU`` (with everything it starts), engines interleaved in

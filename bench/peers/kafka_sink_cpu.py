@@ -1,6 +1,6 @@
 """CPU seconds of ``KafkaSink``'s exactly-once writer per epoch, by phase: ``write`` (encode),
 ``pre_commit`` (stage into the checkpoint), ``commit`` (publish in one transaction with its
-marker), on a Tansu broker this script starts on 127.0.0.1 and stops (tests/kafka_server.py).
+marker), on a Tansu broker this script starts on 127.0.0.1 and stops (tests/support/kafka_server.py).
 
     .venv/bin/python bench/peers/kafka_sink_cpu.py [--records 50000] [--epochs 3] [--cpu 1]
 
@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--cpu", default=None, help="taskset -c of the broker")
     args = ap.parse_args(argv)
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
     from kafka_server import TansuBroker
 
     from airflow_checkpoint_provider.engine.connectors.base import SourceContext

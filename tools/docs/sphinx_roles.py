@@ -17,7 +17,7 @@ cross-reference to the object it names, found the way Sphinx finds it:
   is plain code.
 
 The docstrings themselves are not edited (other work changes those files); the rewrite
-happens on griffe's loaded copy, each time the site is built. tests/docs/test_api_reference.py
+happens on griffe's loaded copy, each time the site is built. tests/integration/docs/test_api_reference.py
 fails when a role reaches the built page.
 """
 

@@ -1,7 +1,7 @@
 """Cost of the held-checkpoint sweep's pins read (once per completed checkpoint): every
 active pin (the read before ``pinned_locations``) against the pins of the candidate
 locations only, with 1, 100 and 10,000 rows in ``savepoint_pins``, on SQLite and on a
-private PostgreSQL (tests/pg_server.py). Median of 30 reads.
+private PostgreSQL (tests/support/pg_server.py). Median of 30 reads.
 
     PYTHONPATH=$PWD .venv/bin/python tools/microbench/pins_read.py
 
@@ -23,7 +23,7 @@ from sqlalchemy import insert
 from airflow_checkpoint_provider.engine.catalog import MetadataStore  # the internal store API
 from airflow_checkpoint_provider.engine.catalog.models import SavepointPinRow
 
-sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "support"))
 
 
 def bench(url, n):
