@@ -8,7 +8,7 @@ One table per benchmark family (``FAMILIES``): the table a family's section rend
 reproduces it and the 1-minute load average of each row; dates, loads and the machine come
 from bench/results/conditions.json (stamped by ``report_common.record_conditions`` when a
 script writes its results). Nothing on the page is written by hand; the investigation
-history is bench/HISTORY.md. tests/bench/test_write_benchmarks_sections.py checks that a
+history is bench/HISTORY.md. tests/integration/bench/test_write_benchmarks_sections.py checks that a
 regeneration equals the committed page.
 """
 
@@ -240,7 +240,7 @@ class Family:
             peer = (f"; {self.peer} measured in the same run" if self.same_run else
                     f"; {self.peer} measured by the same script on the same input")
         # no blank line under the heading (Markdown renders the same; the page has a
-        # 300-line bound, tests/bench/test_write_benchmarks_sections.py)
+        # 300-line bound, tests/integration/bench/test_write_benchmarks_sections.py)
         out = [f"## {self.heading}",
                f"Command: `{command}`. Measured {when}{peer}. "
                + (self.what(data) if callable(self.what) else self.what), "",
@@ -333,17 +333,17 @@ def _airflow_what(data: dict) -> str:
                 "sees them (sampled every 0.5 s): the `blue_green_upgrade` DAG in a real "
                 "deployment (Airflow 3 as separate processes, the Spark standalone cluster, "
                 "parallelism 3, 1 s checkpoints into PostgreSQL 2PC sinks), approved over the "
-                "REST API; printed by `tests/deploy/test_postgres_blue_green_deployment.py` "
+                "REST API; printed by `tests/deployment/cluster/test_postgres_blue_green_deployment.py` "
                 "(`pytest -s`). Stop: blue's stop request; slots + restore: green's PROMOTE.")
     return ("Seconds from the old job's last row to the new one's first as a reader of the "
             "sink table sees them (sampled every 0.5 s), in a real deployment (Airflow 3 as "
             "separate processes, the Spark standalone cluster, 1 s checkpoints into PostgreSQL "
             "2PC sinks, DAGs triggered over the REST API). Blue-green: the `blue_green_upgrade` "
             "DAG at parallelism 3, approved over the REST API, printed by "
-            "`tests/deploy/test_postgres_blue_green_deployment.py` (`pytest -s`); stop: blue's "
+            "`tests/deployment/cluster/test_postgres_blue_green_deployment.py` (`pytest -s`); stop: blue's "
             "stop request; slots + restore: green's PROMOTE. Standby: the "
             "`savepoint_upgrade_standby` DAG at parallelism 1, printed by "
-            "`tests/deploy/test_standby_upgrade_deployment.py`; stop: v1's stop request; "
+            "`tests/deployment/cluster/test_standby_upgrade_deployment.py`; stop: v1's stop request; "
             "slots + restore: v2's job row (created when it saw v1 end) to RUNNING, its "
             "application started before the stop.")
 

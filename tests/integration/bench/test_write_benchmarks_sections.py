@@ -15,8 +15,9 @@ import sys
 
 from bench import write_benchmarks
 from bench.downtime_report import render_doc
+from repo_paths import REPO_ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(REPO_ROOT)
 
 
 def regenerate(results: str, out: str) -> str:
