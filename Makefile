@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 UV     := $(VENV)/bin/uv
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-engine test test-full lint docs docs-picture venv clean check-java check-postgres check-chromium bench stack bench-nexmark bench-peers bench-kafka chaos
+.PHONY: demo demo-engine test test-unit test-full lint docs docs-picture venv clean check-java check-postgres check-chromium bench stack bench-nexmark bench-peers bench-kafka chaos
 
 # a line every 10 s while a long step runs (tools/heartbeat.py: the system Python's stdlib)
 BEAT   := $(PYTHON) tools/heartbeat.py
@@ -21,7 +21,7 @@ $(STAMP): $(PY) pyproject.toml
 	@VIRTUAL_ENV=$(abspath $(VENV)) $(BEAT) "installing the package and its dependencies" -- \
 		$(UV) pip install --quiet -e '.[dev,spark,airflow]'
 	@# The Spark provider pulls pyspark-client, which writes into the same pyspark/ folder:
-	@# put pyspark's own files back (tests/engine/runners/test_spark_runner.py checks it).
+	@# put pyspark's own files back (tests/integration/engine/runners/test_spark_runner.py checks it).
 	@VIRTUAL_ENV=$(abspath $(VENV)) $(BEAT) "putting pyspark's own files back" -- \
 		$(UV) pip install --quiet --reinstall --no-deps \
 		pyspark==$$($(PY) -c 'import importlib.metadata as m; print(m.version("pyspark"))')
@@ -69,8 +69,13 @@ test: venv check-java check-postgres check-chromium
 	$(PY) -m compileall -q -j 0 airflow_checkpoint_provider dags tests bench > /dev/null
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
-# The same tests with their full matrices (tests/budget.py: all 20 fault-injection seeds,
-# the full Hypothesis example counts); `make test` runs bounded ones.
+# The fast tests alone (tests/unit: no job, server, subprocess or Spark; tests/README.md), a
+# few minutes on 2 workers: the loop to run while editing.
+test-unit: venv
+	$(PY) -m pytest -q -n 2 tests/unit $(PYTEST_ARGS)
+
+# The same tests with their full matrices (tests/support/budget.py: all 20 fault-injection
+# seeds, the full Hypothesis example counts); `make test` runs bounded ones.
 test-full:
 	CKPT_TEST_FULL=1 $(MAKE) test
 
@@ -169,7 +174,7 @@ docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # The README's picture (docs/report.png): the checkpoint report of a fixed job rendered by
-# headless Chromium, stamped with the report's structure (tests/docs/test_readme_picture.py
+# headless Chromium, stamped with the report's structure (tests/unit/docs/test_readme_picture.py
 # fails when the report changed since).
 docs-picture: venv check-chromium
 	$(PY) tools/docs/readme_picture.py
