@@ -111,13 +111,13 @@ def replay_command(cell: Cell, seed: int) -> str:
 REFERENCE_INPUTS = {
     "duckdb": ("bench/chaos/reference_duckdb.py", "bench/nexmark/generator.py"),
     "failure-free": (
-        "tests/pipelines.py",
-        "tests/join_pipelines.py",
-        "tests/vector_join_pipelines.py",
-        "tests/broadcast_pipelines.py",
-        "tests/regular_join_model.py",
-        "tests/perf_pipelines.py",
-        "tests/event_time_pipelines.py",
+        "tests/support/pipelines.py",
+        "tests/support/join_pipelines.py",
+        "tests/support/vector_join_pipelines.py",
+        "tests/support/broadcast_pipelines.py",
+        "tests/support/regular_join_model.py",
+        "tests/support/perf_pipelines.py",
+        "tests/support/event_time_pipelines.py",
     ),
 }
 
