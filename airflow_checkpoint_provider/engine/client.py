@@ -4,7 +4,7 @@ provider, scripts, dashboards.
 A client reads and writes the metadata DB (jobs, attempts, checkpoints, control requests)
 and launches jobs; it never talks to a job's driver. Everything a client needs is importable
 from here, so the engine's internal modules can move without breaking the provider: the
-import contract test (``tests/test_import_contract.py``) keeps the provider on this module.
+import contract test (``tests/unit/architecture/test_import_contract.py``) keeps the provider on this module.
 
 * the metadata store and its records: :class:`MetadataStore`, :class:`JobRecord`,
   :class:`AttemptRecord`, :class:`CheckpointRecord`, :class:`ControlRequestRecord`, the

@@ -3,7 +3,7 @@
 ``Pipeline.run(runner="spark", **options)`` asks :func:`create_runner` for the runner
 called ``"spark"``; the DSL never imports a runner. The built-in runners are imported when
 first asked for (``local`` loads no Spark), and :func:`register_runner` adds another one.
-Import edges run downward only: datastream -> execution -> runners (tests/test_layers.py).
+Import edges run downward only: datastream -> execution -> runners (tests/unit/architecture/test_layers.py).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ a test or a launcher that sets the variable later is seen. The Airflow side read
 through :mod:`.client`, which re-exports :data:`SETTINGS` and the shared defaults.
 
 ``docs/reference/configuration.md`` lists every variable of :data:`SETTINGS` with the
-default shown here (``tests/docs/test_reference_tables.py`` checks both directions), and no
+default shown here (``tests/unit/docs/test_reference_tables.py`` checks both directions), and no
 engine module outside this one reads a ``CKPT_*`` variable from the environment itself
-(``tests/engine/test_settings.py``).
+(``tests/unit/engine/test_settings.py``).
 
 Shared defaults live here too, so that the engine and the Airflow side cannot disagree:
 :data:`DEFAULT_HEARTBEAT_TIMEOUT_S` (when a job without heartbeats is LOST) is the default

@@ -36,7 +36,7 @@ T = TypeVar("T")
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 #: The newest revision under ``migrations/versions``. A DB already at it is checked without
 #: importing Alembic (about 0.2 CPU-seconds in every process that opens the metadata DB);
-#: tests/engine/checkpoint/test_store.py checks that it is Alembic's head.
+#: tests/integration/engine/checkpoint/test_store.py checks that it is Alembic's head.
 SCHEMA_HEAD = "0012"
 #: How long a SQLite connection waits for another writer before "database is locked"
 #: (``$CKPT_SQLITE_BUSY_TIMEOUT_S`` overrides it; both declared in :mod:`..settings`).

@@ -5,7 +5,7 @@ command tree, so the page names every command and option and no other::
 
 One entry per command (subcommands of a group as ``ckpt GROUP VERB``): a comment with the
 first sentence of its help, then its arguments and options, required ones bare, optional ones
-in ``[...]``, repeatable ones with ``...``. tests/docs/test_cli_reference.py regenerates it
+in ``[...]``, repeatable ones with ``...``. tests/unit/docs/test_cli_reference.py regenerates it
 and fails when the committed file differs (a command or option added without the page).
 """
 

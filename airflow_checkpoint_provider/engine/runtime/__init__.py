@@ -1,6 +1,6 @@
 """The runtime: what runs in a slot process.
 
-Three packages by role, each importing only the ones below it (``tests/test_layers.py``):
+Three packages by role, each importing only the ones below it (``tests/unit/architecture/test_layers.py``):
 
 * :mod:`.host` -- process hosting: the slot process (:mod:`.host.slot`), the local runner's
   fork server, the authenticated connections and the channels between subtasks;

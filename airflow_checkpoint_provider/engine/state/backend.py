@@ -12,7 +12,7 @@ subtask owns: that is how state is redistributed when the parallelism changes.
 
 The heap and RocksDB backends also serve per-key state to user functions
 (:class:`PerKeyStateBackend`). One contract test suite
-(``tests/engine/state/test_backend_contract.py``) runs against all three.
+(``tests/unit/engine/state/test_backend_contract.py``) runs against all three.
 """
 
 from __future__ import annotations

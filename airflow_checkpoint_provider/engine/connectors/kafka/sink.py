@@ -52,7 +52,7 @@ stages and never publishes, and never fences the live job's producers. ``deliver
 "at_least_once"`` produces directly (idempotent producer), flushes at every barrier, and
 may duplicate the records after the last completed checkpoint on a failure.
 
-Broker caveats (Tansu 0.6, the test broker; ``tests/engine/connectors/kafka/
+Broker caveats (Tansu 0.6, the test broker; ``tests/integration/engine/connectors/kafka/
 tansu_transactions.py`` shows each against the broker): (1) it does not hide aborted
 transactions from ``read_committed`` consumers (no aborted-transaction index in its Fetch
 answers), so a crash in the middle of a publish leaves what reached the broker visible; the
