@@ -117,9 +117,15 @@ class SinkWriter:
 
     ``accepts_arrow``: ``write`` takes ``pyarrow.RecordBatch`` batches as they arrive;
     otherwise the engine converts batches to lists of dicts first (the slow path).
+    ``accepts_rows`` (only read when ``accepts_arrow``): ``write`` also takes lists of dicts
+    as they arrive, so the engine does not build a batch from rows for it.
+
+    In a fenced job a writer may release each epoch's staged transactions early:
+    :class:`~.capabilities.SupportsDiscardHeld`.
     """
 
-    accepts_arrow = False
+    accepts_arrow: bool = False
+    accepts_rows: bool = False
 
     def write(self, records: list[dict]) -> None:
         raise NotImplementedError

@@ -18,6 +18,18 @@ can do more, and the engine asks before it relies on it:
 * :class:`SupportsUpsert`: apply a changelog per key (``mode="upsert"``, ``key``): the
   pipeline puts an upsert materializer in front of it.
 
+One capability belongs to a sink's *writer* (a subtask's :class:`~.base.SinkWriter`):
+
+* :class:`SupportsDiscardHeld`: in a fenced job, drop each epoch's staged transactions as
+  soon as its checkpoint completed or aborted (instead of holding them until the job ends).
+
+And two to a *source* whose upstream position is shared state (a CDC source's replication
+slot), which the job master calls before the tasks start:
+
+* :class:`SupportsClaimBeforeRestore`: claim that state for the job before the snapshot to
+  restore is chosen;
+* :class:`SupportsJobStartCheck`: check ownership, restored positions and configuration.
+
 A sink declares a capability by naming its protocol among its bases
 (``class MySink(Sink, SupportsFencing)``): mypy then checks the methods' signatures against
 the protocol. The engine tests with ``isinstance``, which (the protocols are
@@ -94,6 +106,41 @@ class SupportsUpsert(Protocol):
 
     mode: str
     key: list[str]
+
+
+@runtime_checkable
+class SupportsDiscardHeld(Protocol):
+    """A sink writer that, in a fenced job, releases the transactions it staged for an epoch
+    once that epoch's checkpoint completed or aborted (a fenced job never commits them), so
+    it holds a bounded number (prepared transactions are a server resource). A writer
+    without it keeps them until the job ends; the job master discards them then."""
+
+    def discard_held(self, transactions: Sequence[Transaction]) -> None:
+        """Drop ``transactions`` (staged, never to be published)."""
+        ...
+
+
+@runtime_checkable
+class SupportsClaimBeforeRestore(Protocol):
+    """A source whose upstream position is shared state it claims for the job before the
+    snapshot to restore is chosen (a CDC source's explicitly named slot): a job pointed at
+    another job's state is refused for that first."""
+
+    def claim_before_restore(self, store: Any, *, job_name: str, job_id: str) -> None:
+        """Claim the shared state for ``job_name``/``job_id`` in the metadata ``store``."""
+        ...
+
+
+@runtime_checkable
+class SupportsJobStartCheck(Protocol):
+    """A source that checks its upstream state before the job's tasks start: ownership,
+    the restored positions (``restored``: split -> position), configuration errors no
+    restart would cure. Fenced (``fenced``), it must never acknowledge upstream."""
+
+    def check_job_start(self, store: Any, *, job_name: str, job_id: str, fenced: bool,
+                        restored: dict) -> None:
+        """Raise a typed error saying what to do when the job must not start."""
+        ...
 
 
 def upsert_columns(sink: object) -> list[str] | None:

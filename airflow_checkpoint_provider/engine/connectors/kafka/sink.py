@@ -79,7 +79,8 @@ from typing import Any
 import msgpack
 
 from ...errors import CorruptCheckpointError
-from ..base import Sink, SinkWriter, SourceContext, Transaction
+from ..base import ConnectorContext, Sink, SinkWriter, Transaction
+from ..capabilities import SupportsDiscardHeld
 from .client import (
     METADATA_TIMEOUT_S,
     base_config,
@@ -162,7 +163,7 @@ class KafkaSink(Sink):
         self.transaction_timeout_ms = transaction_timeout_ms
         self.partitioner = partitioner
 
-    def create_writer(self, ctx: SourceContext) -> SinkWriter:
+    def create_writer(self, ctx: ConnectorContext) -> SinkWriter:
         if self.delivery == "at_least_once":
             return _AtLeastOnceWriter(self, ctx)
         return _ExactlyOnceWriter(self, ctx)
@@ -263,8 +264,8 @@ def _checked_records(t: object, location: str) -> tuple[dict[str, Any], list[lis
         "the snapshot is corrupt or was not written by this sink")
 
 
-class _ExactlyOnceWriter(SinkWriter):
-    def __init__(self, sink: KafkaSink, ctx: SourceContext) -> None:
+class _ExactlyOnceWriter(SinkWriter, SupportsDiscardHeld):
+    def __init__(self, sink: KafkaSink, ctx: ConnectorContext) -> None:
         self.sink = sink
         self.ctx = ctx
         self.buffer: list[list] = []
@@ -508,7 +509,7 @@ class _ExactlyOnceWriter(SinkWriter):
 
 
 class _AtLeastOnceWriter(SinkWriter):
-    def __init__(self, sink: KafkaSink, ctx: SourceContext) -> None:
+    def __init__(self, sink: KafkaSink, ctx: ConnectorContext) -> None:
         ck = require_client()
         self.sink = sink
         self.ctx = ctx

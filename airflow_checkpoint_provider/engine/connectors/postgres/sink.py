@@ -66,6 +66,7 @@ from ...errors import (
 from ...extras import require
 from ..base import ConnectorContext, Sink, SinkWriter
 from ..capabilities import (
+    SupportsDiscardHeld,
     SupportsDiscardUncommitted,
     SupportsFencing,
     SupportsRelocation,
@@ -238,7 +239,7 @@ def _rollback_of_job(conn, job_id: str, operator_uid: str,
     return done
 
 
-class _PostgresWriter(SinkWriter):
+class _PostgresWriter(SinkWriter, SupportsDiscardHeld):
     accepts_arrow = False
     sink: PostgresSink
 

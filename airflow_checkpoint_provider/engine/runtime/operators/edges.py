@@ -11,6 +11,7 @@ from typing import Any, cast
 import pyarrow as pa
 
 from ...connectors.base import ConnectorContext, SourceContext
+from ...connectors.capabilities import SupportsDiscardHeld
 from ...errors import CorruptCheckpointError, RestoreError
 from ...eventtime import WatermarkStrategy
 from ...state.operator_state import OperatorStateStore
@@ -69,7 +70,7 @@ class SourceOperator(Operator):
         self.finished_splits: set[str] = {e["split"] for e in restored if e.get("finished")}
         sctx = SourceContext(self.ctx.job_id, self.ctx.job_name, self.uid,
                              self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt,
-                             fenced=bool(getattr(self.ctx, "fence_sinks", False)))
+                             fenced=bool(self.ctx.fence_sinks))
         self.sctx = sctx
         # A continuous source (monitor_interval set) discovers splits while it runs: each
         # subtask lists the source and takes the new splits it owns by hash; finished ones
@@ -245,7 +246,7 @@ class SinkOperator(Operator):
     master discards what the fenced job staged when it ends."""
 
     def open(self, restored_operator_state):
-        self.fenced = bool(getattr(self.ctx, "fence_sinks", False))
+        self.fenced = bool(self.ctx.fence_sinks)
         sctx = ConnectorContext(self.ctx.job_id, self.ctx.job_name, self.uid,
                                 self.ctx.subtask_index, self.ctx.parallelism, self.ctx.attempt,
                                 fenced=self.fenced)
@@ -256,8 +257,8 @@ class SinkOperator(Operator):
                 "blue-green validation run); its output was never published, so restoring it "
                 "unfenced would lose records. Restore the blue job's savepoint instead")
         self.writer = self.node.payload.create_writer(sctx)
-        self.vectorized = bool(getattr(self.writer, "accepts_arrow", False))
-        self.takes_rows = self.vectorized and bool(getattr(self.writer, "accepts_rows", False))
+        self.vectorized = bool(self.writer.accepts_arrow)
+        self.takes_rows = self.vectorized and bool(self.writer.accepts_rows)
         restored = [t for e in entries for t in e["transactions"]]
         self.writer.recover(restored)
         self.pending: list[tuple[int, list]] = []
@@ -290,14 +291,14 @@ class SinkOperator(Operator):
 
     def _release_fenced(self, done) -> None:
         """A fenced sink discards each epoch's staged transactions once its checkpoint
-        completed or aborted (``writer.discard_held``), so it holds a bounded number of
-        them (prepared transactions are a server resource: ``max_prepared_transactions``)."""
-        discard = getattr(self.writer, "discard_held", None)
-        if discard is None:  # held until the job ends (the job master discards them)
-            return
+        completed or aborted (:class:`~...connectors.capabilities.SupportsDiscardHeld`), so
+        it holds a bounded number of them (prepared transactions are a server resource:
+        ``max_prepared_transactions``)."""
+        if not isinstance(self.writer, SupportsDiscardHeld):
+            return  # held until the job ends (the job master discards them)
         txns = [t for c, ts in self.pending if done(c) for t in ts]
         if txns:
-            discard(txns)
+            self.writer.discard_held(txns)
         self.pending = [(c, ts) for c, ts in self.pending if not done(c)]
 
     def notify_abort(self, checkpoint_id):
@@ -305,8 +306,7 @@ class SinkOperator(Operator):
             self._release_fenced(lambda c: c == checkpoint_id)
             return
         txns = [t for c, ts in self.pending if c == checkpoint_id for t in ts]
-        abort = getattr(self.writer, "abort", None)  # writers that predate it keep theirs
-        if txns and abort is not None and abort(txns):  # undone, records carried into the open epoch
+        if txns and self.writer.abort(txns):  # undone, records carried into the open epoch
             self.pending = [(c, ts) for c, ts in self.pending if c != checkpoint_id]
 
     def close(self):

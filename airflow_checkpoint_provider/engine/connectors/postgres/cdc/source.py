@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from ....errors import ConfigurationError, RestoreError
 from ....extras import require
 from ...base import Source, SourceContext, SplitReader
+from ...capabilities import SupportsClaimBeforeRestore, SupportsJobStartCheck
 from ..connection import libpq_dsn
 from ..errors import CdcConfigurationError, SlotWaitTimeoutError
 from .pgoutput import format_lsn, parse_lsn
@@ -96,7 +97,7 @@ SESSION_OPTIONS = ("-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=postgres "
 _TABLE_PATTERN = r"(?:[A-Za-z_][A-Za-z0-9_$]*\.)?[A-Za-z_][A-Za-z0-9_$]*"
 
 
-class PostgresCdcSource(Source):
+class PostgresCdcSource(Source, SupportsClaimBeforeRestore, SupportsJobStartCheck):
     """Rows of PostgreSQL tables, then their changes, as changelog records.
 
     :param url: ``postgresql://user@host:port/db`` (or the SQLAlchemy form); the role needs
