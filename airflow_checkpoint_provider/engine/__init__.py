@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from .config import CheckpointConfig, CheckpointingMode, RestartStrategy
 from .connectors.base import Sink, SinkWriter, Source, SourceContext, SplitReader
 from .connectors.discard import DiscardSink, DiscardWriter
+from .connectors.files.committed import CommittedFile, committed_files
 from .connectors.files.sink import FileSink, read_committed
 from .connectors.generator import GeneratorSource, StridedSplitReader
 from .datastream.api import DataStream, JobResult, KeyedStream, Pipeline, WindowedStream
@@ -68,7 +69,7 @@ from .state.descriptors import (
 _MOVED = {
     "private": "fs.private",
     "sink_names": "connectors.sink_names",
-    "metrics": "runners.metrics",
+    "metrics": "runners.jobmaster.metrics",
 }
 alias_moved_modules(__name__, _MOVED)
 
@@ -100,4 +101,6 @@ __all__ = [
     "BroadcastStream", "KeyedBroadcastProcessFunction", "TemporalJoin",
     # building blocks of user connectors and state (bench/ uses them, issue 53)
     "DiscardWriter", "StridedSplitReader", "EntryMapStateDescriptor",
+    # a FileSink's committed part files, in commit order
+    "CommittedFile", "committed_files",
 ]

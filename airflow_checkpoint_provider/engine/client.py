@@ -22,7 +22,7 @@ import contract test (``tests/unit/architecture/test_import_contract.py``) keeps
 * stability: :class:`StabilityCriteria`, :func:`assess_stability`, :func:`early_verdict`
   (the gate of blue-green deployments and upgrades, :mod:`.stability`);
 * fencing: :func:`is_fenced_snapshot` (a snapshot of a blue-green validation run, whose
-  output was never published, :mod:`.runners.fencing`);
+  output was never published, :mod:`.runners.jobmaster.fencing`);
 * names: :func:`validate_job_name`, :func:`validate_job_id` (the one rule for names that
   become paths, :mod:`.names`);
 * reports and lineage: :class:`ReportData` / :func:`render_report_html` (the ``ckpt report``
@@ -137,7 +137,7 @@ def pipeline_datasets(pipeline) -> dict[str, list[dict[str, str]]]:
 def is_fenced_snapshot(location: str) -> bool:
     """Whether the checkpoint or savepoint at ``location`` was taken by a job with fenced
     sinks (``fence_sinks=True``): its data was never published, so it announces nothing."""
-    from .runners.fencing import snapshot_is_fenced
+    from .runners.jobmaster.fencing import snapshot_is_fenced
     from .snapshot.codec import load_snapshot
 
     return snapshot_is_fenced(load_snapshot(location, check_hmac=False).metadata.operators)
@@ -149,8 +149,8 @@ def spark_session(master: str | None, app_name: str, *, extra_conf: dict | None 
     spark-submit entry point make). ``None``: the master spark-submit (or
     ``spark-defaults.conf``) configured, else ``local[*]``; ``extra_conf``: further Spark
     settings. Settings the user configured are never overridden. Needs ``pyspark`` (the
-    ``spark`` extra); see :func:`.runners.spark.session_for`."""
-    from .runners.spark import session_for
+    ``spark`` extra); see :func:`.runners.spark.session.session_for`."""
+    from .runners.spark.session import session_for
 
     return session_for(master, app_name, extra_conf=extra_conf)
 

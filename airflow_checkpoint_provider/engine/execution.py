@@ -39,7 +39,7 @@ def _local(**options: Any) -> Runner:
 
 
 def _spark(**options: Any) -> Runner:
-    from .runners.spark import SparkRunner
+    from .runners.spark.runner import SparkRunner
 
     return SparkRunner(**options)
 

@@ -48,7 +48,7 @@ def _spark_conf_items() -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from airflow_checkpoint_provider.engine.runners.pyspark_daemon import (
+    from airflow_checkpoint_provider.engine.runners.spark.daemon import (
         prefer_installed_pyspark,
     )
 

@@ -14,7 +14,7 @@ directory (``0700``, owned by this user; default ``checkpoint-code`` in this use
 resubmission with unchanged code reuses the same file -- after checking its full SHA-256,
 since the executors import whatever it holds. ``CKPT_SHIP_CODE=1`` in the driver's
 environment tells the Spark runner not to point executors at the driver's interpreter and
-``sys.path`` (see :func:`~.runners.spark.session_for`).
+``sys.path`` (see :func:`~.runners.spark.session.session_for`).
 """
 
 from __future__ import annotations

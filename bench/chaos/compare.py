@@ -10,13 +10,11 @@ ints or floats.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from airflow_checkpoint_provider.engine.connectors.files.partitions import read_partition_dir
-from airflow_checkpoint_provider.engine.connectors.sink_names import parse_part_file_name
+from airflow_checkpoint_provider.engine import committed_files
 
 from .catalogue import Output
 
@@ -34,34 +32,18 @@ TIME_COLUMNS = {
 }
 
 
-def part_files(directory: str, values: dict | None = None):
-    """(sort key, path, partition values) of every committed part file under ``directory``."""
-    values = values or {}
-    if not os.path.isdir(directory):
-        return
-    for name in os.listdir(directory):
-        path = os.path.join(directory, name)
-        if name.startswith("part-"):
-            n = parse_part_file_name(name)
-            key = (n.job_id, n.checkpoint_id, n.subtask) if n else ("", 0, 0)
-            yield key, path, values
-        elif (got := read_partition_dir(name)) is not None and os.path.isdir(path):
-            yield from part_files(path, {**values, got[0]: got[1]})
-
-
 def committed_rows(directory: str, job_rank: dict[str, int] | None = None) -> list[dict]:
     """Every committed row of a FileSink directory, in commit order (jobs in ``job_rank``
     order: a run restored after a driver kill is a second job)."""
     rank = job_rank or {}
-    files = sorted(
-        part_files(directory), key=lambda f: (rank.get(f[0][0], 0), f[0][1], f[0][2], f[1])
-    )
+    files = sorted(committed_files(directory),
+                   key=lambda f: (rank.get(f.job_id or "", 0), f.commit_order))
     rows = []
-    for _, path, values in files:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
+    for f in files:
+        with open(f.path, encoding="utf-8") as lines:
+            for line in lines:
                 r = json.loads(line)
-                for col, v in values.items():
+                for col, v in f.partition.items():
                     r.setdefault(col, v)
                 rows.append(r)
     return rows

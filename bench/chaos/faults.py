@@ -176,11 +176,7 @@ def landing(t: float, store, output_dirs: list[str]) -> str:
 
 def _published(output_dirs: list[str], job_id: str, checkpoint_id: int) -> list[float]:
     """ctime (rename time) of the part files of ``checkpoint_id`` of ``job_id``."""
-    from .compare import part_files
+    from airflow_checkpoint_provider.engine import committed_files
 
-    times = []
-    for d in output_dirs:
-        for (job, chk, _), path, _ in part_files(d):
-            if job == job_id and chk == checkpoint_id:
-                times.append(os.stat(path).st_ctime)
-    return times
+    return [os.stat(f.path).st_ctime for d in output_dirs for f in committed_files(d)
+            if f.job_id == job_id and f.checkpoint_id == checkpoint_id]

@@ -16,8 +16,7 @@ import threading
 
 import numpy as np
 
-from airflow_checkpoint_provider.engine.connectors.base import SourceContext, SplitReader
-from airflow_checkpoint_provider.engine.connectors.generator import StridedSplitReader
+from airflow_checkpoint_provider.engine import SourceContext, SplitReader, StridedSplitReader
 from bench.nexmark.generator import NexmarkConfig, NexmarkGenerator, _mix
 from bench.nexmark.source import NexmarkSource
 

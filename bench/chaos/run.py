@@ -172,7 +172,7 @@ def reference(e: Entry, workdir: str) -> dict:
 
 
 def _job_rank(root: str) -> dict[str, int]:
-    from airflow_checkpoint_provider.engine.catalog import MetadataStore
+    from airflow_checkpoint_provider.engine.client import MetadataStore
 
     with MetadataStore("sqlite:///" + os.path.join(root, "meta.db"), migrate=False) as store:
         jobs = sorted(store.list_jobs(), key=lambda j: j.created_at)
@@ -297,7 +297,7 @@ class _Drivers:
 
 
 def _store(root: str):
-    from airflow_checkpoint_provider.engine.catalog import MetadataSchemaError, MetadataStore
+    from airflow_checkpoint_provider.engine.client import MetadataSchemaError, MetadataStore
 
     if not os.path.exists(os.path.join(root, "meta.db")):
         return None

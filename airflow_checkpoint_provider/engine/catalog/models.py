@@ -173,7 +173,7 @@ class ControlAction(StrEnum):
     - ``STOP_WITH_SAVEPOINT``: take a final savepoint, then stop (job ends STOPPED).
     - ``CANCEL``: stop now without a savepoint (job ends CANCELED).
     - ``PROMOTE``: restore ``params.snapshot`` in place, in the running application
-      (``params.unfence``: a fenced job publishes from there); see engine/runners/promote.py.
+      (``params.unfence``: a fenced job publishes from there); see engine/runners/jobmaster/promote.py.
     """
 
     CHECKPOINT = "CHECKPOINT"

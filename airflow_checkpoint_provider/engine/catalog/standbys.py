@@ -1,6 +1,6 @@
 """Standby jobs in the catalog: a started job that waits to restore another job's snapshot.
 
-A standby (``--restore standby:JOB``, :mod:`..runners.standby`) has no ``jobs`` row while it
+A standby (``--restore standby:JOB``, :mod:`..runners.jobmaster.standby`) has no ``jobs`` row while it
 waits: the job it takes over still owns the name (one live job per name). Its row in
 ``standbys`` (revision 0012) is what a client sees of it meanwhile, keyed by the job id it
 will run under:

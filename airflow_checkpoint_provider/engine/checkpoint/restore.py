@@ -147,7 +147,7 @@ def discard_output_of_skipped_jobs(graph: ExecutionGraph, skipped: dict[str, lis
     it first, as on failover: the restored job's output after ``restored_id``, every other
     skipped job's output entirely (it is all newer than the restored checkpoint).
 
-    Only after :func:`~..runners.restore_plan.check_restore_plan` accepted the fallback:
+    Only after :func:`~..runners.jobmaster.restore_plan.check_restore_plan` accepted the fallback:
     every sink confirmed it can remove that output (``Sink.check_restore``, which refuses a
     discard a sink cannot do, :meth:`~..connectors.base.Sink.can_discard_committed`), else
     :class:`~..errors.UnsafeRestoreFallbackError` before anything was removed.

@@ -101,7 +101,7 @@ def verify_restore_cmd(pipeline: str, snapshot: str, parallelism: int | None,
     if fence_sinks:  # refused here, not after a job start (a Spark app: ~70 s)
         from ..errors import EngineError
         from ..lifecycle.verify import RestoreProblem
-        from ..runners.fencing import check_fencing
+        from ..runners.jobmaster.fencing import check_fencing
 
         graph = loaded.execution_graph()
         try:

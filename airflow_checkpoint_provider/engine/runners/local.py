@@ -17,7 +17,7 @@ from ..plan.job import JobConfig, JobResult
 from ..runtime.host.auth import SECRET_ENV
 from ..runtime.host.forkserver import SLOT_MODULE, ForkClient, ForkServerError
 from ..settings import SLOT_FORK_SERVER
-from .jobmaster import JobMaster
+from .jobmaster.master import JobMaster
 
 #: ``0`` starts every slot as a fresh ``python -m ...runtime.host.slot`` process instead of forking
 #: it from the fork server (:mod:`..runtime.host.forkserver`).
@@ -200,7 +200,7 @@ def slot_imports(graph: ExecutionGraph) -> list[str]:
 
 class LocalRunner:
     """:param master_options: ``metrics_port``, ``metrics_host``, ``show_progress`` (see
-    :class:`~.jobmaster.JobMaster`)."""
+    :class:`~.jobmaster.master.JobMaster`)."""
 
     def __init__(self, *, coordinator_port: int = 0, **master_options) -> None:
         self.coordinator_port = coordinator_port

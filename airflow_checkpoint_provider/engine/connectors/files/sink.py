@@ -63,7 +63,7 @@ import os
 import stat
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import BinaryIO
 
 import msgspec
@@ -90,6 +90,7 @@ from ..sink_names import (
 )
 from .arrow_lines import json_lines, lines_buffer
 from .cleanup import _discard_committed_in, _discard_staged_in, _staged_of, partition_dirs
+from .committed import read_committed
 from .errors import FileSinkRestoreError
 from .modes import (
     OUTPUT_DIR_MODE,
@@ -103,7 +104,6 @@ from .partitions import (
     check_columns,
     group_batch_by_partition,
     group_by_partition,
-    read_partition_dir,
     without,
 )
 from .restore import (
@@ -555,24 +555,3 @@ def _ancestors(root: str, partition: str) -> list[str]:
     """The directories of ``partition`` under ``root``: ``root/a=1``, ``root/a=1/b=2``."""
     parts = partition.split("/")
     return [os.path.join(root, *parts[:k]) for k in range(1, len(parts) + 1)]
-
-
-def read_committed(directory: str) -> Iterator[dict]:
-    """Yield every committed record of a :class:`FileSink` directory, partitioned or not:
-    a partitioned sink's records get their partition columns back from the directory names
-    (as strings; ``None`` for the default partition) unless the rows kept them."""
-    yield from _read_dir(directory, {})
-
-
-def _read_dir(directory: str, values: dict) -> Iterator[dict]:
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if name.startswith("part-"):
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    record = json.loads(line)
-                    for col, value in values.items():
-                        record.setdefault(col, value)
-                    yield record
-        elif (got := read_partition_dir(name)) is not None and os.path.isdir(path):
-            yield from _read_dir(path, {**values, got[0]: got[1]})

@@ -234,7 +234,7 @@ def prepare_to_fork(names: Iterable[str]) -> None:
     of the collector's reach: the children's full collections scan their own objects only
     (each scanned the imported modules again: ~90 ms, a quarter of a short slot's CPU).
     Cheap after the first time. The Spark runner's pyspark daemon calls it too
-    (runners/pyspark_daemon.py)."""
+    (runners/spark/daemon.py)."""
     for name in names:
         _preload(name)
     gc.collect()

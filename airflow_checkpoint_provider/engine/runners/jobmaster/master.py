@@ -18,29 +18,29 @@ from typing import Protocol, cast
 
 import cloudpickle
 
-from ..catalog import MetadataStore
-from ..catalog.models import JobStatus
-from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
-from ..checkpoint.progress_watch import ProgressWatchdog
-from ..checkpoint.restore import assign_restore, operator_kind
-from ..checkpoint.trust import SnapshotTrust
-from ..config import CheckpointingMode, max_frame_bytes
-from ..connectors.base import Source
-from ..connectors.capabilities import SupportsFencing
-from ..errors import ConfigurationError, JobFailedError
-from ..eventtime import format_watermark
-from ..fs.storage import absolute_location, default_savepoint_root, job_directory
-from ..names import ensure_under, validate_job_id, validate_job_name
-from ..plan.graph import ExecutionGraph
-from ..plan.job import JobConfig, JobResult
-from ..protocol import ProtocolError
-from ..protocol import frames as P
-from ..protocol import messages as M
-from ..runtime.host.auth import MAX_PENDING_HANDSHAKES, new_secret, serve_authenticated
-from ..snapshot.codec import LoadedSnapshot
+from ...catalog import MetadataStore
+from ...catalog.models import JobStatus
+from ...checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
+from ...checkpoint.progress_watch import ProgressWatchdog
+from ...checkpoint.restore import assign_restore, operator_kind
+from ...checkpoint.trust import SnapshotTrust
+from ...config import CheckpointingMode, max_frame_bytes
+from ...connectors.base import Source
+from ...connectors.capabilities import SupportsFencing
+from ...errors import ConfigurationError, JobFailedError
+from ...eventtime import format_watermark
+from ...fs.storage import absolute_location, default_savepoint_root, job_directory
+from ...names import ensure_under, validate_job_id, validate_job_name
+from ...plan.graph import ExecutionGraph
+from ...plan.job import JobConfig, JobResult
+from ...protocol import ProtocolError
+from ...protocol import frames as P
+from ...protocol import messages as M
+from ...runtime.host.auth import MAX_PENDING_HANDSHAKES, new_secret, serve_authenticated
+from ...snapshot.codec import LoadedSnapshot
 from . import fencing, standby
-from .control import ControlPlane
-from .failures import Failover, JobEnd
+from .control_plane import ControlPlane
+from .failover import Failover, JobEnd
 from .fencing import check_job_start, claim_before_restore, discard_held
 from .metrics import JobMetrics, metrics_port_from_env
 from .progress import ProgressReporter
@@ -106,7 +106,7 @@ class JobMaster:
     """One job: its row in the metadata DB, the coordinator's server, the checkpoint
     coordinator and the control plane, composed with three collaborators: the
     :class:`~.restore_plan.RestorePlanner` (which snapshot to start from, its checks), the
-    :class:`~.failures.Failover` (the attempt loop under the restart strategy) and the
+    :class:`~.failover.Failover` (the attempt loop under the restart strategy) and the
     :class:`~.promote.Promoter` (restore in place)."""
 
     # set by _run/_start, before anything reads them

@@ -18,10 +18,10 @@ is refused with ``ForeignSnapshotError``; there is no older candidate to fall ba
 the standby starts (``ConfigurationError``: nothing to wait for).
 
 The standby says where it is in the catalog's ``standbys`` table (revision 0012,
-:mod:`..catalog.standbys`), under the job id it will run as: ``READY`` when its application
+:mod:`...catalog.standbys`), under the job id it will run as: ``READY`` when its application
 is up and it only waits (the moment to stop the old job: Airflow's standby upgrade waits for
 it), then ``TAKEN_OVER``, ``FAILED``, or ``CANCELED`` when a client withdrew it before the
-hand-over (:meth:`~..catalog.MetadataStore.request_standby_cancel`: it ends with
+hand-over (:meth:`~...catalog.MetadataStore.request_standby_cancel`: it ends with
 :class:`StandbyCanceled`, without a job row).
 """
 
@@ -30,8 +30,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ..catalog import MetadataStore, StandbyCanceled, StandbyStatus
-from ..errors import ConfigurationError, RestoreError
+from ...catalog import MetadataStore, StandbyCanceled, StandbyStatus
+from ...errors import ConfigurationError, RestoreError
 
 log = logging.getLogger(__name__)
 

@@ -26,19 +26,19 @@ from __future__ import annotations
 import logging
 import os
 
-from ..catalog import MetadataStore
-from ..catalog.models import ControlRequestStatus
-from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
-from ..errors import CheckpointDeclined
-from ..fs.storage import (
+from ...catalog import MetadataStore
+from ...catalog.models import ControlRequestStatus
+from ...checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
+from ...errors import CheckpointDeclined
+from ...fs.storage import (
     absolute_location,
     is_s3,
     parent,
     savepoint_directory,
     split_locations,
 )
-from ..protocol import BarrierKind
-from ..settings import ALLOWED_SAVEPOINT_ROOTS
+from ...protocol import BarrierKind
+from ...settings import ALLOWED_SAVEPOINT_ROOTS
 
 SAVEPOINT_ACTIONS = ("SAVEPOINT", "STOP_WITH_SAVEPOINT")
 
@@ -64,7 +64,7 @@ class ControlPlane:
         self.stop_checkpoint: int | None = None
         self.stop_completed: CompletedCheckpoint | None = None
         self.cancel_request: str | None = None
-        #: a claimed PROMOTE request the attempt has not taken yet (runners/promote.py)
+        #: a claimed PROMOTE request the attempt has not taken yet (:mod:`.promote`)
         self.promote_request = None
         self._last_poll = float("-inf")
         coordinator.listeners.append(self._on_checkpoint_done)

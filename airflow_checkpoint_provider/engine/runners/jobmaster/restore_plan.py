@@ -4,9 +4,9 @@ A restore that falls back to an older checkpoint (the latest is damaged; ``resto
 falls back past a job; a failover inside a running job skips a damaged checkpoint) makes
 sinks remove what was committed after the restored checkpoint, so that the replayed records
 are written once. Before any of that happens, every source and sink of the job is asked
-whether it can go back (:meth:`~..connectors.base.Source.check_restore`,
-:meth:`~..connectors.base.Sink.check_restore`: side-effect free). One refusal and the
-restore is refused with :class:`~..errors.UnsafeRestoreFallbackError` naming each part that
+whether it can go back (:meth:`~...connectors.base.Source.check_restore`,
+:meth:`~...connectors.base.Sink.check_restore`: side-effect free). One refusal and the
+restore is refused with :class:`~...errors.UnsafeRestoreFallbackError` naming each part that
 cannot go back (operator uid and connector); nothing was removed or rewritten, and the
 skipped checkpoints stay COMPLETED (the next ``restore="latest"`` sees them and decides
 again).
@@ -18,20 +18,20 @@ import logging
 from collections.abc import Mapping
 from typing import cast
 
-from ..catalog import CheckpointRecord, MetadataStore
-from ..catalog.models import CheckpointStatus
-from ..checkpoint.partial import discard_partial_checkpoints
-from ..checkpoint.restore import discard_output_of_skipped_jobs
-from ..checkpoint.trust import SnapshotTrust
-from ..connectors.base import Sink, Source
-from ..connectors.capabilities import SupportsDiscardCommitted, SupportsRelocation
-from ..errors import CorruptCheckpointError, RestoreError, UnsafeRestoreFallbackError
-from ..fs.storage import default_savepoint_root
-from ..plan.graph import ExecutionGraph
-from ..plan.job import JobConfig
-from ..snapshot.codec import LoadedSnapshot
-from ..snapshot.verify import verify_snapshot
-from ..state.operator_state import OperatorStateStore
+from ...catalog import CheckpointRecord, MetadataStore
+from ...catalog.models import CheckpointStatus
+from ...checkpoint.partial import discard_partial_checkpoints
+from ...checkpoint.restore import discard_output_of_skipped_jobs
+from ...checkpoint.trust import SnapshotTrust
+from ...connectors.base import Sink, Source
+from ...connectors.capabilities import SupportsDiscardCommitted, SupportsRelocation
+from ...errors import CorruptCheckpointError, RestoreError, UnsafeRestoreFallbackError
+from ...fs.storage import default_savepoint_root
+from ...plan.graph import ExecutionGraph
+from ...plan.job import JobConfig
+from ...snapshot.codec import LoadedSnapshot
+from ...snapshot.verify import verify_snapshot
+from ...state.operator_state import OperatorStateStore
 from .fencing import fenced_restore_error, snapshot_is_fenced
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def check_restore_plan(
 
 class RestorePlanner:
     """The job master's choice of the snapshot to start from (``restore=``) and its checks
-    (a collaborator of :class:`.jobmaster.JobMaster`; failover and promotion use its checks
+    (a collaborator of :class:`.master.JobMaster`; failover and promotion use its checks
     too)."""
 
     def __init__(self, graph: ExecutionGraph, trust: SnapshotTrust) -> None:

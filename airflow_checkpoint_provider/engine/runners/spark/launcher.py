@@ -17,7 +17,7 @@ one of its tasks gets a core at once, so two leftover tasks on ``local[4]`` bloc
 Where the driver cannot kill (executors on other hosts) a slot ends its own process a few
 seconds after its coordinator connection closed (``runtime/host/slot.py``, ``orphan_exit``).
 If cores are still held when the next attempt should start, that attempt fails with
-:class:`~..errors.SlotsNotReleasedError` naming the stage instead of waiting for slots that
+:class:`~...errors.SlotsNotReleasedError` naming the stage instead of waiting for slots that
 cannot start.
 """
 
@@ -38,8 +38,8 @@ import time
 import uuid
 import weakref
 
-from ..errors import ConfigurationError, SlotsNotReleasedError, SparkProcessLostError
-from ..settings import SLOT_ORPHAN_EXIT
+from ...errors import ConfigurationError, SlotsNotReleasedError, SparkProcessLostError
+from ...settings import SLOT_ORPHAN_EXIT
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def make_slot_function(
     def run_partition(iterator):
         from pyspark import BarrierTaskContext
 
-        from airflow_checkpoint_provider.engine.runners.spark_launcher import (
+        from airflow_checkpoint_provider.engine.runners.spark.launcher import (
             note_slot_process,
         )
         from airflow_checkpoint_provider.engine.runtime.host.slot import run_slot

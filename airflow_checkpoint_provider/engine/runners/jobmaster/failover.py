@@ -2,11 +2,11 @@
 restores, and failing fast when a failure repeats identically after each restore.
 
 **Repeated failure after restore.** An attempt's failure has a *signature* when a task
-reported it: the operator uid, the phase (:mod:`..runtime.task.failure_place`) and the exception's
+reported it: the operator uid, the phase (:mod:`...runtime.task.failure_place`) and the exception's
 type and message. When ``RestartStrategy.identical_failures`` (N, default 2) consecutive
 attempts, each restored from a checkpoint, failed with the same signature and no checkpoint
 completed in between, a restart restores the same state and meets the same failure: the job
-fails at once with :class:`~..errors.RepeatedFailureAfterRestoreError` naming the operator and
+fails at once with :class:`~...errors.RepeatedFailureAfterRestoreError` naming the operator and
 phase, instead of spending its remaining restarts. Any other failure (a lost slot, a
 timeout), an attempt that started from empty state or a completed checkpoint resets the
 count.
@@ -25,22 +25,22 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..catalog import MetadataStore
-from ..catalog.models import CheckpointStatus, JobStatus
-from ..checkpoint.coordinator import CompletedCheckpoint
-from ..checkpoint.restore import assign_restore
-from ..errors import (
+from ...catalog import MetadataStore
+from ...catalog.models import CheckpointStatus, JobStatus
+from ...checkpoint.coordinator import CompletedCheckpoint
+from ...checkpoint.restore import assign_restore
+from ...errors import (
     CorruptCheckpointError,
     RepeatedFailureAfterRestoreError,
     RestoreError,
     UnsafeRestoreFallbackError,
 )
-from ..snapshot.codec import LoadedSnapshot
+from ...snapshot.codec import LoadedSnapshot
 from .attempt import AttemptHost, AttemptOutcome, AttemptRun
 from .restore_plan import check_restore_plan
 
 if TYPE_CHECKING:
-    from ..checkpoint.trust import SnapshotTrust
+    from ...checkpoint.trust import SnapshotTrust
     from .metrics import JobMetrics
     from .promote import Promoter
     from .restore_plan import RestorePlanner
@@ -83,7 +83,7 @@ class RepeatedFailureGuard:
 
 
 class FailoverHost(AttemptHost, Protocol):
-    """What :class:`Failover` needs from the job master (:class:`.jobmaster.JobMaster`)
+    """What :class:`Failover` needs from the job master (:class:`.master.JobMaster`)
     besides what an attempt needs: a protocol, so this module never imports it."""
 
     trust: SnapshotTrust
@@ -95,7 +95,7 @@ class FailoverHost(AttemptHost, Protocol):
 
 
 class Failover:
-    """The attempt loop of :class:`.jobmaster.JobMaster`: attempts under the restart
+    """The attempt loop of :class:`.master.JobMaster`: attempts under the restart
     strategy, the checkpoint each restart restores (see the module docstring)."""
 
     def __init__(self, master: FailoverHost) -> None:
@@ -124,7 +124,7 @@ class Failover:
             )
             if outcome.status in (JobStatus.FINISHED, JobStatus.STOPPED, JobStatus.CANCELED):
                 return JobEnd(outcome.status, None, restarts)
-            if outcome.promotion is not None:  # restore in place (runners/promote.py)
+            if outcome.promotion is not None:  # restore in place (:mod:`.promote`)
                 attempt = outcome.next_attempt if outcome.next_attempt is not None \
                     else attempt + 1
                 try:

@@ -62,7 +62,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import start_http_server
 
-from ..settings import METRICS_PORT
+from ...settings import METRICS_PORT
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ here), and green starts again unfenced from blue's final savepoint: its first pu
 epoch begins exactly where blue's last committed one ended.
 
 Only sinks whose pre-committed output stays invisible until the commit, and that can
-discard what a job staged, can be fenced (:meth:`~..connectors.base.Sink.can_hold_commits`);
+discard what a job staged, can be fenced (:meth:`~...connectors.base.Sink.can_hold_commits`);
 a job with any other sink refuses fenced mode before it starts.
 """
 
@@ -18,11 +18,11 @@ from __future__ import annotations
 import logging
 from typing import cast
 
-from ..catalog.models import JobStatus
-from ..connectors.base import Sink
-from ..connectors.capabilities import SupportsDiscardUncommitted, SupportsFencing
-from ..errors import ConfigurationError
-from ..plan.graph import ExecutionGraph
+from ...catalog.models import JobStatus
+from ...connectors.base import Sink
+from ...connectors.capabilities import SupportsDiscardUncommitted, SupportsFencing
+from ...errors import ConfigurationError
+from ...plan.graph import ExecutionGraph
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def check_job_start(graph: ExecutionGraph, store, config, job_id: str, initial) 
     whose upstream position is shared state (a CDC source's replication slot) check it
     (their ``check_job_start``): ownership, restored positions and plans, configuration
     errors that no restart would cure. A fenced source never acknowledges upstream."""
-    from ..connectors.postgres.cdc.slots import restored_positions
+    from ...connectors.postgres.cdc.slots import restored_positions
 
     job_name, fenced = config.name, bool(config.fence_sinks)
     if fenced:

@@ -1,5 +1,5 @@
 """The pyspark daemon of the Spark runner's executors (``spark.python.daemon.module``,
-set by :func:`.spark.session_for` when the executors run the driver's interpreter).
+set by :func:`.session.session_for` when the executors run the driver's interpreter).
 
 It is pyspark's own daemon, started after the slot runtime is imported: the Python worker it
 forks for each of a job's barrier tasks inherits the modules instead of importing them
@@ -41,7 +41,7 @@ def main() -> None:
     prefer_installed_pyspark()
     from pyspark import daemon
 
-    from ..runtime.host.forkserver import PRELOAD, prepare_to_fork
+    from ...runtime.host.forkserver import PRELOAD, prepare_to_fork
 
     prepare_to_fork(PRELOAD)
     daemon.manager()

@@ -31,18 +31,18 @@ import logging
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from ..catalog import MetadataStore
-from ..catalog.models import ControlRequestStatus, JobStatus
-from ..errors import RestoreError
+from ...catalog import MetadataStore
+from ...catalog.models import ControlRequestStatus, JobStatus
+from ...errors import RestoreError
 from .fencing import check_job_start, discard_held, fenced_restore_error, snapshot_is_fenced
 from .restore_plan import RestorePlanner, check_restore_plan
 
 if TYPE_CHECKING:
-    from ..checkpoint.coordinator import CheckpointCoordinator
-    from ..checkpoint.trust import SnapshotTrust
-    from ..plan.graph import ExecutionGraph
-    from ..plan.job import JobConfig
-    from ..snapshot.codec import LoadedSnapshot
+    from ...checkpoint.coordinator import CheckpointCoordinator
+    from ...checkpoint.trust import SnapshotTrust
+    from ...plan.graph import ExecutionGraph
+    from ...plan.job import JobConfig
+    from ...snapshot.codec import LoadedSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class Promotion:
 
 class PromoteHost(Protocol):
     """What :class:`Promoter` reads and changes in the job master that runs the job
-    (:class:`.jobmaster.JobMaster`): a protocol, so this module never imports it."""
+    (:class:`.master.JobMaster`): a protocol, so this module never imports it."""
 
     config: JobConfig  # replaced when a promotion unfences the job
     graph: ExecutionGraph

@@ -1,7 +1,7 @@
 """One attempt of a job, driven by the job master: launch the slots, answer their messages,
 run the coordinator's timers, end with an :class:`AttemptOutcome`.
 
-Messages from slots (typed, :mod:`..protocol.messages`) are dispatched through one table
+Messages from slots (typed, :mod:`...protocol.messages`) are dispatched through one table
 (:attr:`AttemptRun.handlers`, message class -> handler); each handler returns an outcome when the message ends the attempt, else
 ``None``. The per-tick work (timeouts, control requests, periodic and final checkpoints,
 launcher health, heartbeat) is :meth:`AttemptRun.tick`.
@@ -16,15 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..catalog import MetadataStore
-from ..catalog.models import JobStatus
-from ..checkpoint.coordinator import CheckpointCoordinator
-from ..checkpoint.outcomes import TaskAck
-from ..errors import EngineError, SparkProcessLostError
-from ..plan.graph import ExecutionGraph
-from ..plan.job import JobConfig
-from ..protocol import messages as M
-from .control import ControlPlane
+from ...catalog import MetadataStore
+from ...catalog.models import JobStatus
+from ...checkpoint.coordinator import CheckpointCoordinator
+from ...checkpoint.outcomes import TaskAck
+from ...errors import EngineError, SparkProcessLostError
+from ...plan.graph import ExecutionGraph
+from ...plan.job import JobConfig
+from ...protocol import messages as M
+from .control_plane import ControlPlane
 from .progress import ProgressReporter
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class AttemptOutcome:
     #: the remote traceback of a task failure (``Remote traceback (...):`` and its lines)
     detail: str | None = None
     #: a task failure's (operator uid, phase, exception type and message): what
-    #: :class:`.failures.RepeatedFailureGuard` compares
+    #: :class:`.failover.RepeatedFailureGuard` compares
     signature: tuple[str, str, str] | None = None
     #: the typed error a FAILED job raises (default JobFailedError)
     error: type[Exception] | None = None
@@ -106,7 +106,7 @@ Handler = Callable[[Any, Any, float], "AttemptOutcome | None"]
 
 
 class AttemptHost(Protocol):
-    """What an attempt needs from the job master that runs it (:class:`.jobmaster.JobMaster`
+    """What an attempt needs from the job master that runs it (:class:`.master.JobMaster`
     is the one implementation). A protocol rather than an import: the job master imports
     this module, never the other way round."""
 
