@@ -24,9 +24,11 @@ are serialized by the write lock (SQLite) or an advisory lock (PostgreSQL).
 
 Modules: :mod:`.db` (engine, schema, retries), :mod:`.records`, :mod:`.base` (opening,
 transactions), one collaborator per table family (:mod:`.jobs`, :mod:`.checkpoints`,
-:mod:`.control`, :mod:`.pins`, :mod:`.keys`, :mod:`.cdc_slots`, :mod:`.standbys`; reachable as
+:mod:`.control_requests`, :mod:`.pins`, :mod:`.snapshot_keys`, :mod:`.cdc_slots`, :mod:`.standbys`; reachable as
 ``store.jobs``, ``store.checkpoints``, ... and through the store's own methods) and
-:mod:`.models` (tables and status enums).
+:mod:`.models` (tables and status enums). Before issue 53 :mod:`.control_requests` was
+``catalog.control`` and :mod:`.snapshot_keys` ``catalog.keys``: the old paths still import,
+with a :class:`DeprecationWarning` naming the new one.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from ..extras import alias_moved_modules
 from .base import CatalogDB
 from .cdc_slots import CdcSlots, SlotInUseError
 from .checkpoints import Checkpoints
-from .control import ControlRequests
+from .control_requests import ControlRequests
 from .db import (
     MIGRATIONS_DIR,
     MetadataSchemaError,
@@ -50,7 +53,6 @@ from .db import (
     upgrade_database,
 )
 from .jobs import ACTIVE_JOB_STATUSES, Jobs, heartbeat_timeout
-from .keys import SnapshotKey, SnapshotKeys
 from .models import TERMINAL_JOB_STATUSES, JobStatus
 from .pins import SavepointPins
 from .records import (
@@ -60,7 +62,12 @@ from .records import (
     JobRecord,
     SavepointPinRecord,
 )
+from .snapshot_keys import SnapshotKey, SnapshotKeys
 from .standbys import StandbyCanceled, StandbyRecord, Standbys, StandbyStatus
+
+#: old module name (in this package) -> its module now
+MOVED = {"control": "control_requests", "keys": "snapshot_keys"}
+alias_moved_modules(__name__, MOVED)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -148,7 +155,7 @@ class MetadataStore(CatalogDB):
     unreferenced_shared_state = _via(_checkpoints, Checkpoints.unreferenced_shared_state)
     delete_shared_state = _via(_checkpoints, Checkpoints.delete_shared_state)
 
-    # -- control requests (catalog/control.py)
+    # -- control requests (catalog/control_requests.py)
     submit_control_request = _via(_control, ControlRequests.submit_control_request)
     find_control_request = _via(_control, ControlRequests.find_control_request)
     claim_control_requests = _via(_control, ControlRequests.claim_control_requests)
@@ -165,7 +172,7 @@ class MetadataStore(CatalogDB):
     unreleased_checkpoints = _via(_pins, SavepointPins.unreleased_checkpoints)
     oldest_retained_checkpoint_id = _via(_pins, SavepointPins.oldest_retained_checkpoint_id)
 
-    # -- the snapshot key (catalog/keys.py)
+    # -- the snapshot key (catalog/snapshot_keys.py)
     snapshot_key = _via(_keys, SnapshotKeys.snapshot_key)
 
     # -- CDC slot owners (catalog/cdc_slots.py)

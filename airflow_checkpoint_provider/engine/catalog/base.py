@@ -1,6 +1,6 @@
 """The store's core: opening the DB (schema check or upgrade) and short read/write
 transactions with retries. Each table family is a collaborator holding this object
-(:mod:`.jobs`, :mod:`.checkpoints`, :mod:`.control`, :mod:`.pins`, :mod:`.keys`,
+(:mod:`.jobs`, :mod:`.checkpoints`, :mod:`.control_requests`, :mod:`.pins`, :mod:`.snapshot_keys`,
 :mod:`.cdc_slots`); :class:`~.MetadataStore` composes them."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from ..state.keygroups import key_group_for
 from ..state.keys import canonical_key
-from ..state.vectorized import key_groups as arrow_key_groups
+from ..state.key_hashing import key_groups as arrow_key_groups
 from .keys import (
     MAX_NAMED,
     KeyTypes,

@@ -50,7 +50,7 @@ from ..state.descriptors import LIST, MAP, REDUCING, VALUE
 from ..state.heap.changelog import full_file
 from ..state.keygroups import KeyGroupRange, key_group_for, key_group_range_for
 from ..state.keys import key_type as key_type_of
-from ..state.vectorized import key_groups as arrow_key_groups
+from ..state.key_hashing import key_groups as arrow_key_groups
 from ..typed_codec import FORMAT_VERSION, UnsupportedValueError, pack_value
 from .exceptions import (
     NotKeyedStateError,

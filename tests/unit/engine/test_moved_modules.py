@@ -62,3 +62,28 @@ def test_no_engine_module_imports_an_old_path():
              if any(f"{o} " in line or f"{o}." in line or line.rstrip().endswith(o)
                     for o in old) and ("import" in line)]
     assert not found, found
+
+
+@pytest.mark.parametrize(("package", "old", "new", "name"), [
+    ("catalog", "control", "control_requests", "ControlRequests"),
+    ("catalog", "keys", "snapshot_keys", "SnapshotKeys"),
+    ("state", "vectorized", "key_hashing", "key_groups_of"),
+])
+def test_a_module_renamed_by_role_imports_from_its_old_path_with_a_warning(package, old, new,
+                                                                           name):
+    """Modules named by their role (issue 53 item 1): the old names still import."""
+    pkg = importlib.import_module(f"{BASE}.{package}")
+    assert pkg.MOVED[old] == new
+    root = Path(engine.__file__).parent / package
+    assert not (root / f"{old}.py").exists() and (root / f"{new}.py").exists()
+    sys.modules.pop(f"{BASE}.{package}.{old}", None)
+    with pytest.warns(DeprecationWarning, match=f"{BASE}.{package}.{old} is deprecated: "
+                                                f"import from {BASE}.{package}.{new}"):
+        module = importlib.import_module(f"{BASE}.{package}.{old}")
+    moved = importlib.import_module(f"{BASE}.{package}.{new}")
+    assert module is moved and getattr(module, name) is getattr(moved, name)
+    engine_root = Path(engine.__file__).parent
+    importers = [str(p.relative_to(engine_root)) for p in engine_root.rglob("*.py")
+                 if f"{package}.{old} import" in p.read_text()
+                 or (p.parent.name == package and f"from .{old} import" in p.read_text())]
+    assert not importers, importers

@@ -21,7 +21,7 @@ from ...protocol import CheckpointBarrier
 from ...protocol import frames as P
 from ...serialization import pack_records, unpack_records, unpackb
 from ...state.keygroups import key_group_for
-from ...state.vectorized import channels_for, key_groups_of
+from ...state.key_hashing import channels_for, key_groups_of
 from ..batches import Batch, encode_arrow, split_by_channel
 from ..task.debloat import SenderCredit
 from ..task.mailbox import ChannelItem, ItemKind, Mailbox

@@ -16,7 +16,7 @@ from ...state.heap import HeapKeyedStateBackend
 from ...state.keygroups import KeyGroupRange
 from ...state.keys import KeyContract
 from ...state.operator_state import OperatorStateStore
-from ...state.vectorized import key_groups_for
+from ...state.key_hashing import key_groups_for
 from ..batches import Batch, to_record_batch
 from .changelog_agg import changelog_update
 from .timers import EVENT_TIME, PROCESSING_TIME, TimerService

@@ -26,7 +26,7 @@ import msgspec
 
 from ...changelog import DELETE, OP_FIELD, RETRACT, UPDATE_AFTER, row_kind
 from ...state.descriptors import EntryMapStateDescriptor
-from ...state.vectorized import key_groups_for
+from ...state.key_hashing import key_groups_for
 from .base import KeyedOperator
 
 log = logging.getLogger(__name__)

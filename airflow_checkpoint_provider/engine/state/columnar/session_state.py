@@ -26,7 +26,7 @@ from ...errors import RestoreError, StateMigrationError
 from ...snapshot.codec import read_state_file
 from ..backend import StateSnapshot, write_state_file
 from ..keygroups import KeyGroupRange
-from ..vectorized import key_hashes
+from ..key_hashing import key_hashes
 from .windows import WindowSpec
 
 __all__ = ["SessionAggregateTable"]

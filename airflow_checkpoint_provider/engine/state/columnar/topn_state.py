@@ -25,7 +25,7 @@ from ...errors import PipelineDefinitionError, RestoreError
 from ...snapshot.codec import read_state_file
 from ..backend import StateSnapshot, write_state_file
 from ..keygroups import KeyGroupRange
-from ..vectorized import key_hashes
+from ..key_hashing import key_hashes
 from .key_index import KeyIndex, _varlen, keys_to_numpy
 from .topn_snapshot import ChunkMessages, read_table
 

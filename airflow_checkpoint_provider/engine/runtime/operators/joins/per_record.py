@@ -41,7 +41,7 @@ from ....changelog import INSERT, OP_FIELD
 from ....errors import BadRecordError
 from ....plan.functions import ProcessJoinFunction, RuntimeContext
 from ....plan.specs import CoProcessSpec, IntervalJoinSpec, WindowJoinSpec, merge_rows
-from ....state.vectorized import key_groups_for
+from ....state.key_hashing import key_groups_for
 from ..base import KeyedOperator, ProcessOperator, _emitted
 from ..timers import EVENT_TIME, TimerService
 from ..windowing import _CheckpointedWatermark

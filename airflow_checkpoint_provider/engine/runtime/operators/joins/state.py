@@ -22,7 +22,7 @@ from typing import Any
 
 from ....errors import BadRecordError
 from ....state.descriptors import EntryMapStateDescriptor, MapStateDescriptor
-from ....state.vectorized import key_groups_for
+from ....state.key_hashing import key_groups_for
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ then the right row's columns the left one lacks; a window join adds ``window_sta
 join function (chain a ``map_batches`` for a vectorized projection).
 
 Per input batch (one side): the timestamps and key groups of every row in numpy (the
-engine's murmur3 key-group hash, :mod:`..state.vectorized`); rows at or behind the
+engine's murmur3 key-group hash, :mod:`..state.key_hashing`); rows at or behind the
 operator's watermark are dropped and counted (``dropped_late``, as the row path). Then
 
 * interval join: the batch probes the other side's buffered rows with one Arrow hash join
@@ -39,7 +39,7 @@ from ....plan.graph import Node
 from ....plan.specs import IntervalJoinSpec, WindowJoinSpec
 from ....state.columnar.join_buffers import JoinState, concat
 from ....state.keygroups import KeyGroupRange
-from ....state.vectorized import key_groups
+from ....state.key_hashing import key_groups
 from ...batches import to_record_batch
 from ..base import _KeyedStateOperator
 from ..windowing import _CheckpointedWatermark

@@ -17,7 +17,7 @@ from ....snapshot.codec import read_state_file
 from ....state.backend import StateSnapshot, write_state_file
 from ....state.columnar.key_index import KeyIndex, _varlen, keys_to_numpy
 from ....state.keygroups import KeyGroupRange
-from ....state.vectorized import key_hashes
+from ....state.key_hashing import key_hashes
 from ..base import _KeyedStateOperator
 
 

@@ -106,7 +106,7 @@ def test_snapshot_restored_into_other_key_group_ranges_continues_exactly(parts):
     assert restored == len(t)
     outputs = []
     for b in batches[5:]:
-        from airflow_checkpoint_provider.engine.state.vectorized import key_groups
+        from airflow_checkpoint_provider.engine.state.key_hashing import key_groups
 
         kg = key_groups(b.column("key"), MAXP)
         for x in tables:

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_checkpoint_provider.engine.state.columnar.topn_state import TopNSpec, TopNTable
 from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
-from airflow_checkpoint_provider.engine.state.vectorized import key_groups
+from airflow_checkpoint_provider.engine.state.key_hashing import key_groups
 
 MAXP = 16
 

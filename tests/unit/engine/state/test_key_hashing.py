@@ -8,7 +8,7 @@ from airflow_checkpoint_provider.engine.state.keygroups import (
     key_hash,
     operator_index_for_key_group,
 )
-from airflow_checkpoint_provider.engine.state.vectorized import (
+from airflow_checkpoint_provider.engine.state.key_hashing import (
     channels_for,
     key_groups,
     key_hashes,
@@ -233,7 +233,7 @@ def test_null_slots_with_bytes_underneath():
 
 
 def test_key_groups_of_a_list_equal_key_group_for_each_str_or_int_key():
-    from airflow_checkpoint_provider.engine.state.vectorized import key_groups_of
+    from airflow_checkpoint_provider.engine.state.key_hashing import key_groups_of
 
     strs = [f"k{i}" for i in range(500)] + ["", "é", "日本語" * 40]
     ints = [0, -1, 2**63 - 1, -(2**63)] + list(range(-3000, 3000, 7))
@@ -244,12 +244,12 @@ def test_key_groups_of_a_list_equal_key_group_for_each_str_or_int_key():
 
 @pytest.mark.parametrize("keys", [[1, True], [1, "a"], [2**63], [1.5], [("a", 1)], ["\ud800"]])
 def test_key_groups_of_returns_none_for_lists_it_cannot_hash_in_one_pass(keys):
-    from airflow_checkpoint_provider.engine.state.vectorized import MIN_VECTOR_KEYS, key_groups_of
+    from airflow_checkpoint_provider.engine.state.key_hashing import MIN_VECTOR_KEYS, key_groups_of
 
     assert key_groups_of(keys * MIN_VECTOR_KEYS, 128) is None
 
 
 def test_key_groups_of_leaves_short_lists_to_the_per_key_hash():
-    from airflow_checkpoint_provider.engine.state.vectorized import MIN_VECTOR_KEYS, key_groups_of
+    from airflow_checkpoint_provider.engine.state.key_hashing import MIN_VECTOR_KEYS, key_groups_of
 
     assert key_groups_of([f"k{i}" for i in range(MIN_VECTOR_KEYS - 1)], 128) is None
