@@ -20,7 +20,12 @@ from typing import cast
 
 from ...catalog.models import JobStatus
 from ...connectors.base import Sink
-from ...connectors.capabilities import SupportsDiscardUncommitted, SupportsFencing
+from ...connectors.capabilities import (
+    SupportsClaimBeforeRestore,
+    SupportsDiscardUncommitted,
+    SupportsFencing,
+    SupportsJobStartCheck,
+)
 from ...errors import ConfigurationError
 from ...plan.graph import ExecutionGraph
 
@@ -129,8 +134,8 @@ def check_job_start(graph: ExecutionGraph, store, config, job_id: str, initial) 
     """Before the first attempt, once the snapshot to restore (``initial``) is known:
     fenced mode needs sinks that hold their commits (:func:`check_fencing`), and sources
     whose upstream position is shared state (a CDC source's replication slot) check it
-    (their ``check_job_start``): ownership, restored positions and plans, configuration
-    errors that no restart would cure. A fenced source never acknowledges upstream."""
+    (:class:`~...connectors.capabilities.SupportsJobStartCheck`): ownership, restored
+    positions and plans, configuration errors that no restart would cure. A fenced source never acknowledges upstream."""
     from ...connectors.postgres.cdc.slots import restored_positions
 
     job_name, fenced = config.name, bool(config.fence_sinks)
@@ -138,10 +143,10 @@ def check_job_start(graph: ExecutionGraph, store, config, job_id: str, initial) 
         check_fencing(graph, job_name)
     for v in graph.vertices:
         for n in v.nodes:
-            check = getattr(n.payload, "check_job_start", None) if n.kind == "source" else None
-            if check is not None:
-                check(store, job_name=job_name, job_id=job_id, fenced=fenced,
-                      restored=restored_positions(initial, n.uid) if n.uid else {})
+            if n.kind == "source" and isinstance(n.payload, SupportsJobStartCheck):
+                n.payload.check_job_start(
+                    store, job_name=job_name, job_id=job_id, fenced=fenced,
+                    restored=restored_positions(initial, n.uid) if n.uid else {})
 
 
 def claim_before_restore(graph: ExecutionGraph, store, job_name: str, job_id: str) -> None:
@@ -150,6 +155,5 @@ def claim_before_restore(graph: ExecutionGraph, store, job_name: str, job_id: st
     using another job's slot is refused for that first."""
     for v in graph.vertices:
         for n in v.nodes:
-            claim = getattr(n.payload, "claim_before_restore", None) if n.kind == "source" else None
-            if claim is not None:
-                claim(store, job_name=job_name, job_id=job_id)
+            if n.kind == "source" and isinstance(n.payload, SupportsClaimBeforeRestore):
+                n.payload.claim_before_restore(store, job_name=job_name, job_id=job_id)

@@ -83,3 +83,30 @@ def test_the_cdc_source_declares_its_job_start_capabilities():
     assert issubclass(PostgresCdcSource, SupportsJobStartCheck)
     assert not isinstance(GeneratorSource(1), SupportsClaimBeforeRestore)
     assert not isinstance(GeneratorSource(1), SupportsJobStartCheck)
+
+
+def test_the_job_master_calls_only_the_sources_that_have_the_job_start_capabilities():
+    from types import SimpleNamespace
+
+    from airflow_checkpoint_provider.engine.plan.graph import ExecutionGraph
+    from airflow_checkpoint_provider.engine.runners.jobmaster.fencing import (
+        check_job_start,
+        claim_before_restore,
+    )
+
+    calls: list = []
+
+    class SlotSource(GeneratorSource):
+        def check_job_start(self, store, *, job_name, job_id, fenced, restored):
+            calls.append(("check", job_name, job_id, fenced, restored))
+
+        def claim_before_restore(self, store, *, job_name, job_id):
+            calls.append(("claim", job_name, job_id))
+
+    nodes = [SimpleNamespace(kind="source", uid="slot", name="slot", payload=SlotSource(1)),
+             SimpleNamespace(kind="source", uid="gen", name="gen", payload=GeneratorSource(1))]
+    graph = ExecutionGraph.__new__(ExecutionGraph)
+    graph.vertices = [SimpleNamespace(nodes=nodes)]
+    claim_before_restore(graph, object(), "job", "j-1")
+    check_job_start(graph, object(), SimpleNamespace(name="job", fence_sinks=False), "j-1", None)
+    assert calls == [("claim", "job", "j-1"), ("check", "job", "j-1", False, {})]
