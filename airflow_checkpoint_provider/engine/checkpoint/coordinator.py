@@ -23,7 +23,6 @@ from ..config import CheckpointConfig
 from ..errors import (
     CheckpointDeclined,
     CheckpointStorageError,
-    CorruptCheckpointError,
 )
 from ..fs.storage import (
     METADATA_FILE,
@@ -33,7 +32,13 @@ from ..fs.storage import (
 )
 from ..protocol import BarrierKind
 from ..snapshot.codec import encode_metadata
-from ..snapshot.handles import safe_shared_key
+from ..snapshot.handles import (
+    HeapChangelogHandle,
+    OperatorState,
+    RocksDBHandle,
+    SnapshotMetadata,
+    SubtaskState,
+)
 from .db_writer import MetadataUnavailable, MetadataWriter
 from .deleter import CheckpointCleaner
 from .held import HeldCheckpoints, own_shared_file
@@ -413,8 +418,8 @@ class CheckpointCoordinator:
         #    checkpoint fails like a declined one and the job keeps running
         fs = filesystem_for(p.location)
         try:
-            fs.write_bytes(join(p.location, METADATA_FILE), encode_metadata(doc, hmac_key=self.hmac_key),
-                           atomic=True)
+            fs.write_bytes(join(p.location, METADATA_FILE),
+                           encode_metadata(doc.to_dict(), hmac_key=self.hmac_key), atomic=True)
         except CheckpointStorageError as exc:
             self.abort(p.checkpoint_id, CheckpointFailure(
                 CheckpointFailureReason.METADATA_FILE_UNWRITABLE,
@@ -517,51 +522,50 @@ class CheckpointCoordinator:
             self.registered_shared -= set(doomed)
             log.debug("Deleted %d unreferenced shared files of job %s", len(doomed), self.job_name)
 
-    def _metadata_document(self, p: PendingCheckpoint):
-        operators: dict[str, dict] = {}
+    def _metadata_document(self, p: PendingCheckpoint
+                           ) -> tuple[SnapshotMetadata, int, int, list[dict]]:
+        """The ``_metadata`` document of a fully acked checkpoint (operators by uid, their
+        subtasks by index), its state size, the bytes uploaded for it and the per-task
+        statistics the metadata DB records."""
+        states: dict[str, dict] = {}
+        subtasks: dict[str, list[SubtaskState]] = {}
         state_size = uploaded = 0
         task_stats = []
         for (vid, sub), ack in sorted(p.acks.items()):
             m = ack.metrics
-            state_size += m.get("state_size", 0)
-            uploaded += m.get("checkpointed_size", 0)
-            task_stats.append({"vertex": vid, "subtask": sub, **m})
+            state_size += m.state_size
+            uploaded += m.checkpointed_size
+            task_stats.append({"vertex": vid, "subtask": sub, **m.reported})
             for uid, entry in ack.operators.items():
-                info = self.operator_info[uid]
-                op = operators.setdefault(uid, {
-                    "kind": info["kind"], "parallelism": info["parallelism"],
-                    "max_parallelism": info["max_parallelism"], "states": {}, "subtasks": []})
-                op["states"].update(entry.get("states") or {})
-                sub_entry = {"index": sub, "operator_state": entry.get("operator_state") or [],
-                             "keyed": entry.get("keyed")}
-                if "key_group_range" in entry:
-                    sub_entry["key_group_range"] = entry["key_group_range"]
-                if entry.get("channel_state") is not None:
-                    sub_entry["channel_state"] = entry["channel_state"]
-                if m.get("finished"):  # past its end of input (FLIP-147)
-                    sub_entry["finished"] = True
-                op["subtasks"].append(sub_entry)
-        for op in operators.values():
-            op["subtasks"].sort(key=lambda s: s["index"])
-        doc = {"job_id": self.job_id, "job_name": self.job_name,
-               "checkpoint_id": p.checkpoint_id, "kind": record_kind(p.kind),
-               "timestamp_ms": p.timestamp_ms,
-               "operators": operators}
+                states.setdefault(uid, {}).update(entry.states)
+                subtasks.setdefault(uid, []).append(SubtaskState(
+                    index=sub, key_group_range=entry.key_group_range, keyed=entry.keyed,
+                    operator_state=entry.operator_state, channel_state=entry.channel_state,
+                    finished=m.finished))  # past its end of input (FLIP-147)
+        operators = {}
+        for uid, subs in subtasks.items():
+            info = self.operator_info[uid]
+            operators[uid] = OperatorState(
+                uid=uid, kind=info["kind"], parallelism=info["parallelism"],
+                max_parallelism=info["max_parallelism"], states=states[uid],
+                subtasks=tuple(sorted(subs, key=lambda s: s.index)))
+        doc = SnapshotMetadata(job_id=self.job_id, job_name=self.job_name,
+                               checkpoint_id=p.checkpoint_id, kind=record_kind(p.kind),
+                               timestamp_ms=p.timestamp_ms, operators=operators)
         return doc, state_size, uploaded, task_stats
 
 
 def _shared_keys(p: PendingCheckpoint) -> set[str]:
-    """Shared file keys (relative to the job directory) referenced by a checkpoint's acks."""
+    """Shared file keys (``shared/<name>``, relative to the job directory) referenced by a
+    checkpoint's acks (validated when the acks were decoded: nothing outside
+    ``shared/``)."""
     keys = set()
     for ack in p.acks.values():
         for entry in ack.operators.values():
-            handle = entry.get("keyed") or {}
-            for f in handle.get("files", ()):
-                if f.get("shared"):
-                    try:  # only shared/<name>: the key is joined to the job directory and deleted
-                        keys.add(safe_shared_key(f["shared"], location=p.location))
-                    except CorruptCheckpointError as exc:
-                        log.warning("Ignoring shared file of checkpoint %d: %s", p.checkpoint_id, exc)
+            if isinstance(entry.keyed, RocksDBHandle | HeapChangelogHandle):
+                for f in entry.keyed.files:
+                    if f.shared:
+                        keys.add(f.shared)
     return keys
 
 
@@ -574,17 +578,17 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def operator_state_sizes(doc: dict) -> list[dict]:
+def operator_state_sizes(doc: SnapshotMetadata) -> list[dict]:
     """Keyed state bytes per operator uid of a ``_metadata`` document (its handles' file
     sizes; a RocksDB handle's files include the shared SSTs it references, an incremental heap
     handle's its chain)."""
     out = []
-    for uid, op in sorted(doc["operators"].items()):
-        handles = [s["keyed"] for s in op["subtasks"] if s.get("keyed")]
+    for uid, op in sorted(doc.operators.items()):
+        handles = [s.keyed for s in op.subtasks if s.keyed is not None]
         if not handles:
             continue
-        size = sum(sum(f["size"] for f in h["files"]) if "files" in h  # rocksdb, heap chain
-                   else h["size"] for h in handles)
-        out.append({"operator_uid": uid, "states": ",".join(sorted(op["states"])),
+        size = sum(sum(f.size for f in h.files) if isinstance(h, RocksDBHandle | HeapChangelogHandle)
+                   else h.size for h in handles)
+        out.append({"operator_uid": uid, "states": ",".join(sorted(op.states)),
                     "state_bytes": size, "subtasks": len(handles)})
     return out

@@ -288,6 +288,10 @@ class ChannelStateHandle:
     def location_in(self, directory: str) -> str:
         return join(directory, self.path)
 
+    def to_dict(self) -> dict:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256,
+                "records": self.records}
+
 
 @dataclass(frozen=True)
 class SubtaskState:
@@ -320,6 +324,19 @@ class SubtaskState:
                           f"must be true or false, got {finished!r:.50}")
         return cls(index, kgr, keyed, ops, channel, finished)
 
+    def to_dict(self) -> dict:
+        """The document form: ``keyed`` always (``null`` without keyed state), the
+        optional fields only when set (as the coordinator has always written them)."""
+        d: dict = {"index": self.index, "operator_state": list(self.operator_state),
+                   "keyed": self.keyed.to_dict() if self.keyed is not None else None}
+        if self.key_group_range is not None:
+            d["key_group_range"] = list(self.key_group_range)
+        if self.channel_state is not None:
+            d["channel_state"] = self.channel_state.to_dict()
+        if self.finished:
+            d["finished"] = True
+        return d
+
 
 @dataclass(frozen=True)
 class OperatorState:
@@ -348,6 +365,11 @@ class OperatorState:
                          for i, s in enumerate(sequence(d.get("subtasks"), field=f"{field}.subtasks",
                                                         location=location)))
         return cls(uid, kind, parallelism, max_par, states, subtasks)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "parallelism": self.parallelism,
+                "max_parallelism": self.max_parallelism, "states": dict(self.states),
+                "subtasks": [s.to_dict() for s in self.subtasks]}
 
 
 @dataclass(frozen=True)
@@ -379,6 +401,15 @@ class SnapshotMetadata:
             operators={string(uid, field="operators", location=location):
                        OperatorState.from_dict(uid, op, location=location)
                        for uid, op in ops.items()})
+
+    def to_dict(self) -> dict:
+        """The document :func:`~.codec.encode_metadata` writes (it adds ``format``,
+        ``version``, the HMAC and the checksum): ``from_dict(doc).to_dict()`` is ``doc``
+        for every document this engine writes."""
+        return {"job_id": self.job_id, "job_name": self.job_name,
+                "checkpoint_id": self.checkpoint_id, "kind": self.kind,
+                "timestamp_ms": self.timestamp_ms,
+                "operators": {uid: op.to_dict() for uid, op in self.operators.items()}}
 
     def state_files(self, directory: str) -> Iterator[tuple[str, str, int, str]]:
         """``(field, location, size, sha256)`` of every state file the snapshot references."""

@@ -20,12 +20,13 @@ from ...catalog import MetadataStore
 from ...catalog.models import JobStatus
 from ...checkpoint.coordinator import CheckpointCoordinator
 from ...checkpoint.outcomes import TaskAck
-from ...errors import EngineError, SparkProcessLostError
+from ...errors import CorruptCheckpointError, EngineError, SparkProcessLostError
 from ...plan.graph import ExecutionGraph
 from ...plan.job import JobConfig
 from ...protocol import messages as M
 from .control_plane import ControlPlane
 from .progress import ProgressReporter
+from .slot_events import SlotEvent, SlotInvalid, SlotLost, SlotMessage
 
 if TYPE_CHECKING:
     from .promote import Promoter
@@ -115,7 +116,7 @@ class AttemptHost(Protocol):
     graph: ExecutionGraph
     coordinator: CheckpointCoordinator
     control: ControlPlane
-    launcher: Any
+    launcher: Any  # a .master.Launcher (start, poll, stop, recycle)
     server: Any
     secret: bytes
     progress: ProgressReporter | None
@@ -209,27 +210,34 @@ class AttemptRun:
         self.launch_seconds = round(self.started - launched, 3)
         events = m.server.events
         while True:
+            event: SlotEvent | None
             try:
-                kind, conn, msg = events.get(timeout=0.02)
+                event = events.get(timeout=0.02)
             except queue.Empty:
-                kind = None
+                event = None
             now = time.monotonic()
-            outcome = None
-            if kind == "lost":
-                outcome = self.on_lost(conn)
-            elif kind == "invalid":
-                outcome = self.on_invalid(conn, msg)
-            elif kind == "msg" and getattr(msg, "attempt", None) == self.attempt:  # not old
-                handler = self.handlers.get(type(msg))
-                if handler is None:
-                    log.warning("Ignoring a %r message from a slot of job %s", msg.TYPE,
-                                m.job_id)
-                else:
-                    outcome = handler(conn, msg, now)
+            outcome = None if event is None else self.on_event(event, now)
             if outcome is None:
                 outcome = self.tick(now)
             if outcome is not None:
                 return outcome
+
+    def on_event(self, event: SlotEvent, now: float) -> AttemptOutcome | None:
+        """Dispatch one event of the coordinator server: a lost or invalid connection, or a
+        slot's message to its handler (a message of an older attempt is dropped)."""
+        match event:
+            case SlotLost(conn):
+                return self.on_lost(conn)
+            case SlotInvalid(conn, reason):
+                return self.on_invalid(conn, reason)
+            case SlotMessage(conn, M.FromSlot() as msg) if msg.attempt == self.attempt:
+                handler = self.handlers.get(type(msg))
+                if handler is None:
+                    log.warning("Ignoring a %r message from a slot of job %s", msg.TYPE,
+                                self.master.job_id)
+                    return None
+                return handler(conn, msg, now)
+        return None
 
     def fail(self, reason: str) -> AttemptOutcome:
         """Abort in-flight checkpoints, stop the slots, drop their connections."""
@@ -324,13 +332,23 @@ class AttemptRun:
         m.startup_seconds.append(round(now - self.started, 3))
 
     def on_ack(self, conn: Any, msg: M.Ack, now: float) -> None:
-        self.coord.receive_ack(msg.checkpoint_id, msg.task,
-                               TaskAck(operators=msg.operators, metrics=msg.metrics), now)
+        # the wire's mappings become the coordinator's typed ack here; a malformed one (a
+        # handle naming a path outside its directory, a negative size) declines its
+        # checkpoint like a failed snapshot
+        pending = self.coord.pending.get(msg.checkpoint_id)
+        try:
+            ack = TaskAck.from_wire(msg.operators, msg.metrics, location=(
+                pending.location if pending else f"checkpoint {msg.checkpoint_id}"))
+        except CorruptCheckpointError as exc:
+            self.coord.receive_decline(msg.checkpoint_id, msg.task,
+                                       f"malformed acknowledgement: {exc}", now)
+            return
+        self.coord.receive_ack(msg.checkpoint_id, msg.task, ack, now)
         watch = self.master.progress_watch
         if watch is not None:  # the counts at the barrier
             watch.on_ack(msg.task, now)
             if msg.metrics:
-                watch.on_counts(msg.task, msg.metrics.get("records"), msg.metrics.get("watermark"))
+                watch.on_counts(msg.task, ack.metrics.records, ack.metrics.watermark)
 
     def on_decline(self, conn: Any, msg: M.Decline, now: float) -> None:
         self.coord.receive_decline(msg.checkpoint_id, msg.task, msg.reason, now)
@@ -406,8 +424,7 @@ class AttemptRun:
         slots or a slot did not come back within ``RECYCLE_WAIT_SECONDS`` (it is then
         stopped as on a failover)."""
         m = self.master
-        keep = getattr(m.launcher, "recycle", None)
-        if keep is None or not m.warm_slots:
+        if not m.warm_slots:
             return None
         t0 = time.monotonic()
         nxt = self.attempt + 1
@@ -426,7 +443,7 @@ class AttemptRun:
         # the slots close these once their tasks ended (a task's last messages, of this
         # attempt, are ignored): closed here only after every slot registered again
         old, m.conns = list(m.conns.values()), {}
-        held: list = []
+        held: list[SlotMessage] = []
         registered: set[int] = set()
         problem = None
         while len(registered) < self.num_slots:
@@ -440,22 +457,23 @@ class AttemptRun:
                 event = events.get(timeout=0.02)
             except queue.Empty:
                 continue
-            kind, _conn, msg = event
-            if kind == "msg" and isinstance(msg, M.Register) and msg.attempt == nxt:
-                held.append(event)
-                registered.add(msg.slot)
-            elif kind in ("lost", "invalid") and any(e[1] is _conn for e in held):
-                problem = f"a recycled slot's connection ended ({kind})"
-                break
+            match event:
+                case SlotMessage(_, M.Register() as msg) if msg.attempt == nxt:
+                    held.append(event)
+                    registered.add(msg.slot)
+                case SlotLost(conn) | SlotInvalid(conn) if any(e.conn is conn for e in held):
+                    ended = "lost" if isinstance(event, SlotLost) else "invalid"
+                    problem = f"a recycled slot's connection ended ({ended})"
+                    break
         if problem is not None:
             log.warning("Job %s (%s): recycling the slots for attempt %d failed (%s); "
                         "starting new ones", m.config.name, m.job_id, nxt, problem)
-            for conn in (*old, *(e[1] for e in held)):
+            for conn in (*old, *(e.conn for e in held)):
                 conn.close()
             return None
         for c in old:
             c.close()
-        keep(nxt)
+        m.launcher.recycle(nxt)
         for event in held:  # the next attempt answers them (after the promotion applied)
             events.put(event)
         m.stop_seconds = round(time.monotonic() - t0, 3)

@@ -46,6 +46,7 @@ from .metrics import JobMetrics, metrics_port_from_env
 from .progress import ProgressReporter
 from .promote import Promoter
 from .restore_plan import RestorePlanner
+from .slot_events import SlotEvent, SlotInvalid, SlotLost, SlotMessage
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,10 @@ class Launcher(Protocol):
               secret: bytes | None = None) -> None: ...
     def poll(self) -> str | None: ...
     def stop(self) -> None: ...
+    def recycle(self, attempt: int) -> None:
+        """The running slot processes host ``attempt`` next (they registered as it, after a
+        PROMOTE told them to recycle): its :meth:`start` adopts them. A launcher that cannot
+        keep its slots runs with ``JobMaster(warm_slots=False)``."""
 
 
 class CoordinatorServer:
@@ -70,7 +75,7 @@ class CoordinatorServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
                  secret: bytes | None = None, max_pending: int = MAX_PENDING_HANDSHAKES) -> None:
-        self.events: queue.Queue = queue.Queue()
+        self.events: queue.Queue[SlotEvent] = queue.Queue()
         self.secret = secret  # peers must prove they hold it (runtime/host/auth.py)
         self.frame_limit = max_frame_bytes()  # a bad $CKPT_MAX_FRAME_BYTES fails here
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -90,12 +95,12 @@ class CoordinatorServer:
         cc = P.ControlConnection(conn, limit=self.frame_limit)
         try:
             while True:
-                self.events.put(("msg", cc, cc.recv()))
+                self.events.put(SlotMessage(cc, cc.recv()))
         except ProtocolError as exc:
-            self.events.put(("invalid", cc, str(exc)))
+            self.events.put(SlotInvalid(cc, str(exc)))
             cc.close()
         except (P.ConnectionClosed, OSError):
-            self.events.put(("lost", cc, None))
+            self.events.put(SlotLost(cc))
 
     def close(self) -> None:
         self._closed = True

@@ -164,7 +164,7 @@ def test_coordinator_fails_a_checkpoint_whose_metadata_cannot_be_written_and_goe
                                            "max_parallelism": 128}},
         send_trigger=lambda *a: None, send_notify=notifies.append, send_abort=aborts.append)
     c.set_tasks_running(set(tasks))
-    ack = TaskAck(operators={"op": {"operator_state": [1]}})
+    ack = TaskAck.from_wire({"op": {"operator_state": [1]}})
 
     # S3 is unreachable when the last ack arrives: _metadata cannot be written
     monkeypatch.setenv("CKPT_S3_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")

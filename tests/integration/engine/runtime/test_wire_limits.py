@@ -24,6 +24,7 @@ from pipelines import (
     expected_running_sums,
     running_sum_pipeline,
 )
+from repo_paths import REPO_ROOT
 
 from airflow_checkpoint_provider.engine.errors import JobFailedError
 from airflow_checkpoint_provider.engine.protocol import frames as P
@@ -33,6 +34,10 @@ from airflow_checkpoint_provider.engine.protocol.errors import (
     FrameTooLargeError,
 )
 from airflow_checkpoint_provider.engine.runners.jobmaster import CoordinatorServer
+from airflow_checkpoint_provider.engine.runners.jobmaster.slot_events import (
+    SlotInvalid,
+    SlotMessage,
+)
 from airflow_checkpoint_provider.engine.runtime.host import auth
 from airflow_checkpoint_provider.engine.runtime.host.auth import (
     MAX_PENDING_HANDSHAKES,
@@ -44,7 +49,6 @@ from airflow_checkpoint_provider.engine.runtime.host.auth import (
 )
 from airflow_checkpoint_provider.engine.runtime.host.slot import Slot
 from airflow_checkpoint_provider.engine.serialization import packb
-from repo_paths import REPO_ROOT
 
 ROOT = str(REPO_ROOT)
 HUGE = 1536 * 1024 * 1024  # what one header claimed in the attack: 1.5 GiB
@@ -120,11 +124,11 @@ def _wait_register(server: CoordinatorServer, timeout: float) -> M.Register | No
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            kind, _, msg = server.events.get(timeout=0.1)
+            event = server.events.get(timeout=0.1)
         except queue.Empty:
             continue
-        if kind == "msg" and isinstance(msg, M.Register):
-            return msg
+        if isinstance(event, SlotMessage) and isinstance(event.msg, M.Register):
+            return event.msg
     return None
 
 
@@ -226,11 +230,12 @@ def test_an_authenticated_frame_over_the_limit_is_refused_with_the_option_named(
         assert limit == 1 << 20  # the slot learns the coordinator's limit in the handshake
         rss = RssPeak()
         sock.sendall(P.HEADER.pack(HUGE, P.CONTROL))
-        kind, _, reason = server.events.get(timeout=5)
+        event = server.events.get(timeout=5)
         closed_after = _closed_by_peer(sock, 5.0)
         growth = rss.growth_kb()
         sock.close()
-        assert kind == "invalid"
+        assert isinstance(event, SlotInvalid)
+        reason = event.reason
         assert "CKPT_MAX_FRAME_BYTES" in reason and str(1 << 20) in reason, reason
         assert closed_after is not None
         assert growth < RSS_BOUND_KB, f"resident memory grew by {growth} KiB"

@@ -4,12 +4,12 @@ than the timeout turns unaligned; after a run of such switches the next checkpoi
 unaligned at once, then one probes aligned again."""
 
 import pytest
+from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
 
 from airflow_checkpoint_provider.engine import CheckpointConfig
 from airflow_checkpoint_provider.engine.checkpoint import coordinator as coordinator_module
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
 from airflow_checkpoint_provider.engine.checkpoint.outcomes import TaskAck
-from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
 
 TASKS = [(0, 0), (1, 0)]
 
@@ -40,7 +40,7 @@ def _complete(c, chk, now, inflight=0):
         done = c.receive_ack(
             chk,
             t,
-            TaskAck(metrics={"alignment_ms": 150.0, "inflight_bytes": inflight}),
+            TaskAck.from_wire(metrics={"alignment_ms": 150.0, "inflight_bytes": inflight}),
             now,
         )
     return done

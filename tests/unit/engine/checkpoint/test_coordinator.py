@@ -36,8 +36,8 @@ def make(tmp_path, **cfg):
 def ack_all(c, chk, now, tasks=TASKS):
     result = None
     for t in tasks:
-        result = c.receive_ack(chk, t, TaskAck(operators={"op": {"operator_state": [t[1]]}},
-                                               metrics={"state_size": 10, "checkpointed_size": 10}), now)
+        result = c.receive_ack(chk, t, TaskAck.from_wire({"op": {"operator_state": [t[1]]}},
+                                                         {"state_size": 10, "checkpointed_size": 10}), now)
     return result
 
 

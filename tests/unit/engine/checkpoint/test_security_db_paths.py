@@ -24,12 +24,12 @@ def _ack(c, chk, shared, now):
     files = [
         {"name": os.path.basename(k), "size": 1, "sha256": "0" * 64, "shared": k} for k in shared
     ]
-    keyed = {"type": "rocksdb", "files": files}
+    keyed = {"type": "rocksdb", "files": files, "key_group_range": [0, 127]}
     return c.receive_ack(
         chk,
         (0, 0),
-        TaskAck(operators={"op": {"keyed": keyed}},
-                metrics={"state_size": 1, "checkpointed_size": 1}),
+        TaskAck.from_wire({"op": {"keyed": keyed}},
+                          {"state_size": 1, "checkpointed_size": 1}),
         now,
     )
 

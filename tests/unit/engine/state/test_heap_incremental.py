@@ -18,6 +18,7 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import _shared_keys
+from airflow_checkpoint_provider.engine.checkpoint.outcomes import TaskAck
 from airflow_checkpoint_provider.engine.snapshot.handles import (
     HeapChangelogHandle,
     keyed_handle_from_dict,
@@ -120,7 +121,7 @@ class Job:
         use; then notifies the task."""
         handle = self.handles[cid]
         p = SimpleNamespace(checkpoint_id=cid, location=os.path.join(self.dir, f"chk-{cid}"),
-                            acks={(0, 0): SimpleNamespace(operators={"op": {"keyed": handle}})})
+                            acks={(0, 0): TaskAck.from_wire({"op": {"keyed": handle}})})
         keys = sorted(_shared_keys(p))
         self.completed.append(cid)
         if self.store is not None:
