@@ -316,21 +316,6 @@ EXAMPLE_DEFAULT_ARGS = {"allowed_owner_dags": EXAMPLE_DAGS}
 EXAMPLE_SINK_CONNECTIONS = ("example_pg",)
 
 
-def sink_connection_param() -> Param:
-    """The example's PostgreSQL sink database: one of :data:`EXAMPLE_SINK_CONNECTIONS`, or
-    empty (file sinks)."""
-    return Param(None, type=["null", "string"], enum=[None, *EXAMPLE_SINK_CONNECTIONS],
-                 description="PostgreSQL sinks: the connection of their database (one of the "
-                             "DAG's; empty: file sinks)")
-
-
-def example_pipeline_env(env_schema: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The environment arguments of every task that builds or runs an example pipeline
-    (submit, verify, rollback guard, CDC slot copy): the run's bounded ``job_env`` and the
-    URI of its ``sink_conn_id`` connection, so all of them see the same sinks."""
-    return {"env_vars": "{{ params.job_env }}", "env_schema": env_schema,
-            "env_from_connections": {"CKPT_EXAMPLE_PG_URL": "{{ params.sink_conn_id }}"},
-            "allowed_connections": EXAMPLE_SINK_CONNECTIONS}
 #: comma-separated table names (``schema.table`` allowed)
 TABLES_PATTERN = (
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?"

@@ -197,35 +197,6 @@ def sinks_section(r: Results, lines: list[str]) -> None:
               ""]
 
 
-def memory_section(r: Results, lines: list[str]) -> None:
-    rows = []
-    over = r.load("checkpoint_overhead.json")
-    if over:
-        for job, s in over["summary"].items():
-            rows.append((f"{job}, {s['keys']:,} keys, local runner", s.get("peak_rss_mb")))
-    scaling = r.load("checkpoint_scaling.json")
-    if scaling:
-        for s in scaling["summary"]:
-            rows.append((f"aggregate, {s['keys']:,} keys, local runner", s.get("peak_rss_mb")))
-    rec = r.load("recovery.json")
-    if rec:
-        rows.append((f"aggregate with a restore, {rec['summary']['keys']:,} keys",
-                     rec["summary"].get("peak_rss_mb")))
-    sss = r.load("structured_streaming.json")
-    sc = (sss or {}).get("summary", {}).get("scenarios", {}).get("str")
-    if sc:
-        rows.append((f"aggregate at saturation, {sss['summary']['keys']:,} string keys",
-                     sc.get("peak_rss_mb")))
-    if not rows:
-        return
-    lines += ["## Peak memory per slot", "",
-              "Peak resident set size of a slot's process (`getrusage` maxrss, reported by every "
-              "slot when it finishes; the largest slot of any repetition). On the Spark runner it "
-              "is the Python worker's, which Spark may reuse across tasks.", ""]
-    lines += table(["scenario", "peak RSS per slot (MB)"], ([a, fmt(b, ".0f")] for a, b in rows))
-    lines.append("")
-
-
 def scaling_sheet_section(r: Results, lines: list[str]) -> None:
     data = r.load("scaling.json")
     if not data:

@@ -35,7 +35,7 @@ not be measured, e.g. no watermarks in a job without event time), the figure and
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from ..catalog import CheckpointRecord, MetadataStore
@@ -380,7 +380,3 @@ def early_verdict(store: MetadataStore, job_id: str, *, since: datetime,
     if job.is_terminal or (criteria.max_restarts is not None and restarts > criteria.max_restarts):
         return assess_stability(store, job_id, since=since, criteria=criteria)
     return None
-
-
-def window_end(since: datetime, criteria: StabilityCriteria) -> datetime:
-    return since + timedelta(seconds=criteria.window_s)
