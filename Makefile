@@ -174,8 +174,8 @@ docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # The README's picture (docs/report.png): the checkpoint report of a fixed job rendered by
-# headless Chromium, stamped with the report's structure (tests/unit/docs/test_readme_picture.py
-# fails when the report changed since).
+# headless Chromium, stamped with the report's structure
+# (tests/integration/docs/test_readme_picture.py fails when the report changed since).
 docs-picture: venv check-chromium
 	$(PY) tools/docs/readme_picture.py
 

@@ -43,9 +43,10 @@ MODES = {"off": {"buffer_debloat_target_ms": None}, "default": {}}
 
 def child(args) -> int:
     """One run (the driver process): build, run, write the result."""
+    from test_progress_multibranch import build
+
     from airflow_checkpoint_provider.engine import RestartStrategy
     from airflow_checkpoint_provider.engine.client import MetadataStore
-    from test_progress_multibranch import build
 
     p = build(args.root, args.data, tuple(args.queries.split(",")), **MODES[args.mode])
     p.restart_strategy = RestartStrategy.fixed_delay(attempts=10, delay_ms=0)
@@ -145,8 +146,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "child":
         return child(args)
-    from bench.nexmark.generator import NexmarkConfig, write_parquet
     import test_progress_multibranch as job
+
+    from bench.nexmark.generator import NexmarkConfig, write_parquet
 
     data = os.path.join(args.data_dir, f"e{args.events}")
     if not os.path.isdir(data):  # a file per source subtask, as in the test

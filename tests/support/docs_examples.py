@@ -44,7 +44,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[2]  # tests/support/..
 DOCS = ROOT / "docs"
 DRAFTS = DOCS / "changes"

@@ -4,7 +4,7 @@ serves at ``/checkpoints/jobs/<job_id>``) of a fixed small job, rendered by head
 ``python tools/docs/readme_picture.py`` (from the repository root, with the venv and
 ``chromium``) rebuilds the job in a temporary SQLite metadata DB, renders its report and
 writes ``docs/report.png``. The PNG carries, in a ``tEXt`` chunk, the fingerprint of the
-page's structure (headings, table headers, charts); tests/unit/docs/test_readme_picture.py
+page's structure (headings, table headers, charts); tests/integration/docs/test_readme_picture.py
 renders the report of the same job again and fails when the fingerprint differs, so a
 change to the report that would make the picture outdated is caught.
 """

@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import pytest
+from repo_paths import REPO_ROOT
 
 from bench import defaults, write_benchmarks
-from repo_paths import REPO_ROOT
 
 ROOT = str(REPO_ROOT)
 

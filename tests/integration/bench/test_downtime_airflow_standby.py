@@ -13,9 +13,10 @@ import shutil
 import subprocess
 import sys
 
+from repo_paths import REPO_ROOT
+
 from bench import write_benchmarks
 from bench.downtime_report import AIRFLOW_STANDBY_METHOD, render_doc
-from repo_paths import REPO_ROOT
 
 ROOT = str(REPO_ROOT)
 COMMAND = (".venv/bin/python bench/downtime.py --runner airflow --record --from-logs LOG "

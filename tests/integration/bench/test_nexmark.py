@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from repo_paths import REPO_ROOT
 
 cloudpickle = pytest.importorskip("cloudpickle")
 
@@ -39,7 +40,6 @@ from bench.nexmark import (  # noqa: E402
     source,
     vector_queries,
 )
-from repo_paths import REPO_ROOT
 
 EVENTS = 4000
 RATE = 100  # events per second of event time: 40 s, several windows and sessions

@@ -10,8 +10,9 @@ import subprocess
 import sys
 import textwrap
 
-from airflow_checkpoint_provider import demo_upgrade
 from repo_paths import REPO_ROOT
+
+from airflow_checkpoint_provider import demo_upgrade
 
 ROOT = str(REPO_ROOT)
 HEARTBEAT = os.path.join(ROOT, "tools", "heartbeat.py")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import os
+
 from repo_paths import REPO_ROOT
 
 ROOT = str(REPO_ROOT)

@@ -4,8 +4,6 @@ that a reader no longer sees what a folder is for, and it should be split by rol
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from repo_paths import REPO_ROOT
 

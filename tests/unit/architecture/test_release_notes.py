@@ -5,14 +5,14 @@ protocol bump without a release note fails here)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
+
+from repo_paths import REPO_ROOT
 
 import airflow_checkpoint_provider
 from airflow_checkpoint_provider.engine.catalog.db import SCHEMA_HEAD
 from airflow_checkpoint_provider.engine.protocol.messages import PROTOCOL_VERSION
 from airflow_checkpoint_provider.engine.snapshot.codec import VERSION as METADATA_FORMAT
 from airflow_checkpoint_provider.engine.typed_codec import FORMAT_VERSION
-from repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from types import SimpleNamespace
+
 from repo_paths import REPO_ROOT
 
 ROOT = str(REPO_ROOT)

@@ -5,7 +5,7 @@ of the engine, and only packages that exist: the page drew the old flat ``runtim
 from __future__ import annotations
 
 import re
-from pathlib import Path
+
 from repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT

@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 import click
+from repo_paths import REPO_ROOT
 
 from airflow_checkpoint_provider.engine.cli import main
-from repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 MENTION = re.compile(r"\bckpt ((?:[a-z][a-z-]*)(?: [a-z][a-z-]*)?)")

@@ -7,13 +7,12 @@ here, and so does a command or option the page names that does not exist."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import click
+from repo_paths import REPO_ROOT
 
 from airflow_checkpoint_provider.engine.cli import main
 from airflow_checkpoint_provider.engine.cli.reference import commands, synopsis
-from repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 PAGE = ROOT / "docs" / "reference" / "cli.md"

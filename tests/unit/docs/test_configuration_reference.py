@@ -9,10 +9,10 @@ import dataclasses
 import inspect
 import re
 from collections.abc import Callable
-from pathlib import Path
+
+from repo_paths import REPO_ROOT
 
 from airflow_checkpoint_provider.engine import CheckpointConfig, Pipeline, RestartStrategy
-from repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 PAGE = ROOT / "docs" / "reference" / "configuration.md"

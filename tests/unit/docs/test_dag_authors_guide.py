@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import textwrap
-from pathlib import Path
 
 from provider_classes import ROLES, ProviderClass, public_classes
 from repo_paths import REPO_ROOT

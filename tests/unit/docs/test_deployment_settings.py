@@ -6,7 +6,7 @@ real multi-process deployments: one it sets that the page does not name fails he
 from __future__ import annotations
 
 import re
-from pathlib import Path
+
 from repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT

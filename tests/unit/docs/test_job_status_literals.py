@@ -9,8 +9,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from airflow_checkpoint_provider.engine.client import JobStatus
 from repo_paths import REPO_ROOT
+
+from airflow_checkpoint_provider.engine.client import JobStatus
 
 ROOT = REPO_ROOT
 PACKAGE = ROOT / "airflow_checkpoint_provider"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import importlib
 import re
-from pathlib import Path
+
+from repo_paths import REPO_ROOT
 
 from airflow_checkpoint_provider.engine.settings import INTERNAL, SETTINGS
-from repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
+
 from repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT

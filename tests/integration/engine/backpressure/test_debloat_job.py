@@ -13,13 +13,13 @@ the source (an in-slot channel), subtask 1 is in another process (a TCP channel)
 import os
 
 import pytest
-
-from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from pipelines import (
     check_exactly_once,
     expected_running_sums,
     running_sum_pipeline,
 )
+
+from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
 pytestmark = pytest.mark.timeout(180)
 

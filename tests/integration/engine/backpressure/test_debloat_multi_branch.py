@@ -22,6 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from multi_branch_pipelines import (
+    SlowStart,
+    higher,
+    steady,
+    window_max_per_batch,
+)
 
 from airflow_checkpoint_provider.engine import (
     CheckpointConfig,
@@ -43,12 +49,6 @@ from airflow_checkpoint_provider.engine.runtime.task.debloat import (
     ThroughputMeter,
 )
 from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
-from multi_branch_pipelines import (
-    SlowStart,
-    higher,
-    steady,
-    window_max_per_batch,
-)
 
 FILES, ROWS_PER_FILE = 4, 500_000
 EVENTS_PER_SECOND = 400_000  # of event time: 5 s, five 1 s windows

@@ -12,6 +12,14 @@
 import os
 
 import pytest
+from finished_pipelines import EndMarker
+from pipelines import (
+    FaultPlan,
+    RunningSum,
+    check_exactly_once,
+    check_exactly_once_rows,
+    expected_running_sums,
+)
 
 from airflow_checkpoint_provider.engine import (
     CheckpointConfig,
@@ -23,14 +31,6 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
-from finished_pipelines import EndMarker
-from pipelines import (
-    FaultPlan,
-    RunningSum,
-    check_exactly_once,
-    check_exactly_once_rows,
-    expected_running_sums,
-)
 
 pytestmark = pytest.mark.timeout(180)
 

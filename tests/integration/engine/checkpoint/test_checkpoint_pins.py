@@ -18,6 +18,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pipelines import Background, running_sum_pipeline
+from repo_paths import REPO_ROOT, SUPPORT_DIR
 
 from airflow_checkpoint_provider.engine import CheckpointConfig
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
@@ -28,8 +30,6 @@ from airflow_checkpoint_provider.engine.checkpoint.coordinator import (
 from airflow_checkpoint_provider.engine.client import pin_checkpoint, unpin_savepoint
 from airflow_checkpoint_provider.engine.fs.storage import canonical_location
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
-from pipelines import Background, running_sum_pipeline
-from repo_paths import REPO_ROOT, SUPPORT_DIR
 
 ROOT = str(REPO_ROOT)
 HERE = os.path.dirname(os.path.abspath(__file__))

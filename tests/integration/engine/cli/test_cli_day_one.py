@@ -11,11 +11,11 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from repo_paths import REPO_ROOT
 
 from airflow_checkpoint_provider.engine.catalog import to_sqlalchemy_url
 from airflow_checkpoint_provider.engine.cli import main
 from airflow_checkpoint_provider.engine.cli.common import JAVA_MISSING
-from repo_paths import REPO_ROOT
 
 REPO = str(REPO_ROOT)
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"

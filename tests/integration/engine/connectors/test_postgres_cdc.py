@@ -13,6 +13,7 @@ import time
 
 import psycopg
 import pytest
+from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
 from cdc_pipelines import (
     cdc_pipeline,
     committed_in_order,
@@ -24,6 +25,7 @@ from cdc_pipelines import (
     stream_lsn,
 )
 from pipelines import Background, process_alive
+from repo_paths import SUPPORT_DIR
 
 from airflow_checkpoint_provider.engine import ConfigurationError
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
@@ -36,8 +38,6 @@ from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import (
     job_object_name,
 )
 from airflow_checkpoint_provider.engine.lifecycle.stability import replication_lag_s
-from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
-from repo_paths import SUPPORT_DIR
 
 SUPPORT = str(SUPPORT_DIR)  # the helper modules
 #: rows of ``items``: the writers' UPDATEs and DELETEs pick a row by ``ORDER BY random()``,

@@ -13,6 +13,7 @@ from collections import Counter
 
 import cloudpickle
 import pytest
+from repo_paths import REPO_ROOT
 from scenarios import savepoint_then_restore_rescaled
 
 from airflow_checkpoint_provider.engine import (
@@ -22,7 +23,6 @@ from airflow_checkpoint_provider.engine import (
     WatermarkStrategy,
 )
 from airflow_checkpoint_provider.engine.connectors.files.sink import FileSink, read_committed
-from repo_paths import REPO_ROOT
 
 ROOT = str(REPO_ROOT)
 if ROOT not in sys.path:

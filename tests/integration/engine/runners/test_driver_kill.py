@@ -18,10 +18,10 @@ from pipelines import (
     process_alive,
     running_sum_pipeline,
 )
+from repo_paths import SUPPORT_DIR
 from sqlalchemy import text
 
 from airflow_checkpoint_provider.engine.catalog import MetadataSchemaError, MetadataStore
-from repo_paths import SUPPORT_DIR
 
 N, KEYS, SEED = 30_000, 40, 11
 SUPPORT = str(SUPPORT_DIR)  # the helper modules

@@ -74,12 +74,11 @@ def test_a_dead_driver_jvm_is_a_typed_error_naming_it():
 
 
 def test_executor_and_driver_losses_are_told_apart():
-    from py4j.protocol import Py4JError, Py4JNetworkError
-
     from airflow_checkpoint_provider.engine.runners.spark_launcher import (
         driver_jvm_lost,
         executor_lost,
     )
+    from py4j.protocol import Py4JError, Py4JNetworkError
 
     assert driver_jvm_lost(ConnectionRefusedError(111, "Connection refused"))
     assert driver_jvm_lost(Py4JNetworkError("Answer from Java side is empty"))

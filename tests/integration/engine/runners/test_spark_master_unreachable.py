@@ -13,13 +13,13 @@ import sys
 import time
 
 import pytest
+from repo_paths import SUPPORT_DIR
 
 from airflow_checkpoint_provider.engine.errors import SparkMasterUnreachableError
 from airflow_checkpoint_provider.engine.runners.spark import (
     check_master_reachable,
     master_addresses,
 )
-from repo_paths import SUPPORT_DIR
 
 SUPPORT = str(SUPPORT_DIR)  # the helper modules
 

@@ -14,6 +14,7 @@ from pipelines import (
     running_sum_pipeline,
     versioned_pipeline,
 )
+from repo_paths import SUPPORT_DIR
 from state_snapshots import KEYS, SAVEPOINT_N, SEED, N, copy_output, finished
 
 from airflow_checkpoint_provider.engine import read_committed
@@ -29,7 +30,6 @@ from airflow_checkpoint_provider.engine.state_io import (
     read_state_table,
     rewrite_savepoint,
 )
-from repo_paths import SUPPORT_DIR
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

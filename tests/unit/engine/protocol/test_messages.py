@@ -9,6 +9,7 @@ import queue
 from types import SimpleNamespace
 
 import pytest
+from airflow_checkpoint_provider.engine.runners.attempt import AttemptRun
 
 from airflow_checkpoint_provider.engine.protocol import (
     BarrierKind,
@@ -18,7 +19,6 @@ from airflow_checkpoint_provider.engine.protocol import (
     encode,
 )
 from airflow_checkpoint_provider.engine.protocol import messages as M
-from airflow_checkpoint_provider.engine.runners.attempt import AttemptRun
 from airflow_checkpoint_provider.engine.serialization import packb, unpackb
 
 SAMPLES = [

@@ -8,8 +8,8 @@ import importlib.util
 import os
 
 import pytest
-from savepoint_helpers import make_job, make_savepoint
 from repo_paths import REPO_ROOT
+from savepoint_helpers import make_job, make_savepoint
 
 DAGS = str(REPO_ROOT / "dags")
 

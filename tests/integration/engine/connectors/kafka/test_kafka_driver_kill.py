@@ -23,9 +23,9 @@ from kafka_jobs import (
     running_sum_job,
 )
 from pipelines import FaultPlan, process_alive
+from repo_paths import SUPPORT_DIR
 
 from airflow_checkpoint_provider.engine.catalog import MetadataSchemaError, MetadataStore
-from repo_paths import SUPPORT_DIR
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = str(SUPPORT_DIR)  # the helper modules

@@ -5,7 +5,6 @@ key groups) under both state backend settings, and the refusal of a per-record s
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 from collections import Counter
@@ -13,6 +12,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 from operator_harness import BACKENDS, MAXP, open_op, restore_spec, steps_for
+from repo_paths import REPO_ROOT
 
 from airflow_checkpoint_provider.engine import (
     GeneratorSource,
@@ -33,7 +33,6 @@ from airflow_checkpoint_provider.engine.vectorized_ops import (
     max_by_join,
     unique_key_join,
 )
-from repo_paths import REPO_ROOT
 
 ROOT = str(REPO_ROOT)
 if ROOT not in sys.path:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import re
 import struct
-from pathlib import Path
 
 import pytest
 from repo_paths import REPO_ROOT
