@@ -39,6 +39,7 @@ from ..snapshot.handles import (
     StateFileHandle,
     SubtaskState,
 )
+from ..state.columnar.distinct_state import read_aggregate_table
 from ..state.descriptors import ENTRY_MAP, MAP
 from ..state.heap import decode_chunk
 from ..state.heap.changelog import read_chain
@@ -273,11 +274,11 @@ def read_arrow_rows(keyed: KeyedOperatorState, key_groups: KeyGroupRange | None 
                 "operator's other state is aggregate() state; the snapshot mixes both")
         data = read_state_file(keyed.snapshot.directory, handle)
         try:
-            table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+            table = read_aggregate_table(data)  # IPC stream of parts, or a file (before)
         except pa.ArrowInvalid as exc:
             raise CorruptCheckpointError(
                 f"operator {keyed.uid!r}: state file {handle.path} of "
-                f"{keyed.snapshot.directory} is not an Arrow IPC file ({exc})") from exc
+                f"{keyed.snapshot.directory} is not Arrow IPC data ({exc})") from exc
         if KEY_GROUP not in table.column_names or KEY not in table.column_names:
             raise CorruptCheckpointError(
                 f"operator {keyed.uid!r}: state file {handle.path} of "

@@ -5,12 +5,17 @@ non-null count, sum, min, max per input column) as numpy columns, one row per ke
 :class:`~.key_index.KeyIndex` gives each key its row. A batch is folded in with vectorized
 kernels (Arrow's dictionary encoding or hash aggregation, then numpy per-key partials).
 
-Snapshot file (the ``arrow`` keyed-state handle): one Arrow IPC file, zstd-compressed,
-columns ``key_group`` (int32), ``key`` and one column per accumulator; restore
-reads the rows of the key groups the subtask owns (any parallelism).
+Snapshot file (the ``arrow`` keyed-state handle): one Arrow IPC stream, zstd-compressed,
+columns ``key_group`` (int32), ``key`` and one column per accumulator, a record batch per
+``2**PART_SHIFT`` rows; restore reads the rows of the key groups the subtask owns (any
+parallelism). A part whose rows did not change since the last snapshot is not encoded
+again: its message is copied (:mod:`.snapshot_parts`), so a checkpoint costs about the keys
+updated since the last one. Files of earlier commits (one IPC file) restore as before.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -20,14 +25,27 @@ from ...errors import RestoreError, StateMigrationError
 from ...snapshot.codec import read_state_file
 from .. import ttl
 from ..backend import StateSnapshot, write_state_file
+from ..key_hashing import key_hashes
 from ..keygroups import KeyGroupRange
-from ..vectorized import key_hashes
 from .key_index import KeyIndex, _grow, _varlen, keys_to_numpy
+from .snapshot_parts import PartCache, read_table
 
 __all__ = ["LAST_UPDATE", "AggregateSpec", "AggregateTable", "KeyIndex", "keys_to_numpy"]
 
 #: accumulator of aggregate(ttl=...): processing time (ms) of each key's last update
 LAST_UPDATE = "_last"
+#: rows of a part of the snapshot file (one record batch; a part none of whose rows changed
+#: since the last snapshot is copied, not encoded again): 2**PART_SHIFT
+PART_SHIFT = 15
+#: another power of two for the rows of a part (tests: many parts from little data)
+PART_ROWS_ENV = "CKPT_COLUMNAR_PART_ROWS"
+
+
+def part_shift() -> int:
+    """log2 of the rows of a snapshot part: :data:`PART_SHIFT`, or ``$CKPT_COLUMNAR_PART_ROWS``
+    rounded down to a power of two."""
+    value = os.environ.get(PART_ROWS_ENV)
+    return PART_SHIFT if not value else max(int(value).bit_length() - 1, 0)
 
 
 def _numpy_filled(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -117,9 +135,29 @@ class AggregateTable:
             self.acc.setdefault(name, np.empty(0, dtype=np.int64))
         if spec.ttl_ms is not None:
             self.acc.setdefault(LAST_UPDATE, np.empty(0, dtype=np.int64))
+        # snapshots from parts (.snapshot_parts): per part of 2**_shift rows, whether a row
+        # changed since the last capture, and the capture that last saw one change (its
+        # version); the generation changes when rows are renumbered (every part is new)
+        self._shift = part_shift()
+        self._parts = PartCache()
+        self._dirty = np.zeros(0, dtype=bool)
+        self._epoch = np.zeros(0, dtype=np.int64)
+        self._captures = 0
+        self._generation = 0
 
     def __len__(self) -> int:
         return self.index.n
+
+    def _touch(self, rows: np.ndarray) -> None:
+        """Rows whose key or accumulators changed: their parts are encoded again at the next
+        snapshot."""
+        parts = (self.index.n + (1 << self._shift) - 1) >> self._shift
+        if len(self._dirty) < parts:
+            grow = parts - len(self._dirty)
+            self._dirty = np.concatenate([self._dirty, np.ones(grow, dtype=bool)])
+            self._epoch = np.concatenate([self._epoch, np.zeros(grow, dtype=np.int64)])
+        if len(rows):
+            self._dirty[rows >> self._shift] = True
 
     # -- update ---------------------------------------------------------------------------
     def _column_dtype(self, name: str, arrow_type: pa.DataType) -> np.dtype:
@@ -191,6 +229,7 @@ class AggregateTable:
                      for fn in self._partials(col)}
             self._merge_partials(rows, col, dtype, grouped.column(f"{col}_count").to_numpy(),
                                  parts)
+        self._touch(rows)
         return key_col, rows
 
     def _partials(self, col: str) -> list[str]:
@@ -249,6 +288,7 @@ class AggregateTable:
                 arr = _grow(arr, n)
                 arr[rows[new]] = 0
                 self.acc[name] = arr
+            self._touch(rows[new])
         return rows
 
     def _fold_encoded(self, batch: pa.RecordBatch | pa.Table, dtypes: dict[str, np.dtype],
@@ -306,6 +346,7 @@ class AggregateTable:
             for name, arr in acc.items():
                 if name != LAST_UPDATE:
                     arr[gone] = 0
+        self._touch(rows)
         return key_col, rows
 
     # -- TTL ------------------------------------------------------------------------------------
@@ -347,7 +388,15 @@ class AggregateTable:
         self.index = index
         self.key_group = self.key_group[:n][keep]
         self.acc = {name: arr[:n][keep] for name, arr in self.acc.items()}
+        self._renumbered()
         return int(n - keep.sum())
+
+    def _renumbered(self) -> None:
+        """Rows moved: every part of the next snapshot is encoded anew."""
+        self._generation += 1
+        self._dirty = np.zeros(0, dtype=bool)
+        self._epoch = np.zeros(0, dtype=np.int64)
+        self._touch(np.empty(0, dtype=np.int64))
 
     def check_key_type(self, arrow_type: pa.DataType) -> None:
         """The key-type rule of an update and of a restore (the pre-flight check runs it
@@ -400,21 +449,78 @@ class AggregateTable:
             columns = {self.spec.key: key}
             columns.update({c: pa.array([1], pa.int64()) for c in self.spec.columns})
             table.update(pa.RecordBatch.from_pydict(columns))
-            table.restore(table.serialize(table.copy())[0])
+            table.restore(table.write_parts(table.capture_parts()))
 
     # -- the KeyedStateBackend protocol (state/backend.py) ------------------------------------
     def snapshot_state(self, checkpoint_id: int) -> StateSnapshot:
-        """Copy every column now (memcpy speed); ``write`` encodes the Arrow IPC file."""
+        """Copy the rows of the parts that changed since their message was made (memcpy
+        speed); ``write`` encodes those and copies the others' messages (one IPC stream)."""
         self.drop_expired()
         self.drop_retracted()
-        columns = self.copy()
+        captured = self.capture_parts()
 
         def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
-            return write_state_file(chk_dir, stem, "arrow", self.serialize(columns)[0],
+            return write_state_file(chk_dir, stem, "arrow", self.write_parts(captured),
                                     {"type": "arrow"})
 
         return StateSnapshot({"aggregate": {"kind": "aggregate", "serializer": "arrow",
                                             "spec": self.spec.describe()}}, write)
+
+    def capture_parts(self) -> tuple[pa.Schema, list[tuple]]:
+        """Synchronous part of a snapshot: per part of ``2**PART_SHIFT`` rows, its cached
+        message when none of its rows changed since it was made, else a copy of its rows."""
+        n, shift = self.index.n, self._shift
+        self._touch(np.empty(0, dtype=np.int64))
+        self._captures += 1
+        count = (n + (1 << shift) - 1) >> shift
+        epoch = self._epoch[:count]
+        epoch[self._dirty[:count]] = self._captures
+        self._dirty[:] = False
+        schema = self._snapshot_schema()
+        parts: list[tuple] = []
+        for s in range(count):
+            lo, hi = s << shift, min(n, (s + 1) << shift)
+            key, version = (self._generation, s), (int(epoch[s]), hi - lo)
+            message = self._parts.get(key, version, schema)
+            parts.append((key, version, message if message is not None
+                          else self._part_columns(lo, hi)))
+        return schema, parts
+
+    def write_parts(self, captured: tuple[pa.Schema, list[tuple]]) -> bytes:
+        """Asynchronous part: the snapshot file (an IPC stream) of a :meth:`capture_parts`."""
+        schema, parts = captured
+        return self._parts.stream(schema, [
+            (key, version, part if isinstance(part, bytes) else self._part_table(part, schema))
+            for key, version, part in parts])
+
+    def _part_columns(self, lo: int, hi: int) -> dict:
+        """A copy of rows ``lo:hi`` (the keys as Arrow data when the index mirrors them)."""
+        mirror = self.index.key_array
+        out: dict = {"key_group": self.key_group[lo:hi].copy(),
+                     "key": (mirror.slice(lo, hi - lo) if mirror is not None
+                             else self.index.take_keys()[lo:hi].copy())}
+        for name, arr in self.acc.items():
+            out[name] = arr[lo:hi].copy()
+        return out
+
+    def _part_table(self, columns: dict, schema: pa.Schema) -> pa.Table:
+        """The table of a part captured by :meth:`_part_columns`."""
+        return pa.Table.from_arrays(
+            [columns[f.name] if isinstance(columns[f.name], pa.Array)
+             else pa.array(columns[f.name]) for f in schema], schema=schema)
+
+    def _snapshot_schema(self) -> pa.Schema:
+        """The columns of the snapshot file: ``key_group``, ``key``, the accumulators."""
+        keys, mirror = self.index.take_keys(), self.index.key_array
+        if mirror is not None:
+            key_type = mirror.type
+        elif keys.dtype != object:
+            key_type = pa.from_numpy_dtype(keys.dtype)
+        else:  # Python objects (keys with nulls): Arrow infers the type from them all
+            key_type = pa.array(keys).type if len(keys) else pa.null()
+        names = sorted(self.acc)
+        return pa.schema([("key_group", pa.int32()), ("key", key_type)]
+                         + [(name, pa.from_numpy_dtype(self.acc[name].dtype)) for name in names])
 
     def restore_state(self, directory: str, handles, states: dict[str, dict]) -> None:
         if "window" in states:
@@ -475,7 +581,7 @@ class AggregateTable:
 
         Raises :class:`StateMigrationError` when an aggregation needs an accumulator the
         snapshot does not have (its values for restored keys would be wrong)."""
-        table = self.owned_rows(pa.ipc.open_file(pa.py_buffer(data)).read_all(), restored_spec)
+        table = self.owned_rows(read_table(data), restored_spec)
         return len(self.restore_rows(table))
 
     def owned_rows(self, table: pa.Table, restored_spec: dict | None) -> pa.Table:
@@ -523,6 +629,7 @@ class AggregateTable:
             if ":" in name and name.split(":", 1)[0] in ("sum", "min", "max"):
                 col = name.split(":", 1)[1]
                 self._value_types[col] = arr.dtype
+        self._touch(rows)
         for name, arr in list(self.acc.items()):
             if name not in table.column_names:  # an accumulator this snapshot did not have
                 arr = _grow(arr, n)

@@ -11,11 +11,19 @@ is false). Every distinct column of an operator is one :class:`PairSet`: the set
 * anything else (strings, binary, other integers): the pair is the bytes ``row`` (8 bytes)
   ``+ value``, found by hash probing with the key comparison in Arrow (``KeyIndex``).
 
-Snapshot: the aggregate's one Arrow IPC file (:mod:`.aggregates`) gets, per distinct column,
-``nd:<col>`` (the count, int64) and ``distinct:<col>`` (the key's values, a list column),
-one row per key with its key group, so a restore at any parallelism reads the keys of the
-key groups it owns with their sets. The state is columnar in memory with either state
-backend, like the rest of ``aggregate()``.
+Snapshot: the aggregate's Arrow IPC file (:mod:`.aggregates`) gets, per distinct column,
+``nd:<col>`` (the count, int64) and ``distinct:<col>`` (values of the key, a list column),
+with the key group on every row, so a restore at any parallelism reads the keys of the key
+groups it owns with their sets. The file is written from parts (:mod:`.snapshot_parts`):
+the key rows (accumulators, empty lists) a part per ``2**aggregates.PART_SHIFT`` rows,
+then the pairs in the order they were added, a part per :data:`PAIR_ROWS` pairs of one
+column: a row per key with pairs in the run (``_pairs`` true, its values in its list, the
+accumulators 0). A run of pairs never changes once full (a set only grows), so a snapshot
+encodes the pairs added since the last one, not every set (grouping and compressing every
+pair at every checkpoint was Nexmark q16's checkpoint cost). :func:`classic_table` merges
+the runs into one row per key with all its values: the layout files of earlier commits
+have (no ``_pairs`` column), which restore as before. The state is columnar in memory with
+either state backend, like the rest of ``aggregate()``.
 """
 
 from __future__ import annotations
@@ -24,19 +32,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...errors import PipelineDefinitionError
+from ...errors import CorruptCheckpointError, PipelineDefinitionError
 from ..backend import StateSnapshot
+from ..key_hashing import key_hashes
 from ..keygroups import KeyGroupRange
-from ..vectorized import key_hashes
-from .aggregates import AggregateSpec, AggregateTable
+from .aggregates import PART_SHIFT, AggregateSpec, AggregateTable
 from .key_index import KeyIndex, _grow, _varlen, keys_to_numpy
+from .snapshot_parts import read_table
 
-__all__ = ["DISTINCT", "DistinctAggregateTable", "PairSet", "has_distinct"]
+__all__ = ["DISTINCT", "DistinctAggregateTable", "PairSet", "classic_table", "has_distinct",
+           "read_aggregate_table"]
 
 #: the aggregation function name
 DISTINCT = "count_distinct"
 PACK_BITS = 40
 MAX_PACKED_ROWS = 1 << (63 - PACK_BITS)
+#: pairs of one run (a part of the snapshot file: encoded once when full); twice the rows of
+#: an aggregate's part when ``$CKPT_COLUMNAR_PART_ROWS`` sets those
+PAIR_ROWS = 2 << PART_SHIFT
+#: the column that tells rows of pairs (true) from the rows of the keys
+PAIRS = "_pairs"
 
 
 def has_distinct(spec: AggregateSpec) -> bool:
@@ -72,6 +87,8 @@ class PairSet:
         self.n = 0
         self.rows = np.empty(0, dtype=np.int64)  # row of every pair, insertion order
         self._chunks: list[pa.Array] = []  # their values, insertion order
+        #: changes when the pairs are renumbered (_unpack): every run of them is new
+        self.generation = 0
 
     def __len__(self) -> int:
         return self.n
@@ -163,6 +180,7 @@ class PairSet:
         """From packed int64 pairs to byte pairs (a value outside the packed range came)."""
         rows, values = self.rows[:self.n].copy(), self.values()
         self.packed = False
+        self.generation += 1
         self.index, self.n, self.rows, self._chunks = KeyIndex(), 0, np.empty(0, np.int64), []
         if len(rows):
             self._add_bytes(rows, values)
@@ -170,6 +188,24 @@ class PairSet:
     def snapshot(self) -> tuple[np.ndarray, pa.Array]:
         """The pairs now (rows copied; the Arrow values are immutable)."""
         return self.rows[:self.n].copy(), self.values()
+
+    def value_type(self) -> pa.DataType:
+        return pa.int64() if self.kind == "integer" else pa.binary()
+
+    def run(self, lo: int, hi: int) -> tuple[np.ndarray, pa.Array]:
+        """Pairs ``lo:hi`` (rows copied; the Arrow values are immutable), from the chunks
+        that hold them (not a concatenation of every value: that is O(pairs))."""
+        parts, start = [], 0
+        for chunk in self._chunks:
+            end = start + len(chunk)
+            if end > lo and start < hi:
+                parts.append(chunk.slice(max(lo - start, 0), min(hi, end) - max(lo, start)))
+            if end >= hi:
+                break
+            start = end
+        values = (parts[0] if len(parts) == 1 else pa.concat_arrays(parts) if parts
+                  else pa.array([], self.value_type()))
+        return self.rows[lo:hi].copy(), values
 
 
 def _as_lists(rows: np.ndarray, values: pa.Array, n: int) -> pa.ListArray:
@@ -258,6 +294,73 @@ class DistinctAggregateTable(AggregateTable):
         snap.states["aggregate"]["spec"] = self.full_spec.describe()
         return snap
 
+    # -- snapshot from parts (module doc) ---------------------------------------------------
+    def _snapshot_schema(self) -> pa.Schema:
+        schema = super()._snapshot_schema()
+        # (the base class keeps a placeholder accumulator per required column, these too)
+        schema = pa.schema([f for f in schema if not f.name.startswith("distinct:")])
+        for c in self.distinct_columns:
+            schema = schema.append(pa.field("distinct:" + c,
+                                            pa.large_list(self.sets[c].value_type())))
+        return schema.append(pa.field(PAIRS, pa.bool_()))
+
+    def capture_parts(self) -> tuple[pa.Schema, list[tuple]]:
+        """The key rows' parts (:meth:`AggregateTable.capture_parts`), then per distinct
+        column a part per run of :data:`PAIR_ROWS` pairs: its cached message when the run is
+        as it was, else its pairs (the keys' columns by reference: their existing rows never
+        change in place)."""
+        schema, parts = super().capture_parts()
+        size = 2 << self._shift  # PAIR_ROWS, unless $CKPT_COLUMNAR_PART_ROWS says otherwise
+        mirror = self.index.key_array
+        keys = mirror if mirror is not None else self.index.keys
+        for c in self.distinct_columns:
+            pairs = self.sets[c]
+            for j in range((pairs.n + size - 1) // size):
+                lo, hi = j * size, min(pairs.n, (j + 1) * size)
+                key = ("pairs", c, self._generation, pairs.generation, j)
+                message = self._parts.get(key, hi - lo, schema)
+                parts.append((key, hi - lo, message if message is not None
+                              else (c, *pairs.run(lo, hi), self.key_group, keys)))
+        return schema, parts
+
+    def _part_table(self, part, schema: pa.Schema) -> pa.Table:
+        if isinstance(part, tuple):
+            return self._run_table(*part, schema=schema)
+        k = len(part["key_group"])
+        columns = dict(part)
+        for f in schema:
+            if f.name.startswith("distinct:"):
+                columns[f.name] = _empty_lists(k, f.type)
+        columns[PAIRS] = pa.array(np.zeros(k, dtype=bool))
+        return super()._part_table(columns, schema)
+
+    def _run_table(self, column: str, rows: np.ndarray, values: pa.Array,
+                   key_group: np.ndarray, keys, *, schema: pa.Schema) -> pa.Table:
+        """A run of pairs of ``column``: a row per key, its values of the run in its list."""
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        uniq = ordered[first]
+        k = len(uniq)
+        offsets = np.append(first, len(rows)).astype(np.int64)
+        arrays = []
+        for f in schema:
+            if f.name == "key_group":
+                arrays.append(pa.array(key_group[uniq].astype(np.int32)))
+            elif f.name == "key":
+                arrays.append(keys.take(pa.array(uniq)) if isinstance(keys, pa.Array)
+                              else pa.array(keys[uniq]).cast(f.type))
+            elif f.name == "distinct:" + column:
+                arrays.append(pa.LargeListArray.from_arrays(
+                    pa.array(offsets), values.take(pa.array(order)).cast(f.type.value_type)))
+            elif f.name.startswith("distinct:"):
+                arrays.append(_empty_lists(k, f.type))
+            elif f.name == PAIRS:
+                arrays.append(pa.array(np.ones(k, dtype=bool)))
+            else:
+                arrays.append(pa.array(np.zeros(k, dtype=f.type.to_pandas_dtype())))
+        return pa.Table.from_arrays(arrays, schema=schema)
+
     def copy(self) -> dict:
         out: dict = super().copy()
         for c in self.distinct_columns:
@@ -265,12 +368,14 @@ class DistinctAggregateTable(AggregateTable):
         return out
 
     def serialize(self, columns: dict) -> tuple[bytes, list[int]]:  # type: ignore[override]
+        """One row per key with all its values, as one IPC file (the layout before parts)."""
         n = len(columns["key_group"])
         plain = {k: (_as_lists(*v, n) if k.startswith("distinct:") else v)
                  for k, v in columns.items()}
         return AggregateTable.serialize(plain)
 
     def restore_rows(self, table: pa.Table) -> np.ndarray:
+        table = classic_table(table)
         names = [n for n in table.column_names if n.startswith("distinct:")]
         lists = {n: table.column(n).combine_chunks() for n in names}
         rows = super().restore_rows(table.drop_columns(names))
@@ -281,3 +386,45 @@ class DistinctAggregateTable(AggregateTable):
             parents = pc.list_parent_indices(lst).to_numpy(zero_copy_only=False)
             self.sets[col].add(rows[parents], pc.list_flatten(lst))
         return rows
+
+
+def _empty_lists(k: int, list_type: pa.DataType) -> pa.Array:
+    return pa.LargeListArray.from_arrays(pa.array(np.zeros(k + 1, dtype=np.int64)),
+                                         pa.array([], list_type.value_type))
+
+
+def classic_table(table: pa.Table) -> pa.Table:
+    """A distinct aggregate's snapshot table with one row per key, each with all its values
+    (the runs of pairs, rows with ``_pairs`` true, merged into their key's row in order); a
+    table without ``_pairs`` (earlier commits, or no distinct column) as it is."""
+    if PAIRS not in table.column_names:
+        return table
+    flag = table.column(PAIRS)
+    own = table.filter(pc.invert(flag)).drop_columns([PAIRS])
+    runs = table.filter(flag)
+    if not runs.num_rows:
+        return own
+    keys = own.column("key").combine_chunks()
+    at = pc.index_in(runs.column("key").combine_chunks(), value_set=keys)
+    if at.null_count:
+        raise CorruptCheckpointError(
+            "a distinct aggregate's snapshot has values of a key it has no row for")
+    at = at.to_numpy(zero_copy_only=False).astype(np.int64)
+    n = own.num_rows
+    for name in [c for c in own.column_names if c.startswith("distinct:")]:
+        mine, theirs = own.column(name).combine_chunks(), runs.column(name).combine_chunks()
+        parents = np.concatenate([
+            pc.list_parent_indices(mine).to_numpy(zero_copy_only=False).astype(np.int64),
+            at[pc.list_parent_indices(theirs).to_numpy(zero_copy_only=False)]])
+        values = pa.concat_arrays([pc.list_flatten(mine), pc.list_flatten(theirs)])
+        order = np.argsort(parents, kind="stable")
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(parents, minlength=n), out=offsets[1:])
+        lists = pa.LargeListArray.from_arrays(pa.array(offsets), values.take(pa.array(order)))
+        own = own.set_column(own.column_names.index(name), name, lists)
+    return own
+
+
+def read_aggregate_table(data: bytes | memoryview) -> pa.Table:
+    """The table of an ``aggregate()`` snapshot file, one row per key (:func:`classic_table`)."""
+    return classic_table(read_table(data))

@@ -21,38 +21,12 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
+from .snapshot_parts import encode, read_table
+
 __all__ = ["ChunkMessages", "read_table"]
 
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-_FILE_MAGIC = b"ARROW1"
-_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
-
-
-def read_table(data: bytes) -> pa.Table:
-    """A snapshot's table, from an IPC file (earlier commits) or an IPC stream."""
-    buf = pa.py_buffer(data)
-    if bytes(data[:6]) == _FILE_MAGIC:
-        return pa.ipc.open_file(buf).read_all()
-    return pa.ipc.open_stream(buf).read_all()
-
-
-def _messages(table: pa.Table) -> tuple[bytes, bytes]:
-    """(schema message, record batch messages) of ``table`` as a compressed IPC stream."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=_OPTIONS) as writer:
-        writer.write_table(table)
-    reader = pa.ipc.MessageReader.open_stream(sink.getvalue())
-    schema = reader.read_next_message().serialize().to_pybytes()
-    body = []
-    while True:
-        try:
-            message = reader.read_next_message()
-        except StopIteration:
-            break
-        if message is None:
-            break
-        body.append(message.serialize().to_pybytes())
-    return schema, b"".join(body)
+_messages = encode  # (schema message, record batch messages) of a compressed IPC stream
 
 
 class ChunkMessages:
