@@ -71,12 +71,12 @@ class ForeignSnapshotError(UntrustedSnapshotError):
             "'ckpt run --restore PATH'), and find out who wrote it")
 
 
-def check_owner(location: str, doc: dict, expected_job_id: str | None) -> None:
-    """Raise :class:`ForeignSnapshotError` unless ``doc`` (a loaded ``_metadata``) names
-    ``expected_job_id`` (``None``: no expectation, an explicit path)."""
+def check_owner(location: str, found: str, expected_job_id: str | None) -> None:
+    """Raise :class:`ForeignSnapshotError` unless ``found`` (the job id a loaded
+    ``_metadata`` names) is ``expected_job_id`` (``None``: no expectation, an explicit
+    path)."""
     if expected_job_id is None:
         return
-    found = doc.get("job_id")
     if found != expected_job_id:
         raise ForeignSnapshotError(location, expected_job_id, found)
 

@@ -91,7 +91,7 @@ class SnapshotTrust:
         self.check(snapshot, record=record, given=location)
         expected = owner if owner is not None else (record.job_id if record is not None
                                                     else None)
-        check_owner(snapshot.directory, snapshot.doc, expected)
+        check_owner(snapshot.directory, snapshot.metadata.job_id, expected)
         return snapshot
 
     def check(self, snapshot: LoadedSnapshot, *, record: CheckpointRecord | None = None,
@@ -100,6 +100,7 @@ class SnapshotTrust:
 
         :param record: the ``checkpoints`` row it was found through (``latest``), if any.
         """
+        # over the document as stored (its HMAC covers the raw JSON, not the typed view)
         status = signature_status(snapshot.doc, self.key)
         where = snapshot.directory
         if status == "valid" or where in self.accepted:

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..catalog.models import CheckpointStatus, JobStatus
+from ..catalog.models import CheckpointKind, CheckpointStatus, JobStatus
 from ..checkpoint.ownership import deletion_refusal, metadata_job_id
 from ..errors import EngineError
 from ..fs.storage import (
@@ -76,9 +76,9 @@ def dispose_savepoint(path: str, store=None, *, record=None,
         it, ``path`` was named by the operator and is disposed as named.
     """
     snap = load_snapshot(path)
-    if snap.doc.get("kind") != "SAVEPOINT":
+    if snap.metadata.kind != CheckpointKind.SAVEPOINT:
         raise DisposeRefused(
-            f"{snap.directory} is a {snap.doc.get('kind', 'unknown').lower()}, not a savepoint; "
+            f"{snap.directory} is a {snap.metadata.kind.lower()}, not a savepoint; "
             "checkpoints are deleted by their job's retention"
         )
     if record is not None:
@@ -98,11 +98,11 @@ def dispose_savepoint(path: str, store=None, *, record=None,
                                  f"pin first (ckpt unpin {snap.directory} --holder {pin.holder})")
     filesystem_for(snap.directory).remove_tree(snap.directory)
     if store is not None:
-        row = record or store.get_checkpoint(snap.doc["job_id"], int(snap.doc["checkpoint_id"]))
+        row = record or store.get_checkpoint(snap.metadata.job_id, snap.metadata.checkpoint_id)
         # only the row recorded at this very location (another row may name the same ids)
         if row is not None and row.location and canonical_location(row.location) == mine:
             store.set_checkpoint_status(row.job_id, [row.checkpoint_id], CheckpointStatus.DISCARDED)
-    log.info("Disposed savepoint %s of job %s", snap.directory, snap.doc.get("job_id"))
+    log.info("Disposed savepoint %s of job %s", snap.directory, snap.metadata.job_id)
 
 
 def list_savepoints(store, *, job_name: str | None = None, job_id: str | None = None,
@@ -136,8 +136,8 @@ def pin_savepoint(store, path: str, *, holder: str, ttl_seconds: float | None = 
     Pinning again with the same holder renews the pin. Refuses a path that is not a
     completed savepoint. Returns the :class:`SavepointPinRecord`."""
     snap = load_snapshot(path)
-    if snap.doc.get("kind") != "SAVEPOINT":
-        raise DisposeRefused(f"{snap.directory} is a {snap.doc.get('kind', 'unknown').lower()}, "
+    if snap.metadata.kind != CheckpointKind.SAVEPOINT:
+        raise DisposeRefused(f"{snap.directory} is a {snap.metadata.kind.lower()}, "
                              "not a savepoint; only savepoints can be pinned")
     expires = None
     if ttl_seconds is not None:

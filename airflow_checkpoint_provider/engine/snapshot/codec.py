@@ -71,7 +71,11 @@ def encode_metadata(doc: dict, *, hmac_key: str | bytes | None = None) -> bytes:
 
 @dataclass
 class LoadedSnapshot:
-    """A verified ``_metadata`` and the directory its relative paths start from."""
+    """A verified ``_metadata`` and the directory its relative paths start from.
+
+    ``metadata`` is what the engine reads (typed, every field validated); ``doc`` is the
+    document as stored, kept for what must see it byte for byte: its signature
+    (:func:`signature_status`) and the inspection tools that print it."""
 
     directory: str
     doc: dict
@@ -83,10 +87,11 @@ class LoadedSnapshot:
 
     @property
     def checkpoint_id(self) -> int:
-        return int(self.doc["checkpoint_id"])
+        return self.metadata.checkpoint_id
 
     @property
     def operators(self) -> dict:
+        """The stored document's operators (JSON); the typed ones: ``metadata.operators``."""
         return self.doc["operators"]
 
     def read_state_file(self, handle: dict) -> bytes:

@@ -32,7 +32,7 @@ from ...eventtime import format_watermark
 from ...fs.storage import absolute_location, default_savepoint_root, job_directory
 from ...names import ensure_under, validate_job_id, validate_job_name
 from ...plan.graph import ExecutionGraph
-from ...plan.job import JobConfig, JobResult
+from ...plan.job import EMPTY_STATE, JobConfig, JobResult, Restore, RestoreKind
 from ...protocol import ProtocolError
 from ...protocol import frames as P
 from ...protocol import messages as M
@@ -176,7 +176,7 @@ class JobMaster:
         self.promoter = Promoter(self)
 
     # -- public ---------------------------------------------------------------------------
-    def run(self, *, restore: str | None = None, allow_non_restored_state: bool = False,
+    def run(self, *, restore: Restore = EMPTY_STATE, allow_non_restored_state: bool = False,
             job_id: str | None = None, claim_mode: str = "NO_CLAIM",
             trust_snapshot: bool = False) -> JobResult:
         p, graph = self.config, self.graph
@@ -188,12 +188,15 @@ class JobMaster:
         store = MetadataStore(p.metadata_url)
         self.restore_owner = None
         try:
-            if standby.is_standby(restore):  # the application is up: wait for the hand-over
-                assert restore is not None
-                # its id now: the standby's READY row (what Airflow waits for) is under it
-                job_id = validate_job_id(job_id or uuid.uuid4().hex)
-                restore, self.restore_owner = standby.wait_for_handover(
-                    store, restore, job_id=job_id, job_name=p.name)
+            match restore.kind:
+                case RestoreKind.STANDBY:  # the application is up: wait for the hand-over
+                    # its id now: the standby's READY row (what Airflow waits for) is under it
+                    job_id = validate_job_id(job_id or uuid.uuid4().hex)
+                    location, self.restore_owner = standby.wait_for_handover(
+                        store, restore, job_id=job_id, job_name=p.name)
+                    restore = Restore(RestoreKind.PATH, location)
+                case RestoreKind.NONE | RestoreKind.LATEST | RestoreKind.PATH:
+                    pass
             return self._run(graph, store, restore, job_id)
         finally:
             store.close()
@@ -205,7 +208,7 @@ class JobMaster:
         ended: its uncommitted records are replayed by this job. A predecessor that still
         runs (blue-green) keeps its staged files."""
         initial = self.initial
-        pred = initial.doc.get("job_id") if initial is not None else None
+        pred = initial.metadata.job_id if initial is not None else None
         if not pred or pred == self.job_id:
             return
         rec = self.store.get_job(pred)
@@ -216,7 +219,7 @@ class JobMaster:
                 if n.kind == "sink" and n.uid and isinstance(n.payload, SupportsFencing):
                     n.payload.discard_staged_of_job(n.uid, pred)
 
-    def _run(self, graph: ExecutionGraph, store: MetadataStore, restore: str | None,
+    def _run(self, graph: ExecutionGraph, store: MetadataStore, restore: Restore,
              job_id: str | None) -> JobResult:
         p = self.config
         job_id = validate_job_id(job_id or uuid.uuid4().hex)
@@ -254,7 +257,7 @@ class JobMaster:
                       "%s", self.job_id, db_exc)
 
     def _start(self, graph: ExecutionGraph, store: MetadataStore,
-               restore: str | None) -> LoadedSnapshot | None:
+               restore: Restore) -> LoadedSnapshot | None:
         """Everything between the job row and the first attempt; returns the snapshot the
         job starts from."""
         p, job_id, job_dir = self.config, self.job_id, self.job_dir
@@ -299,8 +302,8 @@ class JobMaster:
             # The new job owns the restored snapshot: it is retained, then subsumed and
             # deleted like the job's own checkpoints. (NO_CLAIM never deletes it.)
             self.coordinator.add_completed(CompletedCheckpoint(
-                initial.checkpoint_id, initial.doc.get("kind", "CHECKPOINT"), initial.directory,
-                0, 0, 0, claimed=True, job_id=initial.doc.get("job_id")))
+                initial.checkpoint_id, initial.metadata.kind, initial.directory,
+                0, 0, 0, claimed=True, job_id=initial.metadata.job_id))
         self.control = ControlPlane(
             store=store, job_id=job_id, coordinator=self.coordinator,
             savepoint_root=p.checkpoint.savepoint_directory

@@ -110,7 +110,7 @@ class Promoter:
         snapshot = m.trust.load(location)
         if unfence and snapshot_is_fenced(snapshot.metadata.operators):
             raise RestoreError(fenced_restore_error(snapshot.directory))
-        owner = snapshot.doc.get("job_id")
+        owner = snapshot.metadata.job_id
         if owner and owner != m.job_id:
             rec = m.store.get_job(owner)
             if rec is not None and not rec.is_terminal:
