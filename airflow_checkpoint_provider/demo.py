@@ -9,7 +9,7 @@ import sys
 import time
 
 from airflow_checkpoint_provider.engine import read_committed
-from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.client import JobStatus, MetadataStore
 from airflow_checkpoint_provider.examples.running_sum import build
 
 
@@ -37,7 +37,7 @@ def main() -> int:
         print(f"    chk-{c.checkpoint_id:<4} {c.status:<10} {c.duration_ms or 0:>5} ms "
               f"{c.state_size or 0:>9} bytes")
     print(f"Inspect one: .venv/bin/ckpt inspect {result.latest_checkpoint}")
-    return 0 if result.status == "FINISHED" else 1
+    return 0 if result.status == JobStatus.FINISHED else 1
 
 
 if __name__ == "__main__":

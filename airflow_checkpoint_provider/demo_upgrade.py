@@ -28,7 +28,12 @@ import sys
 import time
 from collections.abc import Callable
 
-from airflow_checkpoint_provider.engine.catalog import MetadataStore, upgrade_database
+from airflow_checkpoint_provider.engine.client import (
+    CheckpointStatus,
+    JobStatus,
+    MetadataStore,
+    upgrade_database,
+)
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 BIN = os.path.dirname(sys.executable)
@@ -151,7 +156,7 @@ def main() -> int:
         raise SystemExit(f"demo: v1 did not start; see {log_path}")
     store = MetadataStore(db_url, migrate=False)
     v1 = store.resolve_job("versioned-sum")
-    _wait(lambda: len(store.list_checkpoints(v1.job_id, status="COMPLETED")) >= 2
+    _wait(lambda: len(store.list_checkpoints(v1.job_id, status=CheckpointStatus.COMPLETED)) >= 2
           or store.get_job(v1.job_id).is_terminal, 120, "v1's first checkpoints",
           what="waiting for v1's first checkpoints")
     print(f"    v1 {v1.job_id} RUNNING on Spark app {store.get_job(v1.job_id).spark_app_id}")
@@ -170,13 +175,13 @@ def main() -> int:
     v1 = store.get_job(v1.job_id)
     v2 = store.resolve_job("versioned-sum")
     savepoints = [c for c in store.list_checkpoints(v1.job_id, kind="SAVEPOINT")
-                  if c.status == "COMPLETED"]
-    ok = (rc == 0 and v1.status == "STOPPED" and savepoints and v2.job_id != v1.job_id
-          and v2.status == "RUNNING" and v2.restored_from == savepoints[-1].location)
+                  if c.status == CheckpointStatus.COMPLETED]
+    ok = (rc == 0 and v1.status == JobStatus.STOPPED and savepoints and v2.job_id != v1.job_id
+          and v2.status == JobStatus.RUNNING and v2.restored_from == savepoints[-1].location)
     first = None
     if ok:
         started = store.list_attempts(v2.job_id)[-1].started_at
-        first = next((c for c in store.list_checkpoints(v2.job_id, status="COMPLETED")
+        first = next((c for c in store.list_checkpoints(v2.job_id, status=CheckpointStatus.COMPLETED)
                       if c.trigger_time >= started), None)
     report = os.path.join(root, f"report-{v2.job_id}.html")
     _run([os.path.join(BIN, "ckpt"), "report", v2.job_id, "--out", report], env, 120, log_path,
@@ -193,7 +198,7 @@ def main() -> int:
     print(f"    checkpoint report: {report}")
     print(f"    metadata DB:       {db_url}  (ckpt jobs --db {db_url})")
     print(f"    Airflow logs:      {os.path.join(home, 'logs')}")
-    if v2.status == "RUNNING":
+    if v2.status == JobStatus.RUNNING:
         store.submit_control_request(v2.job_id, "CANCEL", {})
         _wait(lambda: store.get_job(v2.job_id).is_terminal, 60, "v2 to be cancelled")
         print(f"    v2 cancelled at the end of the demo ({store.get_job(v2.job_id).status})")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_checkpoint_provider.engine.client import CheckpointStatus
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
 from airflow_checkpoint_provider.ownership import DagAccess, allowed_dags, dag_access
 from airflow_checkpoint_provider.triggers.conditions import ERROR, SUCCESS, TIMEOUT, Outcome
@@ -197,7 +198,7 @@ class CheckpointBaseOperator(BaseOperator):
             rec = self.hook.get_conn().checkpoint_at(str(location))
         except Exception:  # noqa: BLE001 - only an explanation
             return ""
-        if rec is None or rec.status != "SUBSUMED":
+        if rec is None or rec.status != CheckpointStatus.SUBSUMED:
             return ""
         return (f" (cause: checkpoint {rec.checkpoint_id} of job {rec.job_id} was subsumed -- "
                 "retired and deleted by its still-running job once newer checkpoints "

@@ -22,6 +22,7 @@ from airflow_checkpoint_provider.assets import (
 )
 from airflow_checkpoint_provider.engine.client import (
     ControlRequestRecord,
+    ControlRequestStatus,
     JobStatus,
     absolute_location,
 )
@@ -29,7 +30,7 @@ from airflow_checkpoint_provider.hooks.launcher import find_launch
 from airflow_checkpoint_provider.links.checkpoint import CheckpointHistoryLink
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 from airflow_checkpoint_provider.triggers.checkpoint import ControlRequestTrigger
-from airflow_checkpoint_provider.triggers.conditions import check_control_request
+from airflow_checkpoint_provider.triggers.conditions import SUCCESS, check_control_request
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -64,7 +65,7 @@ class _ControlRequestOperator(CheckpointBaseOperator):
         """Insert the request (or find this task instance's earlier one); fail with the
         job's status if it takes no requests."""
         earlier, key = self._earlier_request(self.idempotency_key(context))
-        if earlier is not None and earlier.status == "FAILED":
+        if earlier is not None and earlier.status == ControlRequestStatus.FAILED:
             self.log.warning("The %s request %s of an earlier try of this task failed (%s): "
                              "submitting a new one", earlier.action, earlier.request_id,
                              earlier.error)
@@ -309,7 +310,7 @@ class StopWithSavepointOperator(_ControlRequestOperator):
         task exists to hand over, so it is the result, decided from the metadata DB; a new
         request would only fail on the STOPPED job, every retry alike."""
         earlier, _ = self._earlier_request(self.idempotency_key(context))
-        if earlier is None or earlier.status != "FAILED":
+        if earlier is None or earlier.status != ControlRequestStatus.FAILED:
             return None
         store = self.hook.get_conn()
         job = store.get_job(earlier.job_id)
@@ -326,7 +327,7 @@ class StopWithSavepointOperator(_ControlRequestOperator):
         context["ti"].xcom_push(key="job_id", value=job.job_id)
         context["ti"].xcom_push(key="request_id", value=earlier.request_id)
         self.job_id = job.job_id
-        return {"status": "success", "job_id": job.job_id, "request_id": earlier.request_id,
+        return {"status": SUCCESS, "job_id": job.job_id, "request_id": earlier.request_id,
                 "checkpoint_id": final.checkpoint_id, "location": final.location,
                 "kind": final.kind, "job_status": job.status,
                 "message": f"job {job.job_name} ({job.job_id}) is STOPPED with its final "
@@ -425,7 +426,7 @@ class CancelJobOperator(_ControlRequestOperator):
                                      method_name="savepoint_complete")
 
     def savepoint_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        if (event or {}).get("status") == "success":
+        if (event or {}).get("status") == SUCCESS:
             context["ti"].xcom_push(key="savepoint_path", value=event.get("location"))
             self.log.info("Stopped with a savepoint instead of cancelling: %s", event["message"])
             return event["job_id"]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_checkpoint_provider.engine.client import JobStatus, absolute_location
 from airflow_checkpoint_provider.operators.control import _ControlRequestOperator
+from airflow_checkpoint_provider.triggers.conditions import SUCCESS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -83,7 +84,7 @@ class PromoteInPlaceOperator(_ControlRequestOperator):
         return super().execute(context)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        if self.fallback and (event or {}).get("status") != "success":
+        if self.fallback and (event or {}).get("status") != SUCCESS:
             return self._not_promoted(context, (event or {}).get("message") or str(event))
         event = self.check_event(event)
         self.log.info("%s", event["message"])

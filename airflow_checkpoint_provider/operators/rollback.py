@@ -21,14 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_checkpoint_provider.engine.client import ACTIVE_JOB_STATUSES, JobStatus
+from airflow_checkpoint_provider.engine.client import (
+    ACTIVE_JOB_STATUSES,
+    CheckpointStatus,
+    JobStatus,
+)
 from airflow_checkpoint_provider.hooks.job_env import pipeline_env
 from airflow_checkpoint_provider.operators.base import CheckpointBaseOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-DONE = ("COMPLETED", "SUBSUMED")
+DONE = (CheckpointStatus.COMPLETED, CheckpointStatus.SUBSUMED)
 #: statuses of a job that ran its sinks' final commit
 ENDED_COMMITTED = (JobStatus.FINISHED, JobStatus.STOPPED)
 

@@ -137,7 +137,7 @@ class StopForUpgradeOperator(StopWithSavepointOperator):
         return super().execute(context)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        if (event or {}).get("status") == "success" or self._mode() != SAVEPOINT_OR_LAST_STATE:
+        if (event or {}).get("status") == SUCCESS or self._mode() != SAVEPOINT_OR_LAST_STATE:
             return super().execute_complete(context, event)
         return self._last_state(context, reason=f"the savepoint failed: "
                                 f"{(event or {}).get('message') or event}")
@@ -166,12 +166,12 @@ class StopForUpgradeOperator(StopWithSavepointOperator):
         if job.status not in ACTIVE_JOB_STATUSES:
             self.log.info("Job %s (%s) is %s already: nothing to cancel", job.job_name,
                           job.job_id, job.status)
-            return self.last_state_complete(context, {"status": "success", "job_id": job.job_id,
+            return self.last_state_complete(context, {"status": SUCCESS, "job_id": job.job_id,
                                                       "message": f"job is {job.status}"})
         request_id = self.find_or_submit(context, job.job_id, "CANCEL", {},
                                          key_suffix="last-state")
         if request_id is None:  # it ended meanwhile
-            return self.last_state_complete(context, {"status": "success", "job_id": job.job_id,
+            return self.last_state_complete(context, {"status": SUCCESS, "job_id": job.job_id,
                                                       "message": "job ended"})
         self.log.info("Cancelling job %s (%s) for a last-state upgrade (request %s)",
                       job.job_name, job.job_id, request_id)

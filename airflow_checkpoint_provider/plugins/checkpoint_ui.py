@@ -263,11 +263,13 @@ def job_page(job_id: str, access: AccessDep) -> HTMLResponse:
 
 @app.get("/chains/{job_id}", response_class=HTMLResponse)
 def chain_page(job_id: str, access: AccessDep) -> HTMLResponse:
+    from airflow_checkpoint_provider.engine.client import CheckpointStatus
+
     store = _store()
     chain = _visible_chain(store, job_id, access)
     points = [(c.checkpoint_id, float(c.duration_ms or 0), j.job_id) for j in chain
               for c in store.list_checkpoints(j.job_id)
-              if c.status in ("COMPLETED", "SUBSUMED")]
+              if c.status in (CheckpointStatus.COMPLETED, CheckpointStatus.SUBSUMED)]
     body = Markup(_CHAIN.render(p=URL_PREFIX, job_id=job_id, chain=chain,
                                 chart=_duration_chart(points)))
     return _page(f"Upgrade chain of {job_id}", body)

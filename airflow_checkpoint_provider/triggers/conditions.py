@@ -15,6 +15,8 @@ from typing import Any
 
 from airflow_checkpoint_provider.engine.client import (
     ACTIVE_JOB_STATUSES,
+    CheckpointStatus,
+    ControlRequestStatus,
     JobRecord,
     JobStatus,
     MetadataStore,
@@ -31,7 +33,7 @@ from airflow_checkpoint_provider.ownership import DagAccess
 #: Event statuses a trigger may fire; ``execute_complete`` fails on anything else.
 SUCCESS, ERROR, TIMEOUT = "success", "error", "timeout"
 #: Checkpoint statuses of checkpoints that did complete (SUBSUMED = completed, then retired).
-DONE_CHECKPOINT_STATUSES = ("COMPLETED", "SUBSUMED")
+DONE_CHECKPOINT_STATUSES = (CheckpointStatus.COMPLETED, CheckpointStatus.SUBSUMED)
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ def check_control_request(store: MetadataStore, request_id: str, *,
                             "action": req.action, "job_status": job.status})
     result = dict(req.result or {})
     payload = {"request_id": request_id, "job_id": req.job_id, "action": req.action, **result}
-    if req.status == "SUCCEEDED":
+    if req.status == ControlRequestStatus.SUCCEEDED:
         where = f" at {result['location']}" if result.get("location") else ""
         message = f"{req.action} request {request_id} of job {req.job_id} succeeded{where}"
         if then_job_states:

@@ -35,6 +35,7 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+from airflow_checkpoint_provider.triggers.conditions import SUCCESS
 
 
 class CheckpointCommittedEventTrigger(BaseEventTrigger):
@@ -99,7 +100,7 @@ class CheckpointCommittedEventTrigger(BaseEventTrigger):
                                                                            c.location):
                         continue
                     yield TriggerEvent({
-                        "status": "success", "job_name": self.job_name, "job_id": c.job_id,
+                        "status": SUCCESS, "job_name": self.job_name, "job_id": c.job_id,
                         "checkpoint_id": c.checkpoint_id, "kind": str(c.kind),
                         "location": c.location,
                         "complete_time": c.complete_time.isoformat() if c.complete_time else None})

@@ -53,7 +53,7 @@ from .db import (
     upgrade_database,
 )
 from .jobs import ACTIVE_JOB_STATUSES, Jobs, heartbeat_timeout
-from .models import TERMINAL_JOB_STATUSES, JobStatus
+from .models import TERMINAL_JOB_STATUSES, CheckpointStatus, ControlRequestStatus, JobStatus
 from .pins import SavepointPins
 from .records import (
     AttemptRecord,
@@ -193,7 +193,9 @@ __all__ = [
     "MIGRATIONS_DIR",
     "AttemptRecord",
     "CheckpointRecord",
+    "CheckpointStatus",
     "ControlRequestRecord",
+    "ControlRequestStatus",
     "JobRecord",
     "JobStatus",
     "MetadataSchemaError",
