@@ -19,8 +19,9 @@ metadata DB) are given. The alternatives change one group of settings each:
 ``parquet_batch_size=65536``: the Nexmark table's settings) and ``tuned-10s`` (both, and
 checkpoints every 10 s instead of 1 s: the throughput setting, a longer wait for committed
 output); ``tuned`` (both at 1 s), ``batch-size`` and ``parquet-batches`` (each batch setting
-alone) and ``incremental`` (``heap_incremental=True``) on request, to tell which setting a
-cost comes from. "Best" is the alternative with the highest rate in the
+alone) and ``incremental`` (``heap_incremental=True``) and ``checkpoints-10s`` (the default with
+checkpoints every 10 s: what the checkpoints cost) on request, to tell which setting a cost
+comes from. "Best" is the alternative with the highest rate in the
 first repetition, in which every variant runs (in an order rotated per job); each further
 repetition runs the default and that best back to back (alternating which goes first).
 The ratio default / best is the median over the repetitions of the ratio of the two runs
@@ -74,6 +75,7 @@ VARIANTS: dict[str, dict] = {
     "incremental": {"heap_incremental": True},
     "batch-size": {"batch_size": 8192},
     "parquet-batches": {"parquet_batch_size": 65_536},
+    "checkpoints-10s": {"interval_ms": 10_000},
 }
 #: the variants a run measures unless ``--variants`` says otherwise (the others of
 #: ``VARIANTS`` tell which setting a cost comes from)
