@@ -13,18 +13,19 @@ from typing import Any, Protocol
 
 from .errors import ConfigurationError
 from .plan.graph import ExecutionGraph
-from .plan.job import JobConfig, JobResult
+from .plan.job import JobConfig, JobResult, Restore
 
 
 class Runner(Protocol):
-    """What a runner offers the DSL: run an execution graph with a job config."""
+    """What a runner offers the DSL: run an execution graph with a job config. ``restore``
+    is a :class:`~.plan.job.Restore` (``Pipeline.run`` parsed its text form)."""
 
     def run(
         self,
         graph: ExecutionGraph,
         config: JobConfig,
         *,
-        restore: str | None,
+        restore: Restore,
         allow_non_restored_state: bool,
         job_id: str | None,
         claim_mode: str = ...,

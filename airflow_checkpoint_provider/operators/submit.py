@@ -17,6 +17,7 @@ from airflow_checkpoint_provider.engine.client import (
     InvalidNameError,
     JobStatus,
     Restore,
+    RestoreKind,
     RunRequest,
     heartbeat_timeout,
     validate_job_name,
@@ -31,6 +32,7 @@ from airflow_checkpoint_provider.triggers.checkpoint import (
 )
 from airflow_checkpoint_provider.triggers.conditions import (
     ACTIVE_JOB_STATUSES,
+    SUCCESS,
     check_checkpoint_completed,
     check_job_state,
     describe_job,
@@ -312,8 +314,12 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             validate_job_name(self.job_name, "job_name")
         except InvalidNameError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from exc
+        try:  # the text form, parsed once: everything below matches on its kind
+            requested = Restore.parse(_optional(self.restore))
+        except EngineError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from exc
         standby = self.wait_for == "standby_ready"
-        if standby and not str(self.restore or "").startswith("standby:"):
+        if standby and requested.kind is not RestoreKind.STANDBY:
             raise AirflowException(f"{self.task_id}: wait_for='standby_ready' needs "
                                    f"restore='standby:JOB', not {self.restore!r}")
         job = self.find_own_job(context)
@@ -337,25 +343,30 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             job_id = job.job_id
         else:
             job_id = self.job_id_for(context, ti.try_number)
-            restore = self.restore_for_retry(context) if ti.try_number > 1 else None
-            self.reserve_owner(context, job_id, restore or _optional(self.restore))
-            job_id = self.launch(context, job_id, restore or _optional(self.restore))
+            resume = self.restore_for_retry(context) if ti.try_number > 1 else None
+            restore = Restore(RestoreKind.PATH, resume) if resume else requested
+            self.reserve_owner(context, job_id, restore)
+            job_id = self.launch(context, job_id, restore)
         ti.xcom_push(key="job_id", value=job_id)
         ti.xcom_push(key="job_name", value=self.job_name)
         return self.wait(context, job_id)
 
-    def reserve_owner(self, context: Context, job_id: str, restore: str | None) -> None:
+    def reserve_owner(self, context: Context, job_id: str,
+                      restore: Restore | str | None) -> None:
         """Make the job this task launches under ``job_id`` belong to this DAG (and run)
         from its first row on: the job's row takes its owner from this reservation when the
         driver creates it. Before that, refuse a job name another DAG's jobs hold (the name
         leads to their checkpoints with ``restore="latest"``, and to their running job), a
         standby of another DAG's job and a snapshot the metadata DB knows as another DAG's."""
         self.hook.check_name_owned(self.job_name, "start or restore")
-        restore = str(restore) if restore else ""
-        if restore.startswith("standby:"):
-            self.hook.resolve_job(restore[len("standby:"):])
-        elif restore and restore != "latest":
-            self.check_location_owned(restore, "restore", missing_ok=True)
+        restore = Restore.parse(restore)
+        match restore.kind:
+            case RestoreKind.STANDBY:
+                self.hook.resolve_job(str(restore.target))
+            case RestoreKind.PATH:
+                self.check_location_owned(str(restore.target), "restore", missing_ok=True)
+            case RestoreKind.NONE | RestoreKind.LATEST:
+                pass
         if self.access is None:
             return
         owner = self.hook.get_conn().reserve_job_owner(job_id, self.access.dag_id,
@@ -364,7 +375,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             raise AirflowException(f"{self.task_id}: job id {job_id} is reserved for DAG "
                                    f"{owner!r}, not {self.access.dag_id!r}")
 
-    def run_request(self, job_id: str, restore: str | None) -> RunRequest:
+    def run_request(self, job_id: str, restore: Restore | str | None) -> RunRequest:
         """The engine's request for this run: the one form the job's options take from this
         operator to the job's checkpoint coordinator (serialized once, as the arguments of
         ``ckpt run``)."""
@@ -379,7 +390,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
                 savepoint_directory=_optional(self.savepoint_dir)),
             restart=_optional(self.restart), runner=self.runner)
 
-    def launch(self, context: Context, job_id: str, restore: str | None) -> str:
+    def launch(self, context: Context, job_id: str, restore: Restore) -> str:
         # env_vars checked against env_schema when the DAG author gave one, plus the URIs of
         # the connections env_from_connections names, each id one of allowed_connections
         # (resolved in this worker, masked in logs, in the job's environment, never argv);
@@ -402,7 +413,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
             env_vars=env_vars, **self.spark_kwargs)
         self._submit_hook = hook
         self.log.info("Submitting job %s (%s) of %s%s", self.job_name, job_id, self.pipeline,
-                      f", restoring {restore}" if restore else "")
+                      f", restoring {restore.text}" if restore.text else "")
         if self._blocking:
             try:
                 hook.submit_blocking()
@@ -418,7 +429,8 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
         try:
             info = hook.submit_detached(timeout=self.start_timeout, until=until)
         except AirflowException as exc:
-            cause = self.why_missing(restore, str(exc))
+            cause = self.why_missing(restore.target if restore.kind is RestoreKind.PATH
+                                     else None, str(exc))
             if not cause:
                 raise
             raise AirflowException(f"{exc}{cause}") from exc
@@ -470,7 +482,7 @@ class SubmitCheckpointedJobOperator(CheckpointBaseOperator):
     def standby_ready_complete(self, context: Context, event: dict[str, Any]) -> str:
         """Callback of the standby's wait: the job id once it is ready (``ready_at`` and
         ``waits_for_job_id`` to XCom); fail on anything else, naming why."""
-        if not event or event.get("status") != "success":
+        if not event or event.get("status") != SUCCESS:
             # the standby will not take over: make sure it no longer waits either
             job_id = (event or {}).get("job_id") or context["ti"].xcom_pull(
                 task_ids=self.task_id, key="job_id")

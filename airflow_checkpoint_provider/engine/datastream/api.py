@@ -33,7 +33,7 @@ from ..names import validate_job_id, validate_job_name
 from ..plan.functions import KeyedProcessFunction
 from ..plan.graph import BROADCAST, FORWARD, HASH, REBALANCE, Edge, ExecutionGraph, JobGraph, Node
 from ..plan.graph import build_execution_graph as _build
-from ..plan.job import JobConfig, JobResult
+from ..plan.job import JobConfig, JobResult, Restore
 from ..settings import METADATA_URL
 from ..state.descriptors import StateDescriptor
 from .broadcast import BroadcastConnectedStream, BroadcastStream
@@ -180,7 +180,7 @@ class Pipeline:
             arrow_batch_size=self.arrow_batch_size)
 
     # -- running -------------------------------------------------------------------------
-    def run(self, runner: str = "local", *, restore: str | None = None,
+    def run(self, runner: str = "local", *, restore: str | Restore | None = None,
             allow_non_restored_state: bool = False, job_id: str | None = None,
             claim_mode: str = "NO_CLAIM", trust_snapshot: bool = False,
             fence_sinks: bool = False, **runner_options) -> JobResult:
@@ -190,7 +190,10 @@ class Pipeline:
             (one Spark barrier stage; options ``spark=SparkSession``, ``master="local[4]"``,
             ``coordinator_host``, ``coordinator_port``).
         :param restore: ``None`` (fresh state), ``"latest"`` (the latest completed checkpoint
-            of any job with this name, if there is one) or a checkpoint/savepoint path.
+            of any job with this name, if there is one), a checkpoint/savepoint path,
+            ``"standby:JOB"`` (wait for job ``JOB`` to end, then restore what it left) or a
+            :class:`~..plan.job.Restore`. The text form is parsed here, once; the runner and
+            the job master get the :class:`~..plan.job.Restore`.
         :param allow_non_restored_state: drop state of snapshot operators whose uid is not in
             the pipeline instead of failing the restore.
         :param claim_mode: ``"NO_CLAIM"`` (default: the restored snapshot is never deleted by
@@ -213,7 +216,8 @@ class Pipeline:
         if fence_sinks:
             config = dataclasses.replace(config, fence_sinks=True)
         return create_runner(runner, **runner_options).run(
-            self.execution_graph(), config, restore=restore, allow_non_restored_state=allow_non_restored_state,
+            self.execution_graph(), config, restore=Restore.parse(restore),
+            allow_non_restored_state=allow_non_restored_state,
             job_id=job_id, claim_mode=claim_mode, trust_snapshot=trust_snapshot,
         )
 

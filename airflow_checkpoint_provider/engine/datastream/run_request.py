@@ -18,82 +18,15 @@ environment (``$CKPT_METADATA_URL``) only.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import CheckpointConfig, RestartStrategy
 from ..errors import ConfigurationError
+from ..plan.job import STANDBY_PREFIX, Restore, RestoreKind
 
 if TYPE_CHECKING:
     from .api import Pipeline
-
-#: the prefix of a standby restore in its text form (``standby:JOB``)
-STANDBY_PREFIX = "standby:"
-
-
-class RestoreKind(enum.StrEnum):
-    """What a job starts from."""
-
-    #: empty state
-    NONE = "none"
-    #: the newest completed checkpoint of any job of the name that verifies
-    LATEST = "latest"
-    #: a checkpoint or savepoint directory
-    PATH = "path"
-    #: start now, wait until another job ended, then restore what it left (its stop
-    #: savepoint, else its latest checkpoint)
-    STANDBY = "standby"
-
-
-@dataclass(frozen=True)
-class Restore:
-    """What a job starts from: a :class:`RestoreKind` and, for ``PATH`` and ``STANDBY``,
-    its target (the snapshot's path, or the job id or name waited for)."""
-
-    kind: RestoreKind = RestoreKind.NONE
-    target: str | None = None
-
-    def __post_init__(self) -> None:
-        needs_target = self.kind in (RestoreKind.PATH, RestoreKind.STANDBY)
-        if needs_target and not (self.target and self.target.strip()):
-            raise ConfigurationError(
-                f"restore {self.kind.value!r} needs a target: "
-                + ("standby:JOB_ID or standby:JOB_NAME" if self.kind == RestoreKind.STANDBY
-                   else "the path of a checkpoint or savepoint"))
-        if not needs_target and self.target is not None:
-            raise ConfigurationError(f"restore {self.kind.value!r} takes no target "
-                                     f"(got {self.target!r})")
-
-    @classmethod
-    def parse(cls, value: str | Restore | None) -> Restore:
-        """The text form (``None``/``""``/``"none"``, ``"latest"``, ``"standby:JOB"`` or a
-        path), as ``ckpt run --restore`` and ``Pipeline.run(restore=)`` take it."""
-        if isinstance(value, Restore):
-            return value
-        text = "" if value is None else str(value).strip()
-        if text in ("", "none"):
-            return cls()
-        if text == "latest":
-            return cls(RestoreKind.LATEST)
-        if text.startswith(STANDBY_PREFIX):
-            return cls(RestoreKind.STANDBY, text[len(STANDBY_PREFIX):].strip())
-        return cls(RestoreKind.PATH, text)
-
-    @property
-    def text(self) -> str | None:
-        """The text form :meth:`parse` reads (``None`` for empty state)."""
-        match self.kind:
-            case RestoreKind.NONE:
-                return None
-            case RestoreKind.LATEST:
-                return "latest"
-            case RestoreKind.STANDBY:
-                return f"{STANDBY_PREFIX}{self.target}"
-            case RestoreKind.PATH:
-                return self.target
-        raise AssertionError(self.kind)  # pragma: no cover - every kind is matched
-
 
 @dataclass(frozen=True)
 class CheckpointOverrides:
@@ -203,7 +136,7 @@ class RunRequest:
     def run_options(self) -> dict[str, Any]:
         """The keyword arguments of :meth:`Pipeline.run` (after ``runner``)."""
         options: dict[str, Any] = {
-            "restore": self.restore.text, "job_id": self.job_id,
+            "restore": self.restore, "job_id": self.job_id,
             "allow_non_restored_state": self.allow_non_restored_state,
             "trust_snapshot": self.trust_snapshot, "fence_sinks": self.fence_sinks,
             "coordinator_port": self.coordinator_port, "metrics_port": self.metrics_port}
@@ -212,4 +145,4 @@ class RunRequest:
         return options
 
 
-__all__ = ["CheckpointOverrides", "Restore", "RestoreKind", "RunRequest"]
+__all__ = ["STANDBY_PREFIX", "CheckpointOverrides", "Restore", "RestoreKind", "RunRequest"]

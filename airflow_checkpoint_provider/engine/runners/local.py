@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Sequence
 
 from ..plan.graph import ExecutionGraph
-from ..plan.job import JobConfig, JobResult
+from ..plan.job import JobConfig, JobResult, Restore
 from ..runtime.host.auth import SECRET_ENV
 from ..runtime.host.forkserver import SLOT_MODULE, ForkClient, ForkServerError
 from ..settings import SLOT_FORK_SERVER
@@ -206,7 +206,8 @@ class LocalRunner:
         self.coordinator_port = coordinator_port
         self.master_options = master_options
 
-    def run(self, graph: ExecutionGraph, config: JobConfig, *, restore: str | None, allow_non_restored_state: bool,
+    def run(self, graph: ExecutionGraph, config: JobConfig, *, restore: Restore,
+            allow_non_restored_state: bool,
             job_id: str | None, claim_mode: str = "NO_CLAIM",
             trust_snapshot: bool = False) -> JobResult:
         master = JobMaster(graph, config, LocalProcessLauncher(slot_imports(graph)),

@@ -28,7 +28,7 @@ from ...connectors.capabilities import SupportsDiscardCommitted, SupportsRelocat
 from ...errors import CorruptCheckpointError, RestoreError, UnsafeRestoreFallbackError
 from ...fs.storage import default_savepoint_root
 from ...plan.graph import ExecutionGraph
-from ...plan.job import JobConfig
+from ...plan.job import JobConfig, Restore, RestoreKind
 from ...snapshot.codec import LoadedSnapshot
 from ...snapshot.verify import verify_snapshot
 from ...state.operator_state import OperatorStateStore
@@ -125,7 +125,7 @@ class RestorePlanner:
         self.graph = graph
         self.trust = trust
 
-    def resolve(self, store: MetadataStore, restore: str | None, config: JobConfig, *,
+    def resolve(self, store: MetadataStore, restore: Restore, config: JobConfig, *,
                 owner: str | None = None) -> LoadedSnapshot | None:
         """The snapshot to start from. An explicit path must verify and be trusted (signed
         with the key in use, see checkpoint/trust.py; else CorruptCheckpointError or a
@@ -137,25 +137,43 @@ class RestorePlanner:
         :class:`UnsafeRestoreFallbackError`); only then are the skipped checkpoints marked
         CORRUPT (a refusal, or a crash before the clean-up, leaves them COMPLETED: the next
         ``latest`` sees them and decides again). ``owner``: the job whose snapshot an
-        explicit path must be (a standby's hand-over); None: any job's."""
-        if restore is None:
-            return None
+        explicit path must be (a standby's hand-over); None: any job's. A standby restore
+        is resolved to a path by the job master first (it waits for the hand-over)."""
+        match restore.kind:
+            case RestoreKind.NONE:
+                return None
+            case RestoreKind.STANDBY:
+                raise RestoreError(f"restore {restore.text!r}: a standby restore is resolved "
+                                   "to the snapshot its predecessor left before the restore "
+                                   "plan is made (JobMaster.run)")
+            case RestoreKind.PATH:
+                assert restore.target is not None  # Restore checks that a path has one
+                return self._resolve_path(restore.target, config, owner)
+            case RestoreKind.LATEST:
+                return self._resolve_latest(store, config)
+
+    def _resolve_path(self, path: str, config: JobConfig,
+                      owner: str | None) -> LoadedSnapshot:
+        """An explicit path restores any job's snapshot; a standby's hand-over only the
+        snapshot of the job it waited for (``owner``, issue 50)."""
+        snapshot = self.trust.load(path, owner=owner)
+        if not config.fence_sinks and snapshot_is_fenced(snapshot.metadata.operators):
+            raise RestoreError(fenced_restore_error(snapshot.directory))
+        self.check_snapshot(snapshot)
+        check_restore_plan(
+            self.graph,
+            snapshot,
+            job_name=config.name,
+            discard={},
+            what=f"restoring {snapshot.directory}",
+        )
+        return snapshot
+
+    def _resolve_latest(self, store: MetadataStore,
+                        config: JobConfig) -> LoadedSnapshot | None:
+        """The newest completed checkpoint of any job of this name that verifies (see
+        :meth:`resolve`)."""
         trust = self.trust
-        if restore != "latest":
-            # an explicit path restores any job's snapshot; a standby's hand-over only the
-            # snapshot of the job it waited for (issue 50)
-            snapshot = trust.load(restore, owner=owner)
-            if not config.fence_sinks and snapshot_is_fenced(snapshot.metadata.operators):
-                raise RestoreError(fenced_restore_error(snapshot.directory))
-            self.check_snapshot(snapshot)
-            check_restore_plan(
-                self.graph,
-                snapshot,
-                job_name=config.name,
-                discard={},
-                what=f"restoring {snapshot.directory}",
-            )
-            return snapshot
         name = config.name
         bad: list[tuple[CheckpointRecord, str]] = []
         chosen: tuple[CheckpointRecord, LoadedSnapshot] | None = None

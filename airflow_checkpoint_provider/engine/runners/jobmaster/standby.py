@@ -32,37 +32,32 @@ import time
 
 from ...catalog import MetadataStore, StandbyCanceled, StandbyStatus
 from ...errors import ConfigurationError, RestoreError
+from ...plan.job import Restore, RestoreKind
 
 log = logging.getLogger(__name__)
 
-PREFIX = "standby:"
 #: how often the standby reads the job's status
 POLL_SECONDS = 0.1
 
 
-def is_standby(restore: str | None) -> bool:
-    return bool(restore) and str(restore).startswith(PREFIX)
-
-
-def wait_for_handover(store: MetadataStore, restore: str, *, job_id: str | None = None,
+def wait_for_handover(store: MetadataStore, restore: Restore, *, job_id: str | None = None,
                       job_name: str | None = None,
                       poll_seconds: float = POLL_SECONDS) -> tuple[str, str]:
-    """Block until the job named by ``restore`` (``standby:JOB``) ended; return the snapshot
-    to restore and the id of that job, whose snapshot it must be (see the module
-    docstring). With ``job_id`` (the id the standby will run under) the wait is recorded in
-    ``standbys``: ``READY`` first, then how it ended; a cancellation requested there ends it
-    with :class:`StandbyCanceled`."""
-    ref = restore[len(PREFIX):].strip()
-    if not ref:
-        raise ConfigurationError("restore 'standby:' needs a job: standby:JOB_ID or "
-                                 "standby:JOB_NAME")
+    """Block until the job named by ``restore`` (a standby restore, ``standby:JOB``) ended;
+    return the snapshot to restore and the id of that job, whose snapshot it must be (see
+    the module docstring). With ``job_id`` (the id the standby will run under) the wait is
+    recorded in ``standbys``: ``READY`` first, then how it ended; a cancellation requested
+    there ends it with :class:`StandbyCanceled`."""
+    if restore.kind is not RestoreKind.STANDBY or not restore.target:
+        raise ConfigurationError(f"restore {restore.text!r} is not a standby restore "
+                                 "(standby:JOB_ID or standby:JOB_NAME)")
     try:
-        job = store.resolve_job(ref)
+        job = store.resolve_job(restore.target)
     except LookupError as exc:
-        raise ConfigurationError(f"restore {restore!r}: {exc}") from exc
+        raise ConfigurationError(f"restore {restore.text!r}: {exc}") from exc
     if job.is_terminal:
         raise ConfigurationError(
-            f"restore {restore!r}: job {job.job_name} ({job.job_id}) is already {job.status}; "
+            f"restore {restore.text!r}: job {job.job_name} ({job.job_id}) is already {job.status}; "
             "a standby waits for a running job. Restore its savepoint or checkpoint by path, "
             "or 'latest'")
     if job_id is not None:

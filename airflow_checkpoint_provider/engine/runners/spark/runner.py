@@ -14,7 +14,7 @@ runs in is :func:`.session.session_for`'s.
 from __future__ import annotations
 
 from ...plan.graph import ExecutionGraph
-from ...plan.job import JobConfig, JobResult
+from ...plan.job import JobConfig, JobResult, Restore
 from ...settings import SPARK_SLOT_WAIT
 from ..jobmaster.master import JobMaster
 from .launcher import RELEASE_SECONDS, SparkBarrierLauncher
@@ -73,7 +73,8 @@ class SparkRunner:
             return session_for(self.spark_arg, job_name)
         return self.spark_arg
 
-    def run(self, graph: ExecutionGraph, config: JobConfig, *, restore: str | None, allow_non_restored_state: bool,
+    def run(self, graph: ExecutionGraph, config: JobConfig, *, restore: Restore,
+            allow_non_restored_state: bool,
             job_id: str | None, claim_mode: str = "NO_CLAIM",
             trust_snapshot: bool = False) -> JobResult:
         spark = self._session(config.name)
