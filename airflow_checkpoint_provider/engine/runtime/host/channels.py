@@ -20,8 +20,8 @@ from ...plan.graph import BROADCAST, FORWARD, HASH, REBALANCE
 from ...protocol import CheckpointBarrier
 from ...protocol import frames as P
 from ...serialization import pack_records, unpack_records, unpackb
-from ...state.keygroups import key_group_for
 from ...state.key_hashing import channels_for, key_groups_of
+from ...state.keygroups import key_group_for
 from ..batches import Batch, encode_arrow, split_by_channel
 from ..task.debloat import SenderCredit
 from ..task.mailbox import ChannelItem, ItemKind, Mailbox
@@ -135,10 +135,6 @@ class LocalChannel:
 class RecordWriter:
     """Partitions an output batch over the channels of one output edge."""
 
-    #: channel of each key group, for ``_channel_n`` channels (built on first use)
-    _channel_table: list[int]
-    _channel_n: int
-
     def __init__(self, partitioning: str, channels: list[OutputChannel | LocalChannel],
                  key_selector, max_parallelism: int, subtask: int, *,
                  side: str | None = None) -> None:
@@ -153,6 +149,9 @@ class RecordWriter:
         self._rr = subtask  # start round-robin at a different channel in each subtask
         #: records emitted so far (a source sizes its reads by what its chain emits here)
         self.emitted = 0
+        #: channel of each key group, for ``_channel_n`` channels (built on first use)
+        self._channel_table: list[int] = []
+        self._channel_n = 0
 
     def emit(self, records: Batch) -> None:
         """Send a batch: Arrow batches as Arrow IPC frames, lists of dicts as msgpack."""
@@ -208,8 +207,8 @@ class RecordWriter:
         return parts
 
     def _channel_of_group(self, n: int) -> list[int]:
-        table = getattr(self, "_channel_table", None)
-        if table is None or len(table) != self.max_parallelism or self._channel_n != n:
+        table = self._channel_table
+        if len(table) != self.max_parallelism or self._channel_n != n:
             m = self.max_parallelism
             table = self._channel_table = [g * n // m for g in range(m)]
             self._channel_n = n

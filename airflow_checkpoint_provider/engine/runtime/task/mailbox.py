@@ -65,7 +65,13 @@ class ItemKind(enum.StrEnum):
     CLOSED = "closed"
 
 
-#: ``(kind, channel, payload)`` from input channel ``channel``
+#: ``(kind, channel, payload)`` from input channel ``channel``. A plain tuple, not a
+#: dataclass, on purpose: one is made per batch and per event on the hot path (the reader
+#: threads, the in-slot senders, alignment's held-back queues) and read with ``item[0]``
+#: and ``item[1]`` before the task loop's ``match``; a tuple is built and indexed an order
+#: of magnitude faster than a frozen dataclass is built and read (~0.1 against ~1 µs per
+#: item under timeit, 2026-12). ``kind`` is the typed part (:class:`ItemKind`); control
+#: items, off the hot path, are dataclasses.
 ChannelItem = tuple[ItemKind, int, Any]
 
 

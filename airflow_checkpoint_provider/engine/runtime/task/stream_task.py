@@ -87,6 +87,11 @@ class StreamTask:
         self.valve = WatermarkValve(vertex.num_input_channels())
         self.watermark = MIN_WATERMARK          # the chain's input watermark
         self.operators: list[Operator] = []
+        #: set by _open: the operators with processing-time timers (by index) ...
+        self._timer_ops: list[int] = []
+        #: ... and, when a two-input operator heads the chain, the input (1 or 2) of each
+        #: input channel (``None``: one input)
+        self._input_of: list[int | None] | None = None
         self.counts: list[list[int]] = [[0, 0] for _ in vertex.nodes]  # records in/out per operator
         self._last_report = time.monotonic()
         self.finished = False
@@ -438,6 +443,8 @@ class StreamTask:
             if item is None:
                 continue
             held = self.checkpointing.held
+            # a channel item is a (kind, channel, payload) tuple, indexed: the hot path
+            # (mailbox.ChannelItem says why it is not a dataclass)
             if (type(item) is tuple and item[1] in held
                     and item[0] != ItemKind.UNALIGNED_BARRIER):
                 held[item[1]].append(item)  # behind a barrier: wait for alignment
