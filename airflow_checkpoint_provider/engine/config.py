@@ -33,8 +33,10 @@ class CheckpointingMode(enum.StrEnum):
 class CheckpointConfig:
     """Checkpointing options of a pipeline.
 
-    :param interval_ms: time between periodic checkpoints; ``None`` disables periodic
-        checkpoints (a final checkpoint still commits a bounded job's output).
+    :param interval_ms: time between periodic checkpoints; ``None`` or ``0`` disables
+        periodic checkpoints (a final checkpoint still commits a bounded job's output). ``0``
+        means the same here, on the command line (``ckpt run --interval-ms 0``), in Airflow
+        (``interval_ms=0``) and in a run request; it is stored as ``None``.
     :param timeout_ms: a checkpoint not completed within this time is expired (aborted).
     :param min_pause_ms: minimum time between the end of one checkpoint and the next trigger.
     :param max_concurrent: how many checkpoints may be in flight at once.
@@ -125,8 +127,11 @@ class CheckpointConfig:
             raise ConfigurationError(
                 f"checkpoint stall_timeout_ms must be an integer >= 100 or None (got "
                 f"{self.stall_timeout_ms!r})")
+        if self.interval_ms == 0 and not isinstance(self.interval_ms, bool):
+            object.__setattr__(self, "interval_ms", None)  # 0: no periodic checkpoints
         if self.interval_ms is not None and self.interval_ms < 10:
-            raise ConfigurationError(f"checkpoint interval_ms must be >= 10 (got {self.interval_ms})")
+            raise ConfigurationError(f"checkpoint interval_ms must be 0 (no periodic "
+                                     f"checkpoints) or >= 10 (got {self.interval_ms})")
         if self.timeout_ms <= 0:
             raise ConfigurationError(f"checkpoint timeout_ms must be > 0 (got {self.timeout_ms})")
         if self.min_pause_ms < 0:

@@ -33,7 +33,8 @@ class CheckpointOverrides:
     """Checkpoint options that win over the pipeline's own; ``None`` keeps the pipeline's.
 
     :param interval_ms: periodic checkpoint interval; ``0``: no periodic checkpoints (the
-        same meaning on the command line, in Airflow and here).
+        same meaning on the command line, in Airflow, here and in
+        :class:`~..config.CheckpointConfig`, which stores it as ``None``).
     :param directory: checkpoint root (local path or ``s3://bucket/prefix``).
     :param savepoint_directory: default target of savepoints.
     """
@@ -54,7 +55,7 @@ class CheckpointOverrides:
         """``config`` with these overrides."""
         changes: dict[str, Any] = {}
         if self.interval_ms is not None:
-            changes["interval_ms"] = self.interval_ms or None  # CheckpointConfig: None = off
+            changes["interval_ms"] = self.interval_ms  # 0: off, as in CheckpointConfig
         if self.directory:
             changes["directory"] = self.directory
         if self.savepoint_directory:

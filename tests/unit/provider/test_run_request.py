@@ -60,10 +60,19 @@ def test_zero_means_no_periodic_checkpoints_everywhere(tmp_path):
     assert request.checkpoint.interval_ms == 0 and request.restore.kind == RestoreKind.NONE
     parsed, config = _through_the_cli(request, tmp_path)
     assert parsed.checkpoint.interval_ms == 0
-    assert config.interval_ms is None  # CheckpointConfig's "off"
+    assert config.interval_ms is None  # CheckpointConfig stores "off" as None
     untouched = _operator().run_request("c" * 32, None)
     _, config = _through_the_cli(untouched, tmp_path)
     assert config.interval_ms == load_pipeline(PIPELINE).checkpoint.interval_ms
+
+
+def test_zero_is_accepted_by_the_checkpoint_config_with_the_same_meaning():
+    assert CheckpointConfig(interval_ms=0).interval_ms is None
+    assert CheckpointConfig(interval_ms=0) == CheckpointConfig(interval_ms=None)
+    assert CheckpointOverrides(interval_ms=0).apply(CheckpointConfig()).interval_ms is None
+    assert CheckpointOverrides(interval_ms=None).apply(CheckpointConfig()).interval_ms == 1000
+    with pytest.raises(ConfigurationError, match=r"must be 0 \(no periodic checkpoints\) or >= 10"):
+        CheckpointConfig(interval_ms=5)
 
 
 @pytest.mark.parametrize("text, kind, target", [
