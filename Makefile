@@ -154,6 +154,7 @@ ENGINE := airflow_checkpoint_provider/engine
 MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/datastream/api.py $(ENGINE)/execution.py $(ENGINE)/plan/specs.py $(ENGINE)/config.py $(ENGINE)/errors.py \
 	$(ENGINE)/packaging.py $(ENGINE)/snapshot $(ENGINE)/names.py $(ENGINE)/lifecycle/lineage.py \
 	$(ENGINE)/plan/job.py $(ENGINE)/protocol $(ENGINE)/catalog $(ENGINE)/checkpoint/coordinator.py $(ENGINE)/checkpoint/outcomes.py $(ENGINE)/checkpoint/held.py \
+	$(ENGINE)/checkpoint/trust.py $(ENGINE)/checkpoint/ownership.py $(ENGINE)/lifecycle/savepoints.py \
 	$(ENGINE)/checkpoint/db_writer.py $(ENGINE)/runners \
 	$(ENGINE)/state/backend.py $(ENGINE)/eventtime.py $(ENGINE)/state/ttl.py \
 	$(ENGINE)/state/columnar/windows.py $(ENGINE)/connectors/*.py $(ENGINE)/connectors/files \

@@ -353,13 +353,13 @@ def apply_savepoint_retention(store, *, job_name: str, max_age_seconds: float | 
                 within.append(f"{_age_text(age)} old, max_age {_age_text(max_age_seconds)}")
             decide(KEPT, "retained", "within retention: " + ("; ".join(within) or "no limit"))
         else:
-            why = []
+            reasons = []
             if too_many:
-                why.append(f"beyond max_count {count} (newest {rank})")
+                reasons.append(f"beyond max_count {count} (newest {rank})")
             if too_old:
-                why.append(f"older than max_age ({_age_text(age or 0)} > "
-                           f"{_age_text(max_age_seconds or 0)})")
-            _dispose(store, row, "; ".join(why), allowed_roots, decide)
+                reasons.append(f"older than max_age ({_age_text(age or 0)} > "
+                               f"{_age_text(max_age_seconds or 0)})")
+            _dispose(store, row, "; ".join(reasons), allowed_roots, decide)
     for decision, line in zip(report.decisions, report.lines(), strict=True):
         # a foreign location is a security event (a row pointing at another job's files)
         level = logging.WARNING if decision.rule == "foreign" else logging.INFO
