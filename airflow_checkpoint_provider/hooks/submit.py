@@ -67,8 +67,9 @@ class CheckpointSubmitHook(SparkSubmitHook):
     Launch a checkpointed job with ``spark-submit`` (or the engine's local runner).
 
     :param request: the run, as the submit operator built it (the engine's ``RunRequest``:
-        pipeline, job id and name, restore, checkpoint overrides, fencing, runner); when
-        given, the options below that it holds are not used.
+        pipeline, job id and name, restore, checkpoint overrides, fencing, runner). Give
+        either a request or the options below that it holds (``pipeline`` ... ``runner``),
+        not both: an option given beside a request raises ``ValueError`` naming it.
     :param pipeline: ``module:function`` returning the engine's ``Pipeline``.
     :param job_id: job id to give the job (the metadata DB key).
     :param job_name: job name (overrides the pipeline's name).
@@ -84,7 +85,7 @@ class CheckpointSubmitHook(SparkSubmitHook):
     :param savepoint_dir: default savepoint directory of the job.
     :param interval_ms: checkpoint interval (``0``: only the final checkpoint).
     :param restart: restart strategy, e.g. ``fixed:3:1000``.
-    :param runner: ``"spark"`` (spark-submit) or ``"local"`` (no Spark).
+    :param runner: ``"spark"`` (spark-submit, the default) or ``"local"`` (no Spark).
     :param log_dir: where detached jobs write their log file.
     :param ship_code: send the engine and the pipeline's package to the executors as
         ``--py-files`` archives (executors then need only the third-party dependencies, in
@@ -107,13 +108,24 @@ class CheckpointSubmitHook(SparkSubmitHook):
                  restore: str | None = None, allow_non_restored_state: bool = False,
                  trust_snapshot: bool = False, checkpoint_dir: str | None = None, savepoint_dir: str | None = None,
                  interval_ms: int | None = None, restart: str | None = None,
-                 runner: str = "spark", log_dir: str | None = None, ship_code: bool = False,
+                 runner: str | None = None, log_dir: str | None = None, ship_code: bool = False,
                  code_cache_dir: str | None = None, conn_id: str = "spark_default",
                  fence_sinks: bool = False, request: RunRequest | None = None,
                  **kwargs: Any) -> None:
-        if request is not None:  # the operator's request: its fields win over the others
+        if request is not None:  # the operator's request: nothing beside it may say otherwise
+            loose = {"pipeline": pipeline, "job_id": job_id, "job_name": job_name,
+                     "restore": restore, "allow_non_restored_state": allow_non_restored_state,
+                     "trust_snapshot": trust_snapshot, "checkpoint_dir": checkpoint_dir,
+                     "savepoint_dir": savepoint_dir, "interval_ms": interval_ms,
+                     "restart": restart, "runner": runner, "fence_sinks": fence_sinks}
+            given = sorted(name for name, value in loose.items()
+                           if value is not None and value is not False)
+            if given:
+                raise ValueError(f"{', '.join(given)} given beside request=: the request "
+                                 "holds the run's options; set them on the RunRequest")
             pipeline, job_id, job_name = request.pipeline, request.job_id, request.job_name
             runner = request.runner
+        runner = runner or "spark"
         if not job_id or not job_name:
             raise ValueError("a submission needs job_id and job_name (or a request with both)")
         if runner not in ("spark", "local"):

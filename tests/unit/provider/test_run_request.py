@@ -95,3 +95,16 @@ def test_bad_requests_are_refused_naming_the_option():
         RunRequest(pipeline=PIPELINE, restart="sometimes")
     with pytest.raises(ConfigurationError, match="runner must be"):
         RunRequest(pipeline=PIPELINE, runner="yarn")
+
+
+def test_an_option_beside_the_request_is_refused_naming_it(tmp_path):
+    request = _operator(interval_ms=250).run_request("d" * 32, None)
+    url = f"sqlite:///{tmp_path}/m.db"
+    with pytest.raises(ValueError, match=r"^interval_ms given beside request="):
+        CheckpointSubmitHook(request=request, metadata_url=url, interval_ms=500)
+    with pytest.raises(ValueError, match=r"^restore, runner given beside request="):
+        CheckpointSubmitHook(request=request, metadata_url=url, restore="latest",
+                             runner="spark")
+    hook = CheckpointSubmitHook(request=request, metadata_url=url)  # the request alone
+    assert hook.request is request and hook.runner == "local"
+    assert "--interval-ms" in hook.engine_args
