@@ -11,11 +11,12 @@ import time
 from airflow_checkpoint_provider.engine import read_committed
 from airflow_checkpoint_provider.engine.client import JobStatus, MetadataStore
 from airflow_checkpoint_provider.examples.running_sum import build
+from airflow_checkpoint_provider.settings import EXAMPLE_DIR
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    root = os.path.abspath(os.environ.get("CKPT_EXAMPLE_DIR", "demo-output"))
+    root = os.path.abspath(EXAMPLE_DIR.get())
     shutil.rmtree(root, ignore_errors=True)
     pipeline = build(root, num_records=200_000, num_keys=1000, interval_ms=500)
     t0 = time.monotonic()

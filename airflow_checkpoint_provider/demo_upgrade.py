@@ -34,6 +34,7 @@ from airflow_checkpoint_provider.engine.client import (
     MetadataStore,
     upgrade_database,
 )
+from airflow_checkpoint_provider.settings import DEMO_DIR
 
 EXAMPLE = "airflow_checkpoint_provider.examples.versioned_sum"
 BIN = os.path.dirname(sys.executable)
@@ -121,7 +122,7 @@ def _wait(predicate, timeout: float, for_what: str, *, what: str = ""):
 
 def main() -> int:
     t0 = time.monotonic()
-    root = os.path.abspath(os.environ.get("CKPT_DEMO_DIR", "demo-output"))
+    root = os.path.abspath(DEMO_DIR.get())
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
     jobs_dir, home = os.path.join(root, "jobs"), os.path.join(root, "airflow")

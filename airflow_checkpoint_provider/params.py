@@ -37,8 +37,14 @@ from typing import Any
 
 from airflow.sdk import Param
 
-from airflow_checkpoint_provider.engine.client import ALLOWED_SAVEPOINT_ROOTS, MAX_NAME_LENGTH
+from airflow_checkpoint_provider.engine.client import (
+    ALLOWED_SAVEPOINT_ROOTS,
+    MAX_NAME_LENGTH,
+    SETTINGS,
+    Setting,
+)
 from airflow_checkpoint_provider.examples import WORKSPACE_PATTERN
+from airflow_checkpoint_provider.settings import EXAMPLE_DIR
 
 # ``$`` of Python's ``re`` (jsonschema uses re.search) also matches before a trailing
 # newline; ``(?![\s\S])`` matches only at the true end, in Python and in the UI's JavaScript
@@ -199,12 +205,20 @@ def normalized_roots(roots: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def env_roots(variable: str) -> tuple[str, ...]:
-    """Roots from the environment (``os.pathsep``-separated absolute paths), e.g. the
-    deployment's ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``."""
+def env_roots(setting: Setting[str] | str = ALLOWED_SAVEPOINT_ROOTS) -> tuple[str, ...]:
+    """Roots from a setting (``os.pathsep``-separated absolute paths), by default the
+    deployment's ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``; a variable name reads that setting, or
+    the deployment's own variable of that name."""
     from airflow_checkpoint_provider.engine.fs.storage import split_locations
 
-    return normalized_roots(split_locations(os.environ.get(variable, "")))
+    if isinstance(setting, str):
+        setting = SETTINGS.get(setting) or Setting(setting, "", "-", "", _as_written,
+                                                   strip=False)
+    return normalized_roots(split_locations(setting.get()))
+
+
+def _as_written(setting: Setting, raw: str) -> str:
+    return raw
 
 
 def example_savepoint_roots() -> tuple[str, ...]:
@@ -213,8 +227,8 @@ def example_savepoint_roots() -> tuple[str, ...]:
     without it, as the pipelines do), whose ``savepoints/`` they use and under which every
     workspace (``CKPT_EXAMPLE_WORKSPACE``) lies, and the deployment's
     ``$CKPT_ALLOWED_SAVEPOINT_ROOTS``."""
-    own = os.path.abspath(os.environ.get("CKPT_EXAMPLE_DIR", "demo-output"))
-    return normalized_roots([own, *env_roots(ALLOWED_SAVEPOINT_ROOTS.name)])
+    own = os.path.abspath(EXAMPLE_DIR.get())
+    return normalized_roots([own, *env_roots(ALLOWED_SAVEPOINT_ROOTS)])
 
 
 def _js_escape(text: str) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -135,11 +136,18 @@ def _seconds(setting: Setting[float], raw: str) -> float:
 
 
 def env_seconds(name: str, default: float) -> float:
-    """Seconds from the environment variable ``name`` (``default`` when unset or empty); the
-    parser of every seconds setting below, for a variable declared elsewhere.
+    """Seconds from the environment variable ``name`` (``default`` when unset or empty).
+
+    Deprecated: declare the variable as a :class:`Setting` with the ``_seconds`` parser
+    below and read it with ``.get()``. A variable not declared in :data:`SETTINGS` is read
+    once more with a :class:`DeprecationWarning` naming it.
 
     :raises ConfigurationError: naming ``name``, when the value is not a number >= 0.
     """
+    if name not in SETTINGS:
+        warnings.warn(f"env_seconds({name!r}) reads a variable that is not declared in "
+                      "engine/settings.py: declare it as a Setting and read it with .get()",
+                      DeprecationWarning, stacklevel=2)
     return Setting(name, default, f"{default:g}", "", _seconds).get()
 
 

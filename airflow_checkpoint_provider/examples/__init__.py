@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 
+from airflow_checkpoint_provider.settings import EXAMPLE_DIR
+
 #: a workspace is one directory name under the example root (no path: a run's conf sets it)
 WORKSPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
@@ -17,7 +19,7 @@ def example_root(root: str | None = None) -> str:
     author's root."""
     if root:
         return os.path.abspath(root)
-    base = os.path.abspath(os.environ.get("CKPT_EXAMPLE_DIR", "demo-output"))
+    base = os.path.abspath(EXAMPLE_DIR.get())
     workspace = os.environ.get("CKPT_EXAMPLE_WORKSPACE", "")
     if not workspace:
         return base

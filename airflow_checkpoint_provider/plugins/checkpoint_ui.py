@@ -30,7 +30,6 @@ writes, and a DB error answers 503 without naming the DB (details go to the api-
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -42,6 +41,8 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
+from airflow_checkpoint_provider.settings import UI_CONN_ID
+
 URL_PREFIX = "/checkpoints"
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,7 @@ log = logging.getLogger(__name__)
 def _hook():
     from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
 
-    return CheckpointMetadataHook(
-        checkpoint_conn_id=os.environ.get("CKPT_UI_CONN_ID",
-                                          CheckpointMetadataHook.default_conn_name))
+    return CheckpointMetadataHook(checkpoint_conn_id=UI_CONN_ID.get())
 
 
 _STORE: dict[str, Any] = {}

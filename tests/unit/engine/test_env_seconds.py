@@ -10,6 +10,21 @@ from airflow_checkpoint_provider.engine.config import env_seconds
 from airflow_checkpoint_provider.engine.errors import ConfigurationError
 from airflow_checkpoint_provider.engine.runners.spark import SLOT_WAIT_ENV, SparkRunner
 
+pytestmark = pytest.mark.filterwarnings("ignore:env_seconds:DeprecationWarning")
+
+
+def test_an_undeclared_variable_is_read_with_a_deprecation_warning(monkeypatch):
+    monkeypatch.setenv("CKPT_TEST_WAIT_S", "2.5")
+    with pytest.warns(DeprecationWarning, match=r"'CKPT_TEST_WAIT_S'\) reads a variable that "
+                                                "is not declared"):
+        assert env_seconds("CKPT_TEST_WAIT_S", 60.0) == 2.5
+    monkeypatch.setenv("CKPT_HEARTBEAT_TIMEOUT_S", "7")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # a declared one: no warning
+        assert env_seconds("CKPT_HEARTBEAT_TIMEOUT_S", 60.0) == 7.0
+
 
 def test_unset_or_empty_is_the_default_and_a_number_is_read(monkeypatch):
     monkeypatch.delenv("CKPT_TEST_WAIT_S", raising=False)

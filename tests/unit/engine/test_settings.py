@@ -129,3 +129,70 @@ def test_the_client_hands_the_provider_the_settings_and_shared_defaults():
     assert client.METADATA_URL_ENV == settings.METADATA_URL.name
     assert client.SHIP_CODE_ENV == settings.SHIP_CODE.name
     assert client.CLIENT_POLL_SECONDS == settings.CLIENT_POLL_SECONDS
+
+
+# -- the provider ------------------------------------------------------------------------------
+
+PROVIDER = ENGINE.parent
+#: the example pipelines read their own options, as a user's pipeline does (not settings);
+#: params.py names the variables a DAG run's conf may set (a schema, not a read)
+PIPELINE_OPTIONS = (PROVIDER / "examples",)
+
+
+def _provider_files() -> list[Path]:
+    from airflow_checkpoint_provider import settings as provider_settings
+
+    return sorted(p for p in PROVIDER.rglob("*.py")
+                  if ENGINE not in p.parents and p != Path(provider_settings.__file__)
+                  and not any(d in p.parents for d in PIPELINE_OPTIONS))
+
+
+def test_no_provider_module_reads_a_variable_but_through_a_setting():
+    """The Airflow side reads ``CKPT_*`` variables through the engine's settings or the
+    provider's (airflow_checkpoint_provider/settings.py), never ``os.environ`` itself."""
+    found = []
+    for path in _provider_files():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and node.args:
+                func = ast.unparse(node.func)
+                arg = node.args[0]
+                named = (str(arg.value).startswith("CKPT_") if isinstance(arg, ast.Constant)
+                         else isinstance(arg, ast.Name) and arg.id.isupper())  # a *_ENV name
+                if func.endswith(("environ.get", "environ.pop", "getenv")) and named:
+                    found.append(f"{path.relative_to(PROVIDER)}:{node.lineno} {ast.unparse(node)}")
+            if (isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ")
+                    and isinstance(node.slice, ast.Constant)
+                    and str(node.slice.value).startswith("CKPT_")):
+                found.append(f"{path.relative_to(PROVIDER)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, found
+
+
+def test_every_provider_setting_is_declared_once_and_documented():
+    from airflow_checkpoint_provider import settings as provider_settings
+    from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+    from airflow_checkpoint_provider.settings import PROVIDER_SETTINGS
+
+    declared = [v for v in vars(provider_settings).values() if isinstance(v, Setting)]
+    assert len(declared) == len(PROVIDER_SETTINGS)
+    assert not set(PROVIDER_SETTINGS) & set(SETTINGS)  # one declaration per variable
+    assert all(VARIABLE.fullmatch(n) and s.doc and s.shown for n, s in PROVIDER_SETTINGS.items())
+    assert provider_settings.UI_CONN_ID.default == CheckpointMetadataHook.default_conn_name
+    page = (PROVIDER.parent / "docs" / "reference" / "configuration.md").read_text()
+    rows = {m[1]: m[2].strip() for m in re.finditer(
+        r"^\| `(CKPT_[A-Z0-9_]+)` \|([^|]*)\|", page, flags=re.M)}
+    for name, setting in PROVIDER_SETTINGS.items():
+        if name in rows:  # the examples' own directories are described in the text
+            assert rows[name] == setting.shown, name
+        else:
+            assert f"`{name}`" in page, name
+
+
+def test_the_provider_reads_its_settings_at_the_time_of_use(monkeypatch, tmp_path):
+    from airflow_checkpoint_provider.examples import example_root
+    from airflow_checkpoint_provider.params import example_savepoint_roots
+
+    monkeypatch.setenv("CKPT_EXAMPLE_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("CKPT_ALLOWED_SAVEPOINT_ROOTS", str(tmp_path / "more"))
+    monkeypatch.delenv("CKPT_EXAMPLE_WORKSPACE", raising=False)
+    assert example_root() == str(tmp_path / "jobs")
+    assert example_savepoint_roots() == (str(tmp_path / "jobs"), str(tmp_path / "more"))
