@@ -137,8 +137,8 @@ def _read(pid: int) -> tuple[int, bytes, bytes] | None:
     return int(fields[1]), cmdline, environ
 
 
-#: pyspark's daemon, and the Spark runner's (runners/pyspark_daemon.py) that runs it
-DAEMON_MODULES = (b"pyspark.daemon", b"engine.runners.pyspark_daemon")
+#: pyspark's daemon, and the Spark runner's (runners/spark/daemon.py) that runs it
+DAEMON_MODULES = (b"pyspark.daemon", b"engine.runners.spark.daemon")
 
 
 def spark_python_processes(marker: str | None = None) -> list[tuple[int, str]]:

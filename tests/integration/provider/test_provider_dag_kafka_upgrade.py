@@ -106,8 +106,9 @@ def test_kafka_job_upgraded_through_a_savepoint_is_exactly_once(
 
 def _source_offsets(savepoint: str) -> dict[str, int]:
     """``{"<topic>:<partition>": offset}`` of the Kafka source in a savepoint."""
-    from airflow_checkpoint_provider.engine.runners.restore_plan import restored_split_positions
-
+    from airflow_checkpoint_provider.engine.runners.jobmaster.restore_plan import (
+        restored_split_positions,
+    )
     from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot
 
     positions = restored_split_positions(load_snapshot(savepoint), "orders")

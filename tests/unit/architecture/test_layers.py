@@ -27,7 +27,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("lifecycle", ("lifecycle", "state_io")),
     ("datastream", ("datastream",)),
     ("execution", ("execution",)),
+    # the runners (local, spark/) start a job's slots; the job master below them is the same
+    # for every runner and knows none
     ("runners", ("runners",)),
+    ("job master", ("runners.jobmaster",)),
     # the runtime's three packages by role, each above the next; its own modules (batches)
     # at the bottom
     ("runtime: hosting", ("runtime.host",)),
@@ -232,6 +235,24 @@ def test_the_checker_sees_a_function_level_import_upward(tmp_path):
     graph = {f"{ENGINE}.plan.graph": _imports(f"{ENGINE}.plan.graph", str(path), modules)}
     assert [t for t, _ in graph[f"{ENGINE}.plan.graph"]] == [f"{ENGINE}.runners.local"]
     assert len(upward_imports(graph)) == 1
+
+
+def test_the_job_master_is_below_the_runners_and_an_executor_loads_none():
+    """runners/jobmaster/ knows no runner (a runner hands it a launcher); what a Spark
+    executor imports (the slot function's launcher, the pyspark daemon) reaches no job
+    master, lazy imports included: executors stay light."""
+    graph = _graph()
+    assert layer_of(f"{ENGINE}.runners.jobmaster.master") > layer_of(f"{ENGINE}.runners.spark.runner")
+    assert layer_of(f"{ENGINE}.runners.jobmaster.master") > layer_of(f"{ENGINE}.runners.local")
+    assert f"{ENGINE}.runners.jobmaster.master" in {t for t, _ in graph[f"{ENGINE}.runners.local"]}
+    for executor_side in ("spark.launcher", "spark.daemon"):
+        seen, todo = set(), [f"{ENGINE}.runners.{executor_side}"]
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo += [t for t, _ in graph.get(module, [])]
+        assert not {m for m in seen if m.startswith(f"{ENGINE}.runners.jobmaster")}, executor_side
 
 
 def test_every_module_has_one_layer():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import airflow_checkpoint_provider.engine as engine
+import airflow_checkpoint_provider.engine.runners as runners
 
 BASE = "airflow_checkpoint_provider.engine"
 
@@ -19,7 +20,7 @@ BASE = "airflow_checkpoint_provider.engine"
 @pytest.mark.parametrize(("old", "new", "name"), [
     ("private", "fs.private", "makedirs_private"),
     ("sink_names", "connectors.sink_names", "parse_part_file_name"),
-    ("metrics", "runners.metrics", "JobMetrics"),
+    ("metrics", "runners.jobmaster.metrics", "JobMetrics"),
 ])
 def test_an_old_engine_module_path_imports_the_same_module_with_a_warning(old, new, name):
     assert engine._MOVED[old] == new
@@ -35,7 +36,7 @@ def test_an_old_engine_module_path_imports_the_same_module_with_a_warning(old, n
 
 
 def test_a_name_imported_from_an_old_path_is_the_same_object():
-    from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
+    from airflow_checkpoint_provider.engine.runners.jobmaster.metrics import JobMetrics
 
     sys.modules.pop(f"{BASE}.metrics", None)
     with warnings.catch_warnings():
@@ -44,10 +45,47 @@ def test_a_name_imported_from_an_old_path_is_the_same_object():
     assert Old is JobMetrics
 
 
+@pytest.mark.parametrize(("old", "new"), sorted(runners._MOVED.items()))
+def test_an_old_runners_module_path_imports_the_same_module_with_a_warning(old, new):
+    """runners/ was split into spark/ and jobmaster/ (issue 53): its old module paths stay."""
+    sys.modules.pop(f"{BASE}.runners.{old}", None)
+    with pytest.warns(DeprecationWarning, match=f"{BASE}.runners.{old} is deprecated: import "
+                                                f"from {BASE}.runners.{new}"):
+        module = importlib.import_module(f"{BASE}.runners.{old}")
+    assert module is importlib.import_module(f"{BASE}.runners.{new}")
+    assert module.__name__ == f"{BASE}.runners.{new}"
+
+
+def test_the_old_runners_faces_name_the_same_objects_without_a_warning():
+    """``runners.spark`` and ``runners.jobmaster`` were modules; they are packages now whose
+    names (``SparkRunner``, ``session_for``, ``JobMaster``, ...) come from their new modules."""
+    from airflow_checkpoint_provider.engine.runners.jobmaster import master
+    from airflow_checkpoint_provider.engine.runners.spark import launcher, runner, session
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        from airflow_checkpoint_provider.engine.runners.jobmaster import JobMaster
+        from airflow_checkpoint_provider.engine.runners.spark import (
+            SLOT_WAIT_ENV,
+            SparkBarrierLauncher,
+            SparkRunner,
+            configured_master,
+            session_for,
+        )
+    assert JobMaster is master.JobMaster
+    assert (SparkRunner, SLOT_WAIT_ENV) == (runner.SparkRunner, runner.SLOT_WAIT_ENV)
+    assert SparkBarrierLauncher is launcher.SparkBarrierLauncher
+    assert (session_for, configured_master) == (session.session_for, session.configured_master)
+    with pytest.raises(ImportError, match="no_such_name"):
+        from airflow_checkpoint_provider.engine.runners.spark import no_such_name  # noqa: F401
+
+
 def test_every_moved_module_exists_at_its_new_path_and_not_at_its_old_one():
     root = Path(engine.__file__).parent
-    for old, new in engine._MOVED.items():
-        assert not (root / f"{old}.py").exists(), old
+    moved = [*engine._MOVED.items(),
+             *((f"runners.{old}", f"runners.{new}") for old, new in runners._MOVED.items())]
+    for old, new in moved:
+        assert not (root / (old.replace(".", "/") + ".py")).exists(), old
         assert (root / (new.replace(".", "/") + ".py")).exists(), new
 
 
@@ -55,7 +93,8 @@ def test_no_engine_module_imports_an_old_path():
     """The old paths are for users: the engine imports its modules where they are (an
     absolute import included; relative ones to a missing file fail tests/unit/architecture/test_layers.py)."""
     root = Path(engine.__file__).parent
-    old = tuple(f"{BASE}.{name}" for name in engine._MOVED)
+    old = (*(f"{BASE}.{name}" for name in engine._MOVED),
+           *(f"{BASE}.runners.{name}" for name in runners._MOVED))
     found = [f"{path.relative_to(root)}: {line.strip()}"
              for path in root.rglob("*.py")
              for line in path.read_text().splitlines()

@@ -13,7 +13,6 @@ import time
 
 import psycopg
 import pytest
-from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
 from cdc_pipelines import (
     cdc_pipeline,
     committed_in_order,
@@ -38,6 +37,7 @@ from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import (
     job_object_name,
 )
 from airflow_checkpoint_provider.engine.lifecycle.stability import replication_lag_s
+from airflow_checkpoint_provider.engine.runners.jobmaster.metrics import JobMetrics
 
 SUPPORT = str(SUPPORT_DIR)  # the helper modules
 #: rows of ``items``: the writers' UPDATEs and DELETEs pick a row by ``ORDER BY random()``,

@@ -132,7 +132,7 @@ def test_promote_starts_new_slots_when_the_recycled_ones_do_not_come_back(
         tmp_path, reference, monkeypatch):
     """No time for the recycled slots to register again: the fenced attempt's processes are
     stopped and the promoted attempt starts in new ones, still exactly once."""
-    from airflow_checkpoint_provider.engine.runners import attempt
+    from airflow_checkpoint_provider.engine.runners.jobmaster import attempt
 
     monkeypatch.setattr(attempt, "RECYCLE_WAIT_SECONDS", 0.0)
     rows, info = _promote(str(tmp_path), kill_after=False, warm=False)

@@ -4,9 +4,12 @@ import re
 import urllib.request
 
 import pytest
-from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics, metrics_port_from_env
 
 from airflow_checkpoint_provider.engine.errors import ConfigurationError
+from airflow_checkpoint_provider.engine.runners.jobmaster.metrics import (
+    JobMetrics,
+    metrics_port_from_env,
+)
 
 
 def _scrape(url: str) -> dict[str, float]:

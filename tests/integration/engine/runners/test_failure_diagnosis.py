@@ -16,8 +16,6 @@ from html import unescape
 
 import cloudpickle
 import pytest
-from airflow_checkpoint_provider.engine.runners.attempt import AttemptOutcome
-from airflow_checkpoint_provider.engine.runners.failures import RepeatedFailureGuard
 from click.testing import CliRunner
 from pipelines import FaultPlan, InjectedFailure, running_sum_pipeline
 
@@ -37,6 +35,8 @@ from airflow_checkpoint_provider.engine.errors import (
     RepeatedFailureAfterRestoreError,
 )
 from airflow_checkpoint_provider.engine.lifecycle.report import render_report
+from airflow_checkpoint_provider.engine.runners.jobmaster.attempt import AttemptOutcome
+from airflow_checkpoint_provider.engine.runners.jobmaster.failover import RepeatedFailureGuard
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # slots need BrokenAfterRestore
 
@@ -215,12 +215,11 @@ def test_identical_failures_is_part_of_the_restart_strategy():
 
 
 def test_task_failure_message_carries_the_place_over_the_wire_and_keeps_the_traceback_tail():
-    from airflow_checkpoint_provider.engine.runners.attempt import (
+    from airflow_checkpoint_provider.engine.protocol import messages as M
+    from airflow_checkpoint_provider.engine.runners.jobmaster.attempt import (
         TRACEBACK_LINES,
         describe_task_failure,
     )
-
-    from airflow_checkpoint_provider.engine.protocol import messages as M
 
     tb = "Traceback (most recent call last):\n" + "".join(
         f'  File "f.py", line {i}, in g\n' for i in range(200)) + "ValueError: bad\n"

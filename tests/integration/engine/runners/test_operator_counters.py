@@ -8,9 +8,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
 from pipelines import Background, metric_value, scrape_metrics
 from upsert_materializer_pipelines import counting_join_pipeline
+
+from airflow_checkpoint_provider.engine.runners.jobmaster.metrics import JobMetrics
 
 
 def test_operator_counter_series_counts_increments():

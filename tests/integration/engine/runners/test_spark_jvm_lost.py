@@ -20,7 +20,7 @@ import json, os, signal, sys, time
 
 from airflow_checkpoint_provider.engine.errors import SparkProcessLostError
 from airflow_checkpoint_provider.engine.runners.spark import session_for
-from airflow_checkpoint_provider.engine.runners.spark_launcher import SparkBarrierLauncher
+from airflow_checkpoint_provider.engine.runners.spark.launcher import SparkBarrierLauncher
 
 
 def jvm_children():
@@ -74,11 +74,12 @@ def test_a_dead_driver_jvm_is_a_typed_error_naming_it():
 
 
 def test_executor_and_driver_losses_are_told_apart():
-    from airflow_checkpoint_provider.engine.runners.spark_launcher import (
+    from py4j.protocol import Py4JError, Py4JNetworkError
+
+    from airflow_checkpoint_provider.engine.runners.spark.launcher import (
         driver_jvm_lost,
         executor_lost,
     )
-    from py4j.protocol import Py4JError, Py4JNetworkError
 
     assert driver_jvm_lost(ConnectionRefusedError(111, "Connection refused"))
     assert driver_jvm_lost(Py4JNetworkError("Answer from Java side is empty"))

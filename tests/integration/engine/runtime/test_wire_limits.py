@@ -33,7 +33,7 @@ from airflow_checkpoint_provider.engine.protocol.errors import (
     AuthenticationError,
     FrameTooLargeError,
 )
-from airflow_checkpoint_provider.engine.runners.jobmaster import CoordinatorServer
+from airflow_checkpoint_provider.engine.runners.jobmaster.master import CoordinatorServer
 from airflow_checkpoint_provider.engine.runners.jobmaster.slot_events import (
     SlotInvalid,
     SlotMessage,

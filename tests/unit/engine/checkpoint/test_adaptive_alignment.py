@@ -4,12 +4,12 @@ than the timeout turns unaligned; after a run of such switches the next checkpoi
 unaligned at once, then one probes aligned again."""
 
 import pytest
-from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
 
 from airflow_checkpoint_provider.engine import CheckpointConfig
 from airflow_checkpoint_provider.engine.checkpoint import coordinator as coordinator_module
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
 from airflow_checkpoint_provider.engine.checkpoint.outcomes import TaskAck
+from airflow_checkpoint_provider.engine.runners.jobmaster.metrics import JobMetrics
 
 TASKS = [(0, 0), (1, 0)]
 

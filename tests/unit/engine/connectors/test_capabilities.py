@@ -96,9 +96,11 @@ def test_a_sink_without_capabilities_refuses_a_discard_and_fencing():
 
 
 def test_fencing_refuses_a_sink_that_cannot_hold_commits(tmp_path):
-    from airflow_checkpoint_provider.engine.runners.fencing import check_fencing, discard_held
-
     from airflow_checkpoint_provider.engine.plan.graph import ExecutionGraph
+    from airflow_checkpoint_provider.engine.runners.jobmaster.fencing import (
+        check_fencing,
+        discard_held,
+    )
 
     class Node:
         kind = "sink"

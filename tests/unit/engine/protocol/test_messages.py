@@ -9,7 +9,6 @@ import queue
 from types import SimpleNamespace
 
 import pytest
-from airflow_checkpoint_provider.engine.runners.attempt import AttemptRun
 
 from airflow_checkpoint_provider.engine.protocol import (
     BarrierKind,
@@ -19,6 +18,7 @@ from airflow_checkpoint_provider.engine.protocol import (
     encode,
 )
 from airflow_checkpoint_provider.engine.protocol import messages as M
+from airflow_checkpoint_provider.engine.runners.jobmaster.attempt import AttemptRun
 from airflow_checkpoint_provider.engine.serialization import packb, unpackb
 
 SAMPLES = [

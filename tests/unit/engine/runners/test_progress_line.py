@@ -4,7 +4,7 @@ import io
 import logging
 import re
 
-from airflow_checkpoint_provider.engine.runners.progress import ProgressReporter
+from airflow_checkpoint_provider.engine.runners.jobmaster.progress import ProgressReporter
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -26,7 +26,7 @@ def test_terminal_gets_a_live_line_with_records_and_the_last_checkpoint():
 
 
 def test_without_a_terminal_progress_is_logged_at_most_every_interval(caplog):
-    caplog.set_level(logging.INFO, logger="airflow_checkpoint_provider.engine.runners.progress")
+    caplog.set_level(logging.INFO, logger="airflow_checkpoint_provider.engine.runners.jobmaster.progress")
     progress = ProgressReporter("orders", stream=io.StringIO(), log_interval_s=3600)
     assert not progress.interactive
     progress.update(status="RUNNING", records_in=10, records_out=0)

@@ -1,9 +1,12 @@
 """Spark's Python workers and spark-submitted drivers import the installed pyspark (with its
 bytecode), not the source-only ``pyspark.zip`` Spark puts first on their PYTHONPATH."""
 
+import importlib
 import os
 
-from airflow_checkpoint_provider.engine.runners.pyspark_daemon import prefer_installed_pyspark
+from airflow_checkpoint_provider.engine.runners.spark import daemon
+from airflow_checkpoint_provider.engine.runners.spark.daemon import prefer_installed_pyspark
+from airflow_checkpoint_provider.engine.runners.spark.session import DAEMON_MODULE
 
 
 def _site(root, *packages):
@@ -34,3 +37,10 @@ def test_without_an_installed_pyspark_nothing_changes(tmp_path):
     path = ["/opt/spark/python/lib/pyspark.zip", str(tmp_path)]
     assert prefer_installed_pyspark(path) == []
     assert path == ["/opt/spark/python/lib/pyspark.zip", str(tmp_path)]
+
+
+def test_the_session_names_the_daemon_module_that_spark_runs():
+    """``spark.python.daemon.module`` is run by the executors as ``python -m``: the name the
+    session sets is this module, and it has the entry point."""
+    assert importlib.import_module(DAEMON_MODULE) is daemon
+    assert callable(daemon.main)

@@ -4,12 +4,11 @@ tests/integration/engine/connectors/test_savepoint_during_checkpoint.py)."""
 
 from __future__ import annotations
 
-from airflow_checkpoint_provider.engine.runners.control import ControlPlane
-
 from airflow_checkpoint_provider.engine import CheckpointConfig
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
 from airflow_checkpoint_provider.engine.checkpoint.outcomes import TaskAck
+from airflow_checkpoint_provider.engine.runners.jobmaster.control_plane import ControlPlane
 
 TASKS = [(0, 0)]
 

@@ -11,7 +11,8 @@ import types
 
 import pytest
 
-from airflow_checkpoint_provider.engine.runners import spark as spark_runner
+from airflow_checkpoint_provider.engine.runners.spark import launcher
+from airflow_checkpoint_provider.engine.runners.spark import runner as spark_runner
 
 
 def test_the_coordinator_binds_loopback_under_a_local_master():
@@ -52,6 +53,6 @@ def test_a_slot_binds_loopback_under_a_local_master(monkeypatch, local, bind, ad
     from airflow_checkpoint_provider.engine.runtime.host import slot
 
     monkeypatch.setattr(slot, "run_slot", lambda *a, **kw: seen.update(kw))
-    fn = spark_runner._make_slot_function(0, ("127.0.0.1", 1), local_master=local)
+    fn = launcher.make_slot_function(0, ("127.0.0.1", 1), local_master=local)
     assert list(fn(iter(()))) == [0]
     assert seen["bind_host"] == bind and seen["advertise_host"] == advertise

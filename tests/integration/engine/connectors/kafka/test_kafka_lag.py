@@ -9,7 +9,6 @@ import time
 import uuid
 
 import pytest
-from airflow_checkpoint_provider.engine.runners.metrics import JobMetrics
 from kafka_jobs import make_input, running_sum_job
 from test_kafka_source import ctx
 
@@ -19,6 +18,7 @@ from airflow_checkpoint_provider.engine.connectors.kafka.lag import (
     merge_task_lag,
     partition_lag,
 )
+from airflow_checkpoint_provider.engine.runners.jobmaster.metrics import JobMetrics
 from airflow_checkpoint_provider.engine.runtime.task.checkpointing import source_lag
 
 
