@@ -24,14 +24,14 @@ from ..names import validate_uid
 FORWARD, HASH, REBALANCE, BROADCAST = "forward", "hash", "rebalance", "broadcast"
 #: prefix of a chain's derived id (:attr:`Vertex.auto_uid`); no user uid can start with it
 AUTO_UID_PREFIX = "~chain-"
-#: operators whose state is keyed (redistributed by key group on restore)
 #: operators with two inputs (``connect`` and the joins): each input edge says which it is
 TWO_INPUT_KINDS = ("co_process", "interval_join", "window_join", "broadcast_process",
                    "temporal_join", "regular_join", "max_by_join", "unique_key_join",
                    "temporal_table_join")
-#: the node kinds of engine/vectorized_ops (columnar state of their own; runtime/operators/registry.py)
-VECTORIZED_OPS_KINDS = ("max_by_join", "latest_by_key", "unique_key_join",
-                        "temporal_table_join")
+#: operators whose state is keyed (redistributed by key group on restore): the kinds whose
+#: operator keeps keyed state in runtime/operators/registry.py (a layout other than NONE).
+#: Listed here because plan/ may not import runtime/; tests/unit/engine/runtime/operators/
+#: test_registry_kind_lists.py checks that both agree.
 KEYED_KINDS = ("process", "reduce", "aggregate", "window_aggregate", "window", "top_n",
                "session_aggregate", "upsert_materializer", "latest_by_key", *TWO_INPUT_KINDS)
 STATEFUL_KINDS = ("source", *KEYED_KINDS, "sink")

@@ -52,6 +52,8 @@ from .exceptions import (
 )
 
 #: the state kinds written as Arrow tables (one per operator, its columns are the state)
+#: that ``ckpt state read`` reads: each is the kind or a state name of a columnar operator
+#: of runtime/operators/registry.py (test_registry_kind_lists.py checks it)
 COLUMNAR_KINDS = ("aggregate", "window_aggregate",
                   "interval-join.vectorized", "window-join.vectorized")  # vector joins
 #: the leading columns of every state table
