@@ -7,15 +7,13 @@ kernels (Arrow's dictionary encoding or hash aggregation, then numpy per-key par
 
 Snapshot file (the ``arrow`` keyed-state handle): one Arrow IPC stream, zstd-compressed,
 columns ``key_group`` (int32), ``key`` and one column per accumulator, a record batch per
-``2**PART_SHIFT`` rows; restore reads the rows of the key groups the subtask owns (any
+``2**snapshot_parts.PART_SHIFT`` rows; restore reads the rows of the key groups the subtask owns (any
 parallelism). A part whose rows did not change since the last snapshot is not encoded
 again: its message is copied (:mod:`.snapshot_parts`), so a checkpoint costs about the keys
 updated since the last one. Files of earlier commits (one IPC file) restore as before.
 """
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pyarrow as pa
@@ -28,24 +26,12 @@ from ..backend import StateSnapshot, write_state_file
 from ..key_hashing import key_hashes
 from ..keygroups import KeyGroupRange
 from .key_index import KeyIndex, _grow, _varlen, keys_to_numpy
-from .snapshot_parts import PartCache, read_table
+from .snapshot_parts import RowParts, read_table
 
 __all__ = ["LAST_UPDATE", "AggregateSpec", "AggregateTable", "KeyIndex", "keys_to_numpy"]
 
 #: accumulator of aggregate(ttl=...): processing time (ms) of each key's last update
 LAST_UPDATE = "_last"
-#: rows of a part of the snapshot file (one record batch; a part none of whose rows changed
-#: since the last snapshot is copied, not encoded again): 2**PART_SHIFT
-PART_SHIFT = 15
-#: another power of two for the rows of a part (tests: many parts from little data)
-PART_ROWS_ENV = "CKPT_COLUMNAR_PART_ROWS"
-
-
-def part_shift() -> int:
-    """log2 of the rows of a snapshot part: :data:`PART_SHIFT`, or ``$CKPT_COLUMNAR_PART_ROWS``
-    rounded down to a power of two."""
-    value = os.environ.get(PART_ROWS_ENV)
-    return PART_SHIFT if not value else max(int(value).bit_length() - 1, 0)
 
 
 def _numpy_filled(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -135,15 +121,7 @@ class AggregateTable:
             self.acc.setdefault(name, np.empty(0, dtype=np.int64))
         if spec.ttl_ms is not None:
             self.acc.setdefault(LAST_UPDATE, np.empty(0, dtype=np.int64))
-        # snapshots from parts (.snapshot_parts): per part of 2**_shift rows, whether a row
-        # changed since the last capture, and the capture that last saw one change (its
-        # version); the generation changes when rows are renumbered (every part is new)
-        self._shift = part_shift()
-        self._parts = PartCache()
-        self._dirty = np.zeros(0, dtype=bool)
-        self._epoch = np.zeros(0, dtype=np.int64)
-        self._captures = 0
-        self._generation = 0
+        self._parts = RowParts()  # snapshots from parts (.snapshot_parts)
 
     def __len__(self) -> int:
         return self.index.n
@@ -151,13 +129,7 @@ class AggregateTable:
     def _touch(self, rows: np.ndarray) -> None:
         """Rows whose key or accumulators changed: their parts are encoded again at the next
         snapshot."""
-        parts = (self.index.n + (1 << self._shift) - 1) >> self._shift
-        if len(self._dirty) < parts:
-            grow = parts - len(self._dirty)
-            self._dirty = np.concatenate([self._dirty, np.ones(grow, dtype=bool)])
-            self._epoch = np.concatenate([self._epoch, np.zeros(grow, dtype=np.int64)])
-        if len(rows):
-            self._dirty[rows >> self._shift] = True
+        self._parts.touch(self.index.n, rows)
 
     # -- update ---------------------------------------------------------------------------
     def _column_dtype(self, name: str, arrow_type: pa.DataType) -> np.dtype:
@@ -388,15 +360,8 @@ class AggregateTable:
         self.index = index
         self.key_group = self.key_group[:n][keep]
         self.acc = {name: arr[:n][keep] for name, arr in self.acc.items()}
-        self._renumbered()
+        self._parts.renumbered(self.index.n)
         return int(n - keep.sum())
-
-    def _renumbered(self) -> None:
-        """Rows moved: every part of the next snapshot is encoded anew."""
-        self._generation += 1
-        self._dirty = np.zeros(0, dtype=bool)
-        self._epoch = np.zeros(0, dtype=np.int64)
-        self._touch(np.empty(0, dtype=np.int64))
 
     def check_key_type(self, arrow_type: pa.DataType) -> None:
         """The key-type rule of an update and of a restore (the pre-flight check runs it
@@ -467,29 +432,15 @@ class AggregateTable:
                                             "spec": self.spec.describe()}}, write)
 
     def capture_parts(self) -> tuple[pa.Schema, list[tuple]]:
-        """Synchronous part of a snapshot: per part of ``2**PART_SHIFT`` rows, its cached
+        """Synchronous part of a snapshot: per part of ``2**snapshot_parts.PART_SHIFT`` rows, its cached
         message when none of its rows changed since it was made, else a copy of its rows."""
-        n, shift = self.index.n, self._shift
-        self._touch(np.empty(0, dtype=np.int64))
-        self._captures += 1
-        count = (n + (1 << shift) - 1) >> shift
-        epoch = self._epoch[:count]
-        epoch[self._dirty[:count]] = self._captures
-        self._dirty[:] = False
         schema = self._snapshot_schema()
-        parts: list[tuple] = []
-        for s in range(count):
-            lo, hi = s << shift, min(n, (s + 1) << shift)
-            key, version = (self._generation, s), (int(epoch[s]), hi - lo)
-            message = self._parts.get(key, version, schema)
-            parts.append((key, version, message if message is not None
-                          else self._part_columns(lo, hi)))
-        return schema, parts
+        return schema, self._parts.capture(self.index.n, schema, self._part_columns)
 
     def write_parts(self, captured: tuple[pa.Schema, list[tuple]]) -> bytes:
         """Asynchronous part: the snapshot file (an IPC stream) of a :meth:`capture_parts`."""
         schema, parts = captured
-        return self._parts.stream(schema, [
+        return self._parts.cache.stream(schema, [
             (key, version, part if isinstance(part, bytes) else self._part_table(part, schema))
             for key, version, part in parts])
 

@@ -15,7 +15,7 @@ Snapshot: the aggregate's Arrow IPC file (:mod:`.aggregates`) gets, per distinct
 ``nd:<col>`` (the count, int64) and ``distinct:<col>`` (values of the key, a list column),
 with the key group on every row, so a restore at any parallelism reads the keys of the key
 groups it owns with their sets. The file is written from parts (:mod:`.snapshot_parts`):
-the key rows (accumulators, empty lists) a part per ``2**aggregates.PART_SHIFT`` rows,
+the key rows (accumulators, empty lists) a part per ``2**snapshot_parts.PART_SHIFT`` rows,
 then the pairs in the order they were added, a part per :data:`PAIR_ROWS` pairs of one
 column: a row per key with pairs in the run (``_pairs`` true, its values in its list, the
 accumulators 0). A run of pairs never changes once full (a set only grows), so a snapshot
@@ -36,9 +36,9 @@ from ...errors import CorruptCheckpointError, PipelineDefinitionError
 from ..backend import StateSnapshot
 from ..key_hashing import key_hashes
 from ..keygroups import KeyGroupRange
-from .aggregates import PART_SHIFT, AggregateSpec, AggregateTable
+from .aggregates import AggregateSpec, AggregateTable
 from .key_index import KeyIndex, _grow, _varlen, keys_to_numpy
-from .snapshot_parts import read_table
+from .snapshot_parts import PART_SHIFT, read_table
 
 __all__ = ["DISTINCT", "DistinctAggregateTable", "PairSet", "classic_table", "has_distinct",
            "read_aggregate_table"]
@@ -310,15 +310,15 @@ class DistinctAggregateTable(AggregateTable):
         as it was, else its pairs (the keys' columns by reference: their existing rows never
         change in place)."""
         schema, parts = super().capture_parts()
-        size = 2 << self._shift  # PAIR_ROWS, unless $CKPT_COLUMNAR_PART_ROWS says otherwise
+        size = 2 << self._parts.shift  # PAIR_ROWS, unless $CKPT_COLUMNAR_PART_ROWS says so
         mirror = self.index.key_array
         keys = mirror if mirror is not None else self.index.keys
         for c in self.distinct_columns:
             pairs = self.sets[c]
             for j in range((pairs.n + size - 1) // size):
                 lo, hi = j * size, min(pairs.n, (j + 1) * size)
-                key = ("pairs", c, self._generation, pairs.generation, j)
-                message = self._parts.get(key, hi - lo, schema)
+                key = ("pairs", c, self._parts.generation, pairs.generation, j)
+                message = self._parts.cache.get(key, hi - lo, schema)
                 parts.append((key, hi - lo, message if message is not None
                               else (c, *pairs.run(lo, hi), self.key_group, keys)))
         return schema, parts

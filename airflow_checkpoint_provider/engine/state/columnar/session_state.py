@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 from ...errors import RestoreError, StateMigrationError
 from ...snapshot.codec import read_state_file
 from ..backend import StateSnapshot, write_state_file
-from ..keygroups import KeyGroupRange
 from ..key_hashing import key_hashes
+from ..keygroups import KeyGroupRange
 from .windows import WindowSpec
 
 __all__ = ["SessionAggregateTable"]

@@ -20,12 +20,27 @@ reused only for the same key, version and schema.
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
+import numpy as np
 import pyarrow as pa
 
-__all__ = ["PartCache", "encode", "read_table"]
+__all__ = ["PART_ROWS_ENV", "PART_SHIFT", "PartCache", "RowParts", "encode", "part_shift",
+           "read_table"]
+
+#: rows of a part of a table's snapshot (one record batch): 2**PART_SHIFT
+PART_SHIFT = 15
+#: another power of two for the rows of a part (tests: many parts from little data)
+PART_ROWS_ENV = "CKPT_COLUMNAR_PART_ROWS"
+
+
+def part_shift() -> int:
+    """log2 of the rows of a snapshot part: :data:`PART_SHIFT`, or ``$CKPT_COLUMNAR_PART_ROWS``
+    rounded down to a power of two."""
+    value = os.environ.get(PART_ROWS_ENV)
+    return PART_SHIFT if not value else max(int(value).bit_length() - 1, 0)
 
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _FILE_MAGIC = b"ARROW1"
@@ -132,3 +147,55 @@ def _newer(a: Hashable, b: Hashable) -> bool:
         return bool(a >= b)  # type: ignore[operator]
     except TypeError:
         return True
+
+
+class RowParts:
+    """The parts of a table's rows (``2**shift`` rows each) and which of them changed: per
+    part, whether a row changed since the last capture, and the capture that last saw one
+    change (the part's version); :attr:`generation` changes when the rows are renumbered
+    (every part is new). Used on the task thread only; :attr:`cache` on any."""
+
+    def __init__(self) -> None:
+        self.shift = part_shift()
+        self.cache = PartCache()
+        self.generation = 0
+        self._dirty = np.zeros(0, dtype=bool)
+        self._epoch = np.zeros(0, dtype=np.int64)
+        self._captures = 0
+
+    def touch(self, n: int, rows: np.ndarray) -> None:
+        """Rows (of ``n``) whose key or values changed: their parts are encoded again."""
+        count = (n + (1 << self.shift) - 1) >> self.shift
+        if len(self._dirty) < count:
+            grow = count - len(self._dirty)
+            self._dirty = np.concatenate([self._dirty, np.ones(grow, dtype=bool)])
+            self._epoch = np.concatenate([self._epoch, np.zeros(grow, dtype=np.int64)])
+        if len(rows):
+            self._dirty[rows >> self.shift] = True
+
+    def renumbered(self, n: int) -> None:
+        """The rows moved: every part of the next snapshot is encoded anew."""
+        self.generation += 1
+        self._dirty = np.zeros(0, dtype=bool)
+        self._epoch = np.zeros(0, dtype=np.int64)
+        self.touch(n, np.empty(0, dtype=np.int64))
+
+    def capture(self, n: int, schema: pa.Schema,
+                copy: Callable[[int, int], object]) -> list[tuple]:
+        """Per part of the ``n`` rows: ``(key, version, message)`` when its message under
+        ``schema`` is cached and none of its rows changed since, else ``(key, version,
+        copy(lo, hi))``."""
+        shift = self.shift
+        self.touch(n, np.empty(0, dtype=np.int64))
+        self._captures += 1
+        count = (n + (1 << shift) - 1) >> shift
+        epoch = self._epoch[:count]
+        epoch[self._dirty[:count]] = self._captures
+        self._dirty[:] = False
+        parts: list[tuple] = []
+        for s in range(count):
+            lo, hi = s << shift, min(n, (s + 1) << shift)
+            key, version = (self.generation, s), (int(epoch[s]), hi - lo)
+            message = self.cache.get(key, version, schema)
+            parts.append((key, version, message if message is not None else copy(lo, hi)))
+        return parts

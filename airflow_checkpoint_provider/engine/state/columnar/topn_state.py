@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 from ...errors import PipelineDefinitionError, RestoreError
 from ...snapshot.codec import read_state_file
 from ..backend import StateSnapshot, write_state_file
-from ..keygroups import KeyGroupRange
 from ..key_hashing import key_hashes
+from ..keygroups import KeyGroupRange
 from .key_index import KeyIndex, _varlen, keys_to_numpy
 from .topn_snapshot import ChunkMessages, read_table
 

@@ -12,7 +12,7 @@ from pipelines import FaultPlan
 from scenarios import savepoint_then_restore_rescaled
 
 from airflow_checkpoint_provider.engine.snapshot.codec import load_snapshot, read_state_file
-from airflow_checkpoint_provider.engine.state.columnar.aggregates import PART_ROWS_ENV
+from airflow_checkpoint_provider.engine.state.columnar.snapshot_parts import PART_ROWS_ENV
 
 N, SEED = 12_000, 7
 

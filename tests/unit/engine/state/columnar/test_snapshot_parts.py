@@ -12,7 +12,6 @@ import pyarrow as pa
 import pytest
 from repo_paths import SUPPORT_DIR
 
-from airflow_checkpoint_provider.engine.state.columnar import aggregates
 from airflow_checkpoint_provider.engine.state.columnar import snapshot_parts as parts
 from airflow_checkpoint_provider.engine.state.columnar.aggregates import (
     AggregateSpec,
@@ -38,7 +37,7 @@ DISTINCT = AggregateSpec("key", [("n", "count", None), ("vs", "count_distinct", 
 @pytest.fixture
 def small_parts(monkeypatch):
     """Parts of 8 rows and runs of 16 pairs, so a few hundred keys make many of them."""
-    monkeypatch.setenv(aggregates.PART_ROWS_ENV, "8")
+    monkeypatch.setenv(parts.PART_ROWS_ENV, "8")
 
 
 @pytest.fixture
