@@ -160,8 +160,8 @@ MYPY_MODULES := $(ENGINE)/client.py $(ENGINE)/datastream/api.py $(ENGINE)/execut
 	$(ENGINE)/state/columnar/windows.py $(ENGINE)/connectors/*.py $(ENGINE)/connectors/files \
 	$(ENGINE)/connectors/postgres $(ENGINE)/connectors/lakehouse $(ENGINE)/connectors/kafka $(ENGINE)/lifecycle/verify.py $(ENGINE)/lifecycle/key_probe.py \
 	$(ENGINE)/state_io $(ENGINE)/lifecycle/stability.py $(ENGINE)/state/columnar/aggregates.py \
-	$(ENGINE)/state/columnar/key_index.py $(ENGINE)/state/interface.py $(ENGINE)/state/heap \
-	$(ENGINE)/state/rocksdb/states.py $(ENGINE)/state/__init__.py $(ENGINE)/runtime \
+	$(ENGINE)/state/columnar/key_index.py $(ENGINE)/state/interface.py $(ENGINE)/state/interface_check.py $(ENGINE)/state/heap \
+	$(ENGINE)/state/rocksdb/states.py $(ENGINE)/state/rocksdb/__init__.py $(ENGINE)/state/descriptors.py $(ENGINE)/plan/functions.py $(ENGINE)/state/__init__.py $(ENGINE)/runtime \
 	$(ENGINE)/typed_codec.py $(ENGINE)/state/contract.py $(ENGINE)/serialization.py $(ENGINE)/fs/private.py $(ENGINE)/fs/storage.py \
 	$(ENGINE)/vectorized_ops.py $(ENGINE)/datastream/vectorized_ops.py
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from ..state.descriptors import (
     ListStateDescriptor,
@@ -13,6 +13,12 @@ from ..state.descriptors import (
     ValueStateDescriptor,
 )
 from ..state.operator_state import BroadcastState
+
+if TYPE_CHECKING:
+    from ..state.interface import ListState, MapState, ReducingState, ValueState
+
+S = TypeVar("S")
+T = TypeVar("T")
 
 
 class RuntimeContext:
@@ -51,7 +57,11 @@ class RuntimeContext:
     def current_key(self) -> object:
         return self._backend.current_key if self._backend is not None else None
 
-    def get_state(self, descriptor: StateDescriptor):
+    def get_state(self, descriptor: StateDescriptor[S]) -> S:
+        """The current key's state that ``descriptor`` declares: a
+        :class:`~..state.interface.ValueState`, ``ListState``, ``MapState`` or
+        ``ReducingState``, typed by the descriptor (``ValueStateDescriptor("n", 0)`` gives a
+        ``ValueState[int]``)."""
         if self._backend is None:
             raise TypeError(
                 f"operator {self.operator_uid!r} is not keyed: keyed state needs key_by(...) first"
@@ -59,24 +69,27 @@ class RuntimeContext:
         if descriptor.ttl_ms is not None:
             from ..state.ttl import ttl_state
 
-            return ttl_state(self._backend, descriptor)
-        return self._backend.get_state(descriptor)
+            return cast(S, ttl_state(self._backend, descriptor))
+        return cast(S, self._backend.get_state(descriptor))
 
     # ``ttl``: a timedelta or ms of processing time after which a value is gone (never
     # returned, and dropped from the next checkpoint); ``ttl_update``: "on_create_and_write"
     # (default) or "on_read_and_write" (reads restart the clock too)
-    def value_state(self, name: str, default: object = None, *, ttl=None,
-                    ttl_update: str = "on_create_and_write"):
+    def value_state(self, name: str, default: Any = None, *, ttl: Any = None,
+                    ttl_update: str = "on_create_and_write") -> ValueState[Any]:
         return self.get_state(ValueStateDescriptor(name, default, ttl=ttl, ttl_update=ttl_update))
 
-    def list_state(self, name: str, *, ttl=None, ttl_update: str = "on_create_and_write"):
+    def list_state(self, name: str, *, ttl: Any = None,
+                   ttl_update: str = "on_create_and_write") -> ListState[Any]:
         return self.get_state(ListStateDescriptor(name, ttl=ttl, ttl_update=ttl_update))
 
-    def map_state(self, name: str, *, ttl=None, ttl_update: str = "on_create_and_write"):
+    def map_state(self, name: str, *, ttl: Any = None,
+                  ttl_update: str = "on_create_and_write") -> MapState[Any, Any]:
         return self.get_state(MapStateDescriptor(name, ttl=ttl, ttl_update=ttl_update))
 
-    def reducing_state(self, name: str, reduce_fn: Callable[[object, object], object], *,
-                       ttl=None, ttl_update: str = "on_create_and_write"):
+    def reducing_state(self, name: str, reduce_fn: Callable[[T, T], T], *,
+                       ttl: Any = None,
+                       ttl_update: str = "on_create_and_write") -> ReducingState[T]:
         return self.get_state(ReducingStateDescriptor(name, reduce_fn, ttl=ttl,
                                                       ttl_update=ttl_update))
 

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ..errors import StateMigrationError
 from ..eventtime import duration_ms
 from ..serialization import MSGPACK, Serializer
+
+if TYPE_CHECKING:
+    from .interface import ListState, MapState, ReducingState, ValueState
+
+#: the state a descriptor declares (``ValueState[int]`` ...): what ``get_state`` returns
+S = TypeVar("S")
+T = TypeVar("T")
 
 VALUE, LIST, MAP, REDUCING = "value", "list", "map", "reducing"
 #: map state kept entry by entry: in RocksDB one row per user key (a write writes one entry,
@@ -20,11 +28,15 @@ ON_CREATE_AND_WRITE, ON_READ_AND_WRITE = "on_create_and_write", "on_read_and_wri
 
 
 @dataclass(frozen=True)
-class StateDescriptor:
+class StateDescriptor(Generic[S]):
+    """A named keyed state's declaration; ``S`` is the state protocol (of
+    :mod:`.interface`) that ``RuntimeContext.get_state`` returns for it. Build one with the
+    functions below."""
+
     name: str
     kind: str
     default: object = None
-    reduce_fn: Callable[[object, object], object] | None = None
+    reduce_fn: Callable[[Any, Any], Any] | None = None
     serializer: Serializer = field(default=MSGPACK)
     #: time to live in ms of processing time (``None``: forever); see :mod:`.ttl`
     ttl_ms: int | None = None
@@ -49,7 +61,7 @@ class StateDescriptor:
     def meta(self) -> dict:
         """What a snapshot records of the declaration. TTL state stores each value with a
         timestamp, so whether a state has a TTL is part of its format (its duration is not)."""
-        meta = {"kind": self.kind, "serializer": self.serializer.name}
+        meta: dict[str, object] = {"kind": self.kind, "serializer": self.serializer.name}
         if self.ttl_ms is not None:
             meta["ttl"] = True
         return meta
@@ -59,40 +71,58 @@ def _ttl(ttl) -> int | None:
     return None if ttl is None else duration_ms(ttl, "ttl")
 
 
-def ValueStateDescriptor(name: str, default: object = None, serializer: Serializer = MSGPACK,
-                         *, ttl=None, ttl_update: str = ON_CREATE_AND_WRITE):
+@overload
+def ValueStateDescriptor(name: str, default: None = None, serializer: Serializer = MSGPACK,
+                         *, ttl: Any = None,
+                         ttl_update: str = ON_CREATE_AND_WRITE) -> StateDescriptor[ValueState[Any]]:
+    ...
+
+
+@overload
+def ValueStateDescriptor(name: str, default: T, serializer: Serializer = MSGPACK,
+                         *, ttl: Any = None,
+                         ttl_update: str = ON_CREATE_AND_WRITE) -> StateDescriptor[ValueState[T]]:
+    ...
+
+
+def ValueStateDescriptor(name: str, default: Any = None, serializer: Serializer = MSGPACK,
+                         *, ttl: Any = None,
+                         ttl_update: str = ON_CREATE_AND_WRITE) -> StateDescriptor[ValueState[Any]]:
+    """One value per key; ``default`` (its type is the state's) when a key has none."""
     return StateDescriptor(name, VALUE, default=default, serializer=serializer,
                            ttl_ms=_ttl(ttl), ttl_update=ttl_update)
 
 
-def ListStateDescriptor(name: str, serializer: Serializer = MSGPACK, *, ttl=None,
-                        ttl_update: str = ON_CREATE_AND_WRITE):
+def ListStateDescriptor(name: str, serializer: Serializer = MSGPACK, *, ttl: Any = None,
+                        ttl_update: str = ON_CREATE_AND_WRITE) -> StateDescriptor[ListState[Any]]:
     return StateDescriptor(name, LIST, serializer=serializer, ttl_ms=_ttl(ttl),
                            ttl_update=ttl_update)
 
 
-def MapStateDescriptor(name: str, serializer: Serializer = MSGPACK, *, ttl=None,
-                       ttl_update: str = ON_CREATE_AND_WRITE):
+def MapStateDescriptor(name: str, serializer: Serializer = MSGPACK, *, ttl: Any = None,
+                       ttl_update: str = ON_CREATE_AND_WRITE
+                       ) -> StateDescriptor[MapState[Any, Any]]:
     return StateDescriptor(name, MAP, serializer=serializer, ttl_ms=_ttl(ttl),
                            ttl_update=ttl_update)
 
 
-def EntryMapStateDescriptor(name: str, serializer: Serializer = MSGPACK):
+def EntryMapStateDescriptor(name: str, serializer: Serializer = MSGPACK
+                            ) -> StateDescriptor[MapState[Any, Any]]:
     """Map state whose entries are stored one by one (RocksDB: a ``put`` writes one row),
     for maps that grow by many small writes (the join buffers). Same API as map state."""
     return StateDescriptor(name, ENTRY_MAP, serializer=serializer)
 
 
 def ReducingStateDescriptor(
-    name: str, reduce_fn: Callable[[object, object], object], serializer: Serializer = MSGPACK,
-    *, ttl=None, ttl_update: str = ON_CREATE_AND_WRITE,
-):
+    name: str, reduce_fn: Callable[[T, T], T], serializer: Serializer = MSGPACK,
+    *, ttl: Any = None, ttl_update: str = ON_CREATE_AND_WRITE,
+) -> StateDescriptor[ReducingState[T]]:
     return StateDescriptor(name, REDUCING, reduce_fn=reduce_fn, serializer=serializer,
                            ttl_ms=_ttl(ttl), ttl_update=ttl_update)
 
 
-def check_compatible(operator_uid: str, descriptor: StateDescriptor,
-                     existing: StateDescriptor | None, restored_meta: dict | None) -> None:
+def check_compatible(operator_uid: str, descriptor: StateDescriptor[Any],
+                     existing: StateDescriptor[Any] | None, restored_meta: dict | None) -> None:
     """Refuse a state declaration that contradicts an earlier registration or the restored
     snapshot's (kind, serializer): decoding it would produce garbage."""
     if existing is not None:

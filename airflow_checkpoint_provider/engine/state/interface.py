@@ -3,7 +3,7 @@
 ``RuntimeContext.get_state(descriptor)`` returns one of these for the current key (the key
 of the record or timer being processed); the heap backend (:mod:`.heap.states`) and the
 RocksDB backend (:mod:`.rocksdb.states`) implement each kind, and mypy checks that their
-classes satisfy these protocols (the assignments at the end of this module). The kinds are
+classes satisfy these protocols (:mod:`.interface_check`, in ``make lint``). The kinds are
 Flink's, minus aggregating state (neither backend offers it: a reducing state whose reduce
 function folds into an accumulator does the same):
 
@@ -14,6 +14,12 @@ function folds into an accumulator does the same):
 * :class:`ReducingState` -- one value per key that every ``add`` folds into
   (``ReducingStateDescriptor``).
 
+Each protocol is generic in its values (``ValueState[int]``, ``MapState[str, float]``): the
+descriptor carries the type (``ValueStateDescriptor("count", 0)`` is a
+``StateDescriptor[ValueState[int]]``) and ``get_state`` returns the matching protocol, so a
+user's type checker sees what ``value()`` returns. Without a typed default or reduce
+function the values are ``Any``.
+
 Values (and map keys) obey the state value contract of :mod:`.contract`: what is stored
 comes back from a checkpoint, a savepoint, a rescale or a backend switch as an equal value
 of the same type.
@@ -22,9 +28,14 @@ of the same type.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol, TypeVar
 
 __all__ = ["ListState", "MapState", "ReducingState", "State", "ValueState"]
+
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class State(Protocol):
@@ -33,71 +44,59 @@ class State(Protocol):
     def clear(self) -> None: ...
 
 
-class ValueState(State, Protocol):
-    def value(self) -> Any:
+class ValueState(State, Protocol[T]):
+    def value(self) -> T:
         """The current key's value, or the descriptor's default when it has none."""
         ...
 
-    def update(self, value: Any) -> None:
+    def update(self, value: T | None) -> None:
         """Store ``value`` for the current key (``None`` clears it)."""
         ...
 
 
-class ListState(State, Protocol):
-    def get(self) -> list:
+class ListState(State, Protocol[T]):
+    def get(self) -> list[T]:
         """A copy of the current key's list (empty when it has none)."""
         ...
 
-    def add(self, value: Any) -> None: ...
+    def add(self, value: T) -> None: ...
 
-    def add_all(self, values: Iterable[Any]) -> None: ...
+    def add_all(self, values: Iterable[T]) -> None: ...
 
-    def update(self, values: Iterable[Any]) -> None:
+    def update(self, values: Iterable[T]) -> None:
         """Replace the current key's list (an empty one clears it)."""
         ...
 
 
-class MapState(State, Protocol):
-    def get(self, user_key: Any, default: Any = None) -> Any: ...
+class MapState(State, Protocol[K, V]):
+    def get(self, user_key: K, default: V | None = None) -> V | None: ...
 
-    def put(self, user_key: Any, value: Any) -> None: ...
+    def put(self, user_key: K, value: V) -> None: ...
 
-    def remove(self, user_key: Any) -> None: ...
+    def remove(self, user_key: K) -> None: ...
 
-    def pop_all(self, user_keys: Any) -> list:
+    def pop_all(self, user_keys: Iterable[K]) -> list[V | None]:
         """Remove ``user_keys`` and return their values (None for a missing one)."""
         ...
 
-    def contains(self, user_key: Any) -> bool: ...
+    def contains(self, user_key: K) -> bool: ...
 
-    def items(self) -> Any:
+    def items(self) -> Iterable[tuple[K, V]]:
         """The current key's ``(user key, value)`` pairs."""
         ...
 
-    def keys(self) -> Any:
+    def keys(self) -> Iterable[K]:
         """The current key's user keys."""
         ...
 
     def is_empty(self) -> bool: ...
 
 
-class ReducingState(State, Protocol):
-    def get(self) -> Any:
+class ReducingState(State, Protocol[T]):
+    def get(self) -> T | None:
         """The current key's reduced value, or ``None``."""
         ...
 
-    def add(self, value: Any) -> None:
+    def add(self, value: T) -> None:
         """Fold ``value`` into the current key's value with the reduce function."""
         ...
-
-
-if TYPE_CHECKING:  # mypy checks that each backend's classes satisfy the protocols
-    from .heap import states as heap
-    from .rocksdb import states as rocks
-
-    _values: tuple[type[ValueState], ...] = (heap.ValueState, rocks.RocksValueState)
-    _lists: tuple[type[ListState], ...] = (heap.ListState, rocks.RocksListState)
-    _maps: tuple[type[MapState], ...] = (heap.MapState, rocks.RocksMapState,
-                                         rocks.RocksEntryMapState)
-    _reducing: tuple[type[ReducingState], ...] = (heap.ReducingState,
-                                                  rocks.RocksReducingState)

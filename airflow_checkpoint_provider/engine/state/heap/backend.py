@@ -25,6 +25,7 @@ import itertools
 import threading
 import weakref
 from collections.abc import Iterator
+from typing import TypeVar, cast
 
 from ...typed_codec import FORMAT_VERSION, UnsupportedValueError, pack_value
 from .. import ttl
@@ -36,6 +37,8 @@ from .changelog import Chain, changed_keys, encode_delta, write_shared
 from .format import decode_chunk
 from .restore import restore_heap_backend
 from .states import STATE_CLASSES
+
+S = TypeVar("S")
 
 #: the capture id that keeps copy-on-write bookkeeping on for good (incremental snapshots)
 ALWAYS = 0
@@ -147,7 +150,8 @@ class HeapKeyedStateBackend:
         self.current_key_group = key_group
 
     # -- registration -------------------------------------------------------------------
-    def get_state(self, descriptor: StateDescriptor):
+    def get_state(self, descriptor: StateDescriptor[S]) -> S:
+        """The state ``descriptor`` declares (a protocol of :mod:`..interface`)."""
         existing = self.descriptors.get(descriptor.name)
         restored = self.restored_meta.get(descriptor.name)
         check_compatible(self.operator_uid, descriptor, existing, restored)
@@ -160,7 +164,7 @@ class HeapKeyedStateBackend:
                     for k in kg_table:
                         kg_table[k] = loads(kg_table[k])
         cls = STATE_CLASSES[descriptor.kind]
-        return cls(self, descriptor, self.tables[descriptor.name])
+        return cast(S, cls(self, descriptor, self.tables[descriptor.name]))
 
     # -- snapshot -----------------------------------------------------------------------
     def snapshot(self) -> tuple[bytes, dict[int, list[int]], dict[str, dict]]:

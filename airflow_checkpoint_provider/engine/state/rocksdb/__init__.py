@@ -39,6 +39,7 @@ import logging
 import os
 import shutil
 import uuid
+from typing import TypeVar, cast
 
 from rocksdict import Checkpoint, Rdict, WriteBatch
 
@@ -55,6 +56,8 @@ from ..keygroups import KeyGroupRange, key_group_for
 from .layout import LOCAL_DIR_ENV as LOCAL_DIR_ENV  # the key layout, files, local root
 from .layout import _download, _kg_prefix, _options, local_root, split_key
 from .states import ROCKS_STATES
+
+S = TypeVar("S")
 
 log = logging.getLogger(__name__)
 
@@ -160,19 +163,21 @@ class RocksDBKeyedStateBackend:
         return self._prefix + name_bytes + self._key_bytes
 
     # -- registration -------------------------------------------------------------------
-    def get_state(self, descriptor: StateDescriptor):
+    def get_state(self, descriptor: StateDescriptor[S]) -> S:
+        """The state ``descriptor`` declares (a protocol of :mod:`..interface`)."""
         check_compatible(self.operator_uid, descriptor, self.descriptors.get(descriptor.name),
                          self.restored_meta.get(descriptor.name))
         if "\x00" in descriptor.name:
             raise ValueError(f"state name {descriptor.name!r} must not contain NUL")
         self.descriptors[descriptor.name] = descriptor
-        return ROCKS_STATES[descriptor.kind](self, descriptor)
+        return cast(S, ROCKS_STATES[descriptor.kind](self, descriptor))
 
     def keys(self, state_name: str):
         self.write_out()
         marker = state_name.encode() + b"\x00"
         last = None
-        for k in self.db.keys():
+        for raw in self.db.keys():
+            k = cast(bytes, raw)  # raw mode: keys are bytes
             if k[2:2 + len(marker)] == marker:
                 key, rest = split_key(k[2 + len(marker):])
                 if rest and last is not None and last == (k[:2], key):
@@ -208,19 +213,20 @@ class RocksDBKeyedStateBackend:
         """Incremental TTL clean-up: look at up to :data:`TTL_CLEANUP_ENTRIES` entries per
         checkpoint, from where the previous one stopped (the whole DB every few
         checkpoints), and drop the values of TTL states that expired."""
-        expiring = {d.name.encode() + b"\x00": d for d in self.descriptors.values() if d.ttl_ms}
+        expiring = {d.name.encode() + b"\x00": (d, d.ttl_ms)
+                    for d in self.descriptors.values() if d.ttl_ms}
         if not expiring:
             return
         self.write_out(empty=True)  # the clean-up changes RocksDB directly
         now, seen, batch = ttl.now_ms(), 0, WriteBatch(raw_mode=True)
-        last = None
-        for k, v in self.db.items(from_key=self._ttl_cursor):
-            last = k
+        last: bytes | None = None
+        for raw, v in self.db.items(from_key=self._ttl_cursor):
+            last = k = cast(bytes, raw)  # raw mode: keys are bytes
             seen += 1
-            for marker, d in expiring.items():
+            for marker, (d, ttl_ms) in expiring.items():
                 if k[2:2 + len(marker)] == marker:
-                    stored = unpack_value(v)
-                    kept = ttl.purge(d.kind, stored, now, d.ttl_ms)
+                    stored = unpack_value(cast(bytes, v))
+                    kept = ttl.purge(d.kind, stored, now, ttl_ms)
                     if kept is None:
                         batch.delete(k)
                     elif kept is not stored:
@@ -307,19 +313,19 @@ class RocksDBKeyedStateBackend:
         self.write_out(empty=True)
         self.restored_meta.update(state_meta)
         mine = self.key_groups
-        handles = [h if isinstance(h, RocksDBHandle) else RocksDBHandle.from_dict(h, location=directory)
-                   for h in handles]
-        exact = [h for h in handles if KeyGroupRange(*h.key_group_range) == mine]
-        if len(handles) == 1 and exact:
+        loaded = [h if isinstance(h, RocksDBHandle)
+                  else RocksDBHandle.from_dict(h, location=directory) for h in handles]
+        exact = [h for h in loaded if KeyGroupRange(*h.key_group_range) == mine]
+        if len(loaded) == 1 and exact:
             self.db.close()
             shutil.rmtree(self.db_path, ignore_errors=True)
-            _download(directory, handles[0], self.db_path)
+            _download(directory, loaded[0], self.db_path)
             self.db = Rdict(self.db_path, _options())
             # Nothing restored is reused by the next checkpoint: it uploads in full (the
             # restored snapshot may belong to another job, and NO_CLAIM never shares files).
             return
         lo, hi = _kg_prefix(mine.start), _kg_prefix(mine.end + 1) if mine.end + 1 < 65536 else None
-        for h in handles:
+        for h in loaded:
             tmp = os.path.join(self.workdir, f"restore-{uuid.uuid4().hex[:8]}")
             _download(directory, h, tmp)
             src = Rdict(tmp, _options())
@@ -327,7 +333,7 @@ class RocksDBKeyedStateBackend:
                 batch = WriteBatch(raw_mode=True)
                 n = 0
                 for k, v in src.items(from_key=lo):
-                    if hi is not None and k >= hi:
+                    if hi is not None and cast(bytes, k) >= hi:
                         break
                     batch.put(k, v)
                     n += 1
