@@ -74,6 +74,14 @@ class RunRequest:
     :param restart: restart strategy spec (``none``, ``fixed:ATTEMPTS:DELAY_MS``, ...),
         ``None`` keeps the pipeline's.
     :param runner: ``local`` or ``spark``; ``master``: the Spark master (runner ``spark``).
+
+    There is no ``parallelism`` field, by decision: the engine has no job-level parallelism
+    to override. Each operator declares its own (``source(..., parallelism=2)``,
+    ``process(..., parallelism=3)``; a chain's vertex takes its nodes'), so one number for a
+    job would either be ignored or silently overwrite the pipeline's choices. A pipeline
+    whose parallelism is an option reads it itself (the examples read
+    ``CKPT_EXAMPLE_PARALLELISM`` from the job's environment, ``env_vars=`` in Airflow), and
+    a restore at another parallelism redistributes the keyed state by key group.
     """
 
     pipeline: str
