@@ -39,17 +39,44 @@ def _through_the_cli(request: RunRequest, tmp_path) -> tuple[RunRequest, Checkpo
     return parsed, pipeline.checkpoint
 
 
-def test_the_interval_travels_from_the_operator_to_the_checkpoint_config(tmp_path):
+class _Launched(Exception):
+    """Raised where the hook would start the job: the test reads what it would run."""
+
+
+def test_the_interval_travels_from_execute_to_the_checkpoint_config(tmp_path, monkeypatch,
+                                                                     metadata_url):
+    """SubmitCheckpointedJobOperator.execute() -> its launch -> the hook's ckpt-run argv ->
+    the CLI's parse -> the pipeline's CheckpointConfig: every step the options take."""
+    from savepoint_helpers import FakeTI
+
+    import airflow_checkpoint_provider.operators.submit as submit_module
+
+    launched: list[CheckpointSubmitHook] = []
+
+    class CapturingHook(CheckpointSubmitHook):
+        def submit_detached(self, **kwargs):
+            launched.append(self)
+            raise _Launched
+
+        submit_blocking = submit_detached
+
+    monkeypatch.setattr(submit_module, "CheckpointSubmitHook", CapturingHook)
     op = _operator(interval_ms=250, checkpoint_dir=str(tmp_path / "ckpt"),
                    savepoint_dir=str(tmp_path / "sp"), restart="fixed:2:100",
-                   fence_sinks="true")
-    request = op.run_request("a" * 32, "latest")
-    assert request.checkpoint == CheckpointOverrides(
+                   fence_sinks="true", restore="latest")
+    with pytest.raises(_Launched):
+        op.execute({"ti": FakeTI("orders_dag", "submit")})
+    (hook,) = launched
+    command = hook.command()
+    assert metadata_url not in " ".join(command)  # the DB URL travels in the environment
+    parsed = parse_run_argv(command[command.index("run") + 1:])
+    assert parsed == hook.request
+    assert parsed.job_id == op.job_id_for({"ti": FakeTI("orders_dag", "submit")}, 1)
+    assert parsed.checkpoint == CheckpointOverrides(
         interval_ms=250, directory=str(tmp_path / "ckpt"),
         savepoint_directory=str(tmp_path / "sp"))
-    assert request.restore == Restore(RestoreKind.LATEST) and request.fence_sinks
-    parsed, config = _through_the_cli(request, tmp_path)
-    assert parsed == request
+    assert parsed.restore == Restore(RestoreKind.LATEST) and parsed.fence_sinks
+    config = parsed.apply(load_pipeline(parsed.pipeline)).checkpoint
     assert config.interval_ms == 250
     assert config.directory == str(tmp_path / "ckpt")
     assert config.savepoint_directory == str(tmp_path / "sp")
