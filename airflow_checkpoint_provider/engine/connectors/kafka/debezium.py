@@ -35,15 +35,11 @@ from __future__ import annotations
 import json
 
 from ...changelog import DELETE, INSERT, OP_FIELD, UPDATE_AFTER, UPDATE_BEFORE
-from ...errors import BadRecordError, DeterministicError
+from ...errors import BadRecordError
+from .errors import DebeziumTruncateError as DebeziumTruncateError  # its home: .errors
 
 #: Debezium's ``op`` values that carry a row change
 _ROW_OPS = ("c", "r", "u", "d")
-
-
-class DebeziumTruncateError(DeterministicError):
-    """A Debezium truncate event: every row of the table is gone, which no changelog row
-    says; the job fails without restarting (the restart would meet it again)."""
 
 
 class DebeziumJson:

@@ -3,7 +3,13 @@ involved, and says what to do."""
 
 from __future__ import annotations
 
-from ...errors import BadRecordError, ConfigurationError, EngineError, RestoreError
+from ...errors import (
+    BadRecordError,
+    ConfigurationError,
+    DeterministicError,
+    EngineError,
+    RestoreError,
+)
 
 
 class KafkaConnectorError(EngineError):
@@ -37,3 +43,9 @@ class KafkaSchemaError(KafkaConnectorError, BadRecordError):
     source's ``schema``, or a field's type in the other records of its batch). Names the
     topic, partition, offset and field; the job fails without restarting (a restart would
     read the same record)."""
+
+
+class DebeziumTruncateError(KafkaConnectorError, DeterministicError):
+    """A Debezium truncate event (``DebeziumJson``): every row of the table is gone, which
+    no changelog row says; the job fails without restarting (the restart would meet it
+    again)."""

@@ -73,3 +73,13 @@ def test_the_source_takes_the_format_by_name_or_as_an_object():
                       DebeziumJson)
     strict = DebeziumJson(require_before=True)
     assert KafkaSource("h:1", topics=["t"], value_format=strict).value_format is strict
+
+
+def test_the_truncate_error_lives_in_the_connectors_errors_module():
+    from airflow_checkpoint_provider.engine.connectors.kafka import debezium, errors
+    from airflow_checkpoint_provider.engine.errors import DeterministicError
+
+    assert debezium.DebeziumTruncateError is errors.DebeziumTruncateError
+    assert errors.DebeziumTruncateError.__module__ == errors.__name__
+    assert issubclass(errors.DebeziumTruncateError, errors.KafkaConnectorError)
+    assert issubclass(errors.DebeziumTruncateError, DeterministicError)
