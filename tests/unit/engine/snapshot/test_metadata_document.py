@@ -16,7 +16,11 @@ from airflow_checkpoint_provider.engine.checkpoint.outcomes import (
     TaskAck,
 )
 from airflow_checkpoint_provider.engine.errors import CorruptCheckpointError
-from airflow_checkpoint_provider.engine.snapshot.codec import encode_metadata, load_snapshot
+from airflow_checkpoint_provider.engine.snapshot.codec import (
+    encode_metadata,
+    load_snapshot,
+    signature_status,
+)
 from airflow_checkpoint_provider.engine.snapshot.handles import (
     ChannelStateHandle,
     HeapChangelogHandle,
@@ -103,3 +107,17 @@ def test_a_malformed_ack_is_refused_naming_the_field(operators, field):
 def test_negative_sizes_in_ack_metrics_are_refused():
     with pytest.raises(CorruptCheckpointError, match="metrics.state_size"):
         AckMetrics.from_wire({"state_size": -1}, location="chk-1")
+
+
+def test_a_signed_document_is_the_same_whether_written_from_the_typed_or_the_stored_form(
+        tmp_path):
+    doc = json.loads(stored())
+    body = {k: v for k, v in doc.items() if k not in ("format", "version", "checksum")}
+    typed = SnapshotMetadata.from_dict(doc, location="fixture").to_dict()
+    key = b"k" * 32
+    signed = encode_metadata(typed, hmac_key=key)
+    assert signed == encode_metadata(body, hmac_key=key)
+    (tmp_path / "_metadata").write_bytes(signed)
+    loaded = load_snapshot(str(tmp_path), hmac_key=key)  # checks the HMAC
+    assert signature_status(loaded.doc, key) == "valid"
+    assert signature_status(loaded.doc, b"x" * 32) == "invalid"
