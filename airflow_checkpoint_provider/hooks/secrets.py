@@ -16,8 +16,6 @@ from airflow_checkpoint_provider.engine.client import (
 
 __all__ = ["SPARK_ENV_PREFIX", "SPARK_REDACTION_REGEX", "mask_url_secrets"]
 
-HMAC_KEY_ENV = SNAPSHOT_HMAC_KEY.name
-
 
 def _mask(value: str) -> None:
     try:

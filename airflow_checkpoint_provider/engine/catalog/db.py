@@ -38,10 +38,6 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 #: importing Alembic (about 0.2 CPU-seconds in every process that opens the metadata DB);
 #: tests/integration/engine/checkpoint/test_store.py checks that it is Alembic's head.
 SCHEMA_HEAD = "0012"
-#: How long a SQLite connection waits for another writer before "database is locked"
-#: (``$CKPT_SQLITE_BUSY_TIMEOUT_S`` overrides it; both declared in :mod:`..settings`).
-SQLITE_BUSY_TIMEOUT_S = SQLITE_BUSY_TIMEOUT.default
-SQLITE_BUSY_TIMEOUT_ENV = SQLITE_BUSY_TIMEOUT.name
 
 
 def sqlite_busy_timeout() -> float:

@@ -36,9 +36,6 @@ log = logging.getLogger(__name__)
 #: job states in which a job may still run (the rest are terminal); at most one job per name
 #: is in one of them (a partial unique index, see :data:`.models.LIVE_JOB_STATUSES`)
 ACTIVE_JOB_STATUSES = LIVE_JOB_STATUSES
-#: seconds without a heartbeat after which an active job is LOST (env overrides; the
-#: variable and its default are declared in :mod:`..settings`)
-HEARTBEAT_TIMEOUT_ENV = HEARTBEAT_TIMEOUT.name
 
 
 def heartbeat_timeout() -> float:

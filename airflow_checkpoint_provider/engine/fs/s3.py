@@ -48,9 +48,6 @@ log = logging.getLogger(__name__)
 
 SCHEME = "s3://"
 MIB = 1024 * 1024
-DEFAULT_MAX_ATTEMPTS = S3_MAX_ATTEMPTS.default
-DEFAULT_TIMEOUT_S = S3_TIMEOUT.default
-DEFAULT_MULTIPART_THRESHOLD = S3_MULTIPART_THRESHOLD.default
 MIN_PART_SIZE = 5 * MIB  # S3's minimum size of every part but the last
 DELETE_BATCH = 1000      # the most keys one DeleteObjects request accepts
 LIST_PAGE_SIZE = 1000    # keys per ListObjectsV2 page (S3's maximum)

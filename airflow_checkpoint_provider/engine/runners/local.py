@@ -19,10 +19,6 @@ from ..runtime.host.forkserver import SLOT_MODULE, ForkClient, ForkServerError
 from ..settings import SLOT_FORK_SERVER
 from .jobmaster.master import JobMaster
 
-#: ``0`` starts every slot as a fresh ``python -m ...runtime.host.slot`` process instead of forking
-#: it from the fork server (:mod:`..runtime.host.forkserver`).
-FORK_SERVER_ENV = SLOT_FORK_SERVER.name
-
 
 def describe_exit(returncode: int) -> str:
     """``exited with code 3`` or ``was killed by signal 9 (SIGKILL)``."""
