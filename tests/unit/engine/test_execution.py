@@ -14,7 +14,7 @@ from airflow_checkpoint_provider.engine import (
 )
 from airflow_checkpoint_provider.engine.connectors.discard import DiscardSink
 from airflow_checkpoint_provider.engine.plan.graph import ExecutionGraph
-from airflow_checkpoint_provider.engine.plan.job import JobConfig
+from airflow_checkpoint_provider.engine.plan.job import JobConfig, Restore, RestoreKind
 
 
 def _pipeline(tmp_path) -> Pipeline:
@@ -51,7 +51,9 @@ def test_a_registered_runner_gets_the_options_and_the_plan(tmp_path):
         del execution._RUNNERS["recording"]
     assert seen["options"] == {"slots": 3}
     assert isinstance(seen["graph"], ExecutionGraph) and isinstance(seen["config"], JobConfig)
-    assert seen["config"].name == "by-name" and seen["kwargs"]["restore"] == "latest"
+    assert seen["config"].name == "by-name"
+    # the text form is parsed once, by Pipeline.run: a runner gets the tagged Restore
+    assert seen["kwargs"]["restore"] == Restore(RestoreKind.LATEST)
 
 
 def test_the_local_runner_is_built_only_when_asked_for():
