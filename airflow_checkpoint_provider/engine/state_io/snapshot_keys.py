@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..state.key_hashing import key_groups as arrow_key_groups
 from ..state.keygroups import key_group_for
 from ..state.keys import canonical_key
-from ..state.key_hashing import key_groups as arrow_key_groups
 from .keys import (
     MAX_NAMED,
     KeyTypes,

@@ -48,9 +48,9 @@ from ..state.backend import write_state_file
 from ..state.columnar import LAST_UPDATE, AggregateSpec, AggregateTable
 from ..state.descriptors import LIST, MAP, REDUCING, VALUE
 from ..state.heap.changelog import full_file
+from ..state.key_hashing import key_groups as arrow_key_groups
 from ..state.keygroups import KeyGroupRange, key_group_for, key_group_range_for
 from ..state.keys import key_type as key_type_of
-from ..state.key_hashing import key_groups as arrow_key_groups
 from ..typed_codec import FORMAT_VERSION, UnsupportedValueError, pack_value
 from .exceptions import (
     NotKeyedStateError,

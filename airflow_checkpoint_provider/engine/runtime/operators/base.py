@@ -13,10 +13,10 @@ from ...plan.graph import Node
 from ...state.backend import KeyedStateBackend, PerKeyStateBackend, StateSnapshot
 from ...state.columnar import AggregateSpec, AggregateTable
 from ...state.heap import HeapKeyedStateBackend
+from ...state.key_hashing import key_groups_for
 from ...state.keygroups import KeyGroupRange
 from ...state.keys import KeyContract
 from ...state.operator_state import OperatorStateStore
-from ...state.key_hashing import key_groups_for
 from ..batches import Batch, to_record_batch
 from .changelog_agg import changelog_update
 from .timers import EVENT_TIME, PROCESSING_TIME, TimerService

@@ -3,16 +3,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_checkpoint_provider.engine.state.keygroups import (
-    key_group_for,
-    key_hash,
-    operator_index_for_key_group,
-)
 from airflow_checkpoint_provider.engine.state.key_hashing import (
     channels_for,
     key_groups,
     key_hashes,
     murmur3_32_fixed,
+)
+from airflow_checkpoint_provider.engine.state.keygroups import (
+    key_group_for,
+    key_hash,
+    operator_index_for_key_group,
 )
 
 RNG_SEED = 20240611

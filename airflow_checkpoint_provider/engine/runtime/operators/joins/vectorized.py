@@ -38,8 +38,8 @@ from ....plan.functions import RuntimeContext
 from ....plan.graph import Node
 from ....plan.specs import IntervalJoinSpec, WindowJoinSpec
 from ....state.columnar.join_buffers import JoinState, concat
-from ....state.keygroups import KeyGroupRange
 from ....state.key_hashing import key_groups
+from ....state.keygroups import KeyGroupRange
 from ...batches import to_record_batch
 from ..base import _KeyedStateOperator
 from ..windowing import _CheckpointedWatermark

@@ -16,8 +16,8 @@ from ....errors import BadRecordError, RestoreError, StateMigrationError
 from ....snapshot.codec import read_state_file
 from ....state.backend import StateSnapshot, write_state_file
 from ....state.columnar.key_index import KeyIndex, _varlen, keys_to_numpy
-from ....state.keygroups import KeyGroupRange
 from ....state.key_hashing import key_hashes
+from ....state.keygroups import KeyGroupRange
 from ..base import _KeyedStateOperator
 
 

@@ -13,8 +13,8 @@ from airflow_checkpoint_provider.engine.state.columnar.aggregates import (
     AggregateTable,
     KeyIndex,
 )
-from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange, key_group_range_for
 from airflow_checkpoint_provider.engine.state.key_hashing import key_hashes
+from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange, key_group_range_for
 
 SPEC = AggregateSpec("key", [("n", "count", None), ("total", "sum", "v"), ("lo", "min", "v"),
                              ("hi", "max", "v"), ("avg", "mean", "v"), ("nv", "count", "v")])

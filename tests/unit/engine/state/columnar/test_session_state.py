@@ -14,8 +14,8 @@ from airflow_checkpoint_provider.engine.eventtime import MAX_WATERMARK, Timestam
 from airflow_checkpoint_provider.engine.state.columnar import AggregateSpec
 from airflow_checkpoint_provider.engine.state.columnar.session_state import SessionAggregateTable
 from airflow_checkpoint_provider.engine.state.columnar.windows import WindowSpec
-from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 from airflow_checkpoint_provider.engine.state.key_hashing import key_groups
+from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 
 MAXP, GAP, DISORDER = 16, 100, 300
 AGGS = [("n", "count", None), ("total", "sum", "v"), ("low", "min", "v"), ("high", "max", "v"),

@@ -9,8 +9,8 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_checkpoint_provider.engine.state.columnar.topn_state import TopNSpec, TopNTable
-from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 from airflow_checkpoint_provider.engine.state.key_hashing import key_groups
+from airflow_checkpoint_provider.engine.state.keygroups import KeyGroupRange
 
 MAXP = 16
 
