@@ -16,7 +16,7 @@ import pytest
 from repo_paths import SUPPORT_DIR
 
 from airflow_checkpoint_provider.engine.errors import SparkMasterUnreachableError
-from airflow_checkpoint_provider.engine.runners.spark import (
+from airflow_checkpoint_provider.engine.runners.spark.session import (
     check_master_reachable,
     master_addresses,
 )
