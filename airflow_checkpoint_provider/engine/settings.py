@@ -198,6 +198,14 @@ def _s3_count(setting: Setting, raw: str) -> int:
     return int(_s3_number(1)(setting, raw))
 
 
+def _part_rows(setting: Setting[int], raw: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,10}", raw) or int(raw) < 1:
+        raise ConfigurationError(
+            f"{setting.name}={raw!r} must be a whole number of rows, at least 1 "
+            f"(default {setting.default})")
+    return int(raw)
+
+
 # -- the settings ----------------------------------------------------------------------------
 
 METADATA_URL: Setting[str | None] = Setting(
@@ -249,6 +257,11 @@ SHIP_CODE: Setting[bool] = Setting(
     "CKPT_SHIP_CODE", False, "off",
     "1: ship the engine and the pipeline's package to Spark executors as --py-files",
     _flag("1"), strip=False)
+#: for tests, not users: many snapshot parts from little data
+COLUMNAR_PART_ROWS: Setting[int] = Setting(
+    "CKPT_COLUMNAR_PART_ROWS", 1 << 15, "32768",
+    "rows of a part of a vectorized operator's snapshot (a power of two; smaller values "
+    "only for tests: many parts from little data)", _part_rows)
 S3_ENDPOINT_URL: Setting[str | None] = Setting(
     "CKPT_S3_ENDPOINT_URL", None, "AWS (or `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`)",
     "an S3-compatible endpoint for s3:// checkpoint storage", _text, strip=False)
@@ -284,6 +297,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     SQLITE_BUSY_TIMEOUT, MAX_FRAME_BYTES, METRICS_PORT, TEMP_DIR, LOCAL_DIR, SLOT_ORPHAN_EXIT,
     SPARK_SLOT_WAIT, LOG_LEVEL, SLOT_FORK_SERVER, SPARK_LOG_LEVEL, SHIP_CODE, S3_ENDPOINT_URL,
     S3_MAX_ATTEMPTS, S3_TIMEOUT, S3_MULTIPART_THRESHOLD, S3_MULTIPART_CHUNKSIZE, CDC_URL,
-    CDC_SLOT_WAIT_TIMEOUT, TRACEBACK, JOB_SECRET)}
-#: the settings the engine sets itself (the configuration reference names them apart)
-INTERNAL = frozenset({JOB_SECRET.name})
+    CDC_SLOT_WAIT_TIMEOUT, TRACEBACK, JOB_SECRET, COLUMNAR_PART_ROWS)}
+#: the settings users do not set: the engine's own and the tests' knobs (the configuration
+#: reference names them apart)
+INTERNAL = frozenset({JOB_SECRET.name, COLUMNAR_PART_ROWS.name})

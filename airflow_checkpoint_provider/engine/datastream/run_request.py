@@ -79,8 +79,8 @@ class RunRequest:
     to override. Each operator declares its own (``source(..., parallelism=2)``,
     ``process(..., parallelism=3)``; a chain's vertex takes its nodes'), so one number for a
     job would either be ignored or silently overwrite the pipeline's choices. A pipeline
-    whose parallelism is an option reads it itself (the examples read
-    ``CKPT_EXAMPLE_PARALLELISM`` from the job's environment, ``env_vars=`` in Airflow), and
+    whose parallelism is an option reads it itself (the bundled examples read it from the
+    job's environment, ``env_vars=`` in Airflow), and
     a restore at another parallelism redistributes the keyed state by key group.
     """
 

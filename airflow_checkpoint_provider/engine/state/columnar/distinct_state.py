@@ -48,7 +48,7 @@ DISTINCT = "count_distinct"
 PACK_BITS = 40
 MAX_PACKED_ROWS = 1 << (63 - PACK_BITS)
 #: pairs of one run (a part of the snapshot file: encoded once when full); twice the rows of
-#: an aggregate's part when ``$CKPT_COLUMNAR_PART_ROWS`` sets those
+#: an aggregate's part when the ``COLUMNAR_PART_ROWS`` setting sets those
 PAIR_ROWS = 2 << PART_SHIFT
 #: the column that tells rows of pairs (true) from the rows of the keys
 PAIRS = "_pairs"
@@ -310,7 +310,7 @@ class DistinctAggregateTable(AggregateTable):
         as it was, else its pairs (the keys' columns by reference: their existing rows never
         change in place)."""
         schema, parts = super().capture_parts()
-        size = 2 << self._parts.shift  # PAIR_ROWS, unless $CKPT_COLUMNAR_PART_ROWS says so
+        size = 2 << self._parts.shift  # PAIR_ROWS, unless the COLUMNAR_PART_ROWS setting says so
         mirror = self.index.key_array
         keys = mirror if mirror is not None else self.index.keys
         for c in self.distinct_columns:

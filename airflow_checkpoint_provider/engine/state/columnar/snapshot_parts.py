@@ -20,27 +20,27 @@ reused only for the same key, version and schema.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
+from ... import settings
+
 __all__ = ["PART_ROWS_ENV", "PART_SHIFT", "PartCache", "RowParts", "encode", "part_shift",
            "read_table"]
 
 #: rows of a part of a table's snapshot (one record batch): 2**PART_SHIFT
 PART_SHIFT = 15
-#: another power of two for the rows of a part (tests: many parts from little data)
-PART_ROWS_ENV = "CKPT_COLUMNAR_PART_ROWS"
+#: the setting for another power of two of rows per part (tests: many parts from little data)
+PART_ROWS_ENV = settings.COLUMNAR_PART_ROWS.name
 
 
 def part_shift() -> int:
-    """log2 of the rows of a snapshot part: :data:`PART_SHIFT`, or ``$CKPT_COLUMNAR_PART_ROWS``
-    rounded down to a power of two."""
-    value = os.environ.get(PART_ROWS_ENV)
-    return PART_SHIFT if not value else max(int(value).bit_length() - 1, 0)
+    """log2 of the rows of a snapshot part: :data:`PART_SHIFT` unless the
+    ``COLUMNAR_PART_ROWS`` setting says otherwise, rounded down to a power of two."""
+    return max(settings.COLUMNAR_PART_ROWS.get().bit_length() - 1, 0)
 
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _FILE_MAGIC = b"ARROW1"
