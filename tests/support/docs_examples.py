@@ -26,7 +26,7 @@ An HTML comment on the line before a block changes that (unknown words are refus
   alone).
 
 A block whose body is a snippet include (``--8<-- "path"``) runs the included file. DAG
-files under docs/examples/dags/ are loaded by :mod:`tests.docs.test_dag_examples` (Airflow's
+files under docs/examples/dags/ are loaded by tests/integration/docs/test_dag_examples.py (Airflow's
 DagBag) instead, and the pages of ``RUN_ELSEWHERE`` (tutorial 2, which needs a running
 Airflow) by their own test. docs/changes/ holds drafts other branches write for the lead to fold into
 the pages; a draft is collected once mkdocs.yml's nav names it (published).

@@ -1,32 +1,6 @@
-"""Every Python and shell example of README.md and docs/**/*.md runs here, so none can rot
-(the parsing and running: tests/support/docs_examples.py).
-
-A fenced block is run according to its language:
-
-* ``python``: written to a file and run with this interpreter in a fresh temporary
-  directory (the working directory: relative paths of an example land there), with the
-  worktree on ``PYTHONPATH``;
-* ``bash`` / ``sh`` / ``shell``: run with ``bash -euo pipefail`` in a fresh temporary
-  directory, with the venv's ``bin`` (``ckpt``, ``python``) first on ``PATH``;
-* any other language (``text``, ``json``, ``yaml``, ``mermaid``, ``ini``, ``sql``) is not
-  code to run; a fence without a language is refused (so a shell example cannot slip
-  through unlabelled).
-
-An HTML comment on the line before a block changes that (unknown words are refused):
-
-* ``<!-- docs-test: skip REASON -->``: not run; the test is reported as skipped with the
-  reason (the few examples that need a cluster, Docker or an Airflow deployment);
-* ``<!-- docs-test: same-as PATH -->``: the block is a copy of the repository file PATH
-  (where a snippet include cannot work, e.g. in README.md on GitHub); the test asserts it is
-  the same text, and the file is tested where it lives (a DAG example: by the DagBag test);
-* ``<!-- docs-test: continue -->``: the block continues the previous block of the same
-  language in the file; the chain runs as one program (the earlier blocks are not run
-  alone).
-
-A block whose body is a snippet include (``--8<-- "path"``) runs the included file. DAG
-files under docs/examples/dags/ are loaded by test_dag_examples.py (Airflow's DagBag) instead, and the pages of ``RUN_ELSEWHERE`` (tutorial 2, which needs a running
-Airflow) by their own test. docs/changes/ holds drafts other branches write for the lead to fold into
-the pages; a draft is collected once mkdocs.yml's nav names it (published).
+"""Every Python and shell example of README.md and docs/**/*.md runs here, so none can rot.
+How a block is parsed and run (languages, the ``docs-test`` comments, snippet includes, what
+runs elsewhere): tests/support/docs_examples.py.
 """
 
 from __future__ import annotations
