@@ -55,6 +55,23 @@ def test_the_airflow_side_imports_only_the_engines_client_module():
     assert not offenders, offenders
 
 
+def test_the_example_pipelines_import_only_the_engine_api_and_each_other():
+    """The bundled pipelines run on Spark executors that may hold only the shipped code and
+    pyspark's own dependencies (``ship_code``): they import the engine's API, connectors and
+    each other, never the provider's modules (whose settings module imports the engine's
+    client, and so SQLAlchemy: a shipped job failed on an executor without it)."""
+    offenders = {}
+    for path in _python_files(os.path.join(PACKAGE, "examples")):
+        bad = [m for m in _imports(path) if m.startswith("airflow_checkpoint_provider")
+               and not m.startswith(("airflow_checkpoint_provider.engine",
+                                     "airflow_checkpoint_provider.examples"))
+               or m in ("airflow_checkpoint_provider.engine.client",
+                        "airflow_checkpoint_provider.engine.catalog")]
+        if bad:
+            offenders[os.path.relpath(path, ROOT)] = bad
+    assert not offenders, offenders
+
+
 def _engine_modules() -> dict[str, str]:
     """Dotted module name -> file of every engine module (Alembic scripts excluded)."""
     modules = {}

@@ -119,7 +119,7 @@ def _sink_op(sink, job_id: str, subtask: int = 0, restored=None, attempt: int = 
     from airflow_checkpoint_provider.engine.runtime.operators.edges import SinkOperator
 
     ctx = SimpleNamespace(job_id=job_id, job_name="replay", subtask_index=subtask,
-                          parallelism=2, attempt=attempt)
+                          parallelism=2, attempt=attempt, fence_sinks=False)
     op = SinkOperator(SimpleNamespace(uid="out", payload=sink), ctx)
     op.open(restored)
     return op

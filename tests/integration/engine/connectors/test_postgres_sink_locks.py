@@ -104,7 +104,7 @@ def _operator(url: str, table: str, *, job_id: str | None = None, subtask: int =
               **options) -> SinkOperator:
     sink = PostgresSink(url, table, ["k", "v"], **options)
     ctx = SimpleNamespace(job_id=job_id or uuid.uuid4().hex, job_name="ddl",
-                          subtask_index=subtask, parallelism=2, attempt=0)
+                          subtask_index=subtask, parallelism=2, attempt=0, fence_sinks=False)
     op = SinkOperator(SimpleNamespace(uid="out", payload=sink), ctx)
     op.open(None)
     return op

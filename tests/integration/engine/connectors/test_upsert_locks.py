@@ -45,7 +45,7 @@ def _prepared(url: str) -> list[str]:
 def _operator(url: str, job_id: str | None = None, restored: list | None = None) -> SinkOperator:
     sink = PostgresSink(url, "t", ["k", "v"], mode="upsert", key=["k"])
     ctx = SimpleNamespace(job_id=job_id or uuid.uuid4().hex, job_name="locks",
-                          subtask_index=0, parallelism=1, attempt=0)
+                          subtask_index=0, parallelism=1, attempt=0, fence_sinks=False)
     op = SinkOperator(SimpleNamespace(uid="out", payload=sink), ctx)
     op.open(restored)
     return op

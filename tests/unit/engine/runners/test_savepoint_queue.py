@@ -4,13 +4,24 @@ tests/integration/engine/connectors/test_savepoint_during_checkpoint.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_checkpoint_provider.engine import CheckpointConfig
 from airflow_checkpoint_provider.engine.catalog import MetadataStore
+from airflow_checkpoint_provider.engine.checkpoint import db_writer
 from airflow_checkpoint_provider.engine.checkpoint.coordinator import CheckpointCoordinator
 from airflow_checkpoint_provider.engine.checkpoint.outcomes import TaskAck
 from airflow_checkpoint_provider.engine.runners.jobmaster.control_plane import ControlPlane
 
 TASKS = [(0, 0)]
+
+
+@pytest.fixture(autouse=True)
+def _reads_wait_for_their_result(monkeypatch):
+    """The job master's DB reads give up after ``READ_WAIT_S`` (their result comes with the
+    next poll); on a loaded machine a claim could miss this test's single poll. The order of
+    requests is what is tested here, so a read waits for its result."""
+    monkeypatch.setattr(db_writer, "READ_WAIT_S", 60.0)
 
 
 def _setup(tmp_path, **cfg):
