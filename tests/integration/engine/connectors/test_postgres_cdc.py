@@ -36,6 +36,7 @@ from airflow_checkpoint_provider.engine.connectors.postgres.cdc.source import (
     drop_slot,
     job_object_name,
 )
+from airflow_checkpoint_provider.engine.errors import RestoreError
 from airflow_checkpoint_provider.engine.lifecycle.stability import replication_lag_s
 from airflow_checkpoint_provider.engine.runners.jobmaster.metrics import JobMetrics
 
@@ -71,7 +72,7 @@ def _latest_checkpoint_lsn(store: MetadataStore, job_id: str) -> int | None:
     for c in sorted(done, key=lambda c: -c.checkpoint_id):
         try:
             return stream_lsn(c.location)
-        except (OSError, ValueError):  # subsumed and deleted meanwhile: the next one
+        except (OSError, ValueError, RestoreError):  # subsumed and deleted meanwhile: the next one
             continue
     return None
 
