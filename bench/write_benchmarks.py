@@ -568,7 +568,8 @@ def summary(r: Results, tables: dict[str, list[str]]) -> list[str]:
         vs = [b[4].strip("*") for b in nx]
         num = [float(v) for v in vs if v not in ("-", "")]
         marked = sum(LOAD_MARK in b[-1] for b in nx)
-        loads = [float(b[-1].split()[0]) for b in nx if b[-1].split()[0].replace(".", "").isdigit()]
+        data = r.load("nexmark.json")
+        loads = [x for b in nx if (x := _nexmark_load(data, b)) is not None]
         where = (f"{marked} of the {len(nx)} rows taken at a load above {LOAD_LIMIT:g} (marked)"
                  if marked else f"every run started at a load average of {max(loads):.1f} or "
                  "less" if loads else "load not recorded")
