@@ -50,7 +50,13 @@ from typing import Any
 
 from ...protocol import CheckpointBarrier
 from ...serialization import pack_records
-from .debloat import GRANT_FRACTION, MIN_CHANNEL_CREDIT, ThroughputMeter, channel_credit
+from .debloat import (
+    GRANT_FRACTION,
+    MIN_CHANNEL_CREDIT,
+    ThroughputMeter,
+    channel_credit,
+    slow_start_credit,
+)
 
 
 class ItemKind(enum.StrEnum):
@@ -132,6 +138,7 @@ class Mailbox:
         self._announcers: dict[int, Callable[[int], None]] = {}
         self.queued_rows = 0                 # records in queued data items
         self._backlogged = False             # records waited, since the last measurement
+        self._slow_started = 0               # meter's rows when the credit last grew early
         self._pending_grants: list[tuple[int, int]] = []
         self._data: collections.deque = collections.deque()   # (tag, item)
         self._control: collections.deque = collections.deque()
@@ -195,24 +202,32 @@ class Mailbox:
     def take(self, timeout: float | None = None, *, control_only: bool = False
              ) -> ChannelItem | ControlItem | None:
         """Next control item, else next data item; ``None`` on timeout."""
-        with self._cond:
-            while True:
-                if self._control:
-                    return self._control.popleft()
-                if self._data and not control_only:
-                    item = self._data.popleft()[1]
-                    if item[0] == ItemKind.RECORDS:
-                        self.queued_rows -= len(item[2])
-                    self._cond.notify_all()
-                    return item
-                if self._closed:
-                    return None
-                waited = time.monotonic()
-                woken = self._cond.wait(timeout)
-                if not control_only:  # waiting for input: not busy
-                    self.meter.add_idle(time.monotonic() - waited)
-                if not woken:
-                    return None
+        while True:
+            with self._cond:
+                grants = None
+                while grants is None:
+                    if self._control:
+                        return self._control.popleft()
+                    if self._data and not control_only:
+                        item = self._data.popleft()[1]
+                        if item[0] == ItemKind.RECORDS:
+                            self.queued_rows -= len(item[2])
+                        self._cond.notify_all()
+                        return item
+                    if self._closed:
+                        return None
+                    if not control_only and self.meter.rate is None:
+                        grants = self._slow_start()
+                        if grants is not None:
+                            break
+                    waited = time.monotonic()
+                    woken = self._cond.wait(timeout)
+                    if not control_only:  # waiting for input: not busy
+                        self.meter.add_idle(time.monotonic() - waited)
+                    if not woken:
+                        return None
+            for channel, rows in grants:  # outside the lock (a socket send), then again
+                self._announcers[channel](rows)
 
     def take_following(self, accept, limit: int) -> list:
         """Without waiting: the data items at the head of the queue, in order, while
@@ -308,13 +323,42 @@ class Mailbox:
                     return self._granted[channel]
                 self._cond.wait(left)
 
+    def _slow_start(self) -> list[tuple[int, int]] | None:
+        """The task waits for input before its throughput was measured: its credit grows
+        (:func:`.debloat.slow_start_credit`), once per records processed since it last
+        grew. The credit announced to TCP senders (``None``: it did not grow)."""
+        if self._target is None or self.meter.rows_counted <= self._slow_started:
+            return None
+        self._slow_started = self.meter.rows_counted
+        rate = self.meter.early_rate(time.monotonic())
+        if rate is None:
+            return None
+        share = slow_start_credit(self._share, rate, self._target, self._channels,
+                                  self._max_credit)
+        if share <= self._share:
+            return None
+        self._share = share
+        self._cond.notify_all()  # in-slot senders held for credit
+        return self._free_credit()
+
+    def _free_credit(self) -> list[tuple[int, int]]:
+        """Credit TCP senders get now (at least ``1 / GRANT_FRACTION`` of the credit free),
+        counted as granted; the caller announces it outside the lock."""
+        grants = []
+        threshold = max(1, self._share // GRANT_FRACTION)
+        for ch in self._announcers:
+            free = self._share - self._outstanding[ch]
+            if free >= threshold:
+                self._outstanding[ch] += free
+                grants.append((ch, free))
+        return grants
+
     def consumed(self, channel: int, rows: int) -> None:
         """The task processed ``rows`` records of input channel ``channel``: their credit
         goes back to the channel's sender, and the throughput (the credit's base) counts
         them. ``channel`` -1: records not from a channel (restored channel state)."""
         if self._target is None or rows <= 0:
             return
-        grants = []
         with self._cond:
             if self.queued_rows >= max(MIN_CHANNEL_CREDIT, self._share // GRANT_FRACTION):
                 self._backlogged = True  # records waited for it in this measurement
@@ -330,12 +374,7 @@ class Mailbox:
                 self._backlogged = False
             if 0 <= channel < self._channels:
                 self._outstanding[channel] = max(0, self._outstanding[channel] - rows)
-            threshold = max(1, self._share // GRANT_FRACTION)
-            for ch in self._announcers:
-                free = self._share - self._outstanding[ch]
-                if free >= threshold:
-                    self._outstanding[ch] += free
-                    grants.append((ch, free))
+            grants = self._free_credit()
             self._cond.notify_all()
         for ch, free in grants:
             self._announcers[ch](free)

@@ -25,7 +25,7 @@ from airflow_checkpoint_provider.engine.runtime.task.debloat import (
     ThroughputMeter,
     channel_credit,
 )
-from airflow_checkpoint_provider.engine.runtime.task.mailbox import Mailbox
+from airflow_checkpoint_provider.engine.runtime.task.mailbox import ItemKind, Mailbox
 from airflow_checkpoint_provider.engine.serialization import pack_records, unpack_records
 
 pytestmark = pytest.mark.timeout(30)
@@ -263,3 +263,59 @@ def test_in_slot_credit_the_sender_was_told_of_survives_a_falling_throughput():
     ).start()
     assert sent.wait(5), "the sender waited for credit it had been told it had"
     assert ch.available() == 0, "nothing more until the consumer processed below its credit"
+
+
+def _drain_and_wait(m, clock, rows, seconds):
+    """The consumer takes an item of ``rows`` records, processes it in ``seconds`` (busy),
+    returns its credit and finds its queue empty."""
+    m.put_data((ItemKind.RECORDS, 0, [{"i": i} for i in range(rows)]))
+    assert m.take(timeout=0)[0] == ItemKind.RECORDS
+    clock[0] += seconds
+    m.consumed(0, rows)
+    assert m.take(timeout=0) is None  # waits for input (none comes)
+    return m.credit_per_channel
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    import airflow_checkpoint_provider.engine.runtime.task.mailbox as mailbox_module
+
+    now = [10.0]
+    monkeypatch.setattr(mailbox_module.time, "monotonic", lambda: now[0])
+    return now
+
+
+def test_a_fast_consumer_waiting_for_input_doubles_its_credit_before_its_first_measurement(
+        clock):
+    m = Mailbox(8, channels=1, target_s=1.0, initial_credit=128, max_credit=10_000)
+    grants: list[int] = []
+    m.set_announcer(0, grants.append)
+    assert grants == [128]
+    # 1M records a second (busy), fed by a sender held to the credit: slow start, not 128
+    # records at a time until a measurement (0.2 busy seconds, here thousands of items)
+    credits, processed = [], 0
+    for _ in range(9):
+        rows = m.credit_per_channel  # the sender sends all it has credit for
+        credits.append(_drain_and_wait(m, clock, rows, rows / 1e6))
+        processed += rows
+    assert credits == [128, 256, 512, 1024, 2048, 4096, 8192, 10_000, 10_000]
+    assert m.meter.rate is None, "not measured yet: the credit grew from the records so far"
+    assert sum(grants) - processed == 10_000, "the TCP sender was told of the grown credit"
+
+
+def test_slow_start_grows_a_slow_consumers_credit_only_to_what_it_processes_in_the_target(
+        clock):
+    m = Mailbox(8, channels=1, target_s=1.0, initial_credit=128, max_credit=10_000)
+    # 1,000 records a second: 700 records of credit (70% of the 1 s target), not more
+    credits = [_drain_and_wait(m, clock, 10, 0.01) for _ in range(6)]
+    assert credits == [128, 256, 512, 700, 700, 700]
+
+
+def test_a_measured_consumer_waiting_for_input_keeps_its_credit(clock):
+    m = Mailbox(8, channels=1, target_s=1.0, initial_credit=128, max_credit=10_000)
+    m.meter = ThroughputMeter(now=clock[0])
+    clock[0] += 0.3
+    m.consumed(0, 30)  # measured: 100 records/s, 70 records of credit
+    assert m.meter.rate == pytest.approx(100)
+    share = m.credit_per_channel
+    assert [_drain_and_wait(m, clock, 10, 1e-6) for _ in range(3)] == [share] * 3
