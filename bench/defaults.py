@@ -249,6 +249,14 @@ def same_interval(variant: str) -> bool:
     return "interval_ms" not in VARIANTS.get(variant, {})
 
 
+def best_alternative(rs: list[dict]) -> str | None:
+    """The alternative at the default checkpoint interval with the highest rate in the
+    first repetition of a job's runs ``rs`` (the later ones run it beside the default)."""
+    first = [r for r in rs if r["rep"] == 0 and r["variant"] != "default" and r.get("rate")
+             and same_interval(r["variant"])]
+    return max(first, key=lambda r: r["rate"])["variant"] if first else None
+
+
 def _pairs(rs: list[dict], other: str | None) -> list[tuple[dict, dict]]:
     """(default, other) of each repetition in which both ran, the first left out when later
     ones ran: the best alternative is chosen on the first, so its runs there are the
@@ -273,9 +281,7 @@ def summarize(runs: list[dict]) -> list[dict]:
         jobs.setdefault(r["job"], []).append(r)
     out = []
     for job, rs in jobs.items():
-        first = [r for r in rs if r["rep"] == 0 and r["variant"] != "default" and r.get("rate")
-                 and same_interval(r["variant"])]
-        best = max(first, key=lambda r: r["rate"])["variant"] if first else None
+        best = best_alternative(rs)
         pairs = _pairs(rs, best)
         longer = _pairs(rs, "tuned-10s")
 
@@ -454,10 +460,9 @@ def _worker(jobs, cpu, variants, data, args, runs, lock, saved) -> None:
                       f"{r['loadavg_before'][0]:.1f})", flush=True)
             if rep == 0:
                 with lock:
-                    alts = [r for r in runs if r["job"] == job and r["variant"] != "default"
-                            and r.get("rate")]
-                if alts:
-                    best[job] = max(alts, key=lambda r: r["rate"])["variant"]
+                    chosen = best_alternative([r for r in runs if r["job"] == job])
+                if chosen:
+                    best[job] = chosen
         with lock:
             saved(runs)
 

@@ -107,3 +107,30 @@ def test_script_end_to_end_renders_its_section(tmp_path):
     assert "## What the defaults cost" in text
     assert "Command: `.venv/bin/python bench/defaults.py --jobs q7+q19" in text
     assert "| q7+q19 | " in text
+
+
+def test_later_repetitions_run_the_best_at_the_default_interval_beside_the_default(
+        monkeypatch, tmp_path):
+    import threading
+    from types import SimpleNamespace
+
+    rates = {"default": 80, "no-debloat": 90, "big-batches": 85, "tuned-10s": 200}
+    ran: list[tuple[str, str]] = []
+
+    def run_one(job, variant, src, args, cpu):
+        ran.append((job, variant))
+        return {"job": job, "variant": variant, "rate": rates[variant], "status": "FINISHED",
+                "loadavg_before": [1.0, 0, 0]}
+
+    monkeypatch.setattr(defaults, "run_one", run_one)
+    monkeypatch.setattr(defaults, "subset", lambda data, k: str(tmp_path))
+    args = SimpleNamespace(results_dir=str(tmp_path), reps=3, target_s=1, files=1,
+                           events_per_file=1)
+    runs: list[dict] = []
+    defaults._worker([(0, "q5")], -1, list(rates), str(tmp_path), args, runs,
+                     threading.Lock(), lambda _: None)
+    # the first run warms up (not kept); 10 s checkpoints are fastest but not a default's rival
+    assert ran[0] == ("q5", "default") and len(runs) == len(ran) - 1
+    assert {r["variant"] for r in runs if r["rep"] > 0} == {"default", "no-debloat"}
+    [s] = defaults.summarize(runs)
+    assert s["best"] == "no-debloat" and s["reps"] == 2
