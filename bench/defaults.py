@@ -261,15 +261,16 @@ def _pairs(rs: list[dict], other: str | None) -> list[tuple[dict, dict]]:
     """(default, other) of each repetition in which both ran, the first left out when later
     ones ran: the best alternative is chosen on the first, so its runs there are the
     luckiest of several (a ratio biased against the default); the later ones measure it
-    afresh."""
+    afresh. A variant run only in the first (10 s checkpoints) is paired there."""
     pairs = []
     reps = sorted({r["rep"] for r in rs})
-    for rep in reps[1:] or reps:
+    for rep in reps:
         d = next((r for r in rs if r["rep"] == rep and r["variant"] == "default"), None)
         b = next((r for r in rs if r["rep"] == rep and r["variant"] == other), None)
         if d and b:
-            pairs.append((d, b))
-    return pairs
+            pairs.append((rep, (d, b)))
+    later = [p for rep, p in pairs if rep != reps[0]]
+    return later or [p for _, p in pairs]
 
 
 def summarize(runs: list[dict]) -> list[dict]:
@@ -395,8 +396,8 @@ def what(data: dict) -> str:
     alts = "; ".join(f"`{k}`: " + ", ".join(f"{n}={v}" for n, v in v.items())
                      for k, v in VARIANTS.items() if v and k in a["variants"].split(","))
     return (f"Each Nexmark query alone and pairs on one shared source, parallelism "
-            f"{a['parallelism']}, every run pinned to one core (`taskset -c`; CPUs {a['cpu']}: "
-            "a worker per core, a job's runs on one), local runner, heap, "
+            f"{a['parallelism']}, every run pinned to one core (`taskset -c`; "
+            f"{_cpus(str(a['cpu']))}), local runner, heap, "
             "discarding sinks; `default` is `Pipeline(name)`, `CheckpointConfig()` (1 s "
             "exactly-once checkpoints, buffer debloating at 1 s), `FileSource(path)` with no "
             f"options; the alternatives: {alts}. A run of each job before its measured ones "
@@ -411,6 +412,12 @@ def what(data: dict) -> str:
             f"holds on a loaded machine). A row per job whose default costs more than {TARGET:.0%} "
             "per CPU-second (bold; else the worst), one row for the others; every job's "
             "figures: `bench/results/defaults.json`.")
+
+
+def _cpus(cpu: str) -> str:
+    if "," in cpu:
+        return f"CPUs {cpu}: a worker per core, a job's runs on one"
+    return f"CPU {cpu}, one run at a time"
 
 
 def order_of(rep: int, n: int, variants: list[str], best: str | None) -> list[str]:

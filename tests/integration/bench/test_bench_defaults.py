@@ -134,3 +134,12 @@ def test_later_repetitions_run_the_best_at_the_default_interval_beside_the_defau
     assert {r["variant"] for r in runs if r["rep"] > 0} == {"default", "no-debloat"}
     [s] = defaults.summarize(runs)
     assert s["best"] == "no-debloat" and s["reps"] == 2
+
+
+def test_ten_second_checkpoints_run_only_in_the_first_repetition_are_paired_there():
+    runs = [_run("q5", "default", 0, 80, 80), _run("q5", "no-debloat", 0, 85, 85),
+            _run("q5", "tuned-10s", 0, 120, 100),
+            _run("q5", "default", 1, 90, 90), _run("q5", "no-debloat", 1, 90, 100)]
+    [s] = defaults.summarize(runs)
+    assert s["ratio_cpu"] == pytest.approx(0.9)  # the later repetition
+    assert s["ratio_10s_cpu"] == pytest.approx(0.8)  # the first, where 10 s ran
