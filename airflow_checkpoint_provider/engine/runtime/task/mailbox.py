@@ -204,8 +204,7 @@ class Mailbox:
         """Next control item, else next data item; ``None`` on timeout."""
         while True:
             with self._cond:
-                grants = None
-                while grants is None:
+                while True:
                     if self._control:
                         return self._control.popleft()
                     if self._data and not control_only:
