@@ -198,7 +198,10 @@ def test_int_key_index_by_binary_search_then_hash_slots_after_a_switch_to_object
     for size in (1, 9, 990, 9000, 20_000):  # unsorted chunks merged into the sorted copy
         idx.insert(keys[start:start + size], hashes[start:start + size])
         start += size
-    assert idx.by_sort and (np.diff(idx.sorted_keys) > 0).all()
+    assert idx.by_sort
+    both = np.concatenate([idx.sorted_keys, idx.delta_keys])
+    assert sorted(both.tolist()) == sorted(keys.tolist())
+    assert (np.diff(idx.sorted_keys) > 0).all() and (np.diff(idx.delta_keys) > 0).all()
     probe = np.concatenate([keys[::-1], np.array([-1, 10**12 + 5], dtype=np.int64)])
     rows = idx.lookup(probe)  # integer keys need no hashes
     assert (rows[:-2] == np.arange(30_000)[::-1]).all() and (rows[-2:] == -1).all()
@@ -325,3 +328,32 @@ def test_an_empty_insert_into_an_integer_key_index_keeps_it_usable():
     rows = index.insert(np.array([7, 3], dtype=np.int64), np.array([1, 2], dtype=np.uint64))
     assert index.lookup(np.array([3, 7, 5], dtype=np.int64), np.array([2, 1, 9], dtype=np.uint64)
                         ).tolist() == [rows[1], rows[0], -1]
+
+
+@pytest.mark.parametrize("spread", [10**12, 3], ids=["sparse", "dense"])
+def test_an_integer_key_index_finds_every_key_across_its_two_sorted_runs(spread, monkeypatch):
+    """New keys go to a small sorted run, merged into the large one when it outgrows
+    delta_limit: every key is found in whichever run holds it, before and after merges
+    (sparse keys: binary search in both runs; dense ones: the direct-address table)."""
+    from airflow_checkpoint_provider.engine.state.columnar import key_index
+
+    monkeypatch.setattr(key_index, "DELTA_MIN", 50)
+    monkeypatch.setattr(key_index, "DELTA_FACTOR", 1)
+    idx = KeyIndex()
+    rng = np.random.default_rng(5)
+    keys = rng.choice(spread * 5_000, size=5_000, replace=False).astype(np.int64)
+    merges, seen = 0, 0
+    for size in (1, 40, 7, 300, 2, 900, 13, 1_000, 2_700, 37):
+        batch = keys[seen:seen + size]
+        before = len(idx.sorted_keys)
+        rows = idx.insert(batch, key_hashes(pa.array(batch)))
+        assert rows.tolist() == list(range(seen, seen + size))
+        merges += len(idx.sorted_keys) != before
+        seen += size
+        probe = np.concatenate([keys[:seen][::-1], keys[seen:seen + 50]])
+        found = idx.lookup(probe)
+        assert found[:seen].tolist() == list(range(seen))[::-1]
+        assert (found[seen:] == -1).all()
+        assert len(idx.delta_keys) <= key_index.delta_limit(len(idx.sorted_keys))
+    assert merges >= 3 and len(idx.delta_keys)  # both runs in use at the end
+    assert (idx._dense is not None) == (spread == 3)
