@@ -10,7 +10,7 @@ The sorted copy is two sorted runs, as in a log-structured merge tree: new keys 
 into a small run, which is merged into the large one once it outgrows :func:`delta_limit`.
 One run cost a copy of every key per batch, so a state of a million keys
 (``count_distinct``'s pairs) paid as much for a batch of 10,000 rows as for one of 65,536
-(measured on Nexmark q16's input: 1.7x the time in batches of 16,384 rows; 1.45x with two
+(measured on Nexmark q16's input: 1.7x the time in batches of 16,384 rows; 1.5x with two
 runs). An open-addressing table for integer keys was measured too: slower at every batch
 size (random probes into a table of millions of slots, where a sorted run is searched with
 sorted needles).

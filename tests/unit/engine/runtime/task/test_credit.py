@@ -18,7 +18,6 @@ from airflow_checkpoint_provider.engine.runtime.host.channels import (
     OutputChannel,
     RecordWriter,
 )
-from airflow_checkpoint_provider.engine.runtime.task import debloat
 from airflow_checkpoint_provider.engine.runtime.task.debloat import (
     MIN_CHANNEL_CREDIT,
     CreditAnnouncer,
@@ -148,15 +147,10 @@ def test_credit_follows_a_slowdown_at_once_and_a_speedup_over_measurements():
     assert meter.credit_rate == pytest.approx(850)
 
 
-def test_a_slow_consumer_shrinks_its_credit(monkeypatch):
-    clock = [0.0]
-    monkeypatch.setattr(debloat.time, "monotonic", lambda: clock[0])
+def test_a_slow_consumer_shrinks_its_credit(clock):
     m = Mailbox(8, channels=1, target_s=1.0, initial_credit=500, max_credit=10_000)
-    m.meter = ThroughputMeter(now=0.0)
+    m.meter = ThroughputMeter(now=clock[0])
     assert m.credit_per_channel == 500
-    import airflow_checkpoint_provider.engine.runtime.task.mailbox as mailbox_module
-
-    monkeypatch.setattr(mailbox_module.time, "monotonic", lambda: clock[0])
     m.put_data(("records", 0, [{"i": i} for i in range(100)]))  # records wait for it
     for _ in range(5):  # 20 records a second, busy all the time
         clock[0] += 0.5
