@@ -62,7 +62,6 @@ DIRECTORY_PATTERN = r"^$|^(/|s3://[a-z0-9])"
 DIRECTORY_FORBIDDEN = r"(^|/)\.\.(/|$)|[\x00-\x1f\x7f]"
 #: an S3 root: ``s3://bucket`` or ``s3://bucket/prefix`` (a bucket name's characters)
 S3_ROOT = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\x00-\x1f\x7f]*)?$")
-MAX_ENV_VALUE = 4096
 
 
 def job_name_param(default: str, description: str = "job name") -> Param:

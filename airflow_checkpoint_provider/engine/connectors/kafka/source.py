@@ -66,7 +66,6 @@ from .offsets import end_offsets, first_offset_at
 
 log = logging.getLogger(__name__)
 
-METADATA_FIELDS = ("_topic", "_partition", "_offset", "_timestamp", "_key")
 _STARTS = ("earliest", "latest", "group")
 #: messages fetched from the shared consumer per call
 _FETCH = 1000
