@@ -16,7 +16,8 @@ a job with any other sink refuses fenced mode before it starts.
 from __future__ import annotations
 
 import logging
-from typing import cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 
 from ...catalog.models import JobStatus
 from ...connectors.base import Sink
@@ -28,6 +29,9 @@ from ...connectors.capabilities import (
 )
 from ...errors import ConfigurationError
 from ...plan.graph import ExecutionGraph
+
+if TYPE_CHECKING:
+    from ...snapshot.handles import OperatorState
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +54,11 @@ def check_fencing(graph: ExecutionGraph, job_name: str) -> None:
             "use a two-phase-commit mode of the sink")
 
 
-def snapshot_is_fenced(operators: dict) -> bool:
+def snapshot_is_fenced(operators: Mapping[str, OperatorState]) -> bool:
     """Whether a snapshot's operators (``metadata.operators``) hold a fenced sink's marker."""
-    for op in operators.values():
-        for sub in getattr(op, "subtasks", []) or []:
-            for entry in getattr(sub, "operator_state", None) or []:
-                if isinstance(entry, dict) and entry.get("fenced") is True:
-                    return True
-    return False
+    return any(isinstance(entry, dict) and entry.get("fenced") is True
+               for op in operators.values() for sub in op.subtasks
+               for entry in sub.operator_state)
 
 
 def fenced_restore_error(location: str) -> str:
