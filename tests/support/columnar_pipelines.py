@@ -9,15 +9,13 @@ from collections import defaultdict
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from perf_pipelines import Faults
-from pipelines import TEST_RESTARTS, FaultPlan
+from perf_pipelines import generated
+from pipelines import FaultPlan
 
 from airflow_checkpoint_provider.engine import (
-    CheckpointConfig,
     FileSink,
     GeneratorSource,
     Pipeline,
-    RestartStrategy,
     read_committed,
 )
 
@@ -41,17 +39,9 @@ def growing_keys_pipeline(root: str, *, num_records: int = 12_000, seed: int = 7
                           out: str | None = None) -> Pipeline:
     """generator (Arrow) [-> faults] -> key = id // 16 -> aggregate(count, sum, max,
     count_distinct x 2) -> exactly-once file sink."""
-    p = Pipeline("growing-keys", max_parallelism=64, batch_size=256,
-                 checkpoint=CheckpointConfig(interval_ms=interval_ms,
-                                             directory=os.path.join(root, "ckpt"),
-                                             savepoint_directory=os.path.join(root, "sp")),
-                 restart_strategy=RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
-                 metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
-    stream = p.source(GeneratorSource(num_records, num_keys=100, seed=seed, splits=2,
-                                      records_per_second=rate, arrow=True),
-                      uid="gen", parallelism=parallelism)
-    if faults is not None:
-        stream = stream.map_batches(Faults(faults), name="faults")
+    p, stream = generated("growing-keys", root, num_records=num_records, num_keys=100,
+                          seed=seed, rate=rate, faults=faults, interval_ms=interval_ms,
+                          parallelism=parallelism, splits=2)
     (stream.map_batches(_keyed, name="keys")
      .key_by("key")
      .aggregate(uid="agg", parallelism=parallelism, count="count", total=("sum", "value"),

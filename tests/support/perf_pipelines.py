@@ -37,9 +37,10 @@ class Faults:
         return batch
 
 
-def _generated(name: str, root: str, num_records: int, num_keys: int, seed: int,
-               rate: float | None, faults: FaultPlan | None, interval_ms: int,
-               parallelism: int, state_backend: str) -> tuple[Pipeline, DataStream]:
+def generated(name: str, root: str, *, num_records: int, num_keys: int, seed: int,
+              rate: float | None, faults: FaultPlan | None, interval_ms: int,
+              parallelism: int, state_backend: str = "heap",
+              splits: int = 4) -> tuple[Pipeline, DataStream]:
     """A pipeline under ``root`` and its generator (Arrow batches) [-> faults] stream."""
     p = Pipeline(name, max_parallelism=64, batch_size=256, state_backend=state_backend,
                  checkpoint=CheckpointConfig(interval_ms=interval_ms,
@@ -47,7 +48,7 @@ def _generated(name: str, root: str, num_records: int, num_keys: int, seed: int,
                                              savepoint_directory=os.path.join(root, "sp")),
                  restart_strategy=RestartStrategy.fixed_delay(attempts=TEST_RESTARTS, delay_ms=0),
                  metadata_url="sqlite:///" + os.path.join(root, "meta.db"))
-    stream = p.source(GeneratorSource(num_records, num_keys=num_keys, seed=seed, splits=4,
+    stream = p.source(GeneratorSource(num_records, num_keys=num_keys, seed=seed, splits=splits,
                                       records_per_second=rate, arrow=True),
                       uid="gen", parallelism=parallelism)
     if faults is not None:
@@ -73,8 +74,9 @@ def distinct_pipeline(root: str, *, num_records: int = 20_000, num_keys: int = 3
                       out: str | None = None) -> Pipeline:
     """generator (Arrow) [-> faults] -> key_by(key).aggregate(count, count_distinct x 4)
     -> exactly-once file sink."""
-    p, stream = _generated("distinct", root, num_records, num_keys, seed, rate, faults,
-                           interval_ms, parallelism, state_backend)
+    p, stream = generated("distinct", root, num_records=num_records, num_keys=num_keys,
+                          seed=seed, rate=rate, faults=faults, interval_ms=interval_ms,
+                          parallelism=parallelism, state_backend=state_backend)
     (stream.map_batches(_with_columns, name="columns")
      .key_by("key")
      .aggregate(uid="distinct", parallelism=parallelism, count="count",
@@ -129,8 +131,9 @@ def topn_pipeline(root: str, *, num_records: int = 20_000, num_keys: int = 30, s
                   interval_ms: int = 150, parallelism: int = 2, state_backend: str = "heap",
                   out: str | None = None) -> Pipeline:
     """generator (Arrow) [-> faults] -> key_by(key).top_n(n, by=score) -> file sink."""
-    p, stream = _generated("topn", root, num_records, num_keys, seed, rate, faults,
-                           interval_ms, parallelism, state_backend)
+    p, stream = generated("topn", root, num_records=num_records, num_keys=num_keys,
+                          seed=seed, rate=rate, faults=faults, interval_ms=interval_ms,
+                          parallelism=parallelism, state_backend=state_backend)
     (stream.map_batches(_score, name="score")
      .key_by("key").top_n(n, by="score", uid="top", parallelism=parallelism)
      .sink(FileSink(out or os.path.join(root, "out")), uid="out"))
