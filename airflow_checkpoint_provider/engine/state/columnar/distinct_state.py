@@ -7,7 +7,7 @@ is false). Every distinct column of an operator is one :class:`PairSet`: the set
 ``(key row, value)`` pairs seen, probed a batch at a time in numpy (no Python per record):
 
 * integer values in ``[0, 2**40)`` with fewer than ``2**23`` keys: the pair packs into one
-  int64 (``row << 40 | value``), found by binary search in a sorted copy;
+  int64 (``row << 40 | value``), found by binary search in sorted runs (``IntSet``);
 * anything else (strings, binary, other integers): the pair is the bytes ``row`` (8 bytes)
   ``+ value``, found by hash probing with the key comparison in Arrow (``KeyIndex``).
 
@@ -37,7 +37,7 @@ from ..backend import StateSnapshot
 from ..key_hashing import key_hashes
 from ..keygroups import KeyGroupRange
 from .aggregates import AggregateSpec, AggregateTable
-from .key_index import KeyIndex, _grow, _varlen, keys_to_numpy
+from .key_index import IntSet, KeyIndex, _grow, _varlen, keys_to_numpy
 from .snapshot_parts import PART_SHIFT, read_table
 
 __all__ = ["DISTINCT", "DistinctAggregateTable", "PairSet", "classic_table", "has_distinct",
@@ -83,7 +83,8 @@ class PairSet:
         self.what = what
         self.kind: str | None = None  # "integer" or "bytes": values of one column, one type
         self.packed = True
-        self.index = KeyIndex()
+        self.members = IntSet()  # the packed pairs
+        self.index = KeyIndex()  # the byte pairs
         self.n = 0
         self.rows = np.empty(0, dtype=np.int64)  # row of every pair, insertion order
         self._chunks: list[pa.Array] = []  # their values, insertion order
@@ -142,10 +143,9 @@ class PairSet:
     def _add_packed(self, rows: np.ndarray, ints: np.ndarray, values: pa.Array) -> np.ndarray:
         keys = (rows.astype(np.int64) << PACK_BITS) | ints
         uniq, first = np.unique(keys, return_index=True)
-        new = self.index.lookup(uniq) < 0
+        new = self.members.add(uniq)
         if not new.any():
             return np.empty(0, dtype=np.int64)
-        self.index.insert(uniq[new], np.zeros(int(new.sum()), dtype=np.uint32))
         at = first[new]
         self._record(rows[at], values.take(pa.array(at)))
         return rows[at]
@@ -181,6 +181,7 @@ class PairSet:
         rows, values = self.rows[:self.n].copy(), self.values()
         self.packed = False
         self.generation += 1
+        self.members = IntSet()
         self.index, self.n, self.rows, self._chunks = KeyIndex(), 0, np.empty(0, np.int64), []
         if len(rows):
             self._add_bytes(rows, values)

@@ -357,3 +357,29 @@ def test_an_integer_key_index_finds_every_key_across_its_two_sorted_runs(spread,
         assert len(idx.delta_keys) <= key_index.delta_limit(len(idx.sorted_keys))
     assert merges >= 3 and len(idx.delta_keys)  # both runs in use at the end
     assert (idx._dense is not None) == (spread == 3)
+
+
+def test_an_int_set_reports_each_key_absent_once_across_its_two_sorted_runs(monkeypatch):
+    """IntSet (count_distinct's packed pairs): add() answers which keys were new, each key
+    once over any number of batches, with the runs merging as the set grows; a Python set
+    is the reference."""
+    from airflow_checkpoint_provider.engine.state.columnar import key_index
+
+    monkeypatch.setattr(key_index, "DELTA_MIN", 50)
+    monkeypatch.setattr(key_index, "DELTA_FACTOR", 1)
+    members, reference = key_index.IntSet(), set()
+    rng = np.random.default_rng(11)
+    merges = 0
+    for size in (1, 40, 7, 300, 2, 900, 13, 1_000, 2_700, 37):
+        batch = np.unique(rng.integers(-(2**62), 2**62, size=size) // 10**15 * 10**15)
+        before = len(members.sorted_keys)
+        new = members.add(batch)
+        merges += len(members.sorted_keys) != before
+        assert batch[new].tolist() == [k for k in batch.tolist() if k not in reference]
+        reference.update(batch.tolist())
+        assert len(members) == len(reference)
+        assert not members.add(batch).any()  # a second time: nothing new
+        assert len(members.delta_keys) <= key_index.delta_limit(len(members.sorted_keys))
+    assert merges >= 3 and len(members.delta_keys)
+    both = np.concatenate([members.sorted_keys, members.delta_keys])
+    assert sorted(both.tolist()) == sorted(reference)
