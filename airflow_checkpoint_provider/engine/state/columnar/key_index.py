@@ -13,7 +13,8 @@ One run cost a copy of every key per batch, so a state of a million keys
 (measured on Nexmark q16's input: 1.7x the time in batches of 16,384 rows; 1.5x with two
 runs). An open-addressing table for integer keys was measured too: slower at every batch
 size (random probes into a table of millions of slots, where a sorted run is searched with
-sorted needles).
+sorted needles). :class:`IntSet` is the same two runs without row numbers, for sets that
+need membership only (``count_distinct``'s pairs).
 
 Written by hand because no library offers an incremental hash map that numpy can probe
 with a whole array of keys (pandas' hash tables are private API; rebuilding an Arrow or
