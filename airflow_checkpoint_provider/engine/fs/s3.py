@@ -33,6 +33,7 @@ import io
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import CheckpointStorageError
@@ -173,9 +174,13 @@ class S3FileSystem:
         return s3_client()
 
     # -- files ----------------------------------------------------------------------------
-    def write_bytes(self, path: str, data: bytes, *, atomic: bool = False) -> None:
-        """Upload ``data`` to ``path``. ``atomic`` is accepted for the common interface:
-        an S3 object appears complete or not at all."""
+    def write_bytes(self, path: str, data: bytes | Sequence[bytes], *,
+                    atomic: bool = False) -> None:
+        """Upload ``data`` (one buffer, or the object's pieces in order) to ``path``.
+        ``atomic`` is accepted for the common interface: an S3 object appears complete or
+        not at all."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            data = b"".join(data)
         bucket, key = split_uri(path)
         if not key:
             raise CheckpointStorageError(f"cannot write checkpoint file {path}: no object key")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..fs.storage import filesystem_for, join, sha256
+from ..fs.storage import byte_size, filesystem_for, join, sha256
 from ..snapshot.handles import KeyedStateHandle
 from .keygroups import KeyGroupRange
 
@@ -77,9 +77,12 @@ class PerKeyStateBackend(KeyedStateBackend, Protocol):
     def keys(self, state_name: str) -> Iterator[object]: ...
 
 
-def write_state_file(chk_dir: str, stem: str, suffix: str, data: bytes,
-                     fields: dict) -> tuple[dict, int, int]:
-    """Write one state file of a snapshot; its handle carries its size and SHA-256."""
+def write_state_file(chk_dir: str, stem: str, suffix: str, data: bytes | Sequence[bytes],
+                     fields: dict, *, digest: str | None = None) -> tuple[dict, int, int]:
+    """Write one state file of a snapshot (``data``: its bytes, or its pieces in order, not
+    joined first); its handle carries its size and SHA-256 (``digest``, when the caller
+    has it)."""
     name = f"{stem}-{uuid.uuid4().hex[:8]}.{suffix}"
     filesystem_for(chk_dir).write_bytes(join(chk_dir, name), data)
-    return {**fields, "path": name, "size": len(data), "sha256": sha256(data)}, len(data), len(data)
+    size = byte_size(data)
+    return {**fields, "path": name, "size": size, "sha256": digest or sha256(data)}, size, size

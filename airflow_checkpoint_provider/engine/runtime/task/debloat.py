@@ -43,7 +43,12 @@ not finished after 9 minutes together (28-35 s without debloating). The floor
 
 Before its first measurement a consumer's credit grows by *slow start*: each time it waits
 for input, to what its records so far say it processes in the target, at most double
-(:func:`slow_start_credit`). Measured on Nexmark, one core, default settings against
+(:func:`slow_start_credit`), from ``INITIAL_CHANNEL_CREDIT`` (128 records) for a per-record
+consumer and ``INITIAL_BATCH_CREDIT`` (8,192) for a vectorized one, whose cost per batch is
+milliseconds whatever its size (Nexmark q16 took 1.45 s to its first 250,000 rows from 128,
+0.73 s without debloating). An in-slot sender, as a TCP one, is granted credit
+``1 / GRANT_FRACTION`` of it at a time: a source read 1-10 records when that was all the
+credit free, and its consumer paid a batch's cost for them. Measured on Nexmark, one core, default settings against
 debloating off, per CPU-second: q9 0.50, q4 0.54, q3 0.58, q5+q18 0.68 before (a vectorized
 task fed 128 rows at a time for its first seconds); with it (and the key index's two
 sorted runs) 28 of the 29 jobs of BENCHMARKS.md's defaults table are at 0.91-1.18, q16
@@ -77,6 +82,10 @@ MIN_CHANNEL_CREDIT = 8
 #: ``MEASURE_SECONDS`` busy): small, so that a slow consumer does not start with seconds of
 #: input queued; a fast one grows out of it within a few items (:func:`slow_start_credit`)
 INITIAL_CHANNEL_CREDIT = 128
+#: credit of a channel into a vectorized consumer (Arrow batches) before its throughput is
+#: measured: its cost per batch is milliseconds (Nexmark q16's aggregate: 5 ms for 100 rows,
+#: 16 ms for 8,192), so 128 records at a time would start it at a few thousand a second
+INITIAL_BATCH_CREDIT = 8192
 #: how often (busy seconds of the consumer) its throughput is measured again (Flink: 200 ms)
 MEASURE_SECONDS = 0.2
 #: a TCP channel's credit is announced once this fraction of it is free again (fewer frames)
@@ -85,6 +94,9 @@ GRANT_FRACTION = 8
 QUEUE_SHARE = 0.7
 #: weight of a new measurement in the smoothed throughput
 SMOOTHING = 0.5
+#: the credit follows a slowdown at once, down to this share of the smoothed rate per
+#: measurement (a slower one is more often a disturbance than a slower consumer)
+MAX_SHRINK = 0.5
 
 _CREDIT = struct.Struct("!I")
 
@@ -94,10 +106,14 @@ class ThroughputMeter:
     time the task waited for input (:meth:`add_idle`).
 
     Credit is sized from :attr:`credit_rate`: the smoothed rate, or the last measurement if
-    that is lower. A consumer that slowed down (a loaded machine, costlier records) shrinks
-    its queue at once; one that sped up grows it over a few measurements. With the smoothed
-    rate alone, queues sized just before a slowdown took up to 25% longer to drain than the
-    queue share of the target (aligned checkpoints of 1.0-1.14 s at a 1 s target).
+    that is lower, down to half the smoothed rate (``MAX_SHRINK``). A consumer that slowed
+    down (a loaded machine, costlier records) shrinks its queue at once; one that sped up
+    grows it over a few measurements. With the smoothed rate alone, queues sized just before
+    a slowdown took up to 25% longer to drain than the queue share of the target (aligned
+    checkpoints of 1.0-1.14 s at a 1 s target). Without the floor, one measurement taken
+    while a snapshot's upload shared the core (Nexmark q16 on one core: 25,000 records/s
+    against 300,000-600,000 before and after) cut the credit to a twentieth, and the
+    consumer took small batches, each at its fixed cost, until it was measured again.
 
     Two things never lower the rate (issue 51: a branch's credit fell to the floor and
     stayed there, see the module's docstring):
@@ -172,10 +188,11 @@ class ThroughputMeter:
 
     @property
     def credit_rate(self) -> float | None:
-        """The rate credit is sized from: the lower of the smoothed and the last one."""
+        """The rate credit is sized from: the lower of the smoothed and the last one, but no
+        less than half the smoothed one."""
         if self.rate is None or self.last is None:
             return self.rate
-        return min(self.rate, self.last)
+        return max(min(self.rate, self.last), self.rate * MAX_SHRINK)
 
 
 def channel_credit(

@@ -313,14 +313,33 @@ class Mailbox:
             while True:
                 if self._closed or self._reads_ahead(channel):
                     return self._share
+                # as over TCP (_free_credit), at least 1 / GRANT_FRACTION of the credit at a
+                # time: a source reads no batch of a few records (a vectorized consumer
+                # pays milliseconds per batch, whatever its size)
+                step = max(1, self._share // GRANT_FRACTION)
                 free = self._share - self._outstanding[channel]
-                if free > 0:
+                if free > 0 and self._granted[channel] + free >= step:
                     self._outstanding[channel] += free
                     self._granted[channel] += free
                 left = deadline - time.monotonic()
-                if self._granted[channel] > 0 or left <= 0:
-                    return self._granted[channel]
+                if self._granted[channel] >= step or left <= 0:
+                    return self._granted[channel] if self._granted[channel] >= step else 0
                 self._cond.wait(left)
+
+    def start_batched(self, rows: int) -> None:
+        """The consumer takes Arrow batches: until its throughput is measured, each channel
+        has at least ``rows`` records of credit (:data:`.debloat.INITIAL_BATCH_CREDIT`)."""
+        if self._target is None:
+            return
+        with self._cond:
+            share = min(self._max_credit, rows)
+            if self.meter.rate is not None or share <= self._share:
+                return
+            self._share = share
+            self._cond.notify_all()  # in-slot senders held for credit
+            grants = self._free_credit()
+        for channel, free in grants:
+            self._announcers[channel](free)
 
     def _slow_start(self) -> list[tuple[int, int]] | None:
         """The task waits for input before its throughput was measured: its credit grows

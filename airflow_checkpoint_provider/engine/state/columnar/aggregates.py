@@ -425,8 +425,9 @@ class AggregateTable:
         captured = self.capture_parts()
 
         def write(chk_dir: str, stem: str, full: bool) -> tuple[dict, int, int]:
-            return write_state_file(chk_dir, stem, "arrow", self.write_parts(captured),
-                                    {"type": "arrow"})
+            pieces, digest = self.write_pieces(captured)
+            return write_state_file(chk_dir, stem, "arrow", pieces, {"type": "arrow"},
+                                    digest=digest)
 
         return StateSnapshot({"aggregate": {"kind": "aggregate", "serializer": "arrow",
                                             "spec": self.spec.describe()}}, write)
@@ -439,8 +440,13 @@ class AggregateTable:
 
     def write_parts(self, captured: tuple[pa.Schema, list[tuple]]) -> bytes:
         """Asynchronous part: the snapshot file (an IPC stream) of a :meth:`capture_parts`."""
+        return b"".join(self.write_pieces(captured)[0])
+
+    def write_pieces(self, captured: tuple[pa.Schema, list[tuple]]) -> tuple[list[bytes], str]:
+        """:meth:`write_parts` as the file's pieces, and its SHA-256
+        (:meth:`.snapshot_parts.PartCache.pieces`)."""
         schema, parts = captured
-        return self._parts.cache.stream(schema, [
+        return self._parts.cache.pieces(schema, [
             (key, version, part if isinstance(part, bytes) else self._part_table(part, schema))
             for key, version, part in parts])
 

@@ -20,6 +20,7 @@ reused only for the same key, version and schema.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Hashable, Sequence
 
@@ -89,6 +90,7 @@ class PartCache:
         self._schema: pa.Schema | None = None
         self._schema_message = b""
         self._parts: dict[Hashable, tuple[Hashable, bytes]] = {}
+        self._digest = _PrefixDigest()
 
     def __len__(self) -> int:
         return len(self._parts)
@@ -108,9 +110,18 @@ class PartCache:
     def stream(self, schema: pa.Schema,
                parts: Sequence[tuple[Hashable, Hashable, bytes | pa.Table]],
                keep: set | None = None) -> bytes:
+        """The IPC stream of ``parts`` in order (:meth:`pieces`, joined)."""
+        return b"".join(self.pieces(schema, parts, keep)[0])
+
+    def pieces(self, schema: pa.Schema,
+               parts: Sequence[tuple[Hashable, Hashable, bytes | pa.Table]],
+               keep: set | None = None) -> tuple[list[bytes], str]:
         """The IPC stream of ``parts`` in order: ``(key, version, message or table)``; a table
         is encoded (cast to ``schema``) and its message kept for later snapshots. Parts of
-        keys neither in ``parts`` nor in ``keep`` are forgotten."""
+        keys neither in ``parts`` nor in ``keep`` are forgotten. Returns the stream's pieces
+        (the schema message, a message per part, the end-of-stream marker) and its SHA-256,
+        hashed on from the longest prefix of messages the last stream began with too
+        (:class:`_PrefixDigest`)."""
         body: list[bytes] = []
         made: dict[Hashable, tuple[Hashable, bytes]] = {}
         schema_message = b""
@@ -137,7 +148,41 @@ class PartCache:
             for key in [k for k in self._parts if k not in wanted]:
                 del self._parts[key]
             head = self._schema_message
-        return b"".join([head, *body, _EOS])
+        pieces = [head, *body]
+        return [*pieces, _EOS], self._digest.of(pieces, _EOS)
+
+
+class _PrefixDigest:
+    """SHA-256 of a stream whose pieces mostly begin as the last one's did: the hash state
+    after each piece of the last stream is kept, and a stream that begins with the same
+    piece objects (messages copied from the cache, not encoded again) is hashed on from
+    there. A snapshot then hashes its new messages, not the whole file (a count_distinct
+    state puts its sealed runs of pairs first: :class:`.distinct_state.PairRuns`).
+    Thread-safe: streams are written on upload threads, the last one written is kept."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pieces: list[bytes] = []
+        self._states: list = []  # the hash after each of _pieces
+
+    def of(self, pieces: list[bytes], tail: bytes) -> str:
+        with self._lock:
+            last, states = self._pieces, self._states
+        same = 0
+        for mine, theirs in zip(pieces, last, strict=False):
+            if mine is not theirs:
+                break
+            same += 1
+        states = states[:same]
+        digest = states[-1].copy() if states else hashlib.sha256()
+        for piece in pieces[same:]:
+            digest.update(piece)
+            states.append(digest.copy())
+        with self._lock:
+            self._pieces, self._states = pieces, states
+        digest = digest.copy()
+        digest.update(tail)
+        return digest.hexdigest()
 
 
 def _newer(a: Hashable, b: Hashable) -> bool:

@@ -5,6 +5,7 @@ before parts (one IPC file, fixtures written by that code) restore as before."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import numpy as np
@@ -20,6 +21,7 @@ from airflow_checkpoint_provider.engine.state.columnar.aggregates import (
 from airflow_checkpoint_provider.engine.state.columnar.distinct_state import (
     PAIRS,
     DistinctAggregateTable,
+    PairRuns,
     classic_table,
 )
 from airflow_checkpoint_provider.engine.state.key_hashing import key_groups
@@ -186,21 +188,48 @@ def test_a_snapshot_from_parts_restores_at_another_parallelism(small_parts, rang
     assert merged == _state(t)
 
 
-def test_distinct_pairs_are_written_as_runs_encoded_once_when_full(small_parts, encoded):
+def test_distinct_pairs_added_since_the_last_snapshot_are_a_run_of_their_own(small_parts,
+                                                                           encoded):
     t = _fresh(DISTINCT)
-    t.update(_batch([1] * 40, list(range(40)), ["a"] * 40))  # 40 pairs of v: runs 16, 16, 8
+    t.update(_batch([1] * 40, list(range(40)), ["a"] * 40))  # 40 pairs of v, 1 of name
     _snapshot(t)
     encoded.clear()
     t.update(_batch([2], [1000], ["a"]))  # one new pair of v, one of name, one new key
     _snapshot(t)
-    # encoded again: the key rows' part (keys 1 and 2), v's last run (pairs 32..40: keys 1
-    # and 2), name's only run (keys 1 and 2); v's two full runs are copied
-    assert sorted(encoded) == [2, 2, 2]
+    # encoded again: the key rows' part (keys 1 and 2); v's new run (its one pair: key 2),
+    # not its first 40 pairs (a sealed run: at least 16); name's two open runs of one pair,
+    # merged (keys 1 and 2)
+    assert sorted(encoded) == [1, 2, 2]
     back = _fresh(DISTINCT)
     back.restore(_snapshot(t))
     assert _state(back) == _state(t)
     out = back.update(_batch([1, 2], [0, 1000], ["b", "a"]))
     assert out.column("vs").to_pylist() == [40, 1] and out.column("names").to_pylist() == [2, 1]
+
+
+@pytest.mark.parametrize("per_snapshot", [1, 3, 7, 16, 40, 1000])
+def test_pair_runs_encode_each_pair_a_few_times_and_keep_few_open_runs(per_snapshot):
+    runs, size, n, encoded, seen = PairRuns(), 16, 0, 0, {}
+    for _ in range(200):
+        n += per_snapshot
+        cut = runs.cut(n, 0, size)
+        # the runs cover the pairs once, in order
+        assert [lo for lo, _ in cut] == [0] + [hi for _, hi in cut[:-1]] and cut[-1][1] == n
+        assert len(runs.open) <= 1 + max(size // per_snapshot, 1).bit_length()
+        assert all(hi - lo >= size for lo, hi in runs.sealed)
+        for run in cut:
+            if seen.get(run[0]) != run[1]:  # not the run its cached message is of
+                encoded += run[1] - run[0]
+            seen[run[0]] = run[1]
+    # a pair is encoded again only while its run is open: a few times, not once per snapshot
+    assert encoded <= n * (1 + max(size // per_snapshot, 1).bit_length())
+    # pairs renumbered (another generation): cut anew, the many pairs in sealed runs
+    again = runs.cut(n, 1, size)
+    assert again[0][0] == 0 and again[-1][1] == n
+    if n > PairRuns.SPLIT_RUNS * size:
+        assert again[:2] == [(0, size), (size, 2 * size)]
+    else:
+        assert again == [(0, n)]
 
 
 def test_the_classic_table_of_a_parts_file_is_the_layout_of_a_full_file(small_parts):
@@ -246,3 +275,21 @@ def test_a_snapshot_file_written_before_parts_restores(name):
         assert out.column("n").to_pylist() == [3, 3]
         assert out.column("total").to_pylist() == [101, 159]
         assert out.column("hi").to_pylist() == [100, 100]
+
+
+def test_the_digest_of_a_snapshot_hashed_on_from_the_last_one_is_that_of_its_bytes(small_parts):
+    rng = np.random.default_rng(3)
+    t = _fresh(DISTINCT)
+    for step in range(6):
+        keys = rng.integers(0, 10 + 5 * step, 50).tolist()
+        t.update(_batch(keys, rng.integers(0, 100 * (step + 1), 50).tolist(),
+                        [f"n{x}" for x in rng.integers(0, 20, 50)]))
+        pieces, digest = t.write_pieces(t.capture_parts())
+        assert digest == hashlib.sha256(b"".join(pieces)).hexdigest()
+        back = _fresh(DISTINCT)
+        back.restore(b"".join(pieces))
+        assert _state(back) == _state(t)
+    # the sealed runs lead the file, so a snapshot begins with the last one's messages
+    first, _ = t.write_pieces(t.capture_parts())
+    second, _ = t.write_pieces(t.capture_parts())
+    assert len(first) > 3 and all(a is b for a, b in zip(first[:-1], second[:-1], strict=True))
