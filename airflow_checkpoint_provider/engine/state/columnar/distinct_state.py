@@ -209,10 +209,16 @@ class PairSet:
         return self.rows[lo:hi].copy(), values
 
 
+Bound = tuple[int, ...]  # pairs of each distinct column, in the column order
+
+
 class PairRuns:
-    """How one distinct column's pairs are cut into the runs of its snapshots (a part each,
-    :mod:`.snapshot_parts`): a run is encoded once, and copied as bytes by every later
-    snapshot while it is unchanged.
+    """How the pairs of an aggregate's distinct columns are cut into the runs of its
+    snapshots (a part each, :mod:`.snapshot_parts`): a run is encoded once, and copied as
+    bytes by every later snapshot while it is unchanged. A run holds, per column, a range of
+    its pairs (``start[i]:end[i]``), in one table: a row per key with pairs in the run,
+    whichever columns they are of (a run per column repeated each key's row and its
+    accumulators once per column: Nexmark q16's 8 columns over 10,000 keys).
 
     Each snapshot puts the pairs added since the last one in a run of their own, so no pair
     is encoded again at every checkpoint (runs of a fixed :data:`PAIR_ROWS` encoded their
@@ -221,40 +227,57 @@ class PairRuns:
     is at most twice the newer (a binary counter), so there are a few of them however
     small each checkpoint's pairs are, and a pair is encoded again about log2(``size`` /
     pairs per checkpoint) times at most; an open run of ``size`` pairs or more is
-    *sealed*, never encoded again. More than ``SPLIT_RUNS`` runs' worth of new pairs (a
-    restore) are cut into sealed runs of ``size``."""
+    *sealed*, never encoded again, and comes before the open ones, in the order the runs
+    were sealed. More than ``SPLIT_RUNS`` runs' worth of new pairs of a column (a restore)
+    are cut into sealed runs of ``size`` of that column."""
 
     SPLIT_RUNS = 16
 
     def __init__(self) -> None:
-        self.sealed: list[tuple[int, int]] = []
-        self.sealed_at: list[int] = []  # the capture that sealed each
-        self.open: list[tuple[int, int]] = []
-        self.end = 0
+        self.sealed: list[tuple[Bound, Bound]] = []
+        self.open: list[tuple[Bound, Bound]] = []
+        self.end: Bound = ()
         self.generation: object = None
 
-    def cut(self, n: int, generation: object, size: int, capture: int = 0
-            ) -> list[tuple[int, int]]:
-        """The runs ``(lo, hi)`` of ``n`` pairs at snapshot ``capture``, the sealed first;
-        ``generation`` changes when the pairs are renumbered (every run is new)."""
-        if generation != self.generation or n < self.end:
-            self.sealed, self.sealed_at, self.open = [], [], []
-            self.end, self.generation = 0, generation
-        while n - self.end > self.SPLIT_RUNS * size:
-            self.sealed.append((self.end, self.end + size))
-            self.sealed_at.append(capture)
-            self.end += size
-        if n > self.end:
-            self.open.append((self.end, n))
-            self.end = n
+    def cut(self, counts: Bound, generation: object, size: int
+            ) -> list[tuple[Bound, Bound]]:
+        """The runs ``(start, end)`` of ``counts`` pairs per column, the sealed first;
+        ``generation`` changes when pairs are renumbered (every run is new)."""
+        if (generation != self.generation or len(counts) != len(self.end)
+                or any(n < e for n, e in zip(counts, self.end, strict=True))):
+            self.sealed, self.open = [], []
+            self.end, self.generation = (0,) * len(counts), generation
+        for i, n in enumerate(counts):
+            while n - self.end[i] > self.SPLIT_RUNS * size:
+                start = self.end
+                self.end = (*start[:i], start[i] + size, *start[i + 1:])
+                self.sealed.append((start, self.end))
+        if counts != self.end:
+            self.open.append((self.end, counts))
+            self.end = counts
         runs = self.open
-        while len(runs) > 1 and runs[-2][1] - runs[-2][0] <= 2 * (runs[-1][1] - runs[-1][0]):
-            hi = runs.pop()[1]
-            runs[-1] = (runs[-1][0], hi)
-        while runs and runs[0][1] - runs[0][0] >= size:
+        while len(runs) > 1 and _pairs_in(runs[-2]) <= 2 * _pairs_in(runs[-1]):
+            end = runs.pop()[1]
+            runs[-1] = (runs[-1][0], end)
+        while runs and _pairs_in(runs[0]) >= size:
             self.sealed.append(runs.pop(0))
-            self.sealed_at.append(capture)
         return self.sealed + runs
+
+
+def _pairs_in(run: tuple[Bound, Bound]) -> int:
+    return sum(e - s for s, e in zip(*run, strict=True))
+
+
+def _grouped(rows: np.ndarray, values: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Pairs ordered by row (packed pairs: by row, then value, which compresses to about a
+    tenth of the bytes in a third of the time of values in their order of arrival)."""
+    ints = values.to_numpy(zero_copy_only=False) if pa.types.is_int64(values.type) else None
+    if (ints is not None and len(rows) and rows.max() < MAX_PACKED_ROWS
+            and ints.min() >= 0 and ints.max() < (1 << PACK_BITS)):
+        packed = np.sort((rows << PACK_BITS) | ints)
+        return packed >> PACK_BITS, pa.array(packed & ((1 << PACK_BITS) - 1))
+    order = np.argsort(rows, kind="stable")
+    return rows[order], values.take(pa.array(order))
 
 
 def _as_lists(rows: np.ndarray, values: pa.Array, n: int) -> pa.ListArray:
@@ -283,8 +306,7 @@ class DistinctAggregateTable(AggregateTable):
         super().__init__(base, key_groups, max_parallelism, operator_uid)
         self.sets = {c: PairSet(f"aggregate {operator_uid!r}: count_distinct of {c!r}")
                      for c in self.distinct_columns}
-        self._runs = {c: PairRuns() for c in self.distinct_columns}
-        self._captures = 0
+        self._runs = PairRuns()
         for c in self.distinct_columns:
             self.acc["nd:" + c] = np.empty(0, dtype=np.int64)
 
@@ -356,32 +378,25 @@ class DistinctAggregateTable(AggregateTable):
         return schema.append(pa.field(PAIRS, pa.bool_()))
 
     def capture_parts(self) -> tuple[pa.Schema, list[tuple]]:
-        """A part per run of pairs (:class:`PairRuns`; the sealed runs of every distinct
-        column first): its cached message when the run is as it was, else its pairs (the
-        keys' columns by reference: their existing rows never change in place); then the
-        key rows' parts (:meth:`AggregateTable.capture_parts`)."""
+        """A part per run of pairs (:class:`PairRuns`, the sealed first): its cached message
+        when the run is as it was, else its pairs (the keys' columns by reference: their
+        existing rows never change in place); then the key rows' parts
+        (:meth:`AggregateTable.capture_parts`). The file then begins as the last one did,
+        and is hashed on from there (:class:`.snapshot_parts._PrefixDigest`)."""
         schema, key_parts = super().capture_parts()
         size = 2 << self._parts.shift  # PAIR_ROWS, unless the COLUMNAR_PART_ROWS setting says so
         mirror = self.index.key_array
         keys = mirror if mirror is not None else self.index.keys
-        self._captures += 1
-        sealed, unsealed = [], []
-        for i, c in enumerate(self.distinct_columns):
-            runs, generation = self._runs[c], (self._parts.generation, self.sets[c].generation)
-            runs.cut(self.sets[c].n, generation, size, self._captures)
-            sealed += [(at, i, lo, hi) for (lo, hi), at in zip(runs.sealed, runs.sealed_at,
-                                                                strict=True)]
-            unsealed += [(0, i, lo, hi) for lo, hi in runs.open]
-        # the sealed runs first, in the order they were sealed: the file then begins as the
-        # last one did, and is hashed on from there (snapshot_parts._PrefixDigest)
-        sealed.sort()
+        sets = [self.sets[c] for c in self.distinct_columns]
+        generation = (self._parts.generation, *(pairs.generation for pairs in sets))
         parts = []
-        for _, i, lo, hi in sealed + unsealed:
-            c = self.distinct_columns[i]
-            key = ("pairs", c, self._parts.generation, self.sets[c].generation, lo)
-            message = self._parts.cache.get(key, hi, schema)
-            parts.append((key, hi, message if message is not None
-                          else (c, *self.sets[c].run(lo, hi), self.key_group, keys)))
+        for start, end in self._runs.cut(tuple(pairs.n for pairs in sets), generation, size):
+            key = ("pairs", *generation, start)
+            message = self._parts.cache.get(key, end, schema)
+            parts.append((key, end, message if message is not None else (
+                [(c, *pairs.run(lo, hi)) for c, pairs, lo, hi
+                 in zip(self.distinct_columns, sets, start, end, strict=True) if hi > lo],
+                self.key_group, keys)))
         return schema, parts + key_parts
 
     def _part_table(self, part, schema: pa.Schema) -> pa.Table:
@@ -395,26 +410,13 @@ class DistinctAggregateTable(AggregateTable):
         columns[PAIRS] = pa.array(np.zeros(k, dtype=bool))
         return super()._part_table(columns, schema)
 
-    def _run_table(self, column: str, rows: np.ndarray, values: pa.Array,
-                   key_group: np.ndarray, keys, *, schema: pa.Schema) -> pa.Table:
-        """A run of pairs of ``column``: a row per key, its values of the run in its list
-        (packed pairs: sorted, which compresses to about a tenth of the bytes in a third of
-        the time of values in their order of arrival)."""
-        ints = (values.to_numpy(zero_copy_only=False) if pa.types.is_int64(values.type)
-                else None)
-        if (ints is not None and len(rows) and rows.max() < MAX_PACKED_ROWS
-                and ints.min() >= 0 and ints.max() < (1 << PACK_BITS)):
-            packed = np.sort((rows << PACK_BITS) | ints)
-            ordered = packed >> PACK_BITS
-            values = pa.array(packed & ((1 << PACK_BITS) - 1))
-            order = None
-        else:
-            order = np.argsort(rows, kind="stable")
-            ordered = rows[order]
-        first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        uniq = ordered[first]
+    def _run_table(self, runs: list[tuple[str, np.ndarray, pa.Array]], key_group: np.ndarray,
+                   keys, *, schema: pa.Schema) -> pa.Table:
+        """A run of pairs, ``[(column, rows, values)]``: a row per key with pairs in it, its
+        values of each column in that column's list."""
+        grouped = {column: _grouped(rows, values) for column, rows, values in runs}
+        uniq = np.unique(np.concatenate([rows for rows, _ in grouped.values()]))
         k = len(uniq)
-        offsets = np.append(first, len(rows)).astype(np.int64)
         arrays = []
         for f in schema:
             if f.name == "key_group":
@@ -422,10 +424,13 @@ class DistinctAggregateTable(AggregateTable):
             elif f.name == "key":
                 arrays.append(keys.take(pa.array(uniq)) if isinstance(keys, pa.Array)
                               else pa.array(keys[uniq]).cast(f.type))
-            elif f.name == "distinct:" + column:
+            elif f.name.startswith("distinct:") and f.name[len("distinct:"):] in grouped:
+                rows, values = grouped[f.name[len("distinct:"):]]
+                offsets = np.zeros(k + 1, dtype=np.int64)
+                np.cumsum(np.bincount(np.searchsorted(uniq, rows), minlength=k),
+                          out=offsets[1:])
                 arrays.append(pa.LargeListArray.from_arrays(
-                    pa.array(offsets), (values if order is None else values.take(
-                        pa.array(order))).cast(f.type.value_type)))
+                    pa.array(offsets), values.cast(f.type.value_type)))
             elif f.name.startswith("distinct:"):
                 arrays.append(_empty_lists(k, f.type))
             elif f.name == PAIRS:

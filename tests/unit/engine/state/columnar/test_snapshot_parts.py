@@ -196,10 +196,9 @@ def test_distinct_pairs_added_since_the_last_snapshot_are_a_run_of_their_own(sma
     encoded.clear()
     t.update(_batch([2], [1000], ["a"]))  # one new pair of v, one of name, one new key
     _snapshot(t)
-    # encoded again: the key rows' part (keys 1 and 2); v's new run (its one pair: key 2),
-    # not its first 40 pairs (a sealed run: at least 16); name's two open runs of one pair,
-    # merged (keys 1 and 2)
-    assert sorted(encoded) == [1, 2, 2]
+    # encoded again: the key rows' part (keys 1 and 2) and the new run (the new pairs of v
+    # and name: key 2), not the first run (41 pairs: sealed, at least 16)
+    assert sorted(encoded) == [1, 2]
     back = _fresh(DISTINCT)
     back.restore(_snapshot(t))
     assert _state(back) == _state(t)
@@ -210,26 +209,29 @@ def test_distinct_pairs_added_since_the_last_snapshot_are_a_run_of_their_own(sma
 @pytest.mark.parametrize("per_snapshot", [1, 3, 7, 16, 40, 1000])
 def test_pair_runs_encode_each_pair_a_few_times_and_keep_few_open_runs(per_snapshot):
     runs, size, n, encoded, seen = PairRuns(), 16, 0, 0, {}
+    bound = 1 + max(size // per_snapshot, 1).bit_length()
     for _ in range(200):
         n += per_snapshot
-        cut = runs.cut(n, 0, size)
-        # the runs cover the pairs once, in order
-        assert [lo for lo, _ in cut] == [0] + [hi for _, hi in cut[:-1]] and cut[-1][1] == n
-        assert len(runs.open) <= 1 + max(size // per_snapshot, 1).bit_length()
-        assert all(hi - lo >= size for lo, hi in runs.sealed)
-        for run in cut:
-            if seen.get(run[0]) != run[1]:  # not the run its cached message is of
-                encoded += run[1] - run[0]
-            seen[run[0]] = run[1]
+        cut = runs.cut((n, 2 * n), 0, size)  # two columns, one adding twice the other's
+        # the runs cover the pairs of each column once, in order
+        assert [start for start, _ in cut] == [(0, 0)] + [end for _, end in cut[:-1]]
+        assert cut[-1][1] == (n, 2 * n)
+        assert len(runs.open) <= bound
+        assert all(sum(e - s for s, e in zip(*run, strict=True)) >= size
+                   for run in runs.sealed)
+        for start, end in cut:
+            if seen.get(start) != end:  # not the run its cached message is of
+                encoded += sum(end) - sum(start)
+            seen[start] = end
     # a pair is encoded again only while its run is open: a few times, not once per snapshot
-    assert encoded <= n * (1 + max(size // per_snapshot, 1).bit_length())
-    # pairs renumbered (another generation): cut anew, the many pairs in sealed runs
-    again = runs.cut(n, 1, size)
-    assert again[0][0] == 0 and again[-1][1] == n
+    assert encoded <= 3 * n * bound
+    # pairs renumbered (another generation): cut anew, many pairs in sealed runs of a column
+    again = runs.cut((n, 2 * n), 1, size)
+    assert again[0][0] == (0, 0) and again[-1][1] == (n, 2 * n)
     if n > PairRuns.SPLIT_RUNS * size:
-        assert again[:2] == [(0, size), (size, 2 * size)]
-    else:
-        assert again == [(0, n)]
+        assert again[:2] == [((0, 0), (size, 0)), ((size, 0), (2 * size, 0))]
+    elif 2 * n <= PairRuns.SPLIT_RUNS * size:
+        assert again == [((0, 0), (n, 2 * n))]
 
 
 def test_the_classic_table_of_a_parts_file_is_the_layout_of_a_full_file(small_parts):
