@@ -43,12 +43,10 @@ not finished after 9 minutes together (28-35 s without debloating). The floor
 
 Before its first measurement a consumer's credit grows by *slow start*: each time it waits
 for input, to what its records so far say it processes in the target, at most double
-(:func:`slow_start_credit`), from ``INITIAL_CHANNEL_CREDIT`` (128 records) for a per-record
-consumer and ``INITIAL_BATCH_CREDIT`` (8,192) for a vectorized one, whose cost per batch is
-milliseconds whatever its size (Nexmark q16 took 1.45 s to its first 250,000 rows from 128,
-0.73 s without debloating). An in-slot sender, as a TCP one, is granted credit
+(:func:`slow_start_credit`). An in-slot sender, as a TCP one, is granted credit
 ``1 / GRANT_FRACTION`` of it at a time: a source read 1-10 records when that was all the
-credit free, and its consumer paid a batch's cost for them. Measured on Nexmark, one core, default settings against
+credit free, and its consumer paid a batch's cost for them (a few milliseconds for Nexmark
+q16's aggregate). Measured on Nexmark, one core, default settings against
 debloating off, per CPU-second: q9 0.50, q4 0.54, q3 0.58, q5+q18 0.68 before (a vectorized
 task fed 128 rows at a time for its first seconds); with it (and the key index's two
 sorted runs) 28 of the 29 jobs of BENCHMARKS.md's defaults table are at 0.91-1.18, q16
@@ -82,10 +80,6 @@ MIN_CHANNEL_CREDIT = 8
 #: ``MEASURE_SECONDS`` busy): small, so that a slow consumer does not start with seconds of
 #: input queued; a fast one grows out of it within a few items (:func:`slow_start_credit`)
 INITIAL_CHANNEL_CREDIT = 128
-#: credit of a channel into a vectorized consumer (Arrow batches) before its throughput is
-#: measured: its cost per batch is milliseconds (Nexmark q16's aggregate: 5 ms for 100 rows,
-#: 16 ms for 8,192), so 128 records at a time would start it at a few thousand a second
-INITIAL_BATCH_CREDIT = 8192
 #: how often (busy seconds of the consumer) its throughput is measured again (Flink: 200 ms)
 MEASURE_SECONDS = 0.2
 #: a TCP channel's credit is announced once this fraction of it is free again (fewer frames)

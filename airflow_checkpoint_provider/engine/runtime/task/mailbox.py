@@ -326,21 +326,6 @@ class Mailbox:
                     return self._granted[channel] if self._granted[channel] >= step else 0
                 self._cond.wait(left)
 
-    def start_batched(self, rows: int) -> None:
-        """The consumer takes Arrow batches: until its throughput is measured, each channel
-        has at least ``rows`` records of credit (:data:`.debloat.INITIAL_BATCH_CREDIT`)."""
-        if self._target is None:
-            return
-        with self._cond:
-            share = min(self._max_credit, rows)
-            if self.meter.rate is not None or share <= self._share:
-                return
-            self._share = share
-            self._cond.notify_all()  # in-slot senders held for credit
-            grants = self._free_credit()
-        for channel, free in grants:
-            self._announcers[channel](free)
-
     def _slow_start(self) -> list[tuple[int, int]] | None:
         """The task waits for input before its throughput was measured: its credit grows
         (:func:`.debloat.slow_start_credit`), once per records processed since it last
