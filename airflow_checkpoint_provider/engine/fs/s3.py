@@ -33,7 +33,6 @@ import io
 import logging
 import os
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 from ..errors import CheckpointStorageError
@@ -44,6 +43,7 @@ from ..settings import (
     S3_MULTIPART_THRESHOLD,
     S3_TIMEOUT,
 )
+from .pieces import FileData, pieces_of
 
 log = logging.getLogger(__name__)
 
@@ -174,13 +174,12 @@ class S3FileSystem:
         return s3_client()
 
     # -- files ----------------------------------------------------------------------------
-    def write_bytes(self, path: str, data: bytes | Sequence[bytes], *,
-                    atomic: bool = False) -> None:
+    def write_bytes(self, path: str, data: FileData, *, atomic: bool = False) -> None:
         """Upload ``data`` (one buffer, or the object's pieces in order) to ``path``.
         ``atomic`` is accepted for the common interface: an S3 object appears complete or
         not at all."""
-        if not isinstance(data, bytes | bytearray | memoryview):
-            data = b"".join(data)
+        parts = pieces_of(data)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
         bucket, key = split_uri(path)
         if not key:
             raise CheckpointStorageError(f"cannot write checkpoint file {path}: no object key")

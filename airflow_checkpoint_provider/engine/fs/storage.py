@@ -19,9 +19,9 @@ import posixpath
 import re
 import shutil
 import uuid
-from collections.abc import Sequence
 
 from ..errors import CheckpointStorageError
+from .pieces import FileData, pieces_of
 from .private import makedirs_private, open_private
 from .s3 import S3FileSystem, split_uri
 
@@ -31,17 +31,13 @@ METADATA_FILE = "_metadata"
 class LocalFileSystem:
     """Checkpoint files on a local (or mounted) file system."""
 
-    def write_bytes(self, path: str, data: bytes | Sequence[bytes], *,
-                    atomic: bool = False) -> None:
+    def write_bytes(self, path: str, data: FileData, *, atomic: bool = False) -> None:
         """Write ``data``: one buffer, or the file's pieces in order (not joined first)."""
         try:
             makedirs_private(os.path.dirname(path))  # 0700 dirs, 0600 files (issue 42)
             target = f"{path}.{uuid.uuid4().hex[:8]}.tmp" if atomic else path
             with open_private(target) as f:
-                if isinstance(data, bytes | bytearray | memoryview):
-                    f.write(data)
-                else:
-                    f.writelines(data)
+                f.writelines(pieces_of(data))
                 f.flush()
                 os.fsync(f.fileno())
             if atomic:
@@ -154,21 +150,17 @@ def absolute_location(location: str) -> str:
     return os.path.abspath(strip_scheme(location))
 
 
-def sha256(data: bytes | Sequence[bytes]) -> str:
+def sha256(data: FileData) -> str:
     """The SHA-256 of ``data``: one buffer, or the pieces of a file in order."""
-    if isinstance(data, bytes | bytearray | memoryview):
-        return hashlib.sha256(data).hexdigest()
     digest = hashlib.sha256()
-    for piece in data:
+    for piece in pieces_of(data):
         digest.update(piece)
     return digest.hexdigest()
 
 
-def byte_size(data: bytes | Sequence[bytes]) -> int:
+def byte_size(data: FileData) -> int:
     """Bytes of ``data``: one buffer, or the pieces of a file."""
-    if isinstance(data, bytes | bytearray | memoryview):
-        return len(data)
-    return sum(len(piece) for piece in data)
+    return sum(len(piece) for piece in pieces_of(data))
 
 
 def job_directory(checkpoint_root: str, job_name: str, job_id: str) -> str:

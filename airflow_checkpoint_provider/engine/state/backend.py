@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ..fs.pieces import FileData
 from ..fs.storage import byte_size, filesystem_for, join, sha256
 from ..snapshot.handles import KeyedStateHandle
 from .keygroups import KeyGroupRange
@@ -77,7 +78,7 @@ class PerKeyStateBackend(KeyedStateBackend, Protocol):
     def keys(self, state_name: str) -> Iterator[object]: ...
 
 
-def write_state_file(chk_dir: str, stem: str, suffix: str, data: bytes | Sequence[bytes],
+def write_state_file(chk_dir: str, stem: str, suffix: str, data: FileData,
                      fields: dict, *, digest: str | None = None) -> tuple[dict, int, int]:
     """Write one state file of a snapshot (``data``: its bytes, or its pieces in order, not
     joined first); its handle carries its size and SHA-256 (``digest``, when the caller

@@ -15,12 +15,12 @@ Snapshot: the aggregate's Arrow IPC file (:mod:`.aggregates`) gets, per distinct
 ``nd:<col>`` (the count, int64) and ``distinct:<col>`` (values of the key, a list column),
 with the key group on every row, so a restore at any parallelism reads the keys of the key
 groups it owns with their sets. The file is written from parts (:mod:`.snapshot_parts`):
-the key rows (accumulators, empty lists) a part per ``2**snapshot_parts.PART_SHIFT`` rows,
-and the pairs, a part per run of pairs of one column
-(:class:`PairRuns`): a row per key with pairs in the run (``_pairs`` true, its values in its
-list, the accumulators 0). A run of pairs never changes (a set only grows), so a snapshot
-encodes the pairs added since the last one, not every set (grouping and compressing every
-pair at every checkpoint was Nexmark q16's checkpoint cost). :func:`classic_table` merges
+first the pairs, a part per run of pairs of every distinct column (:class:`PairRuns`): a row
+per key with pairs in the run (``_pairs`` true, its values of each column in that column's
+list, the accumulators 0); then the key rows (accumulators, empty lists) a part per
+``2**snapshot_parts.PART_SHIFT`` rows. A run of pairs never changes (a set only grows), so a
+snapshot encodes the pairs added since the last one, not every set (grouping and
+compressing every pair at every checkpoint was Nexmark q16's checkpoint cost). :func:`classic_table` merges
 the runs into one row per key with all its values: the layout files of earlier commits
 have (no ``_pairs`` column), which restore as before. The state is columnar in memory with
 either state backend, like the rest of ``aggregate()``.

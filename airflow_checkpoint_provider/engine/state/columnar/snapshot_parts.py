@@ -8,8 +8,9 @@ old auctions, the distinct values seen days ago. So a state is cut into **parts*
 of rows of an aggregate, a run of distinct pairs), each part's Arrow IPC record batch
 message (zstd-compressed, as before, at level 1) is kept, and a snapshot encodes only the parts that
 changed since the message was made; the others are copied as bytes. The CPU of a
-checkpoint is then about the rows changed since the last one, plus a ``memcpy`` and a
-SHA-256 of the (compressed) file.
+checkpoint is then about the rows changed since the last one, plus writing the file from
+its pieces (not joined first) and the SHA-256 of the pieces after the prefix it shares with
+the last file (:class:`_PrefixDigest`).
 
 File: an Arrow IPC *stream*: the schema message, one record batch message per part, the
 end-of-stream marker. Files written before are IPC *files* (one or more batches);
@@ -106,12 +107,6 @@ class PartCache:
     def clear(self) -> None:
         with self._lock:
             self._parts.clear()
-
-    def stream(self, schema: pa.Schema,
-               parts: Sequence[tuple[Hashable, Hashable, bytes | pa.Table]],
-               keep: set | None = None) -> bytes:
-        """The IPC stream of ``parts`` in order (:meth:`pieces`, joined)."""
-        return b"".join(self.pieces(schema, parts, keep)[0])
 
     def pieces(self, schema: pa.Schema,
                parts: Sequence[tuple[Hashable, Hashable, bytes | pa.Table]],
