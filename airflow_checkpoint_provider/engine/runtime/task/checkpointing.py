@@ -217,6 +217,7 @@ class SubtaskCheckpointCoordinator:
         chk, location = barrier.checkpoint_id, barrier.location
         self.barriers = {c: b for c, b in self.barriers.items() if c > chk}
         t0 = time.perf_counter()
+        self.mailbox.snapshot()  # debloating: no measurement of the task is lowered by it
         # 2. synchronous part: capture every operator's state
         snapshots = []
         for op in self.operators:
@@ -278,6 +279,7 @@ class SubtaskCheckpointCoordinator:
                         channel_items: list | None = None) -> None:
         t0 = time.perf_counter()
         writing = None
+        self.mailbox.snapshot(uploading=True)
         try:
             operators: dict[str, dict] = {}
             size = uploaded = 0
@@ -331,6 +333,8 @@ class SubtaskCheckpointCoordinator:
                 self._decline(chk, f"{type(exc).__name__}: {exc}{where}")
             except OSError:
                 pass
+        finally:
+            self.mailbox.snapshot(uploading=False)
 
 
 def channel_holder(vertex, snapshots: list) -> str:

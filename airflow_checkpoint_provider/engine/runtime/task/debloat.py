@@ -43,7 +43,12 @@ not finished after 9 minutes together (28-35 s without debloating). The floor
 
 Before its first measurement a consumer's credit grows by *slow start*: each time it waits
 for input, to what its records so far say it processes in the target, at most double
-(:func:`slow_start_credit`). An in-slot sender, as a TCP one, is granted credit
+(:func:`slow_start_credit`), from ``INITIAL_CHANNEL_CREDIT`` (128 records) for a per-record
+consumer and ``INITIAL_BATCH_CREDIT`` (1,024) for a vectorized one, whose cost per batch is
+milliseconds whatever its size. The vectorized start is not earned: the first measurement
+window may lower it even if it was starved. With 8,192 records (kept by a starved consumer
+as an earned credit), a vectorized window join fed by a source catching up after its start
+took 2-6 s per checkpoint on a loaded core. An in-slot sender, as a TCP one, is granted credit
 ``1 / GRANT_FRACTION`` of it at a time: a source read 1-10 records when that was all the
 credit free, and its consumer paid a batch's cost for them (a few milliseconds for Nexmark
 q16's aggregate). Measured on Nexmark, one core, default settings against
@@ -80,6 +85,12 @@ MIN_CHANNEL_CREDIT = 8
 #: ``MEASURE_SECONDS`` busy): small, so that a slow consumer does not start with seconds of
 #: input queued; a fast one grows out of it within a few items (:func:`slow_start_credit`)
 INITIAL_CHANNEL_CREDIT = 128
+#: credit of a channel into a vectorized consumer (Arrow batches) until its first
+#: measurement window ends: its cost per batch is milliseconds whatever the batch's size
+#: (Nexmark q16's aggregate: 5 ms for 100 rows, 16 ms for 8,192), so 128 records at a time
+#: would start it at a few thousand a second. Unearned: the first measurement, even of a
+#: starved consumer, may lower it (to the per-record start at least)
+INITIAL_BATCH_CREDIT = 1024
 #: how often (busy seconds of the consumer) its throughput is measured again (Flink: 200 ms)
 MEASURE_SECONDS = 0.2
 #: a TCP channel's credit is announced once this fraction of it is free again (fewer frames)
@@ -91,6 +102,10 @@ SMOOTHING = 0.5
 #: the credit follows a slowdown at once, down to this share of the smoothed rate per
 #: measurement (a slower one is more often a disturbance than a slower consumer)
 MAX_SHRINK = 0.5
+
+#: windows in a row a checkpoint's snapshot may disturb (:attr:`ThroughputMeter.disturbed`);
+#: a task always writing one is measured as it is
+MAX_DISTURBED = 2
 
 _CREDIT = struct.Struct("!I")
 
@@ -121,7 +136,13 @@ class ThroughputMeter:
       the credit below the initial one: :attr:`starved`). A sparse input (a combiner's
       few rows per batch, a window's input) spends its busy time on watermarks, timers and
       snapshots and measures a few records per second. A consumer that is the bottleneck
-      is busy all the time, and still shrinks its queue at once."""
+      is busy all the time, and still shrinks its queue at once;
+    * a measurement whose window saw the task write a checkpoint (:attr:`disturbed`): its
+      synchronous part took the task thread, its upload shares the core. Nexmark q16 on one
+      core measured 25,000 records/s in such a window against 300,000-600,000 before and
+      after, and its source read smaller batches, each at the aggregate's fixed cost, until
+      the next measurement. A task whose snapshots take longer than ``MAX_DISTURBED``
+      windows is measured as it is: that is its throughput."""
 
     def __init__(self, now: float | None = None) -> None:
         self.rate: float | None = None
@@ -133,6 +154,20 @@ class ThroughputMeter:
         #: the last measurement was of a starved consumer: a lower bound (the credit sized
         #: from it must not shrink, :meth:`.mailbox.Mailbox.consumed`)
         self.starved = False
+        #: measurement windows ended (measured, or restarted as mostly idle)
+        self.windows = 0
+        #: the last measurement's window saw a checkpoint of the task (a lower bound)
+        self.disturbed = False
+        self._snapshots = 0          # the task's snapshots being written now
+        self._snapshot_seen = False  # one was, in this window
+        self._disturbed_run = 0      # windows in a row that saw one
+
+    def snapshot(self, uploading: bool | None = None) -> None:
+        """The task takes a checkpoint's snapshot (``None``: its synchronous part), or began
+        (``True``) or ended uploading one: the windows that see it are disturbed."""
+        if uploading is not None:
+            self._snapshots += 1 if uploading else -1
+        self._snapshot_seen = True
 
     def add_idle(self, seconds: float) -> None:
         if self._since is not None:
@@ -152,14 +187,21 @@ class ThroughputMeter:
             if not self._rows or busy < MEASURE_SECONDS / 10:
                 # mostly idle: restart the window (the rate of a busy spell is what counts)
                 self._rows, self._idle, self._since = 0, 0.0, now
+                self.windows += 1
                 return False
             # mostly idle, but busy long enough to say something: measured (starved: it
             # may raise the credit, not lower it). A consumer whose credit held its source
             # to small reads was not measured again before, and kept that credit.
         measured = self._rows / busy
         self.starved = self._idle >= busy
+        seen = self._snapshot_seen or self._snapshots > 0
+        self._disturbed_run = self._disturbed_run + 1 if seen else 0
+        self.disturbed = 0 < self._disturbed_run <= MAX_DISTURBED
         self._rows, self._idle, self._since = 0, 0.0, now
-        if self.starved and self.rate is not None and measured < (self.credit_rate or 0.0):
+        self._snapshot_seen = False
+        self.windows += 1
+        if ((self.starved or self.disturbed) and self.rate is not None
+                and measured < (self.credit_rate or 0.0)):
             return False  # a lower bound below the rate: it says nothing new
         self.last = measured
         self.rate = (

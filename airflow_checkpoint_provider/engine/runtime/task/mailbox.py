@@ -139,6 +139,7 @@ class Mailbox:
         self.queued_rows = 0                 # records in queued data items
         self._backlogged = False             # records waited, since the last measurement
         self._slow_started = 0               # meter's rows when the credit last grew early
+        self._unearned: int | None = None    # the credit before start_batched raised it
         self._pending_grants: list[tuple[int, int]] = []
         self._data: collections.deque = collections.deque()   # (tag, item)
         self._control: collections.deque = collections.deque()
@@ -326,6 +327,30 @@ class Mailbox:
                     return self._granted[channel] if self._granted[channel] >= step else 0
                 self._cond.wait(left)
 
+    def snapshot(self, uploading: bool | None = None) -> None:
+        """The task takes a checkpoint's snapshot (``None``), or began (``True``) or ended
+        uploading one: measurements that see it may raise the credit, not lower it
+        (:attr:`.debloat.ThroughputMeter.disturbed`)."""
+        with self._cond:
+            self.meter.snapshot(uploading)
+
+    def start_batched(self, rows: int) -> None:
+        """The consumer takes Arrow batches: until its first measurement window ends, each
+        channel has at least ``rows`` records of credit (:data:`.debloat.INITIAL_BATCH_CREDIT`).
+        That credit is not earned: the first window may lower it, even if it was starved,
+        down to the credit it had before (:meth:`consumed`)."""
+        if self._target is None:
+            return
+        with self._cond:
+            share = min(self._max_credit, rows)
+            if self.meter.windows or share <= self._share:
+                return
+            self._unearned, self._share = self._share, share
+            self._cond.notify_all()  # in-slot senders held for credit
+            grants = self._free_credit()
+        for channel, free in grants:
+            self._announcers[channel](free)
+
     def _slow_start(self) -> list[tuple[int, int]] | None:
         """The task waits for input before its throughput was measured: its credit grows
         (:func:`.debloat.slow_start_credit`), once per records processed since it last
@@ -365,14 +390,25 @@ class Mailbox:
         with self._cond:
             if self.queued_rows >= max(MIN_CHANNEL_CREDIT, self._share // GRANT_FRACTION):
                 self._backlogged = True  # records waited for it in this measurement
-            if self.meter.add(rows, time.monotonic()):
+            measured = self.meter.add(rows, time.monotonic())
+            if self._unearned is not None and self.meter.windows:
+                # the first window ended: a batched start's credit was not earned
+                rate = self.meter.credit_rate
+                share = (self._unearned if rate is None else
+                         channel_credit(rate, self._target, self._channels,
+                                        self._initial_credit, self._max_credit))
+                self._share = max(share, self._unearned)
+                self._unearned = None
+                self._backlogged = False
+            elif measured:
                 share = channel_credit(self.meter.credit_rate, self._target, self._channels,
                                        self._initial_credit, self._max_credit)
                 # The credit shrinks only on the rate of a consumer that was the bottleneck:
                 # busy, with records waiting for it. A starved one's rate is a lower bound;
                 # one busy with no records waiting (a window firing, a snapshot) was slow
                 # at something its queue did not wait for (issue 51, debloat.py).
-                shrinks = self._backlogged and not self.meter.starved
+                shrinks = (self._backlogged and not self.meter.starved
+                           and not self.meter.disturbed)
                 self._share = share if shrinks else max(share, self._share)
                 self._backlogged = False
             if 0 <= channel < self._channels:

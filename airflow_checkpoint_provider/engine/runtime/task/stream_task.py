@@ -40,7 +40,7 @@ from ..operators.registry import open_operator
 from ..operators.watermarks import WatermarkValve
 from ..operators.windowing import WindowAggregateOperator, WindowFunctionOperator
 from .checkpointing import SubtaskCheckpointCoordinator, operator_counters
-from .debloat import SourceReadSize
+from .debloat import INITIAL_BATCH_CREDIT, SourceReadSize
 from .environment import TaskEnvironment
 from .failure_place import FailurePlace, describe_node, mark, place_of
 from .mailbox import (
@@ -132,6 +132,8 @@ class StreamTask:
                 self.phase = "processing"
                 self._source_loop()
             else:
+                if self.operators[0].vectorized:  # Arrow batches: no 128-record start
+                    self.mailbox.start_batched(INITIAL_BATCH_CREDIT)
                 restoring = self.checkpointing.channel_state is not None
                 self.phase = "restore" if restoring else "processing"
                 self.checkpointing.replay_channel_state()

@@ -19,6 +19,8 @@ from airflow_checkpoint_provider.engine.runtime.host.channels import (
     RecordWriter,
 )
 from airflow_checkpoint_provider.engine.runtime.task.debloat import (
+    INITIAL_BATCH_CREDIT,
+    MAX_DISTURBED,
     MIN_CHANNEL_CREDIT,
     CreditAnnouncer,
     ThroughputMeter,
@@ -313,3 +315,76 @@ def test_a_measured_consumer_waiting_for_input_keeps_its_credit(clock):
     assert m.meter.rate == pytest.approx(100)
     share = m.credit_per_channel
     assert [_drain_and_wait(m, clock, 10, 1e-6) for _ in range(3)] == [share] * 3
+
+
+def _batched(clock):
+    m = Mailbox(8, channels=1, target_s=1.0, initial_credit=128, max_credit=10_000)
+    m.meter = ThroughputMeter(now=clock[0])
+    m.start_batched(INITIAL_BATCH_CREDIT)
+    assert m.credit_per_channel == INITIAL_BATCH_CREDIT
+    return m
+
+
+def test_a_batched_start_is_lowered_by_the_first_measurement_even_of_a_starved_consumer(clock):
+    m = _batched(clock)
+    # a sparse consumer (a window join's input): 30 records in 0.3 busy seconds of 1 s.
+    # Starved, so a lower bound that never lowers an earned credit; the batched start was
+    # not earned (it kept 8,192 records per channel for the whole job, and under load that
+    # queue took seconds to drain before a barrier)
+    m.meter.add_idle(0.7)
+    clock[0] += 1.0
+    m.consumed(0, 30)
+    assert m.meter.starved
+    assert m.credit_per_channel == 128, "back to the start credit of a per-record consumer"
+    m.meter.add_idle(0.7)
+    clock[0] += 1.0
+    m.consumed(0, 30)
+    assert m.credit_per_channel == 128, "and from there on, starved measurements as before"
+
+
+def test_a_batched_start_is_lowered_when_a_mostly_idle_consumers_first_window_restarts(clock):
+    m = _batched(clock)
+    m.meter.add_idle(2.5)
+    clock[0] += 2.5
+    m.consumed(0, 5)  # 5 records in 2.5 s, busy 0: not measured, the window restarts
+    assert m.meter.rate is None and m.meter.windows == 1
+    assert m.credit_per_channel == 128
+
+
+def test_a_fast_batched_consumer_keeps_the_credit_its_measurement_earns(clock):
+    m = _batched(clock)
+    clock[0] += 0.25
+    m.consumed(0, 250_000)  # a million records a busy second
+    assert m.credit_per_channel == 10_000, "the cap"
+    m2 = _batched(clock)
+    m2.put_data((ItemKind.RECORDS, 0, [{"i": i} for i in range(2_000)]))  # records wait
+    clock[0] += 0.25
+    m2.consumed(0, 1_000)  # 4,000 records a busy second: 70% of the 1 s target
+    assert m2.credit_per_channel == 2_800
+
+
+def test_a_window_that_saw_a_snapshot_may_raise_the_credit_but_not_lower_it(clock):
+    m = Mailbox(8, channels=1, target_s=1.0, initial_credit=128, max_credit=100_000)
+    m.meter = ThroughputMeter(now=clock[0])
+    m.put_data((ItemKind.RECORDS, 0, pa.table({"i": list(range(50_000))})))  # records wait
+
+    def window(rows, *, uploading=None):
+        if uploading is not None:
+            m.snapshot(uploading=uploading)
+        clock[0] += 0.25
+        m.consumed(0, rows)
+        return m.credit_per_channel
+
+    assert window(25_000) == 70_000  # 100,000 records a busy second
+    # a snapshot's upload shares the core: 10,000 a second in that window, and the next
+    m.snapshot()  # its synchronous part
+    assert window(2_500, uploading=True) == 70_000, "not lowered by the window of a snapshot"
+    assert m.meter.disturbed
+    assert window(2_500, uploading=False) == 70_000, "nor by the one in which it ended"
+    assert window(25_000) == 70_000 and not m.meter.disturbed
+    assert window(12_500) == 35_000, "a slowdown without a snapshot: at once, as before"
+    # a task always uploading is measured as it is after MAX_DISTURBED windows
+    m.snapshot(uploading=True)
+    credits = [window(1_250) for _ in range(MAX_DISTURBED + 1)]
+    assert credits[:MAX_DISTURBED] == [35_000] * MAX_DISTURBED
+    assert credits[-1] < 35_000
