@@ -54,9 +54,9 @@ credit free, and its consumer paid a batch's cost for them (a few milliseconds f
 q16's aggregate). Measured on Nexmark, one core, default settings against
 debloating off, per CPU-second: q9 0.50, q4 0.54, q3 0.58, q5+q18 0.68 before (a vectorized
 task fed 128 rows at a time for its first seconds); with it (and the key index's two
-sorted runs) 28 of the 29 jobs of BENCHMARKS.md's defaults table are at 0.91-1.18, q16
-alone at 0.85 (its checkpoints complete on time: 8-9 against 5, each a snapshot of its
-distinct sets' new pairs).
+sorted runs, the vectorized start and the measurements that ignore snapshots) the 29 jobs
+of BENCHMARKS.md's defaults table are at 0.91-1.16 (q16 at 0.96: its checkpoints complete
+on time, 7-9 against 5-6, each a snapshot of its distinct sets' new pairs).
 
 Credit flows back as :data:`~..protocol.frames.CREDIT` frames on a TCP channel (the
 receiving slot writes them on the same connection) and through the mailbox's condition on an
