@@ -187,6 +187,7 @@ class ThroughputMeter:
             if not self._rows or busy < MEASURE_SECONDS / 10:
                 # mostly idle: restart the window (the rate of a busy spell is what counts)
                 self._rows, self._idle, self._since = 0, 0.0, now
+                self._snapshot_seen = False  # (an upload still running is still seen)
                 self.windows += 1
                 return False
             # mostly idle, but busy long enough to say something: measured (starved: it
