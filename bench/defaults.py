@@ -61,6 +61,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from bench.per_record import CpuMeter  # noqa: E402  (every process of a run, slots included)
+from bench.report_common import record_conditions  # noqa: E402
 
 RESULT = "defaults.json"
 #: every setting a variant changes, from what a user gets by default (``{}``)
@@ -540,6 +541,7 @@ def main(argv=None) -> int:
         path, {"args": vars(args), "command": command,
                "measured": f"{started} to {time.strftime('%H:%M UTC', time.gmtime())}",
                "runs": old_runs + runs, "summary": summarize(old_runs + runs)}))
+    record_conditions(args.results_dir, "defaults.json", command)  # the page's dates
     for s in summarize(old_runs + runs):
         print(f"{s['job']:8} best {s['best']}: default/best {_pct(s['ratio'])} "
               f"(per CPU-s {_pct(s['ratio_cpu'])})", flush=True)
