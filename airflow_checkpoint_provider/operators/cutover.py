@@ -73,13 +73,22 @@ class CutOverOperator(StopForUpgradeOperator):
         self.unfence = unfence
         self.checkpoint_after = checkpoint_after
 
-    def _green(self) -> str | None:
+    def _green(self, context: Context) -> str | None:
         """Green's job id when it is to be promoted here, else ``None`` (logged)."""
         if str(self.promote).lower() in _OFF or str(self.green_job).lower() in _OFF:
             self.log.info("No promotion in this task: promote=%r, green_job=%r", self.promote,
                           self.green_job)
             return None
         green = self.hook.find_job(str(self.green_job))
+        if green is not None and green.status != JobStatus.RUNNING:
+            # an earlier try of this task promoted it: green restores blue's savepoint in
+            # place (RESTARTING), and this try reattaches to that promotion
+            earlier = self.hook.get_conn().find_control_request(
+                f"{self.idempotency_key(context)}:promote")
+            if earlier is not None and earlier.job_id == green.job_id:
+                self.log.info("Green %r is %s after the PROMOTE an earlier try of this task "
+                              "submitted: reattaching to it", self.green_job, green.status)
+                return green.job_id
         if green is None or green.status != JobStatus.RUNNING:
             self.log.warning("Green %r is %s, not RUNNING: blue only stops here",
                              self.green_job, green.status if green else "unknown")
@@ -91,7 +100,7 @@ class CutOverOperator(StopForUpgradeOperator):
         ti.xcom_push(key="promoted", value=None)
         mode = self._mode()
         self._max_age()
-        green = self._green()
+        green = self._green(context)
         if green is None or mode != SAVEPOINT:
             return super().execute(context)
         ti.xcom_push(key="upgrade_mode_used", value=SAVEPOINT)

@@ -145,6 +145,39 @@ def test_a_retry_after_a_lost_first_try_reattaches_to_its_stop_and_promotion(
 
 
 @pytest.mark.timeout(240)
+def test_a_retry_that_finds_green_restoring_its_promotion_reattaches_to_it(
+        metadata_url, store, tmp_path, monkeypatch):
+    """Try 2 reads green while green restores blue's savepoint in place after the PROMOTE of
+    try 1 (RESTARTING, not RUNNING): it reattaches to that promotion, it does not stop blue
+    alone and leave ``promoted`` unset (seen in a loaded CI run)."""
+    from dataclasses import replace
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from airflow_checkpoint_provider.hooks.metadata import CheckpointMetadataHook
+
+    blue, green = _blue_and_fenced_green(metadata_url, tmp_path, store)
+    first = FakeTI(DAG, "stop_blue", RUN, try_number=1)
+    with pytest.raises(TaskDeferred):
+        _operator(deferrable=True).execute({"ti": first})
+    key = CutOverOperator.idempotency_key({"ti": first})
+    wait_for(lambda: store.find_control_request(f"{key}:promote"), 60, "try 1's PROMOTE")
+    found = CheckpointMetadataHook.find_job
+
+    def restoring(self, job):
+        record = found(self, job)
+        return replace(record, status="RESTARTING") if job == "sum-green" else record
+
+    monkeypatch.setattr(CheckpointMetadataHook, "find_job", restoring)
+    second = FakeTI(DAG, "stop_blue", RUN, try_number=2)
+    savepoint = _operator(deferrable=False, timeout=120).execute({"ti": second})
+    assert second.xcom["promoted"] is True
+    assert [a for a, _ in _actions(store, green)] == ["CHECKPOINT", "PROMOTE"]
+    assert store.get_job(green).restored_from == savepoint
+    assert _actions(store, blue) == [("STOP_WITH_SAVEPOINT", "SUCCEEDED")]
+
+
+@pytest.mark.timeout(240)
 def test_a_green_that_is_not_fenced_refuses_and_blue_still_stops(metadata_url, store, tmp_path):
     """A refused promotion (green publishes already, so restoring blue's savepoint in it
     would duplicate output): the task succeeds with the savepoint and ``promoted=False``
