@@ -91,6 +91,8 @@ def end_offsets(conf: dict, partitions: Iterable[tuple[str, int]], *,
                 if err is None:
                     continue  # a record before the end (Tansu's ListOffsets is short of it)
                 if err.code() == ck.KafkaError._PARTITION_EOF:
+                    if tp in found:  # reported again, already unassigned: librdkafka
+                        continue     # raises "Can't subtract from empty assignment"
                     found[tp] = msg.offset()
                     consumer.incremental_unassign([ck.TopicPartition(*tp)])
                 else:
