@@ -345,9 +345,8 @@ class Mailbox:
             share = min(self._max_credit, rows)
             if self.meter.windows or share <= self._share:
                 return
-            self._unearned, self._share = self._share, share
-            self._cond.notify_all()  # in-slot senders held for credit
-            grants = self._free_credit()
+            self._unearned = self._share
+            grants = self._grow(share)
         for channel, free in grants:
             self._announcers[channel](free)
 
@@ -365,8 +364,14 @@ class Mailbox:
                                   self._max_credit)
         if share <= self._share:
             return None
+        return self._grow(share)
+
+    def _grow(self, share: int) -> list[tuple[int, int]]:
+        """The credit per channel is ``share`` now (more than it was): in-slot senders held
+        for credit go on; the credit TCP senders get (announced by the caller, outside the
+        lock)."""
         self._share = share
-        self._cond.notify_all()  # in-slot senders held for credit
+        self._cond.notify_all()
         return self._free_credit()
 
     def _free_credit(self) -> list[tuple[int, int]]:
@@ -394,10 +399,10 @@ class Mailbox:
             if self._unearned is not None and self.meter.windows:
                 # the first window ended: a batched start's credit was not earned
                 rate = self.meter.credit_rate
-                share = (self._unearned if rate is None else
-                         channel_credit(rate, self._target, self._channels,
-                                        self._initial_credit, self._max_credit))
-                self._share = max(share, self._unearned)
+                earned = (0 if rate is None else
+                          channel_credit(rate, self._target, self._channels,
+                                         self._initial_credit, self._max_credit))
+                self._share = max(earned, self._unearned)
                 self._unearned = None
                 self._backlogged = False
             elif measured:
