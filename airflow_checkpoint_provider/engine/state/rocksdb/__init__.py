@@ -39,8 +39,10 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from typing import TypeVar, cast
 
+import msgpack
 from rocksdict import Checkpoint, Rdict, WriteBatch
 
 from ...fs.private import makedirs_private
@@ -66,6 +68,12 @@ SHARED_DIR = "shared"
 #: 100-200 bytes per row of a small value)
 CACHE_ENTRIES = 262_144
 _UNKNOWN = object()
+
+
+def _key_packer() -> Callable[[object], bytes]:
+    """``packb`` of :mod:`...serialization` (plain msgpack, bin type), as a packer of the
+    backend's own, not a new one per call: a key is packed per record."""
+    return msgpack.Packer(use_bin_type=True).pack
 
 
 def _prefix_end(prefix: bytes) -> bytes | None:
@@ -98,6 +106,7 @@ class RocksDBKeyedStateBackend:
         self.current_key: object = None
         self.current_key_group = -1
         self._key_bytes = b""
+        self._pack_key = _key_packer()
         self._prefix = b""
         # shared SST handles confirmed by the last completed checkpoint: name -> file entry
         self.confirmed: dict[str, dict] = {}
@@ -123,7 +132,7 @@ class RocksDBKeyedStateBackend:
         """Set (``raw`` None: delete) row ``key`` in the cache; RocksDB gets it at the next
         write-out."""
         cache = self._cache
-        if key not in cache and len(cache) >= CACHE_ENTRIES:
+        if len(cache) >= CACHE_ENTRIES and key not in cache:
             self.write_out(empty=True)
         cache[key] = raw
         self._dirty[key] = raw
@@ -147,17 +156,18 @@ class RocksDBKeyedStateBackend:
     def set_current_key(self, key: object) -> None:
         if isinstance(key, list):
             key = tuple(key)
-        self.current_key = key
-        self.current_key_group = key_group_for(key, self.max_parallelism)
-        self._prefix = _kg_prefix(self.current_key_group)
-        self._key_bytes = packb(key)
+        self.set_current_key_in_group(key, key_group_for(key, self.max_parallelism))
 
     def set_current_key_in_group(self, key: object, key_group: int) -> None:
         """:meth:`set_current_key` for a checked key whose key group the caller computed."""
         self.current_key = key
         self.current_key_group = key_group
-        self._prefix = _kg_prefix(key_group)
-        self._key_bytes = packb(key)
+        self._prefix = key_group.to_bytes(2, "big")  # layout._kg_prefix, inlined (per record)
+        try:
+            self._key_bytes = self._pack_key(key)
+        except BaseException:
+            self._pack_key = _key_packer()  # its buffer may hold part of the key
+            raise
 
     def _db_key(self, name_bytes: bytes) -> bytes:
         return self._prefix + name_bytes + self._key_bytes

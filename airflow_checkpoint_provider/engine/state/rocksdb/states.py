@@ -19,6 +19,8 @@ class RowStore(Protocol):
 
     operator_uid: str
     db: Any
+    _prefix: bytes       # the current key's row prefix: key group, then (after the
+    _key_bytes: bytes    # state's name) the msgpack of the key: see _db_key
 
     def _db_key(self, suffix: bytes) -> bytes: ...
 
@@ -75,12 +77,15 @@ class _RocksState:
         self.dumps = dumps
         self.loads = (lambda b: ser.loads(unpack_value(b))) if custom else unpack_value
 
+    # the row's key is built inline (``backend._db_key``): these run per record
     def _get(self, default=None):
-        raw = self.backend._read(self.backend._db_key(self.name_bytes))
+        b = self.backend
+        raw = b._read(b._prefix + self.name_bytes + b._key_bytes)
         return default if raw is None else self.loads(raw)
 
     def _put(self, value) -> None:
-        self.backend._write(self.backend._db_key(self.name_bytes), self.dumps(value))
+        b = self.backend
+        b._write(b._prefix + self.name_bytes + b._key_bytes, self.dumps(value))
 
     def clear(self) -> None:
         self.backend._write(self.backend._db_key(self.name_bytes), None)
@@ -89,14 +94,15 @@ class _RocksState:
 class RocksValueState(_RocksState):
     __slots__ = ()
 
-    def value(self):
-        return self._get(self.descriptor.default)
+    def value(self):  # _get, inlined (per record)
+        b = self.backend
+        raw = b._read(b._prefix + self.name_bytes + b._key_bytes)
+        return self.descriptor.default if raw is None else self.loads(raw)
 
-    def update(self, value) -> None:
-        if value is None:
-            self.clear()
-        else:
-            self._put(value)
+    def update(self, value) -> None:  # _put, inlined (per record)
+        b = self.backend
+        b._write(b._prefix + self.name_bytes + b._key_bytes,
+                 None if value is None else self.dumps(value))
 
 
 class RocksListState(_RocksState):

@@ -186,3 +186,32 @@ def test_a_value_read_from_the_row_cache_is_a_fresh_copy(tmp_path):
     v.value()["n"] = 99
     assert v.value() == {"n": 1}
     b.close()
+
+
+def test_row_keys_are_the_layout_s_for_every_kind_of_key_and_a_bad_key_spoils_no_other(tmp_path):
+    """The backend packs keys with a packer of its own (one per backend, not one per record):
+    its rows are ``<key group><name>\\x00<msgpack(key)>`` as written before, for the key types
+    a job keys by, and a key that cannot be packed leaves the next key's row right."""
+    import pytest
+
+    from airflow_checkpoint_provider.engine.serialization import packb
+    from airflow_checkpoint_provider.engine.state.keygroups import key_group_for
+
+    b = backend(tmp_path)
+    v = b.get_state(ValueStateDescriptor("v", 0))
+    keys = ["k1", 7, -3, 2.5, b"\x00raw", ("a", 1), ["b", 2], True, None, "é" * 40]
+    for i, key in enumerate(keys):
+        b.set_current_key(key)
+        v.update(i)
+    with pytest.raises(TypeError):  # past the key check (set_current_key refuses it first)
+        b.set_current_key_in_group(("a", object()), 3)
+    b.set_current_key("k1")
+    v.update(100)
+    b.write_out()
+    for i, key in enumerate(keys):
+        key = tuple(key) if isinstance(key, list) else key
+        row = key_group_for(key, 128).to_bytes(2, "big") + b"v\x00" + packb(key)
+        assert b.db.get(row) is not None, key
+        b.set_current_key(key)
+        assert v.value() == (100 if key == "k1" else i)
+    b.close()
