@@ -16,7 +16,7 @@ Snapshot (Flink's RocksDB incremental snapshot):
   milliseconds) into the working directory;
 * asynchronous part: upload the checkpoint's files. SST files are immutable: an SST that
   the last *completed* checkpoint already uploaded is referenced, not uploaded again; new
-  SSTs go to ``<job>/shared/``; MANIFEST, CURRENT, OPTIONS and the WAL are private to the
+  SSTs go to ``<job>/shared/``; MANIFEST, CURRENT and OPTIONS are private to the
   checkpoint directory. Files uploaded for a checkpoint that did not complete are never
   reused (only :meth:`notify_complete` confirms uploads). Savepoints are always full and
   self-contained: every file goes into the savepoint directory.
@@ -39,11 +39,12 @@ import logging
 import os
 import shutil
 import uuid
+from collections import deque
 from collections.abc import Callable
 from typing import TypeVar, cast
 
 import msgpack
-from rocksdict import Checkpoint, Rdict, WriteBatch
+from rocksdict import Checkpoint, Rdict, WriteBatch, WriteOptions
 
 from ...fs.private import makedirs_private
 from ...fs.storage import filesystem_for, join, parent, sha256
@@ -68,6 +69,17 @@ SHARED_DIR = "shared"
 #: 100-200 bytes per row of a small value)
 CACHE_ENTRIES = 262_144
 _UNKNOWN = object()
+
+
+def _open(path: str) -> Rdict:
+    """The working database at ``path``, written without a write-ahead log (as Flink's
+    RocksDB backend): it is never recovered from its own files, a restore starts from a
+    snapshot taken after a flush, so the log would be written and never read."""
+    db = Rdict(path, _options())
+    no_wal = WriteOptions()
+    no_wal.disable_wal = True  # type: ignore[method-assign,assignment]  # a property (stub: a method)
+    db.set_write_options(no_wal)
+    return db
 
 
 def _key_packer() -> Callable[[object], bytes]:
@@ -100,7 +112,7 @@ class RocksDBKeyedStateBackend:
             local_root(), f"{operator_uid}-{key_groups.start}-{uuid.uuid4().hex[:8]}")
         makedirs_private(self.workdir)
         self.db_path = os.path.join(self.workdir, "db")
-        self.db = Rdict(self.db_path, _options())
+        self.db = _open(self.db_path)
         self.descriptors: dict[str, StateDescriptor] = {}
         self.restored_meta: dict[str, dict] = {}
         self.current_key: object = None
@@ -140,13 +152,17 @@ class RocksDBKeyedStateBackend:
     def write_out(self, *, empty: bool = False) -> None:
         """Write the rows changed in the cache to RocksDB (one batch); ``empty``: then
         forget every cached row (before RocksDB is changed directly, or at capacity)."""
-        if self._dirty:
+        dirty = self._dirty
+        if dirty:
             batch = WriteBatch(raw_mode=True)
-            for k, v in self._dirty.items():
-                if v is None:
-                    batch.delete(k)
-                else:
-                    batch.put(k, v)
+            if None in dirty.values():  # deletions among them: row by row
+                for k, v in dirty.items():
+                    if v is None:
+                        batch.delete(k)
+                    else:
+                        batch.put(k, v)
+            else:  # puts only: one pass in C (half the CPU of the loop above per row)
+                deque(map(batch.put, dirty.keys(), dirty.values()), maxlen=0)
             self.db.write(batch)
             self._dirty = {}
         if empty:
@@ -330,7 +346,7 @@ class RocksDBKeyedStateBackend:
             self.db.close()
             shutil.rmtree(self.db_path, ignore_errors=True)
             _download(directory, loaded[0], self.db_path)
-            self.db = Rdict(self.db_path, _options())
+            self.db = _open(self.db_path)
             # Nothing restored is reused by the next checkpoint: it uploads in full (the
             # restored snapshot may belong to another job, and NO_CLAIM never shares files).
             return

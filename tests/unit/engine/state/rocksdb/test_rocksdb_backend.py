@@ -215,3 +215,14 @@ def test_row_keys_are_the_layout_s_for_every_kind_of_key_and_a_bad_key_spoils_no
         b.set_current_key(key)
         assert v.value() == (100 if key == "k1" else i)
     b.close()
+
+
+def test_the_working_database_writes_no_write_ahead_log(tmp_path):
+    """A restore starts from a snapshot taken after a flush, never from the working files:
+    the log would be written and never read (Flink's RocksDB backend disables it too)."""
+    b = backend(tmp_path)
+    fill(b, 1000)
+    b.write_out()
+    logs = [f for f in os.listdir(b.db_path) if f.endswith(".log")]
+    assert logs and all(os.path.getsize(os.path.join(b.db_path, f)) == 0 for f in logs)
+    b.close()
