@@ -51,6 +51,20 @@ def check_venvs(ap, engines: dict, wanted: list[str], peers_dir: str, make: str)
                      f" (make {make} installs it)")
 
 
+def packages(engines: dict, wanted: list[str], peers_dir: str) -> dict[str, dict[str, str]]:
+    """Every package and version in each wanted peer's venv (ours: none), for the result
+    file: only the peers themselves are pinned, and their dependencies move their figures."""
+    listing = ("import importlib.metadata as m, json; print(json.dumps("
+               "{d.metadata['Name']: d.version for d in m.distributions()}))")
+    found = {}
+    for e in wanted:
+        if engines[e][1] is not None:
+            out = subprocess.run([python_of(engines, e, peers_dir), "-c", listing],
+                                 capture_output=True, text=True, check=True, timeout=120)
+            found[e] = dict(sorted(json.loads(out.stdout).items(), key=lambda kv: kv[0].lower()))
+    return found
+
+
 def fill(broker, topic: str, n: int, keys: int, config: dict,
          value: Callable[[str, int], dict]) -> None:
     """The input topic: one partition, ``n`` records keyed ``"k<n>"`` (bench/peers/common.py's

@@ -252,7 +252,9 @@ def main(argv=None) -> int:
     driver.print_summary(summary)
     driver.write(args, RESULT, {
         "keys": args.keys, "records": sizes, "interval_ms": args.interval_ms, "cpu": args.cpu,
-        "engines": {e: ENGINES[e][2] for e in engines}, "summary": summary, "runs": runs},
+        "engines": {e: ENGINES[e][2] for e in engines},
+        "packages": driver.packages(ENGINES, engines, args.peers_dir),
+        "summary": summary, "runs": runs},
         command(argv if argv is not None else sys.argv[1:], args))
     return 0
 

@@ -15,7 +15,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
 
 import write_benchmarks  # noqa: E402
 
-from bench.peers import common, run  # noqa: E402
+from bench.peers import common, driver, run  # noqa: E402
 
 
 def test_the_peers_input_is_the_engine_generators_input():
@@ -42,6 +42,7 @@ def test_the_driver_runs_ours_on_both_workloads_and_the_page_renders_its_table(t
             [2000, 6000] if r["workload"] == "per_record" else [3000, 9000])
         assert all(p["ok"] and p["cpu_s"] > 0 and p["loadavg_before"] >= 0 for p in r["runs"])
     assert data["command"].startswith(".venv/bin/python bench/peers/run.py --engines ours")
+    assert data["packages"] == {}
     out = str(tmp_path / "BENCHMARKS.md")
     assert write_benchmarks.main(["--results-dir", results, "--output", out]) == 0
     with open(out) as f:
@@ -56,6 +57,17 @@ def test_a_peer_whose_venv_is_missing_is_refused_naming_make_bench_peers(tmp_pat
     with pytest.raises(SystemExit):
         run.main(["--engines", "ours,bytewax", "--peers-dir", str(tmp_path / "none")])
     assert "make bench-peers" in capsys.readouterr().err
+
+
+def test_the_result_file_lists_each_peer_venv_s_packages_with_their_versions(tmp_path):
+    python = tmp_path / "bytewax" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    found = driver.packages(run.ENGINES, ["ours", "bytewax"], str(tmp_path))
+    assert list(found) == ["bytewax"]
+    assert found["bytewax"]["pytest"] == pytest.__version__
+    assert list(found["bytewax"]) == sorted(found["bytewax"], key=str.lower)
 
 
 def _rep(workload, engine, rep, rate):
