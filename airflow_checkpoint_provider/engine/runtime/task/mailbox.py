@@ -156,9 +156,14 @@ class Mailbox:
         """Block while full (unless the item's channel reads ahead to an unaligned barrier);
         False if the mailbox was closed."""
         ok, grants = self._put(item)
-        for channel, rows in grants:  # credit announced outside the lock (a socket send)
-            self._announcers[channel](rows)
+        self._announce(grants)
         return ok
+
+    def _announce(self, grants: list[tuple[int, int]]) -> None:
+        """Tell each sender its new credit: called outside the lock (over TCP a socket
+        send)."""
+        for channel, rows in grants:
+            self._announcers[channel](rows)
 
     def _put(self, item: ChannelItem) -> tuple[bool, list]:
         kind, channel = item[0], item[1]
@@ -226,8 +231,7 @@ class Mailbox:
                         self.meter.add_idle(time.monotonic() - waited)
                     if not woken:
                         return None
-            for channel, rows in grants:  # outside the lock (a socket send), then again
-                self._announcers[channel](rows)
+            self._announce(grants)  # then wait again
 
     def take_following(self, accept, limit: int) -> list:
         """Without waiting: the data items at the head of the queue, in order, while
@@ -347,8 +351,7 @@ class Mailbox:
                 return
             self._unearned = self._share
             grants = self._grow(share)
-        for channel, free in grants:
-            self._announcers[channel](free)
+        self._announce(grants)
 
     def _slow_start(self) -> list[tuple[int, int]] | None:
         """The task waits for input before its throughput was measured: its credit grows
@@ -420,8 +423,7 @@ class Mailbox:
                 self._outstanding[channel] = max(0, self._outstanding[channel] - rows)
             grants = self._free_credit()
             self._cond.notify_all()
-        for ch, free in grants:
-            self._announcers[ch](free)
+        self._announce(grants)
 
     # -- unaligned checkpoints --------------------------------------------------------------
     def begin_unaligned(self, checkpoint_id: int) -> None:
@@ -431,8 +433,7 @@ class Mailbox:
             self._begin(checkpoint_id)
             self._cond.notify_all()
             grants, self._pending_grants = self._pending_grants, []
-        for channel, rows in grants:
-            self._announcers[channel](rows)
+        self._announce(grants)
 
     def _begin(self, checkpoint_id: int) -> None:
         # a late barrier of an aborted checkpoint must not start reading ahead: some inputs
