@@ -15,10 +15,11 @@ ROOT = REPO_ROOT
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory) -> Path:
-    """The site as ``make docs`` builds it (strict), into a temporary directory."""
+    """The site as ``make docs`` builds it (strict; without ``--quiet``, which would hide
+    the warnings strict fails on), into a temporary directory."""
     out = tmp_path_factory.mktemp("site")
     proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(out)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
