@@ -29,7 +29,6 @@ from airflow_checkpoint_provider.engine.connectors.postgres.cdc.takeover import 
     parse_application_name,
 )
 
-JOB = "cdc-takeover"
 #: how long a connect may take on a loaded machine; the old code needed ~27 s, then failed
 CONNECT_S = 8.0
 
@@ -39,8 +38,14 @@ def db(postgres_server):
     yield from items_database(postgres_server, 20, 5)
 
 
-def _ctx(job_id: str, attempt: int) -> SourceContext:
-    return SourceContext(job_id=job_id, job_name=JOB, operator_uid="cdc", subtask_index=0,
+def _job(url: str) -> str:
+    """The job name of a test: its own per database, since the default slot name derives
+    from the job name and a slot is cluster-wide (tests run side by side on one server)."""
+    return f"cdc-takeover-{url.rsplit('/', 1)[1]}"
+
+
+def _ctx(url: str, job_id: str, attempt: int) -> SourceContext:
+    return SourceContext(job_id=job_id, job_name=_job(url), operator_uid="cdc", subtask_index=0,
                          parallelism=1, attempt=attempt)
 
 
@@ -82,15 +87,15 @@ def _slot_pid(url: str, slot: str) -> int | None:
 @pytest.mark.parametrize("previous", ["older attempt", "restored-from job", "older version"])
 def test_a_slot_held_by_a_superseded_run_is_taken_over_at_once(db, previous, caplog):
     src = PostgresCdcSource(db, ["items"], snapshot=False)
-    slot, _ = src.names(JOB)
+    slot, _ = src.names(_job(db))
     job, attempt = "0123456789abcdef0123456789abcdef", 1
     held_by = {"older attempt": application_name(job, 0),
                "restored-from job": application_name("f" * 32, 3),
                "older version": "ckpt-cdc"}[previous]
-    first = src.open_split("stream", None, _ctx(job, 0))  # creates the slot
+    first = src.open_split("stream", None, _ctx(db, job, 0))  # creates the slot
     first.close()
     stale = _holder(db, slot, held_by)
-    reader = src.open_split("stream", None, _ctx(job, attempt))
+    reader = src.open_split("stream", None, _ctx(db, job, attempt))
     try:
         assert _slot_pid(db, slot) == stale.backend_pid
         with caplog.at_level(logging.WARNING):
@@ -111,11 +116,11 @@ def test_the_current_attempt_does_not_end_a_newer_attempts_walsender(db):
     """A walsender of a *newer* attempt of the same job is not stale: left alone (the split
     retries as before; a superseded attempt must not take the slot from its successor)."""
     src = PostgresCdcSource(db, ["items"], snapshot=False)
-    slot, _ = src.names(JOB)
+    slot, _ = src.names(_job(db))
     job = "0123456789abcdef0123456789abcdef"
-    src.open_split("stream", None, _ctx(job, 0)).close()
+    src.open_split("stream", None, _ctx(db, job, 0)).close()
     newer = _holder(db, slot, application_name(job, 5))
-    reader = src.open_split("stream", None, _ctx(job, 4))
+    reader = src.open_split("stream", None, _ctx(db, job, 4))
     try:
         assert reader.read_batch(100) == []
         assert reader.stream is None and reader.failures == 1
@@ -128,10 +133,10 @@ def test_the_current_attempt_does_not_end_a_newer_attempts_walsender(db):
 @pytest.mark.timeout(60)
 def test_a_slot_held_by_another_reader_fails_at_once_naming_slot_and_pid(db):
     src = PostgresCdcSource(db, ["items"], snapshot=False)
-    slot, _ = src.names(JOB)
-    src.open_split("stream", None, _ctx("a" * 32, 0)).close()
+    slot, _ = src.names(_job(db))
+    src.open_split("stream", None, _ctx(db, "a" * 32, 0)).close()
     other = _holder(db, slot, "pg_recvlogical")
-    reader = src.open_split("stream", None, _ctx("a" * 32, 1))
+    reader = src.open_split("stream", None, _ctx(db, "a" * 32, 1))
     try:
         started = time.monotonic()
         with pytest.raises(SlotHeldError) as err:
