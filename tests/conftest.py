@@ -216,3 +216,28 @@ def metadata_url(request, tmp_path):
         return f"sqlite:///{tmp_path / 'meta' / 'ckpt.db'}"
     return request.getfixturevalue("postgres_server").create_database()
 
+
+@pytest.fixture(autouse=True)
+def _nothing_outlives_its_test():
+    """After each test: stop the :class:`pipelines.Background` jobs it left running (an
+    assertion failed before its own cancel), then release what it left in the PostgreSQL
+    databases it created (:meth:`pg_server.PostgresServer.release`: sessions, prepared
+    transactions, replication slots). Either would reach past the test: a running job loads
+    every later test of its worker; the others are server-wide (a slot's name, an open
+    transaction that logical slot creation waits for), so later tests on the worker's server
+    would fail and triage would point at them."""
+    def marks():
+        jobs, pg = sys.modules.get("pipelines"), sys.modules.get("pg_server")
+        return (len(jobs.Background.started) if jobs else 0,
+                {id(s): len(s.created) for s in pg.PostgresServer.running} if pg else {})
+
+    started, created = marks()
+    yield
+    jobs, pg = sys.modules.get("pipelines"), sys.modules.get("pg_server")
+    if jobs is not None:
+        left = jobs.Background.started[started:]
+        del jobs.Background.started[started:]
+        for bg in left:
+            bg.stop()
+    for server in pg.PostgresServer.running if pg else ():
+        server.release(server.created[created.get(id(server), 0):])

@@ -54,8 +54,8 @@ def dsn(url: str) -> str:
 
 def items_database(postgres_server, rows: int, modulo: int):
     """A fresh database with ``items(id, v, note)`` holding ``rows`` rows (``v = id % modulo``);
-    yields its URL, then drops the replication slots no job uses any more (a pytest fixture
-    body: ``yield from items_database(...)``)."""
+    yields its URL (a pytest fixture body: ``yield from items_database(...)``). Its replication
+    slots are dropped after the test (tests/conftest.py)."""
     import psycopg
 
     url = postgres_server.create_database()
@@ -64,37 +64,6 @@ def items_database(postgres_server, rows: int, modulo: int):
         conn.execute("INSERT INTO items SELECT g, g %% %s, 'init' FROM generate_series(1, %s) g",
                      (modulo, rows))
     yield url
-    drop_slots(url)
-
-
-def drop_slots(url: str, wait_s: float = 10.0) -> None:
-    """Drop the replication slots of ``url``'s database. A walsender the test closed may
-    still hold its slot for a moment: it is ended and the drop retried within ``wait_s``
-    (a slot left behind is cluster-wide: a later test's job of the same name found it)."""
-    import psycopg
-
-    deadline = time.monotonic() + wait_s
-    with psycopg.connect(dsn(url), autocommit=True) as conn:
-        while True:
-            rows = conn.execute("SELECT slot_name, active_pid FROM pg_replication_slots "
-                                "WHERE database = current_database()").fetchall()
-            if not rows:
-                return
-            for slot, pid in rows:
-                try:
-                    if pid is not None:
-                        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
-                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-                except psycopg.errors.ObjectInUse:
-                    pass  # its walsender is still exiting: retried below
-                except psycopg.errors.UndefinedObject:
-                    pass  # dropped meanwhile
-            if time.monotonic() > deadline:
-                left = conn.execute("SELECT slot_name, active_pid FROM pg_replication_slots "
-                                    "WHERE database = current_database()").fetchall()
-                assert not left, f"replication slots left behind after the test: {left}"
-                return
-            time.sleep(0.1)
 
 
 def fresh_processes(module: str):  # noqa: ANN201 - a multiprocessing context

@@ -31,6 +31,12 @@ def _free_port() -> int:
 
 
 class PostgresServer:
+    """``created``: the databases :meth:`create_database` made, in order. After each test,
+    tests/conftest.py calls :meth:`release` on the ones made during it, on each server of
+    :data:`running` (the servers this process started)."""
+
+    running: list[PostgresServer] = []
+
     def __init__(self) -> None:
         self.bin = pg_bin()
         if self.bin is None:
@@ -40,6 +46,7 @@ class PostgresServer:
         self.data = os.path.join(self.workdir, "data")
         self.port = _free_port()
         self.proc: subprocess.Popen | None = None
+        self.created: list[str] = []
 
     def _as_postgres(self) -> dict:
         if os.geteuid() != 0:
@@ -57,6 +64,8 @@ class PostgresServer:
                 shutil.chown(self.workdir, "postgres", "postgres")
             subprocess.run([os.path.join(self.bin, "initdb"), "-D", self.data, "-U", "postgres",
                             "--auth=trust", "-E", "UTF8"], check=True, capture_output=True, **run_as)
+        if self not in PostgresServer.running:
+            PostgresServer.running.append(self)
         log = open(os.path.join(self.workdir, "postgres.log"), "ab")
         self.proc = subprocess.Popen(
             [os.path.join(self.bin, "postgres"), "-D", self.data, "-p", str(self.port),
@@ -105,8 +114,67 @@ class PostgresServer:
         with engine.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
         engine.dispose()
+        self.created.append(name)
         return self.url(name)
+
+    def release(self, names: list[str], wait_s: float = 10.0) -> list[str]:
+        """End what a test left in its databases ``names`` that would reach past them: its
+        sessions (an open transaction holds back every logical slot's creation on the
+        server), its prepared transactions (also ``max_prepared_transactions``) and its
+        replication slots (server-wide names: a later job of the same name finds them). A
+        walsender that was just closed may hold its slot a moment longer: retried within
+        ``wait_s``. Returns what it released, for the message of a test that must not leave
+        any."""
+        import psycopg
+
+        released: list[str] = []
+        if self.proc is None or self.proc.poll() is not None:
+            return released  # paused or stopped: nothing runs on it
+        for name in names:
+            dsn = f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+            try:
+                conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+            except psycopg.OperationalError:
+                continue  # dropped by the test
+            with conn:
+                released += self._release(conn, name, time.monotonic() + wait_s)
+        return released
+
+    @staticmethod
+    def _release(conn, name: str, deadline: float) -> list[str]:
+        import psycopg
+
+        released: list[str] = []
+        while True:
+            for (pid,) in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()").fetchall():
+                # waits until it ended (its transaction with it), up to 5 s
+                conn.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+                released.append(f"{name}: session {pid}")
+            for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts "
+                                       "WHERE database = current_database()").fetchall():
+                conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(
+                    psycopg.sql.Literal(gid)))
+                released.append(f"{name}: prepared transaction {gid}")
+            slots = conn.execute("SELECT slot_name FROM pg_replication_slots "
+                                 "WHERE database = current_database()").fetchall()
+            for (slot,) in slots:
+                try:
+                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                    released.append(f"{name}: replication slot {slot}")
+                except (psycopg.errors.ObjectInUse, psycopg.errors.UndefinedObject):
+                    pass  # its walsender is still exiting (retried), or dropped meanwhile
+            left = conn.execute("SELECT slot_name FROM pg_replication_slots "
+                                "WHERE database = current_database()").fetchall()
+            if not left:
+                return released
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"database {name}: replication slots {left} stay in use")
+            time.sleep(0.1)
 
     def stop(self) -> None:
         self._shutdown()
+        if self in PostgresServer.running:
+            PostgresServer.running.remove(self)
         shutil.rmtree(self.workdir, ignore_errors=True)

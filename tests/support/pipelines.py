@@ -295,13 +295,20 @@ def metric_value(text: str, name: str, **labels) -> float:
 
 
 class Background:
-    """Run ``pipeline.run(**kwargs)`` in a thread; steer it through the metadata DB."""
+    """Run ``pipeline.run(**kwargs)`` in a thread; steer it through the metadata DB.
+
+    Every instance is listed in :attr:`started`; tests/conftest.py stops, after each test,
+    the ones the test left running (a failed assertion before the test's own cancel), so no
+    job outlives its test and loads the later tests of its worker."""
+
+    started: list[Background] = []
 
     def __init__(self, pipeline: Pipeline, **kwargs) -> None:
         import threading
 
         from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
+        Background.started.append(self)
         self.pipeline = pipeline
         self.outcome: dict = {}
         self.store = MetadataStore(pipeline.metadata_url)
@@ -345,15 +352,28 @@ class Background:
             time.sleep(0.05)
         raise AssertionError(f"{action} request not answered")
 
-    def result(self, timeout: float = 120.0):
-        self.thread.join(timeout)
-        if self.thread.is_alive():
-            # a hung job must not outlive its test (it would load every later test): cancel it
+    def stop(self, timeout: float = 60.0) -> bool:
+        """Cancel the jobs this still runs and wait up to ``timeout`` for its thread to end
+        (a job that has not started yet is cancelled once it has); whether it still ran."""
+        import time
+
+        if not self.thread.is_alive():
+            return False
+        asked: set[str] = set()
+        deadline = time.monotonic() + timeout
+        while self.thread.is_alive() and time.monotonic() < deadline:
             for job in self.store.list_jobs(job_name=self.pipeline.name):
-                if job.job_id not in self.known and job.status not in (
+                if job.job_id not in self.known | asked and job.status not in (
                         "FINISHED", "STOPPED", "CANCELED", "FAILED"):
                     self.store.submit_control_request(job.job_id, "CANCEL", {})
-            self.thread.join(60)
+                    asked.add(job.job_id)
+            self.thread.join(0.2)
+        return True
+
+    def result(self, timeout: float = 120.0):
+        self.thread.join(timeout)
+        if self.stop():
+            # a hung job must not outlive its test (it would load every later test)
             raise AssertionError(f"job {self.pipeline.name} did not end within {timeout:.0f} s "
                                  "(cancelled)")
         if "error" in self.outcome:

@@ -17,6 +17,10 @@ from airflow_checkpoint_provider.engine import (
 from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
 
+#: the prepared transactions of the connection's database: ``pg_prepared_xacts`` lists the
+#: whole server's, other tests' on the same worker's server among them
+PREPARED_HERE = "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+
 
 def sql(url: str, statement: str) -> list[tuple]:
     """Run one statement on ``url`` in autocommit mode; its rows (``[]`` without a result)."""

@@ -72,7 +72,7 @@ def discard_output(pipeline: str, job: str, db: str | None, dry_run: bool,
 
 
 def leftover_report(store, urls: list[str]) -> list[dict]:
-    """Prepared transactions on the servers at ``urls`` whose job ended: ``abortable`` when
+    """Prepared transactions in the databases at ``urls`` whose job ended: ``abortable`` when
     their checkpoint never completed (nothing will commit them), else a restore of that
     checkpoint commits them."""
     from ..connectors.postgres.sink import prepared_transactions
@@ -97,14 +97,14 @@ def leftover_report(store, urls: list[str]) -> list[dict]:
 @main.command()
 @click.argument("pipeline", required=False)
 @click.option("--postgres", "urls", multiple=True,
-              help="A PostgreSQL server to check (repeatable; default: PIPELINE's sinks').")
+              help="A PostgreSQL database to check (repeatable; default: PIPELINE's sinks').")
 @click.option("--abort", is_flag=True,
               help="Roll back the leftovers of checkpoints that never completed.")
 @db_option
 @json_option
 def leftovers(pipeline: str | None, urls: tuple[str, ...], abort: bool, db: str | None,
               as_json: bool) -> None:
-    """Prepared transactions that ended jobs left on PostgreSQL servers (a cancel or a crash
+    """Prepared transactions that ended jobs left in PostgreSQL databases (a cancel or a crash
     before the job master rolled them back). Exit 1 when some are left (after --abort:
     when some could not be rolled back)."""
     from ..connectors.postgres.sink import PostgresSink, rollback_prepared

@@ -196,9 +196,15 @@ class PostgresSink(Sink, SupportsFencing, SupportsDiscardUncommitted, SupportsRe
         one_owner(owners, location)
 
 
+#: the prepared transactions of a checkpointed sink in the connection's database: the view
+#: shows the whole server's, and one can be finished only from its own database
+_OURS = ("FROM pg_prepared_xacts WHERE database = current_database() "
+         "AND (gid LIKE 'ckpt~%%' OR gid LIKE 'ckpt-%%')")
+
+
 def _prepared(conn) -> set[str]:
     with conn.cursor() as cur:
-        cur.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'ckpt~%%' OR gid LIKE 'ckpt-%%'")
+        cur.execute(f"SELECT gid {_OURS}")
         return {g for (g,) in cur.fetchall()}
 
 
@@ -535,14 +541,13 @@ class _PostgresWriter(SinkWriter, SupportsDiscardHeld):
 
 
 def prepared_transactions(url: str) -> list[tuple[str, object]]:
-    """``(gid, prepared_at)`` of every prepared transaction of a checkpointed sink on the
-    server at ``url`` (``ckpt leftovers``)."""
+    """``(gid, prepared_at)`` of every prepared transaction of a checkpointed sink in the
+    database at ``url`` (``ckpt leftovers``)."""
     require("postgres")
     import psycopg
 
     with psycopg.connect(libpq_dsn(url), autocommit=True) as conn, conn.cursor() as cur:
-        cur.execute("SELECT gid, prepared FROM pg_prepared_xacts "
-                    "WHERE gid LIKE 'ckpt~%%' OR gid LIKE 'ckpt-%%' ORDER BY prepared")
+        cur.execute(f"SELECT gid, prepared {_OURS} ORDER BY prepared")
         return [(g, t) for g, t in cur.fetchall()]
 
 

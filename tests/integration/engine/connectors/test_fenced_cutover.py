@@ -23,6 +23,7 @@ from pipelines import (
     expected_running_sums,
     running_sum_pipeline,
 )
+from postgres_pipelines import PREPARED_HERE
 
 from airflow_checkpoint_provider.engine import (
     ConfigurationError,
@@ -94,7 +95,7 @@ class _Table:
         return []
 
     def held_by(self, job_id: str) -> list[str]:
-        return [r["gid"] for r in self._query("SELECT gid FROM pg_prepared_xacts")
+        return [r["gid"] for r in self._query(PREPARED_HERE)
                 if job_id in r["gid"]]
 
 
@@ -223,4 +224,4 @@ def test_blue_green_cutover_into_postgresql_with_sigkill_is_exactly_once(tmp_pat
     counts = compare(rows, reference)
     print("blue-green cut-over into PostgreSQL with SIGKILL of green:", counts, info)
     assert counts == {"rows": N, "duplicates": 0, "missing": 0, "unexpected": 0}
-    assert target._query("SELECT gid FROM pg_prepared_xacts") == [], "nothing left prepared"
+    assert target._query(PREPARED_HERE) == [], "nothing left prepared"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from postgres_pipelines import PREPARED_HERE
 
 from airflow_checkpoint_provider.engine import (
     CheckpointConfig,
@@ -38,7 +39,7 @@ def _prepared(url: str) -> set[str]:
     import psycopg
 
     with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
-        return {g for (g,) in conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall()}
+        return {g for (g,) in conn.execute(PREPARED_HERE).fetchall()}
 
 
 @pytest.mark.timeout(180)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from postgres_pipelines import PREPARED_HERE, totals_pipeline
 from postgres_pipelines import sql as _query
-from postgres_pipelines import totals_pipeline
 
 from airflow_checkpoint_provider.engine import Pipeline
 from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
@@ -53,7 +53,7 @@ def test_a_fenced_2pc_sink_never_collides_with_rows_blue_committed_or_prepared(
     except JobFailedError as exc:
         pytest.fail(f"the fenced green failed: {exc}")
     finally:
-        prepared = [g for (g,) in _query(url, "SELECT gid FROM pg_prepared_xacts")]
+        prepared = [g for (g,) in _query(url, PREPARED_HERE)]
         _query(url, "ROLLBACK PREPARED 'blue-epoch'")
     assert green.status == "FINISHED" and green.restarts == 0, green
     assert prepared == ["blue-epoch"], "the fenced green prepares nothing"
@@ -71,4 +71,4 @@ def test_a_fenced_2pc_sink_still_validates_rows_against_the_table(tmp_path, post
     with pytest.raises(JobFailedError, match="CheckViolation|violates check constraint"):
         _pipeline(str(tmp_path), url, "green", restarts=0).run(fence_sinks=True)
     assert _query(url, "SELECT count(*) FROM t") == [(0,)]
-    assert _query(url, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
+    assert _query(url, PREPARED_HERE) == []

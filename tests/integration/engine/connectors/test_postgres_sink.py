@@ -10,6 +10,7 @@ from pipelines import (
     expected_running_sums,
     running_sum_pipeline,
 )
+from postgres_pipelines import PREPARED_HERE
 
 from airflow_checkpoint_provider.engine import ConfigurationError, CorruptCheckpointError
 from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
@@ -48,7 +49,7 @@ def test_prepared_transactions_commit_every_row_exactly_once_under_failures(work
     assert result.restarts == len(faults.attempts_hit())
     check_exactly_once_rows(rows(db, "SELECT id, key, count, sum FROM sums"),
                             expected_running_sums(N, KEYS, SEED))
-    assert rows(db, "SELECT gid FROM pg_prepared_xacts") == [], "nothing left prepared"
+    assert rows(db, PREPARED_HERE) == [], "nothing left prepared"
 
 
 @pytest.mark.timeout(300)

@@ -50,7 +50,9 @@ def _db(postgres_server) -> str:
 
 
 def _prepared(url: str, job_id: str | None = None) -> list[str]:
-    gids = [g for (g,) in sql(url, "SELECT gid FROM pg_prepared_xacts")]
+    """The prepared transactions of ``url``'s database (the server's hold other tests')."""
+    gids = [g for (g,) in sql(url, "SELECT gid FROM pg_prepared_xacts "
+                                   "WHERE database = current_database()")]
     return [g for g in gids if job_id is None or job_id in g]
 
 
@@ -122,8 +124,14 @@ def test_ckpt_leftovers_reports_and_aborts_what_ended_jobs_left(tmp_path, postgr
     store.create_job(job_id="e" * 32, job_name="live", parallelism=1)
     store.set_job_status("e" * 32, "RUNNING")
     left, live = gid("d" * 32, "0" * 12, 0, 43), gid("e" * 32, "0" * 12, 0, 7)
+    # the same ended job's leftover in another database of the same server: a URL names a
+    # database, and a prepared transaction can be finished only from its own database
+    # (before: listed under both URLs, and `--abort` on `url` failed on it)
+    other = _db(postgres_server)
+    elsewhere = gid("d" * 32, "1" * 12, 0, 44)
     _inject(url, left)
     _inject(url, live)
+    _inject(other, elsewhere)
     try:
         runner = CliRunner()
         report = runner.invoke(main, ["leftovers", "--postgres", url, "--db", db, "--json"])
@@ -136,8 +144,15 @@ def test_ckpt_leftovers_reports_and_aborts_what_ended_jobs_left(tmp_path, postgr
         aborted = runner.invoke(main, ["leftovers", "--postgres", url, "--db", db, "--abort"])
         assert aborted.exit_code == 0, aborted.output
         assert left not in _prepared(url) and live in _prepared(url), "a live job's stays"
+        assert _prepared(other) == [elsewhere], "another database's is not touched"
+        both = runner.invoke(main, ["leftovers", "--postgres", url, "--postgres", other,
+                                    "--db", db, "--abort", "--json"])
+        assert both.exit_code == 0, both.output
+        assert [(r["url"], r["gid"]) for r in json.loads(both.output)] == [(other, elsewhere)]
+        assert _prepared(other) == []
     finally:
         from airflow_checkpoint_provider.engine.connectors.postgres.sink import rollback_prepared
 
         rollback_prepared(url, [left, live])
+        rollback_prepared(other, [elsewhere])
         store.close()

@@ -14,7 +14,7 @@ import time
 import psycopg
 import pytest
 from pipelines import Background, expected_running_sums
-from postgres_pipelines import SlowPrepareSink, running_sum_upsert_pipeline
+from postgres_pipelines import PREPARED_HERE, SlowPrepareSink, running_sum_upsert_pipeline
 
 from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 
@@ -24,7 +24,7 @@ N, KEYS = 6_000, 5
 
 def _rows(url: str) -> dict:
     with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
-        assert conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0] == 0
+        assert conn.execute(PREPARED_HERE).fetchall() == []
         return {k: (c, s) for k, c, s in conn.execute('SELECT "key", "count", "sum" FROM t')}
 
 

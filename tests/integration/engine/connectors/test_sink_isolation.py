@@ -17,6 +17,7 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from postgres_pipelines import PREPARED_HERE
 
 from airflow_checkpoint_provider.engine import (
     CheckpointConfig,
@@ -205,7 +206,7 @@ def test_a_crafted_snapshot_cannot_commit_another_jobs_prepared_transaction(work
         with pytest.raises((CorruptCheckpointError, JobFailedError), match="transaction"):
             attack.run(restore=chk, job_id=f"attacker-{i}", trust_snapshot=True)
     with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
-        prepared = {g for (g,) in conn.execute("SELECT gid FROM pg_prepared_xacts")}
+        prepared = {g for (g,) in conn.execute(PREPARED_HERE)}
         assert set(victim_gids) <= prepared
         assert conn.execute("SELECT count(*) FROM t WHERE key = 'victim'").fetchone()[0] == 0
         for g in victim_gids:

@@ -15,6 +15,7 @@ from changelog_pipelines import (
     per_user_pipeline,
 )
 from pipelines import FaultPlan
+from postgres_pipelines import PREPARED_HERE
 
 from airflow_checkpoint_provider.engine import ConfigurationError, JobFailedError
 from airflow_checkpoint_provider.engine.connectors.lakehouse.delta import DeltaSink
@@ -71,8 +72,8 @@ class Target:
         with psycopg.connect(libpq_dsn(where)) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
             cur.execute("SELECT * FROM t")
             rows = cur.fetchall()
-            cur.execute("SELECT count(*) AS n FROM pg_prepared_xacts")
-            assert cur.fetchone()["n"] == 0, "nothing left prepared"
+            cur.execute(PREPARED_HERE)
+            assert cur.fetchall() == [], "nothing left prepared"
             return rows
 
 
