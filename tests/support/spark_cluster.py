@@ -74,12 +74,15 @@ class StandaloneCluster:
         raise RuntimeError(
             f"Spark workers did not register with the master within {START_TIMEOUT_S} s")
 
-    def executor_pids(self) -> list[int]:
-        """PIDs of executor JVMs launched by this cluster's workers."""
-        from pipelines import child_pids
+    def executor_pids(self, app_id: str | None = None) -> list[int]:
+        """PIDs of executor JVMs launched by this cluster's workers; with ``app_id``, only
+        that application's (an executor of the previous test's application may still be
+        exiting)."""
+        from pipelines import child_pids, cmdline
 
         return sorted(pid for worker in self.procs[1:]
-                      for pid in child_pids(worker.pid, b"CoarseGrainedExecutorBackend"))
+                      for pid in child_pids(worker.pid, b"CoarseGrainedExecutorBackend")
+                      if app_id is None or app_id.encode() in cmdline(pid))
 
     def stop(self) -> None:
         for p in reversed(self.procs):

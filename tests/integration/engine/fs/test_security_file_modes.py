@@ -191,9 +191,9 @@ def test_delta_sink_table_files_are_private_by_default(shared_base, monkeypatch,
     try:
         result = _sink_job(shared_base, DeltaSink(table, **modes), f"delta-{widened}")
         assert result.status == "FINISHED"
+        assert os.umask(0o022) == 0o022  # the sink left the process's umask as it was
     finally:
         os.umask(old)
-    assert os.umask(0o022) == 0o022  # the sink left the process's umask as it was
     dirs, files, n = _tree_modes(table)
     data = [f for d, _, fs in os.walk(table) for f in fs if f.endswith(".parquet")]
     assert data and n > len(data)  # data files and the _delta_log

@@ -114,7 +114,7 @@ def test_standalone_cluster_survives_a_killed_executor_exactly_once(workdir, spa
                 c.status in ("COMPLETED", "SUBSUMED")
                 for c in store.list_checkpoints(jobs[0].job_id)
             ):
-                pids = spark_cluster.executor_pids()
+                pids = spark_cluster.executor_pids(spark.sparkContext.applicationId)
                 if pids:
                     killed = pids[0]
                     os.kill(killed, signal.SIGKILL)
