@@ -20,20 +20,14 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from ports import free_port
+
 BIN = os.path.dirname(sys.executable)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DAGS = os.path.join(REPO, "dags")
 PRELOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        "airflow_local_settings_preload.py")
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def executor_event_seen(scheduler_log: str, dag_id: str, run_id: str, task_id: str,

@@ -20,11 +20,7 @@ import subprocess
 import tempfile
 import time
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ports import free_port
 
 
 def tansu_bin() -> str:
@@ -46,7 +42,7 @@ class TansuBroker:
 
     def __init__(self, cpu: str | None = None) -> None:
         self.cpu = cpu
-        self.port = _free_port()
+        self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(tempfile.mkdtemp(prefix="ckpt-tansu-"), "tansu.log")

@@ -13,6 +13,8 @@ import tempfile
 import time
 import uuid
 
+from ports import free_port, hold_port
+
 
 def pg_bin() -> str | None:
     for name in ("initdb", "pg_ctl", "postgres"):
@@ -22,12 +24,6 @@ def pg_bin() -> str | None:
         return os.path.dirname(shutil.which("postgres"))
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
     return os.path.dirname(found[-1]) if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PostgresServer:
@@ -44,8 +40,9 @@ class PostgresServer:
         # A directory of its own under /tmp: the postgres user cannot enter pytest's (0700, root).
         self.workdir = tempfile.mkdtemp(prefix="ckpt-pg-")
         self.data = os.path.join(self.workdir, "data")
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.held: socket.socket | None = None  # the port, while paused
         self.created: list[str] = []
 
     def _as_postgres(self) -> dict:
@@ -67,6 +64,9 @@ class PostgresServer:
         if self not in PostgresServer.running:
             PostgresServer.running.append(self)
         log = open(os.path.join(self.workdir, "postgres.log"), "ab")
+        if self.held is not None:
+            self.held.close()
+            self.held = None
         self.proc = subprocess.Popen(
             [os.path.join(self.bin, "postgres"), "-D", self.data, "-p", str(self.port),
              "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.workdir}",
@@ -89,8 +89,10 @@ class PostgresServer:
         raise RuntimeError("postgres did not start within 30 s")
 
     def pause(self) -> None:
-        """Stop the server but keep its data: a DB outage. :meth:`start` ends it."""
+        """Stop the server but keep its data and its port: a DB outage. :meth:`start`
+        ends it."""
         self._shutdown()
+        self.held = hold_port(self.port)
 
     def _shutdown(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -175,6 +177,9 @@ class PostgresServer:
 
     def stop(self) -> None:
         self._shutdown()
+        if self.held is not None:
+            self.held.close()
+            self.held = None
         if self in PostgresServer.running:
             PostgresServer.running.remove(self)
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -27,11 +27,7 @@ import threading
 import time
 import urllib.request
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ports import free_port, hold_port
 
 
 class MotoServer:
@@ -84,6 +80,7 @@ class TcpProxy:
         self.port = free_port()
         self.endpoint_url = f"http://127.0.0.1:{self.port}"
         self._listener: socket.socket | None = None
+        self._held: socket.socket | None = None  # the port, while stopped
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
 
@@ -94,6 +91,9 @@ class TcpProxy:
     def start(self) -> TcpProxy:
         if self._listener is not None:
             return self
+        if self._held is not None:
+            self._held.close()
+            self._held = None
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self.port))
@@ -104,7 +104,7 @@ class TcpProxy:
         return self
 
     def stop(self) -> None:
-        """Refuse new connections and reset the open ones."""
+        """Refuse new connections and reset the open ones; the port stays this proxy's."""
         sock, self._listener = self._listener, None
         if sock is not None:
             try:
@@ -112,6 +112,7 @@ class TcpProxy:
             except OSError:
                 pass
             sock.close()
+            self._held = hold_port(self.port)
         with self._lock:
             conns, self._conns = self._conns, set()
         for c in conns:

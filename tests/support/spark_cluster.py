@@ -12,14 +12,9 @@ import subprocess
 import time
 
 import pyspark
+from ports import free_port
 
 START_TIMEOUT_S = 180
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_port(port: int, timeout: float) -> None:
