@@ -26,6 +26,12 @@ def pg_bin() -> str | None:
     return os.path.dirname(found[-1]) if found else None
 
 
+#: the sessions of a test in its database (``pg_stat_activity``): clients and their
+#: walsenders, not the server's own workers (autovacuum comes and goes on its own)
+CLIENTS = ("datname = current_database() "
+           "AND backend_type IN ('client backend', 'walsender')")
+
+
 class PostgresServer:
     """``created``: the databases :meth:`create_database` made, in order. After each test,
     tests/conftest.py calls :meth:`release` on the ones made during it, on each server of
@@ -149,7 +155,7 @@ class PostgresServer:
         released: list[str] = []
         while True:
             for (pid,) in conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    f"SELECT pid FROM pg_stat_activity WHERE {CLIENTS} "
                     "AND pid <> pg_backend_pid()").fetchall():
                 # waits until it ended (its transaction with it), up to 5 s
                 conn.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
