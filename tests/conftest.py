@@ -234,10 +234,19 @@ def _nothing_outlives_its_test():
     started, created = marks()
     yield
     jobs, pg = sys.modules.get("pipelines"), sys.modules.get("pg_server")
+    steps = []
     if jobs is not None:
         left = jobs.Background.started[started:]
         del jobs.Background.started[started:]
-        for bg in left:
-            bg.stop()
-    for server in pg.PostgresServer.running if pg else ():
-        server.release(server.created[created.get(id(server), 0):])
+        steps += [bg.stop for bg in left]
+    for server in list(pg.PostgresServer.running) if pg else ():
+        names = server.created[created.get(id(server), 0):]
+        steps.append(lambda server=server, names=names: server.release(names))
+    errors = []
+    for step in steps:  # each one, whatever an earlier one raised
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - reported together below
+            errors.append(exc)
+    if errors:
+        raise errors[0]

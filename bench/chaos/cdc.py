@@ -87,34 +87,10 @@ class CdcHooks:
 
         return source_rows(self.url, self.kind)
 
-    def close(self, wait_s: float = 15.0) -> None:
-        """Drop the run's replication slots (cluster-wide names: the next run of the same
-        pipeline would find its slot taken). The run's processes are gone, but the server
-        may not have noticed yet: a slot still active is waited for, then its walsender
-        terminated (items_database drops inactive slots only, and the next run of the
-        pipeline failed at start-up on the slot left behind)."""
-        import psycopg
-        from cdc_pipelines import dsn
-
-        deadline = time.monotonic() + wait_s
-        with psycopg.connect(dsn(self.url), autocommit=True) as conn:
-            while True:
-                active = conn.execute(
-                    "SELECT slot_name, active_pid FROM pg_replication_slots "
-                    "WHERE database = current_database() AND active"
-                ).fetchall()
-                if not active or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
-            for _, pid in active:
-                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            while active and time.monotonic() < deadline + 10:
-                if not conn.execute(
-                    "SELECT 1 FROM pg_replication_slots WHERE database = current_database() "
-                    "AND active"
-                ).fetchall():
-                    break
-                time.sleep(0.2)
+    def close(self) -> None:
+        """Release the run's source database (its replication slots have server-wide names:
+        the next run of the same pipeline would find its slot taken; a slot whose walsender
+        the server has not ended yet is ended first) and roll back what the target kept."""
         next(self._database, None)
         self.rollback_left_prepared()
 

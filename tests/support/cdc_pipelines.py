@@ -54,8 +54,9 @@ def dsn(url: str) -> str:
 
 def items_database(postgres_server, rows: int, modulo: int):
     """A fresh database with ``items(id, v, note)`` holding ``rows`` rows (``v = id % modulo``);
-    yields its URL (a pytest fixture body: ``yield from items_database(...)``). Its replication
-    slots are dropped after the test (tests/conftest.py)."""
+    yields its URL (a pytest fixture body: ``yield from items_database(...)``), then releases
+    what is left in it (``PostgresServer.release``: its replication slots have server-wide
+    names). In a test, tests/conftest.py releases it too, after the test's other fixtures."""
     import psycopg
 
     url = postgres_server.create_database()
@@ -64,6 +65,7 @@ def items_database(postgres_server, rows: int, modulo: int):
         conn.execute("INSERT INTO items SELECT g, g %% %s, 'init' FROM generate_series(1, %s) g",
                      (modulo, rows))
     yield url
+    postgres_server.release([url.rsplit("/", 1)[1]])
 
 
 def fresh_processes(module: str):  # noqa: ANN201 - a multiprocessing context

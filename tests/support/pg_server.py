@@ -162,9 +162,13 @@ class PostgresServer:
                 released.append(f"{name}: session {pid}")
             for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts "
                                        "WHERE database = current_database()").fetchall():
-                conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(
-                    psycopg.sql.Literal(gid)))
-                released.append(f"{name}: prepared transaction {gid}")
+                try:
+                    conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(
+                        psycopg.sql.Literal(gid)))
+                    released.append(f"{name}: prepared transaction {gid}")
+                except (psycopg.errors.UndefinedObject,
+                        psycopg.errors.ObjectNotInPrerequisiteState):
+                    pass  # finished meanwhile, or being finished ("is busy"): looked at again
             slots = conn.execute("SELECT slot_name FROM pg_replication_slots "
                                  "WHERE database = current_database()").fetchall()
             for (slot,) in slots:
@@ -175,10 +179,14 @@ class PostgresServer:
                     pass  # its walsender is still exiting (retried), or dropped meanwhile
             left = conn.execute("SELECT slot_name FROM pg_replication_slots "
                                 "WHERE database = current_database()").fetchall()
-            if not left:
+            busy = conn.execute("SELECT 1 FROM pg_prepared_xacts "
+                                "WHERE database = current_database()").fetchall()
+            if not left and not busy:
                 return released
             if time.monotonic() > deadline:
-                raise RuntimeError(f"database {name}: replication slots {left} stay in use")
+                if left:
+                    raise RuntimeError(f"database {name}: replication slots {left} stay in use")
+                return released  # a transaction still being finished: its own business
             time.sleep(0.1)
 
     def stop(self) -> None:

@@ -308,7 +308,6 @@ class Background:
 
         from airflow_checkpoint_provider.engine.catalog import MetadataStore
 
-        Background.started.append(self)
         self.pipeline = pipeline
         self.outcome: dict = {}
         self.store = MetadataStore(pipeline.metadata_url)
@@ -322,6 +321,7 @@ class Background:
 
         self.thread = threading.Thread(target=target, daemon=True)
         self.thread.start()
+        Background.started.append(self)
 
     def wait_running(self, *, min_checkpoints: int = 1, timeout: float = 60.0):
         import time

@@ -105,15 +105,15 @@ def leftover_report(store, urls: list[str]) -> list[dict]:
 def leftovers(pipeline: str | None, urls: tuple[str, ...], abort: bool, db: str | None,
               as_json: bool) -> None:
     """Prepared transactions that ended jobs left in PostgreSQL databases (a cancel or a crash
-    before the job master rolled them back). Exit 1 when some are left (after --abort:
-    when some could not be rolled back)."""
+    before the job master rolled them back). Exit 1 when some of them can be rolled back
+    (never completed) and --abort was not given."""
     from ..connectors.postgres.sink import PostgresSink, rollback_prepared
 
     targets = list(urls)
     if pipeline:
         targets += [s.url for _, s in _sinks(pipeline) if isinstance(s, PostgresSink)]
     if not targets:
-        raise click.ClickException("no PostgreSQL server to check: give PIPELINE (with a "
+        raise click.ClickException("no PostgreSQL database to check: give PIPELINE (with a "
                                    "PostgresSink) or --postgres URL")
     store = _store(db)
     rows = leftover_report(store, sorted(set(targets)))

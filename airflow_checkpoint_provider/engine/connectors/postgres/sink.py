@@ -503,10 +503,34 @@ class _PostgresWriter(SinkWriter, SupportsDiscardHeld):
 
     def commit(self, transactions: Sequence[Transaction]) -> None:
         pending = _prepared(self.admin)
+        gone = [str(g) for g in transactions if g not in pending]
+        if gone:
+            self._refuse_prepared_elsewhere(gone)
         for gid in transactions:
             if gid in pending:
                 _finish(self.admin, str(gid), "COMMIT")
             self.unresolved.pop(str(gid), None)
+
+    def _refuse_prepared_elsewhere(self, gids: list[str]) -> None:
+        """A transaction to commit that is not prepared in this database is committed
+        already (an earlier attempt, another subtask), unless another database of the
+        server holds it: the sink's URL then names another database than the job that
+        prepared it, and taking it as committed would never publish its rows."""
+        rows = self.admin.execute(
+            "SELECT gid, database, current_database() FROM pg_prepared_xacts "
+            "WHERE gid = ANY(%s) AND database <> current_database() ORDER BY gid",
+            (gids,)).fetchall()
+        if rows:
+            gid, elsewhere, here = rows[0]
+            which = (f"transaction {gid!r} of the restored checkpoint was" if len(rows) == 1
+                     else f"{len(rows)} transactions of the restored checkpoint (e.g. {gid!r})"
+                     " were")
+            raise ConfigurationError(
+                f"PostgresSink {self.sink.table!r}: {which} prepared in database "
+                f"{elsewhere!r}, but the sink writes to {here!r}, and a "
+                f"prepared transaction commits only from its own database. Restore with the "
+                f"sink URL of {elsewhere!r}, then move the sink from a savepoint taken after "
+                f"that")
 
     def discard_held(self, transactions: Sequence[Transaction]) -> None:
         """Fenced (a blue-green validation run): roll back the prepared transactions of an

@@ -73,3 +73,46 @@ def test_bad_configuration_and_restored_transactions_are_refused():
     sink.check_restored_transactions(["ckpt-job1-0123456789ab-0-7"], location="chk-7")
     with pytest.raises(CorruptCheckpointError, match="not a prepared transaction id"):
         sink.check_restored_transactions(["x'; DROP TABLE t; --"], location="chk-7")
+
+
+def _sink_operator(url: str, job_id: str, restored: list | None = None):
+    """The 2PC sink operator of subtask 0 of job ``job_id`` on table ``latest``, opened
+    (restoring ``restored``, the operator state of a snapshot) as a job's task opens it."""
+    from types import SimpleNamespace
+
+    from airflow_checkpoint_provider.engine.runtime.operators.edges import SinkOperator
+
+    sink = PostgresSink(url, "latest", ["key", "count", "sum"])
+    ctx = SimpleNamespace(job_id=job_id, job_name="moved", subtask_index=0, parallelism=1,
+                          attempt=0, fence_sinks=False)
+    op = SinkOperator(SimpleNamespace(uid="out", payload=sink), ctx)
+    op.open(restored)
+    return op
+
+
+@pytest.mark.timeout(60)
+def test_a_restore_into_another_database_than_its_transactions_fails_naming_it(postgres_server):
+    """A checkpoint's prepared transactions can be committed only from the database that
+    prepared them. Restored with a sink URL that names another database of the same server,
+    the sink must not take them as committed (the epoch's rows would never be published):
+    it fails naming both databases, and a restore with the first URL still commits them."""
+    first, second = postgres_server.create_database(), postgres_server.create_database()
+    for url in (first, second):
+        with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
+            conn.execute("CREATE TABLE latest (key text, count bigint, sum bigint)")
+    job = "a" * 32
+    op = _sink_operator(first, job)
+    op.process([{"key": "k", "count": 1, "sum": 5}])
+    state = op.snapshot(1).operator_state  # prepared; checkpoint 1 completes, not yet notified
+    op.close()
+    [gid] = [t for e in state for t in e["transactions"]]
+    with pytest.raises(ConfigurationError) as err:
+        _sink_operator(second, job, restored=state)
+    message = str(err.value)
+    for part in (gid, first.rsplit("/", 1)[1], second.rsplit("/", 1)[1]):
+        assert part in message, message
+    assert rows(second, "SELECT * FROM latest") == []
+    _sink_operator(first, job, restored=state).close()
+    assert rows(first, "SELECT key, count, sum FROM latest") == [
+        {"key": "k", "count": 1, "sum": 5}]
+    assert rows(first, PREPARED_HERE) == []
