@@ -498,6 +498,22 @@ class KeylessSource(GeneratorSource):
         return r
 
 
+def open_sink_operator(sink, *, job_id: str, job_name: str, subtask: int = 0,
+                       parallelism: int = 1, attempt: int = 0, restored=None):
+    """The two-phase-commit operator of ``sink`` (uid ``out``) for one subtask of a job,
+    opened as a job's task opens it (``restored``: a snapshot's operator state): a sink's
+    barrier, commit and restore driven by the test, without a job."""
+    from types import SimpleNamespace
+
+    from airflow_checkpoint_provider.engine.runtime.operators.edges import SinkOperator
+
+    ctx = SimpleNamespace(job_id=job_id, job_name=job_name, subtask_index=subtask,
+                          parallelism=parallelism, attempt=attempt, fence_sinks=False)
+    op = SinkOperator(SimpleNamespace(uid="out", payload=sink), ctx)
+    op.open(restored)
+    return op
+
+
 def child_pids(pid: int, cmdline_has: bytes | None = None) -> list[int]:
     """The pids of the live children of ``pid`` (from /proc, no psutil); with
     ``cmdline_has``, only those whose command line contains it."""

@@ -7,6 +7,7 @@ from pipelines import (
     FaultPlan,
     check_exactly_once_rows,
     expected_running_sums,
+    open_sink_operator,
     running_sum_pipeline,
 )
 
@@ -114,15 +115,8 @@ def test_warehouse_on_s3(workdir, s3_server, s3_bucket):
 
 
 def _sink_op(sink, job_id: str, subtask: int = 0, restored=None, attempt: int = 0):
-    from types import SimpleNamespace
-
-    from airflow_checkpoint_provider.engine.runtime.operators.edges import SinkOperator
-
-    ctx = SimpleNamespace(job_id=job_id, job_name="replay", subtask_index=subtask,
-                          parallelism=2, attempt=attempt, fence_sinks=False)
-    op = SinkOperator(SimpleNamespace(uid="out", payload=sink), ctx)
-    op.open(restored)
-    return op
+    return open_sink_operator(sink, job_id=job_id, job_name="replay", subtask=subtask,
+                              parallelism=2, attempt=attempt, restored=restored)
 
 
 def _epoch(op, checkpoint_id: int, records: list[dict], keep: dict | None = None) -> list:

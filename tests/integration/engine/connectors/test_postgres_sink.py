@@ -8,6 +8,7 @@ from pipelines import (
     FaultPlan,
     check_exactly_once_rows,
     expected_running_sums,
+    open_sink_operator,
     running_sum_pipeline,
 )
 from postgres_pipelines import PREPARED_HERE
@@ -76,18 +77,9 @@ def test_bad_configuration_and_restored_transactions_are_refused():
 
 
 def _sink_operator(url: str, job_id: str, restored: list | None = None):
-    """The 2PC sink operator of subtask 0 of job ``job_id`` on table ``latest``, opened
-    (restoring ``restored``, the operator state of a snapshot) as a job's task opens it."""
-    from types import SimpleNamespace
-
-    from airflow_checkpoint_provider.engine.runtime.operators.edges import SinkOperator
-
-    sink = PostgresSink(url, "latest", ["key", "count", "sum"])
-    ctx = SimpleNamespace(job_id=job_id, job_name="moved", subtask_index=0, parallelism=1,
-                          attempt=0, fence_sinks=False)
-    op = SinkOperator(SimpleNamespace(uid="out", payload=sink), ctx)
-    op.open(restored)
-    return op
+    """The 2PC sink operator of subtask 0 of job ``job_id`` on table ``latest``."""
+    return open_sink_operator(PostgresSink(url, "latest", ["key", "count", "sum"]),
+                              job_id=job_id, job_name="moved", restored=restored)
 
 
 @pytest.mark.timeout(60)

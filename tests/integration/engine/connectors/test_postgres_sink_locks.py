@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -25,6 +24,7 @@ from pipelines import (
     Background,
     check_exactly_once_rows,
     expected_running_sums,
+    open_sink_operator,
     running_sum_pipeline,
 )
 
@@ -102,12 +102,9 @@ class Ddl:
 
 def _operator(url: str, table: str, *, job_id: str | None = None, subtask: int = 0,
               **options) -> SinkOperator:
-    sink = PostgresSink(url, table, ["k", "v"], **options)
-    ctx = SimpleNamespace(job_id=job_id or uuid.uuid4().hex, job_name="ddl",
-                          subtask_index=subtask, parallelism=2, attempt=0, fence_sinks=False)
-    op = SinkOperator(SimpleNamespace(uid="out", payload=sink), ctx)
-    op.open(None)
-    return op
+    return open_sink_operator(PostgresSink(url, table, ["k", "v"], **options),
+                              job_id=job_id or uuid.uuid4().hex, job_name="ddl",
+                              subtask=subtask, parallelism=2)
 
 
 def _bounded(fn, seconds: float, unwedge):

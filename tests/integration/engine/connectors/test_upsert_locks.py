@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import threading
 import uuid
-from types import SimpleNamespace
 
 import psycopg
 import pytest
+from pipelines import open_sink_operator
 
 from airflow_checkpoint_provider.engine.connectors.postgres.connection import libpq_dsn
 from airflow_checkpoint_provider.engine.connectors.postgres.sink import PostgresSink
@@ -44,11 +44,8 @@ def _prepared(url: str) -> list[str]:
 
 def _operator(url: str, job_id: str | None = None, restored: list | None = None) -> SinkOperator:
     sink = PostgresSink(url, "t", ["k", "v"], mode="upsert", key=["k"])
-    ctx = SimpleNamespace(job_id=job_id or uuid.uuid4().hex, job_name="locks",
-                          subtask_index=0, parallelism=1, attempt=0, fence_sinks=False)
-    op = SinkOperator(SimpleNamespace(uid="out", payload=sink), ctx)
-    op.open(restored)
-    return op
+    return open_sink_operator(sink, job_id=job_id or uuid.uuid4().hex, job_name="locks",
+                              restored=restored)
 
 
 def _bounded(fn, url: str, seconds: float = 10.0):
