@@ -160,8 +160,17 @@ class PostgresServer:
                 # waits until it ended (its transaction with it), up to 5 s
                 conn.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
                 released.append(f"{name}: session {pid}")
-            for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts "
-                                       "WHERE database = current_database()").fetchall():
+            prepared = conn.execute("SELECT gid FROM pg_prepared_xacts "
+                                    "WHERE database = current_database()").fetchall()
+            slots = conn.execute("SELECT slot_name FROM pg_replication_slots "
+                                 "WHERE database = current_database()").fetchall()
+            if not prepared and not slots:
+                return released
+            if time.monotonic() > deadline:
+                if slots:
+                    raise RuntimeError(f"database {name}: replication slots {slots} stay in use")
+                return released  # a transaction still being finished: its own business
+            for (gid,) in prepared:
                 try:
                     conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(
                         psycopg.sql.Literal(gid)))
@@ -169,24 +178,12 @@ class PostgresServer:
                 except (psycopg.errors.UndefinedObject,
                         psycopg.errors.ObjectNotInPrerequisiteState):
                     pass  # finished meanwhile, or being finished ("is busy"): looked at again
-            slots = conn.execute("SELECT slot_name FROM pg_replication_slots "
-                                 "WHERE database = current_database()").fetchall()
             for (slot,) in slots:
                 try:
                     conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
                     released.append(f"{name}: replication slot {slot}")
                 except (psycopg.errors.ObjectInUse, psycopg.errors.UndefinedObject):
                     pass  # its walsender is still exiting (retried), or dropped meanwhile
-            left = conn.execute("SELECT slot_name FROM pg_replication_slots "
-                                "WHERE database = current_database()").fetchall()
-            busy = conn.execute("SELECT 1 FROM pg_prepared_xacts "
-                                "WHERE database = current_database()").fetchall()
-            if not left and not busy:
-                return released
-            if time.monotonic() > deadline:
-                if left:
-                    raise RuntimeError(f"database {name}: replication slots {left} stay in use")
-                return released  # a transaction still being finished: its own business
             time.sleep(0.1)
 
     def stop(self) -> None:
