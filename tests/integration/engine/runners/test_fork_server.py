@@ -21,6 +21,7 @@ from pipelines import (
     process_alive,
     running_sum_pipeline,
 )
+from ports import closed_port
 
 from airflow_checkpoint_provider.engine import (
     CheckpointConfig,
@@ -77,17 +78,16 @@ def _argv(coordinator: str, failure_file: str, slot: int = 0) -> list[str]:
 def test_a_forked_slot_reports_its_exit_code_streams_cwd_and_umask(tmp_path, monkeypatch, capfd):
     client = ForkClient(dict(os.environ))
     try:
-        closed = socket.create_server(("127.0.0.1", 0))
-        port = closed.getsockname()[1]
-        closed.close()  # nothing listens: the slot's connection is refused, it exits 1
         monkeypatch.chdir(tmp_path)
         old = os.umask(0o077)
-        try:
-            pid = client.spawn(_argv(f"127.0.0.1:{port}", "failure.txt"), dict(os.environ))
-            assert pid in child_pids(client.server.proc.pid)  # forked, not started
-            assert client.wait(pid, 60) == 1
-        finally:
-            os.umask(old)
+        # nothing listens: the slot's connection is refused, it exits 1
+        with closed_port() as port:
+            try:
+                pid = client.spawn(_argv(f"127.0.0.1:{port}", "failure.txt"), dict(os.environ))
+                assert pid in child_pids(client.server.proc.pid)  # forked, not started
+                assert client.wait(pid, 60) == 1
+            finally:
+                os.umask(old)
         # the failure file is relative: written in the launcher's working directory, with
         # the launcher's umask (0o077), not the server's
         failure = tmp_path / "failure.txt"

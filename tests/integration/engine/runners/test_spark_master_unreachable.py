@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
+from ports import closed_port
 from repo_paths import SUPPORT_DIR
 
 from airflow_checkpoint_provider.engine.errors import SparkMasterUnreachableError
@@ -24,10 +25,11 @@ from airflow_checkpoint_provider.engine.runners.spark.session import (
 SUPPORT = str(SUPPORT_DIR)  # the helper modules
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed when the block ends: nothing listens there
+@pytest.fixture
+def url() -> Iterator[str]:
+    """A standalone master URL where nothing listens, for the test (:func:`closed_port`)."""
+    with closed_port() as port:
+        yield f"spark://127.0.0.1:{port}"
 
 
 def _env(tmp_path) -> dict:
@@ -49,8 +51,7 @@ def test_master_addresses_of_standalone_urls():
     assert master_addresses("local[2]") == [] and master_addresses("yarn") == []
 
 
-def test_check_names_the_url_and_what_each_address_said():
-    url = f"spark://127.0.0.1:{_closed_port()}"
+def test_check_names_the_url_and_what_each_address_said(url):
     t0 = time.monotonic()
     with pytest.raises(SparkMasterUnreachableError, match=r"Spark master spark://127\.0\.0\.1:"
                        r"\d+ is unreachable \(127\.0\.0\.1:\d+: connection refused"):
@@ -59,8 +60,7 @@ def test_check_names_the_url_and_what_each_address_said():
 
 
 @pytest.mark.timeout(120)
-def test_ckpt_run_with_an_unreachable_master_fails_in_one_line(tmp_path):
-    url = f"spark://127.0.0.1:{_closed_port()}"
+def test_ckpt_run_with_an_unreachable_master_fails_in_one_line(tmp_path, url):
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "airflow_checkpoint_provider.engine.cli", "run",
@@ -75,10 +75,9 @@ def test_ckpt_run_with_an_unreachable_master_fails_in_one_line(tmp_path):
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(shutil.which("spark-submit", path=os.path.dirname(sys.executable)) is None,
                     reason="spark-submit not in the venv")
-def test_spark_submit_with_an_unreachable_master_fails_in_one_line(tmp_path):
+def test_spark_submit_with_an_unreachable_master_fails_in_one_line(tmp_path, url):
     from airflow_checkpoint_provider.engine import launch
 
-    url = f"spark://127.0.0.1:{_closed_port()}"
     t0 = time.monotonic()
     proc = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", url,

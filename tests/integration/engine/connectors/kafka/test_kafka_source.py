@@ -5,12 +5,12 @@ errors that name topic, partition and offsets."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 import uuid
 
 import pytest
 from kafka_jobs import make_input
+from ports import closed_port
 
 from airflow_checkpoint_provider.engine.connectors.base import SourceContext
 from airflow_checkpoint_provider.engine.connectors.kafka import (
@@ -142,12 +142,10 @@ def test_a_checkpointed_partition_that_no_longer_exists_refuses_the_restore(kafk
 
 @pytest.mark.timeout(30)
 def test_an_unreachable_broker_fails_naming_the_address():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
-    src = KafkaSource(f"127.0.0.1:{port}", topics=["t"], broker_timeout_s=2)
-    with pytest.raises(KafkaUnavailableError, match=f"127.0.0.1:{port}"):
-        src.splits()
+    with closed_port() as port:
+        src = KafkaSource(f"127.0.0.1:{port}", topics=["t"], broker_timeout_s=2)
+        with pytest.raises(KafkaUnavailableError, match=f"127.0.0.1:{port}"):
+            src.splits()
 
 
 def test_options_are_checked_when_the_pipeline_is_built():
